@@ -1,0 +1,53 @@
+"""miniray: Ray's core API on one host, in pure Python. ``import miniray as ray``.
+
+Mirrors the top-level ``ray`` module (Ray 2.60). What differs is listed in README.md.
+Importing this package starts nothing: ``init()`` (or the first call that needs a runtime)
+does.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from miniray import exceptions
+from miniray._private.api import (
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_gpu_ids,
+    kill,
+    nodes,
+    put,
+    timeline,
+    wait,
+)
+from miniray._private.generators import ObjectRefGenerator
+from miniray._private.object_ref import ObjectRef
+from miniray._private.runtime import init, is_initialized, shutdown
+from miniray._private.surface import get_actor, method, remote
+from miniray.runtime_context import get_runtime_context
+
+__all__ = [
+    "__version__",
+    "available_resources",
+    "cancel",
+    "cluster_resources",
+    "exceptions",
+    "get",
+    "get_actor",
+    "get_gpu_ids",
+    "get_runtime_context",
+    "init",
+    "is_initialized",
+    "kill",
+    "method",
+    "nodes",
+    "ObjectRef",
+    "ObjectRefGenerator",
+    "put",
+    "remote",
+    "shutdown",
+    "timeline",
+    "wait",
+]

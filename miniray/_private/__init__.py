@@ -1,0 +1,1 @@
+"""miniray internals. Nothing here is public API; it may change without notice."""

@@ -1,0 +1,208 @@
+"""The bodies of the public functions: argument checks as Ray makes them, then the runtime.
+
+Owns: Ray's type and value checks of ``get``, ``put``, ``wait``, ``cancel``, ``kill`` and the
+cluster-state calls, and turning stored bytes back into values or raised errors. Does not own:
+where objects live or how tasks run (the runtime of this process: driver or worker).
+Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from miniray._private import ids, protocol, runtime, serialization
+from miniray._private.object_ref import ObjectRef
+
+
+def materialize(kind: int, data: bytes) -> Any:
+    """A stored object's value, or raise the error it holds."""
+    from miniray.exceptions import RaySystemError, RayTaskError
+
+    try:
+        value = pickle.loads(data)
+    except Exception as error:
+        raise RaySystemError(
+            f"Could not deserialize an object: {type(error).__name__}: {error}. If it refers "
+            "to a module, that module must be importable in the driver too."
+        ) from error
+    if kind == protocol.ERR:
+        if isinstance(value, RayTaskError):
+            raise value.as_instanceof_cause()
+        raise value
+    return value
+
+
+def _check_session(rt, refs: list) -> None:
+    token = rt.session_token
+    for ref in refs:
+        if ref._token is not token and ref._token is not None and ref._token is not False:
+            raise ValueError(
+                "You are trying to access Ray objects whose owner is unknown: "
+                f"{ref!r} belongs to a session that was shut down. Objects do not survive "
+                "shutdown(); create them again in this session."
+            )
+
+
+def get_values(rt, refs: list, timeout: float | None = None) -> list:
+    if not refs:
+        return []
+    _check_session(rt, refs)
+    items = rt.get_serialized([ref._id for ref in refs], timeout)
+    if items is None:
+        from miniray.exceptions import GetTimeoutError
+
+        raise GetTimeoutError("Get timed out: some object(s) not ready.")
+    if len(items) == 1 and items[0][0] == protocol.ERR:
+        materialize(*items[0])
+    return [materialize(kind, data) for kind, data in items]
+
+
+def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = False):
+    if isinstance(object_refs, ObjectRef):
+        rt = runtime.auto_init()
+        return get_values(rt, [object_refs], _check_timeout(timeout))[0]
+    from miniray._private.generators import ObjectRefGenerator
+
+    if isinstance(object_refs, ObjectRefGenerator):
+        return object_refs
+    if not isinstance(object_refs, list):
+        raise ValueError(
+            f"Invalid type of object refs, {type(object_refs)}, is given. 'object_refs' must "
+            "either be an ObjectRef or a list of ObjectRefs. "
+        )
+    for ref in object_refs:
+        if not isinstance(ref, ObjectRef):
+            raise TypeError(
+                f"Attempting to call `get` on the value {ref}, which is not an ray.ObjectRef."
+            )
+    rt = runtime.auto_init()
+    return get_values(rt, object_refs, _check_timeout(timeout))
+
+
+def _check_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number or None, got {type(timeout).__name__}.")
+    if timeout < 0:
+        return None  # Ray: a negative timeout (e.g. -1) blocks like None
+    return float(timeout)
+
+
+def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> ObjectRef:
+    if _owner is not None:
+        raise ValueError("The _owner argument of put() was removed in Ray 2.56.")
+    if isinstance(value, ObjectRef):
+        raise TypeError(
+            "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, "
+            "you can wrap the ray.ObjectRef in a list and call 'put' on it."
+        )
+    rt = runtime.auto_init()
+    try:
+        data = serialization.dumps(value)
+    except Exception as error:
+        raise TypeError(
+            f"Could not serialize the value passed to put(): {type(error).__name__}: {error}."
+        ) from error
+    object_id = ids.new_put_id()
+    rt.put_serialized(object_id, data)
+    return ObjectRef(object_id)
+
+
+def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True):
+    from miniray._private.generators import ObjectRefGenerator
+
+    if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)):
+        raise TypeError(
+            "wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got a single "
+            "ray.ObjectRef " + repr(ray_waitables)
+        )
+    if not isinstance(ray_waitables, list):
+        raise TypeError(
+            "wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got "
+            f"{type(ray_waitables)}"
+        )
+    for item in ray_waitables:
+        if not isinstance(item, (ObjectRef, ObjectRefGenerator)):
+            raise TypeError(
+                "wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got list "
+                f"containing {type(item)}"
+            )
+    if timeout is not None and timeout < 0:
+        raise ValueError(f"The 'timeout' argument must be nonnegative. Received {timeout}")
+    if len(set(ray_waitables)) != len(ray_waitables):
+        raise ValueError("Wait requires a list of unique ray_waitables.")
+    if not ray_waitables:
+        return [], []
+    if isinstance(num_returns, bool) or not isinstance(num_returns, int):
+        raise TypeError(f"num_returns must be an int, got {type(num_returns).__name__}.")
+    if num_returns <= 0:
+        raise ValueError(f"Invalid number of objects to return {num_returns}.")
+    if num_returns > len(ray_waitables):
+        raise ValueError(
+            "num_returns cannot be greater than the number of ray_waitables provided to "
+            "ray.wait."
+        )
+    rt = runtime.auto_init()
+    refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in ray_waitables]
+    _check_session(rt, refs)
+    ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
+                              None if timeout is None else float(timeout))
+    ready, not_ready = [], []
+    for waitable, ref in zip(ray_waitables, refs):
+        if ref._id in ready_ids and len(ready) < num_returns:
+            ready.append(waitable)
+        else:
+            not_ready.append(waitable)
+    return ready, not_ready
+
+
+def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None:
+    from miniray._private.generators import ObjectRefGenerator
+
+    if isinstance(ray_waitable, ObjectRefGenerator):
+        ray_waitable = ray_waitable._wait_ref()
+    if not isinstance(ray_waitable, ObjectRef):
+        raise TypeError(
+            "ray.cancel() only supported for object refs. For actors, try ray.kill(). "
+            f"Got: {type(ray_waitable)}."
+        )
+    rt = runtime.auto_init()
+    rt.cancel(ray_waitable._id, bool(force), bool(recursive))
+
+
+def kill(actor, *, no_restart: bool = True) -> None:
+    from miniray.actor import ActorHandle
+
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(
+            "ray.kill() only supported for actors. For tasks, try ray.cancel(). "
+            f"Got: {type(actor)}."
+        )
+    runtime.auto_init()
+    actor._kill(no_restart=no_restart)
+
+
+def cluster_resources() -> dict:
+    return runtime.require_initialized("cluster_resources()").cluster_resources()
+
+
+def available_resources() -> dict:
+    return runtime.require_initialized("available_resources()").available_resources()
+
+
+def nodes() -> list:
+    return runtime.require_initialized("nodes()").nodes()
+
+
+def get_gpu_ids() -> list:
+    return runtime.auto_init().get_gpu_ids()
+
+
+def timeline(filename: str | None = None):
+    raise NotImplementedError(
+        "miniray does not record a task timeline (ray.timeline); use a profiler such as "
+        "py-spy on the worker pids shown in the output prefixes."
+    )

@@ -1,0 +1,100 @@
+"""Every environment variable miniray reads, in one place.
+
+Owns: the names, defaults and parsing of environment variables (Ray's, where miniray honours
+them, and miniray's own). Does not own: what the values mean to the subsystems that read them.
+Called by: the runtime at init(), the worker at start-up, the CLI.
+
+Functions are read at call time, not import time, so tests can change the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def tmpdir_root() -> str:
+    """Root of session directories: ``$MINIRAY_TMPDIR``, else ``/dev/shm/miniray-<uid>``
+    (memory-backed: a ledger transaction there costs ~60 us against ~450 us on ext4), else
+    ``<tmp>/miniray-<uid>``. The root is removed again when its last session ends."""
+    root = os.environ.get("MINIRAY_TMPDIR")
+    if root:
+        return os.path.abspath(root)
+    if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
+        return f"/dev/shm/miniray-{os.getuid()}"
+    return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
+
+
+def log_to_driver_default() -> bool:
+    """``RAY_LOG_TO_DRIVER`` (default on): forward worker output to the driver."""
+    return _flag("RAY_LOG_TO_DRIVER", True)
+
+
+def worker_log_prefix_enabled() -> bool:
+    """``RAY_DISABLE_WORKER_LOG_PREFIX=1`` drops the ``(name pid=N)`` prefix."""
+    return not _flag("RAY_DISABLE_WORKER_LOG_PREFIX", False)
+
+
+def auto_init_enabled() -> bool:
+    """``RAY_ENABLE_AUTO_CONNECT=0`` turns off the implicit ``init()``."""
+    return _flag("RAY_ENABLE_AUTO_CONNECT", True)
+
+
+def ignore_unhandled_errors() -> bool:
+    return _flag("RAY_IGNORE_UNHANDLED_ERRORS", False)
+
+
+def noset_cuda_visible_devices() -> bool:
+    """``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``: never set it in workers."""
+    return _flag("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", False)
+
+
+def override_cvd_on_zero() -> bool:
+    """``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1``: hide GPUs from 0-GPU workers (old Ray)."""
+    return _flag("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", False)
+
+
+def pipeline_depth() -> int:
+    """``MINIRAY_PIPELINE_DEPTH``: tasks in flight per leased worker (default 1)."""
+    try:
+        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "1")))
+    except ValueError:
+        return 1
+
+
+def lease_linger_s() -> float:
+    """``MINIRAY_LEASE_LINGER_MS``: how long an idle lease is kept for reuse (default 5 ms)."""
+    try:
+        return max(0.0, float(os.environ.get("MINIRAY_LEASE_LINGER_MS", "5"))) / 1000.0
+    except ValueError:
+        return 0.005
+
+
+def max_workers(num_cpus: float) -> int:
+    """Cap on live worker processes (``MINIRAY_MAX_WORKERS``; default 4 x CPUs, at least 8)."""
+    value = os.environ.get("MINIRAY_MAX_WORKERS")
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            pass
+    return max(8, int(4 * max(num_cpus, 1)))
+
+
+def cuda_visible_devices() -> str | None:
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+RAY_ALIAS_ENV = "MINIRAY_RAY_ALIAS"
+
+
+def ray_alias_requested() -> bool:
+    """Set by ``miniray run`` so workers resolve ``import ray`` to miniray too."""
+    return _flag(RAY_ALIAS_ENV, False)

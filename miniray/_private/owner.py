@@ -1,0 +1,1160 @@
+"""The owner: object table, task queues, worker leases and the I/O thread.
+
+Owns: every object and task of the session (embedded mode: the driver owns them all, nested
+tasks included), the leases of workers, dispatching tasks to leased workers, receiving results,
+worker output forwarding, retries, cancellation and worker death. Does not own: resource
+decisions (``resources.py`` through ``ledger.py``), process creation (``forkserver.py``),
+validation (``options.py``), or the public API's argument checks.
+Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
+
+::
+
+    submit(spec) ──► deps ready? ──► queue[key] ──► lease with room? ──► TASK ──► worker
+                        │ no                          │ no: ledger.acquire + idle/spawned worker
+                        ▼                             ▼ none: wait for a release
+                   waits on entries            infeasible? one stderr line, stays pending
+
+    I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
+                        worker out/err ─► prefixed lines to the driver's stdout/stderr
+                        fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
+                        timers         ─► worker get/wait timeouts, idle-lease release
+
+All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
+lock, so ``__del__`` can never deadlock); the events are applied under the lock in batches.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+from miniray._private import config, protocol, serialization
+from miniray._private.output import OutputStream
+from miniray._private.resources import infeasible_reasons, format_infeasible
+
+logger = logging.getLogger(__name__)
+
+PENDING, READY = 0, 1
+# task states
+T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
+
+
+class _Entry:
+    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped")
+
+    def __init__(self):
+        self.state = PENDING
+        self.kind = protocol.OK
+        self.waiters: list | None = None
+        self.refs = 0
+        self.escaped = False
+        self.pins = 0
+        self.dropped = False
+
+
+class Waiter:
+    """Released when ``count`` objects are ready, or at the first error if ``on_error``."""
+
+    __slots__ = ("remaining", "on_error", "lock", "fired")
+
+    def __init__(self, count: int, on_error: bool):
+        self.remaining = count
+        self.on_error = on_error
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.fired = False
+
+    def notify(self, is_error: bool) -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None or timeout < 0:
+            return self.lock.acquire()
+        return self.lock.acquire(timeout=timeout)
+
+
+class _Task:
+    __slots__ = (
+        "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
+        "children", "parent", "dep_values",
+    )
+
+    def __init__(self, spec, key):
+        self.spec = spec
+        self.key = key
+        self.state = T_WAITING
+        self.worker = None
+        self.waiting = 0
+        self.retries_left = spec.max_retries
+        self.cancelled = False
+        self.children: list | None = None
+        self.parent = None
+        self.dep_values = None
+
+
+class _WorkerSlot:
+    __slots__ = (
+        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls",
+        "blocked", "dead", "out", "err", "fds",
+    )
+
+    def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
+        self.conn = conn
+        self.ctl = ctl
+        self.pid: int | None = None
+        self.spawn_req = spawn_req
+        self.inflight: collections.deque = collections.deque()
+        self.lease: _LeaseSlot | None = None
+        self.funcs: set = set()
+        self.calls = 0
+        self.blocked = 0
+        self.dead = False
+        self.out: OutputStream | None = None
+        self.err: OutputStream | None = None
+        self.fds: list[int] = []
+
+    def __repr__(self) -> str:
+        return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
+
+
+class _LeaseSlot:
+    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids")
+
+    def __init__(self, lease, key, worker, gpu_ids):
+        self.lease = lease
+        self.key = key
+        self.worker = worker
+        self.cpu_released = 0.0
+        self.idle_since: float | None = None
+        self.gpu_ids = gpu_ids
+
+
+def _exit_detail(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {sig} ({name})"
+    if os.WIFEXITED(status):
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return f"ended with wait status {status}"
+
+
+class Owner:
+    """Objects, tasks and leased workers of one session."""
+
+    def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
+                 num_cpus: float, log_to_driver: bool):
+        self.ledger = ledger
+        self.store = store
+        self.fork_server = fork_server
+        self.node_state = node_state  # totals only, for infeasibility checks
+        self.hello_info = hello_info
+        self.log_to_driver = log_to_driver
+        self.prefix_enabled = config.worker_log_prefix_enabled()
+        self.pid = os.getpid()
+        self.session_token = object()
+        self.depth = config.pipeline_depth()
+        self.linger = config.lease_linger_s()
+        self.max_workers = config.max_workers(num_cpus)
+        self.idle_keep = max(1, int(num_cpus))
+        self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
+
+        self._lock = threading.Lock()
+        self._entries: dict[bytes, _Entry] = {}
+        self._ref_events: collections.deque = collections.deque()
+        self._functions: dict[bytes, bytes] = {}
+        self._tasks: dict[bytes, _Task] = {}
+        self._queues: dict[Any, collections.deque] = {}
+        self._leases: dict[Any, list[_LeaseSlot]] = {}
+        self._idle_workers: list[_WorkerSlot] = []
+        self._workers_by_fd: dict[int, _WorkerSlot] = {}
+        self._workers_by_req: dict[int, _WorkerSlot] = {}
+        self._workers_by_pid: dict[int, _WorkerSlot] = {}
+        self._streams: dict[int, OutputStream] = {}
+        self._live_workers = 0
+        self._infeasible: dict[Any, list[_Task]] = {}
+        self._reported_infeasible: set = set()
+        self._timers: list = []
+        self._timer_seq = itertools.count()
+        self._closed = False
+        self._stopping = False
+        self.fatal: str | None = None
+
+        self._epoll = select.epoll()
+        self._handlers: dict[int, Callable[[int], None]] = {}
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._register(self._wake_r, self._on_wake)
+        self._register(fork_server.fileno(), self._on_fork_server)
+        self._thread = threading.Thread(target=self._io_loop, name="miniray-io", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ refs
+    def ref_created(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, 1))
+
+    def ref_dropped(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, -1))
+
+    def ref_pickled(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, 0))
+
+    def _apply_ref_events(self) -> None:
+        events = self._ref_events
+        entries = self._entries
+        while events:
+            try:
+                object_id, delta = events.popleft()
+            except IndexError:
+                break
+            entry = entries.get(object_id)
+            if entry is None:
+                continue
+            if delta == 0:
+                entry.escaped = True
+                continue
+            entry.refs += delta
+            if delta < 0 and entry.refs <= 0:
+                self._maybe_free(object_id, entry)
+
+    def _maybe_free(self, object_id: bytes, entry: _Entry) -> None:
+        if entry.refs > 0 or entry.escaped or entry.pins > 0:
+            return
+        if entry.state == READY:
+            self.store.free(object_id)
+            del self._entries[object_id]
+        else:
+            entry.dropped = True
+
+    # ------------------------------------------------------------------ objects
+    def put_serialized(self, object_id: bytes, data: bytes, kind: int = protocol.OK,
+                       escaped: bool = False) -> None:
+        with self._lock:
+            entry = self._entries.get(object_id)
+            if entry is None:
+                entry = self._entries[object_id] = _Entry()
+            entry.escaped = entry.escaped or escaped
+            self._set_ready(object_id, entry, kind, data)
+
+    def _set_ready(self, object_id: bytes, entry: _Entry, kind: int, data: bytes) -> None:
+        self.store.put_serialized(object_id, data)
+        entry.state = READY
+        entry.kind = kind
+        waiters = entry.waiters
+        if waiters:
+            entry.waiters = None
+            is_error = kind == protocol.ERR
+            for waiter in waiters:
+                if type(waiter) is _Task:
+                    self._dep_ready(waiter, is_error, object_id)
+                else:
+                    waiter.notify(is_error)
+        if entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0:
+            self.store.free(object_id)
+            del self._entries[object_id]
+
+    def knows(self, object_id: bytes) -> bool:
+        return object_id in self._entries
+
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        """[(kind, data)] for each id, or None if the timeout passed first."""
+        with self._lock:
+            self._check_usable()
+            waiter = None
+            pending = []
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is None:
+                    raise self._lost(object_id)
+                if entry.state == PENDING:
+                    pending.append(entry)
+                elif entry.kind == protocol.ERR:
+                    pending = []
+                    break
+            if pending:
+                waiter = Waiter(len(pending), on_error=True)
+                for entry in pending:
+                    if entry.waiters is None:
+                        entry.waiters = [waiter]
+                    else:
+                        entry.waiters.append(waiter)
+        if waiter is not None:
+            if timeout == 0 or not waiter.wait(timeout):
+                with self._lock:
+                    for entry in pending:
+                        if entry.waiters and waiter in entry.waiters:
+                            entry.waiters.remove(waiter)
+                return None
+        with self._lock:
+            self._check_usable()
+            out = []
+            first_error = None
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is None:
+                    raise self._lost(object_id)
+                if entry.state != READY:
+                    continue
+                item = (entry.kind, self.store.get_serialized(object_id))
+                if entry.kind == protocol.ERR and first_error is None:
+                    first_error = item
+                out.append(item)
+            if first_error is not None:
+                return [first_error]
+            return out
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        """The set of ids that are ready once num_returns are (or the timeout passed)."""
+        with self._lock:
+            self._check_usable()
+            ready = set()
+            pending = []
+            for object_id in object_ids:
+                entry = self._entries.get(object_id)
+                if entry is None:
+                    raise self._lost(object_id)
+                if entry.state == READY:
+                    ready.add(object_id)
+                else:
+                    pending.append(entry)
+            need = num_returns - len(ready)
+            waiter = None
+            if need > 0 and pending and timeout != 0:
+                waiter = Waiter(need, on_error=False)
+                for entry in pending:
+                    if entry.waiters is None:
+                        entry.waiters = [waiter]
+                    else:
+                        entry.waiters.append(waiter)
+        if waiter is not None:
+            waiter.wait(timeout)
+            with self._lock:
+                for entry in pending:
+                    if entry.waiters and waiter in entry.waiters:
+                        entry.waiters.remove(waiter)
+        with self._lock:
+            return {
+                object_id for object_id in object_ids
+                if (e := self._entries.get(object_id)) is not None and e.state == READY
+            }
+
+    def _lost(self, object_id: bytes) -> Exception:
+        from miniray.exceptions import ObjectFreedError
+
+        return ObjectFreedError(object_id.hex(), "", "")
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise RuntimeError("miniray has been shut down; call miniray.init() again.")
+        if self.fatal:
+            from miniray.exceptions import RaySystemError
+
+            raise RaySystemError(self.fatal)
+
+    # ------------------------------------------------------------------ tasks
+    def needs_function(self, fn_id: bytes) -> bool:
+        return fn_id not in self._functions
+
+    def submit_task(self, spec, parent: _Task | None = None) -> None:
+        key = (tuple(sorted(spec.request.items())), spec.max_calls)
+        with self._lock:
+            self._check_usable()
+            if spec.fn_bytes is not None:
+                self._functions.setdefault(spec.fn_id, spec.fn_bytes)
+                spec.fn_bytes = None
+            elif spec.fn_id not in self._functions:
+                raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
+            task = _Task(spec, key)
+            self._tasks[spec.task_id] = task
+            entries = self._entries
+            for object_id in spec.return_ids:
+                if object_id not in entries:
+                    entries[object_id] = _Entry()
+            if parent is not None:
+                task.parent = parent
+                if parent.children is None:
+                    parent.children = []
+                parent.children.append(task)
+            if spec.deps:
+                for _position, object_id in spec.deps:
+                    entry = entries.get(object_id)
+                    if entry is None:
+                        self._fail_task(task, self._lost(object_id), plain=True)
+                        return
+                    entry.pins += 1
+                    if entry.state == PENDING:
+                        task.waiting += 1
+                        if entry.waiters is None:
+                            entry.waiters = [task]
+                        else:
+                            entry.waiters.append(task)
+                    elif entry.kind == protocol.ERR:
+                        self._complete_with_dep_error(task, object_id)
+                        return
+            if task.waiting == 0:
+                self._enqueue(task)
+            if len(self._ref_events) > 256:
+                self._apply_ref_events()
+
+    def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
+        if task.state != T_WAITING:
+            return
+        if is_error:
+            self._complete_with_dep_error(task, object_id)
+            return
+        task.waiting -= 1
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def _complete_with_dep_error(self, task: _Task, object_id: bytes) -> None:
+        data = self.store.get_serialized(object_id)
+        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _enqueue(self, task: _Task) -> None:
+        key = task.key
+        if key not in self._queues and key not in self._leases:
+            reasons = infeasible_reasons(self.node_state, task.spec.request)
+            if reasons:
+                task.state = T_INFEASIBLE
+                self._infeasible.setdefault(key, []).append(task)
+                if key not in self._reported_infeasible:
+                    self._reported_infeasible.add(key)
+                    line = format_infeasible(task.spec.request, reasons)
+                    print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
+                return
+        task.state = T_QUEUED
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = collections.deque()
+        queue.append(task)
+        self._dispatch(key)
+
+    def _dispatch(self, key) -> bool:
+        """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
+        queue = self._queues.get(key)
+        while queue:
+            lease = self._lease_with_room(key)
+            if lease is None:
+                lease = self._new_lease(key, queue[0].spec.request)
+                if lease is None:
+                    return False
+            self._send_task(lease, queue.popleft())
+        if queue is not None and not queue:
+            del self._queues[key]
+        return True
+
+    def _dispatch_all(self) -> None:
+        for key in list(self._queues):
+            self._dispatch(key)
+
+    def _lease_with_room(self, key) -> _LeaseSlot | None:
+        leases = self._leases.get(key)
+        if not leases:
+            return None
+        best = None
+        for slot in leases:
+            worker = slot.worker
+            if worker.blocked:
+                continue
+            n = len(worker.inflight)
+            if n == 0:
+                slot.idle_since = None
+                return slot
+            if n < self.depth and (best is None or n < len(best.worker.inflight)):
+                best = slot
+        return best
+
+    def _new_lease(self, key, request) -> _LeaseSlot | None:
+        if not self._idle_workers and self._live_workers >= self.max_workers:
+            if not self._release_idle_leases(force=True):
+                return None
+        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key[0] and "" or "")
+        if lease is None:
+            if not self._release_idle_leases(force=True):
+                return None
+            lease = self.ledger.acquire(request, holder_pid=self.pid)
+            if lease is None:
+                return None
+        worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
+        gpu_ids = None
+        if request.get("GPU"):
+            gpu_ids = self.ledger.instance_ids_of(lease, "GPU")
+        slot = _LeaseSlot(lease, key, worker, gpu_ids)
+        worker.lease = slot
+        if worker.pid is not None:
+            self.ledger.set_worker(lease.lease_id, worker.pid)
+        self._leases.setdefault(key, []).append(slot)
+        return slot
+
+    def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
+        leases = self._leases.get(slot.key)
+        if leases is not None:
+            try:
+                leases.remove(slot)
+            except ValueError:
+                pass
+            if not leases:
+                del self._leases[slot.key]
+        self.ledger.release(slot.lease.lease_id)
+        worker = slot.worker
+        worker.lease = None
+        if worker_reusable and not worker.dead:
+            if len(self._idle_workers) < self.idle_keep:
+                self._idle_workers.append(worker)
+            else:
+                self._retire(worker)
+
+    def _release_idle_leases(self, force: bool = False) -> bool:
+        """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
+        now = time.monotonic()
+        released = False
+        for leases in list(self._leases.values()):
+            for slot in list(leases):
+                if slot.worker.inflight or slot.idle_since is None:
+                    continue
+                if force or now - slot.idle_since >= self.linger:
+                    self._release_lease(slot)
+                    released = True
+        if force and self._idle_workers and self._live_workers >= self.max_workers:
+            self._retire(self._idle_workers.pop(0))
+        return released
+
+    def flush_idle_leases(self) -> None:
+        with self._lock:
+            self._release_idle_leases(force=True)
+
+    def _send_task(self, slot: _LeaseSlot, task: _Task) -> None:
+        worker = slot.worker
+        spec = task.spec
+        task.state = T_RUNNING
+        task.worker = worker
+        worker.inflight.append(task)
+        try:
+            if spec.fn_id not in worker.funcs:
+                worker.funcs.add(spec.fn_id)
+                worker.conn.send_bytes(
+                    pickle.dumps((protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]), 5)
+                )
+            dep_values = None
+            if spec.deps:
+                dep_values = [
+                    (position, protocol.OK, self.store.get_serialized(object_id))
+                    for position, object_id in spec.deps
+                ]
+            ctx = (
+                _float_request(spec.request),
+                slot.gpu_ids,
+                self.gpu_ids_are_ints,
+                spec.retry_exceptions,
+                spec.function_name,
+            )
+            worker.conn.send_bytes(pickle.dumps(
+                (protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
+                 dep_values, spec.return_ids, spec.num_returns, ctx), 5))
+        except OSError:
+            # The worker is dying; its EXITED report will requeue or fail the task.
+            pass
+
+    def _fail_task(self, task: _Task, error: BaseException, plain: bool = False) -> None:
+        data = serialization.dumps(error)
+        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _complete(self, task: _Task, results: list) -> None:
+        task.state = T_DONE
+        spec = task.spec
+        self._tasks.pop(spec.task_id, None)
+        entries = self._entries
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            entry = entries.get(object_id)
+            if entry is None:
+                entry = entries[object_id] = _Entry()
+            self._set_ready(object_id, entry, kind, data)
+        if spec.deps:
+            for _position, object_id in spec.deps:
+                entry = entries.get(object_id)
+                if entry is not None:
+                    entry.pins -= 1
+                    if entry.pins <= 0 and entry.refs <= 0:
+                        self._maybe_free(object_id, entry)
+        parent = task.parent
+        if parent is not None and parent.children:
+            try:
+                parent.children.remove(task)
+            except ValueError:
+                pass
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        from miniray.exceptions import TaskCancelledError
+
+        with self._lock:
+            task = self._tasks.get(object_id[:24])
+            if task is None or task.state == T_DONE:
+                return
+            self._cancel_task(task, force, recursive, TaskCancelledError)
+
+    def _cancel_task(self, task: _Task, force: bool, recursive: bool, error_cls) -> None:
+        task.cancelled = True
+        if recursive and task.children:
+            for child in list(task.children):
+                if child.state != T_DONE:
+                    self._cancel_task(child, force, recursive, error_cls)
+        state = task.state
+        if state in (T_WAITING, T_QUEUED, T_INFEASIBLE):
+            if state == T_QUEUED:
+                queue = self._queues.get(task.key)
+                if queue is not None and task in queue:
+                    queue.remove(task)
+            elif state == T_INFEASIBLE:
+                pending = self._infeasible.get(task.key)
+                if pending and task in pending:
+                    pending.remove(task)
+            self._fail_task(task, error_cls(task.spec.task_id.hex()))
+        elif state == T_RUNNING:
+            worker = task.worker
+            if force:
+                if worker.inflight and worker.inflight[0] is task and worker.pid is not None:
+                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                elif task in worker.inflight and worker.inflight[0] is not task:
+                    worker.inflight.remove(task)
+                    self._fail_task(task, error_cls(task.spec.task_id.hex()))
+            else:
+                try:
+                    worker.ctl.send_bytes(pickle.dumps((protocol.CANCEL, task.spec.task_id), 5))
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ workers
+    def _spawn_worker(self) -> _WorkerSlot:
+        data_parent, data_child = socket.socketpair()
+        ctl_parent, ctl_child = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
+        try:
+            req = self.fork_server.spawn(child_fds)
+        finally:
+            data_child.close()
+            ctl_child.close()
+            os.close(out_w)
+            os.close(err_w)
+        worker = _WorkerSlot(Connection(data_parent.detach()), Connection(ctl_parent.detach()), req)
+        worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
+        worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
+        worker.fds = [out_r, err_r]
+        self._streams[out_r] = worker.out
+        self._streams[err_r] = worker.err
+        self._workers_by_req[req] = worker
+        self._live_workers += 1
+        fd = worker.conn.fileno()
+        self._workers_by_fd[fd] = worker
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        self._register(fd, self._on_worker_data)
+        self._register(out_r, self._on_output)
+        self._register(err_r, self._on_output)
+        worker.conn.send_bytes(pickle.dumps((protocol.HELLO, self.hello_info), 5))
+        return worker
+
+    def _retire(self, worker: _WorkerSlot) -> None:
+        """Ask a worker with nothing in flight to exit (it exits on EOF)."""
+        if worker in self._idle_workers:
+            self._idle_workers.remove(worker)
+        if worker.dead:
+            return
+        worker.dead = True
+        self._unregister(worker.conn.fileno())
+        self._workers_by_fd.pop(worker.conn.fileno(), None)
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        try:
+            worker.ctl.close()
+        except OSError:
+            pass
+
+    def _on_worker_exit(self, pid: int, status: int) -> None:
+        from miniray.exceptions import TaskCancelledError, WorkerCrashedError
+
+        worker = self._workers_by_pid.pop(pid, None)
+        if worker is None:
+            return
+        self._live_workers -= 1
+        self._drain_output(worker, final=True)
+        was_dead = worker.dead
+        if not was_dead:
+            self._retire(worker)
+        if worker.lease is not None:
+            self._release_lease(worker.lease, worker_reusable=False)
+        if self._closed:
+            return
+        inflight = list(worker.inflight)
+        worker.inflight.clear()
+        detail = _exit_detail(status)
+        requeue = []
+        for index, task in enumerate(inflight):
+            if task.state == T_DONE:
+                continue
+            if index == 0:
+                if task.cancelled:
+                    self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
+                    continue
+                if task.retries_left != 0:
+                    if task.retries_left > 0:
+                        task.retries_left -= 1
+                    logger.warning(
+                        "A worker died or was killed while executing task %s (pid=%s, %s); "
+                        "retrying it (%s retries left).", task.spec.name, pid, detail,
+                        "infinite" if task.retries_left < 0 else task.retries_left)
+                    requeue.append(task)
+                    continue
+                self._fail_task(task, WorkerCrashedError(
+                    f"The worker died unexpectedly while executing this task "
+                    f"({task.spec.name}): worker pid={pid} {detail}. Check the task for "
+                    "os._exit, segfaults or running out of memory; max_retries controls retries."
+                ))
+            else:
+                requeue.append(task)
+        for task in reversed(requeue):
+            task.state = T_QUEUED
+            task.worker = None
+            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
+        self._dispatch_all()
+
+    def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
+        for stream in (worker.out, worker.err):
+            if stream is not None and not stream.closed:
+                stream.drain()
+                if stream.eof:
+                    self._close_stream(stream)
+
+    def _close_stream(self, stream: OutputStream) -> None:
+        """Unregister, then close (under the lock, so the fd number cannot be reused between)."""
+        self._streams.pop(stream.fd, None)
+        self._unregister(stream.fd)
+        stream.close()
+
+    # ------------------------------------------------------------------ I/O thread
+    def _register(self, fd: int, handler) -> None:
+        self._handlers[fd] = handler
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def _unregister(self, fd: int) -> None:
+        if self._handlers.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def add_timer(self, delay: float, callback) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), callback))
+        self.wake()
+
+    def _io_loop(self) -> None:
+        epoll = self._epoll
+        handlers = self._handlers
+        while not self._stopping:
+            timeout = -1
+            if self._timers:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic())
+            if self._leases and self._any_idle_lease():
+                timeout = self.linger if timeout < 0 else min(timeout, self.linger)
+            try:
+                events = epoll.poll(timeout)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                if self._stopping:
+                    break
+                raise
+            for fd, _mask in events:
+                handler = handlers.get(fd)
+                if handler is not None:
+                    try:
+                        handler(fd)
+                    except Exception:  # a bug must not kill the I/O thread silently
+                        logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
+            with self._lock:
+                if self._timers:
+                    now = time.monotonic()
+                    while self._timers and self._timers[0][0] <= now:
+                        _, _, callback = heapq.heappop(self._timers)
+                        callback()
+                if self._leases:
+                    if self._release_idle_leases():
+                        self._dispatch_all()
+                if self._ref_events:
+                    self._apply_ref_events()
+
+    def _any_idle_lease(self) -> bool:
+        for leases in self._leases.values():
+            for slot in leases:
+                if slot.idle_since is not None:
+                    return True
+        return False
+
+    def _on_wake(self, fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _on_output(self, fd: int) -> None:
+        stream = self._streams.get(fd)
+        if stream is None:
+            return
+        stream.drain()
+        if stream.eof:
+            with self._lock:
+                if self._streams.get(fd) is stream:
+                    self._close_stream(stream)
+
+    def _on_fork_server(self, fd: int) -> None:
+        message = self.fork_server.read_message()
+        if message == ():
+            return
+        if message is None:
+            self._unregister(fd)
+            if not self._closed and not self._stopping:
+                self.fatal = ("miniray's fork server exited unexpectedly; the session cannot "
+                              "start workers. Call miniray.shutdown() and miniray.init() again.")
+                logger.error(self.fatal)
+            return
+        tag = message[0]
+        with self._lock:
+            if tag == protocol.SPAWNED:
+                worker = self._workers_by_req.get(message[1])
+                if worker is not None:
+                    worker.pid = message[2]
+                    self._workers_by_pid[worker.pid] = worker
+                    if worker.lease is not None:
+                        self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
+            elif tag == protocol.EXITED:
+                self._on_worker_exit(message[1], message[2])
+            elif tag == protocol.BYE:
+                pass
+
+    def _on_worker_data(self, fd: int) -> None:
+        worker = self._workers_by_fd.get(fd)
+        if worker is None:
+            self._unregister(fd)
+            return
+        conn = worker.conn
+        messages = []
+        try:
+            while True:
+                messages.append(pickle.loads(conn.recv_bytes()))
+                if not conn.poll(0):
+                    break
+        except (EOFError, OSError):
+            self._unregister(fd)
+        if not messages:
+            return
+        with self._lock:
+            for message in messages:
+                self._handle_worker_message(worker, message)
+
+    def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
+        tag = message[0]
+        if tag == protocol.RESULT:
+            self._on_result(worker, message[1], message[2], message[3])
+        elif tag == protocol.SUBMIT:
+            parent = worker.inflight[0] if worker.inflight else None
+            spec = message[1]
+            try:
+                self._lock.release()
+                try:
+                    self.submit_task(spec, parent)
+                finally:
+                    self._lock.acquire()
+            except Exception as error:
+                task = _Task(spec, None)
+                for object_id in spec.return_ids:
+                    self._entries.setdefault(object_id, _Entry())
+                self._fail_task(task, error)
+        elif tag == protocol.PUT:
+            entry = self._entries.get(message[1])
+            if entry is None:
+                entry = self._entries[message[1]] = _Entry()
+            entry.escaped = True
+            self._set_ready(message[1], entry, message[2], message[3])
+        elif tag == protocol.GET:
+            self._on_worker_get(worker, message[1], message[2], message[3])
+        elif tag == protocol.WAIT:
+            self._on_worker_wait(worker, message[1], message[2], message[3], message[4])
+        elif tag == protocol.CALL:
+            self._on_worker_call(worker, message[1], message[2], message[3])
+
+    def _on_result(self, worker: _WorkerSlot, task_id: bytes, results: list,
+                   retryable: bool) -> None:
+        # Lines the task printed were written before its result: print them first.
+        worker.out.drain()
+        worker.err.drain()
+        if not worker.inflight or worker.inflight[0].spec.task_id != task_id:
+            logger.error("miniray bug: unexpected result for task %s", task_id.hex())
+            return
+        task = worker.inflight.popleft()
+        worker.calls += 1
+        if (retryable and task.retries_left != 0 and not task.cancelled
+                and task.state != T_DONE):
+            if task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
+                           "be retried.", task.spec.name,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
+            task.state = T_QUEUED
+            task.worker = None
+            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
+        elif task.state != T_DONE:
+            self._complete(task, results)
+        self._after_worker_progress(worker)
+
+    def _after_worker_progress(self, worker: _WorkerSlot) -> None:
+        slot = worker.lease
+        if slot is None:
+            return
+        max_calls = slot.key[1]
+        if max_calls and worker.calls >= max_calls and not worker.inflight:
+            self._release_lease(slot, worker_reusable=False)
+            self._retire(worker)
+            self._dispatch_all()
+            return
+        key = slot.key
+        if self._queues.get(key):
+            self._dispatch(key)
+        if not worker.inflight and slot.worker is worker:
+            if self._queues:
+                # Another shape is waiting: give the resources back now so it can run.
+                self._release_lease(slot)
+                self._dispatch_all()
+            elif slot.idle_since is None:
+                slot.idle_since = time.monotonic()
+
+    # ----------------------------------------------------------- worker get/wait
+    def _block(self, worker: _WorkerSlot) -> None:
+        worker.blocked += 1
+        slot = worker.lease
+        if worker.blocked == 1 and slot is not None:
+            cpu = slot.lease.resources.get("CPU", 0)
+            if cpu:
+                cpu_f = cpu / 10000.0
+                self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
+                slot.cpu_released = cpu_f
+                self._dispatch_all()
+
+    def _unblock(self, worker: _WorkerSlot) -> None:
+        worker.blocked -= 1
+        slot = worker.lease
+        if worker.blocked == 0 and slot is not None and slot.cpu_released:
+            self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
+            slot.cpu_released = 0.0
+
+    def _reply(self, worker: _WorkerSlot, req_id: int, payload) -> None:
+        try:
+            worker.conn.send_bytes(pickle.dumps((protocol.REPLY, req_id, payload), 5))
+        except OSError:
+            pass
+
+    def _on_worker_get(self, worker, req_id, object_ids, timeout) -> None:
+        self._block(worker)
+        state = {"done": False}
+
+        def finish(timed_out: bool = False):
+            if state["done"]:
+                return
+            state["done"] = True
+            if timed_out:
+                payload = protocol.TIMEOUT
+            else:
+                payload = []
+                for object_id in object_ids:
+                    entry = self._entries.get(object_id)
+                    if entry is not None and entry.state == READY:
+                        item = (entry.kind, self.store.get_serialized(object_id))
+                        if entry.kind == protocol.ERR:
+                            payload = [item]
+                            break
+                        payload.append(item)
+            self._unblock(worker)
+            self._reply(worker, req_id, payload)
+
+        self._await_objects(object_ids, len(object_ids), True, finish, timeout)
+
+    def _on_worker_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
+        self._block(worker)
+        state = {"done": False}
+
+        def finish(timed_out: bool = False):
+            if state["done"]:
+                return
+            state["done"] = True
+            ready = [
+                object_id for object_id in object_ids
+                if (e := self._entries.get(object_id)) is not None and e.state == READY
+            ]
+            self._unblock(worker)
+            self._reply(worker, req_id, ready)
+
+        self._await_objects(object_ids, num_returns, False, finish, timeout)
+
+    def _await_objects(self, object_ids, count, on_error, finish, timeout) -> None:
+        """Call ``finish()`` (under the lock) once ``count`` ids are ready, or on timeout."""
+        pending = []
+        ready = 0
+        for object_id in object_ids:
+            entry = self._entries.get(object_id)
+            if entry is None:
+                entry = self._entries[object_id] = _Entry()  # may arrive later (e.g. a PUT)
+                entry.escaped = True
+            if entry.state == READY:
+                ready += 1
+                if on_error and entry.kind == protocol.ERR:
+                    finish()
+                    return
+            else:
+                pending.append(entry)
+        if ready >= count or timeout == 0:
+            finish()
+            return
+        callback = _CallbackWaiter(count - ready, on_error, finish)
+        for entry in pending:
+            if entry.waiters is None:
+                entry.waiters = [callback]
+            else:
+                entry.waiters.append(callback)
+        if timeout is not None and timeout >= 0:
+            heapq.heappush(self._timers, (time.monotonic() + timeout, next(self._timer_seq),
+                                          lambda: finish(timed_out=not on_error or True)
+                                          if not callback.fired else None))
+
+    def _on_worker_call(self, worker, req_id, method, args) -> None:
+        try:
+            if method == "cancel":
+                object_id, force, recursive = args
+                task = self._tasks.get(object_id[:24])
+                if task is not None and task.state != T_DONE:
+                    from miniray.exceptions import TaskCancelledError
+
+                    self._cancel_task(task, force, recursive, TaskCancelledError)
+                value = None
+            elif method == "cluster_resources":
+                value = self.ledger.totals()
+            elif method == "available_resources":
+                self._release_idle_leases(force=True)
+                value = self.ledger.available()
+            elif method == "nodes":
+                value = self.hello_info.get("nodes", [])
+            else:
+                raise ValueError(f"unknown call {method}")
+            self._reply(worker, req_id, (True, value))
+        except Exception as error:
+            self._reply(worker, req_id, (False, error))
+
+    # ------------------------------------------------------------------ status
+    def statistics(self) -> dict:
+        with self._lock:
+            return {
+                "objects": len(self._entries),
+                "tasks_pending": len(self._tasks),
+                "queued": sum(len(q) for q in self._queues.values()),
+                "infeasible": sum(len(v) for v in self._infeasible.values()),
+                "workers": self._live_workers,
+                "idle_workers": len(self._idle_workers),
+                "leases": sum(len(v) for v in self._leases.values()),
+                "store": self.store.statistics(),
+            }
+
+    def __repr__(self) -> str:
+        return (f"<Owner objects={len(self._entries)} tasks={len(self._tasks)} "
+                f"workers={self._live_workers}>")
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self, grace: float = 1.0) -> None:
+        """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers_by_req.values())
+            for worker in workers:
+                if worker.dead:
+                    continue
+                if (worker.inflight or worker.blocked) and worker.pid is not None:
+                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                else:
+                    self._retire(worker)
+            self.fork_server.request_shutdown(grace)
+        self.fork_server.wait(timeout=grace + 4.0)
+        self._stopping = True
+        self.wake()
+        self._thread.join(timeout=5.0)
+        deadline = time.monotonic() + 0.5
+        for worker in workers:
+            for stream in (worker.out, worker.err):
+                if stream is not None:
+                    stream.drain_until_eof(deadline)
+                    stream.close()
+            for conn in (worker.conn, worker.ctl):
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        self._streams.clear()
+        with self._lock:
+            for leases in list(self._leases.values()):
+                for slot in list(leases):
+                    self.ledger.release(slot.lease.lease_id)
+            self._leases.clear()
+            self._entries.clear()
+            self._tasks.clear()
+            self._queues.clear()
+        self.fork_server.close()
+        self._epoll.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+        self.store.close()
+
+
+class _CallbackWaiter:
+    __slots__ = ("remaining", "on_error", "finish", "fired")
+
+    def __init__(self, count, on_error, finish):
+        self.remaining = count
+        self.on_error = on_error
+        self.finish = finish
+        self.fired = False
+
+    def notify(self, is_error: bool) -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.finish()
+
+
+def _float_request(request: dict) -> dict:
+    return {name: float(value) for name, value in request.items()}

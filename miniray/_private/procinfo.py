@@ -1,0 +1,108 @@
+"""Small read-only process helpers over Linux ``/proc``.
+
+Owns: reading a process's start time, liveness, children and memory from ``/proc``. Does not
+own: signalling or reaping (the fork server does that). Called by the ledger (is a lease's
+holder still the process that took it?), the owner and ``miniray status``.
+
+A pid alone does not name a process: pids are reused. ``start_time`` (field 22 of
+``/proc/<pid>/stat``, clock ticks since boot) together with the pid does, so callers that record
+a pid record its start time too and pass both to ``is_alive``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["children", "descendants", "is_alive", "pss_bytes", "rss_bytes", "start_time"]
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields of /proc/<pid>/stat from field 3 (state) on, or None if the process is gone."""
+    if pid <= 0:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:  # gone (ENOENT/ESRCH), or not ours to read
+        return None
+    # The command name (field 2) is in parentheses and may itself contain ')' or spaces, so
+    # split after the last ')'.
+    end = data.rfind(b")")
+    if end < 0:
+        return None
+    return data[end + 1 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if it does not exist."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return int(fields[19])  # field 22; fields[0] is field 3
+
+
+def is_alive(pid: int, start: int | None = None) -> bool:
+    """Whether ``pid`` exists, is not a zombie, and (if ``start`` is given) started at ``start``."""
+    fields = _stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return False
+    if fields[0] in (b"Z", b"X", b"x"):
+        return False
+    return start is None or int(fields[19]) == start
+
+
+def _ppids() -> dict[int, int]:
+    """pid -> parent pid for every process visible in /proc."""
+    ppid: dict[int, int] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return ppid
+    for name in names:
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields is not None and len(fields) > 1:
+            ppid[int(name)] = int(fields[1])  # field 4
+    return ppid
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (including zombies not yet reaped), sorted."""
+    return sorted(p for p, parent in _ppids().items() if parent == pid)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` in the tree, parents before their children."""
+    by_parent: dict[int, list[int]] = {}
+    for p, parent in _ppids().items():
+        by_parent.setdefault(parent, []).append(p)
+    out: list[int] = []
+    queue = sorted(by_parent.get(pid, ()))
+    while queue:
+        p = queue.pop(0)
+        out.append(p)
+        queue.extend(sorted(by_parent.get(p, ())))
+    return out
+
+
+def _kb_field(path: str, key: bytes) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(key):
+                    parts = line.split()
+                    return int(parts[1]) * 1024  # values are in kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size (VmRSS), or None if gone or unavailable (e.g. a zombie)."""
+    return _kb_field(f"/proc/{pid}/status", b"VmRSS:")
+
+
+def pss_bytes(pid: int) -> int | None:
+    """Proportional set size (shared pages split among sharers), or None if unavailable."""
+    return _kb_field(f"/proc/{pid}/smaps_rollup", b"Pss:")

@@ -1,0 +1,333 @@
+"""Pure resource arithmetic and allocation decisions for one node.
+
+Owns: the fixed-point representation of quantities, the ledger's data model (``NodeState``,
+``Lease``), and every decision about resources: does a request fit now
+(:func:`plan_allocation`), which GPU instances it gets (best-fit packing), can it ever fit
+(:func:`infeasible_reasons`), and the node's advertised totals (:func:`node_totals`).
+
+Does not own: files, locks or processes. ``ledger.py`` reads the state under its lock, asks
+this module what to do, and writes the result; the owner and ``miniray status`` read it. Every
+function here is deterministic and free of I/O, so it is unit-tested without processes.
+
+Quantities are integers in units of 1/10000 (as in Ray), so ``0.1 + 0.2`` is exactly 3000
+units and repeated acquire/release leaves no floating-point residue.
+
+Mirrors Ray's unit-instance resources (``ray._private.resource_and_label_spec`` /
+``ResourceInstanceSet`` in the raylet, Ray 2.60). Differs: placement groups and labels are not
+modelled; instance ids are the node's own strings (``CUDA_VISIBLE_DEVICES`` entries).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = [
+    "UNIT",
+    "UNIT_INSTANCE_RESOURCES",
+    "Allocation",
+    "Lease",
+    "NodeState",
+    "format_infeasible",
+    "from_units",
+    "infeasible_reasons",
+    "node_totals",
+    "plan_allocation",
+    "to_units",
+]
+
+UNIT = 10_000
+
+# Resources whose capacity is split into numbered instances (devices). A request for one of
+# them is assigned specific instances, and one instance never gives out more than 1.0.
+UNIT_INSTANCE_RESOURCES = (
+    "GPU",
+    "neuron_cores",
+    "TPU",
+    "HPU",
+    "NPU",
+    "RBLN",
+    "FURIOSA",
+    "MBLT",
+    "TTNPU",
+)
+_UNIT_INSTANCE_SET = frozenset(UNIT_INSTANCE_RESOURCES)
+
+
+def to_units(x: float) -> int:
+    """Converts a quantity to fixed-point units (1/10000), rounding to the nearest unit."""
+    return int(round(x * UNIT))
+
+
+def from_units(u: int) -> float:
+    """Converts fixed-point units back to a float quantity."""
+    return u / UNIT
+
+
+def _request_units(request: Mapping[str, float]) -> dict[str, int]:
+    """The request in units, without zero entries; negative or non-finite values are errors."""
+    units: dict[str, int] = {}
+    for name, amount in request.items():
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            raise TypeError(f"resource {name!r}: amount must be a number, got {amount!r}")
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"resource {name!r}: amount must be finite and >= 0, got {amount!r}")
+        u = to_units(amount)
+        if u:
+            units[name] = u
+    return units
+
+
+def _check_instance_amount(name: str, u: int) -> None:
+    if u > UNIT and u % UNIT:
+        raise ValueError(
+            f"{name} request {from_units(u)} is a fraction above 1: fractional requests of "
+            f"{name} must be in (0, 1], larger ones must be whole numbers"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Data model (the ledger's content)
+
+
+@dataclass
+class Lease:
+    """Resources held by one holder process (usually an owner leasing a worker)."""
+
+    lease_id: str
+    holder_pid: int
+    holder_start: int | None  # /proc/<pid>/stat field 22: tells a reused pid from the holder
+    worker_pid: int | None
+    resources: dict[str, int]  # units, including instance resources' totals
+    instances: dict[str, list[tuple[int, int]]]  # {"GPU": [(index, units), ...]}
+    tag: str = ""  # free text for status output
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lease_id": self.lease_id,
+            "holder_pid": self.holder_pid,
+            "holder_start": self.holder_start,
+            "worker_pid": self.worker_pid,
+            "resources": self.resources,
+            "instances": {k: [[i, u] for i, u in v] for k, v in self.instances.items()},
+            "tag": self.tag,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Lease:
+        return cls(
+            lease_id=d["lease_id"],
+            holder_pid=d["holder_pid"],
+            holder_start=d.get("holder_start"),
+            worker_pid=d.get("worker_pid"),
+            resources=dict(d["resources"]),
+            instances={k: [(i, u) for i, u in v] for k, v in d.get("instances", {}).items()},
+            tag=d.get("tag", ""),
+        )
+
+
+@dataclass
+class NodeState:
+    """The ledger's whole content: totals, instance ids and leases. Quantities in units."""
+
+    totals: dict[str, int]
+    instance_ids: dict[str, list[str]]  # {"GPU": ["0", "1"]}; ["3", "5"] from CUDA_VISIBLE_DEVICES
+    leases: dict[str, Lease] = field(default_factory=dict)
+
+    def used(self) -> dict[str, int]:
+        used: dict[str, int] = {}
+        for lease in self.leases.values():
+            for name, u in lease.resources.items():
+                used[name] = used.get(name, 0) + u
+        return used
+
+    def available(self) -> dict[str, int]:
+        """totals - used, per resource. Can be negative where a lease grew past the totals
+        (a worker resuming after ``get()``; see ``Ledger.adjust``)."""
+        avail = dict(self.totals)
+        for name, u in self.used().items():
+            avail[name] = avail.get(name, 0) - u
+        return avail
+
+    def instance_free(self, name: str) -> list[int]:
+        """Free units of each instance of ``name`` (index order); [] when the node has none."""
+        free = [UNIT] * len(self.instance_ids.get(name, ()))
+        for lease in self.leases.values():
+            for index, u in lease.instances.get(name, ()):
+                if 0 <= index < len(free):
+                    free[index] -= u
+        return free
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "totals": self.totals,
+            "instance_ids": self.instance_ids,
+            "leases": {lid: lease.to_json() for lid, lease in self.leases.items()},
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> NodeState:
+        return cls(
+            totals=dict(d["totals"]),
+            instance_ids={k: list(v) for k, v in d.get("instance_ids", {}).items()},
+            leases={lid: Lease.from_json(ld) for lid, ld in d.get("leases", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What ``plan_allocation`` decided: the units to take and the instances that carry them."""
+
+    resources: dict[str, int]
+    instances: dict[str, list[tuple[int, int]]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Decisions
+
+
+def _pick_instances(free: list[int], u: int) -> list[tuple[int, int]] | None:
+    """Instances for ``u`` units of one unit-instance resource, or None if they are not free.
+
+    A fraction goes to the instance with the least free capacity that still fits (best fit,
+    ties to the lowest index), so fractions fill one device before starting the next. A whole
+    request takes that many completely free instances, lowest indices first.
+    """
+    if u < UNIT:
+        best = -1
+        for index, f in enumerate(free):
+            if f >= u and (best < 0 or f < free[best]):
+                best = index
+        return None if best < 0 else [(best, u)]
+    k = u // UNIT
+    whole = [index for index, f in enumerate(free) if f == UNIT][:k]
+    return [(index, UNIT) for index in whole] if len(whole) == k else None
+
+
+def plan_allocation(state: NodeState, request: Mapping[str, float]) -> Allocation | None:
+    """Decides whether ``request`` fits in what ``state`` has available now.
+
+    Returns the allocation to record, or None if it does not fit. Raises ValueError for a
+    fractional unit-instance request above 1 (e.g. ``{"GPU": 1.5}``) or a negative amount.
+    Zero-valued entries are ignored.
+
+    Example:
+        >>> s = NodeState(totals={"CPU": 20000, "GPU": 20000}, instance_ids={"GPU": ["0", "1"]})
+        >>> plan_allocation(s, {"CPU": 1, "GPU": 0.5}).instances
+        {'GPU': [(0, 5000)]}
+    """
+    units = _request_units(request)
+    for name, u in units.items():
+        if name in _UNIT_INSTANCE_SET:
+            _check_instance_amount(name, u)
+    if not units:
+        return Allocation(resources={}, instances={})
+    avail = state.available()
+    instances: dict[str, list[tuple[int, int]]] = {}
+    for name, u in units.items():
+        if avail.get(name, 0) < u:
+            return None
+        if name in _UNIT_INSTANCE_SET:
+            picked = _pick_instances(state.instance_free(name), u)
+            if picked is None:
+                return None
+            instances[name] = picked
+    return Allocation(resources=units, instances=instances)
+
+
+def infeasible_reasons(
+    state: NodeState, request: Mapping[str, float]
+) -> list[tuple[str, float, float]]:
+    """What in ``request`` can never be satisfied on this node, even when it is idle.
+
+    Returns ``[(resource, requested, node_total), ...]`` (a missing resource has total 0.0),
+    or [] if the request fits an idle node. Raises ValueError as ``plan_allocation`` does.
+    """
+    reasons: list[tuple[str, float, float]] = []
+    for name, u in _request_units(request).items():
+        total = state.totals.get(name, 0)
+        if name in _UNIT_INSTANCE_SET:
+            _check_instance_amount(name, u)
+            n = len(state.instance_ids.get(name, ()))
+            # An idle instance has 1.0 free: a fraction needs one instance, k >= 1 needs k.
+            needed = 1 if u < UNIT else u // UNIT
+            if n < needed or total < u:
+                reasons.append((name, from_units(u), from_units(min(total, n * UNIT))))
+        elif total < u:
+            reasons.append((name, from_units(u), from_units(total)))
+    return reasons
+
+
+def _hint_for(names: Iterable[str]) -> str:
+    args = []
+    names = set(names)
+    if "CPU" in names:
+        args.append("num_cpus=...")
+    if "GPU" in names:
+        args.append("num_gpus=...")
+    if names - {"CPU", "GPU"}:
+        args.append("resources={...}")
+    return ", ".join(args) or "resources={...}"
+
+
+def format_infeasible(
+    request: Mapping[str, float], reasons: Iterable[tuple[str, float, float]]
+) -> str:
+    """One line for stderr saying why ``request`` can never run here and what to do."""
+    reasons = list(reasons)
+    parts = []
+    for i, (name, requested, total) in enumerate(reasons):
+        has = f"none ({total})" if total == 0 else f"{total}"
+        parts.append(f"{'needs ' if i == 0 else ''}{name} {requested} but the node has {has}")
+    full = {k: from_units(to_units(v)) for k, v in sorted(request.items()) if to_units(v)}
+    what = "; ".join(parts) if parts else "it exceeds the node's resources"
+    return (
+        f"miniray: this request can never run on this node: {what}. Start the node with more "
+        f"resources (init({_hint_for(r[0] for r in reasons)})) or lower the request; the task "
+        f"stays pending. Full request: {full}."
+    )
+
+
+def node_totals(
+    num_cpus: float,
+    num_gpus: float,
+    resources: Mapping[str, float] | None,
+    memory: int,
+    object_store_memory: int,
+    node_ip: str,
+) -> dict[str, float]:
+    """The node's totals with Ray's ``cluster_resources()`` keys, as floats.
+
+    Keys: ``CPU``, ``GPU``, the custom resources, ``memory``, ``object_store_memory``,
+    ``node:<ip>`` and ``node:__internal_head__``. Zero-valued entries are omitted, as Ray's
+    resource maps omit them (so ``num_gpus=0`` gives no ``GPU`` key). Quantities are rounded
+    to the 1/10000 resolution.
+    """
+    resources = dict(resources or {})
+    for reserved in ("CPU", "GPU"):
+        if reserved in resources:
+            raise ValueError(
+                f"Use the 'num_cpus' and 'num_gpus' keyword instead of 'CPU' and 'GPU' in "
+                f"'resources' keyword (got {reserved!r})"
+            )
+    totals: dict[str, float] = {
+        "CPU": float(num_cpus or 0),
+        "GPU": float(num_gpus or 0),
+    }
+    for name, amount in resources.items():
+        totals[name] = float(amount)
+    totals["memory"] = float(memory)
+    totals["object_store_memory"] = float(object_store_memory)
+    totals[f"node:{node_ip}"] = 1.0
+    totals["node:__internal_head__"] = 1.0
+    for name, amount in list(totals.items()):
+        if not math.isfinite(amount) or amount < 0:
+            raise ValueError(f"resource {name!r}: total must be finite and >= 0, got {amount!r}")
+        if name not in ("memory", "object_store_memory"):
+            amount = from_units(to_units(amount))
+        if amount == 0:
+            del totals[name]
+        else:
+            totals[name] = amount
+    return totals

@@ -1,0 +1,548 @@
+"""init(), shutdown() and the driver's Runtime: what exists between them, and in what order.
+
+Owns: validating ``init()`` arguments as Ray does, creating the session (directory, ledger,
+fork server, owner), the ``atexit`` hook, auto-init, and the teardown order of ARCHITECTURE.md.
+Does not own: tasks and objects (``owner.py``), resource arithmetic (``resources.py``).
+Called by: the public API in ``miniray/__init__.py``; inside workers, ``worker_main`` installs a
+``WorkerRuntime`` here instead.
+
+Module state: ``_current`` is the Runtime of this process (driver) or the WorkerRuntime (worker),
+or None. Nothing is started at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import sys
+import threading
+from typing import Any
+
+from miniray._private import config, ids, object_ref, session
+from miniray._private.ledger import Ledger
+from miniray._private.object_store import InMemoryObjectStore
+from miniray._private.resources import NodeState, node_totals, to_units
+
+logger = logging.getLogger("miniray")
+
+_current: Any = None
+_init_lock = threading.RLock()
+
+INIT_KWARGS = {
+    # accepted, applied
+    "num_cpus", "num_gpus", "resources", "object_store_memory", "ignore_reinit_error",
+    "namespace", "log_to_driver", "_temp_dir", "runtime_env",
+    # accepted; they configure parts of Ray that miniray does not have (documented in README)
+    "labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port",
+    "job_config", "configure_logging", "logging_level", "logging_format", "logging_config",
+    "enable_resource_isolation", "cgroup_path", "system_reserved_cpu",
+    "system_reserved_memory", "proxy_server_url", "_node_ip_address", "_system_config",
+    "_memory", "_plasma_directory", "object_spilling_directory",
+    "_enable_object_reconstruction", "_redis_username", "_redis_password",
+    "_metrics_export_port", "_tracing_startup_hook", "_node_name",
+    "_driver_object_store_memory", "_skip_env_hook",
+}
+
+
+class RayContext(dict):
+    """What ``init()`` returns: a read-only mapping over ``address_info``, and a context
+    manager that calls ``shutdown()`` on exit.
+
+    Mirrors ``ray._private.worker.RayContext`` (Ray 2.60).
+    """
+
+    def __init__(self, address_info: dict):
+        super().__init__(address_info)
+        self.address_info = dict(address_info)
+        self.dashboard_url = ""
+        self.python_version = ".".join(map(str, sys.version_info[:3]))
+        from miniray import __version__
+
+        self.ray_version = __version__
+        self.ray_commit = "miniray"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        from miniray import shutdown
+
+        shutdown()
+
+    def disconnect(self):
+        from miniray import shutdown
+
+        shutdown()
+
+    def __repr__(self) -> str:
+        return f"RayContext({self.address_info!r})"
+
+
+def _cpu_count() -> int:
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    try:  # cgroup v2 quota
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+def _memory_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def _shm_free() -> int | None:
+    try:
+        st = os.statvfs("/dev/shm")
+        return st.f_bavail * st.f_frsize
+    except OSError:
+        return None
+
+
+def _parse_cvd(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if value in ("", "NoDevFiles"):
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _detect_gpus() -> int:
+    """The number of NVIDIA GPUs NVML sees; 0 without a driver or without pynvml."""
+    try:
+        import pynvml
+    except Exception:
+        return 0
+    try:
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def _check_whole(name: str, value, resources_repr: dict) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"The value of {name} must be a number, got {value!r}.")
+    if value < 0:
+        raise ValueError(f"Resource quantities must be nonnegative; {name}={value}.")
+    if value > 1e14:
+        raise ValueError(f"Resource quantity {name}={value} exceeds the maximum of 1e14.")
+    if float(value) != int(value):
+        raise ValueError(
+            "Resource quantities must all be whole numbers. "
+            f"Violated by resource '{name}' in {resources_repr}."
+        )
+
+
+class Runtime:
+    """The driver's runtime for one ``init()``: session directory, ledger, fork server, owner."""
+
+    mode = "driver"
+
+    def __init__(self, *, num_cpus, num_gpus, resources, object_store_memory, namespace,
+                 log_to_driver, temp_dir, runtime_env):
+        self.pid = os.getpid()
+        self.node_ip = "127.0.0.1"
+        self.node_id = ids.random_hex(ids.NODE_ID_SIZE)
+        self.worker_id = ids.random_hex(ids.NODE_ID_SIZE)
+        self.namespace = namespace if namespace is not None else ids.random_hex(16)
+        self.job_id = ids.JOB_ID
+        self.session_dir = session.create_session_dir(temp_dir)
+        self.session_name = os.path.basename(self.session_dir)
+        self.temp_dir = os.path.dirname(self.session_dir)
+        self._shut = False
+        try:
+            self._start(num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
+                        runtime_env)
+        except BaseException:
+            session.remove_session_dir(self.session_dir)
+            raise
+
+    def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
+               runtime_env) -> None:
+        cvd = _parse_cvd(config.cuda_visible_devices())
+        if num_gpus is None:
+            num_gpus = _detect_gpus()
+            if cvd is not None:
+                num_gpus = min(num_gpus, len(cvd))
+        elif cvd is not None and num_gpus > len(cvd):
+            raise ValueError(
+                f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
+                f"contains {cvd}."
+            )
+        num_gpus = int(num_gpus)
+        if cvd is not None:
+            gpu_ids = cvd[:num_gpus]
+            self.gpu_ids_are_ints = False
+        else:
+            gpu_ids = [str(i) for i in range(num_gpus)]
+            self.gpu_ids_are_ints = True
+        available = _memory_available()
+        if object_store_memory is None:
+            object_store_memory = int(available * 0.3)
+            shm = _shm_free()
+            if shm is not None:
+                object_store_memory = min(object_store_memory, int(shm * 0.95))
+            object_store_memory = min(object_store_memory, 200 * (1 << 30))
+            logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
+                         object_store_memory, available, shm)
+        memory = max(0, int(available - object_store_memory))
+        self.num_cpus = num_cpus
+        totals = node_totals(num_cpus, num_gpus, resources or {}, memory,
+                             int(object_store_memory), self.node_ip)
+        ledger_path = os.path.join(self.session_dir, "ledger.json")
+        self.ledger = Ledger.create(ledger_path, totals, {"GPU": gpu_ids} if gpu_ids else {})
+        self.node_state = NodeState(
+            totals={name: to_units(value) for name, value in totals.items()},
+            instance_ids={"GPU": gpu_ids} if gpu_ids else {},
+            leases={},
+        )
+        self.store = InMemoryObjectStore(int(object_store_memory))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
+        if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
+            env.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
+        from miniray._private import alias
+
+        if alias.installed():
+            env[config.RAY_ALIAS_ENV] = "1"
+        from miniray._private.forkserver import ForkServerClient
+
+        self.fork_server = ForkServerClient(env)
+        hello = {
+            "session_dir": self.session_dir,
+            "node_id": self.node_id,
+            "node_ip": self.node_ip,
+            "namespace": self.namespace,
+            "sys_path": _driver_sys_path(),
+            "cwd": os.getcwd(),
+            "ray_alias": alias.installed(),
+            "gpu_ids_are_ints": self.gpu_ids_are_ints,
+            "nodes": [self.node_info()],
+        }
+        if log_to_driver is None:
+            log_to_driver = config.log_to_driver_default()
+        try:
+            from miniray._private.owner import Owner
+
+            self.owner = Owner(
+                ledger=self.ledger, store=self.store, fork_server=self.fork_server,
+                node_state=self.node_state, hello_info=hello, num_cpus=num_cpus,
+                log_to_driver=bool(log_to_driver),
+            )
+        except BaseException:
+            self.fork_server.close()
+            self.fork_server.wait(timeout=5)
+            raise
+        self.session_token = self.owner.session_token
+
+    # -- ObjectRef tracking: delegated to the owner ----------------------------------
+    def ref_created(self, object_id):
+        self.owner.ref_created(object_id)
+
+    def ref_dropped(self, object_id):
+        self.owner.ref_dropped(object_id)
+
+    def ref_pickled(self, object_id):
+        self.owner.ref_pickled(object_id)
+
+    def as_future(self, ref):
+        import concurrent.futures
+
+        from miniray._private import api_impl
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def resolve():
+            try:
+                future.set_result(api_impl.get_values(self, [ref])[0])
+            except BaseException as error:  # delivered through the future
+                future.set_exception(error)
+
+        threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
+        return future
+
+    # -- the API the public functions call -------------------------------------------
+    def is_initialized(self) -> bool:
+        return not self._shut
+
+    def needs_function(self, fn_id: bytes) -> bool:
+        return self.owner.needs_function(fn_id)
+
+    def submit_task(self, spec) -> None:
+        self.owner.submit_task(spec)
+
+    def put_serialized(self, object_id: bytes, data: bytes) -> None:
+        self.owner.put_serialized(object_id, data)
+
+    def get_serialized(self, object_ids, timeout):
+        return self.owner.get_serialized(object_ids, timeout)
+
+    def wait_ready(self, object_ids, num_returns, timeout):
+        return self.owner.wait_ready(object_ids, num_returns, timeout)
+
+    def cancel(self, object_id, force, recursive):
+        self.owner.cancel(object_id, force, recursive)
+
+    def knows(self, object_id) -> bool:
+        return self.owner.knows(object_id)
+
+    def cluster_resources(self) -> dict:
+        return self.ledger.totals()
+
+    def available_resources(self) -> dict:
+        self.owner.flush_idle_leases()
+        return self.ledger.available()
+
+    def node_info(self) -> dict:
+        return {
+            "NodeID": self.node_id,
+            "Alive": True,
+            "alive": True,
+            "NodeManagerAddress": self.node_ip,
+            "NodeManagerHostname": socket.gethostname(),
+            "NodeManagerPort": 0,
+            "NodeName": self.node_ip,
+            "ObjectManagerPort": 0,
+            "ObjectStoreSocketName": "",
+            "RayletSocketName": "",
+            "Resources": dict(self.ledger.totals()),
+            "Labels": {"ray.io/node-id": self.node_id},
+            "MetricsExportPort": 0,
+            "MetricsAgentPort": 0,
+            "DashboardAgentListenPort": 0,
+            "RuntimeEnvAgentPort": 0,
+            "DeathReason": 0,
+            "DeathReasonMessage": "",
+        }
+
+    def nodes(self) -> list:
+        return [self.node_info()]
+
+    def get_gpu_ids(self) -> list:
+        return []
+
+    def address_info(self) -> dict:
+        address = f"{self.node_ip}:0"
+        return {
+            "address": address,
+            "gcs_address": address,
+            "node_id": self.node_id,
+            "node_ip_address": self.node_ip,
+            "object_store_address": "",
+            "raylet_socket_name": "",
+            "redis_address": None,
+            "session_dir": self.session_dir,
+            "webui_url": "",
+            "metrics_export_port": 0,
+            "dashboard_agent_listen_port": 0,
+        }
+
+    def statistics(self) -> dict:
+        return {"owner": self.owner.statistics(), "ledger": self.ledger.statistics()}
+
+    def shutdown(self) -> None:
+        if self._shut:
+            return
+        self._shut = True
+        try:
+            self.owner.shutdown()
+        finally:
+            try:
+                self.ledger.release_holder(self.pid)
+            except Exception:
+                pass
+            session.remove_session_dir(self.session_dir)
+            logger.debug("session %s shut down", self.session_name)
+
+    def __repr__(self) -> str:
+        return f"<Runtime {self.session_name} cpus={self.num_cpus}>"
+
+
+def _driver_sys_path() -> list[str]:
+    paths = []
+    for path in sys.path:
+        path = os.path.abspath(path) if path else os.getcwd()
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
+# ---------------------------------------------------------------------- module API
+def current():
+    return _current
+
+
+def set_worker_runtime(worker_runtime) -> None:
+    global _current
+    _current = worker_runtime
+    object_ref.set_tracker(worker_runtime)
+
+
+def is_initialized() -> bool:
+    return _current is not None and _current.is_initialized()
+
+
+def auto_init():
+    """The runtime, starting a plain ``init()`` first if needed (as Ray does)."""
+    rt = _current
+    if rt is not None:
+        return rt
+    if not config.auto_init_enabled():
+        from miniray.exceptions import RaySystemError
+
+        raise RaySystemError(
+            "miniray has not been started yet and RAY_ENABLE_AUTO_CONNECT=0 turns off the "
+            "implicit init(); call miniray.init() first."
+        )
+    init()
+    return _current
+
+
+def require_initialized(what: str):
+    rt = _current
+    if rt is None:
+        from miniray.exceptions import RaySystemError
+
+        raise RaySystemError(
+            f"Ray has not been started yet. You can start Ray with 'ray.init()' ({what} does "
+            "not start it for you)."
+        )
+    return rt
+
+
+def init(address: str | None = None, **kwargs) -> RayContext:
+    global _current
+    unknown = sorted(set(kwargs) - INIT_KWARGS)
+    if "storage" in kwargs:
+        raise RuntimeError(
+            "The 'storage' argument was removed from ray.init() and is not supported."
+        )
+    if "allow_multiple" in kwargs:
+        raise RuntimeError("allow_multiple=True is only supported with a ray:// address.")
+    if unknown:
+        raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
+    if kwargs.get("local_mode"):
+        raise RuntimeError(
+            "`local_mode` is no longer supported. For interactive debugging, use the Ray "
+            "debugger or run the function directly; miniray starts in well under a second."
+        )
+    with _init_lock:
+        rt = _current
+        if rt is not None:
+            if rt.mode == "worker":
+                return RayContext({})
+            if kwargs.get("ignore_reinit_error"):
+                logger.info("Calling ray.init() again after it has already been called.")
+                return RayContext(rt.address_info())
+            raise RuntimeError(
+                "Maybe you called ray.init twice by accident? This error can be suppressed by "
+                "passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to "
+                "'ray.init()'."
+            )
+        if address is None:
+            env_address = os.environ.get("RAY_ADDRESS")
+            if env_address:
+                address = env_address
+        if address not in (None, "local"):
+            _connect_unsupported(address)
+        num_cpus = kwargs.get("num_cpus")
+        num_gpus = kwargs.get("num_gpus")
+        resources = kwargs.get("resources")
+        if resources is not None:
+            if not isinstance(resources, dict):
+                raise TypeError(f"resources must be a dict, got {type(resources).__name__}.")
+            for reserved in ("CPU", "GPU", "memory", "object_store_memory"):
+                hint = {"CPU": "num_cpus", "GPU": "num_gpus"}.get(reserved, reserved)
+                assert reserved not in resources, (
+                    f"Use the '{hint}' argument of ray.init() instead of putting '{reserved}' "
+                    "in 'resources'."
+                )
+        shown = {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}
+        _check_whole("CPU", num_cpus, shown)
+        _check_whole("GPU", num_gpus, shown)
+        for name, value in (resources or {}).items():
+            _check_whole(name, value, shown)
+        if num_cpus is None:
+            num_cpus = _cpu_count()
+        osm = kwargs.get("object_store_memory")
+        if osm is not None and (not isinstance(osm, int) or osm <= 0):
+            raise ValueError(f"object_store_memory must be a positive int, got {osm!r}.")
+        rt = Runtime(
+            num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
+            object_store_memory=osm, namespace=kwargs.get("namespace"),
+            log_to_driver=kwargs.get("log_to_driver"), temp_dir=kwargs.get("_temp_dir"),
+            runtime_env=kwargs.get("runtime_env"),
+        )
+        _current = rt
+        object_ref.set_tracker(rt)
+        _register_atexit(rt)
+        logger.debug("miniray started: %s", rt.session_dir)
+        return RayContext(rt.address_info())
+
+
+def _connect_unsupported(address: str) -> None:
+    if address == "auto":
+        raise ConnectionError(
+            "Could not find any running Ray instance. Please specify the one to connect to by "
+            "setting `--address` flag or `RAY_ADDRESS` environment variable."
+        )
+    if "://" in address:
+        raise NotImplementedError(
+            f"miniray does not implement Ray Client ({address!r}); run the program on the "
+            "host itself with init()."
+        )
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"Invalid address format: {address}")
+    raise ConnectionError(f"Failed to connect to Ray cluster at {address}: no miniray node "
+                          "is listening there.")
+
+
+_atexit_state: dict = {}
+
+
+def _register_atexit(rt: Runtime) -> None:
+    pid = os.getpid()
+
+    def hook():
+        if os.getpid() == pid:  # a forked child never tears down its parent's session
+            shutdown(_exiting_interpreter=True)
+
+    _atexit_state["hook"] = hook
+    atexit.register(hook)
+
+
+def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = False) -> None:
+    global _current
+    with _init_lock:
+        rt = _current
+        if rt is None or rt.mode != "driver":
+            return
+        _current = None
+        object_ref.set_tracker(None)
+        hook = _atexit_state.pop("hook", None)
+        if hook is not None and not _exiting_interpreter:
+            atexit.unregister(hook)
+        rt.shutdown()

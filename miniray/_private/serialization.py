@@ -1,0 +1,61 @@
+"""Serialization of values, functions and errors.
+
+Owns: how a Python value becomes bytes and back (cloudpickle, pickle protocol 5), and the
+translation of pickling failures into clear errors. Does not own: where bytes are kept
+(``object_store.py``).
+Called by: remote_function.py (arguments), worker_main.py (results), the owner (put).
+
+Values go through cloudpickle so closures, lambdas and classes defined in ``__main__`` travel by
+value; plain data takes pickle's C fast path inside cloudpickle.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import cloudpickle
+
+PROTOCOL = 5
+
+
+def dumps(value: Any) -> bytes:
+    return cloudpickle.dumps(value, protocol=PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
+    """Pickle a call's arguments, or raise TypeError naming what could not be pickled."""
+    try:
+        return cloudpickle.dumps((args, kwargs), protocol=PROTOCOL)
+    except Exception as error:
+        culprit = _find_unpicklable(list(args) + list(kwargs.values()))
+        what = f"the argument {culprit!r}" if culprit is not None else "an argument"
+        raise TypeError(
+            f"Could not serialize {what} of {function_name}: {type(error).__name__}: {error}. "
+            "Arguments of remote calls must be picklable (cloudpickle); pass the data needed "
+            "to rebuild the object instead, or create it inside the task."
+        ) from error
+
+
+def dumps_function(function: Any, name: str) -> bytes:
+    try:
+        return cloudpickle.dumps(function, protocol=PROTOCOL)
+    except Exception as error:
+        raise TypeError(
+            f"Could not serialize the remote function or class {name}: "
+            f"{type(error).__name__}: {error}. Check what it captures from its enclosing "
+            "scope (locks, open files, sockets cannot be pickled)."
+        ) from error
+
+
+def _find_unpicklable(values: list) -> Any:
+    for value in values:
+        try:
+            cloudpickle.dumps(value, protocol=PROTOCOL)
+        except Exception:
+            return value
+    return None

@@ -1,0 +1,213 @@
+"""What the public API does inside a worker process.
+
+Owns: the worker's side of the data socket (one reader at a time, replies matched to requests by
+id), and the worker-mode implementations of submit, put, get, wait and the runtime-context
+queries. Does not own: running tasks (``worker_main.py``) or anything the owner decides.
+Called by: the public API (through ``runtime.current()``) when running inside a worker.
+
+Reading follows the leader/follower pattern: whichever thread needs a reply takes the read lock
+and reads frames, handing replies to the threads waiting for them and queueing task messages for
+the main loop; the others wait on a condition until their reply arrives or the lock is free.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import os
+import pickle
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from miniray._private import protocol
+
+
+class Channel:
+    """The worker's end of its data socket."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._replies: dict[int, Any] = {}
+        self._incoming: collections.deque = collections.deque()
+        self._req_ids = itertools.count(1)
+
+    def send(self, message: tuple) -> None:
+        data = pickle.dumps(message, protocol=5)
+        with self._send_lock:
+            self.conn.send_bytes(data)
+
+    def new_request_id(self) -> int:
+        return next(self._req_ids)
+
+    def request(self, message: tuple, req_id: int) -> Any:
+        self.send(message)
+        return self.wait_reply(req_id)
+
+    def _read_one(self) -> None:
+        try:
+            data = self.conn.recv_bytes()
+        except (EOFError, OSError):
+            # The owner is gone: nothing this worker does can matter any more.
+            _exit_now()
+        message = pickle.loads(data)
+        if message[0] == protocol.REPLY:
+            with self._cond:
+                self._replies[message[1]] = message[2]
+                self._cond.notify_all()
+        else:
+            self._incoming.append(message)
+
+    def wait_reply(self, req_id: int) -> Any:
+        while True:
+            with self._cond:
+                if req_id in self._replies:
+                    return self._replies.pop(req_id)
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    while req_id not in self._replies:
+                        self._read_one()
+                finally:
+                    self._read_lock.release()
+                    with self._cond:
+                        self._cond.notify_all()
+            else:
+                with self._cond:
+                    if req_id not in self._replies:
+                        self._cond.wait(0.05)
+
+    def next_message(self) -> tuple:
+        """The next non-reply message, for the main loop."""
+        while not self._incoming:
+            with self._read_lock:
+                if not self._incoming:
+                    self._read_one()
+        return self._incoming.popleft()
+
+
+def _exit_now() -> None:
+    try:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(0)
+
+
+class TaskContext:
+    """What the currently running task may ask about itself."""
+
+    __slots__ = ("task_id", "name", "function_name", "resources", "gpu_ids", "gpu_ids_are_ints")
+
+    def __init__(self, task_id, name, function_name, resources, gpu_ids, gpu_ids_are_ints):
+        self.task_id = task_id
+        self.name = name
+        self.function_name = function_name
+        self.resources = resources
+        self.gpu_ids = gpu_ids
+        self.gpu_ids_are_ints = gpu_ids_are_ints
+
+
+class WorkerRuntime:
+    """The runtime the public API talks to inside a worker."""
+
+    mode = "worker"
+
+    def __init__(self, channel: Channel, info: dict):
+        self.channel = channel
+        self.info = info
+        self.session_token = object()
+        self.worker_id = os.urandom(28).hex()
+        self.task: TaskContext | None = None
+        self._sent_functions: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    # -- ObjectRef tracking (the owner keeps every ref a worker sees alive) ----------
+    def ref_created(self, object_id: bytes) -> None:
+        pass
+
+    def ref_dropped(self, object_id: bytes) -> None:
+        pass
+
+    def ref_pickled(self, object_id: bytes) -> None:
+        pass
+
+    def as_future(self, ref):
+        import concurrent.futures
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def resolve():
+            try:
+                future.set_result(self.get_objects([ref.binary()], None)[0])
+            except BaseException as error:  # delivered through the future
+                future.set_exception(error)
+
+        threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
+        return future
+
+    # -- the API -------------------------------------------------------------------
+    def is_initialized(self) -> bool:
+        return True
+
+    def needs_function(self, fn_id: bytes) -> bool:
+        with self._lock:
+            if fn_id in self._sent_functions:
+                return False
+            self._sent_functions.add(fn_id)
+            return True
+
+    def submit_task(self, spec) -> None:
+        self.channel.send((protocol.SUBMIT, spec))
+
+    def put_serialized(self, object_id: bytes, data: bytes) -> None:
+        self.channel.send((protocol.PUT, object_id, protocol.OK, data))
+
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        """[(kind, data)] in order, or None on timeout."""
+        req = self.channel.new_request_id()
+        reply = self.channel.request((protocol.GET, req, object_ids, timeout), req)
+        if reply == protocol.TIMEOUT:
+            return None
+        return reply
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        """The set of ready ids (at least num_returns unless the timeout passed)."""
+        req = self.channel.new_request_id()
+        return self.channel.request((protocol.WAIT, req, object_ids, num_returns, timeout), req)
+
+    def call(self, method: str, *args):
+        req = self.channel.new_request_id()
+        ok, value = self.channel.request((protocol.CALL, req, method, args), req)
+        if not ok:
+            raise value
+        return value
+
+    def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        self.call("cancel", object_id, force, recursive)
+
+    def cluster_resources(self) -> dict:
+        return self.call("cluster_resources")
+
+    def available_resources(self) -> dict:
+        return self.call("available_resources")
+
+    def nodes(self) -> list:
+        return self.call("nodes")
+
+    def get_gpu_ids(self) -> list:
+        task = self.task
+        if task is None or not task.gpu_ids:
+            return []
+        if task.gpu_ids_are_ints:
+            return [int(i) for i in task.gpu_ids]
+        return list(task.gpu_ids)
+
+    def assigned_resources(self) -> dict:
+        task = self.task
+        return dict(task.resources) if task is not None else {}

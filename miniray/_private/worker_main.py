@@ -1,0 +1,317 @@
+"""The worker process: receive tasks on the data socket, run them, send results.
+
+Owns: the worker's main loop, running one task (arguments in, results or the error out, output
+markers, CUDA_VISIBLE_DEVICES), and cancelling the running task on request. Does not own: what
+the public API does inside a task (``worker_api.py``), or which tasks come here (the owner).
+Called by: the fork server, in the forked child (``run_forked``).
+
+::
+
+    data socket ──► main thread: HELLO, then FUNC / TASK / EXIT  ──► RESULT ──► data socket
+    control socket ──► "miniray-cancel" thread: CANCEL(task_id)
+                         → TaskCancelledError raised in the main thread if that task is running
+
+A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG).
+Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
+the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
+``(<name> pid=<pid>)`` prefix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import pickle
+import socket
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+
+from miniray._private import config, protocol, serialization
+from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
+
+MARKER = b"\x00mr:"
+
+
+class _Worker:
+    def __init__(self, channel: Channel, ctl: Connection, info: dict):
+        self.channel = channel
+        self.ctl = ctl
+        self.info = info
+        self.pid = os.getpid()
+        self.runtime = WorkerRuntime(channel, info)
+        self.functions: dict[bytes, object] = {}
+        self.last_name: str | None = None
+        self.exec_lock = threading.Lock()
+        self.current: bytes | None = None
+        self.cancelled: set[bytes] = set()
+        self.injected = False
+        self.main_ident = threading.get_ident()
+        self.user_set_omp = "OMP_NUM_THREADS" in os.environ
+        self.base_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.noset_cvd = config.noset_cuda_visible_devices()
+        self.cvd_on_zero = config.override_cvd_on_zero()
+
+    # -- control thread ---------------------------------------------------------
+    def start_control_thread(self) -> None:
+        thread = threading.Thread(target=self._control_loop, name="miniray-cancel", daemon=True)
+        thread.start()
+
+    def _control_loop(self) -> None:
+        from miniray.exceptions import TaskCancelledError
+
+        while True:
+            try:
+                message = pickle.loads(self.ctl.recv_bytes())
+            except (EOFError, OSError):
+                return
+            if message[0] != protocol.CANCEL:
+                continue
+            task_id = message[1]
+            with self.exec_lock:
+                if self.current == task_id:
+                    self.injected = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.main_ident), ctypes.py_object(TaskCancelledError)
+                    )
+                else:
+                    self.cancelled.add(task_id)
+
+    # -- main loop ------------------------------------------------------------------
+    def loop(self) -> None:
+        while True:
+            message = self.channel.next_message()
+            tag = message[0]
+            if tag == protocol.TASK:
+                self.run_task(message)
+            elif tag == protocol.FUNC:
+                self.functions[message[1]] = message[2]
+            elif tag == protocol.EXIT:
+                return
+
+    def _function(self, fn_id: bytes):
+        function = self.functions[fn_id]
+        if isinstance(function, bytes):
+            function = pickle.loads(function)
+            self.functions[fn_id] = function
+        return function
+
+    def _mark(self, name: str) -> None:
+        if name == self.last_name:
+            return
+        self.last_name = name
+        _flush_std()
+        marker = MARKER + f"{self.pid}:{name}\n".encode("utf-8", "replace")
+        try:
+            os.write(1, marker)
+            os.write(2, marker)
+        except OSError:
+            pass
+
+    def _set_env(self, resources: dict, gpu_ids: list | None) -> None:
+        if not self.user_set_omp:
+            os.environ["OMP_NUM_THREADS"] = str(max(1, math.floor(resources.get("CPU", 1) or 1)))
+        if self.noset_cvd:
+            return
+        if gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        elif self.cvd_on_zero:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+    def _restore_env(self, gpu_ids: list | None) -> None:
+        if self.noset_cvd or not (gpu_ids or self.cvd_on_zero):
+            return
+        if self.base_cvd is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
+
+    def run_task(self, message: tuple) -> None:
+        from miniray.exceptions import RayTaskError, TaskCancelledError
+
+        (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
+        resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
+        if task_id in self.cancelled:
+            self.cancelled.discard(task_id)
+            error = serialization.dumps(TaskCancelledError(task_id.hex()))
+            self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
+            return
+        self._mark(name)
+        self._set_env(resources, gpu_ids)
+        self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints)
+        outcome = None
+        try:
+            try:
+                function = self._function(fn_id)
+                args, kwargs = pickle.loads(args_blob)
+                if dep_values:
+                    args = list(args)
+                    for position, kind, data in dep_values:
+                        value = serialization.loads(data)
+                        if isinstance(position, int):
+                            args[position] = value
+                        else:
+                            kwargs[position] = value
+                with self.exec_lock:
+                    self.current = task_id
+                try:
+                    value = function(*args, **kwargs)
+                finally:
+                    with self.exec_lock:
+                        self.current = None
+                        if self.injected:
+                            self.injected = False
+                            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                                ctypes.c_ulong(self.main_ident), None
+                            )
+                outcome = (True, value)
+            except BaseException as error:  # reported to the owner, never lost
+                outcome = (False, error)
+        except TaskCancelledError as error:  # injected while leaving the task
+            outcome = (False, error)
+        self.runtime.task = None
+        self._restore_env(gpu_ids)
+        ok, value = outcome
+        if ok:
+            results = self._serialize_returns(value, num_returns, name)
+            retryable = False
+        else:
+            error = value
+            if isinstance(error, (SystemExit, KeyboardInterrupt)) and not isinstance(
+                error, TaskCancelledError
+            ):
+                pass
+            task_error = RayTaskError.from_exception(
+                error,
+                function_name,
+                pid=self.pid,
+                ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=_user_traceback(error),
+            )
+            retryable = _is_retryable(error, retry_exceptions)
+            data = _dumps_error(task_error)
+            results = [(protocol.ERR, data)] * max(1, num_returns)
+        _flush_std()
+        self._send_result(task_id, results, retryable)
+
+    def _serialize_returns(self, value, num_returns: int, name: str) -> list:
+        from miniray.exceptions import RayTaskError
+
+        try:
+            if num_returns == 1:
+                values = [value]
+            elif num_returns == 0:
+                values = []
+            else:
+                count = len(value)
+                if count != num_returns:
+                    raise ValueError(
+                        f"Task returned {count} objects, but num_returns={num_returns}."
+                    )
+                values = list(value)
+            return [(protocol.OK, serialization.dumps(v)) for v in values]
+        except BaseException as error:
+            if not isinstance(error, (ValueError, TypeError)):
+                error = TypeError(
+                    f"Could not serialize the return value of {name}: "
+                    f"{type(error).__name__}: {error}. Return values must be picklable."
+                )
+            task_error = RayTaskError.from_exception(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1")
+            )
+            return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+
+    def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
+        self.channel.send((protocol.RESULT, task_id, results, retryable))
+
+
+def _dumps_error(error: BaseException) -> bytes:
+    try:
+        return serialization.dumps(error)
+    except Exception as failure:  # the error itself cannot travel: describe it instead
+        from miniray.exceptions import RaySystemError
+
+        return serialization.dumps(
+            RaySystemError(f"{type(error).__name__}: {error} (unpicklable: {failure})")
+        )
+
+
+def _user_traceback(error: BaseException) -> str:
+    tb = error.__traceback__
+    # Skip this module's own frames, so the traceback starts in user code.
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _is_retryable(error: BaseException, retry_exceptions) -> bool:
+    if not retry_exceptions:
+        return False
+    if retry_exceptions is True:
+        return isinstance(error, Exception)
+    try:
+        allowed = pickle.loads(retry_exceptions)
+    except Exception:
+        return False
+    return isinstance(error, tuple(allowed))
+
+
+def _flush_std() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _apply_hello(info: dict) -> None:
+    for path in reversed(info.get("sys_path", [])):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    cwd = info.get("cwd")
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass
+    if info.get("ray_alias"):
+        from miniray._private import alias
+
+        alias.install()
+
+
+def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
+    """The worker's entry point, in a child just forked by the fork server."""
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except Exception:
+            pass
+    data = socket.socket(fileno=data_fd)
+    data.setblocking(True)
+    conn = Connection(data.detach())
+    ctl = Connection(ctl_fd)
+    try:
+        hello = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(0)
+    if hello[0] != protocol.HELLO:
+        os._exit(2)
+    info = hello[1]
+    _apply_hello(info)
+    worker = _Worker(Channel(conn), ctl, info)
+    from miniray._private import runtime
+
+    runtime.set_worker_runtime(worker.runtime)
+    worker.start_control_thread()
+    try:
+        worker.loop()
+    finally:
+        _flush_std()
+        os._exit(0)

@@ -1,0 +1,205 @@
+"""RemoteFunction: what ``@miniray.remote`` makes of a function.
+
+Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.options()``,
+``_default_options``, ``_max_calls``; calling it directly raises TypeError. Differs:
+``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
+NotImplementedError; generator functions run to completion before their refs are iterated
+(see ``miniray._private.generators``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import os
+import pickle
+import warnings
+from typing import Any
+
+from miniray._private import ids, options as _options, runtime, serialization
+from miniray._private.object_ref import ObjectRef
+from miniray._private.task_spec import TaskSpec
+
+__all__ = ["RemoteFunction"]
+
+_NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=5)
+
+
+def _collect_generator(function, *args, **kwargs):
+    """Run a generator function in the worker; its values travel as one list."""
+    return list(function(*args, **kwargs))
+
+
+class _Template:
+    """Everything ``.remote()`` needs that depends only on the options (computed once)."""
+
+    __slots__ = ("request", "num_returns", "streaming", "max_retries", "retry_exceptions",
+                 "max_calls", "name")
+
+    def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
+        self.request = _options.task_resource_request(opts)
+        num_returns = opts.get("num_returns")
+        if num_returns == "dynamic":
+            raise NotImplementedError(
+                "num_returns='dynamic' is deprecated in Ray and not implemented by miniray; "
+                "use a generator function (streaming) instead."
+            )
+        self.streaming = is_generator and num_returns in (None, "streaming")
+        if num_returns in (None, "streaming"):
+            num_returns = 1
+        self.num_returns = num_returns
+        max_retries = opts.get("max_retries")
+        self.max_retries = _options.default_max_retries() if max_retries is None else max_retries
+        retry = opts.get("retry_exceptions") or False
+        if isinstance(retry, (list, tuple)):
+            retry = serialization.dumps(tuple(retry))
+        self.retry_exceptions = retry
+        self.max_calls = max_calls
+        self.name = opts.get("name") or default_name
+
+
+class RemoteFunction:
+    """A remote function. Call ``.remote(*args, **kwargs)`` to run it as a task.
+
+    Example:
+        >>> @miniray.remote
+        ... def add(a, b):
+        ...     return a + b
+        >>> miniray.get(add.remote(1, 2))
+        3
+    """
+
+    def __init__(self, function, options: dict):
+        _options.check_remote_args((function,), {})
+        self._is_generator = inspect.isgeneratorfunction(function)
+        _options.validate_task_options(options, in_options=False,
+                                       is_generator=self._is_generator)
+        self._function = function
+        self._function_name = f"{function.__module__}.{function.__qualname__}"
+        self._default_options = dict(options)
+        self._max_calls = _options.default_max_calls(options)
+        self._export_cache: tuple | None = None
+        self._template: _Template | None = None
+        functools.update_wrapper(self, function, updated=())
+        # .remote keeps the function's signature and docstring, as in Ray
+        submit = self._remote_default
+
+        @functools.wraps(function)
+        def remote(*args, **kwargs):
+            return submit(*args, **kwargs)
+
+        self.remote = remote
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            "Remote functions cannot be called directly. Instead of running "
+            f"'{self._function_name}()', try '{self._function_name}.remote()'."
+        )
+
+    def options(self, **task_options) -> _FunctionOptions:
+        """A copy with ``task_options`` merged over the decorator's; ``.remote()`` runs it."""
+        if "max_calls" in task_options:
+            raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
+        merged = _options.update_options(self._default_options, task_options)
+        _options.validate_task_options(
+            merged, in_options=True,
+            is_generator=self._is_generator if "num_returns" in task_options else None,
+        )
+        return _FunctionOptions(self, merged)
+
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+
+    # -- submission -----------------------------------------------------------------
+    def _remote_default(self, *args, **kwargs):
+        template = self._template
+        if template is None:
+            template = self._template = _Template(
+                self._default_options, self._max_calls, self._function.__name__,
+                self._is_generator)
+        return self._submit(template, args, kwargs)
+
+    def _export(self) -> tuple[bytes, bytes]:
+        cache = self._export_cache
+        if cache is None or cache[0] != os.getpid():
+            target = self._function
+            if self._is_generator:
+                target = functools.partial(_collect_generator, target)
+            data = serialization.dumps_function(target, self._function_name)
+            fn_id = hashlib.sha1(data).digest()[:16]
+            cache = self._export_cache = (os.getpid(), fn_id, data)
+        return cache[1], cache[2]
+
+    def _submit(self, template: _Template, args: tuple, kwargs: dict):
+        rt = runtime.auto_init()
+        fn_id, fn_data = self._export()
+        deps = None
+        if args or kwargs:
+            deps = []
+            if any(type(a) is ObjectRef for a in args):
+                args = list(args)
+                for index, value in enumerate(args):
+                    if type(value) is ObjectRef:
+                        deps.append((index, value._id))
+                        args[index] = None
+                args = tuple(args)
+            if any(type(v) is ObjectRef for v in kwargs.values()):
+                kwargs = dict(kwargs)
+                for key, value in kwargs.items():
+                    if type(value) is ObjectRef:
+                        deps.append((key, value._id))
+                        kwargs[key] = None
+            blob = serialization.dumps_arguments(args, kwargs, self._function.__name__)
+        else:
+            blob = _NO_ARGS_BLOB
+        task_id = ids.new_task_id()
+        num_returns = template.num_returns
+        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
+        spec = TaskSpec(
+            task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
+            self._function_name, blob, deps, return_ids, num_returns, template.request,
+            template.max_retries, template.retry_exceptions, template.max_calls,
+        )
+        rt.submit_task(spec)
+        if num_returns == 1:
+            ref = ObjectRef(return_ids[0])
+            if template.streaming:
+                from miniray._private.generators import ObjectRefGenerator
+
+                return ObjectRefGenerator(ref)
+            return ref
+        if num_returns == 0:
+            return None
+        return [ObjectRef(object_id) for object_id in return_ids]
+
+    def __repr__(self) -> str:
+        return f"<miniray.remote_function.RemoteFunction {self._function_name}>"
+
+
+class _FunctionOptions:
+    """What ``RemoteFunction.options()`` returns: only ``.remote()`` and ``.bind()``."""
+
+    def __init__(self, remote_function: RemoteFunction, opts: dict):
+        self._remote_function = remote_function
+        self._options = opts
+        self._template: _Template | None = None
+
+    def remote(self, *args, **kwargs):
+        template = self._template
+        if template is None:
+            function = self._remote_function
+            if self._options.get("num_returns") == "dynamic":
+                warnings.warn("num_returns='dynamic' is deprecated.", DeprecationWarning,
+                              stacklevel=2)
+            template = self._template = _Template(
+                self._options, function._max_calls, function._function.__name__,
+                function._is_generator)
+        return self._remote_function._submit(template, args, kwargs)
+
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+
+
+def _unused(_: Any) -> None:  # keep linters from flagging the lazy imports above
+    return None

@@ -1,0 +1,29 @@
+"""``miniray.util``: accelerators, scheduling strategies and helpers.
+
+Mirrors ``ray.util`` (Ray 2.60). Differs: ``ActorPool`` and ``queue`` arrive with actors;
+placement groups, ``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
+"""
+
+from __future__ import annotations
+
+from miniray.util import accelerators
+
+__all__ = ["accelerators", "get_node_ip_address", "inspect_serializability"]
+
+
+def get_node_ip_address(address: str | None = None) -> str:
+    """The address of this node: always loopback on one host."""
+    return "127.0.0.1"
+
+
+def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_file=None):
+    """Whether ``obj`` can be pickled for a task; returns ``(ok, failures)``."""
+    import cloudpickle
+
+    try:
+        cloudpickle.dumps(obj)
+        return True, set()
+    except Exception as error:
+        print(f"{name or obj!r} cannot be serialized: {type(error).__name__}: {error}",
+              file=print_file)
+        return False, {repr(obj)}
