@@ -61,14 +61,6 @@ def override_cvd_on_zero() -> bool:
     return _flag("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", False)
 
 
-def pipeline_depth() -> int:
-    """``MINIRAY_PIPELINE_DEPTH``: tasks in flight per leased worker (default 1)."""
-    try:
-        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "1")))
-    except ValueError:
-        return 1
-
-
 def lease_linger_s() -> float:
     """``MINIRAY_LEASE_LINGER_MS``: how long an idle lease is kept for reuse (default 5 ms)."""
     try:

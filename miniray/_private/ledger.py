@@ -197,6 +197,9 @@ class Ledger:
                 fd = _open_lock_file(self._lock_path)
                 self._lock_fd = fd
                 self._close_lock_fd = weakref.finalize(self, os.close, fd)
+                # Not at interpreter exit: the runtime's own atexit shutdown still needs the
+                # lock then, and the OS closes the descriptor when the process ends.
+                self._close_lock_fd.atexit = False
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 yield

@@ -41,6 +41,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Callable
 
 from miniray._private import config, protocol, serialization
+from miniray._private.framing import FramedSocket
 from miniray._private.output import OutputStream
 from miniray._private.resources import infeasible_reasons, format_infeasible
 
@@ -157,8 +158,15 @@ def _exit_detail(status: int) -> str:
     return f"ended with wait status {status}"
 
 
+def key_tag(key) -> str:
+    """A scheduling key as short text for the ledger's lease tag (shown by status)."""
+    return ",".join(f"{name}={value:g}" for name, value in key[0])
+
+
 class Owner:
     """Objects, tasks and leased workers of one session."""
+
+    RETRY_S = 0.05
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
                  num_cpus: float, log_to_driver: bool):
@@ -171,7 +179,9 @@ class Owner:
         self.prefix_enabled = config.worker_log_prefix_enabled()
         self.pid = os.getpid()
         self.session_token = object()
-        self.depth = config.pipeline_depth()
+        # One task in flight per worker: a task pipelined behind one that blocks in get()
+        # could be the very task it waits for. (Pipelining needs a give-back protocol first.)
+        self.depth = 1
         self.linger = config.lease_linger_s()
         self.max_workers = config.max_workers(num_cpus)
         self.idle_keep = max(1, int(num_cpus))
@@ -190,6 +200,7 @@ class Owner:
         self._workers_by_pid: dict[int, _WorkerSlot] = {}
         self._streams: dict[int, OutputStream] = {}
         self._live_workers = 0
+        self._blocked_workers = 0
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
         self._timers: list = []
@@ -197,6 +208,10 @@ class Owner:
         self._closed = False
         self._stopping = False
         self.fatal: str | None = None
+        self._releases = 0          # local lease releases so far
+        self._full_at_release = -1  # _releases when an acquire last failed
+        self._full_since = 0.0
+        self._retry_pending = False
 
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
@@ -484,16 +499,26 @@ class Owner:
         return best
 
     def _new_lease(self, key, request) -> _LeaseSlot | None:
-        if not self._idle_workers and self._live_workers >= self.max_workers:
+        # After a failed acquire, ask the ledger again only once something was released here
+        # (or after RETRY_S, for releases by other processes of the node): a burst of queued
+        # tasks must not cost one ledger transaction each.
+        now = time.monotonic()
+        if (self._full_at_release == self._releases
+                and now - self._full_since < self.RETRY_S):
+            return None
+        # Workers blocked in get() do not count: their parents wait on the very tasks that
+        # need a fresh worker (a recursive fib would deadlock otherwise).
+        if (not self._idle_workers
+                and self._live_workers - self._blocked_workers >= self.max_workers):
             if not self._release_idle_leases(force=True):
+                self._mark_full(now)
                 return None
-        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key[0] and "" or "")
+        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key_tag(key))
+        if lease is None and self._release_idle_leases(force=True):
+            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key_tag(key))
         if lease is None:
-            if not self._release_idle_leases(force=True):
-                return None
-            lease = self.ledger.acquire(request, holder_pid=self.pid)
-            if lease is None:
-                return None
+            self._mark_full(now)
+            return None
         worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
         gpu_ids = None
         if request.get("GPU"):
@@ -505,6 +530,24 @@ class Owner:
         self._leases.setdefault(key, []).append(slot)
         return slot
 
+    def _mark_full(self, now: float) -> None:
+        self._full_at_release = self._releases
+        self._full_since = now
+        if self._queues:
+            self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
+        if not self._retry_pending:
+            self._retry_pending = True
+
+            def retry():
+                self._retry_pending = False
+                self._releases += 1  # forget the failure: look at the ledger again
+                self._dispatch_all()
+
+            heapq.heappush(self._timers, (time.monotonic() + self.RETRY_S,
+                                          next(self._timer_seq), retry))
+
     def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
         leases = self._leases.get(slot.key)
         if leases is not None:
@@ -515,6 +558,7 @@ class Owner:
             if not leases:
                 del self._leases[slot.key]
         self.ledger.release(slot.lease.lease_id)
+        self._releases += 1
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
@@ -534,7 +578,8 @@ class Owner:
                 if force or now - slot.idle_since >= self.linger:
                     self._release_lease(slot)
                     released = True
-        if force and self._idle_workers and self._live_workers >= self.max_workers:
+        if (force and self._idle_workers
+                and self._live_workers - self._blocked_workers >= self.max_workers):
             self._retire(self._idle_workers.pop(0))
         return released
 
@@ -551,7 +596,7 @@ class Owner:
         try:
             if spec.fn_id not in worker.funcs:
                 worker.funcs.add(spec.fn_id)
-                worker.conn.send_bytes(
+                worker.conn.send(
                     pickle.dumps((protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]), 5)
                 )
             dep_values = None
@@ -567,7 +612,7 @@ class Owner:
                 spec.retry_exceptions,
                 spec.function_name,
             )
-            worker.conn.send_bytes(pickle.dumps(
+            worker.conn.send(pickle.dumps(
                 (protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                  dep_values, spec.return_ids, spec.num_returns, ctx), 5))
         except OSError:
@@ -657,7 +702,7 @@ class Owner:
             ctl_child.close()
             os.close(out_w)
             os.close(err_w)
-        worker = _WorkerSlot(Connection(data_parent.detach()), Connection(ctl_parent.detach()), req)
+        worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
         worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
         worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
         worker.fds = [out_r, err_r]
@@ -672,7 +717,7 @@ class Owner:
         self._register(fd, self._on_worker_data)
         self._register(out_r, self._on_output)
         self._register(err_r, self._on_output)
-        worker.conn.send_bytes(pickle.dumps((protocol.HELLO, self.hello_info), 5))
+        worker.conn.send(pickle.dumps((protocol.HELLO, self.hello_info), 5))
         return worker
 
     def _retire(self, worker: _WorkerSlot) -> None:
@@ -700,6 +745,9 @@ class Owner:
         if worker is None:
             return
         self._live_workers -= 1
+        if worker.blocked:
+            worker.blocked = 0
+            self._blocked_workers -= 1
         self._drain_output(worker, final=True)
         was_dead = worker.dead
         if not was_dead:
@@ -800,17 +848,23 @@ class Owner:
                         handler(fd)
                     except Exception:  # a bug must not kill the I/O thread silently
                         logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
-            with self._lock:
-                if self._timers:
-                    now = time.monotonic()
-                    while self._timers and self._timers[0][0] <= now:
-                        _, _, callback = heapq.heappop(self._timers)
-                        callback()
-                if self._leases:
-                    if self._release_idle_leases():
-                        self._dispatch_all()
-                if self._ref_events:
-                    self._apply_ref_events()
+            try:
+                with self._lock:
+                    self._housekeeping()
+            except Exception:  # a bug must not kill the I/O thread silently
+                logger.exception("miniray bug: error in the I/O thread's housekeeping")
+
+    def _housekeeping(self) -> None:
+        if self._timers:
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                _, _, callback = heapq.heappop(self._timers)
+                callback()
+        if self._leases and not self._closed:
+            if self._release_idle_leases():
+                self._dispatch_all()
+        if self._ref_events:
+            self._apply_ref_events()
 
     def _any_idle_lease(self) -> bool:
         for leases in self._leases.values():
@@ -866,20 +920,15 @@ class Owner:
         if worker is None:
             self._unregister(fd)
             return
-        conn = worker.conn
-        messages = []
-        try:
-            while True:
-                messages.append(pickle.loads(conn.recv_bytes()))
-                if not conn.poll(0):
-                    break
-        except (EOFError, OSError):
+        frames, closed = worker.conn.recv_ready()
+        if closed:
             self._unregister(fd)
-        if not messages:
+        if not frames:
             return
+        loads = pickle.loads
         with self._lock:
-            for message in messages:
-                self._handle_worker_message(worker, message)
+            for frame in frames:
+                self._handle_worker_message(worker, loads(frame))
 
     def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
         tag = message[0]
@@ -960,6 +1009,9 @@ class Owner:
     # ----------------------------------------------------------- worker get/wait
     def _block(self, worker: _WorkerSlot) -> None:
         worker.blocked += 1
+        if worker.blocked == 1:
+            self._blocked_workers += 1
+            self._releases += 1  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
             cpu = slot.lease.resources.get("CPU", 0)
@@ -967,10 +1019,13 @@ class Owner:
                 cpu_f = cpu / 10000.0
                 self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
                 slot.cpu_released = cpu_f
-                self._dispatch_all()
+        if worker.blocked == 1:
+            self._dispatch_all()
 
     def _unblock(self, worker: _WorkerSlot) -> None:
         worker.blocked -= 1
+        if worker.blocked == 0:
+            self._blocked_workers -= 1
         slot = worker.lease
         if worker.blocked == 0 and slot is not None and slot.cpu_released:
             self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
@@ -978,7 +1033,7 @@ class Owner:
 
     def _reply(self, worker: _WorkerSlot, req_id: int, payload) -> None:
         try:
-            worker.conn.send_bytes(pickle.dumps((protocol.REPLY, req_id, payload), 5))
+            worker.conn.send(pickle.dumps((protocol.REPLY, req_id, payload), 5))
         except OSError:
             pass
 
@@ -1078,6 +1133,10 @@ class Owner:
             self._reply(worker, req_id, (False, error))
 
     # ------------------------------------------------------------------ status
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._workers_by_pid)
+
     def statistics(self) -> dict:
         with self._lock:
             return {

@@ -362,6 +362,10 @@ class Runtime:
     def statistics(self) -> dict:
         return {"owner": self.owner.statistics(), "ledger": self.ledger.statistics()}
 
+    def pids(self) -> list[int]:
+        """The fork server's pid and every live worker's (for status output and tests)."""
+        return [self.fork_server.pid] + self.owner.worker_pids()
+
     def shutdown(self) -> None:
         if self._shut:
             return

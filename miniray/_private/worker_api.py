@@ -17,16 +17,16 @@ import itertools
 import os
 import pickle
 import threading
-from multiprocessing.connection import Connection
 from typing import Any
 
 from miniray._private import protocol
+from miniray._private.framing import FramedSocket
 
 
 class Channel:
     """The worker's end of its data socket."""
 
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: FramedSocket):
         self.conn = conn
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()
@@ -38,7 +38,7 @@ class Channel:
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
-            self.conn.send_bytes(data)
+            self.conn.send(data)
 
     def new_request_id(self) -> int:
         return next(self._req_ids)
@@ -49,17 +49,18 @@ class Channel:
 
     def _read_one(self) -> None:
         try:
-            data = self.conn.recv_bytes()
+            frames = self.conn.recv()
         except (EOFError, OSError):
             # The owner is gone: nothing this worker does can matter any more.
             _exit_now()
-        message = pickle.loads(data)
-        if message[0] == protocol.REPLY:
-            with self._cond:
-                self._replies[message[1]] = message[2]
-                self._cond.notify_all()
-        else:
-            self._incoming.append(message)
+        for data in frames:
+            message = pickle.loads(data)
+            if message[0] == protocol.REPLY:
+                with self._cond:
+                    self._replies[message[1]] = message[2]
+                    self._cond.notify_all()
+            else:
+                self._incoming.append(message)
 
     def wait_reply(self, req_id: int) -> Any:
         while True:

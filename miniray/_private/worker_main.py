@@ -30,6 +30,7 @@ import traceback
 from multiprocessing.connection import Connection
 
 from miniray._private import config, protocol, serialization
+from miniray._private.framing import FramedSocket
 from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
 
 MARKER = b"\x00mr:"
@@ -293,19 +294,18 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
             stream.reconfigure(line_buffering=True)
         except Exception:
             pass
-    data = socket.socket(fileno=data_fd)
-    data.setblocking(True)
-    conn = Connection(data.detach())
+    conn = FramedSocket(socket.socket(fileno=data_fd))
     ctl = Connection(ctl_fd)
+    channel = Channel(conn)
     try:
-        hello = pickle.loads(conn.recv_bytes())
+        hello = channel.next_message()
     except (EOFError, OSError):
         os._exit(0)
     if hello[0] != protocol.HELLO:
         os._exit(2)
     info = hello[1]
     _apply_hello(info)
-    worker = _Worker(Channel(conn), ctl, info)
+    worker = _Worker(channel, ctl, info)
     from miniray._private import runtime
 
     runtime.set_worker_runtime(worker.runtime)
