@@ -81,7 +81,15 @@ class OutputStream:
         if not lines:
             return
         out = []
-        for line in lines:
+        split = []
+        for line in lines:  # a task's last line without a newline runs into the next marker
+            position = line.find(MARKER)
+            if position > 0:
+                split.append(line[:position])
+                split.append(line[position:])
+            else:
+                split.append(line)
+        for line in split:
             if line.startswith(MARKER):
                 pid, _, name = line[len(MARKER):].decode("utf-8", "replace").partition(":")
                 self.prefix = f"({name} pid={pid}) "

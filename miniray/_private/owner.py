@@ -26,67 +26,28 @@ lock, so ``__del__`` can never deadlock); the events are applied under the lock 
 from __future__ import annotations
 
 import collections
-import heapq
-import itertools
 import logging
 import os
 import pickle
-import select
 import signal
 import socket
 import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any
 
 from miniray._private import config, protocol, serialization
 from miniray._private.framing import FramedSocket
+from miniray._private.object_table import PENDING, ObjectTable
 from miniray._private.output import OutputStream
-from miniray._private.resources import infeasible_reasons, format_infeasible
+from miniray._private.reactor import Reactor
+from miniray._private.resources import format_infeasible, infeasible_reasons
 
 logger = logging.getLogger(__name__)
 
-PENDING, READY = 0, 1
 # task states
 T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
-
-
-class _Entry:
-    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped")
-
-    def __init__(self):
-        self.state = PENDING
-        self.kind = protocol.OK
-        self.waiters: list | None = None
-        self.refs = 0
-        self.escaped = False
-        self.pins = 0
-        self.dropped = False
-
-
-class Waiter:
-    """Released when ``count`` objects are ready, or at the first error if ``on_error``."""
-
-    __slots__ = ("remaining", "on_error", "lock", "fired")
-
-    def __init__(self, count: int, on_error: bool):
-        self.remaining = count
-        self.on_error = on_error
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.fired = False
-
-    def notify(self, is_error: bool) -> None:
-        self.remaining -= 1
-        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
-            self.fired = True
-            self.lock.release()
-
-    def wait(self, timeout: float | None) -> bool:
-        if timeout is None or timeout < 0:
-            return self.lock.acquire()
-        return self.lock.acquire(timeout=timeout)
 
 
 class _Task:
@@ -108,10 +69,23 @@ class _Task:
         self.dep_values = None
 
 
+class _DepWaiter:
+    """Waits, for a task, on one of its arguments."""
+
+    __slots__ = ("owner", "task")
+
+    def __init__(self, owner: Owner, task: _Task):
+        self.owner = owner
+        self.task = task
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.owner._dep_ready(self.task, is_error, object_id)
+
+
 class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls",
-        "blocked", "dead", "out", "err", "fds",
+        "blocked", "dead", "out", "err", "fds", "kill_on_spawn",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -128,6 +102,7 @@ class _WorkerSlot:
         self.out: OutputStream | None = None
         self.err: OutputStream | None = None
         self.fds: list[int] = []
+        self.kill_on_spawn = False
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -188,8 +163,11 @@ class Owner:
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
-        self._entries: dict[bytes, _Entry] = {}
-        self._ref_events: collections.deque = collections.deque()
+        self.objects = ObjectTable(store, self._lock, self._check_usable)
+        # ObjectRef bookkeeping goes straight to the table (lock-free appends).
+        self.ref_created = self.objects.ref_created
+        self.ref_dropped = self.objects.ref_dropped
+        self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
         self._tasks: dict[bytes, _Task] = {}
         self._queues: dict[Any, collections.deque] = {}
@@ -203,8 +181,6 @@ class Owner:
         self._blocked_workers = 0
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
-        self._timers: list = []
-        self._timer_seq = itertools.count()
         self._closed = False
         self._stopping = False
         self.fatal: str | None = None
@@ -213,169 +189,24 @@ class Owner:
         self._full_since = 0.0
         self._retry_pending = False
 
-        self._epoll = select.epoll()
-        self._handlers: dict[int, Callable[[int], None]] = {}
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._register(self._wake_r, self._on_wake)
-        self._register(fork_server.fileno(), self._on_fork_server)
-        self._thread = threading.Thread(target=self._io_loop, name="miniray-io", daemon=True)
-        self._thread.start()
-
-    # ------------------------------------------------------------------ refs
-    def ref_created(self, object_id: bytes) -> None:
-        self._ref_events.append((object_id, 1))
-
-    def ref_dropped(self, object_id: bytes) -> None:
-        self._ref_events.append((object_id, -1))
-
-    def ref_pickled(self, object_id: bytes) -> None:
-        self._ref_events.append((object_id, 0))
-
-    def _apply_ref_events(self) -> None:
-        events = self._ref_events
-        entries = self._entries
-        while events:
-            try:
-                object_id, delta = events.popleft()
-            except IndexError:
-                break
-            entry = entries.get(object_id)
-            if entry is None:
-                continue
-            if delta == 0:
-                entry.escaped = True
-                continue
-            entry.refs += delta
-            if delta < 0 and entry.refs <= 0:
-                self._maybe_free(object_id, entry)
-
-    def _maybe_free(self, object_id: bytes, entry: _Entry) -> None:
-        if entry.refs > 0 or entry.escaped or entry.pins > 0:
-            return
-        if entry.state == READY:
-            self.store.free(object_id)
-            del self._entries[object_id]
-        else:
-            entry.dropped = True
+        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
+        self.reactor.register(fork_server.fileno(), self._on_fork_server)
+        self.reactor.start()
 
     # ------------------------------------------------------------------ objects
     def put_serialized(self, object_id: bytes, data: bytes, kind: int = protocol.OK,
                        escaped: bool = False) -> None:
         with self._lock:
-            entry = self._entries.get(object_id)
-            if entry is None:
-                entry = self._entries[object_id] = _Entry()
-            entry.escaped = entry.escaped or escaped
-            self._set_ready(object_id, entry, kind, data)
-
-    def _set_ready(self, object_id: bytes, entry: _Entry, kind: int, data: bytes) -> None:
-        self.store.put_serialized(object_id, data)
-        entry.state = READY
-        entry.kind = kind
-        waiters = entry.waiters
-        if waiters:
-            entry.waiters = None
-            is_error = kind == protocol.ERR
-            for waiter in waiters:
-                if type(waiter) is _Task:
-                    self._dep_ready(waiter, is_error, object_id)
-                else:
-                    waiter.notify(is_error)
-        if entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0:
-            self.store.free(object_id)
-            del self._entries[object_id]
+            self.objects.set_ready(object_id, kind, data, escaped)
 
     def knows(self, object_id: bytes) -> bool:
-        return object_id in self._entries
+        return object_id in self.objects.entries
 
     def get_serialized(self, object_ids: list[bytes], timeout: float | None):
-        """[(kind, data)] for each id, or None if the timeout passed first."""
-        with self._lock:
-            self._check_usable()
-            waiter = None
-            pending = []
-            for object_id in object_ids:
-                entry = self._entries.get(object_id)
-                if entry is None:
-                    raise self._lost(object_id)
-                if entry.state == PENDING:
-                    pending.append(entry)
-                elif entry.kind == protocol.ERR:
-                    pending = []
-                    break
-            if pending:
-                waiter = Waiter(len(pending), on_error=True)
-                for entry in pending:
-                    if entry.waiters is None:
-                        entry.waiters = [waiter]
-                    else:
-                        entry.waiters.append(waiter)
-        if waiter is not None:
-            if timeout == 0 or not waiter.wait(timeout):
-                with self._lock:
-                    for entry in pending:
-                        if entry.waiters and waiter in entry.waiters:
-                            entry.waiters.remove(waiter)
-                return None
-        with self._lock:
-            self._check_usable()
-            out = []
-            first_error = None
-            for object_id in object_ids:
-                entry = self._entries.get(object_id)
-                if entry is None:
-                    raise self._lost(object_id)
-                if entry.state != READY:
-                    continue
-                item = (entry.kind, self.store.get_serialized(object_id))
-                if entry.kind == protocol.ERR and first_error is None:
-                    first_error = item
-                out.append(item)
-            if first_error is not None:
-                return [first_error]
-            return out
+        return self.objects.get_serialized(object_ids, timeout)
 
     def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
-        """The set of ids that are ready once num_returns are (or the timeout passed)."""
-        with self._lock:
-            self._check_usable()
-            ready = set()
-            pending = []
-            for object_id in object_ids:
-                entry = self._entries.get(object_id)
-                if entry is None:
-                    raise self._lost(object_id)
-                if entry.state == READY:
-                    ready.add(object_id)
-                else:
-                    pending.append(entry)
-            need = num_returns - len(ready)
-            waiter = None
-            if need > 0 and pending and timeout != 0:
-                waiter = Waiter(need, on_error=False)
-                for entry in pending:
-                    if entry.waiters is None:
-                        entry.waiters = [waiter]
-                    else:
-                        entry.waiters.append(waiter)
-        if waiter is not None:
-            waiter.wait(timeout)
-            with self._lock:
-                for entry in pending:
-                    if entry.waiters and waiter in entry.waiters:
-                        entry.waiters.remove(waiter)
-        with self._lock:
-            return {
-                object_id for object_id in object_ids
-                if (e := self._entries.get(object_id)) is not None and e.state == READY
-            }
-
-    def _lost(self, object_id: bytes) -> Exception:
-        from miniray.exceptions import ObjectFreedError
-
-        return ObjectFreedError(object_id.hex(), "", "")
+        return self.objects.wait_ready(object_ids, num_returns, timeout)
 
     def _check_usable(self) -> None:
         if self._closed:
@@ -400,10 +231,9 @@ class Owner:
                 raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
             task = _Task(spec, key)
             self._tasks[spec.task_id] = task
-            entries = self._entries
+            objects = self.objects
             for object_id in spec.return_ids:
-                if object_id not in entries:
-                    entries[object_id] = _Entry()
+                objects.ensure(object_id)
             if parent is not None:
                 task.parent = parent
                 if parent.children is None:
@@ -411,24 +241,21 @@ class Owner:
                 parent.children.append(task)
             if spec.deps:
                 for _position, object_id in spec.deps:
-                    entry = entries.get(object_id)
+                    entry = objects.get(object_id)
                     if entry is None:
-                        self._fail_task(task, self._lost(object_id), plain=True)
+                        self._fail_task(task, objects.lost(object_id))
                         return
                     entry.pins += 1
                     if entry.state == PENDING:
                         task.waiting += 1
-                        if entry.waiters is None:
-                            entry.waiters = [task]
-                        else:
-                            entry.waiters.append(task)
+                        entry.add_waiter(_DepWaiter(self, task))
                     elif entry.kind == protocol.ERR:
                         self._complete_with_dep_error(task, object_id)
                         return
             if task.waiting == 0:
                 self._enqueue(task)
-            if len(self._ref_events) > 256:
-                self._apply_ref_events()
+            if len(objects.ref_events) > 256:
+                objects.apply_ref_events()
 
     def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
         if task.state != T_WAITING:
@@ -545,8 +372,7 @@ class Owner:
                 self._releases += 1  # forget the failure: look at the ledger again
                 self._dispatch_all()
 
-            heapq.heappush(self._timers, (time.monotonic() + self.RETRY_S,
-                                          next(self._timer_seq), retry))
+            self.reactor.call_later(self.RETRY_S, retry)
 
     def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
         leases = self._leases.get(slot.key)
@@ -619,7 +445,7 @@ class Owner:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
 
-    def _fail_task(self, task: _Task, error: BaseException, plain: bool = False) -> None:
+    def _fail_task(self, task: _Task, error: BaseException) -> None:
         data = serialization.dumps(error)
         self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
@@ -627,19 +453,12 @@ class Owner:
         task.state = T_DONE
         spec = task.spec
         self._tasks.pop(spec.task_id, None)
-        entries = self._entries
+        objects = self.objects
         for object_id, (kind, data) in zip(spec.return_ids, results):
-            entry = entries.get(object_id)
-            if entry is None:
-                entry = entries[object_id] = _Entry()
-            self._set_ready(object_id, entry, kind, data)
+            objects.set_ready(object_id, kind, data)
         if spec.deps:
             for _position, object_id in spec.deps:
-                entry = entries.get(object_id)
-                if entry is not None:
-                    entry.pins -= 1
-                    if entry.pins <= 0 and entry.refs <= 0:
-                        self._maybe_free(object_id, entry)
+                objects.unpin(object_id)
         parent = task.parent
         if parent is not None and parent.children:
             try:
@@ -677,8 +496,11 @@ class Owner:
         elif state == T_RUNNING:
             worker = task.worker
             if force:
-                if worker.inflight and worker.inflight[0] is task and worker.pid is not None:
-                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                if worker.inflight and worker.inflight[0] is task:
+                    if worker.pid is not None:
+                        self.fork_server.kill(worker.pid, signal.SIGKILL)
+                    else:  # not spawned yet: killed as soon as the fork server names its pid
+                        worker.kill_on_spawn = True
                 elif task in worker.inflight and worker.inflight[0] is not task:
                     worker.inflight.remove(task)
                     self._fail_task(task, error_cls(task.spec.task_id.hex()))
@@ -777,8 +599,7 @@ class Owner:
                     requeue.append(task)
                     continue
                 self._fail_task(task, WorkerCrashedError(
-                    f"The worker died unexpectedly while executing this task "
-                    f"({task.spec.name}): worker pid={pid} {detail}. Check the task for "
+                    f"Task {task.spec.name}: worker pid={pid} {detail}. Check the task for "
                     "os._exit, segfaults or running out of memory; max_retries controls retries."
                 ))
             else:
@@ -804,81 +625,26 @@ class Owner:
 
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
-        self._handlers[fd] = handler
-        self._epoll.register(fd, select.EPOLLIN)
+        self.reactor.register(fd, handler)
 
     def _unregister(self, fd: int) -> None:
-        if self._handlers.pop(fd, None) is not None:
-            try:
-                self._epoll.unregister(fd)
-            except (OSError, ValueError):
-                pass
-
-    def wake(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except (BlockingIOError, OSError):
-            pass
-
-    def add_timer(self, delay: float, callback) -> None:
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_seq), callback))
-        self.wake()
-
-    def _io_loop(self) -> None:
-        epoll = self._epoll
-        handlers = self._handlers
-        while not self._stopping:
-            timeout = -1
-            if self._timers:
-                timeout = max(0.0, self._timers[0][0] - time.monotonic())
-            if self._leases and self._any_idle_lease():
-                timeout = self.linger if timeout < 0 else min(timeout, self.linger)
-            try:
-                events = epoll.poll(timeout)
-            except InterruptedError:
-                continue
-            except (OSError, ValueError):
-                if self._stopping:
-                    break
-                raise
-            for fd, _mask in events:
-                handler = handlers.get(fd)
-                if handler is not None:
-                    try:
-                        handler(fd)
-                    except Exception:  # a bug must not kill the I/O thread silently
-                        logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
-            try:
-                with self._lock:
-                    self._housekeeping()
-            except Exception:  # a bug must not kill the I/O thread silently
-                logger.exception("miniray bug: error in the I/O thread's housekeeping")
+        self.reactor.unregister(fd)
 
     def _housekeeping(self) -> None:
-        if self._timers:
-            now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, callback = heapq.heappop(self._timers)
-                callback()
+        """Run by the I/O thread with the lock held after every wake-up."""
         if self._leases and not self._closed:
             if self._release_idle_leases():
                 self._dispatch_all()
-        if self._ref_events:
-            self._apply_ref_events()
+        if self.objects.ref_events:
+            self.objects.apply_ref_events()
 
-    def _any_idle_lease(self) -> bool:
+    def _idle_hint(self) -> float | None:
+        """How soon the I/O thread should wake to return idle leases (None: no need)."""
         for leases in self._leases.values():
             for slot in leases:
                 if slot.idle_since is not None:
-                    return True
-        return False
-
-    def _on_wake(self, fd: int) -> None:
-        try:
-            while os.read(fd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+                    return self.linger
+        return None
 
     def _on_output(self, fd: int) -> None:
         stream = self._streams.get(fd)
@@ -908,6 +674,8 @@ class Owner:
                 if worker is not None:
                     worker.pid = message[2]
                     self._workers_by_pid[worker.pid] = worker
+                    if worker.kill_on_spawn:
+                        self.fork_server.kill(worker.pid, signal.SIGKILL)
                     if worker.lease is not None:
                         self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
             elif tag == protocol.EXITED:
@@ -944,16 +712,9 @@ class Owner:
                 finally:
                     self._lock.acquire()
             except Exception as error:
-                task = _Task(spec, None)
-                for object_id in spec.return_ids:
-                    self._entries.setdefault(object_id, _Entry())
-                self._fail_task(task, error)
+                self._fail_task(_Task(spec, None), error)
         elif tag == protocol.PUT:
-            entry = self._entries.get(message[1])
-            if entry is None:
-                entry = self._entries[message[1]] = _Entry()
-            entry.escaped = True
-            self._set_ready(message[1], entry, message[2], message[3])
+            self.objects.set_ready(message[1], message[2], message[3], escaped=True)
         elif tag == protocol.GET:
             self._on_worker_get(worker, message[1], message[2], message[3])
         elif tag == protocol.WAIT:
@@ -1039,75 +800,33 @@ class Owner:
 
     def _on_worker_get(self, worker, req_id, object_ids, timeout) -> None:
         self._block(worker)
-        state = {"done": False}
 
-        def finish(timed_out: bool = False):
-            if state["done"]:
-                return
-            state["done"] = True
+        def finish(timed_out: bool) -> None:
             if timed_out:
                 payload = protocol.TIMEOUT
             else:
                 payload = []
-                for object_id in object_ids:
-                    entry = self._entries.get(object_id)
-                    if entry is not None and entry.state == READY:
-                        item = (entry.kind, self.store.get_serialized(object_id))
-                        if entry.kind == protocol.ERR:
-                            payload = [item]
-                            break
-                        payload.append(item)
+                for object_id in self.objects.ready_ids(object_ids):
+                    item = self.objects.read(object_id)
+                    if item[0] == protocol.ERR:
+                        payload = [item]
+                        break
+                    payload.append(item)
             self._unblock(worker)
             self._reply(worker, req_id, payload)
 
-        self._await_objects(object_ids, len(object_ids), True, finish, timeout)
+        self.objects.await_objects(object_ids, len(object_ids), True, finish, timeout,
+                                   self.reactor.call_later)
 
     def _on_worker_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
         self._block(worker)
-        state = {"done": False}
 
-        def finish(timed_out: bool = False):
-            if state["done"]:
-                return
-            state["done"] = True
-            ready = [
-                object_id for object_id in object_ids
-                if (e := self._entries.get(object_id)) is not None and e.state == READY
-            ]
+        def finish(timed_out: bool) -> None:
             self._unblock(worker)
-            self._reply(worker, req_id, ready)
+            self._reply(worker, req_id, self.objects.ready_ids(object_ids))
 
-        self._await_objects(object_ids, num_returns, False, finish, timeout)
-
-    def _await_objects(self, object_ids, count, on_error, finish, timeout) -> None:
-        """Call ``finish()`` (under the lock) once ``count`` ids are ready, or on timeout."""
-        pending = []
-        ready = 0
-        for object_id in object_ids:
-            entry = self._entries.get(object_id)
-            if entry is None:
-                entry = self._entries[object_id] = _Entry()  # may arrive later (e.g. a PUT)
-                entry.escaped = True
-            if entry.state == READY:
-                ready += 1
-                if on_error and entry.kind == protocol.ERR:
-                    finish()
-                    return
-            else:
-                pending.append(entry)
-        if ready >= count or timeout == 0:
-            finish()
-            return
-        callback = _CallbackWaiter(count - ready, on_error, finish)
-        for entry in pending:
-            if entry.waiters is None:
-                entry.waiters = [callback]
-            else:
-                entry.waiters.append(callback)
-        if timeout is not None and timeout >= 0:
-            heapq.heappush(self._timers, (time.monotonic() + timeout, next(self._timer_seq),
-                                          lambda: finish(timed_out=not on_error or True)
-                                          if not callback.fired else None))
+        self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
+                                   self.reactor.call_later)
 
     def _on_worker_call(self, worker, req_id, method, args) -> None:
         try:
@@ -1140,7 +859,7 @@ class Owner:
     def statistics(self) -> dict:
         with self._lock:
             return {
-                "objects": len(self._entries),
+                "objects": len(self.objects),
                 "tasks_pending": len(self._tasks),
                 "queued": sum(len(q) for q in self._queues.values()),
                 "infeasible": sum(len(v) for v in self._infeasible.values()),
@@ -1151,7 +870,7 @@ class Owner:
             }
 
     def __repr__(self) -> str:
-        return (f"<Owner objects={len(self._entries)} tasks={len(self._tasks)} "
+        return (f"<Owner objects={len(self.objects)} tasks={len(self._tasks)} "
                 f"workers={self._live_workers}>")
 
     # ------------------------------------------------------------------ shutdown
@@ -1170,8 +889,7 @@ class Owner:
             self.fork_server.request_shutdown(grace)
         self.fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
-        self.wake()
-        self._thread.join(timeout=5.0)
+        self.reactor.stop()
         deadline = time.monotonic() + 0.5
         for worker in workers:
             for stream in (worker.out, worker.err):
@@ -1189,30 +907,12 @@ class Owner:
                 for slot in list(leases):
                     self.ledger.release(slot.lease.lease_id)
             self._leases.clear()
-            self._entries.clear()
+            self.objects.clear()
             self._tasks.clear()
             self._queues.clear()
         self.fork_server.close()
-        self._epoll.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self.reactor.close()
         self.store.close()
-
-
-class _CallbackWaiter:
-    __slots__ = ("remaining", "on_error", "finish", "fired")
-
-    def __init__(self, count, on_error, finish):
-        self.remaining = count
-        self.on_error = on_error
-        self.finish = finish
-        self.fired = False
-
-    def notify(self, is_error: bool) -> None:
-        self.remaining -= 1
-        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
-            self.fired = True
-            self.finish()
 
 
 def _float_request(request: dict) -> dict:

@@ -270,13 +270,13 @@ class Runtime:
     def as_future(self, ref):
         import concurrent.futures
 
-        from miniray._private import api_impl
+        from miniray._private import api
 
         future: concurrent.futures.Future = concurrent.futures.Future()
 
         def resolve():
             try:
-                future.set_result(api_impl.get_values(self, [ref])[0])
+                future.set_result(api.get_values(self, [ref])[0])
             except BaseException as error:  # delivered through the future
                 future.set_exception(error)
 

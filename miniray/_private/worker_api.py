@@ -144,8 +144,10 @@ class WorkerRuntime:
         future: concurrent.futures.Future = concurrent.futures.Future()
 
         def resolve():
+            from miniray._private import api
+
             try:
-                future.set_result(self.get_objects([ref.binary()], None)[0])
+                future.set_result(api.get_values(self, [ref])[0])
             except BaseException as error:  # delivered through the future
                 future.set_exception(error)
 

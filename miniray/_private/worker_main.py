@@ -180,13 +180,9 @@ class _Worker:
             retryable = False
         else:
             error = value
-            if isinstance(error, (SystemExit, KeyboardInterrupt)) and not isinstance(
-                error, TaskCancelledError
-            ):
-                pass
             task_error = RayTaskError.from_exception(
                 error,
-                function_name,
+                name,
                 pid=self.pid,
                 ip=self.info.get("node_ip", "127.0.0.1"),
                 traceback_str=_user_traceback(error),
@@ -212,17 +208,29 @@ class _Worker:
                         f"Task returned {count} objects, but num_returns={num_returns}."
                     )
                 values = list(value)
-            return [(protocol.OK, serialization.dumps(v)) for v in values]
-        except BaseException as error:
-            if not isinstance(error, (ValueError, TypeError)):
-                error = TypeError(
-                    f"Could not serialize the return value of {name}: "
-                    f"{type(error).__name__}: {error}. Return values must be picklable."
-                )
+        except Exception as error:  # wrong count or not a sequence: Ray's errors
             task_error = RayTaskError.from_exception(
-                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1")
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=f"{type(error).__name__}: {error}",
             )
             return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+        results = []
+        for index, item in enumerate(values):
+            try:
+                results.append((protocol.OK, serialization.dumps(item)))
+            except Exception as failure:
+                which = "return value" if num_returns == 1 else f"return value {index}"
+                error = TypeError(
+                    f"Could not serialize the {which} of {name} (a {type(item).__name__}): "
+                    f"{type(failure).__name__}: {failure}. Values a task returns must be "
+                    "picklable; return the data needed to rebuild the object instead."
+                )
+                task_error = RayTaskError.from_exception(
+                    error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                    traceback_str=f"TypeError: {error}",
+                )
+                return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+        return results
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
         self.channel.send((protocol.RESULT, task_id, results, retryable))

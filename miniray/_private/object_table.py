@@ -1,0 +1,313 @@
+"""The owner's object table: the state of every object, who waits for it, who refers to it.
+
+Owns: one entry per object id (pending or ready, value or error), the waiters of pending
+objects, the driver's ObjectRef counts and freeing an object when nothing can read it any more.
+Does not own: the bytes (the object store), tasks (owner.py), or the lock (the owner's, shared
+so that a result and the task bookkeeping it triggers change together).
+Called by: owner.py (with its lock held), and the driver's ``get``/``wait`` through the owner.
+
+::
+
+    ObjectRef() / del ref ──► ref_created / ref_dropped  (lock-free deque appends)
+                                   │ applied in batches under the lock
+                                   ▼
+    set_ready(id, kind, data) ──► store.put ──► waiters.notify(is_error, id)
+                                   └─► freed at once if its last ref is already gone
+
+A waiter is anything with ``notify(is_error, object_id)``: a blocked driver ``get``/``wait``
+(``Waiter``), a worker's get/wait (``CallbackWaiter``), or a task waiting on an argument.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable
+
+from miniray._private import protocol
+
+PENDING, READY = 0, 1
+
+
+class Entry:
+    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped")
+
+    def __init__(self):
+        self.state = PENDING
+        self.kind = protocol.OK
+        self.waiters: list | None = None
+        self.refs = 0          # live ObjectRef objects in this process
+        self.escaped = False   # a ref was pickled: someone else may read it (kept until shutdown)
+        self.pins = 0          # pending tasks that take it as an argument
+        self.dropped = False   # the last ref went away while it was still pending
+
+    def add_waiter(self, waiter) -> None:
+        if self.waiters is None:
+            self.waiters = [waiter]
+        else:
+            self.waiters.append(waiter)
+
+    def remove_waiter(self, waiter) -> None:
+        if self.waiters and waiter in self.waiters:
+            self.waiters.remove(waiter)
+
+
+class Waiter:
+    """Released when ``count`` objects are ready, or at the first error if ``on_error``."""
+
+    __slots__ = ("remaining", "on_error", "lock", "fired")
+
+    def __init__(self, count: int, on_error: bool):
+        self.remaining = count
+        self.on_error = on_error
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.fired = False
+
+    def notify(self, is_error: bool, object_id: bytes = b"") -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None or timeout < 0:
+            return self.lock.acquire()
+        return self.lock.acquire(timeout=timeout)
+
+
+class CallbackWaiter:
+    """Calls ``finish()`` (under the owner's lock) once ``count`` objects are ready."""
+
+    __slots__ = ("remaining", "on_error", "finish", "fired")
+
+    def __init__(self, count: int, on_error: bool, finish: Callable[[], None]):
+        self.remaining = count
+        self.on_error = on_error
+        self.finish = finish
+        self.fired = False
+
+    def notify(self, is_error: bool, object_id: bytes = b"") -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.finish()
+
+
+class ObjectTable:
+    """Entries of one owner. Methods marked *locked* expect the owner's lock to be held."""
+
+    def __init__(self, store, lock: threading.Lock, check_usable: Callable[[], None]):
+        self.store = store
+        self.lock = lock
+        self.check_usable = check_usable
+        self.entries: dict[bytes, Entry] = {}
+        self.ref_events: collections.deque = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # -- refs (any thread, no lock: __del__ may run anywhere) ------------------------------
+    def ref_created(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, 1))
+
+    def ref_dropped(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, -1))
+
+    def ref_pickled(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, 0))
+
+    def apply_ref_events(self) -> None:
+        """*Locked.* Apply queued ref events; free what nothing refers to any more."""
+        events = self.ref_events
+        entries = self.entries
+        while events:
+            try:
+                object_id, delta = events.popleft()
+            except IndexError:
+                break
+            entry = entries.get(object_id)
+            if entry is None:
+                continue
+            if delta == 0:
+                entry.escaped = True
+                continue
+            entry.refs += delta
+            if delta < 0 and entry.refs <= 0:
+                self.maybe_free(object_id, entry)
+
+    def maybe_free(self, object_id: bytes, entry: Entry) -> None:
+        """*Locked.*"""
+        if entry.refs > 0 or entry.escaped or entry.pins > 0:
+            return
+        if entry.state == READY:
+            self.store.free(object_id)
+            del self.entries[object_id]
+        else:
+            entry.dropped = True
+
+    # -- entries (locked) -------------------------------------------------------------------
+    def get(self, object_id: bytes) -> Entry | None:
+        return self.entries.get(object_id)
+
+    def ensure(self, object_id: bytes) -> Entry:
+        entry = self.entries.get(object_id)
+        if entry is None:
+            entry = self.entries[object_id] = Entry()
+        return entry
+
+    def set_ready(self, object_id: bytes, kind: int, data: bytes, escaped: bool = False) -> None:
+        """*Locked.* Store an object's bytes and wake whoever waits for it."""
+        entry = self.ensure(object_id)
+        if escaped:
+            entry.escaped = True
+        self.store.put_serialized(object_id, data)
+        entry.state = READY
+        entry.kind = kind
+        waiters = entry.waiters
+        if waiters:
+            entry.waiters = None
+            is_error = kind == protocol.ERR
+            for waiter in waiters:
+                waiter.notify(is_error, object_id)
+        if entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0:
+            self.store.free(object_id)
+            del self.entries[object_id]
+
+    def read(self, object_id: bytes) -> tuple[int, bytes]:
+        """*Locked.* ``(kind, data)`` of a ready object."""
+        return self.entries[object_id].kind, self.store.get_serialized(object_id)
+
+    def unpin(self, object_id: bytes) -> None:
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.pins -= 1
+            if entry.pins <= 0 and entry.refs <= 0:
+                self.maybe_free(object_id, entry)
+
+    def lost(self, object_id: bytes) -> Exception:
+        from miniray.exceptions import ObjectFreedError
+
+        return ObjectFreedError(object_id.hex(), "", "")
+
+    def ready_ids(self, object_ids) -> list[bytes]:
+        """*Locked.* The ready ones among ``object_ids``, in order."""
+        entries = self.entries
+        return [i for i in object_ids if (e := entries.get(i)) is not None and e.state == READY]
+
+    def await_objects(self, object_ids, count: int, on_error: bool, finish, timeout,
+                      add_timer) -> None:
+        """*Locked.* Call ``finish(timed_out)`` once ``count`` ids are ready (or at the first
+        error if ``on_error``), or with True when ``timeout`` passes first. Unknown ids are
+        awaited too (a worker may read an object that a PUT will bring)."""
+        pending = []
+        ready = 0
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is None:
+                entry = self.ensure(object_id)
+                entry.escaped = True
+            if entry.state == READY:
+                ready += 1
+                if on_error and entry.kind == protocol.ERR:
+                    finish(False)
+                    return
+            else:
+                pending.append(entry)
+        if ready >= count or timeout == 0:
+            finish(False)
+            return
+        callback = CallbackWaiter(count - ready, on_error, lambda: finish(False))
+        for entry in pending:
+            entry.add_waiter(callback)
+        if timeout is not None and timeout >= 0:
+
+            def expire():
+                if not callback.fired:
+                    callback.fired = True
+                    for entry in pending:
+                        entry.remove_waiter(callback)
+                    finish(True)
+
+            add_timer(timeout, expire)
+
+    # -- the driver's blocking calls (take the lock themselves) ----------------------------
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        """``[(kind, data)]`` for each id (only the first error if any holds one), or None if
+        the timeout passed first."""
+        with self.lock:
+            self.check_usable()
+            waiter = None
+            pending = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state == PENDING:
+                    pending.append(entry)
+                elif entry.kind == protocol.ERR:
+                    pending = []
+                    break
+            if pending:
+                waiter = Waiter(len(pending), on_error=True)
+                for entry in pending:
+                    entry.add_waiter(waiter)
+        if waiter is not None:
+            if timeout == 0 or not waiter.wait(timeout):
+                with self.lock:
+                    for entry in pending:
+                        entry.remove_waiter(waiter)
+                return None
+        with self.lock:
+            self.check_usable()
+            out = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state != READY:
+                    continue
+                item = (entry.kind, self.store.get_serialized(object_id))
+                if entry.kind == protocol.ERR:
+                    return [item]
+                out.append(item)
+            return out
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        """The set of ids that are ready once ``num_returns`` are (or the timeout passed)."""
+        with self.lock:
+            self.check_usable()
+            ready = 0
+            pending = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state == READY:
+                    ready += 1
+                else:
+                    pending.append(entry)
+            waiter = None
+            if num_returns > ready and pending and timeout != 0:
+                waiter = Waiter(num_returns - ready, on_error=False)
+                for entry in pending:
+                    entry.add_waiter(waiter)
+        if waiter is not None:
+            waiter.wait(timeout)
+            with self.lock:
+                for entry in pending:
+                    entry.remove_waiter(waiter)
+        with self.lock:
+            return set(self.ready_ids(object_ids))
+
+    def statistics(self) -> dict:
+        pending = sum(1 for e in self.entries.values() if e.state == PENDING)
+        return {"objects": len(self.entries), "pending": pending,
+                "store": self.store.statistics()}
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.ref_events.clear()
+
+    def __repr__(self) -> str:
+        return f"<ObjectTable objects={len(self.entries)}>"

@@ -1,0 +1,132 @@
+"""The I/O thread: one epoll loop over file descriptors, with timers.
+
+Owns: the ``miniray-io`` thread, the epoll set and its fd → handler map, a wake-up pipe, and a
+timer heap. Does not own: what a handler does (the owner's methods) or the lock the handlers
+take (the owner's; timers and housekeeping run with it held).
+Called by: owner.py.
+
+::
+
+    loop:  epoll.poll(timeout = next timer, or the idle hint)
+             └─ handler(fd) for every ready fd          (handlers take the lock themselves)
+           with lock: due timers, then housekeeping()
+
+A handler or timer that raises is logged as a miniray bug; the loop keeps going, so one bad
+message never silences every later result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import select
+import threading
+import time
+from typing import Callable
+
+logger = logging.getLogger(__name__)
+
+
+class Reactor:
+    def __init__(self, lock: threading.Lock, housekeeping: Callable[[], None],
+                 idle_hint: Callable[[], float | None]):
+        self._lock = lock
+        self._housekeeping = housekeeping
+        self._idle_hint = idle_hint
+        self._epoll = select.epoll()
+        self._handlers: dict[int, Callable[[int], None]] = {}
+        self._timers: list = []
+        self._seq = itertools.count()
+        self._stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.register(self._wake_r, self._drain_wake)
+        self._thread = threading.Thread(target=self._loop, name="miniray-io", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def register(self, fd: int, handler: Callable[[int], None]) -> None:
+        self._handlers[fd] = handler
+        self._epoll.register(fd, select.EPOLLIN)
+
+    def unregister(self, fd: int) -> None:
+        """Stop watching ``fd``. Call it before closing ``fd`` (and under the owner's lock), so
+        the number cannot be reused in between."""
+        if self._handlers.pop(fd, None) is not None:
+            try:
+                self._epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> None:
+        """Run ``callback`` with the lock held after ``delay`` seconds (caller holds the lock)."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._seq), callback))
+        if threading.current_thread() is not self._thread:
+            self.wake()
+
+    def _drain_wake(self, fd: int) -> None:
+        try:
+            while os.read(fd, 4096):
+                pass
+        except OSError:
+            pass
+
+    def _loop(self) -> None:
+        epoll = self._epoll
+        handlers = self._handlers
+        while not self._stopping:
+            timeout = -1.0
+            if self._timers:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic())
+            hint = self._idle_hint()
+            if hint is not None:
+                timeout = hint if timeout < 0 else min(timeout, hint)
+            try:
+                events = epoll.poll(timeout)
+            except InterruptedError:
+                continue
+            except (OSError, ValueError):
+                if self._stopping:
+                    break
+                raise
+            for fd, _mask in events:
+                handler = handlers.get(fd)
+                if handler is not None:
+                    try:
+                        handler(fd)
+                    except Exception:
+                        logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
+            try:
+                with self._lock:
+                    if self._timers:
+                        now = time.monotonic()
+                        while self._timers and self._timers[0][0] <= now:
+                            _, _, callback = heapq.heappop(self._timers)
+                            callback()
+                    self._housekeeping()
+            except Exception:
+                logger.exception("miniray bug: error in the I/O thread's timers or housekeeping")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping = True
+        self.wake()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def close(self) -> None:
+        self._epoll.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
