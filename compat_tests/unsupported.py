@@ -11,16 +11,9 @@ example that needs two features names both.
 
 from __future__ import annotations
 
-ACTORS = "actors (issue 4)"
 START_STOP = "miniray start/stop (issue 6)"
 
 UNSUPPORTED = {
-    "s000_03_gpu_actor_definition.py": ACTORS,
-    "s000_04_gpu_actor_tensorflow.py": ACTORS,
     "s000_05_ray_start_head.sh": START_STOP,
-    "s003_01_gpu_actor_and_task.py": ACTORS,
-    "s003_04_fractional_packing.py": ACTORS,
     "s003_08_cuda_visible_devices_at_start.sh": START_STOP,
-    "s004_05_counter_actor.py": ACTORS,
-    "s004_06_actor_resources.py": ACTORS,
 }

@@ -1,71 +1,319 @@
-"""Actors: ``@remote`` on a class.
+"""Actors: ``@remote`` on a class gives an ActorClass; ``.remote()`` gives an ActorHandle.
 
-Mirrors ``ray.actor`` (Ray 2.60). Actors are not implemented yet in this version of miniray:
-decorating a class works (so modules that define actors import), but creating an actor raises
-NotImplementedError naming what is missing.
+Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
+subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
+``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
+built-in ``__ray_ready__`` / ``__ray_terminate__``. Differs: an actor that names resources but
+not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``); ``concurrency_groups``
+raises NotImplementedError; ``.bind()`` (DAGs) raises NotImplementedError; generator methods run
+to completion before their refs are iterated.
+
+Example:
+    >>> @miniray.remote
+    ... class Counter:
+    ...     def __init__(self):
+    ...         self.value = 0
+    ...     def increment(self):
+    ...         self.value += 1
+    ...         return self.value
+    >>> counter = Counter.remote()
+    >>> miniray.get(counter.increment.remote())
+    1
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import os
 from typing import Any
 
-__all__ = ["ActorClass", "ActorHandle", "ActorMethod", "exit_actor"]
+from miniray._private import ids, object_ref, runtime, serialization
+from miniray._private import options as _options
+from miniray._private.actors import ActorCallSpec, ActorCreationSpec
+from miniray._private.object_ref import ObjectRef
 
-_NOT_YET = ("Actors are not implemented in this version of miniray (tasks, objects and "
-            "resources are); {what} cannot run yet.")
+__all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
+           "exit_actor"]
+
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
+
+
+class ActorClassInheritanceException(TypeError):
+    """Raised when a class tries to inherit from an ActorClass."""
+
+
+class _ExitActor(SystemExit):
+    """Raised by ``exit_actor()`` inside an actor; the actor host exits after the call."""
+
+
+def _method_table(cls: type) -> dict:
+    """name -> (num_returns, is_generator, max_task_retries or None) for every method."""
+    table = {}
+    for name, member in inspect.getmembers(cls):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        function = member
+        if isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
+            continue
+        if not (inspect.isfunction(function) or inspect.ismethod(function)):
+            continue
+        generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
+            function)
+        num_returns = getattr(function, "__ray_num_returns__", None)
+        if num_returns in (None, "streaming"):
+            num_returns = 1
+        table[name] = (num_returns, generator, getattr(function, "__ray_max_task_retries__",
+                                                        None))
+    for name in _BUILTIN_METHODS:
+        table[name] = (1, False, 0)
+    return table
+
+
+def _is_async(cls: type) -> bool:
+    return any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+               for _, m in inspect.getmembers(cls, inspect.isfunction))
 
 
 class ActorClass:
-    """What ``@remote`` makes of a class."""
+    """What ``@remote`` makes of a class. Create actors with ``.remote(*args)``."""
 
     def __init__(self, cls: type, options: dict):
-        self.__ray_metadata__ = {"class": cls, "options": dict(options)}
+        if options.get("concurrency_groups"):
+            raise NotImplementedError(
+                "concurrency_groups are not implemented by miniray; use max_concurrency, or "
+                "separate actors for work that must not wait on each other.")
+        _options.validate_actor_options(options, in_options=False)
         self._cls = cls
-        self._options = dict(options)
+        self._default_options = dict(options)
+        self._is_async = _is_async(cls)
+        self._methods = _method_table(cls)
+        self._export_cache: tuple | None = None
+        self.__ray_metadata__ = {"class_name": cls.__name__, "methods": sorted(self._methods)}
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__module__ = cls.__module__
+        self.__doc__ = cls.__doc__
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
             "Actors cannot be instantiated directly. Instead of "
-            f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'."
+            f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'.")
+
+    def __mro_entries__(self, bases):
+        raise ActorClassInheritanceException(
+            f"Inheriting from actor class {self._cls.__name__} is not allowed; inherit from "
+            "the plain class and decorate the subclass with @remote instead.")
+
+    def __repr__(self) -> str:
+        return f"<{self._cls.__module__}.ActorClass({self._cls.__name__}) object at {id(self):#x}>"
+
+    def remote(self, *args, **kwargs) -> ActorHandle:
+        return self._remote(args, kwargs, self._default_options)
+
+    def options(self, **actor_options) -> _ActorClassOptions:
+        if "concurrency_groups" in actor_options:
+            raise ValueError("Setting 'concurrency_groups' is not supported in '.options()'.")
+        merged = _options.update_options(self._default_options, actor_options)
+        _options.validate_actor_options(merged, in_options=True)
+        return _ActorClassOptions(self, merged)
+
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+
+    def _export(self) -> tuple[bytes, bytes]:
+        cache = self._export_cache
+        if cache is None or cache[0] != os.getpid():
+            name = f"{self._cls.__module__}.{self._cls.__qualname__}"
+            data = serialization.dumps_function(self._cls, name)
+            cache = self._export_cache = (os.getpid(), hashlib.sha1(data).digest()[:16], data)
+        return cache[1], cache[2]
+
+    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+        rt = runtime.auto_init()
+        _options.actor_creation_checks(opts, is_async=self._is_async)
+        placement, held = _options.actor_resource_requests(opts)
+        if opts.get("num_cpus") is None:
+            held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
+        max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
+        fn_id, data = self._export()
+        blob, deps = serialization.pack_arguments(args, kwargs, self._cls.__name__, ObjectRef)
+        namespace = opts.get("namespace")
+        if namespace is None:
+            namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
+        max_task_retries = opts.get("max_task_retries") or 0
+        state = (self._cls.__name__, self._methods, max_task_retries)
+        spec = ActorCreationSpec(
+            actor_id=os.urandom(ids.ACTOR_ID_SIZE), fn_id=fn_id,
+            fn_bytes=data if rt.needs_function(fn_id) else None,
+            class_name=self._cls.__name__, args_blob=blob, deps=deps,
+            placement=placement, held=held, max_restarts=opts.get("max_restarts") or 0,
+            max_task_retries=max_task_retries, max_concurrency=max_concurrency,
+            is_async=self._is_async, name=opts.get("name"), namespace=namespace,
+            detached=opts.get("lifetime") == "detached",
+            get_if_exists=bool(opts.get("get_if_exists")), handle_state=state,
         )
+        actor_id = rt.create_actor(spec)
+        return ActorHandle(actor_id, state)
 
-    def remote(self, *args, **kwargs):
-        raise NotImplementedError(_NOT_YET.format(what=f"{self._cls.__name__}.remote()"))
 
-    def options(self, **options: Any):
-        return self
+class _ActorClassOptions:
+    """What ``ActorClass.options()`` returns: only ``.remote()`` and ``.bind()``."""
+
+    def __init__(self, actor_class: ActorClass, opts: dict):
+        self._actor_class = actor_class
+        self._options = opts
+
+    def remote(self, *args, **kwargs) -> ActorHandle:
+        return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
 class ActorHandle:
-    """A handle to an actor."""
+    """A handle to an actor: call its methods with ``handle.method.remote(...)``."""
+
+    def __init__(self, actor_id: bytes, state: tuple):
+        self._actor_id = actor_id
+        self._state = state
+        tracker = object_ref.current_tracker()
+        self._token = tracker.session_token if tracker is not None else None
+        if tracker is not None:
+            tracker.actor_handle_event(actor_id, 1)
+
+    def __del__(self):
+        tracker = object_ref.current_tracker()
+        if tracker is not None and self._token is tracker.session_token:
+            try:
+                tracker.actor_handle_event(self._actor_id, -1)
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __reduce__(self):
+        tracker = object_ref.current_tracker()
+        if tracker is not None and self._token is tracker.session_token:
+            tracker.actor_handle_event(self._actor_id, 0)
+        return (ActorHandle, (self._actor_id, self._state))
+
+    def __getattr__(self, name: str) -> ActorMethod:
+        if name.startswith("_") and name not in _BUILTIN_METHODS and name not in self._state[1]:
+            raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
+        meta = self._state[1].get(name)
+        if meta is None:
+            raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
+        return ActorMethod(self, name, meta[0], meta[1], meta[2])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self) -> int:
+        return hash(self._actor_id)
+
+    def __repr__(self) -> str:
+        return f"Actor({self._state[0]}, {self._actor_id.hex()})"
+
+    def _actor_id_hex(self) -> str:
+        return self._actor_id.hex()
 
     def _kill(self, no_restart: bool = True) -> None:
-        raise NotImplementedError(_NOT_YET.format(what="ray.kill()"))
+        rt = runtime.auto_init()
+        self._check_session(rt)
+        rt.kill_actor(self._actor_id, no_restart)
+
+    def _check_session(self, rt) -> None:
+        if self._token is not None and self._token is not rt.session_token:
+            if rt.mode == "driver":
+                from miniray.exceptions import ActorHandleNotFoundError
+
+                raise ActorHandleNotFoundError(
+                    f"The actor {self._actor_id.hex()} belongs to a session that was shut "
+                    "down; create it again in this session.")
+
+    def _submit(self, method: str, args: tuple, kwargs: dict, num_returns: int,
+                generator: bool, name: str, max_task_retries) -> Any:
+        rt = runtime.auto_init()
+        if self._token is not None and self._token is not rt.session_token:
+            raise Exception(
+                f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
+                "to a session that was shut down.")
+        blob, deps = serialization.pack_arguments(args, kwargs, method, ObjectRef)
+        task_id = ids.new_task_id()
+        count = 1 if generator else num_returns
+        return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
+        if max_task_retries is None:
+            max_task_retries = self._state[2]
+        rt.submit_actor_call(self._actor_id, ActorCallSpec(
+            task_id, method, blob, deps, return_ids, count, name, max_task_retries))
+        if count == 0:
+            return None
+        refs = [ObjectRef(object_id) for object_id in return_ids]
+        if generator:
+            from miniray._private.generators import ObjectRefGenerator
+
+            return ObjectRefGenerator(refs[0])
+        return refs[0] if count == 1 else refs
 
 
 class ActorMethod:
-    """A method of an actor handle."""
+    """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
+                 max_task_retries, call_name: str | None = None):
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+        self._generator = generator
+        self._max_task_retries = max_task_retries
+        self._call_name = call_name or name
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            "Actor methods cannot be called directly. Instead of running "
+            f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
+
+    def remote(self, *args, **kwargs):
+        return self._handle._submit(self._name, args, kwargs, self._num_returns,
+                                    self._generator, self._call_name, self._max_task_retries)
+
+    def options(self, **opts) -> ActorMethod:
+        allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",
+                   "concurrency_group", "enable_task_events", "tensor_transport", "_labels"}
+        unknown = sorted(set(opts) - allowed)
+        if unknown:
+            raise ValueError(f"Invalid option keyword {unknown[0]} for actor methods. "
+                             f"Valid ones are {sorted(allowed)}.")
+        num_returns = opts.get("num_returns", self._num_returns)
+        if num_returns in (None, "streaming"):
+            num_returns = 1
+        return ActorMethod(self._handle, self._name, num_returns, self._generator,
+                           opts.get("max_task_retries", self._max_task_retries),
+                           opts.get("name") or self._call_name)
+
+    def bind(self, *args, **kwargs):
+        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
 def make_actor_class(cls: type, options: dict) -> ActorClass:
-    from miniray._private import options as _options
-
-    _options.validate_actor_options(options, in_options=False)
     return ActorClass(cls, options)
 
 
-def get_actor(name: str, namespace: str | None = None):
-    if not name:
+def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
+    """The handle of the live actor named ``name`` in ``namespace`` (default: the current)."""
+    if not isinstance(name, str) or not name:
         raise ValueError("Please supply a non-empty value to get_actor")
-    raise ValueError(
-        f"Failed to look up actor with name '{name}'. This could because 1. You are trying "
-        "to look up a named actor you didn't create. 2. The named actor died. 3. You did not "
-        "use a namespace matching the namespace of the actor."
-    )
+    rt = runtime.auto_init()
+    actor_id, state = rt.get_actor(name, namespace)
+    return ActorHandle(actor_id, state)
 
 
-def exit_actor():
-    raise NotImplementedError(_NOT_YET.format(what="exit_actor()"))
+def exit_actor() -> None:
+    """Exit the current actor once this call returns (its caller gets None)."""
+    rt = runtime.current()
+    if rt is None or rt.mode != "worker" or rt.actor is None:
+        raise TypeError("exit_actor API is called on a non-actor worker.")
+    raise _ExitActor(0)
+
+
+for _cls in (ActorClass, ActorHandle, ActorMethod, ActorClassInheritanceException):
+    _cls.__module__ = "miniray.actor"

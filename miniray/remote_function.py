@@ -13,18 +13,15 @@ import functools
 import hashlib
 import inspect
 import os
-import pickle
 import warnings
 from typing import Any
 
-from miniray._private import ids, options as _options, runtime, serialization
+from miniray._private import ids, runtime, serialization
+from miniray._private import options as _options
 from miniray._private.object_ref import ObjectRef
 from miniray._private.task_spec import TaskSpec
 
 __all__ = ["RemoteFunction"]
-
-_NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=5)
-
 
 def _collect_generator(function, *args, **kwargs):
     """Run a generator function in the worker; its values travel as one list."""
@@ -134,25 +131,8 @@ class RemoteFunction:
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
         rt = runtime.auto_init()
         fn_id, fn_data = self._export()
-        deps = None
-        if args or kwargs:
-            deps = []
-            if any(type(a) is ObjectRef for a in args):
-                args = list(args)
-                for index, value in enumerate(args):
-                    if type(value) is ObjectRef:
-                        deps.append((index, value._id))
-                        args[index] = None
-                args = tuple(args)
-            if any(type(v) is ObjectRef for v in kwargs.values()):
-                kwargs = dict(kwargs)
-                for key, value in kwargs.items():
-                    if type(value) is ObjectRef:
-                        deps.append((key, value._id))
-                        kwargs[key] = None
-            blob = serialization.dumps_arguments(args, kwargs, self._function.__name__)
-        else:
-            blob = _NO_ARGS_BLOB
+        blob, deps = serialization.pack_arguments(args, kwargs, self._function.__name__,
+                                                  ObjectRef)
         task_id = ids.new_task_id()
         num_returns = template.num_returns
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]

@@ -4,13 +4,21 @@ Owns: the framing of the driver ⇄ worker data channel: an 8-byte big-endian le
 payload. Does not own: what a payload means (``protocol.py``).
 Called by: owner.py (the I/O thread reads with ``recv_ready``) and worker_api.py.
 
-The socket stays blocking, so writes simply block when the peer is slow; the I/O thread reads
-with ``MSG_DONTWAIT`` and gets every frame that has arrived in one system call, instead of two
-reads and a poll per frame.
+The socket stays blocking. The I/O thread reads with ``MSG_DONTWAIT`` and gets every frame
+that has arrived in one system call, instead of two reads and a poll per frame. Two ways to
+write:
+
+* ``send`` blocks until the frame is written: the worker's side, whose peer (the owner's I/O
+  thread) always keeps reading.
+* ``send_nowait`` never blocks: what does not fit in the socket buffer waits in an outbox that
+  ``flush`` continues when the socket is writable again. The owner writes this way, so it never
+  blocks while holding its lock, which could otherwise deadlock against a worker that is itself
+  blocked writing results the owner cannot read yet.
 """
 
 from __future__ import annotations
 
+import collections
 import socket
 import struct
 
@@ -20,13 +28,14 @@ _CHUNK = 1 << 18
 
 
 class FramedSocket:
-    __slots__ = ("sock", "buffer", "fd")
+    __slots__ = ("sock", "buffer", "fd", "outbox")
 
     def __init__(self, sock: socket.socket):
         sock.setblocking(True)
         self.sock = sock
         self.buffer = bytearray()
         self.fd = sock.fileno()
+        self.outbox: collections.deque = collections.deque()
 
     def fileno(self) -> int:
         return self.fd
@@ -38,6 +47,30 @@ class FramedSocket:
         else:
             self.sock.sendall(header)
             self.sock.sendall(data)
+
+    def send_nowait(self, data: bytes) -> bool:
+        """Queue a frame and write what fits now; True if some of it still waits (the caller
+        then asks to be told when the socket is writable, and calls ``flush``)."""
+        self.outbox.append(memoryview(_HEADER.pack(len(data)) + data)
+                           if len(data) < 65536 else memoryview(_HEADER.pack(len(data))))
+        if len(data) >= 65536:
+            self.outbox.append(memoryview(data))
+        return not self.flush()
+
+    def flush(self) -> bool:
+        """Write queued frames without blocking; True once the outbox is empty."""
+        outbox = self.outbox
+        while outbox:
+            view = outbox[0]
+            try:
+                sent = self.sock.send(view, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return False
+            if sent < len(view):
+                outbox[0] = view[sent:]
+                return False
+            outbox.popleft()
+        return True
 
     def _frames(self) -> list[bytes]:
         buffer = self.buffer

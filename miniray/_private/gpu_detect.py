@@ -174,7 +174,7 @@ def accelerator_type_from_name(name: str | None) -> str | None:
         return None
     match = _MODEL_AFTER_BRAND.match(name)
     if match is not None:
-        model = "-".join(match.group("model").split())
+        model = match.group("model").replace(" ", "-")  # each space, as Ray replaces them
         if len(model) > 1:
             return model
     rest = _LEADING_NVIDIA.sub("", name).strip()

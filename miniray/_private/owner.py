@@ -38,6 +38,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from miniray._private import config, protocol, serialization
+from miniray._private.actors import ActorManager
 from miniray._private.framing import FramedSocket
 from miniray._private.object_table import PENDING, ObjectTable
 from miniray._private.output import OutputStream
@@ -85,7 +86,7 @@ class _DepWaiter:
 class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls",
-        "blocked", "dead", "out", "err", "fds", "kill_on_spawn",
+        "blocked", "dead", "out", "err", "fds", "kill_on_spawn", "actor",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -103,6 +104,7 @@ class _WorkerSlot:
         self.err: OutputStream | None = None
         self.fds: list[int] = []
         self.kill_on_spawn = False
+        self.actor = None  # the actor this worker hosts (actors.py), if any
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -179,6 +181,8 @@ class Owner:
         self._streams: dict[int, OutputStream] = {}
         self._live_workers = 0
         self._blocked_workers = 0
+        self._actor_workers = 0
+        self.actors = ActorManager(self)
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
         self._closed = False
@@ -305,6 +309,8 @@ class Owner:
         return True
 
     def _dispatch_all(self) -> None:
+        if self.actors.pending:
+            self.actors.place_pending()
         for key in list(self._queues):
             self._dispatch(key)
 
@@ -335,8 +341,7 @@ class Owner:
             return None
         # Workers blocked in get() do not count: their parents wait on the very tasks that
         # need a fresh worker (a recursive fib would deadlock otherwise).
-        if (not self._idle_workers
-                and self._live_workers - self._blocked_workers >= self.max_workers):
+        if not self._idle_workers and self._busy_workers() >= self.max_workers:
             if not self._release_idle_leases(force=True):
                 self._mark_full(now)
                 return None
@@ -356,6 +361,32 @@ class Owner:
             self.ledger.set_worker(lease.lease_id, worker.pid)
         self._leases.setdefault(key, []).append(slot)
         return slot
+
+    def _busy_workers(self) -> int:
+        """Workers that count against the cap: not blocked in get(), not hosting an actor."""
+        return self._live_workers - self._blocked_workers - self._actor_workers
+
+    def _send(self, worker: _WorkerSlot, message: tuple) -> None:
+        """Write to a worker without ever blocking (the lock is held): what does not fit in
+        the socket now is written by the I/O thread when it becomes writable."""
+        if worker.conn.send_nowait(pickle.dumps(message, 5)):
+            self.reactor.want_write(worker.conn.fd, self._on_writable)
+
+    def _on_writable(self, fd: int) -> None:
+        with self._lock:
+            worker = self._workers_by_fd.get(fd)
+            if worker is None or worker.dead:
+                self.reactor.done_write(fd)
+                return
+            try:
+                flushed = worker.conn.flush()
+            except OSError:
+                flushed = True
+            if flushed:
+                self.reactor.done_write(fd)
+
+    def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
+        worker.ctl.send_bytes(pickle.dumps(message, 5))
 
     def _mark_full(self, now: float) -> None:
         self._full_at_release = self._releases
@@ -404,8 +435,7 @@ class Owner:
                 if force or now - slot.idle_since >= self.linger:
                     self._release_lease(slot)
                     released = True
-        if (force and self._idle_workers
-                and self._live_workers - self._blocked_workers >= self.max_workers):
+        if force and self._idle_workers and self._busy_workers() >= self.max_workers:
             self._retire(self._idle_workers.pop(0))
         return released
 
@@ -422,9 +452,7 @@ class Owner:
         try:
             if spec.fn_id not in worker.funcs:
                 worker.funcs.add(spec.fn_id)
-                worker.conn.send(
-                    pickle.dumps((protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]), 5)
-                )
+                self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
                 dep_values = [
@@ -438,9 +466,9 @@ class Owner:
                 spec.retry_exceptions,
                 spec.function_name,
             )
-            worker.conn.send(pickle.dumps(
-                (protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
-                 dep_values, spec.return_ids, spec.num_returns, ctx), 5))
+            self._send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
+                                spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
+                                ctx))
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
@@ -471,6 +499,8 @@ class Owner:
         from miniray.exceptions import TaskCancelledError
 
         with self._lock:
+            if self.actors.cancel(object_id[:24], force):
+                return
             task = self._tasks.get(object_id[:24])
             if task is None or task.state == T_DONE:
                 return
@@ -506,7 +536,7 @@ class Owner:
                     self._fail_task(task, error_cls(task.spec.task_id.hex()))
             else:
                 try:
-                    worker.ctl.send_bytes(pickle.dumps((protocol.CANCEL, task.spec.task_id), 5))
+                    self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
                 except OSError:
                     pass
 
@@ -539,7 +569,7 @@ class Owner:
         self._register(fd, self._on_worker_data)
         self._register(out_r, self._on_output)
         self._register(err_r, self._on_output)
-        worker.conn.send(pickle.dumps((protocol.HELLO, self.hello_info), 5))
+        self._send(worker, (protocol.HELLO, self.hello_info))
         return worker
 
     def _retire(self, worker: _WorkerSlot) -> None:
@@ -574,6 +604,10 @@ class Owner:
         was_dead = worker.dead
         if not was_dead:
             self._retire(worker)
+        if worker.actor is not None:
+            self.actors.on_worker_exit(worker, _exit_detail(status))
+            self._dispatch_all()
+            return
         if worker.lease is not None:
             self._release_lease(worker.lease, worker_reusable=False)
         if self._closed:
@@ -637,6 +671,8 @@ class Owner:
                 self._dispatch_all()
         if self.objects.ref_events:
             self.objects.apply_ref_events()
+        if self.actors.handle_events:
+            self.actors.apply_handle_events()
 
     def _idle_hint(self) -> float | None:
         """How soon the I/O thread should wake to return idle leases (None: no need)."""
@@ -701,7 +737,18 @@ class Owner:
     def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
         tag = message[0]
         if tag == protocol.RESULT:
-            self._on_result(worker, message[1], message[2], message[3])
+            if worker.actor is not None:
+                worker.out.drain()
+                worker.err.drain()
+                self.actors.on_result(worker, message[1], message[2])
+            else:
+                self._on_result(worker, message[1], message[2], message[3])
+        elif tag == protocol.ACTOR_SUBMIT:
+            self.actors.submit(message[1], message[2])
+        elif tag == protocol.ACTOR_READY:
+            self.actors.on_ready(worker, message[2], message[3])
+        elif tag == protocol.ACTOR_EXITING:
+            self.actors.on_exiting(worker)
         elif tag == protocol.SUBMIT:
             parent = worker.inflight[0] if worker.inflight else None
             spec = message[1]
@@ -794,7 +841,7 @@ class Owner:
 
     def _reply(self, worker: _WorkerSlot, req_id: int, payload) -> None:
         try:
-            worker.conn.send(pickle.dumps((protocol.REPLY, req_id, payload), 5))
+            self._send(worker, (protocol.REPLY, req_id, payload))
         except OSError:
             pass
 
@@ -830,8 +877,20 @@ class Owner:
 
     def _on_worker_call(self, worker, req_id, method, args) -> None:
         try:
-            if method == "cancel":
+            if method == "create_actor":
+                value = self.actors.create(args[0])
+            elif method == "kill_actor":
+                self.actors.kill(args[0], args[1])
+                value = None
+            elif method == "get_actor":
+                value = self.actors.lookup(args[0], args[1])
+            elif method == "list_named_actors":
+                value = self.actors.named(args[1], args[0])
+            elif method == "cancel":
                 object_id, force, recursive = args
+                if self.actors.cancel(object_id[:24], force):
+                    self._reply(worker, req_id, (True, None))
+                    return
                 task = self._tasks.get(object_id[:24])
                 if task is not None and task.state != T_DONE:
                     from miniray.exceptions import TaskCancelledError
@@ -867,6 +926,7 @@ class Owner:
                 "idle_workers": len(self._idle_workers),
                 "leases": sum(len(v) for v in self._leases.values()),
                 "store": self.store.statistics(),
+                **self.actors.statistics(),
             }
 
     def __repr__(self) -> str:
@@ -882,7 +942,9 @@ class Owner:
             for worker in workers:
                 if worker.dead:
                     continue
-                if (worker.inflight or worker.blocked) and worker.pid is not None:
+                busy = worker.inflight or worker.blocked or (
+                    worker.actor is not None and worker.actor.inflight)
+                if busy and worker.pid is not None:
                     self.fork_server.kill(worker.pid, signal.SIGKILL)
                 else:
                     self._retire(worker)

@@ -15,6 +15,14 @@ Driver ⇄ worker, on the worker's data socket (driver speaks first)::
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
     (EXIT,)                                       (CALL, req_id, method, args)
 
+Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
+
+    (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
+                 args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
+    (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_CREATE, spec)      nested creation
+                 dep_values, return_ids,          (ACTOR_SUBMIT, actor_id, call) nested call
+                 num_returns, call_name)
+
 ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
 A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 
@@ -33,6 +41,8 @@ FUNC = 1
 TASK = 2
 REPLY = 3
 EXIT = 4
+ACTOR_INIT = 5
+ACTOR_CALL = 6
 
 # worker -> driver
 RESULT = 10
@@ -41,6 +51,10 @@ PUT = 12
 GET = 13
 WAIT = 14
 CALL = 15
+ACTOR_READY = 16
+ACTOR_EXITING = 17
+ACTOR_CREATE = 18
+ACTOR_SUBMIT = 19
 
 # control socket
 CANCEL = 20

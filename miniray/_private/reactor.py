@@ -37,6 +37,7 @@ class Reactor:
         self._idle_hint = idle_hint
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
+        self._writers: dict[int, Callable[[int], None]] = {}
         self._timers: list = []
         self._seq = itertools.count()
         self._stopping = False
@@ -56,11 +57,22 @@ class Reactor:
     def unregister(self, fd: int) -> None:
         """Stop watching ``fd``. Call it before closing ``fd`` (and under the owner's lock), so
         the number cannot be reused in between."""
+        self._writers.pop(fd, None)
         if self._handlers.pop(fd, None) is not None:
             try:
                 self._epoll.unregister(fd)
             except (OSError, ValueError):
                 pass
+
+    def want_write(self, fd: int, handler: Callable[[int], None]) -> None:
+        """Call ``handler(fd)`` when ``fd`` (already registered for reading) is writable."""
+        if fd in self._handlers and fd not in self._writers:
+            self._writers[fd] = handler
+            self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+
+    def done_write(self, fd: int) -> None:
+        if self._writers.pop(fd, None) is not None and fd in self._handlers:
+            self._epoll.modify(fd, select.EPOLLIN)
 
     def wake(self) -> None:
         try:
@@ -99,13 +111,19 @@ class Reactor:
                 if self._stopping:
                     break
                 raise
-            for fd, _mask in events:
-                handler = handlers.get(fd)
-                if handler is not None:
-                    try:
-                        handler(fd)
-                    except Exception:
-                        logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
+            writers = self._writers
+            for fd, mask in events:
+                try:
+                    if mask & select.EPOLLOUT:
+                        writer = writers.get(fd)
+                        if writer is not None:
+                            writer(fd)
+                    if mask & ~select.EPOLLOUT:
+                        handler = handlers.get(fd)
+                        if handler is not None:
+                            handler(fd)
+                except Exception:
+                    logger.exception("miniray bug: error in the I/O thread handling fd %s", fd)
             try:
                 with self._lock:
                     if self._timers:

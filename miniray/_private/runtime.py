@@ -308,6 +308,38 @@ class Runtime:
     def knows(self, object_id) -> bool:
         return self.owner.knows(object_id)
 
+    # -- actors ------------------------------------------------------------------------
+    def create_actor(self, spec) -> bytes:
+        with self.owner._lock:
+            self.owner._check_usable()
+            return self.owner.actors.create(spec)
+
+    def submit_actor_call(self, actor_id: bytes, call) -> None:
+        with self.owner._lock:
+            self.owner._check_usable()
+            self.owner.actors.submit(actor_id, call)
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        with self.owner._lock:
+            self.owner.actors.kill(actor_id, no_restart)
+
+    def get_actor(self, name: str, namespace: str | None):
+        with self.owner._lock:
+            return self.owner.actors.lookup(name, namespace or self.namespace)
+
+    def list_named_actors(self, all_namespaces: bool) -> list:
+        with self.owner._lock:
+            return self.owner.actors.named(self.namespace, all_namespaces)
+
+    def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
+        actors = self.owner.actors
+        if delta > 0:
+            actors.handle_created(actor_id)
+        elif delta < 0:
+            actors.handle_dropped(actor_id)
+        else:
+            actors.handle_pickled(actor_id)
+
     def cluster_resources(self) -> dict:
         return self.ledger.totals()
 

@@ -41,6 +41,32 @@ def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
         ) from error
 
 
+_NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)
+
+
+def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type):
+    """``(blob, deps)``: the pickled call, and the top-level ObjectRef arguments taken out of
+    it as ``[(position or keyword, object_id)]`` (they are resolved before the call; refs
+    nested in containers stay refs)."""
+    if not args and not kwargs:
+        return _NO_ARGS_BLOB, None
+    deps = []
+    if any(type(a) is ref_type for a in args):
+        args = list(args)
+        for index, value in enumerate(args):
+            if type(value) is ref_type:
+                deps.append((index, value._id))
+                args[index] = None
+        args = tuple(args)
+    if any(type(v) is ref_type for v in kwargs.values()):
+        kwargs = dict(kwargs)
+        for key, value in kwargs.items():
+            if type(value) is ref_type:
+                deps.append((key, value._id))
+                kwargs[key] = None
+    return dumps_arguments(args, kwargs, function_name), deps or None
+
+
 def dumps_function(function: Any, name: str) -> bytes:
     try:
         return cloudpickle.dumps(function, protocol=PROTOCOL)

@@ -13,6 +13,7 @@ the main loop; the others wait on a condition until their reply arrives or the l
 from __future__ import annotations
 
 import collections
+import contextvars
 import itertools
 import os
 import pickle
@@ -114,6 +115,9 @@ class TaskContext:
         self.gpu_ids_are_ints = gpu_ids_are_ints
 
 
+_current_task: contextvars.ContextVar = contextvars.ContextVar("miniray_task", default=None)
+
+
 class WorkerRuntime:
     """The runtime the public API talks to inside a worker."""
 
@@ -124,7 +128,18 @@ class WorkerRuntime:
         self.info = info
         self.session_token = object()
         self.worker_id = os.urandom(28).hex()
-        self.task: TaskContext | None = None
+        self.actor = None  # an ActorContext once this worker hosts an actor
+        self.actor_resources: dict = {}
+        self.actor_gpu_ids: tuple = (None, True)
+
+    @property
+    def task(self) -> TaskContext | None:
+        """The running task or actor call of this thread (or asyncio task)."""
+        return _current_task.get()
+
+    @task.setter
+    def task(self, value: TaskContext | None) -> None:
+        _current_task.set(value)
         self._sent_functions: set[bytes] = set()
         self._lock = threading.Lock()
 
@@ -205,12 +220,46 @@ class WorkerRuntime:
 
     def get_gpu_ids(self) -> list:
         task = self.task
-        if task is None or not task.gpu_ids:
+        if task is not None:
+            ids, as_ints = task.gpu_ids, task.gpu_ids_are_ints
+        else:
+            ids, as_ints = self.actor_gpu_ids
+        if not ids:
             return []
-        if task.gpu_ids_are_ints:
-            return [int(i) for i in task.gpu_ids]
-        return list(task.gpu_ids)
+        if as_ints:
+            return [int(i) for i in ids]
+        return list(ids)
 
     def assigned_resources(self) -> dict:
         task = self.task
-        return dict(task.resources) if task is not None else {}
+        if task is not None:
+            return dict(task.resources)
+        return dict(self.actor_resources)
+
+    # -- actors --------------------------------------------------------------------
+    @property
+    def namespace(self) -> str:
+        return self.info.get("namespace", "")
+
+    def create_actor(self, spec) -> bytes:
+        return self.call("create_actor", spec)
+
+    def submit_actor_call(self, actor_id: bytes, call) -> None:
+        self.channel.send((protocol.ACTOR_SUBMIT, actor_id, call))
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self.call("kill_actor", actor_id, no_restart)
+
+    def get_actor(self, name: str, namespace: str | None):
+        return self.call("get_actor", name, namespace or self.namespace)
+
+    def list_named_actors(self, all_namespaces: bool):
+        return self.call("list_named_actors", all_namespaces, self.namespace)
+
+    def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
+        pass  # the owner keeps every actor a worker knows about alive
+
+    def is_canceled(self) -> bool:
+        task = self.task
+        host = getattr(self, "host", None)
+        return bool(task is not None and host is not None and host.is_cancelled(task.task_id))

@@ -54,6 +54,7 @@ class _Worker:
         self.base_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.noset_cvd = config.noset_cuda_visible_devices()
         self.cvd_on_zero = config.override_cvd_on_zero()
+        self.actor_host = None
 
     # -- control thread ---------------------------------------------------------
     def start_control_thread(self) -> None:
@@ -71,6 +72,9 @@ class _Worker:
             if message[0] != protocol.CANCEL:
                 continue
             task_id = message[1]
+            if self.actor_host is not None:  # actor calls are never interrupted, as in Ray
+                self.actor_host.cancel(task_id)
+                continue
             with self.exec_lock:
                 if self.current == task_id:
                     self.injected = True
@@ -87,10 +91,33 @@ class _Worker:
             tag = message[0]
             if tag == protocol.TASK:
                 self.run_task(message)
+            elif tag == protocol.ACTOR_CALL:
+                self.actor_host.handle_call(message)
             elif tag == protocol.FUNC:
                 self.functions[message[1]] = message[2]
+            elif tag == protocol.ACTOR_INIT:
+                from miniray._private.actor_host import ActorHost
+
+                self.actor_host = ActorHost(self, message)
             elif tag == protocol.EXIT:
                 return
+
+    def exit_process(self) -> None:
+        """Leave now: flush what was printed, then exit without running atexit hooks."""
+        _flush_std()
+        os._exit(0)
+
+    def _load_args(self, args_blob: bytes, dep_values) -> tuple:
+        args, kwargs = pickle.loads(args_blob)
+        if dep_values:
+            args = list(args)
+            for position, _kind, data in dep_values:
+                value = serialization.loads(data)
+                if isinstance(position, int):
+                    args[position] = value
+                else:
+                    kwargs[position] = value
+        return args, kwargs
 
     def _function(self, fn_id: bytes):
         function = self.functions[fn_id]
@@ -146,15 +173,7 @@ class _Worker:
         try:
             try:
                 function = self._function(fn_id)
-                args, kwargs = pickle.loads(args_blob)
-                if dep_values:
-                    args = list(args)
-                    for position, kind, data in dep_values:
-                        value = serialization.loads(data)
-                        if isinstance(position, int):
-                            args[position] = value
-                        else:
-                            kwargs[position] = value
+                args, kwargs = self._load_args(args_blob, dep_values)
                 with self.exec_lock:
                     self.current = task_id
                 try:

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from miniray.util import accelerators
 
-__all__ = ["accelerators", "get_node_ip_address", "inspect_serializability"]
+__all__ = ["accelerators", "get_node_ip_address", "inspect_serializability",
+           "list_named_actors"]
+
+
+def list_named_actors(all_namespaces: bool = False) -> list:
+    """Names of the live named actors in the current namespace; with ``all_namespaces``, a
+    list of ``{"name", "namespace"}`` dicts."""
+    from miniray._private import runtime
+
+    return runtime.auto_init().list_named_actors(all_namespaces)
 
 
 def get_node_ip_address(address: str | None = None) -> str:

@@ -1,0 +1,557 @@
+"""The owner's actors: placement, ordered calls, death, restarts, names and handle counts.
+
+Owns: every actor of the session: its lease in the ledger (what it holds for its lifetime), its
+dedicated worker, the calls queued for it (sent in submission order), its restarts, why it died,
+the named-actor registry and the count of live handles (an actor whose handles are all gone
+exits after its queued calls). Does not own: worker processes and sockets (the owner spawns and
+watches them), objects (the object table), or what runs inside the actor (``actor_host.py``).
+Called by: ``owner.Owner`` with its lock held, for driver submissions and worker messages.
+
+::
+
+    create(spec) ──► deps ready ──► ledger.acquire(placement) ──► shrink to held ──► spawn
+                        │                     └─ none: pending (retried on releases)
+                        ▼
+    call(spec) ──► queue (in order; a call waiting on an argument holds back later ones)
+                        └──► ACTOR_CALL to the actor's worker ──► RESULT ──► objects ready
+    worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
+
+Resources (a documented difference from Ray 2.60): an actor with no resource options needs 1
+CPU to be placed and holds none while alive, as in Ray; an actor that names resources holds
+exactly what it names, so ``num_gpus=0.5`` holds half a GPU and no CPU. Ray also holds an
+implicit CPU there, which makes the documents' fractional-packing example (three 0.5-GPU
+actors) hang on a 2-CPU host.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import sys
+
+from miniray._private import protocol, serialization
+from miniray._private.object_table import PENDING
+from miniray._private.resources import format_infeasible, infeasible_reasons
+
+logger = logging.getLogger(__name__)
+
+A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"
+
+
+class ActorCreationSpec:
+    """Everything needed to create (and re-create) one actor."""
+
+    __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
+                 "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
+                 "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+    def __reduce__(self):
+        return (_rebuild_creation, ({n: getattr(self, n) for n in self.__slots__},))
+
+
+def _rebuild_creation(fields):
+    return ActorCreationSpec(**fields)
+
+
+class ActorCallSpec:
+    __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
+                 "call_name", "max_task_retries")
+
+    def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
+                 max_task_retries):
+        self.task_id = task_id
+        self.method = method
+        self.args_blob = args_blob
+        self.deps = deps
+        self.return_ids = return_ids
+        self.num_returns = num_returns
+        self.call_name = call_name
+        self.max_task_retries = max_task_retries
+
+    def __reduce__(self):
+        return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__))
+
+
+class _Call:
+    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent")
+
+    def __init__(self, spec: ActorCallSpec, actor: _Actor):
+        self.spec = spec
+        self.actor = actor
+        self.waiting = 0
+        self.failed: bytes | None = None  # an argument's error: the call fails with it
+        self.retries_left = spec.max_task_retries
+        self.sent = False
+
+
+class _Actor:
+    __slots__ = ("spec", "state", "worker", "lease", "queue", "inflight", "restarts_left",
+                 "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
+                 "pid", "init_failed")
+
+    def __init__(self, spec: ActorCreationSpec):
+        self.spec = spec
+        self.state = A_PENDING
+        self.worker = None
+        self.lease = None
+        self.queue: collections.deque = collections.deque()
+        self.inflight: dict[bytes, _Call] = {}
+        self.restarts_left = spec.max_restarts or 0
+        self.death: bytes | None = None
+        self.killed = False
+        self.no_restart = True
+        self.exiting = False
+        self.handles = 0
+        self.escaped = False
+        self.waiting = 0
+        self.pid: int | None = None
+        self.init_failed = False
+
+    def __repr__(self) -> str:
+        return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
+
+
+class _CreationDep:
+    __slots__ = ("manager", "actor")
+
+    def __init__(self, manager, actor):
+        self.manager = manager
+        self.actor = actor
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._creation_dep_ready(self.actor, is_error, object_id)
+
+
+class _CallDep:
+    __slots__ = ("manager", "call")
+
+    def __init__(self, manager, call):
+        self.manager = manager
+        self.call = call
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._call_dep_ready(self.call, is_error, object_id)
+
+
+class ActorManager:
+    def __init__(self, owner):
+        self.owner = owner
+        self.actors: dict[bytes, _Actor] = {}
+        self.names: dict[tuple[str, str], bytes] = {}
+        self.calls: dict[bytes, _Call] = {}
+        self.pending: list[_Actor] = []
+        self.handle_events: collections.deque = collections.deque()
+        self._reported: set = set()
+
+    # -- creation ------------------------------------------------------------------------
+    def create(self, spec: ActorCreationSpec) -> bytes:
+        """Register and start placing an actor; returns the id of the actor to use (an
+        existing one with ``get_if_exists``)."""
+        from miniray.exceptions import ActorAlreadyExistsError
+
+        owner = self.owner
+        if spec.fn_bytes is not None:
+            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            spec.fn_bytes = None
+        if spec.name:
+            key = (spec.namespace, spec.name)
+            existing = self.names.get(key)
+            if existing is not None and self.actors[existing].state != A_DEAD:
+                if spec.get_if_exists:
+                    return existing
+                raise ActorAlreadyExistsError(
+                    f"The name {spec.name} (namespace={spec.namespace}) is already taken. "
+                    "Please use a different name or get the existing actor using "
+                    f"ray.get_actor('{spec.name}', namespace='{spec.namespace}')")
+            self.names[key] = spec.actor_id
+        actor = _Actor(spec)
+        self.actors[spec.actor_id] = actor
+        objects = owner.objects
+        for _position, object_id in spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is None:
+                self._die(actor, serialization.dumps(objects.lost(object_id)), init=True)
+                return spec.actor_id
+            entry.pins += 1
+            if entry.state == PENDING:
+                actor.waiting += 1
+                entry.add_waiter(_CreationDep(self, actor))
+            elif entry.kind == protocol.ERR:
+                self._init_error_from_dep(actor, object_id)
+                return spec.actor_id
+        if actor.waiting == 0:
+            self._place(actor)
+        return spec.actor_id
+
+    def _creation_dep_ready(self, actor: _Actor, is_error: bool, object_id: bytes) -> None:
+        if actor.state == A_DEAD:
+            return
+        if is_error:
+            self._init_error_from_dep(actor, object_id)
+            return
+        actor.waiting -= 1
+        if actor.waiting == 0:
+            self._place(actor)
+
+    def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
+        from miniray.exceptions import ActorDiedError, RayTaskError
+
+        error = serialization.loads(self.owner.store.get_serialized(object_id))
+        if not isinstance(error, RayTaskError):
+            error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
+        actor.init_failed = True
+        self._die(actor, serialization.dumps(ActorDiedError(error)))
+
+    def _place(self, actor: _Actor) -> bool:
+        owner = self.owner
+        spec = actor.spec
+        lease = owner.ledger.acquire(spec.placement, holder_pid=owner.pid,
+                                     tag=f"actor {spec.class_name}")
+        if lease is None and owner._release_idle_leases(force=True):
+            lease = owner.ledger.acquire(spec.placement, holder_pid=owner.pid,
+                                         tag=f"actor {spec.class_name}")
+        if lease is None:
+            reasons = infeasible_reasons(owner.node_state, spec.placement)
+            key = tuple(sorted(spec.placement.items()))
+            if reasons and key not in self._reported:
+                self._reported.add(key)
+                print(f"{format_infeasible(spec.placement, reasons)} "
+                      f"(actor {spec.class_name})", file=sys.stderr, flush=True)
+            if actor not in self.pending:
+                self.pending.append(actor)
+            return False
+        shrink = {name: spec.held.get(name, 0) - amount
+                  for name, amount in spec.placement.items()
+                  if name not in ("GPU",) and spec.held.get(name, 0) != amount}
+        if shrink:
+            owner.ledger.adjust(lease.lease_id, shrink)
+        actor.lease = lease
+        gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
+        worker = owner._spawn_worker()
+        worker.actor = actor
+        owner._actor_workers += 1
+        actor.worker = worker
+        actor.pid = None
+        actor.state = A_ALIVE
+        dep_values = None
+        if spec.deps:
+            dep_values = [(position, protocol.OK, owner.store.get_serialized(object_id))
+                          for position, object_id in spec.deps]
+        ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
+               spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
+               spec.handle_state)
+        try:
+            worker.funcs.add(spec.fn_id)
+            owner._send(worker, (protocol.FUNC, spec.fn_id, owner._functions[spec.fn_id]))
+            owner._send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
+                                 spec.class_name, spec.args_blob, dep_values, ctx))
+        except OSError:
+            pass
+        self._pump(actor)
+        return True
+
+    def place_pending(self) -> None:
+        for actor in list(self.pending):
+            if actor.state == A_DEAD:
+                self.pending.remove(actor)
+                continue
+            if self._place(actor):
+                self.pending.remove(actor)
+            else:
+                break  # first come, first placed
+
+    # -- calls ---------------------------------------------------------------------------
+    def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
+        from miniray.exceptions import ActorDiedError
+
+        owner = self.owner
+        objects = owner.objects
+        for object_id in spec.return_ids:
+            objects.ensure(object_id)
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            self._fail_refs(spec, serialization.dumps(ActorDiedError(
+                actor_id=actor_id.hex(),
+                error_msg=f"The actor {actor_id.hex()} is unknown to this session: its handle "
+                          "comes from a session that was shut down, or it never existed.")))
+            return
+        if actor.state == A_DEAD:
+            self._fail_refs(spec, actor.death)
+            return
+        call = _Call(spec, actor)
+        self.calls[spec.task_id] = call
+        for _position, object_id in spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is None:
+                call.failed = serialization.dumps(objects.lost(object_id))
+                break
+            entry.pins += 1
+            if entry.state == PENDING:
+                call.waiting += 1
+                entry.add_waiter(_CallDep(self, call))
+            elif entry.kind == protocol.ERR:
+                call.failed = owner.store.get_serialized(object_id)
+        actor.queue.append(call)
+        self._pump(actor)
+
+    def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
+        if is_error and call.failed is None:
+            call.failed = self.owner.store.get_serialized(object_id)
+        call.waiting -= 1
+        self._pump(call.actor)
+
+    def _pump(self, actor: _Actor) -> None:
+        """Send queued calls, in order, while the head of the queue is ready to go."""
+        if actor.state != A_ALIVE or actor.worker is None:
+            return
+        owner = self.owner
+        queue = actor.queue
+        while queue and queue[0].waiting <= 0:
+            call = queue.popleft()
+            spec = call.spec
+            if call.failed is not None:
+                self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
+                continue
+            dep_values = None
+            if spec.deps:
+                dep_values = [(position, protocol.OK, owner.store.get_serialized(object_id))
+                              for position, object_id in spec.deps]
+            actor.inflight[spec.task_id] = call
+            call.sent = True
+            try:
+                owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                                           spec.args_blob, dep_values, spec.return_ids,
+                                           spec.num_returns, spec.call_name))
+            except OSError:
+                pass  # the worker is dying; its exit report decides what happens
+
+    def _finish(self, call: _Call, results: list) -> None:
+        spec = call.spec
+        self.calls.pop(spec.task_id, None)
+        objects = self.owner.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+        for _position, object_id in spec.deps or ():
+            objects.unpin(object_id)
+
+    def _fail_refs(self, spec: ActorCallSpec, data: bytes) -> None:
+        objects = self.owner.objects
+        for object_id in spec.return_ids:
+            objects.set_ready(object_id, protocol.ERR, data)
+
+    # -- messages from the actor's worker ------------------------------------------------
+    def on_ready(self, worker, ok: bool, error: bytes | None) -> None:
+        actor = worker.actor
+        if ok or actor is None:
+            return
+        from miniray.exceptions import ActorDiedError
+
+        actor.init_failed = True
+        cause = serialization.loads(error)
+        self._die(actor, serialization.dumps(ActorDiedError(cause)))
+
+    def on_result(self, worker, task_id: bytes, results: list) -> None:
+        actor = worker.actor
+        call = actor.inflight.pop(task_id, None) if actor is not None else None
+        if call is None:
+            return
+        self._finish(call, results)
+
+    def on_exiting(self, worker) -> None:
+        if worker.actor is not None:
+            worker.actor.exiting = True
+
+    def on_worker_exit(self, worker, detail: str) -> None:
+        """The actor's process is gone: restart it, or mark it dead and fail its calls."""
+        from miniray.exceptions import ActorDiedError
+
+        owner = self.owner
+        actor = worker.actor
+        owner._actor_workers -= 1
+        if actor is None or actor.worker is not worker:
+            return
+        actor.worker = None
+        if actor.lease is not None:
+            owner.ledger.release(actor.lease.lease_id)
+            owner._releases += 1
+            actor.lease = None
+        if actor.state == A_DEAD:
+            self._fail_all(actor)
+            return
+        if actor.killed:
+            reason = "The actor is dead because it was killed by `ray.kill`."
+        elif actor.exiting:
+            reason = ("The actor is dead because its worker process exited intentionally "
+                      "(exit_actor() or __ray_terminate__).")
+        else:
+            reason = (f"The actor is dead because its worker process died unexpectedly: "
+                      f"{detail}.")
+        restart = (actor.restarts_left != 0 and not actor.exiting
+                   and not (actor.killed and actor.no_restart) and not owner._closed)
+        death = ActorDiedError.from_context(
+            actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
+            name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
+            reason=reason)
+        death_bytes = serialization.dumps(death)
+        if restart:
+            if actor.restarts_left > 0:
+                actor.restarts_left -= 1
+            actor.killed = False
+            retry = []
+            for call in actor.inflight.values():
+                if call.retries_left != 0:
+                    if call.retries_left > 0:
+                        call.retries_left -= 1
+                    retry.append(call)
+                else:
+                    self._finish(call, [(protocol.ERR, death_bytes)]
+                                 * max(1, call.spec.num_returns))
+            actor.inflight.clear()
+            for call in reversed(retry):
+                actor.queue.appendleft(call)
+            actor.state = A_RESTARTING
+            logger.info("restarting actor %s (%s restarts left)", actor.spec.class_name,
+                        actor.restarts_left)
+            self._place(actor)
+            return
+        self._die(actor, death_bytes)
+
+    def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
+        actor.state = A_DEAD
+        actor.death = death
+        if actor in self.pending:
+            self.pending.remove(actor)
+        spec = actor.spec
+        if spec.name and self.names.get((spec.namespace, spec.name)) == spec.actor_id:
+            del self.names[(spec.namespace, spec.name)]
+        self._fail_all(actor)
+        if actor.worker is None and actor.lease is not None:
+            self.owner.ledger.release(actor.lease.lease_id)
+            actor.lease = None
+
+    def _fail_all(self, actor: _Actor) -> None:
+        calls = list(actor.inflight.values()) + list(actor.queue)
+        actor.inflight.clear()
+        actor.queue.clear()
+        for call in calls:
+            self._finish(call, [(protocol.ERR, actor.death)] * max(1, call.spec.num_returns))
+
+    # -- kill, cancel, lookup ------------------------------------------------------------
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        """SIGKILL the actor's process. Unless it will restart, it is dead from this moment:
+        later calls fail at once, even before the process is gone (its lease is returned when
+        the fork server reports the exit)."""
+        from miniray.exceptions import ActorDiedError
+
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == A_DEAD:
+            return
+        actor.killed = True
+        actor.no_restart = no_restart
+        worker = actor.worker
+        if worker is not None:
+            if worker.pid is not None:
+                self.owner.fork_server.kill(worker.pid, signal.SIGKILL)
+            else:
+                worker.kill_on_spawn = True
+        if no_restart or actor.restarts_left == 0 or worker is None:
+            self._die(actor, serialization.dumps(ActorDiedError.from_context(
+                actor.spec.class_name, actor_id.hex(), pid=worker.pid if worker else None,
+                name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
+                reason="The actor is dead because it was killed by `ray.kill`.")))
+
+    def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancel an actor call; False if ``task_id`` is not an actor call."""
+        call = self.calls.get(task_id)
+        if call is None:
+            return False
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        from miniray.exceptions import TaskCancelledError
+
+        actor = call.actor
+        if not call.sent:
+            if call in actor.queue:
+                actor.queue.remove(call)
+            self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
+                task_id.hex())))] * max(1, call.spec.num_returns))
+            return True
+        worker = actor.worker
+        if worker is not None:
+            try:
+                self.owner._send_control(worker, (protocol.CANCEL, task_id))
+            except OSError:
+                pass
+        return True
+
+    def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
+        actor_id = self.names.get((namespace, name))
+        actor = self.actors.get(actor_id) if actor_id is not None else None
+        if actor is None or actor.state == A_DEAD:
+            raise ValueError(
+                f"Failed to look up actor with name '{name}'. This could because 1. You are "
+                "trying to look up a named actor you didn't create. 2. The named actor died. "
+                "3. You did not use a namespace matching the namespace of the actor.")
+        return actor_id, actor.spec.handle_state
+
+    def named(self, namespace: str, all_namespaces: bool) -> list:
+        out = []
+        for (ns, name), actor_id in sorted(self.names.items()):
+            if self.actors[actor_id].state == A_DEAD:
+                continue
+            if all_namespaces:
+                out.append({"name": name, "namespace": ns})
+            elif ns == namespace:
+                out.append(name)
+        return out
+
+    # -- handles -------------------------------------------------------------------------
+    def handle_created(self, actor_id: bytes) -> None:
+        self.handle_events.append((actor_id, 1))
+
+    def handle_dropped(self, actor_id: bytes) -> None:
+        self.handle_events.append((actor_id, -1))
+
+    def handle_pickled(self, actor_id: bytes) -> None:
+        self.handle_events.append((actor_id, 0))
+
+    def apply_handle_events(self) -> None:
+        """When the last handle of a non-detached actor is gone, it exits after its calls."""
+        events = self.handle_events
+        while events:
+            try:
+                actor_id, delta = events.popleft()
+            except IndexError:
+                break
+            actor = self.actors.get(actor_id)
+            if actor is None:
+                continue
+            if delta == 0:
+                actor.escaped = True
+                continue
+            actor.handles += delta
+            if (delta < 0 and actor.handles <= 0 and not actor.escaped
+                    and not actor.spec.detached and actor.state != A_DEAD):
+                self._terminate_when_idle(actor)
+
+    def _terminate_when_idle(self, actor: _Actor) -> None:
+        from miniray._private import ids
+
+        task_id = ids.new_task_id()
+        spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
+                             [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
+        self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it
+        self.submit(actor.spec.actor_id, spec)
+
+    def statistics(self) -> dict:
+        states = collections.Counter(actor.state for actor in self.actors.values())
+        return {"actors": dict(states), "named": len(self.names),
+                "pending_placement": len(self.pending)}
+
+
+_NO_ARGS = serialization.dumps(((), {}))

@@ -1,0 +1,317 @@
+"""Fixtures for the integration tests: real processes, and a leak check after every test.
+
+Every test runs with its own session root (``MINIRAY_TMPDIR`` under ``tmp_path``). Tests that
+start miniray use ``ray`` (``init(num_cpus=2)``) or the ``ray_start(**init_kwargs)`` factory;
+on teardown the fixture shuts miniray down and then checks, polling for at most
+``LEAK_WAIT_S`` seconds, that nothing the session created is left (house style, habit 12):
+
+* none of the fork server and worker pids recorded just before ``shutdown()`` is alive,
+* the test process has no descendant processes,
+* no ``miniray-*`` thread is alive in the test process,
+* no ``session_*`` directory is left under the session root (and the root is gone or empty),
+* nothing in ``/dev/shm`` carries the session's name,
+* ``miniray.is_initialized()`` is False.
+
+On a leak the recorded pids (and the leftover descendants) are SIGKILLed, by pid, and the test
+fails naming them. An autouse guard also fails a test that leaves miniray initialized or leaves
+child processes behind without using the fixture.
+
+Subprocess drivers: the ``drivers`` fixture runs scripts with ``sys.executable``, the test's
+environment (so the same ``MINIRAY_TMPDIR``) and the directory that holds the imported
+``miniray`` package on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import miniray
+from miniray._private import procinfo, runtime
+
+LEAK_WAIT_S = 5.0
+# The directory that holds the miniray package under test (the source tree or site-packages).
+MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+
+
+# ----------------------------------------------------------------------------- leak checks
+def _live(pids) -> list[int]:
+    return [pid for pid in pids if procinfo.is_alive(pid)]
+
+
+def _miniray_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("miniray") and t.is_alive()]
+
+
+def _shm_entries(name: str) -> list[str]:
+    try:
+        return [entry for entry in os.listdir("/dev/shm") if name in entry]
+    except OSError:
+        return []
+
+
+def _session_dirs(root: str) -> list[str]:
+    try:
+        return sorted(e for e in os.listdir(root) if e.startswith("session_"))
+    except FileNotFoundError:
+        return []
+
+
+def _root_leftovers(root: str) -> list[str]:
+    try:
+        return sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+
+
+def snapshot_runtime() -> dict | None:
+    """What the current driver runtime owns (pids, session), or None if none is running."""
+    rt = runtime.current()
+    if rt is None or getattr(rt, "mode", None) != "driver":
+        return None
+    return {
+        "pids": list(rt.pids()),
+        "session_dir": rt.session_dir,
+        "session_name": os.path.basename(rt.session_dir),
+    }
+
+
+def wait_until(predicate, timeout: float = LEAK_WAIT_S, interval: float = 0.02):
+    """Poll ``predicate`` until it returns something truthy or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def find_leaks(recorded_pids, session_names, root: str) -> list[str]:
+    """The leaks left after a shutdown, waiting up to LEAK_WAIT_S for them to go away."""
+
+    def leaks() -> list[str]:
+        found = []
+        if miniray.is_initialized():
+            found.append("miniray.is_initialized() is still True")
+        alive = _live(recorded_pids)
+        if alive:
+            found.append(f"recorded pids still alive: {alive}")
+        desc = procinfo.descendants(os.getpid())
+        if desc:
+            found.append(f"descendant processes of the test: {desc}")
+        threads = _miniray_threads()
+        if threads:
+            found.append(f"miniray threads still running: {threads}")
+        dirs = _session_dirs(root)
+        if dirs:
+            found.append(f"session directories left under {root}: {dirs}")
+        elif _root_leftovers(root):
+            found.append(f"session root {root} not empty: {_root_leftovers(root)}")
+        for name in session_names:
+            shm = _shm_entries(name)
+            if shm:
+                found.append(f"/dev/shm entries of {name}: {shm}")
+        return found
+
+    deadline = time.monotonic() + LEAK_WAIT_S
+    while True:
+        found = leaks()
+        if not found or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.02)
+
+
+def kill_pids(pids) -> list[int]:
+    killed = []
+    for pid in pids:
+        if procinfo.is_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    return killed
+
+
+def shutdown_and_check(root: str, extra_sessions=()) -> None:
+    """shutdown() the current session, then fail the test if anything is left behind."""
+    snap = snapshot_runtime()
+    pids = list(snap["pids"]) if snap else []
+    names = [snap["session_name"]] if snap else []
+    names += [os.path.basename(s) for s in extra_sessions if s]
+    miniray.shutdown()
+    found = find_leaks(pids, names, root)
+    if found:
+        leftover = procinfo.descendants(os.getpid())
+        killed = kill_pids(pids + [p for p in leftover if p not in pids])
+        pytest.fail(
+            "miniray leaked after shutdown(): " + "; ".join(found) + f" (SIGKILLed {killed})"
+        )
+
+
+# ----------------------------------------------------------------------------- fixtures
+@pytest.fixture
+def session_root(tmp_path, monkeypatch) -> str:
+    root = str(tmp_path / "mr")
+    monkeypatch.setenv("MINIRAY_TMPDIR", root)
+    # The host-wide GPU ledger too: logical GPUs of a test must not meet another session's.
+    monkeypatch.setenv("MINIRAY_HOST_DIR", str(tmp_path / "host"))
+    # Settings a developer may have exported must not change what the tests see.
+    for name in (
+        "RAY_ADDRESS",
+        "RAY_ENABLE_AUTO_CONNECT",
+        "RAY_LOG_TO_DRIVER",
+        "RAY_DISABLE_WORKER_LOG_PREFIX",
+        "RAY_TASK_MAX_RETRIES",
+        "CUDA_VISIBLE_DEVICES",
+        "MINIRAY_PIPELINE_DEPTH",
+        "MINIRAY_MAX_WORKERS",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _leak_guard(session_root, request):
+    """Fails a test that leaves miniray initialized or leaves child processes behind."""
+    if miniray.is_initialized():  # a previous test leaked; do not blame this one silently
+        miniray.shutdown()
+        pytest.fail("miniray was still initialized when this test started")
+    yield
+    problems = []
+    snap = snapshot_runtime()
+    if miniray.is_initialized() or snap is not None:
+        problems.append("the test left miniray initialized")
+        pids = snap["pids"] if snap else []
+        miniray.shutdown()
+        if not wait_until(lambda: not _live(pids)):
+            problems.append(f"and its processes outlived shutdown: {kill_pids(pids)}")
+    wait_until(lambda: not procinfo.descendants(os.getpid()))
+    leftover = procinfo.descendants(os.getpid())
+    if leftover:
+        problems.append(f"descendant processes left: {leftover} (SIGKILLed {kill_pids(leftover)})")
+    if problems:
+        pytest.fail("; ".join(problems))
+
+
+@pytest.fixture
+def ray_start(session_root):
+    """A factory: ``ray_start(**init_kwargs)`` runs ``miniray.init`` and returns its context.
+
+    Teardown shuts down and checks for leaks (see the module docstring). A test may shut down
+    and start again itself; every session directory it started is checked at the end.
+    """
+    contexts = []
+
+    def start(*args, **kwargs):
+        ctx = miniray.init(*args, **kwargs)
+        contexts.append(ctx)
+        return ctx
+
+    yield start
+    shutdown_and_check(session_root, extra_sessions=[c.get("session_dir") for c in contexts])
+
+
+@pytest.fixture
+def ray(ray_start):
+    """miniray, initialized with ``num_cpus=2``."""
+    ray_start(num_cpus=2)
+    return miniray
+
+
+# ----------------------------------------------------------------------------- drivers
+class Drivers:
+    """Runs Python scripts as separate driver processes (``sys.executable``), in ``tmp_path``.
+
+    The child inherits the test's environment (so the same ``MINIRAY_TMPDIR``) with the
+    directory holding the miniray under test prepended to ``PYTHONPATH``. Scripts need no
+    ``if __name__ == "__main__"`` guard.
+    """
+
+    def __init__(self, tmp_path):
+        self.tmp_path = str(tmp_path)
+        self.started: list[subprocess.Popen] = []
+
+    def env(self, **extra) -> dict:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [MINIRAY_PARENT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT on a hang dumps every thread's stack
+        env.update({k: str(v) for k, v in extra.items()})
+        return env
+
+    def script(self, source: str) -> str:
+        path = os.path.join(self.tmp_path, f"driver_{time.monotonic_ns()}.py")
+        with open(path, "w") as f:
+            f.write(textwrap.dedent(source))
+        return path
+
+    def run(self, source: str, timeout: float = 60, args=(), **env) -> subprocess.CompletedProcess:
+        """Run ``source`` to completion; stdout and stderr are captured as text."""
+        proc = self.start(source, args=args, **env)
+        out, err = self.communicate(proc, timeout)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def start(self, source: str, args=(), **env) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, self.script(source), *args],
+            cwd=self.tmp_path,
+            env=self.env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.started.append(proc)
+        return proc
+
+    @staticmethod
+    def read_line(proc: subprocess.Popen, timeout: float = 30) -> str:
+        """The next line of ``proc``'s stdout; fails the test if none comes within timeout."""
+        ready, _, _ = select.select([proc.stdout], [], [], timeout)
+        if not ready:
+            pytest.fail(f"driver printed nothing within {timeout} s")
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(timeout=10)
+            pytest.fail(f"driver exited ({proc.returncode}) before printing: {proc.stderr.read()}")
+        return line
+
+    @staticmethod
+    def communicate(proc: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
+        """Wait for ``proc``; if it hangs, fail with every thread's stack (faulthandler)."""
+        try:
+            return proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            try:
+                _out, err = proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _out, err = proc.communicate()
+            pytest.fail(f"driver did not exit within {timeout} s; its stacks:\n{err[-6000:]}")
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=10)
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def drivers(tmp_path):
+    d = Drivers(tmp_path)
+    yield d
+    d.close()

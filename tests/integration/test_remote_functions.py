@@ -1,0 +1,387 @@
+"""Remote functions: decorator forms, options, arguments, num_returns, nesting, generators.
+
+Ray 2.60 behaviour: ray-api-surface.md §2.1, §2.5, §2.6.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import miniray
+from miniray import exceptions
+
+GET_TIMEOUT = 30
+
+# A module global read by a module-level remote function: cloudpickle pickles the function by
+# reference, so the worker imports this module (the driver's sys.path travels to workers).
+MODULE_FACTOR = 7
+
+
+@miniray.remote
+def times_module_factor(x):
+    return x * MODULE_FACTOR
+
+
+def plain_add(a, b):
+    return a + b
+
+
+# ----------------------------------------------------------------------------- decorator forms
+def _bare():
+    @miniray.remote
+    def f(a, b):
+        return a + b
+
+    return f
+
+
+def _with_options():
+    @miniray.remote(num_cpus=0.5)
+    def f(a, b):
+        return a + b
+
+    return f
+
+
+def _call_form():
+    return miniray.remote(plain_add)
+
+
+def _call_form_with_options():
+    return miniray.remote(num_cpus=0.5, max_retries=0)(plain_add)
+
+
+def _options_method():
+    @miniray.remote
+    def f(a, b):
+        return a + b
+
+    return f.options(num_cpus=0.5, name="renamed")
+
+
+def _lambda():
+    return miniray.remote(lambda a, b: a + b)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_bare, _with_options, _call_form, _call_form_with_options, _options_method, _lambda],
+    ids=["bare", "decorator-options", "call-form", "call-form-options", ".options", "lambda"],
+)
+def test_decorator_forms_run(ray, make):
+    f = make()
+    assert ray.get(f.remote(2, 3), timeout=GET_TIMEOUT) == 5
+    assert ray.get(f.remote(a=2, b=5), timeout=GET_TIMEOUT) == 7
+    assert ray.get(f.remote(1, b=1), timeout=GET_TIMEOUT) == 2
+
+
+def test_remote_function_type(ray):
+    from miniray.remote_function import RemoteFunction
+
+    @ray.remote
+    def f():
+        return 1
+
+    assert isinstance(f, RemoteFunction)
+    assert isinstance(ray.remote(plain_add), RemoteFunction)
+
+
+def test_calling_directly_raises_type_error(ray):
+    @ray.remote
+    def f():
+        return 1
+
+    with pytest.raises(TypeError) as info:
+        f()
+    message = str(info.value)
+    assert message.startswith("Remote functions cannot be called directly. Instead of running")
+    assert "f()', try '" in message and "f.remote()'." in message
+
+
+def test_options_merge_over_decorator_and_are_reused(ray):
+    @ray.remote(num_returns=2)
+    def pair():
+        return 1, 2
+
+    one = pair.options(num_returns=1)
+    assert ray.get(one.remote(), timeout=GET_TIMEOUT) == (1, 2)
+    refs = pair.remote()
+    assert ray.get(refs, timeout=GET_TIMEOUT) == [1, 2]
+    # The options wrapper can be called many times.
+    assert ray.get([one.remote() for _ in range(3)], timeout=GET_TIMEOUT) == [(1, 2)] * 3
+
+
+# ----------------------------------------------------------------------------- num_returns
+def test_num_returns_two_gives_a_list_of_refs(ray):
+    @ray.remote(num_returns=2)
+    def two():
+        return "a", "b"
+
+    refs = two.remote()
+    assert isinstance(refs, list) and len(refs) == 2
+    assert all(isinstance(r, ray.ObjectRef) for r in refs)
+    assert ray.get(refs[1], timeout=GET_TIMEOUT) == "b"
+    assert ray.get(refs[0], timeout=GET_TIMEOUT) == "a"
+
+
+def test_num_returns_zero_gives_none_and_runs(ray, tmp_path):
+    marker = tmp_path / "ran"
+
+    @ray.remote(num_returns=0)
+    def side_effect(path):
+        with open(path, "w") as f:
+            f.write("yes")
+
+    assert side_effect.remote(str(marker)) is None
+    deadline = time.monotonic() + GET_TIMEOUT
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert marker.read_text() == "yes"
+
+
+@pytest.mark.parametrize(
+    "value, cause, text",
+    [
+        ((1, 2, 3), ValueError, "Task returned 3 objects, but num_returns=2."),
+        (5, TypeError, "object of type 'int' has no len()"),
+    ],
+    ids=["wrong-count", "not-a-sequence"],
+)
+def test_num_returns_mismatch_fails_every_ref(ray, value, cause, text):
+    @ray.remote(num_returns=2)
+    def bad():
+        return value
+
+    refs = bad.remote()
+    for ref in refs:
+        with pytest.raises(cause) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert isinstance(info.value, exceptions.RayTaskError)
+        assert type(info.value).__name__ == f"RayTaskError({cause.__name__})"
+        assert text in str(info.value)
+
+
+# ----------------------------------------------------------------------------- arguments
+def test_closure_and_module_global(ray):
+    offset = 10
+    table = {"k": [1, 2, 3]}
+
+    @ray.remote
+    def closure(x):
+        return x + offset + sum(table["k"])
+
+    assert ray.get(closure.remote(1), timeout=GET_TIMEOUT) == 17
+    assert ray.get(times_module_factor.remote(3), timeout=GET_TIMEOUT) == 21
+
+
+def test_local_class_instances_travel_by_value(ray):
+    class Point:
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+
+        def norm1(self):
+            return abs(self.x) + abs(self.y)
+
+    @ray.remote
+    def move(p):
+        return Point(p.x + 1, p.y - 1)
+
+    moved = ray.get(move.remote(Point(1, 2)), timeout=GET_TIMEOUT)
+    assert (moved.x, moved.y, moved.norm1()) == (2, 1, 3)
+
+
+def test_kwargs_and_defaults(ray):
+    @ray.remote
+    def f(a, b=2, *rest, c=3, **extra):
+        return a, b, rest, c, extra
+
+    assert ray.get(f.remote(1), timeout=GET_TIMEOUT) == (1, 2, (), 3, {})
+    assert ray.get(f.remote(1, 5, 6, 7, c=8, d=9), timeout=GET_TIMEOUT) == (
+        1,
+        5,
+        (6, 7),
+        8,
+        {"d": 9},
+    )
+
+
+def test_top_level_refs_are_resolved(ray):
+    @ray.remote
+    def describe(x, y=None):
+        return type(x).__name__, x, type(y).__name__, y
+
+    @ray.remote
+    def produce():
+        return [1, 2]
+
+    put_ref = ray.put(10)
+    task_ref = produce.remote()
+    assert ray.get(describe.remote(put_ref, y=task_ref), timeout=GET_TIMEOUT) == (
+        "int",
+        10,
+        "list",
+        [1, 2],
+    )
+
+
+def test_nested_refs_are_passed_as_refs(ray):
+    @ray.remote
+    def inner(refs, mapping):
+        import miniray as inner_ray
+
+        assert all(isinstance(r, inner_ray.ObjectRef) for r in refs)
+        assert isinstance(mapping["r"], inner_ray.ObjectRef)
+        return inner_ray.get(refs) + [inner_ray.get(mapping["r"])]
+
+    @ray.remote
+    def slow_value():
+        time.sleep(0.2)
+        return "late"
+
+    refs = [ray.put("a"), slow_value.remote()]
+    assert ray.get(inner.remote(refs, {"r": ray.put("b")}), timeout=GET_TIMEOUT) == [
+        "a",
+        "late",
+        "b",
+    ]
+
+
+def test_chained_tasks(ray):
+    @ray.remote
+    def inc(x):
+        return x + 1
+
+    ref = ray.put(0)
+    for _ in range(10):
+        ref = inc.remote(ref)
+    assert ray.get(ref, timeout=GET_TIMEOUT) == 10
+
+
+def test_large_arguments_and_results(ray):
+    @ray.remote
+    def echo_len(data):
+        return len(data), data[-3:]
+
+    blob = os.urandom(8 << 20)
+    assert ray.get(echo_len.remote(blob), timeout=GET_TIMEOUT) == (len(blob), blob[-3:])
+
+
+# ----------------------------------------------------------------------------- nesting
+def test_nested_tasks_do_not_deadlock(ray_start):
+    ray_start(num_cpus=2)
+
+    @miniray.remote
+    def child(i):
+        time.sleep(0.05)
+        return i * i
+
+    @miniray.remote
+    def parent(n):
+        import miniray as inner
+
+        refs = [child.remote(n * 10 + k) for k in range(3)]
+        return sum(inner.get(refs, timeout=60))
+
+    # 4 parents on 2 CPUs, each blocked in get() on its children: a worker blocked in get()
+    # gives its CPU back, so the children run.
+    parents = [parent.remote(n) for n in range(4)]
+    expected = [sum((n * 10 + k) ** 2 for k in range(3)) for n in range(4)]
+    assert miniray.get(parents, timeout=60) == expected
+
+
+def test_nested_wait_and_put_inside_a_task(ray):
+    @ray.remote
+    def child(x):
+        return x + 1
+
+    @ray.remote
+    def parent():
+        import miniray as inner
+
+        refs = [child.remote(inner.put(i)) for i in range(3)]
+        ready, rest = inner.wait(refs, num_returns=3, timeout=60)
+        assert rest == [] and len(ready) == 3
+        return inner.get(refs)
+
+    assert ray.get(parent.remote(), timeout=60) == [1, 2, 3]
+
+
+# ----------------------------------------------------------------------------- no main guard
+NO_MAIN_GUARD = """
+    import os
+    import miniray as ray
+
+    ray.init(num_cpus=2)
+    FACTOR = 3
+
+    def helper(x):
+        return x * FACTOR
+
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    @ray.remote
+    def work(box):
+        return Box(helper(box.v)), os.getpid()
+
+    results = ray.get([work.remote(Box(i)) for i in range(4)])
+    print("values", [b.v for b, _ in results])
+    print("driver-is-worker", os.getpid() in {pid for _, pid in results})
+    ray.shutdown()
+"""
+
+
+def test_script_without_main_guard_runs_tasks(drivers):
+    result = drivers.run(NO_MAIN_GUARD, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "values [0, 3, 6, 9]" in result.stdout
+    assert "driver-is-worker False" in result.stdout
+
+
+# ----------------------------------------------------------------------------- generators
+def test_generator_returns_object_ref_generator(ray):
+    @ray.remote
+    def count(n):
+        for i in range(n):
+            yield i * 10
+
+    gen = count.remote(4)
+    assert isinstance(gen, ray.ObjectRefGenerator)
+    refs = list(gen)
+    assert all(isinstance(r, ray.ObjectRef) for r in refs)
+    assert [ray.get(r, timeout=GET_TIMEOUT) for r in refs] == [0, 10, 20, 30]
+    assert ray.get(gen) is gen  # Ray returns the generator itself
+
+
+def test_generator_error_surfaces_on_iteration(ray):
+    @ray.remote
+    def broken():
+        yield 1
+        raise KeyError("gen-broke")
+
+    gen = broken.remote()
+    with pytest.raises(KeyError):
+        for ref in gen:
+            ray.get(ref, timeout=GET_TIMEOUT)
+
+
+def test_more_blocked_parents_than_worker_cap_do_not_deadlock(ray_start):
+    # Regression: workers blocked in get() used to count against the worker cap (8 here), so
+    # the 9th parent's child never got a worker.
+    ray_start(num_cpus=2)
+
+    @miniray.remote
+    def child(i):
+        return i
+
+    @miniray.remote
+    def parent(i):
+        import miniray as inner
+
+        return inner.get(child.remote(i), timeout=4)
+
+    assert miniray.get([parent.remote(i) for i in range(10)], timeout=8) == list(range(10))

@@ -1,0 +1,526 @@
+"""Task failures: application errors, (un)pickling failures, worker crashes, retries.
+
+The failure matrix of house style habit 11 (tasks only: actors are not implemented yet).
+Ray 2.60 behaviour: ray-api-surface.md §2.8 (failures and retries), §3.1 (errors from get),
+§5 (the RayTaskError dual class).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+
+import pytest
+
+import miniray
+from miniray import exceptions
+
+GET_TIMEOUT = 30
+
+
+def _attempts(path) -> int:
+    try:
+        with open(path) as f:
+            return len(f.read().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+# ----------------------------------------------------------------------------- app errors
+def test_task_value_error_is_catchable_as_value_error(ray):
+    @ray.remote
+    def boom():
+        raise ValueError("bad thing")
+
+    with pytest.raises(ValueError) as info:
+        ray.get(boom.remote(), timeout=GET_TIMEOUT)
+    error = info.value
+    assert isinstance(error, exceptions.RayTaskError)
+    assert isinstance(error, exceptions.RayError)
+    assert type(error).__name__ == "RayTaskError(ValueError)"
+    assert [c.__name__ for c in type(error).__mro__[:5]] == [
+        "RayTaskError(ValueError)",
+        "RayTaskError",
+        "RayError",
+        "ValueError",
+        "Exception",
+    ]
+    assert isinstance(error.cause, ValueError) and error.cause.args == ("bad thing",)
+    text = str(error)
+    assert "boom" in text
+    assert 'raise ValueError("bad thing")' in text
+    assert "ValueError: bad thing" in text
+    assert f"pid={error.pid}" in text or "pid=" in text
+
+
+def test_task_error_header_is_ray_task_name(ray):
+    # Regression: the header used to name the module-qualified function.
+    @ray.remote
+    def boom():
+        raise ValueError("bad thing")
+
+    with pytest.raises(ValueError) as info:
+        ray.get(boom.remote(), timeout=GET_TIMEOUT)
+    assert str(info.value).startswith("ray::boom() (pid=")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        KeyError("k"),
+        TypeError("t"),
+        ZeroDivisionError("z"),
+        RuntimeError("r"),
+        AssertionError("a"),
+        OSError(2, "no such file"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_task_errors_keep_their_type(ray, exc):
+    @ray.remote(max_retries=0)
+    def raise_it(error):
+        raise error
+
+    with pytest.raises(type(exc)) as info:
+        ray.get(raise_it.remote(exc), timeout=GET_TIMEOUT)
+    assert isinstance(info.value, exceptions.RayTaskError)
+    assert type(info.value.cause) is type(exc)
+
+
+def test_custom_exception_class_with_required_args(ray):
+    class Custom(Exception):
+        def __init__(self, a, b):
+            super().__init__(a, b)
+            self.a, self.b = a, b
+
+    @ray.remote
+    def raise_custom():
+        raise Custom(1, b="two")
+
+    with pytest.raises(Custom) as info:
+        ray.get(raise_custom.remote(), timeout=GET_TIMEOUT)
+    assert (info.value.a, info.value.b) == (1, "two")  # attributes fall through to the cause
+
+
+def test_get_raises_first_error_without_waiting_for_slow(ray):
+    @ray.remote(max_retries=0)
+    def slow():
+        time.sleep(10)
+
+    @ray.remote(max_retries=0)
+    def fail():
+        raise IndexError("fast failure")
+
+    slow_ref = slow.remote()
+    start = time.monotonic()
+    with pytest.raises(IndexError):
+        ray.get([slow_ref, fail.remote()], timeout=GET_TIMEOUT)
+    assert time.monotonic() - start < 3.0
+    ray.cancel(slow_ref, force=True)
+
+
+def test_error_propagates_through_dependent_task(ray):
+    @ray.remote
+    def fail():
+        raise KeyError("upstream")
+
+    @ray.remote
+    def use(x):
+        return x
+
+    with pytest.raises(KeyError) as info:
+        ray.get(use.remote(fail.remote()), timeout=GET_TIMEOUT)
+    assert "upstream" in str(info.value)
+
+
+def test_error_in_nested_task_reaches_parent_and_driver(ray):
+    @ray.remote(max_retries=0)
+    def child():
+        raise ValueError("from child")
+
+    @ray.remote(max_retries=0)
+    def parent():
+        import miniray as inner
+
+        try:
+            inner.get(child.remote(), timeout=30)
+        except ValueError as error:
+            return "caught: " + type(error).__name__
+
+    assert ray.get(parent.remote(), timeout=GET_TIMEOUT) == "caught: RayTaskError(ValueError)"
+
+
+# ----------------------------------------------------------------------------- pickling
+def test_unpicklable_argument_raises_type_error_at_remote(ray):
+    @ray.remote
+    def use(x):
+        return 1
+
+    stats_before = miniray._private.runtime.current().owner.statistics()
+    with pytest.raises(TypeError) as info:
+        use.remote(threading.Lock())
+    assert "lock" in str(info.value).lower()
+    with pytest.raises(TypeError):
+        use.remote(x=threading.Lock())
+    stats_after = miniray._private.runtime.current().owner.statistics()
+    assert stats_after["tasks_pending"] == stats_before["tasks_pending"] == 0
+    assert stats_after["queued"] == 0
+    assert ray.get(use.remote(1), timeout=GET_TIMEOUT) == 1
+
+
+def test_unpicklable_closure_raises_type_error_at_remote(ray):
+    lock = threading.Lock()
+
+    @ray.remote
+    def uses_lock():
+        with lock:
+            return 1
+
+    with pytest.raises(TypeError):
+        uses_lock.remote()
+    assert ray.get(ray.remote(lambda: 2).remote(), timeout=GET_TIMEOUT) == 2
+
+
+def test_unpicklable_put_raises_type_error(ray):
+    with pytest.raises(TypeError):
+        ray.put(threading.Lock())
+
+
+def test_unpicklable_return_value_is_a_task_error(ray):
+    @ray.remote(max_retries=0)
+    def give_lock():
+        return threading.Lock()
+
+    with pytest.raises(exceptions.RayTaskError) as info:
+        ray.get(give_lock.remote(), timeout=GET_TIMEOUT)
+    assert "pickle" in str(info.value).lower() or "serializ" in str(info.value).lower()
+    # The worker survives and runs the next task.
+    assert ray.get(ray.remote(lambda: 3).remote(), timeout=GET_TIMEOUT) == 3
+
+
+def test_unpicklable_return_value_message_says_serialize(ray):
+    # Regression: this used to be cloudpickle's bare TypeError with its internal frames.
+    @ray.remote(max_retries=0)
+    def give_lock():
+        return threading.Lock()
+
+    with pytest.raises(exceptions.RayTaskError) as info:
+        ray.get(give_lock.remote(), timeout=GET_TIMEOUT)
+    text = str(info.value)
+    assert "serialize" in text.lower() and "give_lock" in text
+    assert "cloudpickle" not in text
+
+
+class _HoldsLock(Exception):
+    def __init__(self):
+        super().__init__("holds a lock")
+        self.lock = threading.Lock()
+
+
+class _KeywordOnly(Exception):
+    def __init__(self, code, *, detail):  # pickle rebuilds it as _KeywordOnly(code): fails
+        super().__init__(code)
+        self.detail = detail
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_HoldsLock, lambda: _KeywordOnly(7, detail="holds a lock")],
+    ids=["fails-to-pickle", "fails-to-unpickle"],
+)
+def test_exception_that_cannot_travel_is_replaced_by_a_description(ray, make):
+    @ray.remote(max_retries=0)
+    def raise_it(factory):
+        raise factory()
+
+    with pytest.raises(exceptions.RayError) as info:
+        ray.get(raise_it.remote(make), timeout=GET_TIMEOUT)
+    assert "raise_it" in str(info.value)
+    assert "holds a lock" in str(info.value) or "7" in str(info.value)
+    # The worker survives.
+    assert ray.get(ray.remote(lambda: 3).remote(), timeout=GET_TIMEOUT) == 3
+
+
+def test_argument_that_fails_to_unpickle_in_the_worker(ray):
+    class FailsOnLoad:
+        def __reduce__(self):
+            return (_raise_on_load, ("cannot rebuild",))
+
+    @ray.remote(max_retries=0)
+    def use(x):
+        return 1
+
+    with pytest.raises(exceptions.RayError) as info:
+        ray.get(use.remote(FailsOnLoad()), timeout=GET_TIMEOUT)
+    assert "cannot rebuild" in str(info.value)
+    assert ray.get(use.remote(1), timeout=GET_TIMEOUT) == 1
+
+
+def _raise_on_load(message):
+    raise RuntimeError(message)
+
+
+# ----------------------------------------------------------------------------- crashes
+def _exit_3():
+    os._exit(3)
+
+
+def _sigkill_self():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize(
+    "crash, texts",
+    [(_exit_3, ["exit", "3"]), (_sigkill_self, ["signal", "SIGKILL"])],
+    ids=["os._exit(3)", "SIGKILL"],
+)
+def test_worker_crash_without_retries_raises_worker_crashed_error(ray, crash, texts):
+    @ray.remote(max_retries=0)
+    def crashing(fn):
+        fn()
+
+    with pytest.raises(exceptions.WorkerCrashedError) as info:
+        ray.get(crashing.remote(crash), timeout=GET_TIMEOUT)
+    assert not isinstance(info.value, exceptions.RayTaskError)
+    message = str(info.value)
+    assert message.startswith("The worker died unexpectedly while executing this task.")
+    for text in texts:
+        assert text in message
+    # The session keeps working with a new worker.
+    assert ray.get(ray.remote(lambda: "ok").remote(), timeout=GET_TIMEOUT) == "ok"
+
+
+def test_worker_crashed_message_does_not_repeat_itself(ray):
+    # Regression: the first sentence used to appear twice.
+    @ray.remote(max_retries=0)
+    def crashing():
+        os._exit(3)
+
+    with pytest.raises(exceptions.WorkerCrashedError) as info:
+        ray.get(crashing.remote(), timeout=GET_TIMEOUT)
+    assert str(info.value).count("The worker died unexpectedly") == 1
+
+
+def test_crash_on_first_attempt_is_retried(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=2)
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if _attempts(path) == 1:
+            os._exit(1)
+        return "recovered"
+
+    assert ray.get(flaky.remote(log), timeout=GET_TIMEOUT) == "recovered"
+    pids = open(log).read().split()
+    assert len(pids) == 2 and pids[0] != pids[1]
+
+
+def test_default_max_retries_is_three(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote
+    def always_crash(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        os._exit(1)
+
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(always_crash.remote(log), timeout=60)
+    assert _attempts(log) == 4  # the first attempt and 3 retries
+
+
+def test_infinite_retries_until_success(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=-1)
+    def crash_five_times(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        if _attempts(path) <= 5:
+            os._exit(1)
+        return "done"
+
+    assert ray.get(crash_five_times.remote(log), timeout=60) == "done"
+    assert _attempts(log) == 6
+
+
+def test_tasks_queued_behind_a_crash_still_run(ray):
+    @ray.remote(max_retries=0, num_cpus=2)
+    def crash():
+        time.sleep(0.2)
+        os._exit(1)
+
+    @ray.remote(num_cpus=2)
+    def after(i):
+        return i
+
+    crashed = crash.remote()
+    rest = [after.remote(i) for i in range(4)]
+    assert ray.get(rest, timeout=GET_TIMEOUT) == [0, 1, 2, 3]
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(crashed, timeout=GET_TIMEOUT)
+
+
+# ----------------------------------------------------------------------------- retry_exceptions
+def test_application_errors_are_not_retried_by_default(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=3)
+    def fail(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        raise ValueError("no retry")
+
+    with pytest.raises(ValueError):
+        ray.get(fail.remote(log), timeout=GET_TIMEOUT)
+    assert _attempts(log) == 1
+
+
+@pytest.mark.parametrize(
+    "retry_exceptions", [True, [ValueError], (KeyError, ValueError)], ids=["True", "list", "tuple"]
+)
+def test_retry_exceptions_retries_application_errors(ray, tmp_path, retry_exceptions):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=2, retry_exceptions=retry_exceptions)
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        if _attempts(path) == 1:
+            raise ValueError("first attempt fails")
+        return "second attempt"
+
+    assert ray.get(flaky.remote(log), timeout=GET_TIMEOUT) == "second attempt"
+    assert _attempts(log) == 2
+
+
+def test_retry_exceptions_allow_list_does_not_retry_other_errors(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=2, retry_exceptions=[ValueError])
+    def wrong_type(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        raise TypeError("not on the list")
+
+    with pytest.raises(TypeError):
+        ray.get(wrong_type.remote(log), timeout=GET_TIMEOUT)
+    assert _attempts(log) == 1
+
+
+def test_retry_exceptions_gives_up_after_max_retries(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=2, retry_exceptions=True)
+    def always(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        raise ValueError("always")
+
+    with pytest.raises(ValueError):
+        ray.get(always.remote(log), timeout=GET_TIMEOUT)
+    assert _attempts(log) == 3
+
+
+def test_retry_exceptions_with_options(ray, tmp_path):
+    log = str(tmp_path / "attempts")
+
+    @ray.remote
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        if _attempts(path) == 1:
+            raise ValueError("first attempt fails")
+        return "ok"
+
+    ref = flaky.options(max_retries=1, retry_exceptions=True).remote(log)
+    assert ray.get(ref, timeout=GET_TIMEOUT) == "ok"
+
+
+# ----------------------------------------------------------------------------- pickling errors
+def _collect_errors(ray, tmp_path) -> list[BaseException]:
+    errors = []
+
+    @ray.remote(max_retries=0)
+    def value_error():
+        raise ValueError("v")
+
+    @ray.remote(max_retries=0)
+    def crash():
+        os._exit(4)
+
+    @ray.remote(max_retries=0)
+    def sleep(t):
+        time.sleep(t)
+
+    @ray.remote(max_retries=0)
+    def busy(path):
+        open(path, "w").close()
+        end = time.time() + 20
+        while time.time() < end:
+            pass
+
+    class CustomError(Exception):
+        def __init__(self, code, detail):
+            super().__init__(code, detail)
+            self.code, self.detail = code, detail
+
+    @ray.remote(max_retries=0)
+    def custom():
+        raise CustomError(7, detail="d")
+
+    def capture(ref, timeout=GET_TIMEOUT):
+        try:
+            ray.get(ref, timeout=timeout)
+        except Exception as error:
+            errors.append(error)
+        else:
+            pytest.fail("expected an error")
+
+    capture(value_error.remote())
+    capture(custom.remote())
+    capture(crash.remote())
+    slow = sleep.remote(5)
+    capture(slow, timeout=0.01)
+    ray.cancel(slow, force=True)
+    capture(slow)
+    started = str(tmp_path / "busy-started")
+    running = busy.remote(started)
+    deadline = time.monotonic() + GET_TIMEOUT
+    while not os.path.exists(started) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ray.cancel(running)
+    capture(running)
+    return errors
+
+
+def test_every_error_from_get_survives_pickling(ray, tmp_path):
+    errors = _collect_errors(ray, tmp_path)
+    names = [type(e).__name__ for e in errors]
+    assert names == [
+        "RayTaskError(ValueError)",
+        "RayTaskError(CustomError)",
+        "WorkerCrashedError",
+        "GetTimeoutError",
+        "TaskCancelledError",
+        "RayTaskError(TaskCancelledError)",
+    ]
+    for error in errors:
+        # A class defined inside a function (CustomError) only pickles by value (cloudpickle).
+        local = type(getattr(error, "cause", None)).__qualname__.count("<locals>")
+        for dumps in [miniray._private.serialization.dumps] + ([] if local else [pickle.dumps]):
+            copy = pickle.loads(dumps(error))
+            assert type(copy).__name__ == type(error).__name__
+            assert str(copy) == str(error)
+            for base in type(error).__mro__:
+                if base.__module__ in ("builtins", "miniray.exceptions") and base is not object:
+                    if base.__name__.startswith("RayTaskError("):
+                        continue
+                    assert isinstance(copy, base), (type(error), base)
+    custom = pickle.loads(miniray._private.serialization.dumps(errors[1]))
+    assert (custom.code, custom.detail) == (7, "d")

@@ -1,0 +1,135 @@
+"""Worker stdout/stderr reach the driver with Ray's ``(name pid=N) `` prefix.
+
+Ray 2.60 behaviour: ray-api-surface.md §1.1 (``log_to_driver``). Each test runs a separate
+driver process, so what reaches the driver's real stdout and stderr is what is checked.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PRINTING_DRIVER = """
+    import json, os, sys
+    import miniray as ray
+
+    ray.init(num_cpus=1, **json.loads(sys.argv[1] if len(sys.argv) > 1 else "{{}}"))
+
+    @ray.remote
+    def chatty(tag):
+        print(f"hello {{tag}} from task")
+        print(f"warning {{tag}} on stderr", file=sys.stderr)
+        print("two\\nlines")
+        return os.getpid()
+
+    @ray.remote
+    def other():
+        print("from other")
+        return os.getpid()
+
+    pid = ray.get(chatty.remote("A"), timeout=60)
+    print("driver: after get", flush=True)
+    other_pid = ray.get(other.options(name="renamed").remote(), timeout=60)
+    print("PIDS " + json.dumps([pid, other_pid]), flush=True)
+    {tail}
+"""
+
+
+def _run(drivers, tail="ray.shutdown()", **env):
+    result = drivers.run(PRINTING_DRIVER.format(tail=tail), timeout=60, **env)
+    assert result.returncode == 0, result.stderr
+    pids_line = [line for line in result.stdout.splitlines() if line.startswith("PIDS ")]
+    assert pids_line, result.stdout
+    pid, other_pid = json.loads(pids_line[0][5:])
+    return result, pid, other_pid
+
+
+def test_task_stdout_is_prefixed_and_comes_before_the_result(drivers):
+    result, pid, other_pid = _run(drivers)
+    out = result.stdout.splitlines()
+    assert f"(chatty pid={pid}) hello A from task" in out
+    assert f"(chatty pid={pid}) two" in out
+    assert f"(chatty pid={pid}) lines" in out
+    # The task's print was written before its result, so the driver prints it first.
+    assert out.index(f"(chatty pid={pid}) hello A from task") < out.index("driver: after get")
+    # The name option is the prefix, as in Ray.
+    assert f"(renamed pid={other_pid}) from other" in out
+    # Nothing of the worker's stdout goes to the driver's stderr, and no marker leaks.
+    assert "hello A" not in result.stderr
+    assert "\x00" not in result.stdout and "\x00" not in result.stderr
+
+
+def test_task_stderr_goes_to_driver_stderr(drivers):
+    result, pid, _ = _run(drivers)
+    assert f"(chatty pid={pid}) warning A on stderr" in result.stderr.splitlines()
+    assert "warning A" not in result.stdout
+
+
+def test_log_to_driver_false_suppresses_worker_output(drivers):
+    quiet = drivers.run(
+        PRINTING_DRIVER.format(tail="ray.shutdown()"),
+        timeout=60,
+        args=[json.dumps({"log_to_driver": False})],
+    )
+    assert quiet.returncode == 0, quiet.stderr
+    assert "driver: after get" in quiet.stdout
+    for text in ("hello A", "two", "from other", "pid="):
+        assert text not in quiet.stdout
+    assert "warning A" not in quiet.stderr
+
+
+def test_ray_log_to_driver_env_off_suppresses_worker_output(drivers):
+    result = drivers.run(
+        PRINTING_DRIVER.format(tail="ray.shutdown()"), timeout=60, RAY_LOG_TO_DRIVER="0"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "hello A" not in result.stdout and "warning A" not in result.stderr
+
+
+def test_disable_worker_log_prefix(drivers):
+    result, pid, _ = _run(drivers, RAY_DISABLE_WORKER_LOG_PREFIX="1")
+    assert "hello A from task" in result.stdout.splitlines()
+    assert f"pid={pid}" not in result.stdout
+
+
+@pytest.mark.parametrize("tail", ["", "import os; os._exit(0)"], ids=["atexit", "os._exit"])
+def test_output_printed_before_exit_is_not_lost(drivers, tail):
+    # Output of a finished task was printed before get() returned: it is there whatever way
+    # the driver ends.
+    result, pid, _ = _run(drivers, tail=tail)
+    assert f"(chatty pid={pid}) hello A from task" in result.stdout.splitlines()
+
+
+PARTIAL_LINE_DRIVER = """
+    import os, sys
+    import miniray as ray
+
+    ray.init(num_cpus=1)
+
+    @ray.remote
+    def first():
+        sys.stdout.write("no newline")
+        sys.stdout.flush()
+        return os.getpid()
+
+    @ray.remote
+    def second():
+        print("hello from second")
+        return os.getpid()
+
+    pid = ray.get(first.remote(), timeout=60)
+    assert ray.get(second.remote(), timeout=60) == pid  # the same worker runs both
+    print("PID", pid, flush=True)
+    ray.shutdown()
+"""
+
+
+def test_output_after_a_partial_line_gets_the_right_prefix(drivers):
+    # Regression: the next task's marker used to land mid-line and leak into the output.
+    result = drivers.run(PARTIAL_LINE_DRIVER, timeout=60)
+    assert result.returncode == 0, result.stderr
+    pid = [line for line in result.stdout.splitlines() if line.startswith("PID ")][0].split()[1]
+    assert "\x00" not in result.stdout
+    assert f"(second pid={pid}) hello from second" in result.stdout.splitlines()
+    assert f"(first pid={pid}) no newline" in result.stdout.splitlines()

@@ -1,0 +1,1 @@
+"""Tests of miniray (a package so test modules get unique names)."""
