@@ -18,8 +18,9 @@ One run::
       ├─ wait(timeout) ─ past it: SIGKILL the whole process group
       └─ leak scan (after a short grace): processes whose session or process group is the
          driver's pid, or whose environment holds this run's MINIRAY_TMPDIR (a daemon that
-         called setsid() is still found); new /dev/shm names containing "miniray" or the
-         MINIRAY_TMPDIR's name; session_* directories left in MINIRAY_TMPDIR.
+         called setsid() is still found); new /dev/shm names starting with mr_<root tag of
+         this run's MINIRAY_TMPDIR> (session.root_tag) or containing its name; session_*
+         directories left in MINIRAY_TMPDIR.
          Leaked pids, and only those, are SIGKILLed.
 """
 
@@ -506,10 +507,16 @@ class ExampleRunner:
     def _check_leaks(result: RunResult, leader: int, shm_before: set) -> None:
         marker = f"MINIRAY_TMPDIR={result.tmpdir}".encode()
         ours = result.tmpdir.name
+        # Segments of sessions rooted in this run's MINIRAY_TMPDIR start with mr_<root tag>;
+        # other new "miniray" names belong to other sessions on the host, not to this run.
+        from miniray._private.session import root_tag
+
+        prefix = f"mr_{root_tag(str(result.tmpdir))}"
 
         def new_shm() -> list:
             return sorted(
-                name for name in _shm_names() - shm_before if ours in name or "miniray" in name
+                name for name in _shm_names() - shm_before
+                if ours in name or name.startswith(prefix)
             )
 
         deadline = time.monotonic() + LEAK_GRACE_S
@@ -526,14 +533,14 @@ class ExampleRunner:
                 f"the run ({proc.why}); killed: {proc.cmdline}"
             )
         for name in segments:
-            if ours in name:
+            if ours in name or name.startswith(prefix):
                 try:
                     (SHM_DIR / name).unlink()
                     what = "removed"
                 except OSError as error:
                     what = f"could not remove it: {error}"
-            else:
-                what = "not removed, it may belong to another miniray user"
+            else:  # not reachable: only this run's names are collected
+                what = "not removed"
             result.leaks.append(f"shared-memory segment {SHM_DIR / name} left behind ({what})")
         for session in sorted(result.tmpdir.glob("session_*")):
             result.leaks.append(f"session directory left in MINIRAY_TMPDIR: {session}")

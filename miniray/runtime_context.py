@@ -44,11 +44,16 @@ class RuntimeContext:
         task = self._task()
         return task.function_name if task is not None else None
 
+    def _actor(self):
+        return getattr(self._rt, "actor", None)
+
     def get_actor_id(self) -> str | None:
-        return None
+        actor = self._actor()
+        return actor.actor_id.hex() if actor is not None else None
 
     def get_actor_name(self) -> str | None:
-        return None
+        actor = self._actor()
+        return actor.name if actor is not None else None
 
     def get_assigned_resources(self) -> dict:
         assert self._rt.mode == "worker", (
@@ -58,9 +63,8 @@ class RuntimeContext:
 
     def get_accelerator_ids(self) -> dict:
         ids = {name: [] for name in _ACCELERATORS}
-        task = self._task()
-        if task is not None and task.gpu_ids:
-            ids["GPU"] = [str(i) for i in task.gpu_ids]
+        if self._rt.mode == "worker":
+            ids["GPU"] = [str(i) for i in self._rt.get_gpu_ids()]
         return ids
 
     def get_placement_group_id(self) -> str | None:
@@ -96,11 +100,19 @@ class RuntimeContext:
         return {"ray.io/node-id": self.get_node_id()}
 
     def is_canceled(self) -> bool:
-        return False
+        """Inside an actor call: whether ``cancel()`` was asked for it (Ray only sets a flag
+        for running sync actor calls; the method decides when to stop)."""
+        checker = getattr(self._rt, "is_canceled", None)
+        return bool(checker()) if checker is not None else False
 
     @property
     def current_actor(self):
-        raise RuntimeError("This method is only available in an actor.")
+        actor = self._actor()
+        if actor is None:
+            raise RuntimeError("This method is only available in an actor.")
+        from miniray.actor import ActorHandle
+
+        return ActorHandle(actor.actor_id, actor.handle_state)
 
     @property
     def was_current_actor_reconstructed(self) -> bool:

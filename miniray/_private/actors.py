@@ -90,7 +90,8 @@ class _Call:
 
 
 class _Actor:
-    __slots__ = ("spec", "state", "worker", "lease", "queue", "inflight", "restarts_left",
+    __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
+                 "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
                  "pid", "init_failed")
 
@@ -99,6 +100,7 @@ class _Actor:
         self.state = A_PENDING
         self.worker = None
         self.lease = None
+        self.host_lease = None
         self.queue: collections.deque = collections.deque()
         self.inflight: dict[bytes, _Call] = {}
         self.restarts_left = spec.max_restarts or 0
@@ -210,11 +212,11 @@ class ActorManager:
     def _place(self, actor: _Actor) -> bool:
         owner = self.owner
         spec = actor.spec
-        lease = owner.ledger.acquire(spec.placement, holder_pid=owner.pid,
-                                     tag=f"actor {spec.class_name}")
+        tag = f"actor {spec.class_name}"
+        key = ("actor", spec.actor_id)
+        lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
         if lease is None and owner._release_idle_leases(force=True):
-            lease = owner.ledger.acquire(spec.placement, holder_pid=owner.pid,
-                                         tag=f"actor {spec.class_name}")
+            lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
         if lease is None:
             reasons = infeasible_reasons(owner.node_state, spec.placement)
             key = tuple(sorted(spec.placement.items()))
@@ -231,6 +233,7 @@ class ActorManager:
         if shrink:
             owner.ledger.adjust(lease.lease_id, shrink)
         actor.lease = lease
+        actor.host_lease = host_lease
         gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
         worker = owner._spawn_worker()
         worker.actor = actor
@@ -254,6 +257,11 @@ class ActorManager:
             pass
         self._pump(actor)
         return True
+
+    def fail_placement(self, actor_id: bytes, error: BaseException) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is not None and actor.state != A_DEAD and actor.worker is None:
+            self._die(actor, serialization.dumps(error))
 
     def place_pending(self) -> None:
         for actor in list(self.pending):
@@ -377,9 +385,9 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            owner.ledger.release(actor.lease.lease_id)
+            owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
             owner._releases += 1
-            actor.lease = None
+            actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
             return
@@ -431,8 +439,8 @@ class ActorManager:
             del self.names[(spec.namespace, spec.name)]
         self._fail_all(actor)
         if actor.worker is None and actor.lease is not None:
-            self.owner.ledger.release(actor.lease.lease_id)
-            actor.lease = None
+            self.owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
+            actor.lease = actor.host_lease = None
 
     def _fail_all(self, actor: _Actor) -> None:
         calls = list(actor.inflight.values()) + list(actor.queue)

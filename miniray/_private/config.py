@@ -80,6 +80,18 @@ def max_workers(num_cpus: float) -> int:
     return max(8, int(4 * max(num_cpus, 1)))
 
 
+def host_gpu_timeout_s() -> float | None:
+    """``MINIRAY_HOST_GPU_TIMEOUT``: seconds a request may wait for physical GPUs that other
+    sessions on the host hold before it fails (unset: wait as long as it takes)."""
+    value = os.environ.get("MINIRAY_HOST_GPU_TIMEOUT")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
 def cuda_visible_devices() -> str | None:
     return os.environ.get("CUDA_VISIBLE_DEVICES")
 

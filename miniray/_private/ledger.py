@@ -274,22 +274,24 @@ class Ledger:
         holder_pid: int,
         worker_pid: int | None = None,
         tag: str = "",
+        instance_caps: Mapping[str, list[int]] | None = None,
     ) -> Lease | None:
         """Takes ``request`` from the ledger, or returns None if it does not fit now.
 
         If it does not fit, leases of dead holders are reclaimed and the request is tried once
         more. Raises ValueError for an invalid request (see ``resources.plan_allocation``).
+        ``instance_caps`` caps each instance further (see ``plan_allocation``).
         """
         holder_start = self._holder_start(holder_pid)
         lease_id = os.urandom(8).hex()
         dead: list[Lease] = []
         with self._locked():
             state = self._load()
-            alloc = plan_allocation(state, request)
+            alloc = plan_allocation(state, request, instance_caps)
             if alloc is None:
                 dead = self._pop_dead(state)
                 if dead:
-                    alloc = plan_allocation(state, request)
+                    alloc = plan_allocation(state, request, instance_caps)
             lease = None
             if alloc is not None:
                 lease = Lease(

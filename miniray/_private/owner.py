@@ -111,7 +111,8 @@ class _WorkerSlot:
 
 
 class _LeaseSlot:
-    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids")
+    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
+                 "host_lease")
 
     def __init__(self, lease, key, worker, gpu_ids):
         self.lease = lease
@@ -120,6 +121,7 @@ class _LeaseSlot:
         self.cpu_released = 0.0
         self.idle_since: float | None = None
         self.gpu_ids = gpu_ids
+        self.host_lease: str | None = None
 
 
 def _exit_detail(status: int) -> str:
@@ -146,7 +148,7 @@ class Owner:
     RETRY_S = 0.05
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
-                 num_cpus: float, log_to_driver: bool):
+                 num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None):
         self.ledger = ledger
         self.store = store
         self.fork_server = fork_server
@@ -183,6 +185,17 @@ class Owner:
         self._blocked_workers = 0
         self._actor_workers = 0
         self.actors = ActorManager(self)
+        # Physical GPUs are shared with every miniray session on the host (host_gpus.py):
+        # only devices NVML reported have keys; logical GPUs stay this session's own.
+        self.gpu_keys = list(gpu_keys or [])
+        self.host_gpus = None
+        if any(self.gpu_keys):
+            from miniray._private.host_gpus import HostGpuLedger
+
+            self.host_gpus = HostGpuLedger()
+        self.host_gpu_timeout = config.host_gpu_timeout_s()
+        self._host_blocked_since: dict = {}
+        self._host_reported: set = set()
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
         self._closed = False
@@ -345,9 +358,9 @@ class Owner:
             if not self._release_idle_leases(force=True):
                 self._mark_full(now)
                 return None
-        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key_tag(key))
+        lease, host_lease = self.acquire_lease(request, key_tag(key), key)
         if lease is None and self._release_idle_leases(force=True):
-            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=key_tag(key))
+            lease, host_lease = self.acquire_lease(request, key_tag(key), key)
         if lease is None:
             self._mark_full(now)
             return None
@@ -356,11 +369,89 @@ class Owner:
         if request.get("GPU"):
             gpu_ids = self.ledger.instance_ids_of(lease, "GPU")
         slot = _LeaseSlot(lease, key, worker, gpu_ids)
+        slot.host_lease = host_lease
         worker.lease = slot
         if worker.pid is not None:
             self.ledger.set_worker(lease.lease_id, worker.pid)
         self._leases.setdefault(key, []).append(slot)
         return slot
+
+    # ---------------------------------------------------------- ledger + host GPUs
+    def acquire_lease(self, request: dict, tag: str, key=None):
+        """``(lease, host_lease_id)`` from the node ledger and, for physical GPUs, the host
+        ledger (both or neither); ``(None, None)`` if it does not fit now."""
+        caps = None
+        host = self.host_gpus
+        if host is not None and request.get("GPU"):
+            keys = [k for k in self.gpu_keys if k]
+            free = host.free(keys)
+            caps = {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
+        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps)
+        if lease is None:
+            if caps is not None:
+                self._note_host_blocked(request, tag, key)
+            return None, None
+        host_lease = None
+        if caps is not None:
+            shares = {}
+            for index, units in lease.instances.get("GPU", []):
+                device = self.gpu_keys[index] if index < len(self.gpu_keys) else None
+                if device:
+                    shares[device] = shares.get(device, 0) + units
+            if shares:
+                host_lease = host.acquire_exact(shares, holder_pid=self.pid, tag=tag)
+                if host_lease is None:  # another session took it in between
+                    self.ledger.release(lease.lease_id)
+                    return None, None
+        if key is not None:
+            self._host_blocked_since.pop(key, None)
+        return lease, host_lease
+
+    def _note_host_blocked(self, request: dict, tag: str, key) -> None:
+        """The request fits this node but not the host: other sessions hold the GPUs. Say so
+        once, naming them; with MINIRAY_HOST_GPU_TIMEOUT, give up after that many seconds."""
+        from miniray._private.resources import plan_allocation
+
+        if plan_allocation(self.ledger.snapshot(), request) is None:
+            return  # this session's own work holds them: an ordinary wait
+        now = time.monotonic()
+        since = self._host_blocked_since.setdefault(key, now)
+        if key not in self._host_reported:
+            self._host_reported.add(key)
+            holders = set()
+            stats = self.host_gpus.statistics([k for k in self.gpu_keys if k])
+            for device in stats.get("devices", {}).values():
+                for holder in device.get("holders", []):
+                    if holder.get("pid") != self.pid:
+                        holders.add(f"pid {holder.get('pid')} ({holder.get('tag') or '?'})")
+            wait = (f"it fails after {self.host_gpu_timeout:g} s (MINIRAY_HOST_GPU_TIMEOUT)"
+                    if self.host_gpu_timeout is not None else
+                    "it waits until they are released (set MINIRAY_HOST_GPU_TIMEOUT to fail "
+                    "instead)")
+            print(f"miniray: {tag or 'a request'} needs GPUs that other miniray sessions on "
+                  f"this host hold: {', '.join(sorted(holders)) or 'another session'}; {wait}.",
+                  file=sys.stderr, flush=True)
+        if self.host_gpu_timeout is not None and now - since >= self.host_gpu_timeout:
+            self._host_blocked_since.pop(key, None)
+            message = (f"The GPUs this request needs ({request}) stayed held by other miniray "
+                       f"sessions on this host for {self.host_gpu_timeout:g} s "
+                       "(MINIRAY_HOST_GPU_TIMEOUT); see `miniray status` for who holds them.")
+            self.reactor.call_later(0, lambda: self._fail_unschedulable(key, message))
+
+    def _fail_unschedulable(self, key, message: str) -> None:
+        from miniray.exceptions import ActorUnschedulableError, TaskUnschedulableError
+
+        if isinstance(key, tuple) and key and key[0] == "actor":
+            self.actors.fail_placement(key[1], ActorUnschedulableError(message))
+            return
+        queue = self._queues.pop(key, None)
+        for task in list(queue or ()):
+            self._fail_task(task, TaskUnschedulableError(message))
+
+    def release_lease_ids(self, lease_id: str, host_lease: str | None) -> None:
+        self.ledger.release(lease_id)
+        if host_lease is not None and self.host_gpus is not None:
+            self.host_gpus.release(host_lease)
 
     def _busy_workers(self) -> int:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
@@ -414,7 +505,7 @@ class Owner:
                 pass
             if not leases:
                 del self._leases[slot.key]
-        self.ledger.release(slot.lease.lease_id)
+        self.release_lease_ids(slot.lease.lease_id, slot.host_lease)
         self._releases += 1
         worker = slot.worker
         worker.lease = None

@@ -205,12 +205,18 @@ def _pick_instances(free: list[int], u: int) -> list[tuple[int, int]] | None:
     return [(index, UNIT) for index in whole] if len(whole) == k else None
 
 
-def plan_allocation(state: NodeState, request: Mapping[str, float]) -> Allocation | None:
+def plan_allocation(
+    state: NodeState,
+    request: Mapping[str, float],
+    instance_caps: Mapping[str, list[int]] | None = None,
+) -> Allocation | None:
     """Decides whether ``request`` fits in what ``state`` has available now.
 
     Returns the allocation to record, or None if it does not fit. Raises ValueError for a
     fractional unit-instance request above 1 (e.g. ``{"GPU": 1.5}``) or a negative amount.
-    Zero-valued entries are ignored.
+    Zero-valued entries are ignored. ``instance_caps`` limits what may be taken of each
+    instance (units, by index) beyond what this node has free: the share of a physical GPU
+    that other sessions on the host have not leased.
 
     Example:
         >>> s = NodeState(totals={"CPU": 20000, "GPU": 20000}, instance_ids={"GPU": ["0", "1"]})
@@ -229,7 +235,11 @@ def plan_allocation(state: NodeState, request: Mapping[str, float]) -> Allocatio
         if avail.get(name, 0) < u:
             return None
         if name in _UNIT_INSTANCE_SET:
-            picked = _pick_instances(state.instance_free(name), u)
+            free = state.instance_free(name)
+            caps = (instance_caps or {}).get(name)
+            if caps is not None:
+                free = [min(f, c) for f, c in zip(free, caps)]
+            picked = _pick_instances(free, u)
             if picked is None:
                 return None
             instances[name] = picked

@@ -114,31 +114,6 @@ def _shm_free() -> int | None:
         return None
 
 
-def _parse_cvd(value: str | None) -> list[str] | None:
-    if value is None:
-        return None
-    value = value.strip()
-    if value in ("", "NoDevFiles"):
-        return []
-    return [part.strip() for part in value.split(",") if part.strip()]
-
-
-def _detect_gpus() -> int:
-    """The number of NVIDIA GPUs NVML sees; 0 without a driver or without pynvml."""
-    try:
-        import pynvml
-    except Exception:
-        return 0
-    try:
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
-
-
 def _check_whole(name: str, value, resources_repr: dict) -> None:
     if value is None:
         return
@@ -181,23 +156,33 @@ class Runtime:
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
-        cvd = _parse_cvd(config.cuda_visible_devices())
+        from miniray._private.gpu_detect import detect_gpus, parse_visible_devices
+
+        inventory = detect_gpus()
+        cvd = parse_visible_devices(config.cuda_visible_devices())
         if num_gpus is None:
-            num_gpus = _detect_gpus()
-            if cvd is not None:
-                num_gpus = min(num_gpus, len(cvd))
+            num_gpus = inventory.count
         elif cvd is not None and num_gpus > len(cvd):
             raise ValueError(
                 f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
                 f"contains {cvd}."
             )
         num_gpus = int(num_gpus)
-        if cvd is not None:
-            gpu_ids = cvd[:num_gpus]
-            self.gpu_ids_are_ints = False
-        else:
-            gpu_ids = [str(i) for i in range(num_gpus)]
-            self.gpu_ids_are_ints = True
+        # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
+        # then logical ones (num_gpus may exceed the hardware: resources are logical).
+        gpu_ids = list(inventory.ids[:num_gpus])
+        spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
+        for gpu_id in spare:
+            if len(gpu_ids) >= num_gpus:
+                break
+            if gpu_id not in gpu_ids:
+                gpu_ids.append(gpu_id)
+        self.gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
+        self.gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
+        self.accelerator_type = inventory.accelerator_type if num_gpus else None
+        resources = dict(resources or {})
+        if self.accelerator_type and inventory.count:
+            resources.setdefault(f"accelerator_type:{self.accelerator_type}", 1)
         available = _memory_available()
         if object_store_memory is None:
             object_store_memory = int(available * 0.3)
@@ -209,7 +194,7 @@ class Runtime:
                          object_store_memory, available, shm)
         memory = max(0, int(available - object_store_memory))
         self.num_cpus = num_cpus
-        totals = node_totals(num_cpus, num_gpus, resources or {}, memory,
+        totals = node_totals(num_cpus, num_gpus, resources, memory,
                              int(object_store_memory), self.node_ip)
         ledger_path = os.path.join(self.session_dir, "ledger.json")
         self.ledger = Ledger.create(ledger_path, totals, {"GPU": gpu_ids} if gpu_ids else {})
@@ -249,7 +234,7 @@ class Runtime:
             self.owner = Owner(
                 ledger=self.ledger, store=self.store, fork_server=self.fork_server,
                 node_state=self.node_state, hello_info=hello, num_cpus=num_cpus,
-                log_to_driver=bool(log_to_driver),
+                log_to_driver=bool(log_to_driver), gpu_keys=self.gpu_keys,
             )
         except BaseException:
             self.fork_server.close()

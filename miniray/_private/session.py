@@ -29,6 +29,16 @@ SESSION_PREFIX = "session_"
 OWNER_FILE = "owner.pid"
 
 
+def root_tag(root: str | None = None) -> str:
+    """Six hex characters naming a session root. Every shared-memory name a session creates
+    starts with ``mr_<root tag>``, so whoever set ``MINIRAY_TMPDIR`` (a test harness, a CI
+    job) can tell its own segments from other sessions' on the same host."""
+    import hashlib
+
+    root = os.path.abspath(root or config.tmpdir_root())
+    return hashlib.sha1(root.encode()).hexdigest()[:6]
+
+
 def create_session_dir(root: str | None = None) -> str:
     root = root or config.tmpdir_root()
     os.makedirs(root, mode=0o700, exist_ok=True)

@@ -263,3 +263,5 @@ class WorkerRuntime:
         task = self.task
         host = getattr(self, "host", None)
         return bool(task is not None and host is not None and host.is_cancelled(task.task_id))
+
+    host = None  # the ActorHost, once this worker hosts an actor
