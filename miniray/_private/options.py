@@ -35,6 +35,8 @@ makes in ``ray._common.utils.resources_from_ray_options``, ``_raylet.prepare_res
   * ``@method(num_returns=...)`` also gets the task type rules (a bad string raises the same
     TypeError as on a task); Ray checks only negative ints and generator-only values there.
   * Deprecated ``placement_group*`` options get no DeprecationWarning at ``.remote()``.
+  * ``num_gpus`` together with ``neuron_cores`` or ``TPU`` in one request is refused, as the
+    GPU-support document says and Ray did until 2.9 (2.60 no longer checks).
 """
 
 from __future__ import annotations
@@ -201,6 +203,28 @@ def _resources_error(resources: dict | None) -> str | None:
         if message:
             return message
     return None
+
+
+def _check_accelerator_conflict(options: dict) -> None:
+    """GPUs, AWS Neuron cores and TPUs cannot be asked for in one request (the GPU-support
+    document: a task or actor may not specify both ``num_gpus`` and ``neuron_cores``).
+    Ray 2.60 dropped this check; miniray keeps the documented rule, with the wording Ray
+    used for it."""
+    resources = options.get("resources") or {}
+    accelerator_type = options.get("accelerator_type") or ""
+    requested = []
+    if (options.get("num_gpus") or 0) > 0:
+        requested.append("GPU")
+    if (resources.get("neuron_cores") or 0) > 0 or accelerator_type == "aws-neuron-core":
+        requested.append("neuron_cores")
+    if (resources.get("TPU") or 0) > 0 or accelerator_type.startswith("TPU-V"):
+        requested.append("TPU")
+    if len(requested) > 1:
+        raise ValueError(
+            "Only one of 'num_gpus', 'neuron_cores/accelerator_type:aws-neuron-core' and "
+            f"'TPU/accelerator_type:TPU-V*' can be set. Detected {len(requested)} options "
+            f"were configured: {','.join(requested)}."
+        )
 
 
 def _fallback_strategy_error(strategies: list | None) -> str | None:
@@ -440,6 +464,7 @@ def validate_task_options(
         raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
     _check_placement_group(options)
     _check_num_returns(options.get("num_returns"), is_generator)
+    _check_accelerator_conflict(options)
 
 
 def validate_actor_options(options: dict, *, in_options: bool) -> None:
@@ -473,6 +498,7 @@ def validate_actor_options(options: dict, *, in_options: bool) -> None:
             stacklevel=3,
         )
     _check_placement_group(options)
+    _check_accelerator_conflict(options)
 
 
 def update_options(base: dict, new: dict) -> dict:

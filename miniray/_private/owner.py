@@ -85,7 +85,8 @@ class _DepWaiter:
 
 class _WorkerSlot:
     __slots__ = (
-        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls",
+        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
+        "spent",
         "blocked", "dead", "out", "err", "fds", "kill_on_spawn", "actor",
     )
 
@@ -98,6 +99,8 @@ class _WorkerSlot:
         self.lease: _LeaseSlot | None = None
         self.funcs: set = set()
         self.calls = 0
+        self.fn_calls: dict[bytes, int] = {}
+        self.spent = False  # reached a function's max_calls: retire once idle
         self.blocked = 0
         self.dead = False
         self.out: OutputStream | None = None
@@ -383,10 +386,12 @@ class Owner:
         caps = None
         host = self.host_gpus
         if host is not None and request.get("GPU"):
-            keys = [k for k in self.gpu_keys if k]
-            free = host.free(keys)
-            caps = {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
+            caps = self._host_caps()
         lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps)
+        if lease is None and caps is not None and host.reclaim_dead():
+            caps = self._host_caps()  # a session holding GPUs died: its shares are free again
+            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag,
+                                        instance_caps=caps)
         if lease is None:
             if caps is not None:
                 self._note_host_blocked(request, tag, key)
@@ -406,6 +411,11 @@ class Owner:
         if key is not None:
             self._host_blocked_since.pop(key, None)
         return lease, host_lease
+
+    def _host_caps(self) -> dict:
+        """What this node may take of each GPU: the share no other session holds."""
+        free = self.host_gpus.free([k for k in self.gpu_keys if k])
+        return {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
 
     def _note_host_blocked(self, request: dict, tag: str, key) -> None:
         """The request fits this node but not the host: other sessions hold the GPUs. Say so
@@ -870,6 +880,10 @@ class Owner:
             return
         task = worker.inflight.popleft()
         worker.calls += 1
+        # max_calls counts the calls of one function on one worker, as in Ray.
+        calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
+        if task.spec.max_calls and calls >= task.spec.max_calls:
+            worker.spent = True
         if (retryable and task.retries_left != 0 and not task.cancelled
                 and task.state != T_DONE):
             if task.retries_left > 0:
@@ -888,8 +902,7 @@ class Owner:
         slot = worker.lease
         if slot is None:
             return
-        max_calls = slot.key[1]
-        if max_calls and worker.calls >= max_calls and not worker.inflight:
+        if worker.spent and not worker.inflight:
             self._release_lease(slot, worker_reusable=False)
             self._retire(worker)
             self._dispatch_all()

@@ -187,11 +187,8 @@ ACCEPTED_COMMON = [
     {"num_gpus": None, "num_cpus": None, "resources": None},
     {"resources": {"custom": 2, "zero": 0}},
     {"resources": {"memory": 1}},  # refused only at .remote()
-    {"resources": {"neuron_cores": 2, "TPU": 4, "HPU": 1.0, "NPU": 0.5}},
-    {"resources": {"TPU": 1}, "num_gpus": 1},
-    # Ray 2.60 has no GPU/neuron_cores conflict check (removed with the AcceleratorManager
-    # refactor, ray-project/ray#40286), so both in one request are accepted.
-    {"num_gpus": 1, "resources": {"neuron_cores": 1}},
+    {"resources": {"neuron_cores": 2, "HPU": 1.0, "NPU": 0.5}},
+    {"resources": {"TPU": 4, "HPU": 1.0}},
     {"memory": 1e9, "accelerator_type": "V100", "name": "x"},
     {"scheduling_strategy": None},
     {"scheduling_strategy": "DEFAULT"},
@@ -906,3 +903,30 @@ def test_public_surface():
         and getattr(value, "__module__", opts.__name__) == opts.__name__
     }
     assert defined_here == set(opts.__all__)
+
+
+# The GPU-support document: a task or actor may not ask for both num_gpus and neuron_cores
+# (Ray's check until 2.9; miniray keeps it).
+ACCELERATOR_CONFLICTS = [
+    ({"num_gpus": 1, "resources": {"neuron_cores": 1}}, "GPU,neuron_cores"),
+    ({"num_gpus": 0.5, "resources": {"TPU": 4}}, "GPU,TPU"),
+    ({"num_gpus": 1, "accelerator_type": "aws-neuron-core"}, "GPU,neuron_cores"),
+    ({"resources": {"neuron_cores": 2, "TPU": 1}}, "neuron_cores,TPU"),
+]
+
+
+@pytest.mark.parametrize("request_opts,named", ACCELERATOR_CONFLICTS)
+@pytest.mark.parametrize("validate", [opts.validate_task_options,
+                                      opts.validate_actor_options], ids=["task", "actor"])
+def test_gpus_and_other_accelerators_in_one_request_are_refused(request_opts, named, validate):
+    with pytest.raises(ValueError, match=r"Only one of 'num_gpus', "
+                       r"'neuron_cores/accelerator_type:aws-neuron-core' and "
+                       r"'TPU/accelerator_type:TPU-V\*' can be set\. Detected 2 options "
+                       r"were configured: " + named):
+        validate(request_opts, in_options=False)
+
+
+@pytest.mark.parametrize("request_opts", [{"num_gpus": 1, "resources": {"neuron_cores": 0}},
+                                          {"resources": {"neuron_cores": 2}}, {"num_gpus": 2}])
+def test_one_accelerator_family_is_fine(request_opts):
+    opts.validate_task_options(request_opts, in_options=False)

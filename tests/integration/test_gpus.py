@@ -1,0 +1,321 @@
+"""GPUs end to end: detection, assignment, worker reuse, and two sessions sharing physical GPUs.
+
+Sessions here run as subprocess drivers. Those that need "physical" GPUs on a machine without
+any get a stand-in ``pynvml`` module on their PYTHONPATH (written by ``fake_pynvml`` below):
+the same way a real pynvml is found, so production code has no test hook. Each subprocess
+gets its own MINIRAY_TMPDIR and the test's own MINIRAY_HOST_DIR, so nothing touches the real
+host ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import miniray
+from miniray._private import procinfo
+
+FAKE_PYNVML = '''
+"""A stand-in for pynvml in tests: devices come from FAKE_NVML_DEVICES ("name|uuid,...")."""
+import os
+
+_DEVICES = [d.split("|") for d in os.environ.get("FAKE_NVML_DEVICES", "").split(",") if d]
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlDeviceGetCount():
+    return len(_DEVICES)
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    return index
+
+
+def nvmlDeviceGetName(handle):
+    return _DEVICES[handle][0]
+
+
+def nvmlDeviceGetUUID(handle):
+    return _DEVICES[handle][1]
+'''
+
+TWO_V100 = "Tesla V100-SXM2-16GB|GPU-aaaa0000,Tesla V100-SXM2-16GB|GPU-bbbb1111"
+
+
+@pytest.fixture
+def fake_pynvml(tmp_path):
+    folder = tmp_path / "fake_nvml"
+    folder.mkdir()
+    (folder / "pynvml.py").write_text(FAKE_PYNVML)
+    return folder
+
+
+def _env(tmp_path, name: str, fake=None, devices: str = TWO_V100, **extra) -> dict:
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    env.pop("RAY_ADDRESS", None)
+    paths = [os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))]
+    if fake is not None:
+        paths.insert(0, str(fake))
+        env["FAKE_NVML_DEVICES"] = devices
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
+    env["MINIRAY_TMPDIR"] = str(tmp_path / f"mr-{name}")
+    env["MINIRAY_HOST_DIR"] = str(tmp_path / "host")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def _run(code: str, env: dict, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _start(code: str, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _read_json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "{" in line:  # a worker's line carries its "(name pid=N) " prefix
+            return json.loads(line[line.index("{"):])
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"no JSON line from the driver; stderr: {proc.stderr.read()[-2000:]}")
+
+
+def _wait_dead(pids, timeout: float = 10) -> list:
+    deadline = time.monotonic() + timeout
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if procinfo.is_alive(pid)]
+        time.sleep(0.05)
+    return alive
+
+
+# --------------------------------------------------------------------- detection (one session)
+def test_detection_through_nvml_names_devices_and_accelerator_type(tmp_path, fake_pynvml):
+    proc = _run("""
+        import json, os, miniray as ray
+        ray.init(num_cpus=1)
+        @ray.remote(num_gpus=1)
+        def which():
+            return ray.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
+        total = ray.cluster_resources()
+        print(json.dumps({"GPU": total.get("GPU"),
+                          "V100": total.get("accelerator_type:V100"),
+                          "seen": ray.get(which.remote())}))
+        ray.shutdown()
+    """, _env(tmp_path, "a", fake_pynvml))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["GPU"] == 2.0 and result["V100"] == 1.0
+    ids, cvd = result["seen"]
+    assert ids in ([0], [1]) and cvd == str(ids[0])  # ints when CUDA_VISIBLE_DEVICES was unset
+
+
+def test_cuda_visible_devices_at_start_restricts_and_names_gpus(tmp_path, fake_pynvml):
+    four = ",".join(f"Tesla T4|GPU-{i}{i}{i}{i}" for i in range(4))
+    proc = _run("""
+        import json, os, miniray as ray
+        ray.init(num_cpus=2)
+        @ray.remote(num_gpus=1)
+        def which():
+            import time; time.sleep(0.3)
+            return ray.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
+        seen = ray.get([which.remote() for _ in range(2)])
+        print(json.dumps({"GPU": ray.cluster_resources()["GPU"], "seen": seen}))
+        ray.shutdown()
+    """, _env(tmp_path, "a", fake_pynvml, devices=four, CUDA_VISIBLE_DEVICES="1,3"))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["GPU"] == 2.0
+    assert sorted(ids[0] for ids, _ in result["seen"]) == ["1", "3"]  # strings, as Ray 2.60
+    assert sorted(cvd for _, cvd in result["seen"]) == ["1", "3"]
+
+
+def test_no_pynvml_means_no_gpus_and_num_gpus_beyond_cvd_is_refused(tmp_path):
+    proc = _run("""
+        import miniray as ray
+        ray.init(num_cpus=1)
+        print("GPU", ray.cluster_resources().get("GPU"))
+        ray.shutdown()
+        try:
+            ray.init(num_cpus=1, num_gpus=3)
+        except ValueError as error:
+            print("refused", error)
+    """, _env(tmp_path, "a", CUDA_VISIBLE_DEVICES="3,5"))
+    assert proc.returncode == 0, proc.stderr
+    assert "GPU None" in proc.stdout
+    assert "Attempting to start raylet with 3 GPU, but CUDA_VISIBLE_DEVICES contains" in (
+        proc.stdout)
+
+
+# ------------------------------------------------------------------ worker reuse (max_calls)
+def test_gpu_tasks_get_a_fresh_worker_unless_max_calls_is_zero(ray_start):
+    ray_start(num_cpus=2, num_gpus=1)
+
+    @miniray.remote(num_gpus=1)
+    def fresh():
+        return os.getpid()
+
+    @miniray.remote(num_gpus=1, max_calls=0)
+    def reused():
+        return os.getpid()
+
+    @miniray.remote(num_gpus=0.5, max_calls=2)
+    def twice():
+        return os.getpid()
+
+    assert len({miniray.get(fresh.remote()) for _ in range(3)}) == 3
+    assert len({miniray.get(reused.remote()) for _ in range(3)}) == 1
+    pids = [miniray.get(twice.remote()) for _ in range(4)]
+    assert pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2]
+
+
+def test_fractional_gpus_pack_one_device_before_the_next(ray_start):
+    ray_start(num_cpus=4, num_gpus=2)
+
+    @miniray.remote(num_gpus=0.5)
+    def which():
+        import time
+
+        time.sleep(0.5)
+        return miniray.get_gpu_ids()
+
+    ids = sorted(i for got in miniray.get([which.remote() for _ in range(4)]) for i in got)
+    assert ids == [0, 0, 1, 1]
+
+
+def test_gpu_and_neuron_cores_in_one_request_are_refused(ray_start):
+    ray_start(num_cpus=1)
+    with pytest.raises(ValueError, match="Only one of 'num_gpus'"):
+        miniray.remote(num_gpus=1, resources={"neuron_cores": 1})(lambda: 1)
+
+
+# ---------------------------------------------------------- the host-wide GPU ledger
+HOLDER = """
+    import json, os, time, miniray as ray
+    ray.init(num_cpus=2)
+    @ray.remote(num_gpus=2)
+    def hold(seconds):
+        print(json.dumps({"task_started": time.time()}), flush=True)
+        time.sleep(seconds)
+        return time.time()
+    ref = hold.remote(HOLD_S)
+    rt = ray._private.runtime.current()
+    deadline = time.time() + 20
+    while len(rt.pids()) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the task is running and holds both GPUs
+    print(json.dumps({"pids": rt.pids(), "session": rt.session_dir}), flush=True)
+    print(json.dumps({"finished": ray.get(ref)}), flush=True)
+    ray.shutdown()
+"""
+
+WANTER = """
+    import json, os, time, miniray as ray
+    ray.init(num_cpus=2)
+    @ray.remote(num_gpus=2)
+    def want():
+        return time.time()
+    try:
+        print(json.dumps({"started": ray.get(want.remote(), timeout=30)}), flush=True)
+    except Exception as error:
+        print(json.dumps({"error": type(error).__name__, "text": str(error)}), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_two_sessions_do_not_both_get_the_same_physical_gpus(tmp_path, fake_pynvml):
+    holder = _start(HOLDER.replace("HOLD_S", "2.0"), _env(tmp_path, "a", fake_pynvml))
+    try:
+        info = _read_json_line(holder)
+        held = _read_json_line(holder)  # noqa: F841 - pids, once the task runs
+        wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml))
+        finished = _read_json_line(holder)["finished"]
+        assert holder.wait(30) == 0
+    finally:
+        holder.kill()
+    assert wanter.returncode == 0, wanter.stderr
+    started = json.loads(wanter.stdout.splitlines()[-1])["started"]
+    assert started >= finished - 0.05, "the second session ran while the first held the GPUs"
+    assert info["task_started"] < finished
+    assert "other miniray sessions on this host hold" in wanter.stderr
+    assert "pid" in wanter.stderr
+
+
+def test_a_session_can_fail_fast_instead_of_waiting(tmp_path, fake_pynvml):
+    holder = _start(HOLDER.replace("HOLD_S", "10.0"), _env(tmp_path, "a", fake_pynvml))
+    try:
+        _read_json_line(holder)
+        _read_json_line(holder)
+        began = time.monotonic()
+        wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml, MINIRAY_HOST_GPU_TIMEOUT="0.5"))
+        waited = time.monotonic() - began
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert wanter.returncode == 0, wanter.stderr
+    result = json.loads(wanter.stdout.splitlines()[-1])
+    assert result["error"] == "TaskUnschedulableError", result
+    assert "MINIRAY_HOST_GPU_TIMEOUT" in result["text"]
+    assert waited < 8
+
+
+def test_leases_of_a_session_killed_with_sigkill_come_back(tmp_path, fake_pynvml):
+    holder = _start(HOLDER.replace("HOLD_S", "60.0"), _env(tmp_path, "a", fake_pynvml))
+    try:
+        _read_json_line(holder)
+        state = _read_json_line(holder)
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(10)
+        assert _wait_dead(state["pids"]) == [], "the killed session's processes outlived it"
+        began = time.monotonic()
+        wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml))
+    finally:
+        holder.kill()
+    assert wanter.returncode == 0, wanter.stderr
+    assert "started" in json.loads(wanter.stdout.splitlines()[-1])
+    assert time.monotonic() - began < 20
+    ledger = json.loads((tmp_path / "host" / "gpus.json").read_text())
+    assert not ledger.get("leases"), "leases were left in the host ledger"
+
+
+def test_logical_gpus_beyond_the_physical_ones_stay_per_session(tmp_path, fake_pynvml):
+    one = "Tesla V100-SXM2-16GB|GPU-aaaa0000"
+    code = """
+        import json, miniray as ray
+        ray.init(num_cpus=3, num_gpus=3)
+        @ray.remote(num_gpus=1)
+        def which():
+            import time; time.sleep(0.5)
+            return ray.get_gpu_ids()
+        print(json.dumps(sorted(i for ids in ray.get([which.remote() for _ in range(3)])
+                                for i in ids)))
+        ray.shutdown()
+    """
+    proc = _run(code, _env(tmp_path, "a", fake_pynvml, devices=one))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1, 2]
