@@ -152,6 +152,7 @@ class ActorClass:
             is_async=self._is_async, name=opts.get("name"), namespace=namespace,
             detached=opts.get("lifetime") == "detached",
             get_if_exists=bool(opts.get("get_if_exists")), handle_state=state,
+            max_pending_calls=opts.get("max_pending_calls"),
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)

@@ -138,12 +138,12 @@ class ActorHost:
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
          call_name) = message
-        if self._skip_if_cancelled(task_id, num_returns):
+        if self.exiting or self._skip_if_cancelled(task_id, num_returns):
             return
         worker = self.worker
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
-            worker.runtime.task = self._context(task_id, call_name)
+            worker.runtime.task = self._context(task_id, method_name, call_name)
             result = getattr(self.instance, method_name)(*args, **kwargs)
             if inspect.isasyncgen(result):
                 value = [item async for item in result]
@@ -163,6 +163,8 @@ class ActorHost:
     def run_call(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
          call_name) = message
+        if self.exiting:  # exit_actor() ran: the owner fails this call when we are gone
+            return
         if self._skip_if_cancelled(task_id, num_returns):
             return
         worker = self.worker
@@ -171,7 +173,7 @@ class ActorHost:
             return
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
-            worker.runtime.task = self._context(task_id, call_name)
+            worker.runtime.task = self._context(task_id, method_name, call_name)
             value = getattr(self.instance, method_name)(*args, **kwargs)
             if inspect.isgenerator(value):
                 value = list(value)
@@ -182,13 +184,18 @@ class ActorHost:
             worker.runtime.task = None
         self._reply_value(task_id, value, num_returns, call_name)
 
-    def _context(self, task_id, call_name):
+    def _context(self, task_id, method_name, call_name):
+        """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
+        function "module.Class.method"."""
         from miniray._private.worker_api import TaskContext
 
         runtime = self.worker.runtime
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
-        return TaskContext(task_id, call_name, f"{self.class_name}.{call_name}",
-                           runtime.actor_resources, gpu_ids, gpu_ints)
+        qualified = f"{self.class_name}.{method_name}"
+        name = qualified if call_name == method_name else call_name
+        module = type(self.instance).__module__
+        return TaskContext(task_id, name, f"{module}.{qualified}", runtime.actor_resources,
+                           gpu_ids, gpu_ints)
 
     def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
         with self.lock:
@@ -212,6 +219,7 @@ class ActorHost:
         from miniray.exceptions import RayTaskError
 
         if isinstance(error, _ExitActor):
+            self.exiting = True  # before replying: no call after this one may run
             self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
             self._exit()
         worker = self.worker
@@ -243,6 +251,7 @@ class ActorHost:
             return task_id in self.cancelled
 
     def _terminate(self, message: tuple) -> None:
+        self.exiting = True
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         if self.loop is not None:

@@ -44,7 +44,8 @@ class ActorCreationSpec:
 
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
-                 "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state")
+                 "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
+                 "max_pending_calls")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -291,6 +292,16 @@ class ActorManager:
         if actor.state == A_DEAD:
             self._fail_refs(spec, actor.death)
             return
+        limit = actor.spec.max_pending_calls
+        if limit is not None and limit >= 0 and len(actor.queue) + len(actor.inflight) >= limit:
+            from miniray.exceptions import PendingCallsLimitExceeded
+
+            for object_id in spec.return_ids:  # nobody will read these: no ref was made
+                objects.get(object_id).dropped = True
+            raise PendingCallsLimitExceeded(
+                f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
+                f"{limit} calls pending, its max_pending_calls; wait for results before "
+                "submitting more, or raise max_pending_calls.")
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
         for _position, object_id in spec.deps or ():
@@ -315,7 +326,7 @@ class ActorManager:
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go."""
-        if actor.state != A_ALIVE or actor.worker is None:
+        if actor.state != A_ALIVE or actor.worker is None or actor.exiting:
             return
         owner = self.owner
         queue = actor.queue
@@ -371,6 +382,8 @@ class ActorManager:
         self._finish(call, results)
 
     def on_exiting(self, worker) -> None:
+        """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
+        still queued fail with ActorDiedError when its process is gone."""
         if worker.actor is not None:
             worker.actor.exiting = True
 
@@ -523,7 +536,10 @@ class ActorManager:
         self.handle_events.append((actor_id, 1))
 
     def handle_dropped(self, actor_id: bytes) -> None:
+        first = not self.handle_events
         self.handle_events.append((actor_id, -1))
+        if first:  # the I/O thread applies it (and the actor exits) even when all is idle
+            self.owner.reactor.wake()
 
     def handle_pickled(self, actor_id: bytes) -> None:
         self.handle_events.append((actor_id, 0))

@@ -97,8 +97,10 @@ class CallbackWaiter:
 class ObjectTable:
     """Entries of one owner. Methods marked *locked* expect the owner's lock to be held."""
 
-    def __init__(self, store, lock: threading.Lock, check_usable: Callable[[], None]):
+    def __init__(self, store, lock: threading.Lock, check_usable: Callable[[], None],
+                 wake: Callable[[], None] | None = None):
         self.store = store
+        self.wake = wake  # asks the I/O thread to apply ref events soon
         self.lock = lock
         self.check_usable = check_usable
         self.entries: dict[bytes, Entry] = {}
@@ -112,7 +114,10 @@ class ObjectTable:
         self.ref_events.append((object_id, 1))
 
     def ref_dropped(self, object_id: bytes) -> None:
+        first = not self.ref_events
         self.ref_events.append((object_id, -1))
+        if first and self.wake is not None:  # one wake-up per batch: memory is freed promptly
+            self.wake()
 
     def ref_pickled(self, object_id: bytes) -> None:
         self.ref_events.append((object_id, 0))

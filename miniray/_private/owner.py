@@ -170,7 +170,7 @@ class Owner:
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
-        self.objects = ObjectTable(store, self._lock, self._check_usable)
+        self.objects = ObjectTable(store, self._lock, self._check_usable, self._wake_io)
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
@@ -762,6 +762,11 @@ class Owner:
     def _register(self, fd: int, handler) -> None:
         self.reactor.register(fd, handler)
 
+    def _wake_io(self) -> None:
+        reactor = getattr(self, "reactor", None)
+        if reactor is not None:
+            reactor.wake()
+
     def _unregister(self, fd: int) -> None:
         self.reactor.unregister(fd)
 
@@ -845,7 +850,12 @@ class Owner:
             else:
                 self._on_result(worker, message[1], message[2], message[3])
         elif tag == protocol.ACTOR_SUBMIT:
-            self.actors.submit(message[1], message[2])
+            try:
+                self.actors.submit(message[1], message[2])
+            except Exception as error:  # e.g. PendingCallsLimitExceeded: the refs carry it
+                data = serialization.dumps(error)
+                for object_id in message[2].return_ids:
+                    self.objects.set_ready(object_id, protocol.ERR, data)
         elif tag == protocol.ACTOR_READY:
             self.actors.on_ready(worker, message[2], message[3])
         elif tag == protocol.ACTOR_EXITING:

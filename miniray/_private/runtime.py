@@ -130,6 +130,63 @@ def _check_whole(name: str, value, resources_repr: dict) -> None:
         )
 
 
+def node_resources(num_cpus, num_gpus, resources, object_store_memory,
+                   node_ip: str = "127.0.0.1") -> dict:
+    """A node's totals and GPU identity, as ``init()`` and ``miniray start`` compute them.
+
+    ``num_cpus`` None means the usable cores. GPUs: NVML detection, capped and named by
+    ``CUDA_VISIBLE_DEVICES``; an explicit ``num_gpus`` overrides the count. Returns
+    ``{"totals", "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
+    "object_store_memory"}``; ValueError as Ray's for a ``num_gpus`` above the visible devices.
+    """
+    if num_cpus is None:
+        num_cpus = _cpu_count()
+    from miniray._private.gpu_detect import detect_gpus, parse_visible_devices
+
+    inventory = detect_gpus()
+    cvd = parse_visible_devices(config.cuda_visible_devices())
+    if num_gpus is None:
+        num_gpus = inventory.count
+    elif cvd is not None and num_gpus > len(cvd):
+        raise ValueError(
+            f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
+            f"contains {cvd}."
+        )
+    num_gpus = int(num_gpus)
+    # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
+    # then logical ones (num_gpus may exceed the hardware: resources are logical).
+    gpu_ids = list(inventory.ids[:num_gpus])
+    spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
+    for gpu_id in spare:
+        if len(gpu_ids) >= num_gpus:
+            break
+        if gpu_id not in gpu_ids:
+            gpu_ids.append(gpu_id)
+    gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
+    gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
+    accelerator_type = inventory.accelerator_type if num_gpus else None
+    resources = dict(resources or {})
+    if accelerator_type and inventory.count:
+        resources.setdefault(f"accelerator_type:{accelerator_type}", 1)
+    available = _memory_available()
+    if object_store_memory is None:
+        object_store_memory = int(available * 0.3)
+        shm = _shm_free()
+        if shm is not None:
+            object_store_memory = min(object_store_memory, int(shm * 0.95))
+        object_store_memory = min(object_store_memory, 200 * (1 << 30))
+        logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
+                     object_store_memory, available, shm)
+    memory = max(0, int(available - object_store_memory))
+    totals = node_totals(num_cpus, num_gpus, resources, memory,
+                         int(object_store_memory), node_ip)
+    return {
+        "totals": totals, "gpu_ids": gpu_ids, "gpu_ids_are_ints": gpu_ids_are_ints,
+        "gpu_keys": gpu_keys, "accelerator_type": accelerator_type,
+        "object_store_memory": int(object_store_memory),
+    }
+
+
 class Runtime:
     """The driver's runtime for one ``init()``: session directory, ledger, fork server, owner."""
 
@@ -156,46 +213,14 @@ class Runtime:
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
-        from miniray._private.gpu_detect import detect_gpus, parse_visible_devices
-
-        inventory = detect_gpus()
-        cvd = parse_visible_devices(config.cuda_visible_devices())
-        if num_gpus is None:
-            num_gpus = inventory.count
-        elif cvd is not None and num_gpus > len(cvd):
-            raise ValueError(
-                f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
-                f"contains {cvd}."
-            )
-        num_gpus = int(num_gpus)
-        # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
-        # then logical ones (num_gpus may exceed the hardware: resources are logical).
-        gpu_ids = list(inventory.ids[:num_gpus])
-        spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
-        for gpu_id in spare:
-            if len(gpu_ids) >= num_gpus:
-                break
-            if gpu_id not in gpu_ids:
-                gpu_ids.append(gpu_id)
-        self.gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
-        self.gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
-        self.accelerator_type = inventory.accelerator_type if num_gpus else None
-        resources = dict(resources or {})
-        if self.accelerator_type and inventory.count:
-            resources.setdefault(f"accelerator_type:{self.accelerator_type}", 1)
-        available = _memory_available()
-        if object_store_memory is None:
-            object_store_memory = int(available * 0.3)
-            shm = _shm_free()
-            if shm is not None:
-                object_store_memory = min(object_store_memory, int(shm * 0.95))
-            object_store_memory = min(object_store_memory, 200 * (1 << 30))
-            logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
-                         object_store_memory, available, shm)
-        memory = max(0, int(available - object_store_memory))
+        spec = node_resources(num_cpus, num_gpus, resources, object_store_memory, self.node_ip)
+        gpu_ids = spec["gpu_ids"]
+        self.gpu_ids_are_ints = spec["gpu_ids_are_ints"]
+        self.gpu_keys = spec["gpu_keys"]
+        self.accelerator_type = spec["accelerator_type"]
+        object_store_memory = spec["object_store_memory"]
         self.num_cpus = num_cpus
-        totals = node_totals(num_cpus, num_gpus, resources, memory,
-                             int(object_store_memory), self.node_ip)
+        totals = spec["totals"]
         ledger_path = os.path.join(self.session_dir, "ledger.json")
         self.ledger = Ledger.create(ledger_path, totals, {"GPU": gpu_ids} if gpu_ids else {})
         self.node_state = NodeState(

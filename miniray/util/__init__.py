@@ -1,14 +1,15 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
-Mirrors ``ray.util`` (Ray 2.60). Differs: ``ActorPool`` and ``queue`` arrive with actors;
+Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors. Differs:
 placement groups, ``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
 """
 
 from __future__ import annotations
 
 from miniray.util import accelerators
+from miniray.util.actor_pool import ActorPool
 
-__all__ = ["accelerators", "get_node_ip_address", "inspect_serializability",
+__all__ = ["accelerators", "ActorPool", "get_node_ip_address", "inspect_serializability",
            "list_named_actors"]
 
 

@@ -142,20 +142,6 @@ def test_exit_actor_in_an_async_actor(ray):
     _assert_dead(ray, actor.ping.remote(), "exited")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: exit_actor() in a threaded actor (max_concurrency > 1) does not stop later calls: "
-        "miniray/_private/actor_host.py ActorHost._reply_error sends the exiting call's None "
-        "result, then _exit() sends ACTOR_EXITING and exit_process() (flush, os._exit) on that "
-        "pool thread; meanwhile ActorManager._pump (miniray/_private/actors.py) keeps sending "
-        "calls (on_exiting only sets actor.exiting) and ActorHost.handle_call hands them to other "
-        "pool threads, which run them. A call submitted after the caller got None can succeed "
-        "(seen in ~5-35% of plain runs; made certain here by a slow stdout flush at exit). Ray: "
-        "'Any queued methods will fail' once exit_actor() is called. Fix: mark the host exiting "
-        "before replying and refuse calls after that, and stop pumping once actor.exiting is set"
-    ),
-)
 def test_exit_actor_in_a_threaded_actor_fails_later_calls(ray):
     @ray.remote(max_concurrency=3)
     class ThreadedLeaver:
@@ -189,16 +175,6 @@ def test_exit_actor_in_a_threaded_actor_fails_later_calls(ray):
     _assert_dead(ray, actor.ping.remote(), "exited")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: max_pending_calls is validated (miniray/_private/options.py) but silently ignored: "
-        "ActorClass._remote (miniray/actor.py) never puts it into ActorCreationSpec and "
-        "ActorManager.submit (miniray/_private/actors.py) queues without a limit, so .remote() "
-        "never raises PendingCallsLimitExceeded as Ray 2.60 does (ray-api-surface.md §2.2); house "
-        "style says an unsupported option must raise NotImplementedError, never be ignored"
-    ),
-)
 def test_max_pending_calls_limits_queued_calls(ray, Worker):
     actor = Worker.options(max_pending_calls=1).remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)

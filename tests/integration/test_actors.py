@@ -381,18 +381,6 @@ def test_runtime_context_inside_an_actor(ray):
     assert ray.get_runtime_context().get_actor_id() is None  # the driver
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: miniray/_private/actor_host.py ActorHost._context builds TaskContext(task_id, "
-        "call_name, f'{class_name}.{call_name}', ...) from the bare method name (ActorMethod's "
-        "call_name defaults to the method name in miniray/actor.py), so get_task_name() in an "
-        "actor method returns 'ids' instead of Ray's 'Introspect.ids', and "
-        "get_task_function_name() returns 'Introspect.ids' (no module; and 'Introspect.custom' "
-        "after .options(name='custom')) instead of Ray's '<module>.Introspect.ids' "
-        "(ray-api-surface.md §3.8)"
-    ),
-)
 def test_task_name_and_function_name_inside_an_actor(ray):
     @ray.remote
     class Introspect:
@@ -413,17 +401,6 @@ def test_task_name_and_function_name_inside_an_actor(ray):
 
 
 # ----------------------------------------------------------------------------- lifetime
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: miniray/actor.py ActorHandle.__del__ -> Runtime.actor_handle_event -> "
-        "ActorManager.handle_dropped (miniray/_private/actors.py) only appends to handle_events; "
-        "they are applied by Owner._housekeeping (miniray/_private/owner.py), which runs only when"
-        " the I/O thread wakes for some I/O, and nothing wakes it (no reactor.wake()). So with an "
-        "idle driver an actor whose last handle is dropped keeps running (and holding its "
-        "resources) until unrelated traffic happens; in Ray it exits promptly"
-    ),
-)
 def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     actor = Recorder.remote()
     pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
@@ -448,7 +425,7 @@ def test_actor_whose_handles_are_gone_exits_and_returns_its_resources(ray, Recor
         return 1
 
     def gone():
-        ray.get(nudge.remote(), timeout=GET_TIMEOUT)  # (wakes the owner; see the xfail above)
+        ray.get(nudge.remote(), timeout=GET_TIMEOUT)  # (any activity also applies pending handle drops)
         return not procinfo.is_alive(pid) and _available("CPU") == 2.0
 
     assert wait_until(gone, timeout=10, interval=0.1), f"actor pid {pid} still alive"

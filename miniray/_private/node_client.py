@@ -1,0 +1,551 @@
+"""A driver's side of a node started with ``miniray start``: finding it, and talking to it.
+
+Owns: the node records on disk (``<session>/node.json`` and ``<root>/current_node``), resolving
+an address (``None``, ``"auto"``, ``"host:port"``) to a record, and ``NodeClient``, the
+driver's connection to the node's socket. Does not own: the node process (``node.py``), what
+the owner does with its workers (``owner.py``), or the wire protocol's definition (numbered in
+``node.py``'s docstring; this module is its client half).
+Called by: the runtime at ``init(address=...)``, the CLI (``start`` waits for a HELLO to be
+answered, ``stop`` and ``status`` read the records), and tests.
+
+``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
+(``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
+``read_message()``, ``wait(timeout)``, ``close()``), and ``read_message`` returns the fork
+server's integer tags (``protocol.SPAWNED``/``EXITED``/``BYE``), so the owner cannot tell a
+node from its own fork server: it still talks to its workers directly, over the sockets it
+created and the node passed on.
+
+Records::
+
+    $MINIRAY_TMPDIR/                    (the session root, config.tmpdir_root())
+      current_node                      path of the node.json of the last node started
+      session_<stamp>_<pid>_<rand>/     the node's session dir, same layout as init()'s
+        owner.pid, ledger.json(.lock)
+        node.json                       {pid, start_time, address, port, socket, ...}
+        node.sock                       AF_UNIX SOCK_SEQPACKET, mode 0600
+        node.log                        the daemon's stdout and stderr
+        node_stats.json                 connected drivers and their workers (for status)
+
+Mirrors Ray's address resolution (``ray._private.services.canonicalize_bootstrap_address``,
+Ray 2.60). Differs: the port is a name only (no TCP socket is opened until multi-host peering
+exists), so ``host`` must be this host; records are per session root, so one user's nodes and
+another root's nodes are never found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import ipaddress
+import json
+import logging
+import os
+import pickle
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator
+
+from miniray._private import config, procinfo, protocol, session
+
+__all__ = [
+    "CURRENT_NODE",
+    "NodeStartError",
+    "NODE_LOG",
+    "NODE_SOCKET",
+    "NODE_STATS",
+    "RECORD_FILE",
+    "NodeClient",
+    "NodeRecord",
+    "connect",
+    "current_record",
+    "find_node",
+    "list_records",
+    "parse_address",
+    "read_record",
+    "spawn_daemon",
+    "stop_nodes",
+]
+
+logger = logging.getLogger(__name__)
+
+RECORD_FILE = "node.json"
+NODE_SOCKET = "node.sock"
+NODE_LOG = "node.log"
+NODE_STATS = "node_stats.json"
+CURRENT_NODE = "current_node"
+NODE_IP = "127.0.0.1"
+DEFAULT_PORT = 6379
+PROTOCOL_VERSION = 1
+BUFSIZE = 1 << 16
+MAX_FDS = 8
+READY_TIMEOUT_S = 30.0
+
+NOT_FOUND_AUTO = (
+    "Could not find any running Ray instance. Please specify the one to connect to by setting "
+    "`--address` flag or `RAY_ADDRESS` environment variable."
+)
+
+
+@dataclass
+class NodeRecord:
+    """What ``<session>/node.json`` says about a node (``path`` is the file itself)."""
+
+    pid: int
+    start_time: int | None
+    address: str
+    port: int
+    socket: str
+    session_dir: str
+    started_at: float
+    node_id: str = ""
+    fork_server_pid: int | None = None
+    fork_server_start: int | None = None
+    gpu_keys: list = field(default_factory=list)
+    path: str = ""
+
+    def alive(self) -> bool:
+        """The recorded process still runs (same pid *and* start time) and its socket exists."""
+        return procinfo.is_alive(self.pid, self.start_time) and os.path.exists(self.socket)
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        doc.pop("path")
+        return doc
+
+
+def read_record(path: str) -> NodeRecord | None:
+    """The record at ``path``, or None if it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        names = set(NodeRecord.__dataclass_fields__) - {"path"}
+        return NodeRecord(**{k: v for k, v in doc.items() if k in names}, path=path)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _current_path(root: str) -> str | None:
+    try:
+        with open(os.path.join(root, CURRENT_NODE)) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def current_record(root: str | None = None) -> NodeRecord | None:
+    """The record ``<root>/current_node`` names, alive or not (None if there is none)."""
+    path = _current_path(root or config.tmpdir_root())
+    return read_record(path) if path else None
+
+
+def list_records(root: str | None = None, *, alive_only: bool = True) -> list[NodeRecord]:
+    """Every node record of this session root (and the one ``current_node`` names, which may
+    live under another ``--temp-dir``), oldest first."""
+    root = root or config.tmpdir_root()
+    paths = []
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        names = []
+    for name in names:
+        if name.startswith("session_"):
+            paths.append(os.path.join(root, name, RECORD_FILE))
+    current = _current_path(root)
+    if current and current not in paths:
+        paths.append(current)
+    records = [r for r in map(read_record, paths) if r is not None]
+    if alive_only:
+        records = [r for r in records if r.alive()]
+    return sorted(records, key=lambda r: r.started_at)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"host:port"`` (``"[::1]:port"`` for IPv6) as ``(host, port)``; ValueError (Ray's
+    message) when it is malformed."""
+    host, sep, port = address.strip().rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"Invalid address format: {address}")
+    return host, int(port)
+
+
+def _is_this_host(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain", socket.gethostname()):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host == socket.getfqdn()  # a name other than ours: not resolved (no DNS wait)
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    try:
+        mine = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    except OSError:
+        return False
+    return str(ip) in mine
+
+
+def find_node(address: str | None = None, root: str | None = None) -> NodeRecord | None:
+    """The live node ``address`` names, under session root ``root`` (default: this user's).
+
+    * ``None``: the node ``current_node`` names if it is alive, else None (start a new one).
+    * ``"auto"``: that node, else any live node of the root (the newest); ConnectionError with
+      Ray's message when there is none.
+    * ``"local"``: None (always start a new one).
+    * ``"host:port"``: the live node started with ``--port port``; ``host`` must name this
+      host. ValueError when malformed, ConnectionError when no such node runs.
+
+    The caller applies ``RAY_ADDRESS`` first (Ray's order, ray-api-surface §1.2).
+
+    Example:
+        >>> rec = find_node("auto")  # doctest: +SKIP
+        >>> rec.address, rec.socket  # doctest: +SKIP
+        ('127.0.0.1:6379', '/dev/shm/miniray-1000/session_.../node.sock')
+    """
+    root = root or config.tmpdir_root()
+    if address in (None, "", "auto"):
+        current = current_record(root)
+        if current is not None and current.alive():
+            return current
+        if address != "auto":
+            return None
+        live = list_records(root)
+        if live:
+            return live[-1]
+        raise ConnectionError(NOT_FOUND_AUTO)
+    if address == "local":
+        return None
+    if "://" in address:
+        raise NotImplementedError(
+            f"miniray does not implement Ray Client ({address!r}); run the program on the "
+            "host itself with init()."
+        )
+    host, port = parse_address(address)
+    if not _is_this_host(host):
+        raise ConnectionError(
+            f"Failed to connect to Ray cluster at {address}: miniray connects only to nodes on "
+            "this host (multi-host peering is not supported yet)."
+        )
+    for record in reversed(list_records(root)):
+        if record.port == port:
+            return record
+    raise ConnectionError(
+        f"Failed to connect to Ray cluster at {address}: no miniray node started with "
+        f"`miniray start --head --port {port}` is running under {root}."
+    )
+
+
+@contextlib.contextmanager
+def sun_path(path: str) -> Iterator[str]:
+    """A name for ``path`` that fits ``sockaddr_un`` (108 bytes): the path itself when short,
+    else ``/proc/self/fd/<dir fd>/<name>`` (Linux), valid inside the ``with`` block."""
+    if len(os.fsencode(path)) < 100:
+        yield path
+        return
+    fd = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{os.path.basename(path)}"
+    finally:
+        os.close(fd)
+
+
+def peer_uid(sock: socket.socket) -> tuple[int, int]:
+    """``(pid, uid)`` of the process at the other end of a connected AF_UNIX socket."""
+    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                         struct.calcsize("3i")))
+    return pid, uid
+
+
+def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
+    """One pickled tuple as one SOCK_SEQPACKET datagram, with ``fds`` (SCM_RIGHTS) if any."""
+    data = pickle.dumps(message, protocol=5)
+    if fds:
+        socket.send_fds(sock, [data], fds)
+    else:
+        sock.sendall(data)
+
+
+class NodeClient:
+    """A driver's connection to a node; what the owner uses in place of a fork server.
+
+    ``spawn()`` and ``kill()`` only send; replies are read by the owner's I/O thread through
+    ``read_message()`` when ``fileno()`` is readable. ``info`` is the node's WELCOME dict.
+
+    Example:
+        >>> client = connect(find_node("auto"))  # doctest: +SKIP
+        >>> req = client.spawn([data_fd, ctl_fd, out_w, err_w])  # doctest: +SKIP
+        >>> client.read_message()  # doctest: +SKIP
+        (31, 1, 4242)
+    """
+
+    def __init__(self, sock: socket.socket, info: dict, record: NodeRecord | None = None):
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self._next_req = 0
+        self._goodbye_sent = False
+        self._bye = threading.Event()
+        self.info = info
+        self.record = record
+        self.pid = int(info["node_pid"])  # the node's pid: it outlives this client
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def spawn(self, fds: list[int]) -> int:
+        with self._send_lock:
+            self._next_req += 1
+            req = self._next_req
+            send_message(self._sock, ("SPAWN", req), fds)
+        return req
+
+    def kill(self, pid: int, sig: int = 9) -> None:
+        self._send(("KILL", pid, int(sig)))
+
+    def request_shutdown(self, grace: float) -> None:
+        """Leave the node: it waits ``grace`` seconds for this driver's workers to exit,
+        SIGKILLs the rest, releases this driver's leases, then answers BYE (``wait``)."""
+        self._goodbye_sent = True
+        self._send(("GOODBYE", float(grace)))
+
+    def _send(self, message: tuple) -> None:
+        try:
+            with self._send_lock:
+                send_message(self._sock, message)
+        except OSError:
+            pass  # the node is gone: read_message reports EOF
+
+    def read_message(self) -> tuple | None:
+        """One message as the fork server's tuple, ``()`` for nothing or an unknown tag, or
+        None at EOF (the node is gone). Call only when ``fileno()`` is readable."""
+        try:
+            data = self._sock.recv(BUFSIZE)
+        except (BlockingIOError, InterruptedError):
+            return ()
+        except OSError:
+            self._bye.set()
+            return None
+        if not data:
+            self._bye.set()
+            return None
+        message = pickle.loads(data)
+        tag = message[0]
+        if tag == "SPAWNED":
+            return (protocol.SPAWNED, message[1], message[2])
+        if tag == "EXITED":
+            return (protocol.EXITED, message[1], message[2])
+        if tag == "BYE":
+            self._bye.set()
+            return (protocol.BYE,)
+        return ()
+
+    def wait(self, timeout: float) -> None:
+        """After ``request_shutdown``: until the node said BYE (or went away), at most
+        ``timeout`` seconds. The owner's I/O thread reads the BYE; otherwise a no-op."""
+        if self._goodbye_sent and self._sock.fileno() >= 0:
+            self._bye.wait(timeout)
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def __repr__(self) -> str:
+        return f"<NodeClient {self.info.get('address')} node pid={self.pid}>"
+
+
+def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
+    """HELLO/WELCOME with the node ``record`` names; ConnectionError if it does not answer."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.settimeout(timeout)
+        with sun_path(record.socket) as name:
+            sock.connect(name)
+        _pid, uid = peer_uid(sock)
+        if uid != os.getuid():
+            raise ConnectionError(f"the process listening on {record.socket} runs as uid {uid}, "
+                                  f"not {os.getuid()}; refusing to talk to it")
+        send_message(sock, ("HELLO", os.getpid()))
+        data = sock.recv(BUFSIZE)
+        if not data:
+            raise ConnectionError("the node closed the connection during HELLO")
+        reply = pickle.loads(data)
+        if reply[0] != "WELCOME":
+            raise ConnectionError(f"the node refused the connection: {reply[1:]}")
+        sock.settimeout(None)
+    except ConnectionError as error:
+        sock.close()
+        raise ConnectionError(f"Failed to connect to Ray cluster at {record.address}: "
+                              f"{error}") from None
+    except OSError as error:
+        sock.close()
+        raise ConnectionError(f"Failed to connect to Ray cluster at {record.address}: the node "
+                              f"(pid {record.pid}) did not answer on {record.socket}: "
+                              f"{error}") from None
+    return NodeClient(sock, reply[1], record)
+
+
+# ------------------------------------------------------------- starting and stopping nodes
+class NodeStartError(Exception):
+    """``miniray start`` could not start a node; the message says why and what to do."""
+
+
+def write_json(path: str, doc: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def unlink_quiet(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def root_locked(root: str) -> Iterator[None]:
+    """flock on the session root itself: choosing a port and writing records is atomic
+    between concurrent ``miniray start``/``stop`` (no lock file is left in the root)."""
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def sweep_stale(root: str) -> None:
+    """Session dirs of dead owners, and a ``current_node`` naming a dead node."""
+    session.sweep_dead_sessions(root)
+    current = os.path.join(root, CURRENT_NODE)
+    try:
+        with open(current) as f:
+            target = f.read().strip()
+    except OSError:
+        return
+    record = read_record(target)
+    if record is None or not procinfo.is_alive(record.pid, record.start_time):
+        if record is not None and not session.is_session_alive(record.session_dir):
+            shutil.rmtree(record.session_dir, ignore_errors=True)
+        unlink_quiet(current)
+
+
+def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
+    """Starts a node in the background (a new session, stdin /dev/null, output to its
+    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
+    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
+    import miniray
+
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [parent] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    read_fd, write_fd = os.pipe()
+    code = "from miniray._private.node import main; main()"
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(write_fd), json.dumps(options)],
+            pass_fds=[write_fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True, cwd="/", env=env,
+        )
+    finally:
+        os.close(write_fd)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    with os.fdopen(read_fd, "rb") as ready:
+        while time.monotonic() < deadline:
+            if not select.select([ready], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                continue
+            chunk = os.read(ready.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    line = b"".join(chunks).decode(errors="replace").strip()
+    doc = json.loads(line) if line.startswith("{") else None
+    if doc is None or not doc.get("ok"):
+        if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        proc.stderr.close()
+        session.sweep_dead_sessions(os.path.abspath(options.get("temp_dir")
+                                                    or config.tmpdir_root()))
+        if doc is not None:
+            raise NodeStartError(doc["error"])
+        what = (f"exited with code {proc.returncode}" if proc.returncode is not None
+                else f"was not ready within {timeout:g} s")
+        raise NodeStartError(f"the miniray node {what}." + (f"\n{err[-3000:]}" if err else ""))
+    proc.stderr.close()
+    record = read_record(doc["record"])
+    if record is None:
+        raise NodeStartError(f"the node reported {doc['record']}, which cannot be read")
+    client = connect(record, timeout=max(1.0, deadline - time.monotonic()))
+    info = client.info
+    client.close()
+    return record, info
+
+
+# ------------------------------------------------------------------------- stopping nodes
+def _signal(pid: int | None, start: int | None, sig: int) -> bool:
+    """Signals ``pid`` only while it is still the recorded process (pid and start time)."""
+    if not pid or not procinfo.is_alive(pid, start):
+        return False
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> list:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [(p, s) for p, s in procs if p and procinfo.is_alive(p, s)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 16.0) -> int:
+    """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
+    names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
+    seconds (at once with ``force``). Waits for each node and its fork server to be gone,
+    then sweeps their session directories and stale records. Returns how many were running."""
+    root = os.path.abspath(root or config.tmpdir_root())
+    records = list_records(root, alive_only=False)
+    live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
+    for record in live:
+        _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)
+    left = _wait_gone([(r.pid, r.start_time) for r in live], 0.0 if force else grace)
+    for pid, start in left:
+        logger.warning("node pid %d still running after %g s: SIGKILL", pid, grace)
+        _signal(pid, start, signal.SIGKILL)
+    _wait_gone(left, 10.0)
+    # A node that died without its shutdown: its fork server sees EOF, kills the workers and
+    # exits. Wait for that, so nothing of the node is left when this returns.
+    forks = [(r.fork_server_pid, r.fork_server_start) for r in records]
+    for pid, start in _wait_gone(forks, 5.0):
+        _signal(pid, start, signal.SIGKILL)
+    _wait_gone(forks, 5.0)
+    roots = {root} | {os.path.dirname(r.session_dir) for r in records}
+    for r in records:
+        if os.path.isdir(r.session_dir) and not session.is_session_alive(r.session_dir):
+            shutil.rmtree(r.session_dir, ignore_errors=True)
+    for r in sorted(roots):
+        with root_locked(r):
+            sweep_stale(r)
+        with contextlib.suppress(OSError):
+            os.rmdir(r)
+    return len(live)
