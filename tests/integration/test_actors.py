@@ -425,7 +425,7 @@ def test_actor_whose_handles_are_gone_exits_and_returns_its_resources(ray, Recor
         return 1
 
     def gone():
-        ray.get(nudge.remote(), timeout=GET_TIMEOUT)  # (any activity also applies pending handle drops)
+        ray.get(nudge.remote(), timeout=GET_TIMEOUT)  # activity applies drops too
         return not procinfo.is_alive(pid) and _available("CPU") == 2.0
 
     assert wait_until(gone, timeout=10, interval=0.1), f"actor pid {pid} still alive"
