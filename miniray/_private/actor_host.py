@@ -158,7 +158,7 @@ class ActorHost:
         except BaseException as error:
             self._reply_error(task_id, error, call_name, num_returns)
             return
-        self._reply_value(task_id, value, num_returns, call_name)
+        self._reply_value(task_id, value, num_returns, call_name, return_ids)
 
     def run_call(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -169,7 +169,7 @@ class ActorHost:
             return
         worker = self.worker
         if method_name == "__ray_ready__":
-            self._reply_value(task_id, True, num_returns, call_name)
+            self._reply_value(task_id, True, num_returns, call_name, return_ids)
             return
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
@@ -182,7 +182,7 @@ class ActorHost:
             return
         finally:
             worker.runtime.task = None
-        self._reply_value(task_id, value, num_returns, call_name)
+        self._reply_value(task_id, value, num_returns, call_name, return_ids)
 
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
@@ -211,8 +211,9 @@ class ActorHost:
         self._send(task_id, [(protocol.ERR, _dumps(error))] * max(1, num_returns))
         return True
 
-    def _reply_value(self, task_id, value, num_returns, call_name) -> None:
-        self._send(task_id, self.worker._serialize_returns(value, num_returns, call_name))
+    def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
+        self._send(task_id, self.worker._serialize_returns(value, num_returns, call_name,
+                                                           return_ids))
 
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
         from miniray.actor import _ExitActor

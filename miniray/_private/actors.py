@@ -243,9 +243,8 @@ class ActorManager:
         actor.pid = None
         actor.state = A_ALIVE
         dep_values = None
-        if spec.deps:
-            dep_values = [(position, protocol.OK, owner.store.get_serialized(object_id))
-                          for position, object_id in spec.deps]
+        if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
+            dep_values = owner.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
                spec.handle_state)
@@ -338,8 +337,7 @@ class ActorManager:
                 continue
             dep_values = None
             if spec.deps:
-                dep_values = [(position, protocol.OK, owner.store.get_serialized(object_id))
-                              for position, object_id in spec.deps]
+                dep_values = owner.dep_payloads(spec.deps, pin=True)
             actor.inflight[spec.task_id] = call
             call.sent = True
             try:
@@ -352,6 +350,8 @@ class ActorManager:
     def _finish(self, call: _Call, results: list) -> None:
         spec = call.spec
         self.calls.pop(spec.task_id, None)
+        if call.sent and spec.deps:
+            self.owner.unpin_deps(spec.deps)
         objects = self.owner.objects
         for object_id, (kind, data) in zip(spec.return_ids, results):
             objects.set_ready(object_id, kind, data)

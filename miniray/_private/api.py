@@ -8,19 +8,23 @@ Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
-from miniray._private import ids, protocol, runtime, serialization
+from miniray._private import ids, oob, protocol, runtime, values
 from miniray._private.object_ref import ObjectRef
 
 
-def materialize(kind: int, data: bytes) -> Any:
-    """A stored object's value, or raise the error it holds."""
+def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any:
+    """A stored object's value, or raise the error it holds. ``data`` is a payload
+    (``values.py``): bytes, or where a large object lies in shared memory."""
     from miniray.exceptions import RaySystemError, RayTaskError
 
     try:
-        value = pickle.loads(data)
+        if kind == protocol.OK and not isinstance(data, (bytes, bytearray)):
+            return _read_large(data, rt, object_id)
+        value = oob.loads_inline(data)
+    except (RaySystemError, FileNotFoundError):
+        raise
     except Exception as error:
         raise RaySystemError(
             f"Could not deserialize an object: {type(error).__name__}: {error}. If it refers "
@@ -31,6 +35,18 @@ def materialize(kind: int, data: bytes) -> Any:
             raise value.as_instanceof_cause()
         raise value
     return value
+
+
+def _read_large(payload, rt, object_id):
+    if rt is not None and rt.mode == "driver":
+        return rt.read_value(object_id, payload)  # the store's own zero-copy view
+    cache = getattr(rt, "mappings", None)
+    try:
+        return values.read(payload, cache)
+    except FileNotFoundError:
+        # Spilled (or moved) between the owner's reply and our mapping: ask once more.
+        items = rt.get_serialized([object_id], None)
+        return values.read(items[0][1], cache)
 
 
 def _check_session(rt, refs: list) -> None:
@@ -55,7 +71,7 @@ def get_values(rt, refs: list, timeout: float | None = None) -> list:
         raise GetTimeoutError("Get timed out: some object(s) not ready.")
     if len(items) == 1 and items[0][0] == protocol.ERR:
         materialize(*items[0])
-    return [materialize(kind, data) for kind, data in items]
+    return [materialize(kind, data, rt, ref._id) for (kind, data), ref in zip(items, refs)]
 
 
 def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = False):
@@ -98,15 +114,18 @@ def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> Obj
             "Calling 'put' on an ray.ObjectRef is not allowed. If you really want to do this, "
             "you can wrap the ray.ObjectRef in a list and call 'put' on it."
         )
+    from miniray.exceptions import RayError
+
     rt = runtime.auto_init()
+    object_id = ids.new_put_id()
     try:
-        data = serialization.dumps(value)
+        rt.put_value(object_id, value)
+    except (RayError, OSError):  # ObjectStoreFullError, OutOfDiskError, ...
+        raise
     except Exception as error:
         raise TypeError(
             f"Could not serialize the value passed to put(): {type(error).__name__}: {error}."
         ) from error
-    object_id = ids.new_put_id()
-    rt.put_serialized(object_id, data)
     return ObjectRef(object_id)
 
 

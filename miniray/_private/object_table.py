@@ -24,7 +24,7 @@ import collections
 import threading
 from typing import Callable
 
-from miniray._private import protocol
+from miniray._private import protocol, values
 
 PENDING, READY = 0, 1
 
@@ -161,12 +161,19 @@ class ObjectTable:
             entry = self.entries[object_id] = Entry()
         return entry
 
-    def set_ready(self, object_id: bytes, kind: int, data: bytes, escaped: bool = False) -> None:
-        """*Locked.* Store an object's bytes and wake whoever waits for it."""
+    def set_ready(self, object_id: bytes, kind: int, data, escaped: bool = False,
+                  stored: bool = False) -> None:
+        """*Locked.* Store an object (bytes, or a segment a worker made: ``("shm", path,
+        size)``) and wake whoever waits for it. ``stored``: the store already holds it."""
         entry = self.ensure(object_id)
         if escaped:
             entry.escaped = True
-        self.store.put_serialized(object_id, data)
+        if stored:
+            pass
+        elif isinstance(data, tuple):
+            self.store.put_segment_from(object_id, data[1], data[2])
+        else:
+            self.store.put_serialized(object_id, data)
         entry.state = READY
         entry.kind = kind
         waiters = entry.waiters
@@ -179,9 +186,10 @@ class ObjectTable:
             self.store.free(object_id)
             del self.entries[object_id]
 
-    def read(self, object_id: bytes) -> tuple[int, bytes]:
-        """*Locked.* ``(kind, data)`` of a ready object."""
-        return self.entries[object_id].kind, self.store.get_serialized(object_id)
+    def read(self, object_id: bytes) -> tuple:
+        """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
+        ``values.py``). Pin it first if the reader may be slow to map it."""
+        return self.entries[object_id].kind, values.outgoing(self.store.location(object_id))
 
     def unpin(self, object_id: bytes) -> None:
         entry = self.entries.get(object_id)
@@ -272,7 +280,7 @@ class ObjectTable:
                     raise self.lost(object_id)
                 if entry.state != READY:
                     continue
-                item = (entry.kind, self.store.get_serialized(object_id))
+                item = (entry.kind, values.outgoing(self.store.location(object_id)))
                 if entry.kind == protocol.ERR:
                     return [item]
                 out.append(item)

@@ -31,7 +31,7 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["ALIGN", "Serialized", "load_segment", "loads_inline", "serialize"]
+__all__ = ["ALIGN", "Serialized", "inline_blob", "load_segment", "loads_inline", "serialize"]
 
 PROTOCOL = 5
 MAGIC = b"MRSG"
@@ -169,9 +169,47 @@ def serialize(value: Any) -> Serialized:
     return Serialized(metadata, buffers, value)
 
 
+_INLINE_MAGIC = b"MRB1"
+_U64 = struct.Struct("<Q")
+
+
+def inline_blob(ser: Serialized) -> bytes:
+    """A small value as one bytes object. Without buffers: the plain pickle. With buffers
+    (numpy arrays): ``MRB1``, the count and lengths, the metadata, then each buffer 8-byte
+    aligned, so ``loads_inline`` hands the arrays read-only views of the blob (as Ray does
+    for every numpy array it returns, small ones included) without copying them."""
+    if not ser.buffers:
+        return ser.metadata
+    raws = [memoryview(b).cast("B") for b in ser.buffers]
+    head = [_INLINE_MAGIC, _U64.pack(len(raws)), _U64.pack(len(ser.metadata))]
+    head += [_U64.pack(len(r)) for r in raws]
+    parts = head + [ser.metadata]
+    size = sum(len(p) for p in parts)
+    for raw in raws:
+        pad = -size % 8
+        parts.append(b"\0" * pad)
+        parts.append(raw)
+        size += pad + len(raw)
+    return b"".join(parts)
+
+
 def loads_inline(data: bytes) -> Any:
-    """Load an in-band pickle (an inline object)."""
-    return pickle.loads(data)
+    """Load an inline object: a plain pickle, or an ``inline_blob`` with its buffers."""
+    if data[:4] != _INLINE_MAGIC:
+        return pickle.loads(data)
+    view = memoryview(data).toreadonly()
+    count = _U64.unpack_from(data, 4)[0]
+    meta_len = _U64.unpack_from(data, 12)[0]
+    lengths = [_U64.unpack_from(data, 20 + 8 * i)[0] for i in range(count)]
+    offset = 20 + 8 * count
+    metadata = view[offset:offset + meta_len]
+    offset += meta_len
+    buffers = []
+    for length in lengths:
+        offset += -offset % 8
+        buffers.append(view[offset:offset + length])
+        offset += length
+    return pickle.loads(metadata, buffers=buffers)
 
 
 def load_segment(view: memoryview, where: str = "segment") -> Any:

@@ -37,7 +37,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from miniray._private import config, protocol, serialization
+from miniray._private import config, protocol, serialization, shm_segments
 from miniray._private.actors import ActorManager
 from miniray._private.framing import FramedSocket
 from miniray._private.object_table import PENDING, ObjectTable
@@ -54,7 +54,7 @@ T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
 class _Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "dep_values",
+        "children", "parent", "dep_values", "pinned",
     )
 
     def __init__(self, spec, key):
@@ -68,6 +68,7 @@ class _Task:
         self.children: list | None = None
         self.parent = None
         self.dep_values = None
+        self.pinned = False  # its argument objects are pinned in the store while it runs
 
 
 class _DepWaiter:
@@ -86,7 +87,7 @@ class _DepWaiter:
 class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
-        "spent",
+        "spent", "read_pins",
         "blocked", "dead", "out", "err", "fds", "kill_on_spawn", "actor",
     )
 
@@ -101,6 +102,8 @@ class _WorkerSlot:
         self.calls = 0
         self.fn_calls: dict[bytes, int] = {}
         self.spent = False  # reached a function's max_calls: retire once idle
+        self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
+        #                                   reports again (by then it has mapped them)
         self.blocked = 0
         self.dead = False
         self.out: OutputStream | None = None
@@ -149,6 +152,7 @@ class Owner:
     """Objects, tasks and leased workers of one session."""
 
     RETRY_S = 0.05
+    POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
                  num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None):
@@ -218,6 +222,17 @@ class Owner:
                        escaped: bool = False) -> None:
         with self._lock:
             self.objects.set_ready(object_id, kind, data, escaped)
+
+    def put_value(self, object_id: bytes, value) -> None:
+        """The driver's put: serialized straight into the store (a segment for large values),
+        outside the lock; then the object is ready."""
+        self._check_usable()
+        if self.objects.ref_events:  # objects just dropped: free them first, so their
+            with self._lock:          # segments can be reused (memcpy-speed puts)
+                self.objects.apply_ref_events()
+        self.store.put_value(object_id, value)
+        with self._lock:
+            self.objects.set_ready(object_id, protocol.OK, None, stored=True)
 
     def knows(self, object_id: bytes) -> bool:
         return object_id in self.objects.entries
@@ -463,6 +478,24 @@ class Owner:
         if host_lease is not None and self.host_gpus is not None:
             self.host_gpus.release(host_lease)
 
+    def dep_payloads(self, deps, pin: bool) -> list:
+        """``[(position, kind, payload)]`` of a call's argument objects. With ``pin``, they
+        stay in shared memory (not spilled) until ``unpin_deps``: the worker maps them."""
+        out = []
+        for position, object_id in deps:
+            if pin:
+                self.store.pin(object_id)
+            kind, payload = self.objects.read(object_id)
+            out.append((position, kind, payload))
+        return out
+
+    def unpin_deps(self, deps) -> None:
+        for _position, object_id in deps:
+            try:
+                self.store.unpin(object_id)
+            except KeyError:
+                pass
+
     def _busy_workers(self) -> int:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
         return self._live_workers - self._blocked_workers - self._actor_workers
@@ -556,10 +589,8 @@ class Owner:
                 self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
-                dep_values = [
-                    (position, protocol.OK, self.store.get_serialized(object_id))
-                    for position, object_id in spec.deps
-                ]
+                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned)
+                task.pinned = True
             ctx = (
                 _float_request(spec.request),
                 slot.gpu_ids,
@@ -586,6 +617,9 @@ class Owner:
         for object_id, (kind, data) in zip(spec.return_ids, results):
             objects.set_ready(object_id, kind, data)
         if spec.deps:
+            if task.pinned:
+                self.unpin_deps(spec.deps)
+                task.pinned = False
             for _position, object_id in spec.deps:
                 objects.unpin(object_id)
         parent = task.parent
@@ -698,6 +732,13 @@ class Owner:
         if worker is None:
             return
         self._live_workers -= 1
+        self._release_read_pins(worker)
+        if worker.inflight:  # results it wrote to shared memory but never handed over
+            for object_id in worker.inflight[0].spec.return_ids:
+                if not self.store.contains(object_id):
+                    shm_segments.unlink_quiet(os.path.join(
+                        self.store.shm_dir, shm_segments.segment_name(self.store.session_tag,
+                                                                      object_id)))
         if worker.blocked:
             worker.blocked = 0
             self._blocked_workers -= 1
@@ -745,6 +786,14 @@ class Owner:
             self._queues.setdefault(task.key, collections.deque()).appendleft(task)
         self._dispatch_all()
 
+    def _release_read_pins(self, worker: _WorkerSlot) -> None:
+        pins, worker.read_pins = worker.read_pins, []
+        for object_id in pins:
+            try:
+                self.store.unpin(object_id)
+            except KeyError:
+                pass
+
     def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
         for stream in (worker.out, worker.err):
             if stream is not None and not stream.closed:
@@ -779,9 +828,14 @@ class Owner:
             self.objects.apply_ref_events()
         if self.actors.handle_events:
             self.actors.apply_handle_events()
+        if self.store.pooled_segments():
+            self.store.trim_pool(max_idle_s=self.POOL_IDLE_S)
 
     def _idle_hint(self) -> float | None:
-        """How soon the I/O thread should wake to return idle leases (None: no need)."""
+        """How soon the I/O thread should wake to return idle leases or recycled segments
+        (None: no need)."""
+        if self.store.pooled_segments():
+            return self.POOL_IDLE_S
         for leases in self._leases.values():
             for slot in leases:
                 if slot.idle_since is not None:
@@ -842,6 +896,8 @@ class Owner:
 
     def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
         tag = message[0]
+        if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
+            self._release_read_pins(worker)
         if tag == protocol.RESULT:
             if worker.actor is not None:
                 worker.out.drain()
@@ -972,6 +1028,9 @@ class Owner:
                     if item[0] == protocol.ERR:
                         payload = [item]
                         break
+                    if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
+                        self.store.pin(object_id)
+                        worker.read_pins.append(object_id)
                     payload.append(item)
             self._unblock(worker)
             self._reply(worker, req_id, payload)

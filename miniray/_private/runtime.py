@@ -22,7 +22,6 @@ from typing import Any
 
 from miniray._private import config, ids, object_ref, session
 from miniray._private.ledger import Ledger
-from miniray._private.object_store import InMemoryObjectStore
 from miniray._private.resources import NodeState, node_totals, to_units
 
 logger = logging.getLogger("miniray")
@@ -228,7 +227,7 @@ class Runtime:
             instance_ids={"GPU": gpu_ids} if gpu_ids else {},
             leases={},
         )
-        self.store = InMemoryObjectStore(int(object_store_memory))
+        self.store = _make_store(self.session_dir, int(object_store_memory))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
@@ -242,6 +241,9 @@ class Runtime:
         self.fork_server = ForkServerClient(env)
         hello = {
             "session_dir": self.session_dir,
+            "store": {"session_tag": self.store.session_tag, "shm_dir": self.store.shm_dir,
+                      "inline_threshold": self.store.inline_threshold,
+                      "capacity": int(object_store_memory)},
             "node_id": self.node_id,
             "node_ip": self.node_ip,
             "namespace": self.namespace,
@@ -303,8 +305,12 @@ class Runtime:
     def submit_task(self, spec) -> None:
         self.owner.submit_task(spec)
 
-    def put_serialized(self, object_id: bytes, data: bytes) -> None:
-        self.owner.put_serialized(object_id, data)
+    def put_value(self, object_id: bytes, value) -> None:
+        self.owner.put_value(object_id, value)
+
+    def read_value(self, object_id: bytes, payload):
+        """A large object's value in the driver: the store's own zero-copy view."""
+        return self.store.get_value(object_id)
 
     def get_serialized(self, object_ids, timeout):
         return self.owner.get_serialized(object_ids, timeout)
@@ -419,11 +425,49 @@ class Runtime:
                 self.ledger.release_holder(self.pid)
             except Exception:
                 pass
+            spill = _spill_dir(self.session_dir)
             session.remove_session_dir(self.session_dir)
+            if not spill.startswith(self.session_dir):
+                import shutil
+
+                shutil.rmtree(spill, ignore_errors=True)
+                try:
+                    os.rmdir(os.path.dirname(spill))
+                except OSError:
+                    pass
             logger.debug("session %s shut down", self.session_name)
 
     def __repr__(self) -> str:
         return f"<Runtime {self.session_name} cpus={self.num_cpus}>"
+
+
+def _spill_dir(session_dir: str) -> str:
+    """Spilled objects go to disk: beside the session when that is on disk, else under the
+    temp dir (a session root in /dev/shm would spill memory into memory)."""
+    import tempfile
+
+    try:
+        on_tmpfs = os.statvfs(session_dir).f_fsid == os.statvfs("/dev/shm").f_fsid
+    except OSError:
+        on_tmpfs = False
+    if not on_tmpfs:
+        return os.path.join(session_dir, "spill")
+    return os.path.join(tempfile.gettempdir(), f"miniray-spill-{os.getuid()}",
+                        os.path.basename(session_dir))
+
+
+def _make_store(session_dir: str, capacity: int):
+    from miniray._private import procinfo, shm_segments
+    from miniray._private.shm_store import SharedMemoryStore
+
+    # Segments of sessions whose owner died (SIGKILL) go first; then this session's store.
+    shm_segments.sweep_segments(
+        shm_segments.DEFAULT_SHM_DIR,
+        lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))
+    session.sweep_dead_spill_dirs(os.path.dirname(_spill_dir(session_dir)))
+    tag = shm_segments.new_session_tag(root=session.root_tag(os.path.dirname(session_dir)))
+    return SharedMemoryStore(tag, capacity, _spill_dir(session_dir),
+                             fallback_dir=os.path.join(session_dir, "objects"))
 
 
 def _driver_sys_path() -> list[str]:

@@ -104,3 +104,17 @@ def remove_session_dir(path: str) -> None:
         os.rmdir(os.path.dirname(path))
     except OSError:
         pass
+
+
+def sweep_dead_spill_dirs(spill_root: str) -> None:
+    """Remove spill folders (named like their session) whose owner process is gone."""
+    try:
+        names = os.listdir(spill_root)
+    except OSError:
+        return
+    for name in names:
+        parts = name.split("_")
+        if not name.startswith(SESSION_PREFIX) or len(parts) < 3 or not parts[-2].isdigit():
+            continue
+        if not procinfo.is_alive(int(parts[-2])):
+            shutil.rmtree(os.path.join(spill_root, name), ignore_errors=True)

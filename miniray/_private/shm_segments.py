@@ -93,21 +93,30 @@ def segment_name(session_tag: str, object_id: bytes) -> str:
     return f"{SEGMENT_PREFIX}{session_tag}_{object_id.hex()}"
 
 
-def new_session_tag(pid: int | None = None) -> str:
-    """A fresh session tag: the owner's pid (8 hex digits) and 6 random hex digits.
+def new_session_tag(pid: int | None = None, root: str | None = None) -> str:
+    """A fresh session tag: the owner's pid (8 hex digits) and random hex digits, after the
+    6-hex tag of the session root when ``root`` is given (``session.root_tag``), so a test
+    harness or CI job that set MINIRAY_TMPDIR can tell its own segments (``mr_<root>...``).
 
     With the pid in the tag, a sweeper can tell a dead session from its tag alone
     (``session_tag_pid``); a reused pid only delays the sweep, it never sweeps a live session.
     """
-    return f"{(os.getpid() if pid is None else pid) & 0xFFFFFFFF:08x}{os.urandom(3).hex()}"
+    pid_hex = f"{(os.getpid() if pid is None else pid) & 0xFFFFFFFF:08x}"
+    if root:
+        return f"{root[:6]}{pid_hex}{os.urandom(1).hex()}"
+    return f"{pid_hex}{os.urandom(3).hex()}"
 
 
 def session_tag_pid(tag: str) -> int | None:
     """The pid ``new_session_tag`` put in ``tag``, or None for a tag it did not make."""
-    if len(tag) != 14:
+    if len(tag) == 14:
+        digits = tag[:8]
+    elif len(tag) == 16:
+        digits = tag[6:14]
+    else:
         return None
     try:
-        return int(tag[:8], 16)
+        return int(digits, 16)
     except ValueError:
         return None
 

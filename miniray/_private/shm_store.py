@@ -176,7 +176,7 @@ class SharedMemoryStore:
         """
         ser = oob.serialize(value)
         if ser.total_size < self.inline_threshold:
-            data = ser.inband()
+            data = oob.inline_blob(ser)
             self.put_serialized(object_id, data)
             return StoredObject(object_id, "inline", len(data))
         return self._put_large(object_id, ser)
@@ -517,6 +517,10 @@ class SharedMemoryStore:
                 return
             release = self._detach(entry)
         self._release(*release)
+
+    def pooled_segments(self) -> int:
+        """How many freed segments are kept for reuse (cheap: for the owner's idle tick)."""
+        return len(self._pool)
 
     def trim_pool(self, max_idle_s: float = 0.0) -> int:
         """Unlink recycled segments unused for ``max_idle_s`` seconds; returns bytes freed.

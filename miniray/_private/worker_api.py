@@ -183,8 +183,23 @@ class WorkerRuntime:
     def submit_task(self, spec) -> None:
         self.channel.send((protocol.SUBMIT, spec))
 
-    def put_serialized(self, object_id: bytes, data: bytes) -> None:
-        self.channel.send((protocol.PUT, object_id, protocol.OK, data))
+    def put_value(self, object_id: bytes, value) -> None:
+        """Small values travel inline; large ones go straight into a shared-memory segment,
+        which the owner adopts (this worker never unlinks it)."""
+        self.channel.send((protocol.PUT, object_id, protocol.OK,
+                           self.payload_for(object_id, value)))
+
+    def payload_for(self, object_id: bytes, value):
+        from miniray._private import oob, shm_segments
+
+        store = self.info["store"]
+        ser = oob.serialize(value)
+        if ser.total_size < store["inline_threshold"]:
+            return oob.inline_blob(ser)
+        path, size = shm_segments.create_segment(
+            store["session_tag"], object_id, ser, shm_dir=store["shm_dir"],
+            inline_threshold=store["inline_threshold"])
+        return ("shm", path, size)
 
     def get_serialized(self, object_ids: list[bytes], timeout: float | None):
         """[(kind, data)] in order, or None on timeout."""

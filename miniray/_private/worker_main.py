@@ -29,7 +29,7 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 
-from miniray._private import config, protocol, serialization
+from miniray._private import config, protocol, serialization, values
 from miniray._private.framing import FramedSocket
 from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
 
@@ -55,6 +55,9 @@ class _Worker:
         self.noset_cvd = config.noset_cuda_visible_devices()
         self.cvd_on_zero = config.override_cvd_on_zero()
         self.actor_host = None
+        capacity = info.get("store", {}).get("capacity", 1 << 30)
+        self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
+        self.runtime.mappings = self.mappings
 
     # -- control thread ---------------------------------------------------------
     def start_control_thread(self) -> None:
@@ -112,7 +115,7 @@ class _Worker:
         if dep_values:
             args = list(args)
             for position, _kind, data in dep_values:
-                value = serialization.loads(data)
+                value = values.read(data, self.mappings)  # arrays: read-only views, no copy
                 if isinstance(position, int):
                     args[position] = value
                 else:
@@ -167,6 +170,7 @@ class _Worker:
             self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
             return
         self._mark(name)
+        self.mappings.prune()
         self._set_env(resources, gpu_ids)
         self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints)
         outcome = None
@@ -195,7 +199,7 @@ class _Worker:
         self._restore_env(gpu_ids)
         ok, value = outcome
         if ok:
-            results = self._serialize_returns(value, num_returns, name)
+            results = self._serialize_returns(value, num_returns, name, return_ids)
             retryable = False
         else:
             error = value
@@ -212,21 +216,21 @@ class _Worker:
         _flush_std()
         self._send_result(task_id, results, retryable)
 
-    def _serialize_returns(self, value, num_returns: int, name: str) -> list:
+    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list) -> list:
         from miniray.exceptions import RayTaskError
 
         try:
             if num_returns == 1:
-                values = [value]
+                items = [value]
             elif num_returns == 0:
-                values = []
+                items = []
             else:
                 count = len(value)
                 if count != num_returns:
                     raise ValueError(
                         f"Task returned {count} objects, but num_returns={num_returns}."
                     )
-                values = list(value)
+                items = list(value)
         except Exception as error:  # wrong count or not a sequence: Ray's errors
             task_error = RayTaskError.from_exception(
                 error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
@@ -234,10 +238,16 @@ class _Worker:
             )
             return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
         results = []
-        for index, item in enumerate(values):
+        for index, item in enumerate(items):
             try:
-                results.append((protocol.OK, serialization.dumps(item)))
+                results.append((protocol.OK, self.runtime.payload_for(return_ids[index], item)))
             except Exception as failure:
+                from miniray.exceptions import RayError
+
+                if isinstance(failure, RayError):  # ObjectStoreFullError: say it as it is
+                    task_error = RayTaskError.from_exception(
+                        failure, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"))
+                    return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
                 which = "return value" if num_returns == 1 else f"return value {index}"
                 error = TypeError(
                     f"Could not serialize the {which} of {name} (a {type(item).__name__}): "

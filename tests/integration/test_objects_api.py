@@ -361,15 +361,6 @@ def test_await_object_ref(ray):
     assert asyncio.run(main()) == "awaited"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG (Ray 2.60 parity, §3.1): numpy arrays from get() are writable copies; Ray returns "
-        "them zero-copy and read-only (flags.writeable False). The in-memory store "
-        "(object_store.py) unpickles into fresh buffers; expected with the shared-memory store "
-        "of issue 3."
-    ),
-)
 def test_numpy_arrays_from_get_are_read_only(ray):
     array = ray.get(ray.put(np.zeros(4)), timeout=GET_TIMEOUT)
     assert array.flags.writeable is False
