@@ -11,9 +11,5 @@ example that needs two features names both.
 
 from __future__ import annotations
 
-START_STOP = "miniray start/stop (issue 6)"
 
-UNSUPPORTED = {
-    "s000_05_ray_start_head.sh": START_STOP,
-    "s003_08_cuda_visible_devices_at_start.sh": START_STOP,
-}
+UNSUPPORTED: dict = {}

@@ -1,8 +1,13 @@
 """The ``miniray`` command line.
 
-Owns: parsing the command line and running its subcommands. ``run`` is here; ``start``,
-``stop`` and ``status`` come with the node (see ARCHITECTURE.md). Called by the console script
-``miniray`` and by ``python -m miniray``.
+Owns: parsing the command line, running its subcommands and what they print. The node they
+start, stop and show is in ``node.py`` (the node process), ``node_client.py`` (starting it as
+a daemon, stopping recorded nodes) and ``node_status.py`` (the status report). Called by the
+console script ``miniray`` and by ``python -m miniray``.
+
+``miniray start --head`` starts a node (ray-api-surface.md §8.1); ``miniray stop`` stops this
+user's recorded nodes, by pid and start time, never by name (§8.2); ``miniray status`` prints
+the nodes, their resources, GPUs and leases, reading files only (§8.3).
 
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
@@ -11,6 +16,7 @@ every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import runpy
 import sys
@@ -45,18 +51,185 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("script")
     run.add_argument("args", nargs=argparse.REMAINDER)
     run.set_defaults(func=_cmd_run)
-    for name in ("start", "stop", "status"):
-        cmd = sub.add_parser(name, help=f"{name} a node (not implemented in this version)")
-        cmd.add_argument("rest", nargs=argparse.REMAINDER)
-        cmd.set_defaults(func=_not_yet, name=name)
+    _add_start(sub)
+    stop = sub.add_parser("stop", help="stop the miniray nodes this user started")
+    stop.add_argument("-f", "--force", action="store_true",
+                      help="SIGKILL at once instead of SIGTERM")
+    stop.add_argument("-g", "--grace-period", type=int, default=16, metavar="N",
+                      help="seconds to wait after SIGTERM before SIGKILL (default 16)")
+    stop.set_defaults(func=_cmd_stop)
+    status = sub.add_parser("status", help="show the nodes, their resources and leases")
+    status.add_argument("--address", default=None,
+                        help="the node to show (default: RAY_ADDRESS, else every node)")
+    status.set_defaults(func=_cmd_status)
     return parser
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    print(f"miniray {args.name}: nodes started from the shell are not implemented in this "
-          "version; use miniray.init() in your program (it starts an embedded node).",
-          file=sys.stderr)
-    return 2
+# Options Ray users pass that configure a multi-host cluster or a dashboard: accepted, and
+# named in one line, until peering exists.
+_NOT_ON_ONE_HOST = (
+    "include_dashboard", "dashboard_host", "dashboard_port", "node_ip_address",
+    "ray_client_server_port", "labels", "labels_file", "node_name", "system_config",
+)
+
+
+def _add_start(sub) -> None:
+    start = sub.add_parser("start", help="start a node that drivers connect to")
+    start.add_argument("--head", action="store_true", help="start a head node (required)")
+    start.add_argument("--address", default=None, help=argparse.SUPPRESS)
+    start.add_argument("--port", type=int, default=None,
+                       help="the port in the printed address (default 6379; 0: pick a free one)")
+    start.add_argument("--num-cpus", type=int, default=None)
+    start.add_argument("--num-gpus", type=int, default=None)
+    start.add_argument("--resources", default=None, help="custom resources as JSON")
+    start.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES")
+    start.add_argument("--memory", type=int, default=None, metavar="BYTES")
+    start.add_argument("--temp-dir", default=None, help="root of the node's session directory")
+    start.add_argument("--block", action="store_true", help="stay in the foreground")
+    start.add_argument("--include-dashboard", default=None)
+    start.add_argument("--dashboard-host", default=None)
+    start.add_argument("--dashboard-port", type=int, default=None)
+    start.add_argument("--node-ip-address", default=None)
+    start.add_argument("--ray-client-server-port", type=int, default=None)
+    start.add_argument("--disable-usage-stats", action="store_true")
+    start.add_argument("--labels", default=None)
+    start.add_argument("--labels-file", default=None)
+    start.add_argument("--node-name", default=None)
+    start.add_argument("--system-config", default=None)
+    start.set_defaults(func=_cmd_start)
+
+
+def _error(message: str) -> int:
+    print(f"miniray: {message}", file=sys.stderr)
+    return 1
+
+
+def _start_options(args: argparse.Namespace) -> dict:
+    """The node's options from the command line; ValueError with Ray's message if invalid."""
+    resources = None
+    if args.resources is not None:
+        bad = f"--resources must be a JSON object, got {args.resources!r}."
+        try:
+            resources = json.loads(args.resources)
+        except ValueError:
+            raise ValueError(bad) from None
+        if not isinstance(resources, dict):
+            raise ValueError(bad)
+        for reserved in ("CPU", "GPU"):
+            if reserved in resources:
+                raise ValueError("Use the '--num-cpus' and '--num-gpus' keywords instead of "
+                                 f"'CPU' and 'GPU' in '--resources' (got {reserved!r}).")
+        for name, value in resources.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"--resources: {name!r} must be a number >= 0, got {value!r}.")
+    for name in ("num_cpus", "num_gpus", "object_store_memory", "memory"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}.")
+    if args.port is not None and not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be in 0..65535, got {args.port}.")
+    return {
+        "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
+        "resources": resources, "object_store_memory": args.object_store_memory or None,
+        "memory": args.memory, "temp_dir": args.temp_dir,
+    }
+
+
+def _print_started(address: str) -> None:
+    print(f"Local node IP: {address.rsplit(':', 1)[0]}")
+    print()
+    print("--------------------")
+    print("miniray runtime started.")
+    print("--------------------")
+    print()
+    print("Next steps")
+    print("  To connect to this miniray runtime from a program on this host, use")
+    print("    import ray            # under `miniray run`, or: import miniray as ray")
+    print("    ray.init()")
+    print(f"  or ray.init(address='auto'), ray.init(address='{address}'), or the")
+    print(f"  RAY_ADDRESS={address} environment variable.")
+    print()
+    print("  To terminate the miniray runtime, run")
+    print("    miniray stop")
+    print()
+    print("  To view the status of the cluster, use")
+    print("    miniray status")
+    sys.stdout.flush()
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    from miniray._private import node, node_client
+
+    if args.address is not None:
+        return _error(
+            "joining another node (`miniray start --address ...`) is not supported yet: "
+            "miniray runs on one host. Start a head node with `miniray start --head`.")
+    if not args.head:
+        return _error("`--address` is a required flag unless starting a head node with "
+                      "`--head`.")
+    try:
+        options = _start_options(args)
+    except ValueError as error:
+        return _error(str(error))
+    ignored = [f"--{n.replace('_', '-')}" for n in _NOT_ON_ONE_HOST
+               if getattr(args, n) is not None]
+    if ignored:
+        print(f"miniray: {', '.join(ignored)} do not apply on one host (no dashboard or "
+              "multi-host peering yet); ignored.", file=sys.stderr)
+    if not args.block:
+        try:
+            record, _info = node_client.spawn_daemon(options)
+        except (node_client.NodeStartError, ConnectionError) as error:
+            return _error(str(error))
+        _print_started(record.address)
+        return 0
+
+    def ready(record, _info) -> None:
+        _print_started(record.address)
+        print()
+        print("--block")
+        print("  This command will now block until terminated by a signal (Ctrl-C, SIGTERM);")
+        print("  the node's workers are stopped with it.")
+        sys.stdout.flush()
+
+    try:
+        return node.run_node(options, ready, daemon=False)
+    except (node_client.NodeStartError, ValueError) as error:
+        return _error(str(error))
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from miniray._private import node_client
+
+    stopped = node_client.stop_nodes(force=args.force, grace=float(args.grace_period))
+    if stopped:
+        print(f"Stopped {stopped} miniray node(s).")
+    else:
+        print("Did not find any active miniray nodes.")
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from miniray._private import node_client, node_status
+
+    address = args.address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if address is None:
+            records = node_client.list_records()
+        else:
+            record = node_client.find_node(address)
+            records = [record] if record is not None else []
+    except (ValueError, ConnectionError, NotImplementedError) as error:
+        return _error(str(error))
+    if not records:
+        print("No miniray node is running. Start one with `miniray start --head`.",
+              file=sys.stderr)
+        return 1
+    views, host = node_status.collect(records)
+    sys.stdout.write(node_status.format_status(views, host, time.time()))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -109,9 +109,10 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._stop = False
-        self._fatal: str | None = None
+        self.fatal: str | None = None
         self._spawned_total = 0
         self._stats_due: float | None = 0.0
+        self._stats_written = 0.0
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -150,8 +151,8 @@ class NodeServer:
             self._progress_leaving()
             if self._stats_due is not None and time.monotonic() >= self._stats_due:
                 self._write_stats()
-        if self._fatal:
-            logger.error("%s", self._fatal)
+        if self.fatal:
+            logger.error("%s", self.fatal)
 
     def close(self) -> None:
         """Protocol step 8 from the socket on (the caller removes records and the dir)."""
@@ -254,8 +255,8 @@ class NodeServer:
                 self._driver_gone(driver, grace=0.0, bye=False)
         elif tag == "KILL":
             _, pid, sig = message
-            if pid in driver.workers:
-                self.fork_server.kill(pid, sig)
+            if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
+                self.fork_server.kill(pid, sig)  # raise in the fork server and end it
         elif tag == "GOODBYE":
             self._driver_gone(driver, grace=float(message[1]), bye=True)
 
@@ -264,8 +265,8 @@ class NodeServer:
         if message == ():
             return
         if message is None:
-            self._fatal = ("the node's fork server exited unexpectedly; its workers are gone. "
-                           "Stopping the node.")
+            self.fatal = ("the node's fork server exited unexpectedly; its workers are gone. "
+                          "Stopping the node.")
             self._stop = True
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.fork_server.fileno())
@@ -369,8 +370,10 @@ class NodeServer:
 
     # -- observability ---------------------------------------------------------------------
     def _stats_changed(self) -> None:
+        # At once after a quiet spell, else at most every STATS_INTERVAL_S (a burst of spawns
+        # costs one write).
         if self._stats_due is None:
-            self._stats_due = time.monotonic() + STATS_INTERVAL_S
+            self._stats_due = max(time.monotonic(), self._stats_written + STATS_INTERVAL_S)
 
     def statistics(self) -> dict[str, Any]:
         """Connected drivers and their workers (written to ``node_stats.json`` for status)."""
@@ -386,6 +389,7 @@ class NodeServer:
 
     def _write_stats(self) -> None:
         self._stats_due = None
+        self._stats_written = time.monotonic()
         with contextlib.suppress(OSError):
             nc.write_json(self.stats_path, self.statistics())
 
@@ -429,11 +433,12 @@ def _fork_server_env() -> dict[str, str]:
 
 
 def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
-             daemon: bool) -> None:
-    """Runs a node in this process until it is stopped. ``options``: port, num_cpus,
-    num_gpus, resources, object_store_memory, memory, temp_dir (all optional).
-    ``on_ready(record, info)`` is called once drivers can connect. NodeStartError (before
-    ready) when the node cannot start; ValueError for resources Ray refuses."""
+             daemon: bool) -> int:
+    """Runs a node in this process until it is stopped; returns 0, or 1 if it stopped because
+    its fork server died. ``options``: port, num_cpus, num_gpus, resources,
+    object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
+    once drivers can connect. NodeStartError (before ready) when the node cannot start;
+    ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
     from miniray._private.forkserver import ForkServerClient
     from miniray._private.ledger import Ledger
     from miniray._private.runtime import node_resources
@@ -520,6 +525,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             logger.info("node %s started at %s: %s", info["node_id"][:12], address, totals)
             on_ready(record, info)
             server.serve()
+            return 1 if server.fatal else 0
         finally:
             logger.info("node %s stopping", info["node_id"][:12])
             _remove_records(record, default_root)
@@ -556,8 +562,8 @@ def main() -> None:
             ready_fd = -1
 
     try:
-        run_node(options, lambda record, _info: report({"ok": True, "record": record.path}),
-                 daemon=True)
+        code = run_node(options, lambda record, _info: report({"ok": True, "record": record.path}),
+                        daemon=True)
     except (NodeStartError, ValueError) as error:
         report({"ok": False, "error": str(error)})
         raise SystemExit(1) from None
@@ -565,5 +571,6 @@ def main() -> None:
         logger.exception("the node failed")
         report({"ok": False, "error": f"{type(error).__name__}: {error}"})
         raise SystemExit(1) from None
+    raise SystemExit(code)
 
 

@@ -5,8 +5,12 @@ an address (``None``, ``"auto"``, ``"host:port"``) to a record, and ``NodeClient
 driver's connection to the node's socket. Does not own: the node process (``node.py``), what
 the owner does with its workers (``owner.py``), or the wire protocol's definition (numbered in
 ``node.py``'s docstring; this module is its client half).
-Called by: the runtime at ``init(address=...)``, the CLI (``start`` waits for a HELLO to be
-answered, ``stop`` and ``status`` read the records), and tests.
+Also owns what the CLI does to a node from outside: starting it as a daemon
+(``spawn_daemon``: it returns once the node answered a HELLO) and stopping the recorded nodes
+(``stop_nodes``: by recorded pid and start time, never by name).
+Called by: the runtime at ``init(address=...)``, the CLI (``start``, ``stop``, ``status``),
+``node.py`` (the record helpers), and tests. ``spawn_daemon`` is for the short-lived CLI
+process: the daemon is its child until the CLI exits.
 
 ``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
@@ -530,7 +534,8 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
         _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)
     left = _wait_gone([(r.pid, r.start_time) for r in live], 0.0 if force else grace)
     for pid, start in left:
-        logger.warning("node pid %d still running after %g s: SIGKILL", pid, grace)
+        if not force:
+            logger.warning("node pid %d still running after %g s: SIGKILL", pid, grace)
         _signal(pid, start, signal.SIGKILL)
     _wait_gone(left, 10.0)
     # A node that died without its shutdown: its fork server sees EOF, kills the workers and

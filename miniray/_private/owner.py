@@ -859,8 +859,9 @@ class Owner:
         if message is None:
             self._unregister(fd)
             if not self._closed and not self._stopping:
-                self.fatal = ("miniray's fork server exited unexpectedly; the session cannot "
-                              "start workers. Call miniray.shutdown() and miniray.init() again.")
+                self.fatal = ("miniray's fork server (or the node this driver joined) exited "
+                              "unexpectedly; the session cannot start workers. Call "
+                              "miniray.shutdown() and miniray.init() again.")
                 logger.error(self.fatal)
             return
         tag = message[0]

@@ -192,23 +192,90 @@ class Runtime:
     mode = "driver"
 
     def __init__(self, *, num_cpus, num_gpus, resources, object_store_memory, namespace,
-                 log_to_driver, temp_dir, runtime_env):
+                 log_to_driver, temp_dir, runtime_env, node=None):
         self.pid = os.getpid()
         self.node_ip = "127.0.0.1"
         self.node_id = ids.random_hex(ids.NODE_ID_SIZE)
         self.worker_id = ids.random_hex(ids.NODE_ID_SIZE)
         self.namespace = namespace if namespace is not None else ids.random_hex(16)
         self.job_id = ids.JOB_ID
+        self._shut = False
+        self.node_client = None
+        if node is not None:  # a node started with `miniray start`: join it
+            self._connect(node, log_to_driver, runtime_env)
+            return
         self.session_dir = session.create_session_dir(temp_dir)
         self.session_name = os.path.basename(self.session_dir)
         self.temp_dir = os.path.dirname(self.session_dir)
-        self._shut = False
+        self.address = f"{self.node_ip}:0"
         try:
             self._start(num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                         runtime_env)
         except BaseException:
             session.remove_session_dir(self.session_dir)
             raise
+
+    def _connect(self, record, log_to_driver, runtime_env) -> None:
+        """Drive a node started by ``miniray start``: its ledger, its fork server (through the
+        node's socket); this driver keeps its own object store and talks to its workers
+        directly, as in embedded mode."""
+        from miniray._private import node_client
+
+        client = node_client.connect(record)
+        info = client.info
+        try:
+            self.node_client = client
+            self.session_dir = info["session_dir"]
+            self.session_name = os.path.basename(self.session_dir)
+            self.temp_dir = os.path.dirname(self.session_dir)
+            self.node_id = info["node_id"]
+            self.node_ip = info.get("node_ip", self.node_ip)
+            self.address = info["address"]
+            self.gpu_ids_are_ints = info["gpu_ids_are_ints"]
+            self.gpu_keys = info["gpu_keys"]
+            self.accelerator_type = info.get("accelerator_type")
+            self.num_cpus = int(info["totals"].get("CPU", 0))
+            self.ledger = Ledger(info["ledger_path"])
+            state = self.ledger.snapshot()
+            self.node_state = NodeState(totals=dict(state.totals),
+                                        instance_ids=dict(state.instance_ids), leases={})
+            self.store = _make_store(self.session_dir, int(info["object_store_memory"]),
+                                     driver=f"driver_{self.pid}")
+            self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
+        except BaseException:
+            client.close()
+            raise
+
+    def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
+        from miniray._private import alias
+
+        env_vars = {}
+        if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
+            env_vars = {str(k): str(v) for k, v in runtime_env["env_vars"].items()}
+        hello = {
+            "session_dir": self.session_dir,
+            "store": {"session_tag": self.store.session_tag, "shm_dir": self.store.shm_dir,
+                      "inline_threshold": self.store.inline_threshold, "capacity": capacity},
+            "node_id": self.node_id,
+            "node_ip": self.node_ip,
+            "namespace": self.namespace,
+            "sys_path": _driver_sys_path(),
+            "cwd": os.getcwd(),
+            "env": env_vars,
+            "ray_alias": alias.installed(),
+            "gpu_ids_are_ints": self.gpu_ids_are_ints,
+            "nodes": [self.node_info()],
+        }
+        if log_to_driver is None:
+            log_to_driver = config.log_to_driver_default()
+        from miniray._private.owner import Owner
+
+        self.owner = Owner(
+            ledger=self.ledger, store=self.store, fork_server=fork_server,
+            node_state=self.node_state, hello_info=hello, num_cpus=self.num_cpus,
+            log_to_driver=bool(log_to_driver), gpu_keys=self.gpu_keys,
+        )
+        self.session_token = self.owner.session_token
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
@@ -239,35 +306,13 @@ class Runtime:
         from miniray._private.forkserver import ForkServerClient
 
         self.fork_server = ForkServerClient(env)
-        hello = {
-            "session_dir": self.session_dir,
-            "store": {"session_tag": self.store.session_tag, "shm_dir": self.store.shm_dir,
-                      "inline_threshold": self.store.inline_threshold,
-                      "capacity": int(object_store_memory)},
-            "node_id": self.node_id,
-            "node_ip": self.node_ip,
-            "namespace": self.namespace,
-            "sys_path": _driver_sys_path(),
-            "cwd": os.getcwd(),
-            "ray_alias": alias.installed(),
-            "gpu_ids_are_ints": self.gpu_ids_are_ints,
-            "nodes": [self.node_info()],
-        }
-        if log_to_driver is None:
-            log_to_driver = config.log_to_driver_default()
         try:
-            from miniray._private.owner import Owner
-
-            self.owner = Owner(
-                ledger=self.ledger, store=self.store, fork_server=self.fork_server,
-                node_state=self.node_state, hello_info=hello, num_cpus=num_cpus,
-                log_to_driver=bool(log_to_driver), gpu_keys=self.gpu_keys,
-            )
+            self._start_owner(self.fork_server, log_to_driver, runtime_env,
+                              int(object_store_memory))
         except BaseException:
             self.fork_server.close()
             self.fork_server.wait(timeout=5)
             raise
-        self.session_token = self.owner.session_token
 
     # -- ObjectRef tracking: delegated to the owner ----------------------------------
     def ref_created(self, object_id):
@@ -392,7 +437,7 @@ class Runtime:
         return []
 
     def address_info(self) -> dict:
-        address = f"{self.node_ip}:0"
+        address = self.address
         return {
             "address": address,
             "gcs_address": address,
@@ -411,31 +456,54 @@ class Runtime:
         return {"owner": self.owner.statistics(), "ledger": self.ledger.statistics()}
 
     def pids(self) -> list[int]:
-        """The fork server's pid and every live worker's (for status output and tests)."""
+        """The processes this runtime started and will stop: the fork server (embedded
+        mode) and every live worker (for status output and tests)."""
+        if self.node_client is not None:
+            return self.owner.worker_pids()  # the node's own processes outlive this driver
         return [self.fork_server.pid] + self.owner.worker_pids()
 
     def shutdown(self) -> None:
+        """Teardown steps 1-4 in the owner; then 5: leases, files (ARCHITECTURE.md)."""
         if self._shut:
             return
         self._shut = True
         try:
             self.owner.shutdown()
         finally:
+            self._release_session()
+
+    def _release_session(self) -> None:
+        try:
+            self.ledger.release_holder(self.pid)
+        except Exception:
+            pass
+        if self.node_client is not None:  # the session belongs to the node: leave it
+            self.node_client.close()
             try:
-                self.ledger.release_holder(self.pid)
+                self.ledger.close()
             except Exception:
                 pass
-            spill = _spill_dir(self.session_dir)
-            session.remove_session_dir(self.session_dir)
-            if not spill.startswith(self.session_dir):
-                import shutil
+            self._remove_driver_dirs()
+            logger.debug("disconnected from node %s", self.address)
+            return
+        spill = _spill_dir(self.session_dir)
+        session.remove_session_dir(self.session_dir)
+        if not spill.startswith(self.session_dir):
+            import shutil
 
-                shutil.rmtree(spill, ignore_errors=True)
-                try:
-                    os.rmdir(os.path.dirname(spill))
-                except OSError:
-                    pass
-            logger.debug("session %s shut down", self.session_name)
+            shutil.rmtree(spill, ignore_errors=True)
+            try:
+                os.rmdir(os.path.dirname(spill))
+            except OSError:
+                pass
+        logger.debug("session %s shut down", self.session_name)
+
+    def _remove_driver_dirs(self) -> None:
+        import shutil
+
+        name = f"driver_{self.pid}"
+        shutil.rmtree(os.path.join(_spill_dir(self.session_dir), name), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.session_dir, "objects", name), ignore_errors=True)
 
     def __repr__(self) -> str:
         return f"<Runtime {self.session_name} cpus={self.num_cpus}>"
@@ -456,7 +524,7 @@ def _spill_dir(session_dir: str) -> str:
                         os.path.basename(session_dir))
 
 
-def _make_store(session_dir: str, capacity: int):
+def _make_store(session_dir: str, capacity: int, driver: str | None = None):
     from miniray._private import procinfo, shm_segments
     from miniray._private.shm_store import SharedMemoryStore
 
@@ -466,8 +534,11 @@ def _make_store(session_dir: str, capacity: int):
         lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))
     session.sweep_dead_spill_dirs(os.path.dirname(_spill_dir(session_dir)))
     tag = shm_segments.new_session_tag(root=session.root_tag(os.path.dirname(session_dir)))
-    return SharedMemoryStore(tag, capacity, _spill_dir(session_dir),
-                             fallback_dir=os.path.join(session_dir, "objects"))
+    spill = _spill_dir(session_dir)
+    objects = os.path.join(session_dir, "objects")
+    if driver:  # several drivers share a node's session: each keeps its own files
+        spill, objects = os.path.join(spill, driver), os.path.join(objects, driver)
+    return SharedMemoryStore(tag, capacity, spill, fallback_dir=objects)
 
 
 def _driver_sys_path() -> list[str]:
@@ -551,12 +622,30 @@ def init(address: str | None = None, **kwargs) -> RayContext:
                 "passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to "
                 "'ray.init()'."
             )
-        if address is None:
+        if address in (None, "auto"):
             env_address = os.environ.get("RAY_ADDRESS")
             if env_address:
+                logger.info("Using address %s set in the environment variable RAY_ADDRESS",
+                            env_address)
                 address = env_address
-        if address not in (None, "local"):
-            _connect_unsupported(address)
+        from miniray._private import node_client
+
+        node = None if address == "local" else node_client.find_node(
+            address, kwargs.get("_temp_dir"))
+        if node is not None:
+            if kwargs.get("num_cpus") is not None or kwargs.get("num_gpus") is not None:
+                raise ValueError("When connecting to an existing cluster, num_cpus and "
+                                 "num_gpus must not be provided.")
+            for key in ("resources", "labels", "object_store_memory", "_system_config",
+                        "_node_name"):
+                if kwargs.get(key) is not None:
+                    raise ValueError(f"When connecting to an existing cluster, {key} must not "
+                                     "be provided.")
+            rt = Runtime(num_cpus=None, num_gpus=None, resources=None,
+                         object_store_memory=None, namespace=kwargs.get("namespace"),
+                         log_to_driver=kwargs.get("log_to_driver"), temp_dir=None,
+                         runtime_env=kwargs.get("runtime_env"), node=node)
+            return _started(rt)
         num_cpus = kwargs.get("num_cpus")
         num_gpus = kwargs.get("num_gpus")
         resources = kwargs.get("resources")
@@ -585,29 +674,16 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             log_to_driver=kwargs.get("log_to_driver"), temp_dir=kwargs.get("_temp_dir"),
             runtime_env=kwargs.get("runtime_env"),
         )
-        _current = rt
-        object_ref.set_tracker(rt)
-        _register_atexit(rt)
-        logger.debug("miniray started: %s", rt.session_dir)
-        return RayContext(rt.address_info())
+        return _started(rt)
 
 
-def _connect_unsupported(address: str) -> None:
-    if address == "auto":
-        raise ConnectionError(
-            "Could not find any running Ray instance. Please specify the one to connect to by "
-            "setting `--address` flag or `RAY_ADDRESS` environment variable."
-        )
-    if "://" in address:
-        raise NotImplementedError(
-            f"miniray does not implement Ray Client ({address!r}); run the program on the "
-            "host itself with init()."
-        )
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"Invalid address format: {address}")
-    raise ConnectionError(f"Failed to connect to Ray cluster at {address}: no miniray node "
-                          "is listening there.")
+def _started(rt: Runtime) -> RayContext:
+    global _current
+    _current = rt
+    object_ref.set_tracker(rt)
+    _register_atexit(rt)
+    logger.debug("miniray started: %s", rt.session_dir)
+    return RayContext(rt.address_info())
 
 
 _atexit_state: dict = {}

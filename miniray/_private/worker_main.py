@@ -305,6 +305,7 @@ def _flush_std() -> None:
 
 
 def _apply_hello(info: dict) -> None:
+    os.environ.update(info.get("env") or {})  # runtime_env env_vars of this driver
     for path in reversed(info.get("sys_path", [])):
         if path not in sys.path:
             sys.path.insert(0, path)

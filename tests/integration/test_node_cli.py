@@ -1,0 +1,642 @@
+"""``miniray start/stop/status`` and the node protocol, with real processes.
+
+Every test gets its own short session root (``MINIRAY_TMPDIR`` under ``/tmp``, so socket paths
+stay short) and host GPU directory. Every node a test starts is stopped on teardown, which then
+fails the test if anything of the root is left: a process with that ``MINIRAY_TMPDIR`` in its
+environment (node, fork server, workers), a session directory, a record, or a ``/dev/shm``
+entry with the root's tag (house style, habit 12).
+
+The protocol tests talk to the node with ``NodeClient`` and fds of their own (socketpairs and
+pipes), without the runtime: spawn, kill, exit reports, a client's goodbye, and a client that
+dies (its workers are killed and its leases released; other clients are unaffected).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+import pytest
+
+import miniray
+from miniray._private import node, node_client, procinfo, protocol, session
+from miniray._private.ledger import Ledger
+
+MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+START_TIMEOUT = 60
+
+
+# ----------------------------------------------------------------------------- helpers
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def procs_with_root(root: str) -> list[int]:
+    """Live processes whose environment has ``MINIRAY_TMPDIR=<root>``."""
+    needle = f"MINIRAY_TMPDIR={root}".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                entries = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in entries and procinfo.is_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def shm_of_root(root: str) -> list[str]:
+    tag = f"mr_{session.root_tag(root)}"
+    try:
+        return [e for e in os.listdir("/dev/shm") if e.startswith(tag)]
+    except OSError:
+        return []
+
+
+class Cli:
+    """Runs ``python -m miniray ...`` with a session root of its own (or another one)."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self.root = os.path.join(base, "r")
+        self.roots = [self.root]
+
+    def new_root(self, name: str) -> str:
+        root = os.path.join(self.base, name)
+        self.roots.append(root)
+        return root
+
+    def env(self, root: str | None = None, **extra) -> dict:
+        env = dict(os.environ)
+        env["MINIRAY_TMPDIR"] = root or self.root
+        paths = [extra.pop("PYTHONPATH", ""), MINIRAY_PARENT, env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for part in paths for p in part.split(os.pathsep) if p)
+        env.update(extra)
+        return env
+
+    def run(self, *args, root: str | None = None, timeout: float = START_TIMEOUT,
+            **extra) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "miniray", *args], env=self.env(root, **extra),
+                              capture_output=True, text=True, timeout=timeout, cwd=self.base)
+
+    def start(self, *args, root: str | None = None, **extra) -> node_client.NodeRecord:
+        result = self.run("start", "--head", *args, root=root, **extra)
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert "miniray runtime started." in result.stdout
+        records = node_client.list_records(root or self.root)
+        assert records, "start succeeded but no live node record"
+        return records[-1]
+
+
+@pytest.fixture
+def cli(session_root, monkeypatch):
+    base = tempfile.mkdtemp(prefix="mrn-", dir="/tmp")
+    c = Cli(base)
+    monkeypatch.setenv("MINIRAY_TMPDIR", c.root)
+    monkeypatch.setenv("MINIRAY_HOST_DIR", os.path.join(base, "host"))
+    try:
+        yield c
+    finally:
+        problems = []
+        for root in c.roots:
+            c.run("stop", "--force", root=root)
+            left = wait_until(lambda root=root: not procs_with_root(root), 10.0) or \
+                procs_with_root(root)
+            if left is not True and left:
+                problems.append(f"processes of {root} alive after stop: {left}")
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+            if os.path.isdir(root) and os.listdir(root):
+                problems.append(f"{root} not empty after stop: {sorted(os.listdir(root))}")
+            if shm_of_root(root):
+                problems.append(f"/dev/shm entries of {root}: {shm_of_root(root)}")
+        shutil.rmtree(base, ignore_errors=True)
+        if problems:
+            pytest.fail("; ".join(problems))
+
+
+def worker_fds():
+    """The four fds a worker is spawned with, and the ends the test keeps (the worker waits
+    for HELLO on its data socket as long as the test holds the other end)."""
+    data_parent, data_child = socket.socketpair()
+    ctl_parent, ctl_child = socket.socketpair()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    child = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
+    keep = [data_parent, ctl_parent, out_r, err_r]
+    return child, keep, [data_child, ctl_child, out_w, err_w]
+
+
+def close_all(objs) -> None:
+    for obj in objs:
+        try:
+            obj.close() if hasattr(obj, "close") else os.close(obj)
+        except OSError:
+            pass
+
+
+def spawn(client: node_client.NodeClient):
+    fds, keep, child = worker_fds()
+    req = client.spawn(fds)
+    close_all(child)
+    message = recv(client)
+    assert message[:2] == (protocol.SPAWNED, req), message
+    return message[2], keep
+
+
+def recv(client: node_client.NodeClient, timeout: float = 15.0):
+    """The next message (skipping ``()``), failing the test if none comes in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if select.select([client.fileno()], [], [], deadline - time.monotonic())[0]:
+            message = client.read_message()
+            if message != ():
+                return message
+    pytest.fail(f"no message from the node within {timeout} s")
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_start_status_stop_leaves_nothing(cli):
+    record = cli.start("--num-cpus", "3", "--num-gpus", "2", "--resources", '{"foo": 2}',
+                       "--object-store-memory", "100000000")
+    assert record.address == "127.0.0.1:6379" and record.port == 6379
+    # layout: same as init()'s session dir, plus the node's files
+    sdir = record.session_dir
+    assert os.path.dirname(sdir) == cli.root
+    assert os.path.basename(sdir).startswith("session_")
+    for name in ("owner.pid", "ledger.json", "node.json", "node.sock", "node.log"):
+        assert os.path.exists(os.path.join(sdir, name)), name
+    mode = os.stat(os.path.join(sdir, "node.sock")).st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    assert session.session_owner(sdir)[0] == record.pid
+    with open(os.path.join(cli.root, "current_node")) as f:
+        assert f.read().strip() == os.path.join(sdir, "node.json")
+    totals = Ledger(os.path.join(sdir, "ledger.json")).totals()
+    assert totals["CPU"] == 3 and totals["GPU"] == 2 and totals["foo"] == 2
+    assert totals["object_store_memory"] == 100000000
+    assert totals["node:127.0.0.1"] == 1 and "memory" in totals
+    assert procinfo.is_alive(record.fork_server_pid, record.fork_server_start)
+    # the daemon is not the CLI's: it runs in a session of its own
+    assert os.getsid(record.pid) == record.pid
+
+    result = cli.run("status")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "miniray status" in out and f"node_{record.node_id[:12]}" in out
+    assert str(record.pid) in out and "127.0.0.1:6379" in out
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert lines["CPU"] == ["0", "3", "3"]
+    assert lines["GPU"] == ["0", "2", "2"]
+    assert lines["foo"] == ["0", "2", "2"]
+    assert lines["object_store_memory"] == ["0B", "95.37MiB", "95.37MiB"]
+    assert "GPUs" in out and "(logical)" in out
+    assert "Running tasks and actors" in out and "(none)" in out
+
+    result = cli.run("stop")
+    assert result.returncode == 0 and "Stopped 1 miniray node(s)." in result.stdout
+    assert not procinfo.is_alive(record.pid, record.start_time)
+    assert not procinfo.is_alive(record.fork_server_pid, record.fork_server_start)
+    assert not os.path.exists(cli.root)
+    result = cli.run("status")
+    assert result.returncode == 1 and "No miniray node is running." in result.stderr
+
+
+def test_block_stops_cleanly_on_sigterm(cli):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "miniray", "start", "--head", "--block", "--port", "0",
+         "--num-cpus", "1"],
+        env=cli.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cli.base)
+    try:
+        out = b""
+        deadline = time.monotonic() + START_TIMEOUT
+        while b"\n--block\n" not in out and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 1.0)[0]:
+                chunk = os.read(proc.stdout.fileno(), 4096)
+                assert chunk, proc.stderr.read()
+                out += chunk
+        assert b"miniray runtime started." in out, out
+        (record,) = node_client.list_records(cli.root)
+        assert record.pid == proc.pid and record.port != 6379
+        assert cli.run("status").returncode == 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        assert wait_until(lambda: not procinfo.is_alive(record.fork_server_pid))
+        assert not os.path.exists(cli.root)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_second_start_on_same_port_fails(cli):
+    first = cli.start("--num-cpus", "1")
+    result = cli.run("start", "--head", "--num-cpus", "1")
+    assert result.returncode == 1
+    assert "already running at 127.0.0.1:6379" in result.stderr
+    assert "--port" in result.stderr
+    assert len(node_client.list_records(cli.root)) == 1
+    second = cli.start("--port", "0", "--num-cpus", "1")
+    assert second.port not in (0, 6379)
+    out = cli.run("status").stdout
+    assert first.address in out and second.address in out
+    assert node_client.find_node(second.address).pid == second.pid
+    result = cli.run("stop")
+    assert "Stopped 2 miniray node(s)." in result.stdout
+
+
+def test_stop_when_nothing_runs(cli):
+    result = cli.run("stop")
+    assert result.returncode == 0
+    assert "Did not find any active miniray nodes." in result.stdout
+
+
+def test_stop_leaves_other_roots_alone(cli):
+    other = cli.new_root("other")
+    mine = cli.start("--num-cpus", "1")
+    theirs = cli.start("--num-cpus", "1", root=other)
+    assert cli.run("stop").stdout.strip() == "Stopped 1 miniray node(s)."
+    assert not procinfo.is_alive(mine.pid, mine.start_time)
+    assert theirs.alive()
+    assert procs_with_root(other)
+    assert cli.run("status", root=other).returncode == 0
+    assert cli.run("stop", root=other).stdout.strip() == "Stopped 1 miniray node(s)."
+
+
+def test_sigkilled_node_takes_its_workers_and_is_swept(cli):
+    record = cli.start("--num-cpus", "1")
+    client = node_client.connect(record)
+    try:
+        worker, keep = spawn(client)
+        os.kill(record.pid, signal.SIGKILL)
+        # the fork server sees EOF and kills the worker, although the test still holds the
+        # worker's data socket (it would otherwise wait for HELLO for ever)
+        assert wait_until(lambda: not procinfo.is_alive(worker))
+        assert wait_until(lambda: not procinfo.is_alive(record.fork_server_pid,
+                                                        record.fork_server_start))
+        assert recv(client) is None  # EOF: the node is gone
+        close_all(keep)
+    finally:
+        client.close()
+    assert os.path.isdir(record.session_dir)  # nobody removed it yet
+    assert cli.run("status").returncode == 1
+    again = cli.start("--num-cpus", "1")  # sweeps the dead node's session dir
+    assert not os.path.exists(record.session_dir)
+    assert again.port == 6379
+    assert "Stopped 1" in cli.run("stop").stdout
+
+
+def test_stop_sweeps_a_dead_node(cli):
+    record = cli.start("--num-cpus", "1")
+    os.kill(record.pid, signal.SIGKILL)
+    assert wait_until(lambda: not procinfo.is_alive(record.pid, record.start_time))
+    result = cli.run("stop")
+    assert "Did not find any active miniray nodes." in result.stdout
+    assert not os.path.exists(cli.root)
+
+
+def test_start_refuses_what_it_cannot_do(cli):
+    result = cli.run("start")
+    assert result.returncode == 1
+    assert "`--address` is a required flag unless starting a head node with `--head`." in \
+        result.stderr
+    result = cli.run("start", "--address", "10.0.0.1:6379")
+    assert result.returncode == 1 and "not supported yet" in result.stderr
+    result = cli.run("start", "--head", "--resources", '{"CPU": 2}')
+    assert result.returncode == 1 and "--num-cpus" in result.stderr
+    result = cli.run("start", "--head", "--resources", "not json")
+    assert result.returncode == 1 and "JSON" in result.stderr
+    result = cli.run("start", "--head", "--num-gpus", "3", CUDA_VISIBLE_DEVICES="1")
+    assert result.returncode == 1 and "CUDA_VISIBLE_DEVICES" in result.stderr
+    assert not node_client.list_records(cli.root)
+    result = cli.run("start", "--head", "--num-cpus", "1", "--dashboard-port", "8265",
+                     "--include-dashboard", "false", "--disable-usage-stats")
+    assert result.returncode == 0, result.stderr
+    assert "--include-dashboard, --dashboard-port do not apply on one host" in result.stderr
+    cli.run("stop")
+
+
+def test_cuda_visible_devices_name_the_gpus(cli):
+    record = cli.start("--num-gpus", "2", "--num-cpus", "1", CUDA_VISIBLE_DEVICES="1,3")
+    client = node_client.connect(record)
+    try:
+        assert client.info["gpu_ids"] == ["1", "3"]
+        assert client.info["gpu_ids_are_ints"] is False
+        assert client.info["totals"]["GPU"] == 2
+    finally:
+        client.close()
+
+
+def test_long_session_root(cli):
+    root = cli.new_root("x" * 120)  # node.sock's path exceeds sockaddr_un's 108 bytes
+    record = cli.start("--num-cpus", "1", root=root)
+    assert len(record.socket) > 108
+    client = node_client.connect(record)
+    client.close()
+    assert cli.run("stop", root=root).stdout.strip() == "Stopped 1 miniray node(s)."
+
+
+# ----------------------------------------------------------------------------- addresses
+def test_find_node_addresses(cli):
+    assert node_client.find_node(None) is None
+    assert node_client.find_node("local") is None
+    with pytest.raises(ConnectionError, match="Could not find any running Ray instance"):
+        node_client.find_node("auto")
+    with pytest.raises(ValueError, match="Invalid address format: notanaddress"):
+        node_client.find_node("notanaddress")
+    with pytest.raises(ConnectionError, match="Failed to connect to Ray cluster at"):
+        node_client.find_node("127.0.0.1:6379")
+    record = cli.start("--num-cpus", "1")
+    for address in (None, "auto", "127.0.0.1:6379", "localhost:6379",
+                    f"{socket.gethostname()}:6379"):
+        assert node.find_node(address).pid == record.pid, address
+    with pytest.raises(ConnectionError, match="Failed to connect"):
+        node.find_node("127.0.0.1:6380")
+    with pytest.raises(ConnectionError, match="only to nodes on this host"):
+        node.find_node("203.0.113.7:6379")
+    os.remove(os.path.join(cli.root, "current_node"))  # "auto" still finds it, None does not
+    assert node.find_node(None) is None
+    assert node.find_node("auto").pid == record.pid
+
+
+# ----------------------------------------------------------------------------- protocol
+def test_protocol_spawn_kill_exit_goodbye(cli):
+    record = cli.start("--num-cpus", "2")
+    client = node_client.connect(record)
+    other = node_client.connect(record)
+    keeps = []
+    try:
+        info = client.info
+        assert info["node_pid"] == record.pid and client.pid == record.pid
+        assert info["address"] == record.address and info["node_ip"] == "127.0.0.1"
+        assert info["session_dir"] == record.session_dir
+        assert info["ledger_path"] == os.path.join(record.session_dir, "ledger.json")
+        assert info["totals"]["CPU"] == 2.0 and info["gpu_ids"] == []
+        for key in ("node_id", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
+                    "object_store_memory"):
+            assert key in info
+
+        pid, keep = spawn(client)
+        keeps += keep
+        assert procinfo.is_alive(pid)
+        assert pid in procinfo.children(record.fork_server_pid)
+        # another client cannot signal it
+        other.kill(pid, signal.SIGKILL)
+        client.kill(pid, 999)  # not a signal: ignored (it would end the fork server)
+        time.sleep(0.3)
+        assert procinfo.is_alive(pid)
+        assert procinfo.is_alive(record.fork_server_pid, record.fork_server_start)
+        client.kill(pid, signal.SIGTERM)
+        message = recv(client)
+        assert message[:2] == (protocol.EXITED, pid)
+        assert os.WIFSIGNALED(message[2]) and os.WTERMSIG(message[2]) == signal.SIGTERM
+
+        # goodbye: a worker still running is SIGKILLed after the grace, then BYE
+        pid2, keep = spawn(client)
+        keeps += keep
+        client.request_shutdown(0.2)
+        message = recv(client)
+        assert message[:2] == (protocol.EXITED, pid2)
+        assert os.WTERMSIG(message[2]) == signal.SIGKILL
+        assert recv(client) == (protocol.BYE,)
+        client.wait(1.0)
+        assert recv(client) is None
+        # the other client is unaffected
+        pid3, keep = spawn(other)
+        keeps += keep
+        assert procinfo.is_alive(pid3)
+    finally:
+        client.close()
+        other.close()
+        close_all(keeps)
+
+
+CLIENT_SCRIPT = textwrap.dedent("""
+    import os, socket, sys, time
+    from miniray._private import node_client
+    from miniray._private.ledger import Ledger
+
+    data_fd = int(sys.argv[1])
+    client = node_client.connect(node_client.find_node("auto"))
+    ctl_a, ctl_b = socket.socketpair()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    req = client.spawn([data_fd, ctl_b.fileno(), out_w, err_w])
+    message = client.read_message()
+    ledger = Ledger(client.info["ledger_path"])
+    lease = ledger.acquire({"CPU": 1}, holder_pid=os.getpid(), tag="actor Held")
+    print(message[2], lease.lease_id, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_dead_client_loses_its_workers_and_leases(cli):
+    record = cli.start("--num-cpus", "2")
+    ledger = Ledger(os.path.join(record.session_dir, "ledger.json"))
+    survivor = node_client.connect(record)
+    keeps = []
+    data_keep, data_child = socket.socketpair()
+    script = os.path.join(cli.base, "client.py")
+    with open(script, "w") as f:
+        f.write(CLIENT_SCRIPT)
+    proc = subprocess.Popen([sys.executable, script, str(data_child.fileno())],
+                            pass_fds=[data_child.fileno()], env=cli.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    data_child.close()
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        worker, lease_id = int(line.split()[0]), line.split()[1]
+        assert procinfo.is_alive(worker)
+        assert lease_id in ledger.snapshot().leases
+        out = cli.run("status").stdout
+        assert "actor Held" in out and str(proc.pid) in out
+        mine, keep = spawn(survivor)
+        keeps += keep
+        mine_lease = ledger.acquire({"CPU": 1}, holder_pid=os.getpid(), tag="survivor")
+
+        proc.kill()  # SIGKILL: no goodbye
+        proc.wait(timeout=10)
+        # killed by the node: the test still holds the worker's data socket
+        assert wait_until(lambda: not procinfo.is_alive(worker))
+        assert wait_until(lambda: lease_id not in ledger.snapshot().leases)
+        leases = ledger.snapshot().leases
+        assert list(leases) == [mine_lease.lease_id]  # released, not just reclaimable
+        assert procinfo.is_alive(mine)
+        pid2, keep = spawn(survivor)
+        keeps += keep
+        ledger.release(mine_lease.lease_id)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        survivor.close()
+        data_keep.close()
+        close_all(keeps)
+
+
+def test_node_stats_and_status_show_drivers(cli):
+    record = cli.start("--num-cpus", "1")
+    client = node_client.connect(record)
+    keeps = []
+    try:
+        pid, keeps = spawn(client)
+        stats_path = os.path.join(record.session_dir, "node_stats.json")
+
+        def stats():
+            with open(stats_path) as f:
+                doc = json.load(f)
+            return doc if doc["workers"] == 1 else None
+
+        doc = wait_until(stats, 5.0)
+        assert doc and doc["drivers"] == [{"pid": os.getpid(), "workers": 1, "leaving": False}]
+        out = cli.run("status").stdout
+        assert f"pid {os.getpid()}: 1 worker(s)" in out
+    finally:
+        client.close()
+        close_all(keeps)
+
+
+def test_stop_with_a_connected_driver(cli):
+    record = cli.start("--num-cpus", "1")
+    client = node_client.connect(record)
+    keeps = []
+    try:
+        pid, keeps = spawn(client)
+        result = cli.run("stop")
+        assert "Stopped 1 miniray node(s)." in result.stdout
+        message = recv(client)  # the worker's exit is reported before the node goes
+        assert message[:2] == (protocol.EXITED, pid)
+        assert recv(client) is None
+        assert not procinfo.is_alive(pid)
+        assert not os.path.exists(cli.root)
+    finally:
+        client.close()
+        close_all(keeps)
+
+
+def test_node_stops_when_its_fork_server_dies(cli):
+    record = cli.start("--num-cpus", "1")
+    client = node_client.connect(record)
+    try:
+        os.kill(record.fork_server_pid, signal.SIGKILL)
+        assert recv(client) is None
+        assert wait_until(lambda: not procinfo.is_alive(record.pid, record.start_time))
+        assert not os.path.exists(cli.root)
+    finally:
+        client.close()
+
+
+def test_temp_dir_holds_the_session_and_the_default_root_points_to_it(cli):
+    temp = cli.new_root("t")
+    record = cli.start("--num-cpus", "1", "--temp-dir", temp)
+    assert os.path.dirname(record.session_dir) == temp
+    with open(os.path.join(cli.root, "current_node")) as f:
+        assert f.read().strip() == record.path
+    assert node.find_node("auto").pid == record.pid
+    assert record.address in cli.run("status").stdout
+    assert "Stopped 1 miniray node(s)." in cli.run("stop").stdout
+    assert not os.path.exists(temp) and not os.path.exists(cli.root)
+
+
+FAKE_PYNVML = '''
+import os
+_DEVICES = [d.split("|") for d in os.environ.get("FAKE_NVML_DEVICES", "").split(",") if d]
+class NVMLError(Exception):
+    pass
+def nvmlInit():
+    pass
+def nvmlShutdown():
+    pass
+def nvmlDeviceGetCount():
+    return len(_DEVICES)
+def nvmlDeviceGetHandleByIndex(index):
+    return index
+def nvmlDeviceGetName(handle):
+    return _DEVICES[handle][0]
+def nvmlDeviceGetUUID(handle):
+    return _DEVICES[handle][1]
+'''
+
+GPU_CLIENT_SCRIPT = textwrap.dedent("""
+    import os, time
+    from miniray._private import node_client
+    from miniray._private.host_gpus import HostGpuLedger
+    from miniray._private.ledger import Ledger
+
+    client = node_client.connect(node_client.find_node("auto"))
+    ledger = Ledger(client.info["ledger_path"])
+    lease = ledger.acquire({"GPU": 0.5}, holder_pid=os.getpid(), tag="GPU=0.5")
+    (index, units), = lease.instances["GPU"]
+    key = client.info["gpu_keys"][index]
+    host = HostGpuLedger().acquire_exact({key: units}, holder_pid=os.getpid(), tag="GPU=0.5")
+    print(lease.lease_id, host, key, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_physical_gpus_detected_and_a_dead_clients_host_leases_released(cli):
+    fake = os.path.join(cli.base, "fake_nvml")
+    os.mkdir(fake)
+    with open(os.path.join(fake, "pynvml.py"), "w") as f:
+        f.write(FAKE_PYNVML)
+    devices = "Tesla V100-SXM2-16GB|GPU-aaaa0000,Tesla V100-SXM2-16GB|GPU-bbbb1111"
+    env = {"FAKE_NVML_DEVICES": devices, "PYTHONPATH": fake}
+    record = cli.start("--num-cpus", "1", **env)
+    client = node_client.connect(record)
+    client.close()
+    info = client.info
+    assert info["totals"]["GPU"] == 2 and info["totals"]["accelerator_type:V100"] == 1
+    assert info["gpu_keys"] == ["GPU-aaaa0000", "GPU-bbbb1111"]
+    assert info["gpu_ids"] == ["0", "1"] and info["gpu_ids_are_ints"] is True
+    assert info["accelerator_type"] == "V100"
+
+    script = os.path.join(cli.base, "gpu_client.py")
+    with open(script, "w") as f:
+        f.write(GPU_CLIENT_SCRIPT)
+    proc = subprocess.Popen([sys.executable, script], env=cli.env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        lease_id, host_lease, key = line.split()
+        out = cli.run("status").stdout
+        assert "Host GPU ledger" in out and f"pid {proc.pid} 0.5 [GPU=0.5]" in out
+        assert "GPU-aaaa0000" in out
+        from miniray._private.host_gpus import HostGpuLedger
+
+        host = HostGpuLedger(os.environ["MINIRAY_HOST_DIR"])
+        assert host_lease in host.leases()
+        proc.kill()
+        proc.wait(timeout=10)
+        assert wait_until(lambda: host_lease not in host.leases())  # released, not reclaimed
+        ledger = Ledger(info["ledger_path"])
+        assert lease_id not in ledger.snapshot().leases
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

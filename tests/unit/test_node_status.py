@@ -1,0 +1,169 @@
+"""``miniray status`` formatting, on fabricated ledger states (no processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from miniray._private import node_client
+from miniray._private.ledger import Ledger
+from miniray._private.node_status import (
+    NodeView,
+    collect,
+    format_bytes,
+    format_status,
+    format_uptime,
+)
+from miniray._private.resources import UNIT, Lease, NodeState
+
+NOW = 1_800_000_000.0
+GIB = 1 << 30
+
+
+def lease(lid, holder, resources, gpus=(), tag=""):
+    units = {k: round(v * UNIT) for k, v in resources.items()}
+    instances = {"GPU": [(i, round(f * UNIT)) for i, f in gpus]} if gpus else {}
+    return Lease(lid, holder, 1, None, units, instances, tag)
+
+
+def state(*leases, gpus=("0", "1")):
+    totals = {"CPU": 4 * UNIT, "GPU": len(gpus) * UNIT, "foo": 2 * UNIT,
+              "memory": 16 * GIB * UNIT, "object_store_memory": 2 * GIB * UNIT,
+              "node:127.0.0.1": UNIT, "node:__internal_head__": UNIT}
+    return NodeState(totals=totals, instance_ids={"GPU": list(gpus)},
+                     leases={le.lease_id: le for le in leases})
+
+
+def view(st, **kw):
+    defaults = dict(node_id="ab" * 28, pid=4242, address="127.0.0.1:6379",
+                    started_at=NOW - 3725, session_dir="/r/session_x", state=st)
+    defaults.update(kw)
+    return NodeView(**defaults)
+
+
+def rows(text: str) -> dict:
+    """First word of each line -> the rest, split on whitespace."""
+    return {line.split()[0]: line.split()[1:] for line in text.splitlines() if line.strip()}
+
+
+def section(text: str, title: str) -> str:
+    """The lines of the section starting with ``title`` up to the next blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_format_bytes_and_uptime():
+    assert format_bytes(0) == "0B"
+    assert format_bytes(1023) == "1023B"
+    assert format_bytes(1536) == "1.50KiB"
+    assert format_bytes(15.23 * GIB) == "15.23GiB"
+    assert format_bytes(100_000_000) == "95.37MiB"
+    assert format_uptime(42) == "42s"
+    assert format_uptime(185) == "3m05s"
+    assert format_uptime(3725) == "1h02m"
+    assert format_uptime(3 * 86400 + 4 * 3600) == "3d04h"
+    assert format_uptime(-5) == "0s"
+
+
+def test_idle_node():
+    out = format_status([view(state())], None, NOW)
+    assert out.startswith("======== miniray status: ")
+    assert out.endswith("\n")
+    node = rows(section(out, "Node status"))
+    assert node["node_" + "ab" * 6] == ["4242", "127.0.0.1:6379", "1h02m", "session_x"]
+    res = rows(section(out, "Resources"))
+    assert res["CPU"] == ["0", "4", "4"]
+    assert res["GPU"] == ["0", "2", "2"]
+    assert res["foo"] == ["0", "2", "2"]
+    assert res["memory"] == ["0B", "16.00GiB", "16.00GiB"]
+    assert res["object_store_memory"] == ["0B", "2.00GiB", "2.00GiB"]
+    assert not any(name.startswith("node:") for name in res)
+    assert list(res)[3:] == ["CPU", "GPU", "foo", "memory", "object_store_memory"]
+    assert "(none)" in section(out, "Running tasks and actors")
+    assert "Host GPU ledger" not in out and "Drivers" not in out
+
+
+def test_busy_node_resources_gpus_and_grouped_leases():
+    st = state(
+        lease("a", 100, {"CPU": 1}, tag="CPU=1"),
+        lease("b", 100, {"CPU": 1}, tag="CPU=1"),
+        lease("c", 100, {"CPU": 1}, tag="CPU=1"),
+        lease("d", 200, {"CPU": 0.5, "GPU": 0.5}, gpus=[(0, 0.5)], tag="CPU=0.5,GPU=0.5"),
+        lease("e", 200, {"GPU": 1, "foo": 1}, gpus=[(1, 1.0)], tag="actor Trainer"),
+        lease("f", 300, {"CPU": 1}, tag="actor Counter"),
+    )
+    out = format_status([view(st, dead_holders=frozenset({300}))], None, NOW)
+    res = rows(section(out, "Resources"))
+    assert res["CPU"] == ["4.5", "4", "-0.5"]  # oversubscribed: shown as it is
+    assert res["GPU"] == ["1.5", "2", "0.5"]
+    assert res["foo"] == ["1", "2", "1"]
+    gpus = section(out, "GPUs").splitlines()[2:]
+    assert gpus[1].split() == ["0", "0", "0.5", "0.5", "#####.....", "(logical)"]
+    assert gpus[2].split() == ["1", "1", "1", "0", "##########", "(logical)"]
+    leases = section(out, "Running tasks and actors").splitlines()[2:]
+    assert leases[0].split() == ["count", "driver", "what", "resources"]
+    assert leases[1].split() == ["3", "100", "CPU=1", "CPU=1"]
+    assert leases[2].split() == ["1", "200", "CPU=0.5,GPU=0.5", "CPU=0.5,", "GPU=0.5"]
+    assert leases[3].split() == ["1", "200", "actor", "Trainer", "GPU=1,", "foo=1"]
+    assert leases[4].split() == ["1", "300", "(dead)", "actor", "Counter", "CPU=1"]
+
+
+def test_gpu_device_keys_drivers_and_host_ledger():
+    st = state(lease("a", 100, {"GPU": 0.25}, gpus=[(0, 0.25)], tag="GPU=0.25"), gpus=["3"])
+    host = {"path": "/h/gpus.json", "leases": 2, "devices": {
+        "GPU-aaaa": {"used": 0.75, "free": 0.25, "holders": [
+            {"pid": 100, "tag": "GPU=0.25", "fraction": 0.25, "lease_id": "x", "alive": True},
+            {"pid": 77, "tag": "", "fraction": 0.5, "lease_id": "y", "alive": False},
+        ]},
+    }}
+    drivers = [{"pid": 100, "workers": 2, "leaving": False},
+               {"pid": 101, "workers": 0, "leaving": True}]
+    out = format_status([view(st, gpu_keys=["GPU-aaaa"], drivers=drivers)], host, NOW)
+    gpus = section(out, "GPUs").splitlines()[2:]
+    assert gpus[1].split() == ["0", "3", "0.25", "0.75", "##........", "GPU-aaaa"]
+    assert section(out, "Drivers").splitlines()[2:] == [
+        " pid 100: 2 worker(s)", " pid 101: 0 worker(s) (leaving)"]
+    host_lines = section(out, "Host GPU ledger (/h/gpus.json)").splitlines()[2:]
+    assert host_lines[1].split()[:3] == ["GPU-aaaa", "0.75", "0.25"]
+    assert "pid 100 0.25 [GPU=0.25], pid 77 (dead) 0.5" in host_lines[1]
+
+
+def test_empty_host_ledger_unreadable_ledger_and_several_nodes():
+    host = {"path": "/h/gpus.json", "leases": 0, "devices": {}}
+    nodes = [view(None, node_id="cd" * 28, pid=1, session_dir="/r/session_a"),
+             view(state(), node_id="ef" * 28, pid=2, address="127.0.0.1:6380")]
+    out = format_status(nodes, host, NOW)
+    node = rows(section(out, "Node status"))
+    assert node["node_" + "cd" * 6][0] == "1" and node["node_" + "ef" * 6][1] == "127.0.0.1:6380"
+    assert "(ledger unreadable in /r/session_a)" in out
+    assert "Resources (node efefefefefef)" in out
+    assert "(no GPU leased by any miniray session)" in out
+    broken = format_status(nodes[1:], {"path": "/h/gpus.json", "error": "bad"}, NOW)
+    assert "(unreadable: bad)" in broken
+
+
+def test_collect_reads_files_without_locks(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIRAY_HOST_DIR", str(tmp_path / "host"))
+    sdir = tmp_path / "session_1"
+    sdir.mkdir()
+    ledger = Ledger.create(str(sdir / "ledger.json"), {"CPU": 2}, {})
+    ledger.acquire({"CPU": 1}, holder_pid=os.getpid(), tag="CPU=1")
+    with open(sdir / "node_stats.json", "w") as f:
+        json.dump({"drivers": [{"pid": 5, "workers": 1, "leaving": False}]}, f)
+    record = node_client.NodeRecord(pid=os.getpid(), start_time=None, address="127.0.0.1:6379",
+                                    port=6379, socket=str(sdir / "node.sock"),
+                                    session_dir=str(sdir), started_at=NOW, node_id="ab" * 28)
+    # the ledger's lock is held (a writer mid-transaction): status must not wait for it
+    with ledger._locked():
+        views, host = collect([record])
+    assert host is None  # no host GPU ledger on this "host"
+    (v,) = views
+    assert v.state.used() == {"CPU": UNIT}
+    assert v.drivers == [{"pid": 5, "workers": 1, "leaving": False}]
+    assert v.dead_holders == frozenset()
+    missing = node_client.NodeRecord(pid=1, start_time=None, address="a:1", port=1, socket="",
+                                     session_dir=str(tmp_path / "gone"), started_at=NOW)
+    views, _ = collect([missing])
+    assert views[0].state is None and views[0].drivers is None
