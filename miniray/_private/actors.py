@@ -337,7 +337,7 @@ class ActorManager:
                 continue
             dep_values = None
             if spec.deps:
-                dep_values = owner.dep_payloads(spec.deps, pin=True)
+                dep_values = owner.dep_payloads(spec.deps, pin=True, worker=actor.worker)
             actor.inflight[spec.task_id] = call
             call.sent = True
             try:

@@ -98,9 +98,11 @@ class ObjectTable:
     """Entries of one owner. Methods marked *locked* expect the owner's lock to be held."""
 
     def __init__(self, store, lock: threading.Lock, check_usable: Callable[[], None],
-                 wake: Callable[[], None] | None = None):
+                 wake: Callable[[], None] | None = None,
+                 on_free: Callable[[bytes], None] | None = None):
         self.store = store
         self.wake = wake  # asks the I/O thread to apply ref events soon
+        self.on_free = on_free  # told (locked) after an object is freed
         self.lock = lock
         self.check_usable = check_usable
         self.entries: dict[bytes, Entry] = {}
@@ -146,10 +148,15 @@ class ObjectTable:
         if entry.refs > 0 or entry.escaped or entry.pins > 0:
             return
         if entry.state == READY:
-            self.store.free(object_id)
-            del self.entries[object_id]
+            self._free(object_id)
         else:
             entry.dropped = True
+
+    def _free(self, object_id: bytes) -> None:
+        self.store.free(object_id)
+        del self.entries[object_id]
+        if self.on_free is not None:
+            self.on_free(object_id)
 
     # -- entries (locked) -------------------------------------------------------------------
     def get(self, object_id: bytes) -> Entry | None:
@@ -183,8 +190,7 @@ class ObjectTable:
             for waiter in waiters:
                 waiter.notify(is_error, object_id)
         if entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0:
-            self.store.free(object_id)
-            del self.entries[object_id]
+            self._free(object_id)
 
     def read(self, object_id: bytes) -> tuple:
         """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
@@ -192,6 +198,11 @@ class ObjectTable:
         return self.entries[object_id].kind, values.outgoing(self.store.location(object_id))
 
     def unpin(self, object_id: bytes) -> None:
+        """*Locked.* A pending task no longer needs the object: free it if nothing else
+        does. Queued ref events are applied first: a ref created a moment ago (its +1 still
+        queued) must count, or its object would be freed under it."""
+        if self.ref_events:
+            self.apply_ref_events()
         entry = self.entries.get(object_id)
         if entry is not None:
             entry.pins -= 1

@@ -174,7 +174,11 @@ class Owner:
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
-        self.objects = ObjectTable(store, self._lock, self._check_usable, self._wake_io)
+        self.objects = ObjectTable(store, self._lock, self._check_usable, self._wake_io,
+                                   self._on_object_freed)
+        # Workers that were handed a segment (they may keep it mapped across tasks): told
+        # to drop the mapping when the object is freed, so its memory really goes back.
+        self._mapped_by: dict[bytes, list] = {}
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
@@ -478,7 +482,7 @@ class Owner:
         if host_lease is not None and self.host_gpus is not None:
             self.host_gpus.release(host_lease)
 
-    def dep_payloads(self, deps, pin: bool) -> list:
+    def dep_payloads(self, deps, pin: bool, worker=None) -> list:
         """``[(position, kind, payload)]`` of a call's argument objects. With ``pin``, they
         stay in shared memory (not spilled) until ``unpin_deps``: the worker maps them."""
         out = []
@@ -486,8 +490,28 @@ class Owner:
             if pin:
                 self.store.pin(object_id)
             kind, payload = self.objects.read(object_id)
+            if worker is not None and isinstance(payload, tuple):
+                self._note_mapped(object_id, worker)
             out.append((position, kind, payload))
         return out
+
+    def _note_mapped(self, object_id: bytes, worker) -> None:
+        readers = self._mapped_by.setdefault(object_id, [])
+        if worker not in readers:
+            readers.append(worker)
+
+    def _on_object_freed(self, object_id: bytes) -> None:
+        readers = self._mapped_by.pop(object_id, None)
+        if not readers:
+            return
+        path = os.path.join(self.store.shm_dir,
+                            shm_segments.segment_name(self.store.session_tag, object_id))
+        for worker in readers:
+            if not worker.dead:
+                try:
+                    self._send(worker, (protocol.UNMAP, path))
+                except OSError:
+                    pass
 
     def unpin_deps(self, deps) -> None:
         for _position, object_id in deps:
@@ -589,7 +613,7 @@ class Owner:
                 self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
-                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned)
+                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned, worker=worker)
                 task.pinned = True
             ctx = (
                 _float_request(spec.request),
@@ -824,6 +848,9 @@ class Owner:
         if self._leases and not self._closed:
             if self._release_idle_leases():
                 self._dispatch_all()
+        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
+            live = self.objects.entries  # drop records of objects freed without a reader
+            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
         if self.objects.ref_events:
             self.objects.apply_ref_events()
         if self.actors.handle_events:
@@ -835,7 +862,7 @@ class Owner:
         """How soon the I/O thread should wake to return idle leases or recycled segments
         (None: no need)."""
         if self.store.pooled_segments():
-            return self.POOL_IDLE_S
+            return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
         for leases in self._leases.values():
             for slot in leases:
                 if slot.idle_since is not None:
@@ -1032,6 +1059,7 @@ class Owner:
                     if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
                         self.store.pin(object_id)
                         worker.read_pins.append(object_id)
+                        self._note_mapped(object_id, worker)
                     payload.append(item)
             self._unblock(worker)
             self._reply(worker, req_id, payload)

@@ -43,6 +43,7 @@ REPLY = 3
 EXIT = 4
 ACTOR_INIT = 5
 ACTOR_CALL = 6
+UNMAP = 7   # (UNMAP, path): the object is freed; drop a cached mapping of that segment
 
 # worker -> driver
 RESULT = 10

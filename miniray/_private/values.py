@@ -79,6 +79,14 @@ class MappingCache:
                     self.bytes -= old_size
         return shm_segments.load_mapping(mapping, path)
 
+    def drop(self, path: str) -> None:
+        """The owner freed this segment: unmap it (its memory goes back once no view of it
+        is left in this process)."""
+        with self.lock:
+            old = self.entries.pop(path, None)
+            if old is not None:
+                self.bytes -= old[2]
+
     def prune(self) -> None:
         """Forget mappings whose segment was freed (the memory goes back once unmapped)."""
         if not self.entries:

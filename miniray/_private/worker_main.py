@@ -98,6 +98,8 @@ class _Worker:
                 self.actor_host.handle_call(message)
             elif tag == protocol.FUNC:
                 self.functions[message[1]] = message[2]
+            elif tag == protocol.UNMAP:
+                self.mappings.drop(message[1])
             elif tag == protocol.ACTOR_INIT:
                 from miniray._private.actor_host import ActorHost
 
