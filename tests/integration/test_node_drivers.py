@@ -172,23 +172,26 @@ HOLDER = """
 def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_env):
     assert _cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
     first = _driver(HOLDER, node_env)
-    second = _driver("""
-        import json, sys, time, miniray as ray
-        ray.init(address="auto")
-        @ray.remote(num_cpus=1)
-        def ping(x):
-            return x
-        print(json.dumps({"cpus_free": ray.available_resources().get("CPU", 0.0)}), flush=True)
-        sys.stdin.readline()  # wait until the test has killed the other driver
-        deadline = time.time() + 10
-        while ray.available_resources().get("CPU", 0.0) < 2.0 and time.time() < deadline:
-            time.sleep(0.05)
-        print(json.dumps({"cpus_free": ray.available_resources().get("CPU", 0.0),
-                          "values": ray.get([ping.remote(i) for i in range(20)])}), flush=True)
-        ray.shutdown()
-    """, node_env, stdin=subprocess.PIPE)
+    second = None
     try:
-        held = _json_line(first)
+        held = _json_line(first)  # its task runs and holds one CPU
+        second = _driver("""
+            import json, sys, time, miniray as ray
+            ray.init(address="auto")
+            @ray.remote(num_cpus=1)
+            def ping(x):
+                return x
+            print(json.dumps({"cpus_free": ray.available_resources().get("CPU", 0.0)}),
+                  flush=True)
+            sys.stdin.readline()  # wait until the test has killed the other driver
+            deadline = time.time() + 10
+            while ray.available_resources().get("CPU", 0.0) < 2.0 and time.time() < deadline:
+                time.sleep(0.05)
+            print(json.dumps({"cpus_free": ray.available_resources().get("CPU", 0.0),
+                              "values": ray.get([ping.remote(i) for i in range(20)])}),
+                  flush=True)
+            ray.shutdown()
+        """, node_env, stdin=subprocess.PIPE)
         before = _json_line(second)
         assert before["cpus_free"] == 1.0  # the other driver's task holds one CPU
         leases = _ledger_leases(node_env)
@@ -201,16 +204,19 @@ def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_e
             time.sleep(0.05)
             gone = [p for p in held["pids"] if procinfo.is_alive(p)]
         assert not gone, f"the killed driver's workers outlived it: {gone}"
+        second.stdin.write("go\n")  # the second driver goes on
+        second.stdin.flush()
+        after = _json_line(second)
+        assert second.wait(30) == 0, second.stderr.read()
+        assert after["cpus_free"] == 2.0
+        assert after["values"] == list(range(20))
+        assert not [lease for lease in _ledger_leases(node_env).values()
+                    if lease["holder_pid"] == held["pid"]]
     finally:
-        first.kill()
-    second.stdin.write("go\n")  # the second driver goes on
-    second.stdin.flush()
-    after = _json_line(second)
-    assert second.wait(30) == 0, second.stderr.read()
-    assert after["cpus_free"] == 2.0
-    assert after["values"] == list(range(20))
-    assert not [lease for lease in _ledger_leases(node_env).values()
-                if lease["holder_pid"] == held["pid"]]
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
 
 
 def test_status_shows_a_running_task_and_stop_leaves_nothing(node_env):
