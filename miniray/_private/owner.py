@@ -42,6 +42,8 @@ from miniray._private.actors import ActorManager
 from miniray._private.framing import FramedSocket
 from miniray._private.object_table import PENDING, ObjectTable
 from miniray._private.output import OutputStream
+from miniray._private.owner_gpus import HostGpuLeasing
+from miniray._private.owner_requests import WorkerRequests
 from miniray._private.reactor import Reactor
 from miniray._private.resources import format_infeasible, infeasible_reasons
 
@@ -148,8 +150,9 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner:
-    """Objects, tasks and leased workers of one session."""
+class Owner(HostGpuLeasing, WorkerRequests):
+    """Objects, tasks and leased workers of one session (GPU leasing and workers' own
+    requests live in ``owner_gpus.py`` and ``owner_requests.py``)."""
 
     RETRY_S = 0.05
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
@@ -397,128 +400,6 @@ class Owner:
             self.ledger.set_worker(lease.lease_id, worker.pid)
         self._leases.setdefault(key, []).append(slot)
         return slot
-
-    # ---------------------------------------------------------- ledger + host GPUs
-    def acquire_lease(self, request: dict, tag: str, key=None):
-        """``(lease, host_lease_id)`` from the node ledger and, for physical GPUs, the host
-        ledger (both or neither); ``(None, None)`` if it does not fit now."""
-        caps = None
-        host = self.host_gpus
-        if host is not None and request.get("GPU"):
-            caps = self._host_caps()
-        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps)
-        if lease is None and caps is not None and host.reclaim_dead():
-            caps = self._host_caps()  # a session holding GPUs died: its shares are free again
-            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag,
-                                        instance_caps=caps)
-        if lease is None:
-            if caps is not None:
-                self._note_host_blocked(request, tag, key)
-            return None, None
-        host_lease = None
-        if caps is not None:
-            shares = {}
-            for index, units in lease.instances.get("GPU", []):
-                device = self.gpu_keys[index] if index < len(self.gpu_keys) else None
-                if device:
-                    shares[device] = shares.get(device, 0) + units
-            if shares:
-                host_lease = host.acquire_exact(shares, holder_pid=self.pid, tag=tag)
-                if host_lease is None:  # another session took it in between
-                    self.ledger.release(lease.lease_id)
-                    return None, None
-        if key is not None:
-            self._host_blocked_since.pop(key, None)
-        return lease, host_lease
-
-    def _host_caps(self) -> dict:
-        """What this node may take of each GPU: the share no other session holds."""
-        free = self.host_gpus.free([k for k in self.gpu_keys if k])
-        return {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
-
-    def _note_host_blocked(self, request: dict, tag: str, key) -> None:
-        """The request fits this node but not the host: other sessions hold the GPUs. Say so
-        once, naming them; with MINIRAY_HOST_GPU_TIMEOUT, give up after that many seconds."""
-        from miniray._private.resources import plan_allocation
-
-        if plan_allocation(self.ledger.snapshot(), request) is None:
-            return  # this session's own work holds them: an ordinary wait
-        now = time.monotonic()
-        since = self._host_blocked_since.setdefault(key, now)
-        if key not in self._host_reported:
-            self._host_reported.add(key)
-            holders = set()
-            stats = self.host_gpus.statistics([k for k in self.gpu_keys if k])
-            for device in stats.get("devices", {}).values():
-                for holder in device.get("holders", []):
-                    if holder.get("pid") != self.pid:
-                        holders.add(f"pid {holder.get('pid')} ({holder.get('tag') or '?'})")
-            wait = (f"it fails after {self.host_gpu_timeout:g} s (MINIRAY_HOST_GPU_TIMEOUT)"
-                    if self.host_gpu_timeout is not None else
-                    "it waits until they are released (set MINIRAY_HOST_GPU_TIMEOUT to fail "
-                    "instead)")
-            print(f"miniray: {tag or 'a request'} needs GPUs that other miniray sessions on "
-                  f"this host hold: {', '.join(sorted(holders)) or 'another session'}; {wait}.",
-                  file=sys.stderr, flush=True)
-        if self.host_gpu_timeout is not None and now - since >= self.host_gpu_timeout:
-            self._host_blocked_since.pop(key, None)
-            message = (f"The GPUs this request needs ({request}) stayed held by other miniray "
-                       f"sessions on this host for {self.host_gpu_timeout:g} s "
-                       "(MINIRAY_HOST_GPU_TIMEOUT); see `miniray status` for who holds them.")
-            self.reactor.call_later(0, lambda: self._fail_unschedulable(key, message))
-
-    def _fail_unschedulable(self, key, message: str) -> None:
-        from miniray.exceptions import ActorUnschedulableError, TaskUnschedulableError
-
-        if isinstance(key, tuple) and key and key[0] == "actor":
-            self.actors.fail_placement(key[1], ActorUnschedulableError(message))
-            return
-        queue = self._queues.pop(key, None)
-        for task in list(queue or ()):
-            self._fail_task(task, TaskUnschedulableError(message))
-
-    def release_lease_ids(self, lease_id: str, host_lease: str | None) -> None:
-        self.ledger.release(lease_id)
-        if host_lease is not None and self.host_gpus is not None:
-            self.host_gpus.release(host_lease)
-
-    def dep_payloads(self, deps, pin: bool, worker=None) -> list:
-        """``[(position, kind, payload)]`` of a call's argument objects. With ``pin``, they
-        stay in shared memory (not spilled) until ``unpin_deps``: the worker maps them."""
-        out = []
-        for position, object_id in deps:
-            if pin:
-                self.store.pin(object_id)
-            kind, payload = self.objects.read(object_id)
-            if worker is not None and isinstance(payload, tuple):
-                self._note_mapped(object_id, worker)
-            out.append((position, kind, payload))
-        return out
-
-    def _note_mapped(self, object_id: bytes, worker) -> None:
-        readers = self._mapped_by.setdefault(object_id, [])
-        if worker not in readers:
-            readers.append(worker)
-
-    def _on_object_freed(self, object_id: bytes) -> None:
-        readers = self._mapped_by.pop(object_id, None)
-        if not readers:
-            return
-        path = os.path.join(self.store.shm_dir,
-                            shm_segments.segment_name(self.store.session_tag, object_id))
-        for worker in readers:
-            if not worker.dead:
-                try:
-                    self._send(worker, (protocol.UNMAP, path))
-                except OSError:
-                    pass
-
-    def unpin_deps(self, deps) -> None:
-        for _position, object_id in deps:
-            try:
-                self.store.unpin(object_id)
-            except KeyError:
-                pass
 
     def _busy_workers(self) -> int:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
@@ -810,14 +691,6 @@ class Owner:
             self._queues.setdefault(task.key, collections.deque()).appendleft(task)
         self._dispatch_all()
 
-    def _release_read_pins(self, worker: _WorkerSlot) -> None:
-        pins, worker.read_pins = worker.read_pins, []
-        for object_id in pins:
-            try:
-                self.store.unpin(object_id)
-            except KeyError:
-                pass
-
     def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
         for stream in (worker.out, worker.err):
             if stream is not None and not stream.closed:
@@ -1011,106 +884,6 @@ class Owner:
                 self._dispatch_all()
             elif slot.idle_since is None:
                 slot.idle_since = time.monotonic()
-
-    # ----------------------------------------------------------- worker get/wait
-    def _block(self, worker: _WorkerSlot) -> None:
-        worker.blocked += 1
-        if worker.blocked == 1:
-            self._blocked_workers += 1
-            self._releases += 1  # the cap on workers just moved
-        slot = worker.lease
-        if worker.blocked == 1 and slot is not None:
-            cpu = slot.lease.resources.get("CPU", 0)
-            if cpu:
-                cpu_f = cpu / 10000.0
-                self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
-                slot.cpu_released = cpu_f
-        if worker.blocked == 1:
-            self._dispatch_all()
-
-    def _unblock(self, worker: _WorkerSlot) -> None:
-        worker.blocked -= 1
-        if worker.blocked == 0:
-            self._blocked_workers -= 1
-        slot = worker.lease
-        if worker.blocked == 0 and slot is not None and slot.cpu_released:
-            self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
-            slot.cpu_released = 0.0
-
-    def _reply(self, worker: _WorkerSlot, req_id: int, payload) -> None:
-        try:
-            self._send(worker, (protocol.REPLY, req_id, payload))
-        except OSError:
-            pass
-
-    def _on_worker_get(self, worker, req_id, object_ids, timeout) -> None:
-        self._block(worker)
-
-        def finish(timed_out: bool) -> None:
-            if timed_out:
-                payload = protocol.TIMEOUT
-            else:
-                payload = []
-                for object_id in self.objects.ready_ids(object_ids):
-                    item = self.objects.read(object_id)
-                    if item[0] == protocol.ERR:
-                        payload = [item]
-                        break
-                    if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
-                        self.store.pin(object_id)
-                        worker.read_pins.append(object_id)
-                        self._note_mapped(object_id, worker)
-                    payload.append(item)
-            self._unblock(worker)
-            self._reply(worker, req_id, payload)
-
-        self.objects.await_objects(object_ids, len(object_ids), True, finish, timeout,
-                                   self.reactor.call_later)
-
-    def _on_worker_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
-        self._block(worker)
-
-        def finish(timed_out: bool) -> None:
-            self._unblock(worker)
-            self._reply(worker, req_id, self.objects.ready_ids(object_ids))
-
-        self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
-                                   self.reactor.call_later)
-
-    def _on_worker_call(self, worker, req_id, method, args) -> None:
-        try:
-            if method == "create_actor":
-                value = self.actors.create(args[0])
-            elif method == "kill_actor":
-                self.actors.kill(args[0], args[1])
-                value = None
-            elif method == "get_actor":
-                value = self.actors.lookup(args[0], args[1])
-            elif method == "list_named_actors":
-                value = self.actors.named(args[1], args[0])
-            elif method == "cancel":
-                object_id, force, recursive = args
-                if self.actors.cancel(object_id[:24], force):
-                    self._reply(worker, req_id, (True, None))
-                    return
-                task = self._tasks.get(object_id[:24])
-                if task is not None and task.state != T_DONE:
-                    from miniray.exceptions import TaskCancelledError
-
-                    self._cancel_task(task, force, recursive, TaskCancelledError)
-                value = None
-            elif method == "cluster_resources":
-                value = self.ledger.totals()
-            elif method == "available_resources":
-                self._release_idle_leases(force=True)
-                value = self.ledger.available()
-            elif method == "nodes":
-                value = self.hello_info.get("nodes", [])
-            else:
-                raise ValueError(f"unknown call {method}")
-            self._reply(worker, req_id, (True, value))
-        except Exception as error:
-            self._reply(worker, req_id, (False, error))
 
     # ------------------------------------------------------------------ status
     def worker_pids(self) -> list[int]:
