@@ -49,6 +49,23 @@ def _read_large(payload, rt, object_id):
         return values.read(items[0][1], cache)
 
 
+def future_of(rt, ref):
+    """A ``concurrent.futures.Future`` for ``ref``'s value, resolved by a helper thread."""
+    import concurrent.futures
+    import threading
+
+    future: concurrent.futures.Future = concurrent.futures.Future()
+
+    def resolve():
+        try:
+            future.set_result(get_values(rt, [ref])[0])
+        except BaseException as error:  # delivered through the future
+            future.set_exception(error)
+
+    threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
+    return future
+
+
 def _check_session(rt, refs: list) -> None:
     token = rt.session_token
     for ref in refs:

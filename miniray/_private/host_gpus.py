@@ -45,20 +45,17 @@ user's file) and set ``MINIRAY_HOST_DIR`` to it in each user's environment.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import stat
 import tempfile
-import threading
 import time
-import weakref
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from . import procinfo
+from .flock import KeptFlock
 from .resources import UNIT, _check_instance_amount, _pick_instances, from_units
 
 __all__ = [
@@ -263,29 +260,11 @@ class HostGpuLedger:
         self._tmp_path = f"{self._path}.{os.getuid()}.tmp"
         self._me: _Identity | None = None
         self._own_start: tuple[int, int | None] | None = None
-        self._make_locks()
-
-    def _make_locks(self) -> None:
-        # As in ledger.Ledger: the lock's descriptor is kept, and rebuilt in a forked child,
-        # which closes its inherited copy (flock belongs to the open file, shared with the
-        # parent, so using it would let both hold the lock at once).
-        inherited = getattr(self, "_close_lock_fd", None)
-        if inherited is not None and inherited.detach() is not None:
-            try:
-                os.close(self._lock_fd)  # type: ignore[arg-type]
-            except OSError:
-                pass
-        self._pid = os.getpid()
-        self._thread_lock = threading.Lock()
-        self._lock_fd: int | None = None
-        self._close_lock_fd: weakref.finalize | None = None
+        self._flock = KeptFlock(self._lock_path)
 
     def close(self) -> None:
         """Closes the lock file's descriptor (reopened if the ledger is used again)."""
-        with self._thread_lock:
-            if self._close_lock_fd is not None and self._pid == os.getpid():
-                self._close_lock_fd()
-            self._lock_fd = self._close_lock_fd = None
+        self._flock.close()
 
     @property
     def path(self) -> str:
@@ -293,21 +272,8 @@ class HostGpuLedger:
 
     # -- locking and file I/O ---------------------------------------------------------------
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        if os.getpid() != self._pid:
-            self._make_locks()
-        with self._thread_lock:
-            if self._lock_fd is None:
-                fd = _open_lock_file(self._lock_path)
-                self._lock_fd = fd
-                self._close_lock_fd = weakref.finalize(self, os.close, fd)
-                self._close_lock_fd.atexit = False  # shutdown at exit still needs the lock
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def _locked(self):
+        return self._flock.held()
 
     def _read(self, *, locked: bool) -> dict[str, HostGpuLease]:
         try:
@@ -570,15 +536,6 @@ class HostGpuLedger:
         except (OSError, ValueError, RuntimeError) as e:
             detail = f"unreadable ({type(e).__name__})"
         return f"<HostGpuLedger {self._path!r} {detail}>"
-
-
-def _open_lock_file(lock_path: str) -> int:
-    # flock(2) works on a read-only descriptor, so a user who may not write another user's
-    # lock file (shared directory) still takes the lock.
-    try:
-        return os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except PermissionError:
-        return os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _whole(count: int) -> int:

@@ -39,12 +39,11 @@ import fcntl
 import json
 import logging
 import os
-import threading
-import weakref
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping
 
 from . import procinfo
+from .flock import KeptFlock, open_lock_file
 from .resources import (
     _UNIT_INSTANCE_SET,
     UNIT,
@@ -105,7 +104,7 @@ class Ledger:
         self._own_start: tuple[int, int | None] | None = None
         self._cache: tuple[bytes, NodeState] | None = None
         self._loaded_prefix: bytes | None = None
-        self._make_locks()
+        self._flock = KeptFlock(self._lock_path)
         # Totals and instance ids never change after create(), so read them once.
         try:
             static = self._read()
@@ -117,28 +116,9 @@ class Ledger:
         self._totals = dict(static.totals)
         self._instance_ids = {k: list(v) for k, v in static.instance_ids.items()}
 
-    def _make_locks(self) -> None:
-        # The lock file's descriptor is opened on first use and kept. A forked child opens its
-        # own: flock belongs to the open file, which the child shares with its parent, so an
-        # inherited descriptor would let both hold the lock at once. The child closes its
-        # inherited copy, which leaves the parent's lock (if held) alone.
-        inherited = getattr(self, "_close_lock_fd", None)
-        if inherited is not None and inherited.detach() is not None:
-            try:
-                os.close(self._lock_fd)  # type: ignore[arg-type]
-            except OSError:
-                pass
-        self._pid = os.getpid()
-        self._thread_lock = threading.Lock()
-        self._lock_fd: int | None = None
-        self._close_lock_fd: weakref.finalize | None = None
-
     def close(self) -> None:
         """Closes the lock file's descriptor (reopened if the ledger is used again)."""
-        with self._thread_lock:
-            if self._close_lock_fd is not None and self._pid == os.getpid():
-                self._close_lock_fd()
-            self._lock_fd = self._close_lock_fd = None
+        self._flock.close()
 
     # -- creation ---------------------------------------------------------------------------
 
@@ -188,23 +168,8 @@ class Ledger:
 
     # -- locking and file I/O ---------------------------------------------------------------
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        if os.getpid() != self._pid:  # forked: a lock held by the parent's threads is not ours
-            self._make_locks()
-        with self._thread_lock:
-            if self._lock_fd is None:
-                fd = _open_lock_file(self._lock_path)
-                self._lock_fd = fd
-                self._close_lock_fd = weakref.finalize(self, os.close, fd)
-                # Not at interpreter exit: the runtime's own atexit shutdown still needs the
-                # lock then, and the OS closes the descriptor when the process ends.
-                self._close_lock_fd.atexit = False
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+    def _locked(self):
+        return self._flock.held()
 
     def _read(self) -> NodeState:
         return NodeState.from_json(json.loads(_read_file(self._path)))
@@ -465,14 +430,10 @@ class Ledger:
 # file breaks mutual exclusion for processes that still have the old one open.
 
 
-def _open_lock_file(lock_path: str) -> int:
-    return os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-
-
 @contextmanager
 def _flocked(lock_path: str) -> Iterator[None]:
     """Holds the ledger's lock for one operation, with a descriptor of its own."""
-    fd = _open_lock_file(lock_path)
+    fd = open_lock_file(lock_path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

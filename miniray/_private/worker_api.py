@@ -154,20 +154,9 @@ class WorkerRuntime:
         pass
 
     def as_future(self, ref):
-        import concurrent.futures
+        from miniray._private import api
 
-        future: concurrent.futures.Future = concurrent.futures.Future()
-
-        def resolve():
-            from miniray._private import api
-
-            try:
-                future.set_result(api.get_values(self, [ref])[0])
-            except BaseException as error:  # delivered through the future
-                future.set_exception(error)
-
-        threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
-        return future
+        return api.future_of(self, ref)
 
     # -- the API -------------------------------------------------------------------
     def is_initialized(self) -> bool:
