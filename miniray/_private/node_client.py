@@ -553,4 +553,14 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
             sweep_stale(r)
         with contextlib.suppress(OSError):
             os.rmdir(r)
+    _sweep_dead_segments()
     return len(live)
+
+
+def _sweep_dead_segments() -> None:
+    """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
+    from miniray._private import procinfo, shm_segments
+
+    shm_segments.sweep_segments(
+        shm_segments.DEFAULT_SHM_DIR,
+        lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))

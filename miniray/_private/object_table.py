@@ -107,6 +107,7 @@ class ObjectTable:
         self.check_usable = check_usable
         self.entries: dict[bytes, Entry] = {}
         self.ref_events: collections.deque = collections.deque()
+        self.wake_pending = False  # a wake-up for queued drops was asked and not yet served
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -116,9 +117,9 @@ class ObjectTable:
         self.ref_events.append((object_id, 1))
 
     def ref_dropped(self, object_id: bytes) -> None:
-        first = not self.ref_events
         self.ref_events.append((object_id, -1))
-        if first and self.wake is not None:  # one wake-up per batch: memory is freed promptly
+        if not self.wake_pending and self.wake is not None:
+            self.wake_pending = True  # one wake-up per batch: memory is freed promptly
             self.wake()
 
     def ref_pickled(self, object_id: bytes) -> None:
@@ -126,6 +127,7 @@ class ObjectTable:
 
     def apply_ref_events(self) -> None:
         """*Locked.* Apply queued ref events; free what nothing refers to any more."""
+        self.wake_pending = False
         events = self.ref_events
         entries = self.entries
         while events:
@@ -215,9 +217,10 @@ class ObjectTable:
         return ObjectFreedError(object_id.hex(), "", "")
 
     def ready_ids(self, object_ids) -> list[bytes]:
-        """*Locked.* The ready ones among ``object_ids``, in order."""
+        """*Locked.* The ready ones among ``object_ids``, in order (a freed id counts as
+        ready: reading it raises its loss)."""
         entries = self.entries
-        return [i for i in object_ids if (e := entries.get(i)) is not None and e.state == READY]
+        return [i for i in object_ids if (e := entries.get(i)) is None or e.state == READY]
 
     def await_objects(self, object_ids, count: int, on_error: bool, finish, timeout,
                       add_timer) -> None:
@@ -228,9 +231,12 @@ class ObjectTable:
         ready = 0
         for object_id in object_ids:
             entry = self.entries.get(object_id)
-            if entry is None:
-                entry = self.ensure(object_id)
-                entry.escaped = True
+            if entry is None:  # freed (a worker only learns of an id through the owner)
+                if on_error:
+                    finish(False)
+                    return
+                ready += 1
+                continue
             if entry.state == READY:
                 ready += 1
                 if on_error and entry.kind == protocol.ERR:

@@ -237,6 +237,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
         if self.objects.ref_events:  # objects just dropped: free them first, so their
             with self._lock:          # segments can be reused (memcpy-speed puts)
                 self.objects.apply_ref_events()
+            self.reactor.wake()  # and the I/O thread times the release of what was pooled
         self.store.put_value(object_id, value)
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from miniray._private import protocol, shm_segments
+from miniray._private import protocol, serialization, shm_segments
 
 
 class WorkerRequests:
@@ -100,6 +100,10 @@ class WorkerRequests:
             else:
                 payload = []
                 for object_id in self.objects.ready_ids(object_ids):
+                    if object_id not in self.objects.entries:  # freed: the worker's get raises
+                        lost = serialization.dumps(self.objects.lost(object_id))
+                        payload = [(protocol.ERR, lost)]
+                        break
                     item = self.objects.read(object_id)
                     if item[0] == protocol.ERR:
                         payload = [item]
