@@ -137,7 +137,8 @@ class ActorClass:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
         max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
         fn_id, data = self._export()
-        blob, deps = serialization.pack_arguments(args, kwargs, self._cls.__name__, ObjectRef)
+        blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
+                                                             ObjectRef)
         namespace = opts.get("namespace")
         if namespace is None:
             namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
@@ -152,7 +153,7 @@ class ActorClass:
             is_async=self._is_async, name=opts.get("name"), namespace=namespace,
             detached=opts.get("lifetime") == "detached",
             get_if_exists=bool(opts.get("get_if_exists")), handle_state=state,
-            max_pending_calls=opts.get("max_pending_calls"),
+            max_pending_calls=opts.get("max_pending_calls"), contained=contained,
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)
@@ -238,14 +239,14 @@ class ActorHandle:
             raise Exception(
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
-        blob, deps = serialization.pack_arguments(args, kwargs, method, ObjectRef)
+        blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
         task_id = ids.new_task_id()
         count = 1 if generator else num_returns
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
         if max_task_retries is None:
             max_task_retries = self._state[2]
         rt.submit_actor_call(self._actor_id, ActorCallSpec(
-            task_id, method, blob, deps, return_ids, count, name, max_task_retries))
+            task_id, method, blob, deps, return_ids, count, name, max_task_retries, contained))
         if count == 0:
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]

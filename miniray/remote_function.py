@@ -131,15 +131,15 @@ class RemoteFunction:
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
         rt = runtime.auto_init()
         fn_id, fn_data = self._export()
-        blob, deps = serialization.pack_arguments(args, kwargs, self._function.__name__,
-                                                  ObjectRef)
+        blob, deps, contained = serialization.pack_arguments(
+            args, kwargs, self._function.__name__, ObjectRef)
         task_id = ids.new_task_id()
         num_returns = template.num_returns
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
         spec = TaskSpec(
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
             self._function_name, blob, deps, return_ids, num_returns, template.request,
-            template.max_retries, template.retry_exceptions, template.max_calls,
+            template.max_retries, template.retry_exceptions, template.max_calls, contained,
         )
         rt.submit_task(spec)
         if num_returns == 1:

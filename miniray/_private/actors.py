@@ -45,7 +45,7 @@ class ActorCreationSpec:
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls")
+                 "max_pending_calls", "contained")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -61,10 +61,10 @@ def _rebuild_creation(fields):
 
 class ActorCallSpec:
     __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
-                 "call_name", "max_task_retries")
+                 "call_name", "max_task_retries", "contained")
 
     def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
-                 max_task_retries):
+                 max_task_retries, contained=()):
         self.task_id = task_id
         self.method = method
         self.args_blob = args_blob
@@ -73,6 +73,7 @@ class ActorCallSpec:
         self.num_returns = num_returns
         self.call_name = call_name
         self.max_task_retries = max_task_retries
+        self.contained = contained
 
     def __reduce__(self):
         return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__))
@@ -175,6 +176,8 @@ class ActorManager:
         actor = _Actor(spec)
         self.actors[spec.actor_id] = actor
         objects = owner.objects
+        if spec.contained:  # refs nested in the constructor's arguments: held while it lives
+            objects.hold(spec.contained)
         for _position, object_id in spec.deps or ():
             entry = objects.get(object_id)
             if entry is None:
@@ -303,6 +306,8 @@ class ActorManager:
                 "submitting more, or raise max_pending_calls.")
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
+        if spec.contained:
+            objects.hold(spec.contained)
         for _position, object_id in spec.deps or ():
             entry = objects.get(object_id)
             if entry is None:
@@ -349,7 +354,8 @@ class ActorManager:
 
     def _finish(self, call: _Call, results: list) -> None:
         spec = call.spec
-        self.calls.pop(spec.task_id, None)
+        if self.calls.pop(spec.task_id, None) is not None and spec.contained:
+            self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
             self.owner.unpin_deps(spec.deps)
         objects = self.owner.objects
@@ -443,6 +449,8 @@ class ActorManager:
         self._die(actor, death_bytes)
 
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
+        if actor.state != A_DEAD and actor.spec.contained:
+            self.owner.objects.release(actor.spec.contained)
         actor.state = A_DEAD
         actor.death = death
         if actor in self.pending:

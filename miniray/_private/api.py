@@ -136,7 +136,7 @@ def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> Obj
     rt = runtime.auto_init()
     object_id = ids.new_put_id()
     try:
-        rt.put_value(object_id, value)
+        rt.put_value(object_id, value)  # refs pickled inside the value: it holds them
     except (RayError, OSError):  # ObjectStoreFullError, OutOfDiskError, ...
         raise
     except Exception as error:

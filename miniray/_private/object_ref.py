@@ -13,9 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 from typing import Any
 
 from miniray._private import ids
+
+# Refs pickled while a collector is active are *contained* in what is being serialized (a put
+# value, a call's arguments): the owner holds them for as long as that container lives instead
+# of keeping them forever (see object_table.py). Thread-local, so concurrent serializations
+# never mix.
+_collecting = threading.local()
+
+
+def start_collecting() -> None:
+    _collecting.ids = []
+
+
+def stop_collecting() -> list:
+    ids = getattr(_collecting, "ids", None)
+    _collecting.ids = None
+    return ids or []
+
 
 # Set by the runtime: the object that tracks refs of the current session (or None).
 # It must offer ref_created(id), ref_dropped(id), ref_pickled(id), session_token and
@@ -120,9 +138,13 @@ class ObjectRef:
 
     # -- pickling -------------------------------------------------------------------
     def __reduce__(self):
-        tracker = _tracker
-        if tracker is not None and self._token is tracker.session_token:
-            tracker.ref_pickled(self._id)
+        collected = getattr(_collecting, "ids", None)
+        if collected is not None:
+            collected.append(self._id)
+        else:
+            tracker = _tracker
+            if tracker is not None and self._token is tracker.session_token:
+                tracker.ref_pickled(self._id)  # who reads it is unknown: kept until shutdown
         return (_rebuild_ref, (self._id,))
 
     # -- futures --------------------------------------------------------------------

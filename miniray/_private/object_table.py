@@ -30,7 +30,8 @@ PENDING, READY = 0, 1
 
 
 class Entry:
-    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped")
+    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped", "borrows",
+                 "contains")
 
     def __init__(self):
         self.state = PENDING
@@ -38,8 +39,11 @@ class Entry:
         self.waiters: list | None = None
         self.refs = 0          # live ObjectRef objects in this process
         self.escaped = False   # a ref was pickled: someone else may read it (kept until shutdown)
-        self.pins = 0          # pending tasks that take it as an argument
+        self.pins = 0          # holders: pending calls taking it (as an argument, or a ref
+        #                        nested in one), stored objects that contain a ref to it
         self.dropped = False   # the last ref went away while it was still pending
+        self.borrows = 0       # workers that hold a ref to it (they report it)
+        self.contains: tuple = ()  # ids of refs pickled inside this object
 
     def add_waiter(self, waiter) -> None:
         if self.waiters is None:
@@ -146,8 +150,9 @@ class ObjectTable:
                 self.maybe_free(object_id, entry)
 
     def maybe_free(self, object_id: bytes, entry: Entry) -> None:
-        """*Locked.*"""
-        if entry.refs > 0 or entry.escaped or entry.pins > 0:
+        """*Locked.* Free it if nothing can read it any more: no driver ref, no holder, no
+        borrowing worker, and it was never pickled somewhere untracked."""
+        if entry.refs > 0 or entry.escaped or entry.pins > 0 or entry.borrows > 0:
             return
         if entry.state == READY:
             self._free(object_id)
@@ -155,10 +160,57 @@ class ObjectTable:
             entry.dropped = True
 
     def _free(self, object_id: bytes) -> None:
+        entry = self.entries.pop(object_id)
         self.store.free(object_id)
-        del self.entries[object_id]
         if self.on_free is not None:
             self.on_free(object_id)
+        if entry.contains:  # the refs it held inside go with it
+            self.release(entry.contains)
+
+    # -- holders, containment, borrowers (locked) ----------------------------------------
+    def hold(self, object_ids) -> None:
+        """Keep these objects while something (a pending call, a stored object) refers to
+        them; an id already freed is skipped (reading it will raise its loss)."""
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is not None:
+                entry.pins += 1
+
+    def release(self, object_ids) -> None:
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is not None:
+                entry.pins -= 1
+                if entry.pins <= 0:
+                    self.maybe_free(object_id, entry)
+
+    def contain(self, outer: bytes, inner_ids) -> None:
+        """``outer`` holds refs to ``inner_ids``: they live at least as long as it does."""
+        entry = self.entries.get(outer)
+        if entry is None or not inner_ids:
+            return
+        inner_ids = tuple(i for i in inner_ids if i in self.entries)
+        self.hold(inner_ids)
+        entry.contains = entry.contains + inner_ids
+
+    def borrow(self, object_id: bytes) -> bool:
+        entry = self.entries.get(object_id)
+        if entry is None:
+            return False
+        entry.borrows += 1
+        return True
+
+    def unborrow(self, object_id: bytes) -> None:
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.borrows -= 1
+            if entry.borrows <= 0:
+                self.maybe_free(object_id, entry)
+
+    def escape(self, object_id: bytes) -> None:
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.escaped = True
 
     # -- entries (locked) -------------------------------------------------------------------
     def get(self, object_id: bytes) -> Entry | None:
@@ -191,7 +243,8 @@ class ObjectTable:
             is_error = kind == protocol.ERR
             for waiter in waiters:
                 waiter.notify(is_error, object_id)
-        if entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0:
+        if (entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0
+                and entry.borrows <= 0):
             self._free(object_id)
 
     def read(self, object_id: bytes) -> tuple:

@@ -89,7 +89,7 @@ class _DepWaiter:
 class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
-        "spent", "read_pins",
+        "spent", "read_pins", "borrowed",
         "blocked", "dead", "out", "err", "fds", "kill_on_spawn", "actor",
     )
 
@@ -104,6 +104,7 @@ class _WorkerSlot:
         self.calls = 0
         self.fn_calls: dict[bytes, int] = {}
         self.spent = False  # reached a function's max_calls: retire once idle
+        self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
         self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
         #                                   reports again (by then it has mapped them)
         self.blocked = 0
@@ -238,9 +239,17 @@ class Owner(HostGpuLeasing, WorkerRequests):
             with self._lock:          # segments can be reused (memcpy-speed puts)
                 self.objects.apply_ref_events()
             self.reactor.wake()  # and the I/O thread times the release of what was pooled
-        self.store.put_value(object_id, value)
+        from miniray._private import object_ref
+
+        object_ref.start_collecting()  # refs pickled inside the value: the object holds them
+        try:
+            self.store.put_value(object_id, value)
+        finally:
+            contained = object_ref.stop_collecting()
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
+            if contained:
+                self.objects.contain(object_id, contained)
 
     def knows(self, object_id: bytes) -> bool:
         return object_id in self.objects.entries
@@ -277,6 +286,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
             objects = self.objects
             for object_id in spec.return_ids:
                 objects.ensure(object_id)
+            if spec.contained:
+                objects.hold(spec.contained)
             if parent is not None:
                 task.parent = parent
                 if parent.children is None:
@@ -528,6 +539,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
                 task.pinned = False
             for _position, object_id in spec.deps:
                 objects.unpin(object_id)
+        if spec.contained:
+            objects.release(spec.contained)
         parent = task.parent
         if parent is not None and parent.children:
             try:
@@ -639,6 +652,9 @@ class Owner(HostGpuLeasing, WorkerRequests):
             return
         self._live_workers -= 1
         self._release_read_pins(worker)
+        borrowed, worker.borrowed = worker.borrowed, set()
+        for object_id in borrowed:  # its refs died with it
+            self.objects.unborrow(object_id)
         if worker.inflight:  # results it wrote to shared memory but never handed over
             for object_id in worker.inflight[0].spec.return_ids:
                 if not self.store.contains(object_id):
@@ -830,7 +846,14 @@ class Owner(HostGpuLeasing, WorkerRequests):
             except Exception as error:
                 self._fail_task(_Task(spec, None), error)
         elif tag == protocol.PUT:
-            self.objects.set_ready(message[1], message[2], message[3], escaped=True)
+            # The worker keeps its ObjectRef: it reports it as a borrower like any other.
+            self.objects.set_ready(message[1], message[2], message[3])
+            if self.objects.borrow(message[1]):
+                worker.borrowed.add(message[1])
+            if len(message) > 4 and message[4]:
+                self.objects.contain(message[1], message[4])
+        elif tag == protocol.BORROW:
+            self._on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.GET:
             self._on_worker_get(worker, message[1], message[2], message[3])
         elif tag == protocol.WAIT:

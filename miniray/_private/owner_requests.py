@@ -15,6 +15,20 @@ from miniray._private import protocol, serialization, shm_segments
 
 
 class WorkerRequests:
+    def _on_borrow(self, worker, added, dropped, escaped) -> None:
+        """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
+        pickled where nobody tracks them (kept until shutdown)."""
+        objects = self.objects
+        for object_id in added:
+            if object_id not in worker.borrowed and objects.borrow(object_id):
+                worker.borrowed.add(object_id)
+        for object_id in escaped:
+            objects.escape(object_id)
+        for object_id in dropped:
+            if object_id in worker.borrowed:
+                worker.borrowed.discard(object_id)
+                objects.unborrow(object_id)
+
     def dep_payloads(self, deps, pin: bool, worker=None) -> list:
         """``[(position, kind, payload)]`` of a call's argument objects. With ``pin``, they
         stay in shared memory (not spilled) until ``unpin_deps``: the worker maps them."""

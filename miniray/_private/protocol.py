@@ -56,6 +56,7 @@ ACTOR_READY = 16
 ACTOR_EXITING = 17
 ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
+BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
 
 # control socket
 CANCEL = 20

@@ -45,11 +45,12 @@ _NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)
 
 
 def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type):
-    """``(blob, deps)``: the pickled call, and the top-level ObjectRef arguments taken out of
-    it as ``[(position or keyword, object_id)]`` (they are resolved before the call; refs
-    nested in containers stay refs)."""
+    """``(blob, deps, contained)``: the pickled call; the top-level ObjectRef arguments taken
+    out of it as ``[(position or keyword, object_id)]`` (resolved before the call); and the ids
+    of refs nested in containers, which travel as refs (the owner holds those objects until
+    the call is done; a worker that keeps such a ref reports it as a borrower)."""
     if not args and not kwargs:
-        return _NO_ARGS_BLOB, None
+        return _NO_ARGS_BLOB, None, ()
     deps = []
     if any(type(a) is ref_type for a in args):
         args = list(args)
@@ -64,7 +65,14 @@ def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type
             if type(value) is ref_type:
                 deps.append((key, value._id))
                 kwargs[key] = None
-    return dumps_arguments(args, kwargs, function_name), deps or None
+    from miniray._private import object_ref
+
+    object_ref.start_collecting()
+    try:
+        blob = dumps_arguments(args, kwargs, function_name)
+    finally:
+        contained = object_ref.stop_collecting()
+    return blob, deps or None, tuple(contained)
 
 
 def dumps_function(function: Any, name: str) -> bytes:

@@ -27,6 +27,7 @@ class TaskSpec:
         "max_retries",
         "retry_exceptions",
         "max_calls",
+        "contained",
     )
 
     def __init__(
@@ -44,6 +45,7 @@ class TaskSpec:
         max_retries: int,
         retry_exceptions: Any,
         max_calls: int,
+        contained: tuple = (),
     ):
         self.task_id = task_id
         self.fn_id = fn_id
@@ -58,6 +60,7 @@ class TaskSpec:
         self.max_retries = max_retries
         self.retry_exceptions = retry_exceptions
         self.max_calls = max_calls
+        self.contained = contained  # ids of refs nested in the arguments: held while pending
 
     def __reduce__(self):
         return (TaskSpec, tuple(getattr(self, name) for name in TaskSpec.__slots__))

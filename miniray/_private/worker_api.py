@@ -35,11 +35,24 @@ class Channel:
         self._replies: dict[int, Any] = {}
         self._incoming: collections.deque = collections.deque()
         self._req_ids = itertools.count(1)
+        self.before_send = None  # returns a message to send first (the borrow report), or None
 
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:  # refs this worker took before what it now says
+                    self.conn.send(pickle.dumps(first, protocol=5))
             self.conn.send(data)
+
+    def flush(self) -> None:
+        """Send the pending borrow report, if any, on its own."""
+        with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:
+                    self.conn.send(pickle.dumps(first, protocol=5))
 
     def new_request_id(self) -> int:
         return next(self._req_ids)
@@ -129,6 +142,9 @@ class WorkerRuntime:
         self.session_token = object()
         self.worker_id = os.urandom(28).hex()
         self.actor = None  # an ActorContext once this worker hosts an actor
+        self._ref_events: collections.deque = collections.deque()
+        self._held: dict[bytes, int] = {}
+        channel.before_send = self.borrow_report
         self.actor_resources: dict = {}
         self.actor_gpu_ids: tuple = (None, True)
 
@@ -143,15 +159,54 @@ class WorkerRuntime:
         self._sent_functions: set[bytes] = set()
         self._lock = threading.Lock()
 
-    # -- ObjectRef tracking (the owner keeps every ref a worker sees alive) ----------
+    # -- ObjectRef tracking: this worker reports the refs it holds ---------------------
+    # Events are appended lock-free (``__del__`` may run anywhere) and turned into a BORROW
+    # report under the channel's send lock, before the next message: a ref the worker took
+    # while running a task is registered before that task's result releases the holds.
     def ref_created(self, object_id: bytes) -> None:
-        pass
+        self._ref_events.append((object_id, 1))
 
     def ref_dropped(self, object_id: bytes) -> None:
-        pass
+        self._ref_events.append((object_id, -1))
 
     def ref_pickled(self, object_id: bytes) -> None:
-        pass
+        self._ref_events.append((object_id, 0))
+
+    def borrow_report(self):
+        """(BORROW, added, dropped, escaped) since the last report, or None. Called with the
+        channel's send lock held."""
+        events = self._ref_events
+        if not events:
+            return None
+        held = self._held
+        added, dropped, escaped = set(), set(), []
+        while events:
+            try:
+                object_id, delta = events.popleft()
+            except IndexError:
+                break
+            if delta == 0:
+                escaped.append(object_id)
+                continue
+            old = held.get(object_id, 0)
+            new = old + delta
+            if new <= 0:
+                held.pop(object_id, None)
+                if old > 0:
+                    if object_id in added:
+                        added.discard(object_id)
+                    else:
+                        dropped.add(object_id)
+            else:
+                held[object_id] = new
+                if old <= 0:
+                    if object_id in dropped:
+                        dropped.discard(object_id)
+                    else:
+                        added.add(object_id)
+        if not (added or dropped or escaped):
+            return None
+        return (protocol.BORROW, list(added), list(dropped), escaped)
 
     def as_future(self, ref):
         from miniray._private import api
@@ -172,11 +227,17 @@ class WorkerRuntime:
     def submit_task(self, spec) -> None:
         self.channel.send((protocol.SUBMIT, spec))
 
-    def put_value(self, object_id: bytes, value) -> None:
+    def put_value(self, object_id: bytes, value, contained=()) -> None:
         """Small values travel inline; large ones go straight into a shared-memory segment,
         which the owner adopts (this worker never unlinks it)."""
-        self.channel.send((protocol.PUT, object_id, protocol.OK,
-                           self.payload_for(object_id, value)))
+        from miniray._private import object_ref
+
+        object_ref.start_collecting()
+        try:
+            payload = self.payload_for(object_id, value)
+        finally:
+            contained = tuple(contained) + tuple(object_ref.stop_collecting())
+        self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     def payload_for(self, object_id: bytes, value):
         from miniray._private import oob, shm_segments

@@ -90,6 +90,7 @@ class _Worker:
     # -- main loop ------------------------------------------------------------------
     def loop(self) -> None:
         while True:
+            self.channel.flush()  # refs the last task dropped: reported before going idle
             message = self.channel.next_message()
             tag = message[0]
             if tag == protocol.TASK:

@@ -343,18 +343,6 @@ def test_object_nested_in_a_stored_object_stays_alive_while_the_outer_ref_exists
     assert ray.get(through_outer.remote(outer), timeout=GET_TIMEOUT) == int(arr.sum())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "NOT YET (borrowed refs are not tracked): "
-        "miniray/_private/object_table.py: a ref that is pickled (put inside another "
-        "object, or passed nested in a task's arguments) sets Entry.escaped through "
-        "ObjectRef.__reduce__ -> ref_pickled, and maybe_free() never frees an escaped entry, "
-        "so the object stays in /dev/shm until shutdown even after every ObjectRef to it "
-        "(the outer object included) is gone; issue 3 asks for freeing once no ref exists "
-        "anywhere (inside other stored objects, borrowed by tasks)."
-    ),
-)
 @pytest.mark.parametrize("where", ["inside a stored object", "nested in a task argument"])
 def test_nested_object_is_freed_once_nothing_refers_to_it(ray, where):
     inner = ray.put(_big())
