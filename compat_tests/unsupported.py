@@ -11,5 +11,4 @@ example that needs two features names both.
 
 from __future__ import annotations
 
-
 UNSUPPORTED: dict = {}
