@@ -232,10 +232,10 @@ class ActorHost:
         self._send(task_id, [(protocol.ERR, _dumps(task_error))] * max(1, num_returns))
 
     def _send(self, task_id: bytes, results: list) -> None:
-        from miniray._private.worker_main import _flush_std
+        from miniray._private.worker_main import _flush_std, result_message
 
         _flush_std()
-        self.worker.channel.send((protocol.RESULT, task_id, results, False))
+        self.worker.channel.send(result_message(task_id, results, False))
 
     # -- cancel and exit ----------------------------------------------------------------
     def cancel(self, task_id: bytes) -> None:

@@ -823,6 +823,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
                 self.actors.on_result(worker, message[1], message[2])
             else:
                 self._on_result(worker, message[1], message[2], message[3])
+            if message[4]:  # refs pickled inside the returned values: those objects hold them
+                self._contain_results(message[1], message[4])
         elif tag == protocol.ACTOR_SUBMIT:
             try:
                 self.actors.submit(message[1], message[2])
@@ -888,6 +890,11 @@ class Owner(HostGpuLeasing, WorkerRequests):
         elif task.state != T_DONE:
             self._complete(task, results)
         self._after_worker_progress(worker)
+
+    def _contain_results(self, task_id: bytes, contained: list) -> None:
+        for index, inner in enumerate(contained, start=1):
+            if inner:
+                self.objects.contain(task_id + index.to_bytes(4, "big"), inner)
 
     def _after_worker_progress(self, worker: _WorkerSlot) -> None:
         slot = worker.lease

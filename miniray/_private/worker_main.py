@@ -243,7 +243,14 @@ class _Worker:
         results = []
         for index, item in enumerate(items):
             try:
-                results.append((protocol.OK, self.runtime.payload_for(return_ids[index], item)))
+                from miniray._private import object_ref
+
+                object_ref.start_collecting()  # refs inside a return value: it holds them
+                try:
+                    payload = self.runtime.payload_for(return_ids[index], item)
+                finally:
+                    inside = tuple(object_ref.stop_collecting())
+                results.append((protocol.OK, payload, inside))
             except Exception as failure:
                 from miniray.exceptions import RayError
 
@@ -265,7 +272,14 @@ class _Worker:
         return results
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
-        self.channel.send((protocol.RESULT, task_id, results, retryable))
+        self.channel.send(result_message(task_id, results, retryable))
+
+
+def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
+    """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value])."""
+    contained = [item[2] if len(item) > 2 else () for item in results]
+    plain = [item[:2] for item in results]
+    return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None)
 
 
 def _dumps_error(error: BaseException) -> bytes:

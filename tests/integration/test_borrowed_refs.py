@@ -155,3 +155,20 @@ def test_a_borrowing_worker_that_dies_releases_its_borrow(ray_start):
     except miniray.exceptions.WorkerCrashedError:
         pass
     assert _gone(path), "not freed after the borrowing worker died"
+
+
+def test_an_object_a_worker_returned_inside_a_result_is_freed_with_it(ray_start):
+    ray_start(num_cpus=1)
+
+    @miniray.remote
+    def make():
+        return {"inner": miniray.put(np.ones(140_000))}
+
+    outer = make.remote()
+    inner = miniray.get(outer, timeout=30)["inner"]
+    path = _segment(inner)
+    assert float(miniray.get(inner, timeout=30).sum()) == 140_000.0
+    del inner
+    assert not _gone(path, timeout=0.5), "freed while the result holding it still existed"
+    del outer
+    assert _gone(path), "not freed with the result that contained it"
