@@ -1,0 +1,65 @@
+"""The public surface: what miniray exports matches the Ray names it claims (Ray 2.60)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import miniray
+
+# Names of ray.__all__ (Ray 2.60) that miniray provides.
+RAY_TOP_LEVEL = [
+    "available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
+    "get_runtime_context", "init", "is_initialized", "kill", "method", "nodes", "put",
+    "remote", "shutdown", "timeline", "wait", "ObjectRef", "ObjectRefGenerator",
+]
+# Modules Ray programs import (ray-api-surface §0).
+RAY_MODULES = [
+    "exceptions", "util", "util.accelerators", "util.queue", "util.placement_group",
+    "util.scheduling_strategies", "util.actor_pool", "runtime_context", "actor",
+    "remote_function", "runtime_env", "job_config",
+]
+
+
+@pytest.mark.parametrize("name", RAY_TOP_LEVEL)
+def test_top_level_name_is_exported(name):
+    assert name in miniray.__all__
+    assert getattr(miniray, name) is not None
+
+
+def test_everything_in_all_exists():
+    for name in miniray.__all__:
+        assert hasattr(miniray, name), name
+
+
+@pytest.mark.parametrize("module", RAY_MODULES)
+def test_module_imports_and_its_all_is_true(module):
+    mod = importlib.import_module(f"miniray.{module}")
+    for name in getattr(mod, "__all__", []):
+        assert hasattr(mod, name), f"miniray.{module}.{name}"
+
+
+@pytest.mark.parametrize("obj,module", [
+    (miniray.ObjectRef, "miniray"),
+    (miniray.ObjectRefGenerator, "miniray"),
+    (importlib.import_module("miniray.actor").ActorHandle, "miniray.actor"),
+    (miniray.exceptions.RayTaskError, "miniray.exceptions"),
+])
+def test_public_classes_report_their_public_module(obj, module):
+    assert obj.__module__ == module
+
+
+def test_util_exports():
+    from miniray.util import ActorPool, list_named_actors  # noqa: F401
+    from miniray.util.queue import Empty, Full, Queue  # noqa: F401
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    assert NodeAffinitySchedulingStrategy("x", soft=True).soft is True
+
+
+def test_placement_groups_say_they_are_not_implemented():
+    from miniray.util.placement_group import placement_group
+
+    with pytest.raises(NotImplementedError, match="Placement groups are not implemented"):
+        placement_group([{"CPU": 1}])
