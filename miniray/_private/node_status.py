@@ -44,6 +44,7 @@ class NodeView:
     drivers: list[dict] | None = None  # node_stats.json's "drivers"
     dead_holders: frozenset = field(default_factory=frozenset)  # lease holders no longer alive
     gpu_keys: list = field(default_factory=list)
+    stores: dict = field(default_factory=dict)  # driver pid -> its object store's statistics
 
 
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
@@ -70,7 +71,8 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
                    for lease in (state.leases.values() if state else ())}
         dead = frozenset(pid for pid, start in holders if not procinfo.is_alive(pid, start))
         views.append(NodeView(record.node_id, record.pid, record.address, record.started_at,
-                              record.session_dir, state, drivers, dead, list(record.gpu_keys)))
+                              record.session_dir, state, drivers, dead, list(record.gpu_keys),
+                              _store_stats(record.session_dir)))
         keys += [k for k in record.gpu_keys if k and k not in keys]
     host = None
     from miniray._private.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
@@ -85,6 +87,31 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
 
 
 # ------------------------------------------------------------------------------ formatting
+STORE_STATS_DIR = "driver_stats"  # <session>/driver_stats/<pid>.json, written by drivers
+
+
+def _store_stats(session_dir: str) -> dict:
+    """The store statistics each connected driver publishes (live drivers only)."""
+    folder = os.path.join(session_dir, STORE_STATS_DIR)
+    out = {}
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        if not name.endswith(".json") or not name[:-5].isdigit():
+            continue
+        pid = int(name[:-5])
+        if not procinfo.is_alive(pid):
+            continue
+        try:
+            with open(os.path.join(folder, name)) as f:
+                out[pid] = json.load(f)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def format_bytes(n: float) -> str:
     """``0B``, ``512.00KiB``, ``15.23GiB``: Ray's style for memory quantities."""
     n = float(n)
@@ -186,6 +213,15 @@ def _node_sections(view: NodeView) -> list[str]:
         for d in view.drivers:
             left = " (leaving)" if d.get("leaving") else ""
             out.append(f" pid {d.get('pid')}: {d.get('workers', 0)} worker(s){left}")
+        out.append("")
+    if view.stores:
+        out += ["Object stores (one per driver)", RULE]
+        rows = [[str(pid), str(st.get("objects", 0)), format_bytes(st.get("bytes_in_memory", 0)),
+                 format_bytes(st.get("bytes_spilled", 0)), str(st.get("pinned", 0)),
+                 format_bytes(st.get("capacity", 0))]
+                for pid, st in sorted(view.stores.items())]
+        out += _table(["driver", "objects", "in memory", "spilled", "pinned", "capacity"], rows,
+                      {1, 2, 3, 4, 5})
         out.append("")
     return out
 

@@ -13,6 +13,7 @@ or None. Nothing is started at import.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import socket
@@ -245,6 +246,8 @@ class Runtime:
         except BaseException:
             client.close()
             raise
+        with self.owner._lock:  # timers run on the I/O thread, with the owner's lock
+            self.owner.reactor.call_later(0, self._publish_store_stats)
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
         from miniray._private import alias
@@ -487,9 +490,41 @@ class Runtime:
                 pass
         logger.debug("session %s shut down", self.session_name)
 
+    STATS_EVERY_S = 1.0
+
+    def _publish_store_stats(self) -> None:
+        """A driver that joined a node writes its store's statistics into the node's session
+        once a second (only when they change), for ``miniray status``. Runs on the I/O
+        thread's timer."""
+        from miniray._private.node_status import STORE_STATS_DIR
+
+        if self._shut:
+            return
+        try:
+            stats = self.store.statistics()
+            text = json.dumps({k: stats[k] for k in ("objects", "bytes_in_memory",
+                                                    "bytes_spilled", "pinned", "capacity")})
+            if text != getattr(self, "_last_stats", None):
+                folder = os.path.join(self.session_dir, STORE_STATS_DIR)
+                os.makedirs(folder, exist_ok=True)
+                path = os.path.join(folder, f"{self.pid}.json")
+                with open(path + ".tmp", "w") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+                self._last_stats = text
+        except (OSError, KeyError):
+            pass
+        self.owner.reactor.call_later(self.STATS_EVERY_S, self._publish_store_stats)
+
     def _remove_driver_dirs(self) -> None:
         import shutil
 
+        from miniray._private.node_status import STORE_STATS_DIR
+
+        try:
+            os.unlink(os.path.join(self.session_dir, STORE_STATS_DIR, f"{self.pid}.json"))
+        except OSError:
+            pass
         name = f"driver_{self.pid}"
         shutil.rmtree(os.path.join(_spill_dir(self.session_dir), name), ignore_errors=True)
         shutil.rmtree(os.path.join(self.session_dir, "objects", name), ignore_errors=True)

@@ -229,6 +229,7 @@ def test_status_shows_a_running_task_and_stop_leaves_nothing(node_env):
         text = status.stdout
         assert "CPU" in text and "GPU" in text
         assert "CPU=1" in text  # the running task's lease, by its resource shape
+        assert "Object stores (one per driver)" in text  # the connected driver's store
     finally:
         driver.kill()
         driver.wait(10)
