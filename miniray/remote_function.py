@@ -14,7 +14,6 @@ import hashlib
 import inspect
 import os
 import warnings
-from typing import Any
 
 from miniray._private import ids, runtime, serialization
 from miniray._private import options as _options
@@ -179,7 +178,3 @@ class _FunctionOptions:
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
-
-
-def _unused(_: Any) -> None:  # keep linters from flagging the lazy imports above
-    return None

@@ -23,8 +23,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-import os
-import pickle
 import sys
 import threading
 
@@ -280,5 +278,3 @@ def _safe_repr(instance) -> str:
     except Exception:
         return f"<{type(instance).__name__} object>"
 
-
-_unused = (os, pickle)

@@ -47,10 +47,6 @@ def auto_init_enabled() -> bool:
     return _flag("RAY_ENABLE_AUTO_CONNECT", True)
 
 
-def ignore_unhandled_errors() -> bool:
-    return _flag("RAY_IGNORE_UNHANDLED_ERRORS", False)
-
-
 def noset_cuda_visible_devices() -> bool:
     """``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1``: never set it in workers."""
     return _flag("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", False)

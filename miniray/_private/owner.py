@@ -56,7 +56,7 @@ T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
 class _Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "dep_values", "pinned",
+        "children", "parent", "pinned",
     )
 
     def __init__(self, spec, key):
@@ -69,7 +69,6 @@ class _Task:
         self.cancelled = False
         self.children: list | None = None
         self.parent = None
-        self.dep_values = None
         self.pinned = False  # its argument objects are pinned in the store while it runs
 
 
@@ -90,7 +89,7 @@ class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed",
-        "blocked", "dead", "out", "err", "fds", "kill_on_spawn", "actor",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -111,7 +110,6 @@ class _WorkerSlot:
         self.dead = False
         self.out: OutputStream | None = None
         self.err: OutputStream | None = None
-        self.fds: list[int] = []
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
 
@@ -169,9 +167,6 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self.prefix_enabled = config.worker_log_prefix_enabled()
         self.pid = os.getpid()
         self.session_token = object()
-        # One task in flight per worker: a task pipelined behind one that blocks in get()
-        # could be the very task it waits for. (Pipelining needs a give-back protocol first.)
-        self.depth = 1
         self.linger = config.lease_linger_s()
         self.max_workers = config.max_workers(num_cpus)
         self.idle_keep = max(1, int(num_cpus))
@@ -226,11 +221,6 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self.reactor.start()
 
     # ------------------------------------------------------------------ objects
-    def put_serialized(self, object_id: bytes, data: bytes, kind: int = protocol.OK,
-                       escaped: bool = False) -> None:
-        with self._lock:
-            self.objects.set_ready(object_id, kind, data, escaped)
-
     def put_value(self, object_id: bytes, value) -> None:
         """The driver's put: serialized straight into the store (a segment for large values),
         outside the lock; then the object is ready."""
@@ -365,21 +355,17 @@ class Owner(HostGpuLeasing, WorkerRequests):
             self._dispatch(key)
 
     def _lease_with_room(self, key) -> _LeaseSlot | None:
+        """An idle, unblocked worker leased for ``key``. One task in flight per worker: a task
+        queued behind one that blocks in get() could be the very task it waits for."""
         leases = self._leases.get(key)
         if not leases:
             return None
-        best = None
         for slot in leases:
             worker = slot.worker
-            if worker.blocked:
-                continue
-            n = len(worker.inflight)
-            if n == 0:
+            if not worker.blocked and not worker.inflight:
                 slot.idle_since = None
                 return slot
-            if n < self.depth and (best is None or n < len(best.worker.inflight)):
-                best = slot
-        return best
+        return None
 
     def _new_lease(self, key, request) -> _LeaseSlot | None:
         # After a failed acquire, ask the ledger again only once something was released here
@@ -611,7 +597,6 @@ class Owner(HostGpuLeasing, WorkerRequests):
         worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
         worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
         worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
-        worker.fds = [out_r, err_r]
         self._streams[out_r] = worker.out
         self._streams[err_r] = worker.err
         self._workers_by_req[req] = worker

@@ -359,6 +359,7 @@ class Runtime:
         self.owner.cancel(object_id, force, recursive)
 
     def knows(self, object_id) -> bool:
+        """Whether the owner still holds ``object_id`` (for tests and status)."""
         return self.owner.knows(object_id)
 
     # -- actors ------------------------------------------------------------------------
