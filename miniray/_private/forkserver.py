@@ -41,7 +41,9 @@ _MAX_FDS = 8
 _BUFSIZE = 1 << 16
 
 
-def _send(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
+def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
+    """One pickled tuple as one SOCK_SEQPACKET datagram, with ``fds`` (SCM_RIGHTS) if any.
+    The fork server's channel and the node's (node_client.py) both speak this way."""
     data = pickle.dumps(message, protocol=5)
     if fds:
         socket.send_fds(sock, [data], fds)
@@ -105,7 +107,7 @@ class _ForkServer:
                 return
             self.children.discard(pid)
             try:
-                _send(self.sock, (protocol.EXITED, pid, status))
+                send_message(self.sock, (protocol.EXITED, pid, status))
             except OSError:
                 pass
 
@@ -132,7 +134,7 @@ class _ForkServer:
         elif tag == protocol.SHUTDOWN:
             self._kill_all_and_reap(grace=message[1])
             try:
-                _send(self.sock, (protocol.BYE,))
+                send_message(self.sock, (protocol.BYE,))
             except OSError:
                 pass
             return False
@@ -169,7 +171,7 @@ class _ForkServer:
         for fd in fds:
             os.close(fd)
         self.children.add(pid)
-        _send(self.sock, (protocol.SPAWNED, req_id, pid))
+        send_message(self.sock, (protocol.SPAWNED, req_id, pid))
 
     def _kill_all_and_reap(self, grace: float) -> None:
         deadline = time.monotonic() + grace
@@ -190,7 +192,7 @@ class _ForkServer:
                 break
             self.children.discard(pid)
             try:
-                _send(self.sock, (protocol.EXITED, pid, status))
+                send_message(self.sock, (protocol.EXITED, pid, status))
             except OSError:
                 pass
 
@@ -245,20 +247,20 @@ class ForkServerClient:
         with self._send_lock:
             self._next_req += 1
             req = self._next_req
-            _send(self._sock, (protocol.SPAWN, req), fds)
+            send_message(self._sock, (protocol.SPAWN, req), fds)
         return req
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         try:
             with self._send_lock:
-                _send(self._sock, (protocol.KILL, pid, int(sig)))
+                send_message(self._sock, (protocol.KILL, pid, int(sig)))
         except OSError:
             pass
 
     def request_shutdown(self, grace: float) -> None:
         try:
             with self._send_lock:
-                _send(self._sock, (protocol.SHUTDOWN, grace))
+                send_message(self._sock, (protocol.SHUTDOWN, grace))
         except OSError:
             pass
 

@@ -259,7 +259,6 @@ class HostGpuLedger:
         self._lock_path = self._path + ".lock"
         self._tmp_path = f"{self._path}.{os.getuid()}.tmp"
         self._me: _Identity | None = None
-        self._own_start: tuple[int, int | None] | None = None
         self._flock = KeptFlock(self._lock_path)
 
     def close(self) -> None:
@@ -331,14 +330,6 @@ class HostGpuLedger:
             self._me = _read_identity()
         return self._me
 
-    def _holder_start(self, pid: int) -> int | None:
-        if self._own_start is not None and self._own_start[0] == pid:
-            return self._own_start[1]
-        start = procinfo.start_time(pid)
-        if pid == os.getpid():
-            self._own_start = (pid, start)
-        return start
-
     def _pop_dead(self, leases: dict[str, HostGpuLease]) -> list[HostGpuLease]:
         me = self._identity()
         dead = [lease for lease in leases.values() if holder_alive(lease, me) is False]
@@ -354,7 +345,7 @@ class HostGpuLedger:
         """Runs ``plan(leases) -> shares | None`` under the lock and records what it returns;
         when nothing fits, reclaims dead holders' leases and plans once more."""
         me = self._identity()
-        start = self._holder_start(holder_pid)
+        start = procinfo.holder_start(holder_pid)
         lease = HostGpuLease(os.urandom(8).hex(), holder_pid, start, {}, tag, me.pid_ns, me.boot_id)
         with self._locked():
             leases = self._read(locked=True)

@@ -101,7 +101,6 @@ class Ledger:
         self._path = os.fspath(path)
         self._tmp_path = self._path + ".tmp"
         self._lock_path = self._path + ".lock"
-        self._own_start: tuple[int, int | None] | None = None
         self._cache: tuple[bytes, NodeState] | None = None
         self._loaded_prefix: bytes | None = None
         self._flock = KeptFlock(self._lock_path)
@@ -198,15 +197,6 @@ class Ledger:
         _write_atomic(self._path, self._tmp_path, data)
         self._cache = (prefix, state)
 
-    def _holder_start(self, pid: int) -> int | None:
-        # Our own start time is asked for on every acquire; cache it, keyed by pid (fork).
-        if self._own_start is not None and self._own_start[0] == pid:
-            return self._own_start[1]
-        start = procinfo.start_time(pid)
-        if pid == os.getpid():
-            self._own_start = (pid, start)
-        return start
-
     @staticmethod
     def _pop_dead(state: NodeState) -> list[Lease]:
         alive: dict[tuple[int, int | None], bool] = {}
@@ -247,7 +237,7 @@ class Ledger:
         more. Raises ValueError for an invalid request (see ``resources.plan_allocation``).
         ``instance_caps`` caps each instance further (see ``plan_allocation``).
         """
-        holder_start = self._holder_start(holder_pid)
+        holder_start = procinfo.holder_start(holder_pid)
         lease_id = os.urandom(8).hex()
         dead: list[Lease] = []
         with self._locked():

@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from miniray._private import config, procinfo, protocol, session
+from miniray._private.forkserver import send_message
 
 __all__ = [
     "CURRENT_NODE",
@@ -267,15 +268,6 @@ def peer_uid(sock: socket.socket) -> tuple[int, int]:
     pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                          struct.calcsize("3i")))
     return pid, uid
-
-
-def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
-    """One pickled tuple as one SOCK_SEQPACKET datagram, with ``fds`` (SCM_RIGHTS) if any."""
-    data = pickle.dumps(message, protocol=5)
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.sendall(data)
 
 
 class NodeClient:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["children", "descendants", "is_alive", "pss_bytes", "rss_bytes", "start_time"]
+__all__ = ["children", "descendants", "holder_start", "is_alive", "pss_bytes", "rss_bytes",
+           "start_time"]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -39,6 +40,22 @@ def start_time(pid: int) -> int | None:
     if fields is None or len(fields) < 20:
         return None
     return int(fields[19])  # field 22; fields[0] is field 3
+
+
+_own: tuple[int, int | None] | None = None
+
+
+def holder_start(pid: int) -> int | None:
+    """``start_time(pid)``, cached for this process's own pid (asked on every ledger
+    transaction; keyed by pid, so a forked child looks its own up)."""
+    global _own
+    own = _own
+    if own is not None and own[0] == pid:
+        return own[1]
+    start = start_time(pid)
+    if pid == os.getpid():
+        _own = (pid, start)
+    return start
 
 
 def is_alive(pid: int, start: int | None = None) -> bool:
