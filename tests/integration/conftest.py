@@ -37,6 +37,8 @@ import pytest
 import miniray
 from miniray._private import procinfo, runtime
 
+from .helpers import wait_until
+
 LEAK_WAIT_S = 5.0
 # The directory that holds the miniray package under test (the source tree or site-packages).
 MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
@@ -82,16 +84,6 @@ def snapshot_runtime() -> dict | None:
         "session_dir": rt.session_dir,
         "session_name": os.path.basename(rt.session_dir),
     }
-
-
-def wait_until(predicate, timeout: float = LEAK_WAIT_S, interval: float = 0.02):
-    """Poll ``predicate`` until it returns something truthy or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 def find_leaks(recorded_pids, session_names, root: str) -> list[str]:

@@ -17,17 +17,9 @@ import miniray
 from miniray import exceptions
 from miniray._private import procinfo
 
+from .helpers import wait_until
+
 GET_TIMEOUT = 30
-
-
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
-    """Poll ``predicate`` until it returns something truthy or ``timeout`` passes."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 @pytest.fixture

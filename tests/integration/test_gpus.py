@@ -22,40 +22,7 @@ import pytest
 import miniray
 from miniray._private import procinfo
 
-FAKE_PYNVML = '''
-"""A stand-in for pynvml in tests: devices come from FAKE_NVML_DEVICES ("name|uuid,...")."""
-import os
-
-_DEVICES = [d.split("|") for d in os.environ.get("FAKE_NVML_DEVICES", "").split(",") if d]
-
-
-class NVMLError(Exception):
-    pass
-
-
-def nvmlInit():
-    pass
-
-
-def nvmlShutdown():
-    pass
-
-
-def nvmlDeviceGetCount():
-    return len(_DEVICES)
-
-
-def nvmlDeviceGetHandleByIndex(index):
-    return index
-
-
-def nvmlDeviceGetName(handle):
-    return _DEVICES[handle][0]
-
-
-def nvmlDeviceGetUUID(handle):
-    return _DEVICES[handle][1]
-'''
+from .helpers import FAKE_PYNVML
 
 TWO_V100 = "Tesla V100-SXM2-16GB|GPU-aaaa0000,Tesla V100-SXM2-16GB|GPU-bbbb1111"
 

@@ -32,35 +32,16 @@ import miniray
 from miniray._private import node, node_client, procinfo, protocol, session
 from miniray._private.ledger import Ledger
 
+from . import helpers
+from .helpers import FAKE_PYNVML, procs_with_root
+
 MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 START_TIMEOUT = 60
 
 
 # ----------------------------------------------------------------------------- helpers
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
-
-
-def procs_with_root(root: str) -> list[int]:
-    """Live processes whose environment has ``MINIRAY_TMPDIR=<root>``."""
-    needle = f"MINIRAY_TMPDIR={root}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                entries = f.read().split(b"\0")
-        except OSError:
-            continue
-        if needle in entries and procinfo.is_alive(int(name)):
-            found.append(int(name))
-    return found
+    return helpers.wait_until(predicate, timeout, interval)  # nodes get a longer default
 
 
 def shm_of_root(root: str) -> list[str]:
@@ -560,25 +541,6 @@ def test_temp_dir_holds_the_session_and_the_default_root_points_to_it(cli):
     assert "Stopped 1 miniray node(s)." in cli.run("stop").stdout
     assert not os.path.exists(temp) and not os.path.exists(cli.root)
 
-
-FAKE_PYNVML = '''
-import os
-_DEVICES = [d.split("|") for d in os.environ.get("FAKE_NVML_DEVICES", "").split(",") if d]
-class NVMLError(Exception):
-    pass
-def nvmlInit():
-    pass
-def nvmlShutdown():
-    pass
-def nvmlDeviceGetCount():
-    return len(_DEVICES)
-def nvmlDeviceGetHandleByIndex(index):
-    return index
-def nvmlDeviceGetName(handle):
-    return _DEVICES[handle][0]
-def nvmlDeviceGetUUID(handle):
-    return _DEVICES[handle][1]
-'''
 
 GPU_CLIENT_SCRIPT = textwrap.dedent("""
     import os, time

@@ -22,6 +22,8 @@ import pytest
 import miniray
 from miniray._private import procinfo
 
+from .helpers import procs_with_root
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 
 
@@ -40,7 +42,7 @@ def node_env(tmp_path):
     deadline = time.monotonic() + 10
     leftovers = []
     while time.monotonic() < deadline:
-        leftovers = _processes_with(root)
+        leftovers = procs_with_root(root)
         if not leftovers:
             break
         time.sleep(0.1)
@@ -56,22 +58,6 @@ def node_env(tmp_path):
     shutil.rmtree(root, ignore_errors=True)
     assert not leftovers, f"processes of the node outlived it: {leftovers}"
     assert not sessions, f"session directories left behind: {sessions}"
-
-
-def _processes_with(root: str) -> list:
-    marker = f"MINIRAY_TMPDIR={root}".encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if marker in f.read().split(b"\0"):
-                    if procinfo.is_alive(int(name)):
-                        found.append(int(name))
-        except OSError:
-            continue
-    return found
 
 
 def _cli(env, *args, timeout=60) -> subprocess.CompletedProcess:

@@ -29,21 +29,14 @@ import miniray
 from miniray import exceptions
 from miniray._private import procinfo, runtime, session
 
+from .helpers import wait_until
+
 SHM = "/dev/shm"
 MIB = 1 << 20
 GET_TIMEOUT = 30
 
 
 # ----------------------------------------------------------------------------- helpers
-def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
-
-
 def _shm_names(prefix: str) -> list[str]:
     try:
         return sorted(e for e in os.listdir(SHM) if e.startswith(prefix))
