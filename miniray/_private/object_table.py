@@ -112,6 +112,7 @@ class ObjectTable:
         self.entries: dict[bytes, Entry] = {}
         self.ref_events: collections.deque = collections.deque()
         self.wake_pending = False  # a wake-up for queued drops was asked and not yet served
+        self._applying = False
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -132,6 +133,19 @@ class ObjectTable:
     def apply_ref_events(self) -> None:
         """*Locked.* Apply queued ref events; free what nothing refers to any more."""
         self.wake_pending = False
+        self._applying = True
+        try:
+            self._apply_events()
+        finally:
+            self._applying = False
+
+    def _sync(self) -> None:
+        """Before a free decision outside ``apply_ref_events``: apply queued events first, so
+        a ref created a moment ago (its +1 still queued) counts."""
+        if self.ref_events and not self._applying:
+            self.apply_ref_events()
+
+    def _apply_events(self) -> None:
         events = self.ref_events
         entries = self.entries
         while events:
@@ -177,6 +191,7 @@ class ObjectTable:
                 entry.pins += 1
 
     def release(self, object_ids) -> None:
+        self._sync()
         for object_id in object_ids:
             entry = self.entries.get(object_id)
             if entry is not None:
@@ -201,6 +216,7 @@ class ObjectTable:
         return True
 
     def unborrow(self, object_id: bytes) -> None:
+        self._sync()
         entry = self.entries.get(object_id)
         if entry is not None:
             entry.borrows -= 1
@@ -254,10 +270,8 @@ class ObjectTable:
 
     def unpin(self, object_id: bytes) -> None:
         """*Locked.* A pending task no longer needs the object: free it if nothing else
-        does. Queued ref events are applied first: a ref created a moment ago (its +1 still
-        queued) must count, or its object would be freed under it."""
-        if self.ref_events:
-            self.apply_ref_events()
+        does."""
+        self._sync()
         entry = self.entries.get(object_id)
         if entry is not None:
             entry.pins -= 1
