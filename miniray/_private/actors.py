@@ -493,6 +493,10 @@ class ActorManager:
                 actor.spec.class_name, actor_id.hex(), pid=worker.pid if worker else None,
                 name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
                 reason="The actor is dead because it was killed by `ray.kill`.")))
+        else:
+            # It will restart: send nothing more to the dying process; calls made from now
+            # on queue and run on the new one once its exit is reported.
+            actor.state = A_RESTARTING
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
         """Cancel an actor call; False if ``task_id`` is not an actor call."""
