@@ -330,7 +330,8 @@ def footprint(impl: str) -> dict:
     }
 
 
-def _round_trip_and_throughput(call_one, submit_many) -> dict:
+def _time_calls(call_one) -> list:
+    """ROUND_TRIP_WARMUP untimed calls, then the duration of each of ROUND_TRIP_CALLS."""
     for _ in range(ROUND_TRIP_WARMUP):
         call_one()
     samples = []
@@ -338,7 +339,11 @@ def _round_trip_and_throughput(call_one, submit_many) -> dict:
         t0 = time.perf_counter()
         call_one()
         samples.append(time.perf_counter() - t0)
-    rt = _summary(samples)
+    return samples
+
+
+def _round_trip_and_throughput(call_one, submit_many) -> dict:
+    rt = _summary(_time_calls(call_one))
     runs = []
     for _ in range(THROUGHPUT_RUNS):
         t0 = time.perf_counter()
@@ -400,13 +405,7 @@ def pipe_round_trip(impl: str) -> dict:
             parent.send(None)
             parent.recv()
 
-        for _ in range(ROUND_TRIP_WARMUP):
-            call_one()
-        samples = []
-        for _ in range(ROUND_TRIP_CALLS):
-            t0 = time.perf_counter()
-            call_one()
-            samples.append(time.perf_counter() - t0)
+        samples = _time_calls(call_one)
     finally:
         parent.close()
         proc.join(10)

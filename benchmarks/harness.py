@@ -22,11 +22,9 @@ traceback or what went wrong). The script exits 1 when ``errors`` is not empty.
 from __future__ import annotations
 
 import argparse
-import datetime
 import faulthandler
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -41,6 +39,7 @@ from bench_core import (  # noqa: E402  (shared helpers; bench_core imports no l
     MODULES,
     UNSET_ENV,
     _child_env,
+    _describe,
     _import_impl,
     _read_proc_kb,
     _summary,
@@ -57,23 +56,14 @@ read_proc_kb = _read_proc_kb
 
 
 def describe(impl: str) -> dict:
-    info = {
-        "impl": impl,
-        "python": platform.python_version(),
-        "executable": sys.executable,
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "date": datetime.date.today().isoformat(),
-        # 1-minute load average when the run started (and ended, added by main): on a shared
-        # 2-core machine it says how much else was running.
-        "loadavg_start": os.getloadavg()[0],
-    }
-    module = _import_impl(impl)
-    info["version"] = getattr(module, "__version__", None)
-    info["module_file"] = getattr(module, "__file__", None)
-    if impl == "ray":
-        info["existing_ray_start_cluster"] = os.path.exists("/tmp/ray/ray_current_cluster")
-    elif info["module_file"]:
+    """``bench_core``'s description of the run, plus what a shared machine needs said: the
+    load average at the start, and which commit of miniray ran."""
+    info = _describe(impl)
+    info.pop("init", None)  # each suite says how it calls init()
+    # 1-minute load average when the run started (and ended, added by main): on a shared
+    # 2-core machine it says how much else was running.
+    info["loadavg_start"] = os.getloadavg()[0]
+    if impl != "ray" and info.get("module_file"):
         info["source"] = _git_state(os.path.dirname(info["module_file"]))
     return info
 
