@@ -9,7 +9,12 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from miniray import exceptions
+# Submodules are attributes after ``import miniray``, as in Ray (``ray.util...``).
+from miniray import actor, exceptions, util
+from miniray import job_config as job_config
+from miniray import remote_function as remote_function
+from miniray import runtime_context as runtime_context
+from miniray import runtime_env as runtime_env
 from miniray._private.api import (
     available_resources,
     cancel,
@@ -30,6 +35,7 @@ from miniray.runtime_context import get_runtime_context
 
 __all__ = [
     "__version__",
+    "actor",
     "available_resources",
     "cancel",
     "cluster_resources",
@@ -49,5 +55,6 @@ __all__ = [
     "remote",
     "shutdown",
     "timeline",
+    "util",
     "wait",
 ]

@@ -13,6 +13,7 @@ RAY_TOP_LEVEL = [
     "available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
     "get_runtime_context", "init", "is_initialized", "kill", "method", "nodes", "put",
     "remote", "shutdown", "timeline", "wait", "ObjectRef", "ObjectRefGenerator",
+    "actor", "util",
 ]
 # Modules Ray programs import (ray-api-surface §0).
 RAY_MODULES = [
@@ -26,6 +27,13 @@ RAY_MODULES = [
 def test_top_level_name_is_exported(name):
     assert name in miniray.__all__
     assert getattr(miniray, name) is not None
+
+
+@pytest.mark.parametrize("module", ["actor", "exceptions", "job_config", "remote_function",
+                                    "runtime_context", "runtime_env", "util"])
+def test_submodule_is_an_attribute_after_import(module):
+    # `import ray; ray.util.list_named_actors()` works without importing ray.util.
+    assert getattr(miniray, module) is importlib.import_module(f"miniray.{module}")
 
 
 def test_everything_in_all_exists():
