@@ -307,3 +307,11 @@ def drivers(tmp_path):
     d = Drivers(tmp_path)
     yield d
     d.close()
+
+
+@pytest.fixture
+def node_env(tmp_path):
+    """An environment for nodes started with ``miniray start`` (see helpers.node_env_for)."""
+    from .helpers import node_env_for
+
+    yield from node_env_for(tmp_path)

@@ -3,10 +3,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 
-from miniray._private import procinfo
+import miniray
+from miniray._private import procinfo, session
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
@@ -35,6 +45,71 @@ def procs_with_root(root: str) -> list[int]:
         if needle in entries and procinfo.is_alive(int(name)):
             found.append(int(name))
     return found
+
+
+# -------------------------------------------------------- nodes started with `miniray start`
+def node_env_for(tmp_path):
+    """A generator for a ``node_env`` fixture: an environment with its own MINIRAY_TMPDIR (a
+    short path) and MINIRAY_HOST_DIR. On teardown every node of that root is stopped, and no
+    process, session directory or shared-memory segment of the root may be left."""
+    root = tempfile.mkdtemp(prefix="mrd-", dir="/tmp")
+    env = dict(os.environ)
+    for name in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES"):
+        env.pop(name, None)
+    env.update(MINIRAY_TMPDIR=root, MINIRAY_HOST_DIR=str(tmp_path / "host"),
+               PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
+    yield env
+    subprocess.run([sys.executable, "-m", "miniray", "stop", "--force"], env=env,
+                   capture_output=True, timeout=60)
+    wait_until(lambda: not procs_with_root(root), 10.0)
+    leftovers = procs_with_root(root)
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    sessions = [n for n in os.listdir(root) if n.startswith("session_")] if os.path.isdir(
+        root) else []
+    prefix = f"mr_{session.root_tag(root)}"
+    segments = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] if os.path.isdir(
+        "/dev/shm") else []
+    shutil.rmtree(root, ignore_errors=True)
+    assert not leftovers, f"processes of the node outlived it: {leftovers}"
+    assert not sessions, f"session directories left behind: {sessions}"
+    assert not segments, f"shared-memory segments left behind: {segments}"
+
+
+def cli(env, *args, timeout=60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "miniray", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def driver(code: str, env, stdin=subprocess.DEVNULL, **extra) -> subprocess.Popen:
+    """A driver program (``code``, dedented) run in its own process with ``env``."""
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
+                            env=dict(env, **extra), stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
+    """The next line of ``proc``'s stdout that holds a JSON object."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if "{" in line:
+            return json.loads(line[line.index("{"):])
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")
+
+
+def ledger_leases(env) -> dict:
+    from miniray._private import node_client
+
+    record = node_client.find_node("auto", env["MINIRAY_TMPDIR"])
+    with open(os.path.join(record.session_dir, "ledger.json")) as f:
+        return json.load(f)["leases"]
 
 
 # Written as pynvml.py into a folder put on the PYTHONPATH of the processes under test: they

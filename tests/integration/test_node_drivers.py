@@ -8,96 +8,26 @@ environment is alive and no session directory is left.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
-import tempfile
-import textwrap
 import time
 
 import pytest
 
-import miniray
 from miniray._private import procinfo
 
-from .helpers import procs_with_root
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
-
-
-@pytest.fixture
-def node_env(tmp_path):
-    root = tempfile.mkdtemp(prefix="mrd-", dir="/tmp")
-    env = dict(os.environ)
-    for name in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES"):
-        env.pop(name, None)
-    env.update(MINIRAY_TMPDIR=root, MINIRAY_HOST_DIR=str(tmp_path / "host"),
-               PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
-    yield env
-    subprocess.run([sys.executable, "-m", "miniray", "stop", "--force"], env=env,
-                   capture_output=True, timeout=60)
-    deadline = time.monotonic() + 10
-    leftovers = []
-    while time.monotonic() < deadline:
-        leftovers = procs_with_root(root)
-        if not leftovers:
-            break
-        time.sleep(0.1)
-    for pid in leftovers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    sessions = [n for n in os.listdir(root) if n.startswith("session_")] if os.path.isdir(
-        root) else []
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"processes of the node outlived it: {leftovers}"
-    assert not sessions, f"session directories left behind: {sessions}"
-
-
-def _cli(env, *args, timeout=60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "miniray", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _driver(code: str, env, stdin=subprocess.DEVNULL, **extra) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
-                            env=dict(env, **extra), stdin=stdin, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def _json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if "{" in line:
-            return json.loads(line[line.index("{"):])
-        if not line and proc.poll() is not None:
-            break
-    raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")
-
-
-def _ledger_leases(env) -> dict:
-    from miniray._private import node_client
-
-    record = node_client.find_node("auto", env["MINIRAY_TMPDIR"])
-    with open(os.path.join(record.session_dir, "ledger.json")) as f:
-        return json.load(f)["leases"]
+from .helpers import cli, driver, json_line, ledger_leases
 
 
 @pytest.mark.parametrize("how", ["plain", "auto", "address", "RAY_ADDRESS"])
 def test_a_driver_joins_the_node_however_it_names_it(node_env, how):
-    started = _cli(node_env, "start", "--head", "--num-cpus", "2", "--port", "6411")
+    started = cli(node_env, "start", "--head", "--num-cpus", "2", "--port", "6411")
     assert started.returncode == 0, started.stderr
     call = {"plain": "ray.init()", "auto": "ray.init(address='auto')",
             "address": "ray.init(address='127.0.0.1:6411')", "RAY_ADDRESS": "ray.init()"}[how]
     extra = {"RAY_ADDRESS": "127.0.0.1:6411"} if how == "RAY_ADDRESS" else {}
-    proc = _driver(f"""
+    proc = driver(f"""
         import json, miniray as ray
         ctx = {call}
         @ray.remote
@@ -107,14 +37,14 @@ def test_a_driver_joins_the_node_however_it_names_it(node_env, how):
                           "value": ray.get(f.remote(1))}}))
         ray.shutdown()
     """, node_env, **extra)
-    result = _json_line(proc)
+    result = json_line(proc)
     assert proc.wait(30) == 0, proc.stderr.read()
     assert result == {"address": "127.0.0.1:6411", "cpus": 2.0, "value": 2}
 
 
 def test_connecting_with_num_cpus_is_refused_as_ray_does(node_env):
-    assert _cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
-    proc = _driver("""
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    proc = driver("""
         import miniray as ray
         try:
             ray.init(address="auto", num_cpus=2)
@@ -127,7 +57,7 @@ def test_connecting_with_num_cpus_is_refused_as_ray_does(node_env):
 
 
 def test_auto_without_a_node_raises_connection_error(node_env):
-    proc = _driver("""
+    proc = driver("""
         import miniray as ray
         try:
             ray.init(address="auto")
@@ -156,12 +86,12 @@ HOLDER = """
 
 
 def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_env):
-    assert _cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
-    first = _driver(HOLDER, node_env)
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    first = driver(HOLDER, node_env)
     second = None
     try:
-        held = _json_line(first)  # its task runs and holds one CPU
-        second = _driver("""
+        held = json_line(first)  # its task runs and holds one CPU
+        second = driver("""
             import json, sys, time, miniray as ray
             ray.init(address="auto")
             @ray.remote(num_cpus=1)
@@ -178,9 +108,9 @@ def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_e
                   flush=True)
             ray.shutdown()
         """, node_env, stdin=subprocess.PIPE)
-        before = _json_line(second)
+        before = json_line(second)
         assert before["cpus_free"] == 1.0  # the other driver's task holds one CPU
-        leases = _ledger_leases(node_env)
+        leases = ledger_leases(node_env)
         assert any(lease["holder_pid"] == held["pid"] for lease in leases.values())
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -192,11 +122,11 @@ def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_e
         assert not gone, f"the killed driver's workers outlived it: {gone}"
         second.stdin.write("go\n")  # the second driver goes on
         second.stdin.flush()
-        after = _json_line(second)
+        after = json_line(second)
         assert second.wait(30) == 0, second.stderr.read()
         assert after["cpus_free"] == 2.0
         assert after["values"] == list(range(20))
-        assert not [lease for lease in _ledger_leases(node_env).values()
+        assert not [lease for lease in ledger_leases(node_env).values()
                     if lease["holder_pid"] == held["pid"]]
     finally:
         for proc in (first, second):
@@ -206,20 +136,20 @@ def test_two_drivers_share_the_node_and_a_killed_one_gives_its_share_back(node_e
 
 
 def test_status_shows_a_running_task_and_stop_leaves_nothing(node_env):
-    assert _cli(node_env, "start", "--head", "--num-cpus", "2", "--num-gpus", "1").returncode == 0
-    driver = _driver(HOLDER, node_env)
+    assert cli(node_env, "start", "--head", "--num-cpus", "2", "--num-gpus", "1").returncode == 0
+    proc = driver(HOLDER, node_env)
     try:
-        _json_line(driver)
-        status = _cli(node_env, "status")
+        json_line(proc)
+        status = cli(node_env, "status")
         assert status.returncode == 0, status.stderr
         text = status.stdout
         assert "CPU" in text and "GPU" in text
         assert "CPU=1" in text  # the running task's lease, by its resource shape
         assert "Object stores (one per driver)" in text  # the connected driver's store
     finally:
-        driver.kill()
-        driver.wait(10)
-    stopped = _cli(node_env, "stop")
+        proc.kill()
+        proc.wait(10)
+    stopped = cli(node_env, "stop")
     assert stopped.returncode == 0 and "Stopped 1 miniray node(s)." in stopped.stdout
     root = node_env["MINIRAY_TMPDIR"]
     assert not os.path.isdir(root) or not [n for n in os.listdir(root)
