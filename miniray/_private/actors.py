@@ -3,8 +3,11 @@
 Owns: every actor of the session: its lease in the ledger (what it holds for its lifetime), its
 dedicated worker, the calls queued for it (sent in submission order), its restarts, why it died,
 the named-actor registry and the count of live handles (an actor whose handles are all gone
-exits after its queued calls). Does not own: worker processes and sockets (the owner spawns and
-watches them), objects (the object table), or what runs inside the actor (``actor_host.py``).
+exits after its queued calls), and, in a driver joined to a node, a proxy of each named or
+detached actor, which lives in the node's actor service (the proxy keeps call order and waits
+for arguments here, then sends through ``actor_link.py``). Does not own: worker processes and
+sockets (the owner spawns and watches them), objects (the object table), or what runs inside
+the actor (``actor_host.py``).
 Called by: ``owner.Owner`` with its lock held, for driver submissions and worker messages.
 
 ::
@@ -60,11 +63,16 @@ def _rebuild_creation(fields):
 
 
 class ActorCallSpec:
+    """One actor call. ``payloads`` and ``reply`` are for calls that another driver made to
+    an actor this process owns (``actor_service.py``): the argument values come ready, as
+    ``[(position, kind, payload)]``, and ``reply(results, contained)`` receives the results
+    instead of this process's object table."""
+
     __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
-                 "call_name", "max_task_retries", "contained")
+                 "call_name", "max_task_retries", "contained", "payloads", "reply")
 
     def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
-                 max_task_retries, contained=()):
+                 max_task_retries, contained=(), payloads=None):
         self.task_id = task_id
         self.method = method
         self.args_blob = args_blob
@@ -74,9 +82,11 @@ class ActorCallSpec:
         self.call_name = call_name
         self.max_task_retries = max_task_retries
         self.contained = contained
+        self.payloads = payloads
+        self.reply = None  # never pickled
 
     def __reduce__(self):
-        return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__))
+        return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__[:-1]))
 
 
 class _Call:
@@ -95,7 +105,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed")
+                 "pid", "init_failed", "remote")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -115,6 +125,7 @@ class _Actor:
         self.waiting = 0
         self.pid: int | None = None
         self.init_failed = False
+        self.remote = False  # owned by the node's actor service; this is a proxy
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -151,6 +162,47 @@ class ActorManager:
         self.pending: list[_Actor] = []
         self.handle_events: collections.deque = collections.deque()
         self._reported: set = set()
+        # Joined to a node: named and detached actors live in the node's actor service, and
+        # this manager keeps a proxy of each (``actor_link.ActorLink``; None otherwise).
+        self.link = None
+        # In the actor service: route_output(actor) gives the route of its worker's output.
+        self.route_output = None
+
+    def is_node_actor(self, spec: ActorCreationSpec) -> bool:
+        """Whether this actor is created in the node's actor service (named or detached,
+        from a driver joined to a node) rather than owned here."""
+        return self.link is not None and bool(spec.name or spec.detached)
+
+    def create_in_service(self, spec: ActorCreationSpec) -> bytes:
+        """*Locked*, every argument ready. Create the actor in the node's actor service and
+        keep a proxy; raises what the service raised (e.g. ActorAlreadyExistsError)."""
+        owner = self.owner
+        if spec.fn_bytes is None:
+            spec.fn_bytes = owner._functions[spec.fn_id]
+        payloads = owner.dep_payloads(spec.deps, pin=True) if spec.deps else None
+        try:
+            actor_id, state = self.link.create(spec, payloads)
+        finally:
+            if spec.deps:
+                owner.unpin_deps(spec.deps)
+        self.proxy(actor_id, state, spec)
+        return actor_id
+
+    def proxy(self, actor_id: bytes, state, spec: ActorCreationSpec | None = None) -> _Actor:
+        """*Locked.* The proxy of an actor the node's actor service owns (made on first use)."""
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            if spec is None:
+                spec = ActorCreationSpec(actor_id=actor_id, class_name="Actor",
+                                         handle_state=state)
+            actor = _Actor(ActorCreationSpec(
+                actor_id=actor_id, class_name=spec.class_name, name=spec.name,
+                namespace=spec.namespace, detached=spec.detached, handle_state=state,
+                max_pending_calls=spec.max_pending_calls))
+            actor.remote = True
+            actor.state = A_ALIVE
+            self.actors[actor_id] = actor
+        return actor
 
     # -- creation ------------------------------------------------------------------------
     def create(self, spec: ActorCreationSpec) -> bytes:
@@ -241,6 +293,8 @@ class ActorManager:
         gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
         worker = owner._spawn_worker()
         worker.actor = actor
+        if self.route_output is not None:
+            worker.out.route = worker.err.route = self.route_output(actor)
         owner._actor_workers += 1
         actor.worker = worker
         actor.pid = None
@@ -282,9 +336,12 @@ class ActorManager:
 
         owner = self.owner
         objects = owner.objects
-        for object_id in spec.return_ids:
-            objects.ensure(object_id)
+        if spec.reply is None:
+            for object_id in spec.return_ids:
+                objects.ensure(object_id)
         actor = self.actors.get(actor_id)
+        if actor is None and self.link is not None:
+            actor = self.proxy(actor_id, None)  # a handle that came by value: ask the node's
         if actor is None:
             self._fail_refs(spec, serialization.dumps(ActorDiedError(
                 actor_id=actor_id.hex(),
@@ -298,12 +355,18 @@ class ActorManager:
         if limit is not None and limit >= 0 and len(actor.queue) + len(actor.inflight) >= limit:
             from miniray.exceptions import PendingCallsLimitExceeded
 
-            for object_id in spec.return_ids:  # nobody will read these: no ref was made
-                objects.get(object_id).dropped = True
+            for object_id in spec.return_ids if spec.reply is None else ():
+                objects.get(object_id).dropped = True  # nobody will read these: no ref made
             raise PendingCallsLimitExceeded(
                 f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
                 f"{limit} calls pending, its max_pending_calls; wait for results before "
                 "submitting more, or raise max_pending_calls.")
+        if actor.remote and spec.contained:
+            raise ValueError(
+                f"Actor {actor.spec.class_name} ({actor_id.hex()}) lives in the node's actor "
+                "service (it is named or detached), and ObjectRefs nested inside arguments "
+                "cannot be passed to it yet; pass each ObjectRef as a top-level argument (its "
+                "value is sent), or call ray.get() on it first.")
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
         if spec.contained:
@@ -330,6 +393,9 @@ class ActorManager:
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go."""
+        if actor.remote:
+            self._pump_remote(actor)
+            return
         if actor.state != A_ALIVE or actor.worker is None or actor.exiting:
             return
         owner = self.owner
@@ -340,7 +406,7 @@ class ActorManager:
             if call.failed is not None:
                 self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
                 continue
-            dep_values = None
+            dep_values = spec.payloads
             if spec.deps:
                 dep_values = owner.dep_payloads(spec.deps, pin=True, worker=actor.worker)
             actor.inflight[spec.task_id] = call
@@ -352,22 +418,60 @@ class ActorManager:
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
 
-    def _finish(self, call: _Call, results: list) -> None:
+    def _pump_remote(self, actor: _Actor) -> None:
+        """A proxy's calls go to the node's actor service, in order, with their argument
+        values (pinned here until the result comes back)."""
+        owner = self.owner
+        queue = actor.queue
+        while queue and queue[0].waiting <= 0:
+            call = queue.popleft()
+            spec = call.spec
+            if call.failed is not None:
+                self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
+                continue
+            payloads = owner.dep_payloads(spec.deps, pin=True) if spec.deps else None
+            actor.inflight[spec.task_id] = call
+            call.sent = True
+            self.link.call(actor.spec.actor_id, ActorCallSpec(
+                spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
+                spec.num_returns, spec.call_name, spec.max_task_retries, (), payloads))
+
+    def on_remote_result(self, task_id: bytes, results: list) -> None:
+        """*Locked.* The node's actor service answered a call of a proxy."""
+        call = self.calls.get(task_id)
+        if call is None or call.actor.inflight.pop(task_id, None) is None:
+            return
+        self._finish(call, results)
+
+    def on_link_lost(self, error: bytes) -> None:
+        """*Locked.* The actor service is gone: every proxy's calls fail with ``error``."""
+        for actor in self.actors.values():
+            if actor.remote and actor.state != A_DEAD:
+                actor.state = A_DEAD
+                actor.death = error
+                self._fail_all(actor)
+
+    def _finish(self, call: _Call, results: list, contained=None) -> None:
         spec = call.spec
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
             self.owner.unpin_deps(spec.deps)
+        self._deliver(spec, results, contained)
         objects = self.owner.objects
-        for object_id, (kind, data) in zip(spec.return_ids, results):
-            objects.set_ready(object_id, kind, data)
         for _position, object_id in spec.deps or ():
             objects.unpin(object_id)
 
-    def _fail_refs(self, spec: ActorCallSpec, data: bytes) -> None:
+    def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
+        if spec.reply is not None:
+            spec.reply(results, contained)
+            return
         objects = self.owner.objects
-        for object_id in spec.return_ids:
-            objects.set_ready(object_id, protocol.ERR, data)
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+
+    def _fail_refs(self, spec: ActorCallSpec, data: bytes) -> None:
+        self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
 
     # -- messages from the actor's worker ------------------------------------------------
     def on_ready(self, worker, ok: bool, error: bytes | None) -> None:
@@ -380,12 +484,12 @@ class ActorManager:
         cause = serialization.loads(error)
         self._die(actor, serialization.dumps(ActorDiedError(cause)))
 
-    def on_result(self, worker, task_id: bytes, results: list) -> None:
+    def on_result(self, worker, task_id: bytes, results: list, contained=None) -> None:
         actor = worker.actor
         call = actor.inflight.pop(task_id, None) if actor is not None else None
         if call is None:
             return
-        self._finish(call, results)
+        self._finish(call, results, contained)
 
     def on_exiting(self, worker) -> None:
         """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
@@ -478,7 +582,12 @@ class ActorManager:
         from miniray.exceptions import ActorDiedError
 
         actor = self.actors.get(actor_id)
+        if actor is None and self.link is not None:
+            actor = self.proxy(actor_id, None)
         if actor is None or actor.state == A_DEAD:
+            return
+        if actor.remote:
+            self.link.kill(actor_id, no_restart)
             return
         actor.killed = True
         actor.no_restart = no_restart
@@ -508,6 +617,9 @@ class ActorManager:
         from miniray.exceptions import TaskCancelledError
 
         actor = call.actor
+        if actor.remote and call.sent:
+            self.link.cancel(task_id, force)
+            return True
         if not call.sent:
             if call in actor.queue:
                 actor.queue.remove(call)
@@ -523,6 +635,10 @@ class ActorManager:
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
+        if self.link is not None:
+            actor_id, state = self.link.lookup(name, namespace)
+            self.proxy(actor_id, state)
+            return actor_id, state
         actor_id = self.names.get((namespace, name))
         actor = self.actors.get(actor_id) if actor_id is not None else None
         if actor is None or actor.state == A_DEAD:
@@ -533,6 +649,8 @@ class ActorManager:
         return actor_id, actor.spec.handle_state
 
     def named(self, namespace: str, all_namespaces: bool) -> list:
+        if self.link is not None:
+            return self.link.named(namespace, all_namespaces)
         out = []
         for (ns, name), actor_id in sorted(self.names.items()):
             if self.actors[actor_id].state == A_DEAD:
@@ -571,6 +689,12 @@ class ActorManager:
                 actor.escaped = True
                 continue
             actor.handles += delta
+            if actor.remote:  # the service counts which drivers hold it
+                if delta > 0 and actor.handles == 1:
+                    self.link.hold(actor_id, True)
+                elif actor.handles <= 0 and not actor.escaped:
+                    self.link.hold(actor_id, False)
+                continue
             if (delta < 0 and actor.handles <= 0 and not actor.escaped
                     and not actor.spec.detached and actor.state != A_DEAD):
                 self._terminate_when_idle(actor)

@@ -51,14 +51,14 @@ def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = No
         sock.sendall(data)
 
 
-def _set_pdeathsig() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux only)."""
+def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     except Exception:  # not Linux: workers still exit on EOF from their data socket
         pass
 
@@ -152,7 +152,7 @@ class _ForkServer:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
-                _set_pdeathsig()
+                set_pdeathsig()
                 if os.getppid() != parent_pid:
                     os._exit(1)
                 self.sock.close()

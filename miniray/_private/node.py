@@ -1,6 +1,7 @@
 """The node process of ``miniray start``: a ledger and a fork server that drivers connect to.
 
 Owns: the node's session directory (same layout as ``init()``'s), its ledger, its fork server,
+its actor service process (started, restarted when it dies, stopped first),
 the socket drivers connect to, the node records (``node.json``, ``current_node``; their format
 and lookup are in ``node_client.py``), and which worker belongs to which driver. Does not own:
 tasks, objects or leases (each driver's owner takes leases in the shared ledger and talks to its
@@ -42,7 +43,9 @@ Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET da
    on the node when the same process connects again.
 7. EOF without GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
    Other drivers are unaffected.
-8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): stop accepting and remove the records;
+8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
+   driver of this node, started by it: ``actor_service.py``), served until it has said
+   GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the records;
    fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
@@ -77,6 +80,8 @@ logger = logging.getLogger(__name__)
 
 SEND_TIMEOUT_S = 4.0
 STATS_INTERVAL_S = 0.25
+SERVICE_STOP_S = 5.0  # SIGTERM, then SIGKILL after this long
+SERVICE_RESTARTS = 5
 
 
 class _Driver:
@@ -113,6 +118,11 @@ class NodeServer:
         self._spawned_total = 0
         self._stats_due: float | None = 0.0
         self._stats_written = 0.0
+        self._service = None  # the actor service (a subprocess.Popen), see start_actor_service
+        self._service_fd = -1  # its pidfd, watched for its exit
+        self._service_args: tuple | None = None
+        self._service_restarts = 0
+        self._service_deadline: float | None = None  # set once it was asked to stop
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -138,13 +148,87 @@ class NodeServer:
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
 
+    # -- the actor service ---------------------------------------------------------------------
+    def start_actor_service(self, env: dict, root: str) -> None:
+        """Start the process where named and detached actors live (``actor_service.py``): a
+        driver of this node, child of this process, stopped before the node stops."""
+        self._service_args = (env, root)
+        self._spawn_service()
+
+    def _spawn_service(self) -> None:
+        import subprocess
+
+        env, root = self._service_args
+        import miniray
+
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+        env = dict(env, PYTHONPATH=os.pathsep.join(
+            [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        self._service = subprocess.Popen(
+            [sys.executable, "-m", "miniray._private.actor_service", self.info["address"],
+             root, self.info["session_dir"], str(os.getpid())],
+            stdin=subprocess.DEVNULL, cwd="/", env=env)
+        self.info["actor_service_pid"] = self._service.pid
+        try:
+            self._service_fd = os.pidfd_open(self._service.pid)
+            self._sel.register(self._service_fd, selectors.EVENT_READ, self._on_service_exit)
+        except (AttributeError, OSError):  # no pidfd: polled by serve()
+            self._service_fd = -1
+        logger.info("actor service started (pid %d)", self._service.pid)
+
+    def _on_service_exit(self, _fd=None) -> None:
+        proc = self._service
+        if proc is None or proc.poll() is None:
+            return
+        if self._service_fd >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(self._service_fd)
+            os.close(self._service_fd)
+            self._service_fd = -1
+        self._service = None
+        self.info.pop("actor_service_pid", None)
+        if self._stop:
+            return
+        logger.error("the actor service (pid %d) exited with %s; named and detached actors "
+                     "that lived there are gone", proc.pid, proc.returncode)
+        if self._service_restarts < SERVICE_RESTARTS:
+            self._service_restarts += 1
+            self._spawn_service()
+
+    def _stop_service(self) -> bool:
+        """Called while stopping: SIGTERM, then SIGKILL after SERVICE_STOP_S; True once the
+        service has exited (the node keeps serving it meanwhile: it says GOODBYE)."""
+        proc = self._service
+        if proc is None:
+            return True
+        if self._service_fd < 0:
+            self._on_service_exit()
+            if self._service is None:
+                return True
+        now = time.monotonic()
+        if self._service_deadline is None:
+            self._service_deadline = now + SERVICE_STOP_S
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGTERM)
+        elif now >= self._service_deadline and proc.returncode is None:
+            logger.warning("the actor service did not stop in %.0f s; killing it",
+                           SERVICE_STOP_S)
+            with contextlib.suppress(OSError):
+                proc.kill()
+            self._service_deadline = now + 3600
+        return False
+
     def serve(self) -> None:
-        """Runs until a stop signal, ``request_stop()`` or the fork server's death."""
-        while not self._stop:
+        """Runs until a stop signal, ``request_stop()`` or the fork server's death; the actor
+        service is stopped first, while the node still serves it."""
+        while not (self._stop and self._stop_service()):
             now = time.monotonic()
             due = [d.deadline for d in self._leaving if not d.killed]
             if self._stats_due is not None:
                 due.append(self._stats_due)
+            if self._service is not None and (self._service_fd < 0 or self._stop):
+                due.append(now + 0.5 if self._service_fd < 0 else
+                           min(self._service_deadline or now, now + 0.5))
             timeout = max(0.0, min(due) - now) if due else None
             for key, _ in self._sel.select(timeout):
                 key.data(key.fileobj)
@@ -156,6 +240,14 @@ class NodeServer:
 
     def close(self) -> None:
         """Protocol step 8 from the socket on (the caller removes records and the dir)."""
+        if self._service is not None:  # serve() did not get to stop it
+            with contextlib.suppress(OSError):
+                self._service.kill()
+            with contextlib.suppress(Exception):
+                self._service.wait(timeout=5.0)
+            if self._service_fd >= 0:
+                os.close(self._service_fd)
+            self._service = None
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self.listener)
         self.listener.close()
@@ -378,10 +470,13 @@ class NodeServer:
     def statistics(self) -> dict[str, Any]:
         """Connected drivers and their workers (written to ``node_stats.json`` for status)."""
         drivers = [d for d in self._drivers.values() if d.pid is not None] + self._leaving
+        service = self._service.pid if self._service is not None else None
         return {
             "updated_at": time.time(),
-            "drivers": [{"pid": d.pid, "workers": len(d.workers), "leaving": d.leaving}
+            "drivers": [{"pid": d.pid, "workers": len(d.workers), "leaving": d.leaving,
+                         "actor_service": d.pid == service}
                         for d in sorted(drivers, key=lambda d: d.pid or 0)],
+            "actor_service_pid": service,
             "workers": len(self._owners),
             "spawning": len(self._spawns),
             "spawned_total": self._spawned_total,
@@ -523,6 +618,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                     f.write(record.path + "\n")
                 os.replace(f"{current}.{os.getpid()}.tmp", current)
             logger.info("node %s started at %s: %s", info["node_id"][:12], address, totals)
+            server.start_actor_service(_fork_server_env(), root)
             on_ready(record, info)
             server.serve()
             return 1 if server.fatal else 0

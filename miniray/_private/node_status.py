@@ -212,7 +212,8 @@ def _node_sections(view: NodeView) -> list[str]:
             out.append(" (none connected)")
         for d in view.drivers:
             left = " (leaving)" if d.get("leaving") else ""
-            out.append(f" pid {d.get('pid')}: {d.get('workers', 0)} worker(s){left}")
+            role = " (actor service: named and detached actors)" if d.get("actor_service") else ""
+            out.append(f" pid {d.get('pid')}: {d.get('workers', 0)} worker(s){role}{left}")
         out.append("")
     if view.stores:
         out += ["Object stores (one per driver)", RULE]

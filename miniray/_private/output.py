@@ -20,7 +20,8 @@ MARKER = b"\x00mr:"
 
 
 class OutputStream:
-    __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed")
+    __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed",
+                 "route")
 
     def __init__(self, fd: int, target: str, enabled: bool, prefix_enabled: bool):
         self.fd = fd
@@ -31,6 +32,9 @@ class OutputStream:
         self.prefix = ""
         self.eof = False  # the write end is closed everywhere; the owner then closes fd
         self.closed = False
+        # route(target, text) -> bool: sends the lines elsewhere (the actor service passes an
+        # actor's output to the driver that created it); False: print them here after all.
+        self.route = None
 
     def drain(self) -> None:
         """Read what is available now (non-blocking) and print the complete lines."""
@@ -96,6 +100,8 @@ class OutputStream:
                 continue
             text = line.decode("utf-8", "replace")
             out.append((self.prefix + text) if self.prefix_enabled else text)
+        if out and self.route is not None and self.route(self.target, "\n".join(out) + "\n"):
+            return
         if out and self.enabled:
             stream = sys.stdout if self.target == "stdout" else sys.stderr
             try:

@@ -805,7 +805,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
             if worker.actor is not None:
                 worker.out.drain()
                 worker.err.drain()
-                self.actors.on_result(worker, message[1], message[2])
+                self.actors.on_result(worker, message[1], message[2], message[4])
             else:
                 self._on_result(worker, message[1], message[2], message[3])
             if message[4]:  # refs pickled inside the returned values: those objects hold them
@@ -929,6 +929,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
         with self._lock:
             self._closed = True
+            if self.actors.link is not None:  # the node's actor service ends our actors
+                self.actors.link.close()
             workers = list(self._workers_by_req.values())
             for worker in workers:
                 if worker.dead:

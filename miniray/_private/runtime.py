@@ -243,6 +243,11 @@ class Runtime:
             self.store = _make_store(self.session_dir, int(info["object_store_memory"]),
                                      driver=f"driver_{self.pid}")
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
+            if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
+                from miniray._private.actor_link import SOCKET_NAME, ActorLink
+
+                self.owner.actors.link = ActorLink(
+                    self.owner, os.path.join(self.session_dir, SOCKET_NAME))
         except BaseException:
             client.close()
             raise
@@ -364,9 +369,17 @@ class Runtime:
 
     # -- actors ------------------------------------------------------------------------
     def create_actor(self, spec) -> bytes:
-        with self.owner._lock:
-            self.owner._check_usable()
-            return self.owner.actors.create(spec)
+        owner = self.owner
+        with owner._lock:
+            owner._check_usable()
+            if not owner.actors.is_node_actor(spec):
+                return owner.actors.create(spec)
+        if spec.deps:  # the node's actor service gets the values: wait for them here
+            dep_ids = list(dict.fromkeys(object_id for _position, object_id in spec.deps))
+            owner.objects.wait_ready(dep_ids, len(dep_ids), None)
+        with owner._lock:
+            owner._check_usable()
+            return owner.actors.create_in_service(spec)
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
         with self.owner._lock:
@@ -576,6 +589,10 @@ def _driver_sys_path() -> list[str]:
 
 
 # ---------------------------------------------------------------------- module API
+# True in the node's actor service (``actor_service.py``): it owns its named actors itself.
+AS_ACTOR_SERVICE = False
+
+
 def current():
     return _current
 

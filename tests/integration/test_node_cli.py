@@ -492,9 +492,14 @@ def test_node_stats_and_status_show_drivers(cli):
             return doc if doc["workers"] == 1 else None
 
         doc = wait_until(stats, 5.0)
-        assert doc and doc["drivers"] == [{"pid": os.getpid(), "workers": 1, "leaving": False}]
+        service = doc["actor_service_pid"]
+        assert service and procinfo.is_alive(service)
+        assert sorted(doc["drivers"], key=lambda d: d["pid"] != service) == [
+            {"pid": service, "workers": 0, "leaving": False, "actor_service": True},
+            {"pid": os.getpid(), "workers": 1, "leaving": False, "actor_service": False}]
         out = cli.run("status").stdout
-        assert f"pid {os.getpid()}: 1 worker(s)" in out
+        assert f"pid {os.getpid()}: 1 worker(s)\n" in out
+        assert f"pid {service}: 0 worker(s) (actor service: named and detached actors)" in out
     finally:
         client.close()
         close_all(keeps)

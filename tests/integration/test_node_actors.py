@@ -1,0 +1,397 @@
+"""Named and detached actors on a node: they live in the node's actor service and every driver
+of the node reaches them (Ray's lifetimes: detached outlives its creator; named dies with its
+creator, or when no driver holds it any more).
+
+Every test starts a node under its own MINIRAY_TMPDIR (the ``node_env`` fixture); its teardown
+stops the node and fails if any process, session directory or shared-memory segment of that
+root is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from miniray._private import node_client, procinfo
+
+from .helpers import cli, driver, json_line, wait_until
+
+COUNTER = """
+import json, os, sys
+import numpy as np
+import miniray as ray
+ray.init(address="auto", namespace="team")
+
+@ray.remote
+class Counter:
+    def __init__(self, start=0, weights=None):
+        self.n = start
+        self.weights = weights
+    def inc(self, k=1):
+        self.n += k
+        return self.n
+    def pid(self):
+        return os.getpid()
+    def weight_sum(self):
+        return float(self.weights.sum())
+    def ones(self, n):
+        return np.ones(n)
+    def total(self, a):
+        return float(a.sum())
+    def nested(self):
+        return [ray.put(1)]
+
+def say(**kw):
+    print(json.dumps(kw), flush=True)
+"""
+
+
+def _program(code: str) -> str:
+    return COUNTER + textwrap.dedent(code)
+
+
+def _start(env) -> node_client.NodeRecord:
+    started = cli(env, "start", "--head", "--num-cpus", "2")
+    assert started.returncode == 0, started.stderr
+    return node_client.find_node("auto", env["MINIRAY_TMPDIR"])
+
+
+def _run(env, code: str, timeout: float = 60) -> dict:
+    """Run a driver to completion; its last JSON line."""
+    proc = driver(_program(code), env)
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"no output; stderr: {err[-3000:]}"
+    return json.loads(lines[-1])
+
+
+def _service_pid(record) -> int:
+    with open(os.path.join(record.session_dir, "node_stats.json")) as f:
+        return json.load(f)["actor_service_pid"]
+
+
+def test_a_detached_actor_outlives_its_creator_and_serves_the_next_driver(node_env):
+    _start(node_env)
+    first = _run(node_env, """
+        c = Counter.options(name="keeper", lifetime="detached").remote(10, np.ones(300_000))
+        say(n=ray.get(c.inc.remote()), names=ray.util.list_named_actors())
+    """)
+    assert first == {"n": 11, "names": ["keeper"]}
+    second = _run(node_env, """
+        c = ray.get_actor("keeper")
+        n, weights = ray.get([c.inc.remote(5), c.weight_sum.remote()])
+        all_names = ray.util.list_named_actors(all_namespaces=True)
+        ray.kill(c)
+        try:
+            ray.get(c.inc.remote())
+            died = None
+        except ray.exceptions.ActorDiedError as error:
+            died = "killed by `ray.kill`" in str(error)
+        say(n=n, weights=weights, all=all_names, died=died)
+    """)
+    assert second == {"n": 16, "weights": 300_000.0,
+                      "all": [{"name": "keeper", "namespace": "team"}], "died": True}
+    third = _run(node_env, """
+        try:
+            ray.get_actor("keeper")
+            found = True
+        except ValueError as error:
+            found = str(error)
+        say(found=found, names=ray.util.list_named_actors())
+    """)
+    assert third["found"].startswith("Failed to look up actor with name 'keeper'")
+    assert third["names"] == []
+
+
+def test_state_is_shared_between_drivers_in_one_namespace_only(node_env):
+    _start(node_env)
+    first = _run(node_env, """
+        c = Counter.options(name="shared", lifetime="detached").remote()
+        say(n=ray.get(c.inc.remote()))
+    """)
+    assert first == {"n": 1}
+    other = _run(node_env, """
+        ray.shutdown()
+        ray.init(address="auto", namespace="elsewhere")
+        try:
+            ray.get_actor("shared")
+            found = True
+        except ValueError:
+            found = False
+        c = ray.get_actor("shared", namespace="team")
+        say(found=found, n=ray.get(c.inc.remote()))
+        ray.kill(c)
+    """)
+    assert other == {"found": False, "n": 2}
+
+
+def test_a_named_actor_is_shared_while_its_creator_lives_and_dies_with_it(node_env):
+    record = _start(node_env)
+    creator = driver(_program("""
+        c = Counter.options(name="mine").remote()
+        say(n=ray.get(c.inc.remote()), pid=ray.get(c.pid.remote()))
+        sys.stdin.readline()
+    """), node_env, stdin=subprocess.PIPE)
+    try:
+        made = json_line(creator)
+        assert made["n"] == 1
+        user = _run(node_env, """
+            c = ray.get_actor("mine")
+            say(n=ray.get(c.inc.remote(2)))
+        """)
+        assert user == {"n": 3}
+        creator.send_signal(signal.SIGKILL)
+        creator.wait(10)
+    finally:
+        if creator.poll() is None:
+            creator.kill()
+            creator.wait(10)
+    assert wait_until(lambda: not procinfo.is_alive(made["pid"]), 10.0)
+    after = _run(node_env, """
+        say(names=ray.util.list_named_actors(all_namespaces=True))
+    """)
+    assert after == {"names": []}
+    leases = json.load(open(os.path.join(record.session_dir, "ledger.json")))["leases"]
+    assert not leases, leases
+
+
+def test_names_are_unique_across_drivers_and_get_if_exists_returns_the_same_actor(node_env):
+    _start(node_env)
+    _run(node_env, """
+        Counter.options(name="x", lifetime="detached").remote(100)
+        say(ok=True)
+    """)
+    result = _run(node_env, """
+        try:
+            Counter.options(name="x").remote()
+            error = None
+        except ValueError as e:
+            error = [type(e).__name__, str(e)]
+        same = Counter.options(name="x", get_if_exists=True).remote()
+        say(error=error, n=ray.get(same.inc.remote()),
+            same=same._actor_id_hex() == ray.get_actor("x")._actor_id_hex())
+        ray.kill(same)
+    """)
+    assert result["error"][0] == "ActorAlreadyExistsError"
+    assert result["error"][1].startswith("The name x (namespace=team) is already taken.")
+    assert result["n"] == 101 and result["same"]
+
+
+def test_large_arguments_and_results_cross_drivers_and_nothing_is_left(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        c = Counter.options(name="big", lifetime="detached").remote()
+        arg = np.arange(1_000_000, dtype=np.float64)
+        by_value = ray.get(c.total.remote(arg))
+        by_ref = ray.get(c.total.remote(ray.put(arg)))
+        out = ray.get(c.ones.remote(500_000))
+        from miniray._private import runtime
+        store = runtime.current().store
+        say(by_value=by_value, by_ref=by_ref, out=[float(out.sum()), out.flags.writeable],
+            adopted=store.statistics()["segments_adopted"])
+        del out
+        import gc; gc.collect()
+        ray.kill(c)
+    """)
+    expected = float(sum(range(1_000_000)))
+    assert result["by_value"] == expected and result["by_ref"] == expected
+    assert result["out"] == [500_000.0, False]
+    assert result["adopted"] >= 1  # the actor's segment became this driver's: no copy
+
+
+def test_refs_inside_arguments_or_results_fail_with_a_clear_error(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        c = Counter.options(name="n", lifetime="detached").remote()
+        try:
+            c.total.remote([ray.put(1)])
+            refused = None
+        except ValueError as e:
+            refused = str(e)
+        try:
+            ray.get(c.nested.remote())
+            nested = None
+        except ValueError as e:
+            nested = str(e)
+        say(refused=refused, nested=nested, still=ray.get(c.inc.remote()))
+        ray.kill(c)
+    """)
+    assert "pass each ObjectRef as a top-level argument" in result["refused"]
+    assert "contains ObjectRefs" in result["nested"]
+    assert result["still"] == 1
+
+
+def test_dropping_every_handle_ends_a_named_actor(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        import time
+        c = Counter.options(name="brief").remote()
+        pid = ray.get(c.pid.remote())
+        del c
+        deadline = time.monotonic() + 10
+        while ray.util.list_named_actors() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        say(names=ray.util.list_named_actors(), pid=pid)
+    """)
+    assert result["names"] == []
+    assert wait_until(lambda: not procinfo.is_alive(result["pid"]), 10.0)
+
+
+def test_tasks_and_actors_of_a_driver_reach_named_actors_by_name(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        Counter.options(name="hub", lifetime="detached").remote()
+
+        @ray.remote
+        def bump(k):
+            hub = ray.get_actor("hub")
+            return ray.get(hub.inc.remote(k))
+
+        @ray.remote
+        def make():
+            Counter.options(name="made-in-task", lifetime="detached").remote(7)
+            return sorted(ray.util.list_named_actors())
+
+        values = sorted(ray.get([bump.remote(1), bump.remote(2)]))
+        names = ray.get(make.remote())
+        made = ray.get_actor("made-in-task")
+        say(values=values, names=names, made=ray.get(made.inc.remote()))
+        ray.kill(made)
+        ray.kill(ray.get_actor("hub"))
+    """)
+    assert result["values"] in ([1, 3], [2, 3])
+    assert result["names"] == ["hub", "made-in-task"]
+    assert result["made"] == 8
+
+
+def test_restart_of_a_service_actor_keeps_its_name(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        c = Counter.options(name="phoenix", lifetime="detached", max_restarts=1).remote()
+        first = ray.get(c.pid.remote())
+        ray.get(c.inc.remote())
+        ray.kill(c, no_restart=False)
+        second = ray.get(ray.get_actor("phoenix").pid.remote())
+        say(restarted=first != second, n=ray.get(c.inc.remote()))
+        ray.kill(c)
+    """)
+    assert result == {"restarted": True, "n": 1}  # the constructor ran again
+
+
+def test_a_crashed_actor_service_fails_calls_clearly_and_is_replaced(node_env):
+    record = _start(node_env)
+    service = _service_pid(record)
+    proc = driver(_program("""
+        c = Counter.options(name="doomed", lifetime="detached").remote()
+        say(n=ray.get(c.inc.remote()))
+        sys.stdin.readline()
+        try:
+            ray.get(c.inc.remote())
+            error = None
+        except ray.exceptions.ActorDiedError as e:
+            error = str(e)
+        say(error=error)
+        c2 = Counter.options(name="reborn", lifetime="detached").remote()
+        say(error=error, n=ray.get(c2.inc.remote()))
+        ray.kill(c2)
+    """), node_env, stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc) == {"n": 1}
+        os.kill(service, signal.SIGKILL)
+        assert wait_until(lambda: _service_pid(record) not in (None, service), 10.0)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert "actor service" in (json_line(proc)["error"] or "")
+        assert json_line(proc)["n"] == 1  # a new link to the new service
+        assert proc.wait(30) == 0, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_an_actor_class_from_the_drivers_own_module_is_importable_in_the_service(
+        node_env, tmp_path):
+    _start(node_env)
+    (tmp_path / "tallies.py").write_text(textwrap.dedent("""
+        import miniray as ray
+
+        @ray.remote
+        class Tally:
+            def __init__(self):
+                self.items = []
+            def add(self, item):
+                self.items.append(item)
+                return len(self.items)
+    """))
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent("""
+            import json, miniray as ray
+            from tallies import Tally
+            ray.init(address="auto")
+            t = Tally.options(name="tally", lifetime="detached").remote()
+            print(json.dumps({"n": ray.get(t.add.remote("x"))}))
+            ray.kill(t)
+        """)], cwd=tmp_path, env=node_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"n": 1}
+
+
+def test_an_actors_output_goes_to_the_driver_that_created_it(node_env):
+    _start(node_env)
+    creator = driver(_program("""
+        @ray.remote
+        class Talker:
+            def say(self, text):
+                print(text)
+                return text
+        t = Talker.options(name="talker", lifetime="detached").remote()
+        ray.get(t.say.remote("from-the-creator"))
+        say(ok=True)
+        sys.stdin.readline()
+        ray.kill(t)
+    """), node_env, stdin=subprocess.PIPE)
+    try:
+        before = []  # the creator's lines up to its JSON line
+        while not before or not before[-1].startswith("{"):
+            line = creator.stdout.readline()
+            assert line, creator.stderr.read()[-3000:]
+            before.append(line)
+        # The actor prints before it returns, and its output travels ahead of the result.
+        assert any(line.startswith("(Talker pid=") and "from-the-creator" in line
+                   for line in before), before
+        other = driver(_program("""
+            t = ray.get_actor("talker")
+            say(text=ray.get(t.say.remote("from-another-driver")))
+        """), node_env)
+        out, err = other.communicate(timeout=60)
+        assert other.returncode == 0, err[-3000:]
+        assert "from-another-driver" in out and "(Talker pid=" not in out
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        out, err = creator.communicate(timeout=60)
+        assert creator.returncode == 0, err[-3000:]
+        assert "(Talker pid=" in out and "from-another-driver" in out  # printed where made
+    finally:
+        if creator.poll() is None:
+            creator.kill()
+            creator.wait(10)
+
+
+def test_an_actor_the_node_can_never_place_is_reported_to_its_creator(node_env):
+    _start(node_env)
+    proc = driver(_program("""
+        c = Counter.options(name="greedy", lifetime="detached", num_cpus=64).remote()
+        ready, _ = ray.wait([c.inc.remote()], timeout=0.5)
+        say(ready=len(ready))
+        ray.kill(c)
+    """), node_env)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1]) == {"ready": 0}
+    assert "CPU" in err and "actor Counter" in err, err
