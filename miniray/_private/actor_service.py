@@ -152,7 +152,6 @@ class ActorService:
         self.life = Lifetimes()
         self._clients: dict[str, _Client] = {}
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
-        self._peer_uid = node_client.peer_uid
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
         self.owner.actors.route_output = self._route_output
         segs.unlink_quiet(self.path)  # a crashed predecessor's socket
@@ -171,23 +170,9 @@ class ActorService:
 
     # -- connections (I/O thread) --------------------------------------------------------------
     def _on_accept(self, _fd: int) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                logger.warning("accept failed: %s", error)
-                return
-            try:
-                pid, uid = self._peer_uid(sock)
-            except OSError:
-                sock.close()
-                continue
-            if uid != os.getuid():
-                logger.warning("refused a connection from pid %d of uid %d", pid, uid)
-                sock.close()
-                continue
+        from miniray._private.node_client import accept_same_uid
+
+        for sock, _pid in accept_same_uid(self.listener, logger):
             conn = FramedSocket(sock)
             with self.owner._lock:
                 self._conns[conn.fd] = (conn, None, "")

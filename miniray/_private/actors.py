@@ -392,11 +392,11 @@ class ActorManager:
         self._pump(call.actor)
 
     def _pump(self, actor: _Actor) -> None:
-        """Send queued calls, in order, while the head of the queue is ready to go."""
-        if actor.remote:
-            self._pump_remote(actor)
-            return
-        if actor.state != A_ALIVE or actor.worker is None or actor.exiting:
+        """Send queued calls, in order, while the head of the queue is ready to go: to the
+        actor's worker, or for a proxy to the node's actor service (argument values pinned
+        here until the result comes back)."""
+        remote = actor.remote
+        if not remote and (actor.state != A_ALIVE or actor.worker is None or actor.exiting):
             return
         owner = self.owner
         queue = actor.queue
@@ -408,33 +408,21 @@ class ActorManager:
                 continue
             dep_values = spec.payloads
             if spec.deps:
-                dep_values = owner.dep_payloads(spec.deps, pin=True, worker=actor.worker)
+                dep_values = owner.dep_payloads(spec.deps, pin=True,
+                                                worker=None if remote else actor.worker)
             actor.inflight[spec.task_id] = call
             call.sent = True
+            if remote:
+                self.link.call(actor.spec.actor_id, ActorCallSpec(
+                    spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
+                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values))
+                continue
             try:
                 owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
                                            spec.args_blob, dep_values, spec.return_ids,
                                            spec.num_returns, spec.call_name))
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
-
-    def _pump_remote(self, actor: _Actor) -> None:
-        """A proxy's calls go to the node's actor service, in order, with their argument
-        values (pinned here until the result comes back)."""
-        owner = self.owner
-        queue = actor.queue
-        while queue and queue[0].waiting <= 0:
-            call = queue.popleft()
-            spec = call.spec
-            if call.failed is not None:
-                self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
-                continue
-            payloads = owner.dep_payloads(spec.deps, pin=True) if spec.deps else None
-            actor.inflight[spec.task_id] = call
-            call.sent = True
-            self.link.call(actor.spec.actor_id, ActorCallSpec(
-                spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
-                spec.num_returns, spec.call_name, spec.max_task_retries, (), payloads))
 
     def on_remote_result(self, task_id: bytes, results: list) -> None:
         """*Locked.* The node's actor service answered a call of a proxy."""

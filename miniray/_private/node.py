@@ -281,23 +281,7 @@ class NodeServer:
                 pass
 
     def _on_accept(self, _sock) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                logger.warning("accept failed: %s", error)
-                return
-            try:
-                peer_pid, uid = nc.peer_uid(conn)
-            except OSError:
-                conn.close()
-                continue
-            if uid != os.getuid():
-                logger.warning("refused a connection from pid %d of uid %d", peer_pid, uid)
-                conn.close()
-                continue
+        for conn, _pid in nc.accept_same_uid(self.listener, logger):
             conn.settimeout(SEND_TIMEOUT_S)
             driver = _Driver(conn)
             self._drivers[conn.fileno()] = driver

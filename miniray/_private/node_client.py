@@ -270,6 +270,29 @@ def peer_uid(sock: socket.socket) -> tuple[int, int]:
     return pid, uid
 
 
+def accept_same_uid(listener: socket.socket, log) -> Iterator[tuple[socket.socket, int]]:
+    """``(socket, peer pid)`` for each connection waiting on the non-blocking ``listener``
+    whose peer runs as this uid; others are closed unread (and logged)."""
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:
+            log.warning("accept failed: %s", error)
+            return
+        try:
+            peer_pid, uid = peer_uid(conn)
+        except OSError:
+            conn.close()
+            continue
+        if uid != os.getuid():
+            log.warning("refused a connection from pid %d of uid %d", peer_pid, uid)
+            conn.close()
+            continue
+        yield conn, peer_pid
+
+
 class NodeClient:
     """A driver's connection to a node; what the owner uses in place of a fork server.
 
