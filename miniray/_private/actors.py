@@ -105,7 +105,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote")
+                 "pid", "init_failed", "remote", "pinned")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -126,6 +126,7 @@ class _Actor:
         self.pid: int | None = None
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
+        self.pinned: list[bytes] = []  # constructor arguments, kept for restarts until death
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -236,6 +237,7 @@ class ActorManager:
                 self._die(actor, serialization.dumps(objects.lost(object_id)), init=True)
                 return spec.actor_id
             entry.pins += 1
+            actor.pinned.append(object_id)
             if entry.state == PENDING:
                 actor.waiting += 1
                 entry.add_waiter(_CreationDep(self, actor))
@@ -543,6 +545,9 @@ class ActorManager:
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
         if actor.state != A_DEAD and actor.spec.contained:
             self.owner.objects.release(actor.spec.contained)
+        pinned, actor.pinned = actor.pinned, []
+        for object_id in pinned:  # no restart will need them
+            self.owner.objects.unpin(object_id)
         actor.state = A_DEAD
         actor.death = death
         if actor in self.pending:

@@ -75,13 +75,25 @@ def _service_pid(record) -> int:
         return json.load(f)["actor_service_pid"]
 
 
+def _service_objects(record) -> int | None:
+    """Objects in the actor service's store, from the statistics it publishes each second."""
+    path = os.path.join(record.session_dir, "driver_stats", f"{_service_pid(record)}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)["objects"]
+    except (OSError, ValueError):
+        return None
+
+
 def test_a_detached_actor_outlives_its_creator_and_serves_the_next_driver(node_env):
-    _start(node_env)
+    record = _start(node_env)
     first = _run(node_env, """
-        c = Counter.options(name="keeper", lifetime="detached").remote(10, np.ones(300_000))
+        c = Counter.options(name="keeper", lifetime="detached").remote(10, ray.put(np.ones(300_000)))
         say(n=ray.get(c.inc.remote()), names=ray.util.list_named_actors())
     """)
     assert first == {"n": 11, "names": ["keeper"]}
+    # The service keeps its own copy of the constructor's argument, for restarts.
+    assert wait_until(lambda: _service_objects(record) == 1, 10.0), _service_objects(record)
     second = _run(node_env, """
         c = ray.get_actor("keeper")
         n, weights = ray.get([c.inc.remote(5), c.weight_sum.remote()])
@@ -96,6 +108,8 @@ def test_a_detached_actor_outlives_its_creator_and_serves_the_next_driver(node_e
     """)
     assert second == {"n": 16, "weights": 300_000.0,
                       "all": [{"name": "keeper", "namespace": "team"}], "died": True}
+    # The service's copy of the constructor's argument went with the actor.
+    assert wait_until(lambda: _service_objects(record) == 0, 10.0)
     third = _run(node_env, """
         try:
             ray.get_actor("keeper")

@@ -52,3 +52,31 @@ def test_memory_goes_back_after_del_even_when_a_worker_mapped_the_object(ray_sta
     while _shm_used() - baseline > (1 << 20) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _shm_used() - baseline <= (1 << 20), "the freed object's memory was not given back"
+
+
+def test_a_dead_actors_constructor_argument_is_freed_with_its_last_ref(ray_start):
+    # Regression: an actor pinned its constructor's argument objects for good, so a large
+    # argument outlived both the actor and every ref to it.
+    rt = ray_start(num_cpus=1)
+
+    @miniray.remote
+    class Holder:
+        def __init__(self, weights):
+            self.total = float(weights.sum())
+
+        def get(self):
+            return self.total
+
+    from miniray._private import runtime
+
+    store = runtime.current().store
+    ref = miniray.put(np.ones(500_000))
+    holder = Holder.remote(ref)
+    assert miniray.get(holder.get.remote(), timeout=30) == 500_000.0
+    miniray.kill(holder)
+    del ref
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while store.statistics()["objects"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store.statistics()["objects"] == 0, rt
