@@ -2,17 +2,17 @@
 
 Owns: which interpreter runs which implementation, the issues' targets, and the report.
 Does not own: how a workload is measured (``bench_core.py``, ``bench_actors.py``,
-``bench_gpu.py``, ``bench_store_e2e.py``).
+``bench_gpu.py``, ``bench_store_e2e.py``, ``bench_node.py``).
 
-    python benchmarks/compare.py [--suite core|actors|gpu|store|all] [--ray-python PATH]
+    python benchmarks/compare.py [--suite core|actors|gpu|store|node|all] [--ray-python PATH]
                                  [--only miniray,ray,ppe,pipe] [--json OUT]
 
 ``--suite core`` (the default) runs ``bench_core.py`` for miniray, Ray, ppe and pipe; ``actors``,
-``gpu`` and ``store`` run their script for miniray and Ray only; ``all`` runs the four suites
-one after the other and prints one table per suite. Each implementation runs in its own process:
-miniray, ppe and pipe with this interpreter (so miniray is the one this interpreter imports),
-Ray with ``--ray-python`` (default: the venv made by ``benchmarks/setup_ray_venv.sh``; Ray is
-skipped with a note when there is none). Ray is never imported here nor by miniray.
+``gpu``, ``store`` and ``node`` run their script for miniray and Ray only; ``all`` runs the five
+suites one after the other and prints one table per suite. Each implementation runs in its own
+process: miniray, ppe and pipe with this interpreter (so miniray is the one this interpreter
+imports), Ray with ``--ray-python`` (default: the venv made by ``benchmarks/setup_ray_venv.sh``;
+Ray is skipped with a note when there is none). Ray is never imported here nor by miniray.
 
 The report judges miniray against the issues' targets; it exits 0 whatever the figures are,
 and 1 only when a benchmark crashed (no JSON, or a workload that raised).
@@ -32,7 +32,7 @@ BENCH = os.path.join(HERE, "bench_core.py")
 IMPLS = ("miniray", "ray", "ppe", "pipe")
 DEFAULT_RAY_VENV = os.path.join(os.path.expanduser("~"), ".cache", "miniray-bench", "ray-2.60")
 BENCH_TIMEOUT_S = 420
-# The actors, gpu and store scripts run each workload in a child with its own limit
+# The actors, gpu, store and node scripts run each workload in a child with its own limit
 # (harness.py); this bounds the whole script.
 SUITE_TIMEOUT_S = 720
 
@@ -92,6 +92,17 @@ STORE_METRICS = [
     ("shm_new_files_mb", "/dev/shm files new since baseline, after del", "MB", True, 1, "{:.1f}"),
 ]
 
+# Issue 6 (node): a node started from the shell (miniray start / ray start --head), a second
+# driver, a detached named actor.
+NODE_METRICS = [
+    ("node_start_s", "CLI start -> node accepts drivers", "s", True, 1.0, "{:.3f}"),
+    ("connect_s", "process start -> init(address) returned", "s", True, 0.25, "{:.3f}"),
+    ("named_call_ms", "detached named actor, 2nd driver, call mean", "ms", True, 0.5, "{:.3f}"),
+    ("named_call_p50_ms", "detached named actor, 2nd driver, call p50", "ms", True, None, "{:.3f}"),
+    ("named_calls_per_s", "10,000 pipelined calls on it", "calls/s", False, 10_000, "{:,.0f}"),
+    ("node_stop_s", "stop (miniray stop / SIGTERM to ray start)", "s", True, 1.0, "{:.3f}"),
+]
+
 # Rows whose Ray/miniray ratio means nothing (a yardstick, or a difference near zero).
 NO_RATIO = {
     "memcpy_gbps",
@@ -108,12 +119,15 @@ SUITES = {
     "actors": ("bench_actors.py", ("miniray", "ray"), ACTOR_METRICS, SUITE_TIMEOUT_S),
     "gpu": ("bench_gpu.py", ("miniray", "ray"), GPU_METRICS, SUITE_TIMEOUT_S),
     "store": ("bench_store_e2e.py", ("miniray", "ray"), STORE_METRICS, SUITE_TIMEOUT_S),
+    "node": ("bench_node.py", ("miniray", "ray"), NODE_METRICS, SUITE_TIMEOUT_S),
 }
 SUITE_TITLES = {
     "core": "Core runtime (start-up, round trip, throughput, footprint)",
     "actors": "Actors (issue 4), init(num_cpus=2)",
     "gpu": "GPU tasks (issue 5), 2,000 tasks of num_gpus=0.25 on init(num_gpus=4, num_cpus=2)",
     "store": "Object store (issue 3), public API, init()",
+    "node": "Node (issue 6): miniray start / ray start --head, a second driver, a detached named"
+    " actor",
 }
 
 
@@ -307,8 +321,39 @@ def suite_notes(suite: str, results: dict[str, dict | None]) -> list[str]:
                     f"{impl}: 20 actors, second round (after killing the first 20):"
                     f" {rounds[1]['actors_per_s']:.1f} actors/s"
                 )
+        elif suite == "node":
+            lines.extend(_node_notes(impl, details.get("node") or {}))
     if lines:
         lines.insert(0, "")
+    return lines
+
+
+def _node_notes(impl: str, node: dict) -> list[str]:
+    """How Ray's node became ready and stopped; what a stop left behind."""
+    lines = []
+    start, stop = node.get("start") or {}, node.get("stop") or {}
+    if start.get("successful_init_call_s") is not None:
+        printed = start.get("cli_printed_started_s")
+        printed = f"{printed:.2f} s" if printed is not None else "never"
+        lines.append(
+            f"{impl}: GCS port open at {start['gcs_port_open_s']:.2f} s, 'Ray runtime started'"
+            f" printed at {printed}; the polling driver's init() that succeeded (attempt"
+            f" {start.get('init_attempts')}) took {start['successful_init_call_s']:.2f} s"
+        )
+    for line in stop.get("drain") or []:
+        lines.append(f"{impl}: on SIGTERM: {line}")
+    if stop.get("group_gone_s") is not None:
+        lines.append(
+            f"{impl}: every process of the node gone {stop['group_gone_s']:.2f} s after SIGTERM"
+        )
+    if "processes_left" in stop and impl == "miniray":
+        left, segments = stop.get("processes_left") or [], stop.get("segments_left") or []
+        lines.append(
+            f"{impl}: after `miniray stop` returned: {len(left)} process(es) and"
+            f" {len(segments)} /dev/shm segment(s) of its MINIRAY_TMPDIR left"
+        )
+    if node.get("killed_by_cleanup"):
+        lines.append(f"{impl}: cleanup had to SIGKILL {node['killed_by_cleanup']}")
     return lines
 
 
@@ -345,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         "--suite",
         choices=(*SUITES, "all"),
         default="core",
-        help="which workloads: core (default), actors, gpu, store, or all of them in turn",
+        help="which workloads: core (default), actors, gpu, store, node, or all of them in turn",
     )
     parser.add_argument(
         "--ray-python",
