@@ -88,7 +88,8 @@ def _service_objects(record) -> int | None:
 def test_a_detached_actor_outlives_its_creator_and_serves_the_next_driver(node_env):
     record = _start(node_env)
     first = _run(node_env, """
-        c = Counter.options(name="keeper", lifetime="detached").remote(10, ray.put(np.ones(300_000)))
+        weights = ray.put(np.ones(300_000))
+        c = Counter.options(name="keeper", lifetime="detached").remote(10, weights)
         say(n=ray.get(c.inc.remote()), names=ray.util.list_named_actors())
     """)
     assert first == {"n": 11, "names": ["keeper"]}
