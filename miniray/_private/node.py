@@ -169,6 +169,12 @@ class NodeServer:
              root, self.info["session_dir"], str(os.getpid())],
             stdin=subprocess.DEVNULL, cwd="/", env=env)
         self.info["actor_service_pid"] = self._service.pid
+        with contextlib.suppress(OSError):  # `miniray stop` waits for it (node_client.py)
+            pid = self._service.pid
+            path = os.path.join(self.info["session_dir"], nc.SERVICE_PID)
+            with open(f"{path}.tmp", "w") as f:
+                f.write(f"{pid} {procinfo.start_time(pid)}\n")
+            os.replace(f"{path}.tmp", path)
         try:
             self._service_fd = os.pidfd_open(self._service.pid)
             self._sel.register(self._service_fd, selectors.EVENT_READ, self._on_service_exit)

@@ -85,6 +85,7 @@ RECORD_FILE = "node.json"
 NODE_SOCKET = "node.sock"
 NODE_LOG = "node.log"
 NODE_STATS = "node_stats.json"
+SERVICE_PID = "actor_service.pid"  # "<pid> <start time>" of the node's actor service
 CURRENT_NODE = "current_node"
 NODE_IP = "127.0.0.1"
 DEFAULT_PORT = 6379
@@ -537,6 +538,16 @@ def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> li
         time.sleep(0.02)
 
 
+def _service_of(record: NodeRecord) -> tuple[int | None, int | None]:
+    """``(pid, start time)`` of a node's actor service, from the file the node writes."""
+    try:
+        with open(os.path.join(record.session_dir, SERVICE_PID)) as f:
+            pid, start = f.read().split()
+        return int(pid), int(start)
+    except (OSError, ValueError):
+        return None, None
+
+
 def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 16.0) -> int:
     """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
     names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
@@ -556,9 +567,12 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
     # A node that died without its shutdown: its fork server sees EOF, kills the workers and
     # exits. Wait for that, so nothing of the node is left when this returns.
     forks = [(r.fork_server_pid, r.fork_server_start) for r in records]
-    for pid, start in _wait_gone(forks, 5.0):
+    # So does its actor service (it gets SIGTERM when the node dies, and shuts down as a
+    # driver, writing to the session): wait for it before the session directory goes.
+    children = forks + [_service_of(r) for r in records]
+    for pid, start in _wait_gone(children, 5.0):
         _signal(pid, start, signal.SIGKILL)
-    _wait_gone(forks, 5.0)
+    _wait_gone(children, 5.0)
     roots = {root} | {os.path.dirname(r.session_dir) for r in records}
     for r in records:
         if os.path.isdir(r.session_dir) and not session.is_session_alive(r.session_dir):

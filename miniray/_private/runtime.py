@@ -520,7 +520,10 @@ class Runtime:
                                                     "bytes_spilled", "pinned", "capacity")})
             if text != getattr(self, "_last_stats", None):
                 folder = os.path.join(self.session_dir, STORE_STATS_DIR)
-                os.makedirs(folder, exist_ok=True)
+                try:  # never re-create the node's session directory once it was removed
+                    os.mkdir(folder)
+                except FileExistsError:
+                    pass
                 path = os.path.join(folder, f"{self.pid}.json")
                 with open(path + ".tmp", "w") as f:
                     f.write(text)

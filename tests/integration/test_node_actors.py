@@ -70,9 +70,17 @@ def _run(env, code: str, timeout: float = 60) -> dict:
     return json.loads(lines[-1])
 
 
-def _service_pid(record) -> int:
-    with open(os.path.join(record.session_dir, "node_stats.json")) as f:
-        return json.load(f)["actor_service_pid"]
+def _service_pid(record) -> int | None:
+    """The actor service's pid, from the statistics the node writes (polled: the node writes
+    them within 0.25 s of starting or of a change)."""
+    def read():
+        try:
+            with open(os.path.join(record.session_dir, "node_stats.json")) as f:
+                return json.load(f)["actor_service_pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    return wait_until(read, 5.0)
 
 
 def _service_objects(record) -> int | None:
@@ -410,3 +418,19 @@ def test_an_actor_the_node_can_never_place_is_reported_to_its_creator(node_env):
     assert proc.returncode == 0, err[-3000:]
     assert json.loads(out.strip().splitlines()[-1]) == {"ready": 0}
     assert "CPU" in err and "actor Counter" in err, err
+
+
+def test_stop_returns_only_once_the_actor_service_is_gone(node_env):
+    for force in (False, True):
+        record = _start(node_env)
+        service = _service_pid(record)
+        assert procinfo.is_alive(service)
+        _run(node_env, """
+            Counter.options(name="left", lifetime="detached").remote()
+            say(ok=True)
+        """)
+        stopped = cli(node_env, "stop", *(["--force"] if force else []))
+        assert stopped.returncode == 0, stopped.stderr
+        # No waiting here: stop itself waited for the service (SIGTERM on the node's death).
+        assert not procinfo.is_alive(service), force
+        assert not os.path.exists(record.session_dir), force
