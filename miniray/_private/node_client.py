@@ -551,7 +551,8 @@ def _service_of(record: NodeRecord) -> tuple[int | None, int | None]:
 def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 16.0) -> int:
     """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
     names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
-    seconds (at once with ``force``). Waits for each node and its fork server to be gone,
+    seconds (at once with ``force``). Waits for each node, its fork server and its actor
+    service to be gone,
     then sweeps their session directories and stale records. Returns how many were running."""
     root = os.path.abspath(root or config.tmpdir_root())
     records = list_records(root, alive_only=False)
