@@ -552,8 +552,8 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
     """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
     names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
     seconds (at once with ``force``). Waits for each node, its fork server and its actor
-    service to be gone,
-    then sweeps their session directories and stale records. Returns how many were running."""
+    service to be gone, then sweeps their session directories and stale records. Returns how
+    many were running."""
     root = os.path.abspath(root or config.tmpdir_root())
     records = list_records(root, alive_only=False)
     live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
