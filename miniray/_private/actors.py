@@ -270,7 +270,7 @@ class ActorManager:
     def _place(self, actor: _Actor) -> bool:
         owner = self.owner
         spec = actor.spec
-        tag = f"actor {spec.class_name}"
+        tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
         key = ("actor", spec.actor_id)
         lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
         if lease is None and owner._release_idle_leases(force=True):

@@ -101,6 +101,10 @@ def test_a_detached_actor_outlives_its_creator_and_serves_the_next_driver(node_e
         say(n=ray.get(c.inc.remote()), names=ray.util.list_named_actors())
     """)
     assert first == {"n": 11, "names": ["keeper"]}
+    status = cli(node_env, "status")
+    assert status.returncode == 0, status.stderr
+    row = [line for line in status.stdout.splitlines() if "actor Counter name=keeper" in line]
+    assert row and str(_service_pid(record)) in row[0], status.stdout  # held by the service
     # The service keeps its own copy of the constructor's argument, for restarts.
     assert wait_until(lambda: _service_objects(record) == 1, 10.0), _service_objects(record)
     second = _run(node_env, """
