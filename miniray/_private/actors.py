@@ -655,6 +655,17 @@ class ActorManager:
         return out
 
     # -- handles -------------------------------------------------------------------------
+    def keep_for_workers(self, actor_id: bytes) -> None:
+        """*Locked.* A worker got a handle (``get_actor`` or its own creation): workers do not
+        count handles, so the actor is kept as if its handle had escaped, and for a service
+        actor this driver holds it until it disconnects."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.escaped:
+            return
+        actor.escaped = True
+        if actor.remote:
+            self.link.hold(actor_id, True)
+
     def handle_created(self, actor_id: bytes) -> None:
         self.handle_events.append((actor_id, 1))
 

@@ -151,6 +151,7 @@ class WorkerRequests:
         def finish(_timed_out: bool) -> None:
             try:
                 value = (True, self.actors.create_in_service(spec))
+                self.actors.keep_for_workers(value[1])
             except Exception as error:
                 value = (False, error)
             self._reply(worker, req_id, value)
@@ -170,6 +171,7 @@ class WorkerRequests:
                 value = None
             elif method == "get_actor":
                 value = self.actors.lookup(args[0], args[1])
+                self.actors.keep_for_workers(value[0])
             elif method == "list_named_actors":
                 value = self.actors.named(args[1], args[0])
             elif method == "cancel":

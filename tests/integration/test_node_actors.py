@@ -438,3 +438,54 @@ def test_stop_returns_only_once_the_actor_service_is_gone(node_env):
         # No waiting here: stop itself waited for the service (SIGTERM on the node's death).
         assert not procinfo.is_alive(service), force
         assert not os.path.exists(record.session_dir), force
+
+
+def test_a_handle_an_actor_looked_up_keeps_the_named_actor_when_its_creator_lets_go(
+        node_env):
+    _start(node_env)
+    creator = driver(_program("""
+        import gc
+        c = Counter.options(name="kept").remote()
+        say(n=ray.get(c.inc.remote()))
+        sys.stdin.readline()
+        del c  # the creator lets go, but stays connected
+        gc.collect()
+        say(dropped=True)
+        sys.stdin.readline()
+    """), node_env, stdin=subprocess.PIPE)
+    user = driver(_program("""
+        import time
+
+        @ray.remote
+        class User:
+            def __init__(self):
+                self.c = ray.get_actor("kept")  # looked up inside an actor of this driver
+            def bump(self):
+                return ray.get(self.c.inc.remote())
+
+        sys.stdin.readline()
+        u = User.remote()
+        say(first=ray.get(u.bump.remote()))
+        sys.stdin.readline()
+        time.sleep(0.5)
+        say(second=ray.get(u.bump.remote()))
+    """), node_env, stdin=subprocess.PIPE)
+    try:
+        assert json_line(creator) == {"n": 1}
+
+        def go(proc):
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+
+        go(user)
+        assert json_line(user) == {"first": 2}
+        go(creator)
+        assert json_line(creator) == {"dropped": True}
+        go(user)
+        assert json_line(user) == {"second": 3}  # still alive: the user driver holds it
+        assert user.wait(30) == 0, user.stderr.read()[-3000:]
+    finally:
+        for proc in (creator, user):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
