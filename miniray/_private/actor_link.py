@@ -118,8 +118,10 @@ class ActorLink:
             raise ServiceUnavailable(self._lost) from None
 
     # -- requests (owner lock held) ----------------------------------------------------------
-    def create(self, spec, payloads) -> tuple[bytes, tuple]:
-        actor_id, state, warning = self._request(("CREATE", spec, payloads))
+    def create(self, spec, payloads, exported) -> tuple[bytes, tuple]:
+        """``payloads``: the constructor's top-level ref arguments; ``exported``: ``[(id, kind,
+        payload)]`` of the refs nested inside its arguments."""
+        actor_id, state, warning = self._request(("CREATE", spec, payloads, exported))
         if warning:  # it can never be placed: say so here, as for an actor of this driver
             print(warning, file=sys.stderr, flush=True)
         return actor_id, state
@@ -134,7 +136,7 @@ class ActorLink:
         self._request(("KILL", actor_id, no_restart))
 
     # -- the calls socket (owner lock held) ----------------------------------------------------
-    def call(self, actor_id: bytes, spec) -> None:
+    def call(self, actor_id: bytes, spec, exported) -> None:
         try:
             self._connect()
         except ServiceUnavailable as error:
@@ -145,7 +147,7 @@ class ActorLink:
             self.owner.actors.on_remote_result(
                 spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
             return
-        self._send(("CALL", actor_id, spec))
+        self._send(("CALL", actor_id, spec, exported))
 
     def cancel(self, task_id: bytes, force: bool) -> None:
         self._send(("CANCEL", task_id, force))
@@ -187,11 +189,19 @@ class ActorLink:
             for frame in frames:
                 message = pickle.loads(frame)
                 if message[0] == "RESULT":
-                    self.owner.actors.on_remote_result(message[1], message[2])
+                    self.owner.actors.on_remote_result(message[1], message[2], message[3])
                 elif message[0] == "OUTPUT":
                     self._print(message[1], message[2])
             if closed and self._calls is calls:
                 self._gone("the node's actor service exited")
+
+    @staticmethod
+    def discard(payload) -> None:
+        """A copy the service made in this driver's store that nobody will adopt."""
+        if isinstance(payload, tuple):
+            from miniray._private.shm_segments import unlink_quiet
+
+            unlink_quiet(payload[1])
 
     def _print(self, target: str, text: str) -> None:
         """Output of an actor this driver created (already prefixed with its name and pid)."""

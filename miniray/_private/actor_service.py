@@ -18,11 +18,13 @@ driver owns those itself).
 * Arguments. The caller resolves top-level ObjectRefs and sends their payloads: small values as
   bytes; large ones as the path of its own segment, which the actor maps directly (the caller
   pins it until the result arrives). A constructor's large arguments are copied into this
-  store, because a restart needs them again after the caller has moved on. ObjectRefs nested
-  inside arguments are refused by the caller, and ones nested inside results come back as an
-  error: neither can be resolved across drivers yet.
+  store, because a restart needs them again after the caller has moved on. The objects of
+  refs nested inside arguments are sent along (the call waits until they are ready) and
+  imported here under their own ids, so the actor can get them and keep the refs.
 * Results. A small result travels as bytes. A large one is the segment the actor wrote; it is
-  renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it.
+  renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
+  inside a result travel with their objects (copied into the caller's store, which owns them
+  from then on; the result waits until they are ready).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -50,17 +52,12 @@ from miniray._private import protocol, serialization
 from miniray._private import shm_segments as segs
 from miniray._private.actor_link import SOCKET_NAME
 from miniray._private.framing import FramedSocket
+from miniray._private.object_table import PENDING
 from miniray._private.resources import format_infeasible, infeasible_reasons
 
 __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
 logger = logging.getLogger(__name__)
-
-_NESTED_RESULT = (
-    "The result of this call contains ObjectRefs, and it was made to a named or detached "
-    "actor, which lives in the node's actor service: ObjectRefs inside its results cannot be "
-    "passed to another driver yet. Return the values themselves instead.")
-
 
 class Lifetimes:
     """Pure bookkeeping: who created each service actor, who holds it, what must end.
@@ -261,7 +258,7 @@ class ActorService:
         try:
             tag = message[0]
             if tag == "CREATE":
-                value = self._create(client, message[1], message[2])
+                value = self._create(client, message[1], message[2], message[3])
             elif tag == "LOOKUP":
                 value = actors.lookup(message[1], message[2])
             elif tag == "LIST":
@@ -276,22 +273,21 @@ class ActorService:
             return
         self._answer(conn, "OK", value)
 
-    def _create(self, client: _Client, spec, payloads) -> tuple[bytes, tuple, str | None]:
+    def _create(self, client: _Client, spec, payloads, exported) -> tuple[bytes, tuple,
+                                                                          str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed
         on this node) is printed by the driver, where Ray prints it."""
         owner = self.owner
         if spec.fn_bytes is not None:
             owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
-        imported = self._import(spec.deps or (), payloads or ())
+        items = [(object_id, kind, payload) for (_position, object_id), (_p, kind, payload)
+                 in zip(spec.deps or (), payloads or ())]
+        imported = self._import(items + list(exported or ()))
         try:
-            actor_id = owner.actors.create(spec)
+            actor_id = owner.actors.create(spec)  # pins and holds what the actor uses
         finally:
-            for object_id in imported:  # the actor pins what it uses; free the rest with it
-                entry = owner.objects.get(object_id)
-                if entry is not None:
-                    entry.dropped = True
-                    owner.objects.maybe_free(object_id, entry)
+            self._settle(imported)
         if actor_id == spec.actor_id:
             self.life.created(actor_id, client.token, spec.detached)
             self._creators[actor_id] = client.token
@@ -301,36 +297,45 @@ class ActorService:
             warning = f"{format_infeasible(spec.placement, reasons)} (actor {spec.class_name})"
         return actor_id, owner.actors.actors[actor_id].spec.handle_state, warning
 
-    def _import(self, deps, payloads) -> list[bytes]:
-        """Put a constructor's argument values into this store (large ones copied: a restart
-        reads them again, long after the caller has moved on)."""
+    def _import(self, items) -> list[bytes]:
+        """Put a caller's objects (``[(id, kind, payload)]``) into this store, under their own
+        ids, large ones copied: a constructor's arguments are read again by a restart, and
+        refs nested in arguments may be kept by the actor, long after the caller moved on."""
         objects = self.owner.objects
         store = self.owner.store
         imported = []
-        for (_position, object_id), (_p, kind, payload) in zip(deps, payloads):
+        for object_id, kind, payload in items:
             entry = objects.get(object_id)
             if entry is not None and store.contains(object_id):
-                continue  # the same object twice
+                continue  # the same object twice, or one of this process's own
             if isinstance(payload, tuple):
-                _where, src, size = payload
-                dst = os.path.join(store.shm_dir, segs.segment_name(store.session_tag, object_id))
-                segs.copy_file(src, dst, size)
-                payload = ("shm", dst, size)
+                payload = _copy_segment(payload, store.shm_dir, store.session_tag)
             objects.set_ready(object_id, kind, payload)
             imported.append(object_id)
         return imported
+
+    def _settle(self, imported: list[bytes]) -> None:
+        """Imported objects that nothing pinned or held are freed now."""
+        objects = self.owner.objects
+        for object_id in imported:
+            entry = objects.get(object_id)
+            if entry is not None and entry.pins <= 0:
+                objects.maybe_free(object_id, entry)
 
     def _calls(self, client: _Client, message: tuple) -> None:
         tag = message[0]
         actors = self.owner.actors
         if tag == "CALL":
-            actor_id, spec = message[1], message[2]
+            actor_id, spec, exported = message[1], message[2], message[3]
+            imported = self._import(exported)
+            spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
             spec.reply = functools.partial(self._reply, client, spec.task_id, spec.return_ids)
             try:
-                actors.submit(actor_id, spec)
+                actors.submit(actor_id, spec)  # holds the nested refs' objects until done
             except Exception as error:  # e.g. PendingCallsLimitExceeded
                 data = serialization.dumps(error)
                 spec.reply([(protocol.ERR, data)] * max(1, spec.num_returns), None)
+            self._settle(imported)
         elif tag == "CANCEL":
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2])
@@ -372,14 +377,32 @@ class ActorService:
         return route
 
     def _reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
-               contained) -> None:
+               contained, held: bool = False) -> None:
+        """Send a call's results to the driver that made it. Refs inside a result travel with
+        their objects (copied into the driver's store), which the driver then owns; a result
+        waits for those objects to be ready (they are held meanwhile)."""
+        objects = self.owner.objects
+        inner = list(dict.fromkeys(i for ids in contained or () if ids for i in ids))
+        pending = [i for i in inner if (e := objects.get(i)) is not None and e.state == PENDING]
+        if pending and not held:
+            objects.hold(inner)
+            again = functools.partial(self._reply, client, task_id, return_ids, results,
+                                      contained, True)
+            objects.await_objects(pending, len(pending), False, lambda _timed_out: again(),
+                                  None, self.owner.reactor.call_later)
+            return
+        nested = []
+        if not client.gone:
+            for index, ids in enumerate(contained or ()):
+                if ids:
+                    nested.append((index, [self._export(i, client) for i in ids
+                                           if objects.get(i) is not None]))
+        if held:
+            objects.release(inner)
         out = []
         for index, (kind, data) in enumerate(results):
-            object_id = return_ids[index] if index < len(return_ids) else None
-            if contained and index < len(contained) and contained[index]:
-                self._discard(data)
-                kind, data = protocol.ERR, serialization.dumps(ValueError(_NESTED_RESULT))
-            elif isinstance(data, tuple):
+            if isinstance(data, tuple):
+                object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
         conn = client.conns.get("calls")
@@ -388,7 +411,7 @@ class ActorService:
                 self._discard(data)
             return
         try:
-            if conn.send_nowait(pickle.dumps(("RESULT", task_id, out), 5)):
+            if conn.send_nowait(pickle.dumps(("RESULT", task_id, out, nested), 5)):
                 self.owner.reactor.want_write(conn.fd, self._on_writable)
         except OSError:
             self._drop(conn.fd)
@@ -405,6 +428,14 @@ class ActorService:
                 flushed = True
             if flushed:
                 self.owner.reactor.done_write(fd)
+
+    def _export(self, object_id: bytes, client: _Client) -> tuple:
+        """``(id, kind, payload)`` of an object of this process for ``client``; a large one is
+        copied into a segment of the client's store, which adopts it."""
+        kind, payload = self.owner.objects.read(object_id)
+        if isinstance(payload, tuple):
+            payload = _copy_segment(payload, client.shm_dir, client.tag)
+        return object_id, kind, payload
 
     def _hand_over(self, data: tuple, client: _Client, object_id: bytes) -> tuple:
         """A segment the actor wrote becomes the caller's: renamed into its store's name
@@ -438,6 +469,15 @@ class ActorService:
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:
+    """A copy of a segment (or spilled file) under a fresh name of session ``tag``: a store of
+    that session adopts it. The name is random, so it never meets a segment the store has."""
+    _where, src, size = payload
+    dst = os.path.join(shm_dir, segs.segment_name(tag, os.urandom(28)))
+    segs.copy_file(src, dst, size)
+    return ("shm", dst, size)
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ import signal
 import sys
 
 from miniray._private import protocol, serialization
-from miniray._private.object_table import PENDING
+from miniray._private.object_table import PENDING, READY
 from miniray._private.resources import format_infeasible, infeasible_reasons
 
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class ActorCallSpec:
 
 
 class _Call:
-    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent")
+    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported")
 
     def __init__(self, spec: ActorCallSpec, actor: _Actor):
         self.spec = spec
@@ -99,6 +99,7 @@ class _Call:
         self.failed: bytes | None = None  # an argument's error: the call fails with it
         self.retries_left = spec.max_task_retries
         self.sent = False
+        self.exported: list = []  # objects of nested refs sent to the actor service, pinned
 
 
 class _Actor:
@@ -154,6 +155,16 @@ class _CallDep:
         self.manager._call_dep_ready(self.call, is_error, object_id)
 
 
+class _NestedDep(_CallDep):
+    """A ref nested in the arguments of a call to a service actor: its value travels with the
+    call, so the call waits for it (an error is the value, not the call's failure)."""
+
+    __slots__ = ()
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._call_dep_ready(self.call, False, object_id)
+
+
 class ActorManager:
     def __init__(self, owner):
         self.owner = owner
@@ -181,13 +192,33 @@ class ActorManager:
         if spec.fn_bytes is None:
             spec.fn_bytes = owner._functions[spec.fn_id]
         payloads = owner.dep_payloads(spec.deps, pin=True) if spec.deps else None
+        exported = self._export(spec.contained)
         try:
-            actor_id, state = self.link.create(spec, payloads)
+            actor_id, state = self.link.create(spec, payloads, exported)
         finally:
             if spec.deps:
                 owner.unpin_deps(spec.deps)
+            owner.unpin_deps([(0, object_id) for object_id, _k, _p in exported])
         self.proxy(actor_id, state, spec)
         return actor_id
+
+    def _export(self, object_ids) -> list:
+        """*Locked.* ``[(id, kind, payload)]`` of the ready objects of refs nested in a call to
+        the actor service, pinned (the caller unpins them once the service has them)."""
+        objects = self.owner.objects
+        out = []
+        for object_id in dict.fromkeys(object_ids or ()):
+            entry = objects.get(object_id)
+            if entry is None or entry.state != READY:
+                continue  # freed: reading it in the actor raises its loss
+            self.owner.store.pin(object_id)
+            out.append((object_id,) + objects.read(object_id))
+        return out
+
+    def nested_ids(self, spec) -> list[bytes]:
+        """Every object a call to the actor service needs the value of before it is sent."""
+        ids = [object_id for _position, object_id in spec.deps or ()]
+        return list(dict.fromkeys(ids + list(spec.contained or ())))
 
     def proxy(self, actor_id: bytes, state, spec: ActorCreationSpec | None = None) -> _Actor:
         """*Locked.* The proxy of an actor the node's actor service owns (made on first use)."""
@@ -363,12 +394,6 @@ class ActorManager:
                 f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
                 f"{limit} calls pending, its max_pending_calls; wait for results before "
                 "submitting more, or raise max_pending_calls.")
-        if actor.remote and spec.contained:
-            raise ValueError(
-                f"Actor {actor.spec.class_name} ({actor_id.hex()}) lives in the node's actor "
-                "service (it is named or detached), and ObjectRefs nested inside arguments "
-                "cannot be passed to it yet; pass each ObjectRef as a top-level argument (its "
-                "value is sent), or call ray.get() on it first.")
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
         if spec.contained:
@@ -384,6 +409,12 @@ class ActorManager:
                 entry.add_waiter(_CallDep(self, call))
             elif entry.kind == protocol.ERR:
                 call.failed = owner.store.get_serialized(object_id)
+        if actor.remote:  # nested refs' values go with the call: wait for them too
+            for object_id in spec.contained or ():
+                entry = objects.get(object_id)
+                if entry is not None and entry.state == PENDING:
+                    call.waiting += 1
+                    entry.add_waiter(_NestedDep(self, call))
         actor.queue.append(call)
         self._pump(actor)
 
@@ -415,9 +446,11 @@ class ActorManager:
             actor.inflight[spec.task_id] = call
             call.sent = True
             if remote:
+                call.exported = self._export(spec.contained)
                 self.link.call(actor.spec.actor_id, ActorCallSpec(
                     spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
-                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values))
+                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values),
+                    call.exported)
                 continue
             try:
                 owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
@@ -426,12 +459,32 @@ class ActorManager:
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
 
-    def on_remote_result(self, task_id: bytes, results: list) -> None:
-        """*Locked.* The node's actor service answered a call of a proxy."""
+    def on_remote_result(self, task_id: bytes, results: list, nested=None) -> None:
+        """*Locked.* The node's actor service answered a call of a proxy. ``nested``:
+        ``[(index, [(id, kind, payload)])]``, the objects of refs inside result ``index``,
+        which become this driver's and live as long as that result."""
         call = self.calls.get(task_id)
         if call is None or call.actor.inflight.pop(task_id, None) is None:
+            for _index, items in nested or ():
+                for _id, _kind, payload in items:
+                    self.link.discard(payload)
             return
+        objects = self.owner.objects
+        return_ids = call.spec.return_ids
+        for index, items in nested or ():
+            for object_id, kind, payload in items:
+                if objects.get(object_id) is None:
+                    objects.set_ready(object_id, kind, payload)
+                else:
+                    self.link.discard(payload)  # already here (it came from this driver)
+            if index < len(return_ids):
+                objects.contain(return_ids[index], [i for i, _k, _p in items])
         self._finish(call, results)
+        for _index, items in nested or ():  # held by a result nobody kept: they go now
+            for object_id, _kind, _payload in items:
+                entry = objects.get(object_id)
+                if entry is not None and entry.pins <= 0:
+                    objects.maybe_free(object_id, entry)
 
     def on_link_lost(self, error: bytes) -> None:
         """*Locked.* The actor service is gone: every proxy's calls fail with ``error``."""
@@ -447,6 +500,9 @@ class ActorManager:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
             self.owner.unpin_deps(spec.deps)
+        if call.exported:
+            exported, call.exported = call.exported, []
+            self.owner.unpin_deps([(0, object_id) for object_id, _k, _p in exported])
         self._deliver(spec, results, contained)
         objects = self.owner.objects
         for _position, object_id in spec.deps or ():

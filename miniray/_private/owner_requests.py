@@ -146,7 +146,7 @@ class WorkerRequests:
     def _create_in_service(self, worker, req_id, spec) -> None:
         """A worker creates a named or detached actor: once its arguments are ready, the
         node's actor service creates it (the worker waits for the answer)."""
-        dep_ids = list(dict.fromkeys(object_id for _position, object_id in spec.deps or ()))
+        dep_ids = self.actors.nested_ids(spec)
 
         def finish(_timed_out: bool) -> None:
             try:

@@ -374,8 +374,8 @@ class Runtime:
             owner._check_usable()
             if not owner.actors.is_node_actor(spec):
                 return owner.actors.create(spec)
-        if spec.deps:  # the node's actor service gets the values: wait for them here
-            dep_ids = list(dict.fromkeys(object_id for _position, object_id in spec.deps))
+        dep_ids = owner.actors.nested_ids(spec)
+        if dep_ids:  # the node's actor service gets the values: wait for them here
             owner.objects.wait_ready(dep_ids, len(dep_ids), None)
         with owner._lock:
             owner._check_usable()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import textwrap
 
-from miniray._private import node_client, procinfo
+from miniray._private import node_client, procinfo, session
 
 from .helpers import cli, driver, json_line, wait_until
 
@@ -81,6 +81,12 @@ def _service_pid(record) -> int | None:
             return None
 
     return wait_until(read, 5.0)
+
+
+def _service_segments(record, env) -> list[str]:
+    """The actor service's shared-memory segments (``mr_<root tag><pid>...``)."""
+    prefix = f"mr_{session.root_tag(env['MINIRAY_TMPDIR'])}{_service_pid(record):08x}"
+    return [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
 
 
 def _service_objects(record) -> int | None:
@@ -231,27 +237,61 @@ def test_large_arguments_and_results_cross_drivers_and_nothing_is_left(node_env)
     assert result["adopted"] >= 1  # the actor's segment became this driver's: no copy
 
 
-def test_refs_inside_arguments_or_results_fail_with_a_clear_error(node_env):
-    _start(node_env)
+def test_refs_nested_in_arguments_and_results_cross_drivers(node_env):
+    record = _start(node_env)
     result = _run(node_env, """
-        c = Counter.options(name="n", lifetime="detached").remote()
-        try:
-            c.total.remote([ray.put(1)])
-            refused = None
-        except ValueError as e:
-            refused = str(e)
-        try:
-            ray.get(c.nested.remote())
-            nested = None
-        except ValueError as e:
-            nested = str(e)
-        say(refused=refused, nested=nested, still=ray.get(c.inc.remote()))
-        ray.kill(c)
-    """)
-    assert "pass each ObjectRef as a top-level argument" in result["refused"]
-    assert "contains ObjectRefs" in result["nested"]
-    assert result["still"] == 1
+        import gc
+        from miniray._private import runtime
 
+        @ray.remote
+        class Keeper:
+            def __init__(self, boxed):
+                self.boxed = boxed  # a list holding a ref, kept by the actor
+            def first(self):
+                return float(ray.get(self.boxed[0]).sum())
+            def keep(self, refs):
+                self.kept = refs
+                return len(refs)
+            def kept_sum(self):
+                return sum(float(ray.get(r).sum()) for r in self.kept)
+            def make(self, n):
+                return {"small": ray.put(n), "big": ray.put(np.full(200_000, float(n)))}
+
+        @ray.remote
+        def slow(x):
+            import time
+            time.sleep(0.3)
+            return np.full(10, float(x))
+
+        k = Keeper.options(name="keeper", lifetime="detached").remote(
+            [ray.put(np.ones(300_000))])
+        kept = ray.get(k.keep.remote([ray.put(np.ones(150_000)), slow.remote(2)]))
+        gc.collect()  # this driver no longer holds those refs: the actor does
+        made = ray.get(k.make.remote(3))
+        out = dict(first=ray.get(k.first.remote()), kept=kept,
+                   kept_sum=ray.get(k.kept_sum.remote()), small=ray.get(made["small"]),
+                   big=float(ray.get(made["big"]).sum()))
+        del made
+        gc.collect()
+        store = runtime.current().store
+        import time
+        deadline = time.monotonic() + 5  # refs dropped are applied by the I/O thread
+        while store.statistics()["objects"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        out["objects_left"] = store.statistics()["objects"]
+        say(**out)
+    """)
+    assert result == {"first": 300_000.0, "kept": 2, "kept_sum": 150_020.0, "small": 3,
+                      "big": 600_000.0, "objects_left": 0}
+    # The service holds its copies of the constructor's and the kept refs' large objects
+    # while the actor keeps them, and frees them when it dies.
+    held = [n for n in _service_segments(record, node_env) if "_pool" not in n]  # not reuse
+    assert len(held) == 2, held
+    _run(node_env, """
+        ray.kill(ray.get_actor("keeper"))
+        say(ok=True)
+    """)
+    assert wait_until(lambda: not _service_segments(record, node_env), 10.0)
 
 def test_dropping_every_handle_ends_a_named_actor(node_env):
     _start(node_env)
