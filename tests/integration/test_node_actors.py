@@ -529,3 +529,32 @@ def test_a_handle_an_actor_looked_up_keeps_the_named_actor_when_its_creator_lets
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_a_named_gpu_actor_gets_its_device_from_the_nodes_ledger(node_env):
+    started = cli(node_env, "start", "--head", "--num-cpus", "2", "--num-gpus", "2")
+    assert started.returncode == 0, started.stderr
+    result = _run(node_env, """
+        @ray.remote(num_gpus=1)
+        class Gpu:
+            def ids(self):
+                return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+        a = Gpu.options(name="gpu-a", lifetime="detached").remote()
+        b = Gpu.options(name="gpu-b", lifetime="detached").remote()
+        ids = sorted([ray.get(a.ids.remote()), ray.get(b.ids.remote())])
+        say(ids=ids, available=ray.available_resources().get("GPU", 0.0))
+    """)
+    assert result == {"ids": [[[0], "0"], [[1], "1"]], "available": 0.0}
+    status = cli(node_env, "status").stdout
+    assert "actor Gpu name=gpu-a" in status and "actor Gpu name=gpu-b" in status
+    freed = _run(node_env, """
+        for name in ("gpu-a", "gpu-b"):
+            ray.kill(ray.get_actor(name))
+        import time
+        deadline = time.monotonic() + 10
+        while ray.available_resources().get("GPU", 0.0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        say(available=ray.available_resources().get("GPU", 0.0))
+    """)
+    assert freed == {"available": 2.0}
