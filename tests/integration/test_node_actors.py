@@ -558,3 +558,31 @@ def test_a_named_gpu_actor_gets_its_device_from_the_nodes_ledger(node_env):
         say(available=ray.available_resources().get("GPU", 0.0))
     """)
     assert freed == {"available": 2.0}
+
+
+def test_cancelling_a_queued_call_to_a_node_actor(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        import time
+
+        @ray.remote
+        class Slow:
+            def nap(self, s):
+                time.sleep(s)
+                return s
+
+        a = Slow.options(name="slow", lifetime="detached").remote()
+        ray.get(a.nap.remote(0))
+        running = a.nap.remote(0.5)
+        queued = a.nap.remote(0)
+        time.sleep(0.1)
+        ray.cancel(queued)
+        try:
+            ray.get(queued)
+            cancelled = False
+        except ray.exceptions.TaskCancelledError:
+            cancelled = True
+        say(cancelled=cancelled, running=ray.get(running))
+        ray.kill(a)
+    """)
+    assert result == {"cancelled": True, "running": 0.5}
