@@ -8,8 +8,9 @@ Called by: ``actors.ActorManager`` with the owner's lock held.
 ::
 
     control socket: request ─► reply, blocking, one at a time (CREATE, LOOKUP, LIST, KILL)
-    calls socket:   CALL / CANCEL / HOLD / RELEASE ─► (never blocks: an outbox flushed by the
-                    owner's I/O thread) ◄─ RESULT (read by the I/O thread)
+    calls socket:   CALL / OBJECT / CANCEL / HOLD / RELEASE ─► (never blocks: an outbox
+                    flushed by the owner's I/O thread) ◄─ RESULT / OUTPUT / IMPORTED (read by
+                    the I/O thread)
 
 Two sockets, because a request can come from the I/O thread itself (a worker's ``get_actor``),
 which must not wait for a reply only it could read. The service answers a request at once; it
@@ -45,6 +46,18 @@ class ServiceUnavailable(RuntimeError):
     """The node's actor service cannot be reached."""
 
 
+class _Forward:
+    """Waits for an object the service needs (see ``ActorLink.forward_when_ready``)."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, link):
+        self.link = link
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.link._forward(object_id)
+
+
 class ActorLink:
     def __init__(self, owner, path: str):
         self.owner = owner
@@ -54,6 +67,7 @@ class ActorLink:
         self._calls: FramedSocket | None = None
         self._lost: str | None = None
         self._closed = False
+        self._forwarding: dict[bytes, int] = {}  # objects sent later, held until imported
 
     # -- connecting ------------------------------------------------------------------------
     def _connect(self) -> None:
@@ -118,10 +132,11 @@ class ActorLink:
             raise ServiceUnavailable(self._lost) from None
 
     # -- requests (owner lock held) ----------------------------------------------------------
-    def create(self, spec, payloads, exported) -> tuple[bytes, tuple]:
-        """``payloads``: the constructor's top-level ref arguments; ``exported``: ``[(id, kind,
-        payload)]`` of the refs nested inside its arguments."""
-        actor_id, state, warning = self._request(("CREATE", spec, payloads, exported))
+    def create(self, spec, exported) -> tuple[bytes, tuple]:
+        """``exported``: ``[(id, kind, payload)]`` of the objects of every ObjectRef in the
+        constructor's arguments; kind and payload None for one not ready yet, which
+        ``forward_when_ready`` sends later."""
+        actor_id, state, warning = self._request(("CREATE", spec, exported))
         if warning:  # it can never be placed: say so here, as for an actor of this driver
             print(warning, file=sys.stderr, flush=True)
         return actor_id, state
@@ -148,6 +163,28 @@ class ActorLink:
                 spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
             return
         self._send(("CALL", actor_id, spec, exported))
+
+    def forward_when_ready(self, object_id: bytes) -> None:
+        """*Locked.* Send this object to the service once it is ready (an argument of an
+        actor created there); it stays held here until the service has it."""
+        objects = self.owner.objects
+        objects.hold([object_id])
+        self._forwarding[object_id] = self._forwarding.get(object_id, 0) + 1
+        entry = objects.get(object_id)
+        if entry is not None:
+            entry.add_waiter(_Forward(self))
+
+    def _forward(self, object_id: bytes) -> None:
+        self._send(("OBJECT",) + tuple(self.owner.actors.export([object_id])[0]))
+
+    def _forwarded(self, object_id: bytes) -> None:
+        """The service has it (or is gone): let it go here."""
+        count = self._forwarding.pop(object_id, 0)
+        if count > 1:
+            self._forwarding[object_id] = count - 1
+        if count:
+            self.owner.unpin_deps([(0, object_id)])
+            self.owner.objects.release([object_id])
 
     def cancel(self, task_id: bytes, force: bool) -> None:
         self._send(("CANCEL", task_id, force))
@@ -192,6 +229,8 @@ class ActorLink:
                     self.owner.actors.on_remote_result(message[1], message[2], message[3])
                 elif message[0] == "OUTPUT":
                     self._print(message[1], message[2])
+                elif message[0] == "IMPORTED":
+                    self._forwarded(message[1])
             if closed and self._calls is calls:
                 self._gone("the node's actor service exited")
 
@@ -217,6 +256,9 @@ class ActorLink:
         if not self._closed:
             self._lost = f"{why}; the named and detached actors that lived there are gone."
         self._close_sockets()
+        for object_id in list(self._forwarding):
+            while object_id in self._forwarding:
+                self._forwarded(object_id)
         if not self._closed:
             from miniray.exceptions import ActorDiedError
 

@@ -11,16 +11,18 @@ driver owns those itself).
 ::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
-    driver ── calls:   CALL / CANCEL / HOLD / RELEASE ─────────┼─► this process's owner
+    driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
                   the caller's store: no copy)
 
 * Arguments. The caller resolves top-level ObjectRefs and sends their payloads: small values as
   bytes; large ones as the path of its own segment, which the actor maps directly (the caller
-  pins it until the result arrives). A constructor's large arguments are copied into this
-  store, because a restart needs them again after the caller has moved on. The objects of
-  refs nested inside arguments are sent along (the call waits until they are ready) and
-  imported here under their own ids, so the actor can get them and keep the refs.
+  pins it until the result arrives). A constructor's arguments are copied into this store,
+  because a restart needs them again after the caller has moved on; those not ready at
+  creation follow in an OBJECT message when they are (the actor waits for them here, as any
+  actor waits for its arguments), and the service answers IMPORTED so the caller lets go.
+  The objects of refs nested inside a call's arguments are sent along (the call waits until
+  they are ready) and imported here under their own ids, so the actor can keep the refs.
 * Results. A small result travels as bytes. A large one is the segment the actor wrote; it is
   renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
   inside a result travel with their objects (copied into the caller's store, which owns them
@@ -258,7 +260,7 @@ class ActorService:
         try:
             tag = message[0]
             if tag == "CREATE":
-                value = self._create(client, message[1], message[2], message[3])
+                value = self._create(client, message[1], message[2])
             elif tag == "LOOKUP":
                 value = actors.lookup(message[1], message[2])
             elif tag == "LIST":
@@ -273,17 +275,14 @@ class ActorService:
             return
         self._answer(conn, "OK", value)
 
-    def _create(self, client: _Client, spec, payloads, exported) -> tuple[bytes, tuple,
-                                                                          str | None]:
+    def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed
         on this node) is printed by the driver, where Ray prints it."""
         owner = self.owner
         if spec.fn_bytes is not None:
             owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
-        items = [(object_id, kind, payload) for (_position, object_id), (_p, kind, payload)
-                 in zip(spec.deps or (), payloads or ())]
-        imported = self._import(items + list(exported or ()))
+        imported = self._import(exported or ())
         try:
             actor_id = owner.actors.create(spec)  # pins and holds what the actor uses
         finally:
@@ -308,6 +307,11 @@ class ActorService:
             entry = objects.get(object_id)
             if entry is not None and store.contains(object_id):
                 continue  # the same object twice, or one of this process's own
+            if kind is None:  # not ready at the caller: it follows (OBJECT) when it is
+                if entry is None:
+                    objects.ensure(object_id)
+                    imported.append(object_id)
+                continue
             if isinstance(payload, tuple):
                 payload = _copy_segment(payload, store.shm_dir, store.session_tag)
             objects.set_ready(object_id, kind, payload)
@@ -315,12 +319,16 @@ class ActorService:
         return imported
 
     def _settle(self, imported: list[bytes]) -> None:
-        """Imported objects that nothing pinned or held are freed now."""
+        """Imported objects that nothing pinned or held are freed now (a pending one, whose
+        value will never be needed, is forgotten)."""
         objects = self.owner.objects
         for object_id in imported:
             entry = objects.get(object_id)
             if entry is not None and entry.pins <= 0:
-                objects.maybe_free(object_id, entry)
+                if entry.state == PENDING:
+                    objects.forget_pending(object_id)
+                else:
+                    objects.maybe_free(object_id, entry)
 
     def _calls(self, client: _Client, message: tuple) -> None:
         tag = message[0]
@@ -336,6 +344,9 @@ class ActorService:
                 data = serialization.dumps(error)
                 spec.reply([(protocol.ERR, data)] * max(1, spec.num_returns), None)
             self._settle(imported)
+        elif tag == "OBJECT":  # an argument of an actor created earlier is ready
+            self._import([message[1:4]])
+            self._send(client, ("IMPORTED", message[1]))
         elif tag == "CANCEL":
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2])
@@ -364,15 +375,7 @@ class ActorService:
 
         def route(target: str, text: str) -> bool:
             client = self._clients.get(self._creators.get(actor_id, ""))
-            conn = client.conns.get("calls") if client is not None else None
-            if conn is None:
-                return False
-            try:
-                if conn.send_nowait(pickle.dumps(("OUTPUT", target, text), 5)):
-                    self.owner.reactor.want_write(conn.fd, self._on_writable)
-            except OSError:
-                return False
-            return True
+            return client is not None and self._send(client, ("OUTPUT", target, text))
 
         return route
 
@@ -405,16 +408,25 @@ class ActorService:
                 object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
-        conn = client.conns.get("calls")
-        if client.gone or conn is None:
+        if not self._send(client, ("RESULT", task_id, out, nested)):
             for _kind, data in out:
                 self._discard(data)
-            return
+            for _index, items in nested:
+                for _id, _kind, payload in items:
+                    self._discard(payload)
+
+    def _send(self, client: _Client, message: tuple) -> bool:
+        """Queue a message on the client's calls socket; False if it is gone (its socket's
+        EOF, read by the I/O thread, then drops it). I/O thread only."""
+        conn = client.conns.get("calls")
+        if client.gone or conn is None:
+            return False
         try:
-            if conn.send_nowait(pickle.dumps(("RESULT", task_id, out, nested), 5)):
+            if conn.send_nowait(pickle.dumps(message, 5)):
                 self.owner.reactor.want_write(conn.fd, self._on_writable)
         except OSError:
-            self._drop(conn.fd)
+            return False
+        return True
 
     def _on_writable(self, fd: int) -> None:
         with self.owner._lock:

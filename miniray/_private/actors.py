@@ -186,25 +186,30 @@ class ActorManager:
         return self.link is not None and bool(spec.name or spec.detached)
 
     def create_in_service(self, spec: ActorCreationSpec) -> bytes:
-        """*Locked*, every argument ready. Create the actor in the node's actor service and
-        keep a proxy; raises what the service raised (e.g. ActorAlreadyExistsError)."""
+        """*Locked.* Create the actor in the node's actor service and keep a proxy; raises
+        what the service raised (e.g. ActorAlreadyExistsError). The values of its ObjectRef
+        arguments go along; those not ready yet follow when they are (the actor waits for
+        them there, as any actor waits for its arguments)."""
         owner = self.owner
         if spec.fn_bytes is None:
             spec.fn_bytes = owner._functions[spec.fn_id]
-        payloads = owner.dep_payloads(spec.deps, pin=True) if spec.deps else None
-        exported = self._export(spec.contained)
+        objects = owner.objects
+        needed = self.nested_ids(spec)
+        later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
+        exported = self.export([i for i in needed if i not in later])
         try:
-            actor_id, state = self.link.create(spec, payloads, exported)
+            actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            if spec.deps:
-                owner.unpin_deps(spec.deps)
             owner.unpin_deps([(0, object_id) for object_id, _k, _p in exported])
         self.proxy(actor_id, state, spec)
+        if actor_id == spec.actor_id:
+            for object_id in later:
+                self.link.forward_when_ready(object_id)
         return actor_id
 
-    def _export(self, object_ids) -> list:
-        """*Locked.* ``[(id, kind, payload)]`` of the ready objects of refs nested in a call to
-        the actor service, pinned (the caller unpins them once the service has them)."""
+    def export(self, object_ids) -> list:
+        """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
+        actor service, pinned (the caller unpins them once the service has them)."""
         objects = self.owner.objects
         out = []
         for object_id in dict.fromkeys(object_ids or ()):
@@ -446,7 +451,7 @@ class ActorManager:
             actor.inflight[spec.task_id] = call
             call.sent = True
             if remote:
-                call.exported = self._export(spec.contained)
+                call.exported = self.export(spec.contained)
                 self.link.call(actor.spec.actor_id, ActorCallSpec(
                     spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
                     spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values),

@@ -223,6 +223,14 @@ class ObjectTable:
             if entry.borrows <= 0:
                 self.maybe_free(object_id, entry)
 
+    def forget_pending(self, object_id: bytes) -> None:
+        """*Locked.* Drop a pending entry nothing waits for or holds (its value will never
+        come)."""
+        entry = self.entries.get(object_id)
+        if entry is not None and entry.state == PENDING and not entry.waiters and \
+                entry.pins <= 0:
+            del self.entries[object_id]
+
     def escape(self, object_id: bytes) -> None:
         entry = self.entries.get(object_id)
         if entry is not None:

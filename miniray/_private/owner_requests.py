@@ -143,29 +143,14 @@ class WorkerRequests:
         self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
                                    self.reactor.call_later)
 
-    def _create_in_service(self, worker, req_id, spec) -> None:
-        """A worker creates a named or detached actor: once its arguments are ready, the
-        node's actor service creates it (the worker waits for the answer)."""
-        dep_ids = self.actors.nested_ids(spec)
-
-        def finish(_timed_out: bool) -> None:
-            try:
-                value = (True, self.actors.create_in_service(spec))
-                self.actors.keep_for_workers(value[1])
-            except Exception as error:
-                value = (False, error)
-            self._reply(worker, req_id, value)
-
-        self.objects.await_objects(dep_ids, len(dep_ids), False, finish, None,
-                                   self.reactor.call_later)
-
     def _on_worker_call(self, worker, req_id, method, args) -> None:
         try:
             if method == "create_actor":
                 if self.actors.is_node_actor(args[0]):
-                    self._create_in_service(worker, req_id, args[0])
-                    return
-                value = self.actors.create(args[0])
+                    value = self.actors.create_in_service(args[0])
+                    self.actors.keep_for_workers(value)
+                else:
+                    value = self.actors.create(args[0])
             elif method == "kill_actor":
                 self.actors.kill(args[0], args[1])
                 value = None

@@ -374,11 +374,6 @@ class Runtime:
             owner._check_usable()
             if not owner.actors.is_node_actor(spec):
                 return owner.actors.create(spec)
-        dep_ids = owner.actors.nested_ids(spec)
-        if dep_ids:  # the node's actor service gets the values: wait for them here
-            owner.objects.wait_ready(dep_ids, len(dep_ids), None)
-        with owner._lock:
-            owner._check_usable()
             return owner.actors.create_in_service(spec)
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:

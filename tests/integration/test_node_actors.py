@@ -586,3 +586,34 @@ def test_cancelling_a_queued_call_to_a_node_actor(node_env):
         ray.kill(a)
     """)
     assert result == {"cancelled": True, "running": 0.5}
+
+
+def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        import time
+
+        @ray.remote
+        def slow(x):
+            time.sleep(1.0)
+            return np.full(200_000, float(x))
+
+        @ray.remote
+        def fails():
+            raise KeyError("no such weights")
+
+        t0 = time.monotonic()
+        c = Counter.options(name="patient", lifetime="detached").remote(0, slow.remote(2))
+        created_in = time.monotonic() - t0
+        weights = ray.get(c.weight_sum.remote())  # runs once the argument has arrived
+        broken = Counter.options(name="broken", lifetime="detached").remote(0, fails.remote())
+        try:
+            ray.get(broken.inc.remote())
+            died = None
+        except ray.exceptions.ActorDiedError as error:
+            died = "no such weights" in str(error)
+        say(fast=created_in < 0.5, weights=weights, died=died,
+            names=ray.util.list_named_actors())
+        ray.kill(c)
+    """)
+    assert result == {"fast": True, "weights": 400_000.0, "died": True, "names": ["patient"]}
