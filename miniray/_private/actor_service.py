@@ -153,6 +153,10 @@ class ActorService:
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
         self.owner.actors.route_output = self._route_output
+        self.owner.actors.unknown_actor_hint = (
+            "it is probably an actor without a name that belongs to one of the node's drivers, "
+            "and a named or detached actor cannot call it. Create that actor with a name "
+            "(.options(name=...)) so that it lives in the node's actor service too.")
         segs.unlink_quiet(self.path)  # a crashed predecessor's socket
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)

@@ -177,8 +177,10 @@ class ActorManager:
         # Joined to a node: named and detached actors live in the node's actor service, and
         # this manager keeps a proxy of each (``actor_link.ActorLink``; None otherwise).
         self.link = None
-        # In the actor service: route_output(actor) gives the route of its worker's output.
+        # In the actor service: route_output(actor) gives the route of its worker's output,
+        # and unknown_actor_hint says why a handle may be unknown there.
         self.route_output = None
+        self.unknown_actor_hint: str | None = None
 
     def is_node_actor(self, spec: ActorCreationSpec) -> bool:
         """Whether this actor is created in the node's actor service (named or detached,
@@ -383,8 +385,9 @@ class ActorManager:
         if actor is None:
             self._fail_refs(spec, serialization.dumps(ActorDiedError(
                 actor_id=actor_id.hex(),
-                error_msg=f"The actor {actor_id.hex()} is unknown to this session: its handle "
-                          "comes from a session that was shut down, or it never existed.")))
+                error_msg=f"The actor {actor_id.hex()} is unknown to this session: "
+                          + (self.unknown_actor_hint or "its handle comes from a session that "
+                             "was shut down, or it never existed."))))
             return
         if actor.state == A_DEAD:
             self._fail_refs(spec, actor.death)

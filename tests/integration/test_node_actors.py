@@ -617,3 +617,25 @@ def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
         ray.kill(c)
     """)
     assert result == {"fast": True, "weights": 400_000.0, "died": True, "names": ["patient"]}
+
+
+def test_a_node_actor_given_an_anonymous_actors_handle_says_what_to_do(node_env):
+    _start(node_env)
+    result = _run(node_env, """
+        @ray.remote
+        class Caller:
+            def call(self, handle):
+                return ray.get(handle.inc.remote())
+
+        plain = Counter.remote()
+        named = Counter.options(name="named-counter").remote()
+        caller = Caller.options(name="caller").remote()
+        try:
+            ray.get(caller.call.remote(plain))
+            error = None
+        except ray.exceptions.RayError as e:
+            error = str(e)
+        say(error=error, named=ray.get(caller.call.remote(named)))
+    """)
+    assert "Create that actor with a name" in result["error"]
+    assert result["named"] == 1
