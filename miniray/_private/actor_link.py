@@ -183,7 +183,7 @@ class ActorLink:
         if count > 1:
             self._forwarding[object_id] = count - 1
         if count:
-            self.owner.unpin_deps([(0, object_id)])
+            self.owner.unpin_ids([object_id])
             self.owner.objects.release([object_id])
 
     def cancel(self, task_id: bytes, force: bool) -> None:
@@ -199,23 +199,14 @@ class ActorLink:
         if calls is None:
             return
         try:
-            if calls.send_nowait(pickle.dumps(message, 5)):
-                self.owner.reactor.want_write(calls.fd, self._on_writable)
+            self.owner.reactor.send(calls, pickle.dumps(message, 5), self._on_writable)
         except OSError as error:
             self._gone(f"the node's actor service is gone ({error})")
 
     def _on_writable(self, fd: int) -> None:
         with self.owner._lock:
             calls = self._calls
-            if calls is None or calls.fd != fd:
-                self.owner.reactor.done_write(fd)
-                return
-            try:
-                flushed = calls.flush()
-            except OSError:
-                flushed = True
-            if flushed:
-                self.owner.reactor.done_write(fd)
+            self.owner.reactor.flush(fd, calls if calls is not None and calls.fd == fd else None)
 
     def _on_readable(self, fd: int) -> None:
         calls = self._calls

@@ -426,8 +426,7 @@ class ActorService:
         if client.gone or conn is None:
             return False
         try:
-            if conn.send_nowait(pickle.dumps(message, 5)):
-                self.owner.reactor.want_write(conn.fd, self._on_writable)
+            self.owner.reactor.send(conn, pickle.dumps(message, 5), self._on_writable)
         except OSError:
             return False
         return True
@@ -435,15 +434,7 @@ class ActorService:
     def _on_writable(self, fd: int) -> None:
         with self.owner._lock:
             item = self._conns.get(fd)
-            if item is None:
-                self.owner.reactor.done_write(fd)
-                return
-            try:
-                flushed = item[0].flush()
-            except OSError:
-                flushed = True
-            if flushed:
-                self.owner.reactor.done_write(fd)
+            self.owner.reactor.flush(fd, item[0] if item is not None else None)
 
     def _export(self, object_id: bytes, client: _Client) -> tuple:
         """``(id, kind, payload)`` of an object of this process for ``client``; a large one is

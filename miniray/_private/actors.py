@@ -202,7 +202,7 @@ class ActorManager:
         try:
             actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            owner.unpin_deps([(0, object_id) for object_id, _k, _p in exported])
+            owner.unpin_ids(object_id for object_id, _k, _p in exported)
         self.proxy(actor_id, state, spec)
         if actor_id == spec.actor_id:
             for object_id in later:
@@ -510,7 +510,7 @@ class ActorManager:
             self.owner.unpin_deps(spec.deps)
         if call.exported:
             exported, call.exported = call.exported, []
-            self.owner.unpin_deps([(0, object_id) for object_id, _k, _p in exported])
+            self.owner.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
         objects = self.owner.objects
         for _position, object_id in spec.deps or ():

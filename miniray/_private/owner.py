@@ -406,21 +406,12 @@ class Owner(HostGpuLeasing, WorkerRequests):
     def _send(self, worker: _WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
         the socket now is written by the I/O thread when it becomes writable."""
-        if worker.conn.send_nowait(pickle.dumps(message, 5)):
-            self.reactor.want_write(worker.conn.fd, self._on_writable)
+        self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:
             worker = self._workers_by_fd.get(fd)
-            if worker is None or worker.dead:
-                self.reactor.done_write(fd)
-                return
-            try:
-                flushed = worker.conn.flush()
-            except OSError:
-                flushed = True
-            if flushed:
-                self.reactor.done_write(fd)
+            self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
 
     def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
         worker.ctl.send_bytes(pickle.dumps(message, 5))

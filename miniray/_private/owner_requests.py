@@ -61,7 +61,11 @@ class WorkerRequests:
                     pass
 
     def unpin_deps(self, deps) -> None:
-        for _position, object_id in deps:
+        self.unpin_ids(object_id for _position, object_id in deps)
+
+    def unpin_ids(self, object_ids) -> None:
+        """Undo ``store.pin`` (an object freed meanwhile is skipped)."""
+        for object_id in object_ids:
             try:
                 self.store.unpin(object_id)
             except KeyError:
@@ -69,11 +73,7 @@ class WorkerRequests:
 
     def _release_read_pins(self, worker) -> None:
         pins, worker.read_pins = worker.read_pins, []
-        for object_id in pins:
-            try:
-                self.store.unpin(object_id)
-            except KeyError:
-                pass
+        self.unpin_ids(pins)
 
     def _block(self, worker) -> None:
         worker.blocked += 1

@@ -74,6 +74,23 @@ class Reactor:
         if self._writers.pop(fd, None) is not None and fd in self._handlers:
             self._epoll.modify(fd, select.EPOLLIN)
 
+    def send(self, conn, data: bytes, on_writable: Callable[[int], None]) -> None:
+        """Queue ``data`` on ``conn`` (a ``FramedSocket`` registered here) without blocking;
+        what does not fit now is written when it is writable (``on_writable`` calls
+        ``flush``). OSError if the peer is gone."""
+        if conn.send_nowait(data):
+            self.want_write(conn.fd, on_writable)
+
+    def flush(self, fd: int, conn) -> None:
+        """For an ``on_writable`` handler: continue ``conn``'s outbox, and stop watching
+        ``fd`` once it is empty, broken, or ``conn`` is None (gone)."""
+        try:
+            done = conn is None or conn.flush()
+        except OSError:
+            done = True
+        if done:
+            self.done_write(fd)
+
     def wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
