@@ -215,7 +215,47 @@ def main() -> None:
     os._exit(0)
 
 
-class ForkServerClient:
+class SpawnChannel:
+    """The sending half shared by ``ForkServerClient`` and ``node_client.NodeClient``: one
+    SEQPACKET socket, a lock for its writers, numbered SPAWN requests. Sends never raise once
+    the peer is gone; the reader of ``fileno()`` sees the EOF. Subclasses name their tags."""
+
+    SPAWN_TAG: object = protocol.SPAWN
+    KILL_TAG: object = protocol.KILL
+
+    def __init__(self, sock: socket.socket):
+        self._sock = sock
+        self._send_lock = threading.Lock()
+        self._next_req = 0
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def spawn(self, fds: list[int]) -> int:
+        with self._send_lock:
+            self._next_req += 1
+            req = self._next_req
+            send_message(self._sock, (self.SPAWN_TAG, req), fds)
+        return req
+
+    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        self._send((self.KILL_TAG, pid, int(sig)))
+
+    def _send(self, message: tuple) -> None:
+        try:
+            with self._send_lock:
+                send_message(self._sock, message)
+        except OSError:
+            pass  # the peer is gone: read_message reports EOF
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+class ForkServerClient(SpawnChannel):
     """The driver's end of the fork server.
 
     ``spawn()`` and ``kill()`` only send; replies (SPAWNED, EXITED, BYE) are read by the
@@ -224,9 +264,7 @@ class ForkServerClient:
 
     def __init__(self, env: dict[str, str]):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = parent_sock
-        self._send_lock = threading.Lock()
-        self._next_req = 0
+        super().__init__(parent_sock)
         code = "from miniray._private.forkserver import main; main()"
         try:
             self.process = subprocess.Popen(
@@ -240,29 +278,8 @@ class ForkServerClient:
             child_sock.close()
         self.pid = self.process.pid
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
-
-    def spawn(self, fds: list[int]) -> int:
-        with self._send_lock:
-            self._next_req += 1
-            req = self._next_req
-            send_message(self._sock, (protocol.SPAWN, req), fds)
-        return req
-
-    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        try:
-            with self._send_lock:
-                send_message(self._sock, (protocol.KILL, pid, int(sig)))
-        except OSError:
-            pass
-
     def request_shutdown(self, grace: float) -> None:
-        try:
-            with self._send_lock:
-                send_message(self._sock, (protocol.SHUTDOWN, grace))
-        except OSError:
-            pass
+        self._send((protocol.SHUTDOWN, grace))
 
     def read_message(self) -> tuple | None:
         """One message, or None at EOF. Call only when ``fileno()`` is readable."""
@@ -283,8 +300,3 @@ class ForkServerClient:
             self.process.kill()
             self.process.wait()
 
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass

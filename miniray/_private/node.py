@@ -168,7 +168,6 @@ class NodeServer:
             [sys.executable, "-m", "miniray._private.actor_service", self.info["address"],
              root, self.info["session_dir"], str(os.getpid())],
             stdin=subprocess.DEVNULL, cwd="/", env=env)
-        self.info["actor_service_pid"] = self._service.pid
         with contextlib.suppress(OSError):  # `miniray stop` waits for it (node_client.py)
             pid = self._service.pid
             path = os.path.join(self.info["session_dir"], nc.SERVICE_PID)
@@ -192,7 +191,6 @@ class NodeServer:
             os.close(self._service_fd)
             self._service_fd = -1
         self._service = None
-        self.info.pop("actor_service_pid", None)
         if self._stop:
             return
         logger.error("the actor service (pid %d) exited with %s; named and detached actors "

@@ -58,7 +58,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from miniray._private import config, procinfo, protocol, session
-from miniray._private.forkserver import send_message
+from miniray._private.forkserver import SpawnChannel, send_message
 
 __all__ = [
     "CURRENT_NODE",
@@ -294,7 +294,7 @@ def accept_same_uid(listener: socket.socket, log) -> Iterator[tuple[socket.socke
         yield conn, peer_pid
 
 
-class NodeClient:
+class NodeClient(SpawnChannel):
     """A driver's connection to a node; what the owner uses in place of a fork server.
 
     ``spawn()`` and ``kill()`` only send; replies are read by the owner's I/O thread through
@@ -307,41 +307,22 @@ class NodeClient:
         (31, 1, 4242)
     """
 
+    SPAWN_TAG = "SPAWN"
+    KILL_TAG = "KILL"
+
     def __init__(self, sock: socket.socket, info: dict, record: NodeRecord | None = None):
-        self._sock = sock
-        self._send_lock = threading.Lock()
-        self._next_req = 0
+        super().__init__(sock)
         self._goodbye_sent = False
         self._bye = threading.Event()
         self.info = info
         self.record = record
         self.pid = int(info["node_pid"])  # the node's pid: it outlives this client
 
-    def fileno(self) -> int:
-        return self._sock.fileno()
-
-    def spawn(self, fds: list[int]) -> int:
-        with self._send_lock:
-            self._next_req += 1
-            req = self._next_req
-            send_message(self._sock, ("SPAWN", req), fds)
-        return req
-
-    def kill(self, pid: int, sig: int = 9) -> None:
-        self._send(("KILL", pid, int(sig)))
-
     def request_shutdown(self, grace: float) -> None:
         """Leave the node: it waits ``grace`` seconds for this driver's workers to exit,
         SIGKILLs the rest, releases this driver's leases, then answers BYE (``wait``)."""
         self._goodbye_sent = True
         self._send(("GOODBYE", float(grace)))
-
-    def _send(self, message: tuple) -> None:
-        try:
-            with self._send_lock:
-                send_message(self._sock, message)
-        except OSError:
-            pass  # the node is gone: read_message reports EOF
 
     def read_message(self) -> tuple | None:
         """One message as the fork server's tuple, ``()`` for nothing or an unknown tag, or
@@ -372,12 +353,6 @@ class NodeClient:
         ``timeout`` seconds. The owner's I/O thread reads the BYE; otherwise a no-op."""
         if self._goodbye_sent and self._sock.fileno() >= 0:
             self._bye.wait(timeout)
-
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
 
     def __repr__(self) -> str:
         return f"<NodeClient {self.info.get('address')} node pid={self.pid}>"
@@ -538,7 +513,7 @@ def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> li
         time.sleep(0.02)
 
 
-def _service_of(record: NodeRecord) -> tuple[int | None, int | None]:
+def actor_service_of(record: NodeRecord) -> tuple[int | None, int | None]:
     """``(pid, start time)`` of a node's actor service, from the file the node writes."""
     try:
         with open(os.path.join(record.session_dir, SERVICE_PID)) as f:
@@ -570,7 +545,7 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
     forks = [(r.fork_server_pid, r.fork_server_start) for r in records]
     # So does its actor service (it gets SIGTERM when the node dies, and shuts down as a
     # driver, writing to the session): wait for it before the session directory goes.
-    children = forks + [_service_of(r) for r in records]
+    children = forks + [actor_service_of(r) for r in records]
     for pid, start in _wait_gone(children, 5.0):
         _signal(pid, start, signal.SIGKILL)
     _wait_gone(children, 5.0)

@@ -71,16 +71,9 @@ def _run(env, code: str, timeout: float = 60) -> dict:
 
 
 def _service_pid(record) -> int | None:
-    """The actor service's pid, from the statistics the node writes (polled: the node writes
-    them within 0.25 s of starting or of a change)."""
-    def read():
-        try:
-            with open(os.path.join(record.session_dir, "node_stats.json")) as f:
-                return json.load(f)["actor_service_pid"]
-        except (OSError, ValueError, KeyError):
-            return None
-
-    return wait_until(read, 5.0)
+    """The actor service's pid, from the file the node writes when it starts one (the one
+    `miniray stop` reads too)."""
+    return node_client.actor_service_of(record)[0]
 
 
 def _service_segments(record, env) -> list[str]:
