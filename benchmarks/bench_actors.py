@@ -73,13 +73,7 @@ def sync_call(impl: str) -> dict:
     try:
         a = ray.remote(SyncActor).remote()
         ray.get(a.f.remote())
-        for _ in range(WARMUP):
-            ray.get(a.f.remote())
-        samples = []
-        for _ in range(SYNC_CALLS):
-            t0 = time.perf_counter()
-            ray.get(a.f.remote())
-            samples.append(time.perf_counter() - t0)
+        samples = harness.time_calls(lambda: ray.get(a.f.remote()), SYNC_CALLS, WARMUP)
     finally:
         ray.shutdown()
     rt = harness.summary(samples)
@@ -97,21 +91,8 @@ def async_calls(impl: str) -> dict:
         a = ray.remote(AsyncActor).remote()
         ray.get(a.f.remote())
         ray.get([a.f.remote() for _ in range(WARMUP)])
-        runs = []
-        for _ in range(ASYNC_RUNS):
-            t0 = time.perf_counter()
-            refs = [a.f.remote() for _ in range(ASYNC_CALLS)]
-            t_submitted = time.perf_counter()
-            ray.get(refs)
-            elapsed = time.perf_counter() - t0
-            runs.append(
-                {
-                    "calls_per_s": ASYNC_CALLS / elapsed,
-                    "submit_s": t_submitted - t0,
-                    "total_s": elapsed,
-                }
-            )
-            del refs
+        runs = harness.time_batches(lambda: [a.f.remote() for _ in range(ASYNC_CALLS)],
+                                    ray.get, ASYNC_RUNS, ASYNC_CALLS, "calls_per_s")
     finally:
         ray.shutdown()
     return {

@@ -330,20 +330,35 @@ def footprint(impl: str) -> dict:
     }
 
 
-def _time_calls(call_one) -> list:
-    """ROUND_TRIP_WARMUP untimed calls, then the duration of each of ROUND_TRIP_CALLS."""
-    for _ in range(ROUND_TRIP_WARMUP):
+def time_calls(call_one, count: int, warmup: int = 0) -> list[float]:
+    """``warmup`` untimed calls of ``call_one()``, then the duration of each of ``count``."""
+    for _ in range(warmup):
         call_one()
     samples = []
-    for _ in range(ROUND_TRIP_CALLS):
+    for _ in range(count):
         t0 = time.perf_counter()
         call_one()
         samples.append(time.perf_counter() - t0)
     return samples
 
 
+def time_batches(submit, get, batches: int, size: int, rate_key: str) -> list[dict]:
+    """``batches`` times: ``refs = submit()`` (``size`` of them), then ``get(refs)``; for each,
+    the rate under ``rate_key`` (size / total), the submission time and the total time."""
+    runs = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        refs = submit()
+        t_submitted = time.perf_counter()
+        get(refs)
+        elapsed = time.perf_counter() - t0
+        runs.append({rate_key: size / elapsed, "submit_s": t_submitted - t0, "total_s": elapsed})
+        del refs
+    return runs
+
+
 def _round_trip_and_throughput(call_one, submit_many) -> dict:
-    rt = _summary(_time_calls(call_one))
+    rt = _summary(time_calls(call_one, ROUND_TRIP_CALLS, ROUND_TRIP_WARMUP))
     runs = []
     for _ in range(THROUGHPUT_RUNS):
         t0 = time.perf_counter()
@@ -405,7 +420,7 @@ def pipe_round_trip(impl: str) -> dict:
             parent.send(None)
             parent.recv()
 
-        samples = _time_calls(call_one)
+        samples = time_calls(call_one, ROUND_TRIP_CALLS, ROUND_TRIP_WARMUP)
     finally:
         parent.close()
         proc.join(10)

@@ -106,17 +106,8 @@ def reuse_workers(impl: str) -> dict:
     try:
         g = ray.remote(num_gpus=GPU_PER_TASK, max_calls=0)(gpu_noop)
         ray.get([g.remote() for _ in range(REUSE_WARMUP)])
-        runs = []
-        for _ in range(REUSE_RUNS):
-            t0 = time.perf_counter()
-            refs = [g.remote() for _ in range(TASKS)]
-            t_submitted = time.perf_counter()
-            ray.get(refs)
-            elapsed = time.perf_counter() - t0
-            runs.append(
-                {"tasks_per_s": TASKS / elapsed, "submit_s": t_submitted - t0, "total_s": elapsed}
-            )
-            del refs
+        runs = harness.time_batches(lambda: [g.remote() for _ in range(TASKS)], ray.get,
+                                    REUSE_RUNS, TASKS, "tasks_per_s")
     finally:
         ray.shutdown()
     return {

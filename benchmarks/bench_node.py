@@ -660,28 +660,9 @@ def _named_actor(ray, node: _Node) -> dict:
         t_first = time.perf_counter()
         ray.get(a.f.remote())
         details["first_call_s"] = time.perf_counter() - t_first
-        for _ in range(WARMUP):
-            ray.get(a.f.remote())
-        samples = []
-        for _ in range(SYNC_CALLS):
-            t = time.perf_counter()
-            ray.get(a.f.remote())
-            samples.append(time.perf_counter() - t)
-        runs = []
-        for _ in range(PIPELINED_RUNS):
-            t = time.perf_counter()
-            refs = [a.f.remote() for _ in range(PIPELINED_CALLS)]
-            t_submitted = time.perf_counter()
-            ray.get(refs)
-            elapsed = time.perf_counter() - t
-            runs.append(
-                {
-                    "calls_per_s": PIPELINED_CALLS / elapsed,
-                    "submit_s": t_submitted - t,
-                    "total_s": elapsed,
-                }
-            )
-            del refs
+        samples = harness.time_calls(lambda: ray.get(a.f.remote()), SYNC_CALLS, WARMUP)
+        runs = harness.time_batches(lambda: [a.f.remote() for _ in range(PIPELINED_CALLS)],
+                                    ray.get, PIPELINED_RUNS, PIPELINED_CALLS, "calls_per_s")
     finally:
         t_shutdown = time.perf_counter()
         ray.shutdown()

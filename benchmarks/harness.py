@@ -43,12 +43,15 @@ from bench_core import (  # noqa: E402  (shared helpers; bench_core imports no l
     _import_impl,
     _read_proc_kb,
     _summary,
+    time_batches,
+    time_calls,
 )
 
 IMPLS = ("miniray", "ray")
 KILL_GRACE_S = 15.0
 
-__all__ = ["IMPLS", "main", "import_impl", "summary", "read_proc_kb", "describe"]
+__all__ = ["IMPLS", "main", "import_impl", "summary", "read_proc_kb", "describe",
+           "time_calls", "time_batches"]
 
 import_impl = _import_impl
 summary = _summary
