@@ -489,9 +489,10 @@ def test_node_stats_and_status_show_drivers(cli):
         def stats():
             with open(stats_path) as f:
                 doc = json.load(f)
-            return doc if doc["workers"] == 1 else None
+            # The actor service joins in the background: wait for it as well.
+            return doc if doc["workers"] == 1 and len(doc["drivers"]) == 2 else None
 
-        doc = wait_until(stats, 5.0)
+        doc = wait_until(stats, 10.0)
         service = doc["actor_service_pid"]
         assert service and procinfo.is_alive(service)
         assert sorted(doc["drivers"], key=lambda d: d["pid"] != service) == [
