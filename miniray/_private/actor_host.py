@@ -95,6 +95,10 @@ class ActorHost:
             self.instance = instance
             return None
         except BaseException as error:  # the constructor's error is every later call's error
+            if isinstance(error, SystemExit) and not _is_exit_actor(error):
+                from miniray._private.worker_main import exit_for_system_exit
+
+                exit_for_system_exit(error, f"{self.class_name}.__init__")
             task_error = RayTaskError.from_exception(
                 error, f"{self.class_name}.__init__", pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
@@ -221,6 +225,11 @@ class ActorHost:
             self.exiting = True  # before replying: no call after this one may run
             self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
             self._exit()
+        if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
+            from miniray._private.worker_main import exit_for_system_exit
+
+            self.exiting = True
+            exit_for_system_exit(error, f"{self.class_name}.{call_name}")
         worker = self.worker
         task_error = RayTaskError.from_exception(
             error, f"{self.class_name}.{call_name}", pid=worker.pid,
@@ -264,6 +273,12 @@ class ActorHost:
     def _exit(self) -> None:
         self.worker.channel.send((protocol.ACTOR_EXITING,))
         self.worker.exit_process()
+
+
+def _is_exit_actor(error: BaseException) -> bool:
+    from miniray.actor import _ExitActor
+
+    return isinstance(error, _ExitActor)
 
 
 def _dumps(error: BaseException) -> bytes:

@@ -674,7 +674,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
                     continue
                 self._fail_task(task, WorkerCrashedError(
                     f"Task {task.spec.name}: worker pid={pid} {detail}. Check the task for "
-                    "os._exit, segfaults or running out of memory; max_retries controls retries."
+                    "sys.exit, os._exit, segfaults or running out of memory; max_retries controls "
+                    "retries."
                 ))
             else:
                 requeue.append(task)

@@ -28,6 +28,7 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
+from typing import NoReturn
 
 from miniray._private import config, protocol, serialization, values
 from miniray._private.framing import FramedSocket
@@ -201,6 +202,8 @@ class _Worker:
         self.runtime.task = None
         self._restore_env(gpu_ids)
         ok, value = outcome
+        if not ok and isinstance(value, SystemExit):
+            exit_for_system_exit(value, f"task {name}")
         if ok:
             results = self._serialize_returns(value, num_returns, name, return_ids)
             retryable = False
@@ -291,6 +294,33 @@ def _dumps_error(error: BaseException) -> bytes:
         return serialization.dumps(
             RaySystemError(f"{type(error).__name__}: {error} (unpicklable: {failure})")
         )
+
+
+def exit_status(code) -> int:
+    """The process exit status ``sys.exit(code)`` would give: None is 0, an int is itself
+    (as the OS truncates it), anything else is printed by the caller and gives 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int) and not isinstance(code, bool):
+        return code & 0xFF
+    return 1
+
+
+def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
+    """``sys.exit()`` in user code ends the worker process, as it does in Ray: a task's
+    worker crash is retried while ``max_retries`` allows, an actor dies (or restarts).
+
+    Never sent back as the task's error: re-raised by the driver's ``get()``, a SystemExit
+    would end the driver."""
+    status = exit_status(error.code)
+    call = "sys.exit()" if error.code is None else f"sys.exit({error.code!r})"
+    try:
+        print(f"{call} in {what}: the worker process exits with code {status}.",
+              file=sys.stderr)
+    except Exception:
+        pass
+    _flush_std()
+    os._exit(status)
 
 
 def _user_traceback(error: BaseException) -> str:
