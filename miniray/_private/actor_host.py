@@ -80,7 +80,7 @@ class ActorHost:
         worker.channel.send((protocol.ACTOR_READY, actor_id, True, None))
 
     def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
-        from miniray.exceptions import RayTaskError
+        from miniray._private.worker_main import task_error_for
 
         worker = self.worker
         try:
@@ -99,7 +99,7 @@ class ActorHost:
                 from miniray._private.worker_main import exit_for_system_exit
 
                 exit_for_system_exit(error, f"{self.class_name}.__init__")
-            task_error = RayTaskError.from_exception(
+            task_error = task_error_for(
                 error, f"{self.class_name}.__init__", pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
@@ -214,12 +214,14 @@ class ActorHost:
         return True
 
     def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
-        self._send(task_id, self.worker._serialize_returns(value, num_returns, call_name,
-                                                           return_ids))
+        results = self.worker._serialize_returns(
+            value, num_returns, f"{self.class_name}.{call_name}", return_ids,
+            error_fields=self._error_fields)
+        self._send(task_id, results)
 
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
+        from miniray._private.worker_main import task_error_for
         from miniray.actor import _ExitActor
-        from miniray.exceptions import RayTaskError
 
         if isinstance(error, _ExitActor):
             self.exiting = True  # before replying: no call after this one may run
@@ -231,12 +233,15 @@ class ActorHost:
             self.exiting = True
             exit_for_system_exit(error, f"{self.class_name}.{call_name}")
         worker = self.worker
-        task_error = RayTaskError.from_exception(
+        task_error = task_error_for(
             error, f"{self.class_name}.{call_name}", pid=worker.pid,
             ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             actor_repr=_safe_repr(self.instance),
         )
         self._send(task_id, [(protocol.ERR, _dumps(task_error))] * max(1, num_returns))
+
+    def _error_fields(self) -> dict:
+        return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
 
     def _send(self, task_id: bytes, results: list) -> None:
         from miniray._private.worker_main import _flush_std, result_message

@@ -28,11 +28,14 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from miniray._private import config, protocol, serialization, values
 from miniray._private.framing import FramedSocket
 from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
+
+if TYPE_CHECKING:
+    from miniray.exceptions import RayTaskError
 
 MARKER = b"\x00mr:"
 
@@ -115,15 +118,19 @@ class _Worker:
         os._exit(0)
 
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
-        args, kwargs = pickle.loads(args_blob)
-        if dep_values:
-            args = list(args)
-            for position, _kind, data in dep_values:
-                value = values.read(data, self.mappings)  # arrays: read-only views, no copy
-                if isinstance(position, int):
-                    args[position] = value
-                else:
-                    kwargs[position] = value
+        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
+        try:
+            args, kwargs = pickle.loads(args_blob)
+            if dep_values:
+                args = list(args)
+                for position, _kind, data in dep_values:
+                    value = values.read(data, self.mappings)  # arrays: read-only views
+                    if isinstance(position, int):
+                        args[position] = value
+                    else:
+                        kwargs[position] = value
+        except Exception as error:  # user __reduce__/__setstate__ code may raise anything
+            raise ArgumentsNotLoaded(error) from None
         return args, kwargs
 
     def _function(self, fn_id: bytes):
@@ -164,7 +171,7 @@ class _Worker:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
 
     def run_task(self, message: tuple) -> None:
-        from miniray.exceptions import RayTaskError, TaskCancelledError
+        from miniray.exceptions import TaskCancelledError
 
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
@@ -209,21 +216,29 @@ class _Worker:
             retryable = False
         else:
             error = value
-            task_error = RayTaskError.from_exception(
-                error,
-                name,
-                pid=self.pid,
-                ip=self.info.get("node_ip", "127.0.0.1"),
+            task_error = task_error_for(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
                 traceback_str=_user_traceback(error),
             )
-            retryable = _is_retryable(error, retry_exceptions)
+            retryable = _is_retryable(task_error.cause, retry_exceptions)
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
         self._send_result(task_id, results, retryable)
 
-    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list) -> list:
-        from miniray.exceptions import RayTaskError
+    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
+                           error_fields=None) -> list:
+        """The RESULT items for a call's value, or its error for every return, whose header
+        names ``name``. ``error_fields()`` gives the error's actor_id and actor_repr (called
+        only on failure: an actor's repr is user code)."""
+        from miniray.exceptions import RayError, RayTaskError
+
+        def failed(error: BaseException, traceback_str: str | None = None) -> list:
+            fields = error_fields() if error_fields is not None else {}
+            task_error = RayTaskError.from_exception(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=traceback_str, **fields)
+            return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
 
         try:
             if num_returns == 1:
@@ -238,11 +253,7 @@ class _Worker:
                     )
                 items = list(value)
         except Exception as error:  # wrong count or not a sequence: Ray's errors
-            task_error = RayTaskError.from_exception(
-                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
-                traceback_str=f"{type(error).__name__}: {error}",
-            )
-            return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+            return failed(error, f"{type(error).__name__}: {error}")
         results = []
         for index, item in enumerate(items):
             try:
@@ -255,27 +266,69 @@ class _Worker:
                     inside = tuple(object_ref.stop_collecting())
                 results.append((protocol.OK, payload, inside))
             except Exception as failure:
-                from miniray.exceptions import RayError
-
+                # The values already written will never be handed over: only this process
+                # knows their segments.
+                _unlink_payloads(results)
                 if isinstance(failure, RayError):  # ObjectStoreFullError: say it as it is
-                    task_error = RayTaskError.from_exception(
-                        failure, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"))
-                    return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+                    return failed(failure)
                 which = "return value" if num_returns == 1 else f"return value {index}"
                 error = TypeError(
                     f"Could not serialize the {which} of {name} (a {type(item).__name__}): "
                     f"{type(failure).__name__}: {failure}. Values a task returns must be "
                     "picklable; return the data needed to rebuild the object instead."
                 )
-                task_error = RayTaskError.from_exception(
-                    error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
-                    traceback_str=f"TypeError: {error}",
-                )
-                return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+                return failed(error, f"TypeError: {error}")
         return results
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
         self.channel.send(result_message(task_id, results, retryable))
+
+
+def _unlink_payloads(results: list) -> None:
+    from miniray._private import shm_segments
+
+    for _kind, payload, _inside in results:
+        if isinstance(payload, tuple) and payload and payload[0] == "shm":
+            shm_segments.unlink_quiet(payload[1])
+
+
+class ArgumentsNotLoaded(Exception):
+    """A call's arguments could not be read or unpickled in the worker (``error``).
+
+    The task fails with Ray's error for it, ``RayTaskError(RaySystemError)`` (an actor's
+    constructor: ``ActorDiedError``), built by ``task_error_for``."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def task_error_for(error: BaseException, function_name: str, traceback_str: str | None = None,
+                   **fields) -> RayTaskError:
+    """The RayTaskError a worker sends for a failed call. ``fields``: pid, ip, actor_id,
+    actor_repr, as ``RayTaskError.from_exception`` takes them."""
+    from miniray.exceptions import RaySystemError, RayTaskError
+
+    if isinstance(error, ArgumentsNotLoaded):
+        failure = error.error
+        # Ray's wording, then the unpickling error with the user's frames only.
+        error = RaySystemError(
+            f"Could not deserialize an argument of {function_name} in its worker: "
+            f"{type(failure).__name__}: {failure}. If it refers to a module, that module "
+            "must be importable in the worker too.",
+            traceback_str=_user_traceback(failure).rstrip("\n"),
+        )
+        traceback_str = (
+            "Traceback (most recent call last):\n"
+            "  At least one of the input arguments for this task could not be computed:\n"
+            f"{_qualified(type(error))}: {error}"
+        )
+    return RayTaskError.from_exception(error, function_name, traceback_str=traceback_str,
+                                       **fields)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
@@ -325,10 +378,17 @@ def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
 
 def _user_traceback(error: BaseException) -> str:
     tb = error.__traceback__
-    # Skip this module's own frames, so the traceback starts in user code.
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    # Skip miniray's own frames, so the traceback starts in user code.
+    while tb is not None and _is_private_frame(tb.tb_frame):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _is_private_frame(frame) -> bool:
+    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PRIVATE_DIR
+
+
+_PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _is_retryable(error: BaseException, retry_exceptions) -> bool:
