@@ -1,0 +1,427 @@
+"""The fault matrix: every way a call can fail, in a task, an actor method and an actor
+constructor, with the exception ``get()`` raises for each (house style, habit 11).
+
+Each cell was run under Ray 2.60 (``compat_tests/fault_matrix_probe.py ray``, 2 CPUs, default
+options: tasks ``max_retries=3``, actors ``max_restarts=0``); this table is what Ray gave. The
+tests below expect the same type in every cell; the columns say what the messages carry.
+
+Fault                         Task | actor method | actor constructor (Ray 2.60)
+----------------------------  -----------------------------------------------------------------
+raise ValueError              RayTaskError(ValueError), 1 run | RayTaskError(ValueError), the
+                              actor lives on | ActorDiedError "The actor died because of an error
+                              raised in its creation task, <traceback>", later calls too
+os._exit(1)                   WorkerCrashedError after 4 runs (3 retries) | ActorDiedError, later
+                              calls too | ActorDiedError, later calls too
+SIGKILL from inside           as os._exit(1)
+segfault (string_at(0))       as os._exit(1)
+unpicklable argument (lock)   TypeError from .remote(), in all three
+argument that fails to        RayTaskError(RaySystemError) "At least one of the input arguments
+unpickle in the worker        for this task could not be computed: ... <the error>", 0 runs |
+                              the same, the actor lives on | ActorDiedError "... creation task"
+                              with the same text, later calls too
+unpicklable result (lock)     RayTaskError(TypeError) "cannot pickle ..." | the same, the actor
+                              lives on | not applicable: a constructor returns nothing (keeping
+                              the value on self works, calls work)
+result that fails to          RaySystemError (not a RayTaskError) naming the error | the same,
+unpickle in the driver        the actor lives on | not applicable (calls work)
+sys.exit(), sys.exit(3)       WorkerCrashedError after 4 runs: the worker exits | ActorDiedError
+                              "Worker exits with an exit code None" (or 3), later calls too |
+                              the same as the method
+MemoryError                   RayTaskError(MemoryError), caught by ``except MemoryError`` | the
+                              same, the actor lives on | ActorDiedError "... creation task"
+
+After every cell Ray ran the next ordinary task normally. miniray gives the same types in every
+cell. Deliberate differences, in wording only (README, "Differences from Ray"):
+
+* Crashes: Ray's ``WorkerCrashedError`` points at its log files and its ``ActorDiedError`` says
+  "connection error code 2. End of file" for ``os._exit``, SIGKILL and SIGSEGV alike;
+  miniray names the exit code or the signal (it has the fork server's report), and for
+  ``sys.exit()`` the code the worker exited with (0 for ``sys.exit()``, where Ray says None).
+* Ray's ``TypeError`` for an unpicklable argument carries an ``inspect_serializability``
+  report; miniray names the argument and what to do. Both raise at ``.remote()``.
+* Unpickling failures: Ray's ``RaySystemError`` says ``System error: <error text>`` with Ray's
+  own frames; miniray's names what failed (an argument in the worker, a result in the driver),
+  the error's type and text, and keeps only the user's frames.
+* Before this matrix, miniray differed in four cells: ``sys.exit`` came back as a
+  ``RayTaskError(SystemExit)`` (so ``get()`` ended the driver unless caught) and actors lived
+  on; ``MemoryError`` came back as a plain ``RayTaskError`` plus a warning; an argument that
+  failed to unpickle came back as ``RayTaskError(<its error>)``.
+
+Every row runs in its own session (the ``ray`` fixture), with a 256 KiB ``ObjectRef``
+argument so shared-memory segments and pins are part of every failure. Afterwards it runs an
+ordinary task, checks the ledger holds no lease, and the fixture checks that no process,
+segment, session file, lease or spill file is left, in this root or outside it. Every ``get``
+has a timeout, and a hang dumps every thread's stack (faulthandler) after ``ROW_BOUND_S``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+
+import miniray
+from miniray._private import runtime
+from miniray.exceptions import (
+    ActorDiedError,
+    RaySystemError,
+    RayTaskError,
+    WorkerCrashedError,
+)
+
+from .helpers import wait_until
+
+ROW_BOUND_S = 60
+GET_TIMEOUT_S = 30
+BIG = 256 << 10  # above the inline threshold: the argument lives in a segment
+
+
+# ----------------------------------------------------------------------------- the faults
+def _explode():
+    raise RuntimeError("cannot rebuild this object")
+
+
+class Unloadable:
+    """Pickles fine; unpickling it raises (its ``__reduce__`` names a callable that raises)."""
+
+    def __reduce__(self):
+        return (_explode, ())
+
+
+def _count_run(counter: str) -> None:
+    with open(counter, "a") as f:
+        f.write("x")
+
+
+def _runs(counter: str) -> int:
+    try:
+        with open(counter) as f:
+            return len(f.read())
+    except FileNotFoundError:
+        return 0
+
+
+def fault(kind: str):
+    """Do ``kind`` here, in the worker; return what the call returns."""
+    if kind == "raise":
+        raise ValueError("boom")
+    if kind == "exit1":
+        os._exit(1)
+    if kind == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "segfault":
+        ctypes.string_at(0)
+    if kind == "sys_exit":
+        sys.exit()
+    if kind == "sys_exit_3":
+        sys.exit(3)
+    if kind == "memory_error":
+        raise MemoryError("out of memory in the call")
+    if kind == "unpicklable_result":
+        return threading.Lock()
+    if kind == "result_fails_to_unpickle":
+        return Unloadable()
+    return "done"
+
+
+@miniray.remote
+def task_fault(kind, counter, big, arg=None):
+    assert len(big) == BIG
+    _count_run(counter)
+    return fault(kind)
+
+
+@miniray.remote
+class MethodFault:
+    def __init__(self, big):
+        assert len(big) == BIG
+
+    def run(self, kind, counter, big, arg=None):
+        assert len(big) == BIG
+        _count_run(counter)
+        return fault(kind)
+
+    def ping(self):
+        return "pong"
+
+
+@miniray.remote
+class ConstructorFault:
+    def __init__(self, kind, counter, big, arg=None):
+        assert len(big) == BIG
+        _count_run(counter)
+        self.kept = fault(kind)
+
+    def ping(self):
+        return "pong"
+
+
+@miniray.remote
+def ordinary(x):
+    return x + 1
+
+
+# ----------------------------------------------------------------------------- the table
+@dataclass
+class Expect:
+    """What a cell gives: ``raises`` (None: the call works) from ``get`` or, with
+    ``at_submit``, from ``.remote()``; ``name``: the exception's type name; ``match``:
+    substrings of ``str(error)``; ``runs``: how often the user code started; ``later``: what
+    the actor's next call gives ("pong", or an exception type)."""
+
+    raises: type | None
+    name: str | None = None
+    match: list[str] = field(default_factory=list)
+    runs: int = 1
+    at_submit: bool = False
+    later: object = None
+
+
+CRASH_TASK = {
+    "exit1": ["exited with code 1"],
+    "sigkill": ["killed by signal 9 (SIGKILL)"],
+    "segfault": ["killed by signal 11 (SIGSEGV)"],
+    "sys_exit": ["exited with code 0"],
+    "sys_exit_3": ["exited with code 3"],
+}
+UNPICKLABLE_ARG = ["Could not serialize the argument", "_thread.lock"]
+ARG_UNPICKLE = ["At least one of the input arguments for this task could not be computed",
+                "RuntimeError: cannot rebuild this object"]
+RESULT_UNPICKLE = ["Could not deserialize", "RuntimeError: cannot rebuild this object"]
+UNPICKLABLE_RESULT = ["cannot pickle '_thread.lock' object"]
+
+TASK = {
+    "raise": Expect(ValueError, "RayTaskError(ValueError)", ["ValueError: boom"]),
+    **{kind: Expect(WorkerCrashedError, "WorkerCrashedError", text, runs=4)
+       for kind, text in CRASH_TASK.items()},
+    "unpicklable_arg": Expect(TypeError, "TypeError", UNPICKLABLE_ARG, runs=0, at_submit=True),
+    "arg_fails_to_unpickle": Expect(RaySystemError, "RayTaskError(RaySystemError)",
+                                    ARG_UNPICKLE, runs=0),
+    "unpicklable_result": Expect(TypeError, "RayTaskError(TypeError)", UNPICKLABLE_RESULT),
+    "result_fails_to_unpickle": Expect(RaySystemError, "RaySystemError", RESULT_UNPICKLE),
+    "memory_error": Expect(MemoryError, "RayTaskError(MemoryError)",
+                           ["MemoryError: out of memory in the call"]),
+}
+
+CRASH_ACTOR = {
+    "exit1": ["exited with code 1"],
+    "sigkill": ["killed by signal 9 (SIGKILL)"],
+    "segfault": ["killed by signal 11 (SIGSEGV)"],
+    "sys_exit": ["died unexpectedly: exited with code 0"],
+    "sys_exit_3": ["died unexpectedly: exited with code 3"],
+}
+
+METHOD = {
+    "raise": Expect(ValueError, "RayTaskError(ValueError)",
+                    ["ray::MethodFault.run()", "ValueError: boom"], later="pong"),
+    **{kind: Expect(ActorDiedError, "ActorDiedError", text, later=ActorDiedError)
+       for kind, text in CRASH_ACTOR.items()},
+    "unpicklable_arg": Expect(TypeError, "TypeError", UNPICKLABLE_ARG, runs=0, at_submit=True,
+                              later="pong"),
+    "arg_fails_to_unpickle": Expect(RaySystemError, "RayTaskError(RaySystemError)",
+                                    ARG_UNPICKLE, runs=0, later="pong"),
+    "unpicklable_result": Expect(TypeError, "RayTaskError(TypeError)",
+                                 ["ray::MethodFault.run()", *UNPICKLABLE_RESULT], later="pong"),
+    "result_fails_to_unpickle": Expect(RaySystemError, "RaySystemError", RESULT_UNPICKLE,
+                                       later="pong"),
+    "memory_error": Expect(MemoryError, "RayTaskError(MemoryError)",
+                           ["MemoryError: out of memory in the call"], later="pong"),
+}
+
+CREATION = "The actor died because of an error raised in its creation task"
+CONSTRUCTOR = {
+    "raise": Expect(ActorDiedError, "ActorDiedError", [CREATION, "ValueError: boom"],
+                    later=ActorDiedError),
+    **{kind: Expect(ActorDiedError, "ActorDiedError", text, later=ActorDiedError)
+       for kind, text in CRASH_ACTOR.items()},
+    "unpicklable_arg": Expect(TypeError, "TypeError", UNPICKLABLE_ARG, runs=0, at_submit=True),
+    "arg_fails_to_unpickle": Expect(ActorDiedError, "ActorDiedError", [CREATION, *ARG_UNPICKLE],
+                                    runs=0, later=ActorDiedError),
+    # A constructor returns nothing: keeping such a value on self is fine, as in Ray.
+    "unpicklable_result": Expect(None, later="pong"),
+    "result_fails_to_unpickle": Expect(None, later="pong"),
+    "memory_error": Expect(ActorDiedError, "ActorDiedError",
+                           [CREATION, "MemoryError: out of memory in the call"],
+                           later=ActorDiedError),
+}
+
+MATRIX = {"task": TASK, "actor method": METHOD, "actor constructor": CONSTRUCTOR}
+CELLS = [pytest.param(where, kind, id=f"{where.replace(' ', '_')}-{kind}")
+         for where, table in MATRIX.items() for kind in table]
+
+
+def test_the_table_covers_every_fault_everywhere():
+    kinds = set(TASK)
+    assert set(METHOD) == kinds and set(CONSTRUCTOR) == kinds
+    assert len(kinds) == 11
+
+
+# ----------------------------------------------------------------------------- the rows
+@pytest.fixture
+def row_bound():
+    """A hang dumps every thread's stack instead of waiting out CI."""
+    faulthandler.dump_traceback_later(ROW_BOUND_S, exit=False)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _arguments(kind: str):
+    """The call's (kind the worker acts on, extra argument)."""
+    if kind == "unpicklable_arg":
+        return "nothing", threading.Lock()
+    if kind == "arg_fails_to_unpickle":
+        return "nothing", Unloadable()
+    return kind, None
+
+
+def _outcome(call):
+    """("value", v) or ("error", exception) of ``call()``."""
+    try:
+        return "value", call()
+    except Exception as error:  # noqa: BLE001 - the cell's outcome, checked by the caller
+        return "error", error
+
+
+def _check_error(error: BaseException, expect: Expect) -> None:
+    assert isinstance(error, expect.raises), f"{type(error).__name__}: {error}"
+    assert type(error).__name__ == expect.name, f"{type(error).__name__}: {error}"
+    if expect.name.startswith("RayTaskError("):  # the task's class, and still a task error
+        assert isinstance(error, RayTaskError)
+    text = str(error)
+    for piece in expect.match:
+        assert piece in text, f"{piece!r} not in the message:\n{text}"
+
+
+def _run_cell(ray, where: str, kind: str, counter: str, big):
+    """Submit the cell's call; returns (submit error or None, get outcome, later outcome)."""
+    run_kind, arg = _arguments(kind)
+    actor = None
+    try:
+        if where == "task":
+            ref = task_fault.remote(run_kind, counter, big, arg)
+            return None, _outcome(lambda: ray.get(ref, timeout=GET_TIMEOUT_S)), None
+        if where == "actor method":
+            actor = MethodFault.remote(big)
+            assert ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S) == "pong"
+            ref = actor.run.remote(run_kind, counter, big, arg)
+        else:
+            actor = ConstructorFault.remote(run_kind, counter, big, arg)
+            ref = actor.ping.remote()
+        first = _outcome(lambda: ray.get(ref, timeout=GET_TIMEOUT_S))
+        later = _outcome(lambda: ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S))
+        return None, first, later
+    except (TypeError, ValueError) as error:  # refused at .remote()
+        return error, None, None
+    finally:
+        if actor is not None:
+            ray.kill(actor)
+
+
+@pytest.mark.parametrize("where, kind", CELLS)
+def test_fault_cell(ray, row_bound, tmp_path, where, kind):
+    """One cell: the exception as Ray 2.60 gives it (module docstring), the message naming
+    what happened, how often the user code ran (retries), the actor's next call, then an
+    ordinary task works and no lease is left."""
+    expect = MATRIX[where][kind]
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    submit_error, first, later = _run_cell(ray, where, kind, counter, big)
+
+    if expect.at_submit:
+        assert submit_error is not None, f"{kind}: .remote() accepted the call"
+        _check_error(submit_error, expect)
+    else:
+        assert submit_error is None, f"{kind}: refused at .remote(): {submit_error!r}"
+        outcome, value = first
+        if expect.raises is None:
+            assert (outcome, value) == ("value", "pong")
+        else:
+            assert outcome == "error", f"{kind}: get() returned {value!r}"
+            _check_error(value, expect)
+    if where != "task" and not expect.at_submit:
+        outcome, value = later
+        if expect.later == "pong":
+            assert (outcome, value) == ("value", "pong")
+        else:
+            assert outcome == "error" and isinstance(value, expect.later), value
+    assert _runs(counter) == expect.runs
+
+    # The runtime still works, and every lease went back.
+    assert ray.get(ordinary.remote(41), timeout=GET_TIMEOUT_S) == 42
+    ledger = runtime.current().ledger
+    assert wait_until(lambda: ledger.statistics()["leases"] == 0), ledger.statistics()
+
+
+# ----------------------------------------------------------------------------- beyond the table
+def test_sys_exit_in_a_task_is_a_crash_without_retries_when_max_retries_is_0(ray, tmp_path):
+    """``sys.exit()`` ends the worker: with ``max_retries=0`` the first exit fails the task
+    with WorkerCrashedError (compared with Ray 2.60: same type, one run)."""
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    ref = task_fault.options(max_retries=0).remote("sys_exit_3", counter, big)
+    with pytest.raises(WorkerCrashedError, match="exited with code 3"):
+        ray.get(ref, timeout=GET_TIMEOUT_S)
+    assert _runs(counter) == 1
+    assert ray.get(ordinary.remote(1), timeout=GET_TIMEOUT_S) == 2
+
+
+def test_sys_exit_in_an_actor_method_restarts_it_while_max_restarts_allows(ray, tmp_path):
+    """The actor's process exits: with ``max_restarts=1`` its constructor runs again and the
+    next call works; the call that exited fails with ActorDiedError (no task retries).
+    Compared with Ray 2.60: same outcome."""
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    actor = MethodFault.options(max_restarts=1).remote(big)
+    with pytest.raises(ActorDiedError, match="exited with code 0"):
+        ray.get(actor.run.remote("sys_exit", counter, big), timeout=GET_TIMEOUT_S)
+    assert ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S) == "pong"
+    ray.kill(actor)
+
+
+def test_sys_exit_in_a_threaded_actor_ends_the_actor(ray, tmp_path):
+    """With ``max_concurrency > 1`` the method runs on a pool thread; ``sys.exit()`` there
+    still ends the actor's process."""
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    actor = MethodFault.options(max_concurrency=2).remote(big)
+    with pytest.raises(ActorDiedError, match="exited with code 3"):
+        ray.get(actor.run.remote("sys_exit_3", counter, big), timeout=GET_TIMEOUT_S)
+    with pytest.raises(ActorDiedError):
+        ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S)
+
+
+def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    ref = task_fault.options(max_retries=0).remote("sys_exit", counter, big)
+    with pytest.raises(WorkerCrashedError):
+        ray.get(ref, timeout=GET_TIMEOUT_S)
+    seen = []
+    assert wait_until(lambda: seen.append(capfd.readouterr().err)
+                      or "sys.exit() in task task_fault" in "".join(seen), timeout=5), seen
+
+
+@miniray.remote(num_returns=2)
+def big_then_unpicklable():
+    return b"y" * BIG, threading.Lock()
+
+
+def test_a_failed_result_unlinks_the_results_written_before_it(ray):
+    """The first of two returns is written into a segment before the second fails to
+    pickle; nobody will adopt it, so the worker unlinks it at once (before, it stayed in
+    /dev/shm until shutdown)."""
+    from .conftest import _root_segments
+
+    root = os.environ["MINIRAY_TMPDIR"]
+    refs = big_then_unpicklable.remote()
+    for ref in refs:
+        with pytest.raises(TypeError, match="return value 1"):
+            ray.get(ref, timeout=GET_TIMEOUT_S)
+    # Only the store's own segments (none here: no put) may remain.
+    assert wait_until(lambda: not _root_segments(root), timeout=2), _root_segments(root)
