@@ -233,12 +233,15 @@ class _Worker:
         only on failure: an actor's repr is user code)."""
         from miniray.exceptions import RayError, RayTaskError
 
-        def failed(error: BaseException, traceback_str: str | None = None) -> list:
+        def failed(error: BaseException, traceback_str: str | None = None,
+                   done: list = ()) -> list:
+            """``done`` (the returns already written) as they are, the rest failing."""
             fields = error_fields() if error_fields is not None else {}
             task_error = RayTaskError.from_exception(
                 error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
                 traceback_str=traceback_str, **fields)
-            return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+            return list(done) + [(protocol.ERR, _dumps_error(task_error))] * max(
+                1, num_returns - len(done))
 
         try:
             if num_returns == 1:
@@ -266,30 +269,21 @@ class _Worker:
                     inside = tuple(object_ref.stop_collecting())
                 results.append((protocol.OK, payload, inside))
             except Exception as failure:
-                # The values already written will never be handed over: only this process
-                # knows their segments.
-                _unlink_payloads(results)
+                # As in Ray, the returns before this one are kept (handed over as usual);
+                # this one and those after it fail.
                 if isinstance(failure, RayError):  # ObjectStoreFullError: say it as it is
-                    return failed(failure)
+                    return failed(failure, done=results)
                 which = "return value" if num_returns == 1 else f"return value {index}"
                 error = TypeError(
                     f"Could not serialize the {which} of {name} (a {type(item).__name__}): "
                     f"{type(failure).__name__}: {failure}. Values a task returns must be "
                     "picklable; return the data needed to rebuild the object instead."
                 )
-                return failed(error, f"TypeError: {error}")
+                return failed(error, f"TypeError: {error}", done=results)
         return results
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
         self.channel.send(result_message(task_id, results, retryable))
-
-
-def _unlink_payloads(results: list) -> None:
-    from miniray._private import shm_segments
-
-    for _kind, payload, _inside in results:
-        if isinstance(payload, tuple) and payload and payload[0] == "shm":
-            shm_segments.unlink_quiet(payload[1])
 
 
 class ArgumentsNotLoaded(Exception):

@@ -408,20 +408,28 @@ def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
 
 
 @miniray.remote(num_returns=2)
-def big_then_unpicklable():
-    return b"y" * BIG, threading.Lock()
+def two_returns(unpicklable_first: bool):
+    big, lock = b"y" * BIG, threading.Lock()
+    return (lock, big) if unpicklable_first else (big, lock)
 
 
-def test_a_failed_result_unlinks_the_results_written_before_it(ray):
-    """The first of two returns is written into a segment before the second fails to
-    pickle; nobody will adopt it, so the worker unlinks it at once (before, it stayed in
-    /dev/shm until shutdown)."""
+def test_returns_before_an_unpicklable_one_are_kept(ray):
+    """Of several returns, those before the first that cannot be pickled are kept and the
+    rest fail, as in Ray 2.60 (compared: ``(big, lock)`` gives the bytes then
+    ``RayTaskError(TypeError)``; ``(lock, big)`` two errors). Before, every return failed and
+    the segment already written for the first stayed in /dev/shm until shutdown."""
     from .conftest import _root_segments
 
     root = os.environ["MINIRAY_TMPDIR"]
-    refs = big_then_unpicklable.remote()
+    first, second = two_returns.remote(False)
+    assert ray.get(first, timeout=GET_TIMEOUT_S) == b"y" * BIG
+    with pytest.raises(TypeError, match="return value 1 of two_returns"):
+        ray.get(second, timeout=GET_TIMEOUT_S)
+    refs = two_returns.remote(True)
     for ref in refs:
-        with pytest.raises(TypeError, match="return value 1"):
+        with pytest.raises(TypeError, match="return value 0 of two_returns"):
             ray.get(ref, timeout=GET_TIMEOUT_S)
-    # Only the store's own segments (none here: no put) may remain.
-    assert wait_until(lambda: not _root_segments(root), timeout=2), _root_segments(root)
+    del first, second, refs
+    # Every segment written was handed over, so freeing the refs frees them (the store keeps
+    # a freed segment up to 0.5 s for reuse).
+    assert wait_until(lambda: not _root_segments(root), timeout=5), _root_segments(root)
