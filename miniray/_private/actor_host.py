@@ -16,6 +16,8 @@ hands every ACTOR_CALL here.
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
     __ray_terminate__ / exit_actor() ──► RESULT, (ACTOR_EXITING,) then the process exits
+    sys.exit() in __init__ or a method ──► the process exits with its code (a crash: the
+                                          owner restarts the actor or marks it dead)
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ Called by: the fork server, in the forked child (``run_forked``).
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → TaskCancelledError raised in the main thread if that task is running
 
-A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG).
+A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
+when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
+sent back: ``task_error_for`` (arguments that fail to unpickle become Ray's
+``RayTaskError(RaySystemError)``), ``_serialize_returns`` (results that cannot be pickled).
 Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
 the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
 ``(<name> pid=<pid>)`` prefix.
