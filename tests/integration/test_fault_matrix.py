@@ -152,6 +152,22 @@ class MethodFault:
 
 
 @miniray.remote
+class AsyncMethodFault:
+    """The same method, run on the actor's event loop."""
+
+    def __init__(self, big):
+        assert len(big) == BIG
+
+    async def run(self, kind, counter, big, arg=None):
+        assert len(big) == BIG
+        _count_run(counter)
+        return fault(kind)
+
+    async def ping(self):
+        return "pong"
+
+
+@miniray.remote
 class ConstructorFault:
     def __init__(self, kind, counter, big, arg=None):
         assert len(big) == BIG
@@ -359,6 +375,43 @@ def test_fault_cell(ray, row_bound, tmp_path, where, kind):
 
 
 # ----------------------------------------------------------------------------- beyond the table
+KIND_FAULTS = ["raise", "segfault", "sys_exit", "arg_fails_to_unpickle", "unpicklable_result",
+               "result_fails_to_unpickle", "memory_error"]
+
+
+@pytest.mark.parametrize("kind", KIND_FAULTS)
+@pytest.mark.parametrize("actor_kind", ["threaded", "async"])
+def test_fault_in_threaded_and_async_actors(ray, row_bound, tmp_path, actor_kind, kind):
+    """A method on a pool thread (``max_concurrency=2``) or on the event loop gives what a
+    plain method gives. Compared with Ray 2.60: the same in every case but one, ``sys.exit()``
+    in an ``async def`` method, where Ray's ``get`` never returns (the call and the next one
+    time out); miniray ends the actor as for any other method."""
+    expect = METHOD[kind]
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    if actor_kind == "threaded":
+        actor, cls_name = MethodFault.options(max_concurrency=2).remote(big), "MethodFault"
+    else:
+        actor, cls_name = AsyncMethodFault.remote(big), "AsyncMethodFault"
+    try:
+        assert ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S) == "pong"
+        run_kind, arg = _arguments(kind)
+        outcome, error = _outcome(lambda: ray.get(actor.run.remote(run_kind, counter, big, arg),
+                                                  timeout=GET_TIMEOUT_S))
+        assert outcome == "error", error
+        _check_error(error, Expect(expect.raises, expect.name, [
+            piece.replace("MethodFault", cls_name) for piece in expect.match]))
+        outcome, value = _outcome(lambda: ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S))
+        if expect.later == "pong":
+            assert (outcome, value) == ("value", "pong")
+        else:
+            assert outcome == "error" and isinstance(value, expect.later), value
+        assert _runs(counter) == expect.runs
+    finally:
+        ray.kill(actor)
+    assert ray.get(ordinary.remote(41), timeout=GET_TIMEOUT_S) == 42
+
+
 def test_sys_exit_in_a_task_is_a_crash_without_retries_when_max_retries_is_0(ray, tmp_path):
     """``sys.exit()`` ends the worker: with ``max_retries=0`` the first exit fails the task
     with WorkerCrashedError (compared with Ray 2.60: same type, one run)."""
