@@ -236,7 +236,7 @@ class ActorHost:
             exit_for_system_exit(error, f"{self.class_name}.{call_name}")
         worker = self.worker
         task_error = task_error_for(
-            error, f"{self.class_name}.{call_name}", pid=worker.pid,
+            error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
             ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             actor_repr=_safe_repr(self.instance),
         )

@@ -221,9 +221,10 @@ class _Worker:
             error = value
             task_error = task_error_for(
                 error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
-                traceback_str=_user_traceback(error),
+                traceback_str=_user_traceback(error), task_id=task_id,
             )
-            retryable = _is_retryable(task_error.cause, retry_exceptions)
+            retryable = not isinstance(error, KeyboardInterrupt) and _is_retryable(
+                task_error.cause, retry_exceptions)
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
@@ -301,12 +302,20 @@ class ArgumentsNotLoaded(Exception):
 
 
 def task_error_for(error: BaseException, function_name: str, traceback_str: str | None = None,
-                   **fields) -> RayTaskError:
+                   task_id: bytes | None = None, **fields) -> RayTaskError:
     """The RayTaskError a worker sends for a failed call. ``fields``: pid, ip, actor_id,
     actor_repr, as ``RayTaskError.from_exception`` takes them."""
-    from miniray.exceptions import RaySystemError, RayTaskError
+    from miniray.exceptions import RaySystemError, RayTaskError, TaskCancelledError
 
-    if isinstance(error, ArgumentsNotLoaded):
+    if isinstance(error, KeyboardInterrupt):
+        # Ray cancels a running task with a KeyboardInterrupt, so one raised by user code
+        # reads as a cancelled task; sent back as it is, get() would re-raise it in the
+        # driver as if the user had pressed Ctrl-C.
+        cancelled = TaskCancelledError(task_id.hex() if task_id else None)
+        traceback_str = (_user_traceback(error).rstrip("\n")
+                         + f"\n{_qualified(TaskCancelledError)}: {cancelled}")
+        error = cancelled
+    elif isinstance(error, ArgumentsNotLoaded):
         failure = error.error
         # Ray's wording, then the unpickling error with the user's frames only.
         error = RaySystemError(

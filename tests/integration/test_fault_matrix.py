@@ -73,6 +73,7 @@ from miniray.exceptions import (
     ActorUnavailableError,
     RaySystemError,
     RayTaskError,
+    TaskCancelledError,
     WorkerCrashedError,
 )
 
@@ -124,6 +125,8 @@ def fault(kind: str):
         sys.exit(3)
     if kind == "memory_error":
         raise MemoryError("out of memory in the call")
+    if kind == "keyboard_interrupt":
+        raise KeyboardInterrupt("interrupted in the call")
     if kind == "unpicklable_result":
         return threading.Lock()
     if kind == "result_fails_to_unpickle":
@@ -468,6 +471,32 @@ def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
     seen = []
     assert wait_until(lambda: seen.append(capfd.readouterr().err)
                       or "sys.exit() in task task_fault" in "".join(seen), timeout=5), seen
+
+
+@pytest.mark.parametrize("where", ["task", "actor method"])
+def test_keyboard_interrupt_in_a_call_reads_as_a_cancelled_task(ray, tmp_path, where):
+    """A KeyboardInterrupt raised in a task or method comes back as
+    ``RayTaskError(TaskCancelledError)``, as in Ray 2.60 (which cancels with it), not as a
+    KeyboardInterrupt that ``get()`` would raise in the driver like Ctrl-C. Not retried, and
+    an actor lives on."""
+    counter = str(tmp_path / "runs")
+    big = ray.put(b"x" * BIG)
+    actor = None
+    if where == "task":
+        ref = task_fault.options(retry_exceptions=True).remote("keyboard_interrupt", counter,
+                                                               big)
+    else:
+        actor = MethodFault.remote(big)
+        ref = actor.run.remote("keyboard_interrupt", counter, big)
+    outcome, error = _outcome(lambda: ray.get(ref, timeout=GET_TIMEOUT_S))
+    assert outcome == "error", error
+    assert type(error).__name__ == "RayTaskError(TaskCancelledError)"
+    assert isinstance(error, TaskCancelledError) and not isinstance(error, KeyboardInterrupt)
+    assert "was cancelled" in str(error) and "KeyboardInterrupt: interrupted" in str(error)
+    assert _runs(counter) == 1
+    if actor is not None:
+        assert ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S) == "pong"
+        ray.kill(actor)
 
 
 @miniray.remote(num_returns=2)
