@@ -284,11 +284,19 @@ def test_the_table_covers_every_fault_everywhere():
 
 # ----------------------------------------------------------------------------- the rows
 @pytest.fixture
-def row_bound():
-    """A hang dumps every thread's stack instead of waiting out CI."""
+def row_bound(request):
+    """A hang dumps every thread's stack instead of waiting out CI. faulthandler has one
+    timer, which pytest's ``faulthandler_timeout`` also uses: it is armed again afterwards,
+    for the fixtures' teardown."""
     faulthandler.dump_traceback_later(ROW_BOUND_S, exit=False)
     yield
     faulthandler.cancel_dump_traceback_later()
+    try:
+        pytest_timeout = float(request.config.getini("faulthandler_timeout") or 0)
+    except (TypeError, ValueError):
+        pytest_timeout = 0
+    if pytest_timeout > 0:
+        faulthandler.dump_traceback_later(pytest_timeout, exit=False)
 
 
 def _arguments(kind: str):
