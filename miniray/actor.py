@@ -3,10 +3,11 @@
 Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
-built-in ``__ray_ready__`` / ``__ray_terminate__``. Differs: an actor that names resources but
-not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``); ``concurrency_groups``
-raises NotImplementedError; ``.bind()`` (DAGs) raises NotImplementedError; generator methods run
-to completion before their refs are iterated.
+built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or a method checks
+the arguments against its signature (carried in the handle). Differs: an actor that names
+resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``);
+``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
+NotImplementedError; generator methods run to completion before their refs are iterated.
 
 Example:
     >>> @miniray.remote
@@ -28,7 +29,7 @@ import inspect
 import os
 from typing import Any
 
-from miniray._private import ids, object_ref, runtime, serialization
+from miniray._private import ids, object_ref, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.actors import ActorCallSpec, ActorCreationSpec
 from miniray._private.object_ref import ObjectRef
@@ -48,7 +49,8 @@ class _ExitActor(SystemExit):
 
 
 def _method_table(cls: type) -> dict:
-    """name -> (num_returns, is_generator, max_task_retries or None) for every method."""
+    """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None) for
+    every method. The table travels inside handles, so every handle checks calls."""
     table = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name.endswith("__"):
@@ -63,10 +65,11 @@ def _method_table(cls: type) -> dict:
         num_returns = getattr(function, "__ray_num_returns__", None)
         if num_returns in (None, "streaming"):
             num_returns = 1
-        table[name] = (num_returns, generator, getattr(function, "__ray_max_task_retries__",
-                                                        None))
+        argspec = signatures.of_function(function, f"{cls.__name__}.{name}", drop_first=True)
+        table[name] = (num_returns, generator,
+                       getattr(function, "__ray_max_task_retries__", None), argspec)
     for name in _BUILTIN_METHODS:
-        table[name] = (1, False, 0)
+        table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name))
     return table
 
 
@@ -88,6 +91,7 @@ class ActorClass:
         self._default_options = dict(options)
         self._is_async = _is_async(cls)
         self._methods = _method_table(cls)
+        self._argspec = signatures.of_class(cls, cls.__name__)
         self._export_cache: tuple | None = None
         self.__ray_metadata__ = {"class_name": cls.__name__, "methods": sorted(self._methods)}
         self.__name__ = cls.__name__
@@ -130,6 +134,8 @@ class ActorClass:
         return cache[1], cache[2]
 
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
         rt = runtime.auto_init()
         _options.actor_creation_checks(opts, is_async=self._is_async)
         placement, held = _options.actor_resource_requests(opts)
@@ -204,7 +210,8 @@ class ActorHandle:
         meta = self._state[1].get(name)
         if meta is None:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-        return ActorMethod(self, name, meta[0], meta[1], meta[2])
+        return ActorMethod(self, name, meta[0], meta[1], meta[2],
+                           argspec=meta[3] if len(meta) > 3 else None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -261,8 +268,9 @@ class ActorMethod:
     """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
-                 max_task_retries, call_name: str | None = None):
+                 max_task_retries, call_name: str | None = None, *, argspec=None):
         self._handle = handle
+        self._argspec = argspec
         self._name = name
         self._num_returns = num_returns
         self._generator = generator
@@ -275,6 +283,8 @@ class ActorMethod:
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args, **kwargs):
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
                                     self._generator, self._call_name, self._max_task_retries)
 
@@ -290,7 +300,7 @@ class ActorMethod:
             num_returns = 1
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
-                           opts.get("name") or self._call_name)
+                           opts.get("name") or self._call_name, argspec=self._argspec)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
