@@ -312,8 +312,19 @@ def make_actor_class(cls: type, options: dict) -> ActorClass:
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """The handle of the live actor named ``name`` in ``namespace`` (default: the current)."""
-    if not isinstance(name, str) or not name:
+    # Ray 2.60's types: TypeError for a name or namespace that is not a string ("expected
+    # bytes, int found"), ValueError for an empty name. These messages name the argument.
+    if not isinstance(name, str):
+        raise TypeError(
+            f"get_actor() expects the actor's name as a str, got {type(name).__name__} "
+            f"{name!r}. Pass the name given with .options(name=...)."
+        )
+    if not name:
         raise ValueError("Please supply a non-empty value to get_actor")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
+        )
     rt = runtime.auto_init()
     actor_id, state = rt.get_actor(name, namespace)
     return ActorHandle(actor_id, state)

@@ -223,6 +223,17 @@ def test_named_actors(ray, Recorder):
         ray.get_actor("missing")
     with pytest.raises(ValueError, match="non-empty"):
         ray.get_actor("")
+    # Ray 2.60 raises TypeError for a name or namespace that is not a str ("expected bytes,
+    # int found"); these name the argument.
+    with pytest.raises(TypeError) as info:
+        ray.get_actor(123)
+    assert type(info.value) is TypeError
+    assert str(info.value) == (
+        "get_actor() expects the actor's name as a str, got int 123. Pass the name given "
+        "with .options(name=...)."
+    )
+    with pytest.raises(TypeError, match=r"^namespace must be None or a string, got int 5\.$"):
+        ray.get_actor("rec", namespace=5)
     with pytest.raises(ValueError):
         Recorder.options(name="").remote()
 
@@ -610,3 +621,21 @@ def test_handles_that_travel_check_calls_too(ray):
     with pytest.raises(TypeError, match="too many positional arguments"):
         ray.get_actor("echo").say.remote(1, 2)
     assert ray.get(ray.get_actor("echo").say.remote("hi"), timeout=GET_TIMEOUT) == "hi"
+
+
+def test_method_num_returns_mismatch_names_what_was_returned(ray):
+    """Compared with Ray 2.60: RayTaskError(TypeError) in every ref, as for a task."""
+
+    @ray.remote
+    class Pair:
+        @ray.method(num_returns=2)
+        def split(self):
+            return 5
+
+    first, second = Pair.remote().split.remote()
+    for ref in (first, second):
+        with pytest.raises(TypeError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert isinstance(info.value, exceptions.RayTaskError)
+        assert "Task returned int 5, but num_returns=2 expects a sequence of 2 values" in str(
+            info.value)

@@ -146,11 +146,20 @@ def test_num_returns_zero_gives_none_and_runs(ray, tmp_path):
     "value, cause, text",
     [
         ((1, 2, 3), ValueError, "Task returned 3 objects, but num_returns=2."),
-        (5, TypeError, "object of type 'int' has no len()"),
+        (
+            5,
+            TypeError,
+            "Task returned int 5, but num_returns=2 expects a sequence of 2 values (e.g. a "
+            "tuple). Return 2 values, or use num_returns=1 to return this object as it is.",
+        ),
+        (None, TypeError, "Task returned NoneType None, but num_returns=2 expects a sequence"),
     ],
-    ids=["wrong-count", "not-a-sequence"],
+    ids=["wrong-count", "not-a-sequence", "none"],
 )
 def test_num_returns_mismatch_fails_every_ref(ray, value, cause, text):
+    """Compared with Ray 2.60: the same types (RayTaskError(ValueError) for a wrong count,
+    RayTaskError(TypeError) for a value without a length); Ray's TypeError says only
+    "object of type 'int' has no len()", this one what was returned and what was expected."""
     @ray.remote(num_returns=2)
     def bad():
         return value
