@@ -408,24 +408,47 @@ def test_spilling_over_the_cap_and_transparent_restore(ray_start):
     assert store.statistics()["bytes_in_memory"] <= 80 * MIB
 
 
-def test_put_larger_than_the_cap_raises_object_store_full_error(ray_start):
+def test_objects_larger_than_the_store_are_stored_on_disk(ray_start, caplog):
+    """Compared with Ray 2.60: init(object_store_memory=100 MiB) then a 200 MB put, a 200 MB
+    task result and a 200 MB put inside a task all succeed (Ray's fallback allocation). Here
+    they go to the spill directory, nothing else is spilled for them, and one warning names
+    both sizes. (miniray used to refuse the driver's put with ObjectStoreFullError.)"""
     ray_start(num_cpus=1, object_store_memory=80 * MIB)
+    store = _store()
     keep = miniray.put(_big(4.0))
-    with pytest.raises(exceptions.ObjectStoreFullError) as info:
-        miniray.put(np.zeros(100 * MIB // 8))
-    message = str(info.value)
-    assert "100.0 MiB" in message and "80.0 MiB" in message, message
-    # Nothing of the failed put is left, and the session still works.
-    assert len(_segments(_store().session_tag)) == 1
-    assert miniray.get(keep)[0] == 4.0
-    again = miniray.put(_big(5.0, 20))
-    assert miniray.get(again)[-1] == 5.0
+    with caplog.at_level("WARNING", logger="miniray"):
+        ref = miniray.put(np.full(100 * MIB // 8, 7.0))
+
+    @miniray.remote
+    def result():
+        return np.full(100 * MIB // 8, 8.0)
+
+    @miniray.remote
+    def put_inside():
+        return [miniray.put(np.full(100 * MIB // 8, 9.0))]
 
     @miniray.remote
     def total(x):
-        return float(x.sum())
+        return float(x[0] + x[-1])
 
-    assert miniray.get(total.remote(keep), timeout=GET_TIMEOUT) == 4.0 * (2 * MIB // 8)
+    with caplog.at_level("WARNING", logger="miniray"):
+        from_task = result.remote()
+        (from_worker_put,) = miniray.get(put_inside.remote(), timeout=GET_TIMEOUT)
+        assert miniray.wait([from_task], timeout=GET_TIMEOUT)[0] == [from_task]
+    warnings = [r.getMessage() for r in caplog.records if "larger than the whole" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "is 100.0 MiB, larger than the whole object store (80.0 MiB" in warnings[0]
+    for value, expected in ((ref, 7.0), (from_task, 8.0), (from_worker_put, 9.0)):
+        array = miniray.get(value, timeout=GET_TIMEOUT)
+        assert array.shape == (100 * MIB // 8,) and array[0] == array[-1] == expected
+        del array
+        assert miniray.get(total.remote(value), timeout=GET_TIMEOUT) == 2 * expected
+    stats = store.statistics()
+    # Only the two workers' segments were moved to disk (the driver's put was written there).
+    assert stats["oversized"] == 3 and stats["spills"] == 2, stats
+    assert stats["bytes_in_memory"] <= 80 * MIB, stats
+    assert miniray.get(keep)[0] == 4.0  # still in memory: nothing was spilled for them
+    assert store.location(keep._id)[0] == "shm"
 
 
 def test_store_full_when_every_object_is_being_read(ray_start):
