@@ -107,7 +107,7 @@ def _memory_available() -> int:
     return 8 << 30
 
 
-def _memory_total() -> int | None:
+def host_memory() -> int | None:
     """The memory this host (or its cgroup limit) has in all, or None if unknown."""
     total = None
     try:
@@ -798,7 +798,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             _check_whole(name, value, shown)
         if num_cpus is None:
             num_cpus = _cpu_count()
-        osm = check_object_store_memory(kwargs.get("object_store_memory"), _memory_total())
+        osm = check_object_store_memory(kwargs.get("object_store_memory"), host_memory())
         rt = Runtime(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=kwargs.get("namespace"),
