@@ -15,7 +15,9 @@ defaults are respected and the submission fails at once with TypeError. Differs:
   * Defaults and annotations are not kept (only whether a parameter has a default), so a
     description always pickles with the actor handle that carries it.
   * A call with positional arguments only, whose count fits, is accepted without
-    ``bind`` (the common case costs a tuple length and two comparisons).
+    ``bind`` (the common case costs a tuple length and two comparisons). Whether a call
+    binds depends only on how many positional arguments it has and which keywords it
+    names, so shapes that bound once are remembered and not bound again.
 
     f.remote(1, 2) --ArgSpec.check--> fits? --> submit
                                       no    --> TypeError("f.remote() got invalid ...")
@@ -31,6 +33,7 @@ __all__ = ["ArgSpec", "of_class", "of_function"]
 _P = inspect.Parameter
 _POSITIONAL = (_P.POSITIONAL_ONLY, _P.POSITIONAL_OR_KEYWORD)
 _HAS_DEFAULT = "<default>"  # stands for any default value in a rebuilt signature
+_MAX_SHAPES = 64  # call shapes remembered per callable (call sites are few)
 
 
 class ArgSpec:
@@ -45,13 +48,14 @@ class ArgSpec:
         TypeError: f.remote() got invalid arguments: too many positional arguments. ...
     """
 
-    __slots__ = ("params", "text", "name", "_min", "_max", "_signature")
+    __slots__ = ("params", "text", "name", "_min", "_max", "_signature", "_shapes")
 
     def __init__(self, params: tuple, text: str, name: str):
         self.params = tuple(params)
         self.text = text
         self.name = name
         self._signature = None
+        self._shapes: set = set()  # (positional count, keyword names) that bound
         positional = [p for p in self.params if p[1] in _POSITIONAL]
         self._min = sum(1 for p in positional if not p[2])
         self._max = len(positional)
@@ -70,6 +74,9 @@ class ArgSpec:
         """Raise TypeError naming the call and the signature if the arguments do not bind."""
         if not kwargs and self._min <= len(args) <= self._max:
             return
+        shape = (len(args), tuple(kwargs))
+        if shape in self._shapes:
+            return
         signature = self._signature
         if signature is None:
             signature = self._signature = inspect.Signature([
@@ -83,6 +90,8 @@ class ArgSpec:
                 f"{self.name}.remote() got invalid arguments: {error}. The signature is "
                 f"{self.text}."
             ) from None
+        if len(self._shapes) < _MAX_SHAPES:
+            self._shapes.add(shape)
 
 
 def _describe(signature: inspect.Signature, drop_first: bool, name: str) -> ArgSpec | None:
