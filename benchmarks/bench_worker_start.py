@@ -65,7 +65,7 @@ def pipe_round_trip_us(n: int = 2000) -> float:
 def fresh_process_ms(mod, method: str, n: int = 20) -> float:
     ctx = mod.get_context(method)
     samples = []
-    for i in range(n + 2):
+    for _ in range(n + 2):
         parent, child = ctx.Pipe()
         t = time.perf_counter()
         proc = ctx.Process(target=_send_one, args=(child,))
