@@ -8,10 +8,17 @@ Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar, overload
 
 from miniray._private import ids, oob, protocol, runtime, values
 from miniray._private.object_ref import ObjectRef
+from miniray._private.type_vars import T
+
+if TYPE_CHECKING:
+    from miniray._private.generators import ObjectRefGenerator
+
+# What wait() returns, of the kind it was given (ObjectRef or ObjectRefGenerator).
+_W = TypeVar("_W")
 
 
 def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any:
@@ -91,6 +98,19 @@ def get_values(rt, refs: list, timeout: float | None = None) -> list:
     return [materialize(kind, data, rt, ref._id) for (kind, data), ref in zip(items, refs)]
 
 
+@overload
+def get(object_refs: ObjectRef[T], *, timeout: float | None = None) -> T: ...
+
+
+@overload
+def get(object_refs: Sequence[ObjectRef[T]], *, timeout: float | None = None) -> list[T]: ...
+
+
+@overload
+def get(object_refs: ObjectRefGenerator, *,
+        timeout: float | None = None) -> ObjectRefGenerator: ...
+
+
 def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = False):
     """Returns the value of an ObjectRef, or the values of a list of them, waiting for them.
 
@@ -148,7 +168,7 @@ def _check_timeout(timeout):
     return float(timeout)
 
 
-def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> ObjectRef:
+def put(value: T, *, _owner: Any = None, _tensor_transport: str | None = None) -> ObjectRef[T]:
     """Stores a value in the object store and returns an ObjectRef to it.
 
     Mirrors ``ray.put``. Values of 100 KiB and more are written once into shared memory, where
@@ -191,8 +211,8 @@ def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> Obj
     return ObjectRef(object_id)
 
 
-def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
-         fetch_local: bool = True):
+def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list[_W], list[_W]]:
     """Waits until ``num_returns`` of the given objects are ready, or the timeout passes.
 
     Mirrors ``ray.wait``.
@@ -245,11 +265,13 @@ def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
             "ray.wait."
         )
     rt = runtime.auto_init()
-    refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in ray_waitables]
+    waitables: list[Any] = ray_waitables
+    refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in waitables]
     _check_session(rt, refs)
     ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
                               None if timeout is None else float(timeout))
-    ready, not_ready = [], []
+    ready: list[_W] = []
+    not_ready: list[_W] = []
     for waitable, ref in zip(ray_waitables, refs):
         if ref._id in ready_ids and len(ready) < num_returns:
             ready.append(waitable)

@@ -8,8 +8,25 @@ Called by: ``miniray/__init__.py``.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 from miniray._private import options as _options
+from miniray._private.type_vars import P, R, T
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from miniray.actor import ActorClass
+    from miniray.remote_function import RemoteFunction
+
+    class _RemoteDecorator(Protocol):
+        """What ``remote(num_cpus=...)`` returns, for type checkers."""
+
+        @overload
+        def __call__(self, target: type[T], /) -> ActorClass[T]: ...
+
+        @overload
+        def __call__(self, target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
 
 
 def _make(target, opts: dict):
@@ -21,6 +38,19 @@ def _make(target, opts: dict):
     from miniray.remote_function import RemoteFunction
 
     return RemoteFunction(target, opts)
+
+
+# A class is also a callable, so the class overload comes first (and overlaps the next).
+@overload
+def remote(target: type[T], /) -> ActorClass[T]: ...  # type: ignore[overload-overlap]
+
+
+@overload
+def remote(target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
+
+
+@overload
+def remote(**options: Any) -> _RemoteDecorator: ...
 
 
 def remote(*args, **kwargs):
