@@ -10,7 +10,7 @@ resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``)
 NotImplementedError; generator methods run to completion before their refs are iterated.
 
 Example:
-    >>> @miniray.remote
+    >>> @ray.remote
     ... class Counter:
     ...     def __init__(self):
     ...         self.value = 0
@@ -18,7 +18,7 @@ Example:
     ...         self.value += 1
     ...         return self.value
     >>> counter = Counter.remote()
-    >>> miniray.get(counter.increment.remote())
+    >>> ray.get(counter.increment.remote())
     1
 """
 
@@ -27,12 +27,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from typing import Any
+from typing import Any, Generic
 
 from miniray._private import ids, object_ref, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.actors import ActorCallSpec, ActorCreationSpec
 from miniray._private.object_ref import ObjectRef
+from miniray._private.type_vars import T
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]
@@ -78,10 +79,14 @@ def _is_async(cls: type) -> bool:
                for _, m in inspect.getmembers(cls, inspect.isfunction))
 
 
-class ActorClass:
-    """What ``@remote`` makes of a class. Create actors with ``.remote(*args)``."""
+class ActorClass(Generic[T]):
+    """What ``@remote`` makes of a class. Create actors with ``.remote(*args)``.
 
-    def __init__(self, cls: type, options: dict):
+    A type checker sees ``@remote`` on ``class Counter`` as ``ActorClass[Counter]``, whose
+    ``.remote()`` returns ``ActorHandle[Counter]``.
+    """
+
+    def __init__(self, cls: type[T], options: dict) -> None:
         if options.get("concurrency_groups"):
             raise NotImplementedError(
                 "concurrency_groups are not implemented by miniray; use max_concurrency, or "
@@ -112,10 +117,10 @@ class ActorClass:
     def __repr__(self) -> str:
         return f"<{self._cls.__module__}.ActorClass({self._cls.__name__}) object at {id(self):#x}>"
 
-    def remote(self, *args, **kwargs) -> ActorHandle:
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
         return self._remote(args, kwargs, self._default_options)
 
-    def options(self, **actor_options) -> _ActorClassOptions:
+    def options(self, **actor_options: Any) -> _ActorClassOptions[T]:
         if "concurrency_groups" in actor_options:
             raise ValueError("Setting 'concurrency_groups' is not supported in '.options()'.")
         merged = _options.update_options(self._default_options, actor_options)
@@ -133,7 +138,7 @@ class ActorClass:
             cache = self._export_cache = (os.getpid(), hashlib.sha1(data).digest()[:16], data)
         return cache[1], cache[2]
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
         rt = runtime.auto_init()
@@ -165,22 +170,25 @@ class ActorClass:
         return ActorHandle(actor_id, state)
 
 
-class _ActorClassOptions:
+class _ActorClassOptions(Generic[T]):
     """What ``ActorClass.options()`` returns: only ``.remote()`` and ``.bind()``."""
 
-    def __init__(self, actor_class: ActorClass, opts: dict):
+    def __init__(self, actor_class: ActorClass[T], opts: dict) -> None:
         self._actor_class = actor_class
         self._options = opts
 
-    def remote(self, *args, **kwargs) -> ActorHandle:
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
         return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
-class ActorHandle:
-    """A handle to an actor: call its methods with ``handle.method.remote(...)``."""
+class ActorHandle(Generic[T]):
+    """A handle to an actor: call its methods with ``handle.method.remote(...)``.
+
+    ``T`` is the actor's class, for type checkers; its methods are looked up at run time.
+    """
 
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
@@ -282,7 +290,7 @@ class ActorMethod:
             "Actor methods cannot be called directly. Instead of running "
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
-    def remote(self, *args, **kwargs):
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
@@ -306,7 +314,7 @@ class ActorMethod:
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
-def make_actor_class(cls: type, options: dict) -> ActorClass:
+def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:
     return ActorClass(cls, options)
 
 

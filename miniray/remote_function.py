@@ -15,11 +15,13 @@ import hashlib
 import inspect
 import os
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, Generic
 
 from miniray._private import ids, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.object_ref import ObjectRef
 from miniray._private.task_spec import TaskSpec
+from miniray._private.type_vars import P, R
 
 __all__ = ["RemoteFunction"]
 
@@ -56,18 +58,25 @@ class _Template:
         self.name = opts.get("name") or default_name
 
 
-class RemoteFunction:
+class RemoteFunction(Generic[P, R]):
     """A remote function. Call ``.remote(*args, **kwargs)`` to run it as a task.
 
+    Typed as Ray's: for ``def add(a: int, b: int) -> int``, ``add.remote`` takes what ``add``
+    takes and returns ``ObjectRef[int]``.
+
     Example:
-        >>> @miniray.remote
+        >>> @ray.remote
         ... def add(a, b):
         ...     return a + b
-        >>> miniray.get(add.remote(1, 2))
+        >>> ray.get(add.remote(1, 2))
         3
     """
 
-    def __init__(self, function, options: dict):
+    if TYPE_CHECKING:  # at run time, an attribute set in __init__ (it keeps the signature)
+
+        def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]: ...
+
+    def __init__(self, function: Callable[P, R], options: dict) -> None:
         _options.check_remote_args((function,), {})
         self._is_generator = inspect.isgeneratorfunction(function)
         _options.validate_task_options(options, in_options=False,
@@ -88,7 +97,7 @@ class RemoteFunction:
         def remote(*args, **kwargs):
             return submit(*args, **kwargs)
 
-        self.remote = remote
+        self.remote = remote  # type: ignore[method-assign]
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -96,7 +105,7 @@ class RemoteFunction:
             f"'{self._function_name}()', try '{self._function_name}.remote()'."
         )
 
-    def options(self, **task_options) -> _FunctionOptions:
+    def options(self, **task_options: Any) -> _FunctionOptions[P, R]:
         """A copy with ``task_options`` merged over the decorator's; ``.remote()`` runs it."""
         if "max_calls" in task_options:
             raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
@@ -162,15 +171,15 @@ class RemoteFunction:
         return f"<miniray.remote_function.RemoteFunction {self._function_name}>"
 
 
-class _FunctionOptions:
+class _FunctionOptions(Generic[P, R]):
     """What ``RemoteFunction.options()`` returns: only ``.remote()`` and ``.bind()``."""
 
-    def __init__(self, remote_function: RemoteFunction, opts: dict):
+    def __init__(self, remote_function: RemoteFunction[P, R], opts: dict) -> None:
         self._remote_function = remote_function
         self._options = opts
         self._template: _Template | None = None
 
-    def remote(self, *args, **kwargs):
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]:
         template = self._template
         if template is None:
             function = self._remote_function

@@ -694,6 +694,14 @@ def set_worker_runtime(worker_runtime) -> None:
 
 
 def is_initialized() -> bool:
+    """Whether ``init()`` has been called (and ``shutdown()`` not since).
+
+    Mirrors ``ray.is_initialized``. Inside a task or actor it is True.
+
+    Example:
+        >>> ray.is_initialized()
+        True
+    """
     return _current is not None and _current.is_initialized()
 
 
@@ -726,6 +734,33 @@ def require_initialized(what: str):
 
 
 def init(address: str | None = None, **kwargs) -> RayContext:
+    """Starts miniray in this process, or joins a node started with ``miniray start``.
+
+    Mirrors ``ray.init`` (Ray 2.60's keyword arguments, checks and errors). With no node
+    running, it starts an embedded one: a fork server and a session directory, no daemon.
+    ``with ray.init():`` shuts down at the end of the block.
+
+    Args:
+        address: ``None`` or ``"auto"`` joins a running node if there is one (also through
+            ``RAY_ADDRESS``), else starts one; ``"local"`` always starts one;
+            ``"127.0.0.1:<port>"`` names a node started with that ``--port``.
+        **kwargs: Ray's ``init`` keywords: ``num_cpus``, ``num_gpus``, ``resources``,
+            ``object_store_memory``, ``namespace``, ``runtime_env``, ``log_to_driver``,
+            ``ignore_reinit_error``, ... An unknown keyword raises RuntimeError, as in Ray.
+
+    Returns:
+        A context with ``address_info`` (usable as a context manager).
+
+    Raises:
+        RuntimeError: Already initialized (unless ``ignore_reinit_error=True``), or an
+            unknown keyword.
+
+    Example:
+        >>> ray.shutdown()
+        >>> context = ray.init(num_cpus=2)
+        >>> ray.cluster_resources()["CPU"]
+        2.0
+    """
     global _current
     unknown = sorted(set(kwargs) - INIT_KWARGS)
     if "storage" in kwargs:
@@ -832,6 +867,18 @@ def _register_atexit(rt: Runtime) -> None:
 
 
 def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = False) -> None:
+    """Stops everything ``init()`` started: workers, the fork server, objects, the session.
+
+    Mirrors ``ray.shutdown``. Runs by itself at interpreter exit; does nothing when nothing is
+    running. Afterwards no process, shared-memory segment or session directory of this driver
+    is left, and ``init()`` may be called again.
+
+    Example:
+        >>> ray.shutdown()
+        >>> ray.is_initialized()
+        False
+        >>> _ = ray.init(num_cpus=2)
+    """
     global _current
     with _init_lock:
         rt = _current

@@ -132,8 +132,11 @@ def test_num_returns_zero_gives_none_and_runs(ray, tmp_path):
 
     @ray.remote(num_returns=0)
     def side_effect(path):
-        with open(path, "w") as f:
+        # Written under another name and renamed, so the marker appears only once complete:
+        # the test polls for it while the task may still be writing.
+        with open(path + ".tmp", "w") as f:
             f.write("yes")
+        os.replace(path + ".tmp", path)
 
     assert side_effect.remote(str(marker)) is None
     deadline = time.monotonic() + GET_TIMEOUT
