@@ -132,7 +132,8 @@ def _start_options(args: argparse.Namespace) -> dict:
 
     # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
     object_store_memory = runtime.check_object_store_memory(
-        args.object_store_memory or None, runtime.host_memory())
+        args.object_store_memory or None, runtime.host_memory(), runtime._shm_free(),
+        config.allow_slow_storage())
     return {
         "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
         "resources": resources, "object_store_memory": object_store_memory,

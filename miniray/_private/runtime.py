@@ -128,15 +128,19 @@ def host_memory() -> int | None:
     return total
 
 
-# Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES.
+# Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
 OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024
+_REQUIRE_SHM_ABOVE = 10**10
 
 
-def check_object_store_memory(value, total_memory: int | None) -> int | None:
+def check_object_store_memory(value, total_memory: int | None, shm_free: int | None = None,
+                              allow_slow_storage: bool = False) -> int | None:
     """``init(object_store_memory=...)`` as a whole number of bytes, or None for the default.
 
     Ray takes any number (``700e6`` included) and truncates it; it refuses less than 75 MiB
-    and more than the host's memory with ValueError, and a non-number with TypeError.
+    and more than the host's memory with ValueError, and a non-number with TypeError. Above
+    10 GB it also refuses more than ``/dev/shm`` has free (``shm_free``), unless
+    ``allow_slow_storage`` (``RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1``).
 
     Example:
         >>> check_object_store_memory(700e6, 8 << 30)
@@ -164,6 +168,14 @@ def check_object_store_memory(value, total_memory: int | None) -> int | None:
             f"GiB) is greater than the total memory of this host ({total_memory} bytes, "
             f"{total_memory / (1 << 30):.1f} GiB). Pass a smaller object_store_memory, or "
             "leave it out for the default (30% of available memory)."
+        )
+    if (shm_free is not None and size > shm_free and size > _REQUIRE_SHM_ABOVE
+            and not allow_slow_storage):
+        raise ValueError(
+            f"The configured object store size ({size / 1e9} GB) exceeds /dev/shm size "
+            f"({shm_free / 1e9} GB). This will harm performance. Consider deleting files in "
+            "/dev/shm or increasing its size with --shm-size in Docker. To ignore this "
+            "warning, set RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1."
         )
     return size
 
@@ -833,7 +845,8 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             _check_whole(name, value, shown)
         if num_cpus is None:
             num_cpus = _cpu_count()
-        osm = check_object_store_memory(kwargs.get("object_store_memory"), host_memory())
+        osm = check_object_store_memory(kwargs.get("object_store_memory"), host_memory(),
+                                        _shm_free(), config.allow_slow_storage())
         rt = Runtime(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=kwargs.get("namespace"),

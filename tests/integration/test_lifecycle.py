@@ -254,6 +254,12 @@ def test_object_store_memory_check_is_pure():
         runtime.check_object_store_memory(2 << 30, 1 << 30)
     with pytest.raises(TypeError):
         runtime.check_object_store_memory(True, None)
+    # Above 10 GB, more than /dev/shm holds is refused as Ray does, unless slow storage is
+    # allowed (RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1); below, it is not checked.
+    with pytest.raises(ValueError, match=r"exceeds /dev/shm size \(8\.0 GB\)"):
+        runtime.check_object_store_memory(12 * 10**9, 64 << 30, 8 * 10**9)
+    assert runtime.check_object_store_memory(12 * 10**9, 64 << 30, 8 * 10**9, True) == 12 * 10**9
+    assert runtime.check_object_store_memory(9 * 10**9, 64 << 30, 8 * 10**9) == 9 * 10**9
 
 
 def test_num_cpus_defaults_to_machine_cores(ray_start):
