@@ -3,10 +3,11 @@
 Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
-built-in ``__ray_ready__`` / ``__ray_terminate__``. Differs: an actor that names resources but
-not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``); ``concurrency_groups``
-raises NotImplementedError; ``.bind()`` (DAGs) raises NotImplementedError; generator methods run
-to completion before their refs are iterated.
+built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or a method checks
+the arguments against its signature (carried in the handle). Differs: an actor that names
+resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``);
+``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
+NotImplementedError; generator methods run to completion before their refs are iterated.
 
 Example:
     >>> @ray.remote
@@ -28,7 +29,7 @@ import inspect
 import os
 from typing import Any, Generic
 
-from miniray._private import ids, object_ref, runtime, serialization
+from miniray._private import ids, object_ref, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.actors import ActorCallSpec, ActorCreationSpec
 from miniray._private.object_ref import ObjectRef
@@ -49,7 +50,8 @@ class _ExitActor(SystemExit):
 
 
 def _method_table(cls: type) -> dict:
-    """name -> (num_returns, is_generator, max_task_retries or None) for every method."""
+    """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None) for
+    every method. The table travels inside handles, so every handle checks calls."""
     table = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name.endswith("__"):
@@ -64,10 +66,11 @@ def _method_table(cls: type) -> dict:
         num_returns = getattr(function, "__ray_num_returns__", None)
         if num_returns in (None, "streaming"):
             num_returns = 1
-        table[name] = (num_returns, generator, getattr(function, "__ray_max_task_retries__",
-                                                        None))
+        argspec = signatures.of_function(function, f"{cls.__name__}.{name}", drop_first=True)
+        table[name] = (num_returns, generator,
+                       getattr(function, "__ray_max_task_retries__", None), argspec)
     for name in _BUILTIN_METHODS:
-        table[name] = (1, False, 0)
+        table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name))
     return table
 
 
@@ -93,6 +96,7 @@ class ActorClass(Generic[T]):
         self._default_options = dict(options)
         self._is_async = _is_async(cls)
         self._methods = _method_table(cls)
+        self._argspec = signatures.of_class(cls, cls.__name__)
         self._export_cache: tuple | None = None
         self.__ray_metadata__ = {"class_name": cls.__name__, "methods": sorted(self._methods)}
         self.__name__ = cls.__name__
@@ -135,6 +139,8 @@ class ActorClass(Generic[T]):
         return cache[1], cache[2]
 
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
         rt = runtime.auto_init()
         _options.actor_creation_checks(opts, is_async=self._is_async)
         placement, held = _options.actor_resource_requests(opts)
@@ -212,7 +218,8 @@ class ActorHandle(Generic[T]):
         meta = self._state[1].get(name)
         if meta is None:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-        return ActorMethod(self, name, meta[0], meta[1], meta[2])
+        return ActorMethod(self, name, meta[0], meta[1], meta[2],
+                           argspec=meta[3] if len(meta) > 3 else None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -269,8 +276,9 @@ class ActorMethod:
     """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
-                 max_task_retries, call_name: str | None = None):
+                 max_task_retries, call_name: str | None = None, *, argspec=None):
         self._handle = handle
+        self._argspec = argspec
         self._name = name
         self._num_returns = num_returns
         self._generator = generator
@@ -283,6 +291,8 @@ class ActorMethod:
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
                                     self._generator, self._call_name, self._max_task_retries)
 
@@ -298,7 +308,7 @@ class ActorMethod:
             num_returns = 1
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
-                           opts.get("name") or self._call_name)
+                           opts.get("name") or self._call_name, argspec=self._argspec)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
@@ -310,8 +320,19 @@ def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """The handle of the live actor named ``name`` in ``namespace`` (default: the current)."""
-    if not isinstance(name, str) or not name:
+    # Ray 2.60's types: TypeError for a name or namespace that is not a string ("expected
+    # bytes, int found"), ValueError for an empty name. These messages name the argument.
+    if not isinstance(name, str):
+        raise TypeError(
+            f"get_actor() expects the actor's name as a str, got {type(name).__name__} "
+            f"{name!r}. Pass the name given with .options(name=...)."
+        )
+    if not name:
         raise ValueError("Please supply a non-empty value to get_actor")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
+        )
     rt = runtime.auto_init()
     actor_id, state = rt.get_actor(name, namespace)
     return ActorHandle(actor_id, state)

@@ -1,7 +1,8 @@
 """RemoteFunction: what ``@miniray.remote`` makes of a function.
 
 Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.options()``,
-``_default_options``, ``_max_calls``; calling it directly raises TypeError. Differs:
+``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
+checks the arguments against the function's signature (``_private/signatures.py``). Differs:
 ``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
 NotImplementedError; generator functions run to completion before their refs are iterated
 (see ``miniray._private.generators``).
@@ -16,7 +17,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Generic
 
-from miniray._private import ids, runtime, serialization
+from miniray._private import ids, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.object_ref import ObjectRef
 from miniray._private.task_spec import TaskSpec
@@ -82,6 +83,8 @@ class RemoteFunction(Generic[P, R]):
                                        is_generator=self._is_generator)
         self._function = function
         self._function_name = f"{function.__module__}.{function.__qualname__}"
+        # Checked at every .remote(), as Ray does: a bad call fails here, not in the worker.
+        self._argspec = signatures.of_function(function, function.__name__)
         self._default_options = dict(options)
         self._max_calls = _options.default_max_calls(options)
         self._export_cache: tuple | None = None
@@ -137,6 +140,9 @@ class RemoteFunction(Generic[P, R]):
         return cache[1], cache[2]
 
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
+        argspec = self._argspec
+        if argspec is not None:
+            argspec.check(args, kwargs)
         rt = runtime.auto_init()
         fn_id, fn_data = self._export()
         blob, deps, contained = serialization.pack_arguments(
