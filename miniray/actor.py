@@ -3,13 +3,14 @@
 Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
-built-in ``__ray_ready__`` / ``__ray_terminate__``. Differs: an actor that names resources but
-not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``); ``concurrency_groups``
-raises NotImplementedError; ``.bind()`` (DAGs) raises NotImplementedError; generator methods run
-to completion before their refs are iterated.
+built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or a method checks
+the arguments against its signature (carried in the handle). Differs: an actor that names
+resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``);
+``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
+NotImplementedError; generator methods run to completion before their refs are iterated.
 
 Example:
-    >>> @miniray.remote
+    >>> @ray.remote
     ... class Counter:
     ...     def __init__(self):
     ...         self.value = 0
@@ -17,7 +18,7 @@ Example:
     ...         self.value += 1
     ...         return self.value
     >>> counter = Counter.remote()
-    >>> miniray.get(counter.increment.remote())
+    >>> ray.get(counter.increment.remote())
     1
 """
 
@@ -26,12 +27,13 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-from typing import Any
+from typing import Any, Generic
 
-from miniray._private import ids, object_ref, runtime, serialization
+from miniray._private import ids, object_ref, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.actors import ActorCallSpec, ActorCreationSpec
 from miniray._private.object_ref import ObjectRef
+from miniray._private.type_vars import T
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]
@@ -48,7 +50,8 @@ class _ExitActor(SystemExit):
 
 
 def _method_table(cls: type) -> dict:
-    """name -> (num_returns, is_generator, max_task_retries or None) for every method."""
+    """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None) for
+    every method. The table travels inside handles, so every handle checks calls."""
     table = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name.endswith("__"):
@@ -63,10 +66,11 @@ def _method_table(cls: type) -> dict:
         num_returns = getattr(function, "__ray_num_returns__", None)
         if num_returns in (None, "streaming"):
             num_returns = 1
-        table[name] = (num_returns, generator, getattr(function, "__ray_max_task_retries__",
-                                                        None))
+        argspec = signatures.of_function(function, f"{cls.__name__}.{name}", drop_first=True)
+        table[name] = (num_returns, generator,
+                       getattr(function, "__ray_max_task_retries__", None), argspec)
     for name in _BUILTIN_METHODS:
-        table[name] = (1, False, 0)
+        table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name))
     return table
 
 
@@ -75,10 +79,14 @@ def _is_async(cls: type) -> bool:
                for _, m in inspect.getmembers(cls, inspect.isfunction))
 
 
-class ActorClass:
-    """What ``@remote`` makes of a class. Create actors with ``.remote(*args)``."""
+class ActorClass(Generic[T]):
+    """What ``@remote`` makes of a class. Create actors with ``.remote(*args)``.
 
-    def __init__(self, cls: type, options: dict):
+    A type checker sees ``@remote`` on ``class Counter`` as ``ActorClass[Counter]``, whose
+    ``.remote()`` returns ``ActorHandle[Counter]``.
+    """
+
+    def __init__(self, cls: type[T], options: dict) -> None:
         if options.get("concurrency_groups"):
             raise NotImplementedError(
                 "concurrency_groups are not implemented by miniray; use max_concurrency, or "
@@ -88,6 +96,7 @@ class ActorClass:
         self._default_options = dict(options)
         self._is_async = _is_async(cls)
         self._methods = _method_table(cls)
+        self._argspec = signatures.of_class(cls, cls.__name__)
         self._export_cache: tuple | None = None
         self.__ray_metadata__ = {"class_name": cls.__name__, "methods": sorted(self._methods)}
         self.__name__ = cls.__name__
@@ -108,10 +117,10 @@ class ActorClass:
     def __repr__(self) -> str:
         return f"<{self._cls.__module__}.ActorClass({self._cls.__name__}) object at {id(self):#x}>"
 
-    def remote(self, *args, **kwargs) -> ActorHandle:
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
         return self._remote(args, kwargs, self._default_options)
 
-    def options(self, **actor_options) -> _ActorClassOptions:
+    def options(self, **actor_options: Any) -> _ActorClassOptions[T]:
         if "concurrency_groups" in actor_options:
             raise ValueError("Setting 'concurrency_groups' is not supported in '.options()'.")
         merged = _options.update_options(self._default_options, actor_options)
@@ -129,7 +138,9 @@ class ActorClass:
             cache = self._export_cache = (os.getpid(), hashlib.sha1(data).digest()[:16], data)
         return cache[1], cache[2]
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle:
+    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
         rt = runtime.auto_init()
         _options.actor_creation_checks(opts, is_async=self._is_async)
         placement, held = _options.actor_resource_requests(opts)
@@ -159,22 +170,25 @@ class ActorClass:
         return ActorHandle(actor_id, state)
 
 
-class _ActorClassOptions:
+class _ActorClassOptions(Generic[T]):
     """What ``ActorClass.options()`` returns: only ``.remote()`` and ``.bind()``."""
 
-    def __init__(self, actor_class: ActorClass, opts: dict):
+    def __init__(self, actor_class: ActorClass[T], opts: dict) -> None:
         self._actor_class = actor_class
         self._options = opts
 
-    def remote(self, *args, **kwargs) -> ActorHandle:
+    def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
         return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
-class ActorHandle:
-    """A handle to an actor: call its methods with ``handle.method.remote(...)``."""
+class ActorHandle(Generic[T]):
+    """A handle to an actor: call its methods with ``handle.method.remote(...)``.
+
+    ``T`` is the actor's class, for type checkers; its methods are looked up at run time.
+    """
 
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
@@ -204,7 +218,8 @@ class ActorHandle:
         meta = self._state[1].get(name)
         if meta is None:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-        return ActorMethod(self, name, meta[0], meta[1], meta[2])
+        return ActorMethod(self, name, meta[0], meta[1], meta[2],
+                           argspec=meta[3] if len(meta) > 3 else None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -261,8 +276,9 @@ class ActorMethod:
     """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
-                 max_task_retries, call_name: str | None = None):
+                 max_task_retries, call_name: str | None = None, *, argspec=None):
         self._handle = handle
+        self._argspec = argspec
         self._name = name
         self._num_returns = num_returns
         self._generator = generator
@@ -274,7 +290,9 @@ class ActorMethod:
             "Actor methods cannot be called directly. Instead of running "
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
-    def remote(self, *args, **kwargs):
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self._argspec is not None:
+            self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
                                     self._generator, self._call_name, self._max_task_retries)
 
@@ -290,20 +308,31 @@ class ActorMethod:
             num_returns = 1
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
-                           opts.get("name") or self._call_name)
+                           opts.get("name") or self._call_name, argspec=self._argspec)
 
     def bind(self, *args, **kwargs):
         raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
 
 
-def make_actor_class(cls: type, options: dict) -> ActorClass:
+def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:
     return ActorClass(cls, options)
 
 
 def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
     """The handle of the live actor named ``name`` in ``namespace`` (default: the current)."""
-    if not isinstance(name, str) or not name:
+    # Ray 2.60's types: TypeError for a name or namespace that is not a string ("expected
+    # bytes, int found"), ValueError for an empty name. These messages name the argument.
+    if not isinstance(name, str):
+        raise TypeError(
+            f"get_actor() expects the actor's name as a str, got {type(name).__name__} "
+            f"{name!r}. Pass the name given with .options(name=...)."
+        )
+    if not name:
         raise ValueError("Please supply a non-empty value to get_actor")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
+        )
     rt = runtime.auto_init()
     actor_id, state = rt.get_actor(name, namespace)
     return ActorHandle(actor_id, state)

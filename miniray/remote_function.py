@@ -1,7 +1,8 @@
 """RemoteFunction: what ``@miniray.remote`` makes of a function.
 
 Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.options()``,
-``_default_options``, ``_max_calls``; calling it directly raises TypeError. Differs:
+``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
+checks the arguments against the function's signature (``_private/signatures.py``). Differs:
 ``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
 NotImplementedError; generator functions run to completion before their refs are iterated
 (see ``miniray._private.generators``).
@@ -14,11 +15,13 @@ import hashlib
 import inspect
 import os
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, Generic
 
-from miniray._private import ids, runtime, serialization
+from miniray._private import ids, runtime, serialization, signatures
 from miniray._private import options as _options
 from miniray._private.object_ref import ObjectRef
 from miniray._private.task_spec import TaskSpec
+from miniray._private.type_vars import P, R
 
 __all__ = ["RemoteFunction"]
 
@@ -55,24 +58,33 @@ class _Template:
         self.name = opts.get("name") or default_name
 
 
-class RemoteFunction:
+class RemoteFunction(Generic[P, R]):
     """A remote function. Call ``.remote(*args, **kwargs)`` to run it as a task.
 
+    Typed as Ray's: for ``def add(a: int, b: int) -> int``, ``add.remote`` takes what ``add``
+    takes and returns ``ObjectRef[int]``.
+
     Example:
-        >>> @miniray.remote
+        >>> @ray.remote
         ... def add(a, b):
         ...     return a + b
-        >>> miniray.get(add.remote(1, 2))
+        >>> ray.get(add.remote(1, 2))
         3
     """
 
-    def __init__(self, function, options: dict):
+    if TYPE_CHECKING:  # at run time, an attribute set in __init__ (it keeps the signature)
+
+        def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]: ...
+
+    def __init__(self, function: Callable[P, R], options: dict) -> None:
         _options.check_remote_args((function,), {})
         self._is_generator = inspect.isgeneratorfunction(function)
         _options.validate_task_options(options, in_options=False,
                                        is_generator=self._is_generator)
         self._function = function
         self._function_name = f"{function.__module__}.{function.__qualname__}"
+        # Checked at every .remote(), as Ray does: a bad call fails here, not in the worker.
+        self._argspec = signatures.of_function(function, function.__name__)
         self._default_options = dict(options)
         self._max_calls = _options.default_max_calls(options)
         self._export_cache: tuple | None = None
@@ -85,7 +97,7 @@ class RemoteFunction:
         def remote(*args, **kwargs):
             return submit(*args, **kwargs)
 
-        self.remote = remote
+        self.remote = remote  # type: ignore[method-assign]
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -93,7 +105,7 @@ class RemoteFunction:
             f"'{self._function_name}()', try '{self._function_name}.remote()'."
         )
 
-    def options(self, **task_options) -> _FunctionOptions:
+    def options(self, **task_options: Any) -> _FunctionOptions[P, R]:
         """A copy with ``task_options`` merged over the decorator's; ``.remote()`` runs it."""
         if "max_calls" in task_options:
             raise ValueError("Setting 'max_calls' is not supported in '.options()'.")
@@ -128,6 +140,9 @@ class RemoteFunction:
         return cache[1], cache[2]
 
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
+        argspec = self._argspec
+        if argspec is not None:
+            argspec.check(args, kwargs)
         rt = runtime.auto_init()
         fn_id, fn_data = self._export()
         blob, deps, contained = serialization.pack_arguments(
@@ -156,15 +171,15 @@ class RemoteFunction:
         return f"<miniray.remote_function.RemoteFunction {self._function_name}>"
 
 
-class _FunctionOptions:
+class _FunctionOptions(Generic[P, R]):
     """What ``RemoteFunction.options()`` returns: only ``.remote()`` and ``.bind()``."""
 
-    def __init__(self, remote_function: RemoteFunction, opts: dict):
+    def __init__(self, remote_function: RemoteFunction[P, R], opts: dict) -> None:
         self._remote_function = remote_function
         self._options = opts
         self._template: _Template | None = None
 
-    def remote(self, *args, **kwargs):
+    def remote(self, *args: P.args, **kwargs: P.kwargs) -> ObjectRef[R]:
         template = self._template
         if template is None:
             function = self._remote_function

@@ -8,10 +8,17 @@ Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence, TypeVar, overload
 
 from miniray._private import ids, oob, protocol, runtime, values
 from miniray._private.object_ref import ObjectRef
+from miniray._private.type_vars import T
+
+if TYPE_CHECKING:
+    from miniray._private.generators import ObjectRefGenerator
+
+# What wait() returns, of the kind it was given (ObjectRef or ObjectRefGenerator).
+_W = TypeVar("_W")
 
 
 def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any:
@@ -91,7 +98,45 @@ def get_values(rt, refs: list, timeout: float | None = None) -> list:
     return [materialize(kind, data, rt, ref._id) for (kind, data), ref in zip(items, refs)]
 
 
+@overload
+def get(object_refs: ObjectRef[T], *, timeout: float | None = None) -> T: ...
+
+
+@overload
+def get(object_refs: Sequence[ObjectRef[T]], *, timeout: float | None = None) -> list[T]: ...
+
+
+@overload
+def get(object_refs: ObjectRefGenerator, *,
+        timeout: float | None = None) -> ObjectRefGenerator: ...
+
+
 def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = False):
+    """Returns the value of an ObjectRef, or the values of a list of them, waiting for them.
+
+    Mirrors ``ray.get``. A large numpy array comes back as a read-only view of the shared
+    object store, with no copy. Starts ``init()`` first if nothing is running.
+
+    Args:
+        object_refs: An ObjectRef, or a list of ObjectRefs (values come back in its order).
+        timeout: Seconds to wait at most; ``None`` (or a negative number) waits for ever.
+
+    Returns:
+        The value, or a list of the values.
+
+    Raises:
+        GetTimeoutError: The timeout passed first.
+        RayTaskError: The task that makes the object raised; the error is also an instance of
+            the task's exception class, so ``except ValueError`` catches a ``ValueError``.
+        WorkerCrashedError, RayActorError, TaskCancelledError: the task's worker died, its
+            actor died, or it was cancelled.
+
+    Example:
+        >>> ray.get(ray.put(41)) + 1
+        42
+        >>> ray.get([ray.put("a"), ray.put("b")])
+        ['a', 'b']
+    """
     if isinstance(object_refs, ObjectRef):
         rt = runtime.auto_init()
         return get_values(rt, [object_refs], _check_timeout(timeout))[0]
@@ -123,7 +168,27 @@ def _check_timeout(timeout):
     return float(timeout)
 
 
-def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> ObjectRef:
+def put(value: T, *, _owner: Any = None, _tensor_transport: str | None = None) -> ObjectRef[T]:
+    """Stores a value in the object store and returns an ObjectRef to it.
+
+    Mirrors ``ray.put``. Values of 100 KiB and more are written once into shared memory, where
+    every task that receives the ref maps them without a copy.
+
+    Args:
+        value: Any value cloudpickle can pickle (not an ObjectRef itself: wrap it in a list).
+
+    Returns:
+        An ObjectRef; the object lives while a reference to it does.
+
+    Raises:
+        TypeError: The value cannot be pickled.
+        ObjectStoreFullError: Nothing more can be stored or spilled.
+
+    Example:
+        >>> ref = ray.put([1, 2, 3])
+        >>> ray.get(ref)
+        [1, 2, 3]
+    """
     if _owner is not None:
         raise ValueError("The _owner argument of put() was removed in Ray 2.56.")
     if isinstance(value, ObjectRef):
@@ -146,8 +211,26 @@ def put(value: Any, *, _owner=None, _tensor_transport: str | None = None) -> Obj
     return ObjectRef(object_id)
 
 
-def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
-         fetch_local: bool = True):
+def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None = None,
+         fetch_local: bool = True) -> tuple[list[_W], list[_W]]:
+    """Waits until ``num_returns`` of the given objects are ready, or the timeout passes.
+
+    Mirrors ``ray.wait``.
+
+    Args:
+        ray_waitables: A list of distinct ObjectRefs (or ObjectRefGenerators).
+        num_returns: How many ready objects to wait for (at most ``len(ray_waitables)``).
+        timeout: Seconds to wait at most; ``None`` waits until ``num_returns`` are ready.
+        fetch_local: Accepted for Ray compatibility; every object is local on one host.
+
+    Returns:
+        ``(ready, not_ready)``: two lists that together hold every input, each in input order.
+
+    Example:
+        >>> ready, not_ready = ray.wait([ray.put(1), ray.put(2)], num_returns=2)
+        >>> len(ready), len(not_ready)
+        (2, 0)
+    """
     from miniray._private.generators import ObjectRefGenerator
 
     if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)):
@@ -182,11 +265,13 @@ def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
             "ray.wait."
         )
     rt = runtime.auto_init()
-    refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in ray_waitables]
+    waitables: list[Any] = ray_waitables
+    refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in waitables]
     _check_session(rt, refs)
     ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
                               None if timeout is None else float(timeout))
-    ready, not_ready = [], []
+    ready: list[_W] = []
+    not_ready: list[_W] = []
     for waitable, ref in zip(ray_waitables, refs):
         if ref._id in ready_ids and len(ready) < num_returns:
             ready.append(waitable)
@@ -196,6 +281,30 @@ def wait(ray_waitables, *, num_returns: int = 1, timeout: float | None = None,
 
 
 def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None:
+    """Cancels the task that makes an object; its ``get`` then raises TaskCancelledError.
+
+    Mirrors ``ray.cancel``. A queued task is dropped. A running one gets a
+    ``TaskCancelledError`` raised inside it (or, with ``force=True``, its worker is killed).
+    A task that has already finished is left alone.
+
+    Args:
+        ray_waitable: The ObjectRef returned by the task's ``.remote()``.
+        force: Kill the worker running the task instead of interrupting it.
+        recursive: Also cancel the tasks this task submitted.
+
+    Example:
+        >>> import time
+        >>> @ray.remote
+        ... def slow():
+        ...     time.sleep(60)
+        >>> ref = slow.remote()
+        >>> ray.cancel(ref, force=True)
+        >>> try:
+        ...     ray.get(ref, timeout=30)
+        ... except (ray.exceptions.TaskCancelledError, ray.exceptions.WorkerCrashedError):
+        ...     print("cancelled")
+        cancelled
+    """
     from miniray._private.generators import ObjectRefGenerator
 
     if isinstance(ray_waitable, ObjectRefGenerator):
@@ -210,6 +319,25 @@ def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None
 
 
 def kill(actor, *, no_restart: bool = True) -> None:
+    """Kills an actor at once; its pending and later calls raise ActorDiedError.
+
+    Mirrors ``ray.kill``. Queued calls are not run and ``atexit`` handlers of the actor do not
+    run (use ``actor.__ray_terminate__.remote()`` to end it after its queued calls).
+
+    Args:
+        actor: An actor handle.
+        no_restart: ``False`` lets an actor with ``max_restarts`` restart after the kill.
+
+    Example:
+        >>> @ray.remote
+        ... class Counter:
+        ...     def ping(self):
+        ...         return "pong"
+        >>> counter = Counter.remote()
+        >>> ray.get(counter.ping.remote())
+        'pong'
+        >>> ray.kill(counter)
+    """
     from miniray.actor import ActorHandle
 
     if not isinstance(actor, ActorHandle):
@@ -222,22 +350,60 @@ def kill(actor, *, no_restart: bool = True) -> None:
 
 
 def cluster_resources() -> dict:
+    """The node's total resources, e.g. ``{"CPU": 2.0, "GPU": 1.0, "memory": ...}``.
+
+    Mirrors ``ray.cluster_resources``; needs ``init()`` first.
+
+    Example:
+        >>> ray.cluster_resources()["CPU"]
+        2.0
+    """
     return runtime.require_initialized("cluster_resources()").cluster_resources()
 
 
 def available_resources() -> dict:
+    """The node's resources not held by running tasks and actors right now.
+
+    Mirrors ``ray.available_resources``; needs ``init()`` first. A resource that is fully used
+    is left out, as in Ray.
+
+    Example:
+        >>> ray.available_resources()["CPU"] <= ray.cluster_resources()["CPU"]
+        True
+    """
     return runtime.require_initialized("available_resources()").available_resources()
 
 
 def nodes() -> list:
+    """One dict per node (on one host: one), with Ray's keys (``NodeID``, ``Alive``,
+    ``Resources``, ...).
+
+    Mirrors ``ray.nodes``; needs ``init()`` first.
+
+    Example:
+        >>> [node["Alive"] for node in ray.nodes()]
+        [True]
+    """
     return runtime.require_initialized("nodes()").nodes()
 
 
 def get_gpu_ids() -> list:
+    """The GPU ids this task or actor may use (those in its ``CUDA_VISIBLE_DEVICES``).
+
+    Mirrors ``ray.get_gpu_ids``. In the driver: every GPU of the node.
+
+    Example:
+        >>> @ray.remote(num_gpus=0)
+        ... def gpus():
+        ...     return ray.get_gpu_ids()
+        >>> ray.get(gpus.remote())
+        []
+    """
     return runtime.auto_init().get_gpu_ids()
 
 
 def timeline(filename: str | None = None):
+    """Not available yet: raises NotImplementedError (Ray writes a Chrome trace)."""
     raise NotImplementedError(
         "miniray does not record a task timeline (ray.timeline); use a profiler such as "
         "py-spy on the worker pids shown in the output prefixes."

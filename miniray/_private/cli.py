@@ -128,9 +128,15 @@ def _start_options(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}.")
     if args.port is not None and not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in 0..65535, got {args.port}.")
+    from miniray._private import runtime
+
+    # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
+    object_store_memory = runtime.check_object_store_memory(
+        args.object_store_memory or None, runtime.host_memory(), runtime._shm_free(),
+        config.allow_slow_storage())
     return {
         "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
-        "resources": resources, "object_store_memory": args.object_store_memory or None,
+        "resources": resources, "object_store_memory": object_store_memory,
         "memory": args.memory, "temp_dir": args.temp_dir,
     }
 

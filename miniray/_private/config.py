@@ -32,6 +32,12 @@ def tmpdir_root() -> str:
     return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
 
 
+def allow_slow_storage() -> bool:
+    """``RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1``: accept an ``object_store_memory`` over
+    10 GB that ``/dev/shm`` cannot hold (refused otherwise, as Ray does)."""
+    return _flag("RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE", False)
+
+
 def log_to_driver_default() -> bool:
     """``RAY_LOG_TO_DRIVER`` (default on): forward worker output to the driver."""
     return _flag("RAY_LOG_TO_DRIVER", True)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any
+from typing import Any, Generic
 
 from miniray._private import ids
+from miniray._private.type_vars import T
 
 # Refs pickled while a collector is active are *contained* in what is being serialized (a put
 # value, a call's arguments): the owner holds them for as long as that container lives instead
@@ -50,12 +51,15 @@ def current_tracker() -> Any:
     return _tracker
 
 
-class ObjectRef:
+class ObjectRef(Generic[T]):
     """A reference to an object in miniray's object store.
 
+    ``ObjectRef[T]`` is what a type checker sees for a value of type ``T``: ``put`` of a ``T``
+    returns one, and ``get`` of one returns a ``T``.
+
     Example:
-        >>> ref = miniray.put(1)
-        >>> miniray.get(ref)
+        >>> ref = ray.put(1)
+        >>> ray.get(ref)
         1
     """
 

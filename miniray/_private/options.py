@@ -246,8 +246,13 @@ def _fallback_strategy_error(strategies: list | None) -> str | None:
 
 
 def _num_returns_error(value: Any) -> str | None:
-    # `value >= 0` on an unknown string raises TypeError ("'>=' not supported between
-    # instances of 'str' and 'int'"): Ray 2.60 does the same, and programs may rely on it.
+    if isinstance(value, str) and value not in ("dynamic", "streaming"):
+        # Ray 2.60 raises TypeError here too, with a bare "'>=' not supported between
+        # instances of 'str' and 'int'"; this one names the keyword and its values.
+        raise TypeError(
+            f"The keyword 'num_returns' only accepts None, a non-negative integer, "
+            f"'streaming' (for generators) or 'dynamic', got the string {value!r}."
+        )
     if value is None or value in ("dynamic", "streaming") or value >= 0:
         return None
     return (
@@ -408,7 +413,12 @@ def check_remote_args(args: tuple, kwargs: dict) -> None:
             )
         return
     if args or not kwargs:
-        raise AssertionError(_REMOTE_ARGS_ERROR)
+        # Ray raises AssertionError with the general text only; say what was given first.
+        given = (
+            f"@ray.remote got {type(args[0]).__name__} {args[0]!r}, which is neither a function "
+            "nor a class. " if len(args) == 1 and not kwargs else ""
+        )
+        raise AssertionError(given + _REMOTE_ARGS_ERROR)
 
 
 def _check_num_returns(num_returns: Any, is_generator: bool | None) -> None:

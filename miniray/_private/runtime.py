@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import socket
 import sys
@@ -104,6 +105,109 @@ def _memory_available() -> int:
     except OSError:
         pass
     return 8 << 30
+
+
+def host_memory() -> int | None:
+    """The memory this host (or its cgroup limit) has in all, or None if unknown."""
+    total = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v2 limit, as Ray's get_system_memory
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            total = int(limit) if total is None else min(total, int(limit))
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+# Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
+OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024
+_REQUIRE_SHM_ABOVE = 10**10
+
+
+def check_object_store_memory(value, total_memory: int | None, shm_free: int | None = None,
+                              allow_slow_storage: bool = False) -> int | None:
+    """``init(object_store_memory=...)`` as a whole number of bytes, or None for the default.
+
+    Ray takes any number (``700e6`` included) and truncates it; it refuses less than 75 MiB
+    and more than the host's memory with ValueError, and a non-number with TypeError. Above
+    10 GB it also refuses more than ``/dev/shm`` has free (``shm_free``), unless
+    ``allow_slow_storage`` (``RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1``).
+
+    Example:
+        >>> check_object_store_memory(700e6, 8 << 30)
+        700000000
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            "object_store_memory must be a number of bytes (an int, or a float such as 2e9), "
+            f"got {type(value).__name__} {value!r}."
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"object_store_memory must be a finite number of bytes, got {value!r}.")
+    size = int(value)
+    if size < OBJECT_STORE_MINIMUM_BYTES:
+        raise ValueError(
+            f"Attempting to cap object store memory usage at {size} bytes, but the minimum "
+            f"allowed is {OBJECT_STORE_MINIMUM_BYTES} bytes (75 MiB). Pass a larger "
+            "object_store_memory, or leave it out for the default (30% of available memory)."
+        )
+    if total_memory is not None and size > total_memory:
+        raise ValueError(
+            f"The requested object store memory size ({size} bytes, {size / (1 << 30):.1f} "
+            f"GiB) is greater than the total memory of this host ({total_memory} bytes, "
+            f"{total_memory / (1 << 30):.1f} GiB). Pass a smaller object_store_memory, or "
+            "leave it out for the default (30% of available memory)."
+        )
+    if (shm_free is not None and size > shm_free and size > _REQUIRE_SHM_ABOVE
+            and not allow_slow_storage):
+        raise ValueError(
+            f"The configured object store size ({size / 1e9} GB) exceeds /dev/shm size "
+            f"({shm_free / 1e9} GB). This will harm performance. Consider deleting files in "
+            "/dev/shm or increasing its size with --shm-size in Docker. To ignore this "
+            "warning, set RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1."
+        )
+    return size
+
+
+def check_init_arguments(address, kwargs: dict) -> None:
+    """The type and value checks of ``init()``'s ``address``, ``namespace`` and
+    ``runtime_env`` (Ray 2.60 refuses the same values; its errors for a bad address or
+    runtime_env come from deep inside and say little, these name the argument).
+
+    Example:
+        >>> check_init_arguments("auto", {"namespace": "jobs"})
+    """
+    if address is not None and not isinstance(address, str):
+        raise TypeError(
+            "The address passed to init() must be a string such as 'auto', 'local' or "
+            f"'127.0.0.1:6379' (or None), got {type(address).__name__} {address!r}. Pass "
+            "other settings by keyword, e.g. init(num_cpus=4)."
+        )
+    namespace = kwargs.get("namespace")
+    if namespace is not None and not isinstance(namespace, str):
+        raise TypeError(
+            f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
+        )
+    if namespace == "":
+        raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
+    runtime_env = kwargs.get("runtime_env")
+    if runtime_env and not isinstance(runtime_env, dict):  # Ray ignores falsy values
+        raise TypeError(
+            "runtime_env must be a dict or a miniray.runtime_env.RuntimeEnv (e.g. "
+            f"{{'env_vars': {{'KEY': 'value'}}}}), got {type(runtime_env).__name__} "
+            f"{runtime_env!r}."
+        )
 
 
 def _shm_free() -> int | None:
@@ -602,6 +706,14 @@ def set_worker_runtime(worker_runtime) -> None:
 
 
 def is_initialized() -> bool:
+    """Whether ``init()`` has been called (and ``shutdown()`` not since).
+
+    Mirrors ``ray.is_initialized``. Inside a task or actor it is True.
+
+    Example:
+        >>> ray.is_initialized()
+        True
+    """
     return _current is not None and _current.is_initialized()
 
 
@@ -634,6 +746,33 @@ def require_initialized(what: str):
 
 
 def init(address: str | None = None, **kwargs) -> RayContext:
+    """Starts miniray in this process, or joins a node started with ``miniray start``.
+
+    Mirrors ``ray.init`` (Ray 2.60's keyword arguments, checks and errors). With no node
+    running, it starts an embedded one: a fork server and a session directory, no daemon.
+    ``with ray.init():`` shuts down at the end of the block.
+
+    Args:
+        address: ``None`` or ``"auto"`` joins a running node if there is one (also through
+            ``RAY_ADDRESS``), else starts one; ``"local"`` always starts one;
+            ``"127.0.0.1:<port>"`` names a node started with that ``--port``.
+        **kwargs: Ray's ``init`` keywords: ``num_cpus``, ``num_gpus``, ``resources``,
+            ``object_store_memory``, ``namespace``, ``runtime_env``, ``log_to_driver``,
+            ``ignore_reinit_error``, ... An unknown keyword raises RuntimeError, as in Ray.
+
+    Returns:
+        A context with ``address_info`` (usable as a context manager).
+
+    Raises:
+        RuntimeError: Already initialized (unless ``ignore_reinit_error=True``), or an
+            unknown keyword.
+
+    Example:
+        >>> ray.shutdown()
+        >>> context = ray.init(num_cpus=2)
+        >>> ray.cluster_resources()["CPU"]
+        2.0
+    """
     global _current
     unknown = sorted(set(kwargs) - INIT_KWARGS)
     if "storage" in kwargs:
@@ -649,6 +788,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             "`local_mode` is no longer supported. For interactive debugging, use the Ray "
             "debugger or run the function directly; miniray starts in well under a second."
         )
+    check_init_arguments(address, kwargs)
     with _init_lock:
         rt = _current
         if rt is not None:
@@ -705,9 +845,8 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             _check_whole(name, value, shown)
         if num_cpus is None:
             num_cpus = _cpu_count()
-        osm = kwargs.get("object_store_memory")
-        if osm is not None and (not isinstance(osm, int) or osm <= 0):
-            raise ValueError(f"object_store_memory must be a positive int, got {osm!r}.")
+        osm = check_object_store_memory(kwargs.get("object_store_memory"), host_memory(),
+                                        _shm_free(), config.allow_slow_storage())
         rt = Runtime(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=kwargs.get("namespace"),
@@ -741,6 +880,18 @@ def _register_atexit(rt: Runtime) -> None:
 
 
 def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = False) -> None:
+    """Stops everything ``init()`` started: workers, the fork server, objects, the session.
+
+    Mirrors ``ray.shutdown``. Runs by itself at interpreter exit; does nothing when nothing is
+    running. Afterwards no process, shared-memory segment or session directory of this driver
+    is left, and ``init()`` may be called again.
+
+    Example:
+        >>> ray.shutdown()
+        >>> ray.is_initialized()
+        False
+        >>> _ = ray.init(num_cpus=2)
+    """
     global _current
     with _init_lock:
         rt = _current

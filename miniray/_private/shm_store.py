@@ -53,7 +53,7 @@ from miniray._private.shm_segments import (  # re-exported: the store's module-l
     sweep_segments,
     write_segment,
 )
-from miniray.exceptions import ObjectStoreFullError
+from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
 __all__ = [
     "DEFAULT_INLINE_THRESHOLD", "SharedMemoryStore", "StoredObject", "create_segment",
@@ -160,6 +160,7 @@ class SharedMemoryStore:
         self._counts = collections.Counter()
         self._warm: set[_Entry] = set()  # entries holding a writable mapping (set ops: atomic)
         self._closed = False
+        self._oversized_warned = False  # the warning of policy.oversized_message: once
         # Registered as soon as the store exists: the store being garbage or the interpreter
         # exiting removes every file of the tag, in this process only (a fork never does).
         self._finalizer = weakref.finalize(
@@ -191,6 +192,8 @@ class SharedMemoryStore:
 
     def _put_large(self, object_id: bytes, ser: oob.Serialized) -> StoredObject:
         size = ser.total_size
+        if policy.oversized(size, self.capacity):
+            return self._put_on_disk(object_id, ser)
         self.free(object_id)
         with self._lock:
             self._check_replaceable(object_id)
@@ -228,14 +231,71 @@ class SharedMemoryStore:
         self._counts["recycled" if reuse else "created"] += 1
         return StoredObject(object_id, "shm", self._commit(entry))
 
+    def _put_on_disk(self, object_id: bytes, ser: oob.Serialized) -> StoredObject:
+        """Store an object larger than the whole store straight into the spill directory,
+        as Ray's fallback allocation does; reads map the file (``get_value``, ``location``).
+        """
+        size = ser.total_size
+        self.free(object_id)
+        with self._lock:
+            self._check_replaceable(object_id)
+            entry = _Entry(object_id, os.path.join(self.spill_dir, os.path.basename(
+                self._path(object_id))), size)
+            entry.kind = "spilled"
+            self._entries[object_id] = entry
+            self._spilled += size
+            warn = not self._oversized_warned
+            self._oversized_warned = True
+        try:
+            os.makedirs(self.spill_dir, mode=0o700, exist_ok=True)
+            write_segment(entry.path, ser)
+        except BaseException as error:
+            with self._lock:
+                self._entries.pop(object_id, None)
+                self._spilled -= size
+                self._cond.notify_all()
+            if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise OutOfDiskError(
+                    f"Storing object {object_id.hex()} ({segs.mib(size)}, larger than the "
+                    f"{segs.mib(self.capacity)} object store) in {self.spill_dir} failed: "
+                    f"{error.strerror}. Free disk space there or raise object_store_memory."
+                ) from error
+            raise
+        if warn:
+            logger.warning("miniray object store: %s", policy.oversized_message(
+                object_id.hex(), size, self.capacity, self.spill_dir))
+        with self._lock:
+            self._counts["oversized"] += 1
+            entry.busy = False
+            self._cond.notify_all()
+            release = self._detach(entry) if (entry.freed or self._closed) else None
+        if release:
+            self._release(*release)
+        return StoredObject(object_id, "spilled", size)
+
     def put_segment_from(self, object_id: bytes, name: str, size: int) -> None:
         """Adopt a segment a worker created for ``object_id``; the store now owns it.
 
         ``name`` is what ``create_segment`` returned. Adoption never fails for lack of room:
-        the least recently used objects (this one last) are spilled until the store fits.
+        the least recently used objects (this one last) are spilled until the store fits. A
+        segment larger than the whole store is spilled at once, and nothing else for it.
         """
         path, actual = segs.check_adoptable(name, size, self.shm_dir, self.session_tag)
         self.free(object_id)
+        if policy.oversized(actual, self.capacity):
+            with self._lock:
+                self._check_replaceable(object_id)
+                entry = _Entry(object_id, path, actual)  # busy; _spill counts it as spilled
+                self._entries[object_id] = entry
+                warn = not self._oversized_warned
+                self._oversized_warned = True
+                self._counts["adopted"] += 1
+                self._counts["oversized"] += 1
+            if warn:
+                logger.warning("miniray object store: %s", policy.oversized_message(
+                    object_id.hex(), actual, self.capacity, self.spill_dir))
+            self._evict([], [entry])  # on failure it stays in memory, over the capacity
+            return
         with self._lock:
             self._check_replaceable(object_id)
             entry = _Entry(object_id, path, actual)
@@ -585,6 +645,7 @@ class SharedMemoryStore:
                 "segments_adopted": self._counts["adopted"],
                 "spills": self._counts["spilled"],
                 "restores": self._counts["restored"],
+                "oversized": self._counts["oversized"],
             }
 
     def __repr__(self) -> str:

@@ -12,13 +12,21 @@ Room is made in this order, cheapest first::
       2. spill objects that are neither pinned nor moving, least recently used first
       3. still short: the put fails (ObjectStoreFullError); an adoption (a worker's segment,
          whose bytes already exist) spills what it can and goes over
+
+An object larger than the whole capacity (``oversized``) never fits: as Ray 2.60 does (its
+"fallback allocation"), it is stored anyway, straight into the spill directory, and nothing
+else is spilled for it; the first one logs a warning naming both sizes
+(``oversized_message``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["default_recycle_bytes", "full_message", "may_recycle", "pick_reusable", "plan_room"]
+__all__ = [
+    "default_recycle_bytes", "full_message", "may_recycle", "oversized", "oversized_message",
+    "pick_reusable", "plan_room",
+]  # fmt: skip
 
 # Most recycled segments kept: each holds a mapping and (inside Python's mmap) a descriptor.
 POOL_MAX_SEGMENTS = 16
@@ -97,6 +105,28 @@ def full_message(object_hex: str, size: int, used: int, capacity: int, pinned: i
         f"being read (pinned) and {_mib(busy)} by objects being written or moved, and nothing "
         "else can be spilled. Raise object_store_memory in init() or free ObjectRefs you no "
         "longer need."
+    )
+
+
+def oversized(size: int, capacity: int) -> bool:
+    """Whether an object of ``size`` bytes can never be in memory: it is larger than the
+    whole store, so spilling every other object would not make room for it.
+
+    Example:
+        >>> oversized(200 << 20, 100 << 20), oversized(100 << 20, 100 << 20)
+        (True, False)
+    """
+    return size > capacity
+
+
+def oversized_message(object_hex: str, size: int, capacity: int, spill_dir: str) -> str:
+    """The one-time warning when an object larger than the whole store is kept on disk."""
+    return (
+        f"Object {object_hex} is {_mib(size)}, larger than the whole object store "
+        f"({_mib(capacity)}, object_store_memory), so it is stored on disk in {spill_dir} and "
+        "read from there (slower). Later objects larger than the store are stored the same "
+        "way without this warning. Raise object_store_memory in init() to keep such objects "
+        "in memory."
     )
 
 

@@ -8,8 +8,25 @@ Called by: ``miniray/__init__.py``.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING, Any, Callable, overload
 
 from miniray._private import options as _options
+from miniray._private.type_vars import P, R, T
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from miniray.actor import ActorClass
+    from miniray.remote_function import RemoteFunction
+
+    class _RemoteDecorator(Protocol):
+        """What ``remote(num_cpus=...)`` returns, for type checkers."""
+
+        @overload
+        def __call__(self, target: type[T], /) -> ActorClass[T]: ...
+
+        @overload
+        def __call__(self, target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
 
 
 def _make(target, opts: dict):
@@ -23,13 +40,43 @@ def _make(target, opts: dict):
     return RemoteFunction(target, opts)
 
 
+# A class is also a callable, so the class overload comes first (and overlaps the next).
+@overload
+def remote(target: type[T], /) -> ActorClass[T]: ...  # type: ignore[overload-overlap]
+
+
+@overload
+def remote(target: Callable[P, R], /) -> RemoteFunction[P, R]: ...
+
+
+@overload
+def remote(**options: Any) -> _RemoteDecorator: ...
+
+
 def remote(*args, **kwargs):
-    """Make a function a remote function, or a class an actor class.
+    """Makes a function a remote function, or a class an actor class.
+
+    Mirrors ``ray.remote``: used bare (``@ray.remote``) or with options
+    (``@ray.remote(num_cpus=2, num_gpus=1, max_retries=3, ...)``; every option of Ray 2.60,
+    checked as Ray checks them). ``f.remote(*args)`` then runs ``f`` in a worker process and
+    returns an ObjectRef at once; ``Cls.remote(*args)`` starts an actor and returns its handle.
 
     Example:
-        >>> @miniray.remote(num_cpus=2)
-        ... def f():
-        ...     return 1
+        >>> @ray.remote(num_cpus=2)
+        ... def add(a, b):
+        ...     return a + b
+        >>> ray.get(add.remote(1, 2))
+        3
+        >>> @ray.remote
+        ... class Counter:
+        ...     def __init__(self):
+        ...         self.n = 0
+        ...     def incr(self):
+        ...         self.n += 1
+        ...         return self.n
+        >>> counter = Counter.remote()
+        >>> ray.get([counter.incr.remote() for _ in range(3)])
+        [1, 2, 3]
     """
     _options.check_remote_args(args, kwargs)
     if len(args) == 1 and not kwargs:
@@ -47,7 +94,21 @@ def remote(*args, **kwargs):
 
 
 def method(*args, **kwargs):
-    """Set per-method options of an actor method (``num_returns``, ...)."""
+    """Sets options of one actor method (``num_returns``, ``max_task_retries``, ...).
+
+    Mirrors ``ray.method``.
+
+    Example:
+        >>> @ray.remote
+        ... class Splitter:
+        ...     @ray.method(num_returns=2)
+        ...     def halves(self, items):
+        ...         middle = len(items) // 2
+        ...         return items[:middle], items[middle:]
+        >>> first, second = Splitter.remote().halves.remote([1, 2, 3, 4])
+        >>> ray.get(first), ray.get(second)
+        ([1, 2], [3, 4])
+    """
     if len(args) == 1 and not kwargs and callable(args[0]):
         return args[0]
     if args:
@@ -68,6 +129,27 @@ def method(*args, **kwargs):
 
 
 def get_actor(name: str, namespace: str | None = None):
+    """Returns a handle to the named actor ``name``.
+
+    Mirrors ``ray.get_actor``. Drivers of one node share named actors.
+
+    Args:
+        name: The name given with ``.options(name=...)``.
+        namespace: The namespace to look in; defaults to the current one.
+
+    Raises:
+        ValueError: No actor of that name is alive in that namespace.
+
+    Example:
+        >>> @ray.remote
+        ... class Registry:
+        ...     def size(self):
+        ...         return 0
+        >>> registry = Registry.options(name="registry").remote()
+        >>> ray.get(ray.get_actor("registry").size.remote())
+        0
+        >>> ray.kill(registry)
+    """
     from miniray.actor import get_actor as _get_actor
 
     return _get_actor(name, namespace)

@@ -43,6 +43,38 @@ if TYPE_CHECKING:
 MARKER = b"\x00mr:"
 
 
+
+def split_returns(value, num_returns: int) -> list:
+    """The ``num_returns`` objects a task's return value stands for.
+
+    Ray's rules and types: more than one return needs a sequence of exactly that length
+    (ValueError "Task returned 3 objects, but num_returns=2."); a value without a length is
+    a TypeError, which here says what was returned and what was expected (Ray's says only
+    "object of type 'int' has no len()").
+
+    Example:
+        >>> split_returns((1, 2), 2)
+        [1, 2]
+    """
+    if num_returns == 1:
+        return [value]
+    if num_returns == 0:
+        return []
+    try:
+        count = len(value)
+    except TypeError:
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise TypeError(
+            f"Task returned {type(value).__name__} {shown}, but num_returns={num_returns} "
+            f"expects a sequence of {num_returns} values (e.g. a tuple). Return "
+            f"{num_returns} values, or use num_returns=1 to return this object as it is."
+        ) from None
+    if count != num_returns:
+        raise ValueError(f"Task returned {count} objects, but num_returns={num_returns}.")
+    return list(value)
+
 class _Worker:
     def __init__(self, channel: Channel, ctl: Connection, info: dict):
         self.channel = channel
@@ -248,18 +280,8 @@ class _Worker:
                 1, num_returns - len(done))
 
         try:
-            if num_returns == 1:
-                items = [value]
-            elif num_returns == 0:
-                items = []
-            else:
-                count = len(value)
-                if count != num_returns:
-                    raise ValueError(
-                        f"Task returned {count} objects, but num_returns={num_returns}."
-                    )
-                items = list(value)
-        except Exception as error:  # wrong count or not a sequence: Ray's errors
+            items = split_returns(value, num_returns)
+        except Exception as error:  # wrong count or not a sequence: Ray's types
             return failed(error, f"{type(error).__name__}: {error}")
         results = []
         for index, item in enumerate(items):

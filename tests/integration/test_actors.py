@@ -223,6 +223,17 @@ def test_named_actors(ray, Recorder):
         ray.get_actor("missing")
     with pytest.raises(ValueError, match="non-empty"):
         ray.get_actor("")
+    # Ray 2.60 raises TypeError for a name or namespace that is not a str ("expected bytes,
+    # int found"); these name the argument.
+    with pytest.raises(TypeError) as info:
+        ray.get_actor(123)
+    assert type(info.value) is TypeError
+    assert str(info.value) == (
+        "get_actor() expects the actor's name as a str, got int 123. Pass the name given "
+        "with .options(name=...)."
+    )
+    with pytest.raises(TypeError, match=r"^namespace must be None or a string, got int 5\.$"):
+        ray.get_actor("rec", namespace=5)
     with pytest.raises(ValueError):
         Recorder.options(name="").remote()
 
@@ -538,3 +549,93 @@ def test_shutdown_with_live_actors_leaves_nothing_behind(ray, Recorder):
     start = time.monotonic()
     ray.shutdown()  # the ray fixture then checks that no process or file is left
     assert time.monotonic() - start < 10
+
+
+# ----------------------------------------------------------------------------- call signatures
+def test_bad_constructor_and_method_calls_raise_type_error_at_remote(ray):
+    """Compared with Ray 2.60: actor creation and method calls bind the arguments to the
+    signature at ``.remote()`` and raise TypeError at once (Ray: bind's text alone; miniray
+    adds the call and the signature). A class without ``__init__`` takes no arguments."""
+
+    @ray.remote
+    class Acc:
+        def __init__(self, start, *, step=1):
+            self.value = start
+
+        def add(self, a, b=0):
+            self.value += a + b
+            return self.value
+
+    @ray.remote
+    class Bare:
+        def ping(self):
+            return "pong"
+
+    with pytest.raises(TypeError) as info:
+        Acc.remote()
+    assert str(info.value) == (
+        "Acc.remote() got invalid arguments: missing a required argument: 'start'. "
+        "The signature is Acc(start, *, step=1)."
+    )
+    with pytest.raises(TypeError, match="got an unexpected keyword argument 'stride'"):
+        Acc.options(name="acc-bad").remote(1, stride=2)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        Bare.remote(1)
+    assert ray.util.list_named_actors() == []
+
+    acc = Acc.remote(10, step=2)
+    with pytest.raises(TypeError) as info:
+        acc.add.remote(1, 2, 3)
+    assert str(info.value) == (
+        "Acc.add.remote() got invalid arguments: too many positional arguments. "
+        "The signature is Acc.add(a, b=0)."
+    )
+    with pytest.raises(TypeError, match="missing a required argument: 'a'"):
+        acc.add.options(name="named-call").remote(b=1)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        acc.__ray_ready__.remote(1)
+    # Nothing was submitted by the refused calls: the first call sees the initial value.
+    assert ray.get(acc.add.remote(1, b=1), timeout=GET_TIMEOUT) == 12
+
+
+def test_handles_that_travel_check_calls_too(ray):
+    """A handle pickled into a task, or looked up by name, carries the signatures."""
+
+    @ray.remote
+    class Echo:
+        def say(self, word):
+            return word
+
+    echo = Echo.options(name="echo").remote()
+
+    @ray.remote
+    def misuse(handle):
+        try:
+            handle.say.remote()
+        except TypeError as error:
+            return str(error)
+
+    assert ray.get(misuse.remote(echo), timeout=GET_TIMEOUT).startswith(
+        "Echo.say.remote() got invalid arguments: missing a required argument: 'word'."
+    )
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        ray.get_actor("echo").say.remote(1, 2)
+    assert ray.get(ray.get_actor("echo").say.remote("hi"), timeout=GET_TIMEOUT) == "hi"
+
+
+def test_method_num_returns_mismatch_names_what_was_returned(ray):
+    """Compared with Ray 2.60: RayTaskError(TypeError) in every ref, as for a task."""
+
+    @ray.remote
+    class Pair:
+        @ray.method(num_returns=2)
+        def split(self):
+            return 5
+
+    first, second = Pair.remote().split.remote()
+    for ref in (first, second):
+        with pytest.raises(TypeError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert isinstance(info.value, exceptions.RayTaskError)
+        assert "Task returned int 5, but num_returns=2 expects a sequence of 2 values" in str(
+            info.value)

@@ -198,6 +198,70 @@ def test_unknown_kwarg_message_is_exact(session_root):
     assert str(info.value) == "Unknown keyword argument(s): foo"
 
 
+@pytest.mark.parametrize(
+    "args, kwargs, exc_type, text",
+    [
+        ((), {"object_store_memory": 10}, ValueError,
+         "Attempting to cap object store memory usage at 10 bytes, but the minimum allowed "
+         "is 78643200 bytes"),
+        ((), {"object_store_memory": -5}, ValueError, "the minimum allowed is 78643200 bytes"),
+        ((), {"object_store_memory": 10**15}, ValueError,
+         "(1000000000000000 bytes, 931322.6 GiB) is greater than the total memory"),
+        ((), {"object_store_memory": "1000000000"}, TypeError,
+         "object_store_memory must be a number of bytes (an int, or a float such as 2e9), "
+         "got str '1000000000'."),
+        ((), {"object_store_memory": float("inf")}, ValueError, "must be a finite number"),
+        ((), {"namespace": 123}, TypeError, "namespace must be None or a string, got int 123."),
+        ((), {"namespace": ""}, ValueError, '"" is not a valid namespace.'),
+        ((), {"runtime_env": "x"}, TypeError,
+         "runtime_env must be a dict or a miniray.runtime_env.RuntimeEnv"),
+        ((12345,), {}, TypeError,
+         "The address passed to init() must be a string such as 'auto', 'local' or "
+         "'127.0.0.1:6379' (or None), got int 12345."),
+    ],
+    ids=["osm-10", "osm-negative", "osm-huge", "osm-str", "osm-inf", "namespace-int",
+         "namespace-empty", "runtime_env-str", "address-int"],
+)
+def test_init_refuses_what_ray_refuses(session_root, args, kwargs, exc_type, text):
+    """Compared with Ray 2.60: the same exception types (ValueError below 75 MiB and above
+    the host's memory, TypeError for a namespace that is not a string, for a string
+    object_store_memory and for init(12345)). Ray's messages for an int address ("argument
+    of type 'int' is not iterable") and a str runtime_env (an AttributeError from deep
+    inside) name nothing; these name the argument. Nothing is started."""
+    with pytest.raises(exc_type) as info:
+        miniray.init(*args, **kwargs)
+    assert type(info.value) is exc_type
+    assert text in str(info.value)
+    assert not miniray.is_initialized()
+    assert _sessions(session_root) == []
+    assert procinfo.descendants(os.getpid()) == []
+
+
+def test_init_accepts_what_ray_accepts(ray_start):
+    """Compared with Ray 2.60: a float object_store_memory (700e6) is truncated to bytes,
+    and a falsy runtime_env ([]) is ignored."""
+    ray_start(num_cpus=1, object_store_memory=700e6, runtime_env=[])
+    assert miniray.cluster_resources()["object_store_memory"] == 700_000_000.0
+
+
+def test_object_store_memory_check_is_pure():
+    assert runtime.check_object_store_memory(None, 1 << 30) is None
+    assert runtime.check_object_store_memory(700e6, 8 << 30) == 700_000_000
+    assert runtime.check_object_store_memory(75 << 20, None) == 75 << 20
+    with pytest.raises(ValueError, match="minimum allowed"):
+        runtime.check_object_store_memory((75 << 20) - 1, None)
+    with pytest.raises(ValueError, match="greater than the total memory"):
+        runtime.check_object_store_memory(2 << 30, 1 << 30)
+    with pytest.raises(TypeError):
+        runtime.check_object_store_memory(True, None)
+    # Above 10 GB, more than /dev/shm holds is refused as Ray does, unless slow storage is
+    # allowed (RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1); below, it is not checked.
+    with pytest.raises(ValueError, match=r"exceeds /dev/shm size \(8\.0 GB\)"):
+        runtime.check_object_store_memory(12 * 10**9, 64 << 30, 8 * 10**9)
+    assert runtime.check_object_store_memory(12 * 10**9, 64 << 30, 8 * 10**9, True) == 12 * 10**9
+    assert runtime.check_object_store_memory(9 * 10**9, 64 << 30, 8 * 10**9) == 9 * 10**9
+
+
 def test_num_cpus_defaults_to_machine_cores(ray_start):
     ray_start()
     assert miniray.cluster_resources()["CPU"] == float(_cpu_count())

@@ -307,6 +307,8 @@ def test_start_refuses_what_it_cannot_do(cli):
     assert result.returncode == 1 and "--num-cpus" in result.stderr
     result = cli.run("start", "--head", "--resources", "not json")
     assert result.returncode == 1 and "JSON" in result.stderr
+    result = cli.run("start", "--head", "--object-store-memory", "10")  # as `ray start`
+    assert result.returncode == 1 and "the minimum allowed is 78643200 bytes" in result.stderr
     result = cli.run("start", "--head", "--num-gpus", "3", CUDA_VISIBLE_DEVICES="1")
     assert result.returncode == 1 and "CUDA_VISIBLE_DEVICES" in result.stderr
     assert not node_client.list_records(cli.root)

@@ -132,8 +132,11 @@ def test_num_returns_zero_gives_none_and_runs(ray, tmp_path):
 
     @ray.remote(num_returns=0)
     def side_effect(path):
-        with open(path, "w") as f:
+        # Written under another name and renamed, so the marker appears only once complete:
+        # the test polls for it while the task may still be writing.
+        with open(path + ".tmp", "w") as f:
             f.write("yes")
+        os.replace(path + ".tmp", path)
 
     assert side_effect.remote(str(marker)) is None
     deadline = time.monotonic() + GET_TIMEOUT
@@ -146,11 +149,20 @@ def test_num_returns_zero_gives_none_and_runs(ray, tmp_path):
     "value, cause, text",
     [
         ((1, 2, 3), ValueError, "Task returned 3 objects, but num_returns=2."),
-        (5, TypeError, "object of type 'int' has no len()"),
+        (
+            5,
+            TypeError,
+            "Task returned int 5, but num_returns=2 expects a sequence of 2 values (e.g. a "
+            "tuple). Return 2 values, or use num_returns=1 to return this object as it is.",
+        ),
+        (None, TypeError, "Task returned NoneType None, but num_returns=2 expects a sequence"),
     ],
-    ids=["wrong-count", "not-a-sequence"],
+    ids=["wrong-count", "not-a-sequence", "none"],
 )
 def test_num_returns_mismatch_fails_every_ref(ray, value, cause, text):
+    """Compared with Ray 2.60: the same types (RayTaskError(ValueError) for a wrong count,
+    RayTaskError(TypeError) for a value without a length); Ray's TypeError says only
+    "object of type 'int' has no len()", this one what was returned and what was expected."""
     @ray.remote(num_returns=2)
     def bad():
         return value
@@ -205,6 +217,58 @@ def test_kwargs_and_defaults(ray):
         (6, 7),
         8,
         {"d": 9},
+    )
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, text",
+    [
+        ((1, 2, 3, 4), {}, "too many positional arguments"),
+        ((), {}, "missing a required argument: 'a'"),
+        ((1,), {"c": 3, "a": 1}, "multiple values for argument 'a'"),
+        ((1,), {}, "missing a required argument: 'c'"),
+        ((1,), {"c": 3, "zz": 1}, "got an unexpected keyword argument 'zz'"),
+    ],
+    ids=["too-many", "missing", "twice", "keyword-only", "unexpected"],
+)
+def test_bad_call_raises_type_error_at_remote(ray, args, kwargs, text):
+    """Compared with Ray 2.60: ``.remote()`` binds the arguments to the signature and raises
+    TypeError at once (not a RayTaskError from the worker), with bind's text; miniray adds
+    the call and the signature. ``.options().remote()`` checks the same."""
+
+    @ray.remote
+    def f(a, b=2, *, c):
+        return a
+
+    for call in (f.remote, f.options(num_cpus=0.5).remote):
+        with pytest.raises(TypeError) as info:
+            call(*args, **kwargs)
+        assert type(info.value) is TypeError
+        assert str(info.value) == (
+            f"f.remote() got invalid arguments: {text}. The signature is f(a, b=2, *, c)."
+        )
+    assert ray.get(f.remote(1, c=3), timeout=GET_TIMEOUT) == 1
+
+
+def test_signature_check_respects_positional_only_and_var_args(ray):
+    @ray.remote
+    def g(a, /, b, *rest, **extra):
+        return a, b, rest, extra
+
+    assert ray.get(g.remote(1, 2, 3, k=4), timeout=GET_TIMEOUT) == (1, 2, (3,), {"k": 4})
+    with pytest.raises(TypeError, match="'a' parameter is positional only"):
+        g.remote(a=1, b=2)
+
+    @ray.remote
+    def nested(x):
+        try:
+            g.remote()
+        except TypeError as error:  # checked inside a worker too
+            return f"{x}: {error}"
+
+    assert ray.get(nested.remote(1), timeout=GET_TIMEOUT) == (
+        "1: g.remote() got invalid arguments: missing a required argument: 'a'. "
+        "The signature is g(a, /, b, *rest, **extra)."
     )
 
 

@@ -346,8 +346,9 @@ def test_store_full_when_everything_is_pinned(make_store):
     store.unpin(oid(0))
     store.put_value(oid(2), array(MIB))  # now 0 can be spilled
     assert store.location(oid(0))[0] == "spilled"
-    with pytest.raises(ObjectStoreFullError):  # can never fit
-        store.put_value(oid(3), array(3 * MIB))
+    # Larger than the whole store: it goes to disk (as Ray's fallback allocation), so even
+    # a store whose objects are all pinned takes it.
+    assert store.put_value(oid(3), array(3 * MIB)).kind == "spilled"
     store.unpin(oid(1))
 
 
@@ -401,6 +402,78 @@ def test_a_full_spill_disk_is_out_of_disk_and_changes_nothing(make_store, monkey
     store.put_value(oid(2), array(MIB, 2))
     for i in range(3):
         np.testing.assert_array_equal(store.get_value(oid(i)), array(MIB, i))
+
+
+def test_an_object_larger_than_the_store_is_stored_on_disk(make_store, tmp_path, caplog):
+    """Ray 2.60 stores a put larger than object_store_memory (fallback allocation, on disk)
+    rather than refusing it; so does miniray, spilling nothing else for it, with one warning
+    naming both sizes."""
+    store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
+    store.put_value(oid(0), array(MIB, 0))
+    store.put_value(oid(1), array(MIB, 1))
+    with caplog.at_level(logging.WARNING, logger="miniray"):
+        stored = store.put_value(oid(2), array(3 * MIB, 2))
+        store.put_value(oid(3), array(4 * MIB, 3))
+    assert stored.kind == "spilled" and stored.size > 3 * MIB
+    warnings = [r.getMessage() for r in caplog.records if "larger than the whole" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "is 3.0 MiB, larger than the whole object store (2.0 MiB" in warnings[0]
+    assert "object_store_memory" in warnings[0]
+    kind, path, size = store.location(oid(2))
+    assert kind == "spilled" and path.startswith(str(tmp_path / "spill")) and size == stored.size
+    # Nothing else was spilled for it, and it reads back (a read-only view of the file).
+    assert [store.location(oid(i))[0] for i in (0, 1)] == ["shm", "shm"]
+    value = store.get_value(oid(2))
+    np.testing.assert_array_equal(value, array(3 * MIB, 2))
+    assert value.flags.writeable is False
+    np.testing.assert_array_equal(read_spilled(path), array(3 * MIB, 2))
+    stats = store.statistics()
+    assert stats["spills"] == 0 and stats["oversized"] == 2 and stats["restores"] == 0
+    assert stats["bytes_spilled"] == stored.size + store.location(oid(3))[2]
+    del value
+    gc.collect()
+    store.free(oid(2))
+    store.free(oid(3))
+    assert not os.path.exists(path) and store.statistics()["bytes_spilled"] == 0
+
+
+def test_an_oversized_put_on_a_full_disk_is_out_of_disk(make_store, monkeypatch):
+    from miniray._private import shm_store
+    from miniray.exceptions import OutOfDiskError
+
+    store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
+    before = store.statistics()
+
+    def no_space(path, ser):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shm_store, "write_segment", no_space)
+    with pytest.raises(OutOfDiskError) as info:
+        store.put_value(oid(1), array(3 * MIB))
+    assert "3.0 MiB" in str(info.value) and "2.0 MiB" in str(info.value)
+    assert store.statistics() == before and not store.contains(oid(1))
+
+
+def test_adopting_a_segment_larger_than_the_store(make_store, tag, caplog):
+    """A worker's result or put larger than the whole store follows the same rule: it is
+    moved to disk at once, and nothing else is spilled for it."""
+    store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
+    store.put_value(oid(1), array(MIB, 1))
+    path, size = create_segment(tag, oid(9), array(3 * MIB, 9))
+    with caplog.at_level(logging.WARNING, logger="miniray"):
+        store.put_segment_from(oid(9), os.path.basename(path), size)
+    assert any("is 3.0 MiB, larger than the whole object store (2.0 MiB" in r.getMessage()
+               for r in caplog.records)
+    kind, spill_path, spilled_size = store.location(oid(9))
+    assert kind == "spilled" and spilled_size == size and not os.path.exists(path)
+    assert store.location(oid(1))[0] == "shm"
+    np.testing.assert_array_equal(store.get_value(oid(9)), array(3 * MIB, 9))
+    stats = store.statistics()
+    assert stats["segments_adopted"] == 1 and stats["oversized"] == 1
+    assert stats["bytes_in_memory"] < 2 * MIB
+    gc.collect()
+    store.free(oid(9))
+    assert not os.path.exists(spill_path)
 
 
 def test_a_full_shm_dir_is_store_full(make_store, monkeypatch, tag):
@@ -654,6 +727,14 @@ def test_plan_room():
     assert plan(60, 100, 80, [], [("a", 30)]) is None
     assert plan(0, 100, 130, [], [("a", 20)], allow_over=True) == ([], ["a"])
     assert plan(200, 100, 0, [], []) is None
+
+
+def test_oversized():
+    assert store_policy.oversized(101, 100) and not store_policy.oversized(100, 100)
+    message = store_policy.oversized_message("ab", 200 * MIB, 100 * MIB, "/spill")
+    assert message.startswith(
+        "Object ab is 200.0 MiB, larger than the whole object store (100.0 MiB, "
+        "object_store_memory), so it is stored on disk in /spill")
 
 
 def test_pick_reusable_and_may_recycle():

@@ -1,0 +1,111 @@
+"""ArgSpec: the call-signature check made at ``.remote()`` (pure, no processes).
+
+Compared with Ray 2.60, which binds with ``inspect.Signature.bind`` and raises TypeError with
+bind's text; the texts below contain it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import timeit
+
+import pytest
+
+from miniray._private import signatures
+
+
+def f(a, b=2, *rest, c, d=4, **extra):
+    return a
+
+
+def g(a, /, b):
+    return a
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [((1,), {"c": 3}), ((1, 2, 3, 4), {"c": 3, "z": 0}), ((), {"a": 1, "c": 3})],
+)
+def test_calls_that_bind_pass(args, kwargs):
+    signatures.of_function(f, "f").check(args, kwargs)
+
+
+@pytest.mark.parametrize(
+    "function, args, kwargs, text",
+    [
+        (f, (1,), {}, "missing a required argument: 'c'"),
+        (f, (), {"c": 1}, "missing a required argument: 'a'"),
+        (f, (1,), {"a": 1, "c": 1}, "multiple values for argument 'a'"),
+        (g, (1, 2, 3), {}, "too many positional arguments"),
+        (g, (), {"a": 1, "b": 2}, "'a' parameter is positional only, but was passed as a keyword"),
+    ],
+)
+def test_calls_that_do_not_bind_raise_type_error_naming_call_and_signature(
+    function, args, kwargs, text
+):
+    spec = signatures.of_function(function, function.__name__)
+    with pytest.raises(TypeError) as info:
+        spec.check(args, kwargs)
+    assert str(info.value) == (
+        f"{function.__name__}.remote() got invalid arguments: {text}. "
+        f"The signature is {spec.text}."
+    )
+
+
+def test_methods_drop_self_and_classes_use_init():
+    class Plain:
+        def __init__(self, x, *, y=1):
+            pass
+
+        def method(self, a):
+            pass
+
+    class NoInit:
+        pass
+
+    assert signatures.of_class(Plain, "Plain").text == "Plain(x, *, y=1)"
+    assert signatures.of_function(Plain.method, "Plain.method", drop_first=True).text == (
+        "Plain.method(a)"
+    )
+    no_init = signatures.of_class(NoInit, "NoInit")
+    no_init.check((), {})
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        no_init.check((1,), {})
+    # Signatures Python cannot tell (a C base class's __init__) are not checked.
+    assert signatures.of_class(type("D", (dict,), {}), "D") is None
+    assert signatures.of_function(len, "len") is not None  # builtins with a text signature
+
+
+def test_spec_pickles_without_its_defaults():
+    def h(x, lock=threading.Lock()):  # a default that cannot be pickled
+        return x
+
+    spec = pickle.loads(pickle.dumps(signatures.of_function(h, "h")))
+    spec.check((1,), {})
+    spec.check((1, 2), {})
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        spec.check((1, 2, 3), {})
+
+
+def test_check_is_cheap():
+    """The positional call that fits skips bind (the hot path); bind itself is microseconds.
+    Bounds are generous for shared CI machines."""
+    spec_g = signatures.of_function(g, "g")
+    fits = min(timeit.repeat(lambda: spec_g.check((1, 2), {}), number=20000, repeat=3))
+    assert fits / 20000 < 2e-6, fits
+    spec_f = signatures.of_function(f, "f")
+    remembered = min(timeit.repeat(lambda: spec_f.check((1, 2), {"c": 1}), number=20000,
+                                   repeat=3))
+    assert remembered / 20000 < 2e-6, remembered
+
+
+def test_remembered_shapes_still_refuse_other_shapes():
+    spec = signatures.of_function(f, "f")
+    spec.check((1,), {"c": 1})
+    spec.check((1,), {"c": 2})  # same shape: not bound again
+    with pytest.raises(TypeError, match="multiple values for argument 'a'"):
+        spec.check((1,), {"c": 1, "a": 2})
+    with pytest.raises(TypeError, match="missing a required argument: 'c'"):
+        spec.check((1,), {"d": 1})
+    spec.check((1,), {"c": 1})
