@@ -378,11 +378,11 @@ def _dumps_error(error: BaseException) -> bytes:
 
 
 def exit_status(code) -> int:
-    """The process exit status ``sys.exit(code)`` would give: None is 0, an int is itself
-    (as the OS truncates it), anything else is printed by the caller and gives 1."""
+    """The process exit status ``sys.exit(code)`` gives in a plain interpreter: None is 0, an
+    int (bools too) is itself as the OS truncates it, anything else (printed) is 1."""
     if code is None:
         return 0
-    if isinstance(code, int) and not isinstance(code, bool):
+    if isinstance(code, int):
         return code & 0xFF
     return 1
 
