@@ -59,6 +59,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -549,3 +550,50 @@ def test_returns_before_an_unpicklable_one_are_kept(ray):
     # Every segment written was handed over, so freeing the refs frees them (the store keeps
     # a freed segment up to 0.5 s for reuse).
     assert wait_until(lambda: not _root_segments(root), timeout=5), _root_segments(root)
+
+
+MIB = 1 << 20
+
+
+@miniray.remote
+def spilled_fault(kind, counter, blob):
+    assert len(blob) == 20 * MIB
+    _count_run(counter)
+    return fault(kind)
+
+
+def test_failures_with_spilled_arguments_leave_no_spill_file(ray_start, row_bound, tmp_path,
+                                                             monkeypatch):
+    """A session root in /dev/shm spills to the shared spill root
+    (``$TMPDIR/miniray-spill-<uid>/<session>``). Calls whose argument was spilled fail in
+    each way, the runtime goes on, and after shutdown neither the root, nor the session's spill
+    folder, nor any other entry of this test is left (the leak check, run here on this
+    root)."""
+    import tempfile
+
+    from . import conftest
+
+    root = tempfile.mkdtemp(prefix="mrfm-", dir="/dev/shm")
+    monkeypatch.setenv("MINIRAY_TMPDIR", root)
+    try:
+        before = conftest.outside_snapshot()
+        ctx = ray_start(num_cpus=2, object_store_memory=80 * MIB)  # Ray's minimum is 75 MiB
+        store = runtime.current().owner.store
+        assert store.spill_dir.startswith(conftest.spill_root() + os.sep), store.spill_dir
+        refs = [miniray.put(bytes([i]) * (20 * MIB)) for i in range(6)]  # 120 MiB, 80 MiB cap
+        assert store.statistics()["bytes_spilled"] > 0, store.statistics()
+        counter = str(tmp_path / "runs")
+        expected = {"raise": ValueError, "exit1": WorkerCrashedError,
+                    "sys_exit": WorkerCrashedError, "memory_error": MemoryError,
+                    "result_fails_to_unpickle": RaySystemError}
+        for ref, (kind, error) in zip(refs, expected.items()):
+            call = spilled_fault.options(max_retries=1).remote(kind, counter, ref)
+            with pytest.raises(error):
+                miniray.get(call, timeout=GET_TIMEOUT_S)
+        assert miniray.get(ordinary.remote(1), timeout=GET_TIMEOUT_S) == 2
+        del refs, call
+        conftest.shutdown_and_check(root, extra_sessions=[ctx["session_dir"]], before=before)
+        assert not os.path.exists(os.path.join(conftest.spill_root(),
+                                               os.path.basename(ctx["session_dir"])))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
