@@ -42,16 +42,23 @@ cell. Deliberate differences, in wording only (README, "Differences from Ray"):
 * Unpickling failures: Ray's ``RaySystemError`` says ``System error: <error text>`` with Ray's
   own frames; miniray's names what failed (an argument in the worker, a result in the driver),
   the error's type and text, and keeps only the user's frames.
-* Before this matrix, miniray differed in four cells: ``sys.exit`` came back as a
+* Before this matrix, miniray differed in these rows: ``sys.exit`` came back as a
   ``RayTaskError(SystemExit)`` (so ``get()`` ended the driver unless caught) and actors lived
   on; ``MemoryError`` came back as a plain ``RayTaskError`` plus a warning; an argument that
-  failed to unpickle came back as ``RayTaskError(<its error>)``.
+  failed to unpickle came back as ``RayTaskError(<its error>)``; an actor's unpicklable
+  result was headed ``ray::run()`` instead of ``ray::MethodFault.run()``.
+
+Beyond the table (each compared with Ray 2.60 too): the same faults in threaded and async
+actors; ``sys.exit`` with ``max_retries=0`` and with ``max_restarts=1`` (the lost call gets
+``ActorUnavailableError``); a ``KeyboardInterrupt`` raised in a call (a cancelled task);
+several returns of which one cannot be pickled; failures with spilled arguments.
 
 Every row runs in its own session (the ``ray`` fixture), with a 256 KiB ``ObjectRef``
 argument so shared-memory segments and pins are part of every failure. Afterwards it runs an
-ordinary task, checks the ledger holds no lease, and the fixture checks that no process,
-segment, session file, lease or spill file is left, in this root or outside it. Every ``get``
-has a timeout, and a hang dumps every thread's stack (faulthandler) after ``ROW_BOUND_S``.
+ordinary task, checks the ledger holds no lease and that the argument's segment is freed once
+its ref is dropped; the fixture then checks that no process, segment, session file, lease or
+spill file is left, in this root or outside it. Every ``get`` has a timeout, and a hang dumps
+every thread's stack (faulthandler) after ``ROW_BOUND_S``.
 """
 
 from __future__ import annotations
