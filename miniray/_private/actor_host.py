@@ -102,7 +102,7 @@ class ActorHost:
 
                 exit_for_system_exit(error, f"{self.class_name}.__init__")
             task_error = task_error_for(
-                error, f"{self.class_name}.__init__", pid=worker.pid,
+                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
             return _dumps(task_error)

@@ -507,6 +507,18 @@ def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
                       or "sys.exit() in task task_fault" in "".join(seen), timeout=5), seen
 
 
+def test_keyboard_interrupt_in_a_constructor_reads_as_a_cancelled_creation_task(ray, tmp_path):
+    """Compared with Ray 2.60: ActorDiedError whose creation-task error ends with
+    ``TaskCancelledError: Task: <the creation task> was cancelled.``"""
+    big = ray.put(b"x" * BIG)
+    actor = ConstructorFault.remote("keyboard_interrupt", str(tmp_path / "runs"), big)
+    with pytest.raises(ActorDiedError) as info:
+        ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S)
+    text = str(info.value)
+    assert "creation task" in text and "KeyboardInterrupt: interrupted" in text
+    assert f"TaskCancelledError: Task: {actor._actor_id_hex()} was cancelled." in text
+
+
 @pytest.mark.parametrize("where", ["task", "actor method"])
 def test_keyboard_interrupt_in_a_call_reads_as_a_cancelled_task(ray, tmp_path, where):
     """A KeyboardInterrupt raised in a task or method comes back as
