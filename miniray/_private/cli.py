@@ -238,4 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args)
+    from miniray._private.same_uid import InsecurePathError
+
+    try:
+        return args.func(args)
+    except InsecurePathError as error:  # another user's root: one line, no traceback
+        return _error(str(error).removeprefix("miniray "))

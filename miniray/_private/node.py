@@ -586,7 +586,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             port=port, socket=sock_path, session_dir=session_dir, started_at=time.time(),
             node_id=info["node_id"], fork_server_pid=fork_server.pid,
             fork_server_start=procinfo.start_time(fork_server.pid),
-            gpu_keys=spec["gpu_keys"], path=os.path.join(session_dir, nc.RECORD_FILE),
+            gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
+            boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
         )
         try:
             server = NodeServer(info=info, ledger=ledger, fork_server=fork_server,
