@@ -309,6 +309,11 @@ class NodeClient(SpawnChannel):
         self.record = record
         self.pid = int(info["node_pid"])  # the node's pid: it outlives this client
 
+    def announce_store(self, session_tag: str) -> None:
+        """Tell the node the tag of this driver's object store: if this process dies, the
+        node removes the segments it left (protocol step 7)."""
+        self._send(("STORE", session_tag))
+
     def request_shutdown(self, grace: float) -> None:
         """Leave the node: it waits ``grace`` seconds for this driver's workers to exit,
         SIGKILLs the rest, releases this driver's leases, then answers BYE (``wait``)."""

@@ -242,6 +242,7 @@ class Runtime:
                                         instance_ids=dict(state.instance_ids), leases={})
             self.store = _make_store(self.session_dir, int(info["object_store_memory"]),
                                      driver=f"driver_{self.pid}")
+            client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
                 from miniray._private.actor_link import SOCKET_NAME, ActorLink
