@@ -1,4 +1,5 @@
-"""Another local user must never run code as the miniray user (two real uids).
+"""Another local user must never run code as the miniray user (two real uids); a driver in
+another PID namespace must never delete what is ours (``unshare``).
 
 The test process (root in CI) is the victim. The attacker is a subprocess started with
 ``user=``/``group=`` (setgid, setuid) to an unused uid. The two share a world-writable sticky
@@ -328,3 +329,51 @@ def test_another_users_commands_on_a_root_they_cannot_read(attacker):
     assert last.startswith("miniray._private.same_uid.InsecurePathError: ") and root in last
     assert sorted(os.listdir(root)) == ["keep"]
     assert os.stat(root).st_uid == 0
+
+
+# --- PID namespaces ----------------------------------------------------------------------------
+INNER = """
+import json, miniray
+ctx = miniray.init(num_cpus=1)
+print(json.dumps({"session_dir": ctx["session_dir"]}), flush=True)
+miniray.shutdown()
+"""
+
+
+def test_a_driver_in_another_pid_namespace_sweeps_nothing_of_ours(ray, drivers, session_root):
+    """A driver in a new PID namespace (``unshare -p -f --mount-proc``) sharing the session
+    root and /dev/shm sees none of our pids; its init() must still leave our live session and
+    segments alone (it cannot prove them dead), and its ``miniray status`` says it left them.
+    Our ``get`` and a task reading the object still work afterwards."""
+    import json
+
+    import numpy as np
+
+    probe = subprocess.run(["unshare", "-p", "-f", "--mount-proc", "true"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -p -f --mount-proc fails here: {probe.stderr.strip()}")
+    ref = ray.put(np.arange(1 << 18, dtype=np.int64))  # 2 MiB: a segment in /dev/shm
+    rt = miniray._private.runtime.current()
+    tag = rt.store.session_tag
+    ours = [n for n in os.listdir("/dev/shm") if n.startswith(f"mr_{tag}_")]
+    assert ours
+    env = drivers.env()
+    script = drivers.script(INNER)
+    inner = subprocess.run(
+        ["unshare", "-p", "-f", "--mount-proc", "sh", "-c",
+         f'"{sys.executable}" "{script}" && "{sys.executable}" -m miniray status'],
+        env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(inner.stdout.splitlines()[0])["session_dir"].startswith(session_root), \
+        inner.stderr
+    assert os.path.isdir(rt.session_dir), "the inner init() swept our live session"
+    assert all(os.path.exists(os.path.join("/dev/shm", n)) for n in ours), \
+        "the inner init() swept our live segments"
+    assert "1 session(s) / 1 segment(s) of other PID namespaces left alone" in inner.stderr, \
+        inner.stderr
+
+    @ray.remote
+    def total(a):
+        return int(a.sum())
+
+    assert int(ray.get(ref).sum()) == ray.get(total.remote(ref)) == sum(range(1 << 18))
