@@ -155,11 +155,16 @@ def resolve_path(name: str, shm_dir: str) -> str:
 
 def check_adoptable(name: str, size: int, shm_dir: str, session_tag: str) -> tuple[str, int]:
     """``(path, file size)`` of a segment a worker announced; ValueError if it is not one of
-    the session's, FileNotFoundError if it does not exist."""
+    the session's, FileNotFoundError if it does not exist, InsecurePathError if it is not a
+    regular file of this uid (the owner would map and unpickle it, and later unlink it)."""
     path = resolve_path(name, shm_dir)
     if tag_of(os.path.basename(path)) != session_tag or os.path.dirname(path) != shm_dir:
         raise ValueError(f"{name!r} is not a segment of session {session_tag} in {shm_dir}")
-    actual = os.stat(path).st_size
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        actual = same_uid.check_owned_fd(fd, path).st_size
+    finally:
+        os.close(fd)
     if actual < size:
         raise ValueError(f"segment {path} holds {actual} bytes, {size} were announced")
     return path, actual
@@ -413,7 +418,7 @@ def write_through_mapping(
     segment without one is mapped with MAP_POPULATE (one batched fault pass). Returns it.
     """
     if mapping is None:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, **_MMAP_KW)
         finally:
