@@ -182,7 +182,8 @@ def ns_tag(pid_ns: str | None = None) -> str:
 
 
 def is_provably_dead(pid: int, start: int | None, pid_ns: str, boot_id: str,
-                     here: Identity, alive: Callable[[int, int | None], bool] = None) -> bool:
+                     here: Identity,
+                     alive: Callable[[int, int | None], bool] | None = None) -> bool:
     """Pure (given ``alive``): whether the process a record names is certainly gone.
 
     ``pid_ns`` and ``boot_id`` are what the record says (``""``: not recorded); ``pid_ns`` may
