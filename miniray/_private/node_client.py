@@ -142,13 +142,17 @@ class NodeRecord:
 
 
 def read_record(path: str) -> NodeRecord | None:
-    """The record at ``path``, or None if it is missing or unreadable."""
+    """The record at ``path``, or None if it is missing, unreadable, or not a regular file of
+    this uid (a record names the socket a driver connects to and the directories ``stop``
+    removes: only our own is believed)."""
     try:
-        with open(path) as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd) as f:
+            same_uid.check_owned_fd(fd, path)
             doc = json.load(f)
         names = set(NodeRecord.__dataclass_fields__) - {"path"}
         return NodeRecord(**{k: v for k, v in doc.items() if k in names}, path=path)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, same_uid.InsecurePathError):
         return None
 
 

@@ -21,7 +21,8 @@ their own directory) and later swap the files in it, or listen on the socket pat
 * a socket is read only once ``SO_PEERCRED`` says the peer runs as this uid.
 
 Root bypasses every permission, and a process of the same uid is trusted: neither is a
-boundary miniray can draw.
+boundary miniray can draw. Ray 2.60 defines no exception for these refusals;
+``InsecurePathError`` is miniray's own (a RuntimeError).
 """
 
 from __future__ import annotations

@@ -301,6 +301,31 @@ def test_node_client_refuses_a_node_socket_of_another_user(attacker):
     assert not os.path.exists(attacker.marker)
 
 
+def test_a_node_record_of_another_user_is_not_believed(attacker):
+    """``current_node`` may name a record under another root (``--temp-dir``): a record file
+    another user owns is ignored, so its socket is never connected to."""
+    from miniray._private import node_client
+
+    root = os.path.join(attacker.shared, "victim-root")
+    same_uid.ensure_private_dir(root)
+    record_path = os.path.join(attacker.shared, "node.json")
+    proc = attacker.start(textwrap.dedent("""
+    import json, os, sys, time
+    with open(sys.argv[1], "w") as f:
+        json.dump({"pid": os.getpid(), "start_time": None, "address": "127.0.0.1:6379",
+                   "port": 6379, "socket": sys.argv[1], "session_dir": "/",
+                   "started_at": 0}, f)
+    print("ready", flush=True)
+    time.sleep(30)
+    """), record_path)
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    with open(os.path.join(root, node_client.CURRENT_NODE), "w") as f:
+        f.write(record_path + "\n")
+    assert node_client.read_record(record_path) is None
+    assert node_client.find_node(None, root) is None
+    assert node_client.list_records(root, alive_only=False) == []
+
+
 # --- another user's commands on the victim's root ---------------------------------------------
 def test_another_users_commands_on_a_root_they_cannot_read(attacker):
     """``miniray stop``/``status``/``start`` and a program calling init() (under ``miniray
