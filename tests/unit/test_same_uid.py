@@ -185,3 +185,22 @@ def test_session_verdicts(tmp_path):
     with open(os.path.join(path, session.OWNER_FILE), "w") as f:
         f.write(f"999999999 1 {here.pid_ns} {here.boot_id}\n")
     assert session.sweep_dead_sessions(str(root)) == [path] and not os.path.exists(path)
+
+
+def test_spill_folders_are_swept_only_when_provably_dead(tmp_path):
+    """Spill folders are named like their session, namespace tag included: only a folder of
+    this namespace whose pid is gone is removed; another namespace's, or an older name
+    without a tag, is left alone."""
+    spill_root = tmp_path / "spill"
+    ours = procinfo.ns_tag()
+    names = {
+        "dead": f"session_2026-01-01_00-00-00_000000_999999999_aaaaaaaa_p{ours}",
+        "alive": f"session_2026-01-01_00-00-00_000000_{os.getpid()}_aaaaaaaa_p{ours}",
+        "foreign": "session_2026-01-01_00-00-00_000000_999999999_aaaaaaaa_pf0000abc",
+        "legacy": "session_2026-01-01_00-00-00_000000_999999999_aaaaaaaa",
+    }
+    for name in names.values():
+        (spill_root / name).mkdir(parents=True)
+    session.sweep_dead_spill_dirs(str(spill_root))
+    assert sorted(os.listdir(spill_root)) == sorted(
+        names[k] for k in ("alive", "foreign", "legacy"))
