@@ -242,11 +242,11 @@ def map_readonly(path: str) -> mmap.mmap:
     about to be unpickled."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        same_uid.check_owned_fd(fd, path)
+        st = same_uid.check_owned_fd(fd, path)
         fcntl.flock(fd, fcntl.LOCK_SH)
         # The owner renames a freed segment before checking for readers: a reader that opened
         # the old name just before the rename must not map what is about to be reused.
-        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+        if os.stat(path).st_ino != st.st_ino:
             raise FileNotFoundError(errno.ENOENT, "segment was freed while attaching", path)
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_MMAP_KW)
     finally:
