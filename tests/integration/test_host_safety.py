@@ -402,3 +402,38 @@ def test_a_driver_in_another_pid_namespace_sweeps_nothing_of_ours(ray, drivers, 
         return int(a.sum())
 
     assert int(ray.get(ref).sum()) == ray.get(total.remote(ref)) == sum(range(1 << 18))
+
+
+def test_stop_leaves_a_node_of_another_pid_namespace_alone(session_root):
+    """A node record written in another PID namespace (a container sharing the root): its pid
+    means another process here, so ``miniray stop`` neither signals that pid nor removes the
+    node's session."""
+    import json
+    import signal as _signal
+
+    from miniray._private import node_client, procinfo
+
+    here = procinfo.identity()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        same_uid.ensure_private_dir(session_root)
+        session_dir = os.path.join(session_root, "session_2026-01-01_00-00-00_000000_7_"
+                                                 "aaaaaaaa_pf0000abc")
+        os.mkdir(session_dir, 0o700)
+        with open(os.path.join(session_dir, "owner.pid"), "w") as f:
+            f.write(f"{bystander.pid} {procinfo.start_time(bystander.pid)} "
+                    f"pid:[4026599999] {here.boot_id}\n")
+        record = {"pid": bystander.pid, "start_time": procinfo.start_time(bystander.pid),
+                  "address": "127.0.0.1:6379", "port": 6379,
+                  "socket": os.path.join(session_dir, "node.sock"),
+                  "session_dir": session_dir, "started_at": 0.0,
+                  "pid_ns": "pid:[4026599999]", "boot_id": here.boot_id}
+        with open(os.path.join(session_dir, node_client.RECORD_FILE), "w") as f:
+            json.dump(record, f)
+        node_client.stop_nodes(session_root, force=True)
+        assert bystander.poll() is None, "stop signalled a pid of another namespace"
+        assert os.path.isdir(session_dir)
+    finally:
+        bystander.send_signal(_signal.SIGKILL)
+        bystander.wait(10)
+        shutil.rmtree(session_root, ignore_errors=True)
