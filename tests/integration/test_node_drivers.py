@@ -162,12 +162,12 @@ def test_the_node_removes_the_store_of_a_driver_killed_with_sigkill(node_env):
     segment named with its store's tag and its spill folder, within a few seconds, without
     waiting for the next init() or `miniray stop`; the node keeps running."""
     started = cli(node_env, "start", "--head", "--num-cpus", "1",
-                  "--object-store-memory", str(1 << 20))
+                  "--object-store-memory", str(80 << 20))
     assert started.returncode == 0, started.stderr
     proc = driver("""
         import json, os, sys, numpy as np, miniray as ray
         ray.init(address="auto")
-        refs = [ray.put(np.full(400_000, i, dtype=np.uint8)) for i in range(4)]  # one spills
+        refs = [ray.put(np.full(25 << 20, i, dtype=np.uint8)) for i in range(4)]  # one spills
         store = ray._private.runtime.current().store
         print(json.dumps({"tag": store.session_tag, "pid": os.getpid(),
                           "spill_dir": store.spill_dir, "stats": store.statistics()}),
