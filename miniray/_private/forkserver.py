@@ -232,10 +232,16 @@ class SpawnChannel:
         return self._sock.fileno()
 
     def spawn(self, fds: list[int]) -> int:
+        """Ask for a worker; the request number comes back with its pid (SPAWNED). If the peer
+        is gone the request is lost with it: the owner handles that worker with the others
+        when it reads the EOF."""
         with self._send_lock:
             self._next_req += 1
             req = self._next_req
-            send_message(self._sock, (self.SPAWN_TAG, req), fds)
+            try:
+                send_message(self._sock, (self.SPAWN_TAG, req), fds)
+            except OSError:
+                pass
         return req
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:

@@ -210,6 +210,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self._reported_infeasible: set = set()
         self._closed = False
         self._stopping = False
+        self._spawn_paused = False  # a new fork server is being started: dispatch waits
         self.fatal: str | None = None
         self._releases = 0          # local lease releases so far
         self._full_at_release = -1  # _releases when an acquire last failed
@@ -336,6 +337,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
+        if not self._may_dispatch():
+            return False
         queue = self._queues.get(key)
         while queue:
             lease = self._lease_with_room(key)
@@ -348,7 +351,14 @@ class Owner(HostGpuLeasing, WorkerRequests):
             del self._queues[key]
         return True
 
+    def _may_dispatch(self) -> bool:
+        """Nothing is sent once shutdown has started (the fork server may already be gone),
+        nor while there is no usable fork server (being replaced, or lost for good)."""
+        return not self._closed and not self._spawn_paused and not self.fatal
+
     def _dispatch_all(self) -> None:
+        if not self._may_dispatch():
+            return
         if self.actors.pending:
             self.actors.place_pending()
         for key in list(self._queues):
