@@ -367,6 +367,11 @@ class NodeClient(SpawnChannel):
         """After EOF on the node's socket, without STOPPING first. The node is not this
         process's child, so its exit status cannot be read; whether it still runs can."""
         record = self.record
+        deadline = time.monotonic() + timeout
+        # The socket closes while the process exits: give the exit a moment to complete.
+        while (record is not None and procinfo.is_alive(record.pid, record.start_time)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
         if record is not None and procinfo.is_alive(record.pid, record.start_time):
             return (f"{self._name()} closed this driver's connection (it drops a driver "
                     "that does not read its messages for a few seconds)")

@@ -2,7 +2,7 @@
 (embedded mode) or the node it joined (``miniray start``).
 
 Owns: telling such a death apart from a shutdown, the decision to start a new fork server
-(``RestartBudget``: at most ``MAX_RESTARTS`` in ``WINDOW_S`` seconds), the one stderr line
+(``RestartBudget``: at most ``MINIRAY_FORK_SERVER_RESTARTS``, default 3, a minute), the one stderr line
 that says so, and failing everything that can no longer complete when the session cannot go
 on. Does not own: how a death is noticed (EOF on the helper's socket, read by the I/O thread
 in ``owner.py``), how its exit is described (``ForkServerClient.describe_exit`` and
@@ -35,7 +35,7 @@ import logging
 import sys
 import time
 
-from miniray._private import protocol, serialization
+from miniray._private import config, protocol, serialization
 from miniray._private.object_table import PENDING
 
 logger = logging.getLogger(__name__)
@@ -75,23 +75,24 @@ def restart_line(death: str, new_pid: int, retried: int, failed: int, actors: in
 def fatal_message(death: str, restarts_exhausted: RestartBudget | None = None) -> str:
     """Why the session cannot go on, and what to do."""
     text = death
-    if restarts_exhausted is not None:
-        text += (f"; it was restarted {restarts_exhausted.limit} time(s) in the last "
-                 f"{restarts_exhausted.window_s:g} s, so miniray gives up")
+    if restarts_exhausted is not None and restarts_exhausted.limit == 0:
+        text += " (MINIRAY_FORK_SERVER_RESTARTS=0: it is not replaced)"
+    elif restarts_exhausted is not None:
+        text += (f"; it was replaced {restarts_exhausted.limit} time(s) in the last "
+                 f"{restarts_exhausted.window_s:g} s already, so miniray gives up")
     return f"{text}. The session cannot run tasks or actors any more. {AGAIN}"
 
 
 class HelperLoss:
     """Mixin of ``owner.Owner``: the fork server's or the node's death."""
 
-    MAX_RESTARTS = 3
     WINDOW_S = 60.0
 
     def _init_helper_loss(self, restart_fork_server) -> None:
         # restart_fork_server() -> a new ForkServerClient (embedded mode); None when joined
         # to a node, which this driver cannot restart.
         self.restart_fork_server = restart_fork_server
-        self.restart_budget = RestartBudget(self.MAX_RESTARTS, self.WINDOW_S)
+        self.restart_budget = RestartBudget(config.fork_server_restarts(), self.WINDOW_S)
         self.helper_restarts = 0
 
     def _on_helper_eof(self, fd: int) -> None:
