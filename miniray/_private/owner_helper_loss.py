@@ -2,12 +2,13 @@
 (embedded mode) or the node it joined (``miniray start``).
 
 Owns: telling such a death apart from a shutdown, the decision to start a new fork server
-(``RestartBudget``: at most ``MINIRAY_FORK_SERVER_RESTARTS``, default 3, a minute), the one stderr line
-that says so, and failing everything that can no longer complete when the session cannot go
-on. Does not own: how a death is noticed (EOF on the helper's socket, read by the I/O thread
-in ``owner.py``), how its exit is described (``ForkServerClient.describe_exit`` and
-``NodeClient.describe_exit``), or what happens to one worker's tasks and actor (the owner's
-worker-exit path, reused here for every worker the helper took with it).
+(``RestartBudget``: at most ``MINIRAY_FORK_SERVER_RESTARTS``, default 3, a minute), the one
+stderr line that says so, and failing everything that can no longer complete when the
+session cannot go on. Does not own: how a death is noticed (EOF on the helper's socket, read
+by the I/O thread in ``owner.py``), how its exit is described
+(``ForkServerClient.describe_exit``, ``NodeClient.describe_exit``), or what happens to one
+worker's tasks and actor (the owner's worker-exit path, reused here for every worker the
+helper took with it).
 Called by: ``owner.Owner`` (a mixin of it, like ``owner_gpus.py``), on its I/O thread.
 
 ::

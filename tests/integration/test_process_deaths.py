@@ -2,14 +2,16 @@
 on running work and the driver holds put objects: one row per process, with its expected
 outcome, and a check that nothing of the session is left afterwards.
 
-| killed                     | mode     | the waiting get raises                        | after       |
-|----------------------------|----------|-----------------------------------------------|-------------|
-| the driver                 | embedded | (the driver is gone)                          | nothing left|
-| the fork server            | embedded | WorkerCrashedError naming it and SIGKILL      | new tasks run (a new fork server) |
-| the fork server, no restart| embedded | RaySystemError naming it and SIGKILL          | submissions fail |
-| the node                   | joined   | RaySystemError naming the node's pid          | submissions fail |
-| the node, by `miniray stop`| joined   | RaySystemError: the node was stopped          | submissions fail |
-| the node's actor service   | joined   | ActorDiedError (a detached actor's call)      | new tasks run |
+=========================== ======== ============================================ ================
+killed                      mode     the waiting get raises                       later tasks
+=========================== ======== ============================================ ================
+the driver                  embedded (the driver is gone: nothing may be left)
+the fork server             embedded WorkerCrashedError naming it and SIGKILL     run (new server)
+the fork server, no restart embedded RaySystemError naming it and SIGKILL         RaySystemError
+the node                    joined   RaySystemError naming the node's pid         RaySystemError
+the node, by `miniray stop` joined   RaySystemError: the node was stopped         RaySystemError
+the node's actor service    joined   ActorDiedError (a detached actor's call)     run
+=========================== ======== ============================================ ================
 
 In every row the driver's put objects (inline and shared memory) stay readable, ``shutdown()``
 returns, and afterwards no process, session directory, shared-memory segment or lease of the
@@ -33,7 +35,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from miniray._private import node_client, procinfo, session
+import miniray
+from miniray._private import node_client, procinfo, runtime, session
 
 from .helpers import cli, ledger_leases, procs_with_root, wait_until
 
@@ -231,3 +234,93 @@ def test_sigkill_while_a_get_waits(name, drivers, session_root, node_env, tmp_pa
             assert wait_until(lambda: not procs_with_root(root), 15), procs_with_root(root)
         cli(node_env, "stop")
     assert wait_until(lambda: not _root_is_clean(root), 10), _root_is_clean(root)
+
+
+# ------------------------------------------------------------- the fork server, in detail
+def _kill_fork_server() -> int:
+    owner = runtime.current().owner
+    old = owner.fork_server.pid
+    os.kill(old, signal.SIGKILL)
+    return old
+
+
+def _fork_server_replaced(old: int) -> bool:
+    owner = runtime.current().owner
+    return owner.fork_server.pid != old and not owner._spawn_paused
+
+
+def test_fork_server_death_restarts_actors_and_retries_tasks(ray_start, capfd):
+    """A new fork server takes over: a task with retries left runs again, one without fails
+    with WorkerCrashedError naming the fork server's death, an actor restarts while
+    max_restarts allows, else dies with ActorDiedError naming it; one stderr line says so."""
+    ray = miniray
+    ray_start(num_cpus=4)
+
+    @ray.remote
+    class Pid:
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote
+    def sleepy(seconds):
+        time.sleep(seconds)
+        return "slept"
+
+    restarting = Pid.options(max_restarts=1).remote()
+    mortal = Pid.remote()
+    first = ray.get(restarting.pid.remote(), timeout=30)
+    ray.get(mortal.pid.remote(), timeout=30)
+    retried = sleepy.options(max_retries=1).remote(1.0)
+    failing = sleepy.options(max_retries=0).remote(30)
+    assert wait_until(lambda: len(runtime.current().owner.worker_pids()) >= 4, 30)
+    old = _kill_fork_server()
+
+    with pytest.raises(ray.exceptions.WorkerCrashedError) as crashed:
+        ray.get(failing, timeout=30)
+    assert f"fork server (pid {old}) was killed by signal 9 (SIGKILL)" in str(crashed.value)
+    assert ray.get(retried, timeout=30) == "slept"
+    assert ray.get(restarting.pid.remote(), timeout=30) != first
+    with pytest.raises(ray.exceptions.ActorDiedError) as died:
+        ray.get(mortal.pid.remote(), timeout=30)
+    assert f"fork server (pid {old}) was killed by signal 9" in str(died.value)
+    assert ray.get(sleepy.remote(0), timeout=30) == "slept"
+    err = capfd.readouterr().err
+    lines = [line for line in err.splitlines() if "Started a new fork server" in line]
+    assert len(lines) == 1, err
+    assert f"miniray's fork server (pid {old}) was killed by signal 9 (SIGKILL)" in lines[0]
+    assert "1 task(s) retried, 1 failed, 2 actor(s) affected" in lines[0]
+    assert old not in runtime.current().pids()
+
+
+def test_fork_server_restarts_are_bounded(ray_start, monkeypatch):
+    """After MINIRAY_FORK_SERVER_RESTARTS replacements in a minute, the next death fails the
+    pending work with RaySystemError, later submissions fail the same way, and what was put
+    stays readable."""
+    ray = miniray
+    monkeypatch.setenv("MINIRAY_FORK_SERVER_RESTARTS", "2")
+    ray_start(num_cpus=2)
+
+    @ray.remote
+    def echo(x):
+        return x
+
+    big = ray.put(b"y" * 200_000)
+    for _ in range(2):
+        old = _kill_fork_server()
+        assert wait_until(lambda old=old: _fork_server_replaced(old), 10)
+        assert ray.get(echo.remote(1), timeout=30) == 1
+
+    @ray.remote(max_retries=-1)
+    def sleepy():
+        time.sleep(60)
+
+    blocked = echo.remote(sleepy.remote())  # waits for an argument that is still running
+    old = _kill_fork_server()
+    with pytest.raises(ray.exceptions.RaySystemError) as lost:
+        ray.get(blocked, timeout=30)
+    message = str(lost.value)
+    assert f"fork server (pid {old}) was killed by signal 9 (SIGKILL)" in message
+    assert "replaced 2 time(s) in the last 60 s" in message
+    with pytest.raises(ray.exceptions.RaySystemError, match="init\\(\\) again"):
+        echo.remote(2)
+    assert len(ray.get(big, timeout=10)) == 200_000
