@@ -176,7 +176,15 @@ class HelperLoss:
                 continue
             if worker.actor is not None:
                 actors += 1
-            r, f = self._worker_gone(worker, None, death)
+            try:
+                r, f = self._worker_gone(worker, None, death)
+            except OSError as error:
+                if not self.fatal:
+                    raise
+                # A dead node's ledger may be swept already: its leases went with it. The
+                # worker's tasks fail below with the others.
+                logger.debug("worker pid %s: %s", worker.pid, error)
+                continue
             retried += r
             failed += f
         return retried, failed, actors
