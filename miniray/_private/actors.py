@@ -307,6 +307,10 @@ class ActorManager:
 
     def _place(self, actor: _Actor) -> bool:
         owner = self.owner
+        if not owner._may_dispatch():  # a new fork server is being started: wait for it
+            if actor not in self.pending:
+                self.pending.append(actor)
+            return False
         spec = actor.spec
         tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
         key = ("actor", spec.actor_id)

@@ -123,19 +123,20 @@ class HelperLoss:
             return
         with self._lock:
             self._spawn_paused = False
-            if self._closed:  # shutdown began meanwhile: it only knows the old one
-                new.request_shutdown(0.0)
-                new.close()
-                new.wait(timeout=5.0)
-                return
-            new.continue_numbering(helper)
-            self.fork_server = new
-            self._register(new.fileno(), self._on_fork_server)
-            retried, failed, actors = self._lose_every_worker(death)
-            self.helper_restarts += 1
-            line = restart_line(death, new.pid, retried, failed, actors, self.restart_budget)
-            print(line, file=sys.stderr, flush=True)
-            self._dispatch_all()
+            closed = self._closed  # shutdown began meanwhile: it knows only the old one
+            if not closed:
+                new.continue_numbering(helper)
+                self.fork_server = new
+                self._register(new.fileno(), self._on_fork_server)
+                retried, failed, actors = self._lose_every_worker(death)
+                self.helper_restarts += 1
+                print(restart_line(death, new.pid, retried, failed, actors,
+                                   self.restart_budget), file=sys.stderr, flush=True)
+                self._dispatch_all()
+        if closed:
+            new.request_shutdown(0.0)
+            new.wait(timeout=5.0)
+            new.close()
         helper.close()
 
     def _on_helper_stopping(self, reason: str) -> None:
