@@ -17,6 +17,7 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
     I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
                         worker out/err ─► prefixed lines to the driver's stdout/stderr
                         fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
+                                          EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
 
 All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
@@ -152,8 +153,9 @@ def key_tag(key) -> str:
 
 
 class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
-    """Objects, tasks and leased workers of one session (GPU leasing and workers' own
-    requests live in ``owner_gpus.py`` and ``owner_requests.py``)."""
+    """Objects, tasks and leased workers of one session (GPU leasing, workers' own requests
+    and the fork server's or node's death live in ``owner_gpus.py``, ``owner_requests.py``
+    and ``owner_helper_loss.py``)."""
 
     RETRY_S = 0.05
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
