@@ -271,7 +271,7 @@ def test_fork_server_death_restarts_actors_and_retries_tasks(ray_start, capfd):
     mortal = Pid.remote()
     first = ray.get(restarting.pid.remote(), timeout=30)
     ray.get(mortal.pid.remote(), timeout=30)
-    retried = sleepy.options(max_retries=1).remote(1.0)
+    retried = sleepy.options(max_retries=1).remote(3.0)
     failing = sleepy.options(max_retries=0).remote(30)
     assert wait_until(lambda: len(runtime.current().owner.worker_pids()) >= 4, 30)
     old = _kill_fork_server()
