@@ -46,3 +46,49 @@ def test_messages_say_what_died_and_what_to_do():
     assert line == (f"miniray: {death}; its workers died with it. Started a new fork server "
                     "(pid 43): 2 task(s) retried, 1 failed, 1 actor(s) affected (restart 3 of "
                     "at most 3 in 60 s).")
+
+
+def _client(pid: int):
+    import socket
+
+    from miniray._private import procinfo
+    from miniray._private.node_client import NodeClient, NodeRecord
+
+    mine, _theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    record = NodeRecord(pid=pid, start_time=procinfo.start_time(pid), address="127.0.0.1:6379",
+                        port=6379, socket="", session_dir="", started_at=0.0)
+    return NodeClient(mine, {"node_pid": pid, "address": "127.0.0.1:6379"}, record), _theirs
+
+
+def test_a_node_that_is_gone_is_named_with_its_pid_and_an_unknown_status():
+    import subprocess
+    import sys
+
+    from miniray._private import procinfo
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.2)"])
+    start = procinfo.start_time(proc.pid)
+    proc.wait()
+    client, other = _client(proc.pid)
+    client.record.start_time = start
+    try:
+        assert client.describe_exit(timeout=0.1) == (
+            f"the miniray node 127.0.0.1:6379 (pid {proc.pid}) exited (status unknown: "
+            "killed, or crashed)")
+        assert client.describe_stopping("miniray stop, or SIGTERM") == (
+            f"the miniray node 127.0.0.1:6379 (pid {proc.pid}) was stopped (miniray stop, "
+            "or SIGTERM)")
+    finally:
+        client.close()
+        other.close()
+
+
+def test_a_node_that_still_runs_closed_the_connection():
+    import os
+
+    client, other = _client(os.getpid())  # a live process stands in for the node
+    try:
+        assert "closed this driver's connection" in client.describe_exit(timeout=0.05)
+    finally:
+        client.close()
+        other.close()
