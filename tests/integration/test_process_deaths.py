@@ -325,3 +325,54 @@ def test_fork_server_restarts_are_bounded(ray_start, monkeypatch):
     with pytest.raises(ray.exceptions.RaySystemError, match="init\\(\\) again"):
         echo.remote(2)
     assert len(ray.get(big, timeout=10)) == 200_000
+
+
+def test_a_lost_fork_server_wakes_every_waiter_at_once(ray_start, monkeypatch):
+    """Several threads in get() and one in wait(), on running, queued and argument-waiting
+    tasks: the fork server's death (not replaced) wakes them all with RaySystemError within
+    seconds, not at their timeouts."""
+    import threading
+
+    ray = miniray
+    monkeypatch.setenv("MINIRAY_FORK_SERVER_RESTARTS", "0")
+    ray_start(num_cpus=2)
+
+    @ray.remote
+    def sleepy(_x=None):
+        time.sleep(60)
+
+    running = [sleepy.remote() for _ in range(2)]
+    queued = sleepy.remote()
+    dependent = sleepy.remote(running[0])
+    assert wait_until(lambda: len(runtime.current().owner.worker_pids()) >= 2, 30)
+    outcomes: dict = {}
+
+    def get(name, ref):
+        started = time.monotonic()
+        try:
+            ray.get(ref, timeout=50)
+            outcomes[name] = ("value", time.monotonic() - started)
+        except Exception as error:
+            outcomes[name] = (type(error).__name__, time.monotonic() - started)
+
+    def wait():
+        started = time.monotonic()
+        ready, _ = ray.wait(running + [queued, dependent], num_returns=4, timeout=50)
+        outcomes["wait"] = (len(ready), time.monotonic() - started)
+
+    threads = [threading.Thread(target=get, args=(f"running{i}", ref))
+               for i, ref in enumerate(running)]
+    threads += [threading.Thread(target=get, args=("queued", queued)),
+                threading.Thread(target=get, args=("dependent", dependent)),
+                threading.Thread(target=wait)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.3)
+    _kill_fork_server()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    for name in ("running0", "running1", "queued", "dependent"):
+        kind, seconds = outcomes[name]
+        assert kind == "RaySystemError" and seconds < 10, outcomes
+    assert outcomes["wait"][0] == 4 and outcomes["wait"][1] < 10, outcomes
