@@ -14,10 +14,11 @@ process: the daemon is its child until the CLI exits.
 
 ``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
-``read_message()``, ``wait(timeout)``, ``close()``), and ``read_message`` returns the fork
-server's integer tags (``protocol.SPAWNED``/``EXITED``/``BYE``), so the owner cannot tell a
-node from its own fork server: it still talks to its workers directly, over the sockets it
-created and the node passed on.
+``read_message()``, ``wait(timeout)``, ``close()``, ``describe_exit(timeout)``), and
+``read_message`` returns the fork server's integer tags (``protocol.SPAWNED``/``EXITED``/
+``BYE``, and ``NODE_STOPPING`` before the node stops), so the owner cannot tell a node from
+its own fork server: it still talks to its workers directly, over the sockets it created and
+the node passed on.
 
 Records::
 
