@@ -950,6 +950,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 "workers": self._live_workers,
                 "idle_workers": len(self._idle_workers),
                 "leases": sum(len(v) for v in self._leases.values()),
+                "fork_server_restarts": self.helper_restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
             }

@@ -291,6 +291,7 @@ def test_fork_server_death_restarts_actors_and_retries_tasks(ray_start, capfd):
     assert f"miniray's fork server (pid {old}) was killed by signal 9 (SIGKILL)" in lines[0]
     assert "1 task(s) retried, 1 failed, 2 actor(s) affected" in lines[0]
     assert old not in runtime.current().pids()
+    assert runtime.current().statistics()["owner"]["fork_server_restarts"] == 1
 
 
 def test_fork_server_restarts_are_bounded(ray_start, monkeypatch):
