@@ -51,6 +51,7 @@ Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET da
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
    driver of this node, started by it: ``actor_service.py``), served until it has said
    GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the records;
+   ``("STOPPING", reason)`` to every driver (it fails its pending work with that reason);
    fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
@@ -124,6 +125,7 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._stop = False
+        self.stop_reason: str | None = None  # told to the drivers (STOPPING) at close()
         self.fatal: str | None = None
         self._spawned_total = 0
         self._stats_due: float | None = 0.0
@@ -153,6 +155,10 @@ class NodeServer:
 
     def _on_signal(self, signum, _frame) -> None:
         self._stop = True
+        if self.stop_reason is None:
+            name = signal.Signals(signum).name
+            self.stop_reason = ("miniray stop, or SIGTERM" if signum == signal.SIGTERM
+                                else f"it received {name}")
 
     def request_stop(self) -> None:
         self._stop = True
@@ -270,6 +276,10 @@ class NodeServer:
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self.listener)
         self.listener.close()
+        # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
+        for driver in list(self._drivers.values()):
+            if driver.sock is not None and not driver.leaving and driver.pid is not None:
+                self._send(driver, ("STOPPING", self.stop_reason or "it was asked to stop"))
         self.fork_server.request_shutdown(0.2)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
@@ -367,6 +377,7 @@ class NodeServer:
         if message is None:
             self.fatal = ("the node's fork server exited unexpectedly; its workers are gone. "
                           "Stopping the node.")
+            self.stop_reason = f"its fork server (pid {self.fork_server.pid}) exited"
             self._stop = True
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.fork_server.fileno())

@@ -14,10 +14,11 @@ process: the daemon is its child until the CLI exits.
 
 ``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
-``read_message()``, ``wait(timeout)``, ``close()``), and ``read_message`` returns the fork
-server's integer tags (``protocol.SPAWNED``/``EXITED``/``BYE``), so the owner cannot tell a
-node from its own fork server: it still talks to its workers directly, over the sockets it
-created and the node passed on.
+``read_message()``, ``wait(timeout)``, ``close()``, ``describe_exit(timeout)``), and
+``read_message`` returns the fork server's integer tags (``protocol.SPAWNED``/``EXITED``/
+``BYE``, and ``NODE_STOPPING`` before the node stops), so the owner cannot tell a node from
+its own fork server: it still talks to its workers directly, over the sockets it created and
+the node passed on.
 
 Records::
 
@@ -346,6 +347,8 @@ class NodeClient(SpawnChannel):
         if tag == "BYE":
             self._bye.set()
             return (protocol.BYE,)
+        if tag == "STOPPING":
+            return (protocol.NODE_STOPPING, str(message[1]))
         return ()
 
     def wait(self, timeout: float) -> None:
@@ -353,6 +356,27 @@ class NodeClient(SpawnChannel):
         ``timeout`` seconds. The owner's I/O thread reads the BYE; otherwise a no-op."""
         if self._goodbye_sent and self._sock.fileno() >= 0:
             self._bye.wait(timeout)
+
+    def _name(self) -> str:
+        return f"the miniray node {self.info.get('address')} (pid {self.pid})"
+
+    def describe_stopping(self, reason: str) -> str:
+        """The node's STOPPING announcement in words, for errors."""
+        return f"{self._name()} was stopped ({reason})"
+
+    def describe_exit(self, timeout: float) -> str:
+        """After EOF on the node's socket, without STOPPING first. The node is not this
+        process's child, so its exit status cannot be read; whether it still runs can."""
+        record = self.record
+        deadline = time.monotonic() + timeout
+        # The socket closes while the process exits: give the exit a moment to complete.
+        while (record is not None and procinfo.is_alive(record.pid, record.start_time)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        if record is not None and procinfo.is_alive(record.pid, record.start_time):
+            return (f"{self._name()} closed this driver's connection (it drops a driver "
+                    "that does not read its messages for a few seconds)")
+        return f"{self._name()} exited (status unknown: killed, or crashed)"
 
     def __repr__(self) -> str:
         return f"<NodeClient {self.info.get('address')} node pid={self.pid}>"

@@ -359,7 +359,8 @@ class Runtime:
         with self.owner._lock:  # timers run on the I/O thread, with the owner's lock
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
-    def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
+    def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int,
+                     restart_fork_server=None) -> None:
         from miniray._private import alias
 
         env_vars = {}
@@ -387,6 +388,7 @@ class Runtime:
             ledger=self.ledger, store=self.store, fork_server=fork_server,
             node_state=self.node_state, hello_info=hello, num_cpus=self.num_cpus,
             log_to_driver=bool(log_to_driver), gpu_keys=self.gpu_keys,
+            restart_fork_server=restart_fork_server,
         )
         self.session_token = self.owner.session_token
 
@@ -421,7 +423,8 @@ class Runtime:
         self.fork_server = ForkServerClient(env)
         try:
             self._start_owner(self.fork_server, log_to_driver, runtime_env,
-                              int(object_store_memory))
+                              int(object_store_memory),
+                              restart_fork_server=lambda: ForkServerClient(env))
         except BaseException:
             self.fork_server.close()
             self.fork_server.wait(timeout=5)
@@ -566,7 +569,7 @@ class Runtime:
         mode) and every live worker (for status output and tests)."""
         if self.node_client is not None:
             return self.owner.worker_pids()  # the node's own processes outlive this driver
-        return [self.fork_server.pid] + self.owner.worker_pids()
+        return [self.owner.fork_server.pid] + self.owner.worker_pids()
 
     def shutdown(self) -> None:
         """Teardown steps 1-4 in the owner; then 5: leases, files (ARCHITECTURE.md)."""
