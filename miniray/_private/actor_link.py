@@ -1,8 +1,9 @@
 """A driver's connection to the node's actor service, where named and detached actors live.
 
-Owns: the two sockets to ``<session>/actors.sock`` and what travels on them. Does not own: the
-proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this link),
-or the service itself (``actor_service.py``).
+Owns: the two sockets to ``<session>/actors.sock`` and what travels on them (each checked
+with SO_PEERCRED before anything is sent or read: the service must run as this uid). Does not
+own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
+link), or the service itself (``actor_service.py``).
 Called by: ``actors.ActorManager`` with the owner's lock held.
 
 ::
@@ -31,7 +32,7 @@ import socket
 import sys
 import time
 
-from miniray._private import protocol, serialization
+from miniray._private import protocol, same_uid, serialization
 from miniray._private.framing import FramedSocket
 from miniray._private.node_client import sun_path
 
@@ -95,6 +96,14 @@ class ActorLink:
                         "named and detached actors are unavailable. Restart the node with "
                         "`miniray stop` and `miniray start --head`.") from None
                 time.sleep(0.05)
+        try:  # before a byte is sent or read: whoever listens there must be this user
+            for sock in socks:
+                same_uid.require_same_uid_peer(sock, self.path)
+        except (ConnectionRefusedError, OSError) as error:
+            for sock in socks:
+                sock.close()
+            raise ServiceUnavailable(f"The node's actor service cannot be trusted: {error}") \
+                from None
         store = self.owner.store
         hello = (os.getpid(), self.token, store.session_tag, store.shm_dir,
                  self.owner.hello_info.get("sys_path", []), os.getcwd())

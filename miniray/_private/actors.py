@@ -307,6 +307,10 @@ class ActorManager:
 
     def _place(self, actor: _Actor) -> bool:
         owner = self.owner
+        if not owner._may_dispatch():  # a new fork server is being started: wait for it
+            if actor not in self.pending:
+                self.pending.append(actor)
+            return False
         spec = actor.spec
         tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
         key = ("actor", spec.actor_id)
@@ -577,7 +581,8 @@ class ActorManager:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
         restart = (actor.restarts_left != 0 and not actor.exiting
-                   and not (actor.killed and actor.no_restart) and not owner._closed)
+                   and not (actor.killed and actor.no_restart) and not owner._closed
+                   and not owner.fatal)
         death = ActorDiedError.from_context(
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
             name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
@@ -629,6 +634,25 @@ class ActorManager:
         if actor.worker is None and actor.lease is not None:
             self.owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
+
+    def fail_every_actor(self, reason: str) -> None:
+        """*Locked.* The session cannot run actors any more (its fork server or node is gone
+        for good): every actor not dead yet, proxies included, dies with ``reason``."""
+        from miniray.exceptions import ActorDiedError
+
+        for actor in list(self.actors.values()):
+            if actor.state == A_DEAD:
+                continue
+            spec = actor.spec
+            death = serialization.dumps(ActorDiedError.from_context(
+                spec.class_name, spec.actor_id.hex(), pid=actor.pid, name=spec.name,
+                namespace=spec.namespace, ip="127.0.0.1", reason=reason))
+            if actor.remote:  # as when the link to the actor service is lost
+                actor.state = A_DEAD
+                actor.death = death
+                self._fail_all(actor)
+            else:
+                self._die(actor, death)
 
     def _fail_all(self, actor: _Actor) -> None:
         calls = list(actor.inflight.values()) + list(actor.queue)

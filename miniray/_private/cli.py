@@ -229,12 +229,16 @@ def _cmd_status(args: argparse.Namespace) -> int:
             records = [record] if record is not None else []
     except (ValueError, ConnectionError, NotImplementedError) as error:
         return _error(str(error))
+    foreign = node_status.collect_foreign(config.tmpdir_root())
     if not records:
         print("No miniray node is running. Start one with `miniray start --head`.",
               file=sys.stderr)
+        line = node_status.foreign_line(foreign)
+        if line:
+            print(line, file=sys.stderr)
         return 1
     views, host = node_status.collect(records)
-    sys.stdout.write(node_status.format_status(views, host, time.time()))
+    sys.stdout.write(node_status.format_status(views, host, time.time(), foreign))
     return 0
 
 
@@ -244,4 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args)
+    from miniray._private.same_uid import InsecurePathError
+
+    try:
+        return args.func(args)
+    except InsecurePathError as error:  # another user's root: one line, no traceback
+        return _error(str(error).removeprefix("miniray "))

@@ -82,6 +82,15 @@ def max_workers(num_cpus: float) -> int:
     return max(8, int(4 * max(num_cpus, 1)))
 
 
+def fork_server_restarts() -> int:
+    """``MINIRAY_FORK_SERVER_RESTARTS``: how many times a minute a dead fork server is
+    replaced before the session gives up (default 3; 0: never)."""
+    try:
+        return max(0, int(os.environ.get("MINIRAY_FORK_SERVER_RESTARTS", "3")))
+    except ValueError:
+        return 3
+
+
 def host_gpu_timeout_s() -> float | None:
     """``MINIRAY_HOST_GPU_TIMEOUT``: seconds a request may wait for physical GPUs that other
     sessions on the host hold before it fails (unset: wait as long as it takes)."""

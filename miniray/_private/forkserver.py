@@ -51,6 +51,17 @@ def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = No
         sock.sendall(data)
 
 
+def describe_returncode(code: int) -> str:
+    """A child's ``Popen.returncode`` in words: "was killed by signal 9 (SIGKILL)"."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
 def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
     try:
@@ -232,11 +243,22 @@ class SpawnChannel:
         return self._sock.fileno()
 
     def spawn(self, fds: list[int]) -> int:
+        """Ask for a worker; the request number comes back with its pid (SPAWNED). If the peer
+        is gone the request is lost with it: the owner handles that worker with the others
+        when it reads the EOF."""
         with self._send_lock:
             self._next_req += 1
             req = self._next_req
-            send_message(self._sock, (self.SPAWN_TAG, req), fds)
+            try:
+                send_message(self._sock, (self.SPAWN_TAG, req), fds)
+            except OSError:
+                pass
         return req
+
+    def continue_numbering(self, previous: SpawnChannel) -> None:
+        """Number requests after ``previous``'s (this channel replaces it), so a late reply
+        of the old channel can never be taken for one of this channel's."""
+        self._next_req = max(self._next_req, previous._next_req)
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
         self._send((self.KILL_TAG, pid, int(sig)))
@@ -299,4 +321,17 @@ class ForkServerClient(SpawnChannel):
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def describe_exit(self, timeout: float) -> str:
+        """After EOF on its socket: how the fork server ended, from its wait status (it is
+        this process's child). One that closed its socket but does not exit within
+        ``timeout`` seconds is killed."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return (f"miniray's fork server (pid {self.pid}) closed its socket and did not "
+                    "exit; it was killed")
+        return f"miniray's fork server (pid {self.pid}) {describe_returncode(code)}"
 

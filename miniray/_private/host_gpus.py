@@ -34,7 +34,8 @@ last session. The uid in the temporary name keeps one user's crashed write from 
 another user. No fsync: leases outlive neither their holders nor the boot.
 
 Where. ``$MINIRAY_HOST_DIR`` when set; otherwise ``/dev/shm/miniray-host-<uid>`` (mode 0700,
-refused unless owned by the user and not a symlink), falling back to ``/tmp``, then to
+refused unless it is a real directory owned by the user with no group or other permission:
+``same_uid.ensure_private_dir``), falling back to ``/tmp``, then to
 ``tempfile.gettempdir()``. Not ``$TMPDIR``-relative by default: batch systems give each job its
 own ``TMPDIR``, which would split the ledger and let two jobs of one user share a GPU unknowingly.
 The default is per user: one user's sessions never double-book a GPU, and another user cannot
@@ -48,13 +49,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import stat
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from . import procinfo
+from . import procinfo, same_uid
 from .flock import KeptFlock
 from .resources import UNIT, _check_instance_amount, _pick_instances, from_units
 
@@ -91,19 +91,8 @@ def default_host_dir(environ: Mapping[str, str] | None = None) -> str:
 
 def _ensure_private_dir(path: str) -> None:
     """Creates the per-user default directory, or checks that the existing one is ours."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
-        raise PermissionError(
-            f"miniray: the host GPU ledger directory {path} is not a directory owned by uid "
-            f"{os.getuid()} (it may belong to another user, or be a symlink); remove it, or "
-            f"set {HOST_DIR_ENV} to a directory of your own"
-        )
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
+    same_uid.ensure_private_dir(
+        path, remedy=f"set {HOST_DIR_ENV} to a directory of your own")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,25 +188,9 @@ def exact_fits(leases: Mapping[str, HostGpuLease], shares: Mapping[str, int]) ->
     return all(f >= shares[k] for k, f in zip(keys, free_units(leases, keys)))
 
 
-@dataclass(frozen=True)
-class _Identity:
-    """Where pids mean what they say: this boot, this pid namespace."""
-
-    boot_id: str
-    pid_ns: str
-
-
-def _read_identity() -> _Identity:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot_id = f.read().strip()
-    except OSError:
-        boot_id = ""
-    try:
-        pid_ns = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        pid_ns = ""
-    return _Identity(boot_id, pid_ns)
+# Where pids mean what they say (this boot, this PID namespace): one definition, in procinfo.
+_Identity = procinfo.Identity
+_read_identity = procinfo.identity
 
 
 def holder_alive(lease: HostGpuLease, me: _Identity, is_alive=procinfo.is_alive) -> bool | None:

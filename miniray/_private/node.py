@@ -35,6 +35,8 @@ Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET da
    ``SPAWNED(id, pid)`` → node → driver ``("SPAWNED", req, pid)``: the pid is that driver's.
 4. Fork server ``EXITED(pid, wait_status)`` → node → ``("EXITED", pid, wait_status)`` to the
    driver that owns the pid (dropped when that driver has gone).
+   Then driver → node ``("STORE", session tag)``: the tag of the driver's object store
+   (``shm_segments.new_session_tag``), so that step 7 can remove what the driver leaves.
 5. ``("KILL", pid, sig)`` is forwarded to the fork server only if the pid is the sender's.
 6. ``("GOODBYE", grace)`` (the driver's shutdown): the node waits up to ``grace`` seconds for the
    driver's workers to exit, SIGKILLs the rest, waits for their EXITED, releases the driver's
@@ -42,10 +44,14 @@ Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET da
    ``("BYE",)`` and closes. The driver's shutdown returns only then, so nothing of it is left
    on the node when the same process connects again.
 7. EOF without GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
-   Other drivers are unaffected.
+   Other drivers are unaffected. Once the driver's process (the SO_PEERCRED pid, with its start
+   time) is gone, the node removes what its store left: the segments named with its STORE
+   tag, and its folders ``<session>/objects/driver_<pid>`` and ``<spill>/driver_<pid>``
+   (``_sweep_dead_stores``). A driver still alive after ``STORE_SWEEP_WAIT_S`` keeps them.
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
    driver of this node, started by it: ``actor_service.py``), served until it has said
    GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the records;
+   ``("STOPPING", reason)`` to every driver (it fails its pending work with that reason);
    fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
@@ -82,14 +88,19 @@ SEND_TIMEOUT_S = 4.0
 STATS_INTERVAL_S = 0.25
 SERVICE_STOP_S = 5.0  # SIGTERM, then SIGKILL after this long
 SERVICE_RESTARTS = 5
+STORE_SWEEP_WAIT_S = 30.0  # how long a dropped driver's process may take to exit
 
 
 class _Driver:
-    __slots__ = ("sock", "pid", "workers", "spawning", "leaving", "deadline", "killed")
+    __slots__ = ("sock", "pid", "workers", "spawning", "leaving", "deadline", "killed",
+                 "peer", "store_tag", "said_goodbye")
 
-    def __init__(self, sock: socket.socket):
+    def __init__(self, sock: socket.socket, peer: tuple[int, int | None] = (0, None)):
         self.sock: socket.socket | None = sock
         self.pid: int | None = None  # from HELLO (the pid the driver's leases carry)
+        self.peer = peer  # (pid, start time) from SO_PEERCRED: a pid of this node's namespace
+        self.store_tag: str | None = None  # from STORE
+        self.said_goodbye = False
         self.workers: set[int] = set()
         self.spawning = 0
         self.leaving = False
@@ -114,6 +125,7 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._stop = False
+        self.stop_reason: str | None = None  # told to the drivers (STOPPING) at close()
         self.fatal: str | None = None
         self._spawned_total = 0
         self._stats_due: float | None = 0.0
@@ -123,6 +135,7 @@ class NodeServer:
         self._service_args: tuple | None = None
         self._service_restarts = 0
         self._service_deadline: float | None = None  # set once it was asked to stop
+        self._dead_stores: list[tuple[_Driver, float]] = []  # (driver, give up at)
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -142,6 +155,10 @@ class NodeServer:
 
     def _on_signal(self, signum, _frame) -> None:
         self._stop = True
+        if self.stop_reason is None:
+            name = signal.Signals(signum).name
+            self.stop_reason = ("miniray stop, or SIGTERM" if signum == signal.SIGTERM
+                                else f"it received {name}")
 
     def request_stop(self) -> None:
         self._stop = True
@@ -230,6 +247,8 @@ class NodeServer:
             due = [d.deadline for d in self._leaving if not d.killed]
             if self._stats_due is not None:
                 due.append(self._stats_due)
+            if self._dead_stores:  # poll /proc until the dropped drivers have exited
+                due.append(now + 0.05)
             if self._service is not None and (self._service_fd < 0 or self._stop):
                 due.append(now + 0.5 if self._service_fd < 0 else
                            min(self._service_deadline or now, now + 0.5))
@@ -237,6 +256,8 @@ class NodeServer:
             for key, _ in self._sel.select(timeout):
                 key.data(key.fileobj)
             self._progress_leaving()
+            if self._dead_stores:
+                self._sweep_dead_stores()
             if self._stats_due is not None and time.monotonic() >= self._stats_due:
                 self._write_stats()
         if self.fatal:
@@ -255,6 +276,10 @@ class NodeServer:
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self.listener)
         self.listener.close()
+        # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
+        for driver in list(self._drivers.values()):
+            if driver.sock is not None and not driver.leaving and driver.pid is not None:
+                self._send(driver, ("STOPPING", self.stop_reason or "it was asked to stop"))
         self.fork_server.request_shutdown(0.2)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
@@ -285,9 +310,9 @@ class NodeServer:
                 pass
 
     def _on_accept(self, _sock) -> None:
-        for conn, _pid in nc.accept_same_uid(self.listener, logger):
+        for conn, pid in nc.accept_same_uid(self.listener, logger):
             conn.settimeout(SEND_TIMEOUT_S)
-            driver = _Driver(conn)
+            driver = _Driver(conn, (pid, procinfo.start_time(pid)))
             self._drivers[conn.fileno()] = driver
             self._sel.register(conn, selectors.EVENT_READ, self._on_driver)
 
@@ -337,7 +362,12 @@ class NodeServer:
             _, pid, sig = message
             if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
                 self.fork_server.kill(pid, sig)  # raise in the fork server and end it
+        elif tag == "STORE" and len(message) == 2:
+            from miniray._private import shm_segments
+
+            driver.store_tag = shm_segments.check_tag(message[1])
         elif tag == "GOODBYE":
+            driver.said_goodbye = True  # its own store cleans up after itself
             self._driver_gone(driver, grace=float(message[1]), bye=True)
 
     def _on_fork_server(self, _fd) -> None:
@@ -347,6 +377,7 @@ class NodeServer:
         if message is None:
             self.fatal = ("the node's fork server exited unexpectedly; its workers are gone. "
                           "Stopping the node.")
+            self.stop_reason = f"its fork server (pid {self.fork_server.pid}) exited"
             self._stop = True
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.fork_server.fileno())
@@ -427,6 +458,8 @@ class NodeServer:
                 continue
             self._leaving.remove(driver)
             self._release(driver)
+            if not driver.said_goodbye and driver.pid is not None:
+                self._dead_stores.append((driver, now + STORE_SWEEP_WAIT_S))
             if driver.sock is not None:
                 with contextlib.suppress(OSError):
                     nc.send_message(driver.sock, ("BYE",))
@@ -447,6 +480,21 @@ class NodeServer:
             logger.exception("releasing the leases of driver pid %d failed", pid)
         logger.info("driver pid %d left; released %d lease(s), %d host GPU lease(s)",
                     pid, released, host)
+
+    def _sweep_dead_stores(self) -> None:
+        """Protocol step 7, end: remove the store of each dropped driver whose process is
+        gone (decided here, acted on after: the node is single-threaded, nothing to lock)."""
+        now = time.monotonic()
+        ready = []
+        for item in list(self._dead_stores):
+            driver, give_up = item
+            if not procinfo.is_alive(*driver.peer):
+                ready.append(driver)
+            elif now < give_up:
+                continue
+            self._dead_stores.remove(item)
+        for driver in ready:
+            _remove_store(self.info["session_dir"], driver.pid, driver.store_tag)
 
     # -- observability ---------------------------------------------------------------------
     def _stats_changed(self) -> None:
@@ -480,6 +528,25 @@ class NodeServer:
         s = self.statistics()
         return (f"<NodeServer {self.info['address']} drivers={len(s['drivers'])} "
                 f"workers={s['workers']}>")
+
+
+def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
+    """What the store of a dead driver of this node left: its segments, its folders."""
+    import shutil
+
+    from miniray._private import runtime, shm_segments
+    from miniray._private.node_status import STORE_STATS_DIR
+
+    swept = []
+    if tag:
+        swept = shm_segments.sweep_segments(shm_segments.DEFAULT_SHM_DIR, lambda t: t == tag)
+    name = f"driver_{driver_pid}"
+    for folder in (os.path.join(session_dir, "objects", name),
+                   os.path.join(runtime._spill_dir(session_dir), name)):
+        shutil.rmtree(folder, ignore_errors=True)
+    nc.unlink_quiet(os.path.join(session_dir, STORE_STATS_DIR, f"{driver_pid}.json"))
+    logger.info("driver pid %d died; removed %d segment(s) of its store %s", driver_pid,
+                len(swept), tag)
 
 
 # ------------------------------------------------------------------------- starting a node
@@ -586,7 +653,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             port=port, socket=sock_path, session_dir=session_dir, started_at=time.time(),
             node_id=info["node_id"], fork_server_pid=fork_server.pid,
             fork_server_start=procinfo.start_time(fork_server.pid),
-            gpu_keys=spec["gpu_keys"], path=os.path.join(session_dir, nc.RECORD_FILE),
+            gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
+            boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
         )
         try:
             server = NodeServer(info=info, ledger=ledger, fork_server=fork_server,

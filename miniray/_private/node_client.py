@@ -14,10 +14,11 @@ process: the daemon is its child until the CLI exits.
 
 ``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
-``read_message()``, ``wait(timeout)``, ``close()``), and ``read_message`` returns the fork
-server's integer tags (``protocol.SPAWNED``/``EXITED``/``BYE``), so the owner cannot tell a
-node from its own fork server: it still talks to its workers directly, over the sockets it
-created and the node passed on.
+``read_message()``, ``wait(timeout)``, ``close()``, ``describe_exit(timeout)``), and
+``read_message`` returns the fork server's integer tags (``protocol.SPAWNED``/``EXITED``/
+``BYE``, and ``NODE_STOPPING`` before the node stops), so the owner cannot tell a node from
+its own fork server: it still talks to its workers directly, over the sockets it created and
+the node passed on.
 
 Records::
 
@@ -49,7 +50,6 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -57,7 +57,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
-from miniray._private import config, procinfo, protocol, session
+from miniray._private import config, procinfo, protocol, same_uid, session
 from miniray._private.forkserver import SpawnChannel, send_message
 
 __all__ = [
@@ -115,11 +115,26 @@ class NodeRecord:
     fork_server_pid: int | None = None
     fork_server_start: int | None = None
     gpu_keys: list = field(default_factory=list)
+    pid_ns: str = ""  # where ``pid`` means this process (procinfo.identity)
+    boot_id: str = ""
     path: str = ""
 
+    def here(self) -> bool:
+        """Whether ``pid`` is a pid of this PID namespace (a record that does not say is
+        taken to be, as before namespaces were recorded)."""
+        mine = procinfo.identity().pid_ns
+        return not self.pid_ns or not mine or self.pid_ns == mine
+
+    def provably_dead(self) -> bool:
+        if not self.pid_ns:  # an older record: judged by pid and start time alone
+            return not procinfo.is_alive(self.pid, self.start_time)
+        return procinfo.is_provably_dead(self.pid, self.start_time, self.pid_ns, self.boot_id,
+                                         procinfo.identity())
+
     def alive(self) -> bool:
-        """The recorded process still runs (same pid *and* start time) and its socket exists."""
-        return procinfo.is_alive(self.pid, self.start_time) and os.path.exists(self.socket)
+        """The recorded process still runs (same pid *and* start time; a node of another PID
+        namespace unless provably dead) and its socket exists."""
+        return not self.provably_dead() and os.path.exists(self.socket)
 
     def to_json(self) -> dict:
         doc = asdict(self)
@@ -128,13 +143,17 @@ class NodeRecord:
 
 
 def read_record(path: str) -> NodeRecord | None:
-    """The record at ``path``, or None if it is missing or unreadable."""
+    """The record at ``path``, or None if it is missing, unreadable, or not a regular file of
+    this uid (a record names the socket a driver connects to and the directories ``stop``
+    removes: only our own is believed)."""
     try:
-        with open(path) as f:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd) as f:
+            same_uid.check_owned_fd(fd, path)
             doc = json.load(f)
         names = set(NodeRecord.__dataclass_fields__) - {"path"}
         return NodeRecord(**{k: v for k, v in doc.items() if k in names}, path=path)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, same_uid.InsecurePathError):
         return None
 
 
@@ -156,6 +175,7 @@ def list_records(root: str | None = None, *, alive_only: bool = True) -> list[No
     """Every node record of this session root (and the one ``current_node`` names, which may
     live under another ``--temp-dir``), oldest first."""
     root = root or config.tmpdir_root()
+    same_uid.ensure_private_dir(root, create=False)  # records are trusted only from our own
     paths = []
     try:
         names = sorted(os.listdir(root))
@@ -218,6 +238,7 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
         ('127.0.0.1:6379', '/dev/shm/miniray-1000/session_.../node.sock')
     """
     root = root or config.tmpdir_root()
+    same_uid.ensure_private_dir(root, create=False)  # records are trusted only from our own
     if address in (None, "", "auto"):
         current = current_record(root)
         if current is not None and current.alive():
@@ -264,34 +285,9 @@ def sun_path(path: str) -> Iterator[str]:
         os.close(fd)
 
 
-def peer_uid(sock: socket.socket) -> tuple[int, int]:
-    """``(pid, uid)`` of the process at the other end of a connected AF_UNIX socket."""
-    pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                         struct.calcsize("3i")))
-    return pid, uid
-
-
-def accept_same_uid(listener: socket.socket, log) -> Iterator[tuple[socket.socket, int]]:
-    """``(socket, peer pid)`` for each connection waiting on the non-blocking ``listener``
-    whose peer runs as this uid; others are closed unread (and logged)."""
-    while True:
-        try:
-            conn, _ = listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as error:
-            log.warning("accept failed: %s", error)
-            return
-        try:
-            peer_pid, uid = peer_uid(conn)
-        except OSError:
-            conn.close()
-            continue
-        if uid != os.getuid():
-            log.warning("refused a connection from pid %d of uid %d", peer_pid, uid)
-            conn.close()
-            continue
-        yield conn, peer_pid
+# The peer checks live in same_uid.py; these names stay for the node and the actor service.
+peer_uid = same_uid.peer_creds
+accept_same_uid = same_uid.accept_same_uid
 
 
 class NodeClient(SpawnChannel):
@@ -317,6 +313,11 @@ class NodeClient(SpawnChannel):
         self.info = info
         self.record = record
         self.pid = int(info["node_pid"])  # the node's pid: it outlives this client
+
+    def announce_store(self, session_tag: str) -> None:
+        """Tell the node the tag of this driver's object store: if this process dies, the
+        node removes the segments it left (protocol step 7)."""
+        self._send(("STORE", session_tag))
 
     def request_shutdown(self, grace: float) -> None:
         """Leave the node: it waits ``grace`` seconds for this driver's workers to exit,
@@ -346,6 +347,8 @@ class NodeClient(SpawnChannel):
         if tag == "BYE":
             self._bye.set()
             return (protocol.BYE,)
+        if tag == "STOPPING":
+            return (protocol.NODE_STOPPING, str(message[1]))
         return ()
 
     def wait(self, timeout: float) -> None:
@@ -353,6 +356,27 @@ class NodeClient(SpawnChannel):
         ``timeout`` seconds. The owner's I/O thread reads the BYE; otherwise a no-op."""
         if self._goodbye_sent and self._sock.fileno() >= 0:
             self._bye.wait(timeout)
+
+    def _name(self) -> str:
+        return f"the miniray node {self.info.get('address')} (pid {self.pid})"
+
+    def describe_stopping(self, reason: str) -> str:
+        """The node's STOPPING announcement in words, for errors."""
+        return f"{self._name()} was stopped ({reason})"
+
+    def describe_exit(self, timeout: float) -> str:
+        """After EOF on the node's socket, without STOPPING first. The node is not this
+        process's child, so its exit status cannot be read; whether it still runs can."""
+        record = self.record
+        deadline = time.monotonic() + timeout
+        # The socket closes while the process exits: give the exit a moment to complete.
+        while (record is not None and procinfo.is_alive(record.pid, record.start_time)
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+        if record is not None and procinfo.is_alive(record.pid, record.start_time):
+            return (f"{self._name()} closed this driver's connection (it drops a driver "
+                    "that does not read its messages for a few seconds)")
+        return f"{self._name()} exited (status unknown: killed, or crashed)"
 
     def __repr__(self) -> str:
         return f"<NodeClient {self.info.get('address')} node pid={self.pid}>"
@@ -365,10 +389,7 @@ def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
         sock.settimeout(timeout)
         with sun_path(record.socket) as name:
             sock.connect(name)
-        _pid, uid = peer_uid(sock)
-        if uid != os.getuid():
-            raise ConnectionError(f"the process listening on {record.socket} runs as uid {uid}, "
-                                  f"not {os.getuid()}; refusing to talk to it")
+        same_uid.require_same_uid_peer(sock, record.socket)  # before a byte is read
         send_message(sock, ("HELLO", os.getpid()))
         data = sock.recv(BUFSIZE)
         if not data:
@@ -409,9 +430,10 @@ def unlink_quiet(path: str) -> None:
 @contextlib.contextmanager
 def root_locked(root: str) -> Iterator[None]:
     """flock on the session root itself: choosing a port and writing records is atomic
-    between concurrent ``miniray start``/``stop`` (no lock file is left in the root)."""
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    between concurrent ``miniray start``/``stop`` (no lock file is left in the root). The root
+    is created or checked as a private directory first (InsecurePathError otherwise)."""
+    same_uid.ensure_private_dir(root)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -429,7 +451,7 @@ def sweep_stale(root: str) -> None:
     except OSError:
         return
     record = read_record(target)
-    if record is None or not procinfo.is_alive(record.pid, record.start_time):
+    if record is None or record.provably_dead():
         if record is not None and not session.is_session_alive(record.session_dir):
             shutil.rmtree(record.session_dir, ignore_errors=True)
         unlink_quiet(current)
@@ -531,6 +553,13 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
     many were running."""
     root = os.path.abspath(root or config.tmpdir_root())
     records = list_records(root, alive_only=False)
+    # A node of another PID namespace sharing the root: its pid means nothing here, so it is
+    # neither signalled nor swept (stop it from its own namespace).
+    foreign = [r for r in records if not r.here() and not r.provably_dead()]
+    for record in foreign:
+        logger.warning("node pid %d runs in another PID namespace (%s); left alone",
+                       record.pid, record.pid_ns)
+    records = [r for r in records if r not in foreign]
     live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
     for record in live:
         _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)
@@ -564,8 +593,6 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
 
 def _sweep_dead_segments() -> None:
     """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
-    from miniray._private import procinfo, shm_segments
+    from miniray._private import shm_segments
 
-    shm_segments.sweep_segments(
-        shm_segments.DEFAULT_SHM_DIR,
-        lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))
+    shm_segments.sweep_dead_segments(shm_segments.DEFAULT_SHM_DIR)

@@ -245,9 +245,31 @@ def _host_section(host: dict) -> list[str]:
     return out + _table(["device", "used", "free", "held by"], rows, {1, 2}) + [""]
 
 
-def format_status(nodes: Sequence[NodeView], host: dict | None, now: float) -> str:
+def foreign_line(foreign: dict | None) -> str | None:
+    """``"N session(s) / M segment(s) of other PID namespaces left alone"`` when there are any
+    (``foreign``: ``{"sessions": N, "segments": M}``, from ``collect_foreign``)."""
+    if not foreign or not (foreign.get("sessions") or foreign.get("segments")):
+        return None
+    return (f"{foreign.get('sessions', 0)} session(s) / {foreign.get('segments', 0)} "
+            "segment(s) of other PID namespaces left alone (their owners cannot be checked "
+            "from here; they are removed from their own namespace)")
+
+
+def collect_foreign(root: str) -> dict:
+    """Sessions under ``root`` and segments of ``root`` owned by other PID namespaces."""
+    from miniray._private import session, shm_segments
+
+    prefix = f"{shm_segments.SEGMENT_PREFIX}{session.root_tag(root)}"
+    return {"sessions": len(session.foreign_sessions(root)),
+            "segments": shm_segments.foreign_segment_count(shm_segments.DEFAULT_SHM_DIR,
+                                                           prefix)}
+
+
+def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
+                  foreign: dict | None = None) -> str:
     """The whole report for ``nodes`` (``now`` is ``time.time()``, for uptimes and the
-    header), ending with a newline. Pure: everything it shows is in its arguments."""
+    header; ``foreign`` as for ``foreign_line``), ending with a newline. Pure: everything it
+    shows is in its arguments."""
     stamp = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S")
     out = [f"======== miniray status: {stamp} ========", "Node status", RULE]
     rows = [[f"node_{v.node_id[:12]}", str(v.pid), v.address,
@@ -258,4 +280,7 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float) -> s
         out += _node_sections(view)
     if host is not None:
         out += _host_section(host)
+    line = foreign_line(foreign)
+    if line:
+        out += [line, ""]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -17,6 +17,7 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
     I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
                         worker out/err ─► prefixed lines to the driver's stdout/stderr
                         fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
+                                          EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
 
 All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
@@ -43,6 +44,7 @@ from miniray._private.framing import FramedSocket
 from miniray._private.object_table import PENDING, ObjectTable
 from miniray._private.output import OutputStream
 from miniray._private.owner_gpus import HostGpuLeasing
+from miniray._private.owner_helper_loss import HelperLoss
 from miniray._private.owner_requests import WorkerRequests
 from miniray._private.reactor import Reactor
 from miniray._private.resources import format_infeasible, infeasible_reasons
@@ -89,7 +91,7 @@ class _WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed",
-        "blocked", "dead", "out", "err", "kill_on_spawn", "actor",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -112,6 +114,7 @@ class _WorkerSlot:
         self.err: OutputStream | None = None
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
+        self.exited = False  # its process is gone and was handled (_worker_gone)
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -149,15 +152,17 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(HostGpuLeasing, WorkerRequests):
-    """Objects, tasks and leased workers of one session (GPU leasing and workers' own
-    requests live in ``owner_gpus.py`` and ``owner_requests.py``)."""
+class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
+    """Objects, tasks and leased workers of one session (GPU leasing, workers' own requests
+    and the fork server's or node's death live in ``owner_gpus.py``, ``owner_requests.py``
+    and ``owner_helper_loss.py``)."""
 
     RETRY_S = 0.05
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
-                 num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None):
+                 num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None,
+                 restart_fork_server=None):
         self.ledger = ledger
         self.store = store
         self.fork_server = fork_server
@@ -173,7 +178,9 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
-        self.objects = ObjectTable(store, self._lock, self._check_usable, self._wake_io,
+        # Reading objects needs only an open session: what is stored stays readable after
+        # the fork server or the node is lost for good (self.fatal).
+        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io,
                                    self._on_object_freed)
         # Workers that were handed a segment (they may keep it mapped across tasks): told
         # to drop the mapping when the object is freed, so its memory really goes back.
@@ -210,7 +217,9 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self._reported_infeasible: set = set()
         self._closed = False
         self._stopping = False
-        self.fatal: str | None = None
+        self._spawn_paused = False  # a new fork server is being started: dispatch waits
+        self.fatal: str | None = None  # why the session cannot run work any more
+        self._init_helper_loss(restart_fork_server)
         self._releases = 0          # local lease releases so far
         self._full_at_release = -1  # _releases when an acquire last failed
         self._full_since = 0.0
@@ -223,8 +232,9 @@ class Owner(HostGpuLeasing, WorkerRequests):
     # ------------------------------------------------------------------ objects
     def put_value(self, object_id: bytes, value) -> None:
         """The driver's put: serialized straight into the store (a segment for large values),
-        outside the lock; then the object is ready."""
-        self._check_usable()
+        outside the lock; then the object is ready. The store is this process's own: puts
+        work even after the fork server or node was lost."""
+        self._check_open()
         if self.objects.ref_events:  # objects just dropped: free them first, so their
             with self._lock:          # segments can be reused (memcpy-speed puts)
                 self.objects.apply_ref_events()
@@ -250,9 +260,13 @@ class Owner(HostGpuLeasing, WorkerRequests):
     def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
         return self.objects.wait_ready(object_ids, num_returns, timeout)
 
-    def _check_usable(self) -> None:
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("miniray has been shut down; call miniray.init() again.")
+
+    def _check_usable(self) -> None:
+        """For submissions: the session is open and can still run work."""
+        self._check_open()
         if self.fatal:
             from miniray.exceptions import RaySystemError
 
@@ -336,6 +350,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
+        if not self._may_dispatch():
+            return False
         queue = self._queues.get(key)
         while queue:
             lease = self._lease_with_room(key)
@@ -348,7 +364,14 @@ class Owner(HostGpuLeasing, WorkerRequests):
             del self._queues[key]
         return True
 
+    def _may_dispatch(self) -> bool:
+        """Nothing is sent once shutdown has started (the fork server may already be gone),
+        nor while there is no usable fork server (being replaced, or lost for good)."""
+        return not self._closed and not self._spawn_paused and not self.fatal
+
     def _dispatch_all(self) -> None:
+        if not self._may_dispatch():
+            return
         if self.actors.pending:
             self.actors.place_pending()
         for key in list(self._queues):
@@ -621,11 +644,24 @@ class Owner(HostGpuLeasing, WorkerRequests):
             pass
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
-        from miniray.exceptions import TaskCancelledError, WorkerCrashedError
+        worker = self._workers_by_pid.get(pid)
+        if worker is not None:
+            self._worker_gone(worker, status)
 
-        worker = self._workers_by_pid.pop(pid, None)
-        if worker is None:
-            return
+    def _worker_gone(self, worker: _WorkerSlot, status: int | None,
+                     death: str | None = None) -> tuple[int, int]:
+        """*Locked.* A worker's process is gone: its exit ``status`` (a wait status), or
+        ``death`` when it died with the process that forked it (no status is reported then).
+        Its running task is retried while ``max_retries`` allows, else fails; an actor
+        restarts or dies (actors.py). Returns (tasks requeued, tasks failed)."""
+        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+
+        if worker.exited:
+            return 0, 0
+        worker.exited = True
+        pid = worker.pid
+        if pid is not None:
+            self._workers_by_pid.pop(pid, None)
         self._live_workers -= 1
         self._release_read_pins(worker)
         borrowed, worker.borrowed = worker.borrowed, set()
@@ -644,20 +680,26 @@ class Owner(HostGpuLeasing, WorkerRequests):
         was_dead = worker.dead
         if not was_dead:
             self._retire(worker)
+        detail = _exit_detail(status) if death is None else f"was killed because {death}"
         if worker.actor is not None:
-            self.actors.on_worker_exit(worker, _exit_detail(status))
+            self.actors.on_worker_exit(
+                worker, detail if death is None else f"it was killed because {death}")
             self._dispatch_all()
-            return
+            return 0, 0
         if worker.lease is not None:
             self._release_lease(worker.lease, worker_reusable=False)
         if self._closed:
-            return
+            return 0, 0
         inflight = list(worker.inflight)
         worker.inflight.clear()
-        detail = _exit_detail(status)
         requeue = []
+        failed = 0
         for index, task in enumerate(inflight):
             if task.state == T_DONE:
+                continue
+            if self.fatal:  # the session cannot go on: nothing is retried
+                self._fail_task(task, RaySystemError(self.fatal))
+                failed += 1
                 continue
             if index == 0:
                 if task.cancelled:
@@ -666,17 +708,19 @@ class Owner(HostGpuLeasing, WorkerRequests):
                 if task.retries_left != 0:
                     if task.retries_left > 0:
                         task.retries_left -= 1
-                    logger.warning(
-                        "A worker died or was killed while executing task %s (pid=%s, %s); "
+                    # With the fork server, every worker died: one line says it all.
+                    log = logger.warning if death is None else logger.debug
+                    log("A worker died or was killed while executing task %s (pid=%s, %s); "
                         "retrying it (%s retries left).", task.spec.name, pid, detail,
                         "infinite" if task.retries_left < 0 else task.retries_left)
                     requeue.append(task)
                     continue
+                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
+                        "memory; " if death is None else "")
                 self._fail_task(task, WorkerCrashedError(
-                    f"Task {task.spec.name}: worker pid={pid} {detail}. Check the task for "
-                    "sys.exit, os._exit, segfaults or running out of memory; max_retries controls "
-                    "retries."
-                ))
+                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
+                    "max_retries controls retries."))
+                failed += 1
             else:
                 requeue.append(task)
         for task in reversed(requeue):
@@ -684,6 +728,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
             task.worker = None
             self._queues.setdefault(task.key, collections.deque()).appendleft(task)
         self._dispatch_all()
+        return len(requeue), failed
 
     def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
         for stream in (worker.out, worker.err):
@@ -751,12 +796,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
         if message == ():
             return
         if message is None:
-            self._unregister(fd)
-            if not self._closed and not self._stopping:
-                self.fatal = ("miniray's fork server (or the node this driver joined) exited "
-                              "unexpectedly; the session cannot start workers. Call "
-                              "miniray.shutdown() and miniray.init() again.")
-                logger.error(self.fatal)
+            self._on_helper_eof(fd)
             return
         tag = message[0]
         with self._lock:
@@ -771,6 +811,8 @@ class Owner(HostGpuLeasing, WorkerRequests):
                         self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
+            elif tag == protocol.NODE_STOPPING:
+                self._on_helper_stopping(message[1])
             elif tag == protocol.BYE:
                 pass
 
@@ -908,6 +950,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
                 "workers": self._live_workers,
                 "idle_workers": len(self._idle_workers),
                 "leases": sum(len(v) for v in self._leases.values()),
+                "fork_server_restarts": self.helper_restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
             }

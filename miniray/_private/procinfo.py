@@ -7,14 +7,24 @@ holder still the process that took it?), the owner and ``miniray status``.
 A pid alone does not name a process: pids are reused. ``start_time`` (field 22 of
 ``/proc/<pid>/stat``, clock ticks since boot) together with the pid does, so callers that record
 a pid record its start time too and pass both to ``is_alive``.
+
+Nor does a pid mean anything outside its PID namespace and boot: a container sharing
+``/dev/shm`` (or a session root) with the host sees other pids, so ``/proc`` here says nothing
+about a process recorded there. Whoever records a pid records ``identity()`` (boot id and
+PID namespace) with it, and ``is_provably_dead`` decides: dead only if the record is from an
+earlier boot, or from this namespace and its pid no longer names the process. A record from
+another namespace is never judged from here.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
+from typing import Callable
 
-__all__ = ["children", "descendants", "holder_start", "is_alive", "pss_bytes", "rss_bytes",
-           "start_time"]
+__all__ = ["Identity", "children", "descendants", "holder_start", "identity", "is_alive",
+           "is_provably_dead", "ns_tag", "pss_bytes", "rss_bytes", "start_time"]
 
 
 def _stat_fields(pid: int) -> list[bytes] | None:
@@ -123,3 +133,68 @@ def rss_bytes(pid: int) -> int | None:
 def pss_bytes(pid: int) -> int | None:
     """Proportional set size (shared pages split among sharers), or None if unavailable."""
     return _kb_field(f"/proc/{pid}/smaps_rollup", b"Pss:")
+
+
+# --- where a pid means something ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Where pids mean what they say: this boot, this PID namespace (``""``: unknown)."""
+
+    boot_id: str
+    pid_ns: str  # readlink /proc/self/ns/pid, e.g. "pid:[4026531836]"
+
+
+_identity: tuple[int, Identity] | None = None
+
+
+def identity() -> Identity:
+    """This process's boot id and PID namespace (cached per pid: a fork after ``unshare``
+    would be in another namespace, so a child looks its own up)."""
+    global _identity
+    cached = _identity
+    if cached is not None and cached[0] == os.getpid():
+        return cached[1]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+    except OSError:
+        boot_id = ""
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = ""
+    here = Identity(boot_id, pid_ns)
+    _identity = (os.getpid(), here)
+    return here
+
+
+_NS_INODE = re.compile(r"pid:\[(\d+)\]\Z")
+
+
+def ns_tag(pid_ns: str | None = None) -> str:
+    """Eight hex digits naming a PID namespace (its inode number, which the kernel keeps unique
+    among live namespaces), for names that must say where their pid lives; ``"00000000"``
+    when unknown. A reused inode means the old namespace, and every process in it, is gone."""
+    match = _NS_INODE.match(identity().pid_ns if pid_ns is None else pid_ns)
+    return f"{int(match.group(1)) & 0xFFFFFFFF:08x}" if match else "0" * 8
+
+
+def is_provably_dead(pid: int, start: int | None, pid_ns: str, boot_id: str,
+                     here: Identity,
+                     alive: Callable[[int, int | None], bool] | None = None) -> bool:
+    """Pure (given ``alive``): whether the process a record names is certainly gone.
+
+    ``pid_ns`` and ``boot_id`` are what the record says (``""``: not recorded); ``pid_ns`` may
+    be a full ``readlink`` or an ``ns_tag``. True if the record is from an earlier boot, or
+    from this namespace and ``alive(pid, start)`` is False. A record from another namespace,
+    or one that does not say its namespace, is never provably dead: leave it alone.
+    """
+    if boot_id and here.boot_id and boot_id != here.boot_id:
+        return True
+    if not pid_ns or not here.pid_ns:
+        return False
+    if pid_ns != here.pid_ns and pid_ns != ns_tag(here.pid_ns):
+        return False
+    return not (alive or is_alive)(pid, start)

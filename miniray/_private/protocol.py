@@ -33,6 +33,9 @@ Driver ⇄ fork server::
     (SPAWN, req_id) + 4 fds [data, control, stdout, stderr]   →   (SPAWNED, req_id, pid)
     (KILL, pid, signal)                                        →   (EXITED, pid, wait_status)
     (SHUTDOWN, grace_s)                                        →   (BYE,) then exit
+
+A node speaks the same tags to its drivers (``node_client.NodeClient`` translates), plus
+``(NODE_STOPPING, reason)`` before it stops.
 """
 
 # driver -> worker
@@ -68,6 +71,7 @@ KILL = 32
 EXITED = 33
 SHUTDOWN = 34
 BYE = 35
+NODE_STOPPING = 36  # (NODE_STOPPING, reason): a node announces its stop to its drivers
 
 # result kinds
 OK = 0

@@ -346,6 +346,7 @@ class Runtime:
                                         instance_ids=dict(state.instance_ids), leases={})
             self.store = _make_store(self.session_dir, int(info["object_store_memory"]),
                                      driver=f"driver_{self.pid}")
+            client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
                 from miniray._private.actor_link import SOCKET_NAME, ActorLink
@@ -358,7 +359,8 @@ class Runtime:
         with self.owner._lock:  # timers run on the I/O thread, with the owner's lock
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
-    def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
+    def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int,
+                     restart_fork_server=None) -> None:
         from miniray._private import alias
 
         env_vars = {}
@@ -386,6 +388,7 @@ class Runtime:
             ledger=self.ledger, store=self.store, fork_server=fork_server,
             node_state=self.node_state, hello_info=hello, num_cpus=self.num_cpus,
             log_to_driver=bool(log_to_driver), gpu_keys=self.gpu_keys,
+            restart_fork_server=restart_fork_server,
         )
         self.session_token = self.owner.session_token
 
@@ -420,7 +423,8 @@ class Runtime:
         self.fork_server = ForkServerClient(env)
         try:
             self._start_owner(self.fork_server, log_to_driver, runtime_env,
-                              int(object_store_memory))
+                              int(object_store_memory),
+                              restart_fork_server=lambda: ForkServerClient(env))
         except BaseException:
             self.fork_server.close()
             self.fork_server.wait(timeout=5)
@@ -565,7 +569,7 @@ class Runtime:
         mode) and every live worker (for status output and tests)."""
         if self.node_client is not None:
             return self.owner.worker_pids()  # the node's own processes outlive this driver
-        return [self.fork_server.pid] + self.owner.worker_pids()
+        return [self.owner.fork_server.pid] + self.owner.worker_pids()
 
     def shutdown(self) -> None:
         """Teardown steps 1-4 in the owner; then 5: leases, files (ARCHITECTURE.md)."""
@@ -664,21 +668,30 @@ def _spill_dir(session_dir: str) -> str:
                         os.path.basename(session_dir))
 
 
+def _spill_top(session_dir: str) -> str:
+    """The highest private directory above a session's spill folders: the session itself, or
+    the per-user spill root under the temp dir (``<tmp>/miniray-spill-<uid>``)."""
+    spill = _spill_dir(session_dir)
+    return session_dir if spill.startswith(session_dir) else os.path.dirname(spill)
+
+
 def _make_store(session_dir: str, capacity: int, driver: str | None = None):
-    from miniray._private import procinfo, shm_segments
+    from miniray._private import same_uid, shm_segments
     from miniray._private.shm_store import SharedMemoryStore
 
-    # Segments of sessions whose owner died (SIGKILL) go first; then this session's store.
-    shm_segments.sweep_segments(
-        shm_segments.DEFAULT_SHM_DIR,
-        lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))
-    session.sweep_dead_spill_dirs(os.path.dirname(_spill_dir(session_dir)))
+    # Segments of sessions whose owner is provably dead (SIGKILL) go first; then this
+    # session's store. The spill root is checked before anything in it is listed or removed.
+    shm_segments.sweep_dead_segments(shm_segments.DEFAULT_SHM_DIR)
+    top = _spill_top(session_dir)
+    if top != session_dir:
+        same_uid.ensure_private_dir(top, remedy="set TMPDIR to a private directory of your own")
+        session.sweep_dead_spill_dirs(top)
     tag = shm_segments.new_session_tag(root=session.root_tag(os.path.dirname(session_dir)))
     spill = _spill_dir(session_dir)
     objects = os.path.join(session_dir, "objects")
     if driver:  # several drivers share a node's session: each keeps its own files
         spill, objects = os.path.join(spill, driver), os.path.join(objects, driver)
-    return SharedMemoryStore(tag, capacity, spill, fallback_dir=objects)
+    return SharedMemoryStore(tag, capacity, spill, fallback_dir=objects, private_top=top)
 
 
 def _driver_sys_path() -> list[str]:

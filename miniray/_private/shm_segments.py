@@ -9,12 +9,16 @@ Called by: shm_store.py (the owner), workers (``create_segment``, ``read_segment
 
 Lifetime rules:
 
-1. Segment names are ``mr_<session tag>_<rest>``; the tag (8-16 letters or digits, no ``_``)
-   is unique per session, so everything of a session can be found by name.
+1. Segment names are ``mr_<session tag>_<rest>``; the tag (8-24 letters or digits, no ``_``)
+   is unique per session, so everything of a session can be found by name. A tag
+   ``new_session_tag`` made says the owner's PID namespace and pid (``session_tag_owner``),
+   so a sweeper deletes only segments whose owner is provably dead in its own namespace.
 2. Only the owner unlinks. A worker creates a segment for a result, hands ``(path, size)`` to
    the owner and forgets it; it unlinks nothing, except a stale segment of the same object
    left by an earlier attempt of the same task that crashed before its hand-over.
-3. Readers only attach: ``open`` + ``flock(LOCK_SH)`` + ``mmap`` + ``close``. No resource
+3. Readers only attach: ``open(O_NOFOLLOW)`` + ``fstat`` (a regular file of this uid:
+   ``/dev/shm`` is writable by every user, and the bytes are unpickled) + ``flock(LOCK_SH)``
+   + ``mmap`` + ``close``. No resource
    tracker is involved anywhere (``multiprocessing.shared_memory`` is not used: before 3.13
    its tracker unlinks segments behind the owner, gh-82300). A mapping stays readable after
    the file is unlinked and is released when the last array viewing it is garbage.
@@ -45,13 +49,13 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private import oob, store_policy
+from miniray._private import oob, procinfo, same_uid, store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
 __all__ = [
     "DEFAULT_INLINE_THRESHOLD", "DEFAULT_SHM_DIR", "SEGMENT_PREFIX", "create_segment",
-    "new_session_tag", "read_segment", "read_spilled", "segment_name", "session_tag_pid",
-    "sweep_segments", "write_segment",
+    "new_session_tag", "read_segment", "read_spilled", "segment_name", "session_tag_owner",
+    "session_tag_pid", "sweep_dead_segments", "sweep_segments", "write_segment",
     # for shm_store.py
     "Pooled", "SegmentPool", "check_adoptable", "check_tag", "copy_file", "discard",
     "free_bytes", "load_mapping", "map_readonly", "mib", "no_room_error", "resolve_path",
@@ -74,7 +78,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_INLINE_THRESHOLD = 100 * 1024
 DEFAULT_SHM_DIR = "/dev/shm"
 SEGMENT_PREFIX = "mr_"
-_TAG_RE = re.compile(r"[A-Za-z0-9]{8,16}\Z")
+_TAG_RE = re.compile(r"[A-Za-z0-9]{8,24}\Z")
 _MAP_POPULATE = getattr(mmap, "MAP_POPULATE", 0x8000)  # Linux's value; the name is 3.10+
 # Before 3.13 every mmap object keeps a duplicate of its file descriptor; 3.13 can do without
 # (the mapping itself keeps the open file, and so the flock, alive).
@@ -94,31 +98,42 @@ def segment_name(session_tag: str, object_id: bytes) -> str:
 
 
 def new_session_tag(pid: int | None = None, root: str | None = None) -> str:
-    """A fresh session tag: the owner's pid (8 hex digits) and random hex digits, after the
-    6-hex tag of the session root when ``root`` is given (``session.root_tag``), so a test
-    harness or CI job that set MINIRAY_TMPDIR can tell its own segments (``mr_<root>...``).
+    """A fresh session tag: the owner's PID namespace (``procinfo.ns_tag``, 8 hex digits), its
+    pid (8 hex digits) and random hex digits, after the 6-hex tag of the session root when
+    ``root`` is given (``session.root_tag``), so a test harness or CI job that set
+    MINIRAY_TMPDIR can tell its own segments (``mr_<root>...``).
 
-    With the pid in the tag, a sweeper can tell a dead session from its tag alone
-    (``session_tag_pid``); a reused pid only delays the sweep, it never sweeps a live session.
+    With the namespace and pid in the tag, a sweeper can tell a dead session from its tag
+    alone (``session_tag_owner``): a reused pid only delays the sweep, and a session of
+    another PID namespace (a container sharing ``/dev/shm``) is never judged from here.
     """
     pid_hex = f"{(os.getpid() if pid is None else pid) & 0xFFFFFFFF:08x}"
+    ns = procinfo.ns_tag()
     if root:
-        return f"{root[:6]}{pid_hex}{os.urandom(1).hex()}"
-    return f"{pid_hex}{os.urandom(3).hex()}"
+        return f"{root[:6]}{ns}{pid_hex}{os.urandom(1).hex()}"
+    return f"{ns}{pid_hex}{os.urandom(2).hex()}"
+
+
+def session_tag_owner(tag: str) -> tuple[str, int] | None:
+    """``(ns tag, pid)`` that ``new_session_tag`` put in ``tag``, or None for a tag it did not
+    make (older tags without a namespace included: nobody can prove their owner dead)."""
+    if len(tag) == 20:
+        ns, digits = tag[:8], tag[8:16]
+    elif len(tag) == 24:
+        ns, digits = tag[6:14], tag[14:22]
+    else:
+        return None
+    try:
+        int(ns, 16)
+        return ns, int(digits, 16)
+    except ValueError:
+        return None
 
 
 def session_tag_pid(tag: str) -> int | None:
     """The pid ``new_session_tag`` put in ``tag``, or None for a tag it did not make."""
-    if len(tag) == 14:
-        digits = tag[:8]
-    elif len(tag) == 16:
-        digits = tag[6:14]
-    else:
-        return None
-    try:
-        return int(digits, 16)
-    except ValueError:
-        return None
+    owner = session_tag_owner(tag)
+    return None if owner is None else owner[1]
 
 
 def check_tag(tag: str) -> str:
@@ -140,11 +155,16 @@ def resolve_path(name: str, shm_dir: str) -> str:
 
 def check_adoptable(name: str, size: int, shm_dir: str, session_tag: str) -> tuple[str, int]:
     """``(path, file size)`` of a segment a worker announced; ValueError if it is not one of
-    the session's, FileNotFoundError if it does not exist."""
+    the session's, FileNotFoundError if it does not exist, InsecurePathError if it is not a
+    regular file of this uid (the owner would map and unpickle it, and later unlink it)."""
     path = resolve_path(name, shm_dir)
     if tag_of(os.path.basename(path)) != session_tag or os.path.dirname(path) != shm_dir:
         raise ValueError(f"{name!r} is not a segment of session {session_tag} in {shm_dir}")
-    actual = os.stat(path).st_size
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        actual = same_uid.check_owned_fd(fd, path).st_size
+    finally:
+        os.close(fd)
     if actual < size:
         raise ValueError(f"segment {path} holds {actual} bytes, {size} were announced")
     return path, actual
@@ -216,13 +236,17 @@ def create_segment(
 
 
 def map_readonly(path: str) -> mmap.mmap:
-    """Attach: a read-only mapping of the whole file, holding a shared flock (rule 4)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    """Attach: a read-only mapping of the whole file, holding a shared flock (rule 4).
+
+    InsecurePathError if the file is not a regular file of this uid (rule 3): its bytes are
+    about to be unpickled."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        st = same_uid.check_owned_fd(fd, path)
         fcntl.flock(fd, fcntl.LOCK_SH)
         # The owner renames a freed segment before checking for readers: a reader that opened
         # the old name just before the rename must not map what is about to be reused.
-        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+        if os.stat(path).st_ino != st.st_ino:
             raise FileNotFoundError(errno.ENOENT, "segment was freed while attaching", path)
         return mmap.mmap(fd, 0, access=mmap.ACCESS_READ, **_MMAP_KW)
     finally:
@@ -262,6 +286,7 @@ def sweep_segments(shm_dir: str, is_dead_tag: Callable[[str], bool]) -> list[str
         return []
     verdicts: dict[str, bool] = {}
     swept = []
+    uid = os.getuid()
     for name in names:
         tag = tag_of(name)
         if tag is None:
@@ -269,11 +294,55 @@ def sweep_segments(shm_dir: str, is_dead_tag: Callable[[str], bool]) -> list[str
         if tag not in verdicts:
             verdicts[tag] = bool(is_dead_tag(tag))
         if verdicts[tag]:
-            unlink_quiet(os.path.join(shm_dir, name))
+            path = os.path.join(shm_dir, name)
+            try:  # another user's file is theirs to remove, even where root could
+                if os.lstat(path).st_uid != uid:
+                    continue
+            except OSError:
+                continue
+            unlink_quiet(path)
             swept.append(name)
     if swept:
         logger.debug("swept %d segments of dead sessions from %s", len(swept), shm_dir)
     return swept
+
+
+def tag_verdict(tag: str, here: procinfo.Identity | None = None, alive=None) -> str:
+    """``"dead"`` (its owner is provably dead), ``"foreign"`` (another PID namespace, or a
+    tag that does not say: left alone) or ``"alive"``. Pure given ``here`` and ``alive``."""
+    owner = session_tag_owner(tag)
+    if owner is None:
+        return "foreign"
+    here = here or procinfo.identity()
+    ns, pid = owner
+    if procinfo.is_provably_dead(pid, None, ns, "", here, alive):
+        return "dead"
+    return "alive" if ns == procinfo.ns_tag(here.pid_ns) else "foreign"
+
+
+def sweep_dead_segments(shm_dir: str = DEFAULT_SHM_DIR) -> list[str]:
+    """Unlink this uid's segments whose owner is provably dead (``tag_verdict``)."""
+    here = procinfo.identity()
+    return sweep_segments(shm_dir, lambda tag: tag_verdict(tag, here) == "dead")
+
+
+def foreign_segment_count(shm_dir: str = DEFAULT_SHM_DIR, prefix: str = SEGMENT_PREFIX) -> int:
+    """How many segments named ``<prefix>...`` belong to another PID namespace."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return 0
+    here = procinfo.identity()
+    verdicts: dict[str, str] = {}
+    count = 0
+    for name in names:
+        tag = tag_of(name) if name.startswith(prefix) else None
+        if tag is None:
+            continue
+        if tag not in verdicts:
+            verdicts[tag] = tag_verdict(tag, here)
+        count += verdicts[tag] == "foreign" and session_tag_owner(tag) is not None
+    return count
 
 
 def sweep_tag(tag: str, dirs: tuple[str, ...], owner_pid: int) -> None:
@@ -306,8 +375,9 @@ def mapped_elsewhere(path: str) -> bool:
 
 def copy_file(src: str, dst: str, size: int) -> None:
     """Copy ``size`` bytes from ``src`` into a new file ``dst`` in the kernel (sendfile)."""
-    src_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    src_fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        same_uid.check_owned_fd(src_fd, src)  # a spill file restored here is unpickled later
         dst_fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
         try:
             done = 0
@@ -348,7 +418,7 @@ def write_through_mapping(
     segment without one is mapped with MAP_POPULATE (one batched fault pass). Returns it.
     """
     if mapping is None:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, **_MMAP_KW)
         finally:
@@ -385,14 +455,18 @@ def no_room_error(shm_dir: str, size: int, object_id: bytes) -> ObjectStoreFullE
     )
 
 
-def spill_copy(path: str, spill_dir: str, size: int, label: str) -> str:
+def spill_copy(path: str, spill_dir: str, size: int, label: str,
+               spill_top: str | None = None) -> str:
     """Owner only: copy a segment into ``spill_dir`` (same name); returns the spill file.
 
-    A full disk raises OutOfDiskError; the segment itself is left alone either way.
+    ``spill_dir`` and each directory from ``spill_top`` down to it are created or checked as
+    private directories (``same_uid.ensure_private_dir``). A full disk raises OutOfDiskError;
+    the segment itself is left alone either way.
     """
     target = os.path.join(spill_dir, os.path.basename(path))
     try:
-        os.makedirs(spill_dir, mode=0o700, exist_ok=True)
+        same_uid.ensure_private_dir(spill_dir, top=spill_top,
+                                    remedy="set TMPDIR to a private directory of your own")
         copy_file(path, target, size)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):

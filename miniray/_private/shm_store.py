@@ -38,7 +38,7 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
-from miniray._private import oob
+from miniray._private import oob, same_uid
 from miniray._private import shm_segments as segs
 from miniray._private import store_policy as policy
 from miniray._private.shm_segments import (  # re-exported: the store's module-level API
@@ -116,16 +116,21 @@ class SharedMemoryStore:
         shm_dir: str = DEFAULT_SHM_DIR,
         fallback_dir: str | None = None,
         recycle_bytes: int | None = None,
+        private_top: str | None = None,
     ):
         """``fallback_dir``: where segments go when ``shm_dir`` is unusable (default
         ``<spill_dir>/objects``; the owner passes ``<session dir>/objects``). ``recycle_bytes``:
         most bytes of freed segments kept for reuse (default: a quarter of the capacity, at
         most 1 GiB; 0: off); they count against the capacity and are dropped first for room.
+        ``private_top``: the highest directory above ``spill_dir`` and ``fallback_dir`` that
+        miniray made for them; it and everything below it are created or checked as private
+        directories (default: each of those directories alone).
         """
         self.session_tag = segs.check_tag(session_tag)
         self.capacity = int(capacity_bytes)
         self.inline_threshold = int(inline_threshold)
         self.spill_dir = os.path.abspath(spill_dir)
+        self._private_top = os.path.abspath(private_top) if private_top else None
         self.fallback = False
         self.shm_dir = os.path.abspath(shm_dir)
         problem = segs.shm_dir_problem(self.shm_dir, min(self.capacity, _MIN_SHM_FREE))
@@ -133,7 +138,7 @@ class SharedMemoryStore:
             self.fallback = True
             fallback = fallback_dir or os.path.join(self.spill_dir, "objects")
             self.shm_dir = os.path.abspath(fallback)
-            os.makedirs(self.shm_dir, mode=0o700, exist_ok=True)
+            same_uid.ensure_private_dir(self.shm_dir, top=self._top_of(self.shm_dir))
             logger.warning(
                 "miniray object store: %s; keeping large objects in files under %s instead "
                 "(slower, disk-backed). Mount a larger /dev/shm (docker run --shm-size=...) to "
@@ -167,6 +172,12 @@ class SharedMemoryStore:
             self, segs.sweep_tag, self.session_tag, (self.shm_dir, self.spill_dir), os.getpid()
         )
         logger.debug("object store %r", self)
+
+    def _top_of(self, path: str) -> str | None:
+        top = self._private_top
+        if top and (path == top or path.startswith(top.rstrip(os.sep) + os.sep)):
+            return top
+        return None
 
     # --- putting -----------------------------------------------------------------------------
 
@@ -392,7 +403,8 @@ class SharedMemoryStore:
                 raise
 
     def _spill(self, entry: _Entry) -> None:
-        target = segs.spill_copy(entry.path, self.spill_dir, entry.size, entry.object_id.hex())
+        target = segs.spill_copy(entry.path, self.spill_dir, entry.size, entry.object_id.hex(),
+                                 self._top_of(self.spill_dir))
         self._cool(entry)
         entry.ro = None
         segs.unlink_quiet(entry.path)

@@ -439,3 +439,51 @@ def test_ctrl_c_in_get_tears_the_session_down(drivers, session_root):
         time.sleep(0.02)
     assert not [p for p in info["pids"] if procinfo.is_alive(p)]
     assert not os.path.exists(info["session_dir"])
+
+
+EXIT_WITH_WORK_DRIVER = """
+    import os, sys, time
+    import miniray as ray
+
+    ray.init(num_cpus=11)
+    marks = sys.argv[1]
+
+    @ray.remote(num_cpus=1)
+    class Holder:
+        def ping(self):
+            return 1
+
+    @ray.remote
+    def chatty(i):
+        print(f"chatty line {i}")
+        open(os.path.join(marks, f"printed_{i}"), "w").close()
+        time.sleep(60)
+
+    holder = Holder.remote()
+    ray.get(holder.ping.remote(), timeout=60)
+    refs = [chatty.remote(i) for i in range(15)]  # 10 run, 5 stay queued
+    deadline = time.time() + 60
+    while len(os.listdir(marks)) < 10 and time.time() < deadline:
+        time.sleep(0.01)
+    sys.exit(0)
+"""
+
+
+def test_sys_exit_with_tasks_running_and_queued_is_clean(drivers, tmp_path):
+    """sys.exit() with tasks running (each has printed) and queued, and an actor: the
+    teardown dispatches nothing more and prints no internal error, and every line the running
+    tasks printed reaches the driver's stdout (as in Ray 2.60). Regression: the actor's exit
+    during shutdown dispatched a queued task to the fork server that had just exited, and the
+    I/O thread reported a BrokenPipeError as a miniray bug."""
+    for run in range(10):
+        marks = tmp_path / f"marks_{run}"
+        marks.mkdir()
+        result = drivers.run(EXIT_WITH_WORK_DRIVER, timeout=90, args=[str(marks)])
+        assert result.returncode == 0, result.stderr
+        assert "miniray bug" not in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        printed = sorted(int(name.split("_")[1]) for name in os.listdir(marks))
+        assert len(printed) == 10
+        lines = result.stdout.splitlines()
+        for i in printed:
+            assert any(line.endswith(f"chatty line {i}") for line in lines), result.stdout

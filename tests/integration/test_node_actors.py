@@ -77,8 +77,9 @@ def _service_pid(record) -> int | None:
 
 
 def _service_segments(record, env) -> list[str]:
-    """The actor service's shared-memory segments (``mr_<root tag><pid>...``)."""
-    prefix = f"mr_{session.root_tag(env['MINIRAY_TMPDIR'])}{_service_pid(record):08x}"
+    """The actor service's shared-memory segments (``mr_<root tag><ns tag><pid>...``)."""
+    prefix = f"mr_{session.root_tag(env['MINIRAY_TMPDIR'])}{procinfo.ns_tag()}"
+    prefix += f"{_service_pid(record):08x}"
     return [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
 
 

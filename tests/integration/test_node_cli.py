@@ -516,7 +516,10 @@ def test_stop_with_a_connected_driver(cli):
         pid, keeps = spawn(client)
         result = cli.run("stop")
         assert "Stopped 1 miniray node(s)." in result.stdout
-        message = recv(client)  # the worker's exit is reported before the node goes
+        # First why (so a driver blames the stop, not its task), then the worker's exit,
+        # both before the node goes.
+        assert recv(client) == (protocol.NODE_STOPPING, "miniray stop, or SIGTERM")
+        message = recv(client)
         assert message[:2] == (protocol.EXITED, pid)
         assert recv(client) is None
         assert not procinfo.is_alive(pid)
@@ -531,6 +534,8 @@ def test_node_stops_when_its_fork_server_dies(cli):
     client = node_client.connect(record)
     try:
         os.kill(record.fork_server_pid, signal.SIGKILL)
+        assert recv(client) == (protocol.NODE_STOPPING,
+                                f"its fork server (pid {record.fork_server_pid}) exited")
         assert recv(client) is None
         assert wait_until(lambda: not procinfo.is_alive(record.pid, record.start_time))
         assert not os.path.exists(cli.root)

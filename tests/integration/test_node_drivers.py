@@ -154,3 +154,45 @@ def test_status_shows_a_running_task_and_stop_leaves_nothing(node_env):
     root = node_env["MINIRAY_TMPDIR"]
     assert not os.path.isdir(root) or not [n for n in os.listdir(root)
                                            if n.startswith("session_")]
+
+
+def test_the_node_removes_the_store_of_a_driver_killed_with_sigkill(node_env):
+    """A driver of a node puts large objects (segments in /dev/shm, and a spilled one on disk)
+    and is SIGKILLed: the node sees its EOF and, once the process is gone, removes every
+    segment named with its store's tag and its spill folder, within a few seconds, without
+    waiting for the next init() or `miniray stop`; the node keeps running."""
+    started = cli(node_env, "start", "--head", "--num-cpus", "1",
+                  "--object-store-memory", str(80 << 20))
+    assert started.returncode == 0, started.stderr
+    proc = driver("""
+        import json, os, sys, numpy as np, miniray as ray
+        ray.init(address="auto")
+        refs = [ray.put(np.full(25 << 20, i, dtype=np.uint8)) for i in range(4)]  # one spills
+        store = ray._private.runtime.current().store
+        print(json.dumps({"tag": store.session_tag, "pid": os.getpid(),
+                          "spill_dir": store.spill_dir, "stats": store.statistics()}),
+              flush=True)
+        sys.stdin.readline()
+    """, node_env, stdin=subprocess.PIPE)
+    try:
+        info = json_line(proc)
+        tag = info["tag"]
+
+        def segments():
+            return [n for n in os.listdir("/dev/shm") if n.startswith(f"mr_{tag}_")]
+
+        assert segments(), "the driver's objects should be in /dev/shm"
+        assert info["stats"]["spilled_objects"] >= 1 and os.listdir(info["spill_dir"])
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 10
+        while (segments() or os.path.exists(info["spill_dir"])) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not segments(), f"segments of the killed driver left: {segments()}"
+        assert not os.path.exists(info["spill_dir"])
+        status = cli(node_env, "status")
+        assert status.returncode == 0, status.stderr  # the node still runs
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

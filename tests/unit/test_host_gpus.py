@@ -33,6 +33,7 @@ from miniray._private.host_gpus import (
     used_units,
 )
 from miniray._private.resources import UNIT
+from miniray._private.same_uid import InsecurePathError
 
 ME = os.getpid()
 HALF, QUARTER = UNIT // 2, UNIT // 4
@@ -381,12 +382,16 @@ def test_default_host_dir(monkeypatch, tmp_path):
 
 def test_private_dir_is_checked(tmp_path):
     mine = tmp_path / "mine"
-    mine.mkdir(mode=0o755)
+    mine.mkdir(mode=0o700)
     _ensure_private_dir(str(mine))
-    assert stat.S_IMODE(mine.stat().st_mode) == 0o700
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    open_dir.chmod(0o755)
+    with pytest.raises(InsecurePathError, match=HOST_DIR_ENV):  # refused, not repaired
+        _ensure_private_dir(str(open_dir))
     link = tmp_path / "link"
     link.symlink_to(mine)
-    with pytest.raises(PermissionError, match=HOST_DIR_ENV):
+    with pytest.raises(InsecurePathError, match=HOST_DIR_ENV):
         _ensure_private_dir(str(link))
     _ensure_private_dir(str(tmp_path / "new"))
     assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700

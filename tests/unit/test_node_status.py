@@ -167,3 +167,12 @@ def test_collect_reads_files_without_locks(tmp_path, monkeypatch):
                                      session_dir=str(tmp_path / "gone"), started_at=NOW)
     views, _ = collect([missing])
     assert views[0].state is None and views[0].drivers is None
+
+
+def test_status_says_what_other_pid_namespaces_own():
+    """Sessions and segments of another PID namespace sharing the root are never swept from
+    here; status says how many were left alone, and says nothing when there are none."""
+    quiet = format_status([view(state())], None, NOW, {"sessions": 0, "segments": 0})
+    assert "PID namespaces" not in quiet
+    out = format_status([view(state())], None, NOW, {"sessions": 1, "segments": 3})
+    assert "1 session(s) / 3 segment(s) of other PID namespaces left alone" in out

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from miniray._private import oob, shm_segments, store_policy
+from miniray._private import oob, procinfo, shm_segments, store_policy
+from miniray._private.shm_segments import session_tag_owner
 from miniray._private.shm_store import (
     SharedMemoryStore,
     create_segment,
@@ -585,7 +586,12 @@ def test_sweep_removes_dead_tags_only(tag):
 
 def test_session_tags():
     tag = new_session_tag()
-    assert len(tag) == 14 and session_tag_pid(tag) == os.getpid()
+    assert len(tag) == 20 and session_tag_pid(tag) == os.getpid()
+    assert session_tag_owner(tag) == (procinfo.ns_tag(), os.getpid())
+    rooted = new_session_tag(root="abcdef")
+    assert len(rooted) == 24 and rooted.startswith("abcdef")
+    assert session_tag_owner(rooted) == (procinfo.ns_tag(), os.getpid())
+    assert session_tag_owner("0123456789abcd") is None  # an older tag: no namespace in it
     assert new_session_tag() != tag
     assert session_tag_pid("short") is None
     with pytest.raises(ValueError):
