@@ -64,6 +64,7 @@ Differs from Ray:
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import threading
@@ -395,11 +396,25 @@ def _make_dual_class(cause_cls: type) -> type:
     return types.new_class(name, (RayTaskError, cause_cls), {}, lambda ns: ns.update(namespace))
 
 
+# Python 3.11+; None before.
+_EXCEPTION_GROUP = getattr(builtins, "BaseExceptionGroup", None)
+
+
 def _instantiate_dual(dual_cls: type, cause_cls: type, cause: BaseException):
-    # Allocate through the nearest builtin base's __new__, skipping a user-defined __new__
-    # that may demand arguments the dual class cannot supply.
-    builtin_base = next(c for c in cause_cls.__mro__ if c.__module__ == "builtins")
-    instance = builtin_base.__new__(dual_cls, cause)
+    # Allocate through a builtin __new__, skipping a user-defined __new__ that may demand
+    # arguments the dual class cannot supply. It must be the one CPython checks as "safe":
+    # that of the first builtin class on the dual class's layout chain (``__base__``), not
+    # the cause's own builtin base. They differ for causes whose builtin class has its own
+    # __new__ but no fields of its own: MemoryError's layout base is Exception, yet
+    # ``MemoryError.__new__(dual)`` is refused as "not safe".
+    layout_base = dual_cls.__base__
+    while layout_base.__module__ != "builtins":
+        layout_base = layout_base.__base__
+    if _EXCEPTION_GROUP is not None and issubclass(layout_base, _EXCEPTION_GROUP):
+        # A group's __new__ takes (message, exceptions) and checks them.
+        instance = layout_base.__new__(dual_cls, cause.message, cause.exceptions)
+    else:
+        instance = layout_base.__new__(dual_cls, cause)
     dual_cls.__init__(instance, cause)
     return instance
 

@@ -16,6 +16,8 @@ hands every ACTOR_CALL here.
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
     __ray_terminate__ / exit_actor() ──► RESULT, (ACTOR_EXITING,) then the process exits
+    sys.exit() in __init__ or a method ──► the process exits with its code (a crash: the
+                                          owner restarts the actor or marks it dead)
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class ActorHost:
         worker.channel.send((protocol.ACTOR_READY, actor_id, True, None))
 
     def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
-        from miniray.exceptions import RayTaskError
+        from miniray._private.worker_main import task_error_for
 
         worker = self.worker
         try:
@@ -95,8 +97,12 @@ class ActorHost:
             self.instance = instance
             return None
         except BaseException as error:  # the constructor's error is every later call's error
-            task_error = RayTaskError.from_exception(
-                error, f"{self.class_name}.__init__", pid=worker.pid,
+            if isinstance(error, SystemExit) and not _is_exit_actor(error):
+                from miniray._private.worker_main import exit_for_system_exit
+
+                exit_for_system_exit(error, f"{self.class_name}.__init__")
+            task_error = task_error_for(
+                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
             return _dumps(task_error)
@@ -210,24 +216,34 @@ class ActorHost:
         return True
 
     def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
-        self._send(task_id, self.worker._serialize_returns(value, num_returns, call_name,
-                                                           return_ids))
+        results = self.worker._serialize_returns(
+            value, num_returns, f"{self.class_name}.{call_name}", return_ids,
+            error_fields=self._error_fields)
+        self._send(task_id, results)
 
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
+        from miniray._private.worker_main import task_error_for
         from miniray.actor import _ExitActor
-        from miniray.exceptions import RayTaskError
 
         if isinstance(error, _ExitActor):
             self.exiting = True  # before replying: no call after this one may run
             self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
             self._exit()
+        if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
+            from miniray._private.worker_main import exit_for_system_exit
+
+            self.exiting = True
+            exit_for_system_exit(error, f"{self.class_name}.{call_name}")
         worker = self.worker
-        task_error = RayTaskError.from_exception(
-            error, f"{self.class_name}.{call_name}", pid=worker.pid,
+        task_error = task_error_for(
+            error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
             ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             actor_repr=_safe_repr(self.instance),
         )
         self._send(task_id, [(protocol.ERR, _dumps(task_error))] * max(1, num_returns))
+
+    def _error_fields(self) -> dict:
+        return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
 
     def _send(self, task_id: bytes, results: list) -> None:
         from miniray._private.worker_main import _flush_std, result_message
@@ -264,6 +280,12 @@ class ActorHost:
     def _exit(self) -> None:
         self.worker.channel.send((protocol.ACTOR_EXITING,))
         self.worker.exit_process()
+
+
+def _is_exit_actor(error: BaseException) -> bool:
+    from miniray.actor import _ExitActor
+
+    return isinstance(error, _ExitActor)
 
 
 def _dumps(error: BaseException) -> bytes:

@@ -557,7 +557,7 @@ class ActorManager:
 
     def on_worker_exit(self, worker, detail: str) -> None:
         """The actor's process is gone: restart it, or mark it dead and fail its calls."""
-        from miniray.exceptions import ActorDiedError
+        from miniray.exceptions import ActorDiedError, ActorUnavailableError
 
         owner = self.owner
         actor = worker.actor
@@ -591,7 +591,13 @@ class ActorManager:
         if restart:
             if actor.restarts_left > 0:
                 actor.restarts_left -= 1
+            # As in Ray, a call sent to the process that died and not retried fails, but the
+            # actor lives on: ActorUnavailableError, not ActorDiedError.
+            why = ("it was killed by `ray.kill`" if actor.killed
+                   else f"its worker process died unexpectedly: {detail}")
             actor.killed = False
+            unavailable = serialization.dumps(ActorUnavailableError(
+                f"The actor is restarting because {why}", actor.spec.actor_id.hex()))
             retry = []
             for call in actor.inflight.values():
                 if call.retries_left != 0:
@@ -599,7 +605,7 @@ class ActorManager:
                         call.retries_left -= 1
                     retry.append(call)
                 else:
-                    self._finish(call, [(protocol.ERR, death_bytes)]
+                    self._finish(call, [(protocol.ERR, unavailable)]
                                  * max(1, call.spec.num_returns))
             actor.inflight.clear()
             for call in reversed(retry):

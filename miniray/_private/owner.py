@@ -715,8 +715,8 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                         "infinite" if task.retries_left < 0 else task.retries_left)
                     requeue.append(task)
                     continue
-                hint = ("Check the task for os._exit, segfaults or running out of memory; "
-                        if death is None else "")
+                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
+                        "memory; " if death is None else "")
                 self._fail_task(task, WorkerCrashedError(
                     f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
                     "max_retries controls retries."))

@@ -11,7 +11,10 @@ Called by: the fork server, in the forked child (``run_forked``).
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → TaskCancelledError raised in the main thread if that task is running
 
-A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG).
+A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
+when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
+sent back: ``task_error_for`` (arguments that fail to unpickle become Ray's
+``RayTaskError(RaySystemError)``), ``_serialize_returns`` (results that cannot be pickled).
 Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
 the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
 ``(<name> pid=<pid>)`` prefix.
@@ -28,10 +31,14 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, NoReturn
 
 from miniray._private import config, protocol, serialization, values
 from miniray._private.framing import FramedSocket
 from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
+
+if TYPE_CHECKING:
+    from miniray.exceptions import RayTaskError
 
 MARKER = b"\x00mr:"
 
@@ -146,15 +153,19 @@ class _Worker:
         os._exit(0)
 
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
-        args, kwargs = pickle.loads(args_blob)
-        if dep_values:
-            args = list(args)
-            for position, _kind, data in dep_values:
-                value = values.read(data, self.mappings)  # arrays: read-only views, no copy
-                if isinstance(position, int):
-                    args[position] = value
-                else:
-                    kwargs[position] = value
+        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
+        try:
+            args, kwargs = pickle.loads(args_blob)
+            if dep_values:
+                args = list(args)
+                for position, _kind, data in dep_values:
+                    value = values.read(data, self.mappings)  # arrays: read-only views
+                    if isinstance(position, int):
+                        args[position] = value
+                    else:
+                        kwargs[position] = value
+        except Exception as error:  # user __reduce__/__setstate__ code may raise anything
+            raise ArgumentsNotLoaded(error) from None
         return args, kwargs
 
     def _function(self, fn_id: bytes):
@@ -195,7 +206,7 @@ class _Worker:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
 
     def run_task(self, message: tuple) -> None:
-        from miniray.exceptions import RayTaskError, TaskCancelledError
+        from miniray.exceptions import TaskCancelledError
 
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
@@ -233,35 +244,45 @@ class _Worker:
         self.runtime.task = None
         self._restore_env(gpu_ids)
         ok, value = outcome
+        if not ok and isinstance(value, SystemExit):
+            exit_for_system_exit(value, f"task {name}")
         if ok:
             results = self._serialize_returns(value, num_returns, name, return_ids)
             retryable = False
         else:
             error = value
-            task_error = RayTaskError.from_exception(
-                error,
-                name,
-                pid=self.pid,
-                ip=self.info.get("node_ip", "127.0.0.1"),
-                traceback_str=_user_traceback(error),
+            task_error = task_error_for(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=_user_traceback(error), task_id=task_id,
             )
-            retryable = _is_retryable(error, retry_exceptions)
+            retryable = not isinstance(error, KeyboardInterrupt) and _is_retryable(
+                task_error.cause, retry_exceptions)
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
         self._send_result(task_id, results, retryable)
 
-    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list) -> list:
-        from miniray.exceptions import RayTaskError
+    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
+                           error_fields=None) -> list:
+        """The RESULT items for a call's value, or its error for every return, whose header
+        names ``name``. ``error_fields()`` gives the error's actor_id and actor_repr (called
+        only on failure: an actor's repr is user code)."""
+        from miniray.exceptions import RayError, RayTaskError
+
+        def failed(error: BaseException, traceback_str: str | None = None,
+                   done: list = ()) -> list:
+            """``done`` (the returns already written) as they are, the rest failing."""
+            fields = error_fields() if error_fields is not None else {}
+            task_error = RayTaskError.from_exception(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=traceback_str, **fields)
+            return list(done) + [(protocol.ERR, _dumps_error(task_error))] * max(
+                1, num_returns - len(done))
 
         try:
             items = split_returns(value, num_returns)
         except Exception as error:  # wrong count or not a sequence: Ray's types
-            task_error = RayTaskError.from_exception(
-                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
-                traceback_str=f"{type(error).__name__}: {error}",
-            )
-            return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+            return failed(error, f"{type(error).__name__}: {error}")
         results = []
         for index, item in enumerate(items):
             try:
@@ -274,27 +295,68 @@ class _Worker:
                     inside = tuple(object_ref.stop_collecting())
                 results.append((protocol.OK, payload, inside))
             except Exception as failure:
-                from miniray.exceptions import RayError
-
+                # As in Ray, the returns before this one are kept (handed over as usual);
+                # this one and those after it fail.
                 if isinstance(failure, RayError):  # ObjectStoreFullError: say it as it is
-                    task_error = RayTaskError.from_exception(
-                        failure, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"))
-                    return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+                    return failed(failure, done=results)
                 which = "return value" if num_returns == 1 else f"return value {index}"
                 error = TypeError(
                     f"Could not serialize the {which} of {name} (a {type(item).__name__}): "
                     f"{type(failure).__name__}: {failure}. Values a task returns must be "
                     "picklable; return the data needed to rebuild the object instead."
                 )
-                task_error = RayTaskError.from_exception(
-                    error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
-                    traceback_str=f"TypeError: {error}",
-                )
-                return [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns)
+                return failed(error, f"TypeError: {error}", done=results)
         return results
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
         self.channel.send(result_message(task_id, results, retryable))
+
+
+class ArgumentsNotLoaded(Exception):
+    """A call's arguments could not be read or unpickled in the worker (``error``).
+
+    The task fails with Ray's error for it, ``RayTaskError(RaySystemError)`` (an actor's
+    constructor: ``ActorDiedError``), built by ``task_error_for``."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def task_error_for(error: BaseException, function_name: str, traceback_str: str | None = None,
+                   task_id: bytes | None = None, **fields) -> RayTaskError:
+    """The RayTaskError a worker sends for a failed call. ``fields``: pid, ip, actor_id,
+    actor_repr, as ``RayTaskError.from_exception`` takes them."""
+    from miniray.exceptions import RaySystemError, RayTaskError, TaskCancelledError
+
+    if isinstance(error, KeyboardInterrupt):
+        # Ray cancels a running task with a KeyboardInterrupt, so one raised by user code
+        # reads as a cancelled task; sent back as it is, get() would re-raise it in the
+        # driver as if the user had pressed Ctrl-C.
+        cancelled = TaskCancelledError(task_id.hex() if task_id else None)
+        traceback_str = (_user_traceback(error).rstrip("\n")
+                         + f"\n{_qualified(TaskCancelledError)}: {cancelled}")
+        error = cancelled
+    elif isinstance(error, ArgumentsNotLoaded):
+        failure = error.error
+        # Ray's wording, then the unpickling error with the user's frames only.
+        error = RaySystemError(
+            f"Could not deserialize an argument of {function_name} in its worker: "
+            f"{type(failure).__name__}: {failure}. If it refers to a module, that module "
+            "must be importable in the worker too.",
+            traceback_str=_user_traceback(failure).rstrip("\n"),
+        )
+        traceback_str = (
+            "Traceback (most recent call last):\n"
+            "  At least one of the input arguments for this task could not be computed:\n"
+            f"{_qualified(type(error))}: {error}"
+        )
+    return RayTaskError.from_exception(error, function_name, traceback_str=traceback_str,
+                                       **fields)
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
@@ -315,12 +377,46 @@ def _dumps_error(error: BaseException) -> bytes:
         )
 
 
+def exit_status(code) -> int:
+    """The process exit status ``sys.exit(code)`` gives in a plain interpreter: None is 0, an
+    int (bools too) is itself as the OS truncates it, anything else (printed) is 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1
+
+
+def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
+    """``sys.exit()`` in user code ends the worker process, as it does in Ray: a task's
+    worker crash is retried while ``max_retries`` allows, an actor dies (or restarts).
+
+    Never sent back as the task's error: re-raised by the driver's ``get()``, a SystemExit
+    would end the driver."""
+    status = exit_status(error.code)
+    call = "sys.exit()" if error.code is None else f"sys.exit({error.code!r})"
+    try:
+        print(f"{call} in {what}: the worker process exits with code {status}.",
+              file=sys.stderr)
+    except Exception:
+        pass
+    _flush_std()
+    os._exit(status)
+
+
 def _user_traceback(error: BaseException) -> str:
     tb = error.__traceback__
-    # Skip this module's own frames, so the traceback starts in user code.
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    # Skip miniray's own frames, so the traceback starts in user code.
+    while tb is not None and _is_private_frame(tb.tb_frame):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _is_private_frame(frame) -> bool:
+    return os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PRIVATE_DIR
+
+
+_PRIVATE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def _is_retryable(error: BaseException, retry_exceptions) -> bool:

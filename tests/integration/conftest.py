@@ -9,8 +9,18 @@ on teardown the fixture shuts miniray down and then checks, polling for at most
 * the test process has no descendant processes,
 * no ``miniray-*`` thread is alive in the test process,
 * no ``session_*`` directory is left under the session root (and the root is gone or empty),
-* nothing in ``/dev/shm`` carries the session's name,
+* nothing in ``/dev/shm`` carries the session's name or the root's segment prefix
+  (``mr_<root tag>``, ``session.root_tag``),
+* no spill folder of the session is left under the shared spill root
+  (``$TMPDIR/miniray-spill-<uid>/<session>``, used when the session root is memory-backed),
+* no ledger left under the root holds a lease of a recorded pid or of the test process,
 * ``miniray.is_initialized()`` is False.
+
+"In this root and in no other": ``outside_snapshot()`` lists, before the test, the entries of
+``/dev/shm``, of the spill root and of the user's default session root
+(``/dev/shm/miniray-<uid>``); after it, ``find_leaks`` reports any new entry there that carries
+this root's tag, one of the test's session names or the test process's pid (other engineers'
+sessions on the same host are left alone).
 
 On a leak the recorded pids (and the leftover descendants) are SIGKILLed, by pid, and the test
 fails naming them. An autouse guard also fails a test that leaves miniray initialized or leaves
@@ -28,6 +38,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -35,7 +46,7 @@ import time
 import pytest
 
 import miniray
-from miniray._private import procinfo, runtime
+from miniray._private import procinfo, runtime, session
 
 from .helpers import wait_until
 
@@ -74,6 +85,72 @@ def _root_leftovers(root: str) -> list[str]:
         return []
 
 
+def spill_root() -> str:
+    """Where sessions whose root is memory-backed spill (``runtime._spill_dir``)."""
+    return os.path.join(tempfile.gettempdir(), f"miniray-spill-{os.getuid()}")
+
+
+def default_root() -> str:
+    """The user's own session root, which tests must never touch."""
+    return f"/dev/shm/miniray-{os.getuid()}"
+
+
+def _listdir(path: str) -> set[str]:
+    try:
+        return set(os.listdir(path))
+    except OSError:
+        return set()
+
+
+def outside_snapshot() -> dict:
+    """The entries of the shared places a session may write outside its root."""
+    return {place: _listdir(place) for place in ("/dev/shm", spill_root(), default_root())}
+
+
+def _root_segments(root: str) -> list[str]:
+    prefix = "mr_" + session.root_tag(root)
+    return sorted(e for e in _listdir("/dev/shm") if e.startswith(prefix))
+
+
+def _spill_leftovers(session_names) -> list[str]:
+    return sorted(e for e in _listdir(spill_root()) if e in set(session_names))
+
+
+def _ledger_leases(root: str, pids) -> list[str]:
+    """Leases of ``pids`` in every ledger left under ``root`` (a node's session, say)."""
+    from miniray._private.ledger import Ledger
+
+    found = []
+    for name in _session_dirs(root):
+        path = os.path.join(root, name, "ledger.json")
+        if not os.path.exists(path):
+            continue
+        try:
+            ledger = Ledger(path)
+            try:
+                leases = ledger.snapshot().leases
+            finally:
+                ledger.close()
+        except Exception as error:  # noqa: BLE001 - an unreadable ledger is worth a look
+            found.append(f"{path}: unreadable ({type(error).__name__}: {error})")
+            continue
+        found += [f"{name}: lease {lease_id} of pid {lease.holder_pid}"
+                  for lease_id, lease in leases.items()
+                  if lease.holder_pid in pids or lease.worker_pid in pids]
+    return found
+
+
+def _new_outside(before: dict, root: str, session_names) -> list[str]:
+    """Entries created since ``before`` outside the root that belong to this test."""
+    marks = ["mr_" + session.root_tag(root), f"_{os.getpid()}_", *session_names]
+    found = []
+    for place, entries in outside_snapshot().items():
+        for entry in sorted(entries - before.get(place, set())):
+            if any(mark in entry for mark in marks):
+                found.append(os.path.join(place, entry))
+    return found
+
+
 def snapshot_runtime() -> dict | None:
     """What the current driver runtime owns (pids, session), or None if none is running."""
     rt = runtime.current()
@@ -86,8 +163,9 @@ def snapshot_runtime() -> dict | None:
     }
 
 
-def find_leaks(recorded_pids, session_names, root: str) -> list[str]:
-    """The leaks left after a shutdown, waiting up to LEAK_WAIT_S for them to go away."""
+def find_leaks(recorded_pids, session_names, root: str, before: dict | None = None) -> list[str]:
+    """The leaks left after a shutdown, waiting up to LEAK_WAIT_S for them to go away.
+    ``before``: an ``outside_snapshot()`` taken before the test."""
 
     def leaks() -> list[str]:
         found = []
@@ -111,6 +189,19 @@ def find_leaks(recorded_pids, session_names, root: str) -> list[str]:
             shm = _shm_entries(name)
             if shm:
                 found.append(f"/dev/shm entries of {name}: {shm}")
+        segments = _root_segments(root)
+        if segments:
+            found.append(f"shared-memory segments of root {root}: {segments}")
+        spilled = _spill_leftovers(session_names)
+        if spilled:
+            found.append(f"spill folders left under {spill_root()}: {spilled}")
+        leases = _ledger_leases(root, set(recorded_pids) | {os.getpid()})
+        if leases:
+            found.append(f"ledger leases left: {leases}")
+        if before is not None:
+            outside = _new_outside(before, root, session_names)
+            if outside:
+                found.append(f"entries left outside the session root: {outside}")
         return found
 
     deadline = time.monotonic() + LEAK_WAIT_S
@@ -133,14 +224,15 @@ def kill_pids(pids) -> list[int]:
     return killed
 
 
-def shutdown_and_check(root: str, extra_sessions=()) -> None:
-    """shutdown() the current session, then fail the test if anything is left behind."""
+def shutdown_and_check(root: str, extra_sessions=(), before: dict | None = None) -> None:
+    """shutdown() the current session, then fail the test if anything is left behind.
+    ``before``: an ``outside_snapshot()`` taken before the session started."""
     snap = snapshot_runtime()
     pids = list(snap["pids"]) if snap else []
     names = [snap["session_name"]] if snap else []
     names += [os.path.basename(s) for s in extra_sessions if s]
     miniray.shutdown()
-    found = find_leaks(pids, names, root)
+    found = find_leaks(pids, names, root, before)
     if found:
         leftover = procinfo.descendants(os.getpid())
         killed = kill_pids(pids + [p for p in leftover if p not in pids])
@@ -202,6 +294,7 @@ def ray_start(session_root):
     and start again itself; every session directory it started is checked at the end.
     """
     contexts = []
+    before = outside_snapshot()
 
     def start(*args, **kwargs):
         ctx = miniray.init(*args, **kwargs)
@@ -209,7 +302,8 @@ def ray_start(session_root):
         return ctx
 
     yield start
-    shutdown_and_check(session_root, extra_sessions=[c.get("session_dir") for c in contexts])
+    shutdown_and_check(session_root, extra_sessions=[c.get("session_dir") for c in contexts],
+                       before=before)
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ exception (house-style habit 5). No processes."""
 
 from __future__ import annotations
 
+import builtins
 import copy
 import os
 import pickle
@@ -396,6 +397,51 @@ def test_builtin_fields_reach_the_dual_instance(cause, field, value):
     assert isinstance(dual, type(cause))
     assert getattr(dual, field) == value
     assert getattr(pickle.loads(pickle.dumps(dual)), field) == value
+
+
+def _builtin_exception_instances():
+    """One instance of every builtin exception class (their constructors differ)."""
+    special = {
+        UnicodeDecodeError: lambda: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad"),
+        UnicodeEncodeError: lambda: UnicodeEncodeError("utf-8", "x", 0, 1, "bad"),
+        UnicodeTranslateError: lambda: UnicodeTranslateError("x", 0, 1, "bad"),
+    }
+    group = getattr(builtins, "BaseExceptionGroup", None)
+    found = []
+    for name in sorted(dir(builtins)):
+        cls = getattr(builtins, name)
+        if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+            continue
+        if group is not None and issubclass(cls, group):
+            found.append(pytest.param(cls("group", [ValueError(1)]), id=name))
+        else:
+            found.append(pytest.param(special.get(cls, lambda c=cls: c("message"))(), id=name))
+    return found
+
+
+@pytest.mark.parametrize("cause", _builtin_exception_instances())
+def test_every_builtin_exception_gets_a_dual_class(cause):
+    """``except <its class>`` catches a task's builtin exception, whatever the class: before,
+    MemoryError (its own __new__, no fields of its own) was refused by CPython as "not safe"
+    and came back as a plain RayTaskError with a warning. Compared with Ray 2.60, which
+    builds a dual class for every builtin exception class (ExceptionGroup included)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dual = RayTaskError("f", "tb", cause).as_instanceof_cause()
+    assert isinstance(dual, type(cause))
+    assert isinstance(dual, RayTaskError)
+    if not issubclass(RayTaskError, type(cause)):
+        assert type(dual).__name__ == f"RayTaskError({type(cause).__name__})"
+        assert dual.cause is cause
+    again = pickle.loads(pickle.dumps(dual))
+    assert type(again) is type(dual)
+
+
+def test_memory_error_is_caught_by_except_memory_error():
+    dual = _task_error(MemoryError("out of memory in task")).as_instanceof_cause()
+    with pytest.raises(MemoryError, match="out of memory in task"):
+        raise dual
+    assert str(dual).splitlines()[-1] == "MemoryError: out of memory in task"
 
 
 def test_half_built_dual_instance_does_not_recurse():
