@@ -27,8 +27,8 @@ from miniray._private.api import (
     timeline,
     wait,
 )
+from miniray._private.core.object_ref import ObjectRef
 from miniray._private.generators import ObjectRefGenerator
-from miniray._private.object_ref import ObjectRef
 from miniray._private.runtime import init, is_initialized, shutdown
 from miniray._private.surface import get_actor, method, remote
 from miniray.runtime_context import get_runtime_context

@@ -28,11 +28,12 @@ import inspect
 import os
 from typing import Any, Generic
 
-from miniray._private import ids, object_ref, runtime, serialization
-from miniray._private import options as _options
-from miniray._private.actors import ActorCallSpec, ActorCreationSpec
-from miniray._private.object_ref import ObjectRef
-from miniray._private.type_vars import T
+from miniray._private import runtime
+from miniray._private.core import ids, object_ref, serialization
+from miniray._private.core import options as _options
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.type_vars import T
+from miniray._private.owner.actors import ActorCallSpec, ActorCreationSpec
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]

@@ -16,11 +16,12 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Generic
 
-from miniray._private import ids, runtime, serialization
-from miniray._private import options as _options
-from miniray._private.object_ref import ObjectRef
-from miniray._private.task_spec import TaskSpec
-from miniray._private.type_vars import P, R
+from miniray._private import runtime
+from miniray._private.core import ids, serialization
+from miniray._private.core import options as _options
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.task_spec import TaskSpec
+from miniray._private.core.type_vars import P, R
 
 __all__ = ["RemoteFunction"]
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence, TypeVar, overload
 
-from miniray._private import ids, oob, protocol, runtime, values
-from miniray._private.object_ref import ObjectRef
-from miniray._private.type_vars import T
+from miniray._private import runtime
+from miniray._private.core import ids, oob, protocol
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.type_vars import T
+from miniray._private.object_store import values
 
 if TYPE_CHECKING:
     from miniray._private.generators import ObjectRefGenerator

@@ -21,11 +21,11 @@ import os
 import runpy
 import sys
 
-from miniray._private import config
+from miniray._private.core import config
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from miniray._private import alias
+    from miniray._private.core import alias
 
     alias.install()
     os.environ[config.RAY_ALIAS_ENV] = "1"
@@ -158,7 +158,8 @@ def _print_started(address: str) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private import node, node_client
+    from miniray._private.node import node
+    from miniray._private.transport import node_client
 
     if args.address is not None:
         return _error(
@@ -199,7 +200,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from miniray._private import node_client
+    from miniray._private.transport import node_client
 
     stopped = node_client.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
@@ -212,7 +213,8 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     import time
 
-    from miniray._private import node_client, node_status
+    from miniray._private.node import node_status
+    from miniray._private.transport import node_client
 
     address = args.address or os.environ.get("RAY_ADDRESS") or None
     try:

@@ -21,9 +21,10 @@ import sys
 import threading
 from typing import Any
 
-from miniray._private import config, ids, object_ref, session
-from miniray._private.ledger import Ledger
-from miniray._private.resources import NodeState, node_totals, to_units
+from miniray._private.core import config, ids, object_ref
+from miniray._private.core.resources import NodeState, node_totals, to_units
+from miniray._private.host import session
+from miniray._private.ledger.ledger import Ledger
 
 logger = logging.getLogger("miniray")
 
@@ -141,7 +142,7 @@ def node_resources(num_cpus, num_gpus, resources, object_store_memory,
     """
     if num_cpus is None:
         num_cpus = _cpu_count()
-    from miniray._private.gpu_detect import detect_gpus, parse_visible_devices
+    from miniray._private.ledger.gpu_detect import detect_gpus, parse_visible_devices
 
     inventory = detect_gpus()
     cvd = parse_visible_devices(config.cuda_visible_devices())
@@ -220,7 +221,7 @@ class Runtime:
         """Drive a node started by ``miniray start``: its ledger, its fork server (through the
         node's socket); this driver keeps its own object store and talks to its workers
         directly, as in embedded mode."""
-        from miniray._private import node_client
+        from miniray._private.transport import node_client
 
         client = node_client.connect(record)
         info = client.info
@@ -244,7 +245,7 @@ class Runtime:
                                      driver=f"driver_{self.pid}")
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
-                from miniray._private.actor_link import SOCKET_NAME, ActorLink
+                from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink
 
                 self.owner.actors.link = ActorLink(
                     self.owner, os.path.join(self.session_dir, SOCKET_NAME))
@@ -255,7 +256,7 @@ class Runtime:
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
-        from miniray._private import alias
+        from miniray._private.core import alias
 
         env_vars = {}
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
@@ -276,7 +277,7 @@ class Runtime:
         }
         if log_to_driver is None:
             log_to_driver = config.log_to_driver_default()
-        from miniray._private.owner import Owner
+        from miniray._private.owner.owner import Owner
 
         self.owner = Owner(
             ledger=self.ledger, store=self.store, fork_server=fork_server,
@@ -307,11 +308,11 @@ class Runtime:
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
             env.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
-        from miniray._private import alias
+        from miniray._private.core import alias
 
         if alias.installed():
             env[config.RAY_ALIAS_ENV] = "1"
-        from miniray._private.forkserver import ForkServerClient
+        from miniray._private.worker.forkserver import ForkServerClient
 
         self.fork_server = ForkServerClient(env)
         try:
@@ -505,7 +506,7 @@ class Runtime:
         """A driver that joined a node writes its store's statistics into the node's session
         once a second (only when they change), for ``miniray status``. Runs on the I/O
         thread's timer."""
-        from miniray._private.node_status import STORE_STATS_DIR
+        from miniray._private.node.node_status import STORE_STATS_DIR
 
         if self._shut:
             return
@@ -531,7 +532,7 @@ class Runtime:
     def _remove_driver_dirs(self) -> None:
         import shutil
 
-        from miniray._private.node_status import STORE_STATS_DIR
+        from miniray._private.node.node_status import STORE_STATS_DIR
 
         try:
             os.unlink(os.path.join(self.session_dir, STORE_STATS_DIR, f"{self.pid}.json"))
@@ -561,8 +562,9 @@ def _spill_dir(session_dir: str) -> str:
 
 
 def _make_store(session_dir: str, capacity: int, driver: str | None = None):
-    from miniray._private import procinfo, shm_segments
-    from miniray._private.shm_store import SharedMemoryStore
+    from miniray._private.host import procinfo
+    from miniray._private.object_store import shm_segments
+    from miniray._private.object_store.shm_store import SharedMemoryStore
 
     # Segments of sessions whose owner died (SIGKILL) go first; then this session's store.
     shm_segments.sweep_segments(
@@ -703,7 +705,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
                 logger.info("Using address %s set in the environment variable RAY_ADDRESS",
                             env_address)
                 address = env_address
-        from miniray._private import node_client
+        from miniray._private.transport import node_client
 
         node = None if address == "local" else node_client.find_node(
             address, kwargs.get("_temp_dir"))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, overload
 
-from miniray._private import options as _options
-from miniray._private.type_vars import P, R, T
+from miniray._private.core import options as _options
+from miniray._private.core.type_vars import P, R, T
 
 if TYPE_CHECKING:
     from typing import Protocol

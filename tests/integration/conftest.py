@@ -35,7 +35,8 @@ import time
 import pytest
 
 import miniray
-from miniray._private import procinfo, runtime
+from miniray._private import runtime
+from miniray._private.host import procinfo
 
 from .helpers import wait_until
 

@@ -16,7 +16,8 @@ import subprocess
 import sys
 import textwrap
 
-from miniray._private import node_client, procinfo, session
+from miniray._private.host import procinfo, session
+from miniray._private.transport import node_client
 
 from .helpers import cli, driver, json_line, wait_until
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from miniray._private import oob, shm_segments, store_policy
-from miniray._private.shm_store import (
+from miniray._private.core import oob
+from miniray._private.object_store import shm_segments, store_policy
+from miniray._private.object_store.shm_store import (
     SharedMemoryStore,
     create_segment,
     new_session_tag,
@@ -419,7 +420,7 @@ def test_a_full_shm_dir_is_store_full(make_store, monkeypatch, tag):
 
 
 def test_warm_mappings_are_bounded(make_store):
-    from miniray._private import shm_store
+    from miniray._private.object_store import shm_store
 
     store = make_store(capacity=512 * MIB, recycle_bytes=64 * MIB)
     for i in range(60):  # each put recycles the previous put's segment
@@ -563,7 +564,7 @@ def test_a_forked_child_never_runs_the_parents_cleanup(make_store, tag):
 CHILD = textwrap.dedent(
     """
     import sys
-    from miniray._private.shm_store import read_segment
+    from miniray._private.object_store.shm_store import read_segment
     value = read_segment(sys.argv[1])
     print(value["a"].sum(), value["a"].flags.writeable, value["n"], flush=True)
     sys.stdin.readline()          # hold the mapping until the parent has freed the object

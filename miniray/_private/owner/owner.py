@@ -37,15 +37,16 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from miniray._private import config, protocol, serialization, shm_segments
-from miniray._private.actors import ActorManager
-from miniray._private.framing import FramedSocket
-from miniray._private.object_table import PENDING, ObjectTable
-from miniray._private.output import OutputStream
-from miniray._private.owner_gpus import HostGpuLeasing
-from miniray._private.owner_requests import WorkerRequests
-from miniray._private.reactor import Reactor
-from miniray._private.resources import format_infeasible, infeasible_reasons
+from miniray._private.core import config, protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.object_store import shm_segments
+from miniray._private.owner.actors import ActorManager
+from miniray._private.owner.object_table import PENDING, ObjectTable
+from miniray._private.owner.output import OutputStream
+from miniray._private.owner.owner_gpus import HostGpuLeasing
+from miniray._private.owner.owner_requests import WorkerRequests
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self.gpu_keys = list(gpu_keys or [])
         self.host_gpus = None
         if any(self.gpu_keys):
-            from miniray._private.host_gpus import HostGpuLedger
+            from miniray._private.ledger.host_gpus import HostGpuLedger
 
             self.host_gpus = HostGpuLedger()
         self.host_gpu_timeout = config.host_gpu_timeout_s()
@@ -229,7 +230,7 @@ class Owner(HostGpuLeasing, WorkerRequests):
             with self._lock:          # segments can be reused (memcpy-speed puts)
                 self.objects.apply_ref_events()
             self.reactor.wake()  # and the I/O thread times the release of what was pooled
-        from miniray._private import object_ref
+        from miniray._private.core import object_ref
 
         object_ref.start_collecting()  # refs pickled inside the value: the object holds them
         try:

@@ -26,7 +26,7 @@ import inspect
 import sys
 import threading
 
-from miniray._private import protocol, serialization
+from miniray._private.core import protocol, serialization
 
 
 class ActorContext:
@@ -185,7 +185,7 @@ class ActorHost:
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
         function "module.Class.method"."""
-        from miniray._private.worker_api import TaskContext
+        from miniray._private.worker.worker_api import TaskContext
 
         runtime = self.worker.runtime
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
@@ -230,7 +230,7 @@ class ActorHost:
         self._send(task_id, [(protocol.ERR, _dumps(task_error))] * max(1, num_returns))
 
     def _send(self, task_id: bytes, results: list) -> None:
-        from miniray._private.worker_main import _flush_std, result_message
+        from miniray._private.worker.worker_main import _flush_std, result_message
 
         _flush_std()
         self.worker.channel.send(result_message(task_id, results, False))
@@ -267,7 +267,7 @@ class ActorHost:
 
 
 def _dumps(error: BaseException) -> bytes:
-    from miniray._private.worker_main import _dumps_error
+    from miniray._private.worker.worker_main import _dumps_error
 
     return _dumps_error(error)
 

@@ -57,8 +57,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
-from miniray._private import config, procinfo, protocol, session
-from miniray._private.forkserver import SpawnChannel, send_message
+from miniray._private.core import config, protocol
+from miniray._private.host import procinfo, session
+from miniray._private.worker.forkserver import SpawnChannel, send_message
 
 __all__ = [
     "CURRENT_NODE",
@@ -447,7 +448,7 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
         [parent] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
     read_fd, write_fd = os.pipe()
-    code = "from miniray._private.node import main; main()"
+    code = "from miniray._private.node.node import main; main()"
     try:
         proc = subprocess.Popen(
             [sys.executable, "-c", code, str(write_fd), json.dumps(options)],
@@ -564,7 +565,8 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
 
 def _sweep_dead_segments() -> None:
     """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
-    from miniray._private import procinfo, shm_segments
+    from miniray._private.host import procinfo
+    from miniray._private.object_store import shm_segments
 
     shm_segments.sweep_segments(
         shm_segments.DEFAULT_SHM_DIR,

@@ -54,9 +54,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from . import procinfo
-from .flock import KeptFlock
-from .resources import UNIT, _check_instance_amount, _pick_instances, from_units
+from miniray._private.core.resources import (
+    UNIT,
+    _check_instance_amount,
+    _pick_instances,
+    from_units,
+)
+from miniray._private.host import procinfo
+from miniray._private.ledger.flock import KeptFlock
 
 __all__ = [
     "HOST_DIR_ENV",

@@ -16,8 +16,8 @@ import concurrent.futures
 import threading
 from typing import Any, Generic
 
-from miniray._private import ids
-from miniray._private.type_vars import T
+from miniray._private.core import ids
+from miniray._private.core.type_vars import T
 
 # Refs pickled while a collector is active are *contained* in what is being serialized (a put
 # value, a call's arguments): the owner holds them for as long as that container lives instead

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from miniray._private import protocol
+from miniray._private.core import protocol
 
 _MAX_FDS = 8
 _BUFSIZE = 1 << 16
@@ -158,7 +158,7 @@ class _ForkServer:
                 self.sock.close()
                 os.close(self.wake_r)
                 os.close(self.wake_w)
-                from miniray._private import worker_main
+                from miniray._private.worker import worker_main
 
                 data_fd, ctl_fd, out_fd, err_fd = fds
                 worker_main.run_forked(data_fd, ctl_fd, out_fd, err_fd)
@@ -198,17 +198,19 @@ class _ForkServer:
 
 
 def main() -> None:
-    """Entry point: ``python -c 'from miniray._private.forkserver import main; main()' FD``."""
+    """Entry point:
+    ``python -c 'from miniray._private.worker.forkserver import main; main()' FD``."""
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
     # Pre-import what every worker needs, so a fork costs milliseconds.
     import cloudpickle  # noqa: F401
 
     import miniray  # noqa: F401
-    from miniray._private import config, worker_main  # noqa: F401
+    from miniray._private.core import config
+    from miniray._private.worker import worker_main  # noqa: F401
 
     if config.ray_alias_requested():
-        from miniray._private import alias
+        from miniray._private.core import alias
 
         alias.install()
     _ForkServer(sock).run()
@@ -265,7 +267,7 @@ class ForkServerClient(SpawnChannel):
     def __init__(self, env: dict[str, str]):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         super().__init__(parent_sock)
-        code = "from miniray._private.forkserver import main; main()"
+        code = "from miniray._private.worker.forkserver import main; main()"
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code, str(child_sock.fileno())],

@@ -70,9 +70,10 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private import config, ids, procinfo, protocol, session
-from miniray._private import node_client as nc
-from miniray._private.node_client import NodeRecord, NodeStartError, find_node
+from miniray._private.core import config, ids, protocol
+from miniray._private.host import procinfo, session
+from miniray._private.transport import node_client as nc
+from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
 
 __all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
 
@@ -165,7 +166,7 @@ class NodeServer:
         env = dict(env, PYTHONPATH=os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self._service = subprocess.Popen(
-            [sys.executable, "-m", "miniray._private.actor_service", self.info["address"],
+            [sys.executable, "-m", "miniray._private.node.actor_service", self.info["address"],
              root, self.info["session_dir"], str(os.getpid())],
             stdin=subprocess.DEVNULL, cwd="/", env=env)
         with contextlib.suppress(OSError):  # `miniray stop` waits for it (node_client.py)
@@ -440,7 +441,7 @@ class NodeServer:
         try:
             released = self.ledger.release_holder(pid)
             if any(self.gpu_keys):
-                from miniray._private.host_gpus import HostGpuLedger
+                from miniray._private.ledger.host_gpus import HostGpuLedger
 
                 host = HostGpuLedger().release_holder(pid)
         except Exception:
@@ -522,9 +523,9 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
     once drivers can connect. NodeStartError (before ready) when the node cannot start;
     ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
-    from miniray._private.forkserver import ForkServerClient
-    from miniray._private.ledger import Ledger
+    from miniray._private.ledger.ledger import Ledger
     from miniray._private.runtime import node_resources
+    from miniray._private.worker.forkserver import ForkServerClient
 
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
@@ -628,7 +629,7 @@ def _remove_records(record: NodeRecord, default_root: str) -> None:
 
 
 def main() -> None:
-    """The daemon: ``python -c 'from miniray._private.node import main; main()' FD OPTIONS``.
+    """The daemon: ``python -c 'from miniray._private.node.node import main; main()' FD OPTIONS``.
 
     Reports ``{"ok": true, "record": path}`` or ``{"ok": false, "error": text}`` as one JSON
     line on FD (a pipe ``spawn_daemon`` reads), then serves until stopped."""

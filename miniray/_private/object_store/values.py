@@ -17,7 +17,8 @@ import os
 import threading
 from typing import Any
 
-from miniray._private import oob, shm_segments
+from miniray._private.core import oob
+from miniray._private.object_store import shm_segments
 
 
 def outgoing(location: tuple) -> Any:

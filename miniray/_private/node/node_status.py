@@ -22,8 +22,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from miniray._private import procinfo
-from miniray._private.resources import UNIT, NodeState, from_units
+from miniray._private.core.resources import UNIT, NodeState, from_units
+from miniray._private.host import procinfo
 
 __all__ = ["NodeView", "collect", "format_bytes", "format_status", "format_uptime"]
 
@@ -50,8 +50,8 @@ class NodeView:
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
     """Reads what status shows for ``records`` (``node_client.NodeRecord``): the nodes, and
     the host GPU ledger's statistics when that ledger exists (else None). Lock-free."""
-    from miniray._private import node_client
-    from miniray._private.ledger import Ledger
+    from miniray._private.ledger.ledger import Ledger
+    from miniray._private.transport import node_client
 
     views = []
     keys: list[str] = []
@@ -75,7 +75,7 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
                               _store_stats(record.session_dir)))
         keys += [k for k in record.gpu_keys if k and k not in keys]
     host = None
-    from miniray._private.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
+    from miniray._private.ledger.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
 
     host_dir = default_host_dir()
     if os.path.exists(os.path.join(host_dir, LEDGER_NAME)):

@@ -38,10 +38,12 @@ import threading
 import weakref
 from typing import Any, NamedTuple
 
-from miniray._private import oob
-from miniray._private import shm_segments as segs
-from miniray._private import store_policy as policy
-from miniray._private.shm_segments import (  # re-exported: the store's module-level API
+from miniray._private.core import oob
+from miniray._private.object_store import shm_segments as segs
+from miniray._private.object_store import store_policy as policy
+
+# re-exported: the store's module-level API
+from miniray._private.object_store.shm_segments import (
     DEFAULT_INLINE_THRESHOLD,
     DEFAULT_SHM_DIR,
     create_segment,

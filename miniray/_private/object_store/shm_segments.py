@@ -45,7 +45,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private import oob, store_policy
+from miniray._private.core import oob
+from miniray._private.object_store import store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
 __all__ = [

@@ -29,9 +29,10 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 
-from miniray._private import config, protocol, serialization, values
-from miniray._private.framing import FramedSocket
-from miniray._private.worker_api import Channel, TaskContext, WorkerRuntime
+from miniray._private.core import config, protocol, serialization
+from miniray._private.object_store import values
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
 
 MARKER = b"\x00mr:"
 
@@ -102,7 +103,7 @@ class _Worker:
             elif tag == protocol.UNMAP:
                 self.mappings.drop(message[1])
             elif tag == protocol.ACTOR_INIT:
-                from miniray._private.actor_host import ActorHost
+                from miniray._private.worker.actor_host import ActorHost
 
                 self.actor_host = ActorHost(self, message)
             elif tag == protocol.EXIT:
@@ -243,7 +244,7 @@ class _Worker:
         results = []
         for index, item in enumerate(items):
             try:
-                from miniray._private import object_ref
+                from miniray._private.core import object_ref
 
                 object_ref.start_collecting()  # refs inside a return value: it holds them
                 try:
@@ -333,7 +334,7 @@ def _apply_hello(info: dict) -> None:
         except OSError:
             pass
     if info.get("ray_alias"):
-        from miniray._private import alias
+        from miniray._private.core import alias
 
         alias.install()
 

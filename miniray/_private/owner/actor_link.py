@@ -31,9 +31,9 @@ import socket
 import sys
 import time
 
-from miniray._private import protocol, serialization
-from miniray._private.framing import FramedSocket
-from miniray._private.node_client import sun_path
+from miniray._private.core import protocol, serialization
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.node_client import sun_path
 
 __all__ = ["ActorLink", "ServiceUnavailable", "SOCKET_NAME"]
 
@@ -229,7 +229,7 @@ class ActorLink:
     def discard(payload) -> None:
         """A copy the service made in this driver's store that nobody will adopt."""
         if isinstance(payload, tuple):
-            from miniray._private.shm_segments import unlink_quiet
+            from miniray._private.object_store.shm_segments import unlink_quiet
 
             unlink_quiet(payload[1])
 

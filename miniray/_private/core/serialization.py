@@ -65,7 +65,7 @@ def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type
             if type(value) is ref_type:
                 deps.append((key, value._id))
                 kwargs[key] = None
-    from miniray._private import object_ref
+    from miniray._private.core import object_ref
 
     object_ref.start_collecting()
     try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 
-from miniray._private import protocol, serialization, shm_segments
+from miniray._private.core import protocol, serialization
+from miniray._private.object_store import shm_segments
 
 
 class WorkerRequests:
@@ -165,7 +166,7 @@ class WorkerRequests:
                     self._reply(worker, req_id, (True, None))
                     return
                 task = self._tasks.get(object_id[:24])
-                from miniray._private.owner import T_DONE
+                from miniray._private.owner.owner import T_DONE
 
                 if task is not None and task.state != T_DONE:
                     from miniray.exceptions import TaskCancelledError

@@ -20,8 +20,8 @@ import pickle
 import threading
 from typing import Any
 
-from miniray._private import protocol
-from miniray._private.framing import FramedSocket
+from miniray._private.core import protocol
+from miniray._private.transport.framing import FramedSocket
 
 
 class Channel:
@@ -230,7 +230,7 @@ class WorkerRuntime:
     def put_value(self, object_id: bytes, value, contained=()) -> None:
         """Small values travel inline; large ones go straight into a shared-memory segment,
         which the owner adopts (this worker never unlinks it)."""
-        from miniray._private import object_ref
+        from miniray._private.core import object_ref
 
         object_ref.start_collecting()
         try:
@@ -240,7 +240,8 @@ class WorkerRuntime:
         self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     def payload_for(self, object_id: bytes, value):
-        from miniray._private import oob, shm_segments
+        from miniray._private.core import oob
+        from miniray._private.object_store import shm_segments
 
         store = self.info["store"]
         ser = oob.serialize(value)

@@ -21,7 +21,8 @@ import logging
 import os
 import shutil
 
-from miniray._private import config, ids, procinfo
+from miniray._private.core import config, ids
+from miniray._private.host import procinfo
 
 logger = logging.getLogger(__name__)
 

@@ -33,9 +33,9 @@ import logging
 import signal
 import sys
 
-from miniray._private import protocol, serialization
-from miniray._private.object_table import PENDING, READY
-from miniray._private.resources import format_infeasible, infeasible_reasons
+from miniray._private.core import protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.owner.object_table import PENDING, READY
 
 logger = logging.getLogger(__name__)
 
@@ -768,7 +768,7 @@ class ActorManager:
                 self._terminate_when_idle(actor)
 
     def _terminate_when_idle(self, actor: _Actor) -> None:
-        from miniray._private import ids
+        from miniray._private.core import ids
 
         task_id = ids.new_task_id()
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,

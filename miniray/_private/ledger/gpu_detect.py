@@ -48,7 +48,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, Union
 
-from . import config
+from miniray._private.core import config
 
 __all__ = [
     "GpuInventory",

@@ -42,9 +42,7 @@ import os
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping
 
-from . import procinfo
-from .flock import KeptFlock, open_lock_file
-from .resources import (
+from miniray._private.core.resources import (
     _UNIT_INSTANCE_SET,
     UNIT,
     Lease,
@@ -53,6 +51,8 @@ from .resources import (
     plan_allocation,
     to_units,
 )
+from miniray._private.host import procinfo
+from miniray._private.ledger.flock import KeptFlock, open_lock_file
 
 __all__ = ["Ledger"]
 

@@ -24,7 +24,8 @@ import collections
 import threading
 from typing import Callable
 
-from miniray._private import protocol, values
+from miniray._private.core import protocol
+from miniray._private.object_store import values
 
 PENDING, READY = 0, 1
 
