@@ -29,7 +29,7 @@ import os
 from typing import Any, Generic
 
 from miniray._private import runtime
-from miniray._private.core import ids, object_ref, serialization
+from miniray._private.core import context, ids, serialization
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
@@ -188,13 +188,13 @@ class ActorHandle(Generic[T]):
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
         self._state = state
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         self._token = tracker.session_token if tracker is not None else None
         if tracker is not None:
             tracker.actor_handle_event(actor_id, 1)
 
     def __del__(self):
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         if tracker is not None and self._token is tracker.session_token:
             try:
                 tracker.actor_handle_event(self._actor_id, -1)
@@ -202,7 +202,7 @@ class ActorHandle(Generic[T]):
                 pass
 
     def __reduce__(self):
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         if tracker is not None and self._token is tracker.session_token:
             tracker.actor_handle_event(self._actor_id, 0)
         return (ActorHandle, (self._actor_id, self._state))

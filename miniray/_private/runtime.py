@@ -6,8 +6,9 @@ Does not own: tasks and objects (``owner.py``), resource arithmetic (``resources
 Called by: the public API in ``miniray/__init__.py``; inside workers, ``worker_main`` installs a
 ``WorkerRuntime`` here instead.
 
-Module state: ``_current`` is the Runtime of this process (driver) or the WorkerRuntime (worker),
-or None. Nothing is started at import.
+Module state: none of its own; the Runtime of this process (driver) or the WorkerRuntime (worker)
+is in ``core/context.py``'s slot, and importing this module installs ``auto_init`` there as the
+hook that starts a runtime on first use. Nothing is started at import.
 """
 
 from __future__ import annotations
@@ -19,16 +20,14 @@ import os
 import socket
 import sys
 import threading
-from typing import Any
 
-from miniray._private.core import config, ids, object_ref
+from miniray._private.core import config, context, ids
 from miniray._private.core.resources import NodeState, node_totals, to_units
 from miniray._private.host import session
 from miniray._private.ledger.ledger import Ledger
 
 logger = logging.getLogger("miniray")
 
-_current: Any = None
 _init_lock = threading.RLock()
 
 INIT_KWARGS = {
@@ -594,13 +593,7 @@ AS_ACTOR_SERVICE = False
 
 
 def current():
-    return _current
-
-
-def set_worker_runtime(worker_runtime) -> None:
-    global _current
-    _current = worker_runtime
-    object_ref.set_tracker(worker_runtime)
+    return context.current()
 
 
 def is_initialized() -> bool:
@@ -612,12 +605,13 @@ def is_initialized() -> bool:
         >>> ray.is_initialized()
         True
     """
-    return _current is not None and _current.is_initialized()
+    rt = context.current()
+    return rt is not None and rt.is_initialized()
 
 
 def auto_init():
     """The runtime, starting a plain ``init()`` first if needed (as Ray does)."""
-    rt = _current
+    rt = context.current()
     if rt is not None:
         return rt
     if not config.auto_init_enabled():
@@ -628,11 +622,14 @@ def auto_init():
             "implicit init(); call miniray.init() first."
         )
     init()
-    return _current
+    return context.current()
+
+
+context.set_auto_init(auto_init)  # ObjectRef.future() and the public API start one on first use
 
 
 def require_initialized(what: str):
-    rt = _current
+    rt = context.current()
     if rt is None:
         from miniray.exceptions import RaySystemError
 
@@ -671,7 +668,6 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         >>> ray.cluster_resources()["CPU"]
         2.0
     """
-    global _current
     unknown = sorted(set(kwargs) - INIT_KWARGS)
     if "storage" in kwargs:
         raise RuntimeError(
@@ -687,7 +683,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
             "debugger or run the function directly; miniray starts in well under a second."
         )
     with _init_lock:
-        rt = _current
+        rt = context.current()
         if rt is not None:
             if rt.mode == "worker":
                 return RayContext({})
@@ -755,9 +751,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
 
 
 def _started(rt: Runtime) -> RayContext:
-    global _current
-    _current = rt
-    object_ref.set_tracker(rt)
+    context.set_current(rt)
     _register_atexit(rt)
     logger.debug("miniray started: %s", rt.session_dir)
     return RayContext(rt.address_info())
@@ -790,13 +784,11 @@ def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = Fals
         False
         >>> _ = ray.init(num_cpus=2)
     """
-    global _current
     with _init_lock:
-        rt = _current
+        rt = context.current()
         if rt is None or rt.mode != "driver":
             return
-        _current = None
-        object_ref.set_tracker(None)
+        context.set_current(None)
         hook = _atexit_state.pop("hook", None)
         if hook is not None and not _exiting_interpreter:
             atexit.unregister(hook)

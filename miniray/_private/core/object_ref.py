@@ -13,42 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from typing import Any, Generic
 
-from miniray._private.core import ids
+from miniray._private.core import context, ids, serialization
 from miniray._private.core.type_vars import T
-
-# Refs pickled while a collector is active are *contained* in what is being serialized (a put
-# value, a call's arguments): the owner holds them for as long as that container lives instead
-# of keeping them forever (see object_table.py). Thread-local, so concurrent serializations
-# never mix.
-_collecting = threading.local()
-
-
-def start_collecting() -> None:
-    _collecting.ids = []
-
-
-def stop_collecting() -> list:
-    ids = getattr(_collecting, "ids", None)
-    _collecting.ids = None
-    return ids or []
-
-
-# Set by the runtime: the object that tracks refs of the current session (or None).
-# It must offer ref_created(id), ref_dropped(id), ref_pickled(id), session_token and
-# as_future(ref).
-_tracker: Any = None
-
-
-def set_tracker(tracker: Any) -> None:
-    global _tracker
-    _tracker = tracker
-
-
-def current_tracker() -> Any:
-    return _tracker
 
 
 class ObjectRef(Generic[T]):
@@ -69,7 +37,7 @@ class ObjectRef(Generic[T]):
         if not isinstance(binary, bytes) or len(binary) != ids.OBJECT_ID_SIZE:
             raise ValueError(f"ObjectRef needs {ids.OBJECT_ID_SIZE} bytes, got {binary!r}")
         self._id = binary
-        tracker = _tracker
+        tracker = context.current()
         if _token is None and tracker is not None:
             _token = tracker.session_token
         self._token = _token
@@ -77,7 +45,7 @@ class ObjectRef(Generic[T]):
             tracker.ref_created(binary)
 
     def __del__(self):
-        tracker = _tracker
+        tracker = context.current()
         if tracker is not None and self._token is tracker.session_token:
             try:
                 tracker.ref_dropped(self._id)
@@ -142,11 +110,11 @@ class ObjectRef(Generic[T]):
 
     # -- pickling -------------------------------------------------------------------
     def __reduce__(self):
-        collected = getattr(_collecting, "ids", None)
+        collected = serialization.collected_ids()
         if collected is not None:
             collected.append(self._id)
         else:
-            tracker = _tracker
+            tracker = context.current()
             if tracker is not None and self._token is tracker.session_token:
                 tracker.ref_pickled(self._id)  # who reads it is unknown: kept until shutdown
         return (_rebuild_ref, (self._id,))
@@ -154,7 +122,7 @@ class ObjectRef(Generic[T]):
     # -- futures --------------------------------------------------------------------
     def future(self) -> concurrent.futures.Future:
         """A ``concurrent.futures.Future`` resolving to the value (or raising its error)."""
-        return _require_tracker().as_future(self)
+        return context.auto_init().as_future(self)
 
     def as_future(self) -> asyncio.Future:
         """An ``asyncio.Future`` for the running loop, resolving to the value."""
@@ -166,14 +134,6 @@ class ObjectRef(Generic[T]):
 
 def _rebuild_ref(binary: bytes) -> ObjectRef:
     return ObjectRef(binary)
-
-
-def _require_tracker():
-    if _tracker is None:
-        from miniray._private import runtime
-
-        runtime.auto_init()
-    return _tracker
 
 
 ObjectRef.__module__ = "miniray"

@@ -12,11 +12,33 @@ value; plain data takes pickle's C fast path inside cloudpickle.
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import cloudpickle
 
 PROTOCOL = 5
+
+# Refs pickled while a collector is active are *contained* in what is being serialized (a put
+# value, a call's arguments): the owner holds them for as long as that container lives instead
+# of keeping them forever (see owner/object_table.py). Thread-local, so concurrent serializations
+# never mix.
+_collecting = threading.local()
+
+
+def start_collecting() -> None:
+    _collecting.ids = []
+
+
+def stop_collecting() -> list:
+    ids = getattr(_collecting, "ids", None)
+    _collecting.ids = None
+    return ids or []
+
+
+def collected_ids() -> list | None:
+    """The list the current thread's collector appends to, or None when none is active."""
+    return getattr(_collecting, "ids", None)
 
 
 def dumps(value: Any) -> bytes:
@@ -65,13 +87,11 @@ def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type
             if type(value) is ref_type:
                 deps.append((key, value._id))
                 kwargs[key] = None
-    from miniray._private.core import object_ref
-
-    object_ref.start_collecting()
+    start_collecting()
     try:
         blob = dumps_arguments(args, kwargs, function_name)
     finally:
-        contained = object_ref.stop_collecting()
+        contained = stop_collecting()
     return blob, deps or None, tuple(contained)
 
 

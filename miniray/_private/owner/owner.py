@@ -230,13 +230,11 @@ class Owner(HostGpuLeasing, WorkerRequests):
             with self._lock:          # segments can be reused (memcpy-speed puts)
                 self.objects.apply_ref_events()
             self.reactor.wake()  # and the I/O thread times the release of what was pooled
-        from miniray._private.core import object_ref
-
-        object_ref.start_collecting()  # refs pickled inside the value: the object holds them
+        serialization.start_collecting()  # refs pickled inside the value: the object holds them
         try:
             self.store.put_value(object_id, value)
         finally:
-            contained = object_ref.stop_collecting()
+            contained = serialization.stop_collecting()
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
             if contained:

@@ -20,7 +20,7 @@ import pickle
 import threading
 from typing import Any
 
-from miniray._private.core import protocol
+from miniray._private.core import protocol, serialization
 from miniray._private.transport.framing import FramedSocket
 
 
@@ -230,13 +230,11 @@ class WorkerRuntime:
     def put_value(self, object_id: bytes, value, contained=()) -> None:
         """Small values travel inline; large ones go straight into a shared-memory segment,
         which the owner adopts (this worker never unlinks it)."""
-        from miniray._private.core import object_ref
-
-        object_ref.start_collecting()
+        serialization.start_collecting()
         try:
             payload = self.payload_for(object_id, value)
         finally:
-            contained = tuple(contained) + tuple(object_ref.stop_collecting())
+            contained = tuple(contained) + tuple(serialization.stop_collecting())
         self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     def payload_for(self, object_id: bytes, value):

@@ -29,7 +29,7 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 
-from miniray._private.core import config, protocol, serialization
+from miniray._private.core import config, context, protocol, serialization
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
@@ -244,13 +244,11 @@ class _Worker:
         results = []
         for index, item in enumerate(items):
             try:
-                from miniray._private.core import object_ref
-
-                object_ref.start_collecting()  # refs inside a return value: it holds them
+                serialization.start_collecting()  # refs inside a return value: it holds them
                 try:
                     payload = self.runtime.payload_for(return_ids[index], item)
                 finally:
-                    inside = tuple(object_ref.stop_collecting())
+                    inside = tuple(serialization.stop_collecting())
                 results.append((protocol.OK, payload, inside))
             except Exception as failure:
                 from miniray.exceptions import RayError
@@ -362,9 +360,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
     info = hello[1]
     _apply_hello(info)
     worker = _Worker(channel, ctl, info)
-    from miniray._private import runtime
-
-    runtime.set_worker_runtime(worker.runtime)
+    context.set_current(worker.runtime)
     worker.start_control_thread()
     try:
         worker.loop()
