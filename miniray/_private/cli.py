@@ -1,9 +1,9 @@
 """The ``miniray`` command line.
 
 Owns: parsing the command line, running its subcommands and what they print. The node they
-start, stop and show is in ``node.py`` (the node process), ``node_client.py`` (starting it as
-a daemon, stopping recorded nodes) and ``node_status.py`` (the status report). Called by the
-console script ``miniray`` and by ``python -m miniray``.
+start, stop and show is in ``node/node.py`` (the node process), ``node/daemon.py`` (starting
+it as a daemon, stopping recorded nodes) and ``node/node_status.py`` (the status report).
+Called by the console script ``miniray`` and by ``python -m miniray``.
 
 ``miniray start --head`` starts a node (ray-api-surface.md §8.1); ``miniray stop`` stops this
 user's recorded nodes, by pid and start time, never by name (§8.2); ``miniray status`` prints
@@ -23,6 +23,8 @@ import sys
 
 from miniray._private.core import config
 
+# Each command imports what it needs inside its function: `miniray run` must not load the node
+# or the engine before the program it runs, and `status` reads files only.
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from miniray._private.core import alias
@@ -158,7 +160,7 @@ def _print_started(address: str) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private.node import node
+    from miniray._private.node import daemon, node
     from miniray._private.transport import node_client
 
     if args.address is not None:
@@ -179,7 +181,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
               "multi-host peering yet); ignored.", file=sys.stderr)
     if not args.block:
         try:
-            record, _info = node_client.spawn_daemon(options)
+            record, _info = daemon.spawn_daemon(options)
         except (node_client.NodeStartError, ConnectionError) as error:
             return _error(str(error))
         _print_started(record.address)
@@ -200,9 +202,9 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from miniray._private.transport import node_client
+    from miniray._private.node import daemon
 
-    stopped = node_client.stop_nodes(force=args.force, grace=float(args.grace_period))
+    stopped = daemon.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
         print(f"Stopped {stopped} miniray node(s).")
     else:

@@ -311,7 +311,7 @@ class Runtime:
 
         if alias.installed():
             env[config.RAY_ALIAS_ENV] = "1"
-        from miniray._private.worker.forkserver import ForkServerClient
+        from miniray._private.transport.spawn import ForkServerClient
 
         self.fork_server = ForkServerClient(env)
         try:

@@ -491,7 +491,7 @@ def main() -> None:
     """``python -m miniray._private.node.actor_service ADDRESS TEMP_ROOT SESSION_DIR NODE_PID``,
     started by the node; runs until SIGTERM, the node's death, or the node dropping it."""
     address, root, session_dir, node_pid = sys.argv[1:5]
-    from miniray._private.worker.forkserver import set_pdeathsig
+    from miniray._private.transport.spawn import set_pdeathsig
 
     set_pdeathsig(signal.SIGTERM)  # the node died without stopping us: leave too
     if os.getppid() != int(node_pid):

@@ -525,7 +525,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
     from miniray._private.ledger.ledger import Ledger
     from miniray._private.runtime import node_resources
-    from miniray._private.worker.forkserver import ForkServerClient
+    from miniray._private.transport.spawn import ForkServerClient
 
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)

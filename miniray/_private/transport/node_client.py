@@ -5,14 +5,12 @@ an address (``None``, ``"auto"``, ``"host:port"``) to a record, and ``NodeClient
 driver's connection to the node's socket. Does not own: the node process (``node.py``), what
 the owner does with its workers (``owner.py``), or the wire protocol's definition (numbered in
 ``node.py``'s docstring; this module is its client half).
-Also owns what the CLI does to a node from outside: starting it as a daemon
-(``spawn_daemon``: it returns once the node answered a HELLO) and stopping the recorded nodes
-(``stop_nodes``: by recorded pid and start time, never by name).
-Called by: the runtime at ``init(address=...)``, the CLI (``start``, ``stop``, ``status``),
-``node.py`` (the record helpers), and tests. ``spawn_daemon`` is for the short-lived CLI
-process: the daemon is its child until the CLI exits.
+What the CLI does to a node from outside (start it as a daemon, stop it) is
+``node/daemon.py``'s.
+Called by: the runtime at ``init(address=...)``, the CLI (``status``), ``node/daemon.py``,
+``node.py`` (the record helpers), and tests.
 
-``NodeClient`` has exactly the interface the owner uses on ``forkserver.ForkServerClient``
+``NodeClient`` has exactly the interface the owner uses on ``spawn.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
 ``read_message()``, ``wait(timeout)``, ``close()``), and ``read_message`` returns the fork
 server's integer tags (``protocol.SPAWNED``/``EXITED``/``BYE``), so the owner cannot tell a
@@ -45,21 +43,16 @@ import json
 import logging
 import os
 import pickle
-import select
 import shutil
-import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from miniray._private.core import config, protocol
 from miniray._private.host import procinfo, session
-from miniray._private.worker.forkserver import SpawnChannel, send_message
+from miniray._private.transport.spawn import SpawnChannel, send_message
 
 __all__ = [
     "CURRENT_NODE",
@@ -76,8 +69,6 @@ __all__ = [
     "list_records",
     "parse_address",
     "read_record",
-    "spawn_daemon",
-    "stop_nodes",
 ]
 
 logger = logging.getLogger(__name__)
@@ -434,140 +425,3 @@ def sweep_stale(root: str) -> None:
         if record is not None and not session.is_session_alive(record.session_dir):
             shutil.rmtree(record.session_dir, ignore_errors=True)
         unlink_quiet(current)
-
-
-def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
-    """Starts a node in the background (a new session, stdin /dev/null, output to its
-    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
-    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
-    import miniray
-
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [parent] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    )
-    read_fd, write_fd = os.pipe()
-    code = "from miniray._private.node.node import main; main()"
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(write_fd), json.dumps(options)],
-            pass_fds=[write_fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True, cwd="/", env=env,
-        )
-    finally:
-        os.close(write_fd)
-    deadline = time.monotonic() + timeout
-    chunks = []
-    with os.fdopen(read_fd, "rb") as ready:
-        while time.monotonic() < deadline:
-            if not select.select([ready], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                continue
-            chunk = os.read(ready.fileno(), 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-    line = b"".join(chunks).decode(errors="replace").strip()
-    doc = json.loads(line) if line.startswith("{") else None
-    if doc is None or not doc.get("ok"):
-        if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
-            proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-        proc.stderr.close()
-        session.sweep_dead_sessions(os.path.abspath(options.get("temp_dir")
-                                                    or config.tmpdir_root()))
-        if doc is not None:
-            raise NodeStartError(doc["error"])
-        what = (f"exited with code {proc.returncode}" if proc.returncode is not None
-                else f"was not ready within {timeout:g} s")
-        raise NodeStartError(f"the miniray node {what}." + (f"\n{err[-3000:]}" if err else ""))
-    proc.stderr.close()
-    record = read_record(doc["record"])
-    if record is None:
-        raise NodeStartError(f"the node reported {doc['record']}, which cannot be read")
-    client = connect(record, timeout=max(1.0, deadline - time.monotonic()))
-    info = client.info
-    client.close()
-    return record, info
-
-
-# ------------------------------------------------------------------------- stopping nodes
-def _signal(pid: int | None, start: int | None, sig: int) -> bool:
-    """Signals ``pid`` only while it is still the recorded process (pid and start time)."""
-    if not pid or not procinfo.is_alive(pid, start):
-        return False
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> list:
-    deadline = time.monotonic() + timeout
-    while True:
-        alive = [(p, s) for p, s in procs if p and procinfo.is_alive(p, s)]
-        if not alive or time.monotonic() >= deadline:
-            return alive
-        time.sleep(0.02)
-
-
-def actor_service_of(record: NodeRecord) -> tuple[int | None, int | None]:
-    """``(pid, start time)`` of a node's actor service, from the file the node writes."""
-    try:
-        with open(os.path.join(record.session_dir, SERVICE_PID)) as f:
-            pid, start = f.read().split()
-        return int(pid), int(start)
-    except (OSError, ValueError):
-        return None, None
-
-
-def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 16.0) -> int:
-    """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
-    names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
-    seconds (at once with ``force``). Waits for each node, its fork server and its actor
-    service to be gone, then sweeps their session directories and stale records. Returns how
-    many were running."""
-    root = os.path.abspath(root or config.tmpdir_root())
-    records = list_records(root, alive_only=False)
-    live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
-    for record in live:
-        _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)
-    left = _wait_gone([(r.pid, r.start_time) for r in live], 0.0 if force else grace)
-    for pid, start in left:
-        if not force:
-            logger.warning("node pid %d still running after %g s: SIGKILL", pid, grace)
-        _signal(pid, start, signal.SIGKILL)
-    _wait_gone(left, 10.0)
-    # A node that died without its shutdown: its fork server sees EOF, kills the workers and
-    # exits. Wait for that, so nothing of the node is left when this returns.
-    forks = [(r.fork_server_pid, r.fork_server_start) for r in records]
-    # So does its actor service (it gets SIGTERM when the node dies, and shuts down as a
-    # driver, writing to the session): wait for it before the session directory goes.
-    children = forks + [actor_service_of(r) for r in records]
-    for pid, start in _wait_gone(children, 5.0):
-        _signal(pid, start, signal.SIGKILL)
-    _wait_gone(children, 5.0)
-    roots = {root} | {os.path.dirname(r.session_dir) for r in records}
-    for r in records:
-        if os.path.isdir(r.session_dir) and not session.is_session_alive(r.session_dir):
-            shutil.rmtree(r.session_dir, ignore_errors=True)
-    for r in sorted(roots):
-        with root_locked(r):
-            sweep_stale(r)
-        with contextlib.suppress(OSError):
-            os.rmdir(r)
-    _sweep_dead_segments()
-    return len(live)
-
-
-def _sweep_dead_segments() -> None:
-    """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
-    from miniray._private.host import procinfo
-    from miniray._private.object_store import shm_segments
-
-    shm_segments.sweep_segments(
-        shm_segments.DEFAULT_SHM_DIR,
-        lambda tag: not procinfo.is_alive(shm_segments.session_tag_pid(tag) or 0))

@@ -4,7 +4,8 @@ Owns: forking worker processes, reaping them, reporting their exits, and signall
 the only process that signals workers, so a pid is never signalled after it was reaped and
 possibly reused). Does not own: what a worker does (``worker_main.py``) or which workers exist
 for what (the owner decides).
-Called by: ``ForkServerClient`` in the driver (or node) process.
+Called by: ``ForkServerClient`` (``transport/spawn.py``) in the driver or node process, which
+starts it with ``main()``; this module is imported only in the fork server process.
 
 ::
 
@@ -18,9 +19,10 @@ Called by: ``ForkServerClient`` in the driver (or node) process.
                                                  ◄──   (BYE,) and exit
       EOF (driver exited or was killed)          ──►   SIGKILL every child, reap, exit
 
-It is started as a fresh interpreter (never forked from the threaded driver), imports miniray
-and cloudpickle once, and stays single-threaded, so forking it is safe and a worker costs a few
-milliseconds. It ignores SIGINT: Ctrl-C is the driver's to handle.
+It is started as a fresh interpreter (never forked from the threaded driver), imports the
+worker's modules (and with them the ``miniray`` package) and cloudpickle once, and stays
+single-threaded, so forking it is safe and a worker costs a few milliseconds. It
+ignores SIGINT: Ctrl-C is the driver's to handle.
 """
 
 from __future__ import annotations
@@ -30,37 +32,16 @@ import pickle
 import select
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 
-from miniray._private.core import protocol
+# Imported here, before any fork, so that a fork costs milliseconds: the worker's task loop
+# and, through the package's __init__, the public API a task uses.
+import cloudpickle  # noqa: F401
 
-_MAX_FDS = 8
-_BUFSIZE = 1 << 16
-
-
-def send_message(sock: socket.socket, message: tuple, fds: list[int] | None = None) -> None:
-    """One pickled tuple as one SOCK_SEQPACKET datagram, with ``fds`` (SCM_RIGHTS) if any.
-    The fork server's channel and the node's (node_client.py) both speak this way."""
-    data = pickle.dumps(message, protocol=5)
-    if fds:
-        socket.send_fds(sock, [data], fds)
-    else:
-        sock.sendall(data)
-
-
-def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` to this process when its parent dies (Linux only)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except Exception:  # not Linux: workers still exit on EOF from their data socket
-        pass
+from miniray._private.core import alias, config, protocol
+from miniray._private.transport.spawn import MAX_FDS, RECV_BUFSIZE, send_message, set_pdeathsig
+from miniray._private.worker import worker_main
 
 
 class _ForkServer:
@@ -113,7 +94,7 @@ class _ForkServer:
 
     def _handle_request(self) -> bool:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, _BUFSIZE, _MAX_FDS)
+            data, fds, _flags, _addr = socket.recv_fds(self.sock, RECV_BUFSIZE, MAX_FDS)
         except (ConnectionResetError, OSError):
             return False
         if not data:
@@ -158,8 +139,6 @@ class _ForkServer:
                 self.sock.close()
                 os.close(self.wake_r)
                 os.close(self.wake_w)
-                from miniray._private.worker import worker_main
-
                 data_fd, ctl_fd, out_fd, err_fd = fds
                 worker_main.run_forked(data_fd, ctl_fd, out_fd, err_fd)
             except BaseException:
@@ -202,103 +181,7 @@ def main() -> None:
     ``python -c 'from miniray._private.worker.forkserver import main; main()' FD``."""
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
-    # Pre-import what every worker needs, so a fork costs milliseconds.
-    import cloudpickle  # noqa: F401
-
-    import miniray  # noqa: F401
-    from miniray._private.core import config
-    from miniray._private.worker import worker_main  # noqa: F401
-
     if config.ray_alias_requested():
-        from miniray._private.core import alias
-
         alias.install()
     _ForkServer(sock).run()
     os._exit(0)
-
-
-class SpawnChannel:
-    """The sending half shared by ``ForkServerClient`` and ``node_client.NodeClient``: one
-    SEQPACKET socket, a lock for its writers, numbered SPAWN requests. Sends never raise once
-    the peer is gone; the reader of ``fileno()`` sees the EOF. Subclasses name their tags."""
-
-    SPAWN_TAG: object = protocol.SPAWN
-    KILL_TAG: object = protocol.KILL
-
-    def __init__(self, sock: socket.socket):
-        self._sock = sock
-        self._send_lock = threading.Lock()
-        self._next_req = 0
-
-    def fileno(self) -> int:
-        return self._sock.fileno()
-
-    def spawn(self, fds: list[int]) -> int:
-        with self._send_lock:
-            self._next_req += 1
-            req = self._next_req
-            send_message(self._sock, (self.SPAWN_TAG, req), fds)
-        return req
-
-    def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        self._send((self.KILL_TAG, pid, int(sig)))
-
-    def _send(self, message: tuple) -> None:
-        try:
-            with self._send_lock:
-                send_message(self._sock, message)
-        except OSError:
-            pass  # the peer is gone: read_message reports EOF
-
-    def close(self) -> None:
-        try:
-            self._sock.close()
-        except OSError:
-            pass
-
-
-class ForkServerClient(SpawnChannel):
-    """The driver's end of the fork server.
-
-    ``spawn()`` and ``kill()`` only send; replies (SPAWNED, EXITED, BYE) are read by the
-    owner's I/O thread through ``read_message()`` on ``fileno()``.
-    """
-
-    def __init__(self, env: dict[str, str]):
-        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        super().__init__(parent_sock)
-        code = "from miniray._private.worker.forkserver import main; main()"
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-c", code, str(child_sock.fileno())],
-                pass_fds=[child_sock.fileno()],
-                stdin=subprocess.DEVNULL,
-                env=env,
-                close_fds=True,
-            )
-        finally:
-            child_sock.close()
-        self.pid = self.process.pid
-
-    def request_shutdown(self, grace: float) -> None:
-        self._send((protocol.SHUTDOWN, grace))
-
-    def read_message(self) -> tuple | None:
-        """One message, or None at EOF. Call only when ``fileno()`` is readable."""
-        try:
-            data = self._sock.recv(_BUFSIZE)
-        except (BlockingIOError, InterruptedError):
-            return ()
-        except OSError:
-            return None
-        if not data:
-            return None
-        return pickle.loads(data)
-
-    def wait(self, timeout: float) -> None:
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
