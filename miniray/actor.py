@@ -29,11 +29,12 @@ import os
 from typing import Any, Generic
 
 from miniray._private import runtime
+from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import context, ids, serialization
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, _ExitActor
 from miniray._private.core.type_vars import T
-from miniray._private.owner.actors import ActorCallSpec, ActorCreationSpec
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]
@@ -43,10 +44,6 @@ _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an ActorClass."""
-
-
-class _ExitActor(SystemExit):
-    """Raised by ``exit_actor()`` inside an actor; the actor host exits after the call."""
 
 
 def _method_table(cls: type) -> dict:
@@ -260,8 +257,6 @@ class ActorHandle(Generic[T]):
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]
         if generator:
-            from miniray._private.generators import ObjectRefGenerator
-
             return ObjectRefGenerator(refs[0])
         return refs[0] if count == 1 else refs
 

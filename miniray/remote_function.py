@@ -4,7 +4,7 @@ Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.opt
 ``_default_options``, ``_max_calls``; calling it directly raises TypeError. Differs:
 ``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
 NotImplementedError; generator functions run to completion before their refs are iterated
-(see ``miniray._private.generators``).
+(see ``miniray._private.api``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Generic
 
 from miniray._private import runtime
+from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import ids, serialization
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
@@ -154,8 +155,6 @@ class RemoteFunction(Generic[P, R]):
         if num_returns == 1:
             ref = ObjectRef(return_ids[0])
             if template.streaming:
-                from miniray._private.generators import ObjectRefGenerator
-
                 return ObjectRefGenerator(ref)
             return ref
         if num_returns == 0:

@@ -23,11 +23,11 @@ import sys
 
 from miniray._private.core import config
 
-# Each command imports what it needs inside its function: `miniray run` must not load the node
-# or the engine before the program it runs, and `status` reads files only.
+# Each command imports what it needs inside its function (lazy): `miniray run` must not load the
+# node or the engine before the program it runs, and `status` reads files only.
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from miniray._private.core import alias
+    from miniray._private.core import alias  # lazy: each command loads only what it needs
 
     alias.install()
     os.environ[config.RAY_ALIAS_ENV] = "1"
@@ -160,7 +160,7 @@ def _print_started(address: str) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private.node import daemon, node
+    from miniray._private.node import daemon, node  # lazy, as above
     from miniray._private.transport import node_client
 
     if args.address is not None:
@@ -202,7 +202,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from miniray._private.node import daemon
+    from miniray._private.node import daemon  # lazy, as above
 
     stopped = daemon.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
@@ -215,7 +215,7 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     import time
 
-    from miniray._private.node import node_status
+    from miniray._private.node import node_status  # lazy, as above
     from miniray._private.transport import node_client
 
     address = args.address or os.environ.get("RAY_ADDRESS") or None

@@ -22,9 +22,14 @@ import sys
 import threading
 
 from miniray._private.core import config, context, ids
-from miniray._private.core.resources import NodeState, node_totals, to_units
-from miniray._private.host import session
-from miniray._private.ledger.ledger import Ledger
+from miniray._private.core.resources import NodeState, to_units
+from miniray._private.host import procinfo, session
+from miniray._private.object_store import shm_segments, values
+from miniray._version import __version__
+
+# The engine (owner, store, ledger, host inventory, fork server and node clients, actor link)
+# is imported lazily, inside the functions that start it: `import miniray` loads the API only,
+# and init() the rest. Those imports point down the layers; none of them closes a cycle.
 
 logger = logging.getLogger("miniray")
 
@@ -58,8 +63,6 @@ class RayContext(dict):
         self.address_info = dict(address_info)
         self.dashboard_url = ""
         self.python_version = ".".join(map(str, sys.version_info[:3]))
-        from miniray import __version__
-
         self.ray_version = __version__
         self.ray_commit = "miniray"
 
@@ -67,51 +70,13 @@ class RayContext(dict):
         return self
 
     def __exit__(self, *exc):
-        from miniray import shutdown
-
         shutdown()
 
     def disconnect(self):
-        from miniray import shutdown
-
         shutdown()
 
     def __repr__(self) -> str:
         return f"RayContext({self.address_info!r})"
-
-
-def _cpu_count() -> int:
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
-    try:  # cgroup v2 quota
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()
-        if quota != "max":
-            count = min(count, max(1, int(int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return count
-
-
-def _memory_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
-
-
-def _shm_free() -> int | None:
-    try:
-        st = os.statvfs("/dev/shm")
-        return st.f_bavail * st.f_frsize
-    except OSError:
-        return None
 
 
 def _check_whole(name: str, value, resources_repr: dict) -> None:
@@ -128,63 +93,6 @@ def _check_whole(name: str, value, resources_repr: dict) -> None:
             "Resource quantities must all be whole numbers. "
             f"Violated by resource '{name}' in {resources_repr}."
         )
-
-
-def node_resources(num_cpus, num_gpus, resources, object_store_memory,
-                   node_ip: str = "127.0.0.1") -> dict:
-    """A node's totals and GPU identity, as ``init()`` and ``miniray start`` compute them.
-
-    ``num_cpus`` None means the usable cores. GPUs: NVML detection, capped and named by
-    ``CUDA_VISIBLE_DEVICES``; an explicit ``num_gpus`` overrides the count. Returns
-    ``{"totals", "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
-    "object_store_memory"}``; ValueError as Ray's for a ``num_gpus`` above the visible devices.
-    """
-    if num_cpus is None:
-        num_cpus = _cpu_count()
-    from miniray._private.ledger.gpu_detect import detect_gpus, parse_visible_devices
-
-    inventory = detect_gpus()
-    cvd = parse_visible_devices(config.cuda_visible_devices())
-    if num_gpus is None:
-        num_gpus = inventory.count
-    elif cvd is not None and num_gpus > len(cvd):
-        raise ValueError(
-            f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
-            f"contains {cvd}."
-        )
-    num_gpus = int(num_gpus)
-    # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
-    # then logical ones (num_gpus may exceed the hardware: resources are logical).
-    gpu_ids = list(inventory.ids[:num_gpus])
-    spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
-    for gpu_id in spare:
-        if len(gpu_ids) >= num_gpus:
-            break
-        if gpu_id not in gpu_ids:
-            gpu_ids.append(gpu_id)
-    gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
-    gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
-    accelerator_type = inventory.accelerator_type if num_gpus else None
-    resources = dict(resources or {})
-    if accelerator_type and inventory.count:
-        resources.setdefault(f"accelerator_type:{accelerator_type}", 1)
-    available = _memory_available()
-    if object_store_memory is None:
-        object_store_memory = int(available * 0.3)
-        shm = _shm_free()
-        if shm is not None:
-            object_store_memory = min(object_store_memory, int(shm * 0.95))
-        object_store_memory = min(object_store_memory, 200 * (1 << 30))
-        logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
-                     object_store_memory, available, shm)
-    memory = max(0, int(available - object_store_memory))
-    totals = node_totals(num_cpus, num_gpus, resources, memory,
-                         int(object_store_memory), node_ip)
-    return {
-        "totals": totals, "gpu_ids": gpu_ids, "gpu_ids_are_ints": gpu_ids_are_ints,
-        "gpu_keys": gpu_keys, "accelerator_type": accelerator_type,
-        "object_store_memory": int(object_store_memory),
-    }
 
 
 class Runtime:
@@ -220,6 +128,7 @@ class Runtime:
         """Drive a node started by ``miniray start``: its ledger, its fork server (through the
         node's socket); this driver keeps its own object store and talks to its workers
         directly, as in embedded mode."""
+        from miniray._private.ledger.ledger import Ledger  # lazy: see the note at the imports
         from miniray._private.transport import node_client
 
         client = node_client.connect(record)
@@ -244,7 +153,7 @@ class Runtime:
                                      driver=f"driver_{self.pid}")
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
-                from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink
+                from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink  # lazy
 
                 self.owner.actors.link = ActorLink(
                     self.owner, os.path.join(self.session_dir, SOCKET_NAME))
@@ -255,7 +164,7 @@ class Runtime:
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int) -> None:
-        from miniray._private.core import alias
+        from miniray._private.core import alias  # lazy: see the note at the imports
 
         env_vars = {}
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
@@ -276,7 +185,7 @@ class Runtime:
         }
         if log_to_driver is None:
             log_to_driver = config.log_to_driver_default()
-        from miniray._private.owner.owner import Owner
+        from miniray._private.owner.owner import Owner  # lazy: see the note at the imports
 
         self.owner = Owner(
             ledger=self.ledger, store=self.store, fork_server=fork_server,
@@ -287,7 +196,11 @@ class Runtime:
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
-        spec = node_resources(num_cpus, num_gpus, resources, object_store_memory, self.node_ip)
+        from miniray._private.ledger import inventory  # lazy: see the note at the imports
+        from miniray._private.ledger.ledger import Ledger
+
+        spec = inventory.node_resources(num_cpus, num_gpus, resources, object_store_memory,
+                                        self.node_ip)
         gpu_ids = spec["gpu_ids"]
         self.gpu_ids_are_ints = spec["gpu_ids_are_ints"]
         self.gpu_keys = spec["gpu_keys"]
@@ -307,11 +220,13 @@ class Runtime:
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
             env.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
-        from miniray._private.core import alias
+        from miniray._private.core import alias  # lazy: see the note at the imports
 
         if alias.installed():
             env[config.RAY_ALIAS_ENV] = "1"
-        from miniray._private.transport.spawn import ForkServerClient
+        from miniray._private.transport.spawn import (
+            ForkServerClient,  # lazy: see the note at the imports
+        )
 
         self.fork_server = ForkServerClient(env)
         try:
@@ -333,9 +248,7 @@ class Runtime:
         self.owner.ref_pickled(object_id)
 
     def as_future(self, ref):
-        from miniray._private import api
-
-        return api.future_of(self, ref)
+        return values.future_of(self, ref)
 
     # -- the API the public functions call -------------------------------------------
     def is_initialized(self) -> bool:
@@ -505,8 +418,6 @@ class Runtime:
         """A driver that joined a node writes its store's statistics into the node's session
         once a second (only when they change), for ``miniray status``. Runs on the I/O
         thread's timer."""
-        from miniray._private.node.node_status import STORE_STATS_DIR
-
         if self._shut:
             return
         try:
@@ -514,7 +425,7 @@ class Runtime:
             text = json.dumps({k: stats[k] for k in ("objects", "bytes_in_memory",
                                                     "bytes_spilled", "pinned", "capacity")})
             if text != getattr(self, "_last_stats", None):
-                folder = os.path.join(self.session_dir, STORE_STATS_DIR)
+                folder = os.path.join(self.session_dir, session.STORE_STATS_DIR)
                 try:  # never re-create the node's session directory once it was removed
                     os.mkdir(folder)
                 except FileExistsError:
@@ -531,10 +442,8 @@ class Runtime:
     def _remove_driver_dirs(self) -> None:
         import shutil
 
-        from miniray._private.node.node_status import STORE_STATS_DIR
-
         try:
-            os.unlink(os.path.join(self.session_dir, STORE_STATS_DIR, f"{self.pid}.json"))
+            os.unlink(os.path.join(self.session_dir, session.STORE_STATS_DIR, f"{self.pid}.json"))
         except OSError:
             pass
         name = f"driver_{self.pid}"
@@ -561,9 +470,9 @@ def _spill_dir(session_dir: str) -> str:
 
 
 def _make_store(session_dir: str, capacity: int, driver: str | None = None):
-    from miniray._private.host import procinfo
-    from miniray._private.object_store import shm_segments
-    from miniray._private.object_store.shm_store import SharedMemoryStore
+    from miniray._private.object_store.shm_store import (
+        SharedMemoryStore,  # lazy: see the note at the imports
+    )
 
     # Segments of sessions whose owner died (SIGKILL) go first; then this session's store.
     shm_segments.sweep_segments(
@@ -701,7 +610,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
                 logger.info("Using address %s set in the environment variable RAY_ADDRESS",
                             env_address)
                 address = env_address
-        from miniray._private.transport import node_client
+        from miniray._private.transport import node_client  # lazy: see the note at the imports
 
         node = None if address == "local" else node_client.find_node(
             address, kwargs.get("_temp_dir"))
@@ -737,7 +646,9 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         for name, value in (resources or {}).items():
             _check_whole(name, value, shown)
         if num_cpus is None:
-            num_cpus = _cpu_count()
+            from miniray._private.ledger import inventory  # lazy: see the note at the imports
+
+            num_cpus = inventory.cpu_count()
         osm = kwargs.get("object_store_memory")
         if osm is not None and (not isinstance(osm, int) or osm <= 0):
             raise ValueError(f"object_store_memory must be a positive int, got {osm!r}.")

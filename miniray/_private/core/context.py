@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from miniray.exceptions import RaySystemError
+
 _current: Any = None
 _auto_init: Callable[[], Any] | None = None
 
@@ -42,7 +44,5 @@ def auto_init() -> Any:
     if runtime is not None:
         return runtime
     if _auto_init is None:  # only a process that never imported miniray itself gets here
-        from miniray.exceptions import RaySystemError
-
         raise RaySystemError("miniray has not been started yet; call miniray.init() first.")
     return _auto_init()

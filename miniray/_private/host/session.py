@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_PREFIX = "session_"
 OWNER_FILE = "owner.pid"
+STORE_STATS_DIR = "driver_stats"  # <session>/driver_stats/<pid>.json, written by drivers
 
 
 def root_tag(root: str | None = None) -> str:

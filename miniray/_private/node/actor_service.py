@@ -50,12 +50,17 @@ import socket
 import sys
 import threading
 
+from miniray._private import runtime
 from miniray._private.core import protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME
+from miniray._private.owner.actors import A_DEAD
 from miniray._private.owner.object_table import PENDING
+from miniray._private.transport import node_client
 from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.node_client import accept_same_uid
+from miniray._private.transport.spawn import set_pdeathsig
 
 __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
@@ -143,8 +148,6 @@ class ActorService:
     """Serves drivers on ``<session>/actors.sock`` from the runtime's own I/O thread."""
 
     def __init__(self, rt, session_dir: str):
-        from miniray._private.transport import node_client
-
         self.rt = rt
         self.owner = rt.owner
         self.path = os.path.join(session_dir, SOCKET_NAME)
@@ -173,8 +176,6 @@ class ActorService:
 
     # -- connections (I/O thread) --------------------------------------------------------------
     def _on_accept(self, _fd: int) -> None:
-        from miniray._private.transport.node_client import accept_same_uid
-
         for sock, _pid in accept_same_uid(self.listener, logger):
             conn = FramedSocket(sock)
             with self.owner._lock:
@@ -363,8 +364,6 @@ class ActorService:
             raise ValueError(f"unknown message {tag!r}")
 
     def _end_when_idle(self, actor_id: bytes) -> None:
-        from miniray._private.owner.actors import A_DEAD
-
         actors = self.owner.actors
         actor = actors.actors.get(actor_id)
         self.life.forget(actor_id)
@@ -491,8 +490,6 @@ def main() -> None:
     """``python -m miniray._private.node.actor_service ADDRESS TEMP_ROOT SESSION_DIR NODE_PID``,
     started by the node; runs until SIGTERM, the node's death, or the node dropping it."""
     address, root, session_dir, node_pid = sys.argv[1:5]
-    from miniray._private.transport.spawn import set_pdeathsig
-
     set_pdeathsig(signal.SIGTERM)  # the node died without stopping us: leave too
     if os.getppid() != int(node_pid):
         return
@@ -501,8 +498,6 @@ def main() -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    from miniray._private import runtime
-
     runtime.AS_ACTOR_SERVICE = True
     runtime.init(address=address, _temp_dir=root, log_to_driver=True,
                  namespace="_miniray_actor_service")

@@ -70,10 +70,15 @@ import sys
 import time
 from typing import Any, Callable
 
+import miniray
 from miniray._private.core import config, ids, protocol
 from miniray._private.host import procinfo, session
+from miniray._private.ledger.host_gpus import HostGpuLedger
+from miniray._private.ledger.inventory import node_resources
+from miniray._private.ledger.ledger import Ledger
 from miniray._private.transport import node_client as nc
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
+from miniray._private.transport.spawn import ForkServerClient
 
 __all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
 
@@ -160,8 +165,6 @@ class NodeServer:
         import subprocess
 
         env, root = self._service_args
-        import miniray
-
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
         env = dict(env, PYTHONPATH=os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
@@ -441,8 +444,6 @@ class NodeServer:
         try:
             released = self.ledger.release_holder(pid)
             if any(self.gpu_keys):
-                from miniray._private.ledger.host_gpus import HostGpuLedger
-
                 host = HostGpuLedger().release_holder(pid)
         except Exception:
             logger.exception("releasing the leases of driver pid %d failed", pid)
@@ -523,10 +524,6 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
     once drivers can connect. NodeStartError (before ready) when the node cannot start;
     ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
-    from miniray._private.ledger.ledger import Ledger
-    from miniray._private.runtime import node_resources
-    from miniray._private.transport.spawn import ForkServerClient
-
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
     roots = [root] if root == default_root else [root, default_root]

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from miniray._private.core.resources import UNIT, NodeState, from_units
-from miniray._private.host import procinfo
+from miniray._private.host import procinfo, session
+from miniray._private.ledger.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.transport import node_client
 
 __all__ = ["NodeView", "collect", "format_bytes", "format_status", "format_uptime"]
 
@@ -50,9 +53,6 @@ class NodeView:
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
     """Reads what status shows for ``records`` (``node_client.NodeRecord``): the nodes, and
     the host GPU ledger's statistics when that ledger exists (else None). Lock-free."""
-    from miniray._private.ledger.ledger import Ledger
-    from miniray._private.transport import node_client
-
     views = []
     keys: list[str] = []
     for record in records:
@@ -75,8 +75,6 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
                               _store_stats(record.session_dir)))
         keys += [k for k in record.gpu_keys if k and k not in keys]
     host = None
-    from miniray._private.ledger.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
-
     host_dir = default_host_dir()
     if os.path.exists(os.path.join(host_dir, LEDGER_NAME)):
         try:
@@ -87,12 +85,11 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
 
 
 # ------------------------------------------------------------------------------ formatting
-STORE_STATS_DIR = "driver_stats"  # <session>/driver_stats/<pid>.json, written by drivers
 
 
 def _store_stats(session_dir: str) -> dict:
     """The store statistics each connected driver publishes (live drivers only)."""
-    folder = os.path.join(session_dir, STORE_STATS_DIR)
+    folder = os.path.join(session_dir, session.STORE_STATS_DIR)
     out = {}
     try:
         names = sorted(os.listdir(folder))

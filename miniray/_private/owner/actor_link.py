@@ -32,6 +32,7 @@ import sys
 import time
 
 from miniray._private.core import protocol, serialization
+from miniray._private.object_store.shm_segments import unlink_quiet
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import sun_path
 
@@ -229,8 +230,6 @@ class ActorLink:
     def discard(payload) -> None:
         """A copy the service made in this driver's store that nobody will adopt."""
         if isinstance(payload, tuple):
-            from miniray._private.object_store.shm_segments import unlink_quiet
-
             unlink_quiet(payload[1])
 
     def _print(self, target: str, text: str) -> None:

@@ -33,60 +33,14 @@ import logging
 import signal
 import sys
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
 
 logger = logging.getLogger(__name__)
 
 A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"
-
-
-class ActorCreationSpec:
-    """Everything needed to create (and re-create) one actor."""
-
-    __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
-                 "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
-                 "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls", "contained")
-
-    def __init__(self, **fields):
-        for name in self.__slots__:
-            setattr(self, name, fields.get(name))
-
-    def __reduce__(self):
-        return (_rebuild_creation, ({n: getattr(self, n) for n in self.__slots__},))
-
-
-def _rebuild_creation(fields):
-    return ActorCreationSpec(**fields)
-
-
-class ActorCallSpec:
-    """One actor call. ``payloads`` and ``reply`` are for calls that another driver made to
-    an actor this process owns (``actor_service.py``): the argument values come ready, as
-    ``[(position, kind, payload)]``, and ``reply(results, contained)`` receives the results
-    instead of this process's object table."""
-
-    __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
-                 "call_name", "max_task_retries", "contained", "payloads", "reply")
-
-    def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
-                 max_task_retries, contained=(), payloads=None):
-        self.task_id = task_id
-        self.method = method
-        self.args_blob = args_blob
-        self.deps = deps
-        self.return_ids = return_ids
-        self.num_returns = num_returns
-        self.call_name = call_name
-        self.max_task_retries = max_task_retries
-        self.contained = contained
-        self.payloads = payloads
-        self.reply = None  # never pickled
-
-    def __reduce__(self):
-        return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__[:-1]))
 
 
 class _Call:
@@ -768,8 +722,6 @@ class ActorManager:
                 self._terminate_when_idle(actor)
 
     def _terminate_when_idle(self, actor: _Actor) -> None:
-        from miniray._private.core import ids
-
         task_id = ids.new_task_id()
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)

@@ -39,6 +39,7 @@ from typing import Any
 
 from miniray._private.core import config, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.object_table import PENDING, ObjectTable
@@ -201,8 +202,6 @@ class Owner(HostGpuLeasing, WorkerRequests):
         self.gpu_keys = list(gpu_keys or [])
         self.host_gpus = None
         if any(self.gpu_keys):
-            from miniray._private.ledger.host_gpus import HostGpuLedger
-
             self.host_gpus = HostGpuLedger()
         self.host_gpu_timeout = config.host_gpu_timeout_s()
         self._host_blocked_since: dict = {}
@@ -526,15 +525,19 @@ class Owner(HostGpuLeasing, WorkerRequests):
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        with self._lock:
+            self._cancel_locked(object_id, force, recursive)
+
+    def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        """A driver's ``cancel()`` and a worker's (owner_requests.py), with the lock held."""
         from miniray.exceptions import TaskCancelledError
 
-        with self._lock:
-            if self.actors.cancel(object_id[:24], force):
-                return
-            task = self._tasks.get(object_id[:24])
-            if task is None or task.state == T_DONE:
-                return
-            self._cancel_task(task, force, recursive, TaskCancelledError)
+        if self.actors.cancel(object_id[:24], force):
+            return
+        task = self._tasks.get(object_id[:24])
+        if task is None or task.state == T_DONE:
+            return
+        self._cancel_task(task, force, recursive, TaskCancelledError)
 
     def _cancel_task(self, task: _Task, force: bool, recursive: bool, error_cls) -> None:
         task.cancelled = True

@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 
+from miniray._private.core.resources import plan_allocation
+
 
 class HostGpuLeasing:
     def acquire_lease(self, request: dict, tag: str, key=None):
@@ -54,8 +56,6 @@ class HostGpuLeasing:
     def _note_host_blocked(self, request: dict, tag: str, key) -> None:
         """The request fits this node but not the host: other sessions hold the GPUs. Say so
         once, naming them; with MINIRAY_HOST_GPU_TIMEOUT, give up after that many seconds."""
-        from miniray._private.core.resources import plan_allocation
-
         if plan_allocation(self.ledger.snapshot(), request) is None:
             return  # this session's own work holds them: an ordinary wait
         now = time.monotonic()

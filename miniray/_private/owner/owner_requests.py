@@ -161,17 +161,7 @@ class WorkerRequests:
             elif method == "list_named_actors":
                 value = self.actors.named(args[1], args[0])
             elif method == "cancel":
-                object_id, force, recursive = args
-                if self.actors.cancel(object_id[:24], force):
-                    self._reply(worker, req_id, (True, None))
-                    return
-                task = self._tasks.get(object_id[:24])
-                from miniray._private.owner.owner import T_DONE
-
-                if task is not None and task.state != T_DONE:
-                    from miniray.exceptions import TaskCancelledError
-
-                    self._cancel_task(task, force, recursive, TaskCancelledError)
+                self._cancel_locked(*args)  # (object_id, force, recursive)
                 value = None
             elif method == "cluster_resources":
                 value = self.ledger.totals()

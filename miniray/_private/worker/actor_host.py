@@ -27,6 +27,9 @@ import sys
 import threading
 
 from miniray._private.core import protocol, serialization
+from miniray._private.core.task_spec import _ExitActor
+from miniray._private.worker.execute import _dumps_error, _flush_std, result_message
+from miniray._private.worker.worker_api import TaskContext
 
 
 class ActorContext:
@@ -99,7 +102,7 @@ class ActorHost:
                 error, f"{self.class_name}.__init__", pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
-            return _dumps(task_error)
+            return _dumps_error(task_error)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -185,8 +188,6 @@ class ActorHost:
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
         function "module.Class.method"."""
-        from miniray._private.worker.worker_api import TaskContext
-
         runtime = self.worker.runtime
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
         qualified = f"{self.class_name}.{method_name}"
@@ -206,7 +207,7 @@ class ActorHost:
             task_id.hex(),
             f"Task {task_id.hex()} is canceled from an actor {self.class_name} before it "
             "executes.")
-        self._send(task_id, [(protocol.ERR, _dumps(error))] * max(1, num_returns))
+        self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
         return True
 
     def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
@@ -214,7 +215,6 @@ class ActorHost:
                                                            return_ids))
 
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
-        from miniray.actor import _ExitActor
         from miniray.exceptions import RayTaskError
 
         if isinstance(error, _ExitActor):
@@ -227,11 +227,9 @@ class ActorHost:
             ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             actor_repr=_safe_repr(self.instance),
         )
-        self._send(task_id, [(protocol.ERR, _dumps(task_error))] * max(1, num_returns))
+        self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns))
 
     def _send(self, task_id: bytes, results: list) -> None:
-        from miniray._private.worker.worker_main import _flush_std, result_message
-
         _flush_std()
         self.worker.channel.send(result_message(task_id, results, False))
 
@@ -264,12 +262,6 @@ class ActorHost:
     def _exit(self) -> None:
         self.worker.channel.send((protocol.ACTOR_EXITING,))
         self.worker.exit_process()
-
-
-def _dumps(error: BaseException) -> bytes:
-    from miniray._private.worker.worker_main import _dumps_error
-
-    return _dumps_error(error)
 
 
 def _safe_repr(instance) -> str:

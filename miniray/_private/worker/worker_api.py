@@ -20,7 +20,8 @@ import pickle
 import threading
 from typing import Any
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import oob, protocol, serialization
+from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
 
 
@@ -209,9 +210,7 @@ class WorkerRuntime:
         return (protocol.BORROW, list(added), list(dropped), escaped)
 
     def as_future(self, ref):
-        from miniray._private import api
-
-        return api.future_of(self, ref)
+        return values.future_of(self, ref)
 
     # -- the API -------------------------------------------------------------------
     def is_initialized(self) -> bool:
@@ -238,9 +237,6 @@ class WorkerRuntime:
         self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     def payload_for(self, object_id: bytes, value):
-        from miniray._private.core import oob
-        from miniray._private.object_store import shm_segments
-
         store = self.info["store"]
         ser = oob.serialize(value)
         if ser.total_size < store["inline_threshold"]:

@@ -29,9 +29,10 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 
-from miniray._private.core import config, context, protocol, serialization
+from miniray._private.core import alias, config, context, protocol, serialization
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
+from miniray._private.worker.execute import _dumps_error, _flush_std, result_message
 from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
 
 MARKER = b"\x00mr:"
@@ -103,6 +104,7 @@ class _Worker:
             elif tag == protocol.UNMAP:
                 self.mappings.drop(message[1])
             elif tag == protocol.ACTOR_INIT:
+                # lazy: only a worker that becomes an actor loads the actor host (and asyncio)
                 from miniray._private.worker.actor_host import ActorHost
 
                 self.actor_host = ActorHost(self, message)
@@ -274,24 +276,6 @@ class _Worker:
         self.channel.send(result_message(task_id, results, retryable))
 
 
-def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
-    """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value])."""
-    contained = [item[2] if len(item) > 2 else () for item in results]
-    plain = [item[:2] for item in results]
-    return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None)
-
-
-def _dumps_error(error: BaseException) -> bytes:
-    try:
-        return serialization.dumps(error)
-    except Exception as failure:  # the error itself cannot travel: describe it instead
-        from miniray.exceptions import RaySystemError
-
-        return serialization.dumps(
-            RaySystemError(f"{type(error).__name__}: {error} (unpicklable: {failure})")
-        )
-
-
 def _user_traceback(error: BaseException) -> str:
     tb = error.__traceback__
     # Skip this module's own frames, so the traceback starts in user code.
@@ -312,14 +296,6 @@ def _is_retryable(error: BaseException, retry_exceptions) -> bool:
     return isinstance(error, tuple(allowed))
 
 
-def _flush_std() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-
-
 def _apply_hello(info: dict) -> None:
     os.environ.update(info.get("env") or {})  # runtime_env env_vars of this driver
     for path in reversed(info.get("sys_path", [])):
@@ -332,8 +308,6 @@ def _apply_hello(info: dict) -> None:
         except OSError:
             pass
     if info.get("ray_alias"):
-        from miniray._private.core import alias
-
         alias.install()
 
 
