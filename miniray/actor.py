@@ -4,7 +4,7 @@ Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calli
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
 built-in ``__ray_ready__`` / ``__ray_terminate__``. Differs: an actor that names resources but
-not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``); ``concurrency_groups``
+not ``num_cpus`` holds no CPU (see ``miniray/_private/owner/actors.py``); ``concurrency_groups``
 raises NotImplementedError; ``.bind()`` (DAGs) raises NotImplementedError; generator methods run
 to completion before their refs are iterated.
 

@@ -1,4 +1,4 @@
-"""Unit tests for miniray/_private/options.py: option validation and resource requests.
+"""Unit tests for miniray/_private/core/options.py: option validation and resource requests.
 
 Expected messages are Ray 2.60's (surface doc §2.1–2.7, §6.4–6.6). No processes.
 """

@@ -10,7 +10,7 @@ or the environment (``max_calls``, ``max_retries``).
 Does not own: building RemoteFunction / ActorClass objects; deciding whether a function is a
 generator or a class is async (callers pass that in); the ``num_returns="dynamic"``
 deprecation warning (the caller emits it at ``.remote()``); resource arithmetic and fitting
-(``_private/resources.py``). Pure logic: no I/O, no processes, nothing happens at import.
+(``_private/core/resources.py``). Pure logic: no I/O, no processes, nothing happens at import.
 
 Called by ``miniray/remote_function.py``, ``miniray/actor.py`` and ``miniray/__init__.py``
 (``remote``, ``method``)::
@@ -733,7 +733,7 @@ def default_max_retries() -> int:
     """A task's ``max_retries`` when none is given: 3, or ``$RAY_TASK_MAX_RETRIES``.
 
     Read from ``os.environ`` on every call, as Ray reads it at each ``.remote()``. It is
-    read here rather than in ``_private/config.py`` so that this module depends on nothing.
+    read here rather than in ``_private/core/config.py`` so that this module depends on nothing.
 
     Example:
         >>> default_max_retries()  # doctest: +SKIP
