@@ -415,7 +415,7 @@ class MinirayNode(_Node):
 def _root_tag(root: str) -> str:
     """The 6-hex tag that starts every /dev/shm segment name of a session root."""
     try:
-        from miniray._private.session import root_tag
+        from miniray._private.host.session import root_tag
 
         return root_tag(root)
     except ImportError:  # same rule: sha1 of the absolute root path

@@ -47,8 +47,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from miniray._private import oob  # noqa: E402
-from miniray._private.shm_store import (  # noqa: E402
+from miniray._private.core import oob  # noqa: E402
+from miniray._private.object_store.shm_store import (  # noqa: E402
     SharedMemoryStore,
     create_segment,
     new_session_tag,

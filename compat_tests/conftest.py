@@ -469,7 +469,7 @@ class ExampleRunner:
             path.chmod(0o755)
         (shimdir / "ray.py").write_text(
             '"""Makes `import ray` and `import ray.util...` resolve to miniray (compat_tests)."""\n'
-            "import miniray._private.alias as _a; _a.install(); "
+            "import miniray._private.core.alias as _a; _a.install(); "
             "import sys, miniray; sys.modules[__name__] = miniray\n"
         )
         return bindir, shimdir
@@ -509,7 +509,7 @@ class ExampleRunner:
         ours = result.tmpdir.name
         # Segments of sessions rooted in this run's MINIRAY_TMPDIR start with mr_<root tag>;
         # other new "miniray" names belong to other sessions on the host, not to this run.
-        from miniray._private.session import root_tag
+        from miniray._private.host.session import root_tag
 
         prefix = f"mr_{root_tag(str(result.tmpdir))}"
 

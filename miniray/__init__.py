@@ -7,8 +7,6 @@ does.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 # Submodules are attributes after ``import miniray``, as in Ray (``ray.util...``).
 from miniray import actor, exceptions, util
 from miniray import job_config as job_config
@@ -16,21 +14,21 @@ from miniray import remote_function as remote_function
 from miniray import runtime_context as runtime_context
 from miniray import runtime_env as runtime_env
 from miniray._private.api import (
+    ObjectRefGenerator,
     available_resources,
     cancel,
     cluster_resources,
     get,
     get_gpu_ids,
-    kill,
     nodes,
     put,
     timeline,
     wait,
 )
-from miniray._private.generators import ObjectRefGenerator
-from miniray._private.object_ref import ObjectRef
+from miniray._private.core.object_ref import ObjectRef
 from miniray._private.runtime import init, is_initialized, shutdown
-from miniray._private.surface import get_actor, method, remote
+from miniray._private.surface import get_actor, kill, method, remote
+from miniray._version import __version__
 from miniray.runtime_context import get_runtime_context
 
 __all__ = [

@@ -5,7 +5,7 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
 built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or a method checks
 the arguments against its signature (carried in the handle). Differs: an actor that names
-resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/actors.py``);
+resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/owner/actors.py``);
 ``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
 NotImplementedError; generator methods run to completion before their refs are iterated.
 
@@ -29,11 +29,13 @@ import inspect
 import os
 from typing import Any, Generic
 
-from miniray._private import ids, object_ref, runtime, serialization, signatures
-from miniray._private import options as _options
-from miniray._private.actors import ActorCallSpec, ActorCreationSpec
-from miniray._private.object_ref import ObjectRef
-from miniray._private.type_vars import T
+from miniray._private import runtime
+from miniray._private.api import ObjectRefGenerator
+from miniray._private.core import context, ids, serialization, signatures
+from miniray._private.core import options as _options
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, _ExitActor
+from miniray._private.core.type_vars import T
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]
@@ -43,10 +45,6 @@ _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an ActorClass."""
-
-
-class _ExitActor(SystemExit):
-    """Raised by ``exit_actor()`` inside an actor; the actor host exits after the call."""
 
 
 def _method_table(cls: type) -> dict:
@@ -193,13 +191,13 @@ class ActorHandle(Generic[T]):
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
         self._state = state
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         self._token = tracker.session_token if tracker is not None else None
         if tracker is not None:
             tracker.actor_handle_event(actor_id, 1)
 
     def __del__(self):
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         if tracker is not None and self._token is tracker.session_token:
             try:
                 tracker.actor_handle_event(self._actor_id, -1)
@@ -207,7 +205,7 @@ class ActorHandle(Generic[T]):
                 pass
 
     def __reduce__(self):
-        tracker = object_ref.current_tracker()
+        tracker = context.current()
         if tracker is not None and self._token is tracker.session_token:
             tracker.actor_handle_event(self._actor_id, 0)
         return (ActorHandle, (self._actor_id, self._state))
@@ -266,8 +264,6 @@ class ActorHandle(Generic[T]):
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]
         if generator:
-            from miniray._private.generators import ObjectRefGenerator
-
             return ObjectRefGenerator(refs[0])
         return refs[0] if count == 1 else refs
 

@@ -2,10 +2,10 @@
 
 Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.options()``,
 ``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
-checks the arguments against the function's signature (``_private/signatures.py``). Differs:
+checks the arguments against the function's signature (``_private/core/signatures.py``). Differs:
 ``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
 NotImplementedError; generator functions run to completion before their refs are iterated
-(see ``miniray._private.generators``).
+(see ``miniray._private.api``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Generic
 
-from miniray._private import ids, runtime, serialization, signatures
-from miniray._private import options as _options
-from miniray._private.object_ref import ObjectRef
-from miniray._private.task_spec import TaskSpec
-from miniray._private.type_vars import P, R
+from miniray._private import runtime
+from miniray._private.api import ObjectRefGenerator
+from miniray._private.core import ids, serialization, signatures
+from miniray._private.core import options as _options
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.task_spec import TaskSpec
+from miniray._private.core.type_vars import P, R
 
 __all__ = ["RemoteFunction"]
 
@@ -159,8 +161,6 @@ class RemoteFunction(Generic[P, R]):
         if num_returns == 1:
             ref = ObjectRef(return_ids[0])
             if template.streaming:
-                from miniray._private.generators import ObjectRefGenerator
-
                 return ObjectRefGenerator(ref)
             return ref
         if num_returns == 0:

@@ -7,6 +7,7 @@ node-id label; the deprecated ``get()`` and id properties are not provided.
 from __future__ import annotations
 
 from miniray._private import runtime
+from miniray.actor import ActorHandle
 
 __all__ = ["RuntimeContext", "get_runtime_context"]
 
@@ -110,8 +111,6 @@ class RuntimeContext:
         actor = self._actor()
         if actor is None:
             raise RuntimeError("This method is only available in an actor.")
-        from miniray.actor import ActorHandle
-
         return ActorHandle(actor.actor_id, actor.handle_state)
 
     @property

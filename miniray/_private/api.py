@@ -1,101 +1,89 @@
 """The bodies of the public functions: argument checks as Ray makes them, then the runtime.
 
 Owns: Ray's type and value checks of ``get``, ``put``, ``wait``, ``cancel``, ``kill`` and the
-cluster-state calls, and turning stored bytes back into values or raised errors. Does not own:
+cluster-state calls, and ``ObjectRefGenerator`` (what ``.remote()`` of a generator function
+returns: it iterates with ``get``/``put``/``wait``, which accept it in turn). Does not own:
 where objects live or how tasks run (the runtime of this process: driver or worker).
 Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence, TypeVar, overload
+from typing import Any, Sequence, TypeVar, overload
 
-from miniray._private import ids, oob, protocol, runtime, values
-from miniray._private.object_ref import ObjectRef
-from miniray._private.type_vars import T
+from miniray._private import runtime
+from miniray._private.core import ids
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.type_vars import T
+from miniray._private.object_store.values import check_session, get_values
 
-if TYPE_CHECKING:
-    from miniray._private.generators import ObjectRefGenerator
+
+# ---------------------------------------------------------------------- generators
+class ObjectRefGenerator:
+    """Iterate to get one ObjectRef per value the generator task yielded.
+
+    Mirrors ``ray.ObjectRefGenerator`` (Ray 2.60). Differs: the task runs to completion before
+    the first ref is available (values are not streamed one by one while the task still runs);
+    each value becomes its own object when the iteration reaches it.
+    """
+
+    def __init__(self, ref):
+        self._ref = ref
+        self._values: list | None = None
+        self._index = 0
+
+    def _wait_ref(self):
+        return self._ref
+
+    def _load(self) -> list:
+        if self._values is None:
+            self._values = get(self._ref)
+        return self._values
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        values = self._load()
+        if self._index >= len(values):
+            raise StopIteration
+        value = values[self._index]
+        self._index += 1
+        return put(value)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        import asyncio
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, self.__next__)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def completed(self):
+        return self._ref
+
+    def is_finished(self) -> bool:
+        return self._values is not None and self._index >= len(self._values)
+
+    def next_ready(self) -> bool:
+        ready, _ = wait([self._ref], timeout=0)
+        return bool(ready)
+
+    def close(self) -> None:
+        self._values = []
+
+    def __repr__(self) -> str:
+        return f"ObjectRefGenerator({self._ref.hex()})"
+
+
+ObjectRefGenerator.__module__ = "miniray"
+
 
 # What wait() returns, of the kind it was given (ObjectRef or ObjectRefGenerator).
 _W = TypeVar("_W")
-
-
-def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any:
-    """A stored object's value, or raise the error it holds. ``data`` is a payload
-    (``values.py``): bytes, or where a large object lies in shared memory."""
-    from miniray.exceptions import RaySystemError, RayTaskError
-
-    try:
-        if kind == protocol.OK and not isinstance(data, (bytes, bytearray)):
-            return _read_large(data, rt, object_id)
-        value = oob.loads_inline(data)
-    except (RaySystemError, FileNotFoundError):
-        raise
-    except Exception as error:
-        raise RaySystemError(
-            f"Could not deserialize an object: {type(error).__name__}: {error}. If it refers "
-            "to a module, that module must be importable in the driver too."
-        ) from error
-    if kind == protocol.ERR:
-        if isinstance(value, RayTaskError):
-            raise value.as_instanceof_cause()
-        raise value
-    return value
-
-
-def _read_large(payload, rt, object_id):
-    if rt is not None and rt.mode == "driver":
-        return rt.read_value(object_id, payload)  # the store's own zero-copy view
-    cache = getattr(rt, "mappings", None)
-    try:
-        return values.read(payload, cache)
-    except FileNotFoundError:
-        # Spilled (or moved) between the owner's reply and our mapping: ask once more.
-        items = rt.get_serialized([object_id], None)
-        return values.read(items[0][1], cache)
-
-
-def future_of(rt, ref):
-    """A ``concurrent.futures.Future`` for ``ref``'s value, resolved by a helper thread."""
-    import concurrent.futures
-    import threading
-
-    future: concurrent.futures.Future = concurrent.futures.Future()
-
-    def resolve():
-        try:
-            future.set_result(get_values(rt, [ref])[0])
-        except BaseException as error:  # delivered through the future
-            future.set_exception(error)
-
-    threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
-    return future
-
-
-def _check_session(rt, refs: list) -> None:
-    token = rt.session_token
-    for ref in refs:
-        if ref._token is not token and ref._token is not None and ref._token is not False:
-            raise ValueError(
-                "You are trying to access Ray objects whose owner is unknown: "
-                f"{ref!r} belongs to a session that was shut down. Objects do not survive "
-                "shutdown(); create them again in this session."
-            )
-
-
-def get_values(rt, refs: list, timeout: float | None = None) -> list:
-    if not refs:
-        return []
-    _check_session(rt, refs)
-    items = rt.get_serialized([ref._id for ref in refs], timeout)
-    if items is None:
-        from miniray.exceptions import GetTimeoutError
-
-        raise GetTimeoutError("Get timed out: some object(s) not ready.")
-    if len(items) == 1 and items[0][0] == protocol.ERR:
-        materialize(*items[0])
-    return [materialize(kind, data, rt, ref._id) for (kind, data), ref in zip(items, refs)]
 
 
 @overload
@@ -140,8 +128,6 @@ def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = 
     if isinstance(object_refs, ObjectRef):
         rt = runtime.auto_init()
         return get_values(rt, [object_refs], _check_timeout(timeout))[0]
-    from miniray._private.generators import ObjectRefGenerator
-
     if isinstance(object_refs, ObjectRefGenerator):
         return object_refs
     if not isinstance(object_refs, list):
@@ -231,8 +217,6 @@ def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None
         >>> len(ready), len(not_ready)
         (2, 0)
     """
-    from miniray._private.generators import ObjectRefGenerator
-
     if isinstance(ray_waitables, (ObjectRef, ObjectRefGenerator)):
         raise TypeError(
             "wait() expected a list of ray.ObjectRef or ray.ObjectRefGenerator, got a single "
@@ -267,7 +251,7 @@ def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None
     rt = runtime.auto_init()
     waitables: list[Any] = ray_waitables
     refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in waitables]
-    _check_session(rt, refs)
+    check_session(rt, refs)
     ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
                               None if timeout is None else float(timeout))
     ready: list[_W] = []
@@ -305,8 +289,6 @@ def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None
         ...     print("cancelled")
         cancelled
     """
-    from miniray._private.generators import ObjectRefGenerator
-
     if isinstance(ray_waitable, ObjectRefGenerator):
         ray_waitable = ray_waitable._wait_ref()
     if not isinstance(ray_waitable, ObjectRef):
@@ -316,37 +298,6 @@ def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None
         )
     rt = runtime.auto_init()
     rt.cancel(ray_waitable._id, bool(force), bool(recursive))
-
-
-def kill(actor, *, no_restart: bool = True) -> None:
-    """Kills an actor at once; its pending and later calls raise ActorDiedError.
-
-    Mirrors ``ray.kill``. Queued calls are not run and ``atexit`` handlers of the actor do not
-    run (use ``actor.__ray_terminate__.remote()`` to end it after its queued calls).
-
-    Args:
-        actor: An actor handle.
-        no_restart: ``False`` lets an actor with ``max_restarts`` restart after the kill.
-
-    Example:
-        >>> @ray.remote
-        ... class Counter:
-        ...     def ping(self):
-        ...         return "pong"
-        >>> counter = Counter.remote()
-        >>> ray.get(counter.ping.remote())
-        'pong'
-        >>> ray.kill(counter)
-    """
-    from miniray.actor import ActorHandle
-
-    if not isinstance(actor, ActorHandle):
-        raise ValueError(
-            "ray.kill() only supported for actors. For tasks, try ray.cancel(). "
-            f"Got: {type(actor)}."
-        )
-    runtime.auto_init()
-    actor._kill(no_restart=no_restart)
 
 
 def cluster_resources() -> dict:

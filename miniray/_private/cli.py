@@ -1,9 +1,9 @@
 """The ``miniray`` command line.
 
 Owns: parsing the command line, running its subcommands and what they print. The node they
-start, stop and show is in ``node.py`` (the node process), ``node_client.py`` (starting it as
-a daemon, stopping recorded nodes) and ``node_status.py`` (the status report). Called by the
-console script ``miniray`` and by ``python -m miniray``.
+start, stop and show is in ``node/node.py`` (the node process), ``node/daemon.py`` (starting
+it as a daemon, stopping recorded nodes) and ``node/node_status.py`` (the status report).
+Called by the console script ``miniray`` and by ``python -m miniray``.
 
 ``miniray start --head`` starts a node (ray-api-surface.md §8.1); ``miniray stop`` stops this
 user's recorded nodes, by pid and start time, never by name (§8.2); ``miniray status`` prints
@@ -21,11 +21,13 @@ import os
 import runpy
 import sys
 
-from miniray._private import config
+from miniray._private.core import config
 
+# Each command imports what it needs inside its function (lazy): `miniray run` must not load the
+# node or the engine before the program it runs, and `status` reads files only.
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from miniray._private import alias
+    from miniray._private.core import alias  # lazy: each command loads only what it needs
 
     alias.install()
     os.environ[config.RAY_ALIAS_ENV] = "1"
@@ -128,11 +130,12 @@ def _start_options(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}.")
     if args.port is not None and not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in 0..65535, got {args.port}.")
-    from miniray._private import runtime
+    from miniray._private import runtime  # lazy: the CLI starts fast for `miniray --help`
+    from miniray._private.ledger import inventory  # lazy: as above
 
     # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
     object_store_memory = runtime.check_object_store_memory(
-        args.object_store_memory or None, runtime.host_memory(), runtime._shm_free(),
+        args.object_store_memory or None, inventory.host_memory(), inventory.shm_free(),
         config.allow_slow_storage())
     return {
         "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
@@ -164,7 +167,8 @@ def _print_started(address: str) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private import node, node_client
+    from miniray._private.node import daemon, node  # lazy, as above
+    from miniray._private.transport import node_client
 
     if args.address is not None:
         return _error(
@@ -184,7 +188,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
               "multi-host peering yet); ignored.", file=sys.stderr)
     if not args.block:
         try:
-            record, _info = node_client.spawn_daemon(options)
+            record, _info = daemon.spawn_daemon(options)
         except (node_client.NodeStartError, ConnectionError) as error:
             return _error(str(error))
         _print_started(record.address)
@@ -205,9 +209,9 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:
-    from miniray._private import node_client
+    from miniray._private.node import daemon  # lazy, as above
 
-    stopped = node_client.stop_nodes(force=args.force, grace=float(args.grace_period))
+    stopped = daemon.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
         print(f"Stopped {stopped} miniray node(s).")
     else:
@@ -218,7 +222,8 @@ def _cmd_stop(args: argparse.Namespace) -> int:
 def _cmd_status(args: argparse.Namespace) -> int:
     import time
 
-    from miniray._private import node_client, node_status
+    from miniray._private.node import node_status  # lazy, as above
+    from miniray._private.transport import node_client
 
     address = args.address or os.environ.get("RAY_ADDRESS") or None
     try:
@@ -248,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from miniray._private.same_uid import InsecurePathError
+    from miniray._private.host.same_uid import InsecurePathError  # lazy: as the commands
 
     try:
         return args.func(args)

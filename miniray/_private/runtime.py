@@ -6,8 +6,9 @@ Does not own: tasks and objects (``owner.py``), resource arithmetic (``resources
 Called by: the public API in ``miniray/__init__.py``; inside workers, ``worker_main`` installs a
 ``WorkerRuntime`` here instead.
 
-Module state: ``_current`` is the Runtime of this process (driver) or the WorkerRuntime (worker),
-or None. Nothing is started at import.
+Module state: none of its own; the Runtime of this process (driver) or the WorkerRuntime (worker)
+is in ``core/context.py``'s slot, and importing this module installs ``auto_init`` there as the
+hook that starts a runtime on first use. Nothing is started at import.
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ import os
 import socket
 import sys
 import threading
-from typing import Any
 
-from miniray._private import config, ids, object_ref, session
-from miniray._private.ledger import Ledger
-from miniray._private.resources import NodeState, node_totals, to_units
+from miniray._private.core import config, context, ids
+from miniray._private.core.resources import NodeState, to_units
+from miniray._private.host import session
+from miniray._private.object_store import shm_segments, values
+from miniray._version import __version__
+
+# The engine (owner, store, ledger, host inventory, fork server and node clients, actor link)
+# is imported lazily, inside the functions that start it: `import miniray` loads the API only,
+# and init() the rest. Those imports point down the layers; none of them closes a cycle.
 
 logger = logging.getLogger("miniray")
 
-_current: Any = None
 _init_lock = threading.RLock()
 
 INIT_KWARGS = {
@@ -59,8 +64,6 @@ class RayContext(dict):
         self.address_info = dict(address_info)
         self.dashboard_url = ""
         self.python_version = ".".join(map(str, sys.version_info[:3]))
-        from miniray import __version__
-
         self.ray_version = __version__
         self.ray_commit = "miniray"
 
@@ -68,64 +71,13 @@ class RayContext(dict):
         return self
 
     def __exit__(self, *exc):
-        from miniray import shutdown
-
         shutdown()
 
     def disconnect(self):
-        from miniray import shutdown
-
         shutdown()
 
     def __repr__(self) -> str:
         return f"RayContext({self.address_info!r})"
-
-
-def _cpu_count() -> int:
-    try:
-        count = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        count = os.cpu_count() or 1
-    try:  # cgroup v2 quota
-        with open("/sys/fs/cgroup/cpu.max") as f:
-            quota, period = f.read().split()
-        if quota != "max":
-            count = min(count, max(1, int(int(quota) // int(period))))
-    except (OSError, ValueError):
-        pass
-    return count
-
-
-def _memory_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 << 30
-
-
-def host_memory() -> int | None:
-    """The memory this host (or its cgroup limit) has in all, or None if unknown."""
-    total = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    total = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
-        pass
-    try:  # cgroup v2 limit, as Ray's get_system_memory
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        if limit != "max":
-            total = int(limit) if total is None else min(total, int(limit))
-    except (OSError, ValueError):
-        pass
-    return total
 
 
 # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
@@ -210,14 +162,6 @@ def check_init_arguments(address, kwargs: dict) -> None:
         )
 
 
-def _shm_free() -> int | None:
-    try:
-        st = os.statvfs("/dev/shm")
-        return st.f_bavail * st.f_frsize
-    except OSError:
-        return None
-
-
 def _check_whole(name: str, value, resources_repr: dict) -> None:
     if value is None:
         return
@@ -232,63 +176,6 @@ def _check_whole(name: str, value, resources_repr: dict) -> None:
             "Resource quantities must all be whole numbers. "
             f"Violated by resource '{name}' in {resources_repr}."
         )
-
-
-def node_resources(num_cpus, num_gpus, resources, object_store_memory,
-                   node_ip: str = "127.0.0.1") -> dict:
-    """A node's totals and GPU identity, as ``init()`` and ``miniray start`` compute them.
-
-    ``num_cpus`` None means the usable cores. GPUs: NVML detection, capped and named by
-    ``CUDA_VISIBLE_DEVICES``; an explicit ``num_gpus`` overrides the count. Returns
-    ``{"totals", "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
-    "object_store_memory"}``; ValueError as Ray's for a ``num_gpus`` above the visible devices.
-    """
-    if num_cpus is None:
-        num_cpus = _cpu_count()
-    from miniray._private.gpu_detect import detect_gpus, parse_visible_devices
-
-    inventory = detect_gpus()
-    cvd = parse_visible_devices(config.cuda_visible_devices())
-    if num_gpus is None:
-        num_gpus = inventory.count
-    elif cvd is not None and num_gpus > len(cvd):
-        raise ValueError(
-            f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
-            f"contains {cvd}."
-        )
-    num_gpus = int(num_gpus)
-    # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
-    # then logical ones (num_gpus may exceed the hardware: resources are logical).
-    gpu_ids = list(inventory.ids[:num_gpus])
-    spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
-    for gpu_id in spare:
-        if len(gpu_ids) >= num_gpus:
-            break
-        if gpu_id not in gpu_ids:
-            gpu_ids.append(gpu_id)
-    gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
-    gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
-    accelerator_type = inventory.accelerator_type if num_gpus else None
-    resources = dict(resources or {})
-    if accelerator_type and inventory.count:
-        resources.setdefault(f"accelerator_type:{accelerator_type}", 1)
-    available = _memory_available()
-    if object_store_memory is None:
-        object_store_memory = int(available * 0.3)
-        shm = _shm_free()
-        if shm is not None:
-            object_store_memory = min(object_store_memory, int(shm * 0.95))
-        object_store_memory = min(object_store_memory, 200 * (1 << 30))
-        logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
-                     object_store_memory, available, shm)
-    memory = max(0, int(available - object_store_memory))
-    totals = node_totals(num_cpus, num_gpus, resources, memory,
-                         int(object_store_memory), node_ip)
-    return {
-        "totals": totals, "gpu_ids": gpu_ids, "gpu_ids_are_ints": gpu_ids_are_ints,
-        "gpu_keys": gpu_keys, "accelerator_type": accelerator_type,
-        "object_store_memory": int(object_store_memory),
-    }
 
 
 class Runtime:
@@ -324,7 +211,8 @@ class Runtime:
         """Drive a node started by ``miniray start``: its ledger, its fork server (through the
         node's socket); this driver keeps its own object store and talks to its workers
         directly, as in embedded mode."""
-        from miniray._private import node_client
+        from miniray._private.ledger.ledger import Ledger  # lazy: see the note at the imports
+        from miniray._private.transport import node_client
 
         client = node_client.connect(record)
         info = client.info
@@ -349,7 +237,7 @@ class Runtime:
             client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
-                from miniray._private.actor_link import SOCKET_NAME, ActorLink
+                from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink  # lazy
 
                 self.owner.actors.link = ActorLink(
                     self.owner, os.path.join(self.session_dir, SOCKET_NAME))
@@ -361,7 +249,7 @@ class Runtime:
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int,
                      restart_fork_server=None) -> None:
-        from miniray._private import alias
+        from miniray._private.core import alias  # lazy: see the note at the imports
 
         env_vars = {}
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
@@ -382,7 +270,7 @@ class Runtime:
         }
         if log_to_driver is None:
             log_to_driver = config.log_to_driver_default()
-        from miniray._private.owner import Owner
+        from miniray._private.owner.owner import Owner  # lazy: see the note at the imports
 
         self.owner = Owner(
             ledger=self.ledger, store=self.store, fork_server=fork_server,
@@ -394,7 +282,11 @@ class Runtime:
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
-        spec = node_resources(num_cpus, num_gpus, resources, object_store_memory, self.node_ip)
+        from miniray._private.ledger import inventory  # lazy: see the note at the imports
+        from miniray._private.ledger.ledger import Ledger
+
+        spec = inventory.node_resources(num_cpus, num_gpus, resources, object_store_memory,
+                                        self.node_ip)
         gpu_ids = spec["gpu_ids"]
         self.gpu_ids_are_ints = spec["gpu_ids_are_ints"]
         self.gpu_keys = spec["gpu_keys"]
@@ -414,11 +306,13 @@ class Runtime:
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
         if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
             env.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
-        from miniray._private import alias
+        from miniray._private.core import alias  # lazy: see the note at the imports
 
         if alias.installed():
             env[config.RAY_ALIAS_ENV] = "1"
-        from miniray._private.forkserver import ForkServerClient
+        from miniray._private.transport.spawn import (
+            ForkServerClient,  # lazy: see the note at the imports
+        )
 
         self.fork_server = ForkServerClient(env)
         try:
@@ -441,9 +335,7 @@ class Runtime:
         self.owner.ref_pickled(object_id)
 
     def as_future(self, ref):
-        from miniray._private import api
-
-        return api.future_of(self, ref)
+        return values.future_of(self, ref)
 
     # -- the API the public functions call -------------------------------------------
     def is_initialized(self) -> bool:
@@ -613,8 +505,6 @@ class Runtime:
         """A driver that joined a node writes its store's statistics into the node's session
         once a second (only when they change), for ``miniray status``. Runs on the I/O
         thread's timer."""
-        from miniray._private.node_status import STORE_STATS_DIR
-
         if self._shut:
             return
         try:
@@ -622,7 +512,7 @@ class Runtime:
             text = json.dumps({k: stats[k] for k in ("objects", "bytes_in_memory",
                                                     "bytes_spilled", "pinned", "capacity")})
             if text != getattr(self, "_last_stats", None):
-                folder = os.path.join(self.session_dir, STORE_STATS_DIR)
+                folder = os.path.join(self.session_dir, session.STORE_STATS_DIR)
                 try:  # never re-create the node's session directory once it was removed
                     os.mkdir(folder)
                 except FileExistsError:
@@ -639,10 +529,8 @@ class Runtime:
     def _remove_driver_dirs(self) -> None:
         import shutil
 
-        from miniray._private.node_status import STORE_STATS_DIR
-
         try:
-            os.unlink(os.path.join(self.session_dir, STORE_STATS_DIR, f"{self.pid}.json"))
+            os.unlink(os.path.join(self.session_dir, session.STORE_STATS_DIR, f"{self.pid}.json"))
         except OSError:
             pass
         name = f"driver_{self.pid}"
@@ -676,8 +564,10 @@ def _spill_top(session_dir: str) -> str:
 
 
 def _make_store(session_dir: str, capacity: int, driver: str | None = None):
-    from miniray._private import same_uid, shm_segments
-    from miniray._private.shm_store import SharedMemoryStore
+    from miniray._private.host import same_uid  # lazy: see the note at the imports
+    from miniray._private.object_store.shm_store import (
+        SharedMemoryStore,  # lazy: see the note at the imports
+    )
 
     # Segments of sessions whose owner is provably dead (SIGKILL) go first; then this
     # session's store. The spill root is checked before anything in it is listed or removed.
@@ -709,13 +599,7 @@ AS_ACTOR_SERVICE = False
 
 
 def current():
-    return _current
-
-
-def set_worker_runtime(worker_runtime) -> None:
-    global _current
-    _current = worker_runtime
-    object_ref.set_tracker(worker_runtime)
+    return context.current()
 
 
 def is_initialized() -> bool:
@@ -727,12 +611,13 @@ def is_initialized() -> bool:
         >>> ray.is_initialized()
         True
     """
-    return _current is not None and _current.is_initialized()
+    rt = context.current()
+    return rt is not None and rt.is_initialized()
 
 
 def auto_init():
     """The runtime, starting a plain ``init()`` first if needed (as Ray does)."""
-    rt = _current
+    rt = context.current()
     if rt is not None:
         return rt
     if not config.auto_init_enabled():
@@ -743,11 +628,14 @@ def auto_init():
             "implicit init(); call miniray.init() first."
         )
     init()
-    return _current
+    return context.current()
+
+
+context.set_auto_init(auto_init)  # ObjectRef.future() and the public API start one on first use
 
 
 def require_initialized(what: str):
-    rt = _current
+    rt = context.current()
     if rt is None:
         from miniray.exceptions import RaySystemError
 
@@ -786,7 +674,6 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         >>> ray.cluster_resources()["CPU"]
         2.0
     """
-    global _current
     unknown = sorted(set(kwargs) - INIT_KWARGS)
     if "storage" in kwargs:
         raise RuntimeError(
@@ -803,7 +690,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         )
     check_init_arguments(address, kwargs)
     with _init_lock:
-        rt = _current
+        rt = context.current()
         if rt is not None:
             if rt.mode == "worker":
                 return RayContext({})
@@ -821,7 +708,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
                 logger.info("Using address %s set in the environment variable RAY_ADDRESS",
                             env_address)
                 address = env_address
-        from miniray._private import node_client
+        from miniray._private.transport import node_client  # lazy: see the note at the imports
 
         node = None if address == "local" else node_client.find_node(
             address, kwargs.get("_temp_dir"))
@@ -856,10 +743,13 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         _check_whole("GPU", num_gpus, shown)
         for name, value in (resources or {}).items():
             _check_whole(name, value, shown)
+        from miniray._private.ledger import inventory  # lazy: see the note at the imports
+
         if num_cpus is None:
-            num_cpus = _cpu_count()
-        osm = check_object_store_memory(kwargs.get("object_store_memory"), host_memory(),
-                                        _shm_free(), config.allow_slow_storage())
+            num_cpus = inventory.cpu_count()
+        osm = check_object_store_memory(kwargs.get("object_store_memory"),
+                                        inventory.host_memory(), inventory.shm_free(),
+                                        config.allow_slow_storage())
         rt = Runtime(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=kwargs.get("namespace"),
@@ -870,9 +760,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
 
 
 def _started(rt: Runtime) -> RayContext:
-    global _current
-    _current = rt
-    object_ref.set_tracker(rt)
+    context.set_current(rt)
     _register_atexit(rt)
     logger.debug("miniray started: %s", rt.session_dir)
     return RayContext(rt.address_info())
@@ -905,13 +793,11 @@ def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = Fals
         False
         >>> _ = ray.init(num_cpus=2)
     """
-    global _current
     with _init_lock:
-        rt = _current
+        rt = context.current()
         if rt is None or rt.mode != "driver":
             return
-        _current = None
-        object_ref.set_tracker(None)
+        context.set_current(None)
         hook = _atexit_state.pop("hook", None)
         if hook is not None and not _exiting_interpreter:
             atexit.unregister(hook)

@@ -1,7 +1,9 @@
-"""``remote``, ``method`` and ``get_actor``: the decorators and lookups of the public API.
+"""``remote``, ``method``, ``get_actor`` and ``kill``: the decorators and actor calls of the public
+API.
 
-Owns: dispatching ``@remote`` to RemoteFunction or ActorClass after Ray's shape checks, and
-``@method`` option recording. Does not own: the options' rules (``options.py``).
+Owns: dispatching ``@remote`` to RemoteFunction or ActorClass after Ray's shape checks,
+``@method`` option recording, and ``kill``'s check that it is given an actor handle. Does not
+own: the options' rules (``options.py``).
 Called by: ``miniray/__init__.py``.
 """
 
@@ -10,14 +12,15 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any, Callable, overload
 
-from miniray._private import options as _options
-from miniray._private.type_vars import P, R, T
+from miniray._private import runtime
+from miniray._private.core import options as _options
+from miniray._private.core.type_vars import P, R, T
+from miniray.actor import ActorClass, ActorHandle, make_actor_class
+from miniray.actor import get_actor as _get_actor
+from miniray.remote_function import RemoteFunction
 
 if TYPE_CHECKING:
     from typing import Protocol
-
-    from miniray.actor import ActorClass
-    from miniray.remote_function import RemoteFunction
 
     class _RemoteDecorator(Protocol):
         """What ``remote(num_cpus=...)`` returns, for type checkers."""
@@ -32,11 +35,7 @@ if TYPE_CHECKING:
 def _make(target, opts: dict):
     _options.check_remote_args((target,), {})
     if inspect.isclass(target):
-        from miniray.actor import make_actor_class
-
         return make_actor_class(target, opts)
-    from miniray.remote_function import RemoteFunction
-
     return RemoteFunction(target, opts)
 
 
@@ -150,6 +149,33 @@ def get_actor(name: str, namespace: str | None = None):
         0
         >>> ray.kill(registry)
     """
-    from miniray.actor import get_actor as _get_actor
-
     return _get_actor(name, namespace)
+
+
+def kill(actor, *, no_restart: bool = True) -> None:
+    """Kills an actor at once; its pending and later calls raise ActorDiedError.
+
+    Mirrors ``ray.kill``. Queued calls are not run and ``atexit`` handlers of the actor do not
+    run (use ``actor.__ray_terminate__.remote()`` to end it after its queued calls).
+
+    Args:
+        actor: An actor handle.
+        no_restart: ``False`` lets an actor with ``max_restarts`` restart after the kill.
+
+    Example:
+        >>> @ray.remote
+        ... class Counter:
+        ...     def ping(self):
+        ...         return "pong"
+        >>> counter = Counter.remote()
+        >>> ray.get(counter.ping.remote())
+        'pong'
+        >>> ray.kill(counter)
+    """
+    if not isinstance(actor, ActorHandle):
+        raise ValueError(
+            "ray.kill() only supported for actors. For tasks, try ray.cancel(). "
+            f"Got: {type(actor)}."
+        )
+    runtime.auto_init()
+    actor._kill(no_restart=no_restart)

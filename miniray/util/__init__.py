@@ -7,6 +7,7 @@ scheduling_strategies, placement_group (importable; creating one raises). Differ
 
 from __future__ import annotations
 
+from miniray._private import runtime
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 
@@ -17,8 +18,6 @@ __all__ = ["accelerators", "ActorPool", "get_node_ip_address", "inspect_serializ
 def list_named_actors(all_namespaces: bool = False) -> list:
     """Names of the live named actors in the current namespace; with ``all_namespaces``, a
     list of ``{"name", "namespace"}`` dicts."""
-    from miniray._private import runtime
-
     return runtime.auto_init().list_named_actors(all_namespaces)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-import miniray
+from miniray._private import api
 
 __all__ = ["ActorPool"]
 
@@ -151,7 +151,7 @@ class ActorPool:
         future = self._index_to_future[self._next_return_index]
         timed_out = False
         if timeout is not None:
-            ready, _ = miniray.wait(
+            ready, _ = api.wait(
                 _as_list(future), num_returns=len(_as_list(future)), timeout=timeout
             )
             if not ready or len(ready) < len(_as_list(future)):
@@ -165,7 +165,7 @@ class ActorPool:
         self._return_actor(actor)
         if timed_out:
             raise TimeoutError(f"{_TIMEOUT_MSG}. The task {future} has been ignored.")
-        return miniray.get(future)
+        return api.get(future)
 
     def get_next_unordered(
         self, timeout: float | None = None, ignore_if_timedout: bool = False
@@ -188,7 +188,7 @@ class ActorPool:
         for key in keys:
             # a multi-return call is ready when its first ref is; Ray waits on the key itself
             waitable[key[0] if isinstance(key, tuple) else key] = key
-        ready, _ = miniray.wait(list(waitable), num_returns=1, timeout=timeout)
+        ready, _ = api.wait(list(waitable), num_returns=1, timeout=timeout)
         if ready:
             key = waitable[ready[0]]
         elif not ignore_if_timedout:
@@ -201,7 +201,7 @@ class ActorPool:
         self._next_return_index = max(self._next_return_index, index + 1)
         if not ready:
             raise TimeoutError(f"{_TIMEOUT_MSG}. The task {future} has been ignored.")
-        return miniray.get(future)
+        return api.get(future)
 
     def _return_actor(self, actor) -> None:
         self._idle_actors.append(actor)

@@ -46,7 +46,8 @@ import time
 import pytest
 
 import miniray
-from miniray._private import procinfo, runtime, session
+from miniray._private import runtime
+from miniray._private.host import procinfo, session
 
 from .helpers import wait_until
 
@@ -118,7 +119,7 @@ def _spill_leftovers(session_names) -> list[str]:
 
 def _ledger_leases(root: str, pids) -> list[str]:
     """Leases of ``pids`` in every ledger left under ``root`` (a node's session, say)."""
-    from miniray._private.ledger import Ledger
+    from miniray._private.ledger.ledger import Ledger
 
     found = []
     for name in _session_dirs(root):

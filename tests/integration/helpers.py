@@ -14,7 +14,7 @@ import textwrap
 import time
 
 import miniray
-from miniray._private import procinfo, session
+from miniray._private.host import procinfo, session
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 
@@ -105,7 +105,7 @@ def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
 
 
 def ledger_leases(env) -> dict:
-    from miniray._private import node_client
+    from miniray._private.transport import node_client
 
     record = node_client.find_node("auto", env["MINIRAY_TMPDIR"])
     with open(os.path.join(record.session_dir, "ledger.json")) as f:

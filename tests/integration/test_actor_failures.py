@@ -15,7 +15,7 @@ import pytest
 
 import miniray
 from miniray import exceptions
-from miniray._private import procinfo
+from miniray._private.host import procinfo
 
 from .helpers import wait_until
 

@@ -12,7 +12,7 @@ import pytest
 
 import miniray
 from miniray import exceptions
-from miniray._private import procinfo
+from miniray._private.host import procinfo
 
 GET_TIMEOUT = 30
 

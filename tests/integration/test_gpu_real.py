@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-from miniray._private.gpu_detect import detect_gpus
-from miniray._private.host_gpus import HostGpuLedger
+from miniray._private.ledger.gpu_detect import detect_gpus
+from miniray._private.ledger.host_gpus import HostGpuLedger
 
 
 def _real_device_count() -> int:

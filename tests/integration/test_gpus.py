@@ -20,7 +20,7 @@ import time
 import pytest
 
 import miniray
-from miniray._private import procinfo
+from miniray._private.host import procinfo
 
 from .helpers import FAKE_PYNVML
 

@@ -23,8 +23,9 @@ import types
 import pytest
 
 import miniray
-from miniray._private import same_uid, shm_segments
-from miniray._private.same_uid import InsecurePathError
+from miniray._private.host import same_uid
+from miniray._private.host.same_uid import InsecurePathError
+from miniray._private.object_store import shm_segments
 
 from .helpers import REPO
 
@@ -232,7 +233,8 @@ def test_a_segment_another_user_planted_is_never_unpickled(attacker):
     path = os.path.join("/dev/shm", name)
     link = os.path.join("/dev/shm", name[:-2] + "ff")
     done = attacker.run(PAYLOAD + textwrap.dedent("""
-    from miniray._private import oob, shm_segments
+    from miniray._private.core import oob
+    from miniray._private.object_store import shm_segments
     shm_segments.write_segment(sys.argv[1], oob.serialize([Evil(), b"x" * 200_000]))
     os.chmod(sys.argv[1], 0o644)
     os.symlink(sys.argv[1], sys.argv[2])
@@ -272,7 +274,7 @@ except OSError:
 def test_actor_link_refuses_a_service_socket_of_another_user(attacker):
     """A driver connecting to the actor service checks SO_PEERCRED before sending or reading:
     the attacker's listener at the path is refused, its reply never unpickled."""
-    from miniray._private.actor_link import ActorLink, ServiceUnavailable
+    from miniray._private.owner.actor_link import ActorLink, ServiceUnavailable
 
     path = os.path.join(attacker.shared, "actors.sock")
     proc = attacker.start(LISTENER, path, "stream", MARKER=attacker.marker)
@@ -287,7 +289,7 @@ def test_actor_link_refuses_a_service_socket_of_another_user(attacker):
 
 
 def test_node_client_refuses_a_node_socket_of_another_user(attacker):
-    from miniray._private import node_client
+    from miniray._private.transport import node_client
 
     path = os.path.join(attacker.shared, "node.sock")
     proc = attacker.start(LISTENER, path, "seqpacket", MARKER=attacker.marker)
@@ -304,7 +306,7 @@ def test_node_client_refuses_a_node_socket_of_another_user(attacker):
 def test_a_node_record_of_another_user_is_not_believed(attacker):
     """``current_node`` may name a record under another root (``--temp-dir``): a record file
     another user owns is ignored, so its socket is never connected to."""
-    from miniray._private import node_client
+    from miniray._private.transport import node_client
 
     root = os.path.join(attacker.shared, "victim-root")
     same_uid.ensure_private_dir(root)
@@ -351,7 +353,7 @@ def test_another_users_commands_on_a_root_they_cannot_read(attacker):
     done = attacker.run("import miniray\nminiray.init(num_cpus=1)", MINIRAY_TMPDIR=root)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("miniray._private.same_uid.InsecurePathError: ") and root in last
+    assert last.startswith("miniray._private.host.same_uid.InsecurePathError: ") and root in last
     assert sorted(os.listdir(root)) == ["keep"]
     assert os.stat(root).st_uid == 0
 
@@ -411,7 +413,9 @@ def test_stop_leaves_a_node_of_another_pid_namespace_alone(session_root):
     import json
     import signal as _signal
 
-    from miniray._private import node_client, procinfo
+    from miniray._private.host import procinfo
+    from miniray._private.node import daemon
+    from miniray._private.transport import node_client
 
     here = procinfo.identity()
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -430,7 +434,7 @@ def test_stop_leaves_a_node_of_another_pid_namespace_alone(session_root):
                   "pid_ns": "pid:[4026599999]", "boot_id": here.boot_id}
         with open(os.path.join(session_dir, node_client.RECORD_FILE), "w") as f:
             json.dump(record, f)
-        node_client.stop_nodes(session_root, force=True)
+        daemon.stop_nodes(session_root, force=True)
         assert bystander.poll() is None, "stop signalled a pid of another namespace"
         assert os.path.isdir(session_dir)
     finally:

@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from miniray._private import session
-from miniray._private.ledger import Ledger
+from miniray._private.host import session
+from miniray._private.ledger.ledger import Ledger
 
 from . import conftest
 

@@ -16,7 +16,8 @@ import pytest
 
 import miniray
 from miniray import exceptions
-from miniray._private import procinfo, runtime
+from miniray._private import runtime
+from miniray._private.host import procinfo
 
 ADDRESS_INFO_KEYS = {
     "address",

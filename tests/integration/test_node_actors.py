@@ -16,7 +16,9 @@ import subprocess
 import sys
 import textwrap
 
-from miniray._private import node_client, procinfo, session
+from miniray._private.host import procinfo, session
+from miniray._private.node import daemon
+from miniray._private.transport import node_client
 
 from .helpers import cli, driver, json_line, wait_until
 
@@ -73,7 +75,7 @@ def _run(env, code: str, timeout: float = 60) -> dict:
 def _service_pid(record) -> int | None:
     """The actor service's pid, from the file the node writes when it starts one (the one
     `miniray stop` reads too)."""
-    return node_client.actor_service_of(record)[0]
+    return daemon.actor_service_of(record)[0]
 
 
 def _service_segments(record, env) -> list[str]:

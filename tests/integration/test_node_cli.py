@@ -29,8 +29,11 @@ import time
 import pytest
 
 import miniray
-from miniray._private import node, node_client, procinfo, protocol, session
-from miniray._private.ledger import Ledger
+from miniray._private.core import protocol
+from miniray._private.host import procinfo, session
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.node import node
+from miniray._private.transport import node_client
 
 from . import helpers
 from .helpers import FAKE_PYNVML, procs_with_root
@@ -416,8 +419,8 @@ def test_protocol_spawn_kill_exit_goodbye(cli):
 
 CLIENT_SCRIPT = textwrap.dedent("""
     import os, socket, sys, time
-    from miniray._private import node_client
-    from miniray._private.ledger import Ledger
+    from miniray._private.transport import node_client
+    from miniray._private.ledger.ledger import Ledger
 
     data_fd = int(sys.argv[1])
     client = node_client.connect(node_client.find_node("auto"))
@@ -557,9 +560,9 @@ def test_temp_dir_holds_the_session_and_the_default_root_points_to_it(cli):
 
 GPU_CLIENT_SCRIPT = textwrap.dedent("""
     import os, time
-    from miniray._private import node_client
-    from miniray._private.host_gpus import HostGpuLedger
-    from miniray._private.ledger import Ledger
+    from miniray._private.transport import node_client
+    from miniray._private.ledger.host_gpus import HostGpuLedger
+    from miniray._private.ledger.ledger import Ledger
 
     client = node_client.connect(node_client.find_node("auto"))
     ledger = Ledger(client.info["ledger_path"])
@@ -600,7 +603,7 @@ def test_physical_gpus_detected_and_a_dead_clients_host_leases_released(cli):
         out = cli.run("status").stdout
         assert "Host GPU ledger" in out and f"pid {proc.pid} 0.5 [GPU=0.5]" in out
         assert "GPU-aaaa0000" in out
-        from miniray._private.host_gpus import HostGpuLedger
+        from miniray._private.ledger.host_gpus import HostGpuLedger
 
         host = HostGpuLedger(os.environ["MINIRAY_HOST_DIR"])
         assert host_lease in host.leases()

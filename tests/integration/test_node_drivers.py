@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from miniray._private import procinfo
+from miniray._private.host import procinfo
 
 from .helpers import cli, driver, json_line, ledger_leases
 

@@ -27,7 +27,8 @@ import pytest
 
 import miniray
 from miniray import exceptions
-from miniray._private import procinfo, runtime, session
+from miniray._private import runtime
+from miniray._private.host import procinfo, session
 
 from .helpers import wait_until
 

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 import pytest
 
 import miniray
-from miniray._private import node_client, procinfo, runtime, session
+from miniray._private import runtime
+from miniray._private.host import procinfo, session
+from miniray._private.transport import node_client
 
 from .helpers import cli, ledger_leases, procs_with_root, wait_until
 
@@ -54,7 +56,9 @@ DRIVER = """
     import faulthandler, json, os, sys, time
     faulthandler.dump_traceback_later(60, exit=True)
     import miniray as ray
-    from miniray._private import node_client, runtime
+    from miniray._private.transport import node_client
+    from miniray._private.node import daemon
+    from miniray._private import runtime
 
     mode, target, marks = sys.argv[1], sys.argv[2], sys.argv[3]
     if mode == "embedded":
@@ -95,7 +99,7 @@ DRIVER = """
     if mode == "node":
         record = node_client.find_node("auto")
         info["node"] = record.pid
-        info["service"] = node_client.actor_service_of(record)[0]
+        info["service"] = daemon.actor_service_of(record)[0]
     else:
         info["fork_server"] = rt.owner.fork_server.pid
     print(json.dumps(info), flush=True)
@@ -111,7 +115,7 @@ DRIVER = """
         out["after"] = ray.get(quick.remote(), timeout=30)
     except Exception as error:
         out["after_error"], out["after_message"] = type(error).__name__, str(error)
-    from miniray._private import procinfo
+    from miniray._private.host import procinfo
     out["dead_workers_leases"] = [
         lid for lid, lease in rt.ledger.snapshot().leases.items()
         if lease.holder_pid == os.getpid() and lease.worker_pid

@@ -513,7 +513,8 @@ def test_every_error_from_get_survives_pickling(ray, tmp_path):
     for error in errors:
         # A class defined inside a function (CustomError) only pickles by value (cloudpickle).
         local = type(getattr(error, "cause", None)).__qualname__.count("<locals>")
-        for dumps in [miniray._private.serialization.dumps] + ([] if local else [pickle.dumps]):
+        dumps_ = miniray._private.core.serialization.dumps
+        for dumps in [dumps_] + ([] if local else [pickle.dumps]):
             copy = pickle.loads(dumps(error))
             assert type(copy).__name__ == type(error).__name__
             assert str(copy) == str(error)
@@ -522,5 +523,5 @@ def test_every_error_from_get_survives_pickling(ray, tmp_path):
                     if base.__name__.startswith("RayTaskError("):
                         continue
                     assert isinstance(copy, base), (type(error), base)
-    custom = pickle.loads(miniray._private.serialization.dumps(errors[1]))
+    custom = pickle.loads(miniray._private.core.serialization.dumps(errors[1]))
     assert (custom.code, custom.detail) == (7, "d")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import doctest
 
-from miniray._private import actor_service
-from miniray._private.actor_service import Lifetimes
+from miniray._private.node import actor_service
+from miniray._private.node.actor_service import Lifetimes
 
 
 def test_docstring_examples():

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from miniray._private.gpu_detect import (
+from miniray._private.ledger.gpu_detect import (
     GpuInventory,
     accelerator_type_from_name,
     detect_gpus,
@@ -195,7 +195,7 @@ def test_mig_calls_only_when_cvd_names_mig():
 
 
 def test_unknown_cvd_entry_is_counted_as_a_logical_gpu(caplog):
-    with caplog.at_level(logging.WARNING, logger="miniray._private.gpu_detect"):
+    with caplog.at_level(logging.WARNING, logger="miniray._private.ledger.gpu_detect"):
         inv = detect_gpus(FakeNvml(devices(4)), cuda_visible_devices="1,7,GPU-nope")
     assert (inv.count, inv.ids) == (3, ["1", "7", "GPU-nope"])
     assert inv.device_keys == [UUID[1], None, None]

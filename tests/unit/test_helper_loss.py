@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import signal
 
-from miniray._private.forkserver import describe_returncode
-from miniray._private.owner_helper_loss import RestartBudget, fatal_message, restart_line
+from miniray._private.owner.owner_helper_loss import RestartBudget, fatal_message, restart_line
+from miniray._private.transport.spawn import describe_returncode
 
 
 def test_restart_budget_allows_limit_restarts_per_window():
@@ -51,8 +51,8 @@ def test_messages_say_what_died_and_what_to_do():
 def _client(pid: int):
     import socket
 
-    from miniray._private import procinfo
-    from miniray._private.node_client import NodeClient, NodeRecord
+    from miniray._private.host import procinfo
+    from miniray._private.transport.node_client import NodeClient, NodeRecord
 
     mine, _theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     record = NodeRecord(pid=pid, start_time=procinfo.start_time(pid), address="127.0.0.1:6379",

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 
 import miniray
-from miniray._private import procinfo
-from miniray._private.host_gpus import (
+from miniray._private.core.resources import UNIT
+from miniray._private.host import procinfo
+from miniray._private.host.same_uid import InsecurePathError
+from miniray._private.ledger.host_gpus import (
     HOST_DIR_ENV,
     HostGpuLease,
     HostGpuLedger,
@@ -32,8 +34,6 @@ from miniray._private.host_gpus import (
     plan_shares,
     used_units,
 )
-from miniray._private.resources import UNIT
-from miniray._private.same_uid import InsecurePathError
 
 ME = os.getpid()
 HALF, QUARTER = UNIT // 2, UNIT // 4
@@ -426,8 +426,8 @@ def test_threads_share_one_handle(hostdir):
 HAMMER = textwrap.dedent(
     """
     import os, random, sys
-    from miniray._private.host_gpus import HostGpuLedger, used_units
-    from miniray._private.resources import UNIT
+    from miniray._private.ledger.host_gpus import HostGpuLedger, used_units
+    from miniray._private.core.resources import UNIT
 
     directory, rounds = sys.argv[1], int(sys.argv[2])
     keys = ["GPU-0", "GPU-1", "GPU-2"]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from miniray._private import procinfo
-from miniray._private.ledger import Ledger
-from miniray._private.resources import UNIT
+from miniray._private.core.resources import UNIT
+from miniray._private.host import procinfo
+from miniray._private.ledger.ledger import Ledger
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ME = os.getpid()
@@ -267,8 +267,8 @@ def test_filelock_holder_excludes_ledger_writers(path):
 HAMMER = textwrap.dedent(
     """
     import json, os, sys, time
-    from miniray._private.ledger import Ledger
-    from miniray._private.resources import UNIT
+    from miniray._private.ledger.ledger import Ledger
+    from miniray._private.core.resources import UNIT
     led = Ledger(sys.argv[1])
     me = os.getpid()
     got = short = 0

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import os
 
-from miniray._private import node_client
-from miniray._private.ledger import Ledger
-from miniray._private.node_status import (
+from miniray._private.core.resources import UNIT, Lease, NodeState
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.node.node_status import (
     NodeView,
     collect,
     format_bytes,
     format_status,
     format_uptime,
 )
-from miniray._private.resources import UNIT, Lease, NodeState
+from miniray._private.transport import node_client
 
 NOW = 1_800_000_000.0
 GIB = 1 << 30

@@ -1,4 +1,4 @@
-"""Unit tests for miniray/_private/options.py: option validation and resource requests.
+"""Unit tests for miniray/_private/core/options.py: option validation and resource requests.
 
 Expected messages are Ray 2.60's (surface doc §2.1–2.7, §6.4–6.6). No processes.
 """
@@ -14,7 +14,7 @@ import warnings
 import pytest
 
 try:
-    from miniray._private import options as opts
+    from miniray._private.core import options as opts
 except Exception:  # the package __init__ may not be importable while it is being written
     _path = pathlib.Path(__file__).resolve().parents[2] / "miniray" / "_private" / "options.py"
     _spec = importlib.util.spec_from_file_location("_miniray_options_under_test", _path)

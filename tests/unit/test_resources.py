@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from miniray._private.resources import (
+from miniray._private.core.resources import (
     UNIT,
     UNIT_INSTANCE_RESOURCES,
     Allocation,

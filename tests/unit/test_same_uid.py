@@ -11,9 +11,10 @@ import stat
 
 import pytest
 
-from miniray._private import procinfo, same_uid, session, shm_segments
-from miniray._private.procinfo import Identity, is_provably_dead
-from miniray._private.same_uid import InsecurePathError, dir_problem, ensure_private_dir
+from miniray._private.host import procinfo, same_uid, session
+from miniray._private.host.procinfo import Identity, is_provably_dead
+from miniray._private.host.same_uid import InsecurePathError, dir_problem, ensure_private_dir
+from miniray._private.object_store import shm_segments
 
 
 # --- directories ------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from miniray._private import oob, procinfo, shm_segments, store_policy
-from miniray._private.shm_segments import session_tag_owner
-from miniray._private.shm_store import (
+from miniray._private.core import oob
+from miniray._private.host import procinfo
+from miniray._private.object_store import shm_segments, store_policy
+from miniray._private.object_store.shm_segments import session_tag_owner
+from miniray._private.object_store.shm_store import (
     SharedMemoryStore,
     create_segment,
     new_session_tag,
@@ -439,7 +441,7 @@ def test_an_object_larger_than_the_store_is_stored_on_disk(make_store, tmp_path,
 
 
 def test_an_oversized_put_on_a_full_disk_is_out_of_disk(make_store, monkeypatch):
-    from miniray._private import shm_store
+    from miniray._private.object_store import shm_store
     from miniray.exceptions import OutOfDiskError
 
     store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
@@ -493,7 +495,7 @@ def test_a_full_shm_dir_is_store_full(make_store, monkeypatch, tag):
 
 
 def test_warm_mappings_are_bounded(make_store):
-    from miniray._private import shm_store
+    from miniray._private.object_store import shm_store
 
     store = make_store(capacity=512 * MIB, recycle_bytes=64 * MIB)
     for i in range(60):  # each put recycles the previous put's segment
@@ -642,7 +644,7 @@ def test_a_forked_child_never_runs_the_parents_cleanup(make_store, tag):
 CHILD = textwrap.dedent(
     """
     import sys
-    from miniray._private.shm_store import read_segment
+    from miniray._private.object_store.shm_store import read_segment
     value = read_segment(sys.argv[1])
     print(value["a"].sum(), value["a"].flags.writeable, value["n"], flush=True)
     sys.stdin.readline()          # hold the mapping until the parent has freed the object

@@ -12,7 +12,7 @@ import timeit
 
 import pytest
 
-from miniray._private import signatures
+from miniray._private.core import signatures
 
 
 def f(a, b=2, *rest, c, d=4, **extra):

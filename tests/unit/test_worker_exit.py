@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from miniray._private.worker_main import exit_status
+from miniray._private.worker.execute import exit_status
 
 
 @pytest.mark.parametrize("code", ["None", "0", "3", "255", "256", "-1", "True", "False",

@@ -123,7 +123,7 @@ _DEPRECATED = {"NVIDIA_TESLA_A100": "NVIDIA_A100"}
 def __getattr__(name: str):
     replacement = _DEPRECATED.get(name)
     if replacement is not None:
-        from miniray.util.annotations import RayDeprecationWarning
+        from miniray.util.annotations import RayDeprecationWarning  # lazy: a deprecated name only
 
         # `from pkg import NAME` probes the name with hasattr() inside importlib before
         # fetching it; warn only on the fetch, so the user sees one warning at their line.

@@ -1,0 +1,139 @@
+"""ObjectRef: the handle to a value that exists, or will exist, in the object store.
+
+Owns: the ObjectRef class (public as ``miniray.ObjectRef``), its hashing, equality, pickling and
+awaiting. Does not own: the values (``owner.py`` / ``object_store.py``) or reference counting
+decisions (the owner decides; an ObjectRef only reports that it was created, pickled or dropped).
+Called by: everything that creates or passes refs.
+
+Mirrors ``ray.ObjectRef`` (Ray 2.60). Differs: ``owner_address()`` and ``call_site()`` return
+empty values; ``tensor_transport()`` returns None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from typing import Any, Generic
+
+from miniray._private.core import context, ids, serialization
+from miniray._private.core.type_vars import T
+
+
+class ObjectRef(Generic[T]):
+    """A reference to an object in miniray's object store.
+
+    ``ObjectRef[T]`` is what a type checker sees for a value of type ``T``: ``put`` of a ``T``
+    returns one, and ``get`` of one returns a ``T``.
+
+    Example:
+        >>> ref = ray.put(1)
+        >>> ray.get(ref)
+        1
+    """
+
+    __slots__ = ("_id", "_token", "__weakref__")
+
+    def __init__(self, binary: bytes, _token: Any = None):
+        if not isinstance(binary, bytes) or len(binary) != ids.OBJECT_ID_SIZE:
+            raise ValueError(f"ObjectRef needs {ids.OBJECT_ID_SIZE} bytes, got {binary!r}")
+        self._id = binary
+        tracker = context.current()
+        if _token is None and tracker is not None:
+            _token = tracker.session_token
+        self._token = _token
+        if tracker is not None and _token is tracker.session_token:
+            tracker.ref_created(binary)
+
+    def __del__(self):
+        tracker = context.current()
+        if tracker is not None and self._token is tracker.session_token:
+            try:
+                tracker.ref_dropped(self._id)
+            except Exception:  # interpreter shutdown: nothing left to free
+                pass
+
+    # -- identity -------------------------------------------------------------------
+    def binary(self) -> bytes:
+        return self._id
+
+    def hex(self) -> str:
+        return self._id.hex()
+
+    def task_id(self) -> str:
+        return self._id[: ids.TASK_ID_SIZE].hex()
+
+    def job_id(self) -> str:
+        return ids.JOB_ID
+
+    def is_nil(self) -> bool:
+        return self._id == b"\xff" * ids.OBJECT_ID_SIZE
+
+    @classmethod
+    def nil(cls) -> ObjectRef:
+        return cls(b"\xff" * ids.OBJECT_ID_SIZE, _token=False)
+
+    @classmethod
+    def from_binary(cls, binary: bytes) -> ObjectRef:
+        return cls(binary)
+
+    @classmethod
+    def from_hex(cls, hex_id: str) -> ObjectRef:
+        return cls(bytes.fromhex(hex_id))
+
+    @classmethod
+    def from_random(cls) -> ObjectRef:
+        return cls(ids.new_put_id(), _token=False)
+
+    def owner_address(self) -> str:
+        return ""
+
+    def call_site(self) -> str:
+        return ""
+
+    def size(self) -> int:
+        return len(self._id)
+
+    def tensor_transport(self):
+        return None
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id.hex()})"
+
+    # -- pickling -------------------------------------------------------------------
+    def __reduce__(self):
+        collected = serialization.collected_ids()
+        if collected is not None:
+            collected.append(self._id)
+        else:
+            tracker = context.current()
+            if tracker is not None and self._token is tracker.session_token:
+                tracker.ref_pickled(self._id)  # who reads it is unknown: kept until shutdown
+        return (_rebuild_ref, (self._id,))
+
+    # -- futures --------------------------------------------------------------------
+    def future(self) -> concurrent.futures.Future:
+        """A ``concurrent.futures.Future`` resolving to the value (or raising its error)."""
+        return context.auto_init().as_future(self)
+
+    def as_future(self) -> asyncio.Future:
+        """An ``asyncio.Future`` for the running loop, resolving to the value."""
+        return asyncio.wrap_future(self.future())
+
+    def __await__(self):
+        return self.as_future().__await__()
+
+
+def _rebuild_ref(binary: bytes) -> ObjectRef:
+    return ObjectRef(binary)
+
+
+ObjectRef.__module__ = "miniray"

@@ -1,0 +1,115 @@
+"""Serialization of values, functions and errors.
+
+Owns: how a Python value becomes bytes and back (cloudpickle, pickle protocol 5), and the
+translation of pickling failures into clear errors. Does not own: where bytes are kept
+(``object_store.py``).
+Called by: remote_function.py (arguments), worker_main.py (results), the owner (put).
+
+Values go through cloudpickle so closures, lambdas and classes defined in ``__main__`` travel by
+value; plain data takes pickle's C fast path inside cloudpickle.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any
+
+import cloudpickle
+
+PROTOCOL = 5
+
+# Refs pickled while a collector is active are *contained* in what is being serialized (a put
+# value, a call's arguments): the owner holds them for as long as that container lives instead
+# of keeping them forever (see owner/object_table.py). Thread-local, so concurrent serializations
+# never mix.
+_collecting = threading.local()
+
+
+def start_collecting() -> None:
+    _collecting.ids = []
+
+
+def stop_collecting() -> list:
+    ids = getattr(_collecting, "ids", None)
+    _collecting.ids = None
+    return ids or []
+
+
+def collected_ids() -> list | None:
+    """The list the current thread's collector appends to, or None when none is active."""
+    return getattr(_collecting, "ids", None)
+
+
+def dumps(value: Any) -> bytes:
+    return cloudpickle.dumps(value, protocol=PROTOCOL)
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
+    """Pickle a call's arguments, or raise TypeError naming what could not be pickled."""
+    try:
+        return cloudpickle.dumps((args, kwargs), protocol=PROTOCOL)
+    except Exception as error:
+        culprit = _find_unpicklable(list(args) + list(kwargs.values()))
+        what = f"the argument {culprit!r}" if culprit is not None else "an argument"
+        raise TypeError(
+            f"Could not serialize {what} of {function_name}: {type(error).__name__}: {error}. "
+            "Arguments of remote calls must be picklable (cloudpickle); pass the data needed "
+            "to rebuild the object instead, or create it inside the task."
+        ) from error
+
+
+_NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)
+
+
+def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type):
+    """``(blob, deps, contained)``: the pickled call; the top-level ObjectRef arguments taken
+    out of it as ``[(position or keyword, object_id)]`` (resolved before the call); and the ids
+    of refs nested in containers, which travel as refs (the owner holds those objects until
+    the call is done; a worker that keeps such a ref reports it as a borrower)."""
+    if not args and not kwargs:
+        return _NO_ARGS_BLOB, None, ()
+    deps = []
+    if any(type(a) is ref_type for a in args):
+        args = list(args)
+        for index, value in enumerate(args):
+            if type(value) is ref_type:
+                deps.append((index, value._id))
+                args[index] = None
+        args = tuple(args)
+    if any(type(v) is ref_type for v in kwargs.values()):
+        kwargs = dict(kwargs)
+        for key, value in kwargs.items():
+            if type(value) is ref_type:
+                deps.append((key, value._id))
+                kwargs[key] = None
+    start_collecting()
+    try:
+        blob = dumps_arguments(args, kwargs, function_name)
+    finally:
+        contained = stop_collecting()
+    return blob, deps or None, tuple(contained)
+
+
+def dumps_function(function: Any, name: str) -> bytes:
+    try:
+        return cloudpickle.dumps(function, protocol=PROTOCOL)
+    except Exception as error:
+        raise TypeError(
+            f"Could not serialize the remote function or class {name}: "
+            f"{type(error).__name__}: {error}. Check what it captures from its enclosing "
+            "scope (locks, open files, sockets cannot be pickled)."
+        ) from error
+
+
+def _find_unpicklable(values: list) -> Any:
+    for value in values:
+        try:
+            cloudpickle.dumps(value, protocol=PROTOCOL)
+        except Exception:
+            return value
+    return None

@@ -1,0 +1,124 @@
+"""The specs: what ``.remote()`` builds and the owner runs (TaskSpec, ActorCreationSpec,
+ActorCallSpec), and the exception ``exit_actor()`` raises inside an actor.
+
+Owns: the fields of a task, actor creation or actor call and their pickled form (a worker
+submitting a nested task or call sends its spec to the owner; a driver sends actor specs to the
+node's actor service). Does not own: validation (``options.py``), scheduling (``owner/owner.py``,
+``owner/actors.py``) or running (``worker/``).
+Called by: the public ``remote_function.py`` and ``actor.py``, the owner, the actor service and
+the worker's actor host; here, in the lowest layer, so that none of them imports another's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TaskSpec:
+    """One task submission. ``fn_bytes`` is None when the owner already has the function."""
+
+    __slots__ = (
+        "task_id",
+        "fn_id",
+        "fn_bytes",
+        "name",
+        "function_name",
+        "args_blob",
+        "deps",
+        "return_ids",
+        "num_returns",
+        "request",
+        "max_retries",
+        "retry_exceptions",
+        "max_calls",
+        "contained",
+    )
+
+    def __init__(
+        self,
+        task_id: bytes,
+        fn_id: bytes,
+        fn_bytes: bytes | None,
+        name: str,
+        function_name: str,
+        args_blob: bytes,
+        deps: list[tuple[Any, bytes]],
+        return_ids: list[bytes],
+        num_returns: int,
+        request: dict[str, float],
+        max_retries: int,
+        retry_exceptions: Any,
+        max_calls: int,
+        contained: tuple = (),
+    ):
+        self.task_id = task_id
+        self.fn_id = fn_id
+        self.fn_bytes = fn_bytes
+        self.name = name
+        self.function_name = function_name
+        self.args_blob = args_blob
+        self.deps = deps
+        self.return_ids = return_ids
+        self.num_returns = num_returns
+        self.request = request
+        self.max_retries = max_retries
+        self.retry_exceptions = retry_exceptions
+        self.max_calls = max_calls
+        self.contained = contained  # ids of refs nested in the arguments: held while pending
+
+    def __reduce__(self):
+        return (TaskSpec, tuple(getattr(self, name) for name in TaskSpec.__slots__))
+
+    def __repr__(self) -> str:
+        return f"<TaskSpec {self.name} {self.task_id.hex()[:12]} request={self.request}>"
+
+
+class ActorCreationSpec:
+    """Everything needed to create (and re-create) one actor."""
+
+    __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
+                 "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
+                 "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
+                 "max_pending_calls", "contained")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields.get(name))
+
+    def __reduce__(self):
+        return (_rebuild_creation, ({n: getattr(self, n) for n in self.__slots__},))
+
+
+def _rebuild_creation(fields):
+    return ActorCreationSpec(**fields)
+
+
+class ActorCallSpec:
+    """One actor call. ``payloads`` and ``reply`` are for calls that another driver made to
+    an actor this process owns (``actor_service.py``): the argument values come ready, as
+    ``[(position, kind, payload)]``, and ``reply(results, contained)`` receives the results
+    instead of this process's object table."""
+
+    __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
+                 "call_name", "max_task_retries", "contained", "payloads", "reply")
+
+    def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
+                 max_task_retries, contained=(), payloads=None):
+        self.task_id = task_id
+        self.method = method
+        self.args_blob = args_blob
+        self.deps = deps
+        self.return_ids = return_ids
+        self.num_returns = num_returns
+        self.call_name = call_name
+        self.max_task_retries = max_task_retries
+        self.contained = contained
+        self.payloads = payloads
+        self.reply = None  # never pickled
+
+    def __reduce__(self):
+        return (ActorCallSpec, tuple(getattr(self, n) for n in self.__slots__[:-1]))
+
+
+class _ExitActor(SystemExit):
+    """Raised by ``exit_actor()`` inside an actor; the actor host exits after the call."""

@@ -1,0 +1,190 @@
+"""Session directories: one per ``init()`` (or per node started with ``miniray start``).
+
+Owns: creating a session directory under the session root, recording its owner process, and
+sweeping the directories of sessions whose owner is provably dead (killed with SIGKILL, say:
+``procinfo.is_provably_dead``; a session of another PID namespace sharing the root is left
+alone). The root is a private directory (``same_uid.ensure_private_dir``). Does not own what
+lives inside (the ledger, sockets, spill files): their owners put them there, and removing
+the directory removes them.
+Called by: runtime.py at init() and shutdown(), and the CLI.
+
+Layout::
+
+    $MINIRAY_TMPDIR/                     (default /dev/shm/miniray-<uid>, mode 0700, checked)
+      session_2026-11-21_08-40-01_123456_<pid>_<rand>_p<ns tag>/
+        owner.pid                        "<pid> <start time ticks> <pid namespace> <boot id>"
+        ledger.json, ledger.json.lock
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import shutil
+
+from miniray._private.core import config, ids
+from miniray._private.host import procinfo, same_uid
+
+logger = logging.getLogger(__name__)
+
+SESSION_PREFIX = "session_"
+OWNER_FILE = "owner.pid"
+STORE_STATS_DIR = "driver_stats"  # <session>/driver_stats/<pid>.json, written by drivers
+
+
+def root_tag(root: str | None = None) -> str:
+    """Six hex characters naming a session root. Every shared-memory name a session creates
+    starts with ``mr_<root tag>``, so whoever set ``MINIRAY_TMPDIR`` (a test harness, a CI
+    job) can tell its own segments from other sessions' on the same host."""
+    import hashlib
+
+    root = os.path.abspath(root or config.tmpdir_root())
+    return hashlib.sha1(root.encode()).hexdigest()[:6]
+
+
+def ensure_root(root: str | None = None) -> str:
+    """Create or check the session root as a private directory (InsecurePathError naming
+    its owner and mode otherwise); returns it."""
+    return same_uid.ensure_private_dir(root or config.tmpdir_root())
+
+
+def create_session_dir(root: str | None = None) -> str:
+    root = ensure_root(root)
+    sweep_dead_sessions(root)
+    stamp = datetime.datetime.now().strftime("%Y-%m-%d_%H-%M-%S_%f")
+    pid = os.getpid()
+    path = os.path.join(root, f"{SESSION_PREFIX}{stamp}_{pid}_{ids.random_hex(4)}_"
+                              f"p{procinfo.ns_tag()}")
+    os.mkdir(path, 0o700)
+    here = procinfo.identity()
+    with open(os.path.join(path, OWNER_FILE), "w") as f:
+        f.write(f"{pid} {procinfo.start_time(pid) or 0} {here.pid_ns or '-'} "
+                f"{here.boot_id or '-'}\n")
+    logger.debug("created session directory %s", path)
+    return path
+
+
+def read_owner(path: str) -> tuple[int, int, str, str] | None:
+    """``(pid, start time, pid namespace, boot id)`` from a session's ``owner.pid`` (the last
+    two ``""`` in a record that does not say), or None when it is missing or unreadable."""
+    try:
+        with open(os.path.join(path, OWNER_FILE)) as f:
+            parts = f.read().split()
+        pid, start = int(parts[0]), int(parts[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    extra = [p if p != "-" else "" for p in parts[2:4]] + ["", ""]
+    return pid, start, extra[0], extra[1]
+
+
+def session_owner(path: str) -> tuple[int, int] | None:
+    owner = read_owner(path)
+    return None if owner is None else owner[:2]
+
+
+def owner_verdict(path: str, here: procinfo.Identity | None = None) -> str:
+    """``"alive"``, ``"dead"`` (provably), ``"foreign"`` (another PID namespace or boot-less
+    record: cannot be judged from here) or ``"unknown"`` (no readable ``owner.pid``)."""
+    owner = read_owner(path)
+    if owner is None:
+        return "unknown"
+    pid, start, pid_ns, boot_id = owner
+    here = here or procinfo.identity()
+    if procinfo.is_provably_dead(pid, start or None, pid_ns, boot_id, here):
+        return "dead"
+    if pid_ns and here.pid_ns and pid_ns != here.pid_ns:
+        return "foreign"
+    if not pid_ns:
+        return "foreign"
+    return "alive"
+
+
+def is_session_alive(path: str) -> bool:
+    """False only when the owner is provably dead, or nothing says who owns it."""
+    return owner_verdict(path) not in ("dead", "unknown")
+
+
+def sweep_dead_sessions(root: str | None = None) -> list[str]:
+    """Remove session directories whose owner process is provably dead. Returns what was
+    removed; sessions of other PID namespaces are left alone (``foreign_sessions``)."""
+    root = root or config.tmpdir_root()
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    here = procinfo.identity()
+    for name in names:
+        if not name.startswith(SESSION_PREFIX):
+            continue
+        path = os.path.join(root, name)
+        verdict = owner_verdict(path, here)
+        if verdict == "unknown":
+            # Being created right now (owner.pid not yet written): leave it unless it is old
+            # and its name says it was made in this namespace by a pid that is gone.
+            try:
+                age = datetime.datetime.now().timestamp() - os.lstat(path).st_mtime
+            except OSError:
+                continue
+            named = name_owner(name)
+            if age < 60 or named is None or not procinfo.is_provably_dead(
+                    named[0], None, named[1], "", here):
+                continue
+        elif verdict != "dead":
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+        logger.debug("swept dead session %s", path)
+    return removed
+
+
+def foreign_sessions(root: str | None = None) -> list[str]:
+    """Session directories of ``root`` owned by another PID namespace: never swept from here."""
+    root = root or config.tmpdir_root()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    here = procinfo.identity()
+    return [os.path.join(root, n) for n in sorted(names) if n.startswith(SESSION_PREFIX)
+            and owner_verdict(os.path.join(root, n), here) == "foreign"]
+
+
+def name_owner(name: str) -> tuple[int, str] | None:
+    """``(pid, ns tag)`` from a session (or spill folder) name ``create_session_dir`` made, or
+    None for a name without a namespace tag (older miniray, or not one of ours)."""
+    parts = name.split("_")
+    if (not name.startswith(SESSION_PREFIX) or len(parts) < 4 or len(parts[-1]) != 9
+            or not parts[-1].startswith("p") or not parts[-3].isdigit()):
+        return None
+    return int(parts[-3]), parts[-1][1:]
+
+
+def remove_session_dir(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    try:  # the root too, once no session is left in it (another may be starting: that's fine)
+        os.rmdir(os.path.dirname(path))
+    except OSError:
+        pass
+
+
+def sweep_dead_spill_dirs(spill_root: str) -> None:
+    """Remove spill folders (named like their session) whose owner is provably dead; the
+    namespace tag in the name says where its pid lives. Other users' folders are left."""
+    try:
+        names = os.listdir(spill_root)
+    except OSError:
+        return
+    here = procinfo.identity()
+    for name in names:
+        owner = name_owner(name)
+        if owner is None or not procinfo.is_provably_dead(owner[0], None, owner[1], "", here):
+            continue
+        path = os.path.join(spill_root, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)

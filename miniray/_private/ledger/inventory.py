@@ -1,0 +1,132 @@
+"""What this host offers: usable cores, available memory, free /dev/shm, GPUs, and from them a
+node's resource totals.
+
+Owns: ``node_resources`` (a node's totals and GPU identity, as ``init()`` and ``miniray start``
+compute them) and the host probes it reads. Does not own: who holds what (``ledger.py``) or
+the resource arithmetic (``core/resources.py``).
+Called by: ``runtime.py`` (an embedded driver) and ``node/node.py`` (``miniray start``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from miniray._private.core import config
+from miniray._private.core.resources import node_totals
+
+logger = logging.getLogger("miniray")
+
+
+def cpu_count() -> int:
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    try:  # cgroup v2 quota
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()
+        if quota != "max":
+            count = min(count, max(1, int(int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return count
+
+
+def memory_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 << 30
+
+
+def host_memory() -> int | None:
+    """The memory this host (or its cgroup limit) has in all, or None if unknown."""
+    total = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    total = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError):
+        pass
+    try:  # cgroup v2 limit, as Ray's get_system_memory
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            total = int(limit) if total is None else min(total, int(limit))
+    except (OSError, ValueError):
+        pass
+    return total
+
+
+def shm_free() -> int | None:
+    try:
+        st = os.statvfs("/dev/shm")
+        return st.f_bavail * st.f_frsize
+    except OSError:
+        return None
+
+
+def node_resources(num_cpus, num_gpus, resources, object_store_memory,
+                   node_ip: str = "127.0.0.1") -> dict:
+    """A node's totals and GPU identity, as ``init()`` and ``miniray start`` compute them.
+
+    ``num_cpus`` None means the usable cores. GPUs: NVML detection, capped and named by
+    ``CUDA_VISIBLE_DEVICES``; an explicit ``num_gpus`` overrides the count. Returns
+    ``{"totals", "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
+    "object_store_memory"}``; ValueError as Ray's for a ``num_gpus`` above the visible devices.
+    """
+    if num_cpus is None:
+        num_cpus = cpu_count()
+    # Lazy: GPU detection (and NVML) loads at the first init() or `miniray start`, never at
+    # `import miniray`.
+    from miniray._private.ledger.gpu_detect import detect_gpus, parse_visible_devices
+
+    inventory = detect_gpus()
+    cvd = parse_visible_devices(config.cuda_visible_devices())
+    if num_gpus is None:
+        num_gpus = inventory.count
+    elif cvd is not None and num_gpus > len(cvd):
+        raise ValueError(
+            f"Attempting to start raylet with {num_gpus} GPU, but CUDA_VISIBLE_DEVICES "
+            f"contains {cvd}."
+        )
+    num_gpus = int(num_gpus)
+    # Device ids: the detected ones first (named by CUDA_VISIBLE_DEVICES when it is set),
+    # then logical ones (num_gpus may exceed the hardware: resources are logical).
+    gpu_ids = list(inventory.ids[:num_gpus])
+    spare = cvd if cvd is not None else [str(i) for i in range(num_gpus)]
+    for gpu_id in spare:
+        if len(gpu_ids) >= num_gpus:
+            break
+        if gpu_id not in gpu_ids:
+            gpu_ids.append(gpu_id)
+    gpu_ids_are_ints = cvd is None and all(i.isdigit() for i in gpu_ids)
+    gpu_keys = [inventory.key_of(i) if i in inventory.ids else None for i in gpu_ids]
+    accelerator_type = inventory.accelerator_type if num_gpus else None
+    resources = dict(resources or {})
+    if accelerator_type and inventory.count:
+        resources.setdefault(f"accelerator_type:{accelerator_type}", 1)
+    available = memory_available()
+    if object_store_memory is None:
+        object_store_memory = int(available * 0.3)
+        shm = shm_free()
+        if shm is not None:
+            object_store_memory = min(object_store_memory, int(shm * 0.95))
+        object_store_memory = min(object_store_memory, 200 * (1 << 30))
+        logger.debug("object store capacity %d bytes (RAM available %d, /dev/shm free %s)",
+                     object_store_memory, available, shm)
+    memory = max(0, int(available - object_store_memory))
+    totals = node_totals(num_cpus, num_gpus, resources, memory,
+                         int(object_store_memory), node_ip)
+    return {
+        "totals": totals, "gpu_ids": gpu_ids, "gpu_ids_are_ints": gpu_ids_are_ints,
+        "gpu_keys": gpu_keys, "accelerator_type": accelerator_type,
+        "object_store_memory": int(object_store_memory),
+    }

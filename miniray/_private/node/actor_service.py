@@ -1,0 +1,519 @@
+"""The node's actor service: named and detached actors that every driver of the node shares.
+
+Owns: the actors that drivers joined to a node create with a ``name`` or
+``lifetime="detached"``, their names, and which driver created and which drivers hold each
+(``Lifetimes``, pure). It is a miniray driver joined to the node like any other (its own owner,
+store, leases and workers), started and stopped by the node process, listening on
+``<session>/actors.sock`` (AF_UNIX stream, mode 0600, peers checked with SO_PEERCRED). Does not
+own: the drivers' proxies and their sockets (``actor_link.py``), or anonymous actors (each
+driver owns those itself).
+
+::
+
+    driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
+    driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
+              ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
+                  the caller's store: no copy)
+
+* Arguments. The caller resolves top-level ObjectRefs and sends their payloads: small values as
+  bytes; large ones as the path of its own segment, which the actor maps directly (the caller
+  pins it until the result arrives). A constructor's arguments are copied into this store,
+  because a restart needs them again after the caller has moved on; those not ready at
+  creation follow in an OBJECT message when they are (the actor waits for them here, as any
+  actor waits for its arguments), and the service answers IMPORTED so the caller lets go.
+  The objects of refs nested inside a call's arguments are sent along (the call waits until
+  they are ready) and imported here under their own ids, so the actor can keep the refs.
+* Results. A small result travels as bytes. A large one is the segment the actor wrote; it is
+  renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
+  inside a result travel with their objects (copied into the caller's store, which owns them
+  from then on; the result waits until they are ready).
+* Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
+  non-detached actor ends after its queued calls once no driver holds a handle to it, and is
+  killed when the driver that created it disconnects (Ray ties it to its creator's job).
+* Output. What an actor prints goes to the driver that created it while that driver is
+  connected (prefixed ``(<name> pid=<pid>)`` as usual), else to the node's log
+  (``<session>/node.log``).
+
+Teardown (the node sends SIGTERM): stop accepting, close every driver's sockets, then
+``shutdown()`` as any driver (its actors are killed, its leases returned, GOODBYE to the node).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+
+from miniray._private import runtime
+from miniray._private.core import protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.object_store import shm_segments as segs
+from miniray._private.owner.actor_link import SOCKET_NAME
+from miniray._private.owner.actors import A_DEAD
+from miniray._private.owner.object_table import PENDING
+from miniray._private.transport import node_client
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.node_client import accept_same_uid
+from miniray._private.transport.spawn import set_pdeathsig
+
+__all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
+
+logger = logging.getLogger(__name__)
+
+class Lifetimes:
+    """Pure bookkeeping: who created each service actor, who holds it, what must end.
+
+    Example:
+        >>> life = Lifetimes()
+        >>> life.created(b"a", "driver1", detached=False)
+        >>> life.hold(b"a", "driver1"); life.hold(b"a", "driver2")
+        >>> life.release(b"a", "driver1")
+        False
+        >>> life.release(b"a", "driver2")  # nobody holds it: it ends after its calls
+        True
+        >>> life.created(b"d", "driver1", detached=True)
+        >>> life.client_gone("driver1")  # (kill now, end after calls)
+        ([], [])
+    """
+
+    def __init__(self):
+        self.creator: dict[bytes, str] = {}
+        self.detached: set[bytes] = set()
+        self.holders: dict[bytes, set[str]] = {}
+
+    def created(self, actor_id: bytes, client: str, detached: bool) -> None:
+        self.creator[actor_id] = client
+        if detached:
+            self.detached.add(actor_id)
+
+    def hold(self, actor_id: bytes, client: str) -> None:
+        if actor_id in self.creator:
+            self.holders.setdefault(actor_id, set()).add(client)
+
+    def release(self, actor_id: bytes, client: str) -> bool:
+        """True when the actor must end after its queued calls: non-detached, and the last
+        driver holding it let go."""
+        holders = self.holders.get(actor_id)
+        if not holders or client not in holders:
+            return False
+        holders.discard(client)
+        if holders:
+            return False
+        del self.holders[actor_id]
+        if actor_id in self.detached:
+            return False
+        self.forget(actor_id)  # it ends: nothing more to decide about it
+        return True
+
+    def client_gone(self, client: str) -> tuple[list[bytes], list[bytes]]:
+        """``(kill now, end after queued calls)`` when ``client`` disconnects: what it created
+        and did not detach is killed; what only it held ends."""
+        kill = sorted(a for a, c in self.creator.items()
+                      if c == client and a not in self.detached)
+        for actor_id in kill:
+            self.forget(actor_id)
+        end = sorted(a for a in list(self.holders) if self.release(a, client))
+        return kill, end
+
+    def forget(self, actor_id: bytes) -> None:
+        self.creator.pop(actor_id, None)
+        self.detached.discard(actor_id)
+        self.holders.pop(actor_id, None)
+
+
+class _Client:
+    """One driver: its two sockets (by role) and where its store keeps segments."""
+
+    __slots__ = ("token", "pid", "conns", "tag", "shm_dir", "gone")
+
+    def __init__(self, token: str, pid: int, tag: str, shm_dir: str):
+        self.token = token
+        self.pid = pid
+        self.conns: dict[str, FramedSocket] = {}
+        self.tag = tag
+        self.shm_dir = shm_dir
+        self.gone = False
+
+    def __repr__(self) -> str:
+        return f"<driver pid={self.pid} {sorted(self.conns)}>"
+
+
+class ActorService:
+    """Serves drivers on ``<session>/actors.sock`` from the runtime's own I/O thread."""
+
+    def __init__(self, rt, session_dir: str):
+        self.rt = rt
+        self.owner = rt.owner
+        self.path = os.path.join(session_dir, SOCKET_NAME)
+        self.life = Lifetimes()
+        self._clients: dict[str, _Client] = {}
+        self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
+        self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
+        self.owner.actors.route_output = self._route_output
+        self.owner.actors.unknown_actor_hint = (
+            "it is probably an actor without a name that belongs to one of the node's drivers, "
+            "and a named or detached actor cannot call it. Create that actor with a name "
+            "(.options(name=...)) so that it lives in the node's actor service too.")
+        segs.unlink_quiet(self.path)  # a crashed predecessor's socket
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            with node_client.sun_path(self.path) as name:
+                listener.bind(name)
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.path, 0o600)
+        listener.listen(64)
+        listener.setblocking(False)
+        self.listener = listener
+        self.owner.reactor.register(listener.fileno(), self._on_accept)
+
+    # -- connections (I/O thread) --------------------------------------------------------------
+    def _on_accept(self, _fd: int) -> None:
+        for sock, _pid in accept_same_uid(self.listener, logger):
+            conn = FramedSocket(sock)
+            with self.owner._lock:
+                self._conns[conn.fd] = (conn, None, "")
+                self.owner.reactor.register(conn.fd, self._on_readable)
+
+    def _on_readable(self, fd: int) -> None:
+        item = self._conns.get(fd)
+        if item is None:
+            return
+        conn = item[0]
+        frames, closed = conn.recv_ready()
+        with self.owner._lock:
+            for frame in frames:
+                conn, client, role = self._conns.get(fd, (conn, None, ""))
+                try:
+                    message = pickle.loads(frame)
+                    if client is None:
+                        self._hello(conn, message)
+                    elif role == "control":
+                        self._control(conn, client, message)
+                    else:
+                        self._calls(client, message)
+                except Exception:
+                    logger.exception("a driver sent %.200r; dropping it", frame[:200])
+                    closed = True
+                    break
+            if closed:
+                self._drop(fd)
+
+    def _hello(self, conn: FramedSocket, message: tuple) -> None:
+        tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message
+        if tag != "HELLO" or role not in ("control", "calls"):
+            raise ValueError("expected HELLO")
+        client = self._clients.get(token)
+        if client is None:
+            client = self._clients[token] = _Client(token, pid, segs.check_tag(store_tag),
+                                                    os.path.abspath(shm_dir))
+            logger.info("driver pid %d connected", pid)
+        client.conns[role] = conn
+        self._conns[conn.fd] = (conn, client, role)
+        self._adopt_paths(sys_path, cwd)
+        if role == "control":
+            self._answer(conn, "OK", None)
+
+    def _adopt_paths(self, sys_path: list, cwd: str) -> None:
+        """Actors import their classes' modules from where their creators run."""
+        hello = self.owner.hello_info
+        known = hello.setdefault("sys_path", [])
+        for path in sys_path:
+            if path not in known:
+                known.append(path)
+        if cwd:
+            hello["cwd"] = cwd
+
+    def _drop(self, fd: int) -> None:
+        """*Locked.* A socket closed: the driver is gone (both its sockets are closed)."""
+        conn, client, _role = self._conns.pop(fd, (None, None, ""))
+        if conn is None:
+            return
+        self.owner.reactor.unregister(fd)
+        conn.close()
+        if client is None or client.gone:
+            return
+        client.gone = True
+        self._clients.pop(client.token, None)
+        for other in client.conns.values():
+            if other.fd in self._conns:
+                self._conns.pop(other.fd, None)
+                self.owner.reactor.unregister(other.fd)
+                other.close()
+        kill, end = self.life.client_gone(client.token)
+        actors = self.owner.actors
+        for actor_id in kill:
+            actors.kill(actor_id, True)
+        for actor_id in end:
+            self._end_when_idle(actor_id)
+        logger.info("driver pid %d left: %d actor(s) killed, %d released", client.pid,
+                    len(kill), len(end))
+
+    # -- requests -------------------------------------------------------------------------------
+    def _answer(self, conn: FramedSocket, status: str, value) -> None:
+        conn.send(pickle.dumps((status, value), 5))  # the driver waits for it: never blocks long
+
+    def _control(self, conn: FramedSocket, client: _Client, message: tuple) -> None:
+        actors = self.owner.actors
+        try:
+            tag = message[0]
+            if tag == "CREATE":
+                value = self._create(client, message[1], message[2])
+            elif tag == "LOOKUP":
+                value = actors.lookup(message[1], message[2])
+            elif tag == "LIST":
+                value = actors.named(message[1], message[2])
+            elif tag == "KILL":
+                actors.kill(message[1], message[2])
+                value = None
+            else:
+                raise ValueError(f"unknown request {tag!r}")
+        except Exception as error:
+            self._answer(conn, "ERR", serialization.dumps(error))
+            return
+        self._answer(conn, "OK", value)
+
+    def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
+        """``(actor id, handle state, warning)``; the warning (the actor can never be placed
+        on this node) is printed by the driver, where Ray prints it."""
+        owner = self.owner
+        if spec.fn_bytes is not None:
+            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            spec.fn_bytes = None
+        imported = self._import(exported or ())
+        try:
+            actor_id = owner.actors.create(spec)  # pins and holds what the actor uses
+        finally:
+            self._settle(imported)
+        if actor_id == spec.actor_id:
+            self.life.created(actor_id, client.token, spec.detached)
+            self._creators[actor_id] = client.token
+        warning = None
+        reasons = infeasible_reasons(owner.node_state, spec.placement)
+        if reasons:
+            warning = f"{format_infeasible(spec.placement, reasons)} (actor {spec.class_name})"
+        return actor_id, owner.actors.actors[actor_id].spec.handle_state, warning
+
+    def _import(self, items) -> list[bytes]:
+        """Put a caller's objects (``[(id, kind, payload)]``) into this store, under their own
+        ids, large ones copied: a constructor's arguments are read again by a restart, and
+        refs nested in arguments may be kept by the actor, long after the caller moved on."""
+        objects = self.owner.objects
+        store = self.owner.store
+        imported = []
+        for object_id, kind, payload in items:
+            entry = objects.get(object_id)
+            if entry is not None and store.contains(object_id):
+                continue  # the same object twice, or one of this process's own
+            if kind is None:  # not ready at the caller: it follows (OBJECT) when it is
+                if entry is None:
+                    objects.ensure(object_id)
+                    imported.append(object_id)
+                continue
+            if isinstance(payload, tuple):
+                payload = _copy_segment(payload, store.shm_dir, store.session_tag)
+            objects.set_ready(object_id, kind, payload)
+            imported.append(object_id)
+        return imported
+
+    def _settle(self, imported: list[bytes]) -> None:
+        """Imported objects that nothing pinned or held are freed now (a pending one, whose
+        value will never be needed, is forgotten)."""
+        objects = self.owner.objects
+        for object_id in imported:
+            entry = objects.get(object_id)
+            if entry is not None and entry.pins <= 0:
+                if entry.state == PENDING:
+                    objects.forget_pending(object_id)
+                else:
+                    objects.maybe_free(object_id, entry)
+
+    def _calls(self, client: _Client, message: tuple) -> None:
+        tag = message[0]
+        actors = self.owner.actors
+        if tag == "CALL":
+            actor_id, spec, exported = message[1], message[2], message[3]
+            imported = self._import(exported)
+            spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
+            spec.reply = functools.partial(self._reply, client, spec.task_id, spec.return_ids)
+            try:
+                actors.submit(actor_id, spec)  # holds the nested refs' objects until done
+            except Exception as error:  # e.g. PendingCallsLimitExceeded
+                data = serialization.dumps(error)
+                spec.reply([(protocol.ERR, data)] * max(1, spec.num_returns), None)
+            self._settle(imported)
+        elif tag == "OBJECT":  # an argument of an actor created earlier is ready
+            self._import([message[1:4]])
+            self._send(client, ("IMPORTED", message[1]))
+        elif tag == "CANCEL":
+            with contextlib.suppress(ValueError):
+                actors.cancel(message[1], message[2])
+        elif tag == "HOLD":
+            self.life.hold(message[1], client.token)
+        elif tag == "RELEASE":
+            if self.life.release(message[1], client.token):
+                self._end_when_idle(message[1])
+        else:
+            raise ValueError(f"unknown message {tag!r}")
+
+    def _end_when_idle(self, actor_id: bytes) -> None:
+        actors = self.owner.actors
+        actor = actors.actors.get(actor_id)
+        self.life.forget(actor_id)
+        if actor is not None and actor.state != A_DEAD:
+            actors._terminate_when_idle(actor)
+
+    # -- output and results (I/O thread) ----------------------------------------------------------
+    def _route_output(self, actor):
+        """What an actor prints goes to the driver that created it while that driver is
+        connected (as Ray shows an actor's output in its job's driver), else to node.log."""
+        actor_id = actor.spec.actor_id
+
+        def route(target: str, text: str) -> bool:
+            client = self._clients.get(self._creators.get(actor_id, ""))
+            return client is not None and self._send(client, ("OUTPUT", target, text))
+
+        return route
+
+    def _reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
+               contained, held: bool = False) -> None:
+        """Send a call's results to the driver that made it. Refs inside a result travel with
+        their objects (copied into the driver's store), which the driver then owns; a result
+        waits for those objects to be ready (they are held meanwhile)."""
+        objects = self.owner.objects
+        inner = list(dict.fromkeys(i for ids in contained or () if ids for i in ids))
+        pending = [i for i in inner if (e := objects.get(i)) is not None and e.state == PENDING]
+        if pending and not held:
+            objects.hold(inner)
+            again = functools.partial(self._reply, client, task_id, return_ids, results,
+                                      contained, True)
+            objects.await_objects(pending, len(pending), False, lambda _timed_out: again(),
+                                  None, self.owner.reactor.call_later)
+            return
+        nested = []
+        if not client.gone:
+            for index, ids in enumerate(contained or ()):
+                if ids:
+                    nested.append((index, [self._export(i, client) for i in ids
+                                           if objects.get(i) is not None]))
+        if held:
+            objects.release(inner)
+        out = []
+        for index, (kind, data) in enumerate(results):
+            if isinstance(data, tuple):
+                object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
+                data = self._hand_over(data, client, object_id)
+            out.append((kind, data))
+        if not self._send(client, ("RESULT", task_id, out, nested)):
+            for _kind, data in out:
+                self._discard(data)
+            for _index, items in nested:
+                for _id, _kind, payload in items:
+                    self._discard(payload)
+
+    def _send(self, client: _Client, message: tuple) -> bool:
+        """Queue a message on the client's calls socket; False if it is gone (its socket's
+        EOF, read by the I/O thread, then drops it). I/O thread only."""
+        conn = client.conns.get("calls")
+        if client.gone or conn is None:
+            return False
+        try:
+            self.owner.reactor.send(conn, pickle.dumps(message, 5), self._on_writable)
+        except OSError:
+            return False
+        return True
+
+    def _on_writable(self, fd: int) -> None:
+        with self.owner._lock:
+            item = self._conns.get(fd)
+            self.owner.reactor.flush(fd, item[0] if item is not None else None)
+
+    def _export(self, object_id: bytes, client: _Client) -> tuple:
+        """``(id, kind, payload)`` of an object of this process for ``client``; a large one is
+        copied into a segment of the client's store, which adopts it."""
+        kind, payload = self.owner.objects.read(object_id)
+        if isinstance(payload, tuple):
+            payload = _copy_segment(payload, client.shm_dir, client.tag)
+        return object_id, kind, payload
+
+    def _hand_over(self, data: tuple, client: _Client, object_id: bytes) -> tuple:
+        """A segment the actor wrote becomes the caller's: renamed into its store's name
+        (copied when its store lives on another filesystem)."""
+        _where, name, size = data
+        src = segs.resolve_path(name, self.owner.store.shm_dir)
+        dst = os.path.join(client.shm_dir, segs.segment_name(client.tag, object_id))
+        try:
+            os.rename(src, dst)
+        except OSError:
+            segs.copy_file(src, dst, size)
+            segs.unlink_quiet(src)
+        return ("shm", dst, size)
+
+    def _discard(self, data) -> None:
+        if isinstance(data, tuple):
+            segs.unlink_quiet(segs.resolve_path(data[1], self.owner.store.shm_dir))
+
+    # -- teardown ---------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop accepting and close every driver's sockets (their proxies fail from now on)."""
+        with self.owner._lock:
+            self.owner.reactor.unregister(self.listener.fileno())
+            self.listener.close()
+            for fd in list(self._conns):
+                conn = self._conns.pop(fd)[0]
+                self.owner.reactor.unregister(fd)
+                conn.close()
+            self._clients.clear()
+        segs.unlink_quiet(self.path)
+
+    def __repr__(self) -> str:
+        return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:
+    """A copy of a segment (or spilled file) under a fresh name of session ``tag``: a store of
+    that session adopts it. The name is random, so it never meets a segment the store has."""
+    _where, src, size = payload
+    dst = os.path.join(shm_dir, segs.segment_name(tag, os.urandom(28)))
+    segs.copy_file(src, dst, size)
+    return ("shm", dst, size)
+
+
+def main() -> None:
+    """``python -m miniray._private.node.actor_service ADDRESS TEMP_ROOT SESSION_DIR NODE_PID``,
+    started by the node; runs until SIGTERM, the node's death, or the node dropping it."""
+    address, root, session_dir, node_pid = sys.argv[1:5]
+    set_pdeathsig(signal.SIGTERM)  # the node died without stopping us: leave too
+    if os.getppid() != int(node_pid):
+        return
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    runtime.AS_ACTOR_SERVICE = True
+    runtime.init(address=address, _temp_dir=root, log_to_driver=True,
+                 namespace="_miniray_actor_service")
+    rt = runtime.current()
+    service = None
+    try:
+        service = ActorService(rt, session_dir)
+        logger.info("actor service ready on %s", service.path)
+        while not stop.wait(0.5):
+            if rt._shut or rt.owner.fatal:
+                break
+    finally:
+        if service is not None:
+            service.close()
+        runtime.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""What the CLI does to a node from outside: start it as a daemon, stop the recorded nodes.
+
+Owns: ``spawn_daemon`` (it returns once the node answered a HELLO) and ``stop_nodes`` (by
+recorded pid and start time, never by name), and sweeping what stopped nodes leave.
+Does not own: the node records and the connection (``transport/node_client.py``) or the node
+process (``node.py``).
+Called by: the CLI (``start``, ``stop``) and tests. ``spawn_daemon`` is for the short-lived CLI
+process: the daemon is its child until the CLI exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import miniray
+from miniray._private.core import config
+from miniray._private.host import procinfo, session
+from miniray._private.object_store import shm_segments
+from miniray._private.transport.node_client import (
+    READY_TIMEOUT_S,
+    SERVICE_PID,
+    NodeRecord,
+    NodeStartError,
+    connect,
+    list_records,
+    read_record,
+    root_locked,
+    sweep_stale,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
+    """Starts a node in the background (a new session, stdin /dev/null, output to its
+    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
+    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [parent] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    )
+    read_fd, write_fd = os.pipe()
+    code = "from miniray._private.node.node import main; main()"
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(write_fd), json.dumps(options)],
+            pass_fds=[write_fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, start_new_session=True, cwd="/", env=env,
+        )
+    finally:
+        os.close(write_fd)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    with os.fdopen(read_fd, "rb") as ready:
+        while time.monotonic() < deadline:
+            if not select.select([ready], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                continue
+            chunk = os.read(ready.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    line = b"".join(chunks).decode(errors="replace").strip()
+    doc = json.loads(line) if line.startswith("{") else None
+    if doc is None or not doc.get("ok"):
+        if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
+            proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        proc.stderr.close()
+        session.sweep_dead_sessions(os.path.abspath(options.get("temp_dir")
+                                                    or config.tmpdir_root()))
+        if doc is not None:
+            raise NodeStartError(doc["error"])
+        what = (f"exited with code {proc.returncode}" if proc.returncode is not None
+                else f"was not ready within {timeout:g} s")
+        raise NodeStartError(f"the miniray node {what}." + (f"\n{err[-3000:]}" if err else ""))
+    proc.stderr.close()
+    record = read_record(doc["record"])
+    if record is None:
+        raise NodeStartError(f"the node reported {doc['record']}, which cannot be read")
+    client = connect(record, timeout=max(1.0, deadline - time.monotonic()))
+    info = client.info
+    client.close()
+    return record, info
+
+
+# ------------------------------------------------------------------------- stopping nodes
+def _signal(pid: int | None, start: int | None, sig: int) -> bool:
+    """Signals ``pid`` only while it is still the recorded process (pid and start time)."""
+    if not pid or not procinfo.is_alive(pid, start):
+        return False
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> list:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [(p, s) for p, s in procs if p and procinfo.is_alive(p, s)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def actor_service_of(record: NodeRecord) -> tuple[int | None, int | None]:
+    """``(pid, start time)`` of a node's actor service, from the file the node writes."""
+    try:
+        with open(os.path.join(record.session_dir, SERVICE_PID)) as f:
+            pid, start = f.read().split()
+        return int(pid), int(start)
+    except (OSError, ValueError):
+        return None, None
+
+
+def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 16.0) -> int:
+    """Stops the nodes recorded under session root ``root`` (and the one its ``current_node``
+    names), by recorded pid and start time, never by name: SIGTERM, SIGKILL after ``grace``
+    seconds (at once with ``force``). Waits for each node, its fork server and its actor
+    service to be gone, then sweeps their session directories and stale records. Returns how
+    many were running."""
+    root = os.path.abspath(root or config.tmpdir_root())
+    records = list_records(root, alive_only=False)
+    # A node of another PID namespace sharing the root: its pid means nothing here, so it is
+    # neither signalled nor swept (stop it from its own namespace).
+    foreign = [r for r in records if not r.here() and not r.provably_dead()]
+    for record in foreign:
+        logger.warning("node pid %d runs in another PID namespace (%s); left alone",
+                       record.pid, record.pid_ns)
+    records = [r for r in records if r not in foreign]
+    live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
+    for record in live:
+        _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)
+    left = _wait_gone([(r.pid, r.start_time) for r in live], 0.0 if force else grace)
+    for pid, start in left:
+        if not force:
+            logger.warning("node pid %d still running after %g s: SIGKILL", pid, grace)
+        _signal(pid, start, signal.SIGKILL)
+    _wait_gone(left, 10.0)
+    # A node that died without its shutdown: its fork server sees EOF, kills the workers and
+    # exits. Wait for that, so nothing of the node is left when this returns.
+    forks = [(r.fork_server_pid, r.fork_server_start) for r in records]
+    # So does its actor service (it gets SIGTERM when the node dies, and shuts down as a
+    # driver, writing to the session): wait for it before the session directory goes.
+    children = forks + [actor_service_of(r) for r in records]
+    for pid, start in _wait_gone(children, 5.0):
+        _signal(pid, start, signal.SIGKILL)
+    _wait_gone(children, 5.0)
+    roots = {root} | {os.path.dirname(r.session_dir) for r in records}
+    for r in records:
+        if os.path.isdir(r.session_dir) and not session.is_session_alive(r.session_dir):
+            shutil.rmtree(r.session_dir, ignore_errors=True)
+    for r in sorted(roots):
+        with root_locked(r):
+            sweep_stale(r)
+        with contextlib.suppress(OSError):
+            os.rmdir(r)
+    _sweep_dead_segments()
+    return len(live)
+
+
+def _sweep_dead_segments() -> None:
+    """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
+    shm_segments.sweep_dead_segments(shm_segments.DEFAULT_SHM_DIR)

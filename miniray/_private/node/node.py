@@ -1,0 +1,722 @@
+"""The node process of ``miniray start``: a ledger and a fork server that drivers connect to.
+
+Owns: the node's session directory (same layout as ``init()``'s), its ledger, its fork server,
+its actor service process (started, restarted when it dies, stopped first),
+the socket drivers connect to, the node records (``node.json``, ``current_node``; their format
+and lookup are in ``node_client.py``), and which worker belongs to which driver. Does not own:
+tasks, objects or leases (each driver's owner takes leases in the shared ledger and talks to its
+workers directly), or the CLI's output (``cli.py``).
+Called by: ``miniray start`` (``spawn_daemon``, or ``run_node`` in the foreground for
+``--block``), ``miniray stop`` (``stop_nodes``); drivers reach it through ``NodeClient``.
+
+::
+
+    driver A: owner + NodeClient ──┐  <session>/node.sock: AF_UNIX SOCK_SEQPACKET, mode 0600,
+    driver B: owner + NodeClient ──┤  peers checked with SO_PEERCRED (same uid)
+                                   ▼
+      node (one thread, one selector) ── socketpair ──► fork server ── fork() ──► workers
+                                                                                    ▲
+    driver ◄──── data + control sockets, stdout/stderr pipes (its own fds) ────────┘
+    (the task path stays driver ⇄ worker, exactly as in embedded mode)
+
+Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET datagram (at most
+64 KiB); file descriptors travel with it as SCM_RIGHTS.
+
+1. The driver connects. Before reading anything the node checks the peer's uid with
+   SO_PEERCRED; a peer of another uid is closed unread (the socket is 0600 inside a 0700
+   root as well).
+2. driver → node ``("HELLO", driver_pid)``; node → driver ``("WELCOME", info)``, info =
+   ``{"protocol", "session_dir", "session_name", "ledger_path", "node_id", "node_ip",
+   "totals" (floats), "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
+   "object_store_memory", "address", "port", "node_pid"}``. A first message that is not HELLO
+   closes the connection.
+3. ``("SPAWN", req)`` + fds [data, control, stdout, stderr]: the node sends them to its fork
+   server under its own request id, closes its copies and remembers (driver, req). Fork server
+   ``SPAWNED(id, pid)`` → node → driver ``("SPAWNED", req, pid)``: the pid is that driver's.
+4. Fork server ``EXITED(pid, wait_status)`` → node → ``("EXITED", pid, wait_status)`` to the
+   driver that owns the pid (dropped when that driver has gone).
+   Then driver → node ``("STORE", session tag)``: the tag of the driver's object store
+   (``shm_segments.new_session_tag``), so that step 7 can remove what the driver leaves.
+5. ``("KILL", pid, sig)`` is forwarded to the fork server only if the pid is the sender's.
+6. ``("GOODBYE", grace)`` (the driver's shutdown): the node waits up to ``grace`` seconds for the
+   driver's workers to exit, SIGKILLs the rest, waits for their EXITED, releases the driver's
+   leases (``ledger.release_holder(driver_pid)``, and its host GPU leases), then answers
+   ``("BYE",)`` and closes. The driver's shutdown returns only then, so nothing of it is left
+   on the node when the same process connects again.
+7. EOF without GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
+   Other drivers are unaffected. Once the driver's process (the SO_PEERCRED pid, with its start
+   time) is gone, the node removes what its store left: the segments named with its STORE
+   tag, and its folders ``<session>/objects/driver_<pid>`` and ``<spill>/driver_<pid>``
+   (``_sweep_dead_stores``). A driver still alive after ``STORE_SWEEP_WAIT_S`` keeps them.
+8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
+   driver of this node, started by it: ``actor_service.py``), served until it has said
+   GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the records;
+   ``("STOPPING", reason)`` to every driver (it fails its pending work with that reason);
+   fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
+   socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
+   fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
+   sweeps the session directory (its ``owner.pid`` is dead).
+
+A driver that lets 4 seconds pass without reading while the node must send to it is dropped
+as in 7: the node never blocks on one driver for long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import pickle
+import select
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Any, Callable
+
+import miniray
+from miniray._private import runtime
+from miniray._private.core import config, ids, protocol
+from miniray._private.host import procinfo, session
+from miniray._private.ledger.host_gpus import HostGpuLedger
+from miniray._private.ledger.inventory import node_resources
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.object_store import shm_segments
+from miniray._private.transport import node_client as nc
+from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
+from miniray._private.transport.spawn import ForkServerClient
+
+__all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
+
+logger = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 4.0
+STATS_INTERVAL_S = 0.25
+SERVICE_STOP_S = 5.0  # SIGTERM, then SIGKILL after this long
+SERVICE_RESTARTS = 5
+STORE_SWEEP_WAIT_S = 30.0  # how long a dropped driver's process may take to exit
+
+
+class _Driver:
+    __slots__ = ("sock", "pid", "workers", "spawning", "leaving", "deadline", "killed",
+                 "peer", "store_tag", "said_goodbye")
+
+    def __init__(self, sock: socket.socket, peer: tuple[int, int | None] = (0, None)):
+        self.sock: socket.socket | None = sock
+        self.pid: int | None = None  # from HELLO (the pid the driver's leases carry)
+        self.peer = peer  # (pid, start time) from SO_PEERCRED: a pid of this node's namespace
+        self.store_tag: str | None = None  # from STORE
+        self.said_goodbye = False
+        self.workers: set[int] = set()
+        self.spawning = 0
+        self.leaving = False
+        self.deadline = 0.0
+        self.killed = False
+
+
+class NodeServer:
+    """The node's event loop: drivers, the fork server, signals. Single-threaded."""
+
+    def __init__(self, *, info: dict, ledger, fork_server, listener: socket.socket,
+                 gpu_keys: list, stats_path: str):
+        self.info = info
+        self.ledger = ledger
+        self.fork_server = fork_server
+        self.listener = listener
+        self.gpu_keys = gpu_keys
+        self.stats_path = stats_path
+        self._sel = selectors.DefaultSelector()
+        self._drivers: dict[int, _Driver] = {}  # by socket fd
+        self._leaving: list[_Driver] = []
+        self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
+        self._owners: dict[int, _Driver] = {}  # worker pid -> driver
+        self._stop = False
+        self.stop_reason: str | None = None  # told to the drivers (STOPPING) at close()
+        self.fatal: str | None = None
+        self._spawned_total = 0
+        self._stats_due: float | None = 0.0
+        self._stats_written = 0.0
+        self._service = None  # the actor service (a subprocess.Popen), see start_actor_service
+        self._service_fd = -1  # its pidfd, watched for its exit
+        self._service_args: tuple | None = None
+        self._service_restarts = 0
+        self._service_deadline: float | None = None  # set once it was asked to stop
+        self._dead_stores: list[tuple[_Driver, float]] = []  # (driver, give up at)
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+        listener.setblocking(False)
+        self._sel.register(listener, selectors.EVENT_READ, self._on_accept)
+        self._sel.register(fork_server.fileno(), selectors.EVENT_READ, self._on_fork_server)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def install_signals(self, stop_on_hup: bool) -> None:
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        stops = [signal.SIGTERM, signal.SIGINT] + ([signal.SIGHUP] if stop_on_hup else [])
+        for sig in stops:
+            signal.signal(sig, self._on_signal)
+        if not stop_on_hup:
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self._stop = True
+        if self.stop_reason is None:
+            name = signal.Signals(signum).name
+            self.stop_reason = ("miniray stop, or SIGTERM" if signum == signal.SIGTERM
+                                else f"it received {name}")
+
+    def request_stop(self) -> None:
+        self._stop = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+
+    # -- the actor service ---------------------------------------------------------------------
+    def start_actor_service(self, env: dict, root: str) -> None:
+        """Start the process where named and detached actors live (``actor_service.py``): a
+        driver of this node, child of this process, stopped before the node stops."""
+        self._service_args = (env, root)
+        self._spawn_service()
+
+    def _spawn_service(self) -> None:
+        import subprocess
+
+        env, root = self._service_args
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+        env = dict(env, PYTHONPATH=os.pathsep.join(
+            [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        self._service = subprocess.Popen(
+            [sys.executable, "-m", "miniray._private.node.actor_service", self.info["address"],
+             root, self.info["session_dir"], str(os.getpid())],
+            stdin=subprocess.DEVNULL, cwd="/", env=env)
+        with contextlib.suppress(OSError):  # `miniray stop` waits for it (node_client.py)
+            pid = self._service.pid
+            path = os.path.join(self.info["session_dir"], nc.SERVICE_PID)
+            with open(f"{path}.tmp", "w") as f:
+                f.write(f"{pid} {procinfo.start_time(pid)}\n")
+            os.replace(f"{path}.tmp", path)
+        try:
+            self._service_fd = os.pidfd_open(self._service.pid)
+            self._sel.register(self._service_fd, selectors.EVENT_READ, self._on_service_exit)
+        except (AttributeError, OSError):  # no pidfd: polled by serve()
+            self._service_fd = -1
+        logger.info("actor service started (pid %d)", self._service.pid)
+
+    def _on_service_exit(self, _fd=None) -> None:
+        proc = self._service
+        if proc is None or proc.poll() is None:
+            return
+        if self._service_fd >= 0:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(self._service_fd)
+            os.close(self._service_fd)
+            self._service_fd = -1
+        self._service = None
+        if self._stop:
+            return
+        logger.error("the actor service (pid %d) exited with %s; named and detached actors "
+                     "that lived there are gone", proc.pid, proc.returncode)
+        if self._service_restarts < SERVICE_RESTARTS:
+            self._service_restarts += 1
+            self._spawn_service()
+
+    def _stop_service(self) -> bool:
+        """Called while stopping: SIGTERM, then SIGKILL after SERVICE_STOP_S; True once the
+        service has exited (the node keeps serving it meanwhile: it says GOODBYE)."""
+        proc = self._service
+        if proc is None:
+            return True
+        if self._service_fd < 0:
+            self._on_service_exit()
+            if self._service is None:
+                return True
+        now = time.monotonic()
+        if self._service_deadline is None:
+            self._service_deadline = now + SERVICE_STOP_S
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGTERM)
+        elif now >= self._service_deadline and proc.returncode is None:
+            logger.warning("the actor service did not stop in %.0f s; killing it",
+                           SERVICE_STOP_S)
+            with contextlib.suppress(OSError):
+                proc.kill()
+            self._service_deadline = now + 3600
+        return False
+
+    def serve(self) -> None:
+        """Runs until a stop signal, ``request_stop()`` or the fork server's death; the actor
+        service is stopped first, while the node still serves it."""
+        while not (self._stop and self._stop_service()):
+            now = time.monotonic()
+            due = [d.deadline for d in self._leaving if not d.killed]
+            if self._stats_due is not None:
+                due.append(self._stats_due)
+            if self._dead_stores:  # poll /proc until the dropped drivers have exited
+                due.append(now + 0.05)
+            if self._service is not None and (self._service_fd < 0 or self._stop):
+                due.append(now + 0.5 if self._service_fd < 0 else
+                           min(self._service_deadline or now, now + 0.5))
+            timeout = max(0.0, min(due) - now) if due else None
+            for key, _ in self._sel.select(timeout):
+                key.data(key.fileobj)
+            self._progress_leaving()
+            if self._dead_stores:
+                self._sweep_dead_stores()
+            if self._stats_due is not None and time.monotonic() >= self._stats_due:
+                self._write_stats()
+        if self.fatal:
+            logger.error("%s", self.fatal)
+
+    def close(self) -> None:
+        """Protocol step 8 from the socket on (the caller removes records and the dir)."""
+        if self._service is not None:  # serve() did not get to stop it
+            with contextlib.suppress(OSError):
+                self._service.kill()
+            with contextlib.suppress(Exception):
+                self._service.wait(timeout=5.0)
+            if self._service_fd >= 0:
+                os.close(self._service_fd)
+            self._service = None
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(self.listener)
+        self.listener.close()
+        # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
+        for driver in list(self._drivers.values()):
+            if driver.sock is not None and not driver.leaving and driver.pid is not None:
+                self._send(driver, ("STOPPING", self.stop_reason or "it was asked to stop"))
+        self.fork_server.request_shutdown(0.2)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            fd = self.fork_server.fileno()
+            if fd < 0 or not select.select([fd], [], [], deadline - time.monotonic())[0]:
+                break
+            message = self.fork_server.read_message()
+            if message is None or (message and message[0] == protocol.BYE):
+                break
+            if message and message[0] == protocol.EXITED:
+                self._on_exited(message[1], message[2])
+        self.fork_server.wait(timeout=5.0)
+        self.fork_server.close()
+        for driver in list(self._drivers.values()) + self._leaving:
+            self._close_socket(driver)
+        self._drivers.clear()
+        self._leaving.clear()
+        self._sel.close()
+        signal.set_wakeup_fd(-1)
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+        self.ledger.close()
+
+    # -- events ----------------------------------------------------------------------------
+    def _on_wake(self, _fd) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 512):
+                pass
+
+    def _on_accept(self, _sock) -> None:
+        for conn, pid in nc.accept_same_uid(self.listener, logger):
+            conn.settimeout(SEND_TIMEOUT_S)
+            driver = _Driver(conn, (pid, procinfo.start_time(pid)))
+            self._drivers[conn.fileno()] = driver
+            self._sel.register(conn, selectors.EVENT_READ, self._on_driver)
+
+    def _on_driver(self, sock: socket.socket) -> None:
+        driver = self._drivers.get(sock.fileno())
+        if driver is None:
+            return
+        fds: list[int] = []
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, nc.BUFSIZE, nc.MAX_FDS)
+            message = pickle.loads(data) if data else None
+        except Exception:  # OSError, or a datagram that is no pickle: drop the driver
+            message = None
+        if not message or not isinstance(message, tuple):
+            for fd in fds:
+                os.close(fd)
+            self._driver_gone(driver, grace=0.0, bye=False)
+            return
+        try:
+            self._dispatch(driver, message, fds)
+        except Exception:
+            logger.exception("driver pid %s sent %.200r; dropping it", driver.pid, message)
+            self._driver_gone(driver, grace=0.0, bye=False)
+
+    def _dispatch(self, driver: _Driver, message: tuple, fds: list[int]) -> None:
+        tag = message[0]
+        if tag == "SPAWN" and driver.pid is not None and not driver.leaving and len(fds) == 4:
+            try:
+                req = self.fork_server.spawn(fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._spawns[req] = (driver, message[1])
+            driver.spawning += 1
+            return
+        for fd in fds:
+            os.close(fd)
+        if driver.pid is None:
+            if tag == "HELLO" and len(message) == 2 and isinstance(message[1], int):
+                driver.pid = message[1]
+                self._send(driver, ("WELCOME", self.info))
+                logger.info("driver pid %d connected", driver.pid)
+                self._stats_changed()
+            else:
+                self._driver_gone(driver, grace=0.0, bye=False)
+        elif tag == "KILL":
+            _, pid, sig = message
+            if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
+                self.fork_server.kill(pid, sig)  # raise in the fork server and end it
+        elif tag == "STORE" and len(message) == 2:
+            driver.store_tag = shm_segments.check_tag(message[1])
+        elif tag == "GOODBYE":
+            driver.said_goodbye = True  # its own store cleans up after itself
+            self._driver_gone(driver, grace=float(message[1]), bye=True)
+
+    def _on_fork_server(self, _fd) -> None:
+        message = self.fork_server.read_message()
+        if message == ():
+            return
+        if message is None:
+            self.fatal = ("the node's fork server exited unexpectedly; its workers are gone. "
+                          "Stopping the node.")
+            self.stop_reason = f"its fork server (pid {self.fork_server.pid}) exited"
+            self._stop = True
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(self.fork_server.fileno())
+            return
+        if message[0] == protocol.SPAWNED:
+            _, req, pid = message
+            driver, driver_req = self._spawns.pop(req, (None, 0))
+            if driver is None:
+                self.fork_server.kill(pid, signal.SIGKILL)
+                return
+            driver.spawning -= 1
+            driver.workers.add(pid)
+            self._owners[pid] = driver
+            self._spawned_total += 1
+            if driver.killed:
+                self.fork_server.kill(pid, signal.SIGKILL)
+            elif driver.sock is not None:
+                self._send(driver, ("SPAWNED", driver_req, pid))
+            self._stats_changed()
+        elif message[0] == protocol.EXITED:
+            self._on_exited(message[1], message[2])
+
+    def _on_exited(self, pid: int, status: int) -> None:
+        driver = self._owners.pop(pid, None)
+        if driver is None:
+            return
+        driver.workers.discard(pid)
+        if driver.sock is not None:
+            self._send(driver, ("EXITED", pid, status))
+        self._stats_changed()
+
+    # -- drivers leaving -------------------------------------------------------------------
+    def _send(self, driver: _Driver, message: tuple) -> None:
+        try:
+            nc.send_message(driver.sock, message)
+        except OSError as error:  # gone, or not reading for SEND_TIMEOUT_S: drop it
+            if driver.pid is not None:
+                logger.warning("driver pid %s: send failed (%s); dropping it", driver.pid, error)
+            self._close_socket(driver)
+            if not driver.leaving:
+                self._driver_gone(driver, grace=0.0, bye=False)
+
+    def _close_socket(self, driver: _Driver) -> None:
+        sock, driver.sock = driver.sock, None
+        if sock is None:
+            return
+        self._drivers.pop(sock.fileno(), None)
+        with contextlib.suppress(KeyError, ValueError):
+            self._sel.unregister(sock)
+        sock.close()
+
+    def _driver_gone(self, driver: _Driver, grace: float, bye: bool) -> None:
+        """Protocol steps 6 and 7: from now on the driver only waits for its workers."""
+        if driver.leaving:
+            return
+        driver.leaving = True
+        driver.deadline = time.monotonic() + max(0.0, grace)
+        if not bye:
+            self._close_socket(driver)
+        else:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(driver.sock)  # nothing more is read from it
+        if driver.pid is None:  # never said HELLO: nothing to clean
+            self._close_socket(driver)
+            driver.leaving = False
+            return
+        self._leaving.append(driver)
+        self._stats_changed()
+
+    def _progress_leaving(self) -> None:
+        now = time.monotonic()
+        for driver in list(self._leaving):
+            if not driver.killed and now >= driver.deadline:
+                driver.killed = True
+                for pid in sorted(driver.workers):
+                    self.fork_server.kill(pid, signal.SIGKILL)
+            if driver.workers or driver.spawning:
+                continue
+            self._leaving.remove(driver)
+            self._release(driver)
+            if not driver.said_goodbye and driver.pid is not None:
+                self._dead_stores.append((driver, now + STORE_SWEEP_WAIT_S))
+            if driver.sock is not None:
+                with contextlib.suppress(OSError):
+                    nc.send_message(driver.sock, ("BYE",))
+                self._close_socket(driver)
+
+    def _release(self, driver: _Driver) -> None:
+        pid = driver.pid
+        if any(d.pid == pid for d in self._drivers.values() if not d.leaving):
+            return  # the same process is connected again: the leases are that connection's
+        released = host = 0
+        try:
+            released = self.ledger.release_holder(pid)
+            if any(self.gpu_keys):
+                host = HostGpuLedger().release_holder(pid)
+        except Exception:
+            logger.exception("releasing the leases of driver pid %d failed", pid)
+        logger.info("driver pid %d left; released %d lease(s), %d host GPU lease(s)",
+                    pid, released, host)
+
+    def _sweep_dead_stores(self) -> None:
+        """Protocol step 7, end: remove the store of each dropped driver whose process is
+        gone (decided here, acted on after: the node is single-threaded, nothing to lock)."""
+        now = time.monotonic()
+        ready = []
+        for item in list(self._dead_stores):
+            driver, give_up = item
+            if not procinfo.is_alive(*driver.peer):
+                ready.append(driver)
+            elif now < give_up:
+                continue
+            self._dead_stores.remove(item)
+        for driver in ready:
+            _remove_store(self.info["session_dir"], driver.pid, driver.store_tag)
+
+    # -- observability ---------------------------------------------------------------------
+    def _stats_changed(self) -> None:
+        # At once after a quiet spell, else at most every STATS_INTERVAL_S (a burst of spawns
+        # costs one write).
+        if self._stats_due is None:
+            self._stats_due = max(time.monotonic(), self._stats_written + STATS_INTERVAL_S)
+
+    def statistics(self) -> dict[str, Any]:
+        """Connected drivers and their workers (written to ``node_stats.json`` for status)."""
+        drivers = [d for d in self._drivers.values() if d.pid is not None] + self._leaving
+        service = self._service.pid if self._service is not None else None
+        return {
+            "updated_at": time.time(),
+            "drivers": [{"pid": d.pid, "workers": len(d.workers), "leaving": d.leaving,
+                         "actor_service": d.pid == service}
+                        for d in sorted(drivers, key=lambda d: d.pid or 0)],
+            "actor_service_pid": service,
+            "workers": len(self._owners),
+            "spawning": len(self._spawns),
+            "spawned_total": self._spawned_total,
+        }
+
+    def _write_stats(self) -> None:
+        self._stats_due = None
+        self._stats_written = time.monotonic()
+        with contextlib.suppress(OSError):
+            nc.write_json(self.stats_path, self.statistics())
+
+    def __repr__(self) -> str:
+        s = self.statistics()
+        return (f"<NodeServer {self.info['address']} drivers={len(s['drivers'])} "
+                f"workers={s['workers']}>")
+
+
+def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
+    """What the store of a dead driver of this node left: its segments, its folders."""
+    swept = []
+    if tag:
+        swept = shm_segments.sweep_segments(shm_segments.DEFAULT_SHM_DIR, lambda t: t == tag)
+    name = f"driver_{driver_pid}"
+    for folder in (os.path.join(session_dir, "objects", name),
+                   os.path.join(runtime._spill_dir(session_dir), name)):
+        shutil.rmtree(folder, ignore_errors=True)
+    nc.unlink_quiet(os.path.join(session_dir, session.STORE_STATS_DIR, f"{driver_pid}.json"))
+    logger.info("driver pid %d died; removed %d segment(s) of its store %s", driver_pid,
+                len(swept), tag)
+
+
+# ------------------------------------------------------------------------- starting a node
+def _choose_port(roots: list[str], port: int | None) -> int:
+    used = {r.port: r for root in roots for r in nc.list_records(root)}
+    if port is None:
+        port = nc.DEFAULT_PORT
+    if port == 0:
+        while True:  # a port free on the host now, as Ray's `--port 0` picks
+            with socket.socket() as probe:
+                probe.bind((nc.NODE_IP, 0))
+                port = probe.getsockname()[1]
+            if port not in used:
+                return port
+    if port in used:
+        other = used[port]
+        raise NodeStartError(
+            f"miniray is trying to start at {nc.NODE_IP}:{port}, but is already running at "
+            f"{other.address} (pid {other.pid}, {other.session_dir}). Please specify a "
+            "different port using the `--port` flag of `miniray start` command."
+        )
+    return port
+
+
+def _fork_server_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = []
+    for path in sys.path:
+        path = os.path.abspath(path) if path else ""
+        if path and path not in paths:  # not "" (the daemon's cwd is /): drivers send theirs
+            paths.append(path)
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
+             daemon: bool) -> int:
+    """Runs a node in this process until it is stopped; returns 0, or 1 if it stopped because
+    its fork server died. ``options``: port, num_cpus, num_gpus, resources,
+    object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
+    once drivers can connect. NodeStartError (before ready) when the node cannot start;
+    ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
+    default_root = config.tmpdir_root()
+    root = os.path.abspath(options.get("temp_dir") or default_root)
+    roots = [root] if root == default_root else [root, default_root]
+    spec = node_resources(options.get("num_cpus"), options.get("num_gpus"),
+                          options.get("resources"), options.get("object_store_memory"), nc.NODE_IP)
+    totals = dict(spec["totals"])
+    if options.get("memory"):
+        totals["memory"] = float(options["memory"])
+    with nc.root_locked(root):
+        for r in roots:
+            nc.sweep_stale(r)
+        port = _choose_port(roots, options.get("port"))
+        session_dir = session.create_session_dir(root)
+    stack = contextlib.ExitStack()
+    stack.callback(session.remove_session_dir, session_dir)
+    log_path = os.path.join(session_dir, nc.NODE_LOG)
+    if daemon:  # from here on, everything the node prints goes to node.log
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+    else:
+        handler = logging.FileHandler(log_path)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        stack.callback(logger.removeHandler, handler)
+        stack.callback(handler.close)
+    with stack:
+        gpu_ids = spec["gpu_ids"]
+        ledger_path = os.path.join(session_dir, "ledger.json")
+        ledger = Ledger.create(ledger_path, totals, {"GPU": gpu_ids} if gpu_ids else {})
+        sock_path = os.path.join(session_dir, nc.NODE_SOCKET)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        stack.callback(listener.close)
+        old_umask = os.umask(0o177)
+        try:
+            with nc.sun_path(sock_path) as name:
+                listener.bind(name)
+        finally:
+            os.umask(old_umask)
+        os.chmod(sock_path, 0o600)
+        listener.listen(64)
+        fork_server = ForkServerClient(_fork_server_env())
+        address = f"{nc.NODE_IP}:{port}"
+        info = {
+            "protocol": nc.PROTOCOL_VERSION, "session_dir": session_dir,
+            "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
+            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": nc.NODE_IP,
+            "totals": ledger.totals(), "gpu_ids": gpu_ids,
+            "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
+            "accelerator_type": spec["accelerator_type"],
+            "object_store_memory": spec["object_store_memory"], "address": address,
+            "port": port, "node_pid": os.getpid(),
+        }
+        record = NodeRecord(
+            pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), address=address,
+            port=port, socket=sock_path, session_dir=session_dir, started_at=time.time(),
+            node_id=info["node_id"], fork_server_pid=fork_server.pid,
+            fork_server_start=procinfo.start_time(fork_server.pid),
+            gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
+            boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
+        )
+        try:
+            server = NodeServer(info=info, ledger=ledger, fork_server=fork_server,
+                                listener=listener, gpu_keys=spec["gpu_keys"],
+                                stats_path=os.path.join(session_dir, nc.NODE_STATS))
+        except BaseException:
+            fork_server.close()
+            fork_server.wait(timeout=5.0)
+            raise
+        try:
+            server.install_signals(stop_on_hup=not daemon)
+            with nc.root_locked(root):
+                nc.write_json(record.path, record.to_json())
+            with nc.root_locked(default_root):
+                current = os.path.join(default_root, nc.CURRENT_NODE)
+                with open(f"{current}.{os.getpid()}.tmp", "w") as f:
+                    f.write(record.path + "\n")
+                os.replace(f"{current}.{os.getpid()}.tmp", current)
+            logger.info("node %s started at %s: %s", info["node_id"][:12], address, totals)
+            server.start_actor_service(_fork_server_env(), root)
+            on_ready(record, info)
+            server.serve()
+            return 1 if server.fatal else 0
+        finally:
+            logger.info("node %s stopping", info["node_id"][:12])
+            _remove_records(record, default_root)
+            server.close()
+
+
+def _remove_records(record: NodeRecord, default_root: str) -> None:
+    nc.unlink_quiet(record.path)
+    current = os.path.join(default_root, nc.CURRENT_NODE)
+    with contextlib.suppress(OSError), nc.root_locked(default_root):
+        with open(current) as f:
+            if f.read().strip() == record.path:
+                nc.unlink_quiet(current)
+    with contextlib.suppress(OSError):
+        os.rmdir(default_root)
+
+
+def main() -> None:
+    """The daemon: ``python -c 'from miniray._private.node.node import main; main()' FD OPTIONS``.
+
+    Reports ``{"ok": true, "record": path}`` or ``{"ok": false, "error": text}`` as one JSON
+    line on FD (a pipe ``spawn_daemon`` reads), then serves until stopped."""
+    ready_fd = int(sys.argv[1])
+    options = json.loads(sys.argv[2])
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def report(doc: dict) -> None:
+        nonlocal ready_fd
+        if ready_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, (json.dumps(doc) + "\n").encode())
+                os.close(ready_fd)
+            ready_fd = -1
+
+    try:
+        code = run_node(options, lambda record, _info: report({"ok": True, "record": record.path}),
+                        daemon=True)
+    except (NodeStartError, ValueError) as error:
+        report({"ok": False, "error": str(error)})
+        raise SystemExit(1) from None
+    except BaseException as error:
+        logger.exception("the node failed")
+        report({"ok": False, "error": f"{type(error).__name__}: {error}"})
+        raise SystemExit(1) from None
+    raise SystemExit(code)
+
+

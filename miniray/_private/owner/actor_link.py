@@ -1,0 +1,286 @@
+"""A driver's connection to the node's actor service, where named and detached actors live.
+
+Owns: the two sockets to ``<session>/actors.sock`` and what travels on them (each checked
+with SO_PEERCRED before anything is sent or read: the service must run as this uid). Does not
+own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
+link), or the service itself (``actor_service.py``).
+Called by: ``actors.ActorManager`` with the owner's lock held.
+
+::
+
+    control socket: request ─► reply, blocking, one at a time (CREATE, LOOKUP, LIST, KILL)
+    calls socket:   CALL / OBJECT / CANCEL / HOLD / RELEASE ─► (never blocks: an outbox
+                    flushed by the owner's I/O thread) ◄─ RESULT / OUTPUT / IMPORTED (read by
+                    the I/O thread)
+
+Two sockets, because a request can come from the I/O thread itself (a worker's ``get_actor``),
+which must not wait for a reply only it could read. The service answers a request at once; it
+never waits for this driver, so a blocking request cannot deadlock.
+
+Both sockets are opened on first use. The node starts its actor service right after it starts
+listening, so the first use waits up to ``CONNECT_TIMEOUT_S`` for the socket to appear. If the
+service dies, every proxy's calls fail with ActorDiedError; the node starts a new service, and
+the next creation or lookup connects to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import socket
+import sys
+import time
+
+from miniray._private.core import protocol, serialization
+from miniray._private.host import same_uid
+from miniray._private.object_store.shm_segments import unlink_quiet
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.node_client import sun_path
+
+__all__ = ["ActorLink", "ServiceUnavailable", "SOCKET_NAME"]
+
+SOCKET_NAME = "actors.sock"
+CONNECT_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 60.0  # Ray's GCS request timeout
+
+
+class ServiceUnavailable(RuntimeError):
+    """The node's actor service cannot be reached."""
+
+
+class _Forward:
+    """Waits for an object the service needs (see ``ActorLink.forward_when_ready``)."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, link):
+        self.link = link
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.link._forward(object_id)
+
+
+class ActorLink:
+    def __init__(self, owner, path: str):
+        self.owner = owner
+        self.path = path
+        self.token = os.urandom(8).hex()
+        self._control: FramedSocket | None = None
+        self._calls: FramedSocket | None = None
+        self._lost: str | None = None
+        self._closed = False
+        self._forwarding: dict[bytes, int] = {}  # objects sent later, held until imported
+
+    # -- connecting ------------------------------------------------------------------------
+    def _connect(self) -> None:
+        if self._control is not None:
+            return
+        if self._closed:
+            raise ServiceUnavailable("this driver's session was shut down")
+        deadline = time.monotonic() + CONNECT_TIMEOUT_S
+        while True:
+            socks = []
+            try:
+                for _ in range(2):
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    socks.append(sock)
+                    sock.settimeout(REQUEST_TIMEOUT_S)
+                    with sun_path(self.path) as name:
+                        sock.connect(name)
+                break
+            except (FileNotFoundError, ConnectionRefusedError) as error:
+                for sock in socks:
+                    sock.close()
+                if time.monotonic() >= deadline:
+                    raise ServiceUnavailable(
+                        f"The node's actor service is not running ({self.path}: {error}), so "
+                        "named and detached actors are unavailable. Restart the node with "
+                        "`miniray stop` and `miniray start --head`.") from None
+                time.sleep(0.05)
+        try:  # before a byte is sent or read: whoever listens there must be this user
+            for sock in socks:
+                same_uid.require_same_uid_peer(sock, self.path)
+        except (ConnectionRefusedError, OSError) as error:
+            for sock in socks:
+                sock.close()
+            raise ServiceUnavailable(f"The node's actor service cannot be trusted: {error}") \
+                from None
+        store = self.owner.store
+        hello = (os.getpid(), self.token, store.session_tag, store.shm_dir,
+                 self.owner.hello_info.get("sys_path", []), os.getcwd())
+        control, calls = (FramedSocket(s) for s in socks)
+        for conn in (control, calls):
+            conn.sock.settimeout(REQUEST_TIMEOUT_S)
+        try:
+            control.send(pickle.dumps(("HELLO", "control") + hello, 5))
+            calls.send(pickle.dumps(("HELLO", "calls") + hello, 5))
+            self._reply(control)
+        except (OSError, EOFError) as error:
+            control.close()
+            calls.close()
+            raise ServiceUnavailable(
+                f"The node's actor service did not answer ({error}).") from None
+        calls.sock.setblocking(True)
+        self._control, self._calls = control, calls
+        self.owner.reactor.register(calls.fd, self._on_readable)
+
+    @staticmethod
+    def _reply(conn: FramedSocket):
+        frames = conn.recv()
+        status, value = pickle.loads(frames[0])
+        if status == "ERR":
+            raise serialization.loads(value)
+        return value
+
+    def _request(self, message: tuple):
+        self._connect()
+        try:
+            self._control.send(pickle.dumps(message, 5))
+            return self._reply(self._control)
+        except (OSError, EOFError) as error:
+            self._gone(f"the node's actor service stopped answering ({error})")
+            raise ServiceUnavailable(self._lost) from None
+
+    # -- requests (owner lock held) ----------------------------------------------------------
+    def create(self, spec, exported) -> tuple[bytes, tuple]:
+        """``exported``: ``[(id, kind, payload)]`` of the objects of every ObjectRef in the
+        constructor's arguments; kind and payload None for one not ready yet, which
+        ``forward_when_ready`` sends later."""
+        actor_id, state, warning = self._request(("CREATE", spec, exported))
+        if warning:  # it can never be placed: say so here, as for an actor of this driver
+            print(warning, file=sys.stderr, flush=True)
+        return actor_id, state
+
+    def lookup(self, name: str, namespace: str) -> tuple[bytes, tuple]:
+        return self._request(("LOOKUP", name, namespace))
+
+    def named(self, namespace: str, all_namespaces: bool) -> list:
+        return self._request(("LIST", namespace, all_namespaces))
+
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        self._request(("KILL", actor_id, no_restart))
+
+    # -- the calls socket (owner lock held) ----------------------------------------------------
+    def call(self, actor_id: bytes, spec, exported) -> None:
+        try:
+            self._connect()
+        except ServiceUnavailable as error:
+            from miniray.exceptions import ActorDiedError
+
+            data = serialization.dumps(ActorDiedError(actor_id=actor_id.hex(),
+                                                      error_msg=str(error)))
+            self.owner.actors.on_remote_result(
+                spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
+            return
+        self._send(("CALL", actor_id, spec, exported))
+
+    def forward_when_ready(self, object_id: bytes) -> None:
+        """*Locked.* Send this object to the service once it is ready (an argument of an
+        actor created there); it stays held here until the service has it."""
+        objects = self.owner.objects
+        objects.hold([object_id])
+        self._forwarding[object_id] = self._forwarding.get(object_id, 0) + 1
+        entry = objects.get(object_id)
+        if entry is not None:
+            entry.add_waiter(_Forward(self))
+
+    def _forward(self, object_id: bytes) -> None:
+        self._send(("OBJECT",) + tuple(self.owner.actors.export([object_id])[0]))
+
+    def _forwarded(self, object_id: bytes) -> None:
+        """The service has it (or is gone): let it go here."""
+        count = self._forwarding.pop(object_id, 0)
+        if count > 1:
+            self._forwarding[object_id] = count - 1
+        if count:
+            self.owner.unpin_ids([object_id])
+            self.owner.objects.release([object_id])
+
+    def cancel(self, task_id: bytes, force: bool) -> None:
+        self._send(("CANCEL", task_id, force))
+
+    def hold(self, actor_id: bytes, held: bool) -> None:
+        """This driver holds a handle to the actor (or no longer does): the service ends a
+        non-detached actor when no driver holds it."""
+        self._send(("HOLD" if held else "RELEASE", actor_id))
+
+    def _send(self, message: tuple) -> None:
+        calls = self._calls
+        if calls is None:
+            return
+        try:
+            self.owner.reactor.send(calls, pickle.dumps(message, 5), self._on_writable)
+        except OSError as error:
+            self._gone(f"the node's actor service is gone ({error})")
+
+    def _on_writable(self, fd: int) -> None:
+        with self.owner._lock:
+            calls = self._calls
+            self.owner.reactor.flush(fd, calls if calls is not None and calls.fd == fd else None)
+
+    def _on_readable(self, fd: int) -> None:
+        calls = self._calls
+        if calls is None or calls.fd != fd:
+            return
+        frames, closed = calls.recv_ready()
+        with self.owner._lock:
+            for frame in frames:
+                message = pickle.loads(frame)
+                if message[0] == "RESULT":
+                    self.owner.actors.on_remote_result(message[1], message[2], message[3])
+                elif message[0] == "OUTPUT":
+                    self._print(message[1], message[2])
+                elif message[0] == "IMPORTED":
+                    self._forwarded(message[1])
+            if closed and self._calls is calls:
+                self._gone("the node's actor service exited")
+
+    @staticmethod
+    def discard(payload) -> None:
+        """A copy the service made in this driver's store that nobody will adopt."""
+        if isinstance(payload, tuple):
+            unlink_quiet(payload[1])
+
+    def _print(self, target: str, text: str) -> None:
+        """Output of an actor this driver created (already prefixed with its name and pid)."""
+        if not self.owner.log_to_driver:
+            return
+        stream = sys.stdout if target == "stdout" else sys.stderr
+        with contextlib.suppress(Exception):  # a closed driver stream must not stop the I/O
+            stream.write(text)
+            stream.flush()
+
+    def _gone(self, why: str) -> None:
+        """*Locked.* The service is unreachable: every proxy's pending calls fail."""
+        if not self._closed:
+            self._lost = f"{why}; the named and detached actors that lived there are gone."
+        self._close_sockets()
+        for object_id in list(self._forwarding):
+            while object_id in self._forwarding:
+                self._forwarded(object_id)
+        if not self._closed:
+            from miniray.exceptions import ActorDiedError
+
+            self.owner.actors.on_link_lost(serialization.dumps(
+                ActorDiedError(error_msg=f"The actor died: {self._lost}")))
+
+    def _close_sockets(self) -> None:
+        for conn in (self._calls, self._control):
+            if conn is None:
+                continue
+            if conn is self._calls:
+                self.owner.reactor.unregister(conn.fd)
+            with contextlib.suppress(OSError):
+                conn.close()
+        self._calls = self._control = None
+
+    def close(self) -> None:
+        """*Locked.* This driver leaves: the service ends its non-detached actors."""
+        self._closed = True
+        self._close_sockets()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "lost" if self._lost else (
+            "connected" if self._control is not None else "idle")
+        return f"<ActorLink {self.path} {state}>"

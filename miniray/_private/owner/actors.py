@@ -1,0 +1,767 @@
+"""The owner's actors: placement, ordered calls, death, restarts, names and handle counts.
+
+Owns: every actor of the session: its lease in the ledger (what it holds for its lifetime), its
+dedicated worker, the calls queued for it (sent in submission order), its restarts, why it died,
+the named-actor registry and the count of live handles (an actor whose handles are all gone
+exits after its queued calls), and, in a driver joined to a node, a proxy of each named or
+detached actor, which lives in the node's actor service (the proxy keeps call order and waits
+for arguments here, then sends through ``actor_link.py``). Does not own: worker processes and
+sockets (the owner spawns and watches them), objects (the object table), or what runs inside
+the actor (``actor_host.py``).
+Called by: ``owner.Owner`` with its lock held, for driver submissions and worker messages.
+
+::
+
+    create(spec) ──► deps ready ──► ledger.acquire(placement) ──► shrink to held ──► spawn
+                        │                     └─ none: pending (retried on releases)
+                        ▼
+    call(spec) ──► queue (in order; a call waiting on an argument holds back later ones)
+                        └──► ACTOR_CALL to the actor's worker ──► RESULT ──► objects ready
+    worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
+
+Resources (a documented difference from Ray 2.60): an actor with no resource options needs 1
+CPU to be placed and holds none while alive, as in Ray; an actor that names resources holds
+exactly what it names, so ``num_gpus=0.5`` holds half a GPU and no CPU. Ray also holds an
+implicit CPU there, which makes the documents' fractional-packing example (three 0.5-GPU
+actors) hang on a 2-CPU host.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import signal
+import sys
+
+from miniray._private.core import ids, protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
+from miniray._private.owner.object_table import PENDING, READY
+
+logger = logging.getLogger(__name__)
+
+A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTARTING", "DEAD"
+
+
+class _Call:
+    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported")
+
+    def __init__(self, spec: ActorCallSpec, actor: _Actor):
+        self.spec = spec
+        self.actor = actor
+        self.waiting = 0
+        self.failed: bytes | None = None  # an argument's error: the call fails with it
+        self.retries_left = spec.max_task_retries
+        self.sent = False
+        self.exported: list = []  # objects of nested refs sent to the actor service, pinned
+
+
+class _Actor:
+    __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
+                 "restarts_left",
+                 "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
+                 "pid", "init_failed", "remote", "pinned")
+
+    def __init__(self, spec: ActorCreationSpec):
+        self.spec = spec
+        self.state = A_PENDING
+        self.worker = None
+        self.lease = None
+        self.host_lease = None
+        self.queue: collections.deque = collections.deque()
+        self.inflight: dict[bytes, _Call] = {}
+        self.restarts_left = spec.max_restarts or 0
+        self.death: bytes | None = None
+        self.killed = False
+        self.no_restart = True
+        self.exiting = False
+        self.handles = 0
+        self.escaped = False
+        self.waiting = 0
+        self.pid: int | None = None
+        self.init_failed = False
+        self.remote = False  # owned by the node's actor service; this is a proxy
+        self.pinned: list[bytes] = []  # constructor arguments, kept for restarts until death
+
+    def __repr__(self) -> str:
+        return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
+
+
+class _CreationDep:
+    __slots__ = ("manager", "actor")
+
+    def __init__(self, manager, actor):
+        self.manager = manager
+        self.actor = actor
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._creation_dep_ready(self.actor, is_error, object_id)
+
+
+class _CallDep:
+    __slots__ = ("manager", "call")
+
+    def __init__(self, manager, call):
+        self.manager = manager
+        self.call = call
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._call_dep_ready(self.call, is_error, object_id)
+
+
+class _NestedDep(_CallDep):
+    """A ref nested in the arguments of a call to a service actor: its value travels with the
+    call, so the call waits for it (an error is the value, not the call's failure)."""
+
+    __slots__ = ()
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.manager._call_dep_ready(self.call, False, object_id)
+
+
+class ActorManager:
+    def __init__(self, owner):
+        self.owner = owner
+        self.actors: dict[bytes, _Actor] = {}
+        self.names: dict[tuple[str, str], bytes] = {}
+        self.calls: dict[bytes, _Call] = {}
+        self.pending: list[_Actor] = []
+        self.handle_events: collections.deque = collections.deque()
+        self._reported: set = set()
+        # Joined to a node: named and detached actors live in the node's actor service, and
+        # this manager keeps a proxy of each (``actor_link.ActorLink``; None otherwise).
+        self.link = None
+        # In the actor service: route_output(actor) gives the route of its worker's output,
+        # and unknown_actor_hint says why a handle may be unknown there.
+        self.route_output = None
+        self.unknown_actor_hint: str | None = None
+
+    def is_node_actor(self, spec: ActorCreationSpec) -> bool:
+        """Whether this actor is created in the node's actor service (named or detached,
+        from a driver joined to a node) rather than owned here."""
+        return self.link is not None and bool(spec.name or spec.detached)
+
+    def create_in_service(self, spec: ActorCreationSpec) -> bytes:
+        """*Locked.* Create the actor in the node's actor service and keep a proxy; raises
+        what the service raised (e.g. ActorAlreadyExistsError). The values of its ObjectRef
+        arguments go along; those not ready yet follow when they are (the actor waits for
+        them there, as any actor waits for its arguments)."""
+        owner = self.owner
+        if spec.fn_bytes is None:
+            spec.fn_bytes = owner._functions[spec.fn_id]
+        objects = owner.objects
+        needed = self.nested_ids(spec)
+        later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
+        exported = self.export([i for i in needed if i not in later])
+        try:
+            actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
+        finally:
+            owner.unpin_ids(object_id for object_id, _k, _p in exported)
+        self.proxy(actor_id, state, spec)
+        if actor_id == spec.actor_id:
+            for object_id in later:
+                self.link.forward_when_ready(object_id)
+        return actor_id
+
+    def export(self, object_ids) -> list:
+        """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
+        actor service, pinned (the caller unpins them once the service has them)."""
+        objects = self.owner.objects
+        out = []
+        for object_id in dict.fromkeys(object_ids or ()):
+            entry = objects.get(object_id)
+            if entry is None or entry.state != READY:
+                continue  # freed: reading it in the actor raises its loss
+            self.owner.store.pin(object_id)
+            out.append((object_id,) + objects.read(object_id))
+        return out
+
+    def nested_ids(self, spec) -> list[bytes]:
+        """Every object a call to the actor service needs the value of before it is sent."""
+        ids = [object_id for _position, object_id in spec.deps or ()]
+        return list(dict.fromkeys(ids + list(spec.contained or ())))
+
+    def proxy(self, actor_id: bytes, state, spec: ActorCreationSpec | None = None) -> _Actor:
+        """*Locked.* The proxy of an actor the node's actor service owns (made on first use)."""
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            if spec is None:
+                spec = ActorCreationSpec(actor_id=actor_id, class_name="Actor",
+                                         handle_state=state)
+            actor = _Actor(ActorCreationSpec(
+                actor_id=actor_id, class_name=spec.class_name, name=spec.name,
+                namespace=spec.namespace, detached=spec.detached, handle_state=state,
+                max_pending_calls=spec.max_pending_calls))
+            actor.remote = True
+            actor.state = A_ALIVE
+            self.actors[actor_id] = actor
+        return actor
+
+    # -- creation ------------------------------------------------------------------------
+    def create(self, spec: ActorCreationSpec) -> bytes:
+        """Register and start placing an actor; returns the id of the actor to use (an
+        existing one with ``get_if_exists``)."""
+        from miniray.exceptions import ActorAlreadyExistsError
+
+        owner = self.owner
+        if spec.fn_bytes is not None:
+            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            spec.fn_bytes = None
+        if spec.name:
+            key = (spec.namespace, spec.name)
+            existing = self.names.get(key)
+            if existing is not None and self.actors[existing].state != A_DEAD:
+                if spec.get_if_exists:
+                    return existing
+                raise ActorAlreadyExistsError(
+                    f"The name {spec.name} (namespace={spec.namespace}) is already taken. "
+                    "Please use a different name or get the existing actor using "
+                    f"ray.get_actor('{spec.name}', namespace='{spec.namespace}')")
+            self.names[key] = spec.actor_id
+        actor = _Actor(spec)
+        self.actors[spec.actor_id] = actor
+        objects = owner.objects
+        if spec.contained:  # refs nested in the constructor's arguments: held while it lives
+            objects.hold(spec.contained)
+        for _position, object_id in spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is None:
+                self._die(actor, serialization.dumps(objects.lost(object_id)), init=True)
+                return spec.actor_id
+            entry.pins += 1
+            actor.pinned.append(object_id)
+            if entry.state == PENDING:
+                actor.waiting += 1
+                entry.add_waiter(_CreationDep(self, actor))
+            elif entry.kind == protocol.ERR:
+                self._init_error_from_dep(actor, object_id)
+                return spec.actor_id
+        if actor.waiting == 0:
+            self._place(actor)
+        return spec.actor_id
+
+    def _creation_dep_ready(self, actor: _Actor, is_error: bool, object_id: bytes) -> None:
+        if actor.state == A_DEAD:
+            return
+        if is_error:
+            self._init_error_from_dep(actor, object_id)
+            return
+        actor.waiting -= 1
+        if actor.waiting == 0:
+            self._place(actor)
+
+    def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
+        from miniray.exceptions import ActorDiedError, RayTaskError
+
+        error = serialization.loads(self.owner.store.get_serialized(object_id))
+        if not isinstance(error, RayTaskError):
+            error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
+        actor.init_failed = True
+        self._die(actor, serialization.dumps(ActorDiedError(error)))
+
+    def _place(self, actor: _Actor) -> bool:
+        owner = self.owner
+        if not owner._may_dispatch():  # a new fork server is being started: wait for it
+            if actor not in self.pending:
+                self.pending.append(actor)
+            return False
+        spec = actor.spec
+        tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
+        key = ("actor", spec.actor_id)
+        lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
+        if lease is None and owner._release_idle_leases(force=True):
+            lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
+        if lease is None:
+            reasons = infeasible_reasons(owner.node_state, spec.placement)
+            key = tuple(sorted(spec.placement.items()))
+            if reasons and key not in self._reported:
+                self._reported.add(key)
+                print(f"{format_infeasible(spec.placement, reasons)} "
+                      f"(actor {spec.class_name})", file=sys.stderr, flush=True)
+            if actor not in self.pending:
+                self.pending.append(actor)
+            return False
+        shrink = {name: spec.held.get(name, 0) - amount
+                  for name, amount in spec.placement.items()
+                  if name not in ("GPU",) and spec.held.get(name, 0) != amount}
+        if shrink:
+            owner.ledger.adjust(lease.lease_id, shrink)
+        actor.lease = lease
+        actor.host_lease = host_lease
+        gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
+        worker = owner._spawn_worker()
+        worker.actor = actor
+        if self.route_output is not None:
+            worker.out.route = worker.err.route = self.route_output(actor)
+        owner._actor_workers += 1
+        actor.worker = worker
+        actor.pid = None
+        actor.state = A_ALIVE
+        dep_values = None
+        if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
+            dep_values = owner.dep_payloads(spec.deps, pin=False)
+        ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
+               spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
+               spec.handle_state)
+        try:
+            worker.funcs.add(spec.fn_id)
+            owner._send(worker, (protocol.FUNC, spec.fn_id, owner._functions[spec.fn_id]))
+            owner._send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
+                                 spec.class_name, spec.args_blob, dep_values, ctx))
+        except OSError:
+            pass
+        self._pump(actor)
+        return True
+
+    def fail_placement(self, actor_id: bytes, error: BaseException) -> None:
+        actor = self.actors.get(actor_id)
+        if actor is not None and actor.state != A_DEAD and actor.worker is None:
+            self._die(actor, serialization.dumps(error))
+
+    def place_pending(self) -> None:
+        for actor in list(self.pending):
+            if actor.state == A_DEAD:
+                self.pending.remove(actor)
+                continue
+            if self._place(actor):
+                self.pending.remove(actor)
+            else:
+                break  # first come, first placed
+
+    # -- calls ---------------------------------------------------------------------------
+    def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
+        from miniray.exceptions import ActorDiedError
+
+        owner = self.owner
+        objects = owner.objects
+        if spec.reply is None:
+            for object_id in spec.return_ids:
+                objects.ensure(object_id)
+        actor = self.actors.get(actor_id)
+        if actor is None and self.link is not None:
+            actor = self.proxy(actor_id, None)  # a handle that came by value: ask the node's
+        if actor is None:
+            self._fail_refs(spec, serialization.dumps(ActorDiedError(
+                actor_id=actor_id.hex(),
+                error_msg=f"The actor {actor_id.hex()} is unknown to this session: "
+                          + (self.unknown_actor_hint or "its handle comes from a session that "
+                             "was shut down, or it never existed."))))
+            return
+        if actor.state == A_DEAD:
+            self._fail_refs(spec, actor.death)
+            return
+        limit = actor.spec.max_pending_calls
+        if limit is not None and limit >= 0 and len(actor.queue) + len(actor.inflight) >= limit:
+            from miniray.exceptions import PendingCallsLimitExceeded
+
+            for object_id in spec.return_ids if spec.reply is None else ():
+                objects.get(object_id).dropped = True  # nobody will read these: no ref made
+            raise PendingCallsLimitExceeded(
+                f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
+                f"{limit} calls pending, its max_pending_calls; wait for results before "
+                "submitting more, or raise max_pending_calls.")
+        call = _Call(spec, actor)
+        self.calls[spec.task_id] = call
+        if spec.contained:
+            objects.hold(spec.contained)
+        for _position, object_id in spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is None:
+                call.failed = serialization.dumps(objects.lost(object_id))
+                break
+            entry.pins += 1
+            if entry.state == PENDING:
+                call.waiting += 1
+                entry.add_waiter(_CallDep(self, call))
+            elif entry.kind == protocol.ERR:
+                call.failed = owner.store.get_serialized(object_id)
+        if actor.remote:  # nested refs' values go with the call: wait for them too
+            for object_id in spec.contained or ():
+                entry = objects.get(object_id)
+                if entry is not None and entry.state == PENDING:
+                    call.waiting += 1
+                    entry.add_waiter(_NestedDep(self, call))
+        actor.queue.append(call)
+        self._pump(actor)
+
+    def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
+        if is_error and call.failed is None:
+            call.failed = self.owner.store.get_serialized(object_id)
+        call.waiting -= 1
+        self._pump(call.actor)
+
+    def _pump(self, actor: _Actor) -> None:
+        """Send queued calls, in order, while the head of the queue is ready to go: to the
+        actor's worker, or for a proxy to the node's actor service (argument values pinned
+        here until the result comes back)."""
+        remote = actor.remote
+        if not remote and (actor.state != A_ALIVE or actor.worker is None or actor.exiting):
+            return
+        owner = self.owner
+        queue = actor.queue
+        while queue and queue[0].waiting <= 0:
+            call = queue.popleft()
+            spec = call.spec
+            if call.failed is not None:
+                self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
+                continue
+            dep_values = spec.payloads
+            if spec.deps:
+                dep_values = owner.dep_payloads(spec.deps, pin=True,
+                                                worker=None if remote else actor.worker)
+            actor.inflight[spec.task_id] = call
+            call.sent = True
+            if remote:
+                call.exported = self.export(spec.contained)
+                self.link.call(actor.spec.actor_id, ActorCallSpec(
+                    spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
+                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values),
+                    call.exported)
+                continue
+            try:
+                owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                                           spec.args_blob, dep_values, spec.return_ids,
+                                           spec.num_returns, spec.call_name))
+            except OSError:
+                pass  # the worker is dying; its exit report decides what happens
+
+    def on_remote_result(self, task_id: bytes, results: list, nested=None) -> None:
+        """*Locked.* The node's actor service answered a call of a proxy. ``nested``:
+        ``[(index, [(id, kind, payload)])]``, the objects of refs inside result ``index``,
+        which become this driver's and live as long as that result."""
+        call = self.calls.get(task_id)
+        if call is None or call.actor.inflight.pop(task_id, None) is None:
+            for _index, items in nested or ():
+                for _id, _kind, payload in items:
+                    self.link.discard(payload)
+            return
+        objects = self.owner.objects
+        return_ids = call.spec.return_ids
+        for index, items in nested or ():
+            for object_id, kind, payload in items:
+                if objects.get(object_id) is None:
+                    objects.set_ready(object_id, kind, payload)
+                else:
+                    self.link.discard(payload)  # already here (it came from this driver)
+            if index < len(return_ids):
+                objects.contain(return_ids[index], [i for i, _k, _p in items])
+        self._finish(call, results)
+        for _index, items in nested or ():  # held by a result nobody kept: they go now
+            for object_id, _kind, _payload in items:
+                entry = objects.get(object_id)
+                if entry is not None and entry.pins <= 0:
+                    objects.maybe_free(object_id, entry)
+
+    def on_link_lost(self, error: bytes) -> None:
+        """*Locked.* The actor service is gone: every proxy's calls fail with ``error``."""
+        for actor in self.actors.values():
+            if actor.remote and actor.state != A_DEAD:
+                actor.state = A_DEAD
+                actor.death = error
+                self._fail_all(actor)
+
+    def _finish(self, call: _Call, results: list, contained=None) -> None:
+        spec = call.spec
+        if self.calls.pop(spec.task_id, None) is not None and spec.contained:
+            self.owner.objects.release(spec.contained)
+        if call.sent and spec.deps:
+            self.owner.unpin_deps(spec.deps)
+        if call.exported:
+            exported, call.exported = call.exported, []
+            self.owner.unpin_ids(object_id for object_id, _k, _p in exported)
+        self._deliver(spec, results, contained)
+        objects = self.owner.objects
+        for _position, object_id in spec.deps or ():
+            objects.unpin(object_id)
+
+    def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
+        if spec.reply is not None:
+            spec.reply(results, contained)
+            return
+        objects = self.owner.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+
+    def _fail_refs(self, spec: ActorCallSpec, data: bytes) -> None:
+        self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
+
+    # -- messages from the actor's worker ------------------------------------------------
+    def on_ready(self, worker, ok: bool, error: bytes | None) -> None:
+        actor = worker.actor
+        if ok or actor is None:
+            return
+        from miniray.exceptions import ActorDiedError
+
+        actor.init_failed = True
+        cause = serialization.loads(error)
+        self._die(actor, serialization.dumps(ActorDiedError(cause)))
+
+    def on_result(self, worker, task_id: bytes, results: list, contained=None) -> None:
+        actor = worker.actor
+        call = actor.inflight.pop(task_id, None) if actor is not None else None
+        if call is None:
+            return
+        self._finish(call, results, contained)
+
+    def on_exiting(self, worker) -> None:
+        """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
+        still queued fail with ActorDiedError when its process is gone."""
+        if worker.actor is not None:
+            worker.actor.exiting = True
+
+    def on_worker_exit(self, worker, detail: str) -> None:
+        """The actor's process is gone: restart it, or mark it dead and fail its calls."""
+        from miniray.exceptions import ActorDiedError, ActorUnavailableError
+
+        owner = self.owner
+        actor = worker.actor
+        owner._actor_workers -= 1
+        if actor is None or actor.worker is not worker:
+            return
+        actor.worker = None
+        if actor.lease is not None:
+            owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
+            owner._releases += 1
+            actor.lease = actor.host_lease = None
+        if actor.state == A_DEAD:
+            self._fail_all(actor)
+            return
+        if actor.killed:
+            reason = "The actor is dead because it was killed by `ray.kill`."
+        elif actor.exiting:
+            reason = ("The actor is dead because its worker process exited intentionally "
+                      "(exit_actor() or __ray_terminate__).")
+        else:
+            reason = (f"The actor is dead because its worker process died unexpectedly: "
+                      f"{detail}.")
+        restart = (actor.restarts_left != 0 and not actor.exiting
+                   and not (actor.killed and actor.no_restart) and not owner._closed
+                   and not owner.fatal)
+        death = ActorDiedError.from_context(
+            actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
+            name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
+            reason=reason)
+        death_bytes = serialization.dumps(death)
+        if restart:
+            if actor.restarts_left > 0:
+                actor.restarts_left -= 1
+            # As in Ray, a call sent to the process that died and not retried fails, but the
+            # actor lives on: ActorUnavailableError, not ActorDiedError.
+            why = ("it was killed by `ray.kill`" if actor.killed
+                   else f"its worker process died unexpectedly: {detail}")
+            actor.killed = False
+            unavailable = serialization.dumps(ActorUnavailableError(
+                f"The actor is restarting because {why}", actor.spec.actor_id.hex()))
+            retry = []
+            for call in actor.inflight.values():
+                if call.retries_left != 0:
+                    if call.retries_left > 0:
+                        call.retries_left -= 1
+                    retry.append(call)
+                else:
+                    self._finish(call, [(protocol.ERR, unavailable)]
+                                 * max(1, call.spec.num_returns))
+            actor.inflight.clear()
+            for call in reversed(retry):
+                actor.queue.appendleft(call)
+            actor.state = A_RESTARTING
+            logger.info("restarting actor %s (%s restarts left)", actor.spec.class_name,
+                        actor.restarts_left)
+            self._place(actor)
+            return
+        self._die(actor, death_bytes)
+
+    def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
+        if actor.state != A_DEAD and actor.spec.contained:
+            self.owner.objects.release(actor.spec.contained)
+        pinned, actor.pinned = actor.pinned, []
+        for object_id in pinned:  # no restart will need them
+            self.owner.objects.unpin(object_id)
+        actor.state = A_DEAD
+        actor.death = death
+        if actor in self.pending:
+            self.pending.remove(actor)
+        spec = actor.spec
+        if spec.name and self.names.get((spec.namespace, spec.name)) == spec.actor_id:
+            del self.names[(spec.namespace, spec.name)]
+        self._fail_all(actor)
+        if actor.worker is None and actor.lease is not None:
+            self.owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
+            actor.lease = actor.host_lease = None
+
+    def fail_every_actor(self, reason: str) -> None:
+        """*Locked.* The session cannot run actors any more (its fork server or node is gone
+        for good): every actor not dead yet, proxies included, dies with ``reason``."""
+        from miniray.exceptions import ActorDiedError
+
+        for actor in list(self.actors.values()):
+            if actor.state == A_DEAD:
+                continue
+            spec = actor.spec
+            death = serialization.dumps(ActorDiedError.from_context(
+                spec.class_name, spec.actor_id.hex(), pid=actor.pid, name=spec.name,
+                namespace=spec.namespace, ip="127.0.0.1", reason=reason))
+            if actor.remote:  # as when the link to the actor service is lost
+                actor.state = A_DEAD
+                actor.death = death
+                self._fail_all(actor)
+            else:
+                self._die(actor, death)
+
+    def _fail_all(self, actor: _Actor) -> None:
+        calls = list(actor.inflight.values()) + list(actor.queue)
+        actor.inflight.clear()
+        actor.queue.clear()
+        for call in calls:
+            self._finish(call, [(protocol.ERR, actor.death)] * max(1, call.spec.num_returns))
+
+    # -- kill, cancel, lookup ------------------------------------------------------------
+    def kill(self, actor_id: bytes, no_restart: bool) -> None:
+        """SIGKILL the actor's process. Unless it will restart, it is dead from this moment:
+        later calls fail at once, even before the process is gone (its lease is returned when
+        the fork server reports the exit)."""
+        from miniray.exceptions import ActorDiedError
+
+        actor = self.actors.get(actor_id)
+        if actor is None and self.link is not None:
+            actor = self.proxy(actor_id, None)
+        if actor is None or actor.state == A_DEAD:
+            return
+        if actor.remote:
+            self.link.kill(actor_id, no_restart)
+            return
+        actor.killed = True
+        actor.no_restart = no_restart
+        worker = actor.worker
+        if worker is not None:
+            if worker.pid is not None:
+                self.owner.fork_server.kill(worker.pid, signal.SIGKILL)
+            else:
+                worker.kill_on_spawn = True
+        if no_restart or actor.restarts_left == 0 or worker is None:
+            self._die(actor, serialization.dumps(ActorDiedError.from_context(
+                actor.spec.class_name, actor_id.hex(), pid=worker.pid if worker else None,
+                name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
+                reason="The actor is dead because it was killed by `ray.kill`.")))
+        else:
+            # It will restart: send nothing more to the dying process; calls made from now
+            # on queue and run on the new one once its exit is reported.
+            actor.state = A_RESTARTING
+
+    def cancel(self, task_id: bytes, force: bool) -> bool:
+        """Cancel an actor call; False if ``task_id`` is not an actor call."""
+        call = self.calls.get(task_id)
+        if call is None:
+            return False
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        from miniray.exceptions import TaskCancelledError
+
+        actor = call.actor
+        if actor.remote and call.sent:
+            self.link.cancel(task_id, force)
+            return True
+        if not call.sent:
+            if call in actor.queue:
+                actor.queue.remove(call)
+            self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
+                task_id.hex())))] * max(1, call.spec.num_returns))
+            return True
+        worker = actor.worker
+        if worker is not None:
+            try:
+                self.owner._send_control(worker, (protocol.CANCEL, task_id))
+            except OSError:
+                pass
+        return True
+
+    def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
+        if self.link is not None:
+            actor_id, state = self.link.lookup(name, namespace)
+            self.proxy(actor_id, state)
+            return actor_id, state
+        actor_id = self.names.get((namespace, name))
+        actor = self.actors.get(actor_id) if actor_id is not None else None
+        if actor is None or actor.state == A_DEAD:
+            raise ValueError(
+                f"Failed to look up actor with name '{name}'. This could because 1. You are "
+                "trying to look up a named actor you didn't create. 2. The named actor died. "
+                "3. You did not use a namespace matching the namespace of the actor.")
+        return actor_id, actor.spec.handle_state
+
+    def named(self, namespace: str, all_namespaces: bool) -> list:
+        if self.link is not None:
+            return self.link.named(namespace, all_namespaces)
+        out = []
+        for (ns, name), actor_id in sorted(self.names.items()):
+            if self.actors[actor_id].state == A_DEAD:
+                continue
+            if all_namespaces:
+                out.append({"name": name, "namespace": ns})
+            elif ns == namespace:
+                out.append(name)
+        return out
+
+    # -- handles -------------------------------------------------------------------------
+    def keep_for_workers(self, actor_id: bytes) -> None:
+        """*Locked.* A worker got a handle (``get_actor`` or its own creation): workers do not
+        count handles, so the actor is kept as if its handle had escaped, and for a service
+        actor this driver holds it until it disconnects."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.escaped:
+            return
+        actor.escaped = True
+        if actor.remote:
+            self.link.hold(actor_id, True)
+
+    def handle_created(self, actor_id: bytes) -> None:
+        self.handle_events.append((actor_id, 1))
+
+    def handle_dropped(self, actor_id: bytes) -> None:
+        first = not self.handle_events
+        self.handle_events.append((actor_id, -1))
+        if first:  # the I/O thread applies it (and the actor exits) even when all is idle
+            self.owner.reactor.wake()
+
+    def handle_pickled(self, actor_id: bytes) -> None:
+        self.handle_events.append((actor_id, 0))
+
+    def apply_handle_events(self) -> None:
+        """When the last handle of a non-detached actor is gone, it exits after its calls."""
+        events = self.handle_events
+        while events:
+            try:
+                actor_id, delta = events.popleft()
+            except IndexError:
+                break
+            actor = self.actors.get(actor_id)
+            if actor is None:
+                continue
+            if delta == 0:
+                actor.escaped = True
+                continue
+            actor.handles += delta
+            if actor.remote:  # the service counts which drivers hold it
+                if delta > 0 and actor.handles == 1:
+                    self.link.hold(actor_id, True)
+                elif actor.handles <= 0 and not actor.escaped:
+                    self.link.hold(actor_id, False)
+                continue
+            if (delta < 0 and actor.handles <= 0 and not actor.escaped
+                    and not actor.spec.detached and actor.state != A_DEAD):
+                self._terminate_when_idle(actor)
+
+    def _terminate_when_idle(self, actor: _Actor) -> None:
+        task_id = ids.new_task_id()
+        spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
+                             [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
+        self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it
+        self.submit(actor.spec.actor_id, spec)
+
+    def statistics(self) -> dict:
+        states = collections.Counter(actor.state for actor in self.actors.values())
+        return {"actors": dict(states), "named": len(self.names),
+                "pending_placement": len(self.pending)}
+
+
+_NO_ARGS = serialization.dumps(((), {}))

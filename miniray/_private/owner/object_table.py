@@ -1,0 +1,419 @@
+"""The owner's object table: the state of every object, who waits for it, who refers to it.
+
+Owns: one entry per object id (pending or ready, value or error), the waiters of pending
+objects, the driver's ObjectRef counts and freeing an object when nothing can read it any more.
+Does not own: the bytes (the object store), tasks (owner.py), or the lock (the owner's, shared
+so that a result and the task bookkeeping it triggers change together).
+Called by: owner.py (with its lock held), and the driver's ``get``/``wait`` through the owner.
+
+::
+
+    ObjectRef() / del ref ──► ref_created / ref_dropped  (lock-free deque appends)
+                                   │ applied in batches under the lock
+                                   ▼
+    set_ready(id, kind, data) ──► store.put ──► waiters.notify(is_error, id)
+                                   └─► freed at once if its last ref is already gone
+
+A waiter is anything with ``notify(is_error, object_id)``: a blocked driver ``get``/``wait``
+(``Waiter``), a worker's get/wait (``CallbackWaiter``), or a task waiting on an argument.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import Callable
+
+from miniray._private.core import protocol
+from miniray._private.object_store import values
+
+PENDING, READY = 0, 1
+
+
+class Entry:
+    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped", "borrows",
+                 "contains")
+
+    def __init__(self):
+        self.state = PENDING
+        self.kind = protocol.OK
+        self.waiters: list | None = None
+        self.refs = 0          # live ObjectRef objects in this process
+        self.escaped = False   # a ref was pickled: someone else may read it (kept until shutdown)
+        self.pins = 0          # holders: pending calls taking it (as an argument, or a ref
+        #                        nested in one), stored objects that contain a ref to it
+        self.dropped = False   # the last ref went away while it was still pending
+        self.borrows = 0       # workers that hold a ref to it (they report it)
+        self.contains: tuple = ()  # ids of refs pickled inside this object
+
+    def add_waiter(self, waiter) -> None:
+        if self.waiters is None:
+            self.waiters = [waiter]
+        else:
+            self.waiters.append(waiter)
+
+    def remove_waiter(self, waiter) -> None:
+        if self.waiters and waiter in self.waiters:
+            self.waiters.remove(waiter)
+
+
+class Waiter:
+    """Released when ``count`` objects are ready, or at the first error if ``on_error``."""
+
+    __slots__ = ("remaining", "on_error", "lock", "fired")
+
+    def __init__(self, count: int, on_error: bool):
+        self.remaining = count
+        self.on_error = on_error
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.fired = False
+
+    def notify(self, is_error: bool, object_id: bytes = b"") -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.lock.release()
+
+    def wait(self, timeout: float | None) -> bool:
+        if timeout is None or timeout < 0:
+            return self.lock.acquire()
+        return self.lock.acquire(timeout=timeout)
+
+
+class CallbackWaiter:
+    """Calls ``finish()`` (under the owner's lock) once ``count`` objects are ready."""
+
+    __slots__ = ("remaining", "on_error", "finish", "fired")
+
+    def __init__(self, count: int, on_error: bool, finish: Callable[[], None]):
+        self.remaining = count
+        self.on_error = on_error
+        self.finish = finish
+        self.fired = False
+
+    def notify(self, is_error: bool, object_id: bytes = b"") -> None:
+        self.remaining -= 1
+        if not self.fired and (self.remaining <= 0 or (is_error and self.on_error)):
+            self.fired = True
+            self.finish()
+
+
+class ObjectTable:
+    """Entries of one owner. Methods marked *locked* expect the owner's lock to be held."""
+
+    def __init__(self, store, lock: threading.Lock, check_usable: Callable[[], None],
+                 wake: Callable[[], None] | None = None,
+                 on_free: Callable[[bytes], None] | None = None):
+        self.store = store
+        self.wake = wake  # asks the I/O thread to apply ref events soon
+        self.on_free = on_free  # told (locked) after an object is freed
+        self.lock = lock
+        self.check_usable = check_usable
+        self.entries: dict[bytes, Entry] = {}
+        self.ref_events: collections.deque = collections.deque()
+        self.wake_pending = False  # a wake-up for queued drops was asked and not yet served
+        self._applying = False
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    # -- refs (any thread, no lock: __del__ may run anywhere) ------------------------------
+    def ref_created(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, 1))
+
+    def ref_dropped(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, -1))
+        if not self.wake_pending and self.wake is not None:
+            self.wake_pending = True  # one wake-up per batch: memory is freed promptly
+            self.wake()
+
+    def ref_pickled(self, object_id: bytes) -> None:
+        self.ref_events.append((object_id, 0))
+
+    def apply_ref_events(self) -> None:
+        """*Locked.* Apply queued ref events; free what nothing refers to any more."""
+        self.wake_pending = False
+        self._applying = True
+        try:
+            self._apply_events()
+        finally:
+            self._applying = False
+
+    def _sync(self) -> None:
+        """Before a free decision outside ``apply_ref_events``: apply queued events first, so
+        a ref created a moment ago (its +1 still queued) counts."""
+        if self.ref_events and not self._applying:
+            self.apply_ref_events()
+
+    def _apply_events(self) -> None:
+        events = self.ref_events
+        entries = self.entries
+        while events:
+            try:
+                object_id, delta = events.popleft()
+            except IndexError:
+                break
+            entry = entries.get(object_id)
+            if entry is None:
+                continue
+            if delta == 0:
+                entry.escaped = True
+                continue
+            entry.refs += delta
+            if delta < 0 and entry.refs <= 0:
+                self.maybe_free(object_id, entry)
+
+    def maybe_free(self, object_id: bytes, entry: Entry) -> None:
+        """*Locked.* Free it if nothing can read it any more: no driver ref, no holder, no
+        borrowing worker, and it was never pickled somewhere untracked."""
+        if entry.refs > 0 or entry.escaped or entry.pins > 0 or entry.borrows > 0:
+            return
+        if entry.state == READY:
+            self._free(object_id)
+        else:
+            entry.dropped = True
+
+    def _free(self, object_id: bytes) -> None:
+        entry = self.entries.pop(object_id)
+        self.store.free(object_id)
+        if self.on_free is not None:
+            self.on_free(object_id)
+        if entry.contains:  # the refs it held inside go with it
+            self.release(entry.contains)
+
+    # -- holders, containment, borrowers (locked) ----------------------------------------
+    def hold(self, object_ids) -> None:
+        """Keep these objects while something (a pending call, a stored object) refers to
+        them; an id already freed is skipped (reading it will raise its loss)."""
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is not None:
+                entry.pins += 1
+
+    def release(self, object_ids) -> None:
+        self._sync()
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is not None:
+                entry.pins -= 1
+                if entry.pins <= 0:
+                    self.maybe_free(object_id, entry)
+
+    def contain(self, outer: bytes, inner_ids) -> None:
+        """``outer`` holds refs to ``inner_ids``: they live at least as long as it does."""
+        entry = self.entries.get(outer)
+        if entry is None or not inner_ids:
+            return
+        inner_ids = tuple(i for i in inner_ids if i in self.entries)
+        self.hold(inner_ids)
+        entry.contains = entry.contains + inner_ids
+
+    def borrow(self, object_id: bytes) -> bool:
+        entry = self.entries.get(object_id)
+        if entry is None:
+            return False
+        entry.borrows += 1
+        return True
+
+    def unborrow(self, object_id: bytes) -> None:
+        self._sync()
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.borrows -= 1
+            if entry.borrows <= 0:
+                self.maybe_free(object_id, entry)
+
+    def forget_pending(self, object_id: bytes) -> None:
+        """*Locked.* Drop a pending entry nothing waits for or holds (its value will never
+        come)."""
+        entry = self.entries.get(object_id)
+        if entry is not None and entry.state == PENDING and not entry.waiters and \
+                entry.pins <= 0:
+            del self.entries[object_id]
+
+    def escape(self, object_id: bytes) -> None:
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.escaped = True
+
+    # -- entries (locked) -------------------------------------------------------------------
+    def get(self, object_id: bytes) -> Entry | None:
+        return self.entries.get(object_id)
+
+    def ensure(self, object_id: bytes) -> Entry:
+        entry = self.entries.get(object_id)
+        if entry is None:
+            entry = self.entries[object_id] = Entry()
+        return entry
+
+    def set_ready(self, object_id: bytes, kind: int, data, escaped: bool = False,
+                  stored: bool = False) -> None:
+        """*Locked.* Store an object (bytes, or a segment a worker made: ``("shm", path,
+        size)``) and wake whoever waits for it. ``stored``: the store already holds it."""
+        entry = self.ensure(object_id)
+        if escaped:
+            entry.escaped = True
+        if stored:
+            pass
+        elif isinstance(data, tuple):
+            self.store.put_segment_from(object_id, data[1], data[2])
+        else:
+            self.store.put_serialized(object_id, data)
+        entry.state = READY
+        entry.kind = kind
+        waiters = entry.waiters
+        if waiters:
+            entry.waiters = None
+            is_error = kind == protocol.ERR
+            for waiter in waiters:
+                waiter.notify(is_error, object_id)
+        if (entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0
+                and entry.borrows <= 0):
+            self._free(object_id)
+
+    def read(self, object_id: bytes) -> tuple:
+        """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
+        ``values.py``). Pin it first if the reader may be slow to map it."""
+        return self.entries[object_id].kind, values.outgoing(self.store.location(object_id))
+
+    def unpin(self, object_id: bytes) -> None:
+        """*Locked.* A pending task no longer needs the object: free it if nothing else
+        does."""
+        self._sync()
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.pins -= 1
+            if entry.pins <= 0 and entry.refs <= 0:
+                self.maybe_free(object_id, entry)
+
+    def lost(self, object_id: bytes) -> Exception:
+        from miniray.exceptions import ObjectFreedError
+
+        return ObjectFreedError(object_id.hex(), "", "")
+
+    def ready_ids(self, object_ids) -> list[bytes]:
+        """*Locked.* The ready ones among ``object_ids``, in order (a freed id counts as
+        ready: reading it raises its loss)."""
+        entries = self.entries
+        return [i for i in object_ids if (e := entries.get(i)) is None or e.state == READY]
+
+    def await_objects(self, object_ids, count: int, on_error: bool, finish, timeout,
+                      add_timer) -> None:
+        """*Locked.* Call ``finish(timed_out)`` once ``count`` ids are ready (or at the first
+        error if ``on_error``), or with True when ``timeout`` passes first. Unknown ids are
+        awaited too (a worker may read an object that a PUT will bring)."""
+        pending = []
+        ready = 0
+        for object_id in object_ids:
+            entry = self.entries.get(object_id)
+            if entry is None:  # freed (a worker only learns of an id through the owner)
+                if on_error:
+                    finish(False)
+                    return
+                ready += 1
+                continue
+            if entry.state == READY:
+                ready += 1
+                if on_error and entry.kind == protocol.ERR:
+                    finish(False)
+                    return
+            else:
+                pending.append(entry)
+        if ready >= count or timeout == 0:
+            finish(False)
+            return
+        callback = CallbackWaiter(count - ready, on_error, lambda: finish(False))
+        for entry in pending:
+            entry.add_waiter(callback)
+        if timeout is not None and timeout >= 0:
+
+            def expire():
+                if not callback.fired:
+                    callback.fired = True
+                    for entry in pending:
+                        entry.remove_waiter(callback)
+                    finish(True)
+
+            add_timer(timeout, expire)
+
+    # -- the driver's blocking calls (take the lock themselves) ----------------------------
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        """``[(kind, data)]`` for each id (only the first error if any holds one), or None if
+        the timeout passed first."""
+        with self.lock:
+            self.check_usable()
+            waiter = None
+            pending = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state == PENDING:
+                    pending.append(entry)
+                elif entry.kind == protocol.ERR:
+                    pending = []
+                    break
+            if pending:
+                waiter = Waiter(len(pending), on_error=True)
+                for entry in pending:
+                    entry.add_waiter(waiter)
+        if waiter is not None:
+            if timeout == 0 or not waiter.wait(timeout):
+                with self.lock:
+                    for entry in pending:
+                        entry.remove_waiter(waiter)
+                return None
+        with self.lock:
+            self.check_usable()
+            out = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state != READY:
+                    continue
+                item = (entry.kind, values.outgoing(self.store.location(object_id)))
+                if entry.kind == protocol.ERR:
+                    return [item]
+                out.append(item)
+            return out
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        """The set of ids that are ready once ``num_returns`` are (or the timeout passed)."""
+        with self.lock:
+            self.check_usable()
+            ready = 0
+            pending = []
+            for object_id in object_ids:
+                entry = self.entries.get(object_id)
+                if entry is None:
+                    raise self.lost(object_id)
+                if entry.state == READY:
+                    ready += 1
+                else:
+                    pending.append(entry)
+            waiter = None
+            if num_returns > ready and pending and timeout != 0:
+                waiter = Waiter(num_returns - ready, on_error=False)
+                for entry in pending:
+                    entry.add_waiter(waiter)
+        if waiter is not None:
+            waiter.wait(timeout)
+            with self.lock:
+                for entry in pending:
+                    entry.remove_waiter(waiter)
+        with self.lock:
+            return set(self.ready_ids(object_ids))
+
+    def statistics(self) -> dict:
+        pending = sum(1 for e in self.entries.values() if e.state == PENDING)
+        return {"objects": len(self.entries), "pending": pending,
+                "store": self.store.statistics()}
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.ref_events.clear()
+
+    def __repr__(self) -> str:
+        return f"<ObjectTable objects={len(self.entries)}>"

@@ -1,0 +1,1015 @@
+"""The owner: object table, task queues, worker leases and the I/O thread.
+
+Owns: every object and task of the session (embedded mode: the driver owns them all, nested
+tasks included), the leases of workers, dispatching tasks to leased workers, receiving results,
+worker output forwarding, retries, cancellation and worker death. Does not own: resource
+decisions (``resources.py`` through ``ledger.py``), process creation (``forkserver.py``),
+validation (``options.py``), or the public API's argument checks.
+Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
+
+::
+
+    submit(spec) ──► deps ready? ──► queue[key] ──► lease with room? ──► TASK ──► worker
+                        │ no                          │ no: ledger.acquire + idle/spawned worker
+                        ▼                             ▼ none: wait for a release
+                   waits on entries            infeasible? one stderr line, stays pending
+
+    I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
+                        worker out/err ─► prefixed lines to the driver's stdout/stderr
+                        fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
+                                          EOF: its own death (owner_helper_loss.py)
+                        timers         ─► worker get/wait timeouts, idle-lease release
+
+All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
+lock, so ``__del__`` can never deadlock); the events are applied under the lock in batches.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from miniray._private.core import config, protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.ledger.host_gpus import HostGpuLedger
+from miniray._private.object_store import shm_segments
+from miniray._private.owner.actors import ActorManager
+from miniray._private.owner.object_table import PENDING, ObjectTable
+from miniray._private.owner.output import OutputStream
+from miniray._private.owner.owner_gpus import HostGpuLeasing
+from miniray._private.owner.owner_helper_loss import HelperLoss
+from miniray._private.owner.owner_requests import WorkerRequests
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.transport.reactor import Reactor
+
+logger = logging.getLogger(__name__)
+
+# task states
+T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
+
+
+class _Task:
+    __slots__ = (
+        "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
+        "children", "parent", "pinned",
+    )
+
+    def __init__(self, spec, key):
+        self.spec = spec
+        self.key = key
+        self.state = T_WAITING
+        self.worker = None
+        self.waiting = 0
+        self.retries_left = spec.max_retries
+        self.cancelled = False
+        self.children: list | None = None
+        self.parent = None
+        self.pinned = False  # its argument objects are pinned in the store while it runs
+
+
+class _DepWaiter:
+    """Waits, for a task, on one of its arguments."""
+
+    __slots__ = ("owner", "task")
+
+    def __init__(self, owner: Owner, task: _Task):
+        self.owner = owner
+        self.task = task
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.owner._dep_ready(self.task, is_error, object_id)
+
+
+class _WorkerSlot:
+    __slots__ = (
+        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
+        "spent", "read_pins", "borrowed",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
+    )
+
+    def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
+        self.conn = conn
+        self.ctl = ctl
+        self.pid: int | None = None
+        self.spawn_req = spawn_req
+        self.inflight: collections.deque = collections.deque()
+        self.lease: _LeaseSlot | None = None
+        self.funcs: set = set()
+        self.calls = 0
+        self.fn_calls: dict[bytes, int] = {}
+        self.spent = False  # reached a function's max_calls: retire once idle
+        self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
+        self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
+        #                                   reports again (by then it has mapped them)
+        self.blocked = 0
+        self.dead = False
+        self.out: OutputStream | None = None
+        self.err: OutputStream | None = None
+        self.kill_on_spawn = False
+        self.actor = None  # the actor this worker hosts (actors.py), if any
+        self.exited = False  # its process is gone and was handled (_worker_gone)
+
+    def __repr__(self) -> str:
+        return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
+
+
+class _LeaseSlot:
+    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
+                 "host_lease")
+
+    def __init__(self, lease, key, worker, gpu_ids):
+        self.lease = lease
+        self.key = key
+        self.worker = worker
+        self.cpu_released = 0.0
+        self.idle_since: float | None = None
+        self.gpu_ids = gpu_ids
+        self.host_lease: str | None = None
+
+
+def _exit_detail(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {sig} ({name})"
+    if os.WIFEXITED(status):
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return f"ended with wait status {status}"
+
+
+def key_tag(key) -> str:
+    """A scheduling key as short text for the ledger's lease tag (shown by status)."""
+    return ",".join(f"{name}={value:g}" for name, value in key[0])
+
+
+class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
+    """Objects, tasks and leased workers of one session (GPU leasing, workers' own requests
+    and the fork server's or node's death live in ``owner_gpus.py``, ``owner_requests.py``
+    and ``owner_helper_loss.py``)."""
+
+    RETRY_S = 0.05
+    POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
+
+    def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
+                 num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None,
+                 restart_fork_server=None):
+        self.ledger = ledger
+        self.store = store
+        self.fork_server = fork_server
+        self.node_state = node_state  # totals only, for infeasibility checks
+        self.hello_info = hello_info
+        self.log_to_driver = log_to_driver
+        self.prefix_enabled = config.worker_log_prefix_enabled()
+        self.pid = os.getpid()
+        self.session_token = object()
+        self.linger = config.lease_linger_s()
+        self.max_workers = config.max_workers(num_cpus)
+        self.idle_keep = max(1, int(num_cpus))
+        self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
+
+        self._lock = threading.Lock()
+        # Reading objects needs only an open session: what is stored stays readable after
+        # the fork server or the node is lost for good (self.fatal).
+        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io,
+                                   self._on_object_freed)
+        # Workers that were handed a segment (they may keep it mapped across tasks): told
+        # to drop the mapping when the object is freed, so its memory really goes back.
+        self._mapped_by: dict[bytes, list] = {}
+        # ObjectRef bookkeeping goes straight to the table (lock-free appends).
+        self.ref_created = self.objects.ref_created
+        self.ref_dropped = self.objects.ref_dropped
+        self.ref_pickled = self.objects.ref_pickled
+        self._functions: dict[bytes, bytes] = {}
+        self._tasks: dict[bytes, _Task] = {}
+        self._queues: dict[Any, collections.deque] = {}
+        self._leases: dict[Any, list[_LeaseSlot]] = {}
+        self._idle_workers: list[_WorkerSlot] = []
+        self._workers_by_fd: dict[int, _WorkerSlot] = {}
+        self._workers_by_req: dict[int, _WorkerSlot] = {}
+        self._workers_by_pid: dict[int, _WorkerSlot] = {}
+        self._streams: dict[int, OutputStream] = {}
+        self._live_workers = 0
+        self._blocked_workers = 0
+        self._actor_workers = 0
+        self.actors = ActorManager(self)
+        # Physical GPUs are shared with every miniray session on the host (host_gpus.py):
+        # only devices NVML reported have keys; logical GPUs stay this session's own.
+        self.gpu_keys = list(gpu_keys or [])
+        self.host_gpus = None
+        if any(self.gpu_keys):
+            self.host_gpus = HostGpuLedger()
+        self.host_gpu_timeout = config.host_gpu_timeout_s()
+        self._host_blocked_since: dict = {}
+        self._host_reported: set = set()
+        self._infeasible: dict[Any, list[_Task]] = {}
+        self._reported_infeasible: set = set()
+        self._closed = False
+        self._stopping = False
+        self._spawn_paused = False  # a new fork server is being started: dispatch waits
+        self.fatal: str | None = None  # why the session cannot run work any more
+        self._init_helper_loss(restart_fork_server)
+        self._releases = 0          # local lease releases so far
+        self._full_at_release = -1  # _releases when an acquire last failed
+        self._full_since = 0.0
+        self._retry_pending = False
+
+        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
+        self.reactor.register(fork_server.fileno(), self._on_fork_server)
+        self.reactor.start()
+
+    # ------------------------------------------------------------------ objects
+    def put_value(self, object_id: bytes, value) -> None:
+        """The driver's put: serialized straight into the store (a segment for large values),
+        outside the lock; then the object is ready. The store is this process's own: puts
+        work even after the fork server or node was lost."""
+        self._check_open()
+        if self.objects.ref_events:  # objects just dropped: free them first, so their
+            with self._lock:          # segments can be reused (memcpy-speed puts)
+                self.objects.apply_ref_events()
+            self.reactor.wake()  # and the I/O thread times the release of what was pooled
+        serialization.start_collecting()  # refs pickled inside the value: the object holds them
+        try:
+            self.store.put_value(object_id, value)
+        finally:
+            contained = serialization.stop_collecting()
+        with self._lock:
+            self.objects.set_ready(object_id, protocol.OK, None, stored=True)
+            if contained:
+                self.objects.contain(object_id, contained)
+
+    def knows(self, object_id: bytes) -> bool:
+        return object_id in self.objects.entries
+
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        return self.objects.get_serialized(object_ids, timeout)
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        return self.objects.wait_ready(object_ids, num_returns, timeout)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("miniray has been shut down; call miniray.init() again.")
+
+    def _check_usable(self) -> None:
+        """For submissions: the session is open and can still run work."""
+        self._check_open()
+        if self.fatal:
+            from miniray.exceptions import RaySystemError
+
+            raise RaySystemError(self.fatal)
+
+    # ------------------------------------------------------------------ tasks
+    def needs_function(self, fn_id: bytes) -> bool:
+        return fn_id not in self._functions
+
+    def submit_task(self, spec, parent: _Task | None = None) -> None:
+        key = (tuple(sorted(spec.request.items())), spec.max_calls)
+        with self._lock:
+            self._check_usable()
+            if spec.fn_bytes is not None:
+                self._functions.setdefault(spec.fn_id, spec.fn_bytes)
+                spec.fn_bytes = None
+            elif spec.fn_id not in self._functions:
+                raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
+            task = _Task(spec, key)
+            self._tasks[spec.task_id] = task
+            objects = self.objects
+            for object_id in spec.return_ids:
+                objects.ensure(object_id)
+            if spec.contained:
+                objects.hold(spec.contained)
+            if parent is not None:
+                task.parent = parent
+                if parent.children is None:
+                    parent.children = []
+                parent.children.append(task)
+            if spec.deps:
+                for _position, object_id in spec.deps:
+                    entry = objects.get(object_id)
+                    if entry is None:
+                        self._fail_task(task, objects.lost(object_id))
+                        return
+                    entry.pins += 1
+                    if entry.state == PENDING:
+                        task.waiting += 1
+                        entry.add_waiter(_DepWaiter(self, task))
+                    elif entry.kind == protocol.ERR:
+                        self._complete_with_dep_error(task, object_id)
+                        return
+            if task.waiting == 0:
+                self._enqueue(task)
+            if len(objects.ref_events) > 256:
+                objects.apply_ref_events()
+
+    def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
+        if task.state != T_WAITING:
+            return
+        if is_error:
+            self._complete_with_dep_error(task, object_id)
+            return
+        task.waiting -= 1
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def _complete_with_dep_error(self, task: _Task, object_id: bytes) -> None:
+        data = self.store.get_serialized(object_id)
+        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _enqueue(self, task: _Task) -> None:
+        key = task.key
+        if key not in self._queues and key not in self._leases:
+            reasons = infeasible_reasons(self.node_state, task.spec.request)
+            if reasons:
+                task.state = T_INFEASIBLE
+                self._infeasible.setdefault(key, []).append(task)
+                if key not in self._reported_infeasible:
+                    self._reported_infeasible.add(key)
+                    line = format_infeasible(task.spec.request, reasons)
+                    print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
+                return
+        task.state = T_QUEUED
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = collections.deque()
+        queue.append(task)
+        self._dispatch(key)
+
+    def _dispatch(self, key) -> bool:
+        """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
+        if not self._may_dispatch():
+            return False
+        queue = self._queues.get(key)
+        while queue:
+            lease = self._lease_with_room(key)
+            if lease is None:
+                lease = self._new_lease(key, queue[0].spec.request)
+                if lease is None:
+                    return False
+            self._send_task(lease, queue.popleft())
+        if queue is not None and not queue:
+            del self._queues[key]
+        return True
+
+    def _may_dispatch(self) -> bool:
+        """Nothing is sent once shutdown has started (the fork server may already be gone),
+        nor while there is no usable fork server (being replaced, or lost for good)."""
+        return not self._closed and not self._spawn_paused and not self.fatal
+
+    def _dispatch_all(self) -> None:
+        if not self._may_dispatch():
+            return
+        if self.actors.pending:
+            self.actors.place_pending()
+        for key in list(self._queues):
+            self._dispatch(key)
+
+    def _lease_with_room(self, key) -> _LeaseSlot | None:
+        """An idle, unblocked worker leased for ``key``. One task in flight per worker: a task
+        queued behind one that blocks in get() could be the very task it waits for."""
+        leases = self._leases.get(key)
+        if not leases:
+            return None
+        for slot in leases:
+            worker = slot.worker
+            if not worker.blocked and not worker.inflight:
+                slot.idle_since = None
+                return slot
+        return None
+
+    def _new_lease(self, key, request) -> _LeaseSlot | None:
+        # After a failed acquire, ask the ledger again only once something was released here
+        # (or after RETRY_S, for releases by other processes of the node): a burst of queued
+        # tasks must not cost one ledger transaction each.
+        now = time.monotonic()
+        if (self._full_at_release == self._releases
+                and now - self._full_since < self.RETRY_S):
+            return None
+        # Workers blocked in get() do not count: their parents wait on the very tasks that
+        # need a fresh worker (a recursive fib would deadlock otherwise).
+        if not self._idle_workers and self._busy_workers() >= self.max_workers:
+            if not self._release_idle_leases(force=True):
+                self._mark_full(now)
+                return None
+        lease, host_lease = self.acquire_lease(request, key_tag(key), key)
+        if lease is None and self._release_idle_leases(force=True):
+            lease, host_lease = self.acquire_lease(request, key_tag(key), key)
+        if lease is None:
+            self._mark_full(now)
+            return None
+        worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
+        gpu_ids = None
+        if request.get("GPU"):
+            gpu_ids = self.ledger.instance_ids_of(lease, "GPU")
+        slot = _LeaseSlot(lease, key, worker, gpu_ids)
+        slot.host_lease = host_lease
+        worker.lease = slot
+        if worker.pid is not None:
+            self.ledger.set_worker(lease.lease_id, worker.pid)
+        self._leases.setdefault(key, []).append(slot)
+        return slot
+
+    def _busy_workers(self) -> int:
+        """Workers that count against the cap: not blocked in get(), not hosting an actor."""
+        return self._live_workers - self._blocked_workers - self._actor_workers
+
+    def _send(self, worker: _WorkerSlot, message: tuple) -> None:
+        """Write to a worker without ever blocking (the lock is held): what does not fit in
+        the socket now is written by the I/O thread when it becomes writable."""
+        self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
+
+    def _on_writable(self, fd: int) -> None:
+        with self._lock:
+            worker = self._workers_by_fd.get(fd)
+            self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
+
+    def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
+        worker.ctl.send_bytes(pickle.dumps(message, 5))
+
+    def _mark_full(self, now: float) -> None:
+        self._full_at_release = self._releases
+        self._full_since = now
+        if self._queues:
+            self._schedule_retry()
+
+    def _schedule_retry(self) -> None:
+        if not self._retry_pending:
+            self._retry_pending = True
+
+            def retry():
+                self._retry_pending = False
+                self._releases += 1  # forget the failure: look at the ledger again
+                self._dispatch_all()
+
+            self.reactor.call_later(self.RETRY_S, retry)
+
+    def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
+        leases = self._leases.get(slot.key)
+        if leases is not None:
+            try:
+                leases.remove(slot)
+            except ValueError:
+                pass
+            if not leases:
+                del self._leases[slot.key]
+        self.release_lease_ids(slot.lease.lease_id, slot.host_lease)
+        self._releases += 1
+        worker = slot.worker
+        worker.lease = None
+        if worker_reusable and not worker.dead:
+            if len(self._idle_workers) < self.idle_keep:
+                self._idle_workers.append(worker)
+            else:
+                self._retire(worker)
+
+    def _release_idle_leases(self, force: bool = False) -> bool:
+        """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
+        now = time.monotonic()
+        released = False
+        for leases in list(self._leases.values()):
+            for slot in list(leases):
+                if slot.worker.inflight or slot.idle_since is None:
+                    continue
+                if force or now - slot.idle_since >= self.linger:
+                    self._release_lease(slot)
+                    released = True
+        if force and self._idle_workers and self._busy_workers() >= self.max_workers:
+            self._retire(self._idle_workers.pop(0))
+        return released
+
+    def flush_idle_leases(self) -> None:
+        with self._lock:
+            self._release_idle_leases(force=True)
+
+    def _send_task(self, slot: _LeaseSlot, task: _Task) -> None:
+        worker = slot.worker
+        spec = task.spec
+        task.state = T_RUNNING
+        task.worker = worker
+        worker.inflight.append(task)
+        try:
+            if spec.fn_id not in worker.funcs:
+                worker.funcs.add(spec.fn_id)
+                self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
+            dep_values = None
+            if spec.deps:
+                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned, worker=worker)
+                task.pinned = True
+            ctx = (
+                _float_request(spec.request),
+                slot.gpu_ids,
+                self.gpu_ids_are_ints,
+                spec.retry_exceptions,
+                spec.function_name,
+            )
+            self._send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
+                                spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
+                                ctx))
+        except OSError:
+            # The worker is dying; its EXITED report will requeue or fail the task.
+            pass
+
+    def _unfinished_tasks(self) -> list:
+        """*Locked.* Every task not done yet (waiting, queued, infeasible or running)."""
+        return [task for task in self._tasks.values() if task.state != T_DONE]
+
+    def _fail_task(self, task: _Task, error: BaseException) -> None:
+        data = serialization.dumps(error)
+        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _complete(self, task: _Task, results: list) -> None:
+        task.state = T_DONE
+        spec = task.spec
+        self._tasks.pop(spec.task_id, None)
+        objects = self.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+        if spec.deps:
+            if task.pinned:
+                self.unpin_deps(spec.deps)
+                task.pinned = False
+            for _position, object_id in spec.deps:
+                objects.unpin(object_id)
+        if spec.contained:
+            objects.release(spec.contained)
+        parent = task.parent
+        if parent is not None and parent.children:
+            try:
+                parent.children.remove(task)
+            except ValueError:
+                pass
+
+    # ------------------------------------------------------------------ cancel
+    def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        with self._lock:
+            self._cancel_locked(object_id, force, recursive)
+
+    def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        """A driver's ``cancel()`` and a worker's (owner_requests.py), with the lock held."""
+        from miniray.exceptions import TaskCancelledError
+
+        if self.actors.cancel(object_id[:24], force):
+            return
+        task = self._tasks.get(object_id[:24])
+        if task is None or task.state == T_DONE:
+            return
+        self._cancel_task(task, force, recursive, TaskCancelledError)
+
+    def _cancel_task(self, task: _Task, force: bool, recursive: bool, error_cls) -> None:
+        task.cancelled = True
+        if recursive and task.children:
+            for child in list(task.children):
+                if child.state != T_DONE:
+                    self._cancel_task(child, force, recursive, error_cls)
+        state = task.state
+        if state in (T_WAITING, T_QUEUED, T_INFEASIBLE):
+            if state == T_QUEUED:
+                queue = self._queues.get(task.key)
+                if queue is not None and task in queue:
+                    queue.remove(task)
+            elif state == T_INFEASIBLE:
+                pending = self._infeasible.get(task.key)
+                if pending and task in pending:
+                    pending.remove(task)
+            self._fail_task(task, error_cls(task.spec.task_id.hex()))
+        elif state == T_RUNNING:
+            worker = task.worker
+            if force:
+                if worker.inflight and worker.inflight[0] is task:
+                    if worker.pid is not None:
+                        self.fork_server.kill(worker.pid, signal.SIGKILL)
+                    else:  # not spawned yet: killed as soon as the fork server names its pid
+                        worker.kill_on_spawn = True
+                elif task in worker.inflight and worker.inflight[0] is not task:
+                    worker.inflight.remove(task)
+                    self._fail_task(task, error_cls(task.spec.task_id.hex()))
+            else:
+                try:
+                    self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
+                except OSError:
+                    pass
+
+    # ------------------------------------------------------------------ workers
+    def _spawn_worker(self) -> _WorkerSlot:
+        data_parent, data_child = socket.socketpair()
+        ctl_parent, ctl_child = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
+        try:
+            req = self.fork_server.spawn(child_fds)
+        finally:
+            data_child.close()
+            ctl_child.close()
+            os.close(out_w)
+            os.close(err_w)
+        worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
+        worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
+        worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
+        self._streams[out_r] = worker.out
+        self._streams[err_r] = worker.err
+        self._workers_by_req[req] = worker
+        self._live_workers += 1
+        fd = worker.conn.fileno()
+        self._workers_by_fd[fd] = worker
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        self._register(fd, self._on_worker_data)
+        self._register(out_r, self._on_output)
+        self._register(err_r, self._on_output)
+        self._send(worker, (protocol.HELLO, self.hello_info))
+        return worker
+
+    def _retire(self, worker: _WorkerSlot) -> None:
+        """Ask a worker with nothing in flight to exit (it exits on EOF)."""
+        if worker in self._idle_workers:
+            self._idle_workers.remove(worker)
+        if worker.dead:
+            return
+        worker.dead = True
+        self._unregister(worker.conn.fileno())
+        self._workers_by_fd.pop(worker.conn.fileno(), None)
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        try:
+            worker.ctl.close()
+        except OSError:
+            pass
+
+    def _on_worker_exit(self, pid: int, status: int) -> None:
+        worker = self._workers_by_pid.get(pid)
+        if worker is not None:
+            self._worker_gone(worker, status)
+
+    def _worker_gone(self, worker: _WorkerSlot, status: int | None,
+                     death: str | None = None) -> tuple[int, int]:
+        """*Locked.* A worker's process is gone: its exit ``status`` (a wait status), or
+        ``death`` when it died with the process that forked it (no status is reported then).
+        Its running task is retried while ``max_retries`` allows, else fails; an actor
+        restarts or dies (actors.py). Returns (tasks requeued, tasks failed)."""
+        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+
+        if worker.exited:
+            return 0, 0
+        worker.exited = True
+        pid = worker.pid
+        if pid is not None:
+            self._workers_by_pid.pop(pid, None)
+        self._live_workers -= 1
+        self._release_read_pins(worker)
+        borrowed, worker.borrowed = worker.borrowed, set()
+        for object_id in borrowed:  # its refs died with it
+            self.objects.unborrow(object_id)
+        if worker.inflight:  # results it wrote to shared memory but never handed over
+            for object_id in worker.inflight[0].spec.return_ids:
+                if not self.store.contains(object_id):
+                    shm_segments.unlink_quiet(os.path.join(
+                        self.store.shm_dir, shm_segments.segment_name(self.store.session_tag,
+                                                                      object_id)))
+        if worker.blocked:
+            worker.blocked = 0
+            self._blocked_workers -= 1
+        self._drain_output(worker, final=True)
+        was_dead = worker.dead
+        if not was_dead:
+            self._retire(worker)
+        detail = _exit_detail(status) if death is None else f"was killed because {death}"
+        if worker.actor is not None:
+            self.actors.on_worker_exit(
+                worker, detail if death is None else f"it was killed because {death}")
+            self._dispatch_all()
+            return 0, 0
+        if worker.lease is not None:
+            self._release_lease(worker.lease, worker_reusable=False)
+        if self._closed:
+            return 0, 0
+        inflight = list(worker.inflight)
+        worker.inflight.clear()
+        requeue = []
+        failed = 0
+        for index, task in enumerate(inflight):
+            if task.state == T_DONE:
+                continue
+            if self.fatal:  # the session cannot go on: nothing is retried
+                self._fail_task(task, RaySystemError(self.fatal))
+                failed += 1
+                continue
+            if index == 0:
+                if task.cancelled:
+                    self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
+                    continue
+                if task.retries_left != 0:
+                    if task.retries_left > 0:
+                        task.retries_left -= 1
+                    # With the fork server, every worker died: one line says it all.
+                    log = logger.warning if death is None else logger.debug
+                    log("A worker died or was killed while executing task %s (pid=%s, %s); "
+                        "retrying it (%s retries left).", task.spec.name, pid, detail,
+                        "infinite" if task.retries_left < 0 else task.retries_left)
+                    requeue.append(task)
+                    continue
+                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
+                        "memory; " if death is None else "")
+                self._fail_task(task, WorkerCrashedError(
+                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
+                    "max_retries controls retries."))
+                failed += 1
+            else:
+                requeue.append(task)
+        for task in reversed(requeue):
+            task.state = T_QUEUED
+            task.worker = None
+            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
+        self._dispatch_all()
+        return len(requeue), failed
+
+    def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
+        for stream in (worker.out, worker.err):
+            if stream is not None and not stream.closed:
+                stream.drain()
+                if stream.eof:
+                    self._close_stream(stream)
+
+    def _close_stream(self, stream: OutputStream) -> None:
+        """Unregister, then close (under the lock, so the fd number cannot be reused between)."""
+        self._streams.pop(stream.fd, None)
+        self._unregister(stream.fd)
+        stream.close()
+
+    # ------------------------------------------------------------------ I/O thread
+    def _register(self, fd: int, handler) -> None:
+        self.reactor.register(fd, handler)
+
+    def _wake_io(self) -> None:
+        reactor = getattr(self, "reactor", None)
+        if reactor is not None:
+            reactor.wake()
+
+    def _unregister(self, fd: int) -> None:
+        self.reactor.unregister(fd)
+
+    def _housekeeping(self) -> None:
+        """Run by the I/O thread with the lock held after every wake-up."""
+        if self._leases and not self._closed:
+            if self._release_idle_leases():
+                self._dispatch_all()
+        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
+            live = self.objects.entries  # drop records of objects freed without a reader
+            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
+        if self.objects.ref_events:
+            self.objects.apply_ref_events()
+        if self.actors.handle_events:
+            self.actors.apply_handle_events()
+        if self.store.pooled_segments():
+            self.store.trim_pool(max_idle_s=self.POOL_IDLE_S)
+
+    def _idle_hint(self) -> float | None:
+        """How soon the I/O thread should wake to return idle leases or recycled segments
+        (None: no need)."""
+        if self.store.pooled_segments():
+            return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
+        for leases in self._leases.values():
+            for slot in leases:
+                if slot.idle_since is not None:
+                    return self.linger
+        return None
+
+    def _on_output(self, fd: int) -> None:
+        stream = self._streams.get(fd)
+        if stream is None:
+            return
+        stream.drain()
+        if stream.eof:
+            with self._lock:
+                if self._streams.get(fd) is stream:
+                    self._close_stream(stream)
+
+    def _on_fork_server(self, fd: int) -> None:
+        message = self.fork_server.read_message()
+        if message == ():
+            return
+        if message is None:
+            self._on_helper_eof(fd)
+            return
+        tag = message[0]
+        with self._lock:
+            if tag == protocol.SPAWNED:
+                worker = self._workers_by_req.get(message[1])
+                if worker is not None:
+                    worker.pid = message[2]
+                    self._workers_by_pid[worker.pid] = worker
+                    if worker.kill_on_spawn:
+                        self.fork_server.kill(worker.pid, signal.SIGKILL)
+                    if worker.lease is not None:
+                        self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
+            elif tag == protocol.EXITED:
+                self._on_worker_exit(message[1], message[2])
+            elif tag == protocol.NODE_STOPPING:
+                self._on_helper_stopping(message[1])
+            elif tag == protocol.BYE:
+                pass
+
+    def _on_worker_data(self, fd: int) -> None:
+        worker = self._workers_by_fd.get(fd)
+        if worker is None:
+            self._unregister(fd)
+            return
+        frames, closed = worker.conn.recv_ready()
+        if closed:
+            self._unregister(fd)
+        if not frames:
+            return
+        loads = pickle.loads
+        with self._lock:
+            for frame in frames:
+                self._handle_worker_message(worker, loads(frame))
+
+    def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
+        tag = message[0]
+        if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
+            self._release_read_pins(worker)
+        if tag == protocol.RESULT:
+            if worker.actor is not None:
+                worker.out.drain()
+                worker.err.drain()
+                self.actors.on_result(worker, message[1], message[2], message[4])
+            else:
+                self._on_result(worker, message[1], message[2], message[3])
+            if message[4]:  # refs pickled inside the returned values: those objects hold them
+                self._contain_results(message[1], message[4])
+        elif tag == protocol.ACTOR_SUBMIT:
+            try:
+                self.actors.submit(message[1], message[2])
+            except Exception as error:  # e.g. PendingCallsLimitExceeded: the refs carry it
+                data = serialization.dumps(error)
+                for object_id in message[2].return_ids:
+                    self.objects.set_ready(object_id, protocol.ERR, data)
+        elif tag == protocol.ACTOR_READY:
+            self.actors.on_ready(worker, message[2], message[3])
+        elif tag == protocol.ACTOR_EXITING:
+            self.actors.on_exiting(worker)
+        elif tag == protocol.SUBMIT:
+            parent = worker.inflight[0] if worker.inflight else None
+            spec = message[1]
+            try:
+                self._lock.release()
+                try:
+                    self.submit_task(spec, parent)
+                finally:
+                    self._lock.acquire()
+            except Exception as error:
+                self._fail_task(_Task(spec, None), error)
+        elif tag == protocol.PUT:
+            # The worker keeps its ObjectRef: it reports it as a borrower like any other.
+            self.objects.set_ready(message[1], message[2], message[3])
+            if self.objects.borrow(message[1]):
+                worker.borrowed.add(message[1])
+            if len(message) > 4 and message[4]:
+                self.objects.contain(message[1], message[4])
+        elif tag == protocol.BORROW:
+            self._on_borrow(worker, message[1], message[2], message[3])
+        elif tag == protocol.GET:
+            self._on_worker_get(worker, message[1], message[2], message[3])
+        elif tag == protocol.WAIT:
+            self._on_worker_wait(worker, message[1], message[2], message[3], message[4])
+        elif tag == protocol.CALL:
+            self._on_worker_call(worker, message[1], message[2], message[3])
+
+    def _on_result(self, worker: _WorkerSlot, task_id: bytes, results: list,
+                   retryable: bool) -> None:
+        # Lines the task printed were written before its result: print them first.
+        worker.out.drain()
+        worker.err.drain()
+        if not worker.inflight or worker.inflight[0].spec.task_id != task_id:
+            logger.error("miniray bug: unexpected result for task %s", task_id.hex())
+            return
+        task = worker.inflight.popleft()
+        worker.calls += 1
+        # max_calls counts the calls of one function on one worker, as in Ray.
+        calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
+        if task.spec.max_calls and calls >= task.spec.max_calls:
+            worker.spent = True
+        if (retryable and task.retries_left != 0 and not task.cancelled
+                and task.state != T_DONE):
+            if task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
+                           "be retried.", task.spec.name,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
+            task.state = T_QUEUED
+            task.worker = None
+            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
+        elif task.state != T_DONE:
+            self._complete(task, results)
+        self._after_worker_progress(worker)
+
+    def _contain_results(self, task_id: bytes, contained: list) -> None:
+        for index, inner in enumerate(contained, start=1):
+            if inner:
+                self.objects.contain(task_id + index.to_bytes(4, "big"), inner)
+
+    def _after_worker_progress(self, worker: _WorkerSlot) -> None:
+        slot = worker.lease
+        if slot is None:
+            return
+        if worker.spent and not worker.inflight:
+            self._release_lease(slot, worker_reusable=False)
+            self._retire(worker)
+            self._dispatch_all()
+            return
+        key = slot.key
+        if self._queues.get(key):
+            self._dispatch(key)
+        if not worker.inflight and slot.worker is worker:
+            if self._queues:
+                # Another shape is waiting: give the resources back now so it can run.
+                self._release_lease(slot)
+                self._dispatch_all()
+            elif slot.idle_since is None:
+                slot.idle_since = time.monotonic()
+
+    # ------------------------------------------------------------------ status
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._workers_by_pid)
+
+    def statistics(self) -> dict:
+        with self._lock:
+            return {
+                "objects": len(self.objects),
+                "tasks_pending": len(self._tasks),
+                "queued": sum(len(q) for q in self._queues.values()),
+                "infeasible": sum(len(v) for v in self._infeasible.values()),
+                "workers": self._live_workers,
+                "idle_workers": len(self._idle_workers),
+                "leases": sum(len(v) for v in self._leases.values()),
+                "fork_server_restarts": self.helper_restarts,
+                "store": self.store.statistics(),
+                **self.actors.statistics(),
+            }
+
+    def __repr__(self) -> str:
+        return (f"<Owner objects={len(self.objects)} tasks={len(self._tasks)} "
+                f"workers={self._live_workers}>")
+
+    # ------------------------------------------------------------------ shutdown
+    def shutdown(self, grace: float = 1.0) -> None:
+        """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
+        with self._lock:
+            self._closed = True
+            if self.actors.link is not None:  # the node's actor service ends our actors
+                self.actors.link.close()
+            workers = list(self._workers_by_req.values())
+            for worker in workers:
+                if worker.dead:
+                    continue
+                busy = worker.inflight or worker.blocked or (
+                    worker.actor is not None and worker.actor.inflight)
+                if busy and worker.pid is not None:
+                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                else:
+                    self._retire(worker)
+            self.fork_server.request_shutdown(grace)
+        self.fork_server.wait(timeout=grace + 4.0)
+        self._stopping = True
+        self.reactor.stop()
+        deadline = time.monotonic() + 0.5
+        for worker in workers:
+            for stream in (worker.out, worker.err):
+                if stream is not None:
+                    stream.drain_until_eof(deadline)
+                    stream.close()
+            for conn in (worker.conn, worker.ctl):
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+        self._streams.clear()
+        with self._lock:
+            for leases in list(self._leases.values()):
+                for slot in list(leases):
+                    self.ledger.release(slot.lease.lease_id)
+            self._leases.clear()
+            self.objects.clear()
+            self._tasks.clear()
+            self._queues.clear()
+        self.fork_server.close()
+        self.reactor.close()
+        self.store.close()
+
+
+def _float_request(request: dict) -> dict:
+    return {name: float(value) for name, value in request.items()}

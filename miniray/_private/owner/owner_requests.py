@@ -1,0 +1,178 @@
+"""What the owner does for a worker's own requests: get, wait, calls, and shared reads.
+
+Owns: a worker blocked in ``get()``/``wait()`` (its CPU goes back to the ledger until the
+reply), replies to CALL requests, pinning the objects a worker maps (task arguments, get
+replies) and telling workers to unmap segments of freed objects. Does not own: the objects
+(``object_table.py``), the store, or scheduling (``owner.py``).
+Called by: ``owner.Owner`` (a mixin of it) from the I/O thread, with the owner's lock held.
+"""
+
+from __future__ import annotations
+
+import os
+
+from miniray._private.core import protocol, serialization
+from miniray._private.object_store import shm_segments
+
+
+class WorkerRequests:
+    def _on_borrow(self, worker, added, dropped, escaped) -> None:
+        """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
+        pickled where nobody tracks them (kept until shutdown)."""
+        objects = self.objects
+        for object_id in added:
+            if object_id not in worker.borrowed and objects.borrow(object_id):
+                worker.borrowed.add(object_id)
+        for object_id in escaped:
+            objects.escape(object_id)
+        for object_id in dropped:
+            if object_id in worker.borrowed:
+                worker.borrowed.discard(object_id)
+                objects.unborrow(object_id)
+
+    def dep_payloads(self, deps, pin: bool, worker=None) -> list:
+        """``[(position, kind, payload)]`` of a call's argument objects. With ``pin``, they
+        stay in shared memory (not spilled) until ``unpin_deps``: the worker maps them."""
+        out = []
+        for position, object_id in deps:
+            if pin:
+                self.store.pin(object_id)
+            kind, payload = self.objects.read(object_id)
+            if worker is not None and isinstance(payload, tuple):
+                self._note_mapped(object_id, worker)
+            out.append((position, kind, payload))
+        return out
+
+    def _note_mapped(self, object_id: bytes, worker) -> None:
+        readers = self._mapped_by.setdefault(object_id, [])
+        if worker not in readers:
+            readers.append(worker)
+
+    def _on_object_freed(self, object_id: bytes) -> None:
+        readers = self._mapped_by.pop(object_id, None)
+        if not readers:
+            return
+        path = os.path.join(self.store.shm_dir,
+                            shm_segments.segment_name(self.store.session_tag, object_id))
+        for worker in readers:
+            if not worker.dead:
+                try:
+                    self._send(worker, (protocol.UNMAP, path))
+                except OSError:
+                    pass
+
+    def unpin_deps(self, deps) -> None:
+        self.unpin_ids(object_id for _position, object_id in deps)
+
+    def unpin_ids(self, object_ids) -> None:
+        """Undo ``store.pin`` (an object freed meanwhile is skipped)."""
+        for object_id in object_ids:
+            try:
+                self.store.unpin(object_id)
+            except KeyError:
+                pass
+
+    def _release_read_pins(self, worker) -> None:
+        pins, worker.read_pins = worker.read_pins, []
+        self.unpin_ids(pins)
+
+    def _block(self, worker) -> None:
+        worker.blocked += 1
+        if worker.blocked == 1:
+            self._blocked_workers += 1
+            self._releases += 1  # the cap on workers just moved
+        slot = worker.lease
+        if worker.blocked == 1 and slot is not None:
+            cpu = slot.lease.resources.get("CPU", 0)
+            if cpu:
+                cpu_f = cpu / 10000.0
+                self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
+                slot.cpu_released = cpu_f
+        if worker.blocked == 1:
+            self._dispatch_all()
+
+    def _unblock(self, worker) -> None:
+        worker.blocked -= 1
+        if worker.blocked == 0:
+            self._blocked_workers -= 1
+        slot = worker.lease
+        if worker.blocked == 0 and slot is not None and slot.cpu_released:
+            self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
+            slot.cpu_released = 0.0
+
+    def _reply(self, worker, req_id: int, payload) -> None:
+        try:
+            self._send(worker, (protocol.REPLY, req_id, payload))
+        except OSError:
+            pass
+
+    def _on_worker_get(self, worker, req_id, object_ids, timeout) -> None:
+        self._block(worker)
+
+        def finish(timed_out: bool) -> None:
+            if timed_out:
+                payload = protocol.TIMEOUT
+            else:
+                payload = []
+                for object_id in self.objects.ready_ids(object_ids):
+                    if object_id not in self.objects.entries:  # freed: the worker's get raises
+                        lost = serialization.dumps(self.objects.lost(object_id))
+                        payload = [(protocol.ERR, lost)]
+                        break
+                    item = self.objects.read(object_id)
+                    if item[0] == protocol.ERR:
+                        payload = [item]
+                        break
+                    if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
+                        self.store.pin(object_id)
+                        worker.read_pins.append(object_id)
+                        self._note_mapped(object_id, worker)
+                    payload.append(item)
+            self._unblock(worker)
+            self._reply(worker, req_id, payload)
+
+        self.objects.await_objects(object_ids, len(object_ids), True, finish, timeout,
+                                   self.reactor.call_later)
+
+    def _on_worker_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
+        self._block(worker)
+
+        def finish(timed_out: bool) -> None:
+            self._unblock(worker)
+            self._reply(worker, req_id, self.objects.ready_ids(object_ids))
+
+        self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
+                                   self.reactor.call_later)
+
+    def _on_worker_call(self, worker, req_id, method, args) -> None:
+        try:
+            if method == "create_actor":
+                if self.actors.is_node_actor(args[0]):
+                    value = self.actors.create_in_service(args[0])
+                    self.actors.keep_for_workers(value)
+                else:
+                    value = self.actors.create(args[0])
+            elif method == "kill_actor":
+                self.actors.kill(args[0], args[1])
+                value = None
+            elif method == "get_actor":
+                value = self.actors.lookup(args[0], args[1])
+                self.actors.keep_for_workers(value[0])
+            elif method == "list_named_actors":
+                value = self.actors.named(args[1], args[0])
+            elif method == "cancel":
+                self._cancel_locked(*args)  # (object_id, force, recursive)
+                value = None
+            elif method == "cluster_resources":
+                value = self.ledger.totals()
+            elif method == "available_resources":
+                self._release_idle_leases(force=True)
+                value = self.ledger.available()
+            elif method == "nodes":
+                value = self.hello_info.get("nodes", [])
+            else:
+                raise ValueError(f"unknown call {method}")
+            self._reply(worker, req_id, (True, value))
+        except Exception as error:
+            self._reply(worker, req_id, (False, error))
+

@@ -1,0 +1,291 @@
+"""The actor host: what a worker process becomes when it runs an actor.
+
+Owns: constructing the actor instance, running its method calls (one at a time in submission
+order, on a thread pool for ``max_concurrency > 1``, or on an asyncio event loop when any
+method is ``async def``), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
+``exit_actor()``, and cancelling queued or async calls. Does not own: the worker's channel,
+output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
+death reasons).
+Called by: ``worker_main._Worker`` when ACTOR_INIT arrives; afterwards the worker's main loop
+hands every ACTOR_CALL here.
+
+::
+
+    ACTOR_INIT ──► cls.__new__ + cls.__init__ ──► (ACTOR_READY, ok, error)
+    ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
+               ├─► threads: pool.submit            ──► RESULT (as calls finish)
+               └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
+    __ray_terminate__ / exit_actor() ──► RESULT, (ACTOR_EXITING,) then the process exits
+    sys.exit() in __init__ or a method ──► the process exits with its code (a crash: the
+                                          owner restarts the actor or marks it dead)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import sys
+import threading
+
+from miniray._private.core import protocol, serialization
+from miniray._private.core.task_spec import _ExitActor
+from miniray._private.worker.execute import (
+    _dumps_error,
+    _flush_std,
+    exit_for_system_exit,
+    result_message,
+    task_error_for,
+)
+from miniray._private.worker.worker_api import TaskContext
+
+
+class ActorContext:
+    """What a running actor may ask about itself (``get_runtime_context()``)."""
+
+    __slots__ = ("actor_id", "class_name", "name", "namespace", "handle_state")
+
+    def __init__(self, actor_id, class_name, name, namespace, handle_state):
+        self.actor_id = actor_id
+        self.class_name = class_name
+        self.name = name
+        self.namespace = namespace
+        self.handle_state = handle_state
+
+
+class ActorHost:
+    def __init__(self, worker, message: tuple):
+        (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
+        (resources, gpu_ids, gpu_ints, max_concurrency, is_async, name, namespace,
+         handle_state) = ctx
+        self.worker = worker
+        self.actor_id = actor_id
+        self.class_name = class_name
+        self.instance = None
+        self.exiting = False
+        self.cancelled: set[bytes] = set()
+        self.async_calls: dict[bytes, concurrent.futures.Future] = {}
+        self.lock = threading.Lock()
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.semaphore: asyncio.Semaphore | None = None
+        worker._mark(class_name)
+        worker._set_env(resources, gpu_ids)  # kept for the actor's whole life, as in Ray
+        runtime = worker.runtime
+        runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state)
+        runtime.actor_resources = resources
+        runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
+        runtime.host = self
+        error = self._construct(fn_id, args_blob, dep_values)
+        if error is not None:
+            worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
+            worker.exit_process()
+        if is_async:
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
+                             daemon=True).start()
+            self.semaphore = asyncio.Semaphore(max_concurrency)
+        elif max_concurrency > 1:
+            self.pool = concurrent.futures.ThreadPoolExecutor(
+                max_concurrency, thread_name_prefix="miniray-actor")
+        worker.channel.send((protocol.ACTOR_READY, actor_id, True, None))
+
+    def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
+        worker = self.worker
+        try:
+            cls = worker._function(fn_id)
+            args, kwargs = worker._load_args(args_blob, dep_values)
+            instance = cls.__new__(cls)
+            returned = cls.__init__(instance, *args, **kwargs)
+            if returned is not None:
+                print(f"Warning: {self.class_name}.__init__ returned a non-None value "
+                      f"({returned!r}); the return value will be ignored.",
+                      file=sys.stderr, flush=True)
+            self.instance = instance
+            return None
+        except BaseException as error:  # the constructor's error is every later call's error
+            if isinstance(error, SystemExit) and not _is_exit_actor(error):
+                exit_for_system_exit(error, f"{self.class_name}.__init__")
+            task_error = task_error_for(
+                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
+                ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
+            )
+            return _dumps_error(task_error)
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    # -- calls ---------------------------------------------------------------------------
+    def handle_call(self, message: tuple) -> None:
+        task_id = message[1]
+        method_name = message[2]
+        if method_name == "__ray_terminate__":
+            self._terminate(message)
+            return
+        if self.loop is not None:
+            method = getattr(type(self.instance), method_name, None)
+            coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+            future = asyncio.run_coroutine_threadsafe(self._run_async(message, coroutine),
+                                                      self.loop)
+            with self.lock:
+                self.async_calls[task_id] = future
+        elif self.pool is not None:
+            self.pool.submit(self.run_call, message)
+        else:
+            self.run_call(message)
+
+    async def _run_async(self, message: tuple, coroutine: bool) -> None:
+        async with self.semaphore:
+            if coroutine:
+                await self._call_coroutine(message)
+            else:
+                self.run_call(message)
+        with self.lock:
+            self.async_calls.pop(message[1], None)
+
+    async def _call_coroutine(self, message: tuple) -> None:
+        (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
+         call_name) = message
+        if self.exiting or self._skip_if_cancelled(task_id, num_returns):
+            return
+        worker = self.worker
+        try:
+            args, kwargs = worker._load_args(args_blob, dep_values)
+            worker.runtime.task = self._context(task_id, method_name, call_name)
+            result = getattr(self.instance, method_name)(*args, **kwargs)
+            if inspect.isasyncgen(result):
+                value = [item async for item in result]
+            else:
+                value = await result
+        except asyncio.CancelledError:
+            from miniray.exceptions import TaskCancelledError
+
+            self._reply_error(task_id, TaskCancelledError(task_id.hex()), call_name,
+                              num_returns)
+            return
+        except BaseException as error:
+            self._reply_error(task_id, error, call_name, num_returns)
+            return
+        self._reply_value(task_id, value, num_returns, call_name, return_ids)
+
+    def run_call(self, message: tuple) -> None:
+        (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
+         call_name) = message
+        if self.exiting:  # exit_actor() ran: the owner fails this call when we are gone
+            return
+        if self._skip_if_cancelled(task_id, num_returns):
+            return
+        worker = self.worker
+        if method_name == "__ray_ready__":
+            self._reply_value(task_id, True, num_returns, call_name, return_ids)
+            return
+        try:
+            args, kwargs = worker._load_args(args_blob, dep_values)
+            worker.runtime.task = self._context(task_id, method_name, call_name)
+            value = getattr(self.instance, method_name)(*args, **kwargs)
+            if inspect.isgenerator(value):
+                value = list(value)
+        except BaseException as error:
+            self._reply_error(task_id, error, call_name, num_returns)
+            return
+        finally:
+            worker.runtime.task = None
+        self._reply_value(task_id, value, num_returns, call_name, return_ids)
+
+    def _context(self, task_id, method_name, call_name):
+        """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
+        function "module.Class.method"."""
+        runtime = self.worker.runtime
+        gpu_ids, gpu_ints = runtime.actor_gpu_ids
+        qualified = f"{self.class_name}.{method_name}"
+        name = qualified if call_name == method_name else call_name
+        module = type(self.instance).__module__
+        return TaskContext(task_id, name, f"{module}.{qualified}", runtime.actor_resources,
+                           gpu_ids, gpu_ints)
+
+    def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
+        with self.lock:
+            if task_id not in self.cancelled:
+                return False
+            self.cancelled.discard(task_id)
+        from miniray.exceptions import TaskCancelledError
+
+        error = TaskCancelledError(
+            task_id.hex(),
+            f"Task {task_id.hex()} is canceled from an actor {self.class_name} before it "
+            "executes.")
+        self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
+        return True
+
+    def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
+        results = self.worker._serialize_returns(
+            value, num_returns, f"{self.class_name}.{call_name}", return_ids,
+            error_fields=self._error_fields)
+        self._send(task_id, results)
+
+    def _reply_error(self, task_id, error, call_name, num_returns) -> None:
+
+        if isinstance(error, _ExitActor):
+            self.exiting = True  # before replying: no call after this one may run
+            self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
+            self._exit()
+        if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
+            self.exiting = True
+            exit_for_system_exit(error, f"{self.class_name}.{call_name}")
+        worker = self.worker
+        task_error = task_error_for(
+            error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
+            ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
+            actor_repr=_safe_repr(self.instance),
+        )
+        self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns))
+
+    def _error_fields(self) -> dict:
+        return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
+
+    def _send(self, task_id: bytes, results: list) -> None:
+        _flush_std()
+        self.worker.channel.send(result_message(task_id, results, False))
+
+    # -- cancel and exit ----------------------------------------------------------------
+    def cancel(self, task_id: bytes) -> None:
+        """From the control thread: skip a queued call, or cancel a running async one."""
+        with self.lock:
+            future = self.async_calls.get(task_id)
+            if future is None:
+                self.cancelled.add(task_id)
+        if future is not None:
+            future.cancel()
+
+    def is_cancelled(self, task_id: bytes) -> bool:
+        with self.lock:
+            return task_id in self.cancelled
+
+    def _terminate(self, message: tuple) -> None:
+        self.exiting = True
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        if self.loop is not None:
+            with self.lock:
+                pending = list(self.async_calls.values())
+            concurrent.futures.wait(pending, timeout=None)
+        task_id, num_returns = message[1], message[6]
+        self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
+        self._exit()
+
+    def _exit(self) -> None:
+        self.worker.channel.send((protocol.ACTOR_EXITING,))
+        self.worker.exit_process()
+
+
+def _is_exit_actor(error: BaseException) -> bool:
+    return isinstance(error, _ExitActor)
+
+
+def _safe_repr(instance) -> str:
+    try:
+        return repr(instance)
+    except Exception:
+        return f"<{type(instance).__name__} object>"
+

@@ -1,0 +1,327 @@
+"""What the public API does inside a worker process.
+
+Owns: the worker's side of the data socket (one reader at a time, replies matched to requests by
+id), and the worker-mode implementations of submit, put, get, wait and the runtime-context
+queries. Does not own: running tasks (``worker_main.py``) or anything the owner decides.
+Called by: the public API (through ``runtime.current()``) when running inside a worker.
+
+Reading follows the leader/follower pattern: whichever thread needs a reply takes the read lock
+and reads frames, handing replies to the threads waiting for them and queueing task messages for
+the main loop; the others wait on a condition until their reply arrives or the lock is free.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import itertools
+import os
+import pickle
+import threading
+from typing import Any
+
+from miniray._private.core import oob, protocol, serialization
+from miniray._private.object_store import shm_segments, values
+from miniray._private.transport.framing import FramedSocket
+
+
+class Channel:
+    """The worker's end of its data socket."""
+
+    def __init__(self, conn: FramedSocket):
+        self.conn = conn
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._cond = threading.Condition(threading.Lock())
+        self._replies: dict[int, Any] = {}
+        self._incoming: collections.deque = collections.deque()
+        self._req_ids = itertools.count(1)
+        self.before_send = None  # returns a message to send first (the borrow report), or None
+
+    def send(self, message: tuple) -> None:
+        data = pickle.dumps(message, protocol=5)
+        with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:  # refs this worker took before what it now says
+                    self.conn.send(pickle.dumps(first, protocol=5))
+            self.conn.send(data)
+
+    def flush(self) -> None:
+        """Send the pending borrow report, if any, on its own."""
+        with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:
+                    self.conn.send(pickle.dumps(first, protocol=5))
+
+    def new_request_id(self) -> int:
+        return next(self._req_ids)
+
+    def request(self, message: tuple, req_id: int) -> Any:
+        self.send(message)
+        return self.wait_reply(req_id)
+
+    def _read_one(self) -> None:
+        try:
+            frames = self.conn.recv()
+        except (EOFError, OSError):
+            # The owner is gone: nothing this worker does can matter any more.
+            _exit_now()
+        for data in frames:
+            message = pickle.loads(data)
+            if message[0] == protocol.REPLY:
+                with self._cond:
+                    self._replies[message[1]] = message[2]
+                    self._cond.notify_all()
+            else:
+                self._incoming.append(message)
+
+    def wait_reply(self, req_id: int) -> Any:
+        while True:
+            with self._cond:
+                if req_id in self._replies:
+                    return self._replies.pop(req_id)
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    while req_id not in self._replies:
+                        self._read_one()
+                finally:
+                    self._read_lock.release()
+                    with self._cond:
+                        self._cond.notify_all()
+            else:
+                with self._cond:
+                    if req_id not in self._replies:
+                        self._cond.wait(0.05)
+
+    def next_message(self) -> tuple:
+        """The next non-reply message, for the main loop."""
+        while not self._incoming:
+            with self._read_lock:
+                if not self._incoming:
+                    self._read_one()
+        return self._incoming.popleft()
+
+
+def _exit_now() -> None:
+    try:
+        import sys
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:
+        pass
+    os._exit(0)
+
+
+class TaskContext:
+    """What the currently running task may ask about itself."""
+
+    __slots__ = ("task_id", "name", "function_name", "resources", "gpu_ids", "gpu_ids_are_ints")
+
+    def __init__(self, task_id, name, function_name, resources, gpu_ids, gpu_ids_are_ints):
+        self.task_id = task_id
+        self.name = name
+        self.function_name = function_name
+        self.resources = resources
+        self.gpu_ids = gpu_ids
+        self.gpu_ids_are_ints = gpu_ids_are_ints
+
+
+_current_task: contextvars.ContextVar = contextvars.ContextVar("miniray_task", default=None)
+
+
+class WorkerRuntime:
+    """The runtime the public API talks to inside a worker."""
+
+    mode = "worker"
+
+    def __init__(self, channel: Channel, info: dict):
+        self.channel = channel
+        self.info = info
+        self.session_token = object()
+        self.worker_id = os.urandom(28).hex()
+        self.actor = None  # an ActorContext once this worker hosts an actor
+        self._ref_events: collections.deque = collections.deque()
+        self._held: dict[bytes, int] = {}
+        channel.before_send = self.borrow_report
+        self.actor_resources: dict = {}
+        self.actor_gpu_ids: tuple = (None, True)
+
+    @property
+    def task(self) -> TaskContext | None:
+        """The running task or actor call of this thread (or asyncio task)."""
+        return _current_task.get()
+
+    @task.setter
+    def task(self, value: TaskContext | None) -> None:
+        _current_task.set(value)
+        self._sent_functions: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    # -- ObjectRef tracking: this worker reports the refs it holds ---------------------
+    # Events are appended lock-free (``__del__`` may run anywhere) and turned into a BORROW
+    # report under the channel's send lock, before the next message: a ref the worker took
+    # while running a task is registered before that task's result releases the holds.
+    def ref_created(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, 1))
+
+    def ref_dropped(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, -1))
+
+    def ref_pickled(self, object_id: bytes) -> None:
+        self._ref_events.append((object_id, 0))
+
+    def borrow_report(self):
+        """(BORROW, added, dropped, escaped) since the last report, or None. Called with the
+        channel's send lock held."""
+        events = self._ref_events
+        if not events:
+            return None
+        held = self._held
+        added, dropped, escaped = set(), set(), []
+        while events:
+            try:
+                object_id, delta = events.popleft()
+            except IndexError:
+                break
+            if delta == 0:
+                escaped.append(object_id)
+                continue
+            old = held.get(object_id, 0)
+            new = old + delta
+            if new <= 0:
+                held.pop(object_id, None)
+                if old > 0:
+                    if object_id in added:
+                        added.discard(object_id)
+                    else:
+                        dropped.add(object_id)
+            else:
+                held[object_id] = new
+                if old <= 0:
+                    if object_id in dropped:
+                        dropped.discard(object_id)
+                    else:
+                        added.add(object_id)
+        if not (added or dropped or escaped):
+            return None
+        return (protocol.BORROW, list(added), list(dropped), escaped)
+
+    def as_future(self, ref):
+        return values.future_of(self, ref)
+
+    # -- the API -------------------------------------------------------------------
+    def is_initialized(self) -> bool:
+        return True
+
+    def needs_function(self, fn_id: bytes) -> bool:
+        with self._lock:
+            if fn_id in self._sent_functions:
+                return False
+            self._sent_functions.add(fn_id)
+            return True
+
+    def submit_task(self, spec) -> None:
+        self.channel.send((protocol.SUBMIT, spec))
+
+    def put_value(self, object_id: bytes, value, contained=()) -> None:
+        """Small values travel inline; large ones go straight into a shared-memory segment,
+        which the owner adopts (this worker never unlinks it)."""
+        serialization.start_collecting()
+        try:
+            payload = self.payload_for(object_id, value)
+        finally:
+            contained = tuple(contained) + tuple(serialization.stop_collecting())
+        self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
+
+    def payload_for(self, object_id: bytes, value):
+        store = self.info["store"]
+        ser = oob.serialize(value)
+        if ser.total_size < store["inline_threshold"]:
+            return oob.inline_blob(ser)
+        path, size = shm_segments.create_segment(
+            store["session_tag"], object_id, ser, shm_dir=store["shm_dir"],
+            inline_threshold=store["inline_threshold"])
+        return ("shm", path, size)
+
+    def get_serialized(self, object_ids: list[bytes], timeout: float | None):
+        """[(kind, data)] in order, or None on timeout."""
+        req = self.channel.new_request_id()
+        reply = self.channel.request((protocol.GET, req, object_ids, timeout), req)
+        if reply == protocol.TIMEOUT:
+            return None
+        return reply
+
+    def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
+        """The set of ready ids (at least num_returns unless the timeout passed)."""
+        req = self.channel.new_request_id()
+        return self.channel.request((protocol.WAIT, req, object_ids, num_returns, timeout), req)
+
+    def call(self, method: str, *args):
+        req = self.channel.new_request_id()
+        ok, value = self.channel.request((protocol.CALL, req, method, args), req)
+        if not ok:
+            raise value
+        return value
+
+    def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
+        self.call("cancel", object_id, force, recursive)
+
+    def cluster_resources(self) -> dict:
+        return self.call("cluster_resources")
+
+    def available_resources(self) -> dict:
+        return self.call("available_resources")
+
+    def nodes(self) -> list:
+        return self.call("nodes")
+
+    def get_gpu_ids(self) -> list:
+        task = self.task
+        if task is not None:
+            ids, as_ints = task.gpu_ids, task.gpu_ids_are_ints
+        else:
+            ids, as_ints = self.actor_gpu_ids
+        if not ids:
+            return []
+        if as_ints:
+            return [int(i) for i in ids]
+        return list(ids)
+
+    def assigned_resources(self) -> dict:
+        task = self.task
+        if task is not None:
+            return dict(task.resources)
+        return dict(self.actor_resources)
+
+    # -- actors --------------------------------------------------------------------
+    @property
+    def namespace(self) -> str:
+        return self.info.get("namespace", "")
+
+    def create_actor(self, spec) -> bytes:
+        return self.call("create_actor", spec)
+
+    def submit_actor_call(self, actor_id: bytes, call) -> None:
+        self.channel.send((protocol.ACTOR_SUBMIT, actor_id, call))
+
+    def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        self.call("kill_actor", actor_id, no_restart)
+
+    def get_actor(self, name: str, namespace: str | None):
+        return self.call("get_actor", name, namespace or self.namespace)
+
+    def list_named_actors(self, all_namespaces: bool):
+        return self.call("list_named_actors", all_namespaces, self.namespace)
+
+    def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
+        pass  # the owner keeps every actor a worker knows about alive
+
+    def is_canceled(self) -> bool:
+        task = self.task
+        host = getattr(self, "host", None)
+        return bool(task is not None and host is not None and host.is_cancelled(task.task_id))
+
+    host = None  # the ActorHost, once this worker hosts an actor

@@ -1,0 +1,379 @@
+"""The worker process: receive tasks on the data socket, run them, send results.
+
+Owns: the worker's main loop, running one task (arguments in, results or the error out, output
+markers, CUDA_VISIBLE_DEVICES), and cancelling the running task on request. Does not own: what
+the public API does inside a task (``worker_api.py``), or which tasks come here (the owner).
+Called by: the fork server, in the forked child (``run_forked``).
+
+::
+
+    data socket ──► main thread: HELLO, then FUNC / TASK / EXIT  ──► RESULT ──► data socket
+    control socket ──► "miniray-cancel" thread: CANCEL(task_id)
+                         → TaskCancelledError raised in the main thread if that task is running
+
+A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
+when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
+sent back: ``task_error_for`` (arguments that fail to unpickle become Ray's
+``RayTaskError(RaySystemError)``), ``_serialize_returns`` (results that cannot be pickled).
+Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
+the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
+``(<name> pid=<pid>)`` prefix.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import pickle
+import socket
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING
+
+from miniray._private.core import alias, config, context, protocol, serialization
+from miniray._private.object_store import values
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.worker.execute import (
+    ArgumentsNotLoaded,
+    _dumps_error,
+    _flush_std,
+    _user_traceback,
+    exit_for_system_exit,
+    result_message,
+    task_error_for,
+)
+from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
+
+if TYPE_CHECKING:
+    pass
+
+MARKER = b"\x00mr:"
+
+
+
+def split_returns(value, num_returns: int) -> list:
+    """The ``num_returns`` objects a task's return value stands for.
+
+    Ray's rules and types: more than one return needs a sequence of exactly that length
+    (ValueError "Task returned 3 objects, but num_returns=2."); a value without a length is
+    a TypeError, which here says what was returned and what was expected (Ray's says only
+    "object of type 'int' has no len()").
+
+    Example:
+        >>> split_returns((1, 2), 2)
+        [1, 2]
+    """
+    if num_returns == 1:
+        return [value]
+    if num_returns == 0:
+        return []
+    try:
+        count = len(value)
+    except TypeError:
+        shown = repr(value)
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        raise TypeError(
+            f"Task returned {type(value).__name__} {shown}, but num_returns={num_returns} "
+            f"expects a sequence of {num_returns} values (e.g. a tuple). Return "
+            f"{num_returns} values, or use num_returns=1 to return this object as it is."
+        ) from None
+    if count != num_returns:
+        raise ValueError(f"Task returned {count} objects, but num_returns={num_returns}.")
+    return list(value)
+
+class _Worker:
+    def __init__(self, channel: Channel, ctl: Connection, info: dict):
+        self.channel = channel
+        self.ctl = ctl
+        self.info = info
+        self.pid = os.getpid()
+        self.runtime = WorkerRuntime(channel, info)
+        self.functions: dict[bytes, object] = {}
+        self.last_name: str | None = None
+        self.exec_lock = threading.Lock()
+        self.current: bytes | None = None
+        self.cancelled: set[bytes] = set()
+        self.injected = False
+        self.main_ident = threading.get_ident()
+        self.user_set_omp = "OMP_NUM_THREADS" in os.environ
+        self.base_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.noset_cvd = config.noset_cuda_visible_devices()
+        self.cvd_on_zero = config.override_cvd_on_zero()
+        self.actor_host = None
+        capacity = info.get("store", {}).get("capacity", 1 << 30)
+        self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
+        self.runtime.mappings = self.mappings
+
+    # -- control thread ---------------------------------------------------------
+    def start_control_thread(self) -> None:
+        thread = threading.Thread(target=self._control_loop, name="miniray-cancel", daemon=True)
+        thread.start()
+
+    def _control_loop(self) -> None:
+        from miniray.exceptions import TaskCancelledError
+
+        while True:
+            try:
+                message = pickle.loads(self.ctl.recv_bytes())
+            except (EOFError, OSError):
+                return
+            if message[0] != protocol.CANCEL:
+                continue
+            task_id = message[1]
+            if self.actor_host is not None:  # actor calls are never interrupted, as in Ray
+                self.actor_host.cancel(task_id)
+                continue
+            with self.exec_lock:
+                if self.current == task_id:
+                    self.injected = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.main_ident), ctypes.py_object(TaskCancelledError)
+                    )
+                else:
+                    self.cancelled.add(task_id)
+
+    # -- main loop ------------------------------------------------------------------
+    def loop(self) -> None:
+        while True:
+            self.channel.flush()  # refs the last task dropped: reported before going idle
+            message = self.channel.next_message()
+            tag = message[0]
+            if tag == protocol.TASK:
+                self.run_task(message)
+            elif tag == protocol.ACTOR_CALL:
+                self.actor_host.handle_call(message)
+            elif tag == protocol.FUNC:
+                self.functions[message[1]] = message[2]
+            elif tag == protocol.UNMAP:
+                self.mappings.drop(message[1])
+            elif tag == protocol.ACTOR_INIT:
+                # lazy: only a worker that becomes an actor loads the actor host (and asyncio)
+                from miniray._private.worker.actor_host import ActorHost
+
+                self.actor_host = ActorHost(self, message)
+            elif tag == protocol.EXIT:
+                return
+
+    def exit_process(self) -> None:
+        """Leave now: flush what was printed, then exit without running atexit hooks."""
+        _flush_std()
+        os._exit(0)
+
+    def _load_args(self, args_blob: bytes, dep_values) -> tuple:
+        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
+        try:
+            args, kwargs = pickle.loads(args_blob)
+            if dep_values:
+                args = list(args)
+                for position, _kind, data in dep_values:
+                    value = values.read(data, self.mappings)  # arrays: read-only views
+                    if isinstance(position, int):
+                        args[position] = value
+                    else:
+                        kwargs[position] = value
+        except Exception as error:  # user __reduce__/__setstate__ code may raise anything
+            raise ArgumentsNotLoaded(error) from None
+        return args, kwargs
+
+    def _function(self, fn_id: bytes):
+        function = self.functions[fn_id]
+        if isinstance(function, bytes):
+            function = pickle.loads(function)
+            self.functions[fn_id] = function
+        return function
+
+    def _mark(self, name: str) -> None:
+        if name == self.last_name:
+            return
+        self.last_name = name
+        _flush_std()
+        marker = MARKER + f"{self.pid}:{name}\n".encode("utf-8", "replace")
+        try:
+            os.write(1, marker)
+            os.write(2, marker)
+        except OSError:
+            pass
+
+    def _set_env(self, resources: dict, gpu_ids: list | None) -> None:
+        if not self.user_set_omp:
+            os.environ["OMP_NUM_THREADS"] = str(max(1, math.floor(resources.get("CPU", 1) or 1)))
+        if self.noset_cvd:
+            return
+        if gpu_ids:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
+        elif self.cvd_on_zero:
+            os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+    def _restore_env(self, gpu_ids: list | None) -> None:
+        if self.noset_cvd or not (gpu_ids or self.cvd_on_zero):
+            return
+        if self.base_cvd is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
+
+    def run_task(self, message: tuple) -> None:
+        from miniray.exceptions import TaskCancelledError
+
+        (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
+        resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
+        if task_id in self.cancelled:
+            self.cancelled.discard(task_id)
+            error = serialization.dumps(TaskCancelledError(task_id.hex()))
+            self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
+            return
+        self._mark(name)
+        self.mappings.prune()
+        self._set_env(resources, gpu_ids)
+        self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints)
+        outcome = None
+        try:
+            try:
+                function = self._function(fn_id)
+                args, kwargs = self._load_args(args_blob, dep_values)
+                with self.exec_lock:
+                    self.current = task_id
+                try:
+                    value = function(*args, **kwargs)
+                finally:
+                    with self.exec_lock:
+                        self.current = None
+                        if self.injected:
+                            self.injected = False
+                            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                                ctypes.c_ulong(self.main_ident), None
+                            )
+                outcome = (True, value)
+            except BaseException as error:  # reported to the owner, never lost
+                outcome = (False, error)
+        except TaskCancelledError as error:  # injected while leaving the task
+            outcome = (False, error)
+        self.runtime.task = None
+        self._restore_env(gpu_ids)
+        ok, value = outcome
+        if not ok and isinstance(value, SystemExit):
+            exit_for_system_exit(value, f"task {name}")
+        if ok:
+            results = self._serialize_returns(value, num_returns, name, return_ids)
+            retryable = False
+        else:
+            error = value
+            task_error = task_error_for(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=_user_traceback(error), task_id=task_id,
+            )
+            retryable = not isinstance(error, KeyboardInterrupt) and _is_retryable(
+                task_error.cause, retry_exceptions)
+            data = _dumps_error(task_error)
+            results = [(protocol.ERR, data)] * max(1, num_returns)
+        _flush_std()
+        self._send_result(task_id, results, retryable)
+
+    def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
+                           error_fields=None) -> list:
+        """The RESULT items for a call's value, or its error for every return, whose header
+        names ``name``. ``error_fields()`` gives the error's actor_id and actor_repr (called
+        only on failure: an actor's repr is user code)."""
+        from miniray.exceptions import RayError, RayTaskError
+
+        def failed(error: BaseException, traceback_str: str | None = None,
+                   done: list = ()) -> list:
+            """``done`` (the returns already written) as they are, the rest failing."""
+            fields = error_fields() if error_fields is not None else {}
+            task_error = RayTaskError.from_exception(
+                error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
+                traceback_str=traceback_str, **fields)
+            return list(done) + [(protocol.ERR, _dumps_error(task_error))] * max(
+                1, num_returns - len(done))
+
+        try:
+            items = split_returns(value, num_returns)
+        except Exception as error:  # wrong count or not a sequence: Ray's types
+            return failed(error, f"{type(error).__name__}: {error}")
+        results = []
+        for index, item in enumerate(items):
+            try:
+                serialization.start_collecting()  # refs inside a return value: it holds them
+                try:
+                    payload = self.runtime.payload_for(return_ids[index], item)
+                finally:
+                    inside = tuple(serialization.stop_collecting())
+                results.append((protocol.OK, payload, inside))
+            except Exception as failure:
+                # As in Ray, the returns before this one are kept (handed over as usual);
+                # this one and those after it fail.
+                if isinstance(failure, RayError):  # ObjectStoreFullError: say it as it is
+                    return failed(failure, done=results)
+                which = "return value" if num_returns == 1 else f"return value {index}"
+                error = TypeError(
+                    f"Could not serialize the {which} of {name} (a {type(item).__name__}): "
+                    f"{type(failure).__name__}: {failure}. Values a task returns must be "
+                    "picklable; return the data needed to rebuild the object instead."
+                )
+                return failed(error, f"TypeError: {error}", done=results)
+        return results
+
+    def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
+        self.channel.send(result_message(task_id, results, retryable))
+
+
+def _is_retryable(error: BaseException, retry_exceptions) -> bool:
+    if not retry_exceptions:
+        return False
+    if retry_exceptions is True:
+        return isinstance(error, Exception)
+    try:
+        allowed = pickle.loads(retry_exceptions)
+    except Exception:
+        return False
+    return isinstance(error, tuple(allowed))
+
+
+def _apply_hello(info: dict) -> None:
+    os.environ.update(info.get("env") or {})  # runtime_env env_vars of this driver
+    for path in reversed(info.get("sys_path", [])):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    cwd = info.get("cwd")
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass
+    if info.get("ray_alias"):
+        alias.install()
+
+
+def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
+    """The worker's entry point, in a child just forked by the fork server."""
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    os.close(out_fd)
+    os.close(err_fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except Exception:
+            pass
+    conn = FramedSocket(socket.socket(fileno=data_fd))
+    ctl = Connection(ctl_fd)
+    channel = Channel(conn)
+    try:
+        hello = channel.next_message()
+    except (EOFError, OSError):
+        os._exit(0)
+    if hello[0] != protocol.HELLO:
+        os._exit(2)
+    info = hello[1]
+    _apply_hello(info)
+    worker = _Worker(channel, ctl, info)
+    context.set_current(worker.runtime)
+    worker.start_control_thread()
+    try:
+        worker.loop()
+    finally:
+        _flush_std()
+        os._exit(0)
