@@ -13,7 +13,7 @@ Owns only in-process bookkeeping; it is built on the public API (``miniray.wait`
 ``miniray.get``) and called by user code.
 
 Example:
-    >>> @miniray.remote
+    >>> @ray.remote
     ... class Doubler:
     ...     def double(self, v):
     ...         return 2 * v
@@ -40,10 +40,16 @@ class ActorPool:
         actors: The actors to use. They must not be used elsewhere while in the pool.
 
     Example:
-        >>> pool = ActorPool([a1, a2])
+        >>> @ray.remote
+        ... class Doubler:
+        ...     def double(self, v):
+        ...         return 2 * v
+        >>> pool = ActorPool([Doubler.remote(), Doubler.remote()])
         >>> pool.submit(lambda a, v: a.double.remote(v), 1)
         >>> pool.get_next()
         2
+        >>> sorted(pool.map_unordered(lambda a, v: a.double.remote(v), [1, 2]))
+        [2, 4]
     """
 
     def __init__(self, actors: list):
@@ -67,10 +73,6 @@ class ActorPool:
         """Apply ``fn(actor, value)`` to every value; yield the results in order.
 
         Results still pending from earlier submissions are dropped first, as in Ray.
-
-        Example:
-            >>> list(pool.map(lambda a, v: a.double.remote(v), [1, 2]))
-            [2, 4]
         """
         self._discard_pending(ordered=True)
         for value in values:
@@ -84,10 +86,6 @@ class ActorPool:
 
     def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
         """Like ``map``, but yield each result as soon as it is ready.
-
-        Example:
-            >>> sorted(pool.map_unordered(lambda a, v: a.double.remote(v), [1, 2]))
-            [2, 4]
         """
         self._discard_pending(ordered=False)
         for value in values:
@@ -113,9 +111,6 @@ class ActorPool:
         """Run ``fn(actor, value)`` on an idle actor, or once one is free.
 
         ``fn`` must return the ObjectRef (or list of refs) of the call it makes.
-
-        Example:
-            >>> pool.submit(lambda a, v: a.double.remote(v), 1)
         """
         if self._idle_actors:
             actor = self._idle_actors.pop()

@@ -1,14 +1,18 @@
-"""The public functions have docstrings, and their examples run (as doctests) and pass.
+"""The public functions have docstrings, and every docstring example in miniray runs (as a
+doctest) and passes.
 
 ``help(miniray.get)`` must explain ``get`` the way Ray's docstrings do; an example that no
 longer runs is worse than none. Each example runs with ``ray`` bound to miniray, already
-initialized with ``num_cpus=2`` by the ``ray`` fixture, whose teardown checks for leaks.
+initialized with ``num_cpus=2`` by the ``ray`` fixture, whose teardown checks for leaks; the
+examples of every other module (public or not) run the same way, with the module's own names.
 """
 
 from __future__ import annotations
 
 import doctest
+import importlib
 import inspect
+import pkgutil
 
 import pytest
 
@@ -48,3 +52,36 @@ def test_docstring_examples_run(ray, name):
         runner.run(test)
     result = runner.summarize(verbose=False)
     assert result.failed == 0, f"{result.failed} example(s) of miniray.{name} failed (above)"
+
+
+def _modules_with_examples() -> list[str]:
+    names = ["miniray"] + [m.name for m in pkgutil.walk_packages(miniray.__path__, "miniray.")]
+    found = []
+    for name in names:
+        if name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        if any(t.examples for t in doctest.DocTestFinder().find(module, name)):
+            found.append(name)
+    return found
+
+
+MODULES_WITH_EXAMPLES = _modules_with_examples()
+
+
+def test_examples_are_found_in_the_engine_too():
+    for name in ("miniray._private.object_store.store_policy", "miniray._private.core.options",
+                 "miniray.exceptions", "miniray.util.actor_pool"):
+        assert name in MODULES_WITH_EXAMPLES
+
+
+@pytest.mark.parametrize("name", MODULES_WITH_EXAMPLES)
+def test_module_examples_run(ray, name):
+    module = importlib.import_module(name)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    for test in doctest.DocTestFinder().find(module, name):
+        if test.examples:
+            test.globs = {**test.globs, "ray": ray}
+            runner.run(test)
+    result = runner.summarize(verbose=False)
+    assert result.failed == 0, f"{result.failed} example(s) in {name} failed (above)"
