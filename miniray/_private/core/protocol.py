@@ -22,7 +22,7 @@ worker's ``CALL`` (``"create_actor"``, ``"get_actor"``, ``"kill_actor"``,
     driver → worker                               worker → driver
     (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
     (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec)            nested task
-    (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data)
+    (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
            dep_values, return_ids, extra)         (GET, req_id, ids, timeout)
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
     (UNMAP, path)                                 (CALL, req_id, method, args)
@@ -32,11 +32,12 @@ worker's ``CALL`` (``"create_actor"``, ``"get_actor"``, ``"kill_actor"``,
 
     (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
                  args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
-    (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_CREATE, spec)      nested creation
-                 dep_values, return_ids,          (ACTOR_SUBMIT, actor_id, call) nested call
-                 num_returns, call_name)
+    (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
+                 dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
+                 num_returns, call_name)          creation is (CALL, req, "create_actor", ...)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 
 2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
