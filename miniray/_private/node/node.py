@@ -49,7 +49,7 @@ relayed unchanged).
    on the node when the same process connects again.
 7. EOF without NODE_GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
    Other drivers are unaffected. Once the driver's process (the SO_PEERCRED pid, with its start
-   time) is gone, the node removes what its store left: the segments named with its STORE
+   time) is gone, the node removes what its store left: the segments named with its NODE_STORE
    tag, and its folders ``<session>/objects/driver_<pid>`` and ``<spill>/driver_<pid>``
    (``_sweep_dead_stores``). A driver still alive after ``STORE_SWEEP_WAIT_S`` keeps them.
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
