@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import threading
+from typing import Any, Dict, Union
 
 from miniray._private.core import config, context, ids
 from miniray._private.core.resources import NodeState, to_units
@@ -36,20 +37,15 @@ logger = logging.getLogger("miniray")
 
 _init_lock = threading.RLock()
 
-INIT_KWARGS = {
-    # accepted, applied
-    "num_cpus", "num_gpus", "resources", "object_store_memory", "ignore_reinit_error",
-    "namespace", "log_to_driver", "_temp_dir", "runtime_env",
-    # accepted; they configure parts of Ray that miniray does not have (documented in README)
-    "labels", "local_mode", "include_dashboard", "dashboard_host", "dashboard_port",
-    "job_config", "configure_logging", "logging_level", "logging_format", "logging_config",
-    "enable_resource_isolation", "cgroup_path", "system_reserved_cpu",
-    "system_reserved_memory", "proxy_server_url", "_node_ip_address", "_system_config",
-    "_memory", "_plasma_directory", "object_spilling_directory",
-    "_enable_object_reconstruction", "_redis_username", "_redis_password",
-    "_metrics_export_port", "_tracing_startup_hook", "_node_name",
+# Ray's hidden init() options, which it takes through ``**kwargs``: ``_temp_dir`` is applied;
+# the others configure parts of Ray that miniray does not have (documented in README) and are
+# accepted. Any other keyword is refused, as Ray refuses it.
+HIDDEN_INIT_KWARGS = frozenset({
+    "_temp_dir", "_node_ip_address", "_system_config", "_memory", "_plasma_directory",
+    "object_spilling_directory", "_enable_object_reconstruction", "_redis_username",
+    "_redis_password", "_metrics_export_port", "_tracing_startup_hook", "_node_name",
     "_driver_object_store_memory", "_skip_env_hook",
-}
+})
 
 
 class RayContext(dict):
@@ -132,13 +128,13 @@ def check_object_store_memory(value, total_memory: int | None, shm_free: int | N
     return size
 
 
-def check_init_arguments(address, kwargs: dict) -> None:
+def check_init_arguments(address, namespace=None, runtime_env=None) -> None:
     """The type and value checks of ``init()``'s ``address``, ``namespace`` and
     ``runtime_env`` (Ray 2.60 refuses the same values; its errors for a bad address or
     runtime_env come from deep inside and say little, these name the argument).
 
     Example:
-        >>> check_init_arguments("auto", {"namespace": "jobs"})
+        >>> check_init_arguments("auto", namespace="jobs")
     """
     if address is not None and not isinstance(address, str):
         raise TypeError(
@@ -146,14 +142,12 @@ def check_init_arguments(address, kwargs: dict) -> None:
             f"'127.0.0.1:6379' (or None), got {type(address).__name__} {address!r}. Pass "
             "other settings by keyword, e.g. init(num_cpus=4)."
         )
-    namespace = kwargs.get("namespace")
     if namespace is not None and not isinstance(namespace, str):
         raise TypeError(
             f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
         )
     if namespace == "":
         raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
-    runtime_env = kwargs.get("runtime_env")
     if runtime_env and not isinstance(runtime_env, dict):  # Ray ignores falsy values
         raise TypeError(
             "runtime_env must be a dict or a miniray.runtime_env.RuntimeEnv (e.g. "
@@ -646,10 +640,39 @@ def require_initialized(what: str):
     return rt
 
 
-def init(address: str | None = None, **kwargs) -> RayContext:
+def init(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    num_gpus: int | None = None,
+    resources: Dict[str, float] | None = None,
+    labels: Dict[str, str] | None = None,
+    object_store_memory: int | None = None,
+    local_mode: bool = False,
+    ignore_reinit_error: bool = False,
+    include_dashboard: bool | None = None,
+    dashboard_host: str = "127.0.0.1",
+    dashboard_port: int | None = None,
+    job_config: Any = None,
+    configure_logging: bool = True,
+    logging_level: Union[int, str] = "info",
+    logging_format: str | None = None,
+    logging_config: Any = None,
+    log_to_driver: bool | None = None,
+    namespace: str | None = None,
+    runtime_env: Dict[str, Any] | None = None,
+    enable_resource_isolation: bool = False,
+    cgroup_path: str | None = None,
+    system_reserved_cpu: float | None = None,
+    system_reserved_memory: int | None = None,
+    proxy_server_url: str | None = None,
+    **kwargs: Any,
+) -> RayContext:
     """Starts miniray in this process, or joins a node started with ``miniray start``.
 
-    Mirrors ``ray.init`` (Ray 2.60's keyword arguments, checks and errors). With no node
+    Mirrors ``ray.init`` (Ray 2.60's signature, checks and errors). Differs: the dashboard,
+    logging, job-config, resource-isolation and proxy parameters are accepted and have no
+    effect (README, "Differences from Ray"). With no node
     running, it starts an embedded one: a fork server and a session directory, no daemon.
     ``with ray.init():`` shuts down at the end of the block.
 
@@ -657,9 +680,11 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         address: ``None`` or ``"auto"`` joins a running node if there is one (also through
             ``RAY_ADDRESS``), else starts one; ``"local"`` always starts one;
             ``"127.0.0.1:<port>"`` names a node started with that ``--port``.
-        **kwargs: Ray's ``init`` keywords: ``num_cpus``, ``num_gpus``, ``resources``,
-            ``object_store_memory``, ``namespace``, ``runtime_env``, ``log_to_driver``,
-            ``ignore_reinit_error``, ... An unknown keyword raises RuntimeError, as in Ray.
+        num_cpus, num_gpus, resources, object_store_memory: this node's resources (only
+            when starting one; refused when joining a node, as Ray refuses them).
+        namespace, runtime_env, log_to_driver, ignore_reinit_error: as in Ray.
+        **kwargs: Ray's hidden options (``_temp_dir``, ...: ``HIDDEN_INIT_KWARGS``). Any
+            other keyword raises RuntimeError, as in Ray.
 
     Returns:
         A context with ``address_info`` (usable as a context manager).
@@ -674,7 +699,7 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         >>> ray.cluster_resources()["CPU"]
         2.0
     """
-    unknown = sorted(set(kwargs) - INIT_KWARGS)
+    unknown = [key for key in kwargs if key not in HIDDEN_INIT_KWARGS]  # Ray's order: as passed
     if "storage" in kwargs:
         raise RuntimeError(
             "The 'storage' argument was removed from ray.init() and is not supported."
@@ -683,18 +708,19 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         raise RuntimeError("allow_multiple=True is only supported with a ray:// address.")
     if unknown:
         raise RuntimeError(f"Unknown keyword argument(s): {', '.join(unknown)}")
-    if kwargs.get("local_mode"):
+    if local_mode:
         raise RuntimeError(
             "`local_mode` is no longer supported. For interactive debugging, use the Ray "
             "debugger or run the function directly; miniray starts in well under a second."
         )
-    check_init_arguments(address, kwargs)
+    check_init_arguments(address, namespace, runtime_env)
+    temp_dir = kwargs.get("_temp_dir")
     with _init_lock:
         rt = context.current()
         if rt is not None:
             if rt.mode == "worker":
                 return RayContext({})
-            if kwargs.get("ignore_reinit_error"):
+            if ignore_reinit_error:
                 logger.info("Calling ray.init() again after it has already been called.")
                 return RayContext(rt.address_info())
             raise RuntimeError(
@@ -711,24 +737,24 @@ def init(address: str | None = None, **kwargs) -> RayContext:
         from miniray._private.transport import node_client  # lazy: see the note at the imports
 
         node = None if address == "local" else node_client.find_node(
-            address, kwargs.get("_temp_dir"))
+            address, temp_dir)
         if node is not None:
-            if kwargs.get("num_cpus") is not None or kwargs.get("num_gpus") is not None:
+            if num_cpus is not None or num_gpus is not None:
                 raise ValueError("When connecting to an existing cluster, num_cpus and "
                                  "num_gpus must not be provided.")
-            for key in ("resources", "labels", "object_store_memory", "_system_config",
-                        "_node_name"):
-                if kwargs.get(key) is not None:
+            given = {"resources": resources, "labels": labels,
+                     "object_store_memory": object_store_memory,
+                     "_system_config": kwargs.get("_system_config"),
+                     "_node_name": kwargs.get("_node_name")}
+            for key, value in given.items():
+                if value is not None:
                     raise ValueError(f"When connecting to an existing cluster, {key} must not "
                                      "be provided.")
             rt = Runtime(num_cpus=None, num_gpus=None, resources=None,
-                         object_store_memory=None, namespace=kwargs.get("namespace"),
-                         log_to_driver=kwargs.get("log_to_driver"), temp_dir=None,
-                         runtime_env=kwargs.get("runtime_env"), node=node)
+                         object_store_memory=None, namespace=namespace,
+                         log_to_driver=log_to_driver, temp_dir=None,
+                         runtime_env=runtime_env, node=node)
             return _started(rt)
-        num_cpus = kwargs.get("num_cpus")
-        num_gpus = kwargs.get("num_gpus")
-        resources = kwargs.get("resources")
         if resources is not None:
             if not isinstance(resources, dict):
                 raise TypeError(f"resources must be a dict, got {type(resources).__name__}.")
@@ -747,14 +773,14 @@ def init(address: str | None = None, **kwargs) -> RayContext:
 
         if num_cpus is None:
             num_cpus = inventory.cpu_count()
-        osm = check_object_store_memory(kwargs.get("object_store_memory"),
+        osm = check_object_store_memory(object_store_memory,
                                         inventory.host_memory(), inventory.shm_free(),
                                         config.allow_slow_storage())
         rt = Runtime(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
-            object_store_memory=osm, namespace=kwargs.get("namespace"),
-            log_to_driver=kwargs.get("log_to_driver"), temp_dir=kwargs.get("_temp_dir"),
-            runtime_env=kwargs.get("runtime_env"),
+            object_store_memory=osm, namespace=namespace,
+            log_to_driver=log_to_driver, temp_dir=temp_dir,
+            runtime_env=runtime_env,
         )
         return _started(rt)
 
@@ -780,7 +806,7 @@ def _register_atexit(rt: Runtime) -> None:
     atexit.register(hook)
 
 
-def shutdown(_exiting_interpreter: bool = False, wait_for_processes: bool = False) -> None:
+def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = False) -> None:
     """Stops everything ``init()`` started: workers, the fork server, objects, the session.
 
     Mirrors ``ray.shutdown``. Runs by itself at interpreter exit; does nothing when nothing is

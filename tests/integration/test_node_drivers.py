@@ -196,3 +196,53 @@ def test_the_node_removes_the_store_of_a_driver_killed_with_sigkill(node_env):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(node_env):
+    """A driver of protocol version 1 (string tags) gets NODE_REFUSED, which its own
+    ``connect`` shows as "the node refused the connection: ..."; a driver of a newer version
+    gets the same words from ``connect``. The node keeps serving drivers of its version."""
+    assert cli(node_env, "start", "--head", "--num-cpus", "1").returncode == 0
+    proc = driver("""
+        import json, os, pickle, socket
+        import miniray as ray
+        from miniray._private.core import protocol
+        from miniray._private.transport import node_client as nc
+        from miniray._private.transport.spawn import send_message
+
+        record = nc.find_node("auto")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.settimeout(10)
+        with nc.sun_path(record.socket) as name:
+            sock.connect(name)
+        send_message(sock, ("HELLO", os.getpid()))  # what a version-1 driver sends
+        reply = pickle.loads(sock.recv(65536))
+        closed = sock.recv(65536) == b""
+        sock.close()
+        protocol.PROTOCOL_VERSION = 3
+        try:
+            nc.connect(record)
+            newer = "connected"
+        except ConnectionError as error:
+            newer = str(error)
+        protocol.PROTOCOL_VERSION = 2
+        ray.init(address="auto")
+
+        @ray.remote
+        def f():
+            return 7
+
+        print(json.dumps({"tag": reply[0], "why": reply[1], "closed": closed, "newer": newer,
+                          "value": ray.get(f.remote())}))
+        ray.shutdown()
+    """, node_env)
+    result = json_line(proc)
+    assert proc.wait(30) == 0, proc.stderr.read()
+    assert result["tag"] == 42 and result["closed"]  # protocol.NODE_REFUSED, then EOF
+    assert result["why"].startswith("this node speaks miniray protocol version 2, the driver "
+                                    "version 1.")
+    assert "miniray stop" in result["why"]
+    assert result["newer"].startswith("Failed to connect to Ray cluster at 127.0.0.1:")
+    assert ("the node refused the connection: this node speaks miniray protocol version 2, "
+            "the driver version 3.") in result["newer"]
+    assert result["value"] == 7

@@ -1,44 +1,94 @@
-"""Message tags of miniray's two channels.
+"""The message vocabulary of every miniray channel: one numbered section per wire.
 
-Owns: the integer tags and the tuple layout of every message. Does not own: framing (that is
-``multiprocessing.connection`` on the data socket and one SOCK_SEQPACKET datagram per message on
-the fork-server socket) or what a message makes happen.
-Called by: owner.py, worker_main.py, worker_api.py, forkserver.py.
+Owns: the integer tags, their names, the tuple layout of every message, and
+``PROTOCOL_VERSION`` (what a node and its drivers must agree on). Does not own: framing (8-byte
+length + pickle on the data, control and actor-service sockets, ``transport/framing.py``; one
+pickled tuple per SOCK_SEQPACKET datagram on the fork-server and node sockets,
+``transport/spawn.py``), the order of messages (numbered steps in ARCHITECTURE.md, "Wire
+protocol"), or what a message makes happen.
+Called by: owner/ (``owner.py``, ``actor_link.py``), worker/ (``worker_main.py``,
+``worker_api.py``, ``forkserver.py``), transport/ (``spawn.py``, ``node_client.py``), node/
+(``node.py``, ``actor_service.py``).
 
-Driver ⇄ worker, on the worker's data socket (driver speaks first)::
+Every message is a tuple whose first item is its tag; a tag is unique within its channel
+(``CHANNELS`` lists each channel's tags by name; ``tests/unit/test_protocol.py`` holds it).
+Tags are ints, never strings. The one remaining string vocabulary is the ``method`` of a
+worker's ``CALL`` (``"create_actor"``, ``"get_actor"``, ``"kill_actor"``,
+``"list_named_actors"``, ``"cancel"``, ``"cluster_resources"``, ``"available_resources"``,
+``"nodes"``), dispatched by ``owner/owner_requests.py``.
+
+1. Driver ⇄ worker, on the worker's data socket (driver speaks first)::
 
     driver → worker                               worker → driver
     (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
     (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec)            nested task
-    (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data)
+    (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
            dep_values, return_ids, extra)         (GET, req_id, ids, timeout)
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
-    (EXIT,)                                       (CALL, req_id, method, args)
+    (UNMAP, path)                                 (CALL, req_id, method, args)
+    (EXIT,)                                       (BORROW, added, dropped, escaped)
 
-Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
+   Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
     (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
                  args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
-    (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_CREATE, spec)      nested creation
-                 dep_values, return_ids,          (ACTOR_SUBMIT, actor_id, call) nested call
-                 num_returns, call_name)
+    (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
+                 dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
+                 num_returns, call_name)          creation is (CALL, req, "create_actor", ...)
 
-``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
-A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
+   ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
+   A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 
-Driver → worker control socket: ``(CANCEL, task_id)`` only.
+2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
 
-Driver ⇄ fork server::
+3. Driver ⇄ fork server::
 
     (SPAWN, req_id) + 4 fds [data, control, stdout, stderr]   →   (SPAWNED, req_id, pid)
     (KILL, pid, signal)                                        →   (EXITED, pid, wait_status)
     (SHUTDOWN, grace_s)                                        →   (BYE,) then exit
 
-A node speaks the same tags to its drivers (``node_client.NodeClient`` translates), plus
-``(NODE_STOPPING, reason)`` before it stops.
+4. Driver ⇄ node (``node/node.py``; the driver's half is ``transport/node_client.py``). The
+   node relays the fork server's SPAWN/SPAWNED/KILL/EXITED/BYE with the same tags and
+   layouts, so the owner reads a node exactly as it reads its own fork server::
+
+    (NODE_HELLO, driver_pid, PROTOCOL_VERSION)  →  (NODE_WELCOME, info)
+                                                   or (NODE_REFUSED, text) then close
+    (SPAWN, req_id) + 4 fds                     →  (SPAWNED, req_id, pid)
+    (KILL, pid, signal)                            (EXITED, pid, wait_status) any time
+    (NODE_STORE, session_tag)                      (NODE_STOPPING, reason)  the node stops
+    (NODE_GOODBYE, grace_s)                     →  (BYE,) then close
+
+5. Driver ⇄ the node's actor service (``owner/actor_link.py`` ⇄ ``node/actor_service.py``),
+   two framed stream sockets, each opened with ``(SVC_HELLO, role, pid, token, store_tag,
+   shm_dir, sys_path, cwd)``, role ``"control"`` or ``"calls"``::
+
+    control socket, one request at a time      reply: (SVC_OK, value) or (SVC_ERR, error)
+    (SVC_HELLO, "control", ...)                 →  (SVC_OK, None)
+    (SVC_CREATE, spec, exported)                →  (SVC_OK, (actor_id, state, warning))
+    (SVC_LOOKUP, name, namespace)               →  (SVC_OK, (actor_id, state))
+    (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
+    (SVC_KILL, actor_id, no_restart)            →  (SVC_OK, None)
+
+    calls socket, never waited on               service → driver
+    (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
+    (SVC_CALL, actor_id, spec, exported)        (SVC_OUTPUT, "stdout"|"stderr", text)
+    (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
+    (SVC_CANCEL, task_id, force)
+    (SVC_HOLD, actor_id) / (SVC_RELEASE, actor_id)
+
+   The service is started by the node with the node's own code, so the version a driver's
+   NODE_HELLO passed covers this channel too.
 """
 
-# driver -> worker
+from __future__ import annotations
+
+# A node refuses a driver whose NODE_HELLO carries another version (NODE_REFUSED says so).
+# 2: the node and actor-service channels moved from string tags to the ints below.
+PROTOCOL_VERSION = 2
+V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
+
+# 1. data socket, driver -> worker
 HELLO = 0
 FUNC = 1
 TASK = 2
@@ -48,7 +98,7 @@ ACTOR_INIT = 5
 ACTOR_CALL = 6
 UNMAP = 7   # (UNMAP, path): the object is freed; drop a cached mapping of that segment
 
-# worker -> driver
+# 1. data socket, worker -> driver
 RESULT = 10
 SUBMIT = 11
 PUT = 12
@@ -61,19 +111,71 @@ ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
 
-# control socket
+# 2. control socket
 CANCEL = 20
 
-# fork server
+# 3. fork server (and relayed by a node: section 4)
 SPAWN = 30
 SPAWNED = 31
 KILL = 32
 EXITED = 33
 SHUTDOWN = 34
 BYE = 35
-NODE_STOPPING = 36  # (NODE_STOPPING, reason): a node announces its stop to its drivers
 
-# result kinds
+# 4. node socket (plus SPAWN, SPAWNED, KILL, EXITED, BYE of section 3)
+NODE_HELLO = 40
+NODE_WELCOME = 41
+NODE_REFUSED = 42
+NODE_STORE = 43
+NODE_GOODBYE = 44
+NODE_STOPPING = 45
+
+# 5. actor-service sockets, control and calls
+SVC_HELLO = 60
+SVC_OK = 61
+SVC_ERR = 62
+SVC_CREATE = 63
+SVC_LOOKUP = 64
+SVC_LIST = 65
+SVC_KILL = 66
+SVC_CALL = 67
+SVC_OBJECT = 68
+SVC_CANCEL = 69
+SVC_HOLD = 70
+SVC_RELEASE = 71
+SVC_RESULT = 72
+SVC_OUTPUT = 73
+SVC_IMPORTED = 74
+
+# result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT)
 OK = 0
 ERR = 1
 TIMEOUT = 2
+
+# Each channel's tags by name, in section order: what a reader of that channel may receive
+# from either side. A name may serve two channels (the node relays the fork server's).
+CHANNELS: dict[str, tuple[str, ...]] = {
+    "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
+             "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
+             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW"),
+    "control": ("CANCEL",),
+    "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
+    "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
+             "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),
+    "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
+                      "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
+                      "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED"),
+}
+
+
+def tag_name(channel: str, tag: object) -> str:
+    """The name of ``tag`` on ``channel``, for logs and errors (``repr`` if it has none).
+
+    Example:
+        >>> tag_name("node", 40), tag_name("node", "HELLO")
+        ('NODE_HELLO', "'HELLO'")
+    """
+    for name in CHANNELS[channel]:
+        if globals()[name] == tag and type(tag) is int:
+            return name
+    return repr(tag)

@@ -8,7 +8,7 @@ store, leases and workers), started and stopped by the node process, listening o
 own: the drivers' proxies and their sockets (``actor_link.py``), or anonymous actors (each
 driver owns those itself).
 
-::
+Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
@@ -208,8 +208,8 @@ class ActorService:
 
     def _hello(self, conn: FramedSocket, message: tuple) -> None:
         tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message
-        if tag != "HELLO" or role not in ("control", "calls"):
-            raise ValueError("expected HELLO")
+        if tag != protocol.SVC_HELLO or role not in ("control", "calls"):
+            raise ValueError(f"expected SVC_HELLO, got {protocol.tag_name('actor_service', tag)}")
         client = self._clients.get(token)
         if client is None:
             client = self._clients[token] = _Client(token, pid, segs.check_tag(store_tag),
@@ -219,7 +219,7 @@ class ActorService:
         self._conns[conn.fd] = (conn, client, role)
         self._adopt_paths(sys_path, cwd)
         if role == "control":
-            self._answer(conn, "OK", None)
+            self._answer(conn, protocol.SVC_OK, None)
 
     def _adopt_paths(self, sys_path: list, cwd: str) -> None:
         """Actors import their classes' modules from where their creators run."""
@@ -257,28 +257,29 @@ class ActorService:
                     len(kill), len(end))
 
     # -- requests -------------------------------------------------------------------------------
-    def _answer(self, conn: FramedSocket, status: str, value) -> None:
+    def _answer(self, conn: FramedSocket, status: int, value) -> None:
         conn.send(pickle.dumps((status, value), 5))  # the driver waits for it: never blocks long
 
     def _control(self, conn: FramedSocket, client: _Client, message: tuple) -> None:
         actors = self.owner.actors
         try:
             tag = message[0]
-            if tag == "CREATE":
+            if tag == protocol.SVC_CREATE:
                 value = self._create(client, message[1], message[2])
-            elif tag == "LOOKUP":
+            elif tag == protocol.SVC_LOOKUP:
                 value = actors.lookup(message[1], message[2])
-            elif tag == "LIST":
+            elif tag == protocol.SVC_LIST:
                 value = actors.named(message[1], message[2])
-            elif tag == "KILL":
+            elif tag == protocol.SVC_KILL:
                 actors.kill(message[1], message[2])
                 value = None
             else:
-                raise ValueError(f"unknown request {tag!r}")
+                raise ValueError(
+                    f"unknown request {protocol.tag_name('actor_service', tag)}")
         except Exception as error:
-            self._answer(conn, "ERR", serialization.dumps(error))
+            self._answer(conn, protocol.SVC_ERR, serialization.dumps(error))
             return
-        self._answer(conn, "OK", value)
+        self._answer(conn, protocol.SVC_OK, value)
 
     def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed
@@ -338,7 +339,7 @@ class ActorService:
     def _calls(self, client: _Client, message: tuple) -> None:
         tag = message[0]
         actors = self.owner.actors
-        if tag == "CALL":
+        if tag == protocol.SVC_CALL:
             actor_id, spec, exported = message[1], message[2], message[3]
             imported = self._import(exported)
             spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
@@ -349,19 +350,19 @@ class ActorService:
                 data = serialization.dumps(error)
                 spec.reply([(protocol.ERR, data)] * max(1, spec.num_returns), None)
             self._settle(imported)
-        elif tag == "OBJECT":  # an argument of an actor created earlier is ready
+        elif tag == protocol.SVC_OBJECT:  # an argument of an actor created earlier is ready
             self._import([message[1:4]])
-            self._send(client, ("IMPORTED", message[1]))
-        elif tag == "CANCEL":
+            self._send(client, (protocol.SVC_IMPORTED, message[1]))
+        elif tag == protocol.SVC_CANCEL:
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2])
-        elif tag == "HOLD":
+        elif tag == protocol.SVC_HOLD:
             self.life.hold(message[1], client.token)
-        elif tag == "RELEASE":
+        elif tag == protocol.SVC_RELEASE:
             if self.life.release(message[1], client.token):
                 self._end_when_idle(message[1])
         else:
-            raise ValueError(f"unknown message {tag!r}")
+            raise ValueError(f"unknown message {protocol.tag_name('actor_service', tag)}")
 
     def _end_when_idle(self, actor_id: bytes) -> None:
         actors = self.owner.actors
@@ -378,7 +379,7 @@ class ActorService:
 
         def route(target: str, text: str) -> bool:
             client = self._clients.get(self._creators.get(actor_id, ""))
-            return client is not None and self._send(client, ("OUTPUT", target, text))
+            return client is not None and self._send(client, (protocol.SVC_OUTPUT, target, text))
 
         return route
 
@@ -411,7 +412,7 @@ class ActorService:
                 object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
-        if not self._send(client, ("RESULT", task_id, out, nested)):
+        if not self._send(client, (protocol.SVC_RESULT, task_id, out, nested)):
             for _kind, data in out:
                 self._discard(data)
             for _index, items in nested:

@@ -20,39 +20,43 @@ Called by: ``miniray start`` (``spawn_daemon``, or ``run_node`` in the foregroun
     (the task path stays driver ⇄ worker, exactly as in embedded mode)
 
 Protocol, driver ⇄ node. Each message is one pickled tuple in one SEQPACKET datagram (at most
-64 KiB); file descriptors travel with it as SCM_RIGHTS.
+64 KiB); file descriptors travel with it as SCM_RIGHTS. Tags and layouts are
+``core/protocol.py``'s section 4 (the fork server's SPAWN, SPAWNED, KILL, EXITED and BYE are
+relayed unchanged).
 
 1. The driver connects. Before reading anything the node checks the peer's uid with
    SO_PEERCRED; a peer of another uid is closed unread (the socket is 0600 inside a 0700
    root as well).
-2. driver → node ``("HELLO", driver_pid)``; node → driver ``("WELCOME", info)``, info =
-   ``{"protocol", "session_dir", "session_name", "ledger_path", "node_id", "node_ip",
-   "totals" (floats), "gpu_ids", "gpu_ids_are_ints", "gpu_keys", "accelerator_type",
-   "object_store_memory", "address", "port", "node_pid"}``. A first message that is not HELLO
-   closes the connection.
-3. ``("SPAWN", req)`` + fds [data, control, stdout, stderr]: the node sends them to its fork
+2. driver → node ``(NODE_HELLO, driver_pid, PROTOCOL_VERSION)``; node → driver
+   ``(NODE_WELCOME, info)``, info = ``{"protocol", "session_dir", "session_name",
+   "ledger_path", "node_id", "node_ip", "totals" (floats), "gpu_ids", "gpu_ids_are_ints",
+   "gpu_keys", "accelerator_type", "object_store_memory", "address", "port", "node_pid"}``.
+   A HELLO of another protocol version (version 1 sent the string ``"HELLO"``) is answered
+   ``(NODE_REFUSED, text)``, which says what to do; any other first message closes the
+   connection unanswered.
+3. ``(SPAWN, req)`` + fds [data, control, stdout, stderr]: the node sends them to its fork
    server under its own request id, closes its copies and remembers (driver, req). Fork server
-   ``SPAWNED(id, pid)`` → node → driver ``("SPAWNED", req, pid)``: the pid is that driver's.
-4. Fork server ``EXITED(pid, wait_status)`` → node → ``("EXITED", pid, wait_status)`` to the
+   ``SPAWNED(id, pid)`` → node → driver ``(SPAWNED, req, pid)``: the pid is that driver's.
+4. Fork server ``EXITED(pid, wait_status)`` → node → ``(EXITED, pid, wait_status)`` to the
    driver that owns the pid (dropped when that driver has gone).
-   Then driver → node ``("STORE", session tag)``: the tag of the driver's object store
+   Then driver → node ``(NODE_STORE, session tag)``: the tag of the driver's object store
    (``shm_segments.new_session_tag``), so that step 7 can remove what the driver leaves.
-5. ``("KILL", pid, sig)`` is forwarded to the fork server only if the pid is the sender's.
-6. ``("GOODBYE", grace)`` (the driver's shutdown): the node waits up to ``grace`` seconds for the
+5. ``(KILL, pid, sig)`` is forwarded to the fork server only if the pid is the sender's.
+6. ``(NODE_GOODBYE, grace)`` (the driver's shutdown): the node waits up to ``grace`` seconds for the
    driver's workers to exit, SIGKILLs the rest, waits for their EXITED, releases the driver's
    leases (``ledger.release_holder(driver_pid)``, and its host GPU leases), then answers
-   ``("BYE",)`` and closes. The driver's shutdown returns only then, so nothing of it is left
+   ``(BYE,)`` and closes. The driver's shutdown returns only then, so nothing of it is left
    on the node when the same process connects again.
-7. EOF without GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
+7. EOF without NODE_GOODBYE (the driver exited or was SIGKILLed): as 6 with no grace and no BYE.
    Other drivers are unaffected. Once the driver's process (the SO_PEERCRED pid, with its start
-   time) is gone, the node removes what its store left: the segments named with its STORE
+   time) is gone, the node removes what its store left: the segments named with its NODE_STORE
    tag, and its folders ``<session>/objects/driver_<pid>`` and ``<spill>/driver_<pid>``
    (``_sweep_dead_stores``). A driver still alive after ``STORE_SWEEP_WAIT_S`` keeps them.
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
    driver of this node, started by it: ``actor_service.py``), served until it has said
-   GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the records;
-   ``("STOPPING", reason)`` to every driver (it fails its pending work with that reason);
-   fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
+   NODE_GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the
+   records; ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
+   reason); fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
    sweeps the session directory (its ``owner.pid`` is dead).
@@ -106,9 +110,9 @@ class _Driver:
 
     def __init__(self, sock: socket.socket, peer: tuple[int, int | None] = (0, None)):
         self.sock: socket.socket | None = sock
-        self.pid: int | None = None  # from HELLO (the pid the driver's leases carry)
+        self.pid: int | None = None  # from NODE_HELLO (the pid the driver's leases carry)
         self.peer = peer  # (pid, start time) from SO_PEERCRED: a pid of this node's namespace
-        self.store_tag: str | None = None  # from STORE
+        self.store_tag: str | None = None  # from NODE_STORE
         self.said_goodbye = False
         self.workers: set[int] = set()
         self.spawning = 0
@@ -134,7 +138,7 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._stop = False
-        self.stop_reason: str | None = None  # told to the drivers (STOPPING) at close()
+        self.stop_reason: str | None = None  # told to the drivers (NODE_STOPPING) at close()
         self.fatal: str | None = None
         self._spawned_total = 0
         self._stats_due: float | None = 0.0
@@ -225,7 +229,7 @@ class NodeServer:
 
     def _stop_service(self) -> bool:
         """Called while stopping: SIGTERM, then SIGKILL after SERVICE_STOP_S; True once the
-        service has exited (the node keeps serving it meanwhile: it says GOODBYE)."""
+        service has exited (the node keeps serving it meanwhile: it says NODE_GOODBYE)."""
         proc = self._service
         if proc is None:
             return True
@@ -286,7 +290,8 @@ class NodeServer:
         # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
         for driver in list(self._drivers.values()):
             if driver.sock is not None and not driver.leaving and driver.pid is not None:
-                self._send(driver, ("STOPPING", self.stop_reason or "it was asked to stop"))
+                self._send(driver, (protocol.NODE_STOPPING,
+                                    self.stop_reason or "it was asked to stop"))
         self.fork_server.request_shutdown(0.2)
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
@@ -346,7 +351,8 @@ class NodeServer:
 
     def _dispatch(self, driver: _Driver, message: tuple, fds: list[int]) -> None:
         tag = message[0]
-        if tag == "SPAWN" and driver.pid is not None and not driver.leaving and len(fds) == 4:
+        if (tag == protocol.SPAWN and driver.pid is not None and not driver.leaving
+                and len(fds) == 4):
             try:
                 req = self.fork_server.spawn(fds)
             finally:
@@ -358,20 +364,24 @@ class NodeServer:
         for fd in fds:
             os.close(fd)
         if driver.pid is None:
-            if tag == "HELLO" and len(message) == 2 and isinstance(message[1], int):
-                driver.pid = message[1]
-                self._send(driver, ("WELCOME", self.info))
+            pid, refusal = check_hello(message)
+            if pid is not None:
+                driver.pid = pid
+                self._send(driver, (protocol.NODE_WELCOME, self.info))
                 logger.info("driver pid %d connected", driver.pid)
                 self._stats_changed()
             else:
+                if refusal is not None:  # queued before the close: the driver reads it
+                    logger.warning("refused driver pid %s: %s", driver.peer[0], refusal)
+                    self._send(driver, (protocol.NODE_REFUSED, refusal))
                 self._driver_gone(driver, grace=0.0, bye=False)
-        elif tag == "KILL":
+        elif tag == protocol.KILL:
             _, pid, sig = message
             if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
                 self.fork_server.kill(pid, sig)  # raise in the fork server and end it
-        elif tag == "STORE" and len(message) == 2:
+        elif tag == protocol.NODE_STORE and len(message) == 2:
             driver.store_tag = shm_segments.check_tag(message[1])
-        elif tag == "GOODBYE":
+        elif tag == protocol.NODE_GOODBYE:
             driver.said_goodbye = True  # its own store cleans up after itself
             self._driver_gone(driver, grace=float(message[1]), bye=True)
 
@@ -400,7 +410,7 @@ class NodeServer:
             if driver.killed:
                 self.fork_server.kill(pid, signal.SIGKILL)
             elif driver.sock is not None:
-                self._send(driver, ("SPAWNED", driver_req, pid))
+                self._send(driver, (protocol.SPAWNED, driver_req, pid))
             self._stats_changed()
         elif message[0] == protocol.EXITED:
             self._on_exited(message[1], message[2])
@@ -411,7 +421,7 @@ class NodeServer:
             return
         driver.workers.discard(pid)
         if driver.sock is not None:
-            self._send(driver, ("EXITED", pid, status))
+            self._send(driver, (protocol.EXITED, pid, status))
         self._stats_changed()
 
     # -- drivers leaving -------------------------------------------------------------------
@@ -467,7 +477,7 @@ class NodeServer:
                 self._dead_stores.append((driver, now + STORE_SWEEP_WAIT_S))
             if driver.sock is not None:
                 with contextlib.suppress(OSError):
-                    nc.send_message(driver.sock, ("BYE",))
+                    nc.send_message(driver.sock, (protocol.BYE,))
                 self._close_socket(driver)
 
     def _release(self, driver: _Driver) -> None:
@@ -531,6 +541,33 @@ class NodeServer:
         s = self.statistics()
         return (f"<NodeServer {self.info['address']} drivers={len(s['drivers'])} "
                 f"workers={s['workers']}>")
+
+
+def check_hello(message: tuple) -> tuple[int | None, str | None]:
+    """A driver's first message: ``(driver pid, None)`` for a NODE_HELLO of this protocol
+    version; ``(None, why)`` for a HELLO of another version (the driver is told ``why``);
+    ``(None, None)`` for anything else (closed unanswered).
+
+    Example:
+        >>> check_hello((protocol.NODE_HELLO, 4242, protocol.PROTOCOL_VERSION))
+        (4242, None)
+        >>> check_hello((protocol.V1_NODE_HELLO, 4242))[1][:44]
+        'this node speaks miniray protocol version 2,'
+    """
+    tag = message[0]
+    if tag == protocol.V1_NODE_HELLO:
+        version = 1
+    elif tag == protocol.NODE_HELLO and len(message) == 3 and isinstance(message[1], int):
+        version = message[2]
+        if version == protocol.PROTOCOL_VERSION:
+            return message[1], None
+    else:
+        return None, None
+    return None, (
+        f"this node speaks miniray protocol version {protocol.PROTOCOL_VERSION}, the driver "
+        f"version {version!r}. Run the driver with the miniray the node was started with, or "
+        "restart the node with that of the driver (`miniray stop`, then `miniray start --head`)."
+    )
 
 
 def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
@@ -633,7 +670,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
         fork_server = ForkServerClient(_fork_server_env())
         address = f"{nc.NODE_IP}:{port}"
         info = {
-            "protocol": nc.PROTOCOL_VERSION, "session_dir": session_dir,
+            "protocol": protocol.PROTOCOL_VERSION, "session_dir": session_dir,
             "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
             "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": nc.NODE_IP,
             "totals": ledger.totals(), "gpu_ids": gpu_ids,

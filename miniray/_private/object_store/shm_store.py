@@ -512,8 +512,10 @@ class SharedMemoryStore:
             self._counts["restored"] += 1
         self._commit(entry)
 
-    def get_serialized(self, object_id: bytes) -> bytes:
-        """The in-band bytes of an inline object (KeyError if absent, TypeError if large)."""
+    def inline_bytes(self, object_id: bytes) -> bytes:
+        """The in-band bytes of an inline object (KeyError if absent, TypeError if it is in
+        shared memory): for the small values known to be inline, such as errors. Any object's
+        payload is ``location()``'s."""
         data = self._inline.get(object_id)  # one dict lookup: atomic, no lock needed
         if data is None:
             if object_id in self._entries:

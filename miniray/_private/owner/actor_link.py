@@ -6,7 +6,7 @@ own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor
 link), or the service itself (``actor_service.py``).
 Called by: ``actors.ActorManager`` with the owner's lock held.
 
-::
+Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     control socket: request ─► reply, blocking, one at a time (CREATE, LOOKUP, LIST, KILL)
     calls socket:   CALL / OBJECT / CANCEL / HOLD / RELEASE ─► (never blocks: an outbox
@@ -113,8 +113,8 @@ class ActorLink:
         for conn in (control, calls):
             conn.sock.settimeout(REQUEST_TIMEOUT_S)
         try:
-            control.send(pickle.dumps(("HELLO", "control") + hello, 5))
-            calls.send(pickle.dumps(("HELLO", "calls") + hello, 5))
+            control.send(pickle.dumps((protocol.SVC_HELLO, "control") + hello, 5))
+            calls.send(pickle.dumps((protocol.SVC_HELLO, "calls") + hello, 5))
             self._reply(control)
         except (OSError, EOFError) as error:
             control.close()
@@ -129,7 +129,7 @@ class ActorLink:
     def _reply(conn: FramedSocket):
         frames = conn.recv()
         status, value = pickle.loads(frames[0])
-        if status == "ERR":
+        if status == protocol.SVC_ERR:
             raise serialization.loads(value)
         return value
 
@@ -147,19 +147,19 @@ class ActorLink:
         """``exported``: ``[(id, kind, payload)]`` of the objects of every ObjectRef in the
         constructor's arguments; kind and payload None for one not ready yet, which
         ``forward_when_ready`` sends later."""
-        actor_id, state, warning = self._request(("CREATE", spec, exported))
+        actor_id, state, warning = self._request((protocol.SVC_CREATE, spec, exported))
         if warning:  # it can never be placed: say so here, as for an actor of this driver
             print(warning, file=sys.stderr, flush=True)
         return actor_id, state
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, tuple]:
-        return self._request(("LOOKUP", name, namespace))
+        return self._request((protocol.SVC_LOOKUP, name, namespace))
 
     def named(self, namespace: str, all_namespaces: bool) -> list:
-        return self._request(("LIST", namespace, all_namespaces))
+        return self._request((protocol.SVC_LIST, namespace, all_namespaces))
 
     def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        self._request(("KILL", actor_id, no_restart))
+        self._request((protocol.SVC_KILL, actor_id, no_restart))
 
     # -- the calls socket (owner lock held) ----------------------------------------------------
     def call(self, actor_id: bytes, spec, exported) -> None:
@@ -173,7 +173,7 @@ class ActorLink:
             self.owner.actors.on_remote_result(
                 spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
             return
-        self._send(("CALL", actor_id, spec, exported))
+        self._send((protocol.SVC_CALL, actor_id, spec, exported))
 
     def forward_when_ready(self, object_id: bytes) -> None:
         """*Locked.* Send this object to the service once it is ready (an argument of an
@@ -186,7 +186,7 @@ class ActorLink:
             entry.add_waiter(_Forward(self))
 
     def _forward(self, object_id: bytes) -> None:
-        self._send(("OBJECT",) + tuple(self.owner.actors.export([object_id])[0]))
+        self._send((protocol.SVC_OBJECT,) + tuple(self.owner.actors.export([object_id])[0]))
 
     def _forwarded(self, object_id: bytes) -> None:
         """The service has it (or is gone): let it go here."""
@@ -198,12 +198,12 @@ class ActorLink:
             self.owner.objects.release([object_id])
 
     def cancel(self, task_id: bytes, force: bool) -> None:
-        self._send(("CANCEL", task_id, force))
+        self._send((protocol.SVC_CANCEL, task_id, force))
 
     def hold(self, actor_id: bytes, held: bool) -> None:
         """This driver holds a handle to the actor (or no longer does): the service ends a
         non-detached actor when no driver holds it."""
-        self._send(("HOLD" if held else "RELEASE", actor_id))
+        self._send((protocol.SVC_HOLD if held else protocol.SVC_RELEASE, actor_id))
 
     def _send(self, message: tuple) -> None:
         calls = self._calls
@@ -227,11 +227,11 @@ class ActorLink:
         with self.owner._lock:
             for frame in frames:
                 message = pickle.loads(frame)
-                if message[0] == "RESULT":
+                if message[0] == protocol.SVC_RESULT:
                     self.owner.actors.on_remote_result(message[1], message[2], message[3])
-                elif message[0] == "OUTPUT":
+                elif message[0] == protocol.SVC_OUTPUT:
                     self._print(message[1], message[2])
-                elif message[0] == "IMPORTED":
+                elif message[0] == protocol.SVC_IMPORTED:
                     self._forwarded(message[1])
             if closed and self._calls is calls:
                 self._gone("the node's actor service exited")

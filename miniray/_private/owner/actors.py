@@ -253,7 +253,7 @@ class ActorManager:
     def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
         from miniray.exceptions import ActorDiedError, RayTaskError
 
-        error = serialization.loads(self.owner.store.get_serialized(object_id))
+        error = serialization.loads(self.owner.store.inline_bytes(object_id))
         if not isinstance(error, RayTaskError):
             error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
@@ -374,7 +374,7 @@ class ActorManager:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
             elif entry.kind == protocol.ERR:
-                call.failed = owner.store.get_serialized(object_id)
+                call.failed = owner.store.inline_bytes(object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():
                 entry = objects.get(object_id)
@@ -386,7 +386,7 @@ class ActorManager:
 
     def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
         if is_error and call.failed is None:
-            call.failed = self.owner.store.get_serialized(object_id)
+            call.failed = self.owner.store.inline_bytes(object_id)
         call.waiting -= 1
         self._pump(call.actor)
 

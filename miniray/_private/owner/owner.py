@@ -324,7 +324,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             self._enqueue(task)
 
     def _complete_with_dep_error(self, task: _Task, object_id: bytes) -> None:
-        data = self.store.get_serialized(object_id)
+        data = self.store.inline_bytes(object_id)
         self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
     def _enqueue(self, task: _Task) -> None:

@@ -3,8 +3,9 @@
 Owns: the node records on disk (``<session>/node.json`` and ``<root>/current_node``), resolving
 an address (``None``, ``"auto"``, ``"host:port"``) to a record, and ``NodeClient``, the
 driver's connection to the node's socket. Does not own: the node process (``node.py``), what
-the owner does with its workers (``owner.py``), or the wire protocol's definition (numbered in
-``node.py``'s docstring; this module is its client half).
+the owner does with its workers (``owner.py``), or the wire protocol's definition (tags and
+layouts in ``core/protocol.py`` section 4, steps in ``node.py``'s docstring; this module is its
+client half).
 What the CLI does to a node from outside (start it as a daemon, stop it) is
 ``node/daemon.py``'s.
 Called by: the runtime at ``init(address=...)``, the CLI (``status``), ``node/daemon.py``,
@@ -12,9 +13,9 @@ Called by: the runtime at ``init(address=...)``, the CLI (``status``), ``node/da
 
 ``NodeClient`` has exactly the interface the owner uses on ``spawn.ForkServerClient``
 (``pid``, ``fileno()``, ``spawn(fds)``, ``kill(pid, sig)``, ``request_shutdown(grace)``,
-``read_message()``, ``wait(timeout)``, ``close()``, ``describe_exit(timeout)``), and
-``read_message`` returns the fork server's integer tags (``protocol.SPAWNED``/``EXITED``/
-``BYE``, and ``NODE_STOPPING`` before the node stops), so the owner cannot tell a node from
+``read_message()``, ``wait(timeout)``, ``close()``, ``describe_exit(timeout)``), and the
+node relays the fork server's own tags (``protocol.SPAWNED``/``EXITED``/``BYE``, plus
+``NODE_STOPPING`` before the node stops), so the owner cannot tell a node from
 its own fork server: it still talks to its workers directly, over the sockets it created and
 the node passed on.
 
@@ -82,7 +83,6 @@ SERVICE_PID = "actor_service.pid"  # "<pid> <start time>" of the node's actor se
 CURRENT_NODE = "current_node"
 NODE_IP = "127.0.0.1"
 DEFAULT_PORT = 6379
-PROTOCOL_VERSION = 1
 BUFSIZE = 1 << 16
 MAX_FDS = 8
 READY_TIMEOUT_S = 30.0
@@ -283,11 +283,16 @@ peer_uid = same_uid.peer_creds
 accept_same_uid = same_uid.accept_same_uid
 
 
+# What a node sends a driver after NODE_WELCOME; the layouts are the fork server's.
+_RELAYED = frozenset({protocol.SPAWNED, protocol.EXITED, protocol.BYE, protocol.NODE_STOPPING})
+
+
 class NodeClient(SpawnChannel):
     """A driver's connection to a node; what the owner uses in place of a fork server.
 
     ``spawn()`` and ``kill()`` only send; replies are read by the owner's I/O thread through
-    ``read_message()`` when ``fileno()`` is readable. ``info`` is the node's WELCOME dict.
+    ``read_message()`` when ``fileno()`` is readable. ``info`` is the node's NODE_WELCOME
+    dict.
 
     Example:
         >>> client = connect(find_node("auto"))  # doctest: +SKIP
@@ -295,9 +300,6 @@ class NodeClient(SpawnChannel):
         >>> client.read_message()  # doctest: +SKIP
         (31, 1, 4242)
     """
-
-    SPAWN_TAG = "SPAWN"
-    KILL_TAG = "KILL"
 
     def __init__(self, sock: socket.socket, info: dict, record: NodeRecord | None = None):
         super().__init__(sock)
@@ -310,17 +312,18 @@ class NodeClient(SpawnChannel):
     def announce_store(self, session_tag: str) -> None:
         """Tell the node the tag of this driver's object store: if this process dies, the
         node removes the segments it left (protocol step 7)."""
-        self._send(("STORE", session_tag))
+        self._send((protocol.NODE_STORE, session_tag))
 
     def request_shutdown(self, grace: float) -> None:
         """Leave the node: it waits ``grace`` seconds for this driver's workers to exit,
         SIGKILLs the rest, releases this driver's leases, then answers BYE (``wait``)."""
         self._goodbye_sent = True
-        self._send(("GOODBYE", float(grace)))
+        self._send((protocol.NODE_GOODBYE, float(grace)))
 
     def read_message(self) -> tuple | None:
-        """One message as the fork server's tuple, ``()`` for nothing or an unknown tag, or
-        None at EOF (the node is gone). Call only when ``fileno()`` is readable."""
+        """One message (the fork server's tags, or NODE_STOPPING), ``()`` for nothing or an
+        unknown tag, or None at EOF (the node is gone). Call only when ``fileno()`` is
+        readable."""
         try:
             data = self._sock.recv(BUFSIZE)
         except (BlockingIOError, InterruptedError):
@@ -333,16 +336,9 @@ class NodeClient(SpawnChannel):
             return None
         message = pickle.loads(data)
         tag = message[0]
-        if tag == "SPAWNED":
-            return (protocol.SPAWNED, message[1], message[2])
-        if tag == "EXITED":
-            return (protocol.EXITED, message[1], message[2])
-        if tag == "BYE":
+        if tag == protocol.BYE:
             self._bye.set()
-            return (protocol.BYE,)
-        if tag == "STOPPING":
-            return (protocol.NODE_STOPPING, str(message[1]))
-        return ()
+        return message if tag in _RELAYED else ()
 
     def wait(self, timeout: float) -> None:
         """After ``request_shutdown``: until the node said BYE (or went away), at most
@@ -354,11 +350,11 @@ class NodeClient(SpawnChannel):
         return f"the miniray node {self.info.get('address')} (pid {self.pid})"
 
     def describe_stopping(self, reason: str) -> str:
-        """The node's STOPPING announcement in words, for errors."""
+        """The node's NODE_STOPPING announcement in words, for errors."""
         return f"{self._name()} was stopped ({reason})"
 
     def describe_exit(self, timeout: float) -> str:
-        """After EOF on the node's socket, without STOPPING first. The node is not this
+        """After EOF on the node's socket, without NODE_STOPPING first. The node is not this
         process's child, so its exit status cannot be read; whether it still runs can."""
         record = self.record
         deadline = time.monotonic() + timeout
@@ -376,20 +372,24 @@ class NodeClient(SpawnChannel):
 
 
 def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
-    """HELLO/WELCOME with the node ``record`` names; ConnectionError if it does not answer."""
+    """NODE_HELLO/NODE_WELCOME with the node ``record`` names; ConnectionError if it does not
+    answer, or refuses (NODE_REFUSED: another protocol version)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.settimeout(timeout)
         with sun_path(record.socket) as name:
             sock.connect(name)
         same_uid.require_same_uid_peer(sock, record.socket)  # before a byte is read
-        send_message(sock, ("HELLO", os.getpid()))
+        send_message(sock, (protocol.NODE_HELLO, os.getpid(), protocol.PROTOCOL_VERSION))
         data = sock.recv(BUFSIZE)
-        if not data:
-            raise ConnectionError("the node closed the connection during HELLO")
+        if not data:  # a node of protocol version 1 closes on a HELLO it cannot read
+            raise ConnectionError(
+                "the node closed the connection during HELLO (a node of another miniray "
+                "version does this: restart it with `miniray stop` and `miniray start --head`)")
         reply = pickle.loads(data)
-        if reply[0] != "WELCOME":
-            raise ConnectionError(f"the node refused the connection: {reply[1:]}")
+        if reply[0] != protocol.NODE_WELCOME:
+            why = reply[1] if reply[0] == protocol.NODE_REFUSED and len(reply) > 1 else reply[1:]
+            raise ConnectionError(f"the node refused the connection: {why}")
         sock.settimeout(None)
     except ConnectionError as error:
         sock.close()

@@ -60,10 +60,8 @@ def set_pdeathsig(sig: int = signal.SIGKILL) -> None:
 class SpawnChannel:
     """The sending half shared by ``ForkServerClient`` and ``node_client.NodeClient``: one
     SEQPACKET socket, a lock for its writers, numbered SPAWN requests. Sends never raise once
-    the peer is gone; the reader of ``fileno()`` sees the EOF. Subclasses name their tags."""
-
-    SPAWN_TAG: object = protocol.SPAWN
-    KILL_TAG: object = protocol.KILL
+    the peer is gone; the reader of ``fileno()`` sees the EOF. A node takes SPAWN and KILL
+    with the fork server's tags and layouts (``protocol`` section 4)."""
 
     def __init__(self, sock: socket.socket):
         self._sock = sock
@@ -81,7 +79,7 @@ class SpawnChannel:
             self._next_req += 1
             req = self._next_req
             try:
-                send_message(self._sock, (self.SPAWN_TAG, req), fds)
+                send_message(self._sock, (protocol.SPAWN, req), fds)
             except OSError:
                 pass
         return req
@@ -92,7 +90,7 @@ class SpawnChannel:
         self._next_req = max(self._next_req, previous._next_req)
 
     def kill(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        self._send((self.KILL_TAG, pid, int(sig)))
+        self._send((protocol.KILL, pid, int(sig)))
 
     def _send(self, message: tuple) -> None:
         try:

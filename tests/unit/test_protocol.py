@@ -1,0 +1,106 @@
+"""One vocabulary per wire: every channel's tags are ints, named in ``core/protocol.py``,
+unique within their channel, and the node and actor-service modules use no string tags."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import miniray
+from miniray._private.core import protocol
+
+PRIVATE = pathlib.Path(miniray.__file__).parent / "_private"
+# The modules that speak the node and actor-service channels.
+SPEAKERS = ["node/node.py", "node/actor_service.py", "owner/actor_link.py",
+            "transport/node_client.py", "transport/spawn.py"]
+# Every tag name of every channel: a string literal spelling one in a speaker is a string tag.
+TAG_NAMES = {name for names in protocol.CHANNELS.values() for name in names}
+TAG_NAMES |= {name[len(prefix):] for name in TAG_NAMES for prefix in ("NODE_", "SVC_")
+              if name.startswith(prefix)}
+NOT_TAGS = {"OK", "ERR", "TIMEOUT", "PROTOCOL_VERSION", "V1_NODE_HELLO"}
+
+
+def test_channels_are_the_five_sections():
+    assert list(protocol.CHANNELS) == ["data", "control", "fork_server", "node", "actor_service"]
+
+
+@pytest.mark.parametrize("channel", list(protocol.CHANNELS))
+def test_every_tag_is_an_int_unique_within_its_channel(channel):
+    names = protocol.CHANNELS[channel]
+    assert len(set(names)) == len(names), f"{channel}: a name is listed twice"
+    values = [getattr(protocol, name) for name in names]
+    assert all(type(v) is int for v in values), dict(zip(names, values))
+    clashes = {v: [n for n in names if getattr(protocol, n) == v] for v in values}
+    assert {v: n for v, n in clashes.items() if len(n) > 1} == {}
+
+
+def test_every_tag_constant_belongs_to_a_channel():
+    """A tag added to the module but to no channel's list would escape the uniqueness test."""
+    constants = {name for name, value in vars(protocol).items()
+                 if name.isupper() and type(value) in (int, str)}
+    listed = {name for names in protocol.CHANNELS.values() for name in names}
+    assert constants - listed == NOT_TAGS
+
+
+def test_the_node_relays_the_fork_servers_replies_unchanged():
+    """The owner reads a node and its own fork server with one reader: the tags it can get from
+    either must mean the same thing, and the node's own tags must not collide with them."""
+    fork = {getattr(protocol, n) for n in protocol.CHANNELS["fork_server"]}
+    node_only = {getattr(protocol, n) for n in protocol.CHANNELS["node"]
+                 if n not in protocol.CHANNELS["fork_server"]}
+    assert not fork & node_only
+
+
+def test_protocol_version_was_bumped_for_int_tags():
+    assert protocol.PROTOCOL_VERSION == 2
+
+
+def test_tag_name():
+    assert protocol.tag_name("node", protocol.NODE_GOODBYE) == "NODE_GOODBYE"
+    assert protocol.tag_name("actor_service", protocol.SVC_CALL) == "SVC_CALL"
+    assert protocol.tag_name("actor_service", "CALL") == "'CALL'"
+    assert protocol.tag_name("node", True) == "True"  # not taken for tag 1
+
+
+def _string_tags(path: pathlib.Path) -> list[str]:
+    """String literals in code (docstrings aside) that spell a tag name."""
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docstrings.add(id(body[0].value))
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                and id(node) not in docstrings and node.value in TAG_NAMES):
+            found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    return found
+
+
+@pytest.mark.parametrize("module", SPEAKERS)
+def test_no_string_tag_is_left_in_the_node_and_actor_service_modules(module):
+    assert _string_tags(PRIVATE / module) == []
+
+
+def test_the_string_tag_finder_finds_one(tmp_path):
+    """The grep above is not vacuous: a string tag in code is found, one in a docstring not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""("HELLO", pid)."""\nsend(("GOODBYE", 1.0))\n')
+    assert _string_tags(probe) == ["probe.py:2: 'GOODBYE'"]
+
+
+def test_check_hello_admits_this_version_and_refuses_others_with_what_to_do():
+    from miniray._private.node.node import check_hello
+
+    assert check_hello((protocol.NODE_HELLO, 4242, protocol.PROTOCOL_VERSION)) == (4242, None)
+    for old in [("HELLO", 4242), (protocol.NODE_HELLO, 4242, 1), (protocol.NODE_HELLO, 1, 99)]:
+        pid, why = check_hello(old)
+        assert pid is None
+        assert f"protocol version {protocol.PROTOCOL_VERSION}" in why
+        assert "miniray stop" in why and "miniray start --head" in why
+    for junk in [(protocol.SPAWN, 1), ("WELCOME", {}), (protocol.NODE_HELLO, "x", 2)]:
+        assert check_hello(junk) == (None, None)
