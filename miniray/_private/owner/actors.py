@@ -33,7 +33,7 @@ import logging
 import signal
 import sys
 
-from miniray._private.core import ids, protocol, serialization
+from miniray._private.core import ids, protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -521,7 +521,7 @@ class ActorManager:
         actor.worker = None
         if actor.lease is not None:
             owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
-            owner._releases += 1
+            owner._retry_window.note_release()
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
@@ -534,17 +534,16 @@ class ActorManager:
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
-        restart = (actor.restarts_left != 0 and not actor.exiting
-                   and not (actor.killed and actor.no_restart) and not owner._closed
-                   and not owner.fatal)
+        restart, restarts_left = scheduling.actor_should_restart(
+            actor.restarts_left, actor.exiting, actor.killed, actor.no_restart, owner._closed,
+            bool(owner.fatal))
         death = ActorDiedError.from_context(
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
             name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
             reason=reason)
         death_bytes = serialization.dumps(death)
         if restart:
-            if actor.restarts_left > 0:
-                actor.restarts_left -= 1
+            actor.restarts_left = restarts_left
             # As in Ray, a call sent to the process that died and not retried fails, but the
             # actor lives on: ActorUnavailableError, not ActorDiedError.
             why = ("it was killed by `ray.kill`" if actor.killed
@@ -554,9 +553,8 @@ class ActorManager:
                 f"The actor is restarting because {why}", actor.spec.actor_id.hex()))
             retry = []
             for call in actor.inflight.values():
-                if call.retries_left != 0:
-                    if call.retries_left > 0:
-                        call.retries_left -= 1
+                again, call.retries_left = scheduling.consume_retry(call.retries_left)
+                if again:
                     retry.append(call)
                 else:
                     self._finish(call, [(protocol.ERR, unavailable)]

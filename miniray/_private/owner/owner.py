@@ -38,8 +38,16 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from miniray._private.core import config, protocol, serialization
+from miniray._private.core import config, protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+    RetryWindow,
+)
 from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
@@ -52,10 +60,6 @@ from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-
-# task states
-T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
-
 
 class _Task:
     __slots__ = (
@@ -220,9 +224,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._spawn_paused = False  # a new fork server is being started: dispatch waits
         self.fatal: str | None = None  # why the session cannot run work any more
         self._init_helper_loss(restart_fork_server)
-        self._releases = 0          # local lease releases so far
-        self._full_at_release = -1  # _releases when an acquire last failed
-        self._full_since = 0.0
+        self._retry_window = RetryWindow(self.RETRY_S)  # after a failed acquire
         self._retry_pending = False
 
         self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
@@ -275,7 +277,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         return fn_id not in self._functions
 
     def submit_task(self, spec, parent: _Task | None = None) -> None:
-        key = (tuple(sorted(spec.request.items())), spec.max_calls)
+        key = scheduling.scheduling_key(spec.request, spec.max_calls)
         with self._lock:
             self._check_usable()
             if spec.fn_bytes is not None:
@@ -378,23 +380,14 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
     def _lease_with_room(self, key) -> _LeaseSlot | None:
         """An idle, unblocked worker leased for ``key``. One task in flight per worker: a task
         queued behind one that blocks in get() could be the very task it waits for."""
-        leases = self._leases.get(key)
-        if not leases:
-            return None
-        for slot in leases:
-            worker = slot.worker
-            if not worker.blocked and not worker.inflight:
-                slot.idle_since = None
-                return slot
-        return None
+        slot = scheduling.lease_with_room(self._leases.get(key))
+        if slot is not None:
+            slot.idle_since = None
+        return slot
 
     def _new_lease(self, key, request) -> _LeaseSlot | None:
-        # After a failed acquire, ask the ledger again only once something was released here
-        # (or after RETRY_S, for releases by other processes of the node): a burst of queued
-        # tasks must not cost one ledger transaction each.
         now = time.monotonic()
-        if (self._full_at_release == self._releases
-                and now - self._full_since < self.RETRY_S):
+        if not self._retry_window.may_try(now):  # full a moment ago, nothing released since
             return None
         # Workers blocked in get() do not count: their parents wait on the very tasks that
         # need a fresh worker (a recursive fib would deadlock otherwise).
@@ -438,8 +431,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         worker.ctl.send_bytes(pickle.dumps(message, 5))
 
     def _mark_full(self, now: float) -> None:
-        self._full_at_release = self._releases
-        self._full_since = now
+        self._retry_window.mark_full(now)
         if self._queues:
             self._schedule_retry()
 
@@ -449,7 +441,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
             def retry():
                 self._retry_pending = False
-                self._releases += 1  # forget the failure: look at the ledger again
+                self._retry_window.note_release()  # forget the failure: ask the ledger again
                 self._dispatch_all()
 
             self.reactor.call_later(self.RETRY_S, retry)
@@ -464,7 +456,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             if not leases:
                 del self._leases[slot.key]
         self.release_lease_ids(slot.lease.lease_id, slot.host_lease)
-        self._releases += 1
+        self._retry_window.note_release()
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
@@ -573,7 +565,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 if child.state != T_DONE:
                     self._cancel_task(child, force, recursive, error_cls)
         state = task.state
-        if state in (T_WAITING, T_QUEUED, T_INFEASIBLE):
+        worker = task.worker
+        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
+        action = scheduling.cancel_action(state, force, running_now)
+        if action == scheduling.CANCEL_FAIL:
             if state == T_QUEUED:
                 queue = self._queues.get(task.key)
                 if queue is not None and task in queue:
@@ -583,22 +578,20 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 if pending and task in pending:
                     pending.remove(task)
             self._fail_task(task, error_cls(task.spec.task_id.hex()))
-        elif state == T_RUNNING:
-            worker = task.worker
-            if force:
-                if worker.inflight and worker.inflight[0] is task:
-                    if worker.pid is not None:
-                        self.fork_server.kill(worker.pid, signal.SIGKILL)
-                    else:  # not spawned yet: killed as soon as the fork server names its pid
-                        worker.kill_on_spawn = True
-                elif task in worker.inflight and worker.inflight[0] is not task:
-                    worker.inflight.remove(task)
-                    self._fail_task(task, error_cls(task.spec.task_id.hex()))
-            else:
-                try:
-                    self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
-                except OSError:
-                    pass
+        elif action == scheduling.CANCEL_KILL:
+            if worker.pid is not None:
+                self.fork_server.kill(worker.pid, signal.SIGKILL)
+            else:  # not spawned yet: killed as soon as the fork server names its pid
+                worker.kill_on_spawn = True
+        elif action == scheduling.CANCEL_REMOVE_QUEUED:
+            if task in worker.inflight:
+                worker.inflight.remove(task)
+                self._fail_task(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_SIGNAL:
+            try:
+                self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------ workers
     def _spawn_worker(self) -> _WorkerSlot:
@@ -703,31 +696,28 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         for index, task in enumerate(inflight):
             if task.state == T_DONE:
                 continue
-            if self.fatal:  # the session cannot go on: nothing is retried
+            decision, task.retries_left = scheduling.after_worker_death(
+                index, task.cancelled, task.retries_left, bool(self.fatal))
+            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
                 self._fail_task(task, RaySystemError(self.fatal))
                 failed += 1
-                continue
-            if index == 0:
-                if task.cancelled:
-                    self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
-                    continue
-                if task.retries_left != 0:
-                    if task.retries_left > 0:
-                        task.retries_left -= 1
-                    # With the fork server, every worker died: one line says it all.
-                    log = logger.warning if death is None else logger.debug
-                    log("A worker died or was killed while executing task %s (pid=%s, %s); "
-                        "retrying it (%s retries left).", task.spec.name, pid, detail,
-                        "infinite" if task.retries_left < 0 else task.retries_left)
-                    requeue.append(task)
-                    continue
+            elif decision == scheduling.DEATH_FAIL_CANCELLED:
+                self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
+            elif decision == scheduling.DEATH_RETRY:
+                # With the fork server, every worker died: one line says it all.
+                log = logger.warning if death is None else logger.debug
+                log("A worker died or was killed while executing task %s (pid=%s, %s); "
+                    "retrying it (%s retries left).", task.spec.name, pid, detail,
+                    "infinite" if task.retries_left < 0 else task.retries_left)
+                requeue.append(task)
+            elif decision == scheduling.DEATH_FAIL_CRASHED:
                 hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
                         "memory; " if death is None else "")
                 self._fail_task(task, WorkerCrashedError(
                     f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
                     "max_retries controls retries."))
                 failed += 1
-            else:
+            else:  # DEATH_REQUEUE: sent behind the running task, never started
                 requeue.append(task)
         for task in reversed(requeue):
             task.state = T_QUEUED
@@ -902,10 +892,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        if (retryable and task.retries_left != 0 and not task.cancelled
-                and task.state != T_DONE):
-            if task.retries_left > 0:
-                task.retries_left -= 1
+        retry, task.retries_left = scheduling.retry_failed_result(
+            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
+        if retry:
             logger.warning("Task %s failed. There are %s retries remaining, so the task will "
                            "be retried.", task.spec.name,
                            "infinite" if task.retries_left < 0 else task.retries_left)
