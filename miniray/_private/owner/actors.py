@@ -268,9 +268,7 @@ class ActorManager:
         spec = actor.spec
         tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
         key = ("actor", spec.actor_id)
-        lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
-        if lease is None and owner._release_idle_leases(force=True):
-            lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
+        lease, host_lease = owner.leases.acquire(spec.placement, tag, key)
         if lease is None:
             reasons = infeasible_reasons(owner.node_state, spec.placement)
             key = tuple(sorted(spec.placement.items()))
@@ -288,7 +286,7 @@ class ActorManager:
             owner.ledger.adjust(lease.lease_id, shrink)
         actor.lease = lease
         actor.host_lease = host_lease
-        gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
+        gpu_ids = owner.leases.gpu_ids(lease) if spec.held.get("GPU") else None
         worker = owner._spawn_worker()
         worker.actor = actor
         if self.route_output is not None:
@@ -520,8 +518,7 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
-            owner._retry_window.note_release()
+            owner.leases.release(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
@@ -584,7 +581,7 @@ class ActorManager:
             del self.names[(spec.namespace, spec.name)]
         self._fail_all(actor)
         if actor.worker is None and actor.lease is not None:
-            self.owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
+            self.owner.leases.release(actor.lease.lease_id, actor.host_lease, note=False)
             actor.lease = actor.host_lease = None
 
     def fail_every_actor(self, reason: str) -> None:

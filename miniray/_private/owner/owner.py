@@ -46,14 +46,12 @@ from miniray._private.core.scheduling import (
     T_QUEUED,
     T_RUNNING,
     T_WAITING,
-    RetryWindow,
 )
-from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
+from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import PENDING, ObjectTable
 from miniray._private.owner.output import OutputStream
-from miniray._private.owner.owner_gpus import HostGpuLeasing
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.owner_requests import WorkerRequests
 from miniray._private.transport.framing import FramedSocket
@@ -106,7 +104,7 @@ class _WorkerSlot:
         self.pid: int | None = None
         self.spawn_req = spawn_req
         self.inflight: collections.deque = collections.deque()
-        self.lease: _LeaseSlot | None = None
+        self.lease: LeaseSlot | None = None
         self.funcs: set = set()
         self.calls = 0
         self.fn_calls: dict[bytes, int] = {}
@@ -124,20 +122,6 @@ class _WorkerSlot:
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
-
-
-class _LeaseSlot:
-    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
-                 "host_lease")
-
-    def __init__(self, lease, key, worker, gpu_ids):
-        self.lease = lease
-        self.key = key
-        self.worker = worker
-        self.cpu_released = 0.0
-        self.idle_since: float | None = None
-        self.gpu_ids = gpu_ids
-        self.host_lease: str | None = None
 
 
 def _exit_detail(status: int) -> str:
@@ -158,12 +142,11 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
-    """Objects, tasks and leased workers of one session (GPU leasing, workers' own requests
-    and the fork server's or node's death live in ``owner_gpus.py``, ``owner_requests.py``
-    and ``owner_helper_loss.py``)."""
+class Owner(WorkerRequests, HelperLoss):
+    """Objects, tasks and leased workers of one session (the leases live in ``leases.py``;
+    workers' own requests and the fork server's or node's death in ``owner_requests.py`` and
+    ``owner_helper_loss.py``)."""
 
-    RETRY_S = 0.05
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
@@ -198,7 +181,6 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._functions: dict[bytes, bytes] = {}
         self._tasks: dict[bytes, _Task] = {}
         self._queues: dict[Any, collections.deque] = {}
-        self._leases: dict[Any, list[_LeaseSlot]] = {}
         self._idle_workers: list[_WorkerSlot] = []
         self._workers_by_fd: dict[int, _WorkerSlot] = {}
         self._workers_by_req: dict[int, _WorkerSlot] = {}
@@ -208,15 +190,6 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._blocked_workers = 0
         self._actor_workers = 0
         self.actors = ActorManager(self)
-        # Physical GPUs are shared with every miniray session on the host (host_gpus.py):
-        # only devices NVML reported have keys; logical GPUs stay this session's own.
-        self.gpu_keys = list(gpu_keys or [])
-        self.host_gpus = None
-        if any(self.gpu_keys):
-            self.host_gpus = HostGpuLedger()
-        self.host_gpu_timeout = config.host_gpu_timeout_s()
-        self._host_blocked_since: dict = {}
-        self._host_reported: set = set()
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
         self._closed = False
@@ -224,10 +197,15 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._spawn_paused = False  # a new fork server is being started: dispatch waits
         self.fatal: str | None = None  # why the session cannot run work any more
         self._init_helper_loss(restart_fork_server)
-        self._retry_window = RetryWindow(self.RETRY_S)  # after a failed acquire
         self._retry_pending = False
 
         self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
+        # The one path by which tasks and actors take resources.
+        self.leases = LeaseBook(
+            ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
+            host_gpu_timeout=config.host_gpu_timeout_s(),
+            make_room=lambda: self._release_idle_leases(force=True),
+            on_unschedulable=self._fail_unschedulable, call_later=self.reactor.call_later)
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
 
@@ -331,7 +309,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _enqueue(self, task: _Task) -> None:
         key = task.key
-        if key not in self._queues and key not in self._leases:
+        if key not in self._queues and key not in self.leases.by_key:
             reasons = infeasible_reasons(self.node_state, task.spec.request)
             if reasons:
                 task.state = T_INFEASIBLE
@@ -354,7 +332,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             return False
         queue = self._queues.get(key)
         while queue:
-            lease = self._lease_with_room(key)
+            lease = self.leases.with_room(key)
             if lease is None:
                 lease = self._new_lease(key, queue[0].spec.request)
                 if lease is None:
@@ -377,17 +355,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         for key in list(self._queues):
             self._dispatch(key)
 
-    def _lease_with_room(self, key) -> _LeaseSlot | None:
-        """An idle, unblocked worker leased for ``key``. One task in flight per worker: a task
-        queued behind one that blocks in get() could be the very task it waits for."""
-        slot = scheduling.lease_with_room(self._leases.get(key))
-        if slot is not None:
-            slot.idle_since = None
-        return slot
-
-    def _new_lease(self, key, request) -> _LeaseSlot | None:
+    def _new_lease(self, key, request) -> LeaseSlot | None:
         now = time.monotonic()
-        if not self._retry_window.may_try(now):  # full a moment ago, nothing released since
+        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
             return None
         # Workers blocked in get() do not count: their parents wait on the very tasks that
         # need a fresh worker (a recursive fib would deadlock otherwise).
@@ -395,22 +365,17 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             if not self._release_idle_leases(force=True):
                 self._mark_full(now)
                 return None
-        lease, host_lease = self.acquire_lease(request, key_tag(key), key)
-        if lease is None and self._release_idle_leases(force=True):
-            lease, host_lease = self.acquire_lease(request, key_tag(key), key)
+        lease, host_lease = self.leases.acquire(request, key_tag(key), key)
         if lease is None:
             self._mark_full(now)
             return None
         worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
-        gpu_ids = None
-        if request.get("GPU"):
-            gpu_ids = self.ledger.instance_ids_of(lease, "GPU")
-        slot = _LeaseSlot(lease, key, worker, gpu_ids)
-        slot.host_lease = host_lease
+        gpu_ids = self.leases.gpu_ids(lease) if request.get("GPU") else None
+        slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
         if worker.pid is not None:
             self.ledger.set_worker(lease.lease_id, worker.pid)
-        self._leases.setdefault(key, []).append(slot)
+        self.leases.add(slot)
         return slot
 
     def _busy_workers(self) -> int:
@@ -431,7 +396,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         worker.ctl.send_bytes(pickle.dumps(message, 5))
 
     def _mark_full(self, now: float) -> None:
-        self._retry_window.mark_full(now)
+        self.leases.window.mark_full(now)
         if self._queues:
             self._schedule_retry()
 
@@ -441,22 +406,14 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
             def retry():
                 self._retry_pending = False
-                self._retry_window.note_release()  # forget the failure: ask the ledger again
+                self.leases.window.note_release()  # forget the failure: ask the ledger again
                 self._dispatch_all()
 
-            self.reactor.call_later(self.RETRY_S, retry)
+            self.reactor.call_later(self.leases.RETRY_S, retry)
 
-    def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
-        leases = self._leases.get(slot.key)
-        if leases is not None:
-            try:
-                leases.remove(slot)
-            except ValueError:
-                pass
-            if not leases:
-                del self._leases[slot.key]
-        self.release_lease_ids(slot.lease.lease_id, slot.host_lease)
-        self._retry_window.note_release()
+    def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True) -> None:
+        self.leases.remove(slot)
+        self.leases.release(slot.lease.lease_id, slot.host_lease)
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
@@ -467,15 +424,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _release_idle_leases(self, force: bool = False) -> bool:
         """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
-        now = time.monotonic()
         released = False
-        for leases in list(self._leases.values()):
-            for slot in list(leases):
-                if slot.worker.inflight or slot.idle_since is None:
-                    continue
-                if force or now - slot.idle_since >= self.linger:
-                    self._release_lease(slot)
-                    released = True
+        for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
+            self._release_lease(slot)
+            released = True
         if force and self._idle_workers and self._busy_workers() >= self.max_workers:
             self._retire(self._idle_workers.pop(0))
         return released
@@ -484,7 +436,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         with self._lock:
             self._release_idle_leases(force=True)
 
-    def _send_task(self, slot: _LeaseSlot, task: _Task) -> None:
+    def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
         worker = slot.worker
         spec = task.spec
         task.state = T_RUNNING
@@ -511,6 +463,18 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
+
+    def _fail_unschedulable(self, key, message: str) -> None:
+        """Other sessions held the GPUs ``key`` needs past MINIRAY_HOST_GPU_TIMEOUT
+        (``leases.py``): its queued tasks, or the actor being placed, fail."""
+        from miniray.exceptions import ActorUnschedulableError, TaskUnschedulableError
+
+        if isinstance(key, tuple) and key and key[0] == "actor":
+            self.actors.fail_placement(key[1], ActorUnschedulableError(message))
+            return
+        queue = self._queues.pop(key, None)
+        for task in list(queue or ()):
+            self._fail_task(task, TaskUnschedulableError(message))
 
     def _unfinished_tasks(self) -> list:
         """*Locked.* Every task not done yet (waiting, queued, infeasible or running)."""
@@ -753,7 +717,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _housekeeping(self) -> None:
         """Run by the I/O thread with the lock held after every wake-up."""
-        if self._leases and not self._closed:
+        if self.leases and not self._closed:
             if self._release_idle_leases():
                 self._dispatch_all()
         if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
@@ -771,10 +735,8 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         (None: no need)."""
         if self.store.pooled_segments():
             return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
-        for leases in self._leases.values():
-            for slot in leases:
-                if slot.idle_since is not None:
-                    return self.linger
+        if self.leases.any_idle():
+            return self.linger
         return None
 
     def _on_output(self, fd: int) -> None:
@@ -944,7 +906,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 "infeasible": sum(len(v) for v in self._infeasible.values()),
                 "workers": self._live_workers,
                 "idle_workers": len(self._idle_workers),
-                "leases": sum(len(v) for v in self._leases.values()),
+                "leases": len(self.leases),
                 "fork_server_restarts": self.helper_restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
@@ -988,10 +950,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                     pass
         self._streams.clear()
         with self._lock:
-            for leases in list(self._leases.values()):
-                for slot in list(leases):
-                    self.ledger.release(slot.lease.lease_id)
-            self._leases.clear()
+            self.leases.release_all()
             self.objects.clear()
             self._tasks.clear()
             self._queues.clear()

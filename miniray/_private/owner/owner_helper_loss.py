@@ -9,7 +9,7 @@ by the I/O thread in ``owner.py``), how its exit is described
 (``ForkServerClient.describe_exit``, ``NodeClient.describe_exit``), or what happens to one
 worker's tasks and actor (the owner's worker-exit path, reused here for every worker the
 helper took with it).
-Called by: ``owner.Owner`` (a mixin of it, like ``owner_gpus.py``), on its I/O thread.
+Called by: ``owner.Owner`` (a mixin of it), on its I/O thread.
 
 ::
 

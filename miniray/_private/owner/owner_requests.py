@@ -80,7 +80,7 @@ class WorkerRequests:
         worker.blocked += 1
         if worker.blocked == 1:
             self._blocked_workers += 1
-            self._retry_window.note_release()  # the cap on workers just moved
+            self.leases.window.note_release()  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
             cpu = slot.lease.resources.get("CPU", 0)
