@@ -111,11 +111,12 @@ class LeaseBook:
         return bool(self.by_key)
 
     # -- the ledgers ---------------------------------------------------------------------
-    def acquire(self, request: dict, tag: str, key=None):
+    def acquire(self, request: dict, tag: str, key=None, make_room=None):
         """``(lease, host_lease_id)``, or ``(None, None)`` if the request does not fit now
-        even after idle leases went back (``make_room``)."""
+        even after idle leases went back (``make_room``, the book's own if None: one that
+        takes the owner's lock when called without it)."""
         lease, host_lease = self._acquire_once(request, tag, key)
-        if lease is None and self._make_room():
+        if lease is None and (make_room or self._make_room)():
             lease, host_lease = self._acquire_once(request, tag, key)
         return lease, host_lease
 

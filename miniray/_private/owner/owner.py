@@ -27,6 +27,7 @@ lock, so ``__del__`` can never deadlock); the events are applied under the lock 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import pickle
@@ -185,6 +186,10 @@ class Owner(WorkerRequests, HelperLoss):
         self._workers_by_fd: dict[int, _WorkerSlot] = {}
         self._workers_by_req: dict[int, _WorkerSlot] = {}
         self._workers_by_pid: dict[int, _WorkerSlot] = {}
+        # Workers asked for outside the lock may be named (SPAWNED) or even exit before they
+        # are adopted: their pid and exit status wait here.
+        self._early_spawned: dict[int, int] = {}
+        self._early_exits: dict[int, int] = {}
         self._streams: dict[int, OutputStream] = {}
         self._live_workers = 0
         self._blocked_workers = 0
@@ -198,8 +203,15 @@ class Owner(WorkerRequests, HelperLoss):
         self.fatal: str | None = None  # why the session cannot run work any more
         self._init_helper_loss(restart_fork_server)
         self._retry_pending = False
+        # Work decided under the lock and done after it (ledger transactions, fork requests):
+        # run by the thread that decided it when it lets go of the lock, else by the I/O
+        # thread after its next turn (``_run_deferred``).
+        self._deferred: collections.deque = collections.deque()
+        self._acquiring: dict[Any, int] = {}  # leases being taken, by key
+        self._acquiring_total = 0
 
-        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
+        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint,
+                               after_unlock=self._run_deferred)
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -292,6 +304,8 @@ class Owner(WorkerRequests, HelperLoss):
                 self._enqueue(task)
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
+        if self._deferred:
+            self._run_deferred()
 
     def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
         if task.state != T_WAITING:
@@ -334,9 +348,8 @@ class Owner(WorkerRequests, HelperLoss):
         while queue:
             lease = self.leases.with_room(key)
             if lease is None:
-                lease = self._new_lease(key, queue[0].spec.request)
-                if lease is None:
-                    return False
+                self._want_leases(key, queue)
+                return False
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
             del self._queues[key]
@@ -355,28 +368,132 @@ class Owner(WorkerRequests, HelperLoss):
         for key in list(self._queues):
             self._dispatch(key)
 
-    def _new_lease(self, key, request) -> LeaseSlot | None:
+    # -- leases for tasks: decided under the lock, taken after it ---------------------------
+    def _want_leases(self, key, queue) -> None:
+        """*Locked.* ``key``'s queue has tasks no lease has room for: decide how many leases
+        to take (``_take_leases`` takes them once the lock is released)."""
         now = time.monotonic()
         if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
-            return None
-        # Workers blocked in get() do not count: their parents wait on the very tasks that
-        # need a fresh worker (a recursive fib would deadlock otherwise).
-        if not self._idle_workers and self._busy_workers() >= self.max_workers:
-            if not self._release_idle_leases(force=True):
+            return
+        wanted = len(queue) - self._acquiring.get(key, 0)
+        if wanted <= 0:
+            return  # enough are being taken
+        # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
+        # count against the cap: their parents wait on the very tasks that need a fresh
+        # worker (a recursive fib would deadlock otherwise).
+        room = self._worker_room()
+        if room <= 0:
+            if self._acquiring_total or not self._release_idle_leases(force=True):
+                if not self._acquiring_total:
+                    self._mark_full(now)
+                return
+            room = self._worker_room()
+        count = min(wanted, max(1, room))
+        self._acquiring[key] = self._acquiring.get(key, 0) + count
+        self._acquiring_total += count
+        self._defer(functools.partial(self._take_leases, key, queue[0].spec.request, count))
+
+    def _worker_room(self) -> int:
+        """*Locked.* How many more leases workers can serve now: the idle ones, plus new ones
+        up to the cap, less the leases being taken."""
+        spare = max(0, self.max_workers - self._busy_workers())
+        return len(self._idle_workers) + spare - self._acquiring_total
+
+    def _take_leases(self, key, request: dict, count: int) -> None:
+        """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
+        workers they need, then give each a queued task (re-checked under the lock)."""
+        now = time.monotonic()
+        got = []
+        for _ in range(count):
+            lease, host_lease = self.leases.acquire(request, key_tag(key), key,
+                                                    make_room=self._make_room)
+            if lease is None:
+                break
+            got.append((lease, host_lease))
+        unused: list = []
+        to_spawn: list = []
+        with self._lock:
+            if len(got) < count:
                 self._mark_full(now)
-                return None
-        lease, host_lease = self.leases.acquire(request, key_tag(key), key)
-        if lease is None:
-            self._mark_full(now)
-            return None
-        worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
+            if not self._may_dispatch():
+                unused, got = got, []
+            for lease, host_lease in got:
+                if self._idle_workers:
+                    self._give_lease(key, request, lease, host_lease, self._idle_workers.pop())
+                else:
+                    to_spawn.append((lease, host_lease))
+            self._taken(key, count - len(to_spawn))
+            if not to_spawn:
+                self._dispatch_all()  # other keys may have waited for these to be taken
+        for lease, host_lease in unused:
+            self.leases.release(lease.lease_id, host_lease)
+        if not to_spawn:
+            return
+        fork_server = self.fork_server
+        started = [(lease, host_lease, self._start_worker(fork_server))
+                   for lease, host_lease in to_spawn]
+        with self._lock:
+            self._taken(key, len(to_spawn))
+            # Re-checked: a fork server replaced or lost meanwhile took the requests with it.
+            usable = self._may_dispatch() and fork_server is self.fork_server
+            for lease, host_lease, parts in started:
+                if usable:
+                    worker = self._adopt_worker(parts)
+                    self._give_lease(key, request, lease, host_lease, worker)
+                else:
+                    self._discard_start(parts)
+            self._dispatch_all()
+        if not usable:
+            for lease, host_lease, _parts in started:
+                self.leases.release(lease.lease_id, host_lease)
+
+    def _taken(self, key, count: int) -> None:
+        if count:
+            self._acquiring[key] -= count
+            if not self._acquiring[key]:
+                del self._acquiring[key]
+            self._acquiring_total -= count
+
+    def _give_lease(self, key, request: dict, lease, host_lease, worker) -> None:
+        """*Locked.* Book a new lease for ``worker`` and send it ``key``'s next task; with
+        none left (done or cancelled meanwhile), the lease is idle from now."""
         gpu_ids = self.leases.gpu_ids(lease) if request.get("GPU") else None
         slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
         if worker.pid is not None:
             self.ledger.set_worker(lease.lease_id, worker.pid)
         self.leases.add(slot)
-        return slot
+        queue = self._queues.get(key)
+        if queue:
+            self._send_task(slot, queue.popleft())
+            if not queue:
+                del self._queues[key]
+        else:
+            slot.idle_since = time.monotonic()
+
+    def _make_room(self) -> bool:
+        """*Not locked.* Return idle leases so a new one may fit."""
+        with self._lock:
+            return self._release_idle_leases(force=True)
+
+    def _defer(self, action) -> None:
+        """*Locked.* Run ``action`` once the lock is released."""
+        self._deferred.append(action)
+        if not self.reactor.in_io_thread():
+            self.reactor.wake()  # in case this thread's caller does not run it
+
+    def _run_deferred(self) -> None:
+        """*Not locked.* Run the work decided under the lock (any thread may; each runs once)."""
+        deferred = self._deferred
+        while deferred:
+            try:
+                action = deferred.popleft()
+            except IndexError:
+                break
+            try:
+                action()
+            except Exception:
+                logger.exception("miniray bug: error in deferred owner work")
 
     def _busy_workers(self) -> int:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
@@ -510,6 +627,7 @@ class Owner(WorkerRequests, HelperLoss):
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         with self._lock:
             self._cancel_locked(object_id, force, recursive)
+        self._run_deferred()
 
     def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
         """A driver's ``cancel()`` and a worker's (owner_requests.py), with the lock held."""
@@ -559,18 +677,41 @@ class Owner(WorkerRequests, HelperLoss):
 
     # ------------------------------------------------------------------ workers
     def _spawn_worker(self) -> _WorkerSlot:
+        """*Locked.* Start a worker (actors; tasks start theirs outside the lock)."""
+        return self._adopt_worker(self._start_worker(self.fork_server))
+
+    @staticmethod
+    def _start_worker(fork_server) -> tuple:
+        """Ask ``fork_server`` for a worker; returns its request number and the parent ends of
+        its sockets and pipes, for ``_adopt_worker``."""
         data_parent, data_child = socket.socketpair()
         ctl_parent, ctl_child = socket.socketpair()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
         try:
-            req = self.fork_server.spawn(child_fds)
+            req = fork_server.spawn(child_fds)
         finally:
             data_child.close()
             ctl_child.close()
             os.close(out_w)
             os.close(err_w)
+        return req, data_parent, ctl_parent, out_r, err_r
+
+    def _discard_start(self, parts: tuple) -> None:
+        """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
+        req, data_parent, ctl_parent, out_r, err_r = parts
+        pid = self._early_spawned.pop(req, None)
+        if pid is not None:
+            self._early_exits.pop(pid, None)
+        data_parent.close()
+        ctl_parent.close()
+        os.close(out_r)
+        os.close(err_r)
+
+    def _adopt_worker(self, parts: tuple) -> _WorkerSlot:
+        """*Locked.* Watch a worker asked for by ``_start_worker``."""
+        req, data_parent, ctl_parent, out_r, err_r = parts
         worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
         worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
         worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
@@ -586,6 +727,9 @@ class Owner(WorkerRequests, HelperLoss):
         self._register(out_r, self._on_output)
         self._register(err_r, self._on_output)
         self._send(worker, (protocol.HELLO, self.hello_info))
+        early = self._early_spawned.pop(req, None)
+        if early is not None:  # the fork server answered before the worker was adopted
+            self._on_spawned(worker, early)
         return worker
 
     def _retire(self, worker: _WorkerSlot) -> None:
@@ -606,10 +750,24 @@ class Owner(WorkerRequests, HelperLoss):
         except OSError:
             pass
 
+    def _on_spawned(self, worker: _WorkerSlot, pid: int) -> None:
+        """*Locked.* The fork server named ``worker``'s pid."""
+        worker.pid = pid
+        self._workers_by_pid[pid] = worker
+        if worker.kill_on_spawn:
+            self.fork_server.kill(pid, signal.SIGKILL)
+        if worker.lease is not None:
+            self.ledger.set_worker(worker.lease.lease.lease_id, pid)
+        status = self._early_exits.pop(pid, None)
+        if status is not None:  # it exited before it was adopted
+            self._worker_gone(worker, status)
+
     def _on_worker_exit(self, pid: int, status: int) -> None:
         worker = self._workers_by_pid.get(pid)
         if worker is not None:
             self._worker_gone(worker, status)
+        elif pid in self._early_spawned.values():
+            self._early_exits[pid] = status
 
     def _worker_gone(self, worker: _WorkerSlot, status: int | None,
                      death: str | None = None) -> tuple[int, int]:
@@ -761,12 +919,9 @@ class Owner(WorkerRequests, HelperLoss):
             if tag == protocol.SPAWNED:
                 worker = self._workers_by_req.get(message[1])
                 if worker is not None:
-                    worker.pid = message[2]
-                    self._workers_by_pid[worker.pid] = worker
-                    if worker.kill_on_spawn:
-                        self.fork_server.kill(worker.pid, signal.SIGKILL)
-                    if worker.lease is not None:
-                        self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
+                    self._on_spawned(worker, message[2])
+                else:  # asked for outside the lock, not adopted yet
+                    self._early_spawned[message[1]] = message[2]
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
             elif tag == protocol.NODE_STOPPING:

@@ -1,0 +1,61 @@
+"""The owner decides under its lock and acts after it: the ledger's file lock and fork requests
+of task dispatch are taken with the owner's lock free (house style: decide under a lock, act
+after it), so a slow ledger or fork server never stalls the I/O thread or submissions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from miniray._private import runtime
+
+
+class _LockProbe:
+    """Wraps a method of a live object; records, for each call, whether the calling thread
+    could take the owner's lock (a thread that holds it waits out the timeout)."""
+
+    def __init__(self, owner, target, name):
+        self.lock = owner._lock
+        self.target = target
+        self.name = name
+        self.original = getattr(target, name)
+        self.calls: list[tuple[str, bool]] = []
+        setattr(target, name, self)
+
+    def __call__(self, *args, **kwargs):
+        free = self.lock.acquire(timeout=1.0)
+        if free:
+            self.lock.release()
+        self.calls.append((threading.current_thread().name, free))
+        return self.original(*args, **kwargs)
+
+    def restore(self):
+        setattr(self.target, self.name, self.original)
+
+
+def test_task_leases_and_workers_are_taken_outside_the_owner_lock(ray):
+    owner = runtime.current().owner
+
+    @ray.remote
+    def nap(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    @ray.remote(num_cpus=0.5)
+    def half():
+        return "half"
+
+    probes = [_LockProbe(owner, owner.ledger, "acquire"),
+              _LockProbe(owner, owner.fork_server, "spawn")]
+    try:
+        # More tasks than CPUs, and a second shape: leases are taken, workers started,
+        # leases given back to make room for the other shape.
+        refs = [nap.remote(0.2) for _ in range(4)] + [half.remote() for _ in range(3)]
+        assert ray.get(refs, timeout=60) == [0.2] * 4 + ["half"] * 3
+    finally:
+        for probe in probes:
+            probe.restore()
+    acquires, spawns = probes[0].calls, probes[1].calls
+    assert acquires and spawns, (acquires, spawns)
+    held = [call for call in acquires + spawns if not call[1]]
+    assert not held, f"called with the owner's lock held: {held}"
