@@ -1,6 +1,7 @@
-"""The owner decides under its lock and acts after it: the ledger's file lock and fork requests
-of task dispatch are taken with the owner's lock free (house style: decide under a lock, act
-after it), so a slow ledger or fork server never stalls the I/O thread or submissions."""
+"""The owner decides under its lock and acts after it: the ledger's file lock (acquire,
+release, adjust, set_worker) and fork requests of task dispatch are taken with the owner's lock
+free (house style: decide under a lock, act after it), so a slow ledger or fork server never
+stalls the I/O thread or submissions."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class _LockProbe:
         setattr(self.target, self.name, self.original)
 
 
-def test_task_leases_and_workers_are_taken_outside_the_owner_lock(ray):
+def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
     owner = runtime.current().owner
 
     @ray.remote
@@ -45,17 +46,23 @@ def test_task_leases_and_workers_are_taken_outside_the_owner_lock(ray):
     def half():
         return "half"
 
-    probes = [_LockProbe(owner, owner.ledger, "acquire"),
-              _LockProbe(owner, owner.fork_server, "spawn")]
+    @ray.remote
+    def parent():  # blocks in get(): its CPU goes back to the ledger meanwhile (adjust)
+        return ray.get(nap.remote(0.1))
+
+    names = ("acquire", "release", "adjust", "set_worker")
+    probes = [_LockProbe(owner, owner.ledger, name) for name in names]
+    probes.append(_LockProbe(owner, owner.fork_server, "spawn"))
     try:
         # More tasks than CPUs, and a second shape: leases are taken, workers started,
         # leases given back to make room for the other shape.
         refs = [nap.remote(0.2) for _ in range(4)] + [half.remote() for _ in range(3)]
         assert ray.get(refs, timeout=60) == [0.2] * 4 + ["half"] * 3
+        assert ray.get(parent.remote(), timeout=60) == 0.1
     finally:
         for probe in probes:
             probe.restore()
-    acquires, spawns = probes[0].calls, probes[1].calls
-    assert acquires and spawns, (acquires, spawns)
-    held = [call for call in acquires + spawns if not call[1]]
-    assert not held, f"called with the owner's lock held: {held}"
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls  # each was exercised
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"

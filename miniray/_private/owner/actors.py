@@ -518,7 +518,7 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            owner.leases.release(actor.lease.lease_id, actor.host_lease)
+            owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
@@ -581,7 +581,7 @@ class ActorManager:
             del self.names[(spec.namespace, spec.name)]
         self._fail_all(actor)
         if actor.worker is None and actor.lease is not None:
-            self.owner.leases.release(actor.lease.lease_id, actor.host_lease, note=False)
+            self.owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
 
     def fail_every_actor(self, reason: str) -> None:

@@ -207,6 +207,9 @@ class Owner(WorkerRequests, HelperLoss):
         # run by the thread that decided it when it lets go of the lock, else by the I/O
         # thread after its next turn (``_run_deferred``).
         self._deferred: collections.deque = collections.deque()
+        # One thread runs them at a time, in order (a lease's CPU goes back before a task
+        # asks for it); re-entrant, as taking leases may first run the releases it caused.
+        self._deferred_runner = threading.RLock()
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
         self._acquiring_total = 0
 
@@ -461,7 +464,7 @@ class Owner(WorkerRequests, HelperLoss):
         slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
         if worker.pid is not None:
-            self.ledger.set_worker(lease.lease_id, worker.pid)
+            self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
         self.leases.add(slot)
         queue = self._queues.get(key)
         if queue:
@@ -474,7 +477,9 @@ class Owner(WorkerRequests, HelperLoss):
     def _make_room(self) -> bool:
         """*Not locked.* Return idle leases so a new one may fit."""
         with self._lock:
-            return self._release_idle_leases(force=True)
+            released = self._release_idle_leases(force=True)
+        self._run_deferred()  # the releases themselves
+        return released
 
     def _defer(self, action) -> None:
         """*Locked.* Run ``action`` once the lock is released."""
@@ -483,17 +488,52 @@ class Owner(WorkerRequests, HelperLoss):
             self.reactor.wake()  # in case this thread's caller does not run it
 
     def _run_deferred(self) -> None:
-        """*Not locked.* Run the work decided under the lock (any thread may; each runs once)."""
+        """*Not locked.* Run the work decided under the lock, in order. If another thread is
+        running it, that one also runs what was just added (it loops until none is left)."""
         deferred = self._deferred
-        while deferred:
+        if not deferred or not self._deferred_runner.acquire(blocking=False):
+            return
+        try:
+            while deferred:
+                try:
+                    action = deferred.popleft()
+                except IndexError:
+                    break
+                try:
+                    action()
+                except Exception:
+                    logger.exception("miniray bug: error in deferred owner work")
+        finally:
+            self._deferred_runner.release()
+        if deferred:  # added after the loop looked, while another thread found it busy
+            self._run_deferred()
+
+    def _ledger_later(self, method, *args) -> None:
+        """*Locked.* A ledger transaction (its file lock) after the owner's lock is released.
+        A node's ledger may be gone with the node (the session then fails as a whole)."""
+        def run():
             try:
-                action = deferred.popleft()
-            except IndexError:
-                break
-            try:
-                action()
-            except Exception:
-                logger.exception("miniray bug: error in deferred owner work")
+                method(*args)
+            except (OSError, KeyError) as error:  # KeyError: the lease went with the node
+                logger.debug("ledger %s%s: %s", method.__name__, args, error)
+        self._defer(run)
+
+    def release_lease_later(self, lease_id: str, host_lease: str | None) -> None:
+        """*Locked.* Give a lease back to the ledgers once the lock is released; work waiting
+        for room is dispatched again then."""
+        self.leases.window.note_release()
+        self._defer(functools.partial(self._give_back, lease_id, host_lease))
+
+    def _give_back(self, lease_id: str, host_lease: str | None) -> None:
+        try:
+            self.leases.release(lease_id, host_lease, note=False)
+        except (OSError, KeyError) as error:
+            logger.debug("lease %s: %s", lease_id, error)
+            return
+        if self._queues or self.actors.pending:  # what waited for room may fit now
+            with self._lock:
+                self.leases.window.note_release()
+                self._dispatch_all()
 
     def _busy_workers(self) -> int:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
@@ -510,7 +550,17 @@ class Owner(WorkerRequests, HelperLoss):
             self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
 
     def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
-        worker.ctl.send_bytes(pickle.dumps(message, 5))
+        """*Locked.* A control message (CANCEL): a blocking write, so it is sent after the
+        lock is released; a worker gone meanwhile does not need it."""
+        data = pickle.dumps(message, 5)
+        ctl = worker.ctl
+
+        def send():
+            try:
+                ctl.send_bytes(data)
+            except (OSError, ValueError):  # closed: the worker is gone or retired
+                pass
+        self._defer(send)
 
     def _mark_full(self, now: float) -> None:
         self.leases.window.mark_full(now)
@@ -530,7 +580,7 @@ class Owner(WorkerRequests, HelperLoss):
 
     def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True) -> None:
         self.leases.remove(slot)
-        self.leases.release(slot.lease.lease_id, slot.host_lease)
+        self.release_lease_later(slot.lease.lease_id, slot.host_lease)
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
@@ -552,6 +602,7 @@ class Owner(WorkerRequests, HelperLoss):
     def flush_idle_leases(self) -> None:
         with self._lock:
             self._release_idle_leases(force=True)
+        self._run_deferred()
 
     def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
         worker = slot.worker
@@ -757,7 +808,7 @@ class Owner(WorkerRequests, HelperLoss):
         if worker.kill_on_spawn:
             self.fork_server.kill(pid, signal.SIGKILL)
         if worker.lease is not None:
-            self.ledger.set_worker(worker.lease.lease.lease_id, pid)
+            self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
         status = self._early_exits.pop(pid, None)
         if status is not None:  # it exited before it was adopted
             self._worker_gone(worker, status)
@@ -1092,6 +1143,7 @@ class Owner(WorkerRequests, HelperLoss):
         self.fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
         self.reactor.stop()
+        self._run_deferred()  # leases given back, late starts discarded (the I/O thread is done)
         deadline = time.monotonic() + 0.5
         for worker in workers:
             for stream in (worker.out, worker.err):

@@ -86,7 +86,7 @@ class WorkerRequests:
             cpu = slot.lease.resources.get("CPU", 0)
             if cpu:
                 cpu_f = cpu / 10000.0
-                self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
+                self._ledger_later(self.ledger.adjust, slot.lease.lease_id, {"CPU": -cpu_f})
                 slot.cpu_released = cpu_f
         if worker.blocked == 1:
             self._dispatch_all()
@@ -97,7 +97,8 @@ class WorkerRequests:
             self._blocked_workers -= 1
         slot = worker.lease
         if worker.blocked == 0 and slot is not None and slot.cpu_released:
-            self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
+            self._ledger_later(self.ledger.adjust, slot.lease.lease_id,
+                               {"CPU": slot.cpu_released})
             slot.cpu_released = 0.0
 
     def _reply(self, worker, req_id: int, payload) -> None:
@@ -144,6 +145,12 @@ class WorkerRequests:
         self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
                                    self.reactor.call_later)
 
+    def _reply_available(self, worker, req_id) -> None:
+        """*Not locked.* ``available_resources()`` for a worker, after idle leases went back."""
+        value = self.ledger.available()
+        with self._lock:
+            self._reply(worker, req_id, (True, value))
+
     def _on_worker_call(self, worker, req_id, method, args) -> None:
         try:
             if method == "create_actor":
@@ -167,7 +174,8 @@ class WorkerRequests:
                 value = self.ledger.totals()
             elif method == "available_resources":
                 self._release_idle_leases(force=True)
-                value = self.ledger.available()
+                self._defer(lambda: self._reply_available(worker, req_id))  # once released
+                return
             elif method == "nodes":
                 value = self.hello_info.get("nodes", [])
             else:
