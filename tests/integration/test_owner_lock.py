@@ -66,3 +66,31 @@ def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
     assert all(calls.values()), calls  # each was exercised
     held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
     assert not any(held.values()), f"called with the owner's lock held: {held}"
+
+
+def test_actor_placement_takes_its_lease_and_worker_outside_the_owner_lock(ray):
+    """An actor with no resource options needs 1 CPU to be placed and holds none while alive
+    (acquire, then adjust); its worker is asked for (spawn); killing it gives the lease back."""
+    owner = runtime.current().owner
+
+    @ray.remote
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self):
+            self.n += 1
+            return self.n
+
+    probes = [_LockProbe(owner, owner.ledger, name) for name in ("acquire", "adjust")]
+    probes.append(_LockProbe(owner, owner.fork_server, "spawn"))
+    try:
+        counters = [Counter.remote() for _ in range(3)]
+        assert ray.get([c.add.remote() for c in counters], timeout=60) == [1, 1, 1]
+    finally:
+        for probe in probes:
+            probe.restore()
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"

@@ -125,7 +125,8 @@ class ActorManager:
         self.actors: dict[bytes, _Actor] = {}
         self.names: dict[tuple[str, str], bytes] = {}
         self.calls: dict[bytes, _Call] = {}
-        self.pending: list[_Actor] = []
+        self.pending: list[_Actor] = []  # waiting for a lease and a worker, in order
+        self._placer_scheduled = False
         self.handle_events: collections.deque = collections.deque()
         self._reported: set = set()
         # Joined to a node: named and detached actors live in the node's actor service, and
@@ -259,35 +260,82 @@ class ActorManager:
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
 
-    def _place(self, actor: _Actor) -> bool:
+    def _place(self, actor: _Actor) -> None:
+        """*Locked.* Queue ``actor`` for placement; the placer takes its lease and starts its
+        worker once the lock is released (``_run_placer``)."""
+        if actor not in self.pending:
+            self.pending.append(actor)
+        self._schedule_placer()
+
+    def _schedule_placer(self) -> None:
+        if not self._placer_scheduled:
+            self._placer_scheduled = True
+            self.owner.defer(self._run_placer)
+
+    def _run_placer(self) -> None:
+        """*Not locked.* Place pending actors in order (first come, first placed): for each,
+        a lease from the ledgers and a worker from the fork server, taken without the lock;
+        then, under it, re-checked (killed meanwhile? fork server replaced?) and started."""
         owner = self.owner
-        if not owner._may_dispatch():  # a new fork server is being started: wait for it
-            if actor not in self.pending:
-                self.pending.append(actor)
-            return False
+        with owner._lock:
+            self._placer_scheduled = False
+        while True:
+            with owner._lock:
+                while self.pending and self.pending[0].state == A_DEAD:
+                    self.pending.pop(0)
+                # A new fork server is being started (or none is left): wait for it.
+                if not self.pending or not owner._may_dispatch():
+                    return
+                actor = self.pending[0]
+                spec = actor.spec
+                fork_server = owner.fork_server
+            tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
+            try:
+                lease, host_lease = owner.leases.acquire(
+                    spec.placement, tag, ("actor", spec.actor_id), make_room=owner.make_room)
+            except (OSError, ValueError) as error:  # a ledger that cannot hold it, or is gone
+                with owner._lock:
+                    if actor.state != A_DEAD:
+                        self._die(actor, serialization.dumps(error))
+                continue
+            if lease is None:
+                with owner._lock:
+                    self._report_infeasible(spec)
+                return
+            shrink = {name: spec.held.get(name, 0) - amount
+                      for name, amount in spec.placement.items()
+                      if name not in ("GPU",) and spec.held.get(name, 0) != amount}
+            if shrink:
+                owner.ledger.adjust(lease.lease_id, shrink)
+            parts = owner.start_worker(fork_server)
+            with owner._lock:
+                usable = owner._may_dispatch() and fork_server is owner.fork_server
+                if actor.state == A_DEAD or not usable:  # killed, or its request was lost
+                    owner.discard_start(parts)
+                    owner.release_lease_later(lease.lease_id, host_lease)
+                    if actor.state == A_DEAD:
+                        continue
+                    return
+                self.pending.remove(actor)
+                self._start(actor, lease, host_lease, owner.adopt_worker(parts))
+
+    def _report_infeasible(self, spec) -> None:
+        """*Locked.* One stderr line per resource shape that this node can never hold."""
+        owner = self.owner
+        reasons = infeasible_reasons(owner.node_state, spec.placement)
+        key = tuple(sorted(spec.placement.items()))
+        if reasons and key not in self._reported:
+            self._reported.add(key)
+            print(f"{format_infeasible(spec.placement, reasons)} "
+                  f"(actor {spec.class_name})", file=sys.stderr, flush=True)
+
+    def _start(self, actor: _Actor, lease, host_lease, worker) -> None:
+        """*Locked.* The actor has its lease and worker: send its constructor, then calls."""
+        owner = self.owner
         spec = actor.spec
-        tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
-        key = ("actor", spec.actor_id)
-        lease, host_lease = owner.leases.acquire(spec.placement, tag, key)
-        if lease is None:
-            reasons = infeasible_reasons(owner.node_state, spec.placement)
-            key = tuple(sorted(spec.placement.items()))
-            if reasons and key not in self._reported:
-                self._reported.add(key)
-                print(f"{format_infeasible(spec.placement, reasons)} "
-                      f"(actor {spec.class_name})", file=sys.stderr, flush=True)
-            if actor not in self.pending:
-                self.pending.append(actor)
-            return False
-        shrink = {name: spec.held.get(name, 0) - amount
-                  for name, amount in spec.placement.items()
-                  if name not in ("GPU",) and spec.held.get(name, 0) != amount}
-        if shrink:
-            owner.ledger.adjust(lease.lease_id, shrink)
         actor.lease = lease
         actor.host_lease = host_lease
         gpu_ids = owner.leases.gpu_ids(lease) if spec.held.get("GPU") else None
-        worker = owner._spawn_worker()
         worker.actor = actor
         if self.route_output is not None:
             worker.out.route = worker.err.route = self.route_output(actor)
@@ -309,7 +357,6 @@ class ActorManager:
         except OSError:
             pass
         self._pump(actor)
-        return True
 
     def fail_placement(self, actor_id: bytes, error: BaseException) -> None:
         actor = self.actors.get(actor_id)
@@ -317,14 +364,9 @@ class ActorManager:
             self._die(actor, serialization.dumps(error))
 
     def place_pending(self) -> None:
-        for actor in list(self.pending):
-            if actor.state == A_DEAD:
-                self.pending.remove(actor)
-                continue
-            if self._place(actor):
-                self.pending.remove(actor)
-            else:
-                break  # first come, first placed
+        """*Locked.* Try the pending actors again (room may have appeared)."""
+        if self.pending:
+            self._schedule_placer()
 
     # -- calls ---------------------------------------------------------------------------
     def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
@@ -518,7 +560,8 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
+            # At once: the lease is back before the actor's death is visible to callers.
+            owner.leases.release(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)

@@ -394,7 +394,7 @@ class Owner(WorkerRequests, HelperLoss):
         count = min(wanted, max(1, room))
         self._acquiring[key] = self._acquiring.get(key, 0) + count
         self._acquiring_total += count
-        self._defer(functools.partial(self._take_leases, key, queue[0].spec.request, count))
+        self.defer(functools.partial(self._take_leases, key, queue[0].spec.request, count))
 
     def _worker_room(self) -> int:
         """*Locked.* How many more leases workers can serve now: the idle ones, plus new ones
@@ -409,7 +409,7 @@ class Owner(WorkerRequests, HelperLoss):
         got = []
         for _ in range(count):
             lease, host_lease = self.leases.acquire(request, key_tag(key), key,
-                                                    make_room=self._make_room)
+                                                    make_room=self.make_room)
             if lease is None:
                 break
             got.append((lease, host_lease))
@@ -433,7 +433,7 @@ class Owner(WorkerRequests, HelperLoss):
         if not to_spawn:
             return
         fork_server = self.fork_server
-        started = [(lease, host_lease, self._start_worker(fork_server))
+        started = [(lease, host_lease, self.start_worker(fork_server))
                    for lease, host_lease in to_spawn]
         with self._lock:
             self._taken(key, len(to_spawn))
@@ -441,10 +441,10 @@ class Owner(WorkerRequests, HelperLoss):
             usable = self._may_dispatch() and fork_server is self.fork_server
             for lease, host_lease, parts in started:
                 if usable:
-                    worker = self._adopt_worker(parts)
+                    worker = self.adopt_worker(parts)
                     self._give_lease(key, request, lease, host_lease, worker)
                 else:
-                    self._discard_start(parts)
+                    self.discard_start(parts)
             self._dispatch_all()
         if not usable:
             for lease, host_lease, _parts in started:
@@ -474,14 +474,14 @@ class Owner(WorkerRequests, HelperLoss):
         else:
             slot.idle_since = time.monotonic()
 
-    def _make_room(self) -> bool:
+    def make_room(self) -> bool:
         """*Not locked.* Return idle leases so a new one may fit."""
         with self._lock:
             released = self._release_idle_leases(force=True)
         self._run_deferred()  # the releases themselves
         return released
 
-    def _defer(self, action) -> None:
+    def defer(self, action) -> None:
         """*Locked.* Run ``action`` once the lock is released."""
         self._deferred.append(action)
         if not self.reactor.in_io_thread():
@@ -516,13 +516,13 @@ class Owner(WorkerRequests, HelperLoss):
                 method(*args)
             except (OSError, KeyError) as error:  # KeyError: the lease went with the node
                 logger.debug("ledger %s%s: %s", method.__name__, args, error)
-        self._defer(run)
+        self.defer(run)
 
     def release_lease_later(self, lease_id: str, host_lease: str | None) -> None:
         """*Locked.* Give a lease back to the ledgers once the lock is released; work waiting
         for room is dispatched again then."""
         self.leases.window.note_release()
-        self._defer(functools.partial(self._give_back, lease_id, host_lease))
+        self.defer(functools.partial(self._give_back, lease_id, host_lease))
 
     def _give_back(self, lease_id: str, host_lease: str | None) -> None:
         try:
@@ -560,7 +560,7 @@ class Owner(WorkerRequests, HelperLoss):
                 ctl.send_bytes(data)
             except (OSError, ValueError):  # closed: the worker is gone or retired
                 pass
-        self._defer(send)
+        self.defer(send)
 
     def _mark_full(self, now: float) -> None:
         self.leases.window.mark_full(now)
@@ -578,9 +578,13 @@ class Owner(WorkerRequests, HelperLoss):
 
             self.reactor.call_later(self.leases.RETRY_S, retry)
 
-    def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True) -> None:
+    def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
+                       now: bool = False) -> None:
         self.leases.remove(slot)
-        self.release_lease_later(slot.lease.lease_id, slot.host_lease)
+        if now:
+            self.leases.release(slot.lease.lease_id, slot.host_lease)
+        else:
+            self.release_lease_later(slot.lease.lease_id, slot.host_lease)
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
@@ -729,12 +733,12 @@ class Owner(WorkerRequests, HelperLoss):
     # ------------------------------------------------------------------ workers
     def _spawn_worker(self) -> _WorkerSlot:
         """*Locked.* Start a worker (actors; tasks start theirs outside the lock)."""
-        return self._adopt_worker(self._start_worker(self.fork_server))
+        return self.adopt_worker(self.start_worker(self.fork_server))
 
     @staticmethod
-    def _start_worker(fork_server) -> tuple:
+    def start_worker(fork_server) -> tuple:
         """Ask ``fork_server`` for a worker; returns its request number and the parent ends of
-        its sockets and pipes, for ``_adopt_worker``."""
+        its sockets and pipes, for ``adopt_worker``."""
         data_parent, data_child = socket.socketpair()
         ctl_parent, ctl_child = socket.socketpair()
         out_r, out_w = os.pipe()
@@ -749,7 +753,7 @@ class Owner(WorkerRequests, HelperLoss):
             os.close(err_w)
         return req, data_parent, ctl_parent, out_r, err_r
 
-    def _discard_start(self, parts: tuple) -> None:
+    def discard_start(self, parts: tuple) -> None:
         """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
         req, data_parent, ctl_parent, out_r, err_r = parts
         pid = self._early_spawned.pop(req, None)
@@ -760,8 +764,8 @@ class Owner(WorkerRequests, HelperLoss):
         os.close(out_r)
         os.close(err_r)
 
-    def _adopt_worker(self, parts: tuple) -> _WorkerSlot:
-        """*Locked.* Watch a worker asked for by ``_start_worker``."""
+    def adopt_worker(self, parts: tuple) -> _WorkerSlot:
+        """*Locked.* Watch a worker asked for by ``start_worker``."""
         req, data_parent, ctl_parent, out_r, err_r = parts
         worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
         worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
@@ -859,7 +863,9 @@ class Owner(WorkerRequests, HelperLoss):
             self._dispatch_all()
             return 0, 0
         if worker.lease is not None:
-            self._release_lease(worker.lease, worker_reusable=False)
+            # At once, under the lock: the lease is back before its task's error is visible
+            # (a worker's death is rare; every other release waits for the lock to be free).
+            self._release_lease(worker.lease, worker_reusable=False, now=True)
         if self._closed:
             return 0, 0
         inflight = list(worker.inflight)

@@ -174,7 +174,7 @@ class WorkerRequests:
                 value = self.ledger.totals()
             elif method == "available_resources":
                 self._release_idle_leases(force=True)
-                self._defer(lambda: self._reply_available(worker, req_id))  # once released
+                self.defer(lambda: self._reply_available(worker, req_id))  # once released
                 return
             elif method == "nodes":
                 value = self.hello_info.get("nodes", [])
