@@ -329,7 +329,7 @@ class ActorService:
         objects = self.owner.objects
         for object_id in imported:
             entry = objects.get(object_id)
-            if entry is not None and entry.pins <= 0:
+            if entry is not None and entry.holders <= 0:
                 if entry.state == PENDING:
                     objects.forget_pending(object_id)
                 else:

@@ -60,7 +60,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "pinned")
+                 "pid", "init_failed", "remote", "holds")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -81,7 +81,7 @@ class _Actor:
         self.pid: int | None = None
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
-        self.pinned: list[bytes] = []  # constructor arguments, kept for restarts until death
+        self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -229,8 +229,8 @@ class ActorManager:
             if entry is None:
                 self._die(actor, serialization.dumps(objects.lost(object_id)), init=True)
                 return spec.actor_id
-            entry.pins += 1
-            actor.pinned.append(object_id)
+            entry.holders += 1
+            actor.holds.append(object_id)
             if entry.state == PENDING:
                 actor.waiting += 1
                 entry.add_waiter(_CreationDep(self, actor))
@@ -409,7 +409,7 @@ class ActorManager:
             if entry is None:
                 call.failed = serialization.dumps(objects.lost(object_id))
                 break
-            entry.pins += 1
+            entry.holders += 1
             if entry.state == PENDING:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
@@ -489,7 +489,7 @@ class ActorManager:
         for _index, items in nested or ():  # held by a result nobody kept: they go now
             for object_id, _kind, _payload in items:
                 entry = objects.get(object_id)
-                if entry is not None and entry.pins <= 0:
+                if entry is not None and entry.holders <= 0:
                     objects.maybe_free(object_id, entry)
 
     def on_link_lost(self, error: bytes) -> None:
@@ -511,8 +511,8 @@ class ActorManager:
             self.owner.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
         objects = self.owner.objects
-        for _position, object_id in spec.deps or ():
-            objects.unpin(object_id)
+        if spec.deps:
+            objects.release([object_id for _position, object_id in spec.deps])
 
     def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
         if spec.reply is not None:
@@ -612,9 +612,8 @@ class ActorManager:
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
         if actor.state != A_DEAD and actor.spec.contained:
             self.owner.objects.release(actor.spec.contained)
-        pinned, actor.pinned = actor.pinned, []
-        for object_id in pinned:  # no restart will need them
-            self.owner.objects.unpin(object_id)
+        holds, actor.holds = actor.holds, []
+        self.owner.objects.release(holds)  # no restart will need them
         actor.state = A_DEAD
         actor.death = death
         if actor in self.pending:

@@ -296,7 +296,7 @@ class Owner(WorkerRequests, HelperLoss):
                     if entry is None:
                         self._fail_task(task, objects.lost(object_id))
                         return
-                    entry.pins += 1
+                    entry.holders += 1  # held until the task is done
                     if entry.state == PENDING:
                         task.waiting += 1
                         entry.add_waiter(_DepWaiter(self, task))
@@ -667,8 +667,7 @@ class Owner(WorkerRequests, HelperLoss):
             if task.pinned:
                 self.unpin_deps(spec.deps)
                 task.pinned = False
-            for _position, object_id in spec.deps:
-                objects.unpin(object_id)
+            objects.release([object_id for _position, object_id in spec.deps])
         if spec.contained:
             objects.release(spec.contained)
         parent = task.parent
