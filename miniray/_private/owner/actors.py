@@ -149,7 +149,7 @@ class ActorManager:
         them there, as any actor waits for its arguments)."""
         owner = self.owner
         if spec.fn_bytes is None:
-            spec.fn_bytes = owner._functions[spec.fn_id]
+            spec.fn_bytes = owner.function_bytes(spec.fn_id)
         objects = owner.objects
         needed = self.nested_ids(spec)
         later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
@@ -206,7 +206,7 @@ class ActorManager:
 
         owner = self.owner
         if spec.fn_bytes is not None:
-            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            owner.export_function(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
         if spec.name:
             key = (spec.namespace, spec.name)
@@ -277,14 +277,14 @@ class ActorManager:
         a lease from the ledgers and a worker from the fork server, taken without the lock;
         then, under it, re-checked (killed meanwhile? fork server replaced?) and started."""
         owner = self.owner
-        with owner._lock:
+        with owner.locked():
             self._placer_scheduled = False
         while True:
-            with owner._lock:
+            with owner.locked():
                 while self.pending and self.pending[0].state == A_DEAD:
                     self.pending.pop(0)
                 # A new fork server is being started (or none is left): wait for it.
-                if not self.pending or not owner._may_dispatch():
+                if not self.pending or not owner.may_dispatch():
                     return
                 actor = self.pending[0]
                 spec = actor.spec
@@ -294,12 +294,12 @@ class ActorManager:
                 lease, host_lease = owner.leases.acquire(
                     spec.placement, tag, ("actor", spec.actor_id), make_room=owner.make_room)
             except (OSError, ValueError) as error:  # a ledger that cannot hold it, or is gone
-                with owner._lock:
+                with owner.locked():
                     if actor.state != A_DEAD:
                         self._die(actor, serialization.dumps(error))
                 continue
             if lease is None:
-                with owner._lock:
+                with owner.locked():
                     self._report_infeasible(spec)
                 return
             shrink = {name: spec.held.get(name, 0) - amount
@@ -308,8 +308,8 @@ class ActorManager:
             if shrink:
                 owner.ledger.adjust(lease.lease_id, shrink)
             parts = owner.start_worker(fork_server)
-            with owner._lock:
-                usable = owner._may_dispatch() and fork_server is owner.fork_server
+            with owner.locked():
+                usable = owner.may_dispatch() and fork_server is owner.fork_server
                 if actor.state == A_DEAD or not usable:  # killed, or its request was lost
                     owner.discard_start(parts)
                     owner.release_lease_later(lease.lease_id, host_lease)
@@ -339,7 +339,7 @@ class ActorManager:
         worker.actor = actor
         if self.route_output is not None:
             worker.out.route = worker.err.route = self.route_output(actor)
-        owner._actor_workers += 1
+        owner.count_actor_worker(1)
         actor.worker = worker
         actor.pid = None
         actor.state = A_ALIVE
@@ -351,8 +351,8 @@ class ActorManager:
                spec.handle_state)
         try:
             worker.funcs.add(spec.fn_id)
-            owner._send(worker, (protocol.FUNC, spec.fn_id, owner._functions[spec.fn_id]))
-            owner._send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
+            owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
+            owner.send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
                                  spec.class_name, spec.args_blob, dep_values, ctx))
         except OSError:
             pass
@@ -459,7 +459,7 @@ class ActorManager:
                     call.exported)
                 continue
             try:
-                owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                owner.send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
                                            spec.args_blob, dep_values, spec.return_ids,
                                            spec.num_returns, spec.call_name))
             except OSError:
@@ -555,7 +555,7 @@ class ActorManager:
 
         owner = self.owner
         actor = worker.actor
-        owner._actor_workers -= 1
+        owner.count_actor_worker(-1)
         if actor is None or actor.worker is not worker:
             return
         actor.worker = None
@@ -575,7 +575,7 @@ class ActorManager:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
         restart, restarts_left = scheduling.actor_should_restart(
-            actor.restarts_left, actor.exiting, actor.killed, actor.no_restart, owner._closed,
+            actor.restarts_left, actor.exiting, actor.killed, actor.no_restart, owner.closed,
             bool(owner.fatal))
         death = ActorDiedError.from_context(
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
@@ -707,7 +707,7 @@ class ActorManager:
         worker = actor.worker
         if worker is not None:
             try:
-                self.owner._send_control(worker, (protocol.CANCEL, task_id))
+                self.owner.send_control(worker, (protocol.CANCEL, task_id))
             except OSError:
                 pass
         return True

@@ -125,6 +125,24 @@ class _WorkerSlot:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
 
 
+class _Locked:
+    """The owner's lock as a context manager that runs deferred work after releasing it."""
+
+    __slots__ = ("_owner", "_lock")
+
+    def __init__(self, owner: Owner):
+        self._owner = owner
+        self._lock = owner._lock
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+        if self._owner._deferred:
+            self._owner._run_deferred()
+
+
 def _exit_detail(status: int) -> str:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -168,6 +186,7 @@ class Owner(WorkerRequests, HelperLoss):
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
+        self._locked = _Locked(self)
         # Reading objects needs only an open session: what is stored stays readable after
         # the fork server or the node is lost for good (self.fatal).
         self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io,
@@ -210,6 +229,7 @@ class Owner(WorkerRequests, HelperLoss):
         # One thread runs them at a time, in order (a lease's CPU goes back before a task
         # asks for it); re-entrant, as taking leases may first run the releases it caused.
         self._deferred_runner = threading.RLock()
+        self._deferred_thread: int | None = None  # the thread running it now
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
         self._acquiring_total = 0
 
@@ -257,7 +277,7 @@ class Owner(WorkerRequests, HelperLoss):
         if self._closed:
             raise RuntimeError("miniray has been shut down; call miniray.init() again.")
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         """For submissions: the session is open and can still run work."""
         self._check_open()
         if self.fatal:
@@ -269,10 +289,32 @@ class Owner(WorkerRequests, HelperLoss):
     def needs_function(self, fn_id: bytes) -> bool:
         return fn_id not in self._functions
 
+    def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None:
+        """*Locked.* Keep a function's (or class's) pickle for the workers that will run it."""
+        self._functions.setdefault(fn_id, fn_bytes)
+
+    def function_bytes(self, fn_id: bytes) -> bytes:
+        """*Locked.* The pickle of an exported function or class."""
+        return self._functions[fn_id]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def locked(self) -> _Locked:
+        """``with owner.locked():`` holds the owner's lock, then does what was decided under
+        it (``defer``) once it is released: the way other modules take the lock."""
+        return self._locked
+
+    def count_actor_worker(self, delta: int) -> None:
+        """*Locked.* A worker started (+1) or stopped (-1) hosting an actor: it does not count
+        against the cap on task workers."""
+        self._actor_workers += delta
+
     def submit_task(self, spec, parent: _Task | None = None) -> None:
         key = scheduling.scheduling_key(spec.request, spec.max_calls)
         with self._lock:
-            self._check_usable()
+            self.check_usable()
             if spec.fn_bytes is not None:
                 self._functions.setdefault(spec.fn_id, spec.fn_bytes)
                 spec.fn_bytes = None
@@ -345,7 +387,7 @@ class Owner(WorkerRequests, HelperLoss):
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
-        if not self._may_dispatch():
+        if not self.may_dispatch():
             return False
         queue = self._queues.get(key)
         while queue:
@@ -358,13 +400,13 @@ class Owner(WorkerRequests, HelperLoss):
             del self._queues[key]
         return True
 
-    def _may_dispatch(self) -> bool:
+    def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
         nor while there is no usable fork server (being replaced, or lost for good)."""
         return not self._closed and not self._spawn_paused and not self.fatal
 
     def _dispatch_all(self) -> None:
-        if not self._may_dispatch():
+        if not self.may_dispatch():
             return
         if self.actors.pending:
             self.actors.place_pending()
@@ -418,7 +460,7 @@ class Owner(WorkerRequests, HelperLoss):
         with self._lock:
             if len(got) < count:
                 self._mark_full(now)
-            if not self._may_dispatch():
+            if not self.may_dispatch():
                 unused, got = got, []
             for lease, host_lease in got:
                 if self._idle_workers:
@@ -438,7 +480,7 @@ class Owner(WorkerRequests, HelperLoss):
         with self._lock:
             self._taken(key, len(to_spawn))
             # Re-checked: a fork server replaced or lost meanwhile took the requests with it.
-            usable = self._may_dispatch() and fork_server is self.fork_server
+            usable = self.may_dispatch() and fork_server is self.fork_server
             for lease, host_lease, parts in started:
                 if usable:
                     worker = self.adopt_worker(parts)
@@ -478,7 +520,7 @@ class Owner(WorkerRequests, HelperLoss):
         """*Not locked.* Return idle leases so a new one may fit."""
         with self._lock:
             released = self._release_idle_leases(force=True)
-        self._run_deferred()  # the releases themselves
+        self._run_deferred(nested=True)  # the releases themselves
         return released
 
     def defer(self, action) -> None:
@@ -487,12 +529,20 @@ class Owner(WorkerRequests, HelperLoss):
         if not self.reactor.in_io_thread():
             self.reactor.wake()  # in case this thread's caller does not run it
 
-    def _run_deferred(self) -> None:
+    def _run_deferred(self, nested: bool = False) -> None:
         """*Not locked.* Run the work decided under the lock, in order. If another thread is
-        running it, that one also runs what was just added (it loops until none is left)."""
+        running it, that one also runs what was just added (it loops until none is left);
+        so does this thread's own loop, when called from deferred work, unless ``nested``
+        (what this work needs done before it goes on, e.g. the releases of ``make_room``)."""
         deferred = self._deferred
-        if not deferred or not self._deferred_runner.acquire(blocking=False):
+        if not deferred:
             return
+        me = threading.get_ident()
+        if self._deferred_thread == me and not nested:
+            return
+        if not self._deferred_runner.acquire(blocking=False):
+            return
+        outer, self._deferred_thread = self._deferred_thread, me
         try:
             while deferred:
                 try:
@@ -504,9 +554,10 @@ class Owner(WorkerRequests, HelperLoss):
                 except Exception:
                     logger.exception("miniray bug: error in deferred owner work")
         finally:
+            self._deferred_thread = outer
             self._deferred_runner.release()
-        if deferred:  # added after the loop looked, while another thread found it busy
-            self._run_deferred()
+        if deferred and outer is None:  # added after the loop looked, while another thread
+            self._run_deferred()         # found it busy
 
     def _ledger_later(self, method, *args) -> None:
         """*Locked.* A ledger transaction (its file lock) after the owner's lock is released.
@@ -539,7 +590,7 @@ class Owner(WorkerRequests, HelperLoss):
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
         return self._live_workers - self._blocked_workers - self._actor_workers
 
-    def _send(self, worker: _WorkerSlot, message: tuple) -> None:
+    def send(self, worker: _WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
@@ -549,7 +600,7 @@ class Owner(WorkerRequests, HelperLoss):
             worker = self._workers_by_fd.get(fd)
             self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
 
-    def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
+    def send_control(self, worker: _WorkerSlot, message: tuple) -> None:
         """*Locked.* A control message (CANCEL): a blocking write, so it is sent after the
         lock is released; a worker gone meanwhile does not need it."""
         data = pickle.dumps(message, 5)
@@ -617,7 +668,7 @@ class Owner(WorkerRequests, HelperLoss):
         try:
             if spec.fn_id not in worker.funcs:
                 worker.funcs.add(spec.fn_id)
-                self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
+                self.send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
                 dep_values = self.dep_payloads(spec.deps, pin=not task.pinned, worker=worker)
@@ -629,7 +680,7 @@ class Owner(WorkerRequests, HelperLoss):
                 spec.retry_exceptions,
                 spec.function_name,
             )
-            self._send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
+            self.send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
                                 spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
                                 ctx))
         except OSError:
@@ -725,7 +776,7 @@ class Owner(WorkerRequests, HelperLoss):
                 self._fail_task(task, error_cls(task.spec.task_id.hex()))
         elif action == scheduling.CANCEL_SIGNAL:
             try:
-                self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
+                self.send_control(worker, (protocol.CANCEL, task.spec.task_id))
             except OSError:
                 pass
 
@@ -780,7 +831,7 @@ class Owner(WorkerRequests, HelperLoss):
         self._register(fd, self._on_worker_data)
         self._register(out_r, self._on_output)
         self._register(err_r, self._on_output)
-        self._send(worker, (protocol.HELLO, self.hello_info))
+        self.send(worker, (protocol.HELLO, self.hello_info))
         early = self._early_spawned.pop(req, None)
         if early is not None:  # the fork server answered before the worker was adopted
             self._on_spawned(worker, early)

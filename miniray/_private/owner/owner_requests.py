@@ -57,7 +57,7 @@ class WorkerRequests:
         for worker in readers:
             if not worker.dead:
                 try:
-                    self._send(worker, (protocol.UNMAP, path))
+                    self.send(worker, (protocol.UNMAP, path))
                 except OSError:
                     pass
 
@@ -103,7 +103,7 @@ class WorkerRequests:
 
     def _reply(self, worker, req_id: int, payload) -> None:
         try:
-            self._send(worker, (protocol.REPLY, req_id, payload))
+            self.send(worker, (protocol.REPLY, req_id, payload))
         except OSError:
             pass
 
