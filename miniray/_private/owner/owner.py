@@ -32,11 +32,9 @@ import logging
 import os
 import pickle
 import signal
-import socket
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
 from miniray._private.core import config, protocol, scheduling, serialization
@@ -52,10 +50,9 @@ from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import PENDING, ObjectTable
-from miniray._private.owner.output import OutputStream
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.owner_requests import WorkerRequests
-from miniray._private.transport.framing import FramedSocket
+from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
@@ -90,39 +87,6 @@ class _DepWaiter:
 
     def notify(self, is_error: bool, object_id: bytes) -> None:
         self.owner._dep_ready(self.task, is_error, object_id)
-
-
-class _WorkerSlot:
-    __slots__ = (
-        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
-        "spent", "read_pins", "borrowed",
-        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
-    )
-
-    def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
-        self.conn = conn
-        self.ctl = ctl
-        self.pid: int | None = None
-        self.spawn_req = spawn_req
-        self.inflight: collections.deque = collections.deque()
-        self.lease: LeaseSlot | None = None
-        self.funcs: set = set()
-        self.calls = 0
-        self.fn_calls: dict[bytes, int] = {}
-        self.spent = False  # reached a function's max_calls: retire once idle
-        self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
-        self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
-        #                                   reports again (by then it has mapped them)
-        self.blocked = 0
-        self.dead = False
-        self.out: OutputStream | None = None
-        self.err: OutputStream | None = None
-        self.kill_on_spawn = False
-        self.actor = None  # the actor this worker hosts (actors.py), if any
-        self.exited = False  # its process is gone and was handled (_worker_gone)
-
-    def __repr__(self) -> str:
-        return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
 
 
 class _Locked:
@@ -181,8 +145,6 @@ class Owner(WorkerRequests, HelperLoss):
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
-        self.max_workers = config.max_workers(num_cpus)
-        self.idle_keep = max(1, int(num_cpus))
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
@@ -201,18 +163,6 @@ class Owner(WorkerRequests, HelperLoss):
         self._functions: dict[bytes, bytes] = {}
         self._tasks: dict[bytes, _Task] = {}
         self._queues: dict[Any, collections.deque] = {}
-        self._idle_workers: list[_WorkerSlot] = []
-        self._workers_by_fd: dict[int, _WorkerSlot] = {}
-        self._workers_by_req: dict[int, _WorkerSlot] = {}
-        self._workers_by_pid: dict[int, _WorkerSlot] = {}
-        # Workers asked for outside the lock may be named (SPAWNED) or even exit before they
-        # are adopted: their pid and exit status wait here.
-        self._early_spawned: dict[int, int] = {}
-        self._early_exits: dict[int, int] = {}
-        self._streams: dict[int, OutputStream] = {}
-        self._live_workers = 0
-        self._blocked_workers = 0
-        self._actor_workers = 0
         self.actors = ActorManager(self)
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
@@ -235,6 +185,11 @@ class Owner(WorkerRequests, HelperLoss):
 
         self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint,
                                after_unlock=self._run_deferred)
+        self.workers = WorkerPool(
+            reactor=self.reactor, log_to_driver=log_to_driver,
+            prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
+            idle_keep=max(1, int(num_cpus)), on_data=self._on_worker_data,
+            on_output=self._on_output)
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -309,7 +264,7 @@ class Owner(WorkerRequests, HelperLoss):
     def count_actor_worker(self, delta: int) -> None:
         """*Locked.* A worker started (+1) or stopped (-1) hosting an actor: it does not count
         against the cap on task workers."""
-        self._actor_workers += delta
+        self.workers.actors += delta
 
     def submit_task(self, spec, parent: _Task | None = None) -> None:
         key = scheduling.scheduling_key(spec.request, spec.max_calls)
@@ -441,8 +396,7 @@ class Owner(WorkerRequests, HelperLoss):
     def _worker_room(self) -> int:
         """*Locked.* How many more leases workers can serve now: the idle ones, plus new ones
         up to the cap, less the leases being taken."""
-        spare = max(0, self.max_workers - self._busy_workers())
-        return len(self._idle_workers) + spare - self._acquiring_total
+        return self.workers.room(self._acquiring_total)
 
     def _take_leases(self, key, request: dict, count: int) -> None:
         """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
@@ -463,8 +417,8 @@ class Owner(WorkerRequests, HelperLoss):
             if not self.may_dispatch():
                 unused, got = got, []
             for lease, host_lease in got:
-                if self._idle_workers:
-                    self._give_lease(key, request, lease, host_lease, self._idle_workers.pop())
+                if self.workers.idle:
+                    self._give_lease(key, request, lease, host_lease, self.workers.idle.pop())
                 else:
                     to_spawn.append((lease, host_lease))
             self._taken(key, count - len(to_spawn))
@@ -586,21 +540,17 @@ class Owner(WorkerRequests, HelperLoss):
                 self.leases.window.note_release()
                 self._dispatch_all()
 
-    def _busy_workers(self) -> int:
-        """Workers that count against the cap: not blocked in get(), not hosting an actor."""
-        return self._live_workers - self._blocked_workers - self._actor_workers
-
-    def send(self, worker: _WorkerSlot, message: tuple) -> None:
+    def send(self, worker: WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:
-            worker = self._workers_by_fd.get(fd)
+            worker = self.workers.by_fd.get(fd)
             self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
 
-    def send_control(self, worker: _WorkerSlot, message: tuple) -> None:
+    def send_control(self, worker: WorkerSlot, message: tuple) -> None:
         """*Locked.* A control message (CANCEL): a blocking write, so it is sent after the
         lock is released; a worker gone meanwhile does not need it."""
         data = pickle.dumps(message, 5)
@@ -639,10 +589,7 @@ class Owner(WorkerRequests, HelperLoss):
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
-            if len(self._idle_workers) < self.idle_keep:
-                self._idle_workers.append(worker)
-            else:
-                self._retire(worker)
+            self.workers.keep_idle(worker)
 
     def _release_idle_leases(self, force: bool = False) -> bool:
         """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
@@ -650,8 +597,8 @@ class Owner(WorkerRequests, HelperLoss):
         for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
             self._release_lease(slot)
             released = True
-        if force and self._idle_workers and self._busy_workers() >= self.max_workers:
-            self._retire(self._idle_workers.pop(0))
+        if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
+            self.workers.retire(self.workers.idle.pop(0))
         return released
 
     def flush_idle_leases(self) -> None:
@@ -781,100 +728,40 @@ class Owner(WorkerRequests, HelperLoss):
                 pass
 
     # ------------------------------------------------------------------ workers
-    def _spawn_worker(self) -> _WorkerSlot:
+    def _spawn_worker(self) -> WorkerSlot:
         """*Locked.* Start a worker (actors; tasks start theirs outside the lock)."""
         return self.adopt_worker(self.start_worker(self.fork_server))
 
-    @staticmethod
-    def start_worker(fork_server) -> tuple:
-        """Ask ``fork_server`` for a worker; returns its request number and the parent ends of
-        its sockets and pipes, for ``adopt_worker``."""
-        data_parent, data_child = socket.socketpair()
-        ctl_parent, ctl_child = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
-        try:
-            req = fork_server.spawn(child_fds)
-        finally:
-            data_child.close()
-            ctl_child.close()
-            os.close(out_w)
-            os.close(err_w)
-        return req, data_parent, ctl_parent, out_r, err_r
+    start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
 
     def discard_start(self, parts: tuple) -> None:
         """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
-        req, data_parent, ctl_parent, out_r, err_r = parts
-        pid = self._early_spawned.pop(req, None)
-        if pid is not None:
-            self._early_exits.pop(pid, None)
-        data_parent.close()
-        ctl_parent.close()
-        os.close(out_r)
-        os.close(err_r)
+        self.workers.discard(parts)
 
-    def adopt_worker(self, parts: tuple) -> _WorkerSlot:
+    def adopt_worker(self, parts: tuple) -> WorkerSlot:
         """*Locked.* Watch a worker asked for by ``start_worker``."""
-        req, data_parent, ctl_parent, out_r, err_r = parts
-        worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
-        worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
-        worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
-        self._streams[out_r] = worker.out
-        self._streams[err_r] = worker.err
-        self._workers_by_req[req] = worker
-        self._live_workers += 1
-        fd = worker.conn.fileno()
-        self._workers_by_fd[fd] = worker
-        os.set_blocking(out_r, False)
-        os.set_blocking(err_r, False)
-        self._register(fd, self._on_worker_data)
-        self._register(out_r, self._on_output)
-        self._register(err_r, self._on_output)
+        worker, early = self.workers.adopt(parts)
         self.send(worker, (protocol.HELLO, self.hello_info))
-        early = self._early_spawned.pop(req, None)
         if early is not None:  # the fork server answered before the worker was adopted
             self._on_spawned(worker, early)
         return worker
 
-    def _retire(self, worker: _WorkerSlot) -> None:
-        """Ask a worker with nothing in flight to exit (it exits on EOF)."""
-        if worker in self._idle_workers:
-            self._idle_workers.remove(worker)
-        if worker.dead:
-            return
-        worker.dead = True
-        self._unregister(worker.conn.fileno())
-        self._workers_by_fd.pop(worker.conn.fileno(), None)
-        try:
-            worker.conn.close()
-        except OSError:
-            pass
-        try:
-            worker.ctl.close()
-        except OSError:
-            pass
-
-    def _on_spawned(self, worker: _WorkerSlot, pid: int) -> None:
+    def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
         """*Locked.* The fork server named ``worker``'s pid."""
-        worker.pid = pid
-        self._workers_by_pid[pid] = worker
+        status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
             self.fork_server.kill(pid, signal.SIGKILL)
         if worker.lease is not None:
             self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
-        status = self._early_exits.pop(pid, None)
         if status is not None:  # it exited before it was adopted
             self._worker_gone(worker, status)
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
-        worker = self._workers_by_pid.get(pid)
+        worker = self.workers.exited(pid, status)
         if worker is not None:
             self._worker_gone(worker, status)
-        elif pid in self._early_spawned.values():
-            self._early_exits[pid] = status
 
-    def _worker_gone(self, worker: _WorkerSlot, status: int | None,
+    def _worker_gone(self, worker: WorkerSlot, status: int | None,
                      death: str | None = None) -> tuple[int, int]:
         """*Locked.* A worker's process is gone: its exit ``status`` (a wait status), or
         ``death`` when it died with the process that forked it (no status is reported then).
@@ -887,8 +774,8 @@ class Owner(WorkerRequests, HelperLoss):
         worker.exited = True
         pid = worker.pid
         if pid is not None:
-            self._workers_by_pid.pop(pid, None)
-        self._live_workers -= 1
+            self.workers.by_pid.pop(pid, None)
+        self.workers.live -= 1
         self._release_read_pins(worker)
         borrowed, worker.borrowed = worker.borrowed, set()
         for object_id in borrowed:  # its refs died with it
@@ -901,11 +788,11 @@ class Owner(WorkerRequests, HelperLoss):
                                                                       object_id)))
         if worker.blocked:
             worker.blocked = 0
-            self._blocked_workers -= 1
-        self._drain_output(worker, final=True)
+            self.workers.blocked -= 1
+        self.workers.drain_output(worker)
         was_dead = worker.dead
         if not was_dead:
-            self._retire(worker)
+            self.workers.retire(worker)
         detail = _exit_detail(status) if death is None else f"was killed because {death}"
         if worker.actor is not None:
             self.actors.on_worker_exit(
@@ -955,19 +842,6 @@ class Owner(WorkerRequests, HelperLoss):
         self._dispatch_all()
         return len(requeue), failed
 
-    def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
-        for stream in (worker.out, worker.err):
-            if stream is not None and not stream.closed:
-                stream.drain()
-                if stream.eof:
-                    self._close_stream(stream)
-
-    def _close_stream(self, stream: OutputStream) -> None:
-        """Unregister, then close (under the lock, so the fd number cannot be reused between)."""
-        self._streams.pop(stream.fd, None)
-        self._unregister(stream.fd)
-        stream.close()
-
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
         self.reactor.register(fd, handler)
@@ -1005,14 +879,14 @@ class Owner(WorkerRequests, HelperLoss):
         return None
 
     def _on_output(self, fd: int) -> None:
-        stream = self._streams.get(fd)
+        stream = self.workers.streams.get(fd)
         if stream is None:
             return
         stream.drain()
         if stream.eof:
             with self._lock:
-                if self._streams.get(fd) is stream:
-                    self._close_stream(stream)
+                if self.workers.streams.get(fd) is stream:
+                    self.workers.close_stream(stream)
 
     def _on_fork_server(self, fd: int) -> None:
         message = self.fork_server.read_message()
@@ -1024,11 +898,9 @@ class Owner(WorkerRequests, HelperLoss):
         tag = message[0]
         with self._lock:
             if tag == protocol.SPAWNED:
-                worker = self._workers_by_req.get(message[1])
+                worker = self.workers.spawned(message[1], message[2])
                 if worker is not None:
                     self._on_spawned(worker, message[2])
-                else:  # asked for outside the lock, not adopted yet
-                    self._early_spawned[message[1]] = message[2]
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
             elif tag == protocol.NODE_STOPPING:
@@ -1037,7 +909,7 @@ class Owner(WorkerRequests, HelperLoss):
                 pass
 
     def _on_worker_data(self, fd: int) -> None:
-        worker = self._workers_by_fd.get(fd)
+        worker = self.workers.by_fd.get(fd)
         if worker is None:
             self._unregister(fd)
             return
@@ -1051,7 +923,7 @@ class Owner(WorkerRequests, HelperLoss):
             for frame in frames:
                 self._handle_worker_message(worker, loads(frame))
 
-    def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
+    def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
         tag = message[0]
         if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
             self._release_read_pins(worker)
@@ -1102,7 +974,7 @@ class Owner(WorkerRequests, HelperLoss):
         elif tag == protocol.CALL:
             self._on_worker_call(worker, message[1], message[2], message[3])
 
-    def _on_result(self, worker: _WorkerSlot, task_id: bytes, results: list,
+    def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool) -> None:
         # Lines the task printed were written before its result: print them first.
         worker.out.drain()
@@ -1134,13 +1006,13 @@ class Owner(WorkerRequests, HelperLoss):
             if inner:
                 self.objects.contain(task_id + index.to_bytes(4, "big"), inner)
 
-    def _after_worker_progress(self, worker: _WorkerSlot) -> None:
+    def _after_worker_progress(self, worker: WorkerSlot) -> None:
         slot = worker.lease
         if slot is None:
             return
         if worker.spent and not worker.inflight:
             self._release_lease(slot, worker_reusable=False)
-            self._retire(worker)
+            self.workers.retire(worker)
             self._dispatch_all()
             return
         key = slot.key
@@ -1157,7 +1029,7 @@ class Owner(WorkerRequests, HelperLoss):
     # ------------------------------------------------------------------ status
     def worker_pids(self) -> list[int]:
         with self._lock:
-            return sorted(self._workers_by_pid)
+            return sorted(self.workers.by_pid)
 
     def statistics(self) -> dict:
         with self._lock:
@@ -1166,8 +1038,8 @@ class Owner(WorkerRequests, HelperLoss):
                 "tasks_pending": len(self._tasks),
                 "queued": sum(len(q) for q in self._queues.values()),
                 "infeasible": sum(len(v) for v in self._infeasible.values()),
-                "workers": self._live_workers,
-                "idle_workers": len(self._idle_workers),
+                "workers": self.workers.live,
+                "idle_workers": len(self.workers.idle),
                 "leases": len(self.leases),
                 "fork_server_restarts": self.helper_restarts,
                 "store": self.store.statistics(),
@@ -1176,7 +1048,7 @@ class Owner(WorkerRequests, HelperLoss):
 
     def __repr__(self) -> str:
         return (f"<Owner objects={len(self.objects)} tasks={len(self._tasks)} "
-                f"workers={self._live_workers}>")
+                f"workers={self.workers.live}>")
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self, grace: float = 1.0) -> None:
@@ -1185,7 +1057,7 @@ class Owner(WorkerRequests, HelperLoss):
             self._closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
                 self.actors.link.close()
-            workers = list(self._workers_by_req.values())
+            workers = list(self.workers.by_req.values())
             for worker in workers:
                 if worker.dead:
                     continue
@@ -1194,7 +1066,7 @@ class Owner(WorkerRequests, HelperLoss):
                 if busy and worker.pid is not None:
                     self.fork_server.kill(worker.pid, signal.SIGKILL)
                 else:
-                    self._retire(worker)
+                    self.workers.retire(worker)
             self.fork_server.request_shutdown(grace)
         self.fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
@@ -1211,7 +1083,7 @@ class Owner(WorkerRequests, HelperLoss):
                     conn.close()
                 except OSError:
                     pass
-        self._streams.clear()
+        self.workers.streams.clear()
         with self._lock:
             self.leases.release_all()
             self.objects.clear()

@@ -170,7 +170,7 @@ class HelperLoss:
         server killed them) and no EXITED report will come: handle each as exited. Returns
         (tasks retried, tasks failed, actors affected)."""
         retried = failed = actors = 0
-        for worker in list(self._workers_by_req.values()):
+        for worker in list(self.workers.by_req.values()):
             if worker.exited:
                 continue
             if worker.actor is not None:

@@ -79,7 +79,7 @@ class WorkerRequests:
     def _block(self, worker) -> None:
         worker.blocked += 1
         if worker.blocked == 1:
-            self._blocked_workers += 1
+            self.workers.blocked += 1
             self.leases.window.note_release()  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
@@ -94,7 +94,7 @@ class WorkerRequests:
     def _unblock(self, worker) -> None:
         worker.blocked -= 1
         if worker.blocked == 0:
-            self._blocked_workers -= 1
+            self.workers.blocked -= 1
         slot = worker.lease
         if worker.blocked == 0 and slot is not None and slot.cpu_released:
             self._ledger_later(self.ledger.adjust, slot.lease.lease_id,
