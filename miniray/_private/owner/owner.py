@@ -1,17 +1,18 @@
-"""The owner: object table, task queues, worker leases and the I/O thread.
+"""The owner: object table, task queues, dispatch and the I/O thread.
 
 Owns: every object and task of the session (embedded mode: the driver owns them all, nested
-tasks included), the leases of workers, dispatching tasks to leased workers, receiving results,
-worker output forwarding, retries, cancellation and worker death. Does not own: resource
-decisions (``resources.py`` through ``ledger.py``), process creation (``forkserver.py``),
-validation (``options.py``), or the public API's argument checks.
+tasks included), dispatching tasks to leased workers, receiving results, retries, cancellation
+and worker death, and the work decided under its lock that runs after it (``defer``). Does not
+own: the leases (``leases.py``), the worker pool (``workers.py``), the scheduling rules
+(``core/scheduling.py``), resource decisions (``resources.py`` through ``ledger.py``), process
+creation (the fork server), validation (``options.py``), or the public API's argument checks.
 Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
 
 ::
 
     submit(spec) ──► deps ready? ──► queue[key] ──► lease with room? ──► TASK ──► worker
-                        │ no                          │ no: ledger.acquire + idle/spawned worker
-                        ▼                             ▼ none: wait for a release
+                        │ no                          │ no: decide how many leases (locked),
+                        ▼                             ▼ then ledger + worker after the lock
                    waits on entries            infeasible? one stderr line, stays pending
 
     I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
@@ -19,9 +20,11 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
                         fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
                                           EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
+                        after each turn ─► deferred work (ledger, fork requests)
 
-All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
-lock, so ``__del__`` can never deadlock); the events are applied under the lock in batches.
+All state is guarded by one lock, and no file lock, fork request or blocking write runs while
+it is held (``defer``). ObjectRef creation and deletion only append to a deque (no lock, so
+``__del__`` can never deadlock); the events are applied under the lock in batches.
 """
 
 from __future__ import annotations
