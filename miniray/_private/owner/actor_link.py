@@ -194,7 +194,7 @@ class ActorLink:
         if count > 1:
             self._forwarding[object_id] = count - 1
         if count:
-            self.owner.unpin_ids([object_id])
+            self.owner.requests.unpin_ids([object_id])
             self.owner.objects.release([object_id])
 
     def cancel(self, task_id: bytes, force: bool) -> None:

@@ -157,7 +157,7 @@ class ActorManager:
         try:
             actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            owner.unpin_ids(object_id for object_id, _k, _p in exported)
+            owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self.proxy(actor_id, state, spec)
         if actor_id == spec.actor_id:
             for object_id in later:
@@ -345,7 +345,7 @@ class ActorManager:
         actor.state = A_ALIVE
         dep_values = None
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
-            dep_values = owner.dep_payloads(spec.deps, pin=False)
+            dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
                spec.handle_state)
@@ -447,7 +447,7 @@ class ActorManager:
                 continue
             dep_values = spec.payloads
             if spec.deps:
-                dep_values = owner.dep_payloads(spec.deps, pin=True,
+                dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
                                                 worker=None if remote else actor.worker)
             actor.inflight[spec.task_id] = call
             call.sent = True
@@ -505,10 +505,10 @@ class ActorManager:
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
-            self.owner.unpin_deps(spec.deps)
+            self.owner.requests.unpin_deps(spec.deps)
         if call.exported:
             exported, call.exported = call.exported, []
-            self.owner.unpin_ids(object_id for object_id, _k, _p in exported)
+            self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
         objects = self.owner.objects
         if spec.deps:

@@ -54,7 +54,7 @@ from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import PENDING, ObjectTable
 from miniray._private.owner.owner_helper_loss import HelperLoss
-from miniray._private.owner.owner_requests import WorkerRequests
+from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
@@ -128,10 +128,11 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(WorkerRequests, HelperLoss):
-    """Objects, tasks and leased workers of one session (the leases live in ``leases.py``;
-    workers' own requests and the fork server's or node's death in ``owner_requests.py`` and
-    ``owner_helper_loss.py``)."""
+class Owner(HelperLoss):
+    """Objects, tasks and leased workers of one session. Its parts are given what they need
+    at construction: the leases (``leases.py``), the worker pool (``workers.py``), workers'
+    own requests (``requests.py``); the fork server's or node's death is a mixin
+    (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
@@ -154,11 +155,7 @@ class Owner(WorkerRequests, HelperLoss):
         self._locked = _Locked(self)
         # Reading objects needs only an open session: what is stored stays readable after
         # the fork server or the node is lost for good (self.fatal).
-        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io,
-                                   self._on_object_freed)
-        # Workers that were handed a segment (they may keep it mapped across tasks): told
-        # to drop the mapping when the object is freed, so its memory really goes back.
-        self._mapped_by: dict[bytes, list] = {}
+        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io, None)
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
@@ -180,8 +177,8 @@ class Owner(WorkerRequests, HelperLoss):
         # thread after its next turn (``_run_deferred``).
         self._deferred: collections.deque = collections.deque()
         # One thread runs them at a time, in order (a lease's CPU goes back before a task
-        # asks for it); re-entrant, as taking leases may first run the releases it caused.
-        self._deferred_runner = threading.RLock()
+        # asks for it).
+        self._deferred_runner = threading.Lock()
         self._deferred_thread: int | None = None  # the thread running it now
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
         self._acquiring_total = 0
@@ -199,6 +196,14 @@ class Owner(WorkerRequests, HelperLoss):
             host_gpu_timeout=config.host_gpu_timeout_s(),
             make_room=lambda: self._release_idle_leases(force=True),
             on_unschedulable=self._fail_unschedulable, call_later=self.reactor.call_later)
+        # Workers' own requests: get, wait, calls, and the segments they map.
+        self.requests = WorkerRequests(
+            objects=self.objects, store=store, reactor=self.reactor, workers=self.workers,
+            leases=self.leases, ledger=ledger, actors=self.actors, lock=self._lock,
+            send=self.send, defer=self.defer, ledger_later=self._ledger_later,
+            dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
+            release_idle_leases=self._release_idle_leases, hello_info=hello_info)
+        self.objects.on_free = self.requests.object_freed
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
 
@@ -474,10 +479,13 @@ class Owner(WorkerRequests, HelperLoss):
             slot.idle_since = time.monotonic()
 
     def make_room(self) -> bool:
-        """*Not locked.* Return idle leases so a new one may fit."""
+        """*Not locked.* Return idle leases so a new one may fit (given back before this
+        returns, without the lock)."""
+        returned: list = []
         with self._lock:
-            released = self._release_idle_leases(force=True)
-        self._run_deferred(nested=True)  # the releases themselves
+            released = self._release_idle_leases(force=True, returned=returned)
+        for slot in returned:
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
         return released
 
     def defer(self, action) -> None:
@@ -486,20 +494,19 @@ class Owner(WorkerRequests, HelperLoss):
         if not self.reactor.in_io_thread():
             self.reactor.wake()  # in case this thread's caller does not run it
 
-    def _run_deferred(self, nested: bool = False) -> None:
+    def _run_deferred(self) -> None:
         """*Not locked.* Run the work decided under the lock, in order. If another thread is
         running it, that one also runs what was just added (it loops until none is left);
-        so does this thread's own loop, when called from deferred work, unless ``nested``
-        (what this work needs done before it goes on, e.g. the releases of ``make_room``)."""
+        so does this thread's own loop, when this is called from deferred work."""
         deferred = self._deferred
         if not deferred:
             return
         me = threading.get_ident()
-        if self._deferred_thread == me and not nested:
+        if self._deferred_thread == me:
             return
         if not self._deferred_runner.acquire(blocking=False):
             return
-        outer, self._deferred_thread = self._deferred_thread, me
+        self._deferred_thread = me
         try:
             while deferred:
                 try:
@@ -511,10 +518,10 @@ class Owner(WorkerRequests, HelperLoss):
                 except Exception:
                     logger.exception("miniray bug: error in deferred owner work")
         finally:
-            self._deferred_thread = outer
+            self._deferred_thread = None
             self._deferred_runner.release()
-        if deferred and outer is None:  # added after the loop looked, while another thread
-            self._run_deferred()         # found it busy
+        if deferred:  # added after the loop looked, while another thread found it busy
+            self._run_deferred()
 
     def _ledger_later(self, method, *args) -> None:
         """*Locked.* A ledger transaction (its file lock) after the owner's lock is released.
@@ -583,10 +590,15 @@ class Owner(WorkerRequests, HelperLoss):
             self.reactor.call_later(self.leases.RETRY_S, retry)
 
     def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
-                       now: bool = False) -> None:
+                       now: bool = False, returned: list | None = None) -> None:
+        """*Locked.* Take a lease off the book; the ledgers get it back at once (``now``), by
+        the caller after the lock (appended to ``returned``), or as deferred work."""
         self.leases.remove(slot)
         if now:
             self.leases.release(slot.lease.lease_id, slot.host_lease)
+        elif returned is not None:
+            self.leases.window.note_release()
+            returned.append(slot)
         else:
             self.release_lease_later(slot.lease.lease_id, slot.host_lease)
         worker = slot.worker
@@ -594,19 +606,24 @@ class Owner(WorkerRequests, HelperLoss):
         if worker_reusable and not worker.dead:
             self.workers.keep_idle(worker)
 
-    def _release_idle_leases(self, force: bool = False) -> bool:
+    def _release_idle_leases(self, force: bool = False, returned: list | None = None) -> bool:
         """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
         released = False
         for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
-            self._release_lease(slot)
+            self._release_lease(slot, returned=returned)
             released = True
         if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
             self.workers.retire(self.workers.idle.pop(0))
         return released
 
     def flush_idle_leases(self) -> None:
+        """Every idle lease goes back to the ledgers before this returns (the caller reads
+        ``available_resources()`` next)."""
+        returned: list = []
         with self._lock:
-            self._release_idle_leases(force=True)
+            self._release_idle_leases(force=True, returned=returned)
+        for slot in returned:
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
         self._run_deferred()
 
     def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
@@ -621,7 +638,8 @@ class Owner(WorkerRequests, HelperLoss):
                 self.send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
-                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned, worker=worker)
+                dep_values = self.requests.dep_payloads(spec.deps, pin=not task.pinned,
+                                                        worker=worker)
                 task.pinned = True
             ctx = (
                 _float_request(spec.request),
@@ -666,7 +684,7 @@ class Owner(WorkerRequests, HelperLoss):
             objects.set_ready(object_id, kind, data)
         if spec.deps:
             if task.pinned:
-                self.unpin_deps(spec.deps)
+                self.requests.unpin_deps(spec.deps)
                 task.pinned = False
             objects.release([object_id for _position, object_id in spec.deps])
         if spec.contained:
@@ -685,7 +703,7 @@ class Owner(WorkerRequests, HelperLoss):
         self._run_deferred()
 
     def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
-        """A driver's ``cancel()`` and a worker's (owner_requests.py), with the lock held."""
+        """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
         from miniray.exceptions import TaskCancelledError
 
         if self.actors.cancel(object_id[:24], force):
@@ -779,7 +797,7 @@ class Owner(WorkerRequests, HelperLoss):
         if pid is not None:
             self.workers.by_pid.pop(pid, None)
         self.workers.live -= 1
-        self._release_read_pins(worker)
+        self.requests.release_read_pins(worker)
         borrowed, worker.borrowed = worker.borrowed, set()
         for object_id in borrowed:  # its refs died with it
             self.objects.unborrow(object_id)
@@ -862,9 +880,7 @@ class Owner(WorkerRequests, HelperLoss):
         if self.leases and not self._closed:
             if self._release_idle_leases():
                 self._dispatch_all()
-        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
-            live = self.objects.entries  # drop records of objects freed without a reader
-            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
+        self.requests.prune_mapped()
         if self.objects.ref_events:
             self.objects.apply_ref_events()
         if self.actors.handle_events:
@@ -929,7 +945,7 @@ class Owner(WorkerRequests, HelperLoss):
     def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
         tag = message[0]
         if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
-            self._release_read_pins(worker)
+            self.requests.release_read_pins(worker)
         if tag == protocol.RESULT:
             if worker.actor is not None:
                 worker.out.drain()
@@ -969,13 +985,13 @@ class Owner(WorkerRequests, HelperLoss):
             if len(message) > 4 and message[4]:
                 self.objects.contain(message[1], message[4])
         elif tag == protocol.BORROW:
-            self._on_borrow(worker, message[1], message[2], message[3])
+            self.requests.on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.GET:
-            self._on_worker_get(worker, message[1], message[2], message[3])
+            self.requests.on_get(worker, message[1], message[2], message[3])
         elif tag == protocol.WAIT:
-            self._on_worker_wait(worker, message[1], message[2], message[3], message[4])
+            self.requests.on_wait(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.CALL:
-            self._on_worker_call(worker, message[1], message[2], message[3])
+            self.requests.on_call(worker, message[1], message[2], message[3])
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool) -> None:
