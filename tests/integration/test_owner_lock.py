@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
+import miniray
 from miniray._private import runtime
 
 
@@ -94,3 +95,22 @@ def test_actor_placement_takes_its_lease_and_worker_outside_the_owner_lock(ray):
     assert all(calls.values()), calls
     held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
     assert not any(held.values()), f"called with the owner's lock held: {held}"
+
+
+def test_available_resources_sees_leases_released_just_before(ray_start):
+    """Leases given back after the lock (an idle lease past its 5 ms linger, released by the
+    I/O thread) are back in the ledger when ``available_resources()`` answers, as when they
+    were released under the lock (compared with Ray 2.60: a finished task's resources show
+    as available)."""
+    ray_start(num_cpus=2, num_gpus=2)
+    ray = miniray
+
+    @ray.remote(num_gpus=1)
+    def gpu_task():
+        return "done"
+
+    for attempt in range(20):
+        assert ray.get(gpu_task.remote(), timeout=60) == "done"
+        available = ray.available_resources()
+        assert available.get("GPU") == 2.0, (attempt, available)
+        time.sleep(0.004)  # around the linger: the I/O thread releases it meanwhile

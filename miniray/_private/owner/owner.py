@@ -494,17 +494,18 @@ class Owner(HelperLoss):
         if not self.reactor.in_io_thread():
             self.reactor.wake()  # in case this thread's caller does not run it
 
-    def _run_deferred(self) -> None:
+    def _run_deferred(self, wait: bool = False) -> None:
         """*Not locked.* Run the work decided under the lock, in order. If another thread is
         running it, that one also runs what was just added (it loops until none is left);
-        so does this thread's own loop, when this is called from deferred work."""
+        so does this thread's own loop, when this is called from deferred work. ``wait``:
+        return only once what was deferred so far has run, by whichever thread."""
         deferred = self._deferred
-        if not deferred:
+        if not deferred and not wait:
             return
         me = threading.get_ident()
         if self._deferred_thread == me:
             return
-        if not self._deferred_runner.acquire(blocking=False):
+        if not self._deferred_runner.acquire(blocking=wait):
             return
         self._deferred_thread = me
         try:
@@ -624,7 +625,9 @@ class Owner(HelperLoss):
             self._release_idle_leases(force=True, returned=returned)
         for slot in returned:
             self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
-        self._run_deferred()
+        # Leases released just before (e.g. past their linger, by the I/O thread) may still
+        # be on their way back: wait for them.
+        self._run_deferred(wait=True)
 
     def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
         worker = slot.worker
