@@ -238,7 +238,7 @@ class Runtime:
         except BaseException:
             client.close()
             raise
-        with self.owner._lock:  # timers run on the I/O thread, with the owner's lock
+        with self.owner.locked():  # timers run on the I/O thread, with the owner's lock
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int,
@@ -364,27 +364,27 @@ class Runtime:
     # -- actors ------------------------------------------------------------------------
     def create_actor(self, spec) -> bytes:
         owner = self.owner
-        with owner._lock:
-            owner._check_usable()
+        with owner.locked():
+            owner.check_usable()
             if not owner.actors.is_node_actor(spec):
                 return owner.actors.create(spec)
             return owner.actors.create_in_service(spec)
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
-        with self.owner._lock:
-            self.owner._check_usable()
+        with self.owner.locked():
+            self.owner.check_usable()
             self.owner.actors.submit(actor_id, call)
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        with self.owner._lock:
+        with self.owner.locked():
             self.owner.actors.kill(actor_id, no_restart)
 
     def get_actor(self, name: str, namespace: str | None):
-        with self.owner._lock:
+        with self.owner.locked():
             return self.owner.actors.lookup(name, namespace or self.namespace)
 
     def list_named_actors(self, all_namespaces: bool) -> list:
-        with self.owner._lock:
+        with self.owner.locked():
             return self.owner.actors.named(self.namespace, all_namespaces)
 
     def actor_handle_event(self, actor_id: bytes, delta: int) -> None:

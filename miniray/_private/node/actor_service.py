@@ -178,7 +178,7 @@ class ActorService:
     def _on_accept(self, _fd: int) -> None:
         for sock, _pid in accept_same_uid(self.listener, logger):
             conn = FramedSocket(sock)
-            with self.owner._lock:
+            with self.owner.locked():
                 self._conns[conn.fd] = (conn, None, "")
                 self.owner.reactor.register(conn.fd, self._on_readable)
 
@@ -188,7 +188,7 @@ class ActorService:
             return
         conn = item[0]
         frames, closed = conn.recv_ready()
-        with self.owner._lock:
+        with self.owner.locked():
             for frame in frames:
                 conn, client, role = self._conns.get(fd, (conn, None, ""))
                 try:
@@ -286,7 +286,7 @@ class ActorService:
         on this node) is printed by the driver, where Ray prints it."""
         owner = self.owner
         if spec.fn_bytes is not None:
-            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            owner.export_function(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
         imported = self._import(exported or ())
         try:
@@ -330,7 +330,7 @@ class ActorService:
         objects = self.owner.objects
         for object_id in imported:
             entry = objects.get(object_id)
-            if entry is not None and entry.pins <= 0:
+            if entry is not None and entry.holders <= 0:
                 if entry.state == PENDING:
                     objects.forget_pending(object_id)
                 else:
@@ -352,7 +352,7 @@ class ActorService:
             self._settle(imported)
         elif tag == protocol.SVC_OBJECT:  # an argument of an actor created earlier is ready
             self._import([message[1:4]])
-            self._send(client, (protocol.SVC_IMPORTED, message[1]))
+            self.send(client, (protocol.SVC_IMPORTED, message[1]))
         elif tag == protocol.SVC_CANCEL:
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2])
@@ -379,7 +379,7 @@ class ActorService:
 
         def route(target: str, text: str) -> bool:
             client = self._clients.get(self._creators.get(actor_id, ""))
-            return client is not None and self._send(client, (protocol.SVC_OUTPUT, target, text))
+            return client is not None and self.send(client, (protocol.SVC_OUTPUT, target, text))
 
         return route
 
@@ -412,14 +412,14 @@ class ActorService:
                 object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
-        if not self._send(client, (protocol.SVC_RESULT, task_id, out, nested)):
+        if not self.send(client, (protocol.SVC_RESULT, task_id, out, nested)):
             for _kind, data in out:
                 self._discard(data)
             for _index, items in nested:
                 for _id, _kind, payload in items:
                     self._discard(payload)
 
-    def _send(self, client: _Client, message: tuple) -> bool:
+    def send(self, client: _Client, message: tuple) -> bool:
         """Queue a message on the client's calls socket; False if it is gone (its socket's
         EOF, read by the I/O thread, then drops it). I/O thread only."""
         conn = client.conns.get("calls")
@@ -432,7 +432,7 @@ class ActorService:
         return True
 
     def _on_writable(self, fd: int) -> None:
-        with self.owner._lock:
+        with self.owner.locked():
             item = self._conns.get(fd)
             self.owner.reactor.flush(fd, item[0] if item is not None else None)
 
@@ -464,7 +464,7 @@ class ActorService:
     # -- teardown ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop accepting and close every driver's sockets (their proxies fail from now on)."""
-        with self.owner._lock:
+        with self.owner.locked():
             self.owner.reactor.unregister(self.listener.fileno())
             self.listener.close()
             for fd in list(self._conns):

@@ -173,7 +173,7 @@ class ActorLink:
             self.owner.actors.on_remote_result(
                 spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
             return
-        self._send((protocol.SVC_CALL, actor_id, spec, exported))
+        self.send((protocol.SVC_CALL, actor_id, spec, exported))
 
     def forward_when_ready(self, object_id: bytes) -> None:
         """*Locked.* Send this object to the service once it is ready (an argument of an
@@ -186,7 +186,7 @@ class ActorLink:
             entry.add_waiter(_Forward(self))
 
     def _forward(self, object_id: bytes) -> None:
-        self._send((protocol.SVC_OBJECT,) + tuple(self.owner.actors.export([object_id])[0]))
+        self.send((protocol.SVC_OBJECT,) + tuple(self.owner.actors.export([object_id])[0]))
 
     def _forwarded(self, object_id: bytes) -> None:
         """The service has it (or is gone): let it go here."""
@@ -194,18 +194,18 @@ class ActorLink:
         if count > 1:
             self._forwarding[object_id] = count - 1
         if count:
-            self.owner.unpin_ids([object_id])
+            self.owner.requests.unpin_ids([object_id])
             self.owner.objects.release([object_id])
 
     def cancel(self, task_id: bytes, force: bool) -> None:
-        self._send((protocol.SVC_CANCEL, task_id, force))
+        self.send((protocol.SVC_CANCEL, task_id, force))
 
     def hold(self, actor_id: bytes, held: bool) -> None:
         """This driver holds a handle to the actor (or no longer does): the service ends a
         non-detached actor when no driver holds it."""
-        self._send((protocol.SVC_HOLD if held else protocol.SVC_RELEASE, actor_id))
+        self.send((protocol.SVC_HOLD if held else protocol.SVC_RELEASE, actor_id))
 
-    def _send(self, message: tuple) -> None:
+    def send(self, message: tuple) -> None:
         calls = self._calls
         if calls is None:
             return
@@ -215,7 +215,7 @@ class ActorLink:
             self._gone(f"the node's actor service is gone ({error})")
 
     def _on_writable(self, fd: int) -> None:
-        with self.owner._lock:
+        with self.owner.locked():
             calls = self._calls
             self.owner.reactor.flush(fd, calls if calls is not None and calls.fd == fd else None)
 
@@ -224,7 +224,7 @@ class ActorLink:
         if calls is None or calls.fd != fd:
             return
         frames, closed = calls.recv_ready()
-        with self.owner._lock:
+        with self.owner.locked():
             for frame in frames:
                 message = pickle.loads(frame)
                 if message[0] == protocol.SVC_RESULT:

@@ -33,7 +33,7 @@ import logging
 import signal
 import sys
 
-from miniray._private.core import ids, protocol, serialization
+from miniray._private.core import ids, protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -60,7 +60,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "pinned")
+                 "pid", "init_failed", "remote", "holds")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -81,7 +81,7 @@ class _Actor:
         self.pid: int | None = None
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
-        self.pinned: list[bytes] = []  # constructor arguments, kept for restarts until death
+        self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -125,7 +125,8 @@ class ActorManager:
         self.actors: dict[bytes, _Actor] = {}
         self.names: dict[tuple[str, str], bytes] = {}
         self.calls: dict[bytes, _Call] = {}
-        self.pending: list[_Actor] = []
+        self.pending: list[_Actor] = []  # waiting for a lease and a worker, in order
+        self._placer_scheduled = False
         self.handle_events: collections.deque = collections.deque()
         self._reported: set = set()
         # Joined to a node: named and detached actors live in the node's actor service, and
@@ -148,7 +149,7 @@ class ActorManager:
         them there, as any actor waits for its arguments)."""
         owner = self.owner
         if spec.fn_bytes is None:
-            spec.fn_bytes = owner._functions[spec.fn_id]
+            spec.fn_bytes = owner.function_bytes(spec.fn_id)
         objects = owner.objects
         needed = self.nested_ids(spec)
         later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
@@ -156,7 +157,7 @@ class ActorManager:
         try:
             actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            owner.unpin_ids(object_id for object_id, _k, _p in exported)
+            owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self.proxy(actor_id, state, spec)
         if actor_id == spec.actor_id:
             for object_id in later:
@@ -205,7 +206,7 @@ class ActorManager:
 
         owner = self.owner
         if spec.fn_bytes is not None:
-            owner._functions.setdefault(spec.fn_id, spec.fn_bytes)
+            owner.export_function(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
         if spec.name:
             key = (spec.namespace, spec.name)
@@ -228,8 +229,8 @@ class ActorManager:
             if entry is None:
                 self._die(actor, serialization.dumps(objects.lost(object_id)), init=True)
                 return spec.actor_id
-            entry.pins += 1
-            actor.pinned.append(object_id)
+            entry.holders += 1
+            actor.holds.append(object_id)
             if entry.state == PENDING:
                 actor.waiting += 1
                 entry.add_waiter(_CreationDep(self, actor))
@@ -259,59 +260,103 @@ class ActorManager:
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
 
-    def _place(self, actor: _Actor) -> bool:
+    def _place(self, actor: _Actor) -> None:
+        """*Locked.* Queue ``actor`` for placement; the placer takes its lease and starts its
+        worker once the lock is released (``_run_placer``)."""
+        if actor not in self.pending:
+            self.pending.append(actor)
+        self._schedule_placer()
+
+    def _schedule_placer(self) -> None:
+        if not self._placer_scheduled:
+            self._placer_scheduled = True
+            self.owner.defer(self._run_placer)
+
+    def _run_placer(self) -> None:
+        """*Not locked.* Place pending actors in order (first come, first placed): for each,
+        a lease from the ledgers and a worker from the fork server, taken without the lock;
+        then, under it, re-checked (killed meanwhile? fork server replaced?) and started."""
         owner = self.owner
-        if not owner._may_dispatch():  # a new fork server is being started: wait for it
-            if actor not in self.pending:
-                self.pending.append(actor)
-            return False
+        with owner.locked():
+            self._placer_scheduled = False
+        while True:
+            with owner.locked():
+                while self.pending and self.pending[0].state == A_DEAD:
+                    self.pending.pop(0)
+                # A new fork server is being started (or none is left): wait for it.
+                if not self.pending or not owner.may_dispatch():
+                    return
+                actor = self.pending[0]
+                spec = actor.spec
+                fork_server = owner.fork_server
+            tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
+            try:
+                lease, host_lease = owner.leases.acquire(
+                    spec.placement, tag, ("actor", spec.actor_id), make_room=owner.make_room)
+            except (OSError, ValueError) as error:  # a ledger that cannot hold it, or is gone
+                with owner.locked():
+                    if actor.state != A_DEAD:
+                        self._die(actor, serialization.dumps(error))
+                continue
+            if lease is None:
+                with owner.locked():
+                    self._report_infeasible(spec)
+                return
+            shrink = {name: spec.held.get(name, 0) - amount
+                      for name, amount in spec.placement.items()
+                      if name not in ("GPU",) and spec.held.get(name, 0) != amount}
+            if shrink:
+                owner.ledger.adjust(lease.lease_id, shrink)
+            parts = owner.start_worker(fork_server)
+            with owner.locked():
+                usable = owner.may_dispatch() and fork_server is owner.fork_server
+                if actor.state == A_DEAD or not usable:  # killed, or its request was lost
+                    owner.discard_start(parts)
+                    owner.release_lease_later(lease.lease_id, host_lease)
+                    if actor.state == A_DEAD:
+                        continue
+                    return
+                self.pending.remove(actor)
+                self._start(actor, lease, host_lease, owner.adopt_worker(parts))
+
+    def _report_infeasible(self, spec) -> None:
+        """*Locked.* One stderr line per resource shape that this node can never hold."""
+        owner = self.owner
+        reasons = infeasible_reasons(owner.node_state, spec.placement)
+        key = tuple(sorted(spec.placement.items()))
+        if reasons and key not in self._reported:
+            self._reported.add(key)
+            print(f"{format_infeasible(spec.placement, reasons)} "
+                  f"(actor {spec.class_name})", file=sys.stderr, flush=True)
+
+    def _start(self, actor: _Actor, lease, host_lease, worker) -> None:
+        """*Locked.* The actor has its lease and worker: send its constructor, then calls."""
+        owner = self.owner
         spec = actor.spec
-        tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
-        key = ("actor", spec.actor_id)
-        lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
-        if lease is None and owner._release_idle_leases(force=True):
-            lease, host_lease = owner.acquire_lease(spec.placement, tag, key)
-        if lease is None:
-            reasons = infeasible_reasons(owner.node_state, spec.placement)
-            key = tuple(sorted(spec.placement.items()))
-            if reasons and key not in self._reported:
-                self._reported.add(key)
-                print(f"{format_infeasible(spec.placement, reasons)} "
-                      f"(actor {spec.class_name})", file=sys.stderr, flush=True)
-            if actor not in self.pending:
-                self.pending.append(actor)
-            return False
-        shrink = {name: spec.held.get(name, 0) - amount
-                  for name, amount in spec.placement.items()
-                  if name not in ("GPU",) and spec.held.get(name, 0) != amount}
-        if shrink:
-            owner.ledger.adjust(lease.lease_id, shrink)
         actor.lease = lease
         actor.host_lease = host_lease
-        gpu_ids = owner.ledger.instance_ids_of(lease, "GPU") if spec.held.get("GPU") else None
-        worker = owner._spawn_worker()
+        gpu_ids = owner.leases.gpu_ids(lease) if spec.held.get("GPU") else None
         worker.actor = actor
         if self.route_output is not None:
             worker.out.route = worker.err.route = self.route_output(actor)
-        owner._actor_workers += 1
+        owner.count_actor_worker(1)
         actor.worker = worker
         actor.pid = None
         actor.state = A_ALIVE
         dep_values = None
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
-            dep_values = owner.dep_payloads(spec.deps, pin=False)
+            dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
                spec.handle_state)
         try:
             worker.funcs.add(spec.fn_id)
-            owner._send(worker, (protocol.FUNC, spec.fn_id, owner._functions[spec.fn_id]))
-            owner._send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
+            owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
+            owner.send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
                                  spec.class_name, spec.args_blob, dep_values, ctx))
         except OSError:
             pass
         self._pump(actor)
-        return True
 
     def fail_placement(self, actor_id: bytes, error: BaseException) -> None:
         actor = self.actors.get(actor_id)
@@ -319,14 +364,9 @@ class ActorManager:
             self._die(actor, serialization.dumps(error))
 
     def place_pending(self) -> None:
-        for actor in list(self.pending):
-            if actor.state == A_DEAD:
-                self.pending.remove(actor)
-                continue
-            if self._place(actor):
-                self.pending.remove(actor)
-            else:
-                break  # first come, first placed
+        """*Locked.* Try the pending actors again (room may have appeared)."""
+        if self.pending:
+            self._schedule_placer()
 
     # -- calls ---------------------------------------------------------------------------
     def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
@@ -369,7 +409,7 @@ class ActorManager:
             if entry is None:
                 call.failed = serialization.dumps(objects.lost(object_id))
                 break
-            entry.pins += 1
+            entry.holders += 1
             if entry.state == PENDING:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
@@ -407,7 +447,7 @@ class ActorManager:
                 continue
             dep_values = spec.payloads
             if spec.deps:
-                dep_values = owner.dep_payloads(spec.deps, pin=True,
+                dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
                                                 worker=None if remote else actor.worker)
             actor.inflight[spec.task_id] = call
             call.sent = True
@@ -419,7 +459,7 @@ class ActorManager:
                     call.exported)
                 continue
             try:
-                owner._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                owner.send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
                                            spec.args_blob, dep_values, spec.return_ids,
                                            spec.num_returns, spec.call_name))
             except OSError:
@@ -449,7 +489,7 @@ class ActorManager:
         for _index, items in nested or ():  # held by a result nobody kept: they go now
             for object_id, _kind, _payload in items:
                 entry = objects.get(object_id)
-                if entry is not None and entry.pins <= 0:
+                if entry is not None and entry.holders <= 0:
                     objects.maybe_free(object_id, entry)
 
     def on_link_lost(self, error: bytes) -> None:
@@ -465,14 +505,14 @@ class ActorManager:
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
-            self.owner.unpin_deps(spec.deps)
+            self.owner.requests.unpin_deps(spec.deps)
         if call.exported:
             exported, call.exported = call.exported, []
-            self.owner.unpin_ids(object_id for object_id, _k, _p in exported)
+            self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
         objects = self.owner.objects
-        for _position, object_id in spec.deps or ():
-            objects.unpin(object_id)
+        if spec.deps:
+            objects.release([object_id for _position, object_id in spec.deps])
 
     def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
         if spec.reply is not None:
@@ -515,13 +555,13 @@ class ActorManager:
 
         owner = self.owner
         actor = worker.actor
-        owner._actor_workers -= 1
+        owner.count_actor_worker(-1)
         if actor is None or actor.worker is not worker:
             return
         actor.worker = None
         if actor.lease is not None:
-            owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
-            owner._releases += 1
+            # At once: the lease is back before the actor's death is visible to callers.
+            owner.leases.release(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
@@ -534,17 +574,16 @@ class ActorManager:
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
-        restart = (actor.restarts_left != 0 and not actor.exiting
-                   and not (actor.killed and actor.no_restart) and not owner._closed
-                   and not owner.fatal)
+        restart, restarts_left = scheduling.actor_should_restart(
+            actor.restarts_left, actor.exiting, actor.killed, actor.no_restart, owner.closed,
+            bool(owner.fatal))
         death = ActorDiedError.from_context(
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
             name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
             reason=reason)
         death_bytes = serialization.dumps(death)
         if restart:
-            if actor.restarts_left > 0:
-                actor.restarts_left -= 1
+            actor.restarts_left = restarts_left
             # As in Ray, a call sent to the process that died and not retried fails, but the
             # actor lives on: ActorUnavailableError, not ActorDiedError.
             why = ("it was killed by `ray.kill`" if actor.killed
@@ -554,9 +593,8 @@ class ActorManager:
                 f"The actor is restarting because {why}", actor.spec.actor_id.hex()))
             retry = []
             for call in actor.inflight.values():
-                if call.retries_left != 0:
-                    if call.retries_left > 0:
-                        call.retries_left -= 1
+                again, call.retries_left = scheduling.consume_retry(call.retries_left)
+                if again:
                     retry.append(call)
                 else:
                     self._finish(call, [(protocol.ERR, unavailable)]
@@ -574,9 +612,8 @@ class ActorManager:
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
         if actor.state != A_DEAD and actor.spec.contained:
             self.owner.objects.release(actor.spec.contained)
-        pinned, actor.pinned = actor.pinned, []
-        for object_id in pinned:  # no restart will need them
-            self.owner.objects.unpin(object_id)
+        holds, actor.holds = actor.holds, []
+        self.owner.objects.release(holds)  # no restart will need them
         actor.state = A_DEAD
         actor.death = death
         if actor in self.pending:
@@ -586,7 +623,7 @@ class ActorManager:
             del self.names[(spec.namespace, spec.name)]
         self._fail_all(actor)
         if actor.worker is None and actor.lease is not None:
-            self.owner.release_lease_ids(actor.lease.lease_id, actor.host_lease)
+            self.owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
 
     def fail_every_actor(self, reason: str) -> None:
@@ -670,7 +707,7 @@ class ActorManager:
         worker = actor.worker
         if worker is not None:
             try:
-                self.owner._send_control(worker, (protocol.CANCEL, task_id))
+                self.owner.send_control(worker, (protocol.CANCEL, task_id))
             except OSError:
                 pass
         return True

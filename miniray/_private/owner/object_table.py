@@ -31,7 +31,7 @@ PENDING, READY = 0, 1
 
 
 class Entry:
-    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "pins", "dropped", "borrows",
+    __slots__ = ("state", "kind", "waiters", "refs", "escaped", "holders", "dropped", "borrows",
                  "contains")
 
     def __init__(self):
@@ -40,8 +40,9 @@ class Entry:
         self.waiters: list | None = None
         self.refs = 0          # live ObjectRef objects in this process
         self.escaped = False   # a ref was pickled: someone else may read it (kept until shutdown)
-        self.pins = 0          # holders: pending calls taking it (as an argument, or a ref
-        #                        nested in one), stored objects that contain a ref to it
+        self.holders = 0       # pending calls taking it (as an argument, or a ref nested in
+        #                        one), stored objects that contain a ref to it (not the
+        #                        store's pins, which keep a value in shared memory for readers)
         self.dropped = False   # the last ref went away while it was still pending
         self.borrows = 0       # workers that hold a ref to it (they report it)
         self.contains: tuple = ()  # ids of refs pickled inside this object
@@ -167,7 +168,7 @@ class ObjectTable:
     def maybe_free(self, object_id: bytes, entry: Entry) -> None:
         """*Locked.* Free it if nothing can read it any more: no driver ref, no holder, no
         borrowing worker, and it was never pickled somewhere untracked."""
-        if entry.refs > 0 or entry.escaped or entry.pins > 0 or entry.borrows > 0:
+        if entry.refs > 0 or entry.escaped or entry.holders > 0 or entry.borrows > 0:
             return
         if entry.state == READY:
             self._free(object_id)
@@ -189,15 +190,15 @@ class ObjectTable:
         for object_id in object_ids:
             entry = self.entries.get(object_id)
             if entry is not None:
-                entry.pins += 1
+                entry.holders += 1
 
     def release(self, object_ids) -> None:
         self._sync()
         for object_id in object_ids:
             entry = self.entries.get(object_id)
             if entry is not None:
-                entry.pins -= 1
-                if entry.pins <= 0:
+                entry.holders -= 1
+                if entry.holders <= 0:
                     self.maybe_free(object_id, entry)
 
     def contain(self, outer: bytes, inner_ids) -> None:
@@ -229,7 +230,7 @@ class ObjectTable:
         come)."""
         entry = self.entries.get(object_id)
         if entry is not None and entry.state == PENDING and not entry.waiters and \
-                entry.pins <= 0:
+                entry.holders <= 0:
             del self.entries[object_id]
 
     def escape(self, object_id: bytes) -> None:
@@ -268,7 +269,7 @@ class ObjectTable:
             is_error = kind == protocol.ERR
             for waiter in waiters:
                 waiter.notify(is_error, object_id)
-        if (entry.dropped and entry.refs <= 0 and not entry.escaped and entry.pins <= 0
+        if (entry.dropped and entry.refs <= 0 and not entry.escaped and entry.holders <= 0
                 and entry.borrows <= 0):
             self._free(object_id)
 
@@ -276,16 +277,6 @@ class ObjectTable:
         """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
         ``values.py``). Pin it first if the reader may be slow to map it."""
         return self.entries[object_id].kind, values.outgoing(self.store.location(object_id))
-
-    def unpin(self, object_id: bytes) -> None:
-        """*Locked.* A pending task no longer needs the object: free it if nothing else
-        does."""
-        self._sync()
-        entry = self.entries.get(object_id)
-        if entry is not None:
-            entry.pins -= 1
-            if entry.pins <= 0 and entry.refs <= 0:
-                self.maybe_free(object_id, entry)
 
     def lost(self, object_id: bytes) -> Exception:
         from miniray.exceptions import ObjectFreedError

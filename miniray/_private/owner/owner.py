@@ -1,17 +1,18 @@
-"""The owner: object table, task queues, worker leases and the I/O thread.
+"""The owner: object table, task queues, dispatch and the I/O thread.
 
 Owns: every object and task of the session (embedded mode: the driver owns them all, nested
-tasks included), the leases of workers, dispatching tasks to leased workers, receiving results,
-worker output forwarding, retries, cancellation and worker death. Does not own: resource
-decisions (``resources.py`` through ``ledger.py``), process creation (``forkserver.py``),
-validation (``options.py``), or the public API's argument checks.
+tasks included), dispatching tasks to leased workers, receiving results, retries, cancellation
+and worker death, and the work decided under its lock that runs after it (``defer``). Does not
+own: the leases (``leases.py``), the worker pool (``workers.py``), the scheduling rules
+(``core/scheduling.py``), resource decisions (``resources.py`` through ``ledger.py``), process
+creation (the fork server), validation (``options.py``), or the public API's argument checks.
 Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
 
 ::
 
     submit(spec) ──► deps ready? ──► queue[key] ──► lease with room? ──► TASK ──► worker
-                        │ no                          │ no: ledger.acquire + idle/spawned worker
-                        ▼                             ▼ none: wait for a release
+                        │ no                          │ no: decide how many leases (locked),
+                        ▼                             ▼ then ledger + worker after the lock
                    waits on entries            infeasible? one stderr line, stays pending
 
     I/O thread (epoll): worker data fd ─► RESULT/SUBMIT/PUT/GET/WAIT/CALL
@@ -19,43 +20,45 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
                         fork server    ─► SPAWNED / EXITED (death → retry or WorkerCrashedError)
                                           EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
+                        after each turn ─► deferred work (ledger, fork requests)
 
-All state is guarded by one lock. ObjectRef creation and deletion only append to a deque (no
-lock, so ``__del__`` can never deadlock); the events are applied under the lock in batches.
+All state is guarded by one lock, and no file lock, fork request or blocking write runs while
+it is held (``defer``). ObjectRef creation and deletion only append to a deque (no lock, so
+``__del__`` can never deadlock); the events are applied under the lock in batches.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import pickle
 import signal
-import socket
 import sys
 import threading
 import time
-from multiprocessing.connection import Connection
 from typing import Any
 
-from miniray._private.core import config, protocol, serialization
+from miniray._private.core import config, protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
-from miniray._private.ledger.host_gpus import HostGpuLedger
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+)
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
+from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import PENDING, ObjectTable
-from miniray._private.owner.output import OutputStream
-from miniray._private.owner.owner_gpus import HostGpuLeasing
 from miniray._private.owner.owner_helper_loss import HelperLoss
-from miniray._private.owner.owner_requests import WorkerRequests
-from miniray._private.transport.framing import FramedSocket
+from miniray._private.owner.requests import WorkerRequests
+from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-
-# task states
-T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
-
 
 class _Task:
     __slots__ = (
@@ -89,51 +92,22 @@ class _DepWaiter:
         self.owner._dep_ready(self.task, is_error, object_id)
 
 
-class _WorkerSlot:
-    __slots__ = (
-        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
-        "spent", "read_pins", "borrowed",
-        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
-    )
+class _Locked:
+    """The owner's lock as a context manager that runs deferred work after releasing it."""
 
-    def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
-        self.conn = conn
-        self.ctl = ctl
-        self.pid: int | None = None
-        self.spawn_req = spawn_req
-        self.inflight: collections.deque = collections.deque()
-        self.lease: _LeaseSlot | None = None
-        self.funcs: set = set()
-        self.calls = 0
-        self.fn_calls: dict[bytes, int] = {}
-        self.spent = False  # reached a function's max_calls: retire once idle
-        self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
-        self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
-        #                                   reports again (by then it has mapped them)
-        self.blocked = 0
-        self.dead = False
-        self.out: OutputStream | None = None
-        self.err: OutputStream | None = None
-        self.kill_on_spawn = False
-        self.actor = None  # the actor this worker hosts (actors.py), if any
-        self.exited = False  # its process is gone and was handled (_worker_gone)
+    __slots__ = ("_owner", "_lock")
 
-    def __repr__(self) -> str:
-        return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
+    def __init__(self, owner: Owner):
+        self._owner = owner
+        self._lock = owner._lock
 
+    def __enter__(self) -> None:
+        self._lock.acquire()
 
-class _LeaseSlot:
-    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
-                 "host_lease")
-
-    def __init__(self, lease, key, worker, gpu_ids):
-        self.lease = lease
-        self.key = key
-        self.worker = worker
-        self.cpu_released = 0.0
-        self.idle_since: float | None = None
-        self.gpu_ids = gpu_ids
-        self.host_lease: str | None = None
+    def __exit__(self, *exc) -> None:
+        self._lock.release()
+        if self._owner._deferred:
+            self._owner._run_deferred()
 
 
 def _exit_detail(status: int) -> str:
@@ -154,12 +128,12 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
-    """Objects, tasks and leased workers of one session (GPU leasing, workers' own requests
-    and the fork server's or node's death live in ``owner_gpus.py``, ``owner_requests.py``
-    and ``owner_helper_loss.py``)."""
+class Owner(HelperLoss):
+    """Objects, tasks and leased workers of one session. Its parts are given what they need
+    at construction: the leases (``leases.py``), the worker pool (``workers.py``), workers'
+    own requests (``requests.py``); the fork server's or node's death is a mixin
+    (``owner_helper_loss.py``)."""
 
-    RETRY_S = 0.05
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
@@ -175,18 +149,13 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
-        self.max_workers = config.max_workers(num_cpus)
-        self.idle_keep = max(1, int(num_cpus))
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
 
         self._lock = threading.Lock()
+        self._locked = _Locked(self)
         # Reading objects needs only an open session: what is stored stays readable after
         # the fork server or the node is lost for good (self.fatal).
-        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io,
-                                   self._on_object_freed)
-        # Workers that were handed a segment (they may keep it mapped across tasks): told
-        # to drop the mapping when the object is freed, so its memory really goes back.
-        self._mapped_by: dict[bytes, list] = {}
+        self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io, None)
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
@@ -194,25 +163,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._functions: dict[bytes, bytes] = {}
         self._tasks: dict[bytes, _Task] = {}
         self._queues: dict[Any, collections.deque] = {}
-        self._leases: dict[Any, list[_LeaseSlot]] = {}
-        self._idle_workers: list[_WorkerSlot] = []
-        self._workers_by_fd: dict[int, _WorkerSlot] = {}
-        self._workers_by_req: dict[int, _WorkerSlot] = {}
-        self._workers_by_pid: dict[int, _WorkerSlot] = {}
-        self._streams: dict[int, OutputStream] = {}
-        self._live_workers = 0
-        self._blocked_workers = 0
-        self._actor_workers = 0
         self.actors = ActorManager(self)
-        # Physical GPUs are shared with every miniray session on the host (host_gpus.py):
-        # only devices NVML reported have keys; logical GPUs stay this session's own.
-        self.gpu_keys = list(gpu_keys or [])
-        self.host_gpus = None
-        if any(self.gpu_keys):
-            self.host_gpus = HostGpuLedger()
-        self.host_gpu_timeout = config.host_gpu_timeout_s()
-        self._host_blocked_since: dict = {}
-        self._host_reported: set = set()
         self._infeasible: dict[Any, list[_Task]] = {}
         self._reported_infeasible: set = set()
         self._closed = False
@@ -220,12 +171,39 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         self._spawn_paused = False  # a new fork server is being started: dispatch waits
         self.fatal: str | None = None  # why the session cannot run work any more
         self._init_helper_loss(restart_fork_server)
-        self._releases = 0          # local lease releases so far
-        self._full_at_release = -1  # _releases when an acquire last failed
-        self._full_since = 0.0
         self._retry_pending = False
+        # Work decided under the lock and done after it (ledger transactions, fork requests):
+        # run by the thread that decided it when it lets go of the lock, else by the I/O
+        # thread after its next turn (``_run_deferred``).
+        self._deferred: collections.deque = collections.deque()
+        # One thread runs them at a time, in order (a lease's CPU goes back before a task
+        # asks for it).
+        self._deferred_runner = threading.Lock()
+        self._deferred_thread: int | None = None  # the thread running it now
+        self._acquiring: dict[Any, int] = {}  # leases being taken, by key
+        self._acquiring_total = 0
 
-        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint)
+        self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint,
+                               after_unlock=self._run_deferred)
+        self.workers = WorkerPool(
+            reactor=self.reactor, log_to_driver=log_to_driver,
+            prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
+            idle_keep=max(1, int(num_cpus)), on_data=self._on_worker_data,
+            on_output=self._on_output)
+        # The one path by which tasks and actors take resources.
+        self.leases = LeaseBook(
+            ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
+            host_gpu_timeout=config.host_gpu_timeout_s(),
+            make_room=lambda: self._release_idle_leases(force=True),
+            on_unschedulable=self._fail_unschedulable, call_later=self.reactor.call_later)
+        # Workers' own requests: get, wait, calls, and the segments they map.
+        self.requests = WorkerRequests(
+            objects=self.objects, store=store, reactor=self.reactor, workers=self.workers,
+            leases=self.leases, ledger=ledger, actors=self.actors, lock=self._lock,
+            send=self.send, defer=self.defer, ledger_later=self._ledger_later,
+            dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
+            release_idle_leases=self._release_idle_leases, hello_info=hello_info)
+        self.objects.on_free = self.requests.object_freed
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
 
@@ -262,7 +240,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         if self._closed:
             raise RuntimeError("miniray has been shut down; call miniray.init() again.")
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
         """For submissions: the session is open and can still run work."""
         self._check_open()
         if self.fatal:
@@ -274,10 +252,32 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
     def needs_function(self, fn_id: bytes) -> bool:
         return fn_id not in self._functions
 
+    def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None:
+        """*Locked.* Keep a function's (or class's) pickle for the workers that will run it."""
+        self._functions.setdefault(fn_id, fn_bytes)
+
+    def function_bytes(self, fn_id: bytes) -> bytes:
+        """*Locked.* The pickle of an exported function or class."""
+        return self._functions[fn_id]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def locked(self) -> _Locked:
+        """``with owner.locked():`` holds the owner's lock, then does what was decided under
+        it (``defer``) once it is released: the way other modules take the lock."""
+        return self._locked
+
+    def count_actor_worker(self, delta: int) -> None:
+        """*Locked.* A worker started (+1) or stopped (-1) hosting an actor: it does not count
+        against the cap on task workers."""
+        self.workers.actors += delta
+
     def submit_task(self, spec, parent: _Task | None = None) -> None:
-        key = (tuple(sorted(spec.request.items())), spec.max_calls)
+        key = scheduling.scheduling_key(spec.request, spec.max_calls)
         with self._lock:
-            self._check_usable()
+            self.check_usable()
             if spec.fn_bytes is not None:
                 self._functions.setdefault(spec.fn_id, spec.fn_bytes)
                 spec.fn_bytes = None
@@ -301,7 +301,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                     if entry is None:
                         self._fail_task(task, objects.lost(object_id))
                         return
-                    entry.pins += 1
+                    entry.holders += 1  # held until the task is done
                     if entry.state == PENDING:
                         task.waiting += 1
                         entry.add_waiter(_DepWaiter(self, task))
@@ -312,6 +312,8 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 self._enqueue(task)
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
+        if self._deferred:
+            self._run_deferred()
 
     def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
         if task.state != T_WAITING:
@@ -329,7 +331,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _enqueue(self, task: _Task) -> None:
         key = task.key
-        if key not in self._queues and key not in self._leases:
+        if key not in self._queues and key not in self.leases.by_key:
             reasons = infeasible_reasons(self.node_state, task.spec.request)
             if reasons:
                 task.state = T_INFEASIBLE
@@ -348,98 +350,232 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
-        if not self._may_dispatch():
+        if not self.may_dispatch():
             return False
         queue = self._queues.get(key)
         while queue:
-            lease = self._lease_with_room(key)
+            lease = self.leases.with_room(key)
             if lease is None:
-                lease = self._new_lease(key, queue[0].spec.request)
-                if lease is None:
-                    return False
+                self._want_leases(key, queue)
+                return False
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
             del self._queues[key]
         return True
 
-    def _may_dispatch(self) -> bool:
+    def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
         nor while there is no usable fork server (being replaced, or lost for good)."""
         return not self._closed and not self._spawn_paused and not self.fatal
 
     def _dispatch_all(self) -> None:
-        if not self._may_dispatch():
+        if not self.may_dispatch():
             return
         if self.actors.pending:
             self.actors.place_pending()
         for key in list(self._queues):
             self._dispatch(key)
 
-    def _lease_with_room(self, key) -> _LeaseSlot | None:
-        """An idle, unblocked worker leased for ``key``. One task in flight per worker: a task
-        queued behind one that blocks in get() could be the very task it waits for."""
-        leases = self._leases.get(key)
-        if not leases:
-            return None
-        for slot in leases:
-            worker = slot.worker
-            if not worker.blocked and not worker.inflight:
-                slot.idle_since = None
-                return slot
-        return None
-
-    def _new_lease(self, key, request) -> _LeaseSlot | None:
-        # After a failed acquire, ask the ledger again only once something was released here
-        # (or after RETRY_S, for releases by other processes of the node): a burst of queued
-        # tasks must not cost one ledger transaction each.
+    # -- leases for tasks: decided under the lock, taken after it ---------------------------
+    def _want_leases(self, key, queue) -> None:
+        """*Locked.* ``key``'s queue has tasks no lease has room for: decide how many leases
+        to take (``_take_leases`` takes them once the lock is released)."""
         now = time.monotonic()
-        if (self._full_at_release == self._releases
-                and now - self._full_since < self.RETRY_S):
-            return None
-        # Workers blocked in get() do not count: their parents wait on the very tasks that
-        # need a fresh worker (a recursive fib would deadlock otherwise).
-        if not self._idle_workers and self._busy_workers() >= self.max_workers:
-            if not self._release_idle_leases(force=True):
+        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
+            return
+        wanted = len(queue) - self._acquiring.get(key, 0)
+        if wanted <= 0:
+            return  # enough are being taken
+        # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
+        # count against the cap: their parents wait on the very tasks that need a fresh
+        # worker (a recursive fib would deadlock otherwise).
+        room = self._worker_room()
+        if room <= 0:
+            if self._acquiring_total or not self._release_idle_leases(force=True):
+                if not self._acquiring_total:
+                    self._mark_full(now)
+                return
+            room = self._worker_room()
+        count = min(wanted, max(1, room))
+        self._acquiring[key] = self._acquiring.get(key, 0) + count
+        self._acquiring_total += count
+        self.defer(functools.partial(self._take_leases, key, queue[0].spec.request, count))
+
+    def _worker_room(self) -> int:
+        """*Locked.* How many more leases workers can serve now: the idle ones, plus new ones
+        up to the cap, less the leases being taken."""
+        return self.workers.room(self._acquiring_total)
+
+    def _take_leases(self, key, request: dict, count: int) -> None:
+        """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
+        workers they need, then give each a queued task (re-checked under the lock)."""
+        now = time.monotonic()
+        got = []
+        for _ in range(count):
+            lease, host_lease = self.leases.acquire(request, key_tag(key), key,
+                                                    make_room=self.make_room)
+            if lease is None:
+                break
+            got.append((lease, host_lease))
+        unused: list = []
+        to_spawn: list = []
+        with self._lock:
+            if len(got) < count:
                 self._mark_full(now)
-                return None
-        lease, host_lease = self.acquire_lease(request, key_tag(key), key)
-        if lease is None and self._release_idle_leases(force=True):
-            lease, host_lease = self.acquire_lease(request, key_tag(key), key)
-        if lease is None:
-            self._mark_full(now)
-            return None
-        worker = self._idle_workers.pop() if self._idle_workers else self._spawn_worker()
-        gpu_ids = None
-        if request.get("GPU"):
-            gpu_ids = self.ledger.instance_ids_of(lease, "GPU")
-        slot = _LeaseSlot(lease, key, worker, gpu_ids)
-        slot.host_lease = host_lease
+            if not self.may_dispatch():
+                unused, got = got, []
+            for lease, host_lease in got:
+                if self.workers.idle:
+                    self._give_lease(key, request, lease, host_lease, self.workers.idle.pop())
+                else:
+                    to_spawn.append((lease, host_lease))
+            self._taken(key, count - len(to_spawn))
+            if not to_spawn:
+                self._dispatch_all()  # other keys may have waited for these to be taken
+        for lease, host_lease in unused:
+            self.leases.release(lease.lease_id, host_lease)
+        if not to_spawn:
+            return
+        fork_server = self.fork_server
+        started = [(lease, host_lease, self.start_worker(fork_server))
+                   for lease, host_lease in to_spawn]
+        with self._lock:
+            self._taken(key, len(to_spawn))
+            # Re-checked: a fork server replaced or lost meanwhile took the requests with it.
+            usable = self.may_dispatch() and fork_server is self.fork_server
+            for lease, host_lease, parts in started:
+                if usable:
+                    worker = self.adopt_worker(parts)
+                    self._give_lease(key, request, lease, host_lease, worker)
+                else:
+                    self.discard_start(parts)
+            self._dispatch_all()
+        if not usable:
+            for lease, host_lease, _parts in started:
+                self.leases.release(lease.lease_id, host_lease)
+
+    def _taken(self, key, count: int) -> None:
+        if count:
+            self._acquiring[key] -= count
+            if not self._acquiring[key]:
+                del self._acquiring[key]
+            self._acquiring_total -= count
+
+    def _give_lease(self, key, request: dict, lease, host_lease, worker) -> None:
+        """*Locked.* Book a new lease for ``worker`` and send it ``key``'s next task; with
+        none left (done or cancelled meanwhile), the lease is idle from now."""
+        gpu_ids = self.leases.gpu_ids(lease) if request.get("GPU") else None
+        slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
         if worker.pid is not None:
-            self.ledger.set_worker(lease.lease_id, worker.pid)
-        self._leases.setdefault(key, []).append(slot)
-        return slot
+            self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
+        self.leases.add(slot)
+        queue = self._queues.get(key)
+        if queue:
+            self._send_task(slot, queue.popleft())
+            if not queue:
+                del self._queues[key]
+        else:
+            slot.idle_since = time.monotonic()
 
-    def _busy_workers(self) -> int:
-        """Workers that count against the cap: not blocked in get(), not hosting an actor."""
-        return self._live_workers - self._blocked_workers - self._actor_workers
+    def make_room(self) -> bool:
+        """*Not locked.* Return idle leases so a new one may fit (given back before this
+        returns, without the lock)."""
+        returned: list = []
+        with self._lock:
+            released = self._release_idle_leases(force=True, returned=returned)
+        for slot in returned:
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
+        return released
 
-    def _send(self, worker: _WorkerSlot, message: tuple) -> None:
+    def defer(self, action) -> None:
+        """*Locked.* Run ``action`` once the lock is released."""
+        self._deferred.append(action)
+        if not self.reactor.in_io_thread():
+            self.reactor.wake()  # in case this thread's caller does not run it
+
+    def _run_deferred(self, wait: bool = False) -> None:
+        """*Not locked.* Run the work decided under the lock, in order. If another thread is
+        running it, that one also runs what was just added (it loops until none is left);
+        so does this thread's own loop, when this is called from deferred work. ``wait``:
+        return only once what was deferred so far has run, by whichever thread."""
+        deferred = self._deferred
+        if not deferred and not wait:
+            return
+        me = threading.get_ident()
+        if self._deferred_thread == me:
+            return
+        if not self._deferred_runner.acquire(blocking=wait):
+            return
+        self._deferred_thread = me
+        try:
+            while deferred:
+                try:
+                    action = deferred.popleft()
+                except IndexError:
+                    break
+                try:
+                    action()
+                except Exception:
+                    logger.exception("miniray bug: error in deferred owner work")
+        finally:
+            self._deferred_thread = None
+            self._deferred_runner.release()
+        if deferred:  # added after the loop looked, while another thread found it busy
+            self._run_deferred()
+
+    def _ledger_later(self, method, *args) -> None:
+        """*Locked.* A ledger transaction (its file lock) after the owner's lock is released.
+        A node's ledger may be gone with the node (the session then fails as a whole)."""
+        def run():
+            try:
+                method(*args)
+            except (OSError, KeyError) as error:  # KeyError: the lease went with the node
+                logger.debug("ledger %s%s: %s", method.__name__, args, error)
+        self.defer(run)
+
+    def release_lease_later(self, lease_id: str, host_lease: str | None) -> None:
+        """*Locked.* Give a lease back to the ledgers once the lock is released; work waiting
+        for room is dispatched again then."""
+        self.leases.window.note_release()
+        self.defer(functools.partial(self._give_back, lease_id, host_lease))
+
+    def _give_back(self, lease_id: str, host_lease: str | None) -> None:
+        try:
+            self.leases.release(lease_id, host_lease, note=False)
+        except (OSError, KeyError) as error:
+            logger.debug("lease %s: %s", lease_id, error)
+            return
+        if self._queues or self.actors.pending:  # what waited for room may fit now
+            with self._lock:
+                self.leases.window.note_release()
+                self._dispatch_all()
+
+    def send(self, worker: WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:
-            worker = self._workers_by_fd.get(fd)
+            worker = self.workers.by_fd.get(fd)
             self.reactor.flush(fd, None if worker is None or worker.dead else worker.conn)
 
-    def _send_control(self, worker: _WorkerSlot, message: tuple) -> None:
-        worker.ctl.send_bytes(pickle.dumps(message, 5))
+    def send_control(self, worker: WorkerSlot, message: tuple) -> None:
+        """*Locked.* A control message (CANCEL): a blocking write, so it is sent after the
+        lock is released; a worker gone meanwhile does not need it."""
+        data = pickle.dumps(message, 5)
+        ctl = worker.ctl
+
+        def send():
+            try:
+                ctl.send_bytes(data)
+            except (OSError, ValueError):  # closed: the worker is gone or retired
+                pass
+        self.defer(send)
 
     def _mark_full(self, now: float) -> None:
-        self._full_at_release = self._releases
-        self._full_since = now
+        self.leases.window.mark_full(now)
         if self._queues:
             self._schedule_retry()
 
@@ -449,50 +585,51 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
             def retry():
                 self._retry_pending = False
-                self._releases += 1  # forget the failure: look at the ledger again
+                self.leases.window.note_release()  # forget the failure: ask the ledger again
                 self._dispatch_all()
 
-            self.reactor.call_later(self.RETRY_S, retry)
+            self.reactor.call_later(self.leases.RETRY_S, retry)
 
-    def _release_lease(self, slot: _LeaseSlot, worker_reusable: bool = True) -> None:
-        leases = self._leases.get(slot.key)
-        if leases is not None:
-            try:
-                leases.remove(slot)
-            except ValueError:
-                pass
-            if not leases:
-                del self._leases[slot.key]
-        self.release_lease_ids(slot.lease.lease_id, slot.host_lease)
-        self._releases += 1
+    def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
+                       now: bool = False, returned: list | None = None) -> None:
+        """*Locked.* Take a lease off the book; the ledgers get it back at once (``now``), by
+        the caller after the lock (appended to ``returned``), or as deferred work."""
+        self.leases.remove(slot)
+        if now:
+            self.leases.release(slot.lease.lease_id, slot.host_lease)
+        elif returned is not None:
+            self.leases.window.note_release()
+            returned.append(slot)
+        else:
+            self.release_lease_later(slot.lease.lease_id, slot.host_lease)
         worker = slot.worker
         worker.lease = None
         if worker_reusable and not worker.dead:
-            if len(self._idle_workers) < self.idle_keep:
-                self._idle_workers.append(worker)
-            else:
-                self._retire(worker)
+            self.workers.keep_idle(worker)
 
-    def _release_idle_leases(self, force: bool = False) -> bool:
+    def _release_idle_leases(self, force: bool = False, returned: list | None = None) -> bool:
         """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
-        now = time.monotonic()
         released = False
-        for leases in list(self._leases.values()):
-            for slot in list(leases):
-                if slot.worker.inflight or slot.idle_since is None:
-                    continue
-                if force or now - slot.idle_since >= self.linger:
-                    self._release_lease(slot)
-                    released = True
-        if force and self._idle_workers and self._busy_workers() >= self.max_workers:
-            self._retire(self._idle_workers.pop(0))
+        for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
+            self._release_lease(slot, returned=returned)
+            released = True
+        if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
+            self.workers.retire(self.workers.idle.pop(0))
         return released
 
     def flush_idle_leases(self) -> None:
+        """Every idle lease goes back to the ledgers before this returns (the caller reads
+        ``available_resources()`` next)."""
+        returned: list = []
         with self._lock:
-            self._release_idle_leases(force=True)
+            self._release_idle_leases(force=True, returned=returned)
+        for slot in returned:
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
+        # Leases released just before (e.g. past their linger, by the I/O thread) may still
+        # be on their way back: wait for them.
+        self._run_deferred(wait=True)
 
-    def _send_task(self, slot: _LeaseSlot, task: _Task) -> None:
+    def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
         worker = slot.worker
         spec = task.spec
         task.state = T_RUNNING
@@ -501,10 +638,11 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         try:
             if spec.fn_id not in worker.funcs:
                 worker.funcs.add(spec.fn_id)
-                self._send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
+                self.send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
             dep_values = None
             if spec.deps:
-                dep_values = self.dep_payloads(spec.deps, pin=not task.pinned, worker=worker)
+                dep_values = self.requests.dep_payloads(spec.deps, pin=not task.pinned,
+                                                        worker=worker)
                 task.pinned = True
             ctx = (
                 _float_request(spec.request),
@@ -513,12 +651,24 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 spec.retry_exceptions,
                 spec.function_name,
             )
-            self._send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
+            self.send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
                                 spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
                                 ctx))
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
+
+    def _fail_unschedulable(self, key, message: str) -> None:
+        """Other sessions held the GPUs ``key`` needs past MINIRAY_HOST_GPU_TIMEOUT
+        (``leases.py``): its queued tasks, or the actor being placed, fail."""
+        from miniray.exceptions import ActorUnschedulableError, TaskUnschedulableError
+
+        if isinstance(key, tuple) and key and key[0] == "actor":
+            self.actors.fail_placement(key[1], ActorUnschedulableError(message))
+            return
+        queue = self._queues.pop(key, None)
+        for task in list(queue or ()):
+            self._fail_task(task, TaskUnschedulableError(message))
 
     def _unfinished_tasks(self) -> list:
         """*Locked.* Every task not done yet (waiting, queued, infeasible or running)."""
@@ -537,10 +687,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             objects.set_ready(object_id, kind, data)
         if spec.deps:
             if task.pinned:
-                self.unpin_deps(spec.deps)
+                self.requests.unpin_deps(spec.deps)
                 task.pinned = False
-            for _position, object_id in spec.deps:
-                objects.unpin(object_id)
+            objects.release([object_id for _position, object_id in spec.deps])
         if spec.contained:
             objects.release(spec.contained)
         parent = task.parent
@@ -554,9 +703,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         with self._lock:
             self._cancel_locked(object_id, force, recursive)
+        self._run_deferred()
 
     def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
-        """A driver's ``cancel()`` and a worker's (owner_requests.py), with the lock held."""
+        """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
         from miniray.exceptions import TaskCancelledError
 
         if self.actors.cancel(object_id[:24], force):
@@ -573,7 +723,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 if child.state != T_DONE:
                     self._cancel_task(child, force, recursive, error_cls)
         state = task.state
-        if state in (T_WAITING, T_QUEUED, T_INFEASIBLE):
+        worker = task.worker
+        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
+        action = scheduling.cancel_action(state, force, running_now)
+        if action == scheduling.CANCEL_FAIL:
             if state == T_QUEUED:
                 queue = self._queues.get(task.key)
                 if queue is not None and task in queue:
@@ -583,78 +736,56 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 if pending and task in pending:
                     pending.remove(task)
             self._fail_task(task, error_cls(task.spec.task_id.hex()))
-        elif state == T_RUNNING:
-            worker = task.worker
-            if force:
-                if worker.inflight and worker.inflight[0] is task:
-                    if worker.pid is not None:
-                        self.fork_server.kill(worker.pid, signal.SIGKILL)
-                    else:  # not spawned yet: killed as soon as the fork server names its pid
-                        worker.kill_on_spawn = True
-                elif task in worker.inflight and worker.inflight[0] is not task:
-                    worker.inflight.remove(task)
-                    self._fail_task(task, error_cls(task.spec.task_id.hex()))
-            else:
-                try:
-                    self._send_control(worker, (protocol.CANCEL, task.spec.task_id))
-                except OSError:
-                    pass
+        elif action == scheduling.CANCEL_KILL:
+            if worker.pid is not None:
+                self.fork_server.kill(worker.pid, signal.SIGKILL)
+            else:  # not spawned yet: killed as soon as the fork server names its pid
+                worker.kill_on_spawn = True
+        elif action == scheduling.CANCEL_REMOVE_QUEUED:
+            if task in worker.inflight:
+                worker.inflight.remove(task)
+                self._fail_task(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_SIGNAL:
+            try:
+                self.send_control(worker, (protocol.CANCEL, task.spec.task_id))
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------ workers
-    def _spawn_worker(self) -> _WorkerSlot:
-        data_parent, data_child = socket.socketpair()
-        ctl_parent, ctl_child = socket.socketpair()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
-        try:
-            req = self.fork_server.spawn(child_fds)
-        finally:
-            data_child.close()
-            ctl_child.close()
-            os.close(out_w)
-            os.close(err_w)
-        worker = _WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
-        worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
-        worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
-        self._streams[out_r] = worker.out
-        self._streams[err_r] = worker.err
-        self._workers_by_req[req] = worker
-        self._live_workers += 1
-        fd = worker.conn.fileno()
-        self._workers_by_fd[fd] = worker
-        os.set_blocking(out_r, False)
-        os.set_blocking(err_r, False)
-        self._register(fd, self._on_worker_data)
-        self._register(out_r, self._on_output)
-        self._register(err_r, self._on_output)
-        self._send(worker, (protocol.HELLO, self.hello_info))
+    def _spawn_worker(self) -> WorkerSlot:
+        """*Locked.* Start a worker (actors; tasks start theirs outside the lock)."""
+        return self.adopt_worker(self.start_worker(self.fork_server))
+
+    start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
+
+    def discard_start(self, parts: tuple) -> None:
+        """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
+        self.workers.discard(parts)
+
+    def adopt_worker(self, parts: tuple) -> WorkerSlot:
+        """*Locked.* Watch a worker asked for by ``start_worker``."""
+        worker, early = self.workers.adopt(parts)
+        self.send(worker, (protocol.HELLO, self.hello_info))
+        if early is not None:  # the fork server answered before the worker was adopted
+            self._on_spawned(worker, early)
         return worker
 
-    def _retire(self, worker: _WorkerSlot) -> None:
-        """Ask a worker with nothing in flight to exit (it exits on EOF)."""
-        if worker in self._idle_workers:
-            self._idle_workers.remove(worker)
-        if worker.dead:
-            return
-        worker.dead = True
-        self._unregister(worker.conn.fileno())
-        self._workers_by_fd.pop(worker.conn.fileno(), None)
-        try:
-            worker.conn.close()
-        except OSError:
-            pass
-        try:
-            worker.ctl.close()
-        except OSError:
-            pass
+    def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
+        """*Locked.* The fork server named ``worker``'s pid."""
+        status = self.workers.named(worker, pid)
+        if worker.kill_on_spawn:
+            self.fork_server.kill(pid, signal.SIGKILL)
+        if worker.lease is not None:
+            self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
+        if status is not None:  # it exited before it was adopted
+            self._worker_gone(worker, status)
 
     def _on_worker_exit(self, pid: int, status: int) -> None:
-        worker = self._workers_by_pid.get(pid)
+        worker = self.workers.exited(pid, status)
         if worker is not None:
             self._worker_gone(worker, status)
 
-    def _worker_gone(self, worker: _WorkerSlot, status: int | None,
+    def _worker_gone(self, worker: WorkerSlot, status: int | None,
                      death: str | None = None) -> tuple[int, int]:
         """*Locked.* A worker's process is gone: its exit ``status`` (a wait status), or
         ``death`` when it died with the process that forked it (no status is reported then).
@@ -667,9 +798,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         worker.exited = True
         pid = worker.pid
         if pid is not None:
-            self._workers_by_pid.pop(pid, None)
-        self._live_workers -= 1
-        self._release_read_pins(worker)
+            self.workers.by_pid.pop(pid, None)
+        self.workers.live -= 1
+        self.requests.release_read_pins(worker)
         borrowed, worker.borrowed = worker.borrowed, set()
         for object_id in borrowed:  # its refs died with it
             self.objects.unborrow(object_id)
@@ -681,11 +812,11 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                                                                       object_id)))
         if worker.blocked:
             worker.blocked = 0
-            self._blocked_workers -= 1
-        self._drain_output(worker, final=True)
+            self.workers.blocked -= 1
+        self.workers.drain_output(worker)
         was_dead = worker.dead
         if not was_dead:
-            self._retire(worker)
+            self.workers.retire(worker)
         detail = _exit_detail(status) if death is None else f"was killed because {death}"
         if worker.actor is not None:
             self.actors.on_worker_exit(
@@ -693,7 +824,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             self._dispatch_all()
             return 0, 0
         if worker.lease is not None:
-            self._release_lease(worker.lease, worker_reusable=False)
+            # At once, under the lock: the lease is back before its task's error is visible
+            # (a worker's death is rare; every other release waits for the lock to be free).
+            self._release_lease(worker.lease, worker_reusable=False, now=True)
         if self._closed:
             return 0, 0
         inflight = list(worker.inflight)
@@ -703,31 +836,28 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         for index, task in enumerate(inflight):
             if task.state == T_DONE:
                 continue
-            if self.fatal:  # the session cannot go on: nothing is retried
+            decision, task.retries_left = scheduling.after_worker_death(
+                index, task.cancelled, task.retries_left, bool(self.fatal))
+            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
                 self._fail_task(task, RaySystemError(self.fatal))
                 failed += 1
-                continue
-            if index == 0:
-                if task.cancelled:
-                    self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
-                    continue
-                if task.retries_left != 0:
-                    if task.retries_left > 0:
-                        task.retries_left -= 1
-                    # With the fork server, every worker died: one line says it all.
-                    log = logger.warning if death is None else logger.debug
-                    log("A worker died or was killed while executing task %s (pid=%s, %s); "
-                        "retrying it (%s retries left).", task.spec.name, pid, detail,
-                        "infinite" if task.retries_left < 0 else task.retries_left)
-                    requeue.append(task)
-                    continue
+            elif decision == scheduling.DEATH_FAIL_CANCELLED:
+                self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
+            elif decision == scheduling.DEATH_RETRY:
+                # With the fork server, every worker died: one line says it all.
+                log = logger.warning if death is None else logger.debug
+                log("A worker died or was killed while executing task %s (pid=%s, %s); "
+                    "retrying it (%s retries left).", task.spec.name, pid, detail,
+                    "infinite" if task.retries_left < 0 else task.retries_left)
+                requeue.append(task)
+            elif decision == scheduling.DEATH_FAIL_CRASHED:
                 hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
                         "memory; " if death is None else "")
                 self._fail_task(task, WorkerCrashedError(
                     f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
                     "max_retries controls retries."))
                 failed += 1
-            else:
+            else:  # DEATH_REQUEUE: sent behind the running task, never started
                 requeue.append(task)
         for task in reversed(requeue):
             task.state = T_QUEUED
@@ -735,19 +865,6 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             self._queues.setdefault(task.key, collections.deque()).appendleft(task)
         self._dispatch_all()
         return len(requeue), failed
-
-    def _drain_output(self, worker: _WorkerSlot, final: bool = False) -> None:
-        for stream in (worker.out, worker.err):
-            if stream is not None and not stream.closed:
-                stream.drain()
-                if stream.eof:
-                    self._close_stream(stream)
-
-    def _close_stream(self, stream: OutputStream) -> None:
-        """Unregister, then close (under the lock, so the fd number cannot be reused between)."""
-        self._streams.pop(stream.fd, None)
-        self._unregister(stream.fd)
-        stream.close()
 
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
@@ -763,12 +880,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def _housekeeping(self) -> None:
         """Run by the I/O thread with the lock held after every wake-up."""
-        if self._leases and not self._closed:
+        if self.leases and not self._closed:
             if self._release_idle_leases():
                 self._dispatch_all()
-        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
-            live = self.objects.entries  # drop records of objects freed without a reader
-            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
+        self.requests.prune_mapped()
         if self.objects.ref_events:
             self.objects.apply_ref_events()
         if self.actors.handle_events:
@@ -781,21 +896,19 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         (None: no need)."""
         if self.store.pooled_segments():
             return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
-        for leases in self._leases.values():
-            for slot in leases:
-                if slot.idle_since is not None:
-                    return self.linger
+        if self.leases.any_idle():
+            return self.linger
         return None
 
     def _on_output(self, fd: int) -> None:
-        stream = self._streams.get(fd)
+        stream = self.workers.streams.get(fd)
         if stream is None:
             return
         stream.drain()
         if stream.eof:
             with self._lock:
-                if self._streams.get(fd) is stream:
-                    self._close_stream(stream)
+                if self.workers.streams.get(fd) is stream:
+                    self.workers.close_stream(stream)
 
     def _on_fork_server(self, fd: int) -> None:
         message = self.fork_server.read_message()
@@ -807,14 +920,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         tag = message[0]
         with self._lock:
             if tag == protocol.SPAWNED:
-                worker = self._workers_by_req.get(message[1])
+                worker = self.workers.spawned(message[1], message[2])
                 if worker is not None:
-                    worker.pid = message[2]
-                    self._workers_by_pid[worker.pid] = worker
-                    if worker.kill_on_spawn:
-                        self.fork_server.kill(worker.pid, signal.SIGKILL)
-                    if worker.lease is not None:
-                        self.ledger.set_worker(worker.lease.lease.lease_id, worker.pid)
+                    self._on_spawned(worker, message[2])
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
             elif tag == protocol.NODE_STOPPING:
@@ -823,7 +931,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 pass
 
     def _on_worker_data(self, fd: int) -> None:
-        worker = self._workers_by_fd.get(fd)
+        worker = self.workers.by_fd.get(fd)
         if worker is None:
             self._unregister(fd)
             return
@@ -837,10 +945,10 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             for frame in frames:
                 self._handle_worker_message(worker, loads(frame))
 
-    def _handle_worker_message(self, worker: _WorkerSlot, message: tuple) -> None:
+    def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
         tag = message[0]
         if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
-            self._release_read_pins(worker)
+            self.requests.release_read_pins(worker)
         if tag == protocol.RESULT:
             if worker.actor is not None:
                 worker.out.drain()
@@ -880,15 +988,15 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             if len(message) > 4 and message[4]:
                 self.objects.contain(message[1], message[4])
         elif tag == protocol.BORROW:
-            self._on_borrow(worker, message[1], message[2], message[3])
+            self.requests.on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.GET:
-            self._on_worker_get(worker, message[1], message[2], message[3])
+            self.requests.on_get(worker, message[1], message[2], message[3])
         elif tag == protocol.WAIT:
-            self._on_worker_wait(worker, message[1], message[2], message[3], message[4])
+            self.requests.on_wait(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.CALL:
-            self._on_worker_call(worker, message[1], message[2], message[3])
+            self.requests.on_call(worker, message[1], message[2], message[3])
 
-    def _on_result(self, worker: _WorkerSlot, task_id: bytes, results: list,
+    def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool) -> None:
         # Lines the task printed were written before its result: print them first.
         worker.out.drain()
@@ -902,10 +1010,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        if (retryable and task.retries_left != 0 and not task.cancelled
-                and task.state != T_DONE):
-            if task.retries_left > 0:
-                task.retries_left -= 1
+        retry, task.retries_left = scheduling.retry_failed_result(
+            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
+        if retry:
             logger.warning("Task %s failed. There are %s retries remaining, so the task will "
                            "be retried.", task.spec.name,
                            "infinite" if task.retries_left < 0 else task.retries_left)
@@ -921,13 +1028,13 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             if inner:
                 self.objects.contain(task_id + index.to_bytes(4, "big"), inner)
 
-    def _after_worker_progress(self, worker: _WorkerSlot) -> None:
+    def _after_worker_progress(self, worker: WorkerSlot) -> None:
         slot = worker.lease
         if slot is None:
             return
         if worker.spent and not worker.inflight:
             self._release_lease(slot, worker_reusable=False)
-            self._retire(worker)
+            self.workers.retire(worker)
             self._dispatch_all()
             return
         key = slot.key
@@ -944,7 +1051,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
     # ------------------------------------------------------------------ status
     def worker_pids(self) -> list[int]:
         with self._lock:
-            return sorted(self._workers_by_pid)
+            return sorted(self.workers.by_pid)
 
     def statistics(self) -> dict:
         with self._lock:
@@ -953,9 +1060,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 "tasks_pending": len(self._tasks),
                 "queued": sum(len(q) for q in self._queues.values()),
                 "infeasible": sum(len(v) for v in self._infeasible.values()),
-                "workers": self._live_workers,
-                "idle_workers": len(self._idle_workers),
-                "leases": sum(len(v) for v in self._leases.values()),
+                "workers": self.workers.live,
+                "idle_workers": len(self.workers.idle),
+                "leases": len(self.leases),
                 "fork_server_restarts": self.helper_restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
@@ -963,7 +1070,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
 
     def __repr__(self) -> str:
         return (f"<Owner objects={len(self.objects)} tasks={len(self._tasks)} "
-                f"workers={self._live_workers}>")
+                f"workers={self.workers.live}>")
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self, grace: float = 1.0) -> None:
@@ -972,7 +1079,7 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
             self._closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
                 self.actors.link.close()
-            workers = list(self._workers_by_req.values())
+            workers = list(self.workers.by_req.values())
             for worker in workers:
                 if worker.dead:
                     continue
@@ -981,11 +1088,12 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                 if busy and worker.pid is not None:
                     self.fork_server.kill(worker.pid, signal.SIGKILL)
                 else:
-                    self._retire(worker)
+                    self.workers.retire(worker)
             self.fork_server.request_shutdown(grace)
         self.fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
         self.reactor.stop()
+        self._run_deferred()  # leases given back, late starts discarded (the I/O thread is done)
         deadline = time.monotonic() + 0.5
         for worker in workers:
             for stream in (worker.out, worker.err):
@@ -997,12 +1105,9 @@ class Owner(HostGpuLeasing, WorkerRequests, HelperLoss):
                     conn.close()
                 except OSError:
                     pass
-        self._streams.clear()
+        self.workers.streams.clear()
         with self._lock:
-            for leases in list(self._leases.values()):
-                for slot in list(leases):
-                    self.ledger.release(slot.lease.lease_id)
-            self._leases.clear()
+            self.leases.release_all()
             self.objects.clear()
             self._tasks.clear()
             self._queues.clear()

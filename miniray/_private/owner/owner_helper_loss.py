@@ -9,7 +9,7 @@ by the I/O thread in ``owner.py``), how its exit is described
 (``ForkServerClient.describe_exit``, ``NodeClient.describe_exit``), or what happens to one
 worker's tasks and actor (the owner's worker-exit path, reused here for every worker the
 helper took with it).
-Called by: ``owner.Owner`` (a mixin of it, like ``owner_gpus.py``), on its I/O thread.
+Called by: ``owner.Owner`` (a mixin of it), on its I/O thread.
 
 ::
 
@@ -170,7 +170,7 @@ class HelperLoss:
         server killed them) and no EXITED report will come: handle each as exited. Returns
         (tasks retried, tasks failed, actors affected)."""
         retried = failed = actors = 0
-        for worker in list(self._workers_by_req.values()):
+        for worker in list(self.workers.by_req.values()):
             if worker.exited:
                 continue
             if worker.actor is not None:

@@ -31,9 +31,11 @@ logger = logging.getLogger(__name__)
 
 class Reactor:
     def __init__(self, lock: threading.Lock, housekeeping: Callable[[], None],
-                 idle_hint: Callable[[], float | None]):
+                 idle_hint: Callable[[], float | None],
+                 after_unlock: Callable[[], None] | None = None):
         self._lock = lock
         self._housekeeping = housekeeping
+        self._after_unlock = after_unlock
         self._idle_hint = idle_hint
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
@@ -90,6 +92,9 @@ class Reactor:
             done = True
         if done:
             self.done_write(fd)
+
+    def in_io_thread(self) -> bool:
+        return threading.current_thread() is self._thread
 
     def wake(self) -> None:
         try:
@@ -151,6 +156,8 @@ class Reactor:
                     self._housekeeping()
             except Exception:
                 logger.exception("miniray bug: error in the I/O thread's timers or housekeeping")
+            if self._after_unlock is not None:
+                self._after_unlock()  # what they decided to do once the lock is free
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping = True

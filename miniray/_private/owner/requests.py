@@ -1,10 +1,11 @@
 """What the owner does for a worker's own requests: get, wait, calls, and shared reads.
 
 Owns: a worker blocked in ``get()``/``wait()`` (its CPU goes back to the ledger until the
-reply), replies to CALL requests, pinning the objects a worker maps (task arguments, get
-replies) and telling workers to unmap segments of freed objects. Does not own: the objects
-(``object_table.py``), the store, or scheduling (``owner.py``).
-Called by: ``owner.Owner`` (a mixin of it) from the I/O thread, with the owner's lock held.
+reply), replies to CALL requests, the store pins of the objects a worker maps (task arguments,
+get replies) and which workers map which segment (told to unmap when the object is freed).
+Does not own: the objects (``object_table.py``), the store, the workers (``workers.py``), the
+leases (``leases.py``) or scheduling (``owner.py``); it is given them at construction.
+Called by: ``owner.Owner`` from the I/O thread, and ``actors.py``, with the owner's lock held.
 """
 
 from __future__ import annotations
@@ -16,7 +17,40 @@ from miniray._private.object_store import shm_segments
 
 
 class WorkerRequests:
-    def _on_borrow(self, worker, added, dropped, escaped) -> None:
+    """``send(worker, message)`` writes to a worker without blocking; ``defer(action)`` runs
+    an action once the owner's lock is released, ``ledger_later(method, *args)`` a ledger
+    transaction; ``dispatch_all()`` sends queued work; ``cancel(object_id, force,
+    recursive)`` and ``release_idle_leases(force=...)`` are the owner's."""
+
+    def __init__(self, *, objects, store, reactor, workers, leases, ledger, actors, lock,
+                 send, defer, ledger_later, dispatch_all, cancel, release_idle_leases,
+                 hello_info: dict):
+        self.objects = objects
+        self.store = store
+        self.reactor = reactor
+        self.workers = workers
+        self.leases = leases
+        self.ledger = ledger
+        self.actors = actors
+        self.hello_info = hello_info
+        self._lock = lock
+        self.send = send
+        self.defer = defer
+        self._ledger_later = ledger_later
+        self._dispatch_all = dispatch_all
+        self._cancel_locked = cancel
+        self._release_idle_leases = release_idle_leases
+        # Workers that were handed a segment (they may keep it mapped across tasks): told
+        # to drop the mapping when the object is freed, so its memory really goes back.
+        self._mapped_by: dict[bytes, list] = {}
+
+    def prune_mapped(self) -> None:
+        """Drop records of objects freed without a reader (they pile up otherwise)."""
+        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
+            live = self.objects.entries
+            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
+
+    def on_borrow(self, worker, added, dropped, escaped) -> None:
         """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
         pickled where nobody tracks them (kept until shutdown)."""
         objects = self.objects
@@ -48,7 +82,7 @@ class WorkerRequests:
         if worker not in readers:
             readers.append(worker)
 
-    def _on_object_freed(self, object_id: bytes) -> None:
+    def object_freed(self, object_id: bytes) -> None:
         readers = self._mapped_by.pop(object_id, None)
         if not readers:
             return
@@ -57,7 +91,7 @@ class WorkerRequests:
         for worker in readers:
             if not worker.dead:
                 try:
-                    self._send(worker, (protocol.UNMAP, path))
+                    self.send(worker, (protocol.UNMAP, path))
                 except OSError:
                     pass
 
@@ -72,21 +106,21 @@ class WorkerRequests:
             except KeyError:
                 pass
 
-    def _release_read_pins(self, worker) -> None:
+    def release_read_pins(self, worker) -> None:
         pins, worker.read_pins = worker.read_pins, []
         self.unpin_ids(pins)
 
     def _block(self, worker) -> None:
         worker.blocked += 1
         if worker.blocked == 1:
-            self._blocked_workers += 1
-            self._releases += 1  # the cap on workers just moved
+            self.workers.blocked += 1
+            self.leases.window.note_release()  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
             cpu = slot.lease.resources.get("CPU", 0)
             if cpu:
                 cpu_f = cpu / 10000.0
-                self.ledger.adjust(slot.lease.lease_id, {"CPU": -cpu_f})
+                self._ledger_later(self.ledger.adjust, slot.lease.lease_id, {"CPU": -cpu_f})
                 slot.cpu_released = cpu_f
         if worker.blocked == 1:
             self._dispatch_all()
@@ -94,19 +128,20 @@ class WorkerRequests:
     def _unblock(self, worker) -> None:
         worker.blocked -= 1
         if worker.blocked == 0:
-            self._blocked_workers -= 1
+            self.workers.blocked -= 1
         slot = worker.lease
         if worker.blocked == 0 and slot is not None and slot.cpu_released:
-            self.ledger.adjust(slot.lease.lease_id, {"CPU": slot.cpu_released})
+            self._ledger_later(self.ledger.adjust, slot.lease.lease_id,
+                               {"CPU": slot.cpu_released})
             slot.cpu_released = 0.0
 
     def _reply(self, worker, req_id: int, payload) -> None:
         try:
-            self._send(worker, (protocol.REPLY, req_id, payload))
+            self.send(worker, (protocol.REPLY, req_id, payload))
         except OSError:
             pass
 
-    def _on_worker_get(self, worker, req_id, object_ids, timeout) -> None:
+    def on_get(self, worker, req_id, object_ids, timeout) -> None:
         self._block(worker)
 
         def finish(timed_out: bool) -> None:
@@ -134,7 +169,7 @@ class WorkerRequests:
         self.objects.await_objects(object_ids, len(object_ids), True, finish, timeout,
                                    self.reactor.call_later)
 
-    def _on_worker_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
+    def on_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
         self._block(worker)
 
         def finish(timed_out: bool) -> None:
@@ -144,7 +179,13 @@ class WorkerRequests:
         self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
                                    self.reactor.call_later)
 
-    def _on_worker_call(self, worker, req_id, method, args) -> None:
+    def _reply_available(self, worker, req_id) -> None:
+        """*Not locked.* ``available_resources()`` for a worker, after idle leases went back."""
+        value = self.ledger.available()
+        with self._lock:
+            self._reply(worker, req_id, (True, value))
+
+    def on_call(self, worker, req_id, method, args) -> None:
         try:
             if method == "create_actor":
                 if self.actors.is_node_actor(args[0]):
@@ -167,7 +208,8 @@ class WorkerRequests:
                 value = self.ledger.totals()
             elif method == "available_resources":
                 self._release_idle_leases(force=True)
-                value = self.ledger.available()
+                self.defer(lambda: self._reply_available(worker, req_id))  # once released
+                return
             elif method == "nodes":
                 value = self.hello_info.get("nodes", [])
             else:

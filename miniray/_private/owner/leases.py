@@ -1,0 +1,207 @@
+"""The owner's lease book: the one path by which tasks and actors take resources.
+
+Owns: the leases this session holds for tasks, by scheduling key (``LeaseSlot``: the ledger's
+lease, the worker it is given to, idle time, GPU ids), taking a lease in the node ledger and,
+for physical GPUs, the host GPU ledger in one step (both or neither), the retry-after-full
+window (``core/scheduling.RetryWindow``), and requests that only other sessions block (say so
+once, give up after MINIRAY_HOST_GPU_TIMEOUT). Does not own: the ledgers' files
+(``ledger.py``, ``host_gpus.py``), workers (the owner's pool), or what a lease is for (tasks
+in ``owner.py``, actors in ``actors.py``, which keep their own lease while alive).
+Called by: ``owner.Owner`` and ``actors.ActorManager`` with the owner's lock held.
+
+::
+
+    acquire(request, tag, key) ──► node ledger (+ host GPU ledger) ──► (lease, host lease)
+          │ none: make_room() (idle leases go back) and once more
+          ▼ still none: (None, None); blocked only by other sessions: one stderr line
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable
+
+from miniray._private.core import scheduling
+from miniray._private.core.resources import plan_allocation
+from miniray._private.core.scheduling import RetryWindow
+from miniray._private.ledger.host_gpus import HostGpuLedger
+
+
+class LeaseSlot:
+    """A lease of the node ledger given to one worker for tasks of one scheduling key."""
+
+    __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
+                 "host_lease")
+
+    def __init__(self, lease, key, worker, gpu_ids, host_lease: str | None = None):
+        self.lease = lease
+        self.key = key
+        self.worker = worker
+        self.cpu_released = 0.0  # CPU given back while its worker is blocked in get()
+        self.idle_since: float | None = None
+        self.gpu_ids = gpu_ids
+        self.host_lease = host_lease
+
+
+class LeaseBook:
+    """Leases of one session. ``make_room()`` returns idle leases to the ledger (True if it
+    freed any); ``on_unschedulable(key, message)`` fails what waits on ``key`` when other
+    sessions held its GPUs for too long; ``call_later(delay, fn)`` runs ``fn`` on the I/O
+    thread with the lock held."""
+
+    RETRY_S = 0.05
+
+    def __init__(self, *, ledger, pid: int, gpu_keys: list | None, host_gpu_timeout,
+                 make_room: Callable[[], bool], on_unschedulable: Callable[[Any, str], None],
+                 call_later: Callable):
+        self.ledger = ledger
+        self.pid = pid
+        self.by_key: dict[Any, list[LeaseSlot]] = {}
+        self.window = RetryWindow(self.RETRY_S)
+        self._make_room = make_room
+        self._on_unschedulable = on_unschedulable
+        self._call_later = call_later
+        # Physical GPUs are shared with every miniray session on the host (host_gpus.py):
+        # only devices NVML reported have keys; logical GPUs stay this session's own.
+        self.gpu_keys = list(gpu_keys or [])
+        self.host_gpus = HostGpuLedger() if any(self.gpu_keys) else None
+        self.host_gpu_timeout = host_gpu_timeout
+        self._host_blocked_since: dict = {}
+        self._host_reported: set = set()
+
+    # -- the book ------------------------------------------------------------------------
+    def with_room(self, key) -> LeaseSlot | None:
+        """A lease of ``key`` whose worker can take a task now (no longer idle then)."""
+        slot = scheduling.lease_with_room(self.by_key.get(key))
+        if slot is not None:
+            slot.idle_since = None
+        return slot
+
+    def add(self, slot: LeaseSlot) -> None:
+        self.by_key.setdefault(slot.key, []).append(slot)
+
+    def remove(self, slot: LeaseSlot) -> None:
+        leases = self.by_key.get(slot.key)
+        if leases is not None:
+            try:
+                leases.remove(slot)
+            except ValueError:
+                pass
+            if not leases:
+                del self.by_key[slot.key]
+
+    def slots(self) -> list[LeaseSlot]:
+        return [slot for leases in self.by_key.values() for slot in leases]
+
+    def idle_slots(self, now: float, linger: float, force: bool) -> list[LeaseSlot]:
+        """Leases whose worker is idle: all of them if ``force``, else those idle ``linger``
+        seconds or more."""
+        return [slot for slot in self.slots()
+                if not slot.worker.inflight and slot.idle_since is not None
+                and (force or now - slot.idle_since >= linger)]
+
+    def any_idle(self) -> bool:
+        return any(slot.idle_since is not None for slot in self.slots())
+
+    def __len__(self) -> int:
+        return sum(len(leases) for leases in self.by_key.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.by_key)
+
+    # -- the ledgers ---------------------------------------------------------------------
+    def acquire(self, request: dict, tag: str, key=None, make_room=None):
+        """``(lease, host_lease_id)``, or ``(None, None)`` if the request does not fit now
+        even after idle leases went back (``make_room``, the book's own if None: one that
+        takes the owner's lock when called without it)."""
+        lease, host_lease = self._acquire_once(request, tag, key)
+        if lease is None and (make_room or self._make_room)():
+            lease, host_lease = self._acquire_once(request, tag, key)
+        return lease, host_lease
+
+    def _acquire_once(self, request: dict, tag: str, key):
+        """One try at the node ledger and, for physical GPUs, the host ledger (both or
+        neither)."""
+        caps = None
+        host = self.host_gpus
+        if host is not None and request.get("GPU"):
+            caps = self._host_caps()
+        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps)
+        if lease is None and caps is not None and host.reclaim_dead():
+            caps = self._host_caps()  # a session holding GPUs died: its shares are free again
+            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag,
+                                        instance_caps=caps)
+        if lease is None:
+            if caps is not None:
+                self._note_host_blocked(request, tag, key)
+            return None, None
+        host_lease = None
+        if caps is not None:
+            shares = {}
+            for index, units in lease.instances.get("GPU", []):
+                device = self.gpu_keys[index] if index < len(self.gpu_keys) else None
+                if device:
+                    shares[device] = shares.get(device, 0) + units
+            if shares:
+                host_lease = host.acquire_exact(shares, holder_pid=self.pid, tag=tag)
+                if host_lease is None:  # another session took it in between
+                    self.ledger.release(lease.lease_id)
+                    return None, None
+        if key is not None:
+            self._host_blocked_since.pop(key, None)
+        return lease, host_lease
+
+    def gpu_ids(self, lease) -> list | None:
+        """The GPU instance ids a lease holds."""
+        return self.ledger.instance_ids_of(lease, "GPU")
+
+    def release(self, lease_id: str, host_lease: str | None, note: bool = True) -> None:
+        """Give a lease back to the ledgers; ``note``: room appeared, so the next acquire
+        asks the ledger even within the retry window."""
+        self.ledger.release(lease_id)
+        if host_lease is not None and self.host_gpus is not None:
+            self.host_gpus.release(host_lease)
+        if note:
+            self.window.note_release()
+
+    def release_all(self) -> None:
+        """Shutdown: every task lease goes back to the node ledger."""
+        for slot in self.slots():
+            self.ledger.release(slot.lease.lease_id)
+        self.by_key.clear()
+
+    # -- GPUs other sessions hold --------------------------------------------------------
+    def _host_caps(self) -> dict:
+        """What this node may take of each GPU: the share no other session holds."""
+        free = self.host_gpus.free([k for k in self.gpu_keys if k])
+        return {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
+
+    def _note_host_blocked(self, request: dict, tag: str, key) -> None:
+        """The request fits this node but not the host: other sessions hold the GPUs. Say so
+        once, naming them; with MINIRAY_HOST_GPU_TIMEOUT, give up after that many seconds."""
+        if plan_allocation(self.ledger.snapshot(), request) is None:
+            return  # this session's own work holds them: an ordinary wait
+        now = time.monotonic()
+        since = self._host_blocked_since.setdefault(key, now)
+        if key not in self._host_reported:
+            self._host_reported.add(key)
+            holders = set()
+            stats = self.host_gpus.statistics([k for k in self.gpu_keys if k])
+            for device in stats.get("devices", {}).values():
+                for holder in device.get("holders", []):
+                    if holder.get("pid") != self.pid:
+                        holders.add(f"pid {holder.get('pid')} ({holder.get('tag') or '?'})")
+            wait = (f"it fails after {self.host_gpu_timeout:g} s (MINIRAY_HOST_GPU_TIMEOUT)"
+                    if self.host_gpu_timeout is not None else
+                    "it waits until they are released (set MINIRAY_HOST_GPU_TIMEOUT to fail "
+                    "instead)")
+            print(f"miniray: {tag or 'a request'} needs GPUs that other miniray sessions on "
+                  f"this host hold: {', '.join(sorted(holders)) or 'another session'}; {wait}.",
+                  file=sys.stderr, flush=True)
+        if self.host_gpu_timeout is not None and now - since >= self.host_gpu_timeout:
+            self._host_blocked_since.pop(key, None)
+            message = (f"The GPUs this request needs ({request}) stayed held by other miniray "
+                       f"sessions on this host for {self.host_gpu_timeout:g} s "
+                       "(MINIRAY_HOST_GPU_TIMEOUT); see `miniray status` for who holds them.")
+            self._call_later(0, lambda: self._on_unschedulable(key, message))

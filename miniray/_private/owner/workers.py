@@ -1,0 +1,201 @@
+"""The owner's worker pool: the worker processes of the session, as the driver sees them.
+
+Owns: one ``WorkerSlot`` per worker (its sockets, output streams, pid, what it runs), the
+lookups by data fd, spawn request and pid, the idle workers kept for reuse, the counts the
+cap on workers is checked against (live, blocked in ``get()``, hosting an actor), and workers
+named or gone before they were adopted (asked for outside the owner's lock). Starting a worker
+is two halves: ``start`` (the fork request, no lock) and ``adopt`` (watch it, under the lock).
+Does not own: what a worker runs or why it died (tasks in ``owner.py``, actors in
+``actors.py``), its lease (``leases.py``), or the fork server (``transport/spawn.py``).
+Called by: ``owner.Owner`` with its lock held, except ``WorkerPool.start``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+from multiprocessing.connection import Connection
+from typing import Callable
+
+from miniray._private.owner.output import OutputStream
+from miniray._private.transport.framing import FramedSocket
+
+
+class WorkerSlot:
+    __slots__ = (
+        "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
+        "spent", "read_pins", "borrowed",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
+    )
+
+    def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
+        self.conn = conn
+        self.ctl = ctl
+        self.pid: int | None = None
+        self.spawn_req = spawn_req
+        self.inflight: collections.deque = collections.deque()
+        self.lease = None  # its LeaseSlot (leases.py) while it runs tasks
+        self.funcs: set = set()
+        self.calls = 0
+        self.fn_calls: dict[bytes, int] = {}
+        self.spent = False  # reached a function's max_calls: retire once idle
+        self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
+        self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
+        #                                   reports again (by then it has mapped them)
+        self.blocked = 0
+        self.dead = False
+        self.out: OutputStream | None = None
+        self.err: OutputStream | None = None
+        self.kill_on_spawn = False
+        self.actor = None  # the actor this worker hosts (actors.py), if any
+        self.exited = False  # its process is gone and was handled (owner._worker_gone)
+
+    def __repr__(self) -> str:
+        return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
+
+
+class WorkerPool:
+    """``on_data(fd)`` and ``on_output(fd)`` are the I/O thread's handlers of a worker's
+    data socket and of its stdout/stderr pipes."""
+
+    def __init__(self, *, reactor, log_to_driver: bool, prefix_enabled: bool,
+                 max_workers: int, idle_keep: int, on_data: Callable[[int], None],
+                 on_output: Callable[[int], None]):
+        self.reactor = reactor
+        self.log_to_driver = log_to_driver
+        self.prefix_enabled = prefix_enabled
+        self.max_workers = max_workers
+        self.idle_keep = idle_keep
+        self._on_data = on_data
+        self._on_output = on_output
+        self.idle: list[WorkerSlot] = []
+        self.by_fd: dict[int, WorkerSlot] = {}
+        self.by_req: dict[int, WorkerSlot] = {}
+        self.by_pid: dict[int, WorkerSlot] = {}
+        self.streams: dict[int, OutputStream] = {}
+        self.live = 0
+        self.blocked = 0  # workers blocked in get()/wait()
+        self.actors = 0  # workers hosting an actor
+        # Workers asked for outside the lock may be named (SPAWNED) or even exit before they
+        # are adopted: their pid and exit status wait here.
+        self.early_spawned: dict[int, int] = {}
+        self.early_exits: dict[int, int] = {}
+
+    def busy(self) -> int:
+        """Workers that count against the cap: not blocked in get(), not hosting an actor."""
+        return self.live - self.blocked - self.actors
+
+    def room(self, taking: int) -> int:
+        """How many more leases workers can serve now: the idle ones, plus new ones up to the
+        cap, less the ``taking`` leases being taken."""
+        return len(self.idle) + max(0, self.max_workers - self.busy()) - taking
+
+    @staticmethod
+    def start(fork_server) -> tuple:
+        """*Not locked.* Ask ``fork_server`` for a worker; returns its request number and the
+        parent ends of its sockets and pipes, for ``adopt`` or ``discard``."""
+        data_parent, data_child = socket.socketpair()
+        ctl_parent, ctl_child = socket.socketpair()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        child_fds = [data_child.fileno(), ctl_child.fileno(), out_w, err_w]
+        try:
+            req = fork_server.spawn(child_fds)
+        finally:
+            data_child.close()
+            ctl_child.close()
+            os.close(out_w)
+            os.close(err_w)
+        return req, data_parent, ctl_parent, out_r, err_r
+
+    def discard(self, parts: tuple) -> None:
+        """Close a started worker's ends instead of adopting it (it exits on EOF)."""
+        req, data_parent, ctl_parent, out_r, err_r = parts
+        pid = self.early_spawned.pop(req, None)
+        if pid is not None:
+            self.early_exits.pop(pid, None)
+        data_parent.close()
+        ctl_parent.close()
+        os.close(out_r)
+        os.close(err_r)
+
+    def adopt(self, parts: tuple) -> tuple[WorkerSlot, int | None]:
+        """Watch a worker asked for by ``start``; returns it and its pid if the fork server
+        named it already (then call ``named``)."""
+        req, data_parent, ctl_parent, out_r, err_r = parts
+        worker = WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
+        worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
+        worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
+        self.streams[out_r] = worker.out
+        self.streams[err_r] = worker.err
+        self.by_req[req] = worker
+        self.live += 1
+        fd = worker.conn.fileno()
+        self.by_fd[fd] = worker
+        os.set_blocking(out_r, False)
+        os.set_blocking(err_r, False)
+        self.reactor.register(fd, self._on_data)
+        self.reactor.register(out_r, self._on_output)
+        self.reactor.register(err_r, self._on_output)
+        return worker, self.early_spawned.pop(req, None)
+
+    def spawned(self, req: int, pid: int) -> WorkerSlot | None:
+        """The fork server named request ``req``'s pid: its worker, or None if it is not
+        adopted yet (remembered for ``adopt``)."""
+        worker = self.by_req.get(req)
+        if worker is None:
+            self.early_spawned[req] = pid
+        return worker
+
+    def named(self, worker: WorkerSlot, pid: int) -> int | None:
+        """Record ``worker``'s pid; returns its exit status if it already exited."""
+        worker.pid = pid
+        self.by_pid[pid] = worker
+        return self.early_exits.pop(pid, None)
+
+    def exited(self, pid: int, status: int) -> WorkerSlot | None:
+        """The fork server reported ``pid``'s exit: its worker, or None (remembered if the
+        worker is not adopted yet)."""
+        worker = self.by_pid.get(pid)
+        if worker is None and pid in self.early_spawned.values():
+            self.early_exits[pid] = status
+        return worker
+
+    def keep_idle(self, worker: WorkerSlot) -> None:
+        """A worker whose lease went back: kept for reuse, or retired if enough are."""
+        if len(self.idle) < self.idle_keep:
+            self.idle.append(worker)
+        else:
+            self.retire(worker)
+
+    def retire(self, worker: WorkerSlot) -> None:
+        """Ask a worker with nothing in flight to exit (it exits on EOF)."""
+        if worker in self.idle:
+            self.idle.remove(worker)
+        if worker.dead:
+            return
+        worker.dead = True
+        self.reactor.unregister(worker.conn.fileno())
+        self.by_fd.pop(worker.conn.fileno(), None)
+        try:
+            worker.conn.close()
+        except OSError:
+            pass
+        try:
+            worker.ctl.close()
+        except OSError:
+            pass
+
+    def drain_output(self, worker: WorkerSlot) -> None:
+        for stream in (worker.out, worker.err):
+            if stream is not None and not stream.closed:
+                stream.drain()
+                if stream.eof:
+                    self.close_stream(stream)
+
+    def close_stream(self, stream: OutputStream) -> None:
+        """Unregister, then close (under the lock, so the fd number cannot be reused between)."""
+        self.streams.pop(stream.fd, None)
+        self.reactor.unregister(stream.fd)
+        stream.close()

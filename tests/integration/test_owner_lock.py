@@ -1,0 +1,116 @@
+"""The owner decides under its lock and acts after it: the ledger's file lock (acquire,
+release, adjust, set_worker) and fork requests of task dispatch are taken with the owner's lock
+free (house style: decide under a lock, act after it), so a slow ledger or fork server never
+stalls the I/O thread or submissions."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import miniray
+from miniray._private import runtime
+
+
+class _LockProbe:
+    """Wraps a method of a live object; records, for each call, whether the calling thread
+    could take the owner's lock (a thread that holds it waits out the timeout)."""
+
+    def __init__(self, owner, target, name):
+        self.lock = owner._lock
+        self.target = target
+        self.name = name
+        self.original = getattr(target, name)
+        self.calls: list[tuple[str, bool]] = []
+        setattr(target, name, self)
+
+    def __call__(self, *args, **kwargs):
+        free = self.lock.acquire(timeout=1.0)
+        if free:
+            self.lock.release()
+        self.calls.append((threading.current_thread().name, free))
+        return self.original(*args, **kwargs)
+
+    def restore(self):
+        setattr(self.target, self.name, self.original)
+
+
+def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
+    owner = runtime.current().owner
+
+    @ray.remote
+    def nap(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    @ray.remote(num_cpus=0.5)
+    def half():
+        return "half"
+
+    @ray.remote
+    def parent():  # blocks in get(): its CPU goes back to the ledger meanwhile (adjust)
+        return ray.get(nap.remote(0.1))
+
+    names = ("acquire", "release", "adjust", "set_worker")
+    probes = [_LockProbe(owner, owner.ledger, name) for name in names]
+    probes.append(_LockProbe(owner, owner.fork_server, "spawn"))
+    try:
+        # More tasks than CPUs, and a second shape: leases are taken, workers started,
+        # leases given back to make room for the other shape.
+        refs = [nap.remote(0.2) for _ in range(4)] + [half.remote() for _ in range(3)]
+        assert ray.get(refs, timeout=60) == [0.2] * 4 + ["half"] * 3
+        assert ray.get(parent.remote(), timeout=60) == 0.1
+    finally:
+        for probe in probes:
+            probe.restore()
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls  # each was exercised
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"
+
+
+def test_actor_placement_takes_its_lease_and_worker_outside_the_owner_lock(ray):
+    """An actor with no resource options needs 1 CPU to be placed and holds none while alive
+    (acquire, then adjust); its worker is asked for (spawn); killing it gives the lease back."""
+    owner = runtime.current().owner
+
+    @ray.remote
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self):
+            self.n += 1
+            return self.n
+
+    probes = [_LockProbe(owner, owner.ledger, name) for name in ("acquire", "adjust")]
+    probes.append(_LockProbe(owner, owner.fork_server, "spawn"))
+    try:
+        counters = [Counter.remote() for _ in range(3)]
+        assert ray.get([c.add.remote() for c in counters], timeout=60) == [1, 1, 1]
+    finally:
+        for probe in probes:
+            probe.restore()
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"
+
+
+def test_available_resources_sees_leases_released_just_before(ray_start):
+    """Leases given back after the lock (an idle lease past its 5 ms linger, released by the
+    I/O thread) are back in the ledger when ``available_resources()`` answers, as when they
+    were released under the lock (compared with Ray 2.60: a finished task's resources show
+    as available)."""
+    ray_start(num_cpus=2, num_gpus=2)
+    ray = miniray
+
+    @ray.remote(num_gpus=1)
+    def gpu_task():
+        return "done"
+
+    for attempt in range(20):
+        assert ray.get(gpu_task.remote(), timeout=60) == "done"
+        available = ray.available_resources()
+        assert available.get("GPU") == 2.0, (attempt, available)
+        time.sleep(0.004)  # around the linger: the I/O thread releases it meanwhile

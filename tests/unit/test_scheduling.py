@@ -1,0 +1,137 @@
+"""The owner's pure scheduling decisions (``core/scheduling.py``), without any process.
+
+Retry counts follow Ray 2.60's ``max_retries`` / ``max_restarts`` / ``max_task_retries``:
+0 means none, a negative number means infinite, and a retry spends one.
+"""
+
+from __future__ import annotations
+
+import doctest
+from types import SimpleNamespace
+
+import pytest
+
+from miniray._private.core import scheduling as s
+
+
+def test_doctests():
+    result = doctest.testmod(s)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("old,new,legal", [
+    (s.T_WAITING, s.T_QUEUED, True),
+    (s.T_WAITING, s.T_INFEASIBLE, True),
+    (s.T_WAITING, s.T_DONE, True),       # an argument failed, or cancelled while waiting
+    (s.T_WAITING, s.T_RUNNING, False),   # always through the queue
+    (s.T_QUEUED, s.T_RUNNING, True),
+    (s.T_QUEUED, s.T_WAITING, False),
+    (s.T_RUNNING, s.T_QUEUED, True),     # retried, or requeued after its worker died
+    (s.T_RUNNING, s.T_DONE, True),
+    (s.T_INFEASIBLE, s.T_DONE, True),
+    (s.T_INFEASIBLE, s.T_QUEUED, False),  # stays pending until cancel or shutdown
+    (s.T_DONE, s.T_QUEUED, False),
+    (s.T_DONE, s.T_DONE, False),
+])
+def test_transitions(old, new, legal):
+    assert s.may_move(old, new) is legal
+
+
+def test_states_are_distinct_and_named():
+    states = [s.T_WAITING, s.T_QUEUED, s.T_INFEASIBLE, s.T_RUNNING, s.T_DONE]
+    assert len(set(states)) == 5
+    assert set(s.TRANSITIONS) == set(states)
+    assert s.STATE_NAMES[s.T_DONE] == "DONE"
+
+
+def test_scheduling_key_ignores_request_order_and_separates_max_calls():
+    assert s.scheduling_key({"CPU": 1, "GPU": 1}, 0) == s.scheduling_key({"GPU": 1, "CPU": 1}, 0)
+    assert s.scheduling_key({"CPU": 1}, 0) != s.scheduling_key({"CPU": 1}, 3)
+    assert s.scheduling_key({"CPU": 1}, 0) != s.scheduling_key({"CPU": 2}, 0)
+    hash(s.scheduling_key({"CPU": 0.5, "memory": 10}, 1))  # usable as a dict key
+
+
+def _slot(blocked=0, inflight=()):
+    return SimpleNamespace(worker=SimpleNamespace(blocked=blocked, inflight=list(inflight)))
+
+
+def test_lease_with_room_skips_busy_and_blocked_workers():
+    busy, blocked, free, free2 = _slot(inflight=["t"]), _slot(blocked=1), _slot(), _slot()
+    assert s.lease_with_room([busy, blocked, free, free2]) is free
+    assert s.lease_with_room([busy, blocked]) is None
+    assert s.lease_with_room([]) is None
+    assert s.lease_with_room(None) is None
+
+
+def test_retry_window_asks_again_after_a_release_or_the_delay():
+    window = s.RetryWindow(0.05)
+    assert window.may_try(10.0)
+    window.mark_full(10.0)
+    assert not window.may_try(10.0)
+    assert not window.may_try(10.049)
+    assert window.may_try(10.05)  # other processes may have released meanwhile
+    window.mark_full(11.0)
+    window.note_release()
+    assert window.may_try(11.0)
+    window.mark_full(11.0)  # full again after that release
+    assert not window.may_try(11.0)
+
+
+@pytest.mark.parametrize("left,expected", [(3, (True, 2)), (1, (True, 0)), (0, (False, 0)),
+                                           (-1, (True, -1))])
+def test_consume_retry(left, expected):
+    assert s.consume_retry(left) == expected
+
+
+@pytest.mark.parametrize("retryable,left,cancelled,done,expected", [
+    (True, 2, False, False, (True, 1)),
+    (True, -1, False, False, (True, -1)),
+    (True, 0, False, False, (False, 0)),
+    (False, 2, False, False, (False, 2)),  # not a retry_exceptions match
+    (True, 2, True, False, (False, 2)),    # being cancelled
+    (True, 2, False, True, (False, 2)),    # already failed (e.g. cancelled meanwhile)
+])
+def test_retry_failed_result(retryable, left, cancelled, done, expected):
+    assert s.retry_failed_result(retryable, left, cancelled, done) == expected
+
+
+@pytest.mark.parametrize("position,cancelled,left,fatal,expected", [
+    (0, False, 2, False, (s.DEATH_RETRY, 1)),
+    (0, False, -1, False, (s.DEATH_RETRY, -1)),
+    (0, False, 0, False, (s.DEATH_FAIL_CRASHED, 0)),
+    (0, True, 2, False, (s.DEATH_FAIL_CANCELLED, 2)),
+    (1, False, 0, False, (s.DEATH_REQUEUE, 0)),   # never started: no retry spent
+    (1, True, 0, False, (s.DEATH_REQUEUE, 0)),
+    (0, False, 5, True, (s.DEATH_FAIL_SYSTEM, 5)),
+    (2, False, 5, True, (s.DEATH_FAIL_SYSTEM, 5)),
+])
+def test_after_worker_death(position, cancelled, left, fatal, expected):
+    assert s.after_worker_death(position, cancelled, left, fatal) == expected
+
+
+@pytest.mark.parametrize("state,force,running_now,expected", [
+    (s.T_DONE, True, False, s.CANCEL_IGNORE),
+    (s.T_WAITING, False, False, s.CANCEL_FAIL),
+    (s.T_QUEUED, True, False, s.CANCEL_FAIL),
+    (s.T_INFEASIBLE, False, False, s.CANCEL_FAIL),
+    (s.T_RUNNING, False, True, s.CANCEL_SIGNAL),
+    (s.T_RUNNING, False, False, s.CANCEL_SIGNAL),
+    (s.T_RUNNING, True, True, s.CANCEL_KILL),
+    (s.T_RUNNING, True, False, s.CANCEL_REMOVE_QUEUED),
+])
+def test_cancel_action(state, force, running_now, expected):
+    assert s.cancel_action(state, force, running_now) == expected
+
+
+@pytest.mark.parametrize("left,exiting,killed,no_restart,closed,fatal,expected", [
+    (1, False, False, True, False, False, (True, 0)),    # crashed, one restart left
+    (-1, False, False, True, False, False, (True, -1)),  # infinite restarts
+    (0, False, False, True, False, False, (False, 0)),   # none left: dies
+    (2, True, False, True, False, False, (False, 2)),    # exit_actor(): no restart
+    (2, False, True, True, False, False, (False, 2)),    # ray.kill(no_restart=True)
+    (2, False, True, False, False, False, (True, 1)),    # ray.kill(no_restart=False)
+    (2, False, False, True, True, False, (False, 2)),    # shutting down
+    (2, False, False, True, False, True, (False, 2)),    # fork server or node lost
+])
+def test_actor_should_restart(left, exiting, killed, no_restart, closed, fatal, expected):
+    assert s.actor_should_restart(left, exiting, killed, no_restart, closed, fatal) == expected
