@@ -1,5 +1,6 @@
 """One vocabulary per wire: every channel's tags are ints, named in ``core/protocol.py``,
-unique within their channel, and the node and actor-service modules use no string tags."""
+unique within their channel, and the node and actor-service modules use no string tags, nor
+do a worker's CALLs name their method with a string."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ TAG_NAMES |= {name[len(prefix):] for name in TAG_NAMES for prefix in ("NODE_", "
 NOT_TAGS = {"OK", "ERR", "TIMEOUT", "PROTOCOL_VERSION", "V1_NODE_HELLO"}
 
 
-def test_channels_are_the_five_sections():
-    assert list(protocol.CHANNELS) == ["data", "control", "fork_server", "node", "actor_service"]
+def test_channels_are_the_five_sections_and_the_call_methods():
+    assert list(protocol.CHANNELS) == ["data", "call", "control", "fork_server", "node",
+                                       "actor_service"]
 
 
 @pytest.mark.parametrize("channel", list(protocol.CHANNELS))
@@ -104,3 +106,35 @@ def test_check_hello_admits_this_version_and_refuses_others_with_what_to_do():
         assert "miniray stop" in why and "miniray start --head" in why
     for junk in [(protocol.SPAWN, 1), ("WELCOME", {}), (protocol.NODE_HELLO, "x", 2)]:
         assert check_hello(junk) == (None, None)
+
+
+# The modules on either end of a worker's CALL, and the method names CALLs once spelled.
+CALL_SPEAKERS = ["owner/requests.py", "worker/worker_api.py"]
+CALL_METHOD_NAMES = {name[len("CALL_"):].lower() for name in protocol.CHANNELS["call"]}
+
+
+@pytest.mark.parametrize("module", CALL_SPEAKERS)
+def test_a_workers_calls_name_their_method_with_an_int(module):
+    assert _string_methods((PRIVATE / module).read_text()) == []
+
+
+def _string_methods(source: str) -> list[int]:
+    """Lines where a method name is compared (``method == "nodes"``) or passed to a
+    ``.call(...)`` as a string."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            candidates = [node.left, *node.comparators]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "call" and node.args):
+            candidates = [node.args[0]]
+        else:
+            continue
+        found += [c.lineno for c in candidates
+                  if isinstance(c, ast.Constant) and c.value in CALL_METHOD_NAMES]
+    return found
+
+
+def test_the_string_method_finder_finds_one():
+    source = 'if method == "nodes":\n    pass\nself.call("cancel", 1)\nd.get("nodes")\n'
+    assert _string_methods(source) == [1, 3]

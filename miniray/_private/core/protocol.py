@@ -12,10 +12,7 @@ Called by: owner/ (``owner.py``, ``actor_link.py``), worker/ (``worker_main.py``
 
 Every message is a tuple whose first item is its tag; a tag is unique within its channel
 (``CHANNELS`` lists each channel's tags by name; ``tests/unit/test_protocol.py`` holds it).
-Tags are ints, never strings. The one remaining string vocabulary is the ``method`` of a
-worker's ``CALL`` (``"create_actor"``, ``"get_actor"``, ``"kill_actor"``,
-``"list_named_actors"``, ``"cancel"``, ``"cluster_resources"``, ``"available_resources"``,
-``"nodes"``), dispatched by ``owner/owner_requests.py``.
+Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (section 1a).
 
 1. Driver ⇄ worker, on the worker's data socket (driver speaks first)::
 
@@ -34,11 +31,20 @@ worker's ``CALL`` (``"create_actor"``, ``"get_actor"``, ``"kill_actor"``,
                  args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
-                 num_returns, call_name)          creation is (CALL, req, "create_actor", ...)
+                 num_returns, call_name)          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
+
+1a. The ``method`` of a worker's ``(CALL, req_id, method, args)``: what the public API asks of
+   the driver from inside a task or actor (answered by ``(REPLY, req_id, (ok, value))``;
+   dispatched by ``owner/requests.py``)::
+
+    CALL_CREATE_ACTOR (spec,)                      CALL_KILL_ACTOR (actor_id, no_restart)
+    CALL_GET_ACTOR (name, namespace)               CALL_LIST_NAMED_ACTORS (all, namespace)
+    CALL_CANCEL (object_id, force, recursive)      CALL_CLUSTER_RESOURCES ()
+    CALL_AVAILABLE_RESOURCES ()                    CALL_NODES ()
 
 2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
 
@@ -111,6 +117,16 @@ ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
 
+# 1a. the method of a worker's CALL
+CALL_CREATE_ACTOR = 80
+CALL_KILL_ACTOR = 81
+CALL_GET_ACTOR = 82
+CALL_LIST_NAMED_ACTORS = 83
+CALL_CANCEL = 84
+CALL_CLUSTER_RESOURCES = 85
+CALL_AVAILABLE_RESOURCES = 86
+CALL_NODES = 87
+
 # 2. control socket
 CANCEL = 20
 
@@ -158,6 +174,8 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
              "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW"),
+    "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
+             "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES"),
     "control": ("CANCEL",),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",

@@ -187,33 +187,33 @@ class WorkerRequests:
 
     def on_call(self, worker, req_id, method, args) -> None:
         try:
-            if method == "create_actor":
+            if method == protocol.CALL_CREATE_ACTOR:
                 if self.actors.is_node_actor(args[0]):
                     value = self.actors.create_in_service(args[0])
                     self.actors.keep_for_workers(value)
                 else:
                     value = self.actors.create(args[0])
-            elif method == "kill_actor":
+            elif method == protocol.CALL_KILL_ACTOR:
                 self.actors.kill(args[0], args[1])
                 value = None
-            elif method == "get_actor":
+            elif method == protocol.CALL_GET_ACTOR:
                 value = self.actors.lookup(args[0], args[1])
                 self.actors.keep_for_workers(value[0])
-            elif method == "list_named_actors":
+            elif method == protocol.CALL_LIST_NAMED_ACTORS:
                 value = self.actors.named(args[1], args[0])
-            elif method == "cancel":
+            elif method == protocol.CALL_CANCEL:
                 self._cancel_locked(*args)  # (object_id, force, recursive)
                 value = None
-            elif method == "cluster_resources":
+            elif method == protocol.CALL_CLUSTER_RESOURCES:
                 value = self.ledger.totals()
-            elif method == "available_resources":
+            elif method == protocol.CALL_AVAILABLE_RESOURCES:
                 self._release_idle_leases(force=True)
                 self.defer(lambda: self._reply_available(worker, req_id))  # once released
                 return
-            elif method == "nodes":
+            elif method == protocol.CALL_NODES:
                 value = self.hello_info.get("nodes", [])
             else:
-                raise ValueError(f"unknown call {method}")
+                raise ValueError(f"unknown call {protocol.tag_name('call', method)}")
             self._reply(worker, req_id, (True, value))
         except Exception as error:
             self._reply(worker, req_id, (False, error))

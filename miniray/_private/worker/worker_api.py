@@ -259,7 +259,7 @@ class WorkerRuntime:
         req = self.channel.new_request_id()
         return self.channel.request((protocol.WAIT, req, object_ids, num_returns, timeout), req)
 
-    def call(self, method: str, *args):
+    def call(self, method: int, *args):
         req = self.channel.new_request_id()
         ok, value = self.channel.request((protocol.CALL, req, method, args), req)
         if not ok:
@@ -267,16 +267,16 @@ class WorkerRuntime:
         return value
 
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
-        self.call("cancel", object_id, force, recursive)
+        self.call(protocol.CALL_CANCEL, object_id, force, recursive)
 
     def cluster_resources(self) -> dict:
-        return self.call("cluster_resources")
+        return self.call(protocol.CALL_CLUSTER_RESOURCES)
 
     def available_resources(self) -> dict:
-        return self.call("available_resources")
+        return self.call(protocol.CALL_AVAILABLE_RESOURCES)
 
     def nodes(self) -> list:
-        return self.call("nodes")
+        return self.call(protocol.CALL_NODES)
 
     def get_gpu_ids(self) -> list:
         task = self.task
@@ -302,19 +302,19 @@ class WorkerRuntime:
         return self.info.get("namespace", "")
 
     def create_actor(self, spec) -> bytes:
-        return self.call("create_actor", spec)
+        return self.call(protocol.CALL_CREATE_ACTOR, spec)
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
         self.channel.send((protocol.ACTOR_SUBMIT, actor_id, call))
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
-        self.call("kill_actor", actor_id, no_restart)
+        self.call(protocol.CALL_KILL_ACTOR, actor_id, no_restart)
 
     def get_actor(self, name: str, namespace: str | None):
-        return self.call("get_actor", name, namespace or self.namespace)
+        return self.call(protocol.CALL_GET_ACTOR, name, namespace or self.namespace)
 
     def list_named_actors(self, all_namespaces: bool):
-        return self.call("list_named_actors", all_namespaces, self.namespace)
+        return self.call(protocol.CALL_LIST_NAMED_ACTORS, all_namespaces, self.namespace)
 
     def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
         pass  # the owner keeps every actor a worker knows about alive
