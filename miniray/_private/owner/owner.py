@@ -128,10 +128,10 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(HelperLoss):
+class Owner:
     """Objects, tasks and leased workers of one session. Its parts are given what they need
     at construction: the leases (``leases.py``), the worker pool (``workers.py``), workers'
-    own requests (``requests.py``); the fork server's or node's death is a mixin
+    own requests (``requests.py``), the fork server's or node's death
     (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
@@ -168,9 +168,6 @@ class Owner(HelperLoss):
         self._reported_infeasible: set = set()
         self._closed = False
         self._stopping = False
-        self._spawn_paused = False  # a new fork server is being started: dispatch waits
-        self.fatal: str | None = None  # why the session cannot run work any more
-        self._init_helper_loss(restart_fork_server)
         self._retry_pending = False
         # Work decided under the lock and done after it (ledger transactions, fork requests):
         # run by the thread that decided it when it lets go of the lock, else by the I/O
@@ -204,6 +201,15 @@ class Owner(HelperLoss):
             dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
             release_idle_leases=self._release_idle_leases, hello_info=hello_info)
         self.objects.on_free = self.requests.object_freed
+        # The fork server's or the node's death: a restart, or the session's end (fatal).
+        self.helper_loss = HelperLoss(
+            lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
+            restart_fork_server=restart_fork_server, fork_server=lambda: self.fork_server,
+            replace_fork_server=self._replace_fork_server, unregister=self._unregister,
+            closed=lambda: self._closed, closing=lambda: self._closed or self._stopping,
+            worker_gone=self._worker_gone, dispatch_all=self._dispatch_all,
+            unfinished_tasks=self._unfinished_tasks, fail_task=self._fail_task,
+            drop_queues=self._drop_queues)
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
 
@@ -239,6 +245,12 @@ class Owner(HelperLoss):
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("miniray has been shut down; call miniray.init() again.")
+
+    @property
+    def fatal(self) -> str | None:
+        """Why the session cannot run work any more (its fork server or node was lost for
+        good), else None."""
+        return self.helper_loss.fatal
 
     def check_usable(self) -> None:
         """For submissions: the session is open and can still run work."""
@@ -366,7 +378,7 @@ class Owner(HelperLoss):
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
         nor while there is no usable fork server (being replaced, or lost for good)."""
-        return not self._closed and not self._spawn_paused and not self.fatal
+        return not self._closed and not self.helper_loss.restarting and not self.fatal
 
     def _dispatch_all(self) -> None:
         if not self.may_dispatch():
@@ -670,6 +682,12 @@ class Owner(HelperLoss):
         for task in list(queue or ()):
             self._fail_task(task, TaskUnschedulableError(message))
 
+    def _drop_queues(self) -> None:
+        """*Locked.* Forget the queued and infeasible tasks (the session was lost: each has
+        failed already)."""
+        self._queues.clear()
+        self._infeasible.clear()
+
     def _unfinished_tasks(self) -> list:
         """*Locked.* Every task not done yet (waiting, queued, infeasible or running)."""
         return [task for task in self._tasks.values() if task.state != T_DONE]
@@ -875,6 +893,11 @@ class Owner(HelperLoss):
         if reactor is not None:
             reactor.wake()
 
+    def _replace_fork_server(self, new) -> None:
+        """*Locked.* Use a new fork server (the old one died, ``owner_helper_loss.py``)."""
+        self.fork_server = new
+        self._register(new.fileno(), self._on_fork_server)
+
     def _unregister(self, fd: int) -> None:
         self.reactor.unregister(fd)
 
@@ -915,7 +938,7 @@ class Owner(HelperLoss):
         if message == ():
             return
         if message is None:
-            self._on_helper_eof(fd)
+            self.helper_loss.on_eof(fd)
             return
         tag = message[0]
         with self._lock:
@@ -926,7 +949,7 @@ class Owner(HelperLoss):
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
             elif tag == protocol.NODE_STOPPING:
-                self._on_helper_stopping(message[1])
+                self.helper_loss.on_stopping(message[1])
             elif tag == protocol.BYE:
                 pass
 
@@ -1063,7 +1086,7 @@ class Owner(HelperLoss):
                 "workers": self.workers.live,
                 "idle_workers": len(self.workers.idle),
                 "leases": len(self.leases),
-                "fork_server_restarts": self.helper_restarts,
+                "fork_server_restarts": self.helper_loss.restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
             }
