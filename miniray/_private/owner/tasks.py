@@ -1,0 +1,206 @@
+"""The owner's tasks: each task's record, the queues per scheduling key, and the waits on
+arguments.
+
+Owns: a task from submission to its results (``Task``, by task id), the wait on each
+argument object still pending (a task is queued once all are ready, or completes with the
+first argument's error), the infeasibility decision at enqueue time (one stderr line per
+scheduling key), the queues and the infeasible lists per key, putting a task back at the
+front of its queue (retries), and completing or failing a task (its return objects are set,
+its arguments released, its parent forgets it). Does not own: dispatch (the owner sends
+queued tasks to leased workers: ``dispatch(key)``), leases (``leases.py``), the functions'
+pickles, cancellation and worker deaths (``owner.py`` decides them, through these methods),
+or the objects (``object_table.py``).
+Called by: ``owner.Owner``, with the owner's lock held (every method is *Locked*).
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any
+
+from miniray._private.core import protocol, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.scheduling import T_DONE, T_INFEASIBLE, T_QUEUED, T_WAITING
+from miniray._private.owner.object_table import PENDING
+
+
+class Task:
+    __slots__ = (
+        "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
+        "children", "parent", "pinned",
+    )
+
+    def __init__(self, spec, key):
+        self.spec = spec
+        self.key = key
+        self.state = T_WAITING
+        self.worker = None
+        self.waiting = 0
+        self.retries_left = spec.max_retries
+        self.cancelled = False
+        self.children: list | None = None
+        self.parent = None
+        self.pinned = False  # its argument objects are pinned in the store while it runs
+
+
+class _DepWaiter:
+    """Waits, for a task, on one of its arguments."""
+
+    __slots__ = ("tasks", "task")
+
+    def __init__(self, tasks: TaskQueue, task: Task):
+        self.tasks = tasks
+        self.task = task
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.tasks.dep_ready(self.task, is_error, object_id)
+
+
+class TaskQueue:
+    """Given at construction: the ``objects`` table, the ``store`` (an argument's error
+    bytes), ``node_state`` (totals, for infeasibility), ``unpin_deps(deps)`` (store pins of
+    a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
+    key is held: its tasks are feasible) and ``dispatch(key)`` (the owner's)."""
+
+    def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch):
+        self.objects = objects
+        self.store = store
+        self.node_state = node_state
+        self._unpin_deps = unpin_deps
+        self._has_lease = has_lease
+        self._dispatch = dispatch
+        self.by_id: dict[bytes, Task] = {}
+        self.queues: dict[Any, collections.deque] = {}
+        self.infeasible: dict[Any, list[Task]] = {}
+        self._reported_infeasible: set = set()
+
+    def submit(self, spec, key, parent: Task | None = None) -> None:
+        """A new task: its return objects exist from now on; it waits for its arguments,
+        then is queued (or infeasible)."""
+        task = Task(spec, key)
+        self.by_id[spec.task_id] = task
+        objects = self.objects
+        for object_id in spec.return_ids:
+            objects.ensure(object_id)
+        if spec.contained:
+            objects.hold(spec.contained)
+        if parent is not None:
+            task.parent = parent
+            if parent.children is None:
+                parent.children = []
+            parent.children.append(task)
+        if spec.deps:
+            for _position, object_id in spec.deps:
+                entry = objects.get(object_id)
+                if entry is None:
+                    self.fail(task, objects.lost(object_id))
+                    return
+                entry.holders += 1  # held until the task is done
+                if entry.state == PENDING:
+                    task.waiting += 1
+                    entry.add_waiter(_DepWaiter(self, task))
+                elif entry.kind == protocol.ERR:
+                    self._complete_with_dep_error(task, object_id)
+                    return
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def dep_ready(self, task: Task, is_error: bool, object_id: bytes) -> None:
+        if task.state != T_WAITING:
+            return
+        if is_error:
+            self._complete_with_dep_error(task, object_id)
+            return
+        task.waiting -= 1
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
+        data = self.store.inline_bytes(object_id)
+        self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _enqueue(self, task: Task) -> None:
+        key = task.key
+        if key not in self.queues and not self._has_lease(key):
+            reasons = infeasible_reasons(self.node_state, task.spec.request)
+            if reasons:
+                task.state = T_INFEASIBLE
+                self.infeasible.setdefault(key, []).append(task)
+                if key not in self._reported_infeasible:
+                    self._reported_infeasible.add(key)
+                    line = format_infeasible(task.spec.request, reasons)
+                    print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
+                return
+        task.state = T_QUEUED
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = collections.deque()
+        queue.append(task)
+        self._dispatch(key)
+
+    def requeue(self, task: Task) -> None:
+        """Back at the front of its queue (a retry, or never started on a worker that died)."""
+        task.state = T_QUEUED
+        task.worker = None
+        self.queues.setdefault(task.key, collections.deque()).appendleft(task)
+
+    def remove_waiting(self, task: Task) -> None:
+        """A queued or infeasible task leaves its queue (cancelled before it ran)."""
+        if task.state == T_QUEUED:
+            queue = self.queues.get(task.key)
+            if queue is not None and task in queue:
+                queue.remove(task)
+        elif task.state == T_INFEASIBLE:
+            pending = self.infeasible.get(task.key)
+            if pending and task in pending:
+                pending.remove(task)
+
+    def unfinished(self) -> list:
+        """Every task not done yet (waiting, queued, infeasible or running)."""
+        return [task for task in self.by_id.values() if task.state != T_DONE]
+
+    def drop_queues(self) -> None:
+        """Forget the queued and infeasible tasks (the session was lost: each has failed
+        already)."""
+        self.queues.clear()
+        self.infeasible.clear()
+
+    def fail(self, task: Task, error: BaseException) -> None:
+        data = serialization.dumps(error)
+        self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def complete(self, task: Task, results: list) -> None:
+        task.state = T_DONE
+        spec = task.spec
+        self.by_id.pop(spec.task_id, None)
+        objects = self.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+        if spec.deps:
+            if task.pinned:
+                self._unpin_deps(spec.deps)
+                task.pinned = False
+            objects.release([object_id for _position, object_id in spec.deps])
+        if spec.contained:
+            objects.release(spec.contained)
+        parent = task.parent
+        if parent is not None and parent.children:
+            try:
+                parent.children.remove(task)
+            except ValueError:
+                pass
+
+    def statistics(self) -> dict:
+        return {
+            "tasks_pending": len(self.by_id),
+            "queued": sum(len(q) for q in self.queues.values()),
+            "infeasible": sum(len(v) for v in self.infeasible.values()),
+        }
+
+    def clear(self) -> None:
+        self.by_id.clear()
+        self.queues.clear()
+
+    def __repr__(self) -> str:
+        return f"<TaskQueue tasks={len(self.by_id)} queued keys={len(self.queues)}>"
