@@ -3,12 +3,19 @@ argument waits, infeasibility, requeue at the front, completion. No processes.""
 
 from __future__ import annotations
 
+import collections
 import threading
 import types
 
 from miniray._private.core import protocol
 from miniray._private.core.resources import UNIT, NodeState
-from miniray._private.core.scheduling import T_DONE, T_INFEASIBLE, T_QUEUED, T_WAITING
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+)
 from miniray._private.owner.object_table import ObjectTable
 from miniray._private.owner.tasks import TaskQueue
 
@@ -40,7 +47,9 @@ def _queue(dispatched: list, leased=()):
     node = NodeState(totals={"CPU": 2 * UNIT}, instance_ids={})
     tasks = TaskQueue(objects=objects, store=objects.store, node_state=node,
                       unpin_deps=lambda deps: None, has_lease=lambda key: key in leased,
-                      dispatch=dispatched.append)
+                      dispatch=dispatched.append,
+                      kill_worker=lambda worker: dispatched.append(("kill", worker)),
+                      signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)))
     return tasks, objects
 
 
@@ -100,3 +109,22 @@ def test_a_key_with_a_lease_is_feasible_and_a_retry_goes_to_the_front():
     assert second.state == T_DONE and tasks.unfinished() == [first]
     tasks.drop_queues()
     assert tasks.queues == {} and tasks.infeasible == {}
+
+
+def test_cancel_fails_a_queued_task_and_its_children_recursively_and_acts_on_running_ones():
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched, leased={"key"})
+    tasks.submit(_spec(7), "key")
+    parent = tasks.by_id[b"\7" * 24]
+    tasks.submit(_spec(8), "key", parent)
+    tasks.submit(_spec(9), "key", parent)
+    running, queued = parent.children
+    tasks.queues["key"].remove(running)
+    running.state = T_RUNNING
+    running.worker = worker = types.SimpleNamespace(inflight=collections.deque([running]))
+    tasks.cancel(parent, False, True, KeyboardInterrupt)
+    assert queued.state == T_DONE and parent.state == T_DONE
+    assert running.state == T_RUNNING and running.cancelled
+    assert ("signal", worker) in dispatched
+    tasks.cancel(running, True, False, KeyboardInterrupt)
+    assert dispatched[-1] == ("kill", worker)

@@ -1,9 +1,10 @@
 """The owner: object table, dispatch and the I/O thread.
 
 Owns: every object and task of the session (embedded mode: the driver owns them all, nested
-tasks included), dispatching tasks to leased workers, receiving results, retries, cancellation
-and worker death, and the work decided under its lock that runs after it (``defer``). Does not
-own: the task records, argument waits and queues (``tasks.py``), the leases (``leases.py``),
+tasks included), dispatching tasks to leased workers, receiving results, retries, a cancel's
+lookup and worker death, and the work decided under its lock that runs after it (``defer``).
+Does not own: the task records, argument waits, queues and cancellation (``tasks.py``), the
+leases (``leases.py``),
 the worker pool (``workers.py``), the fork server's death (``owner_helper_loss.py``), the
 scheduling rules (``core/scheduling.py``), resource decisions (``resources.py`` through
 ``ledger.py``), process creation (the fork server), validation (``options.py``), or the public
@@ -167,7 +168,8 @@ class Owner:
         self.tasks = TaskQueue(
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
-            has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch)
+            has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
+            kill_worker=self._kill_for_cancel, signal_cancel=self._signal_cancel)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -606,35 +608,21 @@ class Owner:
         task = self.tasks.by_id.get(object_id[:24])
         if task is None or task.state == T_DONE:
             return
-        self._cancel_task(task, force, recursive, TaskCancelledError)
+        self.tasks.cancel(task, force, recursive, TaskCancelledError)
 
-    def _cancel_task(self, task: Task, force: bool, recursive: bool, error_cls) -> None:
-        task.cancelled = True
-        if recursive and task.children:
-            for child in list(task.children):
-                if child.state != T_DONE:
-                    self._cancel_task(child, force, recursive, error_cls)
-        state = task.state
-        worker = task.worker
-        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
-        action = scheduling.cancel_action(state, force, running_now)
-        if action == scheduling.CANCEL_FAIL:
-            self.tasks.remove_waiting(task)
-            self.tasks.fail(task, error_cls(task.spec.task_id.hex()))
-        elif action == scheduling.CANCEL_KILL:
-            if worker.pid is not None:
-                self.fork_server.kill(worker.pid, signal.SIGKILL)
-            else:  # not spawned yet: killed as soon as the fork server names its pid
-                worker.kill_on_spawn = True
-        elif action == scheduling.CANCEL_REMOVE_QUEUED:
-            if task in worker.inflight:
-                worker.inflight.remove(task)
-                self.tasks.fail(task, error_cls(task.spec.task_id.hex()))
-        elif action == scheduling.CANCEL_SIGNAL:
-            try:
-                self.send_control(worker, (protocol.CANCEL, task.spec.task_id))
-            except OSError:
-                pass
+    def _kill_for_cancel(self, worker: WorkerSlot) -> None:
+        """*Locked.* A force-cancelled task's worker is killed (``tasks.py`` decided it)."""
+        if worker.pid is not None:
+            self.fork_server.kill(worker.pid, signal.SIGKILL)
+        else:  # not spawned yet: killed as soon as the fork server names its pid
+            worker.kill_on_spawn = True
+
+    def _signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
+        """*Locked.* Ask a worker to interrupt the task it runs (KeyboardInterrupt there)."""
+        try:
+            self.send_control(worker, (protocol.CANCEL, task_id))
+        except OSError:
+            pass
 
     # ------------------------------------------------------------------ workers
     def _spawn_worker(self) -> WorkerSlot:

@@ -5,11 +5,12 @@ Owns: a task from submission to its results (``Task``, by task id), the wait on 
 argument object still pending (a task is queued once all are ready, or completes with the
 first argument's error), the infeasibility decision at enqueue time (one stderr line per
 scheduling key), the queues and the infeasible lists per key, putting a task back at the
-front of its queue (retries), and completing or failing a task (its return objects are set,
-its arguments released, its parent forgets it). Does not own: dispatch (the owner sends
-queued tasks to leased workers: ``dispatch(key)``), leases (``leases.py``), the functions'
-pickles, cancellation and worker deaths (``owner.py`` decides them, through these methods),
-or the objects (``object_table.py``).
+front of its queue (retries), cancellation (what to do is ``scheduling.cancel_action``;
+killing or interrupting a worker is the owner's), and completing or failing a task (its
+return objects are set, its arguments released, its parent forgets it). Does not own:
+dispatch (the owner sends queued tasks to leased workers: ``dispatch(key)``), leases
+(``leases.py``), the functions' pickles, results and worker deaths (``owner.py`` decides
+them, through these methods), or the objects (``object_table.py``).
 Called by: ``owner.Owner``, with the owner's lock held (every method is *Locked*).
 """
 
@@ -19,9 +20,15 @@ import collections
 import sys
 from typing import Any
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
-from miniray._private.core.scheduling import T_DONE, T_INFEASIBLE, T_QUEUED, T_WAITING
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+)
 from miniray._private.owner.object_table import PENDING
 
 
@@ -61,15 +68,19 @@ class TaskQueue:
     """Given at construction: the ``objects`` table, the ``store`` (an argument's error
     bytes), ``node_state`` (totals, for infeasibility), ``unpin_deps(deps)`` (store pins of
     a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
-    key is held: its tasks are feasible) and ``dispatch(key)`` (the owner's)."""
+    key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
+    ``kill_worker(worker)`` and ``signal_cancel(worker, task_id)`` (cancellation's acts)."""
 
-    def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch):
+    def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
+                 kill_worker, signal_cancel):
         self.objects = objects
         self.store = store
         self.node_state = node_state
         self._unpin_deps = unpin_deps
         self._has_lease = has_lease
         self._dispatch = dispatch
+        self._kill_worker = kill_worker
+        self._signal_cancel = signal_cancel
         self.by_id: dict[bytes, Task] = {}
         self.queues: dict[Any, collections.deque] = {}
         self.infeasible: dict[Any, list[Task]] = {}
@@ -155,6 +166,30 @@ class TaskQueue:
             pending = self.infeasible.get(task.key)
             if pending and task in pending:
                 pending.remove(task)
+
+    def cancel(self, task: Task, force: bool, recursive: bool, error_cls) -> None:
+        """Cancel ``task`` (and its unfinished children with ``recursive``): fail it if it
+        has not started, else kill or interrupt its worker (``scheduling.cancel_action``)."""
+        task.cancelled = True
+        if recursive and task.children:
+            for child in list(task.children):
+                if child.state != T_DONE:
+                    self.cancel(child, force, recursive, error_cls)
+        state = task.state
+        worker = task.worker
+        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
+        action = scheduling.cancel_action(state, force, running_now)
+        if action == scheduling.CANCEL_FAIL:
+            self.remove_waiting(task)
+            self.fail(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_KILL:
+            self._kill_worker(worker)
+        elif action == scheduling.CANCEL_REMOVE_QUEUED:  # sent behind the running task
+            if task in worker.inflight:
+                worker.inflight.remove(task)
+                self.fail(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_SIGNAL:
+            self._signal_cancel(worker, task.spec.task_id)
 
     def unfinished(self) -> list:
         """Every task not done yet (waiting, queued, infeasible or running)."""
