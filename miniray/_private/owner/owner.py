@@ -4,11 +4,10 @@ Owns: every object and task of the session (embedded mode: the driver owns them 
 tasks included), dispatching tasks to leased workers, receiving results, retries, a cancel's
 lookup and worker death, and the work decided under its lock that runs after it (``defer``).
 Does not own: the task records, argument waits, queues and cancellation (``tasks.py``), the
-leases (``leases.py``),
-the worker pool (``workers.py``), the fork server's death (``owner_helper_loss.py``), the
-scheduling rules (``core/scheduling.py``), resource decisions (``resources.py`` through
-``ledger.py``), process creation (the fork server), validation (``options.py``), or the public
-API's argument checks.
+leases (``leases.py``), the worker pool (``workers.py``), the fork server's death
+(``owner_helper_loss.py``), the scheduling rules (``core/scheduling.py``), resource decisions
+(``resources.py`` through ``ledger.py``), process creation (the fork server), validation
+(``options.py``), or the public API's argument checks.
 Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
 
 ::
