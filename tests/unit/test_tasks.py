@@ -7,7 +7,7 @@ import collections
 import threading
 import types
 
-from miniray._private.core import protocol
+from miniray._private.core import protocol, serialization
 from miniray._private.core.resources import UNIT, NodeState
 from miniray._private.core.scheduling import (
     T_DONE,
@@ -18,6 +18,7 @@ from miniray._private.core.scheduling import (
 )
 from miniray._private.owner.object_table import ObjectTable
 from miniray._private.owner.tasks import TaskQueue
+from miniray.exceptions import WorkerCrashedError
 
 
 class _Store:
@@ -128,3 +129,32 @@ def test_cancel_fails_a_queued_task_and_its_children_recursively_and_acts_on_run
     assert ("signal", worker) in dispatched
     tasks.cancel(running, True, False, KeyboardInterrupt)
     assert dispatched[-1] == ("kill", worker)
+
+
+def test_a_failed_result_is_retried_at_the_front_while_retries_last():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched, leased={"key"})
+    spec = _spec(10)
+    spec.max_retries = 1
+    tasks.submit(spec, "key")
+    task = tasks.queues["key"].popleft()
+    task.state = T_RUNNING
+    tasks.finished(task, [(protocol.ERR, b"raised")], retryable=True)
+    assert task.state == T_QUEUED and tasks.queues["key"][0] is task
+    tasks.queues["key"].popleft()
+    tasks.finished(task, [(protocol.ERR, b"raised again")], retryable=True)
+    assert task.state == T_DONE and objects.store.data[spec.return_ids[0]] == b"raised again"
+
+
+def test_a_dead_worker_requeues_what_never_started_and_fails_the_running_task():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched, leased={"key"})
+    for n in (11, 12):
+        tasks.submit(_spec(n), "key")
+    running, behind = tasks.queues.pop("key")
+    for task in (running, behind):
+        task.state = T_RUNNING
+    assert tasks.worker_died([running, behind], 4242, "exited with code 1", None, None) == (1, 1)
+    assert running.state == T_DONE and list(tasks.queues["key"]) == [behind]
+    error = serialization.loads(objects.store.data[running.spec.return_ids[0]])
+    assert isinstance(error, WorkerCrashedError) and "pid=4242 exited with code 1" in str(error)

@@ -663,8 +663,6 @@ class Owner:
         ``death`` when it died with the process that forked it (no status is reported then).
         Its running task is retried while ``max_retries`` allows, else fails; an actor
         restarts or dies (actors.py). Returns (tasks requeued, tasks failed)."""
-        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
-
         if worker.exited:
             return 0, 0
         worker.exited = True
@@ -703,38 +701,9 @@ class Owner:
             return 0, 0
         inflight = list(worker.inflight)
         worker.inflight.clear()
-        requeue = []
-        failed = 0
-        for index, task in enumerate(inflight):
-            if task.state == T_DONE:
-                continue
-            decision, task.retries_left = scheduling.after_worker_death(
-                index, task.cancelled, task.retries_left, bool(self.fatal))
-            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
-                self.tasks.fail(task, RaySystemError(self.fatal))
-                failed += 1
-            elif decision == scheduling.DEATH_FAIL_CANCELLED:
-                self.tasks.fail(task, TaskCancelledError(task.spec.task_id.hex()))
-            elif decision == scheduling.DEATH_RETRY:
-                # With the fork server, every worker died: one line says it all.
-                log = logger.warning if death is None else logger.debug
-                log("A worker died or was killed while executing task %s (pid=%s, %s); "
-                    "retrying it (%s retries left).", task.spec.name, pid, detail,
-                    "infinite" if task.retries_left < 0 else task.retries_left)
-                requeue.append(task)
-            elif decision == scheduling.DEATH_FAIL_CRASHED:
-                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
-                        "memory; " if death is None else "")
-                self.tasks.fail(task, WorkerCrashedError(
-                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
-                    "max_retries controls retries."))
-                failed += 1
-            else:  # DEATH_REQUEUE: sent behind the running task, never started
-                requeue.append(task)
-        for task in reversed(requeue):
-            self.tasks.requeue(task)
+        requeued, failed = self.tasks.worker_died(inflight, pid, detail, death, self.fatal)
         self._dispatch_all()
-        return len(requeue), failed
+        return requeued, failed
 
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
@@ -885,15 +854,7 @@ class Owner:
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        retry, task.retries_left = scheduling.retry_failed_result(
-            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
-        if retry:
-            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
-                           "be retried.", task.spec.name,
-                           "infinite" if task.retries_left < 0 else task.retries_left)
-            self.tasks.requeue(task)
-        elif task.state != T_DONE:
-            self.tasks.complete(task, results)
+        self.tasks.finished(task, results, retryable)
         self._after_worker_progress(worker)
 
     def _contain_results(self, task_id: bytes, contained: list) -> None:

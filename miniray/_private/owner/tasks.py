@@ -4,19 +4,21 @@ arguments.
 Owns: a task from submission to its results (``Task``, by task id), the wait on each
 argument object still pending (a task is queued once all are ready, or completes with the
 first argument's error), the infeasibility decision at enqueue time (one stderr line per
-scheduling key), the queues and the infeasible lists per key, putting a task back at the
-front of its queue (retries), cancellation (what to do is ``scheduling.cancel_action``;
-killing or interrupting a worker is the owner's), and completing or failing a task (its
-return objects are set, its arguments released, its parent forgets it). Does not own:
-dispatch (the owner sends queued tasks to leased workers: ``dispatch(key)``), leases
-(``leases.py``), the functions' pickles, results and worker deaths (``owner.py`` decides
-them, through these methods), or the objects (``object_table.py``).
+scheduling key), the queues and the infeasible lists per key, what becomes of a task after
+a failed result or its worker's death (retried at the front of its queue, or failed),
+cancellation (``scheduling.cancel_action``; killing or interrupting a worker is the
+owner's), and completing or failing a task (its return objects are set, its arguments
+released, its parent forgets it). Does not own: dispatch (the owner sends queued tasks to
+leased workers: ``dispatch(key)``), leases (``leases.py``), the functions' pickles, the
+workers (``owner.py`` tells which task a result or a dead worker's tasks belong to), or the
+objects (``object_table.py``).
 Called by: ``owner.Owner``, with the owner's lock held (every method is *Locked*).
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import sys
 from typing import Any
 
@@ -30,6 +32,8 @@ from miniray._private.core.scheduling import (
     T_WAITING,
 )
 from miniray._private.owner.object_table import PENDING
+
+logger = logging.getLogger(__name__)
 
 
 class Task:
@@ -190,6 +194,59 @@ class TaskQueue:
                 self.fail(task, error_cls(task.spec.task_id.hex()))
         elif action == scheduling.CANCEL_SIGNAL:
             self._signal_cancel(worker, task.spec.task_id)
+
+    def finished(self, task: Task, results: list, retryable: bool) -> None:
+        """A worker returned ``task``'s results: complete it, or queue it again when it
+        raised and ``retry_exceptions`` and ``max_retries`` allow."""
+        retry, task.retries_left = scheduling.retry_failed_result(
+            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
+        if retry:
+            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
+                           "be retried.", task.spec.name,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
+            self.requeue(task)
+        elif task.state != T_DONE:
+            self.complete(task, results)
+
+    def worker_died(self, inflight: list, pid, detail: str, death: str | None,
+                    fatal: str | None) -> tuple[int, int]:
+        """The worker running ``inflight`` (its running task first) is gone: ``detail`` says
+        how, ``death`` names the helper it died with (None: it died alone), ``fatal`` why
+        the session cannot go on. Each task is retried, queued again or failed
+        (``scheduling.after_worker_death``). Returns (tasks requeued, tasks failed)."""
+        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+
+        requeue = []
+        failed = 0
+        for index, task in enumerate(inflight):
+            if task.state == T_DONE:
+                continue
+            decision, task.retries_left = scheduling.after_worker_death(
+                index, task.cancelled, task.retries_left, bool(fatal))
+            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
+                self.fail(task, RaySystemError(fatal))
+                failed += 1
+            elif decision == scheduling.DEATH_FAIL_CANCELLED:
+                self.fail(task, TaskCancelledError(task.spec.task_id.hex()))
+            elif decision == scheduling.DEATH_RETRY:
+                # With the fork server, every worker died: one line says it all.
+                log = logger.warning if death is None else logger.debug
+                log("A worker died or was killed while executing task %s (pid=%s, %s); "
+                    "retrying it (%s retries left).", task.spec.name, pid, detail,
+                    "infinite" if task.retries_left < 0 else task.retries_left)
+                requeue.append(task)
+            elif decision == scheduling.DEATH_FAIL_CRASHED:
+                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
+                        "memory; " if death is None else "")
+                self.fail(task, WorkerCrashedError(
+                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
+                    "max_retries controls retries."))
+                failed += 1
+            else:  # DEATH_REQUEUE: sent behind the running task, never started
+                requeue.append(task)
+        for task in reversed(requeue):
+            self.requeue(task)
+        return len(requeue), failed
 
     def unfinished(self) -> list:
         """Every task not done yet (waiting, queued, infeasible or running)."""
