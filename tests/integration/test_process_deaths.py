@@ -251,7 +251,7 @@ def _kill_fork_server() -> int:
 
 def _fork_server_replaced(old: int) -> bool:
     owner = runtime.current().owner
-    return owner.fork_server.pid != old and not owner._spawn_paused
+    return owner.fork_server.pid != old and not owner.helper_loss.restarting
 
 
 def test_fork_server_death_restarts_actors_and_retries_tasks(ray_start, capfd):

@@ -1,11 +1,18 @@
-"""Pure decisions taken when a helper process (fork server, node) dies: the restart budget and
-the words that describe the death."""
+"""Decisions taken when a helper process (fork server, node) dies: the restart budget, the
+words that describe the death, and the ``HelperLoss`` component with fake parts."""
 
 from __future__ import annotations
 
 import signal
 
-from miniray._private.owner.owner_helper_loss import RestartBudget, fatal_message, restart_line
+from miniray._private.core import protocol
+from miniray._private.owner.object_table import PENDING, READY
+from miniray._private.owner.owner_helper_loss import (
+    HelperLoss,
+    RestartBudget,
+    fatal_message,
+    restart_line,
+)
 from miniray._private.transport.spawn import describe_returncode
 
 
@@ -86,3 +93,83 @@ def test_a_node_that_still_runs_closed_the_connection():
     finally:
         client.close()
         other.close()
+
+
+# ------------------------------------------------------------------ the component
+class _Entry:
+    def __init__(self, state):
+        self.state = state
+
+
+class _Objects:
+    def __init__(self, states: dict):
+        self.entries = {oid: _Entry(state) for oid, state in states.items()}
+        self.ready = []
+
+    def set_ready(self, object_id, kind, data):
+        self.ready.append((object_id, kind))
+        self.entries[object_id].state = READY
+
+
+class _Worker:
+    def __init__(self, exited=False, actor=None):
+        self.exited = exited
+        self.actor = actor
+        self.pid = 1
+
+
+class _Helper:
+    def describe_stopping(self, reason):
+        return f"the node stopped ({reason})"
+
+
+def _helper_loss(events: list, *, closed=False, workers=(), objects=None):
+    import threading
+    import types
+
+    def worker_gone(worker, status, death):
+        events.append(("worker_gone", status, death))
+        return 1, 0
+
+    return HelperLoss(
+        lock=threading.Lock(), objects=objects or _Objects({}),
+        workers=types.SimpleNamespace(by_req={i: w for i, w in enumerate(workers)}),
+        actors=types.SimpleNamespace(
+            fail_every_actor=lambda why: events.append(("actors", why))),
+        restart_fork_server=None, fork_server=_Helper,
+        replace_fork_server=lambda new: events.append(("replace", new)),
+        unregister=lambda fd: events.append(("unregister", fd)),
+        closed=lambda: closed, closing=lambda: closed, worker_gone=worker_gone,
+        dispatch_all=lambda: events.append(("dispatch",)),
+        unfinished_tasks=lambda: ["t1", "t2"],
+        fail_task=lambda task, error: events.append(("fail", task, type(error).__name__)),
+        drop_queues=lambda: events.append(("drop",)))
+
+
+def test_a_node_stopping_fails_workers_tasks_actors_and_pending_objects_in_that_order():
+    """The component is given its parts: the session's end touches only those."""
+    events: list = []
+    objects = _Objects({b"a": PENDING, b"b": READY})
+    loss = _helper_loss(events, workers=[_Worker(), _Worker(exited=True)], objects=objects)
+    loss.on_stopping("miniray stop")
+    assert loss.fatal.startswith("the node stopped (miniray stop)")
+    assert [e[0] for e in events] == ["worker_gone", "fail", "fail", "actors", "drop"]
+    assert events[0][2] == "the node stopped (miniray stop)"
+    assert events[1][2] == "RaySystemError"
+    assert objects.ready == [(b"a", protocol.ERR)]
+    loss.on_stopping("again")  # handled once
+    assert len(events) == 5
+
+
+def test_a_node_stopping_after_shutdown_began_changes_nothing():
+    events: list = []
+    loss = _helper_loss(events, closed=True, workers=[_Worker()])
+    loss.on_stopping("miniray stop")
+    assert loss.fatal is None and events == []
+
+
+def test_losing_every_worker_counts_actors_and_skips_exited_workers():
+    events: list = []
+    loss = _helper_loss(events, workers=[_Worker(actor=object()), _Worker(), _Worker(True)])
+    assert loss.lose_every_worker("it died") == (2, 0, 1)
+    assert [e[0] for e in events] == ["worker_gone", "worker_gone"]

@@ -1,11 +1,13 @@
-"""The owner: object table, task queues, dispatch and the I/O thread.
+"""The owner: object table, dispatch and the I/O thread.
 
 Owns: every object and task of the session (embedded mode: the driver owns them all, nested
-tasks included), dispatching tasks to leased workers, receiving results, retries, cancellation
-and worker death, and the work decided under its lock that runs after it (``defer``). Does not
-own: the leases (``leases.py``), the worker pool (``workers.py``), the scheduling rules
-(``core/scheduling.py``), resource decisions (``resources.py`` through ``ledger.py``), process
-creation (the fork server), validation (``options.py``), or the public API's argument checks.
+tasks included), dispatching tasks to leased workers, receiving results, retries, a cancel's
+lookup and worker death, and the work decided under its lock that runs after it (``defer``).
+Does not own: the task records, argument waits, queues and cancellation (``tasks.py``), the
+leases (``leases.py``), the worker pool (``workers.py``), the fork server's death
+(``owner_helper_loss.py``), the scheduling rules (``core/scheduling.py``), resource decisions
+(``resources.py`` through ``ledger.py``), process creation (the fork server), validation
+(``options.py``), or the public API's argument checks.
 Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
 
 ::
@@ -35,62 +37,26 @@ import logging
 import os
 import pickle
 import signal
-import sys
 import threading
 import time
 from typing import Any
 
 from miniray._private.core import config, protocol, scheduling, serialization
-from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
     T_DONE,
-    T_INFEASIBLE,
-    T_QUEUED,
     T_RUNNING,
-    T_WAITING,
 )
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
-from miniray._private.owner.object_table import PENDING, ObjectTable
+from miniray._private.owner.object_table import ObjectTable
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
+from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-
-class _Task:
-    __slots__ = (
-        "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned",
-    )
-
-    def __init__(self, spec, key):
-        self.spec = spec
-        self.key = key
-        self.state = T_WAITING
-        self.worker = None
-        self.waiting = 0
-        self.retries_left = spec.max_retries
-        self.cancelled = False
-        self.children: list | None = None
-        self.parent = None
-        self.pinned = False  # its argument objects are pinned in the store while it runs
-
-
-class _DepWaiter:
-    """Waits, for a task, on one of its arguments."""
-
-    __slots__ = ("owner", "task")
-
-    def __init__(self, owner: Owner, task: _Task):
-        self.owner = owner
-        self.task = task
-
-    def notify(self, is_error: bool, object_id: bytes) -> None:
-        self.owner._dep_ready(self.task, is_error, object_id)
-
 
 class _Locked:
     """The owner's lock as a context manager that runs deferred work after releasing it."""
@@ -128,11 +94,11 @@ def key_tag(key) -> str:
     return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
-class Owner(HelperLoss):
+class Owner:
     """Objects, tasks and leased workers of one session. Its parts are given what they need
     at construction: the leases (``leases.py``), the worker pool (``workers.py``), workers'
-    own requests (``requests.py``); the fork server's or node's death is a mixin
-    (``owner_helper_loss.py``)."""
+    own requests (``requests.py``), the tasks and their queues (``tasks.py``), the fork
+    server's or node's death (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
 
@@ -161,16 +127,9 @@ class Owner(HelperLoss):
         self.ref_dropped = self.objects.ref_dropped
         self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
-        self._tasks: dict[bytes, _Task] = {}
-        self._queues: dict[Any, collections.deque] = {}
         self.actors = ActorManager(self)
-        self._infeasible: dict[Any, list[_Task]] = {}
-        self._reported_infeasible: set = set()
         self._closed = False
         self._stopping = False
-        self._spawn_paused = False  # a new fork server is being started: dispatch waits
-        self.fatal: str | None = None  # why the session cannot run work any more
-        self._init_helper_loss(restart_fork_server)
         self._retry_pending = False
         # Work decided under the lock and done after it (ledger transactions, fork requests):
         # run by the thread that decided it when it lets go of the lock, else by the I/O
@@ -204,6 +163,21 @@ class Owner(HelperLoss):
             dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
             release_idle_leases=self._release_idle_leases, hello_info=hello_info)
         self.objects.on_free = self.requests.object_freed
+        # Tasks from submission to results: argument waits, queues per key, completion.
+        self.tasks = TaskQueue(
+            objects=self.objects, store=store, node_state=node_state,
+            unpin_deps=self.requests.unpin_deps,
+            has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
+            kill_worker=self._kill_for_cancel, signal_cancel=self._signal_cancel)
+        # The fork server's or the node's death: a restart, or the session's end (fatal).
+        self.helper_loss = HelperLoss(
+            lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
+            restart_fork_server=restart_fork_server, fork_server=lambda: self.fork_server,
+            replace_fork_server=self._replace_fork_server, unregister=self._unregister,
+            closed=lambda: self._closed, closing=lambda: self._closed or self._stopping,
+            worker_gone=self._worker_gone, dispatch_all=self._dispatch_all,
+            unfinished_tasks=self.tasks.unfinished, fail_task=self.tasks.fail,
+            drop_queues=self.tasks.drop_queues)
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
 
@@ -240,6 +214,12 @@ class Owner(HelperLoss):
         if self._closed:
             raise RuntimeError("miniray has been shut down; call miniray.init() again.")
 
+    @property
+    def fatal(self) -> str | None:
+        """Why the session cannot run work any more (its fork server or node was lost for
+        good), else None."""
+        return self.helper_loss.fatal
+
     def check_usable(self) -> None:
         """For submissions: the session is open and can still run work."""
         self._check_open()
@@ -274,7 +254,7 @@ class Owner(HelperLoss):
         against the cap on task workers."""
         self.workers.actors += delta
 
-    def submit_task(self, spec, parent: _Task | None = None) -> None:
+    def submit_task(self, spec, parent: Task | None = None) -> None:
         key = scheduling.scheduling_key(spec.request, spec.max_calls)
         with self._lock:
             self.check_usable()
@@ -283,76 +263,18 @@ class Owner(HelperLoss):
                 spec.fn_bytes = None
             elif spec.fn_id not in self._functions:
                 raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
-            task = _Task(spec, key)
-            self._tasks[spec.task_id] = task
+            self.tasks.submit(spec, key, parent)
             objects = self.objects
-            for object_id in spec.return_ids:
-                objects.ensure(object_id)
-            if spec.contained:
-                objects.hold(spec.contained)
-            if parent is not None:
-                task.parent = parent
-                if parent.children is None:
-                    parent.children = []
-                parent.children.append(task)
-            if spec.deps:
-                for _position, object_id in spec.deps:
-                    entry = objects.get(object_id)
-                    if entry is None:
-                        self._fail_task(task, objects.lost(object_id))
-                        return
-                    entry.holders += 1  # held until the task is done
-                    if entry.state == PENDING:
-                        task.waiting += 1
-                        entry.add_waiter(_DepWaiter(self, task))
-                    elif entry.kind == protocol.ERR:
-                        self._complete_with_dep_error(task, object_id)
-                        return
-            if task.waiting == 0:
-                self._enqueue(task)
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
         if self._deferred:
             self._run_deferred()
 
-    def _dep_ready(self, task: _Task, is_error: bool, object_id: bytes) -> None:
-        if task.state != T_WAITING:
-            return
-        if is_error:
-            self._complete_with_dep_error(task, object_id)
-            return
-        task.waiting -= 1
-        if task.waiting == 0:
-            self._enqueue(task)
-
-    def _complete_with_dep_error(self, task: _Task, object_id: bytes) -> None:
-        data = self.store.inline_bytes(object_id)
-        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
-
-    def _enqueue(self, task: _Task) -> None:
-        key = task.key
-        if key not in self._queues and key not in self.leases.by_key:
-            reasons = infeasible_reasons(self.node_state, task.spec.request)
-            if reasons:
-                task.state = T_INFEASIBLE
-                self._infeasible.setdefault(key, []).append(task)
-                if key not in self._reported_infeasible:
-                    self._reported_infeasible.add(key)
-                    line = format_infeasible(task.spec.request, reasons)
-                    print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
-                return
-        task.state = T_QUEUED
-        queue = self._queues.get(key)
-        if queue is None:
-            queue = self._queues[key] = collections.deque()
-        queue.append(task)
-        self._dispatch(key)
-
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
         if not self.may_dispatch():
             return False
-        queue = self._queues.get(key)
+        queue = self.tasks.queues.get(key)
         while queue:
             lease = self.leases.with_room(key)
             if lease is None:
@@ -360,20 +282,20 @@ class Owner(HelperLoss):
                 return False
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
-            del self._queues[key]
+            del self.tasks.queues[key]
         return True
 
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
         nor while there is no usable fork server (being replaced, or lost for good)."""
-        return not self._closed and not self._spawn_paused and not self.fatal
+        return not self._closed and not self.helper_loss.restarting and not self.fatal
 
     def _dispatch_all(self) -> None:
         if not self.may_dispatch():
             return
         if self.actors.pending:
             self.actors.place_pending()
-        for key in list(self._queues):
+        for key in list(self.tasks.queues):
             self._dispatch(key)
 
     # -- leases for tasks: decided under the lock, taken after it ---------------------------
@@ -470,11 +392,11 @@ class Owner(HelperLoss):
         if worker.pid is not None:
             self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
         self.leases.add(slot)
-        queue = self._queues.get(key)
+        queue = self.tasks.queues.get(key)
         if queue:
             self._send_task(slot, queue.popleft())
             if not queue:
-                del self._queues[key]
+                del self.tasks.queues[key]
         else:
             slot.idle_since = time.monotonic()
 
@@ -546,7 +468,7 @@ class Owner(HelperLoss):
         except (OSError, KeyError) as error:
             logger.debug("lease %s: %s", lease_id, error)
             return
-        if self._queues or self.actors.pending:  # what waited for room may fit now
+        if self.tasks.queues or self.actors.pending:  # what waited for room may fit now
             with self._lock:
                 self.leases.window.note_release()
                 self._dispatch_all()
@@ -576,7 +498,7 @@ class Owner(HelperLoss):
 
     def _mark_full(self, now: float) -> None:
         self.leases.window.mark_full(now)
-        if self._queues:
+        if self.tasks.queues:
             self._schedule_retry()
 
     def _schedule_retry(self) -> None:
@@ -629,7 +551,7 @@ class Owner(HelperLoss):
         # be on their way back: wait for them.
         self._run_deferred(wait=True)
 
-    def _send_task(self, slot: LeaseSlot, task: _Task) -> None:
+    def _send_task(self, slot: LeaseSlot, task: Task) -> None:
         worker = slot.worker
         spec = task.spec
         task.state = T_RUNNING
@@ -666,38 +588,9 @@ class Owner(HelperLoss):
         if isinstance(key, tuple) and key and key[0] == "actor":
             self.actors.fail_placement(key[1], ActorUnschedulableError(message))
             return
-        queue = self._queues.pop(key, None)
+        queue = self.tasks.queues.pop(key, None)
         for task in list(queue or ()):
-            self._fail_task(task, TaskUnschedulableError(message))
-
-    def _unfinished_tasks(self) -> list:
-        """*Locked.* Every task not done yet (waiting, queued, infeasible or running)."""
-        return [task for task in self._tasks.values() if task.state != T_DONE]
-
-    def _fail_task(self, task: _Task, error: BaseException) -> None:
-        data = serialization.dumps(error)
-        self._complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
-
-    def _complete(self, task: _Task, results: list) -> None:
-        task.state = T_DONE
-        spec = task.spec
-        self._tasks.pop(spec.task_id, None)
-        objects = self.objects
-        for object_id, (kind, data) in zip(spec.return_ids, results):
-            objects.set_ready(object_id, kind, data)
-        if spec.deps:
-            if task.pinned:
-                self.requests.unpin_deps(spec.deps)
-                task.pinned = False
-            objects.release([object_id for _position, object_id in spec.deps])
-        if spec.contained:
-            objects.release(spec.contained)
-        parent = task.parent
-        if parent is not None and parent.children:
-            try:
-                parent.children.remove(task)
-            except ValueError:
-                pass
+            self.tasks.fail(task, TaskUnschedulableError(message))
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
@@ -711,45 +604,24 @@ class Owner(HelperLoss):
 
         if self.actors.cancel(object_id[:24], force):
             return
-        task = self._tasks.get(object_id[:24])
+        task = self.tasks.by_id.get(object_id[:24])
         if task is None or task.state == T_DONE:
             return
-        self._cancel_task(task, force, recursive, TaskCancelledError)
+        self.tasks.cancel(task, force, recursive, TaskCancelledError)
 
-    def _cancel_task(self, task: _Task, force: bool, recursive: bool, error_cls) -> None:
-        task.cancelled = True
-        if recursive and task.children:
-            for child in list(task.children):
-                if child.state != T_DONE:
-                    self._cancel_task(child, force, recursive, error_cls)
-        state = task.state
-        worker = task.worker
-        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
-        action = scheduling.cancel_action(state, force, running_now)
-        if action == scheduling.CANCEL_FAIL:
-            if state == T_QUEUED:
-                queue = self._queues.get(task.key)
-                if queue is not None and task in queue:
-                    queue.remove(task)
-            elif state == T_INFEASIBLE:
-                pending = self._infeasible.get(task.key)
-                if pending and task in pending:
-                    pending.remove(task)
-            self._fail_task(task, error_cls(task.spec.task_id.hex()))
-        elif action == scheduling.CANCEL_KILL:
-            if worker.pid is not None:
-                self.fork_server.kill(worker.pid, signal.SIGKILL)
-            else:  # not spawned yet: killed as soon as the fork server names its pid
-                worker.kill_on_spawn = True
-        elif action == scheduling.CANCEL_REMOVE_QUEUED:
-            if task in worker.inflight:
-                worker.inflight.remove(task)
-                self._fail_task(task, error_cls(task.spec.task_id.hex()))
-        elif action == scheduling.CANCEL_SIGNAL:
-            try:
-                self.send_control(worker, (protocol.CANCEL, task.spec.task_id))
-            except OSError:
-                pass
+    def _kill_for_cancel(self, worker: WorkerSlot) -> None:
+        """*Locked.* A force-cancelled task's worker is killed (``tasks.py`` decided it)."""
+        if worker.pid is not None:
+            self.fork_server.kill(worker.pid, signal.SIGKILL)
+        else:  # not spawned yet: killed as soon as the fork server names its pid
+            worker.kill_on_spawn = True
+
+    def _signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
+        """*Locked.* Ask a worker to interrupt the task it runs (KeyboardInterrupt there)."""
+        try:
+            self.send_control(worker, (protocol.CANCEL, task_id))
+        except OSError:
+            pass
 
     # ------------------------------------------------------------------ workers
     def _spawn_worker(self) -> WorkerSlot:
@@ -791,8 +663,6 @@ class Owner(HelperLoss):
         ``death`` when it died with the process that forked it (no status is reported then).
         Its running task is retried while ``max_retries`` allows, else fails; an actor
         restarts or dies (actors.py). Returns (tasks requeued, tasks failed)."""
-        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
-
         if worker.exited:
             return 0, 0
         worker.exited = True
@@ -831,40 +701,9 @@ class Owner(HelperLoss):
             return 0, 0
         inflight = list(worker.inflight)
         worker.inflight.clear()
-        requeue = []
-        failed = 0
-        for index, task in enumerate(inflight):
-            if task.state == T_DONE:
-                continue
-            decision, task.retries_left = scheduling.after_worker_death(
-                index, task.cancelled, task.retries_left, bool(self.fatal))
-            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
-                self._fail_task(task, RaySystemError(self.fatal))
-                failed += 1
-            elif decision == scheduling.DEATH_FAIL_CANCELLED:
-                self._fail_task(task, TaskCancelledError(task.spec.task_id.hex()))
-            elif decision == scheduling.DEATH_RETRY:
-                # With the fork server, every worker died: one line says it all.
-                log = logger.warning if death is None else logger.debug
-                log("A worker died or was killed while executing task %s (pid=%s, %s); "
-                    "retrying it (%s retries left).", task.spec.name, pid, detail,
-                    "infinite" if task.retries_left < 0 else task.retries_left)
-                requeue.append(task)
-            elif decision == scheduling.DEATH_FAIL_CRASHED:
-                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
-                        "memory; " if death is None else "")
-                self._fail_task(task, WorkerCrashedError(
-                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
-                    "max_retries controls retries."))
-                failed += 1
-            else:  # DEATH_REQUEUE: sent behind the running task, never started
-                requeue.append(task)
-        for task in reversed(requeue):
-            task.state = T_QUEUED
-            task.worker = None
-            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
+        requeued, failed = self.tasks.worker_died(inflight, pid, detail, death, self.fatal)
         self._dispatch_all()
-        return len(requeue), failed
+        return requeued, failed
 
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
@@ -874,6 +713,11 @@ class Owner(HelperLoss):
         reactor = getattr(self, "reactor", None)
         if reactor is not None:
             reactor.wake()
+
+    def _replace_fork_server(self, new) -> None:
+        """*Locked.* Use a new fork server (the old one died, ``owner_helper_loss.py``)."""
+        self.fork_server = new
+        self._register(new.fileno(), self._on_fork_server)
 
     def _unregister(self, fd: int) -> None:
         self.reactor.unregister(fd)
@@ -915,7 +759,7 @@ class Owner(HelperLoss):
         if message == ():
             return
         if message is None:
-            self._on_helper_eof(fd)
+            self.helper_loss.on_eof(fd)
             return
         tag = message[0]
         with self._lock:
@@ -926,7 +770,7 @@ class Owner(HelperLoss):
             elif tag == protocol.EXITED:
                 self._on_worker_exit(message[1], message[2])
             elif tag == protocol.NODE_STOPPING:
-                self._on_helper_stopping(message[1])
+                self.helper_loss.on_stopping(message[1])
             elif tag == protocol.BYE:
                 pass
 
@@ -979,7 +823,7 @@ class Owner(HelperLoss):
                 finally:
                     self._lock.acquire()
             except Exception as error:
-                self._fail_task(_Task(spec, None), error)
+                self.tasks.fail(Task(spec, None), error)
         elif tag == protocol.PUT:
             # The worker keeps its ObjectRef: it reports it as a borrower like any other.
             self.objects.set_ready(message[1], message[2], message[3])
@@ -1010,17 +854,7 @@ class Owner(HelperLoss):
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        retry, task.retries_left = scheduling.retry_failed_result(
-            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
-        if retry:
-            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
-                           "be retried.", task.spec.name,
-                           "infinite" if task.retries_left < 0 else task.retries_left)
-            task.state = T_QUEUED
-            task.worker = None
-            self._queues.setdefault(task.key, collections.deque()).appendleft(task)
-        elif task.state != T_DONE:
-            self._complete(task, results)
+        self.tasks.finished(task, results, retryable)
         self._after_worker_progress(worker)
 
     def _contain_results(self, task_id: bytes, contained: list) -> None:
@@ -1038,10 +872,10 @@ class Owner(HelperLoss):
             self._dispatch_all()
             return
         key = slot.key
-        if self._queues.get(key):
+        if self.tasks.queues.get(key):
             self._dispatch(key)
         if not worker.inflight and slot.worker is worker:
-            if self._queues:
+            if self.tasks.queues:
                 # Another shape is waiting: give the resources back now so it can run.
                 self._release_lease(slot)
                 self._dispatch_all()
@@ -1057,19 +891,17 @@ class Owner(HelperLoss):
         with self._lock:
             return {
                 "objects": len(self.objects),
-                "tasks_pending": len(self._tasks),
-                "queued": sum(len(q) for q in self._queues.values()),
-                "infeasible": sum(len(v) for v in self._infeasible.values()),
+                **self.tasks.statistics(),
                 "workers": self.workers.live,
                 "idle_workers": len(self.workers.idle),
                 "leases": len(self.leases),
-                "fork_server_restarts": self.helper_restarts,
+                "fork_server_restarts": self.helper_loss.restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
             }
 
     def __repr__(self) -> str:
-        return (f"<Owner objects={len(self.objects)} tasks={len(self._tasks)} "
+        return (f"<Owner objects={len(self.objects)} tasks={len(self.tasks.by_id)} "
                 f"workers={self.workers.live}>")
 
     # ------------------------------------------------------------------ shutdown
@@ -1109,8 +941,7 @@ class Owner(HelperLoss):
         with self._lock:
             self.leases.release_all()
             self.objects.clear()
-            self._tasks.clear()
-            self._queues.clear()
+            self.tasks.clear()
         self.fork_server.close()
         self.reactor.close()
         self.store.close()

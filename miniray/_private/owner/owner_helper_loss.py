@@ -9,7 +9,8 @@ by the I/O thread in ``owner.py``), how its exit is described
 (``ForkServerClient.describe_exit``, ``NodeClient.describe_exit``), or what happens to one
 worker's tasks and actor (the owner's worker-exit path, reused here for every worker the
 helper took with it).
-Called by: ``owner.Owner`` (a mixin of it), on its I/O thread.
+Called by: ``owner.Owner``, which holds one as ``owner.helper_loss`` and gives it its parts
+at construction; on the I/O thread.
 
 ::
 
@@ -85,51 +86,76 @@ def fatal_message(death: str, restarts_exhausted: RestartBudget | None = None) -
 
 
 class HelperLoss:
-    """Mixin of ``owner.Owner``: the fork server's or the node's death."""
+    """The fork server's or the node's death, for one owner. It holds why the session
+    cannot go on (``fatal``) and whether a new fork server is being started
+    (``restarting``: the owner dispatches nothing meanwhile).
+
+    Given at construction: the owner's ``lock``, ``objects``, ``workers`` and ``actors``;
+    ``restart_fork_server()`` (a new ForkServerClient; None when joined to a node, which
+    this driver cannot restart); ``fork_server()`` the helper in use and
+    ``replace_fork_server(new)`` to use another; ``unregister(fd)``; ``closed()`` (shutdown
+    began) and ``closing()`` (or its helper is being stopped); ``worker_gone(worker, status,
+    death)``, ``dispatch_all()``, ``unfinished_tasks()``, ``fail_task(task, error)`` and
+    ``drop_queues()`` are the owner's task paths."""
 
     WINDOW_S = 60.0
 
-    def _init_helper_loss(self, restart_fork_server) -> None:
-        # restart_fork_server() -> a new ForkServerClient (embedded mode); None when joined
-        # to a node, which this driver cannot restart.
+    def __init__(self, *, lock, objects, workers, actors, restart_fork_server, fork_server,
+                 replace_fork_server, unregister, closed, closing, worker_gone, dispatch_all,
+                 unfinished_tasks, fail_task, drop_queues):
+        self._lock = lock
+        self.objects = objects
+        self.workers = workers
+        self.actors = actors
         self.restart_fork_server = restart_fork_server
+        self._fork_server = fork_server
+        self._replace_fork_server = replace_fork_server
+        self._unregister = unregister
+        self._closed = closed
+        self._closing = closing
+        self._worker_gone = worker_gone
+        self._dispatch_all = dispatch_all
+        self._unfinished_tasks = unfinished_tasks
+        self._fail_task = fail_task
+        self._drop_queues = drop_queues
         self.restart_budget = RestartBudget(config.fork_server_restarts(), self.WINDOW_S)
-        self.helper_restarts = 0
+        self.restarts = 0
+        self.restarting = False  # a new fork server is being started: dispatch waits
+        self.fatal: str | None = None  # why the session cannot run work any more
 
-    def _on_helper_eof(self, fd: int) -> None:
+    def on_eof(self, fd: int) -> None:
         """I/O thread, lock not held: the helper's socket reached EOF."""
         self._unregister(fd)
-        if self._closed or self._stopping or self.fatal:
+        if self._closing() or self.fatal:
             return  # shutdown's own goodbye, or already handled (STOPPING)
-        helper = self.fork_server
+        helper = self._fork_server()
         death = helper.describe_exit(timeout=2.0)  # waits for the exit status: no lock
         with self._lock:
-            if self._closed or self.fatal or helper is not self.fork_server:
+            if self._closed() or self.fatal or helper is not self._fork_server():
                 return
             restart = (self.restart_fork_server is not None
                        and self.restart_budget.allow(time.monotonic()))
             if not restart:
                 budget = self.restart_budget if self.restart_fork_server is not None else None
-                self._fail_session(death, fatal_message(death, budget))
+                self.fail_session(death, fatal_message(death, budget))
                 return
-            self._spawn_paused = True  # nothing is sent until the new one is there
+            self.restarting = True  # nothing is sent until the new one is there
         try:
             new = self.restart_fork_server()
         except Exception as error:  # e.g. out of memory or pids: give up like a node
             with self._lock:
-                self._spawn_paused = False
-                self._fail_session(death, fatal_message(
+                self.restarting = False
+                self.fail_session(death, fatal_message(
                     f"{death}, and a new fork server could not be started ({error})"))
             return
         with self._lock:
-            self._spawn_paused = False
-            closed = self._closed  # shutdown began meanwhile: it knows only the old one
+            self.restarting = False
+            closed = self._closed()  # shutdown began meanwhile: it knows only the old one
             if not closed:
                 new.continue_numbering(helper)
-                self.fork_server = new
-                self._register(new.fileno(), self._on_fork_server)
-                retried, failed, actors = self._lose_every_worker(death)
-                self.helper_restarts += 1
+                self._replace_fork_server(new)
+                retried, failed, actors = self.lose_every_worker(death)
+                self.restarts += 1
                 print(restart_line(death, new.pid, retried, failed, actors,
                                    self.restart_budget), file=sys.stderr, flush=True)
                 self._dispatch_all()
@@ -139,21 +165,21 @@ class HelperLoss:
             new.close()
         helper.close()
 
-    def _on_helper_stopping(self, reason: str) -> None:
+    def on_stopping(self, reason: str) -> None:
         """*Locked.* The node announced that it stops: fail the pending work now."""
-        if self._closed or self.fatal:
+        if self._closed() or self.fatal:
             return
-        death = self.fork_server.describe_stopping(reason)
-        self._fail_session(death, fatal_message(death))
+        death = self._fork_server().describe_stopping(reason)
+        self.fail_session(death, fatal_message(death))
 
-    def _fail_session(self, death: str, message: str) -> None:
+    def fail_session(self, death: str, message: str) -> None:
         """*Locked.* The session cannot go on: fail every pending task (RaySystemError) and
         actor (ActorDiedError), and every object still pending; refuse later submissions."""
         from miniray.exceptions import RaySystemError
 
         self.fatal = message
         logger.error("%s", message)
-        self._lose_every_worker(death)  # running tasks fail (self.fatal), actors die
+        self.lose_every_worker(death)  # running tasks fail (self.fatal), actors die
         error = RaySystemError(message)
         for task in self._unfinished_tasks():  # queued, waiting for arguments, infeasible
             self._fail_task(task, error)
@@ -162,10 +188,9 @@ class HelperLoss:
         for object_id, entry in list(self.objects.entries.items()):
             if entry.state == PENDING:
                 self.objects.set_ready(object_id, protocol.ERR, data)
-        self._queues.clear()
-        self._infeasible.clear()
+        self._drop_queues()
 
-    def _lose_every_worker(self, death: str) -> tuple[int, int, int]:
+    def lose_every_worker(self, death: str) -> tuple[int, int, int]:
         """*Locked.* Every worker died with the helper (PR_SET_PDEATHSIG, or the node's fork
         server killed them) and no EXITED report will come: handle each as exited. Returns
         (tasks retried, tasks failed, actors affected)."""
@@ -187,3 +212,7 @@ class HelperLoss:
             retried += r
             failed += f
         return retried, failed, actors
+
+    def __repr__(self) -> str:
+        state = "fatal" if self.fatal else "restarting" if self.restarting else "ok"
+        return f"<HelperLoss {state} restarts={self.restarts} {self.restart_budget!r}>"

@@ -1,0 +1,298 @@
+"""The owner's tasks: each task's record, the queues per scheduling key, and the waits on
+arguments.
+
+Owns: a task from submission to its results (``Task``, by task id), the wait on each
+argument object still pending (a task is queued once all are ready, or completes with the
+first argument's error), the infeasibility decision at enqueue time (one stderr line per
+scheduling key), the queues and the infeasible lists per key, what becomes of a task after
+a failed result or its worker's death (retried at the front of its queue, or failed),
+cancellation (``scheduling.cancel_action``; killing or interrupting a worker is the
+owner's), and completing or failing a task (its return objects are set, its arguments
+released, its parent forgets it). Does not own: dispatch (the owner sends queued tasks to
+leased workers: ``dispatch(key)``), leases (``leases.py``), the functions' pickles, the
+workers (``owner.py`` tells which task a result or a dead worker's tasks belong to), or the
+objects (``object_table.py``).
+Called by: ``owner.Owner``, with the owner's lock held (every method is *Locked*).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import sys
+from typing import Any
+
+from miniray._private.core import protocol, scheduling, serialization
+from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+)
+from miniray._private.owner.object_table import PENDING
+
+logger = logging.getLogger(__name__)
+
+
+class Task:
+    __slots__ = (
+        "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
+        "children", "parent", "pinned",
+    )
+
+    def __init__(self, spec, key):
+        self.spec = spec
+        self.key = key
+        self.state = T_WAITING
+        self.worker = None
+        self.waiting = 0
+        self.retries_left = spec.max_retries
+        self.cancelled = False
+        self.children: list | None = None
+        self.parent = None
+        self.pinned = False  # its argument objects are pinned in the store while it runs
+
+
+class _DepWaiter:
+    """Waits, for a task, on one of its arguments."""
+
+    __slots__ = ("tasks", "task")
+
+    def __init__(self, tasks: TaskQueue, task: Task):
+        self.tasks = tasks
+        self.task = task
+
+    def notify(self, is_error: bool, object_id: bytes) -> None:
+        self.tasks.dep_ready(self.task, is_error, object_id)
+
+
+class TaskQueue:
+    """Given at construction: the ``objects`` table, the ``store`` (an argument's error
+    bytes), ``node_state`` (totals, for infeasibility), ``unpin_deps(deps)`` (store pins of
+    a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
+    key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
+    ``kill_worker(worker)`` and ``signal_cancel(worker, task_id)`` (cancellation's acts)."""
+
+    def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
+                 kill_worker, signal_cancel):
+        self.objects = objects
+        self.store = store
+        self.node_state = node_state
+        self._unpin_deps = unpin_deps
+        self._has_lease = has_lease
+        self._dispatch = dispatch
+        self._kill_worker = kill_worker
+        self._signal_cancel = signal_cancel
+        self.by_id: dict[bytes, Task] = {}
+        self.queues: dict[Any, collections.deque] = {}
+        self.infeasible: dict[Any, list[Task]] = {}
+        self._reported_infeasible: set = set()
+
+    def submit(self, spec, key, parent: Task | None = None) -> None:
+        """A new task: its return objects exist from now on; it waits for its arguments,
+        then is queued (or infeasible)."""
+        task = Task(spec, key)
+        self.by_id[spec.task_id] = task
+        objects = self.objects
+        for object_id in spec.return_ids:
+            objects.ensure(object_id)
+        if spec.contained:
+            objects.hold(spec.contained)
+        if parent is not None:
+            task.parent = parent
+            if parent.children is None:
+                parent.children = []
+            parent.children.append(task)
+        if spec.deps:
+            for _position, object_id in spec.deps:
+                entry = objects.get(object_id)
+                if entry is None:
+                    self.fail(task, objects.lost(object_id))
+                    return
+                entry.holders += 1  # held until the task is done
+                if entry.state == PENDING:
+                    task.waiting += 1
+                    entry.add_waiter(_DepWaiter(self, task))
+                elif entry.kind == protocol.ERR:
+                    self._complete_with_dep_error(task, object_id)
+                    return
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def dep_ready(self, task: Task, is_error: bool, object_id: bytes) -> None:
+        if task.state != T_WAITING:
+            return
+        if is_error:
+            self._complete_with_dep_error(task, object_id)
+            return
+        task.waiting -= 1
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
+        data = self.store.inline_bytes(object_id)
+        self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def _enqueue(self, task: Task) -> None:
+        key = task.key
+        if key not in self.queues and not self._has_lease(key):
+            reasons = infeasible_reasons(self.node_state, task.spec.request)
+            if reasons:
+                task.state = T_INFEASIBLE
+                self.infeasible.setdefault(key, []).append(task)
+                if key not in self._reported_infeasible:
+                    self._reported_infeasible.add(key)
+                    line = format_infeasible(task.spec.request, reasons)
+                    print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
+                return
+        task.state = T_QUEUED
+        queue = self.queues.get(key)
+        if queue is None:
+            queue = self.queues[key] = collections.deque()
+        queue.append(task)
+        self._dispatch(key)
+
+    def requeue(self, task: Task) -> None:
+        """Back at the front of its queue (a retry, or never started on a worker that died)."""
+        task.state = T_QUEUED
+        task.worker = None
+        self.queues.setdefault(task.key, collections.deque()).appendleft(task)
+
+    def remove_waiting(self, task: Task) -> None:
+        """A queued or infeasible task leaves its queue (cancelled before it ran)."""
+        if task.state == T_QUEUED:
+            queue = self.queues.get(task.key)
+            if queue is not None and task in queue:
+                queue.remove(task)
+        elif task.state == T_INFEASIBLE:
+            pending = self.infeasible.get(task.key)
+            if pending and task in pending:
+                pending.remove(task)
+
+    def cancel(self, task: Task, force: bool, recursive: bool, error_cls) -> None:
+        """Cancel ``task`` (and its unfinished children with ``recursive``): fail it if it
+        has not started, else kill or interrupt its worker (``scheduling.cancel_action``)."""
+        task.cancelled = True
+        if recursive and task.children:
+            for child in list(task.children):
+                if child.state != T_DONE:
+                    self.cancel(child, force, recursive, error_cls)
+        state = task.state
+        worker = task.worker
+        running_now = state == T_RUNNING and bool(worker.inflight) and worker.inflight[0] is task
+        action = scheduling.cancel_action(state, force, running_now)
+        if action == scheduling.CANCEL_FAIL:
+            self.remove_waiting(task)
+            self.fail(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_KILL:
+            self._kill_worker(worker)
+        elif action == scheduling.CANCEL_REMOVE_QUEUED:  # sent behind the running task
+            if task in worker.inflight:
+                worker.inflight.remove(task)
+                self.fail(task, error_cls(task.spec.task_id.hex()))
+        elif action == scheduling.CANCEL_SIGNAL:
+            self._signal_cancel(worker, task.spec.task_id)
+
+    def finished(self, task: Task, results: list, retryable: bool) -> None:
+        """A worker returned ``task``'s results: complete it, or queue it again when it
+        raised and ``retry_exceptions`` and ``max_retries`` allow."""
+        retry, task.retries_left = scheduling.retry_failed_result(
+            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
+        if retry:
+            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
+                           "be retried.", task.spec.name,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
+            self.requeue(task)
+        elif task.state != T_DONE:
+            self.complete(task, results)
+
+    def worker_died(self, inflight: list, pid, detail: str, death: str | None,
+                    fatal: str | None) -> tuple[int, int]:
+        """The worker running ``inflight`` (its running task first) is gone: ``detail`` says
+        how, ``death`` names the helper it died with (None: it died alone), ``fatal`` why
+        the session cannot go on. Each task is retried, queued again or failed
+        (``scheduling.after_worker_death``). Returns (tasks requeued, tasks failed)."""
+        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+
+        requeue = []
+        failed = 0
+        for index, task in enumerate(inflight):
+            if task.state == T_DONE:
+                continue
+            decision, task.retries_left = scheduling.after_worker_death(
+                index, task.cancelled, task.retries_left, bool(fatal))
+            if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
+                self.fail(task, RaySystemError(fatal))
+                failed += 1
+            elif decision == scheduling.DEATH_FAIL_CANCELLED:
+                self.fail(task, TaskCancelledError(task.spec.task_id.hex()))
+            elif decision == scheduling.DEATH_RETRY:
+                # With the fork server, every worker died: one line says it all.
+                log = logger.warning if death is None else logger.debug
+                log("A worker died or was killed while executing task %s (pid=%s, %s); "
+                    "retrying it (%s retries left).", task.spec.name, pid, detail,
+                    "infinite" if task.retries_left < 0 else task.retries_left)
+                requeue.append(task)
+            elif decision == scheduling.DEATH_FAIL_CRASHED:
+                hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
+                        "memory; " if death is None else "")
+                self.fail(task, WorkerCrashedError(
+                    f"Task {task.spec.name}: worker pid={pid} {detail}. {hint}"
+                    "max_retries controls retries."))
+                failed += 1
+            else:  # DEATH_REQUEUE: sent behind the running task, never started
+                requeue.append(task)
+        for task in reversed(requeue):
+            self.requeue(task)
+        return len(requeue), failed
+
+    def unfinished(self) -> list:
+        """Every task not done yet (waiting, queued, infeasible or running)."""
+        return [task for task in self.by_id.values() if task.state != T_DONE]
+
+    def drop_queues(self) -> None:
+        """Forget the queued and infeasible tasks (the session was lost: each has failed
+        already)."""
+        self.queues.clear()
+        self.infeasible.clear()
+
+    def fail(self, task: Task, error: BaseException) -> None:
+        data = serialization.dumps(error)
+        self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
+
+    def complete(self, task: Task, results: list) -> None:
+        task.state = T_DONE
+        spec = task.spec
+        self.by_id.pop(spec.task_id, None)
+        objects = self.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+        if spec.deps:
+            if task.pinned:
+                self._unpin_deps(spec.deps)
+                task.pinned = False
+            objects.release([object_id for _position, object_id in spec.deps])
+        if spec.contained:
+            objects.release(spec.contained)
+        parent = task.parent
+        if parent is not None and parent.children:
+            try:
+                parent.children.remove(task)
+            except ValueError:
+                pass
+
+    def statistics(self) -> dict:
+        return {
+            "tasks_pending": len(self.by_id),
+            "queued": sum(len(q) for q in self.queues.values()),
+            "infeasible": sum(len(v) for v in self.infeasible.values()),
+        }
+
+    def clear(self) -> None:
+        self.by_id.clear()
+        self.queues.clear()
+
+    def __repr__(self) -> str:
+        return f"<TaskQueue tasks={len(self.by_id)} queued keys={len(self.queues)}>"

@@ -1,0 +1,160 @@
+"""The owner's task queue (``owner/tasks.py``) with a real object table over a fake store:
+argument waits, infeasibility, requeue at the front, completion. No processes."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import types
+
+from miniray._private.core import protocol, serialization
+from miniray._private.core.resources import UNIT, NodeState
+from miniray._private.core.scheduling import (
+    T_DONE,
+    T_INFEASIBLE,
+    T_QUEUED,
+    T_RUNNING,
+    T_WAITING,
+)
+from miniray._private.owner.object_table import ObjectTable
+from miniray._private.owner.tasks import TaskQueue
+from miniray.exceptions import WorkerCrashedError
+
+
+class _Store:
+    def __init__(self):
+        self.data = {}
+
+    def put_serialized(self, object_id, data):
+        self.data[object_id] = data
+
+    def inline_bytes(self, object_id):
+        return self.data[object_id]
+
+    def free(self, object_id):
+        self.data.pop(object_id, None)
+
+
+def _spec(n: int, deps=(), request=None):
+    task_id = bytes([n]) * 24
+    return types.SimpleNamespace(
+        task_id=task_id, return_ids=[task_id + b"\0\0\0\1"], contained=(),
+        deps=[(i, d) for i, d in enumerate(deps)], request=request or {"CPU": 1.0},
+        name=f"task{n}", max_retries=0)
+
+
+def _queue(dispatched: list, leased=()):
+    objects = ObjectTable(_Store(), threading.Lock(), lambda: None)
+    node = NodeState(totals={"CPU": 2 * UNIT}, instance_ids={})
+    tasks = TaskQueue(objects=objects, store=objects.store, node_state=node,
+                      unpin_deps=lambda deps: None, has_lease=lambda key: key in leased,
+                      dispatch=dispatched.append,
+                      kill_worker=lambda worker: dispatched.append(("kill", worker)),
+                      signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)))
+    return tasks, objects
+
+
+def test_a_task_is_queued_once_its_last_argument_is_ready():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched)
+    a, b = b"a" * 28, b"b" * 28
+    objects.ensure(a)
+    objects.ensure(b)
+    tasks.submit(_spec(1, deps=[a, b]), "key")
+    task = tasks.by_id[b"\1" * 24]
+    assert task.state == T_WAITING and task.waiting == 2 and dispatched == []
+    objects.set_ready(a, protocol.OK, b"x")
+    assert task.state == T_WAITING and dispatched == []
+    objects.set_ready(b, protocol.OK, b"y")
+    assert task.state == T_QUEUED and dispatched == ["key"]
+    assert list(tasks.queues["key"]) == [task]
+
+
+def test_an_argument_that_failed_completes_the_task_with_its_error():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched)
+    a = b"a" * 28
+    objects.ensure(a)
+    spec = _spec(2, deps=[a])
+    tasks.submit(spec, "key")
+    objects.set_ready(a, protocol.ERR, b"boom")
+    assert spec.task_id not in tasks.by_id and dispatched == []
+    assert objects.get(spec.return_ids[0]).kind == protocol.ERR
+    assert objects.store.data[spec.return_ids[0]] == b"boom"
+
+
+def test_an_infeasible_task_waits_apart_and_is_reported_once_per_key(capsys):
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched)
+    tasks.submit(_spec(3, request={"CPU": 64.0}), "big")
+    tasks.submit(_spec(4, request={"CPU": 64.0}), "big")
+    assert [t.state for t in tasks.infeasible["big"]] == [T_INFEASIBLE, T_INFEASIBLE]
+    assert dispatched == [] and "big" not in tasks.queues
+    assert capsys.readouterr().err.count("task3") == 1
+    assert tasks.statistics() == {"tasks_pending": 2, "queued": 0, "infeasible": 2}
+    tasks.remove_waiting(tasks.infeasible["big"][0])
+    assert len(tasks.infeasible["big"]) == 1
+
+
+def test_a_key_with_a_lease_is_feasible_and_a_retry_goes_to_the_front():
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched, leased={"big"})
+    tasks.submit(_spec(5, request={"CPU": 64.0}), "big")
+    tasks.submit(_spec(6, request={"CPU": 64.0}), "big")
+    first, second = tasks.queues["big"]
+    tasks.queues["big"].popleft()
+    first.worker = object()
+    tasks.requeue(first)
+    assert list(tasks.queues["big"]) == [first, second] and first.worker is None
+    tasks.fail(second, ValueError("no"))
+    assert second.state == T_DONE and tasks.unfinished() == [first]
+    tasks.drop_queues()
+    assert tasks.queues == {} and tasks.infeasible == {}
+
+
+def test_cancel_fails_a_queued_task_and_its_children_recursively_and_acts_on_running_ones():
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched, leased={"key"})
+    tasks.submit(_spec(7), "key")
+    parent = tasks.by_id[b"\7" * 24]
+    tasks.submit(_spec(8), "key", parent)
+    tasks.submit(_spec(9), "key", parent)
+    running, queued = parent.children
+    tasks.queues["key"].remove(running)
+    running.state = T_RUNNING
+    running.worker = worker = types.SimpleNamespace(inflight=collections.deque([running]))
+    tasks.cancel(parent, False, True, KeyboardInterrupt)
+    assert queued.state == T_DONE and parent.state == T_DONE
+    assert running.state == T_RUNNING and running.cancelled
+    assert ("signal", worker) in dispatched
+    tasks.cancel(running, True, False, KeyboardInterrupt)
+    assert dispatched[-1] == ("kill", worker)
+
+
+def test_a_failed_result_is_retried_at_the_front_while_retries_last():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched, leased={"key"})
+    spec = _spec(10)
+    spec.max_retries = 1
+    tasks.submit(spec, "key")
+    task = tasks.queues["key"].popleft()
+    task.state = T_RUNNING
+    tasks.finished(task, [(protocol.ERR, b"raised")], retryable=True)
+    assert task.state == T_QUEUED and tasks.queues["key"][0] is task
+    tasks.queues["key"].popleft()
+    tasks.finished(task, [(protocol.ERR, b"raised again")], retryable=True)
+    assert task.state == T_DONE and objects.store.data[spec.return_ids[0]] == b"raised again"
+
+
+def test_a_dead_worker_requeues_what_never_started_and_fails_the_running_task():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched, leased={"key"})
+    for n in (11, 12):
+        tasks.submit(_spec(n), "key")
+    running, behind = tasks.queues.pop("key")
+    for task in (running, behind):
+        task.state = T_RUNNING
+    assert tasks.worker_died([running, behind], 4242, "exited with code 1", None, None) == (1, 1)
+    assert running.state == T_DONE and list(tasks.queues["key"]) == [behind]
+    error = serialization.loads(objects.store.data[running.spec.return_ids[0]])
+    assert isinstance(error, WorkerCrashedError) and "pid=4242 exited with code 1" in str(error)
