@@ -231,7 +231,8 @@ def test_a_segment_another_user_planted_is_never_unpickled(attacker):
     of its own uid (fstat of the opened descriptor), so a planted one never loads."""
     name = f"mr_{os.urandom(10).hex()}_{os.urandom(28).hex()}"
     path = os.path.join("/dev/shm", name)
-    link = os.path.join("/dev/shm", name[:-2] + "ff")
+    # A name of the same shape that differs from ``name`` (a random name may end in "ff").
+    link = os.path.join("/dev/shm", name[:-2] + ("00" if name.endswith("ff") else "ff"))
     done = attacker.run(PAYLOAD + textwrap.dedent("""
     from miniray._private.core import oob
     from miniray._private.object_store import shm_segments
