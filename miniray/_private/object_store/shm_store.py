@@ -261,7 +261,8 @@ class SharedMemoryStore:
             warn = not self._oversized_warned
             self._oversized_warned = True
         try:
-            os.makedirs(self.spill_dir, mode=0o700, exist_ok=True)
+            same_uid.ensure_private_dir(self.spill_dir, top=self._top_of(self.spill_dir),
+                                        remedy="set TMPDIR to a private directory of your own")
             write_segment(entry.path, ser)
         except BaseException as error:
             with self._lock:
