@@ -624,10 +624,6 @@ class Owner:
             pass
 
     # ------------------------------------------------------------------ workers
-    def _spawn_worker(self) -> WorkerSlot:
-        """*Locked.* Start a worker (actors; tasks start theirs outside the lock)."""
-        return self.adopt_worker(self.start_worker(self.fork_server))
-
     start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
 
     def discard_start(self, parts: tuple) -> None:
