@@ -33,28 +33,26 @@ def cpu_count() -> int:
     return count
 
 
-def memory_available() -> int:
+def _meminfo(field: str) -> int | None:
+    """``field`` of /proc/meminfo (e.g. ``"MemTotal"``) in bytes, or None if unknown."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError):
         pass
-    return 8 << 30
+    return None
+
+
+def memory_available() -> int:
+    available = _meminfo("MemAvailable")
+    return 8 << 30 if available is None else available
 
 
 def host_memory() -> int | None:
     """The memory this host (or its cgroup limit) has in all, or None if unknown."""
-    total = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    total = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError):
-        pass
+    total = _meminfo("MemTotal")
     try:  # cgroup v2 limit, as Ray's get_system_memory
         with open("/sys/fs/cgroup/memory.max") as f:
             limit = f.read().strip()
