@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import signal
 import sys
 
 from miniray._private.core import ids, protocol, scheduling, serialization
@@ -142,27 +141,52 @@ class ActorManager:
         from a driver joined to a node) rather than owned here."""
         return self.link is not None and bool(spec.name or spec.detached)
 
+    # -- the node's actor service: requests made without the lock -------------------------
     def create_in_service(self, spec: ActorCreationSpec) -> bytes:
-        """*Locked.* Create the actor in the node's actor service and keep a proxy; raises
-        what the service raised (e.g. ActorAlreadyExistsError). The values of its ObjectRef
-        arguments go along; those not ready yet follow when they are (the actor waits for
-        them there, as any actor waits for its arguments)."""
+        """*Not locked.* Create the actor in the node's actor service and keep a proxy;
+        raises what the service raised (e.g. ActorAlreadyExistsError). The values of its
+        ObjectRef arguments go along (pinned while the request is out); those not ready yet
+        follow when they are (the actor waits for them there, as any actor waits for its
+        arguments)."""
         owner = self.owner
-        if spec.fn_bytes is None:
-            spec.fn_bytes = owner.function_bytes(spec.fn_id)
-        objects = owner.objects
-        needed = self.nested_ids(spec)
-        later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
-        exported = self.export([i for i in needed if i not in later])
+        with owner.locked():
+            if spec.fn_bytes is None:
+                spec.fn_bytes = owner.function_bytes(spec.fn_id)
+            objects = owner.objects
+            needed = self.nested_ids(spec)
+            later = [i for i in needed
+                     if (e := objects.get(i)) is not None and e.state == PENDING]
+            exported = self.export([i for i in needed if i not in later])
+        reply = None
         try:
-            actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
+            reply = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
-        self.proxy(actor_id, state, spec)
-        if actor_id == spec.actor_id:
-            for object_id in later:
-                self.link.forward_when_ready(object_id)
-        return actor_id
+            with owner.locked():
+                owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
+                if reply is not None:
+                    actor_id, state = reply
+                    self.proxy(actor_id, state, spec)
+                    if actor_id == spec.actor_id:
+                        for object_id in later:
+                            self.link.forward_when_ready(object_id)
+        return reply[0]
+
+    def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
+        """*Not locked.* ``(actor id, handle state)`` of a named actor of the node's actor
+        service; a proxy is kept for it."""
+        actor_id, state = self.link.lookup(name, namespace)
+        with self.owner.locked():
+            self.proxy(actor_id, state)
+        return actor_id, state
+
+    def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
+        """*Not locked.* The named actors of the node's actor service."""
+        return self.link.named(namespace, all_namespaces)
+
+    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+        """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
+        said that it lives there)."""
+        self.link.kill(actor_id, no_restart)
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
@@ -653,26 +677,27 @@ class ActorManager:
             self._finish(call, [(protocol.ERR, actor.death)] * max(1, call.spec.num_returns))
 
     # -- kill, cancel, lookup ------------------------------------------------------------
-    def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        """SIGKILL the actor's process. Unless it will restart, it is dead from this moment:
-        later calls fail at once, even before the process is gone (its lease is returned when
-        the fork server reports the exit)."""
+    def kill(self, actor_id: bytes, no_restart: bool) -> bool:
+        """*Locked.* SIGKILL the actor's process (once the lock is released). Unless it will
+        restart, it is dead from this moment: later calls fail at once, even before the
+        process is gone (its lease is returned when the fork server reports the exit).
+        True: the actor lives in the node's actor service, and the caller asks it there
+        (``kill_in_service``, without the lock)."""
         from miniray.exceptions import ActorDiedError
 
         actor = self.actors.get(actor_id)
         if actor is None and self.link is not None:
             actor = self.proxy(actor_id, None)
         if actor is None or actor.state == A_DEAD:
-            return
+            return False
         if actor.remote:
-            self.link.kill(actor_id, no_restart)
-            return
+            return True
         actor.killed = True
         actor.no_restart = no_restart
         worker = actor.worker
         if worker is not None:
             if worker.pid is not None:
-                self.owner.fork_server.kill(worker.pid, signal.SIGKILL)
+                self.owner.kill_process_later(worker.pid)
             else:
                 worker.kill_on_spawn = True
         if no_restart or actor.restarts_left == 0 or worker is None:
@@ -684,6 +709,7 @@ class ActorManager:
             # It will restart: send nothing more to the dying process; calls made from now
             # on queue and run on the new one once its exit is reported.
             actor.state = A_RESTARTING
+        return False
 
     def cancel(self, task_id: bytes, force: bool) -> bool:
         """Cancel an actor call; False if ``task_id`` is not an actor call."""
@@ -713,10 +739,8 @@ class ActorManager:
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
-        if self.link is not None:
-            actor_id, state = self.link.lookup(name, namespace)
-            self.proxy(actor_id, state)
-            return actor_id, state
+        """*Locked.* A named actor this manager owns (joined to a node, names live in the
+        actor service: ``lookup_in_service``)."""
         actor_id = self.names.get((namespace, name))
         actor = self.actors.get(actor_id) if actor_id is not None else None
         if actor is None or actor.state == A_DEAD:
@@ -727,8 +751,8 @@ class ActorManager:
         return actor_id, actor.spec.handle_state
 
     def named(self, namespace: str, all_namespaces: bool) -> list:
-        if self.link is not None:
-            return self.link.named(namespace, all_namespaces)
+        """*Locked.* The named actors this manager owns (joined to a node:
+        ``named_in_service``)."""
         out = []
         for (ns, name), actor_id in sorted(self.names.items()):
             if self.actors[actor_id].state == A_DEAD:

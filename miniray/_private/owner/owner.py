@@ -602,7 +602,7 @@ class Owner:
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         with self._lock:
             self._cancel_locked(object_id, force, recursive)
-        self._run_deferred()
+        self._run_deferred(wait=True)  # a forced cancel's kill is sent before this returns
 
     def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
         """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
@@ -618,7 +618,7 @@ class Owner:
     def _kill_for_cancel(self, worker: WorkerSlot) -> None:
         """*Locked.* A force-cancelled task's worker is killed (``tasks.py`` decided it)."""
         if worker.pid is not None:
-            self.fork_server.kill(worker.pid, signal.SIGKILL)
+            self.kill_process_later(worker.pid)
         else:  # not spawned yet: killed as soon as the fork server names its pid
             worker.kill_on_spawn = True
 
@@ -631,6 +631,12 @@ class Owner:
 
     # ------------------------------------------------------------------ workers
     start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
+
+    def kill_process_later(self, pid: int) -> None:
+        """*Locked.* SIGKILL a worker once the lock is released: the request goes to the fork
+        server that started it (its parent), a socket write that is not made under the
+        lock."""
+        self.defer(functools.partial(self.fork_server.kill, pid, signal.SIGKILL))
 
     def discard_start(self, parts: tuple) -> None:
         """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
@@ -648,7 +654,7 @@ class Owner:
         """*Locked.* The fork server named ``worker``'s pid."""
         status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
-            self.fork_server.kill(pid, signal.SIGKILL)
+            self.kill_process_later(pid)
         if worker.lease is not None:
             self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
         if status is not None:  # it exited before it was adopted
@@ -916,6 +922,7 @@ class Owner:
     # ------------------------------------------------------------------ shutdown
     def shutdown(self, grace: float = 1.0) -> None:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
+        doomed = []
         with self._lock:
             self._closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
@@ -927,11 +934,14 @@ class Owner:
                 busy = worker.inflight or worker.blocked or (
                     worker.actor is not None and worker.actor.inflight)
                 if busy and worker.pid is not None:
-                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                    doomed.append(worker.pid)
                 else:
                     self.workers.retire(worker)
-            self.fork_server.request_shutdown(grace)
-        self.fork_server.wait(timeout=grace + 4.0)
+            fork_server = self.fork_server
+        for pid in doomed:  # the fork server's socket is written after the lock
+            fork_server.kill(pid, signal.SIGKILL)
+        fork_server.request_shutdown(grace)
+        fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
         self.reactor.stop()
         self._run_deferred()  # leases given back, late starts discarded (the I/O thread is done)
