@@ -584,8 +584,9 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            # At once: the lease is back before the actor's death is visible to callers.
-            owner.leases.release(actor.lease.lease_id, actor.host_lease)
+            # Queued before the death is visible to callers, given back once the lock is
+            # released: available_resources() (which waits for deferred work) sees it back.
+            owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)

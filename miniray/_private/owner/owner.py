@@ -519,13 +519,11 @@ class Owner:
             self.reactor.call_later(self.leases.RETRY_S, retry)
 
     def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
-                       now: bool = False, returned: list | None = None) -> None:
-        """*Locked.* Take a lease off the book; the ledgers get it back at once (``now``), by
-        the caller after the lock (appended to ``returned``), or as deferred work."""
+                       returned: list | None = None) -> None:
+        """*Locked.* Take a lease off the book; the ledgers get it back by the caller after
+        the lock (appended to ``returned``), or as deferred work."""
         self.leases.remove(slot)
-        if now:
-            self.leases.release(slot.lease.lease_id, slot.host_lease)
-        elif returned is not None:
+        if returned is not None:
             self.leases.window.note_release()
             returned.append(slot)
         else:
@@ -702,9 +700,9 @@ class Owner:
             self._dispatch_all()
             return 0, 0
         if worker.lease is not None:
-            # At once, under the lock: the lease is back before its task's error is visible
-            # (a worker's death is rare; every other release waits for the lock to be free).
-            self._release_lease(worker.lease, worker_reusable=False, now=True)
+            # Queued before its task's error is visible, given back once the lock is free:
+            # available_resources() (which waits for deferred work) sees it back.
+            self._release_lease(worker.lease, worker_reusable=False)
         if self._closed:
             return 0, 0
         inflight = list(worker.inflight)
@@ -958,9 +956,11 @@ class Owner:
                     pass
         self.workers.streams.clear()
         with self._lock:
-            self.leases.release_all()
+            held = self.leases.take_all()
             self.objects.clear()
             self.tasks.clear()
+        for slot in held:  # the ledger's file lock, after the owner's
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
         self.fork_server.close()
         self.reactor.close()
         self.store.close()
