@@ -67,6 +67,9 @@ class _Forward:
 
 
 class ActorLink:
+    """Given at construction: its owner (used only through ``actors.ActorsOwner``) and the
+    service's socket path."""
+
     def __init__(self, owner, path: str):
         self.owner = owner
         self.path = path

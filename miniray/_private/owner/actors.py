@@ -31,11 +31,54 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+from typing import Any, Protocol
 
 from miniray._private.core import ids, protocol, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
+
+
+class ActorsOwner(Protocol):
+    """What the actor manager and the actor-service link use of their owner: the seam between
+    the actors and the rest of the owner, held by ``tests/unit/test_actor_seam.py`` (nothing
+    else of the owner is read, and nothing private).
+
+    State it shares: ``objects`` (the object table), ``store``, ``leases`` (the lease book:
+    actors take theirs by its one path), ``ledger`` (shrinking a placement to what an actor
+    holds), ``requests`` (argument pins), ``reactor``, ``node_state``, ``fork_server``,
+    ``hello_info``, ``log_to_driver``, ``gpu_ids_are_ints``, ``actors`` (the manager itself,
+    for the link), ``closed``, ``fatal``. What it asks the owner to do is the methods below."""
+
+    objects: Any
+    store: Any
+    leases: Any
+    ledger: Any
+    requests: Any
+    reactor: Any
+    node_state: Any
+    fork_server: Any
+    hello_info: dict
+    log_to_driver: bool
+    gpu_ids_are_ints: bool
+    actors: Any
+    closed: bool
+    fatal: str | None
+
+    def locked(self) -> Any: ...
+    def defer(self, action) -> None: ...
+    def may_dispatch(self) -> bool: ...
+    def make_room(self) -> bool: ...
+    def start_worker(self, fork_server) -> tuple: ...
+    def adopt_worker(self, parts: tuple) -> Any: ...
+    def discard_start(self, parts: tuple) -> None: ...
+    def count_actor_worker(self, delta: int) -> None: ...
+    def send(self, worker, message: tuple) -> None: ...
+    def send_control(self, worker, message: tuple) -> None: ...
+    def kill_process_later(self, pid: int) -> None: ...
+    def release_lease_later(self, lease_id: str, host_lease: str | None) -> None: ...
+    def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None: ...
+    def function_bytes(self, fn_id: bytes) -> bytes: ...
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +162,9 @@ class _NestedDep(_CallDep):
 
 
 class ActorManager:
-    def __init__(self, owner):
+    """Given at construction: its owner, used only through ``ActorsOwner``."""
+
+    def __init__(self, owner: ActorsOwner):
         self.owner = owner
         self.actors: dict[bytes, _Actor] = {}
         self.names: dict[tuple[str, str], bytes] = {}
