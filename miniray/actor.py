@@ -55,16 +55,18 @@ def _method_table(cls: type) -> dict:
         if name.startswith("__") and name.endswith("__"):
             continue
         function = member
-        if isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
-            continue
         if not (inspect.isfunction(function) or inspect.ismethod(function)):
             continue
+        # As in Ray, static and class methods are called through handles too; their bound
+        # form (what getmembers gives) takes no self, so nothing is dropped from it.
+        bound = isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod))
         generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
             function)
         num_returns = getattr(function, "__ray_num_returns__", None)
         if num_returns in (None, "streaming"):
             num_returns = 1
-        argspec = signatures.of_function(function, f"{cls.__name__}.{name}", drop_first=True)
+        argspec = signatures.of_function(function, f"{cls.__name__}.{name}",
+                                         drop_first=not bound)
         table[name] = (num_returns, generator,
                        getattr(function, "__ray_max_task_retries__", None), argspec)
     for name in _BUILTIN_METHODS:

@@ -153,7 +153,7 @@ class ActorHost:
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
-            result = getattr(self.instance, method_name)(*args, **kwargs)
+            result = self._method(method_name)(*args, **kwargs)
             if inspect.isasyncgen(result):
                 value = [item async for item in result]
             else:
@@ -183,7 +183,7 @@ class ActorHost:
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
-            value = getattr(self.instance, method_name)(*args, **kwargs)
+            value = self._method(method_name)(*args, **kwargs)
             if inspect.isgenerator(value):
                 value = list(value)
         except BaseException as error:
@@ -192,6 +192,20 @@ class ActorHost:
         finally:
             worker.runtime.task = None
         self._reply_value(task_id, value, num_returns, call_name, return_ids)
+
+    def _method(self, name: str):
+        """The method ``name`` bound to the instance, found on its class first, as Ray does:
+        an instance attribute of the same name (``self.flag = False`` beside ``def flag``)
+        does not hide it, and static and class methods bind as Python binds them."""
+        cls = type(self.instance)
+        try:
+            member = inspect.getattr_static(cls, name)
+        except AttributeError:
+            return getattr(self.instance, name)  # e.g. served by a __getattr__
+        binder = getattr(type(member), "__get__", None)
+        if binder is None:
+            return member  # a callable that is no descriptor: Python would not bind it either
+        return binder(member, self.instance, cls)
 
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
