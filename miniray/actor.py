@@ -301,7 +301,12 @@ class ActorMethod:
         if unknown:
             raise ValueError(f"Invalid option keyword {unknown[0]} for actor methods. "
                              f"Valid ones are {sorted(allowed)}.")
+        _options.validate_method_call_options(opts, is_generator=self._generator)
         num_returns = opts.get("num_returns", self._num_returns)
+        if num_returns == "dynamic":
+            raise NotImplementedError(
+                "num_returns='dynamic' is deprecated in Ray and not implemented by miniray; "
+                "use a generator method (streaming) instead.")
         if num_returns in (None, "streaming"):
             num_returns = 1
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
