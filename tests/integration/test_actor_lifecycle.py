@@ -11,6 +11,7 @@ test's docstring says. Failures of other kinds (crashes, restarts, retries) are 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -99,3 +100,151 @@ def test_static_and_class_methods_are_called_through_a_handle(ray):
         actor.static.remote(1, 2)
     with pytest.raises(TypeError, match="missing a required argument: 'x'"):
         actor.klass.remote()
+
+
+# ----------------------------------------------------------------------------- how an actor ends
+@pytest.fixture
+def Ending(ray, tmp_path):
+    """An actor that writes to ``<tmp_path>/<tag>`` from its ``__ray_shutdown__`` and from an
+    ``atexit`` handler, so a test sees which ran, in which order."""
+    import atexit
+    import sys
+
+    folder = str(tmp_path)
+
+    @ray.remote
+    class Ending:
+        def __init__(self, tag):
+            self.path = os.path.join(folder, tag)
+            atexit.register(self._write, "atexit")
+
+        def _write(self, what):
+            with open(self.path, "a") as log:
+                log.write(what + "\n")
+
+        def __ray_shutdown__(self):
+            self._write("shutdown")
+
+        def pid(self):
+            return os.getpid()
+
+        def leave(self):
+            miniray.actor.exit_actor()
+            return "unreachable"
+
+        def sys_exit(self, code=None):
+            sys.exit(code)
+
+    def log(tag):
+        path = os.path.join(folder, tag)
+        return open(path).read().split() if os.path.exists(path) else []
+
+    Ending.log = log
+    return Ending
+
+
+def _assert_dead(ray, ref, *texts):
+    with pytest.raises(exceptions.ActorDiedError) as info:
+        ray.get(ref, timeout=GET_TIMEOUT)
+    for text in texts:
+        assert text in str(info.value), str(info.value)
+    return info.value
+
+
+def test_exit_actor_fails_its_own_call_and_runs_shutdown_then_atexit(ray, Ending):
+    """Compared with Ray 2.60: the call that ran ``exit_actor()`` raises ``ActorDiedError``
+    (miniray returned None), the call queued behind it and later calls too; the actor's
+    ``__ray_shutdown__`` runs, then its ``atexit`` handlers; it never restarts."""
+    actor = Ending.options(max_restarts=1).remote("exit")
+    pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+    leaving, queued = actor.leave.remote(), actor.pid.remote()
+    error = _assert_dead(ray, leaving, "exited intentionally")
+    assert not error.actor_init_failed
+    _assert_dead(ray, queued, "exited intentionally")
+    _assert_dead(ray, actor.pid.remote(), "exited intentionally")
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
+    assert Ending.log("exit") == ["shutdown", "atexit"]
+
+
+def test_ray_terminate_fails_its_own_call_and_runs_shutdown_then_atexit(ray, Ending):
+    """Compared with Ray 2.60: ``get(a.__ray_terminate__.remote())`` raises ``ActorDiedError``
+    (miniray returned None) after the calls queued before it ran; the hooks run."""
+    actor = Ending.remote("terminate")
+    before = actor.pid.remote()
+    done = actor.__ray_terminate__.remote()
+    pid = ray.get(before, timeout=GET_TIMEOUT)
+    _assert_dead(ray, done, "exited intentionally")
+    _assert_dead(ray, actor.pid.remote())
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
+    assert Ending.log("terminate") == ["shutdown", "atexit"]
+
+
+@pytest.mark.parametrize("code", [None, 3])
+def test_sys_exit_in_a_method_runs_shutdown_then_atexit(ray, Ending, code):
+    """Compared with Ray 2.60: the call and later ones raise ``ActorDiedError`` naming the
+    exit code, and ``__ray_shutdown__`` then the ``atexit`` handlers run (miniray ran
+    neither)."""
+    actor = Ending.remote("sys_exit")
+    ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+    status = 0 if code is None else code
+    _assert_dead(ray, actor.sys_exit.remote(code), f"exited with code {status}")
+    _assert_dead(ray, actor.pid.remote(), f"exited with code {status}")
+    assert Ending.log("sys_exit") == ["shutdown", "atexit"]
+
+
+def test_the_last_handle_dropped_runs_shutdown_then_atexit(ray, Ending):
+    """Compared with Ray 2.60: an actor whose handles are all gone ends gracefully, running
+    ``__ray_shutdown__`` and its ``atexit`` handlers (miniray ran neither)."""
+    actor = Ending.remote("dropped")
+    pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+    del actor
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
+    assert Ending.log("dropped") == ["shutdown", "atexit"]
+
+
+def test_kill_and_shutdown_run_neither_hook(ray, Ending):
+    """Compared with Ray 2.60 (and its documents): ``ray.kill`` ends the actor at once,
+    without ``__ray_shutdown__`` or ``atexit``; so does ``shutdown()`` for actors still
+    alive."""
+    killed, alive = Ending.remote("killed"), Ending.remote("alive")
+    pids = ray.get([killed.pid.remote(), alive.pid.remote()], timeout=GET_TIMEOUT)
+    ray.kill(killed)
+    _assert_dead(ray, killed.pid.remote(), "killed by `ray.kill`")
+    assert wait_until(lambda: not procinfo.is_alive(pids[0]), timeout=10)
+    miniray.shutdown()
+    assert wait_until(lambda: not procinfo.is_alive(pids[1]), timeout=10)
+    time.sleep(0.2)
+    assert Ending.log("killed") == [] and Ending.log("alive") == []
+
+
+def test_a_failing_or_async_ray_shutdown_does_not_stop_the_exit(ray, tmp_path, capfd):
+    """A ``__ray_shutdown__`` that raises: the error is printed and the actor still exits
+    (compared with Ray 2.60, which prints "Error during actor __ray_shutdown__ method").
+    An ``async def __ray_shutdown__`` is awaited (Ray 2.60 never awaits it: a documented
+    difference)."""
+    done = str(tmp_path / "awaited")
+
+    @ray.remote
+    class Failing:
+        def __ray_shutdown__(self):
+            raise ValueError("broken cleanup")
+
+        def leave(self):
+            miniray.actor.exit_actor()
+
+    @ray.remote
+    class Awaiting:
+        async def __ray_shutdown__(self):
+            await asyncio.sleep(0.01)
+            open(done, "w").close()
+
+        async def leave(self):
+            miniray.actor.exit_actor()
+
+    _assert_dead(ray, Failing.remote().leave.remote(), "exited intentionally")
+    _assert_dead(ray, Awaiting.remote().leave.remote(), "exited intentionally")
+    assert wait_until(lambda: os.path.exists(done), timeout=10)
+    seen = []
+    assert wait_until(lambda: seen.append(capfd.readouterr().err)
+                      or "broken cleanup" in "".join(seen), timeout=10)
+    assert "Error during actor __ray_shutdown__ method" in "".join(seen)

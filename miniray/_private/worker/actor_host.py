@@ -15,24 +15,30 @@ hands every ACTOR_CALL here.
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
-    __ray_terminate__ / exit_actor() ──► RESULT, (ACTOR_EXITING,) then the process exits
-    sys.exit() in __init__ or a method ──► the process exits with its code (a crash: the
-                                          owner restarts the actor or marks it dead)
+    __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING,), __ray_shutdown__, atexit
+                                         handlers, exit 0 (no RESULT: the owner fails that
+                                         call and the queued ones with ActorDiedError)
+    sys.exit() in a method ──► __ray_shutdown__, atexit handlers, exit with its code (a
+                               crash: the owner restarts the actor or marks it dead)
+    sys.exit() in __init__ ──► the process exits with its code
+    ray.kill / shutdown() ──► SIGKILL or EOF: neither __ray_shutdown__ nor atexit, as in Ray
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import inspect
 import sys
 import threading
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import protocol
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
     _flush_std,
+    _user_traceback,
     exit_for_system_exit,
     result_message,
     task_error_for,
@@ -66,6 +72,7 @@ class ActorHost:
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
         self.lock = threading.Lock()
+        self.leaving = threading.Lock()  # held by the one thread that ends the actor
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.semaphore: asyncio.Semaphore | None = None
@@ -241,12 +248,14 @@ class ActorHost:
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
 
         if isinstance(error, _ExitActor):
-            self.exiting = True  # before replying: no call after this one may run
-            self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
+            # As in Ray, the caller sees the actor's death (ActorDiedError), not a value: no
+            # reply, and no call after this one may run.
+            self.exiting = True
             self._exit()
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
-            exit_for_system_exit(error, f"{self.class_name}.{call_name}")
+            exit_for_system_exit(error, f"{self.class_name}.{call_name}",
+                                 before_exit=self._run_exit_hooks)
         worker = self.worker
         task_error = task_error_for(
             error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
@@ -284,13 +293,45 @@ class ActorHost:
             with self.lock:
                 pending = list(self.async_calls.values())
             concurrent.futures.wait(pending, timeout=None)
-        task_id, num_returns = message[1], message[6]
-        self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
-        self._exit()
+        self._exit()  # as in Ray, the call itself gets ActorDiedError: no reply
 
     def _exit(self) -> None:
+        """The intended end (exit_actor, __ray_terminate__): tell the owner, run the
+        hooks, leave."""
         self.worker.channel.send((protocol.ACTOR_EXITING,))
+        self._run_exit_hooks()
         self.worker.exit_process()
+
+    def _run_exit_hooks(self) -> None:
+        """Ray's orderly end of an actor: its ``__ray_shutdown__`` (if it has one), then the
+        process's ``atexit`` handlers. Runs once; a second thread that gets here waits for
+        the first to end the process."""
+        if not self.leaving.acquire(blocking=False):
+            threading.Event().wait()  # the process exits under this thread
+        _flush_std()
+        hook = getattr(type(self.instance), "__ray_shutdown__", None)
+        if hook is not None:
+            try:
+                result = self._method("__ray_shutdown__")()
+                if inspect.iscoroutine(result):
+                    _run_coroutine_apart(result)
+            except BaseException as error:  # the actor ends anyway, as in Ray
+                print("Error during actor __ray_shutdown__ method (the actor exits "
+                      f"anyway)\n{_user_traceback(error)}", file=sys.stderr, end="")
+        # The worker leaves with os._exit, which skips these: run them as an interpreter
+        # exit would (exceptions are printed by atexit itself).
+        atexit._run_exitfuncs()
+        _flush_std()
+
+
+def _run_coroutine_apart(coroutine) -> None:
+    """Run an ``async def __ray_shutdown__`` to its end on an event loop of its own, in a
+    thread of its own (the caller may be the actor's loop thread, which cannot wait on
+    itself)."""
+    thread = threading.Thread(target=asyncio.run, args=(coroutine,),
+                              name="miniray-actor-shutdown", daemon=True)
+    thread.start()
+    thread.join()
 
 
 def _is_exit_actor(error: BaseException) -> bool:
