@@ -57,6 +57,44 @@ def test_an_actor_created_in_a_constructor_works_also_after_a_restart(ray):
     assert answer == "child" and second_pid != first_pid
 
 
+def test_async_init_is_awaited_before_any_call(ray):
+    """``async def __init__`` of an async actor is awaited on the actor's loop before any
+    call, and its error is the constructor's error. Compared with Ray 2.60: 5 and 6 (miniray
+    never awaited it: state missing, a "never awaited" warning)."""
+
+    @ray.remote
+    class AsyncInit:
+        async def __init__(self, value):
+            await asyncio.sleep(0.05)
+            self.value = value
+            self.loop = asyncio.get_running_loop()
+
+        async def get(self):
+            return self.value, asyncio.get_running_loop() is self.loop
+
+    @ray.remote
+    class AsyncInitSyncMethods:  # the async __init__ alone makes it an async actor, as in Ray
+        async def __init__(self):
+            self.value = 6
+
+        def get(self):
+            return self.value
+
+    @ray.remote
+    class AsyncInitFails:
+        async def __init__(self):
+            await asyncio.sleep(0)
+            raise ValueError("async constructor failed")
+
+        async def get(self):
+            return "never"
+
+    assert ray.get(AsyncInit.remote(5).get.remote(), timeout=GET_TIMEOUT) == (5, True)
+    assert ray.get(AsyncInitSyncMethods.remote().get.remote(), timeout=GET_TIMEOUT) == 6
+    error = _assert_dead(ray, AsyncInitFails.remote().get.remote(), "async constructor failed")
+    assert error.actor_init_failed
+
+
 # ----------------------------------------------------------------------------- method lookup
 def test_an_instance_attribute_does_not_hide_a_method_of_the_same_name(ray):
     """``self.flag = False`` beside ``def flag``: the handle calls the method. Compared with

@@ -11,7 +11,8 @@ hands every ACTOR_CALL here.
 
 ::
 
-    ACTOR_INIT ──► cls.__new__ + cls.__init__ ──► (ACTOR_READY, ok, error)
+    ACTOR_INIT ──► cls.__new__ + cls.__init__ (async: awaited on the actor's loop)
+               ──► (ACTOR_READY, ok, error)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
@@ -83,14 +84,15 @@ class ActorHost:
         runtime.actor_resources = resources
         runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
         runtime.host = self
+        if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
+                             daemon=True).start()
         error = self._construct(fn_id, args_blob, dep_values)
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
             worker.exit_process()
         if is_async:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
-                             daemon=True).start()
             self.semaphore = asyncio.Semaphore(max_concurrency)
         elif max_concurrency > 1:
             self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -104,6 +106,10 @@ class ActorHost:
             args, kwargs = worker._load_args(args_blob, dep_values)
             instance = cls.__new__(cls)
             returned = cls.__init__(instance, *args, **kwargs)
+            if self.loop is not None and inspect.iscoroutine(returned):
+                # As in Ray, an async actor's ``async def __init__`` is awaited, on the loop
+                # its methods run on, before any call.
+                returned = asyncio.run_coroutine_threadsafe(returned, self.loop).result()
             if returned is not None:
                 print(f"Warning: {self.class_name}.__init__ returned a non-None value "
                       f"({returned!r}); the return value will be ignored.",
