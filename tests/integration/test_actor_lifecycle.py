@@ -57,6 +57,56 @@ def test_an_actor_created_in_a_constructor_works_also_after_a_restart(ray):
     assert answer == "child" and second_pid != first_pid
 
 
+def test_was_current_actor_reconstructed_is_true_only_after_a_restart(ray):
+    """Compared with Ray 2.60: False on the first start, True in the constructor and the
+    methods of a restarted actor (miniray always said False); AssertionError in the driver
+    and in a task."""
+
+    @ray.remote(max_restarts=2)
+    class Phoenix:
+        def __init__(self):
+            self.at_init = miniray.get_runtime_context().was_current_actor_reconstructed
+
+        def state(self):
+            context = miniray.get_runtime_context()
+            return self.at_init, context.was_current_actor_reconstructed
+
+        def crash(self):
+            os._exit(1)
+
+    @ray.remote
+    def in_a_task():
+        return miniray.get_runtime_context().was_current_actor_reconstructed
+
+    actor = Phoenix.remote()
+    assert ray.get(actor.state.remote(), timeout=GET_TIMEOUT) == (False, False)
+    with pytest.raises(exceptions.ActorUnavailableError):
+        ray.get(actor.crash.remote(), timeout=GET_TIMEOUT)
+    assert ray.get(actor.state.remote(), timeout=GET_TIMEOUT) == (True, True)
+    with pytest.raises(AssertionError, match="only available inside an actor"):
+        miniray.get_runtime_context().was_current_actor_reconstructed  # noqa: B018
+    with pytest.raises(AssertionError, match="only available inside an actor"):
+        ray.get(in_a_task.remote(), timeout=GET_TIMEOUT)
+
+
+def test_kill_with_restart_right_after_creation_restarts_it(ray):
+    """``ray.kill(a, no_restart=False)`` before the actor is even placed: it restarts and
+    later calls run on the restarted actor. Compared with Ray 2.60: ``(True, True)``."""
+
+    @ray.remote(max_restarts=1)
+    class Restartable:
+        def __init__(self):
+            self.at_init = miniray.get_runtime_context().was_current_actor_reconstructed
+
+        def state(self):
+            return self.at_init, miniray.get_runtime_context().was_current_actor_reconstructed
+
+    actor = Restartable.remote()
+    ray.kill(actor, no_restart=False)
+    assert ray.get(actor.state.remote(), timeout=GET_TIMEOUT) == (True, True)
+    assert ray.get(actor.state.remote(), timeout=GET_TIMEOUT) == (True, True)
+
+
 def test_async_init_is_awaited_before_any_call(ray):
     """``async def __init__`` of an async actor is awaited on the actor's loop before any
     call, and its error is the constructor's error. Compared with Ray 2.60: 5 and 6 (miniray

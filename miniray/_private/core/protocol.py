@@ -34,6 +34,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                  num_returns, call_name)          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
+   is_async, name, namespace, handle_state, restarts)``.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 

@@ -60,7 +60,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds")
+                 "pid", "init_failed", "remote", "holds", "restarts")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -82,6 +82,7 @@ class _Actor:
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
+        self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -348,7 +349,7 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state)
+               spec.handle_state, actor.restarts)
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
@@ -584,6 +585,7 @@ class ActorManager:
         death_bytes = serialization.dumps(death)
         if restart:
             actor.restarts_left = restarts_left
+            actor.restarts += 1
             # As in Ray, a call sent to the process that died and not retried fails, but the
             # actor lives on: ActorUnavailableError, not ActorDiedError.
             why = ("it was killed by `ray.kill`" if actor.killed
