@@ -280,6 +280,94 @@ def test_sys_exit_in_a_method_runs_shutdown_then_atexit(ray, Ending, code):
     assert Ending.log("sys_exit") == ["shutdown", "atexit"]
 
 
+@pytest.mark.parametrize("code, restarts", [(0, False), (False, False), (None, True),
+                                           (3, True), ("text", True)])
+def test_sys_exit_zero_is_an_intended_exit_other_codes_restart(ray, Ending, code, restarts):
+    """Compared with Ray 2.60 (``max_restarts=1``): ``sys.exit(0)`` and ``sys.exit(False)``
+    are intended exits: ``ActorDiedError`` for the call and later ones, no restart (miniray
+    restarted). ``sys.exit()``, ``sys.exit(3)``, ``sys.exit("text")`` are crashes: the call
+    gets ``ActorUnavailableError`` and the restarted actor answers. The hooks run in both."""
+    actor = Ending.options(max_restarts=1).remote("sys_exit")
+    first = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+    if restarts:
+        with pytest.raises(exceptions.ActorUnavailableError):
+            ray.get(actor.sys_exit.remote(code), timeout=GET_TIMEOUT)
+        assert ray.get(actor.pid.remote(), timeout=GET_TIMEOUT) != first
+    else:
+        error = _assert_dead(ray, actor.sys_exit.remote(code), "exited intentionally",
+                             f"sys.exit({code!r}) was called in Ending.sys_exit")
+        assert not error.actor_init_failed
+        _assert_dead(ray, actor.pid.remote(), "exited intentionally")
+    assert wait_until(lambda: Ending.log("sys_exit")[:2] == ["shutdown", "atexit"], timeout=10)
+
+
+def test_exit_in_a_constructor_is_an_intended_exit(ray, tmp_path):
+    """``exit_actor()`` or ``sys.exit(0)`` in ``__init__``: compared with Ray 2.60, calls
+    raise ``ActorDiedError`` with ``actor_init_failed`` False (not a creation error; miniray
+    reported one for ``exit_actor()``), the hooks run, and there is no restart."""
+    import atexit
+    import sys
+
+    log = str(tmp_path / "log")
+
+    @ray.remote(max_restarts=1)
+    class LeavesAtOnce:
+        def __init__(self, how):
+            atexit.register(lambda: open(log, "a").write(f"atexit {how}\n"))
+            if how == "exit_actor":
+                miniray.actor.exit_actor()
+            sys.exit(0)
+
+        def __ray_shutdown__(self):
+            open(log, "a").write("shutdown\n")
+
+        def get(self):
+            return "never"
+
+    for how, text in (("exit_actor", "exit_actor() was called in LeavesAtOnce.__init__"),
+                      ("sys_exit", "sys.exit(0) was called in LeavesAtOnce.__init__")):
+        actor = LeavesAtOnce.remote(how)
+        error = _assert_dead(ray, actor.get.remote(), text)
+        assert not error.actor_init_failed
+        _assert_dead(ray, actor.get.remote(), text)
+    assert open(log).read().split("\n") == [
+        "shutdown", "atexit exit_actor", "shutdown", "atexit sys_exit", ""]
+
+
+@pytest.mark.parametrize("kind", ["threaded", "async"])
+def test_exit_actor_lets_running_calls_finish(ray, kind):
+    """With threads or asyncio, the calls running when ``exit_actor()`` is called finish
+    with their values before the actor exits; the exiting call raises ``ActorDiedError``.
+    Compared with Ray 2.60 (and its ``exit_actor`` document); miniray cut them off."""
+
+    @ray.remote(max_concurrency=3)
+    class Threaded:
+        def slow(self):
+            time.sleep(1.0)
+            return "slow done"
+
+        def leave(self):
+            time.sleep(0.2)
+            miniray.actor.exit_actor()
+
+    @ray.remote
+    class Async:
+        async def slow(self):
+            await asyncio.sleep(1.0)
+            return "slow done"
+
+        async def leave(self):
+            await asyncio.sleep(0.2)
+            miniray.actor.exit_actor()
+
+    actor = (Threaded if kind == "threaded" else Async).remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    slow, leave = actor.slow.remote(), actor.leave.remote()
+    _assert_dead(ray, leave, "exit_actor() was called")
+    assert ray.get(slow, timeout=GET_TIMEOUT) == "slow done"
+    _assert_dead(ray, actor.slow.remote(), "exit_actor() was called")
+
+
 def test_the_last_handle_dropped_runs_shutdown_then_atexit(ray, Ending):
     """Compared with Ray 2.60: an actor whose handles are all gone ends gracefully, running
     ``__ray_shutdown__`` and its ``atexit`` handlers (miniray ran neither)."""

@@ -60,7 +60,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds", "restarts")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -75,6 +75,7 @@ class _Actor:
         self.killed = False
         self.no_restart = True
         self.exiting = False
+        self.exit_why = ""  # what the actor said when it chose to exit (ACTOR_EXITING)
         self.handles = 0
         self.escaped = False
         self.waiting = 0
@@ -544,11 +545,13 @@ class ActorManager:
             return
         self._finish(call, results, contained)
 
-    def on_exiting(self, worker) -> None:
-        """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
-        still queued fail with ActorDiedError when its process is gone."""
+    def on_exiting(self, worker, why: str) -> None:
+        """The actor is leaving on purpose (exit_actor, __ray_terminate__, sys.exit(0), as
+        ``why`` says): send it nothing more, never restart it; calls still queued fail with
+        ActorDiedError when its process is gone."""
         if worker.actor is not None:
             worker.actor.exiting = True
+            worker.actor.exit_why = why
 
     def on_worker_exit(self, worker, detail: str) -> None:
         """The actor's process is gone: restart it, or mark it dead and fail its calls."""
@@ -570,8 +573,8 @@ class ActorManager:
         if actor.killed:
             reason = "The actor is dead because it was killed by `ray.kill`."
         elif actor.exiting:
-            reason = ("The actor is dead because its worker process exited intentionally "
-                      "(exit_actor() or __ray_terminate__).")
+            reason = ("The actor is dead because its worker process exited intentionally: "
+                      f"{actor.exit_why}")
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")

@@ -16,12 +16,13 @@ hands every ACTOR_CALL here.
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
-    __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING,), __ray_shutdown__, atexit
+    __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING, why), __ray_shutdown__, atexit
                                          handlers, exit 0 (no RESULT: the owner fails that
-                                         call and the queued ones with ActorDiedError)
-    sys.exit() in a method ──► __ray_shutdown__, atexit handlers, exit with its code (a
-                               crash: the owner restarts the actor or marks it dead)
-    sys.exit() in __init__ ──► the process exits with its code
+                                         call and the queued ones with ActorDiedError; with
+                                         threads or asyncio, running calls finish first)
+    sys.exit() in __init__ or a method ──► __ray_shutdown__, atexit handlers, exit with its
+        code: sys.exit(0) is an intended exit ((ACTOR_EXITING, why) first: no restart), any
+        other code a crash (the owner restarts the actor while max_restarts allows)
     ray.kill / shutdown() ──► SIGKILL or EOF: neither __ray_shutdown__ nor atexit, as in Ray
 """
 
@@ -33,6 +34,7 @@ import concurrent.futures
 import inspect
 import sys
 import threading
+from typing import NoReturn
 
 from miniray._private.core import protocol
 from miniray._private.core.task_spec import _ExitActor
@@ -106,7 +108,7 @@ class ActorHost:
         try:
             cls = worker._function(fn_id)
             args, kwargs = worker._load_args(args_blob, dep_values)
-            instance = cls.__new__(cls)
+            instance = self.instance = cls.__new__(cls)  # the exit hooks may need it
             returned = cls.__init__(instance, *args, **kwargs)
             if self.loop is not None and inspect.iscoroutine(returned):
                 # As in Ray, an async actor's ``async def __init__`` is awaited, on the loop
@@ -116,11 +118,15 @@ class ActorHost:
                 print(f"Warning: {self.class_name}.__init__ returned a non-None value "
                       f"({returned!r}); the return value will be ignored.",
                       file=sys.stderr, flush=True)
-            self.instance = instance
             return None
         except BaseException as error:  # the constructor's error is every later call's error
-            if isinstance(error, SystemExit) and not _is_exit_actor(error):
-                exit_for_system_exit(error, f"{self.class_name}.__init__")
+            where = f"{self.class_name}.__init__"
+            if _is_exit_actor(error):  # as in Ray: an intended exit, not a failed creation
+                self._exit(f"exit_actor() was called in {where}.")
+            if isinstance(error, SystemExit):
+                if _is_intended(error):
+                    self._say_exiting(error, where)
+                exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
             task_error = task_error_for(
                 error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
@@ -146,6 +152,8 @@ class ActorHost:
             with self.lock:
                 self.async_calls[task_id] = future
         elif self.pool is not None:
+            if self.exiting:  # the owner fails it once the process is gone
+                return
             self.pool.submit(self.run_call, message)
         else:
             self.run_call(message)
@@ -257,13 +265,22 @@ class ActorHost:
 
         if isinstance(error, _ExitActor):
             # As in Ray, the caller sees the actor's death (ActorDiedError), not a value: no
-            # reply, and no call after this one may run.
+            # reply, and no call after this one may start.
             self.exiting = True
-            self._exit()
+            why = f"exit_actor() was called in {self.class_name}.{call_name}."
+            if self.pool is None and self.loop is None:
+                self._exit(why)
+            # Threads or asyncio: the calls running now finish first, as in Ray; this
+            # thread (or the loop) must go on for them, so another one waits.
+            threading.Thread(target=self._exit_when_calls_end, args=(why,),
+                             name="miniray-actor-exit", daemon=True).start()
+            return
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
-            exit_for_system_exit(error, f"{self.class_name}.{call_name}",
-                                 before_exit=self._run_exit_hooks)
+            where = f"{self.class_name}.{call_name}"
+            if _is_intended(error):
+                self._say_exiting(error, where)
+            exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
         worker = self.worker
         task_error = task_error_for(
             error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
@@ -301,14 +318,30 @@ class ActorHost:
             with self.lock:
                 pending = list(self.async_calls.values())
             concurrent.futures.wait(pending, timeout=None)
-        self._exit()  # as in Ray, the call itself gets ActorDiedError: no reply
+        # As in Ray, the call itself gets ActorDiedError: no reply.
+        self._exit(f"__ray_terminate__ was called on {self.class_name} (directly, or because "
+                   "its handles were all gone).")
 
-    def _exit(self) -> None:
-        """The intended end (exit_actor, __ray_terminate__): tell the owner, run the
-        hooks, leave."""
-        self.worker.channel.send((protocol.ACTOR_EXITING,))
+    def _exit_when_calls_end(self, why: str) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        else:
+            with self.lock:
+                pending = list(self.async_calls.values())
+            concurrent.futures.wait(pending, timeout=None)
+        self._exit(why)
+
+    def _exit(self, why: str) -> NoReturn:
+        """The intended end: tell the owner (no restart; ``why`` is in every pending call's
+        ActorDiedError), run the hooks, leave."""
+        self.worker.channel.send((protocol.ACTOR_EXITING, why))
         self._run_exit_hooks()
         self.worker.exit_process()
+
+    def _say_exiting(self, error: SystemExit, where: str) -> None:
+        """``sys.exit(0)``: Ray's intended exit (no restart), before the process goes."""
+        self.worker.channel.send((protocol.ACTOR_EXITING,
+                                  f"sys.exit({error.code!r}) was called in {where}."))
 
     def _run_exit_hooks(self) -> None:
         """Ray's orderly end of an actor: its ``__ray_shutdown__`` (if it has one), then the
@@ -344,6 +377,12 @@ def _run_coroutine_apart(coroutine) -> None:
 
 def _is_exit_actor(error: BaseException) -> bool:
     return isinstance(error, _ExitActor)
+
+
+def _is_intended(error: SystemExit) -> bool:
+    """Ray's rule: ``sys.exit(0)`` (or False) is an intended exit and the actor is not
+    restarted; any other code, None included, is a crash (restarted while allowed)."""
+    return isinstance(error.code, int) and error.code == 0  # bools are ints
 
 
 def _safe_repr(instance) -> str:
