@@ -342,7 +342,14 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
 
 def exit_actor() -> None:
-    """Exit the current actor once this call returns (its caller gets None)."""
+    """End the current actor on purpose, as Ray's ``exit_actor``: this call's caller and the
+    calls queued behind it get ``ActorDiedError``; with threads or asyncio, the calls already
+    running finish first. The actor's ``__ray_shutdown__`` and ``atexit`` handlers run, and it
+    is never restarted.
+
+    Raises:
+        TypeError: outside an actor.
+    """
     rt = runtime.current()
     if rt is None or rt.mode != "worker" or rt.actor is None:
         raise TypeError("exit_actor API is called on a non-actor worker.")
