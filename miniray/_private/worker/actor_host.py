@@ -124,7 +124,7 @@ class ActorHost:
             if _is_exit_actor(error):  # as in Ray: an intended exit, not a failed creation
                 self._exit(f"exit_actor() was called in {where}.")
             if isinstance(error, SystemExit):
-                if _is_intended(error):
+                if is_intended_exit(error):
                     self._say_exiting(error, where)
                 exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
             task_error = task_error_for(
@@ -278,7 +278,7 @@ class ActorHost:
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
             where = f"{self.class_name}.{call_name}"
-            if _is_intended(error):
+            if is_intended_exit(error):
                 self._say_exiting(error, where)
             exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
         worker = self.worker
@@ -379,7 +379,7 @@ def _is_exit_actor(error: BaseException) -> bool:
     return isinstance(error, _ExitActor)
 
 
-def _is_intended(error: SystemExit) -> bool:
+def is_intended_exit(error: SystemExit) -> bool:
     """Ray's rule: ``sys.exit(0)`` (or False) is an intended exit and the actor is not
     restarted; any other code, None included, is a crash (restarted while allowed)."""
     return isinstance(error.code, int) and error.code == 0  # bools are ints
