@@ -302,9 +302,10 @@ def test_sys_exit_zero_is_an_intended_exit_other_codes_restart(ray, Ending, code
 
 
 def test_exit_in_a_constructor_is_an_intended_exit(ray, tmp_path):
-    """``exit_actor()`` or ``sys.exit(0)`` in ``__init__``: compared with Ray 2.60, calls
-    raise ``ActorDiedError`` with ``actor_init_failed`` False (not a creation error; miniray
-    reported one for ``exit_actor()``), the hooks run, and there is no restart."""
+    """``exit_actor()`` or ``sys.exit(0)`` in ``__init__`` (also an ``async def`` one):
+    compared with Ray 2.60, calls raise ``ActorDiedError`` with ``actor_init_failed`` False
+    (not a creation error; miniray reported one for ``exit_actor()``, and hung on the async
+    one), the hooks run, and there is no restart."""
     import atexit
     import sys
 
@@ -324,6 +325,15 @@ def test_exit_in_a_constructor_is_an_intended_exit(ray, tmp_path):
         def get(self):
             return "never"
 
+    @ray.remote
+    class LeavesAtOnceAsync:
+        async def __init__(self):
+            await asyncio.sleep(0)
+            miniray.actor.exit_actor()
+
+        async def get(self):
+            return "never"
+
     for how, text in (("exit_actor", "exit_actor() was called in LeavesAtOnce.__init__"),
                       ("sys_exit", "sys.exit(0) was called in LeavesAtOnce.__init__")):
         actor = LeavesAtOnce.remote(how)
@@ -332,6 +342,9 @@ def test_exit_in_a_constructor_is_an_intended_exit(ray, tmp_path):
         _assert_dead(ray, actor.get.remote(), text)
     assert open(log).read().split("\n") == [
         "shutdown", "atexit exit_actor", "shutdown", "atexit sys_exit", ""]
+    error = _assert_dead(ray, LeavesAtOnceAsync.remote().get.remote(),
+                         "exit_actor() was called in LeavesAtOnceAsync.__init__")
+    assert not error.actor_init_failed
 
 
 @pytest.mark.parametrize("kind", ["threaded", "async"])

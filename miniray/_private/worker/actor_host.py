@@ -113,7 +113,10 @@ class ActorHost:
             if self.loop is not None and inspect.iscoroutine(returned):
                 # As in Ray, an async actor's ``async def __init__`` is awaited, on the loop
                 # its methods run on, before any call.
-                returned = asyncio.run_coroutine_threadsafe(returned, self.loop).result()
+                done = asyncio.run_coroutine_threadsafe(_outcome(returned), self.loop)
+                ok, returned = done.result()
+                if not ok:
+                    raise returned
             if returned is not None:
                 print(f"Warning: {self.class_name}.__init__ returned a non-None value "
                       f"({returned!r}); the return value will be ignored.",
@@ -363,6 +366,15 @@ class ActorHost:
         # exit would (exceptions are printed by atexit itself).
         atexit._run_exitfuncs()
         _flush_std()
+
+
+async def _outcome(coroutine) -> tuple:
+    """``(True, value)`` or ``(False, error)``: a SystemExit (``exit_actor()``) raised in
+    the coroutine must not escape into the event loop, which it would stop."""
+    try:
+        return True, await coroutine
+    except BaseException as error:
+        return False, error
 
 
 def _run_coroutine_apart(coroutine) -> None:
