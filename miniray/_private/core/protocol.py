@@ -28,12 +28,14 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
     (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
-                 args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
+                 args_blob, dep_values, ctx)      (ACTOR_EXITING, why)  an intended exit
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
                  num_returns, call_name)          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
+   is_async, name, namespace, handle_state, restarts)``.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 

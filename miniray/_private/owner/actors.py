@@ -102,7 +102,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -117,6 +117,7 @@ class _Actor:
         self.killed = False
         self.no_restart = True
         self.exiting = False
+        self.exit_why = ""  # what the actor said when it chose to exit (ACTOR_EXITING)
         self.handles = 0
         self.escaped = False
         self.waiting = 0
@@ -124,6 +125,7 @@ class _Actor:
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
+        self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -417,7 +419,7 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state)
+               spec.handle_state, actor.restarts)
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
@@ -612,11 +614,13 @@ class ActorManager:
             return
         self._finish(call, results, contained)
 
-    def on_exiting(self, worker) -> None:
-        """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
-        still queued fail with ActorDiedError when its process is gone."""
+    def on_exiting(self, worker, why: str) -> None:
+        """The actor is leaving on purpose (exit_actor, __ray_terminate__, sys.exit(0), as
+        ``why`` says): send it nothing more, never restart it; calls still queued fail with
+        ActorDiedError when its process is gone."""
         if worker.actor is not None:
             worker.actor.exiting = True
+            worker.actor.exit_why = why
 
     def on_worker_exit(self, worker, detail: str) -> None:
         """The actor's process is gone: restart it, or mark it dead and fail its calls."""
@@ -639,8 +643,8 @@ class ActorManager:
         if actor.killed:
             reason = "The actor is dead because it was killed by `ray.kill`."
         elif actor.exiting:
-            reason = ("The actor is dead because its worker process exited intentionally "
-                      "(exit_actor() or __ray_terminate__).")
+            reason = ("The actor is dead because its worker process exited intentionally: "
+                      f"{actor.exit_why}")
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
@@ -654,6 +658,7 @@ class ActorManager:
         death_bytes = serialization.dumps(death)
         if restart:
             actor.restarts_left = restarts_left
+            actor.restarts += 1
             # As in Ray, a call sent to the process that died and not retried fails, but the
             # actor lives on: ActorUnavailableError, not ActorDiedError.
             why = ("it was killed by `ray.kill`" if actor.killed

@@ -825,7 +825,7 @@ class Owner:
         elif tag == protocol.ACTOR_READY:
             self.actors.on_ready(worker, message[2], message[3])
         elif tag == protocol.ACTOR_EXITING:
-            self.actors.on_exiting(worker)
+            self.actors.on_exiting(worker, message[1])
         elif tag == protocol.SUBMIT:
             parent = worker.inflight[0] if worker.inflight else None
             spec = message[1]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 from miniray._private.core import protocol, serialization
 
@@ -106,9 +106,12 @@ def exit_status(code) -> int:
     return 1
 
 
-def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
+def exit_for_system_exit(error: SystemExit, what: str,
+                         before_exit: Callable[[], None] | None = None) -> NoReturn:
     """``sys.exit()`` in user code ends the worker process, as it does in Ray: a task's
     worker crash is retried while ``max_retries`` allows, an actor dies (or restarts).
+    ``before_exit`` runs after the line saying so (an actor's orderly end: its
+    ``__ray_shutdown__`` and ``atexit`` handlers).
 
     Never sent back as the task's error: re-raised by the driver's ``get()``, a SystemExit
     would end the driver."""
@@ -119,6 +122,8 @@ def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
               file=sys.stderr)
     except Exception:
         pass
+    if before_exit is not None:
+        before_exit()
     _flush_std()
     os._exit(status)
 
