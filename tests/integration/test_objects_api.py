@@ -366,3 +366,46 @@ def test_numpy_arrays_from_get_are_read_only(ray):
     assert array.flags.writeable is False
     with pytest.raises(ValueError, match="read-only"):
         array[0] = 1
+
+
+class _HoldsArray:
+    def __init__(self):
+        self.array = np.zeros(3)
+
+
+# Sizes on both sides of the 100 KiB inline threshold: Ray 2.60 makes every array read-only.
+@pytest.mark.parametrize("size", [0, 10, 12_800, 200_000])
+def test_numpy_arguments_by_value_arrive_read_only(ray, size):
+    """Arrays passed by value reach the task read-only, whatever their size, alone or inside
+    containers and objects, for tasks and actor methods. Compared with Ray 2.60, which gives
+    ``writeable False`` for each of these, and ``True`` for an object-dtype array and for a
+    non-contiguous one (both pickled in-band there and here)."""
+
+    @ray.remote
+    def flags(value):
+        if isinstance(value, np.ndarray):
+            return value.flags.writeable
+        if isinstance(value, dict):
+            return {key: item.flags.writeable for key, item in value.items()}
+        if isinstance(value, _HoldsArray):
+            return value.array.flags.writeable
+        return [item.flags.writeable for item in value]
+
+    @ray.remote
+    class Reader:
+        def flags(self, value, *, other):
+            return value.flags.writeable, other.flags.writeable
+
+    array = np.arange(size, dtype=np.float64)
+    assert ray.get(flags.remote(array), timeout=GET_TIMEOUT) is False
+    assert ray.get(flags.remote([array, array]), timeout=GET_TIMEOUT) == [False, False]
+    assert ray.get(flags.remote({"k": array}), timeout=GET_TIMEOUT) == {"k": False}
+    assert ray.get(flags.remote(_HoldsArray()), timeout=GET_TIMEOUT) is False
+    assert ray.get(flags.remote(ray.put(array)), timeout=GET_TIMEOUT) is False
+    assert ray.get(ray.put(array), timeout=GET_TIMEOUT).flags.writeable is False
+    reader = Reader.remote()
+    assert ray.get(reader.flags.remote(array, other=array), timeout=GET_TIMEOUT) == (False, False)
+    # In-band pickles make fresh arrays, writeable in Ray too.
+    assert ray.get(flags.remote(np.array([1, "x"], dtype=object)), timeout=GET_TIMEOUT) is True
+    assert ray.get(flags.remote(np.zeros((4, 4))[:, ::2]), timeout=GET_TIMEOUT) is True
+    ray.kill(reader)

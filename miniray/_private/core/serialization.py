@@ -17,6 +17,8 @@ from typing import Any
 
 import cloudpickle
 
+from miniray._private.core import oob
+
 PROTOCOL = 5
 
 # Refs pickled while a collector is active are *contained* in what is being serialized (a put
@@ -50,9 +52,13 @@ def loads(data: bytes) -> Any:
 
 
 def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
-    """Pickle a call's arguments, or raise TypeError naming what could not be pickled."""
+    """Pickle a call's arguments, or raise TypeError naming what could not be pickled.
+
+    Buffers (numpy arrays) are kept out of band in the blob (``oob.inline_blob``), so
+    ``loads_arguments`` hands the task read-only views of them, as Ray does for every array
+    passed by value, whatever its size; a plain pickle when there are none."""
     try:
-        return cloudpickle.dumps((args, kwargs), protocol=PROTOCOL)
+        return oob.inline_blob(oob.serialize((args, kwargs)))
     except Exception as error:
         culprit = _find_unpicklable(list(args) + list(kwargs.values()))
         what = f"the argument {culprit!r}" if culprit is not None else "an argument"
@@ -61,6 +67,11 @@ def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
             "Arguments of remote calls must be picklable (cloudpickle); pass the data needed "
             "to rebuild the object instead, or create it inside the task."
         ) from error
+
+
+def loads_arguments(blob: bytes) -> tuple:
+    """``(args, kwargs)`` from ``dumps_arguments``' blob; arrays are read-only views of it."""
+    return oob.loads_inline(blob)
 
 
 _NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)

@@ -165,7 +165,7 @@ class _Worker:
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
         """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
         try:
-            args, kwargs = pickle.loads(args_blob)
+            args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
                 args = list(args)
                 for position, _kind, data in dep_values:
