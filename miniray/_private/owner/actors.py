@@ -34,6 +34,7 @@ import signal
 import sys
 
 from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -414,7 +415,7 @@ class ActorManager:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
             elif entry.kind == protocol.ERR:
-                call.failed = owner.store.inline_bytes(object_id)
+                call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():
                 entry = objects.get(object_id)
@@ -426,9 +427,14 @@ class ActorManager:
 
     def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
         if is_error and call.failed is None:
-            call.failed = self.owner.store.inline_bytes(object_id)
+            call.failed = self._dep_error(call, object_id)
         call.waiting -= 1
         self._pump(call.actor)
+
+    def _dep_error(self, call: _Call, object_id: bytes) -> bytes:
+        """Ray's error for a call whose argument ``object_id`` failed: the call's own."""
+        name = f"{call.actor.spec.class_name}.{call.spec.call_name}"
+        return dependency_error_bytes(self.owner.store.inline_bytes(object_id), name)
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go: to the

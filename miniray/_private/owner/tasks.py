@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from miniray._private.core import protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
     T_DONE,
@@ -132,7 +133,8 @@ class TaskQueue:
             self._enqueue(task)
 
     def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
-        data = self.store.inline_bytes(object_id)
+        # Ray's error for it: this task's own, naming the argument's error (and its cause).
+        data = dependency_error_bytes(self.store.inline_bytes(object_id), task.spec.name)
         self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
     def _enqueue(self, task: Task) -> None:

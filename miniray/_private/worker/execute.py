@@ -18,6 +18,7 @@ import traceback
 from typing import TYPE_CHECKING, NoReturn
 
 from miniray._private.core import protocol, serialization
+from miniray._private.core.dependency_errors import INPUTS_FAILED
 
 if TYPE_CHECKING:
     from miniray.exceptions import RayTaskError
@@ -85,7 +86,7 @@ def task_error_for(error: BaseException, function_name: str, traceback_str: str 
         )
         traceback_str = (
             "Traceback (most recent call last):\n"
-            "  At least one of the input arguments for this task could not be computed:\n"
+            f"  {INPUTS_FAILED}\n"
             f"{_qualified(type(error))}: {error}"
         )
     return RayTaskError.from_exception(error, function_name, traceback_str=traceback_str,
