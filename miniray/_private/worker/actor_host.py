@@ -28,7 +28,7 @@ import inspect
 import sys
 import threading
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import descriptors, protocol, serialization
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
@@ -62,6 +62,7 @@ class ActorHost:
         self.actor_id = actor_id
         self.class_name = class_name
         self.instance = None
+        self.function_names: dict = {}  # method -> Ray's function name (the file is read once)
         self.exiting = False
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
@@ -200,8 +201,11 @@ class ActorHost:
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
         qualified = f"{self.class_name}.{method_name}"
         name = qualified if call_name == method_name else call_name
-        module = type(self.instance).__module__
-        return TaskContext(task_id, name, f"{module}.{qualified}", runtime.actor_resources,
+        function_name = self.function_names.get(method_name)
+        if function_name is None:
+            function_name = descriptors.method_name(type(self.instance), method_name)
+            self.function_names[method_name] = function_name
+        return TaskContext(task_id, name, function_name, runtime.actor_resources,
                            gpu_ids, gpu_ints)
 
     def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
