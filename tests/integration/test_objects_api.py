@@ -321,6 +321,43 @@ def test_task_return_refs_have_56_hex_chars(ray):
     assert refs[0].task_id() == refs[1].task_id()
 
 
+def test_object_ref_task_id_is_a_task_id_naming_the_task_and_its_actor(ray):
+    """``ObjectRef.task_id()`` is a ``TaskID`` whose ``hex()`` is the task's
+    ``get_task_id()``; for an actor call its ``actor_id()`` is the actor's id, for a task the
+    job's nil actor; ``job_id()`` is a ``JobID`` (``get_job_id()``). ``owner_address()`` is
+    bytes. Compared with Ray 2.60 (same types, reprs and layouts)."""
+
+    @ray.remote
+    def task_id():
+        return ray.get_runtime_context().get_task_id()
+
+    @ray.remote
+    class Ids:
+        def ids(self):
+            ctx = ray.get_runtime_context()
+            return ctx.get_task_id(), ctx.get_actor_id()
+
+    ref = task_id.remote()
+    task = ref.task_id()
+    assert type(task) is ray.TaskID and repr(task) == f"TaskID({task.hex()})"
+    assert ray.get(ref, timeout=GET_TIMEOUT) == task.hex()
+    assert task.actor_id() == ray.ActorID.from_hex("ff" * 12 + "01000000")
+    assert ref.job_id() == task.job_id() == ray.JobID.from_hex(
+        ray.get_runtime_context().get_job_id())
+    actor = Ids.remote()
+    call = actor.ids.remote()
+    inside_task, inside_actor = ray.get(call, timeout=GET_TIMEOUT)
+    assert call.task_id().hex() == inside_task
+    assert call.task_id().actor_id() == ray.ActorID.from_hex(inside_actor)
+    put = ray.put(1)
+    assert type(put.task_id()) is ray.TaskID and not put.task_id().is_nil()
+    assert type(put.owner_address()) is bytes and put.call_site() == ""
+    assert ray.ObjectRef.nil().is_nil() and ray.ObjectRef.nil().task_id().is_nil()
+    with pytest.raises(ValueError, match="TaskID is nil"):
+        ray.ObjectRef.nil().job_id()
+    ray.kill(actor)
+
+
 def test_refs_of_a_previous_session_raise_value_error(ray_start):
     ray_start(num_cpus=1)
     old = miniray.put("old")

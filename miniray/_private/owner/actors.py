@@ -795,7 +795,7 @@ class ActorManager:
                 self._terminate_when_idle(actor)
 
     def _terminate_when_idle(self, actor: _Actor) -> None:
-        task_id = ids.new_task_id()
+        task_id = ids.new_actor_task_id(actor.spec.actor_id)
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
         self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it
