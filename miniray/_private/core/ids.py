@@ -71,6 +71,12 @@ def new_actor_task_id(actor_id: bytes) -> bytes:
     return _unique() + actor_id
 
 
+def actor_creation_task_id(actor_id: bytes) -> bytes:
+    """The id of the task that constructs actor ``actor_id``: nil unique bytes, then the
+    actor id, as Ray's (its errors show it)."""
+    return b"\xff" * _UNIQUE_SIZE + actor_id
+
+
 def new_actor_id() -> bytes:
     """A fresh 16-byte actor id: 12 random bytes, then the job id."""
     return os.urandom(ACTOR_ID_SIZE - len(_JOB)) + _JOB

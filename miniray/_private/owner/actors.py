@@ -708,7 +708,7 @@ class ActorManager:
             if call in actor.queue:
                 actor.queue.remove(call)
             self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
-                task_id.hex())))] * max(1, call.spec.num_returns))
+                ids.TaskID(task_id))))] * max(1, call.spec.num_returns))
             return True
         worker = actor.worker
         if worker is not None:

@@ -28,7 +28,7 @@ import inspect
 import sys
 import threading
 
-from miniray._private.core import descriptors, protocol, serialization
+from miniray._private.core import descriptors, ids, protocol, serialization
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
@@ -108,7 +108,8 @@ class ActorHost:
             if isinstance(error, SystemExit) and not _is_exit_actor(error):
                 exit_for_system_exit(error, f"{self.class_name}.__init__")
             task_error = task_error_for(
-                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
+                error, f"{self.class_name}.__init__",
+                task_id=ids.actor_creation_task_id(self.actor_id), pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
             return _dumps_error(task_error)
@@ -162,7 +163,7 @@ class ActorHost:
         except asyncio.CancelledError:
             from miniray.exceptions import TaskCancelledError
 
-            self._reply_error(task_id, TaskCancelledError(task_id.hex()), call_name,
+            self._reply_error(task_id, TaskCancelledError(ids.TaskID(task_id)), call_name,
                               num_returns)
             return
         except BaseException as error:
@@ -216,7 +217,7 @@ class ActorHost:
         from miniray.exceptions import TaskCancelledError
 
         error = TaskCancelledError(
-            task_id.hex(),
+            ids.TaskID(task_id),
             f"Task {task_id.hex()} is canceled from an actor {self.class_name} before it "
             "executes.")
         self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
