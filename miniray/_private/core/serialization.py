@@ -57,8 +57,13 @@ def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
     Buffers (numpy arrays) are kept out of band in the blob (``oob.inline_blob``), so
     ``loads_arguments`` hands the task read-only views of them, as Ray does for every array
     passed by value, whatever its size; a plain pickle when there are none."""
+    buffers: list = []
     try:
-        return oob.inline_blob(oob.serialize((args, kwargs)))
+        # A callback that returns None keeps each buffer out of band; no Serialized (and
+        # no segment layout) is built, since arguments always travel inline.
+        metadata = cloudpickle.dumps((args, kwargs), protocol=PROTOCOL,
+                                     buffer_callback=buffers.append)
+        return oob.join_inline(metadata, [buffer.raw() for buffer in buffers])
     except Exception as error:
         culprit = _find_unpicklable(list(args) + list(kwargs.values()))
         what = f"the argument {culprit!r}" if culprit is not None else "an argument"
