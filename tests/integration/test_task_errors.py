@@ -196,6 +196,34 @@ def test_failed_argument_is_the_dependent_calls_error_with_rays_wording(ray):
     ray.kill(holder)
 
 
+def test_failed_constructor_argument_kills_the_actor_with_rays_wording(ray):
+    """An actor whose constructor argument failed dies: ActorDiedError naming the creation
+    task ``ray::Holder.__init__()``, Ray's line, then the argument's error (compared with
+    Ray 2.60)."""
+
+    @ray.remote
+    def fail():
+        raise UpstreamError("boom")
+
+    @ray.remote
+    class Holder:
+        def __init__(self, x):
+            self.x = x
+
+        def ping(self):
+            return 1
+
+    holder = Holder.remote(fail.remote())
+    with pytest.raises(exceptions.ActorDiedError) as info:
+        ray.get(holder.ping.remote(), timeout=GET_TIMEOUT)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("The actor died because of an error raised in its creation "
+                               "task, ray::Holder.__init__() (pid=")
+    assert lines[1] == INPUTS_FAILED
+    assert lines[2].startswith("miniray.exceptions.RayTaskError: ray::fail() (pid=")
+    assert lines[-1] == f"{UpstreamError.__module__}.UpstreamError: boom"
+
+
 def test_failed_system_error_argument_is_named_by_its_type(ray):
     """An argument that holds a system error (here a crashed worker) gives Ray's line then
     ``miniray.exceptions.WorkerCrashedError: ...``; the dependent call raises

@@ -34,7 +34,7 @@ import signal
 import sys
 
 from miniray._private.core import ids, protocol, scheduling, serialization
-from miniray._private.core.dependency_errors import dependency_error_bytes
+from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -253,11 +253,11 @@ class ActorManager:
             self._place(actor)
 
     def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
-        from miniray.exceptions import ActorDiedError, RayTaskError
+        from miniray.exceptions import ActorDiedError
 
-        error = serialization.loads(self.owner.store.inline_bytes(object_id))
-        if not isinstance(error, RayTaskError):
-            error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
+        # Ray's: the constructor's own error, naming the argument's.
+        error = dependency_error(serialization.loads(self.owner.store.inline_bytes(object_id)),
+                                 f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
 
