@@ -3,7 +3,8 @@
 Owns: how a Python value becomes bytes and back (cloudpickle, pickle protocol 5), and the
 translation of pickling failures into clear errors. Does not own: where bytes are kept
 (``object_store.py``).
-Called by: remote_function.py (arguments), worker_main.py (results), the owner (put).
+Called by: remote_function.py and actor.py (arguments), worker_main.py (arguments, results), the
+owner (put).
 
 Values go through cloudpickle so closures, lambdas and classes defined in ``__main__`` travel by
 value; plain data takes pickle's C fast path inside cloudpickle.
