@@ -156,7 +156,7 @@ class ActorClass(Generic[T]):
         max_task_retries = opts.get("max_task_retries") or 0
         state = (self._cls.__name__, self._methods, max_task_retries)
         spec = ActorCreationSpec(
-            actor_id=os.urandom(ids.ACTOR_ID_SIZE), fn_id=fn_id,
+            actor_id=ids.new_actor_id(), fn_id=fn_id,
             fn_bytes=data if rt.needs_function(fn_id) else None,
             class_name=self._cls.__name__, args_blob=blob, deps=deps,
             placement=placement, held=held, max_restarts=opts.get("max_restarts") or 0,
@@ -255,7 +255,7 @@ class ActorHandle(Generic[T]):
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
         blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
-        task_id = ids.new_task_id()
+        task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if generator else num_returns
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
         if max_task_retries is None:

@@ -34,6 +34,7 @@ import sys
 from typing import Any, Protocol
 
 from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -323,11 +324,11 @@ class ActorManager:
             self._place(actor)
 
     def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
-        from miniray.exceptions import ActorDiedError, RayTaskError
+        from miniray.exceptions import ActorDiedError
 
-        error = serialization.loads(self.owner.store.inline_bytes(object_id))
-        if not isinstance(error, RayTaskError):
-            error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
+        # Ray's: the constructor's own error, naming the argument's.
+        error = dependency_error(serialization.loads(self.owner.store.inline_bytes(object_id)),
+                                 f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
 
@@ -485,7 +486,7 @@ class ActorManager:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
             elif entry.kind == protocol.ERR:
-                call.failed = owner.store.inline_bytes(object_id)
+                call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():
                 entry = objects.get(object_id)
@@ -497,9 +498,14 @@ class ActorManager:
 
     def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
         if is_error and call.failed is None:
-            call.failed = self.owner.store.inline_bytes(object_id)
+            call.failed = self._dep_error(call, object_id)
         call.waiting -= 1
         self._pump(call.actor)
+
+    def _dep_error(self, call: _Call, object_id: bytes) -> bytes:
+        """Ray's error for a call whose argument ``object_id`` failed: the call's own."""
+        name = f"{call.actor.spec.class_name}.{call.spec.call_name}"
+        return dependency_error_bytes(self.owner.store.inline_bytes(object_id), name)
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go: to the
@@ -779,7 +785,7 @@ class ActorManager:
             if call in actor.queue:
                 actor.queue.remove(call)
             self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
-                task_id.hex())))] * max(1, call.spec.num_returns))
+                ids.TaskID(task_id))))] * max(1, call.spec.num_returns))
             return True
         worker = actor.worker
         if worker is not None:
@@ -864,7 +870,7 @@ class ActorManager:
                 self._terminate_when_idle(actor)
 
     def _terminate_when_idle(self, actor: _Actor) -> None:
-        task_id = ids.new_task_id()
+        task_id = ids.new_actor_task_id(actor.spec.actor_id)
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
         self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it

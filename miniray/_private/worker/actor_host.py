@@ -36,7 +36,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from miniray._private.core import protocol
+from miniray._private.core import descriptors, ids, protocol
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
@@ -72,6 +72,7 @@ class ActorHost:
         self.actor_id = actor_id
         self.class_name = class_name
         self.instance = None
+        self.function_names: dict = {}  # method -> Ray's function name (the file is read once)
         self.exiting = False
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
@@ -131,7 +132,8 @@ class ActorHost:
                     self._say_exiting(error, where)
                 exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
             task_error = task_error_for(
-                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
+                error, f"{self.class_name}.__init__",
+                task_id=ids.actor_creation_task_id(self.actor_id), pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
             return _dumps_error(task_error)
@@ -187,7 +189,7 @@ class ActorHost:
         except asyncio.CancelledError:
             from miniray.exceptions import TaskCancelledError
 
-            self._reply_error(task_id, TaskCancelledError(task_id.hex()), call_name,
+            self._reply_error(task_id, TaskCancelledError(ids.TaskID(task_id)), call_name,
                               num_returns)
             return
         except BaseException as error:
@@ -240,8 +242,11 @@ class ActorHost:
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
         qualified = f"{self.class_name}.{method_name}"
         name = qualified if call_name == method_name else call_name
-        module = type(self.instance).__module__
-        return TaskContext(task_id, name, f"{module}.{qualified}", runtime.actor_resources,
+        function_name = self.function_names.get(method_name)
+        if function_name is None:
+            function_name = descriptors.method_name(type(self.instance), method_name)
+            self.function_names[method_name] = function_name
+        return TaskContext(task_id, name, function_name, runtime.actor_resources,
                            gpu_ids, gpu_ints)
 
     def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
@@ -252,7 +257,7 @@ class ActorHost:
         from miniray.exceptions import TaskCancelledError
 
         error = TaskCancelledError(
-            task_id.hex(),
+            ids.TaskID(task_id),
             f"Task {task_id.hex()} is canceled from an actor {self.class_name} before it "
             "executes.")
         self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
