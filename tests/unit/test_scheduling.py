@@ -63,6 +63,47 @@ def test_lease_with_room_skips_busy_and_blocked_workers():
     assert s.lease_with_room(None) is None
 
 
+@pytest.mark.parametrize("request_,kind", [
+    ({"CPU": 1}, False), ({}, False), ({"CPU": 1, "GPU": 1}, True), ({"GPU": 0.25}, True),
+    ({"CPU": 1, "GPU": 0}, False), ({"CPU": 1, "custom": 1}, False),
+])
+def test_worker_kind_is_gpu_for_any_gpu_share(request_, kind):
+    assert s.worker_kind(request_) is kind
+
+
+def test_workers_are_not_shared_between_gpu_and_other_tasks():
+    """Ray 2.60's worker pool keeps a worker that ran a GPU task for GPU tasks and one that
+    ran any other task away from GPU tasks (compared with Ray 2.60: ``os.getpid()`` of a GPU
+    task with ``max_calls=0`` never equals a CPU task's); a fresh worker fits either."""
+    assert s.worker_fits(None, {"GPU": 1}) and s.worker_fits(None, {"CPU": 1})
+    assert not s.worker_fits(False, {"CPU": 1, "GPU": 1})
+    assert not s.worker_fits(True, {"CPU": 1})
+    assert not s.worker_fits(True, {})
+    assert s.worker_fits(True, {"GPU": 0.5})  # any share of a GPU: the same kind
+    assert s.worker_fits(False, {"CPU": 2, "custom": 1})
+
+
+def test_idle_worker_for_picks_the_newest_worker_of_the_kind():
+    cpu_old, gpu, cpu_new, fresh = (SimpleNamespace(kind=k) for k in (False, True, False, None))
+    idle = [cpu_old, gpu, cpu_new]
+    assert s.idle_worker_for(idle, {"CPU": 1}) == 2
+    assert s.idle_worker_for(idle, {"CPU": 1, "GPU": 1}) == 1
+    assert s.idle_worker_for([cpu_old, cpu_new], {"GPU": 1}) is None
+    assert s.idle_worker_for([gpu], {"CPU": 1}) is None
+    assert s.idle_worker_for([gpu, fresh], {"CPU": 1}) == 1
+    assert s.idle_worker_for([], {"CPU": 1}) is None
+
+
+def test_a_blocked_task_gives_back_its_cpu_only():
+    """Compared with Ray 2.60: while a task with ``num_gpus=0.5, num_cpus=2, resources={"R":
+    1}`` waits in ``get()``, ``available_resources()`` shows its 2 CPUs free but not its GPU
+    share nor its R."""
+    assert s.blocked_release({"CPU": 20000, "GPU": 5000, "R": 10000}) == {"CPU": 20000}
+    assert s.blocked_release({"CPU": 5000}) == {"CPU": 5000}
+    assert s.blocked_release({"GPU": 10000}) == {}  # num_cpus=0: nothing to give back
+    assert s.blocked_release({}) == {}
+
+
 def test_retry_window_asks_again_after_a_release_or_the_delay():
     window = s.RetryWindow(0.05)
     assert window.may_try(10.0)

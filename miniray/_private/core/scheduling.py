@@ -2,8 +2,9 @@
 
 Owns: the rules, as functions and small classes from state to a decision, so they are tested
 without processes (``tests/unit/test_scheduling.py``): the task states and which moves between
-them are legal, the scheduling key, which lease has room, when to ask the ledger again after
-it was full, retry-or-fail for a task whose worker died or whose result asks for a retry, what
+them are legal, the scheduling key, which idle worker may take a lease of which shape, what a
+worker blocked in ``get()`` gives back, which lease has room, when to ask the ledger again
+after it was full, retry-or-fail for a task whose worker died or whose result asks for a retry, what
 cancelling does in each state, and restart-or-die for an actor. Does not own: the tasks,
 leases and actors these are applied to, or any I/O (the owner, ``owner/leases.py`` and
 ``owner/actors.py`` call these under the owner's lock and act on the answer).
@@ -25,8 +26,8 @@ __all__ = [
     "DEATH_FAIL_CANCELLED", "DEATH_FAIL_CRASHED", "DEATH_FAIL_SYSTEM", "DEATH_REQUEUE",
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
-    "cancel_action", "consume_retry", "lease_with_room", "may_move", "retry_failed_result",
-    "scheduling_key",
+    "blocked_release", "cancel_action", "consume_retry", "idle_worker_for", "lease_with_room",
+    "may_move", "retry_failed_result", "scheduling_key", "worker_fits", "worker_kind",
 ]  # fmt: skip
 
 # Task states.
@@ -60,6 +61,56 @@ def scheduling_key(request: dict, max_calls: int) -> tuple:
     ((('CPU', 1), ('GPU', 1)), 0)
     """
     return (tuple(sorted(request.items())), max_calls)
+
+
+def worker_kind(request: dict) -> bool:
+    """What a worker becomes once it runs a task of ``request``: a GPU worker (True) or not.
+
+    >>> worker_kind({"CPU": 1, "GPU": 0.5}), worker_kind({"CPU": 1}), worker_kind({"GPU": 0})
+    (True, False, False)
+    """
+    return bool(request.get("GPU"))
+
+
+def worker_fits(kind: bool | None, request: dict) -> bool:
+    """Whether a worker of ``kind`` (``worker_kind`` of the first task it ran, None while it
+    ran none) may run a task of ``request``. As in Ray 2.60's worker pool, a worker that ran a
+    GPU task runs only GPU tasks and one that ran any other task never runs a GPU task: the
+    device a task set up (``CUDA_VISIBLE_DEVICES``, an initialised CUDA context, memory it
+    holds) must not leak into tasks of the other kind.
+
+    >>> worker_fits(None, {"GPU": 1}), worker_fits(False, {"GPU": 1}), worker_fits(True, {})
+    (True, False, False)
+    """
+    return kind is None or kind == worker_kind(request)
+
+
+def idle_worker_for(idle, request: dict):
+    """The index in ``idle`` (oldest first; items have ``kind``) of the worker to give a
+    lease of ``request``: the most recently idle one that fits, or None (start a new one).
+
+    >>> from types import SimpleNamespace as W
+    >>> idle_worker_for([W(kind=False), W(kind=True), W(kind=False)], {"GPU": 1})
+    1
+    >>> idle_worker_for([W(kind=True)], {"CPU": 1}) is None
+    True
+    """
+    for index in range(len(idle) - 1, -1, -1):
+        if worker_fits(idle[index].kind, request):
+            return index
+    return None
+
+
+def blocked_release(resources: dict) -> dict:
+    """What a task's lease gives back to the ledger while its worker is blocked in ``get()``
+    or ``wait()``: its CPU and nothing else (GPUs, memory and custom resources stay held), as
+    Ray 2.60 does; an actor's lease gives back nothing (its owner does not call this).
+
+    >>> blocked_release({"CPU": 10000, "GPU": 10000, "R": 5000}), blocked_release({"GPU": 1})
+    ({'CPU': 10000}, {})
+    """
+    cpu = resources.get("CPU", 0)
+    return {"CPU": cpu} if cpu else {}
 
 
 def lease_with_room(leases):
