@@ -106,16 +106,51 @@ def test_a_blocked_task_gives_back_its_cpu_only():
 
 def test_retry_window_asks_again_after_a_release_or_the_delay():
     window = s.RetryWindow(0.05)
-    assert window.may_try(10.0)
-    window.mark_full(10.0)
-    assert not window.may_try(10.0)
-    assert not window.may_try(10.049)
-    assert window.may_try(10.05)  # other processes may have released meanwhile
-    window.mark_full(11.0)
+    cpu = {"CPU": 10000}
+    assert window.may_try(10.0, cpu)
+    window.mark_full(10.0, cpu)
+    assert not window.may_try(10.0, cpu)
+    assert not window.may_try(10.049, cpu)
+    assert window.may_try(10.05, cpu)  # other processes may have released meanwhile
+    window.mark_full(11.0, cpu)
     window.note_release()
-    assert window.may_try(11.0)
-    window.mark_full(11.0)  # full again after that release
-    assert not window.may_try(11.0)
+    assert window.may_try(11.0, cpu)
+    window.mark_full(11.0, cpu)  # full again after that release
+    assert not window.may_try(11.0, cpu)
+
+
+def test_a_request_that_failed_holds_back_only_requests_that_cover_it():
+    """A GPU task waiting for the GPU must not keep CPU tasks from asking the ledger: its
+    holder may be blocked in ``get()`` on one of them (Ray 2.60 schedules each shape on its
+    own; two GPU parents getting nested CPU tasks finish there)."""
+    window = s.RetryWindow(0.05)
+    gpu, cpu = {"CPU": 10000, "GPU": 10000}, {"CPU": 10000}
+    window.mark_full(1.0, gpu)
+    assert window.may_try(1.0, cpu)
+    assert window.may_try(1.0, {"GPU": 5000})  # a smaller share may fit
+    assert not window.may_try(1.0, gpu)
+    assert not window.may_try(1.0, {"CPU": 20000, "GPU": 10000, "R": 1})  # asks for more
+    window.mark_full(1.01, cpu)
+    assert not window.may_try(1.02, {"CPU": 10000, "memory": 5})
+    assert not window.may_try(1.055, cpu)  # each failure has its own delay
+    assert not window.may_try(1.055, gpu)  # more than a request that failed
+    assert window.may_try(1.065, gpu) and window.may_try(1.065, cpu)
+    window.mark_full(1.07, None)  # the cap on workers: nothing may be tried
+    assert not window.may_try(1.07, {"CPU": 1})
+    window.note_release()
+    assert window.may_try(1.07, gpu) and window.may_try(1.07, cpu)
+
+
+@pytest.mark.parametrize("request_,failed,covered", [
+    ({"CPU": 1, "GPU": 1}, {"GPU": 1}, True),
+    ({"CPU": 1}, {"CPU": 1, "GPU": 1}, False),
+    ({"CPU": 2}, {"CPU": 1}, True),
+    ({"CPU": 1}, {"CPU": 2}, False),
+    ({"CPU": 1}, {"CPU": 1, "GPU": 0}, True),  # a zero amount asks for nothing
+    ({}, None, True),
+])
+def test_covers(request_, failed, covered):
+    assert s.covers(request_, failed) is covered
 
 
 @pytest.mark.parametrize("left,expected", [(3, (True, 2)), (1, (True, 0)), (0, (False, 0)),

@@ -26,8 +26,9 @@ __all__ = [
     "DEATH_FAIL_CANCELLED", "DEATH_FAIL_CRASHED", "DEATH_FAIL_SYSTEM", "DEATH_REQUEUE",
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
-    "blocked_release", "cancel_action", "consume_retry", "idle_worker_for", "lease_with_room",
-    "may_move", "retry_failed_result", "scheduling_key", "worker_fits", "worker_kind",
+    "blocked_release", "cancel_action", "consume_retry", "covers", "idle_worker_for",
+    "lease_with_room", "may_move", "retry_failed_result", "scheduling_key", "worker_fits",
+    "worker_kind",
 ]  # fmt: skip
 
 # Task states.
@@ -125,37 +126,65 @@ def lease_with_room(leases):
     return None
 
 
-class RetryWindow:
-    """When to ask the ledger again after an acquire failed.
+def covers(request: dict, failed: dict | None) -> bool:
+    """Whether ``request`` asks for at least everything ``failed`` asked for (every resource
+    of ``failed``, at least as much), so it cannot fit where ``failed`` did not. None stands
+    for a failure that holds back every request (the cap on workers).
 
-    After a failure, the ledger is asked again only once something was released here, or
-    after ``retry_s`` (for releases by other processes of the node): a burst of queued tasks
-    must not cost one ledger transaction each.
+    >>> covers({"CPU": 1, "GPU": 1}, {"GPU": 1}), covers({"CPU": 1}, {"CPU": 1, "GPU": 1})
+    (True, False)
+    >>> covers({"CPU": 1}, {"CPU": 2}), covers({"CPU": 1}, None)
+    (False, True)
+    """
+    if failed is None:
+        return True
+    return all(request.get(name, 0) >= amount for name, amount in failed.items() if amount)
+
+
+class RetryWindow:
+    """When to ask the ledger again for a request after an acquire failed.
+
+    After a request failed, the ledger is asked again for it, or for any request that covers
+    it (``covers``: it cannot fit either), only once something was released here, or after
+    ``retry_s`` (for releases by other processes of the node): a burst of queued tasks must
+    not cost one ledger transaction each. Other requests may still be tried: a GPU task
+    waiting for the GPU must not hold back the CPU task that would let the GPU's holder
+    finish (a parent blocked in ``get()`` on it).
 
     >>> window = RetryWindow(0.05)
-    >>> window.may_try(now=1.0)
+    >>> window.may_try(1.0, {"CPU": 1})
     True
-    >>> window.mark_full(now=1.0); window.may_try(now=1.01)
+    >>> window.mark_full(1.0, {"CPU": 1, "GPU": 1}); window.may_try(1.01, {"CPU": 1, "GPU": 2})
     False
-    >>> window.note_release(); window.may_try(now=1.01)
+    >>> window.may_try(1.01, {"CPU": 1})
+    True
+    >>> window.note_release(); window.may_try(1.01, {"CPU": 1, "GPU": 2})
     True
     """
 
-    __slots__ = ("retry_s", "releases", "_full_at_release", "_full_since")
+    __slots__ = ("retry_s", "releases", "_failed", "_failed_at_release")
 
     def __init__(self, retry_s: float):
         self.retry_s = retry_s
         self.releases = 0  # releases (and other changes that free room) seen so far
-        self._full_at_release = -1  # ``releases`` when an acquire last failed
-        self._full_since = 0.0
+        # The requests that failed since the last release: (request, when it failed).
+        self._failed: list[tuple[dict | None, float]] = []
+        self._failed_at_release = -1  # ``releases`` when they failed
 
-    def may_try(self, now: float) -> bool:
-        return not (self._full_at_release == self.releases
-                    and now - self._full_since < self.retry_s)
+    def may_try(self, now: float, request: dict) -> bool:
+        if self._failed_at_release != self.releases:
+            return True
+        return not any(now - since < self.retry_s and covers(request, failed)
+                       for failed, since in self._failed)
 
-    def mark_full(self, now: float) -> None:
-        self._full_at_release = self.releases
-        self._full_since = now
+    def mark_full(self, now: float, request: dict | None = None) -> None:
+        """``request`` did not fit (None: no request may be tried, the cap on workers)."""
+        if self._failed_at_release != self.releases:
+            self._failed = []
+            self._failed_at_release = self.releases
+        self._failed = [(failed, since) for failed, since in self._failed
+                        if failed != request and now - since < self.retry_s]
+        self._failed.append((request, now))
 
     def note_release(self) -> None:
         """Room may have appeared (a lease was released, a worker blocked, or the retry

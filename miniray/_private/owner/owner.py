@@ -312,12 +312,15 @@ class Owner:
         if wanted <= 0:
             return  # enough are being taken
         now = time.monotonic()
-        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
+        request = queue[0].spec.request
+        # Not if it (or less) did not fit a moment ago and nothing was released since; a
+        # request of another shape is still tried (a GPU task waiting for the GPU must not
+        # hold back the CPU task its holder waits for).
+        if not self.leases.window.may_try(now, request):
             return
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
         # worker (a recursive fib would deadlock otherwise).
-        request = queue[0].spec.request
         room = self._worker_room(request)
         if room <= 0:
             if self._acquiring_total or not self._release_idle_leases(force=True,
@@ -351,7 +354,7 @@ class Owner:
         to_spawn: list = []
         with self._lock:
             if len(got) < count:
-                self._mark_full(now)
+                self._mark_full(now, request)
             if not self.may_dispatch():
                 unused, got = got, []
             for lease, host_lease in got:
@@ -507,8 +510,10 @@ class Owner:
                 pass
         self.defer(send)
 
-    def _mark_full(self, now: float) -> None:
-        self.leases.window.mark_full(now)
+    def _mark_full(self, now: float, request: dict | None = None) -> None:
+        """``request`` did not fit the ledgers (None: the cap on workers, for every request);
+        queued work is tried again in ``RETRY_S`` at the latest."""
+        self.leases.window.mark_full(now, request)
         if self.tasks.queues:
             self._schedule_retry()
 
