@@ -335,6 +335,40 @@ def test_work_of_every_shape_runs_on_the_cpu_of_blocked_tasks(ray_start, tmp_pat
     assert miniray.get(parents, timeout=GET_TIMEOUT) == [True, True]
 
 
+def test_an_actor_waiting_for_the_gpu_does_not_hold_back_a_cpu_actor(ray_start, tmp_path):
+    """A GPU task creates a CPU actor and waits on it while a GPU actor created before waits
+    for the task's GPU: the CPU actor is placed first, on the CPU the blocked task gave back,
+    and the GPU actor once the task is done (compared with Ray 2.60: about 1 s there; a
+    placement queue served strictly in order deadlocked)."""
+    ray_start(num_cpus=2, num_gpus=1)
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+
+    @miniray.remote(num_gpus=1)
+    class GpuActor:
+        def ping(self):
+            return miniray.get_gpu_ids()
+
+    @miniray.remote(num_cpus=1)
+    class CpuActor:
+        def ping(self):
+            return "cpu"
+
+    @miniray.remote(num_gpus=1, max_retries=0)
+    def parent():
+        open(started, "w").close()
+        deadline = time.time() + GET_TIMEOUT
+        while not os.path.exists(go) and time.time() < deadline:
+            time.sleep(0.01)
+        return miniray.get(CpuActor.remote().ping.remote())
+
+    task = parent.remote()
+    _wait_for_files([started])
+    gpu_actor = GpuActor.remote()  # waits for the GPU the task holds
+    open(go, "w").close()
+    assert miniray.get(task, timeout=GET_TIMEOUT) == "cpu"
+    assert miniray.get(gpu_actor.ping.remote(), timeout=GET_TIMEOUT) == [0]
+
+
 # ----------------------------------------------------------------------------- custom
 def test_custom_resource_gates_concurrency(ray_start, tmp_path):
     ray_start(num_cpus=2, resources={"r": 1})

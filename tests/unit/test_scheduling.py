@@ -104,6 +104,18 @@ def test_a_blocked_task_gives_back_its_cpu_only():
     assert s.blocked_release({}) == {}
 
 
+def test_an_actor_that_cannot_be_placed_holds_back_only_actors_that_need_as_much():
+    """Compared with Ray 2.60: a GPU actor waiting for the GPU does not keep a CPU actor
+    created after it from being placed; actors of one shape stay in creation order."""
+    gpu, cpu = {"CPU": 10000, "GPU": 10000}, {"CPU": 10000}
+    assert s.next_to_place([gpu, cpu], []) == 0
+    assert s.next_to_place([gpu, gpu, cpu], [gpu]) == 2
+    assert s.next_to_place([gpu, cpu, cpu], [gpu, cpu]) is None
+    assert s.next_to_place([cpu, gpu], [cpu]) is None  # the GPU actor needs the CPU too
+    assert s.next_to_place([None, cpu], []) == 1  # a dead actor is skipped
+    assert s.next_to_place([], []) is None
+
+
 def test_retry_window_asks_again_after_a_release_or_the_delay():
     window = s.RetryWindow(0.05)
     cpu = {"CPU": 10000}

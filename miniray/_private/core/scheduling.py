@@ -3,12 +3,14 @@
 Owns: the rules, as functions and small classes from state to a decision, so they are tested
 without processes (``tests/unit/test_scheduling.py``): the task states and which moves between
 them are legal, the scheduling key, which idle worker may take a lease of which shape, what a
-worker blocked in ``get()`` gives back, which lease has room, when to ask the ledger again
-after it was full, retry-or-fail for a task whose worker died or whose result asks for a retry, what
-cancelling does in each state, and restart-or-die for an actor. Does not own: the tasks,
-leases and actors these are applied to, or any I/O (the owner, ``owner/leases.py`` and
-``owner/actors.py`` call these under the owner's lock and act on the answer).
-Called by: ``owner/owner.py``, ``owner/leases.py``, ``owner/actors.py``.
+worker blocked in ``get()`` gives back, which pending actor to place next, which lease has
+room, when to ask the ledger again for a request after one failed, retry-or-fail for a task
+whose worker died or whose result asks for a retry, what cancelling does in each state, and
+restart-or-die for an actor. Does not own: the tasks, leases and actors these are applied
+to, or any I/O (the owner, ``owner/leases.py``, ``owner/workers.py`` and ``owner/actors.py``
+call these under the owner's lock and act on the answer).
+Called by: ``owner/owner.py``, ``owner/leases.py``, ``owner/workers.py``,
+``owner/requests.py``, ``owner/actors.py``.
 
 A task's life::
 
@@ -27,8 +29,8 @@ __all__ = [
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
     "blocked_release", "cancel_action", "consume_retry", "covers", "idle_worker_for",
-    "lease_with_room", "may_move", "retry_failed_result", "scheduling_key", "worker_fits",
-    "worker_kind",
+    "lease_with_room", "may_move", "next_to_place", "retry_failed_result", "scheduling_key",
+    "worker_fits", "worker_kind",
 ]  # fmt: skip
 
 # Task states.
@@ -139,6 +141,25 @@ def covers(request: dict, failed: dict | None) -> bool:
     if failed is None:
         return True
     return all(request.get(name, 0) >= amount for name, amount in failed.items() if amount)
+
+
+def next_to_place(placements, failed) -> int | None:
+    """The index of the first pending actor to try to place: ``placements`` are the pending
+    actors' requests in creation order (None: skip it), ``failed`` those that did not fit in
+    this pass. An actor whose request covers a failed one waits (it cannot fit, and actors of
+    one shape are placed in creation order); any other may go ahead, as in Ray 2.60, where a
+    GPU actor waiting for the GPU does not hold back a CPU actor that a task blocked in
+    ``get()`` on it needs.
+
+    >>> next_to_place([{"GPU": 1}, {"GPU": 1, "CPU": 1}, {"CPU": 1}], [{"GPU": 1}])
+    2
+    >>> next_to_place([{"CPU": 1}, None], [{"CPU": 1}]) is None
+    True
+    """
+    for index, placement in enumerate(placements):
+        if placement is not None and not any(covers(placement, f) for f in failed):
+            return index
+    return None
 
 
 class RetryWindow:
