@@ -197,6 +197,25 @@ def test_a_cpu_task_never_runs_in_a_worker_that_ran_a_gpu_task(ray_start):
     assert {cvd for _pid, cvd in runs} == {None}
 
 
+def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch):
+    """At the cap on workers with only CPU workers idle, a GPU task still runs, in a worker
+    of its own (one idle CPU worker retires to make room)."""
+    monkeypatch.setenv("MINIRAY_MAX_WORKERS", "2")
+    ray_start(num_cpus=2, num_gpus=1)
+
+    @miniray.remote
+    def cpu():
+        time.sleep(0.3)
+        return os.getpid()
+
+    gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
+    cpu_pids = set(miniray.get([cpu.remote(), cpu.remote()], timeout=30))
+    assert len(cpu_pids) == 2
+    miniray.available_resources()  # both leases go back: two idle CPU workers, at the cap
+    pid, cvd = miniray.get(gpu.remote(), timeout=30)
+    assert pid not in cpu_pids and cvd == "0"
+
+
 def test_fractional_gpus_pack_one_device_before_the_next(ray_start):
     ray_start(num_cpus=4, num_gpus=2)
 
