@@ -313,7 +313,7 @@ class ActorManager:
                 # A new fork server is being started (or none is left): wait for it.
                 if not self.pending or not owner.may_dispatch():
                     return
-                index = scheduling.next_to_place(
+                index = 0 if not failed else scheduling.next_to_place(  # the head is alive
                     [None if a.state == A_DEAD else a.spec.placement for a in self.pending],
                     failed)
                 if index is None:
