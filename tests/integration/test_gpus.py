@@ -161,6 +161,61 @@ def test_gpu_tasks_get_a_fresh_worker_unless_max_calls_is_zero(ray_start):
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[0] != pids[2]
 
 
+def _pid_and_cvd():
+    return os.getpid(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_a_gpu_task_never_runs_in_a_worker_that_ran_a_cpu_task(ray_start):
+    """Even with ``max_calls=0`` and idle CPU workers at hand, a GPU task gets a worker of its
+    own (compared with Ray 2.60: its worker pool keeps GPU and non-GPU workers apart, the pids
+    differ there too)."""
+    ray_start(num_cpus=2, num_gpus=1)
+    cpu = miniray.remote(_pid_and_cvd)
+    gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
+    half_gpu = miniray.remote(num_gpus=0.5, max_calls=0)(_pid_and_cvd)
+
+    cpu_pids = {miniray.get(cpu.remote(), timeout=30)[0] for _ in range(3)}
+    miniray.available_resources()  # idle leases go back: their workers wait in the pool
+    runs = [miniray.get(gpu.remote(), timeout=30) for _ in range(2)]
+    miniray.available_resources()
+    runs += [miniray.get(half_gpu.remote(), timeout=30) for _ in range(2)]
+    assert not {pid for pid, _cvd in runs} & cpu_pids
+    assert {cvd for _pid, cvd in runs} == {"0"}
+
+
+def test_a_cpu_task_never_runs_in_a_worker_that_ran_a_gpu_task(ray_start):
+    """A worker kept after GPU tasks (``max_calls=0``) never runs a CPU task, so no device
+    setting or CUDA state leaks into it (compared with Ray 2.60: the pids differ there too)."""
+    ray_start(num_cpus=2, num_gpus=1)
+    cpu = miniray.remote(_pid_and_cvd)
+    gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
+
+    gpu_pids = {miniray.get(gpu.remote(), timeout=30)[0] for _ in range(2)}
+    miniray.available_resources()  # the GPU lease goes back: its worker waits in the pool
+    runs = [miniray.get(cpu.remote(), timeout=30) for _ in range(3)]
+    assert not {pid for pid, _cvd in runs} & gpu_pids
+    assert {cvd for _pid, cvd in runs} == {None}
+
+
+def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch):
+    """At the cap on workers with only CPU workers idle, a GPU task still runs, in a worker
+    of its own (one idle CPU worker retires to make room)."""
+    monkeypatch.setenv("MINIRAY_MAX_WORKERS", "2")
+    ray_start(num_cpus=2, num_gpus=1)
+
+    @miniray.remote
+    def cpu():
+        time.sleep(0.3)
+        return os.getpid()
+
+    gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
+    cpu_pids = set(miniray.get([cpu.remote(), cpu.remote()], timeout=30))
+    assert len(cpu_pids) == 2
+    miniray.available_resources()  # both leases go back: two idle CPU workers, at the cap
+    pid, cvd = miniray.get(gpu.remote(), timeout=30)
+    assert pid not in cpu_pids and cvd == "0"
+
+
 def test_fractional_gpus_pack_one_device_before_the_next(ray_start):
     ray_start(num_cpus=4, num_gpus=2)
 

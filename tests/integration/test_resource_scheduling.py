@@ -243,6 +243,132 @@ def test_gpu_tasks_reuse_no_worker_by_default(ray_start):
     assert len(set(pids)) == 3  # max_calls=1 is the default for GPU functions
 
 
+# ----------------------------------------------------------------------------- nested
+@pytest.mark.parametrize("num_cpus,num_gpus", [(2, 1), (2, 0.5), (1, 1)])
+def test_gpu_tasks_blocked_in_get_lend_their_cpu_to_nested_tasks(ray_start, num_cpus, num_gpus):
+    """Two GPU tasks (1 CPU each by default) that each wait for a nested CPU task finish:
+    a task blocked in ``get()``/``wait()`` gives its CPU back while it waits (compared with
+    Ray 2.60: about 0.6 s there for ``num_cpus=2, num_gpus=1``; with ``num_gpus=0.5`` both
+    parents hold every CPU, with ``num_cpus=1`` one parent does)."""
+    ray_start(num_cpus=num_cpus, num_gpus=1)
+
+    @miniray.remote
+    def child():
+        return os.getpid()
+
+    @miniray.remote(num_gpus=num_gpus)
+    def parent(use_wait):
+        ref = child.remote()
+        if use_wait:
+            miniray.wait([ref], timeout=GET_TIMEOUT)
+        return os.getpid(), miniray.get(ref), miniray.get_gpu_ids()
+
+    results = miniray.get([parent.remote(False), parent.remote(True)], timeout=GET_TIMEOUT)
+    for parent_pid, child_pid, gpu_ids in results:
+        assert gpu_ids == [0] and child_pid != parent_pid
+
+
+def test_a_blocked_task_gives_back_its_cpu_only(ray_start):
+    """While a task waits in ``get()``, its CPUs are free for others, its GPU share and custom
+    resources are not; it takes its CPUs back when it resumes (compared with Ray 2.60, same
+    figures once Ray's resource view has settled)."""
+    ray_start(num_cpus=4, num_gpus=1, resources={"R": 2})
+
+    @miniray.remote(num_cpus=0)
+    def seen():
+        available = miniray.available_resources()
+        return {name: available.get(name, 0.0) for name in ("CPU", "GPU", "R")}
+
+    @miniray.remote(num_cpus=2, num_gpus=0.5, resources={"R": 1})
+    def parent():
+        while_blocked = miniray.get(seen.remote())
+        return while_blocked, miniray.get_runtime_context().get_assigned_resources()
+
+    while_blocked, assigned = miniray.get(parent.remote(), timeout=GET_TIMEOUT)
+    assert while_blocked == {"CPU": 4.0, "GPU": 0.5, "R": 1.0}
+    assert assigned["CPU"] == 2.0
+    totals = {"CPU": 4.0, "GPU": 1.0, "R": 2.0}
+    assert _poll(lambda: {k: miniray.available_resources().get(k) for k in totals} == totals)
+
+
+def test_work_of_every_shape_runs_on_the_cpu_of_blocked_tasks(ray_start, tmp_path):
+    """Two tasks hold both CPUs and block in ``get()``: a GPU task, a CPU task and an actor
+    submitted then all run before the blocked tasks resume (compared with Ray 2.60)."""
+    ray_start(num_cpus=2, num_gpus=1)
+    gate = str(tmp_path / "gate")
+
+    @miniray.remote(num_cpus=0, max_retries=0)
+    def held(started):
+        open(started, "w").close()
+        deadline = time.time() + GET_TIMEOUT
+        while not os.path.exists(gate) and time.time() < deadline:
+            time.sleep(0.01)
+        return os.path.exists(gate)
+
+    @miniray.remote(max_retries=0)
+    def parent(started):
+        return miniray.get(held.remote(started))
+
+    @miniray.remote(num_gpus=1)
+    def gpu_task():
+        return miniray.get_gpu_ids()
+
+    @miniray.remote
+    def cpu_task():
+        return "cpu"
+
+    @miniray.remote(num_cpus=1)
+    class Actor:
+        def ping(self):
+            return "actor"
+
+    started = [str(tmp_path / "a"), str(tmp_path / "b")]
+    parents = [parent.remote(path) for path in started]
+    try:
+        _wait_for_files(started)
+        actor = Actor.remote()
+        assert miniray.get([gpu_task.remote(), cpu_task.remote(), actor.ping.remote()],
+                           timeout=GET_TIMEOUT) == [[0], "cpu", "actor"]
+        assert not miniray.wait(parents, timeout=0)[0]  # still blocked meanwhile
+    finally:
+        open(gate, "w").close()
+    assert miniray.get(parents, timeout=GET_TIMEOUT) == [True, True]
+
+
+def test_an_actor_waiting_for_the_gpu_does_not_hold_back_a_cpu_actor(ray_start, tmp_path):
+    """A GPU task creates a CPU actor and waits on it while a GPU actor created before waits
+    for the task's GPU: the CPU actor is placed first, on the CPU the blocked task gave back,
+    and the GPU actor once the task is done (compared with Ray 2.60: about 1 s there; a
+    placement queue served strictly in order deadlocked)."""
+    ray_start(num_cpus=2, num_gpus=1)
+    started, go = str(tmp_path / "started"), str(tmp_path / "go")
+
+    @miniray.remote(num_gpus=1)
+    class GpuActor:
+        def ping(self):
+            return miniray.get_gpu_ids()
+
+    @miniray.remote(num_cpus=1)
+    class CpuActor:
+        def ping(self):
+            return "cpu"
+
+    @miniray.remote(num_gpus=1, max_retries=0)
+    def parent():
+        open(started, "w").close()
+        deadline = time.time() + GET_TIMEOUT
+        while not os.path.exists(go) and time.time() < deadline:
+            time.sleep(0.01)
+        return miniray.get(CpuActor.remote().ping.remote())
+
+    task = parent.remote()
+    _wait_for_files([started])
+    gpu_actor = GpuActor.remote()  # waits for the GPU the task holds
+    open(go, "w").close()
+    assert miniray.get(task, timeout=GET_TIMEOUT) == "cpu"
+    assert miniray.get(gpu_actor.ping.remote(), timeout=GET_TIMEOUT) == [0]
+
+
 # ----------------------------------------------------------------------------- custom
 def test_custom_resource_gates_concurrency(ray_start, tmp_path):
     ray_start(num_cpus=2, resources={"r": 1})

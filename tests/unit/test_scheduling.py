@@ -63,18 +63,106 @@ def test_lease_with_room_skips_busy_and_blocked_workers():
     assert s.lease_with_room(None) is None
 
 
+@pytest.mark.parametrize("request_,kind", [
+    ({"CPU": 1}, False), ({}, False), ({"CPU": 1, "GPU": 1}, True), ({"GPU": 0.25}, True),
+    ({"CPU": 1, "GPU": 0}, False), ({"CPU": 1, "custom": 1}, False),
+])
+def test_worker_kind_is_gpu_for_any_gpu_share(request_, kind):
+    assert s.worker_kind(request_) is kind
+
+
+def test_workers_are_not_shared_between_gpu_and_other_tasks():
+    """Ray 2.60's worker pool keeps a worker that ran a GPU task for GPU tasks and one that
+    ran any other task away from GPU tasks (compared with Ray 2.60: ``os.getpid()`` of a GPU
+    task with ``max_calls=0`` never equals a CPU task's); a fresh worker fits either."""
+    assert s.worker_fits(None, {"GPU": 1}) and s.worker_fits(None, {"CPU": 1})
+    assert not s.worker_fits(False, {"CPU": 1, "GPU": 1})
+    assert not s.worker_fits(True, {"CPU": 1})
+    assert not s.worker_fits(True, {})
+    assert s.worker_fits(True, {"GPU": 0.5})  # any share of a GPU: the same kind
+    assert s.worker_fits(False, {"CPU": 2, "custom": 1})
+
+
+def test_idle_worker_for_picks_the_newest_worker_of_the_kind():
+    cpu_old, gpu, cpu_new, fresh = (SimpleNamespace(kind=k) for k in (False, True, False, None))
+    idle = [cpu_old, gpu, cpu_new]
+    assert s.idle_worker_for(idle, {"CPU": 1}) == 2
+    assert s.idle_worker_for(idle, {"CPU": 1, "GPU": 1}) == 1
+    assert s.idle_worker_for([cpu_old, cpu_new], {"GPU": 1}) is None
+    assert s.idle_worker_for([gpu], {"CPU": 1}) is None
+    assert s.idle_worker_for([gpu, fresh], {"CPU": 1}) == 1
+    assert s.idle_worker_for([], {"CPU": 1}) is None
+
+
+def test_a_blocked_task_gives_back_its_cpu_only():
+    """Compared with Ray 2.60: while a task with ``num_gpus=0.5, num_cpus=2, resources={"R":
+    1}`` waits in ``get()``, ``available_resources()`` shows its 2 CPUs free but not its GPU
+    share nor its R."""
+    assert s.blocked_release({"CPU": 20000, "GPU": 5000, "R": 10000}) == {"CPU": 20000}
+    assert s.blocked_release({"CPU": 5000}) == {"CPU": 5000}
+    assert s.blocked_release({"GPU": 10000}) == {}  # num_cpus=0: nothing to give back
+    assert s.blocked_release({}) == {}
+
+
+def test_an_actor_that_cannot_be_placed_holds_back_only_actors_that_need_as_much():
+    """Compared with Ray 2.60: a GPU actor waiting for the GPU does not keep a CPU actor
+    created after it from being placed; actors of one shape stay in creation order."""
+    gpu, cpu = {"CPU": 10000, "GPU": 10000}, {"CPU": 10000}
+    assert s.next_to_place([gpu, cpu], []) == 0
+    assert s.next_to_place([gpu, gpu, cpu], [gpu]) == 2
+    assert s.next_to_place([gpu, cpu, cpu], [gpu, cpu]) is None
+    assert s.next_to_place([cpu, gpu], [cpu]) is None  # the GPU actor needs the CPU too
+    assert s.next_to_place([None, cpu], []) == 1  # a dead actor is skipped
+    assert s.next_to_place([], []) is None
+
+
 def test_retry_window_asks_again_after_a_release_or_the_delay():
     window = s.RetryWindow(0.05)
-    assert window.may_try(10.0)
-    window.mark_full(10.0)
-    assert not window.may_try(10.0)
-    assert not window.may_try(10.049)
-    assert window.may_try(10.05)  # other processes may have released meanwhile
-    window.mark_full(11.0)
+    cpu = {"CPU": 10000}
+    assert window.may_try(10.0, cpu)
+    window.mark_full(10.0, cpu)
+    assert not window.may_try(10.0, cpu)
+    assert not window.may_try(10.049, cpu)
+    assert window.may_try(10.05, cpu)  # other processes may have released meanwhile
+    window.mark_full(11.0, cpu)
     window.note_release()
-    assert window.may_try(11.0)
-    window.mark_full(11.0)  # full again after that release
-    assert not window.may_try(11.0)
+    assert window.may_try(11.0, cpu)
+    window.mark_full(11.0, cpu)  # full again after that release
+    assert not window.may_try(11.0, cpu)
+
+
+def test_a_request_that_failed_holds_back_only_requests_that_cover_it():
+    """A GPU task waiting for the GPU must not keep CPU tasks from asking the ledger: its
+    holder may be blocked in ``get()`` on one of them (Ray 2.60 schedules each shape on its
+    own; two GPU parents getting nested CPU tasks finish there)."""
+    window = s.RetryWindow(0.05)
+    gpu, cpu = {"CPU": 10000, "GPU": 10000}, {"CPU": 10000}
+    window.mark_full(1.0, gpu)
+    assert window.may_try(1.0, cpu)
+    assert window.may_try(1.0, {"GPU": 5000})  # a smaller share may fit
+    assert not window.may_try(1.0, gpu)
+    assert not window.may_try(1.0, {"CPU": 20000, "GPU": 10000, "R": 1})  # asks for more
+    window.mark_full(1.01, cpu)
+    assert not window.may_try(1.02, {"CPU": 10000, "memory": 5})
+    assert not window.may_try(1.055, cpu)  # each failure has its own delay
+    assert not window.may_try(1.055, gpu)  # more than a request that failed
+    assert window.may_try(1.065, gpu) and window.may_try(1.065, cpu)
+    window.mark_full(1.07, None)  # the cap on workers: nothing may be tried
+    assert not window.may_try(1.07, {"CPU": 1})
+    window.note_release()
+    assert window.may_try(1.07, gpu) and window.may_try(1.07, cpu)
+
+
+@pytest.mark.parametrize("request_,failed,covered", [
+    ({"CPU": 1, "GPU": 1}, {"GPU": 1}, True),
+    ({"CPU": 1}, {"CPU": 1, "GPU": 1}, False),
+    ({"CPU": 2}, {"CPU": 1}, True),
+    ({"CPU": 1}, {"CPU": 2}, False),
+    ({"CPU": 1}, {"CPU": 1, "GPU": 0}, True),  # a zero amount asks for nothing
+    ({}, None, True),
+])
+def test_covers(request_, failed, covered):
+    assert s.covers(request_, failed) is covered
 
 
 @pytest.mark.parametrize("left,expected", [(3, (True, 2)), (1, (True, 0)), (0, (False, 0)),

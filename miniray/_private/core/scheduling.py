@@ -2,12 +2,15 @@
 
 Owns: the rules, as functions and small classes from state to a decision, so they are tested
 without processes (``tests/unit/test_scheduling.py``): the task states and which moves between
-them are legal, the scheduling key, which lease has room, when to ask the ledger again after
-it was full, retry-or-fail for a task whose worker died or whose result asks for a retry, what
-cancelling does in each state, and restart-or-die for an actor. Does not own: the tasks,
-leases and actors these are applied to, or any I/O (the owner, ``owner/leases.py`` and
-``owner/actors.py`` call these under the owner's lock and act on the answer).
-Called by: ``owner/owner.py``, ``owner/leases.py``, ``owner/actors.py``.
+them are legal, the scheduling key, which idle worker may take a lease of which shape, what a
+worker blocked in ``get()`` gives back, which pending actor to place next, which lease has
+room, when to ask the ledger again for a request after one failed, retry-or-fail for a task
+whose worker died or whose result asks for a retry, what cancelling does in each state, and
+restart-or-die for an actor. Does not own: the tasks, leases and actors these are applied
+to, or any I/O (the owner, ``owner/leases.py``, ``owner/workers.py`` and ``owner/actors.py``
+call these under the owner's lock and act on the answer).
+Called by: ``owner/owner.py``, ``owner/leases.py``, ``owner/workers.py``,
+``owner/requests.py``, ``owner/actors.py``.
 
 A task's life::
 
@@ -25,8 +28,9 @@ __all__ = [
     "DEATH_FAIL_CANCELLED", "DEATH_FAIL_CRASHED", "DEATH_FAIL_SYSTEM", "DEATH_REQUEUE",
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
-    "cancel_action", "consume_retry", "lease_with_room", "may_move", "retry_failed_result",
-    "scheduling_key",
+    "blocked_release", "cancel_action", "consume_retry", "covers", "idle_worker_for",
+    "lease_with_room", "may_move", "next_to_place", "retry_failed_result", "scheduling_key",
+    "worker_fits", "worker_kind",
 ]  # fmt: skip
 
 # Task states.
@@ -62,6 +66,56 @@ def scheduling_key(request: dict, max_calls: int) -> tuple:
     return (tuple(sorted(request.items())), max_calls)
 
 
+def worker_kind(request: dict) -> bool:
+    """What a worker becomes once it runs a task of ``request``: a GPU worker (True) or not.
+
+    >>> worker_kind({"CPU": 1, "GPU": 0.5}), worker_kind({"CPU": 1}), worker_kind({"GPU": 0})
+    (True, False, False)
+    """
+    return bool(request.get("GPU"))
+
+
+def worker_fits(kind: bool | None, request: dict) -> bool:
+    """Whether a worker of ``kind`` (``worker_kind`` of the first task it ran, None while it
+    ran none) may run a task of ``request``. As in Ray 2.60's worker pool, a worker that ran a
+    GPU task runs only GPU tasks and one that ran any other task never runs a GPU task: the
+    device a task set up (``CUDA_VISIBLE_DEVICES``, an initialised CUDA context, memory it
+    holds) must not leak into tasks of the other kind.
+
+    >>> worker_fits(None, {"GPU": 1}), worker_fits(False, {"GPU": 1}), worker_fits(True, {})
+    (True, False, False)
+    """
+    return kind is None or kind == worker_kind(request)
+
+
+def idle_worker_for(idle, request: dict):
+    """The index in ``idle`` (oldest first; items have ``kind``) of the worker to give a
+    lease of ``request``: the most recently idle one that fits, or None (start a new one).
+
+    >>> from types import SimpleNamespace as W
+    >>> idle_worker_for([W(kind=False), W(kind=True), W(kind=False)], {"GPU": 1})
+    1
+    >>> idle_worker_for([W(kind=True)], {"CPU": 1}) is None
+    True
+    """
+    for index in range(len(idle) - 1, -1, -1):
+        if worker_fits(idle[index].kind, request):
+            return index
+    return None
+
+
+def blocked_release(resources: dict) -> dict:
+    """What a task's lease gives back to the ledger while its worker is blocked in ``get()``
+    or ``wait()``: its CPU and nothing else (GPUs, memory and custom resources stay held), as
+    Ray 2.60 does; an actor's lease gives back nothing (its owner does not call this).
+
+    >>> blocked_release({"CPU": 10000, "GPU": 10000, "R": 5000}), blocked_release({"GPU": 1})
+    ({'CPU': 10000}, {})
+    """
+    cpu = resources.get("CPU", 0)
+    return {"CPU": cpu} if cpu else {}
+
+
 def lease_with_room(leases):
     """The first lease whose worker is neither blocked in ``get()`` nor running a task, or
     None. One task in flight per worker: a task queued behind one that blocks in ``get()``
@@ -74,37 +128,84 @@ def lease_with_room(leases):
     return None
 
 
-class RetryWindow:
-    """When to ask the ledger again after an acquire failed.
+def covers(request: dict, failed: dict | None) -> bool:
+    """Whether ``request`` asks for at least everything ``failed`` asked for (every resource
+    of ``failed``, at least as much), so it cannot fit where ``failed`` did not. None stands
+    for a failure that holds back every request (the cap on workers).
 
-    After a failure, the ledger is asked again only once something was released here, or
-    after ``retry_s`` (for releases by other processes of the node): a burst of queued tasks
-    must not cost one ledger transaction each.
+    >>> covers({"CPU": 1, "GPU": 1}, {"GPU": 1}), covers({"CPU": 1}, {"CPU": 1, "GPU": 1})
+    (True, False)
+    >>> covers({"CPU": 1}, {"CPU": 2}), covers({"CPU": 1}, None)
+    (False, True)
+    """
+    if failed is None:
+        return True
+    return all(request.get(name, 0) >= amount for name, amount in failed.items() if amount)
+
+
+def next_to_place(placements, failed) -> int | None:
+    """The index of the first pending actor to try to place: ``placements`` are the pending
+    actors' requests in creation order (None: skip it), ``failed`` those that did not fit in
+    this pass. An actor whose request covers a failed one waits (it cannot fit, and actors of
+    one shape are placed in creation order); any other may go ahead, as in Ray 2.60, where a
+    GPU actor waiting for the GPU does not hold back a CPU actor that a task blocked in
+    ``get()`` on it needs.
+
+    >>> next_to_place([{"GPU": 1}, {"GPU": 1, "CPU": 1}, {"CPU": 1}], [{"GPU": 1}])
+    2
+    >>> next_to_place([{"CPU": 1}, None], [{"CPU": 1}]) is None
+    True
+    """
+    for index, placement in enumerate(placements):
+        if placement is not None and not any(covers(placement, f) for f in failed):
+            return index
+    return None
+
+
+class RetryWindow:
+    """When to ask the ledger again for a request after an acquire failed.
+
+    After a request failed, the ledger is asked again for it, or for any request that covers
+    it (``covers``: it cannot fit either), only once something was released here, or after
+    ``retry_s`` (for releases by other processes of the node): a burst of queued tasks must
+    not cost one ledger transaction each. Other requests may still be tried: a GPU task
+    waiting for the GPU must not hold back the CPU task that would let the GPU's holder
+    finish (a parent blocked in ``get()`` on it).
 
     >>> window = RetryWindow(0.05)
-    >>> window.may_try(now=1.0)
+    >>> window.may_try(1.0, {"CPU": 1})
     True
-    >>> window.mark_full(now=1.0); window.may_try(now=1.01)
+    >>> window.mark_full(1.0, {"CPU": 1, "GPU": 1}); window.may_try(1.01, {"CPU": 1, "GPU": 2})
     False
-    >>> window.note_release(); window.may_try(now=1.01)
+    >>> window.may_try(1.01, {"CPU": 1})
+    True
+    >>> window.note_release(); window.may_try(1.01, {"CPU": 1, "GPU": 2})
     True
     """
 
-    __slots__ = ("retry_s", "releases", "_full_at_release", "_full_since")
+    __slots__ = ("retry_s", "releases", "_failed", "_failed_at_release")
 
     def __init__(self, retry_s: float):
         self.retry_s = retry_s
         self.releases = 0  # releases (and other changes that free room) seen so far
-        self._full_at_release = -1  # ``releases`` when an acquire last failed
-        self._full_since = 0.0
+        # The requests that failed since the last release: (request, when it failed).
+        self._failed: list[tuple[dict | None, float]] = []
+        self._failed_at_release = -1  # ``releases`` when they failed
 
-    def may_try(self, now: float) -> bool:
-        return not (self._full_at_release == self.releases
-                    and now - self._full_since < self.retry_s)
+    def may_try(self, now: float, request: dict) -> bool:
+        if self._failed_at_release != self.releases:
+            return True
+        return not any(now - since < self.retry_s and covers(request, failed)
+                       for failed, since in self._failed)
 
-    def mark_full(self, now: float) -> None:
-        self._full_at_release = self.releases
-        self._full_since = now
+    def mark_full(self, now: float, request: dict | None = None) -> None:
+        """``request`` did not fit (None: no request may be tried, the cap on workers)."""
+        if self._failed_at_release != self.releases:
+            self._failed = []
+            self._failed_at_release = self.releases
+        self._failed = [(failed, since) for failed, since in self._failed
+                        if failed != request and now - since < self.retry_s]
+        self._failed.append((request, now))
 
     def note_release(self) -> None:
         """Room may have appeared (a lease was released, a worker blocked, or the retry

@@ -345,12 +345,15 @@ class ActorManager:
             self.owner.defer(self._run_placer)
 
     def _run_placer(self) -> None:
-        """*Not locked.* Place pending actors in order (first come, first placed): for each,
-        a lease from the ledgers and a worker from the fork server, taken without the lock;
-        then, under it, re-checked (killed meanwhile? fork server replaced?) and started."""
+        """*Not locked.* Place pending actors in order (first come, first placed, except that
+        an actor whose request does not cover one that failed goes ahead of it:
+        ``scheduling.next_to_place``): for each, a lease from the ledgers and a worker from
+        the fork server, taken without the lock; then, under it, re-checked (killed
+        meanwhile? fork server replaced?) and started."""
         owner = self.owner
         with owner.locked():
             self._placer_scheduled = False
+        failed: list = []  # placements that did not fit in this pass
         while True:
             with owner.locked():
                 while self.pending and self.pending[0].state == A_DEAD:
@@ -358,7 +361,12 @@ class ActorManager:
                 # A new fork server is being started (or none is left): wait for it.
                 if not self.pending or not owner.may_dispatch():
                     return
-                actor = self.pending[0]
+                index = 0 if not failed else scheduling.next_to_place(  # the head is alive
+                    [None if a.state == A_DEAD else a.spec.placement for a in self.pending],
+                    failed)
+                if index is None:
+                    return
+                actor = self.pending[index]
                 spec = actor.spec
                 fork_server = owner.fork_server
             tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
@@ -373,7 +381,8 @@ class ActorManager:
             if lease is None:
                 with owner.locked():
                     self._report_infeasible(spec)
-                return
+                failed.append(spec.placement)
+                continue
             shrink = {name: spec.held.get(name, 0) - amount
                       for name, amount in spec.placement.items()
                       if name not in ("GPU",) and spec.held.get(name, 0) != amount}

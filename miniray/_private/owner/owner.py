@@ -312,27 +312,32 @@ class Owner:
         if wanted <= 0:
             return  # enough are being taken
         now = time.monotonic()
-        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
+        request = queue[0].spec.request
+        # Not if it (or less) did not fit a moment ago and nothing was released since; a
+        # request of another shape is still tried (a GPU task waiting for the GPU must not
+        # hold back the CPU task its holder waits for).
+        if not self.leases.window.may_try(now, request):
             return
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
         # worker (a recursive fib would deadlock otherwise).
-        room = self._worker_room()
+        room = self._worker_room(request)
         if room <= 0:
-            if self._acquiring_total or not self._release_idle_leases(force=True):
+            if self._acquiring_total or not self._release_idle_leases(force=True,
+                                                                      request=request):
                 if not self._acquiring_total:
                     self._mark_full(now)
                 return
-            room = self._worker_room()
+            room = self._worker_room(request)
         count = min(wanted, max(1, room))
         self._acquiring[key] = self._acquiring.get(key, 0) + count
         self._acquiring_total += count
-        self.defer(functools.partial(self._take_leases, key, queue[0].spec.request, count))
+        self.defer(functools.partial(self._take_leases, key, request, count))
 
-    def _worker_room(self) -> int:
-        """*Locked.* How many more leases workers can serve now: the idle ones, plus new ones
-        up to the cap, less the leases being taken."""
-        return self.workers.room(self._acquiring_total)
+    def _worker_room(self, request: dict) -> int:
+        """*Locked.* How many more leases of ``request`` workers can serve now: the idle ones
+        of its kind, plus new ones up to the cap, less the leases being taken."""
+        return self.workers.room(self._acquiring_total, request)
 
     def _take_leases(self, key, request: dict, count: int) -> None:
         """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
@@ -349,12 +354,13 @@ class Owner:
         to_spawn: list = []
         with self._lock:
             if len(got) < count:
-                self._mark_full(now)
+                self._mark_full(now, request)
             if not self.may_dispatch():
                 unused, got = got, []
             for lease, host_lease in got:
-                if self.workers.idle:
-                    self._give_lease(key, request, lease, host_lease, self.workers.idle.pop())
+                worker = self.workers.take_idle(request)  # only one of the request's kind
+                if worker is not None:
+                    self._give_lease(key, request, lease, host_lease, worker)
                 else:
                     to_spawn.append((lease, host_lease))
             self._taken(key, count - len(to_spawn))
@@ -395,6 +401,8 @@ class Owner:
         gpu_ids = self.leases.gpu_ids(lease) if request.get("GPU") else None
         slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
+        if worker.kind is None:  # from now on it runs tasks of this kind only
+            worker.kind = scheduling.worker_kind(request)
         if worker.pid is not None:
             self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
         self.leases.add(slot)
@@ -502,8 +510,10 @@ class Owner:
                 pass
         self.defer(send)
 
-    def _mark_full(self, now: float) -> None:
-        self.leases.window.mark_full(now)
+    def _mark_full(self, now: float, request: dict | None = None) -> None:
+        """``request`` did not fit the ledgers (None: the cap on workers, for every request);
+        queued work is tried again in ``RETRY_S`` at the latest."""
+        self.leases.window.mark_full(now, request)
         if self.tasks.queues:
             self._schedule_retry()
 
@@ -533,14 +543,17 @@ class Owner:
         if worker_reusable and not worker.dead:
             self.workers.keep_idle(worker)
 
-    def _release_idle_leases(self, force: bool = False, returned: list | None = None) -> bool:
-        """Return idle leases to the ledger (all if ``force``, else those past the linger)."""
+    def _release_idle_leases(self, force: bool = False, returned: list | None = None,
+                             request: dict | None = None) -> bool:
+        """Return idle leases to the ledger (all if ``force``, else those past the linger);
+        with ``force`` at the cap on workers, an idle worker retires too (one that may not
+        run ``request`` first)."""
         released = False
         for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
             self._release_lease(slot, returned=returned)
             released = True
         if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
-            self.workers.retire(self.workers.idle.pop(0))
+            self.workers.retire_one_idle(request)
         return released
 
     def flush_idle_leases(self) -> None:

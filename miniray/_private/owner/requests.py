@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.object_store import shm_segments
 
 
@@ -117,7 +117,8 @@ class WorkerRequests:
             self.leases.window.note_release()  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
-            cpu = slot.lease.resources.get("CPU", 0)
+            # Its CPU only, as in Ray: GPUs and custom resources stay with the blocked task.
+            cpu = scheduling.blocked_release(slot.lease.resources).get("CPU", 0)
             if cpu:
                 cpu_f = cpu / 10000.0
                 self._ledger_later(self.ledger.adjust, slot.lease.lease_id, {"CPU": -cpu_f})

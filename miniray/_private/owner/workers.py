@@ -1,7 +1,8 @@
 """The owner's worker pool: the worker processes of the session, as the driver sees them.
 
 Owns: one ``WorkerSlot`` per worker (its sockets, output streams, pid, what it runs), the
-lookups by data fd, spawn request and pid, the idle workers kept for reuse, the counts the
+lookups by data fd, spawn request and pid, the idle workers kept for reuse (a lease of one
+shape gets only an idle worker of its kind: ``scheduling.worker_fits``), the counts the
 cap on workers is checked against (live, blocked in ``get()``, hosting an actor), and workers
 named or gone before they were adopted (asked for outside the owner's lock). Starting a worker
 is two halves: ``start`` (the fork request, no lock) and ``adopt`` (watch it, under the lock).
@@ -18,6 +19,7 @@ import socket
 from multiprocessing.connection import Connection
 from typing import Callable
 
+from miniray._private.core import scheduling
 from miniray._private.owner.output import OutputStream
 from miniray._private.transport.framing import FramedSocket
 
@@ -25,7 +27,7 @@ from miniray._private.transport.framing import FramedSocket
 class WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
-        "spent", "read_pins", "borrowed",
+        "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
     )
 
@@ -40,6 +42,7 @@ class WorkerSlot:
         self.calls = 0
         self.fn_calls: dict[bytes, int] = {}
         self.spent = False  # reached a function's max_calls: retire once idle
+        self.kind: bool | None = None  # scheduling.worker_kind of its first lease
         self.borrowed: set[bytes] = set()  # ids it reported holding refs to (BORROW)
         self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
         #                                   reports again (by then it has mapped them)
@@ -86,10 +89,24 @@ class WorkerPool:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
         return self.live - self.blocked - self.actors
 
-    def room(self, taking: int) -> int:
-        """How many more leases workers can serve now: the idle ones, plus new ones up to the
-        cap, less the ``taking`` leases being taken."""
-        return len(self.idle) + max(0, self.max_workers - self.busy()) - taking
+    def room(self, taking: int, request: dict | None = None) -> int:
+        """How many more leases workers can serve now: the idle ones (of the kind that may
+        run ``request``), plus new ones up to the cap, less the ``taking`` leases being taken."""
+        idle = self.idle if request is None else [
+            worker for worker in self.idle if scheduling.worker_fits(worker.kind, request)]
+        return len(idle) + max(0, self.max_workers - self.busy()) - taking
+
+    def take_idle(self, request: dict) -> WorkerSlot | None:
+        """An idle worker that may run tasks of ``request`` (no longer idle), or None."""
+        index = scheduling.idle_worker_for(self.idle, request)
+        return None if index is None else self.idle.pop(index)
+
+    def retire_one_idle(self, request: dict | None = None) -> None:
+        """Retire the oldest idle worker, one that may not run ``request`` first (room for a
+        worker of that kind under the cap)."""
+        unfit = [worker for worker in self.idle
+                 if request is not None and not scheduling.worker_fits(worker.kind, request)]
+        self.retire((unfit or self.idle)[0])
 
     @staticmethod
     def start(fork_server) -> tuple:
