@@ -116,10 +116,17 @@ DRIVER = """
     except Exception as error:
         out["after_error"], out["after_message"] = type(error).__name__, str(error)
     from miniray._private.host import procinfo
-    out["dead_workers_leases"] = [
-        lid for lid, lease in rt.ledger.snapshot().leases.items()
-        if lease.holder_pid == os.getpid() and lease.worker_pid
-        and not procinfo.is_alive(lease.worker_pid)]
+    def dead_workers_leases():
+        return [lid for lid, lease in rt.ledger.snapshot().leases.items()
+                if lease.holder_pid == os.getpid() and lease.worker_pid
+                and not procinfo.is_alive(lease.worker_pid)]
+
+    # Given back right after the lock that made the deaths visible is released (deferred
+    # owner work, never under the owner's lock): allow that moment.
+    deadline = time.time() + 5
+    while dead_workers_leases() and time.time() < deadline:
+        time.sleep(0.01)
+    out["dead_workers_leases"] = dead_workers_leases()
     print(json.dumps(out), flush=True)
     ray.shutdown()
     print(json.dumps({"shut down": True}), flush=True)
