@@ -50,6 +50,7 @@ __all__ = [
     "parse_for_task",
     "setup_error",
     "string_of",
+    "submission_key",
     "note_ignored",
     "unknown_fields",
 ]
@@ -458,6 +459,20 @@ def merge(parent: dict | None, child: dict | None) -> dict:
     if env_vars:
         parent["env_vars"] = env_vars
     return parent
+
+
+def submission_key(rt, task_env: dict | None) -> str:
+    """The ``env_key`` a task or actor submitted now runs in: its parent's environment (the
+    driver's is the job's; a worker's is its own), with ``task_env`` (its option, from
+    ``parse_for_task``) merged over it. "" is the job's environment.
+
+    ``rt`` is the current runtime: its ``job_runtime_env``, ``runtime_env`` and
+    ``runtime_env_key``.
+    """
+    if not task_env:
+        return rt.runtime_env_key
+    merged = merge(rt.runtime_env, task_env)
+    return "" if merged == rt.job_runtime_env else env_key(merged)
 
 
 def env_key(env: dict) -> str:

@@ -52,14 +52,16 @@ def may_move(old: int, new: int) -> bool:
     return new in TRANSITIONS[old]
 
 
-def scheduling_key(request: dict, max_calls: int) -> tuple:
-    """Tasks with one key share leases: the same resource request and the same ``max_calls``
-    (a worker that reaches a function's ``max_calls`` retires, so it cannot serve others).
+def scheduling_key(request: dict, max_calls: int, runtime_env: str = "") -> tuple:
+    """Tasks with one key share leases: the same resource request, the same ``max_calls``
+    (a worker that reaches a function's ``max_calls`` retires, so it cannot serve others)
+    and the same runtime environment (its ``runtime_envs.env_key``; "" is the job's): a
+    worker runs in one environment, as Ray starts a worker per runtime environment.
 
     >>> scheduling_key({"GPU": 1, "CPU": 1}, 0)
-    ((('CPU', 1), ('GPU', 1)), 0)
+    ((('CPU', 1), ('GPU', 1)), 0, '')
     """
-    return (tuple(sorted(request.items())), max_calls)
+    return (tuple(sorted(request.items())), max_calls, runtime_env)
 
 
 def lease_with_room(leases):

@@ -248,6 +248,14 @@ class ActorManager:
         objects = owner.objects
         if spec.contained:  # refs nested in the constructor's arguments: held while it lives
             objects.hold(spec.contained)
+        env_error = owner.runtime_env_error(spec.runtime_env or "")
+        if env_error is not None:  # as Ray: the handle is returned, every call fails
+            from miniray.exceptions import RuntimeEnvSetupError
+
+            self._die(actor, serialization.dumps(RuntimeEnvSetupError(
+                "Could not create the actor because its associated runtime env failed to be "
+                "created.\n" + env_error.error_message)), init=True)
+            return spec.actor_id
         for _position, object_id in spec.deps or ():
             entry = objects.get(object_id)
             if entry is None:
@@ -341,7 +349,8 @@ class ActorManager:
                         continue
                     return
                 self.pending.remove(actor)
-                self._start(actor, lease, host_lease, owner.adopt_worker(parts))
+                self._start(actor, lease, host_lease,
+                            owner.adopt_worker(parts, spec.runtime_env or ""))
 
     def _report_infeasible(self, spec) -> None:
         """*Locked.* One stderr line per resource shape that this node can never hold."""

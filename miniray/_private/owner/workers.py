@@ -26,7 +26,7 @@ class WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed",
-        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -50,6 +50,7 @@ class WorkerSlot:
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
+        self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -161,6 +162,18 @@ class WorkerPool:
         if worker is None and pid in self.early_spawned.values():
             self.early_exits[pid] = status
         return worker
+
+    def take_idle(self, runtime_env: str) -> WorkerSlot | None:
+        """An idle worker started in ``runtime_env`` (the most recent one), or None. When
+        idle workers exist but none of that environment, the oldest of them retires, so the
+        new worker the caller starts keeps the count under the cap."""
+        idle = self.idle
+        for index in range(len(idle) - 1, -1, -1):
+            if idle[index].runtime_env == runtime_env:
+                return idle.pop(index)
+        if idle:
+            self.retire(idle[0])
+        return None
 
     def keep_idle(self, worker: WorkerSlot) -> None:
         """A worker whose lease went back: kept for reuse, or retired if enough are."""
