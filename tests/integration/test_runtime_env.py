@@ -522,3 +522,67 @@ def test_runtime_context_deprecated_members(ray):
     assert actor_kinds == {"job_id": "JobID", "node_id": "NodeID", "namespace": "str",
                            "task_id": "TaskID", "actor_id": "ActorID"}
     assert same_actor and restarted is False
+
+
+def test_was_current_actor_reconstructed_after_a_restart(ray):
+    """False in the first process of an actor, True once it was restarted (Ray 2.60 reads
+    the actor's restart count)."""
+    import time
+
+    from miniray.exceptions import RayActorError
+
+    @ray.remote(max_restarts=1)
+    class Actor:
+        def restarted(self):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return ray.get_runtime_context().was_current_actor_reconstructed
+
+        def die(self):
+            os._exit(1)
+
+    actor = Actor.remote()
+    assert ray.get(actor.restarted.remote(), timeout=60) is False
+    actor.die.remote()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            assert ray.get(actor.restarted.remote(), timeout=60) is True
+            break
+        except RayActorError:  # the call raced with the death; the restart follows
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+
+
+def test_named_actor_on_a_node_gets_its_creators_environment(node_env):
+    """A named actor of a driver joined to a node lives in the node's actor service; it still
+    runs in its creator's environment (init's env_vars, its own merged over them), as under
+    Ray, where the job's runtime_env follows its actors to any node."""
+    from .helpers import cli, driver, json_line
+
+    started = cli(node_env, "start", "--head", "--num-cpus", "2")
+    assert started.returncode == 0, started.stderr
+    proc = driver("""
+        import json, os
+        import miniray as ray
+        ray.init(address="auto", runtime_env={"env_vars": {"JOB_VAR": "job"}})
+
+        @ray.remote
+        class Probe:
+            def env(self):
+                return os.environ.get("JOB_VAR"), os.environ.get("OWN_VAR")
+
+        plain = Probe.options(name="plain_probe").remote()
+        own = Probe.options(name="own_probe",
+                            runtime_env={"env_vars": {"OWN_VAR": "own"}}).remote()
+        print(json.dumps({"plain": ray.get(plain.env.remote(), timeout=60),
+                          "own": ray.get(own.env.remote(), timeout=60)}), flush=True)
+    """, node_env)
+    try:
+        assert json_line(proc, timeout=90) == {"plain": ["job", None], "own": ["job", "own"]}
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0

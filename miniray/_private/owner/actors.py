@@ -32,7 +32,7 @@ import collections
 import logging
 import sys
 
-from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core import ids, protocol, runtime_envs, scheduling, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
@@ -59,7 +59,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds")
+                 "pid", "init_failed", "remote", "holds", "started")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -81,6 +81,7 @@ class _Actor:
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
+        self.started = False  # its constructor was sent once: a later start is a restart
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -152,6 +153,9 @@ class ActorManager:
         with owner.locked():
             if spec.fn_bytes is None:
                 spec.fn_bytes = owner.function_bytes(spec.fn_id)
+            job_env = owner.hello_info.get("runtime_env")
+            if not spec.runtime_env and job_env:  # the service's own job is not this driver's
+                spec.runtime_env = runtime_envs.env_key(job_env)
             objects = owner.objects
             needed = self.nested_ids(spec)
             later = [i for i in needed
@@ -381,7 +385,8 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state)
+               spec.handle_state, actor.started)
+        actor.started = True
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))

@@ -43,9 +43,10 @@ from miniray._private.worker.worker_api import TaskContext
 class ActorContext:
     """What a running actor may ask about itself (``get_runtime_context()``)."""
 
-    __slots__ = ("actor_id", "class_name", "name", "namespace", "handle_state")
+    __slots__ = ("actor_id", "class_name", "name", "namespace", "handle_state", "restarted")
 
-    def __init__(self, actor_id, class_name, name, namespace, handle_state):
+    def __init__(self, actor_id, class_name, name, namespace, handle_state, restarted=False):
+        self.restarted = restarted  # this process is a restart of the actor
         self.actor_id = actor_id
         self.class_name = class_name
         self.name = name
@@ -57,7 +58,7 @@ class ActorHost:
     def __init__(self, worker, message: tuple):
         (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
         (resources, gpu_ids, gpu_ints, max_concurrency, is_async, name, namespace,
-         handle_state) = ctx
+         handle_state, restarted) = ctx
         self.worker = worker
         self.actor_id = actor_id
         self.class_name = class_name
@@ -72,7 +73,8 @@ class ActorHost:
         worker._mark(class_name)
         worker._set_env(resources, gpu_ids)  # kept for the actor's whole life, as in Ray
         runtime = worker.runtime
-        runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state)
+        runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state,
+                                     restarted)
         runtime.actor_resources = resources
         runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
         runtime.host = self
