@@ -745,6 +745,9 @@ def init(
             )
         # Ray's checks of the job's runtime_env (a bad field raises here, before anything
         # starts); its fields that take no effect are named once.
+        if not runtime_env and job_config is not None:  # Ray: init's wins, else the config's
+            runtime_env = getattr(job_config, "runtime_env", None)
+            check_init_arguments(None, None, runtime_env)
         job_env, setup_hook = runtime_envs.parse_for_job(runtime_env)
         runtime_envs.note_ignored(job_env, level="job")
         if address in (None, "auto"):

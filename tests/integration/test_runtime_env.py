@@ -586,3 +586,22 @@ def test_named_actor_on_a_node_gets_its_creators_environment(node_env):
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0
+
+
+def test_job_config_runtime_env_applies_unless_init_names_one(ray_start):
+    """Ray 2.60: init(job_config=JobConfig(runtime_env=...)) sets the job's environment; a
+    runtime_env given to init() itself takes its place."""
+    import miniray as ray
+    from miniray.job_config import JobConfig
+
+    ray_start(num_cpus=1, job_config=JobConfig(runtime_env={"env_vars": {"FROM": "config"}}))
+
+    @ray.remote
+    def probe():
+        return os.environ.get("FROM")
+
+    assert ray.get(probe.remote(), timeout=60) == "config"
+    ray.shutdown()
+    ray_start(num_cpus=1, runtime_env={"env_vars": {"FROM": "init"}},
+              job_config=JobConfig(runtime_env={"env_vars": {"FROM": "config"}}))
+    assert ray.get(probe.remote(), timeout=60) == "init"
