@@ -197,3 +197,47 @@ def test_runtime_env_config_as_rays():
         RuntimeEnvConfig(log_files=[1])
     parsed = RuntimeEnvConfig.parse_and_validate_runtime_env_config({"eager_install": False})
     assert parsed["eager_install"] is False
+
+
+class _Conn:
+    def __init__(self, fd):
+        self.fd = fd
+        self.closed = False
+
+    def fileno(self):
+        return self.fd
+
+    def close(self):
+        self.closed = True
+
+
+class _Reactor:
+    def unregister(self, fd):
+        pass
+
+
+def _pool(max_workers: int, envs: list):
+    from miniray._private.owner.workers import WorkerPool, WorkerSlot
+
+    pool = WorkerPool(reactor=_Reactor(), log_to_driver=False, prefix_enabled=False,
+                      max_workers=max_workers, idle_keep=8, on_data=None, on_output=None)
+    for fd, env in enumerate(envs):
+        worker = WorkerSlot(_Conn(fd), _Conn(100 + fd), fd)
+        worker.runtime_env = env
+        pool.idle.append(worker)
+        pool.live += 1
+    return pool
+
+
+def test_idle_workers_are_reused_only_in_their_environment():
+    """A worker serves one runtime environment (as Ray keeps a worker per runtime_env): an
+    idle worker of another one is never handed out; it retires only when the cap needs
+    its place."""
+    pool = _pool(8, ["", "A", ""])
+    assert pool.take_idle("A").runtime_env == "A"
+    assert pool.take_idle("").conn.fd == 2  # the most recent of its environment
+    assert pool.take_idle("B") is None
+    assert [w.conn.fd for w in pool.idle] == [0] and not pool.idle[0].dead  # under the cap
+    full = _pool(2, ["", "A"])
+    assert full.take_idle("B") is None
+    assert [w.runtime_env for w in full.idle] == ["A"]  # the oldest retired for the new one

@@ -165,13 +165,13 @@ class WorkerPool:
 
     def take_idle(self, runtime_env: str) -> WorkerSlot | None:
         """An idle worker started in ``runtime_env`` (the most recent one), or None. When
-        idle workers exist but none of that environment, the oldest of them retires, so the
-        new worker the caller starts keeps the count under the cap."""
+        none is of that environment and the workers are at the cap, the oldest idle one
+        retires, so the new worker the caller starts keeps the count under the cap."""
         idle = self.idle
         for index in range(len(idle) - 1, -1, -1):
             if idle[index].runtime_env == runtime_env:
                 return idle.pop(index)
-        if idle:
+        if idle and self.busy() >= self.max_workers:
             self.retire(idle[0])
         return None
 
