@@ -434,6 +434,7 @@ def parse_for_job(runtime_env: Any) -> tuple[dict, Any]:
     if not isinstance(runtime_env, dict):
         raise TypeError(f"runtime_env must be dict or RuntimeEnv, but got: {type(runtime_env)}")
     env = normalize(runtime_env, job=True)
+    env.pop("excludes", None)  # it only tells Ray what not to upload (Ray drops it too)
     hook = env.get("worker_process_setup_hook")
     if callable(hook):
         env["worker_process_setup_hook"] = getattr(hook, "__name__", repr(hook))
