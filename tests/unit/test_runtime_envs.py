@@ -241,3 +241,44 @@ def test_idle_workers_are_reused_only_in_their_environment():
     full = _pool(2, ["", "A"])
     assert full.take_idle("B") is None
     assert [w.runtime_env for w in full.idle] == ["A"]  # the oldest retired for the new one
+
+
+# Ray 2.60's RuntimeContext: each public member, and whether it is a property.
+_RAY_CONTEXT_MEMBERS = {
+    "actor_id": True, "current_actor": True, "current_placement_group_id": True,
+    "gcs_address": True, "get": False, "get_accelerator_ids": False, "get_actor_id": False,
+    "get_actor_name": False, "get_assigned_resources": False, "get_job_id": False,
+    "get_node_id": False, "get_node_labels": False, "get_placement_group_id": False,
+    "get_resource_ids": False, "get_runtime_env_string": False, "get_session_name": False,
+    "get_task_function_name": False, "get_task_id": False, "get_task_name": False,
+    "get_temp_dir": False, "get_worker_id": False, "is_canceled": False, "job_id": True,
+    "namespace": True, "node_id": True, "runtime_env": True,
+    "should_capture_child_tasks_in_placement_group": True, "task_id": True,
+    "was_current_actor_reconstructed": True,
+}
+
+
+def test_runtime_context_has_every_member_of_rays():
+    """The public members of RuntimeContext are Ray 2.60's, properties where Ray's are."""
+    import inspect
+
+    from miniray.runtime_context import RuntimeContext
+
+    members = {name: isinstance(inspect.getattr_static(RuntimeContext, name), property)
+               for name in dir(RuntimeContext) if not name.startswith("_")}
+    assert members == _RAY_CONTEXT_MEMBERS
+
+
+def test_id_objects():
+    from miniray._private.core import ids
+
+    job = ids.JobID.from_hex("01000000")
+    assert repr(job) == "JobID(01000000)" and job.hex() == "01000000"
+    assert job == ids.JobID(b"\x01\x00\x00\x00") and hash(job) == hash(ids.JobID.from_hex(
+        "01000000"))
+    assert ids.PlacementGroupID.nil().is_nil() and not job.is_nil()
+    with pytest.raises(ValueError, match="must be 4 bytes"):
+        ids.JobID(b"\x01")
+    import pickle
+
+    assert pickle.loads(pickle.dumps(job)) == job
