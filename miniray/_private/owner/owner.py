@@ -285,7 +285,10 @@ class Owner:
                 spec.fn_bytes = None
             elif spec.fn_id not in self._functions:
                 raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
-            self.tasks.submit(spec, key, parent, self.runtime_env_error(spec.runtime_env))
+            env_error = None  # the per-task path tests two fields for the common case
+            if spec.runtime_env or self._job_env_error is not None:
+                env_error = self.runtime_env_error(spec.runtime_env)
+            self.tasks.submit(spec, key, parent, env_error)
             objects = self.objects
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
