@@ -216,28 +216,34 @@ def _py_modules(value: Any) -> list:
     return value
 
 
+def _requirements(path: str) -> list:
+    """The lines of a requirements file (Ray reads it when the runtime_env is built)."""
+    try:
+        with open(path, encoding="utf-8") as requirements:
+            return requirements.read().strip().split("\n")
+    except OSError:
+        raise ValueError(f"{path} is not a valid file") from None
+
+
 def _packages(value: Any, field: str, extra: tuple) -> dict | None:
     """``pip`` / ``uv``: Ray's accepted shapes, normalised to a dict (None if empty)."""
     if isinstance(value, str):
-        try:
-            with open(value, encoding="utf-8") as requirements:
-                packages = requirements.read().strip().split("\n")
-        except OSError:
-            raise ValueError(f"{value} is not a valid file") from None
-        result: dict = {"packages": packages, f"{field}_check": False}
+        result: dict = {"packages": _requirements(value), f"{field}_check": False}
     elif isinstance(value, list) and all(isinstance(dep, str) for dep in value):
         result = {"packages": list(value), f"{field}_check": False}
     elif isinstance(value, dict):
-        allowed = {"packages", f"{field}_check", *extra}
-        if set(value) - allowed:
+        allowed = ("packages", f"{field}_check", *extra)
+        if set(value) - set(allowed):
             raise ValueError(
                 f"runtime_env['{field}'] can only have these fields: "
-                f"{', '.join(sorted(allowed))}, but got: {list(value)}"
+                f"{', '.join(allowed[:-1])} and {allowed[-1]}, but got: {list(value)}"
             )
         if "packages" not in value:
             raise ValueError(
                 f"runtime_env['{field}'] must include field 'packages', but got {value}"
             )
+        if field == "pip" and isinstance(value["packages"], str):
+            value = {**value, "packages": _requirements(value["packages"])}
         if not isinstance(value["packages"], list):
             raise ValueError(
                 f"runtime_env['{field}']['packages'] must be of type list, "
@@ -316,14 +322,13 @@ def normalize(runtime_env: dict, *, job: bool = False) -> dict:
                 f"The '{field}' field currently cannot be used together with other fields "
                 f"of runtime_env. Specified fields: {set(env) - allowed}"
             )
-    out: dict = {}
-    for key, value in env.items():
-        check = _FIELD_CHECKS.get(key)
-        if check is not None:
-            value = check(value)
-            if value is None:
-                continue
-        out[key] = value
+    # Ray's order: the fields it does not check as given, then the checked ones in its order.
+    out = {key: value for key, value in env.items() if key not in _FIELD_CHECKS}
+    for key, check in _FIELD_CHECKS.items():
+        if key in env:
+            value = check(env[key])
+            if value is not None:
+                out[key] = value
     return out
 
 
