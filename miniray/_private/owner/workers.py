@@ -1,9 +1,10 @@
 """The owner's worker pool: the worker processes of the session, as the driver sees them.
 
 Owns: one ``WorkerSlot`` per worker (its sockets, output streams, pid, what it runs), the
-lookups by data fd, spawn request and pid, the idle workers kept for reuse, the counts the
-cap on workers is checked against (live, blocked in ``get()``, hosting an actor), and workers
-named or gone before they were adopted (asked for outside the owner's lock). Starting a worker
+lookups by data fd, spawn request and pid, the idle workers kept for reuse (each only in
+the runtime environment it was started in), the counts the cap on workers is checked against
+(live, blocked in ``get()``, hosting an actor), and workers named or gone before they were
+adopted (asked for outside the owner's lock). Starting a worker
 is two halves: ``start`` (the fork request, no lock) and ``adopt`` (watch it, under the lock).
 Does not own: what a worker runs or why it died (tasks in ``owner.py``, actors in
 ``actors.py``), its lease (``leases.py``), or the fork server (``transport/spawn.py``).
