@@ -101,6 +101,11 @@ def test_parse_for_job_takes_paths_modules_and_callables(tmp_path):
     assert hook is my_hook
     with pytest.raises(ValueError, match="must be an existing directory or a supported"):
         r.parse_for_job({"working_dir": str(tmp_path / "missing")})
+    with pytest.raises(ValueError, match="must be an existing directory or a supported"):
+        r.parse_for_job({"working_dir": str(tmp_path / "missing.zip")})  # Ray: must exist
+    (tmp_path / "app.zip").write_bytes(b"")
+    assert r.parse_for_job({"working_dir": str(tmp_path / "app.zip")})[0] == {
+        "working_dir": str(tmp_path / "app.zip")}  # accepted; its tasks cannot be set up
     with pytest.raises(ValueError, match="py_modules entry must be a .py file, a directory"):
         r.parse_for_job({"py_modules": [str(tmp_path / "x.txt")]})
     with pytest.raises(TypeError, match="worker_process_setup_hook must be a function"):

@@ -340,7 +340,8 @@ def _job_paths(env: dict) -> dict:
     if isinstance(working_dir, os.PathLike):
         working_dir = os.fspath(working_dir)
     if isinstance(working_dir, str) and _is_path(working_dir):
-        if not (os.path.isdir(working_dir) or working_dir.endswith(_ARCHIVES)):
+        if not (os.path.isdir(working_dir)
+                or (os.path.isfile(working_dir) and working_dir.endswith(_ARCHIVES))):
             raise ValueError(
                 f"directory {working_dir} must be an existing directory or a supported "
                 "archive (.zip, .tar.gz, .tgz, .tar.xz)"
