@@ -575,11 +575,19 @@ def test_named_actor_on_a_node_gets_its_creators_environment(node_env):
         plain = Probe.options(name="plain_probe").remote()
         own = Probe.options(name="own_probe",
                             runtime_env={"env_vars": {"OWN_VAR": "own"}}).remote()
+        refused = Probe.options(name="pip_probe", runtime_env={"pip": ["requests"]}).remote()
+        try:
+            ray.get(refused.env.remote(), timeout=60)
+            error = None
+        except ray.exceptions.RuntimeEnvSetupError as caught:
+            error = "Could not create the actor" in str(caught)
         print(json.dumps({"plain": ray.get(plain.env.remote(), timeout=60),
-                          "own": ray.get(own.env.remote(), timeout=60)}), flush=True)
+                          "own": ray.get(own.env.remote(), timeout=60),
+                          "refused": error}), flush=True)
     """, node_env)
     try:
-        assert json_line(proc, timeout=90) == {"plain": ["job", None], "own": ["job", "own"]}
+        assert json_line(proc, timeout=90) == {"plain": ["job", None], "own": ["job", "own"],
+                                               "refused": True}
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
