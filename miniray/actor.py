@@ -31,7 +31,7 @@ from typing import Any, Generic
 
 from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
-from miniray._private.core import context, ids, serialization, signatures
+from miniray._private.core import context, ids, runtime_envs, serialization, signatures
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, _ExitActor
@@ -165,6 +165,8 @@ class ActorClass(Generic[T]):
             detached=opts.get("lifetime") == "detached",
             get_if_exists=bool(opts.get("get_if_exists")), handle_state=state,
             max_pending_calls=opts.get("max_pending_calls"), contained=contained,
+            runtime_env=runtime_envs.submission_key(
+                rt, runtime_envs.parse_for_task(opts.get("runtime_env"))),
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)

@@ -732,7 +732,7 @@ class RuntimeEnvSetupError(RayError):
         self.error_message = error_message
 
     def __str__(self) -> str:
-        lines = ["The runtime environment could not be set up."]
+        lines = ["Failed to set up runtime environment."]  # Ray's first line
         if self.error_message:
             lines.append(str(self.error_message))
         return "\n".join(lines)

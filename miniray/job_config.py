@@ -1,7 +1,8 @@
 """JobConfig: accepted by ``init(job_config=...)``.
 
-Mirrors ``ray.job_config.JobConfig`` (Ray 2.60) as a holder of its arguments. Differs: only
-``runtime_env["env_vars"]`` takes effect, through ``init(runtime_env=...)``.
+Mirrors ``ray.job_config.JobConfig`` (Ray 2.60) as a holder of its arguments. Of them, only
+``runtime_env`` takes effect: ``init(job_config=...)`` uses it when ``init()`` is given no
+``runtime_env`` of its own, as Ray does.
 """
 
 from __future__ import annotations

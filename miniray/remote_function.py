@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic
 
 from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
-from miniray._private.core import descriptors, ids, serialization, signatures
+from miniray._private.core import descriptors, ids, runtime_envs, serialization, signatures
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import TaskSpec
@@ -36,7 +36,7 @@ class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
     __slots__ = ("request", "num_returns", "streaming", "max_retries", "retry_exceptions",
-                 "max_calls", "name")
+                 "max_calls", "name", "runtime_env", "env_cache")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
@@ -58,6 +58,17 @@ class _Template:
         self.retry_exceptions = retry
         self.max_calls = max_calls
         self.name = opts.get("name") or default_name
+        self.runtime_env = runtime_envs.parse_for_task(opts.get("runtime_env"))
+        self.env_cache: tuple = (None, "")  # (session token, env_key) of the last .remote()
+
+    def env_key(self, rt) -> str:
+        """The environment a submission runs in (``runtime_envs.submission_key``), computed
+        once per session."""
+        token, key = self.env_cache
+        if token is not rt.session_token:
+            key = runtime_envs.submission_key(rt, self.runtime_env)
+            self.env_cache = (rt.session_token, key)
+        return key
 
 
 class RemoteFunction(Generic[P, R]):
@@ -159,6 +170,7 @@ class RemoteFunction(Generic[P, R]):
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
             self._descriptor_name, blob, deps, return_ids, num_returns, template.request,
             template.max_retries, template.retry_exceptions, template.max_calls, contained,
+            template.env_key(rt),
         )
         rt.submit_task(spec)
         if num_returns == 1:

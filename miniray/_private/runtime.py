@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, Dict, Union
 
-from miniray._private.core import config, context, ids
+from miniray._private.core import config, context, ids, runtime_envs, serialization
 from miniray._private.core.resources import NodeState, to_units
 from miniray._private.host import session
 from miniray._private.object_store import shm_segments, values
@@ -178,8 +178,14 @@ class Runtime:
     mode = "driver"
 
     def __init__(self, *, num_cpus, num_gpus, resources, object_store_memory, namespace,
-                 log_to_driver, temp_dir, runtime_env, node=None):
+                 log_to_driver, temp_dir, runtime_env, node=None, setup_hook=None):
         self.pid = os.getpid()
+        # The job's runtime environment (init's, checked by runtime_envs.parse_for_job):
+        # the driver's own, and every task's and actor's unless they name one. "" is its
+        # env_key: workers started in it need nothing more than HELLO says.
+        self.runtime_env = self.job_runtime_env = runtime_env or {}
+        self.runtime_env_key = ""
+        self.setup_hook = setup_hook
         self.node_ip = "127.0.0.1"
         self.node_id = ids.random_hex(ids.NODE_ID_SIZE)
         self.worker_id = ids.random_hex(ids.NODE_ID_SIZE)
@@ -245,9 +251,9 @@ class Runtime:
                      restart_fork_server=None) -> None:
         from miniray._private.core import alias  # lazy: see the note at the imports
 
-        env_vars = {}
-        if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
-            env_vars = {str(k): str(v) for k, v in runtime_env["env_vars"].items()}
+        hook = self.setup_hook
+        if callable(hook):  # sent as a function's pickle, as Ray exports it
+            hook = serialization.dumps_function(hook, "worker_process_setup_hook")
         hello = {
             "session_dir": self.session_dir,
             "store": {"session_tag": self.store.session_tag, "shm_dir": self.store.shm_dir,
@@ -257,7 +263,8 @@ class Runtime:
             "namespace": self.namespace,
             "sys_path": _driver_sys_path(),
             "cwd": os.getcwd(),
-            "env": env_vars,
+            "runtime_env": self.job_runtime_env,
+            "setup_hook": hook,
             "ray_alias": alias.installed(),
             "gpu_ids_are_ints": self.gpu_ids_are_ints,
             "nodes": [self.node_info()],
@@ -298,8 +305,7 @@ class Runtime:
         self.store = _make_store(self.session_dir, int(object_store_memory))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
-        if runtime_env and isinstance(runtime_env, dict) and runtime_env.get("env_vars"):
-            env.update({str(k): str(v) for k, v in runtime_env["env_vars"].items()})
+        env.update(self.job_runtime_env.get("env_vars") or {})
         from miniray._private.core import alias  # lazy: see the note at the imports
 
         if alias.installed():
@@ -737,6 +743,13 @@ def init(
                 "passing in 'ignore_reinit_error=True' or by calling 'ray.shutdown()' prior to "
                 "'ray.init()'."
             )
+        # Ray's checks of the job's runtime_env (a bad field raises here, before anything
+        # starts); its fields that take no effect are named once.
+        if not runtime_env and job_config is not None:  # Ray: init's wins, else the config's
+            runtime_env = getattr(job_config, "runtime_env", None)
+            check_init_arguments(None, None, runtime_env)
+        job_env, setup_hook = runtime_envs.parse_for_job(runtime_env)
+        runtime_envs.note_ignored(job_env, level="job")
         if address in (None, "auto"):
             env_address = os.environ.get("RAY_ADDRESS")
             if env_address:
@@ -762,7 +775,7 @@ def init(
             rt = Runtime(num_cpus=None, num_gpus=None, resources=None,
                          object_store_memory=None, namespace=namespace,
                          log_to_driver=log_to_driver, temp_dir=None,
-                         runtime_env=runtime_env, node=node)
+                         runtime_env=job_env, setup_hook=setup_hook, node=node)
             return _started(rt)
         if resources is not None:
             if not isinstance(resources, dict):
@@ -789,7 +802,7 @@ def init(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=namespace,
             log_to_driver=log_to_driver, temp_dir=temp_dir,
-            runtime_env=runtime_env,
+            runtime_env=job_env, setup_hook=setup_hook,
         )
         return _started(rt)
 

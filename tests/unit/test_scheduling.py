@@ -84,7 +84,8 @@ def test_workers_are_not_shared_between_gpu_and_other_tasks():
 
 
 def test_idle_worker_for_picks_the_newest_worker_of_the_kind():
-    cpu_old, gpu, cpu_new, fresh = (SimpleNamespace(kind=k) for k in (False, True, False, None))
+    cpu_old, gpu, cpu_new, fresh = (SimpleNamespace(kind=k, runtime_env="")
+                                    for k in (False, True, False, None))
     idle = [cpu_old, gpu, cpu_new]
     assert s.idle_worker_for(idle, {"CPU": 1}) == 2
     assert s.idle_worker_for(idle, {"CPU": 1, "GPU": 1}) == 1
@@ -92,6 +93,7 @@ def test_idle_worker_for_picks_the_newest_worker_of_the_kind():
     assert s.idle_worker_for([gpu], {"CPU": 1}) is None
     assert s.idle_worker_for([gpu, fresh], {"CPU": 1}) == 1
     assert s.idle_worker_for([], {"CPU": 1}) is None
+    assert s.idle_worker_for(idle, {"CPU": 1}, "env-A") is None  # started in another env
 
 
 def test_a_blocked_task_gives_back_its_cpu_only():

@@ -217,5 +217,20 @@ class TaskID(_BaseID):
         return JobID(self._binary[-JobID._SIZE:])
 
 
-for _cls in (JobID, ActorID, TaskID):
+class NodeID(_BaseID):
+    """A node's id (28 bytes). Mirrors ``ray.NodeID``; the deprecated
+    ``RuntimeContext.node_id`` returns one."""
+
+    __slots__ = ()
+    _SIZE = NODE_ID_SIZE
+
+
+class PlacementGroupID(_BaseID):
+    """A placement group's id (18 bytes). Mirrors ``ray.PlacementGroupID``."""
+
+    __slots__ = ()
+    _SIZE = 18
+
+
+for _cls in (JobID, ActorID, TaskID, NodeID, PlacementGroupID):
     _cls.__module__ = "miniray"

@@ -50,6 +50,8 @@ import os
 import warnings
 from typing import Any, Callable, NamedTuple, Union
 
+from miniray._private.core import runtime_envs
+
 __all__ = [
     "ACTOR_OPTIONS",
     "METHOD_OPTIONS",
@@ -249,6 +251,15 @@ def _fallback_strategy_error(strategies: list | None) -> str | None:
     return None
 
 
+def _runtime_env_error(value: Any) -> str | None:
+    """Ray's checks of a task's or actor's ``runtime_env`` (it raises TypeError or ValueError
+    itself, with Ray's wording); fields it accepts but that change nothing are named once."""
+    env = runtime_envs.parse_for_task(value)
+    if env:
+        runtime_envs.note_ignored(env, level="task")
+    return None
+
+
 def _num_returns_error(value: Any) -> str | None:
     if isinstance(value, str) and value not in ("dynamic", "streaming"):
         # Ray 2.60 raises TypeError here too, with a bare "'>=' not supported between
@@ -291,7 +302,7 @@ _COMMON: dict[str, _Rule] = {
     "placement_group_bundle_index": _Rule(int),
     "placement_group_capture_child_tasks": _Rule((bool, _NoneType)),
     "resources": _Rule((dict, _NoneType), _resources_error),
-    "runtime_env": _Rule((dict, _NoneType)),
+    "runtime_env": _Rule((dict, _NoneType), lambda v: _runtime_env_error(v)),
     "scheduling_strategy": _Rule((_NoneType, str, *_STRATEGIES)),
     "enable_task_events": _Rule(bool),
     "_labels": _Rule((dict, _NoneType)),

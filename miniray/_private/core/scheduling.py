@@ -30,7 +30,7 @@ __all__ = [
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
     "blocked_release", "cancel_action", "consume_retry", "covers", "idle_worker_for",
     "lease_with_room", "may_move", "next_to_place", "retry_failed_result", "scheduling_key",
-    "worker_fits", "worker_kind",
+    "worker_fits", "worker_kind", "worker_serves",
 ]  # fmt: skip
 
 # Task states.
@@ -56,14 +56,16 @@ def may_move(old: int, new: int) -> bool:
     return new in TRANSITIONS[old]
 
 
-def scheduling_key(request: dict, max_calls: int) -> tuple:
-    """Tasks with one key share leases: the same resource request and the same ``max_calls``
-    (a worker that reaches a function's ``max_calls`` retires, so it cannot serve others).
+def scheduling_key(request: dict, max_calls: int, runtime_env: str = "") -> tuple:
+    """Tasks with one key share leases: the same resource request, the same ``max_calls``
+    (a worker that reaches a function's ``max_calls`` retires, so it cannot serve others)
+    and the same runtime environment (its ``runtime_envs.env_key``; "" is the job's): a
+    worker runs in one environment, as Ray starts a worker per runtime environment.
 
     >>> scheduling_key({"GPU": 1, "CPU": 1}, 0)
-    ((('CPU', 1), ('GPU', 1)), 0)
+    ((('CPU', 1), ('GPU', 1)), 0, '')
     """
-    return (tuple(sorted(request.items())), max_calls)
+    return (tuple(sorted(request.items())), max_calls, runtime_env)
 
 
 def worker_kind(request: dict) -> bool:
@@ -88,18 +90,33 @@ def worker_fits(kind: bool | None, request: dict) -> bool:
     return kind is None or kind == worker_kind(request)
 
 
-def idle_worker_for(idle, request: dict):
-    """The index in ``idle`` (oldest first; items have ``kind``) of the worker to give a
-    lease of ``request``: the most recently idle one that fits, or None (start a new one).
+def worker_serves(worker, request: dict, runtime_env: str = "") -> bool:
+    """Whether an idle ``worker`` (with ``kind`` and ``runtime_env``) may take a lease of
+    ``request`` in ``runtime_env``: of a kind that fits (``worker_fits``) and started in that
+    runtime environment (as Ray starts a worker per runtime environment).
 
     >>> from types import SimpleNamespace as W
-    >>> idle_worker_for([W(kind=False), W(kind=True), W(kind=False)], {"GPU": 1})
-    1
-    >>> idle_worker_for([W(kind=True)], {"CPU": 1}) is None
+    >>> worker_serves(W(kind=False, runtime_env=""), {"CPU": 1})
     True
+    >>> worker_serves(W(kind=False, runtime_env="A"), {"CPU": 1}, "B")
+    False
+    """
+    return worker.runtime_env == runtime_env and worker_fits(worker.kind, request)
+
+
+def idle_worker_for(idle, request: dict, runtime_env: str = ""):
+    """The index in ``idle`` (oldest first) of the worker to give a lease of ``request`` in
+    ``runtime_env``: the most recently idle one that serves it (``worker_serves``), or None
+    (start a new one).
+
+    >>> from types import SimpleNamespace as W
+    >>> idle = [W(kind=False, runtime_env=""), W(kind=True, runtime_env=""),
+    ...         W(kind=False, runtime_env="")]
+    >>> idle_worker_for(idle, {"GPU": 1}), idle_worker_for(idle, {"CPU": 1}, "A")
+    (1, None)
     """
     for index in range(len(idle) - 1, -1, -1):
-        if worker_fits(idle[index].kind, request):
+        if worker_serves(idle[index], request, runtime_env):
             return index
     return None
 

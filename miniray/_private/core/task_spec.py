@@ -32,6 +32,7 @@ class TaskSpec:
         "retry_exceptions",
         "max_calls",
         "contained",
+        "runtime_env",
     )
 
     def __init__(
@@ -50,6 +51,7 @@ class TaskSpec:
         retry_exceptions: Any,
         max_calls: int,
         contained: tuple = (),
+        runtime_env: str = "",
     ):
         self.task_id = task_id
         self.fn_id = fn_id
@@ -65,6 +67,9 @@ class TaskSpec:
         self.retry_exceptions = retry_exceptions
         self.max_calls = max_calls
         self.contained = contained  # ids of refs nested in the arguments: held while pending
+        # The environment it runs in (runtime_envs.env_key); "" is the job's. Workers are
+        # kept per environment, so it is part of the scheduling key.
+        self.runtime_env = runtime_env
 
     def __reduce__(self):
         return (TaskSpec, tuple(getattr(self, name) for name in TaskSpec.__slots__))
@@ -79,11 +84,13 @@ class ActorCreationSpec:
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls", "contained")
+                 "max_pending_calls", "contained", "runtime_env")
 
     def __init__(self, **fields):
         for name in self.__slots__:
             setattr(self, name, fields.get(name))
+        if self.runtime_env is None:
+            self.runtime_env = ""  # the job's environment (runtime_envs.env_key)
 
     def __reduce__(self):
         return (_rebuild_creation, ({n: getattr(self, n) for n in self.__slots__},))

@@ -33,7 +33,7 @@ import logging
 import sys
 from typing import Any, Protocol
 
-from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core import ids, protocol, runtime_envs, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
@@ -80,6 +80,7 @@ class ActorsOwner(Protocol):
     def release_lease_later(self, lease_id: str, host_lease: str | None) -> None: ...
     def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None: ...
     def function_bytes(self, fn_id: bytes) -> bytes: ...
+    def runtime_env_error(self, runtime_env: str) -> Any: ...
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +201,9 @@ class ActorManager:
         with owner.locked():
             if spec.fn_bytes is None:
                 spec.fn_bytes = owner.function_bytes(spec.fn_id)
+            job_env = owner.hello_info.get("runtime_env")
+            if not spec.runtime_env and job_env:  # the service's own job is not this driver's
+                spec.runtime_env = runtime_envs.env_key(job_env)
             objects = owner.objects
             needed = self.nested_ids(spec)
             later = [i for i in needed
@@ -296,6 +300,14 @@ class ActorManager:
         objects = owner.objects
         if spec.contained:  # refs nested in the constructor's arguments: held while it lives
             objects.hold(spec.contained)
+        env_error = owner.runtime_env_error(spec.runtime_env or "")
+        if env_error is not None:  # as Ray: the handle is returned, every call fails
+            from miniray.exceptions import RuntimeEnvSetupError
+
+            self._die(actor, serialization.dumps(RuntimeEnvSetupError(
+                "Could not create the actor because its associated runtime env failed to be "
+                "created.\n" + env_error.error_message)), init=True)
+            return spec.actor_id
         for _position, object_id in spec.deps or ():
             entry = objects.get(object_id)
             if entry is None:
@@ -398,7 +410,8 @@ class ActorManager:
                         continue
                     return
                 self.pending.remove(actor)
-                self._start(actor, lease, host_lease, owner.adopt_worker(parts))
+                self._start(actor, lease, host_lease,
+                            owner.adopt_worker(parts, spec.runtime_env or ""))
 
     def _report_infeasible(self, spec) -> None:
         """*Locked.* One stderr line per resource shape that this node can never hold."""

@@ -41,7 +41,7 @@ import threading
 import time
 from typing import Any
 
-from miniray._private.core import config, protocol, scheduling, serialization
+from miniray._private.core import config, protocol, runtime_envs, scheduling, serialization
 from miniray._private.core.scheduling import (
     T_DONE,
     T_RUNNING,
@@ -117,6 +117,10 @@ class Owner:
         self.session_token = object()
         self.linger = config.lease_linger_s()
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
+        # Why the job's runtime_env (init's) cannot be set up, if it cannot; then every
+        # task or actor of it fails with RuntimeEnvSetupError, as in Ray.
+        self._job_env_error = runtime_envs.setup_error(hello_info.get("runtime_env") or {})
+        self._env_errors: dict = {}  # env_key -> RuntimeEnvSetupError or None
 
         self._lock = threading.Lock()
         self._locked = _Locked(self)
@@ -251,13 +255,29 @@ class Owner:
         it (``defer``) once it is released: the way other modules take the lock."""
         return self._locked
 
+    def runtime_env_error(self, runtime_env: str):
+        """*Locked.* The ``RuntimeEnvSetupError`` a task or actor of ``runtime_env`` (an
+        ``env_key``; "" is the job's) fails with, or None: decided once per environment."""
+        if not runtime_env and self._job_env_error is None:
+            return None  # the common case: the job's environment, which can be set up
+        error = self._env_errors.get(runtime_env, False)
+        if error is False:
+            from miniray.exceptions import RuntimeEnvSetupError
+
+            env = runtime_envs.from_key(runtime_env) if runtime_env else None
+            text = (runtime_envs.setup_error(env) if env is not None
+                    else self._job_env_error)
+            error = self._env_errors[runtime_env] = (
+                None if text is None else RuntimeEnvSetupError(text))
+        return error
+
     def count_actor_worker(self, delta: int) -> None:
         """*Locked.* A worker started (+1) or stopped (-1) hosting an actor: it does not count
         against the cap on task workers."""
         self.workers.actors += delta
 
     def submit_task(self, spec, parent: Task | None = None) -> None:
-        key = scheduling.scheduling_key(spec.request, spec.max_calls)
+        key = scheduling.scheduling_key(spec.request, spec.max_calls, spec.runtime_env)
         with self._lock:
             self.check_usable()
             if spec.fn_bytes is not None:
@@ -265,7 +285,10 @@ class Owner:
                 spec.fn_bytes = None
             elif spec.fn_id not in self._functions:
                 raise RuntimeError(f"miniray bug: function {spec.name} was never exported")
-            self.tasks.submit(spec, key, parent)
+            env_error = None  # the per-task path tests two fields for the common case
+            if spec.runtime_env or self._job_env_error is not None:
+                env_error = self.runtime_env_error(spec.runtime_env)
+            self.tasks.submit(spec, key, parent, env_error)
             objects = self.objects
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
@@ -321,23 +344,25 @@ class Owner:
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
         # worker (a recursive fib would deadlock otherwise).
-        room = self._worker_room(request)
+        env = key[2]
+        room = self._worker_room(request, env)
         if room <= 0:
-            if self._acquiring_total or not self._release_idle_leases(force=True,
-                                                                      request=request):
+            if self._acquiring_total or not self._release_idle_leases(
+                    force=True, request=request, runtime_env=env):
                 if not self._acquiring_total:
                     self._mark_full(now)
                 return
-            room = self._worker_room(request)
+            room = self._worker_room(request, env)
         count = min(wanted, max(1, room))
         self._acquiring[key] = self._acquiring.get(key, 0) + count
         self._acquiring_total += count
         self.defer(functools.partial(self._take_leases, key, request, count))
 
-    def _worker_room(self, request: dict) -> int:
-        """*Locked.* How many more leases of ``request`` workers can serve now: the idle ones
-        of its kind, plus new ones up to the cap, less the leases being taken."""
-        return self.workers.room(self._acquiring_total, request)
+    def _worker_room(self, request: dict, runtime_env: str = "") -> int:
+        """*Locked.* How many more leases of ``request`` in ``runtime_env`` workers can serve
+        now: the idle ones of its kind and environment, plus new ones up to the cap, less the
+        leases being taken."""
+        return self.workers.room(self._acquiring_total, request, runtime_env)
 
     def _take_leases(self, key, request: dict, count: int) -> None:
         """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
@@ -358,7 +383,7 @@ class Owner:
             if not self.may_dispatch():
                 unused, got = got, []
             for lease, host_lease in got:
-                worker = self.workers.take_idle(request)  # only one of the request's kind
+                worker = self.workers.take_idle(request, key[2])  # its kind, its env
                 if worker is not None:
                     self._give_lease(key, request, lease, host_lease, worker)
                 else:
@@ -379,7 +404,7 @@ class Owner:
             usable = self.may_dispatch() and fork_server is self.fork_server
             for lease, host_lease, parts in started:
                 if usable:
-                    worker = self.adopt_worker(parts)
+                    worker = self.adopt_worker(parts, key[2])
                     self._give_lease(key, request, lease, host_lease, worker)
                 else:
                     self.discard_start(parts)
@@ -544,16 +569,16 @@ class Owner:
             self.workers.keep_idle(worker)
 
     def _release_idle_leases(self, force: bool = False, returned: list | None = None,
-                             request: dict | None = None) -> bool:
+                             request: dict | None = None, runtime_env: str = "") -> bool:
         """Return idle leases to the ledger (all if ``force``, else those past the linger);
         with ``force`` at the cap on workers, an idle worker retires too (one that may not
-        run ``request`` first)."""
+        run ``request`` in ``runtime_env`` first)."""
         released = False
         for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
             self._release_lease(slot, returned=returned)
             released = True
         if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
-            self.workers.retire_one_idle(request)
+            self.workers.retire_one_idle(request, runtime_env)
         return released
 
     def flush_idle_leases(self) -> None:
@@ -653,10 +678,15 @@ class Owner:
         """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
         self.workers.discard(parts)
 
-    def adopt_worker(self, parts: tuple) -> WorkerSlot:
-        """*Locked.* Watch a worker asked for by ``start_worker``."""
+    def adopt_worker(self, parts: tuple, runtime_env: str = "") -> WorkerSlot:
+        """*Locked.* Watch a worker asked for by ``start_worker``; it runs in ``runtime_env``
+        (a ``runtime_envs.env_key``; "" is the job's environment)."""
         worker, early = self.workers.adopt(parts)
-        self.send(worker, (protocol.HELLO, self.hello_info))
+        worker.runtime_env = runtime_env
+        hello = self.hello_info
+        if runtime_env:
+            hello = {**hello, "runtime_env_key": runtime_env}
+        self.send(worker, (protocol.HELLO, hello))
         if early is not None:  # the fork server answered before the worker was adopted
             self._on_spawned(worker, early)
         return worker

@@ -91,9 +91,11 @@ class TaskQueue:
         self.infeasible: dict[Any, list[Task]] = {}
         self._reported_infeasible: set = set()
 
-    def submit(self, spec, key, parent: Task | None = None) -> None:
+    def submit(self, spec, key, parent: Task | None = None,
+               setup_error: BaseException | None = None) -> None:
         """A new task: its return objects exist from now on; it waits for its arguments,
-        then is queued (or infeasible)."""
+        then is queued (or infeasible). With ``setup_error`` (its runtime_env cannot be set
+        up) it fails at once with that error, as Ray fails it before leasing a worker."""
         task = Task(spec, key)
         self.by_id[spec.task_id] = task
         objects = self.objects
@@ -106,6 +108,9 @@ class TaskQueue:
             if parent.children is None:
                 parent.children = []
             parent.children.append(task)
+        if setup_error is not None:
+            self.fail(task, setup_error)
+            return
         if spec.deps:
             for _position, object_id in spec.deps:
                 entry = objects.get(object_id)

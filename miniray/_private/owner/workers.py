@@ -1,10 +1,11 @@
 """The owner's worker pool: the worker processes of the session, as the driver sees them.
 
 Owns: one ``WorkerSlot`` per worker (its sockets, output streams, pid, what it runs), the
-lookups by data fd, spawn request and pid, the idle workers kept for reuse (a lease of one
-shape gets only an idle worker of its kind: ``scheduling.worker_fits``), the counts the
-cap on workers is checked against (live, blocked in ``get()``, hosting an actor), and workers
-named or gone before they were adopted (asked for outside the owner's lock). Starting a worker
+lookups by data fd, spawn request and pid, the idle workers kept for reuse (a lease gets only
+an idle worker of its kind, started in its runtime environment: ``scheduling.worker_serves``),
+the counts the cap on workers is checked against (live, blocked in ``get()``, hosting an
+actor), and workers named or gone before they were adopted (asked for outside the owner's
+lock). Starting a worker
 is two halves: ``start`` (the fork request, no lock) and ``adopt`` (watch it, under the lock).
 Does not own: what a worker runs or why it died (tasks in ``owner.py``, actors in
 ``actors.py``), its lease (``leases.py``), or the fork server (``transport/spawn.py``).
@@ -28,7 +29,7 @@ class WorkerSlot:
     __slots__ = (
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed", "kind",
-        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited",
+        "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -53,6 +54,7 @@ class WorkerSlot:
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
+        self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -89,23 +91,26 @@ class WorkerPool:
         """Workers that count against the cap: not blocked in get(), not hosting an actor."""
         return self.live - self.blocked - self.actors
 
-    def room(self, taking: int, request: dict | None = None) -> int:
-        """How many more leases workers can serve now: the idle ones (of the kind that may
-        run ``request``), plus new ones up to the cap, less the ``taking`` leases being taken."""
+    def room(self, taking: int, request: dict | None = None, runtime_env: str = "") -> int:
+        """How many more leases workers can serve now: the idle ones (those that may run
+        ``request`` in ``runtime_env``), plus new ones up to the cap, less the ``taking``
+        leases being taken."""
         idle = self.idle if request is None else [
-            worker for worker in self.idle if scheduling.worker_fits(worker.kind, request)]
+            worker for worker in self.idle
+            if scheduling.worker_serves(worker, request, runtime_env)]
         return len(idle) + max(0, self.max_workers - self.busy()) - taking
 
-    def take_idle(self, request: dict) -> WorkerSlot | None:
-        """An idle worker that may run tasks of ``request`` (no longer idle), or None."""
-        index = scheduling.idle_worker_for(self.idle, request)
+    def take_idle(self, request: dict, runtime_env: str = "") -> WorkerSlot | None:
+        """An idle worker that may run tasks of ``request`` in ``runtime_env`` (no longer
+        idle), or None."""
+        index = scheduling.idle_worker_for(self.idle, request, runtime_env)
         return None if index is None else self.idle.pop(index)
 
-    def retire_one_idle(self, request: dict | None = None) -> None:
-        """Retire the oldest idle worker, one that may not run ``request`` first (room for a
-        worker of that kind under the cap)."""
-        unfit = [worker for worker in self.idle
-                 if request is not None and not scheduling.worker_fits(worker.kind, request)]
+    def retire_one_idle(self, request: dict | None = None, runtime_env: str = "") -> None:
+        """Retire the oldest idle worker, one that may not run ``request`` in ``runtime_env``
+        first (room for a new worker under the cap)."""
+        unfit = [worker for worker in self.idle if request is not None
+                 and not scheduling.worker_serves(worker, request, runtime_env)]
         self.retire((unfit or self.idle)[0])
 
     @staticmethod

@@ -143,6 +143,11 @@ class WorkerRuntime:
         self.session_token = object()
         self.worker_id = os.urandom(28).hex()
         self.actor = None  # an ActorContext once this worker hosts an actor
+        # The job's runtime environment, and this worker's own (set once it is applied):
+        # tasks submitted from here run in it unless they name one (merged over it).
+        self.job_runtime_env = info.get("runtime_env") or {}
+        self.runtime_env: dict = self.job_runtime_env
+        self.runtime_env_key = ""
         self._ref_events: collections.deque = collections.deque()
         self._held: dict[bytes, int] = {}
         channel.before_send = self.borrow_report

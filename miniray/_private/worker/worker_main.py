@@ -3,7 +3,8 @@
 Owns: the worker's main loop, running one task (arguments in, results or the error out, output
 markers, CUDA_VISIBLE_DEVICES), and cancelling the running task on request. Does not own: what
 the public API does inside a task (``worker_api.py``), or which tasks come here (the owner).
-Called by: the fork server, in the forked child (``run_forked``).
+Called by: the fork server, in the forked child (``run_forked``), which first applies the
+runtime environment HELLO names and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
@@ -29,12 +30,14 @@ import pickle
 import socket
 import sys
 import threading
+import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from miniray._private.core import alias, config, context, ids, protocol, serialization
+from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
+from miniray._private.worker import runtime_env_setup
 from miniray._private.worker.execute import (
     ArgumentsNotLoaded,
     _dumps_error,
@@ -332,8 +335,10 @@ def _is_retryable(error: BaseException, retry_exceptions) -> bool:
     return isinstance(error, tuple(allowed))
 
 
-def _apply_hello(info: dict) -> None:
-    os.environ.update(info.get("env") or {})  # runtime_env env_vars of this driver
+def _apply_hello(info: dict) -> tuple[dict, str]:
+    """The driver's paths and directory, then this worker's runtime environment: the job's,
+    or the one HELLO names (``runtime_env_key``, a task's or actor's own). Returns the
+    environment and its key."""
     for path in reversed(info.get("sys_path", [])):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -343,8 +348,12 @@ def _apply_hello(info: dict) -> None:
             os.chdir(cwd)
         except OSError:
             pass
+    key = info.get("runtime_env_key") or ""
+    env = runtime_envs.from_key(key) if key else (info.get("runtime_env") or {})
+    runtime_env_setup.apply(env, info.get("session_dir", ""))
     if info.get("ray_alias"):
         alias.install()
+    return env, key
 
 
 def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
@@ -368,9 +377,23 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
     if hello[0] != protocol.HELLO:
         os._exit(2)
     info = hello[1]
-    _apply_hello(info)
+    try:
+        env, key = _apply_hello(info)
+    except Exception:  # a directory gone since submission, say: the worker cannot start
+        sys.stderr.write("The worker's runtime_env could not be applied:\n"
+                         + traceback.format_exc())
+        _flush_std()
+        os._exit(1)
     worker = _Worker(channel, ctl, info)
+    worker.runtime.runtime_env, worker.runtime.runtime_env_key = env, key
     context.set_current(worker.runtime)
+    hook = info.get("setup_hook")
+    if hook is not None:  # once per worker process, before its first task, as in Ray
+        error = runtime_env_setup.run_setup_hook(hook)
+        if error is not None:  # the worker exits: its task is retried or fails, as in Ray
+            sys.stderr.write(error)
+            _flush_std()
+            os._exit(1)
     worker.start_control_thread()
     try:
         worker.loop()
