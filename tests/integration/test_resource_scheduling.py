@@ -509,3 +509,26 @@ def test_leases_of_crashed_and_cancelled_tasks_are_returned(ray, tmp_path):
     ledger = runtime.current().ledger
     assert _poll(lambda: ray.available_resources().get("CPU") == 2.0)
     assert ledger.statistics()["leases"] == 0
+
+
+def test_a_request_held_back_by_a_failure_marked_with_nothing_queued_is_retried(ray):
+    """A lease request that failed when nothing was queued any more (its task was cancelled
+    meanwhile) leaves the retry window closed with no retry scheduled; a task submitted next,
+    of a shape the window holds back, must still be tried again once the window has passed
+    (other processes may have released resources), not wait for an unrelated event."""
+    import time as _time
+
+    from miniray._private import runtime
+
+    owner = runtime.current().owner
+
+    @ray.remote
+    def one():
+        return 1
+
+    assert ray.get(one.remote(), timeout=30) == 1
+    ray.available_resources()  # the idle lease goes back: no later release wakes anyone
+    with owner.locked():
+        assert not owner.tasks.queues
+        owner.leases.window.mark_full(_time.monotonic(), {"CPU": 1})
+    assert ray.get(one.remote(), timeout=10) == 1

@@ -340,6 +340,8 @@ class Owner:
         # request of another shape is still tried (a GPU task waiting for the GPU must not
         # hold back the CPU task its holder waits for).
         if not self.leases.window.may_try(now, request):
+            if not self._retry_pending:  # the failure was marked when nothing was queued
+                self._schedule_retry()
             return
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
