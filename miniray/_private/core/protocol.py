@@ -20,8 +20,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
     (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec)            nested task
     (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
-           dep_values, return_ids, extra)         (GET, req_id, ids, timeout)
-    (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
+           dep_values, return_ids, extra)         (GET, req_id, ids, timeout, task_id)
+    (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout,
+                                                         task_id)
     (UNMAP, path)                                 (CALL, req_id, method, args)
     (EXIT,)                                       (BORROW, added, dropped, escaped)
 
@@ -36,6 +37,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
+   Its ``task_id`` is the call that waits (None where a cancel must not interrupt it: outside
+   a call, in an async actor); once that call is cancelled, the REPLY of each of its waits,
+   pending or later, is ``CANCELLED`` (the worker raises KeyboardInterrupt there, as Ray does).
 
 1a. The ``method`` of a worker's ``(CALL, req_id, method, args)``: what the public API asks of
    the driver from inside a task or actor (answered by ``(REPLY, req_id, (ok, value))``;
@@ -91,7 +95,8 @@ from __future__ import annotations
 
 # A node refuses a driver whose NODE_HELLO carries another version (NODE_REFUSED says so).
 # 2: the node and actor-service channels moved from string tags to the ints below.
-PROTOCOL_VERSION = 2
+# 3: GET and WAIT name the waiting call (a node's workers speak to its drivers' owners).
+PROTOCOL_VERSION = 3
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -163,10 +168,12 @@ SVC_RESULT = 72
 SVC_OUTPUT = 73
 SVC_IMPORTED = 74
 
-# result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT)
+# result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
+# a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
 OK = 0
 ERR = 1
 TIMEOUT = 2
+CANCELLED = 3
 
 # Each channel's tags by name, in section order: what a reader of that channel may receive
 # from either side. A name may serve two channels (the node relays the fork server's).

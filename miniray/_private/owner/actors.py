@@ -692,8 +692,6 @@ class ActorManager:
             return False
         if force:
             raise ValueError("force=True is not supported for actor tasks.")
-        from miniray.exceptions import TaskCancelledError
-
         actor = call.actor
         if actor.remote and call.sent:
             self.link.cancel(task_id, force)
@@ -701,15 +699,13 @@ class ActorManager:
         if not call.sent:
             if call in actor.queue:
                 actor.queue.remove(call)
-            self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
-                task_id.hex())))] * max(1, call.spec.num_returns))
+            error = scheduling.actor_call_cancel_error(task_id, actor.spec.actor_id)
+            self._finish(call, [(protocol.ERR, serialization.dumps(error))]
+                         * max(1, call.spec.num_returns))
             return True
         worker = actor.worker
         if worker is not None:
-            try:
-                self.owner.send_control(worker, (protocol.CANCEL, task_id))
-            except OSError:
-                pass
+            self.owner.signal_cancel(worker, task_id)
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
