@@ -70,6 +70,12 @@ class ActorHost:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.semaphore: asyncio.Semaphore | None = None
+        # Calls are sent while the constructor runs, and so are their cancels: from now on
+        # the control thread hands them here (those already read are taken over).
+        with worker.exec_lock:
+            self.cancelled |= worker.cancelled
+            worker.cancelled.clear()
+            worker.actor_host = self
         worker._mark(class_name)
         worker._set_env(resources, gpu_ids)  # kept for the actor's whole life, as in Ray
         runtime = worker.runtime
