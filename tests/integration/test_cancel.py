@@ -686,3 +686,42 @@ def test_is_canceled_in_an_async_actor_raises_runtime_error(ray, AsyncWorker):
     message = "This method is not supported in an async actor."
     assert ray.get(actor.canceled.remote(), timeout=GET_TIMEOUT) == message
     assert ray.get(actor.sync_canceled.remote(), timeout=GET_TIMEOUT) == message
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_recursive_cancel_of_an_actor_call_reaches_its_tasks(ray, tmp_path, recursive):
+    """The tasks an actor call submitted are cancelled with it when ``recursive`` (the
+    default), as in Ray 2.60 (compared: the call's get of its cancelled child fails), and
+    left running otherwise."""
+    started, caught = tmp_path / "started", tmp_path / "caught"
+
+    @ray.remote(max_retries=0)
+    def child(started, caught):
+        with open(started, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            end = time.time() + 30
+            while time.time() < end:
+                pass
+        except BaseException as error:
+            with open(caught, "w") as f:
+                f.write(type(error).__name__)
+            raise
+
+    @ray.remote
+    class Parent:
+        def run(self, started, caught):
+            return ray.get(child.remote(started, caught))
+
+    actor = Parent.remote()
+    ref = actor.run.remote(str(started), str(caught))
+    child_pid = int(_wait_for_file(started))
+    ray.cancel(ref, recursive=recursive)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=10)
+    if recursive:
+        assert _wait_for_file(caught, timeout=10) == "KeyboardInterrupt"
+    else:
+        time.sleep(0.5)
+        assert not caught.exists() and procinfo.is_alive(child_pid)
+        os.kill(child_pid, 9)

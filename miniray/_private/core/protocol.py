@@ -18,7 +18,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
     driver → worker                               worker → driver
     (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
-    (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec)            nested task
+    (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec, caller_task_id) nested task
     (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
            dep_values, return_ids, extra)         (GET, req_id, ids, timeout, task_id)
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout,
@@ -95,7 +95,8 @@ from __future__ import annotations
 
 # A node refuses a driver whose NODE_HELLO carries another version (NODE_REFUSED says so).
 # 2: the node and actor-service channels moved from string tags to the ints below.
-# 3: GET and WAIT name the waiting call (a node's workers speak to its drivers' owners).
+# 3: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
+#    owners).
 PROTOCOL_VERSION = 3
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 

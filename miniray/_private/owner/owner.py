@@ -603,6 +603,8 @@ class Owner:
         from miniray.exceptions import TaskCancelledError
 
         if self.actors.cancel(object_id[:24], force):
+            if recursive:
+                self.tasks.cancel_children_of_call(object_id[:24], TaskCancelledError)
             return
         task = self.tasks.by_id.get(object_id[:24])
         if task is None or task.state == T_DONE:
@@ -795,6 +797,7 @@ class Owner:
             if worker.interrupted:
                 self.requests.call_ended(worker, message[1])
             if worker.actor is not None:
+                self.tasks.call_ended(message[1])
                 worker.out.drain()
                 worker.err.drain()
                 self.actors.on_result(worker, message[1], message[2], message[4])
@@ -815,6 +818,8 @@ class Owner:
             self.actors.on_exiting(worker)
         elif tag == protocol.SUBMIT:
             parent = worker.inflight[0] if worker.inflight else None
+            if worker.actor is not None and message[2] is not None:  # from an actor call
+                parent = self.tasks.call_parent(message[2])
             spec = message[1]
             try:
                 self._lock.release()

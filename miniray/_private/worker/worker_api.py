@@ -234,8 +234,9 @@ class WorkerRuntime:
             return True
 
     def submit_task(self, spec) -> None:
+        task = self.task  # the submitting call: a recursive cancel of it reaches this task
         with self._shielded():
-            self.channel.send((protocol.SUBMIT, spec))
+            self.channel.send((protocol.SUBMIT, spec, task.task_id if task else None))
 
     def put_value(self, object_id: bytes, value, contained=()) -> None:
         """Small values travel inline; large ones go straight into a shared-memory segment,
