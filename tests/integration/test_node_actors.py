@@ -584,6 +584,50 @@ def test_cancelling_a_queued_call_to_a_node_actor(node_env):
     assert result == {"cancelled": True, "running": 0.5}
 
 
+def test_cancelling_a_node_actor_call_blocked_in_get(node_env):
+    """A call of a named actor of the node, blocked in ``get``, is interrupted by a
+    non-forced cancel (KeyboardInterrupt there, ``is_canceled()`` true) and its result is
+    TaskCancelledError, as for an actor of the driver's own and as in Ray 2.60 (compared)."""
+    _start(node_env)
+    result = _run(node_env, """
+        import time
+
+        @ray.remote(max_retries=0)
+        def child():
+            time.sleep(30)
+
+        @ray.remote
+        class Waiter:
+            def __init__(self):
+                self.seen = []
+
+            def wait(self):
+                try:
+                    ray.get(child.remote())
+                except KeyboardInterrupt:
+                    self.seen.append(ray.get_runtime_context().is_canceled())
+                    raise
+
+            def items(self):
+                return self.seen
+
+        a = Waiter.options(name="waiter", lifetime="detached").remote()
+        ray.get(a.__ray_ready__.remote())
+        ref = a.wait.remote()
+        time.sleep(1.0)
+        start = time.monotonic()
+        ray.cancel(ref)
+        try:
+            ray.get(ref, timeout=15)
+            error = None
+        except Exception as e:
+            error = type(e).__name__
+        say(error=error, fast=time.monotonic() - start < 8, seen=ray.get(a.items.remote()))
+        ray.kill(a)
+    """)
+    assert result == {"error": "TaskCancelledError", "fast": True, "seen": [True]}
+
+
 def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
     _start(node_env)
     result = _run(node_env, """
