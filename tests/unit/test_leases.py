@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from miniray._private.core.scheduling import lease_with_room
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 
@@ -71,20 +72,19 @@ def test_no_room_to_make_returns_none(ledger):
     assert calls == [1]
 
 
-def test_with_room_add_remove_and_idle(ledger):
+def test_add_remove_and_idle(ledger):
     book = _book(ledger)
     busy = LeaseSlot("L1", "k", _worker(inflight=["task"]), None)
     free = LeaseSlot("L2", "k", _worker(), None)
     free.idle_since = 1.0
-    assert not book and book.with_room("k") is None
+    assert not book and lease_with_room(book.by_key.get("k")) is None
     book.add(busy)
     book.add(free)
     assert len(book) == 2 and book.any_idle()
     assert book.idle_slots(now=1.2, linger=0.5, force=False) == []
     assert book.idle_slots(now=1.6, linger=0.5, force=False) == [free]
     assert book.idle_slots(now=1.2, linger=0.5, force=True) == [free]
-    assert book.with_room("k") is free
-    assert free.idle_since is None  # taken: no longer idle
+    assert lease_with_room(book.by_key["k"]) is free  # the owner's dispatch asks so
     book.remove(free)
     book.remove(busy)
     book.remove(busy)  # twice is harmless

@@ -7,7 +7,9 @@ window (``core/scheduling.RetryWindow``), and requests that only other sessions 
 once, give up after MINIRAY_HOST_GPU_TIMEOUT). Does not own: the ledgers' files
 (``ledger.py``, ``host_gpus.py``), workers (the owner's pool), or what a lease is for (tasks
 in ``owner.py``, actors in ``actors.py``, which keep their own lease while alive).
-Called by: ``owner.Owner`` and ``actors.ActorManager`` with the owner's lock held.
+Called by: ``owner.Owner`` and ``actors.ActorManager`` with the owner's lock held; the
+owner's dispatch reads ``by_key`` directly (``scheduling.lease_with_room``): it runs for every
+task.
 
 ::
 
@@ -22,7 +24,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private.core import scheduling
 from miniray._private.core.resources import plan_allocation
 from miniray._private.core.scheduling import RetryWindow
 from miniray._private.ledger.host_gpus import HostGpuLedger
@@ -71,13 +72,6 @@ class LeaseBook:
         self._host_reported: set = set()
 
     # -- the book ------------------------------------------------------------------------
-    def with_room(self, key) -> LeaseSlot | None:
-        """A lease of ``key`` whose worker can take a task now (no longer idle then)."""
-        slot = scheduling.lease_with_room(self.by_key.get(key))
-        if slot is not None:
-            slot.idle_since = None
-        return slot
-
     def add(self, slot: LeaseSlot) -> None:
         self.by_key.setdefault(slot.key, []).append(slot)
 
@@ -97,12 +91,21 @@ class LeaseBook:
     def idle_slots(self, now: float, linger: float, force: bool) -> list[LeaseSlot]:
         """Leases whose worker is idle: all of them if ``force``, else those idle ``linger``
         seconds or more."""
-        return [slot for slot in self.slots()
-                if not slot.worker.inflight and slot.idle_since is not None
-                and (force or now - slot.idle_since >= linger)]
+        found = []
+        for leases in self.by_key.values():  # no slots() list: the I/O thread's sweep
+            for slot in leases:
+                since = slot.idle_since
+                if (since is not None and not slot.worker.inflight
+                        and (force or now - since >= linger)):
+                    found.append(slot)
+        return found
 
     def any_idle(self) -> bool:
-        return any(slot.idle_since is not None for slot in self.slots())
+        for leases in self.by_key.values():  # asked on every wake-up of the I/O thread
+            for slot in leases:
+                if slot.idle_since is not None:
+                    return True
+        return False
 
     def __len__(self) -> int:
         return sum(len(leases) for leases in self.by_key.values())

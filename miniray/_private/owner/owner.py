@@ -101,6 +101,7 @@ class Owner:
     server's or node's death (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
+    SWEEP_S = 0.001  # the I/O thread's sweeps run at most this often (_housekeeping)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
                  num_cpus: float, log_to_driver: bool, gpu_keys: list | None = None,
@@ -129,6 +130,7 @@ class Owner:
         self._functions: dict[bytes, bytes] = {}
         self.actors = ActorManager(self)
         self._closed = False
+        self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
         self._retry_pending = False
         # Work decided under the lock and done after it (ledger transactions, fork requests):
@@ -143,7 +145,7 @@ class Owner:
         self._acquiring_total = 0
 
         self.reactor = Reactor(self._lock, self._housekeeping, self._idle_hint,
-                               after_unlock=self._run_deferred)
+                               after_unlock=self._run_deferred, pending=self._deferred)
         self.workers = WorkerPool(
             reactor=self.reactor, log_to_driver=log_to_driver,
             prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
@@ -222,8 +224,8 @@ class Owner:
 
     def check_usable(self) -> None:
         """For submissions: the session is open and can still run work."""
-        self._check_open()
-        if self.fatal:
+        if self._closed or self.helper_loss.fatal:  # one test on the per-task path
+            self._check_open()
             from miniray.exceptions import RaySystemError
 
             raise RaySystemError(self.fatal)
@@ -272,14 +274,17 @@ class Owner:
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
-        if not self.may_dispatch():
+        helper_loss = self.helper_loss  # may_dispatch(), inlined: this runs for every task
+        if self._closed or helper_loss.restarting or helper_loss.fatal:
             return False
         queue = self.tasks.queues.get(key)
+        by_key = self.leases.by_key
         while queue:
-            lease = self.leases.with_room(key)
+            lease = scheduling.lease_with_room(by_key.get(key))
             if lease is None:
                 self._want_leases(key, queue)
                 return False
+            lease.idle_since = None
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
             del self.tasks.queues[key]
@@ -288,7 +293,8 @@ class Owner:
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
         nor while there is no usable fork server (being replaced, or lost for good)."""
-        return not self._closed and not self.helper_loss.restarting and not self.fatal
+        helper_loss = self.helper_loss
+        return not (self._closed or helper_loss.restarting or helper_loss.fatal)
 
     def _dispatch_all(self) -> None:
         if not self.may_dispatch():
@@ -302,12 +308,12 @@ class Owner:
     def _want_leases(self, key, queue) -> None:
         """*Locked.* ``key``'s queue has tasks no lease has room for: decide how many leases
         to take (``_take_leases`` takes them once the lock is released)."""
-        now = time.monotonic()
-        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
-            return
         wanted = len(queue) - self._acquiring.get(key, 0)
         if wanted <= 0:
             return  # enough are being taken
+        now = time.monotonic()
+        if not self.leases.window.may_try(now):  # full a moment ago, nothing released since
+            return
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
         # worker (a recursive fib would deadlock otherwise).
@@ -723,15 +729,22 @@ class Owner:
         self.reactor.unregister(fd)
 
     def _housekeeping(self) -> None:
-        """Run by the I/O thread with the lock held after every wake-up."""
-        if self.leases and not self._closed:
-            if self._release_idle_leases():
-                self._dispatch_all()
-        self.requests.prune_mapped()
+        """Run by the I/O thread with the lock held after every wake-up. Reference and
+        handle events are applied every time; the sweeps (idle leases, mapped-object records,
+        pooled segments) at most every ``SWEEP_S``: under a stream of results the loop wakes
+        once per task, and a sweep is worth doing only on the scale of the linger."""
         if self.objects.ref_events:
             self.objects.apply_ref_events()
         if self.actors.handle_events:
             self.actors.apply_handle_events()
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self.SWEEP_S
+        if self.leases and not self._closed:
+            if self._release_idle_leases():
+                self._dispatch_all()
+        self.requests.prune_mapped()
         if self.store.pooled_segments():
             self.store.trim_pool(max_idle_s=self.POOL_IDLE_S)
 

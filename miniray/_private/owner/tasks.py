@@ -228,6 +228,10 @@ class TaskQueue:
     def finished(self, task: Task, results: list, retryable: bool) -> None:
         """A worker returned ``task``'s results: complete it, or queue it again when it
         raised and ``retry_exceptions`` and ``max_retries`` allow."""
+        if not retryable:  # the common case, decided without the rule: nothing to retry
+            if task.state != T_DONE:
+                self.complete(task, results)
+            return
         retry, task.retries_left = scheduling.retry_failed_result(
             retryable, task.retries_left, task.cancelled, task.state == T_DONE)
         if retry:

@@ -32,10 +32,11 @@ logger = logging.getLogger(__name__)
 class Reactor:
     def __init__(self, lock: threading.Lock, housekeeping: Callable[[], None],
                  idle_hint: Callable[[], float | None],
-                 after_unlock: Callable[[], None] | None = None):
+                 after_unlock: Callable[[], None] | None = None, pending=None):
         self._lock = lock
         self._housekeeping = housekeeping
         self._after_unlock = after_unlock
+        self._pending = pending  # sized: after_unlock is called only when it is not empty
         self._idle_hint = idle_hint
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
@@ -156,7 +157,7 @@ class Reactor:
                     self._housekeeping()
             except Exception:
                 logger.exception("miniray bug: error in the I/O thread's timers or housekeeping")
-            if self._after_unlock is not None:
+            if self._after_unlock is not None and (self._pending is None or self._pending):
                 self._after_unlock()  # what they decided to do once the lock is free
 
     def stop(self, timeout: float = 5.0) -> None:
