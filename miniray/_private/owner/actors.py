@@ -502,6 +502,7 @@ class ActorManager:
 
     def _finish(self, call: _Call, results: list, contained=None) -> None:
         spec = call.spec
+        self.owner.tasks.call_ended(spec.task_id)  # its tasks are no longer its to cancel
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:

@@ -810,7 +810,6 @@ class Owner:
             if worker.interrupted:
                 self.requests.call_ended(worker, message[1])
             if worker.actor is not None:
-                self.tasks.call_ended(message[1])
                 worker.out.drain()
                 worker.err.drain()
                 self.actors.on_result(worker, message[1], message[2], message[4])

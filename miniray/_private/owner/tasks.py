@@ -215,7 +215,9 @@ class TaskQueue:
         return parent
 
     def call_ended(self, call_id: bytes) -> None:
-        self.call_parents.pop(call_id, None)
+        """The actor call is done (result, failure or cancel): its tasks run on unparented."""
+        if self.call_parents:
+            self.call_parents.pop(call_id, None)
 
     def cancel_children_of_call(self, call_id: bytes, error_cls) -> None:
         """A recursive cancel of an actor call: its unfinished tasks are cancelled too (not

@@ -130,6 +130,9 @@ class ActorHost:
         if method_name == "__ray_terminate__":
             self._terminate(message)
             return
+        if (self.loop is not None or self.pool is not None) and self._skip_if_cancelled(
+                task_id, message[6]):
+            return  # cancelled before it arrived: answered now, not once its turn comes
         if self.loop is not None:
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
