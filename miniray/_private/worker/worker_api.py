@@ -8,6 +8,10 @@ Called by: the public API (through ``runtime.current()``) when running inside a 
 Reading follows the leader/follower pattern: whichever thread needs a reply takes the read lock
 and reads frames, handing replies to the threads waiting for them and queueing task messages for
 the main loop; the others wait on a condition until their reply arrives or the lock is free.
+
+Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
+answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
+task. No exception is injected into a thread while it talks to the owner (``_shielded``).
 """
 
 from __future__ import annotations
