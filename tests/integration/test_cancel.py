@@ -389,7 +389,10 @@ def Worker(ray):
         def __init__(self):
             self.log = []
 
-        def busy(self, seconds, check=False, then=None):
+        def busy(self, seconds, check=False, then=None, started=None):
+            if started:
+                with open(started, "w") as f:
+                    f.write("started")
             end = time.time() + seconds
             while time.time() < end:
                 if check and ray.get_runtime_context().is_canceled():
@@ -503,15 +506,15 @@ def test_cancel_actor_call_waiting_for_its_argument(ray, Worker, tasks, tmp_path
 @pytest.mark.parametrize("then, expected", [
     (None, "cancelled"), ("interrupt", "cancelled"), ("raise", "RayTaskError(ValueError)"),
 ])
-def test_cancel_running_sync_actor_call_sets_a_flag(ray, Worker, then, expected):
+def test_cancel_running_sync_actor_call_sets_a_flag(ray, Worker, tmp_path, then, expected):
     """A running sync call is not interrupted: ``is_canceled()`` turns true for it alone.
     When it ends, a returned value or a KeyboardInterrupt becomes TaskCancelledError ("Task:
     <id> was cancelled.", not a RayTaskError); an error of its own stands. Compared with Ray
     2.60, each case."""
     actor = Worker.remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    ref = actor.busy.remote(20, check=True, then=then)
-    time.sleep(0.3)
+    ref = actor.busy.remote(20, check=True, then=then, started=str(tmp_path / "started"))
+    _wait_for_file(tmp_path / "started")
     ray.cancel(ref)
     if expected == "cancelled":
         with pytest.raises(exceptions.TaskCancelledError) as info:
@@ -607,7 +610,10 @@ def AsyncWorker(ray):
         def __init__(self):
             self.log = []
 
-        async def nap(self, seconds, swallow=False):
+        async def nap(self, seconds, swallow=False, started=None):
+            if started:
+                with open(started, "w") as f:
+                    f.write("started")
             try:
                 await asyncio.sleep(seconds)
                 return "slept"
@@ -638,14 +644,15 @@ def AsyncWorker(ray):
 
 
 @pytest.mark.parametrize("swallow", [False, True], ids=["raises", "swallows"])
-def test_cancel_running_async_call_cancels_its_coroutine(ray, AsyncWorker, swallow):
+def test_cancel_running_async_call_cancels_its_coroutine(ray, AsyncWorker, tmp_path, swallow):
     """The coroutine gets CancelledError (its ``finally`` runs) and ``get`` raises
     ``RayTaskError(TaskCancelledError)``, even when the coroutine swallowed the
     CancelledError and returned. Compared with Ray 2.60."""
     actor = AsyncWorker.remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    ref = actor.nap.remote(30, swallow)
-    time.sleep(0.3)
+    ref = actor.nap.remote(30, swallow, str(tmp_path / "started"))
+    _wait_for_file(tmp_path / "started")
+    time.sleep(0.1)  # into its await
     ray.cancel(ref)
     with pytest.raises(exceptions.TaskCancelledError) as info:
         ray.get(ref, timeout=GET_TIMEOUT)
