@@ -84,7 +84,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
     (SVC_CALL, actor_id, spec, exported)        (SVC_OUTPUT, "stdout"|"stderr", text)
     (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
-    (SVC_CANCEL, task_id, force)
+    (SVC_CANCEL, task_id, force, recursive)
     (SVC_HOLD, actor_id) / (SVC_RELEASE, actor_id)
 
    The service is started by the node with the node's own code, so the version a driver's
@@ -96,7 +96,7 @@ from __future__ import annotations
 # A node refuses a driver whose NODE_HELLO carries another version (NODE_REFUSED says so).
 # 2: the node and actor-service channels moved from string tags to the ints below.
 # 3: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
-#    owners).
+#    owners); SVC_CANCEL says whether it is recursive.
 PROTOCOL_VERSION = 3
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 

@@ -686,8 +686,9 @@ class ActorManager:
             # on queue and run on the new one once its exit is reported.
             actor.state = A_RESTARTING
 
-    def cancel(self, task_id: bytes, force: bool) -> bool:
-        """Cancel an actor call; False if ``task_id`` is not an actor call."""
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
+        """Cancel an actor call (and with ``recursive`` the tasks it submitted); False if
+        ``task_id`` is not an actor call."""
         call = self.calls.get(task_id)
         if call is None:
             return False
@@ -695,7 +696,7 @@ class ActorManager:
             raise ValueError("force=True is not supported for actor tasks.")
         actor = call.actor
         if actor.remote and call.sent:
-            self.link.cancel(task_id, force)
+            self.link.cancel(task_id, force, recursive)
             return True
         if not call.sent:
             if call in actor.queue:
@@ -707,6 +708,8 @@ class ActorManager:
         worker = actor.worker
         if worker is not None:
             self.owner.signal_cancel(worker, task_id)
+        if recursive:
+            self.owner.tasks.cancel_children_of_call(task_id)
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:

@@ -608,9 +608,7 @@ class Owner:
         """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
         from miniray.exceptions import TaskCancelledError
 
-        if self.actors.cancel(object_id[:24], force):
-            if recursive:
-                self.tasks.cancel_children_of_call(object_id[:24], TaskCancelledError)
+        if self.actors.cancel(object_id[:24], force, recursive):
             return
         task = self.tasks.by_id.get(object_id[:24])
         if task is None or task.state == T_DONE:

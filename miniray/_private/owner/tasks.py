@@ -219,13 +219,15 @@ class TaskQueue:
         if self.call_parents:
             self.call_parents.pop(call_id, None)
 
-    def cancel_children_of_call(self, call_id: bytes, error_cls) -> None:
+    def cancel_children_of_call(self, call_id: bytes) -> None:
         """A recursive cancel of an actor call: its unfinished tasks are cancelled too (not
         forced: ``force=True`` is refused for actor calls before this)."""
+        from miniray.exceptions import TaskCancelledError
+
         parent = self.call_parents.get(call_id)
         for child in list(parent.children or ()) if parent is not None else ():
             if child.state != T_DONE:
-                self.cancel(child, False, True, error_cls)
+                self.cancel(child, False, True, TaskCancelledError)
 
     def finished(self, task: Task, results: list, retryable: bool) -> None:
         """A worker returned ``task``'s results: complete it, or queue it again when it
