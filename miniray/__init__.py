@@ -25,6 +25,7 @@ from miniray._private.api import (
     timeline,
     wait,
 )
+from miniray._private.core.ids import ActorID, JobID, TaskID
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.runtime import init, is_initialized, shutdown
 from miniray._private.surface import get_actor, kill, method, remote
@@ -34,6 +35,7 @@ from miniray.runtime_context import get_runtime_context
 __all__ = [
     "__version__",
     "actor",
+    "ActorID",
     "available_resources",
     "cancel",
     "cluster_resources",
@@ -44,6 +46,7 @@ __all__ = [
     "get_runtime_context",
     "init",
     "is_initialized",
+    "JobID",
     "kill",
     "method",
     "nodes",
@@ -52,6 +55,7 @@ __all__ = [
     "put",
     "remote",
     "shutdown",
+    "TaskID",
     "timeline",
     "util",
     "wait",

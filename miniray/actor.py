@@ -55,16 +55,18 @@ def _method_table(cls: type) -> dict:
         if name.startswith("__") and name.endswith("__"):
             continue
         function = member
-        if isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod)):
-            continue
         if not (inspect.isfunction(function) or inspect.ismethod(function)):
             continue
+        # As in Ray, static and class methods are called through handles too; their bound
+        # form (what getmembers gives) takes no self, so nothing is dropped from it.
+        bound = isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod))
         generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
             function)
         num_returns = getattr(function, "__ray_num_returns__", None)
         if num_returns in (None, "streaming"):
             num_returns = 1
-        argspec = signatures.of_function(function, f"{cls.__name__}.{name}", drop_first=True)
+        argspec = signatures.of_function(function, f"{cls.__name__}.{name}",
+                                         drop_first=not bound)
         table[name] = (num_returns, generator,
                        getattr(function, "__ray_max_task_retries__", None), argspec)
     for name in _BUILTIN_METHODS:
@@ -154,7 +156,7 @@ class ActorClass(Generic[T]):
         max_task_retries = opts.get("max_task_retries") or 0
         state = (self._cls.__name__, self._methods, max_task_retries)
         spec = ActorCreationSpec(
-            actor_id=os.urandom(ids.ACTOR_ID_SIZE), fn_id=fn_id,
+            actor_id=ids.new_actor_id(), fn_id=fn_id,
             fn_bytes=data if rt.needs_function(fn_id) else None,
             class_name=self._cls.__name__, args_blob=blob, deps=deps,
             placement=placement, held=held, max_restarts=opts.get("max_restarts") or 0,
@@ -253,7 +255,7 @@ class ActorHandle(Generic[T]):
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
         blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
-        task_id = ids.new_task_id()
+        task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if generator else num_returns
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
         if max_task_retries is None:
@@ -299,7 +301,12 @@ class ActorMethod:
         if unknown:
             raise ValueError(f"Invalid option keyword {unknown[0]} for actor methods. "
                              f"Valid ones are {sorted(allowed)}.")
+        _options.validate_method_call_options(opts, is_generator=self._generator)
         num_returns = opts.get("num_returns", self._num_returns)
+        if num_returns == "dynamic":
+            raise NotImplementedError(
+                "num_returns='dynamic' is deprecated in Ray and not implemented by miniray; "
+                "use a generator method (streaming) instead.")
         if num_returns in (None, "streaming"):
             num_returns = 1
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
@@ -335,7 +342,14 @@ def get_actor(name: str, namespace: str | None = None) -> ActorHandle:
 
 
 def exit_actor() -> None:
-    """Exit the current actor once this call returns (its caller gets None)."""
+    """End the current actor on purpose, as Ray's ``exit_actor``: this call's caller and the
+    calls queued behind it get ``ActorDiedError``; with threads or asyncio, the calls already
+    running finish first. The actor's ``__ray_shutdown__`` and ``atexit`` handlers run, and it
+    is never restarted.
+
+    Raises:
+        TypeError: outside an actor.
+    """
     rt = runtime.current()
     if rt is None or rt.mode != "worker" or rt.actor is None:
         raise TypeError("exit_actor API is called on a non-actor worker.")

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generic
 
 from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
-from miniray._private.core import ids, serialization, signatures
+from miniray._private.core import descriptors, ids, serialization, signatures
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import TaskSpec
@@ -84,7 +84,10 @@ class RemoteFunction(Generic[P, R]):
         _options.validate_task_options(options, in_options=False,
                                        is_generator=self._is_generator)
         self._function = function
-        self._function_name = f"{function.__module__}.{function.__qualname__}"
+        # Ray's two names: "module.f" in messages, and for get_task_function_name() the
+        # same with __main__ named after its file (neither has a "<locals>" segment).
+        self._function_name = f"{function.__module__}.{function.__name__}"
+        self._descriptor_name = descriptors.function_name(function)
         # Checked at every .remote(), as Ray does: a bad call fails here, not in the worker.
         self._argspec = signatures.of_function(function, function.__name__)
         self._default_options = dict(options)
@@ -154,7 +157,7 @@ class RemoteFunction(Generic[P, R]):
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
         spec = TaskSpec(
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
-            self._function_name, blob, deps, return_ids, num_returns, template.request,
+            self._descriptor_name, blob, deps, return_ids, num_returns, template.request,
             template.max_retries, template.retry_exceptions, template.max_calls, contained,
         )
         rt.submit_task(spec)

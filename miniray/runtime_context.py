@@ -122,7 +122,18 @@ class RuntimeContext:
 
     @property
     def was_current_actor_reconstructed(self) -> bool:
-        return False
+        """Inside an actor: whether it was ever restarted (False on its first start).
+
+        Raises:
+            AssertionError: outside an actor (Ray 2.60's type, in the driver and in tasks).
+        """
+        actor = self._actor()
+        if actor is None:
+            where = "a task" if getattr(self._rt, "mode", "driver") == "worker" else "the driver"
+            raise AssertionError(
+                f"was_current_actor_reconstructed is only available inside an actor, not in "
+                f"{where}.")
+        return actor.restarts > 0
 
 
 def get_runtime_context() -> RuntimeContext:

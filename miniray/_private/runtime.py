@@ -368,7 +368,7 @@ class Runtime:
             owner.check_usable()
             if not owner.actors.is_node_actor(spec):
                 return owner.actors.create(spec)
-            return owner.actors.create_in_service(spec)
+        return owner.actors.create_in_service(spec)  # waits for the service, lock free
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
         with self.owner.locked():
@@ -376,16 +376,25 @@ class Runtime:
             self.owner.actors.submit(actor_id, call)
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
+        actors = self.owner.actors
         with self.owner.locked():
-            self.owner.actors.kill(actor_id, no_restart)
+            in_service = actors.kill(actor_id, no_restart)
+        if in_service:
+            actors.kill_in_service(actor_id, no_restart)
 
     def get_actor(self, name: str, namespace: str | None):
+        actors = self.owner.actors
+        if actors.link is not None:  # joined to a node: its actor service holds the names
+            return actors.lookup_in_service(name, namespace or self.namespace)
         with self.owner.locked():
-            return self.owner.actors.lookup(name, namespace or self.namespace)
+            return actors.lookup(name, namespace or self.namespace)
 
     def list_named_actors(self, all_namespaces: bool) -> list:
+        actors = self.owner.actors
+        if actors.link is not None:
+            return actors.named_in_service(self.namespace, all_namespaces)
         with self.owner.locked():
-            return self.owner.actors.named(self.namespace, all_namespaces)
+            return actors.named(self.namespace, all_namespaces)
 
     def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
         actors = self.owner.actors

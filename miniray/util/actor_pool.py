@@ -3,7 +3,8 @@
 Mirrors ``ray.util.actor_pool`` (Ray 2.60): ``ActorPool(actors)`` with ``map``,
 ``map_unordered``, ``submit``, ``has_next``, ``get_next``, ``get_next_unordered``, ``has_free``,
 ``pop_idle`` and ``push``, with Ray's bookkeeping (results by submission index, submissions
-queued while every actor is busy, an actor returned to the pool when its result is taken).
+queued while every actor is busy, an actor returned to the pool when its result is taken,
+an actor whose result is ``ActorDiedError`` dropped from the pool).
 Differs: ``get_next_unordered(timeout=..., ignore_if_timedout=True)`` gives up on the oldest
 pending call and raises ``TimeoutError`` (Ray 2.60 fails there with ``UnboundLocalError``); a
 call returning a list of refs (``num_returns`` > 1) can be waited on with a timeout (Ray 2.60
@@ -27,6 +28,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from miniray._private import api
+from miniray.exceptions import ActorDiedError
 
 __all__ = ["ActorPool"]
 
@@ -157,10 +159,10 @@ class ActorPool:
         self._next_return_index += 1
         key = tuple(future) if isinstance(future, list) else future
         _index, actor = self._future_to_actor.pop(key)
-        self._return_actor(actor)
         if timed_out:
+            self._return_actor(actor)
             raise TimeoutError(f"{_TIMEOUT_MSG}. The task {future} has been ignored.")
-        return api.get(future)
+        return self._get_result(future, actor)
 
     def get_next_unordered(
         self, timeout: float | None = None, ignore_if_timedout: bool = False
@@ -191,16 +193,29 @@ class ActorPool:
         else:
             key = min(keys, key=lambda k: self._future_to_actor[k][0])
         index, actor = self._future_to_actor.pop(key)
-        self._return_actor(actor)
         future = self._index_to_future.pop(index)
         self._next_return_index = max(self._next_return_index, index + 1)
         if not ready:
+            self._return_actor(actor)
             raise TimeoutError(f"{_TIMEOUT_MSG}. The task {future} has been ignored.")
-        return api.get(future)
+        return self._get_result(future, actor)
 
-    def _return_actor(self, actor) -> None:
-        self._idle_actors.append(actor)
-        if self._pending_submits:
+    def _get_result(self, future, actor) -> Any:
+        """The result, the actor going back to the pool once it is taken; an actor whose
+        result says it died (``ActorDiedError``) leaves the pool, as in Ray."""
+        alive = True
+        try:
+            return api.get(future)
+        except ActorDiedError:
+            alive = False
+            raise
+        finally:
+            self._return_actor(actor, alive)
+
+    def _return_actor(self, actor, alive: bool = True) -> None:
+        if alive:
+            self._idle_actors.append(actor)
+        if self._pending_submits and self._idle_actors:
             self.submit(*self._pending_submits.pop(0))
 
     def has_free(self) -> bool:

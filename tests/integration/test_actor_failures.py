@@ -94,16 +94,16 @@ def test_ray_terminate_finishes_queued_calls_first(ray, Worker):
     done = actor.__ray_terminate__.remote()
     later = actor.incr.remote()
     assert ray.get(queued, timeout=GET_TIMEOUT) == list(range(5))
-    ray.get(done, timeout=GET_TIMEOUT)
+    _assert_dead(ray, done, "exited intentionally")  # as in Ray 2.60: no value
     _assert_dead(ray, later)
     _assert_dead(ray, actor.incr.remote())
     assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
 
 
-def test_exit_actor_returns_none_then_calls_fail(ray, Worker):
+def test_exit_actor_fails_its_call_then_later_calls(ray, Worker):
     actor = Worker.options(max_restarts=2).remote()  # an intentional exit never restarts
     pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
-    assert ray.get(actor.leave.remote(), timeout=GET_TIMEOUT) is None
+    _assert_dead(ray, actor.leave.remote(), "exited")  # as in Ray 2.60: no value
     error = _assert_dead(ray, actor.incr.remote(), "exited")
     assert not error.actor_init_failed
     assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
@@ -115,7 +115,7 @@ def test_exit_actor_fails_the_calls_queued_behind_it(ray, Worker):
     actor = Worker.remote()
     leaving = actor.leave.remote()
     queued = actor.incr.remote()
-    assert ray.get(leaving, timeout=GET_TIMEOUT) is None
+    _assert_dead(ray, leaving, "exited")
     _assert_dead(ray, queued, "exited")
 
 
@@ -130,7 +130,7 @@ def test_exit_actor_in_an_async_actor(ray):
 
     actor = AsyncLeaver.remote()
     assert ray.get(actor.ping.remote(), timeout=GET_TIMEOUT) == "pong"
-    assert ray.get(actor.leave.remote(), timeout=GET_TIMEOUT) is None
+    _assert_dead(ray, actor.leave.remote(), "exited")
     _assert_dead(ray, actor.ping.remote(), "exited")
 
 
@@ -163,7 +163,7 @@ def test_exit_actor_in_a_threaded_actor_fails_later_calls(ray):
             return "pong"
 
     actor = ThreadedLeaver.remote()
-    assert ray.get(actor.leave.remote(), timeout=GET_TIMEOUT) is None
+    _assert_dead(ray, actor.leave.remote(), "exited")
     _assert_dead(ray, actor.ping.remote(), "exited")
 
 

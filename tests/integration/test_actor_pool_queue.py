@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+import miniray
 from miniray import exceptions
 from miniray.util import ActorPool
 from miniray.util.queue import Empty, Full, Queue
@@ -177,6 +178,37 @@ def test_pool_with_multi_return_calls(ray):
     pool.submit(lambda actor, value: actor.split.remote(value), 3)
     assert pool.get_next(timeout=GET_TIMEOUT) == [3, -3]
     assert list(pool.map(lambda a, v: a.split.remote(v), [1, 2])) == [[1, -1], [2, -2]]
+
+
+def test_pool_drops_an_actor_that_died(ray):
+    """An actor whose result is ``ActorDiedError`` leaves the pool, so later work goes to the
+    others and never to it. Ray 2.60's ``ActorPool`` does this (read in its
+    ``ray/util/actor_pool.py``: ``_get_result`` / ``_return_actor(is_alive=False)``); compared
+    by running this scenario under Ray 2.60."""
+
+    @ray.remote
+    class Mortal:
+        def work(self, value):
+            if value == "leave":
+                miniray.actor.exit_actor()
+            return value * 10
+
+    stays, leaves = Mortal.remote(), Mortal.remote()
+    pool = ActorPool([stays, leaves])  # submissions take actors from the end
+    pool.submit(lambda actor, value: actor.work.remote(value), "leave")  # on `leaves`
+    pool.submit(lambda actor, value: actor.work.remote(value), 1)  # on `stays`
+    with pytest.raises(exceptions.ActorDiedError):
+        pool.get_next(timeout=GET_TIMEOUT)
+    assert pool.get_next(timeout=GET_TIMEOUT) == 10
+    assert pool._idle_actors == [stays]
+    assert list(pool.map(lambda actor, value: actor.work.remote(value), [2, 3])) == [20, 30]
+    assert pool.pop_idle() is stays and pool.pop_idle() is None
+    # unordered too: the dead actor's result raises, and it is not taken back
+    pool.push(stays)
+    pool.submit(lambda actor, value: actor.work.remote(value), "leave")
+    with pytest.raises(exceptions.ActorDiedError):
+        pool.get_next_unordered(timeout=GET_TIMEOUT)
+    assert not pool.has_free() and pool.pop_idle() is None
 
 
 # ----------------------------------------------------------------------------- Queue

@@ -78,7 +78,7 @@ def test_cancel_pending_task_raises_task_cancelled_error_immediately(ray, tasks,
         ray.get(pending, timeout=GET_TIMEOUT)
     assert time.monotonic() - start < 1.0
     assert not isinstance(info.value, exceptions.RayTaskError)
-    assert "was cancelled" in str(info.value)
+    assert str(info.value) == f"Task: {pending.task_id()!r} was cancelled. "
     for ref in running:
         ray.cancel(ref, force=True)
 
@@ -103,6 +103,10 @@ def test_cancel_running_busy_task_interrupts_it(ray, tasks, tmp_path):
     assert time.monotonic() - start < 5.0
     assert isinstance(info.value, exceptions.RayTaskError)
     assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
+    # Ray 2.60's last line names the task by its TaskID (compared with Ray).
+    assert str(info.value).splitlines()[-1] == (
+        f"miniray.exceptions.TaskCancelledError: Task: {ref.task_id()!r} was cancelled.")
+    assert info.value.cause.task_id == ref.task_id()
     # force=False does not kill the worker: it runs the next task.
     assert procinfo.is_alive(worker_pid)
 

@@ -509,14 +509,15 @@ def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
 
 def test_keyboard_interrupt_in_a_constructor_reads_as_a_cancelled_creation_task(ray, tmp_path):
     """Compared with Ray 2.60: ActorDiedError whose creation-task error ends with
-    ``TaskCancelledError: Task: <the creation task> was cancelled.``"""
+    ``TaskCancelledError: Task: TaskID(<ffffffffffffffff + actor id>) was cancelled.``"""
     big = ray.put(b"x" * BIG)
     actor = ConstructorFault.remote("keyboard_interrupt", str(tmp_path / "runs"), big)
     with pytest.raises(ActorDiedError) as info:
         ray.get(actor.ping.remote(), timeout=GET_TIMEOUT_S)
     text = str(info.value)
     assert "creation task" in text and "KeyboardInterrupt: interrupted" in text
-    assert f"TaskCancelledError: Task: {actor._actor_id_hex()} was cancelled." in text
+    creation_task = "ff" * 8 + actor._actor_id_hex()  # Ray's creation task id
+    assert f"TaskCancelledError: Task: TaskID({creation_task}) was cancelled." in text
 
 
 @pytest.mark.parametrize("where", ["task", "actor method"])

@@ -695,3 +695,55 @@ def test_a_node_actor_given_an_anonymous_actors_handle_says_what_to_do(node_env)
     """)
     assert "Create that actor with a name" in result["error"]
     assert result["named"] == 1
+
+
+def test_actor_service_requests_are_made_without_the_owner_lock(node_env):
+    """Requests to the actor service (create, lookup, list, kill) wait for its reply: neither
+    the driver's own nor those a worker asks for run with the owner's lock held (a slow
+    service would stall every task), and kills go to the fork server after the lock too."""
+    _start(node_env)
+    result = _run(node_env, """
+        import threading
+        from miniray._private import runtime
+
+        owner = runtime.current().owner
+        link = owner.actors.link
+        seen = []
+
+        def probe(target, name):
+            original = getattr(target, name)
+            def wrapped(*args, **kwargs):
+                free = owner._lock.acquire(timeout=1.0)  # held by this very thread: times out
+                if free:
+                    owner._lock.release()
+                seen.append((name, free))
+                return original(*args, **kwargs)
+            setattr(target, name, wrapped)
+
+        probe(link, "_request")
+        probe(owner.fork_server, "kill")
+
+        @ray.remote
+        def from_worker():
+            a = Counter.options(name="w", lifetime="detached").remote()
+            ray.get(a.inc.remote())
+            names = sorted(ray.util.list_named_actors())
+            again = ray.get_actor("w")
+            ray.kill(again)
+            return names
+
+        c = Counter.options(name="d").remote()
+        ray.get(c.inc.remote())
+        h = ray.get_actor("d")
+        names = ray.util.list_named_actors()
+        ray.kill(h)
+        worker_names = ray.get(from_worker.remote())
+        local = Counter.remote()
+        ray.get(local.inc.remote())
+        ray.kill(local)
+        say(names=names, worker_names=worker_names, seen=sorted(set(seen)),
+            requests=sum(1 for name, _ in seen if name == "_request"))
+    """)
+    assert result["names"] == ["d"] and result["worker_names"] == ["w"]
+    assert result["requests"] >= 8  # four from the driver, four from the worker
+    assert result["seen"] == [["_request", True], ["kill", True]], result

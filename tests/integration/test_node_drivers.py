@@ -18,7 +18,7 @@ import pytest
 from miniray._private.core import protocol
 from miniray._private.host import procinfo
 
-from .helpers import cli, driver, json_line, ledger_leases
+from .helpers import cli, driver, json_line, ledger_leases, wait_until
 
 
 @pytest.mark.parametrize("how", ["plain", "auto", "address", "RAY_ADDRESS"])
@@ -197,6 +197,76 @@ def test_the_node_removes_the_store_of_a_driver_killed_with_sigkill(node_env):
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_a_driver_of_another_miniray_or_python_version_is_refused_naming_both(node_env):
+    """A driver whose miniray version, or whose Python major.minor, is not the node's gets a
+    RuntimeError from ``init`` worded as Ray 2.60's ("Version mismatch: The cluster was
+    started with: ... This process on node ... was started with: ...", compared with Ray's
+    ``check_version_info``), naming both versions and what to do; nothing of it is left on
+    the node. A Python patch difference only warns (Ray does so at its "minor" level; its
+    default refuses it too). The versions are the driver's own, patched in its process."""
+    assert cli(node_env, "start", "--head", "--num-cpus", "1").returncode == 0
+    proc = driver("""
+        import json, logging, sys
+        import miniray as ray
+        from miniray import _version
+        from miniray._private.core import protocol
+
+        def refusal():
+            try:
+                ray.init(address="auto")
+            except RuntimeError as error:
+                return str(error)
+            ray.shutdown()
+            return None
+
+        real_version, real_python = _version.__version__, protocol.PYTHON_VERSION
+        _version.__version__ = "9.9.9"
+        other_miniray = refusal()
+        _version.__version__ = real_version
+        major, minor, _patch = real_python.split(".")
+        protocol.PYTHON_VERSION = f"{major}.{int(minor) + 1}.0"
+        other_python = refusal()
+        protocol.PYTHON_VERSION = f"{major}.{minor}.999"
+        warnings = []
+        handler = logging.Handler()
+        handler.emit = lambda record: warnings.append(record.getMessage())
+        logging.getLogger("miniray").addHandler(handler)
+        ray.init(address="auto")
+        protocol.PYTHON_VERSION = real_python
+
+        @ray.remote
+        def f():
+            return 7
+
+        value = ray.get(f.remote())
+        ray.shutdown()
+        print(json.dumps({"miniray": other_miniray, "python": other_python, "value": value,
+                          "warnings": warnings, "real": [real_version, real_python],
+                          "initialized": ray.is_initialized()}))
+    """, node_env)
+    result = json_line(proc)
+    assert proc.wait(30) == 0, proc.stderr.read()
+    version, python = result["real"]
+    major, minor, _patch = python.split(".")
+    assert result["miniray"] == (
+        "Version mismatch: The cluster was started with:\n"
+        f"    miniray: {version}\n"
+        f"    Python: {python}\n"
+        "This process on node 127.0.0.1 was started with:\n"
+        "    miniray: 9.9.9\n"
+        f"    Python: {python}\n"
+        "Run this driver with the Python and miniray the node was started with, or restart "
+        "the node with this driver's (`miniray stop`, then `miniray start --head`).")
+    assert f"    Python: {python}\nThis process on node" in result["python"]
+    assert result["python"].endswith(f"    Python: {major}.{int(minor) + 1}.0\nRun this "
+                                     "driver with the Python and miniray the node was "
+                                     "started with, or restart the node with this driver's "
+                                     "(`miniray stop`, then `miniray start --head`).")
+    assert [w for w in result["warnings"] if w.startswith("Python patch version mismatch")]
+    assert result["value"] == 7 and result["initialized"] is False
+    assert wait_until(lambda: ledger_leases(node_env) == {}, 10)
 
 
 def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(node_env):

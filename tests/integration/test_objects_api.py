@@ -321,6 +321,43 @@ def test_task_return_refs_have_56_hex_chars(ray):
     assert refs[0].task_id() == refs[1].task_id()
 
 
+def test_object_ref_task_id_is_a_task_id_naming_the_task_and_its_actor(ray):
+    """``ObjectRef.task_id()`` is a ``TaskID`` whose ``hex()`` is the task's
+    ``get_task_id()``; for an actor call its ``actor_id()`` is the actor's id, for a task the
+    job's nil actor; ``job_id()`` is a ``JobID`` (``get_job_id()``). ``owner_address()`` is
+    bytes. Compared with Ray 2.60 (same types, reprs and layouts)."""
+
+    @ray.remote
+    def task_id():
+        return ray.get_runtime_context().get_task_id()
+
+    @ray.remote
+    class Ids:
+        def ids(self):
+            ctx = ray.get_runtime_context()
+            return ctx.get_task_id(), ctx.get_actor_id()
+
+    ref = task_id.remote()
+    task = ref.task_id()
+    assert type(task) is ray.TaskID and repr(task) == f"TaskID({task.hex()})"
+    assert ray.get(ref, timeout=GET_TIMEOUT) == task.hex()
+    assert task.actor_id() == ray.ActorID.from_hex("ff" * 12 + "01000000")
+    assert ref.job_id() == task.job_id() == ray.JobID.from_hex(
+        ray.get_runtime_context().get_job_id())
+    actor = Ids.remote()
+    call = actor.ids.remote()
+    inside_task, inside_actor = ray.get(call, timeout=GET_TIMEOUT)
+    assert call.task_id().hex() == inside_task
+    assert call.task_id().actor_id() == ray.ActorID.from_hex(inside_actor)
+    put = ray.put(1)
+    assert type(put.task_id()) is ray.TaskID and not put.task_id().is_nil()
+    assert type(put.owner_address()) is bytes and put.call_site() == ""
+    assert ray.ObjectRef.nil().is_nil() and ray.ObjectRef.nil().task_id().is_nil()
+    with pytest.raises(ValueError, match="TaskID is nil"):
+        ray.ObjectRef.nil().job_id()
+    ray.kill(actor)
+
+
 def test_refs_of_a_previous_session_raise_value_error(ray_start):
     ray_start(num_cpus=1)
     old = miniray.put("old")
@@ -366,3 +403,46 @@ def test_numpy_arrays_from_get_are_read_only(ray):
     assert array.flags.writeable is False
     with pytest.raises(ValueError, match="read-only"):
         array[0] = 1
+
+
+class _HoldsArray:
+    def __init__(self):
+        self.array = np.zeros(3)
+
+
+# Sizes on both sides of the 100 KiB inline threshold: Ray 2.60 makes every array read-only.
+@pytest.mark.parametrize("size", [0, 10, 12_800, 200_000])
+def test_numpy_arguments_by_value_arrive_read_only(ray, size):
+    """Arrays passed by value reach the task read-only, whatever their size, alone or inside
+    containers and objects, for tasks and actor methods. Compared with Ray 2.60, which gives
+    ``writeable False`` for each of these, and ``True`` for an object-dtype array and for a
+    non-contiguous one (both pickled in-band there and here)."""
+
+    @ray.remote
+    def flags(value):
+        if isinstance(value, np.ndarray):
+            return value.flags.writeable
+        if isinstance(value, dict):
+            return {key: item.flags.writeable for key, item in value.items()}
+        if isinstance(value, _HoldsArray):
+            return value.array.flags.writeable
+        return [item.flags.writeable for item in value]
+
+    @ray.remote
+    class Reader:
+        def flags(self, value, *, other):
+            return value.flags.writeable, other.flags.writeable
+
+    array = np.arange(size, dtype=np.float64)
+    assert ray.get(flags.remote(array), timeout=GET_TIMEOUT) is False
+    assert ray.get(flags.remote([array, array]), timeout=GET_TIMEOUT) == [False, False]
+    assert ray.get(flags.remote({"k": array}), timeout=GET_TIMEOUT) == {"k": False}
+    assert ray.get(flags.remote(_HoldsArray()), timeout=GET_TIMEOUT) is False
+    assert ray.get(flags.remote(ray.put(array)), timeout=GET_TIMEOUT) is False
+    assert ray.get(ray.put(array), timeout=GET_TIMEOUT).flags.writeable is False
+    reader = Reader.remote()
+    assert ray.get(reader.flags.remote(array, other=array), timeout=GET_TIMEOUT) == (False, False)
+    # In-band pickles make fresh arrays, writeable in Ray too.
+    assert ray.get(flags.remote(np.array([1, "x"], dtype=object)), timeout=GET_TIMEOUT) is True
+    assert ray.get(flags.remote(np.zeros((4, 4))[:, ::2]), timeout=GET_TIMEOUT) is True
+    ray.kill(reader)

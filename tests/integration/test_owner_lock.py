@@ -114,3 +114,60 @@ def test_available_resources_sees_leases_released_just_before(ray_start):
         available = ray.available_resources()
         assert available.get("GPU") == 2.0, (attempt, available)
         time.sleep(0.004)  # around the linger: the I/O thread releases it meanwhile
+
+
+def test_deaths_and_kills_give_leases_back_outside_the_owner_lock(ray):
+    """A killed actor's lease, a crashed task worker's lease (its retry runs on a new one)
+    and the SIGKILLs sent to the fork server (``ray.kill``, a forced cancel) are all handled
+    with the owner's lock free; the resources are back when ``available_resources()``
+    answers."""
+    owner = runtime.current().owner
+
+    @ray.remote
+    class Sleeper:
+        def ping(self):
+            return "pong"
+
+    @ray.remote(max_retries=1)
+    def crash_once(marker):
+        import os
+
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(3)
+        return "retried"
+
+    @ray.remote
+    def forever():
+        time.sleep(60)
+
+    probes = [_LockProbe(owner, owner.ledger, "release"),
+              _LockProbe(owner, owner.fork_server, "kill")]
+    try:
+        actor = Sleeper.remote()
+        assert ray.get(actor.ping.remote(), timeout=60) == "pong"
+        ray.kill(actor)
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            assert ray.get(crash_once.remote(f"{folder}/m"), timeout=60) == "retried"
+        stuck = forever.remote()
+        deadline = time.monotonic() + 30
+        while not owner.statistics()["leases"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ray.cancel(stuck, force=True)
+        try:
+            ray.get(stuck, timeout=60)
+        except miniray.exceptions.TaskCancelledError:
+            pass
+        deadline = time.monotonic() + 30
+        while ray.available_resources().get("CPU") != 2.0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ray.available_resources().get("CPU") == 2.0
+    finally:
+        for probe in probes:
+            probe.restore()
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"

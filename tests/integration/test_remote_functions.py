@@ -449,3 +449,72 @@ def test_more_blocked_parents_than_worker_cap_do_not_deadlock(ray_start):
         return inner.get(child.remote(i), timeout=4)
 
     assert miniray.get([parent.remote(i) for i in range(10)], timeout=8) == list(range(10))
+
+
+# ----------------------------------------------------------------------------- function names
+def test_function_names_have_no_locals_segment(ray):
+    """``get_task_function_name()`` is ``<module>.<name>`` for a function or actor class
+    defined inside a function (``__name__``, not ``__qualname__``), and the direct-call error
+    names ``<module>.<name>`` too. Compared with Ray 2.60 (``pkg.mod.nested``,
+    ``pkg.mod.Class.method``)."""
+
+    def make():
+        @ray.remote
+        def nested():
+            return ray.get_runtime_context().get_task_function_name()
+
+        @ray.remote
+        class Local:
+            def name(self):
+                return ray.get_runtime_context().get_task_function_name()
+
+        return nested, Local
+
+    nested, Local = make()
+    assert ray.get(nested.remote(), timeout=GET_TIMEOUT) == f"{__name__}.nested"
+    assert ray.get(nested.options(name="x").remote(), timeout=GET_TIMEOUT) == f"{__name__}.nested"
+    actor = Local.remote()
+    assert ray.get(actor.name.remote(), timeout=GET_TIMEOUT) == f"{__name__}.Local.name"
+    with pytest.raises(TypeError, match=rf"'{__name__}\.nested\(\)'"):
+        nested()
+    ray.kill(actor)
+
+
+FUNCTION_NAMES = """
+import miniray as ray
+
+def make():
+    @ray.remote
+    def nested():
+        return ray.get_runtime_context().get_task_function_name()
+
+    @ray.remote
+    class Local:
+        def name(self):
+            return ray.get_runtime_context().get_task_function_name()
+
+    return nested, Local
+
+ray.init(num_cpus=1)
+nested, Local = make()
+lam = ray.remote(lambda: ray.get_runtime_context().get_task_function_name())
+actor = Local.remote()
+print("names", ray.get(nested.remote()), ray.get(actor.name.remote()), ray.get(lam.remote()))
+try:
+    nested()
+except TypeError as error:
+    print("direct", error)
+ray.kill(actor)
+ray.shutdown()
+"""
+
+
+def test_function_names_of_a_script_are_named_after_its_file(drivers):
+    """A function of the driver script (module ``__main__``) is named after the script's
+    file, as Ray 2.60 names it (``app.nested``, ``app.Local.name``, ``app.<lambda>`` for
+    ``python app.py``); the direct-call error still says ``__main__.nested``, as Ray's."""
+    result = drivers.run(FUNCTION_NAMES, timeout=60)
+    assert result.returncode == 0, result.stderr
+    stem = os.path.splitext(os.path.basename(result.args[-1]))[0]
+    assert f"names {stem}.nested {stem}.Local.name {stem}.<lambda>\n" in result.stdout
+    assert "Instead of running '__main__.nested()'" in result.stdout

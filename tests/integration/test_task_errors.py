@@ -136,6 +136,116 @@ def test_error_propagates_through_dependent_task(ray):
     assert "upstream" in str(info.value)
 
 
+class UpstreamError(Exception):
+    pass
+
+
+INPUTS_FAILED = "  At least one of the input arguments for this task could not be computed:"
+
+
+def test_failed_argument_is_the_dependent_calls_error_with_rays_wording(ray):
+    """A call whose argument failed raises its own RayTaskError at ``get``: the header names
+    the call, then Ray's line, then the argument's error; ``cause`` is the user's exception
+    at every level, so ``except UpstreamError`` catches it. Compared with Ray 2.60 for a task,
+    a keyword argument, an actor method and two levels of chaining: the same lines (Ray's
+    header names the worker's pid and the actor's repr where miniray names the driver's pid)
+    and the same type ``RayTaskError(UpstreamError)``."""
+
+    @ray.remote
+    def fail():
+        raise UpstreamError("boom")
+
+    @ray.remote
+    def use(x):
+        return x
+
+    @ray.remote
+    class Holder:
+        def take(self, x):
+            return x
+
+    def error_of(ref):
+        with pytest.raises(UpstreamError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        error = info.value
+        assert isinstance(error, exceptions.RayTaskError)
+        assert type(error).__name__ == "RayTaskError(UpstreamError)"
+        assert type(error.cause) is UpstreamError and str(error.cause) == "boom"
+        return str(error).splitlines()
+
+    upstream = ["ray::fail() (pid=", '  File "', '    raise UpstreamError("boom")',
+                f"{UpstreamError.__module__}.UpstreamError: boom"]
+
+    def check(lines, *headers):
+        shown = "miniray.exceptions.RayTaskError: "
+        expected = []
+        for index, header in enumerate(headers):
+            expected += [(shown if index else "") + f"ray::{header}() (pid=", INPUTS_FAILED]
+        expected += [shown + upstream[0]] + upstream[1:]
+        assert len(lines) == len(expected), lines
+        for line, start in zip(lines, expected):
+            assert line.startswith(start), (line, start, lines)
+
+    failed = fail.remote()
+    check(error_of(use.remote(failed)), "use")
+    check(error_of(use.remote(x=failed)), "use")
+    check(error_of(use.remote(use.remote(failed))), "use", "use")
+    holder = Holder.remote()
+    check(error_of(holder.take.remote(failed)), "Holder.take")
+    check(error_of(holder.take.remote(use.remote(failed))), "Holder.take", "use")
+    ray.kill(holder)
+
+
+def test_failed_constructor_argument_kills_the_actor_with_rays_wording(ray):
+    """An actor whose constructor argument failed dies: ActorDiedError naming the creation
+    task ``ray::Holder.__init__()``, Ray's line, then the argument's error (compared with
+    Ray 2.60)."""
+
+    @ray.remote
+    def fail():
+        raise UpstreamError("boom")
+
+    @ray.remote
+    class Holder:
+        def __init__(self, x):
+            self.x = x
+
+        def ping(self):
+            return 1
+
+    holder = Holder.remote(fail.remote())
+    with pytest.raises(exceptions.ActorDiedError) as info:
+        ray.get(holder.ping.remote(), timeout=GET_TIMEOUT)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("The actor died because of an error raised in its creation "
+                               "task, ray::Holder.__init__() (pid=")
+    assert lines[1] == INPUTS_FAILED
+    assert lines[2].startswith("miniray.exceptions.RayTaskError: ray::fail() (pid=")
+    assert lines[-1] == f"{UpstreamError.__module__}.UpstreamError: boom"
+
+
+def test_failed_system_error_argument_is_named_by_its_type(ray):
+    """An argument that holds a system error (here a crashed worker) gives Ray's line then
+    ``miniray.exceptions.WorkerCrashedError: ...``; the dependent call raises
+    ``RayTaskError(WorkerCrashedError)``. Compared with Ray 2.60."""
+
+    @ray.remote(max_retries=0)
+    def crash():
+        os._exit(3)
+
+    @ray.remote
+    def use(x):
+        return x
+
+    with pytest.raises(exceptions.WorkerCrashedError) as info:
+        ray.get(use.remote(crash.remote()), timeout=GET_TIMEOUT)
+    assert type(info.value).__name__ == "RayTaskError(WorkerCrashedError)"
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith("ray::use() (pid=")
+    assert lines[1] == INPUTS_FAILED
+    assert lines[2].startswith("miniray.exceptions.WorkerCrashedError: The worker died ")
+
+
 def test_error_in_nested_task_reaches_parent_and_driver(ray):
     @ray.remote(max_retries=0)
     def child():

@@ -894,6 +894,58 @@ def test_generator_method_accepts_streaming():
     opts.validate_method_options({"num_returns": "dynamic"}, is_generator=True)
 
 
+def _method_of_a_handle(name: str):
+    """``handle.<name>`` of a handle made without a runtime (``.options`` needs none)."""
+    import miniray
+    from miniray.actor import ActorHandle
+
+    @miniray.remote
+    class Calls:
+        def plain(self):
+            return 1
+
+        def numbers(self):
+            yield 1
+
+    return getattr(ActorHandle(b"\x01" * 16, ("Calls", Calls._methods, 0)), name)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, pattern",
+    [
+        ({"num_returns": "x"}, TypeError, r"^The keyword 'num_returns' only accepts None, .*'x'"),
+        ({"num_returns": 1.5}, TypeError, r"^The type of keyword 'num_returns' must be"),
+        ({"num_returns": -1}, ValueError, exact("num_returns must be >= 0, but got -1.")),
+        ({"num_returns": "streaming"}, ValueError, r"^num_returns='streaming' can only be used"),
+        ({"num_returns": "dynamic"}, ValueError, r"^num_returns='dynamic' can only be used"),
+        ({"max_task_retries": "x"}, TypeError, r"^The type of keyword 'max_task_retries'"),
+        ({"max_task_retries": -2}, ValueError, r"^The keyword 'max_task_retries' only accepts"),
+        ({"name": 3}, TypeError, r"^The type of keyword 'name' must be"),
+        ({"retry_exceptions": 3}, TypeError, r"^The type of keyword 'retry_exceptions'"),
+        ({"retry_exceptions": [int]}, ValueError, r"^retry_exceptions must be either"),
+    ],
+)
+def test_actor_method_options_are_checked_as_task_options(kwargs, exc, pattern):
+    """``handle.method.options(...)`` refuses what task options refuse. Compared with Ray
+    2.60: same types for ``num_returns`` "x" (TypeError), -1 and "streaming" on a plain method
+    (ValueError), ``max_task_retries="x"`` and ``name=3`` (TypeError); Ray lets 1.5 and -2
+    through and raises AssertionError for ``retry_exceptions=3``."""
+    with pytest.raises(exc, match=pattern):
+        _method_of_a_handle("plain").options(**kwargs)
+
+
+def test_actor_method_options_accept_what_ray_accepts():
+    """Compared with Ray 2.60: None, 0, 2 and True are counts; "streaming" suits a generator."""
+    for value, count in ((None, 1), (0, 0), (2, 2), (True, True)):
+        assert _method_of_a_handle("plain").options(num_returns=value)._num_returns == count
+    assert _method_of_a_handle("numbers").options(num_returns="streaming")._num_returns == 1
+    with pytest.raises(NotImplementedError, match="dynamic"):
+        _method_of_a_handle("numbers").options(num_returns="dynamic")
+    method = _method_of_a_handle("plain").options(max_task_retries=-1, name="n",
+                                                  retry_exceptions=[ValueError])
+    assert method._max_task_retries == -1 and method._call_name == "n"
+
+
 # --- module hygiene -------------------------------------------------------------------------
 
 
@@ -903,6 +955,7 @@ def test_public_surface():
         "validate_task_options", "validate_actor_options", "update_options",
         "task_resource_request", "actor_resource_requests", "actor_creation_checks",
         "default_max_calls", "validate_method_options", "default_max_retries",
+        "validate_method_call_options",
     }  # fmt: skip
     defined_here = {
         name

@@ -20,7 +20,8 @@ SPEAKERS = ["node/node.py", "node/actor_service.py", "owner/actor_link.py",
 TAG_NAMES = {name for names in protocol.CHANNELS.values() for name in names}
 TAG_NAMES |= {name[len(prefix):] for name in TAG_NAMES for prefix in ("NODE_", "SVC_")
               if name.startswith(prefix)}
-NOT_TAGS = {"OK", "ERR", "TIMEOUT", "CANCELLED", "PROTOCOL_VERSION", "V1_NODE_HELLO"}
+NOT_TAGS = {"OK", "ERR", "TIMEOUT", "CANCELLED", "PROTOCOL_VERSION", "V1_NODE_HELLO",
+            "PYTHON_VERSION"}
 
 
 def test_channels_are_the_five_sections_and_the_call_methods():
@@ -56,7 +57,7 @@ def test_the_node_relays_the_fork_servers_replies_unchanged():
 
 
 def test_protocol_version_was_bumped_for_waits_naming_their_call():
-    assert protocol.PROTOCOL_VERSION == 3
+    assert protocol.PROTOCOL_VERSION == 4
 
 
 def test_tag_name():
@@ -138,3 +139,25 @@ def _string_methods(source: str) -> list[int]:
 def test_the_string_method_finder_finds_one():
     source = 'if method == "nodes":\n    pass\nself.call("cancel", 1)\nd.get("nodes")\n'
     assert _string_methods(source) == [1, 3]
+
+
+def test_version_mismatch_refuses_another_miniray_or_python_minor_and_warns_on_patch():
+    """Ray 2.60's wording (``check_version_info``): both versions, this process's place."""
+    here = protocol.local_versions()
+    major, minor, patch = here["python_version"].split(".")
+    assert protocol.version_mismatch(dict(here), "node 127.0.0.1") == (None, None)
+    for node in (dict(here, miniray_version="0.0.1"),
+                 dict(here, python_version=f"{major}.{int(minor) + 1}.{patch}"),
+                 {}):  # a node older than version reporting
+        refusal, warning = protocol.version_mismatch(node, "node 127.0.0.1")
+        assert warning is None and refusal.startswith(
+            "Version mismatch: The cluster was started with:\n    miniray: ")
+        assert (f"This process on node 127.0.0.1 was started with:\n"
+                f"    miniray: {here['miniray_version']}\n"
+                f"    Python: {here['python_version']}\n") in refusal
+        assert "miniray stop" in refusal and "miniray start --head" in refusal
+    refusal, _ = protocol.version_mismatch({}, "node x")
+    assert "miniray: unknown (a miniray older than this one)" in refusal
+    refusal, warning = protocol.version_mismatch(
+        dict(here, python_version=f"{major}.{minor}.{int(patch) + 1}"), "node x")
+    assert refusal is None and warning.startswith("Python patch version mismatch: ")

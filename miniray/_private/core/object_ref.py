@@ -6,7 +6,7 @@ decisions (the owner decides; an ObjectRef only reports that it was created, pic
 Called by: everything that creates or passes refs.
 
 Mirrors ``ray.ObjectRef`` (Ray 2.60). Differs: ``owner_address()`` and ``call_site()`` return
-empty values; ``tensor_transport()`` returns None.
+empty values (``b""``, ``""``); ``tensor_transport()`` returns None.
 """
 
 from __future__ import annotations
@@ -59,11 +59,14 @@ class ObjectRef(Generic[T]):
     def hex(self) -> str:
         return self._id.hex()
 
-    def task_id(self) -> str:
-        return self._id[: ids.TASK_ID_SIZE].hex()
+    def task_id(self) -> ids.TaskID:
+        """The task that creates the object (for a put, an id of its own), as a ``TaskID``:
+        its ``hex()`` is what ``get_task_id()`` returns inside that task."""
+        return ids.TaskID(self._id[: ids.TASK_ID_SIZE])
 
-    def job_id(self) -> str:
-        return ids.JOB_ID
+    def job_id(self) -> ids.JobID:
+        """The job of the task that creates the object; ValueError for the nil ref."""
+        return self.task_id().job_id()
 
     def is_nil(self) -> bool:
         return self._id == b"\xff" * ids.OBJECT_ID_SIZE
@@ -84,8 +87,8 @@ class ObjectRef(Generic[T]):
     def from_random(cls) -> ObjectRef:
         return cls(ids.new_put_id(), _token=False)
 
-    def owner_address(self) -> str:
-        return ""
+    def owner_address(self) -> bytes:
+        return b""  # Ray: the owner's serialized address (bytes); one host has no addresses
 
     def call_site(self) -> str:
         return ""

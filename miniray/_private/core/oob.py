@@ -5,7 +5,7 @@ Owns: turning a value into a pickle stream plus the raw buffers it refers to (pi
 descriptor (``pwritev``) or into a writable mapping (one memcpy per buffer), and loading a value
 back from a mapping without copying its buffers. Does not own: file names, capacity, spilling
 or lifetimes (``shm_store.py``).
-Called by: shm_store.py, in the owner and in workers.
+Called by: shm_store.py, in the owner and in workers; serialization.py (call arguments).
 
 Numpy arrays (and anything whose ``__reduce_ex__(5)`` hands out ``pickle.PickleBuffer``) are not
 copied into the pickle stream: the stream keeps a placeholder and the array's memory is written
@@ -31,7 +31,8 @@ from typing import Any
 
 import cloudpickle
 
-__all__ = ["ALIGN", "Serialized", "inline_blob", "load_segment", "loads_inline", "serialize"]
+__all__ = ["ALIGN", "Serialized", "inline_blob", "join_inline", "load_segment", "loads_inline",
+           "serialize"]
 
 PROTOCOL = 5
 MAGIC = b"MRSG"
@@ -178,12 +179,17 @@ def inline_blob(ser: Serialized) -> bytes:
     (numpy arrays): ``MRB1``, the count and lengths, the metadata, then each buffer 8-byte
     aligned, so ``loads_inline`` hands the arrays read-only views of the blob (as Ray does
     for every numpy array it returns, small ones included) without copying them."""
-    if not ser.buffers:
-        return ser.metadata
-    raws = [memoryview(b).cast("B") for b in ser.buffers]
-    head = [_INLINE_MAGIC, _U64.pack(len(raws)), _U64.pack(len(ser.metadata))]
+    return join_inline(ser.metadata, ser.buffers)
+
+
+def join_inline(metadata: bytes, buffers: list) -> bytes:
+    """``inline_blob`` of a pickle stream and its out-of-band buffers (byte views)."""
+    if not buffers:
+        return metadata
+    raws = [memoryview(b).cast("B") for b in buffers]
+    head = [_INLINE_MAGIC, _U64.pack(len(raws)), _U64.pack(len(metadata))]
     head += [_U64.pack(len(r)) for r in raws]
-    parts = head + [ser.metadata]
+    parts = head + [metadata]
     size = sum(len(p) for p in parts)
     for raw in raws:
         pad = -size % 8

@@ -34,6 +34,9 @@ makes in ``ray._common.utils.resources_from_ray_options``, ``_raylet.prepare_res
     before merging (Ray's ``.options()`` callers do that).
   * ``@method(num_returns=...)`` also gets the task type rules (a bad string raises the same
     TypeError as on a task); Ray checks only negative ints and generator-only values there.
+    ``ActorMethod.options(...)`` gets the same ``num_returns`` rules and the task rules of
+    ``max_task_retries``, ``name`` and ``retry_exceptions`` (Ray lets ``num_returns=1.5`` or
+    ``max_task_retries=-2`` through there).
   * Deprecated ``placement_group*`` options get no DeprecationWarning at ``.remote()``.
   * ``num_gpus`` together with ``neuron_cores`` or ``TPU`` in one request is refused, as the
     GPU-support document says and Ray did until 2.9 (2.60 no longer checks).
@@ -59,6 +62,7 @@ __all__ = [
     "task_resource_request",
     "update_options",
     "validate_actor_options",
+    "validate_method_call_options",
     "validate_method_options",
     "validate_task_options",
 ]
@@ -545,14 +549,46 @@ def validate_method_options(kwargs: dict, *, is_generator: bool | None = None) -
                 f"The supported keyword arguments are {_METHOD_NAMES}"
             )
     if "num_returns" in kwargs:
-        num_returns = kwargs["num_returns"]
-        _apply(_Rule((int, str, _NoneType)), "num_returns", num_returns)
-        if isinstance(num_returns, str):
-            _num_returns_error(num_returns)  # "foo" raises TypeError, as on a task
-        _check_num_returns(num_returns, is_generator)
+        _check_method_num_returns(kwargs["num_returns"], is_generator)
     if "_num_objects_per_yield" in kwargs:
         key = "_num_objects_per_yield"
         _apply(_TASK_ONLY[key], key, kwargs[key])
+
+
+def _check_method_num_returns(num_returns: Any, is_generator: bool | None) -> None:
+    _apply(_Rule((int, str, _NoneType)), "num_returns", num_returns)
+    if isinstance(num_returns, str):
+        _num_returns_error(num_returns)  # "foo" raises TypeError, as on a task
+    _check_num_returns(num_returns, is_generator)
+
+
+# The options of one actor call (``handle.method.options(...)``) that have a type to check.
+_METHOD_CALL_RULES: dict[str, _Rule] = {
+    "name": _Rule((str, _NoneType)),
+    "max_task_retries": _count("max_task_retries", minus_one_is_infinite=True),
+    "retry_exceptions": _TASK_ONLY["retry_exceptions"],
+    "enable_task_events": _Rule(bool),
+    "concurrency_group": _Rule((str, _NoneType)),
+}
+
+
+def validate_method_call_options(options: dict, *, is_generator: bool) -> None:
+    """Check ``ActorMethod.options(...)`` with the rules of task options: ``num_returns``
+    as at ``@method`` (TypeError for a float or an unknown string, ValueError for a negative
+    count or ``"streaming"`` on a method that does not yield), ``max_task_retries``,
+    ``name``, ``retry_exceptions`` as on a task.
+
+    Ray 2.60 checks only ``num_returns`` there, and lets ``num_returns=1.5`` or
+    ``max_task_retries=-2`` through to fail later or never.
+
+    Example:
+        >>> validate_method_call_options({"num_returns": 2}, is_generator=False)
+    """
+    if "num_returns" in options:
+        _check_method_num_returns(options["num_returns"], is_generator)
+    for key, rule in _METHOD_CALL_RULES.items():
+        if key in options:
+            _apply(rule, key, options[key])
 
 
 # --- .remote() time ----------------------------------------------------------------------------

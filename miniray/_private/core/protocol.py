@@ -29,12 +29,14 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
     (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
-                 args_blob, dep_values, ctx)      (ACTOR_EXITING,)   graceful exit follows
+                 args_blob, dep_values, ctx)      (ACTOR_EXITING, why)  an intended exit
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
                  num_returns, call_name)          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
+   is_async, name, namespace, handle_state, restarts)``.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
    Its ``task_id`` is the call that waits (None where a cancel must not interrupt it: outside
@@ -93,11 +95,17 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
 from __future__ import annotations
 
+import sys
+
+from miniray import _version
+
 # A node refuses a driver whose NODE_HELLO carries another version (NODE_REFUSED says so).
 # 2: the node and actor-service channels moved from string tags to the ints below.
-# 3: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
+# 3: ACTOR_INIT carries the actor's restart count, ACTOR_EXITING why it leaves, and the node's
+#    hello its miniray and Python versions.
+# 4: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
 #    owners); SVC_CANCEL says whether it is recursive.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -205,3 +213,55 @@ def tag_name(channel: str, tag: object) -> str:
         if globals()[name] == tag and type(tag) is int:
             return name
     return repr(tag)
+
+
+# ----------------------------------------------------------------------------- versions
+# What a node reports in NODE_WELCOME's info ("miniray_version", "python_version") and a
+# joining driver compares with its own (``version_mismatch``): the node's fork server runs
+# the driver's pickled functions, whose bytecode only another Python of the same major.minor
+# reads, and only the same miniray speaks the same wire.
+PYTHON_VERSION = ".".join(map(str, sys.version_info[:3]))
+
+
+def local_versions() -> dict:
+    """This process's versions, as a node reports them in NODE_WELCOME's info."""
+    return {"miniray_version": _version.__version__, "python_version": PYTHON_VERSION}
+
+
+def version_mismatch(node_info: dict, where: str) -> tuple[str | None, str | None]:
+    """``(refusal, warning)`` for a driver joining the node whose NODE_WELCOME info is
+    ``node_info``: a refusal (the text of Ray's RuntimeError, both versions, what to do)
+    when miniray or Python's major.minor differ; a warning when only Python's patch level
+    does; ``(None, None)`` when they match. A node that reports no versions is older than
+    this check, so it is another miniray. ``where`` names this process ("node 127.0.0.1").
+
+    Example:
+        >>> here = local_versions()
+        >>> version_mismatch(dict(here), "node 127.0.0.1")
+        (None, None)
+        >>> refusal, _ = version_mismatch(dict(here, miniray_version="0.0.1"), "node x")
+        >>> refusal.splitlines()[:2]
+        ['Version mismatch: The cluster was started with:', '    miniray: 0.0.1']
+    """
+    here = local_versions()
+    node_miniray = node_info.get("miniray_version") or "unknown (a miniray older than this one)"
+    node_python = node_info.get("python_version") or "unknown"
+    text = (
+        "The cluster was started with:\n"
+        f"    miniray: {node_miniray}\n"
+        f"    Python: {node_python}\n"
+        f"This process on {where} was started with:\n"
+        f"    miniray: {here['miniray_version']}\n"
+        f"    Python: {here['python_version']}\n"
+    )
+    if (node_miniray != here["miniray_version"]
+            or node_python.split(".")[:2] != here["python_version"].split(".")[:2]):
+        return (
+            f"Version mismatch: {text}Run this driver with the Python and miniray the node "
+            "was started with, or restart the node with this driver's (`miniray stop`, then "
+            "`miniray start --head`).",
+            None,
+        )
+    if node_python != here["python_version"]:
+        return None, f"Python patch version mismatch: {text}"
+    return None, None

@@ -3,7 +3,8 @@
 Owns: how a Python value becomes bytes and back (cloudpickle, pickle protocol 5), and the
 translation of pickling failures into clear errors. Does not own: where bytes are kept
 (``object_store.py``).
-Called by: remote_function.py (arguments), worker_main.py (results), the owner (put).
+Called by: remote_function.py and actor.py (arguments), worker_main.py (arguments, results), the
+owner (put).
 
 Values go through cloudpickle so closures, lambdas and classes defined in ``__main__`` travel by
 value; plain data takes pickle's C fast path inside cloudpickle.
@@ -16,6 +17,8 @@ import threading
 from typing import Any
 
 import cloudpickle
+
+from miniray._private.core import oob
 
 PROTOCOL = 5
 
@@ -50,9 +53,18 @@ def loads(data: bytes) -> Any:
 
 
 def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
-    """Pickle a call's arguments, or raise TypeError naming what could not be pickled."""
+    """Pickle a call's arguments, or raise TypeError naming what could not be pickled.
+
+    Buffers (numpy arrays) are kept out of band in the blob (``oob.inline_blob``), so
+    ``loads_arguments`` hands the task read-only views of them, as Ray does for every array
+    passed by value, whatever its size; a plain pickle when there are none."""
+    buffers: list = []
     try:
-        return cloudpickle.dumps((args, kwargs), protocol=PROTOCOL)
+        # A callback that returns None keeps each buffer out of band; no Serialized (and
+        # no segment layout) is built, since arguments always travel inline.
+        metadata = cloudpickle.dumps((args, kwargs), protocol=PROTOCOL,
+                                     buffer_callback=buffers.append)
+        return oob.join_inline(metadata, [buffer.raw() for buffer in buffers])
     except Exception as error:
         culprit = _find_unpicklable(list(args) + list(kwargs.values()))
         what = f"the argument {culprit!r}" if culprit is not None else "an argument"
@@ -61,6 +73,11 @@ def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
             "Arguments of remote calls must be picklable (cloudpickle); pass the data needed "
             "to rebuild the object instead, or create it inside the task."
         ) from error
+
+
+def loads_arguments(blob: bytes) -> tuple:
+    """``(args, kwargs)`` from ``dumps_arguments``' blob; arrays are read-only views of it."""
+    return oob.loads_inline(blob)
 
 
 _NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)

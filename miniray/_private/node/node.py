@@ -30,7 +30,9 @@ relayed unchanged).
 2. driver → node ``(NODE_HELLO, driver_pid, PROTOCOL_VERSION)``; node → driver
    ``(NODE_WELCOME, info)``, info = ``{"protocol", "session_dir", "session_name",
    "ledger_path", "node_id", "node_ip", "totals" (floats), "gpu_ids", "gpu_ids_are_ints",
-   "gpu_keys", "accelerator_type", "object_store_memory", "address", "port", "node_pid"}``.
+   "gpu_keys", "accelerator_type", "object_store_memory", "address", "port", "node_pid",
+   "miniray_version", "python_version"}``. The driver leaves (RuntimeError, as Ray's) if
+   the versions are not its own (``protocol.version_mismatch``).
    A HELLO of another protocol version (version 1 sent the string ``"HELLO"``) is answered
    ``(NODE_REFUSED, text)``, which says what to do; any other first message closes the
    connection unanswered.
@@ -677,7 +679,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
             "accelerator_type": spec["accelerator_type"],
             "object_store_memory": spec["object_store_memory"], "address": address,
-            "port": port, "node_pid": os.getpid(),
+            "port": port, "node_pid": os.getpid(), **protocol.local_versions(),
         }
         record = NodeRecord(
             pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), address=address,

@@ -4,11 +4,15 @@ Owns: the two sockets to ``<session>/actors.sock`` and what travels on them (eac
 with SO_PEERCRED before anything is sent or read: the service must run as this uid). Does not
 own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
 link), or the service itself (``actor_service.py``).
-Called by: ``actors.ActorManager`` with the owner's lock held.
+Called by: ``actors.ActorManager``. Requests (create, lookup, list, kill) and connecting are
+made *without* the owner's lock (they wait for the service); the calls socket is used with
+it held (it never blocks: calls made before the link is connected wait in an outbox while a
+deferred connect runs after the lock is released).
 
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
-    control socket: request ─► reply, blocking, one at a time (CREATE, LOOKUP, LIST, KILL)
+    control socket: request ─► reply, blocking, one at a time (CREATE, LOOKUP, LIST, KILL),
+                    never with the owner's lock held
     calls socket:   CALL / OBJECT / CANCEL / HOLD / RELEASE ─► (never blocks: an outbox
                     flushed by the owner's I/O thread) ◄─ RESULT / OUTPUT / IMPORTED (read by
                     the I/O thread)
@@ -30,6 +34,7 @@ import os
 import pickle
 import socket
 import sys
+import threading
 import time
 
 from miniray._private.core import protocol, serialization
@@ -62,6 +67,9 @@ class _Forward:
 
 
 class ActorLink:
+    """Given at construction: its owner (used only through ``actors.ActorsOwner``) and the
+    service's socket path."""
+
     def __init__(self, owner, path: str):
         self.owner = owner
         self.path = path
@@ -71,9 +79,16 @@ class ActorLink:
         self._lost: str | None = None
         self._closed = False
         self._forwarding: dict[bytes, int] = {}  # objects sent later, held until imported
+        # One request at a time on the control socket, and one connect: taken without the
+        # owner's lock (never the other way round, so the two cannot deadlock).
+        self._control_lock = threading.Lock()
+        self._outbox: list = []  # (actor_id, spec, exported) of calls made before connecting
+        self._connecting = False  # *Locked.* a deferred connect for the outbox is on its way
 
     # -- connecting ------------------------------------------------------------------------
     def _connect(self) -> None:
+        """*Not locked*; ``_control_lock`` held. Connect both sockets (waiting up to
+        ``CONNECT_TIMEOUT_S`` for the service) and send the calls made meanwhile."""
         if self._control is not None:
             return
         if self._closed:
@@ -122,8 +137,16 @@ class ActorLink:
             raise ServiceUnavailable(
                 f"The node's actor service did not answer ({error}).") from None
         calls.sock.setblocking(True)
-        self._control, self._calls = control, calls
-        self.owner.reactor.register(calls.fd, self._on_readable)
+        with self.owner.locked():
+            if self._closed:  # the session shut down while this connected
+                control.close()
+                calls.close()
+                raise ServiceUnavailable("this driver's session was shut down")
+            self._control, self._calls = control, calls
+            self.owner.reactor.register(calls.fd, self._on_readable)
+            outbox, self._outbox = self._outbox, []
+            for actor_id, spec, exported in outbox:
+                self.send((protocol.SVC_CALL, actor_id, spec, exported))
 
     @staticmethod
     def _reply(conn: FramedSocket):
@@ -134,15 +157,22 @@ class ActorLink:
         return value
 
     def _request(self, message: tuple):
-        self._connect()
-        try:
-            self._control.send(pickle.dumps(message, 5))
-            return self._reply(self._control)
-        except (OSError, EOFError) as error:
-            self._gone(f"the node's actor service stopped answering ({error})")
-            raise ServiceUnavailable(self._lost) from None
+        """*Not locked.* Send one request on the control socket and wait for its reply."""
+        with self._control_lock:
+            self._connect()
+            control = self._control
+            try:
+                if control is None:
+                    raise OSError("the link was closed")
+                control.send(pickle.dumps(message, 5))
+                return self._reply(control)
+            except (OSError, EOFError) as error:
+                with self.owner.locked():
+                    if self._control is control:
+                        self._gone(f"the node's actor service stopped answering ({error})")
+                raise ServiceUnavailable(self._lost or str(error)) from None
 
-    # -- requests (owner lock held) ----------------------------------------------------------
+    # -- requests (owner lock NOT held: each waits for the service's reply) ----------------
     def create(self, spec, exported) -> tuple[bytes, tuple]:
         """``exported``: ``[(id, kind, payload)]`` of the objects of every ObjectRef in the
         constructor's arguments; kind and payload None for one not ready yet, which
@@ -163,17 +193,38 @@ class ActorLink:
 
     # -- the calls socket (owner lock held) ----------------------------------------------------
     def call(self, actor_id: bytes, spec, exported) -> None:
+        """*Locked.* Send a call to a service actor; before the link is connected (a handle
+        that came from elsewhere), it waits in the outbox for a connect that runs once the
+        owner's lock is released."""
+        if self._calls is not None:
+            self.send((protocol.SVC_CALL, actor_id, spec, exported))
+            return
+        self._outbox.append((actor_id, spec, exported))
+        if not self._connecting:
+            self._connecting = True
+            self.owner.defer(self._connect_for_calls)
+
+    def _connect_for_calls(self) -> None:
+        """*Not locked.* Connect for the calls in the outbox; if the service cannot be
+        reached, they fail with ActorDiedError."""
+        error = None
         try:
-            self._connect()
-        except ServiceUnavailable as error:
+            with self._control_lock:
+                self._connect()
+        except ServiceUnavailable as unavailable:
+            error = unavailable
+        with self.owner.locked():
+            self._connecting = False
+            if error is None:
+                return
+            outbox, self._outbox = self._outbox, []
             from miniray.exceptions import ActorDiedError
 
-            data = serialization.dumps(ActorDiedError(actor_id=actor_id.hex(),
-                                                      error_msg=str(error)))
-            self.owner.actors.on_remote_result(
-                spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
-            return
-        self.send((protocol.SVC_CALL, actor_id, spec, exported))
+            for actor_id, spec, _exported in outbox:
+                data = serialization.dumps(ActorDiedError(actor_id=actor_id.hex(),
+                                                          error_msg=str(error)))
+                self.owner.actors.on_remote_result(
+                    spec.task_id, [(protocol.ERR, data)] * max(1, spec.num_returns))
 
     def forward_when_ready(self, object_id: bytes) -> None:
         """*Locked.* Send this object to the service once it is ready (an argument of an

@@ -30,13 +30,58 @@ from __future__ import annotations
 
 import collections
 import logging
-import signal
 import sys
+from typing import Any, Protocol
 
 from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
+
+
+class ActorsOwner(Protocol):
+    """What the actor manager and the actor-service link use of their owner: the seam between
+    the actors and the rest of the owner, held by ``tests/unit/test_actor_seam.py`` (nothing
+    else of the owner is read, and nothing private).
+
+    State it shares: ``objects`` (the object table), ``store``, ``leases`` (the lease book:
+    actors take theirs by its one path), ``ledger`` (shrinking a placement to what an actor
+    holds), ``requests`` (argument pins), ``reactor``, ``node_state``, ``fork_server``,
+    ``hello_info``, ``log_to_driver``, ``gpu_ids_are_ints``, ``actors`` (the manager itself,
+    for the link), ``closed``, ``fatal``. What it asks the owner to do is the methods below."""
+
+    objects: Any
+    store: Any
+    leases: Any
+    ledger: Any
+    requests: Any
+    reactor: Any
+    node_state: Any
+    fork_server: Any
+    hello_info: dict
+    log_to_driver: bool
+    gpu_ids_are_ints: bool
+    actors: Any
+    closed: bool
+    fatal: str | None
+
+    def locked(self) -> Any: ...
+    def defer(self, action) -> None: ...
+    def may_dispatch(self) -> bool: ...
+    def make_room(self) -> bool: ...
+    def start_worker(self, fork_server) -> tuple: ...
+    def adopt_worker(self, parts: tuple) -> Any: ...
+    def discard_start(self, parts: tuple) -> None: ...
+    def count_actor_worker(self, delta: int) -> None: ...
+    def send(self, worker, message: tuple) -> None: ...
+    def signal_cancel(self, worker, task_id: bytes) -> None: ...
+    def cancel_call_tasks(self, call_id: bytes) -> None: ...
+    def actor_call_ended(self, call_id: bytes) -> None: ...
+    def kill_process_later(self, pid: int) -> None: ...
+    def release_lease_later(self, lease_id: str, host_lease: str | None) -> None: ...
+    def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None: ...
+    def function_bytes(self, fn_id: bytes) -> bytes: ...
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +105,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -75,6 +120,7 @@ class _Actor:
         self.killed = False
         self.no_restart = True
         self.exiting = False
+        self.exit_why = ""  # what the actor said when it chose to exit (ACTOR_EXITING)
         self.handles = 0
         self.escaped = False
         self.waiting = 0
@@ -82,6 +128,7 @@ class _Actor:
         self.init_failed = False
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
+        self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -120,7 +167,9 @@ class _NestedDep(_CallDep):
 
 
 class ActorManager:
-    def __init__(self, owner):
+    """Given at construction: its owner, used only through ``ActorsOwner``."""
+
+    def __init__(self, owner: ActorsOwner):
         self.owner = owner
         self.actors: dict[bytes, _Actor] = {}
         self.names: dict[tuple[str, str], bytes] = {}
@@ -142,27 +191,52 @@ class ActorManager:
         from a driver joined to a node) rather than owned here."""
         return self.link is not None and bool(spec.name or spec.detached)
 
+    # -- the node's actor service: requests made without the lock -------------------------
     def create_in_service(self, spec: ActorCreationSpec) -> bytes:
-        """*Locked.* Create the actor in the node's actor service and keep a proxy; raises
-        what the service raised (e.g. ActorAlreadyExistsError). The values of its ObjectRef
-        arguments go along; those not ready yet follow when they are (the actor waits for
-        them there, as any actor waits for its arguments)."""
+        """*Not locked.* Create the actor in the node's actor service and keep a proxy;
+        raises what the service raised (e.g. ActorAlreadyExistsError). The values of its
+        ObjectRef arguments go along (pinned while the request is out); those not ready yet
+        follow when they are (the actor waits for them there, as any actor waits for its
+        arguments)."""
         owner = self.owner
-        if spec.fn_bytes is None:
-            spec.fn_bytes = owner.function_bytes(spec.fn_id)
-        objects = owner.objects
-        needed = self.nested_ids(spec)
-        later = [i for i in needed if (e := objects.get(i)) is not None and e.state == PENDING]
-        exported = self.export([i for i in needed if i not in later])
+        with owner.locked():
+            if spec.fn_bytes is None:
+                spec.fn_bytes = owner.function_bytes(spec.fn_id)
+            objects = owner.objects
+            needed = self.nested_ids(spec)
+            later = [i for i in needed
+                     if (e := objects.get(i)) is not None and e.state == PENDING]
+            exported = self.export([i for i in needed if i not in later])
+        reply = None
         try:
-            actor_id, state = self.link.create(spec, exported + [(i, None, None) for i in later])
+            reply = self.link.create(spec, exported + [(i, None, None) for i in later])
         finally:
-            owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
-        self.proxy(actor_id, state, spec)
-        if actor_id == spec.actor_id:
-            for object_id in later:
-                self.link.forward_when_ready(object_id)
-        return actor_id
+            with owner.locked():
+                owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
+                if reply is not None:
+                    actor_id, state = reply
+                    self.proxy(actor_id, state, spec)
+                    if actor_id == spec.actor_id:
+                        for object_id in later:
+                            self.link.forward_when_ready(object_id)
+        return reply[0]
+
+    def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
+        """*Not locked.* ``(actor id, handle state)`` of a named actor of the node's actor
+        service; a proxy is kept for it."""
+        actor_id, state = self.link.lookup(name, namespace)
+        with self.owner.locked():
+            self.proxy(actor_id, state)
+        return actor_id, state
+
+    def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
+        """*Not locked.* The named actors of the node's actor service."""
+        return self.link.named(namespace, all_namespaces)
+
+    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+        """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
+        said that it lives there)."""
+        self.link.kill(actor_id, no_restart)
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
@@ -252,11 +326,11 @@ class ActorManager:
             self._place(actor)
 
     def _init_error_from_dep(self, actor: _Actor, object_id: bytes) -> None:
-        from miniray.exceptions import ActorDiedError, RayTaskError
+        from miniray.exceptions import ActorDiedError
 
-        error = serialization.loads(self.owner.store.inline_bytes(object_id))
-        if not isinstance(error, RayTaskError):
-            error = RayTaskError.from_exception(error, f"{actor.spec.class_name}.__init__")
+        # Ray's: the constructor's own error, naming the argument's.
+        error = dependency_error(serialization.loads(self.owner.store.inline_bytes(object_id)),
+                                 f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
 
@@ -348,7 +422,7 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state)
+               spec.handle_state, actor.restarts)
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
@@ -414,7 +488,7 @@ class ActorManager:
                 call.waiting += 1
                 entry.add_waiter(_CallDep(self, call))
             elif entry.kind == protocol.ERR:
-                call.failed = owner.store.inline_bytes(object_id)
+                call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():
                 entry = objects.get(object_id)
@@ -426,9 +500,14 @@ class ActorManager:
 
     def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
         if is_error and call.failed is None:
-            call.failed = self.owner.store.inline_bytes(object_id)
+            call.failed = self._dep_error(call, object_id)
         call.waiting -= 1
         self._pump(call.actor)
+
+    def _dep_error(self, call: _Call, object_id: bytes) -> bytes:
+        """Ray's error for a call whose argument ``object_id`` failed: the call's own."""
+        name = f"{call.actor.spec.class_name}.{call.spec.call_name}"
+        return dependency_error_bytes(self.owner.store.inline_bytes(object_id), name)
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go: to the
@@ -502,7 +581,7 @@ class ActorManager:
 
     def _finish(self, call: _Call, results: list, contained=None) -> None:
         spec = call.spec
-        self.owner.tasks.call_ended(spec.task_id)  # its tasks are no longer its to cancel
+        self.owner.actor_call_ended(spec.task_id)  # its tasks are no longer its to cancel
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
@@ -544,11 +623,13 @@ class ActorManager:
             return
         self._finish(call, results, contained)
 
-    def on_exiting(self, worker) -> None:
-        """The actor is leaving (exit_actor / __ray_terminate__): send it nothing more; calls
-        still queued fail with ActorDiedError when its process is gone."""
+    def on_exiting(self, worker, why: str) -> None:
+        """The actor is leaving on purpose (exit_actor, __ray_terminate__, sys.exit(0), as
+        ``why`` says): send it nothing more, never restart it; calls still queued fail with
+        ActorDiedError when its process is gone."""
         if worker.actor is not None:
             worker.actor.exiting = True
+            worker.actor.exit_why = why
 
     def on_worker_exit(self, worker, detail: str) -> None:
         """The actor's process is gone: restart it, or mark it dead and fail its calls."""
@@ -561,8 +642,9 @@ class ActorManager:
             return
         actor.worker = None
         if actor.lease is not None:
-            # At once: the lease is back before the actor's death is visible to callers.
-            owner.leases.release(actor.lease.lease_id, actor.host_lease)
+            # Queued before the death is visible to callers, given back once the lock is
+            # released: available_resources() (which waits for deferred work) sees it back.
+            owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
             actor.lease = actor.host_lease = None
         if actor.state == A_DEAD:
             self._fail_all(actor)
@@ -570,8 +652,8 @@ class ActorManager:
         if actor.killed:
             reason = "The actor is dead because it was killed by `ray.kill`."
         elif actor.exiting:
-            reason = ("The actor is dead because its worker process exited intentionally "
-                      "(exit_actor() or __ray_terminate__).")
+            reason = ("The actor is dead because its worker process exited intentionally: "
+                      f"{actor.exit_why}")
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
@@ -585,6 +667,7 @@ class ActorManager:
         death_bytes = serialization.dumps(death)
         if restart:
             actor.restarts_left = restarts_left
+            actor.restarts += 1
             # As in Ray, a call sent to the process that died and not retried fails, but the
             # actor lives on: ActorUnavailableError, not ActorDiedError.
             why = ("it was killed by `ray.kill`" if actor.killed
@@ -654,26 +737,27 @@ class ActorManager:
             self._finish(call, [(protocol.ERR, actor.death)] * max(1, call.spec.num_returns))
 
     # -- kill, cancel, lookup ------------------------------------------------------------
-    def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        """SIGKILL the actor's process. Unless it will restart, it is dead from this moment:
-        later calls fail at once, even before the process is gone (its lease is returned when
-        the fork server reports the exit)."""
+    def kill(self, actor_id: bytes, no_restart: bool) -> bool:
+        """*Locked.* SIGKILL the actor's process (once the lock is released). Unless it will
+        restart, it is dead from this moment: later calls fail at once, even before the
+        process is gone (its lease is returned when the fork server reports the exit).
+        True: the actor lives in the node's actor service, and the caller asks it there
+        (``kill_in_service``, without the lock)."""
         from miniray.exceptions import ActorDiedError
 
         actor = self.actors.get(actor_id)
         if actor is None and self.link is not None:
             actor = self.proxy(actor_id, None)
         if actor is None or actor.state == A_DEAD:
-            return
+            return False
         if actor.remote:
-            self.link.kill(actor_id, no_restart)
-            return
+            return True
         actor.killed = True
         actor.no_restart = no_restart
         worker = actor.worker
         if worker is not None:
             if worker.pid is not None:
-                self.owner.fork_server.kill(worker.pid, signal.SIGKILL)
+                self.owner.kill_process_later(worker.pid)
             else:
                 worker.kill_on_spawn = True
         if no_restart or actor.restarts_left == 0 or worker is None:
@@ -685,6 +769,7 @@ class ActorManager:
             # It will restart: send nothing more to the dying process; calls made from now
             # on queue and run on the new one once its exit is reported.
             actor.state = A_RESTARTING
+        return False
 
     def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
         """Cancel an actor call (and with ``recursive`` the tasks it submitted); False if
@@ -709,14 +794,12 @@ class ActorManager:
         if worker is not None:
             self.owner.signal_cancel(worker, task_id)
         if recursive:
-            self.owner.tasks.cancel_children_of_call(task_id)
+            self.owner.cancel_call_tasks(task_id)
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
-        if self.link is not None:
-            actor_id, state = self.link.lookup(name, namespace)
-            self.proxy(actor_id, state)
-            return actor_id, state
+        """*Locked.* A named actor this manager owns (joined to a node, names live in the
+        actor service: ``lookup_in_service``)."""
         actor_id = self.names.get((namespace, name))
         actor = self.actors.get(actor_id) if actor_id is not None else None
         if actor is None or actor.state == A_DEAD:
@@ -727,8 +810,8 @@ class ActorManager:
         return actor_id, actor.spec.handle_state
 
     def named(self, namespace: str, all_namespaces: bool) -> list:
-        if self.link is not None:
-            return self.link.named(namespace, all_namespaces)
+        """*Locked.* The named actors this manager owns (joined to a node:
+        ``named_in_service``)."""
         out = []
         for (ns, name), actor_id in sorted(self.names.items()):
             if self.actors[actor_id].state == A_DEAD:
@@ -789,7 +872,7 @@ class ActorManager:
                 self._terminate_when_idle(actor)
 
     def _terminate_when_idle(self, actor: _Actor) -> None:
-        task_id = ids.new_task_id()
+        task_id = ids.new_actor_task_id(actor.spec.actor_id)
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
         self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it

@@ -168,11 +168,11 @@ class LeaseBook:
         if note:
             self.window.note_release()
 
-    def release_all(self) -> None:
-        """Shutdown: every task lease goes back to the node ledger."""
-        for slot in self.slots():
-            self.ledger.release(slot.lease.lease_id)
+    def take_all(self) -> list[LeaseSlot]:
+        """Shutdown: every task lease leaves the book (the caller releases them)."""
+        held = self.slots()
         self.by_key.clear()
+        return held
 
     # -- GPUs other sessions hold --------------------------------------------------------
     def _host_caps(self) -> dict:

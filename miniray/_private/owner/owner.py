@@ -519,13 +519,11 @@ class Owner:
             self.reactor.call_later(self.leases.RETRY_S, retry)
 
     def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
-                       now: bool = False, returned: list | None = None) -> None:
-        """*Locked.* Take a lease off the book; the ledgers get it back at once (``now``), by
-        the caller after the lock (appended to ``returned``), or as deferred work."""
+                       returned: list | None = None) -> None:
+        """*Locked.* Take a lease off the book; the ledgers get it back by the caller after
+        the lock (appended to ``returned``), or as deferred work."""
         self.leases.remove(slot)
-        if now:
-            self.leases.release(slot.lease.lease_id, slot.host_lease)
-        elif returned is not None:
+        if returned is not None:
             self.leases.window.note_release()
             returned.append(slot)
         else:
@@ -602,7 +600,7 @@ class Owner:
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         with self._lock:
             self._cancel_locked(object_id, force, recursive)
-        self._run_deferred()
+        self._run_deferred(wait=True)  # a forced cancel's kill is sent before this returns
 
     def _cancel_locked(self, object_id: bytes, force: bool, recursive: bool) -> None:
         """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
@@ -618,9 +616,17 @@ class Owner:
     def _kill_for_cancel(self, worker: WorkerSlot) -> None:
         """*Locked.* A force-cancelled task's worker is killed (``tasks.py`` decided it)."""
         if worker.pid is not None:
-            self.fork_server.kill(worker.pid, signal.SIGKILL)
+            self.kill_process_later(worker.pid)
         else:  # not spawned yet: killed as soon as the fork server names its pid
             worker.kill_on_spawn = True
+
+    def cancel_call_tasks(self, call_id: bytes) -> None:
+        """*Locked.* A recursive cancel of an actor call reaches the tasks it submitted."""
+        self.tasks.cancel_children_of_call(call_id)
+
+    def actor_call_ended(self, call_id: bytes) -> None:
+        """*Locked.* The actor call is done: the tasks it submitted are no longer its."""
+        self.tasks.call_ended(call_id)
 
     def signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
         """*Locked.* Ask a worker to interrupt the call it runs, a task or an actor call
@@ -633,6 +639,12 @@ class Owner:
 
     # ------------------------------------------------------------------ workers
     start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
+
+    def kill_process_later(self, pid: int) -> None:
+        """*Locked.* SIGKILL a worker once the lock is released: the request goes to the fork
+        server that started it (its parent), a socket write that is not made under the
+        lock."""
+        self.defer(functools.partial(self.fork_server.kill, pid, signal.SIGKILL))
 
     def discard_start(self, parts: tuple) -> None:
         """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
@@ -650,7 +662,7 @@ class Owner:
         """*Locked.* The fork server named ``worker``'s pid."""
         status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
-            self.fork_server.kill(pid, signal.SIGKILL)
+            self.kill_process_later(pid)
         if worker.lease is not None:
             self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
         if status is not None:  # it exited before it was adopted
@@ -698,9 +710,9 @@ class Owner:
             self._dispatch_all()
             return 0, 0
         if worker.lease is not None:
-            # At once, under the lock: the lease is back before its task's error is visible
-            # (a worker's death is rare; every other release waits for the lock to be free).
-            self._release_lease(worker.lease, worker_reusable=False, now=True)
+            # Queued before its task's error is visible, given back once the lock is free:
+            # available_resources() (which waits for deferred work) sees it back.
+            self._release_lease(worker.lease, worker_reusable=False)
         if self._closed:
             return 0, 0
         inflight = list(worker.inflight)
@@ -825,7 +837,7 @@ class Owner:
         elif tag == protocol.ACTOR_READY:
             self.actors.on_ready(worker, message[2], message[3])
         elif tag == protocol.ACTOR_EXITING:
-            self.actors.on_exiting(worker)
+            self.actors.on_exiting(worker, message[1])
         elif tag == protocol.SUBMIT:
             parent = worker.inflight[0] if worker.inflight else None
             if worker.actor is not None and message[2] is not None:  # from an actor call
@@ -923,6 +935,7 @@ class Owner:
     # ------------------------------------------------------------------ shutdown
     def shutdown(self, grace: float = 1.0) -> None:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
+        doomed = []
         with self._lock:
             self._closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
@@ -934,11 +947,14 @@ class Owner:
                 busy = worker.inflight or worker.blocked or (
                     worker.actor is not None and worker.actor.inflight)
                 if busy and worker.pid is not None:
-                    self.fork_server.kill(worker.pid, signal.SIGKILL)
+                    doomed.append(worker.pid)
                 else:
                     self.workers.retire(worker)
-            self.fork_server.request_shutdown(grace)
-        self.fork_server.wait(timeout=grace + 4.0)
+            fork_server = self.fork_server
+        for pid in doomed:  # the fork server's socket is written after the lock
+            fork_server.kill(pid, signal.SIGKILL)
+        fork_server.request_shutdown(grace)
+        fork_server.wait(timeout=grace + 4.0)
         self._stopping = True
         self.reactor.stop()
         self._run_deferred()  # leases given back, late starts discarded (the I/O thread is done)
@@ -955,9 +971,11 @@ class Owner:
                     pass
         self.workers.streams.clear()
         with self._lock:
-            self.leases.release_all()
+            held = self.leases.take_all()
             self.objects.clear()
             self.tasks.clear()
+        for slot in held:  # the ledger's file lock, after the owner's
+            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
         self.fork_server.close()
         self.reactor.close()
         self.store.close()

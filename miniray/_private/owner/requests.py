@@ -216,6 +216,21 @@ class WorkerRequests:
                                              self.reactor.call_later)
         self._track(worker, req_id, task_id, abandon)
 
+    def _ask_service(self, worker, req_id, request, *args, keep=None) -> None:
+        """*Locked.* Make ``request(*args)`` to the node's actor service once the lock is
+        released (it waits for the service's reply), then answer the worker; ``keep(value)``
+        names an actor the worker now holds a handle to."""
+        def ask():
+            try:
+                result = (True, request(*args))
+            except Exception as error:
+                result = (False, error)
+            with self._lock:
+                if result[0] and keep is not None:
+                    self.actors.keep_for_workers(keep(result[1]))
+                self._reply(worker, req_id, result)
+        self.defer(ask)
+
     def _reply_available(self, worker, req_id) -> None:
         """*Not locked.* ``available_resources()`` for a worker, after idle leases went back."""
         value = self.ledger.available()
@@ -223,21 +238,33 @@ class WorkerRequests:
             self._reply(worker, req_id, (True, value))
 
     def on_call(self, worker, req_id, method, args) -> None:
+        actors = self.actors
+        in_service = actors.link is not None  # joined to a node: ask its actor service
         try:
             if method == protocol.CALL_CREATE_ACTOR:
-                if self.actors.is_node_actor(args[0]):
-                    value = self.actors.create_in_service(args[0])
-                    self.actors.keep_for_workers(value)
-                else:
-                    value = self.actors.create(args[0])
+                if actors.is_node_actor(args[0]):
+                    self._ask_service(worker, req_id, actors.create_in_service, args[0],
+                                      keep=lambda actor_id: actor_id)
+                    return
+                value = actors.create(args[0])
             elif method == protocol.CALL_KILL_ACTOR:
-                self.actors.kill(args[0], args[1])
+                if actors.kill(args[0], args[1]):
+                    self._ask_service(worker, req_id, actors.kill_in_service, *args)
+                    return
                 value = None
             elif method == protocol.CALL_GET_ACTOR:
-                value = self.actors.lookup(args[0], args[1])
-                self.actors.keep_for_workers(value[0])
+                if in_service:
+                    self._ask_service(worker, req_id, actors.lookup_in_service, *args,
+                                      keep=lambda value: value[0])
+                    return
+                value = actors.lookup(args[0], args[1])
+                actors.keep_for_workers(value[0])
             elif method == protocol.CALL_LIST_NAMED_ACTORS:
-                value = self.actors.named(args[1], args[0])
+                if in_service:
+                    self._ask_service(worker, req_id, actors.named_in_service, args[1],
+                                      args[0])
+                    return
+                value = actors.named(args[1], args[0])
             elif method == protocol.CALL_CANCEL:
                 self._cancel_locked(*args)  # (object_id, force, recursive)
                 value = None

@@ -22,7 +22,8 @@ import logging
 import sys
 from typing import Any
 
-from miniray._private.core import protocol, scheduling, serialization
+from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
     T_DONE,
@@ -143,7 +144,8 @@ class TaskQueue:
             self._enqueue(task)
 
     def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
-        data = self.store.inline_bytes(object_id)
+        # Ray's error for it: this task's own, naming the argument's error (and its cause).
+        data = dependency_error_bytes(self.store.inline_bytes(object_id), task.spec.name)
         self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
     def _enqueue(self, task: Task) -> None:
@@ -196,13 +198,13 @@ class TaskQueue:
         action = scheduling.cancel_action(state, force, running_now)
         if action == scheduling.CANCEL_FAIL:
             self.remove_waiting(task)
-            self.fail(task, error_cls(task.spec.task_id.hex()))
+            self.fail(task, error_cls(ids.TaskID(task.spec.task_id)))
         elif action == scheduling.CANCEL_KILL:
             self._kill_worker(worker)
         elif action == scheduling.CANCEL_REMOVE_QUEUED:  # sent behind the running task
             if task in worker.inflight:
                 worker.inflight.remove(task)
-                self.fail(task, error_cls(task.spec.task_id.hex()))
+                self.fail(task, error_cls(ids.TaskID(task.spec.task_id)))
         elif action == scheduling.CANCEL_SIGNAL:
             self._signal_cancel(worker, task.spec.task_id)
 
@@ -265,7 +267,7 @@ class TaskQueue:
                 self.fail(task, RaySystemError(fatal))
                 failed += 1
             elif decision == scheduling.DEATH_FAIL_CANCELLED:
-                self.fail(task, TaskCancelledError(task.spec.task_id.hex()))
+                self.fail(task, TaskCancelledError(ids.TaskID(task.spec.task_id)))
             elif decision == scheduling.DEATH_RETRY:
                 # With the fork server, every worker died: one line says it all.
                 log = logger.warning if death is None else logger.debug

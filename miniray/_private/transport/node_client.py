@@ -373,7 +373,8 @@ class NodeClient(SpawnChannel):
 
 def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
     """NODE_HELLO/NODE_WELCOME with the node ``record`` names; ConnectionError if it does not
-    answer, or refuses (NODE_REFUSED: another protocol version)."""
+    answer, or refuses (NODE_REFUSED: another protocol version); RuntimeError if it runs
+    another miniray or another Python (major.minor)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.settimeout(timeout)
@@ -390,7 +391,17 @@ def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
         if reply[0] != protocol.NODE_WELCOME:
             why = reply[1] if reply[0] == protocol.NODE_REFUSED and len(reply) > 1 else reply[1:]
             raise ConnectionError(f"the node refused the connection: {why}")
+        # Ray refuses another Ray or Python version with a RuntimeError naming both; closing
+        # the socket tells the node this driver has gone.
+        refusal, warning = protocol.version_mismatch(reply[1], f"node {NODE_IP}")
+        if refusal is not None:
+            raise RuntimeError(refusal)
+        if warning is not None:
+            logger.warning("%s", warning)
         sock.settimeout(None)
+    except RuntimeError:
+        sock.close()
+        raise
     except ConnectionError as error:
         sock.close()
         raise ConnectionError(f"Failed to connect to Ray cluster at {record.address}: "

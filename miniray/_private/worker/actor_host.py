@@ -12,28 +12,37 @@ hands every ACTOR_CALL here.
 
 ::
 
-    ACTOR_INIT ──► cls.__new__ + cls.__init__ ──► (ACTOR_READY, ok, error)
+    ACTOR_INIT ──► cls.__new__ + cls.__init__ (async: awaited on the actor's loop)
+               ──► (ACTOR_READY, ok, error)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: pool.submit            ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
-    __ray_terminate__ / exit_actor() ──► RESULT, (ACTOR_EXITING,) then the process exits
-    sys.exit() in __init__ or a method ──► the process exits with its code (a crash: the
-                                          owner restarts the actor or marks it dead)
+    __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING, why), __ray_shutdown__, atexit
+                                         handlers, exit 0 (no RESULT: the owner fails that
+                                         call and the queued ones with ActorDiedError; with
+                                         threads or asyncio, running calls finish first)
+    sys.exit() in __init__ or a method ──► __ray_shutdown__, atexit handlers, exit with its
+        code: sys.exit(0) is an intended exit ((ACTOR_EXITING, why) first: no restart), any
+        other code a crash (the owner restarts the actor while max_restarts allows)
+    ray.kill / shutdown() ──► SIGKILL or EOF: neither __ray_shutdown__ nor atexit, as in Ray
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import inspect
 import sys
 import threading
+from typing import NoReturn
 
-from miniray._private.core import protocol, scheduling, serialization
+from miniray._private.core import descriptors, ids, protocol, scheduling
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
     _flush_std,
+    _user_traceback,
     exit_for_system_exit,
     result_message,
     task_error_for,
@@ -44,29 +53,32 @@ from miniray._private.worker.worker_api import TaskContext
 class ActorContext:
     """What a running actor may ask about itself (``get_runtime_context()``)."""
 
-    __slots__ = ("actor_id", "class_name", "name", "namespace", "handle_state")
+    __slots__ = ("actor_id", "class_name", "name", "namespace", "handle_state", "restarts")
 
-    def __init__(self, actor_id, class_name, name, namespace, handle_state):
+    def __init__(self, actor_id, class_name, name, namespace, handle_state, restarts=0):
         self.actor_id = actor_id
         self.class_name = class_name
         self.name = name
         self.namespace = namespace
         self.handle_state = handle_state
+        self.restarts = restarts  # how many times the owner restarted this actor before
 
 
 class ActorHost:
     def __init__(self, worker, message: tuple):
         (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
         (resources, gpu_ids, gpu_ints, max_concurrency, is_async, name, namespace,
-         handle_state) = ctx
+         handle_state, restarts) = ctx
         self.worker = worker
         self.actor_id = actor_id
         self.class_name = class_name
         self.instance = None
+        self.function_names: dict = {}  # method -> Ray's function name (the file is read once)
         self.exiting = False
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
         self.lock = threading.Lock()
+        self.leaving = threading.Lock()  # held by the one thread that ends the actor
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.semaphore: asyncio.Semaphore | None = None
@@ -79,18 +91,20 @@ class ActorHost:
         worker._mark(class_name)
         worker._set_env(resources, gpu_ids)  # kept for the actor's whole life, as in Ray
         runtime = worker.runtime
-        runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state)
+        runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state,
+                                     restarts)
         runtime.actor_resources = resources
         runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
         runtime.host = self
+        if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
+            self.loop = asyncio.new_event_loop()
+            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
+                             daemon=True).start()
         error = self._construct(fn_id, args_blob, dep_values)
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
             worker.exit_process()
         if is_async:
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
-                             daemon=True).start()
             self.semaphore = asyncio.Semaphore(max_concurrency)
         elif max_concurrency > 1:
             self.pool = concurrent.futures.ThreadPoolExecutor(
@@ -102,19 +116,31 @@ class ActorHost:
         try:
             cls = worker._function(fn_id)
             args, kwargs = worker._load_args(args_blob, dep_values)
-            instance = cls.__new__(cls)
+            instance = self.instance = cls.__new__(cls)  # the exit hooks may need it
             returned = cls.__init__(instance, *args, **kwargs)
+            if self.loop is not None and inspect.iscoroutine(returned):
+                # As in Ray, an async actor's ``async def __init__`` is awaited, on the loop
+                # its methods run on, before any call.
+                done = asyncio.run_coroutine_threadsafe(_outcome(returned), self.loop)
+                ok, returned = done.result()
+                if not ok:
+                    raise returned
             if returned is not None:
                 print(f"Warning: {self.class_name}.__init__ returned a non-None value "
                       f"({returned!r}); the return value will be ignored.",
                       file=sys.stderr, flush=True)
-            self.instance = instance
             return None
         except BaseException as error:  # the constructor's error is every later call's error
-            if isinstance(error, SystemExit) and not _is_exit_actor(error):
-                exit_for_system_exit(error, f"{self.class_name}.__init__")
+            where = f"{self.class_name}.__init__"
+            if _is_exit_actor(error):  # as in Ray: an intended exit, not a failed creation
+                self._exit(f"exit_actor() was called in {where}.")
+            if isinstance(error, SystemExit):
+                if is_intended_exit(error):
+                    self._say_exiting(error, where)
+                exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
             task_error = task_error_for(
-                error, f"{self.class_name}.__init__", task_id=self.actor_id, pid=worker.pid,
+                error, f"{self.class_name}.__init__",
+                task_id=ids.actor_creation_task_id(self.actor_id), pid=worker.pid,
                 ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             )
             return _dumps_error(task_error)
@@ -140,6 +166,8 @@ class ActorHost:
                 self.async_calls[task_id] = asyncio.run_coroutine_threadsafe(
                     self._run_async(message, coroutine), self.loop)
         elif self.pool is not None:
+            if self.exiting:  # the owner fails it once the process is gone
+                return
             self.pool.submit(self.run_call, message)
         else:
             self.run_call(message)
@@ -171,7 +199,7 @@ class ActorHost:
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
-            result = getattr(self.instance, method_name)(*args, **kwargs)
+            result = self._method(method_name)(*args, **kwargs)
             if inspect.isasyncgen(result):
                 value = [item async for item in result]
             else:
@@ -192,7 +220,8 @@ class ActorHost:
         the coroutine did with its CancelledError."""
         from miniray.exceptions import TaskCancelledError
 
-        self._reply_error(task_id, TaskCancelledError(task_id.hex()), call_name, num_returns)
+        self._reply_error(task_id, TaskCancelledError(ids.TaskID(task_id)), call_name,
+                          num_returns)
 
     def run_call(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -208,7 +237,7 @@ class ActorHost:
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
-            value = getattr(self.instance, method_name)(*args, **kwargs)
+            value = self._method(method_name)(*args, **kwargs)
             if inspect.isgenerator(value):
                 value = list(value)
         except BaseException as error:
@@ -236,6 +265,20 @@ class ActorHost:
         self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
         return True
 
+    def _method(self, name: str):
+        """The method ``name`` bound to the instance, found on its class first, as Ray does:
+        an instance attribute of the same name (``self.flag = False`` beside ``def flag``)
+        does not hide it, and static and class methods bind as Python binds them."""
+        cls = type(self.instance)
+        try:
+            member = inspect.getattr_static(cls, name)
+        except AttributeError:
+            return getattr(self.instance, name)  # e.g. served by a __getattr__
+        binder = getattr(type(member), "__get__", None)
+        if binder is None:
+            return member  # a callable that is no descriptor: Python would not bind it either
+        return binder(member, self.instance, cls)
+
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the
         function "module.Class.method"."""
@@ -243,8 +286,11 @@ class ActorHost:
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
         qualified = f"{self.class_name}.{method_name}"
         name = qualified if call_name == method_name else call_name
-        module = type(self.instance).__module__
-        return TaskContext(task_id, name, f"{module}.{qualified}", runtime.actor_resources,
+        function_name = self.function_names.get(method_name)
+        if function_name is None:
+            function_name = descriptors.method_name(type(self.instance), method_name)
+            self.function_names[method_name] = function_name
+        return TaskContext(task_id, name, function_name, runtime.actor_resources,
                            gpu_ids, gpu_ints)
 
     def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
@@ -265,12 +311,23 @@ class ActorHost:
     def _reply_error(self, task_id, error, call_name, num_returns) -> None:
 
         if isinstance(error, _ExitActor):
-            self.exiting = True  # before replying: no call after this one may run
-            self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
-            self._exit()
+            # As in Ray, the caller sees the actor's death (ActorDiedError), not a value: no
+            # reply, and no call after this one may start.
+            self.exiting = True
+            why = f"exit_actor() was called in {self.class_name}.{call_name}."
+            if self.pool is None and self.loop is None:
+                self._exit(why)
+            # Threads or asyncio: the calls running now finish first, as in Ray; this
+            # thread (or the loop) must go on for them, so another one waits.
+            threading.Thread(target=self._exit_when_calls_end, args=(why,),
+                             name="miniray-actor-exit", daemon=True).start()
+            return
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
-            exit_for_system_exit(error, f"{self.class_name}.{call_name}")
+            where = f"{self.class_name}.{call_name}"
+            if is_intended_exit(error):
+                self._say_exiting(error, where)
+            exit_for_system_exit(error, where, before_exit=self._run_exit_hooks)
         worker = self.worker
         task_error = task_error_for(
             error, f"{self.class_name}.{call_name}", task_id=task_id, pid=worker.pid,
@@ -314,17 +371,80 @@ class ActorHost:
             with self.lock:
                 pending = list(self.async_calls.values())
             concurrent.futures.wait(pending, timeout=None)
-        task_id, num_returns = message[1], message[6]
-        self._send(task_id, [(protocol.OK, serialization.dumps(None))] * max(1, num_returns))
-        self._exit()
+        # As in Ray, the call itself gets ActorDiedError: no reply.
+        self._exit(f"__ray_terminate__ was called on {self.class_name} (directly, or because "
+                   "its handles were all gone).")
 
-    def _exit(self) -> None:
-        self.worker.channel.send((protocol.ACTOR_EXITING,))
+    def _exit_when_calls_end(self, why: str) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        else:
+            with self.lock:
+                pending = list(self.async_calls.values())
+            concurrent.futures.wait(pending, timeout=None)
+        self._exit(why)
+
+    def _exit(self, why: str) -> NoReturn:
+        """The intended end: tell the owner (no restart; ``why`` is in every pending call's
+        ActorDiedError), run the hooks, leave."""
+        self.worker.channel.send((protocol.ACTOR_EXITING, why))
+        self._run_exit_hooks()
         self.worker.exit_process()
+
+    def _say_exiting(self, error: SystemExit, where: str) -> None:
+        """``sys.exit(0)``: Ray's intended exit (no restart), before the process goes."""
+        self.worker.channel.send((protocol.ACTOR_EXITING,
+                                  f"sys.exit({error.code!r}) was called in {where}."))
+
+    def _run_exit_hooks(self) -> None:
+        """Ray's orderly end of an actor: its ``__ray_shutdown__`` (if it has one), then the
+        process's ``atexit`` handlers. Runs once; a second thread that gets here waits for
+        the first to end the process."""
+        if not self.leaving.acquire(blocking=False):
+            threading.Event().wait()  # the process exits under this thread
+        _flush_std()
+        hook = getattr(type(self.instance), "__ray_shutdown__", None)
+        if hook is not None:
+            try:
+                result = self._method("__ray_shutdown__")()
+                if inspect.iscoroutine(result):
+                    _run_coroutine_apart(result)
+            except BaseException as error:  # the actor ends anyway, as in Ray
+                print("Error during actor __ray_shutdown__ method (the actor exits "
+                      f"anyway)\n{_user_traceback(error)}", file=sys.stderr, end="")
+        # The worker leaves with os._exit, which skips these: run them as an interpreter
+        # exit would (exceptions are printed by atexit itself).
+        atexit._run_exitfuncs()
+        _flush_std()
+
+
+async def _outcome(coroutine) -> tuple:
+    """``(True, value)`` or ``(False, error)``: a SystemExit (``exit_actor()``) raised in
+    the coroutine must not escape into the event loop, which it would stop."""
+    try:
+        return True, await coroutine
+    except BaseException as error:
+        return False, error
+
+
+def _run_coroutine_apart(coroutine) -> None:
+    """Run an ``async def __ray_shutdown__`` to its end on an event loop of its own, in a
+    thread of its own (the caller may be the actor's loop thread, which cannot wait on
+    itself)."""
+    thread = threading.Thread(target=asyncio.run, args=(coroutine,),
+                              name="miniray-actor-shutdown", daemon=True)
+    thread.start()
+    thread.join()
 
 
 def _is_exit_actor(error: BaseException) -> bool:
     return isinstance(error, _ExitActor)
+
+
+def is_intended_exit(error: SystemExit) -> bool:
+    """Ray's rule: ``sys.exit(0)`` (or False) is an intended exit and the actor is not
+    restarted; any other code, None included, is a crash (restarted while allowed)."""
+    return isinstance(error.code, int) and error.code == 0  # bools are ints
 
 
 def _safe_repr(instance) -> str:

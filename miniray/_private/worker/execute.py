@@ -15,9 +15,10 @@ from __future__ import annotations
 import os
 import sys
 import traceback
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import ids, protocol, serialization
+from miniray._private.core.dependency_errors import INPUTS_FAILED
 
 if TYPE_CHECKING:
     from miniray.exceptions import RayTaskError
@@ -70,10 +71,16 @@ def task_error_for(error: BaseException, function_name: str, traceback_str: str 
         # Ray cancels a running task with a KeyboardInterrupt, so one raised by user code
         # reads as a cancelled task; sent back as it is, get() would re-raise it in the
         # driver as if the user had pressed Ctrl-C.
-        cancelled = TaskCancelledError(task_id.hex() if task_id else None)
+        cancelled = TaskCancelledError(ids.TaskID(task_id) if task_id else None)
         traceback_str = (_user_traceback(error).rstrip("\n")
                          + f"\n{_qualified(TaskCancelledError)}: {cancelled}")
         error = cancelled
+    elif isinstance(error, TaskCancelledError) and not error.task_id and task_id:
+        # Injected into the running task as a bare class: name the task, as Ray's does.
+        error.task_id = ids.TaskID(task_id)
+        error.args = (error.task_id,)
+        if traceback_str is not None:
+            traceback_str = _user_traceback(error)
     elif isinstance(error, ArgumentsNotLoaded):
         failure = error.error
         # Ray's wording, then the unpickling error with the user's frames only.
@@ -85,7 +92,7 @@ def task_error_for(error: BaseException, function_name: str, traceback_str: str 
         )
         traceback_str = (
             "Traceback (most recent call last):\n"
-            "  At least one of the input arguments for this task could not be computed:\n"
+            f"  {INPUTS_FAILED}\n"
             f"{_qualified(type(error))}: {error}"
         )
     return RayTaskError.from_exception(error, function_name, traceback_str=traceback_str,
@@ -106,9 +113,12 @@ def exit_status(code) -> int:
     return 1
 
 
-def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
+def exit_for_system_exit(error: SystemExit, what: str,
+                         before_exit: Callable[[], None] | None = None) -> NoReturn:
     """``sys.exit()`` in user code ends the worker process, as it does in Ray: a task's
     worker crash is retried while ``max_retries`` allows, an actor dies (or restarts).
+    ``before_exit`` runs after the line saying so (an actor's orderly end: its
+    ``__ray_shutdown__`` and ``atexit`` handlers).
 
     Never sent back as the task's error: re-raised by the driver's ``get()``, a SystemExit
     would end the driver."""
@@ -119,6 +129,8 @@ def exit_for_system_exit(error: SystemExit, what: str) -> NoReturn:
               file=sys.stderr)
     except Exception:
         pass
+    if before_exit is not None:
+        before_exit()
     _flush_std()
     os._exit(status)
 

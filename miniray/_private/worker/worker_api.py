@@ -162,6 +162,10 @@ class WorkerRuntime:
         channel.before_send = self.borrow_report
         self.actor_resources: dict = {}
         self.actor_gpu_ids: tuple = (None, True)
+        # Functions and classes this worker has sent to the owner; kept for the worker's life
+        # (an actor's constructor may create actors before any call has run).
+        self._sent_functions: set[bytes] = set()
+        self._lock = threading.Lock()
 
     @property
     def task(self) -> TaskContext | None:
@@ -171,8 +175,6 @@ class WorkerRuntime:
     @task.setter
     def task(self, value: TaskContext | None) -> None:
         _current_task.set(value)
-        self._sent_functions: set[bytes] = set()
-        self._lock = threading.Lock()
 
     # -- ObjectRef tracking: this worker reports the refs it holds ---------------------
     # Events are appended lock-free (``__del__`` may run anywhere) and turned into a BORROW

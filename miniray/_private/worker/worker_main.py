@@ -35,7 +35,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from miniray._private.core import alias, config, context, protocol, serialization
+from miniray._private.core import alias, config, context, ids, protocol, serialization
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.worker.execute import (
@@ -175,7 +175,7 @@ class _Worker:
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
         """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
         try:
-            args, kwargs = pickle.loads(args_blob)
+            args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
                 args = list(args)
                 for position, _kind, data in dep_values:
@@ -232,7 +232,7 @@ class _Worker:
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
         if task_id in self.cancelled:
             self.cancelled.discard(task_id)
-            error = serialization.dumps(TaskCancelledError(task_id.hex()))
+            error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))
             self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
             return
         self._mark(name)

@@ -1,0 +1,69 @@
+"""``core/ids.py``: id layouts and the public ``TaskID``/``ActorID``/``JobID`` (no processes).
+
+Compared with Ray 2.60: the layouts (task = 8 unique bytes + actor id; a normal task's actor
+part is ``ffffffffffffffffffffffff01000000``), reprs, nil rules and errors are Ray's.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import miniray
+from miniray._private.core import ids
+
+
+def test_public_id_classes_are_exported_under_miniray():
+    for cls in (miniray.TaskID, miniray.ActorID, miniray.JobID):
+        assert cls.__module__ == "miniray" and cls.__name__ in miniray.__all__
+
+
+def test_normal_task_id_layout():
+    task = miniray.TaskID(ids.new_task_id())
+    assert task.size() == 24 and len(task.hex()) == 48
+    assert task.actor_id() == miniray.ActorID.from_hex("ff" * 12 + "01000000")
+    assert not task.actor_id().is_nil() and not task.is_nil()
+    assert task.job_id() == miniray.JobID.from_int(1) and task.job_id().hex() == "01000000"
+
+
+def test_actor_task_id_names_its_actor():
+    actor_id = ids.new_actor_id()
+    assert len(actor_id) == 16 and actor_id.endswith(bytes.fromhex("01000000"))
+    task = miniray.TaskID(ids.new_actor_task_id(actor_id))
+    assert task.actor_id() == miniray.ActorID(actor_id)
+    assert task.actor_id().job_id == miniray.JobID.from_int(1)  # a property, as in Ray
+
+
+def test_value_semantics_repr_and_pickling():
+    raw = ids.new_task_id()
+    task = miniray.TaskID(raw)
+    assert task == miniray.TaskID.from_binary(raw) == miniray.TaskID.from_hex(raw.hex())
+    assert hash(task) == hash(miniray.TaskID(raw))
+    assert task != raw and task != raw.hex() and task != miniray.TaskID.nil()
+    assert repr(task) == str(task) == f"TaskID({raw.hex()})"
+    assert pickle.loads(pickle.dumps(task)) == task
+    assert miniray.JobID.from_int(1).int() == 1
+    assert repr(miniray.ActorID.nil()) == "ActorID(" + "ff" * 16 + ")"
+
+
+def test_nil_ids_and_bad_input():
+    nil = miniray.TaskID.nil()
+    assert nil.is_nil() and nil.actor_id().is_nil()
+    with pytest.raises(ValueError, match="TaskID is nil"):
+        nil.job_id()
+    with pytest.raises(ValueError, match="ActorID is nil"):
+        miniray.ActorID.nil().job_id  # noqa: B018 - a property
+    with pytest.raises(ValueError, match="ID string needs to have length 24, got 3"):
+        miniray.TaskID(b"abc")
+    with pytest.raises(TypeError, match="expected bytes"):
+        miniray.TaskID("ab" * 24)
+    with pytest.raises(ValueError, match="48 hex digits"):
+        miniray.TaskID.from_hex("zz")
+
+
+def test_unique_part_never_repeats_across_a_new_prefix(monkeypatch):
+    monkeypatch.setattr(ids, "_COUNTER_LIMIT", 4)
+    made = [ids.new_task_id() for _ in range(50)]
+    assert len(set(made)) == 50
+    assert len({task[:5] for task in made}) > 1  # the prefix was drawn again
