@@ -207,18 +207,18 @@ class RuntimeContext:
         return {"ray.io/node-id": self.get_node_id()}
 
     def is_canceled(self) -> bool:
-        """Inside an actor call: whether ``cancel()`` was asked for it (Ray only sets a flag
-        for running sync actor calls; the method decides when to stop).
+        """Whether ``cancel()`` was called on the running task or sync actor call (for an
+        actor call Ray only sets this flag: the method decides when to stop).
 
         Raises:
-            RuntimeError: in the driver, or in an async actor (as Ray)."""
+            RuntimeError: In the driver, or in an async actor (as in Ray 2.60).
+        """
         if self._in_driver():
             raise RuntimeError(_WORKER_ONLY_LOG)
-        host = getattr(self._rt, "host", None)
-        if host is not None and getattr(host, "loop", None) is not None:
-            raise RuntimeError("This method is not supported in an async actor.")
         checker = getattr(self._rt, "is_canceled", None)
-        return bool(checker()) if checker is not None else False
+        if checker is None:
+            raise RuntimeError(_WORKER_ONLY_LOG)
+        return bool(checker())
 
     @property
     def current_actor(self):

@@ -268,8 +268,12 @@ def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None
     """Cancels the task that makes an object; its ``get`` then raises TaskCancelledError.
 
     Mirrors ``ray.cancel``. A queued task is dropped. A running one gets a
-    ``TaskCancelledError`` raised inside it (or, with ``force=True``, its worker is killed).
-    A task that has already finished is left alone.
+    ``KeyboardInterrupt`` raised inside it, also in a ``get``/``wait`` it is blocked in (or,
+    with ``force=True``, its worker is killed). An actor call that has not started is
+    dropped; a running one is flagged (``get_runtime_context().is_canceled()``; its
+    ``get``/``wait`` raise KeyboardInterrupt), or in an async actor its coroutine is
+    cancelled; ``force=True`` raises ValueError for actor calls. A task that has already
+    finished is left alone.
 
     Args:
         ray_waitable: The ObjectRef returned by the task's ``.remote()``.

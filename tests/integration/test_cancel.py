@@ -1,10 +1,14 @@
-"""ray.cancel on pending, running and finished tasks.
+"""ray.cancel on pending, running and finished tasks, on tasks and actor calls blocked in
+get/wait, and on actor calls of sync, threaded and async actors (queued, running, recursive,
+force); ``is_canceled()``.
 
-Ray 2.60 behaviour: ray-api-surface.md §3.4.
+Ray 2.60 behaviour: ray-api-surface.md §3.4; each case below was also run side by side with
+Ray 2.60, as its docstring says.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -244,3 +248,494 @@ def test_force_cancel_right_after_submit(ray_start):
     miniray.cancel(ref, force=True)
     with pytest.raises(exceptions.TaskCancelledError):
         miniray.get(ref, timeout=GET_TIMEOUT)
+
+
+# ------------------------------------------------- non-forced cancel of a blocked task
+# A call blocked in miniray's get()/wait() waits on the owner's reply, where an injected
+# exception cannot land: the owner answers the waits of a cancelled call instead.
+@pytest.mark.parametrize("how", ["get", "wait", "get-timeout"])
+def test_cancel_reaches_a_task_blocked_in_get_or_wait(ray, tmp_path, how):
+    """The wait ends at once with KeyboardInterrupt inside the task, and ``get`` of the task
+    raises ``RayTaskError(TaskCancelledError)``; the child (recursive=False) runs on.
+    Compared with Ray 2.60: the same exception inside and outside, for get, wait and get with
+    a timeout."""
+    record = tmp_path / "caught"
+
+    @ray.remote(max_retries=0)
+    def child(path):
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(60)
+
+    @ray.remote(max_retries=0)
+    def parent(path, record):
+        ref = child.remote(path)
+        try:
+            if how == "get":
+                ray.get(ref)
+            elif how == "wait":
+                ray.wait([ref])
+            else:
+                ray.get(ref, timeout=60)
+        except BaseException as error:
+            with open(record, "w") as f:
+                f.write(type(error).__name__)
+            raise
+
+    ref = parent.remote(str(tmp_path / "child"), str(record))
+    child_pid = int(_wait_for_file(tmp_path / "child"))
+    start = time.monotonic()
+    ray.cancel(ref, recursive=False)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(ref, timeout=10)
+    assert time.monotonic() - start < 5.0
+    assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
+    assert _wait_for_file(record) == "KeyboardInterrupt"
+    assert procinfo.is_alive(child_pid)  # not recursive: the child was not cancelled
+    os.kill(child_pid, 9)
+
+
+def test_a_cancelled_task_that_catches_the_interrupt_returns_its_value(ray, tmp_path):
+    """Ray 2.60 (compared): the task may catch the KeyboardInterrupt of its cancelled
+    ``get``; its value is then its result, ``is_canceled()`` is true, and every later
+    ``get``/``wait`` of the task raises again."""
+
+    @ray.remote(max_retries=0)
+    def child(path, seconds):
+        with open(path, "w") as f:
+            f.write("started")
+        time.sleep(seconds)
+        return seconds
+
+    @ray.remote(max_retries=0)
+    def parent(path):
+        seen = []
+        for i in range(2):
+            try:
+                ray.get(child.remote(path + str(i), 30 if i == 0 else 0))
+            except KeyboardInterrupt:
+                seen.append("interrupted")
+        seen.append(ray.get_runtime_context().is_canceled())
+        return seen
+
+    ref = parent.remote(str(tmp_path / "child"))
+    _wait_for_file(tmp_path / "child0")
+    ray.cancel(ref, recursive=False)
+    assert ray.get(ref, timeout=10) == ["interrupted", "interrupted", True]
+
+
+def test_non_forced_cancel_is_a_keyboard_interrupt_inside_the_task(ray, tasks, tmp_path):
+    """Ray 2.60 (compared) interrupts a running task with KeyboardInterrupt: an ``except
+    Exception`` in the task does not swallow it."""
+    marker = tmp_path / "started"
+
+    @ray.remote(max_retries=0)
+    def swallows(path):
+        with open(path, "w") as f:
+            f.write("started")
+        try:
+            end = time.time() + 20
+            while time.time() < end:
+                pass
+        except Exception:
+            return "swallowed"
+        return "finished"
+
+    ref = swallows.remote(str(marker))
+    _wait_for_file(marker)
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(ref, timeout=GET_TIMEOUT)
+    assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
+
+
+def test_a_task_interrupted_in_get_takes_its_cpu_back(ray, tmp_path):
+    """The interrupted wait ends the worker's blocked state: the CPU it lent out while
+    blocked is held again while it runs on, and free once it is done."""
+    go_on = tmp_path / "go-on"
+
+    @ray.remote(max_retries=0)
+    def child(path):
+        with open(path, "w") as f:
+            f.write("started")
+        time.sleep(60)
+
+    @ray.remote(max_retries=0)
+    def parent(path, go_on):
+        try:
+            ray.get(child.remote(path))
+        except KeyboardInterrupt:
+            while not os.path.exists(go_on):
+                time.sleep(0.01)
+        return "done"
+
+    ref = parent.remote(str(tmp_path / "child"), str(go_on))
+    _wait_for_file(tmp_path / "child")
+    ray.cancel(ref)  # recursive: the child is interrupted too (at the end of its sleep)
+    deadline = time.monotonic() + 10
+    while ray.available_resources().get("CPU", 0) != 0.0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert ray.available_resources().get("CPU", 0) == 0.0  # the parent and its child
+    go_on.write_text("yes")
+    assert ray.get(ref, timeout=10) == "done"
+
+
+def test_is_canceled_in_the_driver_raises_runtime_error(ray):
+    """As Ray 2.60 (compared): only a worker may ask."""
+    with pytest.raises(RuntimeError, match="only available when the process is a worker"):
+        ray.get_runtime_context().is_canceled()
+
+
+# ----------------------------------------------------------------------- actor calls
+@pytest.fixture
+def Worker(ray):
+    """A sync actor whose calls record what they saw."""
+
+    @ray.remote
+    class Worker:
+        def __init__(self):
+            self.log = []
+
+        def busy(self, seconds, check=False, then=None, started=None):
+            if started:
+                with open(started, "w") as f:
+                    f.write("started")
+            end = time.time() + seconds
+            while time.time() < end:
+                if check and ray.get_runtime_context().is_canceled():
+                    self.log.append("saw the cancel")
+                    break
+            if then == "raise":
+                raise ValueError("its own error")
+            if then == "interrupt":
+                raise KeyboardInterrupt
+            return "returned"
+
+        def add(self, item):
+            self.log.append(item)
+            return item
+
+        def blocked(self, path, how):
+            @ray.remote(max_retries=0)
+            def child(path):
+                with open(path, "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(60)
+
+            ref = child.remote(path)
+            try:
+                ray.get(ref) if how == "get" else ray.wait([ref])
+            except BaseException as error:
+                self.log.append((type(error).__name__,
+                                 ray.get_runtime_context().is_canceled()))
+                return "caught"
+
+        def canceled(self):
+            return ray.get_runtime_context().is_canceled()
+
+        def items(self):
+            return self.log
+
+    return Worker
+
+
+def _cancel_error_text(ref) -> str:
+    return f"Task: {ref.hex()[:48]} was cancelled."
+
+
+def test_cancel_queued_actor_call_never_runs(ray, Worker):
+    """A call queued behind a running one fails with TaskCancelledError (not a
+    RayTaskError) naming the actor, never runs, and later calls run. Compared with Ray
+    2.60: same error and words ("... is canceled from an actor ... before it executes.");
+    Ray 2.60 runs such a call all the same and replaces its result (against its own
+    documentation), miniray skips it."""
+    actor = Worker.remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    running = actor.busy.remote(1.0)
+    queued = actor.add.remote("queued")
+    time.sleep(0.2)
+    ray.cancel(queued)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(queued, timeout=GET_TIMEOUT)
+    assert not isinstance(info.value, exceptions.RayTaskError)
+    assert str(info.value) == (f"The task {queued.hex()[:48]} is canceled from an actor "
+                               f"{actor._actor_id_hex()} before it executes.")
+    assert ray.get(running, timeout=GET_TIMEOUT) == "returned"
+    assert ray.get(actor.add.remote("later"), timeout=GET_TIMEOUT) == "later"
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["later"]
+
+
+def test_cancel_actor_call_sent_while_the_constructor_runs(ray):
+    """Calls are sent to the actor's process while its constructor runs; a cancel that
+    arrives then is kept for the call, which never runs. Compared with Ray 2.60 (a call
+    cancelled before its actor is ready fails with TaskCancelledError)."""
+
+    @ray.remote
+    class SlowStart:
+        def __init__(self):
+            time.sleep(1.5)
+            self.log = []
+
+        def add(self, item):
+            self.log.append(item)
+            return item
+
+        def items(self):
+            return self.log
+
+    actor = SlowStart.remote()
+    queued = actor.add.remote("queued")
+    time.sleep(0.5)  # the actor's process is running its constructor, the call was sent
+    ray.cancel(queued)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(queued, timeout=GET_TIMEOUT)
+    assert "before it executes" in str(info.value)
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == []
+
+
+def test_cancel_actor_call_waiting_for_its_argument(ray, Worker, tasks, tmp_path):
+    """A call not yet sent (its argument is pending) fails at once with Ray 2.60's words
+    (compared); the actor goes on (under Ray 2.60 its next calls stall for 30 s and fail
+    with ActorUnavailableError: a gap in its ordering, not copied)."""
+    actor = Worker.remote()
+    upstream = tasks.sleeper.remote(str(tmp_path / "up"), 2)
+    waiting = actor.add.remote(upstream)
+    ray.cancel(waiting)
+    start = time.monotonic()
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(waiting, timeout=GET_TIMEOUT)
+    assert time.monotonic() - start < 1.0
+    assert "before it executes" in str(info.value)
+    assert ray.get(actor.add.remote("next"), timeout=GET_TIMEOUT) == "next"
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["next"]
+
+
+@pytest.mark.parametrize("then, expected", [
+    (None, "cancelled"), ("interrupt", "cancelled"), ("raise", "RayTaskError(ValueError)"),
+])
+def test_cancel_running_sync_actor_call_sets_a_flag(ray, Worker, tmp_path, then, expected):
+    """A running sync call is not interrupted: ``is_canceled()`` turns true for it alone.
+    When it ends, a returned value or a KeyboardInterrupt becomes TaskCancelledError ("Task:
+    <id> was cancelled.", not a RayTaskError); an error of its own stands. Compared with Ray
+    2.60, each case."""
+    actor = Worker.remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    ref = actor.busy.remote(20, check=True, then=then, started=str(tmp_path / "started"))
+    _wait_for_file(tmp_path / "started")
+    ray.cancel(ref)
+    if expected == "cancelled":
+        with pytest.raises(exceptions.TaskCancelledError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert not isinstance(info.value, exceptions.RayTaskError)
+        assert str(info.value) == _cancel_error_text(ref)
+    else:
+        with pytest.raises(ValueError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert type(info.value).__name__ == expected
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["saw the cancel"]
+    assert ray.get(actor.canceled.remote(), timeout=GET_TIMEOUT) is False
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 2], ids=["sync", "threaded"])
+@pytest.mark.parametrize("how", ["get", "wait"])
+def test_cancel_reaches_an_actor_call_blocked_in_get(ray_start, tmp_path, max_concurrency,
+                                                     how):
+    """A sync or threaded actor call blocked in ``get``/``wait`` gets KeyboardInterrupt
+    there at once, with ``is_canceled()`` true; it caught it and returned, so its result is
+    TaskCancelledError. Compared with Ray 2.60 (the same, for sync and threaded actors)."""
+    ray_start(num_cpus=2)
+
+    @miniray.remote(max_concurrency=max_concurrency)
+    class Blocked:
+        def __init__(self):
+            self.log = []
+
+        def blocked(self, path):
+            @miniray.remote(max_retries=0)
+            def child(path):
+                with open(path, "w") as f:
+                    f.write(str(os.getpid()))
+                time.sleep(60)
+
+            ref = child.remote(path)
+            try:
+                miniray.get(ref) if how == "get" else miniray.wait([ref])
+            except BaseException as error:
+                self.log.append((type(error).__name__,
+                                 miniray.get_runtime_context().is_canceled()))
+                return "caught"
+
+        def items(self):
+            return self.log
+
+    actor = Blocked.remote()
+    ref = actor.blocked.remote(str(tmp_path / "child"))
+    child_pid = int(_wait_for_file(tmp_path / "child"))
+    start = time.monotonic()
+    miniray.cancel(ref, recursive=False)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        miniray.get(ref, timeout=10)
+    assert time.monotonic() - start < 5.0
+    assert str(info.value) == _cancel_error_text(ref)
+    assert miniray.get(actor.items.remote(), timeout=GET_TIMEOUT) == [
+        ("KeyboardInterrupt", True)]
+    os.kill(child_pid, 9)
+
+
+@pytest.mark.parametrize("kind", ["sync", "threaded", "async"])
+def test_force_cancel_of_an_actor_call_raises_value_error(ray, kind):
+    """Ray 2.60 (compared): ValueError for a queued or running call of any actor; a finished
+    call is a no-op."""
+    options = {"threaded": {"max_concurrency": 2}}.get(kind, {})
+
+    if kind == "async":
+        class Napper:
+            async def nap(self, seconds):
+                await asyncio.sleep(seconds)
+                return seconds
+    else:
+        class Napper:
+            def nap(self, seconds):
+                time.sleep(seconds)
+                return seconds
+
+    actor = ray.remote(**options)(Napper).remote() if options else ray.remote(Napper).remote()
+    done = actor.nap.remote(0)
+    assert ray.get(done, timeout=GET_TIMEOUT) == 0
+    running = actor.nap.remote(0.5)
+    for ref in (running, actor.nap.remote(0)):
+        with pytest.raises(ValueError, match="force=True is not supported for actor tasks"):
+            ray.cancel(ref, force=True)
+    ray.cancel(done, force=True)
+    assert ray.get(running, timeout=GET_TIMEOUT) == 0.5
+
+
+@pytest.fixture
+def AsyncWorker(ray):
+    @ray.remote
+    class AsyncWorker:
+        def __init__(self):
+            self.log = []
+
+        async def nap(self, seconds, swallow=False, started=None):
+            if started:
+                with open(started, "w") as f:
+                    f.write("started")
+            try:
+                await asyncio.sleep(seconds)
+                return "slept"
+            except asyncio.CancelledError:
+                self.log.append("CancelledError")
+                if swallow:
+                    return "swallowed"
+                raise
+            finally:
+                self.log.append("finally")
+
+        async def canceled(self):
+            try:
+                return ray.get_runtime_context().is_canceled()
+            except RuntimeError as error:
+                return str(error)
+
+        def sync_canceled(self):
+            try:
+                return ray.get_runtime_context().is_canceled()
+            except RuntimeError as error:
+                return str(error)
+
+        async def items(self):
+            return self.log
+
+    return AsyncWorker
+
+
+@pytest.mark.parametrize("swallow", [False, True], ids=["raises", "swallows"])
+def test_cancel_running_async_call_cancels_its_coroutine(ray, AsyncWorker, tmp_path, swallow):
+    """The coroutine gets CancelledError (its ``finally`` runs) and ``get`` raises
+    ``RayTaskError(TaskCancelledError)``, even when the coroutine swallowed the
+    CancelledError and returned. Compared with Ray 2.60."""
+    actor = AsyncWorker.remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    ref = actor.nap.remote(30, swallow, str(tmp_path / "started"))
+    _wait_for_file(tmp_path / "started")
+    time.sleep(0.1)  # into its await
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(ref, timeout=GET_TIMEOUT)
+    assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["CancelledError", "finally"]
+    assert ray.get(actor.nap.remote(0), timeout=GET_TIMEOUT) == "slept"
+
+
+def test_cancel_async_call_waiting_for_its_turn(ray):
+    """A call of an async actor at max_concurrency, waiting for a slot, fails at once with
+    TaskCancelledError "... before it executes." and never runs; the running call and later
+    ones are untouched. Compared with Ray 2.60."""
+
+    @ray.remote(max_concurrency=1)
+    class One:
+        async def nap(self, seconds, tag):
+            await asyncio.sleep(seconds)
+            return tag
+
+    actor = One.remote()
+    first = actor.nap.remote(1.5, "first")
+    second = actor.nap.remote(0, "second")
+    time.sleep(0.3)
+    ray.cancel(second)
+    start = time.monotonic()
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(second, timeout=10)
+    assert time.monotonic() - start < 1.0
+    assert not isinstance(info.value, exceptions.RayTaskError)
+    assert "before it executes" in str(info.value)
+    assert ray.get(first, timeout=GET_TIMEOUT) == "first"
+    assert ray.get(actor.nap.remote(0, "after"), timeout=GET_TIMEOUT) == "after"
+
+
+def test_is_canceled_in_an_async_actor_raises_runtime_error(ray, AsyncWorker):
+    """Ray 2.60 (compared): in async and sync methods of an async actor alike."""
+    actor = AsyncWorker.remote()
+    message = "This method is not supported in an async actor."
+    assert ray.get(actor.canceled.remote(), timeout=GET_TIMEOUT) == message
+    assert ray.get(actor.sync_canceled.remote(), timeout=GET_TIMEOUT) == message
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_recursive_cancel_of_an_actor_call_reaches_its_tasks(ray, tmp_path, recursive):
+    """The tasks an actor call submitted are cancelled with it when ``recursive`` (the
+    default), as in Ray 2.60 (compared: the call's get of its cancelled child fails), and
+    left running otherwise."""
+    started, caught = tmp_path / "started", tmp_path / "caught"
+
+    @ray.remote(max_retries=0)
+    def child(started, caught):
+        with open(started, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            end = time.time() + 30
+            while time.time() < end:
+                pass
+        except BaseException as error:
+            with open(caught, "w") as f:
+                f.write(type(error).__name__)
+            raise
+
+    @ray.remote
+    class Parent:
+        def run(self, started, caught):
+            return ray.get(child.remote(started, caught))
+
+    actor = Parent.remote()
+    ref = actor.run.remote(str(started), str(caught))
+    child_pid = int(_wait_for_file(started))
+    ray.cancel(ref, recursive=recursive)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=10)
+    if recursive:
+        assert _wait_for_file(caught, timeout=10) == "KeyboardInterrupt"
+    else:
+        time.sleep(0.5)
+        assert not caught.exists() and procinfo.is_alive(child_pid)
+        os.kill(child_pid, 9)

@@ -584,6 +584,66 @@ def test_cancelling_a_queued_call_to_a_node_actor(node_env):
     assert result == {"cancelled": True, "running": 0.5}
 
 
+def test_cancelling_a_node_actor_call_blocked_in_get(node_env, tmp_path):
+    """A call of a named actor of the node, blocked in ``get``, is interrupted by a
+    non-forced cancel (KeyboardInterrupt there, ``is_canceled()`` true), its result is
+    TaskCancelledError and the task it submitted is cancelled too (recursive), as for an
+    actor of the driver's own and as in Ray 2.60 (compared)."""
+    _start(node_env)
+    result = _run(node_env, f"""
+        import os, time
+
+        @ray.remote(max_retries=0)
+        def child(started, caught):
+            open(started, "w").close()
+            try:
+                end = time.time() + 30
+                while time.time() < end:
+                    pass
+            except BaseException as error:
+                with open(caught, "w") as f:
+                    f.write(type(error).__name__)
+                raise
+
+        @ray.remote
+        class Waiter:
+            def __init__(self):
+                self.seen = []
+
+            def wait(self, started, caught):
+                try:
+                    ray.get(child.remote(started, caught))
+                except KeyboardInterrupt:
+                    self.seen.append(ray.get_runtime_context().is_canceled())
+                    raise
+
+            def items(self):
+                return self.seen
+
+        started, caught = {str(tmp_path / "started")!r}, {str(tmp_path / "caught")!r}
+        a = Waiter.options(name="waiter", lifetime="detached").remote()
+        ref = a.wait.remote(started, caught)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(started) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        start = time.monotonic()
+        ray.cancel(ref)
+        try:
+            ray.get(ref, timeout=15)
+            error = None
+        except Exception as e:
+            error = type(e).__name__
+        fast = time.monotonic() - start < 8
+        while not os.path.exists(caught) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        child_saw = open(caught).read() if os.path.exists(caught) else None
+        say(error=error, fast=fast, seen=ray.get(a.items.remote()), child=child_saw)
+        ray.kill(a)
+    """)
+    assert result == {"error": "TaskCancelledError", "fast": True, "seen": [True],
+                      "child": "KeyboardInterrupt"}
+
+
 def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
     _start(node_env)
     result = _run(node_env, """

@@ -20,7 +20,8 @@ SPEAKERS = ["node/node.py", "node/actor_service.py", "owner/actor_link.py",
 TAG_NAMES = {name for names in protocol.CHANNELS.values() for name in names}
 TAG_NAMES |= {name[len(prefix):] for name in TAG_NAMES for prefix in ("NODE_", "SVC_")
               if name.startswith(prefix)}
-NOT_TAGS = {"OK", "ERR", "TIMEOUT", "PROTOCOL_VERSION", "V1_NODE_HELLO", "PYTHON_VERSION"}
+NOT_TAGS = {"OK", "ERR", "TIMEOUT", "CANCELLED", "PROTOCOL_VERSION", "V1_NODE_HELLO",
+            "PYTHON_VERSION"}
 
 
 def test_channels_are_the_five_sections_and_the_call_methods():
@@ -55,8 +56,8 @@ def test_the_node_relays_the_fork_servers_replies_unchanged():
     assert not fork & node_only
 
 
-def test_protocol_version_was_bumped_for_the_changed_layouts():
-    assert protocol.PROTOCOL_VERSION == 3
+def test_protocol_version_was_bumped_for_waits_naming_their_call():
+    assert protocol.PROTOCOL_VERSION == 4
 
 
 def test_tag_name():

@@ -225,3 +225,21 @@ def test_cancel_action(state, force, running_now, expected):
 ])
 def test_actor_should_restart(left, exiting, killed, no_restart, closed, fatal, expected):
     assert s.actor_should_restart(left, exiting, killed, no_restart, closed, fatal) == expected
+
+
+def test_actor_call_cancel_error_is_worded_as_ray():
+    """Ray 2.60's words (compared): a call that never ran names its actor; a call cancelled
+    while it ran says it was cancelled. Neither sets ``task_id`` (Ray's does not)."""
+    never_ran = s.actor_call_cancel_error(b"\x0a" * 2, b"\x0b" * 2)
+    assert str(never_ran) == "The task 0a0a is canceled from an actor 0b0b before it executes."
+    ran = s.actor_call_cancel_error(b"\x0a" * 2)
+    assert str(ran) == "Task: 0a0a was cancelled."
+    assert never_ran.task_id is None and ran.task_id is None
+
+
+@pytest.mark.parametrize("error, stands", [
+    (None, False), (KeyboardInterrupt(), False), (ValueError("x"), True),
+    (SystemExit(1), True),
+])
+def test_cancelled_call_outcome_stands(error, stands):
+    assert s.cancelled_call_outcome_stands(error) is stands

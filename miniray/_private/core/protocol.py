@@ -18,10 +18,11 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
     driver → worker                               worker → driver
     (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
-    (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec)            nested task
+    (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec, caller_task_id) nested task
     (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
-           dep_values, return_ids, extra)         (GET, req_id, ids, timeout)
-    (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
+           dep_values, return_ids, extra)         (GET, req_id, ids, timeout, task_id)
+    (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout,
+                                                         task_id)
     (UNMAP, path)                                 (CALL, req_id, method, args)
     (EXIT,)                                       (BORROW, added, dropped, escaped)
 
@@ -38,6 +39,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    is_async, name, namespace, handle_state, restarts)``.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
+   Its ``task_id`` is the call that waits (None where a cancel must not interrupt it: outside
+   a call, in an async actor); once that call is cancelled, the REPLY of each of its waits,
+   pending or later, is ``CANCELLED`` (the worker raises KeyboardInterrupt there, as Ray does).
 
 1a. The ``method`` of a worker's ``(CALL, req_id, method, args)``: what the public API asks of
    the driver from inside a task or actor (answered by ``(REPLY, req_id, (ok, value))``;
@@ -82,7 +86,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
     (SVC_CALL, actor_id, spec, exported)        (SVC_OUTPUT, "stdout"|"stderr", text)
     (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
-    (SVC_CANCEL, task_id, force)
+    (SVC_CANCEL, task_id, force, recursive)
     (SVC_HOLD, actor_id) / (SVC_RELEASE, actor_id)
 
    The service is started by the node with the node's own code, so the version a driver's
@@ -99,7 +103,9 @@ from miniray import _version
 # 2: the node and actor-service channels moved from string tags to the ints below.
 # 3: ACTOR_INIT carries the actor's restart count, ACTOR_EXITING why it leaves, and the node's
 #    hello its miniray and Python versions.
-PROTOCOL_VERSION = 3
+# 4: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
+#    owners); SVC_CANCEL says whether it is recursive.
+PROTOCOL_VERSION = 4
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -171,10 +177,12 @@ SVC_RESULT = 72
 SVC_OUTPUT = 73
 SVC_IMPORTED = 74
 
-# result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT)
+# result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
+# a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
 OK = 0
 ERR = 1
 TIMEOUT = 2
+CANCELLED = 3
 
 # Each channel's tags by name, in section order: what a reader of that channel may receive
 # from either side. A name may serve two channels (the node relays the fork server's).

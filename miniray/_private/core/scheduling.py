@@ -28,10 +28,13 @@ __all__ = [
     "DEATH_FAIL_CANCELLED", "DEATH_FAIL_CRASHED", "DEATH_FAIL_SYSTEM", "DEATH_REQUEUE",
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
-    "blocked_release", "cancel_action", "consume_retry", "covers", "idle_worker_for",
+    "actor_call_cancel_error", "blocked_release", "cancel_action",
+    "cancelled_call_outcome_stands", "consume_retry", "covers", "idle_worker_for",
     "lease_with_room", "may_move", "next_to_place", "retry_failed_result", "scheduling_key",
     "worker_fits", "worker_kind", "worker_serves",
 ]  # fmt: skip
+
+from miniray.exceptions import TaskCancelledError
 
 # Task states.
 T_WAITING, T_QUEUED, T_INFEASIBLE, T_RUNNING, T_DONE = range(5)
@@ -307,6 +310,38 @@ def cancel_action(state: int, force: bool, running_now: bool) -> str:
     if not force:
         return CANCEL_SIGNAL
     return CANCEL_KILL if running_now else CANCEL_REMOVE_QUEUED
+
+
+# A cancelled actor call (Ray 2.60, compared side by side): one that never ran fails with
+# the "before it executes" error; a sync or threaded one cancelled while it ran only has a
+# flag set (``is_canceled()``) and its get()/wait() raise KeyboardInterrupt; when it ends,
+# a returned value or a KeyboardInterrupt becomes the "was cancelled" error, and any other
+# error it raised stands. (An async one has its coroutine cancelled: RayTaskError of it.)
+def actor_call_cancel_error(task_id: bytes, actor_id: bytes | None = None) -> TaskCancelledError:
+    """The error of a cancelled actor call, in Ray 2.60's words: with ``actor_id``, the
+    call never ran; without, it was cancelled while it ran.
+
+    >>> str(actor_call_cancel_error(b"\x01", b"\x02"))
+    'The task 01 is canceled from an actor 02 before it executes.'
+    >>> str(actor_call_cancel_error(b"\x01"))
+    'Task: 01 was cancelled.'
+    """
+    if actor_id is not None:
+        return TaskCancelledError(None, f"The task {task_id.hex()} is canceled from an actor "
+                                        f"{actor_id.hex()} before it executes.")
+    return TaskCancelledError(None, f"Task: {task_id.hex()} was cancelled.")
+
+
+def cancelled_call_outcome_stands(error: BaseException | None) -> bool:
+    """A sync or threaded actor call cancelled while it ran has ended, returning a value
+    (``error`` None) or raising ``error``: is that its result, or the cancel error?
+
+    >>> cancelled_call_outcome_stands(None), cancelled_call_outcome_stands(KeyboardInterrupt())
+    (False, False)
+    >>> cancelled_call_outcome_stands(ValueError("its own"))
+    True
+    """
+    return error is not None and not isinstance(error, KeyboardInterrupt)
 
 
 def actor_should_restart(restarts_left: int, exiting: bool, killed: bool, no_restart: bool,

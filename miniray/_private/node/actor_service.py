@@ -355,7 +355,7 @@ class ActorService:
             self.send(client, (protocol.SVC_IMPORTED, message[1]))
         elif tag == protocol.SVC_CANCEL:
             with contextlib.suppress(ValueError):
-                actors.cancel(message[1], message[2])
+                actors.cancel(message[1], message[2], message[3])
         elif tag == protocol.SVC_HOLD:
             self.life.hold(message[1], client.token)
         elif tag == protocol.SVC_RELEASE:

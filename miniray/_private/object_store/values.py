@@ -147,12 +147,23 @@ def future_of(rt, ref):
 
     def resolve():
         try:
-            future.set_result(get_values(rt, [ref])[0])
+            value = get_values(rt, [ref])[0]
         except BaseException as error:  # delivered through the future
-            future.set_exception(error)
+            _settle(future.set_exception, error)
+        else:
+            _settle(future.set_result, value)
 
     threading.Thread(target=resolve, daemon=True, name="miniray-future").start()
     return future
+
+
+def _settle(setter, outcome) -> None:
+    """Resolve a future, unless its waiter cancelled it meanwhile (an async actor's call
+    that awaited the ref was cancelled): nobody reads it then."""
+    try:
+        setter(outcome)
+    except concurrent.futures.InvalidStateError:
+        pass
 
 
 def check_session(rt, refs: list) -> None:

@@ -248,8 +248,8 @@ class ActorLink:
             self.owner.requests.unpin_ids([object_id])
             self.owner.objects.release([object_id])
 
-    def cancel(self, task_id: bytes, force: bool) -> None:
-        self.send((protocol.SVC_CANCEL, task_id, force))
+    def cancel(self, task_id: bytes, force: bool, recursive: bool) -> None:
+        self.send((protocol.SVC_CANCEL, task_id, force, recursive))
 
     def hold(self, actor_id: bytes, held: bool) -> None:
         """This driver holds a handle to the actor (or no longer does): the service ends a

@@ -75,7 +75,9 @@ class ActorsOwner(Protocol):
     def discard_start(self, parts: tuple) -> None: ...
     def count_actor_worker(self, delta: int) -> None: ...
     def send(self, worker, message: tuple) -> None: ...
-    def send_control(self, worker, message: tuple) -> None: ...
+    def signal_cancel(self, worker, task_id: bytes) -> None: ...
+    def cancel_call_tasks(self, call_id: bytes) -> None: ...
+    def actor_call_ended(self, call_id: bytes) -> None: ...
     def kill_process_later(self, pid: int) -> None: ...
     def release_lease_later(self, lease_id: str, host_lease: str | None) -> None: ...
     def export_function(self, fn_id: bytes, fn_bytes: bytes) -> None: ...
@@ -601,6 +603,7 @@ class ActorManager:
 
     def _finish(self, call: _Call, results: list, contained=None) -> None:
         spec = call.spec
+        self.owner.actor_call_ended(spec.task_id)  # its tasks are no longer its to cancel
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
@@ -790,31 +793,30 @@ class ActorManager:
             actor.state = A_RESTARTING
         return False
 
-    def cancel(self, task_id: bytes, force: bool) -> bool:
-        """Cancel an actor call; False if ``task_id`` is not an actor call."""
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
+        """Cancel an actor call (and with ``recursive`` the tasks it submitted); False if
+        ``task_id`` is not an actor call."""
         call = self.calls.get(task_id)
         if call is None:
             return False
         if force:
             raise ValueError("force=True is not supported for actor tasks.")
-        from miniray.exceptions import TaskCancelledError
-
         actor = call.actor
         if actor.remote and call.sent:
-            self.link.cancel(task_id, force)
+            self.link.cancel(task_id, force, recursive)
             return True
         if not call.sent:
             if call in actor.queue:
                 actor.queue.remove(call)
-            self._finish(call, [(protocol.ERR, serialization.dumps(TaskCancelledError(
-                ids.TaskID(task_id))))] * max(1, call.spec.num_returns))
+            error = scheduling.actor_call_cancel_error(task_id, actor.spec.actor_id)
+            self._finish(call, [(protocol.ERR, serialization.dumps(error))]
+                         * max(1, call.spec.num_returns))
             return True
         worker = actor.worker
         if worker is not None:
-            try:
-                self.owner.send_control(worker, (protocol.CANCEL, task_id))
-            except OSError:
-                pass
+            self.owner.signal_cancel(worker, task_id)
+        if recursive:
+            self.owner.cancel_call_tasks(task_id)
         return True
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:

@@ -290,10 +290,13 @@ class ObjectTable:
         return [i for i in object_ids if (e := entries.get(i)) is None or e.state == READY]
 
     def await_objects(self, object_ids, count: int, on_error: bool, finish, timeout,
-                      add_timer) -> None:
+                      add_timer) -> Callable[[], bool] | None:
         """*Locked.* Call ``finish(timed_out)`` once ``count`` ids are ready (or at the first
         error if ``on_error``), or with True when ``timeout`` passes first. Unknown ids are
-        awaited too (a worker may read an object that a PUT will bring)."""
+        awaited too (a worker may read an object that a PUT will bring).
+
+        Returns None if ``finish`` already ran, else ``abandon()``: it stops the wait without
+        calling ``finish`` (False if ``finish`` ran meanwhile), for a cancelled waiter."""
         pending = []
         ready = 0
         for object_id in object_ids:
@@ -301,32 +304,39 @@ class ObjectTable:
             if entry is None:  # freed (a worker only learns of an id through the owner)
                 if on_error:
                     finish(False)
-                    return
+                    return None
                 ready += 1
                 continue
             if entry.state == READY:
                 ready += 1
                 if on_error and entry.kind == protocol.ERR:
                     finish(False)
-                    return
+                    return None
             else:
                 pending.append(entry)
         if ready >= count or timeout == 0:
             finish(False)
-            return
+            return None
         callback = CallbackWaiter(count - ready, on_error, lambda: finish(False))
         for entry in pending:
             entry.add_waiter(callback)
+
+        def abandon() -> bool:
+            if callback.fired:
+                return False
+            callback.fired = True
+            for entry in pending:
+                entry.remove_waiter(callback)
+            return True
+
         if timeout is not None and timeout >= 0:
 
             def expire():
-                if not callback.fired:
-                    callback.fired = True
-                    for entry in pending:
-                        entry.remove_waiter(callback)
+                if abandon():
                     finish(True)
 
             add_timer(timeout, expire)
+        return abandon
 
     # -- the driver's blocking calls (take the lock themselves) ----------------------------
     def get_serialized(self, object_ids: list[bytes], timeout: float | None):

@@ -174,7 +174,7 @@ class Owner:
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
-            kill_worker=self._kill_for_cancel, signal_cancel=self._signal_cancel)
+            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -646,7 +646,7 @@ class Owner:
         """A driver's ``cancel()`` and a worker's (requests.py), with the lock held."""
         from miniray.exceptions import TaskCancelledError
 
-        if self.actors.cancel(object_id[:24], force):
+        if self.actors.cancel(object_id[:24], force, recursive):
             return
         task = self.tasks.by_id.get(object_id[:24])
         if task is None or task.state == T_DONE:
@@ -660,8 +660,18 @@ class Owner:
         else:  # not spawned yet: killed as soon as the fork server names its pid
             worker.kill_on_spawn = True
 
-    def _signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
-        """*Locked.* Ask a worker to interrupt the task it runs (KeyboardInterrupt there)."""
+    def cancel_call_tasks(self, call_id: bytes) -> None:
+        """*Locked.* A recursive cancel of an actor call reaches the tasks it submitted."""
+        self.tasks.cancel_children_of_call(call_id)
+
+    def actor_call_ended(self, call_id: bytes) -> None:
+        """*Locked.* The actor call is done: the tasks it submitted are no longer its."""
+        self.tasks.call_ended(call_id)
+
+    def signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
+        """*Locked.* Ask a worker to interrupt the call it runs, a task or an actor call
+        (KeyboardInterrupt in a task; a flag in an actor), and end that call's waits."""
+        self.requests.interrupt(worker, task_id)
         try:
             self.send_control(worker, (protocol.CANCEL, task_id))
         except OSError:
@@ -852,6 +862,8 @@ class Owner:
         if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
             self.requests.release_read_pins(worker)
         if tag == protocol.RESULT:
+            if worker.interrupted:
+                self.requests.call_ended(worker, message[1])
             if worker.actor is not None:
                 worker.out.drain()
                 worker.err.drain()
@@ -873,6 +885,8 @@ class Owner:
             self.actors.on_exiting(worker, message[1])
         elif tag == protocol.SUBMIT:
             parent = worker.inflight[0] if worker.inflight else None
+            if worker.actor is not None and message[2] is not None:  # from an actor call
+                parent = self.tasks.call_parent(message[2])
             spec = message[1]
             try:
                 self._lock.release()
@@ -892,9 +906,10 @@ class Owner:
         elif tag == protocol.BORROW:
             self.requests.on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.GET:
-            self.requests.on_get(worker, message[1], message[2], message[3])
+            self.requests.on_get(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.WAIT:
-            self.requests.on_wait(worker, message[1], message[2], message[3], message[4])
+            self.requests.on_wait(worker, message[1], message[2], message[3], message[4],
+                                  message[5])
         elif tag == protocol.CALL:
             self.requests.on_call(worker, message[1], message[2], message[3])
 

@@ -1,8 +1,9 @@
 """What the owner does for a worker's own requests: get, wait, calls, and shared reads.
 
 Owns: a worker blocked in ``get()``/``wait()`` (its CPU goes back to the ledger until the
-reply), replies to CALL requests, the store pins of the objects a worker maps (task arguments,
-get replies) and which workers map which segment (told to unmap when the object is freed).
+reply), the waits of a cancelled call (answered ``CANCELLED``), replies to CALL requests,
+the store pins of the objects a worker maps (task arguments, get replies) and which workers
+map which segment (told to unmap when the object is freed).
 Does not own: the objects (``object_table.py``), the store, the workers (``workers.py``), the
 leases (``leases.py``) or scheduling (``owner.py``); it is given them at construction.
 Called by: ``owner.Owner`` from the I/O thread, and ``actors.py``, with the owner's lock held.
@@ -142,10 +143,41 @@ class WorkerRequests:
         except OSError:
             pass
 
-    def on_get(self, worker, req_id, object_ids, timeout) -> None:
+    # -- get and wait ---------------------------------------------------------------------
+    # A non-forced cancel reaches a call blocked in get()/wait(): Ray raises KeyboardInterrupt
+    # there, in tasks and in sync or threaded actor calls alike, and again at each later get
+    # or wait of that call. The worker names the waiting call in its request, so the owner
+    # answers the pending waits of a cancelled call, and its later ones, with CANCELLED.
+    def interrupt(self, worker, task_id: bytes) -> None:
+        """*Locked.* ``task_id`` running on ``worker`` was cancelled: end its waits."""
+        worker.interrupted.add(task_id)
+        for req_id, (waiting, abandon) in list(worker.waits.items()):
+            if waiting == task_id and abandon():
+                del worker.waits[req_id]
+                self._unblock(worker)
+                self._reply(worker, req_id, protocol.CANCELLED)
+
+    def call_ended(self, worker, task_id: bytes) -> None:
+        """*Locked.* The call sent its result: nothing of it waits any more."""
+        worker.interrupted.discard(task_id)
+
+    def _answer_cancelled(self, worker, req_id, task_id) -> bool:
+        if task_id is None or task_id not in worker.interrupted:
+            return False
+        self._reply(worker, req_id, protocol.CANCELLED)
+        return True
+
+    def _track(self, worker, req_id, task_id, abandon) -> None:
+        if abandon is not None and task_id is not None:
+            worker.waits[req_id] = (task_id, abandon)
+
+    def on_get(self, worker, req_id, object_ids, timeout, task_id=None) -> None:
+        if self._answer_cancelled(worker, req_id, task_id):
+            return
         self._block(worker)
 
         def finish(timed_out: bool) -> None:
+            worker.waits.pop(req_id, None)
             if timed_out:
                 payload = protocol.TIMEOUT
             else:
@@ -167,18 +199,23 @@ class WorkerRequests:
             self._unblock(worker)
             self._reply(worker, req_id, payload)
 
-        self.objects.await_objects(object_ids, len(object_ids), True, finish, timeout,
-                                   self.reactor.call_later)
+        abandon = self.objects.await_objects(object_ids, len(object_ids), True, finish,
+                                             timeout, self.reactor.call_later)
+        self._track(worker, req_id, task_id, abandon)
 
-    def on_wait(self, worker, req_id, object_ids, num_returns, timeout) -> None:
+    def on_wait(self, worker, req_id, object_ids, num_returns, timeout, task_id=None) -> None:
+        if self._answer_cancelled(worker, req_id, task_id):
+            return
         self._block(worker)
 
         def finish(timed_out: bool) -> None:
+            worker.waits.pop(req_id, None)
             self._unblock(worker)
             self._reply(worker, req_id, self.objects.ready_ids(object_ids))
 
-        self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
-                                   self.reactor.call_later)
+        abandon = self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
+                                             self.reactor.call_later)
+        self._track(worker, req_id, task_id, abandon)
 
     def _ask_service(self, worker, req_id, request, *args, keep=None) -> None:
         """*Locked.* Make ``request(*args)`` to the node's actor service once the lock is

@@ -69,6 +69,16 @@ class _DepWaiter:
         self.tasks.dep_ready(self.task, is_error, object_id)
 
 
+class _CallParent:
+    """Stands for an actor call as the parent of the tasks it submits (a ``Task`` parent
+    has the same ``children``), so that a recursive cancel of the call reaches them."""
+
+    __slots__ = ("children",)
+
+    def __init__(self):
+        self.children: list | None = None
+
+
 class TaskQueue:
     """Given at construction: the ``objects`` table, the ``store`` (an argument's error
     bytes), ``node_state`` (totals, for infeasibility), ``unpin_deps(deps)`` (store pins of
@@ -87,6 +97,7 @@ class TaskQueue:
         self._kill_worker = kill_worker
         self._signal_cancel = signal_cancel
         self.by_id: dict[bytes, Task] = {}
+        self.call_parents: dict[bytes, _CallParent] = {}  # running actor calls' children
         self.queues: dict[Any, collections.deque] = {}
         self.infeasible: dict[Any, list[Task]] = {}
         self._reported_infeasible: set = set()
@@ -201,6 +212,29 @@ class TaskQueue:
                 self.fail(task, error_cls(ids.TaskID(task.spec.task_id)))
         elif action == scheduling.CANCEL_SIGNAL:
             self._signal_cancel(worker, task.spec.task_id)
+
+    # -- the tasks an actor call submits ------------------------------------------------
+    def call_parent(self, call_id: bytes) -> _CallParent:
+        """The parent to submit a task of the running actor call ``call_id`` under."""
+        parent = self.call_parents.get(call_id)
+        if parent is None:
+            parent = self.call_parents[call_id] = _CallParent()
+        return parent
+
+    def call_ended(self, call_id: bytes) -> None:
+        """The actor call is done (result, failure or cancel): its tasks run on unparented."""
+        if self.call_parents:
+            self.call_parents.pop(call_id, None)
+
+    def cancel_children_of_call(self, call_id: bytes) -> None:
+        """A recursive cancel of an actor call: its unfinished tasks are cancelled too (not
+        forced: ``force=True`` is refused for actor calls before this)."""
+        from miniray.exceptions import TaskCancelledError
+
+        parent = self.call_parents.get(call_id)
+        for child in list(parent.children or ()) if parent is not None else ():
+            if child.state != T_DONE:
+                self.cancel(child, False, True, TaskCancelledError)
 
     def finished(self, task: Task, results: list, retryable: bool) -> None:
         """A worker returned ``task``'s results: complete it, or queue it again when it

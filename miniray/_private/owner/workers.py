@@ -30,6 +30,7 @@ class WorkerSlot:
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
+        "waits", "interrupted",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -48,6 +49,10 @@ class WorkerSlot:
         self.read_pins: list[bytes] = []  # objects handed to its get(): pinned until it
         #                                   reports again (by then it has mapped them)
         self.blocked = 0
+        # Its pending GET/WAIT requests: req_id -> (the waiting call's task id, abandon()),
+        # and the calls cancelled while they run here, whose waits are answered CANCELLED.
+        self.waits: dict[int, tuple] = {}
+        self.interrupted: set[bytes] = set()
         self.dead = False
         self.out: OutputStream | None = None
         self.err: OutputStream | None = None

@@ -3,7 +3,8 @@
 Owns: constructing the actor instance, running its method calls (one at a time in submission
 order, on a thread pool for ``max_concurrency > 1``, or on an asyncio event loop when any
 method is ``async def``), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
-``exit_actor()``, and cancelling queued or async calls. Does not own: the worker's channel,
+``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
+an async one's coroutine cancelled). Does not own: the worker's channel,
 output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
 death reasons).
 Called by: ``worker_main._Worker`` when ACTOR_INIT arrives; afterwards the worker's main loop
@@ -36,7 +37,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from miniray._private.core import descriptors, ids, protocol
+from miniray._private.core import descriptors, ids, protocol, scheduling
 from miniray._private.core.task_spec import _ExitActor
 from miniray._private.worker.execute import (
     _dumps_error,
@@ -81,6 +82,12 @@ class ActorHost:
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.semaphore: asyncio.Semaphore | None = None
+        # Calls are sent while the constructor runs, and so are their cancels: from now on
+        # the control thread hands them here (those already read are taken over).
+        with worker.exec_lock:
+            self.cancelled |= worker.cancelled
+            worker.cancelled.clear()
+            worker.actor_host = self
         worker._mark(class_name)
         worker._set_env(resources, gpu_ids)  # kept for the actor's whole life, as in Ray
         runtime = worker.runtime
@@ -149,13 +156,15 @@ class ActorHost:
         if method_name == "__ray_terminate__":
             self._terminate(message)
             return
+        if (self.loop is not None or self.pool is not None) and self._skip_if_cancelled(
+                task_id, message[6]):
+            return  # cancelled before it arrived: answered now, not once its turn comes
         if self.loop is not None:
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
-            future = asyncio.run_coroutine_threadsafe(self._run_async(message, coroutine),
-                                                      self.loop)
-            with self.lock:
-                self.async_calls[task_id] = future
+            with self.lock:  # recorded before it can start or end: cancel() finds it
+                self.async_calls[task_id] = asyncio.run_coroutine_threadsafe(
+                    self._run_async(message, coroutine), self.loop)
         elif self.pool is not None:
             if self.exiting:  # the owner fails it once the process is gone
                 return
@@ -164,13 +173,22 @@ class ActorHost:
             self.run_call(message)
 
     async def _run_async(self, message: tuple, coroutine: bool) -> None:
-        async with self.semaphore:
-            if coroutine:
-                await self._call_coroutine(message)
-            else:
-                self.run_call(message)
-        with self.lock:
-            self.async_calls.pop(message[1], None)
+        task_id = message[1]
+        started = False
+        try:
+            async with self.semaphore:
+                started = True
+                if coroutine:
+                    await self._call_coroutine(message)
+                else:
+                    self.run_call(message)
+        except asyncio.CancelledError:
+            if not started:  # cancelled while it waited for its turn: it never runs
+                self._skip_if_cancelled(task_id, message[6])
+        finally:
+            with self.lock:
+                self.async_calls.pop(task_id, None)
+                self.cancelled.discard(task_id)
 
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -187,15 +205,23 @@ class ActorHost:
             else:
                 value = await result
         except asyncio.CancelledError:
-            from miniray.exceptions import TaskCancelledError
-
-            self._reply_error(task_id, TaskCancelledError(ids.TaskID(task_id)), call_name,
-                              num_returns)
+            self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
         except BaseException as error:
             self._reply_error(task_id, error, call_name, num_returns)
             return
+        if self.is_cancelled(task_id):  # it caught the CancelledError: cancelled all the same
+            self._reply_cancelled_coroutine(task_id, call_name, num_returns)
+            return
         self._reply_value(task_id, value, num_returns, call_name, return_ids)
+
+    def _reply_cancelled_coroutine(self, task_id, call_name, num_returns) -> None:
+        """Ray 2.60 cancels the coroutine's future: RayTaskError(TaskCancelledError), whatever
+        the coroutine did with its CancelledError."""
+        from miniray.exceptions import TaskCancelledError
+
+        self._reply_error(task_id, TaskCancelledError(ids.TaskID(task_id)), call_name,
+                          num_returns)
 
     def run_call(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -215,11 +241,29 @@ class ActorHost:
             if inspect.isgenerator(value):
                 value = list(value)
         except BaseException as error:
-            self._reply_error(task_id, error, call_name, num_returns)
+            if not self._ended_cancelled(task_id, num_returns, error):
+                self._reply_error(task_id, error, call_name, num_returns)
             return
         finally:
             worker.runtime.task = None
-        self._reply_value(task_id, value, num_returns, call_name, return_ids)
+        if not self._ended_cancelled(task_id, num_returns, None):
+            self._reply_value(task_id, value, num_returns, call_name, return_ids)
+
+    def _ended_cancelled(self, task_id: bytes, num_returns: int,
+                         error: BaseException | None) -> bool:
+        """A sync call has ended (``error`` None: it returned). If it was cancelled while it
+        ran, send Ray's cancel error unless its own error stands, and say whether it did."""
+        if self.loop is not None:  # a sync method of an async actor: cancelled as a coroutine
+            return False
+        with self.lock:
+            if task_id not in self.cancelled:
+                return False
+            self.cancelled.discard(task_id)
+        if scheduling.cancelled_call_outcome_stands(error):
+            return False
+        error = scheduling.actor_call_cancel_error(task_id)
+        self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
+        return True
 
     def _method(self, name: str):
         """The method ``name`` bound to the instance, found on its class first, as Ray does:
@@ -254,12 +298,7 @@ class ActorHost:
             if task_id not in self.cancelled:
                 return False
             self.cancelled.discard(task_id)
-        from miniray.exceptions import TaskCancelledError
-
-        error = TaskCancelledError(
-            ids.TaskID(task_id),
-            f"Task {task_id.hex()} is canceled from an actor {self.class_name} before it "
-            "executes.")
+        error = scheduling.actor_call_cancel_error(task_id, self.actor_id)
         self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
         return True
 
@@ -306,13 +345,19 @@ class ActorHost:
 
     # -- cancel and exit ----------------------------------------------------------------
     def cancel(self, task_id: bytes) -> None:
-        """From the control thread: skip a queued call, or cancel a running async one."""
+        """From the control thread: a queued call is skipped, a running sync one flagged
+        (``is_canceled()``; the owner ends its waits), an async one's coroutine cancelled."""
         with self.lock:
+            self.cancelled.add(task_id)
             future = self.async_calls.get(task_id)
-            if future is None:
-                self.cancelled.add(task_id)
         if future is not None:
             future.cancel()
+
+    def flag_cancelled(self, task_id: bytes) -> None:
+        """A wait of this running sync call was answered CANCELLED (maybe before the control
+        socket's CANCEL was read): the call is cancelled."""
+        with self.lock:
+            self.cancelled.add(task_id)
 
     def is_cancelled(self, task_id: bytes) -> bool:
         with self.lock:

@@ -8,11 +8,16 @@ Called by: the public API (through ``runtime.current()``) when running inside a 
 Reading follows the leader/follower pattern: whichever thread needs a reply takes the read lock
 and reads frames, handing replies to the threads waiting for them and queueing task messages for
 the main loop; the others wait on a condition until their reply arrives or the lock is free.
+
+Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
+answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
+task. No exception is injected into a thread while it talks to the owner (``_shielded``).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import contextvars
 import itertools
 import os
@@ -140,6 +145,15 @@ class WorkerRuntime:
     def __init__(self, channel: Channel, info: dict):
         self.channel = channel
         self.info = info
+        # Cancelling: the worker's control thread and the threads talking to the owner share
+        # this lock. ``waiting`` holds the idents of threads inside an exchange with the
+        # owner (``_shielded``: no exception is injected there); ``missed`` those a cancel
+        # reached meanwhile (it is raised when the exchange ends);
+        # ``canceled`` the tasks (not actor calls) cancelled while they run here.
+        self.cancel_lock = threading.Lock()
+        self.waiting: set[int] = set()
+        self.missed: set[int] = set()
+        self.canceled: set[bytes] = set()
         self.session_token = object()
         self.worker_id = os.urandom(28).hex()
         self.actor = None  # an ActorContext once this worker hosts an actor
@@ -231,7 +245,9 @@ class WorkerRuntime:
             return True
 
     def submit_task(self, spec) -> None:
-        self.channel.send((protocol.SUBMIT, spec))
+        task = self.task  # the submitting call: a recursive cancel of it reaches this task
+        with self._shielded():
+            self.channel.send((protocol.SUBMIT, spec, task.task_id if task else None))
 
     def put_value(self, object_id: bytes, value, contained=()) -> None:
         """Small values travel inline; large ones go straight into a shared-memory segment,
@@ -241,7 +257,8 @@ class WorkerRuntime:
             payload = self.payload_for(object_id, value)
         finally:
             contained = tuple(contained) + tuple(serialization.stop_collecting())
-        self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
+        with self._shielded():
+            self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     def payload_for(self, object_id: bytes, value):
         store = self.info["store"]
@@ -256,7 +273,8 @@ class WorkerRuntime:
     def get_serialized(self, object_ids: list[bytes], timeout: float | None):
         """[(kind, data)] in order, or None on timeout."""
         req = self.channel.new_request_id()
-        reply = self.channel.request((protocol.GET, req, object_ids, timeout), req)
+        reply = self._wait_request(
+            (protocol.GET, req, object_ids, timeout, self._interruptible()), req)
         if reply == protocol.TIMEOUT:
             return None
         return reply
@@ -264,11 +282,64 @@ class WorkerRuntime:
     def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
         """The set of ready ids (at least num_returns unless the timeout passed)."""
         req = self.channel.new_request_id()
-        return self.channel.request((protocol.WAIT, req, object_ids, num_returns, timeout), req)
+        return self._wait_request(
+            (protocol.WAIT, req, object_ids, num_returns, timeout, self._interruptible()), req)
+
+    def _interruptible(self) -> bytes | None:
+        """The call whose cancel ends this wait: the running task or sync actor call. None
+        outside a call, and in an async actor (Ray cancels its coroutine instead)."""
+        task = self.task
+        host = self.host
+        if task is None or (host is not None and host.loop is not None):
+            return None
+        return task.task_id
+
+    def _wait_request(self, message: tuple, req_id: int):
+        """Send a GET or WAIT and wait for its reply; KeyboardInterrupt if the waiting call
+        was cancelled, as Ray raises it in a cancelled call's ``get()``."""
+        with self._shielded():
+            reply = self.channel.request(message, req_id)
+        if type(reply) is int and reply == protocol.CANCELLED:
+            # The owner's answer may come before its CANCEL on the control socket is read:
+            # the call is cancelled from now on (is_canceled(), its result), and that CANCEL
+            # will not interrupt it a second time.
+            task_id = message[-1]
+            host = self.host
+            with self.cancel_lock:
+                if host is None:
+                    self.canceled.add(task_id)
+            if host is not None:
+                host.flag_cancelled(task_id)
+            raise KeyboardInterrupt
+        return reply
+
+    @contextlib.contextmanager
+    def _shielded(self):
+        """Talk to the owner with no exception injected meanwhile (one landing mid-frame would
+        lose or tear a message): a cancel that comes now is raised once the exchange is
+        done, as a KeyboardInterrupt (the owner also answers a pending wait CANCELLED)."""
+        ident = threading.get_ident()
+        outer = False  # nested ones leave it to the outermost
+        missed = False
+        try:
+            with self.cancel_lock:
+                if ident not in self.waiting:
+                    outer = True  # first: an exception landing in between leaves nothing
+                    self.waiting.add(ident)
+            yield
+        finally:
+            if outer:
+                with self.cancel_lock:
+                    self.waiting.discard(ident)
+                    missed = ident in self.missed
+                    self.missed.discard(ident)
+        if missed:
+            raise KeyboardInterrupt
 
     def call(self, method: int, *args):
         req = self.channel.new_request_id()
-        ok, value = self.channel.request((protocol.CALL, req, method, args), req)
+        with self._shielded():
+            ok, value = self.channel.request((protocol.CALL, req, method, args), req)
         if not ok:
             raise value
         return value
@@ -312,7 +383,8 @@ class WorkerRuntime:
         return self.call(protocol.CALL_CREATE_ACTOR, spec)
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
-        self.channel.send((protocol.ACTOR_SUBMIT, actor_id, call))
+        with self._shielded():
+            self.channel.send((protocol.ACTOR_SUBMIT, actor_id, call))
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         self.call(protocol.CALL_KILL_ACTOR, actor_id, no_restart)
@@ -327,8 +399,16 @@ class WorkerRuntime:
         pass  # the owner keeps every actor a worker knows about alive
 
     def is_canceled(self) -> bool:
+        """Whether the running task or actor call was cancelled (Ray 2.60's checks)."""
+        host = self.host
+        if host is not None and host.loop is not None:
+            raise RuntimeError("This method is not supported in an async actor.")
         task = self.task
-        host = getattr(self, "host", None)
-        return bool(task is not None and host is not None and host.is_cancelled(task.task_id))
+        if task is None:
+            return False
+        if host is not None:
+            return host.is_cancelled(task.task_id)
+        with self.cancel_lock:
+            return task.task_id in self.canceled
 
     host = None  # the ActorHost, once this worker hosts an actor

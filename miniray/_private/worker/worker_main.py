@@ -10,7 +10,10 @@ runtime environment HELLO names and runs the job's setup hook (``runtime_env_set
 
     data socket ──► main thread: HELLO, then FUNC / TASK / EXIT  ──► RESULT ──► data socket
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
-                         → TaskCancelledError raised in the main thread if that task is running
+                         → KeyboardInterrupt raised in the main thread if that task is running
+                           (as Ray does; not while it talks to the owner: then it is raised
+                           when that exchange ends, and a get()/wait() is answered CANCELLED)
+                         → an actor call: ActorHost.cancel (a flag, a skip, or asyncio)
 
 A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
 when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
@@ -96,7 +99,7 @@ class _Worker:
         self.runtime = WorkerRuntime(channel, info)
         self.functions: dict[bytes, object] = {}
         self.last_name: str | None = None
-        self.exec_lock = threading.Lock()
+        self.exec_lock = self.runtime.cancel_lock  # also guards the runtime's wait records
         self.current: bytes | None = None
         self.cancelled: set[bytes] = set()
         self.injected = False
@@ -116,8 +119,7 @@ class _Worker:
         thread.start()
 
     def _control_loop(self) -> None:
-        from miniray.exceptions import TaskCancelledError
-
+        runtime = self.runtime
         while True:
             try:
                 message = pickle.loads(self.ctl.recv_bytes())
@@ -130,11 +132,19 @@ class _Worker:
                 self.actor_host.cancel(task_id)
                 continue
             with self.exec_lock:
-                if self.current == task_id:
-                    self.injected = True
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                        ctypes.c_ulong(self.main_ident), ctypes.py_object(TaskCancelledError)
-                    )
+                if self.current == task_id and task_id in runtime.canceled:
+                    pass  # a get() or wait() of the task already raised it
+                elif self.current == task_id:
+                    runtime.canceled.add(task_id)
+                    if self.main_ident in runtime.waiting:  # raised when the exchange ends
+                        runtime.missed.add(self.main_ident)
+                    else:
+                        # Ray interrupts a running task with KeyboardInterrupt (so that
+                        # ``except Exception`` in the task does not swallow it).
+                        self.injected = True
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                            ctypes.c_ulong(self.main_ident), ctypes.py_object(KeyboardInterrupt)
+                        )
                 else:
                     self.cancelled.add(task_id)
 
@@ -244,6 +254,8 @@ class _Worker:
                 finally:
                     with self.exec_lock:
                         self.current = None
+                        self.runtime.canceled.discard(task_id)
+                        self.runtime.missed.discard(self.main_ident)
                         if self.injected:
                             self.injected = False
                             ctypes.pythonapi.PyThreadState_SetAsyncExc(
@@ -252,7 +264,7 @@ class _Worker:
                 outcome = (True, value)
             except BaseException as error:  # reported to the owner, never lost
                 outcome = (False, error)
-        except TaskCancelledError as error:  # injected while leaving the task
+        except KeyboardInterrupt as error:  # injected while leaving the task
             outcome = (False, error)
         self.runtime.task = None
         self._restore_env(gpu_ids)
