@@ -747,3 +747,35 @@ def test_actor_service_requests_are_made_without_the_owner_lock(node_env):
     assert result["names"] == ["d"] and result["worker_names"] == ["w"]
     assert result["requests"] >= 8  # four from the driver, four from the worker
     assert result["seen"] == [["_request", True], ["kill", True]], result
+
+
+def test_an_argument_that_becomes_ready_during_the_creation_request_is_sent(node_env):
+    """The creation request to the actor service is made without the owner's lock; an
+    argument still pending when it was prepared, and ready by the time the reply came, is
+    sent at once (its readiness was already announced, so waiting for it would hang the
+    actor), and is not freed meanwhile though the program dropped its ref."""
+    _start(node_env)
+    result = _run(node_env, """
+        import time
+        from miniray._private import runtime
+
+        link = runtime.current().owner.actors.link
+        original = link.create
+
+        def slow_create(spec, exported):
+            time.sleep(1.0)  # the argument's task finishes meanwhile
+            return original(spec, exported)
+
+        link.create = slow_create
+
+        @ray.remote
+        def weights():
+            time.sleep(0.2)
+            return np.ones(1000)
+
+        c = Counter.options(name="late", lifetime="detached").remote(0, weights.remote())
+        total = ray.get(c.weight_sum.remote(), timeout=20)
+        ray.kill(c)
+        say(total=total)
+    """)
+    assert result == {"total": 1000.0}

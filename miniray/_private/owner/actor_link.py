@@ -40,6 +40,7 @@ import time
 from miniray._private.core import protocol, serialization
 from miniray._private.host import same_uid
 from miniray._private.object_store.shm_segments import unlink_quiet
+from miniray._private.owner.object_table import PENDING
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import sun_path
 
@@ -230,11 +231,15 @@ class ActorLink:
         """*Locked.* Send this object to the service once it is ready (an argument of an
         actor created there); it stays held here until the service has it."""
         objects = self.owner.objects
+        entry = objects.get(object_id)
+        if entry is None:
+            return  # lost: the service's actor fails when it reads it
         objects.hold([object_id])
         self._forwarding[object_id] = self._forwarding.get(object_id, 0) + 1
-        entry = objects.get(object_id)
-        if entry is not None:
+        if entry.state == PENDING:
             entry.add_waiter(_Forward(self))
+        else:  # it became ready while the creation request was out (made without the lock)
+            self._forward(object_id)
 
     def _forward(self, object_id: bytes) -> None:
         self.send((protocol.SVC_OBJECT,) + tuple(self.owner.actors.export([object_id])[0]))

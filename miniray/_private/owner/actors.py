@@ -211,6 +211,7 @@ class ActorManager:
             later = [i for i in needed
                      if (e := objects.get(i)) is not None and e.state == PENDING]
             exported = self.export([i for i in needed if i not in later])
+            objects.hold(later)  # not freed while the request is out, whoever drops its refs
         reply = None
         try:
             reply = self.link.create(spec, exported + [(i, None, None) for i in later])
@@ -221,8 +222,9 @@ class ActorManager:
                     actor_id, state = reply
                     self.proxy(actor_id, state, spec)
                     if actor_id == spec.actor_id:
-                        for object_id in later:
+                        for object_id in later:  # some may be ready by now: sent at once
                             self.link.forward_when_ready(object_id)
+                objects.release(later)
         return reply[0]
 
     def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
