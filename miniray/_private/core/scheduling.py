@@ -160,7 +160,10 @@ def covers(request: dict, failed: dict | None) -> bool:
     """
     if failed is None:
         return True
-    return all(request.get(name, 0) >= amount for name, amount in failed.items() if amount)
+    for name, amount in failed.items():
+        if amount and request.get(name, 0) < amount:
+            return False
+    return True
 
 
 def next_to_place(placements, failed) -> int | None:
@@ -215,8 +218,11 @@ class RetryWindow:
     def may_try(self, now: float, request: dict) -> bool:
         if self._failed_at_release != self.releases:
             return True
-        return not any(now - since < self.retry_s and covers(request, failed)
-                       for failed, since in self._failed)
+        for failed, since in self._failed:  # a plain loop: asked twice per task in a burst
+            if now - since < self.retry_s and (
+                    failed is None or failed is request or covers(request, failed)):
+                return False
+        return True
 
     def mark_full(self, now: float, request: dict | None = None) -> None:
         """``request`` did not fit (None: no request may be tried, the cap on workers)."""
