@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 
 import pytest
@@ -702,6 +703,11 @@ def test_is_canceled_in_an_async_actor_raises_runtime_error(ray, AsyncWorker):
     assert ray.get(actor.sync_canceled.remote(), timeout=GET_TIMEOUT) == message
 
 
+@pytest.mark.xfail(
+    sys.version_info[:2] == (3, 13), strict=False,
+    reason="CPython 3.13 may not deliver PyThreadState_SetAsyncExc to a thread in a tight "
+           "pure-Python loop (python/cpython#139622), which is how a non-forced cancel reaches "
+           "a running task")
 @pytest.mark.parametrize("recursive", [True, False])
 def test_recursive_cancel_of_an_actor_call_reaches_its_tasks(ray, tmp_path, recursive):
     """The tasks an actor call submitted are cancelled with it when ``recursive`` (the

@@ -64,6 +64,10 @@ class ActorContext:
         self.restarts = restarts  # how many times the owner restarted this actor before
 
 
+async def _new_semaphore(value: int) -> asyncio.Semaphore:
+    return asyncio.Semaphore(value)
+
+
 class ActorHost:
     def __init__(self, worker, message: tuple):
         (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
@@ -104,8 +108,10 @@ class ActorHost:
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
             worker.exit_process()
-        if is_async:
-            self.semaphore = asyncio.Semaphore(max_concurrency)
+        if is_async:  # made on the actor's loop: before 3.10 a semaphore binds to the loop
+            #           of the thread that makes it, and its waiters would never wake
+            self.semaphore = asyncio.run_coroutine_threadsafe(
+                _new_semaphore(max_concurrency), self.loop).result()
         elif max_concurrency > 1:
             self.pool = concurrent.futures.ThreadPoolExecutor(
                 max_concurrency, thread_name_prefix="miniray-actor")
