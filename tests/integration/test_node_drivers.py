@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from miniray._private.core import protocol
 from miniray._private.host import procinfo
 
 from .helpers import cli, driver, json_line, ledger_leases, wait_until
@@ -289,13 +290,14 @@ def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(nod
         reply = pickle.loads(sock.recv(65536))
         closed = sock.recv(65536) == b""
         sock.close()
-        protocol.PROTOCOL_VERSION = 4
+        current = protocol.PROTOCOL_VERSION
+        protocol.PROTOCOL_VERSION = current + 1
         try:
             nc.connect(record)
             newer = "connected"
         except ConnectionError as error:
             newer = str(error)
-        protocol.PROTOCOL_VERSION = 3
+        protocol.PROTOCOL_VERSION = current
         ray.init(address="auto")
 
         @ray.remote
@@ -309,10 +311,11 @@ def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(nod
     result = json_line(proc)
     assert proc.wait(30) == 0, proc.stderr.read()
     assert result["tag"] == 42 and result["closed"]  # protocol.NODE_REFUSED, then EOF
-    assert result["why"].startswith("this node speaks miniray protocol version 3, the driver "
-                                    "version 1.")
+    version = protocol.PROTOCOL_VERSION
+    assert result["why"].startswith(f"this node speaks miniray protocol version {version}, "
+                                    "the driver version 1.")
     assert "miniray stop" in result["why"]
     assert result["newer"].startswith("Failed to connect to Ray cluster at 127.0.0.1:")
-    assert ("the node refused the connection: this node speaks miniray protocol version 3, "
-            "the driver version 4.") in result["newer"]
+    assert ("the node refused the connection: this node speaks miniray protocol version "
+            f"{version}, the driver version {version + 1}.") in result["newer"]
     assert result["value"] == 7

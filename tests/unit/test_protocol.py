@@ -55,8 +55,13 @@ def test_the_node_relays_the_fork_servers_replies_unchanged():
     assert not fork & node_only
 
 
-def test_protocol_version_was_bumped_for_the_changed_layouts():
-    assert protocol.PROTOCOL_VERSION == 3
+def test_protocol_version_was_bumped_for_the_changed_layouts_then_for_streaming():
+    """3: ACTOR_INIT, ACTOR_EXITING and the node's hello changed; 4: streaming generators
+    (YIELD, CALL_STREAM_NEXT, SVC_YIELD), which a node's workers of another version would not
+    speak."""
+    assert protocol.PROTOCOL_VERSION == 4
+    assert "YIELD" in protocol.CHANNELS["data"]
+    assert "CALL_STREAM_NEXT" in protocol.CHANNELS["call"]
 
 
 def test_tag_name():

@@ -24,6 +24,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout)
     (UNMAP, path)                                 (CALL, req_id, method, args)
     (EXIT,)                                       (BORROW, added, dropped, escaped)
+                                                  (YIELD, task_id, index, kind, data,
+                                                          contained)  a streamed value
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
@@ -36,6 +38,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
    ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
    is_async, name, namespace, handle_state, restarts)``.
+   A streaming generator call (``num_returns`` is ``task_spec.STREAMING``) sends one YIELD
+   per value as it is yielded (``index`` from 0; an exception raised by the generator is
+   the last value, kind ERR), then its RESULT: the completion object, None.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
 
@@ -47,6 +52,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     CALL_GET_ACTOR (name, namespace)               CALL_LIST_NAMED_ACTORS (all, namespace)
     CALL_CANCEL (object_id, force, recursive)      CALL_CLUSTER_RESOURCES ()
     CALL_AVAILABLE_RESOURCES ()                    CALL_NODES ()
+    CALL_STREAM_NEXT (task_id, index, timeout)     value ``index`` of a streaming call:
+                                                   answered when it or the call's end is
+                                                   there (the worker is blocked meanwhile)
 
 2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
 
@@ -99,7 +107,8 @@ from miniray import _version
 # 2: the node and actor-service channels moved from string tags to the ints below.
 # 3: ACTOR_INIT carries the actor's restart count, ACTOR_EXITING why it leaves, and the node's
 #    hello its miniray and Python versions.
-PROTOCOL_VERSION = 3
+# 4: streaming generators (YIELD, CALL_STREAM_NEXT, SVC_YIELD).
+PROTOCOL_VERSION = 4
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -124,6 +133,7 @@ ACTOR_EXITING = 17
 ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
+YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
 
 # 1a. the method of a worker's CALL
 CALL_CREATE_ACTOR = 80
@@ -134,6 +144,7 @@ CALL_CANCEL = 84
 CALL_CLUSTER_RESOURCES = 85
 CALL_AVAILABLE_RESOURCES = 86
 CALL_NODES = 87
+CALL_STREAM_NEXT = 88
 
 # 2. control socket
 CANCEL = 20
@@ -181,9 +192,10 @@ TIMEOUT = 2
 CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
-             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW"),
+             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
-             "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES"),
+             "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
+             "CALL_STREAM_NEXT"),
     "control": ("CANCEL",),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
