@@ -108,7 +108,7 @@ class RemoteFunction(Generic[P, R]):
         self._is_generator = inspect.isgeneratorfunction(function)
         _options.validate_task_options(options, in_options=False,
                                        is_generator=self._is_generator)
-        warn_if_dynamic(options.get("num_returns"), stacklevel=3)  # the @remote line
+        warn_if_dynamic(options.get("num_returns"), stacklevel=4)  # the @remote line
         self._function = function
         # Ray's two names: "module.f" in messages, and for get_task_function_name() the
         # same with __main__ named after its file (neither has a "<locals>" segment).
