@@ -2,8 +2,9 @@
 
 Owns: the ObjectRef class (public as ``miniray.ObjectRef``), its hashing, equality, pickling and
 awaiting; and ``DynamicObjectRefGenerator``, the refs a ``num_returns="dynamic"`` task
-returns (built in the worker, so it lives in this lowest layer). Does not own: the values (``owner.py`` / ``object_store.py``) or reference counting
-decisions (the owner decides; an ObjectRef only reports that it was created, pickled or dropped).
+returns (built in the worker, so it lives in this lowest layer). Does not own: the values
+(``owner.py`` / ``object_store.py``) or reference counting decisions (the owner decides; an
+ObjectRef only reports that it was created, pickled or dropped).
 Called by: everything that creates or passes refs.
 
 Mirrors ``ray.ObjectRef`` (Ray 2.60). Differs: ``owner_address()`` and ``call_site()`` return

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # ``num_returns`` of a generator call whose values are not a fixed number of returns. Both
 # have one return id. STREAMING: that id is the completion object (None, or the task's
 # system error), and each yielded value becomes its own object as it is yielded

@@ -37,9 +37,8 @@ from typing import TYPE_CHECKING
 from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import values
-from miniray._private.worker import streaming
 from miniray._private.transport.framing import FramedSocket
-from miniray._private.worker import runtime_env_setup
+from miniray._private.worker import runtime_env_setup, streaming
 from miniray._private.worker.execute import (
     ArgumentsNotLoaded,
     _dumps_error,
