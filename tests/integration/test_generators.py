@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import pickle
 import time
 import warnings
@@ -19,6 +20,8 @@ import miniray
 from miniray import exceptions
 from miniray._private import runtime
 from miniray.util.annotations import RayDeprecationWarning
+
+from .helpers import cli, driver
 
 GET_TIMEOUT = 30
 
@@ -422,3 +425,55 @@ def test_dynamic_values_live_as_long_as_the_generator_value(ray):
     assert ray.get(refs[0], timeout=GET_TIMEOUT).sum() == 50_000
     del refs
     assert _settled(lambda: store.statistics()["objects"] == 0), store.statistics()
+
+
+# ----------------------------------------------------------------------------- node actors
+def test_a_named_actor_on_a_node_streams_to_the_driver(node_env):
+    """A named actor lives in the node's actor service: its generator method's values still
+    reach the calling driver as they are yielded (SVC_YIELD), large ones through shared
+    memory, its exception last; nothing is left in the driver's store."""
+    started = cli(node_env, "start", "--head", "--num-cpus", "2")
+    assert started.returncode == 0, started.stderr
+    proc = driver("""
+        import gc, json, time
+        import numpy as np
+        import miniray as ray
+        from miniray._private import runtime
+        ray.init(address="auto")
+
+        @ray.remote
+        class Streamer:
+            def values(self):
+                yield 1
+                time.sleep(1.5)
+                yield np.ones(200_000)
+                raise ValueError("last")
+
+        actor = Streamer.options(name="streamer").remote()
+        gen = actor.values.remote()
+        first = ray.get(next(gen), timeout=30)
+        early = not ray.wait([gen.completed()], timeout=0)[0]
+        rest = []
+        for ref in gen:
+            try:
+                rest.append(float(ray.get(ref, timeout=30).sum()))
+            except ValueError as error:
+                rest.append(type(error).__name__)
+        del gen, ref
+        gc.collect()
+        store = runtime.current().store
+        deadline = time.monotonic() + 10
+        while store.statistics()["objects"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({"first": first, "early": early, "rest": rest,
+                          "left": store.statistics()["objects"]}), flush=True)
+        ray.kill(actor)
+        ray.shutdown()
+    """, node_env)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err[-3000:]
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, err[-3000:]
+    result = json.loads(lines[-1])
+    assert result == {"first": 1, "early": True,
+                      "rest": [200_000.0, "RayTaskError(ValueError)"], "left": 0}, err[-3000:]

@@ -88,6 +88,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
+                                                (SVC_YIELD, task_id, index, kind, data,
+                                                           nested)  a streamed value
     (SVC_CALL, actor_id, spec, exported)        (SVC_OUTPUT, "stdout"|"stderr", text)
     (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
     (SVC_CANCEL, task_id, force)
@@ -181,6 +183,7 @@ SVC_RELEASE = 71
 SVC_RESULT = 72
 SVC_OUTPUT = 73
 SVC_IMPORTED = 74
+SVC_YIELD = 75
 
 # result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT)
 OK = 0
@@ -202,7 +205,8 @@ CHANNELS: dict[str, tuple[str, ...]] = {
              "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
-                      "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED"),
+                      "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
+                      "SVC_YIELD"),
 }
 
 

@@ -29,6 +29,8 @@ is sent before its request. So a value is never freed between the stream and its
 
 from __future__ import annotations
 
+from typing import Callable
+
 from miniray._private.core import ids
 from miniray._private.owner.object_table import READY
 
@@ -50,12 +52,20 @@ class Streams:
     def __init__(self, objects):
         self.objects = objects
         self.by_task: dict[bytes, _Stream] = {}
+        # Streaming calls whose values belong to another process (the node's actor service
+        # runs calls for drivers): ``forward[task_id](index, kind, data, contained)``.
+        self.forward: dict[bytes, Callable] = {}
 
     def __len__(self) -> int:
         return len(self.by_task)
 
     def on_item(self, task_id: bytes, index: int, kind: int, data, contained) -> None:
         """Value ``index`` of ``task_id`` arrived (YIELD)."""
+        if self.forward:
+            forward = self.forward.get(task_id)
+            if forward is not None:
+                forward(index, kind, data, contained)
+                return
         objects = self.objects
         stream = self.by_task.get(task_id)
         if stream is not None and index < stream.count:
