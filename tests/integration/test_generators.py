@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import pickle
 import time
 import warnings
@@ -275,8 +276,42 @@ def test_generator_method_with_a_number_of_returns_is_not_streamed(ray):
             yield 1
             yield 2
 
-    first, second = C.remote().two.remote()
-    assert ray.get([first, second], timeout=GET_TIMEOUT) == [1, 2]
+    refs = C.remote().two.remote()
+    assert isinstance(refs, list) and len(refs) == 2  # not an ObjectRefGenerator
+    assert ray.get(refs, timeout=GET_TIMEOUT) == [1, 2]
+
+
+# ----------------------------------------------------------------------------- failures
+def test_a_streaming_task_retried_after_a_crash_gives_each_value_once(ray, tmp_path):
+    """The worker dies after two values; the retry yields them again and the consumer gets
+    each once (Ray 2.60: ``[0, 1, 2]``). Without retries the crash is the last value (Ray
+    2.60: ``[0, 'WorkerCrashedError']``)."""
+    marker = str(tmp_path / "crashed")
+
+    @ray.remote(max_retries=1)
+    def flaky(path):
+        yield 0
+        yield np.full(20_000, 1)  # a segment: the retry writes the same name again
+        if not os.path.exists(path):
+            open(path, "w").close()
+            os._exit(1)
+        yield 2
+
+    values = [ray.get(r, timeout=GET_TIMEOUT) for r in flaky.remote(marker)]
+    assert values[0] == 0 and values[1][0] == 1 and values[2] == 2 and len(values) == 3
+
+    @ray.remote(max_retries=0)
+    def dies():
+        yield 0
+        os._exit(1)
+
+    outcome = []
+    for ref in dies.remote():
+        try:
+            outcome.append(ray.get(ref, timeout=GET_TIMEOUT))
+        except exceptions.WorkerCrashedError as error:
+            outcome.append(type(error).__name__)
+    assert outcome == [0, "WorkerCrashedError"]
 
 
 # ----------------------------------------------------------------------------- nesting
