@@ -338,7 +338,7 @@ def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None
     waitables: list[Any] = ray_waitables
     refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in waitables]
     check_session(rt, refs)
-    if len(refs) != sum(1 for w in waitables if isinstance(w, ObjectRef)):
+    if any(ref is not w for ref, w in zip(refs, waitables)):  # generators among them
         ready_ids = _wait_with_generators(rt, waitables, num_returns, timeout)
     else:
         ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
