@@ -2,8 +2,10 @@
 
 Owns: Ray's type and value checks of ``get``, ``put``, ``wait``, ``cancel``, ``kill`` and the
 cluster-state calls, and ``ObjectRefGenerator`` (what ``.remote()`` of a generator function
-returns: it iterates with ``get``/``put``/``wait``, which accept it in turn). Does not own:
-where objects live or how tasks run (the runtime of this process: driver or worker).
+returns: the consumer's position in the call's stream, asked of the runtime's
+``stream_next``; ``get``, ``wait`` and ``cancel`` accept it). Does not own: where objects
+live, how tasks run or where a stream's values wait (the runtime of this process: driver or
+worker; ``owner/streams.py``).
 Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures.
 """
 
