@@ -27,6 +27,10 @@ from miniray._private.api import (
 )
 from miniray._private.core.ids import ActorID, JobID, TaskID
 from miniray._private.core.object_ref import ObjectRef
+
+# Imported from Ray's path, its ``__module__``: loaded in every process, so a worker pickles
+# the instances it returns by reference.
+from miniray._private.object_ref_generator import DynamicObjectRefGenerator
 from miniray._private.runtime import init, is_initialized, shutdown
 from miniray._private.surface import get_actor, kill, method, remote
 from miniray._version import __version__
@@ -39,6 +43,7 @@ __all__ = [
     "available_resources",
     "cancel",
     "cluster_resources",
+    "DynamicObjectRefGenerator",
     "exceptions",
     "get",
     "get_actor",

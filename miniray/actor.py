@@ -7,7 +7,8 @@ built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or 
 the arguments against its signature (carried in the handle). Differs: an actor that names
 resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/owner/actors.py``);
 ``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
-NotImplementedError; generator methods run to completion before their refs are iterated.
+NotImplementedError. A generator method (sync, or async in an async actor) streams its values
+as a generator function does (``ObjectRefGenerator``).
 
 Example:
     >>> @ray.remote
@@ -34,8 +35,15 @@ from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import context, ids, runtime_envs, serialization, signatures
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
-from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec, _ExitActor
+from miniray._private.core.task_spec import (
+    DYNAMIC,
+    STREAMING,
+    ActorCallSpec,
+    ActorCreationSpec,
+    _ExitActor,
+)
 from miniray._private.core.type_vars import T
+from miniray.remote_function import warn_if_dynamic
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
            "exit_actor"]
@@ -62,9 +70,7 @@ def _method_table(cls: type) -> dict:
         bound = isinstance(inspect.getattr_static(cls, name), (staticmethod, classmethod))
         generator = inspect.isgeneratorfunction(function) or inspect.isasyncgenfunction(
             function)
-        num_returns = getattr(function, "__ray_num_returns__", None)
-        if num_returns in (None, "streaming"):
-            num_returns = 1
+        num_returns = _wire_returns(getattr(function, "__ray_num_returns__", None), generator)
         argspec = signatures.of_function(function, f"{cls.__name__}.{name}",
                                          drop_first=not bound)
         table[name] = (num_returns, generator,
@@ -72,6 +78,16 @@ def _method_table(cls: type) -> dict:
     for name in _BUILTIN_METHODS:
         table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name))
     return table
+
+
+def _wire_returns(num_returns, generator: bool) -> int:
+    """``num_returns`` as a call carries it: a generator's ``None``/``"streaming"`` is
+    STREAMING, its ``"dynamic"`` DYNAMIC; a plain method's None is 1."""
+    if generator and num_returns in (None, "streaming"):
+        return STREAMING
+    if generator and num_returns == "dynamic":
+        return DYNAMIC
+    return 1 if num_returns is None else num_returns
 
 
 def _is_async(cls: type) -> bool:
@@ -258,16 +274,17 @@ class ActorHandle(Generic[T]):
                 "to a session that was shut down.")
         blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
-        count = 1 if generator else num_returns
+        count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
         if max_task_retries is None:
             max_task_retries = self._state[2]
         rt.submit_actor_call(self._actor_id, ActorCallSpec(
-            task_id, method, blob, deps, return_ids, count, name, max_task_retries, contained))
+            task_id, method, blob, deps, return_ids, num_returns, name, max_task_retries,
+            contained))
         if count == 0:
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]
-        if generator:
+        if num_returns == STREAMING:
             return ObjectRefGenerator(refs[0])
         return refs[0] if count == 1 else refs
 
@@ -304,13 +321,10 @@ class ActorMethod:
             raise ValueError(f"Invalid option keyword {unknown[0]} for actor methods. "
                              f"Valid ones are {sorted(allowed)}.")
         _options.validate_method_call_options(opts, is_generator=self._generator)
-        num_returns = opts.get("num_returns", self._num_returns)
-        if num_returns == "dynamic":
-            raise NotImplementedError(
-                "num_returns='dynamic' is deprecated in Ray and not implemented by miniray; "
-                "use a generator method (streaming) instead.")
-        if num_returns in (None, "streaming"):
-            num_returns = 1
+        num_returns = self._num_returns
+        if "num_returns" in opts:
+            warn_if_dynamic(opts["num_returns"], stacklevel=2)
+            num_returns = _wire_returns(opts["num_returns"], self._generator)
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
                            opts.get("name") or self._call_name, argspec=self._argspec)

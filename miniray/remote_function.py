@@ -2,10 +2,10 @@
 
 Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.options()``,
 ``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
-checks the arguments against the function's signature (``_private/core/signatures.py``). Differs:
-``.bind()`` (Ray DAGs) raises NotImplementedError; ``num_returns="dynamic"`` raises
-NotImplementedError; generator functions run to completion before their refs are iterated
-(see ``miniray._private.api``).
+checks the arguments against the function's signature (``_private/core/signatures.py``); a
+generator function streams its values (``ObjectRefGenerator``), or with ``num_returns="dynamic"``
+(deprecated, with Ray's warning) returns a ``DynamicObjectRefGenerator``. Differs: ``.bind()``
+(Ray DAGs) raises NotImplementedError.
 """
 
 from __future__ import annotations
@@ -22,32 +22,46 @@ from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import descriptors, ids, runtime_envs, serialization, signatures
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
-from miniray._private.core.task_spec import TaskSpec
+from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from miniray._private.core.type_vars import P, R
+from miniray.util.annotations import RayDeprecationWarning
 
 __all__ = ["RemoteFunction"]
 
 def _collect_generator(function, *args, **kwargs):
-    """Run a generator function in the worker; its values travel as one list."""
+    """Run a generator function in the worker; its values travel as one list (a generator
+    with a number of returns)."""
     return list(function(*args, **kwargs))
+
+
+def warn_if_dynamic(num_returns, stacklevel: int) -> None:
+    """Ray's deprecation warning for ``num_returns="dynamic"``, at ``@remote``,
+    ``.options()`` and ``@method``."""
+    if num_returns == "dynamic":
+        warnings.warn(DYNAMIC_NUM_RETURNS_WARNING, RayDeprecationWarning,
+                      stacklevel=stacklevel + 1)
+
+
+DYNAMIC_NUM_RETURNS_WARNING = (
+    "num_returns='dynamic' is deprecated and will be removed in a future Ray release. "
+    "Use num_returns='streaming' instead."
+)
 
 
 class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
-    __slots__ = ("request", "num_returns", "streaming", "max_retries", "retry_exceptions",
+    __slots__ = ("request", "num_returns", "max_retries", "retry_exceptions",
                  "max_calls", "name", "runtime_env", "env_cache")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
         num_returns = opts.get("num_returns")
-        if num_returns == "dynamic":
-            raise NotImplementedError(
-                "num_returns='dynamic' is deprecated in Ray and not implemented by miniray; "
-                "use a generator function (streaming) instead."
-            )
-        self.streaming = is_generator and num_returns in (None, "streaming")
-        if num_returns in (None, "streaming"):
+        if is_generator and num_returns in (None, "streaming"):
+            num_returns = STREAMING
+        elif is_generator and num_returns == "dynamic":
+            num_returns = DYNAMIC
+        elif num_returns is None:
             num_returns = 1
         self.num_returns = num_returns
         max_retries = opts.get("max_retries")
@@ -94,6 +108,7 @@ class RemoteFunction(Generic[P, R]):
         self._is_generator = inspect.isgeneratorfunction(function)
         _options.validate_task_options(options, in_options=False,
                                        is_generator=self._is_generator)
+        warn_if_dynamic(options.get("num_returns"), stacklevel=4)  # the @remote line
         self._function = function
         # Ray's two names: "module.f" in messages, and for get_task_function_name() the
         # same with __main__ named after its file (neither has a "<locals>" segment).
@@ -130,6 +145,7 @@ class RemoteFunction(Generic[P, R]):
             merged, in_options=True,
             is_generator=self._is_generator if "num_returns" in task_options else None,
         )
+        warn_if_dynamic(task_options.get("num_returns"), stacklevel=2)
         return _FunctionOptions(self, merged)
 
     def bind(self, *args, **kwargs):
@@ -144,28 +160,33 @@ class RemoteFunction(Generic[P, R]):
                 self._is_generator)
         return self._submit(template, args, kwargs)
 
-    def _export(self) -> tuple[bytes, bytes]:
+    def _export(self, collect: bool) -> tuple[bytes, bytes]:
+        """The function's id and pickle; ``collect``: a generator function whose values are
+        a fixed number of returns (run to the end in the worker, as one list)."""
         cache = self._export_cache
         if cache is None or cache[0] != os.getpid():
+            cache = self._export_cache = (os.getpid(), {})
+        exported = cache[1].get(collect)
+        if exported is None:
             target = self._function
-            if self._is_generator:
+            if collect:
                 target = functools.partial(_collect_generator, target)
             data = serialization.dumps_function(target, self._function_name)
-            fn_id = hashlib.sha1(data).digest()[:16]
-            cache = self._export_cache = (os.getpid(), fn_id, data)
-        return cache[1], cache[2]
+            exported = cache[1][collect] = (hashlib.sha1(data).digest()[:16], data)
+        return exported
 
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
         argspec = self._argspec
         if argspec is not None:
             argspec.check(args, kwargs)
         rt = runtime.auto_init()
-        fn_id, fn_data = self._export()
+        num_returns = template.num_returns
+        fn_id, fn_data = self._export(self._is_generator and num_returns >= 0)
         blob, deps, contained = serialization.pack_arguments(
             args, kwargs, self._function.__name__, ObjectRef)
         task_id = ids.new_task_id()
-        num_returns = template.num_returns
-        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
+        count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
+        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, count + 1)]
         spec = TaskSpec(
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
             self._descriptor_name, blob, deps, return_ids, num_returns, template.request,
@@ -173,11 +194,10 @@ class RemoteFunction(Generic[P, R]):
             template.env_key(rt),
         )
         rt.submit_task(spec)
-        if num_returns == 1:
-            ref = ObjectRef(return_ids[0])
-            if template.streaming:
-                return ObjectRefGenerator(ref)
-            return ref
+        if num_returns == 1 or num_returns == DYNAMIC:
+            return ObjectRef(return_ids[0])
+        if num_returns == STREAMING:
+            return ObjectRefGenerator(ObjectRef(return_ids[0]))
         if num_returns == 0:
             return None
         return [ObjectRef(object_id) for object_id in return_ids]
@@ -198,9 +218,6 @@ class _FunctionOptions(Generic[P, R]):
         template = self._template
         if template is None:
             function = self._remote_function
-            if self._options.get("num_returns") == "dynamic":
-                warnings.warn("num_returns='dynamic' is deprecated.", DeprecationWarning,
-                              stacklevel=2)
             template = self._template = _Template(
                 self._options, function._max_calls, function._function.__name__,
                 function._is_generator)

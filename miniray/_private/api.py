@@ -2,13 +2,16 @@
 
 Owns: Ray's type and value checks of ``get``, ``put``, ``wait``, ``cancel``, ``kill`` and the
 cluster-state calls, and ``ObjectRefGenerator`` (what ``.remote()`` of a generator function
-returns: it iterates with ``get``/``put``/``wait``, which accept it in turn). Does not own:
-where objects live or how tasks run (the runtime of this process: driver or worker).
+returns: the consumer's position in the call's stream, asked of the runtime's
+``stream_next``; ``get``, ``wait`` and ``cancel`` accept it). Does not own: where objects
+live, how tasks run or where a stream's values wait (the runtime of this process: driver or
+worker; ``owner/streams.py``).
 Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Sequence, TypeVar, overload
 
 from miniray._private import runtime
@@ -16,67 +19,152 @@ from miniray._private.core import ids
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
 from miniray._private.object_store.values import check_session, get_values
+from miniray.exceptions import GetTimeoutError
 
 
 # ---------------------------------------------------------------------- generators
 class ObjectRefGenerator:
-    """Iterate to get one ObjectRef per value the generator task yielded.
+    """Iterate to get one ObjectRef per value the generator task yields, as it yields it.
 
-    Mirrors ``ray.ObjectRefGenerator`` (Ray 2.60). Differs: the task runs to completion before
-    the first ref is available (values are not streamed one by one while the task still runs);
-    each value becomes its own object when the iteration reaches it.
+    Mirrors ``ray.ObjectRefGenerator`` (Ray 2.60): a sync and async iterator; ``next()``
+    waits for the next value (not for the task's end). An exception raised by the generator
+    comes as one more ref (its ``get`` raises the RayTaskError), then StopIteration; a system
+    failure (the worker died, the task was cancelled) comes as the ``completed()`` ref, which
+    holds that error, then StopIteration. ``completed()`` is ready when the task has ended
+    (its value is None). ``send``/``throw``/``close`` are not supported (as in Ray), and a
+    generator cannot be pickled. The values a task yields are kept by the owner until they
+    are taken or the generator (and every ``completed()`` ref) is gone
+    (``_private/owner/streams.py``).
+
+    Example:
+        >>> @ray.remote
+        ... def count(n):
+        ...     for i in range(n):
+        ...         yield i
+        >>> [ray.get(ref) for ref in count.remote(3)]
+        [0, 1, 2]
     """
 
-    def __init__(self, ref):
-        self._ref = ref
-        self._values: list | None = None
-        self._index = 0
+    def __init__(self, ref: ObjectRef):
+        self._ref = ref  # the completion object (return index 1)
+        self._task_id = ref.binary()[:ids.TASK_ID_SIZE]
+        self._index = 0  # the next value to take
+        self._raised = False  # the completion object's error was handed out
 
-    def _wait_ref(self):
+    def _wait_ref(self) -> ObjectRef:
         return self._ref
 
-    def _load(self) -> list:
-        if self._values is None:
-            self._values = get(self._ref)
-        return self._values
-
-    def __iter__(self):
+    # -- iteration -------------------------------------------------------------------
+    def __iter__(self) -> ObjectRefGenerator:
         return self
 
-    def __next__(self):
-        values = self._load()
-        if self._index >= len(values):
-            raise StopIteration
-        value = values[self._index]
-        self._index += 1
-        return put(value)
+    def __next__(self) -> ObjectRef:
+        return self._next_sync()
 
-    def __aiter__(self):
-        return self
+    def _next_sync(self, timeout_s: float | None = None) -> ObjectRef:
+        """The next value's ref, waiting at most ``timeout_s`` (None: for ever; then the nil
+        ref if it is not there yet). Raises StopIteration at the end."""
+        rt = runtime.auto_init()
+        state = rt.stream_next(self._task_id, self._index, timeout_s)
+        return self._take(state, timeout_s, StopIteration)
 
-    async def __anext__(self):
-        import asyncio
-
+    def _take(self, state: bool | None, timeout_s: float | None, stop: type) -> ObjectRef:
+        if state is None:
+            return ObjectRef.nil()
+        if state:
+            ref = ObjectRef(ids.stream_item_id(self._task_id, self._index))
+            self._index += 1
+            return ref
+        # The task ended without this value: its completion object says whether it failed
+        # (a system error, handed out once as the last ref) or not (the end).
+        if self._raised:
+            raise stop
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, self.__next__)
-        except StopIteration:
-            raise StopAsyncIteration from None
+            get(self._ref, timeout=timeout_s)
+        except GetTimeoutError:
+            return ObjectRef.nil()
+        except Exception:
+            self._raised = True
+            return self._ref
+        raise stop
 
-    def completed(self):
+    def __aiter__(self) -> ObjectRefGenerator:
+        return self
+
+    async def __anext__(self) -> ObjectRef:
+        return await self._next_async()
+
+    async def _next_async(self, timeout_s: float | None = None) -> ObjectRef:
+        """As ``_next_sync``, without blocking the event loop: the wait runs on a thread of
+        the loop's executor, in slices of at most a second, so a consumer that gives up
+        leaves no thread waiting for long."""
+        import asyncio  # lazy: only async consumers load asyncio
+
+        rt = runtime.auto_init()
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + max(0.0, timeout_s)
+        while True:
+            state = rt.stream_next(self._task_id, self._index, 0)
+            if state is not None:
+                break
+            remaining = 1.0 if deadline is None else min(1.0, deadline - loop.time())
+            if remaining <= 0:
+                break
+            state = await loop.run_in_executor(
+                None, rt.stream_next, self._task_id, self._index, remaining)
+            if state is not None:
+                break
+        return self._take(state, 0, StopAsyncIteration)
+
+    # -- state -----------------------------------------------------------------------
+    def completed(self) -> ObjectRef:
+        """The ref that is ready when the task has ended: None, or its system error."""
         return self._ref
 
     def is_finished(self) -> bool:
-        return self._values is not None and self._index >= len(self._values)
+        """True when every value was taken and ``next()`` would raise StopIteration."""
+        rt = runtime.auto_init()
+        if rt.stream_next(self._task_id, self._index, 0) is not False:
+            return False
+        if self._raised:
+            return True
+        try:
+            get(self._ref, timeout=0)
+        except Exception:  # the completion's error is still to be handed out
+            return False
+        return True
 
     def next_ready(self) -> bool:
-        ready, _ = wait([self._ref], timeout=0)
-        return bool(ready)
+        """True when ``next()`` would return at once (False once it would stop)."""
+        if self.is_finished():
+            return False
+        rt = runtime.auto_init()
+        return rt.stream_next(self._task_id, self._index, 0) is not None
 
-    def close(self) -> None:
-        self._values = []
+    # -- what Ray's generator does not support ---------------------------------------
+    def send(self, value):
+        raise NotImplementedError("`gen.send` is not supported.")
 
-    def __repr__(self) -> str:
-        return f"ObjectRefGenerator({self._ref.hex()})"
+    def throw(self, value):
+        raise NotImplementedError("`gen.throw` is not supported.")
+
+    def close(self):
+        raise NotImplementedError("`gen.close` is not supported.")
+
+    async def asend(self, value):
+        raise NotImplementedError("`gen.asend` is not supported.")
+
+    async def athrow(self, value):
+        raise NotImplementedError("`gen.athrow` is not supported.")
+
+    async def aclose(self):
+        raise NotImplementedError("`gen.aclose` is not supported.")
+
+    def __reduce__(self):
+        raise TypeError(
+            "You cannot return or pass a generator to other task. "
+            "Serializing a ObjectRefGenerator is not allowed."
+        )
 
 
 ObjectRefGenerator.__module__ = "miniray"
@@ -252,8 +340,11 @@ def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None
     waitables: list[Any] = ray_waitables
     refs = [w if isinstance(w, ObjectRef) else w._wait_ref() for w in waitables]
     check_session(rt, refs)
-    ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
-                              None if timeout is None else float(timeout))
+    if any(ref is not w for ref, w in zip(refs, waitables)):  # generators among them
+        ready_ids = _wait_with_generators(rt, waitables, num_returns, timeout)
+    else:
+        ready_ids = rt.wait_ready([ref._id for ref in refs], num_returns,
+                                  None if timeout is None else float(timeout))
     ready: list[_W] = []
     not_ready: list[_W] = []
     for waitable, ref in zip(ray_waitables, refs):
@@ -262,6 +353,27 @@ def wait(ray_waitables: list[_W], *, num_returns: int = 1, timeout: float | None
         else:
             not_ready.append(waitable)
     return ready, not_ready
+
+
+def _wait_with_generators(rt, waitables: list, num_returns: int,
+                          timeout: float | None) -> set[bytes]:
+    """``wait`` of a list holding generators: a generator is ready when its ``next()``
+    would return at once (its next value is there, or its task has ended), as in Ray. Polls
+    every 5 ms: a generator's next value has no object to wait on until it is yielded."""
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    ref_ids = [w._id for w in waitables if isinstance(w, ObjectRef)]
+    while True:
+        ready_ids = set(rt.wait_ready(ref_ids, len(ref_ids), 0)) if ref_ids else set()
+        for waitable in waitables:
+            if isinstance(waitable, ObjectRefGenerator) and rt.stream_next(
+                    waitable._task_id, waitable._index, 0) is not None:
+                ready_ids.add(waitable._ref._id)
+        if len(ready_ids) >= num_returns:
+            return ready_ids
+        if deadline is not None and time.monotonic() >= deadline:
+            return ready_ids
+        time.sleep(0.005 if deadline is None else max(0.0, min(0.005, deadline -
+                                                              time.monotonic())))
 
 
 def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None:

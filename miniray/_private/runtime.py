@@ -360,6 +360,11 @@ class Runtime:
     def wait_ready(self, object_ids, num_returns, timeout):
         return self.owner.wait_ready(object_ids, num_returns, timeout)
 
+    def stream_next(self, task_id: bytes, index: int, timeout):
+        """Value ``index`` of a streaming call: True (there), False (the call ended without
+        it) or None (the timeout passed first)."""
+        return self.owner.stream_next(task_id, index, timeout)
+
     def cancel(self, object_id, force, recursive):
         self.owner.cancel(object_id, force, recursive)
 

@@ -17,7 +17,7 @@ from miniray._private.core import options as _options
 from miniray._private.core.type_vars import P, R, T
 from miniray.actor import ActorClass, ActorHandle, make_actor_class
 from miniray.actor import get_actor as _get_actor
-from miniray.remote_function import RemoteFunction
+from miniray.remote_function import RemoteFunction, warn_if_dynamic
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -119,6 +119,7 @@ def method(*args, **kwargs):
     _options.validate_method_options(kwargs)
 
     def decorator(function):
+        warn_if_dynamic(kwargs.get("num_returns"), stacklevel=2)  # the @method line
         for key, value in kwargs.items():
             setattr(function, f"__ray_{key}__", value)
         function.__ray_method_options__ = dict(kwargs)

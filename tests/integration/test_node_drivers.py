@@ -312,10 +312,10 @@ def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(nod
     assert proc.wait(30) == 0, proc.stderr.read()
     assert result["tag"] == 42 and result["closed"]  # protocol.NODE_REFUSED, then EOF
     version = protocol.PROTOCOL_VERSION
-    assert result["why"].startswith(f"this node speaks miniray protocol version {version}, the "
-                                    "driver version 1.")
+    assert result["why"].startswith(f"this node speaks miniray protocol version {version}, "
+                                    "the driver version 1.")
     assert "miniray stop" in result["why"]
     assert result["newer"].startswith("Failed to connect to Ray cluster at 127.0.0.1:")
-    assert (f"the node refused the connection: this node speaks miniray protocol version "
+    assert ("the node refused the connection: this node speaks miniray protocol version "
             f"{version}, the driver version {version + 1}.") in result["newer"]
     assert result["value"] == 7

@@ -282,16 +282,6 @@ def test_wait_duplicates_raise_value_error(ray):
     assert str(info.value) == "Wait requires a list of unique ray_waitables."
 
 
-def test_wait_accepts_a_generator(ray):
-    @ray.remote
-    def gen():
-        yield 1
-
-    g = gen.remote()
-    ready, not_ready = ray.wait([g], timeout=GET_TIMEOUT)
-    assert ready == [g] and not_ready == []
-
-
 # ----------------------------------------------------------------------------- ObjectRef
 def test_object_ref_identity_and_pickling(ray):
     ref = ray.put("v")

@@ -1,4 +1,5 @@
-"""Remote functions: decorator forms, options, arguments, num_returns, nesting, generators.
+"""Remote functions: decorator forms, options, arguments, num_returns, nesting (generators:
+``test_generators.py``).
 
 Ray 2.60 behaviour: ray-api-surface.md §2.1, §2.5, §2.6.
 """
@@ -404,33 +405,6 @@ def test_script_without_main_guard_runs_tasks(drivers):
     assert result.returncode == 0, result.stderr
     assert "values [0, 3, 6, 9]" in result.stdout
     assert "driver-is-worker False" in result.stdout
-
-
-# ----------------------------------------------------------------------------- generators
-def test_generator_returns_object_ref_generator(ray):
-    @ray.remote
-    def count(n):
-        for i in range(n):
-            yield i * 10
-
-    gen = count.remote(4)
-    assert isinstance(gen, ray.ObjectRefGenerator)
-    refs = list(gen)
-    assert all(isinstance(r, ray.ObjectRef) for r in refs)
-    assert [ray.get(r, timeout=GET_TIMEOUT) for r in refs] == [0, 10, 20, 30]
-    assert ray.get(gen) is gen  # Ray returns the generator itself
-
-
-def test_generator_error_surfaces_on_iteration(ray):
-    @ray.remote
-    def broken():
-        yield 1
-        raise KeyError("gen-broke")
-
-    gen = broken.remote()
-    with pytest.raises(KeyError):
-        for ref in gen:
-            ray.get(ref, timeout=GET_TIMEOUT)
 
 
 def test_more_blocked_parents_than_worker_cap_do_not_deadlock(ray_start):

@@ -13,7 +13,7 @@ RAY_TOP_LEVEL = [
     "available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
     "get_runtime_context", "init", "is_initialized", "kill", "method", "nodes", "put",
     "remote", "shutdown", "timeline", "wait", "ObjectRef", "ObjectRefGenerator",
-    "actor", "util",
+    "DynamicObjectRefGenerator", "actor", "util",
 ]
 # Modules Ray programs import (ray-api-surface §0).
 RAY_MODULES = [
@@ -51,11 +51,20 @@ def test_module_imports_and_its_all_is_true(module):
 @pytest.mark.parametrize("obj,module", [
     (miniray.ObjectRef, "miniray"),
     (miniray.ObjectRefGenerator, "miniray"),
+    (miniray.DynamicObjectRefGenerator, "miniray._private.object_ref_generator"),
     (importlib.import_module("miniray.actor").ActorHandle, "miniray.actor"),
     (miniray.exceptions.RayTaskError, "miniray.exceptions"),
 ])
 def test_public_classes_report_their_public_module(obj, module):
     assert obj.__module__ == module
+
+
+def test_generator_types_are_at_rays_import_paths():
+    """Ray 2.60 has both at ``ray._private.object_ref_generator`` (and ``ray._raylet``)."""
+    from miniray._private import object_ref_generator
+
+    assert object_ref_generator.ObjectRefGenerator is miniray.ObjectRefGenerator
+    assert object_ref_generator.DynamicObjectRefGenerator is miniray.DynamicObjectRefGenerator
 
 
 def test_util_exports():

@@ -935,12 +935,17 @@ def test_actor_method_options_are_checked_as_task_options(kwargs, exc, pattern):
 
 
 def test_actor_method_options_accept_what_ray_accepts():
-    """Compared with Ray 2.60: None, 0, 2 and True are counts; "streaming" suits a generator."""
+    """Compared with Ray 2.60: None, 0, 2 and True are counts; "streaming" suits a generator,
+    and so does "dynamic", with its RayDeprecationWarning."""
+    from miniray._private.core.task_spec import DYNAMIC, STREAMING
+    from miniray.util.annotations import RayDeprecationWarning
+
     for value, count in ((None, 1), (0, 0), (2, 2), (True, True)):
         assert _method_of_a_handle("plain").options(num_returns=value)._num_returns == count
-    assert _method_of_a_handle("numbers").options(num_returns="streaming")._num_returns == 1
-    with pytest.raises(NotImplementedError, match="dynamic"):
-        _method_of_a_handle("numbers").options(num_returns="dynamic")
+    numbers = _method_of_a_handle("numbers")
+    assert numbers.options(num_returns="streaming")._num_returns == STREAMING
+    with pytest.warns(RayDeprecationWarning, match="^num_returns='dynamic' is deprecated"):
+        assert numbers.options(num_returns="dynamic")._num_returns == DYNAMIC
     method = _method_of_a_handle("plain").options(max_task_retries=-1, name="n",
                                                   retry_exceptions=[ValueError])
     assert method._max_task_retries == -1 and method._call_name == "n"

@@ -56,8 +56,14 @@ def test_the_node_relays_the_fork_servers_replies_unchanged():
     assert not fork & node_only
 
 
-def test_protocol_version_was_bumped_for_waits_naming_their_call():
-    assert protocol.PROTOCOL_VERSION == 4
+def test_protocol_version_was_bumped_for_each_changed_layout():
+    """3: ACTOR_INIT, ACTOR_EXITING and the node's hello changed; 4: GET, WAIT and SUBMIT
+    name the calling task, SVC_CANCEL says whether it is recursive; 5: streaming generators
+    (YIELD, CALL_STREAM_NEXT, SVC_YIELD), which a node's workers of another version would not
+    speak."""
+    assert protocol.PROTOCOL_VERSION == 5
+    assert "YIELD" in protocol.CHANNELS["data"]
+    assert "CALL_STREAM_NEXT" in protocol.CHANNELS["call"]
 
 
 def test_tag_name():

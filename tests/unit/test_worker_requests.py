@@ -42,7 +42,7 @@ def _requests():
         ledger=None, actors=None, lock=threading.Lock(),
         send=lambda worker, message: sent.append(message), defer=lambda action: action(),
         ledger_later=lambda *args: None, dispatch_all=lambda: None, cancel=None,
-        release_idle_leases=None, hello_info={})
+        release_idle_leases=None, hello_info={}, streams=None)
     worker = WorkerSlot(None, None, 0)
     objects.ensure(OBJ)
     return requests, objects, worker, pool, sent

@@ -87,6 +87,12 @@ def object_id_for(task_id: bytes, index: int) -> bytes:
     return task_id + index.to_bytes(4, "big")
 
 
+def stream_item_id(task_id: bytes, index: int) -> bytes:
+    """The id of the ``index``-th (0-based) value a streaming generator task yields: return
+    index ``index + 2``, after the completion object (index 1), as Ray numbers them."""
+    return task_id + (index + 2).to_bytes(4, "big")
+
+
 def new_put_id() -> bytes:
     return object_id_for(new_task_id(), 0)
 

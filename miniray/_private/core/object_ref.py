@@ -1,8 +1,10 @@
 """ObjectRef: the handle to a value that exists, or will exist, in the object store.
 
 Owns: the ObjectRef class (public as ``miniray.ObjectRef``), its hashing, equality, pickling and
-awaiting. Does not own: the values (``owner.py`` / ``object_store.py``) or reference counting
-decisions (the owner decides; an ObjectRef only reports that it was created, pickled or dropped).
+awaiting; and ``DynamicObjectRefGenerator``, the refs a ``num_returns="dynamic"`` task
+returns (built in the worker, so it lives in this lowest layer). Does not own: the values
+(``owner.py`` / ``object_store.py``) or reference counting decisions (the owner decides; an
+ObjectRef only reports that it was created, pickled or dropped).
 Called by: everything that creates or passes refs.
 
 Mirrors ``ray.ObjectRef`` (Ray 2.60). Differs: ``owner_address()`` and ``call_site()`` return
@@ -12,6 +14,7 @@ empty values (``b""``, ``""``); ``tensor_transport()`` returns None.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 from typing import Any, Generic
 
@@ -140,3 +143,34 @@ def _rebuild_ref(binary: bytes) -> ObjectRef:
 
 
 ObjectRef.__module__ = "miniray"
+
+
+class DynamicObjectRefGenerator:
+    """The value of a ``num_returns="dynamic"`` task's ref: one ObjectRef per value the
+    generator yielded. Iterating it hands each ref out once.
+
+    Mirrors ``ray.DynamicObjectRefGenerator`` (Ray 2.60; ``num_returns="dynamic"`` is
+    deprecated there in favour of ``"streaming"``).
+
+    Example:
+        >>> @ray.remote(num_returns="dynamic")
+        ... def count(n):
+        ...     for i in range(n):
+        ...         yield i
+        >>> [ray.get(ref) for ref in ray.get(count.remote(3))]
+        [0, 1, 2]
+    """
+
+    def __init__(self, refs):
+        self._refs = collections.deque(refs)
+
+    def __iter__(self):
+        while self._refs:
+            yield self._refs.popleft()
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+# Where Ray defines it; that module re-exports this class.
+DynamicObjectRefGenerator.__module__ = "miniray._private.object_ref_generator"

@@ -9,7 +9,8 @@ or the environment (``max_calls``, ``max_retries``).
 
 Does not own: building RemoteFunction / ActorClass objects; deciding whether a function is a
 generator or a class is async (callers pass that in); the ``num_returns="dynamic"``
-deprecation warning (the caller emits it at ``.remote()``); resource arithmetic and fitting
+deprecation warning (the public modules emit it, ``remote_function.warn_if_dynamic``);
+resource arithmetic and fitting
 (``_private/core/resources.py``). Pure logic: no I/O, no processes, nothing happens at import.
 
 Called by ``miniray/remote_function.py``, ``miniray/actor.py`` and ``miniray/__init__.py``

@@ -25,6 +25,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                          task_id)
     (UNMAP, path)                                 (CALL, req_id, method, args)
     (EXIT,)                                       (BORROW, added, dropped, escaped)
+                                                  (YIELD, task_id, index, kind, data,
+                                                          contained)  a streamed value
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
@@ -37,6 +39,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
    ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
    is_async, name, namespace, handle_state, restarts)``.
+   A streaming generator call (``num_returns`` is ``task_spec.STREAMING``) sends one YIELD
+   per value as it is yielded (``index`` from 0; an exception raised by the generator is
+   the last value, kind ERR), then its RESULT: the completion object, None.
    The driver ends a worker by closing the socket (EOF); EXIT also ends its loop.
    A GET or WAIT marks the worker blocked (its CPU goes back to the ledger) until its REPLY.
    Its ``task_id`` is the call that waits (None where a cancel must not interrupt it: outside
@@ -51,6 +56,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     CALL_GET_ACTOR (name, namespace)               CALL_LIST_NAMED_ACTORS (all, namespace)
     CALL_CANCEL (object_id, force, recursive)      CALL_CLUSTER_RESOURCES ()
     CALL_AVAILABLE_RESOURCES ()                    CALL_NODES ()
+    CALL_STREAM_NEXT (task_id, index, timeout)     value ``index`` of a streaming call:
+                                                   answered when it or the call's end is
+                                                   there (the worker is blocked meanwhile)
 
 2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
 
@@ -84,6 +92,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
+                                                (SVC_YIELD, task_id, index, kind, data,
+                                                           nested)  a streamed value
     (SVC_CALL, actor_id, spec, exported)        (SVC_OUTPUT, "stdout"|"stderr", text)
     (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
     (SVC_CANCEL, task_id, force, recursive)
@@ -105,7 +115,8 @@ from miniray import _version
 #    hello its miniray and Python versions.
 # 4: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
 #    owners); SVC_CANCEL says whether it is recursive.
-PROTOCOL_VERSION = 4
+# 5: streaming generators (YIELD, CALL_STREAM_NEXT, SVC_YIELD).
+PROTOCOL_VERSION = 5
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -130,6 +141,7 @@ ACTOR_EXITING = 17
 ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
+YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
 
 # 1a. the method of a worker's CALL
 CALL_CREATE_ACTOR = 80
@@ -140,6 +152,7 @@ CALL_CANCEL = 84
 CALL_CLUSTER_RESOURCES = 85
 CALL_AVAILABLE_RESOURCES = 86
 CALL_NODES = 87
+CALL_STREAM_NEXT = 88
 
 # 2. control socket
 CANCEL = 20
@@ -176,6 +189,7 @@ SVC_RELEASE = 71
 SVC_RESULT = 72
 SVC_OUTPUT = 73
 SVC_IMPORTED = 74
+SVC_YIELD = 75
 
 # result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
 # a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
@@ -189,16 +203,18 @@ CANCELLED = 3
 CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
-             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW"),
+             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
-             "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES"),
+             "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
+             "CALL_STREAM_NEXT"),
     "control": ("CANCEL",),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
              "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
-                      "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED"),
+                      "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
+                      "SVC_YIELD"),
 }
 
 

@@ -13,6 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
+# ``num_returns`` of a generator call whose values are not a fixed number of returns. Both
+# have one return id. STREAMING: that id is the completion object (None, or the task's
+# system error), and each yielded value becomes its own object as it is yielded
+# (``ids.stream_item_id``; ``ObjectRefGenerator`` iterates them). DYNAMIC: that id holds a
+# ``DynamicObjectRefGenerator`` of the values' refs, set when the generator is exhausted.
+# Every reader of ``num_returns`` counts ``max(1, num_returns)`` results, so both give one.
+STREAMING = -1
+DYNAMIC = -2
+
 
 class TaskSpec:
     """One task submission. ``fn_bytes`` is None when the owner already has the function."""

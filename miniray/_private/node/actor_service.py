@@ -51,8 +51,9 @@ import sys
 import threading
 
 from miniray._private import runtime
-from miniray._private.core import protocol, serialization
+from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
+from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME
 from miniray._private.owner.actors import A_DEAD
@@ -344,6 +345,9 @@ class ActorService:
             imported = self._import(exported)
             spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
             spec.reply = functools.partial(self._reply, client, spec.task_id, spec.return_ids)
+            if spec.num_returns == STREAMING:  # its values go to the caller as they come
+                self.owner.streams.forward[spec.task_id] = functools.partial(
+                    self._reply_value, client, spec.task_id)
             try:
                 actors.submit(actor_id, spec)  # holds the nested refs' objects until done
             except Exception as error:  # e.g. PendingCallsLimitExceeded
@@ -388,6 +392,7 @@ class ActorService:
         """Send a call's results to the driver that made it. Refs inside a result travel with
         their objects (copied into the driver's store), which the driver then owns; a result
         waits for those objects to be ready (they are held meanwhile)."""
+        self.owner.streams.forward.pop(task_id, None)
         objects = self.owner.objects
         inner = list(dict.fromkeys(i for ids in contained or () if ids for i in ids))
         pending = [i for i in inner if (e := objects.get(i)) is not None and e.state == PENDING]
@@ -418,6 +423,21 @@ class ActorService:
             for _index, items in nested:
                 for _id, _kind, payload in items:
                     self._discard(payload)
+
+    def _reply_value(self, client: _Client, task_id: bytes, index: int, kind: int, data,
+                     contained) -> None:
+        """One value of a streaming call, to the driver that made the call (before its
+        result, on the same socket). Refs inside it travel with their objects if ready."""
+        objects = self.owner.objects
+        nested = [] if client.gone else [
+            self._export(i, client) for i in contained or ()
+            if (e := objects.get(i)) is not None and e.state != PENDING]
+        if isinstance(data, tuple):
+            data = self._hand_over(data, client, ids.stream_item_id(task_id, index))
+        if not self.send(client, (protocol.SVC_YIELD, task_id, index, kind, data, nested)):
+            self._discard(data)
+            for _id, _kind, payload in nested:
+                self._discard(payload)
 
     def send(self, client: _Client, message: tuple) -> bool:
         """Queue a message on the client's calls socket; False if it is gone (its socket's

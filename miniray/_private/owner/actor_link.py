@@ -285,12 +285,29 @@ class ActorLink:
                 message = pickle.loads(frame)
                 if message[0] == protocol.SVC_RESULT:
                     self.owner.actors.on_remote_result(message[1], message[2], message[3])
+                elif message[0] == protocol.SVC_YIELD:
+                    self._yielded(*message[1:])
                 elif message[0] == protocol.SVC_OUTPUT:
                     self._print(message[1], message[2])
                 elif message[0] == protocol.SVC_IMPORTED:
                     self._forwarded(message[1])
             if closed and self._calls is calls:
                 self._gone("the node's actor service exited")
+
+    def _yielded(self, task_id: bytes, index: int, kind: int, data, nested) -> None:
+        """*Locked.* A value of a streaming call of a proxy; the objects of refs inside it
+        become this driver's and live as long as the value."""
+        objects = self.owner.objects
+        for object_id, inner_kind, payload in nested:
+            if objects.get(object_id) is None:
+                objects.set_ready(object_id, inner_kind, payload)
+            else:
+                self.discard(payload)  # already here (it came from this driver)
+        self.owner.streams.on_item(task_id, index, kind, data, [i for i, _k, _p in nested])
+        for object_id, _kind, _payload in nested:  # held by a value nobody kept: they go
+            entry = objects.get(object_id)
+            if entry is not None and entry.holders <= 0:
+                objects.maybe_free(object_id, entry)
 
     @staticmethod
     def discard(payload) -> None:

@@ -49,7 +49,8 @@ class ActorsOwner(Protocol):
     actors take theirs by its one path), ``ledger`` (shrinking a placement to what an actor
     holds), ``requests`` (argument pins), ``reactor``, ``node_state``, ``fork_server``,
     ``hello_info``, ``log_to_driver``, ``gpu_ids_are_ints``, ``actors`` (the manager itself,
-    for the link), ``closed``, ``fatal``. What it asks the owner to do is the methods below."""
+    for the link), ``streams`` (a streaming call's values, for the link), ``closed``,
+    ``fatal``. What it asks the owner to do is the methods below."""
 
     objects: Any
     store: Any
@@ -63,6 +64,7 @@ class ActorsOwner(Protocol):
     log_to_driver: bool
     gpu_ids_are_ints: bool
     actors: Any
+    streams: Any
     closed: bool
     fatal: str | None
 

@@ -46,12 +46,14 @@ from miniray._private.core.scheduling import (
     T_DONE,
     T_RUNNING,
 )
+from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
-from miniray._private.owner.object_table import ObjectTable
+from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
+from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
@@ -132,6 +134,8 @@ class Owner:
         self.ref_dropped = self.objects.ref_dropped
         self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
+        # The values of streaming generator calls, as they are yielded.
+        self.streams = Streams(self.objects)
         self.actors = ActorManager(self)
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
@@ -167,8 +171,9 @@ class Owner:
             leases=self.leases, ledger=ledger, actors=self.actors, lock=self._lock,
             send=self.send, defer=self.defer, ledger_later=self._ledger_later,
             dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
-            release_idle_leases=self._release_idle_leases, hello_info=hello_info)
-        self.objects.on_free = self.requests.object_freed
+            release_idle_leases=self._release_idle_leases, hello_info=hello_info,
+            streams=self.streams)
+        self.objects.on_free = self._object_freed
         # Tasks from submission to results: argument waits, queues per key, completion.
         self.tasks = TaskQueue(
             objects=self.objects, store=store, node_state=node_state,
@@ -206,6 +211,30 @@ class Owner:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
             if contained:
                 self.objects.contain(object_id, contained)
+
+    def _object_freed(self, object_id: bytes) -> None:
+        """*Locked.* Workers unmap its segment; a stream whose completion object it was is
+        forgotten."""
+        self.requests.object_freed(object_id)
+        if self.streams.by_task:
+            self.streams.object_freed(object_id)
+
+    def stream_next(self, task_id: bytes, index: int, timeout: float | None) -> bool | None:
+        """The driver's ``next()`` of a streaming call: True once value ``index`` is there,
+        False if the call ended without it, None if ``timeout`` passed first
+        (``streams.py``)."""
+        with self._lock:
+            self._check_open()
+            state = self.streams.next(task_id, index)
+            if state is not None:
+                return state
+            waiter = Waiter(1, on_error=False)
+            self.streams.add_waiter(task_id, waiter)
+        waiter.wait(timeout)
+        with self._lock:
+            self.streams.remove_waiter(task_id, waiter)
+            self._check_open()
+            return self.streams.next(task_id, index)
 
     def knows(self, object_id: bytes) -> bool:
         return object_id in self.objects.entries
@@ -736,7 +765,11 @@ class Owner:
         for object_id in borrowed:  # its refs died with it
             self.objects.unborrow(object_id)
         if worker.inflight:  # results it wrote to shared memory but never handed over
-            for object_id in worker.inflight[0].spec.return_ids:
+            spec = worker.inflight[0].spec
+            unsent = list(spec.return_ids)
+            if spec.num_returns == STREAMING:  # and the value it was yielding
+                unsent.append(self.streams.next_item_id(spec.task_id))
+            for object_id in unsent:
                 if not self.store.contains(object_id):
                     shm_segments.unlink_quiet(os.path.join(
                         self.store.shm_dir, shm_segments.segment_name(self.store.session_tag,
@@ -905,6 +938,11 @@ class Owner:
                 self.objects.contain(message[1], message[4])
         elif tag == protocol.BORROW:
             self.requests.on_borrow(worker, message[1], message[2], message[3])
+        elif tag == protocol.YIELD:
+            # Lines printed before the value was yielded come first, as before a result.
+            worker.out.drain()
+            worker.err.drain()
+            self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
         elif tag == protocol.GET:
             self.requests.on_get(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.WAIT:
@@ -971,6 +1009,7 @@ class Owner:
                 "fork_server_restarts": self.helper_loss.restarts,
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
+                **self.streams.statistics(),
             }
 
     def __repr__(self) -> str:

@@ -15,6 +15,7 @@ import os
 
 from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.object_store import shm_segments
+from miniray._private.owner.object_table import CallbackWaiter
 
 
 class WorkerRequests:
@@ -25,7 +26,7 @@ class WorkerRequests:
 
     def __init__(self, *, objects, store, reactor, workers, leases, ledger, actors, lock,
                  send, defer, ledger_later, dispatch_all, cancel, release_idle_leases,
-                 hello_info: dict):
+                 hello_info: dict, streams):
         self.objects = objects
         self.store = store
         self.reactor = reactor
@@ -34,6 +35,7 @@ class WorkerRequests:
         self.ledger = ledger
         self.actors = actors
         self.hello_info = hello_info
+        self.streams = streams
         self._lock = lock
         self.send = send
         self.defer = defer
@@ -238,6 +240,27 @@ class WorkerRequests:
         with self._lock:
             self._reply(worker, req_id, (True, value))
 
+    def _stream_wait(self, worker, req_id, task_id: bytes, index: int, timeout) -> None:
+        """A worker's ``next()`` of a streaming call waits, blocked like a ``get()``; its
+        REPLY is ``(True, state)``, state as ``Streams.next`` (None: the timeout passed)."""
+        self._block(worker)
+
+        def finish() -> None:
+            self.streams.remove_waiter(task_id, waiter)
+            self._unblock(worker)
+            self._reply(worker, req_id, (True, self.streams.next(task_id, index)))
+
+        waiter = CallbackWaiter(1, False, finish)
+        self.streams.add_waiter(task_id, waiter)
+        if timeout is not None and timeout >= 0:
+
+            def expire() -> None:
+                if not waiter.fired:
+                    waiter.fired = True
+                    finish()
+
+            self.reactor.call_later(timeout, expire)
+
     def on_call(self, worker, req_id, method, args) -> None:
         actors = self.actors
         in_service = actors.link is not None  # joined to a node: ask its actor service
@@ -277,6 +300,11 @@ class WorkerRequests:
                 return
             elif method == protocol.CALL_NODES:
                 value = self.hello_info.get("nodes", [])
+            elif method == protocol.CALL_STREAM_NEXT:
+                value = self.streams.next(args[0], args[1])
+                if value is None:  # answered when the value or the call's end is there
+                    self._stream_wait(worker, req_id, *args)
+                    return
             else:
                 raise ValueError(f"unknown call {protocol.tag_name('call', method)}")
             self._reply(worker, req_id, (True, value))

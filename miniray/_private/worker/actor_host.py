@@ -38,7 +38,8 @@ import threading
 from typing import NoReturn
 
 from miniray._private.core import descriptors, ids, protocol, scheduling
-from miniray._private.core.task_spec import _ExitActor
+from miniray._private.core.task_spec import DYNAMIC, STREAMING, _ExitActor
+from miniray._private.worker import streaming
 from miniray._private.worker.execute import (
     _dumps_error,
     _flush_std,
@@ -206,10 +207,17 @@ class ActorHost:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
             result = self._method(method_name)(*args, **kwargs)
-            if inspect.isasyncgen(result):
-                value = [item async for item in result]
-            else:
+            if not inspect.isasyncgen(result):
                 value = await result
+            elif num_returns == STREAMING:
+                await streaming.stream_async(worker, task_id, result,
+                                             f"{self.class_name}.{call_name}",
+                                             self._error_fields)
+                value = None
+            else:
+                values = [item async for item in result]
+                value = (streaming.dynamic(worker, task_id, (item for item in values))
+                         if num_returns == DYNAMIC else values)
         except asyncio.CancelledError:
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
@@ -244,7 +252,10 @@ class ActorHost:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
             value = self._method(method_name)(*args, **kwargs)
-            if inspect.isgenerator(value):
+            if num_returns < 0:  # a generator: streamed, or its values stored one by one
+                value = worker._run_generator(task_id, f"{self.class_name}.{call_name}",
+                                              value, num_returns, self._error_fields)
+            elif inspect.isgenerator(value):
                 value = list(value)
         except BaseException as error:
             if not self._ended_cancelled(task_id, num_returns, error):
@@ -310,7 +321,7 @@ class ActorHost:
 
     def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
         results = self.worker._serialize_returns(
-            value, num_returns, f"{self.class_name}.{call_name}", return_ids,
+            value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
             error_fields=self._error_fields)
         self._send(task_id, results)
 

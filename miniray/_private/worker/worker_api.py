@@ -344,6 +344,11 @@ class WorkerRuntime:
             raise value
         return value
 
+    def stream_next(self, task_id: bytes, index: int, timeout):
+        """As the driver's: asked of the owner, which answers once it can (the worker is
+        blocked meanwhile, as in a ``get()``)."""
+        return self.call(protocol.CALL_STREAM_NEXT, task_id, index, timeout)
+
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         self.call(protocol.CALL_CANCEL, object_id, force, recursive)
 

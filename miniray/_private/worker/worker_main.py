@@ -38,9 +38,10 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
 from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
+from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
-from miniray._private.worker import runtime_env_setup
+from miniray._private.worker import runtime_env_setup, streaming
 from miniray._private.worker.execute import (
     ArgumentsNotLoaded,
     _dumps_error,
@@ -251,6 +252,8 @@ class _Worker:
                     self.current = task_id
                 try:
                     value = function(*args, **kwargs)
+                    if num_returns < 0:  # a generator: run it while it can be cancelled
+                        value = self._run_generator(task_id, name, value, num_returns)
                 finally:
                     with self.exec_lock:
                         self.current = None
@@ -272,7 +275,7 @@ class _Worker:
         if not ok and isinstance(value, SystemExit):
             exit_for_system_exit(value, f"task {name}")
         if ok:
-            results = self._serialize_returns(value, num_returns, name, return_ids)
+            results = self._serialize_returns(value, max(1, num_returns), name, return_ids)
             retryable = False
         else:
             error = value
@@ -286,6 +289,16 @@ class _Worker:
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
         self._send_result(task_id, results, retryable)
+
+    def _run_generator(self, task_id: bytes, name: str, generator, num_returns: int,
+                       error_fields=None):
+        """What a generator call returns once its generator is exhausted: None for a
+        streaming call (each value was sent as it was yielded), the values' refs for a
+        dynamic one."""
+        if num_returns == STREAMING:
+            streaming.stream(self, task_id, generator, name, error_fields)
+            return None
+        return streaming.dynamic(self, task_id, generator)
 
     def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
                            error_fields=None) -> list:
