@@ -341,3 +341,12 @@ def node_totals(
         else:
             totals[name] = amount
     return totals
+
+
+def float_request(request: dict) -> dict:
+    """A request's amounts as floats (what a worker's task context reports).
+
+    >>> float_request({"CPU": 1, "GPU": 0.5})
+    {'CPU': 1.0, 'GPU': 0.5}
+    """
+    return {name: float(value) for name, value in request.items()}

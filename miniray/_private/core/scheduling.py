@@ -30,8 +30,8 @@ __all__ = [
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
     "actor_call_cancel_error", "blocked_release", "cancel_action",
     "cancelled_call_outcome_stands", "consume_retry", "covers", "idle_worker_for",
-    "lease_with_room", "may_move", "next_to_place", "retry_failed_result", "scheduling_key",
-    "worker_fits", "worker_kind", "worker_serves",
+    "key_tag", "lease_with_room", "may_move", "next_to_place", "retry_failed_result",
+    "scheduling_key", "worker_fits", "worker_kind", "worker_serves",
 ]  # fmt: skip
 
 from miniray.exceptions import TaskCancelledError
@@ -69,6 +69,15 @@ def scheduling_key(request: dict, max_calls: int, runtime_env: str = "") -> tupl
     ((('CPU', 1), ('GPU', 1)), 0, '')
     """
     return (tuple(sorted(request.items())), max_calls, runtime_env)
+
+
+def key_tag(key) -> str:
+    """A scheduling key as short text for the ledger's lease tag (shown by status).
+
+    >>> key_tag(scheduling_key({"CPU": 1, "GPU": 0.5}, 0))
+    'CPU=1,GPU=0.5'
+    """
+    return ",".join(f"{name}={value:g}" for name, value in key[0])
 
 
 def worker_kind(request: dict) -> bool:

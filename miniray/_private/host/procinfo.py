@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from dataclasses import dataclass
 from typing import Callable
 
@@ -198,3 +199,21 @@ def is_provably_dead(pid: int, start: int | None, pid_ns: str, boot_id: str,
     if pid_ns != here.pid_ns and pid_ns != ns_tag(here.pid_ns):
         return False
     return not (alive or is_alive)(pid, start)
+
+
+def describe_wait_status(status: int) -> str:
+    """How a child process ended, from its ``waitpid`` status, for error messages.
+
+    >>> describe_wait_status(9), describe_wait_status(3 << 8)
+    ('killed by signal 9 (SIGKILL)', 'exited with code 3')
+    """
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = str(sig)
+        return f"killed by signal {sig} ({name})"
+    if os.WIFEXITED(status):
+        return f"exited with code {os.WEXITSTATUS(status)}"
+    return f"ended with wait status {status}"

@@ -31,24 +31,25 @@ it is held (``defer``). ObjectRef creation and deletion only append to a deque (
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import os
 import pickle
 import signal
-import threading
 import time
 from typing import Any
 
 from miniray._private.core import config, protocol, runtime_envs, scheduling, serialization
+from miniray._private.core.resources import float_request
 from miniray._private.core.scheduling import (
     T_DONE,
     T_RUNNING,
 )
 from miniray._private.core.task_spec import STREAMING
+from miniray._private.host import procinfo
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
+from miniray._private.owner.deferred import DeferredWork
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
@@ -59,42 +60,6 @@ from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-
-class _Locked:
-    """The owner's lock as a context manager that runs deferred work after releasing it."""
-
-    __slots__ = ("_owner", "_lock")
-
-    def __init__(self, owner: Owner):
-        self._owner = owner
-        self._lock = owner._lock
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self._lock.release()
-        if self._owner._deferred:
-            self._owner._run_deferred()
-
-
-def _exit_detail(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = str(sig)
-        return f"killed by signal {sig} ({name})"
-    if os.WIFEXITED(status):
-        return f"exited with code {os.WEXITSTATUS(status)}"
-    return f"ended with wait status {status}"
-
-
-def key_tag(key) -> str:
-    """A scheduling key as short text for the ledger's lease tag (shown by status)."""
-    return ",".join(f"{name}={value:g}" for name, value in key[0])
-
 
 class Owner:
     """Objects, tasks and leased workers of one session. Its parts are given what they need
@@ -124,8 +89,10 @@ class Owner:
         self._job_env_error = runtime_envs.setup_error(hello_info.get("runtime_env") or {})
         self._env_errors: dict = {}  # env_key -> RuntimeEnvSetupError or None
 
-        self._lock = threading.Lock()
-        self._locked = _Locked(self)
+        # The lock and the work decided under it, done once it is free (deferred.py).
+        self.deferred = DeferredWork()
+        self._lock = self.deferred.lock
+        self._run_deferred = self.deferred.run
         # Reading objects needs only an open session: what is stored stays readable after
         # the fork server or the node is lost for good (self.fatal).
         self.objects = ObjectTable(store, self._lock, self._check_open, self._wake_io, None)
@@ -141,14 +108,7 @@ class Owner:
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
         self._retry_pending = False
-        # Work decided under the lock and done after it (ledger transactions, fork requests):
-        # run by the thread that decided it when it lets go of the lock, else by the I/O
-        # thread after its next turn (``_run_deferred``).
-        self._deferred: collections.deque = collections.deque()
-        # One thread runs them at a time, in order (a lease's CPU goes back before a task
-        # asks for it).
-        self._deferred_runner = threading.Lock()
-        self._deferred_thread: int | None = None  # the thread running it now
+        self._deferred = self.deferred.queue  # tested on the per-task path before running it
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
         self._acquiring_total = 0
 
@@ -279,10 +239,10 @@ class Owner:
     def closed(self) -> bool:
         return self._closed
 
-    def locked(self) -> _Locked:
+    def locked(self):
         """``with owner.locked():`` holds the owner's lock, then does what was decided under
         it (``defer``) once it is released: the way other modules take the lock."""
-        return self._locked
+        return self.deferred.locked()
 
     def runtime_env_error(self, runtime_env: str):
         """*Locked.* The ``RuntimeEnvSetupError`` a task or actor of ``runtime_env`` (an
@@ -401,7 +361,7 @@ class Owner:
         now = time.monotonic()
         got = []
         for _ in range(count):
-            lease, host_lease = self.leases.acquire(request, key_tag(key), key,
+            lease, host_lease = self.leases.acquire(request, scheduling.key_tag(key), key,
                                                     make_room=self.make_room)
             if lease is None:
                 break
@@ -481,40 +441,10 @@ class Owner:
         return released
 
     def defer(self, action) -> None:
-        """*Locked.* Run ``action`` once the lock is released."""
+        """*Locked.* Run ``action`` once the lock is released (``deferred.py``)."""
         self._deferred.append(action)
         if not self.reactor.in_io_thread():
             self.reactor.wake()  # in case this thread's caller does not run it
-
-    def _run_deferred(self, wait: bool = False) -> None:
-        """*Not locked.* Run the work decided under the lock, in order. If another thread is
-        running it, that one also runs what was just added (it loops until none is left);
-        so does this thread's own loop, when this is called from deferred work. ``wait``:
-        return only once what was deferred so far has run, by whichever thread."""
-        deferred = self._deferred
-        if not deferred and not wait:
-            return
-        me = threading.get_ident()
-        if self._deferred_thread == me:
-            return
-        if not self._deferred_runner.acquire(blocking=wait):
-            return
-        self._deferred_thread = me
-        try:
-            while deferred:
-                try:
-                    action = deferred.popleft()
-                except IndexError:
-                    break
-                try:
-                    action()
-                except Exception:
-                    logger.exception("miniray bug: error in deferred owner work")
-        finally:
-            self._deferred_thread = None
-            self._deferred_runner.release()
-        if deferred:  # added after the loop looked, while another thread found it busy
-            self._run_deferred()
 
     def _ledger_later(self, method, *args) -> None:
         """*Locked.* A ledger transaction (its file lock) after the owner's lock is released.
@@ -640,7 +570,7 @@ class Owner:
                                                         worker=worker)
                 task.pinned = True
             ctx = (
-                _float_request(spec.request),
+                float_request(spec.request),
                 slot.gpu_ids,
                 self.gpu_ids_are_ints,
                 spec.retry_exceptions,
@@ -781,7 +711,8 @@ class Owner:
         was_dead = worker.dead
         if not was_dead:
             self.workers.retire(worker)
-        detail = _exit_detail(status) if death is None else f"was killed because {death}"
+        detail = (procinfo.describe_wait_status(status) if death is None
+                  else f"was killed because {death}")
         if worker.actor is not None:
             self.actors.on_worker_exit(
                 worker, detail if death is None else f"it was killed because {death}")
@@ -1063,7 +994,3 @@ class Owner:
         self.fork_server.close()
         self.reactor.close()
         self.store.close()
-
-
-def _float_request(request: dict) -> dict:
-    return {name: float(value) for name, value in request.items()}
