@@ -25,6 +25,7 @@ from miniray._private.api import (
     timeline,
     wait,
 )
+from miniray._private.core import out_of_scope as _out_of_scope
 from miniray._private.core.ids import ActorID, JobID, TaskID
 from miniray._private.core.object_ref import ObjectRef
 
@@ -32,9 +33,14 @@ from miniray._private.core.object_ref import ObjectRef
 # the instances it returns by reference.
 from miniray._private.object_ref_generator import DynamicObjectRefGenerator
 from miniray._private.runtime import init, is_initialized, shutdown
-from miniray._private.surface import get_actor, kill, method, remote
+from miniray._private.surface import get_actor, kill, remote
 from miniray._version import __version__
+from miniray.actor import method
 from miniray.runtime_context import get_runtime_context
+
+# ``import miniray.data`` (and Ray's other libraries) raises an ImportError saying how to run the
+# program on Ray, rather than a bare "No module named".
+_out_of_scope.install()
 
 __all__ = [
     "__version__",

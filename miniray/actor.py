@@ -2,13 +2,13 @@
 
 Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
-``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, and the
-built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of a class or a method checks
-the arguments against its signature (carried in the handle). Differs: an actor that names
-resources but not ``num_cpus`` holds no CPU (see ``miniray/_private/owner/actors.py``);
-``concurrency_groups`` raises NotImplementedError; ``.bind()`` (DAGs) raises
-NotImplementedError. A generator method (sync, or async in an async actor) streams its values
-as a generator function does (``ObjectRefGenerator``).
+``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, ``method``
+(``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
+a class or a method checks the arguments against its signature (carried in the handle).
+Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
+``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError;
+``.bind()`` (DAGs) raises NotImplementedError. A generator method (sync, or async in an async
+actor) streams its values as a generator function does (``ObjectRefGenerator``).
 
 Example:
     >>> @ray.remote
@@ -46,7 +46,7 @@ from miniray._private.core.type_vars import T
 from miniray.remote_function import warn_if_dynamic
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
-           "exit_actor"]
+           "exit_actor", "method"]
 
 _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
@@ -374,3 +374,39 @@ def exit_actor() -> None:
 
 for _cls in (ActorClass, ActorHandle, ActorMethod, ActorClassInheritanceException):
     _cls.__module__ = "miniray.actor"
+
+
+def method(*args, **kwargs):
+    """Sets options of one actor method (``num_returns``, ``max_task_retries``, ...).
+
+    Mirrors ``ray.method`` (``ray.actor.method``, the same function).
+
+    Example:
+        >>> @ray.remote
+        ... class Splitter:
+        ...     @ray.method(num_returns=2)
+        ...     def halves(self, items):
+        ...         middle = len(items) // 2
+        ...         return items[:middle], items[middle:]
+        >>> first, second = Splitter.remote().halves.remote([1, 2, 3, 4])
+        >>> ray.get(first), ray.get(second)
+        ([1, 2], [3, 4])
+    """
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return args[0]
+    if args:
+        raise AssertionError(
+            "The @ray.method decorator must be applied using no arguments or at least one of "
+            f"the arguments in the list {sorted(_options.METHOD_OPTIONS)}, for example "
+            "'@ray.method(num_returns=2)'."
+        )
+    _options.validate_method_options(kwargs)
+
+    def decorator(function):
+        warn_if_dynamic(kwargs.get("num_returns"), stacklevel=2)  # the @method line
+        for key, value in kwargs.items():
+            setattr(function, f"__ray_{key}__", value)
+        function.__ray_method_options__ = dict(kwargs)
+        return function
+
+    return decorator

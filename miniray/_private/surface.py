@@ -1,9 +1,9 @@
 """``remote``, ``method``, ``get_actor`` and ``kill``: the decorators and actor calls of the public
 API.
 
-Owns: dispatching ``@remote`` to RemoteFunction or ActorClass after Ray's shape checks,
-``@method`` option recording, and ``kill``'s check that it is given an actor handle. Does not
-own: the options' rules (``options.py``).
+Owns: dispatching ``@remote`` to RemoteFunction or ActorClass after Ray's shape checks, and
+``kill``'s check that it is given an actor handle. Does not own: the options' rules
+(``options.py``), ``@method`` (``miniray/actor.py``, where Ray defines it).
 Called by: ``miniray/__init__.py``.
 """
 
@@ -17,7 +17,7 @@ from miniray._private.core import options as _options
 from miniray._private.core.type_vars import P, R, T
 from miniray.actor import ActorClass, ActorHandle, make_actor_class
 from miniray.actor import get_actor as _get_actor
-from miniray.remote_function import RemoteFunction, warn_if_dynamic
+from miniray.remote_function import RemoteFunction
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -88,42 +88,6 @@ def remote(*args, **kwargs):
         if target_is_class:
             _options.validate_actor_options(kwargs, in_options=False)
         return _make(target, dict(kwargs))
-
-    return decorator
-
-
-def method(*args, **kwargs):
-    """Sets options of one actor method (``num_returns``, ``max_task_retries``, ...).
-
-    Mirrors ``ray.method``.
-
-    Example:
-        >>> @ray.remote
-        ... class Splitter:
-        ...     @ray.method(num_returns=2)
-        ...     def halves(self, items):
-        ...         middle = len(items) // 2
-        ...         return items[:middle], items[middle:]
-        >>> first, second = Splitter.remote().halves.remote([1, 2, 3, 4])
-        >>> ray.get(first), ray.get(second)
-        ([1, 2], [3, 4])
-    """
-    if len(args) == 1 and not kwargs and callable(args[0]):
-        return args[0]
-    if args:
-        raise AssertionError(
-            "The @ray.method decorator must be applied using no arguments or at least one of "
-            f"the arguments in the list {sorted(_options.METHOD_OPTIONS)}, for example "
-            "'@ray.method(num_returns=2)'."
-        )
-    _options.validate_method_options(kwargs)
-
-    def decorator(function):
-        warn_if_dynamic(kwargs.get("num_returns"), stacklevel=2)  # the @method line
-        for key, value in kwargs.items():
-            setattr(function, f"__ray_{key}__", value)
-        function.__ray_method_options__ = dict(kwargs)
-        return function
 
     return decorator
 

@@ -6,7 +6,8 @@ driver had it).
 
 ``ray.X`` is the very module object ``miniray.X`` (not a copy), so ``ray.util is
 miniray.util`` and state is shared. Only installed on request: importing miniray never
-hijacks ``import ray``.
+hijacks ``import ray``. ``ray.data`` and Ray's other libraries raise an ImportError
+worded for ``miniray run`` (``out_of_scope.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+
+from miniray._private.core import out_of_scope
 
 
 class _AliasLoader(importlib.abc.Loader):
@@ -34,6 +37,10 @@ class RayAliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "ray" and not fullname.startswith("ray."):
             return None
+        # Ray's libraries (ray.data, ...) raise an ImportError saying how to run on Ray.
+        refusal = out_of_scope.refusal_spec(fullname, "ray")
+        if refusal is not None:
+            return refusal
         target_name = "miniray" + fullname[3:]
         if importlib.util.find_spec(target_name) is None:
             return None
@@ -47,3 +54,4 @@ def installed() -> bool:
 def install() -> None:
     if not installed():
         sys.meta_path.insert(0, RayAliasFinder())
+    out_of_scope._alias_installed = True
