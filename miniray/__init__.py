@@ -26,7 +26,17 @@ from miniray._private.api import (
     wait,
 )
 from miniray._private.core import out_of_scope as _out_of_scope
-from miniray._private.core.ids import ActorID, JobID, TaskID
+from miniray._private.core.ids import (
+    ActorClassID,
+    ActorID,
+    FunctionID,
+    JobID,
+    NodeID,
+    PlacementGroupID,
+    TaskID,
+    UniqueID,
+    WorkerID,
+)
 from miniray._private.core.object_ref import ObjectRef
 
 # Imported from Ray's path, its ``__module__``: loaded in every process, so a worker pickles
@@ -38,6 +48,9 @@ from miniray._version import __version__
 from miniray.actor import method
 from miniray.runtime_context import get_runtime_context
 
+# As in Ray, ``ObjectID`` is another name of ``ObjectRef`` (``ray.ObjectID is ray.ObjectRef``).
+ObjectID = ObjectRef
+
 # ``import miniray.data`` (and Ray's other libraries) raises an ImportError saying how to run the
 # program on Ray, rather than a bare "No module named".
 _out_of_scope.install()
@@ -45,12 +58,14 @@ _out_of_scope.install()
 __all__ = [
     "__version__",
     "actor",
+    "ActorClassID",
     "ActorID",
     "available_resources",
     "cancel",
     "cluster_resources",
     "DynamicObjectRefGenerator",
     "exceptions",
+    "FunctionID",
     "get",
     "get_actor",
     "get_gpu_ids",
@@ -60,14 +75,19 @@ __all__ = [
     "JobID",
     "kill",
     "method",
+    "NodeID",
     "nodes",
+    "ObjectID",
     "ObjectRef",
     "ObjectRefGenerator",
+    "PlacementGroupID",
     "put",
     "remote",
     "shutdown",
     "TaskID",
     "timeline",
+    "UniqueID",
     "util",
     "wait",
+    "WorkerID",
 ]

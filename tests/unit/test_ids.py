@@ -67,3 +67,36 @@ def test_unique_part_never_repeats_across_a_new_prefix(monkeypatch):
     made = [ids.new_task_id() for _ in range(50)]
     assert len(set(made)) == 50
     assert len({task[:5] for task in made}) > 1  # the prefix was drawn again
+
+
+# Sizes, nil reprs and which classes have from_random() were compared with Ray 2.60.
+@pytest.mark.parametrize("name,size,has_random", [
+    ("NodeID", 28, True), ("JobID", 4, False), ("TaskID", 24, False), ("ActorID", 16, True),
+    ("WorkerID", 28, True), ("PlacementGroupID", 18, True), ("UniqueID", 28, True),
+    ("FunctionID", 28, True), ("ActorClassID", 28, True),
+])
+def test_top_level_id_classes_as_in_ray(name, size, has_random):
+    cls = getattr(miniray, name)
+    assert name in miniray.__all__ and cls.__module__ == "miniray"
+    assert cls.size() == size
+    nil = cls.nil()
+    assert nil.is_nil() and nil.binary() == b"\xff" * size
+    assert repr(nil) == f"{name}({'ff' * size})"
+    assert cls.from_hex(nil.hex()) == nil and cls.from_binary(nil.binary()) == nil
+    assert hasattr(cls, "from_random") == has_random
+    if has_random:
+        one, two = cls.from_random(), cls.from_random()
+        assert type(one) is cls and len(one.binary()) == size and one != two
+        assert not one.is_nil() and pickle.loads(pickle.dumps(one)) == one
+        assert cls.from_hex(one.hex()) == one and hash(cls(one.binary())) == hash(one)
+
+
+def test_object_id_is_object_ref_as_in_ray():
+    assert miniray.ObjectID is miniray.ObjectRef and "ObjectID" in miniray.__all__
+    assert miniray.ObjectID.nil().is_nil() and len(miniray.ObjectID.from_random().hex()) == 56
+
+
+def test_worker_id_is_a_unique_id_but_never_equal_to_one():
+    # As Ray: WorkerID subclasses UniqueID; ids of different classes never compare equal.
+    assert issubclass(miniray.WorkerID, miniray.UniqueID)
+    assert miniray.WorkerID.nil() != miniray.UniqueID.nil()

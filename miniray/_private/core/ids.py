@@ -2,7 +2,9 @@
 
 Owns: id generation and their hex forms, sized and laid out as Ray's (object 28 bytes / 56
 hex, task 24 bytes / 48 hex, node 28 bytes / 56 hex, actor 16 bytes / 32 hex, job 4 bytes / 8
-hex), and the public classes ``TaskID``, ``ActorID`` and ``JobID`` (``miniray.TaskID``...).
+hex), and the public id classes of Ray's top level (``miniray.TaskID``, ``ActorID``, ``JobID``,
+``NodeID``, ``WorkerID``, ``PlacementGroupID``, ``UniqueID``, ``FunctionID``,
+``ActorClassID``; ``ObjectID`` is ``ObjectRef``, as in Ray).
 Does not own: the ObjectRef class (``object_ref.py``).
 Called by: the owner, the worker, the runtime, ObjectRef.
 
@@ -26,11 +28,14 @@ import itertools
 import os
 import threading
 
-__all__ = ["ActorID", "JobID", "TaskID"]
+__all__ = ["ActorClassID", "ActorID", "FunctionID", "JobID", "NodeID", "PlacementGroupID",
+           "TaskID", "UniqueID", "WorkerID"]
 
 TASK_ID_SIZE = 24
 OBJECT_ID_SIZE = 28
 NODE_ID_SIZE = 28
+UNIQUE_ID_SIZE = 28  # Ray's UniqueID, WorkerID, FunctionID, ActorClassID
+PLACEMENT_GROUP_ID_SIZE = 18
 ACTOR_ID_SIZE = 16
 JOB_ID = "01000000"
 
@@ -190,6 +195,7 @@ class ActorID(_BaseID):
 
     @classmethod
     def from_random(cls) -> ActorID:
+        """12 random bytes, then this job's id (Ray's draws all 16 bytes at random)."""
         return cls(new_actor_id())
 
     @property
@@ -223,7 +229,17 @@ class TaskID(_BaseID):
         return JobID(self._binary[-JobID._SIZE:])
 
 
-class NodeID(_BaseID):
+class _Random:
+    """``from_random()``: all bytes random, as Ray's classes that have it (not JobID, TaskID)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def from_random(cls):
+        return cls(os.urandom(cls._SIZE))
+
+
+class NodeID(_Random, _BaseID):
     """A node's id (28 bytes). Mirrors ``ray.NodeID``; the deprecated
     ``RuntimeContext.node_id`` returns one."""
 
@@ -231,12 +247,38 @@ class NodeID(_BaseID):
     _SIZE = NODE_ID_SIZE
 
 
-class PlacementGroupID(_BaseID):
+class PlacementGroupID(_Random, _BaseID):
     """A placement group's id (18 bytes). Mirrors ``ray.PlacementGroupID``."""
 
     __slots__ = ()
-    _SIZE = 18
+    _SIZE = PLACEMENT_GROUP_ID_SIZE
 
 
-for _cls in (JobID, ActorID, TaskID, NodeID, PlacementGroupID):
+class UniqueID(_Random, _BaseID):
+    """28 random bytes. Mirrors ``ray.UniqueID``."""
+
+    __slots__ = ()
+    _SIZE = UNIQUE_ID_SIZE
+
+
+class WorkerID(UniqueID):
+    """A worker's id (28 bytes). Mirrors ``ray.WorkerID``."""
+
+    __slots__ = ()
+
+
+class FunctionID(UniqueID):
+    """A remote function's id (28 bytes). Mirrors ``ray.FunctionID``."""
+
+    __slots__ = ()
+
+
+class ActorClassID(UniqueID):
+    """An actor class's id (28 bytes). Mirrors ``ray.ActorClassID``."""
+
+    __slots__ = ()
+
+
+for _cls in (JobID, ActorID, TaskID, NodeID, PlacementGroupID, UniqueID, WorkerID, FunctionID,
+             ActorClassID):
     _cls.__module__ = "miniray"
