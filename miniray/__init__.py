@@ -9,6 +9,7 @@ from __future__ import annotations
 
 # Submodules are attributes after ``import miniray``, as in Ray (``ray.util...``).
 from miniray import actor, exceptions, util
+from miniray import cloudpickle as cloudpickle  # an attribute, not in __all__, as in Ray
 from miniray import job_config as job_config
 from miniray import remote_function as remote_function
 from miniray import runtime_context as runtime_context

@@ -1,24 +1,35 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors,
-scheduling_strategies, placement_group (importable; creating one raises). Differs:
-``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
+scheduling_strategies, placement_group (importable; creating one raises), log_once (from
+``miniray.util.debug``), get_node_instance_id. Differs:
+``pdb`` and ``ray_debugpy`` are not provided; ``collective`` raises ImportError saying
+how to run on Ray (``miniray/_private/core/out_of_scope.py``).
 """
 
 from __future__ import annotations
 
 from miniray._private import runtime
+from miniray._private.core import config
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
+from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
 
-__all__ = ["accelerators", "ActorPool", "get_node_ip_address", "inspect_serializability",
-           "list_named_actors"]
+__all__ = ["accelerators", "ActorPool", "disable_log_once_globally", "enable_periodic_logging",
+           "get_node_instance_id", "get_node_ip_address", "inspect_serializability",
+           "list_named_actors", "log_once"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
     """Names of the live named actors in the current namespace; with ``all_namespaces``, a
     list of ``{"name", "namespace"}`` dicts."""
     return runtime.auto_init().list_named_actors(all_namespaces)
+
+
+def get_node_instance_id() -> str:
+    """The cloud instance id of this node: ``$RAY_CLOUD_INSTANCE_ID``, "" when unset (as Ray,
+    which reads the same variable; it does not need ``init()``)."""
+    return config.cloud_instance_id()
 
 
 def get_node_ip_address(address: str | None = None) -> str:

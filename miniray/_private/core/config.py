@@ -32,6 +32,11 @@ def tmpdir_root() -> str:
     return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
 
 
+def cloud_instance_id() -> str:
+    """``RAY_CLOUD_INSTANCE_ID``: the node's instance id in a cloud, "" when unset (as Ray)."""
+    return os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
+
+
 def allow_slow_storage() -> bool:
     """``RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1``: accept an ``object_store_memory`` over
     10 GB that ``/dev/shm`` cannot hold (refused otherwise, as Ray does)."""
