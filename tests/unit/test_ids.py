@@ -100,3 +100,8 @@ def test_worker_id_is_a_unique_id_but_never_equal_to_one():
     # As Ray: WorkerID subclasses UniqueID; ids of different classes never compare equal.
     assert issubclass(miniray.WorkerID, miniray.UniqueID)
     assert miniray.WorkerID.nil() != miniray.UniqueID.nil()
+
+
+def test_object_ref_size_is_a_class_method_as_in_ray():
+    assert miniray.ObjectRef.size() == 28 and miniray.ObjectID.size() == 28
+    assert miniray.ObjectRef.nil().size() == 28

@@ -96,8 +96,10 @@ class ObjectRef(Generic[T]):
     def call_site(self) -> str:
         return ""
 
-    def size(self) -> int:
-        return len(self._id)
+    @classmethod
+    def size(cls) -> int:
+        """28, the size of an object id in bytes; a class method, as Ray's (``ObjectID.size()``)."""
+        return ids.OBJECT_ID_SIZE
 
     def tensor_transport(self):
         return None

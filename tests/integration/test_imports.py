@@ -1,0 +1,142 @@
+"""The imports real Ray programs make, run as programs (``miniray run`` and plain python).
+
+Ray's libraries outside Ray Core (``ray.data``, ``ray.tune``, ...) raise an ImportError that
+says miniray covers Ray Core and how to run the program on Ray, in the driver and in a task;
+the small modules and id classes Ray programs use work under the ``ray`` alias. What each
+returns was compared with Ray 2.60 in its own virtualenv.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+LIBRARY_IMPORTS = [
+    ("import ray.data", "ray.data"),
+    ("from ray import tune", "ray.tune"),
+    ("import ray.train.torch", "ray.train"),
+    ("from ray.serve import deployment", "ray.serve"),
+    ("import ray.rllib", "ray.rllib"),
+    ("import ray.workflow", "ray.workflow"),
+    ("import ray.autoscaler", "ray.autoscaler"),
+    ("from ray.job_submission import JobSubmissionClient", "ray.job_submission"),
+    ("import ray.util.collective as col", "ray.util.collective"),
+    ("from ray.util import collective", "ray.util.collective"),
+]
+
+
+def miniray_run(drivers, source: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """``python -m miniray run <script>`` in the drivers' directory and environment."""
+    try:
+        return subprocess.run([sys.executable, "-m", "miniray", "run", drivers.script(source)],
+                              cwd=drivers.tmp_path, env=drivers.env(), capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"miniray run did not exit within {timeout} s: {error}") from None
+
+
+def test_ray_libraries_raise_import_error_under_miniray_run(drivers):
+    statements = [statement for statement, _ in LIBRARY_IMPORTS]
+    done = miniray_run(drivers, f"""
+        import json
+        results = []
+        for statement in {statements!r}:
+            try:
+                exec(statement)
+                results.append(["imported", ""])
+            except ImportError as error:
+                results.append([type(error).__name__, str(error)])
+        print(json.dumps(results))
+    """)
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for (statement, name), (kind, text) in zip(LIBRARY_IMPORTS, results):
+        assert kind == "ImportError", (statement, kind, text)
+        assert text.startswith(f"{name} is not provided by miniray: miniray covers Ray Core only")
+        assert "pip install 'ray[" in text and "instead of `miniray run`" in text, text
+
+
+def test_an_uncaught_library_import_ends_the_program_with_the_message(drivers):
+    done = miniray_run(drivers, "import ray\nimport ray.data\nprint('after')\n")
+    assert done.returncode == 1 and "after" not in done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: ray.data is not provided by miniray"), done.stderr
+    assert "pip install 'ray[data]'" in last
+
+
+def test_a_task_importing_a_library_raises_the_same_import_error(drivers):
+    done = miniray_run(drivers, """
+        import ray
+
+        @ray.remote
+        def uses_data():
+            import ray.data  # noqa: F401
+
+        ray.init(num_cpus=1)
+        try:
+            ray.get(uses_data.remote(), timeout=60)
+        except ray.exceptions.RayTaskError as error:
+            print("caught", isinstance(error, ImportError), str(error.cause))
+        ray.shutdown()
+    """)
+    assert done.returncode == 0, done.stderr
+    line = done.stdout.strip().splitlines()[-1]
+    assert line.startswith("caught True ray.data is not provided by miniray"), done.stdout
+    assert "instead of `miniray run`" in line
+
+
+def test_importing_miniray_libraries_says_to_import_ray(drivers):
+    done = drivers.run("""
+        try:
+            import miniray.tune  # noqa: F401
+        except ImportError as error:
+            print(type(error).__name__, error)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ImportError miniray.tune is not provided by"), done.stdout
+    assert "pip install 'ray[tune]') and import ray instead of miniray" in done.stdout
+
+
+def test_small_modules_and_id_classes_work_under_miniray_run(drivers):
+    done = miniray_run(drivers, """
+        import json
+        import ray
+        import ray.cloudpickle
+        import ray.types
+        from ray.util import get_node_instance_id, log_once
+
+        def check():
+            ref_hint = ray.types.ObjectRef[int]
+            out = {
+                "hint": ref_hint.__origin__ is ray.types.ObjectRef,
+                "log_once": [log_once("k"), log_once("k")],
+                "pickle": ray.cloudpickle.loads(ray.cloudpickle.dumps(lambda: 7))(),
+                "method": ray.actor.method is ray.method,
+                "instance": get_node_instance_id(),
+                "object_id": ray.ObjectID is ray.ObjectRef,
+            }
+            for name in ("NodeID", "JobID", "TaskID", "ActorID", "ObjectID", "WorkerID",
+                         "PlacementGroupID"):
+                cls = getattr(ray, name)
+                nil = cls.nil()
+                out[name] = [cls.size(), nil.hex() == "ff" * cls.size(),
+                             cls.from_hex(nil.hex()) == nil, len(nil.binary())]
+            return out
+
+        ray.init(num_cpus=1)
+        print(json.dumps({"driver": check(), "task": ray.get(ray.remote(check).remote(),
+                                                             timeout=60)}))
+        ray.shutdown()
+    """)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    sizes = {"NodeID": 28, "JobID": 4, "TaskID": 24, "ActorID": 16, "ObjectID": 28,
+             "WorkerID": 28, "PlacementGroupID": 18}
+    for where in ("driver", "task"):
+        out = report[where]
+        assert out["hint"] and out["method"] and out["object_id"], (where, out)
+        assert out["log_once"] == [True, False] and out["pickle"] == 7, (where, out)
+        assert out["instance"] == "", (where, out)
+        for name, size in sizes.items():
+            assert out[name] == [size, True, True, size], (where, name, out[name])
