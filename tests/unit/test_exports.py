@@ -13,13 +13,14 @@ RAY_TOP_LEVEL = [
     "available_resources", "cancel", "cluster_resources", "get", "get_actor", "get_gpu_ids",
     "get_runtime_context", "init", "is_initialized", "kill", "method", "nodes", "put",
     "remote", "shutdown", "timeline", "wait", "ObjectRef", "ObjectRefGenerator",
-    "DynamicObjectRefGenerator", "actor", "util",
+    "DynamicObjectRefGenerator", "actor", "util", "ActorClassID", "ActorID", "NodeID", "JobID",
+    "WorkerID", "FunctionID", "ObjectID", "TaskID", "UniqueID", "PlacementGroupID",
 ]
 # Modules Ray programs import (ray-api-surface §0).
 RAY_MODULES = [
     "exceptions", "util", "util.accelerators", "util.queue", "util.placement_group",
     "util.scheduling_strategies", "util.actor_pool", "runtime_context", "actor",
-    "remote_function", "runtime_env", "job_config",
+    "remote_function", "runtime_env", "job_config", "types", "cloudpickle", "util.debug",
 ]
 
 
