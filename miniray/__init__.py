@@ -7,6 +7,8 @@ does.
 
 from __future__ import annotations
 
+import importlib
+
 # Submodules are attributes after ``import miniray``, as in Ray (``ray.util...``).
 from miniray import actor, exceptions, util
 from miniray import cloudpickle as cloudpickle  # an attribute, not in __all__, as in Ray
@@ -55,6 +57,14 @@ ObjectID = ObjectRef
 # ``import miniray.data`` (and Ray's other libraries) raises an ImportError saying how to run the
 # program on Ray, rather than a bare "No module named".
 _out_of_scope.install()
+
+
+def __getattr__(name: str):
+    # Ray imports these three on first attribute access (``import ray; ray.data.range(3)``):
+    # here the import raises the out-of-scope ImportError instead of an AttributeError.
+    if name in _out_of_scope.LAZY_ATTRIBUTES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "__version__",

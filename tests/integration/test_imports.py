@@ -23,6 +23,9 @@ LIBRARY_IMPORTS = [
     ("from ray.job_submission import JobSubmissionClient", "ray.job_submission"),
     ("import ray.util.collective as col", "ray.util.collective"),
     ("from ray.util import collective", "ray.util.collective"),
+    # Ray imports ray.data, ray.workflow and ray.autoscaler on first attribute access.
+    ("ray.data.range(3)", "ray.data"),
+    ("ray.workflow", "ray.workflow"),
 ]
 
 
@@ -40,6 +43,7 @@ def test_ray_libraries_raise_import_error_under_miniray_run(drivers):
     statements = [statement for statement, _ in LIBRARY_IMPORTS]
     done = miniray_run(drivers, f"""
         import json
+        import ray
         results = []
         for statement in {statements!r}:
             try:

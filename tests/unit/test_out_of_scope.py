@@ -52,3 +52,16 @@ def test_from_import_raises_the_same_error(monkeypatch):
 def test_a_missing_name_that_is_no_library_is_still_a_plain_module_not_found():
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("miniray.no_such_module")
+
+
+def test_attribute_access_imports_the_lazy_libraries_as_ray_does(monkeypatch):
+    # Ray 2.60's top-level __getattr__ imports data, workflow and autoscaler on first access.
+    import miniray
+
+    monkeypatch.setattr(out_of_scope, "_alias_installed", False)
+    for name in ("data", "workflow", "autoscaler"):
+        with pytest.raises(ImportError, match=f"miniray.{name} is not provided by miniray"):
+            getattr(miniray, name)
+    with pytest.raises(AttributeError, match="has no attribute 'tune'"):
+        miniray.tune  # noqa: B018
+    assert not hasattr(miniray, "no_such_name")

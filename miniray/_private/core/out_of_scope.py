@@ -23,6 +23,10 @@ LIBRARIES = (
     "util.collective", "workflow",
 )
 
+# The libraries Ray's top-level module imports on attribute access (``ray.data`` without
+# ``import ray.data``); ``miniray.__getattr__`` does the same, so the access raises the message.
+LAZY_ATTRIBUTES = ("autoscaler", "data", "workflow")
+
 
 def library_of(fullname: str, prefix: str) -> str | None:
     """The library (``"data"``) that module ``fullname`` belongs to, if it is one of
