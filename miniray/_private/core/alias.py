@@ -54,4 +54,4 @@ def installed() -> bool:
 def install() -> None:
     if not installed():
         sys.meta_path.insert(0, RayAliasFinder())
-    out_of_scope._alias_installed = True
+    out_of_scope.speak_of_ray()

@@ -42,9 +42,15 @@ def library_of(fullname: str, prefix: str) -> str | None:
 # The pip extra that installs each library; the others come with ``ray[default]``.
 _EXTRAS = {"data": "data", "rllib": "rllib", "serve": "serve", "train": "train", "tune": "tune"}
 
-# Set by ``alias.install()``: ``from ray import data`` reaches the finder as ``miniray.data``
-# (``ray`` is the miniray module), and the message should still speak of ``ray``.
+# Set by ``alias.install()`` (``speak_of_ray``): ``from ray import data`` reaches the finder as
+# ``miniray.data`` (``ray`` is the miniray module), and the message should still say ``ray``.
 _alias_installed = False
+
+
+def speak_of_ray() -> None:
+    """The ``ray`` alias is installed: messages name ``ray.<library>`` and ``miniray run``."""
+    global _alias_installed
+    _alias_installed = True
 
 
 def message(library: str, under_alias: bool) -> str:
