@@ -1,7 +1,8 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors,
-scheduling_strategies, placement_group (importable; creating one raises). Differs:
+scheduling_strategies, placement_group (importable; creating one raises),
+register_serializer / deregister_serializer, metrics. Differs:
 ``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
 """
 
@@ -12,7 +13,7 @@ from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 
 __all__ = ["accelerators", "ActorPool", "get_node_ip_address", "inspect_serializability",
-           "list_named_actors"]
+           "list_named_actors", "register_serializer", "deregister_serializer"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
@@ -37,3 +38,21 @@ def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_
         print(f"{name or obj!r} cannot be serialized: {type(error).__name__}: {error}",
               file=print_file)
         return False, {repr(obj)}
+
+
+def register_serializer(cls: type, *, serializer, deserializer) -> None:
+    """Pickle instances of ``cls`` as ``serializer(obj)``, rebuilt by ``deserializer``.
+
+    As in Ray 2.60 the registration is local to the calling process, and the deserializer
+    travels inside each pickle, so any process can load what this one serialized (task
+    arguments, ``put`` values, results)."""
+    from miniray._private.core import serialization  # lazy: only callers of this pay for it
+
+    serialization.register_serializer(cls, serializer, deserializer)
+
+
+def deregister_serializer(cls: type) -> None:
+    """Forget the serializer of ``cls``; no effect when it has none (as in Ray 2.60)."""
+    from miniray._private.core import serialization  # lazy: only callers of this pay for it
+
+    serialization.deregister_serializer(cls)

@@ -12,6 +12,7 @@ value; plain data takes pickle's C fast path inside cloudpickle.
 
 from __future__ import annotations
 
+import copyreg
 import pickle
 import threading
 from typing import Any
@@ -42,6 +43,33 @@ def stop_collecting() -> list:
 def collected_ids() -> list | None:
     """The list the current thread's collector appends to, or None when none is active."""
     return getattr(_collecting, "ids", None)
+
+
+# Classes given a serializer by ``register_serializer``. The reducer goes into copyreg's
+# dispatch table, which both pickle's C pickler and cloudpickle consult, so values of other
+# types pay nothing. The deserializer travels inside the pickle (by value when cloudpickle
+# must), so a process that never registered the class can still load it, as in Ray.
+_custom_serializers: dict = {}
+
+
+def register_serializer(cls: type, serializer: Any, deserializer: Any) -> None:
+    """Pickle instances of exactly ``cls`` as ``deserializer(serializer(obj))``."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_serializer expects a class, got {cls!r}.")
+    if not callable(serializer) or not callable(deserializer):
+        raise TypeError("register_serializer needs callable serializer= and deserializer=.")
+
+    def reduce_custom(obj: Any) -> tuple:
+        return deserializer, (serializer(obj),)
+
+    _custom_serializers[cls] = (serializer, deserializer)
+    copyreg.dispatch_table[cls] = reduce_custom
+
+
+def deregister_serializer(cls: type) -> None:
+    """Forget ``cls``' custom serializer; ``cls`` pickles as usual again."""
+    if _custom_serializers.pop(cls, None) is not None:
+        copyreg.dispatch_table.pop(cls, None)
 
 
 def dumps(value: Any) -> bytes:
