@@ -475,3 +475,18 @@ def timeline(filename: str | None = None):
         "miniray does not record a task timeline (ray.timeline); use a profiler such as "
         "py-spy on the worker pids shown in the output prefixes."
     )
+
+
+def metrics_text() -> str:
+    """The body of ``miniray.util.metrics.prometheus_text``: this process's metric values and
+    those every other process of the current session wrote (``host/metric_files.py``)."""
+    from miniray._private.core import metric_values  # lazy: only readers of metrics load it
+    from miniray._private.host import metric_files  # lazy: as above
+
+    snapshots = [metric_values.RECORDER.snapshot()]
+    current = runtime.current()
+    session_dir = getattr(current, "session_dir", None)
+    if session_dir:
+        snapshots += metric_files.read_snapshots(session_dir, skip_pid=getattr(current, "pid",
+                                                                                None))
+    return metric_values.render(metric_values.merge(snapshots))

@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, Dict, Union
 
-from miniray._private.core import config, context, ids, runtime_envs, serialization
+from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
 from miniray._private.core.resources import NodeState, to_units
 from miniray._private.host import session
 from miniray._private.object_store import shm_segments, values
@@ -486,6 +486,7 @@ class Runtime:
             self.owner.shutdown()
         finally:
             self._release_session()
+            metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
 
     def _release_session(self) -> None:
         try:

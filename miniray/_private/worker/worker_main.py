@@ -41,7 +41,7 @@ from miniray._private.core import alias, config, context, ids, protocol, runtime
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
-from miniray._private.worker import runtime_env_setup, streaming
+from miniray._private.worker import execute, runtime_env_setup, streaming
 from miniray._private.worker.execute import (
     ArgumentsNotLoaded,
     _dumps_error,
@@ -172,8 +172,9 @@ class _Worker:
                 return
 
     def exit_process(self) -> None:
-        """Leave now: flush what was printed, then exit without running atexit hooks."""
+        """Leave now: flush what was printed and recorded, then exit without atexit hooks."""
         _flush_std()
+        execute.flush_metrics()
         os._exit(0)
 
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
@@ -409,6 +410,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
                          + traceback.format_exc())
         _flush_std()
         os._exit(1)
+    execute.metrics_session_dir = info.get("session_dir", "")
     worker = _Worker(channel, ctl, info)
     worker.runtime.runtime_env, worker.runtime.runtime_env_key = env, key
     context.set_current(worker.runtime)
