@@ -15,7 +15,7 @@ import time
 from typing import Any, Sequence, TypeVar, overload
 
 from miniray._private import runtime
-from miniray._private.core import ids
+from miniray._private.core import ids, serialization
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
 from miniray._private.object_store.values import check_session, get_values
@@ -490,3 +490,15 @@ def metrics_text() -> str:
         snapshots += metric_files.read_snapshots(session_dir, skip_pid=getattr(current, "pid",
                                                                                 None))
     return metric_values.render(metric_values.merge(snapshots))
+
+
+def register_serializer(cls: type, serializer, deserializer) -> None:
+    """The body of ``miniray.util.register_serializer``."""
+    serialization.register_serializer(cls, serializer, deserializer)
+    runtime.share_serializers()
+
+
+def deregister_serializer(cls: type) -> None:
+    """The body of ``miniray.util.deregister_serializer``."""
+    serialization.deregister_serializer(cls)
+    runtime.share_serializers()

@@ -43,16 +43,18 @@ def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_
 def register_serializer(cls: type, *, serializer, deserializer) -> None:
     """Pickle instances of ``cls`` as ``serializer(obj)``, rebuilt by ``deserializer``.
 
-    As in Ray 2.60 the registration is local to the calling process, and the deserializer
-    travels inside each pickle, so any process can load what this one serialized (task
-    arguments, ``put`` values, results)."""
-    from miniray._private.core import serialization  # lazy: only callers of this pay for it
+    The deserializer travels inside each pickle (as in Ray 2.60), so any process can load what
+    this one serialized. Registered in the driver, it is also honoured by every worker of the
+    session, those started later included, for what they serialize (results, ``put``,
+    arguments); Ray leaves workers to register it themselves. Registered in a worker, it
+    holds in that worker only, as in Ray."""
+    from miniray._private import api  # lazy: importing util loads no engine
 
-    serialization.register_serializer(cls, serializer, deserializer)
+    api.register_serializer(cls, serializer, deserializer)
 
 
 def deregister_serializer(cls: type) -> None:
     """Forget the serializer of ``cls``; no effect when it has none (as in Ray 2.60)."""
-    from miniray._private.core import serialization  # lazy: only callers of this pay for it
+    from miniray._private import api  # lazy: importing util loads no engine
 
-    serialization.deregister_serializer(cls)
+    api.deregister_serializer(cls)

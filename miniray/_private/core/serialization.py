@@ -68,8 +68,37 @@ def register_serializer(cls: type, serializer: Any, deserializer: Any) -> None:
 
 def deregister_serializer(cls: type) -> None:
     """Forget ``cls``' custom serializer; ``cls`` pickles as usual again."""
+    _from_driver.discard(cls)
     if _custom_serializers.pop(cls, None) is not None:
         copyreg.dispatch_table.pop(cls, None)
+
+
+# The classes whose serializer came from the driver's registrations (``apply_registrations``),
+# apart from those this process registered itself, which the driver's changes leave alone.
+_from_driver: set = set()
+
+
+def has_custom_serializers() -> bool:
+    return bool(_custom_serializers)
+
+
+def registrations_blob() -> bytes:
+    """This process's registrations, pickled for its session's workers."""
+    items = [(cls, pair[0], pair[1]) for cls, pair in _custom_serializers.items()]
+    return cloudpickle.dumps(items, protocol=PROTOCOL)
+
+
+def apply_registrations(blob: bytes) -> None:
+    """Take the driver's registrations (``registrations_blob``): register what is new, forget
+    what the driver deregistered."""
+    items = pickle.loads(blob)
+    wanted = {cls for cls, _, _ in items}
+    for cls in _from_driver - wanted:
+        deregister_serializer(cls)
+    _from_driver.clear()
+    for cls, serializer, deserializer in items:
+        register_serializer(cls, serializer, deserializer)
+        _from_driver.add(cls)
 
 
 def dumps(value: Any) -> bytes:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
 from miniray._private.core.task_spec import STREAMING
+from miniray._private.host import serializer_file
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.worker import execute, runtime_env_setup, streaming
@@ -113,6 +114,7 @@ class _Worker:
         capacity = info.get("store", {}).get("capacity", 1 << 30)
         self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
         self.runtime.mappings = self.mappings
+        self.serializers = serializer_file.SerializerFileWatch(info.get("session_dir", ""))
 
     # -- control thread ---------------------------------------------------------
     def start_control_thread(self) -> None:
@@ -178,7 +180,11 @@ class _Worker:
         os._exit(0)
 
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
-        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
+        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled.
+        First, the driver's custom serializers, if they changed since the last call."""
+        blob = self.serializers.changed()
+        if blob is not None:
+            serialization.apply_registrations(blob)
         try:
             args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
