@@ -78,6 +78,20 @@ def test_values_from_tasks_actors_and_the_driver_are_merged(ray):
     assert "# TYPE app_latency histogram" in text
 
 
+def test_a_threaded_actors_concurrent_calls_all_count(ray):
+    calls = metrics.Counter("app_calls")
+
+    @ray.remote(max_concurrency=4)
+    class Busy:
+        def call(self, counter):
+            counter.inc()
+            return 1
+
+    busy = Busy.remote()
+    assert sum(ray.get([busy.call.remote(calls) for _ in range(40)], timeout=GET_TIMEOUT)) == 40
+    assert _samples(metrics.prometheus_text())["app_calls_total"] == 40.0
+
+
 def test_the_last_gauge_value_set_wins_across_processes(ray):
     gauge = metrics.Gauge("app_level")
     gauge.set(1)

@@ -58,12 +58,16 @@ def test_render_text_format():
     assert mv.render({}) == ""
 
 
-def test_dirty_until_a_snapshot_clears_it():
+def test_dirty_until_a_snapshot_of_every_record_is_written():
     recorder = mv.MetricRecorder()
     assert not recorder.dirty
     recorder.record(mv.COUNTER, "c", "", {}, 1)
     assert recorder.dirty
-    recorder.snapshot()
+    generation, _ = recorder.snapshot_with_generation()
     assert recorder.dirty
-    recorder.snapshot(clear_dirty=True)
+    recorder.record(mv.COUNTER, "c", "", {}, 1)  # recorded while that snapshot was written
+    recorder.mark_flushed(generation)
+    assert recorder.dirty
+    generation, _ = recorder.snapshot_with_generation()
+    recorder.mark_flushed(generation)
     assert not recorder.dirty

@@ -25,12 +25,15 @@ COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
 
 class MetricRecorder:
-    """The series one process recorded. ``dirty`` is read without the lock on the result path:
-    a stale read only delays a flush to the next result."""
+    """The series one process recorded. ``dirty`` is read without the lock on the result path;
+    it is cleared only once a snapshot holding every record so far has been written
+    (``mark_flushed``), so a call that recorded never sends its result while its values are
+    still unwritten."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._metrics: dict = {}
+        self._generation = 0  # records so far
         self.dirty = False
 
     def declare(self, kind: str, name: str, description: str, boundaries=None) -> None:
@@ -63,13 +66,25 @@ class MetricRecorder:
                 counts[bisect.bisect_left(bounds, value)] += 1  # le: value <= boundary
                 counts[-2] += value
                 counts[-1] += 1
+            self._generation += 1
             self.dirty = True
 
-    def snapshot(self, clear_dirty: bool = False) -> dict:
+    def mark_flushed(self, generation: int) -> None:
+        """A snapshot taken at ``generation`` was written: clean unless recorded since."""
         with self._lock:
-            if clear_dirty:
+            if self._generation == generation:
                 self.dirty = False
-            return {name: {**entry, "series": {k: (list(v) if isinstance(v, list) else v)
+
+    def snapshot_with_generation(self) -> tuple:
+        with self._lock:
+            return self._generation, self._copy()
+
+    def snapshot(self) -> dict:
+        with self._lock:
+            return self._copy()
+
+    def _copy(self) -> dict:
+        return {name: {**entry, "series": {k: (list(v) if isinstance(v, list) else v)
                                                for k, v in entry["series"].items()}}
                     for name, entry in self._metrics.items()}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING, Callable, NoReturn
 
@@ -27,6 +28,9 @@ if TYPE_CHECKING:
 
 # The session directory metric snapshots go to (``host/metric_files.py``); set at start.
 metrics_session_dir = ""
+# Threaded and async actors send results from several threads: one writer of the file at a
+# time, so a snapshot never replaces a newer one half-written.
+_metrics_write_lock = threading.Lock()
 
 
 def flush_metrics() -> None:
@@ -37,8 +41,10 @@ def flush_metrics() -> None:
     from miniray._private.host import metric_files  # lazy: only processes that record load it
 
     try:
-        metric_files.write_snapshot(metrics_session_dir, os.getpid(),
-                                    metric_values.RECORDER.snapshot(clear_dirty=True))
+        with _metrics_write_lock:
+            generation, snapshot = metric_values.RECORDER.snapshot_with_generation()
+            metric_files.write_snapshot(metrics_session_dir, os.getpid(), snapshot)
+            metric_values.RECORDER.mark_flushed(generation)
     except OSError:  # the session is being removed: nothing is left to read them
         pass
 
