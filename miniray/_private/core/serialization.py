@@ -62,6 +62,7 @@ def register_serializer(cls: type, serializer: Any, deserializer: Any) -> None:
     def reduce_custom(obj: Any) -> tuple:
         return deserializer, (serializer(obj),)
 
+    _from_driver.discard(cls)  # the caller's own from now on (apply_registrations re-adds)
     _custom_serializers[cls] = (serializer, deserializer)
     copyreg.dispatch_table[cls] = reduce_custom
 
@@ -95,8 +96,9 @@ def apply_registrations(blob: bytes) -> None:
     wanted = {cls for cls, _, _ in items}
     for cls in _from_driver - wanted:
         deregister_serializer(cls)
-    _from_driver.clear()
     for cls, serializer, deserializer in items:
+        if cls in _custom_serializers and cls not in _from_driver:
+            continue  # registered by this process itself: its own choice wins
         register_serializer(cls, serializer, deserializer)
         _from_driver.add(cls)
 
