@@ -15,7 +15,7 @@ import time
 from typing import Any, Sequence, TypeVar, overload
 
 from miniray._private import runtime
-from miniray._private.core import ids
+from miniray._private.core import ids, serialization
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
 from miniray._private.object_store.values import check_session, get_values
@@ -475,3 +475,30 @@ def timeline(filename: str | None = None):
         "miniray does not record a task timeline (ray.timeline); use a profiler such as "
         "py-spy on the worker pids shown in the output prefixes."
     )
+
+
+def metrics_text() -> str:
+    """The body of ``miniray.util.metrics.prometheus_text``: this process's metric values and
+    those every other process of the current session wrote (``host/metric_files.py``)."""
+    from miniray._private.core import metric_values  # lazy: only readers of metrics load it
+    from miniray._private.host import metric_files  # lazy: as above
+
+    snapshots = [metric_values.RECORDER.snapshot()]
+    current = runtime.current()
+    session_dir = getattr(current, "session_dir", None)
+    if session_dir:
+        snapshots += metric_files.read_snapshots(session_dir, skip_pid=getattr(current, "pid",
+                                                                                None))
+    return metric_values.render(metric_values.merge(snapshots))
+
+
+def register_serializer(cls: type, serializer, deserializer) -> None:
+    """The body of ``miniray.util.register_serializer``."""
+    serialization.register_serializer(cls, serializer, deserializer)
+    runtime.share_serializers()
+
+
+def deregister_serializer(cls: type) -> None:
+    """The body of ``miniray.util.deregister_serializer``."""
+    serialization.deregister_serializer(cls)
+    runtime.share_serializers()

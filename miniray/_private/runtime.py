@@ -23,7 +23,7 @@ import sys
 import threading
 from typing import Any, Dict, Union
 
-from miniray._private.core import config, context, ids, runtime_envs, serialization
+from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
 from miniray._private.core.resources import NodeState, to_units
 from miniray._private.host import session
 from miniray._private.object_store import shm_segments, values
@@ -486,6 +486,7 @@ class Runtime:
             self.owner.shutdown()
         finally:
             self._release_session()
+            metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
 
     def _release_session(self) -> None:
         try:
@@ -812,8 +813,20 @@ def init(
         return _started(rt)
 
 
+def share_serializers(rt: Runtime | None = None) -> None:
+    """Write this driver's custom serializers where its session's workers read them
+    (``host/serializer_file.py``); nothing in a worker or without a session."""
+    from miniray._private.host import serializer_file  # lazy: only users of serializers
+
+    rt = rt if rt is not None else context.current()
+    if isinstance(rt, Runtime) and not rt._shut:
+        serializer_file.write(rt.session_dir, serialization.registrations_blob())
+
+
 def _started(rt: Runtime) -> RayContext:
     context.set_current(rt)
+    if serialization.has_custom_serializers():  # registered before init(): share them now
+        share_serializers(rt)
     _register_atexit(rt)
     logger.debug("miniray started: %s", rt.session_dir)
     return RayContext(rt.address_info())

@@ -2,9 +2,9 @@
 
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors,
 scheduling_strategies, placement_group (importable; creating one raises), log_once (from
-``miniray.util.debug``), get_node_instance_id. Differs:
-``pdb`` and ``ray_debugpy`` are not provided; ``collective`` raises ImportError saying
-how to run on Ray (``miniray/_private/core/out_of_scope.py``).
+``miniray.util.debug``), get_node_instance_id, register_serializer / deregister_serializer,
+metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided; ``collective`` raises
+ImportError saying how to run on Ray (``miniray/_private/core/out_of_scope.py``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
 
-__all__ = ["accelerators", "ActorPool", "disable_log_once_globally", "enable_periodic_logging",
-           "get_node_instance_id", "get_node_ip_address", "inspect_serializability",
-           "list_named_actors", "log_once"]
+__all__ = ["accelerators", "ActorPool", "deregister_serializer", "disable_log_once_globally",
+           "enable_periodic_logging", "get_node_instance_id", "get_node_ip_address",
+           "inspect_serializability", "list_named_actors", "log_once", "register_serializer"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
@@ -48,3 +48,23 @@ def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_
         print(f"{name or obj!r} cannot be serialized: {type(error).__name__}: {error}",
               file=print_file)
         return False, {repr(obj)}
+
+
+def register_serializer(cls: type, *, serializer, deserializer) -> None:
+    """Pickle instances of ``cls`` as ``serializer(obj)``, rebuilt by ``deserializer``.
+
+    The deserializer travels inside each pickle (as in Ray 2.60), so any process can load what
+    this one serialized. Registered in the driver, it is also honoured by every worker of the
+    session, those started later included, for what they serialize (results, ``put``,
+    arguments); Ray leaves workers to register it themselves. Registered in a worker, it
+    holds in that worker only, as in Ray."""
+    from miniray._private import api  # lazy: importing util loads no engine
+
+    api.register_serializer(cls, serializer, deserializer)
+
+
+def deregister_serializer(cls: type) -> None:
+    """Forget the serializer of ``cls``; no effect when it has none (as in Ray 2.60)."""
+    from miniray._private import api  # lazy: importing util loads no engine
+
+    api.deregister_serializer(cls)

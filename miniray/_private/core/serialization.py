@@ -12,6 +12,7 @@ value; plain data takes pickle's C fast path inside cloudpickle.
 
 from __future__ import annotations
 
+import copyreg
 import pickle
 import threading
 from typing import Any
@@ -42,6 +43,64 @@ def stop_collecting() -> list:
 def collected_ids() -> list | None:
     """The list the current thread's collector appends to, or None when none is active."""
     return getattr(_collecting, "ids", None)
+
+
+# Classes given a serializer by ``register_serializer``. The reducer goes into copyreg's
+# dispatch table, which both pickle's C pickler and cloudpickle consult, so values of other
+# types pay nothing. The deserializer travels inside the pickle (by value when cloudpickle
+# must), so a process that never registered the class can still load it, as in Ray.
+_custom_serializers: dict = {}
+
+
+def register_serializer(cls: type, serializer: Any, deserializer: Any) -> None:
+    """Pickle instances of exactly ``cls`` as ``deserializer(serializer(obj))``."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_serializer expects a class, got {cls!r}.")
+    if not callable(serializer) or not callable(deserializer):
+        raise TypeError("register_serializer needs callable serializer= and deserializer=.")
+
+    def reduce_custom(obj: Any) -> tuple:
+        return deserializer, (serializer(obj),)
+
+    _from_driver.discard(cls)  # the caller's own from now on (apply_registrations re-adds)
+    _custom_serializers[cls] = (serializer, deserializer)
+    copyreg.dispatch_table[cls] = reduce_custom
+
+
+def deregister_serializer(cls: type) -> None:
+    """Forget ``cls``' custom serializer; ``cls`` pickles as usual again."""
+    _from_driver.discard(cls)
+    if _custom_serializers.pop(cls, None) is not None:
+        copyreg.dispatch_table.pop(cls, None)
+
+
+# The classes whose serializer came from the driver's registrations (``apply_registrations``),
+# apart from those this process registered itself, which the driver's changes leave alone.
+_from_driver: set = set()
+
+
+def has_custom_serializers() -> bool:
+    return bool(_custom_serializers)
+
+
+def registrations_blob() -> bytes:
+    """This process's registrations, pickled for its session's workers."""
+    items = [(cls, pair[0], pair[1]) for cls, pair in _custom_serializers.items()]
+    return cloudpickle.dumps(items, protocol=PROTOCOL)
+
+
+def apply_registrations(blob: bytes) -> None:
+    """Take the driver's registrations (``registrations_blob``): register what is new, forget
+    what the driver deregistered."""
+    items = pickle.loads(blob)
+    wanted = {cls for cls, _, _ in items}
+    for cls in _from_driver - wanted:
+        deregister_serializer(cls)
+    for cls, serializer, deserializer in items:
+        if cls in _custom_serializers and cls not in _from_driver:
+            continue  # registered by this process itself: its own choice wins
+        register_serializer(cls, serializer, deserializer)
+        _from_driver.add(cls)
 
 
 def dumps(value: Any) -> bytes:

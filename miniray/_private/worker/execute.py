@@ -4,8 +4,9 @@ task loop (``worker_main.py``) and the actor host (``actor_host.py``).
 Owns: the RESULT tuple's layout on the worker side, the RayTaskError a failed call sends (with
 the user's frames only, Ray's wording for arguments that could not be loaded, a
 KeyboardInterrupt read as a cancellation), pickling an error that may itself not pickle,
-``sys.exit()`` in user code ending the worker process, and flushing the user's output before a
-result goes out (so output is forwarded before the caller sees the result). Does not own:
+``sys.exit()`` in user code ending the worker process, and flushing the user's output and the
+metrics it recorded before a result goes out (so the caller that sees the result also sees
+them). Does not own:
 running the call.
 Called by: ``worker_main._Worker`` and ``actor_host.ActorHost``.
 """
@@ -14,18 +15,44 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
 from typing import TYPE_CHECKING, Callable, NoReturn
 
-from miniray._private.core import ids, protocol, serialization
+from miniray._private.core import ids, metric_values, protocol, serialization
 from miniray._private.core.dependency_errors import INPUTS_FAILED
 
 if TYPE_CHECKING:
     from miniray.exceptions import RayTaskError
 
 
+# The session directory metric snapshots go to (``host/metric_files.py``); set at start.
+metrics_session_dir = ""
+# Threaded and async actors send results from several threads: one writer of the file at a
+# time, so a snapshot never replaces a newer one half-written.
+_metrics_write_lock = threading.Lock()
+
+
+def flush_metrics() -> None:
+    """Write this process's metric values if it recorded any since the last flush. A process
+    that never records pays one attribute read per result."""
+    if not metric_values.RECORDER.dirty:
+        return
+    from miniray._private.host import metric_files  # lazy: only processes that record load it
+
+    try:
+        with _metrics_write_lock:
+            generation, snapshot = metric_values.RECORDER.snapshot_with_generation()
+            metric_files.write_snapshot(metrics_session_dir, os.getpid(), snapshot)
+            metric_values.RECORDER.mark_flushed(generation)
+    except OSError:  # the session is being removed: nothing is left to read them
+        pass
+
+
 def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
     """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value])."""
+    if metric_values.RECORDER.dirty:
+        flush_metrics()
     contained = [item[2] if len(item) > 2 else () for item in results]
     plain = [item[:2] for item in results]
     return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None)

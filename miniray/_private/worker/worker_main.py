@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING
 
 from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
 from miniray._private.core.task_spec import STREAMING
+from miniray._private.host import serializer_file
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
-from miniray._private.worker import runtime_env_setup, streaming
+from miniray._private.worker import execute, runtime_env_setup, streaming
 from miniray._private.worker.execute import (
     ArgumentsNotLoaded,
     _dumps_error,
@@ -113,6 +114,7 @@ class _Worker:
         capacity = info.get("store", {}).get("capacity", 1 << 30)
         self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
         self.runtime.mappings = self.mappings
+        self.serializers = serializer_file.SerializerFileWatch(info.get("session_dir", ""))
 
     # -- control thread ---------------------------------------------------------
     def start_control_thread(self) -> None:
@@ -172,12 +174,17 @@ class _Worker:
                 return
 
     def exit_process(self) -> None:
-        """Leave now: flush what was printed, then exit without running atexit hooks."""
+        """Leave now: flush what was printed and recorded, then exit without atexit hooks."""
         _flush_std()
+        execute.flush_metrics()
         os._exit(0)
 
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
-        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled."""
+        """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled.
+        First, the driver's custom serializers, if they changed since the last call."""
+        blob = self.serializers.changed()
+        if blob is not None:
+            serialization.apply_registrations(blob)
         try:
             args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
@@ -409,6 +416,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
                          + traceback.format_exc())
         _flush_std()
         os._exit(1)
+    execute.metrics_session_dir = info.get("session_dir", "")
     worker = _Worker(channel, ctl, info)
     worker.runtime.runtime_env, worker.runtime.runtime_env_key = env, key
     context.set_current(worker.runtime)
