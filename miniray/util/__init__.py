@@ -1,6 +1,7 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
-Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors,
+Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
+list_named_actors,
 scheduling_strategies, placement_group (importable; creating one raises). Differs:
 ``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
 """

@@ -203,3 +203,29 @@ def test_lifetime_closed_pool_and_no_leaked_process(ray):
 
     with pytest.raises(ValueError, match="only 2 CPUs"):
         Pool(3)
+
+
+ALIAS_DRIVER = """
+from miniray._private.core import alias
+alias.install()
+import ray
+from ray.util.multiprocessing import Pool
+
+def cube(x):
+    return x ** 3
+
+with Pool(processes=2) as pool:
+    print("CPUS", int(ray.cluster_resources()["CPU"]))
+    print("VALUES", pool.map(cube, range(5)))
+ray.shutdown()
+"""
+
+
+def test_alias_import_and_pool_starts_the_runtime(drivers):
+    """``from ray.util.multiprocessing import Pool`` works under the ``import ray`` alias, and a
+    pool made before ``init`` starts the runtime with ``num_cpus=processes`` (Ray 2.60 does the
+    same when no cluster is running)."""
+    result = drivers.run(ALIAS_DRIVER, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "CPUS 2" in result.stdout.splitlines()
+    assert "VALUES [0, 1, 8, 27, 64]" in result.stdout.splitlines()
