@@ -1,9 +1,8 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
-list_named_actors,
-scheduling_strategies, placement_group (importable; creating one raises). Differs:
-``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
+list_named_actors, scheduling_strategies, placement_group (importable; creating one
+raises). Differs: ``collective``, ``pdb`` and ``ray_debugpy`` are not provided.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ or the running session.
 
 Owns the pool's in-process bookkeeping (actors, per-actor batch counts, closed state) and the
 pure chunking decisions; built on the public API (``remote``, ``get``, ``wait``, ``kill``).
+
+Example:
+    >>> with Pool(2) as pool:
+    ...     pool.map(abs, [-1, 2, -3])
+    [1, 2, 3]
 """
 
 from __future__ import annotations
@@ -265,11 +270,14 @@ class Pool:
 
     # ------------------------------------------------------------------------- the API
     def apply(self, func: Callable, args: tuple | None = None, kwargs: dict | None = None):
+        """``func(*args, **kwargs)`` on one pool process; its value or its exception."""
         return self.apply_async(func, args, kwargs).get()
 
     def apply_async(self, func: Callable, args: tuple | None = None,
                     kwargs: dict | None = None, callback: Callable | None = None,
                     error_callback: Callable | None = None) -> AsyncResult:
+        """``apply`` without waiting: an ``AsyncResult``; a callback gets the value, an
+        error callback the exception."""
         self._check_running()
         ref = self._run_batch(func, [(args, kwargs)])
         return AsyncResult([ref], callback, error_callback, single_result=True)
@@ -285,26 +293,32 @@ class Pool:
         return AsyncResult(refs, callback, error_callback)
 
     def map(self, func: Callable, iterable: Iterable, chunksize: int | None = None) -> list:
+        """``[func(x) for x in iterable]`` in chunks over the pool, in order."""
         return self._map_async(func, iterable, chunksize, unpack_args=False).get()
 
     def map_async(self, func: Callable, iterable: Iterable, chunksize: int | None = None,
                   callback: Callable | None = None,
                   error_callback: Callable | None = None) -> AsyncResult:
+        """``map`` without waiting: an ``AsyncResult`` of the list."""
         return self._map_async(func, iterable, chunksize, False, callback, error_callback)
 
     def starmap(self, func: Callable, iterable: Iterable, chunksize: int | None = None) -> list:
+        """``[func(*args) for args in iterable]`` in chunks over the pool, in order."""
         return self._map_async(func, iterable, chunksize, unpack_args=True).get()
 
     def starmap_async(self, func: Callable, iterable: Iterable, chunksize: int | None = None,
                       callback: Callable | None = None,
                       error_callback: Callable | None = None) -> AsyncResult:
+        """``starmap`` without waiting: an ``AsyncResult`` of the list."""
         return self._map_async(func, iterable, chunksize, True, callback, error_callback)
 
     def imap(self, func: Callable, iterable: Iterable, chunksize: int | None = 1):
+        """An iterator of ``func(x)`` in order, one chunk in flight per process."""
         self._check_running()
         return IMapIterator(self, func, iterable, chunksize, ordered=True)
 
     def imap_unordered(self, func: Callable, iterable: Iterable, chunksize: int | None = 1):
+        """An iterator of ``func(x)`` as they finish, one chunk in flight per process."""
         self._check_running()
         return IMapIterator(self, func, iterable, chunksize, ordered=False)
 
