@@ -8,8 +8,9 @@ unless told), a function's exception is re-raised as itself by ``get``/``map``/`
 ``close`` + ``join`` let queued work finish while ``terminate`` (and leaving ``with``) kills
 the actors. Differs: ``get(timeout)`` and ``next(timeout)`` raise a ``TimeoutError`` that is
 both the built-in one (what Ray raises) and ``multiprocessing.TimeoutError`` (what Ray
-exports), so either ``except`` catches it; ``ray_address`` only accepts ``None``/``"local"``
-or the running session.
+exports), so either ``except`` catches it; ``imap`` raises a failed call's exception and the
+callbacks get the values in order and the exception itself (Ray 2.60 hands out its internal
+wrappers, in completion order).
 
 Owns the pool's in-process bookkeeping (actors, per-actor batch counts, closed state) and the
 pure chunking decisions; built on the public API (``remote``, ``get``, ``wait``, ``kill``).
@@ -23,15 +24,14 @@ Example:
 from __future__ import annotations
 
 import itertools
+import logging
 import multiprocessing
 import threading
 from typing import Any, Callable, Iterable, Iterator
 
 import miniray as api
 
-# Bounds each wait of a result thread so that it notices a terminated pool.
-_POLL_S = 0.1
-
+logger = logging.getLogger(__name__)
 
 class TimeoutError(multiprocessing.TimeoutError, TimeoutError):  # noqa: A001
     """A result was not ready within the timeout given to ``get`` or ``next``."""
@@ -237,11 +237,15 @@ class Pool:
         self._stopping: list = []  # __ray_terminate__ refs join() waits on
         self._actors: list = []  # [handle, batches run]
         self._next_index = 0
+        if context is not None:
+            # Ray 2.60 warns the same way: actors, not a start method, make the processes.
+            logger.warning("The 'context' argument is not supported by miniray's Pool and is "
+                           "ignored.")
         if not api.is_initialized():
-            if ray_address not in (None, "local", "auto"):
-                raise ValueError(f"ray_address={ray_address!r} is not supported: start miniray "
-                                 "first (miniray.init(address=...)) and pass no ray_address.")
-            api.init(num_cpus=processes)
+            if ray_address in (None, "local"):
+                api.init(num_cpus=processes)
+            else:
+                api.init(address=ray_address)
         self._processes = check_processes(processes, int(api.cluster_resources()["CPU"]))
         # num_cpus=0 as in Ray: the pool's size, not the scheduler, bounds its parallelism.
         self._actor_class = api.remote(num_cpus=0, **(ray_remote_args or {}))(_PoolActor)
