@@ -201,3 +201,24 @@ def test_alias_import_and_pool_starts_the_runtime(drivers):
     assert result.returncode == 0, result.stderr
     assert "CPUS 2" in result.stdout.splitlines()
     assert "VALUES [0, 1, 8, 27, 64]" in result.stdout.splitlines()
+
+
+def test_threads_share_a_pool(ray):
+    """Calls from several threads on one pool all complete with their own values, and with
+    ``maxtasksperchild`` every batch still runs (stdlib's pool is shared by threads the same way;
+    Ray 2.60 gives the same values)."""
+    import threading
+
+    results = {}
+    with Pool(2, maxtasksperchild=2) as pool:
+        def submit(start):
+            results[start] = [pool.apply_async(square, (start + i,)) for i in range(10)]
+
+        threads = [threading.Thread(target=submit, args=(start,)) for start in (0, 100, 200)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        for start, pending in results.items():
+            assert [r.get(timeout=30) for r in pending] == [
+                (start + i) ** 2 for i in range(10)]

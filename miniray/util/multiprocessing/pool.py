@@ -234,6 +234,7 @@ class Pool:
         self._initargs = tuple(initargs or ())
         self._maxtasks = maxtasksperchild
         self._closed = False
+        self._lock = threading.Lock()  # guards _closed, _actors, _next_index, _stopping
         self._stopping: list = []  # __ray_terminate__ refs join() waits on
         self._actors: list = []  # [handle, batches run]
         self._next_index = 0
@@ -257,15 +258,19 @@ class Pool:
 
     def _run_batch(self, func: Callable, batch: list):
         """Send ``batch`` to the next actor round-robin; replace it after ``maxtasksperchild``."""
-        index = self._next_index
-        self._next_index = (index + 1) % self._processes
-        entry = self._actors[index]
-        ref = entry[0].run_batch.remote(func, batch)
-        entry[1] += 1
-        if self._maxtasks is not None and entry[1] >= self._maxtasks:
-            # Queued calls run before __ray_terminate__, so the batch just sent completes.
-            self._stopping.append(entry[0].__ray_terminate__.remote())
-            self._actors[index] = [self._new_actor(), 0]
+        # Held across the submissions (which only queue): threads sharing a pool must not pick
+        # the same slot, and a batch must reach its actor before that actor's __ray_terminate__.
+        with self._lock:
+            self._check_running()
+            index = self._next_index
+            self._next_index = (index + 1) % self._processes
+            entry = self._actors[index]
+            ref = entry[0].run_batch.remote(func, batch)
+            entry[1] += 1
+            if self._maxtasks is not None and entry[1] >= self._maxtasks:
+                # Queued calls run before __ray_terminate__, so the batch just sent completes.
+                self._stopping.append(entry[0].__ray_terminate__.remote())
+                self._actors[index] = [self._new_actor(), 0]
         return ref
 
     def _check_running(self) -> None:
@@ -336,16 +341,19 @@ class Pool:
 
     def close(self) -> None:
         """Accept no more work; queued work finishes, then each actor exits."""
-        if self._closed:
-            return
-        self._closed = True
-        for actor, _ in self._actors:
-            self._stopping.append(actor.__ray_terminate__.remote())
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for actor, _ in self._actors:
+                self._stopping.append(actor.__ray_terminate__.remote())
 
     def terminate(self) -> None:
         """Accept no more work and kill every actor now."""
         self.close()
-        for actor, _ in self._actors:
+        with self._lock:
+            actors = [actor for actor, _ in self._actors]
+        for actor in actors:
             api.kill(actor)
 
     def join(self, timeout: float | None = None) -> None:
