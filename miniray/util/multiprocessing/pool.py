@@ -27,6 +27,7 @@ import itertools
 import logging
 import multiprocessing
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator
 
 import miniray as api
@@ -234,9 +235,11 @@ class Pool:
         self._initargs = tuple(initargs or ())
         self._maxtasks = maxtasksperchild
         self._closed = False
-        self._lock = threading.Lock()  # guards _closed, _actors, _next_index, _stopping
+        # Guards _closed, _actors, _next_index, _stopping, _retiring.
+        self._lock = threading.Lock()
         self._stopping: list = []  # __ray_terminate__ refs join() waits on
-        self._actors: list = []  # [handle, batches run]
+        self._actors: list = []  # [handle, batches run, its last batch's ref]
+        self._retiring: list = []  # (handle, last ref): told to exit once that ref is ready
         self._next_index = 0
         if context is not None:
             # Ray 2.60 warns the same way: actors, not a start method, make the processes.
@@ -250,8 +253,8 @@ class Pool:
         self._processes = check_processes(processes, int(api.cluster_resources()["CPU"]))
         # num_cpus=0 as in Ray: the pool's size, not the scheduler, bounds its parallelism.
         self._actor_class = api.remote(num_cpus=0, **(ray_remote_args or {}))(_PoolActor)
-        self._actors = [[self._new_actor(), 0] for _ in range(self._processes)]
-        api.get([actor.ping.remote() for actor, _ in self._actors])
+        self._actors = [[self._new_actor(), 0, None] for _ in range(self._processes)]
+        api.get([entry[0].ping.remote() for entry in self._actors])
 
     def _new_actor(self):
         return self._actor_class.remote(self._initializer, self._initargs)
@@ -267,11 +270,32 @@ class Pool:
             entry = self._actors[index]
             ref = entry[0].run_batch.remote(func, batch)
             entry[1] += 1
+            entry[2] = ref
             if self._maxtasks is not None and entry[1] >= self._maxtasks:
-                # Queued calls run before __ray_terminate__, so the batch just sent completes.
-                self._stopping.append(entry[0].__ray_terminate__.remote())
-                self._actors[index] = [self._new_actor(), 0]
+                self._retire_locked(entry[0], ref)
+                self._actors[index] = [self._new_actor(), 0, None]
         return ref
+
+    def _retire_locked(self, actor, last_ref) -> None:
+        """Have ``actor`` exit once ``last_ref`` is ready (caller holds the lock).
+
+        __ray_terminate__ is sent only once the last batch's result is in: sent at once, the
+        exit can race the batch's reply and fail a batch that ran.
+        """
+        self._retiring.append((actor, last_ref))
+        self._reap_locked()
+
+    def _reap_locked(self) -> None:
+        """Send __ray_terminate__ to each retiring actor whose last batch is done."""
+        pending = [ref for _, ref in self._retiring if ref is not None]
+        ready = set(api.wait(pending, num_returns=len(pending), timeout=0)[0]) if pending else ()
+        still = []
+        for actor, ref in self._retiring:
+            if ref is None or ref in ready:
+                self._stopping.append(actor.__ray_terminate__.remote())
+            else:
+                still.append((actor, ref))
+        self._retiring = still
 
     def _check_running(self) -> None:
         if self._closed:
@@ -345,14 +369,15 @@ class Pool:
             if self._closed:
                 return
             self._closed = True
-            for actor, _ in self._actors:
-                self._stopping.append(actor.__ray_terminate__.remote())
+            for actor, _, last_ref in self._actors:
+                self._retire_locked(actor, last_ref)
 
     def terminate(self) -> None:
         """Accept no more work and kill every actor now."""
         self.close()
         with self._lock:
-            actors = [actor for actor, _ in self._actors]
+            actors = [entry[0] for entry in self._actors]
+            actors += [actor for actor, _ in self._retiring]
         for actor in actors:
             api.kill(actor)
 
@@ -360,6 +385,21 @@ class Pool:
         """Wait for the actors of a closed pool to exit."""
         if not self._closed:
             raise ValueError("Pool is still running")
-        if self._stopping:
-            _, self._stopping = api.wait(self._stopping, num_returns=len(self._stopping),
-                                         timeout=timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                self._reap_locked()
+                pending = [ref for _, ref in self._retiring]
+                if not pending:
+                    stopping, self._stopping = self._stopping, []
+                    break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            # Outside the lock: other threads may still use the pool's bookkeeping meanwhile.
+            api.wait(pending, num_returns=len(pending), timeout=left)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if stopping:
+            _, rest = api.wait(stopping, num_returns=len(stopping), timeout=left)
+            with self._lock:
+                self._stopping += rest
