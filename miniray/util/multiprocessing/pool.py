@@ -364,7 +364,8 @@ class Pool:
         self.terminate()
 
     def close(self) -> None:
-        """Accept no more work; queued work finishes, then each actor exits."""
+        """Accept no more work; queued work finishes, then each actor exits (told to when its
+        last batch is done: here, or in ``join``; dropping the pool also ends them)."""
         with self._lock:
             if self._closed:
                 return
