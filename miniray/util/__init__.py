@@ -1,10 +1,11 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
-Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, list_named_actors,
-scheduling_strategies, placement_group (importable; creating one raises), log_once (from
-``miniray.util.debug``), get_node_instance_id, register_serializer / deregister_serializer,
-metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided; ``collective`` raises
-ImportError saying how to run on Ray (``miniray/_private/core/out_of_scope.py``).
+Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
+list_named_actors, scheduling_strategies, placement_group (importable; creating one raises),
+log_once (from ``miniray.util.debug``), get_node_instance_id, register_serializer /
+deregister_serializer, metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided;
+``collective`` raises ImportError saying how to run on Ray
+(``miniray/_private/core/out_of_scope.py``).
 """
 
 from __future__ import annotations
