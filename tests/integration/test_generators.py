@@ -420,10 +420,13 @@ def test_dynamic_returns_one_ref_holding_a_dynamic_generator(ray):
             yield from range(n)
         line = dyn.__wrapped__.__code__.co_firstlineno  # a decorated def starts there
 
-    assert [(w.category, str(w.message), w.filename, w.lineno) for w in caught] == [(
+    # Python 3.9 reports a decorator call at the ``def`` line, later versions at the
+    # decorator's own line: either is the user's line.
+    assert [(w.category, str(w.message), w.filename) for w in caught] == [(
         RayDeprecationWarning,
         "num_returns='dynamic' is deprecated and will be removed in a future Ray release. "
-        "Use num_returns='streaming' instead.", __file__, line)]
+        "Use num_returns='streaming' instead.", __file__)]
+    assert caught[0].lineno in (line, line + 1)
     ref = dyn.remote(3)
     assert isinstance(ref, ray.ObjectRef)
     value = ray.get(ref, timeout=GET_TIMEOUT)
