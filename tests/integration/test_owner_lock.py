@@ -35,6 +35,14 @@ class _LockProbe:
         setattr(self.target, self.name, self.original)
 
 
+def _assert_exercised_and_free(probes) -> None:
+    """Each probed method was called, and never by a thread holding the owner's lock."""
+    calls = {probe.name: probe.calls for probe in probes}
+    assert all(calls.values()), calls  # each was exercised
+    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
+    assert not any(held.values()), f"called with the owner's lock held: {held}"
+
+
 def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
     owner = runtime.current().owner
 
@@ -63,10 +71,7 @@ def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
     finally:
         for probe in probes:
             probe.restore()
-    calls = {probe.name: probe.calls for probe in probes}
-    assert all(calls.values()), calls  # each was exercised
-    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
-    assert not any(held.values()), f"called with the owner's lock held: {held}"
+    _assert_exercised_and_free(probes)
 
 
 def test_actor_placement_takes_its_lease_and_worker_outside_the_owner_lock(ray):
@@ -91,10 +96,7 @@ def test_actor_placement_takes_its_lease_and_worker_outside_the_owner_lock(ray):
     finally:
         for probe in probes:
             probe.restore()
-    calls = {probe.name: probe.calls for probe in probes}
-    assert all(calls.values()), calls
-    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
-    assert not any(held.values()), f"called with the owner's lock held: {held}"
+    _assert_exercised_and_free(probes)
 
 
 def test_available_resources_sees_leases_released_just_before(ray_start):
@@ -167,7 +169,4 @@ def test_deaths_and_kills_give_leases_back_outside_the_owner_lock(ray):
     finally:
         for probe in probes:
             probe.restore()
-    calls = {probe.name: probe.calls for probe in probes}
-    assert all(calls.values()), calls
-    held = {name: [c for c in made if not c[1]] for name, made in calls.items()}
-    assert not any(held.values()), f"called with the owner's lock held: {held}"
+    _assert_exercised_and_free(probes)
