@@ -417,7 +417,7 @@ class Runtime:
             actors.handle_pickled(actor_id)
 
     def cluster_resources(self) -> dict:
-        return self.ledger.totals()
+        return self.ledger.capacity()
 
     def available_resources(self) -> dict:
         self.owner.flush_idle_leases()

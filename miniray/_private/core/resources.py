@@ -13,8 +13,13 @@ Quantities are integers in units of 1/10000 (as in Ray), so ``0.1 + 0.2`` is exa
 units and repeated acquire/release leaves no floating-point residue.
 
 Mirrors Ray's unit-instance resources (``ray._private.resource_and_label_spec`` /
-``ResourceInstanceSet`` in the raylet, Ray 2.60). Differs: placement groups and labels are not
-modelled; instance ids are the node's own strings (``CUDA_VISIBLE_DEVICES`` entries).
+``ResourceInstanceSet`` in the raylet, Ray 2.60). Differs: labels are not modelled; instance
+ids are the node's own strings (``CUDA_VISIBLE_DEVICES`` entries).
+
+Placement groups (``placement.py`` names the resources): a group's reservation is a lease
+that *provides* derived resources (``CPU_group_0_<hex>``, ...), which count as available
+capacity while the lease exists (``NodeState.capacity``); a bundle's derived GPU carries the
+device indices the group's lease holds, so a task's lease of it names real devices.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
+
+from miniray._private.core import placement
 
 __all__ = [
     "UNIT",
@@ -34,6 +41,7 @@ __all__ = [
     "infeasible_reasons",
     "node_totals",
     "plan_allocation",
+    "plan_group",
     "to_units",
 ]
 
@@ -102,9 +110,15 @@ class Lease:
     resources: dict[str, int]  # units, including instance resources' totals
     instances: dict[str, list[tuple[int, int]]]  # {"GPU": [(index, units), ...]}
     tag: str = ""  # free text for status output
+    # A placement group's reservation: the derived resources it adds (units), the device
+    # indices behind each bundle's derived unit-instance resource, and the group's record
+    # (id, name, strategy, bundles, node of each bundle, detached, creator pid).
+    provides: dict[str, int] = field(default_factory=dict)
+    provides_instances: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    group: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        d = {
             "lease_id": self.lease_id,
             "holder_pid": self.holder_pid,
             "holder_start": self.holder_start,
@@ -113,6 +127,12 @@ class Lease:
             "instances": {k: [[i, u] for i, u in v] for k, v in self.instances.items()},
             "tag": self.tag,
         }
+        if self.group is not None:
+            d["provides"] = self.provides
+            d["provides_instances"] = {
+                k: [[i, u] for i, u in v] for k, v in self.provides_instances.items()}
+            d["group"] = self.group
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Lease:
@@ -124,6 +144,10 @@ class Lease:
             resources=dict(d["resources"]),
             instances={k: [(i, u) for i, u in v] for k, v in d.get("instances", {}).items()},
             tag=d.get("tag", ""),
+            provides=dict(d.get("provides", {})),
+            provides_instances={k: [(i, u) for i, u in v]
+                                for k, v in d.get("provides_instances", {}).items()},
+            group=d.get("group"),
         )
 
 
@@ -142,17 +166,41 @@ class NodeState:
                 used[name] = used.get(name, 0) + u
         return used
 
+    def capacity(self) -> dict[str, int]:
+        """The totals plus what placement groups' reservations provide (derived names)."""
+        cap = dict(self.totals)
+        for lease in self.leases.values():
+            for name, u in lease.provides.items():
+                cap[name] = cap.get(name, 0) + u
+        return cap
+
     def available(self) -> dict[str, int]:
-        """totals - used, per resource. Can be negative where a lease grew past the totals
-        (a worker resuming after ``get()``; see ``Ledger.adjust``)."""
-        avail = dict(self.totals)
+        """capacity - used, per resource. Can be negative where a lease grew past the totals
+        (a worker resuming after ``get()``; see ``Ledger.adjust``), or holds a group's
+        resources after the group was removed."""
+        avail = self.capacity()
         for name, u in self.used().items():
             avail[name] = avail.get(name, 0) - u
         return avail
 
+    def groups(self) -> dict[str, Lease]:
+        """The placement groups reserved here, by id hex."""
+        return {lease.group["id"]: lease for lease in self.leases.values()
+                if lease.group is not None}
+
     def instance_free(self, name: str) -> list[int]:
-        """Free units of each instance of ``name`` (index order); [] when the node has none."""
-        free = [UNIT] * len(self.instance_ids.get(name, ()))
+        """Free units of each instance of ``name`` (index order); [] when the node has none.
+        For a bundle's derived name (``GPU_group_0_<hex>``), the free units of what the
+        bundle holds of each device of its base resource."""
+        parsed = placement.parse_derived(name) if "_group_" in name else None
+        if parsed is not None:
+            free = [0] * len(self.instance_ids.get(parsed[0], ()))
+            for lease in self.leases.values():
+                for index, u in lease.provides_instances.get(name, ()):
+                    if 0 <= index < len(free):
+                        free[index] += u
+        else:
+            free = [UNIT] * len(self.instance_ids.get(name, ()))
         for lease in self.leases.values():
             for index, u in lease.instances.get(name, ()):
                 if 0 <= index < len(free):
@@ -205,6 +253,19 @@ def _pick_instances(free: list[int], u: int) -> list[tuple[int, int]] | None:
     return [(index, UNIT) for index in whole] if len(whole) == k else None
 
 
+def _instance_base(name: str) -> str | None:
+    """The unit-instance resource ``name`` takes instances of: itself, or the base of a
+    bundle's derived name (``GPU_group_0_<hex>``: GPU); None for any other resource (the
+    wildcard ``GPU_group_<hex>`` is a plain count)."""
+    if name in _UNIT_INSTANCE_SET:
+        return name
+    if "_group_" in name:
+        parsed = placement.parse_derived(name)
+        if parsed is not None and parsed[1] is not None and parsed[0] in _UNIT_INSTANCE_SET:
+            return parsed[0]
+    return None
+
+
 def plan_allocation(
     state: NodeState,
     request: Mapping[str, float],
@@ -216,7 +277,8 @@ def plan_allocation(
     fractional unit-instance request above 1 (e.g. ``{"GPU": 1.5}``) or a negative amount.
     Zero-valued entries are ignored. ``instance_caps`` limits what may be taken of each
     instance (units, by index) beyond what this node has free: the share of a physical GPU
-    that other sessions on the host have not leased.
+    that other sessions on the host have not leased. A request for any bundle of a placement
+    group (``placement.wildcard_group``) takes the first bundle it fits in.
 
     Example:
         >>> s = NodeState(totals={"CPU": 20000, "GPU": 20000}, instance_ids={"GPU": ["0", "1"]})
@@ -225,18 +287,34 @@ def plan_allocation(
     """
     units = _request_units(request)
     for name, u in units.items():
-        if name in _UNIT_INSTANCE_SET:
-            _check_instance_amount(name, u)
+        base = _instance_base(name)
+        if base is not None:
+            _check_instance_amount(base, u)
     if not units:
         return Allocation(resources={}, instances={})
+    pg_hex = placement.wildcard_group(units) if any("_group_" in n for n in units) else None
+    if pg_hex is not None:
+        group = state.groups().get(pg_hex)
+        for index in range(len(group.group["bundles"]) if group is not None else 0):
+            alloc = _plan_units(state, placement.resolve_wildcard(units, pg_hex, index),
+                                instance_caps)
+            if alloc is not None:
+                return alloc
+        return None
+    return _plan_units(state, units, instance_caps)
+
+
+def _plan_units(state: NodeState, units: dict[str, int],
+                instance_caps: Mapping[str, list[int]] | None) -> Allocation | None:
     avail = state.available()
     instances: dict[str, list[tuple[int, int]]] = {}
     for name, u in units.items():
         if avail.get(name, 0) < u:
             return None
-        if name in _UNIT_INSTANCE_SET:
+        base = _instance_base(name)
+        if base is not None:
             free = state.instance_free(name)
-            caps = (instance_caps or {}).get(name)
+            caps = (instance_caps or {}).get(name) if base == name else None
             if caps is not None:
                 free = [min(f, c) for f, c in zip(free, caps)]
             picked = _pick_instances(free, u)
@@ -244,6 +322,42 @@ def plan_allocation(
                 return None
             instances[name] = picked
     return Allocation(resources=units, instances=instances)
+
+
+def plan_group(
+    state: NodeState,
+    bundles: list[Mapping[str, float]],
+    instance_caps: Mapping[str, list[int]] | None = None,
+) -> tuple[Allocation, list[dict[str, list[tuple[int, int]]]]] | None:
+    """Decides whether a placement group's ``bundles`` fit now, bundle after bundle, each
+    packed as a task of that request would be (a bundle of one GPU gets a whole device of
+    its own; two bundles of 0.5 GPU share one).
+
+    Returns the group's allocation (the sum of the bundles, their instances) and each
+    bundle's instances, or None if they do not all fit.
+
+    >>> s = NodeState(totals={"CPU": 40000, "GPU": 20000}, instance_ids={"GPU": ["0", "1"]})
+    >>> alloc, per_bundle = plan_group(s, [{"GPU": 1}, {"GPU": 1}])
+    >>> per_bundle
+    [{'GPU': [(0, 10000)]}, {'GPU': [(1, 10000)]}]
+    """
+    scratch = NodeState(totals=state.totals, instance_ids=state.instance_ids,
+                        leases=dict(state.leases))
+    resources: dict[str, int] = {}
+    instances: dict[str, list[tuple[int, int]]] = {}
+    per_bundle = []
+    for i, bundle in enumerate(bundles):
+        alloc = plan_allocation(scratch, bundle, instance_caps)
+        if alloc is None:
+            return None
+        scratch.leases[f"\0bundle{i}"] = Lease(f"\0bundle{i}", 0, None, None,
+                                               dict(alloc.resources), dict(alloc.instances))
+        for name, u in alloc.resources.items():
+            resources[name] = resources.get(name, 0) + u
+        for name, picked in alloc.instances.items():
+            instances.setdefault(name, []).extend(picked)
+        per_bundle.append({k: list(v) for k, v in alloc.instances.items()})
+    return Allocation(resources=resources, instances=instances), per_bundle
 
 
 def infeasible_reasons(
@@ -256,6 +370,8 @@ def infeasible_reasons(
     """
     reasons: list[tuple[str, float, float]] = []
     for name, u in _request_units(request).items():
+        if "_group_" in name and placement.is_derived(name):
+            continue  # a placement group's: checked against its bundles at submission
         total = state.totals.get(name, 0)
         if name in _UNIT_INSTANCE_SET:
             _check_instance_amount(name, u)

@@ -49,6 +49,7 @@ from miniray._private.core.resources import (
     NodeState,
     from_units,
     plan_allocation,
+    plan_group,
     to_units,
 )
 from miniray._private.host import procinfo
@@ -267,6 +268,75 @@ class Ledger:
         self._log_reclaimed(dead)
         return lease
 
+    def acquire_group(
+        self,
+        bundles: list[Mapping[str, float]],
+        group: dict[str, Any],
+        provides: Mapping[str, float],
+        *,
+        holder_pid: int,
+        instance_caps: Mapping[str, list[int]] | None = None,
+    ) -> Lease | None:
+        """Reserves a placement group: one lease taking the ``bundles`` (packed bundle by
+        bundle, ``resources.plan_group``) and providing the derived resources ``provides``
+        (``placement.bundle_provides``), recorded with ``group`` (its ``id`` hex, name,
+        bundles...). None if it does not fit now (after reclaiming dead holders' leases)."""
+        holder_start = procinfo.holder_start(holder_pid)
+        lease_id = os.urandom(8).hex()
+        dead: list[Lease] = []
+        pg_hex = group["id"]
+        provided = _units_from_floats(provides, "derived amount")
+        with self._locked():
+            state = self._load()
+            if pg_hex in state.groups():
+                self._keep(state)
+                raise ValueError(f"placement group {pg_hex} is already reserved")
+            plan = plan_group(state, list(bundles), instance_caps)
+            if plan is None:
+                dead = self._pop_dead(state)
+                if dead:
+                    plan = plan_group(state, list(bundles), instance_caps)
+            lease = None
+            if plan is not None:
+                alloc, per_bundle = plan
+                bundle_instances = {}
+                for index, picked in enumerate(per_bundle):
+                    for name, inst in picked.items():
+                        bundle_instances[f"{name}_group_{index}_{pg_hex}"] = list(inst)
+                lease = Lease(
+                    lease_id=lease_id, holder_pid=holder_pid, holder_start=holder_start,
+                    worker_pid=None, resources=dict(alloc.resources),
+                    instances={k: list(v) for k, v in alloc.instances.items()},
+                    tag=f"placement group {group.get('name') or pg_hex}",
+                    provides=provided, provides_instances=bundle_instances, group=dict(group),
+                )
+                state.leases[lease_id] = Lease.from_json(lease.to_json())
+            if lease is not None or dead:
+                self._write(state)
+            else:
+                self._keep(state)
+        self._log_reclaimed(dead)
+        return lease
+
+    def release_group(self, pg_hex: str) -> Lease | None:
+        """Drops a placement group's reservation; returns its lease, None if it had none
+        (never reserved, removed already, or its holder died)."""
+        with self._locked():
+            state = self._load()
+            lease = state.groups().get(pg_hex)
+            if lease is not None:
+                del state.leases[lease.lease_id]
+                self._write(state)
+            else:
+                self._keep(state)
+        return lease
+
+    def groups(self) -> dict[str, Lease]:
+        """The placement groups reserved now (lock-free read), by id hex; a group whose
+        holder died is left out (its lease is reclaimed by the next writer)."""
+        return {h: lease for h, lease in self.snapshot().groups().items()
+                if procinfo.is_alive(lease.holder_pid, lease.holder_start)}
+
     def release(self, lease_id: str) -> bool:
         """Returns a lease's resources. Idempotent: False if the lease is unknown (or gone)."""
         return self.release_many((lease_id,)) == 1
@@ -370,8 +440,12 @@ class Ledger:
         return self._read()
 
     def totals(self) -> dict[str, float]:
-        """The node's totals as floats (Ray's ``cluster_resources()``)."""
+        """The node's totals as floats."""
         return {k: from_units(u) for k, u in self._totals.items()}
+
+    def capacity(self) -> dict[str, float]:
+        """Ray's ``cluster_resources()``: the totals plus what placement groups provide."""
+        return {k: from_units(u) for k, u in self.snapshot().capacity().items() if u > 0}
 
     def available(self) -> dict[str, float]:
         """What is free now, as floats, clamped at 0 with zero entries omitted, as Ray's
@@ -379,9 +453,15 @@ class Ledger:
         return {k: from_units(u) for k, u in self.snapshot().available().items() if u > 0}
 
     def instance_ids_of(self, lease: Lease, name: str = "GPU") -> list[str]:
-        """The device ids (e.g. ``CUDA_VISIBLE_DEVICES`` entries) of a lease's instances."""
+        """The device ids (e.g. ``CUDA_VISIBLE_DEVICES`` entries) of a lease's instances,
+        those it holds of a placement group's bundle included (``GPU_group_0_<hex>``)."""
         ids = self._instance_ids.get(name, [])
-        return [ids[index] for index, _ in lease.instances.get(name, ())]
+        picked = list(lease.instances.get(name, ()))
+        prefix = f"{name}_group_"
+        for key, inst in lease.instances.items():
+            if key.startswith(prefix):
+                picked.extend(inst)
+        return [ids[index] for index, _ in picked if 0 <= index < len(ids)]
 
     def statistics(self) -> dict[str, Any]:
         """A snapshot for ``miniray status`` and tests."""

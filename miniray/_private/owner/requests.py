@@ -293,7 +293,7 @@ class WorkerRequests:
                 self._cancel_locked(*args)  # (object_id, force, recursive)
                 value = None
             elif method == protocol.CALL_CLUSTER_RESOURCES:
-                value = self.ledger.totals()
+                value = self.ledger.capacity()  # a file read, no lock
             elif method == protocol.CALL_AVAILABLE_RESOURCES:
                 self._release_idle_leases(force=True)
                 self.defer(lambda: self._reply_available(worker, req_id))  # once released

@@ -1,0 +1,263 @@
+"""Pure decisions about placement groups: validation, derived resource names, rewriting.
+
+Owns: Ray's checks of ``placement_group()``'s arguments and of a bundle index, the names of
+the resources a reserved group provides (``CPU_group_0_<hex>``, ``CPU_group_<hex>``,
+``bundle_group_...``, as Ray names them), what each bundle provides, rewriting a task's or
+actor's request into those names, resolving a request for "any bundle" (index -1) to one
+bundle, and whether a group or a request can ever fit. Does not own: the reservation itself
+(a ledger lease, ``ledger/ledger.py``, whose data model is ``resources.py``), the owner's
+bookkeeping of pending groups (``owner/placement_groups.py``) or the public API
+(``miniray/util/placement_group.py``). Every function is free of I/O and unit-tested.
+
+Design (mirrors Ray's raylet)::
+
+    placement_group(bundles) ──► one ledger lease, held by the creating driver (a detached
+        group: by the node), taking the bundles' sum of CPU/GPU/...; GPU bundles get
+        specific devices, packed bundle by bundle as tasks are.
+        The lease *provides* derived resources, which the ledger adds to what is available:
+            CPU_group_<i>_<hex>     bundle i's CPU            (for each resource R of it)
+            CPU_group_<hex>         every bundle's CPU        (the wildcard)
+            bundle_group_<i>_<hex>  1000 per bundle, bundle_group_<hex> 1000 per bundle
+    task in bundle i:  {"CPU": 1} ──► {"CPU_group_i_<hex>": 1, "CPU_group_<hex>": 1,
+                                       "bundle_group_i_<hex>": 0.001, "bundle_group_<hex>": ...}
+    task in any bundle (-1): the wildcard names only; the ledger resolves them, under its
+        lock, to the first bundle with room (``resolve_wildcard``) and takes that bundle's
+        names too.
+    a GPU bundle's derived GPU name carries the bundle's device indices, so a task in it
+    gets devices from within them (``instance_ids_of``).
+
+Every bundle carries the node it is on (here always this node); SPREAD and STRICT_SPREAD can
+later place bundles on peers by choosing per-bundle nodes where this module now refuses a
+STRICT_SPREAD group of more than one bundle.
+
+Mirrors ``ray.util.placement_group``'s validation (Ray 2.60). Differs: a STRICT_SPREAD group
+of more than one bundle, or a group larger than the node, is refused at once (Ray keeps it
+pending with no message).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping
+
+__all__ = [
+    "BUNDLE_UNITS",
+    "STRATEGIES",
+    "bundle_provides",
+    "check_bundle_index",
+    "check_bundles",
+    "check_lifetime",
+    "check_strategy",
+    "fits_bundle",
+    "group_infeasible",
+    "is_derived",
+    "parse_derived",
+    "resolve_wildcard",
+    "rewrite_request",
+    "wildcard_group",
+]
+
+STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+BUNDLE_UNITS = 1000.0  # what each bundle provides of bundle_group_* (Ray's 1000)
+TASK_BUNDLE_AMOUNT = 0.001  # what a task or actor in a bundle takes of it (Ray's)
+
+# R_group_<i>_<hex> (indexed) or R_group_<hex> (wildcard); hex is 36 characters.
+_DERIVED = re.compile(r"^(?P<base>.+)_group_(?:(?P<index>\d+)_)?(?P<hex>[0-9a-f]{36})$")
+
+
+# -- validation (Ray's wording) ----------------------------------------------------------------
+
+
+def check_bundles(bundles: Any) -> list[dict[str, float]]:
+    """Ray's checks of ``bundles``; returns them as a list of dicts of floats.
+
+    >>> check_bundles([{"CPU": 1}])
+    [{'CPU': 1.0}]
+    """
+    if not isinstance(bundles, list):
+        raise ValueError(f"Placement group bundles must be a list, got {type(bundles)}.")
+    example = 'For example: `[{"CPU": 1.0}, {"GPU": 1.0}]`.'
+    if not bundles:
+        raise ValueError(
+            f"Bundles must be a non-empty list of resource dictionaries. {example} "
+            "Got empty list instead."
+        )
+    out = []
+    for bundle in bundles:
+        if not isinstance(bundle, dict):
+            raise ValueError(
+                f"Bundles must be a non-empty list of resource dictionaries. {example}")
+        if not bundle or all(v == 0 for v in bundle.values()):
+            raise ValueError(
+                "Bundles cannot be an empty dictionary or resources with only 0 values. "
+                f"Bundles: {bundles}"
+            )
+        clean = {}
+        for name, amount in bundle.items():
+            if (not isinstance(name, str) or isinstance(amount, bool)
+                    or not isinstance(amount, (int, float))
+                    or not math.isfinite(amount) or amount < 0):
+                raise ValueError(
+                    f"Bundle resources must map names to finite amounts >= 0; got "
+                    f"{name!r}: {amount!r} in bundles {bundles}")
+            if amount:
+                clean[name] = float(amount)
+        out.append(clean)
+    return out
+
+
+def check_strategy(strategy: Any) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"Invalid placement group strategy {strategy}. Supported strategies are: "
+            f"{set(STRATEGIES)}."
+        )
+    return strategy
+
+
+def check_lifetime(lifetime: Any) -> bool:
+    """True for a detached group."""
+    if lifetime not in (None, "detached"):
+        raise ValueError(
+            "Placement group `lifetime` argument must be either `None` or 'detached'. "
+            f"Got {lifetime}."
+        )
+    return lifetime == "detached"
+
+
+def check_bundle_index(index: Any, bundle_count: int) -> None:
+    """Ray's check of ``placement_group_bundle_index`` against the group's bundles."""
+    if not isinstance(index, int) or isinstance(index, bool) or not (
+            -1 <= index < bundle_count):
+        raise ValueError(
+            f"placement group bundle index {index} is invalid. Valid placement group "
+            f"indexes: 0-{bundle_count}"
+        )
+
+
+def group_infeasible(bundles: list[dict[str, float]], strategy: str, nodes: int,
+                     totals: Mapping[str, float]) -> str | None:
+    """Why a group can never be placed on ``nodes`` nodes with these ``totals`` (the sum over
+    the nodes), or None. Only the sums are checked here: instance packing (two bundles of
+    one whole GPU on a one-GPU node) is the ledger's to find."""
+    if strategy == "STRICT_SPREAD" and len(bundles) > nodes:
+        return (
+            f"a STRICT_SPREAD placement group puts each of its {len(bundles)} bundles on a "
+            f"different node, and this cluster has {nodes} node{'s' if nodes != 1 else ''}; "
+            "use PACK or SPREAD, or fewer bundles"
+        )
+    need: dict[str, float] = {}
+    for bundle in bundles:
+        for name, amount in bundle.items():
+            need[name] = need.get(name, 0.0) + amount
+    short = [f"{name} {amount:g} but the node has {totals.get(name, 0.0):g}"
+             for name, amount in sorted(need.items())
+             if amount > totals.get(name, 0.0) + 1e-9]
+    if short:
+        return "its bundles need " + "; ".join(short)
+    return None
+
+
+# -- derived resources -------------------------------------------------------------------------
+
+
+def is_derived(name: str) -> bool:
+    return "_group_" in name and _DERIVED.match(name) is not None
+
+
+def parse_derived(name: str) -> tuple[str, int | None, str] | None:
+    """``(base, index or None for the wildcard, hex)`` of a derived name, or None.
+
+    >>> parse_derived("GPU_group_1_" + "a" * 36)[:2], parse_derived("CPU")
+    (('GPU', 1), None)
+    """
+    m = _DERIVED.match(name)
+    if m is None:
+        return None
+    index = m.group("index")
+    return m.group("base"), None if index is None else int(index), m.group("hex")
+
+
+def bundle_provides(pg_hex: str, bundles: list[dict[str, float]]) -> dict[str, float]:
+    """Every derived resource a reserved group provides, with its amount.
+
+    >>> sorted(bundle_provides("h" * 36, [{"CPU": 1}]).items())[0]
+    ('CPU_group_0_hhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhhh', 1.0)
+    """
+    out: dict[str, float] = {}
+    for index, bundle in enumerate(bundles):
+        for name, amount in {**bundle, "bundle": BUNDLE_UNITS}.items():
+            out[f"{name}_group_{index}_{pg_hex}"] = amount
+            wildcard = f"{name}_group_{pg_hex}"
+            out[wildcard] = out.get(wildcard, 0.0) + amount
+    return out
+
+
+def rewrite_request(request: Mapping[str, float], pg_hex: str,
+                    index: int) -> dict[str, float]:
+    """A task's or actor's request inside a group: every resource becomes the bundle's (and
+    the wildcard's), plus Ray's 0.001 of ``bundle_group``. ``index`` -1: the wildcard only,
+    resolved by the ledger to a bundle with room.
+
+    >>> sorted(rewrite_request({"CPU": 1}, "h" * 4, -1))  # (a real hex has 36 characters)
+    ['CPU_group_hhhh', 'bundle_group_hhhh']
+    """
+    out: dict[str, float] = {}
+    for name, amount in {**request, "bundle": TASK_BUNDLE_AMOUNT}.items():
+        if not amount:
+            continue
+        out[f"{name}_group_{pg_hex}"] = amount
+        if index >= 0:
+            out[f"{name}_group_{index}_{pg_hex}"] = amount
+    return out
+
+
+def wildcard_group(units: Mapping[str, Any]) -> str | None:
+    """The group's hex when a (rewritten) request asks for any bundle of it, else None.
+
+    >>> h = "h" * 36
+    >>> wildcard_group(rewrite_request({"CPU": 1}, h, -1)) == h
+    True
+    >>> wildcard_group(rewrite_request({"CPU": 1}, h, 0)), wildcard_group({"CPU": 1})
+    (None, None)
+    """
+    found = None
+    for name in units:
+        if name.startswith("bundle_group_"):
+            parsed = parse_derived(name)
+            if parsed is None:
+                continue
+            if parsed[1] is not None:
+                return None
+            found = parsed[2]
+    return found
+
+
+def resolve_wildcard(units: Mapping[str, Any], pg_hex: str, index: int) -> dict[str, Any]:
+    """A wildcard request with bundle ``index``'s names added (same amounts)."""
+    out = dict(units)
+    suffix = f"_group_{pg_hex}"
+    for name, amount in units.items():
+        if name.endswith(suffix):
+            out[f"{name[:-len(suffix)]}_group_{index}_{pg_hex}"] = amount
+    return out
+
+
+def fits_bundle(request: Mapping[str, float], bundles: list[dict[str, float]],
+                index: int) -> bool:
+    """Whether ``request`` fits in bundle ``index`` (any bundle for -1) when it is idle."""
+    candidates = bundles if index < 0 else [bundles[index]]
+    return any(all(bundle.get(name, 0.0) + 1e-9 >= amount
+                   for name, amount in request.items() if amount)
+               for bundle in candidates)
+
+
+def cannot_fit_message(name: str, request: Mapping[str, float],
+                       bundles: list[dict[str, float]]) -> str:
+    """Ray's ValueError text for a request no bundle of the group can hold."""
+    shown = {k: (int(v) if float(v).is_integer() else v) for k, v in request.items()}
+    return (
+        f"Cannot schedule {name} with the placement group because the resource request "
+        f"{shown} cannot fit into any bundles for the placement group, {bundles}."
+    )

@@ -1,0 +1,180 @@
+"""Placement groups' pure decisions (``core/placement.py``, ``resources.plan_group``) and
+their reservation in the ledger. Wording compared with Ray 2.60."""
+
+from __future__ import annotations
+
+import pytest
+
+from miniray._private.core import placement
+from miniray._private.core.resources import UNIT, NodeState, plan_allocation, plan_group
+from miniray._private.ledger.ledger import Ledger
+
+H = "ab" * 18  # a group id's hex (18 bytes)
+
+
+# -- validation: Ray's types and wording --------------------------------------------------------
+
+@pytest.mark.parametrize("bundles, text", [
+    ([], "Bundles must be a non-empty list of resource dictionaries. For example: "
+         '`[{"CPU": 1.0}, {"GPU": 1.0}]`. Got empty list instead.'),
+    ([{"CPU": 0}], "Bundles cannot be an empty dictionary or resources with only 0 values. "
+                   "Bundles: [{'CPU': 0}]"),
+    ([{"CPU": 1}, {}], "Bundles cannot be an empty dictionary"),
+    ([1], "Bundles must be a non-empty list of resource dictionaries."),
+    ({"CPU": 1}, "Placement group bundles must be a list, got <class 'dict'>."),
+])
+def test_bad_bundles_raise_rays_value_error(bundles, text):
+    with pytest.raises(ValueError) as info:
+        placement.check_bundles(bundles)
+    assert str(info.value).startswith(text)
+
+
+def test_bundles_are_floats_without_zero_entries():
+    assert placement.check_bundles([{"CPU": 1, "GPU": 0}]) == [{"CPU": 1.0}]
+
+
+def test_strategy_and_lifetime_checks():
+    for s in placement.STRATEGIES:
+        assert placement.check_strategy(s) == s
+    with pytest.raises(ValueError, match="Invalid placement group strategy FOO. Supported "
+                                         "strategies are: {"):
+        placement.check_strategy("FOO")
+    assert placement.check_lifetime("detached") is True
+    assert placement.check_lifetime(None) is False
+    with pytest.raises(ValueError, match="must be either `None` or 'detached'. Got x."):
+        placement.check_lifetime("x")
+
+
+@pytest.mark.parametrize("index", [2, -2, 5, 1.0, True])
+def test_bundle_index_out_of_range(index):
+    with pytest.raises(ValueError, match=f"placement group bundle index {index} is invalid. "
+                                         "Valid placement group indexes: 0-2"):
+        placement.check_bundle_index(index, 2)
+
+
+def test_bundle_index_in_range():
+    for index in (-1, 0, 1):
+        placement.check_bundle_index(index, 2)
+
+
+def test_group_infeasible():
+    totals = {"CPU": 4.0, "GPU": 1.0}
+    assert placement.group_infeasible([{"CPU": 2}, {"CPU": 2}], "PACK", 1, totals) is None
+    why = placement.group_infeasible([{"CPU": 1}, {"CPU": 1}], "STRICT_SPREAD", 1, totals)
+    assert "STRICT_SPREAD" in why and "2 bundles" in why and "1 node" in why
+    assert placement.group_infeasible([{"CPU": 1}], "STRICT_SPREAD", 1, totals) is None
+    why = placement.group_infeasible([{"CPU": 3}, {"CPU": 3, "x": 1}], "PACK", 1, totals)
+    assert why == "its bundles need CPU 6 but the node has 4; x 1 but the node has 0"
+
+
+# -- derived names and rewriting ------------------------------------------------------------------
+
+def test_bundle_provides_as_ray_names_them():
+    provides = placement.bundle_provides(H, [{"CPU": 1}, {"CPU": 2, "GPU": 1}])
+    assert provides == {
+        f"CPU_group_0_{H}": 1.0, f"CPU_group_1_{H}": 2.0, f"CPU_group_{H}": 3.0,
+        f"GPU_group_1_{H}": 1.0, f"GPU_group_{H}": 1.0,
+        f"bundle_group_0_{H}": 1000.0, f"bundle_group_1_{H}": 1000.0,
+        f"bundle_group_{H}": 2000.0,
+    }
+
+
+def test_rewrite_request_indexed_and_wildcard():
+    assert placement.rewrite_request({"CPU": 1, "GPU": 0.5}, H, 1) == {
+        f"CPU_group_{H}": 1, f"CPU_group_1_{H}": 1, f"GPU_group_{H}": 0.5,
+        f"GPU_group_1_{H}": 0.5, f"bundle_group_{H}": 0.001, f"bundle_group_1_{H}": 0.001}
+    wild = placement.rewrite_request({"CPU": 1}, H, -1)
+    assert wild == {f"CPU_group_{H}": 1, f"bundle_group_{H}": 0.001}
+    assert placement.wildcard_group(wild) == H
+    assert placement.resolve_wildcard(wild, H, 3) == {**wild, f"CPU_group_3_{H}": 1,
+                                                      f"bundle_group_3_{H}": 0.001}
+    # a zero-CPU task still takes its share of the bundle
+    assert placement.rewrite_request({}, H, 0) == {f"bundle_group_{H}": 0.001,
+                                                   f"bundle_group_0_{H}": 0.001}
+
+
+def test_parse_derived():
+    assert placement.parse_derived(f"GPU_group_12_{H}") == ("GPU", 12, H)
+    assert placement.parse_derived(f"my_res_group_{H}") == ("my_res", None, H)
+    assert placement.parse_derived("CPU_group_x") is None
+    assert not placement.is_derived("CPU")
+
+
+def test_fits_bundle_and_rays_message():
+    bundles = [{"CPU": 1.0}, {"CPU": 2.0, "x": 1.0}]
+    assert placement.fits_bundle({"CPU": 2}, bundles, -1)
+    assert not placement.fits_bundle({"CPU": 2}, bundles, 0)
+    assert placement.fits_bundle({"CPU": 1, "x": 1}, bundles, 1)
+    assert not placement.fits_bundle({"CPU": 3}, bundles, -1)
+    assert placement.cannot_fit_message("f", {"CPU": 2.0}, [{"CPU": 1.0}]) == (
+        "Cannot schedule f with the placement group because the resource request "
+        "{'CPU': 2} cannot fit into any bundles for the placement group, [{'CPU': 1.0}].")
+
+
+# -- planning -------------------------------------------------------------------------------------
+
+def test_plan_group_packs_gpu_bundles_as_tasks():
+    s = NodeState(totals={"CPU": 4 * UNIT, "GPU": 2 * UNIT}, instance_ids={"GPU": ["0", "1"]})
+    alloc, per_bundle = plan_group(s, [{"GPU": 0.5}, {"GPU": 0.5}, {"GPU": 1}])
+    assert per_bundle == [{"GPU": [(0, 5000)]}, {"GPU": [(0, 5000)]}, {"GPU": [(1, UNIT)]}]
+    assert alloc.resources == {"GPU": 2 * UNIT}
+    assert plan_group(s, [{"GPU": 1}, {"GPU": 1}, {"GPU": 0.5}]) is None
+    assert plan_group(s, [{"CPU": 5}]) is None
+
+
+def _state_with_group(bundles, gpus=2):
+    s = NodeState(totals={"CPU": 4 * UNIT, "GPU": gpus * UNIT},
+                  instance_ids={"GPU": [str(i) for i in range(gpus)]})
+    return s
+
+
+def test_ledger_reserves_a_group_and_tasks_take_its_bundles(tmp_path):
+    ledger = Ledger.create(str(tmp_path / "l.json"), {"CPU": 4, "GPU": 3},
+                           {"GPU": ["3", "5", "7"]})
+    bundles = [{"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 1}]
+    lease = ledger.acquire_group(bundles, {"id": H, "bundles": bundles},
+                                 placement.bundle_provides(H, bundles), holder_pid=1)
+    assert lease is not None
+    avail = ledger.available()
+    assert avail["CPU"] == 2 and avail["GPU"] == 1
+    assert avail[f"CPU_group_{H}"] == 2 and avail[f"GPU_group_1_{H}"] == 1
+    assert ledger.capacity()[f"bundle_group_{H}"] == 2000
+    # a task in bundle 1 gets that bundle's device, by its id
+    t1 = ledger.acquire(placement.rewrite_request({"CPU": 1, "GPU": 1}, H, 1), holder_pid=1)
+    assert ledger.instance_ids_of(t1, "GPU") == ["5"]
+    # the wildcard goes to the bundle with room: bundle 0 (bundle 1 is full)
+    t2 = ledger.acquire(placement.rewrite_request({"CPU": 1, "GPU": 1}, H, -1), holder_pid=1)
+    assert ledger.instance_ids_of(t2, "GPU") == ["3"]
+    assert ledger.acquire(placement.rewrite_request({"CPU": 1}, H, -1), holder_pid=1) is None
+    # the group's devices are not given to plain tasks
+    plain = ledger.acquire({"GPU": 1}, holder_pid=1)
+    assert ledger.instance_ids_of(plain, "GPU") == ["7"]
+    assert ledger.acquire({"GPU": 1}, holder_pid=1) is None
+    # removing the group gives back its CPU and GPUs; nothing is scheduled into it after
+    assert ledger.release_group(H) is not None
+    assert ledger.release_group(H) is None
+    assert ledger.acquire(placement.rewrite_request({}, H, -1), holder_pid=1) is None
+    for t in (t1, t2, plain):
+        ledger.release(t.lease_id)
+    assert ledger.available() == {"CPU": 4, "GPU": 3}
+
+
+def test_ledger_group_does_not_fit_and_dead_holders_groups_are_reclaimed(tmp_path):
+    ledger = Ledger.create(str(tmp_path / "l.json"), {"CPU": 2}, {})
+    big = [{"CPU": 3}]
+    assert ledger.acquire_group(big, {"id": H, "bundles": big},
+                                placement.bundle_provides(H, big), holder_pid=1) is None
+    dead_pid = 2 ** 22 + 12345  # above pid_max's default: never alive
+    b = [{"CPU": 2}]
+    ledger.acquire_group(b, {"id": H, "bundles": b}, placement.bundle_provides(H, b),
+                         holder_pid=dead_pid)
+    assert ledger.groups() == {}  # a dead holder's group is not listed
+    other = "cd" * 18
+    assert ledger.acquire_group(b, {"id": other, "bundles": b},
+                                placement.bundle_provides(other, b), holder_pid=1)
+    assert list(ledger.groups()) == [other]
+
+
+def test_plain_requests_unchanged_by_groups():
+    s = _state_with_group([])
+    assert plan_allocation(s, {"CPU": 1, "GPU": 0.5}).instances == {"GPU": [(0, 5000)]}
