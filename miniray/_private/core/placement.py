@@ -183,7 +183,7 @@ def bundle_provides(pg_hex: str, bundles: list[dict[str, float]]) -> dict[str, f
     """Every derived resource a reserved group provides, with its amount.
 
     >>> h = "a" * 36
-    >>> bundle_provides(h, [{"CPU": 1}])["CPU_group_0_" + h]
+    >>> bundle_provides(h, [{"CPU": 1.0}])["CPU_group_0_" + h]
     1.0
     """
     out: dict[str, float] = {}
