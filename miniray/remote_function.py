@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Callable, Generic
 
 from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
-from miniray._private.core import descriptors, ids, runtime_envs, serialization, signatures
+from miniray._private.core import (
+    descriptors,
+    ids,
+    placement,
+    runtime_envs,
+    serialization,
+    signatures,
+)
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
@@ -52,10 +59,13 @@ class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
     __slots__ = ("request", "num_returns", "max_retries", "retry_exceptions",
-                 "max_calls", "name", "runtime_env", "env_cache")
+                 "max_calls", "name", "runtime_env", "env_cache", "placement", "placed")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
+        # The placement group the options name ("default": the caller's, if it captures)
+        self.placement = _options.placement_option(opts)
+        self.placed: tuple = (None, None, None, None)  # (group, request, ctx, index) of the last
         num_returns = opts.get("num_returns")
         if is_generator and num_returns in (None, "streaming"):
             num_returns = STREAMING
@@ -83,6 +93,25 @@ class _Template:
             key = runtime_envs.submission_key(rt, self.runtime_env)
             self.env_cache = (rt.session_token, key)
         return key
+
+    def request_in(self, rt, function_name: str) -> tuple[dict, tuple | None]:
+        """The request and placement-group context of a submission (``placement.place``):
+        the options' group, or the caller's when it captures child tasks."""
+        placed = self.placement
+        if placed == "default":
+            placed = rt.captured_placement()
+        if placed is None:
+            return self.request, None
+        group, index, capture = placed
+        if group.is_empty():
+            return self.request, None
+        cached = self.placed
+        if cached[0] is group and cached[3] == index:
+            return cached[1], cached[2]
+        request, ctx = placement.place(self.request, group.id.hex(), group.bundle_specs,
+                                       index, capture, function_name)
+        self.placed = (group, request, ctx, index)
+        return request, ctx
 
 
 class RemoteFunction(Generic[P, R]):
@@ -187,11 +216,12 @@ class RemoteFunction(Generic[P, R]):
         task_id = ids.new_task_id()
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, count + 1)]
+        request, pg_ctx = template.request_in(rt, self._function.__name__)
         spec = TaskSpec(
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
-            self._descriptor_name, blob, deps, return_ids, num_returns, template.request,
+            self._descriptor_name, blob, deps, return_ids, num_returns, request,
             template.max_retries, template.retry_exceptions, template.max_calls, contained,
-            template.env_key(rt),
+            template.env_key(rt), pg_ctx,
         )
         rt.submit_task(spec)
         if num_returns == 1 or num_returns == DYNAMIC:

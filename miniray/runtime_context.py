@@ -103,7 +103,10 @@ class RuntimeContext:
     @property
     @_deprecated("Use get_placement_group_id() instead")
     def current_placement_group_id(self) -> ids.PlacementGroupID:
-        return ids.PlacementGroupID.nil()
+        current = self._rt.current_placement()
+        if current is None:
+            return ids.PlacementGroupID.nil()
+        return ids.PlacementGroupID(bytes.fromhex(current[0]))
 
     @_deprecated("Use get_accelerator_ids() instead")
     def get_resource_ids(self) -> dict:
@@ -168,7 +171,9 @@ class RuntimeContext:
         return ids
 
     def get_placement_group_id(self) -> str | None:
-        return None
+        """The hex id of the placement group the caller runs in, None if it runs in none."""
+        current = self._rt.current_placement()
+        return None if current is None else current[0]
 
     @property
     def namespace(self) -> str:
@@ -181,7 +186,8 @@ class RuntimeContext:
 
     @property
     def should_capture_child_tasks_in_placement_group(self) -> bool:
-        return False  # miniray has no placement groups, so nothing is captured
+        current = self._rt.current_placement()
+        return bool(current is not None and current[2])
 
     @property
     def runtime_env(self) -> RuntimeEnv:

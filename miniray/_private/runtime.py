@@ -24,6 +24,7 @@ import threading
 from typing import Any, Dict, Union
 
 from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
+from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.resources import NodeState, to_units
 from miniray._private.host import session
 from miniray._private.object_store import shm_segments, values
@@ -222,6 +223,7 @@ class Runtime:
             self.session_name = os.path.basename(self.session_dir)
             self.temp_dir = os.path.dirname(self.session_dir)
             self.node_id = info["node_id"]
+            self.node_pid = info.get("node_pid", self.pid)  # holds detached groups
             self.node_ip = info.get("node_ip", self.node_ip)
             self.address = info["address"]
             self.gpu_ids_are_ints = info["gpu_ids_are_ints"]
@@ -280,6 +282,12 @@ class Runtime:
             restart_fork_server=restart_fork_server,
         )
         self.session_token = self.owner.session_token
+        from miniray._private.owner.placement_groups import PlacementGroups  # lazy: as Owner
+
+        self.owner.pgs = PlacementGroups(
+            owner=self.owner, pid=self.pid, node_id=self.node_id,
+            holder_for_detached=getattr(self, "node_pid", self.pid),
+            totals=self.ledger.totals())
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
@@ -418,6 +426,40 @@ class Runtime:
 
     def cluster_resources(self) -> dict:
         return self.ledger.capacity()
+
+    # -- placement groups (owner/placement_groups.py) ----------------------------------------
+    def placement_group_create(self, hex_: str, bundles, strategy: str, name: str,
+                               detached: bool) -> None:
+        self.owner.pgs.create(hex_, bundles, strategy, name, detached)
+
+    def placement_group_ready(self, handle):
+        return ObjectRef(self.owner.pgs.ready_object(handle.id.hex(), handle))
+
+    def placement_group_wait(self, hex_: str, timeout: float) -> bool:
+        return self.owner.pgs.wait(hex_, timeout)
+
+    def placement_group_remove(self, hex_: str) -> None:
+        self.owner.pgs.remove(hex_)
+
+    def placement_group_lookup(self, name: str) -> tuple[str, list]:
+        return self.owner.pgs.lookup(name)
+
+    def placement_group_table(self) -> dict:
+        return self.owner.pgs.table()
+
+    def placement_group_bundles(self, hex_: str) -> list:
+        bundles = self.owner.pgs.bundles_of(hex_)
+        if bundles is None:
+            raise ValueError(f"Placement group {hex_} does not exist.")
+        return bundles
+
+    def current_placement(self):
+        """The placement group the caller runs in: none in the driver."""
+        return None
+
+    def captured_placement(self):
+        """The group a call made here is captured in: none in the driver."""
+        return None
 
     def available_resources(self) -> dict:
         self.owner.flush_idle_leases()

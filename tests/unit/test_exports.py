@@ -76,8 +76,11 @@ def test_util_exports():
     assert NodeAffinitySchedulingStrategy("x", soft=True).soft is True
 
 
-def test_placement_groups_say_they_are_not_implemented():
-    from miniray.util.placement_group import placement_group
+def test_placement_groups_validate_before_starting_anything():
+    import miniray
+    from miniray.util.placement_group import PlacementGroup, placement_group
 
-    with pytest.raises(NotImplementedError, match="Placement groups are not implemented"):
-        placement_group([{"CPU": 1}])
+    with pytest.raises(ValueError, match="Bundles must be a non-empty list"):
+        placement_group([])
+    assert not miniray.is_initialized()
+    assert PlacementGroup.__module__ == "miniray.util.placement_group"

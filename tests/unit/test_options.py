@@ -960,7 +960,7 @@ def test_public_surface():
         "validate_task_options", "validate_actor_options", "update_options",
         "task_resource_request", "actor_resource_requests", "actor_creation_checks",
         "default_max_calls", "validate_method_options", "default_max_retries",
-        "validate_method_call_options",
+        "validate_method_call_options", "placement_option",
     }  # fmt: skip
     defined_here = {
         name
@@ -970,6 +970,22 @@ def test_public_surface():
         and getattr(value, "__module__", opts.__name__) == opts.__name__
     }
     assert defined_here == set(opts.__all__)
+
+
+def test_placement_option_reads_the_options_as_ray_does():
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = object()
+    assert opts.placement_option({}) == "default"
+    assert opts.placement_option({"scheduling_strategy": "DEFAULT"}) == "default"
+    assert opts.placement_option({"scheduling_strategy": "SPREAD"}) is None
+    assert opts.placement_option({"placement_group": None}) is None
+    strategy = PlacementGroupSchedulingStrategy(group, 1, True)
+    assert opts.placement_option({"scheduling_strategy": strategy}) == (group, 1, True)
+    assert opts.placement_option({"placement_group": group}) == (group, -1, False)
+    assert opts.placement_option({"placement_group": group, "placement_group_bundle_index": 0,
+                                  "placement_group_capture_child_tasks": True}) == (
+        group, 0, True)
 
 
 # The GPU-support document: a task or actor may not ask for both num_gpus and neuron_cores

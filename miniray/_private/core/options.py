@@ -62,6 +62,7 @@ __all__ = [
     "check_remote_args",
     "default_max_calls",
     "default_max_retries",
+    "placement_option",
     "task_resource_request",
     "update_options",
     "validate_actor_options",
@@ -804,3 +805,31 @@ def default_max_retries() -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"RAY_TASK_MAX_RETRIES must be an integer, got {value!r}.") from None
+
+
+def placement_option(options: dict) -> Any:
+    """The placement group the options name, as Ray reads them at ``.remote()``:
+    ``(group, bundle_index, capture_child_tasks)``; ``"default"`` when they name none (a
+    parent's group may then capture the call); None when they opt out (``placement_group=
+    None``, or another scheduling strategy).
+
+    >>> placement_option({}), placement_option({"scheduling_strategy": "SPREAD"})
+    ('default', None)
+    """
+    strategy = options.get("scheduling_strategy")
+    if strategy is not None and type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
+        group = strategy.placement_group
+        if group is None:
+            return None
+        return (group, strategy.placement_group_bundle_index,
+                bool(strategy.placement_group_capture_child_tasks))
+    if strategy is not None and strategy != "DEFAULT":
+        return None
+    group = options.get("placement_group", "default")
+    if group == "default":
+        return "default"
+    if group is None or isinstance(group, str):
+        return None
+    index = options.get("placement_group_bundle_index", -1)
+    return (group, -1 if index is None else index,
+            bool(options.get("placement_group_capture_child_tasks")))

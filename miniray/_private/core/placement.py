@@ -51,8 +51,11 @@ __all__ = [
     "check_strategy",
     "fits_bundle",
     "group_infeasible",
+    "group_of",
+    "key_in_group",
     "is_derived",
     "parse_derived",
+    "place",
     "resolve_wildcard",
     "rewrite_request",
     "wildcard_group",
@@ -235,6 +238,27 @@ def wildcard_group(units: Mapping[str, Any]) -> str | None:
     return found
 
 
+def group_of(request: Mapping[str, Any]) -> str | None:
+    """The hex of the group a (rewritten) request is scheduled into, or None.
+
+    >>> group_of(rewrite_request({"CPU": 1}, "a" * 36, 0)) == "a" * 36, group_of({"CPU": 1})
+    (True, None)
+    """
+    for name in request:
+        if name.startswith("bundle_group_"):
+            parsed = parse_derived(name)
+            if parsed is not None:
+                return parsed[2]
+    return None
+
+
+def key_in_group(items, pg_hex: str) -> bool:
+    """Whether a scheduling key's resource items (``(name, amount)`` pairs) belong to the
+    group: they name its wildcard ``bundle_group``."""
+    wildcard = f"bundle_group_{pg_hex}"
+    return any(name == wildcard for name, _amount in items)
+
+
 def resolve_wildcard(units: Mapping[str, Any], pg_hex: str, index: int) -> dict[str, Any]:
     """A wildcard request with bundle ``index``'s names added (same amounts)."""
     out = dict(units)
@@ -252,6 +276,21 @@ def fits_bundle(request: Mapping[str, float], bundles: list[dict[str, float]],
     return any(all(bundle.get(name, 0.0) + 1e-9 >= amount
                    for name, amount in request.items() if amount)
                for bundle in candidates)
+
+
+def place(request: Mapping[str, float], pg_hex: str, bundles: list[dict[str, float]],
+          index: int, capture: bool, name: str) -> tuple[dict[str, float], tuple]:
+    """A call's request scheduled into a group: ``(rewritten request, context)``, the
+    context ``(hex, bundles, capture_child_tasks)`` being what the call sees as its current
+    group. Raises Ray's ValueError for a bad bundle index or a request no bundle can hold.
+
+    >>> place({"CPU": 1}, "a" * 36, [{"CPU": 1.0}], 0, False, "f")[1][2]
+    False
+    """
+    check_bundle_index(index, len(bundles))
+    if not fits_bundle(request, bundles, index):
+        raise ValueError(cannot_fit_message(name, request, bundles))
+    return rewrite_request(request, pg_hex, index), (pg_hex, bundles, capture)
 
 
 def cannot_fit_message(name: str, request: Mapping[str, float],

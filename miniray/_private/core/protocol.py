@@ -59,6 +59,10 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     CALL_STREAM_NEXT (task_id, index, timeout)     value ``index`` of a streaming call:
                                                    answered when it or the call's end is
                                                    there (the worker is blocked meanwhile)
+    CALL_PLACEMENT_GROUP (op, *args)               a placement group call ("create",
+                                                   "ready", "wait", "remove", "lookup",
+                                                   "table", "bundles"), run by the driver
+                                                   after its lock (ledger transactions)
 
 2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
 
@@ -153,6 +157,7 @@ CALL_CLUSTER_RESOURCES = 85
 CALL_AVAILABLE_RESOURCES = 86
 CALL_NODES = 87
 CALL_STREAM_NEXT = 88
+CALL_PLACEMENT_GROUP = 89
 
 # 2. control socket
 CANCEL = 20
@@ -206,7 +211,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
              "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
              "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
-             "CALL_STREAM_NEXT"),
+             "CALL_STREAM_NEXT", "CALL_PLACEMENT_GROUP"),
     "control": ("CANCEL",),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",

@@ -83,10 +83,14 @@ def key_tag(key) -> str:
 def worker_kind(request: dict) -> bool:
     """What a worker becomes once it runs a task of ``request``: a GPU worker (True) or not.
 
+    A task in a placement group's GPU bundle (``GPU_group_...``) is a GPU task too.
+
     >>> worker_kind({"CPU": 1, "GPU": 0.5}), worker_kind({"CPU": 1}), worker_kind({"GPU": 0})
     (True, False, False)
     """
-    return bool(request.get("GPU"))
+    if request.get("GPU"):
+        return True
+    return any(name.startswith("GPU_group_") and amount for name, amount in request.items())
 
 
 def worker_fits(kind: bool | None, request: dict) -> bool:

@@ -42,6 +42,7 @@ class TaskSpec:
         "max_calls",
         "contained",
         "runtime_env",
+        "placement",
     )
 
     def __init__(
@@ -61,6 +62,7 @@ class TaskSpec:
         max_calls: int,
         contained: tuple = (),
         runtime_env: str = "",
+        placement: tuple | None = None,
     ):
         self.task_id = task_id
         self.fn_id = fn_id
@@ -79,6 +81,9 @@ class TaskSpec:
         # The environment it runs in (runtime_envs.env_key); "" is the job's. Workers are
         # kept per environment, so it is part of the scheduling key.
         self.runtime_env = runtime_env
+        # Its placement group, (hex, bundles, capture_child_tasks) (core/placement.place);
+        # its request already names the group's resources.
+        self.placement = placement
 
     def __reduce__(self):
         return (TaskSpec, tuple(getattr(self, name) for name in TaskSpec.__slots__))
@@ -93,7 +98,7 @@ class ActorCreationSpec:
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls", "contained", "runtime_env")
+                 "max_pending_calls", "contained", "runtime_env", "pg")
 
     def __init__(self, **fields):
         for name in self.__slots__:

@@ -763,7 +763,21 @@ class ActorManager:
             self._finish(call, [(protocol.ERR, actor.death)] * max(1, call.spec.num_returns))
 
     # -- kill, cancel, lookup ------------------------------------------------------------
-    def kill(self, actor_id: bytes, no_restart: bool) -> bool:
+    def kill_in_group(self, pg_hex: str) -> None:
+        """*Locked.* The placement group ``pg_hex`` is being removed: every actor of this
+        owner placed in it (or waiting to be) is killed and never restarts, dying with Ray's
+        reason for it."""
+        wildcard = f"bundle_group_{pg_hex}"
+        for actor in list(self.actors.values()):
+            if (actor.state != A_DEAD and not actor.remote and actor.spec.placement
+                    and wildcard in actor.spec.placement):
+                self.kill(actor.spec.actor_id, True, reason=(
+                    "The actor is dead because its worker process has died. Worker exit "
+                    "type: INTENDED_SYSTEM_EXIT Worker exit detail: Destroying worker since "
+                    f"its placement group was removed. Placement group id: {pg_hex}"))
+
+    def kill(self, actor_id: bytes, no_restart: bool,
+             reason: str = "The actor is dead because it was killed by `ray.kill`.") -> bool:
         """*Locked.* SIGKILL the actor's process (once the lock is released). Unless it will
         restart, it is dead from this moment: later calls fail at once, even before the
         process is gone (its lease is returned when the fork server reports the exit).
@@ -790,7 +804,7 @@ class ActorManager:
             self._die(actor, serialization.dumps(ActorDiedError.from_context(
                 actor.spec.class_name, actor_id.hex(), pid=worker.pid if worker else None,
                 name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
-                reason="The actor is dead because it was killed by `ray.kill`.")))
+                reason=reason)))
         else:
             # It will restart: send nothing more to the dying process; calls made from now
             # on queue and run on the new one once its exit is reported.

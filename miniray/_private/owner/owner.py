@@ -39,7 +39,14 @@ import signal
 import time
 from typing import Any
 
-from miniray._private.core import config, protocol, runtime_envs, scheduling, serialization
+from miniray._private.core import (
+    config,
+    placement,
+    protocol,
+    runtime_envs,
+    scheduling,
+    serialization,
+)
 from miniray._private.core.resources import float_request
 from miniray._private.core.scheduling import (
     T_DONE,
@@ -104,6 +111,7 @@ class Owner:
         # The values of streaming generator calls, as they are yielded.
         self.streams = Streams(self.objects)
         self.actors = ActorManager(self)
+        self.pgs = None  # the placement groups (placement_groups.py), set by the runtime
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
@@ -134,6 +142,7 @@ class Owner:
             release_idle_leases=self._release_idle_leases, hello_info=hello_info,
             streams=self.streams)
         self.objects.on_free = self._object_freed
+        self.requests.placement_groups = lambda: self.pgs
         # Tasks from submission to results: argument waits, queues per key, completion.
         self.tasks = TaskQueue(
             objects=self.objects, store=store, node_state=node_state,
@@ -368,7 +377,14 @@ class Owner:
             got.append((lease, host_lease))
         unused: list = []
         to_spawn: list = []
+        group_gone = None
+        if len(got) < count and self.pgs is not None:
+            pg_hex = placement.group_of(request)
+            if pg_hex is not None and self.pgs.gone(pg_hex):  # a file read: not locked
+                group_gone = pg_hex
         with self._lock:
+            if group_gone is not None:
+                self._fail_group_queues(group_gone)
             if len(got) < count:
                 self._mark_full(now, request)
             if not self.may_dispatch():
@@ -414,7 +430,7 @@ class Owner:
     def _give_lease(self, key, request: dict, lease, host_lease, worker) -> None:
         """*Locked.* Book a new lease for ``worker`` and send it ``key``'s next task; with
         none left (done or cancelled meanwhile), the lease is idle from now."""
-        gpu_ids = self.leases.gpu_ids(lease) if request.get("GPU") else None
+        gpu_ids = self.leases.gpu_ids(lease) if scheduling.worker_kind(request) else None
         slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
         worker.lease = slot
         if worker.kind is None:  # from now on it runs tasks of this kind only
@@ -429,6 +445,44 @@ class Owner:
                 del self.tasks.queues[key]
         else:
             slot.idle_since = time.monotonic()
+
+    # -- placement groups (placement_groups.py decides; these act on this owner's work) -----
+    def wake_dispatch(self) -> None:
+        """*Locked.* Resources appeared (a group was reserved): queued work is tried now."""
+        self.leases.window.note_release()
+        self._dispatch_all()
+
+    def _fail_group_queues(self, pg_hex: str) -> None:
+        """*Locked.* The queued tasks of a removed group fail (Ray leaves them pending)."""
+        from miniray.exceptions import TaskPlacementGroupRemoved
+
+        error = TaskPlacementGroupRemoved(
+            "The placement group corresponding to this task has been removed.")
+        for table in (self.tasks.queues, self.tasks.infeasible):
+            for key in [k for k in table if placement.key_in_group(k[0], pg_hex)]:
+                for task in list(table.pop(key)):
+                    self.tasks.fail(task, error)
+
+    def placement_group_removed(self, pg_hex: str) -> None:
+        """*Locked.* A group is being removed: its queued tasks fail, its running tasks fail
+        and their workers are killed, its actors die (``actors.kill_in_group``)."""
+        from miniray.exceptions import TaskPlacementGroupRemoved
+
+        self._fail_group_queues(pg_hex)
+        error = TaskPlacementGroupRemoved(
+            "The placement group corresponding to this task has been removed.")
+        for slot in self.leases.slots():
+            if placement.key_in_group(slot.key[0], pg_hex):
+                worker = slot.worker
+                for task in list(worker.inflight):
+                    if task.state != T_DONE:
+                        self.tasks.fail(task, error)
+                self._kill_for_cancel(worker)
+        self.actors.kill_in_group(pg_hex)
+
+    def after_placement_removal(self) -> None:
+        """*Not locked.* The kills decided under the lock are sent before this returns."""
+        self._run_deferred(wait=True)
 
     def make_room(self) -> bool:
         """*Not locked.* Return idle leases so a new one may fit (given back before this
@@ -472,6 +526,8 @@ class Owner:
             with self._lock:
                 self.leases.window.note_release()
                 self._dispatch_all()
+        if self.pgs is not None and self.pgs.has_pending():
+            self.pgs.try_pending()
 
     def send(self, worker: WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
@@ -575,6 +631,7 @@ class Owner:
                 self.gpu_ids_are_ints,
                 spec.retry_exceptions,
                 spec.function_name,
+                spec.placement,
             )
             self.send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
                                 spec.args_blob, dep_values, spec.return_ids, spec.num_returns,

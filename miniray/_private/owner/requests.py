@@ -12,6 +12,7 @@ Called by: ``owner.Owner`` from the I/O thread, and ``actors.py``, with the owne
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
 from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.object_store import shm_segments
@@ -43,6 +44,7 @@ class WorkerRequests:
         self._dispatch_all = dispatch_all
         self._cancel_locked = cancel
         self._release_idle_leases = release_idle_leases
+        self.placement_groups: Callable[[], Any] = lambda: None  # the owner's, once set
         # Workers that were handed a segment (they may keep it mapped across tasks): told
         # to drop the mapping when the object is freed, so its memory really goes back.
         self._mapped_by: dict[bytes, list] = {}
@@ -234,6 +236,36 @@ class WorkerRequests:
                 self._reply(worker, req_id, result)
         self.defer(ask)
 
+    def _placement_call(self, worker, req_id, args) -> None:
+        """*Not locked.* A worker's placement group call (``placement_groups.py``): a
+        ``wait`` is one look (the worker polls), the rest as in the driver."""
+        op, rest = args[0], args[1:]
+        pgs = self.placement_groups()
+        try:
+            if op == "create":
+                value = pgs.create(*rest)
+            elif op == "ready":
+                value = pgs.ready_object(rest[0].id.hex(), rest[0])
+            elif op == "wait":
+                value = pgs.wait(rest[0], 0)
+            elif op == "remove":
+                value = pgs.remove(rest[0])
+            elif op == "lookup":
+                value = pgs.lookup(rest[0])
+            elif op == "table":
+                value = pgs.table()
+            elif op == "bundles":
+                value = pgs.bundles_of(rest[0])
+                if value is None:
+                    raise ValueError(f"Placement group {rest[0]} does not exist.")
+            else:
+                raise ValueError(f"unknown placement group call {op!r}")
+            result = (True, value)
+        except Exception as error:
+            result = (False, error)
+        with self._lock:
+            self._reply(worker, req_id, result)
+
     def _reply_available(self, worker, req_id) -> None:
         """*Not locked.* ``available_resources()`` for a worker, after idle leases went back."""
         value = self.ledger.available()
@@ -300,6 +332,9 @@ class WorkerRequests:
                 return
             elif method == protocol.CALL_NODES:
                 value = self.hello_info.get("nodes", [])
+            elif method == protocol.CALL_PLACEMENT_GROUP:
+                self.defer(lambda: self._placement_call(worker, req_id, args))  # ledger I/O
+                return
             elif method == protocol.CALL_STREAM_NEXT:
                 value = self.streams.next(args[0], args[1])
                 if value is None:  # answered when the value or the call's end is there

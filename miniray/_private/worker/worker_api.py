@@ -123,10 +123,13 @@ def _exit_now() -> None:
 class TaskContext:
     """What the currently running task may ask about itself."""
 
-    __slots__ = ("task_id", "name", "function_name", "resources", "gpu_ids", "gpu_ids_are_ints")
+    __slots__ = ("task_id", "name", "function_name", "resources", "gpu_ids", "gpu_ids_are_ints",
+                 "placement")
 
-    def __init__(self, task_id, name, function_name, resources, gpu_ids, gpu_ids_are_ints):
+    def __init__(self, task_id, name, function_name, resources, gpu_ids, gpu_ids_are_ints,
+                 placement=None):
         self.task_id = task_id
+        self.placement = placement  # (hex, bundles, capture) of its placement group, or None
         self.name = name
         self.function_name = function_name
         self.resources = resources
@@ -360,6 +363,61 @@ class WorkerRuntime:
 
     def nodes(self) -> list:
         return self.call(protocol.CALL_NODES)
+
+    # -- placement groups: asked of the driver's owner (owner/placement_groups.py) ----------
+    actor_placement = None  # an actor's placement group context, for its whole life
+
+    def current_placement(self):
+        """``(hex, bundles, capture)`` of the group the running task or actor is in."""
+        task = self.task
+        if task is not None and task.placement is not None:
+            return task.placement
+        return self.actor_placement
+
+    def captured_placement(self):
+        """``(group, -1, True)`` when the caller's group captures its child tasks."""
+        current = self.current_placement()
+        if current is None or not current[2]:
+            return None
+        from miniray._private.core.ids import PlacementGroupID  # lazy: placement only
+        from miniray._private.core.pg_handle import PlacementGroup
+
+        return PlacementGroup(PlacementGroupID(bytes.fromhex(current[0])), current[1]), -1, True
+
+    def _pg(self, op: str, *args):
+        return self.call(protocol.CALL_PLACEMENT_GROUP, op, *args)
+
+    def placement_group_create(self, hex_, bundles, strategy, name, detached) -> None:
+        self._pg("create", hex_, bundles, strategy, name, detached)
+
+    def placement_group_ready(self, handle):
+        from miniray._private.core.object_ref import ObjectRef  # lazy: placement only
+
+        return ObjectRef(self._pg("ready", handle))
+
+    def placement_group_wait(self, hex_: str, timeout: float) -> bool:
+        import time  # lazy: placement only
+
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:  # polled, so the owner never holds a request open for it
+            if self._pg("wait", hex_):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(0.02, left))
+
+    def placement_group_remove(self, hex_: str) -> None:
+        self._pg("remove", hex_)
+
+    def placement_group_lookup(self, name: str):
+        return self._pg("lookup", name)
+
+    def placement_group_table(self) -> dict:
+        return self._pg("table")
+
+    def placement_group_bundles(self, hex_: str) -> list:
+        return self._pg("bundles", hex_)
 
     def get_gpu_ids(self) -> list:
         task = self.task

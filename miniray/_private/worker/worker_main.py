@@ -240,7 +240,7 @@ class _Worker:
         from miniray.exceptions import TaskCancelledError
 
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
-        resources, gpu_ids, gpu_ints, retry_exceptions, function_name = ctx
+        resources, gpu_ids, gpu_ints, retry_exceptions, function_name, pg = ctx
         if task_id in self.cancelled:
             self.cancelled.discard(task_id)
             error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))
@@ -249,7 +249,8 @@ class _Worker:
         self._mark(name)
         self.mappings.prune()
         self._set_env(resources, gpu_ids)
-        self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints)
+        self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints,
+                                        pg)
         outcome = None
         try:
             try:

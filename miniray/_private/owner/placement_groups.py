@@ -1,0 +1,328 @@
+"""The owner's placement groups: reserving them, their ready objects, removal, the table.
+
+Owns: the groups this driver created (pending until the ledger has room, created, removed),
+each group's ``ready()`` objects, retrying pending groups when resources come back, and what
+removal does to this driver's work in the group (queued tasks fail, running ones are killed,
+actors in it die). Does not own: the reservation's accounting (a ledger lease that provides
+the group's derived resources: ``ledger.acquire_group``, decisions in ``core/resources.py``
+and ``core/placement.py``), the tasks and actors themselves (``tasks.py``, ``actors.py``).
+Called by: the runtime (the driver's public calls, without the owner's lock), the owner's
+requests (a worker's calls, from deferred work) and the owner (retries, after releases).
+
+::
+
+    create ──► validate ──► ledger.acquire_group ──► CREATED: ready objects set, dispatch
+                              │ no room now                   (tasks waiting for the group)
+                              ▼
+                           PENDING ──► retried after each release of this owner and every
+                                       RETRY_S (other drivers release too)
+    remove ──► (locked) fail queued tasks and ready objects, kill running workers and actors
+           ──► (unlocked) ledger.release_group: the group's resources are back
+
+The ledger is the table that every driver of a node shares: a group created by one driver is
+found by name (``lookup``) and listed (``table``) by every other, and removing it from any of
+them releases it. A group's lease is held by the creating driver (released with its leases
+when it leaves or dies, as Ray ends a job's groups), or by the node for a detached group.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from miniray._private.core import ids, oob, placement, protocol, serialization
+from miniray._private.core.ids import PlacementGroupID
+from miniray._private.core.pg_handle import PlacementGroup
+from miniray._private.core.resources import (
+    NodeState,
+    format_infeasible,
+    infeasible_reasons,
+    to_units,
+)
+
+PENDING = "PENDING"
+CREATED = "CREATED"
+REMOVED = "REMOVED"
+
+
+class _Group:
+    __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
+                 "created_at", "scheduled_at", "attempts", "infeasible")
+
+    def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
+        self.hex = hex_
+        self.bundles = bundles
+        self.strategy = strategy
+        self.name = name
+        self.detached = detached
+        self.state = PENDING
+        self.ready_ids: list[bytes] = []
+        self.created_at = time.time()
+        self.scheduled_at: float | None = None
+        self.attempts = 0
+        self.infeasible = False
+
+    def record(self, node_id: str) -> dict[str, Any]:
+        """What the ledger keeps of a reserved group (every driver reads it)."""
+        return {"id": self.hex, "name": self.name, "strategy": self.strategy,
+                "bundles": self.bundles, "detached": self.detached,
+                "nodes": [node_id] * len(self.bundles), "created_at": self.created_at,
+                "scheduled_at": self.scheduled_at, "attempts": self.attempts}
+
+
+def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
+    """One group in Ray's ``placement_group_table()`` layout (keys compared with Ray 2.60)."""
+    created, scheduled = record.get("created_at"), record.get("scheduled_at")
+    latency = round((scheduled - created) * 1000, 3) if created and scheduled else 0.0
+    return {
+        "placement_group_id": record["id"],
+        "name": record.get("name", ""),
+        "bundles": {i: dict(b) for i, b in enumerate(record["bundles"])},
+        "bundles_to_node_id": ({i: node for i, node in enumerate(record.get("nodes", []))}
+                               if state == CREATED or state == REMOVED else {}),
+        "strategy": record["strategy"],
+        "state": state,
+        "stats": {
+            "end_to_end_creation_latency_ms": latency if state != PENDING else 0.0,
+            "scheduling_latency_ms": latency if state != PENDING else 0.0,
+            "scheduling_attempt": record.get("attempts", 0),
+            "highest_retry_delay_ms": 0.0,
+            "scheduling_state": "FINISHED" if state != PENDING else (
+                "INFEASIBLE" if record.get("infeasible") else "QUEUED"),
+        },
+    }
+
+
+class PlacementGroups:
+    """Given at construction: the ``owner`` (its lock, ``defer``, objects, tasks, actors,
+    leases and reactor), this driver's ``pid``, the ``holder_for_detached`` pid (the node's
+    when joined to one, else this driver's: an embedded session ends with its driver), the
+    ``node_id`` and the node's ``totals`` (floats)."""
+
+    RETRY_S = 0.1
+
+    def __init__(self, *, owner, pid: int, holder_for_detached: int, node_id: str,
+                 totals: dict[str, float]):
+        self.owner = owner
+        self.ledger = owner.ledger
+        self.pid = pid
+        self.holder_for_detached = holder_for_detached
+        self.node_id = node_id
+        self.totals = totals
+        self.groups: dict[str, _Group] = {}  # this driver's, in creation order
+        self._retry_armed = False
+
+    # -- creation -----------------------------------------------------------------------
+    def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
+        """*Not locked.* Validate and reserve now if the node has room, else keep pending.
+        Raises ValueError for a group no node count can hold (STRICT_SPREAD)."""
+        why = placement.group_infeasible(bundles, strategy, 1, self.totals)
+        group = _Group(hex_, bundles, strategy, name, detached)
+        if why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1:
+            raise ValueError(f"Placement group {name or hex_} cannot be created: {why}.")
+        if why is not None:
+            group.infeasible = True
+            need: dict[str, float] = {}
+            for bundle in bundles:
+                for k, v in bundle.items():
+                    need[k] = need.get(k, 0.0) + v
+            state = NodeState(totals={k: to_units(v) for k, v in self.totals.items()},
+                              instance_ids={})
+            line = format_infeasible(need, infeasible_reasons(state, need))
+            print(f"{line.replace('the task stays pending', 'the group stays pending')} "
+                  f"(placement group {name or hex_}, strategy {strategy})",
+                  file=sys.stderr, flush=True)
+        with self.owner.locked():
+            self.owner.check_usable()
+            self.groups[hex_] = group
+        if not group.infeasible:
+            self._try(group)
+        if group.state == PENDING:
+            with self.owner.locked():
+                self._arm_retry()
+
+    def _try(self, group: _Group) -> None:
+        """*Not locked.* One attempt at the ledger; on success the group's ready objects are
+        set and the work waiting for it is dispatched."""
+        group.attempts += 1
+        holder = self.holder_for_detached if group.detached else self.pid
+        provides = placement.bundle_provides(group.hex, group.bundles)
+        group.scheduled_at = time.time()
+        try:
+            lease = self.ledger.acquire_group(group.bundles, group.record(self.node_id),
+                                              provides, holder_pid=holder)
+        except (OSError, KeyError):  # the node's ledger went with the node
+            return
+        if lease is None:
+            return
+        with self.owner.locked():
+            if group.state == REMOVED:  # removed while being reserved
+                removed = True
+            else:
+                removed = False
+                group.state = CREATED
+                ready, group.ready_ids = group.ready_ids, []
+                self._set_ready(ready, group)
+                self.owner.wake_dispatch()
+        if removed:
+            self.ledger.release_group(group.hex)
+
+    def try_pending(self) -> None:
+        """*Not locked.* Retry the pending groups, oldest first (resources came back)."""
+        for group in [g for g in self.groups.values() if g.state == PENDING]:
+            if not group.infeasible:
+                self._try(group)
+
+    def _arm_retry(self) -> None:
+        """*Locked.* Retry pending groups in RETRY_S while any is pending."""
+        if self._retry_armed or not any(g.state == PENDING and not g.infeasible
+                                        for g in self.groups.values()):
+            return
+        self._retry_armed = True
+
+        def retry() -> None:  # on the I/O thread, locked
+            self._retry_armed = False
+            if self.owner.closed():
+                return
+
+            def attempt() -> None:
+                self.try_pending()
+                with self.owner.locked():
+                    self._arm_retry()
+            self.owner.defer(attempt)
+
+        self.owner.reactor.call_later(self.RETRY_S, retry)
+
+    def has_pending(self) -> bool:
+        return any(g.state == PENDING and not g.infeasible for g in self.groups.values())
+
+    # -- ready() and wait() --------------------------------------------------------------
+    def ready_object(self, hex_: str, handle) -> bytes:
+        """*Not locked.* The id of an object that becomes ``handle`` once the group is
+        reserved (at once if it is), or holds TaskPlacementGroupRemoved."""
+        object_id = ids.new_put_id()
+        reserved = hex_ in self.ledger.groups()
+        with self.owner.locked():
+            self.owner.objects.ensure(object_id)
+            group = self.groups.get(hex_)
+            if group is not None and group.state == PENDING:
+                group.ready_ids.append(object_id)
+                return object_id
+            if reserved:
+                self._set_ready([object_id], None, handle)
+            else:
+                self._fail_ready([object_id])
+        return object_id
+
+    def _set_ready(self, object_ids, group, handle=None) -> None:
+        """*Locked.*"""
+        if not object_ids:
+            return
+        if handle is None:
+            handle = PlacementGroup(PlacementGroupID(bytes.fromhex(group.hex)), group.bundles)
+        data = oob.inline_blob(oob.serialize(handle))
+        for object_id in object_ids:
+            self.owner.objects.set_ready(object_id, protocol.OK, data)
+
+    def _fail_ready(self, object_ids) -> None:
+        """*Locked.*"""
+        from miniray.exceptions import TaskPlacementGroupRemoved
+
+        if not object_ids:
+            return
+        data = serialization.dumps(TaskPlacementGroupRemoved(
+            "The placement group corresponding to this task has been removed."))
+        for object_id in object_ids:
+            self.owner.objects.set_ready(object_id, protocol.ERR, data)
+
+    def state_of(self, hex_: str) -> str | None:
+        """*Not locked.* CREATED, PENDING, REMOVED, or None (never known here)."""
+        if hex_ in self.ledger.groups():
+            return CREATED
+        group = self.groups.get(hex_)
+        if group is None:
+            return None
+        return REMOVED if group.state == CREATED else group.state  # released by its holder
+
+    def wait(self, hex_: str, timeout: float) -> bool:
+        """*Not locked.* True once reserved, False after ``timeout`` seconds; raises if the
+        group was removed or is unknown (Ray's message)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        delay = 0.005
+        while True:
+            state = self.state_of(hex_)
+            if state == CREATED:
+                return True
+            if state in (REMOVED, None):
+                raise Exception(  # Ray raises a bare Exception here
+                    f"Placement group {PlacementGroupID(bytes.fromhex(hex_))!r} does not "
+                    "exist.")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    # -- removal --------------------------------------------------------------------------
+    def remove(self, hex_: str) -> None:
+        """*Not locked.* Release the group: this driver's work in it fails (queued tasks,
+        ready objects), running tasks and actors in it are killed, then the ledger gets
+        its resources back. Removing a group twice, or one of another driver, works."""
+        with self.owner.locked():
+            group = self.groups.get(hex_)
+            if group is not None:
+                group.state = REMOVED
+                ready, group.ready_ids = group.ready_ids, []
+                self._fail_ready(ready)
+            self.owner.placement_group_removed(hex_)
+        self.ledger.release_group(hex_)
+        self.owner.after_placement_removal()
+
+    def gone(self, hex_: str) -> bool:
+        """*Not locked.* Whether work for this group can never run: it is neither reserved
+        nor pending here (removed, by any driver, or its holder is gone)."""
+        group = self.groups.get(hex_)
+        if group is not None and group.state == PENDING:
+            return False
+        return hex_ not in self.ledger.groups()
+
+    # -- lookups --------------------------------------------------------------------------
+    def lookup(self, name: str) -> tuple[str, list]:
+        """*Not locked.* ``(hex, bundles)`` of the group called ``name`` (reserved by any
+        driver of the node, or pending here); ValueError as Ray's when there is none."""
+        for hex_, lease in self.ledger.groups().items():
+            if name and lease.group.get("name") == name:
+                return hex_, lease.group["bundles"]
+        for group in self.groups.values():
+            if name and group.name == name and group.state == PENDING:
+                return group.hex, group.bundles
+        raise ValueError(f"Failed to look up placement group with name: {name}")
+
+    def table(self) -> dict[str, dict[str, Any]]:
+        """*Not locked.* Every group known here: the node's reserved ones (any driver's),
+        then this driver's pending and removed ones."""
+        out = {}
+        for hex_, lease in self.ledger.groups().items():
+            out[hex_] = table_entry(lease.group, CREATED)
+        for group in list(self.groups.values()):
+            if group.hex in out:
+                continue
+            state = PENDING if group.state == PENDING else REMOVED
+            record = group.record(self.node_id)
+            record["infeasible"] = group.infeasible
+            out[group.hex] = table_entry(record, state)
+        return out
+
+    def bundles_of(self, hex_: str) -> list | None:
+        group = self.groups.get(hex_)
+        if group is not None:
+            return group.bundles
+        lease = self.ledger.groups().get(hex_)
+        return None if lease is None else lease.group["bundles"]
+
+    def statistics(self) -> dict[str, int]:
+        counts = {PENDING: 0, CREATED: 0, REMOVED: 0}
+        for group in self.groups.values():
+            counts[group.state] += 1
+        return {k.lower(): v for k, v in counts.items()}

@@ -1,0 +1,258 @@
+"""Placement groups end to end: reservation, tasks and actors in bundles, removal, GPUs,
+named and detached groups shared by the drivers of a node. Behaviour compared with Ray 2.60
+(its error types and wording, the derived resource names, the table's keys)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import miniray
+from miniray.exceptions import TaskPlacementGroupRemoved
+from miniray.util.placement_group import (
+    PlacementGroup,
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as InGroup
+
+
+def _derived(resources: dict, pg) -> dict:
+    """The resources named after ``pg`` (Ray's ``*_group_*_<hex>``), without the hex."""
+    hex_ = pg.id.hex()
+    return {k[: -len(hex_) - 1]: v for k, v in resources.items() if k.endswith(hex_)}
+
+
+def test_a_group_reserves_its_bundles_and_shows_them_as_ray_does(ray):
+    pg = placement_group([{"CPU": 1}], name="g1")
+    assert isinstance(pg, PlacementGroup) and len(pg.id.hex()) == 36
+    assert ray.get(pg.ready(), timeout=30) == pg
+    assert pg.wait(5) is True
+    assert pg.bundle_specs == [{"CPU": 1.0}] and pg.bundle_count == 1
+    available = ray.available_resources()
+    assert available["CPU"] == 1.0
+    assert _derived(available, pg) == {"CPU_group": 1.0, "CPU_group_0": 1.0,
+                                       "bundle_group": 1000.0, "bundle_group_0": 1000.0}
+    totals = ray.cluster_resources()
+    assert totals["CPU"] == 2.0 and _derived(totals, pg)["CPU_group_0"] == 1.0
+    entry = placement_group_table(pg)
+    assert set(entry) >= {"placement_group_id", "name", "bundles", "bundles_to_node_id",
+                          "strategy", "state", "stats"}
+    assert entry["placement_group_id"] == pg.id.hex() and entry["name"] == "g1"
+    assert entry["bundles"] == {0: {"CPU": 1.0}} and entry["strategy"] == "PACK"
+    assert entry["state"] == "CREATED"
+    assert entry["bundles_to_node_id"] == {0: ray.get_runtime_context().get_node_id()}
+    assert list(placement_group_table()) == [pg.id.hex()]
+    remove_placement_group(pg)
+    assert placement_group_table(pg)["state"] == "REMOVED"
+    assert ray.available_resources()["CPU"] == 2.0
+    assert _derived(ray.available_resources(), pg) == {}
+
+
+@pytest.mark.parametrize("kwargs, error, text", [
+    ({"bundles": []}, ValueError, "Bundles must be a non-empty list"),
+    ({"bundles": [{"CPU": 0}]}, ValueError, "Bundles cannot be an empty dictionary"),
+    ({"bundles": [{"CPU": 1}], "strategy": "FOO"}, ValueError,
+     "Invalid placement group strategy FOO"),
+    ({"bundles": [{"CPU": 1}], "lifetime": "x"}, ValueError,
+     "Placement group `lifetime` argument must be either `None` or 'detached'. Got x."),
+    ({"bundles": {"CPU": 1}}, ValueError, "Placement group bundles must be a list"),
+])
+def test_bad_arguments_raise_as_ray_does(ray, kwargs, error, text):
+    with pytest.raises(error, match=None) as info:
+        placement_group(**kwargs)
+    assert str(info.value).startswith(text)
+    assert placement_group_table() == {}
+
+
+def test_tasks_run_in_their_bundle_and_see_their_group(ray_start):
+    ray = miniray
+    ray_start(num_cpus=3)
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    def where():
+        current = get_current_placement_group()
+        return (None if current is None else current.id.hex(),
+                ray.get_runtime_context().get_placement_group_id())
+
+    hex_ = pg.id.hex()
+    assert ray.get(where.options(scheduling_strategy=InGroup(pg)).remote()) == (hex_, hex_)
+    assert ray.get(where.options(scheduling_strategy=InGroup(pg, 1)).remote()) == (hex_, hex_)
+    # the older options, and a task outside any group
+    assert ray.get(where.options(placement_group=pg).remote()) == (hex_, hex_)
+    assert ray.get(where.remote()) == (None, None)
+    assert get_current_placement_group() is None
+    # many tasks share the two bundles
+    assert len(ray.get([where.options(scheduling_strategy=InGroup(pg)).remote()
+                        for _ in range(20)], timeout=60)) == 20
+    remove_placement_group(pg)
+
+
+def test_a_task_in_a_bundle_takes_the_bundles_resources(ray):
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    def hold(seconds):
+        time.sleep(seconds)
+
+    ref = hold.options(scheduling_strategy=InGroup(pg, 0)).remote(60)
+    deadline = time.monotonic() + 20
+    while _derived(ray.available_resources(), pg).get("CPU_group_0") and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
+    available = ray.available_resources()
+    assert available["CPU"] == 1.0  # the group's CPU, not the node's other one
+    assert _derived(available, pg) == {"bundle_group": 999.999, "bundle_group_0": 999.999}
+    # a second task in the full bundle waits; one outside the group runs
+    second = hold.options(scheduling_strategy=InGroup(pg)).remote(0)
+    assert ray.wait([second], timeout=0.5)[0] == []
+    assert ray.get(hold.remote(0), timeout=30) is None
+    ray.cancel(ref, force=True)
+    assert ray.get(second, timeout=30) is None
+    remove_placement_group(pg)
+
+
+def test_bundle_index_out_of_range_and_requests_no_bundle_holds_raise_as_ray(ray):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+
+    @ray.remote
+    def f():
+        return 1
+
+    for index in (2, -2):
+        with pytest.raises(ValueError, match=f"placement group bundle index {index} is "
+                                             "invalid. Valid placement group indexes: 0-2"):
+            f.options(scheduling_strategy=InGroup(pg, index)).remote()
+    with pytest.raises(ValueError, match=r"Cannot schedule f with the placement group because "
+                       r"the resource request \{'CPU': 2\} cannot fit into any bundles for "
+                       r"the placement group, \[\{'CPU': 1.0\}, \{'CPU': 1.0\}\]."):
+        f.options(num_cpus=2, scheduling_strategy=InGroup(pg)).remote()
+    with pytest.raises(ValueError, match="cannot fit into any bundles"):
+        f.options(resources={"x": 1}, scheduling_strategy=InGroup(pg)).remote()
+    assert ray.get(f.options(num_cpus=0, scheduling_strategy=InGroup(pg)).remote(),
+                   timeout=30) == 1
+    remove_placement_group(pg)
+
+
+def test_a_group_larger_than_the_node_is_reported_at_once_and_stays_pending(ray, capfd):
+    pg = placement_group([{"CPU": 1}, {"CPU": 2}], name="big")
+    err = capfd.readouterr().err
+    assert "can never run on this node" in err and "CPU 3.0 but the node has 2.0" in err
+    assert "placement group big" in err
+    assert pg.wait(0.2) is False
+    assert ray.wait([pg.ready()], timeout=0.2)[0] == []
+    assert placement_group_table(pg)["state"] == "PENDING"
+    assert ray.available_resources()["CPU"] == 2.0
+    remove_placement_group(pg)
+
+
+def test_strict_spread_of_several_bundles_raises_naming_the_strategy_and_nodes(ray):
+    with pytest.raises(ValueError, match=r"STRICT_SPREAD.*2 bundles.*1 node"):
+        placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    pg = placement_group([{"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(10)
+    for strategy in ("PACK", "SPREAD", "STRICT_PACK"):
+        other = placement_group([{"CPU": 0.5}], strategy=strategy)
+        assert other.wait(10)
+        assert placement_group_table(other)["strategy"] == strategy
+        remove_placement_group(other)
+    remove_placement_group(pg)
+
+
+def test_a_group_that_fits_later_becomes_ready_when_resources_free_up(ray):
+    @ray.remote(num_cpus=2)
+    def busy(seconds):
+        time.sleep(seconds)
+
+    ref = busy.remote(1.5)
+    time.sleep(0.3)
+    pg = placement_group([{"CPU": 2}])
+    assert pg.wait(0.2) is False
+    assert placement_group_table(pg)["state"] == "PENDING"
+    ready = pg.ready()
+    assert ray.get(ready, timeout=30) == pg
+    ray.get(ref, timeout=30)
+    assert placement_group_table(pg)["state"] == "CREATED"
+    remove_placement_group(pg)
+
+
+def test_removing_a_group_kills_its_running_tasks_and_fails_queued_ones(ray):
+    """Ray 2.60 kills the worker and retries the task into the removed group, where it stays
+    pending forever; miniray fails it with TaskPlacementGroupRemoved instead."""
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    def sleeper():
+        time.sleep(60)
+
+    running = sleeper.options(scheduling_strategy=InGroup(pg)).remote()
+    queued = sleeper.options(scheduling_strategy=InGroup(pg, 0)).remote()
+    time.sleep(1.0)
+    start = time.monotonic()
+    remove_placement_group(pg)
+    for ref in (running, queued):
+        with pytest.raises(TaskPlacementGroupRemoved, match="has been removed"):
+            ray.get(ref, timeout=20)
+    assert time.monotonic() - start < 15
+    later = sleeper.options(scheduling_strategy=InGroup(pg)).remote()
+    with pytest.raises(TaskPlacementGroupRemoved):
+        ray.get(later, timeout=20)
+    with pytest.raises(TaskPlacementGroupRemoved):
+        ray.get(pg.ready(), timeout=20)
+    with pytest.raises(Exception, match="does not exist"):
+        pg.wait(1)
+    remove_placement_group(pg)  # twice: no error, as in Ray
+    assert ray.available_resources()["CPU"] == 2.0
+
+
+def test_a_handle_passed_to_a_task_works_there(ray):
+    pg = placement_group([{"CPU": 1}], name="passed")
+
+    @ray.remote(num_cpus=0)
+    def use(group):
+        return (group.bundle_count, group.wait(20), ray.get(group.ready(), timeout=20) == group,
+                get_placement_group("passed") == group,
+                list(placement_group_table()) == [group.id.hex()])
+
+    assert ray.get(use.remote(pg), timeout=60) == (1, True, True, True, True)
+    remove_placement_group(pg)
+
+
+def test_child_tasks_are_captured_only_when_asked(ray):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote(num_cpus=0)
+    def child():
+        return ray.get_runtime_context().get_placement_group_id()
+
+    @ray.remote(num_cpus=0)
+    def parent():
+        ctx = ray.get_runtime_context()
+        return ctx.should_capture_child_tasks_in_placement_group, ray.get(child.remote())
+
+    captured = parent.options(scheduling_strategy=InGroup(
+        pg, placement_group_capture_child_tasks=True)).remote()
+    assert ray.get(captured, timeout=60) == (True, pg.id.hex())
+    plain = parent.options(scheduling_strategy=InGroup(pg)).remote()
+    assert ray.get(plain, timeout=60) == (False, None)
+    remove_placement_group(pg)
+
+
+def test_get_placement_group_by_name_and_missing_name(ray):
+    pg = placement_group([{"CPU": 1}], name="named")
+    assert get_placement_group("named") == pg
+    assert get_placement_group("named").bundle_specs == [{"CPU": 1.0}]
+    with pytest.raises(ValueError, match="Failed to look up placement group with name: nope"):
+        get_placement_group("nope")
+    remove_placement_group(pg)
+    with pytest.raises(ValueError, match="Failed to look up"):
+        get_placement_group("named")
