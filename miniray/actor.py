@@ -34,6 +34,7 @@ from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import context, ids, runtime_envs, serialization, signatures
 from miniray._private.core import options as _options
+from miniray._private.core import placement as _placement
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import (
     DYNAMIC,
@@ -162,6 +163,16 @@ class ActorClass(Generic[T]):
         placement, held = _options.actor_resource_requests(opts)
         if opts.get("num_cpus") is None:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
+        pg_ctx = None
+        placed = _options.placement_option(opts)
+        if placed == "default":
+            placed = rt.captured_placement()
+        if placed is not None and not placed[0].is_empty():
+            group, index, capture = placed
+            hex_ = group.id.hex()
+            placement, pg_ctx = _placement.place(placement, hex_, group.bundle_specs, index,
+                                                 capture, self._cls.__name__)
+            held = _placement.rewrite_request(held, hex_, index)
         max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
         fn_id, data = self._export()
         blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
@@ -183,6 +194,7 @@ class ActorClass(Generic[T]):
             max_pending_calls=opts.get("max_pending_calls"), contained=contained,
             runtime_env=runtime_envs.submission_key(
                 rt, runtime_envs.parse_for_task(opts.get("runtime_env"))),
+            pg=pg_ctx,
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)

@@ -4,12 +4,13 @@ named and detached groups shared by the drivers of a node. Behaviour compared wi
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
 
 import miniray
-from miniray.exceptions import TaskPlacementGroupRemoved
+from miniray.exceptions import ActorDiedError, TaskPlacementGroupRemoved
 from miniray.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -256,3 +257,72 @@ def test_get_placement_group_by_name_and_missing_name(ray):
     remove_placement_group(pg)
     with pytest.raises(ValueError, match="Failed to look up"):
         get_placement_group("named")
+
+
+# -- actors ---------------------------------------------------------------------------------------
+
+def test_actors_run_in_their_bundle_and_see_their_group(ray):
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote(num_cpus=1)
+    class Member:
+        def group(self):
+            current = get_current_placement_group()
+            return None if current is None else current.id.hex()
+
+    a = Member.options(scheduling_strategy=InGroup(pg, 0)).remote()
+    b = Member.options(scheduling_strategy=InGroup(pg)).remote()  # any bundle: the other
+    assert ray.get([a.group.remote(), b.group.remote()], timeout=60) == [pg.id.hex()] * 2
+    available = _derived(ray.available_resources(), pg)
+    assert "CPU_group" not in available and "CPU_group_0" not in available
+    assert "CPU_group_1" not in available
+    # the group is full: a third member waits for room
+    c = Member.options(scheduling_strategy=InGroup(pg)).remote()
+    assert ray.wait([c.group.remote()], timeout=0.5)[0] == []
+    ray.kill(a)
+    assert ray.get(c.group.remote(), timeout=30) == pg.id.hex()
+    remove_placement_group(pg)
+
+
+def test_a_default_actor_in_a_bundle_holds_no_cpu_there(ray):
+    """As in Ray: an actor without resource options needs 1 CPU to be placed and holds none
+    while it lives, so a task fits in its bundle beside it."""
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    class Plain:
+        def ping(self):
+            return "pong"
+
+    @ray.remote
+    def task():
+        return "ran"
+
+    actor = Plain.options(scheduling_strategy=InGroup(pg)).remote()
+    assert ray.get(actor.ping.remote(), timeout=30) == "pong"
+    assert ray.get(task.options(scheduling_strategy=InGroup(pg)).remote(), timeout=30) == "ran"
+    remove_placement_group(pg)
+
+
+def test_removing_a_group_kills_its_actors_with_rays_reason(ray):
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote(num_cpus=1)
+    class Member:
+        def ping(self):
+            return os.getpid()
+
+    actor = Member.options(scheduling_strategy=InGroup(pg)).remote()
+    waiting = Member.options(scheduling_strategy=InGroup(pg)).remote()  # no room: pending
+    pid = ray.get(actor.ping.remote(), timeout=30)
+    remove_placement_group(pg)
+    for handle in (actor, waiting):
+        with pytest.raises(ActorDiedError, match="placement group was removed"):
+            ray.get(handle.ping.remote(), timeout=20)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ray.available_resources()["CPU"] == 2.0

@@ -269,6 +269,40 @@ def resolve_wildcard(units: Mapping[str, Any], pg_hex: str, index: int) -> dict[
     return out
 
 
+def keeps_instances(name: str) -> bool:
+    """Whether a lease's amount of ``name`` is tied to devices (GPU, or a bundle's GPU), so
+    an actor's lease cannot be shrunk in it."""
+    if name == "GPU":
+        return True
+    parsed = parse_derived(name) if "_group_" in name else None
+    return parsed is not None and parsed[0] == "GPU" and parsed[1] is not None
+
+
+def as_leased(request: Mapping[str, float], held: Mapping[str, float],
+              leased: Mapping[str, Any]) -> tuple[dict, dict]:
+    """An actor's placement and held requests with the bundle its lease resolved "any
+    bundle" to (``leased``: the lease's resources), so that shrinking the lease to what the
+    actor holds covers the bundle's own names too. Other requests come back unchanged.
+
+    >>> h = "a" * 36
+    >>> p, k = as_leased(rewrite_request({"CPU": 1}, h, -1), rewrite_request({}, h, -1),
+    ...                  resolve_wildcard(rewrite_request({"CPU": 1}, h, -1), h, 1))
+    >>> sorted(n[:-37] for n in p)
+    ['CPU_group', 'CPU_group_1', 'bundle_group', 'bundle_group_1']
+    >>> sorted(n[:-37] for n in k)
+    ['bundle_group', 'bundle_group_1']
+    """
+    pg_hex = wildcard_group(request)
+    if pg_hex is None:
+        return dict(request), dict(held)
+    for name in leased:
+        parsed = parse_derived(name) if name.startswith("bundle_group_") else None
+        if parsed is not None and parsed[1] is not None and parsed[2] == pg_hex:
+            return (resolve_wildcard(request, pg_hex, parsed[1]),
+                    resolve_wildcard(held, pg_hex, parsed[1]))
+    return dict(request), dict(held)
+
+
 def fits_bundle(request: Mapping[str, float], bundles: list[dict[str, float]],
                 index: int) -> bool:
     """Whether ``request`` fits in bundle ``index`` (any bundle for -1) when it is idle."""

@@ -33,7 +33,14 @@ import logging
 import sys
 from typing import Any, Protocol
 
-from miniray._private.core import ids, protocol, runtime_envs, scheduling, serialization
+from miniray._private.core import (
+    ids,
+    placement,
+    protocol,
+    runtime_envs,
+    scheduling,
+    serialization,
+)
 from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
@@ -401,9 +408,10 @@ class ActorManager:
                     self._report_infeasible(spec)
                 failed.append(spec.placement)
                 continue
-            shrink = {name: spec.held.get(name, 0) - amount
-                      for name, amount in spec.placement.items()
-                      if name not in ("GPU",) and spec.held.get(name, 0) != amount}
+            placed, held = placement.as_leased(spec.placement, spec.held, lease.resources)
+            shrink = {name: held.get(name, 0) - amount
+                      for name, amount in placed.items()
+                      if not placement.keeps_instances(name) and held.get(name, 0) != amount}
             if shrink:
                 owner.ledger.adjust(lease.lease_id, shrink)
             parts = owner.start_worker(fork_server)
@@ -435,7 +443,7 @@ class ActorManager:
         spec = actor.spec
         actor.lease = lease
         actor.host_lease = host_lease
-        gpu_ids = owner.leases.gpu_ids(lease) if spec.held.get("GPU") else None
+        gpu_ids = owner.leases.gpu_ids(lease) if scheduling.worker_kind(spec.held) else None
         worker.actor = actor
         if self.route_output is not None:
             worker.out.route = worker.err.route = self.route_output(actor)
@@ -448,7 +456,7 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state, actor.restarts)
+               spec.handle_state, actor.restarts, spec.pg)
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))

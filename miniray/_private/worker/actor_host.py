@@ -73,7 +73,7 @@ class ActorHost:
     def __init__(self, worker, message: tuple):
         (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
         (resources, gpu_ids, gpu_ints, max_concurrency, is_async, name, namespace,
-         handle_state, restarts) = ctx
+         handle_state, restarts, placement) = ctx
         self.worker = worker
         self.actor_id = actor_id
         self.class_name = class_name
@@ -99,6 +99,7 @@ class ActorHost:
         runtime.actor = ActorContext(actor_id, class_name, name, namespace, handle_state,
                                      restarts)
         runtime.actor_resources = resources
+        runtime.actor_placement = placement  # its placement group, for its whole life
         runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
         runtime.host = self
         if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
