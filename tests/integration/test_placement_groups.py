@@ -4,6 +4,7 @@ named and detached groups shared by the drivers of a node. Behaviour compared wi
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -326,3 +327,94 @@ def test_removing_a_group_kills_its_actors_with_rays_reason(ray):
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ray.available_resources()["CPU"] == 2.0
+
+
+# -- GPUs -----------------------------------------------------------------------------------------
+
+def test_a_gpu_bundle_gives_its_tasks_exactly_its_devices(ray_start, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,7")
+    ray_start(num_cpus=4, num_gpus=3)
+    ray = miniray
+    pg = placement_group([{"CPU": 1, "GPU": 1}, {"CPU": 1, "GPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote(num_gpus=1)
+    def devices():
+        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=0.5)
+    def half():
+        time.sleep(0.5)
+        return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    in0 = ray.get(devices.options(scheduling_strategy=InGroup(pg, 0)).remote(), timeout=60)
+    in1 = ray.get(devices.options(scheduling_strategy=InGroup(pg, 1)).remote(), timeout=60)
+    assert in0 == (["3"], "3") and in1 == (["5"], "5")
+    # outside the group, only the device the group did not reserve is left
+    assert ray.get(devices.remote(), timeout=60) == (["7"], "7")
+    assert ray.available_resources()["GPU"] == 1.0
+    assert _derived(ray.available_resources(), pg)["GPU_group_1"] == 1.0
+    # two halves share bundle 1's device
+    assert ray.get([half.options(scheduling_strategy=InGroup(pg, 1)).remote()
+                    for _ in range(2)], timeout=60) == ["5", "5"]
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    class OnGpu:
+        def devices(self):
+            return ray.get_gpu_ids()
+
+    actor = OnGpu.options(scheduling_strategy=InGroup(pg, 1)).remote()
+    assert ray.get(actor.devices.remote(), timeout=60) == ["5"]
+    remove_placement_group(pg)
+    assert ray.available_resources()["GPU"] == 3.0
+
+
+def test_gpu_bundles_that_cannot_be_packed_are_reported(ray_start, capfd):
+    ray_start(num_cpus=2, num_gpus=1)
+    pg = placement_group([{"GPU": 1}, {"GPU": 1}])
+    assert "GPU 2.0 but the node has 1.0" in capfd.readouterr().err
+    assert pg.wait(0.2) is False
+    half = placement_group([{"GPU": 0.5}, {"GPU": 0.5}])
+    assert half.wait(20) is True
+    remove_placement_group(pg)
+    remove_placement_group(half)
+
+
+def test_physical_gpus_of_a_group_are_held_in_the_host_gpu_ledger(drivers, tmp_path):
+    """A group's physical GPUs are shared with other sessions on the host as a task's are:
+    taken in the host ledger while reserved, given back on removal."""
+    from .conftest import MINIRAY_PARENT
+    from .helpers import FAKE_PYNVML
+
+    fake = tmp_path / "fake_nvml"
+    fake.mkdir()
+    (fake / "pynvml.py").write_text(FAKE_PYNVML)
+    done = drivers.run("""
+        import json, os, miniray as ray
+        from miniray._private.ledger.host_gpus import HostGpuLedger
+        from miniray.util.placement_group import placement_group, remove_placement_group
+        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as G
+        ray.init(num_cpus=2)
+        keys = ["GPU-aaaa0000", "GPU-bbbb1111"]
+        def held():
+            devices = HostGpuLedger().statistics(keys)["devices"]
+            return {k: [h["pid"] for h in v["holders"]] for k, v in devices.items()}
+        pg = placement_group([{"GPU": 1}])
+        ray.get(pg.ready(), timeout=30)
+        @ray.remote(num_gpus=1, num_cpus=0)
+        def which():
+            return ray.get_gpu_ids()
+        seen = ray.get(which.options(scheduling_strategy=G(pg)).remote(), timeout=60)
+        during = held()
+        remove_placement_group(pg)
+        print(json.dumps({"pid": os.getpid(), "during": during, "after": held(),
+                          "seen": seen}))
+        ray.shutdown()
+    """, timeout=90, PYTHONPATH=os.pathsep.join([str(fake), MINIRAY_PARENT]),
+        FAKE_NVML_DEVICES="Tesla V100-SXM2-16GB|GPU-aaaa0000,Tesla V100-SXM2-16GB|GPU-bbbb1111")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["seen"] == [0]
+    assert result["during"]["GPU-aaaa0000"] == [result["pid"]]
+    assert result["during"]["GPU-bbbb1111"] == []
+    assert result["after"]["GPU-aaaa0000"] == []

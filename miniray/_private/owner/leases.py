@@ -175,6 +175,30 @@ class LeaseBook:
         return held
 
     # -- GPUs other sessions hold --------------------------------------------------------
+    def host_caps_for(self, bundles) -> dict | None:
+        """The instance caps for a placement group's reservation: None unless its bundles
+        ask for GPUs that are physical devices shared with other sessions."""
+        if self.host_gpus is None or not any(b.get("GPU") for b in bundles):
+            return None
+        return self._host_caps()
+
+    def take_host_shares(self, lease, holder_pid: int, tag: str) -> str | None | bool:
+        """The host ledger's lease for the physical GPUs a node lease holds (a placement
+        group's): its id, None if it holds none, False if another session took them."""
+        shares: dict = {}
+        for index, units in lease.instances.get("GPU", []):
+            device = self.gpu_keys[index] if index < len(self.gpu_keys) else None
+            if device:
+                shares[device] = shares.get(device, 0) + units
+        if not shares or self.host_gpus is None:
+            return None
+        host_lease = self.host_gpus.acquire_exact(shares, holder_pid=holder_pid, tag=tag)
+        return False if host_lease is None else host_lease
+
+    def release_host(self, host_lease: str | None) -> None:
+        if host_lease and self.host_gpus is not None:
+            self.host_gpus.release(host_lease)
+
     def _host_caps(self) -> dict:
         """What this node may take of each GPU: the share no other session holds."""
         free = self.host_gpus.free([k for k in self.gpu_keys if k])

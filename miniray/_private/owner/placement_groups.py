@@ -34,12 +34,7 @@ from typing import Any
 from miniray._private.core import ids, oob, placement, protocol, serialization
 from miniray._private.core.ids import PlacementGroupID
 from miniray._private.core.pg_handle import PlacementGroup
-from miniray._private.core.resources import (
-    NodeState,
-    format_infeasible,
-    infeasible_reasons,
-    to_units,
-)
+from miniray._private.core.resources import format_infeasible, infeasible_reasons, plan_group
 
 PENDING = "PENDING"
 CREATED = "CREATED"
@@ -48,7 +43,7 @@ REMOVED = "REMOVED"
 
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
-                 "created_at", "scheduled_at", "attempts", "infeasible")
+                 "created_at", "scheduled_at", "attempts", "infeasible", "host_lease")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -62,6 +57,7 @@ class _Group:
         self.scheduled_at: float | None = None
         self.attempts = 0
         self.infeasible = False
+        self.host_lease: str | None = None  # physical GPUs, in the host GPU ledger
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""
@@ -121,15 +117,17 @@ class PlacementGroups:
         group = _Group(hex_, bundles, strategy, name, detached)
         if why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1:
             raise ValueError(f"Placement group {name or hex_} cannot be created: {why}.")
-        if why is not None:
+        idle = self.owner.node_state  # the node's totals and devices, nothing leased
+        if why is not None or plan_group(idle, bundles) is None:
             group.infeasible = True
             need: dict[str, float] = {}
             for bundle in bundles:
                 for k, v in bundle.items():
                     need[k] = need.get(k, 0.0) + v
-            state = NodeState(totals={k: to_units(v) for k, v in self.totals.items()},
-                              instance_ids={})
-            line = format_infeasible(need, infeasible_reasons(state, need))
+            line = format_infeasible(need, infeasible_reasons(idle, need))
+            if why is None:  # the sums fit, the devices do not (two 1-GPU bundles, 1 GPU)
+                line = line.replace("it exceeds the node's resources",
+                                    "its bundles cannot be packed on the node's devices")
             print(f"{line.replace('the task stays pending', 'the group stays pending')} "
                   f"(placement group {name or hex_}, strategy {strategy})",
                   file=sys.stderr, flush=True)
@@ -149,13 +147,21 @@ class PlacementGroups:
         holder = self.holder_for_detached if group.detached else self.pid
         provides = placement.bundle_provides(group.hex, group.bundles)
         group.scheduled_at = time.time()
+        leases = self.owner.leases
+        caps = leases.host_caps_for(group.bundles)  # physical GPUs other sessions hold
         try:
             lease = self.ledger.acquire_group(group.bundles, group.record(self.node_id),
-                                              provides, holder_pid=holder)
+                                              provides, holder_pid=holder, instance_caps=caps)
         except (OSError, KeyError):  # the node's ledger went with the node
             return
         if lease is None:
             return
+        if caps is not None:
+            host_lease = leases.take_host_shares(lease, holder, lease.tag)
+            if host_lease is False:  # another session took them in between: next time
+                self.ledger.release_group(group.hex)
+                return
+            group.host_lease = host_lease
         with self.owner.locked():
             if group.state == REMOVED:  # removed while being reserved
                 removed = True
@@ -167,6 +173,7 @@ class PlacementGroups:
                 self.owner.wake_dispatch()
         if removed:
             self.ledger.release_group(group.hex)
+            leases.release_host(group.host_lease)
 
     def try_pending(self) -> None:
         """*Not locked.* Retry the pending groups, oldest first (resources came back)."""
@@ -269,14 +276,17 @@ class PlacementGroups:
         """*Not locked.* Release the group: this driver's work in it fails (queued tasks,
         ready objects), running tasks and actors in it are killed, then the ledger gets
         its resources back. Removing a group twice, or one of another driver, works."""
+        host_lease = None
         with self.owner.locked():
             group = self.groups.get(hex_)
             if group is not None:
                 group.state = REMOVED
                 ready, group.ready_ids = group.ready_ids, []
                 self._fail_ready(ready)
+                host_lease, group.host_lease = group.host_lease, None
             self.owner.placement_group_removed(hex_)
         self.ledger.release_group(hex_)
+        self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
 
     def gone(self, hex_: str) -> bool:
