@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 
 import pytest
@@ -418,3 +420,109 @@ def test_physical_gpus_of_a_group_are_held_in_the_host_gpu_ledger(drivers, tmp_p
     assert result["during"]["GPU-aaaa0000"] == [result["pid"]]
     assert result["during"]["GPU-bbbb1111"] == []
     assert result["after"]["GPU-aaaa0000"] == []
+
+
+# -- a node shared by several drivers -------------------------------------------------------------
+
+def _groups_in_ledger(env) -> dict:
+    from .helpers import ledger_leases
+
+    return {lease["group"]["name"]: lease for lease in ledger_leases(env).values()
+            if lease.get("group")}
+
+
+CREATOR = """
+    import json, os, sys, miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    shared = placement_group([{"CPU": 1}], name="shared")
+    kept = placement_group([{"CPU": 0.5}], name="kept", lifetime="detached")
+    ray.get([shared.ready(), kept.ready()], timeout=30)
+    print(json.dumps({"pid": os.getpid(), "shared": shared.id.hex(), "kept": kept.id.hex()}),
+          flush=True)
+    sys.stdin.readline()
+    ray.shutdown()
+"""
+
+USER = """
+    import json, miniray as ray
+    from miniray.util.placement_group import (get_placement_group, placement_group_table,
+                                              remove_placement_group)
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as G
+    ray.init(address="auto")
+    @ray.remote(num_cpus=0.5)
+    def inside():
+        return ray.get_runtime_context().get_placement_group_id()
+    found = {}
+    for name in %r:
+        try:
+            pg = get_placement_group(name)
+        except ValueError as error:
+            found[name] = str(error)
+            continue
+        found[name] = [pg.id.hex(), placement_group_table(pg)["state"],
+                       ray.get(inside.options(scheduling_strategy=G(pg)).remote(), timeout=30)]
+        if %r:
+            remove_placement_group(pg)
+    print(json.dumps(found), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_named_and_detached_groups_are_shared_by_the_drivers_of_a_node(node_env):
+    from .helpers import cli, driver, json_line
+
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    creator = driver(CREATOR, node_env, stdin=subprocess.PIPE)
+    try:
+        made = json_line(creator)
+        # a second driver finds both by name and runs tasks in them
+        user = driver(USER % (["shared", "kept"], False), node_env)
+        found = json_line(user)
+        assert user.wait(30) == 0, user.stderr.read()
+        assert found["shared"] == [made["shared"], "CREATED", made["shared"]]
+        assert found["kept"] == [made["kept"], "CREATED", made["kept"]]
+        # the creator leaves: its group goes with it, the detached one stays with the node
+        creator.stdin.write("bye\n")
+        creator.stdin.flush()
+        assert creator.wait(30) == 0, creator.stderr.read()
+        assert set(_groups_in_ledger(node_env)) == {"kept"}
+        user = driver(USER % (["shared", "kept"], True), node_env)
+        found = json_line(user)
+        assert user.wait(30) == 0, user.stderr.read()
+        assert found["shared"] == "Failed to look up placement group with name: shared"
+        assert found["kept"][0] == made["kept"]
+        assert _groups_in_ledger(node_env) == {}  # removed by the driver that found it
+    finally:
+        if creator.poll() is None:
+            creator.kill()
+            creator.wait(10)
+
+
+def test_a_killed_driver_leaves_no_reservation(node_env):
+    from .helpers import cli, driver, json_line, wait_until
+
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    creator = driver(CREATOR, node_env, stdin=subprocess.PIPE)
+    try:
+        made = json_line(creator)
+        assert set(_groups_in_ledger(node_env)) == {"shared", "kept"}
+        creator.send_signal(signal.SIGKILL)
+        creator.wait(10)
+        assert wait_until(lambda: set(_groups_in_ledger(node_env)) == {"kept"}, 10)
+        user = driver("""
+            import json, time, miniray as ray
+            ray.init(address="auto")
+            deadline = time.time() + 10
+            while ray.available_resources().get("CPU", 0) < 1.5 and time.time() < deadline:
+                time.sleep(0.05)
+            print(json.dumps({"CPU": ray.available_resources().get("CPU", 0)}), flush=True)
+            ray.shutdown()
+        """, node_env)
+        assert json_line(user) == {"CPU": 1.5}  # the detached group's half CPU stays reserved
+        assert user.wait(30) == 0, user.stderr.read()
+        assert made["shared"] not in json.dumps(_groups_in_ledger(node_env))
+    finally:
+        if creator.poll() is None:
+            creator.kill()
+            creator.wait(10)
