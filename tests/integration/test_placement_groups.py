@@ -476,6 +476,9 @@ def test_named_and_detached_groups_are_shared_by_the_drivers_of_a_node(node_env)
     creator = driver(CREATOR, node_env, stdin=subprocess.PIPE)
     try:
         made = json_line(creator)
+        status = cli(node_env, "status").stdout
+        assert "Placement groups" in status
+        assert made["kept"][:12] in status and "(detached)" in status
         # a second driver finds both by name and runs tasks in them
         user = driver(USER % (["shared", "kept"], False), node_env)
         found = json_line(user)

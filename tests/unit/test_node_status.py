@@ -176,3 +176,22 @@ def test_status_says_what_other_pid_namespaces_own():
     assert "PID namespaces" not in quiet
     out = format_status([view(state())], None, NOW, {"sessions": 1, "segments": 3})
     assert "1 session(s) / 3 segment(s) of other PID namespaces left alone" in out
+
+
+def test_placement_groups_have_a_section_and_short_resource_names():
+    from miniray._private.core import placement
+
+    hex_ = "cd" * 18
+    bundles = [{"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}]
+    group = lease("g", 100, {"CPU": 2, "GPU": 1}, gpus=[(0, 1.0)], tag="placement group train")
+    group.provides = {k: round(v * UNIT) for k, v in
+                      placement.bundle_provides(hex_, bundles).items()}
+    group.group = {"id": hex_, "name": "train", "strategy": "PACK", "bundles": bundles,
+                   "detached": True}
+    task = lease("t", 100, placement.rewrite_request({"CPU": 1}, hex_, 1), tag="in group")
+    out = format_status([view(state(group, task))], None, NOW)
+    groups = rows(section(out, "Placement groups"))
+    assert groups[hex_[:12]][:4] == ["train", "PACK", "100", "(detached)"]
+    assert "CPU 1/2, GPU 0/1" in section(out, "Placement groups")
+    assert f"CPU_group_1_{hex_[:8]}=1" in section(out, "Running tasks and actors")
+    assert "Placement groups" not in format_status([view(state())], None, NOW)

@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from miniray._private.core import placement
 from miniray._private.core.resources import UNIT, NodeState, from_units
 from miniray._private.host import procinfo, session
 from miniray._private.ledger.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
@@ -140,8 +141,40 @@ def _qty(name: str, units: int) -> str:
 
 
 def _shape(resources: dict[str, int]) -> str:
-    parts = [f"{name}={_qty(name, u)}" for name, u in sorted(resources.items(), key=_order)]
+    parts = [f"{_short(name)}={_qty(name, u)}"
+             for name, u in sorted(resources.items(), key=_order)]
     return ", ".join(parts) or "(none)"
+
+
+def _short(name: str) -> str:
+    """A placement group's derived resource with its id cut to 8 characters."""
+    parsed = placement.parse_derived(name) if "_group_" in name else None
+    if parsed is None:
+        return name
+    base, index, hex_ = parsed
+    return f"{base}_group_{'' if index is None else f'{index}_'}{hex_[:8]}"
+
+
+def _group_rows(state) -> list[list[str]]:
+    """One row per reserved placement group: id, name, strategy, holder, bundles and how
+    much of its CPU/GPU the work in it uses now."""
+    avail = state.available()
+    rows = []
+    for hex_, lease in sorted(state.groups().items()):
+        g = lease.group
+        bundles = " ".join("{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(b.items())) + "}"
+                           for b in g.get("bundles", []))
+        used = []
+        for base in ("CPU", "GPU"):
+            name = f"{base}_group_{hex_}"
+            total = lease.provides.get(name, 0)
+            if total:
+                used.append(f"{base} {(total - max(0, avail.get(name, 0))) / UNIT:g}/"
+                            f"{total / UNIT:g}")
+        holder = f"{lease.holder_pid}" + (" (detached)" if g.get("detached") else "")
+        rows.append([hex_[:12], g.get("name") or "-", g.get("strategy", "?"), holder,
+                     bundles, ", ".join(used) or "-"])
+    return rows
 
 
 def _order(item) -> tuple:
@@ -188,6 +221,12 @@ def _node_sections(view: NodeView) -> list[str]:
             rows.append([str(index), gpu_id, f"{share:g}", f"{free / UNIT:g}", bar,
                          key or "(logical)"])
         out += _table(["#", "id", "used", "free", "", "device"], rows, {2, 3})
+        out.append("")
+    group_rows = _group_rows(state)
+    if group_rows:
+        out += ["Placement groups", RULE]
+        out += _table(["id", "name", "strategy", "held by", "bundles", "in use"], group_rows,
+                      set())
         out.append("")
     out += ["Running tasks and actors (leases)", RULE]
     groups: dict[tuple, int] = {}
