@@ -1,7 +1,7 @@
 """``miniray.util``: accelerators, scheduling strategies and helpers.
 
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
-list_named_actors, scheduling_strategies, placement_group (importable; creating one raises),
+list_named_actors, scheduling_strategies, placement_group,
 log_once (from ``miniray.util.debug``), get_node_instance_id, register_serializer /
 deregister_serializer, metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided;
 ``collective`` raises ImportError saying how to run on Ray

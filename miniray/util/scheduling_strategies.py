@@ -3,7 +3,8 @@
 Mirrors ``ray.util.scheduling_strategies`` (Ray 2.60). Differs: on one host every strategy
 places work on the only node; ``NodeAffinitySchedulingStrategy`` naming another node fails
 only if ``soft=False`` and the id is not this node's (checked nowhere else, since there is no
-other node); placement groups raise NotImplementedError where they are created.
+other node). ``PlacementGroupSchedulingStrategy`` is read at ``.remote()``
+(``core/options.placement_option``) and places the call in its group's bundle.
 """
 
 from __future__ import annotations
