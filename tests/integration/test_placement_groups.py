@@ -251,6 +251,37 @@ def test_child_tasks_are_captured_only_when_asked(ray):
     remove_placement_group(pg)
 
 
+def test_a_parent_blocked_in_get_lends_its_bundles_cpu_to_a_captured_child(ray):
+    """As Ray 2.60: the child runs in the parent's one-CPU bundle while the parent waits."""
+    pg = placement_group([{"CPU": 1}])
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    def child():
+        return ray.get_runtime_context().get_placement_group_id()
+
+    @ray.remote
+    def parent():
+        return ray.get(child.remote(), timeout=30)
+
+    captured = parent.options(scheduling_strategy=InGroup(
+        pg, placement_group_capture_child_tasks=True)).remote()
+    assert ray.get(captured, timeout=60) == pg.id.hex()
+    remove_placement_group(pg)
+
+
+def test_a_second_group_of_the_same_name_is_refused_as_ray_does(ray):
+    from miniray.exceptions import RaySystemError
+
+    pg = placement_group([{"CPU": 0.5}], name="dup")
+    with pytest.raises(RaySystemError, match="because name 'dup' already exists"):
+        placement_group([{"CPU": 0.5}], name="dup")
+    remove_placement_group(pg)
+    again = placement_group([{"CPU": 0.5}], name="dup")  # free again once removed
+    assert again.wait(10)
+    remove_placement_group(again)
+
+
 def test_get_placement_group_by_name_and_missing_name(ray):
     pg = placement_group([{"CPU": 1}], name="named")
     assert get_placement_group("named") == pg

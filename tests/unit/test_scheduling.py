@@ -104,6 +104,11 @@ def test_a_blocked_task_gives_back_its_cpu_only():
     assert s.blocked_release({"CPU": 5000}) == {"CPU": 5000}
     assert s.blocked_release({"GPU": 10000}) == {}  # num_cpus=0: nothing to give back
     assert s.blocked_release({}) == {}
+    # in a placement group's bundle: the bundle's CPU names (its other resources stay held)
+    h = "ab" * 18
+    assert s.blocked_release({f"CPU_group_0_{h}": 10000, f"CPU_group_{h}": 10000,
+                              f"GPU_group_0_{h}": 10000, f"bundle_group_{h}": 10}) == {
+        f"CPU_group_0_{h}": 10000, f"CPU_group_{h}": 10000}
 
 
 def test_an_actor_that_cannot_be_placed_holds_back_only_actors_that_need_as_much():

@@ -140,13 +140,16 @@ def idle_worker_for(idle, request: dict, runtime_env: str = ""):
 def blocked_release(resources: dict) -> dict:
     """What a task's lease gives back to the ledger while its worker is blocked in ``get()``
     or ``wait()``: its CPU and nothing else (GPUs, memory and custom resources stay held), as
-    Ray 2.60 does; an actor's lease gives back nothing (its owner does not call this).
+    Ray 2.60 does; a task in a placement group gives back its bundle's CPU (its
+    ``CPU_group_*`` names), so a child captured in the same bundle can run, as in Ray. An
+    actor's lease gives back nothing (its owner does not call this).
 
     >>> blocked_release({"CPU": 10000, "GPU": 10000, "R": 5000}), blocked_release({"GPU": 1})
     ({'CPU': 10000}, {})
     """
-    cpu = resources.get("CPU", 0)
-    return {"CPU": cpu} if cpu else {}
+    out = {name: amount for name, amount in resources.items()
+           if amount and (name == "CPU" or name.startswith("CPU_group_"))}
+    return out
 
 
 def lease_with_room(leases):

@@ -39,7 +39,9 @@ class LeaseSlot:
         self.lease = lease
         self.key = key
         self.worker = worker
-        self.cpu_released = 0.0  # CPU given back while its worker is blocked in get()
+        # CPU given back while its worker is blocked in get(): {name: amount} (a task in a
+        # placement group gives its bundle's CPU names), None when none is
+        self.cpu_released: dict | None = None
         self.idle_since: float | None = None
         self.gpu_ids = gpu_ids
         self.host_lease = host_lease

@@ -35,6 +35,7 @@ from miniray._private.core import ids, oob, placement, protocol, serialization
 from miniray._private.core.ids import PlacementGroupID
 from miniray._private.core.pg_handle import PlacementGroup
 from miniray._private.core.resources import format_infeasible, infeasible_reasons, plan_group
+from miniray.exceptions import RaySystemError, TaskPlacementGroupRemoved
 
 PENDING = "PENDING"
 CREATED = "CREATED"
@@ -131,9 +132,17 @@ class PlacementGroups:
             print(f"{line.replace('the task stays pending', 'the group stays pending')} "
                   f"(placement group {name or hex_}, strategy {strategy})",
                   file=sys.stderr, flush=True)
+        taken = name and any(lease.group.get("name") == name
+                             for lease in self.ledger.groups().values())
         with self.owner.locked():
             self.owner.check_usable()
-            self.groups[hex_] = group
+            taken = taken or (name and any(g.name == name and g.state == PENDING
+                                           for g in self.groups.values()))
+            if not taken:
+                self.groups[hex_] = group
+        if taken:
+            raise RaySystemError(f"Failed to create placement group '{hex_}' because name "
+                                 f"'{name}' already exists.")
         if not group.infeasible:
             self._try(group)
         if group.state == PENDING:
@@ -234,8 +243,6 @@ class PlacementGroups:
 
     def _fail_ready(self, object_ids) -> None:
         """*Locked.*"""
-        from miniray.exceptions import TaskPlacementGroupRemoved
-
         if not object_ids:
             return
         data = serialization.dumps(TaskPlacementGroupRemoved(

@@ -122,12 +122,14 @@ class WorkerRequests:
             self.leases.window.note_release()  # the cap on workers just moved
         slot = worker.lease
         if worker.blocked == 1 and slot is not None:
-            # Its CPU only, as in Ray: GPUs and custom resources stay with the blocked task.
-            cpu = scheduling.blocked_release(slot.lease.resources).get("CPU", 0)
-            if cpu:
-                cpu_f = cpu / 10000.0
-                self._ledger_later(self.ledger.adjust, slot.lease.lease_id, {"CPU": -cpu_f})
-                slot.cpu_released = cpu_f
+            # Its CPU only (a bundle's CPU in a placement group), as in Ray: GPUs and custom
+            # resources stay with the blocked task.
+            given = {name: units / 10000.0 for name, units in
+                     scheduling.blocked_release(slot.lease.resources).items()}
+            if given:
+                self._ledger_later(self.ledger.adjust, slot.lease.lease_id,
+                                   {name: -amount for name, amount in given.items()})
+                slot.cpu_released = given
         if worker.blocked == 1:
             self._dispatch_all()
 
@@ -137,9 +139,8 @@ class WorkerRequests:
             self.workers.blocked -= 1
         slot = worker.lease
         if worker.blocked == 0 and slot is not None and slot.cpu_released:
-            self._ledger_later(self.ledger.adjust, slot.lease.lease_id,
-                               {"CPU": slot.cpu_released})
-            slot.cpu_released = 0.0
+            self._ledger_later(self.ledger.adjust, slot.lease.lease_id, slot.cpu_released)
+            slot.cpu_released = None
 
     def _reply(self, worker, req_id: int, payload) -> None:
         try:
