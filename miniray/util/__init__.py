@@ -15,10 +15,19 @@ from miniray._private.core import config
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
+from miniray.util.placement_group import (
+    get_current_placement_group,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 
 __all__ = ["accelerators", "ActorPool", "deregister_serializer", "disable_log_once_globally",
            "enable_periodic_logging", "get_node_instance_id", "get_node_ip_address",
-           "inspect_serializability", "list_named_actors", "log_once", "register_serializer"]
+           "inspect_serializability", "list_named_actors", "log_once", "register_serializer",
+           "get_current_placement_group", "get_placement_group", "placement_group",
+           "placement_group_table", "remove_placement_group"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:

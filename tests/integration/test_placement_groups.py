@@ -32,6 +32,8 @@ def _derived(resources: dict, pg) -> dict:
 
 
 def test_a_group_reserves_its_bundles_and_shows_them_as_ray_does(ray):
+    assert ray.util.placement_group is placement_group  # as ray.util exports them
+    assert ray.util.remove_placement_group is remove_placement_group
     pg = placement_group([{"CPU": 1}], name="g1")
     assert isinstance(pg, PlacementGroup) and len(pg.id.hex()) == 36
     assert ray.get(pg.ready(), timeout=30) == pg
