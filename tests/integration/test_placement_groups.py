@@ -189,6 +189,19 @@ def test_a_group_that_fits_later_becomes_ready_when_resources_free_up(ray):
     remove_placement_group(pg)
 
 
+def test_a_pending_group_is_retried_when_another_process_frees_resources(ray):
+    """Resources another process of the node gives back (not this driver's own work) are
+    noticed too: pending groups are retried on a timer."""
+    ledger = miniray._private.runtime.current().ledger
+    held = ledger.acquire({"CPU": 2}, holder_pid=os.getpid(), tag="another driver")
+    pg = placement_group([{"CPU": 1}])
+    ready = pg.ready()
+    assert ray.wait([ready], timeout=0.5)[0] == []
+    ledger.release(held.lease_id)
+    assert ray.get(ready, timeout=10) == pg
+    remove_placement_group(pg)
+
+
 def test_removing_a_group_kills_its_running_tasks_and_fails_queued_ones(ray):
     """Ray 2.60 kills the worker and retries the task into the removed group, where it stays
     pending forever; miniray fails it with TaskPlacementGroupRemoved instead."""
@@ -562,3 +575,63 @@ def test_a_killed_driver_leaves_no_reservation(node_env):
         if creator.poll() is None:
             creator.kill()
             creator.wait(10)
+
+
+def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
+    from .helpers import cli, driver, json_line
+
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    worker = driver("""
+        import json, sys, time, miniray as ray
+        from miniray.exceptions import ActorDiedError, TaskPlacementGroupRemoved
+        from miniray.util.placement_group import placement_group
+        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy as G
+        ray.init(address="auto")
+        pg = placement_group([{"CPU": 1}, {"CPU": 1}], name="x")
+        ray.get(pg.ready(), timeout=30)
+        @ray.remote(num_cpus=1)
+        def long():
+            time.sleep(60)
+        @ray.remote(num_cpus=1)
+        class Named:
+            def ping(self):
+                return 1
+        ref = long.options(scheduling_strategy=G(pg, 0)).remote()
+        actor = Named.options(name="in_x", scheduling_strategy=G(pg, 1)).remote()
+        ray.get(actor.ping.remote(), timeout=30)
+        time.sleep(0.5)
+        print(json.dumps({"ready": True}), flush=True)
+        out = {}
+        start = time.monotonic()
+        try:
+            ray.get(ref, timeout=30)
+        except TaskPlacementGroupRemoved:
+            out["task"] = "removed"
+        try:
+            ray.get(actor.ping.remote(), timeout=30)
+        except ActorDiedError as error:
+            out["actor"] = "placement group was removed" in str(error)
+        out["seconds"] = time.monotonic() - start
+        print(json.dumps(out), flush=True)
+        ray.shutdown()
+    """, node_env)
+    try:
+        assert json_line(worker) == {"ready": True}
+        remover = driver("""
+            import json, miniray as ray
+            from miniray.util.placement_group import get_placement_group, remove_placement_group
+            ray.init(address="auto")
+            remove_placement_group(get_placement_group("x"))
+            print(json.dumps({"removed": True}), flush=True)
+            ray.shutdown()
+        """, node_env)
+        assert json_line(remover) == {"removed": True}
+        assert remover.wait(30) == 0, remover.stderr.read()
+        result = json_line(worker, timeout=60)
+        assert worker.wait(30) == 0, worker.stderr.read()
+        assert result["task"] == "removed" and result["actor"] is True
+        assert result["seconds"] < 20
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(10)

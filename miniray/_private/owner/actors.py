@@ -57,7 +57,8 @@ class ActorsOwner(Protocol):
     holds), ``requests`` (argument pins), ``reactor``, ``node_state``, ``fork_server``,
     ``hello_info``, ``log_to_driver``, ``gpu_ids_are_ints``, ``actors`` (the manager itself,
     for the link), ``streams`` (a streaming call's values, for the link), ``closed``,
-    ``fatal``. What it asks the owner to do is the methods below."""
+    ``fatal``. What it asks the owner to do is the methods below (``note_placement_use``: an
+    actor was placed in a placement group, whose removal by any driver it must notice)."""
 
     objects: Any
     store: Any
@@ -78,6 +79,7 @@ class ActorsOwner(Protocol):
     def locked(self) -> Any: ...
     def defer(self, action) -> None: ...
     def may_dispatch(self) -> bool: ...
+    def note_placement_use(self) -> None: ...
     def make_room(self) -> bool: ...
     def start_worker(self, fork_server) -> tuple: ...
     def adopt_worker(self, parts: tuple) -> Any: ...
@@ -443,6 +445,8 @@ class ActorManager:
         spec = actor.spec
         actor.lease = lease
         actor.host_lease = host_lease
+        if spec.pg is not None:
+            owner.note_placement_use()
         gpu_ids = owner.leases.gpu_ids(lease) if scheduling.worker_kind(spec.held) else None
         worker.actor = actor
         if self.route_output is not None:

@@ -287,6 +287,8 @@ class Owner:
             if spec.runtime_env or self._job_env_error is not None:
                 env_error = self.runtime_env_error(spec.runtime_env)
             self.tasks.submit(spec, key, parent, env_error)
+            if spec.placement is not None:
+                self.note_placement_use()
             objects = self.objects
             if len(objects.ref_events) > 256:
                 objects.apply_ref_events()
@@ -479,6 +481,27 @@ class Owner:
                         self.tasks.fail(task, error)
                 self._kill_for_cancel(worker)
         self.actors.kill_in_group(pg_hex)
+
+    def note_placement_use(self) -> None:
+        """*Locked.* Work of this owner is in a placement group: watch for its removal by
+        any driver of the node (``placement_groups.watch``)."""
+        if self.pgs is not None:
+            self.pgs.watch()
+
+    def groups_in_use(self) -> set:
+        """*Locked.* The placement groups this owner's queued or running work is in."""
+        used = set()
+        for table in (self.tasks.queues, self.tasks.infeasible, self.leases.by_key):
+            for key in table:
+                if isinstance(key, tuple) and key and isinstance(key[0], tuple):
+                    pg_hex = placement.group_of(dict(key[0]))
+                    if pg_hex is not None:
+                        used.add(pg_hex)
+        for actor in self.actors.actors.values():
+            spec = actor.spec
+            if spec.pg is not None and not actor.remote and actor.worker is not None:
+                used.add(spec.pg[0])
+        return used
 
     def after_placement_removal(self) -> None:
         """*Not locked.* The kills decided under the lock are sent before this returns."""

@@ -98,6 +98,7 @@ class PlacementGroups:
     ``node_id`` and the node's ``totals`` (floats)."""
 
     RETRY_S = 0.1
+    WATCH_S = 0.5  # how soon work in a group that another driver removed is ended
 
     def __init__(self, *, owner, pid: int, holder_for_detached: int, node_id: str,
                  totals: dict[str, float]):
@@ -109,6 +110,7 @@ class PlacementGroups:
         self.totals = totals
         self.groups: dict[str, _Group] = {}  # this driver's, in creation order
         self._retry_armed = False
+        self._watch_armed = False
 
     # -- creation -----------------------------------------------------------------------
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
@@ -199,7 +201,7 @@ class PlacementGroups:
 
         def retry() -> None:  # on the I/O thread, locked
             self._retry_armed = False
-            if self.owner.closed():
+            if self.owner.closed:
                 return
 
             def attempt() -> None:
@@ -295,6 +297,39 @@ class PlacementGroups:
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
+
+    def watch(self) -> None:
+        """*Locked.* Every WATCH_S while this owner has work in a group: a group removed by
+        another driver (or whose holder died) ends that work as a removal here does."""
+        if self._watch_armed:
+            return
+        self._watch_armed = True
+
+        def tick() -> None:  # on the I/O thread, locked
+            self._watch_armed = False
+            if self.owner.closed:
+                return
+            used = self.owner.groups_in_use()
+            if used:
+                self.owner.defer(lambda: self._check_used(used))
+
+        self.owner.reactor.call_later(self.WATCH_S, tick)
+
+    def _check_used(self, used: set) -> None:
+        """*Not locked.* End this owner's work in the groups of ``used`` that are gone."""
+        try:
+            reserved = self.ledger.groups()
+        except (OSError, ValueError):  # the node's ledger went with the node
+            return
+        with self.owner.locked():
+            for hex_ in used:
+                group = self.groups.get(hex_)
+                if hex_ in reserved or (group is not None and group.state == PENDING):
+                    continue
+                if group is not None:
+                    group.state = REMOVED
+                self.owner.placement_group_removed(hex_)
+            self.watch()
 
     def gone(self, hex_: str) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
