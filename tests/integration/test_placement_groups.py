@@ -375,6 +375,10 @@ def test_removing_a_group_kills_its_actors_with_rays_reason(ray):
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ray.available_resources()["CPU"] == 2.0
+    # created after the removal: it can never be placed, so it dies instead of waiting
+    late = Member.options(scheduling_strategy=InGroup(pg)).remote()
+    with pytest.raises(ActorDiedError, match="placement group was removed"):
+        ray.get(late.ping.remote(), timeout=20)
 
 
 # -- GPUs -----------------------------------------------------------------------------------------

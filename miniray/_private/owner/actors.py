@@ -47,6 +47,13 @@ from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
 
 
+def _group_removed(pg_hex: str) -> str:
+    """Ray's reason for an actor whose placement group was removed."""
+    return ("The actor is dead because its worker process has died. Worker exit type: "
+            "INTENDED_SYSTEM_EXIT Worker exit detail: Destroying worker since its placement "
+            f"group was removed. Placement group id: {pg_hex}")
+
+
 class ActorsOwner(Protocol):
     """What the actor manager and the actor-service link use of their owner: the seam between
     the actors and the rest of the owner, held by ``tests/unit/test_actor_seam.py`` (nothing
@@ -80,6 +87,7 @@ class ActorsOwner(Protocol):
     def defer(self, action) -> None: ...
     def may_dispatch(self) -> bool: ...
     def note_placement_use(self) -> None: ...
+    def placement_group_gone(self, pg_hex: str) -> bool: ...
     def make_room(self) -> bool: ...
     def start_worker(self, fork_server) -> tuple: ...
     def adopt_worker(self, parts: tuple) -> Any: ...
@@ -406,7 +414,11 @@ class ActorManager:
                         self._die(actor, serialization.dumps(error))
                 continue
             if lease is None:
+                gone = spec.pg is not None and owner.placement_group_gone(spec.pg[0])
                 with owner.locked():
+                    if gone and actor.state != A_DEAD:  # its group was removed: never fits
+                        self.kill(spec.actor_id, True, reason=_group_removed(spec.pg[0]))
+                        continue
                     self._report_infeasible(spec)
                 failed.append(spec.placement)
                 continue
@@ -783,10 +795,7 @@ class ActorManager:
         for actor in list(self.actors.values()):
             if (actor.state != A_DEAD and not actor.remote and actor.spec.placement
                     and wildcard in actor.spec.placement):
-                self.kill(actor.spec.actor_id, True, reason=(
-                    "The actor is dead because its worker process has died. Worker exit "
-                    "type: INTENDED_SYSTEM_EXIT Worker exit detail: Destroying worker since "
-                    f"its placement group was removed. Placement group id: {pg_hex}"))
+                self.kill(actor.spec.actor_id, True, reason=_group_removed(pg_hex))
 
     def kill(self, actor_id: bytes, no_restart: bool,
              reason: str = "The actor is dead because it was killed by `ray.kill`.") -> bool:

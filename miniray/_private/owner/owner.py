@@ -382,7 +382,7 @@ class Owner:
         group_gone = None
         if len(got) < count and self.pgs is not None:
             pg_hex = placement.group_of(request)
-            if pg_hex is not None and self.pgs.gone(pg_hex):  # a file read: not locked
+            if pg_hex is not None and self.placement_group_gone(pg_hex):  # not locked
                 group_gone = pg_hex
         with self._lock:
             if group_gone is not None:
@@ -487,6 +487,10 @@ class Owner:
         any driver of the node (``placement_groups.watch``)."""
         if self.pgs is not None:
             self.pgs.watch()
+
+    def placement_group_gone(self, pg_hex: str) -> bool:
+        """*Not locked* (a ledger read). Whether work for the group can never run."""
+        return self.pgs is not None and self.pgs.gone(pg_hex)
 
     def groups_in_use(self) -> set:
         """*Locked.* The placement groups this owner's queued or running work is in."""
