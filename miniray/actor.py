@@ -46,7 +46,12 @@ from miniray._private.core.type_vars import T
 from miniray.remote_function import warn_if_dynamic
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
-           "exit_actor", "method"]
+           "DEFAULT_MAX_CONCURRENCY_ASYNC", "STREAMING_GENERATOR_RETURN", "exit_actor", "method"]
+
+# Ray's public constants: an async actor's default ``max_concurrency``, and the
+# ``num_returns`` a streaming generator call carries.
+DEFAULT_MAX_CONCURRENCY_ASYNC = 1000
+STREAMING_GENERATOR_RETURN = STREAMING
 
 _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
@@ -162,7 +167,8 @@ class ActorClass(Generic[T]):
         placement, held = _options.actor_resource_requests(opts)
         if opts.get("num_cpus") is None:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
-        max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
+        max_concurrency = opts.get("max_concurrency") or (
+            DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)
         fn_id, data = self._export()
         blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
                                                              ObjectRef)

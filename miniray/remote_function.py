@@ -26,7 +26,10 @@ from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from miniray._private.core.type_vars import P, R
 from miniray.util.annotations import RayDeprecationWarning
 
-__all__ = ["RemoteFunction"]
+__all__ = ["RemoteFunction", "STREAMING_GENERATOR_RETURN"]
+
+# Ray's public constant: the ``num_returns`` a streaming generator task carries.
+STREAMING_GENERATOR_RETURN = STREAMING
 
 def _collect_generator(function, *args, **kwargs):
     """Run a generator function in the worker; its values travel as one list (a generator

@@ -3,7 +3,9 @@
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
 list_named_actors, scheduling_strategies, placement_group (importable; creating one raises),
 log_once (from ``miniray.util.debug``), get_node_instance_id, register_serializer /
-deregister_serializer, metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided;
+deregister_serializer, metrics; ``connect``/``disconnect`` (Ray Client) raise
+NotImplementedError saying how to connect instead. Differs: ``pdb``, ``ray_debugpy`` and the
+deprecated ``iter`` are not provided;
 ``collective`` raises ImportError saying how to run on Ray
 (``miniray/_private/core/out_of_scope.py``).
 """
@@ -12,11 +14,13 @@ from __future__ import annotations
 
 from miniray._private import runtime
 from miniray._private.core import config
+from miniray._private.core.ray_client import connect, disconnect
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
 
-__all__ = ["accelerators", "ActorPool", "deregister_serializer", "disable_log_once_globally",
+__all__ = ["accelerators", "ActorPool", "connect", "deregister_serializer", "disconnect",
+           "disable_log_once_globally",
            "enable_periodic_logging", "get_node_instance_id", "get_node_ip_address",
            "inspect_serializability", "list_named_actors", "log_once", "register_serializer"]
 
