@@ -78,6 +78,9 @@ class RayContext(dict):
 
 # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
 OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024
+# How long ``init()`` waits for the first prestarted worker (a loaded machine's fork server
+# may take seconds to start; init then returns and the first task waits instead).
+PRESTART_WAIT_S = 5.0
 _REQUIRE_SHM_ABOVE = 10**10
 
 
@@ -236,6 +239,8 @@ class Runtime:
                                      driver=f"driver_{self.pid}")
             client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
+            if not AS_ACTOR_SERVICE:  # the service starts a fresh worker per actor
+                self._prestart_workers()
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
                 from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink  # lazy
 
@@ -281,6 +286,14 @@ class Runtime:
         )
         self.session_token = self.owner.session_token
 
+    def _prestart_workers(self) -> None:
+        """Idle workers for the default shape, and ``init()`` returns once the first is
+        forked: the first task then costs about a warm round trip, not the fork server's
+        start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is not waited for."""
+        count = config.prestart_workers(self.num_cpus)
+        if count:
+            self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)
+
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
         from miniray._private.ledger import inventory  # lazy: see the note at the imports
@@ -319,6 +332,7 @@ class Runtime:
             self._start_owner(self.fork_server, log_to_driver, runtime_env,
                               int(object_store_memory),
                               restart_fork_server=lambda: ForkServerClient(env))
+            self._prestart_workers()
         except BaseException:
             self.fork_server.close()
             self.fork_server.wait(timeout=5)

@@ -87,6 +87,19 @@ def max_workers(num_cpus: float) -> int:
     return max(8, int(4 * max(num_cpus, 1)))
 
 
+def prestart_workers(num_cpus: float) -> int:
+    """How many idle workers ``init()`` starts for the default shape
+    (``MINIRAY_PRESTART_WORKERS``; default the CPUs, at most 8; 0: none). ``init()`` returns
+    once the first is forked, so the first task does not wait for the fork server's start."""
+    value = os.environ.get("MINIRAY_PRESTART_WORKERS")
+    if value:
+        try:
+            return max(0, int(value))
+        except ValueError:
+            pass
+    return max(1, min(8, int(num_cpus)))
+
+
 def fork_server_restarts() -> int:
     """``MINIRAY_FORK_SERVER_RESTARTS``: how many times a minute a dead fork server is
     replaced before the session gives up (default 3; 0: never)."""
