@@ -27,6 +27,9 @@ class InputNode(DAGNode):
     """The input of a DAG, used in a ``with`` block.
 
     Example:
+        >>> @ray.remote
+        ... def add(a, b):
+        ...     return a + b
         >>> with ray.dag.InputNode() as inp:
         ...     dag = add.bind(inp[0], inp.y)
         >>> ray.get(dag.execute(1, y=2))

@@ -18,6 +18,12 @@ class MultiOutputNode(DAGNode):
     """The end of a DAG with several results.
 
     Example:
+        >>> @ray.remote
+        ... def inc(x):
+        ...     return x + 1
+        >>> @ray.remote
+        ... def double(x):
+        ...     return 2 * x
         >>> with ray.dag.InputNode() as inp:
         ...     dag = ray.dag.MultiOutputNode([inc.bind(inp), double.bind(inp)])
         >>> ray.get(dag.execute(3))
