@@ -15,14 +15,13 @@ import pytest
 import miniray
 from miniray.dag import (
     ClassMethodNode,
-    ClassNode,
     DAGNode,
     FunctionNode,
     InputAttributeNode,
     InputNode,
     MultiOutputNode,
+    _walk,
 )
-from miniray.dag import _walk
 
 
 class Leaf:
