@@ -62,10 +62,18 @@ class DAGNode:
         self._bound_other_args_to_resolve = other_args_to_resolve or {}
         # Stable across the copies execute() makes: the key of "run each node once".
         self._stable_uuid = uuid.uuid4().hex
-        self._upstream_nodes = _walk.find_nodes(
-            [self._bound_args, self._bound_kwargs, self._bound_other_args_to_resolve],
-            DAGNode)
+        self._upstream: list | None = None
         self.cache_from_last_execute: dict = {}
+
+    @property
+    def _upstream_nodes(self) -> list:
+        """The nodes this node's arguments hold (found on first use: the copies execute()
+        makes hold the inputs' values, which need no scan)."""
+        if self._upstream is None:
+            self._upstream = _walk.find_nodes(
+                [self._bound_args, self._bound_kwargs, self._bound_other_args_to_resolve],
+                DAGNode)
+        return self._upstream
 
     # -- what Ray's DAGNode offers -----------------------------------------------------
     def get_args(self) -> Any:

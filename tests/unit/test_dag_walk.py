@@ -259,3 +259,25 @@ def test_execute_warns_as_ray_does_before_running(monkeypatch):
         "DAGNode.execute() is deprecated and will be removed in a future release."]
     assert caught[0].category.__name__ == "RayDeprecationWarning"
     assert caught[0].filename == __file__
+
+
+def test_with_tensor_transport_is_a_hint_execute_ignores_as_in_ray():
+    node = add.bind(1, 2)
+    assert node.with_tensor_transport("shm", device="cpu") is node
+    with pytest.raises(ValueError, match="Invalid device 'tpu'"):
+        node.with_tensor_transport(device="tpu")
+    with pytest.raises(ValueError, match="Invalid transport type: pigeon"):
+        node.with_tensor_transport("pigeon")
+
+
+def test_the_copies_execute_makes_do_not_scan_the_input_value(monkeypatch):
+    """A large input is read by key, not walked once per node that reads it."""
+    scanned = []
+    real = _walk.find_nodes
+    monkeypatch.setattr(_walk, "find_nodes", lambda value, kind: scanned.append(1) or
+                        real(value, kind))
+    with InputNode() as inp:
+        dag = MultiOutputNode([inp[0], inp[1]])
+    big = list(range(100_000))
+    assert dag.apply_recursive(lambda node: node._execute_impl(big)) == [0, 1]
+    assert len(scanned) == 4  # each of the four nodes once, none of their copies
