@@ -132,7 +132,7 @@ class DAGNode:
 
     def experimental_compile(self, *args: Any, **kwargs: Any):
         """Compiled graphs are not supported: raises NotImplementedError."""
-        raise compiled_graphs_refused("experimental_compile()")
+        raise NotImplementedError(compiled_graphs_refused("experimental_compile()"))
 
     def with_tensor_transport(self, transport: Any = "auto", device: str = "default",
                               _static_shape: bool = False, _direct_return: bool = False):
@@ -142,7 +142,8 @@ class DAGNode:
             valid = ", ".join(f"'{d}'" for d in _DEVICES)
             raise ValueError(f"Invalid device '{device}'. Valid options are: {valid}.")
         if not isinstance(transport, str):
-            raise compiled_graphs_refused("with_tensor_transport() with a Communicator")
+            raise NotImplementedError(
+                compiled_graphs_refused("with_tensor_transport() with a Communicator"))
         if transport not in _TRANSPORTS:
             raise ValueError(
                 f"Invalid transport type: {transport}. Transport must be one of 'auto', "

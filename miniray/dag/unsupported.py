@@ -16,39 +16,43 @@ __all__ = ["CollectiveOutputNode", "DAGContext", "DAGOperationFuture", "GPUFutur
            "compiled_graphs_refused", "plot"]
 
 
-def compiled_graphs_refused(what: str) -> NotImplementedError:
-    """The error for a compiled-graph feature (raise it)."""
-    return NotImplementedError(
-        f"{what}: compiled graphs are not supported by miniray. Run the DAG with "
-        "dag.execute(*inputs), which submits the same tasks and actor calls and returns "
-        "ObjectRefs (ray.get them); or run the program on Ray for compiled graphs.")
+def compiled_graphs_refused(what: str) -> str:
+    """The message of the NotImplementedError a compiled-graph feature raises."""
+    return (f"{what}: compiled graphs are not supported by miniray. Run the DAG with "
+            "dag.execute(*inputs), which submits the same tasks and actor calls and returns "
+            "ObjectRefs (ray.get them); or run the program on Ray for compiled graphs.")
 
 
-class _Refused:
-    """A compiled-graph class: constructing it raises NotImplementedError."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        raise compiled_graphs_refused(type(self).__name__)
-
-
-class CollectiveOutputNode(_Refused):
+class CollectiveOutputNode:
     """Ray's collective operation node (compiled graphs only)."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(compiled_graphs_refused("CollectiveOutputNode"))
 
-class DAGOperationFuture(_Refused):
+
+class DAGOperationFuture:
     """Ray's future of a compiled-graph operation."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(compiled_graphs_refused("DAGOperationFuture"))
 
-class GPUFuture(_Refused):
+
+class GPUFuture:
     """Ray's future of a compiled-graph GPU operation."""
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(compiled_graphs_refused("GPUFuture"))
 
-class DAGContext(_Refused):
+
+class DAGContext:
     """Ray's settings of compiled graphs."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError(compiled_graphs_refused("DAGContext"))
 
     @classmethod
     def get_current(cls) -> DAGContext:
-        raise compiled_graphs_refused("DAGContext.get_current()")
+        raise NotImplementedError(compiled_graphs_refused("DAGContext.get_current()"))
 
 
 def plot(dag: Any, to_file: Any = None) -> Any:
