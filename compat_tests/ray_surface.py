@@ -44,6 +44,8 @@ _JAVA = "cross-language (Java) workers; a miniray node runs Python workers only"
 _AS_RAY = "Ray 2.60 raises `NotImplementedError` for it too"
 _DEBUGGER = "Ray's distributed debugger (`ray debug`); not provided"
 _NOT_YET = "not provided yet"
+_COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submitting its tasks "
+             "and actor calls")
 _OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
                   "shows the node meanwhile")
 REFUSED: dict[str, str] = {
@@ -71,12 +73,14 @@ REFUSED: dict[str, str] = {
     "ray:ObjectRefGenerator.athrow": _AS_RAY,
     "ray:ObjectRefGenerator.aclose": _AS_RAY,
     "ray:timeline": _OBSERVABILITY,
+    "ray.dag:CollectiveOutputNode": _COMPILED,
+    "ray.dag:DAGContext": _COMPILED,
+    "ray.dag:DAGOperationFuture": _COMPILED,
+    "ray.dag:GPUFuture": _COMPILED,
+    "ray.dag:plot": "drawing a DAG needs pydot and graphviz; `print(dag)` shows it as text",
     "ray.util.placement_group:get_placement_group": _NOT_YET,
     "ray.util.placement_group:placement_group": _NOT_YET,
     "ray.util.placement_group:remove_placement_group": _NOT_YET,
-    "ray.actor:ActorClass.bind": _NOT_YET,
-    "ray.actor:ActorMethod.bind": _NOT_YET,
-    "ray.remote_function:RemoteFunction.bind": _NOT_YET,
 }
 
 # Names miniray does not have. Value: why, shown in the README.
@@ -114,7 +118,6 @@ MISSING: dict[str, str] = {
     "ray.util.placement_group:PlacementGroup.is_empty": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.ready": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.wait": _NOT_YET,
-    "ray.dag:*": _NOT_YET,
     "ray.experimental.tqdm_ray:*": _NOT_YET,
 }
 

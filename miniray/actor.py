@@ -6,9 +6,9 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 (``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
-``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError;
-``.bind()`` (DAGs) raises NotImplementedError. A generator method (sync, or async in an async
-actor) streams its values as a generator function does (``ObjectRefGenerator``).
+``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError.
+``.bind()`` gives ``ray.dag`` nodes (``miniray/dag/``). A generator method (sync, or async
+in an async actor) streams its values as a generator function does (``ObjectRefGenerator``).
 
 Example:
     >>> @ray.remote
@@ -149,7 +149,11 @@ class ActorClass(Generic[T]):
         return _ActorClassOptions(self, merged)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor (``ray.dag.ClassNode``) at each ``execute()``."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self, args, kwargs, dict(self._default_options))
 
     def _export(self) -> tuple[bytes, bytes]:
         cache = self._export_cache
@@ -205,7 +209,11 @@ class _ActorClassOptions(Generic[T]):
         return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor with these options (``ray.dag.ClassNode``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self._actor_class, args, kwargs, dict(self._options))
 
 
 class ActorHandle(Generic[T]):
@@ -336,7 +344,12 @@ class ActorMethod:
                            opts.get("name") or self._call_name, argspec=self._argspec)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node calling this method of this live actor (``ray.dag.ClassMethodNode``;
+        a tuple of nodes, one per value, for ``num_returns > 1``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import bind_on_handle
+
+        return bind_on_handle(self, args, kwargs)
 
 
 def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:

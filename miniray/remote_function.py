@@ -4,8 +4,8 @@ Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.opt
 ``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
 checks the arguments against the function's signature (``_private/core/signatures.py``); a
 generator function streams its values (``ObjectRefGenerator``), or with ``num_returns="dynamic"``
-(deprecated, with Ray's warning) returns a ``DynamicObjectRefGenerator``. Differs: ``.bind()``
-(Ray DAGs) raises NotImplementedError.
+(deprecated, with Ray's warning) returns a ``DynamicObjectRefGenerator``; ``.bind()`` gives a
+``ray.dag`` FunctionNode (``miniray/dag/``).
 """
 
 from __future__ import annotations
@@ -152,7 +152,11 @@ class RemoteFunction(Generic[P, R]):
         return _FunctionOptions(self, merged)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node of this task with these arguments (``ray.dag``); ``.execute()`` runs it."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.function_node import FunctionNode
+
+        return FunctionNode(self, args, kwargs, dict(self._default_options))
 
     # -- submission -----------------------------------------------------------------
     def _remote_default(self, *args, **kwargs):
@@ -227,4 +231,8 @@ class _FunctionOptions(Generic[P, R]):
         return self._remote_function._submit(template, args, kwargs)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node of this task with these options and arguments (``ray.dag``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.function_node import FunctionNode
+
+        return FunctionNode(self._remote_function, args, kwargs, dict(self._options))
