@@ -37,7 +37,16 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
+from miniray._private.core import (
+    alias,
+    config,
+    context,
+    ids,
+    logging_config,
+    protocol,
+    runtime_envs,
+    serialization,
+)
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import serializer_file
 from miniray._private.object_store import values
@@ -383,6 +392,9 @@ def _apply_hello(info: dict) -> tuple[dict, str]:
     key = info.get("runtime_env_key") or ""
     env = runtime_envs.from_key(key) if key else (info.get("runtime_env") or {})
     runtime_env_setup.apply(env, info.get("session_dir", ""))
+    logging_dict = info.get("logging_config")
+    if logging_dict:  # the job's LoggingConfig, before the setup hook and any task logs
+        logging_config.configure_process(logging_config.LoggingConfig.from_dict(logging_dict))
     if info.get("ray_alias"):
         alias.install()
     return env, key
