@@ -219,3 +219,41 @@ def test_a_config_that_is_not_a_logging_config_is_refused(session_root):
     with pytest.raises(TypeError, match="logging_config must be a ray.LoggingConfig"):
         miniray.init(num_cpus=1, logging_config={"encoding": "JSON"})
     assert not miniray.is_initialized()
+
+
+def test_concurrent_actor_calls_each_carry_their_own_task(drivers):
+    """Calls running at the same time in an async actor and in a threaded one each log their
+    own task id (compared with Ray 2.60: one task id per call)."""
+    result = drivers.run("""
+        import asyncio, logging, time
+        import miniray as ray
+
+        ray.init(num_cpus=2, logging_config=ray.LoggingConfig(encoding="JSON"))
+
+        @ray.remote
+        class Async:
+            async def m(self, i):
+                await asyncio.sleep(0.2)
+                logging.getLogger("a").warning("async %d", i)
+                return ray.get_runtime_context().get_task_id()
+
+        @ray.remote(max_concurrency=3)
+        class Threaded:
+            def m(self, i):
+                time.sleep(0.2)
+                logging.getLogger("a").warning("thread %d", i)
+                return ray.get_runtime_context().get_task_id()
+
+        a, t = Async.remote(), Threaded.remote()
+        ids = ray.get([a.m.remote(i) for i in range(3)] + [t.m.remote(i) for i in range(3)],
+                      timeout=60)
+        print("IDS " + " ".join(ids), flush=True)
+        ray.shutdown()
+    """, timeout=90)
+    assert result.returncode == 0, result.stderr
+    [ids_line] = [line for line in result.stdout.splitlines() if line.startswith("IDS ")]
+    expected = ids_line.split()[1:]
+    records = _json_records(result.stderr)
+    logged = [records[f"async {i}"]["task_id"] for i in range(3)]
+    logged += [records[f"thread {i}"]["task_id"] for i in range(3)]
+    assert logged == expected and len(set(logged)) == 6
