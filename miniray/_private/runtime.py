@@ -205,8 +205,9 @@ class Runtime:
                  log_to_driver, temp_dir, runtime_env, node=None, setup_hook=None,
                  logging_config=None):
         self.pid = os.getpid()
-        # init()'s LoggingConfig (or None): applied here by ``_started``, in every worker
-        # from HELLO; while it is set, worker lines reach the driver without their prefix.
+        # The workers' LoggingConfig (or None): init()'s (which ``_started`` applies here
+        # too) or its job_config's; each worker applies it from HELLO, and while it is set
+        # worker lines reach the driver without their prefix.
         self.logging_config = logging_config
         # The job's runtime environment (init's, checked by runtime_envs.parse_for_job):
         # the driver's own, and every task's and actor's unless they name one. "" is its
@@ -768,7 +769,10 @@ def init(
             "debugger or run the function directly; miniray starts in well under a second."
         )
     check_init_arguments(address, namespace, runtime_env)
-    logging_config = job_logging_config(logging_config)
+    driver_logging = job_logging_config(logging_config)
+    logging_config = driver_logging  # the workers': a job_config's when init() names none
+    if logging_config is None and getattr(job_config, "py_logging_config", None) is not None:
+        logging_config = job_logging_config(job_config.py_logging_config)
     temp_dir = kwargs.get("_temp_dir")
     with _init_lock:
         rt = context.current()
@@ -817,7 +821,7 @@ def init(
                          log_to_driver=log_to_driver, temp_dir=None,
                          runtime_env=job_env, setup_hook=setup_hook, node=node,
                          logging_config=logging_config)
-            return _started(rt)
+            return _started(rt, driver_logging)
         if resources is not None:
             if not isinstance(resources, dict):
                 raise TypeError(f"resources must be a dict, got {type(resources).__name__}.")
@@ -845,7 +849,7 @@ def init(
             log_to_driver=log_to_driver, temp_dir=temp_dir,
             runtime_env=job_env, setup_hook=setup_hook, logging_config=logging_config,
         )
-        return _started(rt)
+        return _started(rt, driver_logging)
 
 
 def share_serializers(rt: Runtime | None = None) -> None:
@@ -858,10 +862,10 @@ def share_serializers(rt: Runtime | None = None) -> None:
         serializer_file.write(rt.session_dir, serialization.registrations_blob())
 
 
-def _started(rt: Runtime) -> RayContext:
+def _started(rt: Runtime, logging_config=None) -> RayContext:
     context.set_current(rt)
-    if rt.logging_config is not None:  # after the start: a failed init() changes nothing
-        logging_configs.configure_process(rt.logging_config)
+    if logging_config is not None:  # after the start: a failed init() changes nothing
+        logging_configs.configure_process(logging_config)
     if serialization.has_custom_serializers():  # registered before init(): share them now
         share_serializers(rt)
     _register_atexit(rt)

@@ -257,3 +257,32 @@ def test_concurrent_actor_calls_each_carry_their_own_task(drivers):
     logged = [records[f"async {i}"]["task_id"] for i in range(3)]
     logged += [records[f"thread {i}"]["task_id"] for i in range(3)]
     assert logged == expected and len(set(logged)) == 6
+
+
+def test_a_job_configs_logging_config_reaches_the_workers_only(drivers):
+    """``JobConfig.set_py_logging_config`` with no ``logging_config``: Ray 2.60 applies it in
+    the workers (JSON lines, no prefix) and leaves the driver's logging alone."""
+    result = drivers.run("""
+        import logging
+        import miniray as ray
+        from miniray.job_config import JobConfig
+
+        job = JobConfig()
+        job.set_py_logging_config(ray.LoggingConfig(encoding="JSON"))
+        ray.init(num_cpus=1, job_config=job)
+        logging.getLogger("x").warning("driver line")
+
+        @ray.remote
+        def f():
+            logging.getLogger("x").warning("task line")
+            print("task print")
+
+        ray.get(f.remote(), timeout=60)
+        ray.shutdown()
+    """, timeout=90)
+    assert result.returncode == 0, result.stderr
+    records = _json_records(result.stderr)
+    assert records["task line"]["task_name"] == "f"
+    assert "driver line" in result.stderr.splitlines()  # the logging module's last resort
+    assert "driver line" not in records
+    assert "task print" in result.stdout.splitlines()
