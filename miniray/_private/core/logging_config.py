@@ -45,8 +45,8 @@ __all__ = ["LoggingConfig", "check_level", "configure_process", "context_fields"
 ENCODINGS = ("TEXT", "JSON")
 
 # The attributes the logging module sets on every record (Python 3.9-3.13; ``taskName`` is
-# 3.12's). Only these may be named in ``additional_log_standard_attrs``, and no other
-# attribute of a record is written unless it is not one of them (an id, a user's ``extra=``).
+# 3.12's). Only these may be named in ``additional_log_standard_attrs``; every other
+# attribute of a record (an id, a user's ``extra=``) is always written.
 STANDARD_ATTRS = frozenset({
     "args", "asctime", "created", "exc_info", "exc_text", "filename", "funcName",
     "levelname", "levelno", "lineno", "message", "module", "msecs", "msg", "name",
@@ -171,7 +171,7 @@ class _FieldsFormatter(logging.Formatter):
         super().__init__()
         self.additional_attrs = list(additional_attrs)
 
-    def fields(self, record: logging.LogRecord, with_standard: bool) -> Dict[str, Any]:
+    def record_fields(self, record: logging.LogRecord, with_standard: bool) -> Dict[str, Any]:
         out: Dict[str, Any] = {}
         if with_standard:
             out["asctime"] = self.formatTime(record)
@@ -199,7 +199,7 @@ class JsonFormatter(_FieldsFormatter):
     (exc_text with an exception), the additional attributes, the ids, timestamp_ns."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(self.fields(record, with_standard=True), default=str)
+        return json.dumps(self.record_fields(record, with_standard=True), default=str)
 
 
 class TextFormatter(_FieldsFormatter):
@@ -213,7 +213,7 @@ class TextFormatter(_FieldsFormatter):
     def format(self, record: logging.LogRecord) -> str:
         text = self.inner.format(record)
         pairs = " ".join(f"{key}={value}"
-                         for key, value in self.fields(record, with_standard=False).items())
+                         for key, value in self.record_fields(record, with_standard=False).items())
         return f"{text} {pairs}"
 
 

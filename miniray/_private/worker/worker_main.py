@@ -4,7 +4,8 @@ Owns: the worker's main loop, running one task (arguments in, results or the err
 markers, CUDA_VISIBLE_DEVICES), and cancelling the running task on request. Does not own: what
 the public API does inside a task (``worker_api.py``), or which tasks come here (the owner).
 Called by: the fork server, in the forked child (``run_forked``), which first applies the
-runtime environment HELLO names and runs the job's setup hook (``runtime_env_setup.py``).
+runtime environment HELLO names and the job's LoggingConfig (``core/logging_config.py``),
+and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
