@@ -96,7 +96,6 @@ MISSING: dict[str, str] = {
     "ray.util.accelerators:NVIDIA_A100_40G": _NOT_IN_RAY,
     "ray.util.accelerators:NVIDIA_A100_80G": _NOT_IN_RAY,
     "ray.util.state:*": _OBSERVABILITY,
-    "ray:LoggingConfig": _NOT_YET,
     "ray.util:as_completed": _NOT_YET,
     "ray.util:get_current_placement_group": _NOT_YET,
     "ray.util:get_placement_group": _NOT_YET,

@@ -41,6 +41,7 @@ from miniray._private.core.ids import (
     UniqueID,
     WorkerID,
 )
+from miniray._private.core.logging_config import LoggingConfig
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.ray_client import ClientBuilder, client
 
@@ -97,6 +98,7 @@ __all__ = [
     "JobID",
     "kill",
     "Language",
+    "LoggingConfig",
     "method",
     "NodeID",
     "nodes",

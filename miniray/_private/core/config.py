@@ -53,6 +53,12 @@ def worker_log_prefix_enabled() -> bool:
     return not _flag("RAY_DISABLE_WORKER_LOG_PREFIX", False)
 
 
+def logging_config_encoding() -> str | None:
+    """``RAY_LOGGING_CONFIG_ENCODING`` (``TEXT`` or ``JSON``): ``init()`` without a
+    ``logging_config`` applies a default one of that encoding, as Ray does."""
+    return os.environ.get("RAY_LOGGING_CONFIG_ENCODING") or None
+
+
 def auto_init_enabled() -> bool:
     """``RAY_ENABLE_AUTO_CONNECT=0`` turns off the implicit ``init()``."""
     return _flag("RAY_ENABLE_AUTO_CONNECT", True)

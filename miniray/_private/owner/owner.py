@@ -80,7 +80,10 @@ class Owner:
         self.node_state = node_state  # totals only, for infeasibility checks
         self.hello_info = hello_info
         self.log_to_driver = log_to_driver
-        self.prefix_enabled = config.worker_log_prefix_enabled()
+        # As in Ray, a job's LoggingConfig drops the "(name pid=N)" prefix: it would break
+        # the structured lines the workers write.
+        self.prefix_enabled = (config.worker_log_prefix_enabled()
+                               and not hello_info.get("logging_config"))
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
