@@ -3,8 +3,9 @@
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
 list_named_actors, scheduling_strategies, placement_group (importable; creating one raises),
 log_once (from ``miniray.util.debug``), get_node_instance_id, register_serializer /
-deregister_serializer, metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided;
-``collective`` raises ImportError saying how to run on Ray
+deregister_serializer, metrics, as_completed / map_unordered (``helpers``),
+inspect_serializability (``check_serialize``), joblib (``register_ray``). Differs: ``pdb``
+and ``ray_debugpy`` are not provided; ``collective`` raises ImportError saying how to run on Ray
 (``miniray/_private/core/out_of_scope.py``).
 """
 
@@ -15,10 +16,12 @@ from miniray._private.core import config
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
+from miniray.util.helpers import as_completed, map_unordered
 
-__all__ = ["accelerators", "ActorPool", "deregister_serializer", "disable_log_once_globally",
-           "enable_periodic_logging", "get_node_instance_id", "get_node_ip_address",
-           "inspect_serializability", "list_named_actors", "log_once", "register_serializer"]
+__all__ = ["accelerators", "ActorPool", "as_completed", "deregister_serializer",
+           "disable_log_once_globally", "enable_periodic_logging", "get_node_instance_id",
+           "get_node_ip_address", "inspect_serializability", "list_named_actors", "log_once",
+           "map_unordered", "register_serializer"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
