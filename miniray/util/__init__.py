@@ -15,6 +15,7 @@ from miniray._private import runtime
 from miniray._private.core import config
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
+from miniray.util.check_serialize import inspect_serializability
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
 from miniray.util.helpers import as_completed, map_unordered
 
@@ -39,19 +40,6 @@ def get_node_instance_id() -> str:
 def get_node_ip_address(address: str | None = None) -> str:
     """The address of this node: always loopback on one host."""
     return "127.0.0.1"
-
-
-def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_file=None):
-    """Whether ``obj`` can be pickled for a task; returns ``(ok, failures)``."""
-    import cloudpickle
-
-    try:
-        cloudpickle.dumps(obj)
-        return True, set()
-    except Exception as error:
-        print(f"{name or obj!r} cannot be serialized: {type(error).__name__}: {error}",
-              file=print_file)
-        return False, {repr(obj)}
 
 
 def register_serializer(cls: type, *, serializer, deserializer) -> None:
