@@ -104,3 +104,38 @@ def test_bars_are_drawn_in_place_on_a_terminal(drivers):
     assert "\x1b[2K" in text and re.search(r"\x1b\[\d+F\x1b\[J", text), text[-3000:]
     assert re.search(r"\(crunch pid=\d+\) crunching: 100%\|[█ ]+\| 12/12 \[", text)
     assert re.search(r"\(Counter pid=\d+\) counting: 100%\|[█ ]+\| 5/5 \[", text)
+
+
+def test_a_detached_actors_bar_on_a_node_reaches_the_driver_that_created_it(node_env):
+    """The actor lives in the node's actor service; its output, bars included, is routed to
+    its creator, which draws them (Ray 2.60 draws a detached actor's bars in the driver
+    connected to its job's logs)."""
+    from .helpers import cli, driver
+
+    started = cli(node_env, "start", "--head", "--num-cpus", "2")
+    assert started.returncode == 0, started.stderr
+    proc = driver("""
+        import miniray as ray
+        from miniray.experimental import tqdm_ray
+        ray.init(address="auto")
+
+        @ray.remote
+        class Worker:
+            def run(self, n):
+                bar = tqdm_ray.tqdm(total=n, desc="routed", flush_interval_s=0)
+                for _ in range(n):
+                    bar.update(1)
+                bar.close()
+                print("ran", n)
+                return n
+
+        w = Worker.options(name="bars", lifetime="detached").remote()
+        assert ray.get(w.run.remote(4), timeout=60) == 4
+        ray.kill(w)
+        ray.shutdown()
+    """, node_env)
+    out, err = proc.communicate(timeout=90)
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"^\(Worker pid=\d+\) routed: 100%\|[█ ]+\| 4/4 \[", err, re.M), err
+    assert re.search(r"^\(Worker pid=\d+\) ran 4$", out, re.M), out
+    assert "\x00" not in out + err and '"uuid"' not in out + err
