@@ -85,8 +85,10 @@ def inspect_serializability(base_obj: Any, name: str | None = None, depth: int =
         of ``FailureTuple`` naming each culprit.
 
     Example:
+        >>> import io, threading
         >>> lock = threading.Lock()
-        >>> ok, failures = inspect_serializability(lambda: lock, name="job")
+        >>> report = io.StringIO()
+        >>> ok, failures = inspect_serializability(lambda: lock, name="job", print_file=report)
         >>> ok, [f.path for f in failures]
         (False, [('job', 'lock')])
     """

@@ -57,8 +57,11 @@ def as_completed(refs: Sequence[Any], *, chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: passed to ``wait`` (``timeout``, ``fetch_local``).
 
     Example:
-        >>> for value in ray.util.as_completed([f.remote(i) for i in range(4)], chunk_size=2):
-        ...     print(value)
+        >>> @ray.remote
+        ... def square(x):
+        ...     return x * x
+        >>> sorted(ray.util.as_completed([square.remote(i) for i in range(4)], chunk_size=2))
+        [0, 1, 4, 9]
     """
     _check_chunk_size(chunk_size, kwargs)
     refs = list(refs)
@@ -83,8 +86,11 @@ def map_unordered(fn: Any, items: Iterable[Any], *,
         **kwargs: passed to ``wait``.
 
     Example:
-        >>> for value in ray.util.map_unordered(f, range(10), backpressure_size=4):
-        ...     print(value)
+        >>> @ray.remote
+        ... def square(x):
+        ...     return x * x
+        >>> sorted(ray.util.map_unordered(square, range(6), backpressure_size=4))
+        [0, 1, 4, 9, 16, 25]
     """
     if backpressure_size is None:
         limit: float = float("inf")
