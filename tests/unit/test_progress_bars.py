@@ -162,3 +162,49 @@ def test_safe_print_hides_and_redraws_the_bars(monkeypatch, capsys):
     other = io.StringIO()
     progress_display.safe_print("elsewhere", file=other)
     assert other.getvalue() == "elsewhere\n"
+
+
+def test_the_output_reader_takes_bar_lines_out_even_mid_line(monkeypatch, capsys):
+    """A task's last print without a newline runs into the bar's line: the text is still
+    printed with the task's prefix, the bar goes to the display, nothing raw leaks."""
+    import os
+
+    from miniray._private.owner.output import OutputStream
+
+    shown = io.StringIO()
+    monkeypatch.setattr(progress_display, "_display", BarDisplay(shown))
+    read_end, write_end = os.pipe()
+    stream = OutputStream(read_end, "stdout", enabled=True, prefix_enabled=True)
+    try:
+        os.write(write_end, b"\x00mr:77:crunch\nno newline" + encode(_state(x=3, pid=77))
+                 + b"after\n")
+        os.close(write_end)
+        stream.drain()
+    finally:
+        stream.close()
+    assert capsys.readouterr().out == "(crunch pid=77) no newline\n(crunch pid=77) after\n"
+    assert shown.getvalue().startswith("(crunch pid=77) work:  30%|")
+
+
+def test_routed_output_carries_bars_with_their_prefix_to_deliver(monkeypatch, capsys):
+    import os
+
+    from miniray._private.owner import output
+
+    shown = io.StringIO()
+    monkeypatch.setattr(progress_display, "_display", BarDisplay(shown))
+    routed = []
+    read_end, write_end = os.pipe()
+    stream = output.OutputStream(read_end, "stdout", enabled=True, prefix_enabled=True)
+    stream.route = lambda target, text: routed.append((target, text)) or True
+    try:
+        os.write(write_end, b"\x00mr:9:Actor.go\nhi\n" + encode(_state(x=1, pid=9)))
+        os.close(write_end)
+        stream.drain()
+    finally:
+        stream.close()
+    assert shown.getvalue() == "" and capsys.readouterr().out == ""
+    (target, text), = routed
+    output.deliver(target, text)  # what the creating driver does with SVC_OUTPUT
+    assert capsys.readouterr().out == "(Actor.go pid=9) hi\n"
+    assert shown.getvalue().startswith("(Actor.go pid=9) work:  10%|")
