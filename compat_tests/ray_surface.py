@@ -44,6 +44,7 @@ _JAVA = "cross-language (Java) workers; a miniray node runs Python workers only"
 _AS_RAY = "Ray 2.60 raises `NotImplementedError` for it too"
 _DEBUGGER = "Ray's distributed debugger (`ray debug`); not provided"
 _NOT_YET = "not provided yet"
+_TQDM_INTERNAL = "internal to Ray's bar protocol (its marker, its driver-side singleton)"
 _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submitting its tasks "
              "and actor calls")
 _OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
@@ -96,10 +97,8 @@ MISSING: dict[str, str] = {
     "ray.util.accelerators:NVIDIA_A100_40G": _NOT_IN_RAY,
     "ray.util.accelerators:NVIDIA_A100_80G": _NOT_IN_RAY,
     "ray.util.state:*": _OBSERVABILITY,
-    "ray.util:as_completed": _NOT_YET,
     "ray.util:get_current_placement_group": _NOT_YET,
     "ray.util:get_placement_group": _NOT_YET,
-    "ray.util:map_unordered": _NOT_YET,
     "ray.util:placement_group": _NOT_YET,
     "ray.util:placement_group_table": _NOT_YET,
     "ray.util:remove_placement_group": _NOT_YET,
@@ -108,16 +107,16 @@ MISSING: dict[str, str] = {
     "ray.util.placement_group:VALID_PLACEMENT_GROUP_STRATEGIES": _NOT_YET,
     "ray.util.placement_group:check_placement_group_index": _NOT_YET,
     "ray.util.placement_group:validate_placement_group": _NOT_YET,
-    "ray.util.check_serialize:FailureTuple": _NOT_YET,
-    "ray.util.check_serialize:inspect_serializability": _NOT_YET,
-    "ray.util.joblib:register_ray": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.bundle_count": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.bundle_specs": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.empty": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.is_empty": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.ready": _NOT_YET,
     "ray.util.placement_group:PlacementGroup.wait": _NOT_YET,
-    "ray.experimental.tqdm_ray:*": _NOT_YET,
+    "ray.experimental.tqdm_ray:RAY_TQDM_MAGIC": _TQDM_INTERNAL,
+    "ray.experimental.tqdm_ray:instance": _TQDM_INTERNAL,
+    "ray.experimental.tqdm_ray:real_tqdm": "the `tqdm` package as Ray imports it, if installed; "
+                                           "miniray's bars do not need it",
 }
 
 

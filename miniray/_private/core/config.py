@@ -48,6 +48,12 @@ def log_to_driver_default() -> bool:
     return _flag("RAY_LOG_TO_DRIVER", True)
 
 
+def tqdm_patch_print() -> bool:
+    """``RAY_TQDM_PATCH_PRINT`` (default on): once ``tqdm_ray`` bars are drawn in place on a
+    terminal, ``print`` goes through ``tqdm_ray.safe_print`` so it does not tear them."""
+    return _flag("RAY_TQDM_PATCH_PRINT", True)
+
+
 def worker_log_prefix_enabled() -> bool:
     """``RAY_DISABLE_WORKER_LOG_PREFIX=1`` drops the ``(name pid=N)`` prefix."""
     return not _flag("RAY_DISABLE_WORKER_LOG_PREFIX", False)
