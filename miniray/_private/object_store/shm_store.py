@@ -186,10 +186,11 @@ class SharedMemoryStore:
 
     def put_value(self, object_id: bytes, value: Any) -> StoredObject:
         """Serialize and store ``value``; inline below the threshold, else in a segment.
+        ``value`` may be serialized already (``oob.Serialized``).
 
         Raises ObjectStoreFullError naming the sizes when it cannot fit even after spilling.
         """
-        ser = oob.serialize(value)
+        ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
         if ser.total_size < self.inline_threshold:
             data = oob.inline_blob(ser)
             self.put_serialized(object_id, data)
