@@ -17,8 +17,9 @@ Data flow::
                                           view the segment, read-only, no copy
     over capacity: LRU unpinned segments --copy--> <spill_dir>/mr_<tag>_<hex>, then unlinked;
                    get_value() restores them (or reads the spill file where nothing fits)
-    freed segment, nobody mapping it --rename--> mr_<tag>_pool<n> (kept mapped by the owner,
-                   reused by the next put of a similar size: writes then run at memcpy speed)
+    freed segment --rename--> mr_<tag>_pool<n> (kept mapped by the owner, reused by the next
+                   put of a similar size: writes then run at memcpy speed; one a reader still
+                   maps waits as draining until nobody does)
 
 Lifetime rules: see ``shm_segments.py``. In short, only the owner unlinks; readers attach
 with a shared flock and never register with a resource tracker; pinned objects never move;
@@ -210,6 +211,7 @@ class SharedMemoryStore:
         if policy.oversized(size, self.capacity):
             return self._put_on_disk(object_id, ser)
         self.free(object_id)
+        self._refresh_draining()
         with self._lock:
             self._check_replaceable(object_id)
             reuse = self._pool.take(size)
@@ -432,14 +434,30 @@ class SharedMemoryStore:
             segs.unlink_quiet(entry.path)
             return
         pool_path = self._pool.new_path()
-        if segs.retire_for_reuse(entry.path, pool_path):
+        ready = segs.retire_for_reuse(entry.path, pool_path)
+        if ready is not None:
+            # A segment a reader still maps (a worker that took it as an argument, until
+            # the owner's UNMAP reaches it) waits in the pool as draining: reused once
+            # nobody maps it, so a loop of calls with a large argument writes into pages
+            # that already exist instead of faulting in new ones for every call.
             with self._lock:
                 if not self._closed and self._may_recycle(entry.size):
-                    self._pool.add(segs.Pooled(pool_path, entry.size, entry.rw))
+                    self._pool.add(segs.Pooled(pool_path, entry.size, entry.rw,
+                                               draining=not ready))
                     self._cool(entry)  # the mapping now belongs to the pool
                     return
             segs.unlink_quiet(pool_path)
-        self._cool(entry)  # a reader still maps it (unlinked: its mapping keeps the pages)
+        self._cool(entry)
+
+    def _refresh_draining(self) -> None:
+        """Mark pooled segments that no reader maps any more reusable (the checks, one
+        ``flock`` each, run outside the lock; a segment taken meanwhile is skipped)."""
+        with self._lock:
+            draining = self._pool.draining()
+        if draining:
+            free = [p for p in draining if not segs.mapped_elsewhere(p.path)]
+            with self._lock:
+                self._pool.drained(free)
 
     def _cool(self, entry: _Entry) -> None:
         entry.rw = None
@@ -658,6 +676,7 @@ class SharedMemoryStore:
                 "bytes_shm": self._used,
                 "spilled_objects": len(self._entries) - segments,
                 "pooled_segments": len(self._pool),
+                "draining_segments": len(self._pool.draining()),
                 "bytes_pooled": self._pool.bytes,
                 "segments_created": self._counts["created"],
                 "segments_recycled": self._counts["recycled"],
