@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -299,6 +300,44 @@ def test_a_freed_segment_a_reader_still_maps_is_reused_once_it_lets_go(make_stor
     np.testing.assert_array_equal(store.get_value(oid(2)), array(2 * MIB, 3))
     store.free(oid(2))
     store.free(oid(3))
+
+
+def test_a_put_waits_a_little_for_a_segment_about_to_be_let_go(make_store, monkeypatch):
+    """A put right after a task's result often beats the worker's unmapping of the task's
+    argument: it waits (at most ``drain_wait_s``) for that segment rather than write into
+    fresh pages."""
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 5.0)
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    readers = [read_segment(store.location(oid(1))[1])]
+    store.free(oid(1))
+    threading.Timer(0.05, readers.clear).start()  # the reader lets go 50 ms later
+    started = time.monotonic()
+    store.put_value(oid(2), array(2 * MIB, 3))
+    assert time.monotonic() - started < 4.0
+    assert store.statistics()["segments_recycled"] == 1
+    np.testing.assert_array_equal(store.get_value(oid(2)), array(2 * MIB, 3))
+    store.free(oid(2))
+
+
+def test_a_put_waits_no_longer_than_drain_wait_s(make_store, monkeypatch):
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 0.05)
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    reader = read_segment(store.location(oid(1))[1])
+    store.free(oid(1))
+    started = time.monotonic()
+    store.put_value(oid(2), array(2 * MIB, 3))
+    assert 0.04 <= time.monotonic() - started < 2.0
+    assert store.statistics()["segments_recycled"] == 0  # a new segment: the reader holds on
+    np.testing.assert_array_equal(reader, array(2 * MIB))
+    store.free(oid(2))
+
+
+def test_drain_wait_is_a_fraction_of_a_fresh_write_and_bounded():
+    assert store_policy.drain_wait_s(0) == 0
+    assert 0 < store_policy.drain_wait_s(2 * MIB) < 0.001
+    assert store_policy.drain_wait_s(1024 * MIB) == store_policy.DRAIN_WAIT_MAX_S
 
 
 def test_a_draining_segment_nobody_lets_go_of_is_unlinked_when_idle(make_store, tag):

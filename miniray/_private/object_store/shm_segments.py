@@ -538,6 +538,11 @@ class SegmentPool:
         for pooled in free:
             pooled.draining = False
 
+    def has_reusable(self, size: int) -> bool:
+        """Whether ``take(size)`` would find a segment."""
+        return store_policy.pick_reusable(
+            size, [(p, p.size) for p in self._items if not p.draining]) is not None
+
     def take(self, size: int) -> Pooled | None:
         """The best reusable pooled segment for an object of ``size`` bytes, removed; or
         None."""

@@ -36,6 +36,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 import weakref
 from typing import Any, NamedTuple
 
@@ -211,7 +212,7 @@ class SharedMemoryStore:
         if policy.oversized(size, self.capacity):
             return self._put_on_disk(object_id, ser)
         self.free(object_id)
-        self._refresh_draining()
+        self._refresh_draining(size)
         with self._lock:
             self._check_replaceable(object_id)
             reuse = self._pool.take(size)
@@ -449,13 +450,29 @@ class SharedMemoryStore:
             segs.unlink_quiet(pool_path)
         self._cool(entry)
 
-    def _refresh_draining(self) -> None:
+    def _refresh_draining(self, size: int) -> None:
         """Mark pooled segments that no reader maps any more reusable (the checks, one
-        ``flock`` each, run outside the lock; a segment taken meanwhile is skipped)."""
+        ``flock`` each, run outside the lock; a segment taken meanwhile is skipped). When
+        none is ready for ``size`` bytes but a draining one would do, wait a little for it
+        (``policy.drain_wait_s``): a worker unmaps its argument as soon as the owner's UNMAP
+        reaches it, which a put right after ``get`` of the task's result often beats."""
         with self._lock:
             draining = self._pool.draining()
-        if draining:
-            free = [p for p in draining if not segs.mapped_elsewhere(p.path)]
+            ready = self._pool.has_reusable(size)
+        if not draining:
+            return
+        free = [p for p in draining if not segs.mapped_elsewhere(p.path)]
+        wanted = None
+        if not ready and not free:
+            wanted = policy.pick_reusable(size, [(p, p.size) for p in draining])
+        if wanted is not None:
+            deadline = time.monotonic() + policy.drain_wait_s(size)
+            while time.monotonic() < deadline:
+                time.sleep(0.0005)
+                if not segs.mapped_elsewhere(wanted.path):
+                    free.append(wanted)
+                    break
+        if free:
             with self._lock:
                 self._pool.drained(free)
 
