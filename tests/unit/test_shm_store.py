@@ -330,8 +330,15 @@ def test_a_put_waits_no_longer_than_drain_wait_s(make_store, monkeypatch):
     store.put_value(oid(2), array(2 * MIB, 3))
     assert 0.04 <= time.monotonic() - started < 2.0
     assert store.statistics()["segments_recycled"] == 0  # a new segment: the reader holds on
+    # A segment waited for in vain once is not waited for again (its reader kept its view).
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 5.0)
+    started = time.monotonic()
+    store.put_value(oid(3), array(2 * MIB, 4))
+    assert time.monotonic() - started < 2.0
+    assert store.statistics()["segments_recycled"] == 0
     np.testing.assert_array_equal(reader, array(2 * MIB))
     store.free(oid(2))
+    store.free(oid(3))
 
 
 def test_drain_wait_is_a_fraction_of_a_fresh_write_and_bounded():

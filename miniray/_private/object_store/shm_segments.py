@@ -496,13 +496,14 @@ class Pooled:
     ``draining``: a reader still mapped it when it was freed; it is not reused until
     ``mapped_elsewhere`` says nobody does (``SegmentPool.drained``)."""
 
-    __slots__ = ("path", "size", "mapping", "since", "draining")
+    __slots__ = ("path", "size", "mapping", "since", "draining", "waited")
 
     def __init__(self, path: str, size: int, mapping: mmap.mmap | None,
                  draining: bool = False):
         self.path, self.size, self.mapping = path, size, mapping
         self.since = time.monotonic()
         self.draining = draining
+        self.waited = False  # a put already waited for it to drain
 
 
 class SegmentPool:

@@ -463,9 +463,13 @@ class SharedMemoryStore:
             return
         free = [p for p in draining if not segs.mapped_elsewhere(p.path)]
         wanted = None
-        if not ready and not free:
-            wanted = policy.pick_reusable(size, [(p, p.size) for p in draining])
+        if not ready and policy.pick_reusable(size, [(p, p.size) for p in free]) is None:
+            # Never twice for one segment: a reader that kept its view (a task that stored
+            # its argument) would otherwise cost every put the wait until the segment expires.
+            wanted = policy.pick_reusable(
+                size, [(p, p.size) for p in draining if p not in free and not p.waited])
         if wanted is not None:
+            wanted.waited = True
             deadline = time.monotonic() + policy.drain_wait_s(size)
             while time.monotonic() < deadline:
                 time.sleep(0.0005)
