@@ -6,9 +6,9 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 (``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
-``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError;
-``.bind()`` (DAGs) raises NotImplementedError. A generator method (sync, or async in an async
-actor) streams its values as a generator function does (``ObjectRefGenerator``).
+``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError.
+``.bind()`` gives ``ray.dag`` nodes (``miniray/dag/``). A generator method (sync, or async
+in an async actor) streams its values as a generator function does (``ObjectRefGenerator``).
 
 Example:
     >>> @ray.remote
@@ -47,7 +47,12 @@ from miniray._private.core.type_vars import T
 from miniray.remote_function import warn_if_dynamic
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
-           "exit_actor", "method"]
+           "DEFAULT_MAX_CONCURRENCY_ASYNC", "STREAMING_GENERATOR_RETURN", "exit_actor", "method"]
+
+# Ray's public constants: an async actor's default ``max_concurrency``, and the
+# ``num_returns`` a streaming generator call carries.
+DEFAULT_MAX_CONCURRENCY_ASYNC = 1000
+STREAMING_GENERATOR_RETURN = STREAMING
 
 _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
@@ -145,7 +150,11 @@ class ActorClass(Generic[T]):
         return _ActorClassOptions(self, merged)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor (``ray.dag.ClassNode``) at each ``execute()``."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self, args, kwargs, dict(self._default_options))
 
     def _export(self) -> tuple[bytes, bytes]:
         cache = self._export_cache
@@ -173,10 +182,12 @@ class ActorClass(Generic[T]):
             placement, pg_ctx = _placement.place(placement, hex_, group.bundle_specs, index,
                                                  capture, self._cls.__name__)
             held = _placement.rewrite_request(held, hex_, index)
-        max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
+        max_concurrency = opts.get("max_concurrency") or (
+            DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)
         fn_id, data = self._export()
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
-                                                             ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, self._cls.__name__, ObjectRef, rt.large_arguments)
         namespace = opts.get("namespace")
         if namespace is None:
             namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
@@ -211,7 +222,11 @@ class _ActorClassOptions(Generic[T]):
         return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor with these options (``ray.dag.ClassNode``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self._actor_class, args, kwargs, dict(self._options))
 
 
 class ActorHandle(Generic[T]):
@@ -284,7 +299,9 @@ class ActorHandle(Generic[T]):
             raise Exception(
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, method, ObjectRef, rt.large_arguments)
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
@@ -342,7 +359,12 @@ class ActorMethod:
                            opts.get("name") or self._call_name, argspec=self._argspec)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node calling this method of this live actor (``ray.dag.ClassMethodNode``;
+        a tuple of nodes, one per value, for ``num_returns > 1``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import bind_on_handle
+
+        return bind_on_handle(self, args, kwargs)
 
 
 def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:

@@ -36,6 +36,7 @@ import logging
 import os
 import pickle
 import signal
+import threading
 import time
 from typing import Any
 
@@ -86,7 +87,10 @@ class Owner:
         self.node_state = node_state  # totals only, for infeasibility checks
         self.hello_info = hello_info
         self.log_to_driver = log_to_driver
-        self.prefix_enabled = config.worker_log_prefix_enabled()
+        # As in Ray, a job's LoggingConfig drops the "(name pid=N)" prefix: it would break
+        # the structured lines the workers write.
+        self.prefix_enabled = (config.worker_log_prefix_enabled()
+                               and not hello_info.get("logging_config"))
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
@@ -127,6 +131,8 @@ class Owner:
             prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
             idle_keep=max(1, int(num_cpus)), on_data=self._on_worker_data,
             on_output=self._on_output)
+        # Set once the fork server named a worker: it is up and forking (``prestart_workers``).
+        self.worker_forked = threading.Event()
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -162,10 +168,12 @@ class Owner:
         self.reactor.start()
 
     # ------------------------------------------------------------------ objects
-    def put_value(self, object_id: bytes, value) -> None:
+    def put_value(self, object_id: bytes, value, contained: tuple = ()) -> None:
         """The driver's put: serialized straight into the store (a segment for large values),
         outside the lock; then the object is ready. The store is this process's own: puts
-        work even after the fork server or node was lost."""
+        work even after the fork server or node was lost. ``value`` may be serialized
+        already (a large call argument), with the ids of the refs inside it in
+        ``contained``."""
         self._check_open()
         if self.objects.ref_events:  # objects just dropped: free them first, so their
             with self._lock:          # segments can be reused (memcpy-speed puts)
@@ -175,7 +183,7 @@ class Owner:
         try:
             self.store.put_value(object_id, value)
         finally:
-            contained = serialization.stop_collecting()
+            contained = serialization.stop_collecting() + list(contained)
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
             if contained:
@@ -746,8 +754,26 @@ class Owner:
             self._on_spawned(worker, early)
         return worker
 
+    def prestart_workers(self, count: int) -> threading.Event:
+        """*Not locked.* Start ``count`` idle workers in the job's environment, so that the
+        first tasks wait neither for forks nor for the fork server's own start (a fresh
+        interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
+        one as it takes any idle worker. Returns ``worker_forked``, set once the fork server
+        named the first of them."""
+        fork_server = self.fork_server
+        started = [self.start_worker(fork_server) for _ in range(count)]
+        with self._lock:
+            usable = self.may_dispatch() and fork_server is self.fork_server
+            for parts in started:
+                if usable:
+                    self.workers.keep_idle(self.adopt_worker(parts))
+                else:
+                    self.discard_start(parts)
+        return self.worker_forked
+
     def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
         """*Locked.* The fork server named ``worker``'s pid."""
+        self.worker_forked.set()
         status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
             self.kill_process_later(pid)
