@@ -43,7 +43,6 @@ _CLIENT = "Ray Client: connect with `init(address=...)` on the node's host inste
 _JAVA = "cross-language (Java) workers; a miniray node runs Python workers only"
 _AS_RAY = "Ray 2.60 raises `NotImplementedError` for it too"
 _DEBUGGER = "Ray's distributed debugger (`ray debug`); not provided"
-_NOT_YET = "not provided yet"
 _TQDM_INTERNAL = "internal to Ray's bar protocol (its marker, its driver-side singleton)"
 _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submitting its tasks "
              "and actor calls")
@@ -79,9 +78,6 @@ REFUSED: dict[str, str] = {
     "ray.dag:DAGOperationFuture": _COMPILED,
     "ray.dag:GPUFuture": _COMPILED,
     "ray.dag:plot": "drawing a DAG needs pydot and graphviz; `print(dag)` shows it as text",
-    "ray.util.placement_group:get_placement_group": _NOT_YET,
-    "ray.util.placement_group:placement_group": _NOT_YET,
-    "ray.util.placement_group:remove_placement_group": _NOT_YET,
 }
 
 # Names miniray does not have. Value: why, shown in the README.
@@ -97,22 +93,6 @@ MISSING: dict[str, str] = {
     "ray.util.accelerators:NVIDIA_A100_40G": _NOT_IN_RAY,
     "ray.util.accelerators:NVIDIA_A100_80G": _NOT_IN_RAY,
     "ray.util.state:*": _OBSERVABILITY,
-    "ray.util:get_current_placement_group": _NOT_YET,
-    "ray.util:get_placement_group": _NOT_YET,
-    "ray.util:placement_group": _NOT_YET,
-    "ray.util:placement_group_table": _NOT_YET,
-    "ray.util:remove_placement_group": _NOT_YET,
-    "ray.util.placement_group:NODE_ID_LABEL_KEY": _NOT_YET,
-    "ray.util.placement_group:PLACEMENT_GROUP_BUNDLE_RESOURCE_NAME": _NOT_YET,
-    "ray.util.placement_group:VALID_PLACEMENT_GROUP_STRATEGIES": _NOT_YET,
-    "ray.util.placement_group:check_placement_group_index": _NOT_YET,
-    "ray.util.placement_group:validate_placement_group": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.bundle_count": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.bundle_specs": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.empty": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.is_empty": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.ready": _NOT_YET,
-    "ray.util.placement_group:PlacementGroup.wait": _NOT_YET,
     "ray.experimental.tqdm_ray:RAY_TQDM_MAGIC": _TQDM_INTERNAL,
     "ray.experimental.tqdm_ray:instance": _TQDM_INTERNAL,
     "ray.experimental.tqdm_ray:real_tqdm": "the `tqdm` package as Ray imports it, if installed; "

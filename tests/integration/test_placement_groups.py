@@ -681,3 +681,18 @@ def test_reservations_and_removals_take_the_ledger_outside_the_owner_lock(ray):
         for probe in probes:
             probe.restore()
     _assert_exercised_and_free(probes)
+
+
+def test_topology_strategy_names_the_node_level_strategy_as_ray(ray):
+    pg = placement_group([{"CPU": 0.5}], topology_strategy={"ray.io/node-id": "STRICT_PACK"})
+    assert pg.wait(10) and placement_group_table(pg)["strategy"] == "STRICT_PACK"
+    assert placement_group_table(placement_group([{"CPU": 0.5}]))["strategy"] == "PACK"
+    with pytest.raises(NotImplementedError, match="no topology labels"):
+        placement_group([{"CPU": 0.5}], topology_strategy={"rack": "STRICT_PACK"})
+    with pytest.raises(NotImplementedError, match="no labels to select on"):
+        placement_group([{"CPU": 0.5}], bundle_label_selector=[{"zone": "a"}])
+    soft = placement_group([{"CPU": 0.5}], "STRICT_PACK",
+                           _soft_target_node_id=ray.get_runtime_context().get_node_id())
+    assert soft.wait(10)
+    for group in placement_group_table():
+        remove_placement_group(PlacementGroup(miniray.PlacementGroupID(bytes.fromhex(group))))

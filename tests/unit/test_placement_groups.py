@@ -178,3 +178,45 @@ def test_ledger_group_does_not_fit_and_dead_holders_groups_are_reclaimed(tmp_pat
 def test_plain_requests_unchanged_by_groups():
     s = _state_with_group([])
     assert plan_allocation(s, {"CPU": 1, "GPU": 0.5}).instances == {"GPU": [(0, 5000)]}
+
+
+# -- the rest of Ray's module: constants, validate_placement_group, check_placement_group_index ---
+
+def test_rays_constants_and_validation_helpers():
+    import importlib
+
+    from miniray.util.placement_group import (
+        PlacementGroup,
+        check_placement_group_index,
+        validate_placement_group,
+    )
+
+    # as in Ray, ``miniray.util.placement_group`` is the function; the module is imported
+    module = importlib.import_module("miniray.util.placement_group")
+    assert module.VALID_PLACEMENT_GROUP_STRATEGIES == {"PACK", "SPREAD", "STRICT_PACK",
+                                                       "STRICT_SPREAD"}
+    assert module.NODE_ID_LABEL_KEY == "ray.io/node-id"
+    assert module.PLACEMENT_GROUP_BUNDLE_RESOURCE_NAME == "bundle"
+    assert validate_placement_group([{"CPU": 1}]) is True
+    with pytest.raises(ValueError, match="`strategy` and `topology_strategy` cannot both"):
+        validate_placement_group([{"CPU": 1}], "PACK", topology_strategy={})
+    with pytest.raises(ValueError, match="_soft_target_node_id currently only works with "
+                                         "STRICT_PACK but got PACK"):
+        validate_placement_group([{"CPU": 1}], _soft_target_node_id="ab" * 28)
+    with pytest.raises(ValueError, match="Invalid hex ID of _soft_target_node_id"):
+        validate_placement_group([{"CPU": 1}], "STRICT_PACK", _soft_target_node_id="zz")
+    with pytest.raises(ValueError, match="The length of `bundle_label_selector` should equal"):
+        validate_placement_group([{"CPU": 1}], bundle_label_selector=[{}, {}])
+    with pytest.raises(ValueError, match="Invalid topology strategy 'X' for label"):
+        validate_placement_group([{"CPU": 1}], topology_strategy={"ray.io/node-id": "X"})
+    with pytest.raises(ValueError, match="only 'STRICT_PACK' is supported for topology"):
+        validate_placement_group([{"CPU": 1}], topology_strategy={"rack": "PACK"})
+    assert placement.check_topology_strategy(None, {"ray.io/node-id": "SPREAD"}) == "SPREAD"
+    group = PlacementGroup(PlacementGroup.empty().id.from_random(), [{"CPU": 1.0}] * 2)
+    check_placement_group_index(group, 1)
+    with pytest.raises(ValueError, match="bundle index 2 is invalid"):
+        check_placement_group_index(group, 2)
+    with pytest.raises(ValueError, match="If placement group is not set, the value of bundle "
+                                         "index must be -1."):
+        check_placement_group_index(PlacementGroup.empty(), 0)
+    assert PlacementGroup.empty().is_empty() and not group.is_empty()

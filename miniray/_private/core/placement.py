@@ -49,6 +49,7 @@ __all__ = [
     "check_bundles",
     "check_lifetime",
     "check_strategy",
+    "check_topology_strategy",
     "fits_bundle",
     "group_infeasible",
     "group_of",
@@ -62,6 +63,7 @@ __all__ = [
 ]
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+NODE_ID_LABEL_KEY = "ray.io/node-id"  # Ray's: the node-level entry of topology_strategy
 BUNDLE_UNITS = 1000.0  # what each bundle provides of bundle_group_* (Ray's 1000)
 TASK_BUNDLE_AMOUNT = 0.001  # what a task or actor in a bundle takes of it (Ray's)
 
@@ -117,6 +119,52 @@ def check_strategy(strategy: Any) -> str:
             f"{set(STRATEGIES)}."
         )
     return strategy
+
+
+def check_topology_strategy(strategy: Any, topology: Any) -> str:
+    """Ray's checks of ``strategy`` with ``topology_strategy``; returns the node-level
+    strategy (``strategy``, or ``topology[NODE_ID_LABEL_KEY]``, "PACK" when neither names
+    one). Other topology labels (at most one, STRICT_PACK only, as Ray allows) are left to
+    the caller.
+
+    >>> check_topology_strategy(None, None), check_topology_strategy(None, {NODE_ID_LABEL_KEY:
+    ...     "SPREAD"})
+    ('PACK', 'SPREAD')
+    """
+    if topology is not None and strategy is not None:
+        raise ValueError(
+            "`strategy` and `topology_strategy` cannot both be specified. Pass node-level "
+            f"packing via `topology_strategy['{NODE_ID_LABEL_KEY}']`.")
+    if strategy is not None:
+        check_strategy(strategy)
+    if topology is None:
+        return strategy if strategy is not None else "PACK"
+    if not isinstance(topology, dict):
+        raise ValueError(f"`topology_strategy` must be a dict, got {type(topology).__name__}.")
+    if len(topology) > 2:
+        raise ValueError(
+            f"`topology_strategy` must contain 0, 1, or 2 entries: `{NODE_ID_LABEL_KEY}` plus "
+            f"an optional topology label. Got {len(topology)} entries.")
+    others = []
+    for label, value in topology.items():
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"`topology_strategy` keys must be non-empty strings, got "
+                             f"{label!r}.")
+        if value not in STRATEGIES:
+            raise ValueError(f"Invalid topology strategy {value!r} for label {label!r}. "
+                             f"Supported strategies are: {set(STRATEGIES)}.")
+        if label != NODE_ID_LABEL_KEY:
+            others.append(label)
+            if value != "STRICT_PACK":
+                raise ValueError(
+                    f"Topology strategy {value!r} for label {label!r} is not supported yet; "
+                    "only 'STRICT_PACK' is supported for topology labels other than "
+                    f"`{NODE_ID_LABEL_KEY}` for now.")
+    if len(others) > 1:
+        raise ValueError(
+            "`topology_strategy` currently supports at most one topology label other than "
+            f"`{NODE_ID_LABEL_KEY}`. Got {others}.")
+    return topology.get(NODE_ID_LABEL_KEY, "PACK")
 
 
 def check_lifetime(lifetime: Any) -> bool:
