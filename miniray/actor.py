@@ -173,14 +173,12 @@ class ActorClass(Generic[T]):
         if opts.get("num_cpus") is None:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
         pg_ctx = None
-        placed = _options.placement_option(opts)
-        if placed == "default":
-            placed = rt.captured_placement()
-        if placed is not None and not placed[0].is_empty():
-            group, index, capture = placed
-            hex_ = group.id.hex()
-            placement, pg_ctx = _placement.place(placement, hex_, group.bundle_specs, index,
-                                                 capture, self._cls.__name__)
+        target = _placement.resolve_option(_options.placement_option(opts),
+                                           rt.current_placement())
+        if target is not None:
+            hex_, bundles, index, capture = target
+            placement, pg_ctx = _placement.place(placement, hex_, bundles, index, capture,
+                                                 self._cls.__name__)
             held = _placement.rewrite_request(held, hex_, index)
         max_concurrency = opts.get("max_concurrency") or (
             DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)

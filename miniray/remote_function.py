@@ -68,7 +68,7 @@ class _Template:
         self.request = _options.task_resource_request(opts)
         # The placement group the options name ("default": the caller's, if it captures)
         self.placement = _options.placement_option(opts)
-        self.placed: tuple = (None, None, None, None)  # (group, request, ctx, index) of the last
+        self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
         num_returns = opts.get("num_returns")
         if is_generator and num_returns in (None, "streaming"):
             num_returns = STREAMING
@@ -101,19 +101,18 @@ class _Template:
         """The request and placement-group context of a submission (``placement.place``):
         the options' group, or the caller's when it captures child tasks."""
         placed = self.placement
-        if placed == "default":
-            placed = rt.captured_placement()
         if placed is None:
             return self.request, None
-        group, index, capture = placed
-        if group.is_empty():
+        target = placement.resolve_option(placed, rt.current_placement())
+        if target is None:
             return self.request, None
         cached = self.placed
-        if cached[0] is group and cached[3] == index:
+        if cached[0] == target:
             return cached[1], cached[2]
-        request, ctx = placement.place(self.request, group.id.hex(), group.bundle_specs,
-                                       index, capture, function_name)
-        self.placed = (group, request, ctx, index)
+        pg_hex, bundles, index, capture = target
+        request, ctx = placement.place(self.request, pg_hex, bundles, index, capture,
+                                       function_name)
+        self.placed = (target, request, ctx)
         return request, ctx
 
 

@@ -513,10 +513,6 @@ class Runtime:
         """The placement group the caller runs in: none in the driver."""
         return None
 
-    def captured_placement(self):
-        """The group a call made here is captured in: none in the driver."""
-        return None
-
     def available_resources(self) -> dict:
         self.owner.flush_idle_leases()
         return self.ledger.available()

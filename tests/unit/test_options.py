@@ -976,13 +976,15 @@ def test_placement_option_reads_the_options_as_ray_does():
     from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     group = object()
-    assert opts.placement_option({}) == "default"
-    assert opts.placement_option({"scheduling_strategy": "DEFAULT"}) == "default"
+    assert opts.placement_option({}) == ("default", -1, None)
+    assert opts.placement_option({"scheduling_strategy": "DEFAULT"}) is None
     assert opts.placement_option({"scheduling_strategy": "SPREAD"}) is None
     assert opts.placement_option({"placement_group": None}) is None
     strategy = PlacementGroupSchedulingStrategy(group, 1, True)
     assert opts.placement_option({"scheduling_strategy": strategy}) == (group, 1, True)
-    assert opts.placement_option({"placement_group": group}) == (group, -1, False)
+    strategy = PlacementGroupSchedulingStrategy(group)
+    assert opts.placement_option({"scheduling_strategy": strategy}) == (group, -1, None)
+    assert opts.placement_option({"placement_group": group}) == (group, -1, None)
     assert opts.placement_option({"placement_group": group, "placement_group_bundle_index": 0,
                                   "placement_group_capture_child_tasks": True}) == (
         group, 0, True)

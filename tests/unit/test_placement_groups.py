@@ -220,3 +220,25 @@ def test_rays_constants_and_validation_helpers():
                                          "index must be -1."):
         check_placement_group_index(PlacementGroup.empty(), 0)
     assert PlacementGroup.empty().is_empty() and not group.is_empty()
+
+
+def test_which_group_a_call_goes_to_as_ray_decides():
+    """Compared with Ray 2.60's ``_configure_placement_group_based_on_context``: an unset
+    capture is the caller's; a call naming no group joins the caller's only if it captures;
+    ``placement_group_capture_child_tasks=False`` opts out."""
+    from miniray._private.core.ids import PlacementGroupID
+    from miniray._private.core.pg_handle import PlacementGroup
+
+    mine = PlacementGroup(PlacementGroupID.from_random(), [{"CPU": 1.0}])
+    capturing = (H, [{"CPU": 2.0}], True)
+    plain = (H, [{"CPU": 2.0}], False)
+    assert placement.resolve_option(None, capturing) is None
+    assert placement.resolve_option(("default", -1, None), None) is None
+    assert placement.resolve_option(("default", -1, None), plain) is None
+    assert placement.resolve_option(("default", -1, None), capturing) == (
+        H, [{"CPU": 2.0}], -1, True)
+    assert placement.resolve_option(("default", 0, False), capturing) is None
+    assert placement.resolve_option((mine, 0, None), None) == (
+        mine.id.hex(), [{"CPU": 1.0}], 0, False)
+    assert placement.resolve_option((mine, 0, None), capturing)[3] is True  # inherited
+    assert placement.resolve_option((PlacementGroup.empty(), -1, None), capturing) is None

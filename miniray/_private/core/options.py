@@ -809,27 +809,25 @@ def default_max_retries() -> int:
 
 def placement_option(options: dict) -> Any:
     """The placement group the options name, as Ray reads them at ``.remote()``:
-    ``(group, bundle_index, capture_child_tasks)``; ``"default"`` when they name none (a
-    parent's group may then capture the call); None when they opt out (``placement_group=
-    None``, or another scheduling strategy).
+    ``(group, bundle_index, capture_child_tasks)``, where group is ``"default"`` when they
+    name none (the caller's group may then capture the call) and capture is None when they
+    leave it to the caller (``placement.resolve_option`` decides both); None when they opt
+    out (``placement_group=None``, or a scheduling strategy other than a group's).
 
     >>> placement_option({}), placement_option({"scheduling_strategy": "SPREAD"})
-    ('default', None)
+    (('default', -1, None), None)
     """
     strategy = options.get("scheduling_strategy")
     if strategy is not None and type(strategy).__name__ == "PlacementGroupSchedulingStrategy":
         group = strategy.placement_group
-        if group is None:
-            return None
-        return (group, strategy.placement_group_bundle_index,
-                bool(strategy.placement_group_capture_child_tasks))
-    if strategy is not None and strategy != "DEFAULT":
+        index = strategy.placement_group_bundle_index
+        capture = strategy.placement_group_capture_child_tasks
+    elif strategy is not None:
+        return None  # "DEFAULT", "SPREAD", node affinity...: no group, none captured
+    else:
+        group = options.get("placement_group", "default")
+        index = options.get("placement_group_bundle_index", -1)
+        capture = options.get("placement_group_capture_child_tasks")
+    if group is None or (isinstance(group, str) and group != "default"):
         return None
-    group = options.get("placement_group", "default")
-    if group == "default":
-        return "default"
-    if group is None or isinstance(group, str):
-        return None
-    index = options.get("placement_group_bundle_index", -1)
-    return (group, -1 if index is None else index,
-            bool(options.get("placement_group_capture_child_tasks")))
+    return group, -1 if index is None else index, capture

@@ -57,6 +57,7 @@ __all__ = [
     "is_derived",
     "parse_derived",
     "place",
+    "resolve_option",
     "resolve_wildcard",
     "rewrite_request",
     "wildcard_group",
@@ -358,6 +359,33 @@ def fits_bundle(request: Mapping[str, float], bundles: list[dict[str, float]],
     return any(all(bundle.get(name, 0.0) + 1e-9 >= amount
                    for name, amount in request.items() if amount)
                for bundle in candidates)
+
+
+def resolve_option(placed: Any, current: tuple | None) -> tuple | None:
+    """Which group a call goes to, as Ray decides at ``.remote()``: ``placed`` is
+    ``options.placement_option``'s answer, ``current`` the caller's own group context
+    ``(hex, bundles, capture)`` (None in the driver or outside a group). Returns
+    ``(hex, bundles, bundle_index, capture)`` or None (no group). A capture left unset is
+    the caller's; a call naming no group goes to the caller's when that one captures.
+
+    >>> current = ("a" * 36, [{"CPU": 1.0}], True)
+    >>> resolve_option(("default", -1, None), current)[2:]
+    (-1, True)
+    >>> resolve_option(("default", -1, False), current), resolve_option(None, current)
+    (None, None)
+    """
+    if placed is None:
+        return None
+    group, index, capture = placed
+    if capture is None:
+        capture = bool(current is not None and current[2])
+    if isinstance(group, str):  # "default": the caller's group, if it captures
+        if not capture or current is None:
+            return None
+        return current[0], current[1], index, capture
+    if group.is_empty():
+        return None
+    return group.id.hex(), group.bundle_specs, index, bool(capture)
 
 
 def place(request: Mapping[str, float], pg_hex: str, bundles: list[dict[str, float]],

@@ -385,16 +385,6 @@ class WorkerRuntime:
             return task.placement
         return self.actor_placement
 
-    def captured_placement(self):
-        """``(group, -1, True)`` when the caller's group captures its child tasks."""
-        current = self.current_placement()
-        if current is None or not current[2]:
-            return None
-        from miniray._private.core.ids import PlacementGroupID  # lazy: placement only
-        from miniray._private.core.pg_handle import PlacementGroup
-
-        return PlacementGroup(PlacementGroupID(bytes.fromhex(current[0])), current[1]), -1, True
-
     def _pg(self, op: str, *args):
         return self.call(protocol.CALL_PLACEMENT_GROUP, op, *args)
 
