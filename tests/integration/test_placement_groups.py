@@ -53,7 +53,10 @@ def test_a_group_reserves_its_bundles_and_shows_them_as_ray_does(ray):
     assert entry["state"] == "CREATED"
     assert entry["bundles_to_node_id"] == {0: ray.get_runtime_context().get_node_id()}
     assert list(placement_group_table()) == [pg.id.hex()]
+    owner = miniray._private.runtime.current().owner
+    assert owner.statistics()["placement_groups"] == {"pending": 0, "created": 1, "removed": 0}
     remove_placement_group(pg)
+    assert owner.statistics()["placement_groups"]["removed"] == 1
     assert placement_group_table(pg)["state"] == "REMOVED"
     assert ray.available_resources()["CPU"] == 2.0
     assert _derived(ray.available_resources(), pg) == {}

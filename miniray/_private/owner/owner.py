@@ -1051,6 +1051,7 @@ class Owner:
                 "store": self.store.statistics(),
                 **self.actors.statistics(),
                 **self.streams.statistics(),
+                "placement_groups": self.pgs.statistics() if self.pgs is not None else {},
             }
 
     def __repr__(self) -> str:
