@@ -163,13 +163,13 @@ class ActorClass(Generic[T]):
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
+        groups = self._concurrency_groups()  # before init: a bad class starts nothing
         rt = runtime.auto_init()
         _options.actor_creation_checks(opts, is_async=self._is_async)
         placement, held = _options.actor_resource_requests(opts)
         if opts.get("num_cpus") is None:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
         max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
-        groups = self._concurrency_groups()
         fn_id, data = self._export()
         blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
                                                              ObjectRef)
