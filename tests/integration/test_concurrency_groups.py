@@ -24,6 +24,8 @@ import pytest
 
 from miniray import exceptions
 
+from .helpers import cli, driver, json_line
+
 GET_TIMEOUT = 30
 WAIT = 10.0  # how long a call waits for one that must run beside it
 
@@ -526,3 +528,43 @@ def test_async_terminate_waits_for_running_calls_of_other_groups(ray):
     assert ray.get(slow, timeout=GET_TIMEOUT) == "done"
     with pytest.raises(exceptions.ActorDiedError):
         ray.get(done, timeout=GET_TIMEOUT)
+
+
+# ----------------------------------------------------------------------------- on a node
+def test_groups_of_a_named_actor_in_the_node_actor_service(node_env):
+    """A named actor lives in the node's actor service: its groups travel with its creation,
+    and each call's group (the method's, or the call's override) with the call."""
+    started = cli(node_env, "start", "--head", "--num-cpus", "2")
+    assert started.returncode == 0, started.stderr
+    proc = driver("""
+        import json, threading
+        import miniray as ray
+        ray.init(address="auto")
+
+        @ray.remote(concurrency_groups={"io": 1})
+        class Actor:
+            def __init__(self):
+                self.event = threading.Event()
+            def block(self):
+                return self.event.wait(10)
+            @ray.method(concurrency_group="io")
+            def release_io(self):
+                self.event.set()
+            def release(self):
+                self.event.set()
+
+        actor = Actor.options(name="grouped").remote()
+        first = actor.block.remote()
+        ray.get(actor.release_io.remote(), timeout=30)
+        second = actor.block.remote()
+        ray.get(actor.release.options(concurrency_group="io").remote(), timeout=30)
+        print(json.dumps({"released": ray.get([first, second], timeout=30)}), flush=True)
+        ray.shutdown()
+    """, node_env)
+    try:
+        assert json_line(proc, timeout=60) == {"released": [True, True]}
+        assert proc.wait(timeout=30) == 0, proc.stderr.read()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
