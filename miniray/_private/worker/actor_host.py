@@ -23,7 +23,9 @@ hands every ACTOR_CALL here.
     __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING, why), __ray_shutdown__, atexit
                                          handlers, exit 0 (no RESULT: the owner fails that
                                          call and the queued ones with ActorDiedError; with
-                                         threads or asyncio, running calls finish first)
+                                         threads or asyncio, running calls finish first, and
+                                         a threaded actor's __ray_terminate__ also runs the
+                                         calls queued before it, as in Ray)
     sys.exit() in __init__ or a method ──► __ray_shutdown__, atexit handlers, exit with its
         code: sys.exit(0) is an intended exit ((ACTOR_EXITING, why) first: no restart), any
         other code a crash (the owner restarts the actor while max_restarts allows)
