@@ -51,6 +51,9 @@ def Grouped(ray):
             self.released.set()
             return os.getpid()
 
+        def reset(self):
+            self.released.clear()
+
         @ray.method(concurrency_group="io")
         def release_io(self):
             self.released.set()
@@ -175,6 +178,24 @@ def test_call_option_overrides_the_method_group(ray, Grouped):
     blocked = actor.block.remote()
     ray.get(actor.release.options(concurrency_group="io").remote(), timeout=GET_TIMEOUT)
     assert ray.get(blocked, timeout=GET_TIMEOUT) is True
+
+
+def test_a_handle_passed_to_a_task_keeps_the_groups(ray, Grouped):
+    """Compared with Ray 2.60: a task given the handle calls a method of the io group and a
+    default method moved to io; both run while the default group is busy."""
+    @ray.remote
+    def release_from_task(actor, override):
+        if override:
+            return ray.get(actor.release.options(concurrency_group="io").remote(),
+                           timeout=GET_TIMEOUT)
+        return ray.get(actor.release_io.remote(), timeout=GET_TIMEOUT)
+
+    actor = Grouped.remote()
+    for override in (False, True):
+        blocked = actor.block.remote()
+        ray.get(release_from_task.remote(actor, override), timeout=GET_TIMEOUT)
+        assert ray.get(blocked, timeout=GET_TIMEOUT) is True
+        ray.get(actor.reset.remote(), timeout=GET_TIMEOUT)
 
 
 def test_runtime_context_in_a_group(ray, Grouped):
