@@ -44,15 +44,15 @@ def Grouped(ray):
             self.items: list = []
 
         def block(self):
-            """Default group: waits until a call of another group releases it."""
-            return self.released.wait(WAIT)
+            """Default group: waits until a call of another group releases it (the event is
+            cleared for the next one)."""
+            released = self.released.wait(WAIT)
+            self.released.clear()
+            return released
 
         def release(self):
             self.released.set()
             return os.getpid()
-
-        def reset(self):
-            self.released.clear()
 
         @ray.method(concurrency_group="io")
         def release_io(self):
@@ -195,7 +195,6 @@ def test_a_handle_passed_to_a_task_keeps_the_groups(ray, Grouped):
         blocked = actor.block.remote()
         ray.get(release_from_task.remote(actor, override), timeout=GET_TIMEOUT)
         assert ray.get(blocked, timeout=GET_TIMEOUT) is True
-        ray.get(actor.reset.remote(), timeout=GET_TIMEOUT)
 
 
 def test_runtime_context_in_a_group(ray, Grouped):
@@ -421,8 +420,11 @@ def AsyncGrouped(ray):
             self.peak: dict = {}
 
         async def block_loop(self):
-            """Blocks the default group's event loop thread itself (no await)."""
-            return self.released.wait(WAIT)
+            """Blocks the default group's event loop thread itself (no await) until a call of
+            another group releases it (the event is cleared for the next one)."""
+            released = self.released.wait(WAIT)
+            self.released.clear()
+            return released
 
         @ray.method(concurrency_group="io")
         async def release_io(self):
@@ -579,7 +581,9 @@ def test_groups_of_a_named_actor_in_the_node_actor_service(node_env):
             def __init__(self):
                 self.event = threading.Event()
             def block(self):
-                return self.event.wait(10)
+                released = self.event.wait(10)
+                self.event.clear()
+                return released
             @ray.method(concurrency_group="io")
             def release_io(self):
                 self.event.set()
