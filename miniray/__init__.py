@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 
 # Submodules are attributes after ``import miniray``, as in Ray (``ray.util...``).
-from miniray import actor, exceptions, util
+from miniray import actor, exceptions, internal, util
 from miniray import cloudpickle as cloudpickle  # an attribute, not in __all__, as in Ray
 from miniray import job_config as job_config
 from miniray import remote_function as remote_function
@@ -29,6 +29,7 @@ from miniray._private.api import (
     wait,
 )
 from miniray._private.core import out_of_scope as _out_of_scope
+from miniray._private.core.cross_language import Language, java_actor_class, java_function
 from miniray._private.core.ids import (
     ActorClassID,
     ActorID,
@@ -40,7 +41,9 @@ from miniray._private.core.ids import (
     UniqueID,
     WorkerID,
 )
+from miniray._private.core.logging_config import LoggingConfig
 from miniray._private.core.object_ref import ObjectRef
+from miniray._private.core.ray_client import ClientBuilder, client
 
 # Imported from Ray's path, its ``__module__``: loaded in every process, so a worker pickles
 # the instances it returns by reference.
@@ -50,6 +53,10 @@ from miniray._private.surface import get_actor, kill, remote
 from miniray._version import __version__
 from miniray.actor import method
 from miniray.runtime_context import get_runtime_context
+
+# How the process runs Ray code, as Ray numbers it (``ray.SCRIPT_MODE``, ``ray.WORKER_MODE``).
+SCRIPT_MODE = 0
+WORKER_MODE = 1
 
 # As in Ray, ``ObjectID`` is another name of ``ObjectRef`` (``ray.ObjectID is ray.ObjectRef``).
 ObjectID = ObjectRef
@@ -73,6 +80,8 @@ __all__ = [
     "ActorID",
     "available_resources",
     "cancel",
+    "client",
+    "ClientBuilder",
     "cluster_resources",
     "DynamicObjectRefGenerator",
     "exceptions",
@@ -82,9 +91,14 @@ __all__ = [
     "get_gpu_ids",
     "get_runtime_context",
     "init",
+    "internal",
     "is_initialized",
+    "java_actor_class",
+    "java_function",
     "JobID",
     "kill",
+    "Language",
+    "LoggingConfig",
     "method",
     "NodeID",
     "nodes",
@@ -94,11 +108,13 @@ __all__ = [
     "PlacementGroupID",
     "put",
     "remote",
+    "SCRIPT_MODE",
     "shutdown",
     "TaskID",
     "timeline",
     "UniqueID",
     "util",
     "wait",
+    "WORKER_MODE",
     "WorkerID",
 ]

@@ -7,9 +7,9 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 a class or a method checks the arguments against its signature (carried in the handle).
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
 ``miniray/_private/owner/actors.py``); a bad ``concurrency_groups`` value, or a call naming a
-group the class does not define, raises at once (``_private/core/concurrency_groups.py``);
-``.bind()`` (DAGs) raises NotImplementedError. A generator method (sync, or async in an async
-actor) streams its values as a generator function does (``ObjectRefGenerator``).
+group the class does not define, raises at once (``_private/core/concurrency_groups.py``).
+``.bind()`` gives ``ray.dag`` nodes (``miniray/dag/``). A generator method (sync, or async
+in an async actor) streams its values as a generator function does (``ObjectRefGenerator``).
 
 Example:
     >>> @ray.remote
@@ -54,7 +54,12 @@ from miniray._private.core.type_vars import T
 from miniray.remote_function import warn_if_dynamic
 
 __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "ActorMethod",
-           "exit_actor", "method"]
+           "DEFAULT_MAX_CONCURRENCY_ASYNC", "STREAMING_GENERATOR_RETURN", "exit_actor", "method"]
+
+# Ray's public constants: an async actor's default ``max_concurrency``, and the
+# ``num_returns`` a streaming generator call carries.
+DEFAULT_MAX_CONCURRENCY_ASYNC = 1000
+STREAMING_GENERATOR_RETURN = STREAMING
 
 _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
@@ -150,7 +155,11 @@ class ActorClass(Generic[T]):
         return _ActorClassOptions(self, merged)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor (``ray.dag.ClassNode``) at each ``execute()``."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self, args, kwargs, dict(self._default_options))
 
     def _export(self) -> tuple[bytes, bytes]:
         cache = self._export_cache
@@ -169,7 +178,8 @@ class ActorClass(Generic[T]):
         placement, held = _options.actor_resource_requests(opts)
         if opts.get("num_cpus") is None:
             held.pop("CPU", None)  # holds what it names (module docstring of actors.py)
-        max_concurrency = opts.get("max_concurrency") or (1000 if self._is_async else 1)
+        max_concurrency = opts.get("max_concurrency") or (
+            DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)
         fn_id, data = self._export()
         blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
                                                              ObjectRef)
@@ -217,7 +227,11 @@ class _ActorClassOptions(Generic[T]):
         return self._actor_class._remote(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node creating this actor with these options (``ray.dag.ClassNode``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import ClassNode
+
+        return ClassNode(self._actor_class, args, kwargs, dict(self._options))
 
 
 class ActorHandle(Generic[T]):
@@ -314,9 +328,10 @@ class ActorMethod:
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
                  max_task_retries, call_name: str | None = None, *, argspec=None,
-                 concurrency_group: str | None = None):
+                 concurrency_group: str | None = None, group_override: str | None = None):
         self._handle = handle
-        self._concurrency_group = concurrency_group  # the group its calls run in
+        self._concurrency_group = concurrency_group  # the method's (@method), None: default
+        self._group_override = group_override  # the call's .options(concurrency_group=...)
         self._argspec = argspec
         self._name = name
         self._num_returns = num_returns
@@ -334,7 +349,7 @@ class ActorMethod:
             self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
                                     self._generator, self._call_name, self._max_task_retries,
-                                    self._concurrency_group)
+                                    self._group_override or self._concurrency_group)
 
     def options(self, **opts) -> ActorMethod:
         allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",
@@ -349,16 +364,22 @@ class ActorMethod:
             warn_if_dynamic(opts["num_returns"], stacklevel=2)
             num_returns = _wire_returns(opts["num_returns"], self._generator)
         state = self._handle._state
-        group = concurrency_groups.call_group(
-            self._concurrency_group, opts.get("concurrency_group"),
-            state[3] if len(state) > 3 else (), state[0], self._name)
+        override = opts.get("concurrency_group", self._group_override)
+        concurrency_groups.call_group(self._concurrency_group, override,
+                                      state[3] if len(state) > 3 else (), state[0], self._name)
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
                            opts.get("name") or self._call_name, argspec=self._argspec,
-                           concurrency_group=group)
+                           concurrency_group=self._concurrency_group,
+                           group_override=override or None)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node calling this method of this live actor (``ray.dag.ClassMethodNode``;
+        a tuple of nodes, one per value, for ``num_returns > 1``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.class_node import bind_on_handle
+
+        return bind_on_handle(self, args, kwargs)
 
 
 def make_actor_class(cls: type[T], options: dict) -> ActorClass[T]:

@@ -1057,3 +1057,23 @@ class RayDirectTransportError(RaySystemError):
 
 class StreamingGeneratorReplayInconsistentError(RaySystemError):
     """A retried streaming generator yielded different values than its first run."""
+
+
+# Module attributes of Ray's exceptions module, not in ``__all__`` (which lists the classes).
+# The language of a task's code, as Ray's exceptions module names it (an ``int``, the
+# protobuf enum value: ``ray.exceptions.PYTHON == 0``; ``miniray.Language.PYTHON`` is the
+# worker-language object).
+PYTHON = 0
+
+# Ray's own list of the error types a task or ``get`` can raise, in Ray 2.60's order.
+RAY_EXCEPTION_TYPES = [
+    PlasmaObjectNotAvailable, RayError, RayTaskError, WorkerCrashedError, RayActorError,
+    ObjectStoreFullError, ObjectLostError, ObjectFetchTimedOutError,
+    ReferenceCountingAssertionError, ObjectReconstructionFailedError, OwnerDiedError,
+    GetTimeoutError, AsyncioActorExit, RuntimeEnvSetupError, TaskPlacementGroupRemoved,
+    ActorPlacementGroupRemoved, PendingCallsLimitExceeded, LocalRayletDiedError,
+    TaskUnschedulableError, ActorDiedError, ActorUnschedulableError, ActorUnavailableError,
+    RayChannelError, RayChannelTimeoutError, OufOfBandObjectRefSerializationException,
+    RayCgraphCapacityExceeded, UnserializableException, ActorAlreadyExistsError,
+    ActorHandleNotFoundError, AuthenticationError,
+]

@@ -1,8 +1,9 @@
 """JobConfig: accepted by ``init(job_config=...)``.
 
 Mirrors ``ray.job_config.JobConfig`` (Ray 2.60) as a holder of its arguments. Of them, only
-``runtime_env`` takes effect: ``init(job_config=...)`` uses it when ``init()`` is given no
-``runtime_env`` of its own, as Ray does.
+``runtime_env`` and ``py_logging_config`` take effect: ``init(job_config=...)`` uses the
+first when ``init()`` is given no ``runtime_env`` of its own, and the second for the
+workers (not the driver) when it is given no ``logging_config``, as Ray does.
 """
 
 from __future__ import annotations
@@ -20,9 +21,14 @@ class JobConfig:
         self.metadata = metadata or {}
         self.ray_namespace = ray_namespace
         self.default_actor_lifetime = default_actor_lifetime
+        self.py_logging_config = None
 
     def set_runtime_env(self, runtime_env, validate: bool = False) -> None:
         self.runtime_env = runtime_env or {}
+
+    def set_py_logging_config(self, logging_config=None) -> None:
+        """The ``LoggingConfig`` of the job's task and actor processes."""
+        self.py_logging_config = logging_config
 
     def set_ray_namespace(self, ray_namespace: str) -> None:
         self.ray_namespace = ray_namespace

@@ -4,8 +4,8 @@ Mirrors ``ray.remote_function.RemoteFunction`` (Ray 2.60): ``.remote()``, ``.opt
 ``_default_options``, ``_max_calls``; calling it directly raises TypeError; ``.remote()``
 checks the arguments against the function's signature (``_private/core/signatures.py``); a
 generator function streams its values (``ObjectRefGenerator``), or with ``num_returns="dynamic"``
-(deprecated, with Ray's warning) returns a ``DynamicObjectRefGenerator``. Differs: ``.bind()``
-(Ray DAGs) raises NotImplementedError.
+(deprecated, with Ray's warning) returns a ``DynamicObjectRefGenerator``; ``.bind()`` gives a
+``ray.dag`` FunctionNode (``miniray/dag/``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,10 @@ from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from miniray._private.core.type_vars import P, R
 from miniray.util.annotations import RayDeprecationWarning
 
-__all__ = ["RemoteFunction"]
+__all__ = ["RemoteFunction", "STREAMING_GENERATOR_RETURN"]
+
+# Ray's public constant: the ``num_returns`` a streaming generator task carries.
+STREAMING_GENERATOR_RETURN = STREAMING
 
 def _collect_generator(function, *args, **kwargs):
     """Run a generator function in the worker; its values travel as one list (a generator
@@ -149,7 +152,11 @@ class RemoteFunction(Generic[P, R]):
         return _FunctionOptions(self, merged)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node of this task with these arguments (``ray.dag``); ``.execute()`` runs it."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.function_node import FunctionNode
+
+        return FunctionNode(self, args, kwargs, dict(self._default_options))
 
     # -- submission -----------------------------------------------------------------
     def _remote_default(self, *args, **kwargs):
@@ -224,4 +231,8 @@ class _FunctionOptions(Generic[P, R]):
         return self._remote_function._submit(template, args, kwargs)
 
     def bind(self, *args, **kwargs):
-        raise NotImplementedError("Ray DAGs (.bind) are not implemented by miniray.")
+        """A DAG node of this task with these options and arguments (``ray.dag``)."""
+        # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
+        from miniray.dag.function_node import FunctionNode
+
+        return FunctionNode(self._remote_function, args, kwargs, dict(self._options))

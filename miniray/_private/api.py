@@ -11,11 +11,13 @@ Called by: ``miniray/__init__.py`` (which only re-exports) and ObjectRef futures
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from typing import Any, Sequence, TypeVar, overload
 
 from miniray._private import runtime
-from miniray._private.core import ids, serialization
+from miniray._private.core import ids, progress_bars, serialization
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
 from miniray._private.object_store.values import check_session, get_values
@@ -502,3 +504,30 @@ def deregister_serializer(cls: type) -> None:
     """The body of ``miniray.util.deregister_serializer``."""
     serialization.deregister_serializer(cls)
     runtime.share_serializers()
+
+
+def show_progress_bar(state: dict) -> None:
+    """The body of ``tqdm_ray``'s updates. In a worker the bar's state goes out as one line on
+    its stdout, which the driver's output reader hands to its display; in the driver (or a
+    program that never started miniray) the display shows it at once."""
+    if getattr(runtime.current(), "mode", None) == "worker":
+        try:
+            sys.stdout.flush()  # the task's own prints first, and never mid-line
+            os.write(1, progress_bars.encode(state))
+        except (OSError, ValueError):  # stdout closed by the program: the bar is not shown
+            pass
+        return
+    from miniray._private.owner import progress_display  # lazy: only bars need the display
+
+    progress_display.display().apply(str(state["pid"]), "", state)
+
+
+def safe_print(*args, **kwargs) -> None:
+    """The body of ``tqdm_ray.safe_print``: in the driver, ``print`` above the bars drawn in
+    place; in a worker, ``print`` (its lines reach the driver, which does the same)."""
+    if getattr(runtime.current(), "mode", None) == "worker":
+        print(*args, **kwargs)
+        return
+    from miniray._private.owner import progress_display  # lazy: only bars need the display
+
+    progress_display.safe_print(*args, **kwargs)

@@ -24,6 +24,7 @@ import threading
 from typing import Any, Dict, Union
 
 from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
+from miniray._private.core import logging_config as logging_configs  # init() has that argument
 from miniray._private.core.resources import NodeState, to_units
 from miniray._private.host import session
 from miniray._private.object_store import shm_segments, values
@@ -78,6 +79,9 @@ class RayContext(dict):
 
 # Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
 OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024
+# How long ``init()`` waits for the first prestarted worker (a loaded machine's fork server
+# may take seconds to start; init then returns and the first task waits instead).
+PRESTART_WAIT_S = 5.0
 _REQUIRE_SHM_ABOVE = 10**10
 
 
@@ -156,6 +160,29 @@ def check_init_arguments(address, namespace=None, runtime_env=None) -> None:
         )
 
 
+def job_logging_config(logging_config: Any) -> logging_configs.LoggingConfig | None:
+    """The LoggingConfig ``init()`` applies: the one given, else one of the encoding
+    ``RAY_LOGGING_CONFIG_ENCODING`` names (as Ray), else None (logging is left alone).
+
+    Raises:
+        TypeError: not a LoggingConfig.
+        ValueError: an unknown level (Ray 2.60 raises it from ``init()`` too, before
+            anything starts) or an unknown encoding in the environment variable.
+    """
+    if logging_config is None:
+        encoding = config.logging_config_encoding()
+        if encoding is None:
+            return None
+        logging_config = logging_configs.LoggingConfig(encoding=encoding)
+    if not isinstance(logging_config, logging_configs.LoggingConfig):
+        raise TypeError(
+            "logging_config must be a ray.LoggingConfig, e.g. "
+            "ray.LoggingConfig(encoding='JSON', log_level='INFO'), got "
+            f"{type(logging_config).__name__} {logging_config!r}.")
+    logging_configs.check_level(logging_config.log_level)
+    return logging_config
+
+
 def _check_whole(name: str, value, resources_repr: dict) -> None:
     if value is None:
         return
@@ -178,8 +205,13 @@ class Runtime:
     mode = "driver"
 
     def __init__(self, *, num_cpus, num_gpus, resources, object_store_memory, namespace,
-                 log_to_driver, temp_dir, runtime_env, node=None, setup_hook=None):
+                 log_to_driver, temp_dir, runtime_env, node=None, setup_hook=None,
+                 logging_config=None):
         self.pid = os.getpid()
+        # The workers' LoggingConfig (or None): init()'s (which ``_started`` applies here
+        # too) or its job_config's; each worker applies it from HELLO, and while it is set
+        # worker lines reach the driver without their prefix.
+        self.logging_config = logging_config
         # The job's runtime environment (init's, checked by runtime_envs.parse_for_job):
         # the driver's own, and every task's and actor's unless they name one. "" is its
         # env_key: workers started in it need nothing more than HELLO says.
@@ -236,6 +268,8 @@ class Runtime:
                                      driver=f"driver_{self.pid}")
             client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
+            if not AS_ACTOR_SERVICE:  # the service starts a fresh worker per actor
+                self._prestart_workers()
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
                 from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink  # lazy
 
@@ -268,6 +302,8 @@ class Runtime:
             "ray_alias": alias.installed(),
             "gpu_ids_are_ints": self.gpu_ids_are_ints,
             "nodes": [self.node_info()],
+            "logging_config": (self.logging_config.to_dict()
+                               if self.logging_config is not None else None),
         }
         if log_to_driver is None:
             log_to_driver = config.log_to_driver_default()
@@ -280,6 +316,14 @@ class Runtime:
             restart_fork_server=restart_fork_server,
         )
         self.session_token = self.owner.session_token
+
+    def _prestart_workers(self) -> None:
+        """Idle workers for the default shape, and ``init()`` returns once the first is
+        forked: the first task then costs about a warm round trip, not the fork server's
+        start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is not waited for."""
+        count = config.prestart_workers(self.num_cpus)
+        if count:
+            self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:
@@ -319,6 +363,7 @@ class Runtime:
             self._start_owner(self.fork_server, log_to_driver, runtime_env,
                               int(object_store_memory),
                               restart_fork_server=lambda: ForkServerClient(env))
+            self._prestart_workers()
         except BaseException:
             self.fork_server.close()
             self.fork_server.wait(timeout=5)
@@ -692,8 +737,9 @@ def init(
     """Starts miniray in this process, or joins a node started with ``miniray start``.
 
     Mirrors ``ray.init`` (Ray 2.60's signature, checks and errors). Differs: the dashboard,
-    logging, job-config, resource-isolation and proxy parameters are accepted and have no
-    effect (README, "Differences from Ray"). With no node
+    ``configure_logging``/``logging_level``/``logging_format``, job-config,
+    resource-isolation and proxy parameters are accepted and have no effect (README,
+    "Differences from Ray"). With no node
     running, it starts an embedded one: a fork server and a session directory, no daemon.
     ``with ray.init():`` shuts down at the end of the block.
 
@@ -704,6 +750,8 @@ def init(
         num_cpus, num_gpus, resources, object_store_memory: this node's resources (only
             when starting one; refused when joining a node, as Ray refuses them).
         namespace, runtime_env, log_to_driver, ignore_reinit_error: as in Ray.
+        logging_config: a ``LoggingConfig``, applied to the root logger of this driver and
+            of every worker, as in Ray (``core/logging_config.py``).
         **kwargs: Ray's hidden options (``_temp_dir``, ...: ``HIDDEN_INIT_KWARGS``). Any
             other keyword raises RuntimeError, as in Ray.
 
@@ -735,6 +783,10 @@ def init(
             "debugger or run the function directly; miniray starts in well under a second."
         )
     check_init_arguments(address, namespace, runtime_env)
+    driver_logging = job_logging_config(logging_config)
+    logging_config = driver_logging  # the workers': a job_config's when init() names none
+    if logging_config is None and getattr(job_config, "py_logging_config", None) is not None:
+        logging_config = job_logging_config(job_config.py_logging_config)
     temp_dir = kwargs.get("_temp_dir")
     with _init_lock:
         rt = context.current()
@@ -781,8 +833,9 @@ def init(
             rt = Runtime(num_cpus=None, num_gpus=None, resources=None,
                          object_store_memory=None, namespace=namespace,
                          log_to_driver=log_to_driver, temp_dir=None,
-                         runtime_env=job_env, setup_hook=setup_hook, node=node)
-            return _started(rt)
+                         runtime_env=job_env, setup_hook=setup_hook, node=node,
+                         logging_config=logging_config)
+            return _started(rt, driver_logging)
         if resources is not None:
             if not isinstance(resources, dict):
                 raise TypeError(f"resources must be a dict, got {type(resources).__name__}.")
@@ -808,9 +861,9 @@ def init(
             num_cpus=int(num_cpus), num_gpus=num_gpus, resources=resources,
             object_store_memory=osm, namespace=namespace,
             log_to_driver=log_to_driver, temp_dir=temp_dir,
-            runtime_env=job_env, setup_hook=setup_hook,
+            runtime_env=job_env, setup_hook=setup_hook, logging_config=logging_config,
         )
-        return _started(rt)
+        return _started(rt, driver_logging)
 
 
 def share_serializers(rt: Runtime | None = None) -> None:
@@ -823,8 +876,10 @@ def share_serializers(rt: Runtime | None = None) -> None:
         serializer_file.write(rt.session_dir, serialization.registrations_blob())
 
 
-def _started(rt: Runtime) -> RayContext:
+def _started(rt: Runtime, logging_config=None) -> RayContext:
     context.set_current(rt)
+    if logging_config is not None:  # after the start: a failed init() changes nothing
+        logging_configs.configure_process(logging_config)
     if serialization.has_custom_serializers():  # registered before init(): share them now
         share_serializers(rt)
     _register_atexit(rt)

@@ -3,7 +3,10 @@
 Mirrors ``ray.util`` (Ray 2.60): accelerators, ActorPool, queue, multiprocessing (Pool),
 list_named_actors, scheduling_strategies, placement_group (importable; creating one raises),
 log_once (from ``miniray.util.debug``), get_node_instance_id, register_serializer /
-deregister_serializer, metrics. Differs: ``pdb`` and ``ray_debugpy`` are not provided;
+deregister_serializer, metrics, as_completed / map_unordered (``helpers``),
+inspect_serializability (``check_serialize``), joblib (``register_ray``);
+``connect``/``disconnect`` (Ray Client) raise NotImplementedError saying how to connect
+instead. Differs: ``pdb``, ``ray_debugpy`` and the deprecated ``iter`` are not provided;
 ``collective`` raises ImportError saying how to run on Ray
 (``miniray/_private/core/out_of_scope.py``).
 """
@@ -12,13 +15,17 @@ from __future__ import annotations
 
 from miniray._private import runtime
 from miniray._private.core import config
+from miniray._private.core.ray_client import connect, disconnect
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
+from miniray.util.check_serialize import inspect_serializability
 from miniray.util.debug import disable_log_once_globally, enable_periodic_logging, log_once
+from miniray.util.helpers import as_completed, map_unordered
 
-__all__ = ["accelerators", "ActorPool", "deregister_serializer", "disable_log_once_globally",
-           "enable_periodic_logging", "get_node_instance_id", "get_node_ip_address",
-           "inspect_serializability", "list_named_actors", "log_once", "register_serializer"]
+__all__ = ["accelerators", "ActorPool", "as_completed", "connect", "deregister_serializer",
+           "disable_log_once_globally", "disconnect", "enable_periodic_logging",
+           "get_node_instance_id", "get_node_ip_address", "inspect_serializability",
+           "list_named_actors", "log_once", "map_unordered", "register_serializer"]
 
 
 def list_named_actors(all_namespaces: bool = False) -> list:
@@ -36,19 +43,6 @@ def get_node_instance_id() -> str:
 def get_node_ip_address(address: str | None = None) -> str:
     """The address of this node: always loopback on one host."""
     return "127.0.0.1"
-
-
-def inspect_serializability(obj, name: str | None = None, depth: int = 3, print_file=None):
-    """Whether ``obj`` can be pickled for a task; returns ``(ok, failures)``."""
-    import cloudpickle
-
-    try:
-        cloudpickle.dumps(obj)
-        return True, set()
-    except Exception as error:
-        print(f"{name or obj!r} cannot be serialized: {type(error).__name__}: {error}",
-              file=print_file)
-        return False, {repr(obj)}
 
 
 def register_serializer(cls: type, *, serializer, deserializer) -> None:

@@ -4,8 +4,9 @@ Mirrors the logging helpers of ``ray.util.debug`` (Ray 2.60): ``log_once(key)`` 
 first time a key is seen in this process and False after; ``disable_log_once_globally()``
 makes it always False; ``enable_periodic_logging()`` forgets every key once a minute has
 passed since the last True, so a warning comes back now and then; ``reset_log_once(key)``
-forgets one key (or all). The per-process state is not shared with workers. Differs: Ray's
-memory-leak helpers of this module are not provided.
+forgets one key (or all). The per-process state is not shared with workers. ``Suspect`` is the
+record type of Ray's memory-leak report. Differs: Ray's memory-leak test helpers themselves
+(private in Ray) are not provided.
 
 Example:
     >>> from miniray.util import log_once
@@ -17,8 +18,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import namedtuple
 
-__all__ = ["disable_log_once_globally", "enable_periodic_logging", "log_once", "reset_log_once"]
+__all__ = ["Suspect", "disable_log_once_globally", "enable_periodic_logging", "log_once",
+           "reset_log_once"]
+
+# A suspected memory leak, as Ray's leak checker reports one.
+Suspect = namedtuple("Suspect", ["traceback", "memory_increase", "slope", "rvalue", "hist"])
 
 PERIOD_S = 60.0
 

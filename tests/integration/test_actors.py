@@ -403,6 +403,29 @@ def test_task_name_and_function_name_inside_an_actor(ray):
     )
 
 
+def test_the_constructor_runs_as_the_actors_creation_task(ray):
+    """In ``__init__`` the runtime context names the creation task, as Ray 2.60's (compared
+    with Ray): id ``ff..ff<actor id>``, name ``Class.__init__`` (``<name>:Class.__init__``
+    for a named actor), function ``<module>.Class.__init__``; calls then name their own."""
+    @ray.remote
+    class Introspect:
+        def __init__(self):
+            ctx = ray.get_runtime_context()
+            self.seen = (ctx.get_task_id(), ctx.get_task_name(), ctx.get_task_function_name())
+
+        def ids(self):
+            return self.seen, ray.get_runtime_context().get_task_name()
+
+    module = Introspect.__module__
+    for options, name in (({}, "Introspect.__init__"),
+                          ({"name": "intro"}, "intro:Introspect.__init__")):
+        actor = Introspect.options(**options).remote()
+        seen, call_name = ray.get(actor.ids.remote(), timeout=GET_TIMEOUT)
+        assert seen == ("f" * 16 + actor._actor_id_hex(), name,
+                        f"{module}.Introspect.__init__")
+        assert call_name == "Introspect.ids"
+
+
 # ----------------------------------------------------------------------------- lifetime
 def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     actor = Recorder.remote()

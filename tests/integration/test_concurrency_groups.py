@@ -197,6 +197,17 @@ def test_a_handle_passed_to_a_task_keeps_the_groups(ray, Grouped):
         assert ray.get(blocked, timeout=GET_TIMEOUT) is True
 
 
+def test_a_dag_node_keeps_the_call_override(ray, Grouped):
+    """Compared with Ray 2.60: ``handle.method.options(concurrency_group=...).bind()``
+    records the group, and the executed call runs in it while the default group is busy."""
+    actor = Grouped.remote()
+    node = actor.release.options(concurrency_group="io").bind()
+    assert node.get_options()["concurrency_group"] == "io"
+    blocked = actor.block.remote()
+    ray.get(node.execute(), timeout=GET_TIMEOUT)
+    assert ray.get(blocked, timeout=GET_TIMEOUT) is True
+
+
 def test_runtime_context_in_a_group(ray, Grouped):
     """Compared with Ray 2.60: a group's call sees the same actor id and its own task id."""
     actor = Grouped.remote()

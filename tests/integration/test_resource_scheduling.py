@@ -271,13 +271,20 @@ def test_gpu_tasks_blocked_in_get_lend_their_cpu_to_nested_tasks(ray_start, num_
 def test_a_blocked_task_gives_back_its_cpu_only(ray_start):
     """While a task waits in ``get()``, its CPUs are free for others, its GPU share and custom
     resources are not; it takes its CPUs back when it resumes (compared with Ray 2.60, same
-    figures once Ray's resource view has settled)."""
+    figures once Ray's resource view has settled). The child may start before its parent
+    blocks (it is submitted first, and a prestarted worker runs it at once), so it reads the
+    view once it has settled: the CPUs come back, the GPU share and ``R`` never do."""
     ray_start(num_cpus=4, num_gpus=1, resources={"R": 2})
 
     @miniray.remote(num_cpus=0)
     def seen():
-        available = miniray.available_resources()
-        return {name: available.get(name, 0.0) for name in ("CPU", "GPU", "R")}
+        deadline = time.monotonic() + 10
+        while True:
+            available = miniray.available_resources()
+            view = {name: available.get(name, 0.0) for name in ("CPU", "GPU", "R")}
+            if view["CPU"] == 4.0 or time.monotonic() > deadline:
+                return view
+            time.sleep(0.01)
 
     @miniray.remote(num_cpus=2, num_gpus=0.5, resources={"R": 1})
     def parent():

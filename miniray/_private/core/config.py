@@ -48,9 +48,21 @@ def log_to_driver_default() -> bool:
     return _flag("RAY_LOG_TO_DRIVER", True)
 
 
+def tqdm_patch_print() -> bool:
+    """``RAY_TQDM_PATCH_PRINT`` (default on): once ``tqdm_ray`` bars are drawn in place on a
+    terminal, ``print`` goes through ``tqdm_ray.safe_print`` so it does not tear them."""
+    return _flag("RAY_TQDM_PATCH_PRINT", True)
+
+
 def worker_log_prefix_enabled() -> bool:
     """``RAY_DISABLE_WORKER_LOG_PREFIX=1`` drops the ``(name pid=N)`` prefix."""
     return not _flag("RAY_DISABLE_WORKER_LOG_PREFIX", False)
+
+
+def logging_config_encoding() -> str | None:
+    """``RAY_LOGGING_CONFIG_ENCODING`` (``TEXT`` or ``JSON``): ``init()`` without a
+    ``logging_config`` applies a default one of that encoding, as Ray does."""
+    return os.environ.get("RAY_LOGGING_CONFIG_ENCODING") or None
 
 
 def auto_init_enabled() -> bool:
@@ -85,6 +97,19 @@ def max_workers(num_cpus: float) -> int:
         except ValueError:
             pass
     return max(8, int(4 * max(num_cpus, 1)))
+
+
+def prestart_workers(num_cpus: float) -> int:
+    """How many idle workers ``init()`` starts for the default shape
+    (``MINIRAY_PRESTART_WORKERS``; default the CPUs, at most 8; 0: none). ``init()`` returns
+    once the first is forked, so the first task does not wait for the fork server's start."""
+    value = os.environ.get("MINIRAY_PRESTART_WORKERS")
+    if value:
+        try:
+            return max(0, int(value))
+        except ValueError:
+            pass
+    return max(1, min(8, int(num_cpus)))
 
 
 def fork_server_restarts() -> int:

@@ -62,6 +62,10 @@ class ObjectRef(Generic[T]):
     def hex(self) -> str:
         return self._id.hex()
 
+    def redis_shard_hash(self) -> int:
+        """A stable 64-bit hash of the id (Ray's shard key; the same in every process)."""
+        return int.from_bytes(self._id[:8], "little") ^ int.from_bytes(self._id[-8:], "little")
+
     def task_id(self) -> ids.TaskID:
         """The task that creates the object (for a put, an id of its own), as a ``TaskID``:
         its ``hex()`` is what ``get_task_id()`` returns inside that task."""

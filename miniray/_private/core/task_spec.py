@@ -19,8 +19,9 @@ from typing import Any
 # (``ids.stream_item_id``; ``ObjectRefGenerator`` iterates them). DYNAMIC: that id holds a
 # ``DynamicObjectRefGenerator`` of the values' refs, set when the generator is exhausted.
 # Every reader of ``num_returns`` counts ``max(1, num_returns)`` results, so both give one.
-STREAMING = -1
-DYNAMIC = -2
+# The numbers are Ray's (``ray.actor.STREAMING_GENERATOR_RETURN`` is -2; dynamic is -1).
+STREAMING = -2
+DYNAMIC = -1
 
 
 class TaskSpec:

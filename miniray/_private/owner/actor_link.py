@@ -40,6 +40,7 @@ import time
 from miniray._private.core import protocol, serialization
 from miniray._private.host import same_uid
 from miniray._private.object_store.shm_segments import unlink_quiet
+from miniray._private.owner import output
 from miniray._private.owner.object_table import PENDING
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import sun_path
@@ -319,10 +320,7 @@ class ActorLink:
         """Output of an actor this driver created (already prefixed with its name and pid)."""
         if not self.owner.log_to_driver:
             return
-        stream = sys.stdout if target == "stdout" else sys.stderr
-        with contextlib.suppress(Exception):  # a closed driver stream must not stop the I/O
-            stream.write(text)
-            stream.flush()
+        output.deliver(target, text)  # bars in it go to the progress display
 
     def _gone(self, why: str) -> None:
         """*Locked.* The service is unreachable: every proxy's pending calls fail."""

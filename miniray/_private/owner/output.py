@@ -6,17 +6,27 @@ own: the pipes' lifetime (the owner creates and closes them) or when to read (th
 Called by: owner.py.
 
 Marker lines (``\\x00mr:<pid>:<name>``) are written by the worker before a task whose name
-differs from the previous task's; they are never shown.
+differs from the previous task's; they are never shown. Bar lines (``\\x00mb:<json>``, from
+``tqdm_ray`` in the worker) go to the driver's progress display instead of being printed
+(``progress_display.py``); routed output (an actor of the node's actor service) carries them
+on, with the prefix inside, to the driver that created the actor, whose ``deliver`` shows them.
+While bars are drawn in place, forwarded lines are written above them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import select
 import sys
 import time
 
+from miniray._private.core import progress_bars
+from miniray._private.owner import progress_display
+
 MARKER = b"\x00mr:"
+# Where a marker starts inside a line: a task's last line without a newline runs into it.
+_ANY_MARKER = re.compile(b"\x00m[rb]:")
 
 
 class OutputStream:
@@ -86,11 +96,11 @@ class OutputStream:
             return
         out = []
         split = []
-        for line in lines:  # a task's last line without a newline runs into the next marker
-            position = line.find(MARKER)
-            if position > 0:
-                split.append(line[:position])
-                split.append(line[position:])
+        for line in lines:
+            match = _ANY_MARKER.search(line, 1)
+            if match:
+                split.append(line[:match.start()])
+                split.append(line[match.start():])
             else:
                 split.append(line)
         for line in split:
@@ -98,17 +108,26 @@ class OutputStream:
                 pid, _, name = line[len(MARKER):].decode("utf-8", "replace").partition(":")
                 self.prefix = f"({name} pid={pid}) "
                 continue
+            if line.startswith(progress_bars.BAR_MARKER):
+                self._bar(line, out)
+                continue
             text = line.decode("utf-8", "replace")
             out.append((self.prefix + text) if self.prefix_enabled else text)
         if out and self.route is not None and self.route(self.target, "\n".join(out) + "\n"):
             return
         if out and self.enabled:
-            stream = sys.stdout if self.target == "stdout" else sys.stderr
-            try:
-                stream.write("\n".join(out) + "\n")
-                stream.flush()
-            except Exception:  # a closed or broken driver stream must not kill the I/O thread
-                pass
+            deliver(self.target, "\n".join(out) + "\n")
+
+    def _bar(self, line: bytes, out: list) -> None:
+        """A bar update: shown by the display, or kept (prefix inside) for the route."""
+        state = progress_bars.decode(line)
+        if state is None or not self.enabled:
+            return
+        state["prefix"] = self.prefix if self.prefix_enabled else ""
+        if self.route is not None:
+            out.append(progress_bars.encode(state).decode().rstrip("\n"))
+        else:
+            progress_display.display().apply(str(state["pid"]), state["prefix"], state)
 
     def close(self) -> None:
         if not self.closed:
@@ -117,3 +136,26 @@ class OutputStream:
                 os.close(self.fd)
             except OSError:
                 pass
+
+
+def deliver(target: str, text: str) -> None:
+    """Write forwarded output to the driver's ``target`` stream; bar lines in it (routed from
+    the actor service) go to the progress display."""
+    if progress_bars.BAR_MARKER.decode() in text:
+        kept = []
+        for line in text.split("\n"):
+            state = (progress_bars.decode(line)
+                     if line.startswith(progress_bars.BAR_MARKER.decode()) else None)
+            if state is None:
+                kept.append(line)
+                continue
+            prefix = state.get("prefix") if isinstance(state.get("prefix"), str) else ""
+            progress_display.display().apply(str(state["pid"]), prefix, state)
+        text = "\n".join(kept)
+        if not text.strip("\n"):
+            return
+    stream = sys.stdout if target == "stdout" else sys.stderr
+    try:
+        progress_display.display().write_above(stream, text)
+    except Exception:  # a closed or broken driver stream must not kill the I/O thread
+        pass

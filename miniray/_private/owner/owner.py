@@ -36,6 +36,7 @@ import logging
 import os
 import pickle
 import signal
+import threading
 import time
 from typing import Any
 
@@ -79,7 +80,10 @@ class Owner:
         self.node_state = node_state  # totals only, for infeasibility checks
         self.hello_info = hello_info
         self.log_to_driver = log_to_driver
-        self.prefix_enabled = config.worker_log_prefix_enabled()
+        # As in Ray, a job's LoggingConfig drops the "(name pid=N)" prefix: it would break
+        # the structured lines the workers write.
+        self.prefix_enabled = (config.worker_log_prefix_enabled()
+                               and not hello_info.get("logging_config"))
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
@@ -119,6 +123,8 @@ class Owner:
             prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
             idle_keep=max(1, int(num_cpus)), on_data=self._on_worker_data,
             on_output=self._on_output)
+        # Set once the fork server named a worker: it is up and forking (``prestart_workers``).
+        self.worker_forked = threading.Event()
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -662,8 +668,26 @@ class Owner:
             self._on_spawned(worker, early)
         return worker
 
+    def prestart_workers(self, count: int) -> threading.Event:
+        """*Not locked.* Start ``count`` idle workers in the job's environment, so that the
+        first tasks wait neither for forks nor for the fork server's own start (a fresh
+        interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
+        one as it takes any idle worker. Returns ``worker_forked``, set once the fork server
+        named the first of them."""
+        fork_server = self.fork_server
+        started = [self.start_worker(fork_server) for _ in range(count)]
+        with self._lock:
+            usable = self.may_dispatch() and fork_server is self.fork_server
+            for parts in started:
+                if usable:
+                    self.workers.keep_idle(self.adopt_worker(parts))
+                else:
+                    self.discard_start(parts)
+        return self.worker_forked
+
     def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
         """*Locked.* The fork server named ``worker``'s pid."""
+        self.worker_forked.set()
         status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
             self.kill_process_later(pid)

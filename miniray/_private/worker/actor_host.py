@@ -111,6 +111,7 @@ class ActorHost:
         if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
             self.loop = _start_loop(concurrency_groups.DEFAULT)
         error = self._construct(fn_id, args_blob, dep_values)
+        runtime.task = None
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
             worker.exit_process()
@@ -135,6 +136,7 @@ class ActorHost:
         worker = self.worker
         try:
             cls = worker._function(fn_id)
+            worker.runtime.task = self._creation_context(cls)
             args, kwargs = worker._load_args(args_blob, dep_values)
             instance = self.instance = cls.__new__(cls)  # the exit hooks may need it
             returned = cls.__init__(instance, *args, **kwargs)
@@ -325,6 +327,18 @@ class ActorHost:
         if binder is None:
             return member  # a callable that is no descriptor: Python would not bind it either
         return binder(member, self.instance, cls)
+
+    def _creation_context(self, cls) -> TaskContext:
+        """The constructor's task, named as Ray 2.60 names it: ``Class.__init__`` (prefixed
+        ``<name>:`` for a named actor), its id the actor's creation task id."""
+        runtime = self.worker.runtime
+        gpu_ids, gpu_ints = runtime.actor_gpu_ids
+        call = f"{self.class_name}.__init__"
+        name = runtime.actor.name
+        return TaskContext(ids.actor_creation_task_id(self.actor_id),
+                           f"{name}:{call}" if name else call,
+                           descriptors.method_name(cls, "__init__"),
+                           runtime.actor_resources, gpu_ids, gpu_ints)
 
     def _context(self, task_id, method_name, call_name):
         """Ray's names: the task is "Class.method" (or the .options(name=...) given), the

@@ -4,7 +4,8 @@ Owns: the worker's main loop, running one task (arguments in, results or the err
 markers, CUDA_VISIBLE_DEVICES), and cancelling the running task on request. Does not own: what
 the public API does inside a task (``worker_api.py``), or which tasks come here (the owner).
 Called by: the fork server, in the forked child (``run_forked``), which first applies the
-runtime environment HELLO names and runs the job's setup hook (``runtime_env_setup.py``).
+runtime environment HELLO names and the job's LoggingConfig (``core/logging_config.py``),
+and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
@@ -37,7 +38,16 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
 
-from miniray._private.core import alias, config, context, ids, protocol, runtime_envs, serialization
+from miniray._private.core import (
+    alias,
+    config,
+    context,
+    ids,
+    logging_config,
+    protocol,
+    runtime_envs,
+    serialization,
+)
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import serializer_file
 from miniray._private.object_store import values
@@ -383,6 +393,9 @@ def _apply_hello(info: dict) -> tuple[dict, str]:
     key = info.get("runtime_env_key") or ""
     env = runtime_envs.from_key(key) if key else (info.get("runtime_env") or {})
     runtime_env_setup.apply(env, info.get("session_dir", ""))
+    logging_dict = info.get("logging_config")
+    if logging_dict:  # the job's LoggingConfig, before the setup hook and any task logs
+        logging_config.configure_process(logging_config.LoggingConfig.from_dict(logging_dict))
     if info.get("ray_alias"):
         alias.install()
     return env, key
