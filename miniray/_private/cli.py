@@ -22,6 +22,7 @@ import runpy
 import sys
 
 from miniray._private.core import config
+from miniray._version import __version__
 
 # Each command imports what it needs inside its function (lazy): `miniray run` must not load the
 # node or the engine before the program it runs, and `status` reads files only.
@@ -47,11 +48,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="miniray",
                                      description="Ray's core API on one host, in pure Python.")
+    # Ray prints "ray, version 2.60.0"; this names miniray's version and the API it mirrors.
+    parser.add_argument("--version", "-V", action="version",
+                        version=f"miniray, version {__version__} (mirrors Ray {RAY_API}'s API)",
+                        help="print miniray's version and the Ray version whose API it "
+                             "mirrors, then exit")
+    _add_ignored(parser, _RAY_CLI_OPTIONS, "the logging of Ray's own processes")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a program written for Ray, with `ray` meaning miniray")
     run.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m")
-    run.add_argument("script")
-    run.add_argument("args", nargs=argparse.REMAINDER)
+    run.add_argument("script", help="the program to run (a module name with -m)")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments")
     run.set_defaults(func=_cmd_run)
     _add_start(sub)
     stop = sub.add_parser("stop", help="stop the miniray nodes this user started")
@@ -59,45 +66,102 @@ def _parser() -> argparse.ArgumentParser:
                       help="SIGKILL at once instead of SIGTERM")
     stop.add_argument("-g", "--grace-period", type=int, default=16, metavar="N",
                       help="seconds to wait after SIGTERM before SIGKILL (default 16)")
+    _add_ignored(stop, _RAY_LOG_OPTIONS, "miniray's CLI has one output style")
     stop.set_defaults(func=_cmd_stop)
     status = sub.add_parser("status", help="show the nodes, their resources and leases")
     status.add_argument("--address", default=None,
                         help="the node to show (default: RAY_ADDRESS, else every node)")
+    status.add_argument("-v", "--verbose", action="store_true",
+                        help="also list the demands: what each driver has queued, waiting "
+                             "for resources, by function name and resource shape")
     status.set_defaults(func=_cmd_status)
     return parser
 
 
-# Options Ray users pass that configure a multi-host cluster or a dashboard: accepted, and
-# named in one line, until peering exists.
-_NOT_ON_ONE_HOST = (
-    "include_dashboard", "dashboard_host", "dashboard_port", "node_ip_address",
-    "ray_client_server_port", "labels", "labels_file", "node_name", "system_config",
+# The Ray version whose API miniray mirrors (printed by --version).
+RAY_API = "2.60"
+
+# Ray's options that miniray accepts and ignores, as (flags, takes a value).
+# Ray's top-level `ray` command takes these before the subcommand.
+_RAY_CLI_OPTIONS = (
+    (("--logging-level",), True), (("--logging-format",), True),
 )
+# `ray stop` (and every Ray command that logs with Ray's cli_logger).
+_RAY_LOG_OPTIONS = (
+    (("--log-style",), True), (("--log-color",), True), (("-v", "--verbose"), False),
+)
+# `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
+# they configure ports, a dashboard, several hosts, Redis, cgroups or log styling.
+_RAY_START_OPTIONS = (
+    (("--node-ip-address",), True), (("--node-name",), True), (("--redis-username",), True),
+    (("--redis-password",), True), (("--redis-shard-ports",), True),
+    (("--object-manager-port",), True), (("--node-manager-port",), True),
+    (("--min-worker-port",), True), (("--max-worker-port",), True),
+    (("--worker-port-list",), True), (("--ray-client-server-port",), True),
+    (("--include-dashboard",), True), (("--dashboard-host",), True),
+    (("--dashboard-port",), True), (("--dashboard-agent-listen-port",), True),
+    (("--dashboard-agent-grpc-port",), True), (("--runtime-env-agent-port",), True),
+    (("--plasma-directory",), True), (("--object-spilling-directory",), True),
+    (("--autoscaling-config",), True), (("--no-redirect-output",), False),
+    (("--system-config",), True), (("--enable-object-reconstruction",), False),
+    (("--metrics-export-port",), True), (("--no-monitor",), False),
+    (("--tracing-startup-hook",), True), (("--ray-debugger-external",), False),
+    (("--labels",), True), (("--labels-file",), True), (("--include-log-monitor",), True),
+    (("--enable-resource-isolation",), False), (("--system-reserved-cpu",), True),
+    (("--system-reserved-memory",), True), (("--cgroup-path",), True),
+    (("--proxy-server-url",), True),
+) + _RAY_LOG_OPTIONS
+
+
+def _dest(flags: tuple) -> str:
+    return flags[-1].lstrip("-").replace("-", "_")
+
+
+def _add_ignored(parser: argparse.ArgumentParser, options: tuple, why: str) -> None:
+    """Add Ray's ``options`` to ``parser``, marked in their help as accepted and ignored."""
+    for flags, takes_value in options:
+        text = f"Ray's; accepted and ignored ({why})"
+        if takes_value:
+            parser.add_argument(*flags, dest=_dest(flags), default=None, metavar="VALUE",
+                                help=text)
+        else:
+            parser.add_argument(*flags, dest=_dest(flags), action="store_const", const=True,
+                                default=None, help=text)
+
+
+def _warn_ignored(args: argparse.Namespace, options: tuple) -> None:
+    """One stderr line naming the Ray options given that miniray ignores."""
+    given = [flags[-1] for flags, _takes in options
+             if getattr(args, _dest(flags), None) is not None]
+    if given:
+        print(f"miniray: {', '.join(given)} do not apply on one host (no dashboard, ports, "
+              "multi-host peering or Ray's log styling); ignored.", file=sys.stderr)
 
 
 def _add_start(sub) -> None:
     start = sub.add_parser("start", help="start a node that drivers connect to")
     start.add_argument("--head", action="store_true", help="start a head node (required)")
-    start.add_argument("--address", default=None, help=argparse.SUPPRESS)
+    start.add_argument("--address", default=None,
+                       help="join another node's cluster: refused (one host only)")
     start.add_argument("--port", type=int, default=None,
                        help="the port in the printed address (default 6379; 0: pick a free one)")
-    start.add_argument("--num-cpus", type=int, default=None)
-    start.add_argument("--num-gpus", type=int, default=None)
-    start.add_argument("--resources", default=None, help="custom resources as JSON")
-    start.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES")
-    start.add_argument("--memory", type=int, default=None, metavar="BYTES")
+    start.add_argument("--num-cpus", type=int, default=None,
+                       help="CPUs of the node (default: the host's)")
+    start.add_argument("--num-gpus", type=int, default=None,
+                       help="GPUs of the node (default: those detected)")
+    start.add_argument("--resources", default=None,
+                       help="custom resources as a JSON object, e.g. '{\"accel\": 2}'")
+    start.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES",
+                       help="object store capacity (default: 30%% of available memory)")
+    start.add_argument("--memory", type=int, default=None, metavar="BYTES",
+                       help="the node's `memory` resource, in bytes")
     start.add_argument("--temp-dir", default=None, help="root of the node's session directory")
     start.add_argument("--block", action="store_true", help="stay in the foreground")
-    start.add_argument("--include-dashboard", default=None)
-    start.add_argument("--dashboard-host", default=None)
-    start.add_argument("--dashboard-port", type=int, default=None)
-    start.add_argument("--node-ip-address", default=None)
-    start.add_argument("--ray-client-server-port", type=int, default=None)
-    start.add_argument("--disable-usage-stats", action="store_true")
-    start.add_argument("--labels", default=None)
-    start.add_argument("--labels-file", default=None)
-    start.add_argument("--node-name", default=None)
-    start.add_argument("--system-config", default=None)
+    # Ray's; its effect is miniray's only behaviour, so it is accepted without a word.
+    start.add_argument("--disable-usage-stats", action="store_true",
+                       help="Ray's; accepted (miniray never collects usage statistics)")
+    _add_ignored(start, _RAY_START_OPTIONS,
+                 "one host: no dashboard, ports, multi-host peering or Ray's log styling")
     start.set_defaults(func=_cmd_start)
 
 
@@ -181,11 +245,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         options = _start_options(args)
     except ValueError as error:
         return _error(str(error))
-    ignored = [f"--{n.replace('_', '-')}" for n in _NOT_ON_ONE_HOST
-               if getattr(args, n) is not None]
-    if ignored:
-        print(f"miniray: {', '.join(ignored)} do not apply on one host (no dashboard or "
-              "multi-host peering yet); ignored.", file=sys.stderr)
+    _warn_ignored(args, _RAY_START_OPTIONS)
     if not args.block:
         try:
             record, _info = daemon.spawn_daemon(options)
@@ -211,6 +271,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
 def _cmd_stop(args: argparse.Namespace) -> int:
     from miniray._private.node import daemon  # lazy, as above
 
+    _warn_ignored(args, _RAY_LOG_OPTIONS)
     stopped = daemon.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
         print(f"Stopped {stopped} miniray node(s).")
@@ -250,6 +311,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _warn_ignored(args, _RAY_CLI_OPTIONS)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
