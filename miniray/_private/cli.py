@@ -304,7 +304,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
             print(line, file=sys.stderr)
         return 1
     views, host = node_status.collect(records)
-    sys.stdout.write(node_status.format_status(views, host, time.time(), foreign))
+    sys.stdout.write(node_status.format_status(views, host, time.time(), foreign,
+                                               verbose=args.verbose))
     return 0
 
 

@@ -57,6 +57,7 @@ from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
+from miniray._private.owner.waiting import WaitWatch
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
@@ -155,8 +156,15 @@ class Owner:
             worker_gone=self._worker_gone, dispatch_all=self._dispatch_all,
             unfinished_tasks=self.tasks.unfinished, fail_task=self.tasks.fail,
             drop_queues=self.tasks.drop_queues)
+        # What waits for resources: a line on stderr past a few seconds, demands for status.
+        self.waits = WaitWatch(
+            tasks=self.tasks, actors=self.actors, reactor=self.reactor, defer=self.defer,
+            ledger=ledger, pid=self.pid, closed=lambda: self._closed,
+            threshold_s=config.wait_notice_s())
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
+        with self._lock:
+            self.waits.start()
 
     # ------------------------------------------------------------------ objects
     def put_value(self, object_id: bytes, value) -> None:

@@ -1,0 +1,121 @@
+"""The owner's view of what waits for resources: sampled once a second, never per task.
+
+Owns: the I/O thread's once-a-second sample of the task queues (their heads and lengths) and
+of the actors waiting for placement; the notice on stderr for a shape that has waited past
+``MINIRAY_WAIT_NOTICE_S`` (read from the ledger's leases after the lock is released); and,
+when the driver publishes for ``miniray status -v``, its demands (queued, infeasible and
+pending work by function name and shape).
+Does not own: the decisions and wording (``core/wait_notice.py``, pure), the queues
+(``tasks.py``, ``actors.py``), the ledger (``ledger/ledger.py``).
+Called by: ``owner.Owner`` (``start``, with its lock held) and ``runtime.Runtime`` (reads
+``demands``).
+
+Cost: one timer a second that walks the queues' heads (a few keys) under the owner's lock;
+the per-task path does nothing for it. Demands walk every waiting task, once a second, and
+only in a driver joined to a node (``want_demands``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+import time
+
+from miniray._private.core import wait_notice
+from miniray._private.core.resources import from_units
+from miniray._private.owner.actors import A_DEAD
+
+logger = logging.getLogger(__name__)
+
+ENV_NAME = "MINIRAY_WAIT_NOTICE_S"
+
+
+def _shape(items) -> tuple:
+    """A request or lease as sorted (name, amount) pairs without zero amounts."""
+    return tuple(sorted((name, amount) for name, amount in items if amount))
+
+
+class WaitWatch:
+    """Given at construction: the ``tasks`` (queues, infeasible lists), the ``actors``
+    (``pending``), the ``reactor`` (its timer runs with the owner's lock held), ``defer``
+    (work after the lock), the ``ledger`` (read without its lock), this driver's ``pid``,
+    ``closed()``, and ``threshold_s`` (``MINIRAY_WAIT_NOTICE_S``; 0: no notice)."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, *, tasks, actors, reactor, defer, ledger, pid: int, closed,
+                 threshold_s: float):
+        self._tasks = tasks
+        self._actors = actors
+        self._reactor = reactor
+        self._defer = defer
+        self._ledger = ledger
+        self._pid = pid
+        self._closed = closed
+        self.tracker = wait_notice.WaitTracker(threshold_s)
+        self.want_demands = False  # set by a driver joined to a node
+        self.demands: list = []  # the latest, when wanted (wait_notice.demands' rows)
+
+    def start(self) -> None:
+        """*Locked.* Sample once a second from now on."""
+        self._reactor.call_later(self.EVERY_S, self._tick)
+
+    def _entries(self) -> list:
+        entries = []
+        for key, queue in self._tasks.queues.items():
+            if queue:
+                head = queue[0]
+                entries.append(wait_notice.Entry(key, head.spec.task_id, len(queue),
+                                                 _shape(key[0]), head.spec.name))
+        for actor in self._actors.pending:
+            if actor.state != A_DEAD:
+                spec = actor.spec
+                entries.append(wait_notice.Entry(
+                    ("actor", spec.actor_id), spec.actor_id, 1,
+                    _shape(spec.placement.items()), f"actor {spec.class_name}"))
+        return entries
+
+    def _tick(self) -> None:
+        """*Locked*, on the I/O thread."""
+        if self._closed():
+            return
+        now = time.monotonic()
+        entries = self._entries()
+        self.tracker.observe(now, entries)
+        due = self.tracker.due(now, entries)
+        if due:
+            self._defer(functools.partial(self._notice, due))
+        if self.want_demands:
+            self.demands = wait_notice.demands(self._waiting_items())
+        self._reactor.call_later(self.EVERY_S, self._tick)
+
+    def _waiting_items(self):
+        for key, queue in self._tasks.queues.items():
+            for task in queue:
+                yield task.spec.name, _shape(key[0]), False
+        for key, tasks in self._tasks.infeasible.items():
+            for task in tasks:
+                yield task.spec.name, _shape(key[0]), True
+        for actor in self._actors.pending:
+            if actor.state != A_DEAD:
+                spec = actor.spec
+                yield f"actor {spec.class_name}", _shape(spec.placement.items()), False
+
+    def _notice(self, due: list) -> None:
+        """*Not locked.* One line per due shape, naming the leases that hold what it needs;
+        nothing for a backlog behind this driver's own leases of that shape."""
+        try:
+            leases = self._ledger.snapshot().leases.values()
+        except (OSError, ValueError) as error:  # the node's ledger may be gone with it
+            logger.debug("wait notice: ledger unreadable: %s", error)
+            return
+        holders = [wait_notice.Holder(
+            lease.holder_pid,
+            _shape((name, from_units(u)) for name, u in lease.resources.items()),
+            lease.tag) for lease in leases]
+        for shape, count, names, waited in due:
+            if wait_notice.only_own_backlog(shape, holders, self._pid):
+                continue
+            print(wait_notice.format_notice(shape, count, names, waited, holders, self._pid,
+                                            ENV_NAME), file=sys.stderr, flush=True)
