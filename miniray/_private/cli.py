@@ -9,6 +9,11 @@ Called by the console script ``miniray`` and by ``python -m miniray``.
 user's recorded nodes, by pid and start time, never by name (§8.2); ``miniray status`` prints
 the nodes, their resources, GPUs and leases, reading files only (§8.3).
 
+``miniray logs`` prints a worker's or actor's output from the session's capped log files
+(``host/worker_logs.py``). ``miniray --version`` names miniray's version and the Ray API it
+mirrors. Ray's other options of these commands are accepted; those that do not apply on one
+host are named in one stderr line and ignored.
+
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
 """
@@ -75,7 +80,36 @@ def _parser() -> argparse.ArgumentParser:
                         help="also list the demands: what each driver has queued, waiting "
                              "for resources, by function name and resource shape")
     status.set_defaults(func=_cmd_status)
+    _add_logs(sub)
     return parser
+
+
+def _add_logs(sub) -> None:
+    logs = sub.add_parser(
+        "logs", help="print a worker's or an actor's output, kept in the session's logs/",
+        description="A worker's or actor's output: `miniray logs --pid N`, `miniray logs "
+                    "--actor-id HEX`, or as in Ray `miniray logs worker --pid N`, `miniray "
+                    "logs actor --id HEX`, `miniray logs worker-N.out`; with no argument, "
+                    "the log files of every session.")
+    logs.add_argument("what", nargs="?", default=None, metavar="worker|actor|cluster|FILE",
+                      help="Ray's subcommand (worker, actor, cluster) or a log file's name "
+                           "(worker-<pid>.out or .err)")
+    logs.add_argument("file", nargs="?", default=None, metavar="FILE",
+                      help="with `cluster`: the log file's name")
+    logs.add_argument("-pid", "--pid", type=int, default=None,
+                      help="the worker's (or actor's) process id")
+    logs.add_argument("-a", "--id", "--actor-id", dest="actor_id", default=None,
+                      metavar="HEX", help="the actor's id (hex, as ActorID.hex())")
+    logs.add_argument("--err", action="store_true",
+                      help="the stderr log instead of the stdout one")
+    logs.add_argument("--tail", type=int, default=1000, metavar="N",
+                      help="print the last N lines (default 1000, as Ray; -1: all)")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing what is written until Ctrl-C")
+    logs.add_argument("--address", default=None,
+                      help="the node whose session to read (default: every session)")
+    _add_ignored(logs, _RAY_LOGS_OPTIONS, "one host, files read directly")
+    logs.set_defaults(func=_cmd_logs)
 
 
 # The Ray version whose API miniray mirrors (printed by --version).
@@ -89,6 +123,11 @@ _RAY_CLI_OPTIONS = (
 # `ray stop` (and every Ray command that logs with Ray's cli_logger).
 _RAY_LOG_OPTIONS = (
     (("--log-style",), True), (("--log-color",), True), (("-v", "--verbose"), False),
+)
+# `ray logs` options that select a node or shape the API request.
+_RAY_LOGS_OPTIONS = (
+    (("-id", "--node-id"), True), (("-ip", "--node-ip"), True), (("--timeout",), True),
+    (("--interval",), True), (("--encoding",), True), (("--encoding-errors",), True),
 )
 # `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
 # they configure ports, a dashboard, several hosts, Redis, cgroups or log styling.
@@ -307,6 +346,86 @@ def _cmd_status(args: argparse.Namespace) -> int:
     sys.stdout.write(node_status.format_status(views, host, time.time(), foreign,
                                                verbose=args.verbose))
     return 0
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from miniray._private.host import worker_logs  # lazy, as above
+    from miniray._private.transport import node_client
+
+    _warn_ignored(args, _RAY_LOGS_OPTIONS)
+    try:
+        if args.address is not None:
+            record = node_client.find_node(args.address)
+            if record is None:
+                return _error(f"no miniray node at {args.address}.")
+            sessions = [record.session_dir]
+        else:
+            sessions = worker_logs.session_dirs(
+                config.tmpdir_root(), [r.session_dir for r in node_client.list_records()])
+    except (ValueError, ConnectionError, NotImplementedError) as error:
+        return _error(str(error))
+    what, name = args.what, args.file
+    if what == "cluster":
+        what = name
+    elif what in ("worker", "actor") and name is not None:
+        return _error(f"`miniray logs {what}` takes --pid or --id, not {name!r}.")
+    if what not in (None, "worker", "actor"):  # a file name, as `ray logs worker-N.out`
+        paths = worker_logs.find_named(sessions, what)
+        if not paths:
+            return _error(f"no log file named {what!r} in {_where(sessions)}. "
+                          "`miniray logs` lists them.")
+        return _print_logs(paths, args)
+    if args.actor_id is not None:
+        found = worker_logs.find_actor_pids(sessions, args.actor_id.lower())
+        if not found or not found[1]:
+            return _error(f"no log of actor {args.actor_id} in {_where(sessions)} (actors "
+                          "of a session that has ended leave none).")
+        session_dir, pids = found
+        paths = [p for pid in pids
+                 for p in worker_logs.find_worker_logs([session_dir], pid, args.err)]
+        return _print_logs(paths, args)
+    if args.pid is not None:
+        paths = worker_logs.find_worker_logs(sessions, args.pid, args.err)
+        if not paths:
+            return _error(f"no log of worker pid {args.pid} in {_where(sessions)}: it is not "
+                          "a worker of a live session, or MINIRAY_WORKER_LOG_BYTES=0.")
+        return _print_logs(paths, args)
+    if what is not None:
+        return _error(f"`miniray logs {what}` needs --pid N" +
+                      (" or --id HEX." if what == "actor" else "."))
+    listing = worker_logs.listing(sessions)
+    if not listing:
+        print(f"No log files in {_where(sessions)}.", file=sys.stderr)
+        return 1
+    sys.stdout.write(listing)
+    return 0
+
+
+def _where(sessions: list) -> str:
+    return f"{len(sessions)} session(s) under {config.tmpdir_root()}" if sessions \
+        else f"no session under {config.tmpdir_root()}"
+
+
+def _print_logs(paths: list, args: argparse.Namespace) -> int:
+    import time
+
+    from miniray._private.host import worker_logs  # lazy, as above
+
+    sys.stdout.write(worker_logs.read_text(paths, args.tail))
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    path = paths[-1]
+    offset = os.path.getsize(path)
+    try:
+        while True:
+            time.sleep(0.25)
+            chunk, offset = worker_logs.read_from(path, offset)
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
