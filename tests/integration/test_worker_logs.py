@@ -88,3 +88,32 @@ def test_a_nodes_worker_logs_outlive_the_driver(node_env):
     assert result.returncode == 0, result.stderr
     assert result.stdout == ":task_name:hello\nhello from the node\n"
     assert "--node-id do not apply on one host" in result.stderr
+
+
+def test_follow_prints_what_an_actor_writes_until_interrupted(drivers):
+    result = drivers.run("""
+        import json, os, signal, subprocess, sys, time, miniray as ray
+        ray.init(num_cpus=1)
+        @ray.remote
+        class Ticker:
+            def run(self):
+                for i in range(12):
+                    print("tick", i, flush=True)
+                    time.sleep(0.15)
+        ticker = Ticker.remote()
+        ref = ticker.run.remote()
+        time.sleep(0.5)
+        follow = subprocess.Popen([sys.executable, "-m", "miniray", "logs", "--actor-id",
+                                   ticker._actor_id.hex(), "--follow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ray.get(ref)
+        time.sleep(0.8)
+        follow.send_signal(signal.SIGINT)
+        out, err = follow.communicate(timeout=30)
+        print(json.dumps([follow.returncode, out, err]))
+        ray.shutdown()
+    """)
+    assert result.returncode == 0, result.stderr
+    code, out, err = json.loads(result.stdout.strip().splitlines()[-1])
+    assert code == 0, err
+    assert out.endswith("".join(f"tick {i}\n" for i in range(5, 12)))

@@ -85,6 +85,8 @@ def test_the_notice_names_shape_holders_and_whose_they_are():
     assert "\n" not in line
     nothing = format_notice(GPU1, 1, ["h"], 5, [], 5, "E")
     assert "no lease holds CPU, GPU now" in nothing
+    free = format_notice((), 2, ["z"], 5, holders, 5, "E")
+    assert "for {(no resources)}; they need no resources: they wait for a worker" in free
 
 
 def test_demands_count_per_name_and_shape():

@@ -139,7 +139,9 @@ def format_notice(shape: tuple, count: int, names: Sequence[str], waited_s: floa
     head = (f"miniray: {count} task(s)/actor(s) ({shown}) have waited {waited_s:.0f}s for "
             f"{{{shape_text(shape)}}}; ")
     held = relevant_holders(shape, holders)
-    if not held:
+    if not _needs(shape):
+        body = "they need no resources: they wait for a worker (MINIRAY_MAX_WORKERS caps them)"
+    elif not held:
         body = f"no lease holds {needs} now (waiting for a worker or for the ledger)"
     else:
         by_holder: dict[int, dict[tuple, int]] = {}
