@@ -388,7 +388,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         paths = worker_logs.find_worker_logs(sessions, args.pid, args.err)
         if not paths:
             return _error(f"no log of worker pid {args.pid} in {_where(sessions)}: it is not "
-                          "a worker of a live session, or MINIRAY_WORKER_LOG_BYTES=0.")
+                          "a worker of a live session, it printed nothing, or "
+                          "MINIRAY_WORKER_LOG_BYTES=0.")
         return _print_logs(paths, args)
     if what is not None:
         return _error(f"`miniray logs {what}` needs --pid N" +

@@ -52,3 +52,13 @@ def test_names_and_ids_are_found_in_the_sessions_logs_only(tmp_path):
     gone = str(tmp_path / "session_gone")
     worker_logs.note_actor(gone, "abcd", 1)  # a removed session is not re-created
     assert not os.path.exists(gone)
+
+
+def test_a_log_that_stayed_empty_is_removed_on_close(tmp_path):
+    empty = worker_logs.CappedLog(str(tmp_path / "worker-3.out"), 100)
+    empty.close()
+    assert not os.path.exists(tmp_path / "worker-3.out")
+    kept = worker_logs.CappedLog(str(tmp_path / "worker-3.err"), 100)
+    kept.write(b"x\n")
+    kept.close()
+    assert os.path.exists(tmp_path / "worker-3.err")

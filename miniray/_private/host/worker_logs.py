@@ -80,9 +80,13 @@ class CappedLog:
             self.close()
 
     def close(self) -> None:
+        """Close the file; one that stayed empty is removed (most workers print nothing, and
+        a node's session would otherwise gather two empty files per worker it ever ran)."""
         if self.fd >= 0:
             try:
                 os.close(self.fd)
+                if self.size == 0 and not os.path.exists(self.path + ".1"):
+                    os.unlink(self.path)
             except OSError:
                 pass
             self.fd = -1
