@@ -90,7 +90,7 @@ def test_the_notice_names_shape_holders_and_whose_they_are():
 
 
 def test_demands_count_per_name_and_shape():
-    rows = demands([("f", CPU1, False)] * 3 + [("g", GPU1, False), ("f", GPU1, False),
-                                                ("h", (("CPU", 64.0),), True)])
+    rows = demands([("f", CPU1, False, 2), ("f", CPU1, False, 1), ("g", GPU1, False, 1),
+                    ("f", GPU1, False, 1), ("h", (("CPU", 64.0),), True, 1)])
     assert rows == [["f", "CPU=1", 3, False], ["f", "CPU=1, GPU=1", 1, False],
                     ["g", "CPU=1, GPU=1", 1, False], ["h", "CPU=64", 1, True]]

@@ -161,14 +161,14 @@ def format_notice(shape: tuple, count: int, names: Sequence[str], waited_s: floa
     return head + body + f". ({env_name}: seconds before this is printed; 0 turns it off.)"
 
 
-def demands(entries: Iterable[tuple[str, tuple, bool]]) -> list[list[Any]]:
+def demands(entries: Iterable[tuple[str, tuple, bool, int]]) -> list[list[Any]]:
     """What a driver publishes for ``miniray status -v``: ``[name, shape text, count,
-    infeasible]`` per function (or actor) name and shape, from one item per waiting task or
-    actor, ``(name, shape, infeasible)``; most numerous first."""
+    infeasible]`` per function (or actor) name and shape, from ``(name, shape, infeasible,
+    count)`` items; most numerous first."""
     counts: dict[tuple, int] = {}
-    for name, shape, infeasible in entries:
+    for name, shape, infeasible, n in entries:
         key = (name, shape, bool(infeasible))
-        counts[key] = counts.get(key, 0) + 1
+        counts[key] = counts.get(key, 0) + n
     rows = [[name, shape_text(shape), n, infeasible]
             for (name, shape, infeasible), n in counts.items()]
     rows.sort(key=lambda r: (-r[2], r[0], r[1]))

@@ -11,12 +11,13 @@ Called by: ``owner.Owner`` (``start``, with its lock held) and ``runtime.Runtime
 ``demands``).
 
 Cost: one timer a second that walks the queues' heads (a few keys) under the owner's lock;
-the per-task path does nothing for it. Demands walk every waiting task, once a second, and
-only in a driver joined to a node (``want_demands``).
+the per-task path does nothing for it. Demands (only in a driver joined to a node,
+``want_demands``) count each queue's function names when its head or length changed.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import sys
@@ -56,6 +57,7 @@ class WaitWatch:
         self.tracker = wait_notice.WaitTracker(threshold_s)
         self.want_demands = False  # set by a driver joined to a node
         self.demands: list = []  # the latest, when wanted (wait_notice.demands' rows)
+        self._counts: dict = {}  # key -> (head task id, length, Counter of names)
 
     def start(self) -> None:
         """*Locked.* Sample once a second from now on."""
@@ -87,20 +89,34 @@ class WaitWatch:
         if due:
             self._defer(functools.partial(self._notice, due))
         if self.want_demands:
-            self.demands = wait_notice.demands(self._waiting_items())
+            self.demands = wait_notice.demands(self._demand_counts())
         self._reactor.call_later(self.EVERY_S, self._tick)
 
-    def _waiting_items(self):
+    def _demand_counts(self) -> list:
+        """``(name, shape, infeasible, count)`` for what waits. A queue whose head and length
+        did not change since the last sample keeps its counts: a long queue waiting for
+        resources is walked once, not every second."""
+        out = []
+        counts_now = {}
         for key, queue in self._tasks.queues.items():
-            for task in queue:
-                yield task.spec.name, _shape(key[0]), False
+            if not queue:
+                continue
+            head, length = queue[0].spec.task_id, len(queue)
+            old = self._counts.get(key)
+            counts = old[2] if old is not None and old[:2] == (head, length) else \
+                collections.Counter(task.spec.name for task in queue)
+            counts_now[key] = (head, length, counts)
+            shape = _shape(key[0])
+            out += [(name, shape, False, n) for name, n in counts.items()]
+        self._counts = counts_now
         for key, tasks in self._tasks.infeasible.items():
-            for task in tasks:
-                yield task.spec.name, _shape(key[0]), True
+            out += [(task.spec.name, _shape(key[0]), True, 1) for task in tasks]
         for actor in self._actors.pending:
             if actor.state != A_DEAD:
                 spec = actor.spec
-                yield f"actor {spec.class_name}", _shape(spec.placement.items()), False
+                out.append((f"actor {spec.class_name}", _shape(spec.placement.items()), False,
+                            1))
+        return out
 
     def _notice(self, due: list) -> None:
         """*Not locked.* One line per due shape, naming the leases that hold what it needs;
