@@ -63,6 +63,7 @@ from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
 
+
 def _logs_dir(session_dir: str | None) -> str | None:
     """The session's ``logs/`` for the workers' log files, or None without one."""
     if not session_dir or config.worker_log_bytes() <= 0:
