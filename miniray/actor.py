@@ -174,8 +174,9 @@ class ActorClass(Generic[T]):
         max_concurrency = opts.get("max_concurrency") or (
             DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)
         fn_id, data = self._export()
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
-                                                             ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, self._cls.__name__, ObjectRef, rt.large_arguments)
         namespace = opts.get("namespace")
         if namespace is None:
             namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
@@ -286,7 +287,9 @@ class ActorHandle(Generic[T]):
             raise Exception(
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, method, ObjectRef, rt.large_arguments)
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]

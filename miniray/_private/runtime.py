@@ -396,6 +396,17 @@ class Runtime:
     def put_value(self, object_id: bytes, value) -> None:
         self.owner.put_value(object_id, value)
 
+    @property
+    def large_arguments(self) -> tuple:
+        """``(threshold, put)`` for ``serialization.pack_arguments``: an argument passed by
+        value from the inline threshold on is stored once and passed as a ref, as in Ray."""
+        return self.store.inline_threshold, self._put_argument
+
+    def _put_argument(self, ser, contained: tuple) -> bytes:
+        object_id = ids.new_put_id()
+        self.owner.put_value(object_id, ser, contained)
+        return object_id
+
     def read_value(self, object_id: bytes, payload):
         """A large object's value in the driver: the store's own zero-copy view."""
         return self.store.get_value(object_id)

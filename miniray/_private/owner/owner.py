@@ -180,10 +180,12 @@ class Owner:
             self.waits.start()
 
     # ------------------------------------------------------------------ objects
-    def put_value(self, object_id: bytes, value) -> None:
+    def put_value(self, object_id: bytes, value, contained: tuple = ()) -> None:
         """The driver's put: serialized straight into the store (a segment for large values),
         outside the lock; then the object is ready. The store is this process's own: puts
-        work even after the fork server or node was lost."""
+        work even after the fork server or node was lost. ``value`` may be serialized
+        already (a large call argument), with the ids of the refs inside it in
+        ``contained``."""
         self._check_open()
         if self.objects.ref_events:  # objects just dropped: free them first, so their
             with self._lock:          # segments can be reused (memcpy-speed puts)
@@ -193,7 +195,7 @@ class Owner:
         try:
             self.store.put_value(object_id, value)
         finally:
-            contained = serialization.stop_collecting()
+            contained = serialization.stop_collecting() + list(contained)
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
             if contained:
