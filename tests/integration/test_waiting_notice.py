@@ -109,3 +109,29 @@ def test_zero_turns_the_notice_off(drivers):
     """, MINIRAY_WAIT_NOTICE_S="0")
     assert result.returncode == 0, result.stderr
     assert NOTICE not in result.stderr
+
+
+def test_an_actor_waiting_behind_a_detached_one_names_the_actor_service(node_env, drivers):
+    assert cli(node_env, "start", "--head", "--num-cpus", "1").returncode == 0
+    result = drivers.run("""
+        import miniray as ray
+        ray.init(address="auto")
+        @ray.remote(num_cpus=1)
+        class Worker:
+            def ping(self):
+                return 1
+        keeper = Worker.options(name="keeper", lifetime="detached").remote()
+        ray.get(keeper.ping.remote())
+        late = Worker.remote()  # waits for the CPU the detached actor holds
+        ready, _ = ray.wait([late.ping.remote()], timeout=3)
+        assert not ready
+        ray.kill(keeper)
+        ray.shutdown()
+    """, MINIRAY_WAIT_NOTICE_S="1", MINIRAY_TMPDIR=node_env["MINIRAY_TMPDIR"],
+        MINIRAY_HOST_DIR=node_env["MINIRAY_HOST_DIR"])
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if NOTICE in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("miniray: 1 task(s)/actor(s) (actor Worker) have waited ")
+    assert "CPU held by the node's actor service (pid " in lines[0]
+    assert "1 lease {CPU=1} [actor Worker name=keeper]" in lines[0]

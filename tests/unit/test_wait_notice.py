@@ -94,3 +94,10 @@ def test_demands_count_per_name_and_shape():
                     ("f", GPU1, False, 1), ("h", (("CPU", 64.0),), True, 1)])
     assert rows == [["f", "CPU=1", 3, False], ["f", "CPU=1, GPU=1", 1, False],
                     ["g", "CPU=1, GPU=1", 1, False], ["h", "CPU=64", 1, True]]
+
+
+def test_the_nodes_actor_service_is_named_as_such():
+    holders = [Holder(9, CPU1, "actor N name=nn")]
+    line = format_notice(CPU1, 1, ["actor M"], 5, holders, 5, "E", service_pid=9)
+    assert "CPU held by the node's actor service (pid 9): 1 lease {CPU=1} [actor N name=nn]" \
+        in line

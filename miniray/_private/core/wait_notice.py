@@ -130,9 +130,11 @@ def task_tag(shape: Iterable) -> str:
 
 
 def format_notice(shape: tuple, count: int, names: Sequence[str], waited_s: float,
-                  holders: Sequence[Holder], own_pid: int, env_name: str) -> str:
+                  holders: Sequence[Holder], own_pid: int, env_name: str,
+                  service_pid: int | None = None) -> str:
     """The one line: what waits (count, names, shape, for how long) and what holds the
-    resources it needs, by holder (this driver first), then lease shape and tag."""
+    resources it needs, by holder (this driver first), then lease shape and tag.
+    ``service_pid`` is the node's actor service (named and detached actors), if known."""
     shown = ", ".join(names[:MAX_NAMES]) + (
         f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else "")
     needs = ", ".join(sorted(_needs(shape))) or "nothing"
@@ -150,7 +152,9 @@ def format_notice(shape: tuple, count: int, names: Sequence[str], waited_s: floa
             leases[(h.shape, h.tag)] = leases.get((h.shape, h.tag), 0) + 1
         parts = []
         for pid in sorted(by_holder, key=lambda p: (p != own_pid, p)):
-            who = f"this driver (pid {pid})" if pid == own_pid else f"another driver (pid {pid})"
+            who = (f"this driver (pid {pid})" if pid == own_pid
+                   else f"the node's actor service (pid {pid})" if pid == service_pid
+                   else f"another driver (pid {pid})")
             leases = []
             for (lease_shape, tag), n in sorted(by_holder[pid].items(), key=lambda kv: kv[0][1]):
                 what = f" [{tag}]" if tag and tag != task_tag(lease_shape) else ""

@@ -173,7 +173,7 @@ class Owner:
         self.waits = WaitWatch(
             tasks=self.tasks, actors=self.actors, reactor=self.reactor, defer=self.defer,
             ledger=ledger, pid=self.pid, closed=lambda: self._closed,
-            threshold_s=config.wait_notice_s())
+            threshold_s=config.wait_notice_s(), session_dir=hello_info.get("session_dir", ""))
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
         with self._lock:

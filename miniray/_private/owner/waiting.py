@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
 import logging
+import os
 import sys
 import time
 
 from miniray._private.core import wait_notice
 from miniray._private.core.resources import from_units
 from miniray._private.owner.actors import A_DEAD
+from miniray._private.transport import node_client
 
 logger = logging.getLogger(__name__)
 
@@ -41,12 +44,13 @@ class WaitWatch:
     """Given at construction: the ``tasks`` (queues, infeasible lists), the ``actors``
     (``pending``), the ``reactor`` (its timer runs with the owner's lock held), ``defer``
     (work after the lock), the ``ledger`` (read without its lock), this driver's ``pid``,
-    ``closed()``, and ``threshold_s`` (``MINIRAY_WAIT_NOTICE_S``; 0: no notice)."""
+    ``closed()``, ``threshold_s`` (``MINIRAY_WAIT_NOTICE_S``; 0: no notice) and the
+    ``session_dir``."""
 
     EVERY_S = 1.0
 
     def __init__(self, *, tasks, actors, reactor, defer, ledger, pid: int, closed,
-                 threshold_s: float):
+                 threshold_s: float, session_dir: str = ""):
         self._tasks = tasks
         self._actors = actors
         self._reactor = reactor
@@ -54,6 +58,7 @@ class WaitWatch:
         self._ledger = ledger
         self._pid = pid
         self._closed = closed
+        self._session_dir = session_dir  # a node's holds node_stats.json (its actor service)
         self.tracker = wait_notice.WaitTracker(threshold_s)
         self.want_demands = False  # set by a driver joined to a node
         self.demands: list = []  # the latest, when wanted (wait_notice.demands' rows)
@@ -130,8 +135,19 @@ class WaitWatch:
             lease.holder_pid,
             _shape((name, from_units(u)) for name, u in lease.resources.items()),
             lease.tag) for lease in leases]
+        service_pid = self._service_pid()
         for shape, count, names, waited in due:
             if wait_notice.only_own_backlog(shape, holders, self._pid):
                 continue
             print(wait_notice.format_notice(shape, count, names, waited, holders, self._pid,
-                                            ENV_NAME), file=sys.stderr, flush=True)
+                                            ENV_NAME, service_pid), file=sys.stderr, flush=True)
+
+    def _service_pid(self) -> int | None:
+        """The node's actor service's pid (it holds the named and detached actors' leases),
+        from the node's ``node_stats.json``; None in an embedded session."""
+        try:
+            with open(os.path.join(self._session_dir, node_client.NODE_STATS)) as f:
+                pid = json.load(f).get("actor_service_pid")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return pid if isinstance(pid, int) else None
