@@ -374,6 +374,9 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         if not paths:
             return _error(f"no log file named {what!r} in {_where(sessions)}. "
                           "`miniray logs` lists them.")
+        if len({p.removesuffix(".1") for p in paths}) > 1:  # as Ray: several match, list them
+            sys.stdout.write("".join(f"{p}\n" for p in paths if not p.endswith(".1")))
+            return 0
         return _print_logs(paths, args)
     if args.actor_id is not None:
         found = worker_logs.find_actor_pids(sessions, args.actor_id.lower())

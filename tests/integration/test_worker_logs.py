@@ -39,7 +39,8 @@ PROGRAM = """
     out = {"pid": pid, "actor_pid": actor_pid, "runs": [
         logs("--pid", str(pid)), logs("worker", "--pid", str(pid), "--err"),
         logs("--actor-id", actor._actor_id.hex()), logs("actor", "--id", actor._actor_id.hex()),
-        logs(f"worker-{pid}.out", "--tail", "1"), logs("--pid", "1"), logs()]}
+        logs(f"worker-{pid}.out", "--tail", "1"), logs("--pid", "1"), logs(),
+        logs("cluster", "worker-*.out")]}
     print(json.dumps(out))
     ray.shutdown()
 """
@@ -49,7 +50,7 @@ def test_logs_by_pid_actor_id_and_file_in_an_embedded_session(drivers):
     result = drivers.run(PROGRAM, args=["3"])
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    by_pid, err, by_actor, ray_actor, by_file, unknown, listing = out["runs"]
+    by_pid, err, by_actor, ray_actor, by_file, unknown, listing, glob = out["runs"]
     assert by_pid[:2] == [0, ":task_name:talk\ntask line 0\ntask line 1\ntask line 2\n"]
     assert err[:2] == [0, ":task_name:talk\nto stderr\n"]
     assert by_actor[:2] == [0, ":task_name:Talker\nactor born\nactor says hi\n"]
@@ -58,6 +59,9 @@ def test_logs_by_pid_actor_id_and_file_in_an_embedded_session(drivers):
     assert unknown[0] == 1 and "no log of worker pid 1" in unknown[2]
     assert listing[0] == 0 and f"worker-{out['pid']}.out" in listing[1]
     assert f"worker-{out['actor_pid']}.err" in listing[1]
+    assert glob[0] == 0  # several files match: listed, as `ray logs cluster <glob>` does
+    assert f"logs/worker-{out['pid']}.out\n" in glob[1]
+    assert f"logs/worker-{out['actor_pid']}.out\n" in glob[1]
 
 
 def test_a_log_is_capped_and_the_last_lines_are_kept(drivers):

@@ -48,6 +48,9 @@ def test_names_and_ids_are_found_in_the_sessions_logs_only(tmp_path):
         [worker_logs.log_path(session, 7, err=True)]
     assert worker_logs.find_named([session], "../logs/worker-7.err") == []
     assert worker_logs.find_named([session], "owner.pid") == []
+    assert worker_logs.find_named([session], "worker-*") == \
+        [worker_logs.log_path(session, 7, err=True)]
+    assert worker_logs.find_named([session], "worker-*.out") == []
     assert "worker-7.err" in worker_logs.listing([session])
     gone = str(tmp_path / "session_gone")
     worker_logs.note_actor(gone, "abcd", 1)  # a removed session is not re-created

@@ -21,6 +21,7 @@ turned into readable lines or dropped when read.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 
@@ -177,16 +178,25 @@ def _lines(data: str) -> str:
 
 
 def find_named(session_dirs: list[str], name: str) -> list[str]:
-    """The log file called ``name`` (``worker-<pid>.out``; ``worker-<pid>`` means its
-    ``.out``), with its rotated generation first, in the first session that has it."""
+    """The log files called ``name`` (``worker-<pid>.out``; ``worker-<pid>`` means its
+    ``.out``; a glob such as ``worker-*.err`` as ``ray logs`` takes), each file's rotated
+    generation before it, from the first session that has any. Nothing outside ``logs/``."""
     base = os.path.basename(name)
     if base != name or not base.startswith("worker-"):
         return []
-    if not base.endswith((".out", ".err")):
+    if not base.endswith((".out", ".err", "*")):
         base += ".out"
     for session_dir in session_dirs:
-        path = os.path.join(session_dir, LOGS_DIR, base)
-        found = [p for p in (path + ".1", path) if os.path.isfile(p)]
+        folder = os.path.join(session_dir, LOGS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(folder) if fnmatch.fnmatchcase(n, base)
+                           and n.endswith((".out", ".err")))
+        except OSError:
+            continue
+        found = []
+        for n in names:
+            path = os.path.join(folder, n)
+            found += [p for p in (path + ".1", path) if os.path.isfile(p)]
         if found:
             return found
     return []
