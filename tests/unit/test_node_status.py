@@ -178,6 +178,25 @@ def test_status_says_what_other_pid_namespaces_own():
     assert "1 session(s) / 3 segment(s) of other PID namespaces left alone" in out
 
 
+def test_verbose_lists_each_drivers_demands_by_name_and_shape():
+    stores = {
+        200: {"objects": 0, "demands": [["f", "CPU=1", 3, False], ["big", "CPU=64", 1, True]]},
+        100: {"objects": 0, "demands": [["actor A", "CPU=1, GPU=1", 1, False]]},
+    }
+    plain = format_status([view(state(), stores=stores)], None, NOW)
+    assert "Demands" not in plain
+    out = format_status([view(state(), stores=stores)], None, NOW, verbose=True)
+    lines = section(out, "Demands").splitlines()[2:]
+    assert [line.split(None, 2) for line in lines][1:] == [
+        ["100", "1", "actor A  {CPU=1, GPU=1}"],
+        ["200", "3", "f        {CPU=1}"],
+        ["200", "1", "big      {CPU=64} (infeasible)"],
+    ]
+    assert lines[0].split() == ["driver", "count", "what", "resources"]
+    idle = format_status([view(state(), stores={5: {"objects": 0}})], None, NOW, verbose=True)
+    assert "(none)" in section(idle, "Demands")
+
+
 def test_placement_groups_have_a_section_and_short_resource_names():
     from miniray._private.core import placement
 
