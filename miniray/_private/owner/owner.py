@@ -56,6 +56,7 @@ from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.streams import Streams
+from miniray._private.owner.state_records import StateRecords
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
@@ -108,6 +109,8 @@ class Owner:
         # The values of streaming generator calls, as they are yielded.
         self.streams = Streams(self.objects)
         self.actors = ActorManager(self)
+        # Finished tasks and calls, kept (bounded) for ray.util.state and `miniray list`.
+        self.state_records = self.actors.records = StateRecords()
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
@@ -145,7 +148,8 @@ class Owner:
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
-            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel)
+            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
+            records=self.state_records)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,

@@ -87,8 +87,9 @@ class TaskQueue:
     ``kill_worker(worker)`` and ``signal_cancel(worker, task_id)`` (cancellation's acts)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel):
+                 kill_worker, signal_cancel, records=None):
         self.objects = objects
+        self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
         self.node_state = node_state
         self._unpin_deps = unpin_deps
@@ -310,6 +311,8 @@ class TaskQueue:
     def complete(self, task: Task, results: list) -> None:
         task.state = T_DONE
         spec = task.spec
+        if self.records is not None:
+            self.records.task_done(task, results)
         self.by_id.pop(spec.task_id, None)
         objects = self.objects
         for object_id, (kind, data) in zip(spec.return_ids, results):
