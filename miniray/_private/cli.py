@@ -365,14 +365,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except (ValueError, ConnectionError, NotImplementedError) as error:
         return _error(str(error))
     foreign = node_status.collect_foreign(config.tmpdir_root())
-    if not records:
-        print("No miniray node is running. Start one with `miniray start --head`.",
-              file=sys.stderr)
+    # Sessions of init() (the driver is the node) are shown too, unless one node was named.
+    embedded = node_status.collect_embedded(config.tmpdir_root()) if address is None else []
+    if not records and not embedded:
+        print("No miniray node is running. Start one with `miniray start --head` (a program "
+              "that calls init() shows here too while it runs).", file=sys.stderr)
         line = node_status.foreign_line(foreign)
         if line:
             print(line, file=sys.stderr)
         return 1
     views, host = node_status.collect(records)
+    views += embedded
     sys.stdout.write(node_status.format_status(views, host, time.time(), foreign))
     return 0
 
