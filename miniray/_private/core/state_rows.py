@@ -434,6 +434,6 @@ def format_memory(drivers: Sequence[dict], objects_by_pid: dict[int, list[dict]]
         out.append(f"{len(rows)} reference(s), {format_bytes(size)}")
         grand += size
         count += len(rows)
-    out += ["", f"--- Aggregate object store stats across all drivers ---",
+    out += ["", "--- Aggregate object store stats across all drivers ---",
             f"{count} reference(s) in {len(drivers)} driver(s), {format_bytes(grand)}"]
     return "\n".join(out) + "\n"

@@ -55,8 +55,8 @@ from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
-from miniray._private.owner.streams import Streams
 from miniray._private.owner.state_records import StateRecords
+from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor

@@ -69,8 +69,8 @@ class StateRecords:
         name = f"{actor.spec.class_name}.{spec.call_name}"
         worker = actor.worker
         self.done.append((_ACTOR_TASK, spec.task_id, name, name, actor.spec.actor_id,
-                          actor.pid or (worker.pid if worker is not None else None), None, data if kind == protocol.ERR else None,
-                          time.time()))
+                          actor.pid or (worker.pid if worker is not None else None), None,
+                          data if kind == protocol.ERR else None, time.time()))
 
 
 def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
@@ -199,7 +199,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         "start_time_ms": int(records.started_at * 1000), "end_time_ms": None,
         "debugger_port": None, "num_paused_threads": None,
     }]
-    for pid, busy, hosts_actor, blocked in workers:
+    for pid, _busy, _hosts_actor, _blocked in workers:
         worker_rows.append({
             "worker_id": f"{pid:056x}", "is_alive": True, "worker_type": "WORKER",
             "exit_type": None, "node_id": ids["node_id"], "ip": "127.0.0.1", "pid": pid,

@@ -34,7 +34,7 @@ Filters = Optional[List[Tuple[str, str, Union[str, bool, int, float]]]]
 
 
 def _lister(resource: str):
-    def list_resource(address: Optional[str] = None, filters: Filters = None,
+    def list_resource(address: str | None = None, filters: Filters = None,
                       limit: int = DEFAULT_LIMIT, timeout: int = DEFAULT_TIMEOUT,
                       detail: bool = False, raise_on_missing_output: bool = True,
                       _explain: bool = False) -> List[Any]:
@@ -58,8 +58,8 @@ list_placement_groups = _lister("placement_groups")
 
 
 def _getter(resource: str):
-    def get_resource(id: str, address: Optional[str] = None,
-                     timeout: int = DEFAULT_TIMEOUT, _explain: bool = False) -> Optional[Any]:
+    def get_resource(id: str, address: str | None = None,
+                     timeout: int = DEFAULT_TIMEOUT, _explain: bool = False) -> Any | None:
         return state_api.get_resource(resource, id, address, timeout)
 
     name = resource.rstrip("s") if resource != "placement_groups" else "placement_group"
@@ -76,26 +76,26 @@ get_job = _getter("jobs")
 get_placement_group = _getter("placement_groups")
 
 
-def get_objects(id: str, address: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT,
+def get_objects(id: str, address: str | None = None, timeout: int = DEFAULT_TIMEOUT,
                 _explain: bool = False) -> List[Any]:
     """Every reference to object ``id`` (one row per driver holding it), as Ray's."""
     return state_api.list_resource("objects", address, [("object_id", "=", id)], None,
                                    timeout, True, False)
 
 
-def summarize_tasks(address: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT,
+def summarize_tasks(address: str | None = None, timeout: int = DEFAULT_TIMEOUT,
                     raise_on_missing_output: bool = True, _explain: bool = False) -> dict:
     """Tasks counted by function (or class) name and state."""
     return state_api.summarize("tasks", address, timeout, raise_on_missing_output)
 
 
-def summarize_actors(address: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT,
+def summarize_actors(address: str | None = None, timeout: int = DEFAULT_TIMEOUT,
                      raise_on_missing_output: bool = True, _explain: bool = False) -> dict:
     """Actors counted by class and state."""
     return state_api.summarize("actors", address, timeout, raise_on_missing_output)
 
 
-def summarize_objects(address: Optional[str] = None, timeout: int = DEFAULT_TIMEOUT,
+def summarize_objects(address: str | None = None, timeout: int = DEFAULT_TIMEOUT,
                       raise_on_missing_output: bool = True, _explain: bool = False) -> dict:
     """Objects counted by call site (``disabled``: call sites are not recorded)."""
     return state_api.summarize("objects", address, timeout, raise_on_missing_output)
