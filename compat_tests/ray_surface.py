@@ -49,6 +49,8 @@ _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submit
              "and actor calls")
 _OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
                   "shows the node meanwhile")
+_STATE_LOGS = ("workers' output goes to the driver's stdout and stderr with the task's name "
+               "and pid (Ray's prefix); there are no per-worker log files to list")
 REFUSED: dict[str, str] = {
     "ray.data:": _LIBRARY,
     "ray.train:": _LIBRARY,
@@ -57,6 +59,14 @@ REFUSED: dict[str, str] = {
     "ray.rllib:": _LIBRARY,
     "ray.workflow:": _LIBRARY,
     "ray.autoscaler:": "Ray's cluster autoscaler; a miniray node is one host",
+    "ray.util.state:get_log": _STATE_LOGS,
+    "ray.util.state:list_logs": _STATE_LOGS,
+    "ray.util.state:list_cluster_events": "miniray keeps no event history; `list_tasks` and "
+                                          "`list_actors` show the current state",
+    "ray.util.state:list_runtime_envs": "runtime environments are set up in each worker at "
+                                        "its start; `list_tasks(detail=True)` shows what runs",
+    "ray.util.state:StateApiClient": "Ray's HTTP client of the dashboard's state server; call "
+                                     "the module's functions (`list_tasks`, ...) instead",
     "ray.job_submission:": "Ray's job server; run the script with `miniray run` instead",
     "ray.util.collective:": "Ray's collective-communication library (NCCL/gloo groups)",
     # Ray Client proxies a driver to a remote cluster over gRPC; a miniray driver runs on the
@@ -96,7 +106,6 @@ MISSING: dict[str, str] = {
     "ray.util:ray_debugpy": _DEBUGGER,
     "ray.util.accelerators:NVIDIA_A100_40G": _NOT_IN_RAY,
     "ray.util.accelerators:NVIDIA_A100_80G": _NOT_IN_RAY,
-    "ray.util.state:*": _OBSERVABILITY,
     "ray.util:get_current_placement_group": _NOT_YET,
     "ray.util:get_placement_group": _NOT_YET,
     "ray.util:placement_group": _NOT_YET,
