@@ -18,8 +18,6 @@ import time
 
 import pytest
 
-from miniray._private.transport import state_socket
-
 from .helpers import wait_until
 
 
@@ -198,20 +196,28 @@ def test_cli_against_an_embedded_session(work, tmp_path):
     memory = _cli("memory")
     assert memory.returncode == 0 and f"driver pid {os.getpid()}" in memory.stdout
     assert "10.00 MiB" in memory.stdout
+    open(release, "w").close()
+    ray.get(ref)
+
+
+def test_status_finds_an_init_session_and_shows_the_store_use(ray):
+    """`miniray status` shows a program that only called init(), with its driver and
+    workers, and the resources table's object-store row says what the store holds."""
+    big = ray.put(b"y" * (10 << 20))  # noqa: F841  (held: it is counted)
     status = _cli("status")
     assert status.returncode == 0, status.stderr
     assert f"{os.getpid()} (driver)" in status.stdout
+    assert f"pid {os.getpid()}: " in status.stdout  # the Drivers section
     store_row = [line for line in status.stdout.splitlines()
                  if line.split()[:1] == ["object_store_memory"]][0]
     assert store_row.split()[1] == "10.00MiB"  # the store's real use, not 0B
-    open(release, "w").close()
-    ray.get(ref)
 
 
 def test_registration_removed_at_shutdown_and_dead_drivers_swept(ray_start, tmp_path):
     """The driver's socket goes at shutdown; one left by a killed driver is removed by the
     first reader (its pid is gone), and the reader does not fail."""
     import miniray
+    from miniray._private.transport import state_socket
 
     ctx = ray_start(num_cpus=1)
     session_dir = ctx["session_dir"]
