@@ -84,6 +84,7 @@ def test_task_states_in_the_driver(work, tmp_path):
     assert "error_message" not in tasks["failing"]  # a detail column
     failed = state.list_tasks(filters=[("state", "=", "failed")], detail=True)
     assert [t["name"] for t in failed] == ["failing"] and "boom" in failed[0]["error_message"]
+    assert 0 < failed[0]["creation_time_ms"] <= failed[0]["end_time_ms"]
     assert all(t["state"] != "FINISHED"
                for t in state.list_tasks(filters=[("state", "!=", "FINISHED")]))
     assert len(state.list_tasks(limit=1)) == 1

@@ -61,7 +61,7 @@ class StateRecords:
         kind, data = results[0] if results else (protocol.OK, None)
         self.done.append((_TASK, spec.task_id, spec.name, spec.function_name, None,
                           worker.pid if worker is not None else None, spec.request,
-                          data if kind == protocol.ERR else None, time.time()))
+                          data if kind == protocol.ERR else None, time.time(), task.created))
 
     def call_done(self, actor, spec, results: list) -> None:
         """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed."""
@@ -70,7 +70,7 @@ class StateRecords:
         worker = actor.worker
         self.done.append((_ACTOR_TASK, spec.task_id, name, name, actor.spec.actor_id,
                           actor.pid or (worker.pid if worker is not None else None), None,
-                          data if kind == protocol.ERR else None, time.time()))
+                          data if kind == protocol.ERR else None, time.time(), None))
 
 
 def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
@@ -90,7 +90,8 @@ def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
 
 
 def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
-              state: str, ids: dict, error=(None, None), end: float | None = None) -> dict:
+              state: str, ids: dict, error=(None, None), end: float | None = None,
+              created: float | None = None) -> dict:
     return {
         "task_id": task_id.hex(), "attempt_number": 0, "name": name, "state": state,
         "job_id": ids["job_id"], "actor_id": actor_id.hex() if actor_id else None,
@@ -99,7 +100,8 @@ def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, re
         "error_type": error[0], "language": "PYTHON",
         "required_resources": ({k: float(v) for k, v in request.items()}
                                if request is not None else {}),
-        "runtime_env_info": None, "placement_group_id": None, "creation_time_ms": None,
+        "runtime_env_info": None, "placement_group_id": None,
+        "creation_time_ms": int(created * 1000) if created else None,
         "start_time_ms": None, "end_time_ms": int(end * 1000) if end else None,
         "error_message": error[1], "call_site": None,
     }
@@ -115,7 +117,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     Reads the owner's tables under its lock, then builds rows after it (errors unpickled
     there)."""
     with owner.locked():
-        live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None)
+        live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created)
                 for t in owner.tasks.by_id.values()]
         done = list(records.done)
         actors = []
@@ -131,10 +133,11 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                    for w in owner.workers.by_pid.values() if not w.dead]
     sizes = owner.store.sizes()
     tasks = []
-    for spec, state, pid in live:
+    for spec, state, pid, created in live:
         tasks.append(_task_row(_TASK, spec.task_id, spec.name, _short(spec.function_name),
                                None, pid if state == T_RUNNING else None, spec.request,
-                               _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids))
+                               _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids,
+                               created=created))
     actor_rows = []
     for spec, state, pid, death, restarts, remote, calls, init_failed in actors:
         creation = f"{spec.class_name}.__init__"
@@ -167,12 +170,12 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),
         })
-    for kind, task_id, name, func, actor_id, pid, request, err, end in done:
+    for kind, task_id, name, func, actor_id, pid, request, err, end, created in done:
         error = error_fields(err)
         tasks.append(_task_row(kind, task_id, name,
                                _short(func) if kind == _TASK else func, actor_id, pid,
                                request, "FAILED" if err is not None else "FINISHED", ids,
-                               error, end))
+                               error, end, created))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:

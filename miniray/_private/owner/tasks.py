@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+import time
 from typing import Any
 
 from miniray._private.core import ids, protocol, scheduling, serialization
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned",
+        "children", "parent", "pinned", "created",
     )
 
     def __init__(self, spec, key):
@@ -54,6 +55,7 @@ class Task:
         self.children: list | None = None
         self.parent = None
         self.pinned = False  # its argument objects are pinned in the store while it runs
+        self.created = time.time()  # its creation_time_ms in ray.util.state
 
 
 class _DepWaiter:

@@ -10,8 +10,8 @@ return Ray's row types (``ray.util.state.common``). Summaries return Ray's docum
 
 Differs from Ray: there is no dashboard or event history. Tasks are remembered per driver
 (the last ``MINIRAY_STATE_MAX_TASKS``, default 10000, finished ones, and every unfinished
-one) only while their driver runs; a task's ``creation_time_ms`` and ``start_time_ms`` are
-not recorded (``end_time_ms`` is). ``get_log``, ``list_logs``, ``list_cluster_events``,
+one) only while their driver runs; a task's ``start_time_ms`` is not recorded
+(``creation_time_ms`` and ``end_time_ms`` are). ``get_log``, ``list_logs``, ``list_cluster_events``,
 ``list_runtime_envs`` and ``StateApiClient`` raise NotImplementedError saying what to use.
 """
 
