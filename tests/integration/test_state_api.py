@@ -117,6 +117,7 @@ def test_actor_alive_then_dead(work):
     assert wait_until(lambda: state.list_actors()[0]["state"] == "DEAD", 10)
     [dead] = state.list_actors(detail=True)
     assert "ray.kill" in dead["death_cause"]["actor_died_error_context"]["error_message"]
+    assert dead["pid"] == row["pid"]  # the pid it had, as Ray shows a dead actor's
     assert state.list_actors(filters=[("state", "=", "ALIVE")]) == []
 
 

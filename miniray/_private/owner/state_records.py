@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -153,8 +154,12 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                    "RUNNING" if running else "PENDING_ARGS_AVAIL", ids))
         death_cause = None
         if state == "DEAD" and death is not None:
+            message = error_fields(death)[1] or ""
+            # Its worker is gone; the death message names the pid it had (from_context).
+            found = re.search(r"^\tpid: (\d+)$", message, re.M)
+            pid = pid or (int(found.group(1)) if found else None)
             death_cause = {"actor_died_error_context": {
-                "error_message": error_fields(death)[1], "pid": pid,
+                "error_message": message, "pid": pid,
                 "class_name": spec.class_name, "actor_id": spec.actor_id.hex(),
                 "name": spec.name or "", "ray_namespace": spec.namespace}}
         actor_rows.append({
