@@ -2,7 +2,8 @@
 tasks it remembers, and the snapshot of everything it owns.
 
 Owns: the bounded record of finished tasks and actor calls (``task_done`` and ``call_done``,
-one call per completion, an append to a bounded deque: the task path pays nothing more), and
+one call per completion, a tuple appended to a bounded deque: the task path pays nothing
+more), and
 ``snapshot``, which reads the owner's own tables (tasks waiting or running, actors and their
 calls, objects, workers) under the owner's lock when someone asks, and turns them into rows
 with Ray 2.60's field names and value spellings (``ray.util.state.common``: TaskState,
@@ -44,34 +45,40 @@ _ERROR_TYPE = {
     "RaySystemError": "WORKER_DIED",
 }
 _TASK, _CREATION, _ACTOR_TASK = "NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK"
+_ERR = protocol.ERR
+_NO_RESULT = (protocol.OK, None)
+_now = time.time
 
 
 class StateRecords:
-    """The finished tasks and calls of one driver, newest last, at most
-    ``config.state_max_tasks()`` of them. Appended under the owner's lock; read under it."""
+    """The finished tasks and the finished actor calls of one driver, newest last, at most
+    ``config.state_max_tasks()`` of each. Appended under the owner's lock; read under it."""
 
     def __init__(self, maxlen: int | None = None):
-        self.done: collections.deque = collections.deque(
-            maxlen=config.state_max_tasks() if maxlen is None else maxlen)
+        maxlen = config.state_max_tasks() if maxlen is None else maxlen
+        self.tasks: collections.deque = collections.deque(maxlen=maxlen)
+        self.calls: collections.deque = collections.deque(maxlen=maxlen)
+        self._append_task = self.tasks.append  # bound once: this runs for every task
         self.started_at = time.time()
 
     def task_done(self, task, results: list) -> None:
-        """*Locked.* ``task`` (``tasks.Task``) completed with ``results``."""
+        """*Locked.* ``task`` (``tasks.Task``) completed with ``results``. The error bytes of a
+        failure are kept as they are: they are read only when someone asks."""
         spec = task.spec
         worker = task.worker
-        kind, data = results[0] if results else (protocol.OK, None)
-        self.done.append((_TASK, spec.task_id, spec.name, spec.function_name, None,
-                          worker.pid if worker is not None else None, spec.request,
-                          data if kind == protocol.ERR else None, time.time(), task.created))
+        first = results[0] if results else _NO_RESULT
+        self._append_task((spec.task_id, spec.name, spec.function_name, spec.request,
+                           worker.pid if worker is not None else None,
+                           first[1] if first[0] == _ERR else None, _now(), task.created))
 
     def call_done(self, actor, spec, results: list) -> None:
         """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed."""
-        kind, data = results[0] if results else (protocol.OK, None)
-        name = f"{actor.spec.class_name}.{spec.call_name}"
+        first = results[0] if results else _NO_RESULT
         worker = actor.worker
-        self.done.append((_ACTOR_TASK, spec.task_id, name, name, actor.spec.actor_id,
-                          actor.pid or (worker.pid if worker is not None else None), None,
-                          data if kind == protocol.ERR else None, time.time(), None))
+        self.calls.append((spec.task_id, f"{actor.spec.class_name}.{spec.call_name}",
+                           actor.spec.actor_id,
+                           actor.pid or (worker.pid if worker is not None else None),
+                           first[1] if first[0] == _ERR else None, _now()))
 
 
 def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
@@ -120,7 +127,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     with owner.locked():
         live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created)
                 for t in owner.tasks.by_id.values()]
-        done = list(records.done)
+        done_tasks = list(records.tasks)
+        done_calls = list(records.calls)
         actors = []
         for actor in owner.actors.actors.values():
             calls = [(c.spec, True) for c in actor.inflight.values()]
@@ -175,12 +183,14 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),
         })
-    for kind, task_id, name, func, actor_id, pid, request, err, end, created in done:
-        error = error_fields(err)
-        tasks.append(_task_row(kind, task_id, name,
-                               _short(func) if kind == _TASK else func, actor_id, pid,
-                               request, "FAILED" if err is not None else "FINISHED", ids,
-                               error, end, created))
+    for task_id, name, func, request, pid, err, end, created in done_tasks:
+        tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
+                               "FAILED" if err is not None else "FINISHED", ids,
+                               error_fields(err), end, created))
+    for task_id, name, actor_id, pid, err, end in done_calls:
+        tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
+                               "FAILED" if err is not None else "FINISHED", ids,
+                               error_fields(err), end))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:
