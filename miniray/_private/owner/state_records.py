@@ -125,6 +125,9 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     Reads the owner's tables under its lock, then builds rows after it (errors unpickled
     there)."""
     with owner.locked():
+        # Refs made or dropped since the I/O thread's last turn count too: a reader sees
+        # what the program holds now.
+        owner.objects.apply_ref_events()
         live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created)
                 for t in owner.tasks.by_id.values()]
         done_tasks = list(records.tasks)
