@@ -49,8 +49,8 @@ _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submit
              "and actor calls")
 _OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
                   "shows the node meanwhile")
-_STATE_LOGS = ("workers' output goes to the driver's stdout and stderr with the task's name "
-               "and pid (Ray's prefix); there are no per-worker log files to list")
+_STATE_LOGS = ("not through `ray.util.state` yet: `miniray logs --pid N` (or `--actor-id HEX`) "
+               "prints a worker's or an actor's log file")
 REFUSED: dict[str, str] = {
     "ray.data:": _LIBRARY,
     "ray.train:": _LIBRARY,

@@ -6,7 +6,8 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 (``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
-``miniray/_private/owner/actors.py``); ``concurrency_groups`` raises NotImplementedError.
+``miniray/_private/owner/actors.py``); a bad ``concurrency_groups`` value, or a call naming a
+group the class does not define, raises at once (``_private/core/concurrency_groups.py``).
 ``.bind()`` gives ``ray.dag`` nodes (``miniray/dag/``). A generator method (sync, or async
 in an async actor) streams its values as a generator function does (``ObjectRefGenerator``).
 
@@ -32,7 +33,14 @@ from typing import Any, Generic
 
 from miniray._private import runtime
 from miniray._private.api import ObjectRefGenerator
-from miniray._private.core import context, ids, runtime_envs, serialization, signatures
+from miniray._private.core import (
+    concurrency_groups,
+    context,
+    ids,
+    runtime_envs,
+    serialization,
+    signatures,
+)
 from miniray._private.core import options as _options
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import (
@@ -61,8 +69,9 @@ class ActorClassInheritanceException(TypeError):
 
 
 def _method_table(cls: type) -> dict:
-    """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None) for
-    every method. The table travels inside handles, so every handle checks calls."""
+    """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None,
+    concurrency group or None) for every method. The table travels inside handles, so every
+    handle checks calls and names their group."""
     table = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name.endswith("__"):
@@ -79,9 +88,10 @@ def _method_table(cls: type) -> dict:
         argspec = signatures.of_function(function, f"{cls.__name__}.{name}",
                                          drop_first=not bound)
         table[name] = (num_returns, generator,
-                       getattr(function, "__ray_max_task_retries__", None), argspec)
-    for name in _BUILTIN_METHODS:
-        table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name))
+                       getattr(function, "__ray_max_task_retries__", None), argspec,
+                       getattr(function, "__ray_concurrency_group__", None))
+    for name in _BUILTIN_METHODS:  # in the default group, as in Ray
+        table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name), None)
     return table
 
 
@@ -108,10 +118,6 @@ class ActorClass(Generic[T]):
     """
 
     def __init__(self, cls: type[T], options: dict) -> None:
-        if options.get("concurrency_groups"):
-            raise NotImplementedError(
-                "concurrency_groups are not implemented by miniray; use max_concurrency, or "
-                "separate actors for work that must not wait on each other.")
         _options.validate_actor_options(options, in_options=False)
         self._cls = cls
         self._default_options = dict(options)
@@ -166,6 +172,7 @@ class ActorClass(Generic[T]):
     def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
+        groups = self._concurrency_groups()  # before init: a bad class starts nothing
         rt = runtime.auto_init()
         _options.actor_creation_checks(opts, is_async=self._is_async)
         placement, held = _options.actor_resource_requests(opts)
@@ -174,13 +181,14 @@ class ActorClass(Generic[T]):
         max_concurrency = opts.get("max_concurrency") or (
             DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)
         fn_id, data = self._export()
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, self._cls.__name__,
-                                                             ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, self._cls.__name__, ObjectRef, rt.large_arguments)
         namespace = opts.get("namespace")
         if namespace is None:
             namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
         max_task_retries = opts.get("max_task_retries") or 0
-        state = (self._cls.__name__, self._methods, max_task_retries)
+        state = (self._cls.__name__, self._methods, max_task_retries, tuple(groups))
         spec = ActorCreationSpec(
             actor_id=ids.new_actor_id(), fn_id=fn_id,
             fn_bytes=data if rt.needs_function(fn_id) else None,
@@ -191,11 +199,22 @@ class ActorClass(Generic[T]):
             detached=opts.get("lifetime") == "detached",
             get_if_exists=bool(opts.get("get_if_exists")), handle_state=state,
             max_pending_calls=opts.get("max_pending_calls"), contained=contained,
+            concurrency_groups=groups or None,
             runtime_env=runtime_envs.submission_key(
                 rt, runtime_envs.parse_for_task(opts.get("runtime_env"))),
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)
+
+
+    def _concurrency_groups(self) -> dict[str, int]:
+        """The class's groups, checked as Ray checks them: when an actor is created."""
+        name = self._cls.__name__
+        groups = concurrency_groups.check_groups(
+            self._default_options.get("concurrency_groups"), name)
+        concurrency_groups.check_method_groups(
+            {method: meta[4] for method, meta in self._methods.items()}, groups, name)
+        return groups
 
 
 class _ActorClassOptions(Generic[T]):
@@ -251,7 +270,8 @@ class ActorHandle(Generic[T]):
         if meta is None:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
         return ActorMethod(self, name, meta[0], meta[1], meta[2],
-                           argspec=meta[3] if len(meta) > 3 else None)
+                           argspec=meta[3] if len(meta) > 3 else None,
+                           concurrency_group=meta[4] if len(meta) > 4 else None)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -280,13 +300,16 @@ class ActorHandle(Generic[T]):
                     "down; create it again in this session.")
 
     def _submit(self, method: str, args: tuple, kwargs: dict, num_returns: int,
-                generator: bool, name: str, max_task_retries) -> Any:
+                generator: bool, name: str, max_task_retries,
+                concurrency_group: str | None = None) -> Any:
         rt = runtime.auto_init()
         if self._token is not None and self._token is not rt.session_token:
             raise Exception(
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
-        blob, deps, contained = serialization.pack_arguments(args, kwargs, method, ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, method, ObjectRef, rt.large_arguments)
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
@@ -294,7 +317,7 @@ class ActorHandle(Generic[T]):
             max_task_retries = self._state[2]
         rt.submit_actor_call(self._actor_id, ActorCallSpec(
             task_id, method, blob, deps, return_ids, num_returns, name, max_task_retries,
-            contained))
+            contained, concurrency_group=concurrency_group))
         if count == 0:
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]
@@ -307,8 +330,11 @@ class ActorMethod:
     """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
-                 max_task_retries, call_name: str | None = None, *, argspec=None):
+                 max_task_retries, call_name: str | None = None, *, argspec=None,
+                 concurrency_group: str | None = None, group_override: str | None = None):
         self._handle = handle
+        self._concurrency_group = concurrency_group  # the method's (@method), None: default
+        self._group_override = group_override  # the call's .options(concurrency_group=...)
         self._argspec = argspec
         self._name = name
         self._num_returns = num_returns
@@ -325,7 +351,8 @@ class ActorMethod:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
-                                    self._generator, self._call_name, self._max_task_retries)
+                                    self._generator, self._call_name, self._max_task_retries,
+                                    self._group_override or self._concurrency_group)
 
     def options(self, **opts) -> ActorMethod:
         allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",
@@ -339,9 +366,15 @@ class ActorMethod:
         if "num_returns" in opts:
             warn_if_dynamic(opts["num_returns"], stacklevel=2)
             num_returns = _wire_returns(opts["num_returns"], self._generator)
+        state = self._handle._state
+        override = opts.get("concurrency_group", self._group_override)
+        concurrency_groups.call_group(self._concurrency_group, override,
+                                      state[3] if len(state) > 3 else (), state[0], self._name)
         return ActorMethod(self._handle, self._name, num_returns, self._generator,
                            opts.get("max_task_retries", self._max_task_retries),
-                           opts.get("name") or self._call_name, argspec=self._argspec)
+                           opts.get("name") or self._call_name, argspec=self._argspec,
+                           concurrency_group=self._concurrency_group,
+                           group_override=override or None)
 
     def bind(self, *args, **kwargs):
         """A DAG node calling this method of this live actor (``ray.dag.ClassMethodNode``;

@@ -189,8 +189,9 @@ class RemoteFunction(Generic[P, R]):
         rt = runtime.auto_init()
         num_returns = template.num_returns
         fn_id, fn_data = self._export(self._is_generator and num_returns >= 0)
-        blob, deps, contained = serialization.pack_arguments(
-            args, kwargs, self._function.__name__, ObjectRef)
+        # ``_stored``: refs of large arguments put in the store, alive until submitted.
+        blob, deps, contained, _stored = serialization.pack_arguments(
+            args, kwargs, self._function.__name__, ObjectRef, rt.large_arguments)
         task_id = ids.new_task_id()
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, count + 1)]

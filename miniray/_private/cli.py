@@ -9,6 +9,11 @@ Called by the console script ``miniray`` and by ``python -m miniray``.
 user's recorded nodes, by pid and start time, never by name (§8.2); ``miniray status`` prints
 the nodes, their resources, GPUs and leases, reading files only (§8.3).
 
+``miniray logs`` prints a worker's or actor's output from the session's capped log files
+(``host/worker_logs.py``). ``miniray --version`` names miniray's version and the Ray API it
+mirrors. Ray's other options of these commands are accepted; those that do not apply on one
+host are named in one stderr line and ignored.
+
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
 """
@@ -22,6 +27,7 @@ import runpy
 import sys
 
 from miniray._private.core import config
+from miniray._version import __version__
 
 # Each command imports what it needs inside its function (lazy): `miniray run` must not load the
 # node or the engine before the program it runs, and `status` reads files only.
@@ -47,11 +53,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="miniray",
                                      description="Ray's core API on one host, in pure Python.")
+    # Ray prints "ray, version 2.60.0"; this names miniray's version and the API it mirrors.
+    parser.add_argument("--version", "-V", action="version",
+                        version=f"miniray, version {__version__} (mirrors Ray {RAY_API}'s API)",
+                        help="print miniray's version and the Ray version whose API it "
+                             "mirrors, then exit")
+    _add_ignored(parser, _RAY_CLI_OPTIONS, "the logging of Ray's own processes")
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a program written for Ray, with `ray` meaning miniray")
     run.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m")
-    run.add_argument("script")
-    run.add_argument("args", nargs=argparse.REMAINDER)
+    run.add_argument("script", help="the program to run (a module name with -m)")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments")
     run.set_defaults(func=_cmd_run)
     _add_start(sub)
     stop = sub.add_parser("stop", help="stop the miniray nodes this user started")
@@ -59,11 +71,16 @@ def _parser() -> argparse.ArgumentParser:
                       help="SIGKILL at once instead of SIGTERM")
     stop.add_argument("-g", "--grace-period", type=int, default=16, metavar="N",
                       help="seconds to wait after SIGTERM before SIGKILL (default 16)")
+    _add_ignored(stop, _RAY_LOG_OPTIONS, "miniray's CLI has one output style")
     stop.set_defaults(func=_cmd_stop)
     status = sub.add_parser("status", help="show the nodes, their resources and leases")
     status.add_argument("--address", default=None,
                         help="the node to show (default: RAY_ADDRESS, else every node)")
+    status.add_argument("-v", "--verbose", action="store_true",
+                        help="also list the demands: what each driver has queued, waiting "
+                             "for resources, by function name and resource shape")
     status.set_defaults(func=_cmd_status)
+    _add_logs(sub)
     _add_state_commands(sub)
     return parser
 
@@ -197,37 +214,123 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
-# Options Ray users pass that configure a multi-host cluster or a dashboard: accepted, and
-# named in one line, until peering exists.
-_NOT_ON_ONE_HOST = (
-    "include_dashboard", "dashboard_host", "dashboard_port", "node_ip_address",
-    "ray_client_server_port", "labels", "labels_file", "node_name", "system_config",
+def _add_logs(sub) -> None:
+    logs = sub.add_parser(
+        "logs", help="print a worker's or an actor's output, kept in the session's logs/",
+        description="A worker's or actor's output: `miniray logs --pid N`, `miniray logs "
+                    "--actor-id HEX`, or as in Ray `miniray logs worker --pid N`, `miniray "
+                    "logs actor --id HEX`, `miniray logs worker-N.out`; with no argument, "
+                    "the log files of every session.")
+    logs.add_argument("what", nargs="?", default=None, metavar="worker|actor|cluster|FILE",
+                      help="Ray's subcommand (worker, actor, cluster) or a log file's name "
+                           "(worker-<pid>.out or .err)")
+    logs.add_argument("file", nargs="?", default=None, metavar="FILE",
+                      help="with `cluster`: the log file's name")
+    logs.add_argument("-pid", "--pid", type=int, default=None,
+                      help="the worker's (or actor's) process id")
+    logs.add_argument("-a", "--id", "--actor-id", dest="actor_id", default=None,
+                      metavar="HEX", help="the actor's id (hex, as ActorID.hex())")
+    logs.add_argument("--err", action="store_true",
+                      help="the stderr log instead of the stdout one")
+    logs.add_argument("--tail", type=int, default=1000, metavar="N",
+                      help="print the last N lines (default 1000, as Ray; -1: all)")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep printing what is written until Ctrl-C")
+    logs.add_argument("--address", default=None,
+                      help="the node whose session to read (default: every session)")
+    _add_ignored(logs, _RAY_LOGS_OPTIONS, "one host, files read directly")
+    logs.set_defaults(func=_cmd_logs)
+
+
+# The Ray version whose API miniray mirrors (printed by --version).
+RAY_API = "2.60"
+
+# Ray's options that miniray accepts and ignores, as (flags, takes a value).
+# Ray's top-level `ray` command takes these before the subcommand.
+_RAY_CLI_OPTIONS = (
+    (("--logging-level",), True), (("--logging-format",), True),
 )
+# `ray stop` (and every Ray command that logs with Ray's cli_logger).
+_RAY_LOG_OPTIONS = (
+    (("--log-style",), True), (("--log-color",), True), (("-v", "--verbose"), False),
+)
+# `ray logs` options that select a node or shape the API request.
+_RAY_LOGS_OPTIONS = (
+    (("-id", "--node-id"), True), (("-ip", "--node-ip"), True), (("--timeout",), True),
+    (("--interval",), True), (("--encoding",), True), (("--encoding-errors",), True),
+)
+# `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
+# they configure ports, a dashboard, several hosts, Redis, cgroups or log styling.
+_RAY_START_OPTIONS = (
+    (("--node-ip-address",), True), (("--node-name",), True), (("--redis-username",), True),
+    (("--redis-password",), True), (("--redis-shard-ports",), True),
+    (("--object-manager-port",), True), (("--node-manager-port",), True),
+    (("--min-worker-port",), True), (("--max-worker-port",), True),
+    (("--worker-port-list",), True), (("--ray-client-server-port",), True),
+    (("--include-dashboard",), True), (("--dashboard-host",), True),
+    (("--dashboard-port",), True), (("--dashboard-agent-listen-port",), True),
+    (("--dashboard-agent-grpc-port",), True), (("--runtime-env-agent-port",), True),
+    (("--plasma-directory",), True), (("--object-spilling-directory",), True),
+    (("--autoscaling-config",), True), (("--no-redirect-output",), False),
+    (("--system-config",), True), (("--enable-object-reconstruction",), False),
+    (("--metrics-export-port",), True), (("--no-monitor",), False),
+    (("--tracing-startup-hook",), True), (("--ray-debugger-external",), False),
+    (("--labels",), True), (("--labels-file",), True), (("--include-log-monitor",), True),
+    (("--enable-resource-isolation",), False), (("--system-reserved-cpu",), True),
+    (("--system-reserved-memory",), True), (("--cgroup-path",), True),
+    (("--proxy-server-url",), True),
+) + _RAY_LOG_OPTIONS
+
+
+def _dest(flags: tuple) -> str:
+    return flags[-1].lstrip("-").replace("-", "_")
+
+
+def _add_ignored(parser: argparse.ArgumentParser, options: tuple, why: str) -> None:
+    """Add Ray's ``options`` to ``parser``, marked in their help as accepted and ignored."""
+    for flags, takes_value in options:
+        text = f"Ray's; accepted and ignored ({why})"
+        if takes_value:
+            parser.add_argument(*flags, dest=_dest(flags), default=None, metavar="VALUE",
+                                help=text)
+        else:
+            parser.add_argument(*flags, dest=_dest(flags), action="store_const", const=True,
+                                default=None, help=text)
+
+
+def _warn_ignored(args: argparse.Namespace, options: tuple) -> None:
+    """One stderr line naming the Ray options given that miniray ignores."""
+    given = [flags[-1] for flags, _takes in options
+             if getattr(args, _dest(flags), None) is not None]
+    if given:
+        print(f"miniray: {', '.join(given)} do not apply on one host (no dashboard, ports, "
+              "multi-host peering or Ray's log styling); ignored.", file=sys.stderr)
 
 
 def _add_start(sub) -> None:
     start = sub.add_parser("start", help="start a node that drivers connect to")
     start.add_argument("--head", action="store_true", help="start a head node (required)")
-    start.add_argument("--address", default=None, help=argparse.SUPPRESS)
+    start.add_argument("--address", default=None,
+                       help="join another node's cluster: refused (one host only)")
     start.add_argument("--port", type=int, default=None,
                        help="the port in the printed address (default 6379; 0: pick a free one)")
-    start.add_argument("--num-cpus", type=int, default=None)
-    start.add_argument("--num-gpus", type=int, default=None)
-    start.add_argument("--resources", default=None, help="custom resources as JSON")
-    start.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES")
-    start.add_argument("--memory", type=int, default=None, metavar="BYTES")
+    start.add_argument("--num-cpus", type=int, default=None,
+                       help="CPUs of the node (default: the host's)")
+    start.add_argument("--num-gpus", type=int, default=None,
+                       help="GPUs of the node (default: those detected)")
+    start.add_argument("--resources", default=None,
+                       help="custom resources as a JSON object, e.g. '{\"accel\": 2}'")
+    start.add_argument("--object-store-memory", type=int, default=None, metavar="BYTES",
+                       help="object store capacity (default: 30%% of available memory)")
+    start.add_argument("--memory", type=int, default=None, metavar="BYTES",
+                       help="the node's `memory` resource, in bytes")
     start.add_argument("--temp-dir", default=None, help="root of the node's session directory")
     start.add_argument("--block", action="store_true", help="stay in the foreground")
-    start.add_argument("--include-dashboard", default=None)
-    start.add_argument("--dashboard-host", default=None)
-    start.add_argument("--dashboard-port", type=int, default=None)
-    start.add_argument("--node-ip-address", default=None)
-    start.add_argument("--ray-client-server-port", type=int, default=None)
-    start.add_argument("--disable-usage-stats", action="store_true")
-    start.add_argument("--labels", default=None)
-    start.add_argument("--labels-file", default=None)
-    start.add_argument("--node-name", default=None)
-    start.add_argument("--system-config", default=None)
+    # Ray's; its effect is miniray's only behaviour, so it is accepted without a word.
+    start.add_argument("--disable-usage-stats", action="store_true",
+                       help="Ray's; accepted (miniray never collects usage statistics)")
+    _add_ignored(start, _RAY_START_OPTIONS,
+                 "one host: no dashboard, ports, multi-host peering or Ray's log styling")
     start.set_defaults(func=_cmd_start)
 
 
@@ -311,11 +414,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         options = _start_options(args)
     except ValueError as error:
         return _error(str(error))
-    ignored = [f"--{n.replace('_', '-')}" for n in _NOT_ON_ONE_HOST
-               if getattr(args, n) is not None]
-    if ignored:
-        print(f"miniray: {', '.join(ignored)} do not apply on one host (no dashboard or "
-              "multi-host peering yet); ignored.", file=sys.stderr)
+    _warn_ignored(args, _RAY_START_OPTIONS)
     if not args.block:
         try:
             record, _info = daemon.spawn_daemon(options)
@@ -341,6 +440,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
 def _cmd_stop(args: argparse.Namespace) -> int:
     from miniray._private.node import daemon  # lazy, as above
 
+    _warn_ignored(args, _RAY_LOG_OPTIONS)
     stopped = daemon.stop_nodes(force=args.force, grace=float(args.grace_period))
     if stopped:
         print(f"Stopped {stopped} miniray node(s).")
@@ -376,13 +476,99 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 1
     views, host = node_status.collect(records)
     views += embedded
-    sys.stdout.write(node_status.format_status(views, host, time.time(), foreign))
+    sys.stdout.write(node_status.format_status(views, host, time.time(), foreign,
+                                               verbose=args.verbose))
     return 0
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from miniray._private.host import worker_logs  # lazy, as above
+    from miniray._private.transport import node_client
+
+    _warn_ignored(args, _RAY_LOGS_OPTIONS)
+    try:
+        if args.address is not None:
+            record = node_client.find_node(args.address)
+            if record is None:
+                return _error(f"no miniray node at {args.address}.")
+            sessions = [record.session_dir]
+        else:
+            sessions = worker_logs.session_dirs(
+                config.tmpdir_root(), [r.session_dir for r in node_client.list_records()])
+    except (ValueError, ConnectionError, NotImplementedError) as error:
+        return _error(str(error))
+    what, name = args.what, args.file
+    if what == "cluster":
+        what = name
+    elif what in ("worker", "actor") and name is not None:
+        return _error(f"`miniray logs {what}` takes --pid or --id, not {name!r}.")
+    if what not in (None, "worker", "actor"):  # a file name, as `ray logs worker-N.out`
+        paths = worker_logs.find_named(sessions, what)
+        if not paths:
+            return _error(f"no log file named {what!r} in {_where(sessions)}. "
+                          "`miniray logs` lists them.")
+        if len({p.removesuffix(".1") for p in paths}) > 1:  # as Ray: several match, list them
+            sys.stdout.write("".join(f"{p}\n" for p in paths if not p.endswith(".1")))
+            return 0
+        return _print_logs(paths, args)
+    if args.actor_id is not None:
+        found = worker_logs.find_actor_pids(sessions, args.actor_id.lower())
+        if not found or not found[1]:
+            return _error(f"no log of actor {args.actor_id} in {_where(sessions)} (actors "
+                          "of a session that has ended leave none).")
+        session_dir, pids = found
+        paths = [p for pid in pids
+                 for p in worker_logs.find_worker_logs([session_dir], pid, args.err)]
+        return _print_logs(paths, args)
+    if args.pid is not None:
+        paths = worker_logs.find_worker_logs(sessions, args.pid, args.err)
+        if not paths:
+            return _error(f"no log of worker pid {args.pid} in {_where(sessions)}: it is not "
+                          "a worker of a live session, it printed nothing, or "
+                          "MINIRAY_WORKER_LOG_BYTES=0.")
+        return _print_logs(paths, args)
+    if what is not None:
+        return _error(f"`miniray logs {what}` needs --pid N" +
+                      (" or --id HEX." if what == "actor" else "."))
+    listing = worker_logs.listing(sessions)
+    if not listing:
+        print(f"No log files in {_where(sessions)}.", file=sys.stderr)
+        return 1
+    sys.stdout.write(listing)
+    return 0
+
+
+def _where(sessions: list) -> str:
+    return f"{len(sessions)} session(s) under {config.tmpdir_root()}" if sessions \
+        else f"no session under {config.tmpdir_root()}"
+
+
+def _print_logs(paths: list, args: argparse.Namespace) -> int:
+    import time
+
+    from miniray._private.host import worker_logs  # lazy, as above
+
+    sys.stdout.write(worker_logs.read_text(paths, args.tail))
+    sys.stdout.flush()
+    if not args.follow:
+        return 0
+    path = paths[-1]
+    offset = os.path.getsize(path)
+    try:
+        while True:
+            time.sleep(0.25)
+            chunk, offset = worker_logs.read_from(path, offset)
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    _warn_ignored(args, _RAY_CLI_OPTIONS)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

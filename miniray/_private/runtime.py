@@ -279,6 +279,7 @@ class Runtime:
             client.close()
             raise
         with self.owner.locked():  # timers run on the I/O thread, with the owner's lock
+            self.owner.waits.want_demands = True  # for `miniray status -v`
             self.owner.reactor.call_later(0, self._publish_store_stats)
 
     def _start_owner(self, fork_server, log_to_driver, runtime_env, capacity: int,
@@ -419,6 +420,17 @@ class Runtime:
 
     def put_value(self, object_id: bytes, value) -> None:
         self.owner.put_value(object_id, value)
+
+    @property
+    def large_arguments(self) -> tuple:
+        """``(threshold, put)`` for ``serialization.pack_arguments``: an argument passed by
+        value from the inline threshold on is stored once and passed as a ref, as in Ray."""
+        return self.store.inline_threshold, self._put_argument
+
+    def _put_argument(self, ser, contained: tuple) -> bytes:
+        object_id = ids.new_put_id()
+        self.owner.put_value(object_id, ser, contained)
+        return object_id
 
     def read_value(self, object_id: bytes, payload):
         """A large object's value in the driver: the store's own zero-copy view."""
@@ -590,15 +602,18 @@ class Runtime:
     STATS_EVERY_S = 1.0
 
     def _publish_store_stats(self) -> None:
-        """A driver that joined a node writes its store's statistics into the node's session
-        once a second (only when they change), for ``miniray status``. Runs on the I/O
-        thread's timer."""
+        """A driver that joined a node writes its store's statistics and its demands (what
+        waits for resources) into the node's session once a second (only when they change),
+        for ``miniray status``. Runs on the I/O thread's timer."""
         if self._shut:
             return
         try:
             stats = self.store.statistics()
-            text = json.dumps({k: stats[k] for k in ("objects", "bytes_in_memory",
-                                                    "bytes_spilled", "pinned", "capacity")})
+            published = {k: stats[k] for k in ("objects", "bytes_in_memory", "bytes_spilled",
+                                               "pinned", "capacity")}
+            # What waits for resources, by function name and shape (`miniray status -v`).
+            published["demands"] = self.owner.waits.demands
+            text = json.dumps(published)
             if text != getattr(self, "_last_stats", None):
                 folder = os.path.join(self.session_dir, session.STORE_STATS_DIR)
                 try:  # never re-create the node's session directory once it was removed

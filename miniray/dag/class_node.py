@@ -169,7 +169,8 @@ def bind_on_handle(method: Any, args: tuple, kwargs: dict) -> Any:
             raise TypeError(f"{message} args: {args}. kwargs: {kwargs}.") from None
     num_returns = _user_num_returns(method._num_returns)
     options = {"name": method._call_name if method._call_name != method._name else "",
-               "num_returns": num_returns, "concurrency_group": None,
+               "num_returns": num_returns,
+               "concurrency_group": getattr(method, "_group_override", None),
                "_generator_backpressure_num_objects": None}
     node = ClassMethodNode(method._name, args, kwargs, options, {
         PARENT_CLASS_NODE_KEY: method._handle, PREV_CLASS_METHOD_CALL_KEY: None})

@@ -322,6 +322,26 @@ def test_start_refuses_what_it_cannot_do(cli):
     cli.run("stop")
 
 
+def test_ray_start_stop_status_options_are_accepted_and_ignored_ones_named(cli):
+    """Ray 2.60's other ``ray start``/``stop``/``status`` options (compared with its
+    ``--help``, hidden ones included) do not abort: one stderr line names those ignored."""
+    result = cli.run("start", "--head", "--num-cpus", "1", "--min-worker-port", "10002",
+                     "--no-monitor", "--node-name", "n1", "--log-style", "record", "-v")
+    assert result.returncode == 0, result.stderr
+    ignored = [line for line in result.stderr.splitlines() if "ignored" in line]
+    assert ignored == ["miniray: --node-name, --min-worker-port, --no-monitor, --log-style, "
+                       "--verbose do not apply on one host (no dashboard, ports, multi-host "
+                       "peering or Ray's log styling); ignored."]
+    record = node_client.list_records(cli.root)[-1]
+    status = cli.run("status", "--address", record.address, "-v")
+    assert status.returncode == 0 and "Resources" in status.stdout, status.stderr
+    stop = cli.run("stop", "-g", "5", "--log-color", "false")
+    assert stop.returncode == 0 and "Stopped 1 miniray node(s)." in stop.stdout
+    assert "--log-color do not apply" in stop.stderr
+    version = cli.run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("miniray, version ")
+
+
 def test_cuda_visible_devices_name_the_gpus(cli):
     record = cli.start("--num-gpus", "2", "--num-cpus", "1", CUDA_VISIBLE_DEVICES="1,3")
     client = node_client.connect(record)

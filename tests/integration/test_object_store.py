@@ -286,30 +286,40 @@ def test_put_get_del_loop_runs_in_constant_memory(ray):
 
 
 @pytest.mark.parametrize("state", ["waiting for a dependency", "running"])
-def test_task_argument_keeps_object_alive_after_driver_drops_its_ref(ray, state):
+def test_task_argument_keeps_object_alive_after_driver_drops_its_ref(ray, state, tmp_path):
+    """The tasks wait on a file the test creates after its check, so a loaded machine cannot
+    let the task finish (and legitimately free the object) before the check."""
     arr = np.arange(MIB, dtype=np.int64)
+    release = str(tmp_path / "release")
+
+    def wait_for_release():
+        deadline = time.monotonic() + GET_TIMEOUT
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     @ray.remote
     def gate():
-        time.sleep(0.5)
+        wait_for_release()
         return 1
 
     @ray.remote
-    def slow_total(_gate, x, delay):
-        time.sleep(delay)
+    def slow_total(_gate, x, wait):
+        if wait:
+            wait_for_release()
         return int(x.sum())
 
     ref = ray.put(arr)
     path = _segment_path(ref)
     if state == "running":
-        out = slow_total.remote(None, ref, 0.5)
+        out = slow_total.remote(None, ref, True)
     else:
-        out = slow_total.remote(gate.remote(), ref, 0.0)
+        out = slow_total.remote(gate.remote(), ref, False)
     del ref
     gc.collect()
     _settle()
     time.sleep(0.1)
     assert os.path.exists(path), "the object was freed while a task still needed it"
+    open(release, "w").close()
     assert ray.get(out, timeout=GET_TIMEOUT) == int(arr.sum())
     # Once the task ran, nothing refers to it any more.
     _settle()

@@ -189,3 +189,22 @@ def test_object_store_row_shows_what_the_drivers_stores_hold():
     assert resources["object_store_memory"][:2] == ["16.00MiB", "2.00GiB"]
     bare = rows(section(format_status([view(state())], None, NOW), "Resources"))
     assert bare["object_store_memory"][0] == "0B"  # no store statistics: nothing to add
+
+
+def test_verbose_lists_each_drivers_demands_by_name_and_shape():
+    stores = {
+        200: {"objects": 0, "demands": [["f", "CPU=1", 3, False], ["big", "CPU=64", 1, True]]},
+        100: {"objects": 0, "demands": [["actor A", "CPU=1, GPU=1", 1, False]]},
+    }
+    plain = format_status([view(state(), stores=stores)], None, NOW)
+    assert "Demands" not in plain
+    out = format_status([view(state(), stores=stores)], None, NOW, verbose=True)
+    lines = section(out, "Demands").splitlines()[2:]
+    assert [line.split(None, 2) for line in lines][1:] == [
+        ["100", "1", "actor A  {CPU=1, GPU=1}"],
+        ["200", "3", "f        {CPU=1}"],
+        ["200", "1", "big      {CPU=64} (infeasible)"],
+    ]
+    assert lines[0].split() == ["driver", "count", "what", "resources"]
+    idle = format_status([view(state(), stores={5: {"objects": 0}})], None, NOW, verbose=True)
+    assert "(none)" in section(idle, "Demands")

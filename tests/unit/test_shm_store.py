@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -249,10 +250,13 @@ def test_a_mapped_segment_stays_readable_after_unlink(make_store):
     gc.collect()
     np.testing.assert_array_equal(view, data)
     np.testing.assert_array_equal(held, data)
-    # A segment someone maps is never recycled, so a new put cannot overwrite these views.
-    assert store.statistics()["pooled_segments"] == 0
+    # A segment someone maps is never reused while they do (it waits in the pool as
+    # draining), so a new put cannot overwrite these views.
+    assert store.statistics()["draining_segments"] == 1
     store.put_value(oid(2), array(2 * MIB, 9))
+    assert store.statistics()["segments_recycled"] == 0
     np.testing.assert_array_equal(held, data)
+    np.testing.assert_array_equal(view, data)
 
 
 def test_freed_segments_nobody_maps_are_recycled(make_store):
@@ -271,6 +275,86 @@ def test_freed_segments_nobody_maps_are_recycled(make_store):
     store.free(oid(2))
     assert store.trim_pool() > 0
     assert store.statistics()["pooled_segments"] == 0
+
+
+def test_a_freed_segment_a_reader_still_maps_is_reused_once_it_lets_go(make_store):
+    """A worker keeps its mapping of a task's argument until the owner's UNMAP arrives: the
+    segment waits in the pool (draining) and is reused once nobody maps it, never while a
+    reader's view could still see the new bytes."""
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    path = store.location(oid(1))[1]
+    reader = read_segment(path)  # another process's view: holds the shared flock
+    store.free(oid(1))
+    stats = store.statistics()
+    assert stats["pooled_segments"] == 1 and stats["bytes_in_memory"] == 0
+    store.put_value(oid(2), array(2 * MIB, 3))  # the reader still maps it: a new segment
+    assert store.statistics()["segments_recycled"] == 0
+    np.testing.assert_array_equal(reader, array(2 * MIB))
+    del reader
+    gc.collect()
+    store.put_value(oid(3), array(2 * MIB, 4))  # let go: reused
+    stats = store.statistics()
+    assert stats["segments_recycled"] == 1 and stats["pooled_segments"] == 0
+    np.testing.assert_array_equal(store.get_value(oid(3)), array(2 * MIB, 4))
+    np.testing.assert_array_equal(store.get_value(oid(2)), array(2 * MIB, 3))
+    store.free(oid(2))
+    store.free(oid(3))
+
+
+def test_a_put_waits_a_little_for_a_segment_about_to_be_let_go(make_store, monkeypatch):
+    """A put right after a task's result often beats the worker's unmapping of the task's
+    argument: it waits (at most ``drain_wait_s``) for that segment rather than write into
+    fresh pages."""
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 5.0)
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    readers = [read_segment(store.location(oid(1))[1])]
+    store.free(oid(1))
+    threading.Timer(0.05, readers.clear).start()  # the reader lets go 50 ms later
+    started = time.monotonic()
+    store.put_value(oid(2), array(2 * MIB, 3))
+    assert time.monotonic() - started < 4.0
+    assert store.statistics()["segments_recycled"] == 1
+    np.testing.assert_array_equal(store.get_value(oid(2)), array(2 * MIB, 3))
+    store.free(oid(2))
+
+
+def test_a_put_waits_no_longer_than_drain_wait_s(make_store, monkeypatch):
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 0.05)
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    reader = read_segment(store.location(oid(1))[1])
+    store.free(oid(1))
+    started = time.monotonic()
+    store.put_value(oid(2), array(2 * MIB, 3))
+    assert 0.04 <= time.monotonic() - started < 2.0
+    assert store.statistics()["segments_recycled"] == 0  # a new segment: the reader holds on
+    # A segment waited for in vain once is not waited for again (its reader kept its view).
+    monkeypatch.setattr(store_policy, "drain_wait_s", lambda size: 5.0)
+    started = time.monotonic()
+    store.put_value(oid(3), array(2 * MIB, 4))
+    assert time.monotonic() - started < 2.0
+    assert store.statistics()["segments_recycled"] == 0
+    np.testing.assert_array_equal(reader, array(2 * MIB))
+    store.free(oid(2))
+    store.free(oid(3))
+
+
+def test_drain_wait_is_a_fraction_of_a_fresh_write_and_bounded():
+    assert store_policy.drain_wait_s(0) == 0
+    assert 0 < store_policy.drain_wait_s(2 * MIB) < 0.001
+    assert store_policy.drain_wait_s(1024 * MIB) == store_policy.DRAIN_WAIT_MAX_S
+
+
+def test_a_draining_segment_nobody_lets_go_of_is_unlinked_when_idle(make_store, tag):
+    store = make_store()
+    store.put_value(oid(1), array(2 * MIB))
+    reader = read_segment(store.location(oid(1))[1])
+    store.free(oid(1))
+    assert store.trim_pool() > 0
+    assert leftovers(tag) == []
+    np.testing.assert_array_equal(reader, array(2 * MIB))  # its pages outlive the unlink
 
 
 def test_recycling_can_be_turned_off(make_store, tag):
@@ -669,9 +753,10 @@ def test_a_child_process_reads_a_segment_by_name(make_store):
     try:
         total, writeable, n = child.stdout.readline().split()
         assert float(total) == pytest.approx(data.sum()) and writeable == "False" and n == "5"
-        store.free(oid(1))  # the child still maps it: unlinked, not recycled
-        assert store.statistics()["pooled_segments"] == 0
+        store.free(oid(1))  # the child still maps it: not reused while it does
+        assert store.statistics()["draining_segments"] == 1
         store.put_value(oid(2), array(8 * MIB, 4))
+        assert store.statistics()["segments_recycled"] == 0
         child.stdin.write("\n")
         child.stdin.flush()
         assert float(child.stdout.readline()) == pytest.approx(data.sum())

@@ -88,6 +88,24 @@ def lease_linger_s() -> float:
         return 0.005
 
 
+def worker_log_bytes() -> int:
+    """``MINIRAY_WORKER_LOG_BYTES``: the cap of each worker log file in the session's
+    ``logs/`` (default 1 MiB, one rotated generation kept; 0: no log files)."""
+    try:
+        return max(0, int(os.environ.get("MINIRAY_WORKER_LOG_BYTES", str(1 << 20))))
+    except ValueError:
+        return 1 << 20
+
+
+def wait_notice_s() -> float:
+    """``MINIRAY_WAIT_NOTICE_S``: after how many seconds of waiting for resources a task or
+    actor is named on the driver's stderr (default 5; 0 or less: never)."""
+    try:
+        return float(os.environ.get("MINIRAY_WAIT_NOTICE_S", "5"))
+    except ValueError:
+        return 5.0
+
+
 def max_workers(num_cpus: float) -> int:
     """Cap on live worker processes (``MINIRAY_MAX_WORKERS``; default 4 x CPUs, at least 8)."""
     value = os.environ.get("MINIRAY_MAX_WORKERS")

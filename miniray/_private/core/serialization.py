@@ -111,19 +111,17 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
-def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
-    """Pickle a call's arguments, or raise TypeError naming what could not be pickled.
-
-    Buffers (numpy arrays) are kept out of band in the blob (``oob.inline_blob``), so
-    ``loads_arguments`` hands the task read-only views of them, as Ray does for every array
-    passed by value, whatever its size; a plain pickle when there are none."""
+def _pickle_arguments(args: tuple, kwargs: dict, function_name: str) -> tuple[bytes, list]:
+    """``(metadata, buffers)``: the call's pickle with its buffers (numpy arrays) kept out of
+    band as flat byte views, nothing copied yet; or TypeError naming what could not be
+    pickled."""
     buffers: list = []
     try:
         # A callback that returns None keeps each buffer out of band; no Serialized (and
-        # no segment layout) is built, since arguments always travel inline.
+        # no segment layout) is built for the blob itself.
         metadata = cloudpickle.dumps((args, kwargs), protocol=PROTOCOL,
                                      buffer_callback=buffers.append)
-        return oob.join_inline(metadata, [buffer.raw() for buffer in buffers])
+        return metadata, [buffer.raw() for buffer in buffers]
     except Exception as error:
         culprit = _find_unpicklable(list(args) + list(kwargs.values()))
         what = f"the argument {culprit!r}" if culprit is not None else "an argument"
@@ -134,21 +132,42 @@ def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
         ) from error
 
 
+def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
+    """Pickle a call's arguments, or raise TypeError naming what could not be pickled.
+
+    Buffers (numpy arrays) are kept out of band in the blob (``oob.inline_blob``), so
+    ``loads_arguments`` hands the task read-only views of them, as Ray does for every array
+    passed by value, whatever its size; a plain pickle when there are none."""
+    return oob.join_inline(*_pickle_arguments(args, kwargs, function_name))
+
+
 def loads_arguments(blob: bytes) -> tuple:
     """``(args, kwargs)`` from ``dumps_arguments``' blob; arrays are read-only views of it."""
     return oob.loads_inline(blob)
 
 
 _NO_ARGS_BLOB = pickle.dumps(((), {}), protocol=PROTOCOL)
+# Values whose pickle is always small: never worth a separate pass to measure them.
+_SMALL_TYPES = frozenset((type(None), bool, int, float, complex))
 
 
-def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type):
-    """``(blob, deps, contained)``: the pickled call; the top-level ObjectRef arguments taken
-    out of it as ``[(position or keyword, object_id)]`` (resolved before the call); and the ids
-    of refs nested in containers, which travel as refs (the owner holds those objects until
-    the call is done; a worker that keeps such a ref reports it as a borrower)."""
+def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type,
+                   large=None):
+    """``(blob, deps, contained, stored)``: the pickled call; the top-level ObjectRef
+    arguments taken out of it as ``[(position or keyword, object_id)]`` (resolved before the
+    call); the ids of refs nested in containers, which travel as refs (the owner holds those
+    objects until the call is done; a worker that keeps such a ref reports it as a
+    borrower); and the refs of arguments that were put in the store.
+
+    ``large``: ``(threshold, put)`` of the caller's runtime, or None. As in Ray, an argument
+    passed by value whose serialized size reaches ``threshold`` is stored once with
+    ``put(serialized, contained ids) -> object id`` and passed as a ref, so the call message
+    stays small and the task maps the value without a copy. The caller keeps ``stored``
+    alive until the call is submitted; from then on the pending call holds those objects,
+    and they are freed once it is done (finished, failed or cancelled; retries reuse them).
+    """
     if not args and not kwargs:
-        return _NO_ARGS_BLOB, None, ()
+        return _NO_ARGS_BLOB, None, (), ()
     deps = []
     if any(type(a) is ref_type for a in args):
         args = list(args)
@@ -165,10 +184,51 @@ def pack_arguments(args: tuple, kwargs: dict, function_name: str, ref_type: type
                 kwargs[key] = None
     start_collecting()
     try:
-        blob = dumps_arguments(args, kwargs, function_name)
+        metadata, buffers = _pickle_arguments(args, kwargs, function_name)
     finally:
         contained = stop_collecting()
-    return blob, deps or None, tuple(contained)
+    stored: tuple = ()
+    # Only a call whose whole pickle reaches the threshold can hold a large argument, so
+    # small calls pay nothing more than the sum below.
+    if large is not None and len(metadata) + sum(b.nbytes for b in buffers) >= large[0]:
+        args, kwargs, stored = _store_large(args, kwargs, deps, large, ref_type)
+        if stored:
+            start_collecting()
+            try:
+                metadata, buffers = _pickle_arguments(args, kwargs, function_name)
+            finally:
+                contained = stop_collecting()
+    return oob.join_inline(metadata, buffers), deps or None, tuple(contained), stored
+
+
+def _store_large(args: tuple, kwargs: dict, deps: list, large, ref_type: type):
+    """Put each argument at or above the threshold (``large``) in the store; returns the
+    arguments with ``None`` in their place, and their refs (``deps`` gets their ids)."""
+    threshold, put = large
+    stored = []
+    new_args = list(args)
+    new_kwargs = dict(kwargs)
+    places = [(i, v) for i, v in enumerate(args)] + list(kwargs.items())
+    for place, value in places:
+        if type(value) in _SMALL_TYPES:  # a ref argument's place holds None by now
+            continue
+        start_collecting()  # refs inside this argument: the stored object holds them
+        try:
+            ser = oob.serialize(value)
+        finally:
+            inner = stop_collecting()
+        if ser.total_size < threshold:
+            continue
+        ref = ref_type(put(ser, tuple(inner)))
+        stored.append(ref)
+        deps.append((place, ref._id))
+        if isinstance(place, int):
+            new_args[place] = None
+        else:
+            new_kwargs[place] = None
+    if not stored:
+        return args, kwargs, ()
+    return tuple(new_args), new_kwargs, tuple(stored)
 
 
 def dumps_function(function: Any, name: str) -> bytes:

@@ -94,7 +94,7 @@ class ActorCreationSpec:
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls", "contained", "runtime_env")
+                 "max_pending_calls", "contained", "runtime_env", "concurrency_groups")
 
     def __init__(self, **fields):
         for name in self.__slots__:
@@ -117,10 +117,11 @@ class ActorCallSpec:
     instead of this process's object table."""
 
     __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
-                 "call_name", "max_task_retries", "contained", "payloads", "reply")
+                 "call_name", "max_task_retries", "contained", "payloads",
+                 "concurrency_group", "reply")
 
     def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
-                 max_task_retries, contained=(), payloads=None):
+                 max_task_retries, contained=(), payloads=None, concurrency_group=None):
         self.task_id = task_id
         self.method = method
         self.args_blob = args_blob
@@ -131,6 +132,9 @@ class ActorCallSpec:
         self.max_task_retries = max_task_retries
         self.contained = contained
         self.payloads = payloads
+        # The group it runs in (None: the default group), decided by the caller's handle
+        # (core/concurrency_groups.call_group).
+        self.concurrency_group = concurrency_group
         self.reply = None  # never pickled
 
     def __reduce__(self):

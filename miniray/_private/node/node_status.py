@@ -8,10 +8,12 @@ Does not own: the files' formats (``node_client.py``, ``ledger.py``, ``host_gpus
 Called by: ``cli.py`` (``miniray status``).
 
 Mirrors ``ray status`` (Ray 2.60) in spirit: a timestamped header, node status, then usage as
-``used/total name`` lines. Differs: one host, no autoscaler (no pending nodes or demands);
+``used/total name`` lines. Differs: one host, no autoscaler (no pending nodes);
 instead it shows what Ray's CLI does not: each GPU's fractional use, the leases (running tasks
 grouped by resource shape, actors by class) with the driver holding them, and the host GPU
-ledger shared by every miniray session on the host.
+ledger shared by every miniray session on the host. ``-v`` adds the demands: what each
+driver has waiting for resources, by function name and shape (Ray's hidden ``-v`` prints
+debugging details instead).
 """
 
 from __future__ import annotations
@@ -197,7 +199,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]
     return [line(header)] + [line(r) for r in rows]
 
 
-def _node_sections(view: NodeView) -> list[str]:
+def _node_sections(view: NodeView, verbose: bool = False) -> list[str]:
     out = [f"Resources (node {view.node_id[:12]})", RULE]
     state = view.state
     if state is None:
@@ -259,7 +261,23 @@ def _node_sections(view: NodeView) -> list[str]:
         out += _table(["driver", "objects", "in memory", "spilled", "pinned", "capacity"], rows,
                       {1, 2, 3, 4, 5})
         out.append("")
+    if verbose:
+        out += _demands_section(view)
     return out
+
+
+def _demands_section(view: NodeView) -> list[str]:
+    """What each driver has waiting for resources (published once a second with its store
+    statistics): Ray's "Demands" of ``ray status``, per driver, by function name and shape."""
+    out = ["Demands (waiting for resources, per driver)", RULE]
+    rows = []
+    for pid, st in sorted(view.stores.items()):
+        for name, shape, count, infeasible in st.get("demands") or ():
+            rows.append([str(pid), str(count), name,
+                         "{" + shape + "}" + (" (infeasible)" if infeasible else "")])
+    if not rows:
+        return out + [" (none)", ""]
+    return out + _table(["driver", "count", "what", "resources"], rows, {1}) + [""]
 
 
 def _host_section(host: dict) -> list[str]:
@@ -299,10 +317,10 @@ def collect_foreign(root: str) -> dict:
 
 
 def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
-                  foreign: dict | None = None) -> str:
+                  foreign: dict | None = None, verbose: bool = False) -> str:
     """The whole report for ``nodes`` (``now`` is ``time.time()``, for uptimes and the
-    header; ``foreign`` as for ``foreign_line``), ending with a newline. Pure: everything it
-    shows is in its arguments."""
+    header; ``foreign`` as for ``foreign_line``; ``verbose`` adds the demands), ending with
+    a newline. Pure: everything it shows is in its arguments."""
     stamp = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S")
     out = [f"======== miniray status: {stamp} ========", "Node status", RULE]
     rows = [[f"node_{v.node_id[:12]}", f"{v.pid} (driver)" if v.embedded else str(v.pid),
@@ -311,7 +329,7 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
     out += _table(["node", "pid", "address", "uptime", "session"], rows, {1})
     out.append("")
     for view in nodes:
-        out += _node_sections(view)
+        out += _node_sections(view, verbose)
     if host is not None:
         out += _host_section(host)
     line = foreign_line(foreign)

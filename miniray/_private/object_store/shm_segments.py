@@ -24,7 +24,8 @@ Lifetime rules:
    the file is unlinked and is released when the last array viewing it is garbage.
 4. The shared lock lives as long as the mapping (the mapping holds the open file), so before
    recycling a freed segment the owner renames it (no new reader can open it) and tries
-   ``flock(LOCK_EX | LOCK_NB)``: if any process still maps it, it is unlinked, never reused.
+   ``flock(LOCK_EX | LOCK_NB)``: while any process still maps it, it is never reused (it
+   waits in the pool as draining, and is unlinked if nobody lets go before it expires).
 5. Pinned objects (being read) are never spilled, restored, recycled or unlinked; ``free`` of
    a pinned object takes effect at the last ``unpin``.
 6. ``close()`` (or the store being garbage, or interpreter exit, in the creating process only)
@@ -430,21 +431,21 @@ def write_through_mapping(
     return mapping
 
 
-def retire_for_reuse(path: str, pool_path: str) -> bool:
+def retire_for_reuse(path: str, pool_path: str) -> bool | None:
     """Owner only: rename a freed segment to ``pool_path`` and say whether it can be reused.
 
     After the rename no reader can attach by name; then any reader that still maps it holds
-    a shared flock. True: nobody maps it. False: it was unlinked (readers keep their pages).
+    a shared flock. True: nobody maps it. False: a reader still maps it (a worker that read
+    it as a task's argument keeps its mapping until the owner's UNMAP arrives): it may be
+    reused once ``mapped_elsewhere`` says nobody does. None: the rename failed and the
+    segment was unlinked.
     """
     try:
         os.rename(path, pool_path)
     except OSError:
         unlink_quiet(path)
-        return False
-    if mapped_elsewhere(pool_path):
-        unlink_quiet(pool_path)
-        return False
-    return True
+        return None
+    return not mapped_elsewhere(pool_path)
 
 
 def no_room_error(shm_dir: str, size: int, object_id: bytes) -> ObjectStoreFullError:
@@ -491,13 +492,18 @@ def same_filesystem(path: str, other: str) -> bool:
 
 
 class Pooled:
-    """A freed segment kept for reuse, with the owner's writable mapping of it (or None)."""
+    """A freed segment kept for reuse, with the owner's writable mapping of it (or None).
+    ``draining``: a reader still mapped it when it was freed; it is not reused until
+    ``mapped_elsewhere`` says nobody does (``SegmentPool.drained``)."""
 
-    __slots__ = ("path", "size", "mapping", "since")
+    __slots__ = ("path", "size", "mapping", "since", "draining", "waited")
 
-    def __init__(self, path: str, size: int, mapping: mmap.mmap | None):
+    def __init__(self, path: str, size: int, mapping: mmap.mmap | None,
+                 draining: bool = False):
         self.path, self.size, self.mapping = path, size, mapping
         self.since = time.monotonic()
+        self.draining = draining
+        self.waited = False  # a put already waited for it to drain
 
 
 class SegmentPool:
@@ -523,9 +529,26 @@ class SegmentPool:
         self._items.append(pooled)
         self.bytes += pooled.size
 
+    def draining(self) -> list[Pooled]:
+        """The segments still mapped by a reader when last checked (a snapshot: check them
+        with ``mapped_elsewhere`` outside the store's lock, then call ``drained``)."""
+        return [p for p in self._items if p.draining]
+
+    def drained(self, free: list[Pooled]) -> None:
+        """These segments (from ``draining``) are no longer mapped: reusable from now on."""
+        for pooled in free:
+            pooled.draining = False
+
+    def has_reusable(self, size: int) -> bool:
+        """Whether ``take(size)`` would find a segment."""
+        return store_policy.pick_reusable(
+            size, [(p, p.size) for p in self._items if not p.draining]) is not None
+
     def take(self, size: int) -> Pooled | None:
-        """The best pooled segment for an object of ``size`` bytes, removed; or None."""
-        best = store_policy.pick_reusable(size, [(p, p.size) for p in self._items])
+        """The best reusable pooled segment for an object of ``size`` bytes, removed; or
+        None."""
+        best = store_policy.pick_reusable(
+            size, [(p, p.size) for p in self._items if not p.draining])
         if best is not None:
             self.remove([self._items.index(best)])
         return best

@@ -17,8 +17,9 @@ Data flow::
                                           view the segment, read-only, no copy
     over capacity: LRU unpinned segments --copy--> <spill_dir>/mr_<tag>_<hex>, then unlinked;
                    get_value() restores them (or reads the spill file where nothing fits)
-    freed segment, nobody mapping it --rename--> mr_<tag>_pool<n> (kept mapped by the owner,
-                   reused by the next put of a similar size: writes then run at memcpy speed)
+    freed segment --rename--> mr_<tag>_pool<n> (kept mapped by the owner, reused by the next
+                   put of a similar size: writes then run at memcpy speed; one a reader still
+                   maps waits as draining until nobody does)
 
 Lifetime rules: see ``shm_segments.py``. In short, only the owner unlinks; readers attach
 with a shared flock and never register with a resource tracker; pinned objects never move;
@@ -35,6 +36,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 import weakref
 from typing import Any, NamedTuple
 
@@ -186,10 +188,11 @@ class SharedMemoryStore:
 
     def put_value(self, object_id: bytes, value: Any) -> StoredObject:
         """Serialize and store ``value``; inline below the threshold, else in a segment.
+        ``value`` may be serialized already (``oob.Serialized``).
 
         Raises ObjectStoreFullError naming the sizes when it cannot fit even after spilling.
         """
-        ser = oob.serialize(value)
+        ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
         if ser.total_size < self.inline_threshold:
             data = oob.inline_blob(ser)
             self.put_serialized(object_id, data)
@@ -209,6 +212,7 @@ class SharedMemoryStore:
         if policy.oversized(size, self.capacity):
             return self._put_on_disk(object_id, ser)
         self.free(object_id)
+        self._refresh_draining(size)
         with self._lock:
             self._check_replaceable(object_id)
             reuse = self._pool.take(size)
@@ -431,14 +435,50 @@ class SharedMemoryStore:
             segs.unlink_quiet(entry.path)
             return
         pool_path = self._pool.new_path()
-        if segs.retire_for_reuse(entry.path, pool_path):
+        ready = segs.retire_for_reuse(entry.path, pool_path)
+        if ready is not None:
+            # A segment a reader still maps (a worker that took it as an argument, until
+            # the owner's UNMAP reaches it) waits in the pool as draining: reused once
+            # nobody maps it, so a loop of calls with a large argument writes into pages
+            # that already exist instead of faulting in new ones for every call.
             with self._lock:
                 if not self._closed and self._may_recycle(entry.size):
-                    self._pool.add(segs.Pooled(pool_path, entry.size, entry.rw))
+                    self._pool.add(segs.Pooled(pool_path, entry.size, entry.rw,
+                                               draining=not ready))
                     self._cool(entry)  # the mapping now belongs to the pool
                     return
             segs.unlink_quiet(pool_path)
-        self._cool(entry)  # a reader still maps it (unlinked: its mapping keeps the pages)
+        self._cool(entry)
+
+    def _refresh_draining(self, size: int) -> None:
+        """Mark pooled segments that no reader maps any more reusable (the checks, one
+        ``flock`` each, run outside the lock; a segment taken meanwhile is skipped). When
+        none is ready for ``size`` bytes but a draining one would do, wait a little for it
+        (``policy.drain_wait_s``): a worker unmaps its argument as soon as the owner's UNMAP
+        reaches it, which a put right after ``get`` of the task's result often beats."""
+        with self._lock:
+            draining = self._pool.draining()
+            ready = self._pool.has_reusable(size)
+        if not draining:
+            return
+        free = [p for p in draining if not segs.mapped_elsewhere(p.path)]
+        wanted = None
+        if not ready and policy.pick_reusable(size, [(p, p.size) for p in free]) is None:
+            # Never twice for one segment: a reader that kept its view (a task that stored
+            # its argument) would otherwise cost every put the wait until the segment expires.
+            wanted = policy.pick_reusable(
+                size, [(p, p.size) for p in draining if p not in free and not p.waited])
+        if wanted is not None:
+            wanted.waited = True
+            deadline = time.monotonic() + policy.drain_wait_s(size)
+            while time.monotonic() < deadline:
+                time.sleep(0.0005)
+                if not segs.mapped_elsewhere(wanted.path):
+                    free.append(wanted)
+                    break
+        if free:
+            with self._lock:
+                self._pool.drained(free)
 
     def _cool(self, entry: _Entry) -> None:
         entry.rw = None
@@ -665,6 +705,7 @@ class SharedMemoryStore:
                 "bytes_shm": self._used,
                 "spilled_objects": len(self._entries) - segments,
                 "pooled_segments": len(self._pool),
+                "draining_segments": len(self._pool.draining()),
                 "bytes_pooled": self._pool.bytes,
                 "segments_created": self._counts["created"],
                 "segments_recycled": self._counts["recycled"],

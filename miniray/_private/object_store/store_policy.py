@@ -91,6 +91,19 @@ def may_recycle(
     )
 
 
+# Writing into fresh tmpfs pages runs at about 1.5-2.5 GB/s here (page allocation), into
+# pages that already exist near memcpy speed (benchmarks/RESULTS.md, 2026-11-24).
+_FRESH_WRITE_BPS = 2.5e9
+DRAIN_WAIT_MAX_S = 0.02
+
+
+def drain_wait_s(size: int) -> float:
+    """How long a put of ``size`` bytes may wait for a pooled segment that a reader is about
+    to let go of (a worker unmapping its argument on the owner's UNMAP) rather than write
+    into fresh pages: a fifth of what the fresh pages would cost, at most 20 ms."""
+    return min(DRAIN_WAIT_MAX_S, size / _FRESH_WRITE_BPS / 5)
+
+
 def default_recycle_bytes(capacity: int) -> int:
     """A quarter of the capacity, at most 1 GiB: enough to reuse the segments of a loop of
     large puts, little enough that idle memory stays small."""

@@ -449,7 +449,7 @@ class ActorManager:
             dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
-               spec.handle_state, actor.restarts)
+               spec.handle_state, actor.restarts, spec.concurrency_groups)
         try:
             worker.funcs.add(spec.fn_id)
             owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
@@ -561,13 +561,14 @@ class ActorManager:
                 call.exported = self.export(spec.contained)
                 self.link.call(actor.spec.actor_id, ActorCallSpec(
                     spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
-                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values),
-                    call.exported)
+                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values,
+                    spec.concurrency_group), call.exported)
                 continue
             try:
                 owner.send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
                                            spec.args_blob, dep_values, spec.return_ids,
-                                           spec.num_returns, spec.call_name))
+                                           spec.num_returns, spec.call_name,
+                                           spec.concurrency_group))
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
 

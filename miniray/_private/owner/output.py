@@ -3,7 +3,8 @@
 Owns: splitting a worker's output into lines, turning the worker's marker lines into the
 ``(<name> pid=<pid>) `` prefix, and writing the lines to the driver's stdout or stderr. Does not
 own: the pipes' lifetime (the owner creates and closes them) or when to read (the I/O thread).
-Called by: owner.py.
+Called by: owner.py. Each chunk read also goes, raw, to the worker's log file
+(``host/worker_logs.py``) when the session keeps them.
 
 Marker lines (``\\x00mr:<pid>:<name>``) are written by the worker before a task whose name
 differs from the previous task's; they are never shown. Bar lines (``\\x00mb:<json>``, from
@@ -31,7 +32,9 @@ _ANY_MARKER = re.compile(b"\x00m[rb]:")
 
 class OutputStream:
     __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed",
-                 "route")
+                 "route", "log", "early")
+
+    EARLY_MAX = 65536  # bytes kept for the log file until the worker's pid is known
 
     def __init__(self, fd: int, target: str, enabled: bool, prefix_enabled: bool):
         self.fd = fd
@@ -45,6 +48,17 @@ class OutputStream:
         # route(target, text) -> bool: sends the lines elsewhere (the actor service passes an
         # actor's output to the driver that created it); False: print them here after all.
         self.route = None
+        # The worker's log file (host/worker_logs.py), once its pid is known; until then what
+        # it printed waits in ``early`` (None: no log file is kept).
+        self.log = None
+        self.early: bytearray | None = None
+
+    def open_log(self, log) -> None:
+        """Write to ``log`` (a ``worker_logs.CappedLog``) from now on, after what came early."""
+        if self.early:
+            log.write(bytes(self.early))
+        self.early = None
+        self.log = log
 
     def drain(self) -> None:
         """Read what is available now (non-blocking) and print the complete lines."""
@@ -84,6 +98,11 @@ class OutputStream:
             self._emit(b"", eof=True)
 
     def _emit(self, data: bytes, eof: bool) -> None:
+        if data:  # the log file gets the raw bytes, markers included (read back by the CLI)
+            if self.log is not None:
+                self.log.write(data)
+            elif self.early is not None and len(self.early) < self.EARLY_MAX:
+                self.early += data
         data = self.buffer + data
         lines = data.split(b"\n")
         if eof:
@@ -130,6 +149,8 @@ class OutputStream:
             progress_display.display().apply(str(state["pid"]), state["prefix"], state)
 
     def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
         if not self.closed:
             self.closed = True
             try:

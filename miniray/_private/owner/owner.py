@@ -47,7 +47,7 @@ from miniray._private.core.scheduling import (
     T_RUNNING,
 )
 from miniray._private.core.task_spec import STREAMING
-from miniray._private.host import procinfo
+from miniray._private.host import procinfo, worker_logs
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.deferred import DeferredWork
@@ -58,10 +58,23 @@ from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.state_records import StateRecords
 from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
+from miniray._private.owner.waiting import WaitWatch
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
+
+
+def _logs_dir(session_dir: str | None) -> str | None:
+    """The session's ``logs/`` for the workers' log files, or None without one."""
+    if not session_dir or config.worker_log_bytes() <= 0:
+        return None
+    try:
+        return worker_logs.ensure_logs_dir(session_dir)
+    except (OSError, RuntimeError) as error:  # InsecurePathError: no log files either
+        logger.debug("no worker log files in %s: %s", session_dir, error)
+        return None
+
 
 class Owner:
     """Objects, tasks and leased workers of one session. Its parts are given what they need
@@ -125,7 +138,8 @@ class Owner:
             reactor=self.reactor, log_to_driver=log_to_driver,
             prefix_enabled=self.prefix_enabled, max_workers=config.max_workers(num_cpus),
             idle_keep=max(1, int(num_cpus)), on_data=self._on_worker_data,
-            on_output=self._on_output)
+            on_output=self._on_output, log_dir=_logs_dir(hello_info.get("session_dir")),
+            log_cap=config.worker_log_bytes())
         # Set once the fork server named a worker: it is up and forking (``prestart_workers``).
         self.worker_forked = threading.Event()
         # The one path by which tasks and actors take resources.
@@ -159,14 +173,23 @@ class Owner:
             worker_gone=self._worker_gone, dispatch_all=self._dispatch_all,
             unfinished_tasks=self.tasks.unfinished, fail_task=self.tasks.fail,
             drop_queues=self.tasks.drop_queues)
+        # What waits for resources: a line on stderr past a few seconds, demands for status.
+        self.waits = WaitWatch(
+            tasks=self.tasks, actors=self.actors, reactor=self.reactor, defer=self.defer,
+            ledger=ledger, pid=self.pid, closed=lambda: self._closed,
+            threshold_s=config.wait_notice_s(), session_dir=hello_info.get("session_dir", ""))
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
+        with self._lock:
+            self.waits.start()
 
     # ------------------------------------------------------------------ objects
-    def put_value(self, object_id: bytes, value) -> None:
+    def put_value(self, object_id: bytes, value, contained: tuple = ()) -> None:
         """The driver's put: serialized straight into the store (a segment for large values),
         outside the lock; then the object is ready. The store is this process's own: puts
-        work even after the fork server or node was lost."""
+        work even after the fork server or node was lost. ``value`` may be serialized
+        already (a large call argument), with the ids of the refs inside it in
+        ``contained``."""
         self._check_open()
         if self.objects.ref_events:  # objects just dropped: free them first, so their
             with self._lock:          # segments can be reused (memcpy-speed puts)
@@ -176,7 +199,7 @@ class Owner:
         try:
             self.store.put_value(object_id, value)
         finally:
-            contained = serialization.stop_collecting()
+            contained = serialization.stop_collecting() + list(contained)
         with self._lock:
             self.objects.set_ready(object_id, protocol.OK, None, stored=True)
             if contained:

@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Callable
 
 from miniray._private.core import scheduling
+from miniray._private.host import worker_logs
 from miniray._private.owner.output import OutputStream
 from miniray._private.transport.framing import FramedSocket
 
@@ -71,8 +72,13 @@ class WorkerPool:
 
     def __init__(self, *, reactor, log_to_driver: bool, prefix_enabled: bool,
                  max_workers: int, idle_keep: int, on_data: Callable[[int], None],
-                 on_output: Callable[[int], None]):
+                 on_output: Callable[[int], None], log_dir: str | None = None,
+                 log_cap: int = 0):
         self.reactor = reactor
+        # Workers' log files (host/worker_logs.py): <log_dir>/worker-<pid>.out/.err, each
+        # capped at log_cap bytes; None: none are kept.
+        self.log_dir = log_dir if log_cap > 0 else None
+        self.log_cap = log_cap
         self.log_to_driver = log_to_driver
         self.prefix_enabled = prefix_enabled
         self.max_workers = max_workers
@@ -154,6 +160,9 @@ class WorkerPool:
         worker = WorkerSlot(FramedSocket(data_parent), Connection(ctl_parent.detach()), req)
         worker.out = OutputStream(out_r, "stdout", self.log_to_driver, self.prefix_enabled)
         worker.err = OutputStream(err_r, "stderr", self.log_to_driver, self.prefix_enabled)
+        if self.log_dir is not None:  # what comes before the pid is kept for the log files
+            worker.out.early = bytearray()
+            worker.err.early = bytearray()
         self.streams[out_r] = worker.out
         self.streams[err_r] = worker.err
         self.by_req[req] = worker
@@ -179,7 +188,22 @@ class WorkerPool:
         """Record ``worker``'s pid; returns its exit status if it already exited."""
         worker.pid = pid
         self.by_pid[pid] = worker
+        if self.log_dir is not None:
+            self._open_logs(worker, pid)
         return self.early_exits.pop(pid, None)
+
+    def _open_logs(self, worker: WorkerSlot, pid: int) -> None:
+        """Its streams' log files from now on (two opens on the session's file system, as
+        cheap as the pipe reads this thread does; a failure only means no log file)."""
+        for stream, err in ((worker.out, False), (worker.err, True)):
+            if stream is None or stream.closed:
+                continue
+            try:
+                stream.open_log(worker_logs.CappedLog(
+                    os.path.join(self.log_dir, f"worker-{pid}.{'err' if err else 'out'}"),
+                    self.log_cap))
+            except OSError:
+                stream.early = None
 
     def exited(self, pid: int, status: int) -> WorkerSlot | None:
         """The fork server reported ``pid``'s exit: its worker, or None (remembered if the

@@ -2,7 +2,9 @@
 
 Owns: constructing the actor instance, running its method calls (one at a time in submission
 order, on a thread pool for ``max_concurrency > 1``, or on an asyncio event loop when any
-method is ``async def``), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
+method is ``async def``; with concurrency groups, on one executor per group: a thread pool of
+the group's size, or an event loop thread of its own whose calls a semaphore of that size
+bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
 ``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
 an async one's coroutine cancelled). Does not own: the worker's channel,
 output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
@@ -15,12 +17,15 @@ hands every ACTOR_CALL here.
     ACTOR_INIT ──► cls.__new__ + cls.__init__ (async: awaited on the actor's loop)
                ──► (ACTOR_READY, ok, error)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
-               ├─► threads: pool.submit            ──► RESULT (as calls finish)
-               └─► asyncio: run_coroutine_threadsafe ──► RESULT (as calls finish)
+               ├─► threads: its group's pool.submit ──► RESULT (as calls finish)
+               └─► asyncio: run_coroutine_threadsafe on its group's loop
+                                                    ──► RESULT (as calls finish)
     __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING, why), __ray_shutdown__, atexit
                                          handlers, exit 0 (no RESULT: the owner fails that
                                          call and the queued ones with ActorDiedError; with
-                                         threads or asyncio, running calls finish first)
+                                         threads or asyncio, running calls finish first, and
+                                         a threaded actor's __ray_terminate__ also runs the
+                                         calls queued before it, as in Ray)
     sys.exit() in __init__ or a method ──► __ray_shutdown__, atexit handlers, exit with its
         code: sys.exit(0) is an intended exit ((ACTOR_EXITING, why) first: no restart), any
         other code a crash (the owner restarts the actor while max_restarts allows)
@@ -37,7 +42,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from miniray._private.core import descriptors, ids, protocol, scheduling
+from miniray._private.core import concurrency_groups, descriptors, ids, protocol, scheduling
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, _ExitActor
 from miniray._private.worker import streaming
 from miniray._private.worker.execute import (
@@ -73,7 +78,7 @@ class ActorHost:
     def __init__(self, worker, message: tuple):
         (_, actor_id, fn_id, class_name, args_blob, dep_values, ctx) = message
         (resources, gpu_ids, gpu_ints, max_concurrency, is_async, name, namespace,
-         handle_state, restarts) = ctx
+         handle_state, restarts, groups) = ctx
         self.worker = worker
         self.actor_id = actor_id
         self.class_name = class_name
@@ -84,9 +89,11 @@ class ActorHost:
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
         self.lock = threading.Lock()
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
-        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self.semaphore: asyncio.Semaphore | None = None
+        # Threaded sync actors: group -> its pool (the default group's key is None).
+        self.pools: dict[str | None, concurrent.futures.ThreadPoolExecutor] = {}
+        # Async actors: group -> (its event loop, the semaphore bounding its calls).
+        self.loops: dict[str | None, tuple] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None  # the default group's
         # Calls are sent while the constructor runs, and so are their cancels: from now on
         # the control thread hands them here (those already read are taken over).
         with worker.exec_lock:
@@ -102,21 +109,27 @@ class ActorHost:
         runtime.actor_gpu_ids = (gpu_ids, gpu_ints)
         runtime.host = self
         if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
-            self.loop = asyncio.new_event_loop()
-            threading.Thread(target=self._run_loop, name="miniray-actor-loop",
-                             daemon=True).start()
+            self.loop = _start_loop(concurrency_groups.DEFAULT)
         error = self._construct(fn_id, args_blob, dep_values)
         runtime.task = None
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
             worker.exit_process()
-        if is_async:  # made on the actor's loop: before 3.10 a semaphore binds to the loop
-            #           of the thread that makes it, and its waiters would never wake
-            self.semaphore = asyncio.run_coroutine_threadsafe(
-                _new_semaphore(max_concurrency), self.loop).result()
-        elif max_concurrency > 1:
-            self.pool = concurrent.futures.ThreadPoolExecutor(
-                max_concurrency, thread_name_prefix="miniray-actor")
+        sizes = concurrency_groups.executor_sizes(groups, max_concurrency)
+        if is_async:
+            for group, size in sizes.items():
+                loop = self.loop if group is concurrency_groups.DEFAULT else _start_loop(group)
+                # Made on its loop: before 3.10 a semaphore binds to the loop of the thread
+                # that makes it, and its waiters would never wake.
+                self.loops[group] = (loop, asyncio.run_coroutine_threadsafe(
+                    _new_semaphore(size), loop).result())
+        elif groups or max_concurrency > 1:
+            # With groups the default group gets a pool too (of one thread by default, which
+            # keeps its calls in order): this thread must go on reading the calls of the
+            # other groups while a call of the default group runs.
+            for group, size in sizes.items():
+                self.pools[group] = concurrent.futures.ThreadPoolExecutor(
+                    size, thread_name_prefix=_thread_name("miniray-actor", group))
         worker.channel.send((protocol.ACTOR_READY, actor_id, True, None))
 
     def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
@@ -154,10 +167,6 @@ class ActorHost:
             )
             return _dumps_error(task_error)
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
     # -- calls ---------------------------------------------------------------------------
     def handle_call(self, message: tuple) -> None:
         task_id = message[1]
@@ -165,27 +174,48 @@ class ActorHost:
         if method_name == "__ray_terminate__":
             self._terminate(message)
             return
-        if (self.loop is not None or self.pool is not None) and self._skip_if_cancelled(
+        if (self.loop is not None or self.pools) and self._skip_if_cancelled(
                 task_id, message[6]):
             return  # cancelled before it arrived: answered now, not once its turn comes
+        group = message[8]
         if self.loop is not None:
+            if group not in self.loops:
+                self._reply_unknown_group(message)
+                return
+            loop, semaphore = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
             with self.lock:  # recorded before it can start or end: cancel() finds it
                 self.async_calls[task_id] = asyncio.run_coroutine_threadsafe(
-                    self._run_async(message, coroutine), self.loop)
-        elif self.pool is not None:
+                    self._run_async(message, coroutine, semaphore), loop)
+        elif self.pools:
             if self.exiting:  # the owner fails it once the process is gone
                 return
-            self.pool.submit(self.run_call, message)
+            if group not in self.pools:
+                self._reply_unknown_group(message)
+                return
+            self.pools[group].submit(self.run_call, message)
+        elif group is not None:
+            self._reply_unknown_group(message)
         else:
             self.run_call(message)
 
-    async def _run_async(self, message: tuple, coroutine: bool) -> None:
+    def _reply_unknown_group(self, message: tuple) -> None:
+        """The caller's handle checks the group of every call (``call_group``): a group the
+        actor does not have is a bug in miniray, answered rather than run elsewhere."""
+        from miniray.exceptions import RaySystemError
+
+        self._reply_error(message[1], RaySystemError(
+            f"The call of {self.class_name}.{message[7]} names concurrency group "
+            f"{message[8]!r}, which this actor does not have. This is a bug in miniray."),
+            message[7], message[6])
+
+    async def _run_async(self, message: tuple, coroutine: bool,
+                         semaphore: asyncio.Semaphore) -> None:
         task_id = message[1]
         started = False
         try:
-            async with self.semaphore:
+            async with semaphore:
                 started = True
                 if coroutine:
                     await self._call_coroutine(message)
@@ -201,7 +231,7 @@ class ActorHost:
 
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
-         call_name) = message
+         call_name) = message[:8]
         if self.exiting or self._skip_if_cancelled(task_id, num_returns):
             return
         worker = self.worker
@@ -241,7 +271,7 @@ class ActorHost:
 
     def run_call(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
-         call_name) = message
+         call_name) = message[:8]
         if self.exiting:  # exit_actor() ran: the owner fails this call when we are gone
             return
         if self._skip_if_cancelled(task_id, num_returns):
@@ -346,7 +376,7 @@ class ActorHost:
             # reply, and no call after this one may start.
             self.exiting = True
             why = f"exit_actor() was called in {self.class_name}.{call_name}."
-            if self.pool is None and self.loop is None:
+            if not self.pools and self.loop is None:
                 self._exit(why)
             # Threads or asyncio: the calls running now finish first, as in Ray; this
             # thread (or the loop) must go on for them, so another one waits.
@@ -395,9 +425,11 @@ class ActorHost:
             return task_id in self.cancelled
 
     def _terminate(self, message: tuple) -> None:
+        # As in Ray, a threaded actor runs the calls sent before this one (in each group:
+        # they were queued ahead of it) and an async one the calls already running.
+        for pool in self.pools.values():
+            pool.shutdown(wait=True)
         self.exiting = True
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
         if self.loop is not None:
             with self.lock:
                 pending = list(self.async_calls.values())
@@ -407,8 +439,9 @@ class ActorHost:
                    "its handles were all gone).")
 
     def _exit_when_calls_end(self, why: str) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True)
+        if self.pools:
+            for pool in self.pools.values():
+                pool.shutdown(wait=True)
         else:
             with self.lock:
                 pending = list(self.async_calls.values())
@@ -447,6 +480,23 @@ class ActorHost:
         # exit would (exceptions are printed by atexit itself).
         atexit._run_exitfuncs()
         _flush_std()
+
+
+def _thread_name(prefix: str, group: str | None) -> str:
+    return prefix if group is concurrency_groups.DEFAULT else f"{prefix}-{group}"
+
+
+def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
+    """A new event loop, run forever by a daemon thread of its own (one per group)."""
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+    threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
+                     daemon=True).start()
+    return loop
 
 
 async def _outcome(coroutine) -> tuple:

@@ -25,7 +25,7 @@ import pickle
 import threading
 from typing import Any
 
-from miniray._private.core import oob, protocol, serialization
+from miniray._private.core import ids, oob, protocol, serialization
 from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
 
@@ -260,9 +260,20 @@ class WorkerRuntime:
         with self._shielded():
             self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
+    @property
+    def large_arguments(self) -> tuple:
+        """``(threshold, put)`` for ``serialization.pack_arguments`` (see the driver's)."""
+        return self.info["store"]["inline_threshold"], self._put_argument
+
+    def _put_argument(self, ser: oob.Serialized, contained: tuple) -> bytes:
+        object_id = ids.new_put_id()
+        self.put_value(object_id, ser, contained)
+        return object_id
+
     def payload_for(self, object_id: bytes, value):
+        """``value`` may be serialized already (``oob.Serialized``: a large argument)."""
         store = self.info["store"]
-        ser = oob.serialize(value)
+        ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
         if ser.total_size < store["inline_threshold"]:
             return oob.inline_blob(ser)
         path, size = shm_segments.create_segment(

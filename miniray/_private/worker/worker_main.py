@@ -49,7 +49,7 @@ from miniray._private.core import (
     serialization,
 )
 from miniray._private.core.task_spec import STREAMING
-from miniray._private.host import serializer_file
+from miniray._private.host import serializer_file, worker_logs
 from miniray._private.object_store import values
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.worker import execute, runtime_env_setup, streaming
@@ -179,6 +179,9 @@ class _Worker:
                 # lazy: only a worker that becomes an actor loads the actor host (and asyncio)
                 from miniray._private.worker.actor_host import ActorHost
 
+                # Before the constructor runs, so its output is found by the actor's id.
+                worker_logs.note_actor(self.info.get("session_dir", ""), message[1].hex(),
+                                       os.getpid())
                 self.actor_host = ActorHost(self, message)
             elif tag == protocol.EXIT:
                 return

@@ -111,8 +111,8 @@ def _refused(name: str, instead: str):
     return refused
 
 
-_LOGS = ("workers' output goes to the driver's stdout and stderr, prefixed with the task's "
-         "name and pid (a node's actor service writes to <session>/node.log).")
+_LOGS = ("use `miniray logs --pid N` (or `--actor-id HEX`) from a shell: it prints a "
+         "worker's or an actor's log file from the session's logs/ folder.")
 get_log = _refused("get_log", _LOGS)
 list_logs = _refused("list_logs", _LOGS)
 list_cluster_events = _refused(

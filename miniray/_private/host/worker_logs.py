@@ -1,0 +1,238 @@
+"""Workers' log files in the session directory: capped, rotated, found and read back.
+
+Owns: the layout of ``<session>/logs/`` (``worker-<pid>.out`` / ``.err``, their one rotated
+generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, one a line);
+writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
+actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
+``miniray logs`` (``find_worker_logs``, ``find_actor_pids``, ``read_text``).
+Does not own: reading the workers' pipes (``owner/output.py``, which hands each chunk it
+reads to the stream's ``CappedLog``) or the session directory's lifetime (``session.py``:
+the logs go with it).
+
+Cost on the output path: one ``os.write`` of each chunk the driver already read from the
+pipe (no extra copy, no lock), and a rename each ``cap`` bytes. ``MINIRAY_WORKER_LOG_BYTES``
+is the cap per file (default 1 MiB; 0: no log files), so a worker keeps at most twice that
+per stream.
+
+Mirrors Ray's ``worker-*.out``/``.err`` files (Ray 2.60 names them by worker id, job id and
+pid, and rotates them by size too); markers in the raw output (task names, progress bars) are
+turned into readable lines or dropped when read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+
+from miniray._private.host import same_uid
+
+__all__ = ["CappedLog", "LOGS_DIR", "find_actor_pids", "find_named", "find_worker_logs",
+           "listing", "log_path", "note_actor", "read_from", "read_text", "session_dirs"]
+
+LOGS_DIR = "logs"
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+_TASK_MARKER = re.compile(r"^\x00mr:(\d+):(.*)$")
+_BAR_MARKER = "\x00mb:"
+_MARKER_START = re.compile(r"(?=\x00m[rb]:)")
+
+
+def log_path(session_dir: str, pid: int, err: bool) -> str:
+    return os.path.join(session_dir, LOGS_DIR, f"worker-{pid}.{'err' if err else 'out'}")
+
+
+def ensure_logs_dir(session_dir: str) -> str:
+    """``<session>/logs``, a private directory of this user (created if missing)."""
+    folder = os.path.join(session_dir, LOGS_DIR)
+    try:  # mkdir, not makedirs: a session directory removed meanwhile is not re-created
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    same_uid.ensure_private_dir(folder, create=False)
+    return folder
+
+
+class CappedLog:
+    """One worker stream's log file. ``write`` appends; past ``cap`` bytes the file becomes
+    ``<name>.1`` (replacing the older one) and a new one starts. Errors (a full disk, the
+    session removed) turn the log off, never the output path."""
+
+    __slots__ = ("path", "cap", "fd", "size")
+
+    def __init__(self, path: str, cap: int):
+        self.path = path
+        self.cap = cap
+        self.fd = os.open(path, _FLAGS, 0o600)
+        self.size = os.fstat(self.fd).st_size
+
+    def write(self, data: bytes) -> None:
+        if self.fd < 0:
+            return
+        try:
+            os.write(self.fd, data)
+            self.size += len(data)
+            if self.size >= self.cap:
+                os.close(self.fd)
+                self.fd = -1
+                os.replace(self.path, self.path + ".1")
+                self.fd = os.open(self.path, _FLAGS, 0o600)
+                self.size = 0
+        except OSError:
+            self.close()
+
+    def close(self) -> None:
+        """Close the file; one that stayed empty is removed (most workers print nothing, and
+        a node's session would otherwise gather two empty files per worker it ever ran)."""
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+                if self.size == 0 and not os.path.exists(self.path + ".1"):
+                    os.unlink(self.path)
+            except OSError:
+                pass
+            self.fd = -1
+
+
+def note_actor(session_dir: str, actor_id_hex: str, pid: int) -> None:
+    """Record that ``pid`` hosts the actor (a restarted actor adds its new pid)."""
+    if not session_dir:
+        return
+    try:
+        ensure_logs_dir(session_dir)
+        fd = os.open(os.path.join(session_dir, LOGS_DIR, f"actor-{actor_id_hex}"), _FLAGS,
+                     0o600)
+        try:
+            os.write(fd, f"{pid}\n".encode())
+        finally:
+            os.close(fd)
+    except (OSError, RuntimeError):  # RuntimeError: InsecurePathError
+        pass  # no log index: `miniray logs --actor-id` says it found nothing
+
+
+def _sessions(root: str) -> list[str]:
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names if n.startswith("session_")]
+
+
+def find_worker_logs(session_dirs: list[str], pid: int, err: bool) -> list[str]:
+    """The log files of worker ``pid`` (the rotated generation first), in the first of
+    ``session_dirs`` that has them; [] if none does."""
+    for session_dir in session_dirs:
+        path = log_path(session_dir, pid, err)
+        found = [p for p in (path + ".1", path) if os.path.isfile(p)]
+        if found:
+            return found
+    return []
+
+
+def find_actor_pids(session_dirs: list[str], actor_id_hex: str) -> tuple[str, list[int]] | None:
+    """The session and pids (oldest first) that hosted the actor, or None."""
+    for session_dir in session_dirs:
+        try:
+            with open(os.path.join(session_dir, LOGS_DIR, f"actor-{actor_id_hex}")) as f:
+                pids = [int(line) for line in f.read().split() if line.isdigit()]
+        except OSError:
+            continue
+        return session_dir, pids
+    return None
+
+
+def session_dirs(root: str, extra: list[str] = ()) -> list[str]:
+    """Where to look: ``extra`` (the nodes' sessions) first, then every session under
+    ``root``."""
+    out = [d for d in extra if d]
+    out += [d for d in _sessions(root) if d not in out]
+    return out
+
+
+def read_text(paths: list[str], tail: int) -> str:
+    """The files' text, markers turned into ``:task_name:<name>`` lines as in Ray's worker
+    logs and progress-bar lines dropped; the last ``tail`` lines (-1 or less: all)."""
+    lines: list[str] = []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                data = f.read().decode("utf-8", "replace")
+        except OSError:
+            continue  # rotated away meanwhile
+        lines += _lines(data).splitlines()
+    if tail >= 0:
+        lines = lines[-tail:] if tail else []
+    return "".join(line + "\n" for line in lines)
+
+
+def _lines(data: str) -> str:
+    out = []
+    for whole in data.splitlines():
+        # A task's last line without a newline runs into the next marker.
+        for line in _MARKER_START.split(whole):
+            marker = _TASK_MARKER.match(line)
+            if marker:
+                out.append(f":task_name:{marker.group(2)}")
+            elif line and not line.startswith(_BAR_MARKER):
+                out.append(line)
+    return "".join(line + "\n" for line in out)
+
+
+def find_named(session_dirs: list[str], name: str) -> list[str]:
+    """The log files called ``name`` (``worker-<pid>.out``; ``worker-<pid>`` means its
+    ``.out``; a glob such as ``worker-*.err`` as ``ray logs`` takes), each file's rotated
+    generation before it, from the first session that has any. Nothing outside ``logs/``."""
+    base = os.path.basename(name)
+    if base != name or not base.startswith("worker-"):
+        return []
+    if not base.endswith((".out", ".err", "*")):
+        base += ".out"
+    for session_dir in session_dirs:
+        folder = os.path.join(session_dir, LOGS_DIR)
+        try:
+            names = sorted(n for n in os.listdir(folder) if fnmatch.fnmatchcase(n, base)
+                           and n.endswith((".out", ".err")))
+        except OSError:
+            continue
+        found = []
+        for n in names:
+            path = os.path.join(folder, n)
+            found += [p for p in (path + ".1", path) if os.path.isfile(p)]
+        if found:
+            return found
+    return []
+
+
+def listing(session_dirs: list[str]) -> str:
+    """Every session's log files, a line each (``<size> <path>``), as ``ray logs`` lists."""
+    out = []
+    for session_dir in session_dirs:
+        folder = os.path.join(session_dir, LOGS_DIR)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        out.append(f"{folder}:")
+        for name in names:
+            if name.startswith("worker-"):
+                try:
+                    size = os.stat(os.path.join(folder, name)).st_size
+                except OSError:
+                    continue
+                out.append(f"  {size:>10}  {name}")
+    return "".join(line + "\n" for line in out)
+
+
+def read_from(path: str, offset: int) -> tuple[str, int]:
+    """What was appended to ``path`` since ``offset`` (from the start after a rotation), as
+    text with markers handled, and the new offset."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < offset:
+                offset = 0
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return "", offset
+    end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
+    return _lines(data[:end].decode("utf-8", "replace")), offset + end
