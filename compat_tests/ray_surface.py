@@ -49,8 +49,6 @@ _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submit
              "and actor calls")
 _OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
                   "shows the node meanwhile")
-_STATE_LOGS = ("not through `ray.util.state` yet: `miniray logs --pid N` (or `--actor-id HEX`) "
-               "prints a worker's or an actor's log file")
 REFUSED: dict[str, str] = {
     "ray.data:": _LIBRARY,
     "ray.train:": _LIBRARY,
@@ -59,8 +57,6 @@ REFUSED: dict[str, str] = {
     "ray.rllib:": _LIBRARY,
     "ray.workflow:": _LIBRARY,
     "ray.autoscaler:": "Ray's cluster autoscaler; a miniray node is one host",
-    "ray.util.state:get_log": _STATE_LOGS,
-    "ray.util.state:list_logs": _STATE_LOGS,
     "ray.util.state:list_cluster_events": "miniray keeps no event history; `list_tasks` and "
                                           "`list_actors` show the current state",
     "ray.util.state:list_runtime_envs": "runtime environments are set up in each worker at "

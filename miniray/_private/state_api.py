@@ -14,13 +14,14 @@ Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import warnings
 from dataclasses import dataclass, field
 
 from miniray._private.core import config, context, state_rows
 from miniray._private.core.resources import from_units
-from miniray._private.host import procinfo, session
+from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.transport import node_client, state_socket
 
@@ -226,3 +227,58 @@ def summarize(resource: str, address: str | None = None, timeout: float = DEFAUL
     found = rows(resource, views)
     return {"tasks": state_rows.summarize_tasks, "actors": state_rows.summarize_actors,
             "objects": state_rows.summarize_objects}[resource](found)
+
+
+def list_logs(address: str | None = None, glob_filter: str | None = None) -> dict:
+    """``ray.util.state.list_logs``: the workers' log files of the sessions ``address``
+    names, by kind (``worker_out``, ``worker_err``), as Ray groups a node's files."""
+    out: dict[str, list[str]] = {}
+    for path in session_dirs(address):
+        folder = os.path.join(path, worker_logs.LOGS_DIR)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("worker-") or not name.endswith((".out", ".err")):
+                continue
+            if glob_filter and not fnmatch.fnmatchcase(name, glob_filter):
+                continue
+            out.setdefault("worker_out" if name.endswith(".out") else "worker_err",
+                           []).append(name)
+    return out
+
+
+def get_log(address: str | None = None, filename: str | None = None,
+            actor_id: str | None = None, task_id: str | None = None, pid: int | None = None,
+            tail: int = 1000, suffix: str = "out", timeout: float = DEFAULT_TIMEOUT) -> str:
+    """``ray.util.state.get_log``'s text: the log of a worker (``pid``), of an actor's
+    processes (``actor_id``), of the worker that ran a task (``task_id``), or a file
+    (``filename``), its last ``tail`` lines. ValueError naming what was not found."""
+    if suffix not in ("out", "err"):
+        raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
+    sessions = session_dirs(address)
+    err = suffix == "err"
+    if filename is not None:
+        paths = worker_logs.find_named(sessions, filename)
+        what = f"file {filename!r}"
+    elif actor_id is not None:
+        found = worker_logs.find_actor_pids(sessions, str(actor_id).lower())
+        paths = [p for p_id in (found[1] if found else ())
+                 for p in worker_logs.find_worker_logs([found[0]], p_id, err)]
+        what = f"actor {actor_id}"
+    elif task_id is not None:
+        task = get_resource("tasks", task_id, address, timeout)
+        if task is None or not task.get("worker_pid"):
+            raise ValueError(f"task {task_id} is not known, or has not run on a worker.")
+        paths = worker_logs.find_worker_logs(sessions, int(task["worker_pid"]), err)
+        what = f"task {task_id} (worker pid {task['worker_pid']})"
+    elif pid is not None:
+        paths = worker_logs.find_worker_logs(sessions, int(pid), err)
+        what = f"worker pid {pid}"
+    else:
+        raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
+    if not paths:
+        raise ValueError(f"no log of {what} in the live sessions: it printed nothing, its "
+                         "session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
+    return worker_logs.read_text(paths, tail)

@@ -141,8 +141,45 @@ def test_objects_nodes_workers_jobs(ray):
     [job] = state.list_jobs()
     assert job["type"] == "DRIVER" and job["driver_info"]["pid"] == str(os.getpid())
     assert state.list_placement_groups() == []
-    with pytest.raises(NotImplementedError, match="miniray logs"):
-        state.list_logs()
+    with pytest.raises(NotImplementedError, match="no event history"):
+        state.list_cluster_events()
+
+
+def test_get_log_and_list_logs(ray):
+    """A task's output is read back by the worker's pid, by the task's id and by file
+    name; list_logs groups the files as Ray does (``worker_out``, ``worker_err``)."""
+    from miniray.util import state
+
+    @ray.remote
+    def talk():
+        import sys
+
+        print("hello from the task")
+        print("and to stderr", file=sys.stderr)
+        return os.getpid()
+
+    ref = talk.remote()
+    pid = ray.get(ref)
+    task_id = [t for t in state.list_tasks() if t["name"] == "talk"][0]["task_id"]
+
+    def logged(**kw) -> str:
+        try:
+            return "".join(state.get_log(**kw))
+        except ValueError:
+            return ""
+
+    assert wait_until(lambda: "hello from the task" in logged(pid=pid), 10)
+    assert "hello from the task" in logged(task_id=task_id)
+    assert "and to stderr" in logged(pid=pid, suffix="err")
+    assert "hello from the task" in logged(filename=f"worker-{pid}.out")
+    logs = state.list_logs()
+    assert f"worker-{pid}.out" in logs["worker_out"]
+    assert f"worker-{pid}.err" in logs["worker_err"]
+    assert state.list_logs(glob_filter="*.err") == {"worker_err": logs["worker_err"]}
+    with pytest.raises(ValueError, match="no log of worker pid 1 "):
+        "".join(state.get_log(pid=1))
+    with pytest.raises(ValueError, match="miniray logs"):
+        "".join(state.get_log(pid=pid, follow=True))
 
 
 def test_from_a_task_and_from_another_process(ray, drivers):

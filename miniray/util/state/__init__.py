@@ -11,13 +11,15 @@ return Ray's row types (``ray.util.state.common``). Summaries return Ray's docum
 Differs from Ray: there is no dashboard or event history. Tasks are remembered per driver
 (the last ``MINIRAY_STATE_MAX_TASKS``, default 10000, finished ones, and every unfinished
 one) only while their driver runs; a task's ``start_time_ms`` is not recorded
-(``creation_time_ms`` and ``end_time_ms`` are). ``get_log``, ``list_logs``, ``list_cluster_events``,
-``list_runtime_envs`` and ``StateApiClient`` raise NotImplementedError saying what to use.
+(``creation_time_ms`` and ``end_time_ms`` are). ``get_log`` and ``list_logs`` read the
+workers' log files of the session (``<session>/logs/``, as ``miniray logs``).
+``list_cluster_events``, ``list_runtime_envs`` and ``StateApiClient`` raise
+NotImplementedError saying what to use.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple, Union
+from typing import Any, Iterator, List, Optional, Tuple, Union
 
 from miniray._private import state_api
 from miniray._private.state_api import DEFAULT_LIMIT, DEFAULT_TIMEOUT
@@ -111,10 +113,33 @@ def _refused(name: str, instead: str):
     return refused
 
 
-_LOGS = ("use `miniray logs --pid N` (or `--actor-id HEX`) from a shell: it prints a "
-         "worker's or an actor's log file from the session's logs/ folder.")
-get_log = _refused("get_log", _LOGS)
-list_logs = _refused("list_logs", _LOGS)
+def list_logs(address: str | None = None, node_id: str | None = None,
+              node_ip: str | None = None, glob_filter: str | None = None,
+              timeout: int = DEFAULT_TIMEOUT) -> dict:
+    """The workers' log files (``<session>/logs/``) by kind: ``{"worker_out": [...],
+    "worker_err": [...]}``; ``glob_filter`` as Ray's (``"worker-*.err"``)."""
+    return state_api.list_logs(address, glob_filter)
+
+
+def get_log(address: str | None = None, node_id: str | None = None,
+            node_ip: str | None = None, filename: str | None = None,
+            actor_id: str | None = None, task_id: str | None = None, pid: int | None = None,
+            follow: bool = False, tail: int = 1000, timeout: int = DEFAULT_TIMEOUT,
+            suffix: str = "out", encoding: str | None = "utf-8", errors: str | None = "strict",
+            submission_id: str | None = None, attempt_number: int = 0,
+            _interval: float | None = None) -> Iterator[str]:
+    """The log of a worker (``pid``), an actor (``actor_id``), the worker that ran a task
+    (``task_id``) or a file (``filename``), as Ray yields it: chunks of text, here one
+    (its last ``tail`` lines). ``follow`` is not supported: ``miniray logs -f`` follows."""
+    if follow:
+        raise ValueError("get_log(follow=True) is not supported by miniray; run "
+                         "`miniray logs --pid N -f` in a shell to follow a log.")
+    if submission_id is not None:
+        raise ValueError("miniray has no job submission: there is no submission_id log.")
+    text = state_api.get_log(address, filename, actor_id, task_id, pid, tail, suffix, timeout)
+    yield text
+
+
 list_cluster_events = _refused(
     "list_cluster_events", "miniray keeps no event history; list_tasks and list_actors show "
     "the current state.")
