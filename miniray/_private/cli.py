@@ -205,12 +205,13 @@ def _cmd_memory(args: argparse.Namespace) -> int:
         for doc in view.drivers:
             driver = dict(doc["driver"], session=os.path.basename(view.session_dir))
             drivers.append(driver)
-            rows = [] if args.stats_only else sorted(doc["objects"], key=order)
-            objects[driver["pid"]] = rows[:args.num_entries] if args.num_entries else rows
+            objects[driver["pid"]] = [] if args.stats_only else sorted(doc["objects"],
+                                                                         key=order)
     if not drivers:
         print("No miniray driver is running.", file=sys.stderr)
         return 1
-    sys.stdout.write(state_rows.format_memory(drivers, objects))
+    sys.stdout.write(state_rows.format_memory(drivers, objects, sort_by=args.sort_by,
+                                              num_entries=args.num_entries))
     return 0
 
 

@@ -233,8 +233,8 @@ def test_cli_against_an_embedded_session(work, tmp_path):
     summary = _cli("summary", "tasks")
     assert "Table (group by func_name):" in summary.stdout and "FAILED: 1" in summary.stdout
     memory = _cli("memory")
-    assert memory.returncode == 0 and f"driver pid {os.getpid()}" in memory.stdout
-    assert "10.00 MiB" in memory.stdout
+    assert memory.returncode == 0 and f"driver: pid {os.getpid()}" in memory.stdout
+    assert f"| {(10 << 20) + 33} B " in memory.stdout  # the 10 MiB object, pickled
     open(release, "w").close()
     ray.get(ref)
 

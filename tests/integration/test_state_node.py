@@ -83,7 +83,7 @@ def test_two_drivers_of_a_node(node_env):
         summary = cli(node_env, "summary", "tasks")
         assert summary.returncode == 0 and "FAILED: 1" in summary.stdout
         memory = cli(node_env, "memory")
-        assert f"driver pid {b_pid}" in memory.stdout and "488.3" in memory.stdout
+        assert f"driver: pid {b_pid}" in memory.stdout and "| 500033 B " in memory.stdout
         table = cli(node_env, "list", "workers", "--filter", "worker_type=DRIVER")
         assert "Total: 3" in table.stdout  # two drivers and the actor service
         status = cli(node_env, "status")

@@ -107,13 +107,21 @@ def test_get_output_and_not_found():
     assert "state: ALIVE" in state_rows.format_get([{"state": "ALIVE"}], "abc", "default")
 
 
-def test_memory_report_names_each_driver_and_sizes():
+def test_memory_report_as_ray_lays_it_out_per_driver():
     text = state_rows.format_memory(
-        [{"pid": 7, "node_id": "n" * 56, "session": "s", "store": {"bytes_in_memory": 2048,
-                                                                     "capacity": 1 << 30}}],
-        {7: [{"object_id": "o1", "reference_type": "LOCAL_REFERENCE",
-              "task_status": "FINISHED", "object_size": 3 << 20, "call_site": "disabled"}]},
-        NOW)
-    assert "--- Summary for driver pid 7" in text and "3.00 MiB" in text
-    assert "Object store: 2.00 KiB in memory" in text
-    assert "1 reference(s) in 1 driver(s), 3.00 MiB" in text
+        [{"pid": 7, "node_id": "n" * 56, "store": {"bytes_in_memory": 3 << 20, "objects": 1,
+                                                   "capacity": 30 << 20}}],
+        {7: [{"object_id": "o1", "reference_type": "LOCAL_REFERENCE", "type": "DRIVER",
+              "task_status": "FINISHED", "object_size": 3 << 20, "call_site": "disabled",
+              "ip": "127.0.0.1", "pid": 7, "attempt_number": 0}]},
+        NOW, num_entries=5)
+    lines = text.splitlines()
+    assert lines[0] == "======== Object references status: 2026-01-02 03:04:05 ========"
+    assert "Sorting by object size..." in lines[1] and "Display 5 entries" in lines[1]
+    at = lines.index("--- Summary for driver: pid 7 ---")
+    assert lines[at + 1].split("  ")[0] == "Mem Used by Objects"
+    assert lines[at + 2].split()[:4] == ["3145728", "B", "1,", "(3145728"]
+    row = [cell.strip() for cell in lines[at + 6].split("|")]
+    assert row == ["127.0.0.1", "7", "Driver", "disabled", "FINISHED", "0", "3145728 B",
+                   "LOCAL_REFERENCE", "o1"]
+    assert lines[-1] == "Plasma memory usage 3 MiB, 1 objects, 10.0% full"

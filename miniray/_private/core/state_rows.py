@@ -394,46 +394,58 @@ def format_summary(resource: str, doc: dict, now: datetime.datetime | None = Non
     return "\n".join(out) + "\n"
 
 
-def format_bytes(n: float) -> str:
-    n = float(n)
-    if n < 1024:
-        return f"{n:.0f} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.2f} {unit}"
-    raise AssertionError("unreachable")
+_REF_COUNTS = (("LOCAL_REFERENCE", "Local References"), ("PINNED_IN_MEMORY", "Pinned"),
+               ("USED_BY_PENDING_TASK", "Used by task"),
+               ("CAPTURED_IN_OBJECT", "Captured in Objects"), ("ACTOR_HANDLE", "Actor Handles"))
+_SUMMARY_ROW = "{:<19}  {:<16}  {:<12}  {:<13}  {:<19}  {:<13}\n"
+_REF_ROW = "{:<13} | {:<8} | {:<7} | {:<9} | {:<9} | {:<8} | {:<8} | {:<14} | {:<10}\n"
+_SORT_NAMES = {"PID": "pid", "OBJECT_SIZE": "object size", "REFERENCE_TYPE": "reference type"}
 
 
 def format_memory(drivers: Sequence[dict], objects_by_pid: dict[int, list[dict]],
-                  now: datetime.datetime | None = None) -> str:
-    """``miniray memory``: each driver's object references with their sizes and kinds (as
-    ``ray memory`` groups them by node and process), then totals per driver."""
+                  now: datetime.datetime | None = None, sort_by: str = "OBJECT_SIZE",
+                  num_entries: int | None = None) -> str:
+    """``miniray memory``: Ray's ``ray memory`` layout, grouped by driver (each driver owns
+    its objects and its store) instead of by node: a summary of its references by kind with
+    their sizes, then each reference; last, the stores' totals. Sizes in bytes (Ray's
+    default unit)."""
     stamp = now or datetime.datetime.now()
-    out = ["=" * 8 + f" Object references status: {stamp} " + "=" * 8]
-    grand = 0
-    count = 0
+    out = ["=" * 8 + f" Object references status: {stamp} " + "=" * 8 + "\n",
+           f"Grouping by driver...        Sorting by {_SORT_NAMES.get(sort_by, sort_by)}..."
+           f"        Display {num_entries if num_entries is not None else 'all'} entries "
+           "per group...\n\n\n"]
+    used = capacity = count = 0
     for driver in drivers:
         pid = driver.get("pid")
         rows = objects_by_pid.get(pid, [])
+        sizes = [max(0, r.get("object_size") or 0) for r in rows]
+        summary = [f"{sum(sizes)} B"]
+        for kind, _label in _REF_COUNTS:
+            mine = [max(0, r.get("object_size") or 0) for r in rows
+                    if r.get("reference_type") == kind]
+            summary.append(f"{len(mine)}, ({sum(mine)} B)")
+        out += [f"--- Summary for driver: pid {pid} ---\n",
+                _SUMMARY_ROW.format("Mem Used by Objects",
+                                    *(label for _kind, label in _REF_COUNTS)),
+                _SUMMARY_ROW.format(*summary) + "\n",
+                f"--- Object references for driver: pid {pid} ---\n",
+                _REF_ROW.format("IP Address", "PID", "Type", "Call Site", "Status", "Attempt",
+                                "Size", "Reference Type", "Object Ref")]
+        for row in rows[:num_entries] if num_entries is not None else rows:
+            size = row.get("object_size")
+            out.append(_REF_ROW.format(
+                row.get("ip") or "127.0.0.1", str(row.get("pid", pid)),
+                str(row.get("type") or "Driver").capitalize(),
+                str(row.get("call_site") or "disabled"), str(row.get("task_status")),
+                str(row.get("attempt_number", 0)),
+                f"{size} B" if size is not None and size > -1 else "?",
+                str(row.get("reference_type")), str(row.get("object_id"))))
+        out.append("\n")
         store = driver.get("store") or {}
-        out += ["", f"--- Summary for driver pid {pid} (node {str(driver.get('node_id'))[:12]}, "
-                    f"session {driver.get('session', '')}) ---",
-                f"Object store: {format_bytes(store.get('bytes_in_memory', 0))} in memory, "
-                f"{format_bytes(store.get('bytes_spilled', 0))} spilled, capacity "
-                f"{format_bytes(store.get('capacity', 0))}"]
-        if rows:
-            table = [[r["object_id"], r.get("reference_type"), r.get("task_status"),
-                      format_bytes(r["object_size"]) if (r.get("object_size") or -1) >= 0
-                      else "?", r.get("call_site")] for r in rows]
-            out += _plain_table(["OBJECT_ID", "REFERENCE_TYPE", "TASK_STATUS", "SIZE",
-                                 "CALL_SITE"], table)
-        else:
-            out.append(" (no object references)")
-        size = sum(max(0, r.get("object_size") or 0) for r in rows)
-        out.append(f"{len(rows)} reference(s), {format_bytes(size)}")
-        grand += size
-        count += len(rows)
-    out += ["", "--- Aggregate object store stats across all drivers ---",
-            f"{count} reference(s) in {len(drivers)} driver(s), {format_bytes(grand)}"]
-    return "\n".join(out) + "\n"
+        used += store.get("bytes_in_memory", 0)
+        capacity += store.get("capacity", 0)
+        count += store.get("objects", 0)
+    full = round(100 * used / capacity, 2) if capacity else 0
+    out += ["--- Aggregate object store stats across all drivers ---\n",
+            f"Plasma memory usage {used // (1024 * 1024)} MiB, {count} objects, {full}% full\n"]
+    return "".join(out)
