@@ -56,6 +56,12 @@ REFUSED: dict[str, str] = {
     "ray.rllib:": _LIBRARY,
     "ray.workflow:": _LIBRARY,
     "ray.autoscaler:": "Ray's cluster autoscaler; a miniray node is one host",
+    "ray.util.state:list_cluster_events": "miniray keeps no event history; `list_tasks` and "
+                                          "`list_actors` show the current state",
+    "ray.util.state:list_runtime_envs": "runtime environments are set up in each worker at "
+                                        "its start; `list_tasks(detail=True)` shows what runs",
+    "ray.util.state:StateApiClient": "Ray's HTTP client of the dashboard's state server; call "
+                                     "the module's functions (`list_tasks`, ...) instead",
     "ray.job_submission:": "Ray's job server; run the script with `miniray run` instead",
     "ray.util.collective:": "Ray's collective-communication library (NCCL/gloo groups)",
     # Ray Client proxies a driver to a remote cluster over gRPC; a miniray driver runs on the
@@ -92,7 +98,6 @@ MISSING: dict[str, str] = {
     "ray.util:ray_debugpy": _DEBUGGER,
     "ray.util.accelerators:NVIDIA_A100_40G": _NOT_IN_RAY,
     "ray.util.accelerators:NVIDIA_A100_80G": _NOT_IN_RAY,
-    "ray.util.state:*": _OBSERVABILITY,
     "ray.experimental.tqdm_ray:RAY_TQDM_MAGIC": _TQDM_INTERNAL,
     "ray.experimental.tqdm_ray:instance": _TQDM_INTERNAL,
     "ray.experimental.tqdm_ray:real_tqdm": "the `tqdm` package as Ray imports it, if installed; "

@@ -81,7 +81,138 @@ def _parser() -> argparse.ArgumentParser:
                              "for resources, by function name and resource shape")
     status.set_defaults(func=_cmd_status)
     _add_logs(sub)
+    _add_state_commands(sub)
     return parser
+
+
+_LIST_RESOURCES = ("actors", "tasks", "objects", "nodes", "workers", "jobs", "placement-groups")
+_GET_RESOURCES = ("actors", "tasks", "objects", "nodes", "workers", "jobs", "placement-groups")
+_ADDRESS_HELP = ("the node (host:port) or session directory to read (default: RAY_ADDRESS, "
+                 "else every live miniray session of this user on this host)")
+_TIMEOUT_HELP = "seconds to wait for each driver's answer (default 30)"
+
+
+def _add_state_commands(sub) -> None:
+    """``miniray list|get|summary|memory``: Ray's state CLI, with Ray's options."""
+    lister = sub.add_parser("list", help="list tasks, actors, objects, nodes, workers, jobs or "
+                                         "placement groups (as `ray list`)")
+    lister.add_argument("resource", choices=_LIST_RESOURCES, help="what to list")
+    lister.add_argument("-f", "--filter", action="append", default=[], metavar="KEY=VALUE",
+                        help="keep rows where KEY=VALUE or KEY!=VALUE (repeatable; strings "
+                             "compare without case), e.g. --filter state=RUNNING")
+    lister.add_argument("--limit", type=int, default=100,
+                        help="the most rows to print (default 100)")
+    lister.add_argument("--detail", action="store_true",
+                        help="every column, not only the default ones")
+    lister.add_argument("--format", choices=("default", "json", "yaml", "table"),
+                        default="default", help="output format (default: a table)")
+    lister.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    lister.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
+    lister.set_defaults(func=_cmd_list)
+    getter = sub.add_parser("get", help="one task, actor, object, node, worker or job by id "
+                                        "(as `ray get`)")
+    getter.add_argument("resource", choices=_GET_RESOURCES, help="what to get")
+    getter.add_argument("id", help="its id (hex, as `miniray list` prints it)")
+    getter.add_argument("--format", choices=("default", "json", "yaml"), default="default",
+                        help="output format (default: YAML)")
+    getter.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    getter.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
+    getter.set_defaults(func=_cmd_get)
+    summary = sub.add_parser("summary", help="tasks, actors or objects counted by name and "
+                                             "state (as `ray summary`)")
+    summary.add_argument("resource", choices=("tasks", "actors", "objects"),
+                         help="what to summarize")
+    summary.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    summary.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
+    summary.set_defaults(func=_cmd_summary)
+    memory = sub.add_parser("memory", help="object references per driver with their sizes "
+                                           "(as `ray memory`)")
+    memory.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    memory.add_argument("--stats-only", action="store_true",
+                        help="only each driver's store statistics, no reference table")
+    memory.add_argument("--num-entries", "-n", type=int, default=None,
+                        help="the most references to print per driver (default: all)")
+    memory.add_argument("--sort-by", choices=("PID", "OBJECT_SIZE", "REFERENCE_TYPE"),
+                        default="OBJECT_SIZE",
+                        help="order of each driver's references (default OBJECT_SIZE, "
+                             "largest first)")
+    memory.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
+    memory.set_defaults(func=_cmd_memory)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from miniray._private import state_api  # lazy, as above
+    from miniray._private.core import state_rows
+
+    resource = args.resource.replace("-", "_")
+    try:
+        filters = [state_rows.parse_filter(text) for text in args.filter]
+        found = state_api.list_resource(resource, args.address, filters, args.limit,
+                                        args.timeout, args.detail, False)
+    except (ValueError, ConnectionError, NotImplementedError, TimeoutError) as error:
+        return _error(str(error))
+    print(state_rows.format_list(resource, found, args.format, args.detail))
+    return 0
+
+
+def _cmd_get(args: argparse.Namespace) -> int:
+    from miniray._private import state_api  # lazy, as above
+    from miniray._private.core import state_rows
+
+    resource = args.resource.replace("-", "_")
+    try:
+        if resource == "objects":
+            found = state_api.list_resource(resource, args.address,
+                                            [("object_id", "=", args.id)], None,
+                                            args.timeout, True, False)
+        else:
+            row = state_api.get_resource(resource, args.id, args.address, args.timeout)
+            found = [row] if row is not None else []
+    except (ValueError, ConnectionError, NotImplementedError, TimeoutError) as error:
+        return _error(str(error))
+    print(state_rows.format_get(found, args.id, args.format))
+    return 0 if found else 1
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from miniray._private import state_api  # lazy, as above
+    from miniray._private.core import state_rows
+
+    try:
+        doc = state_api.summarize(args.resource, args.address, args.timeout, False)
+    except (ValueError, ConnectionError, NotImplementedError, TimeoutError) as error:
+        return _error(str(error))
+    print(state_rows.format_summary(args.resource, doc))
+    return 0
+
+
+def _cmd_memory(args: argparse.Namespace) -> int:
+    import os
+
+    from miniray._private import state_api  # lazy, as above
+    from miniray._private.core import state_rows
+
+    try:
+        views = state_api.gather(args.address, args.timeout)
+    except (ValueError, ConnectionError, NotImplementedError, TimeoutError) as error:
+        return _error(str(error))
+    drivers = []
+    objects: dict[int, list] = {}
+    order = {"PID": lambda r: r.get("pid") or 0,
+             "OBJECT_SIZE": lambda r: -(r.get("object_size") or 0),
+             "REFERENCE_TYPE": lambda r: r.get("reference_type") or ""}[args.sort_by]
+    for view in views:
+        for doc in view.drivers:
+            driver = dict(doc["driver"], session=os.path.basename(view.session_dir))
+            drivers.append(driver)
+            objects[driver["pid"]] = [] if args.stats_only else sorted(doc["objects"],
+                                                                         key=order)
+    if not drivers:
+        print("No miniray driver is running.", file=sys.stderr)
+        return 1
+    sys.stdout.write(state_rows.format_memory(drivers, objects, sort_by=args.sort_by,
+                                              num_entries=args.num_entries))
+    return 0
 
 
 def _add_logs(sub) -> None:
@@ -335,14 +466,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
     except (ValueError, ConnectionError, NotImplementedError) as error:
         return _error(str(error))
     foreign = node_status.collect_foreign(config.tmpdir_root())
-    if not records:
-        print("No miniray node is running. Start one with `miniray start --head`.",
-              file=sys.stderr)
+    # Sessions of init() (the driver is the node) are shown too, unless one node was named.
+    embedded = node_status.collect_embedded(config.tmpdir_root()) if address is None else []
+    if not records and not embedded:
+        print("No miniray node is running. Start one with `miniray start --head` (a program "
+              "that calls init() shows here too while it runs).", file=sys.stderr)
         line = node_status.foreign_line(foreign)
         if line:
             print(line, file=sys.stderr)
         return 1
     views, host = node_status.collect(records)
+    views += embedded
     sys.stdout.write(node_status.format_status(views, host, time.time(), foreign,
                                                verbose=args.verbose))
     return 0

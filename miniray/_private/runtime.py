@@ -325,6 +325,31 @@ class Runtime:
             owner=self.owner, pid=self.pid, node_id=self.node_id,
             holder_for_detached=getattr(self, "node_pid", self.pid),
             totals=self.ledger.totals())
+        self._serve_state()
+
+    def _serve_state(self) -> None:
+        """Every driver answers state requests (``ray.util.state``, ``miniray list``) on
+        its own socket in the session: reading its state costs the task path nothing."""
+        from miniray._private.owner import state_records  # lazy: see the note at the imports
+        from miniray._private.transport import state_socket  # lazy: as above
+
+        ids_ = {"job_id": self.job_id, "node_id": self.node_id, "worker_id": self.worker_id,
+                "pid": self.pid, "namespace": self.namespace,
+                "session_dir": self.session_dir, "address": self.address,
+                "actor_service": AS_ACTOR_SERVICE}
+        owner = self.owner
+
+        def snapshot() -> dict:
+            return state_records.dumpable(
+                state_records.snapshot(owner, owner.state_records, ids_))
+
+        self.state_server = None
+        try:
+            self.state_server = state_socket.StateServer(
+                state_socket.socket_path(self.session_dir), snapshot)
+        except OSError as error:  # the session works without it; only observing it fails
+            logger.warning("miniray: cannot serve this driver's state (%s); `miniray list` "
+                           "and ray.util.state will not see it", error)
 
     def _prestart_workers(self) -> None:
         """Idle workers for the default shape, and ``init()`` returns once the first is
@@ -577,6 +602,9 @@ class Runtime:
         if self._shut:
             return
         self._shut = True
+        server = getattr(self, "state_server", None)
+        if server is not None:  # first: a reader never sees a driver half torn down
+            server.close()
         try:
             self.owner.shutdown()
         finally:

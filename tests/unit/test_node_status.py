@@ -178,6 +178,19 @@ def test_status_says_what_other_pid_namespaces_own():
     assert "1 session(s) / 3 segment(s) of other PID namespaces left alone" in out
 
 
+def test_object_store_row_shows_what_the_drivers_stores_hold():
+    """The store is never leased, so the ledger says 0 used: the row adds up the stores'
+    bytes in memory instead (the Object stores section's numbers)."""
+    mib = 1 << 20
+    stores = {11: {"objects": 1, "bytes_in_memory": 10 * mib, "capacity": 2 * GIB},
+              12: {"objects": 2, "bytes_in_memory": 6 * mib, "capacity": 2 * GIB}}
+    text = format_status([view(state(), stores=stores)], None, NOW)
+    resources = rows(section(text, "Resources"))
+    assert resources["object_store_memory"][:2] == ["16.00MiB", "2.00GiB"]
+    bare = rows(section(format_status([view(state())], None, NOW), "Resources"))
+    assert bare["object_store_memory"][0] == "0B"  # no store statistics: nothing to add
+
+
 def test_verbose_lists_each_drivers_demands_by_name_and_shape():
     stores = {
         200: {"objects": 0, "demands": [["f", "CPU=1", 3, False], ["big", "CPU=64", 1, True]]},

@@ -161,3 +161,12 @@ RAY_ALIAS_ENV = "MINIRAY_RAY_ALIAS"
 def ray_alias_requested() -> bool:
     """Set by ``miniray run`` so workers resolve ``import ray`` to miniray too."""
     return _flag(RAY_ALIAS_ENV, False)
+
+
+def state_max_tasks() -> int:
+    """``MINIRAY_STATE_MAX_TASKS``: how many finished tasks and actor calls each driver keeps
+    for ``ray.util.state`` and ``miniray list tasks`` (default 10000; the oldest go first)."""
+    try:
+        return max(0, int(os.environ.get("MINIRAY_STATE_MAX_TASKS", "10000")))
+    except ValueError:
+        return 10000

@@ -32,7 +32,8 @@ from miniray._private.ledger.ledger import Ledger
 from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client
 
-__all__ = ["NodeView", "collect", "format_bytes", "format_status", "format_uptime"]
+__all__ = ["NodeView", "collect", "collect_embedded", "format_bytes", "format_status",
+           "format_uptime"]
 
 RULE = "-" * 72
 _BYTES = ("memory", "object_store_memory")
@@ -52,6 +53,7 @@ class NodeView:
     dead_holders: frozenset = field(default_factory=frozenset)  # lease holders no longer alive
     gpu_keys: list = field(default_factory=list)
     stores: dict = field(default_factory=dict)  # driver pid -> its object store's statistics
+    embedded: bool = False  # an init() session: the node lives in its driver
 
 
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
@@ -86,6 +88,38 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
         except (OSError, ValueError, RuntimeError) as error:
             host = {"path": os.path.join(host_dir, LEDGER_NAME), "error": str(error)}
     return views, host
+
+
+def collect_embedded(root: str, timeout: float = 5.0) -> list[NodeView]:
+    """The live ``init()`` sessions of ``root`` (no ``miniray start`` node: the driver is the
+    node), each read from its driver's state socket (``state_api.gather``) and ledger."""
+    from miniray._private import state_api  # lazy: only status and the state CLI need it
+
+    views = []
+    for path in state_api.live_sessions(root):
+        if os.path.exists(os.path.join(path, node_client.RECORD_FILE)):
+            continue  # a node's session: collect() shows it
+        try:
+            gathered = state_api.gather(path, timeout, root)
+        except (OSError, ValueError):
+            continue
+        docs = gathered[0].drivers if gathered else []
+        if not docs:
+            continue  # starting or leaving: nothing to show yet
+        driver = docs[0]["driver"]
+        state = None
+        try:
+            state = Ledger(os.path.join(path, "ledger.json")).snapshot()
+        except (OSError, ValueError):
+            pass
+        drivers = [{"pid": d["driver"]["pid"],
+                    "workers": sum(1 for w in d["workers"] if w["worker_type"] == "WORKER")}
+                   for d in docs]
+        stores = {d["driver"]["pid"]: d["driver"].get("store") or {} for d in docs}
+        views.append(NodeView(driver["node_id"], driver["pid"], "(embedded in its driver)",
+                              driver["started_at"], path, state, drivers, frozenset(), [],
+                              stores, embedded=True))
+    return views
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -203,7 +237,10 @@ def _node_sections(view: NodeView, verbose: bool = False) -> list[str]:
     state = view.state
     if state is None:
         return out + [f" (ledger unreadable in {view.session_dir})", ""]
-    used = state.used()
+    used = dict(state.used())
+    if view.stores:  # the store is not leased: its use is what the drivers' stores hold
+        used["object_store_memory"] = round(UNIT * sum(
+            st.get("bytes_in_memory", 0) for st in view.stores.values()))
     rows = []
     for name, total in sorted(state.totals.items(), key=_order):
         if name.startswith("node:"):
@@ -325,7 +362,8 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
     a newline. Pure: everything it shows is in its arguments."""
     stamp = datetime.datetime.fromtimestamp(now).strftime("%Y-%m-%d %H:%M:%S")
     out = [f"======== miniray status: {stamp} ========", "Node status", RULE]
-    rows = [[f"node_{v.node_id[:12]}", str(v.pid), v.address,
+    rows = [[f"node_{v.node_id[:12]}", f"{v.pid} (driver)" if v.embedded else str(v.pid),
+             v.address,
              format_uptime(now - v.started_at), os.path.basename(v.session_dir)] for v in nodes]
     out += _table(["node", "pid", "address", "uptime", "session"], rows, {1})
     out.append("")

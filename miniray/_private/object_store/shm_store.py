@@ -678,6 +678,14 @@ class SharedMemoryStore:
 
     # --- observing ------------------------------------------------------------------------------
 
+    def sizes(self) -> dict[bytes, int]:
+        """Each stored object's size in bytes (inline payloads, segments, spill files), for
+        ``ray.util.state.list_objects`` and ``miniray memory``."""
+        with self._lock:
+            out = {object_id: len(data) for object_id, data in self._inline.items()}
+            out.update((object_id, e.size) for object_id, e in self._entries.items())
+            return out
+
     def statistics(self) -> dict:
         with self._lock:
             segments = sum(1 for e in self._entries.values() if e.kind == "shm")

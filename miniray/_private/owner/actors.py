@@ -192,6 +192,7 @@ class ActorManager:
     def __init__(self, owner: ActorsOwner):
         self.owner = owner
         self.actors: dict[bytes, _Actor] = {}
+        self.records = None  # state_records.StateRecords, given by the owner: finished calls
         self.names: dict[tuple[str, str], bytes] = {}
         self.calls: dict[bytes, _Call] = {}
         self.pending: list[_Actor] = []  # waiting for a lease and a worker, in order
@@ -641,6 +642,8 @@ class ActorManager:
             exported, call.exported = call.exported, []
             self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
+        if self.records is not None:
+            self.records.call_done(call.actor, spec, results)
         objects = self.owner.objects
         if spec.deps:
             objects.release([object_id for _position, object_id in spec.deps])

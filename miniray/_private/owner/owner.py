@@ -62,6 +62,7 @@ from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.requests import WorkerRequests
+from miniray._private.owner.state_records import StateRecords
 from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.waiting import WaitWatch
@@ -129,6 +130,8 @@ class Owner:
         self.streams = Streams(self.objects)
         self.actors = ActorManager(self)
         self.pgs = None  # the placement groups (placement_groups.py), set by the runtime
+        # Finished tasks and calls, kept (bounded) for ray.util.state and `miniray list`.
+        self.state_records = self.actors.records = StateRecords()
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
@@ -168,7 +171,8 @@ class Owner:
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
-            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel)
+            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
+            records=self.state_records)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+import time
 from typing import Any
 
 from miniray._private.core import ids, protocol, scheduling, serialization
@@ -40,7 +41,7 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned",
+        "children", "parent", "pinned", "created",
     )
 
     def __init__(self, spec, key):
@@ -54,6 +55,7 @@ class Task:
         self.children: list | None = None
         self.parent = None
         self.pinned = False  # its argument objects are pinned in the store while it runs
+        self.created = time.time()  # its creation_time_ms in ray.util.state
 
 
 class _DepWaiter:
@@ -87,8 +89,9 @@ class TaskQueue:
     ``kill_worker(worker)`` and ``signal_cancel(worker, task_id)`` (cancellation's acts)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel):
+                 kill_worker, signal_cancel, records=None):
         self.objects = objects
+        self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
         self.node_state = node_state
         self._unpin_deps = unpin_deps
@@ -310,6 +313,8 @@ class TaskQueue:
     def complete(self, task: Task, results: list) -> None:
         task.state = T_DONE
         spec = task.spec
+        if self.records is not None:
+            self.records.task_done(task, results)
         self.by_id.pop(spec.task_id, None)
         objects = self.objects
         for object_id, (kind, data) in zip(spec.return_ids, results):

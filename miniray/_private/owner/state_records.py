@@ -1,0 +1,247 @@
+"""What one driver shows of its work to ``ray.util.state`` and ``miniray list``: the finished
+tasks it remembers, and the snapshot of everything it owns.
+
+Owns: the bounded record of finished tasks and actor calls (``task_done`` and ``call_done``,
+one call per completion, a tuple appended to a bounded deque: the task path pays nothing
+more), and
+``snapshot``, which reads the owner's own tables (tasks waiting or running, actors and their
+calls, objects, workers) under the owner's lock when someone asks, and turns them into rows
+with Ray 2.60's field names and value spellings (``ray.util.state.common``: TaskState,
+ActorState, ObjectState, WorkerState). Live work is never recorded separately: it is read
+where the owner already keeps it.
+Does not own: serving the snapshot (``transport/state_socket.py``), nor filtering and
+formatting rows for readers (``core/state_rows.py``).
+Called by: ``tasks.TaskQueue.complete`` and ``actors.ActorManager._finish`` (the records),
+``runtime.py`` (the snapshot, from the state socket's thread).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import sys
+import time
+from typing import Any
+
+from miniray._private.core import config, protocol, serialization
+from miniray._private.core.scheduling import T_QUEUED, T_RUNNING, T_WAITING
+from miniray._private.owner.object_table import PENDING
+
+# Ray's task states for the owner's (scheduling.T_*); infeasible tasks wait for a node.
+_TASK_STATE = {T_WAITING: "PENDING_ARGS_AVAIL", T_QUEUED: "PENDING_NODE_ASSIGNMENT",
+               T_RUNNING: "RUNNING"}
+# Ray's ErrorType names for the errors a task's refs can hold (the rest: their own class).
+_ERROR_TYPE = {
+    "RayTaskError": "TASK_EXECUTION_EXCEPTION",
+    "WorkerCrashedError": "WORKER_DIED",
+    "TaskCancelledError": "TASK_CANCELLED",
+    "ActorDiedError": "ACTOR_DIED",
+    "ActorUnavailableError": "ACTOR_UNAVAILABLE",
+    "RuntimeEnvSetupError": "RUNTIME_ENV_SETUP_FAILED",
+    "OutOfMemoryError": "OUT_OF_MEMORY",
+    "ObjectLostError": "OBJECT_UNRECONSTRUCTABLE",
+    "OwnerDiedError": "OBJECT_UNRECONSTRUCTABLE_OWNER_DIED",
+    "RaySystemError": "WORKER_DIED",
+}
+_TASK, _CREATION, _ACTOR_TASK = "NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK"
+_ERR = protocol.ERR
+_NO_RESULT = (protocol.OK, None)
+_now = time.time
+
+
+class StateRecords:
+    """The finished tasks and the finished actor calls of one driver, newest last, at most
+    ``config.state_max_tasks()`` of each. Appended under the owner's lock; read under it."""
+
+    def __init__(self, maxlen: int | None = None):
+        maxlen = config.state_max_tasks() if maxlen is None else maxlen
+        self.tasks: collections.deque = collections.deque(maxlen=maxlen)
+        self.calls: collections.deque = collections.deque(maxlen=maxlen)
+        self._append_task = self.tasks.append  # bound once: this runs for every task
+        self.started_at = time.time()
+
+    def task_done(self, task, results: list) -> None:
+        """*Locked.* ``task`` (``tasks.Task``) completed with ``results``. The error bytes of a
+        failure are kept as they are: they are read only when someone asks."""
+        spec = task.spec
+        worker = task.worker
+        first = results[0] if results else _NO_RESULT
+        self._append_task((spec.task_id, spec.name, spec.function_name, spec.request,
+                           worker.pid if worker is not None else None,
+                           first[1] if first[0] == _ERR else None, _now(), task.created))
+
+    def call_done(self, actor, spec, results: list) -> None:
+        """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed."""
+        first = results[0] if results else _NO_RESULT
+        worker = actor.worker
+        self.calls.append((spec.task_id, f"{actor.spec.class_name}.{spec.call_name}",
+                           actor.spec.actor_id,
+                           actor.pid or (worker.pid if worker is not None else None),
+                           first[1] if first[0] == _ERR else None, _now()))
+
+
+def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
+    """``(error_type, error_message)`` for a failed task's error bytes (Ray's ErrorType
+    names), ``(None, None)`` for a success."""
+    if data is None:
+        return None, None
+    try:
+        error = serialization.loads(data)
+    except Exception as failure:  # a class the driver cannot import: still a failure
+        return "TASK_EXECUTION_EXCEPTION", f"(error not readable here: {failure!r})"
+    names = [cls.__name__ for cls in type(error).__mro__]
+    for name in names:
+        if name in _ERROR_TYPE:
+            return _ERROR_TYPE[name], str(error)
+    return type(error).__name__, str(error)
+
+
+def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
+              state: str, ids: dict, error=(None, None), end: float | None = None,
+              created: float | None = None) -> dict:
+    return {
+        "task_id": task_id.hex(), "attempt_number": 0, "name": name, "state": state,
+        "job_id": ids["job_id"], "actor_id": actor_id.hex() if actor_id else None,
+        "type": kind, "func_or_class_name": func, "parent_task_id": None,
+        "node_id": ids["node_id"] if pid else None, "worker_id": None, "worker_pid": pid,
+        "error_type": error[0], "language": "PYTHON",
+        "required_resources": ({k: float(v) for k, v in request.items()}
+                               if request is not None else {}),
+        "runtime_env_info": None, "placement_group_id": None,
+        "creation_time_ms": int(created * 1000) if created else None,
+        "start_time_ms": None, "end_time_ms": int(end * 1000) if end else None,
+        "error_message": error[1], "call_site": None,
+    }
+
+
+def _short(function_name: str) -> str:
+    return function_name.rsplit(".", 1)[-1]
+
+
+def snapshot(owner, records: StateRecords, ids: dict) -> dict:
+    """Everything the driver owns, as Ray's rows: ``{"driver", "tasks", "actors", "objects",
+    "workers"}``. ``ids``: ``job_id``, ``node_id``, ``worker_id`` and ``pid`` of the driver.
+    Reads the owner's tables under its lock, then builds rows after it (errors unpickled
+    there)."""
+    with owner.locked():
+        # Refs made or dropped since the I/O thread's last turn count too: a reader sees
+        # what the program holds now.
+        owner.objects.apply_ref_events()
+        live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created)
+                for t in owner.tasks.by_id.values()]
+        done_tasks = list(records.tasks)
+        done_calls = list(records.calls)
+        actors = []
+        for actor in owner.actors.actors.values():
+            calls = [(c.spec, True) for c in actor.inflight.values()]
+            calls += [(c.spec, False) for c in actor.queue]
+            pid = actor.pid or (actor.worker.pid if actor.worker is not None else None)
+            actors.append((actor.spec, actor.state, pid, actor.death, actor.restarts,
+                           actor.remote, calls, actor.init_failed))
+        objects = [(object_id, e.state, e.kind, e.refs, e.holders, e.borrows, e.escaped)
+                   for object_id, e in owner.objects.entries.items()]
+        workers = [(w.pid, bool(w.inflight), w.actor is not None, w.blocked)
+                   for w in owner.workers.by_pid.values() if not w.dead]
+    sizes = owner.store.sizes()
+    tasks = []
+    for spec, state, pid, created in live:
+        tasks.append(_task_row(_TASK, spec.task_id, spec.name, _short(spec.function_name),
+                               None, pid if state == T_RUNNING else None, spec.request,
+                               _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids,
+                               created=created))
+    actor_rows = []
+    for spec, state, pid, death, restarts, remote, calls, init_failed in actors:
+        creation = f"{spec.class_name}.__init__"
+        c_state = {"ALIVE": "FINISHED", "DEAD": "FAILED" if init_failed else "FINISHED"}.get(
+            state, "PENDING_NODE_ASSIGNMENT")
+        tasks.append(_task_row(_CREATION, spec.actor_id + b"\x00" * 8, creation, creation,
+                               spec.actor_id, pid, getattr(spec, "placement", None) or {},
+                               c_state, ids))
+        for call_spec, running in calls:
+            name = f"{spec.class_name}.{call_spec.call_name}"
+            tasks.append(_task_row(_ACTOR_TASK, call_spec.task_id, name, name, spec.actor_id,
+                                   pid if running else None, None,
+                                   "RUNNING" if running else "PENDING_ARGS_AVAIL", ids))
+        death_cause = None
+        if state == "DEAD" and death is not None:
+            message = error_fields(death)[1] or ""
+            # Its worker is gone; the death message names the pid it had (from_context).
+            found = re.search(r"^\tpid: (\d+)$", message, re.M)
+            pid = pid or (int(found.group(1)) if found else None)
+            death_cause = {"actor_died_error_context": {
+                "error_message": message, "pid": pid,
+                "class_name": spec.class_name, "actor_id": spec.actor_id.hex(),
+                "name": spec.name or "", "ray_namespace": spec.namespace}}
+        actor_rows.append({
+            "actor_id": spec.actor_id.hex(), "class_name": spec.class_name, "state": state,
+            "job_id": ids["job_id"], "name": spec.name or "",
+            "node_id": ids["node_id"] if pid else None, "pid": pid,
+            "ray_namespace": spec.namespace, "serialized_runtime_env": None,
+            "required_resources": {k: float(v) for k, v in
+                                   (getattr(spec, "placement", None) or {}).items()},
+            "death_cause": death_cause, "is_detached": bool(spec.detached),
+            "placement_group_id": None, "repr_name": "", "num_restarts": restarts,
+            "num_restarts_due_to_lineage_reconstruction": 0,
+            "num_restarts_due_to_node_preemption": 0, "call_site": None,
+            "owned_by_actor_service": bool(remote),
+        })
+    for task_id, name, func, request, pid, err, end, created in done_tasks:
+        tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
+                               "FAILED" if err is not None else "FINISHED", ids,
+                               error_fields(err), end, created))
+    for task_id, name, actor_id, pid, err, end in done_calls:
+        tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
+                               "FAILED" if err is not None else "FINISHED", ids,
+                               error_fields(err), end))
+    object_rows = []
+    for object_id, state, kind, refs, holders, borrows, escaped in objects:
+        if holders:
+            reference = "USED_BY_PENDING_TASK"
+        elif refs:
+            reference = "LOCAL_REFERENCE"
+        elif borrows or escaped:
+            reference = "CAPTURED_IN_OBJECT" if escaped else "BORROWED"
+        else:
+            reference = "PINNED_IN_MEMORY"
+        object_rows.append({
+            "object_id": object_id.hex(), "object_size": sizes.get(object_id, -1)
+            if state != PENDING else -1,
+            "task_status": "FINISHED" if state != PENDING else "PENDING_NODE_ASSIGNMENT",
+            "attempt_number": 0, "reference_type": reference, "call_site": "disabled",
+            "type": "DRIVER", "pid": ids["pid"], "ip": "127.0.0.1",
+            "error": kind == protocol.ERR,
+        })
+    worker_rows = [{
+        "worker_id": ids["worker_id"], "is_alive": True, "worker_type": "DRIVER",
+        "exit_type": None, "node_id": ids["node_id"], "ip": "127.0.0.1", "pid": ids["pid"],
+        "exit_detail": None, "worker_launch_time_ms": int(records.started_at * 1000),
+        "worker_launched_time_ms": int(records.started_at * 1000),
+        "start_time_ms": int(records.started_at * 1000), "end_time_ms": None,
+        "debugger_port": None, "num_paused_threads": None,
+    }]
+    for pid, _busy, _hosts_actor, _blocked in workers:
+        worker_rows.append({
+            "worker_id": f"{pid:056x}", "is_alive": True, "worker_type": "WORKER",
+            "exit_type": None, "node_id": ids["node_id"], "ip": "127.0.0.1", "pid": pid,
+            "exit_detail": None, "worker_launch_time_ms": None,
+            "worker_launched_time_ms": None, "start_time_ms": None, "end_time_ms": None,
+            "debugger_port": None, "num_paused_threads": None,
+        })
+    driver = dict(ids, started_at=records.started_at, entrypoint=" ".join(
+        [os.path.basename(sys.executable)] + sys.argv), store=owner.store.statistics())
+    return {"driver": driver, "tasks": tasks, "actors": actor_rows, "objects": object_rows,
+            "workers": worker_rows}
+
+
+def dumpable(doc: Any) -> Any:
+    """``doc`` with every value JSON can write (bytes as hex)."""
+    if isinstance(doc, dict):
+        return {str(k): dumpable(v) for k, v in doc.items()}
+    if isinstance(doc, (list, tuple)):
+        return [dumpable(v) for v in doc]
+    if isinstance(doc, bytes):
+        return doc.hex()
+    if doc is None or isinstance(doc, (str, int, float, bool)):
+        return doc
+    return str(doc)

@@ -1,0 +1,284 @@
+"""The bodies of ``ray.util.state`` and of ``miniray list/summary/get/memory``.
+
+Owns: choosing which sessions a reader means (``address``: this process's own session, a
+node's address, a session directory, or every live session of the user's root), asking
+each live driver of those sessions for its snapshot over its state socket, and turning the
+snapshots into Ray's rows for every resource (nodes and jobs are made here: a node is a
+session, a job is a driver), merged, filtered, limited and typed (``core/state_rows.py``).
+A driver that does not answer is a missing part of the output: ``raise_on_missing_output``
+decides, as in Ray, whether that raises or warns.
+Does not own: the snapshot (``owner/state_records.py``), the socket
+(``transport/state_socket.py``), nor printing (``core/state_rows.py``).
+Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import warnings
+from dataclasses import dataclass, field
+
+from miniray._private.core import config, context, state_rows
+from miniray._private.core.resources import from_units
+from miniray._private.host import procinfo, session, worker_logs
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.transport import node_client, state_socket
+
+DEFAULT_LIMIT = 100
+DEFAULT_TIMEOUT = 30
+
+
+class RayStateApiException(Exception):
+    """Ray's error of the state API (``ray.util.state.exception.RayStateApiException``)."""
+
+
+@dataclass
+class SessionView:
+    """One session as the state API sees it: its directory, its node record (None for an
+    embedded ``init()`` session), and the snapshots of its live drivers."""
+
+    session_dir: str
+    record: object | None = None
+    drivers: list = field(default_factory=list)
+    missing: list = field(default_factory=list)  # (pid, why) of drivers that did not answer
+
+
+def _own_session() -> str | None:
+    runtime = context.current()
+    if runtime is None:
+        return None
+    path = getattr(runtime, "session_dir", None)
+    if path is None:  # a worker's runtime: its driver's session came in HELLO
+        path = (getattr(runtime, "info", None) or {}).get("session_dir")
+    return path or None
+
+
+def session_dirs(address: str | None = None, root: str | None = None) -> list[str]:
+    """The sessions ``address`` names. None or ``"auto"``: this process's own session when it
+    has one, else ``RAY_ADDRESS``'s node when set, else every live session of ``root``. A
+    node's ``"host:port"``, a session directory or its name: that one. ConnectionError when
+    nothing matches."""
+    root = root or config.tmpdir_root()
+    if address in (None, "", "auto"):
+        own = _own_session()
+        if own is not None:
+            return [own]
+        address = os.environ.get("RAY_ADDRESS") or None
+        if address in (None, "", "auto"):
+            return live_sessions(root)
+    candidate = address if os.path.isabs(address) else os.path.join(root, address)
+    if os.path.basename(candidate).startswith(session.SESSION_PREFIX):
+        if not os.path.isdir(candidate):
+            raise ConnectionError(f"no miniray session {address!r} under {root}.")
+        return [candidate]
+    record = node_client.find_node(address, root)
+    if record is None:
+        raise ConnectionError(f"no miniray node at {address!r}.")
+    return [record.session_dir]
+
+
+def live_sessions(root: str) -> list[str]:
+    """Every session directory of ``root`` whose owner still runs, oldest first."""
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    here = procinfo.identity()
+    out = []
+    for name in names:
+        if not name.startswith(session.SESSION_PREFIX):
+            continue
+        path = os.path.join(root, name)
+        if session.owner_verdict(path, here) == "alive":
+            out.append(path)
+    return out
+
+
+def gather(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+           root: str | None = None) -> list[SessionView]:
+    """Each session ``address`` names, with the snapshot of each of its live drivers."""
+    views = []
+    for path in session_dirs(address, root):
+        record = node_client.read_record(os.path.join(path, node_client.RECORD_FILE))
+        view = SessionView(path, record)
+        for pid, sock in state_socket.live_sockets(path):
+            try:
+                doc = state_socket.ask(sock, timeout)
+            except (OSError, ValueError) as error:
+                view.missing.append((pid, str(error)))
+                continue
+            if "error" in doc:
+                view.missing.append((pid, doc["error"]))
+                continue
+            view.drivers.append(doc)
+        views.append(view)
+    return views
+
+
+def _node_row(view: SessionView) -> dict | None:
+    record = view.record
+    driver = view.drivers[0]["driver"] if view.drivers else None
+    node_id = getattr(record, "node_id", None) or (driver or {}).get("node_id")
+    if not node_id:
+        return None
+    started = getattr(record, "started_at", None) or (driver or {}).get("started_at")
+    try:
+        state = Ledger(os.path.join(view.session_dir, "ledger.json")).snapshot()
+        totals = {name: from_units(units) for name, units in state.totals.items()}
+    except (OSError, ValueError):
+        totals = {}
+    return {
+        "node_id": node_id, "node_ip": "127.0.0.1", "is_head_node": True, "state": "ALIVE",
+        "state_message": None, "node_name": "127.0.0.1", "resources_total": totals,
+        "labels": {"ray.io/node-id": node_id},
+        "start_time_ms": int(started * 1000) if started else None, "end_time_ms": None,
+        # Not Ray's: how to reach it, and where it lives.
+        "address": getattr(record, "address", None) or "(embedded in its driver)",
+        "session_dir": view.session_dir,
+    }
+
+
+def _job_row(driver: dict) -> dict:
+    return {
+        "job_id": driver["job_id"], "submission_id": None, "entrypoint": driver["entrypoint"],
+        "type": "DRIVER", "status": "RUNNING", "message": None, "error_type": None,
+        "driver_info": {"id": driver["worker_id"], "node_ip_address": "127.0.0.1",
+                        "pid": str(driver["pid"])},
+        "start_time": int(driver["started_at"] * 1000), "end_time": None, "metadata": {},
+        "runtime_env": {}, "driver_exit_code": None,
+    }
+
+
+def rows(resource: str, views: list[SessionView]) -> list[dict]:
+    """Every row of ``resource`` in ``views``, merged (full rows, before filtering)."""
+    if resource not in state_rows.SCHEMAS:
+        raise ValueError(f"Unknown resource {resource!r}; one of "
+                         f"{', '.join(state_rows.RESOURCES)}.")
+    out: list[dict] = []
+    if resource == "nodes":
+        return [row for row in map(_node_row, views) if row is not None]
+    if resource == "placement_groups":
+        return []
+    for view in views:
+        for doc in view.drivers:
+            driver = doc["driver"]
+            if resource == "jobs":
+                if not driver.get("actor_service"):
+                    out.append(_job_row(driver))
+            else:
+                out.extend(doc[resource])
+    if resource == "actors":  # a driver's proxy of a service actor: the service's row wins
+        owned = {r["actor_id"] for r in out if not r.get("owned_by_actor_service")}
+        out = [r for r in out if not (r.get("owned_by_actor_service")
+                                      and r["actor_id"] in owned)]
+    return out
+
+
+def _missing(views: list[SessionView], raise_on_missing_output: bool) -> None:
+    missing = [(v.session_dir, pid, why) for v in views for pid, why in v.missing]
+    if not missing:
+        return
+    text = "; ".join(f"driver pid {pid} of {os.path.basename(path)}: {why}"
+                     for path, pid, why in missing)
+    if raise_on_missing_output:
+        raise RayStateApiException(
+            f"Failed to retrieve all data: {text}. Pass raise_on_missing_output=False to get "
+            "the partial data.")
+    warnings.warn(f"Some data is missing from the output: {text}", stacklevel=3)
+
+
+def list_resource(resource: str, address: str | None = None, filters=None,
+                  limit: int = DEFAULT_LIMIT, timeout: float = DEFAULT_TIMEOUT,
+                  detail: bool = False, raise_on_missing_output: bool = True) -> list:
+    """``ray.util.state.list_<resource>``: typed rows, filtered, at most ``limit``."""
+    checked = state_rows.check_filters(resource, filters)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                              or limit < 0):
+        raise ValueError(f"limit must be a non-negative integer, got {limit!r}.")
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}.")
+    views = gather(address, timeout or DEFAULT_TIMEOUT)
+    _missing(views, raise_on_missing_output)
+    found = state_rows.apply_filters(rows(resource, views), checked)
+    if limit is not None:
+        found = found[:limit]
+    return state_rows.shape(resource, found, detail)
+
+
+def get_resource(resource: str, ident: str, address: str | None = None,
+                 timeout: float = DEFAULT_TIMEOUT) -> object | None:
+    """``ray.util.state.get_<resource>``: the row whose id is ``ident`` (detail), or None."""
+    if not isinstance(ident, str):
+        ident = getattr(ident, "hex", lambda: str(ident))()
+    column = state_rows.ID_COLUMN[resource]
+    views = gather(address, timeout or DEFAULT_TIMEOUT)
+    found = [r for r in rows(resource, views) if str(r.get(column)) == ident]
+    if not found:
+        return None
+    return state_rows.shape(resource, found, True)[0]
+
+
+def summarize(resource: str, address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+              raise_on_missing_output: bool = True) -> dict:
+    """``ray.util.state.summarize_<resource>``: Ray's summary document."""
+    views = gather(address, timeout or DEFAULT_TIMEOUT)
+    _missing(views, raise_on_missing_output)
+    found = rows(resource, views)
+    return {"tasks": state_rows.summarize_tasks, "actors": state_rows.summarize_actors,
+            "objects": state_rows.summarize_objects}[resource](found)
+
+
+def list_logs(address: str | None = None, glob_filter: str | None = None) -> dict:
+    """``ray.util.state.list_logs``: the workers' log files of the sessions ``address``
+    names, by kind (``worker_out``, ``worker_err``), as Ray groups a node's files."""
+    out: dict[str, list[str]] = {}
+    for path in session_dirs(address):
+        folder = os.path.join(path, worker_logs.LOGS_DIR)
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("worker-") or not name.endswith((".out", ".err")):
+                continue
+            if glob_filter and not fnmatch.fnmatchcase(name, glob_filter):
+                continue
+            out.setdefault("worker_out" if name.endswith(".out") else "worker_err",
+                           []).append(name)
+    return out
+
+
+def get_log(address: str | None = None, filename: str | None = None,
+            actor_id: str | None = None, task_id: str | None = None, pid: int | None = None,
+            tail: int = 1000, suffix: str = "out", timeout: float = DEFAULT_TIMEOUT) -> str:
+    """``ray.util.state.get_log``'s text: the log of a worker (``pid``), of an actor's
+    processes (``actor_id``), of the worker that ran a task (``task_id``), or a file
+    (``filename``), its last ``tail`` lines. ValueError naming what was not found."""
+    if suffix not in ("out", "err"):
+        raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
+    sessions = session_dirs(address)
+    err = suffix == "err"
+    if filename is not None:
+        paths = worker_logs.find_named(sessions, filename)
+        what = f"file {filename!r}"
+    elif actor_id is not None:
+        found = worker_logs.find_actor_pids(sessions, str(actor_id).lower())
+        paths = [p for p_id in (found[1] if found else ())
+                 for p in worker_logs.find_worker_logs([found[0]], p_id, err)]
+        what = f"actor {actor_id}"
+    elif task_id is not None:
+        task = get_resource("tasks", task_id, address, timeout)
+        if task is None or not task.get("worker_pid"):
+            raise ValueError(f"task {task_id} is not known, or has not run on a worker.")
+        paths = worker_logs.find_worker_logs(sessions, int(task["worker_pid"]), err)
+        what = f"task {task_id} (worker pid {task['worker_pid']})"
+    elif pid is not None:
+        paths = worker_logs.find_worker_logs(sessions, int(pid), err)
+        what = f"worker pid {pid}"
+    else:
+        raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
+    if not paths:
+        raise ValueError(f"no log of {what} in the live sessions: it printed nothing, its "
+                         "session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
+    return worker_logs.read_text(paths, tail)
