@@ -19,7 +19,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from miniray._private.core import config, context, state_rows
+from miniray._private.core import config, context, ids, state_rows
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
@@ -116,6 +116,36 @@ def gather(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
     return views
 
 
+def _group_rows(view: SessionView) -> list[dict]:
+    """The placement groups reserved in ``view``'s ledger, as Ray's rows (pending groups
+    live only in their driver and are not listed)."""
+    ledger = None
+    try:
+        ledger = Ledger(os.path.join(view.session_dir, "ledger.json"))
+        groups = ledger.groups()
+    except (OSError, ValueError):
+        return []
+    finally:
+        if ledger is not None:
+            ledger.close()
+    rows = []
+    for pg_hex, lease in sorted(groups.items()):
+        group = lease.group
+        nodes = group.get("nodes") or []
+        rows.append({
+            "placement_group_id": pg_hex, "name": group.get("name") or "",
+            "creator_job_id": ids.JOB_ID, "state": "CREATED",
+            "bundles": [{"bundle_id": {"placement_group_id": pg_hex, "bundle_index": index},
+                         "node_id": nodes[index] if index < len(nodes) else None,
+                         "unit_resources": dict(bundle)}
+                        for index, bundle in enumerate(group.get("bundles", []))],
+            "is_detached": bool(group.get("detached")),
+            "stats": {"scheduling_attempt": group.get("attempts", 0),
+                      "scheduling_state": "FINISHED"},
+        })
+    return rows
+
+
 def _node_row(view: SessionView) -> dict | None:
     record = view.record
     driver = view.drivers[0]["driver"] if view.drivers else None
@@ -158,8 +188,8 @@ def rows(resource: str, views: list[SessionView]) -> list[dict]:
     out: list[dict] = []
     if resource == "nodes":
         return [row for row in map(_node_row, views) if row is not None]
-    if resource == "placement_groups":
-        return []
+    if resource == "placement_groups":  # reserved groups live in each session's ledger
+        return [row for view in views for row in _group_rows(view)]
     for view in views:
         for doc in view.drivers:
             driver = doc["driver"]

@@ -699,3 +699,31 @@ def test_topology_strategy_names_the_node_level_strategy_as_ray(ray):
     assert soft.wait(10)
     for group in placement_group_table():
         remove_placement_group(PlacementGroup(miniray.PlacementGroupID(bytes.fromhex(group))))
+
+
+def test_the_state_api_lists_groups_and_names_the_group_of_tasks_and_actors(ray):
+    from miniray.util import state
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], name="seen")
+    ray.get(pg.ready(), timeout=30)
+
+    @ray.remote
+    def nap():
+        time.sleep(30)
+
+    @ray.remote(num_cpus=1)
+    class Member:
+        def ping(self):
+            return 1
+
+    ref = nap.options(scheduling_strategy=InGroup(pg, 0)).remote()
+    actor = Member.options(scheduling_strategy=InGroup(pg, 1)).remote()
+    ray.get(actor.ping.remote(), timeout=30)
+    [row] = state.list_placement_groups()
+    assert row["placement_group_id"] == pg.id.hex() and row["name"] == "seen"
+    [task] = [t for t in state.list_tasks(detail=True) if t["name"] == "nap"]
+    assert task["placement_group_id"] == pg.id.hex()
+    [member] = state.list_actors(detail=True)
+    assert member["placement_group_id"] == pg.id.hex()
+    ray.cancel(ref, force=True)
+    remove_placement_group(pg)

@@ -141,6 +141,17 @@ def test_objects_nodes_workers_jobs(ray):
     [job] = state.list_jobs()
     assert job["type"] == "DRIVER" and job["driver_info"]["pid"] == str(os.getpid())
     assert state.list_placement_groups() == []
+    from miniray.util.placement_group import placement_group, remove_placement_group
+
+    pg = placement_group([{"CPU": 0.5}], name="listed", lifetime="detached")
+    assert pg.wait(10)
+    [row] = state.list_placement_groups(detail=True)
+    assert (row["placement_group_id"], row["name"], row["state"], row["is_detached"]) == (
+        pg.id.hex(), "listed", "CREATED", True)
+    assert row["bundles"][0]["unit_resources"] == {"CPU": 0.5}
+    assert state.get_placement_group(pg.id.hex())["name"] == "listed"
+    remove_placement_group(pg)
+    assert state.list_placement_groups() == []
     with pytest.raises(NotImplementedError, match="no event history"):
         state.list_cluster_events()
 

@@ -99,7 +99,7 @@ def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
 
 def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
               state: str, ids: dict, error=(None, None), end: float | None = None,
-              created: float | None = None) -> dict:
+              created: float | None = None, pg: tuple | None = None) -> dict:
     return {
         "task_id": task_id.hex(), "attempt_number": 0, "name": name, "state": state,
         "job_id": ids["job_id"], "actor_id": actor_id.hex() if actor_id else None,
@@ -108,7 +108,7 @@ def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, re
         "error_type": error[0], "language": "PYTHON",
         "required_resources": ({k: float(v) for k, v in request.items()}
                                if request is not None else {}),
-        "runtime_env_info": None, "placement_group_id": None,
+        "runtime_env_info": None, "placement_group_id": pg[0] if pg else None,
         "creation_time_ms": int(created * 1000) if created else None,
         "start_time_ms": None, "end_time_ms": int(end * 1000) if end else None,
         "error_message": error[1], "call_site": None,
@@ -149,7 +149,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         tasks.append(_task_row(_TASK, spec.task_id, spec.name, _short(spec.function_name),
                                None, pid if state == T_RUNNING else None, spec.request,
                                _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids,
-                               created=created))
+                               created=created, pg=getattr(spec, "placement", None)))
     actor_rows = []
     for spec, state, pid, death, restarts, remote, calls, init_failed in actors:
         creation = f"{spec.class_name}.__init__"
@@ -157,7 +157,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             state, "PENDING_NODE_ASSIGNMENT")
         tasks.append(_task_row(_CREATION, spec.actor_id + b"\x00" * 8, creation, creation,
                                spec.actor_id, pid, getattr(spec, "placement", None) or {},
-                               c_state, ids))
+                               c_state, ids, pg=getattr(spec, "pg", None)))
         for call_spec, running in calls:
             name = f"{spec.class_name}.{call_spec.call_name}"
             tasks.append(_task_row(_ACTOR_TASK, call_spec.task_id, name, name, spec.actor_id,
@@ -181,7 +181,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "required_resources": {k: float(v) for k, v in
                                    (getattr(spec, "placement", None) or {}).items()},
             "death_cause": death_cause, "is_detached": bool(spec.detached),
-            "placement_group_id": None, "repr_name": "", "num_restarts": restarts,
+            "placement_group_id": spec.pg[0] if getattr(spec, "pg", None) else None,
+            "repr_name": "", "num_restarts": restarts,
             "num_restarts_due_to_lineage_reconstruction": 0,
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),
