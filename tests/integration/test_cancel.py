@@ -18,6 +18,7 @@ import pytest
 import miniray
 from miniray import exceptions
 from miniray._private.host import procinfo
+from tests.integration.helpers import wait_until
 
 GET_TIMEOUT = 30
 
@@ -230,7 +231,9 @@ def test_many_pending_cancels_leave_the_session_usable(ray, tasks, tmp_path):
         except exceptions.TaskCancelledError:
             results.append("cancelled")
     assert results == ["cancelled" if i % 2 == 0 else i for i in range(20)]
-    assert ray.available_resources()["CPU"] == 2.0
+    # The killed blockers' leases come back when the fork server reports their exits, which
+    # a loaded machine may deliver after the last result.
+    assert wait_until(lambda: ray.available_resources().get("CPU") == 2.0, 10)
 
 
 def test_force_cancel_right_after_submit(ray_start):
