@@ -82,7 +82,51 @@ def _parser() -> argparse.ArgumentParser:
     status.set_defaults(func=_cmd_status)
     _add_logs(sub)
     _add_state_commands(sub)
+    _add_dashboard(sub)
     return parser
+
+
+def _add_dashboard(sub) -> None:
+    dash = sub.add_parser(
+        "dashboard", help="serve a local web page showing the live sessions",
+        description="Serves one page (nodes, resources, GPUs, tasks, actors, object stores, "
+                    "a timeline) on 127.0.0.1, protected by a token printed in its URL. "
+                    "Stops on Ctrl-C or SIGTERM.")
+    dash.add_argument("--host", default=None,
+                      help="address to bind (default 127.0.0.1; another needs --allow-remote)")
+    dash.add_argument("--port", type=int, default=None,
+                      help="port to listen on (default 8265, as Ray's; 0: any free port)")
+    dash.add_argument("--allow-remote", action="store_true",
+                      help="allow a non-loopback --host (the token is still required)")
+    dash.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    # Set by `miniray start --include-dashboard`: the node's session, where the dashboard
+    # records its pid for `miniray stop`.
+    dash.add_argument("--record-dir", default=None, help=argparse.SUPPRESS)
+    dash.set_defaults(func=_cmd_dashboard)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from miniray._private.node import dashboard  # lazy, as above
+
+    host = args.host or dashboard.DEFAULT_HOST
+    port = dashboard.DEFAULT_PORT if args.port is None else args.port
+    if not 0 <= port < 65536:
+        return _error(f"--port must be in 0..65535, got {port}.")
+    problem = dashboard.check_host(host, args.allow_remote)
+    if problem is not None:
+        return _error(problem)
+
+    def ready(url: str) -> None:
+        print(f"miniray dashboard: {url}")
+        print("(the token in this URL is the only way in; press Ctrl-C to stop)")
+        sys.stdout.flush()
+
+    try:
+        return dashboard.run(host, port, args.address, ready, args.record_dir)
+    except OSError as error:  # the port is taken, the address is not ours, ...
+        return _error(f"cannot serve the dashboard on {host}:{port}: {error.strerror or error}"
+                      + (". Pick another with --port (0: any free port)."
+                         if error.errno == 98 else "."))
 
 
 _LIST_RESOURCES = ("actors", "tasks", "objects", "nodes", "workers", "jobs", "placement-groups")
