@@ -21,8 +21,8 @@ resources), so it is readable only by the user who started it:
 
 Each request to ``/api/state`` asks every live driver's state socket once, with a short
 timeout: a driver that vanishes or does not answer is named in the page, never waited on.
-Called by: ``cli.py`` (``miniray dashboard``, ``miniray start --include-dashboard``) and
-``daemon.py`` (stopping a recorded dashboard).
+Called by: ``cli.py`` (``miniray dashboard``; ``miniray start --include-dashboard`` runs that
+command through ``daemon.spawn_dashboard``, and ``miniray stop`` stops it by its record).
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ from miniray._private.core.resources import UNIT, from_units
 from miniray._private.host import procinfo, tcp_peer
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import dashboard_page, node_status
+from miniray._private.node.daemon import DASHBOARD_RECORD
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8265  # Ray's
 DEFAULT_HOST = "127.0.0.1"
 ASK_TIMEOUT_S = 2.0  # per driver and request: a busy driver is shown as missing, not waited on
-RECORD_FILE = "dashboard.json"  # in a node's session: the dashboard `miniray start` started
 
 
 def _ledger_parts(view) -> tuple[list[dict], list[dict]]:
@@ -220,7 +220,7 @@ def run(host: str, port: int, address: str | None, on_ready: Callable[[str], Non
                              lambda: collect_model(address))
     record = None
     if record_dir is not None:
-        record = os.path.join(record_dir, RECORD_FILE)
+        record = os.path.join(record_dir, DASHBOARD_RECORD)
         with open(record + ".tmp", "w") as f:
             json.dump({"pid": os.getpid(), "start": procinfo.start_time(os.getpid())}, f)
         os.replace(record + ".tmp", record)
@@ -245,15 +245,5 @@ def run(host: str, port: int, address: str | None, on_ready: Callable[[str], Non
     return 0
 
 
-def recorded(session_dir: str) -> tuple[int, int | None] | None:
-    """``(pid, start time)`` of the dashboard recorded in a node's session, or None."""
-    try:
-        with open(os.path.join(session_dir, RECORD_FILE)) as f:
-            doc = json.load(f)
-        return int(doc["pid"]), doc.get("start")
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "DashboardServer", "check_host", "collect_model",
-           "recorded", "run"]
+           "run"]
