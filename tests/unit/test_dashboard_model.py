@@ -61,7 +61,8 @@ def test_model_groups_tasks_and_draws_the_timeline():
                "name": "c"}]
     drivers = [{"pid": 5, "store": {"objects": 2, "bytes_in_memory": 10},
                 "demands": [["slow", {"CPU": 1.0}, 1, False]]}]
-    resources = [{"name": "CPU", "used": 2.0, "total": 4.0}]
+    resources = [{"name": "CPU", "used": 2.0, "total": 4.0},
+                 {"name": "object_store_memory", "used": 0, "total": 100}]
     model = dm.build_model([{"node_id": "n1", "address": "x", "state": "ALIVE"}], tasks,
                            actors, drivers, resources, [], ["driver pid 9: gone"], 2000)
     groups = {g["name"]: g for g in model["task_groups"]}
@@ -71,6 +72,9 @@ def test_model_groups_tasks_and_draws_the_timeline():
     assert model["actors"] == [{"actor_id": "ab", "class_name": "Counter", "state": "ALIVE",
                                 "pid": 13, "name": "c"}]
     assert model["resources"][0]["percent"] == 50.0
+    # The store is not leased: its use is what the drivers' stores hold.
+    assert model["resources"][1] == {"name": "object_store_memory", "used": 10, "total": 100,
+                                     "percent": 10.0}
     assert model["stores"] == [{"pid": 5, "objects": 2, "bytes_in_memory": 10}]
     assert model["demands"][0]["name"] == "slow" and model["demands"][0]["count"] == 1
     timeline = model["timeline"]

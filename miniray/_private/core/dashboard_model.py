@@ -153,6 +153,10 @@ def build_model(nodes: list[dict], tasks: list[dict], actors: list[dict], driver
     ``drivers``: each driver's ``{"pid", "store", "demands"}``; ``resources``: ``{"name",
     "used", "total"}``; ``gpus``: ``gpu_bars``; ``missing``: drivers that did not answer."""
     stores = [{"pid": d["pid"], **(d.get("store") or {})} for d in drivers]
+    if stores:  # the store is not leased: its use is what the drivers' stores hold
+        in_memory = sum(s.get("bytes_in_memory") or 0 for s in stores)
+        resources = [dict(r, used=in_memory) if r["name"] == "object_store_memory" else r
+                     for r in resources]
     demands = [{"pid": d["pid"], "name": item[0], "shape": item[1], "count": item[2],
                 "infeasible": bool(item[3]) if len(item) > 3 else False}
                for d in drivers for item in (d.get("demands") or ())]

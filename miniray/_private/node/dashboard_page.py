@@ -49,6 +49,7 @@ overflow:hidden;font-size:10px;color:#fff;white-space:nowrap}
 """
 
 SCRIPT = """'use strict';
+const BYTES = ['memory', 'object_store_memory'];
 function el(tag, text, cls) {
   const e = document.createElement(tag);
   if (text !== undefined && text !== null) e.textContent = String(text);
@@ -107,7 +108,9 @@ function draw(m) {
   fill('nodes', ['node', 'address', 'state'],
        m.nodes.map(n => [n.node_id.slice(0, 12), n.address, n.state]), 'no live session');
   fill('resources', ['resource', 'used', 'total', ''],
-       m.resources.map(r => [r.name, r.used, r.total, bar(r.percent)]), 'none');
+       m.resources.map(r => BYTES.includes(r.name)
+         ? [r.name, bytes(r.used), bytes(r.total), bar(r.percent)]
+         : [r.name, r.used, r.total, bar(r.percent)]), 'none');
   fill('gpus', ['#', 'id', 'used', 'free', '', 'device'],
        m.gpus.map(g => [g.index, g.id, g.used, g.free, bar(g.percent), g.device]), 'no GPU');
   fill('tasks', ['function', 'running', 'queued'],
