@@ -193,3 +193,43 @@ def test_page_in_a_headless_browser(busy, dashboard, tmp_path):
     if artifacts:
         os.makedirs(artifacts, exist_ok=True)
         shutil.copy(shot, os.path.join(artifacts, "dashboard.png"))
+
+
+def test_a_driver_that_does_not_answer_is_named_not_waited_on(busy, dashboard):
+    """A state socket whose driver never answers (a listener that never accepts, recorded
+    under a live process's pid) costs the endpoint its 2 s timeout, and the page names it;
+    the other driver's rows are still there."""
+    import socket
+
+    from miniray._private.host import procinfo
+    from miniray._private.transport import node_client, state_socket
+
+    ray, _actor_pid = busy
+    session_dir = ray._private.runtime.current().session_dir
+    stand_in = subprocess.Popen(["sleep", "60"])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        assert wait_until(lambda: procinfo.start_time(stand_in.pid), 5)
+        path = os.path.join(session_dir, state_socket.STATE_DIR,
+                            f"{stand_in.pid}-{procinfo.start_time(stand_in.pid)}.sock")
+        with node_client.sun_path(path) as name:  # session paths can pass 108 bytes
+            listener.bind(name)
+        listener.listen(4)
+        _proc, url = dashboard
+        cookie = _cookie(url)
+        began = time.monotonic()
+        status, _, body = _get(url, "/api/state", {"Cookie": cookie})
+        took = time.monotonic() - began
+        assert status == 200, body
+        model = json.loads(body)
+        assert any(f"driver pid {stand_in.pid}" in m for m in model["missing"]), model
+        assert {g["name"]: g["running"] for g in model["task_groups"]}["hold"] == 2
+        assert took < 8, f"the endpoint took {took:.1f} s"
+    finally:
+        listener.close()
+        stand_in.kill()
+        stand_in.wait(timeout=10)
+        try:
+            os.unlink(path)
+        except (OSError, NameError):
+            pass

@@ -116,3 +116,12 @@ def test_start_dashboard_options():
         options("--dashboard-host", "0.0.0.0")
     with pytest.raises(ValueError, match="0..65535"):
         options("--dashboard-port", "70000")
+
+
+def test_dashboard_refuses_a_non_loopback_host_without_allow_remote(capsys):
+    """One line naming the host and ``--allow-remote``; nothing is bound."""
+    assert cli.main(["dashboard", "--host", "10.0.0.1", "--port", "0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--host 10.0.0.1" in err[0] and "--allow-remote" in err[0]
+    assert cli.main(["dashboard", "--port", "70000"]) == 1
+    assert "0..65535" in capsys.readouterr().err

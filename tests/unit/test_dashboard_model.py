@@ -34,6 +34,7 @@ def test_host_header_check_refuses_other_names():
     assert dm.host_ok("10.1.2.3:80", "0.0.0.0", 80)
     assert not dm.host_ok("attacker.example:80", "0.0.0.0", 80)
     assert dm.is_loopback("127.0.0.2") and dm.is_loopback("::1")
+    assert dm.is_loopback("::ffff:127.0.0.1")
     assert not dm.is_loopback("10.0.0.1") and not dm.is_loopback("example.com")
 
 
