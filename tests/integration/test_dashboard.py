@@ -134,6 +134,10 @@ def test_json_endpoint_reports_running_tasks_and_actor(busy, dashboard):
         assert status == 403, (headers_, body)
     status, _, _ = _get(url, "/?token=wrong")
     assert status == 403
+    # The token on another path sends back to one of the dashboard's own pages only.
+    for path, where in (("/api/state", "/api/state"), ("/elsewhere", "/")):
+        status, headers, _ = _get(url, f"{path}?token={token}")
+        assert (status, headers["Location"]) == (303, where)
     # DNS rebinding: the right cookie under another name for the host is refused.
     status, _, body = _get(url, "/api/state", {"Cookie": cookie,
                                                "Host": f"evil.example:{port}"})

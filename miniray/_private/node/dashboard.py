@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -95,6 +96,9 @@ def collect_model(address: str | None, timeout: float = ASK_TIMEOUT_S) -> dict:
         state_api.rows("actors", views), drivers, resources, gpus, missing, now_ms)
 
 
+_PAGES = ("/", "/app.js", "/api/state")
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     server_version = "miniray-dashboard"
@@ -156,8 +160,9 @@ class _Handler(BaseHTTPRequestHandler):
             # Keep it in a cookie, and take it out of the address bar and the history.
             cookie = (f"{dashboard_model.COOKIE}={server.token}; HttpOnly; SameSite=Strict; "
                       "Path=/")
-            self._send(303, b"", "text/plain", [("Set-Cookie", cookie),
-                                                ("Location", parts.path or "/")])
+            # Back to one of our own pages only (never an address the query could name).
+            where = parts.path if parts.path in _PAGES else "/"
+            self._send(303, b"", "text/plain", [("Set-Cookie", cookie), ("Location", where)])
             return
         if not dashboard_model.token_ok(
                 dashboard_model.cookie_token(self.headers.get("Cookie")), server.token):
@@ -212,6 +217,13 @@ def check_host(host: str, allow_remote: bool) -> str | None:
             "to accept that (the token is still required), or bind 127.0.0.1.")
 
 
+def _watch(server: DashboardServer, session_dir: str) -> None:
+    """Stops ``server`` once ``session_dir`` is gone (its node stopped or was swept)."""
+    while os.path.isdir(session_dir):
+        time.sleep(1.0)
+    server.shutdown()
+
+
 def run(host: str, port: int, address: str | None, on_ready: Callable[[str], None],
         record_dir: str | None = None) -> int:
     """Serves until SIGINT or SIGTERM. ``on_ready(url)`` once listening. With ``record_dir``
@@ -229,6 +241,9 @@ def run(host: str, port: int, address: str | None, on_ready: Callable[[str], Non
         raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, stop)
+    if record_dir is not None:  # a node's dashboard ends with the node's session
+        threading.Thread(target=_watch, args=(server, record_dir), daemon=True,
+                         name="miniray-dashboard-watch").start()
     try:
         on_ready(server.url)
         server.serve_forever(poll_interval=0.2)
