@@ -96,7 +96,8 @@ def busy(ray, tmp_path):
         def pid(self):
             return os.getpid()
 
-    keeper = Keeper.remote()
+    # Its name is markup: the page must show it as text, never run it.
+    keeper = Keeper.options(name="<b>bold</b>").remote()
     actor_pid = ray.get(keeper.pid.remote(), timeout=30)
     refs = [hold.remote(gate) for _ in range(2)]
     from miniray.util import state
@@ -189,6 +190,7 @@ def test_page_in_a_headless_browser(busy, dashboard, tmp_path):
     assert "Tasks (running and queued" in dom.stdout, dom.stderr[-2000:]
     assert "<td>hold</td><td>2</td><td>0</td>" in dom.stdout, dom.stdout[-4000:]
     assert "<td>Keeper</td><td>ALIVE</td>" in dom.stdout
+    assert "&lt;b&gt;bold&lt;/b&gt;" in dom.stdout and "<b>bold</b>" not in dom.stdout
     shot = tmp_path / "dashboard.png"
     subprocess.run(common + ["--window-size=1280,900", f"--screenshot={shot}", url],
                    capture_output=True, text=True, timeout=90)

@@ -125,6 +125,10 @@ def test_peer_uid_of_a_real_loopback_connection(tmp_path):
             assert tcp_peer.peer_uid(peer, conn.getsockname()) == os.getuid()
         missing = (str(tmp_path / "none"),)
         assert tcp_peer.peer_uid(peer, conn.getsockname(), missing) == tcp_peer.UNKNOWN
+        # A table that does not list the connection: None (the dashboard refuses it).
+        other = tmp_path / "tcp"
+        other.write_text(_TABLE)
+        assert tcp_peer.peer_uid(peer, conn.getsockname(), (str(other),)) is None
     finally:
         for s in (conn, client, server):
             s.close()
