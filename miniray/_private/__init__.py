@@ -7,7 +7,8 @@ from a higher one, and the import graph has no cycle, counting imports inside fu
     cli.py                     the ``miniray`` command
       |
     node/                      the ``miniray start`` processes: node, its actor service,
-      |                        status, daemon start/stop (the actor service *is* a driver)
+      |                        status, daemon start/stop, the dashboard (the actor
+      |                        service *is* a driver)
     runtime.py api.py          init/shutdown and the driver's composition; the bodies of the
     surface.py                 public functions; remote/method/get_actor/kill; Ray's path
     object_ref_generator.py    of the generator types; the state API's reader

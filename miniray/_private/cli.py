@@ -82,7 +82,54 @@ def _parser() -> argparse.ArgumentParser:
     status.set_defaults(func=_cmd_status)
     _add_logs(sub)
     _add_state_commands(sub)
+    _add_dashboard(sub)
     return parser
+
+
+def _add_dashboard(sub) -> None:
+    dash = sub.add_parser(
+        "dashboard", help="serve a local web page showing the live sessions",
+        description="Serves one page (nodes, resources, GPUs, tasks, actors, object stores, "
+                    "a timeline) on 127.0.0.1, protected by a token printed in its URL. "
+                    "Stops on Ctrl-C or SIGTERM.")
+    dash.add_argument("--host", default=None,
+                      help="address to bind (default 127.0.0.1; another needs --allow-remote)")
+    dash.add_argument("--port", type=int, default=None,
+                      help="port to listen on (default 8265, as Ray's; 0: any free port)")
+    dash.add_argument("--allow-remote", action="store_true",
+                      help="allow a non-loopback --host (the token is still required)")
+    dash.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    # Set by `miniray start --include-dashboard`: the node's session, where the dashboard
+    # records its pid for `miniray stop`.
+    dash.add_argument("--record-dir", default=None, metavar="SESSION_DIR",
+                      help="record this process's pid in SESSION_DIR for `miniray stop` "
+                           "(set by `miniray start --include-dashboard`)")
+    dash.set_defaults(func=_cmd_dashboard)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from miniray._private.node import dashboard  # lazy, as above
+
+    host = args.host or dashboard.DEFAULT_HOST
+    port = dashboard.DEFAULT_PORT if args.port is None else args.port
+    if not 0 <= port < 65536:
+        return _error(f"--port must be in 0..65535, got {port}.")
+    problem = dashboard.check_host(host, args.allow_remote)
+    if problem is not None:
+        return _error(problem)
+
+    def ready(url: str) -> None:
+        # One write: `miniray start --include-dashboard` reads the first line and closes.
+        sys.stdout.write(f"miniray dashboard: {url}\n(the token in this URL is the only way "
+                         "in; press Ctrl-C to stop)\n")
+        sys.stdout.flush()
+
+    try:
+        return dashboard.run(host, port, args.address, ready, args.record_dir)
+    except OSError as error:  # the port is taken, the address is not ours, ...
+        return _error(f"cannot serve the dashboard on {host}:{port}: {error.strerror or error}"
+                      + (". Pick another with --port (0: any free port)."
+                         if error.errno == 98 else "."))
 
 
 _LIST_RESOURCES = ("actors", "tasks", "objects", "nodes", "workers", "jobs", "placement-groups")
@@ -261,15 +308,14 @@ _RAY_LOGS_OPTIONS = (
     (("--interval",), True), (("--encoding",), True), (("--encoding-errors",), True),
 )
 # `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
-# they configure ports, a dashboard, several hosts, Redis, cgroups or log styling.
+# they configure ports, the dashboard's agents, several hosts, Redis, cgroups or log styling.
 _RAY_START_OPTIONS = (
     (("--node-ip-address",), True), (("--node-name",), True), (("--redis-username",), True),
     (("--redis-password",), True), (("--redis-shard-ports",), True),
     (("--object-manager-port",), True), (("--node-manager-port",), True),
     (("--min-worker-port",), True), (("--max-worker-port",), True),
     (("--worker-port-list",), True), (("--ray-client-server-port",), True),
-    (("--include-dashboard",), True), (("--dashboard-host",), True),
-    (("--dashboard-port",), True), (("--dashboard-agent-listen-port",), True),
+    (("--dashboard-agent-listen-port",), True),
     (("--dashboard-agent-grpc-port",), True), (("--runtime-env-agent-port",), True),
     (("--plasma-directory",), True), (("--object-spilling-directory",), True),
     (("--autoscaling-config",), True), (("--no-redirect-output",), False),
@@ -304,7 +350,7 @@ def _warn_ignored(args: argparse.Namespace, options: tuple) -> None:
     given = [flags[-1] for flags, _takes in options
              if getattr(args, _dest(flags), None) is not None]
     if given:
-        print(f"miniray: {', '.join(given)} do not apply on one host (no dashboard, ports, "
+        print(f"miniray: {', '.join(given)} do not apply on one host (no Ray agents, ports, "
               "multi-host peering or Ray's log styling); ignored.", file=sys.stderr)
 
 
@@ -330,8 +376,16 @@ def _add_start(sub) -> None:
     # Ray's; its effect is miniray's only behaviour, so it is accepted without a word.
     start.add_argument("--disable-usage-stats", action="store_true",
                        help="Ray's; accepted (miniray never collects usage statistics)")
+    start.add_argument("--include-dashboard", default=None, metavar="BOOLEAN",
+                       help="also run `miniray dashboard` for this node (true/false; default: "
+                            "only when --dashboard-host or --dashboard-port is given); "
+                            "`miniray stop` stops it")
+    start.add_argument("--dashboard-host", default=None,
+                       help="the dashboard's address (default 127.0.0.1; loopback only)")
+    start.add_argument("--dashboard-port", type=int, default=None,
+                       help="the dashboard's port (default 8265; 0: any free port)")
     _add_ignored(start, _RAY_START_OPTIONS,
-                 "one host: no dashboard, ports, multi-host peering or Ray's log styling")
+                 "one host: no Ray agents, ports, multi-host peering or Ray's log styling")
     start.set_defaults(func=_cmd_start)
 
 
@@ -415,6 +469,10 @@ def _cmd_start(args: argparse.Namespace) -> int:
         options = _start_options(args)
     except ValueError as error:
         return _error(str(error))
+    try:
+        dashboard = _dashboard_options(args)
+    except ValueError as error:
+        return _error(str(error))
     _warn_ignored(args, _RAY_START_OPTIONS)
     if not args.block:
         try:
@@ -422,7 +480,18 @@ def _cmd_start(args: argparse.Namespace) -> int:
         except (node_client.NodeStartError, ConnectionError) as error:
             return _error(str(error))
         _print_started(record.address)
+        if dashboard is not None:
+            try:
+                url = daemon.spawn_dashboard(record, *dashboard)
+            except node_client.NodeStartError as error:
+                return _error(f"the node runs, but {error} (`miniray stop` stops the node)")
+            print()
+            print(f"  To view the dashboard, open (the token is its only key)\n    {url}")
+            sys.stdout.flush()
         return 0
+    if dashboard is not None:
+        return _error("--include-dashboard is not supported with --block: run `miniray "
+                      "dashboard` beside it.")
 
     def ready(record, _info) -> None:
         _print_started(record.address)
@@ -436,6 +505,35 @@ def _cmd_start(args: argparse.Namespace) -> int:
         return node.run_node(options, ready, daemon=False)
     except (node_client.NodeStartError, ValueError) as error:
         return _error(str(error))
+
+
+_TRUE = ("true", "t", "yes", "y", "1", "on")
+_FALSE = ("false", "f", "no", "n", "0", "off")
+
+
+def _dashboard_options(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``(host, port)`` of the dashboard `miniray start` runs, or None; ValueError if bad."""
+    include = args.include_dashboard
+    if include is not None:
+        if include.lower() not in _TRUE + _FALSE:
+            raise ValueError(f"--include-dashboard takes true or false, got {include!r}.")
+        wanted = include.lower() in _TRUE
+    else:  # Ray starts its dashboard by default; miniray when its place is named
+        wanted = args.dashboard_host is not None or args.dashboard_port is not None
+    if not wanted:
+        return None
+    host = args.dashboard_host or "127.0.0.1"
+    host = "127.0.0.1" if host == "localhost" else host
+    port = 8265 if args.dashboard_port is None else args.dashboard_port
+    if not 0 <= port < 65536:
+        raise ValueError(f"--dashboard-port must be in 0..65535, got {port}.")
+    from miniray._private.core import dashboard_model  # lazy: only this option needs it
+
+    if not dashboard_model.is_loopback(host):
+        raise ValueError(f"--dashboard-host {host} would let other hosts reach the "
+                         "dashboard; `miniray start` binds loopback only. Run `miniray "
+                         "dashboard --host HOST --allow-remote` to accept that.")
+    return host, port
 
 
 def _cmd_stop(args: argparse.Namespace) -> int:

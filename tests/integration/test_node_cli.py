@@ -290,6 +290,35 @@ def test_sigkilled_node_takes_its_workers_and_is_swept(cli):
     assert "Stopped 1" in cli.run("stop").stdout
 
 
+def test_start_include_dashboard_and_stop_stops_it(cli):
+    """``miniray start --include-dashboard true --dashboard-port 0`` prints the dashboard's
+    URL (with its token), which serves the node; ``miniray stop`` stops the dashboard too
+    (Ray's flags; Ray's dashboard has no token)."""
+    import http.client
+    import json
+    import re
+
+    result = cli.run("start", "--head", "--num-cpus", "1", "--include-dashboard", "true",
+                     "--dashboard-port", "0")
+    assert result.returncode == 0, result.stderr
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/\?token=(\S+)", result.stdout)
+    assert found, result.stdout
+    port, token = int(found.group(1)), found.group(2)
+    record = node_client.list_records(cli.root)[-1]
+    with open(os.path.join(record.session_dir, "dashboard.json")) as f:
+        dash_pid = json.load(f)["pid"]
+    assert procinfo.is_alive(dash_pid)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/api/state", headers={"Cookie": f"miniray_dashboard={token}"})
+    response = conn.getresponse()
+    model = json.loads(response.read())
+    conn.close()
+    assert response.status == 200
+    assert [n["node_id"] for n in model["nodes"]] == [record.node_id]
+    assert "Stopped 1" in cli.run("stop").stdout
+    assert wait_until(lambda: not procinfo.is_alive(dash_pid), 10)
+
+
 def test_stop_sweeps_a_dead_node(cli):
     record = cli.start("--num-cpus", "1")
     os.kill(record.pid, signal.SIGKILL)
@@ -318,7 +347,8 @@ def test_start_refuses_what_it_cannot_do(cli):
     result = cli.run("start", "--head", "--num-cpus", "1", "--dashboard-port", "8265",
                      "--include-dashboard", "false", "--disable-usage-stats")
     assert result.returncode == 0, result.stderr
-    assert "--include-dashboard, --dashboard-port do not apply on one host" in result.stderr
+    # Honoured: told not to include the dashboard, none is started and nothing is ignored.
+    assert "do not apply" not in result.stderr and "dashboard" not in result.stdout
     cli.run("stop")
 
 
@@ -330,7 +360,7 @@ def test_ray_start_stop_status_options_are_accepted_and_ignored_ones_named(cli):
     assert result.returncode == 0, result.stderr
     ignored = [line for line in result.stderr.splitlines() if "ignored" in line]
     assert ignored == ["miniray: --node-name, --min-worker-port, --no-monitor, --log-style, "
-                       "--verbose do not apply on one host (no dashboard, ports, multi-host "
+                       "--verbose do not apply on one host (no Ray agents, ports, multi-host "
                        "peering or Ray's log styling); ignored."]
     record = node_client.list_records(cli.root)[-1]
     status = cli.run("status", "--address", record.address, "-v")

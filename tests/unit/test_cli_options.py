@@ -55,10 +55,11 @@ def test_every_option_of_every_command_has_help():
 def test_ignored_options_say_so_in_their_help():
     start = _subparsers(cli._parser())["start"]
     helps = {opt: a.help for a in start._actions for opt in a.option_strings}
-    for opt in ("--dashboard-port", "--node-ip-address", "--redis-password", "--no-monitor",
-                "--log-style", "--system-config"):
+    for opt in ("--dashboard-agent-listen-port", "--node-ip-address", "--redis-password",
+                "--no-monitor", "--log-style", "--system-config"):
         assert "accepted and ignored" in helps[opt], opt
-    for opt in ("--num-cpus", "--port", "--resources", "--block", "--temp-dir"):
+    for opt in ("--num-cpus", "--port", "--resources", "--block", "--temp-dir",
+                "--include-dashboard", "--dashboard-host", "--dashboard-port"):
         assert "ignored" not in helps[opt], opt
 
 
@@ -78,10 +79,11 @@ def test_every_ray_start_option_is_accepted_and_ignored_ones_are_named_once(caps
     cli._warn_ignored(args, cli._RAY_START_OPTIONS)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].endswith("ignored.")
-    for flag in ("--node-ip-address", "--dashboard-port", "--no-monitor", "--verbose",
-                 "--proxy-server-url", "--log-color"):
+    for flag in ("--node-ip-address", "--dashboard-agent-grpc-port", "--no-monitor",
+                 "--verbose", "--proxy-server-url", "--log-color"):
         assert flag in err[0]
-    for honoured in ("--num-cpus", "--temp-dir", "--disable-usage-stats"):
+    for honoured in ("--num-cpus", "--temp-dir", "--disable-usage-stats",
+                     "--include-dashboard", "--dashboard-port", "--dashboard-host"):
         assert honoured not in err[0]
 
 
@@ -95,3 +97,31 @@ def test_ray_stop_and_status_options_are_accepted(capsys):
     assert (args.address, args.verbose) == ("127.0.0.1:6379", True)
     args = cli._parser().parse_args(["--logging-level", "info", "status", "--verbose"])
     assert args.verbose is True
+
+
+def test_start_dashboard_options():
+    """``--include-dashboard`` takes Ray's booleans; ``--dashboard-host/-port`` alone ask for
+    it (Ray starts its dashboard by default); a non-loopback host is refused."""
+    def options(*argv):
+        return cli._dashboard_options(cli._parser().parse_args(["start", "--head", *argv]))
+
+    assert options() is None
+    assert options("--include-dashboard", "false", "--dashboard-port", "1") is None
+    assert options("--include-dashboard", "true") == ("127.0.0.1", 8265)
+    assert options("--dashboard-port", "0") == ("127.0.0.1", 0)
+    assert options("--dashboard-host", "localhost") == ("127.0.0.1", 8265)
+    with pytest.raises(ValueError, match="takes true or false"):
+        options("--include-dashboard", "maybe")
+    with pytest.raises(ValueError, match="--allow-remote"):
+        options("--dashboard-host", "0.0.0.0")
+    with pytest.raises(ValueError, match="0..65535"):
+        options("--dashboard-port", "70000")
+
+
+def test_dashboard_refuses_a_non_loopback_host_without_allow_remote(capsys):
+    """One line naming the host and ``--allow-remote``; nothing is bound."""
+    assert cli.main(["dashboard", "--host", "10.0.0.1", "--port", "0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--host 10.0.0.1" in err[0] and "--allow-remote" in err[0]
+    assert cli.main(["dashboard", "--port", "70000"]) == 1
+    assert "0..65535" in capsys.readouterr().err

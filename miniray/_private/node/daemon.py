@@ -1,6 +1,7 @@
 """What the CLI does to a node from outside: start it as a daemon, stop the recorded nodes.
 
-Owns: ``spawn_daemon`` (it returns once the node answered a HELLO) and ``stop_nodes`` (by
+Owns: ``spawn_daemon`` (it returns once the node answered a HELLO), ``spawn_dashboard`` (a
+node's ``miniray dashboard``, recorded in its session) and ``stop_nodes`` (by
 recorded pid and start time, never by name), and sweeping what stopped nodes leave.
 Does not own: the node records and the connection (``transport/node_client.py``) or the node
 process (``node.py``).
@@ -39,16 +40,26 @@ from miniray._private.transport.node_client import (
 
 logger = logging.getLogger(__name__)
 
+# In a node's session: the pid and start time of the dashboard `miniray start` started.
+DASHBOARD_RECORD = "dashboard.json"
+DASHBOARD_LOG = "dashboard.log"
 
-def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
-    """Starts a node in the background (a new session, stdin /dev/null, output to its
-    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
-    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
+
+def _child_env() -> dict:
+    """This environment, with the miniray package in use first on PYTHONPATH."""
     parent = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [parent] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     )
+    return env
+
+
+def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
+    """Starts a node in the background (a new session, stdin /dev/null, output to its
+    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
+    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
+    env = _child_env()
     read_fd, write_fd = os.pipe()
     code = "from miniray._private.node.node import main; main()"
     try:
@@ -93,6 +104,45 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
     info = client.info
     client.close()
     return record, info
+
+
+def spawn_dashboard(record: NodeRecord, host: str, port: int, timeout: float = 30.0) -> str:
+    """Starts ``miniray dashboard`` for a node's session in the background (its own
+    session, output in the node's ``dashboard.log``); it records its pid there for
+    ``stop_nodes``. Returns the URL it printed; NodeStartError if it printed none in time."""
+    log_path = os.path.join(record.session_dir, DASHBOARD_LOG)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "miniray", "dashboard", "--address", record.session_dir,
+             "--host", host, "--port", str(port), "--record-dir", record.session_dir],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+            start_new_session=True, cwd="/", env=_child_env())
+    line = b""
+    with proc.stdout:
+        if select.select([proc.stdout], [], [], timeout)[0]:
+            line = proc.stdout.readline()
+    url = line.decode(errors="replace").strip().rpartition(" ")[2]
+    if url.startswith("http://"):
+        return url
+    if proc.poll() is None:  # not ready in time: it is ours to kill
+        proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    try:
+        with open(log_path, errors="replace") as f:
+            why = f.read().strip().splitlines()[-1:]
+    except OSError:
+        why = []
+    raise NodeStartError("the dashboard did not start" + (f": {why[0]}" if why else "."))
+
+
+def _recorded_dashboard(session_dir: str) -> tuple[int | None, int | None]:
+    try:
+        with open(os.path.join(session_dir, DASHBOARD_RECORD)) as f:
+            doc = json.load(f)
+        return int(doc["pid"]), doc.get("start")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, None
 
 
 # ------------------------------------------------------------------------- stopping nodes
@@ -141,6 +191,12 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
         logger.warning("node pid %d runs in another PID namespace (%s); left alone",
                        record.pid, record.pid_ns)
     records = [r for r in records if r not in foreign]
+    # Each node's dashboard first: it only reads the session.
+    dashboards = [_recorded_dashboard(r.session_dir) for r in records]
+    for pid, start in dashboards:
+        _signal(pid, start, signal.SIGTERM)
+    for pid, start in _wait_gone(dashboards, 5.0):
+        _signal(pid, start, signal.SIGKILL)
     live = [r for r in records if procinfo.is_alive(r.pid, r.start_time)]
     for record in live:
         _signal(record.pid, record.start_time, signal.SIGKILL if force else signal.SIGTERM)

@@ -147,6 +147,10 @@ def _store_stats(session_dir: str) -> dict:
     return out
 
 
+# The dashboard shows the same published statistics (and the demands in them).
+published_stats = _store_stats
+
+
 def format_bytes(n: float) -> str:
     """``0B``, ``512.00KiB``, ``15.23GiB``: Ray's style for memory quantities."""
     n = float(n)

@@ -8,7 +8,8 @@ host), each over its state socket (``miniray/_private/state_api.py``). Lists tak
 return Ray's row types (``ray.util.state.common``). Summaries return Ray's documents
 (``{"cluster": {...}}``).
 
-Differs from Ray: there is no dashboard or event history. Tasks are remembered per driver
+Differs from Ray: no dashboard server answers it (each driver does) and there is no event
+history. Tasks are remembered per driver
 (the last ``MINIRAY_STATE_MAX_TASKS``, default 10000, finished ones, and every unfinished
 one) only while their driver runs; a task's ``start_time_ms`` is not recorded
 (``creation_time_ms`` and ``end_time_ms`` are). ``get_log`` and ``list_logs`` read the
