@@ -40,7 +40,14 @@ import threading
 import time
 from typing import Any
 
-from miniray._private.core import config, protocol, runtime_envs, scheduling, serialization
+from miniray._private.core import (
+    config,
+    pipelining,
+    protocol,
+    runtime_envs,
+    scheduling,
+    serialization,
+)
 from miniray._private.core.resources import float_request
 from miniray._private.core.scheduling import (
     T_DONE,
@@ -87,6 +94,7 @@ class Owner:
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
+        self.pipeline_depth = config.pipeline_depth()  # tasks a worker may hold (pipelining.py)
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
         # Why the job's runtime_env (init's) cannot be set up, if it cannot; then every
         # task or actor of it fails with RuntimeEnvSetupError, as in Ray.
@@ -145,7 +153,8 @@ class Owner:
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
-            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel)
+            kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
+            skip_queued=self._skip_queued)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -301,12 +310,32 @@ class Owner:
             lease = scheduling.lease_with_room(by_key.get(key))
             if lease is None:
                 self._want_leases(key, queue)
-                return False
+                if self.pipeline_depth > 1:
+                    self._fill_pipelines(key, queue)
+                if queue:
+                    return False
+                break
             lease.idle_since = None
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
             del self.tasks.queues[key]
         return True
+
+    def _fill_pipelines(self, key, queue) -> None:
+        """*Locked.* No idle worker has room for ``key``'s queue: queue tasks behind the
+        running ones, up to the key's depth (``pipelining.py``), but only those no lease being
+        taken will run: a worker that becomes free soon serves the rest."""
+        depth = pipelining.depth_for(key, self.pipeline_depth)
+        spare = len(queue) - self._acquiring.get(key, 0)
+        if depth <= 1 or spare <= 0:
+            return
+        leases = self.leases.by_key.get(key)
+        while spare > 0 and queue:
+            lease = pipelining.lease_to_fill(leases, depth)
+            if lease is None:
+                return
+            self._send_task(lease, queue.popleft())
+            spare -= 1
 
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
@@ -633,6 +662,11 @@ class Owner:
         """*Locked.* The actor call is done: the tasks it submitted are no longer its."""
         self.tasks.call_ended(call_id)
 
+    def _skip_queued(self, worker: WorkerSlot, task_id: bytes) -> None:
+        """*Locked.* A task pipelined behind another on ``worker`` was cancelled: the worker
+        answers it with the cancel error instead of running it (``worker_main.py``)."""
+        self.send_control(worker, (protocol.CANCEL, task_id))
+
     def signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
         """*Locked.* Ask a worker to interrupt the call it runs, a task or an actor call
         (KeyboardInterrupt in a task; a flag in an actor), and end that call's waits."""
@@ -898,6 +932,8 @@ class Owner:
             worker.out.drain()
             worker.err.drain()
             self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
+        elif tag == protocol.GIVE_BACK:
+            self._on_give_back(worker, message[1])
         elif tag == protocol.GET:
             self.requests.on_get(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.WAIT:
@@ -921,6 +957,13 @@ class Owner:
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
         self.tasks.finished(task, results, retryable)
+        self._after_worker_progress(worker)
+
+    def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:
+        """*Locked.* ``worker`` blocked (or is about to) and gave back tasks it did not start:
+        they go back to their queues (no retry used) and to other workers."""
+        for key in self.tasks.hand_back(worker, task_ids):
+            self._dispatch(key)
         self._after_worker_progress(worker)
 
     def _contain_results(self, task_id: bytes, contained: list) -> None:

@@ -48,6 +48,14 @@ class FramedSocket:
             self.sock.sendall(header)
             self.sock.sendall(data)
 
+    def send_frames(self, frames: list) -> None:
+        """Block until every frame of ``frames`` is written, in one write when they are small."""
+        if sum(len(data) for data in frames) < 65536:
+            self.sock.sendall(b"".join(_HEADER.pack(len(data)) + data for data in frames))
+            return
+        for data in frames:
+            self.send(data)
+
     def send_nowait(self, data: bytes) -> bool:
         """Queue a frame and write what fits now; True if some of it still waits (the caller
         then asks to be told when the socket is writable, and calls ``flush``)."""
