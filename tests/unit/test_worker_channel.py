@@ -32,9 +32,10 @@ class _Owner:
 
 def _pair():
     a, b = socket.socketpair()
-    a.settimeout(10)
+    channel, owner = Channel(FramedSocket(a)), _Owner(b)
+    a.settimeout(10)  # after FramedSocket made them blocking: no test waits forever
     b.settimeout(10)
-    return Channel(FramedSocket(a)), _Owner(b)
+    return channel, owner
 
 
 def _task(name: bytes) -> tuple:
