@@ -876,8 +876,16 @@ class Owner:
             return
         loads = pickle.loads
         with self._lock:
-            for frame in frames:
-                self._handle_worker_message(worker, loads(frame))
+            if len(frames) == 1:
+                self._handle_worker_message(worker, loads(frames[0]))
+                return
+            reactor = self.reactor
+            reactor.cork()  # the tasks and replies these frames cause go out together
+            try:
+                for frame in frames:
+                    self._handle_worker_message(worker, loads(frame))
+            finally:
+                reactor.uncork()
 
     def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
         tag = message[0]
