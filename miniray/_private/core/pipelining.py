@@ -2,9 +2,10 @@
 next one, what a worker hands back when it blocks, and where handed-back tasks go.
 
 Owns: the depth of a scheduling key (``depth_for``), picking the lease a task is queued on
-behind another (``lease_to_fill``; an idle one is ``scheduling.lease_with_room``), the worker's choice of what to hand back when it blocks
-in ``get()``/``wait()`` (``split_hand_back``), and the owner's requeue position of a task
-that comes back (``requeue_index``). Does not own: sending, the queues or the leases
+behind another (``lease_to_fill``; an idle one is ``scheduling.lease_with_room``), the
+worker's choice of what to hand back when it blocks in ``get()``/``wait()``
+(``split_hand_back``), and the owner's requeue position of a task that comes back
+(``requeue_index``). Does not own: sending, the queues or the leases
 (``owner/owner.py``, ``owner/tasks.py``), nor reading the socket (``worker/worker_api.py``).
 Called by: ``owner/owner.py`` and ``owner/tasks.py`` under the owner's lock, and
 ``worker/worker_api.py`` in a worker.
