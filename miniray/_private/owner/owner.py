@@ -119,6 +119,7 @@ class Owner:
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
+        self._drained = None  # the worker whose output pipes were read for this batch
         self._retry_pending = False
         self._deferred = self.deferred.queue  # tested on the per-task path before running it
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
@@ -881,10 +882,16 @@ class Owner:
                 return
             reactor = self.reactor
             reactor.cork()  # the tasks and replies these frames cause go out together
+            # What the worker printed before the last of these frames was written before
+            # they were read: one read of its pipes puts it before every result here.
+            worker.out.drain()
+            worker.err.drain()
+            self._drained = worker
             try:
                 for frame in frames:
                     self._handle_worker_message(worker, loads(frame))
             finally:
+                self._drained = None
                 reactor.uncork()
 
     def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
@@ -953,8 +960,9 @@ class Owner:
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool) -> None:
         # Lines the task printed were written before its result: print them first.
-        worker.out.drain()
-        worker.err.drain()
+        if self._drained is not worker:
+            worker.out.drain()
+            worker.err.drain()
         if not worker.inflight or worker.inflight[0].spec.task_id != task_id:
             logger.error("miniray bug: unexpected result for task %s", task_id.hex())
             return
