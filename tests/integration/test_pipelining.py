@@ -244,3 +244,24 @@ def test_nested_submissions_are_pipelined(one_cpu, tmp_path):
         return sum(ray.get([child.remote(i) for i in range(n)]))
 
     assert ray.get(parent.remote(500), timeout=60) == sum(i * 2 for i in range(500))
+
+
+def test_an_idle_worker_gets_the_task_pipelined_behind_a_long_one(ray, tmp_path):
+    """A and B run on the two workers (num_cpus=2) and C is pipelined behind one of them.
+    When the other finishes and nothing else is queued, the busy worker is asked (RECALL) to
+    give C back, and C runs on the idle one while the long task still runs."""
+    gates = {name: (str(tmp_path / f"{name}-started"), str(tmp_path / f"{name}-go"))
+             for name in "AB"}
+    refs = {name: gated.remote(*gates[name], name) for name in "AB"}
+    for started, _gate in gates.values():
+        assert _wait_for(started)
+    c = mark.remote(str(tmp_path / "log"), "C")
+    assert wait_until(lambda: _pipelined_behind(c, refs["A"]) or _pipelined_behind(c, refs["B"]),
+                      20), "C was not pipelined"
+    long, short = ("A", "B") if _pipelined_behind(c, refs["A"]) else ("B", "A")
+    _open(gates[short][1])
+    assert ray.get(refs[short], timeout=30) == short
+    assert ray.get(c, timeout=20) == "C"  # while the long one still waits for its gate
+    assert _record(refs[long])[0] == T_RUNNING
+    _open(gates[long][1])
+    assert ray.get(refs[long], timeout=30) == long

@@ -24,7 +24,8 @@ on what it started, so the owner never takes a task back on its own::
 
 from __future__ import annotations
 
-__all__ = ["depth_for", "lease_to_fill", "requeue_index", "split_hand_back"]
+__all__ = ["depth_for", "lease_to_fill", "lease_to_recall", "requeue_index",
+           "split_hand_back"]
 
 
 def depth_for(key, default_depth: int) -> int:
@@ -67,6 +68,29 @@ def lease_to_fill(leases, depth: int):
             best, least = slot, held
             if held == 0:
                 break
+    return best
+
+
+def lease_to_recall(leases):
+    """A worker of the key just went idle with nothing queued: the lease whose worker holds
+    the most tasks behind its running one (at least one), not blocked and not asked already,
+    to be asked (``RECALL``) to give them back, or None. So a task never waits behind a long
+    one while a worker that could run it idles.
+
+    >>> from types import SimpleNamespace as N
+    >>> a = N(worker=N(blocked=0, recalled=False, inflight=[1, 2]))
+    >>> b = N(worker=N(blocked=0, recalled=False, inflight=[1, 2, 3]))
+    >>> lease_to_recall([a, b]) is b, lease_to_recall([N(worker=N(blocked=0, recalled=True,
+    ...                                                             inflight=[1, 2]))])
+    (True, None)
+    """
+    best = None
+    most = 1
+    for slot in leases or ():
+        worker = slot.worker
+        held = len(worker.inflight)
+        if held > most and not worker.blocked and not worker.recalled:
+            best, most = slot, held
     return best
 
 

@@ -66,7 +66,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                    answered when it or the call's end is
                                                    there (the worker is blocked meanwhile)
 
-2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
+2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)``, and ``(RECALL,)``:
+   give back (``GIVE_BACK`` on the data socket) the tasks received but not started, because
+   another worker of their key is idle.
 
 3. Driver ⇄ fork server::
 
@@ -165,6 +167,7 @@ CALL_STREAM_NEXT = 88
 
 # 2. control socket
 CANCEL = 20
+RECALL = 25  # (RECALL,): give back the tasks not started (another worker is idle)
 
 # 3. fork server (and relayed by a node: section 4)
 SPAWN = 30
@@ -216,7 +219,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
              "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
              "CALL_STREAM_NEXT"),
-    "control": ("CANCEL",),
+    "control": ("CANCEL", "RECALL"),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
              "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),

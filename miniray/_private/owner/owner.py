@@ -978,9 +978,18 @@ class Owner:
     def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:
         """*Locked.* ``worker`` blocked (or is about to) and gave back tasks it did not start:
         they go back to their queues (no retry used) and to other workers."""
+        worker.recalled = False
         for key in self.tasks.hand_back(worker, task_ids):
             self._dispatch(key)
         self._after_worker_progress(worker)
+
+    def _recall_for(self, slot: LeaseSlot) -> None:
+        """*Locked.* ``slot``'s worker is idle and its key's queue empty: a worker of the key
+        holding tasks behind a running one is asked to give them back (``pipelining.py``)."""
+        other = pipelining.lease_to_recall(self.leases.by_key.get(slot.key))
+        if other is not None:
+            other.worker.recalled = True
+            self.send_control(other.worker, (protocol.RECALL,))
 
     def _contain_results(self, task_id: bytes, contained: list) -> None:
         for index, inner in enumerate(contained, start=1):
@@ -1000,6 +1009,8 @@ class Owner:
         if self.tasks.queues.get(key):
             self._dispatch(key)
         if not worker.inflight and slot.worker is worker:
+            if self.pipeline_depth > 1 and key not in self.tasks.queues:
+                self._recall_for(slot)
             if self.tasks.queues:
                 # Another shape is waiting: give the resources back now so it can run.
                 self._release_lease(slot)

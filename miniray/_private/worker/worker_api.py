@@ -93,6 +93,26 @@ class Channel:
             with self._cond:
                 self._blocking.discard(req_id)
 
+    def give_back_waiting(self) -> None:
+        """The owner asked (RECALL): give back the tasks received but not started. Those
+        still in the socket are read first, unless another thread is reading (it then
+        waits for a reply, and hands back what arrives meanwhile)."""
+        if self._read_lock.acquire(blocking=False):
+            try:
+                frames, _closed = self.conn.recv_ready()
+                self._take_frames(frames)
+            finally:
+                self._read_lock.release()
+                with self._cond:
+                    self._cond.notify_all()
+        with self._cond:
+            kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
+            if task_ids:
+                self._incoming.clear()
+                self._incoming.extend(kept)
+        # Always answered, even with none left: the owner then asks again when it may.
+        self.send((protocol.GIVE_BACK, task_ids))
+
     def send_many(self, messages: list) -> None:
         """Send several messages in one write."""
         frames = [pickle.dumps(message, protocol=5) for message in messages]
@@ -109,6 +129,11 @@ class Channel:
         except (EOFError, OSError):
             # The owner is gone: nothing this worker does can matter any more.
             _exit_now()
+        self._take_frames(frames)
+
+    def _take_frames(self, frames: list) -> None:
+        """*Read lock held.* Replies to their waiters, other messages to the inbox (a task
+        that arrives while a request may block goes back to the owner)."""
         given_back = None
         for data in frames:
             message = pickle.loads(data)

@@ -138,6 +138,10 @@ class _Worker:
                 message = pickle.loads(self.ctl.recv_bytes())
             except (EOFError, OSError):
                 return
+            if message[0] == protocol.RECALL:
+                if self.actor_host is None:
+                    self.channel.give_back_waiting()
+                continue
             if message[0] != protocol.CANCEL:
                 continue
             task_id = message[1]
