@@ -73,3 +73,18 @@ def test_a_request_that_does_not_block_keeps_the_tasks():
     thread.join(10)
     assert replies == [(True, [])]
     assert [channel.next_message()[1] for _ in range(2)] == [b"t1", b"t2"]
+
+
+def test_a_recall_gives_back_the_tasks_still_in_the_socket_and_in_the_inbox():
+    """RECALL (another worker of the key is idle): while the main thread runs a task and
+    nobody reads the socket, the tasks sent ahead are read and given back; others stay."""
+    channel, owner = _pair()
+    channel.conn.sock.settimeout(None)  # as in a worker: MSG_DONTWAIT reads return at once
+    owner.send(_task(b"t1"))
+    assert channel.next_message()[1] == b"t1"  # running now
+    owner.send(_task(b"t2"), (protocol.UNMAP, "/seg"), _task(b"t3"))
+    channel.give_back_waiting()
+    assert owner.read() == (protocol.GIVE_BACK, [b"t2", b"t3"])
+    assert channel.next_message() == (protocol.UNMAP, "/seg")
+    channel.give_back_waiting()  # nothing left: answered all the same
+    assert owner.read() == (protocol.GIVE_BACK, [])
