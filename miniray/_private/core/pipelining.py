@@ -3,10 +3,11 @@ next one, what a worker hands back when it blocks, and where handed-back tasks g
 
 Owns: the depth of a scheduling key (``depth_for``), picking the lease a task is queued on
 behind another (``lease_to_fill``; an idle one is ``scheduling.lease_with_room``), the
-worker's choice of what to hand back when it blocks in ``get()``/``wait()``
-(``split_hand_back``), and the owner's requeue position of a task that comes back
-(``requeue_index``). Does not own: sending, the queues or the leases
-(``owner/owner.py``, ``owner/tasks.py``), nor reading the socket (``worker/worker_api.py``).
+worker asked to give its queued tasks to an idle one (``lease_to_recall``), the worker's
+choice of what to hand back when it blocks in ``get()``/``wait()`` (``split_hand_back``),
+and the owner's requeue position of a task that comes back (``requeue_index``). Does not
+own: sending, the queues or the leases (``owner/owner.py``, ``owner/tasks.py``), nor reading
+the socket (``worker/worker_api.py``).
 Called by: ``owner/owner.py`` and ``owner/tasks.py`` under the owner's lock, and
 ``worker/worker_api.py`` in a worker.
 
@@ -20,6 +21,8 @@ on what it started, so the owner never takes a task back on its own::
                    owner requeues b, c at the front of their queue (no retry used), and
                    may send them to other workers; a TASK that reaches the worker while
                    it is blocked goes back the same way
+    a worker of the key goes idle, nothing queued: owner ──RECALL──► the worker holding
+                   the most tasks behind its running one, which answers GIVE_BACK
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ and runs the job's setup hook (``runtime_env_setup.py``).
                            (as Ray does; not while it talks to the owner: then it is raised
                            when that exchange ends, and a get()/wait() is answered CANCELLED)
                          → an actor call: ActorHost.cancel (a flag, a skip, or asyncio)
+                       RECALL → GIVE_BACK of the tasks received but not started
 
 A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
 when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
