@@ -124,7 +124,7 @@ def test_running_task_waits_on_the_task_pipelined_behind_it(one_cpu, tmp_path):
 
 
 def test_handed_back_tasks_run_in_submission_order(one_cpu, tmp_path):
-    """A runs and B, C, D are pipelined behind it (depth 4); A then blocks in get() on an
+    """A runs and B, C, D are pipelined behind it (depth 8); A then blocks in get() on an
     object no task here produces: the three go back, in order, and run on another worker
     in submission order while A waits."""
     ray = one_cpu

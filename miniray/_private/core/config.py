@@ -101,12 +101,12 @@ def max_workers(num_cpus: float) -> int:
 
 def pipeline_depth() -> int:
     """``MINIRAY_PIPELINE_DEPTH``: how many tasks of one scheduling key a leased worker may
-    hold at once, the running one included (default 4; 1: one at a time, no pipelining).
+    hold at once, the running one included (default 8; 1: one at a time, no pipelining).
     Tasks that need GPUs or set ``max_calls`` always go one at a time."""
     try:
-        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "4")))
+        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "8")))
     except ValueError:
-        return 4
+        return 8
 
 
 def prestart_workers(num_cpus: float) -> int:
