@@ -61,7 +61,7 @@ def test_protocol_version_was_bumped_for_each_changed_layout():
     name the calling task, SVC_CANCEL says whether it is recursive; 5: streaming generators
     (YIELD, CALL_STREAM_NEXT, SVC_YIELD), which a node's workers of another version would not
     speak."""
-    assert protocol.PROTOCOL_VERSION == 5
+    assert protocol.PROTOCOL_VERSION == 6
     assert "YIELD" in protocol.CHANNELS["data"]
     assert "CALL_STREAM_NEXT" in protocol.CHANNELS["call"]
 

@@ -210,7 +210,7 @@ def test_after_worker_death(position, cancelled, left, fatal, expected):
     (s.T_QUEUED, True, False, s.CANCEL_FAIL),
     (s.T_INFEASIBLE, False, False, s.CANCEL_FAIL),
     (s.T_RUNNING, False, True, s.CANCEL_SIGNAL),
-    (s.T_RUNNING, False, False, s.CANCEL_SIGNAL),
+    (s.T_RUNNING, False, False, s.CANCEL_REMOVE_QUEUED),  # pipelined, not started
     (s.T_RUNNING, True, True, s.CANCEL_KILL),
     (s.T_RUNNING, True, False, s.CANCEL_REMOVE_QUEUED),
 ])

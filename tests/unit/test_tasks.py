@@ -50,7 +50,8 @@ def _queue(dispatched: list, leased=()):
                       unpin_deps=lambda deps: None, has_lease=lambda key: key in leased,
                       dispatch=dispatched.append,
                       kill_worker=lambda worker: dispatched.append(("kill", worker)),
-                      signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)))
+                      signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)),
+                      skip_queued=lambda worker, task_id: dispatched.append(("skip", task_id)))
     return tasks, objects
 
 
@@ -91,7 +92,8 @@ def test_an_infeasible_task_waits_apart_and_is_reported_once_per_key(capsys):
     assert [t.state for t in tasks.infeasible["big"]] == [T_INFEASIBLE, T_INFEASIBLE]
     assert dispatched == [] and "big" not in tasks.queues
     assert capsys.readouterr().err.count("task3") == 1
-    assert tasks.statistics() == {"tasks_pending": 2, "queued": 0, "infeasible": 2}
+    assert tasks.statistics() == {"tasks_pending": 2, "queued": 0, "infeasible": 2,
+                                  "handed_back": 0}
     tasks.remove_waiting(tasks.infeasible["big"][0])
     assert len(tasks.infeasible["big"]) == 1
 
@@ -158,3 +160,59 @@ def test_a_dead_worker_requeues_what_never_started_and_fails_the_running_task():
     assert running.state == T_DONE and list(tasks.queues["key"]) == [behind]
     error = serialization.loads(objects.store.data[running.spec.return_ids[0]])
     assert isinstance(error, WorkerCrashedError) and "pid=4242 exited with code 1" in str(error)
+
+
+def _on_worker(tasks, key, count, first=20):
+    """``count`` tasks of ``key`` sent to one worker, in order (the first one running)."""
+    for n in range(first, first + count):
+        tasks.submit(_spec(n), key)
+    sent = list(tasks.queues.pop(key))
+    worker = types.SimpleNamespace(inflight=collections.deque(sent))
+    for task in sent:
+        task.state, task.worker = T_RUNNING, worker
+    return worker, sent
+
+
+def test_tasks_handed_back_go_to_the_front_in_submission_order_without_a_retry():
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched, leased={"key"})
+    worker, (a, b, c, d) = _on_worker(tasks, "key", 4)
+    tasks.submit(_spec(40), "key")  # newer work queued meanwhile
+    newer = tasks.queues["key"][0]
+    assert tasks.hand_back(worker, [d.spec.task_id]) == {"key"}  # one arrived while blocked
+    assert tasks.hand_back(worker, [b.spec.task_id, c.spec.task_id]) == {"key"}
+    assert list(tasks.queues["key"]) == [b, c, d, newer]
+    assert list(worker.inflight) == [a]
+    assert all(t.state == T_QUEUED and t.worker is None for t in (b, c, d))
+    assert b.retries_left == 0 and tasks.handed_back == 3
+    assert tasks.hand_back(worker, [b"unknown" * 3]) == set()
+
+
+def test_cancel_of_a_pipelined_task_fails_it_now_and_tells_the_worker_to_skip_it():
+    """With or without force: it never started, so no worker is killed or interrupted."""
+    for force in (False, True):
+        dispatched: list = []
+        tasks, objects = _queue(dispatched, leased={"key"})
+        worker, (a, b) = _on_worker(tasks, "key", 2)
+        tasks.cancel(b, force, False, KeyboardInterrupt)
+        assert b.state == T_DONE and a.state == T_RUNNING
+        assert dispatched[-1] == ("skip", b.spec.task_id)
+        assert not any(item[0] in ("kill", "signal") for item in dispatched[:-1]
+                       if isinstance(item, tuple))
+        assert list(worker.inflight) == [a, b]  # its RESULT (skipped) still comes, in order
+        assert isinstance(serialization.loads(objects.store.data[b.spec.return_ids[0]]),
+                          KeyboardInterrupt)
+        # handed back after it was cancelled: dropped, not queued again
+        assert tasks.hand_back(worker, [b.spec.task_id]) == set()
+        assert list(worker.inflight) == [a] and "key" not in tasks.queues
+
+
+def test_a_dead_worker_counts_positions_among_unfinished_tasks():
+    """A cancelled task at the head was skipped by the worker, so the next one was the one
+    running: it uses a retry (here none: it fails); those behind it are requeued."""
+    dispatched: list = []
+    tasks, _objects = _queue(dispatched, leased={"key"})
+    worker, (skipped, running, behind) = _on_worker(tasks, "key", 3)
+    tasks.fail(skipped, KeyboardInterrupt())  # cancelled while pipelined: done, skipped
+    assert tasks.worker_died(list(worker.inflight), 7, "was killed", None, None) == (1, 1)
+    assert running.state == T_DONE and list(tasks.queues["key"]) == [behind]

@@ -117,6 +117,16 @@ def max_workers(num_cpus: float) -> int:
     return max(8, int(4 * max(num_cpus, 1)))
 
 
+def pipeline_depth() -> int:
+    """``MINIRAY_PIPELINE_DEPTH``: how many tasks of one scheduling key a leased worker may
+    hold at once, the running one included (default 8; 1: one at a time, no pipelining).
+    Tasks that need GPUs or set ``max_calls`` always go one at a time."""
+    try:
+        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "8")))
+    except ValueError:
+        return 8
+
+
 def prestart_workers(num_cpus: float) -> int:
     """How many idle workers ``init()`` starts for the default shape
     (``MINIRAY_PRESTART_WORKERS``; default the CPUs, at most 8; 0: none). ``init()`` returns

@@ -27,6 +27,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (EXIT,)                                       (BORROW, added, dropped, escaped)
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
+                                                  (GIVE_BACK, task_ids)  tasks not started
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
@@ -49,6 +50,11 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    Its ``task_id`` is the call that waits (None where a cancel must not interrupt it: outside
    a call, in an async actor); once that call is cancelled, the REPLY of each of its waits,
    pending or later, is ``CANCELLED`` (the worker raises KeyboardInterrupt there, as Ray does).
+   The driver may send a worker up to a key's depth of TASKs ahead (``core/pipelining.py``);
+   they run in order. Before its GET, WAIT or ``CALL_STREAM_NEXT``, a worker sends
+   ``GIVE_BACK`` with every TASK it received but did not start, and one for each TASK that
+   arrives while it is blocked; the driver requeues them (no retry is used). A TASK cancelled
+   before it started is answered by its RESULT (the cancel error) without running.
 
 1a. The ``method`` of a worker's ``(CALL, req_id, method, args)``: what the public API asks of
    the driver from inside a task or actor (answered by ``(REPLY, req_id, (ok, value))``;
@@ -66,7 +72,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                    "table", "bundles"), run by the driver
                                                    after its lock (ledger transactions)
 
-2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)`` only.
+2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)``, and ``(RECALL,)``:
+   give back (``GIVE_BACK`` on the data socket) the tasks received but not started, because
+   another worker of their key is idle.
 
 3. Driver ⇄ fork server::
 
@@ -122,7 +130,11 @@ from miniray import _version
 # 4: GET, WAIT and SUBMIT name the calling task (a node's workers speak to its drivers'
 #    owners); SVC_CANCEL says whether it is recursive.
 # 5: streaming generators (YIELD, CALL_STREAM_NEXT, SVC_YIELD).
-PROTOCOL_VERSION = 5
+# 6: pipelined tasks: a worker holds several TASKs and hands back (GIVE_BACK) those it did
+#    not start when it blocks or is asked to (RECALL); placement groups
+#    (CALL_PLACEMENT_GROUP, a TASK's group); concurrency groups (ACTOR_INIT's groups,
+#    ACTOR_CALL's group).
+PROTOCOL_VERSION = 6
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -148,6 +160,7 @@ ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
 YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
+GIVE_BACK = 23  # (GIVE_BACK, task_ids): tasks received but not started, for the owner to requeue
 
 # 1a. the method of a worker's CALL
 CALL_CREATE_ACTOR = 80
@@ -163,6 +176,7 @@ CALL_PLACEMENT_GROUP = 89
 
 # 2. control socket
 CANCEL = 20
+RECALL = 25  # (RECALL,): give back the tasks not started (another worker is idle)
 
 # 3. fork server (and relayed by a node: section 4)
 SPAWN = 30
@@ -210,11 +224,11 @@ CANCELLED = 3
 CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
-             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD"),
+             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD", "GIVE_BACK"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
              "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
              "CALL_STREAM_NEXT", "CALL_PLACEMENT_GROUP"),
-    "control": ("CANCEL",),
+    "control": ("CANCEL", "RECALL"),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
              "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),

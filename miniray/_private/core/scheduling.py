@@ -153,10 +153,10 @@ def blocked_release(resources: dict) -> dict:
 
 
 def lease_with_room(leases):
-    """The first lease whose worker is neither blocked in ``get()`` nor running a task, or
-    None. One task in flight per worker: a task queued behind one that blocks in ``get()``
-    could be the very task it waits for. ``leases`` are objects with a ``worker`` that has
-    ``blocked`` (a count) and ``inflight`` (a sequence)."""
+    """The first lease whose worker is neither blocked in ``get()`` nor holding a task, or
+    None: an idle worker is given a task before any is queued behind another one
+    (``core/pipelining.py`` decides those). ``leases`` are objects with a ``worker`` that
+    has ``blocked`` (a count) and ``inflight`` (a sequence)."""
     for slot in leases or ():
         worker = slot.worker
         if not worker.blocked and not worker.inflight:
@@ -311,27 +311,31 @@ def after_worker_death(position: int, cancelled: bool, retries_left: int,
 # What cancelling a task does (cancel_action).
 CANCEL_IGNORE = "ignore"                # already done
 CANCEL_FAIL = "fail"                    # not running: it fails now with the cancel error
-CANCEL_REMOVE_QUEUED = "remove-queued"  # sent behind another task: taken back, fails now
+CANCEL_REMOVE_QUEUED = "remove-queued"  # sent behind another task: fails now, never runs
 CANCEL_KILL = "kill"                    # running, force: its worker is killed
 CANCEL_SIGNAL = "signal"                # running: the worker is asked to interrupt it
 
 
 def cancel_action(state: int, force: bool, running_now: bool) -> str:
     """What ``cancel`` does to a task in ``state``; ``running_now``: it is the task its
-    worker is executing (not one sent behind it).
+    worker is executing (not one pipelined behind it). One pipelined behind has not started:
+    it fails at once and the worker skips it, with or without ``force`` (its worker, busy
+    with another task, is never killed for it).
 
     >>> cancel_action(T_QUEUED, False, False), cancel_action(T_RUNNING, True, True)
     ('fail', 'kill')
     >>> cancel_action(T_RUNNING, True, False), cancel_action(T_RUNNING, False, True)
     ('remove-queued', 'signal')
+    >>> cancel_action(T_RUNNING, False, False)
+    'remove-queued'
     """
     if state == T_DONE:
         return CANCEL_IGNORE
     if state != T_RUNNING:
         return CANCEL_FAIL
-    if not force:
-        return CANCEL_SIGNAL
-    return CANCEL_KILL if running_now else CANCEL_REMOVE_QUEUED
+    if not running_now:
+        return CANCEL_REMOVE_QUEUED
+    return CANCEL_KILL if force else CANCEL_SIGNAL
 
 
 # A cancelled actor call (Ray 2.60, compared side by side): one that never ran fails with

@@ -43,6 +43,7 @@ from typing import Any
 from miniray._private.core import (
     config,
     placement,
+    pipelining,
     protocol,
     runtime_envs,
     scheduling,
@@ -108,6 +109,7 @@ class Owner:
         self.pid = os.getpid()
         self.session_token = object()
         self.linger = config.lease_linger_s()
+        self.pipeline_depth = config.pipeline_depth()  # tasks a worker may hold (pipelining.py)
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
         # Why the job's runtime_env (init's) cannot be set up, if it cannot; then every
         # task or actor of it fails with RuntimeEnvSetupError, as in Ray.
@@ -135,6 +137,7 @@ class Owner:
         self._closed = False
         self._next_sweep = 0.0  # monotonic time of the I/O thread's next sweep
         self._stopping = False
+        self._drained = None  # the worker whose output pipes were read for this batch
         self._retry_pending = False
         self._deferred = self.deferred.queue  # tested on the per-task path before running it
         self._acquiring: dict[Any, int] = {}  # leases being taken, by key
@@ -172,7 +175,7 @@ class Owner:
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
-            records=self.state_records)
+            records=self.state_records, skip_queued=self._skip_queued)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -339,12 +342,32 @@ class Owner:
             lease = scheduling.lease_with_room(by_key.get(key))
             if lease is None:
                 self._want_leases(key, queue)
-                return False
+                if self.pipeline_depth > 1:
+                    self._fill_pipelines(key, queue)
+                if queue:
+                    return False
+                break
             lease.idle_since = None
             self._send_task(lease, queue.popleft())
         if queue is not None and not queue:
             del self.tasks.queues[key]
         return True
+
+    def _fill_pipelines(self, key, queue) -> None:
+        """*Locked.* No idle worker has room for ``key``'s queue: queue tasks behind the
+        running ones, up to the key's depth (``pipelining.py``), but only those no lease being
+        taken will run: a worker that becomes free soon serves the rest."""
+        depth = pipelining.depth_for(key, self.pipeline_depth)
+        spare = len(queue) - self._acquiring.get(key, 0)
+        if depth <= 1 or spare <= 0:
+            return
+        leases = self.leases.by_key.get(key)
+        while spare > 0 and queue:
+            lease = pipelining.lease_to_fill(leases, depth)
+            if lease is None:
+                return
+            self._send_task(lease, queue.popleft())
+            spare -= 1
 
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
@@ -744,6 +767,11 @@ class Owner:
         """*Locked.* The actor call is done: the tasks it submitted are no longer its."""
         self.tasks.call_ended(call_id)
 
+    def _skip_queued(self, worker: WorkerSlot, task_id: bytes) -> None:
+        """*Locked.* A task pipelined behind another on ``worker`` was cancelled: the worker
+        answers it with the cancel error instead of running it (``worker_main.py``)."""
+        self.send_control(worker, (protocol.CANCEL, task_id))
+
     def signal_cancel(self, worker: WorkerSlot, task_id: bytes) -> None:
         """*Locked.* Ask a worker to interrupt the call it runs, a task or an actor call
         (KeyboardInterrupt in a task; a flag in an actor), and end that call's waits."""
@@ -953,8 +981,22 @@ class Owner:
             return
         loads = pickle.loads
         with self._lock:
-            for frame in frames:
-                self._handle_worker_message(worker, loads(frame))
+            if len(frames) == 1:
+                self._handle_worker_message(worker, loads(frames[0]))
+                return
+            reactor = self.reactor
+            reactor.cork()  # the tasks and replies these frames cause go out together
+            # What the worker printed before the last of these frames was written before
+            # they were read: one read of its pipes puts it before every result here.
+            worker.out.drain()
+            worker.err.drain()
+            self._drained = worker
+            try:
+                for frame in frames:
+                    self._handle_worker_message(worker, loads(frame))
+            finally:
+                self._drained = None
+                reactor.uncork()
 
     def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
         tag = message[0]
@@ -1009,6 +1051,8 @@ class Owner:
             worker.out.drain()
             worker.err.drain()
             self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
+        elif tag == protocol.GIVE_BACK:
+            self._on_give_back(worker, message[1])
         elif tag == protocol.GET:
             self.requests.on_get(worker, message[1], message[2], message[3], message[4])
         elif tag == protocol.WAIT:
@@ -1020,8 +1064,9 @@ class Owner:
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool) -> None:
         # Lines the task printed were written before its result: print them first.
-        worker.out.drain()
-        worker.err.drain()
+        if self._drained is not worker:
+            worker.out.drain()
+            worker.err.drain()
         if not worker.inflight or worker.inflight[0].spec.task_id != task_id:
             logger.error("miniray bug: unexpected result for task %s", task_id.hex())
             return
@@ -1033,6 +1078,22 @@ class Owner:
             worker.spent = True
         self.tasks.finished(task, results, retryable)
         self._after_worker_progress(worker)
+
+    def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:
+        """*Locked.* ``worker`` blocked (or is about to) and gave back tasks it did not start:
+        they go back to their queues (no retry used) and to other workers."""
+        worker.recalled = False
+        for key in self.tasks.hand_back(worker, task_ids):
+            self._dispatch(key)
+        self._after_worker_progress(worker)
+
+    def _recall_for(self, slot: LeaseSlot) -> None:
+        """*Locked.* ``slot``'s worker is idle and its key's queue empty: a worker of the key
+        holding tasks behind a running one is asked to give them back (``pipelining.py``)."""
+        other = pipelining.lease_to_recall(self.leases.by_key.get(slot.key))
+        if other is not None:
+            other.worker.recalled = True
+            self.send_control(other.worker, (protocol.RECALL,))
 
     def _contain_results(self, task_id: bytes, contained: list) -> None:
         for index, inner in enumerate(contained, start=1):
@@ -1052,6 +1113,8 @@ class Owner:
         if self.tasks.queues.get(key):
             self._dispatch(key)
         if not worker.inflight and slot.worker is worker:
+            if self.pipeline_depth > 1 and key not in self.tasks.queues:
+                self._recall_for(slot)
             if self.tasks.queues:
                 # Another shape is waiting: give the resources back now so it can run.
                 self._release_lease(slot)

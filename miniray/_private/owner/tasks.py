@@ -18,12 +18,13 @@ Called by: ``owner.Owner``, with the owner's lock held (every method is *Locked*
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import sys
 import time
 from typing import Any
 
-from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core import ids, pipelining, protocol, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
@@ -41,11 +42,12 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned", "created",
+        "children", "parent", "pinned", "created", "seq",
     )
 
-    def __init__(self, spec, key):
+    def __init__(self, spec, key, seq: int = 0):
         self.spec = spec
+        self.seq = seq  # submission order: a task handed back keeps its place (pipelining)
         self.key = key
         self.state = T_WAITING
         self.worker = None
@@ -86,10 +88,11 @@ class TaskQueue:
     bytes), ``node_state`` (totals, for infeasibility), ``unpin_deps(deps)`` (store pins of
     a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
     key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
-    ``kill_worker(worker)`` and ``signal_cancel(worker, task_id)`` (cancellation's acts)."""
+    ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
+    task_id)`` (cancellation's acts)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel, records=None):
+                 kill_worker, signal_cancel, skip_queued, records=None):
         self.objects = objects
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
@@ -99,18 +102,21 @@ class TaskQueue:
         self._dispatch = dispatch
         self._kill_worker = kill_worker
         self._signal_cancel = signal_cancel
+        self._skip_queued = skip_queued
         self.by_id: dict[bytes, Task] = {}
         self.call_parents: dict[bytes, _CallParent] = {}  # running actor calls' children
         self.queues: dict[Any, collections.deque] = {}
         self.infeasible: dict[Any, list[Task]] = {}
         self._reported_infeasible: set = set()
+        self._seq = itertools.count()
+        self.handed_back = 0  # tasks workers gave back unstarted when they blocked
 
     def submit(self, spec, key, parent: Task | None = None,
                setup_error: BaseException | None = None) -> None:
         """A new task: its return objects exist from now on; it waits for its arguments,
         then is queued (or infeasible). With ``setup_error`` (its runtime_env cannot be set
         up) it fails at once with that error, as Ray fails it before leasing a worker."""
-        task = Task(spec, key)
+        task = Task(spec, key, next(self._seq))
         self.by_id[spec.task_id] = task
         objects = self.objects
         for object_id in spec.return_ids:
@@ -181,6 +187,28 @@ class TaskQueue:
         task.worker = None
         self.queues.setdefault(task.key, collections.deque()).appendleft(task)
 
+    def hand_back(self, worker, task_ids) -> set:
+        """``worker`` blocked in ``get()``/``wait()`` and gave back ``task_ids``, which it
+        received but did not start: each leaves its in-flight list and goes back into its
+        queue in submission order (``pipelining.requeue_index``), no retry used; one
+        cancelled meanwhile (done) is dropped. Returns the keys of the queues they went to."""
+        wanted = set(task_ids)
+        returned = [task for task in worker.inflight if task.spec.task_id in wanted]
+        keys = set()
+        for task in returned:
+            worker.inflight.remove(task)
+            if task.state == T_DONE:
+                continue
+            task.state = T_QUEUED
+            task.worker = None
+            queue = self.queues.get(task.key)
+            if queue is None:
+                queue = self.queues[task.key] = collections.deque()
+            queue.insert(pipelining.requeue_index((t.seq for t in queue), task.seq), task)
+            keys.add(task.key)
+            self.handed_back += 1
+        return keys
+
     def remove_waiting(self, task: Task) -> None:
         """A queued or infeasible task leaves its queue (cancelled before it ran)."""
         if task.state == T_QUEUED:
@@ -210,9 +238,10 @@ class TaskQueue:
         elif action == scheduling.CANCEL_KILL:
             self._kill_worker(worker)
         elif action == scheduling.CANCEL_REMOVE_QUEUED:  # sent behind the running task
-            if task in worker.inflight:
-                worker.inflight.remove(task)
-                self.fail(task, error_cls(ids.TaskID(task.spec.task_id)))
+            # It fails now; the worker is told to skip it (its RESULT, the cancel error, is
+            # then ignored) and stays in the in-flight list, which follows the worker's order.
+            self.fail(task, error_cls(ids.TaskID(task.spec.task_id)))
+            self._skip_queued(worker, task.spec.task_id)
         elif action == scheduling.CANCEL_SIGNAL:
             self._signal_cancel(worker, task.spec.task_id)
 
@@ -266,11 +295,13 @@ class TaskQueue:
 
         requeue = []
         failed = 0
-        for index, task in enumerate(inflight):
+        position = 0  # among tasks not done: a cancelled queued one was skipped, not run
+        for task in inflight:
             if task.state == T_DONE:
                 continue
             decision, task.retries_left = scheduling.after_worker_death(
-                index, task.cancelled, task.retries_left, bool(fatal))
+                position, task.cancelled, task.retries_left, bool(fatal))
+            position += 1
             if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
                 self.fail(task, RaySystemError(fatal))
                 failed += 1
@@ -338,6 +369,7 @@ class TaskQueue:
             "tasks_pending": len(self.by_id),
             "queued": sum(len(q) for q in self.queues.values()),
             "infeasible": sum(len(v) for v in self.infeasible.values()),
+            "handed_back": self.handed_back,
         }
 
     def clear(self) -> None:

@@ -31,7 +31,7 @@ class WorkerSlot:
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
-        "waits", "interrupted",
+        "waits", "interrupted", "recalled",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -61,6 +61,7 @@ class WorkerSlot:
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
         self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
+        self.recalled = False  # asked to give back its pipelined tasks (RECALL), no answer yet
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"

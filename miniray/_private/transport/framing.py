@@ -19,12 +19,14 @@ write:
 from __future__ import annotations
 
 import collections
+import itertools
 import socket
 import struct
 
 _HEADER = struct.Struct("!Q")
 _HEADER_SIZE = _HEADER.size
 _CHUNK = 1 << 18
+_GATHER = 64  # frames written by one sendmsg
 
 
 class FramedSocket:
@@ -48,28 +50,47 @@ class FramedSocket:
             self.sock.sendall(header)
             self.sock.sendall(data)
 
+    def send_frames(self, frames: list) -> None:
+        """Block until every frame of ``frames`` is written, in one write when they are small."""
+        if sum(len(data) for data in frames) < 65536:
+            self.sock.sendall(b"".join(_HEADER.pack(len(data)) + data for data in frames))
+            return
+        for data in frames:
+            self.send(data)
+
     def send_nowait(self, data: bytes) -> bool:
         """Queue a frame and write what fits now; True if some of it still waits (the caller
         then asks to be told when the socket is writable, and calls ``flush``)."""
+        self.queue(data)
+        return not self.flush()
+
+    def queue(self, data: bytes) -> None:
+        """Queue a frame for the next ``flush`` (several frames then go in one write)."""
         self.outbox.append(memoryview(_HEADER.pack(len(data)) + data)
                            if len(data) < 65536 else memoryview(_HEADER.pack(len(data))))
         if len(data) >= 65536:
             self.outbox.append(memoryview(data))
-        return not self.flush()
 
     def flush(self) -> bool:
-        """Write queued frames without blocking; True once the outbox is empty."""
+        """Write queued frames without blocking, up to ``_GATHER`` of them per system call;
+        True once the outbox is empty."""
         outbox = self.outbox
         while outbox:
-            view = outbox[0]
+            if len(outbox) == 1:
+                views = [outbox[0]]
+            else:
+                views = list(itertools.islice(outbox, _GATHER))
             try:
-                sent = self.sock.send(view, socket.MSG_DONTWAIT)
+                sent = self.sock.sendmsg(views, (), socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return False
-            if sent < len(view):
-                outbox[0] = view[sent:]
-                return False
-            outbox.popleft()
+            for view in views:
+                if sent >= len(view):
+                    sent -= len(view)
+                    outbox.popleft()
+                else:
+                    outbox[0] = view[sent:]
+                    return False
         return True
 
     def _frames(self) -> list[bytes]:

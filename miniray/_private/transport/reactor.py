@@ -41,6 +41,10 @@ class Reactor:
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
         self._writers: dict[int, Callable[[int], None]] = {}
+        # While a handler is "corked", frames wait in their socket's outbox and each socket
+        # is written once at ``uncork``: the tasks sent in reply to a batch of results go in
+        # one system call (guarded by the owner's lock, as every send is).
+        self._corked: dict | None = None  # conn -> its on_writable
         self._timers: list = []
         self._seq = itertools.count()
         self._stopping = False
@@ -80,9 +84,30 @@ class Reactor:
     def send(self, conn, data: bytes, on_writable: Callable[[int], None]) -> None:
         """Queue ``data`` on ``conn`` (a ``FramedSocket`` registered here) without blocking;
         what does not fit now is written when it is writable (``on_writable`` calls
-        ``flush``). OSError if the peer is gone."""
+        ``flush``). OSError if the peer is gone (not while corked: ``uncork``)."""
+        corked = self._corked
+        if corked is not None:
+            conn.queue(data)
+            corked[conn] = on_writable
+            return
         if conn.send_nowait(data):
             self.want_write(conn.fd, on_writable)
+
+    def cork(self) -> None:
+        """*Locked.* Hold what is sent from now on until ``uncork``."""
+        if self._corked is None:
+            self._corked = {}
+
+    def uncork(self) -> None:
+        """*Locked.* Write what was held, one system call per socket where it fits; a socket
+        whose peer is gone is skipped (its worker's exit is reported apart)."""
+        corked, self._corked = self._corked, None
+        for conn, on_writable in (corked or {}).items():
+            try:
+                if not conn.flush():
+                    self.want_write(conn.fd, on_writable)
+            except OSError:
+                pass
 
     def flush(self, fd: int, conn) -> None:
         """For an ``on_writable`` handler: continue ``conn``'s outbox, and stop watching

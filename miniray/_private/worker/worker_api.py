@@ -9,6 +9,11 @@ Reading follows the leader/follower pattern: whichever thread needs a reply take
 and reads frames, handing replies to the threads waiting for them and queueing task messages for
 the main loop; the others wait on a condition until their reply arrives or the lock is free.
 
+Pipelining: the owner may send tasks ahead of the running one. A GET, WAIT or stream ``next()``
+may wait on one of them, so before sending it the worker gives back (``GIVE_BACK``) every task
+waiting in its inbox, and gives back each task that arrives until the reply of every such
+request has been read (``core/pipelining.py``).
+
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
 task. No exception is injected into a thread while it talks to the owner (``_shielded``).
@@ -25,7 +30,7 @@ import pickle
 import threading
 from typing import Any
 
-from miniray._private.core import ids, oob, protocol, serialization
+from miniray._private.core import ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
 
@@ -41,6 +46,9 @@ class Channel:
         self._replies: dict[int, Any] = {}
         self._incoming: collections.deque = collections.deque()
         self._req_ids = itertools.count(1)
+        # Requests that may wait on another task (GET, WAIT, stream next) and whose reply
+        # has not been read: while there is one, an arriving TASK goes back to the owner.
+        self._blocking: set[int] = set()
         self.before_send = None  # returns a message to send first (the borrow report), or None
 
     def send(self, message: tuple) -> None:
@@ -63,9 +71,57 @@ class Channel:
     def new_request_id(self) -> int:
         return next(self._req_ids)
 
-    def request(self, message: tuple, req_id: int) -> Any:
-        self.send(message)
-        return self.wait_reply(req_id)
+    def request(self, message: tuple, req_id: int, blocking: bool = False) -> Any:
+        """Send ``message`` and wait for its reply. ``blocking``: it may wait on another
+        task, so the tasks received but not started go back to the owner first."""
+        if not blocking:
+            self.send(message)
+            return self.wait_reply(req_id)
+        with self._cond:
+            self._blocking.add(req_id)
+            kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
+            if task_ids:
+                self._incoming.clear()
+                self._incoming.extend(kept)
+        try:
+            if task_ids:  # after the request: the owner knows the worker is blocked then
+                self.send_many([message, (protocol.GIVE_BACK, task_ids)])
+            else:
+                self.send(message)
+            return self.wait_reply(req_id)
+        finally:
+            with self._cond:
+                self._blocking.discard(req_id)
+
+    def give_back_waiting(self) -> None:
+        """The owner asked (RECALL): give back the tasks received but not started. Those
+        still in the socket are read first, unless another thread is reading (it then
+        waits for a reply, and hands back what arrives meanwhile)."""
+        if self._read_lock.acquire(blocking=False):
+            try:
+                frames, _closed = self.conn.recv_ready()
+                self._take_frames(frames)
+            finally:
+                self._read_lock.release()
+                with self._cond:
+                    self._cond.notify_all()
+        with self._cond:
+            kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
+            if task_ids:
+                self._incoming.clear()
+                self._incoming.extend(kept)
+        # Always answered, even with none left: the owner then asks again when it may.
+        self.send((protocol.GIVE_BACK, task_ids))
+
+    def send_many(self, messages: list) -> None:
+        """Send several messages in one write."""
+        frames = [pickle.dumps(message, protocol=5) for message in messages]
+        with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:
+                    frames.insert(0, pickle.dumps(first, protocol=5))
+            self.conn.send_frames(frames)
 
     def _read_one(self) -> None:
         try:
@@ -73,14 +129,30 @@ class Channel:
         except (EOFError, OSError):
             # The owner is gone: nothing this worker does can matter any more.
             _exit_now()
+        self._take_frames(frames)
+
+    def _take_frames(self, frames: list) -> None:
+        """*Read lock held.* Replies to their waiters, other messages to the inbox (a task
+        that arrives while a request may block goes back to the owner)."""
+        given_back = None
         for data in frames:
             message = pickle.loads(data)
             if message[0] == protocol.REPLY:
                 with self._cond:
                     self._replies[message[1]] = message[2]
+                    self._blocking.discard(message[1])
                     self._cond.notify_all()
             else:
-                self._incoming.append(message)
+                with self._cond:
+                    if message[0] != protocol.TASK or not self._blocking:
+                        self._incoming.append(message)
+                        continue
+                # Sent before the owner knew this worker blocks: it may be what it waits for.
+                if given_back is None:
+                    given_back = []
+                given_back.append(message[1])
+        if given_back:
+            self.send((protocol.GIVE_BACK, given_back))
 
     def wait_reply(self, req_id: int) -> Any:
         while True:
@@ -106,7 +178,8 @@ class Channel:
             with self._read_lock:
                 if not self._incoming:
                     self._read_one()
-        return self._incoming.popleft()
+        with self._cond:  # a blocking request may be taking tasks out meanwhile
+            return self._incoming.popleft()
 
 
 def _exit_now() -> None:
@@ -312,7 +385,7 @@ class WorkerRuntime:
         """Send a GET or WAIT and wait for its reply; KeyboardInterrupt if the waiting call
         was cancelled, as Ray raises it in a cancelled call's ``get()``."""
         with self._shielded():
-            reply = self.channel.request(message, req_id)
+            reply = self.channel.request(message, req_id, blocking=True)
         if type(reply) is int and reply == protocol.CANCELLED:
             # The owner's answer may come before its CANCEL on the control socket is read:
             # the call is cancelled from now on (is_canceled(), its result), and that CANCEL
@@ -350,10 +423,11 @@ class WorkerRuntime:
         if missed:
             raise KeyboardInterrupt
 
-    def call(self, method: int, *args):
+    def call(self, method: int, *args, blocking: bool = False):
         req = self.channel.new_request_id()
         with self._shielded():
-            ok, value = self.channel.request((protocol.CALL, req, method, args), req)
+            ok, value = self.channel.request((protocol.CALL, req, method, args), req,
+                                             blocking=blocking)
         if not ok:
             raise value
         return value
@@ -361,7 +435,7 @@ class WorkerRuntime:
     def stream_next(self, task_id: bytes, index: int, timeout):
         """As the driver's: asked of the owner, which answers once it can (the worker is
         blocked meanwhile, as in a ``get()``)."""
-        return self.call(protocol.CALL_STREAM_NEXT, task_id, index, timeout)
+        return self.call(protocol.CALL_STREAM_NEXT, task_id, index, timeout, blocking=True)
 
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
         self.call(protocol.CALL_CANCEL, object_id, force, recursive)

@@ -15,6 +15,7 @@ and runs the job's setup hook (``runtime_env_setup.py``).
                            (as Ray does; not while it talks to the owner: then it is raised
                            when that exchange ends, and a get()/wait() is answered CANCELLED)
                          → an actor call: ActorHost.cancel (a flag, a skip, or asyncio)
+                       RECALL → GIVE_BACK of the tasks received but not started
 
 A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDEATHSIG), and
 when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
@@ -31,6 +32,7 @@ import ctypes
 import math
 import os
 import pickle
+import select
 import socket
 import sys
 import threading
@@ -125,6 +127,11 @@ class _Worker:
         self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
         self.runtime.mappings = self.mappings
         self.serializers = serializer_file.SerializerFileWatch(info.get("session_dir", ""))
+        self.ctl_done = threading.Condition(threading.Lock())
+        self.ctl_handled = 0  # control messages handled so far (_await_control)
+        self.ctl_closed = False
+        self.ctl_poller = select.poll()  # is a control message waiting? (no read)
+        self.ctl_poller.register(ctl.fileno(), select.POLLIN)
 
     # -- control thread ---------------------------------------------------------
     def start_control_thread(self) -> None:
@@ -132,34 +139,60 @@ class _Worker:
         thread.start()
 
     def _control_loop(self) -> None:
-        runtime = self.runtime
         while True:
             try:
                 message = pickle.loads(self.ctl.recv_bytes())
             except (EOFError, OSError):
+                with self.ctl_done:
+                    self.ctl_closed = True
+                    self.ctl_done.notify_all()
                 return
-            if message[0] != protocol.CANCEL:
-                continue
-            task_id = message[1]
-            if self.actor_host is not None:  # actor calls are never interrupted, as in Ray
-                self.actor_host.cancel(task_id)
-                continue
-            with self.exec_lock:
-                if self.current == task_id and task_id in runtime.canceled:
-                    pass  # a get() or wait() of the task already raised it
-                elif self.current == task_id:
-                    runtime.canceled.add(task_id)
-                    if self.main_ident in runtime.waiting:  # raised when the exchange ends
-                        runtime.missed.add(self.main_ident)
-                    else:
-                        # Ray interrupts a running task with KeyboardInterrupt (so that
-                        # ``except Exception`` in the task does not swallow it).
-                        self.injected = True
-                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                            ctypes.c_ulong(self.main_ident), ctypes.py_object(KeyboardInterrupt)
-                        )
+            try:
+                self._on_control(message)
+            finally:
+                with self.ctl_done:  # for _await_control: this message is handled
+                    self.ctl_handled += 1
+                    self.ctl_done.notify_all()
+
+    def _on_control(self, message: tuple) -> None:
+        runtime = self.runtime
+        if message[0] == protocol.RECALL:
+            if self.actor_host is None:
+                self.channel.give_back_waiting()
+            return
+        if message[0] != protocol.CANCEL:
+            return
+        task_id = message[1]
+        if self.actor_host is not None:  # actor calls are never interrupted, as in Ray
+            self.actor_host.cancel(task_id)
+            return
+        with self.exec_lock:
+            if self.current == task_id and task_id in runtime.canceled:
+                pass  # a get() or wait() of the task already raised it
+            elif self.current == task_id:
+                runtime.canceled.add(task_id)
+                if self.main_ident in runtime.waiting:  # raised when the exchange ends
+                    runtime.missed.add(self.main_ident)
                 else:
-                    self.cancelled.add(task_id)
+                    # Ray interrupts a running task with KeyboardInterrupt (so that
+                    # ``except Exception`` in the task does not swallow it).
+                    self.injected = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.main_ident), ctypes.py_object(KeyboardInterrupt)
+                    )
+            else:
+                self.cancelled.add(task_id)
+
+    def _await_control(self, timeout: float = 0.5) -> None:
+        """Before a task starts: a control message already arrived (the cancel of a task
+        pipelined here, say) is handled first, so a task cancelled before it started never
+        runs however late the control thread is scheduled."""
+        if self.ctl_closed or not self.ctl_poller.poll(0):
+            return
+        with self.ctl_done:
+            seen = self.ctl_handled
+            self.ctl_done.wait_for(lambda: self.ctl_handled != seen or self.ctl_closed,
+                                   timeout)
 
     # -- main loop ------------------------------------------------------------------
     def loop(self) -> None:
@@ -254,6 +287,7 @@ class _Worker:
 
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name, pg = ctx
+        self._await_control()
         if task_id in self.cancelled:
             self.cancelled.discard(task_id)
             error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))

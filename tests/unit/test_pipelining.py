@@ -1,0 +1,70 @@
+"""Pure decisions of task pipelining (``core/pipelining.py``): depth, which lease takes a
+task queued behind another, what a blocking worker hands back, where it goes back."""
+
+from __future__ import annotations
+
+import collections
+import doctest
+from types import SimpleNamespace as N
+
+from miniray._private.core import pipelining as p
+from miniray._private.core import protocol, scheduling
+
+
+def test_doctests():
+    result = doctest.testmod(p)
+    assert result.failed == 0 and result.attempted > 0
+
+
+def _lease(held: int, blocked: int = 0):
+    return N(worker=N(blocked=blocked, inflight=list(range(held))))
+
+
+def test_depth_is_one_for_gpu_and_max_calls():
+    cpu = scheduling.scheduling_key({"CPU": 1.0}, 0)
+    assert p.depth_for(cpu, 4) == 4
+    assert p.depth_for(cpu, 1) == 1
+    assert p.depth_for(cpu, 0) == 1  # never below one
+    assert p.depth_for(scheduling.scheduling_key({"CPU": 1.0, "GPU": 0.25}, 0), 4) == 1
+    assert p.depth_for(scheduling.scheduling_key({"CPU": 1.0}, 5), 4) == 1
+    assert p.depth_for(scheduling.scheduling_key({"CPU": 1.0, "GPU": 0}, 0), 4) == 4
+    # a runtime_env key pipelines like any other: its workers all run in that environment
+    assert p.depth_for(scheduling.scheduling_key({"CPU": 1.0}, 0, "env-a"), 4) == 4
+
+
+def test_lease_to_fill_picks_least_loaded_below_depth_and_skips_blocked():
+    full, two, one, blocked = _lease(4), _lease(2), _lease(1), _lease(0, blocked=1)
+    assert p.lease_to_fill([full, two, one], 4) is one
+    assert p.lease_to_fill([full, two], 4) is two
+    assert p.lease_to_fill([full], 4) is None
+    assert p.lease_to_fill([blocked, full], 4) is None  # a blocked worker would hand it back
+    assert p.lease_to_fill(None, 4) is None
+    assert p.lease_to_fill([one], 1) is None  # depth 1: nothing queued behind
+
+
+def test_an_idle_lease_is_preferred_before_pipelining():
+    busy, idle = _lease(1), _lease(0)
+    assert scheduling.lease_with_room([busy, idle]) is idle
+    assert scheduling.lease_with_room([busy]) is None
+
+
+def test_split_hand_back_keeps_non_tasks_in_order():
+    inbox = collections.deque([
+        (protocol.FUNC, b"f", b"..."), (protocol.TASK, b"t1"), (protocol.UNMAP, "/x"),
+        (protocol.TASK, b"t2"),
+    ])
+    kept, ids = p.split_hand_back(inbox, protocol.TASK)
+    assert ids == [b"t1", b"t2"]
+    assert kept == [(protocol.FUNC, b"f", b"..."), (protocol.UNMAP, "/x")]
+    assert p.split_hand_back([], protocol.TASK) == ([], [])
+
+
+def test_requeue_index_keeps_submission_order():
+    queue = collections.deque()
+    for seq in (7, 3, 9, 4):  # handed back at different times, out of order
+        queue.insert(p.requeue_index(queue, seq), seq)
+    assert list(queue) == [3, 4, 7, 9]
+    queue = collections.deque([20, 21, 22])  # newer work queued meanwhile
+    queue.insert(p.requeue_index(queue, 5), 5)
+    assert list(queue) == [5, 20, 21, 22]
+    assert p.requeue_index([], 1) == 0

@@ -1,0 +1,90 @@
+"""The worker's end of its data socket (``worker/worker_api.Channel``) when tasks are
+pipelined: what it gives back when a request may block, and a task that arrives while it is
+blocked. A socketpair stands for the owner; no processes."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import threading
+
+from miniray._private.core import protocol
+from miniray._private.transport.framing import FramedSocket
+from miniray._private.worker.worker_api import Channel
+
+
+class _Owner:
+    """The owner's end: reads and writes frames, blocking."""
+
+    def __init__(self, sock):
+        self.conn = FramedSocket(sock)
+        self.pending: list = []
+
+    def send(self, *messages) -> None:
+        for message in messages:
+            self.conn.send(pickle.dumps(message, 5))
+
+    def read(self) -> tuple:
+        while not self.pending:
+            self.pending.extend(pickle.loads(frame) for frame in self.conn.recv())
+        return self.pending.pop(0)
+
+
+def _pair():
+    a, b = socket.socketpair()
+    channel, owner = Channel(FramedSocket(a)), _Owner(b)
+    a.settimeout(10)  # after FramedSocket made them blocking: no test waits forever
+    b.settimeout(10)
+    return channel, owner
+
+
+def _task(name: bytes) -> tuple:
+    return (protocol.TASK, name, b"fn", "f", b"", None, [], 1, None)
+
+
+def test_a_blocking_request_gives_back_the_tasks_not_started_and_those_arriving_meanwhile():
+    channel, owner = _pair()
+    owner.send((protocol.FUNC, b"fn", b"pickle"), _task(b"t1"), _task(b"t2"))
+    assert channel.next_message()[0] == protocol.FUNC  # reads t1 and t2 into its inbox too
+    replies = []
+    thread = threading.Thread(target=lambda: replies.append(
+        channel.request((protocol.GET, 7, [b"x"], None, b"t0"), 7, blocking=True)))
+    thread.start()
+    assert owner.read()[0] == protocol.GET  # the request first: the owner marks it blocked
+    assert owner.read() == (protocol.GIVE_BACK, [b"t1", b"t2"])
+    owner.send(_task(b"t3"))  # sent before the owner saw the GET
+    assert owner.read() == (protocol.GIVE_BACK, [b"t3"])
+    owner.send((protocol.REPLY, 7, "value"), _task(b"t4"))  # after the reply: kept
+    thread.join(10)
+    assert replies == ["value"]
+    assert channel.next_message()[1] == b"t4"
+
+
+def test_a_request_that_does_not_block_keeps_the_tasks():
+    channel, owner = _pair()
+    owner.send((protocol.FUNC, b"fn", b"pickle"), _task(b"t1"))
+    assert channel.next_message()[0] == protocol.FUNC
+    replies = []
+    thread = threading.Thread(target=lambda: replies.append(
+        channel.request((protocol.CALL, 3, protocol.CALL_NODES, ()), 3)))
+    thread.start()
+    assert owner.read()[0] == protocol.CALL
+    owner.send(_task(b"t2"), (protocol.REPLY, 3, (True, [])))
+    thread.join(10)
+    assert replies == [(True, [])]
+    assert [channel.next_message()[1] for _ in range(2)] == [b"t1", b"t2"]
+
+
+def test_a_recall_gives_back_the_tasks_still_in_the_socket_and_in_the_inbox():
+    """RECALL (another worker of the key is idle): while the main thread runs a task and
+    nobody reads the socket, the tasks sent ahead are read and given back; others stay."""
+    channel, owner = _pair()
+    channel.conn.sock.settimeout(None)  # as in a worker: MSG_DONTWAIT reads return at once
+    owner.send(_task(b"t1"))
+    assert channel.next_message()[1] == b"t1"  # running now
+    owner.send(_task(b"t2"), (protocol.UNMAP, "/seg"), _task(b"t3"))
+    channel.give_back_waiting()
+    assert owner.read() == (protocol.GIVE_BACK, [b"t2", b"t3"])
+    assert channel.next_message() == (protocol.UNMAP, "/seg")
+    channel.give_back_waiting()  # nothing left: answered all the same
+    assert owner.read() == (protocol.GIVE_BACK, [])
