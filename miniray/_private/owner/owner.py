@@ -42,8 +42,8 @@ from typing import Any
 
 from miniray._private.core import (
     config,
-    placement,
     pipelining,
+    placement,
     protocol,
     runtime_envs,
     scheduling,
