@@ -343,10 +343,13 @@ class Runtime:
             return state_records.dumpable(
                 state_records.snapshot(owner, owner.state_records, ids_))
 
+        def spans() -> dict:
+            return state_records.spans(owner, owner.state_records, ids_)
+
         self.state_server = None
         try:
             self.state_server = state_socket.StateServer(
-                state_socket.socket_path(self.session_dir), snapshot)
+                state_socket.socket_path(self.session_dir), snapshot, spans)
         except OSError as error:  # the session works without it; only observing it fails
             logger.warning("miniray: cannot serve this driver's state (%s); `miniray list` "
                            "and ray.util.state will not see it", error)

@@ -19,7 +19,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from miniray._private.core import config, context, ids, state_rows
+from miniray._private.core import config, context, ids, state_rows, timeline_events
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
@@ -114,6 +114,27 @@ def gather(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
             view.drivers.append(doc)
         views.append(view)
     return views
+
+
+def timeline(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+             root: str | None = None) -> list[dict]:
+    """The Chrome trace events of every live driver of the sessions ``address`` names
+    (``ray.timeline``, ``miniray timeline``): each driver's finished tasks and actor calls,
+    as many as it keeps (``MINIRAY_STATE_MAX_TASKS``). A driver that does not answer is
+    left out with a warning."""
+    docs = []
+    for path in session_dirs(address, root):
+        for pid, sock in state_socket.live_sockets(path):
+            try:
+                doc = state_socket.ask(sock, timeout, what="timeline")
+            except (OSError, ValueError) as error:
+                doc = {"error": str(error)}
+            if "error" in doc:
+                warnings.warn(f"the timeline leaves out driver {pid}: {doc['error']}",
+                              stacklevel=2)
+                continue
+            docs.append(doc)
+    return timeline_events.trace_events(docs)
 
 
 def _group_rows(view: SessionView) -> list[dict]:

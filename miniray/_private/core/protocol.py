@@ -17,7 +17,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 1. Driver ⇄ worker, on the worker's data socket (driver speaks first)::
 
     driver → worker                               worker → driver
-    (HELLO, info)                                 (RESULT, task_id, results, app_retryable)
+    (HELLO, info)                                 (RESULT, task_id, results, app_retryable,
+                                                          contained, times)
     (FUNC, fn_id, fn_bytes)                       (SUBMIT, spec, caller_task_id) nested task
     (TASK, task_id, fn_id, name, args_blob,       (PUT, object_id, kind, data, contained)
            dep_values, return_ids, extra)         (GET, req_id, ids, timeout, task_id)
@@ -38,7 +39,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                  num_returns, call_name,          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
                  concurrency_group)
 
-   ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes.
+   ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes;
+   ``times`` the worker's ``time_ns()`` when the call started, its arguments were loaded, it
+   returned and the RESULT was made (None for a call that never ran): the timeline's span.
    ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
    is_async, name, namespace, handle_state, restarts, concurrency_groups)``; an ACTOR_CALL's
    ``concurrency_group`` is the name of the group it runs in, None for the default group.
@@ -134,7 +137,9 @@ from miniray import _version
 #    not start when it blocks or is asked to (RECALL); placement groups
 #    (CALL_PLACEMENT_GROUP, a TASK's group); concurrency groups (ACTOR_INIT's groups,
 #    ACTOR_CALL's group).
-PROTOCOL_VERSION = 6
+# 7: RESULT carries the worker's times (started, arguments loaded, returned, sent) for
+#    ray.timeline().
+PROTOCOL_VERSION = 7
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker

@@ -631,7 +631,7 @@ class ActorManager:
                 actor.death = error
                 self._fail_all(actor)
 
-    def _finish(self, call: _Call, results: list, contained=None) -> None:
+    def _finish(self, call: _Call, results: list, contained=None, times=None) -> None:
         spec = call.spec
         self.owner.actor_call_ended(spec.task_id)  # its tasks are no longer its to cancel
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
@@ -643,7 +643,7 @@ class ActorManager:
             self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
         self._deliver(spec, results, contained)
         if self.records is not None:
-            self.records.call_done(call.actor, spec, results)
+            self.records.call_done(call.actor, spec, results, times)
         objects = self.owner.objects
         if spec.deps:
             objects.release([object_id for _position, object_id in spec.deps])
@@ -670,12 +670,13 @@ class ActorManager:
         cause = serialization.loads(error)
         self._die(actor, serialization.dumps(ActorDiedError(cause)))
 
-    def on_result(self, worker, task_id: bytes, results: list, contained=None) -> None:
+    def on_result(self, worker, task_id: bytes, results: list, contained=None,
+                  times=None) -> None:
         actor = worker.actor
         call = actor.inflight.pop(task_id, None) if actor is not None else None
         if call is None:
             return
-        self._finish(call, results, contained)
+        self._finish(call, results, contained, times)
 
     def on_exiting(self, worker, why: str) -> None:
         """The actor is leaving on purpose (exit_actor, __ray_terminate__, sys.exit(0), as

@@ -1008,9 +1008,9 @@ class Owner:
             if worker.actor is not None:
                 worker.out.drain()
                 worker.err.drain()
-                self.actors.on_result(worker, message[1], message[2], message[4])
+                self.actors.on_result(worker, message[1], message[2], message[4], message[5])
             else:
-                self._on_result(worker, message[1], message[2], message[3])
+                self._on_result(worker, message[1], message[2], message[3], message[5])
             if message[4]:  # refs pickled inside the returned values: those objects hold them
                 self._contain_results(message[1], message[4])
         elif tag == protocol.ACTOR_SUBMIT:
@@ -1062,7 +1062,7 @@ class Owner:
             self.requests.on_call(worker, message[1], message[2], message[3])
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
-                   retryable: bool) -> None:
+                   retryable: bool, times: tuple | None = None) -> None:
         # Lines the task printed were written before its result: print them first.
         if self._drained is not worker:
             worker.out.drain()
@@ -1071,6 +1071,7 @@ class Owner:
             logger.error("miniray bug: unexpected result for task %s", task_id.hex())
             return
         task = worker.inflight.popleft()
+        task.times = times  # the worker's own clock readings, for the timeline
         worker.calls += 1
         # max_calls counts the calls of one function on one worker, as in Ray.
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1

@@ -69,16 +69,19 @@ class StateRecords:
         first = results[0] if results else _NO_RESULT
         self._append_task((spec.task_id, spec.name, spec.function_name, spec.request,
                            worker.pid if worker is not None else None,
-                           first[1] if first[0] == _ERR else None, _now(), task.created))
+                           first[1] if first[0] == _ERR else None, _now(), task.created,
+                           task.times))
 
-    def call_done(self, actor, spec, results: list) -> None:
-        """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed."""
+    def call_done(self, actor, spec, results: list, times: tuple | None = None) -> None:
+        """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed; ``times``
+        are its worker's RESULT times (None if it never ran)."""
         first = results[0] if results else _NO_RESULT
         worker = actor.worker
         self.calls.append((spec.task_id, f"{actor.spec.class_name}.{spec.call_name}",
                            actor.spec.actor_id,
                            actor.pid or (worker.pid if worker is not None else None),
-                           first[1] if first[0] == _ERR else None, _now()))
+                           first[1] if first[0] == _ERR else None, _now(), times,
+                           spec.call_name))
 
 
 def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
@@ -99,7 +102,8 @@ def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
 
 def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
               state: str, ids: dict, error=(None, None), end: float | None = None,
-              created: float | None = None, pg: tuple | None = None) -> dict:
+              created: float | None = None, pg: tuple | None = None,
+              times: tuple | None = None) -> dict:
     return {
         "task_id": task_id.hex(), "attempt_number": 0, "name": name, "state": state,
         "job_id": ids["job_id"], "actor_id": actor_id.hex() if actor_id else None,
@@ -110,7 +114,8 @@ def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, re
                                if request is not None else {}),
         "runtime_env_info": None, "placement_group_id": pg[0] if pg else None,
         "creation_time_ms": int(created * 1000) if created else None,
-        "start_time_ms": None, "end_time_ms": int(end * 1000) if end else None,
+        "start_time_ms": times[0] // 1_000_000 if times else None,
+        "end_time_ms": int(end * 1000) if end else None,
         "error_message": error[1], "call_site": None,
     }
 
@@ -187,14 +192,14 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),
         })
-    for task_id, name, func, request, pid, err, end, created in done_tasks:
+    for task_id, name, func, request, pid, err, end, created, times in done_tasks:
         tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, created))
-    for task_id, name, actor_id, pid, err, end in done_calls:
+                               error_fields(err), end, created, times=times))
+    for task_id, name, actor_id, pid, err, end, times, _call in done_calls:
         tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end))
+                               error_fields(err), end, times=times))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:
@@ -233,6 +238,26 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         [os.path.basename(sys.executable)] + sys.argv), store=owner.store.statistics())
     return {"driver": driver, "tasks": tasks, "actors": actor_rows, "objects": object_rows,
             "workers": worker_rows}
+
+
+def spans(owner, records: StateRecords, ids: dict) -> dict:
+    """What ``ray.timeline()`` reads of this driver: ``{"driver": ids, "spans": [...]}``,
+    one span per finished task or actor call that ran (``core/timeline_events.Span``'s
+    fields, as a list: JSON). Copied under the owner's lock; nothing is recorded for it
+    beyond the records ``ray.util.state`` keeps."""
+    with owner.locked():
+        done_tasks = list(records.tasks)
+        done_calls = list(records.calls)
+    out = []
+    for task_id, name, func, _request, pid, err, _end, created, times in done_tasks:
+        if times and pid:
+            out.append([task_id.hex(), func, name, None, pid, created, list(times),
+                        err is not None])
+    for task_id, name, actor_id, pid, err, _end, times, call in done_calls:
+        if times and pid:
+            out.append([task_id.hex(), call, name, actor_id.hex(), pid, None, list(times),
+                        err is not None])
+    return {"driver": dict(ids), "spans": out}
 
 
 def dumpable(doc: Any) -> Any:

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned", "created", "seq",
+        "children", "parent", "pinned", "created", "seq", "times",
     )
 
     def __init__(self, spec, key, seq: int = 0):
@@ -58,6 +58,7 @@ class Task:
         self.parent = None
         self.pinned = False  # its argument objects are pinned in the store while it runs
         self.created = time.time()  # its creation_time_ms in ray.util.state
+        self.times = None  # its worker's RESULT times (``state_records``): when it ran
 
 
 class _DepWaiter:

@@ -11,7 +11,8 @@ Does not own: what the snapshot holds, nor which sessions exist (``host/session.
 Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find).
 
 Frames: an 8-byte big-endian length, then UTF-8 JSON. The request is ``{"what":
-"snapshot"}``; the answer is the snapshot, or ``{"error": text}``.
+"snapshot"}`` (the state API) or ``{"what": "timeline"}`` (``ray.timeline()``: the spans of
+finished tasks); the answer is that document, or ``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -68,9 +69,12 @@ class StateServer:
     on its own thread, so a reader is served even while the driver's threads are busy or
     blocked in ``get()``. ``close()`` stops the thread and removes the socket."""
 
-    def __init__(self, path: str, snapshot: Callable[[], dict]):
+    def __init__(self, path: str, snapshot: Callable[[], dict],
+                 timeline: Callable[[], dict] | None = None):
         self.path = path
-        self._snapshot = snapshot
+        self._answers = {"snapshot": snapshot}
+        if timeline is not None:
+            self._answers["timeline"] = timeline
         same_uid.ensure_private_dir(os.path.dirname(path))
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # 0600 from the start: no window where others may connect
@@ -109,11 +113,12 @@ class StateServer:
             return
         conn.settimeout(10.0)
         request = _recv(conn, _MAX_REQUEST)
-        if not isinstance(request, dict) or request.get("what") != "snapshot":
+        answer = self._answers.get(request.get("what")) if isinstance(request, dict) else None
+        if answer is None:
             _send(conn, {"error": f"unknown request {request!r}"})
             return
         try:
-            doc = self._snapshot()
+            doc = answer()
         except Exception as error:
             doc = {"error": f"the driver could not build its state: {error!r}"}
         _send(conn, doc)
@@ -136,16 +141,17 @@ class StateServer:
             pass
 
 
-def ask(path: str, timeout: float = 30.0) -> dict:
-    """The snapshot of the driver listening on ``path``. ConnectionError (or OSError) if it
-    is gone or does not answer within ``timeout`` seconds."""
+def ask(path: str, timeout: float = 30.0, what: str = "snapshot") -> dict:
+    """The snapshot (or the document ``what`` names) of the driver listening on ``path``.
+    ConnectionError (or OSError) if it is gone or does not answer within ``timeout``
+    seconds."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         with sun_path(path) as name:
             sock.connect(name)
         same_uid.require_same_uid_peer(sock, path)
-        _send(sock, {"what": "snapshot"})
+        _send(sock, {"what": what})
         doc = _recv(sock)
     except socket.timeout:
         raise TimeoutError(f"the driver at {path} did not answer within {timeout:g}s") \

@@ -40,6 +40,7 @@ import concurrent.futures
 import inspect
 import sys
 import threading
+from time import time_ns
 from typing import NoReturn
 
 from miniray._private.core import concurrency_groups, descriptors, ids, protocol, scheduling
@@ -236,9 +237,11 @@ class ActorHost:
         if self.exiting or self._skip_if_cancelled(task_id, num_returns):
             return
         worker = self.worker
+        started = time_ns()
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
+            loaded = time_ns()
             result = self._method(method_name)(*args, **kwargs)
             if not inspect.isasyncgen(result):
                 value = await result
@@ -255,12 +258,13 @@ class ActorHost:
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
         except BaseException as error:
-            self._reply_error(task_id, error, call_name, num_returns)
+            self._reply_error(task_id, error, call_name, num_returns, (started,))
             return
         if self.is_cancelled(task_id):  # it caught the CancelledError: cancelled all the same
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
-        self._reply_value(task_id, value, num_returns, call_name, return_ids)
+        self._reply_value(task_id, value, num_returns, call_name, return_ids,
+                          (started, loaded, time_ns()))
 
     def _reply_cancelled_coroutine(self, task_id, call_name, num_returns) -> None:
         """Ray 2.60 cancels the coroutine's future: RayTaskError(TaskCancelledError), whatever
@@ -281,9 +285,11 @@ class ActorHost:
         if method_name == "__ray_ready__":
             self._reply_value(task_id, True, num_returns, call_name, return_ids)
             return
+        started = time_ns()
         try:
             args, kwargs = worker._load_args(args_blob, dep_values)
             worker.runtime.task = self._context(task_id, method_name, call_name)
+            loaded = time_ns()
             value = self._method(method_name)(*args, **kwargs)
             if num_returns < 0:  # a generator: streamed, or its values stored one by one
                 value = worker._run_generator(task_id, f"{self.class_name}.{call_name}",
@@ -292,12 +298,13 @@ class ActorHost:
                 value = list(value)
         except BaseException as error:
             if not self._ended_cancelled(task_id, num_returns, error):
-                self._reply_error(task_id, error, call_name, num_returns)
+                self._reply_error(task_id, error, call_name, num_returns, (started,))
             return
         finally:
             worker.runtime.task = None
         if not self._ended_cancelled(task_id, num_returns, None):
-            self._reply_value(task_id, value, num_returns, call_name, return_ids)
+            self._reply_value(task_id, value, num_returns, call_name, return_ids,
+                              (started, loaded, time_ns()))
 
     def _ended_cancelled(self, task_id: bytes, num_returns: int,
                          error: BaseException | None) -> bool:
@@ -364,13 +371,15 @@ class ActorHost:
         self._send(task_id, [(protocol.ERR, _dumps_error(error))] * max(1, num_returns))
         return True
 
-    def _reply_value(self, task_id, value, num_returns, call_name, return_ids) -> None:
+    def _reply_value(self, task_id, value, num_returns, call_name, return_ids,
+                     times: tuple | None = None) -> None:
         results = self.worker._serialize_returns(
             value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
             error_fields=self._error_fields)
-        self._send(task_id, results)
+        self._send(task_id, results, times)
 
-    def _reply_error(self, task_id, error, call_name, num_returns) -> None:
+    def _reply_error(self, task_id, error, call_name, num_returns,
+                     times: tuple | None = None) -> None:
 
         if isinstance(error, _ExitActor):
             # As in Ray, the caller sees the actor's death (ActorDiedError), not a value: no
@@ -396,14 +405,17 @@ class ActorHost:
             ip=worker.info.get("node_ip", "127.0.0.1"), actor_id=self.actor_id.hex(),
             actor_repr=_safe_repr(self.instance),
         )
-        self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns))
+        if times is not None:  # it ran until now: loaded and returned are not told apart
+            times = (times[0], times[0], time_ns())
+        self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns),
+                   times)
 
     def _error_fields(self) -> dict:
         return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
 
-    def _send(self, task_id: bytes, results: list) -> None:
+    def _send(self, task_id: bytes, results: list, times: tuple | None = None) -> None:
         _flush_std()
-        self.worker.channel.send(result_message(task_id, results, False))
+        self.worker.channel.send(result_message(task_id, results, False, times))
 
     # -- cancel and exit ----------------------------------------------------------------
     def cancel(self, task_id: bytes) -> None:

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import traceback
+from time import time_ns
 from typing import TYPE_CHECKING, Callable, NoReturn
 
 from miniray._private.core import ids, metric_values, protocol, serialization
@@ -49,13 +50,20 @@ def flush_metrics() -> None:
         pass
 
 
-def result_message(task_id: bytes, results: list, retryable: bool) -> tuple:
-    """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value])."""
+def result_message(task_id: bytes, results: list, retryable: bool,
+                   times: tuple | None = None) -> tuple:
+    """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value],
+    times). ``times``: ``time_ns()`` when the call started, when its arguments were loaded
+    and when it returned (``core/timeline_events.py``); the end is taken here,
+    the last moment before the result goes out. None for a call that never ran."""
     if metric_values.RECORDER.dirty:
         flush_metrics()
     contained = [item[2] if len(item) > 2 else () for item in results]
     plain = [item[:2] for item in results]
-    return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None)
+    if times is not None:
+        times = (*times, time_ns())
+    return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None,
+            times)
 
 
 def _dumps_error(error: BaseException) -> bytes:

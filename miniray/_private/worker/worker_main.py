@@ -38,6 +38,7 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
+from time import time_ns
 from typing import TYPE_CHECKING
 
 from miniray._private.core import (
@@ -293,6 +294,8 @@ class _Worker:
             error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))
             self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
             return
+        started = time_ns()  # the span a timeline shows: as this worker saw it
+        loaded = returned = started
         self._mark(name)
         self.mappings.prune()
         self._set_env(resources, gpu_ids)
@@ -305,11 +308,13 @@ class _Worker:
                 args, kwargs = self._load_args(args_blob, dep_values)
                 with self.exec_lock:
                     self.current = task_id
+                loaded = time_ns()
                 try:
                     value = function(*args, **kwargs)
                     if num_returns < 0:  # a generator: run it while it can be cancelled
                         value = self._run_generator(task_id, name, value, num_returns)
                 finally:
+                    returned = time_ns()
                     with self.exec_lock:
                         self.current = None
                         self.runtime.canceled.discard(task_id)
@@ -343,7 +348,7 @@ class _Worker:
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
-        self._send_result(task_id, results, retryable)
+        self._send_result(task_id, results, retryable, (started, loaded, returned))
 
     def _run_generator(self, task_id: bytes, name: str, generator, num_returns: int,
                        error_fields=None):
@@ -399,8 +404,9 @@ class _Worker:
                 return failed(error, f"TypeError: {error}", done=results)
         return results
 
-    def _send_result(self, task_id: bytes, results: list, retryable: bool) -> None:
-        self.channel.send(result_message(task_id, results, retryable))
+    def _send_result(self, task_id: bytes, results: list, retryable: bool,
+                     times: tuple | None = None) -> None:
+        self.channel.send(result_message(task_id, results, retryable, times))
 
 
 def _is_retryable(error: BaseException, retry_exceptions) -> bool:
