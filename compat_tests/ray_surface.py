@@ -46,8 +46,6 @@ _DEBUGGER = "Ray's distributed debugger (`ray debug`); not provided"
 _TQDM_INTERNAL = "internal to Ray's bar protocol (its marker, its driver-side singleton)"
 _COMPILED = ("Ray's compiled graphs; `dag.execute()` runs the same DAG by submitting its tasks "
              "and actor calls")
-_OBSERVABILITY = ("not yet: comes with the state API and timeline work; `miniray status` "
-                  "shows the node meanwhile")
 REFUSED: dict[str, str] = {
     "ray.data:": _LIBRARY,
     "ray.train:": _LIBRARY,
@@ -78,7 +76,6 @@ REFUSED: dict[str, str] = {
     "ray:ObjectRefGenerator.asend": _AS_RAY,
     "ray:ObjectRefGenerator.athrow": _AS_RAY,
     "ray:ObjectRefGenerator.aclose": _AS_RAY,
-    "ray:timeline": _OBSERVABILITY,
     "ray.dag:CollectiveOutputNode": _COMPILED,
     "ray.dag:DAGContext": _COMPILED,
     "ray.dag:DAGOperationFuture": _COMPILED,

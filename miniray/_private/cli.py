@@ -185,6 +185,38 @@ def _add_state_commands(sub) -> None:
                              "largest first)")
     memory.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
     memory.set_defaults(func=_cmd_memory)
+    timeline = sub.add_parser("timeline", help="write the finished tasks and actor calls of "
+                                               "the live drivers as a Chrome trace "
+                                               "(as `ray timeline`)")
+    timeline.add_argument("file", nargs="?", default=None,
+                          help="where to write it (default: ray-timeline-<date>_<time>.json "
+                               "in the current directory)")
+    timeline.add_argument("--address", default=None, help=_ADDRESS_HELP)
+    timeline.add_argument("--timeout", type=int, default=30, help=_TIMEOUT_HELP)
+    timeline.set_defaults(func=_cmd_timeline)
+
+
+def _cmd_timeline(args: argparse.Namespace) -> int:
+    import datetime
+
+    from miniray._private import state_api  # lazy, as above
+
+    try:
+        events = state_api.timeline(args.address, args.timeout)
+    except (ValueError, ConnectionError, TimeoutError) as error:
+        return _error(str(error))
+    # Ray's name; written here rather than in the session root, which is memory-backed and
+    # removed with the last session.
+    path = args.file or datetime.datetime.today().strftime("ray-timeline-%Y-%m-%d_%H-%M-%S.json")
+    try:
+        with open(path, "w") as out:
+            json.dump(events, out)
+    except OSError as error:
+        return _error(f"cannot write the trace to {path}: {error}")
+    print(f"Trace file written to {path} ({sum(e['ph'] == 'X' for e in events)} events).")
+    print("You can open this with chrome://tracing in the Chrome browser, or in "
+          "https://ui.perfetto.dev.")
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
