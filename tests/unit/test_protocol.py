@@ -60,8 +60,8 @@ def test_protocol_version_was_bumped_for_each_changed_layout():
     """3: ACTOR_INIT, ACTOR_EXITING and the node's hello changed; 4: GET, WAIT and SUBMIT
     name the calling task, SVC_CANCEL says whether it is recursive; 5: streaming generators
     (YIELD, CALL_STREAM_NEXT, SVC_YIELD), which a node's workers of another version would not
-    speak."""
-    assert protocol.PROTOCOL_VERSION == 6
+    speak; 7: RESULT carries the worker's times (``ray.timeline``)."""
+    assert protocol.PROTOCOL_VERSION == 7
     assert "YIELD" in protocol.CHANNELS["data"]
     assert "CALL_STREAM_NEXT" in protocol.CHANNELS["call"]
 
