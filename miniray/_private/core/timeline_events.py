@@ -105,6 +105,7 @@ def trace_events(drivers: Iterable[dict], node_ip: str = "127.0.0.1") -> list[di
         events.append({"name": "process_name", "args": {"name": f"Node {node_ip}"},
                        "pid": index, "tid": None, "ph": "M"})
     for (node, pid), index in rows.items():
-        events.append({"name": "thread_name", "args": {"name": f"worker:{worker_id(pid)} (pid {pid})"},
-                       "pid": node, "tid": index, "ph": "M"})
+        row = f"worker:{worker_id(pid)} (pid {pid})"
+        events.append({"name": "thread_name", "args": {"name": row}, "pid": node,
+                       "tid": index, "ph": "M"})
     return events
