@@ -69,8 +69,9 @@ def test_an_actor_call_is_named_by_its_method():
     assert "queue_delay_us" not in whole["args"]
 
 
-def test_spans_without_times_make_no_event_and_nothing_is_empty():
+def test_spans_without_times_make_no_event_and_no_work_no_row():
     assert tl.trace_events([]) == []
+    assert tl.trace_events([_driver("n", "01", [])]) == []  # no row named for nothing
     short = ["x", "f", "f", None, 3, None, [], False]
     events = tl.trace_events([_driver("n", "01", [short])])
     assert [e for e in events if e["ph"] == "X"] == []
@@ -81,3 +82,9 @@ def test_events_are_ordered_by_start():
                                                   _task("early", 2, 10, 20)])])
     starts = [e["ts"] for e in events if e["ph"] == "X"]
     assert starts == sorted(starts)
+
+
+def test_packed_times_round_trip_and_foreign_bytes_are_no_times():
+    raw = tl.TIMES.pack(1, 2, 3, 4)
+    assert len(raw) == 32 and tl.unpack_times(raw) == (1, 2, 3, 4)
+    assert tl.unpack_times(None) is None and tl.unpack_times(b"short") is None

@@ -41,7 +41,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes;
    ``times`` the worker's ``time_ns()`` when the call started, its arguments were loaded, it
-   returned and the RESULT was made (None for a call that never ran): the timeline's span.
+   returned and the RESULT was made, packed as ``timeline_events.TIMES`` (None for a call
+   that never ran): the timeline's span.
    ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
    is_async, name, namespace, handle_state, restarts, concurrency_groups)``; an ACTOR_CALL's
    ``concurrency_group`` is the name of the group it runs in, None for the default group.

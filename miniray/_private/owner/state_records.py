@@ -26,6 +26,7 @@ from typing import Any
 
 from miniray._private.core import config, protocol, serialization
 from miniray._private.core.scheduling import T_QUEUED, T_RUNNING, T_WAITING
+from miniray._private.core.timeline_events import unpack_times
 from miniray._private.owner.object_table import PENDING
 
 # Ray's task states for the owner's (scheduling.T_*); infeasible tasks wait for a node.
@@ -114,7 +115,7 @@ def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, re
                                if request is not None else {}),
         "runtime_env_info": None, "placement_group_id": pg[0] if pg else None,
         "creation_time_ms": int(created * 1000) if created else None,
-        "start_time_ms": times[0] // 1_000_000 if times else None,
+        "start_time_ms": times[0] // 1_000_000 if times else None,  # unpacked
         "end_time_ms": int(end * 1000) if end else None,
         "error_message": error[1], "call_site": None,
     }
@@ -195,11 +196,11 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     for task_id, name, func, request, pid, err, end, created, times in done_tasks:
         tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, created, times=times))
+                               error_fields(err), end, created, times=unpack_times(times)))
     for task_id, name, actor_id, pid, err, end, times, _call in done_calls:
         tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, times=times))
+                               error_fields(err), end, times=unpack_times(times)))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:
@@ -249,11 +250,13 @@ def spans(owner, records: StateRecords, ids: dict) -> dict:
         done_tasks = list(records.tasks)
         done_calls = list(records.calls)
     out = []
-    for task_id, name, func, _request, pid, err, _end, created, times in done_tasks:
+    for task_id, name, func, _request, pid, err, _end, created, raw in done_tasks:
+        times = unpack_times(raw)
         if times and pid:
             out.append([task_id.hex(), func, name, None, pid, created, list(times),
                         err is not None])
-    for task_id, name, actor_id, pid, err, _end, times, call in done_calls:
+    for task_id, name, actor_id, pid, err, _end, raw, call in done_calls:
+        times = unpack_times(raw)
         if times and pid:
             out.append([task_id.hex(), call, name, actor_id.hex(), pid, None, list(times),
                         err is not None])

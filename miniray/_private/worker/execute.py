@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, NoReturn
 
 from miniray._private.core import ids, metric_values, protocol, serialization
 from miniray._private.core.dependency_errors import INPUTS_FAILED
+from miniray._private.core.timeline_events import TIMES
 
 if TYPE_CHECKING:
     from miniray.exceptions import RayTaskError
@@ -54,14 +55,14 @@ def result_message(task_id: bytes, results: list, retryable: bool,
                    times: tuple | None = None) -> tuple:
     """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value],
     times). ``times``: ``time_ns()`` when the call started, when its arguments were loaded
-    and when it returned (``core/timeline_events.py``); the end is taken here,
-    the last moment before the result goes out. None for a call that never ran."""
+    and when it returned; the end is taken here, the last moment before the result goes
+    out; sent packed (``timeline_events.TIMES``). None for a call that never ran."""
     if metric_values.RECORDER.dirty:
         flush_metrics()
     contained = [item[2] if len(item) > 2 else () for item in results]
     plain = [item[:2] for item in results]
     if times is not None:
-        times = (*times, time_ns())
+        times = TIMES.pack(*times, time_ns())
     return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None,
             times)
 
