@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -122,6 +123,15 @@ def test_timeline_before_init_says_so(session_root):
 
     with pytest.raises(RuntimeError, match="initialized first"):
         miniray.timeline()
+
+
+def test_miniray_timeline_names_an_unknown_address(session_root, tmp_path):
+    """As `ray timeline --address` of no cluster: an error naming the address, no file."""
+    done = subprocess.run([sys.executable, "-m", "miniray", "timeline", "--address",
+                           "127.0.0.1:1", str(tmp_path / "t.json")], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ))
+    assert done.returncode == 1 and "127.0.0.1:1" in done.stderr
+    assert not (tmp_path / "t.json").exists()
 
 
 DRIVER = """
