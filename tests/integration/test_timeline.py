@@ -82,7 +82,10 @@ def test_tasks_and_actor_calls_appear_with_names_and_worker_times(ray, tmp_path)
         row.sort(key=lambda e: e["ts"])
         for first, second in zip(row, row[1:]):
             assert first["ts"] + first["dur"] <= second["ts"]
-    assert len({(e["pid"], e["tid"]) for e in calls}) == 1  # one actor, one process
+    (init,) = [e for e in whole if e["cat"] == "task::Counter.__init__"]
+    assert init["name"] == "__init__"
+    assert len({(e["pid"], e["tid"]) for e in calls + [init]}) == 1  # one actor, one process
+    assert init["ts"] + init["dur"] <= min(e["ts"] for e in calls)
     # Without a filename: the same events, as a list.
     listed = ray.timeline()
     assert {e["args"]["task_id"] for e in _whole(_check_trace(listed))} >= {

@@ -32,7 +32,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
-    (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error)
+    (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error, times)
                  args_blob, dep_values, ctx)      (ACTOR_EXITING, why)  an intended exit
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
@@ -138,8 +138,8 @@ from miniray import _version
 #    not start when it blocks or is asked to (RECALL); placement groups
 #    (CALL_PLACEMENT_GROUP, a TASK's group); concurrency groups (ACTOR_INIT's groups,
 #    ACTOR_CALL's group).
-# 7: RESULT carries the worker's times (started, arguments loaded, returned, sent) for
-#    ray.timeline().
+# 7: RESULT and ACTOR_READY carry the worker's times (started, arguments loaded, returned,
+#    sent) for ray.timeline().
 PROTOCOL_VERSION = 7
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 

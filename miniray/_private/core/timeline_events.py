@@ -1,9 +1,10 @@
 """The events of ``ray.timeline()`` and ``miniray timeline``: Chrome trace format (pure).
 
 Mirrors the layout of ``ray.timeline`` (Ray 2.60). Differs: miniray records no profiling
-events of its own (``ray.get``, ``submit_task``); a span per finished task or actor call is
-made from the times its worker sent with the result, and the time it waited in the queue
-(submitted to started) is in the span's ``args``.
+events of its own (``ray.get``, ``submit_task``); a span per finished task, actor call or
+actor constructor is made from the times its worker sent with the result (or with
+ACTOR_READY), and the time a task waited in the queue (submitted to started) is in the
+span's ``args``.
 
 Owns: turning the spans each driver reports (``owner/state_records.spans``) into complete
 events (``"ph": "X"``, ``ts`` and ``dur`` in microseconds): one ``task::<name>`` event for

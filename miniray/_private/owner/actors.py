@@ -660,8 +660,10 @@ class ActorManager:
         self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
 
     # -- messages from the actor's worker ------------------------------------------------
-    def on_ready(self, worker, ok: bool, error: bytes | None) -> None:
+    def on_ready(self, worker, ok: bool, error: bytes | None, times=None) -> None:
         actor = worker.actor
+        if self.records is not None and actor is not None and times is not None:
+            self.records.creation_done(actor, worker.pid, not ok, times)
         if ok or actor is None:
             return
         from miniray.exceptions import ActorDiedError

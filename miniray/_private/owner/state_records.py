@@ -59,6 +59,8 @@ class StateRecords:
         maxlen = config.state_max_tasks() if maxlen is None else maxlen
         self.tasks: collections.deque = collections.deque(maxlen=maxlen)
         self.calls: collections.deque = collections.deque(maxlen=maxlen)
+        # Constructors that ran, for the timeline only (their rows come from the actors).
+        self.creations: collections.deque = collections.deque(maxlen=maxlen)
         self._append_task = self.tasks.append  # bound once: this runs for every task
         self.started_at = time.time()
 
@@ -83,6 +85,13 @@ class StateRecords:
                            actor.pid or (worker.pid if worker is not None else None),
                            first[1] if first[0] == _ERR else None, _now(), times,
                            spec.call_name))
+
+
+    def creation_done(self, actor, pid: int, failed: bool, times: bytes) -> None:
+        """*Locked.* ``actor``'s constructor ran in ``pid`` (ACTOR_READY's times)."""
+        spec = actor.spec
+        self.creations.append((spec.actor_id + b"\x00" * 8, f"{spec.class_name}.__init__",
+                               spec.actor_id, pid, failed, times))
 
 
 def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
@@ -249,7 +258,13 @@ def spans(owner, records: StateRecords, ids: dict) -> dict:
     with owner.locked():
         done_tasks = list(records.tasks)
         done_calls = list(records.calls)
+        creations = list(records.creations)
     out = []
+    for task_id, name, actor_id, pid, failed, raw in creations:
+        times = unpack_times(raw)
+        if times and pid:
+            out.append([task_id.hex(), "__init__", name, actor_id.hex(), pid, None,
+                        list(times), failed])
     for task_id, name, func, _request, pid, err, _end, created, raw in done_tasks:
         times = unpack_times(raw)
         if times and pid:

@@ -15,7 +15,7 @@ hands every ACTOR_CALL here.
 ::
 
     ACTOR_INIT ──► cls.__new__ + cls.__init__ (async: awaited on the actor's loop)
-               ──► (ACTOR_READY, ok, error)
+               ──► (ACTOR_READY, ok, error, times)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: its group's pool.submit ──► RESULT (as calls finish)
                └─► asyncio: run_coroutine_threadsafe on its group's loop
@@ -45,6 +45,7 @@ from typing import NoReturn
 
 from miniray._private.core import concurrency_groups, descriptors, ids, protocol, scheduling
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, _ExitActor
+from miniray._private.core.timeline_events import TIMES
 from miniray._private.worker import streaming
 from miniray._private.worker.execute import (
     _dumps_error,
@@ -112,10 +113,13 @@ class ActorHost:
         runtime.host = self
         if is_async:  # before the constructor: an ``async def __init__`` runs on this loop
             self.loop = _start_loop(concurrency_groups.DEFAULT)
+        started = time_ns()  # the constructor's span on the timeline, as for a call
         error = self._construct(fn_id, args_blob, dep_values)
         runtime.task = None
+        ended = time_ns()
+        times = TIMES.pack(started, started, ended, ended)
         if error is not None:
-            worker.channel.send((protocol.ACTOR_READY, actor_id, False, error))
+            worker.channel.send((protocol.ACTOR_READY, actor_id, False, error, times))
             worker.exit_process()
         sizes = concurrency_groups.executor_sizes(groups, max_concurrency)
         if is_async:
@@ -132,7 +136,7 @@ class ActorHost:
             for group, size in sizes.items():
                 self.pools[group] = concurrent.futures.ThreadPoolExecutor(
                     size, thread_name_prefix=_thread_name("miniray-actor", group))
-        worker.channel.send((protocol.ACTOR_READY, actor_id, True, None))
+        worker.channel.send((protocol.ACTOR_READY, actor_id, True, None, times))
 
     def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
         worker = self.worker
