@@ -263,6 +263,22 @@ def test_status_finds_an_init_session_and_shows_the_store_use(ray):
     assert store_row.split()[1] == "10.00MiB"  # the store's real use, not 0B
 
 
+def test_status_verbose_shows_an_init_sessions_demands(ray):
+    """`miniray status -v` lists what an init() session has waiting for resources, by
+    function name and shape, as it does for a node's drivers."""
+    @ray.remote(resources={"Widget": 1})
+    def needs_widget():
+        return 1
+
+    ref = needs_widget.remote()  # noqa: F841  (held: it waits)
+    status = _cli("status", "-v")
+    assert status.returncode == 0, status.stderr
+    demands = status.stdout.split("Demands (waiting for resources, per driver)")[1]
+    row = [line for line in demands.splitlines() if "needs_widget" in line]
+    assert row and row[0].split()[:3] == [str(os.getpid()), "1", "needs_widget"], demands
+    assert "Widget=1" in row[0] and "(infeasible)" in row[0]
+
+
 def test_registration_removed_at_shutdown_and_dead_drivers_swept(ray_start, tmp_path):
     """The driver's socket goes at shutdown; one left by a killed driver is removed by the
     first reader (its pid is gone), and the reader does not fail."""

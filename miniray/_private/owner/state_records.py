@@ -158,6 +158,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                    for object_id, e in owner.objects.entries.items()]
         workers = [(w.pid, bool(w.inflight), w.actor is not None, w.blocked)
                    for w in owner.workers.by_pid.values() if not w.dead]
+        demands = owner.waits.demands_now()
     sizes = owner.store.sizes()
     tasks = []
     for spec, state, pid, created in live:
@@ -245,7 +246,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "debugger_port": None, "num_paused_threads": None,
         })
     driver = dict(ids, started_at=records.started_at, entrypoint=" ".join(
-        [os.path.basename(sys.executable)] + sys.argv), store=owner.store.statistics())
+        [os.path.basename(sys.executable)] + sys.argv),
+        store=dict(owner.store.statistics(), demands=demands))
     return {"driver": driver, "tasks": tasks, "actors": actor_rows, "objects": object_rows,
             "workers": worker_rows}
 

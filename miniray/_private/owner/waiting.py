@@ -97,6 +97,14 @@ class WaitWatch:
             self.demands = wait_notice.demands(self._demand_counts())
         self._reactor.call_later(self.EVERY_S, self._tick)
 
+    def demands_now(self) -> list:
+        """*Locked.* The demands as ``miniray status -v`` shows them: the latest sample where a
+        driver publishes them once a second (joined to a node), else counted now (an
+        embedded session, asked through its state socket)."""
+        if self.want_demands:
+            return self.demands
+        return wait_notice.demands(self._demand_counts())
+
     def _demand_counts(self) -> list:
         """``(name, shape, infeasible, count)`` for what waits. A queue whose head and length
         did not change since the last sample keeps its counts: a long queue waiting for
