@@ -617,6 +617,15 @@ class Owner:
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
 
+    def notify_serializers(self) -> None:
+        """*Not locked.* Tell every worker that the custom serializers' file changed
+        (``host/serializer_file.py``): on each data socket the notice precedes every call
+        sent after it, and a worker started later reads the file at its first call."""
+        with self.locked():
+            for worker in list(self.workers.by_fd.values()):
+                if not worker.dead:
+                    self.send(worker, (protocol.SERIALIZERS,))
+
     def _on_writable(self, fd: int) -> None:
         with self._lock:
             worker = self.workers.by_fd.get(fd)
