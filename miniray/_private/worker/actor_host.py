@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
+import functools
 import inspect
 import sys
 import threading
@@ -87,6 +89,8 @@ class ActorHost:
         self.exiting = False
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
+        # Per concurrency group of an async actor: calls read but not yet started on its loop.
+        self.inboxes: collections.defaultdict = collections.defaultdict(list)
         self.lock = threading.Lock()
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
@@ -186,9 +190,14 @@ class ActorHost:
             loop, semaphore = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+            future = concurrent.futures.Future()
             with self.lock:  # recorded before it can start or end: cancel() finds it
-                self.async_calls[task_id] = asyncio.run_coroutine_threadsafe(
-                    self._run_async(message, coroutine, semaphore), loop)
+                self.async_calls[task_id] = future
+                inbox = self.inboxes[group]
+                inbox.append((message, coroutine, semaphore, future))
+                wake = len(inbox) == 1
+            if wake:  # one wake-up of the loop per batch of calls, not one per call
+                loop.call_soon_threadsafe(self._start_calls, loop, inbox)
         elif self.pools:
             if self.exiting:  # the owner fails it once the process is gone
                 return
@@ -200,6 +209,17 @@ class ActorHost:
             self._reply_unknown_group(message)
         else:
             self.run_call(message)
+
+    def _start_calls(self, loop, inbox: list) -> None:
+        """On ``loop``: start the calls handed over since the last wake-up, in order; each
+        one's future (what ``cancel()`` and the exit paths hold) follows its task."""
+        with self.lock:
+            calls = inbox[:]
+            inbox.clear()
+        for message, coroutine, semaphore, future in calls:
+            task = loop.create_task(self._run_async(message, coroutine, semaphore))
+            task.add_done_callback(functools.partial(_settle, future))
+            future.add_done_callback(functools.partial(_cancel_task, loop, task))
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
@@ -498,6 +518,21 @@ def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
                      daemon=True).start()
     return loop
+
+
+def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
+    """A call's task ended: so does the future that stands for it (errors were answered
+    by the call itself)."""
+    if task.cancelled():
+        future.cancel()
+    elif not future.done():
+        future.set_result(None)
+
+
+def _cancel_task(loop, task: asyncio.Task, future: concurrent.futures.Future) -> None:
+    """``cancel()`` cancelled a call's future (from another thread): cancel its task."""
+    if future.cancelled() and not task.done():
+        loop.call_soon_threadsafe(task.cancel)
 
 
 async def _outcome(coroutine) -> tuple:
