@@ -91,6 +91,7 @@ class ActorHost:
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
         # Per concurrency group of an async actor: calls read but not yet started on its loop.
         self.inboxes: collections.defaultdict = collections.defaultdict(list)
+        self.replies: list = []  # results of async calls, written once per turn of a loop
         self.lock = threading.Lock()
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
@@ -280,7 +281,25 @@ class ActorHost:
         if self.is_cancelled(task_id):  # it caught the CancelledError: cancelled all the same
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
-        self._reply_value(task_id, value, num_returns, call_name, return_ids)
+        results = self.worker._serialize_returns(
+            value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
+            error_fields=self._error_fields)
+        with self.lock:  # sent once the calls that ran in this turn of the loop have run
+            self.replies.append(result_message(task_id, results, False))
+            first = len(self.replies) == 1
+        if first:
+            asyncio.get_running_loop().call_soon(self._send_replies)
+
+    def _send_replies(self) -> None:
+        """The results of the async calls that ended since the last write, in one write (a
+        burst of calls ends in one turn of the loop); before a call's future is done, so
+        the exit paths, which wait for the futures, find them sent."""
+        with self.lock:
+            replies = self.replies[:]
+            self.replies.clear()
+        if replies:
+            _flush_std()
+            self.worker.channel.send_many(replies)
 
     def _reply_cancelled_coroutine(self, task_id, call_name, num_returns) -> None:
         """Ray 2.60 cancels the coroutine's future: RayTaskError(TaskCancelledError), whatever
@@ -406,6 +425,7 @@ class ActorHost:
             return
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
+            self._send_replies()  # the async calls that ended before it keep their results
             where = f"{self.class_name}.{call_name}"
             if is_intended_exit(error):
                 self._say_exiting(error, where)
@@ -472,6 +492,7 @@ class ActorHost:
     def _exit(self, why: str) -> NoReturn:
         """The intended end: tell the owner (no restart; ``why`` is in every pending call's
         ActorDiedError), run the hooks, leave."""
+        self._send_replies()  # results of async calls that ended, if any are still held
         self.worker.channel.send((protocol.ACTOR_EXITING, why))
         self._run_exit_hooks()
         self.worker.exit_process()
