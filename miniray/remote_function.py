@@ -38,6 +38,19 @@ __all__ = ["RemoteFunction", "STREAMING_GENERATOR_RETURN"]
 # Ray's public constant: the ``num_returns`` a streaming generator task carries.
 STREAMING_GENERATOR_RETURN = STREAMING
 
+# Bumped in a forked child: a function's export is made again there (its cache is keyed by
+# this, which costs no system call per task as the pid did).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
 def _collect_generator(function, *args, **kwargs):
     """Run a generator function in the worker; its values travel as one list (a generator
     with a number of returns)."""
@@ -199,8 +212,8 @@ class RemoteFunction(Generic[P, R]):
         """The function's id and pickle; ``collect``: a generator function whose values are
         a fixed number of returns (run to the end in the worker, as one list)."""
         cache = self._export_cache
-        if cache is None or cache[0] != os.getpid():
-            cache = self._export_cache = (os.getpid(), {})
+        if cache is None or cache[0] != _forks:
+            cache = self._export_cache = (_forks, {})
         exported = cache[1].get(collect)
         if exported is None:
             target = self._function

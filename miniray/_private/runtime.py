@@ -958,6 +958,7 @@ def share_serializers(rt: Runtime | None = None) -> None:
     rt = rt if rt is not None else context.current()
     if isinstance(rt, Runtime) and not rt._shut:
         serializer_file.write(rt.session_dir, serialization.registrations_blob())
+        rt.owner.notify_serializers()
 
 
 def _started(rt: Runtime, logging_config=None) -> RayContext:

@@ -9,6 +9,7 @@ first task waited for the fork server (a fresh interpreter importing miniray) an
 from __future__ import annotations
 
 import os
+import time
 
 import miniray
 from miniray._private import runtime
@@ -77,3 +78,33 @@ def test_prestart_count(monkeypatch):
     assert config.prestart_workers(64) == 3
     monkeypatch.setenv("MINIRAY_PRESTART_WORKERS", "junk")
     assert config.prestart_workers(2) == 2
+
+
+def test_the_first_task_takes_one_ledger_transaction(ray_start, monkeypatch):
+    """The lease of the first task records its idle worker in the same transaction: the
+    submitting thread paid a second one (``set_worker``) before."""
+    ray_start(num_cpus=2)
+    owner = _owner()
+    deadline = time.monotonic() + 10
+    while True:  # every prestarted worker named by the fork server
+        with owner.locked():
+            if owner.workers.idle and all(w.pid for w in owner.workers.idle):
+                break
+        assert time.monotonic() < deadline, "prestarted workers were never named"
+        time.sleep(0.01)
+    ledger = owner.ledger
+    calls = []
+    for name in ("acquire", "set_worker"):
+        real = getattr(ledger, name)
+        monkeypatch.setattr(ledger, name,
+                            lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
+
+    @miniray.remote
+    def pid():
+        return os.getpid()
+
+    worker_pid = miniray.get(pid.remote(), timeout=30)
+    assert calls == ["acquire"]
+    leases = [lease for lease in ledger.snapshot().leases.values()
+              if lease.holder_pid == os.getpid()]
+    assert all(lease.worker_pid == worker_pid for lease in leases)  # if not yet returned

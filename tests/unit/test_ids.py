@@ -105,3 +105,29 @@ def test_worker_id_is_a_unique_id_but_never_equal_to_one():
 def test_object_ref_size_is_a_class_method_as_in_ray():
     assert miniray.ObjectRef.size() == 28 and miniray.ObjectID.size() == 28
     assert miniray.ObjectRef.nil().size() == 28
+
+
+def test_task_ids_cost_no_system_call_and_a_forked_child_draws_its_own(monkeypatch):
+    """Making a task id reads no pid (a ``getpid`` per task was measurable on the submission
+    path); a forked child still never continues its parent's prefix and counter."""
+    import os
+
+    calls = []
+    real_getpid = os.getpid
+    monkeypatch.setattr(ids.os, "getpid", lambda: calls.append(1) or real_getpid())
+    parent = [ids.new_task_id() for _ in range(100)]
+    assert calls == []
+    assert len(set(parent)) == 100
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its first id, leave without running pytest's teardown
+        try:
+            os.write(write_end, ids.new_task_id()[:5])
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    child_prefix = os.read(read_end, 5)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    assert len(child_prefix) == 5 and child_prefix != parent[-1][:5]

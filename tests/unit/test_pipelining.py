@@ -57,14 +57,3 @@ def test_split_hand_back_keeps_non_tasks_in_order():
     assert ids == [b"t1", b"t2"]
     assert kept == [(protocol.FUNC, b"f", b"..."), (protocol.UNMAP, "/x")]
     assert p.split_hand_back([], protocol.TASK) == ([], [])
-
-
-def test_requeue_index_keeps_submission_order():
-    queue = collections.deque()
-    for seq in (7, 3, 9, 4):  # handed back at different times, out of order
-        queue.insert(p.requeue_index(queue, seq), seq)
-    assert list(queue) == [3, 4, 7, 9]
-    queue = collections.deque([20, 21, 22])  # newer work queued meanwhile
-    queue.insert(p.requeue_index(queue, 5), 5)
-    assert list(queue) == [5, 20, 21, 22]
-    assert p.requeue_index([], 1) == 0

@@ -248,3 +248,35 @@ def test_actor_call_cancel_error_is_worded_as_ray():
 ])
 def test_cancelled_call_outcome_stands(error, stands):
     assert s.cancelled_call_outcome_stands(error) is stands
+
+
+def _queued_in_order(arrivals):
+    """The queue built by inserting ``(depth, seq, handed_back)`` arrivals one by one."""
+    queue: list = []
+    for depth, seq, handed_back in arrivals:
+        index = s.queue_index(queue, depth, seq if handed_back else None)
+        queue.insert(index, (depth, seq))
+    return queue
+
+
+def test_nested_tasks_go_before_shallower_ones_fifo_within_a_depth():
+    queue = _queued_in_order([
+        (0, 1, False), (0, 2, False), (1, 3, False), (0, 4, False), (2, 5, False),
+        (1, 6, False),
+    ])
+    assert queue == [(2, 5), (1, 3), (1, 6), (0, 1), (0, 2), (0, 4)]
+
+
+def test_a_task_just_ready_goes_at_the_end_of_its_depth_not_by_its_number():
+    """A task whose argument became ready late keeps the enqueue order within its depth
+    (as the one FIFO queue did); only a handed-back task goes back by submission number."""
+    assert _queued_in_order([(0, 5, False), (0, 2, False)]) == [(0, 5), (0, 2)]
+    assert _queued_in_order([(0, 5, False), (0, 2, True)]) == [(0, 2), (0, 5)]
+
+
+def test_handed_back_tasks_keep_submission_order_behind_nested_work():
+    queue = _queued_in_order([
+        (0, 20, False), (1, 21, False), (0, 7, True), (0, 3, True), (1, 9, True),
+    ])
+    assert queue == [(1, 9), (1, 21), (0, 3), (0, 7), (0, 20)]
+    assert s.queue_index([], 3) == 0 and s.queue_index([], 0, 1) == 0

@@ -46,9 +46,19 @@ _JOB = bytes.fromhex(JOB_ID)
 _NIL_ACTOR = b"\xff" * (ACTOR_ID_SIZE - len(_JOB)) + _JOB
 
 _lock = threading.Lock()
-# (pid, prefix, counter), replaced as one tuple: a thread never pairs a prefix with another
-# prefix's counter.
-_state: tuple = (-1, b"", None)
+# (prefix, counter), replaced as one tuple: a thread never pairs a prefix with another
+# prefix's counter. A forked child starts with none (``_forget_after_fork``), so it never
+# reuses its parent's; checking the pid per id instead cost a system call per task.
+_state: tuple = (b"", None)
+
+
+def _forget_after_fork() -> None:
+    global _state, _lock
+    _state = (b"", None)
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _unique() -> bytes:
@@ -56,14 +66,14 @@ def _unique() -> bytes:
     global _state
     while True:
         state = _state
-        pid, prefix, counter = state
-        if pid == os.getpid():  # else first use, or a forked child: never reuse the parent's
+        prefix, counter = state
+        if counter is not None:  # else first use, or a forked child
             n = next(counter)
             if n < _COUNTER_LIMIT:
                 return prefix + n.to_bytes(_UNIQUE_SIZE - _PREFIX_SIZE, "big")
         with _lock:
             if _state is state:
-                _state = (os.getpid(), os.urandom(_PREFIX_SIZE), itertools.count(1))
+                _state = (os.urandom(_PREFIX_SIZE), itertools.count(1))
 
 
 def new_task_id() -> bytes:

@@ -1,11 +1,11 @@
 """Pure decisions of task pipelining: how many tasks a worker may hold, which lease takes the
-next one, what a worker hands back when it blocks, and where handed-back tasks go.
+next one, and what a worker hands back when it blocks.
 
 Owns: the depth of a scheduling key (``depth_for``), picking the lease a task is queued on
 behind another (``lease_to_fill``; an idle one is ``scheduling.lease_with_room``), the
 worker asked to give its queued tasks to an idle one (``lease_to_recall``), the worker's
-choice of what to hand back when it blocks in ``get()``/``wait()`` (``split_hand_back``),
-and the owner's requeue position of a task that comes back (``requeue_index``). Does not
+choice of what to hand back when it blocks in ``get()``/``wait()`` (``split_hand_back``).
+Where a task that comes back goes in its queue is ``scheduling.queue_index``. Does not
 own: sending, the queues or the leases (``owner/owner.py``, ``owner/tasks.py``), nor reading
 the socket (``worker/worker_api.py``).
 Called by: ``owner/owner.py`` and ``owner/tasks.py`` under the owner's lock, and
@@ -27,8 +27,7 @@ on what it started, so the owner never takes a task back on its own::
 
 from __future__ import annotations
 
-__all__ = ["depth_for", "lease_to_fill", "lease_to_recall", "requeue_index",
-           "split_hand_back"]
+__all__ = ["depth_for", "lease_to_fill", "lease_to_recall", "split_hand_back"]
 
 
 def depth_for(key, default_depth: int) -> int:
@@ -112,21 +111,3 @@ def split_hand_back(messages, task_tag: int) -> tuple[list, list]:
         else:
             kept.append(message)
     return kept, task_ids
-
-
-def requeue_index(queued_seqs, seq: int) -> int:
-    """Where a handed-back task (submission number ``seq``) goes in its queue, given the
-    submission numbers of the tasks queued there, front first: before the first one submitted
-    after it, so tasks handed back at different times keep their submission order and stay
-    ahead of newer work (they did not run; no retry is used). Retries, also at the front,
-    may break the order; the scan stops at the first newer task.
-
-    >>> requeue_index([5, 6, 9], 7), requeue_index([8, 9], 3), requeue_index([1, 2], 3)
-    (2, 0, 2)
-    """
-    index = 0
-    for queued in queued_seqs:
-        if queued > seq:
-            return index
-        index += 1
-    return index

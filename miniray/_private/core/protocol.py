@@ -26,6 +26,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                          task_id)
     (UNMAP, path)                                 (CALL, req_id, method, args)
     (EXIT,)                                       (BORROW, added, dropped, escaped)
+    (SERIALIZERS,) re-read serializers.pkl
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
                                                   (GIVE_BACK, task_ids)  tasks not started
@@ -152,6 +153,7 @@ EXIT = 4
 ACTOR_INIT = 5
 ACTOR_CALL = 6
 UNMAP = 7   # (UNMAP, path): the object is freed; drop a cached mapping of that segment
+SERIALIZERS = 8  # (SERIALIZERS,): the driver's custom serializers changed; re-read the file
 
 # 1. data socket, worker -> driver
 RESULT = 10
@@ -229,6 +231,7 @@ CANCELLED = 3
 # from either side. A name may serve two channels (the node relays the fork server's).
 CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
+             "SERIALIZERS",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
              "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD", "GIVE_BACK"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",

@@ -3,7 +3,8 @@
 Owns: the rules, as functions and small classes from state to a decision, so they are tested
 without processes (``tests/unit/test_scheduling.py``): the task states and which moves between
 them are legal, the scheduling key, which idle worker may take a lease of which shape, what a
-worker blocked in ``get()`` gives back, which pending actor to place next, which lease has
+worker blocked in ``get()`` gives back, where a task goes in its queue (nested tasks first,
+handed-back ones in submission order), which pending actor to place next, which lease has
 room, when to ask the ledger again for a request after one failed, retry-or-fail for a task
 whose worker died or whose result asks for a retry, what cancelling does in each state, and
 restart-or-die for an actor. Does not own: the tasks, leases and actors these are applied
@@ -30,7 +31,8 @@ __all__ = [
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
     "actor_call_cancel_error", "blocked_release", "cancel_action",
     "cancelled_call_outcome_stands", "consume_retry", "covers", "idle_worker_for",
-    "key_tag", "lease_with_room", "may_move", "next_to_place", "retry_failed_result",
+    "key_tag", "lease_with_room", "may_move", "next_to_place", "queue_index",
+    "retry_failed_result",
     "scheduling_key", "worker_fits", "worker_kind", "worker_serves",
 ]  # fmt: skip
 
@@ -135,6 +137,30 @@ def idle_worker_for(idle, request: dict, runtime_env: str = ""):
         if worker_serves(idle[index], request, runtime_env):
             return index
     return None
+
+
+def queue_index(queued, depth: int, seq: int | None = None) -> int:
+    """Where a task goes in its queue, given ``(depth, seq)`` of the tasks queued there,
+    front first: deeper nesting first (a task submitted by a task has depth 1, and so on);
+    within a depth, at the end (``seq`` None: a task just ready) or, for a task handed
+    back, before the first one submitted after it (submission number ``seq``). A parent
+    that submits tasks usually waits for them, blocked, its CPU given back: its children
+    then run on that CPU before another parent starts, so nested work does not start a
+    worker per parent (50 parents of 10 children each peaked at 52 workers on 2 CPUs with
+    one FIFO queue).
+
+    >>> queue_index([(0, 1), (0, 2)], 0), queue_index([(0, 1), (0, 2)], 1)
+    (2, 0)
+    >>> queue_index([(1, 4), (0, 1)], 1), queue_index([(0, 1), (0, 5)], 0, 3)
+    (1, 1)
+    """
+    index = 0
+    for queued_depth, queued_seq in queued:
+        if queued_depth < depth or (
+                queued_depth == depth and seq is not None and queued_seq > seq):
+            return index
+        index += 1
+    return index
 
 
 def blocked_release(resources: dict) -> dict:

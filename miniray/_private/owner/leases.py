@@ -116,27 +116,30 @@ class LeaseBook:
         return bool(self.by_key)
 
     # -- the ledgers ---------------------------------------------------------------------
-    def acquire(self, request: dict, tag: str, key=None, make_room=None):
+    def acquire(self, request: dict, tag: str, key=None, make_room=None,
+                worker_pid: int | None = None):
         """``(lease, host_lease_id)``, or ``(None, None)`` if the request does not fit now
         even after idle leases went back (``make_room``, the book's own if None: one that
-        takes the owner's lock when called without it)."""
-        lease, host_lease = self._acquire_once(request, tag, key)
+        takes the owner's lock when called without it). ``worker_pid``: the worker expected
+        to hold it, recorded in the same transaction."""
+        lease, host_lease = self._acquire_once(request, tag, key, worker_pid)
         if lease is None and (make_room or self._make_room)():
-            lease, host_lease = self._acquire_once(request, tag, key)
+            lease, host_lease = self._acquire_once(request, tag, key, worker_pid)
         return lease, host_lease
 
-    def _acquire_once(self, request: dict, tag: str, key):
+    def _acquire_once(self, request: dict, tag: str, key, worker_pid: int | None = None):
         """One try at the node ledger and, for physical GPUs, the host ledger (both or
         neither)."""
         caps = None
         host = self.host_gpus
         if host is not None and request.get("GPU"):
             caps = self._host_caps()
-        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps)
+        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps,
+                                    worker_pid=worker_pid)
         if lease is None and caps is not None and host.reclaim_dead():
             caps = self._host_caps()  # a session holding GPUs died: its shares are free again
             lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag,
-                                        instance_caps=caps)
+                                        instance_caps=caps, worker_pid=worker_pid)
         if lease is None:
             if caps is not None:
                 self._note_host_blocked(request, tag, key)

@@ -414,7 +414,10 @@ class Owner:
         count = min(wanted, max(1, room))
         self._acquiring[key] = self._acquiring.get(key, 0) + count
         self._acquiring_total += count
-        self.defer(functools.partial(self._take_leases, key, request, count))
+        # The idle workers that will get these leases: each is recorded in its lease's own
+        # transaction, not in a second one (the first task after init() paid both).
+        pids = self.workers.idle_pids(request, env, count)
+        self.defer(functools.partial(self._take_leases, key, request, count, pids))
 
     def _worker_room(self, request: dict, runtime_env: str = "") -> int:
         """*Locked.* How many more leases of ``request`` in ``runtime_env`` workers can serve
@@ -422,14 +425,16 @@ class Owner:
         leases being taken."""
         return self.workers.room(self._acquiring_total, request, runtime_env)
 
-    def _take_leases(self, key, request: dict, count: int) -> None:
+    def _take_leases(self, key, request: dict, count: int, pids: list = ()) -> None:
         """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
-        workers they need, then give each a queued task (re-checked under the lock)."""
+        workers they need, then give each a queued task (re-checked under the lock).
+        ``pids``: the idle workers expected to take the first leases, recorded with them."""
         now = time.monotonic()
         got = []
-        for _ in range(count):
+        for index in range(count):
+            pid = pids[index] if index < len(pids) else None
             lease, host_lease = self.leases.acquire(request, scheduling.key_tag(key), key,
-                                                    make_room=self.make_room)
+                                                    make_room=self.make_room, worker_pid=pid)
             if lease is None:
                 break
             got.append((lease, host_lease))
@@ -493,7 +498,7 @@ class Owner:
         worker.lease = slot
         if worker.kind is None:  # from now on it runs tasks of this kind only
             worker.kind = scheduling.worker_kind(request)
-        if worker.pid is not None:
+        if worker.pid is not None and worker.pid != lease.worker_pid:  # else recorded
             self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
         self.leases.add(slot)
         queue = self.tasks.queues.get(key)
@@ -616,6 +621,15 @@ class Owner:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
+
+    def notify_serializers(self) -> None:
+        """*Not locked.* Tell every worker that the custom serializers' file changed
+        (``host/serializer_file.py``): on each data socket the notice precedes every call
+        sent after it, and a worker started later reads the file at its first call."""
+        with self.locked():
+            for worker in list(self.workers.by_fd.values()):
+                if not worker.dead:
+                    self.send(worker, (protocol.SERIALIZERS,))
 
     def _on_writable(self, fd: int) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from miniray._private.core import ids, pipelining, protocol, scheduling, serialization
+from miniray._private.core import ids, protocol, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
@@ -42,12 +42,13 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned", "created", "seq", "times",
+        "children", "parent", "pinned", "created", "seq", "times", "depth",
     )
 
     def __init__(self, spec, key, seq: int = 0):
         self.spec = spec
         self.seq = seq  # submission order: a task handed back keeps its place (pipelining)
+        self.depth = 0  # nesting: 0 for the driver's tasks, its parent's plus one otherwise
         self.key = key
         self.state = T_WAITING
         self.worker = None
@@ -126,6 +127,7 @@ class TaskQueue:
             objects.hold(spec.contained)
         if parent is not None:
             task.parent = parent
+            task.depth = getattr(parent, "depth", 0) + 1  # an actor call counts as depth 0
             if parent.children is None:
                 parent.children = []
             parent.children.append(task)
@@ -179,7 +181,11 @@ class TaskQueue:
         queue = self.queues.get(key)
         if queue is None:
             queue = self.queues[key] = collections.deque()
-        queue.append(task)
+        if not queue or queue[-1].depth >= task.depth:
+            queue.append(task)  # the common case, a driver's task: no scan
+        else:  # nested deeper than the last: before the shallower ones (queue_index)
+            queue.insert(scheduling.queue_index(((t.depth, t.seq) for t in queue), task.depth),
+                         task)
         self._dispatch(key)
 
     def requeue(self, task: Task) -> None:
@@ -191,7 +197,7 @@ class TaskQueue:
     def hand_back(self, worker, task_ids) -> set:
         """``worker`` blocked in ``get()``/``wait()`` and gave back ``task_ids``, which it
         received but did not start: each leaves its in-flight list and goes back into its
-        queue in submission order (``pipelining.requeue_index``), no retry used; one
+        queue in its place (``scheduling.queue_index``), no retry used; one
         cancelled meanwhile (done) is dropped. Returns the keys of the queues they went to."""
         wanted = set(task_ids)
         returned = [task for task in worker.inflight if task.spec.task_id in wanted]
@@ -205,7 +211,8 @@ class TaskQueue:
             queue = self.queues.get(task.key)
             if queue is None:
                 queue = self.queues[task.key] = collections.deque()
-            queue.insert(pipelining.requeue_index((t.seq for t in queue), task.seq), task)
+            queue.insert(scheduling.queue_index(((t.depth, t.seq) for t in queue), task.depth,
+                                                task.seq), task)
             keys.add(task.key)
             self.handed_back += 1
         return keys

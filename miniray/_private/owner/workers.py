@@ -118,6 +118,17 @@ class WorkerPool:
         index = scheduling.idle_worker_for(self.idle, request, runtime_env)
         return None if index is None else self.idle.pop(index)
 
+    def idle_pids(self, request: dict, runtime_env: str, count: int) -> list:
+        """The pids of the first ``count`` workers ``take_idle`` would give, in that order
+        (None for one not named yet): a lease taken for one records its worker at once."""
+        pids = []
+        for worker in reversed(self.idle):
+            if len(pids) == count:
+                break
+            if scheduling.worker_serves(worker, request, runtime_env):
+                pids.append(worker.pid)
+        return pids
+
     def retire_one_idle(self, request: dict | None = None, runtime_env: str = "") -> None:
         """Retire the oldest idle worker, one that may not run ``request`` in ``runtime_env``
         first (room for a new worker under the cap)."""

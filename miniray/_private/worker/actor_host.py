@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import concurrent.futures
+import functools
 import inspect
 import sys
 import threading
@@ -89,6 +91,9 @@ class ActorHost:
         self.exiting = False
         self.cancelled: set[bytes] = set()
         self.async_calls: dict[bytes, concurrent.futures.Future] = {}
+        # Per concurrency group of an async actor: calls read but not yet started on its loop.
+        self.inboxes: collections.defaultdict = collections.defaultdict(list)
+        self.replies: list = []  # results of async calls, written once per turn of a loop
         self.lock = threading.Lock()
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
@@ -191,9 +196,14 @@ class ActorHost:
             loop, semaphore = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+            future = concurrent.futures.Future()
             with self.lock:  # recorded before it can start or end: cancel() finds it
-                self.async_calls[task_id] = asyncio.run_coroutine_threadsafe(
-                    self._run_async(message, coroutine, semaphore), loop)
+                self.async_calls[task_id] = future
+                inbox = self.inboxes[group]
+                inbox.append((message, coroutine, semaphore, future))
+                wake = len(inbox) == 1
+            if wake:  # one wake-up of the loop per batch of calls, not one per call
+                loop.call_soon_threadsafe(self._start_calls, loop, inbox)
         elif self.pools:
             if self.exiting:  # the owner fails it once the process is gone
                 return
@@ -205,6 +215,17 @@ class ActorHost:
             self._reply_unknown_group(message)
         else:
             self.run_call(message)
+
+    def _start_calls(self, loop, inbox: list) -> None:
+        """On ``loop``: start the calls handed over since the last wake-up, in order; each
+        one's future (what ``cancel()`` and the exit paths hold) follows its task."""
+        with self.lock:
+            calls = inbox[:]
+            inbox.clear()
+        for message, coroutine, semaphore, future in calls:
+            task = loop.create_task(self._run_async(message, coroutine, semaphore))
+            task.add_done_callback(functools.partial(_settle, future))
+            future.add_done_callback(functools.partial(_cancel_task, loop, task))
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
@@ -267,8 +288,26 @@ class ActorHost:
         if self.is_cancelled(task_id):  # it caught the CancelledError: cancelled all the same
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
-        self._reply_value(task_id, value, num_returns, call_name, return_ids,
-                          (started, loaded, time_ns()))
+        results = self.worker._serialize_returns(
+            value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
+            error_fields=self._error_fields)
+        with self.lock:  # sent once the calls that ran in this turn of the loop have run
+            self.replies.append(result_message(task_id, results, False,
+                                               (started, loaded, time_ns())))
+            first = len(self.replies) == 1
+        if first:
+            asyncio.get_running_loop().call_soon(self._send_replies)
+
+    def _send_replies(self) -> None:
+        """The results of the async calls that ended since the last write, in one write (a
+        burst of calls ends in one turn of the loop); before a call's future is done, so
+        the exit paths, which wait for the futures, find them sent."""
+        with self.lock:
+            replies = self.replies[:]
+            self.replies.clear()
+        if replies:
+            _flush_std()
+            self.worker.channel.send_many(replies)
 
     def _reply_cancelled_coroutine(self, task_id, call_name, num_returns) -> None:
         """Ray 2.60 cancels the coroutine's future: RayTaskError(TaskCancelledError), whatever
@@ -399,6 +438,7 @@ class ActorHost:
             return
         if isinstance(error, SystemExit):  # the actor dies, as in Ray: no reply to this call
             self.exiting = True
+            self._send_replies()  # the async calls that ended before it keep their results
             where = f"{self.class_name}.{call_name}"
             if is_intended_exit(error):
                 self._say_exiting(error, where)
@@ -468,6 +508,7 @@ class ActorHost:
     def _exit(self, why: str) -> NoReturn:
         """The intended end: tell the owner (no restart; ``why`` is in every pending call's
         ActorDiedError), run the hooks, leave."""
+        self._send_replies()  # results of async calls that ended, if any are still held
         self.worker.channel.send((protocol.ACTOR_EXITING, why))
         self._run_exit_hooks()
         self.worker.exit_process()
@@ -514,6 +555,21 @@ def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
                      daemon=True).start()
     return loop
+
+
+def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
+    """A call's task ended: so does the future that stands for it (errors were answered
+    by the call itself)."""
+    if task.cancelled():
+        future.cancel()
+    elif not future.done():
+        future.set_result(None)
+
+
+def _cancel_task(loop, task: asyncio.Task, future: concurrent.futures.Future) -> None:
+    """``cancel()`` cancelled a call's future (from another thread): cancel its task."""
+    if future.cancelled() and not task.done():
+        loop.call_soon_threadsafe(task.cancel)
 
 
 async def _outcome(coroutine) -> tuple:

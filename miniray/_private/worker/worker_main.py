@@ -209,6 +209,8 @@ class _Worker:
                 self.functions[message[1]] = message[2]
             elif tag == protocol.UNMAP:
                 self.mappings.drop(message[1])
+            elif tag == protocol.SERIALIZERS:
+                self.serializers.notify()
             elif tag == protocol.ACTOR_INIT:
                 # lazy: only a worker that becomes an actor loads the actor host (and asyncio)
                 from miniray._private.worker.actor_host import ActorHost
