@@ -375,6 +375,12 @@ class Owner:
         helper_loss = self.helper_loss
         return not (self._closed or helper_loss.restarting or helper_loss.fatal)
 
+    def may_adopt(self, fork_server) -> bool:
+        """*Locked.* Whether workers asked of ``fork_server`` (outside the lock) may be
+        adopted now: dispatch is allowed and that fork server was not replaced or lost
+        meanwhile (which took the requests with it)."""
+        return self.may_dispatch() and fork_server is self.fork_server
+
     def _dispatch_all(self) -> None:
         if not self.may_dispatch():
             return
@@ -470,8 +476,7 @@ class Owner:
                    for lease, host_lease in to_spawn]
         with self._lock:
             self._taken(key, len(to_spawn))
-            # Re-checked: a fork server replaced or lost meanwhile took the requests with it.
-            usable = self.may_dispatch() and fork_server is self.fork_server
+            usable = self.may_adopt(fork_server)
             for lease, host_lease, parts in started:
                 if usable:
                     worker = self.adopt_worker(parts, key[2])
@@ -830,7 +835,7 @@ class Owner:
         fork_server = self.fork_server
         started = [self.start_worker(fork_server) for _ in range(count)]
         with self._lock:
-            usable = self.may_dispatch() and fork_server is self.fork_server
+            usable = self.may_adopt(fork_server)
             for parts in started:
                 if usable:
                     self.workers.keep_idle(self.adopt_worker(parts))
