@@ -92,6 +92,15 @@ def driver(code: str, env, stdin=subprocess.DEVNULL, **extra) -> subprocess.Pope
                             stderr=subprocess.PIPE, text=True)
 
 
+def stop_driver(proc: subprocess.Popen) -> None:
+    """SIGKILL a ``driver()`` process, reap it and close its pipes."""
+    proc.kill()
+    proc.wait(10)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
 def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     """The next line of ``proc``'s stdout that holds a JSON object."""
     deadline = time.monotonic() + timeout

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from .helpers import cli, driver, json_line, wait_until
+from .helpers import cli, driver, json_line, stop_driver, wait_until
 
 DRIVER_A = """
     import json, sys, time, miniray as ray
@@ -90,8 +90,4 @@ def test_two_drivers_of_a_node(node_env):
         assert status.returncode == 0 and f"pid {b_pid}:" in status.stdout
     finally:
         for proc in (a, b):
-            proc.kill()
-            proc.wait(10)
-            proc.stdin.close()
-            proc.stdout.close()
-            proc.stderr.close()
+            stop_driver(proc)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from .helpers import cli, driver, json_line
+from .helpers import cli, driver, json_line, stop_driver
 
 _KEYS = ("cat", "name", "pid", "tid", "ts", "dur", "ph", "cname", "args")
 
@@ -181,8 +181,4 @@ def test_miniray_timeline_holds_both_drivers_of_a_node(node_env, tmp_path):
             _check_trace(json.load(f))
     finally:
         for proc in (a, b):
-            proc.kill()
-            proc.wait(10)
-            proc.stdin.close()
-            proc.stdout.close()
-            proc.stderr.close()
+            stop_driver(proc)
