@@ -193,6 +193,14 @@ class Ledger:
         if self._loaded_prefix is not None:
             self._cache = (self._loaded_prefix, state)
 
+    def _commit(self, state: NodeState, changed) -> None:
+        """*Under the lock.* End a transaction: write ``state`` if it ``changed`` (truthy),
+        else only keep the parse for the next reader of the same version."""
+        if changed:
+            self._write(state)
+        else:
+            self._keep(state)
+
     def _write(self, state: NodeState) -> None:
         data, prefix = _dumps(state)
         _write_atomic(self._path, self._tmp_path, data)
@@ -261,10 +269,7 @@ class Ledger:
                 )
                 # The state (cached) and the caller each get their own copy.
                 state.leases[lease_id] = Lease.from_json(lease.to_json())
-            if lease is not None or dead:
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, lease is not None or dead)
         self._log_reclaimed(dead)
         return lease
 
@@ -311,10 +316,7 @@ class Ledger:
                     provides=provided, provides_instances=bundle_instances, group=dict(group),
                 )
                 state.leases[lease_id] = Lease.from_json(lease.to_json())
-            if lease is not None or dead:
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, lease is not None or dead)
         self._log_reclaimed(dead)
         return lease
 
@@ -326,9 +328,7 @@ class Ledger:
             lease = state.groups().get(pg_hex)
             if lease is not None:
                 del state.leases[lease.lease_id]
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, lease is not None)
         return lease
 
     def groups(self) -> dict[str, Lease]:
@@ -349,10 +349,7 @@ class Ledger:
         with self._locked():
             state = self._load()
             n = sum(state.leases.pop(lid, None) is not None for lid in lease_ids)
-            if n:
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, n)
         return n
 
     def set_worker(self, lease_id: str, worker_pid: int) -> None:
@@ -408,10 +405,7 @@ class Ledger:
             mine = [lid for lid, lease in state.leases.items() if lease.holder_pid == pid]
             for lid in mine:
                 del state.leases[lid]
-            if mine:
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, mine)
         return len(mine)
 
     def reclaim_dead(self) -> list[Lease]:
@@ -419,10 +413,7 @@ class Ledger:
         with self._locked():
             state = self._load()
             dead = self._pop_dead(state)
-            if dead:
-                self._write(state)
-            else:
-                self._keep(state)
+            self._commit(state, dead)
         self._log_reclaimed(dead)
         return dead
 
