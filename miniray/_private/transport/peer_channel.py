@@ -1,0 +1,1087 @@
+"""The authenticated channel between miniray hosts: a token handshake, then MAC'd frames.
+
+Owns: the handshake that proves the cluster token in both directions before anything else
+is read (``ClientHandshake``, ``ServerHandshake``), the framing that authenticates and
+orders every later frame (``FrameWriter``, ``FrameReader``), the blocking wrappers that
+do both on a socket (``connect``, ``accept``, ``PeerChannel``), the bound on concurrent
+handshakes of a listener (``HandshakeGate``), optional TLS contexts, and the errors
+(``PeerAuthError``, ``PeerRefused``, ``PeerClosed``). Does not own: the token (``host/
+auth_token.py``), the version rule (``core/protocol.version_policy``), listening sockets,
+or what roles say to each other after the HELLO (the node's join and heartbeat code).
+Called by: node/ (joining, heartbeats, pulls) and drivers that reach a remote node.
+
+Threat: anyone who can reach the port (another local user, any host on the LAN). Nothing
+is unpickled, and no role acts, before the peer has proven the token; until then every read
+has a fixed size and the whole handshake a deadline. The token never travels.
+
+Wire protocol (all integers big-endian; ``H(k, m)`` is HMAC-SHA256)::
+
+    1. C -> S  MAGIC(8) | proto(u16) | cn(32)                   client nonce, fresh
+    2. S -> C  OK(1) | sn(32) | H(token, "S"|cn|sn)(32)          the server proves first
+               or BAD_VERSION(1) | proto(u16), then close
+    3. C checks the server's proof (compare_digest). Wrong: C sends 32 zero bytes (it
+       declines: the server can log why) and closes; C raises PeerAuthError.
+       Right: C -> S  H(token, "C"|cn|sn)(32)
+    4. S checks it. Wrong: S -> C BAD_TOKEN(1), close; S logs one line with the peer's
+       address and raises PeerAuthError. Right: S -> C OK(1).
+    5. Keys, one per direction (a frame cannot be reflected back to its sender):
+       k_c2s = H(token, "K-c2s"|cn|sn), k_s2c = H(token, "K-s2c"|cn|sn).
+    6. Every later frame, each direction with its own seq from 0:
+           length(u64) | payload | H(k_dir, seq(u64) | payload)[:16]
+       A length over the reader's limit, a wrong tag (tampered, replayed, reordered,
+       reflected or truncated frame) -> PeerAuthError and the connection is closed. The tag
+       is checked before the payload is handed to anyone, so before any unpickling.
+    7. C -> S HELLO, the first frame: pickle {"role", "versions", **extra}.
+       S -> C {"ok": True, "versions", **extra} or {"ok": False, "error": text}, then close.
+       Versions follow ``protocol.version_policy`` on both sides: another miniray or Python
+       major.minor is refused naming both sides' values; other differences warn.
+
+With TLS (``ssl_context``) the socket is wrapped first and steps 1-7 run inside it: TLS adds
+confidentiality and certificates; the token stays mandatory. Without TLS the channel gives
+authentication and integrity, not confidentiality.
+
+Large payloads: ``FrameWriter.stream`` MACs and sends a payload in chunks without copying it;
+``FrameReader`` receives a large payload straight into its final buffer (``direct_buffer`` /
+``advance``, used with ``recv_into``), MACing it as it arrives, and ``PeerChannel.
+recv_bytes_into`` lets the caller name that buffer (an mmap of a segment, say).
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import pickle
+import secrets
+import select
+import socket
+import ssl
+import struct
+import threading
+import time
+from typing import Callable
+
+from miniray._private.core import protocol
+from miniray.exceptions import AuthenticationError
+
+__all__ = [
+    "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
+    "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
+    "ServerHandshake", "accept", "client_ssl_context", "connect", "server_ssl_context",
+]  # fmt: skip
+
+logger = logging.getLogger(__name__)
+
+MAGIC = b"\x93miniray"
+PROTO_VERSION = 1
+NONCE = 32
+PROOF = 32
+TAG = 16
+OK = b"\x06"
+BAD_VERSION = b"V"
+BAD_TOKEN = b"T"
+DECLINE = bytes(PROOF)  # step 3: "your proof was wrong", sent instead of ours
+_CLIENT_HELLO = struct.Struct("!8sH32s")
+_U16 = struct.Struct("!H")
+_U64 = struct.Struct("!Q")
+HEADER = _U64.size
+
+DEFAULT_MAX_FRAME = 1 << 40   # after authentication: what a peer may send in one frame
+HELLO_MAX_FRAME = 1 << 20     # step 7's frames
+DIRECT_MIN = 1 << 20          # payloads this large are received straight into their buffer
+_SCRATCH = 1 << 18
+_SEND_CHUNK = 1 << 22
+_JOIN_BELOW = 1 << 16         # a frame smaller than this is written with one system call
+_FEED_READS = 64              # reads per feed_nonblocking call: a fast peer cannot starve
+
+ADVICE = ("Check that every node and driver has the same token: `miniray get-auth-token` on "
+          "the head prints it; set MINIRAY_AUTH_TOKEN (or a 0600 file named by "
+          "MINIRAY_AUTH_TOKEN_PATH) to it.")
+
+
+class PeerAuthError(AuthenticationError, ConnectionError):
+    """A peer did not prove the cluster token, or a frame failed its check (tampered,
+    replayed, reordered, reflected, oversize). The connection is closed; the message says
+    which peer and what to check."""
+
+
+class PeerRefused(ConnectionError):
+    """The peer proved the token but refused this connection (another miniray or Python
+    version, or a role its node does not accept); the message is the refusal's text."""
+
+
+class PeerClosed(ConnectionError):
+    """The peer closed the connection (EOF), in the handshake or between frames."""
+
+
+def _mac(key: bytes, *parts: bytes) -> bytes:
+    mac = hmac.new(key, digestmod="sha256")
+    for part in parts:
+        mac.update(part)
+    return mac.digest()
+
+
+def derive_keys(token: bytes, cn: bytes, sn: bytes) -> tuple[bytes, bytes]:
+    """Step 5: ``(k_c2s, k_s2c)``."""
+    return _mac(token, b"K-c2s", cn, sn), _mac(token, b"K-s2c", cn, sn)
+
+
+# ---------------------------------------------------------------------------- handshake
+class _Handshake:
+    """Shared buffering: ``feed`` bytes in any pieces, get back what to send. ``wants`` is
+    how many bytes the next step needs (read exactly that many: nothing past the handshake
+    is consumed). On failure ``feed`` raises PeerAuthError (or PeerRefused) whose ``reply``
+    attribute holds the bytes to send before closing."""
+
+    def __init__(self, token: bytes, nonce: bytes | None):
+        if not isinstance(token, (bytes, bytearray)) or not token:
+            raise PeerAuthError("miniray bug: the handshake needs the cluster token as bytes")
+        self._token = bytes(token)
+        self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE)
+        self._buffer = bytearray()
+        self._step = ""
+        self.keys: tuple[bytes, bytes] | None = None  # (send key, receive key) when done
+
+    @property
+    def done(self) -> bool:
+        return self._step == "done"
+
+    @property
+    def wants(self) -> int:
+        return max(0, self._need() - len(self._buffer))
+
+    def _need(self) -> int:
+        raise NotImplementedError
+
+    def _take(self) -> bytes | None:
+        need = self._need()
+        if need == 0 or len(self._buffer) < need:
+            return None
+        data = bytes(self._buffer[:need])
+        del self._buffer[:need]
+        return data
+
+    @staticmethod
+    def _fail(text: str, reply: bytes = b"", cls=None) -> Exception:
+        error = (cls or PeerAuthError)(text)
+        error.reply = reply
+        return error
+
+
+class ServerHandshake(_Handshake):
+    """Steps 1-5, the listening side. Example::
+
+        hs = ServerHandshake(token)
+        while not hs.done:
+            sock.sendall(hs.feed(recv_exactly(sock, hs.wants)))
+        send_key, recv_key = hs.keys   # k_s2c, k_c2s
+    """
+
+    def __init__(self, token: bytes, *, nonce: bytes | None = None):
+        super().__init__(token, nonce)
+        self._step = "hello"
+        self._cn = b""
+
+    def _need(self) -> int:
+        return {"hello": _CLIENT_HELLO.size, "proof": PROOF}.get(self._step, 0)
+
+    def feed(self, data: bytes) -> bytes:
+        if self._step == "done":
+            raise PeerAuthError("miniray bug: bytes fed to a finished handshake")
+        self._buffer += data
+        out = b""
+        while True:
+            message = self._take()
+            if message is None:
+                return out
+            if self._step == "hello":
+                magic, version, cn = _CLIENT_HELLO.unpack(message)
+                if magic != MAGIC:
+                    raise self._fail(f"it is not a miniray peer (its first bytes are "
+                                     f"{message[:8]!r})")
+                if version != PROTO_VERSION:
+                    raise self._fail(
+                        f"it speaks peer protocol {version}, this node speaks "
+                        f"{PROTO_VERSION}: run the same miniray version on every host",
+                        BAD_VERSION + _U16.pack(PROTO_VERSION), PeerRefused)
+                self._cn = cn
+                out += OK + self._nonce + _mac(self._token, b"S", cn, self._nonce)
+                self._step = "proof"
+            else:  # "proof"
+                if hmac.compare_digest(message, DECLINE):
+                    raise self._fail("it holds another token (it could not verify this "
+                                     "node's proof)")
+                expected = _mac(self._token, b"C", self._cn, self._nonce)
+                if not hmac.compare_digest(message, expected):
+                    raise self._fail("its token proof is wrong (it holds another token)",
+                                     BAD_TOKEN)
+                k_c2s, k_s2c = derive_keys(self._token, self._cn, self._nonce)
+                self.keys = (k_s2c, k_c2s)
+                self._step = "done"
+                return out + OK
+
+
+class ClientHandshake(_Handshake):
+    """Steps 1-5, the connecting side: send ``start()``, then feed what arrives (exactly
+    ``wants`` bytes at a time) and send what ``feed`` returns, until ``done``."""
+
+    def __init__(self, token: bytes, *, nonce: bytes | None = None):
+        super().__init__(token, nonce)
+        self._step = "new"
+
+    def start(self) -> bytes:
+        self._step = "status"
+        return _CLIENT_HELLO.pack(MAGIC, PROTO_VERSION, self._nonce)
+
+    def _need(self) -> int:
+        return {"status": 1, "version": _U16.size, "proof": NONCE + PROOF,
+                "verdict": 1}.get(self._step, 0)
+
+    def feed(self, data: bytes) -> bytes:
+        if self._step in ("new", "done"):
+            raise PeerAuthError("miniray bug: bytes fed to a handshake not running")
+        self._buffer += data
+        out = b""
+        while True:
+            message = self._take()
+            if message is None:
+                return out
+            if self._step == "status":
+                if message == OK:
+                    self._step = "proof"
+                elif message == BAD_VERSION:
+                    self._step = "version"
+                else:
+                    raise self._fail(f"it answered {message!r}, not a miniray node's "
+                                     "handshake")
+            elif self._step == "version":
+                (version,) = _U16.unpack(message)
+                raise self._fail(f"it speaks peer protocol {version}, this process speaks "
+                                 f"{PROTO_VERSION}: run the same miniray version on every "
+                                 "host", cls=PeerRefused)
+            elif self._step == "proof":
+                sn, proof = message[:NONCE], message[NONCE:]
+                expected = _mac(self._token, b"S", self._nonce, sn)
+                if not hmac.compare_digest(proof, expected):
+                    raise self._fail("it did not prove this cluster's token (it holds "
+                                     "another token, or it is not your node)", DECLINE)
+                k_c2s, k_s2c = derive_keys(self._token, self._nonce, sn)
+                self.keys = (k_c2s, k_s2c)
+                self._step = "verdict"
+                out += _mac(self._token, b"C", self._nonce, sn)
+            else:  # "verdict"
+                if message == OK:
+                    self._step = "done"
+                    return out
+                if message == BAD_TOKEN:
+                    raise self._fail("it refused this process's token")
+                raise self._fail(f"it answered {message!r} to this process's proof")
+
+
+# ------------------------------------------------------------------------------- frames
+class _FrameStream:
+    """One outgoing frame written in pieces: ``header``, then ``update`` each chunk as it
+    is sent, then ``tag()``."""
+
+    __slots__ = ("header", "_mac", "_left")
+
+    def __init__(self, header: bytes, mac, size: int):
+        self.header = header
+        self._mac = mac
+        self._left = size
+
+    def update(self, chunk) -> None:
+        self._left -= len(chunk)
+        if self._mac is not None:
+            self._mac.update(chunk)
+
+    def tag(self) -> bytes:
+        if self._left:
+            raise ValueError(f"miniray bug: {self._left} bytes of the frame were not given")
+        return self._mac.digest()[:TAG] if self._mac is not None else bytes(TAG)
+
+
+class FrameWriter:
+    """Step 6, sending. Not thread-safe: one writer per direction, used under a lock.
+
+    ``mac=False`` (benchmarks only) sends zero tags that a ``FrameReader(mac=False)``
+    accepts: the same framing, without the MAC's cost.
+    """
+
+    def __init__(self, key: bytes, *, mac: bool = True):
+        self._base = hmac.new(key, digestmod="sha256") if mac else None
+        self.seq = 0
+
+    def stream(self, size: int) -> _FrameStream:
+        """Start a frame of ``size`` payload bytes (consumes its sequence number)."""
+        mac = None
+        if self._base is not None:
+            mac = self._base.copy()
+            mac.update(_U64.pack(self.seq))
+        self.seq += 1
+        return _FrameStream(_U64.pack(size), mac, size)
+
+    def encode(self, payload) -> list:
+        """``[header, payload, tag]`` for one frame; ``payload`` itself is not copied."""
+        frame = self.stream(len(payload) if not isinstance(payload, memoryview)
+                            else payload.nbytes)
+        view = payload if not isinstance(payload, memoryview) else payload.cast("B")
+        frame.update(view)
+        return [frame.header, payload, frame.tag()]
+
+
+class FrameReader:
+    """Step 6, receiving, sans-IO: ``feed(data)`` returns the payloads completed and
+    verified by it, in order (bytes, or a bytearray/memoryview for a large one).
+
+    A large payload (``DIRECT_MIN`` or more) goes into a buffer of its own: while
+    ``direct_buffer()`` is not None, ``recv_into`` it and call ``advance(n)``; that avoids a
+    copy. Raises PeerAuthError on an oversize length or a wrong tag; after that the reader
+    is dead (every later call raises it again).
+    """
+
+    def __init__(self, key: bytes, max_frame: int = DEFAULT_MAX_FRAME, *, mac: bool = True):
+        self._base = hmac.new(key, digestmod="sha256") if mac else None
+        self.max_frame = max_frame
+        self.seq = 0
+        self._buffer = bytearray()
+        self._size = -1          # payload size of the frame being read; -1: reading a header
+        self._target = None      # a large payload's buffer (memoryview), or None
+        self._own_target = False  # True: _target views a whole bytearray of ours
+        self._filled = 0
+        self._mac = None
+        self._into = None        # the caller's buffer for the next large frame
+        self._error: PeerAuthError | None = None
+
+    def expect_into(self, buffer) -> None:
+        """Receive the next frame's payload into ``buffer`` (a writable buffer at least that
+        large); the payload returned is then a memoryview of it."""
+        into = memoryview(buffer).cast("B")
+        if self._size < 0:
+            self._into = into
+        elif self._target is not None and self._size <= into.nbytes:  # begun: move it
+            into[:self._filled] = self._target[:self._filled]
+            self._target = into[:self._size]
+            self._own_target = False
+
+    def cancel_into(self) -> None:
+        """Forget ``expect_into``'s buffer if no frame went into it."""
+        self._into = None
+
+    def _raise(self, text: str):
+        self._error = PeerAuthError(text)
+        raise self._error
+
+    def _begin_mac(self):
+        if self._base is None:
+            return None
+        mac = self._base.copy()
+        mac.update(_U64.pack(self.seq))
+        return mac
+
+    def _check(self, mac, tag: bytes) -> None:
+        if mac is None:
+            ok = tag == bytes(TAG)
+        else:
+            ok = hmac.compare_digest(mac.digest()[:TAG], tag)
+        if not ok:
+            self._raise(f"frame {self.seq} failed its integrity check (tampered, replayed, "
+                        "reordered or reflected, or the peer's key differs)")
+        self.seq += 1
+
+    def direct_buffer(self) -> memoryview | None:
+        """Where the next bytes of a large payload go (``recv_into`` it), or None."""
+        if self._target is None or self._buffer or self._filled >= self._size:
+            return None
+        return self._target[self._filled:]
+
+    def advance(self, n: int) -> list:
+        """``n`` bytes were received into ``direct_buffer()``; returns completed payloads."""
+        if self._error:
+            raise self._error
+        region = self._target[self._filled:self._filled + n]
+        if self._mac is not None:
+            self._mac.update(region)
+        self._filled += n
+        return self.feed(b"") if self._filled == self._size else []
+
+    def feed(self, data) -> list:
+        if self._error:
+            raise self._error
+        buffer = self._buffer
+        if data:
+            buffer += data
+        out = []
+        offset = 0
+        end = len(buffer)
+        while True:
+            if self._size < 0:
+                if end - offset < HEADER:
+                    break
+                (size,) = _U64.unpack_from(buffer, offset)
+                if size > self.max_frame:
+                    self._raise(f"a frame of {size} bytes was announced; the limit here is "
+                                f"{self.max_frame}")
+                offset += HEADER
+                self._size = size
+                if size >= DIRECT_MIN or (self._into is not None and size > 0):
+                    if self._into is not None:
+                        if self._into.nbytes < size:
+                            self._raise(f"a frame of {size} bytes arrived where at most "
+                                        f"{self._into.nbytes} were expected")
+                        self._target, self._into = self._into[:size], None
+                        self._own_target = False
+                    else:
+                        self._target = memoryview(bytearray(size))
+                        self._own_target = True
+                    self._filled = 0
+                    self._mac = self._begin_mac()
+            if self._target is not None:
+                if self._filled < self._size:
+                    take = min(self._size - self._filled, end - offset)
+                    if take:
+                        region = self._target[self._filled:self._filled + take]
+                        region[:] = buffer[offset:offset + take]
+                        if self._mac is not None:
+                            self._mac.update(region)
+                        self._filled += take
+                        offset += take
+                    if self._filled < self._size:
+                        break
+                if end - offset < TAG:
+                    break
+                self._check(self._mac, bytes(buffer[offset:offset + TAG]))
+                offset += TAG
+                out.append(self._target.obj if self._own_target else self._target)
+                self._target = self._mac = None
+                self._size = -1
+                continue
+            size = self._size
+            if end - offset < size + TAG:
+                break
+            payload = bytes(buffer[offset:offset + size])
+            mac = self._begin_mac()
+            if mac is not None:
+                mac.update(payload)
+            self._check(mac, bytes(buffer[offset + size:offset + size + TAG]))
+            out.append(payload)
+            offset += size + TAG
+            self._size = -1
+        if offset:
+            del buffer[:offset]
+        return out
+
+
+# ----------------------------------------------------------------------------- blocking I/O
+def _wait(sock, events: int, deadline: float | None) -> None:
+    """Block until ``sock`` is ready for ``events`` (select.POLLIN/POLLOUT) or the deadline;
+    TimeoutError at the deadline."""
+    if isinstance(sock, ssl.SSLSocket) and events == select.POLLIN and sock.pending():
+        return
+    poller = select.poll()
+    poller.register(sock.fileno(), events)
+    while True:
+        if deadline is None:
+            wait_ms = None
+        else:
+            wait_ms = int(max(0.0, deadline - time.monotonic()) * 1000) + 1
+        if poller.poll(wait_ms):
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError("timed out")
+
+
+def _readable_now(sock) -> bool:
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def _send_all(sock, data, deadline: float | None = None) -> None:
+    """``sendall`` that works on blocking and non-blocking (also TLS) sockets alike."""
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        try:
+            sent = sock.send(view)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
+                ssl.SSLWantReadError):
+            _wait(sock, select.POLLOUT, deadline)
+            continue
+        view = view[sent:]
+
+
+def _recv_some(sock, buffer, deadline: float | None) -> int:
+    """Receive into ``buffer`` whatever arrives first; 0 means EOF."""
+    while True:
+        _wait(sock, select.POLLIN, deadline)
+        try:
+            return sock.recv_into(buffer)
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
+                ssl.SSLWantWriteError):
+            continue
+
+
+def _recv_exactly(sock, size: int, deadline: float) -> bytes:
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    got = 0
+    while got < size:
+        n = _recv_some(sock, view[got:], deadline)
+        if n == 0:
+            raise PeerClosed("the peer closed the connection during the handshake")
+        got += n
+    return bytes(buffer)
+
+
+def _close(sock) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def _peer_name(sock, fallback=None) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except (OSError, ValueError, TypeError):
+        if fallback:
+            return f"{fallback[0]}:{fallback[1]}"
+        return "an AF_UNIX peer" if sock.family == socket.AF_UNIX else "an unknown peer"
+
+
+class PeerChannel:
+    """One authenticated connection, after ``connect`` or ``accept``.
+
+    ``send``/``send_bytes`` are thread-safe (one lock); one thread at a time receives
+    (``recv``, ``recv_bytes``, ``recv_bytes_into``, ``feed_nonblocking``). ``setblocking
+    (False)`` suits a selector loop: sends still complete (they wait for room), receives
+    return what is there.
+
+    Attributes:
+        role: The client's role (from its HELLO).
+        peer_hello: The other side's HELLO (the client's dict on the server, the server's
+            answer on the client).
+        remote_versions: The other side's versions (``protocol.peer_versions``).
+        address: The other side's ``"host:port"``.
+        version_warning: The version difference allowed, or None.
+    """
+
+    def __init__(self, sock, keys: tuple[bytes, bytes], *, address: str, role: str = "",
+                 max_frame: int = DEFAULT_MAX_FRAME):
+        self._sock = sock
+        self._writer = FrameWriter(keys[0])
+        self._reader = FrameReader(keys[1], max_frame)
+        self._send_lock = threading.Lock()
+        self._ready: collections.deque = collections.deque()
+        self._scratch = bytearray(_SCRATCH)
+        self._eof = False
+        self._closed = False
+        self.address = address
+        self.role = role
+        self.peer_hello: dict = {}
+        self.remote_versions: dict = {}
+        self.version_warning: str | None = None
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<PeerChannel {self.role or '?'} {self.address} {state} sent="
+                f"{self._writer.seq} received={self._reader.seq}>")
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def setblocking(self, flag: bool) -> None:
+        self._sock.setblocking(flag)
+
+    @property
+    def tls(self) -> bool:
+        return isinstance(self._sock, ssl.SSLSocket)
+
+    # ---------------------------------------------------------------- sending
+    def send(self, obj) -> None:
+        """Pickle (protocol 5) and send ``obj`` as one frame."""
+        self.send_bytes(pickle.dumps(obj, protocol=5))
+
+    def send_bytes(self, data) -> None:
+        """Send ``data`` (bytes-like) as one frame; a large one is MAC'd and written in
+        chunks, never copied. Thread-safe."""
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        with self._send_lock:
+            if self._closed:
+                raise PeerClosed(f"the channel to {self.address} is closed")
+            frame = self._writer.stream(size)
+            try:
+                if size < _JOIN_BELOW:
+                    frame.update(view)
+                    _send_all(self._sock, frame.header + bytes(view) + frame.tag())
+                    return
+                _send_all(self._sock, frame.header)
+                for start in range(0, size, _SEND_CHUNK):
+                    chunk = view[start:start + _SEND_CHUNK]
+                    frame.update(chunk)
+                    _send_all(self._sock, chunk)
+                _send_all(self._sock, frame.tag())
+            except OSError as error:
+                # The frame is half written: the stream cannot be used any more.
+                self._close_locked()
+                if isinstance(error, ConnectionError):
+                    raise PeerClosed(f"the connection to {self.address} broke while "
+                                     f"sending: {error}") from error
+                raise
+
+    # ---------------------------------------------------------------- receiving
+    def _fail(self, error: BaseException):
+        self.close()
+        raise error
+
+    def _read_once(self, deadline: float | None) -> bool:
+        """One receive into the reader; False on EOF."""
+        direct = self._reader.direct_buffer()
+        try:
+            if direct is not None:
+                n = _recv_some(self._sock, direct, deadline)
+            else:
+                n = _recv_some(self._sock, self._scratch, deadline)
+        except TimeoutError:
+            raise
+        except OSError as error:
+            self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
+        if n == 0:
+            return False
+        try:
+            if direct is not None:
+                self._ready.extend(self._reader.advance(n))
+            else:
+                self._ready.extend(self._reader.feed(memoryview(self._scratch)[:n]))
+        except PeerAuthError as error:
+            logger.warning("closed the peer connection to %s: %s", self.address, error)
+            self._fail(PeerAuthError(f"the connection to {self.address} was closed: {error}"))
+        return True
+
+    def recv_bytes(self, timeout: float | None = None):
+        """The next verified payload (bytes-like). TimeoutError after ``timeout`` seconds
+        (None: wait), PeerClosed on EOF, PeerAuthError on a frame that fails its check."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready:
+            if self._eof or self._closed or not self._read_once(deadline):
+                self._eof = True
+                raise PeerClosed(f"{self.address} closed the connection")
+        return self._ready.popleft()
+
+    def recv(self, timeout: float | None = None):
+        """The next message: verified first, then unpickled."""
+        return pickle.loads(self.recv_bytes(timeout))
+
+    def recv_bytes_into(self, buffer, timeout: float | None = None) -> int:
+        """Receive the next frame's payload straight into ``buffer`` (bulk data: a
+        segment's mmap); returns its size. The buffer holds unverified bytes until this
+        returns: on PeerAuthError its contents must be thrown away."""
+        target = memoryview(buffer).cast("B")
+        if not self._ready:
+            self._reader.expect_into(target)
+        try:
+            payload = self.recv_bytes(timeout)
+        finally:
+            self._reader.cancel_into()
+        view = memoryview(payload).cast("B")
+        if view.nbytes > target.nbytes:
+            raise ValueError(f"a frame of {view.nbytes} bytes from {self.address} does not "
+                             f"fit the buffer of {target.nbytes} bytes given for it")
+        if view.obj is not target.obj:  # small, or begun elsewhere: copy it over
+            target[:view.nbytes] = view
+        return view.nbytes
+
+    def feed_nonblocking(self) -> list:
+        """For a selector loop: read what is available without blocking; the complete
+        verified messages, unpickled. PeerClosed once the peer closed and every message
+        before its EOF was returned."""
+        tls = self.tls
+        for _ in range(_FEED_READS):
+            direct = self._reader.direct_buffer()
+            buffer = direct if direct is not None else self._scratch
+            try:
+                if tls:
+                    # A blocking TLS socket would wait for more: read only what is there.
+                    if not self._sock.pending() and not _readable_now(self._sock):
+                        break
+                    n = self._sock.recv_into(buffer)
+                else:
+                    n = self._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
+                    ssl.SSLWantWriteError):
+                break
+            except OSError as error:
+                self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
+            if n == 0:
+                self._eof = True
+                break
+            try:
+                if direct is not None:
+                    self._ready.extend(self._reader.advance(n))
+                else:
+                    self._ready.extend(self._reader.feed(memoryview(self._scratch)[:n]))
+            except PeerAuthError as error:
+                logger.warning("closed the peer connection to %s: %s", self.address, error)
+                self._fail(PeerAuthError(
+                    f"the connection to {self.address} was closed: {error}"))
+        messages = [pickle.loads(payload) for payload in self._ready]
+        self._ready.clear()
+        if not messages and (self._eof or self._closed):
+            raise PeerClosed(f"{self.address} closed the connection")
+        return messages
+
+    # ---------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Close the connection (idempotent); a blocked receiver gets PeerClosed."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
+        except OSError:
+            pass
+        _close(self._sock)
+
+    _close_locked = close
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _run_handshake(sock, handshake, first: bytes, deadline: float) -> tuple[bytes, bytes]:
+    """Steps 1-5 on ``sock``; returns the keys. Sends a failure's reply before raising."""
+    if first:
+        _send_all(sock, first, deadline)
+    while not handshake.done:
+        try:
+            reply = handshake.feed(_recv_exactly(sock, handshake.wants, deadline))
+        except (PeerAuthError, PeerRefused) as error:
+            if getattr(error, "reply", b""):
+                try:
+                    _send_all(sock, error.reply, deadline)
+                except (OSError, TimeoutError):
+                    pass
+            raise
+        if reply:
+            _send_all(sock, reply, deadline)
+    return handshake.keys
+
+
+def _hello_reply(channel: PeerChannel, deadline: float):
+    """Step 7's frame, bounded in size and time, verified, then unpickled."""
+    channel._reader.max_frame = HELLO_MAX_FRAME
+    try:
+        data = channel.recv_bytes(max(0.0, deadline - time.monotonic()))
+    finally:
+        channel._reader.max_frame = DEFAULT_MAX_FRAME
+    return pickle.loads(data)
+
+
+def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | None = None,
+            timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+            source_address: tuple[str, int] | None = None,
+            max_frame: int = DEFAULT_MAX_FRAME) -> PeerChannel:
+    """Open an authenticated channel to the node at ``address`` (steps 1-7), in at most
+    ``timeout`` seconds.
+
+    Args:
+        address: The node's ``(host, port)``.
+        token: The cluster token (``auth_token.load_token()``).
+        role: What this connection is for (the node dispatches on it).
+        hello: Extra fields for the HELLO (must not be "role" or "versions").
+        timeout: Seconds for the TCP connect, TLS, the handshake and the HELLO's answer.
+        ssl_context: ``client_ssl_context(...)`` to run everything inside TLS.
+        source_address: The local ``(host, port)`` to bind (fake hosts on 127.0.0.x).
+        max_frame: The largest frame accepted from the node.
+
+    Raises:
+        PeerAuthError: The node did not prove the token, or refused ours (message says
+            what to check). PeerRefused: the node refused the HELLO (versions, role).
+        PeerClosed, OSError (ConnectionRefusedError, ...), TimeoutError.
+
+    Example:
+        >>> channel = connect(("127.0.0.1", 6380), token, "join")  # doctest: +SKIP
+        >>> channel.send({"op": "ping"}); channel.recv(timeout=5)  # doctest: +SKIP
+    """
+    extra = dict(hello or {})
+    if "role" in extra or "versions" in extra:
+        raise ValueError("hello must not set 'role' or 'versions' (connect sets them)")
+    where = f"{address[0]}:{address[1]}"
+    deadline = time.monotonic() + timeout
+    sock = socket.create_connection(address, timeout=timeout, source_address=source_address)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if ssl_context is not None:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock = ssl_context.wrap_socket(
+                sock, server_hostname=address[0] if ssl_context.check_hostname else None)
+        sock.settimeout(None)
+        handshake = ClientHandshake(token)
+        try:
+            keys = _run_handshake(sock, handshake, handshake.start(), deadline)
+        except PeerAuthError as error:
+            raise PeerAuthError(f"miniray could not authenticate with the node at {where}: "
+                                f"{error}. {ADVICE}") from None
+        except PeerRefused as error:
+            raise PeerRefused(f"The node at {where} refused this connection: {error}.") \
+                from None
+        except PeerClosed:
+            raise PeerClosed(f"The node at {where} closed the connection during the "
+                             "handshake (is it a miniray node of this version?).") from None
+        except TimeoutError:
+            raise TimeoutError(f"The node at {where} did not finish the authentication "
+                               f"handshake within {timeout} s.") from None
+        channel = PeerChannel(sock, keys, address=where, role=role, max_frame=max_frame)
+        local = protocol.peer_versions()
+        channel.send({**extra, "role": role, "versions": local})
+        try:
+            answer = _hello_reply(channel, deadline)
+        except TimeoutError:
+            raise TimeoutError(f"The node at {where} did not answer this process's hello "
+                               f"within {timeout} s.") from None
+        if not isinstance(answer, dict):
+            raise PeerRefused(f"The node at {where} answered the hello with "
+                              f"{type(answer).__name__}, not a dict: a miniray bug.")
+        if not answer.get("ok"):
+            raise PeerRefused(f"The node at {where} refused this connection: "
+                              f"{answer.get('error') or 'no reason given'}")
+        remote = answer.get("versions") or {}
+        refusal, warning = protocol.version_policy(
+            local, remote, local_name="this process", remote_name=f"the node at {where}")
+        if refusal:
+            raise PeerRefused(refusal)
+        if warning:
+            logger.warning("%s", warning)
+        channel.peer_hello = answer
+        channel.remote_versions = remote
+        channel.version_warning = warning
+        return channel
+    except BaseException:
+        _close(sock)
+        raise
+
+
+def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
+           ssl_context: ssl.SSLContext | None = None,
+           answer: Callable[[dict], dict | str] | None = None,
+           max_frame: int = DEFAULT_MAX_FRAME) -> PeerChannel:
+    """Authenticate the peer on an accepted socket (steps 1-7, server side) in at most
+    ``timeout`` seconds, then answer its HELLO.
+
+    ``answer(hello)`` (after the token and the versions passed) returns extra fields for the
+    reply, or a string: the refusal sent to the peer. On any failure the socket is closed,
+    ONE line is logged (WARNING) naming the peer's address, and the error is raised
+    (PeerAuthError, PeerRefused, PeerClosed, TimeoutError): callers need not log it again.
+    ``sock`` belongs to this function from the call on. Run it in a thread per connection,
+    bounded by a ``HandshakeGate``.
+    """
+    where = _peer_name(sock)
+    deadline = time.monotonic() + timeout
+    try:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not TCP (socketpair in tests)
+        if ssl_context is not None:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock = ssl_context.wrap_socket(sock, server_side=True)
+        sock.settimeout(None)
+        keys = _run_handshake(sock, ServerHandshake(token), b"", deadline)
+        channel = PeerChannel(sock, keys, address=where, max_frame=max_frame)
+        hello = _hello_reply(channel, deadline)
+        if (not isinstance(hello, dict) or not isinstance(hello.get("role"), str)
+                or not isinstance(hello.get("versions"), dict)):
+            raise PeerRefused("its hello is not {'role': str, 'versions': dict}")
+        channel.role = hello["role"]
+        channel.peer_hello = hello
+        channel.remote_versions = hello["versions"]
+        local = protocol.peer_versions()
+        refusal, warning = protocol.version_policy(
+            local, hello["versions"], local_name=f"the node at {_local_name(sock)}",
+            remote_name=f"the peer at {where}")
+        extra: dict = {}
+        if refusal is None and answer is not None:
+            result = answer(hello)
+            if isinstance(result, str):
+                refusal = result
+            else:
+                extra = dict(result or {})
+        if refusal is not None:
+            try:
+                channel.send({"ok": False, "error": refusal})
+            except OSError:
+                pass
+            raise PeerRefused(refusal)
+        if warning:
+            logger.warning("peer %s (%s): %s", where, channel.role, warning)
+        channel.version_warning = warning
+        channel.send({**extra, "ok": True, "versions": local})
+        return channel
+    except TimeoutError:
+        logger.warning("refused peer %s: it did not finish the handshake within %s s",
+                       where, timeout)
+        _close(sock)
+        raise TimeoutError(f"the peer at {where} did not finish the handshake within "
+                           f"{timeout} s") from None
+    except PeerAuthError as error:
+        logger.warning("refused peer %s: %s", where, error)
+        _close(sock)
+        raise PeerAuthError(f"refused the peer at {where}: {error}") from None
+    except PeerRefused as error:
+        logger.warning("refused peer %s: %s", where, error)
+        _close(sock)
+        raise
+    except PeerClosed:
+        logger.warning("peer %s closed the connection during the handshake", where)
+        _close(sock)
+        raise PeerClosed(f"the peer at {where} closed the connection during the "
+                         "handshake") from None
+    except ssl.SSLError as error:
+        logger.warning("refused peer %s: TLS failed: %s", where, error)
+        _close(sock)
+        raise PeerAuthError(f"refused the peer at {where}: TLS failed: {error}") from None
+    except BaseException:
+        _close(sock)
+        raise
+
+
+def _local_name(sock) -> str:
+    try:
+        host, port = sock.getsockname()[:2]
+        return f"{host}:{port}"
+    except (OSError, ValueError, TypeError):
+        return "this host"
+
+
+# ----------------------------------------------------------------------- listener support
+class HandshakeGate:
+    """Runs ``accept`` for each new connection in a short-lived thread, at most
+    ``max_pending`` at a time: past that a connection is closed at once (and logged), so
+    a flood of slow clients cannot exhaust threads; each one costs at most ``timeout``.
+
+    ``on_channel(channel)`` is called in the handshake's thread with each authenticated
+    channel (it owns the channel from then on; if it raises, the channel is closed).
+
+    Example::
+
+        gate = HandshakeGate(token, on_channel=serve, answer=check_role)
+        while running:
+            conn, _ = listener.accept()
+            gate.submit(conn)
+        gate.close()
+    """
+
+    def __init__(self, token: bytes, *, on_channel: Callable[[PeerChannel], None],
+                 answer: Callable[[dict], dict | str] | None = None, max_pending: int = 16,
+                 timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+                 name: str = "miniray-peer-handshake"):
+        self._token = token
+        self._on_channel = on_channel
+        self._answer = answer
+        self._max_pending = max_pending
+        self._timeout = timeout
+        self._ssl_context = ssl_context
+        self._name = name
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._closed = False
+        self.accepted = 0
+        self.failed = 0
+        self.shed = 0
+
+    def __repr__(self) -> str:
+        return (f"<HandshakeGate pending={len(self._threads)}/{self._max_pending} "
+                f"accepted={self.accepted} failed={self.failed} shed={self.shed}>")
+
+    def statistics(self) -> dict:
+        with self._lock:
+            return {"pending": len(self._threads), "max_pending": self._max_pending,
+                    "accepted": self.accepted, "failed": self.failed, "shed": self.shed}
+
+    def submit(self, sock: socket.socket) -> bool:
+        """Start the handshake of ``sock`` (which this gate now owns); False if it was shed
+        (too many handshakes running, or the gate is closed)."""
+        with self._lock:
+            admit = not self._closed and len(self._threads) < self._max_pending
+            if admit:
+                thread = threading.Thread(target=self._run, args=(sock,), daemon=True,
+                                          name=self._name)
+                self._threads.add(thread)
+            else:
+                self.shed += 1
+        if not admit:
+            logger.warning("refused peer %s: %d handshakes are already running",
+                           _peer_name(sock), self._max_pending)
+            _close(sock)
+            return False
+        thread.start()
+        return True
+
+    def _run(self, sock) -> None:
+        try:
+            try:
+                channel = accept(sock, self._token, timeout=self._timeout,
+                                 ssl_context=self._ssl_context, answer=self._answer)
+            except (ConnectionError, TimeoutError, OSError):
+                with self._lock:
+                    self.failed += 1
+                return  # accept logged it
+            except Exception:
+                with self._lock:
+                    self.failed += 1
+                logger.exception("the handshake of peer %s failed", _peer_name(sock))
+                return
+            with self._lock:
+                self.accepted += 1
+            try:
+                self._on_channel(channel)
+            except BaseException:
+                logger.exception("the handler of peer %s failed", channel.address)
+                channel.close()
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new connections and wait for the running handshakes (each ends within its
+        own timeout)."""
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout if timeout is not None else self._timeout + 1.0)
+
+
+# ------------------------------------------------------------------------------------ TLS
+def client_ssl_context(cert: str, key: str, ca: str, *,
+                       check_hostname: bool = False) -> ssl.SSLContext:
+    """A TLS context for ``connect``: presents ``cert``/``key`` and trusts only nodes whose
+    certificate ``ca`` signed. Hostnames are not checked by default (nodes are named by
+    IP; the certificate and the token already prove membership)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    context.load_verify_locations(cafile=ca)
+    context.check_hostname = check_hostname
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def server_ssl_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
+    """A TLS context for ``accept``: presents ``cert``/``key`` and requires a client
+    certificate signed by ``ca`` (mutual TLS)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    context.load_verify_locations(cafile=ca)
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
