@@ -62,6 +62,7 @@ import time
 from typing import Callable
 
 from miniray._private.core import protocol
+from miniray._private.host.auth_token import AuthTokenError
 from miniray.exceptions import AuthenticationError
 
 __all__ = [
@@ -757,6 +758,14 @@ class PeerChannel:
         self.close()
 
 
+def _require_token(token) -> None:
+    if not isinstance(token, (bytes, bytearray)) or not token:
+        raise AuthTokenError(
+            "No miniray cluster token was given for this peer connection: every connection "
+            "between hosts proves one. `miniray get-auth-token --generate` on the head makes "
+            "one; give it to every node and driver (MINIRAY_AUTH_TOKEN).")
+
+
 def _run_handshake(sock, handshake, first: bytes, deadline: float) -> tuple[bytes, bytes]:
     """Steps 1-5 on ``sock``; returns the keys. Sends a failure's reply before raising."""
     if first:
@@ -815,6 +824,7 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
     extra = dict(hello or {})
     if "role" in extra or "versions" in extra:
         raise ValueError("hello must not set 'role' or 'versions' (connect sets them)")
+    _require_token(token)
     where = f"{address[0]}:{address[1]}"
     deadline = time.monotonic() + timeout
     sock = socket.create_connection(address, timeout=timeout, source_address=source_address)
@@ -884,6 +894,11 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
     ``sock`` belongs to this function from the call on. Run it in a thread per connection,
     bounded by a ``HandshakeGate``.
     """
+    try:
+        _require_token(token)
+    except AuthTokenError:
+        _close(sock)
+        raise
     where = _peer_name(sock)
     deadline = time.monotonic() + timeout
     try:
