@@ -162,3 +162,34 @@ def test_error_pickles_and_is_a_value_error():
     assert isinstance(error, ValueError)
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is AuthTokenError and str(again) == "text"
+
+
+@pytest.fixture
+def fake_home(tmp_path, monkeypatch):
+    """HOME at tmp_path and no token variable: the CLI reads only the test's files."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in auth_token.TOKEN_ENV + auth_token.TOKEN_PATH_ENV:
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def test_cli_get_auth_token(fake_home, capsys, monkeypatch):
+    from miniray._private import cli
+
+    assert cli.main(["get-auth-token"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "No miniray cluster token" in err and "--generate" in err
+    assert cli.main(["get-auth-token", "--generate"]) == 0
+    out, err = capsys.readouterr()
+    path = fake_home / ".miniray" / "auth_token"
+    assert out == path.read_text() and len(out.strip()) == 64
+    assert f"made a new cluster token in file {path}" in err
+    assert cli.main(["get-auth-token", "--generate"]) == 0
+    again, err = capsys.readouterr()
+    assert again == out and err == ""
+    assert cli.main(["get-auth-token"]) == 0 and capsys.readouterr()[0] == out
+    os.chmod(path, 0o644)
+    assert cli.main(["get-auth-token"]) == 1
+    assert f"chmod 600 {path}" in capsys.readouterr()[1]
+    monkeypatch.setenv("RAY_AUTH_TOKEN", TOKEN)
+    assert cli.main(["get-auth-token"]) == 0 and capsys.readouterr()[0] == TOKEN + "\n"
