@@ -707,6 +707,68 @@ def test_recv_bytes_into_a_callers_buffer():
             server.recv_bytes_into(bytearray(10), timeout=5)
 
 
+@pytest.fixture
+def mac_thread_from_1mib(monkeypatch):
+    """Frames of 1 MiB or more hashed by the helper thread (8 MiB by default)."""
+    monkeypatch.setattr(pc, "PIPELINE_MIN", 1 << 20)
+
+
+def test_mac_thread_round_trip_both_ways(mac_thread_from_1mib):
+    client, server = channel_pair()
+    with client, server:
+        for size in (1 << 20, (3 << 20) + 17, 6 << 20):
+            data = os.urandom(size)
+            sender = Background(client.send_bytes, data)
+            assert bytes(server.recv_bytes(timeout=10)) == data
+            sender.result()
+            target = bytearray(size)
+            sender = Background(server.send_bytes, memoryview(data))
+            assert client.recv_bytes_into(target, timeout=10) == size and target == data
+            sender.result()
+        k, _ = _keys()
+        stream = _wire(FrameWriter(k), b"z" * (2 << 20))
+        assert [bytes(p) for p in FrameReader(k).feed(stream)] == [b"z" * (2 << 20)]
+
+
+def test_mac_thread_tampered_large_frame_and_no_thread_left(mac_thread_from_1mib):
+    k, _ = _keys()
+    stream = bytearray(_wire(FrameWriter(k), os.urandom(3 << 20)))
+    stream[2 << 20] ^= 4
+    reader = FrameReader(k)
+    reader.feed(bytes(stream[:1 << 20]))
+    assert any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+    with pytest.raises(PeerAuthError):
+        reader.feed(bytes(stream[1 << 20:]))
+    client, server = channel_pair()
+    with client, server:
+        frame = FrameWriter(b"not the key" * 3).encode(os.urandom(2 << 20))
+        sender = Background(lambda: [client._sock.sendall(bytes(p)) for p in frame])
+        with pytest.raises(PeerAuthError):
+            server.recv_bytes(timeout=10)
+        sender.result()
+
+
+def test_mac_thread_stops_when_the_connection_dies_mid_frame(mac_thread_from_1mib):
+    client, server = channel_pair()
+    with client, server:
+        header_and_half = FrameWriter(b"k" * 32).encode(bytes(4 << 20))
+        reader = Background(server.recv_bytes, timeout=10)
+        client._sock.sendall(header_and_half[0] + bytes(header_and_half[1][:2 << 20]))
+        time.sleep(0.1)
+        assert any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+        client.close()
+        with pytest.raises(PeerClosed):
+            reader.result()
+        assert not any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+    # the sender's side: the peer goes away while a large frame is being written
+    client, server = channel_pair()
+    with client:
+        server.close()
+        with pytest.raises((PeerClosed, OSError)):
+            for _ in range(4):
+                client.send_bytes(bytes(4 << 20))
+
+
 # ---------------------------------------------------------------------- HandshakeGate
 def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)

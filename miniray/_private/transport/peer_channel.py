@@ -280,26 +280,88 @@ class ClientHandshake(_Handshake):
 
 
 # ------------------------------------------------------------------------------- frames
-class _FrameStream:
-    """One outgoing frame written in pieces: ``header``, then ``update`` each chunk as it
-    is sent, then ``tag()``."""
+class _MacThread:
+    """Feeds one large frame's MAC from a helper thread, so that hashing the payload
+    overlaps sending or receiving it (hmac releases the GIL): the frame then costs about
+    max(I/O, hashing) instead of their sum. ``advance_to(end)`` says ``base[:end]`` is
+    final; ``digest()`` waits for the rest; ``abort()`` stops the thread (on any failure)."""
 
-    __slots__ = ("header", "_mac", "_left")
+    def __init__(self, mac, base: memoryview):
+        self._mac = mac
+        self._base = base
+        self._cond = threading.Condition()
+        self._end = 0
+        self._stop = False   # no more advance_to: finish what was given, then exit
+        self._abort = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name="miniray-peer-mac")
+        self._thread.start()
+
+    def advance_to(self, end: int) -> None:
+        with self._cond:
+            self._end = end
+            self._cond.notify()
+
+    def _run(self) -> None:
+        done = 0
+        while True:
+            with self._cond:
+                while self._end == done and not self._stop and not self._abort:
+                    self._cond.wait()
+                if self._abort or (self._stop and self._end == done):
+                    return
+                end = self._end
+            self._mac.update(self._base[done:end])
+            done = end
+
+    def digest(self) -> bytes:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join()
+        return self._mac.digest()
+
+    def abort(self) -> None:
+        with self._cond:
+            self._abort = True
+            self._cond.notify()
+        self._thread.join()
+
+
+PIPELINE_MIN = 8 << 20  # a frame this large is hashed by a _MacThread
+
+
+class _FrameStream:
+    """One outgoing frame written in pieces: ``header``, then ``update`` each chunk just
+    before it is sent, then ``tag()`` (or ``abort()`` if the frame is given up)."""
+
+    __slots__ = ("header", "_mac", "_left", "_pos")
 
     def __init__(self, header: bytes, mac, size: int):
         self.header = header
         self._mac = mac
         self._left = size
+        self._pos = 0
 
     def update(self, chunk) -> None:
-        self._left -= len(chunk)
-        if self._mac is not None:
+        n = chunk.nbytes if isinstance(chunk, memoryview) else len(chunk)
+        self._left -= n
+        self._pos += n
+        if isinstance(self._mac, _MacThread):
+            self._mac.advance_to(self._pos)
+        elif self._mac is not None:
             self._mac.update(chunk)
 
     def tag(self) -> bytes:
         if self._left:
+            self.abort()
             raise ValueError(f"miniray bug: {self._left} bytes of the frame were not given")
         return self._mac.digest()[:TAG] if self._mac is not None else bytes(TAG)
+
+    def abort(self) -> None:
+        if isinstance(self._mac, _MacThread):
+            self._mac.abort()
+        self._mac = None
 
 
 class FrameWriter:
@@ -313,12 +375,16 @@ class FrameWriter:
         self._base = hmac.new(key, digestmod="sha256") if mac else None
         self.seq = 0
 
-    def stream(self, size: int) -> _FrameStream:
-        """Start a frame of ``size`` payload bytes (consumes its sequence number)."""
+    def stream(self, size: int, payload: memoryview | None = None) -> _FrameStream:
+        """Start a frame of ``size`` payload bytes (consumes its sequence number). Given
+        the ``payload`` (immutable while it is sent) of a large frame, it is hashed by a
+        helper thread, in step with the ``update`` calls."""
         mac = None
         if self._base is not None:
             mac = self._base.copy()
             mac.update(_U64.pack(self.seq))
+            if payload is not None and size >= PIPELINE_MIN:
+                mac = _MacThread(mac, payload)
         self.seq += 1
         return _FrameStream(_U64.pack(size), mac, size)
 
@@ -353,6 +419,7 @@ class FrameReader:
         self._mac = None
         self._into = None        # the caller's buffer for the next large frame
         self._error: PeerAuthError | None = None
+        self.pipeline = True     # hash frames of PIPELINE_MIN or more in a helper thread
 
     def expect_into(self, buffer) -> None:
         """Receive the next frame's payload into ``buffer`` (a writable buffer at least that
@@ -370,15 +437,31 @@ class FrameReader:
         self._into = None
 
     def _raise(self, text: str):
+        self.close()
         self._error = PeerAuthError(text)
         raise self._error
 
-    def _begin_mac(self):
+    def _begin_mac(self, base: memoryview | None = None):
         if self._base is None:
             return None
         mac = self._base.copy()
         mac.update(_U64.pack(self.seq))
+        if base is not None and base.nbytes >= PIPELINE_MIN and self.pipeline:
+            return _MacThread(mac, base)
         return mac
+
+    def _mac_region(self, region) -> None:
+        """``region`` of the large payload, ending at ``_filled``, is in place."""
+        if isinstance(self._mac, _MacThread):
+            self._mac.advance_to(self._filled)
+        elif self._mac is not None:
+            self._mac.update(region)
+
+    def close(self) -> None:
+        """Stop a frame's helper thread, if one runs (the connection is gone)."""
+        if isinstance(self._mac, _MacThread):
+            self._mac.abort()
+        self._mac = None
 
     def _check(self, mac, tag: bytes) -> None:
         if mac is None:
@@ -401,9 +484,8 @@ class FrameReader:
         if self._error:
             raise self._error
         region = self._target[self._filled:self._filled + n]
-        if self._mac is not None:
-            self._mac.update(region)
         self._filled += n
+        self._mac_region(region)
         return self.feed(b"") if self._filled == self._size else []
 
     def feed(self, data) -> list:
@@ -436,22 +518,22 @@ class FrameReader:
                         self._target = memoryview(bytearray(size))
                         self._own_target = True
                     self._filled = 0
-                    self._mac = self._begin_mac()
+                    self._mac = self._begin_mac(self._target)
             if self._target is not None:
                 if self._filled < self._size:
                     take = min(self._size - self._filled, end - offset)
                     if take:
                         region = self._target[self._filled:self._filled + take]
                         region[:] = buffer[offset:offset + take]
-                        if self._mac is not None:
-                            self._mac.update(region)
                         self._filled += take
+                        self._mac_region(region)
                         offset += take
                     if self._filled < self._size:
                         break
                 if end - offset < TAG:
                     break
-                self._check(self._mac, bytes(buffer[offset:offset + TAG]))
+                mac, self._mac = self._mac, None
+                self._check(mac, bytes(buffer[offset:offset + TAG]))
                 offset += TAG
                 out.append(self._target.obj if self._own_target else self._target)
                 self._target = self._mac = None
@@ -612,7 +694,7 @@ class PeerChannel:
         with self._send_lock:
             if self._closed:
                 raise PeerClosed(f"the channel to {self.address} is closed")
-            frame = self._writer.stream(size)
+            frame = self._writer.stream(size, view)
             try:
                 if size < _JOIN_BELOW:
                     frame.update(view)
@@ -624,7 +706,10 @@ class PeerChannel:
                     frame.update(chunk)
                     _send_all(self._sock, chunk)
                 _send_all(self._sock, frame.tag())
-            except OSError as error:
+            except BaseException as error:
+                frame.abort()
+                if not isinstance(error, OSError):
+                    raise
                 # The frame is half written: the stream cannot be used any more.
                 self._close_locked()
                 if isinstance(error, ConnectionError):
@@ -668,6 +753,7 @@ class PeerChannel:
         while not self._ready:
             if self._eof or self._closed or not self._read_once(deadline):
                 self._eof = True
+                self._reader.close()  # a frame cut short: stop its helper thread
                 raise PeerClosed(f"{self.address} closed the connection")
         return self._ready.popleft()
 
@@ -717,6 +803,7 @@ class PeerChannel:
                 self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
             if n == 0:
                 self._eof = True
+                self._reader.close()
                 break
             try:
                 if direct is not None:
@@ -739,6 +826,7 @@ class PeerChannel:
         if self._closed:
             return
         self._closed = True
+        self._reader.close()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
         except OSError:
