@@ -878,6 +878,26 @@ def test_tls_refuses_a_certificate_from_another_ca(listener, certs):
         server.result()
 
 
+def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
+    assert pc.tls_contexts({}) is None and pc.tls_contexts({"RAY_USE_TLS": "0"}) is None
+    with pytest.raises(AuthTokenError, match="MINIRAY_TLS_SERVER_CERT"):
+        pc.tls_contexts({"RAY_USE_TLS": "1"})
+    env = {"RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": certs["node"][0],
+           "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "RAY_TLS_CA_CERT": certs["ca"]}
+    with pytest.raises(AuthTokenError, match="cannot be read"):
+        pc.tls_contexts(dict(env, RAY_TLS_CA_CERT="/nonexistent/ca.pem"))
+    with pytest.raises(AuthTokenError, match="cannot be used"):
+        pc.tls_contexts(dict(env, RAY_TLS_SERVER_KEY=certs["client"][1],
+                             MINIRAY_TLS_SERVER_KEY=""))
+    client_ctx, server_ctx = pc.tls_contexts(env)
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    with pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx) as client:
+        with server.result() as srv:
+            assert client.tls and srv.tls
+            client.send(1)
+            assert srv.recv(timeout=5) == 1
+
+
 def test_compare_digest_is_used_for_every_check():
     """Guard against a later edit comparing proofs or tags with ==."""
     import inspect

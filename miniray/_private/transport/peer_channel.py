@@ -62,6 +62,7 @@ import time
 from typing import Callable
 
 from miniray._private.core import protocol
+from miniray._private.host import auth_token
 from miniray._private.host.auth_token import AuthTokenError
 from miniray.exceptions import AuthenticationError
 
@@ -69,6 +70,7 @@ __all__ = [
     "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
     "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
     "ServerHandshake", "accept", "client_ssl_context", "connect", "server_ssl_context",
+    "tls_contexts",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -1188,3 +1190,19 @@ def server_ssl_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
     context.load_verify_locations(cafile=ca)
     context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def tls_contexts(environ=None) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """``(client_context, server_context)`` from the environment when TLS between hosts is
+    on (``MINIRAY_USE_TLS=1`` or ``RAY_USE_TLS=1``, with ``*_TLS_SERVER_CERT``,
+    ``*_TLS_SERVER_KEY`` and ``*_TLS_CA_CERT``: ``auth_token.tls_files``), else None. Pass
+    them as ``connect(..., ssl_context=client)`` and ``accept(..., ssl_context=server)``."""
+    files = auth_token.tls_files(environ)
+    if files is None:
+        return None
+    cert, key, ca = files
+    try:
+        return client_ssl_context(cert, key, ca), server_ssl_context(cert, key, ca)
+    except (OSError, ssl.SSLError) as error:
+        raise AuthTokenError(f"The TLS files ({cert}, {key}, {ca}) cannot be used: "
+                             f"{error}") from None
