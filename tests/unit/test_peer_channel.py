@@ -368,6 +368,20 @@ def test_oversize_hello_refused_before_reading_it():
         assert keys
 
 
+def test_max_frame_holds_after_the_hello(listener):
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, max_frame=1000))
+    with pc.connect(listener.getsockname(), TOKEN, "join") as client, server.result() as srv:
+        client.send_bytes(b"x" * 1000)
+        assert len(srv.recv_bytes(timeout=5)) == 1000
+        with pytest.raises(TimeoutError, match="no message from 127.0.0.1:"):
+            client.recv(timeout=0.05)
+        client.send_bytes(b"x" * 1001)
+        with pytest.raises(PeerAuthError, match="the limit here is 1000"):
+            srv.recv_bytes(timeout=5)
+        with pytest.raises(PeerClosed):
+            client.recv(timeout=5)
+
+
 def test_slow_client_cannot_hold_accept_past_its_timeout(listener):
     server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=0.5))
     with socket.create_connection(listener.getsockname()) as raw:

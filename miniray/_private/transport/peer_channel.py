@@ -734,7 +734,7 @@ class PeerChannel:
                 n = _recv_some(self._sock, self._scratch, deadline)
         except TimeoutError:
             raise
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: closed by another thread
             self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
         if n == 0:
             return False
@@ -753,7 +753,12 @@ class PeerChannel:
         (None: wait), PeerClosed on EOF, PeerAuthError on a frame that fails its check."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ready:
-            if self._eof or self._closed or not self._read_once(deadline):
+            try:
+                more = not (self._eof or self._closed) and self._read_once(deadline)
+            except TimeoutError:
+                raise TimeoutError(f"no message from {self.address} within {timeout} s") \
+                    from None
+            if not more:
                 self._eof = True
                 self._reader.close()  # a frame cut short: stop its helper thread
                 raise PeerClosed(f"{self.address} closed the connection")
@@ -877,11 +882,11 @@ def _run_handshake(sock, handshake, first: bytes, deadline: float) -> tuple[byte
 
 def _hello_reply(channel: PeerChannel, deadline: float):
     """Step 7's frame, bounded in size and time, verified, then unpickled."""
-    channel._reader.max_frame = HELLO_MAX_FRAME
+    limit, channel._reader.max_frame = channel._reader.max_frame, HELLO_MAX_FRAME
     try:
         data = channel.recv_bytes(max(0.0, deadline - time.monotonic()))
     finally:
-        channel._reader.max_frame = DEFAULT_MAX_FRAME
+        channel._reader.max_frame = limit
     return pickle.loads(data)
 
 
@@ -917,13 +922,28 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
     _require_token(token)
     where = f"{address[0]}:{address[1]}"
     deadline = time.monotonic() + timeout
-    sock = socket.create_connection(address, timeout=timeout, source_address=source_address)
+    try:
+        sock = socket.create_connection(address, timeout=timeout,
+                                        source_address=source_address)
+    except socket.timeout:  # TimeoutError from Python 3.10 on
+        raise TimeoutError(f"The node at {where} did not accept a connection within "
+                           f"{timeout} s.") from None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            sock = ssl_context.wrap_socket(
-                sock, server_hostname=address[0] if ssl_context.check_hostname else None)
+            try:
+                sock = ssl_context.wrap_socket(
+                    sock, server_hostname=address[0] if ssl_context.check_hostname else None)
+            except socket.timeout:
+                raise TimeoutError(f"The node at {where} did not finish the TLS handshake "
+                                   f"within {timeout} s.") from None
+            except ssl.SSLError as error:
+                raise PeerAuthError(
+                    f"TLS with the node at {where} failed: {error}. Check that both hosts "
+                    "use certificates signed by the same CA (MINIRAY_TLS_SERVER_CERT, "
+                    "MINIRAY_TLS_SERVER_KEY, MINIRAY_TLS_CA_CERT), or that TLS is on for "
+                    "both or neither.") from None
         sock.settimeout(None)
         handshake = ClientHandshake(token)
         try:
@@ -1031,7 +1051,7 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
         channel.version_warning = warning
         channel.send({**extra, "ok": True, "versions": local})
         return channel
-    except TimeoutError:
+    except (TimeoutError, socket.timeout):
         logger.warning("refused peer %s: it did not finish the handshake within %s s",
                        where, timeout)
         _close(sock)
@@ -1128,7 +1148,15 @@ class HandshakeGate:
                            _peer_name(sock), self._max_pending)
             _close(sock)
             return False
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: shed it
+            with self._lock:
+                self._threads.discard(thread)
+                self.shed += 1
+            logger.warning("refused peer %s: no thread for its handshake", _peer_name(sock))
+            _close(sock)
+            return False
         return True
 
     def _run(self, sock) -> None:
