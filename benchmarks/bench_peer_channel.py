@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_wire
 
 TOKEN = b"benchmark-token-" * 4
 
@@ -138,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     size = args.mb << 20
     if args.no_pipeline:
-        pc.PIPELINE_MIN = 1 << 62
+        peer_wire.PIPELINE_MIN = 1 << 62
     if args.receiver:
         receiver(size, args.rounds, args.cert_dir or None)
         return

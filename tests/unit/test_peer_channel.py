@@ -29,6 +29,7 @@ import pytest
 from miniray._private.core import protocol
 from miniray._private.host.auth_token import AuthTokenError
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_wire
 from miniray._private.transport.peer_channel import (
     ClientHandshake, FrameReader, FrameWriter, PeerAuthError, PeerClosed, PeerRefused,
     ServerHandshake,
@@ -724,7 +725,7 @@ def test_recv_bytes_into_a_callers_buffer():
 @pytest.fixture
 def mac_thread_from_1mib(monkeypatch):
     """Frames of 1 MiB or more hashed by the helper thread (8 MiB by default)."""
-    monkeypatch.setattr(pc, "PIPELINE_MIN", 1 << 20)
+    monkeypatch.setattr(peer_wire, "PIPELINE_MIN", 1 << 20)
 
 
 def test_mac_thread_round_trip_both_ways(mac_thread_from_1mib):
@@ -916,6 +917,6 @@ def test_compare_digest_is_used_for_every_check():
     """Guard against a later edit comparing proofs or tags with ==."""
     import inspect
 
-    source = inspect.getsource(pc)
+    source = inspect.getsource(peer_wire)
     assert source.count("hmac.compare_digest") >= 4
     assert hmac.compare_digest(pc.DECLINE, bytes(32))
