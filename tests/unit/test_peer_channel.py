@@ -203,6 +203,32 @@ def test_peer_closed_on_eof_and_close_wakes_a_blocked_reader():
         server.send(1)
 
 
+def test_send_timeout_closes_a_channel_whose_peer_does_not_read():
+    client, server = channel_pair()
+    with client, server:
+        client.set_send_timeout(0.3)
+        client.send("small ones still go")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="within 0.3 s; the connection is closed"):
+            client.send_bytes(bytes(64 << 20))  # the server never reads
+        assert time.monotonic() - start < 2 and client.closed
+        with pytest.raises(PeerClosed):
+            client.send("after")
+
+
+def test_a_timeout_set_on_the_socket_does_not_break_feed_nonblocking():
+    client, server = channel_pair()
+    with client, server:
+        server._sock.settimeout(0.2)  # what a caller should not do; it must not kill the link
+        client.send("hi")
+        deadline = time.monotonic() + 5
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = server.feed_nonblocking()
+        assert got == ["hi"] and not server.closed
+        assert server.feed_nonblocking() == [] and not server.closed
+
+
 def test_recv_timeout_keeps_the_channel_usable():
     client, server = channel_pair()
     with client, server:

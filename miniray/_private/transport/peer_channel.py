@@ -60,6 +60,7 @@ logger = logging.getLogger(__name__)
 _SCRATCH = 1 << 18
 _SEND_CHUNK = 1 << 22
 _JOIN_BELOW = 1 << 16         # a frame smaller than this is written with one system call
+_TLS_PIECE = 1 << 16         # with a send deadline, TLS writes at most this much at once
 _FEED_READS = 64              # reads per feed_nonblocking call: a fast peer cannot starve
 
 ADVICE = ("Check that every node and driver has the same token: `miniray get-auth-token` on "
@@ -94,11 +95,19 @@ def _readable_now(sock) -> bool:
 
 
 def _send_all(sock, data, deadline: float | None = None) -> None:
-    """``sendall`` that works on blocking and non-blocking (also TLS) sockets alike."""
+    """``sendall`` that works on blocking and non-blocking (also TLS) sockets alike, and
+    gives up with TimeoutError at ``deadline`` (None: never)."""
     view = memoryview(data).cast("B")
+    tls = isinstance(sock, ssl.SSLSocket)
     while view.nbytes:
         try:
-            sent = sock.send(view)
+            if deadline is None:
+                sent = sock.send(view)
+            elif not tls:
+                sent = sock.send(view, socket.MSG_DONTWAIT)
+            else:  # no flags with TLS: wait for room, then write a bounded piece
+                _wait(sock, select.POLLOUT, deadline)
+                sent = sock.send(view[:_TLS_PIECE])
         except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
                 ssl.SSLWantReadError):
             _wait(sock, select.POLLOUT, deadline)
@@ -173,6 +182,7 @@ class PeerChannel:
         self._scratch = bytearray(_SCRATCH)
         self._eof = False
         self._closed = False
+        self._send_timeout: float | None = None
         self.address = address
         self.role = role
         self.peer_hello: dict = {}
@@ -207,28 +217,40 @@ class PeerChannel:
         with self._send_lock:
             if self._closed:
                 raise PeerClosed(f"the channel to {self.address} is closed")
+            timeout = self._send_timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
+            sock = self._sock
             frame = self._writer.stream(size, view)
             try:
                 if size < _JOIN_BELOW:
                     frame.update(view)
-                    _send_all(self._sock, frame.header + bytes(view) + frame.tag())
+                    _send_all(sock, frame.header + bytes(view) + frame.tag(), deadline)
                     return
-                _send_all(self._sock, frame.header)
+                _send_all(sock, frame.header, deadline)
                 for start in range(0, size, _SEND_CHUNK):
                     chunk = view[start:start + _SEND_CHUNK]
                     frame.update(chunk)
-                    _send_all(self._sock, chunk)
-                _send_all(self._sock, frame.tag())
+                    _send_all(sock, chunk, deadline)
+                _send_all(sock, frame.tag(), deadline)
             except BaseException as error:
+                # The frame's sequence number is spent and it may be half written: the
+                # stream cannot be used any more, whatever went wrong.
                 frame.abort()
-                if not isinstance(error, OSError):
-                    raise
-                # The frame is half written: the stream cannot be used any more.
-                self._close_locked()
-                if isinstance(error, ConnectionError):
+                self.close()
+                if isinstance(error, (TimeoutError, socket.timeout)):
+                    raise TimeoutError(f"sending {size} bytes to {self.address} did not "
+                                       f"finish within {timeout} s; the connection is "
+                                       "closed") from None
+                if isinstance(error, (ConnectionError, ValueError)):
                     raise PeerClosed(f"the connection to {self.address} broke while "
                                      f"sending: {error}") from error
                 raise
+
+    def set_send_timeout(self, seconds: float | None) -> None:
+        """Bound every later send: one that cannot finish within ``seconds`` (the peer does
+        not read) raises TimeoutError and closes the channel. None (the default): wait.
+        Use this, never a timeout on the socket itself (that would make reads block)."""
+        self._send_timeout = seconds
 
     # ---------------------------------------------------------------- receiving
     def _fail(self, error: BaseException):
@@ -315,9 +337,9 @@ class PeerChannel:
                 else:
                     n = self._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):
-                break
-            except OSError as error:
+                    ssl.SSLWantWriteError, TimeoutError, socket.timeout):
+                break  # nothing more now (a timeout: someone set one on the socket)
+            except (OSError, ValueError) as error:
                 self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
             if n == 0:
                 self._eof = True
@@ -350,8 +372,6 @@ class PeerChannel:
         except OSError:
             pass
         _close(self._sock)
-
-    _close_locked = close
 
     @property
     def closed(self) -> bool:
