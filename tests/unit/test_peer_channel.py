@@ -771,6 +771,21 @@ def test_mac_thread_round_trip_both_ways(mac_thread_from_1mib):
         assert [bytes(p) for p in FrameReader(k).feed(stream)] == [b"z" * (2 << 20)]
 
 
+def test_mac_thread_follows_a_frame_moved_into_the_callers_buffer(mac_thread_from_1mib):
+    """expect_into after the large frame began (its header came with the previous frame):
+    the bytes so far move to the caller's buffer and the MAC thread hashes from there."""
+    k, _ = _keys()
+    writer, reader = FrameWriter(k), FrameReader(k)
+    payload = os.urandom(3 << 20)
+    stream = _wire(writer, b"first") + _wire(writer, payload)
+    cut = 5 + 8 + 16 + 8 + (1 << 20)
+    assert reader.feed(stream[:cut]) == [b"first"]
+    target = bytearray(4 << 20)
+    reader.expect_into(target)
+    (got,) = reader.feed(stream[cut:])
+    assert got.obj is target and bytes(got) == payload
+
+
 def test_mac_thread_tampered_large_frame_and_no_thread_left(mac_thread_from_1mib):
     k, _ = _keys()
     stream = bytearray(_wire(FrameWriter(k), os.urandom(3 << 20)))

@@ -69,7 +69,8 @@ _U16 = struct.Struct("!H")
 _U64 = struct.Struct("!Q")
 HEADER = _U64.size
 
-DEFAULT_MAX_FRAME = 1 << 40   # after authentication: what a peer may send in one frame
+DEFAULT_MAX_FRAME = 1 << 31   # after authentication: what a peer may send in one frame
+#                               (bulk data goes in chunks; pass max_frame for more)
 HELLO_MAX_FRAME = 1 << 20     # step 7's frames
 DIRECT_MIN = 1 << 20          # payloads this large are received straight into their buffer
 
@@ -289,8 +290,14 @@ class _MacThread:
                 if self._abort or (self._stop and self._end == done):
                     return
                 end = self._end
-            self._mac.update(self._base[done:end])
+                base = self._base
+            self._mac.update(base[done:end])
             done = end
+
+    def rebase(self, base: memoryview) -> None:
+        """The payload moved to ``base`` (its bytes so far copied there): hash from it."""
+        with self._cond:
+            self._base = base
 
     def digest(self) -> bytes:
         with self._cond:
@@ -410,6 +417,8 @@ class FrameReader:
             into[:self._filled] = self._target[:self._filled]
             self._target = into[:self._size]
             self._own_target = False
+            if isinstance(self._mac, _MacThread):
+                self._mac.rebase(self._target)
 
     def cancel_into(self) -> None:
         """Forget ``expect_into``'s buffer if no frame went into it."""
@@ -494,7 +503,11 @@ class FrameReader:
                         self._target, self._into = self._into[:size], None
                         self._own_target = False
                     else:
-                        self._target = memoryview(bytearray(size))
+                        try:
+                            self._target = memoryview(bytearray(size))
+                        except MemoryError:
+                            self._raise(f"a frame of {size} bytes was announced; there is "
+                                        "not enough memory here to receive it")
                         self._own_target = True
                     self._filled = 0
                     self._mac = self._begin_mac(self._target)
