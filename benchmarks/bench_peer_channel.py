@@ -32,6 +32,7 @@ from miniray._private.transport import peer_channel as pc
 from miniray._private.transport import peer_wire
 
 TOKEN = b"benchmark-token-" * 4
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
 def _certs(root: str) -> dict:
@@ -46,10 +47,10 @@ def _make_certs(root: str) -> bool:
     def run(*args):
         subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca",
+    run("req", "-x509", *EC_KEY, "-days", "1", "-subj", "/CN=ca",
         "-keyout", "ca.key", "-out", "ca.pem")
     for name in ("node", "client"):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}", "-keyout",
+        run("req", *EC_KEY, "-subj", f"/CN={name}", "-keyout",
             f"{name}.key", "-out", f"{name}.csr")
         run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
             "-CAcreateserial", "-days", "1", "-out", f"{name}.pem")

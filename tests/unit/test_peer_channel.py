@@ -40,6 +40,7 @@ TOKEN = b"a" * 64
 OTHER = b"b" * 64
 LOGGER = "miniray._private.transport.peer_channel"
 FRAME_ERRORS = (PeerAuthError, PeerRefused, PeerClosed)
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
 @pytest.fixture(autouse=True)
@@ -874,10 +875,10 @@ def certs(tmp_path_factory):
         subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True,
                        timeout=60)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+    run("req", "-x509", *EC_KEY, "-days", "1", "-subj",
         "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem")
     for name in ("node", "client", "rogue"):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+        run("req", *EC_KEY, "-subj", f"/CN={name}",
             "-keyout", f"{name}.key", "-out", f"{name}.csr")
         if name == "rogue":  # self-signed: not from the cluster's CA
             run("x509", "-req", "-in", f"{name}.csr", "-signkey", f"{name}.key", "-days",

@@ -3,10 +3,10 @@
 Owns: finding the token (``load_token``), saying where it came from without showing it
 (``token_source``), creating it once, safely (``load_token(create=True)``), the error
 for every problem with it (``AuthTokenError``), and the TLS settings beside it
-(``tls_files``: whether TLS is on and the certificate files, Ray's variable names). Does not own: how the token is proven on a
-connection (``transport/peer_channel.py``: a challenge-response, the token itself never
-travels), or when a token is required (the node: peering off loopback refuses to start
-without one).
+(``tls_files``: whether TLS is on and the certificate files, Ray's variable names). Does
+not own: how the token is proven on a connection (``transport/peer_wire.py``: a
+challenge-response, the token itself never travels), or when a token is required (the
+node: peering off loopback refuses to start without one).
 Called by: the node and ``miniray start`` when they listen or join, ``miniray
 get-auth-token`` (cli.py), and drivers connecting to a remote node.
 
