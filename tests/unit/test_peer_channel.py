@@ -626,23 +626,6 @@ def test_fuzz_parsers_only_raise_peer_errors(tmp_path):
 
 
 # ----------------------------------------------------------------------------- versions
-def test_version_policy_refuses_miniray_and_python_minor_naming_both():
-    here = protocol.peer_versions()
-    assert protocol.version_policy(here, dict(here)) == (None, None)
-    major, minor, patch = here["python"].split(".")
-    for other in (dict(here, miniray="0.0.1"),
-                  dict(here, python=f"{major}.{int(minor) + 1}.0"), {}):
-        refusal, warning = protocol.version_policy(here, other, local_name="node A",
-                                                   remote_name="node B")
-        assert warning is None and refusal.startswith("Version mismatch: node A runs miniray "
-                                                      f"{here['miniray']}, python")
-        assert f"node B runs miniray {other.get('miniray') or 'unknown'}" in refusal
-    for other in (dict(here, python=f"{major}.{minor}.{int(patch) + 1}"),
-                  dict(here, numpy="0.1"), dict(here, cloudpickle=None)):
-        refusal, warning = protocol.version_policy(here, other)
-        assert refusal is None and "this process runs" in warning and "the peer runs" in warning
-
-
 def test_version_refusal_over_the_wire_names_both_sides(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     a, b = socket.socketpair()
@@ -852,6 +835,26 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
         assert channel.recv(timeout=5) == "hi"
         served[0].close()
     assert not gate.submit(socket.socket())  # closed gate sheds
+
+
+def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    handled = []
+
+    def handler(channel):
+        handled.append(channel)
+        raise RuntimeError("handler bug")
+
+    gate = pc.HandshakeGate(TOKEN, on_channel=handler)
+    client = Background(pc.connect, listener.getsockname(), TOKEN, "join")
+    gate.submit(_accepted(listener))
+    with client.result() as channel:
+        gate.close()
+        assert handled and handled[0].closed
+        with pytest.raises(PeerClosed):
+            channel.recv(timeout=5)
+    assert "the handler of peer" in caplog.text and "handler bug" in caplog.text
+    assert gate.statistics()["accepted"] == 1
 
 
 # ------------------------------------------------------------------------------- errors
