@@ -342,10 +342,11 @@ def test_truncated_handshake():
 
 def test_garbage_and_other_protocols_are_refused(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    for data in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 20, os.urandom(42),
-                 b"\x16\x03\x01" + os.urandom(60)):
+    for data in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 20, b"\x00" + os.urandom(41)):
         error = _server_fails(data)
         assert isinstance(error, PeerAuthError) and "not a miniray peer" in str(error)
+    error = _server_fails(b"\x16\x03\x01" + os.urandom(60))
+    assert isinstance(error, PeerAuthError) and "it speaks TLS" in str(error)
     assert all("refused peer an AF_UNIX peer" in r.getMessage() or "refused peer" in
                r.getMessage() for r in caplog.records)
 
@@ -956,6 +957,24 @@ def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
             assert client.tls and srv.tls
             client.send(1)
             assert srv.recv(timeout=5) == 1
+
+
+def test_tls_on_one_side_only_says_so(listener, certs, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5))
+    with pytest.raises((PeerAuthError, PeerClosed), match="TLS (is )?on for both or neither"):
+        pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
+    with pytest.raises(PeerAuthError, match="it speaks TLS and this node does not"):
+        server.result()
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5,
+                                          ssl_context=server_ctx))
+    with pytest.raises(PeerClosed, match="TLS on for both or neither"):
+        pc.connect(listener.getsockname(), TOKEN, "join")
+    with pytest.raises(PeerAuthError, match="TLS failed"):
+        server.result()
+    assert "a peer without TLS" in caplog.text
 
 
 def test_compare_digest_is_used_for_every_check():

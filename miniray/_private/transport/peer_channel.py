@@ -131,7 +131,10 @@ def _recv_exactly(sock, size: int, deadline: float) -> bytes:
     view = memoryview(buffer)
     got = 0
     while got < size:
-        n = _recv_some(sock, view[got:], deadline)
+        try:
+            n = _recv_some(sock, view[got:], deadline)
+        except ConnectionResetError:
+            n = 0
         if n == 0:
             raise PeerClosed("the peer closed the connection during the handshake")
         got += n
@@ -475,6 +478,10 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
                     "use certificates signed by the same CA (MINIRAY_TLS_SERVER_CERT, "
                     "MINIRAY_TLS_SERVER_KEY, MINIRAY_TLS_CA_CERT), or that TLS is on for "
                     "both or neither.") from None
+            except ConnectionError as error:
+                raise PeerClosed(
+                    f"The node at {where} closed the connection during the TLS handshake "
+                    f"({error}): is TLS on for both or neither (MINIRAY_USE_TLS)?") from None
         sock.settimeout(None)
         handshake = ClientHandshake(token)
         try:
@@ -487,7 +494,8 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
                 from None
         except PeerClosed:
             raise PeerClosed(f"The node at {where} closed the connection during the "
-                             "handshake (is it a miniray node of this version?).") from None
+                             "handshake: is it a miniray node of this version, with TLS on "
+                             "for both or neither (MINIRAY_USE_TLS)?") from None
         except TimeoutError:
             raise TimeoutError(f"The node at {where} did not finish the authentication "
                                f"handshake within {timeout} s.") from None
@@ -602,7 +610,8 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
         raise PeerClosed(f"the peer at {where} closed the connection during the "
                          "handshake") from None
     except ssl.SSLError as error:
-        logger.warning("refused peer %s: TLS failed: %s", where, error)
+        logger.warning("refused peer %s: TLS failed (%s): a peer without TLS, or with a "
+                       "certificate this node's CA did not sign", where, error)
         _close(sock)
         raise PeerAuthError(f"refused the peer at {where}: TLS failed: {error}") from None
     except BaseException:
