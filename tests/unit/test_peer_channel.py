@@ -542,6 +542,35 @@ def test_frame_attacks_are_refused(attack):
     assert all(p.startswith(b"message 0") for p in accepted)
 
 
+def test_a_frame_reflected_back_over_the_wire_is_refused(tmp_path):
+    """The server's own frame, captured on the wire and sent back to it, fails: each
+    direction has its own key (and a replay of the client's own frame fails its seq)."""
+    marker = tmp_path / "pwned"
+    a, b = socket.socketpair()
+    server = Background(pc.accept, b, TOKEN, timeout=5)
+    with a:
+        hs = ClientHandshake(TOKEN)
+        keys = pc._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
+        hello = pickle.dumps({"role": "r", "versions": protocol.peer_versions()}, protocol=5)
+        a.sendall(_wire(FrameWriter(keys[0]), hello))
+        srv = server.result()
+        with srv:
+            reply = FrameReader(keys[1])
+            a.settimeout(5)
+            while not reply.feed(a.recv(65536)):
+                pass
+            srv.send(Marker(marker))  # a frame the server sends; captured raw below
+            captured = b""
+            while len(captured) < 8 or len(captured) < 8 + struct.unpack(
+                    "!Q", captured[:8])[0] + 16:
+                captured += a.recv(65536)
+            assert not marker.exists()
+            a.sendall(captured)  # reflected: the server reads it with the c2s key
+            with pytest.raises(PeerAuthError, match="integrity check"):
+                srv.recv(timeout=5)
+    assert not marker.exists()
+
+
 def test_large_tampered_payload_is_refused_and_not_returned():
     k, _ = _keys()
     stream = bytearray(_wire(FrameWriter(k), os.urandom(2 << 20)))
