@@ -172,6 +172,9 @@ def test_good_token_over_loopback_tcp(listener):
             client.send_bytes(data)
             assert bytes(srv.recv_bytes(timeout=5)) == data
         assert "sent=" in repr(client)
+        stats = client.statistics()
+        assert stats["frames_sent"] == 1 + 1 + 7 and stats["frames_received"] == 2
+        assert stats["role"] == "join" and not stats["tls"] and not stats["closed"]
 
 
 def test_good_token_over_socketpair_and_thread_safe_sends():

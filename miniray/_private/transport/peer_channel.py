@@ -197,6 +197,12 @@ class PeerChannel:
         return (f"<PeerChannel {self.role or '?'} {self.address} {state} sent="
                 f"{self._writer.seq} received={self._reader.seq}>")
 
+    def statistics(self) -> dict:
+        """A snapshot for status output and tests: frames each way, TLS, open or closed."""
+        return {"address": self.address, "role": self.role, "tls": self.tls,
+                "frames_sent": self._writer.seq, "frames_received": self._reader.seq,
+                "closed": self._closed, "send_timeout": self._send_timeout}
+
     def fileno(self) -> int:
         return self._sock.fileno()
 
