@@ -44,8 +44,10 @@ EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """No thread started by a test may outlive it, nor any socket it opened."""
+def no_leaks(monkeypatch):
+    """No thread started by a test may outlive it, nor any socket it opened. Each test gets
+    a fresh refusal-log limiter (the module's one is shared by the process)."""
+    monkeypatch.setattr(pc, "_refusals", pc.RefusalLog())
     threads = set(threading.enumerate())
     fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     yield
@@ -868,6 +870,50 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
         assert channel.recv(timeout=5) == "hi"
         served[0].close()
     assert not gate.submit(socket.socket())  # closed gate sheds
+
+
+def test_gate_bounds_handshakes_per_host(listener):
+    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(),
+                            max_pending=8, max_per_host=1, timeout=0.5)
+    slow = [socket.create_connection(listener.getsockname(), source_address=(ip, 0))
+            for ip in ("127.0.0.1", "127.0.0.1", "127.0.0.2")]
+    try:
+        admitted = [gate.submit(_accepted(listener)) for _ in slow]
+        assert admitted == [True, False, True]
+        assert gate.statistics()["hosts"] == {"127.0.0.1": 1, "127.0.0.2": 1}
+        gate.close()
+        assert gate.statistics()["hosts"] == {} and gate.statistics()["failed"] == 2
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_refusal_log_is_bounded_per_host_and_says_what_it_left_out(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    now = [0.0]
+    log = pc.RefusalLog(per_minute=3, clock=lambda: now[0])
+    for _ in range(10):
+        log.warn("10.0.0.1", "refused peer %s", "10.0.0.1:1")
+    log.warn("10.0.0.2", "refused peer %s", "10.0.0.2:1")
+    assert len(caplog.records) == 4
+    now[0] = 61.0
+    log.warn("10.0.0.1", "refused peer %s", "10.0.0.1:2")
+    assert caplog.records[-1].getMessage() == (
+        "refused peer 10.0.0.1:2 (7 more refusals of 10.0.0.1 were not logged)")
+    assert [log.allow("10.0.0.1")[0] for _ in range(3)] == [True, True, False]
+
+
+def test_a_flood_of_bad_connections_logs_a_bounded_number_of_lines(listener, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(), timeout=2)
+    for _ in range(30):
+        with socket.create_connection(listener.getsockname()) as raw:
+            gate.submit(_accepted(listener))
+            raw.sendall(b"\0" * 42)
+            raw.recv(1)
+    gate.close()
+    assert gate.statistics()["failed"] + gate.statistics()["shed"] == 30
+    assert len(caplog.records) == pc.RefusalLog().per_minute
 
 
 def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
