@@ -14,6 +14,9 @@ the nodes, their resources, GPUs and leases, reading files only (§8.3).
 mirrors. Ray's other options of these commands are accepted; those that do not apply on one
 host are named in one stderr line and ignored.
 
+``miniray get-auth-token [--generate]`` prints the cluster token hosts prove to each other
+(``host/auth_token.py``), creating it first with ``--generate``.
+
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
 """
@@ -50,6 +53,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_get_auth_token(args: argparse.Namespace) -> int:
+    """Ray's ``ray get-auth-token [--generate]``: the token on stdout, from the sources of
+    ``host/auth_token.py``; where it came from on stderr only when it was just made."""
+    from miniray._private.host import auth_token  # lazy: each command loads only what it needs
+
+    existed = True
+    if args.generate:
+        try:
+            auth_token.load_token()
+        except auth_token.AuthTokenError:
+            existed = False
+    try:
+        token = auth_token.load_token(create=args.generate)
+    except auth_token.AuthTokenError as error:
+        return _error(str(error))
+    print(token.decode(errors="replace"))
+    if not existed:
+        print(f"miniray: made a new cluster token in {auth_token.token_source()}",
+              file=sys.stderr)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="miniray",
                                      description="Ray's core API on one host, in pure Python.")
@@ -66,6 +91,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments")
     run.set_defaults(func=_cmd_run)
     _add_start(sub)
+    token = sub.add_parser("get-auth-token",
+                           help="print the cluster token that hosts prove to each other")
+    token.add_argument("--generate", action="store_true",
+                       help="create the token (into ~/.miniray/auth_token, or the file "
+                            "MINIRAY_AUTH_TOKEN_PATH names) if there is none yet")
+    token.set_defaults(func=_cmd_get_auth_token)
     stop = sub.add_parser("stop", help="stop the miniray nodes this user started")
     stop.add_argument("-f", "--force", action="store_true",
                       help="SIGKILL at once instead of SIGTERM")

@@ -124,6 +124,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from miniray import _version
@@ -274,12 +275,78 @@ def local_versions() -> dict:
     return {"miniray_version": _version.__version__, "python_version": PYTHON_VERSION}
 
 
+@functools.lru_cache(maxsize=None)
+def _dist_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None if missing), without importing
+    it when it is not loaded yet (numpy is heavy). Cached: a lookup costs about 0.3 ms and
+    every peer connection asks."""
+    module = sys.modules.get(name)
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    import importlib.metadata  # lazy: only a peer's hello asks
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def peer_versions() -> dict:
+    """What a peer connection's HELLO carries (``transport/peer_channel.py``): miniray,
+    Python (major.minor.micro), cloudpickle and numpy (None where not installed)."""
+    return {"miniray": _version.__version__, "python": PYTHON_VERSION,
+            "cloudpickle": _dist_version("cloudpickle"), "numpy": _dist_version("numpy")}
+
+
+def _version_rule(local: dict, remote: dict) -> tuple[bool, list[str]]:
+    """Pure, the one rule for every channel: ``(refuse, warn_keys)``. Refuse when miniray
+    differs, or Python's major.minor (cloudpickle'd bytecode is only read by the same minor);
+    a different Python patch level or library version (cloudpickle, numpy) only warns."""
+    python_l = str(local.get("python") or "").split(".")[:2]
+    python_r = str(remote.get("python") or "").split(".")[:2]
+    refuse = local.get("miniray") != remote.get("miniray") or python_l != python_r
+    warn = [key for key in ("python", "cloudpickle", "numpy")
+            if local.get(key) != remote.get(key)]
+    return refuse, warn
+
+
+def _describe(versions: dict, keys) -> str:
+    return ", ".join(f"{key} {versions.get(key) or 'unknown'}" for key in keys)
+
+
+def version_policy(local: dict, remote: dict, *, local_name: str = "this process",
+                   remote_name: str = "the peer") -> tuple[str | None, str | None]:
+    """Pure: ``(refusal, warning)`` for two ``peer_versions()`` dicts (``_version_rule``);
+    each text names both sides' values. ``(None, None)`` when they match.
+
+    Example:
+        >>> here = peer_versions()
+        >>> version_policy(here, dict(here))
+        (None, None)
+        >>> version_policy(here, dict(here, miniray="0.0.1"))[0].split(";")[0]  # doctest: +ELLIPSIS
+        'Version mismatch: this process runs miniray ...'
+    """
+    refuse, warn = _version_rule(local, remote)
+    if refuse:
+        keys = ("miniray", "python")
+        return (f"Version mismatch: {local_name} runs {_describe(local, keys)}; {remote_name} "
+                f"runs {_describe(remote, keys)}. Every host of a cluster needs the same miniray "
+                "and the same Python major.minor: install the same versions on both, then "
+                "restart the node (`miniray stop`, `miniray start ...`)."), None
+    if warn:
+        return None, (f"Version difference (allowed): {local_name} runs "
+                      f"{_describe(local, warn)}; {remote_name} runs {_describe(remote, warn)}.")
+    return None, None
+
+
 def version_mismatch(node_info: dict, where: str) -> tuple[str | None, str | None]:
     """``(refusal, warning)`` for a driver joining the node whose NODE_WELCOME info is
     ``node_info``: a refusal (the text of Ray's RuntimeError, both versions, what to do)
     when miniray or Python's major.minor differ; a warning when only Python's patch level
-    does; ``(None, None)`` when they match. A node that reports no versions is older than
-    this check, so it is another miniray. ``where`` names this process ("node 127.0.0.1").
+    does; ``(None, None)`` when they match (``_version_rule``, the rule peers use too). A
+    node that reports no versions is older than this check, so it is another miniray.
+    ``where`` names this process ("node 127.0.0.1").
 
     Example:
         >>> here = local_versions()
@@ -300,14 +367,16 @@ def version_mismatch(node_info: dict, where: str) -> tuple[str | None, str | Non
         f"    miniray: {here['miniray_version']}\n"
         f"    Python: {here['python_version']}\n"
     )
-    if (node_miniray != here["miniray_version"]
-            or node_python.split(".")[:2] != here["python_version"].split(".")[:2]):
+    refuse, warn = _version_rule(
+        {"miniray": here["miniray_version"], "python": here["python_version"]},
+        {"miniray": node_miniray, "python": node_python})
+    if refuse:
         return (
             f"Version mismatch: {text}Run this driver with the Python and miniray the node "
             "was started with, or restart the node with this driver's (`miniray stop`, then "
             "`miniray start --head`).",
             None,
         )
-    if node_python != here["python_version"]:
+    if warn:
         return None, f"Python patch version mismatch: {text}"
     return None, None
