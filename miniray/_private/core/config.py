@@ -173,6 +173,17 @@ def ray_alias_requested() -> bool:
     return _flag(RAY_ALIAS_ENV, False)
 
 
+# Set by ``miniray run --ray`` (the reverse alias: ``import miniray`` gives Ray) for the program
+# and every process it starts; read by ``core/ray_startup/sitecustomize.py``, which cannot
+# import this module, so ``core/alias.py`` repeats the name.
+ON_RAY_ENV = "MINIRAY_ON_RAY"
+
+
+def on_ray() -> bool:
+    """``MINIRAY_ON_RAY=1``: this process belongs to a program run on Ray by ``miniray run --ray``."""
+    return os.environ.get(ON_RAY_ENV) == "1"
+
+
 def state_max_tasks() -> int:
     """``MINIRAY_STATE_MAX_TASKS``: how many finished tasks and actor calls each driver keeps
     for ``ray.util.state`` and ``miniray list tasks`` (default 10000; the oldest go first)."""
