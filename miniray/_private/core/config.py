@@ -32,6 +32,25 @@ def tmpdir_root() -> str:
     return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
 
 
+DEFAULT_SHM_DIR = "/dev/shm"
+
+
+def shm_dir() -> str:
+    """``MINIRAY_SHM_DIR``: the directory of the object store's shared-memory segments
+    (default ``/dev/shm``). Another one is created with mode 0700 when missing and checked
+    (``shm_segments.prepare_shm_dir``). Every process of a session uses the driver's: the
+    fork server and a node inherit the variable, workers and the actor service are told the
+    store's directory. Two fake hosts on one machine get different ones (and so different
+    ``shm_domain_id()``s)."""
+    return os.path.abspath(os.environ.get("MINIRAY_SHM_DIR") or DEFAULT_SHM_DIR)
+
+
+def host_id() -> str:
+    """``MINIRAY_HOST_ID``: an optional name of this host, mixed into ``shm_domain_id()`` so
+    fake hosts sharing one machine (and one shm directory) can still be told apart."""
+    return os.environ.get("MINIRAY_HOST_ID", "")
+
+
 def cloud_instance_id() -> str:
     """``RAY_CLOUD_INSTANCE_ID``: the node's instance id in a cloud, "" when unset (as Ray)."""
     return os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
