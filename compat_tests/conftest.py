@@ -24,9 +24,9 @@ One run::
       ├─ wait(timeout) ─ past it: SIGKILL the whole process group
       └─ leak scan (after a short grace): processes whose session or process group is the
          driver's pid, or whose environment holds this run's MINIRAY_TMPDIR (a daemon that
-         called setsid() is still found); new /dev/shm names starting with mr_<root tag of
-         this run's MINIRAY_TMPDIR> (session.root_tag) or containing its name; session_*
-         directories left in MINIRAY_TMPDIR.
+         called setsid() is still found); new names in /dev/shm (or MINIRAY_SHM_DIR) starting
+         with mr_<root tag of this run's MINIRAY_TMPDIR> (session.root_tag) or containing its
+         name; session_* directories left in MINIRAY_TMPDIR.
          Leaked pids, and only those, are SIGKILLed.
 """
 
@@ -68,7 +68,9 @@ OUTPUT_TAIL_LINES = 60
 # Workers may still be exiting for a moment after the driver returns (death signals are
 # asynchronous); only what is still there after this grace counts as a leak.
 LEAK_GRACE_S = 3.0
-SHM_DIR = Path("/dev/shm")
+# Where the runs' segments go: MINIRAY_SHM_DIR when the harness's environment sets it (the
+# runs inherit it), else /dev/shm.
+SHM_DIR = Path(os.environ.get("MINIRAY_SHM_DIR") or "/dev/shm")
 PROC_DIR = Path("/proc")
 
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")

@@ -199,7 +199,8 @@ ON_RAY_ENV = "MINIRAY_ON_RAY"
 
 
 def on_ray() -> bool:
-    """``MINIRAY_ON_RAY=1``: this process belongs to a program run on Ray by ``miniray run --ray``."""
+    """``MINIRAY_ON_RAY=1``: this process belongs to a program that ``miniray run --ray`` runs
+    on Ray."""
     return os.environ.get(ON_RAY_ENV) == "1"
 
 

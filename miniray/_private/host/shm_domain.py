@@ -23,10 +23,9 @@ import hashlib
 import os
 
 from miniray._private.core import config
+from miniray._private.host import procinfo
 
 __all__ = ["domain_id", "shm_domain_id"]
-
-BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
 
 def domain_id(boot_id: str, st_dev: int, st_ino: int, host_id: str = "") -> str:
@@ -37,14 +36,6 @@ def domain_id(boot_id: str, st_dev: int, st_ino: int, host_id: str = "") -> str:
     return "shm-" + hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
-def _boot_id(path: str = BOOT_ID_PATH) -> str:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return ""  # no /proc: the directory's identity still tells hosts apart on one boot
-
-
 def shm_domain_id(shm_dir: str | None = None, host_id: str | None = None) -> str:
     """This process's shared-memory domain: ``shm_dir`` (default ``MINIRAY_SHM_DIR`` or
     ``/dev/shm``) under this boot, on ``host_id`` (default ``MINIRAY_HOST_ID``). The directory
@@ -52,4 +43,5 @@ def shm_domain_id(shm_dir: str | None = None, host_id: str | None = None) -> str
     path = os.path.abspath(shm_dir or config.shm_dir())
     st = os.stat(path)
     name = config.host_id() if host_id is None else host_id
-    return domain_id(_boot_id(), st.st_dev, st.st_ino, name)
+    # No /proc: boot id "", and the directory's identity still tells fake hosts apart.
+    return domain_id(procinfo.identity().boot_id, st.st_dev, st.st_ino, name)
