@@ -108,6 +108,11 @@ def test_prepare_leaves_dev_shm_alone():
     assert shm_segments.prepare_shm_dir("/dev/shm/") == "/dev/shm"
 
 
+def test_prepare_refuses_a_relative_path():
+    with pytest.raises(ValueError, match="absolute path"):
+        shm_segments.prepare_shm_dir("shm")
+
+
 def test_memory_backed_reads_the_longest_mount(tmp_path):
     info = tmp_path / "mountinfo"
     info.write_text(

@@ -42,7 +42,9 @@ def shm_dir() -> str:
     fork server and a node inherit the variable, workers and the actor service are told the
     store's directory. Two fake hosts on one machine get different ones (and so different
     ``shm_domain_id()``s)."""
-    return os.path.abspath(os.environ.get("MINIRAY_SHM_DIR") or DEFAULT_SHM_DIR)
+    # Not made absolute here: a relative value is refused by prepare_shm_dir, since a node
+    # daemon starts in "/" and would read it against another directory.
+    return os.path.normpath(os.environ.get("MINIRAY_SHM_DIR") or DEFAULT_SHM_DIR)
 
 
 def host_id() -> str:

@@ -490,7 +490,11 @@ def prepare_shm_dir(path: str) -> str:
     """The shared-memory directory ``path``, made ready for segments (see the module
     docstring); returns it absolute. ``/dev/shm`` itself is returned unchecked: the store
     falls back to files of its own when it is missing or small (``shm_dir_problem``)."""
-    path = os.path.abspath(path)
+    if not os.path.isabs(path):
+        raise ValueError(f"MINIRAY_SHM_DIR must be an absolute path, got {path!r}: the "
+                         "processes of a session (a node daemon starts in /) would each read "
+                         "it against their own working directory.")
+    path = os.path.normpath(path)
     if path == DEFAULT_SHM_DIR:
         return path
     parent = os.path.dirname(path)
