@@ -251,3 +251,30 @@ def test_run_ray_on_real_ray(tmp_path):
             if procinfo.is_alive(pid):
                 os.kill(pid, signal.SIGKILL)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_startup_hook_keeps_the_sitecustomize_it_hides(tmp_path):
+    """A process started with ``alias.on_ray_environ`` (as Ray's workers are) has the alias
+    from its first line, and the ``sitecustomize`` later on the path still runs."""
+    from miniray._private.core import alias
+
+    fake = _fake_ray(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
+    env = alias.on_ray_environ(_env(tmp_path, fake, site))
+    env["FAKE_RAY_LOG"] = str(tmp_path / "ray.log")
+    code = ("import os, sys, miniray, miniray.util; "
+            "print(miniray.__name__, miniray.util.__name__, os.environ.get('SITE_RAN'), "
+            "sys.modules['sitecustomize'].__file__)")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    name, util, ran, hook = proc.stdout.split()
+    assert (name, util, ran) == ("ray", "ray.util", "yes")
+    assert hook == os.path.join(alias.STARTUP_DIR, "sitecustomize.py")
+    # Without the flag the folder on PYTHONPATH changes nothing.
+    env.pop("MINIRAY_ON_RAY")
+    proc = subprocess.run([sys.executable, "-c", "import miniray; print(miniray.__name__)"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "miniray", proc.stderr
