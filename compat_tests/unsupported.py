@@ -24,6 +24,11 @@ DIFFERENT_ON_RAY: dict = {
     "s003_07_accelerator_type_missing.py": (
         "xfail", "Ray 2.60 names no infeasible accelerator_type:V100 request on stderr within "
                  "the run; it waits silently"),
+    "s004_04_get_late.py": (
+        "xfail", "timing: Ray 2.60 starts a worker process for each of the four concurrent "
+                 "tasks, which on a loaded 2-core host can cost as much as the tasks, so "
+                 "'batched is faster' is sometimes False (passed in one full run, failed in "
+                 "the next)"),
     "s004_06_actor_resources.py": (
         "xfail", "Ray 2.60 may report the GPU as still available right after the actor is "
                  "created (its placement is asynchronous); passed in one mode, failed in the "
