@@ -14,13 +14,19 @@ One run::
       │         import: python <copy of example.py with its ray imports rewritten>
       │         bash:   bash <example.sh>  (PATH: ray -> python -m miniray; PYTHONPATH: ray.py shim)
       │       env: MINIRAY_TMPDIR=<fresh dir>, PYTHONUNBUFFERED=1, no RAY_ADDRESS, cwd=<fresh dir>
+      │       on Ray (MINIRAY_EXAMPLES_ON_RAY=1, the tox env ``ray``):
+      │         import: python -m miniray run --ray <rewritten copy>  (``miniray`` means Ray)
+      │         run:    python <example.py>                          (``import ray``, unchanged)
+      │         bash:   skipped (it drives the ``ray`` command itself, not a program)
+      │         env also: HOME=<the run's MINIRAY_TMPDIR> (Ray's token), RAY_TMPDIR=<short
+      │         fresh dir> (Ray's sockets must fit 107 bytes), so Ray writes only there
       │       stdout/stderr -> files, so a leaked grandchild holding them open cannot block us
       ├─ wait(timeout) ─ past it: SIGKILL the whole process group
       └─ leak scan (after a short grace): processes whose session or process group is the
          driver's pid, or whose environment holds this run's MINIRAY_TMPDIR (a daemon that
-         called setsid() is still found); new /dev/shm names starting with mr_<root tag of
-         this run's MINIRAY_TMPDIR> (session.root_tag) or containing its name; session_*
-         directories left in MINIRAY_TMPDIR.
+         called setsid() is still found); new names in /dev/shm (or MINIRAY_SHM_DIR) starting
+         with mr_<root tag of this run's MINIRAY_TMPDIR> (session.root_tag) or containing its
+         name; session_* directories left in MINIRAY_TMPDIR.
          Leaked pids, and only those, are SIGKILLed.
 """
 
@@ -49,6 +55,9 @@ EXAMPLES_ENV = "MINIRAY_DOC_EXAMPLES"
 DEFAULT_EXAMPLES_DIR = REPO_ROOT.parent / "shared" / "doc-examples"
 # Set to 1 to run the examples listed in unsupported.py anyway (to see which now pass).
 RUN_UNSUPPORTED_ENV = "MINIRAY_COMPAT_RUN_UNSUPPORTED"
+# Set to 1 (the tox env ``ray``) to run the examples on real Ray instead of miniray: the
+# rewritten copies through ``miniray run --ray``, the verbatim ones with plain ``python``.
+ON_RAY_ENV = "MINIRAY_EXAMPLES_ON_RAY"
 
 # Removed from every run's environment, so no run joins a node the user started.
 UNSET_ENV = ("RAY_ADDRESS", "MINIRAY_ADDRESS")
@@ -59,10 +68,17 @@ OUTPUT_TAIL_LINES = 60
 # Workers may still be exiting for a moment after the driver returns (death signals are
 # asynchronous); only what is still there after this grace counts as a leak.
 LEAK_GRACE_S = 3.0
-SHM_DIR = Path("/dev/shm")
+# Where the runs' segments go: MINIRAY_SHM_DIR when the harness's environment sets it (the
+# runs inherit it), else /dev/shm.
+SHM_DIR = Path(os.environ.get("MINIRAY_SHM_DIR") or "/dev/shm")
 PROC_DIR = Path("/proc")
 
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def on_ray() -> bool:
+    """True when the examples run on real Ray (``MINIRAY_EXAMPLES_ON_RAY=1``)."""
+    return os.environ.get(ON_RAY_ENV, "") not in ("", "0")
 
 
 def in_ci() -> bool:
@@ -209,6 +225,10 @@ def _load_unsupported() -> dict:
     return dict(_load_sibling("unsupported").UNSUPPORTED)
 
 
+def _load_different_on_ray() -> dict:
+    return dict(_load_sibling("unsupported").DIFFERENT_ON_RAY)
+
+
 def rewrite_ray_imports(source: str) -> tuple:
     """See rewrite_imports.py."""
     return _load_sibling("rewrite_imports").rewrite_ray_imports(source)
@@ -224,11 +244,23 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("doc_case", [pytest.param(None, id="doc-examples-unavailable")])
         return
     unsupported = _load_unsupported()
+    different_on_ray = _load_different_on_ray()
     run_anyway = os.environ.get(RUN_UNSUPPORTED_ENV, "") not in ("", "0")
     params = []
     for case in examples.cases():
         marks = []
-        if case.file in unsupported and not run_anyway:
+        if on_ray():
+            # What miniray lacks does not matter on Ray; a shell example drives the `ray`
+            # command, which is Ray's own CLI there, not a program `miniray run --ray` runs.
+            if case.mode == SHELL_MODE:
+                marks.append(pytest.mark.skip(
+                    reason="on Ray: a shell example drives the `ray` command itself, "
+                           "not a program for `miniray run --ray`"))
+            elif case.file in different_on_ray:
+                how, why = different_on_ray[case.file]
+                mark = pytest.mark.skip if how == "skip" else pytest.mark.xfail
+                marks.append(mark(reason=f"on Ray: {why} (compat_tests/unsupported.py)"))
+        elif case.file in unsupported and not run_anyway:
             reason = f"not yet supported: {unsupported[case.file]} (compat_tests/unsupported.py)"
             marks.append(pytest.mark.skip(reason=reason))
         params.append(pytest.param(case, id=case.id, marks=marks))
@@ -347,6 +379,7 @@ class RunResult:
     stderr: str = ""
     leaks: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    extra_dirs: list = field(default_factory=list)  # removed with the others once it passed
 
     @property
     def stdout_lines(self) -> list:
@@ -393,6 +426,8 @@ class RunResult:
         """Remove the run's folders; called once a run passed (failed runs keep them)."""
         shutil.rmtree(self.workdir, ignore_errors=True)
         shutil.rmtree(self.tmpdir, ignore_errors=True)
+        for folder in self.extra_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class ExampleRunner:
@@ -417,14 +452,32 @@ class ExampleRunner:
         pythonpath = []
         if "tensorflow-stub" in case.needs:
             pythonpath.append(str(self.examples.stubs_dir))
+        if on_ray():
+            # Ray writes its session files under RAY_TMPDIR and a token under ~/.ray: both
+            # into this run's folder, so the leak scan sees them and the user's stay untouched.
+            # RAY_TMPDIR is a short folder of its own: Ray's socket paths under it
+            # (ray/session_<date>_<pid>/sockets/plasma_store) must stay within 107 bytes.
+            raydir = Path(tempfile.mkdtemp(prefix="mrr-", dir="/tmp"))
+            env["RAY_TMPDIR"] = str(raydir)
+            env["HOME"] = str(tmpdir)
+            # Every worker line reaches the driver, as miniray prints them, so the counts
+            # of the manifest apply (Ray folds repeated lines into "[repeated Nx]").
+            env["RAY_DEDUP_LOGS"] = "0"
+            notes.append(f"RAY_TMPDIR (Ray's session files and logs): {raydir}")
         if case.mode == "run":
-            command = [sys.executable, "-m", "miniray", "run", str(example)]
+            if on_ray():
+                command = [sys.executable, str(example)]
+            else:
+                command = [sys.executable, "-m", "miniray", "run", str(example)]
         elif case.mode == "import":
             rewritten, changes = rewrite_ray_imports(example.read_text(encoding="utf-8"))
             target = workdir / "src" / case.file
             target.parent.mkdir()
             target.write_text(rewritten, encoding="utf-8")
-            command = [sys.executable, str(target)]
+            if on_ray():
+                command = [sys.executable, "-m", "miniray", "run", "--ray", str(target)]
+            else:
+                command = [sys.executable, str(target)]
             notes.append(f"rewritten copy: {target}")
             notes += [f"  {change}" for change in changes or ["(no ray import found)"]]
         else:
@@ -442,12 +495,14 @@ class ExampleRunner:
             env["PYTHONPATH"] = os.pathsep.join(pythonpath)
         shown = [
             f"{name}={shlex.quote(env[name])}"
-            for name in ("MINIRAY_TMPDIR", "PYTHONUNBUFFERED", "PYTHONPATH")
+            for name in ("MINIRAY_TMPDIR", "RAY_TMPDIR", "HOME", "PYTHONUNBUFFERED", "PYTHONPATH")
             if name in env
         ]
         if case.mode == SHELL_MODE:
             shown.append(f'PATH={shlex.quote(str(workdir / "bin"))}:"$PATH"')
         result = RunResult(case, command, cwd, tmpdir, workdir, shown, case.timeout_s, notes=notes)
+        if on_ray():
+            result.extra_dirs.append(raydir)
         self._execute(result, env)
         return result
 
@@ -543,6 +598,8 @@ class ExampleRunner:
                 what = "not removed"
             result.leaks.append(f"shared-memory segment {SHM_DIR / name} left behind ({what})")
         for session in sorted(result.tmpdir.glob("session_*")):
+            if on_ray():  # Ray keeps its session folders (logs) by design; they are its record
+                continue
             result.leaks.append(f"session directory left in MINIRAY_TMPDIR: {session}")
 
 

@@ -19,6 +19,8 @@ host are named in one stderr line and ignored.
 
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
+``miniray run --ray script.py`` is the other direction: a program written with
+``import miniray as ray`` runs on real Ray, ``miniray`` meaning ``ray`` (``core/alias.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +40,20 @@ from miniray._version import __version__
 def _cmd_run(args: argparse.Namespace) -> int:
     from miniray._private.core import alias  # lazy: each command loads only what it needs
 
-    alias.install()
-    os.environ[config.RAY_ALIAS_ENV] = "1"
+    if args.on_ray:
+        # Checked before anything changes, so a refusal leaves nothing behind.
+        problem = alias.ray_missing()
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return 2
+        # The flag and ray_startup/ on PYTHONPATH reach every process the program starts.
+        env = alias.on_ray_environ(os.environ)
+        os.environ.pop(config.RAY_ALIAS_ENV, None)
+        os.environ.update(env)
+        alias.become_ray()
+    else:
+        alias.install()
+        os.environ[config.RAY_ALIAS_ENV] = "1"
     script = args.script
     sys.argv = [script] + list(args.args)
     if args.module:
@@ -87,6 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command")
     run = sub.add_parser("run", help="run a program written for Ray, with `ray` meaning miniray")
     run.add_argument("-m", dest="module", action="store_true", help="run a module, as python -m")
+    run.add_argument("--ray", dest="on_ray", action="store_true",
+                     help="the other direction: run a program written with `import miniray as "
+                          "ray` on real Ray (installed separately), `miniray` meaning `ray`")
     run.add_argument("script", help="the program to run (a module name with -m)")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments")
     run.set_defaults(func=_cmd_run)

@@ -715,7 +715,8 @@ def _make_store(session_dir: str, capacity: int, driver: str | None = None):
 
     # Segments of sessions whose owner is provably dead (SIGKILL) go first; then this
     # session's store. The spill root is checked before anything in it is listed or removed.
-    shm_segments.sweep_dead_segments(shm_segments.DEFAULT_SHM_DIR)
+    shm_dir = shm_segments.prepare_shm_dir(config.shm_dir())  # MINIRAY_SHM_DIR, checked
+    shm_segments.sweep_dead_segments(shm_dir)
     top = _spill_top(session_dir)
     if top != session_dir:
         same_uid.ensure_private_dir(top, remedy="set TMPDIR to a private directory of your own")
@@ -725,7 +726,8 @@ def _make_store(session_dir: str, capacity: int, driver: str | None = None):
     objects = os.path.join(session_dir, "objects")
     if driver:  # several drivers share a node's session: each keeps its own files
         spill, objects = os.path.join(spill, driver), os.path.join(objects, driver)
-    return SharedMemoryStore(tag, capacity, spill, fallback_dir=objects, private_top=top)
+    return SharedMemoryStore(tag, capacity, spill, shm_dir=shm_dir, fallback_dir=objects,
+                             private_top=top)
 
 
 def _driver_sys_path() -> list[str]:

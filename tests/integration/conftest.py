@@ -9,8 +9,9 @@ on teardown the fixture shuts miniray down and then checks, polling for at most
 * the test process has no descendant processes,
 * no ``miniray-*`` thread is alive in the test process,
 * no ``session_*`` directory is left under the session root (and the root is gone or empty),
-* nothing in ``/dev/shm`` carries the session's name or the root's segment prefix
-  (``mr_<root tag>``, ``session.root_tag``),
+* nothing in ``/dev/shm``, nor in the configured shared-memory directory
+  (``MINIRAY_SHM_DIR``, ``shm_dirs()``), carries the session's name or the root's segment
+  prefix (``mr_<root tag>``, ``session.root_tag``),
 * no spill folder of the session is left under the shared spill root
   (``$TMPDIR/miniray-spill-<uid>/<session>``, used when the session root is memory-backed),
 * no ledger left under the root holds a lease of a recorded pid or of the test process,
@@ -47,6 +48,7 @@ import pytest
 
 import miniray
 from miniray._private import runtime
+from miniray._private.core import config
 from miniray._private.host import procinfo, session
 
 from .helpers import wait_until
@@ -65,11 +67,19 @@ def _miniray_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("miniray") and t.is_alive()]
 
 
+def shm_dirs() -> list[str]:
+    """Where segments may appear: the configured ``MINIRAY_SHM_DIR`` and ``/dev/shm``."""
+    return list(dict.fromkeys([config.shm_dir(), config.DEFAULT_SHM_DIR]))
+
+
 def _shm_entries(name: str) -> list[str]:
-    try:
-        return [entry for entry in os.listdir("/dev/shm") if name in entry]
-    except OSError:
-        return []
+    found = []
+    for place in shm_dirs():
+        try:
+            found += [os.path.join(place, e) for e in os.listdir(place) if name in e]
+        except OSError:
+            pass
+    return found
 
 
 def _session_dirs(root: str) -> list[str]:
@@ -105,12 +115,13 @@ def _listdir(path: str) -> set[str]:
 
 def outside_snapshot() -> dict:
     """The entries of the shared places a session may write outside its root."""
-    return {place: _listdir(place) for place in ("/dev/shm", spill_root(), default_root())}
+    return {place: _listdir(place) for place in (*shm_dirs(), spill_root(), default_root())}
 
 
 def _root_segments(root: str) -> list[str]:
     prefix = "mr_" + session.root_tag(root)
-    return sorted(e for e in _listdir("/dev/shm") if e.startswith(prefix))
+    return sorted(os.path.join(place, e) for place in shm_dirs() for e in _listdir(place)
+                  if e.startswith(prefix))
 
 
 def _spill_leftovers(session_names) -> list[str]:

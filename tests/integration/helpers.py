@@ -72,8 +72,10 @@ def node_env_for(tmp_path):
     sessions = [n for n in os.listdir(root) if n.startswith("session_")] if os.path.isdir(
         root) else []
     prefix = f"mr_{session.root_tag(root)}"
-    segments = [n for n in os.listdir("/dev/shm") if n.startswith(prefix)] if os.path.isdir(
-        "/dev/shm") else []
+    # Segments may be in /dev/shm or in the shared-memory directory a test set (MINIRAY_SHM_DIR).
+    segments = [os.path.join(place, n)
+                for place in dict.fromkeys([env.get("MINIRAY_SHM_DIR") or "/dev/shm", "/dev/shm"])
+                if os.path.isdir(place) for n in os.listdir(place) if n.startswith(prefix)]
     shutil.rmtree(root, ignore_errors=True)
     assert not leftovers, f"processes of the node outlived it: {leftovers}"
     assert not sessions, f"session directories left behind: {sessions}"

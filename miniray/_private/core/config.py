@@ -32,6 +32,27 @@ def tmpdir_root() -> str:
     return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
 
 
+DEFAULT_SHM_DIR = "/dev/shm"
+
+
+def shm_dir() -> str:
+    """``MINIRAY_SHM_DIR``: the directory of the object store's shared-memory segments
+    (default ``/dev/shm``). Another one is created with mode 0700 when missing and checked
+    (``shm_segments.prepare_shm_dir``). Every process of a session uses the driver's: the
+    fork server and a node inherit the variable, workers and the actor service are told the
+    store's directory. Two fake hosts on one machine get different ones (and so different
+    ``shm_domain_id()``s)."""
+    # Not made absolute here: a relative value is refused by prepare_shm_dir, since a node
+    # daemon starts in "/" and would read it against another directory.
+    return os.path.normpath(os.environ.get("MINIRAY_SHM_DIR") or DEFAULT_SHM_DIR)
+
+
+def host_id() -> str:
+    """``MINIRAY_HOST_ID``: an optional name of this host, mixed into ``shm_domain_id()`` so
+    fake hosts sharing one machine (and one shm directory) can still be told apart."""
+    return os.environ.get("MINIRAY_HOST_ID", "")
+
+
 def cloud_instance_id() -> str:
     """``RAY_CLOUD_INSTANCE_ID``: the node's instance id in a cloud, "" when unset (as Ray)."""
     return os.environ.get("RAY_CLOUD_INSTANCE_ID", "")
@@ -171,6 +192,18 @@ RAY_ALIAS_ENV = "MINIRAY_RAY_ALIAS"
 def ray_alias_requested() -> bool:
     """Set by ``miniray run`` so workers resolve ``import ray`` to miniray too."""
     return _flag(RAY_ALIAS_ENV, False)
+
+
+# Set by ``miniray run --ray`` (the reverse alias: ``import miniray`` gives Ray) for the program
+# and every process it starts; read by ``core/ray_startup/sitecustomize.py``, which cannot
+# import this module, so ``core/alias.py`` repeats the name.
+ON_RAY_ENV = "MINIRAY_ON_RAY"
+
+
+def on_ray() -> bool:
+    """``MINIRAY_ON_RAY=1``: this process belongs to a program that ``miniray run --ray`` runs
+    on Ray."""
+    return os.environ.get(ON_RAY_ENV) == "1"
 
 
 def state_max_tasks() -> int:

@@ -10,11 +10,25 @@ Called by: ``miniray/__init__.py`` (``client``, ``ClientBuilder``), ``miniray/ut
 
 from __future__ import annotations
 
-__all__ = ["MESSAGE", "ClientBuilder", "client", "connect", "disconnect"]
+__all__ = ["MESSAGE", "ClientBuilder", "client", "connect", "disconnect", "ray_url_refusal"]
 
 MESSAGE = ("Ray Client (ray://, ray.client(), ray.util.connect) is not supported by miniray: "
            "run the driver on the node's host and connect with init(address='auto') or "
            "init(address='host:port'), or run the program on Ray to use Ray Client.")
+
+
+def ray_url_refusal(address: str) -> str:
+    """The NotImplementedError message of ``init(address="ray://...")``: the two ways to run
+    the program on a Ray cluster instead, and how to reach a miniray node."""
+    return (f"miniray does not implement Ray Client (address {address!r}). To run this "
+            "program on a Ray cluster, submit it as a job: "
+            "`ray job submit --address http://HEAD:8265 --working-dir . -- python script.py` "
+            "for a program that says `import ray`, or "
+            "`ray job submit --address http://HEAD:8265 --working-dir . -- "
+            "miniray run --ray script.py` for one that says `import miniray as ray` "
+            "(`miniray run --ray script.py` alone runs it on a local Ray). "
+            "To use a miniray node, run the driver on the node's host with "
+            "init(address='auto') or init(address='host:port').")
 
 
 def client(address: str | None = None, _deprecation_warn_enabled: bool = True):

@@ -65,7 +65,7 @@ def host_memory() -> int | None:
 
 def shm_free() -> int | None:
     try:
-        st = os.statvfs("/dev/shm")
+        st = os.statvfs(config.shm_dir())
         return st.f_bavail * st.f_frsize
     except OSError:
         return None

@@ -230,4 +230,4 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
 
 def _sweep_dead_segments() -> None:
     """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
-    shm_segments.sweep_dead_segments(shm_segments.DEFAULT_SHM_DIR)
+    shm_segments.sweep_dead_segments(config.shm_dir())

@@ -578,7 +578,7 @@ def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
     """What the store of a dead driver of this node left: its segments, its folders."""
     swept = []
     if tag:
-        swept = shm_segments.sweep_segments(shm_segments.DEFAULT_SHM_DIR, lambda t: t == tag)
+        swept = shm_segments.sweep_segments(config.shm_dir(), lambda t: t == tag)
     name = f"driver_{driver_pid}"
     for folder in (os.path.join(session_dir, "objects", name),
                    os.path.join(runtime._spill_dir(session_dir), name)):

@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from miniray._private.core import placement
+from miniray._private.core import config, placement
 from miniray._private.core.resources import UNIT, NodeState, from_units
 from miniray._private.host import procinfo, session
 from miniray._private.ledger.host_gpus import LEDGER_NAME, HostGpuLedger, default_host_dir
@@ -355,7 +355,7 @@ def collect_foreign(root: str) -> dict:
     """Sessions under ``root`` and segments of ``root`` owned by other PID namespaces."""
     prefix = f"{shm_segments.SEGMENT_PREFIX}{session.root_tag(root)}"
     return {"sessions": len(session.foreign_sessions(root)),
-            "segments": shm_segments.foreign_segment_count(shm_segments.DEFAULT_SHM_DIR,
+            "segments": shm_segments.foreign_segment_count(config.shm_dir(),
                                                            prefix)}
 
 

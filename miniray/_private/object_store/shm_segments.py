@@ -32,9 +32,17 @@ Lifetime rules:
    unlinks every segment and spill file carrying the session tag, orphans of crashed workers
    included. A session killed with SIGKILL leaves its segments to ``sweep_segments``.
 
-Segments are plain files created with ``os.open(O_CREAT | O_EXCL)`` in ``/dev/shm`` (or the
-store's fallback directory) and mapped with ``mmap``; nothing here registers with
-``multiprocessing``'s resource tracker.
+Segments are plain files created with ``os.open(O_CREAT | O_EXCL)`` in the shared-memory
+directory (``MINIRAY_SHM_DIR``, default ``/dev/shm``; or the store's fallback directory) and
+mapped with ``mmap``; nothing here registers with ``multiprocessing``'s resource tracker.
+
+The shared-memory directory (``prepare_shm_dir``): ``/dev/shm`` is used as it is. Any other
+(``MINIRAY_SHM_DIR``; two fake hosts on one machine each get their own) is created with mode
+0700 when missing, then refused (``InsecurePathError``, naming it and what to do) when it is a
+symlink or not a directory, belongs to another user (except root's sticky directories, as
+``/dev/shm`` itself), or is group- or world-writable without the sticky bit; and refused
+(``ValueError``) when a file in it cannot be created and mapped shared. A directory that is
+not memory-backed is accepted with a warning (segments then live in the page cache).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ import logging
 import mmap
 import os
 import re
+import stat
 import sys
 import time
 from typing import Any, Callable
@@ -63,6 +72,7 @@ __all__ = [
     "Pooled", "SegmentPool", "check_adoptable", "check_tag", "copy_file", "discard",
     "free_bytes", "load_mapping", "map_readonly", "mib", "no_room_error", "resolve_path",
     "retire_for_reuse", "same_filesystem", "shm_dir_problem", "spill_copy", "sweep_tag",
+    "prepare_shm_dir", "shm_dir_refusal", "memory_backed",
     "tag_of", "unlink_quiet", "write_through_mapping",
 ]  # fmt: skip
 
@@ -408,6 +418,108 @@ def shm_dir_problem(path: str, need: int) -> str | None:
     if free < need:
         return f"{path} has only {mib(free)} free (at least {mib(need)} needed)"
     return None
+
+
+# Filesystems whose files are memory: a segment there costs no disk I/O.
+_MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
+
+
+def shm_dir_refusal(st: os.stat_result, uid: int) -> str | None:
+    """Pure: why a configured shared-memory directory whose ``lstat`` is ``st`` may not hold
+    segments of user ``uid`` (they are unpickled, so nobody else may place files there), or
+    None. Root's sticky directories (``/dev/shm``, ``/tmp`` themselves) are allowed: the
+    sticky bit keeps other users from replacing our files."""
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(mode):
+        return "is not a directory"
+    sticky = bool(mode & stat.S_ISVTX)
+    if st.st_uid != uid and not (st.st_uid == 0 and sticky):
+        return f"belongs to {same_uid.owner_name(st.st_uid)}, not to {same_uid.owner_name(uid)}"
+    if stat.S_IMODE(mode) & 0o022 and not sticky:
+        return (f"has mode {stat.S_IMODE(mode):04o}: group- or world-writable without the "
+                "sticky bit, so another user could replace its files")
+    return None
+
+
+def memory_backed(path: str, mountinfo: str = "/proc/self/mountinfo") -> bool | None:
+    """Whether ``path`` lies on a memory filesystem (tmpfs, ramfs, hugetlbfs), from the
+    longest mount point above it in ``mountinfo``; None when that cannot be read."""
+    try:
+        with open(mountinfo) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    real = os.path.realpath(path)
+    best, fstype = "", None
+    for line in lines:
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right.split():
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, right.split()[0]
+    return None if fstype is None else fstype in _MEMORY_FS
+
+
+def _probe_mmap(path: str) -> None:
+    """Create, map shared and unlink a one-page file in ``path``; raise ValueError if not."""
+    probe = os.path.join(path, f".mr_probe_{os.getpid()}_{os.urandom(4).hex()}")
+    try:
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError as error:
+        raise ValueError(f"MINIRAY_SHM_DIR={path}: cannot create a file there "
+                         f"({error.strerror}). Point it at a directory of yours on a "
+                         "memory-backed filesystem (e.g. under /dev/shm).") from None
+    try:
+        os.ftruncate(fd, mmap.PAGESIZE)
+        mmap.mmap(fd, mmap.PAGESIZE, flags=mmap.MAP_SHARED).close()
+    except OSError as error:
+        raise ValueError(f"MINIRAY_SHM_DIR={path}: files there cannot be mapped shared "
+                         f"({error.strerror}). Point it at a directory on a memory-backed "
+                         "filesystem (e.g. under /dev/shm).") from None
+    finally:
+        os.close(fd)
+        unlink_quiet(probe)
+
+
+def prepare_shm_dir(path: str) -> str:
+    """The shared-memory directory ``path``, made ready for segments (see the module
+    docstring); returns it absolute. ``/dev/shm`` itself is returned unchecked: the store
+    falls back to files of its own when it is missing or small (``shm_dir_problem``)."""
+    if not os.path.isabs(path):
+        raise ValueError(f"MINIRAY_SHM_DIR must be an absolute path, got {path!r}: the "
+                         "processes of a session (a node daemon starts in /) would each read "
+                         "it against their own working directory.")
+    path = os.path.normpath(path)
+    if path == DEFAULT_SHM_DIR:
+        return path
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        os.makedirs(parent, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        st = os.lstat(path)
+    except OSError as error:
+        raise ValueError(f"MINIRAY_SHM_DIR={path}: {error.strerror}.") from None
+    problem = shm_dir_refusal(st, os.getuid())
+    if problem is not None:
+        raise same_uid.InsecurePathError(
+            f"miniray refuses to use MINIRAY_SHM_DIR={path}: it {problem}. Shared-memory "
+            "objects are unpickled, so nobody else may place files there. Point "
+            "MINIRAY_SHM_DIR at a directory of your own (mode 0700, e.g. /dev/shm/<name>; "
+            "miniray creates it if missing), or unset it to use /dev/shm.")
+    _probe_mmap(path)
+    if memory_backed(path) is False:
+        logger.warning("MINIRAY_SHM_DIR=%s is not on a memory-backed filesystem: large "
+                       "objects go through the page cache and may be written to disk.", path)
+    return path
 
 
 def write_through_mapping(

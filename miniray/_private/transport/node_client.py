@@ -52,7 +52,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
-from miniray._private.core import config, protocol
+from miniray._private.core import config, protocol, ray_client
 from miniray._private.host import procinfo, same_uid, session
 from miniray._private.transport.spawn import SpawnChannel, send_message
 
@@ -245,10 +245,7 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
     if address == "local":
         return None
     if "://" in address:
-        raise NotImplementedError(
-            f"miniray does not implement Ray Client ({address!r}); run the program on the "
-            "host itself with init()."
-        )
+        raise NotImplementedError(ray_client.ray_url_refusal(address))
     host, port = parse_address(address)
     if not _is_this_host(host):
         raise ConnectionError(
