@@ -86,10 +86,12 @@ from typing import Any, Callable
 import miniray
 from miniray._private import runtime
 from miniray._private.core import config, ids, protocol
-from miniray._private.host import procinfo, session
+from miniray._private.core.cluster_view import NodeEntry
+from miniray._private.host import auth_token, procinfo, session
 from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
+from miniray._private.node import peering
 from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
@@ -151,6 +153,7 @@ class NodeServer:
         self._service_restarts = 0
         self._service_deadline: float | None = None  # set once it was asked to stop
         self._dead_stores: list[tuple[_Driver, float]] = []  # (driver, give up at)
+        self.peering = None  # peering.Peering: the TCP listener and membership
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -177,8 +180,17 @@ class NodeServer:
 
     def request_stop(self) -> None:
         self._stop = True
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the loop (thread-safe): another thread queued work for it."""
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
+
+    def attach_peering(self, peering) -> None:
+        """Serve ``peering`` (the TCP listener, joins, heartbeats) in this loop."""
+        self.peering = peering
+        peering.register(self._sel, self.wake)
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
@@ -265,9 +277,13 @@ class NodeServer:
             if self._service is not None and (self._service_fd < 0 or self._stop):
                 due.append(now + 0.5 if self._service_fd < 0 else
                            min(self._service_deadline or now, now + 0.5))
+            if self.peering is not None:
+                due.append(self.peering.due(now))
             timeout = max(0.0, min(due) - now) if due else None
             for key, _ in self._sel.select(timeout):
                 key.data(key.fileobj)
+            if self.peering is not None:
+                self.peering.tick(time.monotonic())
             self._progress_leaving()
             if self._dead_stores:
                 self._sweep_dead_stores()
@@ -289,6 +305,8 @@ class NodeServer:
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self.listener)
         self.listener.close()
+        if self.peering is not None:  # a member tells the head it leaves (expected)
+            self.peering.close(self.stop_reason or "it was asked to stop")
         # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
         for driver in list(self._drivers.values()):
             if driver.sock is not None and not driver.leaving and driver.pid is not None:
@@ -589,25 +607,21 @@ def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
 
 
 # ------------------------------------------------------------------------- starting a node
-def _choose_port(roots: list[str], port: int | None) -> int:
-    used = {r.port: r for root in roots for r in nc.list_records(root)}
+def _bind_port(roots: list[str], ip: str, port: int | None) -> socket.socket:
+    """The node's TCP listener on ``ip:port`` (default ``DEFAULT_PORT``; 0: a free one);
+    NodeStartError naming the node that has the port, or the address that is taken."""
+    used = {r.address: r for root in roots for r in nc.list_records(root)}
     if port is None:
         port = nc.DEFAULT_PORT
-    if port == 0:
-        while True:  # a port free on the host now, as Ray's `--port 0` picks
-            with socket.socket() as probe:
-                probe.bind((nc.NODE_IP, 0))
-                port = probe.getsockname()[1]
-            if port not in used:
-                return port
-    if port in used:
-        other = used[port]
+    other = used.get(f"{ip}:{port}") if port else None
+    if other is not None:
         raise NodeStartError(
-            f"miniray is trying to start at {nc.NODE_IP}:{port}, but is already running at "
+            f"miniray is trying to start at {ip}:{port}, but is already running at "
             f"{other.address} (pid {other.pid}, {other.session_dir}). Please specify a "
-            "different port using the `--port` flag of `miniray start` command."
+            "different port using the `--port` flag of `miniray start` command "
+            "(`--port 0` picks a free one)."
         )
-    return port
+    return peering.bind_listener(ip, port)
 
 
 def _fork_server_env() -> dict[str, str]:
@@ -631,18 +645,34 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
     roots = [root] if root == default_root else [root, default_root]
+    node_ip = options.get("node_ip") or nc.NODE_IP
+    head = nc.parse_address(options["head_address"]) if options.get("head_address") else None
+    try:  # the token: a head may create it (`miniray start --head` did already), a member not
+        token = auth_token.load_token(create=head is None)
+    except auth_token.AuthTokenError as error:
+        raise NodeStartError(str(error) + (
+            " A node joins with the head's token: copy it from `miniray get-auth-token` on "
+            "the head." if head else "")) from None
     spec = node_resources(options.get("num_cpus"), options.get("num_gpus"),
-                          options.get("resources"), options.get("object_store_memory"), nc.NODE_IP)
+                          options.get("resources"), options.get("object_store_memory"), node_ip)
     totals = dict(spec["totals"])
+    if head is not None:  # Ray gives this resource to the head node only
+        totals.pop("node:__internal_head__", None)
     if options.get("memory"):
         totals["memory"] = float(options["memory"])
     with nc.root_locked(root):
         for r in roots:
             nc.sweep_stale(r)
-        port = _choose_port(roots, options.get("port"))
-        session_dir = session.create_session_dir(root)
+        tcp = _bind_port(roots, node_ip, options.get("port"))
+        port = tcp.getsockname()[1]
+        try:
+            session_dir = session.create_session_dir(root)
+        except BaseException:
+            tcp.close()
+            raise
     stack = contextlib.ExitStack()
     stack.callback(session.remove_session_dir, session_dir)
+    stack.callback(tcp.close)
     log_path = os.path.join(session_dir, nc.NODE_LOG)
     if daemon:  # from here on, everything the node prints goes to node.log
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -672,11 +702,11 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
         os.chmod(sock_path, 0o600)
         listener.listen(64)
         fork_server = ForkServerClient(_fork_server_env())
-        address = f"{nc.NODE_IP}:{port}"
+        address = f"{node_ip}:{port}"
         info = {
             "protocol": protocol.PROTOCOL_VERSION, "session_dir": session_dir,
             "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
-            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": nc.NODE_IP,
+            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": node_ip,
             "totals": ledger.totals(), "gpu_ids": gpu_ids,
             "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
             "accelerator_type": spec["accelerator_type"],
@@ -690,6 +720,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             fork_server_start=procinfo.start_time(fork_server.pid),
             gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
             boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
+            head_address=f"{head[0]}:{head[1]}" if head else "",
         )
         try:
             server = NodeServer(info=info, ledger=ledger, fork_server=fork_server,
@@ -708,7 +739,26 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                 with open(f"{current}.{os.getpid()}.tmp", "w") as f:
                     f.write(record.path + "\n")
                 os.replace(f"{current}.{os.getpid()}.tmp", current)
-            logger.info("node %s started at %s: %s", info["node_id"][:12], address, totals)
+            entry = NodeEntry(
+                node_id=info["node_id"], ip=node_ip, port=port, is_head=head is None,
+                hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
+                accelerator_type=spec["accelerator_type"], incarnation=1,
+                start_time=time.time())
+            link = snapshot = None
+            if head is not None:  # join step 1-2: refused here means nothing is left running
+                try:
+                    link, snapshot = peering.join_head(head, token, entry)
+                except peering.JoinError as error:
+                    raise NodeStartError(str(error)) from None
+                except (OSError, TimeoutError) as error:
+                    raise NodeStartError(
+                        f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
+                        "address, and that `miniray start --head` runs there.") from None
+            server.attach_peering(peering.Peering(
+                entry=entry, listener=tcp, token=token, session_dir=session_dir,
+                ledger=ledger, head=head, channel=link, snapshot=snapshot))
+            logger.info("node %s started at %s%s: %s", info["node_id"][:12], address,
+                        f", joined {head[0]}:{head[1]}" if head else " (head)", totals)
             server.start_actor_service(_fork_server_env(), root)
             on_ready(record, info)
             server.serve()
