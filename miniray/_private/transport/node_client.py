@@ -293,8 +293,10 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
             f"host (session root {root}). A driver runs on a node of the cluster: run "
             f"`miniray start --address={wanted}` on this host first, then init() again.")
     raise ConnectionError(
-        f"Failed to connect to Ray cluster at {address}: no miniray node started with "
-        f"`miniray start --head --port {port}` is running under {root}."
+        f"Failed to connect to Ray cluster at {address}: no miniray node of this host (session "
+        f"root {root}) listens there or joined that cluster. A driver runs on a node of the "
+        f"cluster: start one here first, with `miniray start --address={wanted}` (or `miniray "
+        f"start --head --port {port}` for a new cluster)."
     )
 
 
