@@ -645,8 +645,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
     roots = [root] if root == default_root else [root, default_root]
-    node_ip = options.get("node_ip") or nc.NODE_IP
     head = nc.parse_address(options["head_address"]) if options.get("head_address") else None
+    node_ip = options.get("node_ip") or (peering.route_source(head[0]) if head else nc.NODE_IP)
     try:  # the token: a head may create it (`miniray start --head` did already), a member not
         token = auth_token.load_token(create=head is None)
     except auth_token.AuthTokenError as error:

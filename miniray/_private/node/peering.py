@@ -62,7 +62,7 @@ from miniray._private.core.cluster_view import ClusterView, NodeEntry
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
 
-__all__ = ["JoinError", "Peering", "bind_listener", "join_head"]
+__all__ = ["JoinError", "Peering", "bind_listener", "join_head", "route_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,18 @@ def bind_listener(ip: str, port: int) -> socket.socket:
     return sock
 
 
+def route_source(host: str) -> str:
+    """The address of this host that reaches ``host`` (a member's default
+    ``--node-ip-address``, as Ray's); 127.0.0.1 when there is no route."""
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, 9))  # UDP: no packet is sent
+            return probe.getsockname()[0]
+    except OSError:
+        return nc.NODE_IP
+
+
 def _send(channel: pc.PeerChannel, message) -> None:
     """Send from the loop, waiting at most ``SEND_TIMEOUT_S`` for room (TimeoutError, and
     the channel closed, past that); the socket is non-blocking again afterwards, for
@@ -125,7 +137,9 @@ def join_head(head: tuple[str, int], token: bytes, entry: NodeEntry,
     snapshot. JoinError with the message to show (token, versions, refusal), or OSError /
     TimeoutError when the head cannot be reached."""
     where = f"{head[0]}:{head[1]}"
-    source = (entry.ip, 0) if entry.ip and not entry.ip.startswith("0.") else None
+    # Fake hosts on 127.0.0.x: connect from the node's own address (the head logs it).
+    source = (entry.ip, 0) if entry.ip.startswith("127.") and head[0].startswith("127.") \
+        else None
     try:
         channel = pc.connect(head, token, ROLE_JOIN, hello={"node": entry.to_json()},
                              timeout=timeout, source_address=source)
