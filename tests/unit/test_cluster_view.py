@@ -120,3 +120,21 @@ def test_sums_over_alive_nodes_leave_out_zeros():
     b.available = {"CPU": 1.5}
     assert cv.totals_sum([a, b]) == {"CPU": 4.0, "node:127.0.0.1": 1.0, "node:127.0.0.2": 1.0}
     assert cv.available_sum([a, b]) == {"CPU": 1.5, "node:127.0.0.1": 1.0}
+
+
+def test_status_lists_active_and_dead_nodes_with_resources_or_reasons():
+    from miniray._private.node import node_status
+
+    view = ClusterView()
+    view.join(entry(node_id="a" * 56, ip="127.0.0.1", is_head=True), now=0.0)
+    view.join(entry(), now=0.0)
+    view.join(entry(node_id="c" * 56, ip="127.0.0.3"), now=0.0)
+    view.heartbeat("b" * 56, {"CPU": 0.5}, now=0.5)
+    view.leave("c" * 56, "The node was stopped (miniray stop).")
+    doc = {"view": view.snapshot(), "head": "127.0.0.1:6379", "is_head": False, "linked": True}
+    text = "\n".join(node_status.cluster_section(doc, now=1.0))
+    active, dead = text.split("Active:")[1].split("Dead:")
+    assert "127.0.0.1:6379 (head)" in active and "127.0.0.2:6379: 1.5/2 CPU" in active
+    assert "127.0.0.3:6379: The node was stopped (miniray stop)." in dead
+    doc["linked"] = False
+    assert "link to the head is down" in node_status.cluster_section(doc, now=1.0)[0]
