@@ -14,6 +14,9 @@ the nodes, their resources, GPUs and leases, reading files only (§8.3).
 mirrors. Ray's other options of these commands are accepted; those that do not apply on one
 host are named in one stderr line and ignored.
 
+``miniray get-auth-token [--generate]`` prints the cluster token hosts prove to each other
+(``host/auth_token.py``), creating it first with ``--generate``.
+
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
 every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
 """

@@ -29,6 +29,7 @@ import pytest
 from miniray._private.core import protocol
 from miniray._private.host.auth_token import AuthTokenError
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_wire
 from miniray._private.transport.peer_channel import (
     ClientHandshake, FrameReader, FrameWriter, PeerAuthError, PeerClosed, PeerRefused,
     ServerHandshake,
@@ -39,6 +40,7 @@ TOKEN = b"a" * 64
 OTHER = b"b" * 64
 LOGGER = "miniray._private.transport.peer_channel"
 FRAME_ERRORS = (PeerAuthError, PeerRefused, PeerClosed)
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
 @pytest.fixture(autouse=True)
@@ -200,6 +202,32 @@ def test_peer_closed_on_eof_and_close_wakes_a_blocked_reader():
     server.close()  # idempotent
     with pytest.raises(PeerClosed):
         server.send(1)
+
+
+def test_send_timeout_closes_a_channel_whose_peer_does_not_read():
+    client, server = channel_pair()
+    with client, server:
+        client.set_send_timeout(0.3)
+        client.send("small ones still go")
+        start = time.monotonic()
+        with pytest.raises(TimeoutError, match="within 0.3 s; the connection is closed"):
+            client.send_bytes(bytes(64 << 20))  # the server never reads
+        assert time.monotonic() - start < 2 and client.closed
+        with pytest.raises(PeerClosed):
+            client.send("after")
+
+
+def test_a_timeout_set_on_the_socket_does_not_break_feed_nonblocking():
+    client, server = channel_pair()
+    with client, server:
+        server._sock.settimeout(0.2)  # what a caller should not do; it must not kill the link
+        client.send("hi")
+        deadline = time.monotonic() + 5
+        got = []
+        while not got and time.monotonic() < deadline:
+            got = server.feed_nonblocking()
+        assert got == ["hi"] and not server.closed
+        assert server.feed_nonblocking() == [] and not server.closed
 
 
 def test_recv_timeout_keeps_the_channel_usable():
@@ -366,6 +394,20 @@ def test_oversize_hello_refused_before_reading_it():
         with pytest.raises(PeerAuthError, match="was announced"):
             server.result()
         assert keys
+
+
+def test_max_frame_holds_after_the_hello(listener):
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, max_frame=1000))
+    with pc.connect(listener.getsockname(), TOKEN, "join") as client, server.result() as srv:
+        client.send_bytes(b"x" * 1000)
+        assert len(srv.recv_bytes(timeout=5)) == 1000
+        with pytest.raises(TimeoutError, match="no message from 127.0.0.1:"):
+            client.recv(timeout=0.05)
+        client.send_bytes(b"x" * 1001)
+        with pytest.raises(PeerAuthError, match="the limit here is 1000"):
+            srv.recv_bytes(timeout=5)
+        with pytest.raises(PeerClosed):
+            client.recv(timeout=5)
 
 
 def test_slow_client_cannot_hold_accept_past_its_timeout(listener):
@@ -584,23 +626,6 @@ def test_fuzz_parsers_only_raise_peer_errors(tmp_path):
 
 
 # ----------------------------------------------------------------------------- versions
-def test_version_policy_refuses_miniray_and_python_minor_naming_both():
-    here = protocol.peer_versions()
-    assert protocol.version_policy(here, dict(here)) == (None, None)
-    major, minor, patch = here["python"].split(".")
-    for other in (dict(here, miniray="0.0.1"),
-                  dict(here, python=f"{major}.{int(minor) + 1}.0"), {}):
-        refusal, warning = protocol.version_policy(here, other, local_name="node A",
-                                                   remote_name="node B")
-        assert warning is None and refusal.startswith("Version mismatch: node A runs miniray "
-                                                      f"{here['miniray']}, python")
-        assert f"node B runs miniray {other.get('miniray') or 'unknown'}" in refusal
-    for other in (dict(here, python=f"{major}.{minor}.{int(patch) + 1}"),
-                  dict(here, numpy="0.1"), dict(here, cloudpickle=None)):
-        refusal, warning = protocol.version_policy(here, other)
-        assert refusal is None and "this process runs" in warning and "the peer runs" in warning
-
-
 def test_version_refusal_over_the_wire_names_both_sides(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     a, b = socket.socketpair()
@@ -707,6 +732,83 @@ def test_recv_bytes_into_a_callers_buffer():
             server.recv_bytes_into(bytearray(10), timeout=5)
 
 
+@pytest.fixture
+def mac_thread_from_1mib(monkeypatch):
+    """Frames of 1 MiB or more hashed by the helper thread (8 MiB by default)."""
+    monkeypatch.setattr(peer_wire, "PIPELINE_MIN", 1 << 20)
+
+
+def test_mac_thread_round_trip_both_ways(mac_thread_from_1mib):
+    client, server = channel_pair()
+    with client, server:
+        for size in (1 << 20, (3 << 20) + 17, 6 << 20):
+            data = os.urandom(size)
+            sender = Background(client.send_bytes, data)
+            assert bytes(server.recv_bytes(timeout=10)) == data
+            sender.result()
+            target = bytearray(size)
+            sender = Background(server.send_bytes, memoryview(data))
+            assert client.recv_bytes_into(target, timeout=10) == size and target == data
+            sender.result()
+        k, _ = _keys()
+        stream = _wire(FrameWriter(k), b"z" * (2 << 20))
+        assert [bytes(p) for p in FrameReader(k).feed(stream)] == [b"z" * (2 << 20)]
+
+
+def test_mac_thread_follows_a_frame_moved_into_the_callers_buffer(mac_thread_from_1mib):
+    """expect_into after the large frame began (its header came with the previous frame):
+    the bytes so far move to the caller's buffer and the MAC thread hashes from there."""
+    k, _ = _keys()
+    writer, reader = FrameWriter(k), FrameReader(k)
+    payload = os.urandom(3 << 20)
+    stream = _wire(writer, b"first") + _wire(writer, payload)
+    cut = 5 + 8 + 16 + 8 + (1 << 20)
+    assert reader.feed(stream[:cut]) == [b"first"]
+    target = bytearray(4 << 20)
+    reader.expect_into(target)
+    (got,) = reader.feed(stream[cut:])
+    assert got.obj is target and bytes(got) == payload
+
+
+def test_mac_thread_tampered_large_frame_and_no_thread_left(mac_thread_from_1mib):
+    k, _ = _keys()
+    stream = bytearray(_wire(FrameWriter(k), os.urandom(3 << 20)))
+    stream[2 << 20] ^= 4
+    reader = FrameReader(k)
+    reader.feed(bytes(stream[:1 << 20]))
+    assert any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+    with pytest.raises(PeerAuthError):
+        reader.feed(bytes(stream[1 << 20:]))
+    client, server = channel_pair()
+    with client, server:
+        frame = FrameWriter(b"not the key" * 3).encode(os.urandom(2 << 20))
+        sender = Background(lambda: [client._sock.sendall(bytes(p)) for p in frame])
+        with pytest.raises(PeerAuthError):
+            server.recv_bytes(timeout=10)
+        sender.result()
+
+
+def test_mac_thread_stops_when_the_connection_dies_mid_frame(mac_thread_from_1mib):
+    client, server = channel_pair()
+    with client, server:
+        header_and_half = FrameWriter(b"k" * 32).encode(bytes(4 << 20))
+        reader = Background(server.recv_bytes, timeout=10)
+        client._sock.sendall(header_and_half[0] + bytes(header_and_half[1][:2 << 20]))
+        time.sleep(0.1)
+        assert any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+        client.close()
+        with pytest.raises(PeerClosed):
+            reader.result()
+        assert not any(t.name == "miniray-peer-mac" for t in threading.enumerate())
+    # the sender's side: the peer goes away while a large frame is being written
+    client, server = channel_pair()
+    with client:
+        server.close()
+        with pytest.raises((PeerClosed, OSError)):
+            for _ in range(4):
+                client.send_bytes(bytes(4 << 20))
+
+
 # ---------------------------------------------------------------------- HandshakeGate
 def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
@@ -735,6 +837,26 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
     assert not gate.submit(socket.socket())  # closed gate sheds
 
 
+def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    handled = []
+
+    def handler(channel):
+        handled.append(channel)
+        raise RuntimeError("handler bug")
+
+    gate = pc.HandshakeGate(TOKEN, on_channel=handler)
+    client = Background(pc.connect, listener.getsockname(), TOKEN, "join")
+    gate.submit(_accepted(listener))
+    with client.result() as channel:
+        gate.close()
+        assert handled and handled[0].closed
+        with pytest.raises(PeerClosed):
+            channel.recv(timeout=5)
+    assert "the handler of peer" in caplog.text and "handler bug" in caplog.text
+    assert gate.statistics()["accepted"] == 1
+
+
 # ------------------------------------------------------------------------------- errors
 def test_errors_pickle_and_have_the_right_bases():
     for cls, bases in ((PeerAuthError, (ConnectionError, AuthenticationError)),
@@ -756,10 +878,10 @@ def certs(tmp_path_factory):
         subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True,
                        timeout=60)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+    run("req", "-x509", *EC_KEY, "-days", "1", "-subj",
         "/CN=test-ca", "-keyout", "ca.key", "-out", "ca.pem")
     for name in ("node", "client", "rogue"):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+        run("req", *EC_KEY, "-subj", f"/CN={name}",
             "-keyout", f"{name}.key", "-out", f"{name}.csr")
         if name == "rogue":  # self-signed: not from the cluster's CA
             run("x509", "-req", "-in", f"{name}.csr", "-signkey", f"{name}.key", "-days",
@@ -816,10 +938,30 @@ def test_tls_refuses_a_certificate_from_another_ca(listener, certs):
         server.result()
 
 
+def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
+    assert pc.tls_contexts({}) is None and pc.tls_contexts({"RAY_USE_TLS": "0"}) is None
+    with pytest.raises(AuthTokenError, match="MINIRAY_TLS_SERVER_CERT"):
+        pc.tls_contexts({"RAY_USE_TLS": "1"})
+    env = {"RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": certs["node"][0],
+           "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "RAY_TLS_CA_CERT": certs["ca"]}
+    with pytest.raises(AuthTokenError, match="cannot be read"):
+        pc.tls_contexts(dict(env, RAY_TLS_CA_CERT="/nonexistent/ca.pem"))
+    with pytest.raises(AuthTokenError, match="cannot be used"):
+        pc.tls_contexts(dict(env, RAY_TLS_SERVER_KEY=certs["client"][1],
+                             MINIRAY_TLS_SERVER_KEY=""))
+    client_ctx, server_ctx = pc.tls_contexts(env)
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    with pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx) as client:
+        with server.result() as srv:
+            assert client.tls and srv.tls
+            client.send(1)
+            assert srv.recv(timeout=5) == 1
+
+
 def test_compare_digest_is_used_for_every_check():
     """Guard against a later edit comparing proofs or tags with ==."""
     import inspect
 
-    source = inspect.getsource(pc)
+    source = inspect.getsource(peer_wire)
     assert source.count("hmac.compare_digest") >= 4
     assert hmac.compare_digest(pc.DECLINE, bytes(32))

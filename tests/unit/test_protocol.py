@@ -167,3 +167,20 @@ def test_version_mismatch_refuses_another_miniray_or_python_minor_and_warns_on_p
     refusal, warning = protocol.version_mismatch(
         dict(here, python_version=f"{major}.{minor}.{int(patch) + 1}"), "node x")
     assert refusal is None and warning.startswith("Python patch version mismatch: ")
+
+
+def test_version_policy_refuses_miniray_and_python_minor_naming_both():
+    here = protocol.peer_versions()
+    assert protocol.version_policy(here, dict(here)) == (None, None)
+    major, minor, patch = here["python"].split(".")
+    for other in (dict(here, miniray="0.0.1"),
+                  dict(here, python=f"{major}.{int(minor) + 1}.0"), {}):
+        refusal, warning = protocol.version_policy(here, other, local_name="node A",
+                                                   remote_name="node B")
+        assert warning is None and refusal.startswith("Version mismatch: node A runs miniray "
+                                                      f"{here['miniray']}, python")
+        assert f"node B runs miniray {other.get('miniray') or 'unknown'}" in refusal
+    for other in (dict(here, python=f"{major}.{minor}.{int(patch) + 1}"),
+                  dict(here, numpy="0.1"), dict(here, cloudpickle=None)):
+        refusal, warning = protocol.version_policy(here, other)
+        assert refusal is None and "this process runs" in warning and "the peer runs" in warning

@@ -1,11 +1,12 @@
 """The cluster token that peers prove to each other: where it comes from, and making one.
 
 Owns: finding the token (``load_token``), saying where it came from without showing it
-(``token_source``), creating it once, safely (``load_token(create=True)``), and the error
-for every problem with it (``AuthTokenError``). Does not own: how the token is proven on a
-connection (``transport/peer_channel.py``: a challenge-response, the token itself never
-travels), or when a token is required (the node: peering off loopback refuses to start
-without one).
+(``token_source``), creating it once, safely (``load_token(create=True)``), the error
+for every problem with it (``AuthTokenError``), and the TLS settings beside it
+(``tls_files``: whether TLS is on and the certificate files, Ray's variable names). Does
+not own: how the token is proven on a connection (``transport/peer_wire.py``: a
+challenge-response, the token itself never travels), or when a token is required (the
+node: peering off loopback refuses to start without one).
 Called by: the node and ``miniray start`` when they listen or join, ``miniray
 get-auth-token`` (cli.py), and drivers connecting to a remote node.
 
@@ -39,13 +40,21 @@ import stat
 
 __all__ = [
     "AuthTokenError", "DEFAULT_RELATIVE_PATH", "MIN_TOKEN_BYTES", "TOKEN_ENV", "TOKEN_PATH_ENV",
-    "default_token_path", "load_token", "read_token_file", "resolve", "token_source",
+    "TLS_ENV", "default_token_path", "load_token", "read_token_file", "resolve", "tls_files",
+    "token_source",
 ]  # fmt: skip
 
 TOKEN_ENV = ("MINIRAY_AUTH_TOKEN", "RAY_AUTH_TOKEN")
 TOKEN_PATH_ENV = ("MINIRAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN_PATH")
 DEFAULT_RELATIVE_PATH = os.path.join(".miniray", "auth_token")
 MIN_TOKEN_BYTES = 16
+# TLS between hosts: the switch, then the files (each: miniray's name, then Ray's).
+TLS_ENV = {
+    "use": ("MINIRAY_USE_TLS", "RAY_USE_TLS"),
+    "cert": ("MINIRAY_TLS_SERVER_CERT", "RAY_TLS_SERVER_CERT"),
+    "key": ("MINIRAY_TLS_SERVER_KEY", "RAY_TLS_SERVER_KEY"),
+    "ca": ("MINIRAY_TLS_CA_CERT", "RAY_TLS_CA_CERT"),
+}
 _READ_LIMIT = 64 * 1024  # a token file larger than this is not a token file
 
 
@@ -220,3 +229,40 @@ def load_token(*, create: bool = False, environ=None, home: str | None = None) -
         "does not exist. On the head node, `miniray get-auth-token --generate` makes one and "
         "prints it; give the same token to every node and driver (MINIRAY_AUTH_TOKEN, or a "
         "0600 file named by MINIRAY_AUTH_TOKEN_PATH).")
+
+
+def _first(environ, names) -> tuple[str | None, str]:
+    for name in names:
+        value = environ.get(name)
+        if value:
+            return value, name
+    return None, names[0]
+
+
+def tls_files(environ=None) -> tuple[str, str, str] | None:
+    """``(cert, key, ca)`` when TLS between hosts is on (``MINIRAY_USE_TLS`` or Ray's
+    ``RAY_USE_TLS`` is 1/true), else None. Every host presents ``cert``/``key`` (a server
+    and a client certificate at once, as in Ray) and accepts only peers whose certificate
+    ``ca`` signed. AuthTokenError names a missing or unreadable file's variable.
+
+    Example:
+        >>> tls_files({}) is None
+        True
+    """
+    environ = os.environ if environ is None else environ
+    use, _ = _first(environ, TLS_ENV["use"])
+    if not use or use.strip().lower() in ("0", "false", "no", "off"):
+        return None
+    files = []
+    for what in ("cert", "key", "ca"):
+        path, name = _first(environ, TLS_ENV[what])
+        if not path:
+            needed = ", ".join(TLS_ENV[key][0] for key in ("cert", "key", "ca"))
+            raise AuthTokenError(
+                f"TLS between hosts is on ({'/'.join(TLS_ENV['use'])}) but {name} (or "
+                f"{TLS_ENV[what][1]}) is not set: set {needed} on every host.")
+        path = os.path.abspath(os.path.expanduser(path))
+        if not os.access(path, os.R_OK):
+            raise AuthTokenError(f"The TLS file {path} (from {name}) cannot be read.")
+        files.append(path)
+    return files[0], files[1], files[2]

@@ -1,476 +1,72 @@
-"""The authenticated channel between miniray hosts: a token handshake, then MAC'd frames.
+"""The authenticated channel between miniray hosts: blocking connect/accept and the channel.
 
-Owns: the handshake that proves the cluster token in both directions before anything else
-is read (``ClientHandshake``, ``ServerHandshake``), the framing that authenticates and
-orders every later frame (``FrameWriter``, ``FrameReader``), the blocking wrappers that
-do both on a socket (``connect``, ``accept``, ``PeerChannel``), the bound on concurrent
-handshakes of a listener (``HandshakeGate``), optional TLS contexts, and the errors
-(``PeerAuthError``, ``PeerRefused``, ``PeerClosed``). Does not own: the token (``host/
-auth_token.py``), the version rule (``core/protocol.version_policy``), listening sockets,
-or what roles say to each other after the HELLO (the node's join and heartbeat code).
+Owns: running the handshake of ``peer_wire.py`` on a socket with one deadline
+(``connect``, ``accept``), the HELLO that follows it (step 7 below), the channel that sends
+and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, or from a
+selector loop; large payloads straight into the caller's buffer), the bound on concurrent
+handshakes of a listener (``HandshakeGate``), and the TLS contexts. Re-exports every name of
+``peer_wire.py`` (errors, handshake and frame classes), so callers import this module only.
+Does not own: the wire format (``peer_wire.py``), the token and TLS settings
+(``host/auth_token.py``), the version rule (``core/protocol.version_policy``), listening
+sockets, or what roles say to each other after the HELLO (the node's join and heartbeat
+code).
 Called by: node/ (joining, heartbeats, pulls) and drivers that reach a remote node.
 
-Threat: anyone who can reach the port (another local user, any host on the LAN). Nothing
-is unpickled, and no role acts, before the peer has proven the token; until then every read
-has a fixed size and the whole handshake a deadline. The token never travels.
+Steps 1-6 (handshake, keys, frames) are in ``peer_wire.py``; then::
 
-Wire protocol (all integers big-endian; ``H(k, m)`` is HMAC-SHA256)::
-
-    1. C -> S  MAGIC(8) | proto(u16) | cn(32)                   client nonce, fresh
-    2. S -> C  OK(1) | sn(32) | H(token, "S"|cn|sn)(32)          the server proves first
-               or BAD_VERSION(1) | proto(u16), then close
-    3. C checks the server's proof (compare_digest). Wrong: C sends 32 zero bytes (it
-       declines: the server can log why) and closes; C raises PeerAuthError.
-       Right: C -> S  H(token, "C"|cn|sn)(32)
-    4. S checks it. Wrong: S -> C BAD_TOKEN(1), close; S logs one line with the peer's
-       address and raises PeerAuthError. Right: S -> C OK(1).
-    5. Keys, one per direction (a frame cannot be reflected back to its sender):
-       k_c2s = H(token, "K-c2s"|cn|sn), k_s2c = H(token, "K-s2c"|cn|sn).
-    6. Every later frame, each direction with its own seq from 0:
-           length(u64) | payload | H(k_dir, seq(u64) | payload)[:16]
-       A length over the reader's limit, a wrong tag (tampered, replayed, reordered,
-       reflected or truncated frame) -> PeerAuthError and the connection is closed. The tag
-       is checked before the payload is handed to anyone, so before any unpickling.
     7. C -> S HELLO, the first frame: pickle {"role", "versions", **extra}.
        S -> C {"ok": True, "versions", **extra} or {"ok": False, "error": text}, then close.
        Versions follow ``protocol.version_policy`` on both sides: another miniray or Python
        major.minor is refused naming both sides' values; other differences warn.
+       The HELLO frame may not exceed ``HELLO_MAX_FRAME``; steps 1-7 share one deadline.
 
-With TLS (``ssl_context``) the socket is wrapped first and steps 1-7 run inside it: TLS adds
-confidentiality and certificates; the token stays mandatory. Without TLS the channel gives
-authentication and integrity, not confidentiality.
-
-Large payloads: ``FrameWriter.stream`` MACs and sends a payload in chunks without copying it;
-``FrameReader`` receives a large payload straight into its final buffer (``direct_buffer`` /
-``advance``, used with ``recv_into``), MACing it as it arrives, and ``PeerChannel.
-recv_bytes_into`` lets the caller name that buffer (an mmap of a segment, say).
+A failed check closes the socket and the side that detected it raises (``accept`` also logs
+one WARNING line naming the peer's address). With TLS (``ssl_context``) the socket is
+wrapped first and steps 1-7 run inside it: TLS adds confidentiality and certificates; the
+token stays mandatory. Without TLS the channel gives authentication and integrity, not
+confidentiality.
 """
 
 from __future__ import annotations
 
 import collections
-import hmac
 import logging
 import pickle
-import secrets
 import select
 import socket
 import ssl
-import struct
 import threading
 import time
 from typing import Callable
 
 from miniray._private.core import protocol
+from miniray._private.host import auth_token
 from miniray._private.host.auth_token import AuthTokenError
-from miniray.exceptions import AuthenticationError
+from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported for callers
+    BAD_TOKEN, BAD_VERSION, DECLINE, DEFAULT_MAX_FRAME, DIRECT_MIN, HEADER, HELLO_MAX_FRAME,
+    MAGIC, OK, PROTO_VERSION, TAG, ClientHandshake, FrameReader, FrameWriter, PeerAuthError,
+    PeerClosed, PeerRefused, ServerHandshake, _mac, derive_keys,
+)
 
 __all__ = [
     "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
     "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
-    "ServerHandshake", "accept", "client_ssl_context", "connect", "server_ssl_context",
+    "ServerHandshake", "accept", "client_ssl_context", "connect", "derive_keys",
+    "server_ssl_context", "tls_contexts",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"\x93miniray"
-PROTO_VERSION = 1
-NONCE = 32
-PROOF = 32
-TAG = 16
-OK = b"\x06"
-BAD_VERSION = b"V"
-BAD_TOKEN = b"T"
-DECLINE = bytes(PROOF)  # step 3: "your proof was wrong", sent instead of ours
-_CLIENT_HELLO = struct.Struct("!8sH32s")
-_U16 = struct.Struct("!H")
-_U64 = struct.Struct("!Q")
-HEADER = _U64.size
-
-DEFAULT_MAX_FRAME = 1 << 40   # after authentication: what a peer may send in one frame
-HELLO_MAX_FRAME = 1 << 20     # step 7's frames
-DIRECT_MIN = 1 << 20          # payloads this large are received straight into their buffer
 _SCRATCH = 1 << 18
 _SEND_CHUNK = 1 << 22
 _JOIN_BELOW = 1 << 16         # a frame smaller than this is written with one system call
+_TLS_PIECE = 1 << 16         # with a send deadline, TLS writes at most this much at once
 _FEED_READS = 64              # reads per feed_nonblocking call: a fast peer cannot starve
 
 ADVICE = ("Check that every node and driver has the same token: `miniray get-auth-token` on "
           "the head prints it; set MINIRAY_AUTH_TOKEN (or a 0600 file named by "
           "MINIRAY_AUTH_TOKEN_PATH) to it.")
 
-
-class PeerAuthError(AuthenticationError, ConnectionError):
-    """A peer did not prove the cluster token, or a frame failed its check (tampered,
-    replayed, reordered, reflected, oversize). The connection is closed; the message says
-    which peer and what to check."""
-
-
-class PeerRefused(ConnectionError):
-    """The peer proved the token but refused this connection (another miniray or Python
-    version, or a role its node does not accept); the message is the refusal's text."""
-
-
-class PeerClosed(ConnectionError):
-    """The peer closed the connection (EOF), in the handshake or between frames."""
-
-
-def _mac(key: bytes, *parts: bytes) -> bytes:
-    mac = hmac.new(key, digestmod="sha256")
-    for part in parts:
-        mac.update(part)
-    return mac.digest()
-
-
-def derive_keys(token: bytes, cn: bytes, sn: bytes) -> tuple[bytes, bytes]:
-    """Step 5: ``(k_c2s, k_s2c)``."""
-    return _mac(token, b"K-c2s", cn, sn), _mac(token, b"K-s2c", cn, sn)
-
-
-# ---------------------------------------------------------------------------- handshake
-class _Handshake:
-    """Shared buffering: ``feed`` bytes in any pieces, get back what to send. ``wants`` is
-    how many bytes the next step needs (read exactly that many: nothing past the handshake
-    is consumed). On failure ``feed`` raises PeerAuthError (or PeerRefused) whose ``reply``
-    attribute holds the bytes to send before closing."""
-
-    def __init__(self, token: bytes, nonce: bytes | None):
-        if not isinstance(token, (bytes, bytearray)) or not token:
-            raise PeerAuthError("miniray bug: the handshake needs the cluster token as bytes")
-        self._token = bytes(token)
-        self._nonce = nonce if nonce is not None else secrets.token_bytes(NONCE)
-        self._buffer = bytearray()
-        self._step = ""
-        self.keys: tuple[bytes, bytes] | None = None  # (send key, receive key) when done
-
-    @property
-    def done(self) -> bool:
-        return self._step == "done"
-
-    @property
-    def wants(self) -> int:
-        return max(0, self._need() - len(self._buffer))
-
-    def _need(self) -> int:
-        raise NotImplementedError
-
-    def _take(self) -> bytes | None:
-        need = self._need()
-        if need == 0 or len(self._buffer) < need:
-            return None
-        data = bytes(self._buffer[:need])
-        del self._buffer[:need]
-        return data
-
-    @staticmethod
-    def _fail(text: str, reply: bytes = b"", cls=None) -> Exception:
-        error = (cls or PeerAuthError)(text)
-        error.reply = reply
-        return error
-
-
-class ServerHandshake(_Handshake):
-    """Steps 1-5, the listening side. Example::
-
-        hs = ServerHandshake(token)
-        while not hs.done:
-            sock.sendall(hs.feed(recv_exactly(sock, hs.wants)))
-        send_key, recv_key = hs.keys   # k_s2c, k_c2s
-    """
-
-    def __init__(self, token: bytes, *, nonce: bytes | None = None):
-        super().__init__(token, nonce)
-        self._step = "hello"
-        self._cn = b""
-
-    def _need(self) -> int:
-        return {"hello": _CLIENT_HELLO.size, "proof": PROOF}.get(self._step, 0)
-
-    def feed(self, data: bytes) -> bytes:
-        if self._step == "done":
-            raise PeerAuthError("miniray bug: bytes fed to a finished handshake")
-        self._buffer += data
-        out = b""
-        while True:
-            message = self._take()
-            if message is None:
-                return out
-            if self._step == "hello":
-                magic, version, cn = _CLIENT_HELLO.unpack(message)
-                if magic != MAGIC:
-                    raise self._fail(f"it is not a miniray peer (its first bytes are "
-                                     f"{message[:8]!r})")
-                if version != PROTO_VERSION:
-                    raise self._fail(
-                        f"it speaks peer protocol {version}, this node speaks "
-                        f"{PROTO_VERSION}: run the same miniray version on every host",
-                        BAD_VERSION + _U16.pack(PROTO_VERSION), PeerRefused)
-                self._cn = cn
-                out += OK + self._nonce + _mac(self._token, b"S", cn, self._nonce)
-                self._step = "proof"
-            else:  # "proof"
-                if hmac.compare_digest(message, DECLINE):
-                    raise self._fail("it holds another token (it could not verify this "
-                                     "node's proof)")
-                expected = _mac(self._token, b"C", self._cn, self._nonce)
-                if not hmac.compare_digest(message, expected):
-                    raise self._fail("its token proof is wrong (it holds another token)",
-                                     BAD_TOKEN)
-                k_c2s, k_s2c = derive_keys(self._token, self._cn, self._nonce)
-                self.keys = (k_s2c, k_c2s)
-                self._step = "done"
-                return out + OK
-
-
-class ClientHandshake(_Handshake):
-    """Steps 1-5, the connecting side: send ``start()``, then feed what arrives (exactly
-    ``wants`` bytes at a time) and send what ``feed`` returns, until ``done``."""
-
-    def __init__(self, token: bytes, *, nonce: bytes | None = None):
-        super().__init__(token, nonce)
-        self._step = "new"
-
-    def start(self) -> bytes:
-        self._step = "status"
-        return _CLIENT_HELLO.pack(MAGIC, PROTO_VERSION, self._nonce)
-
-    def _need(self) -> int:
-        return {"status": 1, "version": _U16.size, "proof": NONCE + PROOF,
-                "verdict": 1}.get(self._step, 0)
-
-    def feed(self, data: bytes) -> bytes:
-        if self._step in ("new", "done"):
-            raise PeerAuthError("miniray bug: bytes fed to a handshake not running")
-        self._buffer += data
-        out = b""
-        while True:
-            message = self._take()
-            if message is None:
-                return out
-            if self._step == "status":
-                if message == OK:
-                    self._step = "proof"
-                elif message == BAD_VERSION:
-                    self._step = "version"
-                else:
-                    raise self._fail(f"it answered {message!r}, not a miniray node's "
-                                     "handshake")
-            elif self._step == "version":
-                (version,) = _U16.unpack(message)
-                raise self._fail(f"it speaks peer protocol {version}, this process speaks "
-                                 f"{PROTO_VERSION}: run the same miniray version on every "
-                                 "host", cls=PeerRefused)
-            elif self._step == "proof":
-                sn, proof = message[:NONCE], message[NONCE:]
-                expected = _mac(self._token, b"S", self._nonce, sn)
-                if not hmac.compare_digest(proof, expected):
-                    raise self._fail("it did not prove this cluster's token (it holds "
-                                     "another token, or it is not your node)", DECLINE)
-                k_c2s, k_s2c = derive_keys(self._token, self._nonce, sn)
-                self.keys = (k_c2s, k_s2c)
-                self._step = "verdict"
-                out += _mac(self._token, b"C", self._nonce, sn)
-            else:  # "verdict"
-                if message == OK:
-                    self._step = "done"
-                    return out
-                if message == BAD_TOKEN:
-                    raise self._fail("it refused this process's token")
-                raise self._fail(f"it answered {message!r} to this process's proof")
-
-
-# ------------------------------------------------------------------------------- frames
-class _FrameStream:
-    """One outgoing frame written in pieces: ``header``, then ``update`` each chunk as it
-    is sent, then ``tag()``."""
-
-    __slots__ = ("header", "_mac", "_left")
-
-    def __init__(self, header: bytes, mac, size: int):
-        self.header = header
-        self._mac = mac
-        self._left = size
-
-    def update(self, chunk) -> None:
-        self._left -= len(chunk)
-        if self._mac is not None:
-            self._mac.update(chunk)
-
-    def tag(self) -> bytes:
-        if self._left:
-            raise ValueError(f"miniray bug: {self._left} bytes of the frame were not given")
-        return self._mac.digest()[:TAG] if self._mac is not None else bytes(TAG)
-
-
-class FrameWriter:
-    """Step 6, sending. Not thread-safe: one writer per direction, used under a lock.
-
-    ``mac=False`` (benchmarks only) sends zero tags that a ``FrameReader(mac=False)``
-    accepts: the same framing, without the MAC's cost.
-    """
-
-    def __init__(self, key: bytes, *, mac: bool = True):
-        self._base = hmac.new(key, digestmod="sha256") if mac else None
-        self.seq = 0
-
-    def stream(self, size: int) -> _FrameStream:
-        """Start a frame of ``size`` payload bytes (consumes its sequence number)."""
-        mac = None
-        if self._base is not None:
-            mac = self._base.copy()
-            mac.update(_U64.pack(self.seq))
-        self.seq += 1
-        return _FrameStream(_U64.pack(size), mac, size)
-
-    def encode(self, payload) -> list:
-        """``[header, payload, tag]`` for one frame; ``payload`` itself is not copied."""
-        frame = self.stream(len(payload) if not isinstance(payload, memoryview)
-                            else payload.nbytes)
-        view = payload if not isinstance(payload, memoryview) else payload.cast("B")
-        frame.update(view)
-        return [frame.header, payload, frame.tag()]
-
-
-class FrameReader:
-    """Step 6, receiving, sans-IO: ``feed(data)`` returns the payloads completed and
-    verified by it, in order (bytes, or a bytearray/memoryview for a large one).
-
-    A large payload (``DIRECT_MIN`` or more) goes into a buffer of its own: while
-    ``direct_buffer()`` is not None, ``recv_into`` it and call ``advance(n)``; that avoids a
-    copy. Raises PeerAuthError on an oversize length or a wrong tag; after that the reader
-    is dead (every later call raises it again).
-    """
-
-    def __init__(self, key: bytes, max_frame: int = DEFAULT_MAX_FRAME, *, mac: bool = True):
-        self._base = hmac.new(key, digestmod="sha256") if mac else None
-        self.max_frame = max_frame
-        self.seq = 0
-        self._buffer = bytearray()
-        self._size = -1          # payload size of the frame being read; -1: reading a header
-        self._target = None      # a large payload's buffer (memoryview), or None
-        self._own_target = False  # True: _target views a whole bytearray of ours
-        self._filled = 0
-        self._mac = None
-        self._into = None        # the caller's buffer for the next large frame
-        self._error: PeerAuthError | None = None
-
-    def expect_into(self, buffer) -> None:
-        """Receive the next frame's payload into ``buffer`` (a writable buffer at least that
-        large); the payload returned is then a memoryview of it."""
-        into = memoryview(buffer).cast("B")
-        if self._size < 0:
-            self._into = into
-        elif self._target is not None and self._size <= into.nbytes:  # begun: move it
-            into[:self._filled] = self._target[:self._filled]
-            self._target = into[:self._size]
-            self._own_target = False
-
-    def cancel_into(self) -> None:
-        """Forget ``expect_into``'s buffer if no frame went into it."""
-        self._into = None
-
-    def _raise(self, text: str):
-        self._error = PeerAuthError(text)
-        raise self._error
-
-    def _begin_mac(self):
-        if self._base is None:
-            return None
-        mac = self._base.copy()
-        mac.update(_U64.pack(self.seq))
-        return mac
-
-    def _check(self, mac, tag: bytes) -> None:
-        if mac is None:
-            ok = tag == bytes(TAG)
-        else:
-            ok = hmac.compare_digest(mac.digest()[:TAG], tag)
-        if not ok:
-            self._raise(f"frame {self.seq} failed its integrity check (tampered, replayed, "
-                        "reordered or reflected, or the peer's key differs)")
-        self.seq += 1
-
-    def direct_buffer(self) -> memoryview | None:
-        """Where the next bytes of a large payload go (``recv_into`` it), or None."""
-        if self._target is None or self._buffer or self._filled >= self._size:
-            return None
-        return self._target[self._filled:]
-
-    def advance(self, n: int) -> list:
-        """``n`` bytes were received into ``direct_buffer()``; returns completed payloads."""
-        if self._error:
-            raise self._error
-        region = self._target[self._filled:self._filled + n]
-        if self._mac is not None:
-            self._mac.update(region)
-        self._filled += n
-        return self.feed(b"") if self._filled == self._size else []
-
-    def feed(self, data) -> list:
-        if self._error:
-            raise self._error
-        buffer = self._buffer
-        if data:
-            buffer += data
-        out = []
-        offset = 0
-        end = len(buffer)
-        while True:
-            if self._size < 0:
-                if end - offset < HEADER:
-                    break
-                (size,) = _U64.unpack_from(buffer, offset)
-                if size > self.max_frame:
-                    self._raise(f"a frame of {size} bytes was announced; the limit here is "
-                                f"{self.max_frame}")
-                offset += HEADER
-                self._size = size
-                if size >= DIRECT_MIN or (self._into is not None and size > 0):
-                    if self._into is not None:
-                        if self._into.nbytes < size:
-                            self._raise(f"a frame of {size} bytes arrived where at most "
-                                        f"{self._into.nbytes} were expected")
-                        self._target, self._into = self._into[:size], None
-                        self._own_target = False
-                    else:
-                        self._target = memoryview(bytearray(size))
-                        self._own_target = True
-                    self._filled = 0
-                    self._mac = self._begin_mac()
-            if self._target is not None:
-                if self._filled < self._size:
-                    take = min(self._size - self._filled, end - offset)
-                    if take:
-                        region = self._target[self._filled:self._filled + take]
-                        region[:] = buffer[offset:offset + take]
-                        if self._mac is not None:
-                            self._mac.update(region)
-                        self._filled += take
-                        offset += take
-                    if self._filled < self._size:
-                        break
-                if end - offset < TAG:
-                    break
-                self._check(self._mac, bytes(buffer[offset:offset + TAG]))
-                offset += TAG
-                out.append(self._target.obj if self._own_target else self._target)
-                self._target = self._mac = None
-                self._size = -1
-                continue
-            size = self._size
-            if end - offset < size + TAG:
-                break
-            payload = bytes(buffer[offset:offset + size])
-            mac = self._begin_mac()
-            if mac is not None:
-                mac.update(payload)
-            self._check(mac, bytes(buffer[offset + size:offset + size + TAG]))
-            out.append(payload)
-            offset += size + TAG
-            self._size = -1
-        if offset:
-            del buffer[:offset]
-        return out
 
 
 # ----------------------------------------------------------------------------- blocking I/O
@@ -499,11 +95,19 @@ def _readable_now(sock) -> bool:
 
 
 def _send_all(sock, data, deadline: float | None = None) -> None:
-    """``sendall`` that works on blocking and non-blocking (also TLS) sockets alike."""
+    """``sendall`` that works on blocking and non-blocking (also TLS) sockets alike, and
+    gives up with TimeoutError at ``deadline`` (None: never)."""
     view = memoryview(data).cast("B")
+    tls = isinstance(sock, ssl.SSLSocket)
     while view.nbytes:
         try:
-            sent = sock.send(view)
+            if deadline is None:
+                sent = sock.send(view)
+            elif not tls:
+                sent = sock.send(view, socket.MSG_DONTWAIT)
+            else:  # no flags with TLS: wait for room, then write a bounded piece
+                _wait(sock, select.POLLOUT, deadline)
+                sent = sock.send(view[:_TLS_PIECE])
         except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
                 ssl.SSLWantReadError):
             _wait(sock, select.POLLOUT, deadline)
@@ -578,6 +182,7 @@ class PeerChannel:
         self._scratch = bytearray(_SCRATCH)
         self._eof = False
         self._closed = False
+        self._send_timeout: float | None = None
         self.address = address
         self.role = role
         self.peer_hello: dict = {}
@@ -612,25 +217,40 @@ class PeerChannel:
         with self._send_lock:
             if self._closed:
                 raise PeerClosed(f"the channel to {self.address} is closed")
-            frame = self._writer.stream(size)
+            timeout = self._send_timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
+            sock = self._sock
+            frame = self._writer.stream(size, view)
             try:
                 if size < _JOIN_BELOW:
                     frame.update(view)
-                    _send_all(self._sock, frame.header + bytes(view) + frame.tag())
+                    _send_all(sock, frame.header + bytes(view) + frame.tag(), deadline)
                     return
-                _send_all(self._sock, frame.header)
+                _send_all(sock, frame.header, deadline)
                 for start in range(0, size, _SEND_CHUNK):
                     chunk = view[start:start + _SEND_CHUNK]
                     frame.update(chunk)
-                    _send_all(self._sock, chunk)
-                _send_all(self._sock, frame.tag())
-            except OSError as error:
-                # The frame is half written: the stream cannot be used any more.
-                self._close_locked()
-                if isinstance(error, ConnectionError):
+                    _send_all(sock, chunk, deadline)
+                _send_all(sock, frame.tag(), deadline)
+            except BaseException as error:
+                # The frame's sequence number is spent and it may be half written: the
+                # stream cannot be used any more, whatever went wrong.
+                frame.abort()
+                self.close()
+                if isinstance(error, (TimeoutError, socket.timeout)):
+                    raise TimeoutError(f"sending {size} bytes to {self.address} did not "
+                                       f"finish within {timeout} s; the connection is "
+                                       "closed") from None
+                if isinstance(error, (ConnectionError, ValueError)):
                     raise PeerClosed(f"the connection to {self.address} broke while "
                                      f"sending: {error}") from error
                 raise
+
+    def set_send_timeout(self, seconds: float | None) -> None:
+        """Bound every later send: one that cannot finish within ``seconds`` (the peer does
+        not read) raises TimeoutError and closes the channel. None (the default): wait.
+        Use this, never a timeout on the socket itself (that would make reads block)."""
+        self._send_timeout = seconds
 
     # ---------------------------------------------------------------- receiving
     def _fail(self, error: BaseException):
@@ -647,7 +267,7 @@ class PeerChannel:
                 n = _recv_some(self._sock, self._scratch, deadline)
         except TimeoutError:
             raise
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: closed by another thread
             self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
         if n == 0:
             return False
@@ -666,8 +286,14 @@ class PeerChannel:
         (None: wait), PeerClosed on EOF, PeerAuthError on a frame that fails its check."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._ready:
-            if self._eof or self._closed or not self._read_once(deadline):
+            try:
+                more = not (self._eof or self._closed) and self._read_once(deadline)
+            except TimeoutError:
+                raise TimeoutError(f"no message from {self.address} within {timeout} s") \
+                    from None
+            if not more:
                 self._eof = True
+                self._reader.close()  # a frame cut short: stop its helper thread
                 raise PeerClosed(f"{self.address} closed the connection")
         return self._ready.popleft()
 
@@ -711,12 +337,13 @@ class PeerChannel:
                 else:
                     n = self._sock.recv_into(buffer, 0, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):
-                break
-            except OSError as error:
+                    ssl.SSLWantWriteError, TimeoutError, socket.timeout):
+                break  # nothing more now (a timeout: someone set one on the socket)
+            except (OSError, ValueError) as error:
                 self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
             if n == 0:
                 self._eof = True
+                self._reader.close()
                 break
             try:
                 if direct is not None:
@@ -739,13 +366,12 @@ class PeerChannel:
         if self._closed:
             return
         self._closed = True
+        self._reader.close()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked in recv
         except OSError:
             pass
         _close(self._sock)
-
-    _close_locked = close
 
     @property
     def closed(self) -> bool:
@@ -787,11 +413,11 @@ def _run_handshake(sock, handshake, first: bytes, deadline: float) -> tuple[byte
 
 def _hello_reply(channel: PeerChannel, deadline: float):
     """Step 7's frame, bounded in size and time, verified, then unpickled."""
-    channel._reader.max_frame = HELLO_MAX_FRAME
+    limit, channel._reader.max_frame = channel._reader.max_frame, HELLO_MAX_FRAME
     try:
         data = channel.recv_bytes(max(0.0, deadline - time.monotonic()))
     finally:
-        channel._reader.max_frame = DEFAULT_MAX_FRAME
+        channel._reader.max_frame = limit
     return pickle.loads(data)
 
 
@@ -827,13 +453,28 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
     _require_token(token)
     where = f"{address[0]}:{address[1]}"
     deadline = time.monotonic() + timeout
-    sock = socket.create_connection(address, timeout=timeout, source_address=source_address)
+    try:
+        sock = socket.create_connection(address, timeout=timeout,
+                                        source_address=source_address)
+    except socket.timeout:  # TimeoutError from Python 3.10 on
+        raise TimeoutError(f"The node at {where} did not accept a connection within "
+                           f"{timeout} s.") from None
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if ssl_context is not None:
             sock.settimeout(max(0.001, deadline - time.monotonic()))
-            sock = ssl_context.wrap_socket(
-                sock, server_hostname=address[0] if ssl_context.check_hostname else None)
+            try:
+                sock = ssl_context.wrap_socket(
+                    sock, server_hostname=address[0] if ssl_context.check_hostname else None)
+            except socket.timeout:
+                raise TimeoutError(f"The node at {where} did not finish the TLS handshake "
+                                   f"within {timeout} s.") from None
+            except ssl.SSLError as error:
+                raise PeerAuthError(
+                    f"TLS with the node at {where} failed: {error}. Check that both hosts "
+                    "use certificates signed by the same CA (MINIRAY_TLS_SERVER_CERT, "
+                    "MINIRAY_TLS_SERVER_KEY, MINIRAY_TLS_CA_CERT), or that TLS is on for "
+                    "both or neither.") from None
         sock.settimeout(None)
         handshake = ClientHandshake(token)
         try:
@@ -941,7 +582,7 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
         channel.version_warning = warning
         channel.send({**extra, "ok": True, "versions": local})
         return channel
-    except TimeoutError:
+    except (TimeoutError, socket.timeout):
         logger.warning("refused peer %s: it did not finish the handshake within %s s",
                        where, timeout)
         _close(sock)
@@ -1038,7 +679,15 @@ class HandshakeGate:
                            _peer_name(sock), self._max_pending)
             _close(sock)
             return False
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had: shed it
+            with self._lock:
+                self._threads.discard(thread)
+                self.shed += 1
+            logger.warning("refused peer %s: no thread for its handshake", _peer_name(sock))
+            _close(sock)
+            return False
         return True
 
     def _run(self, sock) -> None:
@@ -1100,3 +749,19 @@ def server_ssl_context(cert: str, key: str, ca: str) -> ssl.SSLContext:
     context.load_verify_locations(cafile=ca)
     context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def tls_contexts(environ=None) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """``(client_context, server_context)`` from the environment when TLS between hosts is
+    on (``MINIRAY_USE_TLS=1`` or ``RAY_USE_TLS=1``, with ``*_TLS_SERVER_CERT``,
+    ``*_TLS_SERVER_KEY`` and ``*_TLS_CA_CERT``: ``auth_token.tls_files``), else None. Pass
+    them as ``connect(..., ssl_context=client)`` and ``accept(..., ssl_context=server)``."""
+    files = auth_token.tls_files(environ)
+    if files is None:
+        return None
+    cert, key, ca = files
+    try:
+        return client_ssl_context(cert, key, ca), server_ssl_context(cert, key, ca)
+    except (OSError, ssl.SSLError) as error:
+        raise AuthTokenError(f"The TLS files ({cert}, {key}, {ca}) cannot be used: "
+                             f"{error}") from None
