@@ -32,7 +32,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    every ``HB_MIN_GAP_S``, sooner when its ledger's available resources changed.
    H -> B ``("hb_ack", seq, ok, snapshot)``. ``ok`` False: H holds B dead (it missed
    ``MINIRAY_NODE_DEAD_AFTER_S`` of heartbeats, e.g. SIGSTOP): B closes the link and rejoins
-   with incarnation + 1. (Fencing of remote work goes here, with remote work itself.)
+   with incarnation + 1. H also sends ``("dead", reason)`` when it declares B dead, then
+   closes the link: a B that was stopped reads it first when it runs again, and rejoins the
+   same way. (Fencing of remote work goes here, with remote work itself: B must kill what it
+   runs for remote drivers before it rejoins.)
 4. B without an ack for ``dead_after`` closes the link and rejoins the same way.
 5. Link EOF at H: the node is dead after ``cluster_view.EOF_GRACE_S`` unless it rejoins
    with the same id. At B: B keeps serving its local drivers and reconnects (backoff
@@ -118,16 +121,10 @@ def route_source(host: str) -> str:
 
 
 def _send(channel: pc.PeerChannel, message) -> None:
-    """Send from the loop, waiting at most ``SEND_TIMEOUT_S`` for room (TimeoutError, and
-    the channel closed, past that); the socket is non-blocking again afterwards, for
-    ``feed_nonblocking``."""
-    sock = channel._sock  # noqa: SLF001 (PeerChannel has no send timeout of its own)
-    sock.settimeout(SEND_TIMEOUT_S)
-    try:
-        channel.send(message)
-    finally:
-        if not channel.closed:
-            sock.setblocking(False)
+    """Send from the loop: the channel waits at most ``SEND_TIMEOUT_S`` for room
+    (``set_send_timeout``: TimeoutError, and the channel closed, past that)."""
+    channel.set_send_timeout(SEND_TIMEOUT_S)
+    channel.send(message)
 
 
 # ------------------------------------------------------------------------------ joining
@@ -434,7 +431,9 @@ class Peering:
             logger.warning("node %s (%s) is dead: %s", node_id[:12], entry.address,
                            entry.death_message)
             for member in list(self._members.values()):
-                if member.node_id == node_id:
+                if member.node_id == node_id:  # it reads this first if it ever runs again
+                    with contextlib.suppress(OSError, pc.PeerClosed):
+                        _send(member.channel, ("dead", entry.death_message))
                     self._close_member(member)
         if self.view.version != self._broadcasted:
             self._broadcast()
@@ -492,8 +491,9 @@ class Peering:
                     self._declared_dead()
                     return
                 self._take_view(message[3])
-            elif tag == "refused" and len(message) == 2:
-                logger.warning("the head refused this node: %s", message[1])
+            elif tag in ("refused", "dead") and len(message) == 2:
+                logger.warning("the head %s this node: %s",
+                               "refused" if tag == "refused" else "declared dead", message[1])
                 self._declared_dead()
                 return
             else:
