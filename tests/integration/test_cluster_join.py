@@ -319,3 +319,35 @@ def test_a_busy_port_is_an_error_naming_it(hosts):
         started = cli(hosts.env("127.0.0.1"), "start", "--head", "--port", str(port))
     assert started.returncode != 0
     assert f"127.0.0.1:{port}" in started.stderr and "--port 0" in started.stderr
+
+
+def test_a_member_joins_over_tls_when_every_host_turns_it_on(hosts, tmp_path):
+    import shutil
+
+    if not shutil.which("openssl"):
+        pytest.skip("the openssl command is not installed: cannot make test certificates")
+    root = tmp_path / "tls"
+    root.mkdir()
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True,
+                       timeout=60)
+
+    run("req", "-x509", *key, "-days", "1", "-subj", "/CN=ca", "-keyout", "ca.key",
+        "-out", "ca.pem")
+    run("req", *key, "-subj", "/CN=node", "-keyout", "node.key", "-out", "node.csr")
+    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "1", "-out", "node.pem")
+    tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": str(root / "node.pem"),
+           "MINIRAY_TLS_SERVER_KEY": str(root / "node.key"),
+           "MINIRAY_TLS_CA_CERT": str(root / "ca.pem")}
+    for ip in ("127.0.0.1", "127.0.0.2"):
+        hosts.env(ip).update(tls)
+    head = hosts.start_head()
+    assert hosts.join("127.0.0.2", head).returncode == 0
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    # A member without TLS cannot join a head that requires it.
+    plain = hosts.join("127.0.0.3", head)
+    assert plain.returncode != 0
+    assert node_client.list_records(hosts.env("127.0.0.3")["MINIRAY_TMPDIR"]) == []

@@ -95,6 +95,7 @@ from miniray._private.node import peering
 from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
+from miniray._private.transport import peer_channel
 from miniray._private.transport.spawn import ForkServerClient
 
 __all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
@@ -649,6 +650,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     node_ip = options.get("node_ip") or (peering.route_source(head[0]) if head else nc.NODE_IP)
     try:  # the token: a head may create it (`miniray start --head` did already), a member not
         token = auth_token.load_token(create=head is None)
+        tls = peer_channel.tls_contexts()  # MINIRAY_USE_TLS=1 and its files, else None
     except auth_token.AuthTokenError as error:
         raise NodeStartError(str(error) + (
             " A node joins with the head's token: copy it from `miniray get-auth-token` on "
@@ -747,7 +749,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             link = snapshot = None
             if head is not None:  # join step 1-2: refused here means nothing is left running
                 try:
-                    link, snapshot = peering.join_head(head, token, entry)
+                    link, snapshot = peering.join_head(head, token, entry,
+                                                       ssl_context=tls[0] if tls else None)
                 except peering.JoinError as error:
                     raise NodeStartError(str(error)) from None
                 except (OSError, TimeoutError) as error:
@@ -756,7 +759,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                         "address, and that `miniray start --head` runs there.") from None
             server.attach_peering(peering.Peering(
                 entry=entry, listener=tcp, token=token, session_dir=session_dir,
-                ledger=ledger, head=head, channel=link, snapshot=snapshot))
+                ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls))
             logger.info("node %s started at %s%s: %s", info["node_id"][:12], address,
                         f", joined {head[0]}:{head[1]}" if head else " (head)", totals)
             server.start_actor_service(_fork_server_env(), root)

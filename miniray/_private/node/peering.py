@@ -129,7 +129,8 @@ def _send(channel: pc.PeerChannel, message) -> None:
 
 # ------------------------------------------------------------------------------ joining
 def join_head(head: tuple[str, int], token: bytes, entry: NodeEntry,
-              timeout: float = HANDSHAKE_TIMEOUT_S) -> tuple[pc.PeerChannel, dict]:
+              timeout: float = HANDSHAKE_TIMEOUT_S,
+              ssl_context=None) -> tuple[pc.PeerChannel, dict]:
     """Steps 1-2 from the member's side, blocking: the channel and the head's first view
     snapshot. JoinError with the message to show (token, versions, refusal), or OSError /
     TimeoutError when the head cannot be reached."""
@@ -139,7 +140,8 @@ def join_head(head: tuple[str, int], token: bytes, entry: NodeEntry,
         else None
     try:
         channel = pc.connect(head, token, ROLE_JOIN, hello={"node": entry.to_json()},
-                             timeout=timeout, source_address=source)
+                             timeout=timeout, source_address=source,
+                             ssl_context=ssl_context)
     except (pc.PeerAuthError, pc.PeerRefused) as error:
         raise JoinError(str(error)) from None
     try:
@@ -182,7 +184,8 @@ class Peering:
 
     def __init__(self, *, entry: NodeEntry, listener: socket.socket, token: bytes,
                  session_dir: str, ledger, head: tuple[str, int] | None = None,
-                 channel: pc.PeerChannel | None = None, snapshot: dict | None = None):
+                 channel: pc.PeerChannel | None = None, snapshot: dict | None = None,
+                 tls: tuple | None = None):
         self.entry = entry  # this node (is_head when head is None)
         self.listener = listener
         self.token = token
@@ -196,8 +199,10 @@ class Peering:
         self._wake = None
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # from threads to the loop
         self._members: dict[int, _Member] = {}  # head: by fd
+        self._tls = tls  # (client, server) contexts, pc.tls_contexts(); None: no TLS
         self._gate = pc.HandshakeGate(token, on_channel=self._from_thread, answer=self._answer,
-                                      timeout=HANDSHAKE_TIMEOUT_S, name="miniray-join")
+                                      timeout=HANDSHAKE_TIMEOUT_S, name="miniray-join",
+                                      ssl_context=tls[1] if tls else None)
         self._published = -1
         self._head_version = -1  # member: the version of the head's last snapshot
         self._broadcasted = -1
@@ -576,7 +581,8 @@ class Peering:
 
     def _rejoin_thread(self, entry: NodeEntry) -> None:
         try:
-            channel, snapshot = join_head(self.head, self.token, entry)
+            channel, snapshot = join_head(self.head, self.token, entry,
+                                          ssl_context=self._tls[0] if self._tls else None)
         except (OSError, TimeoutError, ConnectionError) as error:
             self._inbox.put(("join_failed", str(error)))
         else:
