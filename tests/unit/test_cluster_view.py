@@ -138,3 +138,18 @@ def test_status_lists_active_and_dead_nodes_with_resources_or_reasons():
     assert "127.0.0.3:6379: The node was stopped (miniray stop)." in dead
     doc["linked"] = False
     assert "link to the head is down" in node_status.cluster_section(doc, now=1.0)[0]
+
+
+def test_malformed_records_and_reports_are_caught():
+    assert entry().problem() is None
+    assert "labels" in entry(labels={"a": 1}).problem()
+    wrong_port = entry()
+    wrong_port.port = "6379"
+    assert wrong_port.problem()
+    bad = entry()
+    bad.totals = {"CPU": "lots"}
+    assert "totals" in bad.problem()
+    view = ClusterView()
+    view.join(entry(), now=0.0)
+    assert view.heartbeat("b" * 56, {"CPU": -1}, now=1.0)  # alive, the report ignored
+    assert view.nodes["b" * 56].available["CPU"] == 2.0

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = [
     "DEATH_EXPECTED", "DEATH_UNEXPECTED", "EOF_GRACE_S", "ClusterView", "NodeEntry",
-    "available_sum", "node_row", "totals_sum",
+    "available_sum", "is_resource_map", "node_row", "totals_sum",
 ]  # fmt: skip
 
 # Ray's NodeDeathInfo.Reason values (ray.nodes()["DeathReason"]).
@@ -75,6 +75,32 @@ class NodeEntry:
     def from_json(cls, doc: dict) -> "NodeEntry":
         known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
         return cls(**known)
+
+    def problem(self) -> str | None:
+        """What is wrong with a record a peer sent (None: it is well-formed)."""
+        checks = (
+            (self.node_id, str), (self.ip, str), (self.port, int), (self.hostname, str),
+            (self.is_head, bool), (self.gpu_ids, list), (self.labels, dict),
+            (self.incarnation, int), (self.start_time, (int, float)),
+        )
+        for value, kind in checks:
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                return f"a field is {type(value).__name__}, not {kind}"
+        if not self.node_id or not 0 <= self.port < 65536:
+            return "no node id, or a port out of range"
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.labels.items()):
+            return "labels must map str to str"
+        for name in ("totals", "available"):
+            if not is_resource_map(getattr(self, name)):
+                return f"{name} must map resource names to numbers >= 0"
+        return None
+
+
+def is_resource_map(value) -> bool:
+    """A ``{name: number >= 0}`` dict (what heartbeats and records carry)."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+        and v >= 0 for k, v in value.items())
 
 
 class ClusterView:
@@ -118,6 +144,8 @@ class ClusterView:
             return False
         entry.last_heartbeat = now
         entry.eof_at = None
+        if available is not None and not is_resource_map(available):
+            available = None  # a malformed report: keep the last good one
         if available is not None and available != entry.available:
             entry.available = dict(available)
             self._changed()

@@ -3,9 +3,11 @@
 Owns: the node's session directory (same layout as ``init()``'s), its ledger, its fork server,
 its actor service process (started, restarted when it dies, stopped first),
 the socket drivers connect to, the node records (``node.json``, ``current_node``; their format
-and lookup are in ``node_client.py``), and which worker belongs to which driver. Does not own:
-tasks, objects or leases (each driver's owner takes leases in the shared ledger and talks to its
-workers directly), or the CLI's output (``cli.py``).
+and lookup are in ``node_client.py``), which worker belongs to which driver, and the selector
+loop that also serves the node's TCP listener. Does not own: tasks, objects or leases (each
+driver's owner takes leases in the shared ledger and talks to its workers directly), joining,
+heartbeats and the cluster view (``peering.py``: this loop only calls ``register``, ``due``,
+``tick`` and ``close`` on it), or the CLI's output (``cli.py``).
 Called by: ``miniray start`` (``spawn_daemon``, or ``run_node`` in the foreground for
 ``--block``), ``miniray stop`` (``stop_nodes``); drivers reach it through ``NodeClient``.
 
@@ -57,7 +59,8 @@ relayed unchanged).
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
    driver of this node, started by it: ``actor_service.py``), served until it has said
    NODE_GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the
-   records; ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
+   records; a member tells the head it leaves and closes its TCP side (``peering.py`` step
+   6; a head closes its members' links); ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
    reason); fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
@@ -65,6 +68,12 @@ relayed unchanged).
 
 A driver that lets 4 seconds pass without reading while the node must send to it is dropped
 as in 7: the node never blocks on one driver for long.
+
+Start-up (``run_node``), in order: sweep stale sessions; bind the TCP listener on
+``--node-ip-address:--port`` (a taken port is an error naming it); create the session dir,
+ledger, node socket and fork server; write the records; a member joins the head (a refusal:
+``NodeStartError``, and everything above is undone); then the actor service, ``on_ready``,
+and the loop.
 """
 
 from __future__ import annotations
@@ -640,7 +649,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
              daemon: bool) -> int:
     """Runs a node in this process until it is stopped; returns 0, or 1 if it stopped because
     its fork server died. ``options``: port, num_cpus, num_gpus, resources,
-    object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
+    object_store_memory, memory, temp_dir, node_ip (the address to listen on),
+    head_address (``"ip:port"``: join that head; absent: this node is a head), all optional. ``on_ready(record, info)`` is called
     once drivers can connect. NodeStartError (before ready) when the node cannot start;
     ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
     default_root = config.tmpdir_root()

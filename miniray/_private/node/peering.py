@@ -338,9 +338,9 @@ class Peering:
             return
         try:
             entry = NodeEntry.from_json(channel.peer_hello.get("node"))
-            if not (isinstance(entry.node_id, str) and entry.node_id
-                    and isinstance(entry.totals, dict) and isinstance(entry.incarnation, int)):
-                raise TypeError("bad node record")
+            problem = entry.problem()
+            if problem:
+                raise TypeError(problem)
         except (TypeError, ValueError, AttributeError) as error:
             logger.warning("refused the join of %s: malformed record (%s)", channel.address,
                            error)
