@@ -82,6 +82,14 @@ class FakeHosts:
         assert not errors, errors
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _report_timings():
+    yield
+    if TIMINGS:  # shown with -s: the measured times of this run
+        print("\ncluster join timings (s):",
+              {k: round(v, 2) for k, v in sorted(TIMINGS.items())})
+
+
 @pytest.fixture
 def hosts(tmp_path):
     h = FakeHosts(tmp_path)
