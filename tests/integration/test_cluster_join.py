@@ -359,3 +359,31 @@ def test_a_member_joins_over_tls_when_every_host_turns_it_on(hosts, tmp_path):
     plain = hosts.join("127.0.0.3", head)
     assert plain.returncode != 0
     assert node_client.list_records(hosts.env("127.0.0.3")["MINIRAY_TMPDIR"]) == []
+
+
+def test_a_members_available_resources_reach_the_head_soon_after_they_change(hosts):
+    head = hosts.start_head()
+    assert hosts.join("127.0.0.2", head, "--num-cpus", "3").returncode == 0
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    proc = driver("""
+        import json, sys, miniray as ray
+        ray.init(address=sys.argv[1] if len(sys.argv) > 1 else "auto")
+        @ray.remote(num_cpus=2)
+        class Holder:
+            def ping(self):
+                return 1
+        h = Holder.remote()
+        ray.get(h.ping.remote())
+        print(json.dumps({"ready": True}), flush=True)
+        sys.stdin.readline()
+        ray.shutdown()
+    """, hosts.env("127.0.0.2"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc)["ready"]
+        assert wait_until(lambda: hosts.cluster("127.0.0.1")["127.0.0.2"]["available"]
+                          .get("CPU") == 1.0, 3.0)
+    finally:
+        proc.stdin.close()
+        stop_driver(proc)
+    assert wait_until(lambda: hosts.cluster("127.0.0.1")["127.0.0.2"]["available"]
+                      .get("CPU") == 3.0, 3.0)

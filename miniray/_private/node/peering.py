@@ -226,6 +226,7 @@ class Peering:
         self._retry_wait = RETRY_MIN_S
         self._connecting = False
         self._ledger_check = now
+        self._ledger_stamp: tuple | None = None
 
     # -- wiring into the loop --------------------------------------------------------------
     def register(self, sel: selectors.BaseSelector, wake) -> None:
@@ -460,6 +461,17 @@ class Peering:
         if own is not None and available is not None:
             self.view.heartbeat(own.node_id, available, now)
 
+    def _ledger_changed(self) -> bool:
+        """Whether the ledger file was replaced since the last look (every write replaces
+        it: a new inode, a new mtime)."""
+        try:
+            st = os.stat(self.ledger.path)
+        except (OSError, AttributeError):
+            return True
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        changed, self._ledger_stamp = stamp != self._ledger_stamp, stamp
+        return changed
+
     def _available(self) -> dict | None:
         try:
             return dict(self.ledger.available())
@@ -555,9 +567,10 @@ class Peering:
             send = now >= self._hb_next
             if now >= self._ledger_check:
                 self._ledger_check = now + HB_MIN_GAP_S
-                available = self._available()
-                if available is not None and available != self._sent_available:
-                    send = send or now - self._hb_last_sent >= HB_MIN_GAP_S
+                if self._ledger_changed():  # a stat; the ledger is read only if it changed
+                    available = self._available()
+                    if available is not None and available != self._sent_available:
+                        send = send or now - self._hb_last_sent >= HB_MIN_GAP_S
             if send:
                 self._send_heartbeat(now)
         elif (self._retry_at is not None and now >= self._retry_at and not self._connecting
