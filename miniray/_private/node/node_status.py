@@ -361,6 +361,15 @@ def collect_foreign(root: str) -> dict:
                                                            prefix)}
 
 
+def _is_cluster(doc: dict | None) -> bool:
+    """Whether a node's published view is worth a section: it is a member, or a head that
+    has (or had) members. A lone head's section would repeat the node table."""
+    if not doc:
+        return False
+    nodes = (doc.get("view") or {}).get("nodes") or []
+    return not doc.get("is_head") or len(nodes) > 1
+
+
 def _resource_line(entry) -> str:
     parts = []
     for name, total in sorted(entry.totals.items(), key=lambda kv: _order((kv[0], 0))):
@@ -413,7 +422,7 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
     out.append("")
     shown: set = set()
     for view in nodes:
-        if view.cluster and view.cluster.get("head") not in shown:
+        if _is_cluster(view.cluster) and view.cluster.get("head") not in shown:
             shown.add(view.cluster.get("head"))
             out += cluster_section(view.cluster, now)
     for view in nodes:
