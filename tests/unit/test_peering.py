@@ -158,3 +158,12 @@ def test_a_busy_port_names_itself():
         port = taken.getsockname()[1]
         with pytest.raises(peering.nc.NodeStartError, match=f"127.0.0.1:{port}.*--port 0"):
             peering.bind_listener("127.0.0.1", port)
+
+
+def test_a_member_without_its_head_does_not_spin(cluster):
+    head, member = cluster
+    head.peering.close("head gone")
+    assert run([member], lambda: member.peering.statistics()["state"] != "linked", 2.0)
+    now = time.monotonic()
+    member.peering._connecting = True  # a rejoin in flight: nothing else is due
+    assert member.peering.due(now) >= now + 0.04
