@@ -390,7 +390,7 @@ _RAY_LOGS_OPTIONS = (
 # `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
 # they configure ports, the dashboard's agents, several hosts, Redis, cgroups or log styling.
 _RAY_START_OPTIONS = (
-    (("--node-ip-address",), True), (("--node-name",), True), (("--redis-username",), True),
+    (("--node-name",), True), (("--redis-username",), True),
     (("--redis-password",), True), (("--redis-shard-ports",), True),
     (("--object-manager-port",), True), (("--node-manager-port",), True),
     (("--min-worker-port",), True), (("--max-worker-port",), True),
@@ -436,11 +436,16 @@ def _warn_ignored(args: argparse.Namespace, options: tuple) -> None:
 
 def _add_start(sub) -> None:
     start = sub.add_parser("start", help="start a node that drivers connect to")
-    start.add_argument("--head", action="store_true", help="start a head node (required)")
-    start.add_argument("--address", default=None,
-                       help="join another node's cluster: refused (one host only)")
+    start.add_argument("--head", action="store_true", help="start a head node")
+    start.add_argument("--address", default=None, metavar="HEAD_IP:PORT",
+                       help="join the cluster of the head node at this address (needs the "
+                            "head's token: `miniray get-auth-token` there)")
     start.add_argument("--port", type=int, default=None,
-                       help="the port in the printed address (default 6379; 0: pick a free one)")
+                       help="the TCP port the node listens on (default 6379; 0: pick a free "
+                            "one)")
+    start.add_argument("--node-ip-address", default=None, metavar="IP",
+                       help="the address the node listens on and is known by (default "
+                            "127.0.0.1; never all interfaces unless named)")
     start.add_argument("--num-cpus", type=int, default=None,
                        help="CPUs of the node (default: the host's)")
     start.add_argument("--num-gpus", type=int, default=None,
@@ -512,13 +517,35 @@ def _start_options(args: argparse.Namespace) -> dict:
     }
 
 
-def _print_started(address: str) -> None:
+def _node_ip(value: str) -> str:
+    """``--node-ip-address``: an IP address (never a wildcard); ValueError otherwise."""
+    import ipaddress
+
+    try:
+        ip = ipaddress.ip_address(value.strip())
+    except ValueError:
+        raise ValueError(f"--node-ip-address must be an IP address, got {value!r}.") from None
+    if ip.is_unspecified:
+        raise ValueError(f"--node-ip-address {value} would listen on every interface; name "
+                         "the address of this host that the other nodes reach.")
+    return str(ip)
+
+
+def _print_started(address: str, head: str | None = None) -> None:
     print(f"Local node IP: {address.rsplit(':', 1)[0]}")
     print()
     print("--------------------")
     print("miniray runtime started.")
     print("--------------------")
     print()
+    if head is None:
+        print("  To add another host to this cluster, copy the token (`miniray get-auth-token`")
+        print("  here) to MINIRAY_AUTH_TOKEN there, then run there")
+        print(f"    miniray start --address='{address}' --node-ip-address=<its IP>")
+        print()
+    else:
+        print(f"  This node joined the cluster of the head at {head}.")
+        print()
     print("Next steps")
     print("  To connect to this miniray runtime from a program on this host, use")
     print("    import ray            # under `miniray run`, or: import miniray as ray")
@@ -538,17 +565,30 @@ def _cmd_start(args: argparse.Namespace) -> int:
     from miniray._private.node import daemon, node  # lazy, as above
     from miniray._private.transport import node_client
 
-    if args.address is not None:
-        return _error(
-            "joining another node (`miniray start --address ...`) is not supported yet: "
-            "miniray runs on one host. Start a head node with `miniray start --head`.")
-    if not args.head:
+    from miniray._private.host import auth_token  # lazy, as above
+
+    if args.address is not None and args.head:
+        return _error("`--head` starts a new cluster and `--address` joins one: give one "
+                      "of them.")
+    if args.address is None and not args.head:
         return _error("`--address` is a required flag unless starting a head node with "
                       "`--head`.")
     try:
         options = _start_options(args)
+        if args.address is not None:
+            options["head_address"] = "%s:%d" % node_client.parse_address(args.address)
+        if args.node_ip_address is not None:
+            options["node_ip"] = _node_ip(args.node_ip_address)
     except ValueError as error:
         return _error(str(error))
+    try:  # the head creates the cluster's token once; a member must be given it
+        auth_token.load_token(create=args.head)
+    except auth_token.AuthTokenError as error:
+        if args.head:
+            return _error(str(error))
+        return _error(f"{error} A node joins a cluster with its head's token: run `miniray "
+                      "get-auth-token` on the head and set MINIRAY_AUTH_TOKEN to it here "
+                      "(or a 0600 file named by MINIRAY_AUTH_TOKEN_PATH).")
     try:
         dashboard = _dashboard_options(args)
     except ValueError as error:
@@ -559,7 +599,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
             record, _info = daemon.spawn_daemon(options)
         except (node_client.NodeStartError, ConnectionError) as error:
             return _error(str(error))
-        _print_started(record.address)
+        _print_started(record.address, record.head_address or None)
         if dashboard is not None:
             try:
                 url = daemon.spawn_dashboard(record, *dashboard)
@@ -574,7 +614,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
                       "dashboard` beside it.")
 
     def ready(record, _info) -> None:
-        _print_started(record.address)
+        _print_started(record.address, record.head_address or None)
         print()
         print("--block")
         print("  This command will now block until terminated by a signal (Ctrl-C, SIGTERM);")

@@ -23,6 +23,7 @@ import sys
 import threading
 from typing import Any, Dict, Union
 
+from miniray._private.core import cluster_view
 from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
 from miniray._private.core import logging_config as logging_configs  # init() has that argument
 from miniray._private.core.object_ref import ObjectRef
@@ -510,7 +511,31 @@ class Runtime:
             actors.handle_pickled(actor_id)
 
     def cluster_resources(self) -> dict:
-        return self.ledger.capacity()
+        local = self.ledger.capacity()
+        others = self._other_nodes()
+        return _summed(local, cluster_view.totals_sum(others)) if others else local
+
+    def _other_nodes(self) -> list:
+        """The other alive nodes of this node's cluster; [] in embedded mode or on a node
+        of its own."""
+        return [e for e in self._cluster_entries() if e.alive]
+
+    def _cluster_entries(self) -> list:
+        """Every node of this node's cluster but this one, from the view the node publishes
+        in its session dir (``node/peering.py``)."""
+        if self.node_client is None:
+            return []
+        from miniray._private.transport import node_client  # lazy, as in _connect
+
+        doc = node_client.read_cluster(self.session_dir)
+        if doc is None:
+            return []
+        try:
+            view = cluster_view.ClusterView.from_snapshot(doc["view"])
+        except (ValueError, TypeError):
+            return []
+        return [e for e in view.nodes.values() if e.node_id not in (doc.get("local"),
+                                                                    self.node_id)]
 
     # -- placement groups (owner/placement_groups.py) ----------------------------------------
     def placement_group_create(self, hex_: str, bundles, strategy: str, name: str,
@@ -544,7 +569,9 @@ class Runtime:
 
     def available_resources(self) -> dict:
         self.owner.flush_idle_leases()
-        return self.ledger.available()
+        local = self.ledger.available()
+        others = self._other_nodes()
+        return _summed(local, cluster_view.available_sum(others)) if others else local
 
     def node_info(self) -> dict:
         return {
@@ -569,7 +596,9 @@ class Runtime:
         }
 
     def nodes(self) -> list:
-        return [self.node_info()]
+        """This node's row, then every other node of its cluster, alive or dead."""
+        others = sorted(self._cluster_entries(), key=lambda e: not e.alive)
+        return [self.node_info()] + [cluster_view.node_row(e) for e in others]
 
     def get_gpu_ids(self) -> list:
         return []
@@ -961,6 +990,13 @@ def share_serializers(rt: Runtime | None = None) -> None:
     if isinstance(rt, Runtime) and not rt._shut:
         serializer_file.write(rt.session_dir, serialization.registrations_blob())
         rt.owner.notify_serializers()
+
+
+def _summed(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0.0) + value
+    return out
 
 
 def _started(rt: Runtime, logging_config=None) -> RayContext:

@@ -260,6 +260,8 @@ def session_root(tmp_path, monkeypatch) -> str:
     monkeypatch.setenv("MINIRAY_TMPDIR", root)
     # The host-wide GPU ledger too: logical GPUs of a test must not meet another session's.
     monkeypatch.setenv("MINIRAY_HOST_DIR", str(tmp_path / "host"))
+    # The cluster token: a node started by a test never creates ~/.miniray/auth_token.
+    monkeypatch.setenv("MINIRAY_AUTH_TOKEN", "miniray-test-token-" + "0" * 32)
     # Settings a developer may have exported must not change what the tests see.
     for name in (
         "RAY_ADDRESS",

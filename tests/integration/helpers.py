@@ -19,6 +19,9 @@ from miniray._private.host import procinfo, session
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 
 
+TEST_TOKEN = "miniray-test-token-" + "0" * 32  # `miniray start --head` never writes ~/.miniray
+
+
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
     """Poll ``predicate`` until it returns something truthy or ``timeout`` passes; returns its
     last value."""
@@ -57,7 +60,7 @@ def node_env_for(tmp_path):
     for name in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES"):
         env.pop(name, None)
     env.update(MINIRAY_TMPDIR=root, MINIRAY_HOST_DIR=str(tmp_path / "host"),
-               PYTHONUNBUFFERED="1",
+               PYTHONUNBUFFERED="1", MINIRAY_AUTH_TOKEN=TEST_TOKEN,
                PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
     yield env
     subprocess.run([sys.executable, "-m", "miniray", "stop", "--force"], env=env,

@@ -258,7 +258,7 @@ def test_stop_when_nothing_runs(cli):
 def test_stop_leaves_other_roots_alone(cli):
     other = cli.new_root("other")
     mine = cli.start("--num-cpus", "1")
-    theirs = cli.start("--num-cpus", "1", root=other)
+    theirs = cli.start("--num-cpus", "1", "--port", "0", root=other)  # 6379 is mine
     assert cli.run("stop").stdout.strip() == "Stopped 1 miniray node(s)."
     assert not procinfo.is_alive(mine.pid, mine.start_time)
     assert theirs.alive()
@@ -333,8 +333,10 @@ def test_start_refuses_what_it_cannot_do(cli):
     assert result.returncode == 1
     assert "`--address` is a required flag unless starting a head node with `--head`." in \
         result.stderr
-    result = cli.run("start", "--address", "10.0.0.1:6379")
-    assert result.returncode == 1 and "not supported yet" in result.stderr
+    result = cli.run("start", "--address", "127.0.0.1:1")  # nobody listens there
+    assert result.returncode == 1 and "cannot join the head at 127.0.0.1:1" in result.stderr
+    result = cli.run("start", "--address", "127.0.0.1:6379", "--head")
+    assert result.returncode == 1 and "give one of them" in result.stderr
     result = cli.run("start", "--head", "--resources", '{"CPU": 2}')
     assert result.returncode == 1 and "--num-cpus" in result.stderr
     result = cli.run("start", "--head", "--resources", "not json")
@@ -408,7 +410,7 @@ def test_find_node_addresses(cli):
         assert node.find_node(address).pid == record.pid, address
     with pytest.raises(ConnectionError, match="Failed to connect"):
         node.find_node("127.0.0.1:6380")
-    with pytest.raises(ConnectionError, match="only to nodes on this host"):
+    with pytest.raises(ConnectionError, match="belong to another cluster"):
         node.find_node("203.0.113.7:6379")
     os.remove(os.path.join(cli.root, "current_node"))  # "auto" still finds it, None does not
     assert node.find_node(None) is None

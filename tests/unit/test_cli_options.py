@@ -55,10 +55,11 @@ def test_every_option_of_every_command_has_help():
 def test_ignored_options_say_so_in_their_help():
     start = _subparsers(cli._parser())["start"]
     helps = {opt: a.help for a in start._actions for opt in a.option_strings}
-    for opt in ("--dashboard-agent-listen-port", "--node-ip-address", "--redis-password",
+    for opt in ("--dashboard-agent-listen-port", "--redis-password",
                 "--no-monitor", "--log-style", "--system-config"):
         assert "accepted and ignored" in helps[opt], opt
     for opt in ("--num-cpus", "--port", "--resources", "--block", "--temp-dir",
+                "--node-ip-address", "--address",
                 "--include-dashboard", "--dashboard-host", "--dashboard-port"):
         assert "ignored" not in helps[opt], opt
 
@@ -79,10 +80,10 @@ def test_every_ray_start_option_is_accepted_and_ignored_ones_are_named_once(caps
     cli._warn_ignored(args, cli._RAY_START_OPTIONS)
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].endswith("ignored.")
-    for flag in ("--node-ip-address", "--dashboard-agent-grpc-port", "--no-monitor",
+    for flag in ("--dashboard-agent-grpc-port", "--no-monitor",
                  "--verbose", "--proxy-server-url", "--log-color"):
         assert flag in err[0]
-    for honoured in ("--num-cpus", "--temp-dir", "--disable-usage-stats",
+    for honoured in ("--num-cpus", "--temp-dir", "--disable-usage-stats", "--node-ip-address",
                      "--include-dashboard", "--dashboard-port", "--dashboard-host"):
         assert honoured not in err[0]
 

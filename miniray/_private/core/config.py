@@ -213,3 +213,28 @@ def state_max_tasks() -> int:
         return max(0, int(os.environ.get("MINIRAY_STATE_MAX_TASKS", "10000")))
     except ValueError:
         return 10000
+
+
+def _positive_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        parsed = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}.") from None
+    if not parsed > 0:
+        raise ValueError(f"{name} must be > 0, got {value!r}.")
+    return parsed
+
+
+def heartbeat_s() -> float:
+    """``MINIRAY_HEARTBEAT_S`` (default 1.0): how often a member node sends the head a
+    heartbeat with its available resources."""
+    return _positive_float("MINIRAY_HEARTBEAT_S", 1.0)
+
+
+def node_dead_after_s() -> float:
+    """``MINIRAY_NODE_DEAD_AFTER_S`` (default 5.0): a member without a heartbeat for this long
+    is declared dead by the head (a closed link: after a short grace instead)."""
+    return _positive_float("MINIRAY_NODE_DEAD_AFTER_S", 5.0)

@@ -3,9 +3,11 @@
 Owns: the node's session directory (same layout as ``init()``'s), its ledger, its fork server,
 its actor service process (started, restarted when it dies, stopped first),
 the socket drivers connect to, the node records (``node.json``, ``current_node``; their format
-and lookup are in ``node_client.py``), and which worker belongs to which driver. Does not own:
-tasks, objects or leases (each driver's owner takes leases in the shared ledger and talks to its
-workers directly), or the CLI's output (``cli.py``).
+and lookup are in ``node_client.py``), which worker belongs to which driver, and the selector
+loop that also serves the node's TCP listener. Does not own: tasks, objects or leases (each
+driver's owner takes leases in the shared ledger and talks to its workers directly), joining,
+heartbeats and the cluster view (``peering.py``: this loop only calls ``register``, ``due``,
+``tick`` and ``close`` on it), or the CLI's output (``cli.py``).
 Called by: ``miniray start`` (``spawn_daemon``, or ``run_node`` in the foreground for
 ``--block``), ``miniray stop`` (``stop_nodes``); drivers reach it through ``NodeClient``.
 
@@ -57,7 +59,8 @@ relayed unchanged).
 8. Node shutdown (SIGTERM, SIGINT, ``miniray stop``): first SIGTERM to the actor service (a
    driver of this node, started by it: ``actor_service.py``), served until it has said
    NODE_GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the
-   records; ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
+   records; a member tells the head it leaves and closes its TCP side (``peering.py`` step
+   6; a head closes its members' links); ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
    reason); fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
    socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
@@ -65,6 +68,12 @@ relayed unchanged).
 
 A driver that lets 4 seconds pass without reading while the node must send to it is dropped
 as in 7: the node never blocks on one driver for long.
+
+Start-up (``run_node``), in order: sweep stale sessions; bind the TCP listener on
+``--node-ip-address:--port`` (a taken port is an error naming it); create the session dir,
+ledger, node socket and fork server; write the records; a member joins the head (a refusal:
+``NodeStartError``, and everything above is undone); then the actor service, ``on_ready``,
+and the loop.
 """
 
 from __future__ import annotations
@@ -86,13 +95,16 @@ from typing import Any, Callable
 import miniray
 from miniray._private import runtime
 from miniray._private.core import config, ids, protocol
-from miniray._private.host import procinfo, session
+from miniray._private.core.cluster_view import NodeEntry
+from miniray._private.host import auth_token, procinfo, session
 from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
+from miniray._private.node import peering
 from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
+from miniray._private.transport import peer_channel
 from miniray._private.transport.spawn import ForkServerClient
 
 __all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
@@ -151,6 +163,7 @@ class NodeServer:
         self._service_restarts = 0
         self._service_deadline: float | None = None  # set once it was asked to stop
         self._dead_stores: list[tuple[_Driver, float]] = []  # (driver, give up at)
+        self.peering = None  # peering.Peering: the TCP listener and membership
         self._wake_r, self._wake_w = os.pipe()
         for fd in (self._wake_r, self._wake_w):
             os.set_blocking(fd, False)
@@ -177,8 +190,17 @@ class NodeServer:
 
     def request_stop(self) -> None:
         self._stop = True
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake the loop (thread-safe): another thread queued work for it."""
         with contextlib.suppress(OSError):
             os.write(self._wake_w, b"x")
+
+    def attach_peering(self, peering) -> None:
+        """Serve ``peering`` (the TCP listener, joins, heartbeats) in this loop."""
+        self.peering = peering
+        peering.register(self._sel, self.wake)
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
@@ -265,9 +287,13 @@ class NodeServer:
             if self._service is not None and (self._service_fd < 0 or self._stop):
                 due.append(now + 0.5 if self._service_fd < 0 else
                            min(self._service_deadline or now, now + 0.5))
+            if self.peering is not None:
+                due.append(self.peering.due(now))
             timeout = max(0.0, min(due) - now) if due else None
             for key, _ in self._sel.select(timeout):
                 key.data(key.fileobj)
+            if self.peering is not None:
+                self.peering.tick(time.monotonic())
             self._progress_leaving()
             if self._dead_stores:
                 self._sweep_dead_stores()
@@ -289,6 +315,8 @@ class NodeServer:
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(self.listener)
         self.listener.close()
+        if self.peering is not None:  # a member tells the head it leaves (expected)
+            self.peering.close(self.stop_reason or "it was asked to stop")
         # Drivers hear why before their workers' exits arrive, so no task is blamed for them.
         for driver in list(self._drivers.values()):
             if driver.sock is not None and not driver.leaving and driver.pid is not None:
@@ -589,25 +617,21 @@ def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
 
 
 # ------------------------------------------------------------------------- starting a node
-def _choose_port(roots: list[str], port: int | None) -> int:
-    used = {r.port: r for root in roots for r in nc.list_records(root)}
+def _bind_port(roots: list[str], ip: str, port: int | None) -> socket.socket:
+    """The node's TCP listener on ``ip:port`` (default ``DEFAULT_PORT``; 0: a free one);
+    NodeStartError naming the node that has the port, or the address that is taken."""
+    used = {r.address: r for root in roots for r in nc.list_records(root)}
     if port is None:
         port = nc.DEFAULT_PORT
-    if port == 0:
-        while True:  # a port free on the host now, as Ray's `--port 0` picks
-            with socket.socket() as probe:
-                probe.bind((nc.NODE_IP, 0))
-                port = probe.getsockname()[1]
-            if port not in used:
-                return port
-    if port in used:
-        other = used[port]
+    other = used.get(f"{ip}:{port}") if port else None
+    if other is not None:
         raise NodeStartError(
-            f"miniray is trying to start at {nc.NODE_IP}:{port}, but is already running at "
+            f"miniray is trying to start at {ip}:{port}, but is already running at "
             f"{other.address} (pid {other.pid}, {other.session_dir}). Please specify a "
-            "different port using the `--port` flag of `miniray start` command."
+            "different port using the `--port` flag of `miniray start` command "
+            "(`--port 0` picks a free one)."
         )
-    return port
+    return peering.bind_listener(ip, port)
 
 
 def _fork_server_env() -> dict[str, str]:
@@ -625,24 +649,42 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
              daemon: bool) -> int:
     """Runs a node in this process until it is stopped; returns 0, or 1 if it stopped because
     its fork server died. ``options``: port, num_cpus, num_gpus, resources,
-    object_store_memory, memory, temp_dir (all optional). ``on_ready(record, info)`` is called
+    object_store_memory, memory, temp_dir, node_ip (the address to listen on),
+    head_address (``"ip:port"``: join that head; absent: this node is a head), all optional. ``on_ready(record, info)`` is called
     once drivers can connect. NodeStartError (before ready) when the node cannot start;
     ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
     roots = [root] if root == default_root else [root, default_root]
+    head = nc.parse_address(options["head_address"]) if options.get("head_address") else None
+    node_ip = options.get("node_ip") or (peering.route_source(head[0]) if head else nc.NODE_IP)
+    try:  # the token: a head may create it (`miniray start --head` did already), a member not
+        token = auth_token.load_token(create=head is None)
+        tls = peer_channel.tls_contexts()  # MINIRAY_USE_TLS=1 and its files, else None
+    except auth_token.AuthTokenError as error:
+        raise NodeStartError(str(error) + (
+            " A node joins with the head's token: copy it from `miniray get-auth-token` on "
+            "the head." if head else "")) from None
     spec = node_resources(options.get("num_cpus"), options.get("num_gpus"),
-                          options.get("resources"), options.get("object_store_memory"), nc.NODE_IP)
+                          options.get("resources"), options.get("object_store_memory"), node_ip)
     totals = dict(spec["totals"])
+    if head is not None:  # Ray gives this resource to the head node only
+        totals.pop("node:__internal_head__", None)
     if options.get("memory"):
         totals["memory"] = float(options["memory"])
     with nc.root_locked(root):
         for r in roots:
             nc.sweep_stale(r)
-        port = _choose_port(roots, options.get("port"))
-        session_dir = session.create_session_dir(root)
+        tcp = _bind_port(roots, node_ip, options.get("port"))
+        port = tcp.getsockname()[1]
+        try:
+            session_dir = session.create_session_dir(root)
+        except BaseException:
+            tcp.close()
+            raise
     stack = contextlib.ExitStack()
     stack.callback(session.remove_session_dir, session_dir)
+    stack.callback(tcp.close)
     log_path = os.path.join(session_dir, nc.NODE_LOG)
     if daemon:  # from here on, everything the node prints goes to node.log
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -672,11 +714,11 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
         os.chmod(sock_path, 0o600)
         listener.listen(64)
         fork_server = ForkServerClient(_fork_server_env())
-        address = f"{nc.NODE_IP}:{port}"
+        address = f"{node_ip}:{port}"
         info = {
             "protocol": protocol.PROTOCOL_VERSION, "session_dir": session_dir,
             "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
-            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": nc.NODE_IP,
+            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": node_ip,
             "totals": ledger.totals(), "gpu_ids": gpu_ids,
             "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
             "accelerator_type": spec["accelerator_type"],
@@ -690,6 +732,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             fork_server_start=procinfo.start_time(fork_server.pid),
             gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
             boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
+            head_address=f"{head[0]}:{head[1]}" if head else "",
         )
         try:
             server = NodeServer(info=info, ledger=ledger, fork_server=fork_server,
@@ -708,7 +751,27 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                 with open(f"{current}.{os.getpid()}.tmp", "w") as f:
                     f.write(record.path + "\n")
                 os.replace(f"{current}.{os.getpid()}.tmp", current)
-            logger.info("node %s started at %s: %s", info["node_id"][:12], address, totals)
+            entry = NodeEntry(
+                node_id=info["node_id"], ip=node_ip, port=port, is_head=head is None,
+                hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
+                accelerator_type=spec["accelerator_type"], incarnation=1,
+                start_time=time.time())
+            link = snapshot = None
+            if head is not None:  # join step 1-2: refused here means nothing is left running
+                try:
+                    link, snapshot = peering.join_head(head, token, entry,
+                                                       ssl_context=tls[0] if tls else None)
+                except peering.JoinError as error:
+                    raise NodeStartError(str(error)) from None
+                except (OSError, TimeoutError) as error:
+                    raise NodeStartError(
+                        f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
+                        "address, and that `miniray start --head` runs there.") from None
+            server.attach_peering(peering.Peering(
+                entry=entry, listener=tcp, token=token, session_dir=session_dir,
+                ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls))
+            logger.info("node %s started at %s%s: %s", info["node_id"][:12], address,
+                        f", joined {head[0]}:{head[1]}" if head else " (head)", totals)
             server.start_actor_service(_fork_server_env(), root)
             on_ready(record, info)
             server.serve()

@@ -54,6 +54,7 @@ class NodeView:
     gpu_keys: list = field(default_factory=list)
     stores: dict = field(default_factory=dict)  # driver pid -> its object store's statistics
     embedded: bool = False  # an init() session: the node lives in its driver
+    cluster: dict | None = None  # the view the node publishes (node_client.read_cluster)
 
 
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
@@ -78,7 +79,8 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
         dead = frozenset(pid for pid, start in holders if not procinfo.is_alive(pid, start))
         views.append(NodeView(record.node_id, record.pid, record.address, record.started_at,
                               record.session_dir, state, drivers, dead, list(record.gpu_keys),
-                              _store_stats(record.session_dir)))
+                              _store_stats(record.session_dir),
+                              cluster=node_client.read_cluster(record.session_dir)))
         keys += [k for k in record.gpu_keys if k and k not in keys]
     host = None
     host_dir = default_host_dir()
@@ -359,6 +361,53 @@ def collect_foreign(root: str) -> dict:
                                                            prefix)}
 
 
+def _is_cluster(doc: dict | None) -> bool:
+    """Whether a node's published view is worth a section: it is a member, or a head that
+    has (or had) members. A lone head's section would repeat the node table."""
+    if not doc:
+        return False
+    nodes = (doc.get("view") or {}).get("nodes") or []
+    return not doc.get("is_head") or len(nodes) > 1
+
+
+def _resource_line(entry) -> str:
+    parts = []
+    for name, total in sorted(entry.totals.items(), key=lambda kv: _order((kv[0], 0))):
+        if name.startswith("node:"):
+            continue
+        free = entry.available.get(name, 0.0) if entry.alive else 0.0
+        if name in _BYTES:
+            parts.append(f"{format_bytes(total - free)}/{format_bytes(total)} {name}")
+        else:
+            parts.append(f"{total - free:g}/{total:g} {name}")
+    return ", ".join(parts)
+
+
+def cluster_section(doc: dict, now: float) -> list[str]:
+    """The cluster a node belongs to (its published view ``doc``): Ray's "Active:" and
+    "Dead:" lines, each node with its used/total resources (from its last heartbeat) or its
+    death reason. Pure."""
+    from miniray._private.core.cluster_view import ClusterView  # lazy: status only
+
+    try:
+        view = ClusterView.from_snapshot(doc.get("view"))
+    except (ValueError, TypeError):
+        return []
+    link = "" if doc.get("is_head") or doc.get("linked") else \
+        " (this node's link to the head is down: rejoining; the view may be stale)"
+    out = [f"Cluster (head {doc.get('head')}){link}", RULE, "Active:"]
+    for entry in sorted(view.alive(), key=lambda e: (not e.is_head, e.start_time)):
+        head = " (head)" if entry.is_head else ""
+        out.append(f" node_{entry.node_id[:12]} {entry.address}{head}: {_resource_line(entry)}")
+    out.append("Dead:")
+    dead = view.dead()
+    if not dead:
+        out.append(" (no dead nodes)")
+    for entry in dead:
+        out.append(f" node_{entry.node_id[:12]} {entry.address}: {entry.death_message}")
+    return out + [""]
+
+
 def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
                   foreign: dict | None = None, verbose: bool = False) -> str:
     """The whole report for ``nodes`` (``now`` is ``time.time()``, for uptimes and the
@@ -371,6 +420,11 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
              format_uptime(now - v.started_at), os.path.basename(v.session_dir)] for v in nodes]
     out += _table(["node", "pid", "address", "uptime", "session"], rows, {1})
     out.append("")
+    shown: set = set()
+    for view in nodes:
+        if _is_cluster(view.cluster) and view.cluster.get("head") not in shown:
+            shown.add(view.cluster.get("head"))
+            out += cluster_section(view.cluster, now)
     for view in nodes:
         out += _node_sections(view, verbose)
     if host is not None:

@@ -29,11 +29,16 @@ Records::
         node.sock                       AF_UNIX SOCK_SEQPACKET, mode 0600
         node.log                        the daemon's stdout and stderr
         node_stats.json                 connected drivers and their workers (for status)
+        cluster.json                    the cluster view: every node, alive or dead
+                                        (written by node/peering.py, read by read_cluster)
 
 Mirrors Ray's address resolution (``ray._private.services.canonicalize_bootstrap_address``,
-Ray 2.60). Differs: the port is a name only (no TCP socket is opened until multi-host peering
-exists), so ``host`` must be this host; records are per session root, so one user's nodes and
-another root's nodes are never found.
+Ray 2.60). Differs: ``"host:port"`` resolves to a node of this host's session root, never
+to a TCP connection from the driver: the node listening at that address, or the node that
+joined the cluster whose head it is (Ray's rule: a driver runs on a cluster node). "This
+host" is the session root's records, not whether the IP is a loopback one, so fake hosts
+(127.0.0.2, ... with their own roots) behave as separate hosts; records are per session
+root, so one user's nodes and another root's nodes are never found.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ __all__ = [
     "find_node",
     "list_records",
     "parse_address",
+    "read_cluster",
     "read_record",
 ]
 
@@ -79,6 +85,7 @@ RECORD_FILE = "node.json"
 NODE_SOCKET = "node.sock"
 NODE_LOG = "node.log"
 NODE_STATS = "node_stats.json"
+CLUSTER_FILE = "cluster.json"  # the cluster view the node publishes (node/peering.py)
 SERVICE_PID = "actor_service.pid"  # "<pid> <start time>" of the node's actor service
 CURRENT_NODE = "current_node"
 NODE_IP = "127.0.0.1"
@@ -110,6 +117,7 @@ class NodeRecord:
     gpu_keys: list = field(default_factory=list)
     pid_ns: str = ""  # where ``pid`` means this process (procinfo.identity)
     boot_id: str = ""
+    head_address: str = ""  # "ip:port" of the head this node joined ("" for a head)
     path: str = ""
 
     def here(self) -> bool:
@@ -148,6 +156,18 @@ def read_record(path: str) -> NodeRecord | None:
         return NodeRecord(**{k: v for k, v in doc.items() if k in names}, path=path)
     except (OSError, ValueError, TypeError, same_uid.InsecurePathError):
         return None
+
+
+def read_cluster(session_dir: str) -> dict | None:
+    """The cluster view a node published in its ``session_dir`` (None: no file, or not
+    readable): ``{"view": ClusterView snapshot, "local": its node id, "head": the head's
+    address, "is_head", "linked" (a member's link to the head is up), "updated_at"}``."""
+    try:
+        with open(os.path.join(session_dir, CLUSTER_FILE)) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("view"), dict) else None
 
 
 def _current_path(root: str) -> str | None:
@@ -220,8 +240,11 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
     * ``"auto"``: that node, else any live node of the root (the newest); ConnectionError with
       Ray's message when there is none.
     * ``"local"``: None (always start a new one).
-    * ``"host:port"``: the live node started with ``--port port``; ``host`` must name this
-      host. ValueError when malformed, ConnectionError when no such node runs.
+    * ``"host:port"``: a live node of this root that listens there or joined the cluster
+      whose head listens there (a member node: the driver runs on its own host's node, as
+      Ray's); else, when ``host`` names this host, the node of this root on that port.
+      ValueError when malformed, ConnectionError (saying to run ``miniray start
+      --address=host:port`` here) when there is none.
 
     The caller applies ``RAY_ADDRESS`` first (Ray's order, ray-api-surface §1.2).
 
@@ -247,17 +270,33 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
     if "://" in address:
         raise NotImplementedError(ray_client.ray_url_refusal(address))
     host, port = parse_address(address)
-    if not _is_this_host(host):
-        raise ConnectionError(
-            f"Failed to connect to Ray cluster at {address}: miniray connects only to nodes on "
-            "this host (multi-host peering is not supported yet)."
-        )
-    for record in reversed(list_records(root)):
-        if record.port == port:
+    wanted = f"{host}:{port}"
+    live = list(reversed(list_records(root)))
+    # A node of this host's session root that listens at that address, or joined the
+    # cluster whose head it is: the driver connects to its local node (Ray's rule).
+    for record in live:
+        if record.address == wanted or record.head_address == wanted:
             return record
+    if _is_this_host(host):  # "localhost:P" and the like: the node of this root on port P
+        for record in live:
+            if record.port == port:
+                return record
+    if live and not _is_this_host(host):
+        joined = ", ".join(r.head_address or r.address for r in live)
+        raise ConnectionError(
+            f"Failed to connect to Ray cluster at {address}: the miniray nodes of this host "
+            f"belong to another cluster ({joined}). A driver connects to its own host's node: "
+            f"run `miniray start --address={wanted}` here first, or use that address.")
+    if not live and not _is_this_host(host):
+        raise ConnectionError(
+            f"Failed to connect to Ray cluster at {address}: no miniray node runs on this "
+            f"host (session root {root}). A driver runs on a node of the cluster: run "
+            f"`miniray start --address={wanted}` on this host first, then init() again.")
     raise ConnectionError(
-        f"Failed to connect to Ray cluster at {address}: no miniray node started with "
-        f"`miniray start --head --port {port}` is running under {root}."
+        f"Failed to connect to Ray cluster at {address}: no miniray node of this host (session "
+        f"root {root}) listens there or joined that cluster. A driver runs on a node of the "
+        f"cluster: start one here first, with `miniray start --address={wanted}` (or `miniray "
+        f"start --head --port {port}` for a new cluster)."
     )
 
 
