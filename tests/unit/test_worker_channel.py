@@ -4,6 +4,7 @@ blocked. A socketpair stands for the owner; no processes."""
 
 from __future__ import annotations
 
+import collections
 import pickle
 import socket
 import threading
@@ -88,3 +89,38 @@ def test_a_recall_gives_back_the_tasks_still_in_the_socket_and_in_the_inbox():
     assert channel.next_message() == (protocol.UNMAP, "/seg")
     channel.give_back_waiting()  # nothing left: answered all the same
     assert owner.read() == (protocol.GIVE_BACK, [])
+
+
+class _RecallWhenLookedAt(collections.deque):
+    """An inbox that, the first time the main loop asks whether it is empty, lets the
+    control thread run a RECALL (``give_back_waiting``) for up to ``grace`` seconds: the
+    interleaving in which a look and a take made apart would find the inbox emptied."""
+
+    def __init__(self, items, channel, grace=0.5):
+        super().__init__(items)
+        self.channel, self.grace, self.armed, self.thread = channel, grace, True, None
+
+    def __bool__(self):
+        answer = len(self) > 0
+        if self.armed:
+            self.armed = False
+            self.thread = threading.Thread(target=self.channel.give_back_waiting)
+            self.thread.start()
+            self.thread.join(self.grace)  # blocks for the grace only if the take is guarded
+        return answer
+
+
+def test_a_recall_between_the_main_loops_look_and_take_never_empties_its_take():
+    """The main loop's look at its inbox and its take are one step under the channel's lock:
+    a RECALL that runs in between either happens wholly before (the task goes back, the loop
+    reads on) or after (the loop runs the task, the RECALL gives back the rest). Before, the
+    RECALL could empty the inbox between the two, and the take raised IndexError, which ended
+    the worker."""
+    channel, owner = _pair()
+    channel.conn.sock.settimeout(None)
+    inbox = _RecallWhenLookedAt([_task(b"t1"), _task(b"t2")], channel)
+    channel._incoming = inbox
+    assert channel.next_message()[1] == b"t1"  # taken before the RECALL could act
+    inbox.thread.join(10)
+    assert not inbox.thread.is_alive()
+    assert owner.read() == (protocol.GIVE_BACK, [b"t2"])

@@ -174,12 +174,15 @@ class Channel:
 
     def next_message(self) -> tuple:
         """The next non-reply message, for the main loop."""
-        while not self._incoming:
+        while True:
+            # Looked at and taken under one hold of the condition's lock: a RECALL on the
+            # control thread may empty the inbox between a look and a take made apart.
+            with self._cond:
+                if self._incoming:
+                    return self._incoming.popleft()
             with self._read_lock:
                 if not self._incoming:
                     self._read_one()
-        with self._cond:  # a blocking request may be taking tasks out meanwhile
-            return self._incoming.popleft()
 
 
 def _exit_now() -> None:
