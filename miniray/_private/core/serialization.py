@@ -13,8 +13,11 @@ value; plain data takes pickle's C fast path inside cloudpickle.
 from __future__ import annotations
 
 import copyreg
+import io
 import pickle
 import threading
+import types
+from collections import ChainMap
 from typing import Any
 
 import cloudpickle
@@ -231,9 +234,40 @@ def _store_large(args: tuple, kwargs: dict, deps: list, large, ref_type: type):
     return tuple(new_args), new_kwargs, tuple(stored)
 
 
+# cloudpickle 3.1.3 and later write every code object it pickles by value with the file name
+# "<dynamic-code>" (a payload that does not depend on where it was made). A function then
+# loses its file in the worker: a task's traceback has no source lines, and a method of a
+# class from the driver's script is no longer named after the script, unlike Ray 2.60 (its
+# own copy of cloudpickle keeps the file). Functions and classes are pickled once per export,
+# so they keep it; values (arguments, results, puts) keep cloudpickle's payload.
+_DYNAMIC_FILE = "<dynamic-code>"
+_CloudPickler = getattr(cloudpickle, "Pickler", None) or cloudpickle.CloudPickler
+_reduce_code = _CloudPickler.dispatch_table[types.CodeType]
+
+
+def _reduce_code_keeping_file(code: types.CodeType):
+    constructor, args = _reduce_code(code)
+    return constructor, tuple(
+        code.co_filename if isinstance(arg, str) and arg == _DYNAMIC_FILE else arg
+        for arg in args)
+
+
+class _FunctionPickler(_CloudPickler):
+    """cloudpickle's pickler, except that code keeps the file it was defined in."""
+
+    dispatch_table = ChainMap({types.CodeType: _reduce_code_keeping_file},
+                              _CloudPickler.dispatch_table)
+
+
+def _dumps_keeping_files(function: Any) -> bytes:
+    buffer = io.BytesIO()
+    _FunctionPickler(buffer, protocol=PROTOCOL).dump(function)
+    return buffer.getvalue()
+
+
 def dumps_function(function: Any, name: str) -> bytes:
     try:
-        return cloudpickle.dumps(function, protocol=PROTOCOL)
+        return _dumps_keeping_files(function)
     except Exception as error:
         raise TypeError(
             f"Could not serialize the remote function or class {name}: "
