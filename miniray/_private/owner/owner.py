@@ -153,6 +153,10 @@ class Owner:
             log_cap=config.worker_log_bytes())
         # Set once the fork server named a worker: it is up and forking (``prestart_workers``).
         self.worker_forked = threading.Event()
+        # Set once a worker answered its HELLO with READY (or one died before): it has
+        # connected, applied the session's settings and waits in its loop, so the first task
+        # pays neither its start-up nor its first page faults (``prestart_workers``).
+        self.worker_ready = threading.Event()
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -830,8 +834,8 @@ class Owner:
         """*Not locked.* Start ``count`` idle workers in the job's environment, so that the
         first tasks wait neither for forks nor for the fork server's own start (a fresh
         interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
-        one as it takes any idle worker. Returns ``worker_forked``, set once the fork server
-        named the first of them."""
+        one as it takes any idle worker. Returns ``worker_ready``, set once the first of them
+        answered its HELLO (READY): ``init()`` waits for it."""
         fork_server = self.fork_server
         started = [self.start_worker(fork_server) for _ in range(count)]
         with self._lock:
@@ -841,7 +845,7 @@ class Owner:
                     self.workers.keep_idle(self.adopt_worker(parts))
                 else:
                     self.discard_start(parts)
-        return self.worker_forked
+        return self.worker_ready
 
     def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
         """*Locked.* The fork server named ``worker``'s pid."""
@@ -868,6 +872,7 @@ class Owner:
         if worker.exited:
             return 0, 0
         worker.exited = True
+        self.worker_ready.set()  # init() does not wait for a worker that will never be ready
         pid = worker.pid
         if pid is not None:
             self.workers.by_pid.pop(pid, None)
@@ -1079,6 +1084,8 @@ class Owner:
                                   message[5])
         elif tag == protocol.CALL:
             self.requests.on_call(worker, message[1], message[2], message[3])
+        elif tag == protocol.READY:
+            self.worker_ready.set()
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool, times: tuple | None = None) -> None:

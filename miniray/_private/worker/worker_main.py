@@ -9,7 +9,7 @@ and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
-    data socket ──► main thread: HELLO, then FUNC / TASK / EXIT  ──► RESULT ──► data socket
+    data socket ──► main thread: HELLO (answered READY), then FUNC / TASK / EXIT  ──► RESULT ──► data socket
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → KeyboardInterrupt raised in the main thread if that task is running
                            (as Ray does; not while it talks to the owner: then it is raised
@@ -487,6 +487,8 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
             _flush_std()
             os._exit(1)
     worker.start_control_thread()
+    # Told after the set-up above: init() returns once a prestarted worker is this far.
+    channel.send((protocol.READY,))
     try:
         worker.loop()
     finally:
