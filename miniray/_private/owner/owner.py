@@ -71,6 +71,8 @@ from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
+# Scheduling keys remembered by request dict (``submit_task``); emptied when full.
+_KEY_CACHE = 64
 
 
 def _logs_dir(session_dir: str | None) -> str | None:
@@ -157,6 +159,7 @@ class Owner:
         # connected, applied the session's settings and waits in its loop, so the first task
         # pays neither its start-up nor its first page faults (``prestart_workers``).
         self.worker_ready = threading.Event()
+        self._keys: dict = {}  # (id(request), max_calls, env) -> (request, scheduling key)
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -315,7 +318,17 @@ class Owner:
         self.workers.actors += delta
 
     def submit_task(self, spec, parent: Task | None = None) -> None:
-        key = scheduling.scheduling_key(spec.request, spec.max_calls, spec.runtime_env)
+        # The key of a request already seen (a driver's template passes the same dict each
+        # time): a lookup instead of sorting the request for every task.
+        cache_key = (id(spec.request), spec.max_calls, spec.runtime_env)
+        cached = self._keys.get(cache_key)
+        if cached is not None and cached[0] is spec.request:
+            key = cached[1]
+        else:
+            key = scheduling.scheduling_key(spec.request, spec.max_calls, spec.runtime_env)
+            if len(self._keys) >= _KEY_CACHE:  # nested submissions bring new dicts each time
+                self._keys.clear()
+            self._keys[cache_key] = (spec.request, key)  # holds the dict: its id stays its
         with self._lock:
             self.check_usable()
             if spec.fn_bytes is not None:
@@ -731,8 +744,11 @@ class Owner:
                 dep_values = self.requests.dep_payloads(spec.deps, pin=not task.pinned,
                                                         worker=worker)
                 task.pinned = True
+            request = slot.float_request
+            if request is None:
+                request = slot.float_request = float_request(spec.request)
             ctx = (
-                float_request(spec.request),
+                request,
                 slot.gpu_ids,
                 self.gpu_ids_are_ints,
                 spec.retry_exceptions,
