@@ -56,3 +56,16 @@ def test_omp_threads_is_reset_for_each_task_when_a_task_changed_it(monkeypatch):
     assert os.environ["OMP_NUM_THREADS"] == "2"
     worker_main._Worker._set_env(stub, {"CPU": 0.5}, None)
     assert os.environ["OMP_NUM_THREADS"] == "1"
+
+
+def test_the_no_argument_blob_is_what_a_call_without_arguments_sends():
+    from miniray._private.core import serialization
+
+    blob = serialization.pack_arguments((), {}, "f", type(None))[0]
+    assert blob == worker_main._NO_ARGS_BLOB
+    assert serialization.loads_arguments(blob) == ((), {})
+    stub = types.SimpleNamespace(serializers=types.SimpleNamespace(changed=lambda: None))
+    args, kwargs = worker_main._Worker._load_args(stub, blob, None)
+    assert (args, kwargs) == ((), {})
+    kwargs["x"] = 1  # each call gets its own kwargs
+    assert worker_main._Worker._load_args(stub, blob, None)[1] == {}

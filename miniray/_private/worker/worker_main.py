@@ -75,6 +75,8 @@ MARKER = b"\x00mr:"
 # What ``payload_for`` makes of a returned None (the plain pickle: no buffers, no refs
 # inside), made once: a no-op task's result costs no pickler.
 _NONE_PAYLOAD = oob.inline_blob(oob.serialize(None))
+# The args blob of a call with no arguments, as ``pack_arguments`` makes it: not unpickled.
+_NO_ARGS_BLOB = serialization.pack_arguments((), {}, "", type(None))[0]
 
 
 
@@ -241,6 +243,8 @@ class _Worker:
         blob = self.serializers.changed()
         if blob is not None:
             serialization.apply_registrations(blob)
+        if not dep_values and args_blob == _NO_ARGS_BLOB:
+            return (), {}
         try:
             args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
