@@ -9,7 +9,8 @@ and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
-    data socket ──► main thread: HELLO (answered READY), then FUNC / TASK / EXIT  ──► RESULT ──► data socket
+    data socket ──► main thread: HELLO (answered READY), then FUNC / TASK / EXIT
+                      ──► RESULT ──► data socket
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → KeyboardInterrupt raised in the main thread if that task is running
                            (as Ray does; not while it talks to the owner: then it is raised
