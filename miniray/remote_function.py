@@ -236,7 +236,10 @@ class RemoteFunction(Generic[P, R]):
         task_id = ids.new_task_id()
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, count + 1)]
-        request, pg_ctx = template.request_in(rt, self._function.__name__)
+        if template.placement is None:  # request_in(), inlined for the common case
+            request, pg_ctx = template.request, None
+        else:
+            request, pg_ctx = template.request_in(rt, self._function.__name__)
         spec = TaskSpec(
             task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
             self._descriptor_name, blob, deps, return_ids, num_returns, request,

@@ -357,8 +357,8 @@ class Runtime:
 
     def _prestart_workers(self) -> None:
         """Idle workers for the default shape, and ``init()`` returns once the first is
-        forked: the first task then costs about a warm round trip, not the fork server's
-        start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is not waited for."""
+        ready (it answered its HELLO): the first task then costs about a warm round trip, not
+        the fork server's start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is not waited for."""
         count = config.prestart_workers(self.num_cpus)
         if count:
             self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)

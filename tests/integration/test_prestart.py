@@ -30,6 +30,23 @@ def test_init_returns_with_idle_workers_forked(ray_start):
     assert all(worker.lease is None and worker.kind is None for worker in idle)
 
 
+def test_init_returns_once_a_prestarted_worker_is_ready(ray_start):
+    """Forked is not enough: a worker just forked still connects, applies HELLO and takes
+    its first page faults (2-3 ms here), which the first task paid. init() waits for READY."""
+    ray_start(num_cpus=2)
+    assert _owner().worker_ready.is_set()
+
+
+def test_a_worker_that_dies_before_ready_does_not_hold_init(ray_start, monkeypatch):
+    """A worker that exits before READY (here: its setup hook fails) releases init() at
+    once instead of after ``PRESTART_WAIT_S``."""
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
+    started = time.monotonic()
+    ray_start(num_cpus=1, runtime_env={"worker_process_setup_hook": "no_such_module.hook"})
+    assert time.monotonic() - started < 30
+    assert _owner().worker_ready.is_set()
+
+
 def test_the_first_task_runs_on_a_prestarted_worker(ray_start):
     ray_start(num_cpus=2)
     owner = _owner()

@@ -151,7 +151,8 @@ def pipeline_depth() -> int:
 def prestart_workers(num_cpus: float) -> int:
     """How many idle workers ``init()`` starts for the default shape
     (``MINIRAY_PRESTART_WORKERS``; default the CPUs, at most 8; 0: none). ``init()`` returns
-    once the first is forked, so the first task does not wait for the fork server's start."""
+    once the first is ready (connected and set up), so the first task does not wait for the
+    fork server's start."""
     value = os.environ.get("MINIRAY_PRESTART_WORKERS")
     if value:
         try:

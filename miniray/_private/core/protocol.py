@@ -30,6 +30,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
                                                   (GIVE_BACK, task_ids)  tasks not started
+                                                  (READY,)  HELLO applied, waiting for work
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
@@ -170,6 +171,7 @@ ACTOR_SUBMIT = 19
 BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
 YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
 GIVE_BACK = 23  # (GIVE_BACK, task_ids): tasks received but not started, for the owner to requeue
+READY = 24  # (READY,): the worker applied HELLO and waits for work (init() waits for the first)
 
 # 1a. the method of a worker's CALL
 CALL_CREATE_ACTOR = 80
@@ -234,7 +236,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
              "SERIALIZERS",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
-             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD", "GIVE_BACK"),
+             "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD", "GIVE_BACK", "READY"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
              "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
              "CALL_STREAM_NEXT", "CALL_PLACEMENT_GROUP"),

@@ -33,7 +33,7 @@ class LeaseSlot:
     """A lease of the node ledger given to one worker for tasks of one scheduling key."""
 
     __slots__ = ("lease", "key", "worker", "cpu_released", "idle_since", "gpu_ids",
-                 "host_lease")
+                 "host_lease", "float_request")
 
     def __init__(self, lease, key, worker, gpu_ids, host_lease: str | None = None):
         self.lease = lease
@@ -45,6 +45,9 @@ class LeaseSlot:
         self.idle_since: float | None = None
         self.gpu_ids = gpu_ids
         self.host_lease = host_lease
+        # The request as a task's context reports it (``resources.float_request``), made
+        # for the first task sent: every task of one key asks the same.
+        self.float_request: dict | None = None
 
 
 class LeaseBook:

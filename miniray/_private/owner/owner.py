@@ -71,6 +71,8 @@ from miniray._private.owner.workers import WorkerPool, WorkerSlot
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
+# Scheduling keys remembered by request dict (``submit_task``); emptied when full.
+_KEY_CACHE = 64
 
 
 def _logs_dir(session_dir: str | None) -> str | None:
@@ -153,6 +155,11 @@ class Owner:
             log_cap=config.worker_log_bytes())
         # Set once the fork server named a worker: it is up and forking (``prestart_workers``).
         self.worker_forked = threading.Event()
+        # Set once a worker answered its HELLO with READY (or one died before): it has
+        # connected, applied the session's settings and waits in its loop, so the first task
+        # pays neither its start-up nor its first page faults (``prestart_workers``).
+        self.worker_ready = threading.Event()
+        self._keys: dict = {}  # (id(request), max_calls, env) -> (request, scheduling key)
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
             ledger=ledger, pid=self.pid, gpu_keys=gpu_keys,
@@ -311,7 +318,17 @@ class Owner:
         self.workers.actors += delta
 
     def submit_task(self, spec, parent: Task | None = None) -> None:
-        key = scheduling.scheduling_key(spec.request, spec.max_calls, spec.runtime_env)
+        # The key of a request already seen (a driver's template passes the same dict each
+        # time): a lookup instead of sorting the request for every task.
+        cache_key = (id(spec.request), spec.max_calls, spec.runtime_env)
+        cached = self._keys.get(cache_key)
+        if cached is not None and cached[0] is spec.request:
+            key = cached[1]
+        else:
+            key = scheduling.scheduling_key(spec.request, spec.max_calls, spec.runtime_env)
+            if len(self._keys) >= _KEY_CACHE:  # nested submissions bring new dicts each time
+                self._keys.clear()
+            self._keys[cache_key] = (spec.request, key)  # holds the dict: its id stays its
         with self._lock:
             self.check_usable()
             if spec.fn_bytes is not None:
@@ -727,8 +744,11 @@ class Owner:
                 dep_values = self.requests.dep_payloads(spec.deps, pin=not task.pinned,
                                                         worker=worker)
                 task.pinned = True
+            request = slot.float_request
+            if request is None:
+                request = slot.float_request = float_request(spec.request)
             ctx = (
-                float_request(spec.request),
+                request,
                 slot.gpu_ids,
                 self.gpu_ids_are_ints,
                 spec.retry_exceptions,
@@ -830,8 +850,8 @@ class Owner:
         """*Not locked.* Start ``count`` idle workers in the job's environment, so that the
         first tasks wait neither for forks nor for the fork server's own start (a fresh
         interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
-        one as it takes any idle worker. Returns ``worker_forked``, set once the fork server
-        named the first of them."""
+        one as it takes any idle worker. Returns ``worker_ready``, set once the first of them
+        answered its HELLO (READY): ``init()`` waits for it."""
         fork_server = self.fork_server
         started = [self.start_worker(fork_server) for _ in range(count)]
         with self._lock:
@@ -841,7 +861,7 @@ class Owner:
                     self.workers.keep_idle(self.adopt_worker(parts))
                 else:
                     self.discard_start(parts)
-        return self.worker_forked
+        return self.worker_ready
 
     def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
         """*Locked.* The fork server named ``worker``'s pid."""
@@ -868,6 +888,7 @@ class Owner:
         if worker.exited:
             return 0, 0
         worker.exited = True
+        self.worker_ready.set()  # init() does not wait for a worker that will never be ready
         pid = worker.pid
         if pid is not None:
             self.workers.by_pid.pop(pid, None)
@@ -1079,6 +1100,8 @@ class Owner:
                                   message[5])
         elif tag == protocol.CALL:
             self.requests.on_call(worker, message[1], message[2], message[3])
+        elif tag == protocol.READY:
+            self.worker_ready.set()
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool, times: tuple | None = None) -> None:

@@ -9,7 +9,8 @@ and runs the job's setup hook (``runtime_env_setup.py``).
 
 ::
 
-    data socket ──► main thread: HELLO, then FUNC / TASK / EXIT  ──► RESULT ──► data socket
+    data socket ──► main thread: HELLO (answered READY), then FUNC / TASK / EXIT
+                      ──► RESULT ──► data socket
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → KeyboardInterrupt raised in the main thread if that task is running
                            (as Ray does; not while it talks to the owner: then it is raised
@@ -47,6 +48,7 @@ from miniray._private.core import (
     context,
     ids,
     logging_config,
+    oob,
     protocol,
     runtime_envs,
     serialization,
@@ -71,6 +73,11 @@ if TYPE_CHECKING:
     pass
 
 MARKER = b"\x00mr:"
+# What ``payload_for`` makes of a returned None (the plain pickle: no buffers, no refs
+# inside), made once: a no-op task's result costs no pickler.
+_NONE_PAYLOAD = oob.inline_blob(oob.serialize(None))
+# The args blob of a call with no arguments, as ``pack_arguments`` makes it: not unpickled.
+_NO_ARGS_BLOB = serialization.pack_arguments((), {}, "", type(None))[0]
 
 
 
@@ -124,6 +131,9 @@ class _Worker:
         self.noset_cvd = config.noset_cuda_visible_devices()
         self.cvd_on_zero = config.override_cvd_on_zero()
         self.actor_host = None
+        # A returned None is sent inline (``_NONE_PAYLOAD``) unless the store's inline
+        # threshold is below its size (then it goes through ``payload_for`` as any value).
+        self.none_inline = len(_NONE_PAYLOAD) < info.get("store", {}).get("inline_threshold", 0)
         capacity = info.get("store", {}).get("capacity", 1 << 30)
         self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
         self.runtime.mappings = self.mappings
@@ -234,6 +244,8 @@ class _Worker:
         blob = self.serializers.changed()
         if blob is not None:
             serialization.apply_registrations(blob)
+        if not dep_values and args_blob == _NO_ARGS_BLOB:
+            return (), {}
         try:
             args, kwargs = serialization.loads_arguments(args_blob)  # arrays: read-only
             if dep_values:
@@ -269,7 +281,9 @@ class _Worker:
 
     def _set_env(self, resources: dict, gpu_ids: list | None) -> None:
         if not self.user_set_omp:
-            os.environ["OMP_NUM_THREADS"] = str(max(1, math.floor(resources.get("CPU", 1) or 1)))
+            threads = str(max(1, math.floor(resources.get("CPU", 1) or 1)))
+            if os.environ.get("OMP_NUM_THREADS") != threads:  # no putenv per task
+                os.environ["OMP_NUM_THREADS"] = threads
         if self.noset_cvd:
             return
         if gpu_ids:
@@ -384,7 +398,11 @@ class _Worker:
         except Exception as error:  # wrong count or not a sequence: Ray's types
             return failed(error, f"{type(error).__name__}: {error}")
         results = []
+        none_inline = self.none_inline
         for index, item in enumerate(items):
+            if item is None and none_inline:
+                results.append((protocol.OK, _NONE_PAYLOAD, ()))
+                continue
             try:
                 serialization.start_collecting()  # refs inside a return value: it holds them
                 try:
@@ -487,6 +505,8 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
             _flush_std()
             os._exit(1)
     worker.start_control_thread()
+    # Told after the set-up above: init() returns once a prestarted worker is this far.
+    channel.send((protocol.READY,))
     try:
         worker.loop()
     finally:
