@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 from miniray._private.host import procinfo
 
