@@ -16,6 +16,9 @@ member's ``Alive``. What it measures, in this order:
   is launched until the watcher saw the member alive. miniray: ``--join-rounds`` joins (the
   member stopped with ``miniray stop`` between them), Ray: ``--ray-join-rounds``; the join
   after the crash below is one more sample. The median is the figure;
+  miniray's details add ``start_command_returned_s`` (the ``start`` command's exit) and both
+  give ``cli_floor_s``, the best of 3 ``miniray --version`` (``ray --version``): the cost of an
+  interpreter starting and importing the package, which every join pays first;
 * ``crash_dead_s``: SIGKILL of the member's node process (miniray: the node's pid from its
   record; Ray: the member's ``raylet``) until the watcher saw it dead;
 * ``hang_dead_s``: the member joined again, then SIGSTOP of the same process (a stand-in for a
@@ -29,9 +32,10 @@ a temp directory, so nothing is written to the user's ``~/.ray``.
 
 Ray runs from its own virtualenv (``--ray-python``; default: ``$MINIRAY_BENCH_RAY_VENV`` or
 ``~/.cache/miniray-bench/ray-2.60``, made by ``setup_ray_venv.sh``); ``--no-ray`` skips it.
-Every process started here is in a process group of its own and is killed by that group (and
-any process whose environment names one of this run's temp directories, by pid) at the end;
-the script fails when anything was left. Prints one JSON object: each implementation's
+Every process started here is in a process group of its own; at the end every group gets
+SIGTERM, then SIGKILL 15 s later, and a process still marked with this run's temp directory
+(``BENCH_PEERING_DIR`` in its environment) 5 s after that is a leak: killed by pid, reported,
+and the script exits 1. Prints one JSON object: each implementation's
 figures, the floor, ``ratios`` (miniray / Ray: below 1 means miniray is faster) and the issue's
 targets.
 
@@ -205,6 +209,7 @@ class Run:
         self.head_port = _free_port()
         self.member_n = 0
         self.member_proc: subprocess.Popen | None = None
+        self.cli_returned_s: list[float] = []
 
     def env(self, name: str) -> dict:
         env = {k: v for k, v in os.environ.items()
@@ -304,6 +309,9 @@ class Run:
         proc = self.member_proc = self.spawn(argv, env, stdout=subprocess.DEVNULL,
                                              stderr=subprocess.PIPE)
         seen = self._line(WAIT_S, "ALIVE")
+        if self.impl == "miniray" and seen is not None:  # the CLI returns once it joined
+            proc.wait(WAIT_S)
+            self.cli_returned_s.append(time.monotonic() - t0)
         if seen is None:
             err = proc.stderr.read().decode(errors="replace")[-2000:] if proc.poll() is not None \
                 else ""
@@ -345,6 +353,16 @@ class Run:
             os.killpg(self.member_proc.pid, signal.SIGTERM)  # its `ray start --block`
         self._line(WAIT_S, "DEAD")
 
+    def cli_floor(self) -> float:
+        """The command line's own cost: the best of 3 ``miniray --version`` (``ray
+        --version``), an interpreter starting and importing the package."""
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.monotonic()
+            self.cli("head", "--version")
+            best = min(best, time.monotonic() - t0)
+        return best
+
     # -- cleaning up
     def _mine(self) -> list[int]:
         entry = f"BENCH_PEERING_DIR={self.tmp}".encode()
@@ -356,15 +374,18 @@ class Run:
             for name in sorted(os.listdir(self.tmp)):
                 if os.path.isdir(os.path.join(self.tmp, name, "mr")):
                     self.cli(name, "stop", "--force")
-        for proc in reversed(self.groups):
-            for sig in (signal.SIGCONT, signal.SIGTERM):
-                try:
-                    os.killpg(proc.pid, sig)
-                except OSError:
-                    pass
-        deadline = time.monotonic() + 20
-        while self._mine() and time.monotonic() < deadline:
-            time.sleep(0.2)
+        # SIGTERM to every group (Ray's `ray start --block` drains its node first), SIGKILL
+        # to the groups 15 s later; what still carries this run's mark after that is a leak.
+        for sig, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            for proc in reversed(self.groups):
+                for one in (signal.SIGCONT, sig):
+                    try:
+                        os.killpg(proc.pid, one)
+                    except OSError:
+                        pass
+            deadline = time.monotonic() + wait_s
+            while self._mine() and time.monotonic() < deadline:
+                time.sleep(0.2)
         left = [(p, _cmdline(p)[:120]) for p in self._mine()]
         for pid, _ in left:
             try:
@@ -407,6 +428,9 @@ def measure(impl: str, python: str, join_rounds: int) -> dict:
         result["joins_s"].append(run.join())
         result["hang_dead_s"] = run.fault(signal.SIGSTOP)
         result["join_s"] = statistics.median(result["joins_s"])
+        if run.cli_returned_s:
+            result["start_command_returned_s"] = run.cli_returned_s
+        result["cli_floor_s"] = run.cli_floor()
     except Exception as error:  # noqa: BLE001 - reported, and the rest still cleaned up
         result["error"] = f"{type(error).__name__}: {error}"
     finally:

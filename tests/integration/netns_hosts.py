@@ -71,6 +71,16 @@ def probe() -> str | None:
         return ("user + network namespaces cannot be made here (`unshare -r -n true`: "
                 f"{done.stderr.strip() or done.returncode}); run as root or allow "
                 "unprivileged user namespaces")
+    # What a host needs beyond that: PID and mount namespaces, a tmpfs, a bridge and a veth.
+    steps = ("mount -t tmpfs tmpfs /dev/shm && ip link add br0 type bridge"
+             " && ip link add va type veth peer name vb")
+    try:
+        done = subprocess.run(["unshare", "-r", "-n", "-m", "-p", "--fork", "--mount-proc",
+                               "sh", "-c", steps], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"a namespace host cannot be made: {error}"
+    if done.returncode != 0:
+        return f"a namespace host cannot be made (`{steps}`: {done.stderr.strip()})"
     return None
 
 
