@@ -419,7 +419,8 @@ def cancel(ray_waitable, *, force: bool = False, recursive: bool = True) -> None
 
 
 def cluster_resources() -> dict:
-    """The node's total resources, e.g. ``{"CPU": 2.0, "GPU": 1.0, "memory": ...}``.
+    """The total resources, e.g. ``{"CPU": 2.0, "GPU": 1.0, "memory": ...}``: this node's,
+    plus every alive node's of its cluster when the driver's node joined one.
 
     Mirrors ``ray.cluster_resources``; needs ``init()`` first.
 
@@ -431,7 +432,8 @@ def cluster_resources() -> dict:
 
 
 def available_resources() -> dict:
-    """The node's resources not held by running tasks and actors right now.
+    """The resources not held by running tasks and actors right now: this node's, plus
+    every alive node's of its cluster as of that node's last heartbeat.
 
     Mirrors ``ray.available_resources``; needs ``init()`` first. A resource that is fully used
     is left out, as in Ray.
@@ -444,8 +446,9 @@ def available_resources() -> dict:
 
 
 def nodes() -> list:
-    """One dict per node (on one host: one), with Ray's keys (``NodeID``, ``Alive``,
-    ``Resources``, ...).
+    """One dict per node, with Ray's keys (``NodeID``, ``Alive``, ``Resources``, ...): this
+    node first, then the other nodes of its cluster, dead ones included (``Alive`` False,
+    ``DeathReasonMessage``). Without a cluster: one.
 
     Mirrors ``ray.nodes``; needs ``init()`` first.
 

@@ -244,9 +244,26 @@ def test_a_stopped_member_is_dead_after_the_limit_and_rejoins_when_continued(hos
 
 
 def _free_port(ip="127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((ip, 0))
-        return probe.getsockname()[1]
+    """A free port below the ephemeral range (32768-60999 by default), so no outgoing
+    connection of another test takes it between the two heads of a test."""
+    import random
+
+    for port in random.sample(range(20000, 32000), 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind((ip, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
+
+
+def _log(hosts, ip) -> str:
+    try:
+        with open(os.path.join(hosts.record(ip).session_dir, "node.log")) as f:
+            return f.read()[-3000:]
+    except (OSError, ValueError):
+        return "(no log)"
 
 
 def test_the_member_serves_its_drivers_without_the_head_and_rejoins_a_new_one(hosts):
@@ -257,15 +274,15 @@ def test_the_member_serves_its_drivers_without_the_head_and_rejoins_a_new_one(ho
     env_b = hosts.env("127.0.0.2")
     assert cli(hosts.env("127.0.0.1"), "stop").returncode == 0
     assert wait_until(lambda: not node_client.read_cluster(
-        hosts.record("127.0.0.2").session_dir)["linked"], 5.0)
+        hosts.record("127.0.0.2").session_dir)["linked"], 5.0), _log(hosts, "127.0.0.2")
     proc = driver(DRIVER.format(head=head), env_b)
     doc = json_line(proc)
     stop_driver(proc)
     assert doc["value"] == 2
     status = cli(env_b, "status").stdout
-    assert "link to the head is down" in status
+    assert "link to the head is down" in status, status + _log(hosts, "127.0.0.2")
     hosts.start_head(port=port)
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 10.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 10.0), _log(hosts, "127.0.0.2")
     assert node_client.read_cluster(hosts.record("127.0.0.2").session_dir)["linked"]
 
 

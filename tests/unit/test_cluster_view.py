@@ -153,3 +153,13 @@ def test_malformed_records_and_reports_are_caught():
     view.join(entry(), now=0.0)
     assert view.heartbeat("b" * 56, {"CPU": -1}, now=1.0)  # alive, the report ignored
     assert view.nodes["b" * 56].available["CPU"] == 2.0
+
+
+def test_dead_nodes_are_kept_up_to_a_bound_oldest_forgotten_first(monkeypatch):
+    monkeypatch.setattr(cv, "MAX_DEAD", 2)
+    view = ClusterView()
+    for i in range(4):
+        node_id = f"{i}" * 56
+        view.join(entry(node_id=node_id), now=0.0)
+        view.leave(node_id, "stopped")
+    assert sorted(view.nodes) == ["2" * 56, "3" * 56]

@@ -44,8 +44,10 @@ EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
 
 @pytest.fixture(autouse=True)
-def no_leaks():
-    """No thread started by a test may outlive it, nor any socket it opened."""
+def no_leaks(monkeypatch):
+    """No thread started by a test may outlive it, nor any socket it opened. Each test gets
+    a fresh refusal-log limiter (the module's one is shared by the process)."""
+    monkeypatch.setattr(pc, "_refusals", pc.RefusalLog())
     threads = set(threading.enumerate())
     fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     yield
@@ -172,6 +174,9 @@ def test_good_token_over_loopback_tcp(listener):
             client.send_bytes(data)
             assert bytes(srv.recv_bytes(timeout=5)) == data
         assert "sent=" in repr(client)
+        stats = client.statistics()
+        assert stats["frames_sent"] == 1 + 1 + 7 and stats["frames_received"] == 2
+        assert stats["role"] == "join" and not stats["tls"] and not stats["closed"]
 
 
 def test_good_token_over_socketpair_and_thread_safe_sends():
@@ -342,10 +347,11 @@ def test_truncated_handshake():
 
 def test_garbage_and_other_protocols_are_refused(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    for data in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 20, os.urandom(42),
-                 b"\x16\x03\x01" + os.urandom(60)):
+    for data in (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 20, b"\x00" + os.urandom(41)):
         error = _server_fails(data)
         assert isinstance(error, PeerAuthError) and "not a miniray peer" in str(error)
+    error = _server_fails(b"\x16\x03\x01" + os.urandom(60))
+    assert isinstance(error, PeerAuthError) and "it speaks TLS" in str(error)
     assert all("refused peer an AF_UNIX peer" in r.getMessage() or "refused peer" in
                r.getMessage() for r in caplog.records)
 
@@ -539,6 +545,35 @@ def test_frame_attacks_are_refused(attack):
         accepted += reader.feed(stream)
         accepted += reader.feed(b"\0" * 64)
     assert all(p.startswith(b"message 0") for p in accepted)
+
+
+def test_a_frame_reflected_back_over_the_wire_is_refused(tmp_path):
+    """The server's own frame, captured on the wire and sent back to it, fails: each
+    direction has its own key (and a replay of the client's own frame fails its seq)."""
+    marker = tmp_path / "pwned"
+    a, b = socket.socketpair()
+    server = Background(pc.accept, b, TOKEN, timeout=5)
+    with a:
+        hs = ClientHandshake(TOKEN)
+        keys = pc._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
+        hello = pickle.dumps({"role": "r", "versions": protocol.peer_versions()}, protocol=5)
+        a.sendall(_wire(FrameWriter(keys[0]), hello))
+        srv = server.result()
+        with srv:
+            reply = FrameReader(keys[1])
+            a.settimeout(5)
+            while not reply.feed(a.recv(65536)):
+                pass
+            srv.send(Marker(marker))  # a frame the server sends; captured raw below
+            captured = b""
+            while len(captured) < 8 or len(captured) < 8 + struct.unpack(
+                    "!Q", captured[:8])[0] + 16:
+                captured += a.recv(65536)
+            assert not marker.exists()
+            a.sendall(captured)  # reflected: the server reads it with the c2s key
+            with pytest.raises(PeerAuthError, match="integrity check"):
+                srv.recv(timeout=5)
+    assert not marker.exists()
 
 
 def test_large_tampered_payload_is_refused_and_not_returned():
@@ -837,6 +872,50 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
     assert not gate.submit(socket.socket())  # closed gate sheds
 
 
+def test_gate_bounds_handshakes_per_host(listener):
+    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(),
+                            max_pending=8, max_per_host=1, timeout=0.5)
+    slow = [socket.create_connection(listener.getsockname(), source_address=(ip, 0))
+            for ip in ("127.0.0.1", "127.0.0.1", "127.0.0.2")]
+    try:
+        admitted = [gate.submit(_accepted(listener)) for _ in slow]
+        assert admitted == [True, False, True]
+        assert gate.statistics()["hosts"] == {"127.0.0.1": 1, "127.0.0.2": 1}
+        gate.close()
+        assert gate.statistics()["hosts"] == {} and gate.statistics()["failed"] == 2
+    finally:
+        for sock in slow:
+            sock.close()
+
+
+def test_refusal_log_is_bounded_per_host_and_says_what_it_left_out(caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    now = [0.0]
+    log = pc.RefusalLog(per_minute=3, clock=lambda: now[0])
+    for _ in range(10):
+        log.warn("10.0.0.1", "refused peer %s", "10.0.0.1:1")
+    log.warn("10.0.0.2", "refused peer %s", "10.0.0.2:1")
+    assert len(caplog.records) == 4
+    now[0] = 61.0
+    log.warn("10.0.0.1", "refused peer %s", "10.0.0.1:2")
+    assert caplog.records[-1].getMessage() == (
+        "refused peer 10.0.0.1:2 (7 more refusals of 10.0.0.1 were not logged)")
+    assert [log.allow("10.0.0.1")[0] for _ in range(3)] == [True, True, False]
+
+
+def test_a_flood_of_bad_connections_logs_a_bounded_number_of_lines(listener, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(), timeout=2)
+    for _ in range(30):
+        with socket.create_connection(listener.getsockname()) as raw:
+            gate.submit(_accepted(listener))
+            raw.sendall(b"\0" * 42)
+            raw.recv(1)
+    gate.close()
+    assert gate.statistics()["failed"] + gate.statistics()["shed"] == 30
+    assert len(caplog.records) == pc.RefusalLog().per_minute
+
+
 def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     handled = []
@@ -956,6 +1035,24 @@ def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
             assert client.tls and srv.tls
             client.send(1)
             assert srv.recv(timeout=5) == 1
+
+
+def test_tls_on_one_side_only_says_so(listener, certs, caplog):
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5))
+    with pytest.raises((PeerAuthError, PeerClosed), match="TLS (is )?on for both or neither"):
+        pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
+    with pytest.raises(PeerAuthError, match="it speaks TLS and this node does not"):
+        server.result()
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5,
+                                          ssl_context=server_ctx))
+    with pytest.raises(PeerClosed, match="TLS on for both or neither"):
+        pc.connect(listener.getsockname(), TOKEN, "join")
+    with pytest.raises(PeerAuthError, match="TLS failed"):
+        server.result()
+    assert "a peer without TLS" in caplog.text
 
 
 def test_compare_digest_is_used_for_every_check():

@@ -23,7 +23,8 @@ Rules:
 4. Link EOF starts a grace (``eof_grace``): a JOIN of the same id within it keeps the node
    alive; otherwise ``expire`` declares it dead (unexpected termination).
 5. No heartbeat for ``dead_after`` seconds: ``expire`` declares it dead.
-6. Dead nodes stay listed (Alive False, DeathReasonMessage) until the same id rejoins.
+6. Dead nodes stay listed (Alive False, DeathReasonMessage) until the same id rejoins; at
+   most ``MAX_DEAD`` of them, the oldest deaths forgotten first.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
 DEATH_EXPECTED = 1
 DEATH_UNEXPECTED = 2
 EOF_GRACE_S = 0.5  # a closed link: dead after this long unless the node reconnects
+MAX_DEAD = 100  # dead nodes kept listed (the oldest deaths are forgotten first)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class NodeEntry:
     start_time: float = 0.0
     last_heartbeat: float = 0.0  # the view's clock (the head's monotonic time)
     eof_at: float | None = None  # the link closed at; None while linked
+    died_seq: int = 0  # the view's version when it died (which dead nodes are oldest)
 
     @property
     def address(self) -> str:
@@ -207,6 +210,10 @@ class ClusterView:
         entry.available = {}
         entry.eof_at = None
         self._changed()
+        entry.died_seq = self.version
+        dead = sorted(self.dead(), key=lambda e: e.died_seq)
+        for old in dead[:max(0, len(dead) - MAX_DEAD)]:  # rule 6's bound
+            del self.nodes[old.node_id]
 
     # -- snapshots -----------------------------------------------------------------------
     def snapshot(self) -> dict:

@@ -124,6 +124,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
 from __future__ import annotations
 
+import functools
 import sys
 
 from miniray import _version
@@ -274,9 +275,11 @@ def local_versions() -> dict:
     return {"miniray_version": _version.__version__, "python_version": PYTHON_VERSION}
 
 
+@functools.lru_cache(maxsize=None)
 def _dist_version(name: str) -> str | None:
     """The installed version of distribution ``name`` (None if missing), without importing
-    it when it is not loaded yet (numpy is heavy)."""
+    it when it is not loaded yet (numpy is heavy). Cached: a lookup costs about 0.3 ms and
+    every peer connection asks."""
     module = sys.modules.get(name)
     version = getattr(module, "__version__", None)
     if isinstance(version, str):

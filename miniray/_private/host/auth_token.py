@@ -40,8 +40,8 @@ import stat
 
 __all__ = [
     "AuthTokenError", "DEFAULT_RELATIVE_PATH", "MIN_TOKEN_BYTES", "TOKEN_ENV", "TOKEN_PATH_ENV",
-    "TLS_ENV", "default_token_path", "load_token", "read_token_file", "resolve", "tls_files",
-    "token_source",
+    "TLS_ENV", "default_token_path", "file_problem", "load_token", "read_token_file", "resolve",
+    "tls_files", "token_source",
 ]  # fmt: skip
 
 TOKEN_ENV = ("MINIRAY_AUTH_TOKEN", "RAY_AUTH_TOKEN")
@@ -59,7 +59,8 @@ _READ_LIMIT = 64 * 1024  # a token file larger than this is not a token file
 
 
 class AuthTokenError(ValueError):
-    """The cluster token is missing, too short, or kept in a file others could read.
+    """The cluster token is missing, too short, or kept in a file others could read (or
+    TLS between hosts is on but its files are missing or unreadable).
 
     The message names the source (variable or file) and what to do; it never contains the
     token.

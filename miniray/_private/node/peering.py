@@ -241,13 +241,15 @@ class Peering:
     def due(self, now: float) -> float:
         """When ``tick`` wants to run next."""
         times = [now + self.heartbeat_s]
+        if self.is_head or self._state == "linked":
+            times.append(self._ledger_check)
         if self.is_head:
             deadline = self.view.next_deadline(self.dead_after, exempt=self.entry.node_id)
             if deadline is not None:
                 times.append(deadline)
         else:
             if self._state == "linked":
-                times += [self._hb_next, self._ledger_check, self._last_ack + self.dead_after]
+                times += [self._hb_next, self._last_ack + self.dead_after]
             elif self._retry_at is not None and not self._connecting:
                 times.append(self._retry_at)
         return max(now, min(times))
@@ -270,7 +272,7 @@ class Peering:
         if self._link is not None:
             with contextlib.suppress(OSError, pc.PeerClosed):
                 _send(self._link, ("leave", reason))
-            self._drop_link(log=False)
+            self._drop_link()
         for member in list(self._members.values()):
             self._close_member(member)
         if self._sel is not None:
@@ -283,6 +285,8 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 break
+            if kind == "joined":
+                item = item[0]
             if isinstance(item, pc.PeerChannel):
                 item.close()
         nc.unlink_quiet(self.cluster_path)
@@ -455,7 +459,9 @@ class Peering:
         """The head's own entry: alive, its ledger's available resources."""
         if now < self._ledger_check:
             return
-        self._ledger_check = now + self.heartbeat_s
+        self._ledger_check = now + HB_MIN_GAP_S
+        if not self._ledger_changed():
+            return
         available = self._available()
         own = self.view.nodes.get(self.entry.node_id)
         if own is not None and available is not None:
@@ -534,7 +540,7 @@ class Peering:
         logger.warning("the head holds this node dead; rejoining as incarnation %d "
                        "(no remote work runs here yet, so nothing needs fencing)",
                        self.entry.incarnation)
-        self._drop_link(log=False)
+        self._drop_link()
         self._state = "disconnected"
         self._retry_at = time.monotonic()
         self._retry_wait = RETRY_MIN_S
@@ -543,13 +549,13 @@ class Peering:
         if self._state == "linked":
             logger.warning("lost the head at %s (%s); serving local drivers and rejoining",
                            self._head_name(), why)
-        self._drop_link(log=False)
+        self._drop_link()
         self._state = "disconnected"
         self._retry_at = time.monotonic()
         self._retry_wait = RETRY_MIN_S
         self.view.version += 1  # republish: linked is now False
 
-    def _drop_link(self, log: bool) -> None:
+    def _drop_link(self) -> None:
         if self._link is None:
             return
         if self._sel is not None:

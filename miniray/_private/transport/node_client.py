@@ -240,8 +240,11 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
     * ``"auto"``: that node, else any live node of the root (the newest); ConnectionError with
       Ray's message when there is none.
     * ``"local"``: None (always start a new one).
-    * ``"host:port"``: the live node started with ``--port port``; ``host`` must name this
-      host. ValueError when malformed, ConnectionError when no such node runs.
+    * ``"host:port"``: a live node of this root that listens there or joined the cluster
+      whose head listens there (a member node: the driver runs on its own host's node, as
+      Ray's); else, when ``host`` names this host, the node of this root on that port.
+      ValueError when malformed, ConnectionError (saying to run ``miniray start
+      --address=host:port`` here) when there is none.
 
     The caller applies ``RAY_ADDRESS`` first (Ray's order, ray-api-surface §1.2).
 

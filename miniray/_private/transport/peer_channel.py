@@ -51,7 +51,7 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
 __all__ = [
     "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
     "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
-    "ServerHandshake", "accept", "client_ssl_context", "connect", "derive_keys",
+    "RefusalLog", "ServerHandshake", "accept", "client_ssl_context", "connect", "derive_keys",
     "server_ssl_context", "tls_contexts",
 ]  # fmt: skip
 
@@ -131,7 +131,10 @@ def _recv_exactly(sock, size: int, deadline: float) -> bytes:
     view = memoryview(buffer)
     got = 0
     while got < size:
-        n = _recv_some(sock, view[got:], deadline)
+        try:
+            n = _recv_some(sock, view[got:], deadline)
+        except ConnectionResetError:
+            n = 0
         if n == 0:
             raise PeerClosed("the peer closed the connection during the handshake")
         got += n
@@ -193,6 +196,12 @@ class PeerChannel:
         state = "closed" if self._closed else "open"
         return (f"<PeerChannel {self.role or '?'} {self.address} {state} sent="
                 f"{self._writer.seq} received={self._reader.seq}>")
+
+    def statistics(self) -> dict:
+        """A snapshot for status output and tests: frames each way, TLS, open or closed."""
+        return {"address": self.address, "role": self.role, "tls": self.tls,
+                "frames_sent": self._writer.seq, "frames_received": self._reader.seq,
+                "closed": self._closed, "send_timeout": self._send_timeout}
 
     def fileno(self) -> int:
         return self._sock.fileno()
@@ -475,6 +484,10 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
                     "use certificates signed by the same CA (MINIRAY_TLS_SERVER_CERT, "
                     "MINIRAY_TLS_SERVER_KEY, MINIRAY_TLS_CA_CERT), or that TLS is on for "
                     "both or neither.") from None
+            except ConnectionError as error:
+                raise PeerClosed(
+                    f"The node at {where} closed the connection during the TLS handshake "
+                    f"({error}): is TLS on for both or neither (MINIRAY_USE_TLS)?") from None
         sock.settimeout(None)
         handshake = ClientHandshake(token)
         try:
@@ -487,7 +500,8 @@ def connect(address: tuple[str, int], token: bytes, role: str, *, hello: dict | 
                 from None
         except PeerClosed:
             raise PeerClosed(f"The node at {where} closed the connection during the "
-                             "handshake (is it a miniray node of this version?).") from None
+                             "handshake: is it a miniray node of this version, with TLS on "
+                             "for both or neither (MINIRAY_USE_TLS)?") from None
         except TimeoutError:
             raise TimeoutError(f"The node at {where} did not finish the authentication "
                                f"handshake within {timeout} s.") from None
@@ -541,6 +555,7 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
         _close(sock)
         raise
     where = _peer_name(sock)
+    host = _host_of(sock)
     deadline = time.monotonic() + timeout
     try:
         try:
@@ -583,31 +598,79 @@ def accept(sock: socket.socket, token: bytes, *, timeout: float = 5.0,
         channel.send({**extra, "ok": True, "versions": local})
         return channel
     except (TimeoutError, socket.timeout):
-        logger.warning("refused peer %s: it did not finish the handshake within %s s",
+        _refusals.warn(host, "refused peer %s: it did not finish the handshake within %s s",
                        where, timeout)
         _close(sock)
         raise TimeoutError(f"the peer at {where} did not finish the handshake within "
                            f"{timeout} s") from None
     except PeerAuthError as error:
-        logger.warning("refused peer %s: %s", where, error)
+        _refusals.warn(host, "refused peer %s: %s", where, error)
         _close(sock)
         raise PeerAuthError(f"refused the peer at {where}: {error}") from None
     except PeerRefused as error:
-        logger.warning("refused peer %s: %s", where, error)
+        _refusals.warn(host, "refused peer %s: %s", where, error)
         _close(sock)
         raise
     except PeerClosed:
-        logger.warning("peer %s closed the connection during the handshake", where)
+        _refusals.warn(host, "peer %s closed the connection during the handshake", where)
         _close(sock)
         raise PeerClosed(f"the peer at {where} closed the connection during the "
                          "handshake") from None
     except ssl.SSLError as error:
-        logger.warning("refused peer %s: TLS failed: %s", where, error)
+        _refusals.warn(host, "refused peer %s: TLS failed (%s): a peer without TLS, or with a "
+                       "certificate this node's CA did not sign", where, error)
         _close(sock)
         raise PeerAuthError(f"refused the peer at {where}: TLS failed: {error}") from None
     except BaseException:
         _close(sock)
         raise
+
+
+class RefusalLog:
+    """At most ``per_minute`` refusal lines per peer host a minute, so that a flood of bad
+    connections cannot fill the node's log; the next line allowed says how many were
+    left out. Thread-safe; ``clock`` is injectable for tests."""
+
+    def __init__(self, per_minute: int = 20, clock: Callable[[], float] = time.monotonic):
+        self.per_minute = per_minute
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._hosts: dict[str, list] = {}  # host -> [window start, lines, left out]
+
+    def allow(self, host: str) -> tuple[bool, int]:
+        """Pure decision (under the lock): ``(log this line?, lines left out before it)``."""
+        now = self._clock()
+        with self._lock:
+            if len(self._hosts) > 4096:  # forget old windows: bounded memory under a scan
+                self._hosts = {h: w for h, w in self._hosts.items() if now - w[0] < 60.0}
+            window = self._hosts.get(host)
+            if window is None or now - window[0] >= 60.0:
+                left_out = window[2] if window else 0
+                self._hosts[host] = [now, 1, 0]
+                return True, left_out
+            if window[1] < self.per_minute:
+                window[1] += 1
+                left_out, window[2] = window[2], 0
+                return True, left_out
+            window[2] += 1
+            return False, 0
+
+    def warn(self, host: str, text: str, *args) -> None:
+        log, left_out = self.allow(host)
+        if log:
+            if left_out:
+                text += f" ({left_out} more refusals of {host} were not logged)"
+            logger.warning(text, *args)
+
+
+_refusals = RefusalLog()
+
+
+def _host_of(sock) -> str:
+    try:
+        return str(sock.getpeername()[0]) or "unknown"
+    except (OSError, IndexError, TypeError):
+        return "unknown"
 
 
 def _local_name(sock) -> str:
@@ -621,8 +684,9 @@ def _local_name(sock) -> str:
 # ----------------------------------------------------------------------- listener support
 class HandshakeGate:
     """Runs ``accept`` for each new connection in a short-lived thread, at most
-    ``max_pending`` at a time: past that a connection is closed at once (and logged), so
-    a flood of slow clients cannot exhaust threads; each one costs at most ``timeout``.
+    ``max_pending`` at a time and ``max_per_host`` from one peer host: past that a
+    connection is closed at once (and logged), so a flood of slow clients cannot exhaust
+    threads, and one host cannot keep the others out; each costs at most ``timeout``.
 
     ``on_channel(channel)`` is called in the handshake's thread with each authenticated
     channel (it owns the channel from then on; if it raises, the channel is closed).
@@ -638,12 +702,15 @@ class HandshakeGate:
 
     def __init__(self, token: bytes, *, on_channel: Callable[[PeerChannel], None],
                  answer: Callable[[dict], dict | str] | None = None, max_pending: int = 16,
-                 timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None,
+                 max_per_host: int = 4, timeout: float = 5.0,
+                 ssl_context: ssl.SSLContext | None = None,
                  name: str = "miniray-peer-handshake"):
         self._token = token
         self._on_channel = on_channel
         self._answer = answer
         self._max_pending = max_pending
+        self._max_per_host = max_per_host
+        self._per_host: dict[str, int] = {}
         self._timeout = timeout
         self._ssl_context = ssl_context
         self._name = name
@@ -661,36 +728,54 @@ class HandshakeGate:
     def statistics(self) -> dict:
         with self._lock:
             return {"pending": len(self._threads), "max_pending": self._max_pending,
-                    "accepted": self.accepted, "failed": self.failed, "shed": self.shed}
+                    "hosts": dict(self._per_host), "accepted": self.accepted,
+                    "failed": self.failed, "shed": self.shed}
 
     def submit(self, sock: socket.socket) -> bool:
         """Start the handshake of ``sock`` (which this gate now owns); False if it was shed
         (too many handshakes running, or the gate is closed)."""
+        host = _host_of(sock)
         with self._lock:
-            admit = not self._closed and len(self._threads) < self._max_pending
-            if admit:
-                thread = threading.Thread(target=self._run, args=(sock,), daemon=True,
+            if self._closed:
+                why = "the node is closing"
+            elif len(self._threads) >= self._max_pending:
+                why = f"{self._max_pending} handshakes are already running"
+            elif self._per_host.get(host, 0) >= self._max_per_host:
+                why = f"{self._max_per_host} handshakes from {host} are already running"
+            else:
+                why = None
+                thread = threading.Thread(target=self._run, args=(sock, host), daemon=True,
                                           name=self._name)
                 self._threads.add(thread)
-            else:
+                self._per_host[host] = self._per_host.get(host, 0) + 1
+            if why:
                 self.shed += 1
-        if not admit:
-            logger.warning("refused peer %s: %d handshakes are already running",
-                           _peer_name(sock), self._max_pending)
+        if why:
+            _refusals.warn(host, "refused peer %s: %s", _peer_name(sock), why)
             _close(sock)
             return False
         try:
             thread.start()
         except RuntimeError:  # no thread to be had: shed it
+            self._release(thread, host)
             with self._lock:
-                self._threads.discard(thread)
                 self.shed += 1
-            logger.warning("refused peer %s: no thread for its handshake", _peer_name(sock))
+            _refusals.warn(host, "refused peer %s: no thread for its handshake",
+                           _peer_name(sock))
             _close(sock)
             return False
         return True
 
-    def _run(self, sock) -> None:
+    def _release(self, thread, host: str) -> None:
+        with self._lock:
+            self._threads.discard(thread)
+            left = self._per_host.get(host, 1) - 1
+            if left > 0:
+                self._per_host[host] = left
+            else:
+                self._per_host.pop(host, None)
+
+    def _run(self, sock, host: str) -> None:
         try:
             try:
                 channel = accept(sock, self._token, timeout=self._timeout,
@@ -712,8 +797,7 @@ class HandshakeGate:
                 logger.exception("the handler of peer %s failed", channel.address)
                 channel.close()
         finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
+            self._release(threading.current_thread(), host)
 
     def close(self, timeout: float | None = None) -> None:
         """Refuse new connections and wait for the running handshakes (each ends within its

@@ -173,6 +173,9 @@ class ServerHandshake(_Handshake):
             if self._step == "hello":
                 magic, version, cn = _CLIENT_HELLO.unpack(message)
                 if magic != MAGIC:
+                    if message[:2] == b"\x16\x03":  # a TLS handshake record
+                        raise self._fail("it speaks TLS and this node does not: turn TLS "
+                                         "on for both or neither (MINIRAY_USE_TLS)")
                     raise self._fail(f"it is not a miniray peer (its first bytes are "
                                      f"{message[:8]!r})")
                 if version != PROTO_VERSION:

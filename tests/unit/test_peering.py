@@ -1,0 +1,169 @@
+"""node/peering.py in one process: a head and a member Peering, each on its own selector,
+stepped by the test over loopback TCP (no node processes). Bounded loops throughout."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import threading
+import time
+
+import pytest
+
+from miniray._private.core.cluster_view import NodeEntry
+from miniray._private.node import peering
+from miniray._private.transport import peer_channel as pc
+
+TOKEN = b"t" * 40
+
+
+class _Ledger:
+    def __init__(self, path):
+        self.path = str(path)
+        self.free = {"CPU": 1.0}
+
+    def available(self):
+        return dict(self.free)
+
+
+class Side:
+    def __init__(self, tmp_path, name, ip, head=None, incarnation=1):
+        (tmp_path / name).mkdir()
+        self.sel = selectors.DefaultSelector()
+        self.listener = peering.bind_listener(ip, 0)
+        self.entry = NodeEntry(node_id=name * 8, ip=ip, port=self.listener.getsockname()[1],
+                               is_head=head is None, totals={"CPU": 2.0, f"node:{ip}": 1.0},
+                               incarnation=incarnation)
+        self.ledger = _Ledger(tmp_path / name / "ledger.json")
+        self.dir = str(tmp_path / name)
+        self.head = head
+        self.peering = None
+
+    def start(self, channel=None, snapshot=None):
+        self.peering = peering.Peering(entry=self.entry, listener=self.listener, token=TOKEN,
+                                       session_dir=self.dir, ledger=self.ledger,
+                                       head=self.head, channel=channel, snapshot=snapshot)
+        self.peering.register(self.sel, lambda: None)
+
+    def step(self):
+        for key, _ in self.sel.select(0.01):
+            key.data(key.fileobj)
+        self.peering.tick(time.monotonic())
+
+
+def run(sides, until, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for side in sides:
+            if side.peering is not None:
+                side.step()
+        if until():
+            return True
+    return False
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINIRAY_HEARTBEAT_S", "0.05")
+    monkeypatch.setenv("MINIRAY_NODE_DEAD_AFTER_S", "0.4")
+    head = Side(tmp_path, "a", "127.0.0.1")
+    head.start()
+    member = Side(tmp_path, "b", "127.0.0.2", head=("127.0.0.1", head.entry.port))
+    result = {}
+
+    def join():
+        result["x"] = peering.join_head(member.head, TOKEN, member.entry)
+
+    thread = threading.Thread(target=join)
+    thread.start()
+    assert run([head], lambda: not thread.is_alive())
+    thread.join()
+    member.start(*result["x"])
+    yield head, member
+    for side in (member, head):
+        side.peering.close("test over")
+        side.sel.close()
+
+
+def _node(side, name):
+    return side.peering.view.nodes.get(name * 8)
+
+
+def test_join_heartbeat_and_view_copy(cluster):
+    head, member = cluster
+    assert _node(head, "b").alive
+    member.ledger.free = {"CPU": 0.5}
+    assert run([head, member], lambda: _node(head, "b").available == {"CPU": 0.5})
+    assert run([head, member], lambda: _node(member, "b") is not None
+               and _node(member, "b").available == {"CPU": 0.5})
+    assert peering.nc.read_cluster(member.dir)["linked"] is True
+
+
+def test_a_member_held_dead_rejoins_as_a_new_incarnation(cluster):
+    head, member = cluster
+    # The member does not run for longer than dead_after (as under SIGSTOP).
+    assert run([head], lambda: not _node(head, "b").alive, timeout=2.0)
+    assert run([head, member], lambda: _node(head, "b").alive, timeout=5.0)
+    assert _node(head, "b").incarnation == 2 and member.entry.incarnation == 2
+
+
+def test_leave_is_an_expected_death(cluster):
+    head, member = cluster
+    member.peering.close("stopped by the test")
+    assert run([head], lambda: not _node(head, "b").alive, timeout=2.0)
+    assert _node(head, "b").death_reason == 1
+
+
+def test_an_authenticated_peer_with_nonsense_is_dropped_not_obeyed(cluster):
+    head, _member = cluster
+    rogue = {}
+
+    def connect():
+        entry = NodeEntry(node_id="c" * 8, ip="127.0.0.3", port=1, totals={"CPU": 1.0},
+                          labels={"bad": 1})  # malformed: refused
+        try:
+            peering.join_head(("127.0.0.1", head.entry.port), TOKEN, entry, timeout=2.0)
+        except (ConnectionError, TimeoutError, OSError) as error:
+            rogue["error"] = error
+
+    thread = threading.Thread(target=connect)
+    thread.start()
+    assert run([head], lambda: not thread.is_alive(), timeout=5.0)
+    assert "error" in rogue and _node(head, "c") is None
+    # A well-formed member that sends an unknown message has its link closed.
+    made = {}
+
+    def connect_well_formed():
+        made["channel"] = pc.connect(
+            ("127.0.0.1", head.entry.port), TOKEN, "join", source_address=("127.0.0.4", 0),
+            hello={"node": NodeEntry(node_id="d" * 8, ip="127.0.0.4", port=1,
+                                     totals={"CPU": 1.0}).to_json()})
+
+    thread = threading.Thread(target=connect_well_formed)
+    thread.start()
+    assert run([head], lambda: not thread.is_alive(), timeout=5.0)
+    channel = made["channel"]
+    try:
+        assert run([head], lambda: _node(head, "d") is not None)
+        channel.send(("rm -rf", "/"))
+        assert run([head], lambda: head.peering.statistics()["members"] == 1)
+    finally:
+        channel.close()
+
+
+def test_a_busy_port_names_itself():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(peering.nc.NodeStartError, match=f"127.0.0.1:{port}.*--port 0"):
+            peering.bind_listener("127.0.0.1", port)
+
+
+def test_a_member_without_its_head_does_not_spin(cluster):
+    head, member = cluster
+    head.peering.close("head gone")
+    assert run([member], lambda: member.peering.statistics()["state"] != "linked", 2.0)
+    now = time.monotonic()
+    member.peering._connecting = True  # a rejoin in flight: nothing else is due
+    assert member.peering.due(now) >= now + 0.04
