@@ -10,7 +10,9 @@ member's ``Alive``. What it measures, in this order:
 * the floor of the link, in this interpreter: ``tcp_rtt_us``, a 1-byte echo over TCP from
   127.0.0.1 to a process listening on 127.0.0.2 (TCP_NODELAY, 200 warm-up, 2,000 timed; p50,
   mean in details); ``channel_rtt_us``, the same through miniray's authenticated peer channel
-  (challenge-response handshake, HMAC on every frame: ``peer_channel.connect``/``accept``);
+  (challenge-response handshake, HMAC on every frame: ``peer_channel.connect``/``accept``),
+  and the handshake's time (``handshake_ms``; ``handshake_first_ms``: the process's first one,
+  which pays lazy imports);
 * ``join_s``: from just before ``miniray start --address=127.0.0.1:P --node-ip-address
   127.0.0.2`` (Ray: ``ray start --address=127.0.0.1:P --node-ip-address=127.0.0.2 --block``)
   is launched until the watcher saw the member alive. miniray: ``--join-rounds`` joins (the
@@ -58,6 +60,8 @@ import sys
 import tempfile
 import time
 
+from miniray._private.transport import peer_channel as pc
+
 HEAD_IP, MEMBER_IP = "127.0.0.1", "127.0.0.2"
 WAIT_S = 120.0  # any one wait for the watcher; Ray's own detection takes tens of seconds
 TOKEN = "bench-peering-token-" + "5" * 32
@@ -99,8 +103,6 @@ def _echo_server(kind: str, port_w) -> None:
                 break
             conn.sendall(data)
     else:
-        from miniray._private.transport import peer_channel as pc
-
         channel = pc.accept(conn, TOKEN.encode(), timeout=30)
         try:
             while True:
@@ -136,8 +138,6 @@ def _rtt(kind: str, warmup: int = 200, timed: int = 2000) -> dict:
                     if i >= warmup:
                         samples.append(time.perf_counter() - t0)
         else:
-            from miniray._private.transport import peer_channel as pc
-
             t0 = time.perf_counter()
             channel = pc.connect((MEMBER_IP, port), TOKEN.encode(), "bench", timeout=30)
             handshake = time.perf_counter() - t0
@@ -460,7 +460,9 @@ def main() -> int:
                              "python": sys.version.split()[0],
                              "miniray": miniray.__version__},
                  "settings": {"auth": "token (both)", "failure_detection": "defaults (both)"}}
+    first = _rtt("channel", warmup=0, timed=10)  # the first handshake pays lazy imports
     out["floor"] = {"tcp_rtt": _rtt("tcp"), "channel_rtt": _rtt("channel")}
+    out["floor"]["channel_rtt"]["handshake_first_ms"] = first["handshake_ms"]
     out["miniray"] = measure("miniray", sys.executable, args.join_rounds)
     if not args.no_ray:
         if not os.path.exists(args.ray_python):
