@@ -7,9 +7,9 @@ head's host (``ray.init(address="127.0.0.1:<port>")``, the same code for both, i
 ``time.monotonic()`` (one clock for every process of the machine), each change of the
 member's ``Alive``. What it measures, in this order:
 
-* the floor of the link, in this interpreter: ``tcp_rtt_us``, a 1-byte echo over TCP from
+* the floor of the link, in this interpreter: ``tcp_rtt``, a 1-byte echo over TCP from
   127.0.0.1 to a process listening on 127.0.0.2 (TCP_NODELAY, 200 warm-up, 2,000 timed; p50,
-  mean in details); ``channel_rtt_us``, the same through miniray's authenticated peer channel
+  mean, min and p99 too); ``channel_rtt``, the same through miniray's authenticated peer channel
   (challenge-response handshake, HMAC on every frame: ``peer_channel.connect``/``accept``),
   and the handshake's time (``handshake_ms``; ``handshake_first_ms``: the process's first one,
   which pays lazy imports);
