@@ -129,8 +129,13 @@ class Lab:
         assert wait_until(lambda: _ns(self.proc.pid) not in (None, _ns(os.getpid())), 5.0), \
             "the lab namespace did not come up"
         self.namespaces.add(_ns(self.proc.pid))
-        self.run("ip", "link", "add", "br0", "type", "bridge")
-        self.run("ip", "link", "set", "br0", "up")
+        try:
+            self.run("ip", "link", "add", "br0", "type", "bridge")
+            self.run("ip", "link", "set", "br0", "up")
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
 
     def run(self, *cmd, check=True) -> subprocess.CompletedProcess:
         """A command in the lab's user and network namespaces."""
@@ -204,13 +209,18 @@ class Host:
             self.proc.kill()
             self.proc.wait(10)
             raise AssertionError(f"host {name} did not start: {self.proc.stderr.read()}")
-        (self.init,) = wait_until(lambda: self._children(self.proc.pid), 5.0)
-        lab.namespaces.add(_ns(self.init))
-        lab.run("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0",
-                "netns", str(self.init))
-        lab.run("ip", "link", "set", self.veth, "master", "br0", "up")
-        self.run("ip", "addr", "add", f"{self.ip}/24", "dev", "eth0")
-        self.run("ip", "link", "set", "eth0", "up")
+        try:
+            (self.init,) = wait_until(lambda: self._children(self.proc.pid), 5.0)
+            lab.namespaces.add(_ns(self.init))
+            lab.run("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0",
+                    "netns", str(self.init))
+            lab.run("ip", "link", "set", self.veth, "master", "br0", "up")
+            self.run("ip", "addr", "add", f"{self.ip}/24", "dev", "eth0")
+            self.run("ip", "link", "set", "eth0", "up")
+        except BaseException:  # the host goes with its PID namespace (--kill-child)
+            self.proc.kill()
+            self._reap()
+            raise
 
     @staticmethod
     def _children(pid: int) -> list[int]:
