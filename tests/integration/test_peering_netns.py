@@ -4,7 +4,8 @@ Each fake host is a network + mount + PID namespace (``netns_hosts``) with its o
 ``/dev/shm`` and ``/proc``, joined to the others by a veth pair on a bridge, at 10.250.0.<n>
 (head .1, member .2); nothing is routed outside the namespaces the test makes. Unlike tier 1
 (tests/integration/test_cluster_join.py) pids, shared memory and network stacks are really
-separate, and the faults are whole-host ones:
+separate (a driver on each host sees both nodes and runs a task on its own node, with pids
+that mean nothing on the other host), and the faults are whole-host ones:
 
 * crash: the host's PID-namespace init is SIGKILLed, so every process of the host dies at
   once; the head must mark it dead within 1 s (design 4.6: EOF of the link);
@@ -24,8 +25,10 @@ fails (unprivileged user namespaces off and not root). Marker: ``netns``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import time
 
 import pytest
@@ -61,6 +64,18 @@ def lab(tmp_path):
         yield lab
     finally:
         lab.close()
+
+
+DRIVER = """
+import json, miniray as ray
+ray.init(address={head!r})
+@ray.remote
+def f(x):
+    return x + 1
+print(json.dumps({{"value": ray.get(f.remote(1)), "cpus": ray.cluster_resources()["CPU"],
+                  "nodes": sorted([n["NodeManagerAddress"], n["Alive"]] for n in ray.nodes())}}))
+ray.shutdown()
+"""
 
 
 def _alive(head, ip):
@@ -102,6 +117,12 @@ def test_a_member_in_its_own_namespaces_joins_and_sees_the_head(lab):
     # Separate hosts: the member's pids and /dev/shm are its own.
     assert member.record()["pid"] != member.outer_pid(member.record()["pid"])
     assert member.record()["pid_ns"] != head.record()["pid_ns"]
+    # A driver on each host sees both nodes and runs a task on its own node.
+    for host in (head, member):
+        done = host.run(sys.executable, "-c", DRIVER.format(head=f"{head.ip}:{PORT}"))
+        doc = json.loads(done.stdout.strip().splitlines()[-1])
+        assert doc == {"value": 2, "cpus": 3.0,
+                       "nodes": [[head.ip, True], [member.ip, True]]}, (host.name, doc)
     status = head.cli("status").stdout
     active = status.split("Active:")[1].split("Dead:")[0]
     assert f"{head.ip}:" in active and f"{member.ip}:" in active, status
