@@ -1,0 +1,188 @@
+"""Nodes joining a head across network namespaces (peering design 6.2, tier 2).
+
+Each fake host is a network + mount + PID namespace (``netns_hosts``) with its own tmpfs
+``/dev/shm`` and ``/proc``, joined to the others by a veth pair on a bridge, at 10.250.0.<n>
+(head .1, member .2); nothing is routed outside the namespaces the test makes. Unlike tier 1
+(tests/integration/test_cluster_join.py) pids, shared memory and network stacks are really
+separate (a driver on each host sees both nodes and runs a task on its own node, with pids
+that mean nothing on the other host), and the faults are whole-host ones:
+
+* crash: the host's PID-namespace init is SIGKILLed, so every process of the host dies at
+  once; the head must mark it dead within 1 s (design 4.6: EOF of the link);
+* partition: ``ip link set eth0 down`` in the member's namespace (and an nftables drop-all
+  where ``nft`` exists); the head must mark it dead within ``dead_after`` + 1 s. The tests
+  set ``MINIRAY_NODE_DEAD_AFTER_S=1`` (heartbeats every 0.2 s); with the default settings
+  (``MINIRAY_NODE_DEAD_AFTER_S`` = 5 s) the bound is 6 s;
+* hang: SIGSTOP of the member's node, the same bound as a partition.
+
+After each fault the host recovers (restarted, link back up, SIGCONT) and rejoins as a new
+incarnation. After every test nothing may be left on any host: the lab's ``close()`` stops each
+node inside its host and fails on a process, a ``/dev/shm`` entry or a session directory left
+there, on a process left in any namespace the test made, and on a link that appeared in the
+machine's own namespace. The tier is skipped, with the reason, where ``unshare -r -n true``
+fails (unprivileged user namespaces off and not root). Marker: ``netns``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+from . import netns_hosts
+from .helpers import wait_until
+
+pytestmark = pytest.mark.netns
+
+FAST = {"MINIRAY_HEARTBEAT_S": "0.2", "MINIRAY_NODE_DEAD_AFTER_S": "1"}
+DEAD_AFTER_S = 1.0
+PORT = "6380"  # the head's own network namespace: no other listener can hold it
+TIMINGS: dict = {}
+_REASON: list = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _namespaces_or_skip():
+    if not _REASON:
+        _REASON.append(netns_hosts.probe())
+    if _REASON[0]:
+        pytest.skip(_REASON[0])
+    yield
+    if TIMINGS:  # shown with -s
+        print("\nnetns peering timings (s):",
+              {k: round(v, 3) for k, v in sorted(TIMINGS.items())})
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lab = netns_hosts.Lab(tmp_path, FAST)
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+DRIVER = """
+import json, miniray as ray
+ray.init(address={head!r})
+@ray.remote
+def f(x):
+    return x + 1
+print(json.dumps({{"value": ray.get(f.remote(1)), "cpus": ray.cluster_resources()["CPU"],
+                  "nodes": sorted([n["NodeManagerAddress"], n["Alive"]] for n in ray.nodes())}}))
+ray.shutdown()
+"""
+
+
+def _alive(head, ip):
+    node = head.cluster().get(ip)
+    return bool(node and node["alive"])
+
+
+def _dead(head, ip):
+    node = head.cluster().get(ip)
+    return node is not None and not node["alive"]
+
+
+def _incarnation(head, ip):
+    return head.cluster()[ip]["incarnation"]
+
+
+def _cluster(lab):
+    """A head on host a (10.250.0.1) and a member on host b (10.250.0.2), both alive."""
+    head = lab.host("a", 1)
+    head.cli("start", "--head", "--node-ip-address", head.ip, "--port", PORT, "--num-cpus", "1")
+    member = lab.host("b", 2)
+    _join(head, member)
+    return head, member
+
+
+def _join(head, member) -> float:
+    t0 = time.monotonic()
+    joined = member.cli("start", f"--address={head.ip}:{PORT}", "--node-ip-address", member.ip,
+                        "--port", "0", "--num-cpus", "2")
+    assert "joined the cluster" in joined.stdout, joined.stdout
+    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    return time.monotonic() - t0
+
+
+def test_a_member_in_its_own_namespaces_joins_and_sees_the_head(lab):
+    head, member = _cluster(lab)
+    assert wait_until(lambda: _alive(member, head.ip), 5.0), member.cluster()
+    assert set(head.cluster()) == {head.ip, member.ip}
+    # Separate hosts: the member's pids and /dev/shm are its own.
+    assert member.record()["pid"] != member.outer_pid(member.record()["pid"])
+    assert member.record()["pid_ns"] != head.record()["pid_ns"]
+    # A driver on each host sees both nodes and runs a task on its own node.
+    for host in (head, member):
+        done = host.run(sys.executable, "-c", DRIVER.format(head=f"{head.ip}:{PORT}"))
+        doc = json.loads(done.stdout.strip().splitlines()[-1])
+        assert doc == {"value": 2, "cpus": 3.0,
+                       "nodes": [[head.ip, True], [member.ip, True]]}, (host.name, doc)
+    status = head.cli("status").stdout
+    active = status.split("Active:")[1].split("Dead:")[0]
+    assert f"{head.ip}:" in active and f"{member.ip}:" in active, status
+    member.run("touch", "/dev/shm/only-on-b")
+    assert "only-on-b" not in head.run("ls", "-A", "/dev/shm").stdout
+    member.run("rm", "/dev/shm/only-on-b")
+    # A stopped member is an expected termination; started again, it joins again.
+    member.cli("stop")
+    assert wait_until(lambda: _dead(head, member.ip), 3.0)
+    assert "stopped" in head.cluster()[member.ip]["death_message"]
+    TIMINGS["rejoin_after_stop_s"] = _join(head, member)
+
+
+def test_a_crashed_host_is_dead_within_a_second_and_rejoins_when_restarted(lab):
+    head, member = _cluster(lab)
+    before = head.cluster()[member.ip]["node_id"]
+    t0 = time.monotonic()
+    member.crash()
+    assert wait_until(lambda: _dead(head, member.ip), 5.0), head.cluster()
+    TIMINGS["crash_dead_s"] = took = time.monotonic() - t0
+    assert took <= 1.0, f"a crashed host was marked dead after {took:.2f} s (bound: 1 s)"
+    assert "connection" in head.cluster()[member.ip]["death_message"]
+    # The machine comes back (new namespaces, same address and disk) and its node rejoins.
+    member = lab.host("b", 2)
+    TIMINGS["crash_rejoin_s"] = _join(head, member)
+    # A new node (a new id) on the same address; the crashed one stays in the view, dead.
+    assert head.cluster()[member.ip]["node_id"] != before
+    old = [n for n in head.nodes() if n["node_id"] == before]
+    assert len(old) == 1 and not old[0]["alive"], head.nodes()
+
+
+def test_a_partitioned_host_is_dead_after_the_limit_and_rejoins_when_healed(lab):
+    head, member = _cluster(lab)
+    before = _incarnation(head, member.ip)
+    t0 = time.monotonic()
+    member.link(up=False)
+    assert wait_until(lambda: _dead(head, member.ip), DEAD_AFTER_S + 4.0), head.cluster()
+    TIMINGS["partition_dead_s"] = took = time.monotonic() - t0
+    assert took <= DEAD_AFTER_S + 1.0, f"partition noticed after {took:.2f} s"
+    assert "heartbeat" in head.cluster()[member.ip]["death_message"]
+    t1 = time.monotonic()
+    member.link(up=True)
+    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    TIMINGS["partition_rejoin_s"] = time.monotonic() - t1
+    assert _incarnation(head, member.ip) > before
+
+
+def test_a_hung_node_is_dead_after_the_limit_and_rejoins_when_continued(lab):
+    head, member = _cluster(lab)
+    before = _incarnation(head, member.ip)
+    t0 = time.monotonic()
+    pid = member.stop_node(signal.SIGSTOP)
+    try:
+        assert wait_until(lambda: _dead(head, member.ip), DEAD_AFTER_S + 4.0), head.cluster()
+        TIMINGS["hang_dead_s"] = took = time.monotonic() - t0
+        assert took <= DEAD_AFTER_S + 1.0, f"hang noticed after {took:.2f} s"
+    finally:
+        member.stopped.remove(pid)
+        os.kill(pid, signal.SIGCONT)
+    t1 = time.monotonic()
+    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    TIMINGS["hang_rejoin_s"] = time.monotonic() - t1
+    assert _incarnation(head, member.ip) > before
