@@ -7,8 +7,10 @@ them (``format_status``, a pure function of plain data, unit-tested without proc
 Does not own: the files' formats (``node_client.py``, ``ledger.py``, ``host_gpus.py``).
 Called by: ``cli.py`` (``miniray status``).
 
-Mirrors ``ray status`` (Ray 2.60) in spirit: a timestamped header, node status, then usage as
-``used/total name`` lines. Differs: one host, no autoscaler (no pending nodes);
+Mirrors ``ray status`` (Ray 2.60) in spirit: a timestamped header, node status, the cluster's
+Active/Dead nodes (``cluster_section``: with each member's heartbeat age in the head's view,
+and a hint to move to Ray past ``PEERING_HINT_NODES``), then usage as ``used/total name``
+lines. Differs: no autoscaler (no pending nodes);
 instead it shows what Ray's CLI does not: each GPU's fractional use, the leases (running tasks
 grouped by resource shape, actors by class) with the driver holding them, and the host GPU
 ledger shared by every miniray session on the host. ``-v`` adds the demands: what each
