@@ -425,13 +425,19 @@ def _add_ignored(parser: argparse.ArgumentParser, options: tuple, why: str) -> N
                                 default=None, help=text)
 
 
-def _warn_ignored(args: argparse.Namespace, options: tuple) -> None:
-    """One stderr line naming the Ray options given that miniray ignores."""
+_IGNORED_WHY = "do not apply on one host (no Ray agents, ports or Ray's log styling)"
+_START_IGNORED_WHY = (
+    "do not apply to a miniray node (it runs no Ray agents, raylet, GCS or autoscaler and "
+    "listens on --port only; other hosts join it with `miniray start --address`; node "
+    "names and labels are not settable, and logs have one style)")
+
+
+def _warn_ignored(args: argparse.Namespace, options: tuple, why: str = _IGNORED_WHY) -> None:
+    """One stderr line naming the Ray options given that miniray ignores, and why."""
     given = [flags[-1] for flags, _takes in options
              if getattr(args, _dest(flags), None) is not None]
     if given:
-        print(f"miniray: {', '.join(given)} do not apply on one host (no Ray agents, ports, "
-              "multi-host peering or Ray's log styling); ignored.", file=sys.stderr)
+        print(f"miniray: {', '.join(given)} {why}; ignored.", file=sys.stderr)
 
 
 def _add_start(sub) -> None:
@@ -470,7 +476,8 @@ def _add_start(sub) -> None:
     start.add_argument("--dashboard-port", type=int, default=None,
                        help="the dashboard's port (default 8265; 0: any free port)")
     _add_ignored(start, _RAY_START_OPTIONS,
-                 "one host: no Ray agents, ports, multi-host peering or Ray's log styling")
+                 "no Ray agents, per-service ports, node names, labels or Ray's log "
+                 "styling")
     start.set_defaults(func=_cmd_start)
 
 
@@ -593,7 +600,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
         dashboard = _dashboard_options(args)
     except ValueError as error:
         return _error(str(error))
-    _warn_ignored(args, _RAY_START_OPTIONS)
+    _warn_ignored(args, _RAY_START_OPTIONS, _START_IGNORED_WHY)
     if not args.block:
         try:
             record, _info = daemon.spawn_daemon(options)

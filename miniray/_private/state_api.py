@@ -4,7 +4,8 @@ Owns: choosing which sessions a reader means (``address``: this process's own se
 node's address, a session directory, or every live session of the user's root), asking
 each live driver of those sessions for its snapshot over its state socket, and turning the
 snapshots into Ray's rows for every resource (nodes and jobs are made here: a node is a
-session, a job is a driver), merged, filtered, limited and typed (``core/state_rows.py``).
+session, plus every other node of its cluster from the view it publishes, alive or dead; a
+job is a driver), merged, filtered, limited and typed (``core/state_rows.py``).
 A driver that does not answer is a missing part of the output: ``raise_on_missing_output``
 decides, as in Ray, whether that raises or warns.
 Does not own: the snapshot (``owner/state_records.py``), the socket
@@ -19,7 +20,8 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from miniray._private.core import config, context, ids, state_rows, timeline_events
+from miniray._private.core import (cluster_view, config, context, ids, state_rows,
+                                   timeline_events)
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
@@ -179,15 +181,48 @@ def _node_row(view: SessionView) -> dict | None:
         totals = {name: from_units(units) for name, units in state.totals.items()}
     except (OSError, ValueError):
         totals = {}
+    ip, is_head = "127.0.0.1", True
+    cluster = node_client.read_cluster(view.session_dir)
+    own = _cluster_entries(cluster).get(node_id)
+    if own is not None:  # a node of a cluster: its address there, and whether it leads
+        ip, is_head = own.ip, own.is_head
     return {
-        "node_id": node_id, "node_ip": "127.0.0.1", "is_head_node": True, "state": "ALIVE",
-        "state_message": None, "node_name": "127.0.0.1", "resources_total": totals,
+        "node_id": node_id, "node_ip": ip, "is_head_node": is_head, "state": "ALIVE",
+        "state_message": None, "node_name": ip, "resources_total": totals,
         "labels": {"ray.io/node-id": node_id},
         "start_time_ms": int(started * 1000) if started else None, "end_time_ms": None,
         # Not Ray's: how to reach it, and where it lives.
         "address": getattr(record, "address", None) or "(embedded in its driver)",
         "session_dir": view.session_dir,
     }
+
+
+def _cluster_entries(doc: dict | None) -> dict:
+    """The nodes of a published cluster view (``node_client.read_cluster``) by id."""
+    if doc is None:
+        return {}
+    try:
+        return dict(cluster_view.ClusterView.from_snapshot(doc["view"]).nodes)
+    except (ValueError, TypeError, KeyError):
+        return {}
+
+
+def _node_rows(views: list[SessionView]) -> list[dict]:
+    """Each session's node, then every other node of their clusters (alive, then dead),
+    each once: a node's own session describes it first, a head's view is preferred over a
+    member's copy."""
+    out = [row for row in map(_node_row, views) if row is not None]
+    seen = {row["node_id"] for row in out}
+    docs = [doc for doc in (node_client.read_cluster(v.session_dir) for v in views) if doc]
+    docs.sort(key=lambda doc: not doc.get("is_head"))
+    others = []
+    for doc in docs:
+        for node_id, entry in _cluster_entries(doc).items():
+            if node_id not in seen:
+                seen.add(node_id)
+                others.append(cluster_view.state_row(entry, doc))
+    return out + sorted(others, key=lambda row: (row["state"] != "ALIVE",
+                                                 not row["is_head_node"]))
 
 
 def _job_row(driver: dict) -> dict:
@@ -208,7 +243,7 @@ def rows(resource: str, views: list[SessionView]) -> list[dict]:
                          f"{', '.join(state_rows.RESOURCES)}.")
     out: list[dict] = []
     if resource == "nodes":
-        return [row for row in map(_node_row, views) if row is not None]
+        return _node_rows(views)
     if resource == "placement_groups":  # reserved groups live in each session's ledger
         return [row for view in views for row in _group_rows(view)]
     for view in views:

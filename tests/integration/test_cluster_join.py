@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from miniray._private.node import dashboard
 from miniray._private.transport import node_client
 
 from .helpers import cli, driver, json_line, node_env_for, stop_driver, wait_until
@@ -404,3 +405,46 @@ def test_a_members_available_resources_reach_the_head_soon_after_they_change(hos
         stop_driver(proc)
     assert wait_until(lambda: hosts.cluster("127.0.0.1")["127.0.0.2"]["available"]
                       .get("CPU") == 3.0, 3.0)
+
+
+def _list_nodes(env, *args):
+    result = cli(env, "list", "nodes", "--format", "json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_list_and_get_nodes_show_every_node_alive_or_dead_and_filter(hosts):
+    head = hosts.start_head()
+    assert hosts.join("127.0.0.2", head, "--num-cpus", "3").returncode == 0
+    assert hosts.join("127.0.0.3", head).returncode == 0
+    assert wait_until(lambda: _alive(hosts, "127.0.0.3"), 5.0)
+    assert cli(hosts.env("127.0.0.3"), "stop").returncode == 0
+    assert wait_until(lambda: _dead(hosts, "127.0.0.3"), 3.0)
+    assert wait_until(lambda: _dead(hosts, "127.0.0.3", seen_from="127.0.0.2"), 3.0)
+    for ip in ("127.0.0.1", "127.0.0.2"):
+        nodes = _list_nodes(hosts.env(ip), "--detail")
+        by_ip = {n["node_ip"]: n for n in nodes}
+        assert sorted(by_ip) == ["127.0.0.1", "127.0.0.2", "127.0.0.3"], (ip, nodes)
+        assert [n["node_ip"] for n in nodes][0] == ip  # this host's own node first
+        assert by_ip["127.0.0.1"]["is_head_node"] and not by_ip["127.0.0.2"]["is_head_node"]
+        assert by_ip["127.0.0.2"]["resources_total"]["CPU"] == 3.0
+        dead = by_ip["127.0.0.3"]
+        assert dead["state"] == "DEAD" and "stopped" in dead["state_message"]
+        assert by_ip["127.0.0.2"]["state"] == "ALIVE" and by_ip["127.0.0.2"]["start_time_ms"]
+        assert set(nodes[0]) == set(dead)  # the local row and a remote one: the same fields
+        if ip == "127.0.0.1":  # the head's view dates the death
+            assert dead["end_time_ms"] >= dead["start_time_ms"]
+        assert [n["node_ip"] for n in _list_nodes(hosts.env(ip), "-f", "state=DEAD")] == \
+            ["127.0.0.3"]
+        assert [n["node_ip"] for n in _list_nodes(hosts.env(ip), "-f", "is_head_node=True")] \
+            == ["127.0.0.1"]
+        got = cli(hosts.env(ip), "get", "nodes", dead["node_id"])
+        assert got.returncode == 0 and "127.0.0.3" in got.stdout, got.stderr
+    # The dashboard's node table is made from the same rows.
+    model = dashboard.collect_model(hosts.record("127.0.0.1").session_dir)
+    assert sorted((n["address"].split(":")[0], n["state"]) for n in model["nodes"]) == [
+        ("127.0.0.1", "ALIVE"), ("127.0.0.2", "ALIVE"), ("127.0.0.3", "DEAD")]
+    status = cli(hosts.env("127.0.0.1"), "status")
+    active = status.stdout.split("Active:")[1].split("Dead:")[0]
+    (member,) = [line for line in active.splitlines() if "127.0.0.2:" in line]
+    assert "s ago" in member.split("heartbeat")[1], status.stdout

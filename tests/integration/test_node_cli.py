@@ -362,8 +362,10 @@ def test_ray_start_stop_status_options_are_accepted_and_ignored_ones_named(cli):
     assert result.returncode == 0, result.stderr
     ignored = [line for line in result.stderr.splitlines() if "ignored" in line]
     assert ignored == ["miniray: --node-name, --min-worker-port, --no-monitor, --log-style, "
-                       "--verbose do not apply on one host (no Ray agents, ports, multi-host "
-                       "peering or Ray's log styling); ignored."]
+                       "--verbose do not apply to a miniray node (it runs no Ray agents, "
+                       "raylet, GCS or autoscaler and listens on --port only; other hosts "
+                       "join it with `miniray start --address`; node names and labels are "
+                       "not settable, and logs have one style); ignored."]
     record = node_client.list_records(cli.root)[-1]
     status = cli.run("status", "--address", record.address, "-v")
     assert status.returncode == 0 and "Resources" in status.stdout, status.stderr

@@ -163,3 +163,64 @@ def test_dead_nodes_are_kept_up_to_a_bound_oldest_forgotten_first(monkeypatch):
         view.join(entry(node_id=node_id), now=0.0)
         view.leave(node_id, "stopped")
     assert sorted(view.nodes) == ["2" * 56, "3" * 56]
+
+
+def test_state_rows_have_ray_node_state_fields_and_wall_times_from_the_heads_clock():
+    view = ClusterView()
+    view.join(entry(node_id="a" * 56, ip="127.0.0.1", is_head=True, start_time=1000.0),
+              now=0.0)
+    view.join(entry(start_time=1001.5, labels={"zone": "a"}), now=0.0)
+    view.join(entry(node_id="c" * 56, ip="127.0.0.3"), now=0.0)
+    view.leave("c" * 56, "The node was stopped (miniray stop).", now=4.0)
+    # The head wrote the file at wall time 2000.0 when its clock read 10.0.
+    doc = {"view": view.snapshot(), "is_head": True, "clock": 10.0, "updated_at": 2000.0}
+    alive = cv.state_row(view.nodes["b" * 56], doc)
+    assert alive == {
+        "node_id": "b" * 56, "node_ip": "127.0.0.2", "is_head_node": False, "state": "ALIVE",
+        "state_message": None, "node_name": "127.0.0.2",
+        "resources_total": {"CPU": 2.0, "node:127.0.0.2": 1.0},
+        "labels": {"ray.io/node-id": "b" * 56, "zone": "a"},
+        "start_time_ms": 1001500, "end_time_ms": None, "address": "127.0.0.2:6379"}
+    dead = cv.state_row(view.nodes["c" * 56], doc)
+    assert dead["state"] == "DEAD" and dead["state_message"].startswith("The node was stopped")
+    assert dead["end_time_ms"] == 1994000  # 6 s before the file was written
+    assert cv.state_row(view.nodes["c" * 56], {"view": {}})["end_time_ms"] is None
+    assert cv.state_row(view.nodes["a" * 56], doc)["is_head_node"] is True
+    # Heartbeat ages: from the head's clock, none for the head itself or a dead node.
+    view.heartbeat("b" * 56, None, now=9.5)
+    assert cv.heartbeat_age(doc, view.nodes["b" * 56], now=2001.0) == 1.5
+    assert cv.heartbeat_age(doc, view.nodes["a" * 56], now=2001.0) is None
+    assert cv.heartbeat_age(doc, view.nodes["c" * 56], now=2001.0) is None
+    assert cv.heartbeat_age({"view": {}}, view.nodes["b" * 56], now=2001.0) is None
+    # A rejoin clears the death time.
+    view.join(entry(node_id="c" * 56, ip="127.0.0.3", incarnation=2), now=11.0)
+    assert view.nodes["c" * 56].died_at == 0.0
+
+
+def test_status_shows_heartbeat_ages_on_a_heads_view_and_a_hint_past_eight_nodes():
+    from miniray._private.node import node_status
+
+    view = ClusterView()
+    view.join(entry(node_id="a" * 56, ip="127.0.0.1", is_head=True), now=0.0)
+    view.join(entry(), now=0.0)
+    view.heartbeat("b" * 56, None, now=9.6)
+    doc = {"view": view.snapshot(), "head": "127.0.0.1:6379", "is_head": True, "linked": True,
+           "clock": 10.0, "updated_at": 2000.0}
+    lines = node_status.cluster_section(doc, now=2000.0)
+    (member,) = [line for line in lines if "127.0.0.2:6379" in line]
+    assert member.endswith("0/2 CPU, heartbeat 0.4 s ago")
+    (head,) = [line for line in lines if "(head)" in line]
+    assert "heartbeat" not in head
+    assert not any("Hint" in line for line in lines)
+    member_copy = dict(doc, is_head=False)
+    del member_copy["clock"]
+    assert not any("heartbeat" in line for line in node_status.cluster_section(member_copy, 0))
+    assert node_status.heartbeat_text(125.0) == ", heartbeat 2m05s ago"
+    for i in range(8):
+        view.join(entry(node_id=f"{i}" * 56, ip=f"127.0.1.{i}"), now=10.0)
+    doc["view"] = view.snapshot()
+    hints = [line for line in node_status.cluster_section(doc, now=2000.0) if "Hint" in line]
+    assert hints == ["Hint: this cluster has 10 nodes; miniray's peering is meant for a few "
+                     "hosts. Past that, run the same program on Ray (README: \"When you "
+                     "outgrow miniray\")."]
+    assert node_status.peering_hint(8) is None

@@ -3,13 +3,15 @@
 Owns: the membership records (``NodeEntry``), applying JOIN / HEARTBEAT / LEAVE / link-EOF
 to them (``ClusterView``), the failure detector (``ClusterView.expire``, with the clock
 passed in: heartbeat gap and EOF grace), the snapshot the head sends to members and a node
-publishes for its drivers, the rows ``ray.nodes()`` returns for them (Ray 2.60's keys), and
+publishes for its drivers, the rows ``ray.nodes()`` and ``ray.util.state.list_nodes()``
+return for them (Ray 2.60's keys), heartbeat ages and death times in wall time, and
 cluster totals and available sums. Pure: no I/O, no clock of its own, no threads.
 Does not own: sockets, heartbeats' timing or the file a node publishes
 (``node/peering.py``), the local node's own row in a driver (``runtime.node_info``), or
 the settings (``config.heartbeat_s``, ``config.node_dead_after_s``).
 Called by: ``node/peering.py`` (head: authoritative; member: a copy), the runtime
-(``nodes()``, ``cluster_resources()``, ``available_resources()``) and ``node_status.py``.
+(``nodes()``, ``cluster_resources()``, ``available_resources()``), ``node_status.py`` and
+``state_api.py`` (``list_nodes``).
 
 Rules:
 
@@ -34,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 
 __all__ = [
     "DEATH_EXPECTED", "DEATH_UNEXPECTED", "EOF_GRACE_S", "ClusterView", "NodeEntry",
-    "available_sum", "is_resource_map", "node_row", "totals_sum",
+    "available_sum", "heartbeat_age", "is_resource_map", "node_row", "state_row", "totals_sum",
+    "wall_time",
 ]  # fmt: skip
 
 # Ray's NodeDeathInfo.Reason values (ray.nodes()["DeathReason"]).
@@ -66,6 +69,7 @@ class NodeEntry:
     last_heartbeat: float = 0.0  # the view's clock (the head's monotonic time)
     eof_at: float | None = None  # the link closed at; None while linked
     died_seq: int = 0  # the view's version when it died (which dead nodes are oldest)
+    died_at: float = 0.0  # the view's clock when it died (0: alive, or not known)
 
     @property
     def address(self) -> str:
@@ -129,6 +133,7 @@ class ClusterView:
                     "process of that node; stop it (`miniray stop` on its host).")
         entry = copy.deepcopy(entry)
         entry.alive, entry.death_reason, entry.death_message = True, 0, ""
+        entry.died_at = 0.0
         entry.last_heartbeat, entry.eof_at = now, None
         if not entry.available:
             entry.available = dict(entry.totals)
@@ -155,11 +160,11 @@ class ClusterView:
         return True
 
     # -- rules 3 and 4 -------------------------------------------------------------------
-    def leave(self, node_id: str, reason: str) -> bool:
+    def leave(self, node_id: str, reason: str, now: float = 0.0) -> bool:
         entry = self.nodes.get(node_id)
         if entry is None or not entry.alive:
             return False
-        self._kill(entry, DEATH_EXPECTED, reason)
+        self._kill(entry, DEATH_EXPECTED, reason, now)
         return True
 
     def link_lost(self, node_id: str, now: float) -> bool:
@@ -183,13 +188,13 @@ class ClusterView:
             if entry.eof_at is not None and now - entry.eof_at >= grace:
                 self._kill(entry, DEATH_UNEXPECTED,
                            "The node's connection to the head closed (its process died or "
-                           "was killed).")
+                           "was killed).", now)
                 dead.append(entry.node_id)
             elif now - entry.last_heartbeat >= dead_after:
                 self._kill(entry, DEATH_UNEXPECTED,
                            f"No heartbeat from the node for {now - entry.last_heartbeat:.1f} "
                            f"s (limit {dead_after:g} s, MINIRAY_NODE_DEAD_AFTER_S): it hung "
-                           "or the network to it failed.")
+                           "or the network to it failed.", now)
                 dead.append(entry.node_id)
         return dead
 
@@ -205,8 +210,9 @@ class ClusterView:
                     times.append(entry.eof_at + grace)
         return min(times) if times else None
 
-    def _kill(self, entry: NodeEntry, reason: int, message: str) -> None:
+    def _kill(self, entry: NodeEntry, reason: int, message: str, now: float = 0.0) -> None:
         entry.alive, entry.death_reason, entry.death_message = False, reason, message
+        entry.died_at = now
         entry.available = {}
         entry.eof_at = None
         self._changed()
@@ -261,6 +267,42 @@ def node_row(entry: NodeEntry) -> dict:
         "RuntimeEnvAgentPort": 0,
         "DeathReason": entry.death_reason,
         "DeathReasonMessage": entry.death_message,
+    }
+
+
+def wall_time(doc: dict, clock_time: float) -> float | None:
+    """The wall-clock time of ``clock_time`` (the view's clock) in a published view ``doc``
+    (``node_client.read_cluster``); None when the doc has no clock (a member's copy)."""
+    clock, written = doc.get("clock"), doc.get("updated_at")
+    if not isinstance(clock, (int, float)) or not isinstance(written, (int, float)):
+        return None
+    return written - (clock - clock_time)
+
+
+def heartbeat_age(doc: dict, entry: NodeEntry, now: float) -> float | None:
+    """Seconds since the head last heard from ``entry`` at wall time ``now``; None when
+    ``doc`` has no clock, or for the head itself (it sends no heartbeats) or a dead node."""
+    if entry.is_head or not entry.alive:
+        return None
+    at = wall_time(doc, entry.last_heartbeat)
+    return None if at is None else max(0.0, now - at)
+
+
+def state_row(entry: NodeEntry, doc: dict | None = None) -> dict:
+    """``entry`` as one ``ray.util.state`` NodeState row (the local node's row in
+    ``state_api`` has the same keys); ``doc``, the published view it came from, dates a
+    death (``end_time_ms``: None when it has no clock)."""
+    end = wall_time(doc or {}, entry.died_at) if not entry.alive and entry.died_at else None
+    return {
+        "node_id": entry.node_id, "node_ip": entry.ip, "is_head_node": entry.is_head,
+        "state": "ALIVE" if entry.alive else "DEAD",
+        "state_message": None if entry.alive else entry.death_message,
+        "node_name": entry.ip, "resources_total": dict(entry.totals),
+        "labels": {"ray.io/node-id": entry.node_id, **entry.labels},
+        "start_time_ms": int(entry.start_time * 1000) if entry.start_time else None,
+        "end_time_ms": int(end * 1000) if end is not None else None,
+        # Not Ray's: how to reach it (its TCP address), as for the local node.
+        "address": entry.address,
     }
 
 

@@ -7,8 +7,10 @@ them (``format_status``, a pure function of plain data, unit-tested without proc
 Does not own: the files' formats (``node_client.py``, ``ledger.py``, ``host_gpus.py``).
 Called by: ``cli.py`` (``miniray status``).
 
-Mirrors ``ray status`` (Ray 2.60) in spirit: a timestamped header, node status, then usage as
-``used/total name`` lines. Differs: one host, no autoscaler (no pending nodes);
+Mirrors ``ray status`` (Ray 2.60) in spirit: a timestamped header, node status, the cluster's
+Active/Dead nodes (``cluster_section``: with each member's heartbeat age in the head's view,
+and a hint to move to Ray past ``PEERING_HINT_NODES``), then usage as ``used/total name``
+lines. Differs: no autoscaler (no pending nodes);
 instead it shows what Ray's CLI does not: each GPU's fractional use, the leases (running tasks
 grouped by resource shape, actors by class) with the driver holding them, and the host GPU
 ledger shared by every miniray session on the host. ``-v`` adds the demands: what each
@@ -383,11 +385,35 @@ def _resource_line(entry) -> str:
     return ", ".join(parts)
 
 
+PEERING_HINT_NODES = 8  # more alive nodes than this: one hint line to move to Ray
+
+
+def heartbeat_text(age: float | None) -> str:
+    """``", heartbeat 0.4 s ago"`` for a member's last heartbeat age; "" when unknown."""
+    if age is None:
+        return ""
+    return f", heartbeat {age:.1f} s ago" if age < 60 else \
+        f", heartbeat {format_uptime(age)} ago"
+
+
+def peering_hint(alive: int) -> str | None:
+    """The hint for a cluster of ``alive`` nodes past ``PEERING_HINT_NODES`` (else None)."""
+    if alive <= PEERING_HINT_NODES:
+        return None
+    return (f"Hint: this cluster has {alive} nodes; miniray's peering is meant for a few "
+            "hosts. Past that, run the same program on Ray (README: \"When you outgrow "
+            "miniray\").")
+
+
 def cluster_section(doc: dict, now: float) -> list[str]:
     """The cluster a node belongs to (its published view ``doc``): Ray's "Active:" and
-    "Dead:" lines, each node with its used/total resources (from its last heartbeat) or its
-    death reason. Pure."""
-    from miniray._private.core.cluster_view import ClusterView  # lazy: status only
+    "Dead:" lines, each node with its used/total resources (from its last heartbeat) and,
+    in a head's view, the age of that heartbeat, or its death reason; a hint past
+    ``PEERING_HINT_NODES`` alive nodes. Pure (``now`` is ``time.time()``)."""
+    from miniray._private.core.cluster_view import (  # lazy: status only
+        ClusterView,
+        heartbeat_age,
+    )
 
     try:
         view = ClusterView.from_snapshot(doc.get("view"))
@@ -398,14 +424,17 @@ def cluster_section(doc: dict, now: float) -> list[str]:
     out = [f"Cluster (head {doc.get('head')}){link}", RULE, "Active:"]
     for entry in sorted(view.alive(), key=lambda e: (not e.is_head, e.start_time)):
         head = " (head)" if entry.is_head else ""
-        out.append(f" node_{entry.node_id[:12]} {entry.address}{head}: {_resource_line(entry)}")
+        age = heartbeat_text(heartbeat_age(doc, entry, now))
+        out.append(f" node_{entry.node_id[:12]} {entry.address}{head}: "
+                   f"{_resource_line(entry)}{age}")
     out.append("Dead:")
     dead = view.dead()
     if not dead:
         out.append(" (no dead nodes)")
     for entry in dead:
         out.append(f" node_{entry.node_id[:12]} {entry.address}: {entry.death_message}")
-    return out + [""]
+    hint = peering_hint(len(view.alive()))
+    return out + ([hint] if hint else []) + [""]
 
 
 def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
@@ -420,8 +449,8 @@ def format_status(nodes: Sequence[NodeView], host: dict | None, now: float,
              format_uptime(now - v.started_at), os.path.basename(v.session_dir)] for v in nodes]
     out += _table(["node", "pid", "address", "uptime", "session"], rows, {1})
     out.append("")
-    shown: set = set()
-    for view in nodes:
+    shown: set = set()  # a head's view first: it has the heartbeat ages
+    for view in sorted(nodes, key=lambda v: not (v.cluster or {}).get("is_head")):
         if _is_cluster(view.cluster) and view.cluster.get("head") not in shown:
             shown.add(view.cluster.get("head"))
             out += cluster_section(view.cluster, now)

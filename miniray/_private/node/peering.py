@@ -4,8 +4,9 @@ Owns: the node's TCP listener (``bind_listener``), the head's authoritative
 ``ClusterView`` and the member's copy of it, the member's link to the head (``join`` at
 start, heartbeats, rejoining), accepting ``join`` links on the head, and publishing the view
 for drivers and ``miniray status`` (``<session>/cluster.json``, atomic replace, on every
-change). Does not own: the token (``host/auth_token.py``), the handshake and frames
-(``transport/peer_channel.py``), the view's rules and failure detector
+change; a head with members also every heartbeat period, with its clock, so that status
+shows fresh heartbeat ages). Does not own: the token (``host/auth_token.py``), the handshake
+and frames (``transport/peer_channel.py``), the view's rules and failure detector
 (``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), or remote
 tasks, actors and objects (a later phase: not served on this port yet).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
@@ -204,6 +205,7 @@ class Peering:
                                       timeout=HANDSHAKE_TIMEOUT_S, name="miniray-join",
                                       ssl_context=tls[1] if tls else None)
         self._published = -1
+        self._published_at = 0.0  # monotonic time of the last publish
         self._head_version = -1  # member: the version of the head's last snapshot
         self._broadcasted = -1
         self._closed = False
@@ -261,8 +263,10 @@ class Peering:
             self._head_tick(now)
         else:
             self._member_tick(now)
-        if self.view.version != self._published:
-            self._publish()
+        if self.view.version != self._published or (
+                self.is_head and len(self.view.alive()) > 1
+                and now - self._published_at >= self.heartbeat_s):
+            self._publish()  # a head with members: also every heartbeat, for their ages
 
     def close(self, reason: str) -> None:
         """Step 6 for a member; a head closes every member's link (they see EOF)."""
@@ -402,7 +406,7 @@ class Peering:
         if tag == "leave" and len(message) == 2:
             entry = self.view.nodes.get(member.node_id)
             if entry is not None and entry.alive:
-                self.view.leave(member.node_id, f"The node was stopped ({message[1]}).")
+                self.view.leave(member.node_id, f"The node was stopped ({message[1]}).", now)
                 logger.info("node %s left: %s", member.node_id[:12], message[1])
             self._close_member(member)
             self._broadcast()
@@ -627,10 +631,13 @@ class Peering:
     # -- publishing ------------------------------------------------------------------------
     def _publish(self) -> None:
         self._published = self.view.version
+        self._published_at = time.monotonic()
         doc = {"view": self.view.snapshot(), "local": self.entry.node_id,
                "head": (self.entry.address if self.is_head else self._head_name()),
                "is_head": self.is_head, "linked": self.is_head or self._state == "linked",
                "updated_at": time.time()}
+        if self.is_head:  # the view's clock now: last_heartbeat ages (miniray status)
+            doc["clock"] = self._published_at
         try:
             _write_cluster(self.cluster_path, doc)
         except OSError as error:

@@ -161,7 +161,8 @@ def read_record(path: str) -> NodeRecord | None:
 def read_cluster(session_dir: str) -> dict | None:
     """The cluster view a node published in its ``session_dir`` (None: no file, or not
     readable): ``{"view": ClusterView snapshot, "local": its node id, "head": the head's
-    address, "is_head", "linked" (a member's link to the head is up), "updated_at"}``."""
+    address, "is_head", "linked" (a member's link to the head is up), "updated_at", and on
+    a head "clock": its monotonic time at writing, the clock of ``last_heartbeat``}``."""
     try:
         with open(os.path.join(session_dir, CLUSTER_FILE)) as f:
             doc = json.load(f)
