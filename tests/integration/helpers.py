@@ -86,6 +86,12 @@ def node_env_for(tmp_path):
 
 
 def cli(env, *args, timeout=60) -> subprocess.CompletedProcess:
+    """``python -m miniray ARGS``. A ``start`` that names no port gets ``--port 0``: a node
+    really listens on its port, and these tests are about the node, not the default port
+    (6379, which another program or test may hold; ``test_node_cli.py`` tests the default)."""
+    if args and args[0] == "start" and "--address" not in args and not any(
+            arg == "--port" or arg.startswith("--port=") for arg in args):
+        args = (*args, "--port", "0")
     return subprocess.run([sys.executable, "-m", "miniray", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
