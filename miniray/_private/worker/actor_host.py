@@ -229,15 +229,15 @@ class ActorHost:
             inbox.clear()
         run_async = self._run_async
         create_task = loop.create_task
-        for message, coroutine, semaphore in calls:
-            task = create_task(run_async(message, coroutine, semaphore))
-            task_id = message[1]
-            with self.lock:
-                if task_id in self.async_calls:
-                    self.async_calls[task_id] = task
-                cancelled = task_id in self.cancelled
-            if cancelled:
-                loop.call_soon(task.cancel)
+        tasks = [(message[1], create_task(run_async(message, coroutine, semaphore)))
+                 for message, coroutine, semaphore in calls]
+        with self.lock:
+            async_calls, cancelled = self.async_calls, self.cancelled
+            for task_id, task in tasks:
+                if task_id in async_calls:
+                    async_calls[task_id] = task
+                if task_id in cancelled:
+                    loop.call_soon(task.cancel)
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
