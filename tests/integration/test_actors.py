@@ -309,6 +309,40 @@ def test_async_actor_runs_calls_concurrently_and_awaits_refs(ray):
     assert ray.get(actor.sync_method.remote(), timeout=GET_TIMEOUT) == "sync"
 
 
+def test_calls_to_a_busy_actor_arrive_while_the_driver_only_waits(ray):
+    """Calls sent while earlier ones are unanswered wait in the owner's outbox for the I/O
+    thread (``Reactor.send_soon``): the one a running call waits for still gets there,
+    with the driver doing nothing but wait, and a burst keeps its order."""
+
+    @ray.remote
+    class Gate:
+        def __init__(self):
+            self.opened = asyncio.Event()
+            self.seen = []
+
+        async def wait_open(self):
+            await asyncio.wait_for(self.opened.wait(), 20)
+            return "through"
+
+        async def open(self):
+            self.opened.set()
+
+        async def note(self, i):
+            self.seen.append(i)
+
+        async def seen_calls(self):
+            return self.seen
+
+    gate = Gate.remote()
+    ray.get(gate.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    waiting = gate.wait_open.remote()  # the actor is busy from here on
+    gate.open.remote()  # held for the I/O thread, which must write it on its own
+    assert ray.get(waiting, timeout=GET_TIMEOUT) == "through"
+    blocker = gate.wait_open.remote()  # opened already: returns, but after the burst is sent
+    ray.get([gate.note.remote(i) for i in range(500)] + [blocker], timeout=GET_TIMEOUT)
+    assert ray.get(gate.seen_calls.remote(), timeout=GET_TIMEOUT) == list(range(500))
+
+
 def test_refs_are_awaitable_in_an_asyncio_driver(ray, Recorder):
     actor = Recorder.remote()
 

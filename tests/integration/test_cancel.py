@@ -607,7 +607,9 @@ def test_force_cancel_of_an_actor_call_raises_value_error(ray, kind):
     done = actor.nap.remote(0)
     assert ray.get(done, timeout=GET_TIMEOUT) == 0
     running = actor.nap.remote(0.5)
-    for ref in (running, actor.nap.remote(0)):
+    # The second call takes as long too (queued behind the first, or running beside it): a
+    # nap(0) could end before its cancel, which is then a no-op, as for ``done``.
+    for ref in (running, actor.nap.remote(0.5)):
         with pytest.raises(ValueError, match="force=True is not supported for actor tasks"):
             ray.cancel(ref, force=True)
     ray.cancel(done, force=True)

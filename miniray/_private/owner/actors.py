@@ -95,6 +95,7 @@ class ActorsOwner(Protocol):
     def discard_start(self, parts: tuple) -> None: ...
     def count_actor_worker(self, delta: int) -> None: ...
     def send(self, worker, message: tuple) -> None: ...
+    def send_soon(self, worker, message: tuple) -> None: ...
     def signal_cancel(self, worker, task_id: bytes) -> None: ...
     def cancel_call_tasks(self, call_id: bytes) -> None: ...
     def actor_call_ended(self, call_id: bytes) -> None: ...
@@ -570,6 +571,10 @@ class ActorManager:
             return
         owner = self.owner
         queue = actor.queue
+        # A call to an actor that has not answered the calls before it yet is written with
+        # the calls that follow it (one write per burst, see ``Reactor.send_soon``); a call
+        # to an idle actor goes at once.
+        busy = bool(actor.inflight)
         while queue and queue[0].waiting <= 0:
             call = queue.popleft()
             spec = call.spec
@@ -590,10 +595,10 @@ class ActorManager:
                     spec.concurrency_group), call.exported)
                 continue
             try:
-                owner.send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
-                                           spec.args_blob, dep_values, spec.return_ids,
-                                           spec.num_returns, spec.call_name,
-                                           spec.concurrency_group))
+                (owner.send_soon if busy else owner.send)(
+                    actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                                   spec.args_blob, dep_values, spec.return_ids,
+                                   spec.num_returns, spec.call_name, spec.concurrency_group))
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
 

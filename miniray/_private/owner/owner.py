@@ -644,6 +644,11 @@ class Owner:
         the socket now is written by the I/O thread when it becomes writable."""
         self.reactor.send(worker.conn, pickle.dumps(message, 5), self._on_writable)
 
+    def send_soon(self, worker: WorkerSlot, message: tuple) -> None:
+        """*Locked.* ``send`` to a worker busy with earlier messages: written with those
+        that follow it, by the I/O thread or once a batch is full (``Reactor.send_soon``)."""
+        self.reactor.send_soon(worker.conn, pickle.dumps(message, 5), self._on_writable)
+
     def notify_serializers(self) -> None:
         """*Not locked.* Tell every worker that the custom serializers' file changed
         (``host/serializer_file.py``): on each data socket the notice precedes every call

@@ -51,12 +51,25 @@ class FramedSocket:
             self.sock.sendall(data)
 
     def send_frames(self, frames: list) -> None:
-        """Block until every frame of ``frames`` is written, in one write when they are small."""
-        if sum(len(data) for data in frames) < 65536:
-            self.sock.sendall(b"".join(_HEADER.pack(len(data)) + data for data in frames))
-            return
+        """Block until every frame of ``frames`` is written, in order: small frames joined
+        into writes of up to 64 KiB (a burst of results is a few writes, not one each), a
+        large one written on its own."""
+        pending: list = []
+        size = 0
         for data in frames:
-            self.send(data)
+            if len(data) >= 65536:
+                if pending:
+                    self.sock.sendall(b"".join(pending))
+                    pending, size = [], 0
+                self.send(data)
+                continue
+            pending.append(_HEADER.pack(len(data)) + data)
+            size += _HEADER_SIZE + len(data)
+            if size >= 65536:
+                self.sock.sendall(b"".join(pending))
+                pending, size = [], 0
+        if pending:
+            self.sock.sendall(b"".join(pending))
 
     def send_nowait(self, data: bytes) -> bool:
         """Queue a frame and write what fits now; True if some of it still waits (the caller

@@ -18,8 +18,9 @@ hands every ACTOR_CALL here.
                ──► (ACTOR_READY, ok, error, times)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: its group's pool.submit ──► RESULT (as calls finish)
-               └─► asyncio: run_coroutine_threadsafe on its group's loop
-                                                    ──► RESULT (as calls finish)
+               └─► asyncio: a task on its group's loop (the calls read together
+                       start with one wake-up)  ──► RESULT (those that end in one turn
+                                                    of the loop: one write)
     __ray_terminate__ / exit_actor() ──► (ACTOR_EXITING, why), __ray_shutdown__, atexit
                                          handlers, exit 0 (no RESULT: the owner fails that
                                          call and the queued ones with ActorDiedError; with
@@ -38,7 +39,6 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
-import functools
 import inspect
 import sys
 import threading
@@ -90,11 +90,16 @@ class ActorHost:
         self.function_names: dict = {}  # method -> Ray's function name (the file is read once)
         self.exiting = False
         self.cancelled: set[bytes] = set()
-        self.async_calls: dict[bytes, concurrent.futures.Future] = {}
+        # Async calls read and not yet ended: task id -> its asyncio task once started on
+        # its loop (None before), what ``cancel()`` cancels; ``calls_ended`` is notified as
+        # they end, for the exit paths that wait for the running calls.
+        self.async_calls: dict[bytes, asyncio.Task | None] = {}
         # Per concurrency group of an async actor: calls read but not yet started on its loop.
         self.inboxes: collections.defaultdict = collections.defaultdict(list)
         self.replies: list = []  # results of async calls, written once per turn of a loop
+        self.sending = threading.Lock()  # held while ``replies`` taken are being written
         self.lock = threading.Lock()
+        self.calls_ended = threading.Condition(self.lock)
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
         self.pools: dict[str | None, concurrent.futures.ThreadPoolExecutor] = {}
@@ -196,11 +201,10 @@ class ActorHost:
             loop, semaphore = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
             coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
-            future = concurrent.futures.Future()
             with self.lock:  # recorded before it can start or end: cancel() finds it
-                self.async_calls[task_id] = future
+                self.async_calls[task_id] = None
                 inbox = self.inboxes[group]
-                inbox.append((message, coroutine, semaphore, future))
+                inbox.append((message, coroutine, semaphore))
                 wake = len(inbox) == 1
             if wake:  # one wake-up of the loop per batch of calls, not one per call
                 loop.call_soon_threadsafe(self._start_calls, loop, inbox)
@@ -217,15 +221,23 @@ class ActorHost:
             self.run_call(message)
 
     def _start_calls(self, loop, inbox: list) -> None:
-        """On ``loop``: start the calls handed over since the last wake-up, in order; each
-        one's future (what ``cancel()`` and the exit paths hold) follows its task."""
+        """On ``loop``: start the calls handed over since the last wake-up, in order, each
+        as a task recorded for ``cancel()``; one cancelled before it got its task has it
+        cancelled after its first step (which answers a call that never started)."""
         with self.lock:
             calls = inbox[:]
             inbox.clear()
-        for message, coroutine, semaphore, future in calls:
-            task = loop.create_task(self._run_async(message, coroutine, semaphore))
-            task.add_done_callback(functools.partial(_settle, future))
-            future.add_done_callback(functools.partial(_cancel_task, loop, task))
+        run_async = self._run_async
+        create_task = loop.create_task
+        tasks = [(message[1], create_task(run_async(message, coroutine, semaphore)))
+                 for message, coroutine, semaphore in calls]
+        with self.lock:
+            async_calls, cancelled = self.async_calls, self.cancelled
+            for task_id, task in tasks:
+                if task_id in async_calls:
+                    async_calls[task_id] = task
+                if task_id in cancelled:
+                    loop.call_soon(task.cancel)
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
@@ -255,6 +267,7 @@ class ActorHost:
             with self.lock:
                 self.async_calls.pop(task_id, None)
                 self.cancelled.discard(task_id)
+                self.calls_ended.notify_all()
 
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -300,14 +313,16 @@ class ActorHost:
 
     def _send_replies(self) -> None:
         """The results of the async calls that ended since the last write, in one write (a
-        burst of calls ends in one turn of the loop); before a call's future is done, so
-        the exit paths, which wait for the futures, find them sent."""
-        with self.lock:
-            replies = self.replies[:]
-            self.replies.clear()
-        if replies:
-            _flush_std()
-            self.worker.channel.send_many(replies)
+        burst of calls ends in one turn of the loop). A call's result is held here before
+        the call counts as ended; the exit paths call this too, and ``sending`` makes them
+        wait for a write in progress, so every result goes before ACTOR_EXITING."""
+        with self.sending:
+            with self.lock:
+                replies = self.replies[:]
+                self.replies.clear()
+            if replies:
+                _flush_std()
+                self.worker.channel.send_many(replies)
 
     def _reply_cancelled_coroutine(self, task_id, call_name, num_returns) -> None:
         """Ray 2.60 cancels the coroutine's future: RayTaskError(TaskCancelledError), whatever
@@ -371,7 +386,7 @@ class ActorHost:
         does not hide it, and static and class methods bind as Python binds them."""
         cls = type(self.instance)
         try:
-            member = inspect.getattr_static(cls, name)
+            member = static_member(cls, name)
         except AttributeError:
             return getattr(self.instance, name)  # e.g. served by a __getattr__
         binder = getattr(type(member), "__get__", None)
@@ -467,9 +482,9 @@ class ActorHost:
         (``is_canceled()``; the owner ends its waits), an async one's coroutine cancelled."""
         with self.lock:
             self.cancelled.add(task_id)
-            future = self.async_calls.get(task_id)
-        if future is not None:
-            future.cancel()
+            task = self.async_calls.get(task_id)
+        if task is not None:  # not started yet: ``_start_calls`` cancels it
+            task.get_loop().call_soon_threadsafe(task.cancel)
 
     def flag_cancelled(self, task_id: bytes) -> None:
         """A wait of this running sync call was answered CANCELLED (maybe before the control
@@ -488,9 +503,7 @@ class ActorHost:
             pool.shutdown(wait=True)
         self.exiting = True
         if self.loop is not None:
-            with self.lock:
-                pending = list(self.async_calls.values())
-            concurrent.futures.wait(pending, timeout=None)
+            self._wait_async_calls()
         # As in Ray, the call itself gets ActorDiedError: no reply.
         self._exit(f"__ray_terminate__ was called on {self.class_name} (directly, or because "
                    "its handles were all gone).")
@@ -500,10 +513,14 @@ class ActorHost:
             for pool in self.pools.values():
                 pool.shutdown(wait=True)
         else:
-            with self.lock:
-                pending = list(self.async_calls.values())
-            concurrent.futures.wait(pending, timeout=None)
+            self._wait_async_calls()
         self._exit(why)
+
+    def _wait_async_calls(self) -> None:
+        """Block until the async calls read so far have ended (not those read later)."""
+        with self.lock:
+            pending = set(self.async_calls)
+            self.calls_ended.wait_for(lambda: pending.isdisjoint(self.async_calls))
 
     def _exit(self, why: str) -> NoReturn:
         """The intended end: tell the owner (no restart; ``why`` is in every pending call's
@@ -540,6 +557,22 @@ class ActorHost:
         _flush_std()
 
 
+def static_member(cls: type, name: str):
+    """``inspect.getattr_static(cls, name)``, the same answer at a fraction of its cost per
+    call: where ``cls`` and the classes of its MRO up to the one holding ``name`` are plain
+    classes (their metaclass ``type``), the first class dict holding ``name`` is the answer,
+    as ``getattr_static`` finds it; anything else (another metaclass on the way, a name on
+    no class) is asked of ``getattr_static`` itself."""
+    if type(cls) is type:
+        for entry in cls.__mro__:
+            if type(entry) is not type:
+                break
+            namespace = entry.__dict__
+            if name in namespace:
+                return namespace[name]
+    return inspect.getattr_static(cls, name)
+
+
 def _thread_name(prefix: str, group: str | None) -> str:
     return prefix if group is concurrency_groups.DEFAULT else f"{prefix}-{group}"
 
@@ -555,21 +588,6 @@ def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
                      daemon=True).start()
     return loop
-
-
-def _settle(future: concurrent.futures.Future, task: asyncio.Task) -> None:
-    """A call's task ended: so does the future that stands for it (errors were answered
-    by the call itself)."""
-    if task.cancelled():
-        future.cancel()
-    elif not future.done():
-        future.set_result(None)
-
-
-def _cancel_task(loop, task: asyncio.Task, future: concurrent.futures.Future) -> None:
-    """``cancel()`` cancelled a call's future (from another thread): cancel its task."""
-    if future.cancelled() and not task.done():
-        loop.call_soon_threadsafe(task.cancel)
 
 
 async def _outcome(coroutine) -> tuple:
