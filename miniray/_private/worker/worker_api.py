@@ -12,7 +12,9 @@ the main loop; the others wait on a condition until their reply arrives or the l
 Pipelining: the owner may send tasks ahead of the running one. A GET, WAIT or stream ``next()``
 may wait on one of them, so before sending it the worker gives back (``GIVE_BACK``) every task
 waiting in its inbox, and gives back each task that arrives until the reply of every such
-request has been read (``core/pipelining.py``).
+request has been read (``core/pipelining.py``). A GIVE_BACK (this one or a RECALL's) is
+written before the RESULT of any task received after those it names: the owner expects each
+RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_frames``).
 
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
