@@ -203,6 +203,8 @@ class _Worker:
         pipelined here, say) is handled first, so a task cancelled before it started never
         runs however late the control thread is scheduled. Every one, not only the first:
         a RECALL may come just before the CANCEL. At most ``timeout`` in all."""
+        if self.ctl_read == self.ctl_handled and not self.ctl_poller.poll(0):
+            return  # the common case, without the lock: nothing read or waiting
         deadline = None
         while True:
             with self.ctl_done:
