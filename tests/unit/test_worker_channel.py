@@ -124,3 +124,122 @@ def test_a_recall_between_the_main_loops_look_and_take_never_empties_its_take():
     inbox.thread.join(10)
     assert not inbox.thread.is_alive()
     assert owner.read() == (protocol.GIVE_BACK, [b"t2"])
+
+
+class _HoldFirstGiveBack:
+    """Stands between the channel and its socket: the first GIVE_BACK it is about to write
+    waits (at most ``grace`` seconds) until a RESULT has been written. That forces the
+    interleaving in which the main loop runs a task that arrived after the tasks given back
+    and writes its RESULT first, if nothing in the channel orders the two."""
+
+    def __init__(self, channel, grace=0.5):
+        self.at_give_back = threading.Event()
+        self.result_written = threading.Event()
+        self.armed = True
+        self.grace = grace
+        self.conn = channel.conn
+        send = channel.send
+
+        def channel_send(message):
+            self._hold(message)
+            send(message)
+            if message[0] == protocol.RESULT:
+                self.result_written.set()
+
+        channel.send = channel_send
+        channel.conn = self
+
+    def _hold(self, message):
+        if message[0] == protocol.GIVE_BACK and self.armed:
+            self.armed = False
+            self.at_give_back.set()
+            self.result_written.wait(self.grace)
+
+    def send(self, data):
+        self._hold(pickle.loads(data))
+        self.conn.send(data)
+
+    def send_frames(self, frames):
+        for data in frames:
+            self._hold(pickle.loads(data))
+        self.conn.send_frames(frames)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def _result(task_id: bytes) -> tuple:
+    return (protocol.RESULT, task_id, [], False, (), None)
+
+
+def _read_until_result(owner, task_id: bytes) -> list:
+    seen = []
+    while not seen or seen[-1][:2] != (protocol.RESULT, task_id):
+        seen.append(owner.read())
+    return seen
+
+
+def test_a_recalls_give_back_is_written_before_the_result_of_a_task_that_arrived_after_it():
+    """RECALL: the control thread takes t2 from the inbox; t3 arrives, the main loop runs
+    it and writes its RESULT. The owner expects each RESULT of the task first in its
+    in-flight list ([t2, t3] here): a RESULT t3 ahead of GIVE_BACK [t2] was dropped as
+    unexpected and t3 stayed in flight for ever, the worker idle (the hang seen once in
+    bench_pipeline). The split and the GIVE_BACK are one step under the send lock now."""
+    channel, owner = _pair()
+    channel.conn.sock.settimeout(None)
+    hold = _HoldFirstGiveBack(channel)
+    owner.send(_task(b"t1"), _task(b"t2"))
+    assert channel.next_message()[1] == b"t1"  # running now; t2 waits
+    control = threading.Thread(target=channel.give_back_waiting)
+    control.start()
+    assert hold.at_give_back.wait(10)  # t2 taken out of the inbox, not yet written
+    owner.send(_task(b"t3"))
+
+    def main_loop():
+        message = channel.next_message()
+        channel.send(_result(message[1]))
+
+    main = threading.Thread(target=main_loop)
+    main.start()
+    main.join(10)
+    control.join(10)
+    assert not main.is_alive() and not control.is_alive()
+    assert _read_until_result(owner, b"t3") == [(protocol.GIVE_BACK, [b"t2"]), _result(b"t3")]
+
+
+def test_tasks_given_back_on_arrival_are_written_before_a_later_task_can_run():
+    """The task t1 blocks in get(); another thread (the control thread, for a RECALL) reads
+    t2 (sent before the owner saw the GET: given back), the reply, then t3 (sent after the
+    reply: kept). The reply wakes t1, which ends; the main loop takes t3 and writes its
+    RESULT. GIVE_BACK [t2] must come first, as above: it is written before t3 enters the
+    inbox."""
+    channel, owner = _pair()
+    channel.conn.sock.settimeout(None)
+    hold = _HoldFirstGiveBack(channel)
+    owner.send(_task(b"t1"))
+    assert channel.next_message()[1] == b"t1"
+    channel._read_lock.acquire()  # another thread reads: the waiter only waits for its reply
+
+    def task_then_main_loop():
+        assert channel.request((protocol.GET, 7, [b"x"], None, b"t1"), 7,
+                               blocking=True) == "value"
+        channel.send(_result(b"t1"))
+        message = channel.next_message()
+        channel.send(_result(message[1]))
+
+    main = threading.Thread(target=task_then_main_loop)
+    main.start()
+    try:
+        assert owner.read()[0] == protocol.GET
+        owner.send(_task(b"t2"), (protocol.REPLY, 7, "value"), _task(b"t3"))
+        frames = []
+        while len(frames) < 3:
+            frames.extend(channel.conn.recv())
+        channel._take_frames(frames)
+    finally:
+        channel._read_lock.release()
+    main.join(10)
+    assert not main.is_alive()
+    seen = _read_until_result(owner, b"t3")
+    assert (protocol.GIVE_BACK, [b"t2"]) in seen, seen
+    assert seen.index((protocol.GIVE_BACK, [b"t2"])) < seen.index(_result(b"t3")), seen

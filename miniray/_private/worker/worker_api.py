@@ -12,7 +12,9 @@ the main loop; the others wait on a condition until their reply arrives or the l
 Pipelining: the owner may send tasks ahead of the running one. A GET, WAIT or stream ``next()``
 may wait on one of them, so before sending it the worker gives back (``GIVE_BACK``) every task
 waiting in its inbox, and gives back each task that arrives until the reply of every such
-request has been read (``core/pipelining.py``).
+request has been read (``core/pipelining.py``). A GIVE_BACK (this one or a RECALL's) is
+written before the RESULT of any task received after those it names: the owner expects each
+RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_frames``).
 
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
@@ -77,17 +79,9 @@ class Channel:
         if not blocking:
             self.send(message)
             return self.wait_reply(req_id)
-        with self._cond:
-            self._blocking.add(req_id)
-            kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
-            if task_ids:
-                self._incoming.clear()
-                self._incoming.extend(kept)
         try:
-            if task_ids:  # after the request: the owner knows the worker is blocked then
-                self.send_many([message, (protocol.GIVE_BACK, task_ids)])
-            else:
-                self.send(message)
+            # The request first: the owner knows the worker is blocked when the tasks come.
+            self._give_back_inbox([message], req_id)
             return self.wait_reply(req_id)
         finally:
             with self._cond:
@@ -105,13 +99,38 @@ class Channel:
                 self._read_lock.release()
                 with self._cond:
                     self._cond.notify_all()
-        with self._cond:
-            kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
-            if task_ids:
-                self._incoming.clear()
-                self._incoming.extend(kept)
         # Always answered, even with none left: the owner then asks again when it may.
-        self.send((protocol.GIVE_BACK, task_ids))
+        self._give_back_inbox([], None)
+
+    def _give_back_inbox(self, before: list, blocking_id: int | None) -> None:
+        """Write ``before``, then a GIVE_BACK of the tasks waiting in the inbox (none: only
+        ``before`` when it is a request, an empty GIVE_BACK when it is not). ``blocking_id``:
+        from now on a task that arrives goes back too.
+
+        The inbox is split and the GIVE_BACK written in one hold of the send lock: a task
+        that arrives after the split and runs at once has its RESULT written after the
+        GIVE_BACK. The owner expects each RESULT of the task first in its in-flight list;
+        a RESULT ahead of the GIVE_BACK of an earlier task found another one there, was
+        dropped, and left its task in flight for ever (the worker idle, the owner waiting)."""
+        frames = [pickle.dumps(message, protocol=5) for message in before]
+        with self._send_lock:
+            with self._cond:
+                if blocking_id is not None:
+                    self._blocking.add(blocking_id)
+                kept, task_ids = pipelining.split_hand_back(self._incoming, protocol.TASK)
+                if task_ids:
+                    self._incoming.clear()
+                    self._incoming.extend(kept)
+            if task_ids or blocking_id is None:
+                frames.append(pickle.dumps((protocol.GIVE_BACK, task_ids), protocol=5))
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:  # refs this worker took before what it now says
+                    frames.insert(0, pickle.dumps(first, protocol=5))
+            if len(frames) == 1:
+                self.conn.send(frames[0])
+            else:
+                self.conn.send_frames(frames)
 
     def send_many(self, messages: list) -> None:
         """Send several messages in one write."""
@@ -133,7 +152,11 @@ class Channel:
 
     def _take_frames(self, frames: list) -> None:
         """*Read lock held.* Replies to their waiters, other messages to the inbox (a task
-        that arrives while a request may block goes back to the owner)."""
+        that arrives while a request may block goes back to the owner). Tasks given back
+        are written before a later message enters the inbox: once it is there the main
+        loop may run it and write its RESULT, which must not come before that GIVE_BACK
+        (``_give_back_inbox``). A reply read meanwhile may wake its waiter: its task was
+        received before those given back, so its RESULT may come first."""
         given_back = None
         for data in frames:
             message = pickle.loads(data)
@@ -144,9 +167,17 @@ class Channel:
                     self._cond.notify_all()
             else:
                 with self._cond:
-                    if message[0] != protocol.TASK or not self._blocking:
+                    keep = message[0] != protocol.TASK or not self._blocking
+                    if keep and not given_back:
                         self._incoming.append(message)
                         continue
+                if keep:  # the tasks given back so far are written before it enters
+                    self.send((protocol.GIVE_BACK, given_back))
+                    given_back = None
+                    with self._cond:  # looked at again: a request may block by now
+                        if message[0] != protocol.TASK or not self._blocking:
+                            self._incoming.append(message)
+                            continue
                 # Sent before the owner knew this worker blocks: it may be what it waits for.
                 if given_back is None:
                     given_back = []

@@ -39,7 +39,7 @@ import sys
 import threading
 import traceback
 from multiprocessing.connection import Connection
-from time import time_ns
+from time import monotonic, time_ns
 from typing import TYPE_CHECKING
 
 from miniray._private.core import (
@@ -140,6 +140,7 @@ class _Worker:
         self.serializers = serializer_file.SerializerFileWatch(info.get("session_dir", ""))
         self.ctl_done = threading.Condition(threading.Lock())
         self.ctl_handled = 0  # control messages handled so far (_await_control)
+        self.ctl_read = 0  # and read so far
         self.ctl_closed = False
         self.ctl_poller = select.poll()  # is a control message waiting? (no read)
         self.ctl_poller.register(ctl.fileno(), select.POLLIN)
@@ -152,13 +153,16 @@ class _Worker:
     def _control_loop(self) -> None:
         while True:
             try:
-                message = pickle.loads(self.ctl.recv_bytes())
+                data = self.ctl.recv_bytes()
             except (EOFError, OSError):
                 with self.ctl_done:
                     self.ctl_closed = True
                     self.ctl_done.notify_all()
                 return
+            with self.ctl_done:  # read, not yet handled: _await_control waits for it
+                self.ctl_read += 1
             try:
+                message = pickle.loads(data)
                 self._on_control(message)
             finally:
                 with self.ctl_done:  # for _await_control: this message is handled
@@ -195,15 +199,29 @@ class _Worker:
                 self.cancelled.add(task_id)
 
     def _await_control(self, timeout: float = 0.5) -> None:
-        """Before a task starts: a control message already arrived (the cancel of a task
+        """Before a task starts: every control message already arrived (the cancel of a task
         pipelined here, say) is handled first, so a task cancelled before it started never
-        runs however late the control thread is scheduled."""
-        if self.ctl_closed or not self.ctl_poller.poll(0):
-            return
-        with self.ctl_done:
-            seen = self.ctl_handled
-            self.ctl_done.wait_for(lambda: self.ctl_handled != seen or self.ctl_closed,
-                                   timeout)
+        runs however late the control thread is scheduled. Every one, not only the first:
+        a RECALL may come just before the CANCEL. At most ``timeout`` in all."""
+        if self.ctl_read == self.ctl_handled and not self.ctl_poller.poll(0):
+            return  # the common case, without the lock: nothing read or waiting
+        deadline = None
+        while True:
+            with self.ctl_done:
+                if self.ctl_closed:
+                    return
+                seen = self.ctl_handled
+                pending = self.ctl_read != seen  # read by the control thread, not handled
+            if not pending and not self.ctl_poller.poll(0):
+                return
+            now = monotonic()
+            if deadline is None:
+                deadline = now + timeout
+            elif now >= deadline:
+                return
+            with self.ctl_done:  # seen was taken before the poll: no handling is missed
+                self.ctl_done.wait_for(lambda: self.ctl_handled != seen or self.ctl_closed,
+                                       deadline - now)
 
     # -- main loop ------------------------------------------------------------------
     def loop(self) -> None:
