@@ -243,3 +243,31 @@ def test_tasks_given_back_on_arrival_are_written_before_a_later_task_can_run():
     seen = _read_until_result(owner, b"t3")
     assert (protocol.GIVE_BACK, [b"t2"]) in seen, seen
     assert seen.index((protocol.GIVE_BACK, [b"t2"])) < seen.index(_result(b"t3")), seen
+
+
+def test_a_worker_whose_owner_left_before_ready_exits_quietly(monkeypatch, capsys):
+    """READY is the prestarted worker's first word; an owner that shut down while the worker
+    started has closed the socket. The worker then exits with 0 and prints no traceback."""
+    from miniray._private.worker import worker_main
+
+    a, b = socket.socketpair()
+    b.close()
+    exits = []
+
+    class _Exit(BaseException):
+        pass
+
+    def fake_exit(code):
+        exits.append(code)
+        raise _Exit
+
+    monkeypatch.setattr(worker_main.os, "_exit", fake_exit)
+    channel = Channel(FramedSocket(a))
+    try:
+        worker_main.announce_ready(channel)
+    except _Exit:
+        pass
+    finally:
+        a.close()
+    assert exits == [0]
+    assert "Traceback" not in capsys.readouterr().err

@@ -483,6 +483,17 @@ def _apply_hello(info: dict) -> tuple[dict, str]:
     return env, key
 
 
+def announce_ready(channel: Channel) -> None:
+    """Tell the owner this worker is set up (init() returns once a prestarted worker is this
+    far). An owner that left meanwhile (a shutdown while workers start) ends the worker
+    quietly: nothing it could say would be read."""
+    try:
+        channel.send((protocol.READY,))
+    except OSError:
+        _flush_std()
+        os._exit(0)
+
+
 def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
     """The worker's entry point, in a child just forked by the fork server."""
     os.dup2(out_fd, 1)
@@ -523,8 +534,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
             _flush_std()
             os._exit(1)
     worker.start_control_thread()
-    # Told after the set-up above: init() returns once a prestarted worker is this far.
-    channel.send((protocol.READY,))
+    announce_ready(channel)
     try:
         worker.loop()
     finally:
