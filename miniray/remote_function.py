@@ -82,13 +82,18 @@ class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
     __slots__ = ("request", "num_returns", "max_retries", "retry_exceptions",
-                 "max_calls", "name", "runtime_env", "env_cache", "placement", "placed")
+                 "max_calls", "name", "runtime_env", "env_cache", "placement", "placed",
+                 "follows_caller")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
         # The placement group the options name ("default": the caller's, if it captures)
         self.placement = _options.placement_option(opts)
         self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
+        # It names no group: it goes to the caller's, only if the caller is in one
+        # (``placement.resolve_option``), and no further when the caller is in none.
+        self.follows_caller = (self.placement is not None
+                               and isinstance(self.placement[0], str))
         num_returns = opts.get("num_returns")
         if is_generator and num_returns in (None, "streaming"):
             num_returns = STREAMING
@@ -255,7 +260,10 @@ class RemoteFunction(Generic[P, R]):
             return_ids = [task_id + _FIRST_RETURN]
         else:
             return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
-        if template.placement is None:  # request_in(), inlined for the common case
+        placed = template.placement
+        # request_in(), inlined for the common cases: no group, or the caller's group when it
+        # captures, and the caller (the driver, say) is in none
+        if placed is None or (template.follows_caller and rt.current_placement() is None):
             request, pg_ctx = template.request, None
         else:
             request, pg_ctx = template.request_in(rt, self._function.__name__)

@@ -141,3 +141,18 @@ def test_get_values_small_values_and_load_errors(fake):
     assert info.value.__cause__ is not None
     with pytest.raises(RaySystemError, match="Could not deserialize an object"):
         values.materialize(protocol.OK, b"not a pickle")
+
+
+def test_caller_group_option_in_no_group_asks_nothing_more(fake, monkeypatch):
+    from miniray._private.core import placement
+
+    def resolve(placed, current):
+        raise AssertionError("resolve_option() was called")
+
+    f = RemoteFunction(_noop, {})
+    monkeypatch.setattr(placement, "resolve_option", resolve)
+    f.remote()  # no group named, and the caller is in none: no resolution
+    assert fake.specs[0].placement is None
+    monkeypatch.setattr(fake, "current_placement", lambda: ("a" * 36, [{"CPU": 1.0}], True))
+    with pytest.raises(AssertionError, match="resolve_option"):
+        f.remote()  # the caller is in a group: it is resolved as before
