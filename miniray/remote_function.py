@@ -28,6 +28,7 @@ from miniray._private.core import (
     signatures,
 )
 from miniray._private.core import options as _options
+from miniray._private.core import object_ref
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from miniray._private.core.type_vars import P, R
@@ -71,17 +72,28 @@ DYNAMIC_NUM_RETURNS_WARNING = (
 )
 
 
+# What pack_arguments() gives a call without arguments, and the suffix of a task's first
+# return id: the common no-argument, one-return submission computes neither per task.
+_NO_ARGUMENTS = serialization.pack_arguments((), {}, "", ObjectRef)[:3]
+_FIRST_RETURN = (1).to_bytes(4, "big")
+
+
 class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
     __slots__ = ("request", "num_returns", "max_retries", "retry_exceptions",
-                 "max_calls", "name", "runtime_env", "env_cache", "placement", "placed")
+                 "max_calls", "name", "runtime_env", "env_cache", "placement", "placed",
+                 "follows_caller")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
         # The placement group the options name ("default": the caller's, if it captures)
         self.placement = _options.placement_option(opts)
         self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
+        # It names no group: it goes to the caller's, only if the caller is in one
+        # (``placement.resolve_option``), and no further when the caller is in none.
+        self.follows_caller = (self.placement is not None
+                               and isinstance(self.placement[0], str))
         num_returns = opts.get("num_returns")
         if is_generator and num_returns in (None, "streaming"):
             num_returns = STREAMING
@@ -163,6 +175,7 @@ class RemoteFunction(Generic[P, R]):
         self._default_options = dict(options)
         self._max_calls = _options.default_max_calls(options)
         self._export_cache: tuple | None = None
+        self._sent: tuple = (None, None)  # (session token, function id) last submitted
         self._template: _Template | None = None
         functools.update_wrapper(self, function, updated=())
         # .remote keeps the function's signature and docstring, as in Ray
@@ -228,29 +241,48 @@ class RemoteFunction(Generic[P, R]):
         if argspec is not None:
             argspec.check(args, kwargs)
         rt = runtime.auto_init()
+        token = rt.session_token
         num_returns = template.num_returns
         fn_id, fn_data = self._export(self._is_generator and num_returns >= 0)
+        # The function's pickle goes with the first submission in a session only; once one
+        # went through, the runtime is not asked again (its answer cannot change back).
+        sent = self._sent
+        if (sent[0] is token and sent[1] == fn_id) or not rt.needs_function(fn_id):
+            fn_data = None
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
-        blob, deps, contained, _stored = serialization.pack_arguments(
-            args, kwargs, self._function.__name__, ObjectRef, rt.large_arguments)
+        if args or kwargs:
+            blob, deps, contained, _stored = serialization.pack_arguments(
+                args, kwargs, self._function.__name__, ObjectRef, rt.large_arguments)
+        else:
+            blob, deps, contained = _NO_ARGUMENTS
         task_id = ids.new_task_id()
-        count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
-        return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, count + 1)]
-        if template.placement is None:  # request_in(), inlined for the common case
+        if num_returns == 1 or num_returns < 0:  # one return id (a generator's included)
+            return_ids = [task_id + _FIRST_RETURN]
+        else:
+            return_ids = [task_id + i.to_bytes(4, "big") for i in range(1, num_returns + 1)]
+        placed = template.placement
+        # request_in(), inlined for the common cases: no group, or the caller's group when it
+        # captures, and the caller (the driver, say) is in none
+        if placed is None or (template.follows_caller and rt.current_placement() is None):
             request, pg_ctx = template.request, None
         else:
             request, pg_ctx = template.request_in(rt, self._function.__name__)
+        env_token, env_key = template.env_cache  # env_key(), inlined for the common case
+        if env_token is not token:
+            env_key = template.env_key(rt)
         spec = TaskSpec(
-            task_id, fn_id, fn_data if rt.needs_function(fn_id) else None, template.name,
+            task_id, fn_id, fn_data, template.name,
             self._descriptor_name, blob, deps, return_ids, num_returns, request,
             template.max_retries, template.retry_exceptions, template.max_calls, contained,
-            template.env_key(rt), pg_ctx,
+            env_key, pg_ctx,
         )
         rt.submit_task(spec)
+        if sent[0] is not token or sent[1] != fn_id:
+            self._sent = (token, fn_id)
         if num_returns == 1 or num_returns == DYNAMIC:
-            return ObjectRef(return_ids[0])
+            return object_ref.owned_ref(return_ids[0], rt)
         if num_returns == STREAMING:
-            return ObjectRefGenerator(ObjectRef(return_ids[0]))
+            return ObjectRefGenerator(object_ref.owned_ref(return_ids[0], rt))
         if num_returns == 0:
             return None
         return [ObjectRef(object_id) for object_id in return_ids]

@@ -1,6 +1,7 @@
 """ObjectRef: the handle to a value that exists, or will exist, in the object store.
 
-Owns: the ObjectRef class (public as ``miniray.ObjectRef``), its hashing, equality, pickling and
+Owns: the ObjectRef class (public as ``miniray.ObjectRef``; ``owned_ref()`` makes a new id's
+ref without the checks), its hashing, equality, pickling and
 awaiting; and ``DynamicObjectRefGenerator``, the refs a ``num_returns="dynamic"`` task
 returns (built in the worker, so it lives in this lowest layer). Does not own: the values
 (``owner.py`` / ``object_store.py``) or reference counting decisions (the owner decides; an
@@ -142,6 +143,20 @@ class ObjectRef(Generic[T]):
 
     def __await__(self):
         return self.as_future().__await__()
+
+
+def owned_ref(binary: bytes, tracker) -> ObjectRef:
+    """What ``ObjectRef(binary)`` makes, for an id that ``tracker`` (the current runtime)
+    has just made: a submission's return ref, built without the constructor's checks and
+    look-up of the runtime (one task's submission pays this once per return)."""
+    ref = _new_ref(ObjectRef)
+    ref._id = binary
+    ref._token = tracker.session_token
+    tracker.ref_created(binary)
+    return ref
+
+
+_new_ref = object.__new__
 
 
 def _rebuild_ref(binary: bytes) -> ObjectRef:

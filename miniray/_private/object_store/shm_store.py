@@ -567,6 +567,11 @@ class SharedMemoryStore:
             raise KeyError(object_id)
         return data
 
+    def inline_or_none(self, object_id: bytes) -> bytes | None:
+        """The in-band bytes of an inline object, None for any other (absent, or in shared
+        memory: ``location()`` then): the per-object step of a get of many small values."""
+        return self._inline.get(object_id)  # one dict lookup: atomic, no lock needed
+
     def location(self, object_id: bytes) -> tuple:
         """What a reader in another process needs: ``("inline", bytes)``,
         ``("shm", path, size)`` or ``("spilled", path, size)``.

@@ -109,24 +109,32 @@ class MappingCache:
 def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any:
     """A stored object's value, or raise the error it holds. ``data`` is a payload
     (see above): bytes, or where a large object lies in shared memory."""
-    from miniray.exceptions import RaySystemError, RayTaskError
+    from miniray.exceptions import RayTaskError
 
     try:
         if kind == protocol.OK and not isinstance(data, (bytes, bytearray)):
             return _read_large(data, rt, object_id)
         value = oob.loads_inline(data)
-    except (RaySystemError, FileNotFoundError):
-        raise
     except Exception as error:
-        raise RaySystemError(
-            f"Could not deserialize an object: {type(error).__name__}: {error}. If it refers "
-            "to a module, that module must be importable in the driver too."
-        ) from error
+        _raise_load_error(error)
     if kind == protocol.ERR:
         if isinstance(value, RayTaskError):
             raise value.as_instanceof_cause()
         raise value
     return value
+
+
+def _raise_load_error(error: Exception):
+    """Raise what a failed read of a value raises: miniray's own errors and a vanished
+    segment as they are, anything else as a RaySystemError naming it."""
+    from miniray.exceptions import RaySystemError
+
+    if isinstance(error, (RaySystemError, FileNotFoundError)):
+        raise error
+    raise RaySystemError(
+        f"Could not deserialize an object: {type(error).__name__}: {error}. If it refers "
+        "to a module, that module must be importable in the driver too."
+    ) from error
 
 
 def _read_large(payload, rt, object_id):
@@ -188,4 +196,14 @@ def get_values(rt, refs: list, timeout: float | None = None) -> list:
         raise GetTimeoutError("Get timed out: some object(s) not ready.")
     if len(items) == 1 and items[0][0] == protocol.ERR:
         materialize(*items[0])
-    return [materialize(kind, data, rt, ref._id) for (kind, data), ref in zip(items, refs)]
+    out = []
+    ok, loads = protocol.OK, oob.loads_inline
+    for (kind, data), ref in zip(items, refs):
+        if kind == ok and type(data) is bytes:  # materialize(), inlined for a small value
+            try:
+                out.append(loads(data))
+            except Exception as error:
+                _raise_load_error(error)
+        else:
+            out.append(materialize(kind, data, rt, ref._id))
+    return out

@@ -365,16 +365,21 @@ class ObjectTable:
                     for entry in pending:
                         entry.remove_waiter(waiter)
                 return None
+        inline_or_none = self.store.inline_or_none
         with self.lock:
             self.check_usable()
             out = []
+            entries = self.entries
             for object_id in object_ids:
-                entry = self.entries.get(object_id)
+                entry = entries.get(object_id)
                 if entry is None:
                     raise self.lost(object_id)
                 if entry.state != READY:
                     continue
-                item = (entry.kind, values.outgoing(self.store.location(object_id)))
+                data = inline_or_none(object_id)  # the common small value: no store lock
+                if data is None:
+                    data = values.outgoing(self.store.location(object_id))
+                item = (entry.kind, data)
                 if entry.kind == protocol.ERR:
                     return [item]
                 out.append(item)
