@@ -57,3 +57,22 @@ def test_split_hand_back_keeps_non_tasks_in_order():
     assert ids == [b"t1", b"t2"]
     assert kept == [(protocol.FUNC, b"f", b"..."), (protocol.UNMAP, "/x")]
     assert p.split_hand_back([], protocol.TASK) == ([], [])
+
+
+def _inflight(*names):
+    return collections.deque(N(spec=N(task_id=name)) for name in names)
+
+
+def test_a_result_takes_its_task_by_id_in_or_out_of_order():
+    """The first task's result is the usual case; a result out of order still takes its own
+    task (the ones before it stay in flight) instead of leaving it in flight forever, which
+    hung a round of pipelined tasks; an unknown id takes nothing."""
+    inflight = _inflight(b"a", b"b", b"c")
+    task, in_order = p.take_finished(inflight, b"a")
+    assert task.spec.task_id == b"a" and in_order
+    task, in_order = p.take_finished(inflight, b"c")
+    assert task.spec.task_id == b"c" and not in_order
+    assert [t.spec.task_id for t in inflight] == [b"b"]
+    assert p.take_finished(inflight, b"z") == (None, False)
+    assert [t.spec.task_id for t in inflight] == [b"b"]
+    assert p.take_finished(collections.deque(), b"a") == (None, False)

@@ -27,7 +27,7 @@ on what it started, so the owner never takes a task back on its own::
 
 from __future__ import annotations
 
-__all__ = ["depth_for", "lease_to_fill", "lease_to_recall", "split_hand_back"]
+__all__ = ["depth_for", "lease_to_fill", "lease_to_recall", "split_hand_back", "take_finished"]
 
 
 def depth_for(key, default_depth: int) -> int:
@@ -111,3 +111,28 @@ def split_hand_back(messages, task_tag: int) -> tuple[list, list]:
         else:
             kept.append(message)
     return kept, task_ids
+
+
+def take_finished(inflight, task_id: bytes):
+    """``(task, in_order)``: the task of ``task_id`` taken out of a worker's in-flight deque,
+    and whether it was the first (the worker runs its tasks in order, and writes a GIVE_BACK
+    before the result of any task it received later, so a result is normally the first's).
+    A result out of that order is still taken by its id: the tasks before it stay in flight
+    (run later, or given back), where refusing it would leave its task in flight forever.
+    ``(None, False)`` when no task of that id is in flight.
+
+    Example:
+        >>> from collections import deque
+        >>> from types import SimpleNamespace as T
+        >>> inflight = deque(T(spec=T(task_id=i)) for i in (b"a", b"b"))
+        >>> task, in_order = take_finished(inflight, b"b")
+        >>> task.spec.task_id, in_order, [t.spec.task_id for t in inflight]
+        (b'b', False, [b'a'])
+    """
+    if inflight and inflight[0].spec.task_id == task_id:
+        return inflight.popleft(), True
+    for index, task in enumerate(inflight):
+        if task.spec.task_id == task_id:
+            del inflight[index]
+            return task, False
+    return None, False

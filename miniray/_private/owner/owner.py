@@ -1114,10 +1114,12 @@ class Owner:
         if self._drained is not worker:
             worker.out.drain()
             worker.err.drain()
-        if not worker.inflight or worker.inflight[0].spec.task_id != task_id:
-            logger.error("miniray bug: unexpected result for task %s", task_id.hex())
-            return
-        task = worker.inflight.popleft()
+        task, in_order = pipelining.take_finished(worker.inflight, task_id)
+        if not in_order:
+            logger.error("miniray bug: %s result for task %s", "out-of-order" if task
+                         else "unexpected", task_id.hex())
+            if task is None:
+                return
         task.times = times  # the worker's own clock readings, for the timeline
         worker.calls += 1
         # max_calls counts the calls of one function on one worker, as in Ray.
