@@ -22,13 +22,13 @@ from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import (
     descriptors,
     ids,
+    object_ref,
     placement,
     runtime_envs,
     serialization,
     signatures,
 )
 from miniray._private.core import options as _options
-from miniray._private.core import object_ref
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, TaskSpec
 from miniray._private.core.type_vars import P, R

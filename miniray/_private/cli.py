@@ -569,10 +569,9 @@ def _print_started(address: str, head: str | None = None) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
+    from miniray._private.host import auth_token  # lazy, as above
     from miniray._private.node import daemon, node  # lazy, as above
     from miniray._private.transport import node_client
-
-    from miniray._private.host import auth_token  # lazy, as above
 
     if args.address is not None and args.head:
         return _error("`--head` starts a new cluster and `--address` joins one: give one "
@@ -583,7 +582,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     try:
         options = _start_options(args)
         if args.address is not None:
-            options["head_address"] = "%s:%d" % node_client.parse_address(args.address)
+            options["head_address"] = "{}:{}".format(*node_client.parse_address(args.address))
         if args.node_ip_address is not None:
             options["node_ip"] = _node_ip(args.node_ip_address)
     except ValueError as error:

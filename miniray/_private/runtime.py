@@ -23,8 +23,15 @@ import sys
 import threading
 from typing import Any, Dict, Union
 
-from miniray._private.core import cluster_view
-from miniray._private.core import config, context, ids, metric_values, runtime_envs, serialization
+from miniray._private.core import (
+    cluster_view,
+    config,
+    context,
+    ids,
+    metric_values,
+    runtime_envs,
+    serialization,
+)
 from miniray._private.core import logging_config as logging_configs  # init() has that argument
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.resources import NodeState, to_units
@@ -358,7 +365,8 @@ class Runtime:
     def _prestart_workers(self) -> None:
         """Idle workers for the default shape, and ``init()`` returns once the first is
         ready (it answered its HELLO): the first task then costs about a warm round trip, not
-        the fork server's start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is not waited for."""
+        the fork server's start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is
+        not waited for."""
         count = config.prestart_workers(self.num_cpus)
         if count:
             self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)

@@ -20,8 +20,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from miniray._private.core import (cluster_view, config, context, ids, state_rows,
-                                   timeline_events)
+from miniray._private.core import cluster_view, config, context, ids, state_rows, timeline_events
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger

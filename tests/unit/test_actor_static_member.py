@@ -50,7 +50,7 @@ class WithMeta(Child, metaclass=Meta):
     pass
 
 
-class Abstract(abc.ABC):
+class Abstract(abc.ABC):  # noqa: B024 (an ABC with no abstract method, on purpose)
     def method(self):
         return 10
 

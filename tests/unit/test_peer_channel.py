@@ -31,7 +31,12 @@ from miniray._private.host.auth_token import AuthTokenError
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport import peer_wire
 from miniray._private.transport.peer_channel import (
-    ClientHandshake, FrameReader, FrameWriter, PeerAuthError, PeerClosed, PeerRefused,
+    ClientHandshake,
+    FrameReader,
+    FrameWriter,
+    PeerAuthError,
+    PeerClosed,
+    PeerRefused,
     ServerHandshake,
 )
 from miniray.exceptions import AuthenticationError

@@ -215,7 +215,7 @@ def test_tasks_given_back_on_arrival_are_written_before_a_later_task_can_run():
     inbox."""
     channel, owner = _pair()
     channel.conn.sock.settimeout(None)
-    hold = _HoldFirstGiveBack(channel)
+    _hold = _HoldFirstGiveBack(channel)  # kept alive for the test
     owner.send(_task(b"t1"))
     assert channel.next_message()[1] == b"t1"
     channel._read_lock.acquire()  # another thread reads: the waiter only waits for its reply

@@ -14,7 +14,6 @@ from miniray._private.transport.framing import FramedSocket
 from miniray._private.worker import worker_main
 from miniray._private.worker.worker_api import Channel
 
-
 T2 = b"t2".ljust(24, b"\0")
 
 

@@ -79,7 +79,7 @@ class NodeEntry:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, doc: dict) -> "NodeEntry":
+    def from_json(cls, doc: dict) -> NodeEntry:
         known = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
         return cls(**known)
 
@@ -230,7 +230,7 @@ class ClusterView:
                                                                      e.start_time))]}
 
     @classmethod
-    def from_snapshot(cls, doc: dict) -> "ClusterView":
+    def from_snapshot(cls, doc: dict) -> ClusterView:
         """The view a snapshot describes; ValueError when it is not one."""
         if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
             raise ValueError("not a cluster view snapshot")

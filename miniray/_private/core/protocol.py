@@ -277,7 +277,7 @@ def local_versions() -> dict:
     return {"miniray_version": _version.__version__, "python_version": PYTHON_VERSION}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dist_version(name: str) -> str | None:
     """The installed version of distribution ``name`` (None if missing), without importing
     it when it is not loaded yet (numpy is heavy). Cached: a lookup costs about 0.3 ms and

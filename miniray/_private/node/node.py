@@ -60,9 +60,10 @@ relayed unchanged).
    driver of this node, started by it: ``actor_service.py``), served until it has said
    NODE_GOODBYE and exited (SIGKILL after ``SERVICE_STOP_S``); then stop accepting, remove the
    records; a member tells the head it leaves and closes its TCP side (``peering.py`` step
-   6; a head closes its members' links); ``(NODE_STOPPING, reason)`` to every driver (it fails its pending work with that
-   reason); fork server SHUTDOWN (it kills every worker; EXITED is forwarded); close every driver's
-   socket (drivers see EOF); remove the session directory. A node killed with SIGKILL: its
+   6; a head closes its members' links); ``(NODE_STOPPING, reason)`` to every driver (it
+   fails its pending work with that reason); fork server SHUTDOWN (it kills every worker;
+   EXITED is forwarded); close every driver's socket (drivers see EOF); remove the session
+   directory. A node killed with SIGKILL: its
    fork server sees EOF and kills the workers; the next ``miniray start``/``stop``/``init()``
    sweeps the session directory (its ``owner.pid`` is dead).
 
@@ -103,8 +104,8 @@ from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
 from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
-from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
 from miniray._private.transport import peer_channel
+from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
 from miniray._private.transport.spawn import ForkServerClient
 
 __all__ = ["NodeServer", "NodeStartError", "find_node", "main", "run_node"]
@@ -650,9 +651,10 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     """Runs a node in this process until it is stopped; returns 0, or 1 if it stopped because
     its fork server died. ``options``: port, num_cpus, num_gpus, resources,
     object_store_memory, memory, temp_dir, node_ip (the address to listen on),
-    head_address (``"ip:port"``: join that head; absent: this node is a head), all optional. ``on_ready(record, info)`` is called
-    once drivers can connect. NodeStartError (before ready) when the node cannot start;
-    ValueError for resources Ray refuses. Call it from the main thread (signal handlers)."""
+    head_address (``"ip:port"``: join that head; absent: this node is a head), all
+    optional. ``on_ready(record, info)`` is called once drivers can connect. NodeStartError
+    (before ready) when the node cannot start; ValueError for resources Ray refuses. Call it
+    from the main thread (signal handlers)."""
     default_root = config.tmpdir_root()
     root = os.path.abspath(options.get("temp_dir") or default_root)
     roots = [root] if root == default_root else [root, default_root]

@@ -43,9 +43,26 @@ from miniray._private.core import protocol
 from miniray._private.host import auth_token
 from miniray._private.host.auth_token import AuthTokenError
 from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported for callers
-    BAD_TOKEN, BAD_VERSION, DECLINE, DEFAULT_MAX_FRAME, DIRECT_MIN, HEADER, HELLO_MAX_FRAME,
-    MAGIC, OK, PROTO_VERSION, TAG, ClientHandshake, FrameReader, FrameWriter, PeerAuthError,
-    PeerClosed, PeerRefused, ServerHandshake, _mac, derive_keys,
+    BAD_TOKEN,
+    BAD_VERSION,
+    DECLINE,
+    DEFAULT_MAX_FRAME,
+    DIRECT_MIN,
+    HEADER,
+    HELLO_MAX_FRAME,
+    MAGIC,
+    OK,
+    PROTO_VERSION,
+    TAG,
+    ClientHandshake,
+    FrameReader,
+    FrameWriter,
+    PeerAuthError,
+    PeerClosed,
+    PeerRefused,
+    ServerHandshake,
+    _mac,
+    derive_keys,
 )
 
 __all__ = [

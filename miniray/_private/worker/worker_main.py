@@ -220,8 +220,9 @@ class _Worker:
             elif now >= deadline:
                 return
             with self.ctl_done:  # seen was taken before the poll: no handling is missed
-                self.ctl_done.wait_for(lambda: self.ctl_handled != seen or self.ctl_closed,
-                                       deadline - now)
+                self.ctl_done.wait_for(
+                    lambda seen=seen: self.ctl_handled != seen or self.ctl_closed,
+                    deadline - now)
 
     # -- main loop ------------------------------------------------------------------
     def loop(self) -> None:
