@@ -61,10 +61,14 @@ def test_finder_gives_the_ray_module_itself(fake_ray):
     assert sys.modules["ray"].FAKE is True
 
 
-def test_finder_leaves_names_ray_lacks_and_other_packages(fake_ray):
+def test_finder_refuses_names_ray_lacks_and_leaves_other_packages(fake_ray):
+    """A miniray name Ray lacks fails in the finder itself, naming it: returning None would
+    let a later finder (an editable install's) hand out miniray's own module."""
     finder = alias.MinirayToRayFinder()
-    assert finder.find_spec("miniray._private") is None
-    assert finder.find_spec("miniray.no_such_module") is None
+    for name in ("miniray._private", "miniray.no_such_module", "miniray.util.no.such"):
+        with pytest.raises(ModuleNotFoundError) as caught:
+            finder.find_spec(name)
+        assert caught.value.name == name
     assert finder.find_spec("numpy") is None
     assert finder.find_spec("ray.util") is None
 

@@ -110,7 +110,9 @@ class MinirayToRayFinder:
     """Finds ``miniray`` and ``miniray.<sub>`` as ``ray`` and ``ray.<sub>``.
 
     A name Ray does not have (``miniray._private...``) is not found: the import fails with
-    ModuleNotFoundError rather than mixing miniray's modules into a Ray program.
+    ModuleNotFoundError naming it, here, rather than passing on to a later finder (an
+    editable install's finder would otherwise hand out miniray's own module and mix it into
+    a Ray program).
     """
 
     # Marks the finder whichever copy of this file defined it (cli.py's import or the
@@ -121,8 +123,14 @@ class MinirayToRayFinder:
         target_name = reverse_target(fullname)
         if target_name is None:
             return None
-        if importlib.util.find_spec(target_name) is None:
-            return None
+        try:
+            found = importlib.util.find_spec(target_name) is not None
+        except ModuleNotFoundError:  # a parent Ray lacks
+            found = False
+        if not found:
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r}: under `miniray run --ray` miniray's names are "
+                f"Ray's, and Ray has no {target_name!r}.", name=fullname)
         return importlib.util.spec_from_loader(fullname, _ReverseLoader(target_name))
 
 
