@@ -297,6 +297,13 @@ class PeerChannel:
             self._fail(PeerClosed(f"the connection to {self.address} broke: {error}"))
         if n == 0:
             return False
+        self._take_received(n, direct)
+        return True
+
+    def _take_received(self, n: int, direct) -> None:
+        """The ``n`` bytes just received (into ``direct``, the reader's own buffer, or into
+        the scratch buffer) go to the reader; its complete, verified frames to ``_ready``. A
+        frame that fails its check closes the channel (PeerAuthError)."""
         try:
             if direct is not None:
                 self._ready.extend(self._reader.advance(n))
@@ -305,7 +312,6 @@ class PeerChannel:
         except PeerAuthError as error:
             logger.warning("closed the peer connection to %s: %s", self.address, error)
             self._fail(PeerAuthError(f"the connection to {self.address} was closed: {error}"))
-        return True
 
     def recv_bytes(self, timeout: float | None = None):
         """The next verified payload (bytes-like). TimeoutError after ``timeout`` seconds
@@ -371,15 +377,7 @@ class PeerChannel:
                 self._eof = True
                 self._reader.close()
                 break
-            try:
-                if direct is not None:
-                    self._ready.extend(self._reader.advance(n))
-                else:
-                    self._ready.extend(self._reader.feed(memoryview(self._scratch)[:n]))
-            except PeerAuthError as error:
-                logger.warning("closed the peer connection to %s: %s", self.address, error)
-                self._fail(PeerAuthError(
-                    f"the connection to {self.address} was closed: {error}"))
+            self._take_received(n, direct)
         messages = [pickle.loads(payload) for payload in self._ready]
         self._ready.clear()
         if not messages and (self._eof or self._closed):
