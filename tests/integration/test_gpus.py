@@ -123,6 +123,9 @@ def test_cuda_visible_devices_at_start_restricts_and_names_gpus(tmp_path, fake_p
 
 
 def test_no_pynvml_means_no_gpus_and_num_gpus_beyond_cvd_is_refused(tmp_path):
+    hidden = tmp_path / "no_nvml"  # hides a real pynvml, on a host that has one
+    hidden.mkdir()
+    (hidden / "pynvml.py").write_text("raise ImportError('no pynvml here')\n")
     proc = _run("""
         import miniray as ray
         ray.init(num_cpus=1)
@@ -132,7 +135,7 @@ def test_no_pynvml_means_no_gpus_and_num_gpus_beyond_cvd_is_refused(tmp_path):
             ray.init(num_cpus=1, num_gpus=3)
         except ValueError as error:
             print("refused", error)
-    """, _env(tmp_path, "a", CUDA_VISIBLE_DEVICES="3,5"))
+    """, _env(tmp_path, "a", hidden, CUDA_VISIBLE_DEVICES="3,5"))
     assert proc.returncode == 0, proc.stderr
     assert "GPU None" in proc.stdout
     assert "Attempting to start raylet with 3 GPU, but CUDA_VISIBLE_DEVICES contains" in (
@@ -341,3 +344,38 @@ def test_logical_gpus_beyond_the_physical_ones_stay_per_session(tmp_path, fake_p
     proc = _run(code, _env(tmp_path, "a", fake_pynvml, devices=one))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1, 2]
+
+
+DEAD_SHARE = """
+    import os
+    from miniray._private.ledger.gpu_detect import detect_gpus
+    from miniray._private.ledger.host_gpus import HostGpuLedger
+    key = detect_gpus(cuda_visible_devices=None).device_keys[0]
+    HostGpuLedger().acquire_fraction([key], 5000, holder_pid=os.getpid(), tag="dead session")
+    os._exit(0)  # dies holding half of device 0, as a killed session would
+"""
+
+PACKING = """
+    import miniray as ray
+    ray.init(num_cpus=3, num_gpus=3)
+    @ray.remote(num_gpus=0.5)
+    class Share:
+        def ids(self):
+            return ray.get_gpu_ids()
+    actors = [Share.remote() for _ in range(3)]
+    print([ray.get(actor.ids.remote()) for actor in actors])
+    ray.shutdown()
+"""
+
+
+def test_a_dead_sessions_share_is_reclaimed_before_it_breaks_packing(tmp_path, fake_pynvml):
+    # One physical device and two logical ones: a dead session's half of device 0 must not
+    # push the second fraction onto logical GPU 1 (it fits there, so no fit ever failed).
+    env = _env(tmp_path, "a", fake_pynvml, devices="Tesla V100-SXM2-16GB|GPU-aaaa0000")
+    dead = _run(DEAD_SHARE, env)
+    assert dead.returncode == 0, dead.stderr
+    assert '"dead session"' in (tmp_path / "host" / "gpus.json").read_text()
+    run = _run(PACKING, env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "[[0], [0], [1]]", run.stdout
+    assert '"dead session"' not in (tmp_path / "host" / "gpus.json").read_text()

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from miniray._private.core.resources import plan_allocation
 from miniray._private.core.scheduling import RetryWindow
-from miniray._private.ledger.host_gpus import HostGpuLedger
+from miniray._private.ledger.host_gpus import HostGpuLedger, free_units
 
 
 class LeaseSlot:
@@ -139,10 +139,6 @@ class LeaseBook:
             caps = self._host_caps()
         lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag, instance_caps=caps,
                                     worker_pid=worker_pid)
-        if lease is None and caps is not None and host.reclaim_dead():
-            caps = self._host_caps()  # a session holding GPUs died: its shares are free again
-            lease = self.ledger.acquire(request, holder_pid=self.pid, tag=tag,
-                                        instance_caps=caps, worker_pid=worker_pid)
         if lease is None:
             if caps is not None:
                 self._note_host_blocked(request, tag, key)
@@ -208,8 +204,16 @@ class LeaseBook:
             self.host_gpus.release(host_lease)
 
     def _host_caps(self) -> dict:
-        """What this node may take of each GPU: the share no other session holds."""
-        free = self.host_gpus.free([k for k in self.gpu_keys if k])
+        """What this node may take of each GPU: the share no other session holds. Shares of
+        other holders that died are reclaimed first: left in place they would only move a
+        request to another instance (a logical GPU, say) rather than fail it, so a reclaim
+        after a failed fit would come too late and packing would break."""
+        keys = [k for k in self.gpu_keys if k]
+        leases = self.host_gpus.leases()
+        if (any(lease.holder_pid != self.pid for lease in leases.values())
+                and self.host_gpus.reclaim_dead()):
+            leases = self.host_gpus.leases()
+        free = dict(zip(keys, free_units(leases, keys)))
         return {"GPU": [free.get(k, 0) if k else 10_000 for k in self.gpu_keys]}
 
     def _note_host_blocked(self, request: dict, tag: str, key) -> None:
