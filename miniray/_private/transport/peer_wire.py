@@ -126,6 +126,25 @@ class _Handshake:
     def wants(self) -> int:
         return max(0, self._need() - len(self._buffer))
 
+    _NOT_RUNNING: tuple = ("done",)  # steps in which bytes may not be fed
+
+    def feed(self, data: bytes) -> bytes:
+        """Take ``data``; return the bytes to send (possibly none)."""
+        if self._step in self._NOT_RUNNING:
+            raise PeerAuthError("miniray bug: bytes fed to a handshake not running")
+        self._buffer += data
+        out = b""
+        while not self.done:
+            message = self._take()
+            if message is None:
+                break
+            out += self._on_message(message)
+        return out
+
+    def _on_message(self, message: bytes) -> bytes:
+        """One step's whole message in; the bytes it answers with out."""
+        raise NotImplementedError
+
     def _need(self) -> int:
         raise NotImplementedError
 
@@ -161,48 +180,41 @@ class ServerHandshake(_Handshake):
     def _need(self) -> int:
         return {"hello": _CLIENT_HELLO.size, "proof": PROOF}.get(self._step, 0)
 
-    def feed(self, data: bytes) -> bytes:
-        if self._step == "done":
-            raise PeerAuthError("miniray bug: bytes fed to a finished handshake")
-        self._buffer += data
-        out = b""
-        while True:
-            message = self._take()
-            if message is None:
-                return out
-            if self._step == "hello":
-                magic, version, cn = _CLIENT_HELLO.unpack(message)
-                if magic != MAGIC:
-                    if message[:2] == b"\x16\x03":  # a TLS handshake record
-                        raise self._fail("it speaks TLS and this node does not: turn TLS "
-                                         "on for both or neither (MINIRAY_USE_TLS)")
-                    raise self._fail(f"it is not a miniray peer (its first bytes are "
-                                     f"{message[:8]!r})")
-                if version != PROTO_VERSION:
-                    raise self._fail(
-                        f"it speaks peer protocol {version}, this node speaks "
-                        f"{PROTO_VERSION}: run the same miniray version on every host",
-                        BAD_VERSION + _U16.pack(PROTO_VERSION), PeerRefused)
-                self._cn = cn
-                out += OK + self._nonce + _mac(self._token, b"S", cn, self._nonce)
-                self._step = "proof"
-            else:  # "proof"
-                if hmac.compare_digest(message, DECLINE):
-                    raise self._fail("it holds another token (it could not verify this "
-                                     "node's proof)")
-                expected = _mac(self._token, b"C", self._cn, self._nonce)
-                if not hmac.compare_digest(message, expected):
-                    raise self._fail("its token proof is wrong (it holds another token)",
-                                     BAD_TOKEN)
-                k_c2s, k_s2c = derive_keys(self._token, self._cn, self._nonce)
-                self.keys = (k_s2c, k_c2s)
-                self._step = "done"
-                return out + OK
+    def _on_message(self, message: bytes) -> bytes:
+        if self._step == "hello":
+            magic, version, cn = _CLIENT_HELLO.unpack(message)
+            if magic != MAGIC:
+                if message[:2] == b"\x16\x03":  # a TLS handshake record
+                    raise self._fail("it speaks TLS and this node does not: turn TLS "
+                                     "on for both or neither (MINIRAY_USE_TLS)")
+                raise self._fail(f"it is not a miniray peer (its first bytes are "
+                                 f"{message[:8]!r})")
+            if version != PROTO_VERSION:
+                raise self._fail(
+                    f"it speaks peer protocol {version}, this node speaks "
+                    f"{PROTO_VERSION}: run the same miniray version on every host",
+                    BAD_VERSION + _U16.pack(PROTO_VERSION), PeerRefused)
+            self._cn = cn
+            self._step = "proof"
+            return OK + self._nonce + _mac(self._token, b"S", cn, self._nonce)
+        # "proof"
+        if hmac.compare_digest(message, DECLINE):
+            raise self._fail("it holds another token (it could not verify this "
+                             "node's proof)")
+        expected = _mac(self._token, b"C", self._cn, self._nonce)
+        if not hmac.compare_digest(message, expected):
+            raise self._fail("its token proof is wrong (it holds another token)", BAD_TOKEN)
+        k_c2s, k_s2c = derive_keys(self._token, self._cn, self._nonce)
+        self.keys = (k_s2c, k_c2s)
+        self._step = "done"
+        return OK
 
 
 class ClientHandshake(_Handshake):
     """Steps 1-5, the connecting side: send ``start()``, then feed what arrives (exactly
     ``wants`` bytes at a time) and send what ``feed`` returns, until ``done``."""
+
+    _NOT_RUNNING = ("new", "done")
 
     def __init__(self, token: bytes, *, nonce: bytes | None = None):
         super().__init__(token, nonce)
@@ -216,45 +228,37 @@ class ClientHandshake(_Handshake):
         return {"status": 1, "version": _U16.size, "proof": NONCE + PROOF,
                 "verdict": 1}.get(self._step, 0)
 
-    def feed(self, data: bytes) -> bytes:
-        if self._step in ("new", "done"):
-            raise PeerAuthError("miniray bug: bytes fed to a handshake not running")
-        self._buffer += data
-        out = b""
-        while True:
-            message = self._take()
-            if message is None:
-                return out
-            if self._step == "status":
-                if message == OK:
-                    self._step = "proof"
-                elif message == BAD_VERSION:
-                    self._step = "version"
-                else:
-                    raise self._fail(f"it answered {message!r}, not a miniray node's "
-                                     "handshake")
-            elif self._step == "version":
-                (version,) = _U16.unpack(message)
-                raise self._fail(f"it speaks peer protocol {version}, this process speaks "
-                                 f"{PROTO_VERSION}: run the same miniray version on every "
-                                 "host", cls=PeerRefused)
-            elif self._step == "proof":
-                sn, proof = message[:NONCE], message[NONCE:]
-                expected = _mac(self._token, b"S", self._nonce, sn)
-                if not hmac.compare_digest(proof, expected):
-                    raise self._fail("it did not prove this cluster's token (it holds "
-                                     "another token, or it is not your node)", DECLINE)
-                k_c2s, k_s2c = derive_keys(self._token, self._nonce, sn)
-                self.keys = (k_c2s, k_s2c)
-                self._step = "verdict"
-                out += _mac(self._token, b"C", self._nonce, sn)
-            else:  # "verdict"
-                if message == OK:
-                    self._step = "done"
-                    return out
-                if message == BAD_TOKEN:
-                    raise self._fail("it refused this process's token")
-                raise self._fail(f"it answered {message!r} to this process's proof")
+    def _on_message(self, message: bytes) -> bytes:
+        if self._step == "status":
+            if message == OK:
+                self._step = "proof"
+            elif message == BAD_VERSION:
+                self._step = "version"
+            else:
+                raise self._fail(f"it answered {message!r}, not a miniray node's handshake")
+            return b""
+        if self._step == "version":
+            (version,) = _U16.unpack(message)
+            raise self._fail(f"it speaks peer protocol {version}, this process speaks "
+                             f"{PROTO_VERSION}: run the same miniray version on every "
+                             "host", cls=PeerRefused)
+        if self._step == "proof":
+            sn, proof = message[:NONCE], message[NONCE:]
+            expected = _mac(self._token, b"S", self._nonce, sn)
+            if not hmac.compare_digest(proof, expected):
+                raise self._fail("it did not prove this cluster's token (it holds "
+                                 "another token, or it is not your node)", DECLINE)
+            k_c2s, k_s2c = derive_keys(self._token, self._nonce, sn)
+            self.keys = (k_c2s, k_s2c)
+            self._step = "verdict"
+            return _mac(self._token, b"C", self._nonce, sn)
+        # "verdict"
+        if message == OK:
+            self._step = "done"
+            return b""
+        if message == BAD_TOKEN:
+            raise self._fail("it refused this process's token")
+        raise self._fail(f"it answered {message!r} to this process's proof")
 
 
 # ------------------------------------------------------------------------------- frames
