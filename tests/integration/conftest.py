@@ -35,7 +35,7 @@ environment (so the same ``MINIRAY_TMPDIR``) and the directory that holds the im
 from __future__ import annotations
 
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
@@ -375,36 +375,94 @@ class Drivers:
         return proc
 
     @staticmethod
-    def read_line(proc: subprocess.Popen, timeout: float = 30) -> str:
+    def _lines(proc: subprocess.Popen) -> queue.Queue:
+        """The queue a thread fills with ``proc``'s stdout lines (None at EOF), started on
+        first use. select() on the pipe cannot say whether a line waits: readline() may
+        have buffered the next lines already, and a select() then waits for bytes that
+        have arrived."""
+        lines = getattr(proc, "_test_lines", None)
+        if lines is None:
+            lines = proc._test_lines = queue.Queue()
+
+            def pump():
+                try:
+                    for line in proc.stdout:
+                        lines.put(line)
+                except (OSError, ValueError):  # closed by close() at teardown
+                    pass
+                lines.put(None)
+
+            proc._test_pump = threading.Thread(target=pump, daemon=True)
+            proc._test_pump.start()
+        return lines
+
+    @classmethod
+    def read_line(cls, proc: subprocess.Popen, timeout: float = 30) -> str:
         """The next line of ``proc``'s stdout; fails the test if none comes within timeout."""
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        if not ready:
+        try:
+            line = cls._lines(proc).get(timeout=timeout)
+        except queue.Empty:
             pytest.fail(f"driver printed nothing within {timeout} s")
-        line = proc.stdout.readline()
-        if not line:
+        if line is None:
             proc.wait(timeout=10)
             pytest.fail(f"driver exited ({proc.returncode}) before printing: {proc.stderr.read()}")
         return line
 
-    @staticmethod
-    def communicate(proc: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
-        """Wait for ``proc``; if it hangs, fail with every thread's stack (faulthandler)."""
+    @classmethod
+    def communicate(cls, proc: subprocess.Popen, timeout: float = 30) -> tuple[str, str]:
+        """Wait for ``proc``; if it hangs, fail with every thread's stack (faulthandler).
+        Its stdout is what ``read_line`` has not returned yet."""
+        if getattr(proc, "_test_lines", None) is None:
+            try:
+                return proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)
+                try:
+                    _out, err = proc.communicate(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    _out, err = proc.communicate()
+                pytest.fail(f"driver did not exit within {timeout} s; its stacks:\n"
+                            f"{err[-6000:]}")
+        # stdout is pumped by read_line's thread: read stderr in another while waiting, so
+        # a chatty process cannot block on a full pipe.
+        chunks: list[str] = []
+        reader = threading.Thread(target=lambda: chunks.append(proc.stderr.read()), daemon=True)
+        reader.start()
         try:
-            return proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
+            hung = False
         except subprocess.TimeoutExpired:
+            hung = True
             proc.send_signal(signal.SIGABRT)
             try:
-                _out, err = proc.communicate(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                _out, err = proc.communicate()
+                proc.wait()
+        reader.join(timeout=10)
+        proc._test_pump.join(timeout=10)
+        err = "".join(chunks)
+        if hung:
             pytest.fail(f"driver did not exit within {timeout} s; its stacks:\n{err[-6000:]}")
+        rest = []
+        while True:
+            try:
+                line = proc._test_lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                rest.append(line)
+        return "".join(rest), err
 
     def close(self) -> None:
         for proc in self.started:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=10)
+            pump = getattr(proc, "_test_pump", None)
+            if pump is not None:
+                pump.join(timeout=5)
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()

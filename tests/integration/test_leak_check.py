@@ -82,3 +82,18 @@ def test_a_new_entry_outside_the_root_is_found_and_an_old_one_is_not(quick, sess
         os.unlink(old)
     outside = [f for f in found if "outside the session root" in f]
     assert outside and new in outside[0] and old not in outside[0], found
+
+
+def test_drivers_read_line_returns_lines_that_arrived_together(drivers):
+    # Both lines come in one write: the second must not wait for more bytes on the pipe.
+    proc = drivers.start("""
+        import sys, time
+        sys.stdout.write("first\\nsecond\\n")
+        sys.stdout.flush()
+        time.sleep(30)
+    """)
+    assert drivers.read_line(proc, timeout=30) == "first\n"
+    assert drivers.read_line(proc, timeout=2) == "second\n"
+    proc.kill()
+    out, _err = drivers.communicate(proc, timeout=10)
+    assert out == ""

@@ -7,16 +7,11 @@ resources once the wait passes ``MINIRAY_WAIT_NOTICE_S`` (README, "Differences f
 
 from __future__ import annotations
 
-import pytest
-
 from .helpers import cli
 
 NOTICE = "have waited"
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "intermittent since nodes listen on TCP (2 of 5 full runs): the holder's task sometimes "
-    "does not start within 30 s; passes alone; the cause is not found yet"))
 def test_a_task_blocked_by_another_drivers_lease_is_named_with_that_driver(node_env, drivers):
     assert cli(node_env, "start", "--head", "--num-cpus", "1").returncode == 0
     env = {"MINIRAY_TMPDIR": node_env["MINIRAY_TMPDIR"],
