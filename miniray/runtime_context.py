@@ -113,7 +113,7 @@ class RuntimeContext:
         return self.get_accelerator_ids()
 
     def get_job_id(self) -> str:
-        return "01000000"
+        return ids.JOB_ID  # the driver's, in its workers too (set from HELLO)
 
     def get_node_id(self) -> str:
         rt = self._rt

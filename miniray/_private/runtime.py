@@ -231,6 +231,7 @@ class Runtime:
         self.node_id = ids.random_hex(ids.NODE_ID_SIZE)
         self.worker_id = ids.random_hex(ids.NODE_ID_SIZE)
         self.namespace = namespace if namespace is not None else ids.random_hex(16)
+        ids.set_job_id(ids.job_id_for(1))  # an embedded node's only driver: job 1
         self.job_id = ids.JOB_ID
         self._shut = False
         self.node_client = None
@@ -260,6 +261,9 @@ class Runtime:
         try:
             self.node_client = client
             self.session_dir = info["session_dir"]
+            # The node numbers its drivers (Ray's jobs): ids made from here on carry ours.
+            ids.set_job_id(info.get("job_id") or ids.job_id_for(1))
+            self.job_id = ids.JOB_ID
             self.session_name = os.path.basename(self.session_dir)
             self.temp_dir = os.path.dirname(self.session_dir)
             self.node_id = info["node_id"]
@@ -305,6 +309,7 @@ class Runtime:
                       "inline_threshold": self.store.inline_threshold, "capacity": capacity},
             "node_id": self.node_id,
             "node_ip": self.node_ip,
+            "job_id": self.job_id,
             "namespace": self.namespace,
             "sys_path": _driver_sys_path(),
             "cwd": os.getcwd(),
@@ -650,6 +655,7 @@ class Runtime:
         finally:
             self._release_session()
             metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
+            ids.set_job_id(ids.job_id_for(1))  # this process's ids: no job of a node's now
 
     def _release_session(self) -> None:
         try:

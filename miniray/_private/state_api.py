@@ -156,7 +156,7 @@ def _group_rows(view: SessionView) -> list[dict]:
         nodes = group.get("nodes") or []
         rows.append({
             "placement_group_id": pg_hex, "name": group.get("name") or "",
-            "creator_job_id": ids.JOB_ID, "state": "CREATED",
+            "creator_job_id": group.get("job_id") or ids.job_id_for(1), "state": "CREATED",
             "bundles": [{"bundle_id": {"placement_group_id": pg_hex, "bundle_index": index},
                          "node_id": nodes[index] if index < len(nodes) else None,
                          "unit_resources": dict(bundle)}

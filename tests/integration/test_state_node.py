@@ -45,7 +45,14 @@ DRIVER_B = """
     except ray.exceptions.RayTaskError:
         pass
     big = ray.put(b"z" * 500_000)
-    print(json.dumps({"pid": os.getpid()}), flush=True)
+
+    @ray.remote
+    def job_of_task():
+        return ray.get_runtime_context().get_job_id()
+
+    print(json.dumps({"pid": os.getpid(), "job": ray.get_runtime_context().get_job_id(),
+                      "task_job": ray.get(job_of_task.remote()),
+                      "ref_job": big.job_id().hex()}), flush=True)
     sys.stdin.readline()
 """
 
@@ -61,7 +68,11 @@ def test_two_drivers_of_a_node(node_env):
     b = driver(DRIVER_B, node_env, stdin=subprocess.PIPE)
     try:
         json_line(a, 60)
-        b_pid = json_line(b, 60)["pid"]
+        b_info = json_line(b, 60)
+        b_pid = b_info["pid"]
+        # Each driver of a node is a job of its own, numbered as Ray numbers them.
+        assert b_info["job"] in ("01000000", "02000000")
+        assert b_info["task_job"] == b_info["ref_job"] == b_info["job"]
 
         def sleeper_running():
             out = cli(node_env, "list", "tasks", "--format", "json").stdout
@@ -76,6 +87,8 @@ def test_two_drivers_of_a_node(node_env):
         assert by_name["Keeper.ping"]["state"] == "FINISHED"
         jobs = json.loads(cli(node_env, "list", "jobs", "--format", "json").stdout)
         assert len(jobs) == 2 and str(b_pid) in {j["driver_info"]["pid"] for j in jobs}
+        assert {j["job_id"] for j in jobs} == {"01000000", "02000000"}
+        assert {t["job_id"] for t in tasks if t["name"] == "explode"} == {b_info["job"]}
         actors = json.loads(cli(node_env, "list", "actors", "--format", "json").stdout)
         assert [(x["name"], x["state"]) for x in actors] == [("keeper", "ALIVE")]
         nodes = json.loads(cli(node_env, "list", "nodes", "--format", "json").stdout)

@@ -131,3 +131,21 @@ def test_task_ids_cost_no_system_call_and_a_forked_child_draws_its_own(monkeypat
     os.close(read_end)
     os.waitpid(pid, 0)
     assert len(child_prefix) == 5 and child_prefix != parent[-1][:5]
+
+
+def test_a_nodes_later_drivers_make_ids_of_their_own_job():
+    assert ids.job_id_for(1) == "01000000" and ids.job_id_for(2) == "02000000"
+    assert ids.job_id_for(258) == "02010000"  # little-endian, as JobID.from_int
+    assert ids.JobID.from_hex(ids.job_id_for(7)).int() == 7
+    try:
+        ids.set_job_id("02000000")
+        assert ids.JOB_ID == "02000000"
+        task = ids.TaskID(ids.new_task_id())
+        assert task.job_id().hex() == "02000000"
+        assert task.actor_id().hex() == "ff" * 12 + "02000000"
+        assert ids.ActorID(ids.new_actor_id()).job_id.hex() == "02000000"
+        with pytest.raises(ValueError, match="4 bytes"):
+            ids.set_job_id("0200")
+    finally:
+        ids.set_job_id(ids.job_id_for(1))
+    assert ids.TaskID(ids.new_task_id()).job_id().hex() == "01000000"

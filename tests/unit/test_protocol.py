@@ -106,6 +106,9 @@ def test_check_hello_admits_this_version_and_refuses_others_with_what_to_do():
     from miniray._private.node.node import check_hello
 
     assert check_hello((protocol.NODE_HELLO, 4242, protocol.PROTOCOL_VERSION)) == (4242, None)
+    probe = (protocol.NODE_HELLO, 4242, protocol.PROTOCOL_VERSION, {"probe": True})
+    assert check_hello(probe) == (4242, None)
+    assert check_hello(probe[:3] + ("probe",)) == (None, None)  # options are a dict
     for old in [("HELLO", 4242), (protocol.NODE_HELLO, 4242, 1), (protocol.NODE_HELLO, 1, 99)]:
         pid, why = check_hello(old)
         assert pid is None

@@ -10,7 +10,8 @@ Called by: the owner, the worker, the runtime, ObjectRef.
 
 Layouts, as in Ray 2.60::
 
-    job id     4 bytes                        01000000 (one job per driver here)
+    job id     4 bytes                        01000000: the first driver of a node, then
+                                              02000000... (the node numbers them)
     actor id   12 unique bytes | job id       random
     task id    8 unique bytes  | actor id     normal tasks: the nil actor of the job,
                                               ffffffffffffffffffffffff01000000
@@ -37,13 +38,33 @@ NODE_ID_SIZE = 28
 UNIQUE_ID_SIZE = 28  # Ray's UniqueID, WorkerID, FunctionID, ActorClassID
 PLACEMENT_GROUP_ID_SIZE = 18
 ACTOR_ID_SIZE = 16
-JOB_ID = "01000000"
+JOB_ID = "01000000"  # this process's job: set_job_id() changes it (a node's later drivers)
+NIL_JOB_ID = "ffffffff"
 
 _UNIQUE_SIZE = 8
 _PREFIX_SIZE = 5
 _COUNTER_LIMIT = 1 << (8 * (_UNIQUE_SIZE - _PREFIX_SIZE))
 _JOB = bytes.fromhex(JOB_ID)
 _NIL_ACTOR = b"\xff" * (ACTOR_ID_SIZE - len(_JOB)) + _JOB
+
+
+
+def job_id_for(number: int) -> str:
+    """The hex job id of a node's ``number``-th driver (1, 2, ...), as Ray numbers jobs
+    (``JobID.from_int``: little-endian)."""
+    return number.to_bytes(len(_JOB), "little").hex()
+
+
+def set_job_id(job_hex: str) -> None:
+    """Make ``job_hex`` this process's job: the ids it makes from now on carry it. Called
+    before any id is made: by a driver that joins a node, by a worker from HELLO."""
+    global JOB_ID, _JOB, _NIL_ACTOR
+    job = bytes.fromhex(job_hex)
+    if len(job) != 4:
+        raise ValueError(f"a job id is 4 bytes (8 hex digits), got {job_hex!r}")
+    JOB_ID, _JOB = job.hex(), job
+    _NIL_ACTOR = b"\xff" * (ACTOR_ID_SIZE - len(_JOB)) + _JOB
+
 
 _lock = threading.Lock()
 # (prefix, counter), replaced as one tuple: a thread never pairs a prefix with another

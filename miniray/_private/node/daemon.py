@@ -100,7 +100,7 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
     record = read_record(doc["record"])
     if record is None:
         raise NodeStartError(f"the node reported {doc['record']}, which cannot be read")
-    client = connect(record, timeout=max(1.0, deadline - time.monotonic()))
+    client = connect(record, timeout=max(1.0, deadline - time.monotonic()), probe=True)
     info = client.info
     client.close()
     return record, info

@@ -29,11 +29,14 @@ relayed unchanged).
 1. The driver connects. Before reading anything the node checks the peer's uid with
    SO_PEERCRED; a peer of another uid is closed unread (the socket is 0600 inside a 0700
    root as well).
-2. driver → node ``(NODE_HELLO, driver_pid, PROTOCOL_VERSION)``; node → driver
+2. driver → node ``(NODE_HELLO, driver_pid, PROTOCOL_VERSION[, {"probe": True}])`` (a probe:
+   ``miniray start`` checking the node answers, no job); node → driver
    ``(NODE_WELCOME, info)``, info = ``{"protocol", "session_dir", "session_name",
    "ledger_path", "node_id", "node_ip", "totals" (floats), "gpu_ids", "gpu_ids_are_ints",
    "gpu_keys", "accelerator_type", "object_store_memory", "address", "port", "node_pid",
-   "miniray_version", "python_version"}``. The driver leaves (RuntimeError, as Ray's) if
+   "miniray_version", "python_version", "job_id"}``; ``job_id`` numbers the node's drivers
+   01000000, 02000000, ... in the order they connect (the actor service and probes get
+   ffffffff). The driver leaves (RuntimeError, as Ray's) if
    the versions are not its own (``protocol.version_mismatch``).
    A HELLO of another protocol version (version 1 sent the string ``"HELLO"``) is answered
    ``(NODE_REFUSED, text)``, which says what to do; any other first message closes the
@@ -159,6 +162,7 @@ class NodeServer:
         self._stats_due: float | None = 0.0
         self._stats_written = 0.0
         self._service = None  # the actor service (a subprocess.Popen), see start_actor_service
+        self._jobs = 0  # drivers numbered so far (their job ids)
         self._service_fd = -1  # its pidfd, watched for its exit
         self._service_args: tuple | None = None
         self._service_restarts = 0
@@ -380,6 +384,15 @@ class NodeServer:
             logger.exception("driver pid %s sent %.200r; dropping it", driver.pid, message)
             self._driver_gone(driver, grace=0.0, bye=False)
 
+    def _job_for(self, pid: int) -> str:
+        """The job id of a driver saying HELLO: the node's drivers are jobs 1, 2, ... in the
+        order they connect, as Ray numbers a cluster's jobs; the actor service (a driver the
+        node runs for them) is no job of its own."""
+        if self._service is not None and pid == self._service.pid:
+            return ids.NIL_JOB_ID
+        self._jobs += 1
+        return ids.job_id_for(self._jobs)
+
     def _dispatch(self, driver: _Driver, message: tuple, fds: list[int]) -> None:
         tag = message[0]
         if (tag == protocol.SPAWN and driver.pid is not None and not driver.leaving
@@ -398,7 +411,9 @@ class NodeServer:
             pid, refusal = check_hello(message)
             if pid is not None:
                 driver.pid = pid
-                self._send(driver, (protocol.NODE_WELCOME, self.info))
+                probe = len(message) == 4 and bool(message[3].get("probe"))
+                job = ids.NIL_JOB_ID if probe else self._job_for(pid)
+                self._send(driver, (protocol.NODE_WELCOME, dict(self.info, job_id=job)))
                 logger.info("driver pid %d connected", driver.pid)
                 self._stats_changed()
             else:
@@ -590,7 +605,8 @@ def check_hello(message: tuple) -> tuple[int | None, str | None]:
     tag = message[0]
     if tag == protocol.V1_NODE_HELLO:
         version = 1
-    elif tag == protocol.NODE_HELLO and len(message) == 3 and isinstance(message[1], int):
+    elif (tag == protocol.NODE_HELLO and len(message) in (3, 4) and isinstance(message[1], int)
+          and (len(message) == 3 or isinstance(message[3], dict))):
         version = message[2]
         if version == protocol.PROTOCOL_VERSION:
             return message[1], None

@@ -65,7 +65,8 @@ class _Group:
         return {"id": self.hex, "name": self.name, "strategy": self.strategy,
                 "bundles": self.bundles, "detached": self.detached,
                 "nodes": [node_id] * len(self.bundles), "created_at": self.created_at,
-                "scheduled_at": self.scheduled_at, "attempts": self.attempts}
+                "scheduled_at": self.scheduled_at, "attempts": self.attempts,
+                "job_id": ids.JOB_ID}
 
 
 def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:

@@ -408,17 +408,19 @@ class NodeClient(SpawnChannel):
         return f"<NodeClient {self.info.get('address')} node pid={self.pid}>"
 
 
-def connect(record: NodeRecord, timeout: float = 10.0) -> NodeClient:
+def connect(record: NodeRecord, timeout: float = 10.0, *, probe: bool = False) -> NodeClient:
     """NODE_HELLO/NODE_WELCOME with the node ``record`` names; ConnectionError if it does not
     answer, or refuses (NODE_REFUSED: another protocol version); RuntimeError if it runs
-    another miniray or another Python (major.minor)."""
+    another miniray or another Python (major.minor). ``probe``: only checking that the node
+    answers (no driver, so no job of the node's)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         sock.settimeout(timeout)
         with sun_path(record.socket) as name:
             sock.connect(name)
         same_uid.require_same_uid_peer(sock, record.socket)  # before a byte is read
-        send_message(sock, (protocol.NODE_HELLO, os.getpid(), protocol.PROTOCOL_VERSION))
+        hello = (protocol.NODE_HELLO, os.getpid(), protocol.PROTOCOL_VERSION)
+        send_message(sock, hello + ({"probe": True},) if probe else hello)
         data = sock.recv(BUFSIZE)
         if not data:  # a node of protocol version 1 closes on a HELLO it cannot read
             raise ConnectionError(

@@ -464,6 +464,8 @@ def _apply_hello(info: dict) -> tuple[dict, str]:
     """The driver's paths and directory, then this worker's runtime environment: the job's,
     or the one HELLO names (``runtime_env_key``, a task's or actor's own). Returns the
     environment and its key."""
+    if info.get("job_id"):  # the driver's job: the ids this worker makes carry it
+        ids.set_job_id(info["job_id"])
     for path in reversed(info.get("sys_path", [])):
         if path not in sys.path:
             sys.path.insert(0, path)
