@@ -20,10 +20,11 @@ import os
 import warnings
 from dataclasses import dataclass, field
 
-from miniray._private.core import cluster_view, config, context, ids, state_rows, timeline_events
+from miniray._private.core import cluster_view, config, context, state_rows, timeline_events
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
+from miniray._private.owner import placement_groups
 from miniray._private.transport import node_client, state_socket
 
 DEFAULT_LIMIT = 100
@@ -139,32 +140,22 @@ def timeline(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
 
 
 def _group_rows(view: SessionView) -> list[dict]:
-    """The placement groups reserved in ``view``'s ledger, as Ray's rows (pending groups
-    live only in their driver and are not listed)."""
+    """The placement groups of ``view``: those reserved in its ledger, then those its drivers
+    still wait to reserve (each driver lists its own pending ones), as Ray's rows."""
     ledger = None
     try:
         ledger = Ledger(os.path.join(view.session_dir, "ledger.json"))
         groups = ledger.groups()
     except (OSError, ValueError):
-        return []
+        groups = {}
     finally:
         if ledger is not None:
             ledger.close()
-    rows = []
-    for pg_hex, lease in sorted(groups.items()):
-        group = lease.group
-        nodes = group.get("nodes") or []
-        rows.append({
-            "placement_group_id": pg_hex, "name": group.get("name") or "",
-            "creator_job_id": group.get("job_id") or ids.job_id_for(1), "state": "CREATED",
-            "bundles": [{"bundle_id": {"placement_group_id": pg_hex, "bundle_index": index},
-                         "node_id": nodes[index] if index < len(nodes) else None,
-                         "unit_resources": dict(bundle)}
-                        for index, bundle in enumerate(group.get("bundles", []))],
-            "is_detached": bool(group.get("detached")),
-            "stats": {"scheduling_attempt": group.get("attempts", 0),
-                      "scheduling_state": "FINISHED"},
-        })
+    rows = [placement_groups.state_row(lease.group, "CREATED")
+            for _pg_hex, lease in sorted(groups.items())]
+    for doc in view.drivers:
+        rows.extend(row for row in doc.get("placement_groups", ())
+                    if row["placement_group_id"] not in groups)
     return rows
 
 

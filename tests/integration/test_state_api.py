@@ -150,6 +150,14 @@ def test_objects_nodes_workers_jobs(ray):
         pg.id.hex(), "listed", "CREATED", True)
     assert row["bundles"][0]["unit_resources"] == {"CPU": 0.5}
     assert state.get_placement_group(pg.id.hex())["name"] == "listed"
+    assert row["creator_job_id"] == ray.get_runtime_context().get_job_id()
+    waiting = placement_group([{"CPU": 64}], name="waiting")  # never fits: stays pending
+    rows = {r["name"]: r for r in state.list_placement_groups(detail=True)}
+    assert (rows["waiting"]["state"], rows["waiting"]["stats"]["scheduling_state"]) == (
+        "PENDING", "INFEASIBLE")
+    assert rows["waiting"]["bundles"][0]["node_id"] is None
+    assert rows["listed"]["state"] == "CREATED"
+    remove_placement_group(waiting)
     remove_placement_group(pg)
     assert state.list_placement_groups() == []
     with pytest.raises(NotImplementedError, match="no event history"):

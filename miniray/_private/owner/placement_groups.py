@@ -92,6 +92,25 @@ def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
     }
 
 
+def state_row(record: dict[str, Any], state: str) -> dict[str, Any]:
+    """One group as a row of Ray's ``list_placement_groups`` (``ray.util.state``), from the
+    ledger's record of a reserved group or a driver's record of one it waits to reserve."""
+    pg_hex, nodes = record["id"], record.get("nodes") or []
+    placed = state != PENDING
+    return {
+        "placement_group_id": pg_hex, "name": record.get("name") or "",
+        "creator_job_id": record.get("job_id") or ids.job_id_for(1), "state": state,
+        "bundles": [{"bundle_id": {"placement_group_id": pg_hex, "bundle_index": index},
+                     "node_id": nodes[index] if placed and index < len(nodes) else None,
+                     "unit_resources": dict(bundle)}
+                    for index, bundle in enumerate(record.get("bundles", []))],
+        "is_detached": bool(record.get("detached")),
+        "stats": {"scheduling_attempt": record.get("attempts", 0),
+                  "scheduling_state": "FINISHED" if placed else (
+                      "INFEASIBLE" if record.get("infeasible") else "QUEUED")},
+    }
+
+
 class PlacementGroups:
     """Given at construction: the ``owner`` (its lock, ``defer``, objects, tasks, actors,
     leases and reactor), this driver's ``pid``, the ``holder_for_detached`` pid (the node's
@@ -114,6 +133,12 @@ class PlacementGroups:
         self._watch_armed = False
 
     # -- creation -----------------------------------------------------------------------
+    def pending_records(self) -> list[dict[str, Any]]:
+        """*Locked.* The groups this driver still waits to reserve (the ledger holds only
+        reserved ones), as records for ``state_row``."""
+        return [dict(g.record(self.node_id), infeasible=g.infeasible)
+                for g in self.groups.values() if g.state == PENDING]
+
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
         """*Not locked.* Validate and reserve now if the node has room, else keep pending.
         Raises ValueError for a group no node count can hold (STRICT_SPREAD)."""

@@ -28,6 +28,7 @@ from miniray._private.core import config, protocol, serialization
 from miniray._private.core.scheduling import T_QUEUED, T_RUNNING, T_WAITING
 from miniray._private.core.timeline_events import unpack_times
 from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.placement_groups import state_row
 
 # Ray's task states for the owner's (scheduling.T_*); infeasible tasks wait for a node.
 _TASK_STATE = {T_WAITING: "PENDING_ARGS_AVAIL", T_QUEUED: "PENDING_NODE_ASSIGNMENT",
@@ -136,7 +137,8 @@ def _short(function_name: str) -> str:
 
 def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     """Everything the driver owns, as Ray's rows: ``{"driver", "tasks", "actors", "objects",
-    "workers"}``. ``ids``: ``job_id``, ``node_id``, ``worker_id`` and ``pid`` of the driver.
+    "workers", "placement_groups"}`` (the groups it still waits to reserve). ``ids``:
+    ``job_id``, ``node_id``, ``worker_id`` and ``pid`` of the driver.
     Reads the owner's tables under its lock, then builds rows after it (errors unpickled
     there)."""
     with owner.locked():
@@ -159,6 +161,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         workers = [(w.pid, bool(w.inflight), w.actor is not None, w.blocked)
                    for w in owner.workers.by_pid.values() if not w.dead]
         demands = owner.waits.demands_now()
+        pgs = getattr(owner, "pgs", None)
+        pending_groups = pgs.pending_records() if pgs is not None else []
     sizes = owner.store.sizes()
     tasks = []
     for spec, state, pid, created in live:
@@ -249,7 +253,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         [os.path.basename(sys.executable)] + sys.argv),
         store=dict(owner.store.statistics(), demands=demands))
     return {"driver": driver, "tasks": tasks, "actors": actor_rows, "objects": object_rows,
-            "workers": worker_rows}
+            "workers": worker_rows,
+            "placement_groups": [state_row(record, "PENDING") for record in pending_groups]}
 
 
 def spans(owner, records: StateRecords, ids: dict) -> dict:
