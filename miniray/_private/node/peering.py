@@ -7,8 +7,10 @@ for drivers and ``miniray status`` (``<session>/cluster.json``, atomic replace, 
 change; a head with members also every heartbeat period, with its clock, so that status
 shows fresh heartbeat ages). Does not own: the token (``host/auth_token.py``), the handshake
 and frames (``transport/peer_channel.py``), the view's rules and failure detector
-(``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), or remote
-tasks, actors and objects (a later phase: not served on this port yet).
+(``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
+drivers' leases (``remote_drivers.py``: this module accepts the role ``driver`` on any node,
+hands each such channel to it, and calls its ``fence`` at steps 3-4), or remote tasks,
+actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
 
@@ -63,6 +65,7 @@ from dataclasses import asdict
 
 from miniray._private.core import config
 from miniray._private.core.cluster_view import ClusterView, NodeEntry
+from miniray._private.node.remote_drivers import ROLE_DRIVER, RemoteDrivers, check_hello
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
 
@@ -186,12 +189,13 @@ class Peering:
     def __init__(self, *, entry: NodeEntry, listener: socket.socket, token: bytes,
                  session_dir: str, ledger, head: tuple[str, int] | None = None,
                  channel: pc.PeerChannel | None = None, snapshot: dict | None = None,
-                 tls: tuple | None = None):
+                 tls: tuple | None = None, gpu_keys: list | None = None):
         self.entry = entry  # this node (is_head when head is None)
         self.listener = listener
         self.token = token
         self.ledger = ledger
         self.head = head
+        self.drivers = RemoteDrivers(ledger, node_id=entry.node_id, gpu_keys=gpu_keys)
         self.is_head = head is None
         self.cluster_path = os.path.join(session_dir, nc.CLUSTER_FILE)
         self.heartbeat_s = config.heartbeat_s()
@@ -236,6 +240,7 @@ class Peering:
         self._wake = wake
         self.listener.setblocking(False)
         sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
+        self.drivers.register(sel)
         if self._link is not None:
             self._watch_link(self._link)
         self._publish()
@@ -279,6 +284,7 @@ class Peering:
             self._drop_link()
         for member in list(self._members.values()):
             self._close_member(member)
+        self.drivers.close(f"the node is stopping ({reason})")
         if self._sel is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.listener)
@@ -298,8 +304,11 @@ class Peering:
     # -- from threads ------------------------------------------------------------------------
     def _answer(self, hello: dict):
         """In a handshake thread, after the token and versions passed: the role check."""
+        if hello.get("role") == ROLE_DRIVER:
+            return check_hello(hello) or {"node_id": self.entry.node_id}
         if hello.get("role") != ROLE_JOIN:
-            return f"this port accepts only the role {ROLE_JOIN!r} in this miniray version"
+            return (f"this port accepts only the roles {ROLE_JOIN!r} and {ROLE_DRIVER!r} in "
+                    "this miniray version")
         if not self.is_head:
             return (f"the node at {self.entry.address} is not a head: join the head of its "
                     f"cluster ({self.head[0]}:{self.head[1]})")
@@ -326,7 +335,12 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted":
+            if kind == "accepted" and item.role == ROLE_DRIVER:
+                if self._closed:
+                    item.close()
+                else:
+                    self.drivers.add(item)
+            elif kind == "accepted":
                 self._on_join(item, now)
             elif kind == "joined":
                 self._on_rejoined(item, now)
@@ -647,5 +661,6 @@ class Peering:
     def statistics(self) -> dict:
         return {"is_head": self.is_head, "state": "head" if self.is_head else self._state,
                 "members": len(self._members), "alive": len(self.view.alive()),
-                "dead": len(self.view.dead()), "handshakes": self._gate.statistics()}
+                "dead": len(self.view.dead()), "handshakes": self._gate.statistics(),
+                "remote_drivers": self.drivers.statistics()}
 
