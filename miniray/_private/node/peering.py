@@ -37,9 +37,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    ``MINIRAY_NODE_DEAD_AFTER_S`` of heartbeats, e.g. SIGSTOP): B closes the link and rejoins
    with incarnation + 1. H also sends ``("dead", reason)`` when it declares B dead, then
    closes the link: a B that was stopped reads it first when it runs again, and rejoins the
-   same way. (Fencing of remote work goes here, with remote work itself: B must kill what it
-   runs for remote drivers before it rejoins.)
-4. B without an ack for ``dead_after`` closes the link and rejoins the same way.
+   same way. Fencing: before it rejoins, B releases every lease it holds for remote drivers
+   and closes their links (``RemoteDrivers.fence``; their workers too, once they exist),
+   so nothing runs twice once the head had it retried elsewhere.
+4. B without an ack for ``dead_after`` fences the same way, closes the link and rejoins.
 5. Link EOF at H: the node is dead after ``cluster_view.EOF_GRACE_S`` unless it rejoins
    with the same id. At B: B keeps serving its local drivers and reconnects (backoff
    ``RETRY_MIN_S`` doubling to ``RETRY_MAX_S``; one log line per state change, not per try).
@@ -555,9 +556,9 @@ class Peering:
     def _declared_dead(self) -> None:
         """Step 3's ``ok`` False or a refusal: rejoin as a new incarnation."""
         self.entry.incarnation += 1
-        logger.warning("the head holds this node dead; rejoining as incarnation %d "
-                       "(no remote work runs here yet, so nothing needs fencing)",
-                       self.entry.incarnation)
+        released = self.drivers.fence("the head holds this node dead")
+        logger.warning("the head holds this node dead; fenced (%d remote lease(s) released), "
+                       "rejoining as incarnation %d", released, self.entry.incarnation)
         self._drop_link()
         self._state = "disconnected"
         self._retry_at = time.monotonic()
@@ -586,6 +587,8 @@ class Peering:
         if self._state == "linked":
             if now - self._last_ack >= self.dead_after:
                 self.entry.incarnation += 1  # step 4: the head must hold us dead by now
+                self.drivers.fence(f"no heartbeat answer from the head for "
+                                   f"{self.dead_after:g} s")
                 self._lost_head(f"no heartbeat answer for {self.dead_after:g} s")
                 return
             send = now >= self._hb_next
