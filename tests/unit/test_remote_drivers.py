@@ -16,6 +16,7 @@ from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
 from miniray._private.node import remote_drivers as rd
+from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import (
     RemoteDenial,
@@ -274,3 +275,142 @@ def test_a_timeout_leaves_the_link_usable(node):
         with pytest.raises(TimeoutError, match="did not answer"):
             client.ping(timeout=0.05)
         assert client.ping() < 5.0  # the late pong was skipped
+
+
+# ------------------------------------------------------------------ step 8: spawn tickets
+def test_ticket_book_rules():
+    book = TicketBook(ttl=5.0, per_link=2)
+    a = book.issue("A", 1, "10.0.0.1", 0.0, "t1")
+    assert book.issue("A", 2, "10.0.0.1", 0.0, "t2") is not None
+    assert book.issue("A", 3, "10.0.0.1", 0.0, "t3") is None  # rule 1
+    assert book.attach("t9", "data", "10.0.0.1", 1.0, "x")[0] == "unknown"
+    assert book.attach("t1", "bogus", "10.0.0.1", 1.0, "x")[0] == "refused"
+    assert book.attach("t1", "data", "10.0.0.2", 1.0, "x")[0] == "refused"  # another host
+    assert book.attach("t1", "data", "10.0.0.1", 1.0, "d")[0] == "waiting"
+    assert book.attach("t1", "data", "10.0.0.1", 1.0, "d2")[0] == "refused"  # twice
+    assert book.next_deadline() == 5.0
+    assert book.attach("t1", "stdout", "10.0.0.1", 5.0, "o")[0] == "unknown"  # expired
+    assert [t.ticket for t in book.expired(5.0)] == ["t1", "t2"] and len(book) == 0
+    assert a.parts == {"data": "d"}
+    book.issue("B", 1, "h", 0.0, "u1")
+    assert [t.ticket for t in book.drop_link("B")] == ["u1"] and book.next_deadline() is None
+
+
+def test_check_attach_hello():
+    assert rd.check_attach_hello({"ticket": "a" * 32, "fd": "data"}) is None
+    for bad in ({}, {"ticket": "a" * 32}, {"ticket": "short", "fd": "data"},
+                {"ticket": "a" * 32, "fd": "stdin"}, {"ticket": 5, "fd": "data"}):
+        assert "attach" in rd.check_attach_hello(bad)
+
+
+def test_spawn_is_unsupported_without_a_spawner(node):
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError) as info:
+            client.spawn()
+        assert info.value.kind == "unsupported"
+        assert client.ping() < 5.0
+
+
+class FakeSpawner:
+    def __init__(self, answer=4242):
+        self.answer = answer
+        self.calls = []
+
+    def __call__(self, channels, name, done):
+        self.calls.append((channels, name))
+        done(self.answer)
+
+
+def test_spawn_hands_four_authenticated_channels_to_the_spawner(node):
+    spawner = FakeSpawner()
+    node.peering.drivers.spawner = spawner
+    with node.client() as client:
+        pid, mine = client.spawn()
+        try:
+            assert pid == 4242 and len(mine) == 4
+            (theirs, name), = spawner.calls
+            assert name.startswith("remote driver 127.0.0.1 pid ")
+            assert [c.peer_hello["fd"] for c in theirs] == list(ATTACH_ROLES)
+            # Each pair speaks MAC'd frames with keys that never crossed the wire.
+            for here, there in zip(mine, theirs):
+                here.send(("hello", here.role))
+                assert there.recv(timeout=5) == ("hello", "attach")
+                there.send(b"back")
+                assert here.recv(timeout=5) == b"back"
+        finally:
+            for channel in mine + spawner.calls[0][0]:
+                channel.close()
+        assert node.peering.drivers.statistics()["spawned"] == 1
+        assert node.peering.drivers.statistics()["tickets"] == 0
+
+
+def test_a_failed_spawn_is_the_drivers_error(node):
+    node.peering.drivers.spawner = FakeSpawner(answer="the fork server is gone")
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError, match="fork server is gone") as info:
+            client.spawn()
+        assert info.value.kind == "spawn_failed"
+
+
+def _ticket(node, client):
+    with client._lock:
+        req = client._send("spawn", ())
+        answer = client._await(req, "spawn", 5.0)
+    assert answer[0] == "ticket"
+    return req, answer[2]
+
+
+def _attach(node, ticket, fd, source="127.0.0.1"):
+    return pc.connect(("127.0.0.1", node.port), TOKEN, "attach",
+                      hello={"ticket": ticket, "fd": fd}, timeout=5,
+                      source_address=(source, 0))
+
+
+def _closed_by_node(channel) -> bool:
+    try:
+        channel.recv(timeout=3)
+    except pc.PeerClosed:
+        return True
+    return False
+
+
+def test_attach_connections_that_match_no_ticket_are_closed(node):
+    node.peering.drivers.spawner = FakeSpawner()
+    stray = _attach(node, "f" * 32, "data")
+    assert _closed_by_node(stray)
+    stray.close()
+    with node.client() as client:
+        _req, ticket = _ticket(node, client)
+        other_host = _attach(node, ticket, "data", source="127.0.0.2")
+        assert _closed_by_node(other_host)  # the ticket is bound to the driver's host
+        other_host.close()
+
+
+def test_an_incomplete_ticket_times_out_and_closes_what_came(tmp_path):
+    n = Node(tmp_path)
+    try:
+        n.peering.drivers.spawner = FakeSpawner()
+        n.peering.drivers._tickets.ttl = 0.3
+        with n.client() as client:
+            req, ticket = _ticket(n, client)
+            part = _attach(n, ticket, "data")
+            with client._lock:
+                with pytest.raises(RemoteLeaseError, match="did not all arrive") as info:
+                    client._await(req, "spawn", 5.0)
+            assert info.value.kind == "attach_timeout"
+            assert _closed_by_node(part)
+            part.close()
+    finally:
+        n.close()
+
+
+def test_the_driver_link_closing_closes_its_tickets_connections(node):
+    node.peering.drivers.spawner = FakeSpawner()
+    client = node.client()
+    _req, ticket = _ticket(node, client)
+    part = _attach(node, ticket, "data")
+    assert wait_until(lambda: node.peering.drivers.statistics()["tickets"] == 1)
+    client.close()
+    assert _closed_by_node(part)
+    part.close()
+    assert wait_until(lambda: node.peering.drivers.statistics()["tickets"] == 0)

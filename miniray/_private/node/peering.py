@@ -8,8 +8,9 @@ change; a head with members also every heartbeat period, with its clock, so that
 shows fresh heartbeat ages). Does not own: the token (``host/auth_token.py``), the handshake
 and frames (``transport/peer_channel.py``), the view's rules and failure detector
 (``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
-drivers' leases (``remote_drivers.py``: this module accepts the role ``driver`` on any node,
-hands each such channel to it, and calls its ``fence`` at steps 3-4), or remote tasks,
+drivers' leases and spawns (``remote_drivers.py``: this module accepts the roles ``driver``
+and ``attach`` on any node, hands each such channel to it, lets it ``tick``, and calls its
+``fence`` at steps 3-4), or remote tasks,
 actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
@@ -66,7 +67,13 @@ from dataclasses import asdict
 
 from miniray._private.core import config
 from miniray._private.core.cluster_view import ClusterView, NodeEntry
-from miniray._private.node.remote_drivers import ROLE_DRIVER, RemoteDrivers, check_hello
+from miniray._private.node.remote_drivers import (
+    ROLE_ATTACH,
+    ROLE_DRIVER,
+    RemoteDrivers,
+    check_attach_hello,
+    check_hello,
+)
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
 
@@ -249,6 +256,9 @@ class Peering:
     def due(self, now: float) -> float:
         """When ``tick`` wants to run next."""
         times = [now + self.heartbeat_s]
+        ticket_deadline = self.drivers.next_deadline()
+        if ticket_deadline is not None:
+            times.append(ticket_deadline)
         if self.is_head or self._state == "linked":
             times.append(self._ledger_check)
         if self.is_head:
@@ -265,6 +275,7 @@ class Peering:
     def tick(self, now: float) -> None:
         """Everything due: the inbox, heartbeats, the failure detector, publishing."""
         self._drain_inbox(now)
+        self.drivers.tick(now)
         if self.is_head:
             self._head_tick(now)
         else:
@@ -307,9 +318,11 @@ class Peering:
         """In a handshake thread, after the token and versions passed: the role check."""
         if hello.get("role") == ROLE_DRIVER:
             return check_hello(hello) or {"node_id": self.entry.node_id}
+        if hello.get("role") == ROLE_ATTACH:
+            return check_attach_hello(hello) or {}
         if hello.get("role") != ROLE_JOIN:
-            return (f"this port accepts only the roles {ROLE_JOIN!r} and {ROLE_DRIVER!r} in "
-                    "this miniray version")
+            return (f"this port accepts only the roles {ROLE_JOIN!r}, {ROLE_DRIVER!r} and "
+                    f"{ROLE_ATTACH!r} in this miniray version")
         if not self.is_head:
             return (f"the node at {self.entry.address} is not a head: join the head of its "
                     f"cluster ({self.head[0]}:{self.head[1]})")
@@ -336,11 +349,13 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted" and item.role == ROLE_DRIVER:
+            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH):
                 if self._closed:
                     item.close()
-                else:
+                elif item.role == ROLE_DRIVER:
                     self.drivers.add(item)
+                else:
+                    self.drivers.attach(item)
             elif kind == "accepted":
                 self._on_join(item, now)
             elif kind == "joined":

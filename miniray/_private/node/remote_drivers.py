@@ -42,6 +42,18 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        here may already run elsewhere, and must not run twice.
     7. Anything else (an unknown tag, a message that is not a tuple) is answered
        ("error", req or None, "malformed", text); nothing a driver sends can stop N.
+    8. Spawn tickets (the start of remote workers): D -> N ("spawn", req). Without a
+       spawner (the node's fork server is not wired to remote drivers yet) N answers
+       ("error", req, "unsupported", text). With one: ("ticket", req, ticket, ttl_s), a
+       random secret (``remote_tickets.TicketBook``; at most 16 open per link). D then
+       opens four more connections to N, role "attach", hello {"ticket", "fd"}, fd one of
+       data, control, stdout, stderr, each with its own handshake, from the driver link's
+       host. When the fourth arrived, N hands the four channels (sockets and frame keys:
+       never on the wire) to the spawner and answers on the driver link
+       ("spawned", req, pid) or ("error", req, "spawn_failed", text). A ticket not
+       complete within ttl_s: ("error", req, "attach_timeout", text), and its connections
+       are closed; an attach that does not match a ticket is closed at once. The driver
+       link closing closes its tickets' connections too.
 """
 
 from __future__ import annotations
@@ -51,15 +63,17 @@ import logging
 import math
 import os
 import selectors
+import time
 from typing import Any, Iterable
 
+from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.owner.leases import LeaseBook
 from miniray._private.transport import peer_channel as pc
-from miniray._private.transport.remote_node import ROLE_DRIVER
+from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
 
 __all__ = [
-    "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_hello", "check_request",
-    "parse_message",
+    "ROLE_ATTACH", "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_attach_hello",
+    "check_hello", "check_request", "parse_message",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -67,6 +81,7 @@ logger = logging.getLogger(__name__)
 SEND_TIMEOUT_S = 4.0
 MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource leases)
 MAX_TAG = 200
+TICKET_TTL_S = 10.0
 
 
 # ------------------------------------------------------------------------ pure decisions
@@ -77,6 +92,17 @@ def check_hello(hello: dict) -> str | None:
     if (not isinstance(driver, dict) or not isinstance(driver.get("host"), str)
             or not isinstance(driver.get("pid"), int) or isinstance(driver.get("pid"), bool)):
         return ("a driver's hello must carry {'driver': {'host': str, 'pid': int}}: "
+                "connect with miniray's RemoteNodeClient of the same version")
+    return None
+
+
+def check_attach_hello(hello: dict) -> str | None:
+    """Step 8: None if an attach hello is ``{"ticket": str, "fd": one of ATTACH_ROLES}``,
+    else the refusal text."""
+    ticket = hello.get("ticket") if isinstance(hello, dict) else None
+    fd = hello.get("fd") if isinstance(hello, dict) else None
+    if not isinstance(ticket, str) or not 16 <= len(ticket) <= 128 or fd not in ATTACH_ROLES:
+        return (f"an attach hello must carry {{'ticket': str, 'fd': one of {ATTACH_ROLES}}}: "
                 "connect with miniray's RemoteNodeClient of the same version")
     return None
 
@@ -132,7 +158,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, None, f"a message must be a non-empty tuple, got {type(message).__name__}"
     op = message[0]
     req = message[1] if len(message) > 1 else None
-    shapes = {"lease": 4, "release": 3, "ping": 2}
+    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -195,15 +221,28 @@ def _shape(resources: dict) -> str:
 
 
 # ------------------------------------------------------------------------------ the links
+def _fileno(channel) -> int:
+    try:
+        return channel.fileno()
+    except (OSError, ValueError):
+        return -1
+
+
+def _close_parts(ticket) -> None:
+    for part in ticket.parts.values():
+        part.close()
+    ticket.parts.clear()
+
+
 class _Link:
-    __slots__ = ("channel", "name", "host", "pid")
+    __slots__ = ("channel", "name", "host", "pid", "ip")
 
     def __init__(self, channel: pc.PeerChannel):
         self.channel = channel
         driver = channel.peer_hello.get("driver") or {}
         self.host = str(driver.get("host", "?"))[:64]
         self.pid = driver.get("pid", 0)
-        ip = channel.address.rsplit(":", 1)[0]
+        self.ip = ip = channel.address.rsplit(":", 1)[0]
         self.name = f"remote driver {ip} pid {self.pid}"
 
 
@@ -211,11 +250,14 @@ class RemoteDrivers:
     """Every remote driver's link and leases on this node (see the module docstring).
 
     ``ledger``: this node's ``Ledger``; ``gpu_keys``: its GPUs' host keys (physical GPUs are
-    leased on the host GPU ledger too); ``node_id``: answered to pings.
+    leased on the host GPU ledger too); ``node_id``: answered to pings. ``spawner``: step
+    8's hand-off, ``spawner(channels, driver_name, done)`` with the four attach channels in
+    ``ATTACH_ROLES`` order (it owns them from then on); it calls ``done(pid)`` or
+    ``done(error_text)`` on the loop later. None (the default): spawns are unsupported.
     """
 
     def __init__(self, ledger, *, node_id: str = "", gpu_keys: list | None = None,
-                 node_pid: int | None = None):
+                 node_pid: int | None = None, spawner=None, ticket_ttl: float = TICKET_TTL_S):
         self.ledger = ledger
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
@@ -225,6 +267,9 @@ class RemoteDrivers:
         self._links: dict[int, _Link] = {}  # by fd
         self._leases = DriverLeases()
         self._pending: list[pc.PeerChannel] = []  # added before register()
+        self.spawner = spawner
+        self._tickets = TicketBook(ttl=ticket_ttl)
+        self.spawned = 0
         self.granted = 0
         self.denied = 0
         self.released = 0
@@ -238,7 +283,8 @@ class RemoteDrivers:
     def statistics(self) -> dict:
         return {"links": len(self._links), "leases": self._leases.count(),
                 "granted": self.granted, "denied": self.denied, "released": self.released,
-                "fenced": self.fenced, "errors": self.errors,
+                "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
+                "tickets": len(self._tickets),
                 "drivers": sorted(link.name for link in self._links.values())}
 
     def leases_of(self) -> dict[str, list[str]]:
@@ -300,6 +346,8 @@ class RemoteDrivers:
             return ("error", req, "malformed", args)
         if op == "ping":
             return ("pong", req, self.node_id)
+        if op == "spawn":
+            return self._issue(link, req)
         if op == "release":
             (lease_id,) = args
             held, host_lease = self._leases.remove(link, lease_id)
@@ -390,8 +438,72 @@ class RemoteDrivers:
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(fd)
         link.channel.close()
+        for ticket in self._tickets.drop_link(link):
+            _close_parts(ticket)
         released = self._release(self._leases.take_items(link))
         logger.info("%s left (%s); released %d lease(s)", link.name, why, released)
+
+    # -- step 8: spawn tickets and attach connections ------------------------------------
+    def _issue(self, link: _Link, req):
+        if self.spawner is None:
+            return ("error", req, "unsupported",
+                    "this node does not run workers for remote drivers yet")
+        ticket = self._tickets.issue(link, req, link.ip, time.monotonic(),
+                                     os.urandom(16).hex())
+        if ticket is None:
+            self.errors += 1
+            return ("error", req, "malformed",
+                    f"this driver has {self._tickets.per_link} spawns waiting for their "
+                    "attach connections already")
+        return ("ticket", req, ticket.ticket, self._tickets.ttl)
+
+    def attach(self, channel: pc.PeerChannel) -> None:
+        """Step 8: one of a ticket's four connections (from the handshake gate)."""
+        hello = channel.peer_hello
+        ip = channel.address.rsplit(":", 1)[0]
+        outcome, ticket, why = self._tickets.attach(hello.get("ticket", ""), hello.get("fd"),
+                                                    ip, time.monotonic(), channel)
+        if outcome in ("unknown", "refused"):
+            self.errors += 1
+            logger.warning("refused an attach connection from %s: %s", channel.address, why)
+            channel.close()
+            return
+        if outcome == "waiting":
+            return
+        link = ticket.link
+        channels = ticket.ordered()
+
+        def done(result, link=link, req=ticket.req):
+            if self._links.get(_fileno(link.channel)) is not link:
+                return  # the driver is gone; its worker's sockets went with the spawner
+            if isinstance(result, int) and not isinstance(result, bool):
+                self.spawned += 1
+                self._reply(link, ("spawned", req, result))
+            else:
+                self._reply(link, ("error", req, "spawn_failed", str(result)))
+
+        try:
+            self.spawner(channels, link.name, done)
+        except Exception as error:  # noqa: BLE001 - a failed spawn is the driver's answer
+            logger.exception("spawning a worker for %s failed", link.name)
+            for part in channels:
+                part.close()
+            done(f"this node could not start the worker: {error}")
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` has a ticket to expire."""
+        return self._tickets.next_deadline()
+
+    def tick(self, now: float) -> None:
+        """Step 8's deadline: expired tickets close their connections and tell the driver."""
+        for ticket in self._tickets.expired(now):
+            _close_parts(ticket)
+            link = ticket.link
+            if self._links.get(_fileno(link.channel)) is link:
+                self._reply(link, ("error", ticket.req, "attach_timeout",
+                                   f"the four attach connections of ticket "
+                                   f"{ticket.ticket[:8]}... did not all arrive within "
+                                   f"{self._tickets.ttl:g} s"))
 
     # -- fencing and closing --------------------------------------------------------------
     def fence(self, reason: str) -> int:

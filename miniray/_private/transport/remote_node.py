@@ -1,10 +1,11 @@
-"""A driver's link to a node on another host: the ``driver`` role, lease and release.
+"""A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
 request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7 there) from the
 driver's side, its timeouts, and turning the node's loss into ``NodeDiedError`` naming the
 node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` called by
-whoever reads the cluster view). Does not own: which node to ask (``core/node_pick.py``),
+whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
+Does not own: which node to ask (``core/node_pick.py``),
 the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py``), or what
 a lease is used for (the owner; not wired in yet).
 Called by: drivers that place work on other hosts (tests and, later, the owner).
@@ -32,10 +33,12 @@ from dataclasses import dataclass, field
 from miniray._private.transport import peer_channel as pc
 from miniray.exceptions import NodeDiedError
 
-__all__ = ["ROLE_DRIVER", "RemoteDenial", "RemoteGrant", "RemoteLeaseError",
+__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "RemoteDenial", "RemoteGrant", "RemoteLeaseError",
            "RemoteNodeClient"]
 
-ROLE_DRIVER = "driver"  # the role name on a node's port (node/remote_drivers.py serves it)
+ROLE_DRIVER = "driver"  # the role names on a node's port (node/remote_drivers.py serves them)
+ROLE_ATTACH = "attach"
+ATTACH_ROLES = ("data", "control", "stdout", "stderr")  # node/remote_tickets.py's order
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -57,9 +60,10 @@ class RemoteDenial:
 
 
 class RemoteLeaseError(ValueError):
-    """The node refused a request as wrong (``kind`` "malformed", "unknown_lease") or as
+    """The node refused a request as wrong (``kind`` "malformed", "unknown_lease"), as
     impossible there (``kind`` "infeasible": it lacks the resource or has too little in
-    total); the message is the node's, naming it."""
+    total), or could not do it (``kind`` "unsupported", "spawn_failed", "attach_timeout",
+    "node"); the message is the node's, naming it."""
 
     def __init__(self, message: str, kind: str = "malformed"):
         super().__init__(message)
@@ -94,6 +98,7 @@ class RemoteNodeClient:
                                    timeout=timeout, ssl_context=ssl_context,
                                    source_address=source_address)
         self._channel.set_send_timeout(timeout)
+        self._connect_args = (token, ssl_context, source_address)
         self.node_id: str = str(self._channel.peer_hello.get("node_id", ""))
         self._lock = threading.Lock()
         self._req = 0
@@ -133,39 +138,76 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return time.perf_counter() - t0
 
+    def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
+        """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
+        (the caller owns the channels). RemoteLeaseError kind "unsupported" while the node
+        does not run workers for remote drivers; NodeDiedError, TimeoutError."""
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:
+            req = self._send("spawn", ())
+            answer = self._await(req, "spawn", timeout)
+            if answer[0] != "ticket" or len(answer) != 4:
+                raise self._unexpected(answer)
+            token, ssl_context, source = self._connect_args
+            channels: list[pc.PeerChannel] = []
+            try:
+                for role in ATTACH_ROLES:
+                    channels.append(pc.connect(
+                        self.address, token, ROLE_ATTACH, hello={"ticket": answer[2],
+                                                                 "fd": role},
+                        timeout=timeout, ssl_context=ssl_context, source_address=source))
+                answer = self._await(req, "spawn", timeout)
+            except BaseException:
+                for channel in channels:
+                    channel.close()
+                raise
+            if answer[0] != "spawned" or len(answer) != 3:
+                for channel in channels:
+                    channel.close()
+                raise self._unexpected(answer)
+            return answer[2], channels
+
+    def _send(self, op: str, args: tuple) -> int:
+        """Under the lock: send a request; its number."""
+        self._check()
+        self._req += 1
+        req = self._req
+        try:
+            self._channel.send((op, req, *args))
+        except (pc.PeerClosed, OSError, TimeoutError) as error:
+            raise self._lose(f"sending to it failed ({error})") from None
+        return req
+
     def _call(self, op: str, args: tuple, timeout: float | None) -> tuple:
         timeout = self.timeout if timeout is None else timeout
         with self._lock:
-            self._check()
-            self._req += 1
-            req = self._req
+            return self._await(self._send(op, args), op, timeout)
+
+    def _await(self, req: int, op: str, timeout: float) -> tuple:
+        """Under the lock: the next answer to request ``req``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
+                                   f"within {timeout:g} s")
             try:
-                self._channel.send((op, req, *args))
-            except (pc.PeerClosed, OSError, TimeoutError) as error:
-                raise self._lose(f"sending to it failed ({error})") from None
-            deadline = time.monotonic() + timeout
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
-                                       f"within {timeout:g} s")
-                try:
-                    answer = self._channel.recv(timeout=left)
-                except TimeoutError:
-                    raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
-                                       f"within {timeout:g} s") from None
-                except (pc.PeerClosed, pc.PeerAuthError, OSError) as error:
-                    raise self._lose(f"its link closed ({error})") from None
-                if not isinstance(answer, tuple) or len(answer) < 2:
-                    raise self._unexpected(answer)
-                if answer[0] == "fenced":
-                    raise self._lose(f"it dropped this driver's link: {answer[1]}")
-                if answer[1] != req:
-                    continue  # the late answer of a request that timed out
-                if answer[0] == "error" and len(answer) == 4:
-                    raise RemoteLeaseError(f"the node at {self.name} refused {op!r}: "
-                                           f"{answer[3]}", kind=str(answer[2]))
-                return answer
+                answer = self._channel.recv(timeout=left)
+            except TimeoutError:
+                raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
+                                   f"within {timeout:g} s") from None
+            except (pc.PeerClosed, pc.PeerAuthError, OSError) as error:
+                raise self._lose(f"its link closed ({error})") from None
+            if not isinstance(answer, tuple) or len(answer) < 2:
+                raise self._unexpected(answer)
+            if answer[0] == "fenced":
+                raise self._lose(f"it dropped this driver's link: {answer[1]}")
+            if answer[1] != req:
+                continue  # the late answer of a request that timed out
+            if answer[0] == "error" and len(answer) == 4:
+                raise RemoteLeaseError(f"the node at {self.name} refused {op!r}: "
+                                       f"{answer[3]}", kind=str(answer[2]))
+            return answer
 
     # -- loss -----------------------------------------------------------------------------
     def _check(self) -> None:
