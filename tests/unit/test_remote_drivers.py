@@ -5,6 +5,7 @@ processes). The client is transport/remote_node.RemoteNodeClient. Bounded loops 
 from __future__ import annotations
 
 import math
+import os
 import pickle
 import selectors
 import threading
@@ -414,3 +415,24 @@ def test_the_driver_link_closing_closes_its_tickets_connections(node):
     assert _closed_by_node(part)
     part.close()
     assert wait_until(lambda: node.peering.drivers.statistics()["tickets"] == 0)
+
+
+def test_driver_links_get_tcp_keepalive_from_the_dead_after_setting(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("MINIRAY_NODE_DEAD_AFTER_S", "2")
+    n = Node(tmp_path)
+    try:
+        with n.client():
+            assert wait_until(lambda: n.peering.drivers.statistics()["links"] == 1)
+            fd = n.on_loop(lambda: next(iter(n.peering.drivers._links)))
+            sock = socket.socket(fileno=os.dup(fd))
+            try:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 2
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 5000
+            finally:
+                sock.close()
+    finally:
+        n.close()

@@ -34,7 +34,9 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        ("error", req, "unknown_lease", text).
     4. D -> N ("ping", req): ("pong", req, node_id): a round trip for liveness and tests.
     5. The link closes (EOF, a frame that fails its MAC, a send that cannot finish within
-       SEND_TIMEOUT_S): N releases every lease of that link. Nothing else of D stays on
+       SEND_TIMEOUT_S, or TCP keepalive: a driver's host that crashed or was cut off is
+       noticed after ``MINIRAY_NODE_DEAD_AFTER_S`` of silence plus 3 probes 1 s apart,
+       ``keepalive_settings``): N releases every lease of that link. Nothing else of D stays on
        N. N stopping sends ("fenced", "the node is stopping ...") first, as in step 6.
     6. Fencing: the head holds N dead (it missed heartbeats) or N went ``dead_after``
        without an answer from it. Before N rejoins as a new incarnation, N sends each
@@ -63,9 +65,11 @@ import logging
 import math
 import os
 import selectors
+import socket
 import time
 from typing import Any, Iterable
 
+from miniray._private.core import config
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.owner.leases import LeaseBook
 from miniray._private.transport import peer_channel as pc
@@ -73,7 +77,7 @@ from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
 
 __all__ = [
     "ROLE_ATTACH", "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_attach_hello",
-    "check_hello", "check_request", "parse_message",
+    "check_hello", "check_request", "keepalive_settings", "parse_message",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -94,6 +98,41 @@ def check_hello(hello: dict) -> str | None:
         return ("a driver's hello must carry {'driver': {'host': str, 'pid': int}}: "
                 "connect with miniray's RemoteNodeClient of the same version")
     return None
+
+
+def keepalive_settings(dead_after: float) -> dict[str, int]:
+    """Step 5's TCP keepalive for a driver link: probes after ``dead_after`` seconds of
+    silence (at least 1), 3 of them 1 s apart; unacknowledged data gives up at the same
+    bound (TCP_USER_TIMEOUT, ms).
+
+    >>> keepalive_settings(5.0)
+    {'idle': 5, 'interval': 1, 'count': 3, 'user_timeout_ms': 8000}
+    """
+    idle = max(1, int(math.ceil(dead_after)))
+    return {"idle": idle, "interval": 1, "count": 3, "user_timeout_ms": (idle + 3) * 1000}
+
+
+def _set_keepalive(fd: int, settings: dict[str, int]) -> None:
+    """Apply ``keepalive_settings`` to the TCP socket behind ``fd`` (a dup: options belong to
+    the socket, not the descriptor). Options this kernel lacks are skipped."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return  # a socketpair in tests
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, key in (("TCP_KEEPIDLE", "idle"), ("TCP_KEEPINTVL", "interval"),
+                          ("TCP_KEEPCNT", "count"), ("TCP_USER_TIMEOUT", "user_timeout_ms")):
+            option = getattr(socket, name, None)
+            if option is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, option, settings[key])
+    except OSError as error:
+        logger.warning("could not set TCP keepalive on a driver link: %s", error)
+    finally:
+        sock.close()
 
 
 def check_attach_hello(hello: dict) -> str | None:
@@ -269,6 +308,7 @@ class RemoteDrivers:
         self._pending: list[pc.PeerChannel] = []  # added before register()
         self.spawner = spawner
         self._tickets = TicketBook(ttl=ticket_ttl)
+        self._keepalive = keepalive_settings(config.node_dead_after_s())
         self.spawned = 0
         self.granted = 0
         self.denied = 0
@@ -310,6 +350,7 @@ class RemoteDrivers:
         link = _Link(channel)
         channel.setblocking(False)
         channel.set_send_timeout(SEND_TIMEOUT_S)
+        _set_keepalive(channel.fileno(), self._keepalive)
         self._links[channel.fileno()] = link
         self._sel.register(channel.fileno(), selectors.EVENT_READ, self._on_link)
         logger.info("%s connected from %s (host %s)", link.name, channel.address, link.host)
