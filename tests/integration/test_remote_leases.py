@@ -154,3 +154,23 @@ def test_a_member_held_dead_fences_remote_leases_before_it_rejoins(hosts, member
     # A new driver link is served by the new incarnation.
     with _client(hosts, member) as again:
         assert isinstance(again.lease({"CPU": 2}), RemoteGrant)
+
+
+def test_a_lease_and_its_release_take_a_round_trip_each(hosts, member):
+    """Shown with -s: the median of 50 lease + release pairs between fake hosts (each
+    pair is two round trips and two ledger transactions on the member)."""
+    import statistics
+
+    with _client(hosts, member) as client:
+        pings = [client.ping() for _ in range(50)]
+        pairs = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            grant = client.lease({"CPU": 1})
+            client.release(grant.lease_id)
+            pairs.append(time.perf_counter() - t0)
+    ping_ms = statistics.median(pings) * 1e3
+    pair_ms = statistics.median(pairs) * 1e3
+    print(f"driver link 127.0.0.1 -> {MEMBER}: ping {ping_ms:.2f} ms, "
+          f"lease + release {pair_ms:.2f} ms (medians of 50)")
+    assert pair_ms < 500  # a bound for a busy CI machine, not a target

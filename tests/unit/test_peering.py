@@ -154,6 +154,15 @@ def _driver_link(side, ip):
     return result["c"]
 
 
+def test_a_member_that_loses_its_head_keeps_its_remote_drivers(cluster):
+    head, member = cluster
+    calls = _spy_fence(member)
+    head.peering.close("the head stops")  # EOF at the member: not a death sentence
+    assert run([member], lambda: member.peering._state != "linked", timeout=2.0)
+    run([member], lambda: False, timeout=0.6)  # past dead_after (0.4 s)
+    assert calls == []
+
+
 @pytest.mark.parametrize("which", ["head", "member"])
 def test_a_head_accepts_drivers_and_a_member_too(cluster, which):
     side = cluster[0] if which == "head" else cluster[1]

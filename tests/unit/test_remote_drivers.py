@@ -171,6 +171,22 @@ def test_lease_grant_release_and_the_holder_names_the_driver(node):
         assert client.ping() < 5.0
 
 
+def test_gpu_leases_name_their_gpu_ids(tmp_path):
+    n = Node(tmp_path, totals={"CPU": 2.0, "GPU": 2.0})
+    try:
+        with n.client() as client:
+            first = client.lease({"GPU": 1})
+            second = client.lease({"GPU": 0.5, "CPU": 1})
+            assert first.gpu_ids == ["0"] and second.gpu_ids == ["1"]
+            with pytest.raises(RemoteLeaseError, match="GPU") as info:
+                client.lease({"GPU": 1.5})  # the ledger's own rule: whole GPUs above 1
+            assert info.value.kind == "malformed"
+            assert isinstance(client.lease({"GPU": 1}), RemoteDenial)
+    finally:
+        n.close()
+    assert n.leases() == {}
+
+
 def test_deny_when_full_says_what_is_free(node):
     with node.client() as client:
         assert isinstance(client.lease({"CPU": 1.5}), RemoteGrant)
