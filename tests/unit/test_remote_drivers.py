@@ -163,6 +163,8 @@ def test_lease_grant_release_and_the_holder_names_the_driver(node):
         assert lease.holder_pid == node.peering.drivers.node_pid
         assert lease.tag.startswith("remote driver 127.0.0.1 pid ") and lease.tag.endswith(": f")
         assert node.ledger.available() == {"CPU": 1.0}
+        (name, ids), = node.on_loop(node.peering.drivers.leases_of).items()
+        assert ids == [grant.lease_id] and lease.tag.startswith(name)
         client.release(grant.lease_id)
         assert node.leases() == {}
         with pytest.raises(RemoteLeaseError) as info:

@@ -86,6 +86,7 @@ SEND_TIMEOUT_S = 4.0
 MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource leases)
 MAX_TAG = 200
 TICKET_TTL_S = 10.0
+MAX_COMPLAINTS = 5  # malformed messages logged per link; all are answered
 
 
 # ------------------------------------------------------------------------ pure decisions
@@ -239,6 +240,9 @@ class DriverLeases:
             return False, None
         return True, leases.pop(lease_id)
 
+    def ids(self, link) -> list[str]:
+        return list(self._by_link.get(link, ()))
+
     def take(self, link) -> list[str]:
         """Every lease id of ``link``, forgotten here (the caller releases them)."""
         return list(self._by_link.pop(link, {}))
@@ -274,7 +278,7 @@ def _close_parts(ticket) -> None:
 
 
 class _Link:
-    __slots__ = ("channel", "name", "host", "pid", "ip")
+    __slots__ = ("channel", "name", "host", "pid", "ip", "complaints")
 
     def __init__(self, channel: pc.PeerChannel):
         self.channel = channel
@@ -283,6 +287,7 @@ class _Link:
         self.pid = driver.get("pid", 0)
         self.ip = ip = channel.address.rsplit(":", 1)[0]
         self.name = f"remote driver {ip} pid {self.pid}"
+        self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
 
 
 class RemoteDrivers:
@@ -331,8 +336,7 @@ class RemoteDrivers:
         """For status and tests: each link's name and its lease ids."""
         out: dict[str, list[str]] = {}
         for link in self._links.values():
-            out.setdefault(link.name, []).extend(
-                lid for lid, _ in self._leases._by_link.get(link, {}).items())
+            out.setdefault(link.name, []).extend(self._leases.ids(link))
         return out
 
     # -- wiring -------------------------------------------------------------------------
@@ -343,7 +347,7 @@ class RemoteDrivers:
             self.add(channel)
 
     def add(self, channel: pc.PeerChannel) -> None:
-        """Step 1 done (in the handshake thread): serve this link from the loop."""
+        """Step 1 done (a handshake thread accepted it; called on the loop): serve it."""
         if self._sel is None:
             self._pending.append(channel)
             return
@@ -383,7 +387,9 @@ class RemoteDrivers:
         op, req, args = parse_message(message)
         if op is None:
             self.errors += 1
-            logger.warning("%s sent a malformed message: %s", link.name, args)
+            link.complaints += 1
+            if link.complaints <= MAX_COMPLAINTS:  # answered always, logged a few times
+                logger.warning("%s sent a malformed message: %s", link.name, args)
             return ("error", req, "malformed", args)
         if op == "ping":
             return ("pong", req, self.node_id)
