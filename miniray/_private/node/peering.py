@@ -26,7 +26,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
 
 1. B binds its own listener (``--node-ip-address``:``--port``), then connects to H with
    role "join" and hello ``{"node": NodeEntry fields, "cluster": H's address}``. H's
-   handshake thread accepts only the role "join" (any other role is refused by name).
+   handshake thread accepts the roles "join" (on a head), "driver" and "attach" (on any
+   node: ``remote_drivers.py``, whose hello it checks); any other role is refused by name.
    A wrong token or another miniray/Python version fails here: ``miniray start`` exits 1
    with that message and nothing is left running.
 2. H's loop applies the JOIN (``ClusterView.join``); a stale incarnation is answered
