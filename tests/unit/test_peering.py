@@ -128,6 +128,7 @@ def test_a_member_held_dead_fences_remote_drivers_before_it_rejoins(cluster):
     reason, state, incarnation = calls[0]
     # Fenced while still holding the old link, before the rejoin as incarnation 2.
     assert "dead" in reason and state == "linked" and incarnation == 2
+    assert member.peering.drivers.refusing is None  # rejoined: serving drivers again
 
 
 def test_a_member_without_acks_for_dead_after_fences_itself(cluster):

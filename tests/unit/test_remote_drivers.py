@@ -280,6 +280,17 @@ def test_fencing_releases_everything_and_tells_the_driver(node):
     client.close()
 
 
+def test_a_fenced_node_refuses_new_drivers_until_it_rejoined(node):
+    node.on_loop(lambda: node.peering.drivers.fence("the head holds this node dead"))
+    late = node.client()
+    with pytest.raises(NodeDiedError, match="has not rejoined yet"):
+        late.ping()
+    late.close()
+    node.on_loop(node.peering.drivers.resume)
+    with node.client() as again:
+        assert isinstance(again.lease({"CPU": 1}), RemoteGrant)
+
+
 def test_node_dead_from_the_view_fails_later_calls_naming_the_node(node):
     client = node.client()
     client.node_dead("missed heartbeats")

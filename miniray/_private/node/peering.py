@@ -656,6 +656,7 @@ class Peering:
         self._take_view(snapshot)
         self._watch_link(channel)
         self._state = "linked"
+        self.drivers.resume()  # fenced (if it was) and rejoined: remote drivers again
         self._retry_at = None
         self._retry_wait = RETRY_MIN_S
         self.view.version += 1

@@ -41,7 +41,9 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
     6. Fencing: the head holds N dead (it missed heartbeats) or N went ``dead_after``
        without an answer from it. Before N rejoins as a new incarnation, N sends each
        driver ("fenced", reason), closes every link and releases every lease: work placed
-       here may already run elsewhere, and must not run twice.
+       here may already run elsewhere, and must not run twice. Until N has rejoined
+       (``resume``), a new driver link gets ("fenced", reason) at once and is closed: a
+       driver with an old view cannot place work on a node the head holds dead.
     7. Anything else (an unknown tag, a message that is not a tuple) is answered
        ("error", req or None, "malformed", text); nothing a driver sends can stop N.
     8. Spawn tickets (the start of remote workers): D -> N ("spawn", req). Without a
@@ -314,6 +316,7 @@ class RemoteDrivers:
         self.spawner = spawner
         self._tickets = TicketBook(ttl=ticket_ttl)
         self._keepalive = keepalive_settings(config.node_dead_after_s())
+        self.refusing: str | None = None  # fenced and not rejoined yet: why
         self.spawned = 0
         self.granted = 0
         self.denied = 0
@@ -329,7 +332,7 @@ class RemoteDrivers:
         return {"links": len(self._links), "leases": self._leases.count(),
                 "granted": self.granted, "denied": self.denied, "released": self.released,
                 "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
-                "tickets": len(self._tickets),
+                "tickets": len(self._tickets), "refusing": self.refusing,
                 "drivers": sorted(link.name for link in self._links.values())}
 
     def leases_of(self) -> dict[str, list[str]]:
@@ -350,6 +353,12 @@ class RemoteDrivers:
         """Step 1 done (a handshake thread accepted it; called on the loop): serve it."""
         if self._sel is None:
             self._pending.append(channel)
+            return
+        if self.refusing is not None:  # step 6: not until the node has rejoined
+            with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
+                channel.set_send_timeout(SEND_TIMEOUT_S)
+                channel.send(("fenced", f"{self.refusing}; it has not rejoined yet"))
+            channel.close()
             return
         link = _Link(channel)
         channel.setblocking(False)
@@ -556,6 +565,7 @@ class RemoteDrivers:
     def fence(self, reason: str) -> int:
         """Step 6: tell every driver, close every link, release every lease; returns how
         many leases were released. Called before the node rejoins as a new incarnation."""
+        self.refusing = reason
         links = list(self._links.values())
         count = self._leases.count()
         for link in links:
@@ -570,6 +580,10 @@ class RemoteDrivers:
             logger.warning("fenced %d remote driver(s) and %d lease(s): %s", len(links),
                            count, reason)
         return count
+
+    def resume(self) -> None:
+        """The node rejoined as a new incarnation: serve new driver links again."""
+        self.refusing = None
 
     def close(self, reason: str = "the node is stopping") -> None:
         """Node stop: every link closed, every lease released (step 5 for each)."""
