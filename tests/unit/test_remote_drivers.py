@@ -465,3 +465,24 @@ def test_driver_links_get_tcp_keepalive_from_the_dead_after_setting(tmp_path, mo
                 sock.close()
     finally:
         n.close()
+
+
+def test_a_driver_that_stops_reading_is_dropped_and_its_leases_freed(tmp_path, monkeypatch):
+    monkeypatch.setattr(rd, "SEND_TIMEOUT_S", 0.3)
+    n = Node(tmp_path)
+    try:
+        channel = pc.connect(("127.0.0.1", n.port), TOKEN, "driver",
+                             hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
+        channel.send(("lease", 1, {"CPU": 1}, "t"))
+        assert channel.recv(timeout=5)[0] == "grant"
+        big = b"x" * (1 << 20)  # echoed back in each error: the answers pile up unread
+        channel.set_send_timeout(5)
+        with pytest.raises((pc.PeerClosed, TimeoutError, OSError)):
+            for _ in range(64):
+                channel.send(("nope", big))
+        assert wait_until(lambda: n.leases() == {}, 10.0)
+        channel.close()
+        with n.client() as other:  # the loop still serves everyone else
+            assert other.ping() < 5.0
+    finally:
+        n.close()
