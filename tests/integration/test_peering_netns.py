@@ -15,6 +15,11 @@ that mean nothing on the other host), and the faults are whole-host ones:
   ``MINIRAY_NODE_DEAD_AFTER_S=1`` (heartbeats every 0.2 s);
 * hang: SIGSTOP of the member's node, the same bound as a partition.
 
+Remote leases across hosts (phase P2): a driver on a third host (10.250.0.3) cut off while
+it holds leases on the member, freed there by TCP keepalive; and a member cut off from the
+head while a driver holds leases on it, which fences them itself and answers the driver
+with NodeDiedError once healed.
+
 The time bounds asserted here are generous (``SLACK_S`` for a loaded 2-core CI machine): they
 catch a detection that never comes or comes by the wrong path. The targets themselves (crash
 <= 1 s, partition <= ``dead_after`` + 1 s: 6 s with the default 5 s) are measured by
@@ -192,3 +197,88 @@ def test_a_hung_node_is_dead_after_the_limit_and_rejoins_when_continued(lab):
     assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
     TIMINGS["hang_rejoin_s"] = time.monotonic() - t1
     assert _incarnation(head, member.ip) > before
+
+
+# ---------------------------------------------------------------- remote leases (phase P2)
+REMOTE_DRIVER = """
+import json, sys
+from miniray._private.host import auth_token
+from miniray._private.transport.remote_node import RemoteNodeClient
+client = RemoteNodeClient(({ip!r}, {port}), auth_token.load_token(), timeout=3.0)
+for line in sys.stdin:
+    try:
+        got = client.lease({{"CPU": float(line)}})
+        print(json.dumps({{"granted": getattr(got, "lease_id", None)}}), flush=True)
+    except Exception as error:
+        print(json.dumps({{"error": type(error).__name__, "text": str(error)}}), flush=True)
+"""
+
+
+class _RemoteDriver:
+    """A RemoteNodeClient in a process of ``host``, leasing on ``member`` line by line."""
+
+    def __init__(self, host, member):
+        import subprocess
+
+        port = int(member.record()["address"].rsplit(":", 1)[1])
+        self.proc = subprocess.Popen(
+            ["nsenter", "-t", str(host.init), "-U", "-n", "-m", "-p", "--preserve-credentials",
+             "--", sys.executable, "-c", REMOTE_DRIVER.format(ip=member.ip, port=port)],
+            env=host.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def lease(self, cpus: float) -> dict:
+        self.proc.stdin.write(f"{cpus}\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # the driver exits at EOF
+        try:
+            self.proc.wait(15)
+        except Exception:  # noqa: BLE001 - never leave it behind
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+def _remote_leases(member) -> dict:
+    path = os.path.join(member.record()["session_dir"], "ledger.json")
+    with open(path) as f:
+        return {k: v for k, v in json.load(f)["leases"].items()
+                if v["tag"].startswith("remote driver")}
+
+
+def test_a_partitioned_drivers_leases_are_freed_by_keepalive(lab):
+    """The driver's host is cut off: no EOF ever reaches the member; TCP keepalive does
+    (idle = MINIRAY_NODE_DEAD_AFTER_S, then 3 probes 1 s apart)."""
+    head, member = _cluster(lab)
+    other = lab.host("c", 3)
+    driver = _RemoteDriver(other, member)
+    try:
+        assert driver.lease(2)["granted"]
+        assert len(_remote_leases(member)) == 1
+        t0 = time.monotonic()
+        other.link(up=False)
+        assert wait_until(lambda: not _remote_leases(member), DEAD_AFTER_S + 3 + 4.0)
+        TIMINGS["remote_driver_partition_freed_s"] = time.monotonic() - t0
+        other.link(up=True)
+    finally:
+        driver.close()
+
+
+def test_a_partitioned_member_fences_remote_leases_and_the_driver_hears_it(lab):
+    head, member = _cluster(lab)
+    driver = _RemoteDriver(head, member)
+    try:
+        assert driver.lease(2)["granted"]
+        t0 = time.monotonic()
+        member.link(up=False)
+        # The member fences itself once it goes dead_after without an answer from the head.
+        assert wait_until(lambda: not _remote_leases(member), DEAD_AFTER_S + 4.0)
+        TIMINGS["member_partition_fenced_s"] = time.monotonic() - t0
+        member.link(up=True)
+        assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+        answer = driver.lease(1)
+        assert answer.get("error") == "NodeDiedError" and member.ip in answer["text"], answer
+    finally:
+        driver.close()

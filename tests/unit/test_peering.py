@@ -107,6 +107,73 @@ def test_a_member_held_dead_rejoins_as_a_new_incarnation(cluster):
     assert _node(head, "b").incarnation == 2 and member.entry.incarnation == 2
 
 
+def _spy_fence(member):
+    calls = []
+    real = member.peering.drivers.fence
+
+    def fence(reason):
+        calls.append((reason, member.peering._state, member.entry.incarnation))
+        return real(reason)
+
+    member.peering.drivers.fence = fence
+    return calls
+
+
+def test_a_member_held_dead_fences_remote_drivers_before_it_rejoins(cluster):
+    head, member = cluster
+    calls = _spy_fence(member)
+    assert run([head], lambda: not _node(head, "b").alive, timeout=2.0)
+    assert run([head, member], lambda: _node(head, "b").alive, timeout=5.0)
+    assert len(calls) == 1, calls
+    reason, state, incarnation = calls[0]
+    # Fenced while still holding the old link, before the rejoin as incarnation 2.
+    assert "dead" in reason and state == "linked" and incarnation == 2
+    assert member.peering.drivers.refusing is None  # rejoined: serving drivers again
+
+
+def test_a_member_without_acks_for_dead_after_fences_itself(cluster):
+    head, member = cluster
+    calls = _spy_fence(member)
+    # The head does not run (hung, or cut off): the member stops hearing acks.
+    assert run([member], lambda: calls, timeout=2.0)
+    assert "no heartbeat answer" in calls[0][0]
+    assert run([head, member], lambda: _node(head, "b").alive
+               and _node(head, "b").incarnation == 2, timeout=5.0)
+
+
+def _driver_link(side, ip):
+    result = {}
+
+    def connect():
+        result["c"] = pc.connect((ip, side.entry.port), TOKEN, "driver",
+                                 hello={"driver": {"host": "h", "pid": 1}}, timeout=2.0)
+
+    thread = threading.Thread(target=connect)
+    thread.start()
+    assert run([side], lambda: not thread.is_alive())
+    thread.join()
+    return result["c"]
+
+
+def test_a_member_that_loses_its_head_keeps_its_remote_drivers(cluster):
+    head, member = cluster
+    calls = _spy_fence(member)
+    head.peering.close("the head stops")  # EOF at the member: not a death sentence
+    assert run([member], lambda: member.peering._state != "linked", timeout=2.0)
+    run([member], lambda: False, timeout=0.6)  # past dead_after (0.4 s)
+    assert calls == []
+
+
+@pytest.mark.parametrize("which", ["head", "member"])
+def test_a_head_accepts_drivers_and_a_member_too(cluster, which):
+    side = cluster[0] if which == "head" else cluster[1]
+    channel = _driver_link(side, "127.0.0.1" if which == "head" else "127.0.0.2")
+    assert channel.peer_hello["node_id"] == side.entry.node_id
+    assert run([side], lambda: side.peering.drivers.statistics()["links"] == 1)
+    channel.close()
+    assert run([side], lambda: side.peering.drivers.statistics()["links"] == 0)
+
+
 def test_leave_is_an_expected_death(cluster):
     head, member = cluster
     member.peering.close("stopped by the test")

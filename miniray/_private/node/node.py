@@ -787,7 +787,8 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                         "address, and that `miniray start --head` runs there.") from None
             server.attach_peering(peering.Peering(
                 entry=entry, listener=tcp, token=token, session_dir=session_dir,
-                ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls))
+                ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls,
+                gpu_keys=spec["gpu_keys"]))
             logger.info("node %s started at %s%s: %s", info["node_id"][:12], address,
                         f", joined {head[0]}:{head[1]}" if head else " (head)", totals)
             server.start_actor_service(_fork_server_env(), root)

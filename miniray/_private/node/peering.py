@@ -7,8 +7,10 @@ for drivers and ``miniray status`` (``<session>/cluster.json``, atomic replace, 
 change; a head with members also every heartbeat period, with its clock, so that status
 shows fresh heartbeat ages). Does not own: the token (``host/auth_token.py``), the handshake
 and frames (``transport/peer_channel.py``), the view's rules and failure detector
-(``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), or remote
-tasks, actors and objects (a later phase: not served on this port yet).
+(``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
+drivers' leases and spawns (``remote_drivers.py``: this module accepts the roles ``driver``
+and ``attach`` on any node, hands each such channel to it, lets it ``tick``, and calls its
+``fence`` at steps 3-4), or remote tasks, actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
 
@@ -23,7 +25,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
 
 1. B binds its own listener (``--node-ip-address``:``--port``), then connects to H with
    role "join" and hello ``{"node": NodeEntry fields, "cluster": H's address}``. H's
-   handshake thread accepts only the role "join" (any other role is refused by name).
+   handshake thread accepts the roles "join" (on a head), "driver" and "attach" (on any
+   node: ``remote_drivers.py``, whose hello it checks); any other role is refused by name.
    A wrong token or another miniray/Python version fails here: ``miniray start`` exits 1
    with that message and nothing is left running.
 2. H's loop applies the JOIN (``ClusterView.join``); a stale incarnation is answered
@@ -35,9 +38,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    ``MINIRAY_NODE_DEAD_AFTER_S`` of heartbeats, e.g. SIGSTOP): B closes the link and rejoins
    with incarnation + 1. H also sends ``("dead", reason)`` when it declares B dead, then
    closes the link: a B that was stopped reads it first when it runs again, and rejoins the
-   same way. (Fencing of remote work goes here, with remote work itself: B must kill what it
-   runs for remote drivers before it rejoins.)
-4. B without an ack for ``dead_after`` closes the link and rejoins the same way.
+   same way. Fencing: before it rejoins, B releases every lease it holds for remote drivers
+   and closes their links (``RemoteDrivers.fence``; their workers too, once they exist),
+   so nothing runs twice once the head had it retried elsewhere.
+4. B without an ack for ``dead_after`` fences the same way, closes the link and rejoins.
 5. Link EOF at H: the node is dead after ``cluster_view.EOF_GRACE_S`` unless it rejoins
    with the same id. At B: B keeps serving its local drivers and reconnects (backoff
    ``RETRY_MIN_S`` doubling to ``RETRY_MAX_S``; one log line per state change, not per try).
@@ -63,6 +67,13 @@ from dataclasses import asdict
 
 from miniray._private.core import config
 from miniray._private.core.cluster_view import ClusterView, NodeEntry
+from miniray._private.node.remote_drivers import (
+    ROLE_ATTACH,
+    ROLE_DRIVER,
+    RemoteDrivers,
+    check_attach_hello,
+    check_hello,
+)
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
 
@@ -186,12 +197,13 @@ class Peering:
     def __init__(self, *, entry: NodeEntry, listener: socket.socket, token: bytes,
                  session_dir: str, ledger, head: tuple[str, int] | None = None,
                  channel: pc.PeerChannel | None = None, snapshot: dict | None = None,
-                 tls: tuple | None = None):
+                 tls: tuple | None = None, gpu_keys: list | None = None):
         self.entry = entry  # this node (is_head when head is None)
         self.listener = listener
         self.token = token
         self.ledger = ledger
         self.head = head
+        self.drivers = RemoteDrivers(ledger, node_id=entry.node_id, gpu_keys=gpu_keys)
         self.is_head = head is None
         self.cluster_path = os.path.join(session_dir, nc.CLUSTER_FILE)
         self.heartbeat_s = config.heartbeat_s()
@@ -236,6 +248,7 @@ class Peering:
         self._wake = wake
         self.listener.setblocking(False)
         sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
+        self.drivers.register(sel)
         if self._link is not None:
             self._watch_link(self._link)
         self._publish()
@@ -243,6 +256,9 @@ class Peering:
     def due(self, now: float) -> float:
         """When ``tick`` wants to run next."""
         times = [now + self.heartbeat_s]
+        ticket_deadline = self.drivers.next_deadline()
+        if ticket_deadline is not None:
+            times.append(ticket_deadline)
         if self.is_head or self._state == "linked":
             times.append(self._ledger_check)
         if self.is_head:
@@ -259,6 +275,7 @@ class Peering:
     def tick(self, now: float) -> None:
         """Everything due: the inbox, heartbeats, the failure detector, publishing."""
         self._drain_inbox(now)
+        self.drivers.tick(now)
         if self.is_head:
             self._head_tick(now)
         else:
@@ -279,6 +296,7 @@ class Peering:
             self._drop_link()
         for member in list(self._members.values()):
             self._close_member(member)
+        self.drivers.close(f"the node is stopping ({reason})")
         if self._sel is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.listener)
@@ -298,8 +316,13 @@ class Peering:
     # -- from threads ------------------------------------------------------------------------
     def _answer(self, hello: dict):
         """In a handshake thread, after the token and versions passed: the role check."""
+        if hello.get("role") == ROLE_DRIVER:
+            return check_hello(hello) or {"node_id": self.entry.node_id}
+        if hello.get("role") == ROLE_ATTACH:
+            return check_attach_hello(hello) or {}
         if hello.get("role") != ROLE_JOIN:
-            return f"this port accepts only the role {ROLE_JOIN!r} in this miniray version"
+            return (f"this port accepts only the roles {ROLE_JOIN!r}, {ROLE_DRIVER!r} and "
+                    f"{ROLE_ATTACH!r} in this miniray version")
         if not self.is_head:
             return (f"the node at {self.entry.address} is not a head: join the head of its "
                     f"cluster ({self.head[0]}:{self.head[1]})")
@@ -326,7 +349,14 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted":
+            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH):
+                if self._closed:
+                    item.close()
+                elif item.role == ROLE_DRIVER:
+                    self.drivers.add(item)
+                else:
+                    self.drivers.attach(item)
+            elif kind == "accepted":
                 self._on_join(item, now)
             elif kind == "joined":
                 self._on_rejoined(item, now)
@@ -541,9 +571,9 @@ class Peering:
     def _declared_dead(self) -> None:
         """Step 3's ``ok`` False or a refusal: rejoin as a new incarnation."""
         self.entry.incarnation += 1
-        logger.warning("the head holds this node dead; rejoining as incarnation %d "
-                       "(no remote work runs here yet, so nothing needs fencing)",
-                       self.entry.incarnation)
+        released = self.drivers.fence("the head holds this node dead")
+        logger.warning("the head holds this node dead; fenced (%d remote lease(s) released), "
+                       "rejoining as incarnation %d", released, self.entry.incarnation)
         self._drop_link()
         self._state = "disconnected"
         self._retry_at = time.monotonic()
@@ -572,6 +602,8 @@ class Peering:
         if self._state == "linked":
             if now - self._last_ack >= self.dead_after:
                 self.entry.incarnation += 1  # step 4: the head must hold us dead by now
+                self.drivers.fence(f"no heartbeat answer from the head for "
+                                   f"{self.dead_after:g} s")
                 self._lost_head(f"no heartbeat answer for {self.dead_after:g} s")
                 return
             send = now >= self._hb_next
@@ -623,6 +655,7 @@ class Peering:
         self._take_view(snapshot)
         self._watch_link(channel)
         self._state = "linked"
+        self.drivers.resume()  # fenced (if it was) and rejoined: remote drivers again
         self._retry_at = None
         self._retry_wait = RETRY_MIN_S
         self.view.version += 1
@@ -647,5 +680,6 @@ class Peering:
     def statistics(self) -> dict:
         return {"is_head": self.is_head, "state": "head" if self.is_head else self._state,
                 "members": len(self._members), "alive": len(self.view.alive()),
-                "dead": len(self.view.dead()), "handshakes": self._gate.statistics()}
+                "dead": len(self.view.dead()), "handshakes": self._gate.statistics(),
+                "remote_drivers": self.drivers.statistics()}
 

@@ -1,0 +1,166 @@
+"""Which node a task's request goes to: the pure placement rule across the cluster's nodes.
+
+Owns: ``pick_node`` (peering design 4.3 "Placement") and its answer (``Placement``): run
+here, run on another node, wait (and where), or infeasible everywhere (with a message
+naming every node's totals). Pure: the caller passes the request, the local node's id, the
+nodes it knows (``cluster_view.NodeEntry``, with ``available`` from heartbeats or, for the
+local node, from its ledger), the strategy and, optionally, where the arguments' bytes are.
+Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
+a DENY sends the caller back here with a fresher view), or placement groups
+(``placement.py``).
+Called by: nothing yet; the owner will, before it leases on a node (remote work, phase P2).
+
+Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
+
+1. ``NodeAffinitySchedulingStrategy(node_id, soft)`` (an object or a dict with those keys):
+   that node if it is alive and has the resources in total (now: "node"; else "wait" on
+   it). Dead, unknown, or lacking them: infeasible if not ``soft``; if ``soft``, rules 2-4
+   decide. A ``node:<ip>`` resource in the request needs no rule of its own: only the node
+   with that ip has it in its totals, so rules 2-4 find it or wait for it.
+2. The local node, if it has the resources available now (the unchanged fast path;
+   ``"SPREAD"`` skips this rule).
+3. Another alive node that has them available now: the most argument bytes already there
+   first, then the lowest utilization (the largest used fraction of a requested resource),
+   then the node id. Work that asks for no GPU avoids nodes with GPUs while a node without
+   GPUs has room (Ray's ``scheduler_avoid_gpu_nodes``). ``"SPREAD"``: every node with room
+   now, the local one included, by lowest utilization; ties rotate with ``turn`` (the
+   caller counts its spread tasks).
+4. No node has room now: "wait" on the local node if it has the totals, else "wait" with
+   no node (for a view change) if another alive node has them; else "infeasible".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+__all__ = ["Placement", "pick_node"]
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Placement:
+    """``action``: "node" (run on ``node_id`` now), "wait" (on ``node_id``, or for a view
+    change when it is None) or "infeasible" (``reason`` says why, naming the totals)."""
+
+    action: str
+    node_id: str | None = None
+    reason: str = ""
+
+
+def _needs(request: Mapping[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in request.items() if v}
+
+
+def _has(amounts: Mapping[str, float], needs: Mapping[str, float]) -> bool:
+    return all(amounts.get(k, 0.0) + _EPS >= v for k, v in needs.items())
+
+
+def _utilization(entry, needs: Mapping[str, float]) -> float:
+    names = list(needs) or ["CPU"]
+    used = 0.0
+    for name in names:
+        total = float(entry.totals.get(name, 0.0))
+        if total > 0:
+            used = max(used, 1.0 - float(entry.available.get(name, 0.0)) / total)
+    return used
+
+
+def _affinity(strategy) -> tuple[str, bool] | None:
+    if isinstance(strategy, Mapping):
+        node_id, soft = strategy.get("node_id"), strategy.get("soft", False)
+    else:
+        node_id, soft = getattr(strategy, "node_id", None), getattr(strategy, "soft", False)
+    if not isinstance(node_id, str) or not node_id:
+        return None
+    return node_id, bool(soft)
+
+
+def _totals_text(nodes) -> str:
+    parts = []
+    for entry in sorted(nodes, key=lambda e: e.node_id):
+        shape = ", ".join(f"{v:g} {k}" for k, v in sorted(entry.totals.items())
+                          if not k.startswith("node:")) or "nothing"
+        parts.append(f"{entry.ip or entry.node_id[:12]} has {shape}")
+    return "; ".join(parts) or "no node is alive"
+
+
+def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[Any],
+              strategy: Any = None, *, turn: int = 0,
+              arg_bytes: Mapping[str, int] | None = None) -> Placement:
+    """Where ``request`` goes (the module docstring's rules 1-4).
+
+    Args:
+        request: ``{resource: amount}`` (zero amounts ignored).
+        local: The local node's id (None: a driver without a node of its own).
+        view: The nodes known (``NodeEntry``: node_id, ip, alive, totals, available).
+        strategy: None/"DEFAULT", "SPREAD", or a node affinity (object or dict with
+            ``node_id`` and ``soft``).
+        turn: SPREAD's rotation among equally used nodes.
+        arg_bytes: ``{node_id: bytes of the task's arguments already there}``.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 0})
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> pick_node({"CPU": 1}, "a", [a, b])
+    Placement(action='node', node_id='b', reason='')
+    """
+    needs = _needs(request)
+    nodes = [e for e in view if getattr(e, "alive", True)]
+    by_id = {e.node_id: e for e in nodes}
+    feasible = [e for e in nodes if _has(e.totals, needs)]
+    spread = isinstance(strategy, str) and strategy.upper() == "SPREAD"
+    affinity = None if isinstance(strategy, str) or strategy is None else _affinity(strategy)
+
+    # Rule 1.
+    if affinity is not None:
+        node_id, soft = affinity
+        target = by_id.get(node_id)
+        if target is not None and _has(target.totals, needs):
+            if _has(target.available, needs):
+                return Placement("node", node_id)
+            return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
+        if not soft:
+            why = ("is not alive or not known" if target is None else
+                   "lacks " + ", ".join(f"{v:g} {k}" for k, v in needs.items()
+                                        if target.totals.get(k, 0.0) + _EPS < v))
+            return Placement("infeasible", None,
+                             f"NodeAffinitySchedulingStrategy(node_id={node_id[:12]}..., "
+                             f"soft=False): the node {why}.")
+
+    # Rule 2.
+    here = by_id.get(local) if local is not None else None
+    if not spread and here is not None and _has(here.totals, needs) \
+            and _has(here.available, needs):
+        return Placement("node", here.node_id)
+
+    # Rule 3.
+    room = [e for e in feasible if _has(e.available, needs)
+            and (spread or e.node_id != local)]
+    if room:
+        if spread:
+            ordered = sorted(room, key=lambda e: e.node_id)
+            shift = turn % len(ordered)
+            ordered = ordered[shift:] + ordered[:shift]
+            return Placement("node", min(ordered, key=lambda e: round(
+                _utilization(e, needs), 6)).node_id)
+        if not needs.get("GPU"):
+            plain = [e for e in room if not e.totals.get("GPU")]
+            room = plain or room
+        located = arg_bytes or {}
+        best = min(room, key=lambda e: (-located.get(e.node_id, 0), _utilization(e, needs),
+                                        e.node_id))
+        return Placement("node", best.node_id)
+
+    # Rule 4.
+    if here is not None and _has(here.totals, needs):
+        return Placement("wait", here.node_id, "no node has room now; this node has the "
+                                               "resources in total")
+    if feasible:
+        return Placement("wait", None, "no node has room now; "
+                         + ", ".join(e.ip or e.node_id[:12] for e in feasible)
+                         + " has the resources in total")
+    shape = ", ".join(f"{v:g} {k}" for k, v in sorted(needs.items())) or "nothing"
+    return Placement("infeasible", None, f"No node of the cluster has {shape} in total: "
+                     f"{_totals_text(nodes)}.")

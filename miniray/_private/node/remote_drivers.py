@@ -1,0 +1,596 @@
+"""Drivers on other hosts: the ``driver`` role on a node's TCP port, leasing this node's ledger.
+
+Owns: the links of remote drivers (after the handshake), their leases on this node's ledger
+(and, for physical GPUs, the host GPU ledger, both or neither: ``owner/leases.LeaseBook``),
+which lease belongs to which link, releasing them all when a link closes, fencing (every
+link closed and every lease released at once, when the head holds this node dead), and the
+pure checks of what a remote driver sends (``check_request``, ``parse_message``,
+``DriverLeases``). Does not own: the TCP listener, the handshake gate and the role check
+(``peering.py``, which hands each authenticated ``driver`` channel to ``RemoteDrivers.add``
+and calls ``fence`` when it is declared dead), the ledger's file (``ledger.py``), the
+driver's side (``transport/remote_node.py``), or workers for remote drivers (a later
+step: SPAWN tickets and ATTACH).
+Called by: ``peering.Peering`` on the node's selector loop (single-threaded: nothing here
+locks, every ledger call is a short file transaction).
+
+Holder: every remote lease is taken with ``holder_pid`` = this node's pid (a remote pid
+means nothing here) and a tag naming the driver (``remote driver <ip> pid <pid>: <tag>``),
+so ``miniray status`` on this host lists them, and a node that dies leaves leases the next
+writer reclaims as a dead holder's. Which link holds which lease is this module's book.
+
+Protocol, driver D -> node N, role "driver" on N's port (after peer_channel's steps 1-7;
+every message is a pickled tuple in one MAC'd frame, checked for shape before use)::
+
+    1. D connects with role "driver", hello {"driver": {"host": str, "pid": int}}. N's
+       handshake thread refuses a hello without that shape, naming it (PeerRefused at D).
+    2. D -> N ("lease", req, request, tag): request {name: amount >= 0}, tag a short str.
+       N checks it (``check_request``): a malformed request, a negative or non-finite
+       amount, a resource N lacks or more of it than N has in total is answered
+       ("error", req, kind, text), kind "malformed" or "infeasible"; the link stays.
+       Otherwise N acquires on its ledger: ("grant", req, lease_id, gpu_ids), or
+       ("deny", req, available) when it does not fit now.
+    3. D -> N ("release", req, lease_id): ("released", req, lease_id); a lease id this
+       link does not hold (unknown, released already, another driver's) is answered
+       ("error", req, "unknown_lease", text).
+    4. D -> N ("ping", req): ("pong", req, node_id): a round trip for liveness and tests.
+    5. The link closes (EOF, a frame that fails its MAC, a send that cannot finish within
+       SEND_TIMEOUT_S, or TCP keepalive: a driver's host that crashed or was cut off is
+       noticed after ``MINIRAY_NODE_DEAD_AFTER_S`` of silence plus 3 probes 1 s apart,
+       ``keepalive_settings``): N releases every lease of that link. Nothing else of D stays on
+       N. N stopping sends ("fenced", "the node is stopping ...") first, as in step 6.
+    6. Fencing: the head holds N dead (it missed heartbeats) or N went ``dead_after``
+       without an answer from it. Before N rejoins as a new incarnation, N sends each
+       driver ("fenced", reason), closes every link and releases every lease: work placed
+       here may already run elsewhere, and must not run twice. Until N has rejoined
+       (``resume``), a new driver link gets ("fenced", reason) at once and is closed: a
+       driver with an old view cannot place work on a node the head holds dead.
+    7. Anything else (an unknown tag, a message that is not a tuple) is answered
+       ("error", req or None, "malformed", text); nothing a driver sends can stop N.
+    8. Spawn tickets (the start of remote workers): D -> N ("spawn", req). Without a
+       spawner (the node's fork server is not wired to remote drivers yet) N answers
+       ("error", req, "unsupported", text). With one: ("ticket", req, ticket, ttl_s), a
+       random secret (``remote_tickets.TicketBook``; at most 16 open per link). D then
+       opens four more connections to N, role "attach", hello {"ticket", "fd"}, fd one of
+       data, control, stdout, stderr, each with its own handshake, from the driver link's
+       host. When the fourth arrived, N hands the four channels (sockets and frame keys:
+       never on the wire) to the spawner and answers on the driver link
+       ("spawned", req, pid) or ("error", req, "spawn_failed", text). A ticket not
+       complete within ttl_s: ("error", req, "attach_timeout", text), and its connections
+       are closed; an attach that does not match a ticket is closed at once. The driver
+       link closing closes its tickets' connections too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import selectors
+import socket
+import time
+from typing import Any, Iterable
+
+from miniray._private.core import config
+from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
+from miniray._private.owner.leases import LeaseBook
+from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
+
+__all__ = [
+    "ROLE_ATTACH", "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_attach_hello",
+    "check_hello", "check_request", "keepalive_settings", "parse_message",
+]  # fmt: skip
+
+logger = logging.getLogger(__name__)
+
+SEND_TIMEOUT_S = 4.0
+MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource leases)
+MAX_TAG = 200
+TICKET_TTL_S = 10.0
+MAX_COMPLAINTS = 5  # malformed messages logged per link; all are answered
+
+
+# ------------------------------------------------------------------------ pure decisions
+def check_hello(hello: dict) -> str | None:
+    """Step 1: None if the hello names a driver ``{"host": str, "pid": int}``, else the
+    refusal text."""
+    driver = hello.get("driver") if isinstance(hello, dict) else None
+    if (not isinstance(driver, dict) or not isinstance(driver.get("host"), str)
+            or not isinstance(driver.get("pid"), int) or isinstance(driver.get("pid"), bool)):
+        return ("a driver's hello must carry {'driver': {'host': str, 'pid': int}}: "
+                "connect with miniray's RemoteNodeClient of the same version")
+    return None
+
+
+def keepalive_settings(dead_after: float) -> dict[str, int]:
+    """Step 5's TCP keepalive for a driver link: probes after ``dead_after`` seconds of
+    silence (at least 1), 3 of them 1 s apart; unacknowledged data gives up at the same
+    bound (TCP_USER_TIMEOUT, ms).
+
+    >>> keepalive_settings(5.0)
+    {'idle': 5, 'interval': 1, 'count': 3, 'user_timeout_ms': 8000}
+    """
+    idle = max(1, int(math.ceil(dead_after)))
+    return {"idle": idle, "interval": 1, "count": 3, "user_timeout_ms": (idle + 3) * 1000}
+
+
+def _set_keepalive(fd: int, settings: dict[str, int]) -> None:
+    """Apply ``keepalive_settings`` to the TCP socket behind ``fd`` (a dup: options belong to
+    the socket, not the descriptor). Options this kernel lacks are skipped."""
+    try:
+        sock = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return  # a socketpair in tests
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, key in (("TCP_KEEPIDLE", "idle"), ("TCP_KEEPINTVL", "interval"),
+                          ("TCP_KEEPCNT", "count"), ("TCP_USER_TIMEOUT", "user_timeout_ms")):
+            option = getattr(socket, name, None)
+            if option is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, option, settings[key])
+    except OSError as error:
+        logger.warning("could not set TCP keepalive on a driver link: %s", error)
+    finally:
+        sock.close()
+
+
+def check_attach_hello(hello: dict) -> str | None:
+    """Step 8: None if an attach hello is ``{"ticket": str, "fd": one of ATTACH_ROLES}``,
+    else the refusal text."""
+    ticket = hello.get("ticket") if isinstance(hello, dict) else None
+    fd = hello.get("fd") if isinstance(hello, dict) else None
+    if not isinstance(ticket, str) or not 16 <= len(ticket) <= 128 or fd not in ATTACH_ROLES:
+        return (f"an attach hello must carry {{'ticket': str, 'fd': one of {ATTACH_ROLES}}}: "
+                "connect with miniray's RemoteNodeClient of the same version")
+    return None
+
+
+def check_request(request: Any, capacity: dict) -> tuple[dict | None, tuple[str, str] | None]:
+    """Step 2's check: ``(request as floats, None)`` when it may be tried on the ledger,
+    else ``(None, (kind, text))``. ``capacity``: what the node has in total (placement
+    groups' derived resources included). Zero amounts are dropped.
+
+    >>> check_request({"CPU": 1, "GPU": 0}, {"CPU": 2.0})
+    ({'CPU': 1.0}, None)
+    >>> check_request({"CPU": -1}, {"CPU": 2.0})[1][0]
+    'malformed'
+    >>> check_request({"TPU": 1}, {"CPU": 2.0})[1][0]
+    'infeasible'
+    """
+    if not isinstance(request, dict):
+        return None, ("malformed", f"a lease request must be a dict of resource amounts, not "
+                                   f"{type(request).__name__}")
+    clean: dict[str, float] = {}
+    for name, amount in request.items():
+        if not isinstance(name, str) or not name:
+            return None, ("malformed", f"resource names must be non-empty str, got {name!r:.40}")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+            return None, ("malformed", f"the amount of {name!r} must be a number, got "
+                                       f"{type(amount).__name__}")
+        if not math.isfinite(amount) or amount < 0:
+            return None, ("malformed", f"the amount of {name!r} must be a finite number >= 0, "
+                                       f"got {amount!r}")
+        if amount:
+            clean[name] = float(amount)
+    lacking = sorted(n for n in clean if n not in capacity)
+    if lacking:
+        return None, ("infeasible", f"this node has no {', '.join(lacking)} (it has "
+                                    f"{_shape(capacity)})")
+    over = sorted(n for n, a in clean.items() if a > capacity[n] + 1e-9)
+    if over:
+        return None, ("infeasible", "this node has in total only " + ", ".join(
+            f"{capacity[n]:g} {n} (asked {clean[n]:g})" for n in over))
+    return clean, None
+
+
+def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str]:
+    """Steps 2-4 and 7: ``(op, req, args)`` for a well-formed message, else
+    ``(None, req or None, text)``.
+
+    >>> parse_message(("release", 3, "ab12"))
+    ('release', 3, ('ab12',))
+    >>> parse_message(("lease", 1))[0] is None
+    True
+    """
+    if not isinstance(message, tuple) or not message:
+        return None, None, f"a message must be a non-empty tuple, got {type(message).__name__}"
+    op = message[0]
+    req = message[1] if len(message) > 1 else None
+    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2}
+    if not isinstance(op, str) or op not in shapes:
+        return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
+    if len(message) != shapes[op]:
+        return None, req, f"{op!r} takes {shapes[op]} fields, got {len(message)}"
+    if op == "lease" and not isinstance(message[3], str):
+        return None, req, "a lease's tag must be a str"
+    if op == "release" and not isinstance(message[2], str):
+        return None, req, "a lease id must be a str"
+    return op, req, tuple(message[2:])
+
+
+class DriverLeases:
+    """Which link holds which lease (pure bookkeeping: no ledger, no sockets).
+
+    >>> book = DriverLeases(limit=2)
+    >>> book.add(7, "a"); book.holds(7, "a"), book.holds(8, "a")
+    (True, False)
+    >>> book.take(7)
+    ['a']
+    """
+
+    def __init__(self, limit: int = MAX_LEASES_PER_DRIVER):
+        self.limit = limit
+        self._by_link: dict[Any, dict[str, Any]] = {}
+
+    def room(self, link) -> bool:
+        return len(self._by_link.get(link, ())) < self.limit
+
+    def add(self, link, lease_id: str, extra: Any = None) -> None:
+        self._by_link.setdefault(link, {})[lease_id] = extra
+
+    def holds(self, link, lease_id: str) -> bool:
+        return lease_id in self._by_link.get(link, ())
+
+    def remove(self, link, lease_id: str) -> tuple[bool, Any]:
+        """``(held, extra)``; only the link's own lease is removed."""
+        leases = self._by_link.get(link)
+        if leases is None or lease_id not in leases:
+            return False, None
+        return True, leases.pop(lease_id)
+
+    def ids(self, link) -> list[str]:
+        return list(self._by_link.get(link, ()))
+
+    def take(self, link) -> list[str]:
+        """Every lease id of ``link``, forgotten here (the caller releases them)."""
+        return list(self._by_link.pop(link, {}))
+
+    def take_items(self, link) -> list[tuple[str, Any]]:
+        return list(self._by_link.pop(link, {}).items())
+
+    def links(self) -> list:
+        return list(self._by_link)
+
+    def count(self, link=None) -> int:
+        if link is not None:
+            return len(self._by_link.get(link, ()))
+        return sum(len(v) for v in self._by_link.values())
+
+
+def _shape(resources: dict) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(resources.items())) or "nothing"
+
+
+# ------------------------------------------------------------------------------ the links
+def _fileno(channel) -> int:
+    try:
+        return channel.fileno()
+    except (OSError, ValueError):
+        return -1
+
+
+def _close_parts(ticket) -> None:
+    for part in ticket.parts.values():
+        part.close()
+    ticket.parts.clear()
+
+
+class _Link:
+    __slots__ = ("channel", "name", "host", "pid", "ip", "complaints")
+
+    def __init__(self, channel: pc.PeerChannel):
+        self.channel = channel
+        driver = channel.peer_hello.get("driver") or {}
+        self.host = str(driver.get("host", "?"))[:64]
+        self.pid = driver.get("pid", 0)
+        self.ip = ip = channel.address.rsplit(":", 1)[0]
+        self.name = f"remote driver {ip} pid {self.pid}"
+        self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
+
+
+class RemoteDrivers:
+    """Every remote driver's link and leases on this node (see the module docstring).
+
+    ``ledger``: this node's ``Ledger``; ``gpu_keys``: its GPUs' host keys (physical GPUs are
+    leased on the host GPU ledger too); ``node_id``: answered to pings. ``spawner``: step
+    8's hand-off, ``spawner(channels, driver_name, done)`` with the four attach channels in
+    ``ATTACH_ROLES`` order (it owns them from then on); it calls ``done(pid)`` or
+    ``done(error_text)`` on the loop later. None (the default): spawns are unsupported.
+    """
+
+    def __init__(self, ledger, *, node_id: str = "", gpu_keys: list | None = None,
+                 node_pid: int | None = None, spawner=None, ticket_ttl: float = TICKET_TTL_S):
+        self.ledger = ledger
+        self.node_id = node_id
+        self.node_pid = node_pid if node_pid is not None else os.getpid()
+        self._gpu_keys = list(gpu_keys or [])
+        self._book: LeaseBook | None = None  # made at the first lease
+        self._sel: selectors.BaseSelector | None = None
+        self._links: dict[int, _Link] = {}  # by fd
+        self._leases = DriverLeases()
+        self._pending: list[pc.PeerChannel] = []  # added before register()
+        self.spawner = spawner
+        self._tickets = TicketBook(ttl=ticket_ttl)
+        self._keepalive = keepalive_settings(config.node_dead_after_s())
+        self.refusing: str | None = None  # fenced and not rejoined yet: why
+        self.spawned = 0
+        self.granted = 0
+        self.denied = 0
+        self.released = 0
+        self.fenced = 0
+        self.errors = 0
+
+    def __repr__(self) -> str:
+        return (f"<RemoteDrivers links={len(self._links)} leases={self._leases.count()} "
+                f"granted={self.granted} denied={self.denied} fenced={self.fenced}>")
+
+    def statistics(self) -> dict:
+        return {"links": len(self._links), "leases": self._leases.count(),
+                "granted": self.granted, "denied": self.denied, "released": self.released,
+                "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
+                "tickets": len(self._tickets), "refusing": self.refusing,
+                "drivers": sorted(link.name for link in self._links.values())}
+
+    def leases_of(self) -> dict[str, list[str]]:
+        """For status and tests: each link's name and its lease ids."""
+        out: dict[str, list[str]] = {}
+        for link in self._links.values():
+            out.setdefault(link.name, []).extend(self._leases.ids(link))
+        return out
+
+    # -- wiring -------------------------------------------------------------------------
+    def register(self, sel: selectors.BaseSelector) -> None:
+        self._sel = sel
+        pending, self._pending = self._pending, []
+        for channel in pending:
+            self.add(channel)
+
+    def add(self, channel: pc.PeerChannel) -> None:
+        """Step 1 done (a handshake thread accepted it; called on the loop): serve it."""
+        if self._sel is None:
+            self._pending.append(channel)
+            return
+        if self.refusing is not None:  # step 6: not until the node has rejoined
+            with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
+                channel.set_send_timeout(SEND_TIMEOUT_S)
+                channel.send(("fenced", f"{self.refusing}; it has not rejoined yet"))
+            channel.close()
+            return
+        link = _Link(channel)
+        channel.setblocking(False)
+        channel.set_send_timeout(SEND_TIMEOUT_S)
+        _set_keepalive(channel.fileno(), self._keepalive)
+        self._links[channel.fileno()] = link
+        self._sel.register(channel.fileno(), selectors.EVENT_READ, self._on_link)
+        logger.info("%s connected from %s (host %s)", link.name, channel.address, link.host)
+
+    # -- the loop -----------------------------------------------------------------------
+    def _on_link(self, fd: int) -> None:
+        link = self._links.get(fd)
+        if link is None:
+            return
+        try:
+            messages = link.channel.feed_nonblocking()
+        except (pc.PeerClosed, pc.PeerAuthError, OSError) as error:
+            self._drop(link, f"its link closed ({error})")
+            return
+        for message in messages:
+            reply = self._handle(link, message)
+            if reply is not None and not self._reply(link, reply):
+                return
+
+    def _reply(self, link: _Link, message) -> bool:
+        try:
+            link.channel.send(message)
+            return True
+        except (OSError, pc.PeerClosed, TimeoutError) as error:
+            self._drop(link, f"sending to it failed ({error})")
+            return False
+
+    def _handle(self, link: _Link, message):
+        """Steps 2-4 and 7: the reply to one message."""
+        op, req, args = parse_message(message)
+        if op is None:
+            self.errors += 1
+            link.complaints += 1
+            if link.complaints <= MAX_COMPLAINTS:  # answered always, logged a few times
+                logger.warning("%s sent a malformed message: %s", link.name, args)
+            return ("error", req, "malformed", args)
+        if op == "ping":
+            return ("pong", req, self.node_id)
+        if op == "spawn":
+            return self._issue(link, req)
+        if op == "release":
+            (lease_id,) = args
+            held, host_lease = self._leases.remove(link, lease_id)
+            if not held:
+                self.errors += 1
+                return ("error", req, "unknown_lease",
+                        f"this node holds no lease {lease_id!r:.40} for this driver (unknown, "
+                        "released already, or its link was fenced)")
+            self._release([(lease_id, host_lease)])
+            return ("released", req, lease_id)
+        request, tag = args
+        return self._lease(link, req, request, tag)
+
+    def _lease(self, link: _Link, req, request, tag: str):
+        try:
+            capacity = self.ledger.capacity()
+        except Exception as error:  # noqa: BLE001 - the ledger's trouble is the driver's answer
+            logger.warning("reading the ledger failed: %s", error)
+            return ("error", req, "node", f"this node cannot read its ledger: {error}")
+        clean, problem = check_request(request, capacity)
+        if problem is not None:
+            self.errors += 1
+            return ("error", req, *problem)
+        if not self._leases.room(link):
+            self.errors += 1
+            return ("error", req, "malformed",
+                    f"this driver holds {MAX_LEASES_PER_DRIVER} leases here already: release "
+                    "some first")
+        full_tag = f"{link.name}: {tag[:MAX_TAG]}" if tag else link.name
+        try:
+            lease, host_lease = self._lease_book().acquire(clean, full_tag)
+        except ValueError as error:  # the ledger's own check (say, GPU 1.5)
+            self.errors += 1
+            return ("error", req, "malformed", str(error))
+        except Exception as error:  # noqa: BLE001 - never let one request stop the node
+            logger.exception("a remote lease failed")
+            return ("error", req, "node", f"this node could not take the lease: {error}")
+        if lease is None:
+            self.denied += 1
+            return ("deny", req, self._available())
+        self._leases.add(link, lease.lease_id, host_lease)
+        self.granted += 1
+        try:
+            gpu_ids = [str(g) for g in self.ledger.instance_ids_of(lease, "GPU")]
+        except Exception:  # noqa: BLE001
+            gpu_ids = []
+        return ("grant", req, lease.lease_id, gpu_ids)
+
+    def _lease_book(self) -> LeaseBook:
+        if self._book is None:
+            self._book = LeaseBook(
+                ledger=self.ledger, pid=self.node_pid, gpu_keys=self._gpu_keys,
+                host_gpu_timeout=None, make_room=lambda: False,
+                on_unschedulable=lambda _key, _message: None,
+                call_later=lambda _delay, _fn: None)
+        return self._book
+
+    def _available(self) -> dict:
+        try:
+            return dict(self.ledger.available())
+        except Exception:  # noqa: BLE001
+            return {}
+
+    def _release(self, items: Iterable[tuple[str, Any]]) -> int:
+        items = list(items)
+        if not items:
+            return 0
+        try:
+            done = self.ledger.release_many([lid for lid, _ in items])
+            book = self._book
+            for _lid, host_lease in items:
+                if host_lease is not None and book is not None:
+                    book.release_host(host_lease)
+        except Exception:  # noqa: BLE001 - a ledger problem must not stop the loop
+            logger.exception("releasing %d remote lease(s) failed", len(items))
+            return 0
+        self.released += len(items)
+        return done
+
+    def _drop(self, link: _Link, why: str) -> None:
+        """Step 5: the link is gone; so is every lease it held."""
+        fd = None
+        for key, value in list(self._links.items()):
+            if value is link:
+                fd = key
+                del self._links[key]
+        if fd is not None and self._sel is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._sel.unregister(fd)
+        link.channel.close()
+        for ticket in self._tickets.drop_link(link):
+            _close_parts(ticket)
+        released = self._release(self._leases.take_items(link))
+        logger.info("%s left (%s); released %d lease(s)", link.name, why, released)
+
+    # -- step 8: spawn tickets and attach connections ------------------------------------
+    def _issue(self, link: _Link, req):
+        if self.spawner is None:
+            return ("error", req, "unsupported",
+                    "this node does not run workers for remote drivers yet")
+        ticket = self._tickets.issue(link, req, link.ip, time.monotonic(),
+                                     os.urandom(16).hex())
+        if ticket is None:
+            self.errors += 1
+            return ("error", req, "malformed",
+                    f"this driver has {self._tickets.per_link} spawns waiting for their "
+                    "attach connections already")
+        return ("ticket", req, ticket.ticket, self._tickets.ttl)
+
+    def attach(self, channel: pc.PeerChannel) -> None:
+        """Step 8: one of a ticket's four connections (from the handshake gate)."""
+        hello = channel.peer_hello
+        ip = channel.address.rsplit(":", 1)[0]
+        outcome, ticket, why = self._tickets.attach(hello.get("ticket", ""), hello.get("fd"),
+                                                    ip, time.monotonic(), channel)
+        if outcome in ("unknown", "refused"):
+            self.errors += 1
+            logger.warning("refused an attach connection from %s: %s", channel.address, why)
+            channel.close()
+            return
+        if outcome == "waiting":
+            return
+        link = ticket.link
+        channels = ticket.ordered()
+
+        def done(result, link=link, req=ticket.req):
+            if self._links.get(_fileno(link.channel)) is not link:
+                return  # the driver is gone; its worker's sockets went with the spawner
+            if isinstance(result, int) and not isinstance(result, bool):
+                self.spawned += 1
+                self._reply(link, ("spawned", req, result))
+            else:
+                self._reply(link, ("error", req, "spawn_failed", str(result)))
+
+        try:
+            self.spawner(channels, link.name, done)
+        except Exception as error:  # noqa: BLE001 - a failed spawn is the driver's answer
+            logger.exception("spawning a worker for %s failed", link.name)
+            for part in channels:
+                part.close()
+            done(f"this node could not start the worker: {error}")
+
+    def next_deadline(self) -> float | None:
+        """When ``tick`` has a ticket to expire."""
+        return self._tickets.next_deadline()
+
+    def tick(self, now: float) -> None:
+        """Step 8's deadline: expired tickets close their connections and tell the driver."""
+        for ticket in self._tickets.expired(now):
+            _close_parts(ticket)
+            link = ticket.link
+            if self._links.get(_fileno(link.channel)) is link:
+                self._reply(link, ("error", ticket.req, "attach_timeout",
+                                   f"the four attach connections of ticket "
+                                   f"{ticket.ticket[:8]}... did not all arrive within "
+                                   f"{self._tickets.ttl:g} s"))
+
+    # -- fencing and closing --------------------------------------------------------------
+    def fence(self, reason: str) -> int:
+        """Step 6: tell every driver, close every link, release every lease; returns how
+        many leases were released. Called before the node rejoins as a new incarnation."""
+        self.refusing = reason
+        links = list(self._links.values())
+        count = self._leases.count()
+        for link in links:
+            with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
+                link.channel.send(("fenced", reason))
+            self._drop(link, f"fenced: {reason}")
+        for channel in self._pending:
+            channel.close()
+        self._pending.clear()
+        if links:
+            self.fenced += 1
+            logger.warning("fenced %d remote driver(s) and %d lease(s): %s", len(links),
+                           count, reason)
+        return count
+
+    def resume(self) -> None:
+        """The node rejoined as a new incarnation: serve new driver links again."""
+        self.refusing = None
+
+    def close(self, reason: str = "the node is stopping") -> None:
+        """Node stop: every link closed, every lease released (step 5 for each)."""
+        for link in list(self._links.values()):
+            with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
+                link.channel.send(("fenced", reason))
+            self._drop(link, reason)
+        for channel in self._pending:
+            channel.close()
+        self._pending.clear()

@@ -1,0 +1,249 @@
+"""A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
+
+Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7 there) from the
+driver's side, its timeouts, and turning the node's loss into ``NodeDiedError`` naming the
+node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` called by
+whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
+Does not own: which node to ask (``core/node_pick.py``),
+the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py``), or what
+a lease is used for (the owner; not wired in yet).
+Called by: drivers that place work on other hosts (tests and, later, the owner).
+
+Threads: every call is blocking and serialised by one lock: one request is in flight at a
+time, and an answer is matched to it by its request number (an answer that arrives after
+its request timed out is skipped).
+
+Example::
+
+    client = RemoteNodeClient(("127.0.0.2", 6379), token)
+    grant = client.lease({"CPU": 1}, tag="f")      # RemoteGrant, or RemoteDenial
+    client.release(grant.lease_id)
+    client.close()                                  # the node releases what is left
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from miniray._private.transport import peer_channel as pc
+from miniray.exceptions import NodeDiedError
+
+__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "RemoteDenial", "RemoteGrant", "RemoteLeaseError",
+           "RemoteNodeClient"]
+
+ROLE_DRIVER = "driver"  # the role names on a node's port (node/remote_drivers.py serves them)
+ROLE_ATTACH = "attach"
+ATTACH_ROLES = ("data", "control", "stdout", "stderr")  # node/remote_tickets.py's order
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RemoteGrant:
+    """A lease on the remote node's ledger (step 2's GRANT)."""
+
+    lease_id: str
+    gpu_ids: list = field(default_factory=list)
+    node: str = ""
+
+
+@dataclass(frozen=True)
+class RemoteDenial:
+    """The request does not fit on the node now (step 2's DENY): what it had free."""
+
+    available: dict
+    node: str = ""
+
+
+class RemoteLeaseError(ValueError):
+    """The node refused a request as wrong (``kind`` "malformed", "unknown_lease"), as
+    impossible there (``kind`` "infeasible": it lacks the resource or has too little in
+    total), or could not do it (``kind`` "unsupported", "spawn_failed", "attach_timeout",
+    "node"); the message is the node's, naming it."""
+
+    def __init__(self, message: str, kind: str = "malformed"):
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.kind))
+
+
+class RemoteNodeClient:
+    """One driver link to the node at ``address`` (see the module docstring).
+
+    Args:
+        address: The node's ``(host, port)`` (its ``NodeEntry.ip``/``port``).
+        token: The cluster token (``auth_token.load_token()``).
+        timeout: Seconds for connecting and for each answer (``TimeoutError`` past it).
+        ssl_context: The client TLS context where TLS is on (``peer_channel.tls_contexts``).
+        source_address: The local address to bind (fake hosts on 127.0.0.x).
+
+    Raises (from the constructor): ``peer_channel.PeerAuthError`` (a wrong token, at
+    once), ``PeerRefused`` (versions, role), ``OSError``/``TimeoutError`` (unreachable).
+    """
+
+    def __init__(self, address: tuple[str, int], token: bytes, *,
+                 timeout: float = DEFAULT_TIMEOUT_S, ssl_context=None,
+                 source_address: tuple[str, int] | None = None):
+        self.address = (address[0], int(address[1]))
+        self.name = f"{address[0]}:{address[1]}"
+        self.timeout = timeout
+        hello = {"driver": {"host": socket.gethostname(), "pid": os.getpid()}}
+        self._channel = pc.connect(self.address, token, ROLE_DRIVER, hello=hello,
+                                   timeout=timeout, ssl_context=ssl_context,
+                                   source_address=source_address)
+        self._channel.set_send_timeout(timeout)
+        self._connect_args = (token, ssl_context, source_address)
+        self.node_id: str = str(self._channel.peer_hello.get("node_id", ""))
+        self._lock = threading.Lock()
+        self._req = 0
+        self._lost: str | None = None  # why the node is gone, once it is
+        self.leases: set[str] = set()  # granted here and not released yet
+
+    def __repr__(self) -> str:
+        state = "lost" if self._lost else ("closed" if self._channel.closed else "open")
+        return f"<RemoteNodeClient {self.name} {state} leases={len(self.leases)}>"
+
+    # -- requests -------------------------------------------------------------------------
+    def lease(self, request: dict, tag: str = "", timeout: float | None = None
+              ) -> RemoteGrant | RemoteDenial:
+        """Step 2: a lease of ``request`` on the node, or a denial with what it has free.
+        RemoteLeaseError (malformed, infeasible there), NodeDiedError, TimeoutError."""
+        answer = self._call("lease", (dict(request), str(tag)), timeout)
+        if answer[0] == "grant" and len(answer) == 4:
+            self.leases.add(answer[2])
+            return RemoteGrant(lease_id=answer[2], gpu_ids=list(answer[3]), node=self.name)
+        if answer[0] == "deny" and len(answer) == 3:
+            return RemoteDenial(available=dict(answer[2]), node=self.name)
+        raise self._unexpected(answer)
+
+    def release(self, lease_id: str, timeout: float | None = None) -> None:
+        """Step 3. RemoteLeaseError (kind "unknown_lease") if the node holds no such lease
+        for this link; NodeDiedError, TimeoutError."""
+        self.leases.discard(lease_id)
+        answer = self._call("release", (lease_id,), timeout)
+        if answer[0] != "released":
+            raise self._unexpected(answer)
+
+    def ping(self, timeout: float | None = None) -> float:
+        """Step 4: the round trip's seconds."""
+        t0 = time.perf_counter()
+        answer = self._call("ping", (), timeout)
+        if answer[0] != "pong":
+            raise self._unexpected(answer)
+        return time.perf_counter() - t0
+
+    def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
+        """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
+        (the caller owns the channels). RemoteLeaseError kind "unsupported" while the node
+        does not run workers for remote drivers; NodeDiedError, TimeoutError."""
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:
+            req = self._send("spawn", ())
+            answer = self._await(req, "spawn", timeout)
+            if answer[0] != "ticket" or len(answer) != 4:
+                raise self._unexpected(answer)
+            token, ssl_context, source = self._connect_args
+            channels: list[pc.PeerChannel] = []
+            try:
+                for role in ATTACH_ROLES:
+                    channels.append(pc.connect(
+                        self.address, token, ROLE_ATTACH, hello={"ticket": answer[2],
+                                                                 "fd": role},
+                        timeout=timeout, ssl_context=ssl_context, source_address=source))
+                answer = self._await(req, "spawn", timeout)
+            except BaseException:
+                for channel in channels:
+                    channel.close()
+                raise
+            if answer[0] != "spawned" or len(answer) != 3:
+                for channel in channels:
+                    channel.close()
+                raise self._unexpected(answer)
+            return answer[2], channels
+
+    def _send(self, op: str, args: tuple) -> int:
+        """Under the lock: send a request; its number."""
+        self._check()
+        self._req += 1
+        req = self._req
+        try:
+            self._channel.send((op, req, *args))
+        except (pc.PeerClosed, OSError, TimeoutError) as error:
+            raise self._lose(f"sending to it failed ({error})") from None
+        return req
+
+    def _call(self, op: str, args: tuple, timeout: float | None) -> tuple:
+        timeout = self.timeout if timeout is None else timeout
+        with self._lock:
+            return self._await(self._send(op, args), op, timeout)
+
+    def _await(self, req: int, op: str, timeout: float) -> tuple:
+        """Under the lock: the next answer to request ``req``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
+                                   f"within {timeout:g} s")
+            try:
+                answer = self._channel.recv(timeout=left)
+            except TimeoutError:
+                raise TimeoutError(f"the node at {self.name} did not answer {op!r} "
+                                   f"within {timeout:g} s") from None
+            except (pc.PeerClosed, pc.PeerAuthError, OSError) as error:
+                raise self._lose(f"its link closed ({error})") from None
+            if not isinstance(answer, tuple) or len(answer) < 2:
+                raise self._unexpected(answer)
+            if answer[0] == "fenced":
+                raise self._lose(f"it dropped this driver's link: {answer[1]}")
+            if answer[1] != req:
+                continue  # the late answer of a request that timed out
+            if answer[0] == "error" and len(answer) == 4:
+                raise RemoteLeaseError(f"the node at {self.name} refused {op!r}: "
+                                       f"{answer[3]}", kind=str(answer[2]))
+            return answer
+
+    # -- loss -----------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._lost is not None:
+            raise NodeDiedError(self._lost)
+        if self._channel.closed:
+            raise NodeDiedError(f"the link to the node at {self.name} was closed by this "
+                                "driver")
+
+    def _lose(self, why: str) -> NodeDiedError:
+        if self._lost is None:
+            self._lost = (f"The node at {self.name} (node id {self.node_id[:12] or '?'}) is "
+                          f"lost: {why}. Its leases for this driver are gone.")
+            self.leases.clear()
+            self._channel.close()
+        return NodeDiedError(self._lost)
+
+    def node_dead(self, reason: str) -> None:
+        """The cluster view says the node is dead (NODE_DEAD): later calls raise
+        NodeDiedError with ``reason``; the link is closed."""
+        self._lose(f"the cluster holds it dead: {reason}")
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def _unexpected(self, answer) -> Exception:
+        return self._lose(f"it answered with {answer!r:.80}, not a miniray node's answer")
+
+    def close(self) -> None:
+        """Close the link; the node releases every lease still held (step 5)."""
+        self.leases.clear()
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

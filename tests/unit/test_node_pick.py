@@ -1,0 +1,132 @@
+"""core/node_pick.pick_node: one test per placement rule (peering design 4.3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from miniray._private.core.cluster_view import NodeEntry
+from miniray._private.core.node_pick import Placement, pick_node
+from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+
+def node(node_id, cpu=4.0, free=None, gpu=0.0, gpu_free=None, alive=True, **extra):
+    ip = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.3", "g": "10.0.0.9"}.get(node_id,
+                                                                               "10.0.0.8")
+    totals = {"CPU": cpu, f"node:{ip}": 1.0, **extra}
+    available = {"CPU": cpu if free is None else free, f"node:{ip}": 1.0, **extra}
+    if gpu:
+        totals["GPU"] = gpu
+        available["GPU"] = gpu if gpu_free is None else gpu_free
+    return NodeEntry(node_id, ip, 6379, totals=totals, available=available, alive=alive)
+
+
+def test_local_first_when_it_has_room_now():
+    assert pick_node({"CPU": 1}, "a", [node("a"), node("b")]) == Placement("node", "a")
+
+
+def test_zero_amounts_and_an_empty_request_fit_anywhere():
+    assert pick_node({"CPU": 0}, "a", [node("a", free=0)]).node_id == "a"
+
+
+def test_remote_with_room_when_local_is_full_lowest_utilization_first():
+    view = [node("a", free=0), node("b", cpu=4, free=1), node("c", cpu=4, free=3)]
+    assert pick_node({"CPU": 1}, "a", view) == Placement("node", "c")
+
+
+def test_ties_are_broken_by_node_id_for_a_stable_answer():
+    view = [node("a", free=0), node("c"), node("b")]
+    assert pick_node({"CPU": 1}, "a", view).node_id == "b"
+
+
+def test_argument_bytes_already_there_come_before_utilization():
+    view = [node("a", free=0), node("b", free=1), node("c", free=4)]
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"b": 10 << 20}).node_id == "b"
+
+
+def test_cpu_only_work_avoids_gpu_nodes_while_others_have_room():
+    view = [node("a", free=0), node("g", gpu=2), node("b", free=1)]
+    assert pick_node({"CPU": 1}, "a", view).node_id == "b"
+    view = [node("a", free=0), node("g", gpu=2), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", view).node_id == "g"  # none other has room
+
+
+def test_gpu_work_goes_to_a_gpu_node():
+    view = [node("a"), node("g", gpu=2, gpu_free=1)]
+    assert pick_node({"CPU": 1, "GPU": 1}, "a", view).node_id == "g"
+    assert pick_node({"GPU": 0.5}, "a", view).node_id == "g"
+
+
+def test_a_node_ip_resource_decides_the_node():
+    view = [node("a"), node("b"), node("c")]
+    assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).node_id == "c"
+    view[2] = node("c", free=0)
+    assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view) == Placement(
+        "wait", None, pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).reason)
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_node_affinity_decides_first(as_dict):
+    strategy = ({"node_id": "c", "soft": False} if as_dict
+                else NodeAffinitySchedulingStrategy(node_id="c", soft=False))
+    view = [node("a"), node("b"), node("c", free=1)]
+    assert pick_node({"CPU": 1}, "a", view, strategy) == Placement("node", "c")
+    view[2] = node("c", free=0)
+    assert pick_node({"CPU": 1}, "a", view, strategy).action == "wait"
+    assert pick_node({"CPU": 1}, "a", view, strategy).node_id == "c"
+
+
+def test_hard_affinity_to_a_dead_or_unknown_or_small_node_is_infeasible():
+    strategy = NodeAffinitySchedulingStrategy(node_id="c", soft=False)
+    dead = pick_node({"CPU": 1}, "a", [node("a"), node("c", alive=False)], strategy)
+    assert dead.action == "infeasible" and "not alive" in dead.reason
+    small = pick_node({"CPU": 8}, "a", [node("a", cpu=16), node("c")], strategy)
+    assert small.action == "infeasible" and "lacks 8 CPU" in small.reason
+
+
+def test_soft_affinity_falls_back_to_the_other_rules():
+    strategy = NodeAffinitySchedulingStrategy(node_id="zz", soft=True)
+    assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], strategy).node_id == "a"
+
+
+def test_spread_rotates_among_equally_used_nodes_local_included():
+    view = [node("a"), node("b"), node("c")]
+    picked = [pick_node({"CPU": 1}, "a", view, "SPREAD", turn=t).node_id for t in range(6)]
+    assert picked == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_spread_prefers_the_least_used_node():
+    view = [node("a", free=1), node("b", free=2), node("c", free=4)]
+    assert {pick_node({"CPU": 1}, "a", view, "SPREAD", turn=t).node_id
+            for t in range(3)} == {"c"}
+
+
+def test_wait_locally_when_the_local_node_has_the_totals():
+    view = [node("a", free=0), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", view) == Placement("wait", "a", pick_node(
+        {"CPU": 1}, "a", view).reason)
+
+
+def test_wait_for_a_view_change_when_only_a_remote_node_has_the_totals():
+    view = [node("a", cpu=1), node("b", cpu=8, free=0)]
+    placed = pick_node({"CPU": 4}, "a", view)
+    assert placed.action == "wait" and placed.node_id is None and "10.0.0.2" in placed.reason
+
+
+def test_infeasible_everywhere_names_every_nodes_totals():
+    view = [node("a", cpu=2), node("b", cpu=4), node("c", cpu=64, alive=False)]
+    placed = pick_node({"CPU": 8}, "a", view)
+    assert placed.action == "infeasible"
+    assert "8 CPU" in placed.reason
+    assert "10.0.0.1 has 2 CPU" in placed.reason and "10.0.0.2 has 4 CPU" in placed.reason
+    assert "10.0.0.3" not in placed.reason  # dead nodes do not count
+    assert "node:" not in placed.reason
+
+
+def test_a_dead_node_is_never_picked():
+    view = [node("a", free=0), node("b", alive=False)]
+    assert pick_node({"CPU": 1}, "a", view).action == "wait"
+
+
+def test_a_driver_without_a_local_node():
+    assert pick_node({"CPU": 1}, None, [node("b", free=0), node("c")]).node_id == "c"
+    assert pick_node({"CPU": 1}, None, [node("b", free=0)]).action == "wait"

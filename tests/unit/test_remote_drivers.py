@@ -1,0 +1,488 @@
+"""node/remote_drivers.py: the pure checks, and the ``driver`` role served by a Peering on a
+selector stepped in a thread of this process, against a real ledger file (no node
+processes). The client is transport/remote_node.RemoteNodeClient. Bounded loops throughout."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import selectors
+import threading
+import time
+
+import pytest
+
+from miniray._private.core.cluster_view import NodeEntry
+from miniray._private.ledger.ledger import Ledger
+from miniray._private.node import peering
+from miniray._private.node import remote_drivers as rd
+from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
+from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import (
+    RemoteDenial,
+    RemoteGrant,
+    RemoteLeaseError,
+    RemoteNodeClient,
+)
+from miniray.exceptions import NodeDiedError
+
+TOKEN = b"d" * 40
+
+
+# ------------------------------------------------------------------------------ pure parts
+def test_check_request_accepts_amounts_and_drops_zeros():
+    assert rd.check_request({"CPU": 1, "GPU": 0, "x": 0.5}, {"CPU": 2.0, "x": 1.0}) == (
+        {"CPU": 1.0, "x": 0.5}, None)
+    assert rd.check_request({}, {"CPU": 2.0}) == ({}, None)
+
+
+@pytest.mark.parametrize("request_, kind, words", [
+    ([("CPU", 1)], "malformed", "dict"),
+    ({"CPU": -1}, "malformed", ">= 0"),
+    ({"CPU": math.nan}, "malformed", "finite"),
+    ({"CPU": math.inf}, "malformed", "finite"),
+    ({"CPU": "1"}, "malformed", "number"),
+    ({"CPU": True}, "malformed", "number"),
+    ({1: 1}, "malformed", "names"),
+    ({"": 1}, "malformed", "names"),
+    ({"TPU": 1}, "infeasible", "no TPU"),
+    ({"CPU": 3}, "infeasible", "only 2 CPU (asked 3)"),
+])
+def test_check_request_names_what_is_wrong(request_, kind, words):
+    clean, problem = rd.check_request(request_, {"CPU": 2.0})
+    assert clean is None and problem[0] == kind and words in problem[1], problem
+
+
+@pytest.mark.parametrize("message, ok", [
+    (("lease", 1, {"CPU": 1}, "t"), True), (("release", 2, "ab"), True), (("ping", 3), True),
+    (("lease", 1, {"CPU": 1}), False), (("lease", 1, {}, 5), False), (("release", 2, 7), False),
+    (("nope", 4), False), ([], False), ("lease", False), ((), False), ((5,), False),
+])
+def test_parse_message(message, ok):
+    op, req, rest = rd.parse_message(message)
+    assert (op is not None) == ok, (message, rest)
+    if not ok:
+        assert isinstance(rest, str) and rest
+
+
+def test_check_hello():
+    assert rd.check_hello({"driver": {"host": "h", "pid": 3}}) is None
+    for bad in ({}, {"driver": None}, {"driver": {"host": "h"}},
+                {"driver": {"host": "h", "pid": True}}, {"driver": {"host": 1, "pid": 1}}):
+        assert "driver" in rd.check_hello(bad)
+
+
+def test_driver_leases_keeps_links_apart_and_bounded():
+    book = rd.DriverLeases(limit=2)
+    book.add("a", "1", "h1")
+    book.add("a", "2")
+    book.add("b", "3")
+    assert not book.room("a") and book.room("b")
+    assert book.remove("b", "1") == (False, None)  # another link's lease: unknown to b
+    assert book.remove("a", "1") == (True, "h1")
+    assert book.remove("a", "1") == (False, None)
+    assert book.count() == 2 and book.take("a") == ["2"] and book.take("a") == []
+    assert book.links() == ["b"]
+
+
+# ------------------------------------------------------------------- the role, in-process
+class Node:
+    """A head Peering with a real ledger, its loop stepped in a thread."""
+
+    def __init__(self, tmp_path, totals=None):
+        self.ledger = Ledger.create(str(tmp_path / "ledger.json"), totals or {"CPU": 2.0}, {})
+        self.listener = peering.bind_listener("127.0.0.1", 0)
+        self.port = self.listener.getsockname()[1]
+        self.entry = NodeEntry(node_id="n" * 16, ip="127.0.0.1", port=self.port, is_head=True,
+                               totals=dict(totals or {"CPU": 2.0}), incarnation=1)
+        self.sel = selectors.DefaultSelector()
+        self.peering = peering.Peering(entry=self.entry, listener=self.listener, token=TOKEN,
+                                       session_dir=str(tmp_path), ledger=self.ledger)
+        self.peering.register(self.sel, lambda: None)
+        self._stop = threading.Event()
+        self._paused = threading.Event()
+        self.calls: list = []
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            for key, _ in self.sel.select(0.01):
+                key.data(key.fileobj)
+            self.peering.tick(time.monotonic())
+            while self.calls:
+                self.calls.pop(0)()
+
+    def on_loop(self, fn, timeout=5.0):
+        """Run ``fn`` on the loop's thread; its result."""
+        done = threading.Event()
+        box = []
+        self.calls.append(lambda: (box.append(fn()), done.set()))
+        assert done.wait(timeout)
+        return box[0]
+
+    def client(self, **kw) -> RemoteNodeClient:
+        return RemoteNodeClient(("127.0.0.1", self.port), kw.pop("token", TOKEN), timeout=5.0,
+                                **kw)
+
+    def leases(self) -> dict:
+        return self.ledger.snapshot().leases
+
+    def close(self):
+        self._stop.set()
+        self.thread.join(5)
+        self.peering.close("the test ended")
+        self.sel.close()
+
+
+def wait_until(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+@pytest.fixture
+def node(tmp_path):
+    n = Node(tmp_path)
+    yield n
+    n.close()
+    assert n.leases() == {}, "a remote lease outlived the node's links"
+
+
+def test_lease_grant_release_and_the_holder_names_the_driver(node):
+    with node.client() as client:
+        assert client.node_id == node.entry.node_id
+        grant = client.lease({"CPU": 1}, tag="f")
+        assert isinstance(grant, RemoteGrant) and grant.gpu_ids == []
+        (lease,) = node.leases().values()
+        assert lease.lease_id == grant.lease_id
+        assert lease.holder_pid == node.peering.drivers.node_pid
+        assert lease.tag.startswith("remote driver 127.0.0.1 pid ") and lease.tag.endswith(": f")
+        assert node.ledger.available() == {"CPU": 1.0}
+        (name, ids), = node.on_loop(node.peering.drivers.leases_of).items()
+        assert ids == [grant.lease_id] and lease.tag.startswith(name)
+        client.release(grant.lease_id)
+        assert node.leases() == {}
+        with pytest.raises(RemoteLeaseError) as info:
+            client.release(grant.lease_id)
+        assert info.value.kind == "unknown_lease"
+        assert client.ping() < 5.0
+
+
+def test_gpu_leases_name_their_gpu_ids(tmp_path):
+    n = Node(tmp_path, totals={"CPU": 2.0, "GPU": 2.0})
+    try:
+        with n.client() as client:
+            first = client.lease({"GPU": 1})
+            second = client.lease({"GPU": 0.5, "CPU": 1})
+            assert first.gpu_ids == ["0"] and second.gpu_ids == ["1"]
+            with pytest.raises(RemoteLeaseError, match="GPU") as info:
+                client.lease({"GPU": 1.5})  # the ledger's own rule: whole GPUs above 1
+            assert info.value.kind == "malformed"
+            assert isinstance(client.lease({"GPU": 1}), RemoteDenial)
+    finally:
+        n.close()
+    assert n.leases() == {}
+
+
+def test_deny_when_full_says_what_is_free(node):
+    with node.client() as client:
+        assert isinstance(client.lease({"CPU": 1.5}), RemoteGrant)
+        denial = client.lease({"CPU": 1})
+        assert isinstance(denial, RemoteDenial) and denial.available == {"CPU": 0.5}
+        assert len(node.leases()) == 1
+        assert node.peering.statistics()["remote_drivers"]["denied"] == 1
+
+
+@pytest.mark.parametrize("request_, kind", [
+    ({"CPU": -1}, "malformed"), ({"CPU": float("nan")}, "malformed"),
+    ({"GPU": 1}, "infeasible"), ({"CPU": 64}, "infeasible"), ({"CPU": "x"}, "malformed"),
+])
+def test_bad_requests_get_an_error_and_the_link_stays(node, request_, kind):
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError) as info:
+            client.lease(request_)
+        assert info.value.kind == kind and "127.0.0.1" in str(info.value)
+        assert pickle.loads(pickle.dumps(info.value)).kind == kind
+        assert isinstance(client.lease({"CPU": 1}), RemoteGrant)  # still served
+    assert wait_until(lambda: node.leases() == {})
+
+
+def test_another_drivers_lease_cannot_be_released(node):
+    with node.client() as a, node.client() as b:
+        grant = a.lease({"CPU": 1})
+        with pytest.raises(RemoteLeaseError):
+            b.release(grant.lease_id)
+        assert grant.lease_id in node.leases()
+
+
+def test_closing_the_link_releases_every_lease_of_that_driver_only(node):
+    a = node.client()
+    b = node.client()
+    a.lease({"CPU": 0.5})
+    a.lease({"CPU": 0.5})
+    kept = b.lease({"CPU": 0.5})
+    a.close()
+    assert wait_until(lambda: list(node.leases()) == [kept.lease_id])
+    b.close()
+    assert wait_until(lambda: node.leases() == {})
+
+
+def test_nonsense_from_an_authenticated_driver_is_answered_not_obeyed(node):
+    channel = pc.connect(("127.0.0.1", node.port), TOKEN, "driver",
+                         hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
+    try:
+        for message in [("lease", 1), ["lease"], ("reboot", 2), 42, ("release", 3, None),
+                        ("lease", 4, {"CPU": 1}, None)]:
+            channel.send(message)
+            answer = channel.recv(timeout=5)
+            assert answer[0] == "error" and answer[2] == "malformed", (message, answer)
+        channel.send(("ping", 9))
+        assert channel.recv(timeout=5) == ("pong", 9, node.entry.node_id)
+    finally:
+        channel.close()
+
+
+def test_a_frame_that_fails_its_mac_closes_the_link_and_frees_its_leases(node):
+    client = node.client()
+    client.lease({"CPU": 1})
+    sock = client._channel._sock
+    sock.sendall(b"\x00" * 64)  # not a frame of this link: the MAC check fails
+    assert wait_until(lambda: node.leases() == {})
+    with pytest.raises(NodeDiedError):
+        client.lease({"CPU": 1})
+    client.close()
+
+
+def test_a_bad_driver_hello_and_a_wrong_token_are_refused(node):
+    with pytest.raises(pc.PeerRefused, match="driver"):
+        pc.connect(("127.0.0.1", node.port), TOKEN, "driver", hello={}, timeout=5)
+    t0 = time.monotonic()
+    with pytest.raises(pc.PeerAuthError):
+        node.client(token=b"w" * 40)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_fencing_releases_everything_and_tells_the_driver(node):
+    client = node.client()
+    client.lease({"CPU": 1})
+    client.lease({"CPU": 1})
+    released = node.on_loop(lambda: node.peering.drivers.fence("the head holds this node dead"))
+    assert released == 2 and node.leases() == {}
+    with pytest.raises(NodeDiedError, match="head holds this node dead"):
+        client.ping()
+    with pytest.raises(NodeDiedError):
+        client.lease({"CPU": 1})
+    client.close()
+
+
+def test_a_fenced_node_refuses_new_drivers_until_it_rejoined(node):
+    node.on_loop(lambda: node.peering.drivers.fence("the head holds this node dead"))
+    late = node.client()
+    with pytest.raises(NodeDiedError, match="has not rejoined yet"):
+        late.ping()
+    late.close()
+    node.on_loop(node.peering.drivers.resume)
+    with node.client() as again:
+        assert isinstance(again.lease({"CPU": 1}), RemoteGrant)
+
+
+def test_node_dead_from_the_view_fails_later_calls_naming_the_node(node):
+    client = node.client()
+    client.node_dead("missed heartbeats")
+    with pytest.raises(NodeDiedError, match=f"127.0.0.1:{node.port}.*missed heartbeats"):
+        client.lease({"CPU": 1})
+    client.close()
+
+
+def test_a_timeout_leaves_the_link_usable(node):
+    with node.client() as client:
+        node.calls.append(lambda: time.sleep(0.5))  # the node's loop is busy for 0.5 s
+        with pytest.raises(TimeoutError, match="did not answer"):
+            client.ping(timeout=0.05)
+        assert client.ping() < 5.0  # the late pong was skipped
+
+
+# ------------------------------------------------------------------ step 8: spawn tickets
+def test_ticket_book_rules():
+    book = TicketBook(ttl=5.0, per_link=2)
+    a = book.issue("A", 1, "10.0.0.1", 0.0, "t1")
+    assert book.issue("A", 2, "10.0.0.1", 0.0, "t2") is not None
+    assert book.issue("A", 3, "10.0.0.1", 0.0, "t3") is None  # rule 1
+    assert book.attach("t9", "data", "10.0.0.1", 1.0, "x")[0] == "unknown"
+    assert book.attach("t1", "bogus", "10.0.0.1", 1.0, "x")[0] == "refused"
+    assert book.attach("t1", "data", "10.0.0.2", 1.0, "x")[0] == "refused"  # another host
+    assert book.attach("t1", "data", "10.0.0.1", 1.0, "d")[0] == "waiting"
+    assert book.attach("t1", "data", "10.0.0.1", 1.0, "d2")[0] == "refused"  # twice
+    assert book.next_deadline() == 5.0
+    assert book.attach("t1", "stdout", "10.0.0.1", 5.0, "o")[0] == "unknown"  # expired
+    assert [t.ticket for t in book.expired(5.0)] == ["t1", "t2"] and len(book) == 0
+    assert a.parts == {"data": "d"}
+    book.issue("B", 1, "h", 0.0, "u1")
+    assert [t.ticket for t in book.drop_link("B")] == ["u1"] and book.next_deadline() is None
+
+
+def test_check_attach_hello():
+    assert rd.check_attach_hello({"ticket": "a" * 32, "fd": "data"}) is None
+    for bad in ({}, {"ticket": "a" * 32}, {"ticket": "short", "fd": "data"},
+                {"ticket": "a" * 32, "fd": "stdin"}, {"ticket": 5, "fd": "data"}):
+        assert "attach" in rd.check_attach_hello(bad)
+
+
+def test_spawn_is_unsupported_without_a_spawner(node):
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError) as info:
+            client.spawn()
+        assert info.value.kind == "unsupported"
+        assert client.ping() < 5.0
+
+
+class FakeSpawner:
+    def __init__(self, answer=4242):
+        self.answer = answer
+        self.calls = []
+
+    def __call__(self, channels, name, done):
+        self.calls.append((channels, name))
+        done(self.answer)
+
+
+def test_spawn_hands_four_authenticated_channels_to_the_spawner(node):
+    spawner = FakeSpawner()
+    node.peering.drivers.spawner = spawner
+    with node.client() as client:
+        pid, mine = client.spawn()
+        try:
+            assert pid == 4242 and len(mine) == 4
+            (theirs, name), = spawner.calls
+            assert name.startswith("remote driver 127.0.0.1 pid ")
+            assert [c.peer_hello["fd"] for c in theirs] == list(ATTACH_ROLES)
+            # Each pair speaks MAC'd frames with keys that never crossed the wire.
+            for here, there in zip(mine, theirs):
+                here.send(("hello", here.role))
+                assert there.recv(timeout=5) == ("hello", "attach")
+                there.send(b"back")
+                assert here.recv(timeout=5) == b"back"
+        finally:
+            for channel in mine + spawner.calls[0][0]:
+                channel.close()
+        assert node.peering.drivers.statistics()["spawned"] == 1
+        assert node.peering.drivers.statistics()["tickets"] == 0
+
+
+def test_a_failed_spawn_is_the_drivers_error(node):
+    node.peering.drivers.spawner = FakeSpawner(answer="the fork server is gone")
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError, match="fork server is gone") as info:
+            client.spawn()
+        assert info.value.kind == "spawn_failed"
+
+
+def _ticket(node, client):
+    with client._lock:
+        req = client._send("spawn", ())
+        answer = client._await(req, "spawn", 5.0)
+    assert answer[0] == "ticket"
+    return req, answer[2]
+
+
+def _attach(node, ticket, fd, source="127.0.0.1"):
+    return pc.connect(("127.0.0.1", node.port), TOKEN, "attach",
+                      hello={"ticket": ticket, "fd": fd}, timeout=5,
+                      source_address=(source, 0))
+
+
+def _closed_by_node(channel) -> bool:
+    try:
+        channel.recv(timeout=3)
+    except pc.PeerClosed:
+        return True
+    return False
+
+
+def test_attach_connections_that_match_no_ticket_are_closed(node):
+    node.peering.drivers.spawner = FakeSpawner()
+    stray = _attach(node, "f" * 32, "data")
+    assert _closed_by_node(stray)
+    stray.close()
+    with node.client() as client:
+        _req, ticket = _ticket(node, client)
+        other_host = _attach(node, ticket, "data", source="127.0.0.2")
+        assert _closed_by_node(other_host)  # the ticket is bound to the driver's host
+        other_host.close()
+
+
+def test_an_incomplete_ticket_times_out_and_closes_what_came(tmp_path):
+    n = Node(tmp_path)
+    try:
+        n.peering.drivers.spawner = FakeSpawner()
+        n.peering.drivers._tickets.ttl = 0.3
+        with n.client() as client:
+            req, ticket = _ticket(n, client)
+            part = _attach(n, ticket, "data")
+            with client._lock:
+                with pytest.raises(RemoteLeaseError, match="did not all arrive") as info:
+                    client._await(req, "spawn", 5.0)
+            assert info.value.kind == "attach_timeout"
+            assert _closed_by_node(part)
+            part.close()
+    finally:
+        n.close()
+
+
+def test_the_driver_link_closing_closes_its_tickets_connections(node):
+    node.peering.drivers.spawner = FakeSpawner()
+    client = node.client()
+    _req, ticket = _ticket(node, client)
+    part = _attach(node, ticket, "data")
+    assert wait_until(lambda: node.peering.drivers.statistics()["tickets"] == 1)
+    client.close()
+    assert _closed_by_node(part)
+    part.close()
+    assert wait_until(lambda: node.peering.drivers.statistics()["tickets"] == 0)
+
+
+def test_driver_links_get_tcp_keepalive_from_the_dead_after_setting(tmp_path, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("MINIRAY_NODE_DEAD_AFTER_S", "2")
+    n = Node(tmp_path)
+    try:
+        with n.client():
+            assert wait_until(lambda: n.peering.drivers.statistics()["links"] == 1)
+            fd = n.on_loop(lambda: next(iter(n.peering.drivers._links)))
+            sock = socket.socket(fileno=os.dup(fd))
+            try:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 2
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 5000
+            finally:
+                sock.close()
+    finally:
+        n.close()
+
+
+def test_a_driver_that_stops_reading_is_dropped_and_its_leases_freed(tmp_path, monkeypatch):
+    monkeypatch.setattr(rd, "SEND_TIMEOUT_S", 0.3)
+    n = Node(tmp_path)
+    try:
+        channel = pc.connect(("127.0.0.1", n.port), TOKEN, "driver",
+                             hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
+        channel.send(("lease", 1, {"CPU": 1}, "t"))
+        assert channel.recv(timeout=5)[0] == "grant"
+        big = b"x" * (1 << 20)  # echoed back in each error: the answers pile up unread
+        channel.set_send_timeout(5)
+        with pytest.raises((pc.PeerClosed, TimeoutError, OSError)):
+            for _ in range(64):
+                channel.send(("nope", big))
+        assert wait_until(lambda: n.leases() == {}, 10.0)
+        channel.close()
+        with n.client() as other:  # the loop still serves everyone else
+            assert other.ping() < 5.0
+    finally:
+        n.close()
