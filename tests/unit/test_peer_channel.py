@@ -1067,3 +1067,64 @@ def test_compare_digest_is_used_for_every_check():
     source = inspect.getsource(peer_wire)
     assert source.count("hmac.compare_digest") >= 4
     assert hmac.compare_digest(pc.DECLINE, bytes(32))
+
+
+# ---------------------------------------------------------------- hand-over (remote workers)
+def test_handover_moves_a_channel_to_another_socket_object_with_its_frame_state():
+    client, server = channel_pair()
+    try:
+        client.send("before")
+        assert server.recv(timeout=5) == "before"
+        server.send("answer")
+        assert client.recv(timeout=5) == "answer"
+        fd, state = server.handover()
+        assert server.closed and state["seqs"] == (2, 2)  # the hellos count
+        # The connection itself is open: the rebuilt end continues the sequence numbers.
+        moved = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+        client.send({"n": 1})
+        assert moved.recv(timeout=5) == {"n": 1}
+        moved.send(b"back")
+        assert client.recv(timeout=5) == b"back"
+        framed = pc.FramedPeer(moved)
+        client.send_bytes(b"a")
+        client.send_bytes(b"b")
+        time.sleep(0.05)
+        assert framed.recv() == [b"a", b"b"]
+        assert framed.recv_ready() == ([], False)
+        framed.send_frames([b"x", b"y"])
+        assert [client.recv_bytes(timeout=5) for _ in range(2)] == [b"x", b"y"]
+        client.close()
+        with pytest.raises(EOFError):
+            framed.recv()
+        framed.close()
+    finally:
+        client.close()
+        server.close()
+
+
+def test_handover_refuses_unread_bytes_and_a_rebuilt_end_rejects_a_tampered_frame():
+    client, server = channel_pair()
+    try:
+        client.send_bytes(b"unread")
+        assert server.recv_bytes(timeout=5) == b"unread"
+        fd, state = server.handover()
+        moved = pc.FramedPeer(pc.PeerChannel.from_state(socket.socket(fileno=fd), state))
+        header, payload, tag = client._writer.encode(b"x" * 10)
+        bad = bytes([tag[0] ^ 1]) + tag[1:]
+        pc._send_all(client._sock, header + payload + bad)
+        with pytest.raises(pc.PeerAuthError):  # an OSError: the worker's loop ends on it
+            moved.recv()
+        assert moved.channel.closed
+    finally:
+        client.close()
+        server.close()
+    a, b = channel_pair()
+    try:
+        a.send_bytes(b"pending")
+        time.sleep(0.05)
+        b._read_once(time.monotonic() + 1)  # read but not taken
+        with pytest.raises(ValueError, match="not taken"):
+            b.handover()
+    finally:
+        a.close()
+        b.close()

@@ -4,7 +4,10 @@ Owns: running the handshake of ``peer_wire.py`` on a socket with one deadline
 (``connect``, ``accept``), the HELLO that follows it (step 7 below), the channel that sends
 and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, or from a
 selector loop; large payloads straight into the caller's buffer), the bound on concurrent
-handshakes of a listener (``HandshakeGate``), and the TLS contexts. Re-exports every name of
+handshakes of a listener (``HandshakeGate``), handing a channel over to another process
+(``PeerChannel.handover`` / ``from_state``: the fd plus both keys and sequence numbers,
+for a node's remote worker), ``FramedPeer`` (a channel behind ``framing.FramedSocket``'s
+interface, for that worker's data and control), and the TLS contexts. Re-exports every name of
 ``peer_wire.py`` (errors, handshake and frame classes), so callers import this module only.
 Does not own: the wire format (``peer_wire.py``), the token and TLS settings
 (``host/auth_token.py``), the version rule (``core/protocol.version_policy``), listening
@@ -67,7 +70,7 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
 
 __all__ = [
     "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
-    "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
+    "FramedPeer", "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
     "RefusalLog", "ServerHandshake", "accept", "client_ssl_context", "connect", "derive_keys",
     "server_ssl_context", "tls_contexts",
 ]  # fmt: skip
@@ -195,6 +198,7 @@ class PeerChannel:
     def __init__(self, sock, keys: tuple[bytes, bytes], *, address: str, role: str = "",
                  max_frame: int = DEFAULT_MAX_FRAME):
         self._sock = sock
+        self._keys = (bytes(keys[0]), bytes(keys[1]))  # (send, receive): for ``handover``
         self._writer = FrameWriter(keys[0])
         self._reader = FrameReader(keys[1], max_frame)
         self._send_lock = threading.Lock()
@@ -383,6 +387,41 @@ class PeerChannel:
         if not messages and (self._eof or self._closed):
             raise PeerClosed(f"{self.address} closed the connection")
         return messages
+
+    # ---------------------------------------------------------------- hand-over
+    def handover(self) -> tuple[int, dict]:
+        """Give this connection to another process: ``(fd, state)``. The channel is closed
+        here without shutting the connection down; the caller owns ``fd`` (pass it with
+        SCM_RIGHTS, then close it) and passes ``state`` (both keys and both sequence
+        numbers: secret, so only over a same-uid local socket, never on the wire) to
+        ``from_state`` there. ValueError for a TLS channel (its session cannot move) or one
+        with received bytes not yet taken (they would be lost)."""
+        with self._send_lock:
+            if self._closed:
+                raise ValueError(f"the channel to {self.address} is closed")
+            if self.tls:
+                raise ValueError("a TLS channel cannot be handed to another process")
+            if self._ready or self._reader._buffer or self._reader._size >= 0:
+                raise ValueError(f"the channel to {self.address} has received bytes not "
+                                 "taken yet; hand it over before the peer sends more")
+            state = {"keys": self._keys, "seqs": (self._writer.seq, self._reader.seq),
+                     "max_frame": self._reader.max_frame, "address": self.address,
+                     "role": self.role}
+            self._closed = True
+            self._reader.close()
+            fd = self._sock.detach()
+        return fd, state
+
+    @classmethod
+    def from_state(cls, sock, state: dict) -> PeerChannel:
+        """The channel ``handover`` gave away, rebuilt on ``sock`` (the passed fd) in this
+        process: the next frame each way carries the sequence number the old end would
+        have used."""
+        channel = cls(sock, state["keys"], address=str(state.get("address", "")),
+                      role=str(state.get("role", "")),
+                      max_frame=int(state.get("max_frame", DEFAULT_MAX_FRAME)))
+        channel._writer.seq, channel._reader.seq = (int(n) for n in state["seqs"])
+        return channel
 
     # ---------------------------------------------------------------- closing
     def close(self) -> None:
@@ -694,6 +733,64 @@ def _local_name(sock) -> str:
         return f"{host}:{port}"
     except (OSError, ValueError, TypeError):
         return "this host"
+
+
+# ------------------------------------------------------------ framed-socket adapter
+class FramedPeer:
+    """A ``PeerChannel`` behind the interface of ``framing.FramedSocket`` (blocking side:
+    ``send``, ``send_frames``, ``recv``, ``recv_ready``, ``recv_bytes``, ``fileno``,
+    ``close``): a remote worker's data and control connections, whose every frame is
+    MAC'd and checked before the caller unpickles it. A frame that fails its check closes
+    the channel and raises PeerAuthError (an OSError: the worker's loop ends on it)."""
+
+    __slots__ = ("channel", "fd")
+
+    def __init__(self, channel: PeerChannel):
+        channel.setblocking(True)
+        self.channel = channel
+        self.fd = channel.fileno()
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def send(self, data) -> None:
+        self.channel.send_bytes(data)
+
+    def send_frames(self, frames: list) -> None:
+        for data in frames:
+            self.channel.send_bytes(data)
+
+    def recv(self) -> list:
+        """Block for at least one verified frame; EOFError when the peer closed."""
+        try:
+            frames = [bytes(self.channel.recv_bytes())]
+        except PeerClosed:
+            raise EOFError("peer closed the socket") from None
+        ready = self.channel._ready
+        while ready:
+            frames.append(bytes(ready.popleft()))
+        return frames
+
+    def recv_bytes(self) -> bytes:
+        """One verified frame (``multiprocessing.connection.Connection``'s call)."""
+        try:
+            return bytes(self.channel.recv_bytes())
+        except PeerClosed:
+            raise EOFError("peer closed the socket") from None
+
+    def recv_ready(self) -> tuple[list, bool]:
+        """Every verified frame available now, and whether the peer closed."""
+        frames = []
+        try:
+            while True:
+                frames.append(bytes(self.channel.recv_bytes(timeout=0)))
+        except TimeoutError:
+            return frames, False
+        except (PeerClosed, OSError):
+            return frames, True
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 # ----------------------------------------------------------------------- listener support
