@@ -155,6 +155,7 @@ class NodeServer:
         self._leaving: list[_Driver] = []
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
+        self._remote_spawns: dict[int, tuple] = {}  # fork-server req -> (done, driver name)
         self._stop = False
         self.stop_reason: str | None = None  # told to the drivers (NODE_STOPPING) at close()
         self.fatal: str | None = None
@@ -203,9 +204,45 @@ class NodeServer:
             os.write(self._wake_w, b"x")
 
     def attach_peering(self, peering) -> None:
-        """Serve ``peering`` (the TCP listener, joins, heartbeats) in this loop."""
+        """Serve ``peering`` (the TCP listener, joins, heartbeats) in this loop; remote
+        drivers' workers are forked by this node's fork server (``_remote_spawn``), except
+        with TLS (a TLS session cannot be handed to another process)."""
         self.peering = peering
+        drivers = getattr(peering, "drivers", None)
+        if drivers is not None and not getattr(peering, "_tls", None):
+            drivers.spawner = self._remote_spawn
+            drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
         peering.register(self._sel, self.wake)
+
+    def _remote_spawn(self, channels: list, name: str, done) -> None:
+        """``RemoteDrivers``' spawner: the four attach connections' fds, and the frame state
+        of the data and control ones (their keys: over the fork server's AF_UNIX socket
+        only), go to the fork server as ``(SPAWN, req, remote)``; ``done(pid)`` follows
+        its SPAWNED (``_on_fork_server``). The worker is this node's: its session, node id
+        and shared memory, not the driver's."""
+        fds, states = [], []
+        try:
+            for channel in channels:
+                fd, state = channel.handover()
+                fds.append(fd)
+                states.append(state)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            for channel in channels:
+                channel.close()
+            raise
+        remote = {"frames": [states[0], states[1]],
+                  "node": {"session_dir": self.info.get("session_dir"),
+                           "node_id": self.info.get("node_id"),
+                           "node_ip": self.info.get("node_ip"),
+                           "shm_dir": config.shm_dir()}}
+        try:
+            req = self.fork_server.spawn(fds, remote)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._remote_spawns[req] = (done, name)
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
@@ -445,6 +482,11 @@ class NodeServer:
             return
         if message[0] == protocol.SPAWNED:
             _, req, pid = message
+            remote = self._remote_spawns.pop(req, None)
+            if remote is not None:  # a remote driver's worker (``_remote_spawn``)
+                self._spawned_total += 1
+                remote[0](pid)
+                return
             driver, driver_req = self._spawns.pop(req, (None, 0))
             if driver is None:
                 self.fork_server.kill(pid, signal.SIGKILL)
@@ -464,6 +506,8 @@ class NodeServer:
     def _on_exited(self, pid: int, status: int) -> None:
         driver = self._owners.pop(pid, None)
         if driver is None:
+            if self.peering is not None and getattr(self.peering, "drivers", None):
+                self.peering.drivers.worker_exited(pid, status)
             return
         driver.workers.discard(pid)
         if driver.sock is not None:

@@ -8,8 +8,9 @@ pure checks of what a remote driver sends (``check_request``, ``parse_message``,
 ``DriverLeases``). Does not own: the TCP listener, the handshake gate and the role check
 (``peering.py``, which hands each authenticated ``driver`` channel to ``RemoteDrivers.add``
 and calls ``fence`` when it is declared dead), the ledger's file (``ledger.py``), the
-driver's side (``transport/remote_node.py``), or workers for remote drivers (a later
-step: SPAWN tickets and ATTACH).
+driver's side (``transport/remote_node.py``), or forking workers (the spawner hook: the
+node's fork server, ``node.NodeServer._remote_spawn``; this module keeps which worker is
+whose, kills them with their link and reports their exits).
 Called by: ``peering.Peering`` on the node's selector loop (single-threaded: nothing here
 locks, every ledger call is a short file transaction).
 
@@ -58,6 +59,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        complete within ttl_s: ("error", req, "attach_timeout", text), and its connections
        are closed; an attach that does not match a ticket is closed at once. The driver
        link closing closes its tickets' connections too.
+    9. A spawned worker's exit (reaped by the node's fork server): N -> D ("exited", pid,
+       wait_status) on the link that asked for it. The link closing (step 5) or fencing
+       (step 6) SIGKILLs every worker of that link: nothing of D keeps running on N.
+       The worker speaks MAC'd frames on its data and control connections itself
+       (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes.
 """
 
 from __future__ import annotations
@@ -314,6 +320,8 @@ class RemoteDrivers:
         self._leases = DriverLeases()
         self._pending: list[pc.PeerChannel] = []  # added before register()
         self.spawner = spawner
+        self.kill_worker = None  # kill_worker(pid): set with the spawner (the fork server)
+        self._workers: dict[int, _Link] = {}  # pid -> the link whose worker it is
         self._tickets = TicketBook(ttl=ticket_ttl)
         self._keepalive = keepalive_settings(config.node_dead_after_s())
         self.refusing: str | None = None  # fenced and not rejoined yet: why
@@ -496,6 +504,9 @@ class RemoteDrivers:
         link.channel.close()
         for ticket in self._tickets.drop_link(link):
             _close_parts(ticket)
+        for pid in [p for p, owner in self._workers.items() if owner is link]:
+            if self.kill_worker is not None:  # its EXITED then finds no link
+                self.kill_worker(pid)
         released = self._release(self._leases.take_items(link))
         logger.info("%s left (%s); released %d lease(s)", link.name, why, released)
 
@@ -530,10 +541,16 @@ class RemoteDrivers:
         channels = ticket.ordered()
 
         def done(result, link=link, req=ticket.req):
-            if self._links.get(_fileno(link.channel)) is not link:
+            if self._links.get(_fileno(link.channel)) is not link and not isinstance(
+                    result, int):
                 return  # the driver is gone; its worker's sockets went with the spawner
             if isinstance(result, int) and not isinstance(result, bool):
                 self.spawned += 1
+                self._workers[result] = link
+                if self._links.get(_fileno(link.channel)) is not link:
+                    if self.kill_worker is not None:  # the driver left meanwhile
+                        self.kill_worker(result)
+                    return
                 self._reply(link, ("spawned", req, result))
             else:
                 self._reply(link, ("error", req, "spawn_failed", str(result)))
@@ -545,6 +562,20 @@ class RemoteDrivers:
             for part in channels:
                 part.close()
             done(f"this node could not start the worker: {error}")
+
+    def worker_exited(self, pid: int, status: int) -> None:
+        """Step 9: a worker forked for a link exited (the fork server reaped it): the
+        driver hears ("exited", pid, wait_status) on its link, if it is still there."""
+        link = self._workers.pop(pid, None)
+        if link is not None and self._links.get(_fileno(link.channel)) is link:
+            self._reply(link, ("exited", pid, status))
+
+    def workers_of(self) -> dict[str, list[int]]:
+        """For status and tests: each link's name and its workers' pids."""
+        out: dict[str, list[int]] = {}
+        for pid, link in self._workers.items():
+            out.setdefault(link.name, []).append(pid)
+        return out
 
     def next_deadline(self) -> float | None:
         """When ``tick`` has a ticket to expire."""

@@ -104,6 +104,9 @@ class RemoteNodeClient:
         self._req = 0
         self._lost: str | None = None  # why the node is gone, once it is
         self.leases: set[str] = set()  # granted here and not released yet
+        # Step 9: pid -> wait status of this link's workers that exited, as read so far
+        # (the link is read only during calls).
+        self.exited: dict[int, int] = {}
 
     def __repr__(self) -> str:
         state = "lost" if self._lost else ("closed" if self._channel.closed else "open")
@@ -202,6 +205,9 @@ class RemoteNodeClient:
                 raise self._unexpected(answer)
             if answer[0] == "fenced":
                 raise self._lose(f"it dropped this driver's link: {answer[1]}")
+            if answer[0] == "exited" and len(answer) == 3:  # step 9, unasked
+                self.exited[answer[1]] = answer[2]
+                continue
             if answer[1] != req:
                 continue  # the late answer of a request that timed out
             if answer[0] == "error" and len(answer) == 4:

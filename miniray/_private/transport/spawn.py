@@ -71,15 +71,18 @@ class SpawnChannel:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def spawn(self, fds: list[int]) -> int:
+    def spawn(self, fds: list[int], remote: dict | None = None) -> int:
         """Ask for a worker; the request number comes back with its pid (SPAWNED). If the peer
         is gone the request is lost with it: the owner handles that worker with the others
-        when it reads the EOF."""
+        when it reads the EOF. ``remote`` (a node's worker for a driver on another host:
+        the frame state of its data and control connections and the node's own settings)
+        makes the message ``(SPAWN, req, remote)``; without it the message is unchanged."""
         with self._send_lock:
             self._next_req += 1
             req = self._next_req
+            message = (protocol.SPAWN, req) if remote is None else (protocol.SPAWN, req, remote)
             try:
-                send_message(self._sock, (protocol.SPAWN, req), fds)
+                send_message(self._sock, message, fds)
             except OSError:
                 pass
         return req

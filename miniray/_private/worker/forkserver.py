@@ -12,6 +12,8 @@ starts it with ``main()``; this module is imported only in the fork server proce
     driver (ForkServerClient)                         fork server (main)
       socketpair(SOCK_SEQPACKET) ───────────────────►  select([sock, sigchld pipe])
       (SPAWN, req) + fds[data, ctl, out, err]    ──►   fork() → child runs worker_main
+      (SPAWN, req, remote) + fds                 ──►   the same, for a remote driver's worker
+                                                       (a node only: MAC'd data and control)
                                                  ◄──   (SPAWNED, req, pid)
                                                  ◄──   (EXITED, pid, status)   on SIGCHLD
       (KILL, pid, sig)                           ──►   os.kill if pid is a live child
@@ -102,7 +104,7 @@ class _ForkServer:
         message = pickle.loads(data)
         tag = message[0]
         if tag == protocol.SPAWN:
-            self._spawn(message[1], fds)
+            self._spawn(message[1], fds, message[2] if len(message) > 2 else None)
         elif tag == protocol.KILL:
             for fd in fds:
                 os.close(fd)
@@ -121,7 +123,7 @@ class _ForkServer:
             return False
         return True
 
-    def _spawn(self, req_id: int, fds: list[int]) -> None:
+    def _spawn(self, req_id: int, fds: list[int], remote: dict | None = None) -> None:
         if len(fds) != 4:
             for fd in fds:
                 os.close(fd)
@@ -140,7 +142,7 @@ class _ForkServer:
                 os.close(self.wake_r)
                 os.close(self.wake_w)
                 data_fd, ctl_fd, out_fd, err_fd = fds
-                worker_main.run_forked(data_fd, ctl_fd, out_fd, err_fd)
+                worker_main.run_forked(data_fd, ctl_fd, out_fd, err_fd, remote)
             except BaseException:
                 import traceback
 

@@ -386,6 +386,14 @@ class WorkerRuntime:
         ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
         if ser.total_size < store["inline_threshold"]:
             return oob.inline_blob(ser)
+        if store.get("remote"):  # a worker for a driver on another host
+            from miniray.exceptions import RaySystemError  # lazy: this path only
+
+            raise RaySystemError(
+                f"This value is {ser.total_size} bytes; a task on another host returns "
+                f"values under {store['inline_threshold']} bytes only (inline): objects "
+                "across hosts are not supported yet. Return less, or run the task on the "
+                "driver's node.")
         path, size = shm_segments.create_segment(
             store["session_tag"], object_id, ser, shm_dir=store["shm_dir"],
             inline_threshold=store["inline_threshold"])

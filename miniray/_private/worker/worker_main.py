@@ -497,8 +497,40 @@ def announce_ready(channel: Channel) -> None:
         os._exit(0)
 
 
-def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
-    """The worker's entry point, in a child just forked by the fork server."""
+def _remote_transport(data_fd: int, ctl_fd: int, remote: dict):
+    """A remote driver's worker: its data and control connections as MAC'd channels
+    (``peer_channel.FramedPeer``), rebuilt from the frame state its node handed over."""
+    from miniray._private.transport import peer_channel  # lazy: remote workers only
+
+    data_state, ctl_state = remote["frames"]
+    conn = peer_channel.FramedPeer(peer_channel.PeerChannel.from_state(
+        socket.socket(fileno=data_fd), data_state))
+    ctl = peer_channel.FramedPeer(peer_channel.PeerChannel.from_state(
+        socket.socket(fileno=ctl_fd), ctl_state))
+    return conn, ctl
+
+
+def _remote_info(info: dict, remote: dict) -> dict:
+    """HELLO comes from a driver on another host: this host's session, node and shared
+    memory replace the driver's, and results must be inline (``store["remote"]``)."""
+    node = remote.get("node") or {}
+    info = dict(info)
+    for name in ("session_dir", "node_id", "node_ip"):
+        if node.get(name):
+            info[name] = node[name]
+    store = dict(info.get("store") or {})
+    store["remote"] = True
+    if node.get("shm_dir"):
+        store["shm_dir"] = node["shm_dir"]
+    info["store"] = store
+    return info
+
+
+def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int,
+               remote: dict | None = None) -> None:
+    """The worker's entry point, in a child just forked by the fork server. ``remote``: a
+    remote driver's worker (its node's ``(SPAWN, req, remote)``): data and control speak
+    MAC'd frames; stdout and stderr stay plain byte streams (ARCHITECTURE.md says why)."""
     os.dup2(out_fd, 1)
     os.dup2(err_fd, 2)
     os.close(out_fd)
@@ -508,8 +540,11 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
             stream.reconfigure(line_buffering=True)
         except Exception:
             pass
-    conn = FramedSocket(socket.socket(fileno=data_fd))
-    ctl = Connection(ctl_fd)
+    if remote is None:
+        conn = FramedSocket(socket.socket(fileno=data_fd))
+        ctl = Connection(ctl_fd)
+    else:
+        conn, ctl = _remote_transport(data_fd, ctl_fd, remote)
     channel = Channel(conn)
     try:
         hello = channel.next_message()
@@ -517,7 +552,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int) -> None:
         os._exit(0)
     if hello[0] != protocol.HELLO:
         os._exit(2)
-    info = hello[1]
+    info = hello[1] if remote is None else _remote_info(hello[1], remote)
     try:
         env, key = _apply_hello(info)
     except Exception:  # a directory gone since submission, say: the worker cannot start
