@@ -83,12 +83,14 @@ class _Template:
 
     __slots__ = ("request", "num_returns", "max_retries", "retry_exceptions",
                  "max_calls", "name", "runtime_env", "env_cache", "placement", "placed",
-                 "follows_caller")
+                 "follows_caller", "affinity")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
         self.request = _options.task_resource_request(opts)
         # The placement group the options name ("default": the caller's, if it captures)
         self.placement = _options.placement_option(opts)
+        # A hard NodeAffinitySchedulingStrategy's node (the owner runs it there).
+        self.affinity = _options.hard_affinity(opts)
         self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
         # It names no group: it goes to the caller's, only if the caller is in one
         # (``placement.resolve_option``), and no further when the caller is in none.
@@ -276,6 +278,8 @@ class RemoteFunction(Generic[P, R]):
             template.max_retries, template.retry_exceptions, template.max_calls, contained,
             env_key, pg_ctx,
         )
+        if template.affinity is not None:
+            spec.affinity = template.affinity
         rt.submit_task(spec)
         if sent[0] is not token or sent[1] != fn_id:
             self._sent = (token, fn_id)

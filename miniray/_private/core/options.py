@@ -63,6 +63,7 @@ __all__ = [
     "default_max_calls",
     "default_max_retries",
     "placement_option",
+    "hard_affinity",
     "task_resource_request",
     "update_options",
     "validate_actor_options",
@@ -805,6 +806,21 @@ def default_max_retries() -> int:
         return int(value)
     except ValueError:
         raise ValueError(f"RAY_TASK_MAX_RETRIES must be an integer, got {value!r}.") from None
+
+
+def hard_affinity(options: dict) -> str | None:
+    """The node id of a ``NodeAffinitySchedulingStrategy(node_id, soft=False)`` in the
+    options, else None.
+
+    >>> hard_affinity({}), hard_affinity({"scheduling_strategy": "SPREAD"})
+    (None, None)
+    """
+    strategy = options.get("scheduling_strategy")
+    if (strategy is None or type(strategy).__name__ != "NodeAffinitySchedulingStrategy"
+            or getattr(strategy, "soft", False)):
+        return None
+    node_id = getattr(strategy, "node_id", None)
+    return node_id if isinstance(node_id, str) and node_id else None
 
 
 def placement_option(options: dict) -> Any:

@@ -44,6 +44,7 @@ class TaskSpec:
         "contained",
         "runtime_env",
         "placement",
+        "affinity",
     )
 
     def __init__(
@@ -64,6 +65,7 @@ class TaskSpec:
         contained: tuple = (),
         runtime_env: str = "",
         placement: tuple | None = None,
+        affinity: str | None = None,
     ):
         self.task_id = task_id
         self.fn_id = fn_id
@@ -85,6 +87,9 @@ class TaskSpec:
         # Its placement group, (hex, bundles, capture_child_tasks) (core/placement.place);
         # its request already names the group's resources.
         self.placement = placement
+        # The node id of a hard NodeAffinitySchedulingStrategy (owner/remote_nodes.py runs
+        # it there when that is another node); None: no such strategy.
+        self.affinity = affinity
 
     def __reduce__(self):
         return (TaskSpec, tuple(getattr(self, name) for name in TaskSpec.__slots__))

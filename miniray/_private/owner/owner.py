@@ -134,6 +134,7 @@ class Owner:
         self.streams = Streams(self.objects)
         self.actors = ActorManager(self)
         self.pgs = None  # the placement groups (placement_groups.py), set by the runtime
+        self.remote_nodes = None  # tasks on other hosts (remote_nodes.py), at first use
         # Finished tasks and calls, kept (bounded) for ray.util.state and `miniray list`.
         self.state_records = self.actors.records = StateRecords()
         self._closed = False
@@ -339,7 +340,9 @@ class Owner:
             env_error = None  # the per-task path tests two fields for the common case
             if spec.runtime_env or self._job_env_error is not None:
                 env_error = self.runtime_env_error(spec.runtime_env)
-            self.tasks.submit(spec, key, parent, env_error)
+            if (spec.affinity is None or env_error is not None
+                    or not self._remote_nodes().take(spec, key, parent)):
+                self.tasks.submit(spec, key, parent, env_error)
             if spec.placement is not None:
                 self.note_placement_use()
             objects = self.objects
@@ -347,6 +350,15 @@ class Owner:
                 objects.apply_ref_events()
         if self._deferred:
             self._run_deferred()
+
+    def _remote_nodes(self):
+        """*Locked.* The tasks placed on other hosts (``remote_nodes.py``), made at first
+        use: a one-host program never loads it."""
+        if self.remote_nodes is None:
+            from miniray._private.owner.remote_nodes import RemoteNodes  # lazy: multi-host
+
+            self.remote_nodes = RemoteNodes(self)
+        return self.remote_nodes
 
     def _dispatch(self, key) -> bool:
         """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
@@ -1215,6 +1227,8 @@ class Owner:
                 else:
                     self.workers.retire(worker)
             fork_server = self.fork_server
+        if self.remote_nodes is not None:  # links and workers on other hosts
+            self.remote_nodes.close()
         for pid in doomed:  # the fork server's socket is written after the lock
             fork_server.kill(pid, signal.SIGKILL)
         fork_server.request_shutdown(grace)

@@ -1,0 +1,408 @@
+"""Tasks on other hosts: a task with a hard ``NodeAffinitySchedulingStrategy`` to another node.
+
+Owns: the owner's links to other nodes (one ``RemoteNodeClient`` per node, opened at first
+use with the cluster token), the workers it runs there (spawned through tickets and attach
+connections, kept idle per node between tasks), taking such a task from the owner
+(``take``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT over the worker's MAC'd
+data connection, release) and completing it in the owner's task table; the workers'
+output, printed as local workers' is. Does not own: the placement rule
+(``core/node_pick.py``), the view (``<session>/cluster.json``, written by the node), the
+link's protocol (``transport/remote_node.py``), the node's side
+(``node/remote_drivers.py``), or anything of local tasks.
+Called by: ``owner.Owner.submit_task`` (``take``, locked) and ``Owner.shutdown``
+(``close``, not locked).
+
+Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
+
+    1. take(spec), under the owner's lock: only a task whose ``spec.affinity`` names
+       another node that the view holds alive (``node_pick.pick_node`` says "node" or
+       "wait" on it) is taken; anything else goes the local way, as before. The task is
+       registered (its return objects exist). An ObjectRef argument (a large argument is
+       one too) fails it at once: objects across hosts are not supported yet.
+    2. A thread per task, not locked: N's client; ("lease", request) until granted (a
+       denial waits, 20 ms doubling to 0.5 s, and asks again); an idle worker of N, or
+       ("spawn") and the four attach connections; HELLO (a new worker), FUNC (once per
+       function and worker), TASK, all MAC'd, on the worker's data connection.
+    3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
+       RESULT, whose values are inline (a worker for another host refuses larger ones,
+       naming the limit). Anything else (a nested submit, get, put) fails the task,
+       "not supported across hosts yet", and the worker is closed.
+    4. ("release", lease_id); the worker is kept idle for N's next task (at most
+       IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
+    5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
+       not answer a ping): NodeDiedError for the task, no retry elsewhere yet. A worker
+       that died alone: WorkerCrashedError. No hang: every wait on N has a deadline, or
+       ends with its connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+
+from miniray._private.core import node_pick, protocol, serialization
+from miniray._private.core.cluster_view import ClusterView
+from miniray._private.host import auth_token
+from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
+from miniray._private.transport import node_client as nc
+from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import (
+    RemoteDenial,
+    RemoteLeaseError,
+    RemoteNodeClient,
+)
+
+__all__ = ["RemoteNodes", "placement_for"]
+
+logger = logging.getLogger(__name__)
+
+IDLE_PER_NODE = 4
+VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
+MARKER = b"\x00mr:"  # worker_main's task marker line
+UNSUPPORTED = "objects across hosts are not supported yet"
+
+
+def placement_for(affinity: str, request: dict, local: str, view) -> str | None:
+    """Step 1's pure decision: the node id to run on, or None to run locally as before.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 0})
+    >>> placement_for("b", {"CPU": 1}, "a", [a, b]), placement_for("a", {}, "a", [a, b])
+    ('b', None)
+    """
+    if not affinity or affinity == local:
+        return None
+    placed = node_pick.pick_node(request, local, view, {"node_id": affinity, "soft": False})
+    if placed.action in ("node", "wait") and placed.node_id == affinity:
+        return affinity
+    return None
+
+
+class _Worker:
+    """One worker on a remote node: its four channels, what it was sent."""
+
+    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool):
+        self.pid = pid
+        self.data, self.ctl = channels[0], channels[1]
+        self.funcs: set = set()
+        self.said_hello = False
+        self.broken = False  # not to be used again (it asked for what is not supported)
+        self.node = node
+        self._outputs = []
+        for channel, stream in ((channels[2], "stdout"), (channels[3], "stderr")):
+            fd, _state = channel.handover()  # plain bytes from here on (ARCHITECTURE.md)
+            reader = threading.Thread(target=_print_output, daemon=True,
+                                      args=(fd, stream, pid, ip, log_to_driver),
+                                      name="miniray-remote-output")
+            reader.start()
+            self._outputs.append(reader)
+
+    def close(self) -> None:
+        self.data.close()
+        self.ctl.close()
+
+    def join_output(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for reader in self._outputs:
+            reader.join(max(0.0, deadline - time.monotonic()))
+
+
+def _print_output(fd: int, stream: str, pid: int, ip: str, enabled: bool) -> None:
+    """A remote worker's stdout or stderr, line by line with Ray's prefix, until EOF."""
+    import socket  # lazy: this thread only
+
+    sock = socket.socket(fileno=fd)
+    name = "worker"
+    pending = b""
+    try:
+        while True:
+            try:
+                chunk = sock.recv(1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.startswith(MARKER):
+                    name = line[len(MARKER):].decode("utf-8", "replace").split(":", 1)[-1]
+                    continue
+                if enabled:
+                    out = sys.stdout if stream == "stdout" else sys.stderr
+                    out.write(f"({name} pid={pid}, ip={ip}) "
+                              f"{line.decode('utf-8', 'replace')}\n")
+                    out.flush()
+    finally:
+        sock.close()
+
+
+class RemoteNodes:
+    """The owner's tasks on other nodes (see the module docstring)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+        info = owner.hello_info
+        self.session_dir = info.get("session_dir") or ""
+        self.local = info.get("node_id") or ""
+        self.source_ip = info.get("node_ip") or "127.0.0.1"
+        self._lock = threading.Lock()  # the fields below; never held while waiting on N
+        self._clients: dict[str, RemoteNodeClient] = {}
+        self._opening: dict[str, threading.Lock] = {}
+        self._idle: dict[str, list[_Worker]] = {}
+        self._busy: set = set()
+        self._threads: set = set()
+        self._view: tuple[float, list] = (0.0, [])
+        self._closed = False
+        self.ran = 0
+
+    def __repr__(self) -> str:
+        return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
+
+    # -- step 1 ----------------------------------------------------------------------------
+    def _nodes(self) -> list:
+        now = time.monotonic()
+        read_at, nodes = self._view
+        if now - read_at > VIEW_MAX_AGE_S:
+            doc = nc.read_cluster(self.session_dir) if self.session_dir else None
+            try:
+                nodes = list(ClusterView.from_snapshot(doc["view"]).nodes.values()) \
+                    if doc else []
+            except (ValueError, TypeError, KeyError):
+                nodes = []
+            self._view = (now, nodes)
+        return nodes
+
+    def take(self, spec, key, parent) -> bool:
+        """*Owner locked.* Step 1: True when ``spec`` runs on another node (then it is the
+        owner's task from now on, completed by this module)."""
+        if self._closed:
+            return False
+        nodes = self._nodes()
+        node_id = placement_for(spec.affinity, spec.request, self.local, nodes)
+        if node_id is None:
+            return False
+        entry = next(e for e in nodes if e.node_id == node_id)
+        owner = self.owner
+        task = Task(spec, key)
+        task.parent = parent
+        owner.tasks.by_id[spec.task_id] = task
+        for object_id in spec.return_ids:
+            owner.objects.ensure(object_id)
+        if spec.contained:
+            owner.objects.hold(spec.contained)
+        if spec.deps:
+            for _position, object_id in spec.deps:  # as TaskQueue.submit: released at the end
+                entry_ = owner.objects.get(object_id)
+                if entry_ is not None:
+                    entry_.holders += 1
+            owner.tasks.fail(task, _system_error(
+                f"Task {spec.name} passes an ObjectRef (or an argument large enough to be "
+                f"stored as one) to node {entry.ip}: {UNSUPPORTED}; only values under "
+                f"{owner.store.inline_threshold} bytes travel inline."))
+            return True
+        task.state = T_RUNNING
+        thread = threading.Thread(target=self._run, args=(task, entry), daemon=True,
+                                  name="miniray-remote-task")
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+        return True
+
+    # -- steps 2-5 -------------------------------------------------------------------------
+    def _client(self, entry) -> RemoteNodeClient:
+        with self._lock:
+            client = self._clients.get(entry.node_id)
+            if client is not None and client.lost is None:
+                return client
+            opening = self._opening.setdefault(entry.node_id, threading.Lock())
+        with opening:  # one connect per node at a time
+            with self._lock:
+                client = self._clients.get(entry.node_id)
+                if client is not None and client.lost is None:
+                    return client
+            client = RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
+                                      source_address=(self.source_ip, 0),
+                                      ssl_context=_tls_client())
+            with self._lock:
+                if self._closed:
+                    client.close()
+                    raise _system_error("the driver is shutting down")
+                self._clients[entry.node_id] = client
+            return client
+
+    def _run(self, task, entry) -> None:
+        from miniray.exceptions import NodeDiedError, RaySystemError  # lazy: as above
+
+        spec = task.spec
+        results = None
+        client = worker = lease_id = None
+        try:
+            client = self._client(entry)
+            lease_id = self._lease(client, spec)
+            worker = self._worker(client, entry)
+            results = self._call(worker, client, spec)
+            self.ran += 1
+        except NodeDiedError as error:
+            results = _error_results(spec, error)
+        except pc.PeerAuthError as error:  # a wrong token: said at once, never retried
+            from miniray.exceptions import AuthenticationError  # lazy: as above
+
+            results = _error_results(spec, AuthenticationError(
+                f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {error}"))
+        except RemoteLeaseError as error:
+            results = _error_results(spec, _system_error(str(error)))
+        except _Failed as failed:
+            results = _error_results(spec, failed.error)
+        except (OSError, TimeoutError, pc.PeerRefused) as error:
+            results = _error_results(spec, NodeDiedError(
+                f"Task {spec.name} could not run on node {entry.ip}:{entry.port}: {error}"))
+        except BaseException as error:  # noqa: BLE001 - the task's caller gets it
+            logger.exception("a task on node %s failed", entry.ip)
+            results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
+        finally:
+            keep = worker is not None and results is not None and not worker.broken
+            if lease_id is not None and client is not None and client.lost is None:
+                try:
+                    client.release(lease_id)
+                except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
+                    pass
+            if worker is not None:
+                self._put_back(worker, keep and client.lost is None)
+            owner = self.owner
+            with owner.locked():
+                if task.state != T_DONE and not owner.closed:
+                    owner.tasks.finished(task, results, False)
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _lease(self, client: RemoteNodeClient, spec) -> str:
+        wait = 0.02
+        while True:
+            if self._closed:
+                raise _Failed(_system_error("the driver is shutting down"))
+            answer = client.lease(spec.request, tag=spec.name)
+            if not isinstance(answer, RemoteDenial):
+                return answer.lease_id
+            time.sleep(wait)
+            wait = min(0.5, wait * 2)
+
+    def _worker(self, client: RemoteNodeClient, entry) -> _Worker:
+        with self._lock:
+            idle = self._idle.get(entry.node_id)
+            if idle:
+                return idle.pop()
+        pid, channels = client.spawn()
+        return _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+
+    def _call(self, worker: _Worker, client: RemoteNodeClient, spec) -> list:
+        owner = self.owner
+        data = worker.data
+        try:
+            if not worker.said_hello:
+                data.send((protocol.HELLO, owner.hello_info))
+                worker.said_hello = True
+            if spec.fn_id not in worker.funcs:
+                with owner.locked():
+                    fn_bytes = owner.function_bytes(spec.fn_id)
+                data.send((protocol.FUNC, spec.fn_id, fn_bytes))
+                worker.funcs.add(spec.fn_id)
+            ctx = ({k: float(v) for k, v in spec.request.items()}, None,
+                   owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
+            data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
+                       None, spec.return_ids, spec.num_returns, ctx))
+            while True:
+                message = data.recv()
+                tag = message[0]
+                if tag == protocol.RESULT and message[1] == spec.task_id:
+                    if any(not isinstance(item[1], (bytes, bytearray)) for item in message[2]):
+                        worker.broken = True  # a segment on N: never read from here
+                        raise _Failed(_system_error(
+                            f"Task {spec.name} returned a value stored on node "
+                            f"{client.name}: {UNSUPPORTED}."))
+                    return message[2]
+                if tag in (protocol.READY, protocol.BORROW):
+                    continue
+                worker.broken = True
+                raise _Failed(_system_error(
+                    f"Task {spec.name} on node {worker.node[:12]} asked its driver for "
+                    f"something (message {tag}) that a task on another host cannot do: "
+                    f"nested tasks, get, put and actors {UNSUPPORTED.replace('objects ', '')}"))
+        except (pc.PeerClosed, OSError) as error:
+            worker.broken = True
+            from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy
+
+            try:
+                client.ping(timeout=1.0)
+            except (NodeDiedError, TimeoutError, OSError):
+                raise NodeDiedError(
+                    f"Task {spec.name} was running on node {worker.node[:12]} "
+                    f"({client.name}), which died: {client.lost or error}") from None
+            raise _Failed(WorkerCrashedError(
+                f"Task {spec.name}: the worker pid={worker.pid} on node {client.name} died "
+                f"({error}).")) from None
+
+    def _put_back(self, worker: _Worker, keep: bool) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(worker.node, [])
+            if keep and not self._closed and len(idle) < IDLE_PER_NODE:
+                idle.append(worker)
+                return
+        worker.close()
+
+    # -- shutdown ------------------------------------------------------------------------
+    def node_dead(self, node_id: str, reason: str) -> None:
+        """The view says ``node_id`` died: its link and idle workers are dropped."""
+        with self._lock:
+            client = self._clients.pop(node_id, None)
+            idle = self._idle.pop(node_id, [])
+        for worker in idle:
+            worker.close()
+        if client is not None:
+            client.node_dead(reason)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """*Not locked.* Close every link and worker (each worker exits on EOF, and N
+        kills what is left when the link closes); running tasks end with their links."""
+        with self._lock:
+            self._closed = True
+            clients = list(self._clients.values())
+            self._clients.clear()
+            idle = [w for workers in self._idle.values() for w in workers]
+            self._idle.clear()
+            threads = list(self._threads)
+        for worker in idle:
+            worker.close()
+        for client in clients:
+            client.close()
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for worker in idle:
+            worker.join_output(max(0.0, deadline - time.monotonic()))
+
+
+class _Failed(Exception):
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _system_error(text: str):
+    from miniray.exceptions import RaySystemError  # lazy: the public package
+
+    return RaySystemError(text)
+
+
+def _error_results(spec, error: BaseException) -> list:
+    data = serialization.dumps(error)
+    return [(protocol.ERR, data)] * max(1, len(spec.return_ids))
+
+
+def _tls_client():
+    contexts = pc.tls_contexts()
+    return contexts[0] if contexts else None
+
