@@ -38,11 +38,12 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
 from __future__ import annotations
 
 import logging
+import queue
 import sys
 import threading
 import time
 
-from miniray._private.core import node_pick, protocol, serialization
+from miniray._private.core import config, node_pick, protocol, serialization
 from miniray._private.core.cluster_view import ClusterView
 from miniray._private.host import auth_token
 from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
@@ -59,6 +60,8 @@ __all__ = ["RemoteNodes", "placement_for"]
 logger = logging.getLogger(__name__)
 
 IDLE_PER_NODE = 4
+REMOTE_LINGER_S = 0.05  # an idle worker's lease on N is kept at least this long for reuse
+THREAD_IDLE_S = 5.0  # a task thread waits this long for the next task before it ends
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
@@ -89,6 +92,10 @@ class _Worker:
         self.data, self.ctl = channels[0], channels[1]
         self.funcs: set = set()
         self.said_hello = False
+        self.lease_id: str | None = None  # the lease on N it runs under (kept while idle)
+        self.shape: tuple = ()  # that lease's request
+        self.idle_since = 0.0
+        self.client = None  # N's client, while idle
         self.broken = False  # not to be used again (it asked for what is not supported)
         self.node = node
         self._outputs = []
@@ -155,6 +162,10 @@ class RemoteNodes:
         self._idle: dict[str, list[_Worker]] = {}
         self._busy: set = set()
         self._threads: set = set()
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # for threads waiting
+        self._waiting_threads = 0
+        self._reaping = False  # a _reap thread runs
+        self.linger = max(config.lease_linger_s(), REMOTE_LINGER_S)
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
         self.ran = 0
@@ -205,12 +216,41 @@ class RemoteNodes:
                 f"{owner.store.inline_threshold} bytes travel inline."))
             return True
         task.state = T_RUNNING
-        thread = threading.Thread(target=self._run, args=(task, entry), daemon=True,
-                                  name="miniray-remote-task")
+        self._start(task, entry)
+        return True
+
+    def _start(self, task, entry) -> None:
+        """Run ``_run(task, entry)`` on a waiting thread of this module, or a new one."""
         with self._lock:
+            if self._waiting_threads:
+                self._waiting_threads -= 1
+                self._jobs.put((task, entry))
+                return
+            thread = threading.Thread(target=self._thread_main, args=((task, entry),),
+                                      daemon=True, name="miniray-remote-task")
             self._threads.add(thread)
         thread.start()
-        return True
+
+    def _thread_main(self, job) -> None:
+        """A task thread: runs its job, then waits up to THREAD_IDLE_S for the next."""
+        try:
+            while job is not None:
+                self._run(*job)
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._waiting_threads += 1
+                try:
+                    job = self._jobs.get(timeout=THREAD_IDLE_S)
+                except queue.Empty:
+                    with self._lock:
+                        if self._waiting_threads and self._jobs.empty():
+                            self._waiting_threads -= 1
+                            return
+                    job = self._jobs.get()  # a job was promised to this thread
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
 
     # -- steps 2-5 -------------------------------------------------------------------------
     def _client(self, entry) -> RemoteNodeClient:
@@ -239,11 +279,10 @@ class RemoteNodes:
 
         spec = task.spec
         results = None
-        client = worker = lease_id = None
+        client = worker = None
         try:
             client = self._client(entry)
-            lease_id = self._lease(client, spec)
-            worker = self._worker(client, entry)
+            worker = self._leased_worker(client, entry, spec)
             results = self._call(worker, client, spec)
             self.ran += 1
         except NodeDiedError as error:
@@ -264,20 +303,39 @@ class RemoteNodes:
             logger.exception("a task on node %s failed", entry.ip)
             results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
         finally:
-            keep = worker is not None and results is not None and not worker.broken
-            if lease_id is not None and client is not None and client.lost is None:
-                try:
-                    client.release(lease_id)
-                except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
-                    pass
             if worker is not None:
-                self._put_back(worker, keep and client.lost is None)
+                self._put_back(client, worker, results is not None and not worker.broken)
             owner = self.owner
             with owner.locked():
                 if task.state != T_DONE and not owner.closed:
                     owner.tasks.finished(task, results, False)
-            with self._lock:
-                self._threads.discard(threading.current_thread())
+
+    def _leased_worker(self, client: RemoteNodeClient, entry, spec) -> _Worker:
+        """Step 2: an idle worker of N that still holds a lease of this request (no round
+        trip), else a new lease and an idle worker without one, else a new worker."""
+        shape = tuple(sorted(spec.request.items()))
+        with self._lock:
+            idle = self._idle.get(entry.node_id) or []
+            for index in range(len(idle) - 1, -1, -1):
+                if idle[index].lease_id is not None and idle[index].shape == shape:
+                    return idle.pop(index)
+        lease_id = self._lease(client, spec)
+        try:
+            worker = self._worker(client, entry)
+        except BaseException:
+            self._release(client, lease_id)
+            raise
+        worker.lease_id, worker.shape = lease_id, shape
+        return worker
+
+    def _release(self, client: RemoteNodeClient, lease_id: str) -> None:
+        from miniray.exceptions import NodeDiedError  # lazy: as above
+
+        if client.lost is None:
+            try:
+                client.release(lease_id)
+            except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
+                pass
 
     def _lease(self, client: RemoteNodeClient, spec) -> str:
         wait = 0.02
@@ -292,9 +350,10 @@ class RemoteNodes:
 
     def _worker(self, client: RemoteNodeClient, entry) -> _Worker:
         with self._lock:
-            idle = self._idle.get(entry.node_id)
-            if idle:
-                return idle.pop()
+            idle = self._idle.get(entry.node_id) or []
+            for index in range(len(idle) - 1, -1, -1):
+                if idle[index].lease_id is None:
+                    return idle.pop(index)
         pid, channels = client.spawn()
         return _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
 
@@ -345,25 +404,55 @@ class RemoteNodes:
                 f"Task {spec.name}: the worker pid={worker.pid} on node {client.name} died "
                 f"({error}).")) from None
 
-    def _put_back(self, worker: _Worker, keep: bool) -> None:
+    def _put_back(self, client: RemoteNodeClient, worker: _Worker, keep: bool) -> None:
+        """Step 4: the worker goes idle with its lease, which ``_reap`` releases once it
+        was idle for ``linger`` (the next task of the same request on N takes both at
+        once); a broken worker, one of a lost node, or one too many is closed."""
+        keep = keep and client.lost is None
         with self._lock:
             idle = self._idle.setdefault(worker.node, [])
             if keep and not self._closed and len(idle) < IDLE_PER_NODE:
+                worker.idle_since = time.monotonic()
+                worker.client = client
                 idle.append(worker)
+                if not self._reaping:
+                    self._reaping = True
+                    threading.Thread(target=self._reap, daemon=True,
+                                     name="miniray-remote-linger").start()
                 return
+        if worker.lease_id is not None:
+            self._release(client, worker.lease_id)
+            worker.lease_id = None
         worker.close()
 
-    # -- shutdown ------------------------------------------------------------------------
-    def node_dead(self, node_id: str, reason: str) -> None:
-        """The view says ``node_id`` died: its link and idle workers are dropped."""
-        with self._lock:
-            client = self._clients.pop(node_id, None)
-            idle = self._idle.pop(node_id, [])
-        for worker in idle:
-            worker.close()
-        if client is not None:
-            client.node_dead(reason)
+    def _reap(self) -> None:
+        """Step 4's linger: leases of idle workers released after ``linger`` seconds
+        (the workers stay idle, without a lease); ends when none is left to release."""
+        while True:
+            time.sleep(self.linger / 2)
+            now = time.monotonic()
+            due = []
+            with self._lock:
+                if self._closed:
+                    self._reaping = False
+                    return
+                left = False
+                for workers in self._idle.values():
+                    for worker in workers:
+                        if worker.lease_id is None:
+                            continue
+                        if now - worker.idle_since >= self.linger:
+                            due.append((worker.client, worker.lease_id))
+                            worker.lease_id = None
+                        else:
+                            left = True
+                if not due and not left:
+                    self._reaping = False
+                    return
+            for client, lease_id in due:
+                self._release(client, lease_id)
 
+    # -- shutdown ------------------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
         """*Not locked.* Close every link and worker (each worker exits on EOF, and N
         kills what is left when the link closes); running tasks end with their links."""
@@ -374,6 +463,9 @@ class RemoteNodes:
             idle = [w for workers in self._idle.values() for w in workers]
             self._idle.clear()
             threads = list(self._threads)
+            for _ in range(self._waiting_threads):  # each waiting thread ends on one
+                self._jobs.put(None)
+            self._waiting_threads = 0
         for worker in idle:
             worker.close()
         for client in clients:
