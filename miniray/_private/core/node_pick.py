@@ -8,7 +8,8 @@ local node, from its ledger), the strategy and, optionally, where the arguments'
 Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
 a DENY sends the caller back here with a fresher view), or placement groups
 (``placement.py``).
-Called by: nothing yet; the owner will, before it leases on a node (remote work, phase P2).
+Called by: ``owner/remote_nodes.placement_for`` (rule 1 only, so far: a hard node affinity
+to another node); the other rules are for later phases.
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 

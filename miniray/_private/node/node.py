@@ -73,6 +73,14 @@ relayed unchanged).
 A driver that lets 4 seconds pass without reading while the node must send to it is dropped
 as in 7: the node never blocks on one driver for long.
 
+Workers of drivers on other hosts (``remote_drivers.py`` step 8, wired in
+``attach_peering`` unless TLS is on): the four attach connections are handed over
+(``PeerChannel.handover``) and sent to the fork server as ``(SPAWN, req, remote)``, where
+``remote`` holds the data and control connections' frame state (keys and sequence numbers:
+over the fork server's AF_UNIX socket only) and this node's session dir, node id, ip and
+shm dir; its SPAWNED calls the spawner's ``done(pid)``, its EXITED of such a pid goes to
+``RemoteDrivers.worker_exited`` (the driver link). Local spawns stay ``(SPAWN, req)``.
+
 Start-up (``run_node``), in order: sweep stale sessions; bind the TCP listener on
 ``--node-ip-address:--port`` (a taken port is an error naming it); create the session dir,
 ledger, node socket and fork server; write the records; a member joins the head (a refusal:

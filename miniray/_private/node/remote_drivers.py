@@ -48,7 +48,7 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
     7. Anything else (an unknown tag, a message that is not a tuple) is answered
        ("error", req or None, "malformed", text); nothing a driver sends can stop N.
     8. Spawn tickets (the start of remote workers): D -> N ("spawn", req). Without a
-       spawner (the node's fork server is not wired to remote drivers yet) N answers
+       spawner (a node with TLS on: its sessions cannot move to the fork server) N answers
        ("error", req, "unsupported", text). With one: ("ticket", req, ticket, ttl_s), a
        random secret (``remote_tickets.TicketBook``; at most 16 open per link). D then
        opens four more connections to N, role "attach", hello {"ticket", "fd"}, fd one of

@@ -7,8 +7,8 @@ what is left to close when a ticket expires or its link goes. Pure: no sockets, 
 of its own (``now`` is passed in), no randomness (the caller makes the ticket string); the
 "parts" it keeps for a ticket are opaque to it (the node's channels).
 Does not own: the links and channels (``remote_drivers.py``), the handshake
-(``peer_channel.py``), or forking the worker (the node's fork server, not wired to remote
-drivers yet).
+(``peer_channel.py``), or forking the worker (the node's fork server:
+``node.NodeServer._remote_spawn``).
 Called by: ``remote_drivers.RemoteDrivers`` on the node's loop.
 
 Rules:

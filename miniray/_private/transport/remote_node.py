@@ -7,8 +7,9 @@ node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` c
 whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
 Does not own: which node to ask (``core/node_pick.py``),
 the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py``), or what
-a lease is used for (the owner; not wired in yet).
-Called by: drivers that place work on other hosts (tests and, later, the owner).
+a lease is used for (``owner/remote_nodes.py``). The node's unasked ("exited", pid,
+status) reports (step 9 there) are kept in ``exited`` as the link is read.
+Called by: ``owner/remote_nodes.py`` (tasks on other hosts) and tests.
 
 Threads: every call is blocking and serialised by one lock: one request is in flight at a
 time, and an answer is matched to it by its request number (an answer that arrives after

@@ -22,6 +22,11 @@ A worker exits on EOF from its data socket, and with the fork server (PR_SET_PDE
 when user code calls ``sys.exit()`` (as a Ray worker does; the owner sees a crash). Errors
 sent back: ``task_error_for`` (arguments that fail to unpickle become Ray's
 ``RayTaskError(RaySystemError)``), ``_serialize_returns`` (results that cannot be pickled).
+A worker for a driver on another host (``run_forked(..., remote)``, from its node's fork
+server) reads and writes its data and control connections as MAC'd frames
+(``peer_channel.FramedPeer``: checked before unpickling; a bad frame ends the worker), takes
+its node's session, node id and shm dir over the driver's HELLO, and returns inline values
+only; its fds 1 and 2 are TCP connections to the driver, plain bytes.
 Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
 the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
 ``(<name> pid=<pid>)`` prefix.

@@ -1,0 +1,126 @@
+"""A warm no-op task on another node against a local one, on two loopback fake hosts.
+
+The head is on 127.0.0.1, the member on 127.0.0.2 (each node with a fresh temp root:
+``MINIRAY_TMPDIR``, ``MINIRAY_HOST_DIR``; one token). A driver on the head's host runs, in
+alternating blocks, ``ray.get(f.remote())`` for a no-op ``f`` locally and with
+``NodeAffinitySchedulingStrategy(member, soft=False)`` (warm: the worker and its lease
+exist), and a 1-byte TCP echo from 127.0.0.1 to 127.0.0.2 (the link's floor). Prints one
+JSON object: p50 and mean in microseconds for each, and the issue's target (remote within
+3x local plus the raw RTT). Both nodes are stopped at the end and their roots removed.
+
+    python benchmarks/bench_remote_tasks.py [--calls 2000] [--blocks 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+from miniray._private.transport import node_client
+
+DRIVER = """
+import json, socket, statistics, threading, time
+import miniray as ray
+from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+CALLS, BLOCKS = {calls}, {blocks}
+ray.init(address="auto")
+member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2")
+
+@ray.remote
+def noop():
+    return None
+
+remote = noop.options(scheduling_strategy=NodeAffinitySchedulingStrategy(member, soft=False))
+
+server = socket.socket()
+server.bind(("127.0.0.2", 0))
+server.listen(1)
+
+def echo():
+    conn, _ = server.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        data = conn.recv(1)
+        if not data:
+            return
+        conn.sendall(data)
+
+threading.Thread(target=echo, daemon=True).start()
+client = socket.create_connection(server.getsockname(), source_address=("127.0.0.1", 0))
+client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+def tcp():
+    client.sendall(b"x")
+    client.recv(1)
+
+samples = {{"local": [], "remote": [], "tcp_rtt": []}}
+calls = {{"local": lambda: ray.get(noop.remote()), "remote": lambda: ray.get(remote.remote()),
+         "tcp_rtt": tcp}}
+for fn in calls.values():
+    for _ in range(50):
+        fn()
+for _ in range(BLOCKS):
+    for name, fn in calls.items():
+        out = samples[name]
+        for _ in range(CALLS // BLOCKS):
+            t0 = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - t0) * 1e6)
+client.close()
+doc = {{name: {{"p50_us": round(statistics.median(v), 1), "mean_us": round(statistics.fmean(v), 1)}}
+       for name, v in samples.items()}}
+doc["target_us"] = round(3 * doc["local"]["p50_us"] + doc["tcp_rtt"]["p50_us"], 1)
+doc["met"] = doc["remote"]["p50_us"] <= doc["target_us"]
+print(json.dumps(doc), flush=True)
+ray.shutdown()
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--blocks", type=int, default=5)
+    args = parser.parse_args()
+    base = tempfile.mkdtemp(prefix="mr-bench-remote-")
+    token = "bench-remote-token-" + os.urandom(16).hex()
+    envs = {}
+    for ip in ("127.0.0.1", "127.0.0.2"):
+        root = os.path.join(base, ip.replace(".", "_"))
+        os.makedirs(os.path.join(root, "host"))
+        envs[ip] = dict(os.environ, MINIRAY_TMPDIR=os.path.join(root, "tmp"),
+                        MINIRAY_HOST_DIR=os.path.join(root, "host"), MINIRAY_AUTH_TOKEN=token)
+        envs[ip].pop("RAY_ADDRESS", None)
+    cli = [sys.executable, "-m", "miniray"]
+    try:
+        subprocess.run(cli + ["start", "--head", "--port", "0", "--num-cpus", "2"],
+                       env=envs["127.0.0.1"], capture_output=True, text=True, check=True)
+        (record,) = node_client.list_records(envs["127.0.0.1"]["MINIRAY_TMPDIR"])
+        address = record.address
+        subprocess.run(cli + ["start", f"--address={address}", "--node-ip-address",
+                              "127.0.0.2", "--port", "0", "--num-cpus", "2"],
+                       env=envs["127.0.0.2"], capture_output=True, text=True, check=True)
+        code = textwrap.dedent(DRIVER.format(calls=args.calls, blocks=args.blocks))
+        run = subprocess.run([sys.executable, "-c", code], env=envs["127.0.0.1"],
+                             capture_output=True, text=True, timeout=600)
+        lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
+        if not lines:
+            sys.exit(f"the driver printed no result:\n{run.stderr[-3000:]}")
+        doc = json.loads(lines[-1])
+        doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(doc))
+    finally:
+        for ip in ("127.0.0.2", "127.0.0.1"):
+            subprocess.run(cli + ["stop", "--force"], env=envs[ip], capture_output=True,
+                           timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
