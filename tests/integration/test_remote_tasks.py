@@ -285,3 +285,36 @@ def test_a_driver_with_the_wrong_token_never_runs_code_on_the_member(hosts, memb
     finally:
         if os.path.exists(marker):
             os.unlink(marker)
+
+
+def test_cancel_reaches_a_remote_task_and_a_dead_idle_worker_is_replaced(hosts, member):
+    doc = _run_driver(hosts, """
+    @ray.remote(max_retries=0)
+    def slow():
+        for _ in range(300):  # a cancel is raised between bytecodes, as in Ray
+            time.sleep(0.1)
+
+    @ray.remote
+    def pid():
+        return os.getpid()
+
+    ref = slow.options(scheduling_strategy=there).remote()
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    ray.cancel(ref)
+    try:
+        ray.get(ref, timeout=20)
+        outcome = None
+    except Exception as error:
+        outcome = type(error).__name__
+    waited = time.monotonic() - t0
+    first = ray.get(pid.options(scheduling_strategy=there).remote(), timeout=20)
+    os.kill(first, 9)  # the member's idle worker dies (same machine: a stand-in)
+    time.sleep(0.5)
+    second = ray.get(pid.options(scheduling_strategy=there).remote(), timeout=20)
+    print(json.dumps({"outcome": outcome, "waited": waited, "first": first,
+                      "second": second}), flush=True)
+    ray.shutdown()
+    """)
+    assert "TaskCancelledError" in doc["outcome"] and doc["waited"] < 5, doc
+    assert doc["second"] != doc["first"], doc

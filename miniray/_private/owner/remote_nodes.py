@@ -32,13 +32,19 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
        not answer a ping): NodeDiedError for the task, no retry elsewhere yet. A worker
        that died alone: WorkerCrashedError. No hang: every wait on N has a deadline, or
-       ends with its connection.
+       ends with its connection. An idle worker whose data connection turned readable
+       (its EOF) is closed rather than used.
+    6. Cancel: the task's ``worker`` in the owner's table is a ``_Slot``; the owner's
+       CANCEL goes to the remote worker's MAC'd control connection, or, before the task
+       was sent, keeps it from being sent (TaskCancelledError). ``force`` kills nothing
+       there (N's fork server signals its workers, not this driver).
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import select
 import sys
 import threading
 import time
@@ -106,6 +112,15 @@ class _Worker:
                                       name="miniray-remote-output")
             reader.start()
             self._outputs.append(reader)
+
+    def stale(self) -> bool:
+        """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame."""
+        poller = select.poll()
+        poller.register(self.data.fileno(), select.POLLIN)
+        try:
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
 
     def close(self) -> None:
         self.data.close()
@@ -216,6 +231,7 @@ class RemoteNodes:
                 f"{owner.store.inline_threshold} bytes travel inline."))
             return True
         task.state = T_RUNNING
+        task.worker = _Slot(task)  # what the owner's cancel and state rows read
         self._start(task, entry)
         return True
 
@@ -282,8 +298,8 @@ class RemoteNodes:
         client = worker = None
         try:
             client = self._client(entry)
-            worker = self._leased_worker(client, entry, spec)
-            results = self._call(worker, client, spec)
+            worker = self._leased_worker(client, entry, spec, task.worker)
+            results = self._call(worker, client, spec, task.worker)
             self.ran += 1
         except NodeDiedError as error:
             results = _error_results(spec, error)
@@ -310,16 +326,15 @@ class RemoteNodes:
                 if task.state != T_DONE and not owner.closed:
                     owner.tasks.finished(task, results, False)
 
-    def _leased_worker(self, client: RemoteNodeClient, entry, spec) -> _Worker:
+    def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
         trip), else a new lease and an idle worker without one, else a new worker."""
         shape = tuple(sorted(spec.request.items()))
-        with self._lock:
-            idle = self._idle.get(entry.node_id) or []
-            for index in range(len(idle) - 1, -1, -1):
-                if idle[index].lease_id is not None and idle[index].shape == shape:
-                    return idle.pop(index)
-        lease_id = self._lease(client, spec)
+        worker = self._take_idle(entry.node_id, lambda w: (
+            w.lease_id is not None and w.shape == shape and w.client is client))
+        if worker is not None:
+            return worker
+        lease_id = self._lease(client, spec, slot)
         try:
             worker = self._worker(client, entry)
         except BaseException:
@@ -337,29 +352,56 @@ class RemoteNodes:
             except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
                 pass
 
-    def _lease(self, client: RemoteNodeClient, spec) -> str:
+    def _lease(self, client: RemoteNodeClient, spec, slot) -> str:
         wait = 0.02
         while True:
             if self._closed:
                 raise _Failed(_system_error("the driver is shutting down"))
+            if slot.cancelled:  # cancelled while N was full
+                from miniray._private.core import ids  # lazy: this path only
+                from miniray.exceptions import TaskCancelledError  # lazy: as above
+
+                raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
                 return answer.lease_id
             time.sleep(wait)
             wait = min(0.5, wait * 2)
 
-    def _worker(self, client: RemoteNodeClient, entry) -> _Worker:
+    def _take_idle(self, node_id: str, fits) -> _Worker | None:
+        """An idle worker of the node that ``fits``; one whose data connection has
+        something to read while idle (its EOF: it died, or the node killed it) is closed
+        instead (its lease, if any, went with its link or is released)."""
         with self._lock:
-            idle = self._idle.get(entry.node_id) or []
+            idle = self._idle.get(node_id) or []
             for index in range(len(idle) - 1, -1, -1):
-                if idle[index].lease_id is None:
-                    return idle.pop(index)
+                if fits(idle[index]):
+                    worker = idle.pop(index)
+                    break
+            else:
+                return None
+        if not worker.stale():
+            return worker
+        if worker.lease_id is not None and worker.client is not None:
+            self._release(worker.client, worker.lease_id)
+        worker.close()
+        return self._take_idle(node_id, fits)
+
+    def _worker(self, client: RemoteNodeClient, entry) -> _Worker:
+        worker = self._take_idle(entry.node_id, lambda w: w.lease_id is None)
+        if worker is not None:
+            return worker
         pid, channels = client.spawn()
         return _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
 
-    def _call(self, worker: _Worker, client: RemoteNodeClient, spec) -> list:
+    def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot) -> list:
         owner = self.owner
         data = worker.data
+        if not slot.bind(worker):  # cancelled before it was sent: it never runs
+            from miniray.exceptions import TaskCancelledError  # lazy: as above
+            from miniray._private.core import ids  # lazy: this path only
+
+            raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
         try:
             if not worker.said_hello:
                 data.send((protocol.HELLO, owner.hello_info))
@@ -475,6 +517,51 @@ class RemoteNodes:
             thread.join(max(0.0, deadline - time.monotonic()))
         for worker in idle:
             worker.join_output(max(0.0, deadline - time.monotonic()))
+
+
+class _Slot:
+    """A remote task's stand-in for the owner's ``WorkerSlot`` where the owner reads one:
+    ``tasks.cancel`` (``inflight``, ``pid``, ``kill_on_spawn``), ``requests.interrupt``
+    (``interrupted``, ``waits``), ``Owner.send_control`` (``ctl.send_bytes``) and the
+    state rows (``pid``). A cancel before the task was sent keeps it from being sent; one
+    after goes to the worker's MAC'd control connection (``force`` has no effect there:
+    the node, not this driver, signals its workers)."""
+
+    def __init__(self, task):
+        self.inflight = [task]
+        self.interrupted: set = set()
+        self.waits: dict = {}
+        self.pid = None
+        self.kill_on_spawn = False
+        self.ctl = self
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+        self._cancelled = False
+
+    def send_bytes(self, data) -> None:
+        """A control message (CANCEL) from the owner, sent after its lock."""
+        with self._lock:
+            worker = self._worker
+            if worker is None:
+                self._cancelled = True
+                return
+        try:
+            worker.ctl.send_bytes(data)
+        except (OSError, TimeoutError):
+            pass
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def bind(self, worker: _Worker) -> bool:
+        """The task goes to ``worker`` now; False if it was cancelled before."""
+        with self._lock:
+            if self._cancelled:
+                return False
+            self._worker = worker
+            self.pid = worker.pid
+            return True
 
 
 class _Failed(Exception):
