@@ -398,8 +398,8 @@ class RemoteNodes:
         owner = self.owner
         data = worker.data
         if not slot.bind(worker):  # cancelled before it was sent: it never runs
-            from miniray.exceptions import TaskCancelledError  # lazy: as above
             from miniray._private.core import ids  # lazy: this path only
+            from miniray.exceptions import TaskCancelledError  # lazy: as above
 
             raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
         try:

@@ -69,10 +69,10 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
 )
 
 __all__ = [
-    "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "HandshakeGate",
-    "FramedPeer", "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed", "PeerRefused",
-    "RefusalLog", "ServerHandshake", "accept", "client_ssl_context", "connect", "derive_keys",
-    "server_ssl_context", "tls_contexts",
+    "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "FramedPeer",
+    "HandshakeGate", "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed",
+    "PeerRefused", "RefusalLog", "ServerHandshake", "accept", "client_ssl_context", "connect",
+    "derive_keys", "server_ssl_context", "tls_contexts",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
