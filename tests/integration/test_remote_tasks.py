@@ -318,3 +318,24 @@ def test_cancel_reaches_a_remote_task_and_a_dead_idle_worker_is_replaced(hosts, 
     """)
     assert "TaskCancelledError" in doc["outcome"] and doc["waited"] < 5, doc
     assert doc["second"] != doc["first"], doc
+
+
+def test_a_gpu_task_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, """
+    @ray.remote(num_gpus=1)
+    def gpu():
+        return (ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                os.environ.get("MR_REMOTE_ENV"))
+
+    plain = ray.get(gpu.options(scheduling_strategy=there).remote(), timeout=30)
+    with_env = ray.get(gpu.options(scheduling_strategy=there, runtime_env={
+        "env_vars": {"MR_REMOTE_ENV": "yes"}}).remote(), timeout=30)
+    print(json.dumps({"plain": plain, "with_env": with_env}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["plain"][0] == [0] and doc["plain"][1] == "0" and doc["plain"][2] is None, doc
+    assert doc["with_env"][2] == "yes" and doc["with_env"][1] == "0", doc

@@ -100,6 +100,8 @@ class _Worker:
         self.said_hello = False
         self.lease_id: str | None = None  # the lease on N it runs under (kept while idle)
         self.shape: tuple = ()  # that lease's request
+        self.gpu_ids: list = []  # that lease's GPUs on N (CUDA_VISIBLE_DEVICES there)
+        self.env = ""  # the runtime_env key its HELLO named ("": the job's)
         self.idle_since = 0.0
         self.client = None  # N's client, while idle
         self.broken = False  # not to be used again (it asked for what is not supported)
@@ -331,16 +333,19 @@ class RemoteNodes:
         trip), else a new lease and an idle worker without one, else a new worker."""
         shape = tuple(sorted(spec.request.items()))
         worker = self._take_idle(entry.node_id, lambda w: (
-            w.lease_id is not None and w.shape == shape and w.client is client))
+            w.lease_id is not None and w.shape == shape and w.client is client
+            and w.env == spec.runtime_env))
         if worker is not None:
             return worker
-        lease_id = self._lease(client, spec, slot)
+        grant = self._lease(client, spec, slot)
+        lease_id = grant.lease_id
         try:
-            worker = self._worker(client, entry)
+            worker = self._worker(client, entry, spec.runtime_env)
         except BaseException:
             self._release(client, lease_id)
             raise
         worker.lease_id, worker.shape = lease_id, shape
+        worker.gpu_ids = [str(g) for g in grant.gpu_ids]
         return worker
 
     def _release(self, client: RemoteNodeClient, lease_id: str) -> None:
@@ -352,7 +357,7 @@ class RemoteNodes:
             except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
                 pass
 
-    def _lease(self, client: RemoteNodeClient, spec, slot) -> str:
+    def _lease(self, client: RemoteNodeClient, spec, slot):
         wait = 0.02
         while True:
             if self._closed:
@@ -364,7 +369,7 @@ class RemoteNodes:
                 raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
-                return answer.lease_id
+                return answer
             time.sleep(wait)
             wait = min(0.5, wait * 2)
 
@@ -387,12 +392,15 @@ class RemoteNodes:
         worker.close()
         return self._take_idle(node_id, fits)
 
-    def _worker(self, client: RemoteNodeClient, entry) -> _Worker:
-        worker = self._take_idle(entry.node_id, lambda w: w.lease_id is None)
+    def _worker(self, client: RemoteNodeClient, entry, env: str) -> _Worker:
+        worker = self._take_idle(entry.node_id,
+                                 lambda w: w.lease_id is None and w.env == env)
         if worker is not None:
             return worker
         pid, channels = client.spawn()
-        return _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+        worker.env = env
+        return worker
 
     def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot) -> list:
         owner = self.owner
@@ -404,14 +412,17 @@ class RemoteNodes:
             raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
         try:
             if not worker.said_hello:
-                data.send((protocol.HELLO, owner.hello_info))
+                hello = owner.hello_info
+                if worker.env:  # a task's own runtime_env, as adopt_worker says it
+                    hello = {**hello, "runtime_env_key": worker.env}
+                data.send((protocol.HELLO, hello))
                 worker.said_hello = True
             if spec.fn_id not in worker.funcs:
                 with owner.locked():
                     fn_bytes = owner.function_bytes(spec.fn_id)
                 data.send((protocol.FUNC, spec.fn_id, fn_bytes))
                 worker.funcs.add(spec.fn_id)
-            ctx = ({k: float(v) for k, v in spec.request.items()}, None,
+            ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
                    owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        None, spec.return_ids, spec.num_returns, ctx))
@@ -464,7 +475,7 @@ class RemoteNodes:
                 return
         if worker.lease_id is not None:
             self._release(client, worker.lease_id)
-            worker.lease_id = None
+            worker.lease_id, worker.gpu_ids = None, []
         worker.close()
 
     def _reap(self) -> None:
@@ -485,7 +496,7 @@ class RemoteNodes:
                             continue
                         if now - worker.idle_since >= self.linger:
                             due.append((worker.client, worker.lease_id))
-                            worker.lease_id = None
+                            worker.lease_id, worker.gpu_ids = None, []
                         else:
                             left = True
                 if not due and not left:
