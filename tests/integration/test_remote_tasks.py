@@ -339,3 +339,42 @@ def test_a_gpu_task_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
     """)
     assert doc["plain"][0] == [0] and doc["plain"][1] == "0" and doc["plain"][2] is None, doc
     assert doc["with_env"][2] == "yes" and doc["with_env"][1] == "0", doc
+
+
+def test_a_member_held_dead_fails_its_running_task_with_node_died_error(hosts, member):
+    """SIGSTOP of the member's node stands in for a partition: its sockets stay open, the
+    worker goes on running, and only the head's missed heartbeats say it is gone."""
+    proc = driver(PRELUDE + """
+    @ray.remote(max_retries=0)
+    def slow():
+        for _ in range(600):
+            time.sleep(0.1)
+
+    ref = slow.options(scheduling_strategy=there).remote()
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    try:
+        ray.get(ref, timeout=30)
+        outcome = None
+    except Exception as error:
+        outcome = f"{type(error).__name__}: {error}"
+    print(json.dumps({"outcome": outcome, "waited": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        json_line(proc)
+        time.sleep(1.5)
+        pid = hosts.record(MEMBER).pid
+        hosts.stopped.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 40)
+        assert doc["outcome"] and doc["outcome"].startswith("NodeDiedError"), doc
+        assert doc["waited"] < 8, doc  # MINIRAY_NODE_DEAD_AFTER_S is 1 s here
+        print(f"\nmember stopped mid-task: NodeDiedError after {doc['waited']:.2f} s")
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+        os.kill(hosts.record(MEMBER).pid, signal.SIGCONT)

@@ -32,8 +32,11 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
        not answer a ping): NodeDiedError for the task, no retry elsewhere yet. A worker
        that died alone: WorkerCrashedError. No hang: every wait on N has a deadline, or
-       ends with its connection. An idle worker whose data connection turned readable
-       (its EOF) is closed rather than used.
+       ends with its connection. A partition (N's sockets stay open): while its task runs,
+       the worker's silence makes this thread look N up in the view every WATCH_S; dead
+       there, or a new incarnation, is NodeDiedError too (the head declares it after
+       ``MINIRAY_NODE_DEAD_AFTER_S``). An idle worker whose data connection turned
+       readable (its EOF) is closed rather than used.
     6. Cancel: the task's ``worker`` in the owner's table is a ``_Slot``; the owner's
        CANCEL goes to the remote worker's MAC'd control connection, or, before the task
        was sent, keeps it from being sent (TaskCancelledError). ``force`` kills nothing
@@ -68,6 +71,7 @@ logger = logging.getLogger(__name__)
 IDLE_PER_NODE = 4
 REMOTE_LINGER_S = 0.05  # an idle worker's lease on N is kept at least this long for reuse
 THREAD_IDLE_S = 5.0  # a task thread waits this long for the next task before it ends
+WATCH_S = 0.5  # a silent running task's node is looked up in the view this often
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
@@ -102,6 +106,7 @@ class _Worker:
         self.shape: tuple = ()  # that lease's request
         self.gpu_ids: list = []  # that lease's GPUs on N (CUDA_VISIBLE_DEVICES there)
         self.env = ""  # the runtime_env key its HELLO named ("": the job's)
+        self.incarnation = 0  # N's, in the view, when it was spawned
         self.idle_since = 0.0
         self.client = None  # N's client, while idle
         self.broken = False  # not to be used again (it asked for what is not supported)
@@ -399,6 +404,7 @@ class RemoteNodes:
             return worker
         pid, channels = client.spawn()
         worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+        worker.incarnation = entry.incarnation
         worker.env = env
         return worker
 
@@ -427,7 +433,11 @@ class RemoteNodes:
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        None, spec.return_ids, spec.num_returns, ctx))
             while True:
-                message = data.recv()
+                try:
+                    message = data.recv(timeout=WATCH_S)
+                except TimeoutError:
+                    self._check_alive(worker, client, spec)
+                    continue
                 tag = message[0]
                 if tag == protocol.RESULT and message[1] == spec.task_id:
                     if any(not isinstance(item[1], (bytes, bytearray)) for item in message[2]):
@@ -456,6 +466,24 @@ class RemoteNodes:
             raise _Failed(WorkerCrashedError(
                 f"Task {spec.name}: the worker pid={worker.pid} on node {client.name} died "
                 f"({error}).")) from None
+
+    def _check_alive(self, worker: _Worker, client: RemoteNodeClient, spec) -> None:
+        """Step 5 while a task runs and its worker is silent: NodeDiedError when the view
+        holds N dead or N rejoined as a new incarnation (a partition: its sockets stay
+        open, so only the head's heartbeats tell)."""
+        from miniray.exceptions import NodeDiedError  # lazy: as above
+
+        entry = next((e for e in self._nodes() if e.node_id == worker.node), None)
+        if entry is None:
+            return  # no view to go by (the file is being replaced): ask again later
+        if entry.alive and entry.incarnation == worker.incarnation:
+            return
+        why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
+            "it rejoined as a new incarnation after the cluster held it dead"
+        worker.broken = True
+        client.node_dead(why)
+        raise NodeDiedError(f"Task {spec.name} was running on node {worker.node[:12]} "
+                            f"({client.name}), which died: {why}")
 
     def _put_back(self, client: RemoteNodeClient, worker: _Worker, keep: bool) -> None:
         """Step 4: the worker goes idle with its lease, which ``_reap`` releases once it
