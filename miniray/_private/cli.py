@@ -510,13 +510,15 @@ def _start_options(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}.")
     if args.port is not None and not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in 0..65535, got {args.port}.")
-    from miniray._private import runtime  # lazy: the CLI starts fast for `miniray --help`
-    from miniray._private.ledger import inventory  # lazy: as above
+    object_store_memory = None
+    if args.object_store_memory:
+        from miniray._private.core.resources import check_object_store_memory  # lazy: as above
+        from miniray._private.ledger import inventory  # lazy: as above
 
-    # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
-    object_store_memory = runtime.check_object_store_memory(
-        args.object_store_memory or None, inventory.host_memory(), inventory.shm_free(),
-        config.allow_slow_storage())
+        # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
+        object_store_memory = check_object_store_memory(
+            args.object_store_memory, inventory.host_memory(), inventory.shm_free(),
+            config.allow_slow_storage())
     return {
         "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
         "resources": resources, "object_store_memory": object_store_memory,
@@ -570,7 +572,7 @@ def _print_started(address: str, head: str | None = None) -> None:
 
 def _cmd_start(args: argparse.Namespace) -> int:
     from miniray._private.host import auth_token  # lazy, as above
-    from miniray._private.node import daemon, node  # lazy, as above
+    from miniray._private.node import daemon  # lazy, as above
     from miniray._private.transport import node_client
 
     if args.address is not None and args.head:
@@ -626,6 +628,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
         print("  This command will now block until terminated by a signal (Ctrl-C, SIGTERM);")
         print("  the node's workers are stopped with it.")
         sys.stdout.flush()
+
+    from miniray._private.node import node  # lazy: only --block runs the node in this process
 
     try:
         return node.run_node(options, ready, daemon=False)

@@ -25,7 +25,6 @@ import time
 import miniray
 from miniray._private.core import config
 from miniray._private.host import procinfo, session
-from miniray._private.object_store import shm_segments
 from miniray._private.transport.node_client import (
     READY_TIMEOUT_S,
     SERVICE_PID,
@@ -230,4 +229,6 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
 
 def _sweep_dead_segments() -> None:
     """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
+    from miniray._private.object_store import shm_segments  # lazy: `start` does not need it
+
     shm_segments.sweep_dead_segments(config.shm_dir())

@@ -97,7 +97,6 @@ import time
 from typing import Any, Callable
 
 import miniray
-from miniray._private import runtime
 from miniray._private.core import config, ids, protocol
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.host import auth_token, procinfo, session
@@ -626,7 +625,7 @@ def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
         swept = shm_segments.sweep_segments(config.shm_dir(), lambda t: t == tag)
     name = f"driver_{driver_pid}"
     for folder in (os.path.join(session_dir, "objects", name),
-                   os.path.join(runtime._spill_dir(session_dir), name)):
+                   os.path.join(session.spill_dir(session_dir), name)):
         shutil.rmtree(folder, ignore_errors=True)
     nc.unlink_quiet(os.path.join(session_dir, session.STORE_STATS_DIR, f"{driver_pid}.json"))
     logger.info("driver pid %d died; removed %d segment(s) of its store %s", driver_pid,
