@@ -571,9 +571,10 @@ def _print_started(address: str, head: str | None = None) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private.host import auth_token  # lazy, as above
-    from miniray._private.node import daemon  # lazy, as above
-    from miniray._private.transport import node_client
+    # lazy, as above; and only what comes before the node is launched (core/node_start.py)
+    from miniray._private.core.node_start import NodeStartError, parse_address
+    from miniray._private.host import auth_token
+    from miniray._private.node import daemon
 
     if args.address is not None and args.head:
         return _error("`--head` starts a new cluster and `--address` joins one: give one "
@@ -584,7 +585,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     try:
         options = _start_options(args)
         if args.address is not None:
-            options["head_address"] = "{}:{}".format(*node_client.parse_address(args.address))
+            options["head_address"] = "{}:{}".format(*parse_address(args.address))
         if args.node_ip_address is not None:
             options["node_ip"] = _node_ip(args.node_ip_address)
     except ValueError as error:
@@ -605,13 +606,13 @@ def _cmd_start(args: argparse.Namespace) -> int:
     if not args.block:
         try:
             record, _info = daemon.spawn_daemon(options)
-        except (node_client.NodeStartError, ConnectionError) as error:
+        except (NodeStartError, ConnectionError) as error:
             return _error(str(error))
         _print_started(record.address, record.head_address or None)
         if dashboard is not None:
             try:
                 url = daemon.spawn_dashboard(record, *dashboard)
-            except node_client.NodeStartError as error:
+            except NodeStartError as error:
                 return _error(f"the node runs, but {error} (`miniray stop` stops the node)")
             print()
             print(f"  To view the dashboard, open (the token is its only key)\n    {url}")
@@ -633,7 +634,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
 
     try:
         return node.run_node(options, ready, daemon=False)
-    except (node_client.NodeStartError, ValueError) as error:
+    except (NodeStartError, ValueError) as error:
         return _error(str(error))
 
 

@@ -75,9 +75,13 @@ as in 7: the node never blocks on one driver for long.
 
 Start-up (``run_node``), in order: sweep stale sessions; bind the TCP listener on
 ``--node-ip-address:--port`` (a taken port is an error naming it); create the session dir,
-ledger, node socket and fork server; write the records; a member joins the head (a refusal:
-``NodeStartError``, and everything above is undone); then the actor service, ``on_ready``,
-and the loop.
+ledger and node socket; a member joins the head (a refusal: ``NodeStartError``, and
+everything above is undone; no process was started yet); then the fork server, the records,
+the actor service, ``on_ready``, and the loop. The join comes before any process is started
+so that the head lists the node sooner (a fork server's start costs the node milliseconds
+and competes for a core while it imports); the node returns from ``miniray start`` only
+once all of it exists. The process imports only what a node uses (no runtime, owner, worker
+or public API: ``tests/unit/test_light_import.py``).
 """
 
 from __future__ import annotations
@@ -730,12 +734,22 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             os.umask(old_umask)
         os.chmod(sock_path, 0o600)
         listener.listen(64)
-        fork_server = ForkServerClient(_fork_server_env())
+        node_id = ids.random_hex(ids.NODE_ID_SIZE)
         address = f"{node_ip}:{port}"
+        entry = NodeEntry(
+            node_id=node_id, ip=node_ip, port=port, is_head=head is None,
+            hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
+            accelerator_type=spec["accelerator_type"], incarnation=1, start_time=time.time())
+        link = snapshot = None
+        if head is not None:  # join steps 1-2, before any process is started: the head
+            # lists this node without waiting for them, and a refusal leaves nothing running
+            link, snapshot = _join(head, token, entry, tls)
+            stack.callback(link.close)  # if a later step fails (idempotent)
+        fork_server = ForkServerClient(_fork_server_env())
         info = {
             "protocol": protocol.PROTOCOL_VERSION, "session_dir": session_dir,
             "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
-            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": node_ip,
+            "node_id": node_id, "node_ip": node_ip,
             "totals": ledger.totals(), "gpu_ids": gpu_ids,
             "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
             "accelerator_type": spec["accelerator_type"],
@@ -745,7 +759,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
         record = NodeRecord(
             pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), address=address,
             port=port, socket=sock_path, session_dir=session_dir, started_at=time.time(),
-            node_id=info["node_id"], fork_server_pid=fork_server.pid,
+            node_id=node_id, fork_server_pid=fork_server.pid,
             fork_server_start=procinfo.start_time(fork_server.pid),
             gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
             boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
@@ -768,22 +782,6 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                 with open(f"{current}.{os.getpid()}.tmp", "w") as f:
                     f.write(record.path + "\n")
                 os.replace(f"{current}.{os.getpid()}.tmp", current)
-            entry = NodeEntry(
-                node_id=info["node_id"], ip=node_ip, port=port, is_head=head is None,
-                hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
-                accelerator_type=spec["accelerator_type"], incarnation=1,
-                start_time=time.time())
-            link = snapshot = None
-            if head is not None:  # join step 1-2: refused here means nothing is left running
-                try:
-                    link, snapshot = peering.join_head(head, token, entry,
-                                                       ssl_context=tls[0] if tls else None)
-                except peering.JoinError as error:
-                    raise NodeStartError(str(error)) from None
-                except (OSError, TimeoutError) as error:
-                    raise NodeStartError(
-                        f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
-                        "address, and that `miniray start --head` runs there.") from None
             server.attach_peering(peering.Peering(
                 entry=entry, listener=tcp, token=token, session_dir=session_dir,
                 ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls))
@@ -797,6 +795,19 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             logger.info("node %s stopping", info["node_id"][:12])
             _remove_records(record, default_root)
             server.close()
+
+
+def _join(head: tuple[str, int], token: bytes, entry: NodeEntry, tls) -> tuple:
+    """Join steps 1-2 (``peering.join_head``): the link and the head's first view, or
+    NodeStartError with the message to show."""
+    try:
+        return peering.join_head(head, token, entry, ssl_context=tls[0] if tls else None)
+    except peering.JoinError as error:
+        raise NodeStartError(str(error)) from None
+    except (OSError, TimeoutError) as error:
+        raise NodeStartError(
+            f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
+            "address, and that `miniray start --head` runs there.") from None
 
 
 def _remove_records(record: NodeRecord, default_root: str) -> None:
