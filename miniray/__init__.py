@@ -101,13 +101,32 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 _out_of_scope.install()
 
 
+# Modules that load the engine (the runtime and what it imports). The first use of a name
+# from one of them loads the whole public API at once, as an eager import did, so that a
+# program's first task pays no import: ``import miniray as ray; ray.init(); f.remote()``
+# loads what it always loaded, only later. The other names (ids, exceptions, ...) load alone.
+_ENGINE = frozenset({
+    "miniray._private.api", "miniray._private.object_ref_generator", "miniray._private.runtime",
+    "miniray._private.surface", "miniray.actor", "miniray.remote_function",
+    "miniray.runtime_context", "miniray.util",
+})
+
+
+def _resolve(name: str):
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value  # from now on a plain attribute
+    return value
+
+
 def __getattr__(name: str):
     where = _LAZY.get(name)
     if where is not None:
-        module = importlib.import_module(where[0])
-        value = module if where[1] is None else getattr(module, where[1])
-        globals()[name] = value  # from now on a plain attribute
-        return value
+        if where[0] in _ENGINE:
+            _load_all()
+            return globals()[name]
+        return _resolve(name)
     # Ray imports these three on first attribute access (``import ray; ray.data.range(3)``):
     # here the import raises the out-of-scope ImportError instead of an AttributeError.
     if name in _out_of_scope.LAZY_ATTRIBUTES:
@@ -120,10 +139,12 @@ def __dir__() -> list[str]:
 
 
 def _load_all() -> None:
-    """Loads every lazily loaded name now, as an eager ``import miniray`` would: for a process
-    that forks workers (the fork server), so that no worker pays the imports on first use."""
+    """Loads every lazily loaded name now, as an eager ``import miniray`` did: on the first use
+    of the API, and in the fork server before it forks workers (its command line calls it),
+    so that no worker pays the imports on its first task."""
     for name in _LAZY:
-        __getattr__(name)
+        if name not in globals():
+            _resolve(name)
 
 
 __all__ = [

@@ -91,6 +91,20 @@ def test_load_all_loads_what_an_eager_import_did():
         assert name in modules, name
 
 
+def test_the_first_use_of_the_api_loads_all_of_it():
+    # As the eager import did, only later: the first task then pays no import.
+    eager = set(_loaded_after("import miniray; miniray._load_all()"))
+    for statement in ("miniray.init", "miniray.remote", "miniray.util", "miniray.get"):
+        modules = set(_loaded_after(f"import miniray; {statement}"))
+        assert modules >= {m for m in eager if m.startswith("miniray")}, statement
+
+
+def test_ids_and_exceptions_load_without_the_engine():
+    modules = _loaded_after("import miniray; from miniray import ActorID, exceptions, "
+                            "runtime_env, job_config; miniray.TaskID; miniray.LoggingConfig")
+    assert _heavy(modules) == []
+
+
 def test_every_public_name_resolves_in_a_fresh_interpreter():
     modules = _loaded_after(textwrap.dedent("""
         import importlib, miniray
