@@ -2,9 +2,10 @@
 
 Mirrors the top-level ``ray`` module (Ray 2.60). What differs is listed in README.md.
 Importing this package starts nothing: ``init()`` (or the first call that needs a runtime)
-does. It loads nothing either: each public name is imported on its first use (module
-``__getattr__``), so the command line, the node process and ``python -c "import miniray"``
-pay only for what they use. ``tests/unit/test_light_import.py`` keeps it that way.
+does. It loads almost nothing either: the public names are imported on first use (module
+``__getattr__``, below), so the command line, the node process and ``python -c "import
+miniray"`` pay only for what they use; the first name that needs the engine loads the whole
+API. ``tests/unit/test_light_import.py`` keeps it that way.
 """
 
 from __future__ import annotations

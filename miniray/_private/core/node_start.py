@@ -3,7 +3,7 @@
 Owns: the ``host:port`` address format of a node (``parse_address``) and ``NodeStartError``
 (a node could not start; its message says why and what to do). Pure, and imports nothing
 else, so the command line checks its arguments and launches the node process before it
-loads anything heavier (README, "Start-up cost"). Does not own: finding or connecting to
+loads anything heavier (ARCHITECTURE.md, "Layers"). Does not own: finding or connecting to
 nodes (``transport/node_client.py``, which re-exports both names).
 Called by: the CLI, ``transport/node_client.py``, ``node/daemon.py``, ``node/node.py``.
 """
