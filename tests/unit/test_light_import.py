@@ -62,9 +62,10 @@ def test_the_command_line_loads_nothing_heavy_before_a_command_runs():
 
 def test_the_node_process_loads_no_engine():
     # The node keeps a ledger and relays to its fork server: no runtime, owner, worker or
-    # public API. (cloudpickle comes with the store's segment names, which it sweeps.)
+    # public API, and not the store's module (with cloudpickle) before a driver names one.
     modules = _loaded_after("from miniray._private.node.node import main")
-    assert _heavy(modules, allowed=("cloudpickle",)) == []
+    assert _heavy(modules) == []
+    assert "miniray._private.object_store.shm_segments" not in modules
 
 
 def test_the_start_command_loads_no_node_before_it_spawns_one():

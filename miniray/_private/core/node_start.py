@@ -1,16 +1,20 @@
 """What ``miniray start`` checks before it launches a node: the head's address and the error.
 
-Owns: the ``host:port`` address format of a node (``parse_address``) and ``NodeStartError``
-(a node could not start; its message says why and what to do). Pure, and imports nothing
-else, so the command line checks its arguments and launches the node process before it
-loads anything heavier (ARCHITECTURE.md, "Layers"). Does not own: finding or connecting to
-nodes (``transport/node_client.py``, which re-exports both names).
+Owns: the ``host:port`` address format of a node (``parse_address``), ``NodeStartError``
+(a node could not start; its message says why and what to do) and how long a start may
+take. Pure, and imports nothing else, so the command line checks its arguments and launches
+the node process before it loads anything heavier (ARCHITECTURE.md, "Layers"). Does not
+own: finding or connecting to nodes (``transport/node_client.py``, which re-exports the
+error and the parser).
 Called by: the CLI, ``transport/node_client.py``, ``node/daemon.py``, ``node/node.py``.
 """
 
 from __future__ import annotations
 
-__all__ = ["NodeStartError", "parse_address"]
+__all__ = ["READY_TIMEOUT_S", "NodeStartError", "parse_address"]
+
+# How long ``miniray start`` waits for the node it launched to be ready.
+READY_TIMEOUT_S = 30.0
 
 
 class NodeStartError(Exception):

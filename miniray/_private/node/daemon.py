@@ -23,7 +23,7 @@ import time
 
 import miniray
 from miniray._private.core import config
-from miniray._private.core.node_start import NodeStartError
+from miniray._private.core.node_start import READY_TIMEOUT_S, NodeStartError
 
 TYPE_CHECKING = False  # typing's constant, without importing typing (see the imports below)
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 # The records, the connection and the process probes (node_client, session, procinfo), and
 # logging, are imported inside the functions, lazily: `miniray start` launches the node
-# process first and loads them while the node starts (on another core), not before.
+# process first and loads them once the node answered, not before.
 
 # In a node's session: the pid and start time of the dashboard `miniray start` started.
 DASHBOARD_RECORD = "dashboard.json"
@@ -48,11 +48,10 @@ def _child_env() -> dict:
     return env
 
 
-def spawn_daemon(options: dict, timeout: float | None = None) -> tuple[NodeRecord, dict]:
+def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
     """Starts a node in the background (a new session, stdin /dev/null, output to its
     ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
-    NodeStartError if it fails or is not ready within ``timeout`` seconds (default
-    ``node_client.READY_TIMEOUT_S``)."""
+    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
     env = _child_env()
     read_fd, write_fd = os.pipe()
     code = "from miniray._private.node.node import main; main()"
@@ -64,12 +63,6 @@ def spawn_daemon(options: dict, timeout: float | None = None) -> tuple[NodeRecor
         )
     finally:
         os.close(write_fd)
-    # lazy: loaded while the node starts (see the imports)
-    from miniray._private.host import session
-    from miniray._private.transport import node_client
-
-    if timeout is None:
-        timeout = node_client.READY_TIMEOUT_S
     deadline = time.monotonic() + timeout
     chunks = []
     with os.fdopen(read_fd, "rb") as ready:
@@ -82,6 +75,11 @@ def spawn_daemon(options: dict, timeout: float | None = None) -> tuple[NodeRecor
             chunks.append(chunk)
     line = b"".join(chunks).decode(errors="replace").strip()
     doc = json.loads(line) if line.startswith("{") else None
+    # lazy: loaded once the node answered, not while it starts (on a busy machine, this
+    # process importing beside it would take CPU time from it)
+    from miniray._private.host import session
+    from miniray._private.transport import node_client
+
     if doc is None or not doc.get("ok"):
         if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
             proc.kill()

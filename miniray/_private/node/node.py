@@ -104,11 +104,9 @@ import miniray
 from miniray._private.core import config, ids, protocol
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.host import auth_token, procinfo, session
-from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
-from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
@@ -429,6 +427,8 @@ class NodeServer:
             if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
                 self.fork_server.kill(pid, sig)  # raise in the fork server and end it
         elif tag == protocol.NODE_STORE and len(message) == 2:
+            from miniray._private.object_store import shm_segments  # lazy: see _remove_store
+
             driver.store_tag = shm_segments.check_tag(message[1])
         elif tag == protocol.NODE_GOODBYE:
             driver.said_goodbye = True  # its own store cleans up after itself
@@ -537,6 +537,9 @@ class NodeServer:
         try:
             released = self.ledger.release_holder(pid)
             if any(self.gpu_keys):
+                # lazy: not on the join's path, as in _remove_store
+                from miniray._private.ledger.host_gpus import HostGpuLedger
+
                 host = HostGpuLedger().release_holder(pid)
         except Exception:
             logger.exception("releasing the leases of driver pid %d failed", pid)
@@ -624,6 +627,10 @@ def check_hello(message: tuple) -> tuple[int | None, str | None]:
 
 def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
     """What the store of a dead driver of this node left: its segments, its folders."""
+    # lazy: the store's module (and cloudpickle with it) is not on the join's path; the node
+    # loads it when a driver first names its store
+    from miniray._private.object_store import shm_segments
+
     swept = []
     if tag:
         swept = shm_segments.sweep_segments(config.shm_dir(), lambda t: t == tag)

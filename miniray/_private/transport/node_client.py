@@ -93,7 +93,6 @@ NODE_IP = "127.0.0.1"
 DEFAULT_PORT = 6379
 BUFSIZE = 1 << 16
 MAX_FDS = 8
-READY_TIMEOUT_S = 30.0
 
 NOT_FOUND_AUTO = (
     "Could not find any running Ray instance. Please specify the one to connect to by setting "
