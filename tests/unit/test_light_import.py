@@ -26,9 +26,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 # What none of the light paths may load: the engine, the store, the public API's heavy
 # modules, and the libraries they pull in.
 HEAVY = ("miniray._private.runtime", "miniray._private.api", "miniray._private.surface",
-         "miniray._private.owner", "miniray._private.worker", "miniray._private.object_store.values",
-         "miniray.actor", "miniray.remote_function", "miniray.util", "numpy", "asyncio",
-         "cloudpickle", "importlib.metadata")
+         "miniray._private.owner", "miniray._private.worker",
+         "miniray._private.object_store.values", "miniray.actor", "miniray.remote_function",
+         "miniray.util", "numpy", "asyncio", "cloudpickle", "importlib.metadata")
 
 
 def _loaded_after(statement: str) -> list[str]:
@@ -42,10 +42,8 @@ def _loaded_after(statement: str) -> list[str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _heavy(modules: list[str], allowed: tuple[str, ...] = ()) -> list[str]:
-    return [m for m in modules
-            if any(m == h or m.startswith(h + ".") for h in HEAVY)
-            and not any(m == a or m.startswith(a + ".") for a in allowed)]
+def _heavy(modules: list[str]) -> list[str]:
+    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
 def test_import_miniray_loads_nothing_heavy():
