@@ -32,6 +32,12 @@ Ray with ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN`` for every Ray process (p
 1.5: ``ray start --address`` never turns it on by itself). Ray processes get ``HOME`` set to
 a temp directory, so nothing is written to the user's ``~/.ray``.
 
+miniray's processes read bytecode compiled once at the start into the run's temp directory
+(``PYTHONPYCACHEPREFIX``), as an installed package has it and as Ray's virtualenv has Ray's;
+``--no-bytecode`` measures the same with every process compiling miniray from source (what a
+``PYTHONDONTWRITEBYTECODE=1`` environment gives a source checkout, as in this project's
+earlier runs).
+
 Ray runs from its own virtualenv (``--ray-python``; default: ``$MINIRAY_BENCH_RAY_VENV`` or
 ``~/.cache/miniray-bench/ray-2.60``, made by ``setup_ray_venv.sh``); ``--no-ray`` skips it.
 Every process started here is in a process group of its own; at the end every group gets
@@ -42,6 +48,7 @@ figures, the floor, ``ratios`` (miniray / Ray: below 1 means miniray is faster) 
 targets.
 
     python benchmarks/bench_peering.py [--join-rounds 3] [--ray-join-rounds 1] [--no-ray]
+                                       [--no-bytecode]
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import time
 from miniray._private.transport import peer_channel as pc
 
 HEAD_IP, MEMBER_IP = "127.0.0.1", "127.0.0.2"
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WAIT_S = 120.0  # any one wait for the watcher; Ray's own detection takes tens of seconds
 TOKEN = "bench-peering-token-" + "5" * 32
 TARGETS = {"join_ratio": "<= 0.1 (miniray / Ray)", "crash_dead_s": "<= 1 s",
@@ -201,9 +209,18 @@ def _pgid(pid: int) -> int | None:
 class Run:
     """One implementation's processes, temp dirs and watcher; ``close()`` removes them all."""
 
-    def __init__(self, impl: str, python: str):
+    def __init__(self, impl: str, python: str, bytecode: bool = True):
         self.impl, self.python = impl, python
         self.tmp = tempfile.mkdtemp(prefix=f"bpeer-{impl[0]}-", dir="/tmp")
+        # miniray's bytecode, as an installed package has it (pip compiles it; Ray's
+        # virtualenv has Ray's): compiled once here into a cache every miniray process of
+        # the run reads. Without it (--no-bytecode, or PYTHONDONTWRITEBYTECODE=1 and no
+        # cache) every process compiles miniray from source, which no installed copy does.
+        self.pycache = os.path.join(self.tmp, "pycache") if bytecode and impl == "miniray" \
+            else None
+        if self.pycache:
+            subprocess.run([python, "-m", "compileall", "-q", os.path.join(_REPO, "miniray")],
+                           env=self.env("compile"), check=True, stdout=subprocess.DEVNULL)
         self.groups: list[subprocess.Popen] = []
         self.watcher: subprocess.Popen | None = None
         self.head_port = _free_port()
@@ -221,8 +238,10 @@ class Run:
         if self.impl == "miniray":
             env.update(MINIRAY_TMPDIR=os.path.join(home, "mr"),
                        MINIRAY_HOST_DIR=os.path.join(home, "host"), MINIRAY_AUTH_TOKEN=TOKEN)
-            repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH")) if p)
+            if self.pycache:
+                env.pop("PYTHONDONTWRITEBYTECODE", None)
+                env["PYTHONPYCACHEPREFIX"] = self.pycache
         else:
             env.update(HOME=home, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN,
                        RAY_USAGE_STATS_ENABLED="0")
@@ -413,8 +432,8 @@ class Run:
         return left
 
 
-def measure(impl: str, python: str, join_rounds: int) -> dict:
-    run = Run(impl, python)
+def measure(impl: str, python: str, join_rounds: int, bytecode: bool = True) -> dict:
+    run = Run(impl, python, bytecode)
     result: dict = {"joins_s": []}
     try:
         t0 = time.monotonic()
@@ -453,6 +472,9 @@ def main() -> int:
     parser.add_argument("--ray-join-rounds", type=int, default=1)
     parser.add_argument("--ray-python", default=_default_ray_python())
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--no-bytecode", action="store_true",
+                        help="miniray's processes compile miniray from source each time (no "
+                             "bytecode cache; what PYTHONDONTWRITEBYTECODE=1 alone gives)")
     args = parser.parse_args()
     import miniray
 
@@ -463,7 +485,10 @@ def main() -> int:
     first = _rtt("channel", warmup=0, timed=10)  # the first handshake pays lazy imports
     out["floor"] = {"tcp_rtt": _rtt("tcp"), "channel_rtt": _rtt("channel")}
     out["floor"]["channel_rtt"]["handshake_first_ms"] = first["handshake_ms"]
-    out["miniray"] = measure("miniray", sys.executable, args.join_rounds)
+    out["machine"]["miniray_bytecode"] = (
+        "none: compiled from source in every process" if args.no_bytecode
+        else "compiled once into the run's cache (as an installed package has it)")
+    out["miniray"] = measure("miniray", sys.executable, args.join_rounds, not args.no_bytecode)
     if not args.no_ray:
         if not os.path.exists(args.ray_python):
             out["ray"] = {"error": f"no Ray interpreter at {args.ray_python}: run "

@@ -510,13 +510,15 @@ def _start_options(args: argparse.Namespace) -> dict:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got {value}.")
     if args.port is not None and not 0 <= args.port < 65536:
         raise ValueError(f"--port must be in 0..65535, got {args.port}.")
-    from miniray._private import runtime  # lazy: the CLI starts fast for `miniray --help`
-    from miniray._private.ledger import inventory  # lazy: as above
+    object_store_memory = None
+    if args.object_store_memory:
+        from miniray._private.core.resources import check_object_store_memory  # lazy: as above
+        from miniray._private.ledger import inventory  # lazy: as above
 
-    # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
-    object_store_memory = runtime.check_object_store_memory(
-        args.object_store_memory or None, inventory.host_memory(), inventory.shm_free(),
-        config.allow_slow_storage())
+        # Ray's limits, as in init(): at least 75 MiB, at most the host's memory.
+        object_store_memory = check_object_store_memory(
+            args.object_store_memory, inventory.host_memory(), inventory.shm_free(),
+            config.allow_slow_storage())
     return {
         "port": args.port, "num_cpus": args.num_cpus, "num_gpus": args.num_gpus,
         "resources": resources, "object_store_memory": object_store_memory,
@@ -569,9 +571,10 @@ def _print_started(address: str, head: str | None = None) -> None:
 
 
 def _cmd_start(args: argparse.Namespace) -> int:
-    from miniray._private.host import auth_token  # lazy, as above
-    from miniray._private.node import daemon, node  # lazy, as above
-    from miniray._private.transport import node_client
+    # lazy, as above; and only what comes before the node is launched (core/node_start.py)
+    from miniray._private.core.node_start import NodeStartError, parse_address
+    from miniray._private.host import auth_token
+    from miniray._private.node import daemon
 
     if args.address is not None and args.head:
         return _error("`--head` starts a new cluster and `--address` joins one: give one "
@@ -582,7 +585,7 @@ def _cmd_start(args: argparse.Namespace) -> int:
     try:
         options = _start_options(args)
         if args.address is not None:
-            options["head_address"] = "{}:{}".format(*node_client.parse_address(args.address))
+            options["head_address"] = "{}:{}".format(*parse_address(args.address))
         if args.node_ip_address is not None:
             options["node_ip"] = _node_ip(args.node_ip_address)
     except ValueError as error:
@@ -603,13 +606,13 @@ def _cmd_start(args: argparse.Namespace) -> int:
     if not args.block:
         try:
             record, _info = daemon.spawn_daemon(options)
-        except (node_client.NodeStartError, ConnectionError) as error:
+        except (NodeStartError, ConnectionError) as error:
             return _error(str(error))
         _print_started(record.address, record.head_address or None)
         if dashboard is not None:
             try:
                 url = daemon.spawn_dashboard(record, *dashboard)
-            except node_client.NodeStartError as error:
+            except NodeStartError as error:
                 return _error(f"the node runs, but {error} (`miniray stop` stops the node)")
             print()
             print(f"  To view the dashboard, open (the token is its only key)\n    {url}")
@@ -627,9 +630,11 @@ def _cmd_start(args: argparse.Namespace) -> int:
         print("  the node's workers are stopped with it.")
         sys.stdout.flush()
 
+    from miniray._private.node import node  # lazy: only --block runs the node in this process
+
     try:
         return node.run_node(options, ready, daemon=False)
-    except (node_client.NodeStartError, ValueError) as error:
+    except (NodeStartError, ValueError) as error:
         return _error(str(error))
 
 

@@ -10,7 +10,6 @@ Functions are read at call time, not import time, so tests can change the enviro
 from __future__ import annotations
 
 import os
-import tempfile
 
 
 def _flag(name: str, default: bool) -> bool:
@@ -29,6 +28,8 @@ def tmpdir_root() -> str:
         return os.path.abspath(root)
     if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK | os.X_OK):
         return f"/dev/shm/miniray-{os.getuid()}"
+    import tempfile  # lazy: most processes never ask; it costs milliseconds to import
+
     return os.path.join(tempfile.gettempdir(), f"miniray-{os.getuid()}")
 
 

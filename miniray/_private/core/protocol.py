@@ -126,6 +126,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 from miniray import _version
@@ -280,18 +281,59 @@ def local_versions() -> dict:
 @functools.cache
 def _dist_version(name: str) -> str | None:
     """The installed version of distribution ``name`` (None if missing), without importing
-    it when it is not loaded yet (numpy is heavy). Cached: a lookup costs about 0.3 ms and
-    every peer connection asks."""
+    it when it is not loaded yet (numpy is heavy). Cached: every peer connection asks.
+
+    Read from the name of its ``<name>-<version>.dist-info`` (or ``.egg-info``) folder on
+    ``sys.path``, as ``importlib.metadata`` finds it, without importing ``importlib.metadata``
+    (30 ms, paid by a node's first handshake, on the join's path); that module answers only
+    when no such folder is found for a package that is importable."""
     module = sys.modules.get(name)
     version = getattr(module, "__version__", None)
     if isinstance(version, str):
         return version
-    import importlib.metadata  # lazy: only a peer's hello asks
+    found = dist_version_from_path(name, sys.path, _listdir)
+    if found is not None:
+        return found
+    import importlib.util  # lazy: only a peer's hello asks, and only when the folder is not
+
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except (ImportError, ValueError):
+        return None
+    import importlib.metadata  # lazy: as above
 
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path or ".")
+    except OSError:  # a missing folder, a zip file on sys.path
+        return []
+
+
+def dist_version_from_path(name: str, paths, listdir) -> str | None:
+    """Pure: the version in the first ``<name>-<version>.dist-info`` or ``.egg-info`` entry
+    that ``listdir(path)`` lists, over ``paths`` in order; None if there is none. Names
+    compare as the packaging spec normalizes them (case, ``-``/``.``/``_``)."""
+    want = _normalize(name)
+    for path in paths:
+        for entry in listdir(path):
+            stem, dot, suffix = entry.rpartition(".")
+            if not dot or suffix not in ("dist-info", "egg-info"):
+                continue
+            dist, sep, version = stem.partition("-")
+            if sep and version and _normalize(dist) == want:
+                return version.split("-")[0]  # an egg-info's "1.2-py3.11" names 1.2
+    return None
+
+
+def _normalize(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
 
 
 def peer_versions() -> dict:

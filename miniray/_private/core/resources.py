@@ -31,11 +31,13 @@ from typing import Any, Iterable, Mapping
 from miniray._private.core import placement
 
 __all__ = [
+    "OBJECT_STORE_MINIMUM_BYTES",
     "UNIT",
     "UNIT_INSTANCE_RESOURCES",
     "Allocation",
     "Lease",
     "NodeState",
+    "check_object_store_memory",
     "format_infeasible",
     "from_units",
     "infeasible_reasons",
@@ -466,3 +468,56 @@ def float_request(request: dict) -> dict:
     {'CPU': 1.0, 'GPU': 0.5}
     """
     return {name: float(value) for name, value in request.items()}
+
+
+# ------------------------------------------------------------- the object store's size
+# Ray's OBJECT_STORE_MINIMUM_MEMORY_BYTES and REQUIRE_SHM_SIZE_THRESHOLD.
+OBJECT_STORE_MINIMUM_BYTES = 75 * 1024 * 1024
+_REQUIRE_SHM_ABOVE = 10**10
+
+
+def check_object_store_memory(value, total_memory: int | None, shm_free: int | None = None,
+                              allow_slow_storage: bool = False) -> int | None:
+    """``init(object_store_memory=...)`` as a whole number of bytes, or None for the default.
+
+    Ray takes any number (``700e6`` included) and truncates it; it refuses less than 75 MiB
+    and more than the host's memory with ValueError, and a non-number with TypeError. Above
+    10 GB it also refuses more than ``/dev/shm`` has free (``shm_free``), unless
+    ``allow_slow_storage`` (``RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1``).
+
+    Example:
+        >>> check_object_store_memory(700e6, 8 << 30)
+        700000000
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            "object_store_memory must be a number of bytes (an int, or a float such as 2e9), "
+            f"got {type(value).__name__} {value!r}."
+        )
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"object_store_memory must be a finite number of bytes, got {value!r}.")
+    size = int(value)
+    if size < OBJECT_STORE_MINIMUM_BYTES:
+        raise ValueError(
+            f"Attempting to cap object store memory usage at {size} bytes, but the minimum "
+            f"allowed is {OBJECT_STORE_MINIMUM_BYTES} bytes (75 MiB). Pass a larger "
+            "object_store_memory, or leave it out for the default (30% of available memory)."
+        )
+    if total_memory is not None and size > total_memory:
+        raise ValueError(
+            f"The requested object store memory size ({size} bytes, {size / (1 << 30):.1f} "
+            f"GiB) is greater than the total memory of this host ({total_memory} bytes, "
+            f"{total_memory / (1 << 30):.1f} GiB). Pass a smaller object_store_memory, or "
+            "leave it out for the default (30% of available memory)."
+        )
+    if (shm_free is not None and size > shm_free and size > _REQUIRE_SHM_ABOVE
+            and not allow_slow_storage):
+        raise ValueError(
+            f"The configured object store size ({size / 1e9} GB) exceeds /dev/shm size "
+            f"({shm_free / 1e9} GB). This will harm performance. Consider deleting files in "
+            "/dev/shm or increasing its size with --shm-size in Docker. To ignore this "
+            "warning, set RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE=1."
+        )
+    return size

@@ -31,7 +31,7 @@ import os
 import socket
 import stat
 import struct
-from typing import Iterator
+from collections.abc import Iterator  # not typing: importing typing costs milliseconds
 
 __all__ = [
     "InsecurePathError", "accept_same_uid", "check_owned_fd", "dir_problem",

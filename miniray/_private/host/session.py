@@ -169,6 +169,21 @@ def remove_session_dir(path: str) -> None:
         pass
 
 
+def spill_dir(session_dir: str) -> str:
+    """Where a session's spilled objects go: beside the session when that is on disk, else
+    under the temp dir (a session root in /dev/shm would spill memory into memory)."""
+    import tempfile  # lazy: only a session that spills, or sweeps, needs it
+
+    try:
+        on_tmpfs = os.statvfs(session_dir).f_fsid == os.statvfs("/dev/shm").f_fsid
+    except OSError:
+        on_tmpfs = False
+    if not on_tmpfs:
+        return os.path.join(session_dir, "spill")
+    return os.path.join(tempfile.gettempdir(), f"miniray-spill-{os.getuid()}",
+                        os.path.basename(session_dir))
+
+
 def sweep_dead_spill_dirs(spill_root: str) -> None:
     """Remove spill folders (named like their session) whose owner is provably dead; the
     namespace tag in the name says where its pid lives. Other users' folders are left."""

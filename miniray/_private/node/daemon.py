@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import select
 import shutil
@@ -24,21 +23,15 @@ import time
 
 import miniray
 from miniray._private.core import config
-from miniray._private.host import procinfo, session
-from miniray._private.object_store import shm_segments
-from miniray._private.transport.node_client import (
-    READY_TIMEOUT_S,
-    SERVICE_PID,
-    NodeRecord,
-    NodeStartError,
-    connect,
-    list_records,
-    read_record,
-    root_locked,
-    sweep_stale,
-)
+from miniray._private.core.node_start import READY_TIMEOUT_S, NodeStartError
 
-logger = logging.getLogger(__name__)
+TYPE_CHECKING = False  # typing's constant, without importing typing (see the imports below)
+if TYPE_CHECKING:
+    from miniray._private.transport.node_client import NodeRecord
+
+# The records, the connection and the process probes (node_client, session, procinfo), and
+# logging, are imported inside the functions, lazily: `miniray start` launches the node
+# process first and loads them once the node answered, not before.
 
 # In a node's session: the pid and start time of the dashboard `miniray start` started.
 DASHBOARD_RECORD = "dashboard.json"
@@ -82,6 +75,11 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
             chunks.append(chunk)
     line = b"".join(chunks).decode(errors="replace").strip()
     doc = json.loads(line) if line.startswith("{") else None
+    # lazy: loaded once the node answered, not while it starts (on a busy machine, this
+    # process importing beside it would take CPU time from it)
+    from miniray._private.host import session
+    from miniray._private.transport import node_client
+
     if doc is None or not doc.get("ok"):
         if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
             proc.kill()
@@ -97,10 +95,11 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
                 else f"was not ready within {timeout:g} s")
         raise NodeStartError(f"the miniray node {what}." + (f"\n{err[-3000:]}" if err else ""))
     proc.stderr.close()
-    record = read_record(doc["record"])
+    record = node_client.read_record(doc["record"])
     if record is None:
         raise NodeStartError(f"the node reported {doc['record']}, which cannot be read")
-    client = connect(record, timeout=max(1.0, deadline - time.monotonic()), probe=True)
+    client = node_client.connect(record, timeout=max(1.0, deadline - time.monotonic()),
+                                 probe=True)
     info = client.info
     client.close()
     return record, info
@@ -148,6 +147,8 @@ def _recorded_dashboard(session_dir: str) -> tuple[int | None, int | None]:
 # ------------------------------------------------------------------------- stopping nodes
 def _signal(pid: int | None, start: int | None, sig: int) -> bool:
     """Signals ``pid`` only while it is still the recorded process (pid and start time)."""
+    from miniray._private.host import procinfo  # lazy: see the imports
+
     if not pid or not procinfo.is_alive(pid, start):
         return False
     try:
@@ -158,6 +159,8 @@ def _signal(pid: int | None, start: int | None, sig: int) -> bool:
 
 
 def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> list:
+    from miniray._private.host import procinfo  # lazy: see the imports
+
     deadline = time.monotonic() + timeout
     while True:
         alive = [(p, s) for p, s in procs if p and procinfo.is_alive(p, s)]
@@ -168,6 +171,8 @@ def _wait_gone(procs: list[tuple[int | None, int | None]], timeout: float) -> li
 
 def actor_service_of(record: NodeRecord) -> tuple[int | None, int | None]:
     """``(pid, start time)`` of a node's actor service, from the file the node writes."""
+    from miniray._private.transport.node_client import SERVICE_PID  # lazy: see the imports
+
     try:
         with open(os.path.join(record.session_dir, SERVICE_PID)) as f:
             pid, start = f.read().split()
@@ -182,6 +187,13 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
     seconds (at once with ``force``). Waits for each node, its fork server and its actor
     service to be gone, then sweeps their session directories and stale records. Returns how
     many were running."""
+    import logging
+
+    # lazy: see the imports
+    from miniray._private.host import procinfo, session
+    from miniray._private.transport.node_client import list_records, root_locked, sweep_stale
+
+    logger = logging.getLogger(__name__)
     root = os.path.abspath(root or config.tmpdir_root())
     records = list_records(root, alive_only=False)
     # A node of another PID namespace sharing the root: its pid means nothing here, so it is
@@ -230,4 +242,6 @@ def stop_nodes(root: str | None = None, *, force: bool = False, grace: float = 1
 
 def _sweep_dead_segments() -> None:
     """Shared-memory segments of drivers that died (SIGKILL) go too, as at init()."""
+    from miniray._private.object_store import shm_segments  # lazy: `start` does not need it
+
     shm_segments.sweep_dead_segments(config.shm_dir())

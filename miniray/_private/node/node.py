@@ -83,9 +83,13 @@ shm dir; its SPAWNED calls the spawner's ``done(pid)``, its EXITED of such a pid
 
 Start-up (``run_node``), in order: sweep stale sessions; bind the TCP listener on
 ``--node-ip-address:--port`` (a taken port is an error naming it); create the session dir,
-ledger, node socket and fork server; write the records; a member joins the head (a refusal:
-``NodeStartError``, and everything above is undone); then the actor service, ``on_ready``,
-and the loop.
+ledger and node socket; a member joins the head (a refusal: ``NodeStartError``, and
+everything above is undone; no process was started yet); then the fork server, the records,
+the actor service, ``on_ready``, and the loop. The join comes before any process is started
+so that the head lists the node sooner (a fork server's start costs the node milliseconds
+and competes for a core while it imports); the node returns from ``miniray start`` only
+once all of it exists. The process imports only what a node uses (no runtime, owner, worker
+or public API: ``tests/unit/test_light_import.py``).
 """
 
 from __future__ import annotations
@@ -105,15 +109,12 @@ import time
 from typing import Any, Callable
 
 import miniray
-from miniray._private import runtime
 from miniray._private.core import config, ids, protocol
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.host import auth_token, procinfo, session
-from miniray._private.ledger.host_gpus import HostGpuLedger
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
-from miniray._private.object_store import shm_segments
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
@@ -471,6 +472,8 @@ class NodeServer:
             if pid in driver.workers and sig in signal.valid_signals():  # bad ones would
                 self.fork_server.kill(pid, sig)  # raise in the fork server and end it
         elif tag == protocol.NODE_STORE and len(message) == 2:
+            from miniray._private.object_store import shm_segments  # lazy: see _remove_store
+
             driver.store_tag = shm_segments.check_tag(message[1])
         elif tag == protocol.NODE_GOODBYE:
             driver.said_goodbye = True  # its own store cleans up after itself
@@ -586,6 +589,9 @@ class NodeServer:
         try:
             released = self.ledger.release_holder(pid)
             if any(self.gpu_keys):
+                # lazy: not on the join's path, as in _remove_store
+                from miniray._private.ledger.host_gpus import HostGpuLedger
+
                 host = HostGpuLedger().release_holder(pid)
         except Exception:
             logger.exception("releasing the leases of driver pid %d failed", pid)
@@ -673,12 +679,16 @@ def check_hello(message: tuple) -> tuple[int | None, str | None]:
 
 def _remove_store(session_dir: str, driver_pid: int, tag: str | None) -> None:
     """What the store of a dead driver of this node left: its segments, its folders."""
+    # lazy: the store's module (and cloudpickle with it) is not on the join's path; the node
+    # loads it when a driver first names its store
+    from miniray._private.object_store import shm_segments
+
     swept = []
     if tag:
         swept = shm_segments.sweep_segments(config.shm_dir(), lambda t: t == tag)
     name = f"driver_{driver_pid}"
     for folder in (os.path.join(session_dir, "objects", name),
-                   os.path.join(runtime._spill_dir(session_dir), name)):
+                   os.path.join(session.spill_dir(session_dir), name)):
         shutil.rmtree(folder, ignore_errors=True)
     nc.unlink_quiet(os.path.join(session_dir, session.STORE_STATS_DIR, f"{driver_pid}.json"))
     logger.info("driver pid %d died; removed %d segment(s) of its store %s", driver_pid,
@@ -783,12 +793,22 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             os.umask(old_umask)
         os.chmod(sock_path, 0o600)
         listener.listen(64)
-        fork_server = ForkServerClient(_fork_server_env())
+        node_id = ids.random_hex(ids.NODE_ID_SIZE)
         address = f"{node_ip}:{port}"
+        entry = NodeEntry(
+            node_id=node_id, ip=node_ip, port=port, is_head=head is None,
+            hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
+            accelerator_type=spec["accelerator_type"], incarnation=1, start_time=time.time())
+        link = snapshot = None
+        if head is not None:  # join steps 1-2, before any process is started: the head
+            # lists this node without waiting for them, and a refusal leaves nothing running
+            link, snapshot = _join(head, token, entry, tls)
+            stack.callback(link.close)  # if a later step fails (idempotent)
+        fork_server = ForkServerClient(_fork_server_env())
         info = {
             "protocol": protocol.PROTOCOL_VERSION, "session_dir": session_dir,
             "session_name": os.path.basename(session_dir), "ledger_path": ledger_path,
-            "node_id": ids.random_hex(ids.NODE_ID_SIZE), "node_ip": node_ip,
+            "node_id": node_id, "node_ip": node_ip,
             "totals": ledger.totals(), "gpu_ids": gpu_ids,
             "gpu_ids_are_ints": spec["gpu_ids_are_ints"], "gpu_keys": spec["gpu_keys"],
             "accelerator_type": spec["accelerator_type"],
@@ -798,7 +818,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
         record = NodeRecord(
             pid=os.getpid(), start_time=procinfo.start_time(os.getpid()), address=address,
             port=port, socket=sock_path, session_dir=session_dir, started_at=time.time(),
-            node_id=info["node_id"], fork_server_pid=fork_server.pid,
+            node_id=node_id, fork_server_pid=fork_server.pid,
             fork_server_start=procinfo.start_time(fork_server.pid),
             gpu_keys=spec["gpu_keys"], pid_ns=procinfo.identity().pid_ns,
             boot_id=procinfo.identity().boot_id, path=os.path.join(session_dir, nc.RECORD_FILE),
@@ -821,22 +841,6 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
                 with open(f"{current}.{os.getpid()}.tmp", "w") as f:
                     f.write(record.path + "\n")
                 os.replace(f"{current}.{os.getpid()}.tmp", current)
-            entry = NodeEntry(
-                node_id=info["node_id"], ip=node_ip, port=port, is_head=head is None,
-                hostname=socket.gethostname(), totals=ledger.totals(), gpu_ids=list(gpu_ids),
-                accelerator_type=spec["accelerator_type"], incarnation=1,
-                start_time=time.time())
-            link = snapshot = None
-            if head is not None:  # join step 1-2: refused here means nothing is left running
-                try:
-                    link, snapshot = peering.join_head(head, token, entry,
-                                                       ssl_context=tls[0] if tls else None)
-                except peering.JoinError as error:
-                    raise NodeStartError(str(error)) from None
-                except (OSError, TimeoutError) as error:
-                    raise NodeStartError(
-                        f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
-                        "address, and that `miniray start --head` runs there.") from None
             server.attach_peering(peering.Peering(
                 entry=entry, listener=tcp, token=token, session_dir=session_dir,
                 ledger=ledger, head=head, channel=link, snapshot=snapshot, tls=tls,
@@ -851,6 +855,19 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
             logger.info("node %s stopping", info["node_id"][:12])
             _remove_records(record, default_root)
             server.close()
+
+
+def _join(head: tuple[str, int], token: bytes, entry: NodeEntry, tls) -> tuple:
+    """Join steps 1-2 (``peering.join_head``): the link and the head's first view, or
+    NodeStartError with the message to show."""
+    try:
+        return peering.join_head(head, token, entry, ssl_context=tls[0] if tls else None)
+    except peering.JoinError as error:
+        raise NodeStartError(str(error)) from None
+    except (OSError, TimeoutError) as error:
+        raise NodeStartError(
+            f"cannot join the head at {head[0]}:{head[1]}: {error}. Check the "
+            "address, and that `miniray start --head` runs there.") from None
 
 
 def _remove_records(record: NodeRecord, default_root: str) -> None:

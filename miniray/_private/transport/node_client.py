@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from miniray._private.core import config, protocol, ray_client
+from miniray._private.core.node_start import NodeStartError, parse_address
 from miniray._private.host import procinfo, same_uid, session
 from miniray._private.transport.spawn import SpawnChannel, send_message
 
@@ -92,7 +93,6 @@ NODE_IP = "127.0.0.1"
 DEFAULT_PORT = 6379
 BUFSIZE = 1 << 16
 MAX_FDS = 8
-READY_TIMEOUT_S = 30.0
 
 NOT_FOUND_AUTO = (
     "Could not find any running Ray instance. Please specify the one to connect to by setting "
@@ -205,17 +205,6 @@ def list_records(root: str | None = None, *, alive_only: bool = True) -> list[No
     if alive_only:
         records = [r for r in records if r.alive()]
     return sorted(records, key=lambda r: r.started_at)
-
-
-def parse_address(address: str) -> tuple[str, int]:
-    """``"host:port"`` (``"[::1]:port"`` for IPv6) as ``(host, port)``; ValueError (Ray's
-    message) when it is malformed."""
-    host, sep, port = address.strip().rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"Invalid address format: {address}")
-    return host, int(port)
 
 
 def _is_this_host(host: str) -> bool:
@@ -454,10 +443,6 @@ def connect(record: NodeRecord, timeout: float = 10.0, *, probe: bool = False) -
 
 
 # ------------------------------------------------------------- starting and stopping nodes
-class NodeStartError(Exception):
-    """``miniray start`` could not start a node; the message says why and what to do."""
-
-
 def write_json(path: str, doc: dict) -> None:
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:

@@ -119,7 +119,10 @@ class ForkServerClient(SpawnChannel):
     def __init__(self, env: dict[str, str]):
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         super().__init__(parent_sock)
-        code = "from miniray._private.worker.forkserver import main; main()"
+        # The whole public API first (``import miniray`` alone loads it lazily): a task uses
+        # it, and a worker forked after this pays no import for it.
+        code = ("import miniray; miniray._load_all(); "
+                "from miniray._private.worker.forkserver import main; main()")
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", code, str(child_sock.fileno())],

@@ -22,7 +22,8 @@ starts it with ``main()``; this module is imported only in the fork server proce
       EOF (driver exited or was killed)          ──►   SIGKILL every child, reap, exit
 
 It is started as a fresh interpreter (never forked from the threaded driver), imports the
-worker's modules (and with them the ``miniray`` package) and cloudpickle once, and stays
+worker's modules, the public API (``miniray._load_all()``, on its command line, as
+``ForkServerClient`` writes it) and cloudpickle once, and stays
 single-threaded, so forking it is safe and a worker costs a few milliseconds. It
 ignores SIGINT: Ctrl-C is the driver's to handle.
 """
@@ -38,7 +39,7 @@ import sys
 import time
 
 # Imported here, before any fork, so that a fork costs milliseconds: the worker's task loop
-# and, through the package's __init__, the public API a task uses.
+# (and, loaded by the command line that starts this process, the public API a task uses).
 import cloudpickle  # noqa: F401
 
 from miniray._private.core import alias, config, protocol
@@ -180,7 +181,8 @@ class _ForkServer:
 
 def main() -> None:
     """Entry point:
-    ``python -c 'from miniray._private.worker.forkserver import main; main()' FD``."""
+    ``python -c 'import miniray; miniray._load_all();
+    from miniray._private.worker.forkserver import main; main()' FD``."""
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
     if config.ray_alias_requested():
