@@ -75,13 +75,15 @@ import os
 import selectors
 import socket
 import time
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from miniray._private.core import config
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
-from miniray._private.owner.leases import LeaseBook
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
+
+if TYPE_CHECKING:
+    from miniray._private.owner.leases import LeaseBook
 
 __all__ = [
     "ROLE_ATTACH", "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_attach_hello",
@@ -462,6 +464,9 @@ class RemoteDrivers:
 
     def _lease_book(self) -> LeaseBook:
         if self._book is None:
+            # lazy: a node loads the owner's lease book only once a remote driver leases
+            from miniray._private.owner.leases import LeaseBook
+
             self._book = LeaseBook(
                 ledger=self.ledger, pid=self.node_pid, gpu_keys=self._gpu_keys,
                 host_gpu_timeout=None, make_room=lambda: False,
