@@ -7,7 +7,8 @@ alternating blocks, ``ray.get(f.remote())`` for a no-op ``f`` locally and with
 exist; the very first remote call, which opens the link and starts the worker, is
 timed apart: ``first_remote_ms``), and a 1-byte TCP echo from 127.0.0.1 to 127.0.0.2 (the
 link's floor). Prints one JSON object: p50 and mean in microseconds for each, and the
-issue's target (remote within 3x local plus the raw RTT). Both nodes are stopped at the end and their roots removed.
+target (remote within 3x local plus the raw RTT). Both nodes are stopped at the end and
+their roots removed.
 
     python benchmarks/bench_remote_tasks.py [--calls 2000] [--blocks 5]
 """
