@@ -47,7 +47,11 @@ def test_no_shortcut_below_the_inline_threshold():
 
 
 def test_omp_threads_is_reset_for_each_task_when_a_task_changed_it(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    # setenv first: it records the variable's absence, so the test's writes are undone
+    # (a delenv of an unset variable records nothing, and a later test's workers would
+    # inherit OMP_NUM_THREADS as if the user had set it)
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")
+    monkeypatch.delenv("OMP_NUM_THREADS")
     stub = _stub(True)
     worker_main._Worker._set_env(stub, {"CPU": 2.0}, None)
     assert os.environ["OMP_NUM_THREADS"] == "2"
