@@ -65,6 +65,11 @@ class LeaseBook:
         self.pid = pid
         self.by_key: dict[Any, list[LeaseSlot]] = {}
         self.window = RetryWindow(self.RETRY_S)
+        # Keys whose queued tasks the owner's dispatch found no room for, with nothing but
+        # a change able to make room (no idle lease, every pipeline full or blocked, the
+        # retry window saying no): key -> (``window.releases`` then, the key's depth).
+        # Every event that may make room for a key drops its entry (``Owner._dispatch``).
+        self.stuck: dict[Any, tuple[int, int]] = {}
         self._make_room = make_room
         self._on_unschedulable = on_unschedulable
         self._call_later = call_later
