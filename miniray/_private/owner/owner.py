@@ -182,7 +182,7 @@ class Owner:
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
-            records=self.state_records, skip_queued=self._skip_queued)
+            records=self.state_records, skip_queued=self._skip_queued, leases=self.leases)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -330,7 +330,8 @@ class Owner:
                 self._keys.clear()
             self._keys[cache_key] = (spec.request, key)  # holds the dict: its id stays its
         with self._lock:
-            self.check_usable()
+            if self._closed or self.helper_loss.fatal:  # check_usable(), inlined
+                self.check_usable()
             if spec.fn_bytes is not None:
                 self._functions.setdefault(spec.fn_id, spec.fn_bytes)
                 spec.fn_bytes = None
@@ -785,9 +786,10 @@ class Owner:
                 spec.function_name,
                 spec.placement,
             )
-            self.send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
-                                spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
-                                ctx))
+            # send(), inlined: one call less per task
+            self.reactor.send(worker.conn, pickle.dumps(
+                (protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
+                 dep_values, spec.return_ids, spec.num_returns, ctx), 5), self._on_writable)
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
