@@ -68,7 +68,8 @@ def test_the_no_argument_blob_is_what_a_call_without_arguments_sends():
     blob = serialization.pack_arguments((), {}, "f", type(None))[0]
     assert blob == worker_main._NO_ARGS_BLOB
     assert serialization.loads_arguments(blob) == ((), {})
-    stub = types.SimpleNamespace(serializers=types.SimpleNamespace(changed=lambda: None))
+    serializers = types.SimpleNamespace(stale=False, changed=lambda: None)
+    stub = types.SimpleNamespace(serializers=serializers)
     args, kwargs = worker_main._Worker._load_args(stub, blob, None)
     assert (args, kwargs) == ((), {})
     kwargs["x"] = 1  # each call gets its own kwargs
