@@ -74,3 +74,18 @@ def test_the_no_argument_blob_is_what_a_call_without_arguments_sends():
     assert (args, kwargs) == ((), {})
     kwargs["x"] = 1  # each call gets its own kwargs
     assert worker_main._Worker._load_args(stub, blob, None)[1] == {}
+
+
+def test_result_message_of_one_and_of_several_results():
+    from miniray._private.worker.execute import result_message
+
+    one = result_message(b"t", [(protocol.OK, b"v", ())], False)
+    assert one == (protocol.RESULT, b"t", [(protocol.OK, b"v")], False, None, None)
+    held = result_message(b"t", [(protocol.OK, b"v", (b"r",))], True)
+    assert held[2] == [(protocol.OK, b"v")] and held[4] == [(b"r",)]
+    error = result_message(b"t", [(protocol.ERR, b"e")], False)  # an error has no third item
+    assert error[2] == [(protocol.ERR, b"e")] and error[4] is None
+    several = result_message(b"t", [(protocol.OK, b"a", ()), (protocol.OK, b"b", (b"r",))],
+                             False)
+    assert several[2] == [(protocol.OK, b"a"), (protocol.OK, b"b")]
+    assert several[4] == [(), (b"r",)]
