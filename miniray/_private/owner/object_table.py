@@ -252,7 +252,9 @@ class ObjectTable:
                   stored: bool = False) -> None:
         """*Locked.* Store an object (bytes, or a segment a worker made: ``("shm", path,
         size)``) and wake whoever waits for it. ``stored``: the store already holds it."""
-        entry = self.ensure(object_id)
+        entry = self.entries.get(object_id)  # ensure(), inlined: a task's returns exist
+        if entry is None:
+            entry = self.ensure(object_id)
         if escaped:
             entry.escaped = True
         if stored:

@@ -1153,7 +1153,10 @@ class Owner:
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        self.tasks.finished(task, results, retryable)
+        if retryable or task.state == T_DONE:
+            self.tasks.finished(task, results, retryable)
+        else:  # finished(), inlined for the common case: nothing to retry
+            self.tasks.complete(task, results)
         self._after_worker_progress(worker)
 
     def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:

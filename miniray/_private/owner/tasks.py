@@ -34,7 +34,7 @@ from miniray._private.core.scheduling import (
     T_RUNNING,
     T_WAITING,
 )
-from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.object_table import PENDING, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +123,10 @@ class TaskQueue:
         task = Task(spec, key, next(self._seq))
         self.by_id[spec.task_id] = task
         objects = self.objects
+        entries = objects.entries
         for object_id in spec.return_ids:
-            objects.ensure(object_id)
+            if object_id not in entries:  # ensure(), inlined: a new task's are new
+                entries[object_id] = Entry()
         if spec.contained:
             objects.hold(spec.contained)
         if parent is not None:
