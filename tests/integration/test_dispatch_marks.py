@@ -175,3 +175,42 @@ def test_nested_tasks_with_blocking_parents_finish_without_the_timer(ray_start,
 
     refs = [outer.remote(20) for _ in range(6)]
     assert miniray.get(refs, timeout=60) == [sum(range(20))] * 6
+
+
+def _entry_gone(object_id: bytes) -> bool:
+    owner = _owner()
+    with owner.locked():
+        return object_id not in owner.objects.entries
+
+
+def test_a_dropped_ref_is_freed_without_a_wake_up_while_the_io_thread_naps(ray_start,
+                                                                           monkeypatch):
+    """Right after a result the lease lingers (5 ms), so the I/O thread sleeps at most that
+    long: a ref dropped then is applied when it wakes, without a wake-up of its own. Once
+    nothing lingers it sleeps without a bound, and a drop wakes it: the object is freed
+    either way."""
+    ray_start(num_cpus=2)
+    owner = _owner()
+    wakes = []
+    wake = owner.reactor.wake
+    monkeypatch.setattr(owner.reactor, "wake", lambda: (wakes.append(1), wake()))
+    freed_while_napping = 0
+    for _ in range(20):
+        ref = quick.remote(1)
+        assert miniray.get(ref) == 1
+        object_id = ref.binary()
+        before = len(wakes)
+        del ref
+        assert wait_until(lambda: _entry_gone(object_id), 5), "not freed after a result"
+        freed_while_napping += len(wakes) == before
+    assert freed_while_napping >= 10, f"{freed_while_napping} of 20 drops needed no wake-up"
+    ref = quick.remote(2)
+    assert miniray.get(ref) == 2
+    object_id = ref.binary()
+    assert wait_until(lambda: not owner.leases.any_idle(), 5)  # no lease lingers now
+    time.sleep(0.05)  # the I/O thread asleep without a timeout
+    before = len(wakes)
+    del ref
+    assert len(wakes) > before, "a drop did not wake the sleeping I/O thread"
+    # freed at once (the bound leaves room for a loaded machine, not for the 1 s tick)
+    assert wait_until(lambda: _entry_gone(object_id), 0.5), "a drop was not applied"

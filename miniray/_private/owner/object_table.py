@@ -113,7 +113,9 @@ class ObjectTable:
         self.check_usable = check_usable
         self.entries: dict[bytes, Entry] = {}
         self.ref_events: collections.deque = collections.deque()
-        self.wake_pending = False  # a wake-up for queued drops was asked and not yet served
+        # No wake-up needed for a drop: one was asked and not yet served, or the I/O thread
+        # sleeps only briefly (``Owner._idle_hint``) and applies the events when it wakes.
+        self.wake_pending = False
         self._applying = False
 
     def __len__(self) -> int:

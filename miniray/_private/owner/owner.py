@@ -93,6 +93,9 @@ class Owner:
     server's or node's death (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
+    # The I/O thread sleeping at most this long applies dropped refs when it wakes: a drop
+    # does not wake it (a write, a wake-up and a sweep per dropped ref in a round-trip loop).
+    PROMPT_FREE_S = 0.01
     SWEEP_S = 0.001  # the I/O thread's sweeps run at most this often (_housekeeping)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
@@ -987,8 +990,11 @@ class Owner:
         handle events are applied every time; the sweeps (idle leases, mapped-object records,
         pooled segments) at most every ``SWEEP_S``: under a stream of results the loop wakes
         once per task, and a sweep is worth doing only on the scale of the linger."""
-        if self.objects.ref_events:
-            self.objects.apply_ref_events()
+        objects = self.objects
+        if objects.ref_events:
+            objects.apply_ref_events()
+        else:
+            objects.wake_pending = False  # _idle_hint decides again before the next sleep
         if self.actors.handle_events:
             self.actors.apply_handle_events()
         now = time.monotonic()
@@ -1004,10 +1010,14 @@ class Owner:
 
     def _idle_hint(self) -> float | None:
         """How soon the I/O thread should wake to return idle leases or recycled segments
-        (None: no need)."""
+        (None: no need). Run by the I/O thread just before it sleeps, after housekeeping:
+        when it will sleep ``PROMPT_FREE_S`` at most, refs dropped meanwhile need not wake
+        it (``ObjectTable.ref_dropped``): they are applied when it wakes."""
         if self.store.pooled_segments():
             return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
         if self.leases.any_idle():
+            if self.linger <= self.PROMPT_FREE_S:
+                self.objects.wake_pending = True
             return self.linger
         return None
 
@@ -1219,7 +1229,8 @@ class Owner:
                 leases.stuck.pop(key, None)
                 self._dispatch(key)
         if not worker.inflight and slot.worker is worker:
-            if self.pipeline_depth > 1 and key not in self.tasks.queues:
+            if (self.pipeline_depth > 1 and key not in self.tasks.queues
+                    and len(self.leases.by_key.get(key, ())) > 1):  # another may hold some
                 self._recall_for(slot)
             if self.tasks.queues:
                 # Another shape is waiting: give the resources back now so it can run.
