@@ -201,7 +201,7 @@ def test_a_dropped_ref_is_freed_without_a_wake_up_while_the_io_thread_naps(ray_s
         object_id = ref.binary()
         before = len(wakes)
         del ref
-        assert wait_until(lambda: _entry_gone(object_id), 5), "not freed after a result"
+        assert wait_until(lambda oid=object_id: _entry_gone(oid), 5), "not freed after a result"
         freed_while_napping += len(wakes) == before
     assert freed_while_napping >= 10, f"{freed_while_napping} of 20 drops needed no wake-up"
     ref = quick.remote(2)
