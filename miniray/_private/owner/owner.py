@@ -1174,8 +1174,10 @@ class Owner:
         they go back to their queues (no retry used) and to other workers."""
         worker.recalled = False
         stuck = self.leases.stuck
+        if worker.lease is not None:  # the worker has room again (the result path's
+            stuck.pop(worker.lease.key, None)  # refill assumes one freed slot)
         for key in self.tasks.hand_back(worker, task_ids):
-            stuck.pop(key, None)  # the worker has room again
+            stuck.pop(key, None)
             self._dispatch(key)
         self._after_worker_progress(worker)
 
