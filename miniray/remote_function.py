@@ -17,9 +17,10 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Generic
 
-from miniray._private import runtime
+from miniray._private import runtime  # noqa: F401 (installs the auto-init hook .remote() uses)
 from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import (
+    context,
     descriptors,
     ids,
     object_ref,
@@ -180,12 +181,17 @@ class RemoteFunction(Generic[P, R]):
         self._sent: tuple = (None, None)  # (session token, function id) last submitted
         self._template: _Template | None = None
         functools.update_wrapper(self, function, updated=())
-        # .remote keeps the function's signature and docstring, as in Ray
-        submit = self._remote_default
+        # .remote keeps the function's signature and docstring, as in Ray; it calls
+        # ``_submit`` itself (``_remote_default`` inlined: one call less per task)
+        submit = self._submit
+        make_template = self._remote_default
 
         @functools.wraps(function)
         def remote(*args, **kwargs):
-            return submit(*args, **kwargs)
+            template = self._template
+            if template is None:
+                return make_template(*args, **kwargs)
+            return submit(template, args, kwargs)
 
         self.remote = remote  # type: ignore[method-assign]
 
@@ -242,10 +248,13 @@ class RemoteFunction(Generic[P, R]):
         argspec = self._argspec
         if argspec is not None:
             argspec.check(args, kwargs)
-        rt = runtime.auto_init()
+        rt = context.auto_init()  # the runtime (``runtime.auto_init`` starts one if none)
         token = rt.session_token
         num_returns = template.num_returns
-        fn_id, fn_data = self._export(self._is_generator and num_returns >= 0)
+        collect = self._is_generator and num_returns >= 0
+        cache = self._export_cache  # _export(), inlined for a function exported already
+        exported = cache[1].get(collect) if cache is not None and cache[0] == _forks else None
+        fn_id, fn_data = exported if exported is not None else self._export(collect)
         # The function's pickle goes with the first submission in a session only; once one
         # went through, the runtime is not asked again (its answer cannot change back).
         sent = self._sent

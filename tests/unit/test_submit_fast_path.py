@@ -13,7 +13,7 @@ import pickle
 import pytest
 
 from miniray._private import runtime
-from miniray._private.core import ids, object_ref, protocol
+from miniray._private.core import context, ids, object_ref, protocol
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.object_store import values
 from miniray.exceptions import RaySystemError
@@ -65,6 +65,7 @@ def _two():
 def fake(monkeypatch):
     rt = _FakeRuntime()
     monkeypatch.setattr(runtime, "auto_init", lambda: rt)
+    monkeypatch.setattr(context, "auto_init", lambda: rt)  # what .remote() calls
     return rt
 
 
@@ -83,6 +84,7 @@ def test_new_session_gets_the_pickle_again(fake, monkeypatch):
     f.remote()
     second = _FakeRuntime()
     monkeypatch.setattr(runtime, "auto_init", lambda: second)
+    monkeypatch.setattr(context, "auto_init", lambda: second)
     f.remote()
     assert second.specs[0].fn_bytes is not None
     assert second.asked == [second.specs[0].fn_id]
@@ -99,6 +101,7 @@ def test_failed_submission_is_not_remembered(fake, monkeypatch):
         f.remote()
     monkeypatch.undo()
     monkeypatch.setattr(runtime, "auto_init", lambda: fake)
+    monkeypatch.setattr(context, "auto_init", lambda: fake)
     fake._sent.clear()
     f.remote()
     assert fake.specs[0].fn_bytes is not None

@@ -47,7 +47,11 @@ def test_no_shortcut_below_the_inline_threshold():
 
 
 def test_omp_threads_is_reset_for_each_task_when_a_task_changed_it(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    # setenv first: it records the variable's absence, so the test's writes are undone
+    # (a delenv of an unset variable records nothing, and a later test's workers would
+    # inherit OMP_NUM_THREADS as if the user had set it)
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")
+    monkeypatch.delenv("OMP_NUM_THREADS")
     stub = _stub(True)
     worker_main._Worker._set_env(stub, {"CPU": 2.0}, None)
     assert os.environ["OMP_NUM_THREADS"] == "2"
@@ -64,8 +68,24 @@ def test_the_no_argument_blob_is_what_a_call_without_arguments_sends():
     blob = serialization.pack_arguments((), {}, "f", type(None))[0]
     assert blob == worker_main._NO_ARGS_BLOB
     assert serialization.loads_arguments(blob) == ((), {})
-    stub = types.SimpleNamespace(serializers=types.SimpleNamespace(changed=lambda: None))
+    serializers = types.SimpleNamespace(stale=False, changed=lambda: None)
+    stub = types.SimpleNamespace(serializers=serializers)
     args, kwargs = worker_main._Worker._load_args(stub, blob, None)
     assert (args, kwargs) == ((), {})
     kwargs["x"] = 1  # each call gets its own kwargs
     assert worker_main._Worker._load_args(stub, blob, None)[1] == {}
+
+
+def test_result_message_of_one_and_of_several_results():
+    from miniray._private.worker.execute import result_message
+
+    one = result_message(b"t", [(protocol.OK, b"v", ())], False)
+    assert one == (protocol.RESULT, b"t", [(protocol.OK, b"v")], False, None, None)
+    held = result_message(b"t", [(protocol.OK, b"v", (b"r",))], True)
+    assert held[2] == [(protocol.OK, b"v")] and held[4] == [(b"r",)]
+    error = result_message(b"t", [(protocol.ERR, b"e")], False)  # an error has no third item
+    assert error[2] == [(protocol.ERR, b"e")] and error[4] is None
+    several = result_message(b"t", [(protocol.OK, b"a", ()), (protocol.OK, b"b", (b"r",))],
+                             False)
+    assert several[2] == [(protocol.OK, b"a"), (protocol.OK, b"b")]
+    assert several[4] == [(), (b"r",)]

@@ -201,6 +201,12 @@ class SharedMemoryStore:
 
     def put_serialized(self, object_id: bytes, data: bytes) -> None:
         """Keep ``data`` (an in-band pickle: a small result, an error) in owner memory."""
+        with self._lock:  # a new id (every task's result): nothing to free or check first
+            if (object_id not in self._inline and object_id not in self._entries
+                    and not self._closed):
+                self._inline[object_id] = data
+                self._inline_bytes += len(data)
+                return
         self.free(object_id)
         with self._lock:
             self._check_replaceable(object_id)

@@ -3,10 +3,12 @@
 Owns: the leases this session holds for tasks, by scheduling key (``LeaseSlot``: the ledger's
 lease, the worker it is given to, idle time, GPU ids), taking a lease in the node ledger and,
 for physical GPUs, the host GPU ledger in one step (both or neither), the retry-after-full
-window (``core/scheduling.RetryWindow``), and requests that only other sessions block (say so
-once, give up after MINIRAY_HOST_GPU_TIMEOUT). Does not own: the ledgers' files
-(``ledger.py``, ``host_gpus.py``), workers (the owner's pool), or what a lease is for (tasks
-in ``owner.py``, actors in ``actors.py``, which keep their own lease while alive).
+window (``core/scheduling.RetryWindow``), the keys the owner's dispatch found no room for
+(``stuck``: the owner marks and drops them, ``Owner._dispatch``), and requests that only
+other sessions block (say so once, give up after MINIRAY_HOST_GPU_TIMEOUT). Does not own:
+the ledgers' files (``ledger.py``, ``host_gpus.py``), workers (the owner's pool), or what a
+lease is for (tasks in ``owner.py``, actors in ``actors.py``, which keep their own lease
+while alive).
 Called by: ``owner.Owner`` and ``actors.ActorManager`` with the owner's lock held; the
 owner's dispatch reads ``by_key`` directly (``scheduling.lease_with_room``): it runs for every
 task.
@@ -65,6 +67,11 @@ class LeaseBook:
         self.pid = pid
         self.by_key: dict[Any, list[LeaseSlot]] = {}
         self.window = RetryWindow(self.RETRY_S)
+        # Keys whose queued tasks the owner's dispatch found no room for, with nothing but
+        # a change able to make room (no idle lease, every pipeline full or blocked, the
+        # retry window saying no): key -> (``window.releases`` then, the key's depth).
+        # Every event that may make room for a key drops its entry (``Owner._dispatch``).
+        self.stuck: dict[Any, tuple[int, int]] = {}
         self._make_room = make_room
         self._on_unschedulable = on_unschedulable
         self._call_later = call_later

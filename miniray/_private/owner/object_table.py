@@ -113,7 +113,9 @@ class ObjectTable:
         self.check_usable = check_usable
         self.entries: dict[bytes, Entry] = {}
         self.ref_events: collections.deque = collections.deque()
-        self.wake_pending = False  # a wake-up for queued drops was asked and not yet served
+        # No wake-up needed for a drop: one was asked and not yet served, or the I/O thread
+        # sleeps only briefly (``Owner._idle_hint``) and applies the events when it wakes.
+        self.wake_pending = False
         self._applying = False
 
     def __len__(self) -> int:
@@ -252,7 +254,9 @@ class ObjectTable:
                   stored: bool = False) -> None:
         """*Locked.* Store an object (bytes, or a segment a worker made: ``("shm", path,
         size)``) and wake whoever waits for it. ``stored``: the store already holds it."""
-        entry = self.ensure(object_id)
+        entry = self.entries.get(object_id)  # ensure(), inlined: a task's returns exist
+        if entry is None:
+            entry = self.ensure(object_id)
         if escaped:
             entry.escaped = True
         if stored:

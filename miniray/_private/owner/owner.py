@@ -93,6 +93,9 @@ class Owner:
     server's or node's death (``owner_helper_loss.py``)."""
 
     POOL_IDLE_S = 0.5  # freed segments kept this long for reuse (memcpy-speed puts)
+    # The I/O thread sleeping at most this long applies dropped refs when it wakes: a drop
+    # does not wake it (a write, a wake-up and a sweep per dropped ref in a round-trip loop).
+    PROMPT_FREE_S = 0.01
     SWEEP_S = 0.001  # the I/O thread's sweeps run at most this often (_housekeeping)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
@@ -174,7 +177,7 @@ class Owner:
             send=self.send, defer=self.defer, ledger_later=self._ledger_later,
             dispatch_all=self._dispatch_all, cancel=self._cancel_locked,
             release_idle_leases=self._release_idle_leases, hello_info=hello_info,
-            streams=self.streams)
+            streams=self.streams, on_unblock=self._on_unblock)
         self.objects.on_free = self._object_freed
         self.requests.placement_groups = lambda: self.pgs
         # Tasks from submission to results: argument waits, queues per key, completion.
@@ -183,7 +186,7 @@ class Owner:
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
-            records=self.state_records, skip_queued=self._skip_queued)
+            records=self.state_records, skip_queued=self._skip_queued, leases=self.leases)
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -331,7 +334,8 @@ class Owner:
                 self._keys.clear()
             self._keys[cache_key] = (spec.request, key)  # holds the dict: its id stays its
         with self._lock:
-            self.check_usable()
+            if self._closed or self.helper_loss.fatal:  # check_usable(), inlined
+                self.check_usable()
             if spec.fn_bytes is not None:
                 self._functions.setdefault(spec.fn_id, spec.fn_bytes)
                 spec.fn_bytes = None
@@ -361,19 +365,37 @@ class Owner:
         return self.remote_nodes
 
     def _dispatch(self, key) -> bool:
-        """Send queued tasks of ``key`` to leased workers; False if some must keep waiting."""
+        """Send queued tasks of ``key`` to leased workers; False if some must keep waiting.
+
+        When it finds no room at all (no idle lease, every pipeline full or blocked, and the
+        retry window saying no to a new lease), ``key`` is marked stuck (``leases.stuck``)
+        and later calls return at once, until an event that may make room drops the mark:
+        a result or give-back of the key's worker (``_after_worker_progress``), a worker of
+        the key unblocked (``_on_unblock``), a lease given (``_give_lease``), leases taken
+        (``_taken``), anything that tries every key (``_dispatch_all``), and a release or
+        the retry timer (``window.releases`` moves). A mark is only made while a retry is
+        pending, so one missed event costs at most ``RETRY_S``, never a hang. Submitting
+        more tasks does not drop it: none of the three answers depends on the queue's
+        length then."""
         helper_loss = self.helper_loss  # may_dispatch(), inlined: this runs for every task
         if self._closed or helper_loss.restarting or helper_loss.fatal:
             return False
         queue = self.tasks.queues.get(key)
-        by_key = self.leases.by_key
+        leases = self.leases
+        if queue:
+            mark = leases.stuck.get(key)
+            if mark is not None and mark[0] == leases.window.releases:
+                return False  # nothing that could make room happened since
+        by_key = leases.by_key
         while queue:
             lease = scheduling.lease_with_room(by_key.get(key))
             if lease is None:
-                self._want_leases(key, queue)
-                if self.pipeline_depth > 1:
-                    self._fill_pipelines(key, queue)
+                window_full = self._want_leases(key, queue)
+                depth = pipelining.depth_for(key, self.pipeline_depth)
+                pipes_full = depth <= 1 or self._fill_pipelines(key, queue, depth)
                 if queue:
+                    if window_full and pipes_full:
+                        leases.stuck[key] = (leases.window.releases, depth)
                     return False
                 break
             lease.idle_since = None
@@ -382,21 +404,23 @@ class Owner:
             del self.tasks.queues[key]
         return True
 
-    def _fill_pipelines(self, key, queue) -> None:
+    def _fill_pipelines(self, key, queue, depth: int) -> bool:
         """*Locked.* No idle worker has room for ``key``'s queue: queue tasks behind the
-        running ones, up to the key's depth (``pipelining.py``), but only those no lease being
-        taken will run: a worker that becomes free soon serves the rest."""
-        depth = pipelining.depth_for(key, self.pipeline_depth)
+        running ones, up to the key's ``depth`` (``pipelining.py``), but only those no lease
+        being taken will run: a worker that becomes free soon serves the rest. True if it
+        stopped because no worker of the key can hold another task (more queued tasks
+        would not change that)."""
         spare = len(queue) - self._acquiring.get(key, 0)
-        if depth <= 1 or spare <= 0:
-            return
+        if spare <= 0:
+            return False
         leases = self.leases.by_key.get(key)
         while spare > 0 and queue:
             lease = pipelining.lease_to_fill(leases, depth)
             if lease is None:
-                return
+                return True
             self._send_task(lease, queue.popleft())
             spare -= 1
+        return False
 
     def may_dispatch(self) -> bool:
         """Nothing is sent once shutdown has started (the fork server may already be gone),
@@ -411,6 +435,7 @@ class Owner:
         return self.may_dispatch() and fork_server is self.fork_server
 
     def _dispatch_all(self) -> None:
+        self.leases.stuck.clear()  # called when something changed: every key is tried
         if not self.may_dispatch():
             return
         if self.actors.pending:
@@ -419,12 +444,13 @@ class Owner:
             self._dispatch(key)
 
     # -- leases for tasks: decided under the lock, taken after it ---------------------------
-    def _want_leases(self, key, queue) -> None:
+    def _want_leases(self, key, queue) -> bool:
         """*Locked.* ``key``'s queue has tasks no lease has room for: decide how many leases
-        to take (``_take_leases`` takes them once the lock is released)."""
+        to take (``_take_leases`` takes them once the lock is released). True if the retry
+        window said no (a retry is pending then): more queued tasks would not change that."""
         wanted = len(queue) - self._acquiring.get(key, 0)
         if wanted <= 0:
-            return  # enough are being taken
+            return False  # enough are being taken
         now = time.monotonic()
         request = queue[0].spec.request
         # Not if it (or less) did not fit a moment ago and nothing was released since; a
@@ -433,7 +459,7 @@ class Owner:
         if not self.leases.window.may_try(now, request):
             if not self._retry_pending:  # the failure was marked when nothing was queued
                 self._schedule_retry()
-            return
+            return True
         # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
         # count against the cap: their parents wait on the very tasks that need a fresh
         # worker (a recursive fib would deadlock otherwise).
@@ -444,7 +470,7 @@ class Owner:
                     force=True, request=request, runtime_env=env):
                 if not self._acquiring_total:
                     self._mark_full(now)
-                return
+                return False
             room = self._worker_room(request, env)
         count = min(wanted, max(1, room))
         self._acquiring[key] = self._acquiring.get(key, 0) + count
@@ -453,6 +479,7 @@ class Owner:
         # transaction, not in a second one (the first task after init() paid both).
         pids = self.workers.idle_pids(request, env, count)
         self.defer(functools.partial(self._take_leases, key, request, count, pids))
+        return False
 
     def _worker_room(self, request: dict, runtime_env: str = "") -> int:
         """*Locked.* How many more leases of ``request`` in ``runtime_env`` workers can serve
@@ -518,6 +545,7 @@ class Owner:
                 self.leases.release(lease.lease_id, host_lease)
 
     def _taken(self, key, count: int) -> None:
+        self.leases.stuck.clear()  # fewer leases being taken: a queue may fill pipelines
         if count:
             self._acquiring[key] -= count
             if not self._acquiring[key]:
@@ -535,6 +563,7 @@ class Owner:
         if worker.pid is not None and worker.pid != lease.worker_pid:  # else recorded
             self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
         self.leases.add(slot)
+        self.leases.stuck.pop(key, None)  # a new worker for the key
         queue = self.tasks.queues.get(key)
         if queue:
             self._send_task(slot, queue.popleft())
@@ -772,9 +801,10 @@ class Owner:
                 spec.function_name,
                 spec.placement,
             )
-            self.send(worker, (protocol.TASK, spec.task_id, spec.fn_id, spec.name,
-                                spec.args_blob, dep_values, spec.return_ids, spec.num_returns,
-                                ctx))
+            # send(), inlined: one call less per task
+            self.reactor.send(worker.conn, pickle.dumps(
+                (protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
+                 dep_values, spec.return_ids, spec.num_returns, ctx), 5), self._on_writable)
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
@@ -972,8 +1002,11 @@ class Owner:
         handle events are applied every time; the sweeps (idle leases, mapped-object records,
         pooled segments) at most every ``SWEEP_S``: under a stream of results the loop wakes
         once per task, and a sweep is worth doing only on the scale of the linger."""
-        if self.objects.ref_events:
-            self.objects.apply_ref_events()
+        objects = self.objects
+        if objects.ref_events:
+            objects.apply_ref_events()
+        else:
+            objects.wake_pending = False  # _idle_hint decides again before the next sleep
         if self.actors.handle_events:
             self.actors.apply_handle_events()
         now = time.monotonic()
@@ -989,10 +1022,14 @@ class Owner:
 
     def _idle_hint(self) -> float | None:
         """How soon the I/O thread should wake to return idle leases or recycled segments
-        (None: no need)."""
+        (None: no need). Run by the I/O thread just before it sleeps, after housekeeping:
+        when it will sleep ``PROMPT_FREE_S`` at most, refs dropped meanwhile need not wake
+        it (``ObjectTable.ref_dropped``): they are applied when it wakes."""
         if self.store.pooled_segments():
             return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
         if self.leases.any_idle():
+            if self.linger <= self.PROMPT_FREE_S:
+                self.objects.wake_pending = True
             return self.linger
         return None
 
@@ -1138,16 +1175,32 @@ class Owner:
         calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
         if task.spec.max_calls and calls >= task.spec.max_calls:
             worker.spent = True
-        self.tasks.finished(task, results, retryable)
+        if retryable or task.state == T_DONE:
+            self.tasks.finished(task, results, retryable)
+        else:  # finished(), inlined for the common case: nothing to retry
+            self.tasks.complete(task, results)
         self._after_worker_progress(worker)
 
     def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:
         """*Locked.* ``worker`` blocked (or is about to) and gave back tasks it did not start:
         they go back to their queues (no retry used) and to other workers."""
         worker.recalled = False
+        stuck = self.leases.stuck
+        if worker.lease is not None:  # the worker has room again (the result path's
+            stuck.pop(worker.lease.key, None)  # refill assumes one freed slot)
         for key in self.tasks.hand_back(worker, task_ids):
+            stuck.pop(key, None)
             self._dispatch(key)
         self._after_worker_progress(worker)
+
+    def _on_unblock(self, worker: WorkerSlot) -> None:
+        """*Locked.* ``worker`` is no longer blocked in ``get()``/``wait()``: tasks of its key
+        may be queued behind its running one again (``lease_to_fill`` skips blocked ones)."""
+        slot = worker.lease
+        if slot is not None:
+            self.leases.stuck.pop(slot.key, None)
+            if self.tasks.queues.get(slot.key):
+                self._dispatch(slot.key)
 
     def _recall_for(self, slot: LeaseSlot) -> None:
         """*Locked.* ``slot``'s worker is idle and its key's queue empty: a worker of the key
@@ -1172,10 +1225,26 @@ class Owner:
             self._dispatch_all()
             return
         key = slot.key
-        if self.tasks.queues.get(key):
-            self._dispatch(key)
+        queue = self.tasks.queues.get(key)
+        if queue:
+            leases = self.leases
+            mark = leases.stuck.get(key)
+            if (mark is not None and mark[0] == leases.window.releases
+                    and 0 < len(worker.inflight) < mark[1] and not worker.blocked
+                    and len(queue) > self._acquiring.get(key, 0) and not self._closed
+                    and not self.helper_loss.restarting and not self.helper_loss.fatal):
+                # Nothing changed since ``_dispatch`` found no room for the key but this
+                # worker's finished task: its pipeline slot is the only room, and the full
+                # dispatch would give it the next task and end stuck again, as it is now.
+                self._send_task(slot, queue.popleft())
+                if not queue:
+                    del self.tasks.queues[key]
+            else:
+                leases.stuck.pop(key, None)
+                self._dispatch(key)
         if not worker.inflight and slot.worker is worker:
-            if self.pipeline_depth > 1 and key not in self.tasks.queues:
+            if (self.pipeline_depth > 1 and key not in self.tasks.queues
+                    and len(self.leases.by_key.get(key, ())) > 1):  # another may hold some
                 self._recall_for(slot)
             if self.tasks.queues:
                 # Another shape is waiting: give the resources back now so it can run.

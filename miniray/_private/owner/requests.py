@@ -23,11 +23,13 @@ class WorkerRequests:
     """``send(worker, message)`` writes to a worker without blocking; ``defer(action)`` runs
     an action once the owner's lock is released, ``ledger_later(method, *args)`` a ledger
     transaction; ``dispatch_all()`` sends queued work; ``cancel(object_id, force,
-    recursive)`` and ``release_idle_leases(force=...)`` are the owner's."""
+    recursive)`` and ``release_idle_leases(force=...)`` are the owner's, and
+    ``on_unblock(worker)``, told when a worker's last get/wait ended (its key's queue may go
+    behind its running task again)."""
 
     def __init__(self, *, objects, store, reactor, workers, leases, ledger, actors, lock,
                  send, defer, ledger_later, dispatch_all, cancel, release_idle_leases,
-                 hello_info: dict, streams):
+                 hello_info: dict, streams, on_unblock: Callable[[Any], None] = lambda w: None):
         self.objects = objects
         self.store = store
         self.reactor = reactor
@@ -44,6 +46,7 @@ class WorkerRequests:
         self._dispatch_all = dispatch_all
         self._cancel_locked = cancel
         self._release_idle_leases = release_idle_leases
+        self._on_unblock = on_unblock
         self.placement_groups: Callable[[], Any] = lambda: None  # the owner's, once set
         # Workers that were handed a segment (they may keep it mapped across tasks): told
         # to drop the mapping when the object is freed, so its memory really goes back.
@@ -142,6 +145,15 @@ class WorkerRequests:
             self._ledger_later(self.ledger.adjust, slot.lease.lease_id, slot.cpu_released)
             slot.cpu_released = None
 
+    def _unblock_and_reply(self, worker, req_id: int, payload) -> None:
+        """End one of ``worker``'s waits with its reply; once it waits for nothing, its
+        key's queued tasks may be sent to it again, after the reply (a task that reached it
+        while blocked would only be handed back)."""
+        self._unblock(worker)
+        self._reply(worker, req_id, payload)
+        if worker.blocked == 0:
+            self._on_unblock(worker)
+
     def _reply(self, worker, req_id: int, payload) -> None:
         try:
             self.send(worker, (protocol.REPLY, req_id, payload))
@@ -159,8 +171,7 @@ class WorkerRequests:
         for req_id, (waiting, abandon) in list(worker.waits.items()):
             if waiting == task_id and abandon():
                 del worker.waits[req_id]
-                self._unblock(worker)
-                self._reply(worker, req_id, protocol.CANCELLED)
+                self._unblock_and_reply(worker, req_id, protocol.CANCELLED)
 
     def call_ended(self, worker, task_id: bytes) -> None:
         """*Locked.* The call sent its result: nothing of it waits any more."""
@@ -201,8 +212,7 @@ class WorkerRequests:
                         worker.read_pins.append(object_id)
                         self._note_mapped(object_id, worker)
                     payload.append(item)
-            self._unblock(worker)
-            self._reply(worker, req_id, payload)
+            self._unblock_and_reply(worker, req_id, payload)
 
         abandon = self.objects.await_objects(object_ids, len(object_ids), True, finish,
                                              timeout, self.reactor.call_later)
@@ -215,8 +225,7 @@ class WorkerRequests:
 
         def finish(timed_out: bool) -> None:
             worker.waits.pop(req_id, None)
-            self._unblock(worker)
-            self._reply(worker, req_id, self.objects.ready_ids(object_ids))
+            self._unblock_and_reply(worker, req_id, self.objects.ready_ids(object_ids))
 
         abandon = self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
                                              self.reactor.call_later)
@@ -280,8 +289,7 @@ class WorkerRequests:
 
         def finish() -> None:
             self.streams.remove_waiter(task_id, waiter)
-            self._unblock(worker)
-            self._reply(worker, req_id, (True, self.streams.next(task_id, index)))
+            self._unblock_and_reply(worker, req_id, (True, self.streams.next(task_id, index)))
 
         waiter = CallbackWaiter(1, False, finish)
         self.streams.add_waiter(task_id, waiter)

@@ -34,7 +34,7 @@ from miniray._private.core.scheduling import (
     T_RUNNING,
     T_WAITING,
 )
-from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.object_table import PENDING, Entry
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +91,11 @@ class TaskQueue:
     a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
     key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
     ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
-    task_id)`` (cancellation's acts)."""
+    task_id)`` (cancellation's acts). ``leases``: the lease book, whose ``stuck`` marks say
+    that ``dispatch(key)`` would find no room (``Owner._dispatch``): not called then."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel, skip_queued, records=None):
+                 kill_worker, signal_cancel, skip_queued, records=None, leases=None):
         self.objects = objects
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
@@ -102,6 +103,7 @@ class TaskQueue:
         self._unpin_deps = unpin_deps
         self._has_lease = has_lease
         self._dispatch = dispatch
+        self._leases = leases
         self._kill_worker = kill_worker
         self._signal_cancel = signal_cancel
         self._skip_queued = skip_queued
@@ -121,8 +123,10 @@ class TaskQueue:
         task = Task(spec, key, next(self._seq))
         self.by_id[spec.task_id] = task
         objects = self.objects
+        entries = objects.entries
         for object_id in spec.return_ids:
-            objects.ensure(object_id)
+            if object_id not in entries:  # ensure(), inlined: a new task's are new
+                entries[object_id] = Entry()
         if spec.contained:
             objects.hold(spec.contained)
         if parent is not None:
@@ -186,6 +190,11 @@ class TaskQueue:
         else:  # nested deeper than the last: before the shallower ones (queue_index)
             queue.insert(scheduling.queue_index(((t.depth, t.seq) for t in queue), task.depth),
                          task)
+        leases = self._leases  # the dispatch's own first test, inlined: a burst skips it
+        if leases is not None:
+            mark = leases.stuck.get(key)
+            if mark is not None and mark[0] == leases.window.releases:
+                return
         self._dispatch(key)
 
     def requeue(self, task: Task) -> None:

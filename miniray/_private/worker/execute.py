@@ -59,8 +59,13 @@ def result_message(task_id: bytes, results: list, retryable: bool,
     out; sent packed (``timeline_events.TIMES``). None for a call that never ran."""
     if metric_values.RECORDER.dirty:
         flush_metrics()
-    contained = [item[2] if len(item) > 2 else () for item in results]
-    plain = [item[:2] for item in results]
+    if len(results) == 1:  # the common case, without two list comprehensions (calls)
+        item = results[0]
+        contained = [item[2] if len(item) > 2 else ()]
+        plain = [item[:2]]
+    else:
+        contained = [item[2] if len(item) > 2 else () for item in results]
+        plain = [item[:2] for item in results]
     if times is not None:
         times = TIMES.pack(*times, time_ns())
     return (protocol.RESULT, task_id, plain, retryable, contained if any(contained) else None,

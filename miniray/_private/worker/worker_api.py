@@ -44,7 +44,8 @@ class Channel:
         self.conn = conn
         self._send_lock = threading.Lock()
         self._read_lock = threading.Lock()
-        self._cond = threading.Condition(threading.Lock())
+        self._cond_lock = threading.Lock()  # held as itself where no wait or notify follows
+        self._cond = threading.Condition(self._cond_lock)
         self._replies: dict[int, Any] = {}
         self._incoming: collections.deque = collections.deque()
         self._req_ids = itertools.count(1)
@@ -52,11 +53,15 @@ class Channel:
         # has not been read: while there is one, an arriving TASK goes back to the owner.
         self._blocking: set[int] = set()
         self.before_send = None  # returns a message to send first (the borrow report), or None
+        # Empty when ``before_send`` has nothing to send (the runtime's ref events): ``send``
+        # and ``flush`` skip the call then. None: always call it.
+        self.before_send_pending = None
 
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
-            if self.before_send is not None:
+            pending = self.before_send_pending
+            if self.before_send is not None and (pending is None or pending):
                 first = self.before_send()
                 if first is not None:  # refs this worker took before what it now says
                     self.conn.send(pickle.dumps(first, protocol=5))
@@ -64,6 +69,10 @@ class Channel:
 
     def flush(self) -> None:
         """Send the pending borrow report, if any, on its own."""
+        pending = self.before_send_pending
+        if pending is not None and not pending:
+            return  # nothing to report: an event added just after this look goes with
+            # the next send, as one added just after the report under the lock would
         with self._send_lock:
             if self.before_send is not None:
                 first = self.before_send()
@@ -208,7 +217,7 @@ class Channel:
         while True:
             # Looked at and taken under one hold of the condition's lock: a RECALL on the
             # control thread may empty the inbox between a look and a take made apart.
-            with self._cond:
+            with self._cond_lock:  # the condition's own lock (no wait or notify here)
                 if self._incoming:
                     return self._incoming.popleft()
             with self._read_lock:
@@ -275,6 +284,7 @@ class WorkerRuntime:
         self._ref_events: collections.deque = collections.deque()
         self._held: dict[bytes, int] = {}
         channel.before_send = self.borrow_report
+        channel.before_send_pending = self._ref_events
         self.actor_resources: dict = {}
         self.actor_gpu_ids: tuple = (None, True)
         # Functions and classes this worker has sent to the owner; kept for the worker's life

@@ -81,6 +81,9 @@ MARKER = b"\x00mr:"
 # What ``payload_for`` makes of a returned None (the plain pickle: no buffers, no refs
 # inside), made once: a no-op task's result costs no pickler.
 _NONE_PAYLOAD = oob.inline_blob(oob.serialize(None))
+# The process environment as bytes (CPython's os.environ on POSIX keeps it in ``_data``;
+# None elsewhere, and os.environ.get is used): read per task by ``_set_env``.
+_ENVIRON_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 # The args blob of a call with no arguments, as ``pack_arguments`` makes it: not unpickled.
 _NO_ARGS_BLOB = serialization.pack_arguments((), {}, "", type(None))[0]
 
@@ -265,9 +268,10 @@ class _Worker:
     def _load_args(self, args_blob: bytes, dep_values) -> tuple:
         """The call's arguments; ``ArgumentsNotLoaded`` if one cannot be read or unpickled.
         First, the driver's custom serializers, if they changed since the last call."""
-        blob = self.serializers.changed()
-        if blob is not None:
-            serialization.apply_registrations(blob)
+        if self.serializers.stale:  # changed() looks only after a notice
+            blob = self.serializers.changed()
+            if blob is not None:
+                serialization.apply_registrations(blob)
         if not dep_values and args_blob == _NO_ARGS_BLOB:
             return (), {}
         try:
@@ -306,7 +310,11 @@ class _Worker:
     def _set_env(self, resources: dict, gpu_ids: list | None) -> None:
         if not self.user_set_omp:
             threads = str(max(1, math.floor(resources.get("CPU", 1) or 1)))
-            if os.environ.get("OMP_NUM_THREADS") != threads:  # no putenv per task
+            # no putenv per task; the environment's own dict read directly where there is
+            # one (os.environ.get is four Python calls)
+            now = (_ENVIRON_DATA.get(b"OMP_NUM_THREADS") if _ENVIRON_DATA is not None
+                   else os.environ.get("OMP_NUM_THREADS"))
+            if now != (threads.encode() if _ENVIRON_DATA is not None else threads):
                 os.environ["OMP_NUM_THREADS"] = threads
         if self.noset_cvd:
             return
@@ -324,27 +332,34 @@ class _Worker:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
 
     def run_task(self, message: tuple) -> None:
-        from miniray.exceptions import TaskCancelledError
-
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name, pg = ctx
-        self._await_control()
+        # The first tests of _await_control, _mark, prune, _function and _restore_env are
+        # made here: each is a Python call per task that usually does nothing.
+        if self.ctl_read != self.ctl_handled or self.ctl_poller.poll(0):
+            self._await_control()
         if task_id in self.cancelled:
+            from miniray.exceptions import TaskCancelledError
+
             self.cancelled.discard(task_id)
             error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))
             self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
             return
         started = time_ns()  # the span a timeline shows: as this worker saw it
         loaded = returned = started
-        self._mark(name)
-        self.mappings.prune()
+        if name != self.last_name:
+            self._mark(name)
+        if self.mappings.entries:
+            self.mappings.prune()
         self._set_env(resources, gpu_ids)
         self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints,
                                         pg)
         outcome = None
         try:
             try:
-                function = self._function(fn_id)
+                function = self.functions[fn_id]
+                if isinstance(function, bytes):
+                    function = self._function(fn_id)
                 args, kwargs = self._load_args(args_blob, dep_values)
                 with self.exec_lock:
                     self.current = task_id
@@ -370,12 +385,17 @@ class _Worker:
         except KeyboardInterrupt as error:  # injected while leaving the task
             outcome = (False, error)
         self.runtime.task = None
-        self._restore_env(gpu_ids)
+        if gpu_ids or self.cvd_on_zero:
+            self._restore_env(gpu_ids)
         ok, value = outcome
         if not ok and isinstance(value, SystemExit):
             exit_for_system_exit(value, f"task {name}")
         if ok:
-            results = self._serialize_returns(value, max(1, num_returns), name, return_ids)
+            if value is None and num_returns == 1 and self.none_inline:
+                results = [(protocol.OK, _NONE_PAYLOAD, ())]  # _serialize_returns' first case
+            else:
+                results = self._serialize_returns(value, max(1, num_returns), name,
+                                                  return_ids)
             retryable = False
         else:
             error = value
@@ -388,7 +408,8 @@ class _Worker:
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
-        self._send_result(task_id, results, retryable, (started, loaded, returned))
+        self.channel.send(result_message(task_id, results, retryable,
+                                         (started, loaded, returned)))
 
     def _run_generator(self, task_id: bytes, name: str, generator, num_returns: int,
                        error_fields=None):
