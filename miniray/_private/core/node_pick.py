@@ -8,16 +8,18 @@ local node, from its ledger), the strategy and, optionally, where the arguments'
 Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
 a DENY sends the caller back here with a fresher view), or placement groups
 (``placement.py``).
-Called by: ``owner/remote_nodes.placement_for`` (rule 1 only, so far: a hard node affinity
-to another node); the other rules are for later phases.
+Called by: ``owner/remote_nodes.placement_for`` (node affinity, and a task the local node
+can never hold); SPREAD and argument locality are for later phases.
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
 1. ``NodeAffinitySchedulingStrategy(node_id, soft)`` (an object or a dict with those keys):
-   that node if it is alive and has the resources in total (now: "node"; else "wait" on
-   it). Dead, unknown, or lacking them: infeasible if not ``soft``; if ``soft``, rules 2-4
-   decide. A ``node:<ip>`` resource in the request needs no rule of its own: only the node
-   with that ip has it in its totals, so rules 2-4 find it or wait for it.
+   hard (``soft=False``): that node if it is alive and has the resources in total (now:
+   "node"; else "wait" on it); dead, unknown, or lacking them: infeasible (Ray's
+   ``TaskUnschedulableError``). Soft: that node only if it is alive and has them available
+   now (Ray's rule); otherwise rules 2-4 decide. A ``node:<ip>`` resource in the request
+   needs no rule of its own: only the node with that ip has it in its totals, so rules 2-4
+   find it or wait for it.
 2. The local node, if it has the resources available now (the unchanged fast path;
    ``"SPREAD"`` skips this rule).
 3. Another alive node that has them available now: the most argument bytes already there
@@ -35,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Placement", "pick_node"]
+__all__ = ["Placement", "fits_in_total", "pick_node"]
 
 _EPS = 1e-9
 
@@ -56,6 +58,16 @@ def _needs(request: Mapping[str, float]) -> dict[str, float]:
 
 def _has(amounts: Mapping[str, float], needs: Mapping[str, float]) -> bool:
     return all(amounts.get(k, 0.0) + _EPS >= v for k, v in needs.items())
+
+
+def fits_in_total(request: Mapping[str, float], entry) -> bool:
+    """Whether ``entry`` (a ``NodeEntry``) has ``request`` in its totals (it could ever run it).
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> fits_in_total({"CPU": 2, "GPU": 0}, NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}))
+    True
+    """
+    return _has(entry.totals, _needs(request))
 
 
 def _utilization(entry, needs: Mapping[str, float]) -> float:
@@ -121,7 +133,8 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
         if target is not None and _has(target.totals, needs):
             if _has(target.available, needs):
                 return Placement("node", node_id)
-            return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
+            if not soft:
+                return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
         if not soft:
             why = ("is not alive or not known" if target is None else
                    "lacks " + ", ".join(f"{v:g} {k}" for k, v in needs.items()

@@ -91,10 +91,12 @@ class TaskQueue:
     a finished task's arguments, ``requests.py``), ``has_lease(key)`` (a lease of that
     key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
     ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
-    task_id)`` (cancellation's acts)."""
+    task_id)`` (cancellation's acts). ``offload(task)``: offered a task the local node can
+    never hold before it is held infeasible; True when it took it (another node runs it,
+    ``remote_nodes.RemoteNodes.offload``)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel, skip_queued, records=None):
+                 kill_worker, signal_cancel, skip_queued, records=None, offload=None):
         self.objects = objects
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
@@ -105,6 +107,7 @@ class TaskQueue:
         self._kill_worker = kill_worker
         self._signal_cancel = signal_cancel
         self._skip_queued = skip_queued
+        self._offload = offload
         self.by_id: dict[bytes, Task] = {}
         self.call_parents: dict[bytes, _CallParent] = {}  # running actor calls' children
         self.queues: dict[Any, collections.deque] = {}
@@ -169,6 +172,8 @@ class TaskQueue:
         key = task.key
         if key not in self.queues and not self._has_lease(key):
             reasons = infeasible_reasons(self.node_state, task.spec.request)
+            if reasons and self._offload is not None and self._offload(task):
+                return  # another node's from now on
             if reasons:
                 task.state = T_INFEASIBLE
                 self.infeasible.setdefault(key, []).append(task)
@@ -187,6 +192,12 @@ class TaskQueue:
             queue.insert(scheduling.queue_index(((t.depth, t.seq) for t in queue), task.depth),
                          task)
         self._dispatch(key)
+
+    def resubmit(self, task: Task) -> None:
+        """A task placed on another node comes back to be placed here (a retry after that
+        node died): queued, or infeasible, as a new one whose arguments are ready."""
+        task.state = T_WAITING
+        self._enqueue(task)
 
     def requeue(self, task: Task) -> None:
         """Back at the front of its queue (a retry, or never started on a worker that died)."""
