@@ -493,3 +493,34 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
         proc.wait(30)
     finally:
         stop_driver(proc)
+
+
+def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
+    head = hosts.start_head()
+    proc = driver("""
+    import json, sys
+    import miniray as ray
+    ray.init(address="auto")
+
+    @ray.remote(resources={"special": 1})
+    def node():
+        return ray.get_runtime_context().get_node_id()
+
+    ref = node.remote()
+    ready, _ = ray.wait([ref], timeout=1.0)
+    print(json.dumps({"pending": not ready}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"ran_on": ray.get(ref, timeout=30)}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc)["pending"]
+        joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
+        proc.wait(30)
+        assert "special" in proc.stderr.read()  # the infeasible line, while it waited
+    finally:
+        stop_driver(proc)

@@ -26,7 +26,8 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        one. Without: locally whenever the local node can ever hold the request (no
        spill-over of a busy local node yet); a task it can never hold (``TaskQueue`` offers
        it before holding it infeasible) goes to another alive node with room now, else to
-       one with the totals (its lease waits there), else stays pending as before. A task
+       one with the totals (its lease waits there), else stays pending as before (looked
+       at again every INFEASIBLE_WATCH_S while the view has nodes: one may join). A task
        taken is registered (its return objects exist). An ObjectRef argument (a large
        argument is one too) fails it at once: objects across hosts are not supported yet.
     2. A thread per task, not locked: N's client; ("lease", request) until granted (a
@@ -88,6 +89,7 @@ REMOTE_LINGER_S = 0.05  # an idle worker's lease on N is kept at least this long
 THREAD_IDLE_S = 5.0  # a task thread waits this long for the next task before it ends
 WATCH_S = 0.5  # a silent running task's node is looked up in the view this often
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
+INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
@@ -267,6 +269,7 @@ class RemoteNodes:
         self.linger = max(config.lease_linger_s(), REMOTE_LINGER_S)
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
+        self._watching = False  # a _watch_infeasible thread runs
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -328,9 +331,37 @@ class RemoteNodes:
             return False
         placed = self._place(task.spec, False)
         if placed is None:
+            if self._nodes() and not self._watching:  # a cluster: it may join later
+                self._watching = True
+                threading.Thread(target=self._watch_infeasible, daemon=True,
+                                 name="miniray-remote-infeasible").start()
             return False
         self._begin(task, placed)
         return True
+
+    def _watch_infeasible(self) -> None:
+        """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while
+        there are any: a node that can hold one may join (or come back) later, as Ray's
+        pending tasks wait for such a node. Ends with them, or with the driver."""
+        owner = self.owner
+        try:
+            while True:
+                time.sleep(INFEASIBLE_WATCH_S)
+                with owner.locked():  # ends under the lock: offload starts a new one after
+                    waiting = [t for tasks in owner.tasks.infeasible.values() for t in tasks]
+                    if self._closed or owner.closed or not waiting:
+                        self._watching = False
+                        return
+                    self._nodes(fresh=True)
+                    for task in waiting:
+                        placed = placement_for(task.spec.affinity, task.spec.request,
+                                               self.local, self._nodes(), False)
+                        if placed is not None:
+                            owner.tasks.remove_waiting(task)
+                            self._begin(task, placed)
+        except BaseException:
+            self._watching = False
+            raise
 
     def _begin(self, task, placed) -> None:
         """*Owner locked.* A registered task goes to node ``placed`` (or fails)."""
