@@ -126,6 +126,8 @@ def test_infeasible_everywhere_names_every_nodes_totals():
     assert "10.0.0.1 has 2 CPU" in placed.reason and "10.0.0.2 has 4 CPU" in placed.reason
     assert "10.0.0.3" not in placed.reason  # dead nodes do not count
     assert "node:" not in placed.reason
+    view = [node("a", memory=3 * (1 << 30))]
+    assert "3.0 GiB memory" in pick_node({"CPU": 8}, "a", view).reason
 
 
 def test_a_dead_node_is_never_picked():

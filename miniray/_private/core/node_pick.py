@@ -90,10 +90,17 @@ def _affinity(strategy) -> tuple[str, bool] | None:
     return node_id, bool(soft)
 
 
+def _amount(name: str, value: float) -> str:
+    """``2 CPU``; memory in GiB (``15.9 GiB memory``)."""
+    if name in ("memory", "object_store_memory"):
+        return f"{value / (1 << 30):.1f} GiB {name}"
+    return f"{value:g} {name}"
+
+
 def _totals_text(nodes) -> str:
     parts = []
     for entry in sorted(nodes, key=lambda e: e.node_id):
-        shape = ", ".join(f"{v:g} {k}" for k, v in sorted(entry.totals.items())
+        shape = ", ".join(_amount(k, v) for k, v in sorted(entry.totals.items())
                           if not k.startswith("node:")) or "nothing"
         parts.append(f"{entry.ip or entry.node_id[:12]} has {shape}")
     return "; ".join(parts) or "no node is alive"

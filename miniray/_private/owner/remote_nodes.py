@@ -323,21 +323,32 @@ class RemoteNodes:
         self._begin(task, placed)
         return True
 
-    def offload(self, task) -> bool:
+    def offload(self, task) -> bool | str | None:
         """*Owner locked.* Step 1 for a task the local node can never hold (``TaskQueue``'s
         infeasible case, its arguments ready): True when it is this module's from now on
-        (another node has the resources, or a hard affinity makes it unschedulable)."""
+        (another node has the resources, or a hard affinity makes it unschedulable). Else,
+        in a cluster, the stderr line naming every alive node's totals (None: no cluster)."""
         if self._closed:
-            return False
+            return None
         placed = self._place(task.spec, False)
-        if placed is None:
-            if self._nodes() and not self._watching:  # a cluster: it may join later
-                self._watching = True
-                threading.Thread(target=self._watch_infeasible, daemon=True,
-                                 name="miniray-remote-infeasible").start()
-            return False
-        self._begin(task, placed)
-        return True
+        if placed is not None:
+            self._begin(task, placed)
+            return True
+        nodes = self._nodes()
+        if not nodes:
+            return None
+        if not self._watching:  # a cluster: a node that can hold it may join later
+            self._watching = True
+            threading.Thread(target=self._watch_infeasible, daemon=True,
+                             name="miniray-remote-infeasible").start()
+        placed = node_pick.pick_node(task.spec.request, self.local, nodes)
+        if placed.action != "infeasible":
+            return None  # the views differ (this node's totals): its own line
+        why = placed.reason
+        return (f"miniray: this request can never run on any node of the cluster. {why} "
+                f"Start a node with the resources (miniray start --address=HEAD:PORT "
+                f"--resources ...) or lower the request; the task stays pending until one "
+                f"joins. Full request: {_shape(task.spec.request)}")
 
     def _watch_infeasible(self) -> None:
         """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while

@@ -93,7 +93,8 @@ class TaskQueue:
     ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
     task_id)`` (cancellation's acts). ``offload(task)``: offered a task the local node can
     never hold before it is held infeasible; True when it took it (another node runs it,
-    ``remote_nodes.RemoteNodes.offload``)."""
+    ``remote_nodes.RemoteNodes.offload``), else None, or the stderr line to print instead
+    of this node's (one naming every node of the cluster)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
                  kill_worker, signal_cancel, skip_queued, records=None, offload=None):
@@ -172,14 +173,18 @@ class TaskQueue:
         key = task.key
         if key not in self.queues and not self._has_lease(key):
             reasons = infeasible_reasons(self.node_state, task.spec.request)
-            if reasons and self._offload is not None and self._offload(task):
-                return  # another node's from now on
+            offloaded = None
+            if reasons and self._offload is not None:
+                offloaded = self._offload(task)
+                if offloaded is True:
+                    return  # another node's from now on
             if reasons:
                 task.state = T_INFEASIBLE
                 self.infeasible.setdefault(key, []).append(task)
                 if key not in self._reported_infeasible:
                     self._reported_infeasible.add(key)
-                    line = format_infeasible(task.spec.request, reasons)
+                    line = (offloaded if isinstance(offloaded, str)
+                            else format_infeasible(task.spec.request, reasons))
                     print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
                 return
         task.state = T_QUEUED
