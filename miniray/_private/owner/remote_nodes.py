@@ -327,7 +327,8 @@ class RemoteNodes:
         """*Owner locked.* Step 1 for a task the local node can never hold (``TaskQueue``'s
         infeasible case, its arguments ready): True when it is this module's from now on
         (another node has the resources, or a hard affinity makes it unschedulable). Else,
-        in a cluster, the stderr line naming every alive node's totals (None: no cluster)."""
+        with other nodes, the stderr line naming every alive node's totals (None: this
+        node's own line)."""
         if self._closed:
             return None
         placed = self._place(task.spec, False)
@@ -336,11 +337,13 @@ class RemoteNodes:
             return True
         nodes = self._nodes()
         if not nodes:
-            return None
-        if not self._watching:  # a cluster: a node that can hold it may join later
+            return None  # no view: a driver without a node (init() alone)
+        if not self._watching:  # a node's view: one that can hold it may join later
             self._watching = True
             threading.Thread(target=self._watch_infeasible, daemon=True,
                              name="miniray-remote-infeasible").start()
+        if not any(e.node_id != self.local for e in nodes):
+            return None  # this node alone so far: its own line
         placed = node_pick.pick_node(task.spec.request, self.local, nodes)
         if placed.action != "infeasible":
             return None  # the views differ (this node's totals): its own line
