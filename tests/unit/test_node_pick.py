@@ -86,12 +86,17 @@ def test_hard_affinity_to_a_dead_or_unknown_or_small_node_is_infeasible():
 def test_soft_affinity_falls_back_to_the_other_rules():
     strategy = NodeAffinitySchedulingStrategy(node_id="zz", soft=True)
     assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], strategy).node_id == "a"
-    # Alive with the totals but no room now: Ray's soft rule runs it elsewhere, no wait.
+    # Alive with the totals but no room now: Ray's soft rule waits there, unless it may
+    # spill (_spill_on_unavailable).
     strategy = NodeAffinitySchedulingStrategy(node_id="b", soft=True)
-    assert pick_node({"CPU": 1}, "a", [node("a"), node("b", free=0)], strategy) == Placement(
-        "node", "a")
-    assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], strategy) == Placement(
-        "node", "b")
+    full = [node("a"), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", full, strategy).action == "wait"
+    assert pick_node({"CPU": 1}, "a", full, strategy).node_id == "b"
+    spill = NodeAffinitySchedulingStrategy("b", soft=True, _spill_on_unavailable=True)
+    assert pick_node({"CPU": 1}, "a", full, spill) == Placement("node", "a")
+    assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], spill) == Placement("node", "b")
+    as_dict = {"node_id": "b", "soft": True, "spill_on_unavailable": True}
+    assert pick_node({"CPU": 1}, "a", full, as_dict) == Placement("node", "a")
 
 
 def test_spread_rotates_among_equally_used_nodes_local_included():

@@ -31,7 +31,7 @@ def test_another_alive_node_with_the_totals_is_taken_even_when_full_now():
 def test_an_affinity_to_this_node_or_no_affinity_goes_the_local_way_as_before():
     place = remote_nodes.placement_for
     assert place("here", {"CPU": 1}, "here", VIEW) is None  # the driver's own node
-    assert place(("here", True), {"CPU": 1}, "here", VIEW) is None
+    assert place(("here", True, False), {"CPU": 1}, "here", VIEW) is None
     assert place(None, {"CPU": 1}, "here", VIEW) is None
     assert place(None, {"GPU": 1}, "here", []) is None  # no view: a one-host driver
 
@@ -44,20 +44,31 @@ def test_a_hard_affinity_to_a_dead_unknown_or_too_small_node_is_unschedulable():
         assert isinstance(answer, remote_nodes.Unschedulable), (node_id, answer)
         assert node_id in answer and "NodeAffinitySchedulingStrategy(soft=False)" in answer
     # The local node, when it can never hold the request (the infeasible path asks).
-    answer = place(("here", False), {"CPU": 4}, "here", VIEW, local_feasible=False)
+    answer = place(("here", False, False), {"CPU": 4}, "here", VIEW, local_feasible=False)
     assert isinstance(answer, remote_nodes.Unschedulable) and "this node lacks" in answer
     # The node that just died under a retry counts as dead, whatever the view says.
     assert isinstance(place("there", {"CPU": 1}, "here", VIEW, exclude="there"),
                       remote_nodes.Unschedulable)
 
 
-def test_a_soft_affinity_runs_there_only_with_room_now_else_as_without():
+def test_a_soft_affinity_runs_there_while_alive_with_the_totals_else_as_without():
     place = remote_nodes.placement_for
-    assert place(("there", True), {"GPU": 1}, "here", VIEW) == "there"
-    assert place(("there", True), {"CPU": 1}, "here", VIEW) is None  # full now: local
-    assert place(("dead", True), {"CPU": 1}, "here", VIEW) is None
-    # Soft to a full node, and the local node can never hold it: the default rules.
-    assert place(("dead", True), {"GPU": 1}, "here", VIEW, local_feasible=False) == "there"
+    assert place(("there", True, False), {"GPU": 1}, "here", VIEW) == "there"
+    assert place(("there", True, False), {"CPU": 1}, "here", VIEW) == "there"  # waits there
+    assert place(("there", True, True), {"CPU": 1}, "here", VIEW) is None  # spills: full
+    assert place(("there", True, False), {"CPU": 4}, "here", VIEW) is None  # too small
+    assert place(("dead", True, False), {"CPU": 1}, "here", VIEW) is None
+    assert place(("there", True, False), {"CPU": 1}, "here", VIEW, exclude="there") is None
+    # Soft to a dead node, and the local node can never hold it: the default rules.
+    assert place(("dead", True, False), {"GPU": 1}, "here", VIEW,
+                 local_feasible=False) == "there"
+
+
+def test_a_hard_affinity_that_fails_on_unavailable_is_unschedulable_when_full():
+    answer = remote_nodes.placement_for(("there", False, True), {"CPU": 1}, "here", VIEW)
+    assert isinstance(answer, remote_nodes.Unschedulable) and "_fail_on_unavailable" in answer
+    assert remote_nodes.placement_for(("there", False, True), {"GPU": 1}, "here",
+                                      VIEW) == "there"
 
 
 def test_a_task_the_local_node_can_never_hold_goes_to_a_node_that_can():
@@ -93,8 +104,12 @@ def test_hard_affinity_reads_only_a_hard_node_affinity():
     hard = NodeAffinitySchedulingStrategy("ab" * 28, soft=False)
     assert options.hard_affinity({"scheduling_strategy": soft}) is None
     assert options.hard_affinity({"scheduling_strategy": hard}) == "ab" * 28
-    assert options.node_affinity({"scheduling_strategy": soft}) == ("ab" * 28, True)
-    assert options.node_affinity({"scheduling_strategy": hard}) == ("ab" * 28, False)
+    assert options.node_affinity({"scheduling_strategy": soft}) == ("ab" * 28, True, False)
+    assert options.node_affinity({"scheduling_strategy": hard}) == ("ab" * 28, False, False)
+    spill = NodeAffinitySchedulingStrategy("ab" * 28, soft=True, _spill_on_unavailable=True)
+    fail = NodeAffinitySchedulingStrategy("ab" * 28, soft=False, _fail_on_unavailable=True)
+    assert options.node_affinity({"scheduling_strategy": spill}) == ("ab" * 28, True, True)
+    assert options.node_affinity({"scheduling_strategy": fail}) == ("ab" * 28, False, True)
     assert options.hard_affinity({"scheduling_strategy": NodeAffinitySchedulingStrategy(
         "", soft=False)}) is None
 

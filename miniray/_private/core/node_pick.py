@@ -14,10 +14,10 @@ can never hold); SPREAD and argument locality are for later phases.
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
 1. ``NodeAffinitySchedulingStrategy(node_id, soft)`` (an object or a dict with those keys):
-   hard (``soft=False``): that node if it is alive and has the resources in total (now:
-   "node"; else "wait" on it); dead, unknown, or lacking them: infeasible (Ray's
-   ``TaskUnschedulableError``). Soft: that node only if it is alive and has them available
-   now (Ray's rule); otherwise rules 2-4 decide. A ``node:<ip>`` resource in the request
+   that node if it is alive and has the resources in total (now: "node"; else "wait" on
+   it, or, soft with ``_spill_on_unavailable``, rules 2-4). Dead, unknown, or lacking them:
+   infeasible if not ``soft`` (Ray's ``TaskUnschedulableError``); if ``soft``, rules 2-4
+   decide. A ``node:<ip>`` resource in the request
    needs no rule of its own: only the node with that ip has it in its totals, so rules 2-4
    find it or wait for it.
 2. The local node, if it has the resources available now (the unchanged fast path;
@@ -80,14 +80,16 @@ def _utilization(entry, needs: Mapping[str, float]) -> float:
     return used
 
 
-def _affinity(strategy) -> tuple[str, bool] | None:
+def _affinity(strategy) -> tuple[str, bool, bool] | None:
     if isinstance(strategy, Mapping):
         node_id, soft = strategy.get("node_id"), strategy.get("soft", False)
+        spill = strategy.get("spill_on_unavailable", False)
     else:
         node_id, soft = getattr(strategy, "node_id", None), getattr(strategy, "soft", False)
+        spill = getattr(strategy, "_spill_on_unavailable", False)
     if not isinstance(node_id, str) or not node_id:
         return None
-    return node_id, bool(soft)
+    return node_id, bool(soft), bool(spill)
 
 
 def _amount(name: str, value: float) -> str:
@@ -116,7 +118,7 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
         local: The local node's id (None: a driver without a node of its own).
         view: The nodes known (``NodeEntry``: node_id, ip, alive, totals, available).
         strategy: None/"DEFAULT", "SPREAD", or a node affinity (object or dict with
-            ``node_id`` and ``soft``).
+            ``node_id``, ``soft`` and optionally ``spill_on_unavailable``).
         turn: SPREAD's rotation among equally used nodes.
         arg_bytes: ``{node_id: bytes of the task's arguments already there}``.
 
@@ -135,12 +137,12 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
 
     # Rule 1.
     if affinity is not None:
-        node_id, soft = affinity
+        node_id, soft, spill = affinity
         target = by_id.get(node_id)
         if target is not None and _has(target.totals, needs):
             if _has(target.available, needs):
                 return Placement("node", node_id)
-            if not soft:
+            if not (soft and spill):
                 return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
         if not soft:
             why = ("is not alive or not known" if target is None else

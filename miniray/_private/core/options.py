@@ -824,9 +824,11 @@ def hard_affinity(options: dict) -> str | None:
     return node_id if isinstance(node_id, str) and node_id else None
 
 
-def node_affinity(options: dict) -> tuple[str, bool] | None:
-    """``(node_id, soft)`` of a ``NodeAffinitySchedulingStrategy`` in the options, else None
-    (what a task's spec carries: ``owner/remote_nodes.py`` places it).
+def node_affinity(options: dict) -> tuple[str, bool, bool] | None:
+    """``(node_id, soft, on_unavailable)`` of a ``NodeAffinitySchedulingStrategy`` in the
+    options, else None (what a task's spec carries: ``owner/remote_nodes.py`` places it).
+    ``on_unavailable``: its ``_spill_on_unavailable`` when soft, ``_fail_on_unavailable``
+    when hard (what to do when the node has no room now, instead of waiting there).
 
     >>> node_affinity({}), node_affinity({"scheduling_strategy": "DEFAULT"})
     (None, None)
@@ -837,7 +839,9 @@ def node_affinity(options: dict) -> tuple[str, bool] | None:
     node_id = getattr(strategy, "node_id", None)
     if not isinstance(node_id, str) or not node_id:
         return None
-    return node_id, bool(getattr(strategy, "soft", False))
+    soft = bool(getattr(strategy, "soft", False))
+    flag = "_spill_on_unavailable" if soft else "_fail_on_unavailable"
+    return node_id, soft, bool(getattr(strategy, flag, False))
 
 
 def placement_option(options: dict) -> Any:

@@ -22,12 +22,14 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        ``NodeAffinitySchedulingStrategy`` runs on that node when the view holds it alive
        with the totals (this node: locally), else the task fails with
        TaskUnschedulableError naming it (a node the view lacks is looked up once more in a
-       fresh view first); a soft one runs there when it has room now, else as without
-       one. Without: locally whenever the local node can ever hold the request (no
-       spill-over of a busy local node yet); a task it can never hold (``TaskQueue`` offers
-       it before holding it infeasible) goes to another alive node with room now, else to
-       one with the totals (its lease waits there), else stays pending as before (looked
-       at again every INFEASIBLE_WATCH_S while the view has nodes: one may join). A task
+       fresh view first); a soft one runs there too when it is alive with the totals (its
+       lease waits for room; with ``_spill_on_unavailable`` only when it has room now),
+       else as without one. Without: locally whenever the local node can ever hold the
+       request (no spill-over of a busy local node yet); a task it can never hold
+       (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
+       with room now, else to one with the totals (its lease waits there), else stays
+       pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
+       nodes: one may join). A task
        taken is registered (its return objects exist). An ObjectRef argument (a large
        argument is one too) fails it at once: objects across hosts are not supported yet.
     2. A thread per task, not locked: N's client; ("lease", request) until granted (a
@@ -105,14 +107,16 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
     """Step 1's pure decision: the node id to run on, None to run locally as before, or an
     ``Unschedulable`` text.
 
-    ``affinity``: the spec's ``(node_id, soft)`` (a bare node id is a hard one) or None;
-    ``local_feasible``: whether the local node has the request in its totals (its
-    ``infeasible_reasons`` are empty); ``exclude``: a node not to use (the one that just died
-    under a retry), whatever the view says. The rules (``node_pick``'s, Ray's):
+    ``affinity``: the spec's ``(node_id, soft, on_unavailable)`` (``options.node_affinity``;
+    a bare node id is a hard one) or None; ``local_feasible``: whether the local node has
+    the request in its totals (its ``infeasible_reasons`` are empty); ``exclude``: a node
+    not to use (the one that just died under a retry), whatever the view says. The rules
+    (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy`` docstring):
 
-    * hard affinity: that node if the view holds it alive with the totals (another node:
-      run there, waiting for room; this one: locally), else Unschedulable;
-    * soft affinity to another node: there if it has room now, else as without one;
+    * an affinity to a node the view holds alive with the totals: that node (this one:
+      locally), waiting there for room; with ``on_unavailable`` and no room now, a hard
+      one is Unschedulable and a soft one goes on as without;
+    * to a node dead, unknown or too small: hard, Unschedulable; soft, as without;
     * without: locally when the local node can ever hold it (no spill-over of a busy local
       node yet); else another alive node with room now, else one with the totals (its
       lease waits), else locally (pending, the infeasible line on stderr, as before).
@@ -122,19 +126,23 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
     >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 0})
     >>> placement_for("b", {"CPU": 1}, "a", [a, b]), placement_for("a", {}, "a", [a, b])
     ('b', None)
-    >>> placement_for(("b", True), {"CPU": 1}, "a", [a, b]) is None  # soft, b is full
+    >>> placement_for(("b", True, True), {"CPU": 1}, "a", [a, b]) is None  # spills: full
     True
     """
     if isinstance(affinity, str):
-        affinity = (affinity, False)
+        affinity = (affinity, False, False)
     nodes = [e for e in view if e.node_id != exclude] if exclude else list(view)
     if affinity is not None:
-        node_id, soft = affinity
+        node_id, soft, on_unavailable = (tuple(affinity) + (False,))[:3]
         if not soft:
             if node_id == local and local_feasible:
                 return None
             placed = node_pick.pick_node(request, local, nodes,
                                          {"node_id": node_id, "soft": False})
+            if placed.action == "wait" and placed.node_id == node_id and on_unavailable:
+                return Unschedulable(
+                    f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False, "
+                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now")
             if placed.action in ("node", "wait") and placed.node_id == node_id:
                 return None if node_id == local else node_id
             why = ("this node lacks the resources in total" if node_id == local else
@@ -146,10 +154,10 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
                 f"dead, unknown or cannot hold {_shape(request)} ({why}); soft=True lets the "
                 "task run elsewhere")
         if node_id != local:
-            placed = node_pick.pick_node(request, local, [e for e in nodes
-                                                          if e.node_id == node_id],
-                                         {"node_id": node_id, "soft": True})
-            if placed.action == "node" and placed.node_id == node_id:
+            placed = node_pick.pick_node(
+                request, local, [e for e in nodes if e.node_id == node_id],
+                {"node_id": node_id, "soft": True, "spill_on_unavailable": on_unavailable})
+            if placed.action in ("node", "wait") and placed.node_id == node_id:
                 return node_id
     if local_feasible:
         return None
