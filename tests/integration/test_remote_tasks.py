@@ -456,23 +456,31 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
     proc = driver(PRELUDE + """
     soft = NodeAffinitySchedulingStrategy(member, soft=True)
 
-    @ray.remote(max_retries=1)
+    @ray.remote(max_retries=1, num_cpus=0.5)
     def slow():
         time.sleep(float(os.environ.get("MR_SLEEP", "4")))
         return ray.get_runtime_context().get_node_id()
 
-    @ray.remote(max_retries=0)
+    @ray.remote(max_retries=0, num_cpus=0.5)
     def slow_once():
         time.sleep(60)
+
+    @ray.remote(max_retries=0, num_cpus=2)
+    def whole():
+        return ray.get_runtime_context().get_node_id()
 
     retried = slow.options(scheduling_strategy=soft).remote()
     hard = slow.options(scheduling_strategy=there).remote()
     once = slow_once.options(scheduling_strategy=soft).remote()
+    time.sleep(0.5)
+    # The member has 0.5 of its 2 CPUs free: this one waits there for a lease, never sent.
+    queued = whole.options(scheduling_strategy=soft).remote()
     print(json.dumps({"started": True}), flush=True)
     sys.stdin.readline()
     t0 = time.monotonic()
     out = {}
-    for name, ref in (("retried", retried), ("hard", hard), ("once", once)):
+    for name, ref in (("retried", retried), ("hard", hard), ("once", once),
+                      ("queued", queued)):
         try:
             out[name] = ray.get(ref, timeout=30)
         except Exception as error:
@@ -496,6 +504,8 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
         # No retry left: the node's death reaches get, naming the node as Ray does.
         assert doc["once"].startswith("NodeDiedError"), doc
         assert f"Node IP: {MEMBER}, node ID: " in doc["once"], doc
+        # Never sent to the member: placed again without a retry (it has none), here.
+        assert doc["queued"] == doc["here"], doc
         print(f"\nmember killed: retried locally, done after {doc['retried_s']:.2f} s "
               f"(4 s of work); {doc['once'][:90]}...")
         proc.wait(30)

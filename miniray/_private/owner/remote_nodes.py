@@ -44,8 +44,9 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
        not answer a ping, N unreachable): the task is placed again by step 1's rules, N
-       excluded, while ``max_retries`` allows (each such retry uses one; the node's death
-       is a system failure, whatever ``retry_exceptions`` says; a hard affinity to N then
+       excluded: for free if the task was not sent to N yet (at most FREE_MOVES times),
+       else while ``max_retries`` allows (each such retry uses one; the node's death is a
+       system failure, whatever ``retry_exceptions`` says; a hard affinity to N then
        fails unschedulable, as in Ray); with none left it fails with NodeDiedError naming
        N's IP and id (``node_died_error``). A worker that died alone: WorkerCrashedError.
        No hang: every wait on N has a deadline, or ends with its connection. A partition
@@ -92,6 +93,7 @@ THREAD_IDLE_S = 5.0  # a task thread waits this long for the next task before it
 WATCH_S = 0.5  # a silent running task's node is looked up in the view this often
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
+FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
@@ -385,7 +387,7 @@ class RemoteNodes:
             self._watching = False
             raise
 
-    def _begin(self, task, placed) -> None:
+    def _begin(self, task, placed, moves: int = 0) -> None:
         """*Owner locked.* A registered task goes to node ``placed`` (or fails)."""
         owner = self.owner
         spec = task.spec
@@ -402,29 +404,40 @@ class RemoteNodes:
                 f"{owner.store.inline_threshold} bytes travel inline."))
             return
         task.state = T_RUNNING
-        task.worker = _Slot(task)  # what the owner's cancel and state rows read
+        task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
     def _retry(self, task, entry) -> bool:
         """*Owner locked.* Step 5's retry: ``task`` failed because node ``entry`` died;
-        True if it was placed again (or failed unschedulable) while ``max_retries``
-        allows (Ray's rule: a node's death is a system failure, whatever
-        ``retry_exceptions`` says), on another node or locally by step 1's rules."""
-        if task.cancelled or task.retries_left == 0 or self._closed or self.owner.closed:
+        True if it was placed again (or failed unschedulable): by step 1's rules, that
+        node excluded. A task that was never sent there moves for free (at most
+        FREE_MOVES times: as in Ray, only a task that ran uses a retry); one that was
+        uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
+        whatever ``retry_exceptions`` says)."""
+        if task.cancelled or self._closed or self.owner.closed:
             return False
-        if task.retries_left > 0:
-            task.retries_left -= 1
         spec = task.spec
-        logger.warning("Task %s failed because node %s (%s) died; retrying it (%s retries "
-                       "left).", spec.name, entry.node_id[:12], entry.ip,
-                       "infinite" if task.retries_left < 0 else task.retries_left)
+        slot = task.worker
+        moves = getattr(slot, "moves", 0)
+        if not getattr(slot, "sent", True) and moves < FREE_MOVES:
+            moves += 1
+            logger.info("Task %s had not started on node %s (%s), which died; placing it "
+                        "again.", spec.name, entry.node_id[:12], entry.ip)
+        elif task.retries_left == 0:
+            return False
+        else:
+            if task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed because node %s (%s) died; retrying it (%s "
+                           "retries left).", spec.name, entry.node_id[:12], entry.ip,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
         local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
         placed = self._place(spec, local_feasible, exclude=entry.node_id)
         if placed is None:
             task.worker = None
             self.owner.tasks.resubmit(task)
         else:
-            self._begin(task, placed)
+            self._begin(task, placed, moves)
         return True
 
     def _start(self, task, entry) -> None:
@@ -762,8 +775,10 @@ class _Slot:
     connection; ``force`` asks the node to SIGKILL the worker (its driver link's ``kill``):
     the task then fails with TaskCancelledError, never retried."""
 
-    def __init__(self, task):
+    def __init__(self, task, moves: int = 0):
         self.inflight = [task]
+        self.moves = moves  # times it was placed again without having been sent
+        self.sent = False  # bound to a worker: the task was (or is being) sent
         self.interrupted: set = set()
         self.waits: dict = {}
         self.pid = None
@@ -816,6 +831,7 @@ class _Slot:
             self._worker = worker
             self._client = client
             self.pid = worker.pid
+            self.sent = True
             return True
 
 
