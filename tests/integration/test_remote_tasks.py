@@ -542,3 +542,27 @@ def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
         assert "special" in proc.stderr.read()  # the infeasible line, while it waited
     finally:
         stop_driver(proc)
+
+
+def test_a_denied_task_moves_to_another_member_with_room(hosts):
+    head = hosts.start_head()
+    for ip in (MEMBER, "127.0.0.3"):
+        joined = hosts.join(ip, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: all((hosts.cluster("127.0.0.1").get(ip) or {}).get("alive")
+                                  for ip in (MEMBER, "127.0.0.3")), 5.0)
+    doc = _run_driver(hosts, """
+    @ray.remote(resources={"special": 1})
+    def node():
+        time.sleep(2.0)
+        return ray.get_runtime_context().get_node_id()
+
+    t0 = time.monotonic()
+    # Both members look free in the view: the same one is picked for both, which denies
+    # the second; it moves to the other member instead of waiting.
+    nodes = ray.get([node.remote(), node.remote()], timeout=30)
+    print(json.dumps({"nodes": nodes, "took": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    assert len(set(doc["nodes"])) == 2, doc
+    assert doc["took"] < 3.9, doc  # not one after the other

@@ -122,3 +122,22 @@ def test_a_task_spec_carries_its_affinity_through_pickling():
     assert spec.affinity is None
     spec.affinity = ("there", True)
     assert pickle.loads(pickle.dumps(spec)).affinity == ("there", True)
+
+
+def test_a_denied_task_moves_only_to_a_node_with_room_where_it_may_go():
+    move = remote_nodes.move_to
+    full = NodeEntry("full", "10.0.0.5", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 0})
+    free = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 1})
+    busy = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 0})
+    view = [HERE, full, free]
+    assert move(None, {"X": 1}, "here", view, "full", False) == "free"
+    assert move(None, {"X": 1}, "here", [HERE, full, busy], "full", False) is None
+    # Held to its node by an affinity (hard, or soft while it is alive with the totals).
+    assert move(("full", False, False), {"X": 1}, "here", view, "full", False) is None
+    assert move(("full", True, False), {"X": 1}, "here", view, "full", False) is None
+    assert move(("full", True, True), {"X": 1}, "here", view, "full", False) == "free"
+    # Never to this node (no spill-over), even when it could hold the request.
+    assert move(None, {"CPU": 1}, "here", view, "full", True) is None

@@ -33,9 +33,11 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        taken is registered (its return objects exist). An ObjectRef argument (a large
        argument is one too) fails it at once: objects across hosts are not supported yet.
     2. A thread per task, not locked: N's client; ("lease", request) until granted (a
-       denial waits, 20 ms doubling to 0.5 s, and asks again); an idle worker of N, or
-       ("spawn") and the four attach connections; HELLO (a new worker), FUNC (once per
-       function and worker), TASK, all MAC'd, on the worker's data connection.
+       denial waits, 20 ms doubling to 0.5 s, and asks again, unless ``move_to`` names
+       another node with room now where step 1 would place it: then that node's); an
+       idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
+       worker), FUNC (once per function and worker), TASK, all MAC'd, on the worker's
+       data connection.
     3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
        RESULT, whose values are inline (a worker for another host refuses larger ones,
        naming the limit). Anything else (a nested submit, get, put) fails the task,
@@ -83,7 +85,7 @@ from miniray._private.transport.remote_node import (
     RemoteNodeClient,
 )
 
-__all__ = ["RemoteNodes", "Unschedulable", "node_died_error", "placement_for"]
+__all__ = ["RemoteNodes", "Unschedulable", "move_to", "node_died_error", "placement_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +173,29 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
     if others:  # feasible there, no room now: its lease waits
         return min(others, key=lambda e: (-_free_fraction(e, request), e.node_id)).node_id
     return None
+
+
+def move_to(affinity, request: dict, local: str, view, current: str,
+            local_feasible: bool) -> str | None:
+    """A task waits for room on node ``current`` (its lease was denied): another node to
+    ask instead, or None. Only where step 1 would place it now, and only a node with room
+    now (as of its last heartbeat): never away from the node an affinity holds it to,
+    never to this node (no spill-over), never back and forth between two full nodes.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"X": 1}, available={"X": 0})
+    >>> c = NodeEntry("c", "10.0.0.3", 1, totals={"X": 1}, available={"X": 1})
+    >>> move_to(None, {"X": 1}, "a", [b, c], "b", False), move_to("b", {"X": 1}, "a", [b, c],
+    ...                                                          "b", False)
+    ('c', None)
+    """
+    placed = placement_for(affinity, request, local, view, local_feasible)
+    if type(placed) is not str or placed == current:
+        return None
+    entry = next((e for e in view if e.node_id == placed), None)
+    if entry is None or node_pick.pick_node(request, None, [entry]).action != "node":
+        return None
+    return placed
 
 
 def _free_fraction(entry, request: dict) -> float:
@@ -502,11 +527,14 @@ class RemoteNodes:
         results = None
         client = worker = None
         died = False  # step 5: the node died under the task (retried while allowed)
+        moved = None  # step 2: denied there, another node has room now
         try:
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker)
             self.ran += 1
+        except _Move as move:
+            moved = move.entry
         except NodeDiedError as error:
             died = True
             results = _error_results(spec, node_died_error(spec.name, entry, str(error)))
@@ -530,10 +558,14 @@ class RemoteNodes:
             if worker is not None:
                 self._put_back(client, worker, results is not None and not worker.broken)
             owner = self.owner
-            with owner.locked():
-                if task.state != T_DONE and not owner.closed and not (
-                        died and self._retry(task, entry)):
-                    owner.tasks.finished(task, results, False)
+            if moved is not None and not self._closed:
+                self._start(task, moved)  # the same task and slot, asking another node
+            else:
+                with owner.locked():
+                    if task.state != T_DONE and not owner.closed and not (
+                            died and self._retry(task, entry)):
+                        owner.tasks.finished(task, results or _error_results(
+                            spec, _system_error("the driver is shutting down")), False)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -544,7 +576,7 @@ class RemoteNodes:
             and w.env == spec.runtime_env))
         if worker is not None:
             return worker
-        grant = self._lease(client, spec, slot)
+        grant = self._lease(client, spec, slot, entry.node_id)
         lease_id = grant.lease_id
         try:
             worker = self._worker(client, entry, spec.runtime_env)
@@ -564,8 +596,9 @@ class RemoteNodes:
             except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
                 pass
 
-    def _lease(self, client: RemoteNodeClient, spec, slot):
+    def _lease(self, client: RemoteNodeClient, spec, slot, current: str):
         wait = 0.02
+        local_feasible = None
         while True:
             if self._closed:
                 raise _Failed(_system_error("the driver is shutting down"))
@@ -577,6 +610,14 @@ class RemoteNodes:
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
                 return answer
+            if local_feasible is None:
+                local_feasible = not infeasible_reasons(self.owner.tasks.node_state,
+                                                        spec.request)
+            nodes = self._nodes()
+            there = move_to(spec.affinity, spec.request, self.local, nodes, current,
+                            local_feasible)
+            if there is not None:  # another node has room now: ask it instead
+                raise _Move(next(e for e in nodes if e.node_id == there))
             time.sleep(wait)
             wait = min(0.5, wait * 2)
 
@@ -833,6 +874,14 @@ class _Slot:
             self.pid = worker.pid
             self.sent = True
             return True
+
+
+class _Move(Exception):
+    """Step 2: a denied lease's task goes to ``entry`` instead (``move_to``)."""
+
+    def __init__(self, entry):
+        super().__init__(entry.node_id)
+        self.entry = entry
 
 
 class _Failed(Exception):
