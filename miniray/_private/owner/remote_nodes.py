@@ -396,15 +396,15 @@ class RemoteNodes:
         try:
             while True:
                 time.sleep(INFEASIBLE_WATCH_S)
+                nodes = self._nodes(fresh=True)  # a file read: not under the owner's lock
                 with owner.locked():  # ends under the lock: offload starts a new one after
                     waiting = [t for tasks in owner.tasks.infeasible.values() for t in tasks]
                     if self._closed or owner.closed or not waiting:
                         self._watching = False
                         return
-                    self._nodes(fresh=True)
                     for task in waiting:
                         placed = placement_for(task.spec.affinity, task.spec.request,
-                                               self.local, self._nodes(), False)
+                                               self.local, nodes, False)
                         if placed is not None:
                             owner.tasks.remove_waiting(task)
                             self._begin(task, placed)
@@ -421,7 +421,13 @@ class RemoteNodes:
 
             owner.tasks.fail(task, TaskUnschedulableError(str(placed)))
             return
-        entry = next(e for e in self._nodes() if e.node_id == placed)
+        entry = next((e for e in self._view[1] if e.node_id == placed), None)
+        if entry is None:  # the view was replaced meanwhile, without it (a new head)
+            from miniray.exceptions import TaskUnschedulableError  # lazy: as below
+
+            owner.tasks.fail(task, TaskUnschedulableError(
+                f"the node {placed} chosen for task {spec.name} left the cluster's view"))
+            return
         if spec.deps:
             owner.tasks.fail(task, _system_error(
                 f"Task {spec.name} passes an ObjectRef (or an argument large enough to be "
