@@ -378,3 +378,191 @@ def test_a_member_held_dead_fails_its_running_task_with_node_died_error(hosts, m
     finally:
         stop_driver(proc)
         os.kill(hosts.record(MEMBER).pid, signal.SIGCONT)
+
+
+# ------------------------------------------------------------------ placement and failures
+def _join_special(hosts):
+    """Head: 2 CPUs; member: 4 CPUs and 2 "special" (only it has them)."""
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "4", "--resources", '{"special": 2}')
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+
+
+def test_placement_affinity_resources_only_a_member_has_and_force_cancel(hosts):
+    _join_special(hosts)
+    doc = _run_driver(hosts, """
+    here = ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def node():
+        return ray.get_runtime_context().get_node_id()
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    soft = NodeAffinitySchedulingStrategy(member, soft=True)
+    unknown = NodeAffinitySchedulingStrategy("ff" * 28, soft=False)
+    out = {
+        "unknown": outcome(node.options(scheduling_strategy=unknown).remote()),
+        "here_too_small": outcome(node.options(
+            num_cpus=3, scheduling_strategy=NodeAffinitySchedulingStrategy(here, False)
+        ).remote()),
+        "soft": outcome(node.options(scheduling_strategy=soft).remote()),
+        "special": outcome(node.options(resources={"special": 1}).remote()),
+        "cpus": outcome(node.options(num_cpus=3).remote()),
+        "node_ip": outcome(node.options(resources={"node:127.0.0.2": 0.01}).remote()),
+        "local": outcome(node.remote()),
+        "nowhere": outcome(node.options(resources={"TPU": 1}).remote(), timeout=1.5),
+    }
+
+    @ray.remote(max_retries=3)
+    def slow():
+        time.sleep(60)
+
+    ref = slow.options(scheduling_strategy=there).remote()
+    time.sleep(2.0)
+    t0 = time.monotonic()
+    ray.cancel(ref, force=True)
+    out["force"] = outcome(ref, timeout=20)
+    out["force_waited"] = time.monotonic() - t0
+    out["after"] = outcome(node.options(scheduling_strategy=there).remote())
+    out.update(member=member, here=here)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    member, here = doc["member"], doc["here"]
+    assert doc["unknown"].startswith("TaskUnschedulableError"), doc
+    assert "ff" * 28 in doc["unknown"] and "soft=False" in doc["unknown"], doc
+    assert doc["here_too_small"].startswith("TaskUnschedulableError"), doc
+    assert doc["soft"] == member, doc
+    assert doc["special"] == member and doc["cpus"] == member, doc
+    assert doc["node_ip"] == member and doc["local"] == here, doc
+    assert doc["nowhere"].startswith("GetTimeoutError"), doc  # pending, as before
+    # One line names every node's totals (the member's "special" too).
+    line = next(x for x in doc["stderr"].splitlines() if "TPU" in x)
+    assert "any node of the cluster" in line and "4 special" not in line, line
+    assert "2 special" in line and "127.0.0.2" in line and "127.0.0.1" in line, line
+    print(f"\n{line}")
+    assert doc["force"].startswith("TaskCancelledError"), doc
+    assert doc["force_waited"] < 5, doc
+    assert doc["after"] == member, doc  # the member still serves this driver
+
+
+def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(hosts, member):
+    proc = driver(PRELUDE + """
+    soft = NodeAffinitySchedulingStrategy(member, soft=True)
+
+    @ray.remote(max_retries=1, num_cpus=0.5)
+    def slow():
+        time.sleep(float(os.environ.get("MR_SLEEP", "4")))
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote(max_retries=0, num_cpus=0.5)
+    def slow_once():
+        time.sleep(60)
+
+    @ray.remote(max_retries=0, num_cpus=2)
+    def whole():
+        return ray.get_runtime_context().get_node_id()
+
+    retried = slow.options(scheduling_strategy=soft).remote()
+    hard = slow.options(scheduling_strategy=there).remote()
+    once = slow_once.options(scheduling_strategy=soft).remote()
+    time.sleep(0.5)
+    # The member has 0.5 of its 2 CPUs free: this one waits there for a lease, never sent.
+    queued = whole.options(scheduling_strategy=soft).remote()
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    out = {}
+    for name, ref in (("retried", retried), ("hard", hard), ("once", once),
+                      ("queued", queued)):
+        try:
+            out[name] = ray.get(ref, timeout=30)
+        except Exception as error:
+            out[name] = f"{type(error).__name__}: {error}"
+        out[name + "_s"] = time.monotonic() - t0
+    out["here"] = ray.get_runtime_context().get_node_id()
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MR_SLEEP="4")
+    try:
+        json_line(proc)
+        time.sleep(1.5)  # the three run on the member now
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        # Soft affinity, one retry: it ran again on the driver's node.
+        assert doc["retried"] == doc["here"], doc
+        # Hard affinity to the dead node: the retry cannot be placed (Ray's error).
+        assert doc["hard"].startswith("TaskUnschedulableError"), doc
+        # No retry left: the node's death reaches get, naming the node as Ray does.
+        assert doc["once"].startswith("NodeDiedError"), doc
+        assert f"Node IP: {MEMBER}, node ID: " in doc["once"], doc
+        # Never sent to the member: placed again without a retry (it has none), here.
+        assert doc["queued"] == doc["here"], doc
+        print(f"\nmember killed: retried locally, done after {doc['retried_s']:.2f} s "
+              f"(4 s of work); {doc['once'][:90]}...")
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+
+
+def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
+    head = hosts.start_head()
+    proc = driver("""
+    import json, sys
+    import miniray as ray
+    ray.init(address="auto")
+
+    @ray.remote(resources={"special": 1})
+    def node():
+        return ray.get_runtime_context().get_node_id()
+
+    ref = node.remote()
+    ready, _ = ray.wait([ref], timeout=1.0)
+    print(json.dumps({"pending": not ready}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"ran_on": ray.get(ref, timeout=30)}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc)["pending"]
+        joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
+        proc.wait(30)
+        assert "special" in proc.stderr.read()  # the infeasible line, while it waited
+    finally:
+        stop_driver(proc)
+
+
+def test_a_denied_task_moves_to_another_member_with_room(hosts):
+    head = hosts.start_head()
+    for ip in (MEMBER, "127.0.0.3"):
+        joined = hosts.join(ip, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: all((hosts.cluster("127.0.0.1").get(ip) or {}).get("alive")
+                                  for ip in (MEMBER, "127.0.0.3")), 5.0)
+    doc = _run_driver(hosts, """
+    @ray.remote(resources={"special": 1})
+    def node():
+        time.sleep(2.0)
+        return ray.get_runtime_context().get_node_id()
+
+    t0 = time.monotonic()
+    # Both members look free in the view: the same one is picked for both, which denies
+    # the second; it moves to the other member instead of waiting.
+    nodes = ray.get([node.remote(), node.remote()], timeout=30)
+    print(json.dumps({"nodes": nodes, "took": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    assert len(set(doc["nodes"])) == 2, doc
+    assert doc["took"] < 3.9, doc  # not one after the other

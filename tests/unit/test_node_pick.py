@@ -86,6 +86,17 @@ def test_hard_affinity_to_a_dead_or_unknown_or_small_node_is_infeasible():
 def test_soft_affinity_falls_back_to_the_other_rules():
     strategy = NodeAffinitySchedulingStrategy(node_id="zz", soft=True)
     assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], strategy).node_id == "a"
+    # Alive with the totals but no room now: Ray's soft rule waits there, unless it may
+    # spill (_spill_on_unavailable).
+    strategy = NodeAffinitySchedulingStrategy(node_id="b", soft=True)
+    full = [node("a"), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", full, strategy).action == "wait"
+    assert pick_node({"CPU": 1}, "a", full, strategy).node_id == "b"
+    spill = NodeAffinitySchedulingStrategy("b", soft=True, _spill_on_unavailable=True)
+    assert pick_node({"CPU": 1}, "a", full, spill) == Placement("node", "a")
+    assert pick_node({"CPU": 1}, "a", [node("a"), node("b")], spill) == Placement("node", "b")
+    as_dict = {"node_id": "b", "soft": True, "spill_on_unavailable": True}
+    assert pick_node({"CPU": 1}, "a", full, as_dict) == Placement("node", "a")
 
 
 def test_spread_rotates_among_equally_used_nodes_local_included():
@@ -120,6 +131,8 @@ def test_infeasible_everywhere_names_every_nodes_totals():
     assert "10.0.0.1 has 2 CPU" in placed.reason and "10.0.0.2 has 4 CPU" in placed.reason
     assert "10.0.0.3" not in placed.reason  # dead nodes do not count
     assert "node:" not in placed.reason
+    view = [node("a", memory=3 * (1 << 30))]
+    assert "3.0 GiB memory" in pick_node({"CPU": 8}, "a", view).reason
 
 
 def test_a_dead_node_is_never_picked():

@@ -58,6 +58,8 @@ def test_check_request_names_what_is_wrong(request_, kind, words):
     (("lease", 1, {"CPU": 1}, "t"), True), (("release", 2, "ab"), True), (("ping", 3), True),
     (("lease", 1, {"CPU": 1}), False), (("lease", 1, {}, 5), False), (("release", 2, 7), False),
     (("nope", 4), False), ([], False), ("lease", False), ((), False), ((5,), False),
+    (("kill", 5, 123), True), (("kill", 5, "123"), False), (("kill", 5, True), False),
+    (("kill", 5), False),
 ])
 def test_parse_message(message, ok):
     op, req, rest = rd.parse_message(message)
@@ -372,6 +374,28 @@ def test_spawn_hands_four_authenticated_channels_to_the_spawner(node):
                 channel.close()
         assert node.peering.drivers.statistics()["spawned"] == 1
         assert node.peering.drivers.statistics()["tickets"] == 0
+
+
+def test_kill_signals_only_a_worker_of_the_asking_link(node):
+    drivers = node.peering.drivers
+    spawner = FakeSpawner()
+    drivers.spawner = spawner
+    killed = []
+    drivers.kill_worker = killed.append
+    with node.client() as client, node.client() as other:
+        pid, mine = client.spawn()
+        try:
+            with pytest.raises(RemoteLeaseError) as info:
+                other.kill(pid)  # another driver's worker: nothing is signalled
+            assert info.value.kind == "unknown_worker" and str(pid) in str(info.value)
+            with pytest.raises(RemoteLeaseError, match="not a worker"):
+                client.kill(os.getpid())  # any other process: the same
+            assert killed == []
+            client.kill(pid)
+            assert killed == [pid]
+        finally:
+            for channel in mine + spawner.calls[0][0]:
+                channel.close()
 
 
 def test_a_failed_spawn_is_the_drivers_error(node):

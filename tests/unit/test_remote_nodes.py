@@ -28,14 +28,73 @@ def test_another_alive_node_with_the_totals_is_taken_even_when_full_now():
     assert remote_nodes.placement_for("there", {"GPU": 1}, "here", VIEW) == "there"
 
 
-def test_everything_else_goes_the_local_way_as_before():
+def test_an_affinity_to_this_node_or_no_affinity_goes_the_local_way_as_before():
     place = remote_nodes.placement_for
     assert place("here", {"CPU": 1}, "here", VIEW) is None  # the driver's own node
-    assert place("dead", {"CPU": 1}, "here", VIEW) is None
-    assert place("unknown", {"CPU": 1}, "here", VIEW) is None
-    assert place("there", {"CPU": 4}, "here", VIEW) is None  # lacks the totals
+    assert place(("here", True, False), {"CPU": 1}, "here", VIEW) is None
     assert place(None, {"CPU": 1}, "here", VIEW) is None
-    assert place("there", {"CPU": 1}, "here", []) is None  # no view (a one-host driver)
+    assert place(None, {"GPU": 1}, "here", []) is None  # no view: a one-host driver
+
+
+def test_a_hard_affinity_to_a_dead_unknown_or_too_small_node_is_unschedulable():
+    place = remote_nodes.placement_for
+    for node_id, request, view in (("dead", {"CPU": 1}, VIEW), ("unknown", {"CPU": 1}, VIEW),
+                                   ("there", {"CPU": 4}, VIEW), ("there", {"CPU": 1}, [])):
+        answer = place(node_id, request, "here", view)
+        assert isinstance(answer, remote_nodes.Unschedulable), (node_id, answer)
+        assert node_id in answer and "NodeAffinitySchedulingStrategy(soft=False)" in answer
+    # The local node, when it can never hold the request (the infeasible path asks).
+    answer = place(("here", False, False), {"CPU": 4}, "here", VIEW, local_feasible=False)
+    assert isinstance(answer, remote_nodes.Unschedulable) and "this node lacks" in answer
+    # The node that just died under a retry counts as dead, whatever the view says.
+    assert isinstance(place("there", {"CPU": 1}, "here", VIEW, exclude="there"),
+                      remote_nodes.Unschedulable)
+
+
+def test_a_soft_affinity_runs_there_while_alive_with_the_totals_else_as_without():
+    place = remote_nodes.placement_for
+    assert place(("there", True, False), {"GPU": 1}, "here", VIEW) == "there"
+    assert place(("there", True, False), {"CPU": 1}, "here", VIEW) == "there"  # waits there
+    assert place(("there", True, True), {"CPU": 1}, "here", VIEW) is None  # spills: full
+    assert place(("there", True, False), {"CPU": 4}, "here", VIEW) is None  # too small
+    assert place(("dead", True, False), {"CPU": 1}, "here", VIEW) is None
+    assert place(("there", True, False), {"CPU": 1}, "here", VIEW, exclude="there") is None
+    # Soft to a dead node, and the local node can never hold it: the default rules.
+    assert place(("dead", True, False), {"GPU": 1}, "here", VIEW,
+                 local_feasible=False) == "there"
+
+
+def test_a_hard_affinity_that_fails_on_unavailable_is_unschedulable_when_full():
+    answer = remote_nodes.placement_for(("there", False, True), {"CPU": 1}, "here", VIEW)
+    assert isinstance(answer, remote_nodes.Unschedulable) and "_fail_on_unavailable" in answer
+    assert remote_nodes.placement_for(("there", False, True), {"GPU": 1}, "here",
+                                      VIEW) == "there"
+
+
+def test_a_task_the_local_node_can_never_hold_goes_to_a_node_that_can():
+    place = remote_nodes.placement_for
+    other = NodeEntry("other", "10.0.0.4", 1,
+                      totals={"CPU": 8, "special": 1, "node:10.0.0.4": 1},
+                      available={"CPU": 0, "special": 1, "node:10.0.0.4": 1})
+    view = [HERE, THERE, DEAD, other]
+    assert place(None, {"GPU": 1}, "here", view, local_feasible=False) == "there"
+    assert place(None, {"special": 1}, "here", view, local_feasible=False) == "other"
+    assert place(None, {"CPU": 4}, "here", view, local_feasible=False) == "other"
+    assert place(None, {"CPU": 1, "node:10.0.0.4": 0.001}, "here", view,
+                 local_feasible=False) == "other"  # full now: its lease waits there
+    # Nowhere: locally (pending with the infeasible line, as before), never a dead node.
+    assert place(None, {"TPU": 1}, "here", view, local_feasible=False) is None
+    assert place(None, {"CPU": 1, "node:10.0.0.3": 0.001}, "here", view,
+                 local_feasible=False) is None
+    assert place(None, {"GPU": 1}, "here", view, local_feasible=False,
+                 exclude="there") is None
+
+
+def test_node_died_error_names_the_node_as_ray_does():
+    error = remote_nodes.node_died_error("f", THERE, "its link closed.")
+    assert type(error).__name__ == "NodeDiedError"
+    assert "Node IP: 10.0.0.2, node ID: there." in str(error)
+    assert "its link closed." in str(error) and "max_retries" in str(error)
 
 
 def test_hard_affinity_reads_only_a_hard_node_affinity():
@@ -45,6 +104,12 @@ def test_hard_affinity_reads_only_a_hard_node_affinity():
     hard = NodeAffinitySchedulingStrategy("ab" * 28, soft=False)
     assert options.hard_affinity({"scheduling_strategy": soft}) is None
     assert options.hard_affinity({"scheduling_strategy": hard}) == "ab" * 28
+    assert options.node_affinity({"scheduling_strategy": soft}) == ("ab" * 28, True, False)
+    assert options.node_affinity({"scheduling_strategy": hard}) == ("ab" * 28, False, False)
+    spill = NodeAffinitySchedulingStrategy("ab" * 28, soft=True, _spill_on_unavailable=True)
+    fail = NodeAffinitySchedulingStrategy("ab" * 28, soft=False, _fail_on_unavailable=True)
+    assert options.node_affinity({"scheduling_strategy": spill}) == ("ab" * 28, True, True)
+    assert options.node_affinity({"scheduling_strategy": fail}) == ("ab" * 28, False, True)
     assert options.hard_affinity({"scheduling_strategy": NodeAffinitySchedulingStrategy(
         "", soft=False)}) is None
 
@@ -55,5 +120,24 @@ def test_a_task_spec_carries_its_affinity_through_pickling():
     spec = TaskSpec(b"t", b"f", None, "f", "f", b"", [], [b"r"], 1, {"CPU": 1.0}, 3, False,
                     0)
     assert spec.affinity is None
-    spec.affinity = "there"
-    assert pickle.loads(pickle.dumps(spec)).affinity == "there"
+    spec.affinity = ("there", True)
+    assert pickle.loads(pickle.dumps(spec)).affinity == ("there", True)
+
+
+def test_a_denied_task_moves_only_to_a_node_with_room_where_it_may_go():
+    move = remote_nodes.move_to
+    full = NodeEntry("full", "10.0.0.5", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 0})
+    free = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 1})
+    busy = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4, "X": 1},
+                     available={"CPU": 4, "X": 0})
+    view = [HERE, full, free]
+    assert move(None, {"X": 1}, "here", view, "full", False) == "free"
+    assert move(None, {"X": 1}, "here", [HERE, full, busy], "full", False) is None
+    # Held to its node by an affinity (hard, or soft while it is alive with the totals).
+    assert move(("full", False, False), {"X": 1}, "here", view, "full", False) is None
+    assert move(("full", True, False), {"X": 1}, "here", view, "full", False) is None
+    assert move(("full", True, True), {"X": 1}, "here", view, "full", False) == "free"
+    # Never to this node (no spill-over), even when it could hold the request.
+    assert move(None, {"CPU": 1}, "here", view, "full", True) is None

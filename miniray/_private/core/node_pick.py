@@ -8,16 +8,18 @@ local node, from its ledger), the strategy and, optionally, where the arguments'
 Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
 a DENY sends the caller back here with a fresher view), or placement groups
 (``placement.py``).
-Called by: ``owner/remote_nodes.placement_for`` (rule 1 only, so far: a hard node affinity
-to another node); the other rules are for later phases.
+Called by: ``owner/remote_nodes.placement_for`` (node affinity, and a task the local node
+can never hold); SPREAD and argument locality are for later phases.
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
 1. ``NodeAffinitySchedulingStrategy(node_id, soft)`` (an object or a dict with those keys):
    that node if it is alive and has the resources in total (now: "node"; else "wait" on
-   it). Dead, unknown, or lacking them: infeasible if not ``soft``; if ``soft``, rules 2-4
-   decide. A ``node:<ip>`` resource in the request needs no rule of its own: only the node
-   with that ip has it in its totals, so rules 2-4 find it or wait for it.
+   it, or, soft with ``_spill_on_unavailable``, rules 2-4). Dead, unknown, or lacking them:
+   infeasible if not ``soft`` (Ray's ``TaskUnschedulableError``); if ``soft``, rules 2-4
+   decide. A ``node:<ip>`` resource in the request
+   needs no rule of its own: only the node with that ip has it in its totals, so rules 2-4
+   find it or wait for it.
 2. The local node, if it has the resources available now (the unchanged fast path;
    ``"SPREAD"`` skips this rule).
 3. Another alive node that has them available now: the most argument bytes already there
@@ -35,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Placement", "pick_node"]
+__all__ = ["Placement", "fits_in_total", "pick_node"]
 
 _EPS = 1e-9
 
@@ -58,6 +60,16 @@ def _has(amounts: Mapping[str, float], needs: Mapping[str, float]) -> bool:
     return all(amounts.get(k, 0.0) + _EPS >= v for k, v in needs.items())
 
 
+def fits_in_total(request: Mapping[str, float], entry) -> bool:
+    """Whether ``entry`` (a ``NodeEntry``) has ``request`` in its totals (it could ever run it).
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> fits_in_total({"CPU": 2, "GPU": 0}, NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}))
+    True
+    """
+    return _has(entry.totals, _needs(request))
+
+
 def _utilization(entry, needs: Mapping[str, float]) -> float:
     names = list(needs) or ["CPU"]
     used = 0.0
@@ -68,20 +80,29 @@ def _utilization(entry, needs: Mapping[str, float]) -> float:
     return used
 
 
-def _affinity(strategy) -> tuple[str, bool] | None:
+def _affinity(strategy) -> tuple[str, bool, bool] | None:
     if isinstance(strategy, Mapping):
         node_id, soft = strategy.get("node_id"), strategy.get("soft", False)
+        spill = strategy.get("spill_on_unavailable", False)
     else:
         node_id, soft = getattr(strategy, "node_id", None), getattr(strategy, "soft", False)
+        spill = getattr(strategy, "_spill_on_unavailable", False)
     if not isinstance(node_id, str) or not node_id:
         return None
-    return node_id, bool(soft)
+    return node_id, bool(soft), bool(spill)
+
+
+def _amount(name: str, value: float) -> str:
+    """``2 CPU``; memory in GiB (``15.9 GiB memory``)."""
+    if name in ("memory", "object_store_memory"):
+        return f"{value / (1 << 30):.1f} GiB {name}"
+    return f"{value:g} {name}"
 
 
 def _totals_text(nodes) -> str:
     parts = []
     for entry in sorted(nodes, key=lambda e: e.node_id):
-        shape = ", ".join(f"{v:g} {k}" for k, v in sorted(entry.totals.items())
+        shape = ", ".join(_amount(k, v) for k, v in sorted(entry.totals.items())
                           if not k.startswith("node:")) or "nothing"
         parts.append(f"{entry.ip or entry.node_id[:12]} has {shape}")
     return "; ".join(parts) or "no node is alive"
@@ -97,7 +118,7 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
         local: The local node's id (None: a driver without a node of its own).
         view: The nodes known (``NodeEntry``: node_id, ip, alive, totals, available).
         strategy: None/"DEFAULT", "SPREAD", or a node affinity (object or dict with
-            ``node_id`` and ``soft``).
+            ``node_id``, ``soft`` and optionally ``spill_on_unavailable``).
         turn: SPREAD's rotation among equally used nodes.
         arg_bytes: ``{node_id: bytes of the task's arguments already there}``.
 
@@ -116,12 +137,13 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
 
     # Rule 1.
     if affinity is not None:
-        node_id, soft = affinity
+        node_id, soft, spill = affinity
         target = by_id.get(node_id)
         if target is not None and _has(target.totals, needs):
             if _has(target.available, needs):
                 return Placement("node", node_id)
-            return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
+            if not (soft and spill):
+                return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
         if not soft:
             why = ("is not alive or not known" if target is None else
                    "lacks " + ", ".join(f"{v:g} {k}" for k, v in needs.items()

@@ -64,6 +64,7 @@ __all__ = [
     "default_max_retries",
     "placement_option",
     "hard_affinity",
+    "node_affinity",
     "task_resource_request",
     "update_options",
     "validate_actor_options",
@@ -821,6 +822,26 @@ def hard_affinity(options: dict) -> str | None:
         return None
     node_id = getattr(strategy, "node_id", None)
     return node_id if isinstance(node_id, str) and node_id else None
+
+
+def node_affinity(options: dict) -> tuple[str, bool, bool] | None:
+    """``(node_id, soft, on_unavailable)`` of a ``NodeAffinitySchedulingStrategy`` in the
+    options, else None (what a task's spec carries: ``owner/remote_nodes.py`` places it).
+    ``on_unavailable``: its ``_spill_on_unavailable`` when soft, ``_fail_on_unavailable``
+    when hard (what to do when the node has no room now, instead of waiting there).
+
+    >>> node_affinity({}), node_affinity({"scheduling_strategy": "DEFAULT"})
+    (None, None)
+    """
+    strategy = options.get("scheduling_strategy")
+    if strategy is None or type(strategy).__name__ != "NodeAffinitySchedulingStrategy":
+        return None
+    node_id = getattr(strategy, "node_id", None)
+    if not isinstance(node_id, str) or not node_id:
+        return None
+    soft = bool(getattr(strategy, "soft", False))
+    flag = "_spill_on_unavailable" if soft else "_fail_on_unavailable"
+    return node_id, soft, bool(getattr(strategy, flag, False))
 
 
 def placement_option(options: dict) -> Any:

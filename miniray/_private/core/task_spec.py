@@ -87,8 +87,8 @@ class TaskSpec:
         # Its placement group, (hex, bundles, capture_child_tasks) (core/placement.place);
         # its request already names the group's resources.
         self.placement = placement
-        # The node id of a hard NodeAffinitySchedulingStrategy (owner/remote_nodes.py runs
-        # it there when that is another node); None: no such strategy.
+        # A NodeAffinitySchedulingStrategy's (node_id, soft) (owner/remote_nodes.py places
+        # the task); None: no such strategy.
         self.affinity = affinity
 
     def __reduce__(self):

@@ -64,6 +64,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        (step 6) SIGKILLs every worker of that link: nothing of D keeps running on N.
        The worker speaks MAC'd frames on its data and control connections itself
        (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes.
+   10. D -> N ("kill", req, pid) (``cancel(force=True)`` of the task it runs): N SIGKILLs
+       that worker through its fork server and answers ("killed", req, pid); its exit
+       follows as step 9. A pid that is not a worker of this link (another driver's, one
+       that exited, any other process) is answered ("error", req, "unknown_worker", text)
+       and nothing is signalled.
 """
 
 from __future__ import annotations
@@ -208,7 +213,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, None, f"a message must be a non-empty tuple, got {type(message).__name__}"
     op = message[0]
     req = message[1] if len(message) > 1 else None
-    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2}
+    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -217,6 +222,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, req, "a lease's tag must be a str"
     if op == "release" and not isinstance(message[2], str):
         return None, req, "a lease id must be a str"
+    if op == "kill" and (not isinstance(message[2], int) or isinstance(message[2], bool)):
+        return None, req, "a worker pid must be an int"
     return op, req, tuple(message[2:])
 
 
@@ -414,6 +421,15 @@ class RemoteDrivers:
             return ("pong", req, self.node_id)
         if op == "spawn":
             return self._issue(link, req)
+        if op == "kill":
+            (pid,) = args
+            if self._workers.get(pid) is not link or self.kill_worker is None:
+                self.errors += 1
+                return ("error", req, "unknown_worker",
+                        f"pid {pid} is not a worker of this driver on this node (another's, "
+                        "one that exited already, or no worker)")
+            self.kill_worker(pid)
+            return ("killed", req, pid)
         if op == "release":
             (lease_id,) = args
             held, host_lease = self._leases.remove(link, lease_id)

@@ -186,7 +186,8 @@ class Owner:
             unpin_deps=self.requests.unpin_deps,
             has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
-            records=self.state_records, skip_queued=self._skip_queued, leases=self.leases)
+            records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
+            offload=lambda task: self._remote_nodes().offload(task))
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -840,7 +841,10 @@ class Owner:
 
     def _kill_for_cancel(self, worker: WorkerSlot) -> None:
         """*Locked.* A force-cancelled task's worker is killed (``tasks.py`` decided it)."""
-        if worker.pid is not None:
+        remote_kill = getattr(worker, "remote_kill", None)  # a task on another host
+        if remote_kill is not None:
+            self.defer(remote_kill)
+        elif worker.pid is not None:
             self.kill_process_later(worker.pid)
         else:  # not spawned yet: killed as soon as the fork server names its pid
             worker.kill_on_spawn = True

@@ -1,28 +1,43 @@
-"""Tasks on other hosts: a task with a hard ``NodeAffinitySchedulingStrategy`` to another node.
+"""Tasks on other hosts: which tasks run on another node, running them there, retries.
 
-Owns: the owner's links to other nodes (one ``RemoteNodeClient`` per node, opened at first
-use with the cluster token), the workers it runs there (spawned through tickets and attach
-connections, kept idle per node between tasks), taking such a task from the owner
-(``take``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT over the worker's MAC'd
-data connection, release) and completing it in the owner's task table; the workers'
-output, printed as local workers' is. Does not own: the placement rule
-(``core/node_pick.py``), the view (``<session>/cluster.json``, written by the node), the
-link's protocol (``transport/remote_node.py``), the node's side
-(``node/remote_drivers.py``), or anything of local tasks.
-Called by: ``owner.Owner.submit_task`` (``take``, locked) and ``Owner.shutdown``
+Owns: the decision which task goes to another node (``placement_for``, pure, on
+``node_pick``'s rules), the owner's links to other nodes (one ``RemoteNodeClient`` per node,
+opened at first use with the cluster token), the workers it runs there (spawned through
+tickets and attach connections, kept idle per node between tasks), taking such a task from
+the owner (``take``, ``offload``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT
+over the worker's MAC'd data connection, release), retrying it when that node dies, and
+completing it in the owner's task table; the workers' output, printed as local workers' is.
+Does not own: the placement rule itself (``core/node_pick.py``), the view
+(``<session>/cluster.json``, written by the node), the link's protocol
+(``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
+local tasks.
+Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity),
+``TaskQueue`` (``offload``, locked: a task the local node can never hold, its arguments
+ready), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
 (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
-    1. take(spec), under the owner's lock: only a task whose ``spec.affinity`` names
-       another node that the view holds alive (``node_pick.pick_node`` says "node" or
-       "wait" on it) is taken; anything else goes the local way, as before. The task is
-       registered (its return objects exist). An ObjectRef argument (a large argument is
-       one too) fails it at once: objects across hosts are not supported yet.
+    1. Placement, under the owner's lock (``placement_for``, Ray's rules): a hard
+       ``NodeAffinitySchedulingStrategy`` runs on that node when the view holds it alive
+       with the totals (this node: locally), else the task fails with
+       TaskUnschedulableError naming it (a node the view lacks is looked up once more in a
+       fresh view first); a soft one runs there too when it is alive with the totals (its
+       lease waits for room; with ``_spill_on_unavailable`` only when it has room now),
+       else as without one. Without: locally whenever the local node can ever hold the
+       request (no spill-over of a busy local node yet); a task it can never hold
+       (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
+       with room now, else to one with the totals (its lease waits there), else stays
+       pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
+       nodes: one may join). A task
+       taken is registered (its return objects exist). An ObjectRef argument (a large
+       argument is one too) fails it at once: objects across hosts are not supported yet.
     2. A thread per task, not locked: N's client; ("lease", request) until granted (a
-       denial waits, 20 ms doubling to 0.5 s, and asks again); an idle worker of N, or
-       ("spawn") and the four attach connections; HELLO (a new worker), FUNC (once per
-       function and worker), TASK, all MAC'd, on the worker's data connection.
+       denial waits, 20 ms doubling to 0.5 s, and asks again, unless ``move_to`` names
+       another node with room now where step 1 would place it: then that node's); an
+       idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
+       worker), FUNC (once per function and worker), TASK, all MAC'd, on the worker's
+       data connection.
     3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
        RESULT, whose values are inline (a worker for another host refuses larger ones,
        naming the limit). Anything else (a nested submit, get, put) fails the task,
@@ -30,17 +45,22 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
     4. ("release", lease_id); the worker is kept idle for N's next task (at most
        IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
-       not answer a ping): NodeDiedError for the task, no retry elsewhere yet. A worker
-       that died alone: WorkerCrashedError. No hang: every wait on N has a deadline, or
-       ends with its connection. A partition (N's sockets stay open): while its task runs,
-       the worker's silence makes this thread look N up in the view every WATCH_S; dead
-       there, or a new incarnation, is NodeDiedError too (the head declares it after
-       ``MINIRAY_NODE_DEAD_AFTER_S``). An idle worker whose data connection turned
-       readable (its EOF) is closed rather than used.
+       not answer a ping, N unreachable): the task is placed again by step 1's rules, N
+       excluded: for free if the task was not sent to N yet (at most FREE_MOVES times),
+       else while ``max_retries`` allows (each such retry uses one; the node's death is a
+       system failure, whatever ``retry_exceptions`` says; a hard affinity to N then
+       fails unschedulable, as in Ray); with none left it fails with NodeDiedError naming
+       N's IP and id (``node_died_error``). A worker that died alone: WorkerCrashedError.
+       No hang: every wait on N has a deadline, or ends with its connection. A partition
+       (N's sockets stay open): while its task runs, the worker's silence makes this thread
+       look N up in the view every WATCH_S; dead there, or a new incarnation, is N lost too
+       (the head declares it after ``MINIRAY_NODE_DEAD_AFTER_S``). An idle worker whose
+       data connection turned readable (its EOF) is closed rather than used.
     6. Cancel: the task's ``worker`` in the owner's table is a ``_Slot``; the owner's
        CANCEL goes to the remote worker's MAC'd control connection, or, before the task
-       was sent, keeps it from being sent (TaskCancelledError). ``force`` kills nothing
-       there (N's fork server signals its workers, not this driver).
+       was sent, keeps it from being sent (TaskCancelledError). ``force=True`` asks N over
+       the driver link to SIGKILL that worker (``("kill", pid)``, N's step 10); its death
+       then fails the task with TaskCancelledError, never retried.
 """
 
 from __future__ import annotations
@@ -54,6 +74,7 @@ import time
 
 from miniray._private.core import config, node_pick, protocol, serialization
 from miniray._private.core.cluster_view import ClusterView
+from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
 from miniray._private.transport import node_client as nc
@@ -64,7 +85,7 @@ from miniray._private.transport.remote_node import (
     RemoteNodeClient,
 )
 
-__all__ = ["RemoteNodes", "placement_for"]
+__all__ = ["RemoteNodes", "Unschedulable", "move_to", "node_died_error", "placement_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,25 +94,118 @@ REMOTE_LINGER_S = 0.05  # an idle worker's lease on N is kept at least this long
 THREAD_IDLE_S = 5.0  # a task thread waits this long for the next task before it ends
 WATCH_S = 0.5  # a silent running task's node is looked up in the view this often
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
+INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
+FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
+KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
-def placement_for(affinity: str, request: dict, local: str, view) -> str | None:
-    """Step 1's pure decision: the node id to run on, or None to run locally as before.
+class Unschedulable(str):
+    """``placement_for``'s answer for a task that can never run where its hard node affinity
+    says (the text says why): Ray's ``TaskUnschedulableError``."""
+
+
+def placement_for(affinity, request: dict, local: str, view, local_feasible: bool = True,
+                  exclude: str | None = None):
+    """Step 1's pure decision: the node id to run on, None to run locally as before, or an
+    ``Unschedulable`` text.
+
+    ``affinity``: the spec's ``(node_id, soft, on_unavailable)`` (``options.node_affinity``;
+    a bare node id is a hard one) or None; ``local_feasible``: whether the local node has
+    the request in its totals (its ``infeasible_reasons`` are empty); ``exclude``: a node
+    not to use (the one that just died under a retry), whatever the view says. The rules
+    (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy`` docstring):
+
+    * an affinity to a node the view holds alive with the totals: that node (this one:
+      locally), waiting there for room; with ``on_unavailable`` and no room now, a hard
+      one is Unschedulable and a soft one goes on as without;
+    * to a node dead, unknown or too small: hard, Unschedulable; soft, as without;
+    * without: locally when the local node can ever hold it (no spill-over of a busy local
+      node yet); else another alive node with room now, else one with the totals (its
+      lease waits), else locally (pending, the infeasible line on stderr, as before).
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
     >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 0})
     >>> placement_for("b", {"CPU": 1}, "a", [a, b]), placement_for("a", {}, "a", [a, b])
     ('b', None)
+    >>> placement_for(("b", True, True), {"CPU": 1}, "a", [a, b]) is None  # spills: full
+    True
     """
-    if not affinity or affinity == local:
+    if isinstance(affinity, str):
+        affinity = (affinity, False, False)
+    nodes = [e for e in view if e.node_id != exclude] if exclude else list(view)
+    if affinity is not None:
+        node_id, soft, on_unavailable = (tuple(affinity) + (False,))[:3]
+        if not soft:
+            if node_id == local and local_feasible:
+                return None
+            placed = node_pick.pick_node(request, local, nodes,
+                                         {"node_id": node_id, "soft": False})
+            if placed.action == "wait" and placed.node_id == node_id and on_unavailable:
+                return Unschedulable(
+                    f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False, "
+                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now")
+            if placed.action in ("node", "wait") and placed.node_id == node_id:
+                return None if node_id == local else node_id
+            why = ("this node lacks the resources in total" if node_id == local else
+                   "no alive node of the cluster has that id" if not any(
+                       e.node_id == node_id and e.alive for e in nodes)
+                   else placed.reason or "it lacks the resources")
+            return Unschedulable(
+                f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False) is "
+                f"dead, unknown or cannot hold {_shape(request)} ({why}); soft=True lets the "
+                "task run elsewhere")
+        if node_id != local:
+            placed = node_pick.pick_node(
+                request, local, [e for e in nodes if e.node_id == node_id],
+                {"node_id": node_id, "soft": True, "spill_on_unavailable": on_unavailable})
+            if placed.action in ("node", "wait") and placed.node_id == node_id:
+                return node_id
+    if local_feasible:
         return None
-    placed = node_pick.pick_node(request, local, view, {"node_id": affinity, "soft": False})
-    if placed.action in ("node", "wait") and placed.node_id == affinity:
-        return affinity
+    placed = node_pick.pick_node(request, local, nodes)
+    if placed.action == "node":
+        return None if placed.node_id == local else placed.node_id
+    others = [e for e in nodes if e.alive and e.node_id != local
+              and node_pick.fits_in_total(request, e)]
+    if others:  # feasible there, no room now: its lease waits
+        return min(others, key=lambda e: (-_free_fraction(e, request), e.node_id)).node_id
     return None
+
+
+def move_to(affinity, request: dict, local: str, view, current: str,
+            local_feasible: bool) -> str | None:
+    """A task waits for room on node ``current`` (its lease was denied): another node to
+    ask instead, or None. Only where step 1 would place it now, and only a node with room
+    now (as of its last heartbeat): never away from the node an affinity holds it to,
+    never to this node (no spill-over), never back and forth between two full nodes.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"X": 1}, available={"X": 0})
+    >>> c = NodeEntry("c", "10.0.0.3", 1, totals={"X": 1}, available={"X": 1})
+    >>> move_to(None, {"X": 1}, "a", [b, c], "b", False), move_to("b", {"X": 1}, "a", [b, c],
+    ...                                                          "b", False)
+    ('c', None)
+    """
+    placed = placement_for(affinity, request, local, view, local_feasible)
+    if type(placed) is not str or placed == current:
+        return None
+    entry = next((e for e in view if e.node_id == placed), None)
+    if entry is None or node_pick.pick_node(request, None, [entry]).action != "node":
+        return None
+    return placed
+
+
+def _free_fraction(entry, request: dict) -> float:
+    names = [k for k, v in request.items() if v] or ["CPU"]
+    return min((float(entry.available.get(k, 0.0)) / float(entry.totals[k])
+                if entry.totals.get(k) else 0.0) for k in names)
+
+
+def _shape(request: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(request.items()) if v) + "}"
 
 
 class _Worker:
@@ -190,16 +304,17 @@ class RemoteNodes:
         self.linger = max(config.lease_linger_s(), REMOTE_LINGER_S)
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
+        self._watching = False  # a _watch_infeasible thread runs
         self.ran = 0
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
 
     # -- step 1 ----------------------------------------------------------------------------
-    def _nodes(self) -> list:
+    def _nodes(self, fresh: bool = False) -> list:
         now = time.monotonic()
         read_at, nodes = self._view
-        if now - read_at > VIEW_MAX_AGE_S:
+        if fresh or now - read_at > VIEW_MAX_AGE_S:
             doc = nc.read_cluster(self.session_dir) if self.session_dir else None
             try:
                 nodes = list(ClusterView.from_snapshot(doc["view"]).nodes.values()) \
@@ -209,19 +324,27 @@ class RemoteNodes:
             self._view = (now, nodes)
         return nodes
 
+    def _place(self, spec, local_feasible: bool, exclude: str | None = None):
+        """``placement_for`` on the view; an affinity to a node the view lacks is looked
+        up again in a fresh view first (it may have joined since the last read)."""
+        placed = placement_for(spec.affinity, spec.request, self.local, self._nodes(),
+                               local_feasible, exclude)
+        if isinstance(placed, Unschedulable) and self._view[0] < time.monotonic() - 0.01:
+            placed = placement_for(spec.affinity, spec.request, self.local,
+                                   self._nodes(fresh=True), local_feasible, exclude)
+        return placed
+
     def take(self, spec, key, parent) -> bool:
-        """*Owner locked.* Step 1: True when ``spec`` runs on another node (then it is the
-        owner's task from now on, completed by this module)."""
+        """*Owner locked.* Step 1 for a task with a node affinity: True when it is this
+        module's from now on (it runs on another node, or failed unschedulable)."""
         if self._closed:
             return False
-        nodes = self._nodes()
-        node_id = placement_for(spec.affinity, spec.request, self.local, nodes)
-        if node_id is None:
+        placed = self._place(spec, True)
+        if placed is None:
             return False
-        entry = next(e for e in nodes if e.node_id == node_id)
-        owner = self.owner
         task = Task(spec, key)
         task.parent = parent
+        owner = self.owner
         owner.tasks.by_id[spec.task_id] = task
         for object_id in spec.return_ids:
             owner.objects.ensure(object_id)
@@ -232,14 +355,120 @@ class RemoteNodes:
                 entry_ = owner.objects.get(object_id)
                 if entry_ is not None:
                     entry_.holders += 1
+        self._begin(task, placed)
+        return True
+
+    def offload(self, task) -> bool | str | None:
+        """*Owner locked.* Step 1 for a task the local node can never hold (``TaskQueue``'s
+        infeasible case, its arguments ready): True when it is this module's from now on
+        (another node has the resources, or a hard affinity makes it unschedulable). Else,
+        with other nodes, the stderr line naming every alive node's totals (None: this
+        node's own line)."""
+        if self._closed:
+            return None
+        placed = self._place(task.spec, False)
+        if placed is not None:
+            self._begin(task, placed)
+            return True
+        nodes = self._nodes()
+        if not nodes:
+            return None  # no view: a driver without a node (init() alone)
+        if not self._watching:  # a node's view: one that can hold it may join later
+            self._watching = True
+            threading.Thread(target=self._watch_infeasible, daemon=True,
+                             name="miniray-remote-infeasible").start()
+        if not any(e.node_id != self.local for e in nodes):
+            return None  # this node alone so far: its own line
+        placed = node_pick.pick_node(task.spec.request, self.local, nodes)
+        if placed.action != "infeasible":
+            return None  # the views differ (this node's totals): its own line
+        why = placed.reason
+        return (f"miniray: this request can never run on any node of the cluster. {why} "
+                f"Start a node with the resources (miniray start --address=HEAD:PORT "
+                f"--resources ...) or lower the request; the task stays pending until one "
+                f"joins. Full request: {_shape(task.spec.request)}")
+
+    def _watch_infeasible(self) -> None:
+        """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while
+        there are any: a node that can hold one may join (or come back) later, as Ray's
+        pending tasks wait for such a node. Ends with them, or with the driver."""
+        owner = self.owner
+        try:
+            while True:
+                time.sleep(INFEASIBLE_WATCH_S)
+                nodes = self._nodes(fresh=True)  # a file read: not under the owner's lock
+                with owner.locked():  # ends under the lock: offload starts a new one after
+                    waiting = [t for tasks in owner.tasks.infeasible.values() for t in tasks]
+                    if self._closed or owner.closed or not waiting:
+                        self._watching = False
+                        return
+                    for task in waiting:
+                        placed = placement_for(task.spec.affinity, task.spec.request,
+                                               self.local, nodes, False)
+                        if placed is not None:
+                            owner.tasks.remove_waiting(task)
+                            self._begin(task, placed)
+        except BaseException:
+            self._watching = False
+            raise
+
+    def _begin(self, task, placed, moves: int = 0) -> None:
+        """*Owner locked.* A registered task goes to node ``placed`` (or fails)."""
+        owner = self.owner
+        spec = task.spec
+        if isinstance(placed, Unschedulable):
+            from miniray.exceptions import TaskUnschedulableError  # lazy: as below
+
+            owner.tasks.fail(task, TaskUnschedulableError(str(placed)))
+            return
+        entry = next((e for e in self._view[1] if e.node_id == placed), None)
+        if entry is None:  # the view was replaced meanwhile, without it (a new head)
+            from miniray.exceptions import TaskUnschedulableError  # lazy: as below
+
+            owner.tasks.fail(task, TaskUnschedulableError(
+                f"the node {placed} chosen for task {spec.name} left the cluster's view"))
+            return
+        if spec.deps:
             owner.tasks.fail(task, _system_error(
                 f"Task {spec.name} passes an ObjectRef (or an argument large enough to be "
                 f"stored as one) to node {entry.ip}: {UNSUPPORTED}; only values under "
                 f"{owner.store.inline_threshold} bytes travel inline."))
-            return True
+            return
         task.state = T_RUNNING
-        task.worker = _Slot(task)  # what the owner's cancel and state rows read
+        task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
+
+    def _retry(self, task, entry) -> bool:
+        """*Owner locked.* Step 5's retry: ``task`` failed because node ``entry`` died;
+        True if it was placed again (or failed unschedulable): by step 1's rules, that
+        node excluded. A task that was never sent there moves for free (at most
+        FREE_MOVES times: as in Ray, only a task that ran uses a retry); one that was
+        uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
+        whatever ``retry_exceptions`` says)."""
+        if task.cancelled or self._closed or self.owner.closed:
+            return False
+        spec = task.spec
+        slot = task.worker
+        moves = getattr(slot, "moves", 0)
+        if not getattr(slot, "sent", True) and moves < FREE_MOVES:
+            moves += 1
+            logger.info("Task %s had not started on node %s (%s), which died; placing it "
+                        "again.", spec.name, entry.node_id[:12], entry.ip)
+        elif task.retries_left == 0:
+            return False
+        else:
+            if task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed because node %s (%s) died; retrying it (%s "
+                           "retries left).", spec.name, entry.node_id[:12], entry.ip,
+                           "infinite" if task.retries_left < 0 else task.retries_left)
+        local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
+        placed = self._place(spec, local_feasible, exclude=entry.node_id)
+        if placed is None:
+            task.worker = None
+            self.owner.tasks.resubmit(task)
+        else:
+            self._begin(task, placed, moves)
         return True
 
     def _start(self, task, entry) -> None:
@@ -303,13 +532,18 @@ class RemoteNodes:
         spec = task.spec
         results = None
         client = worker = None
+        died = False  # step 5: the node died under the task (retried while allowed)
+        moved = None  # step 2: denied there, another node has room now
         try:
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker)
             self.ran += 1
+        except _Move as move:
+            moved = move.entry
         except NodeDiedError as error:
-            results = _error_results(spec, error)
+            died = True
+            results = _error_results(spec, node_died_error(spec.name, entry, str(error)))
         except pc.PeerAuthError as error:  # a wrong token: said at once, never retried
             from miniray.exceptions import AuthenticationError  # lazy: as above
 
@@ -320,8 +554,9 @@ class RemoteNodes:
         except _Failed as failed:
             results = _error_results(spec, failed.error)
         except (OSError, TimeoutError, pc.PeerRefused) as error:
-            results = _error_results(spec, NodeDiedError(
-                f"Task {spec.name} could not run on node {entry.ip}:{entry.port}: {error}"))
+            died = True
+            results = _error_results(spec, node_died_error(
+                spec.name, entry, f"it could not be reached: {error}"))
         except BaseException as error:  # noqa: BLE001 - the task's caller gets it
             logger.exception("a task on node %s failed", entry.ip)
             results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
@@ -329,9 +564,14 @@ class RemoteNodes:
             if worker is not None:
                 self._put_back(client, worker, results is not None and not worker.broken)
             owner = self.owner
-            with owner.locked():
-                if task.state != T_DONE and not owner.closed:
-                    owner.tasks.finished(task, results, False)
+            if moved is not None and not self._closed:
+                self._start(task, moved)  # the same task and slot, asking another node
+            else:
+                with owner.locked():
+                    if task.state != T_DONE and not owner.closed and not (
+                            died and self._retry(task, entry)):
+                        owner.tasks.finished(task, results or _error_results(
+                            spec, _system_error("the driver is shutting down")), False)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -342,7 +582,7 @@ class RemoteNodes:
             and w.env == spec.runtime_env))
         if worker is not None:
             return worker
-        grant = self._lease(client, spec, slot)
+        grant = self._lease(client, spec, slot, entry.node_id)
         lease_id = grant.lease_id
         try:
             worker = self._worker(client, entry, spec.runtime_env)
@@ -362,8 +602,9 @@ class RemoteNodes:
             except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
                 pass
 
-    def _lease(self, client: RemoteNodeClient, spec, slot):
+    def _lease(self, client: RemoteNodeClient, spec, slot, current: str):
         wait = 0.02
+        local_feasible = None
         while True:
             if self._closed:
                 raise _Failed(_system_error("the driver is shutting down"))
@@ -375,6 +616,14 @@ class RemoteNodes:
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
                 return answer
+            if local_feasible is None:
+                local_feasible = not infeasible_reasons(self.owner.tasks.node_state,
+                                                        spec.request)
+            nodes = self._nodes()
+            there = move_to(spec.affinity, spec.request, self.local, nodes, current,
+                            local_feasible)
+            if there is not None:  # another node has room now: ask it instead
+                raise _Move(next(e for e in nodes if e.node_id == there))
             time.sleep(wait)
             wait = min(0.5, wait * 2)
 
@@ -411,7 +660,7 @@ class RemoteNodes:
     def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot) -> list:
         owner = self.owner
         data = worker.data
-        if not slot.bind(worker):  # cancelled before it was sent: it never runs
+        if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
             from miniray._private.core import ids  # lazy: this path only
             from miniray.exceptions import TaskCancelledError  # lazy: as above
 
@@ -456,6 +705,12 @@ class RemoteNodes:
         except (pc.PeerClosed, OSError) as error:
             worker.broken = True
             from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy
+
+            if slot.killed:  # cancel(force=True) killed it
+                from miniray._private.core import ids  # lazy: this path only
+                from miniray.exceptions import TaskCancelledError  # lazy: as above
+
+                raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id))) from None
 
             try:
                 client.ping(timeout=1.0)
@@ -562,12 +817,15 @@ class _Slot:
     """A remote task's stand-in for the owner's ``WorkerSlot`` where the owner reads one:
     ``tasks.cancel`` (``inflight``, ``pid``, ``kill_on_spawn``), ``requests.interrupt``
     (``interrupted``, ``waits``), ``Owner.send_control`` (``ctl.send_bytes``) and the
-    state rows (``pid``). A cancel before the task was sent keeps it from being sent; one
-    after goes to the worker's MAC'd control connection (``force`` has no effect there:
-    the node, not this driver, signals its workers)."""
+    state rows (``pid``), ``Owner._kill_for_cancel`` (``remote_kill``). A cancel before the
+    task was sent keeps it from being sent; one after goes to the worker's MAC'd control
+    connection; ``force`` asks the node to SIGKILL the worker (its driver link's ``kill``):
+    the task then fails with TaskCancelledError, never retried."""
 
-    def __init__(self, task):
+    def __init__(self, task, moves: int = 0):
         self.inflight = [task]
+        self.moves = moves  # times it was placed again without having been sent
+        self.sent = False  # bound to a worker: the task was (or is being) sent
         self.interrupted: set = set()
         self.waits: dict = {}
         self.pid = None
@@ -575,7 +833,9 @@ class _Slot:
         self.ctl = self
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
+        self._client = None  # the node's client, once the task was sent
         self._cancelled = False
+        self.killed = False  # force-cancelled: the worker's death is the cancel's
 
     def send_bytes(self, data) -> None:
         """A control message (CANCEL) from the owner, sent after its lock."""
@@ -589,24 +849,70 @@ class _Slot:
         except (OSError, TimeoutError):
             pass
 
+    def remote_kill(self) -> None:
+        """*Not locked* (deferred by the owner). ``cancel(force=True)``: the node kills the
+        worker; before the task was sent, it is kept from being sent."""
+        from miniray.exceptions import NodeDiedError  # lazy: as above
+
+        with self._lock:
+            worker, client = self._worker, self._client
+            if worker is None:
+                self._cancelled = True
+                return
+            self.killed = True
+        try:
+            client.kill(worker.pid, timeout=KILL_TIMEOUT_S)
+        except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError) as error:
+            logger.warning("could not kill the worker pid=%s on node %s: %s", worker.pid,
+                           client.name, error)
+
     @property
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def bind(self, worker: _Worker) -> bool:
+    def bind(self, worker: _Worker, client=None) -> bool:
         """The task goes to ``worker`` now; False if it was cancelled before."""
         with self._lock:
             if self._cancelled:
                 return False
             self._worker = worker
+            self._client = client
             self.pid = worker.pid
+            self.sent = True
             return True
+
+
+class _Move(Exception):
+    """Step 2: a denied lease's task goes to ``entry`` instead (``move_to``)."""
+
+    def __init__(self, entry):
+        super().__init__(entry.node_id)
+        self.entry = entry
 
 
 class _Failed(Exception):
     def __init__(self, error: BaseException):
         super().__init__(str(error))
         self.error = error
+
+
+def node_died_error(name: str, entry, detail: str):
+    """The ``NodeDiedError`` of a task whose node died, with Ray's fields (the node's IP and
+    id) and what this driver saw.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> text = str(node_died_error("f", NodeEntry("ab" * 28, "10.0.0.2", 1), "EOF."))
+    >>> "Node IP: 10.0.0.2, node ID: abab" in text
+    True
+    """
+    from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+    return NodeDiedError(
+        f"Task {name} failed: the node it ran on is dead or unreachable. Node IP: "
+        f"{entry.ip}, node ID: {entry.node_id}. What this driver saw: {detail} The node "
+        f"may have crashed, been stopped, or been cut off from this host; `miniray list "
+        f"nodes -f node_id={entry.node_id}` shows what the cluster knows of its death. "
+        f"max_retries controls retries on another node.")
 
 
 def _system_error(text: str):

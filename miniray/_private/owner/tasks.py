@@ -92,10 +92,15 @@ class TaskQueue:
     key is held: its tasks are feasible), and the owner's ``dispatch(key)``,
     ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
     task_id)`` (cancellation's acts). ``leases``: the lease book, whose ``stuck`` marks say
-    that ``dispatch(key)`` would find no room (``Owner._dispatch``): not called then."""
+    that ``dispatch(key)`` would find no room (``Owner._dispatch``): not called then.
+    ``offload(task)``: offered a task the local node can never hold before it is held
+    infeasible; True when it took it (another node runs it,
+    ``remote_nodes.RemoteNodes.offload``), else None, or the stderr line to print instead of
+    this node's (one naming every node of the cluster)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
-                 kill_worker, signal_cancel, skip_queued, records=None, leases=None):
+                 kill_worker, signal_cancel, skip_queued, records=None, leases=None,
+                 offload=None):
         self.objects = objects
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
@@ -107,6 +112,7 @@ class TaskQueue:
         self._kill_worker = kill_worker
         self._signal_cancel = signal_cancel
         self._skip_queued = skip_queued
+        self._offload = offload
         self.by_id: dict[bytes, Task] = {}
         self.call_parents: dict[bytes, _CallParent] = {}  # running actor calls' children
         self.queues: dict[Any, collections.deque] = {}
@@ -173,12 +179,18 @@ class TaskQueue:
         key = task.key
         if key not in self.queues and not self._has_lease(key):
             reasons = infeasible_reasons(self.node_state, task.spec.request)
+            offloaded = None
+            if reasons and self._offload is not None:
+                offloaded = self._offload(task)
+                if offloaded is True:
+                    return  # another node's from now on
             if reasons:
                 task.state = T_INFEASIBLE
                 self.infeasible.setdefault(key, []).append(task)
                 if key not in self._reported_infeasible:
                     self._reported_infeasible.add(key)
-                    line = format_infeasible(task.spec.request, reasons)
+                    line = (offloaded if isinstance(offloaded, str)
+                            else format_infeasible(task.spec.request, reasons))
                     print(f"{line} (task {task.spec.name})", file=sys.stderr, flush=True)
                 return
         task.state = T_QUEUED
@@ -196,6 +208,12 @@ class TaskQueue:
             if mark is not None and mark[0] == leases.window.releases:
                 return
         self._dispatch(key)
+
+    def resubmit(self, task: Task) -> None:
+        """A task placed on another node comes back to be placed here (a retry after that
+        node died): queued, or infeasible, as a new one whose arguments are ready."""
+        task.state = T_WAITING
+        self._enqueue(task)
 
     def requeue(self, task: Task) -> None:
         """Back at the front of its queue (a retry, or never started on a worker that died)."""

@@ -1,7 +1,7 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7 there) from the
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 there) from the
 driver's side, its timeouts, and turning the node's loss into ``NodeDiedError`` naming the
 node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` called by
 whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
@@ -61,7 +61,8 @@ class RemoteDenial:
 
 
 class RemoteLeaseError(ValueError):
-    """The node refused a request as wrong (``kind`` "malformed", "unknown_lease"), as
+    """The node refused a request as wrong (``kind`` "malformed", "unknown_lease",
+    "unknown_worker"), as
     impossible there (``kind`` "infeasible": it lacks the resource or has too little in
     total), or could not do it (``kind`` "unsupported", "spawn_failed", "attach_timeout",
     "node"); the message is the node's, naming it."""
@@ -141,6 +142,14 @@ class RemoteNodeClient:
         if answer[0] != "pong":
             raise self._unexpected(answer)
         return time.perf_counter() - t0
+
+    def kill(self, pid: int, timeout: float | None = None) -> None:
+        """Step 10: SIGKILL this link's worker ``pid`` on the node (``cancel(force=True)``).
+        RemoteLeaseError kind "unknown_worker" if it is not (or no longer) this link's;
+        NodeDiedError, TimeoutError."""
+        answer = self._call("kill", (int(pid),), timeout)
+        if answer[0] != "killed":
+            raise self._unexpected(answer)
 
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
