@@ -61,6 +61,15 @@ class FakeHosts:
         (record,) = node_client.list_records(self.env(ip)["MINIRAY_TMPDIR"])
         return record
 
+    def start_member(self, ip: str, *args: str) -> tuple[str, int]:
+        """A head on 127.0.0.1 and a member on ``ip`` (``args`` for its ``start``) that the
+        head holds alive; returns the member's (host, port)."""
+        head = self.start_head()
+        joined = self.join(ip, head, *args)
+        assert joined.returncode == 0, joined.stderr
+        assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"), 5.0)
+        return node_client.parse_address(self.record(ip).address)
+
     def cluster(self, ip: str) -> dict:
         doc = node_client.read_cluster(self.record(ip).session_dir)
         assert doc is not None
@@ -89,8 +98,9 @@ def _report_timings():
               {k: round(v, 2) for k, v in sorted(TIMINGS.items())})
 
 
-@pytest.fixture
-def hosts(tmp_path):
+@pytest.fixture(name="hosts")
+def hosts_fixture(tmp_path):
+    """Fake hosts for one test (other modules import this fixture as ``hosts_fixture``)."""
     h = FakeHosts(tmp_path)
     yield h
     h.close()

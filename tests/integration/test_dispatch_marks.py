@@ -9,7 +9,6 @@ a missed wake-up shows as a task that does not move within the tests' bounds.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -20,22 +19,7 @@ from miniray._private.core.scheduling import T_RUNNING
 from miniray._private.owner.leases import LeaseBook
 
 from .helpers import wait_until
-
-GATE_S = 30.0
-
-
-def _wait_for(path: str, timeout: float = GATE_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
-def _open(path: str) -> None:
-    with open(path, "w") as f:
-        f.write("open")
+from .test_pipelining import _open, _wait_for  # the tasks' file gates
 
 
 def _owner():

@@ -18,7 +18,6 @@ import pytest
 
 from miniray._private.host import auth_token
 from miniray._private.ledger.ledger import Ledger
-from miniray._private.transport import node_client
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import (
     RemoteDenial,
@@ -29,27 +28,15 @@ from miniray._private.transport.remote_node import (
 from miniray.exceptions import NodeDiedError
 
 from .helpers import cli, driver, json_line, stop_driver, wait_until
-from .test_cluster_join import FakeHosts
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 
 MEMBER = "127.0.0.2"
 
 
 @pytest.fixture
-def hosts(tmp_path):
-    h = FakeHosts(tmp_path)
-    yield h
-    h.close()
-
-
-@pytest.fixture
 def member(hosts):
     """A cluster of two fake hosts; the member's (host, port) with 2 CPUs."""
-    head = hosts.start_head()
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
-    record = hosts.record(MEMBER)
-    yield node_client.parse_address(record.address)
+    yield hosts.start_member(MEMBER, "--num-cpus", "2")
     ledger = _ledger(hosts)
     assert wait_until(lambda: not ledger.snapshot().leases, 5.0), ledger.snapshot().leases
 

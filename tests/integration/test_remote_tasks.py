@@ -21,31 +21,19 @@ import pytest
 
 from miniray._private.core import protocol
 from miniray._private.host import auth_token
-from miniray._private.transport import node_client
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteNodeClient
 
 from .helpers import driver, json_line, stop_driver, wait_until
-from .test_cluster_join import FakeHosts
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 
 MEMBER = "127.0.0.2"
 
 
 @pytest.fixture
-def hosts(tmp_path):
-    h = FakeHosts(tmp_path)
-    yield h
-    h.close()
-
-
-@pytest.fixture
 def member(hosts):
     """A cluster of two fake hosts; the member's (host, port) with 2 CPUs."""
-    head = hosts.start_head()
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
-    yield node_client.parse_address(hosts.record(MEMBER).address)
+    yield hosts.start_member(MEMBER, "--num-cpus", "2")
 
 
 def _client(hosts, address) -> RemoteNodeClient:
@@ -227,15 +215,14 @@ def test_a_driver_runs_a_task_on_the_member_and_gets_its_result(hosts, member):
     assert wait_until(lambda: not Ledger(ledger_path).snapshot().leases, 5.0)
 
 
-def test_killing_the_member_mid_task_gives_node_died_error_not_a_hang(hosts, member):
-    proc = driver(PRELUDE + """
+MID_TASK = PRELUDE + """
     @ray.remote(max_retries=0)
     def slow():
-        time.sleep(60)
+        for _ in range(600):
+            time.sleep(0.1)
 
     ref = slow.options(scheduling_strategy=there).remote()
     print(json.dumps({"started": True}), flush=True)
-    time.sleep(1.0)
     sys.stdin.readline()
     t0 = time.monotonic()
     try:
@@ -245,21 +232,37 @@ def test_killing_the_member_mid_task_gives_node_died_error_not_a_hang(hosts, mem
         outcome = f"{type(error).__name__}: {error}"
     print(json.dumps({"outcome": outcome, "waited": time.monotonic() - t0}), flush=True)
     ray.shutdown()
-    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+"""
+
+
+def _member_fails_mid_task(hosts, sig: int, bound_s: float) -> dict:
+    """A task runs on the member; the member's node gets ``sig``; what ``get`` raised and
+    how long it waited."""
+    proc = driver(MID_TASK, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    pid = None
     try:
         json_line(proc)
         time.sleep(1.5)  # the worker runs on the member now
-        record = hosts.record(MEMBER)
-        os.kill(record.pid, signal.SIGKILL)
+        pid = hosts.record(MEMBER).pid
+        if sig == signal.SIGSTOP:
+            hosts.stopped.append(pid)
+        os.kill(pid, sig)
         proc.stdin.write("\n")
         proc.stdin.flush()
         doc = json_line(proc, 40)
         assert doc["outcome"] and doc["outcome"].startswith("NodeDiedError"), doc
-        assert doc["waited"] < 10, doc
-        print(f"\nmember killed mid-task: {doc['outcome'][:160]} after {doc['waited']:.2f} s")
+        assert doc["waited"] < bound_s, doc
         proc.wait(30)
+        return doc
     finally:
         stop_driver(proc)
+        if sig == signal.SIGSTOP and pid is not None:
+            os.kill(pid, signal.SIGCONT)
+
+
+def test_killing_the_member_mid_task_gives_node_died_error_not_a_hang(hosts, member):
+    doc = _member_fails_mid_task(hosts, signal.SIGKILL, 10)
+    print(f"\nmember killed mid-task: {doc['outcome'][:160]} after {doc['waited']:.2f} s")
 
 
 def test_a_driver_with_the_wrong_token_never_runs_code_on_the_member(hosts, member):
@@ -344,43 +347,10 @@ def test_a_gpu_task_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
 def test_a_member_held_dead_fails_its_running_task_with_node_died_error(hosts, member):
     """SIGSTOP of the member's node stands in for a partition: its sockets stay open, the
     worker goes on running, and only the head's missed heartbeats say it is gone."""
-    proc = driver(PRELUDE + """
-    @ray.remote(max_retries=0)
-    def slow():
-        for _ in range(600):
-            time.sleep(0.1)
-
-    ref = slow.options(scheduling_strategy=there).remote()
-    print(json.dumps({"started": True}), flush=True)
-    sys.stdin.readline()
-    t0 = time.monotonic()
-    try:
-        ray.get(ref, timeout=30)
-        outcome = None
-    except Exception as error:
-        outcome = f"{type(error).__name__}: {error}"
-    print(json.dumps({"outcome": outcome, "waited": time.monotonic() - t0}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
-    try:
-        json_line(proc)
-        time.sleep(1.5)
-        pid = hosts.record(MEMBER).pid
-        hosts.stopped.append(pid)
-        os.kill(pid, signal.SIGSTOP)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
-        assert doc["outcome"] and doc["outcome"].startswith("NodeDiedError"), doc
-        assert doc["waited"] < 8, doc  # MINIRAY_NODE_DEAD_AFTER_S is 1 s here
-        print(f"\nmember stopped mid-task: NodeDiedError after {doc['waited']:.2f} s")
-        proc.wait(30)
-    finally:
-        stop_driver(proc)
-        os.kill(hosts.record(MEMBER).pid, signal.SIGCONT)
+    doc = _member_fails_mid_task(hosts, signal.SIGSTOP, 8)  # dead after 1 s here
+    print(f"\nmember stopped mid-task: NodeDiedError after {doc['waited']:.2f} s")
 
 
-# ------------------------------------------------------------------ placement and failures
 def _join_special(hosts):
     """Head: 2 CPUs; member: 4 CPUs and 2 "special" (only it has them)."""
     head = hosts.start_head()
