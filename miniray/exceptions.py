@@ -750,7 +750,7 @@ class TaskUnschedulableError(RayError):
         self.error_message = error_message
 
     def __str__(self) -> str:
-        return f"The task cannot be scheduled: {self.error_message}"
+        return f"The task is not schedulable: {self.error_message}"
 
 
 class ActorUnschedulableError(RayError):
@@ -765,7 +765,7 @@ class ActorUnschedulableError(RayError):
         self.error_message = error_message
 
     def __str__(self) -> str:
-        return f"The actor cannot be scheduled: {self.error_message}"
+        return f"The actor is not schedulable: {self.error_message}"
 
 
 class TaskPlacementGroupRemoved(RayError):

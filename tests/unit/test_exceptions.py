@@ -692,3 +692,9 @@ def test_every_exception_round_trips(module, label, error):
 def test_every_exception_copies(label, error):
     assert str(copy.copy(error)) == str(error)
     assert type(copy.deepcopy(error)) is type(error)
+
+
+def test_unschedulable_errors_read_as_rays():
+    assert str(ex.TaskUnschedulableError("node dead")) == "The task is not schedulable: node dead"
+    assert str(ex.ActorUnschedulableError("node dead")) == (
+        "The actor is not schedulable: node dead")
