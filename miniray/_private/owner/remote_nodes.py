@@ -66,6 +66,8 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import queue
 import select
 import sys
@@ -76,6 +78,7 @@ from miniray._private.core import config, node_pick, protocol, serialization
 from miniray._private.core.cluster_view import ClusterView
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
+from miniray._private.object_store import shm_segments
 from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
@@ -428,12 +431,6 @@ class RemoteNodes:
             owner.tasks.fail(task, TaskUnschedulableError(
                 f"the node {placed} chosen for task {spec.name} left the cluster's view"))
             return
-        if spec.deps:
-            owner.tasks.fail(task, _system_error(
-                f"Task {spec.name} passes an ObjectRef (or an argument large enough to be "
-                f"stored as one) to node {entry.ip}: {UNSUPPORTED}; only values under "
-                f"{owner.store.inline_threshold} bytes travel inline."))
-            return
         task.state = T_RUNNING
         task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
@@ -535,9 +532,13 @@ class RemoteNodes:
         died = False  # step 5: the node died under the task (retried while allowed)
         moved = None  # step 2: denied there, another node has room now
         try:
+            dep_values = self._dep_values(task) if spec.deps else None
+            if isinstance(dep_values, list) and dep_values and dep_values[0][0] is None:
+                results = dep_values[0][1]  # an argument holds an error: the task's result
+                return
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
-            results = self._call(worker, client, spec, task.worker)
+            results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
         except _Move as move:
             moved = move.entry
@@ -657,7 +658,72 @@ class RemoteNodes:
         worker.env = env
         return worker
 
-    def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot) -> list:
+    def _dep_values(self, task) -> list:
+        """Step 2's first part: the task's argument objects, once ready (as for a local
+        task), as ``[(position, kind, payload)]`` for TASK, a large one as ``("peer",
+        PickleBuffer)`` over its read-only mapping (pickled into the TASK frame, rebuilt
+        on N); or ``[(None, results)]`` when one of them holds an error (the task fails
+        with it, as in Ray)."""
+        spec = task.spec
+        ids_ = [object_id for _position, object_id in spec.deps]
+        limit = max_value_bytes()
+        for _attempt in range(3):  # a segment spilled while being mapped: ask again
+            items = None
+            while items is None:
+                if self._closed:
+                    raise _Failed(_system_error("the driver is shutting down"))
+                if task.worker.cancelled:
+                    from miniray._private.core import ids  # lazy: this path only
+                    from miniray.exceptions import TaskCancelledError  # lazy: as above
+
+                    raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+                items = self.owner.get_serialized(ids_, WATCH_S)
+            if len(items) == 1 and items[0][0] == protocol.ERR:
+                return [(None, [(protocol.ERR, items[0][1])] * max(1, spec.num_returns))]
+            out = []
+            try:
+                for (position, _object_id), (kind, data) in zip(spec.deps, items):
+                    if not isinstance(data, (bytes, bytearray)):
+                        path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
+                        mapping = shm_segments.map_readonly(path)
+                        if len(mapping) > limit:
+                            raise _Failed(_system_error(
+                                f"Task {spec.name} passes an argument of {len(mapping)} bytes "
+                                f"to another node; values up to {limit} bytes travel there "
+                                "(one frame of the worker's connection). Pass less, or run the "
+                                "task on the driver's node."))
+                        data = ("peer", pickle.PickleBuffer(mapping))
+                    out.append((position, kind, data))
+            except FileNotFoundError:
+                continue
+            return out
+        raise _Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
+                                    "while it was read for another node; try again."))
+
+    def _adopt_results(self, spec, items: list) -> list:
+        """Step 3's large results: each ``("peer", bytes)`` value is written into a new
+        segment of this driver's store, named as a local worker's result would be, and
+        handed to the owner as such (``put_segment_from`` adopts it)."""
+        store = self.owner.store
+        out = []
+        try:
+            for index, item in enumerate(items):
+                payload = item[1]
+                if isinstance(payload, tuple) and payload and payload[0] == "peer":
+                    path = os.path.join(store.shm_dir, shm_segments.segment_name(
+                        store.session_tag, spec.return_ids[index]))
+                    size = _write_new_segment(path, payload[1])
+                    item = (item[0], ("shm", path, size)) + tuple(item[2:])
+                out.append(item)
+        except BaseException:
+            for item in out:  # the segments written so far: nobody adopted them
+                if isinstance(item[1], tuple):
+                    shm_segments.unlink_quiet(item[1][1])
+            raise
+        return out
+
+    def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot,
+              dep_values=None) -> list:
         owner = self.owner
         data = worker.data
         if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
@@ -680,7 +746,7 @@ class RemoteNodes:
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
                    owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
-                       None, spec.return_ids, spec.num_returns, ctx))
+                       dep_values, spec.return_ids, spec.num_returns, ctx))
             while True:
                 try:
                     message = data.recv(timeout=WATCH_S)
@@ -689,12 +755,17 @@ class RemoteNodes:
                     continue
                 tag = message[0]
                 if tag == protocol.RESULT and message[1] == spec.task_id:
-                    if any(not isinstance(item[1], (bytes, bytearray)) for item in message[2]):
-                        worker.broken = True  # a segment on N: never read from here
-                        raise _Failed(_system_error(
-                            f"Task {spec.name} returned a value stored on node "
-                            f"{client.name}: {UNSUPPORTED}."))
-                    return message[2]
+                    results = message[2]
+                    if any(not isinstance(item[1], (bytes, bytearray)) for item in results):
+                        if any(not (isinstance(item[1], tuple) and item[1][0] == "peer")
+                               for item in results
+                               if not isinstance(item[1], (bytes, bytearray))):
+                            worker.broken = True  # a segment on N: never read from here
+                            raise _Failed(_system_error(
+                                f"Task {spec.name} returned a value stored on node "
+                                f"{client.name}: {UNSUPPORTED}."))
+                        results = self._adopt_results(spec, results)
+                    return results
                 if tag in (protocol.READY, protocol.BORROW):
                     continue
                 worker.broken = True
@@ -913,6 +984,32 @@ def node_died_error(name: str, entry, detail: str):
         f"may have crashed, been stopped, or been cut off from this host; `miniray list "
         f"nodes -f node_id={entry.node_id}` shows what the cluster knows of its death. "
         f"max_retries controls retries on another node.")
+
+
+def max_value_bytes() -> int:
+    """The largest value that travels to or from a task on another node: one frame of the
+    worker's MAC'd connection, less room for the message around it."""
+    return pc.DEFAULT_MAX_FRAME - (1 << 20)
+
+
+def _write_new_segment(path: str, data) -> int:
+    """Create segment ``path`` (which must not exist) holding ``data``'s bytes; its size.
+    A partly written file is unlinked before the error propagates (ENOSPC)."""
+    view = memoryview(data).cast("B")
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        written = 0
+        while written < view.nbytes:
+            n = os.write(fd, view[written:written + (1 << 30)])
+            if n <= 0:
+                raise OSError(f"write returned {n} at offset {written} of {path}")
+            written += n
+    except BaseException:
+        shm_segments.unlink_quiet(path)
+        raise
+    finally:
+        os.close(fd)
+    return view.nbytes
 
 
 def _system_error(text: str):

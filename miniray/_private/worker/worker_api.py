@@ -37,6 +37,27 @@ from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
 
 
+# The largest value a worker for another host sends back: one frame of its MAC'd data
+# connection (``peer_wire.DEFAULT_MAX_FRAME``), less room for the RESULT around it.
+PEER_MAX_VALUE = (1 << 31) - (1 << 20)
+
+
+def peer_payload(ser: oob.Serialized) -> tuple:
+    """A large value of a worker for a driver on another host: ``("peer", PickleBuffer)``
+    holding its segment bytes (``oob.load_segment``'s layout), pickled into the RESULT
+    frame; that driver writes them into a segment of its own store. One copy here."""
+    if ser.total_size > PEER_MAX_VALUE:
+        from miniray.exceptions import RaySystemError  # lazy: this path only
+
+        raise RaySystemError(
+            f"This value is {ser.total_size} bytes; a task on another host returns values "
+            f"up to {PEER_MAX_VALUE} bytes (one frame of its connection to the driver). "
+            "Return less, or run the task on the driver's node.")
+    buffer = bytearray(ser.total_size)
+    ser.write_into(memoryview(buffer))
+    return ("peer", pickle.PickleBuffer(buffer))
+
+
 class Channel:
     """The worker's end of its data socket."""
 
@@ -397,13 +418,7 @@ class WorkerRuntime:
         if ser.total_size < store["inline_threshold"]:
             return oob.inline_blob(ser)
         if store.get("remote"):  # a worker for a driver on another host
-            from miniray.exceptions import RaySystemError  # lazy: this path only
-
-            raise RaySystemError(
-                f"This value is {ser.total_size} bytes; a task on another host returns "
-                f"values under {store['inline_threshold']} bytes only (inline): objects "
-                "across hosts are not supported yet. Return less, or run the task on the "
-                "driver's node.")
+            return peer_payload(ser)
         path, size = shm_segments.create_segment(
             store["session_tag"], object_id, ser, shm_dir=store["shm_dir"],
             inline_threshold=store["inline_threshold"])

@@ -279,7 +279,11 @@ class _Worker:
             if dep_values:
                 args = list(args)
                 for position, _kind, data in dep_values:
-                    value = values.read(data, self.mappings)  # arrays: read-only views
+                    if type(data) is tuple and data[0] == "peer":  # from another host
+                        value = oob.load_segment(memoryview(data[1]).toreadonly(),
+                                                 "an argument from the driver")
+                    else:
+                        value = values.read(data, self.mappings)  # arrays: read-only views
                     if isinstance(position, int):
                         args[position] = value
                     else:
