@@ -66,8 +66,8 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
 from __future__ import annotations
 
 import logging
+import mmap
 import os
-import pickle
 import queue
 import select
 import sys
@@ -100,6 +100,8 @@ VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
+PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
+BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
 MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
 
@@ -661,12 +663,12 @@ class RemoteNodes:
     def _dep_values(self, task) -> list:
         """Step 2's first part: the task's argument objects, once ready (as for a local
         task), as ``[(position, kind, payload)]`` for TASK, a large one as ``("peer",
-        PickleBuffer)`` over its read-only mapping (pickled into the TASK frame, rebuilt
-        on N); or ``[(None, results)]`` when one of them holds an error (the task fails
-        with it, as in Ray)."""
+        size, mapping)``: its segment mapped read-only, whose bytes ``_call`` sends after
+        TASK in frames of at most PEER_CHUNK (the worker receives them into one buffer);
+        or ``[(None, results)]`` when one of them holds an error (the task fails with it,
+        as in Ray)."""
         spec = task.spec
         ids_ = [object_id for _position, object_id in spec.deps]
-        limit = max_value_bytes()
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
             items = None
             while items is None:
@@ -686,13 +688,7 @@ class RemoteNodes:
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
-                        if len(mapping) > limit:
-                            raise _Failed(_system_error(
-                                f"Task {spec.name} passes an argument of {len(mapping)} bytes "
-                                f"to another node; values up to {limit} bytes travel there "
-                                "(one frame of the worker's connection). Pass less, or run the "
-                                "task on the driver's node."))
-                        data = ("peer", pickle.PickleBuffer(mapping))
+                        data = ("peer", len(mapping), mapping)  # sent after TASK (_call)
                     out.append((position, kind, data))
             except FileNotFoundError:
                 continue
@@ -700,10 +696,12 @@ class RemoteNodes:
         raise _Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
                                     "while it was read for another node; try again."))
 
-    def _adopt_results(self, spec, items: list) -> list:
-        """Step 3's large results: each ``("peer", bytes)`` value is written into a new
-        segment of this driver's store, named as a local worker's result would be, and
-        handed to the owner as such (``put_segment_from`` adopts it)."""
+    def _adopt_results(self, data, spec, items: list) -> list:
+        """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
+        RESULT on the data connection in frames of at most ``PEER_CHUNK`` bytes; they are
+        received straight into a new segment of this driver's store (no other copy), named
+        as a local worker's result would be, and handed to the owner as such
+        (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S: the node is lost."""
         store = self.owner.store
         out = []
         try:
@@ -712,9 +710,10 @@ class RemoteNodes:
                 if isinstance(payload, tuple) and payload and payload[0] == "peer":
                     path = os.path.join(store.shm_dir, shm_segments.segment_name(
                         store.session_tag, spec.return_ids[index]))
-                    size = _write_new_segment(path, payload[1])
-                    item = (item[0], ("shm", path, size)) + tuple(item[2:])
-                out.append(item)
+                    out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
+                    _receive_segment(data, path, payload[1])
+                else:
+                    out.append(item)
         except BaseException:
             for item in out:  # the segments written so far: nobody adopted them
                 if isinstance(item[1], tuple):
@@ -745,8 +744,18 @@ class RemoteNodes:
                 worker.funcs.add(spec.fn_id)
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
                    owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
+            bulk = [d[2][2] for d in dep_values or () if type(d[2]) is tuple]
+            if bulk:  # the mappings stay here; the worker reads their bytes after TASK
+                dep_values = [(p, k, d[:2] if type(d) is tuple else d)
+                              for p, k, d in dep_values]
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        dep_values, spec.return_ids, spec.num_returns, ctx))
+            for mapping in bulk:  # straight from the segment's mapping: no copy here
+                with memoryview(mapping) as view:
+                    for start in range(0, view.nbytes, PEER_CHUNK):
+                        data.send_bytes(view[start:start + PEER_CHUNK])
+                mapping.close()
+            del bulk
             while True:
                 try:
                     message = data.recv(timeout=WATCH_S)
@@ -764,7 +773,7 @@ class RemoteNodes:
                             raise _Failed(_system_error(
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
-                        results = self._adopt_results(spec, results)
+                        results = self._adopt_results(data, spec, results)
                     return results
                 if tag in (protocol.READY, protocol.BORROW):
                     continue
@@ -986,30 +995,28 @@ def node_died_error(name: str, entry, detail: str):
         f"max_retries controls retries on another node.")
 
 
-def max_value_bytes() -> int:
-    """The largest value that travels to or from a task on another node: one frame of the
-    worker's MAC'd connection, less room for the message around it."""
-    return pc.DEFAULT_MAX_FRAME - (1 << 20)
-
-
-def _write_new_segment(path: str, data) -> int:
-    """Create segment ``path`` (which must not exist) holding ``data``'s bytes; its size.
-    A partly written file is unlinked before the error propagates (ENOSPC)."""
-    view = memoryview(data).cast("B")
+def _receive_segment(data, path: str, size: int) -> None:
+    """Create segment ``path`` (which must not exist) of ``size`` bytes, its pages
+    reserved first (a full shm dir: ENOSPC here, never SIGBUS later), and receive the
+    value's frames from ``data`` (a ``PeerChannel``) straight into its mapping. The caller
+    unlinks it on failure. A frame that fails its check closes the channel (PeerAuthError:
+    the bytes written are thrown away with the file)."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
-        written = 0
-        while written < view.nbytes:
-            n = os.write(fd, view[written:written + (1 << 30)])
-            if n <= 0:
-                raise OSError(f"write returned {n} at offset {written} of {path}")
-            written += n
-    except BaseException:
-        shm_segments.unlink_quiet(path)
-        raise
+        os.posix_fallocate(fd, 0, size)
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
     finally:
         os.close(fd)
-    return view.nbytes
+    try:
+        with memoryview(mapping) as view:
+            offset = 0
+            while offset < size:
+                try:
+                    offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
+                except TimeoutError as error:
+                    raise OSError(f"a result's bytes stopped coming: {error}") from None
+    finally:
+        mapping.close()
 
 
 def _system_error(text: str):

@@ -37,25 +37,19 @@ from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
 
 
-# The largest value a worker for another host sends back: one frame of its MAC'd data
-# connection (``peer_wire.DEFAULT_MAX_FRAME``), less room for the RESULT around it.
-PEER_MAX_VALUE = (1 << 31) - (1 << 20)
+# A large value's bytes after RESULT travel in frames of at most this many bytes.
+PEER_CHUNK = 64 << 20
 
 
-def peer_payload(ser: oob.Serialized) -> tuple:
-    """A large value of a worker for a driver on another host: ``("peer", PickleBuffer)``
-    holding its segment bytes (``oob.load_segment``'s layout), pickled into the RESULT
-    frame; that driver writes them into a segment of its own store. One copy here."""
-    if ser.total_size > PEER_MAX_VALUE:
-        from miniray.exceptions import RaySystemError  # lazy: this path only
-
-        raise RaySystemError(
-            f"This value is {ser.total_size} bytes; a task on another host returns values "
-            f"up to {PEER_MAX_VALUE} bytes (one frame of its connection to the driver). "
-            "Return less, or run the task on the driver's node.")
-    buffer = bytearray(ser.total_size)
-    ser.write_into(memoryview(buffer))
-    return ("peer", pickle.PickleBuffer(buffer))
+def bulk_frames(ser: oob.Serialized):
+    """The frames of a large value sent after RESULT (``Channel.send_bulk``): its segment
+    bytes (``oob.load_segment``'s layout) in order, each piece of the serialized value
+    (header, metadata, padding, each array's buffer) in slices of at most PEER_CHUNK, never
+    copied here. The driver receives them straight into a new segment of its store."""
+    for piece in ser.pieces():
+        view = memoryview(piece).cast("B")
+        for start in range(0, view.nbytes, PEER_CHUNK):
+            yield view[start:start + PEER_CHUNK]
 
 
 class Channel:
@@ -87,6 +81,21 @@ class Channel:
                 if first is not None:  # refs this worker took before what it now says
                     self.conn.send(pickle.dumps(first, protocol=5))
             self.conn.send(data)
+
+    def send_bulk(self, message: tuple, sers: list) -> None:
+        """Send ``message`` (a RESULT), then the bytes of each large value it names as
+        ``("peer", size, index)`` (``bulk_frames``), in one hold of the send lock: nothing
+        else comes between them. A worker for a driver on another host only."""
+        data = pickle.dumps(message, protocol=5)
+        with self._send_lock:
+            if self.before_send is not None:
+                first = self.before_send()
+                if first is not None:
+                    self.conn.send(pickle.dumps(first, protocol=5))
+            self.conn.send(data)
+            for ser in sers:
+                for frame in bulk_frames(ser):
+                    self.conn.send(frame)
 
     def flush(self) -> None:
         """Send the pending borrow report, if any, on its own."""
@@ -188,8 +197,12 @@ class Channel:
         (``_give_back_inbox``). A reply read meanwhile may wake its waiter: its task was
         received before those given back, so its RESULT may come first."""
         given_back = None
+        frames = iter(frames)
         for data in frames:
             message = pickle.loads(data)
+            if message[0] == protocol.TASK and message[5] and any(
+                    type(d[2]) is tuple and d[2][0] == "peer" for d in message[5]):
+                message = self._receive_bulk(message, frames)
             if message[0] == protocol.REPLY:
                 with self._cond:
                     self._replies[message[1]] = message[2]
@@ -214,6 +227,34 @@ class Channel:
                 given_back.append(message[1])
         if given_back:
             self.send((protocol.GIVE_BACK, given_back))
+
+    def _receive_bulk(self, message: tuple, frames) -> tuple:
+        """*Read lock held.* A TASK from a driver on another host whose large arguments
+        (``("peer", size)``) follow it as frames (``bulk_frames``' slicing): each is read
+        into a buffer of its own, from the frames already read (``frames``, an iterator,
+        advanced) and then straight from the connection (``recv_bytes_into``: no other
+        copy). Returns the TASK with ``("peer", buffer)`` for each."""
+        deps = []
+        for position, kind, data in message[5]:
+            if type(data) is tuple and data[0] == "peer":
+                buffer = bytearray(data[1])
+                view = memoryview(buffer)
+                offset = 0
+                while offset < len(buffer):
+                    frame = next(frames, None)
+                    if frame is not None:
+                        n = len(frame)
+                        view[offset:offset + n] = frame
+                    else:
+                        try:
+                            n = self.conn.channel.recv_bytes_into(view[offset:])
+                        except (EOFError, OSError):
+                            _exit_now()  # the driver is gone (or a frame failed its check)
+                    offset += n
+                view.release()
+                data = ("peer", buffer)
+            deps.append((position, kind, data))
+        return message[:5] + (deps,) + message[6:]
 
     def wait_reply(self, req_id: int) -> Any:
         while True:
@@ -285,6 +326,7 @@ class WorkerRuntime:
     def __init__(self, channel: Channel, info: dict):
         self.channel = channel
         self.info = info
+        self.peer_out: list = []  # large values of the running task, for another host
         # Cancelling: the worker's control thread and the threads talking to the owner share
         # this lock. ``waiting`` holds the idents of threads inside an exchange with the
         # owner (``_shielded``: no exception is injected there); ``missed`` those a cancel
@@ -417,8 +459,9 @@ class WorkerRuntime:
         ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
         if ser.total_size < store["inline_threshold"]:
             return oob.inline_blob(ser)
-        if store.get("remote"):  # a worker for a driver on another host
-            return peer_payload(ser)
+        if store.get("remote"):  # a worker for a driver on another host: bytes follow
+            self.peer_out.append(ser)  # RESULT (worker_main sends them, send_bulk)
+            return ("peer", ser.total_size, len(self.peer_out) - 1)
         path, size = shm_segments.create_segment(
             store["session_tag"], object_id, ser, shm_dir=store["shm_dir"],
             inline_threshold=store["inline_threshold"])

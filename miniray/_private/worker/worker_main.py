@@ -349,6 +349,8 @@ class _Worker:
             error = serialization.dumps(TaskCancelledError(ids.TaskID(task_id)))
             self._send_result(task_id, [(protocol.ERR, error)] * max(1, num_returns), False)
             return
+        if self.runtime.peer_out:  # left by a streaming call on another host's driver
+            self.runtime.peer_out.clear()
         started = time_ns()  # the span a timeline shows: as this worker saw it
         loaded = returned = started
         if name != self.last_name:
@@ -412,8 +414,15 @@ class _Worker:
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
         _flush_std()
-        self.channel.send(result_message(task_id, results, retryable,
-                                         (started, loaded, returned)))
+        message = result_message(task_id, results, retryable, (started, loaded, returned))
+        peer_out = self.runtime.peer_out
+        if peer_out:  # a driver on another host: each large value's bytes follow RESULT
+            sers = [peer_out[item[1][2]] for item in results
+                    if type(item[1]) is tuple and item[1][0] == "peer"]
+            peer_out.clear()
+            self.channel.send_bulk(message, sers)
+            return
+        self.channel.send(message)
 
     def _run_generator(self, task_id: bytes, name: str, generator, num_returns: int,
                        error_fields=None):
