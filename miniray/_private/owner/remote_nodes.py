@@ -30,18 +30,23 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
        nodes: one may join). A task
-       taken is registered (its return objects exist). An ObjectRef argument (a large
-       argument is one too) fails it at once: objects across hosts are not supported yet.
-    2. A thread per task, not locked: N's client; ("lease", request) until granted (a
+       taken is registered (its return objects exist; its argument objects held).
+    2. A thread per task, not locked: its argument objects (ObjectRefs, large arguments)
+       once ready (``_dep_values``; one holding an error: the task fails with it); N's
+       client; ("lease", request) until granted (a
        denial waits, 20 ms doubling to 0.5 s, and asks again, unless ``move_to`` names
        another node with room now where step 1 would place it: then that node's); an
        idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
        worker), FUNC (once per function and worker), TASK, all MAC'd, on the worker's
-       data connection.
+       data connection; a large argument's bytes follow TASK, sent from its segment's
+       read-only mapping in frames of at most PEER_CHUNK (the worker reads them into one
+       buffer: ``worker_api.Channel._receive_bulk``).
     3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
-       RESULT, whose values are inline (a worker for another host refuses larger ones,
-       naming the limit). Anything else (a nested submit, get, put) fails the task,
-       "not supported across hosts yet", and the worker is closed.
+       RESULT; each large value in it, ``("peer", size, index)``, has its bytes follow
+       RESULT in frames (``worker_api.bulk_frames``), received straight into a new segment
+       of the driver's store (``_adopt_results``), which the owner adopts as a local
+       worker's. Anything else (a nested submit, get, put) fails the task, "not supported
+       across hosts yet", and the worker is closed.
     4. ("release", lease_id); the worker is kept idle for N's next task (at most
        IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does

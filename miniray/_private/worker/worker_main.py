@@ -25,8 +25,10 @@ sent back: ``task_error_for`` (arguments that fail to unpickle become Ray's
 A worker for a driver on another host (``run_forked(..., remote)``, from its node's fork
 server) reads and writes its data and control connections as MAC'd frames
 (``peer_channel.FramedPeer``: checked before unpickling; a bad frame ends the worker), takes
-its node's session, node id and shm dir over the driver's HELLO, and returns inline values
-only; its fds 1 and 2 are TCP connections to the driver, plain bytes.
+its node's session, node id and shm dir over the driver's HELLO; a large argument's bytes
+follow TASK and a large result's follow RESULT on the data connection
+(``worker_api.Channel._receive_bulk`` and ``send_bulk``): nothing of the driver's store is
+mapped; its fds 1 and 2 are TCP connections to the driver, plain bytes.
 Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
 the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
 ``(<name> pid=<pid>)`` prefix.
@@ -551,7 +553,8 @@ def _remote_transport(data_fd: int, ctl_fd: int, remote: dict):
 
 def _remote_info(info: dict, remote: dict) -> dict:
     """HELLO comes from a driver on another host: this host's session, node and shared
-    memory replace the driver's, and results must be inline (``store["remote"]``)."""
+    memory replace the driver's, and large results travel as frames after RESULT
+    (``store["remote"]``: ``WorkerRuntime.payload_for``)."""
     node = remote.get("node") or {}
     info = dict(info)
     for name in ("session_dir", "node_id", "node_ip"):
