@@ -70,6 +70,7 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
 
 from __future__ import annotations
 
+import errno
 import logging
 import mmap
 import os
@@ -716,7 +717,14 @@ class RemoteNodes:
                     path = os.path.join(store.shm_dir, shm_segments.segment_name(
                         store.session_tag, spec.return_ids[index]))
                     out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
-                    _receive_segment(data, path, payload[1])
+                    try:
+                        _receive_segment(data, path, payload[1])
+                    except OSError as error:
+                        if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+                            raise
+                        data.close()  # its frames are left unread: the worker goes
+                        raise _Failed(shm_segments.no_room_error(
+                            store.shm_dir, payload[1], spec.return_ids[index])) from None
                 else:
                     out.append(item)
         except BaseException:
@@ -778,7 +786,11 @@ class RemoteNodes:
                             raise _Failed(_system_error(
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
-                        results = self._adopt_results(data, spec, results)
+                        try:
+                            results = self._adopt_results(data, spec, results)
+                        except _Failed:
+                            worker.broken = True
+                            raise
                     return results
                 if tag in (protocol.READY, protocol.BORROW):
                     continue

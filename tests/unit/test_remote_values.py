@@ -1,0 +1,58 @@
+"""A large value's bytes between a driver and a worker on another host (``worker_api.
+bulk_frames`` and ``Channel._receive_bulk``): the frames cover the value's segment layout in
+order, none larger than PEER_CHUNK, and a TASK followed by them is rebuilt."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+
+from miniray._private.core import oob, protocol
+from miniray._private.worker import worker_api
+
+
+def _segment_bytes(ser: oob.Serialized) -> bytes:
+    buffer = bytearray(ser.total_size)
+    ser.write_into(memoryview(buffer))
+    return bytes(buffer)
+
+
+def test_bulk_frames_cover_the_segment_in_slices_no_larger_than_a_chunk(monkeypatch):
+    monkeypatch.setattr(worker_api, "PEER_CHUNK", 1000)
+    ser = oob.serialize({"a": np.arange(1500, dtype=np.uint8), "b": np.ones(3)})
+    frames = [bytes(f) for f in worker_api.bulk_frames(ser)]
+    assert all(0 < len(f) <= 1000 for f in frames)
+    joined = b"".join(frames)
+    assert joined == _segment_bytes(ser)
+    value = oob.load_segment(memoryview(joined))
+    assert value["a"].tolist() == list(range(256)) * 5 + list(range(220))
+    assert value["b"].tolist() == [1.0, 1.0, 1.0]
+
+
+class _Conn:
+    """The rest of the frames, as ``FramedPeer.channel.recv_bytes_into`` hands them."""
+
+    def __init__(self, frames):
+        self.channel = self
+        self.frames = list(frames)
+
+    def recv_bytes_into(self, buffer, timeout=None):
+        frame = self.frames.pop(0)
+        memoryview(buffer)[:len(frame)] = frame
+        return len(frame)
+
+
+def test_a_task_with_bulk_arguments_is_rebuilt_from_read_and_unread_frames(monkeypatch):
+    monkeypatch.setattr(worker_api, "PEER_CHUNK", 4096)
+    ser = oob.serialize(np.arange(5000, dtype=np.float64))
+    frames = [bytes(f) for f in worker_api.bulk_frames(ser)]
+    task = (protocol.TASK, b"t", b"f", "name", b"", [(0, protocol.OK, ("peer", ser.total_size)),
+                                                     ("k", protocol.OK, b"small")],
+            [b"r"], 1, None)
+    channel = worker_api.Channel(_Conn(frames[3:]))  # 3 frames read with TASK, rest not
+    rebuilt = channel._receive_bulk(pickle.loads(pickle.dumps(task)), iter(frames[:3]))
+    (position, _kind, (tag, buffer)), small = rebuilt[5]
+    assert (position, tag, small) == (0, "peer", ("k", protocol.OK, b"small"))
+    assert oob.load_segment(memoryview(buffer)).sum() == sum(range(5000))
+    assert rebuilt[:5] == task[:5] and rebuilt[6:] == task[6:]
