@@ -16,6 +16,10 @@ request has been read (``core/pipelining.py``). A GIVE_BACK (this one or a RECAL
 written before the RESULT of any task received after those it names: the owner expects each
 RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_frames``).
 
+A worker for a driver on another host: a large argument's bytes follow its TASK as frames
+(read into one buffer, ``Channel._receive_bulk``) and a large result's follow RESULT
+(``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it).
+
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
 task. No exception is injected into a thread while it talks to the owner (``_shielded``).
@@ -35,7 +39,6 @@ from typing import Any
 from miniray._private.core import ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket
-
 
 # A large value's bytes after RESULT travel in frames of at most this many bytes.
 PEER_CHUNK = 64 << 20
