@@ -1085,9 +1085,8 @@ class Owner:
             reactor = self.reactor
             reactor.cork()  # the tasks and replies these frames cause go out together
             # What the worker printed before the last of these frames was written before
-            # they were read: one read of its pipes puts it before every result here.
-            worker.out.drain()
-            worker.err.drain()
+            # they were read: one look at its pipes puts it before every result here.
+            worker.drain_printed()
             self._drained = worker
             try:
                 for frame in frames:
@@ -1104,8 +1103,8 @@ class Owner:
             if worker.interrupted:
                 self.requests.call_ended(worker, message[1])
             if worker.actor is not None:
-                worker.out.drain()
-                worker.err.drain()
+                if self._drained is not worker:
+                    worker.drain_printed()
                 self.actors.on_result(worker, message[1], message[2], message[4], message[5])
             else:
                 self._on_result(worker, message[1], message[2], message[3], message[5])
@@ -1146,8 +1145,8 @@ class Owner:
             self.requests.on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.YIELD:
             # Lines printed before the value was yielded come first, as before a result.
-            worker.out.drain()
-            worker.err.drain()
+            if self._drained is not worker:
+                worker.drain_printed()
             self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
         elif tag == protocol.GIVE_BACK:
             self._on_give_back(worker, message[1])
@@ -1165,8 +1164,7 @@ class Owner:
                    retryable: bool, times: tuple | None = None) -> None:
         # Lines the task printed were written before its result: print them first.
         if self._drained is not worker:
-            worker.out.drain()
-            worker.err.drain()
+            worker.drain_printed()
         task, in_order = pipelining.take_finished(worker.inflight, task_id)
         if not in_order:
             logger.error("miniray bug: %s result for task %s", "out-of-order" if task
