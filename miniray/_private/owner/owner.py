@@ -184,7 +184,8 @@ class Owner:
         self.tasks = TaskQueue(
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
-            has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
+            # by_key is never rebound: its bound __contains__ costs no Python call
+            has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
             offload=lambda task: self._remote_nodes().offload(task))
@@ -232,7 +233,8 @@ class Owner:
     def _object_freed(self, object_id: bytes) -> None:
         """*Locked.* Workers unmap its segment; a stream whose completion object it was is
         forgotten."""
-        self.requests.object_freed(object_id)
+        if self.requests.mapped_by:  # tested here: most freed objects were never mapped
+            self.requests.object_freed(object_id)
         if self.streams.by_task:
             self.streams.object_freed(object_id)
 
