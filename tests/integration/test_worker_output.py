@@ -141,6 +141,10 @@ ROUND_TRIP_DRIVER = """
 
     ray.init(num_cpus=1)
 
+    def line(stream, text):  # one write: a line printed by the I/O thread meanwhile
+        stream.write(text + "\\n")  # cannot land between the text and its newline
+        stream.flush()
+
     @ray.remote
     def say(i):
         print(f"out {i}")
@@ -160,15 +164,15 @@ ROUND_TRIP_DRIVER = """
     for i in range(150):  # lines only now and then: the quiet results between read nothing
         if i % 3 == 0:
             assert ray.get(say.remote(i), timeout=60) == i
-            print(f"got {i}", flush=True)
-            print(f"got {i}", file=sys.stderr, flush=True)
+            line(sys.stdout, f"got {i}")
+            line(sys.stderr, f"got {i}")
         else:
             assert ray.get(quiet.remote(i), timeout=60) == i
     refs = [say.remote(i) for i in range(1000, 1040)]  # results that arrive in batches
     assert ray.get(refs, timeout=60) == list(range(1000, 1040))
-    print("got batch", flush=True)
+    line(sys.stdout, "got batch")
     for i in items.remote(20):
-        print(f"yielded {ray.get(i, timeout=60)}", flush=True)
+        line(sys.stdout, f"yielded {ray.get(i, timeout=60)}")
 """
 
 

@@ -1286,7 +1286,7 @@ class Owner:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
         doomed = []
         with self._lock:
-            self._closed = True
+            self._closed = self.objects.closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
                 self.actors.link.close()
             workers = list(self.workers.by_req.values())
