@@ -133,3 +133,65 @@ def test_output_after_a_partial_line_gets_the_right_prefix(drivers):
     assert "\x00" not in result.stdout
     assert f"(second pid={pid}) hello from second" in result.stdout.splitlines()
     assert f"(first pid={pid}) no newline" in result.stdout.splitlines()
+
+
+ROUND_TRIP_DRIVER = """
+    import sys
+    import miniray as ray
+
+    ray.init(num_cpus=1)
+
+    def line(stream, text):  # one write: a line printed by the I/O thread meanwhile
+        stream.write(text + "\\n")  # cannot land between the text and its newline
+        stream.flush()
+
+    @ray.remote
+    def say(i):
+        print(f"out {i}")
+        print(f"err {i}", file=sys.stderr)
+        return i
+
+    @ray.remote
+    def quiet(i):
+        return i
+
+    @ray.remote
+    def items(n):
+        for i in range(n):
+            print(f"item {i}")
+            yield i
+
+    for i in range(150):  # lines only now and then: the quiet results between read nothing
+        if i % 3 == 0:
+            assert ray.get(say.remote(i), timeout=60) == i
+            line(sys.stdout, f"got {i}")
+            line(sys.stderr, f"got {i}")
+        else:
+            assert ray.get(quiet.remote(i), timeout=60) == i
+    refs = [say.remote(i) for i in range(1000, 1040)]  # results that arrive in batches
+    assert ray.get(refs, timeout=60) == list(range(1000, 1040))
+    line(sys.stdout, "got batch")
+    for i in items.remote(20):
+        line(sys.stdout, f"yielded {ray.get(i, timeout=60)}")
+"""
+
+
+def test_lines_printed_before_each_result_come_before_it(drivers):
+    # Every round trip of a printing task: its lines (stdout and stderr) are printed before
+    # get() returns; results that come in a batch and yielded items likewise.
+    result = drivers.run(ROUND_TRIP_DRIVER, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out, err = result.stdout.splitlines(), result.stderr.splitlines()
+
+    def index(lines, suffix):
+        found = [n for n, line in enumerate(lines) if line.endswith(suffix)]
+        assert found, (suffix, lines[-20:])
+        return found[0]
+
+    for i in range(0, 150, 3):
+        assert index(out, f") out {i}") < index(out, f"got {i}")
+        assert index(err, f") err {i}") < index(err, f"got {i}")
+    for i in range(1000, 1040):
+        assert index(out, f") out {i}") < index(out, "got batch")
+    for i in range(20):
+        assert index(out, f") item {i}") < index(out, f"yielded {i}")

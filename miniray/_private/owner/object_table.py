@@ -111,6 +111,9 @@ class ObjectTable:
         self.on_free = on_free  # told (locked) after an object is freed
         self.lock = lock
         self.check_usable = check_usable
+        # Set (locked) by the owner at shutdown: the per-get test, check_usable called only
+        # then (it raises only for a closed owner).
+        self.closed = False
         self.entries: dict[bytes, Entry] = {}
         self.ref_events: collections.deque = collections.deque()
         # No wake-up needed for a drop: one was asked and not yet served, or the I/O thread
@@ -347,7 +350,8 @@ class ObjectTable:
         """``[(kind, data)]`` for each id (only the first error if any holds one), or None if
         the timeout passed first."""
         with self.lock:
-            self.check_usable()
+            if self.closed:
+                self.check_usable()
             waiter = None
             pending = []
             for object_id in object_ids:
@@ -371,7 +375,8 @@ class ObjectTable:
                 return None
         inline_or_none = self.store.inline_or_none
         with self.lock:
-            self.check_usable()
+            if self.closed:
+                self.check_usable()
             out = []
             entries = self.entries
             for object_id in object_ids:
@@ -392,7 +397,8 @@ class ObjectTable:
     def wait_ready(self, object_ids: list[bytes], num_returns: int, timeout: float | None):
         """The set of ids that are ready once ``num_returns`` are (or the timeout passed)."""
         with self.lock:
-            self.check_usable()
+            if self.closed:
+                self.check_usable()
             ready = 0
             pending = []
             for object_id in object_ids:

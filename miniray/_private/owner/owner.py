@@ -184,7 +184,8 @@ class Owner:
         self.tasks = TaskQueue(
             objects=self.objects, store=store, node_state=node_state,
             unpin_deps=self.requests.unpin_deps,
-            has_lease=lambda key: key in self.leases.by_key, dispatch=self._dispatch,
+            # by_key is never rebound: its bound __contains__ costs no Python call
+            has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
             offload=lambda task: self._remote_nodes().offload(task))
@@ -232,7 +233,8 @@ class Owner:
     def _object_freed(self, object_id: bytes) -> None:
         """*Locked.* Workers unmap its segment; a stream whose completion object it was is
         forgotten."""
-        self.requests.object_freed(object_id)
+        if self.requests.mapped_by:  # tested here: most freed objects were never mapped
+            self.requests.object_freed(object_id)
         if self.streams.by_task:
             self.streams.object_freed(object_id)
 
@@ -1085,9 +1087,8 @@ class Owner:
             reactor = self.reactor
             reactor.cork()  # the tasks and replies these frames cause go out together
             # What the worker printed before the last of these frames was written before
-            # they were read: one read of its pipes puts it before every result here.
-            worker.out.drain()
-            worker.err.drain()
+            # they were read: one look at its pipes puts it before every result here.
+            worker.drain_printed()
             self._drained = worker
             try:
                 for frame in frames:
@@ -1104,8 +1105,8 @@ class Owner:
             if worker.interrupted:
                 self.requests.call_ended(worker, message[1])
             if worker.actor is not None:
-                worker.out.drain()
-                worker.err.drain()
+                if self._drained is not worker:
+                    worker.drain_printed()
                 self.actors.on_result(worker, message[1], message[2], message[4], message[5])
             else:
                 self._on_result(worker, message[1], message[2], message[3], message[5])
@@ -1146,8 +1147,8 @@ class Owner:
             self.requests.on_borrow(worker, message[1], message[2], message[3])
         elif tag == protocol.YIELD:
             # Lines printed before the value was yielded come first, as before a result.
-            worker.out.drain()
-            worker.err.drain()
+            if self._drained is not worker:
+                worker.drain_printed()
             self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
         elif tag == protocol.GIVE_BACK:
             self._on_give_back(worker, message[1])
@@ -1165,8 +1166,7 @@ class Owner:
                    retryable: bool, times: tuple | None = None) -> None:
         # Lines the task printed were written before its result: print them first.
         if self._drained is not worker:
-            worker.out.drain()
-            worker.err.drain()
+            worker.drain_printed()
         task, in_order = pipelining.take_finished(worker.inflight, task_id)
         if not in_order:
             logger.error("miniray bug: %s result for task %s", "out-of-order" if task
@@ -1286,7 +1286,7 @@ class Owner:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
         doomed = []
         with self._lock:
-            self._closed = True
+            self._closed = self.objects.closed = True
             if self.actors.link is not None:  # the node's actor service ends our actors
                 self.actors.link.close()
             workers = list(self.workers.by_req.values())

@@ -50,13 +50,13 @@ class WorkerRequests:
         self.placement_groups: Callable[[], Any] = lambda: None  # the owner's, once set
         # Workers that were handed a segment (they may keep it mapped across tasks): told
         # to drop the mapping when the object is freed, so its memory really goes back.
-        self._mapped_by: dict[bytes, list] = {}
+        self.mapped_by: dict[bytes, list] = {}
 
     def prune_mapped(self) -> None:
         """Drop records of objects freed without a reader (they pile up otherwise)."""
-        if self._mapped_by and len(self._mapped_by) > 4 * len(self.objects) + 64:
+        if self.mapped_by and len(self.mapped_by) > 4 * len(self.objects) + 64:
             live = self.objects.entries
-            self._mapped_by = {k: v for k, v in self._mapped_by.items() if k in live}
+            self.mapped_by = {k: v for k, v in self.mapped_by.items() if k in live}
 
     def on_borrow(self, worker, added, dropped, escaped) -> None:
         """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
@@ -86,12 +86,12 @@ class WorkerRequests:
         return out
 
     def _note_mapped(self, object_id: bytes, worker) -> None:
-        readers = self._mapped_by.setdefault(object_id, [])
+        readers = self.mapped_by.setdefault(object_id, [])
         if worker not in readers:
             readers.append(worker)
 
     def object_freed(self, object_id: bytes) -> None:
-        readers = self._mapped_by.pop(object_id, None)
+        readers = self.mapped_by.pop(object_id, None)
         if not readers:
             return
         path = os.path.join(self.store.shm_dir,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import socket
 from multiprocessing.connection import Connection
 from typing import Callable
@@ -31,7 +32,7 @@ class WorkerSlot:
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
-        "waits", "interrupted", "recalled",
+        "waits", "interrupted", "recalled", "output_poll",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -57,11 +58,28 @@ class WorkerSlot:
         self.dead = False
         self.out: OutputStream | None = None
         self.err: OutputStream | None = None
+        # A poll set of both pipes (no OS resource: poll(2) takes the list at each call).
+        self.output_poll = None
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
         self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
         self.recalled = False  # asked to give back its pipelined tasks (RECALL), no answer yet
+
+    def drain_printed(self) -> None:
+        """Print what this worker has written to its stdout/stderr pipes so far. Called
+        before its results (and yielded items) are handled, after their frames were read:
+        what it printed before sending them is in the pipes by then, so it comes first. One
+        ``poll()`` of both pipes; a pipe is read only when it has data (or was closed)."""
+        output_poll = self.output_poll
+        if output_poll is None:
+            return
+        for fd, _ in output_poll.poll(0):
+            stream = self.out if fd == self.out.fd else self.err
+            if stream.closed:  # its number may be another file's by now
+                output_poll.unregister(fd)
+            else:
+                stream.drain()
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -183,6 +201,9 @@ class WorkerPool:
         self.by_fd[fd] = worker
         os.set_blocking(out_r, False)
         os.set_blocking(err_r, False)
+        worker.output_poll = output_poll = select.poll()
+        output_poll.register(out_r, select.POLLIN)
+        output_poll.register(err_r, select.POLLIN)
         self.reactor.register(fd, self._on_data)
         self.reactor.register(out_r, self._on_output)
         self.reactor.register(err_r, self._on_output)

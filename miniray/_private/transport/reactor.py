@@ -94,7 +94,8 @@ class Reactor:
             conn.queue(data)
             corked[conn] = on_writable
             return
-        if conn.send_nowait(data):
+        conn.queue(data)  # send_nowait(), inlined: one call fewer per task sent
+        if not conn.flush():
             self.want_write(conn.fd, on_writable)
 
     def send_soon(self, conn, data: bytes, on_writable: Callable[[int], None]) -> None:
