@@ -17,14 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import textwrap
 
-from miniray._private.transport import node_client
+import fake_hosts  # beside this script
 
 DRIVER = """
 import json, socket, statistics, threading, time
@@ -94,38 +89,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--blocks", type=int, default=5)
     args = parser.parse_args()
-    base = tempfile.mkdtemp(prefix="mr-bench-remote-")
-    token = "bench-remote-token-" + os.urandom(16).hex()
-    envs = {}
-    for ip in ("127.0.0.1", "127.0.0.2"):
-        root = os.path.join(base, ip.replace(".", "_"))
-        os.makedirs(os.path.join(root, "host"))
-        envs[ip] = dict(os.environ, MINIRAY_TMPDIR=os.path.join(root, "tmp"),
-                        MINIRAY_HOST_DIR=os.path.join(root, "host"), MINIRAY_AUTH_TOKEN=token)
-        envs[ip].pop("RAY_ADDRESS", None)
-    cli = [sys.executable, "-m", "miniray"]
-    try:
-        subprocess.run(cli + ["start", "--head", "--port", "0", "--num-cpus", "2"],
-                       env=envs["127.0.0.1"], capture_output=True, text=True, check=True)
-        (record,) = node_client.list_records(envs["127.0.0.1"]["MINIRAY_TMPDIR"])
-        address = record.address
-        subprocess.run(cli + ["start", f"--address={address}", "--node-ip-address",
-                              "127.0.0.2", "--port", "0", "--num-cpus", "2"],
-                       env=envs["127.0.0.2"], capture_output=True, text=True, check=True)
-        code = textwrap.dedent(DRIVER.format(calls=args.calls, blocks=args.blocks))
-        run = subprocess.run([sys.executable, "-c", code], env=envs["127.0.0.1"],
-                             capture_output=True, text=True, timeout=600)
-        lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
-        if not lines:
-            sys.exit(f"the driver printed no result:\n{run.stderr[-3000:]}")
-        doc = json.loads(lines[-1])
-        doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
-        print(json.dumps(doc))
-    finally:
-        for ip in ("127.0.0.2", "127.0.0.1"):
-            subprocess.run(cli + ["stop", "--force"], env=envs[ip], capture_output=True,
-                           timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
+    code = textwrap.dedent(DRIVER.format(calls=args.calls, blocks=args.blocks))
+    print(json.dumps(fake_hosts.run_on_two_hosts(code, prefix="mr-bench-remote-")))
 
 
 if __name__ == "__main__":
