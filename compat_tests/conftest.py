@@ -13,7 +13,8 @@ One run::
       │         run:    python -m miniray run <example.py>
       │         import: python <copy of example.py with its ray imports rewritten>
       │         bash:   bash <example.sh>  (PATH: ray -> python -m miniray; PYTHONPATH: ray.py shim)
-      │       env: MINIRAY_TMPDIR=<fresh dir>, PYTHONUNBUFFERED=1, no RAY_ADDRESS, cwd=<fresh dir>
+      │       env: MINIRAY_TMPDIR=<fresh dir>, MINIRAY_HOST_DIR=<it>/host, PYTHONUNBUFFERED=1,
+      │            no RAY_ADDRESS, cwd=<fresh dir>
       │       on Ray (MINIRAY_EXAMPLES_ON_RAY=1, the tox env ``ray``):
       │         import: python -m miniray run --ray <rewritten copy>  (``miniray`` means Ray)
       │         run:    python <example.py>                          (``import ray``, unchanged)
@@ -26,7 +27,8 @@ One run::
          driver's pid, or whose environment holds this run's MINIRAY_TMPDIR (a daemon that
          called setsid() is still found); new names in /dev/shm (or MINIRAY_SHM_DIR) starting
          with mr_<root tag of this run's MINIRAY_TMPDIR> (session.root_tag) or containing its
-         name; session_* directories left in MINIRAY_TMPDIR.
+         name; session_* directories left in MINIRAY_TMPDIR; anything new in the user's own
+         session root or host GPU directory (``user_places``).
          Leaked pids, and only those, are SIGKILLed.
 """
 
@@ -342,6 +344,41 @@ def _shm_names() -> set:
         return set()
 
 
+def user_places() -> tuple:
+    """The user's own session root and host GPU directory: where miniray writes when
+    MINIRAY_TMPDIR and MINIRAY_HOST_DIR are unset. A run sets both to folders of its own, so
+    it must add nothing here."""
+    from miniray._private.ledger.host_gpus import default_host_dir
+
+    unset = {k: v for k, v in os.environ.items() if k != "MINIRAY_HOST_DIR"}
+    return (f"/dev/shm/miniray-{os.getuid()}", default_host_dir(unset))
+
+
+def snapshot_places(places) -> dict:
+    """``{place: its entries}``, None for a place that does not exist."""
+    found = {}
+    for place in places:
+        try:
+            found[place] = set(os.listdir(place))
+        except OSError:
+            found[place] = None
+    return found
+
+
+def gained_in_places(before: dict) -> list:
+    """What appeared in the places of ``before`` since it was taken: a place created, or its
+    new entries."""
+    gained = []
+    for place, after in snapshot_places(before).items():
+        if after is None:
+            continue
+        if before[place] is None:
+            gained.append(f"{place} (created, holding {sorted(after)})")
+        else:
+            gained += [os.path.join(place, name) for name in sorted(after - before[place])]
+    return gained
+
+
 # --------------------------------------------------------------------------- one run
 
 
@@ -448,6 +485,8 @@ class ExampleRunner:
         for name in UNSET_ENV:
             env.pop(name, None)
         env["MINIRAY_TMPDIR"] = str(tmpdir)
+        # The host GPU ledger too (it is written where GPUs, real or fake, are detected).
+        env["MINIRAY_HOST_DIR"] = str(tmpdir / "host")
         env["PYTHONUNBUFFERED"] = "1"
         pythonpath = []
         if "tensorflow-stub" in case.needs:
@@ -495,7 +534,8 @@ class ExampleRunner:
             env["PYTHONPATH"] = os.pathsep.join(pythonpath)
         shown = [
             f"{name}={shlex.quote(env[name])}"
-            for name in ("MINIRAY_TMPDIR", "RAY_TMPDIR", "HOME", "PYTHONUNBUFFERED", "PYTHONPATH")
+            for name in ("MINIRAY_TMPDIR", "MINIRAY_HOST_DIR", "RAY_TMPDIR", "HOME",
+                         "PYTHONUNBUFFERED", "PYTHONPATH")
             if name in env
         ]
         if case.mode == SHELL_MODE:
@@ -533,6 +573,7 @@ class ExampleRunner:
     def _execute(result: RunResult, env: dict) -> None:
         out_path, err_path = result.workdir / "stdout.txt", result.workdir / "stderr.txt"
         shm_before = _shm_names()
+        user_before = snapshot_places(user_places())
         start = time.monotonic()
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(
@@ -555,6 +596,9 @@ class ExampleRunner:
             result.returncode = proc.wait()
         result.wall_s = time.monotonic() - start
         ExampleRunner._check_leaks(result, proc.pid, shm_before)
+        result.leaks += [f"the user's own miniray folders gained {entry} during the run "
+                         "(something ignored MINIRAY_TMPDIR or MINIRAY_HOST_DIR)"
+                         for entry in gained_in_places(user_before)]
         result.stdout = strip_ansi(out_path.read_bytes().decode("utf-8", errors="replace"))
         result.stderr = strip_ansi(err_path.read_bytes().decode("utf-8", errors="replace"))
 
