@@ -50,6 +50,7 @@ import miniray
 from miniray._private import runtime
 from miniray._private.core import config
 from miniray._private.host import procinfo, session
+from miniray._private.ledger.host_gpus import default_host_dir
 
 from .helpers import wait_until
 
@@ -106,6 +107,13 @@ def default_root() -> str:
     return f"/dev/shm/miniray-{os.getuid()}"
 
 
+def user_host_dir() -> str:
+    """The user's own host GPU directory (``MINIRAY_HOST_DIR`` unset), which tests must
+    never touch: every test points MINIRAY_HOST_DIR at its own folder."""
+    unset = {k: v for k, v in os.environ.items() if k != "MINIRAY_HOST_DIR"}
+    return default_host_dir(unset)
+
+
 def _listdir(path: str) -> set[str]:
     try:
         return set(os.listdir(path))
@@ -115,7 +123,8 @@ def _listdir(path: str) -> set[str]:
 
 def outside_snapshot() -> dict:
     """The entries of the shared places a session may write outside its root."""
-    return {place: _listdir(place) for place in (*shm_dirs(), spill_root(), default_root())}
+    return {place: _listdir(place)
+            for place in (*shm_dirs(), spill_root(), default_root(), user_host_dir())}
 
 
 def _root_segments(root: str) -> list[str]:
@@ -153,12 +162,14 @@ def _ledger_leases(root: str, pids) -> list[str]:
 
 
 def _new_outside(before: dict, root: str, session_names) -> list[str]:
-    """Entries created since ``before`` outside the root that belong to this test."""
+    """Entries created since ``before`` outside the root that belong to this test (anything
+    new in the user's host GPU directory does: its files carry no session's name)."""
     marks = ["mr_" + session.root_tag(root), f"_{os.getpid()}_", *session_names]
+    host_dir = user_host_dir()
     found = []
     for place, entries in outside_snapshot().items():
         for entry in sorted(entries - before.get(place, set())):
-            if any(mark in entry for mark in marks):
+            if place == host_dir or any(mark in entry for mark in marks):
                 found.append(os.path.join(place, entry))
     return found
 

@@ -84,6 +84,23 @@ def test_a_new_entry_outside_the_root_is_found_and_an_old_one_is_not(quick, sess
     assert outside and new in outside[0] and old not in outside[0], found
 
 
+def test_a_new_file_in_the_users_host_gpu_directory_is_found(quick, session_root):
+    host_dir = conftest.user_host_dir()
+    assert os.environ["MINIRAY_HOST_DIR"] != host_dir  # the test's own is elsewhere
+    existed = os.path.isdir(host_dir)
+    before = conftest.outside_snapshot()
+    os.makedirs(host_dir, mode=0o700, exist_ok=True)
+    planted = _plant(os.path.join(host_dir, f"leakcheck_{os.getpid()}"))
+    try:
+        found = conftest.find_leaks([], [], session_root, before)
+    finally:
+        os.unlink(planted)
+        if not existed:
+            os.rmdir(host_dir)
+    outside = [f for f in found if "outside the session root" in f]
+    assert outside and planted in outside[0], found
+
+
 def test_drivers_read_line_returns_lines_that_arrived_together(drivers):
     # Both lines come in one write: the second must not wait for more bytes on the pipe.
     proc = drivers.start("""
