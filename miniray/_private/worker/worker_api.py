@@ -74,6 +74,9 @@ class Channel:
         # Empty when ``before_send`` has nothing to send (the runtime's ref events): ``send``
         # and ``flush`` skip the call then. None: always call it.
         self.before_send_pending = None
+        # A worker for a driver on another host: a TASK's large arguments follow it as
+        # frames (``_receive_bulk``); a local worker never looks for them.
+        self.remote = False
 
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
@@ -203,7 +206,7 @@ class Channel:
         frames = iter(frames)
         for data in frames:
             message = pickle.loads(data)
-            if message[0] == protocol.TASK and message[5] and any(
+            if self.remote and message[0] == protocol.TASK and message[5] and any(
                     type(d[2]) is tuple and d[2][0] == "peer" for d in message[5]):
                 message = self._receive_bulk(message, frames)
             if message[0] == protocol.REPLY:

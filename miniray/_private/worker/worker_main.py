@@ -588,6 +588,7 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int,
     else:
         conn, ctl = _remote_transport(data_fd, ctl_fd, remote)
     channel = Channel(conn)
+    channel.remote = remote is not None
     try:
         hello = channel.next_message()
     except (EOFError, OSError):
