@@ -618,10 +618,7 @@ class RemoteNodes:
             if self._closed:
                 raise _Failed(_system_error("the driver is shutting down"))
             if slot.cancelled:  # cancelled while N was full
-                from miniray._private.core import ids  # lazy: this path only
-                from miniray.exceptions import TaskCancelledError  # lazy: as above
-
-                raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+                raise _cancelled(spec)
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
                 return answer
@@ -681,10 +678,7 @@ class RemoteNodes:
                 if self._closed:
                     raise _Failed(_system_error("the driver is shutting down"))
                 if task.worker.cancelled:
-                    from miniray._private.core import ids  # lazy: this path only
-                    from miniray.exceptions import TaskCancelledError  # lazy: as above
-
-                    raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+                    raise _cancelled(spec)
                 items = self.owner.get_serialized(ids_, WATCH_S)
             if len(items) == 1 and items[0][0] == protocol.ERR:
                 return [(None, [(protocol.ERR, items[0][1])] * max(1, spec.num_returns))]
@@ -739,10 +733,7 @@ class RemoteNodes:
         owner = self.owner
         data = worker.data
         if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
-            from miniray._private.core import ids  # lazy: this path only
-            from miniray.exceptions import TaskCancelledError  # lazy: as above
-
-            raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+            raise _cancelled(spec)
         try:
             if not worker.said_hello:
                 hello = owner.hello_info
@@ -804,10 +795,7 @@ class RemoteNodes:
             from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy
 
             if slot.killed:  # cancel(force=True) killed it
-                from miniray._private.core import ids  # lazy: this path only
-                from miniray.exceptions import TaskCancelledError  # lazy: as above
-
-                raise _Failed(TaskCancelledError(ids.TaskID(spec.task_id))) from None
+                raise _cancelled(spec) from None
 
             try:
                 client.ping(timeout=1.0)
@@ -1034,6 +1022,14 @@ def _receive_segment(data, path: str, size: int) -> None:
                     raise OSError(f"a result's bytes stopped coming: {error}") from None
     finally:
         mapping.close()
+
+
+def _cancelled(spec) -> _Failed:
+    """The failure of a task cancelled before or while it ran on another host."""
+    from miniray._private.core import ids  # lazy: this path only
+    from miniray.exceptions import TaskCancelledError  # lazy: as above
+
+    return _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
 
 
 def _system_error(text: str):
