@@ -164,7 +164,7 @@ class NodeServer:
         self._leaving: list[_Driver] = []
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
-        self._remote_spawns: dict[int, tuple] = {}  # fork-server req -> (done, driver name)
+        self._remote_spawns: dict[int, Callable] = {}  # fork-server req -> done(pid)
         self._stop = False
         self.stop_reason: str | None = None  # told to the drivers (NODE_STOPPING) at close()
         self.fatal: str | None = None
@@ -251,7 +251,7 @@ class NodeServer:
         finally:
             for fd in fds:
                 os.close(fd)
-        self._remote_spawns[req] = (done, name)
+        self._remote_spawns[req] = done
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
@@ -493,10 +493,10 @@ class NodeServer:
             return
         if message[0] == protocol.SPAWNED:
             _, req, pid = message
-            remote = self._remote_spawns.pop(req, None)
-            if remote is not None:  # a remote driver's worker (``_remote_spawn``)
+            done = self._remote_spawns.pop(req, None)
+            if done is not None:  # a remote driver's worker (``_remote_spawn``)
                 self._spawned_total += 1
-                remote[0](pid)
+                done(pid)
                 return
             driver, driver_req = self._spawns.pop(req, (None, 0))
             if driver is None:

@@ -591,13 +591,6 @@ class RemoteDrivers:
         if link is not None and self._links.get(_fileno(link.channel)) is link:
             self._reply(link, ("exited", pid, status))
 
-    def workers_of(self) -> dict[str, list[int]]:
-        """For status and tests: each link's name and its workers' pids."""
-        out: dict[str, list[int]] = {}
-        for pid, link in self._workers.items():
-            out.setdefault(link.name, []).append(pid)
-        return out
-
     def next_deadline(self) -> float | None:
         """When ``tick`` has a ticket to expire."""
         return self._tickets.next_deadline()
