@@ -490,14 +490,8 @@ class Runtime:
         from miniray._private.transport import node_client  # lazy, as in _connect
 
         doc = node_client.read_cluster(self.session_dir)
-        if doc is None:
-            return []
-        try:
-            view = cluster_view.ClusterView.from_snapshot(doc["view"])
-        except (ValueError, TypeError):
-            return []
-        return [e for e in view.nodes.values() if e.node_id not in (doc.get("local"),
-                                                                    self.node_id)]
+        return [e for e in cluster_view.nodes_of(doc).values()
+                if e.node_id not in (doc.get("local"), self.node_id)]
 
     # -- placement groups (owner/placement_groups.py) ----------------------------------------
     def placement_group_create(self, hex_: str, bundles, strategy: str, name: str,

@@ -173,7 +173,7 @@ def _node_row(view: SessionView) -> dict | None:
         totals = {}
     ip, is_head = "127.0.0.1", True
     cluster = node_client.read_cluster(view.session_dir)
-    own = _cluster_entries(cluster).get(node_id)
+    own = cluster_view.nodes_of(cluster).get(node_id)
     if own is not None:  # a node of a cluster: its address there, and whether it leads
         ip, is_head = own.ip, own.is_head
     return {
@@ -187,16 +187,6 @@ def _node_row(view: SessionView) -> dict | None:
     }
 
 
-def _cluster_entries(doc: dict | None) -> dict:
-    """The nodes of a published cluster view (``node_client.read_cluster``) by id."""
-    if doc is None:
-        return {}
-    try:
-        return dict(cluster_view.ClusterView.from_snapshot(doc["view"]).nodes)
-    except (ValueError, TypeError, KeyError):
-        return {}
-
-
 def _node_rows(views: list[SessionView]) -> list[dict]:
     """Each session's node, then every other node of their clusters (alive, then dead),
     each once: a node's own session describes it first, a head's view is preferred over a
@@ -207,7 +197,7 @@ def _node_rows(views: list[SessionView]) -> list[dict]:
     docs.sort(key=lambda doc: not doc.get("is_head"))
     others = []
     for doc in docs:
-        for node_id, entry in _cluster_entries(doc).items():
+        for node_id, entry in cluster_view.nodes_of(doc).items():
             if node_id not in seen:
                 seen.add(node_id)
                 others.append(cluster_view.state_row(entry, doc))

@@ -245,6 +245,22 @@ class ClusterView:
 
 
 # -------------------------------------------------------------------------------- rows
+def nodes_of(doc: dict | None) -> dict[str, NodeEntry]:
+    """The nodes, by id, of a published cluster file (``node_client.read_cluster``): none
+    when there is no file or it holds no view.
+
+    Example:
+        >>> nodes_of(None), nodes_of({"view": "junk"})
+        ({}, {})
+    """
+    if doc is None:
+        return {}
+    try:
+        return dict(ClusterView.from_snapshot(doc["view"]).nodes)
+    except (ValueError, TypeError, KeyError):
+        return {}
+
+
 def node_row(entry: NodeEntry) -> dict:
     """``entry`` as one ``ray.nodes()`` row (the keys and shapes ``runtime.node_info``
     returns for the local node)."""

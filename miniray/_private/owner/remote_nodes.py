@@ -80,8 +80,7 @@ import sys
 import threading
 import time
 
-from miniray._private.core import config, node_pick, protocol, serialization
-from miniray._private.core.cluster_view import ClusterView
+from miniray._private.core import cluster_view, config, node_pick, protocol, serialization
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
@@ -327,11 +326,7 @@ class RemoteNodes:
         read_at, nodes = self._view
         if fresh or now - read_at > VIEW_MAX_AGE_S:
             doc = nc.read_cluster(self.session_dir) if self.session_dir else None
-            try:
-                nodes = list(ClusterView.from_snapshot(doc["view"]).nodes.values()) \
-                    if doc else []
-            except (ValueError, TypeError, KeyError):
-                nodes = []
+            nodes = list(cluster_view.nodes_of(doc).values())
             self._view = (now, nodes)
         return nodes
 
