@@ -55,6 +55,19 @@ def shm_of_root(root: str) -> list[str]:
         return []
 
 
+def need_default_port() -> None:
+    """Skips the test when another program holds 127.0.0.1:6379 (Ray's default port, which
+    ``miniray start --head`` binds without ``--port``): the test asserts that default."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind(("127.0.0.1", 6379))
+    except OSError as error:
+        pytest.skip(f"127.0.0.1:6379 is in use by another program ({error.strerror}); this "
+                    f"test starts a node on that default port")
+    finally:
+        probe.close()
+
+
 class Cli:
     """Runs ``python -m miniray ...`` with a session root of its own (or another one)."""
 
@@ -83,6 +96,8 @@ class Cli:
                               capture_output=True, text=True, timeout=timeout, cwd=self.base)
 
     def start(self, *args, root: str | None = None, **extra) -> node_client.NodeRecord:
+        if "--port" not in args:
+            need_default_port()
         result = self.run("start", "--head", *args, root=root, **extra)
         assert result.returncode == 0, result.stderr + result.stdout
         assert "miniray runtime started." in result.stdout
@@ -298,6 +313,7 @@ def test_start_include_dashboard_and_stop_stops_it(cli):
     import json
     import re
 
+    need_default_port()
     result = cli.run("start", "--head", "--num-cpus", "1", "--include-dashboard", "true",
                      "--dashboard-port", "0")
     assert result.returncode == 0, result.stderr
@@ -329,6 +345,7 @@ def test_stop_sweeps_a_dead_node(cli):
 
 
 def test_start_refuses_what_it_cannot_do(cli):
+    need_default_port()
     result = cli.run("start")
     assert result.returncode == 1
     assert "`--address` is a required flag unless starting a head node with `--head`." in \
@@ -357,6 +374,7 @@ def test_start_refuses_what_it_cannot_do(cli):
 def test_ray_start_stop_status_options_are_accepted_and_ignored_ones_named(cli):
     """Ray 2.60's other ``ray start``/``stop``/``status`` options (compared with its
     ``--help``, hidden ones included) do not abort: one stderr line names those ignored."""
+    need_default_port()
     result = cli.run("start", "--head", "--num-cpus", "1", "--min-worker-port", "10002",
                      "--no-monitor", "--node-name", "n1", "--log-style", "record", "-v")
     assert result.returncode == 0, result.stderr
