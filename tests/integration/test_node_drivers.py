@@ -319,3 +319,52 @@ def test_a_driver_of_another_protocol_version_is_refused_and_told_what_to_do(nod
     assert ("the node refused the connection: this node speaks miniray protocol version "
             f"{version}, the driver version {version + 1}.") in result["newer"]
     assert result["value"] == 7
+
+
+def test_idle_leases_are_kept_for_reuse_until_another_driver_waits_for_them(node_env):
+    """A driver keeps its idle workers' leases (here up to 60 s: MINIRAY_LEASE_KEEP_MS) while
+    nobody else asks; a second driver whose task does not fit says so in the ledger, and
+    the first gives them back long before its keep ends."""
+    assert cli(node_env, "start", "--head", "--num-cpus", "2").returncode == 0
+    first = driver("""
+        import json, os, sys, miniray as ray
+        ray.init(address="auto")
+        @ray.remote(num_cpus=1)
+        def one(x):
+            import time
+            time.sleep(0.3)
+            return x
+        print(json.dumps({"values": ray.get([one.remote(i) for i in range(2)]),
+                          "pid": os.getpid()}), flush=True)
+        sys.stdin.readline()
+        ray.shutdown()
+    """, node_env, stdin=subprocess.PIPE, MINIRAY_LEASE_KEEP_MS="60000")
+    second = None
+    try:
+        held = json_line(first)
+        assert held["values"] == [0, 1]
+        time.sleep(0.3)  # far past the 5 ms linger: still kept, nobody waits
+        mine = [lease for lease in ledger_leases(node_env).values()
+                if lease["holder_pid"] == held["pid"]]
+        assert len(mine) == 2, mine
+        t0 = time.monotonic()
+        second = driver("""
+            import json, miniray as ray
+            ray.init(address="auto")
+            @ray.remote(num_cpus=2)
+            def both():
+                return "ran"
+            print(json.dumps({"value": ray.get(both.remote(), timeout=20)}), flush=True)
+            ray.shutdown()
+        """, node_env)
+        assert json_line(second) == {"value": "ran"}
+        assert time.monotonic() - t0 < 20  # not the 60 s keep: the want was seen
+        assert second.wait(30) == 0, second.stderr.read()
+        first.stdin.write("done\n")
+        first.stdin.flush()
+        assert first.wait(30) == 0, first.stderr.read()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

@@ -89,3 +89,21 @@ def test_add_remove_and_idle(ledger):
     book.remove(busy)
     book.remove(busy)  # twice is harmless
     assert not book and "k" not in book.by_key
+
+
+def test_next_idle_check_wakes_at_the_linger_then_asks_until_the_keep(ledger):
+    book = _book(ledger)
+    assert book.next_idle_check(5.0, linger=0.005, keep=0.25, check_every=0.02) is None
+    book.add(LeaseSlot("L1", "k", _worker(inflight=["task"]), None))  # busy: never counts
+    assert book.next_idle_check(5.0, linger=0.005, keep=0.25, check_every=0.02) is None
+    young = LeaseSlot("L2", "k", _worker(), None)
+    young.idle_since = 5.0
+    book.add(young)
+    assert book.next_idle_check(5.001, 0.005, 0.25, 0.02) == pytest.approx(0.004)
+    assert book.next_idle_check(5.1, 0.005, 0.25, 0.02) == pytest.approx(0.02)  # ask again
+    assert book.next_idle_check(5.24, 0.005, 0.25, 0.02) == pytest.approx(0.01)  # keep ends
+    assert book.next_idle_check(5.3, 0.005, 0.25, 0.02) == 0.0  # due now
+    old = LeaseSlot("L3", "k2", _worker(), None)
+    old.idle_since = 4.0
+    book.add(old)
+    assert book.next_idle_check(5.001, 0.005, 0.25, 0.02) == 0.0  # the soonest wins

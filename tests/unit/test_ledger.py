@@ -318,7 +318,9 @@ def test_processes_hammering_one_ledger_never_exceed_totals(path):
     assert not any(p.pid in mine for p in procs)  # every child reaped
     doc = read_file(path)  # never a torn file
     assert doc["leases"] == {}
-    assert sorted(os.listdir(os.path.dirname(path))) == ["ledger.json", "ledger.json.lock"]
+    # (the three processes found no room while the others held leases: they said so)
+    assert sorted(os.listdir(os.path.dirname(path))) == ["ledger.json", "ledger.json.lock",
+                                                         "ledger.json.wants"]
     assert Ledger(path).available() == {"CPU": 2.0, "GPU": 1.0, "slot": 2.0}
 
 
@@ -376,3 +378,25 @@ def test_procinfo_helpers():
     child.wait()
     assert procinfo.start_time(child.pid) is None and child.pid not in procinfo.children(ME)
     assert procinfo.start_time(0) is None and not procinfo.is_alive(-1)
+
+
+def test_a_process_that_finds_no_room_held_by_others_is_seen_waiting(path):
+    make(path, cpu=1)
+    holder, waiter = Ledger(path), Ledger(path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lease = holder.acquire({"CPU": 1}, holder_pid=other.pid)
+        assert lease is not None
+        assert not holder.others_waiting(1.0)  # nobody asked yet
+        # A request blocked only by its own process's leases says nothing.
+        assert waiter.acquire({"CPU": 1}, holder_pid=other.pid) is None
+        assert not holder.others_waiting(1.0)
+        assert waiter.acquire({"CPU": 1}, holder_pid=ME) is None  # held by another process
+        assert holder.others_waiting(1.0)
+        assert not waiter.others_waiting(1.0)  # its own want is not another's
+        time.sleep(0.05)
+        assert not holder.others_waiting(0.01)  # old news
+        assert holder.release(lease.lease_id)
+    finally:
+        other.kill()
+        other.wait()

@@ -103,11 +103,22 @@ def override_cvd_on_zero() -> bool:
 
 
 def lease_linger_s() -> float:
-    """``MINIRAY_LEASE_LINGER_MS``: how long an idle lease is kept for reuse (default 5 ms)."""
+    """``MINIRAY_LEASE_LINGER_MS``: how long an idle lease is kept for reuse while another
+    session of the node waits for resources (default 5 ms)."""
     try:
         return max(0.0, float(os.environ.get("MINIRAY_LEASE_LINGER_MS", "5"))) / 1000.0
     except ValueError:
         return 0.005
+
+
+def lease_keep_s() -> float:
+    """``MINIRAY_LEASE_KEEP_MS``: how long an idle lease is kept for reuse while no other
+    session of the node waits for resources (default 250 ms; never less than the linger)."""
+    try:
+        keep = max(0.0, float(os.environ.get("MINIRAY_LEASE_KEEP_MS", "250"))) / 1000.0
+    except ValueError:
+        keep = 0.25
+    return max(keep, lease_linger_s())
 
 
 def worker_log_bytes() -> int:

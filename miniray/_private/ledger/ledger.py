@@ -28,6 +28,10 @@ lives in a session directory that does not outlive the machine's uptime.
 Within one process a ``threading.Lock`` serialises threads before they take the file lock, and
 a ``Ledger`` used after ``fork()`` rebuilds both locks, since neither may cross a fork.
 
+A request that does not fit while other processes hold leases touches ``ledger.json.wants``
+(after the lock; it decides nothing): sessions keeping idle leases for reuse see its time
+(``others_waiting``, one ``stat``) and give them back at once instead of after their keep.
+
 Leases whose holder process died (pid gone, a zombie, or the pid now names a different process
 as its start time shows) are reclaimed by the next ``acquire`` that finds the ledger short, or
 by ``reclaim_dead()``.
@@ -39,6 +43,7 @@ import fcntl
 import json
 import logging
 import os
+import time
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -102,6 +107,10 @@ class Ledger:
         self._path = os.fspath(path)
         self._tmp_path = self._path + ".tmp"
         self._lock_path = self._path + ".lock"
+        # Touched by a session whose request did not fit while other sessions held leases:
+        # holders keeping idle leases for reuse give them back sooner (``others_waiting``).
+        self._wants_path = self._path + ".wants"
+        self._my_want_ns = 0
         self._cache: tuple[bytes, NodeState] | None = None
         self._loaded_prefix: bytes | None = None
         self._flock = KeptFlock(self._lock_path)
@@ -229,6 +238,34 @@ class Ledger:
                 lease.resources,
             )
 
+    # -- waiting sessions ---------------------------------------------------------------------
+
+    def _note_want(self) -> None:
+        """A request of this process did not fit while other processes held leases: say so
+        by touching ``ledger.json.wants`` (after the lock: it decides nothing)."""
+        now = time.time_ns()
+        try:
+            os.utime(self._wants_path, ns=(now, now))
+        except FileNotFoundError:
+            try:
+                os.close(os.open(self._wants_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC,
+                                 0o644))
+                os.utime(self._wants_path, ns=(now, now))
+            except OSError:
+                return
+        except OSError:
+            return
+        self._my_want_ns = now
+
+    def others_waiting(self, within_s: float) -> bool:
+        """Whether another process found no room in the last ``within_s`` seconds while
+        others held leases (one ``stat``; no lock)."""
+        try:
+            touched = os.stat(self._wants_path).st_mtime_ns
+        except OSError:
+            return False
+        return touched != self._my_want_ns and time.time_ns() - touched < within_s * 1e9
+
     # -- transactions -----------------------------------------------------------------------
 
     def acquire(
@@ -269,8 +306,11 @@ class Ledger:
                 )
                 # The state (cached) and the caller each get their own copy.
                 state.leases[lease_id] = Lease.from_json(lease.to_json())
+            others_hold = lease is None and _held_by_others(state, holder_pid)
             self._commit(state, lease is not None or dead)
         self._log_reclaimed(dead)
+        if others_hold:
+            self._note_want()
         return lease
 
     def acquire_group(
@@ -316,8 +356,11 @@ class Ledger:
                     provides=provided, provides_instances=bundle_instances, group=dict(group),
                 )
                 state.leases[lease_id] = Lease.from_json(lease.to_json())
+            others_hold = lease is None and _held_by_others(state, holder_pid)
             self._commit(state, lease is not None or dead)
         self._log_reclaimed(dead)
+        if others_hold:
+            self._note_want()
         return lease
 
     def release_group(self, pg_hex: str) -> Lease | None:
@@ -514,6 +557,10 @@ def _read_file(path: str) -> bytes:
                 return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def _held_by_others(state: NodeState, holder_pid: int) -> bool:
+    return any(lease.holder_pid != holder_pid for lease in state.leases.values())
 
 
 def _write_atomic(path: str, tmp_path: str, data: bytes) -> None:

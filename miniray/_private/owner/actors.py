@@ -90,6 +90,7 @@ class ActorsOwner(Protocol):
     def note_placement_use(self) -> None: ...
     def placement_group_gone(self, pg_hex: str) -> bool: ...
     def make_room(self) -> bool: ...
+    def retry_soon(self) -> None: ...
     def start_worker(self, fork_server) -> tuple: ...
     def adopt_worker(self, parts: tuple) -> Any: ...
     def discard_start(self, parts: tuple) -> None: ...
@@ -422,7 +423,10 @@ class ActorManager:
                     if gone and actor.state != A_DEAD:  # its group was removed: never fits
                         self.kill(spec.actor_id, True, reason=_group_removed(spec.pg[0]))
                         continue
-                    self._report_infeasible(spec)
+                    if not self._report_infeasible(spec):
+                        # Other sessions hold what it needs: their releases reach no event
+                        # of this owner, so it asks the ledger again on the retry timer.
+                        owner.retry_soon()
                 failed.append(spec.placement)
                 continue
             placed, held = placement.as_leased(spec.placement, spec.held, lease.resources)
@@ -444,8 +448,9 @@ class ActorManager:
                 self._start(actor, lease, host_lease,
                             owner.adopt_worker(parts, spec.runtime_env or ""))
 
-    def _report_infeasible(self, spec) -> None:
-        """*Locked.* One stderr line per resource shape that this node can never hold."""
+    def _report_infeasible(self, spec) -> bool:
+        """*Locked.* One stderr line per resource shape that this node can never hold;
+        whether it can never hold this one."""
         owner = self.owner
         reasons = infeasible_reasons(owner.node_state, spec.placement)
         key = tuple(sorted(spec.placement.items()))
@@ -453,6 +458,7 @@ class ActorManager:
             self._reported.add(key)
             print(f"{format_infeasible(spec.placement, reasons)} "
                   f"(actor {spec.class_name})", file=sys.stderr, flush=True)
+        return bool(reasons)
 
     def _start(self, actor: _Actor, lease, host_lease, worker) -> None:
         """*Locked.* The actor has its lease and worker: send its constructor, then calls."""

@@ -112,6 +112,26 @@ class LeaseBook:
                     found.append(slot)
         return found
 
+    def next_idle_check(self, now: float, linger: float, keep: float,
+                        check_every: float) -> float | None:
+        """Seconds until an idle lease may have to go back (None: none is idle): at its
+        ``linger``, then every ``check_every`` (is another session waiting?) until its
+        ``keep``. The caller released those past ``keep`` already."""
+        wait = None
+        for leases in self.by_key.values():
+            for slot in leases:
+                since = slot.idle_since
+                if since is None or slot.worker.inflight:
+                    continue
+                age = now - since
+                if age < linger:
+                    left = linger - age
+                else:
+                    left = max(0.0, min(check_every, keep - age))
+                if wait is None or left < wait:
+                    wait = left
+        return wait
+
     def any_idle(self) -> bool:
         for leases in self.by_key.values():  # asked on every wake-up of the I/O thread
             for slot in leases:

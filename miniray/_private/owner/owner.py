@@ -96,6 +96,8 @@ class Owner:
     # The I/O thread sleeping at most this long applies dropped refs when it wakes: a drop
     # does not wake it (a write, a wake-up and a sweep per dropped ref in a round-trip loop).
     PROMPT_FREE_S = 0.01
+    WANT_CHECK_S = 0.02  # an idle lease kept past its linger: is another session waiting?
+    WANTED_FOR_S = 0.5  # a session that found no room this recently is still waiting
     SWEEP_S = 0.001  # the I/O thread's sweeps run at most this often (_housekeeping)
 
     def __init__(self, *, ledger, store, fork_server, node_state, hello_info: dict,
@@ -113,7 +115,10 @@ class Owner:
                                and not hello_info.get("logging_config"))
         self.pid = os.getpid()
         self.session_token = object()
+        # An idle lease is kept for this session's next task up to ``keep`` seconds, or up
+        # to ``linger`` while another session of the node waits for resources (_idle_plan).
         self.linger = config.lease_linger_s()
+        self.keep = config.lease_keep_s()
         self.pipeline_depth = config.pipeline_depth()  # tasks a worker may hold (pipelining.py)
         self.gpu_ids_are_ints = hello_info.get("gpu_ids_are_ints", True)
         # Why the job's runtime_env (init's) cannot be set up, if it cannot; then every
@@ -727,6 +732,11 @@ class Owner:
         if self.tasks.queues:
             self._schedule_retry()
 
+    def retry_soon(self) -> None:
+        """*Locked.* Queued tasks and pending actors are tried again in ``RETRY_S`` at the
+        latest (for what only another session's release can make room for)."""
+        self._schedule_retry()
+
     def _schedule_retry(self) -> None:
         if not self._retry_pending:
             self._retry_pending = True
@@ -759,7 +769,12 @@ class Owner:
         with ``force`` at the cap on workers, an idle worker retires too (one that may not
         run ``request`` in ``runtime_env`` first)."""
         released = False
-        for slot in self.leases.idle_slots(time.monotonic(), self.linger, force):
+        now = time.monotonic()
+        slots = self.leases.idle_slots(now, self.linger, force)
+        if slots and not force and self.keep > self.linger and not \
+                self.leases.ledger.others_waiting(self.WANTED_FOR_S):
+            slots = [slot for slot in slots if now - slot.idle_since >= self.keep]
+        for slot in slots:
             self._release_lease(slot, returned=returned)
             released = True
         if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
@@ -1031,13 +1046,15 @@ class Owner:
         (None: no need). Run by the I/O thread just before it sleeps, after housekeeping:
         when it will sleep ``PROMPT_FREE_S`` at most, refs dropped meanwhile need not wake
         it (``ObjectTable.ref_dropped``): they are applied when it wakes."""
-        if self.store.pooled_segments():
-            return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
-        if self.leases.any_idle():
-            if self.linger <= self.PROMPT_FREE_S:
+        wait = self.leases.next_idle_check(time.monotonic(), self.linger, self.keep,
+                                           self.WANT_CHECK_S)
+        if wait is not None:
+            wait = max(wait, self.SWEEP_S)  # sweeps run at most that often: no spinning
+            if wait <= self.PROMPT_FREE_S:
                 self.objects.wake_pending = True
-            return self.linger
-        return None
+        if self.store.pooled_segments():  # a little after the oldest becomes old enough
+            return min(wait, self.POOL_IDLE_S + 0.05) if wait else self.POOL_IDLE_S + 0.05
+        return wait
 
     def _on_output(self, fd: int) -> None:
         stream = self.workers.streams.get(fd)
