@@ -4,16 +4,16 @@ Owns: the decision which task goes to another node (``placement_for``, pure, on
 ``node_pick``'s rules), the owner's links to other nodes (one ``RemoteNodeClient`` per node,
 opened at first use with the cluster token), the workers it runs there (spawned through
 tickets and attach connections, kept idle per node between tasks), taking such a task from
-the owner (``take``, ``offload``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT
+the owner's queue (``offload``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT
 over the worker's MAC'd data connection, release), retrying it when that node dies, and
 completing it in the owner's task table; the workers' output, printed as local workers' is.
 Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity),
-``TaskQueue`` (``offload``, locked: a task the local node can never hold, its arguments
-ready), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
+Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity, or one the
+local node can never hold; submitted as any task, its arguments ready),
+``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
 (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
@@ -29,11 +29,11 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
-       nodes: one may join). A task
-       taken is registered (its return objects exist; its argument objects held).
+       nodes: one may join). A task is offered once ``TaskQueue.submit`` registered it
+       (its return objects exist, its argument objects are held, its parent knows it) and
+       its arguments are ready: a missing or failed one failed it there, as any task.
     2. A thread per task, not locked: its argument objects (ObjectRefs, large arguments)
-       once ready (``_dep_values``; one holding an error: the task fails with it); N's
-       client; ("lease", request) until granted (a
+       (``_dep_values``); N's client; ("lease", request) until granted (a
        denial waits, 20 ms doubling to 0.5 s, and asks again, unless ``move_to`` names
        another node with room now where step 1 would place it: then that node's); an
        idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
@@ -84,7 +84,7 @@ from miniray._private.core import cluster_view, config, node_pick, protocol, ser
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
-from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
+from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import (
@@ -340,42 +340,21 @@ class RemoteNodes:
                                    self._nodes(fresh=True), local_feasible, exclude)
         return placed
 
-    def take(self, spec, key, parent) -> bool:
-        """*Owner locked.* Step 1 for a task with a node affinity: True when it is this
-        module's from now on (it runs on another node, or failed unschedulable)."""
-        if self._closed:
-            return False
-        placed = self._place(spec, True)
-        if placed is None:
-            return False
-        task = Task(spec, key)
-        task.parent = parent
-        owner = self.owner
-        owner.tasks.by_id[spec.task_id] = task
-        for object_id in spec.return_ids:
-            owner.objects.ensure(object_id)
-        if spec.contained:
-            owner.objects.hold(spec.contained)
-        if spec.deps:
-            for _position, object_id in spec.deps:  # as TaskQueue.submit: released at the end
-                entry_ = owner.objects.get(object_id)
-                if entry_ is not None:
-                    entry_.holders += 1
-        self._begin(task, placed)
-        return True
-
-    def offload(self, task) -> bool | str | None:
-        """*Owner locked.* Step 1 for a task the local node can never hold (``TaskQueue``'s
-        infeasible case, its arguments ready): True when it is this module's from now on
-        (another node has the resources, or a hard affinity makes it unschedulable). Else,
-        with other nodes, the stderr line naming every alive node's totals (None: this
-        node's own line)."""
+    def offload(self, task, local_feasible: bool = False) -> bool | str | None:
+        """*Owner locked.* Step 1 for a task of ``TaskQueue`` whose arguments are ready: one
+        with a node affinity, or one the local node can never hold (``local_feasible``
+        False: its infeasible case). True when it is this module's from now on (another
+        node runs it, or a hard affinity makes it unschedulable); None when it stays here.
+        Else, for an infeasible one with other nodes, the stderr line naming every alive
+        node's totals (None: this node's own line)."""
         if self._closed:
             return None
-        placed = self._place(task.spec, False)
+        placed = self._place(task.spec, local_feasible)
         if placed is not None:
             self._begin(task, placed)
             return True
+        if local_feasible:
+            return None
         nodes = self._nodes()
         if not nodes:
             return None  # no view: a driver without a node (init() alone)
@@ -536,9 +515,6 @@ class RemoteNodes:
         moved = None  # step 2: denied there, another node has room now
         try:
             dep_values = self._dep_values(task) if spec.deps else None
-            if isinstance(dep_values, list) and dep_values and dep_values[0][0] is None:
-                results = dep_values[0][1]  # an argument holds an error: the task's result
-                return
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
@@ -659,12 +635,11 @@ class RemoteNodes:
         return worker
 
     def _dep_values(self, task) -> list:
-        """Step 2's first part: the task's argument objects, once ready (as for a local
-        task), as ``[(position, kind, payload)]`` for TASK, a large one as ``("peer",
-        size, mapping)``: its segment mapped read-only, whose bytes ``_call`` sends after
-        TASK in frames of at most PEER_CHUNK (the worker receives them into one buffer);
-        or ``[(None, results)]`` when one of them holds an error (the task fails with it,
-        as in Ray)."""
+        """Step 2's first part: the task's argument objects (ready, none an error: the
+        owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
+        one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
+        ``_call`` sends after TASK in frames of at most PEER_CHUNK (the worker receives
+        them into one buffer)."""
         spec = task.spec
         ids_ = [object_id for _position, object_id in spec.deps]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
@@ -675,8 +650,6 @@ class RemoteNodes:
                 if task.worker.cancelled:
                     raise _cancelled(spec)
                 items = self.owner.get_serialized(ids_, WATCH_S)
-            if len(items) == 1 and items[0][0] == protocol.ERR:
-                return [(None, [(protocol.ERR, items[0][1])] * max(1, spec.num_returns))]
             out = []
             try:
                 for (position, _object_id), (kind, data) in zip(spec.deps, items):
