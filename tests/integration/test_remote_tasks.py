@@ -690,3 +690,37 @@ def test_a_remote_task_on_a_freed_ref_fails_with_object_freed_error(hosts, membe
     """)
     assert doc["local"] == doc["remote"] == "ObjectFreedError", doc
     assert doc["after"] == 3, doc
+
+
+def test_a_remote_workers_output_prints_as_a_local_workers(hosts, member):
+    """The same forwarding as a local worker's (``OutputStream``): the next task's marker
+    after a line without its newline never shows, each task's lines carry its own name,
+    and ``RAY_DISABLE_WORKER_LOG_PREFIX=1`` drops the prefix; Ray's ``ip=`` for a worker on
+    another node."""
+    body = """
+    @ray.remote
+    def first():
+        print("no newline", end="")
+        return os.getpid()
+
+    @ray.remote
+    def second():
+        print("hello from second")
+        return os.getpid()
+
+    pids = [ray.get(f.options(scheduling_strategy=there).remote(), timeout=30)
+            for f in (first, second)]
+    time.sleep(0.5)  # the output thread prints what came
+    print(json.dumps({"pids": pids}), flush=True)
+    ray.shutdown()
+    """
+    doc = _run_driver(hosts, body)
+    pid = doc["pids"][0]
+    assert doc["pids"] == [pid, pid], doc  # the idle worker ran both
+    lines = doc["stdout"].splitlines()
+    assert "\x00" not in doc["stdout"], doc
+    assert f"(first pid={pid}, ip={MEMBER}) no newline" in lines, doc
+    assert f"(second pid={pid}, ip={MEMBER}) hello from second" in lines, doc
+    plain = _run_driver(hosts, body, RAY_DISABLE_WORKER_LOG_PREFIX="1")
+    assert "hello from second" in plain["stdout"].splitlines(), plain
+    assert "pid=" not in plain["stdout"], plain

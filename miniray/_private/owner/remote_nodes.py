@@ -76,7 +76,6 @@ import mmap
 import os
 import queue
 import select
-import sys
 import threading
 import time
 
@@ -84,6 +83,7 @@ from miniray._private.core import cluster_view, config, node_pick, protocol, ser
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
+from miniray._private.owner.output import OutputStream
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
@@ -107,7 +107,6 @@ FREE_MOVES = 3  # a task never sent to a node that died is placed again this oft
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
-MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
@@ -221,7 +220,8 @@ def _shape(request: dict) -> str:
 class _Worker:
     """One worker on a remote node: its four channels, what it was sent."""
 
-    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool):
+    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool,
+                 prefix_enabled: bool = True):
         self.pid = pid
         self.data, self.ctl = channels[0], channels[1]
         self.funcs: set = set()
@@ -238,8 +238,8 @@ class _Worker:
         self._outputs = []
         for channel, stream in ((channels[2], "stdout"), (channels[3], "stderr")):
             fd, _state = channel.handover()  # plain bytes from here on (ARCHITECTURE.md)
-            reader = threading.Thread(target=_print_output, daemon=True,
-                                      args=(fd, stream, pid, ip, log_to_driver),
+            reader = threading.Thread(target=_forward_output, daemon=True,
+                                      args=(fd, stream, ip, log_to_driver, prefix_enabled),
                                       name="miniray-remote-output")
             reader.start()
             self._outputs.append(reader)
@@ -263,34 +263,21 @@ class _Worker:
             reader.join(max(0.0, deadline - time.monotonic()))
 
 
-def _print_output(fd: int, stream: str, pid: int, ip: str, enabled: bool) -> None:
-    """A remote worker's stdout or stderr, line by line with Ray's prefix, until EOF."""
-    import socket  # lazy: this thread only
-
-    sock = socket.socket(fileno=fd)
-    name = "worker"
-    pending = b""
+def _forward_output(fd: int, target: str, ip: str, enabled: bool, prefix_enabled: bool) -> None:
+    """A remote worker's stdout or stderr until EOF, printed as a local worker's is
+    (``output.OutputStream``: its markers, prefix and bar lines), Ray's ``ip=`` added."""
+    stream = OutputStream(fd, target, enabled, prefix_enabled, ip=ip)
     try:
-        while True:
-            try:
-                chunk = sock.recv(1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line.startswith(MARKER):
-                    name = line[len(MARKER):].decode("utf-8", "replace").split(":", 1)[-1]
-                    continue
-                if enabled:
-                    out = sys.stdout if stream == "stdout" else sys.stderr
-                    out.write(f"({name} pid={pid}, ip={ip}) "
-                              f"{line.decode('utf-8', 'replace')}\n")
-                    out.flush()
+        os.set_blocking(fd, False)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not stream.eof:
+            poller.poll()
+            stream.drain()
+    except OSError:
+        pass
     finally:
-        sock.close()
+        stream.close()
 
 
 class RemoteNodes:
@@ -629,7 +616,8 @@ class RemoteNodes:
         if worker is not None:
             return worker
         pid, channels = client.spawn()
-        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver,
+                         self.owner.prefix_enabled)
         worker.incarnation = entry.incarnation
         worker.env = env
         return worker
