@@ -79,7 +79,7 @@ import select
 import threading
 import time
 
-from miniray._private.core import cluster_view, config, node_pick, protocol, serialization
+from miniray._private.core import cluster_view, config, node_pick, protocol
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
@@ -497,6 +497,7 @@ class RemoteNodes:
 
         spec = task.spec
         results = None
+        error = None  # the task's failure (``TaskQueue.fail``), when it has no results
         client = worker = None
         died = False  # step 5: the node died under the task (retried while allowed)
         moved = None  # step 2: denied there, another node has room now
@@ -508,28 +509,27 @@ class RemoteNodes:
             self.ran += 1
         except _Move as move:
             moved = move.entry
-        except NodeDiedError as error:
+        except NodeDiedError as lost:
             died = True
-            results = _error_results(spec, node_died_error(spec.name, entry, str(error)))
-        except pc.PeerAuthError as error:  # a wrong token: said at once, never retried
+            error = node_died_error(spec.name, entry, str(lost))
+        except pc.PeerAuthError as refused:  # a wrong token: said at once, never retried
             from miniray.exceptions import AuthenticationError  # lazy: as above
 
-            results = _error_results(spec, AuthenticationError(
-                f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {error}"))
-        except RemoteLeaseError as error:
-            results = _error_results(spec, _system_error(str(error)))
+            error = AuthenticationError(
+                f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {refused}")
+        except RemoteLeaseError as denied:
+            error = _system_error(str(denied))
         except _Failed as failed:
-            results = _error_results(spec, failed.error)
-        except (OSError, TimeoutError, pc.PeerRefused) as error:
+            error = failed.error
+        except (OSError, TimeoutError, pc.PeerRefused) as unreachable:
             died = True
-            results = _error_results(spec, node_died_error(
-                spec.name, entry, f"it could not be reached: {error}"))
-        except BaseException as error:  # noqa: BLE001 - the task's caller gets it
+            error = node_died_error(spec.name, entry, f"it could not be reached: {unreachable}")
+        except BaseException as bug:  # noqa: BLE001 - the task's caller gets it
             logger.exception("a task on node %s failed", entry.ip)
-            results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
+            error = RaySystemError(f"miniray bug: {bug!r}")
         finally:
             if worker is not None:
-                self._put_back(client, worker, results is not None and not worker.broken)
+                self._put_back(client, worker, not worker.broken)
             owner = self.owner
             if moved is not None and not self._closed:
                 self._start(task, moved)  # the same task and slot, asking another node
@@ -537,8 +537,11 @@ class RemoteNodes:
                 with owner.locked():
                     if task.state != T_DONE and not owner.closed and not (
                             died and self._retry(task, entry)):
-                        owner.tasks.finished(task, results or _error_results(
-                            spec, _system_error("the driver is shutting down")), False)
+                        if results is not None:
+                            owner.tasks.finished(task, results, False)
+                        else:
+                            owner.tasks.fail(task, error or _system_error(
+                                "the driver is shutting down"))
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -992,11 +995,6 @@ def _system_error(text: str):
     from miniray.exceptions import RaySystemError  # lazy: the public package
 
     return RaySystemError(text)
-
-
-def _error_results(spec, error: BaseException) -> list:
-    data = serialization.dumps(error)
-    return [(protocol.ERR, data)] * max(1, len(spec.return_ids))
 
 
 def _tls_client():
