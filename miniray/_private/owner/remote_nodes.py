@@ -39,11 +39,11 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
        worker), FUNC (once per function and worker), TASK, all MAC'd, on the worker's
        data connection; a large argument's bytes follow TASK, sent from its segment's
-       read-only mapping in frames of at most PEER_CHUNK (the worker reads them into one
+       read-only mapping in frames of at most ``framing.PEER_CHUNK`` (the worker reads them into one
        buffer: ``worker_api.Channel._receive_bulk``).
     3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
        RESULT; each large value in it, ``("peer", size, index)``, has its bytes follow
-       RESULT in frames (``worker_api.bulk_frames``), received straight into a new segment
+       RESULT in frames (``framing.send_in_frames``), received straight into a new segment
        of the driver's store (``_adopt_results``), which the owner adopts as a local
        worker's. Anything else (a nested submit, get, put) fails the task, "not supported
        across hosts yet", and the worker is closed.
@@ -87,6 +87,7 @@ from miniray._private.owner.output import OutputStream
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import (
     RemoteDenial,
     RemoteLeaseError,
@@ -105,7 +106,6 @@ VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
-PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
 UNSUPPORTED = "objects across hosts are not supported yet"
 
@@ -629,7 +629,7 @@ class RemoteNodes:
         """Step 2's first part: the task's argument objects (ready, none an error: the
         owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
         one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
-        ``_call`` sends after TASK in frames of at most PEER_CHUNK (the worker receives
+        ``_call`` sends after TASK in frames of at most ``framing.PEER_CHUNK`` (the worker receives
         them into one buffer)."""
         spec = task.spec
         ids_ = [object_id for _position, object_id in spec.deps]
@@ -657,7 +657,7 @@ class RemoteNodes:
 
     def _adopt_results(self, data, spec, items: list) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
-        RESULT on the data connection in frames of at most ``PEER_CHUNK`` bytes; they are
+        RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
         received straight into a new segment of this driver's store (no other copy), named
         as a local worker's result would be, and handed to the owner as such
         (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S: the node is lost."""
@@ -714,9 +714,7 @@ class RemoteNodes:
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        dep_values, spec.return_ids, spec.num_returns, ctx))
             for mapping in bulk:  # straight from the segment's mapping: no copy here
-                with memoryview(mapping) as view:
-                    for start in range(0, view.nbytes, PEER_CHUNK):
-                        data.send_bytes(view[start:start + PEER_CHUNK])
+                send_in_frames(data.send_bytes, mapping)
                 mapping.close()
             del bulk
             while True:
