@@ -244,15 +244,6 @@ class _Worker:
             reader.start()
             self._outputs.append(reader)
 
-    def stale(self) -> bool:
-        """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame."""
-        poller = select.poll()
-        poller.register(self.data.fileno(), select.POLLIN)
-        try:
-            return bool(poller.poll(0))
-        except (OSError, ValueError):
-            return True
-
     def close(self) -> None:
         self.data.close()
         self.ctl.close()
@@ -606,7 +597,7 @@ class RemoteNodes:
                     break
             else:
                 return None
-        if not worker.stale():
+        if not worker.data.readable_now():  # idle: EOF (it is gone) or a stray frame
             return worker
         if worker.lease_id is not None and worker.client is not None:
             self._release(worker.client, worker.lease_id)
