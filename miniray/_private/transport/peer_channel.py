@@ -775,11 +775,9 @@ class FramedPeer:
             self.channel.send_bytes(data)
 
     def recv(self) -> list:
-        """Block for at least one verified frame; EOFError when the peer closed."""
-        try:
-            frames = [bytes(self.channel.recv_bytes())]
-        except PeerClosed:
-            raise EOFError("peer closed the socket") from None
+        """Block for at least one verified frame, and take those read with it; EOFError
+        when the peer closed."""
+        frames = [self.recv_bytes()]
         ready = self.channel._ready
         while ready:
             frames.append(bytes(ready.popleft()))
