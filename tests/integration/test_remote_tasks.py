@@ -584,3 +584,143 @@ def test_a_denied_task_moves_to_another_member_with_room(hosts):
     """)
     assert len(set(doc["nodes"])) == 2, doc
     assert doc["took"] < 3.9, doc  # not one after the other
+
+
+# ------------------------------------------- a task on another host is submitted as any task
+def test_a_remote_child_is_cancelled_recursively_with_its_parent(hosts, member, tmp_path):
+    """A local task submits a child that runs on the member; ``cancel(parent,
+    recursive=True)`` reaches the child as it reaches a local one."""
+    started, stopped = tmp_path / "started", tmp_path / "stopped"
+    doc = _run_driver(hosts, f"""
+    @ray.remote(max_retries=0)
+    def child():
+        open({str(started)!r}, "w").close()
+        try:
+            for _ in range(300):
+                time.sleep(0.1)
+        finally:
+            open({str(stopped)!r}, "w").close()
+
+    @ray.remote(max_retries=0)
+    def parent(node):
+        import miniray as inner
+
+        return inner.get(child.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote())
+
+    def wait_for(path, timeout):
+        deadline = time.monotonic() + timeout
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return os.path.exists(path)
+
+    ref = parent.remote(member)
+    began = wait_for({str(started)!r}, 20)
+    ray.cancel(ref, recursive=True)
+    try:
+        ray.get(ref, timeout=20)
+        outcome = None
+    except Exception as error:
+        outcome = type(error).__name__
+    print(json.dumps({{"began": began, "outcome": outcome,
+                      "child_stopped": wait_for({str(stopped)!r}, 10)}}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["began"] and "TaskCancelledError" in doc["outcome"], doc  # blocked in get
+    assert doc["child_stopped"], doc  # the member's child was cancelled too
+
+
+def test_a_remote_tasks_failed_argument_fails_it_as_a_local_tasks_does(hosts, member):
+    """Ray raises the argument's error as the task's own (``RayTaskError`` naming the task,
+    "could not be computed", the user's exception as its cause), wherever the task was to
+    run."""
+    doc = _run_driver(hosts, """
+    @ray.remote
+    def fails():
+        raise ValueError("no luck")
+
+    @ray.remote
+    def consume(x):
+        return x
+
+    out = {}
+    for where, options in (("local", {}), ("remote", {"scheduling_strategy": there})):
+        try:
+            ray.get(consume.options(**options).remote(fails.remote()), timeout=30)
+            out[where] = None
+        except Exception as error:
+            out[where] = [type(error).__name__, isinstance(error, ValueError),
+                          type(error.cause).__name__, str(error).splitlines()[1:3]]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["local"] and doc["local"][1] and doc["local"][2] == "ValueError", doc
+    assert "could not be computed" in doc["local"][3][0], doc
+    assert doc["remote"] == doc["local"], doc
+
+
+def test_a_remote_task_on_a_freed_ref_fails_with_object_freed_error(hosts, member):
+    doc = _run_driver(hosts, """
+    import gc
+    from miniray._private import runtime
+
+    @ray.remote
+    def identity(x):
+        return x
+
+    ref = ray.put(b"x" * 100)
+    ref_hex = ref.hex()
+    del ref
+    gc.collect()
+    ray.put(None)  # applies the queued drop now
+    deadline = time.monotonic() + 10
+    while runtime.current().knows(bytes.fromhex(ref_hex)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    again = ray.ObjectRef.from_hex(ref_hex)
+    out = {}
+    for where, options in (("local", {}), ("remote", {"scheduling_strategy": there})):
+        try:
+            ray.get(identity.options(**options).remote(again), timeout=30)
+            out[where] = None
+        except Exception as error:
+            out[where] = type(error).__name__
+    out["after"] = ray.get(identity.options(scheduling_strategy=there).remote(3), timeout=30)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["local"] == doc["remote"] == "ObjectFreedError", doc
+    assert doc["after"] == 3, doc
+
+
+def test_a_remote_workers_output_prints_as_a_local_workers(hosts, member):
+    """The same forwarding as a local worker's (``OutputStream``): the next task's marker
+    after a line without its newline never shows, each task's lines carry its own name,
+    and ``RAY_DISABLE_WORKER_LOG_PREFIX=1`` drops the prefix; Ray's ``ip=`` for a worker on
+    another node."""
+    body = """
+    @ray.remote
+    def first():
+        print("no newline", end="")
+        return os.getpid()
+
+    @ray.remote
+    def second():
+        print("hello from second")
+        return os.getpid()
+
+    pids = [ray.get(f.options(scheduling_strategy=there).remote(), timeout=30)
+            for f in (first, second)]
+    time.sleep(0.5)  # the output thread prints what came
+    print(json.dumps({"pids": pids}), flush=True)
+    ray.shutdown()
+    """
+    doc = _run_driver(hosts, body)
+    pid = doc["pids"][0]
+    assert doc["pids"] == [pid, pid], doc  # the idle worker ran both
+    lines = doc["stdout"].splitlines()
+    assert "\x00" not in doc["stdout"], doc
+    assert f"(first pid={pid}, ip={MEMBER}) no newline" in lines, doc
+    assert f"(second pid={pid}, ip={MEMBER}) hello from second" in lines, doc
+    plain = _run_driver(hosts, body, RAY_DISABLE_WORKER_LOG_PREFIX="1")
+    assert "hello from second" in plain["stdout"].splitlines(), plain
+    assert "pid=" not in plain["stdout"], plain

@@ -227,6 +227,27 @@ def test_send_timeout_closes_a_channel_whose_peer_does_not_read():
             client.send("after")
 
 
+def test_readable_now_says_an_idle_channel_got_a_frame_or_lost_its_peer():
+    client, server = channel_pair()
+    try:
+        assert not server.readable_now()
+        client.send("stray")
+        deadline = time.monotonic() + 5
+        while not server.readable_now() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.readable_now()
+        assert server.recv(timeout=5) == "stray" and not server.readable_now()
+        client.close()
+        deadline = time.monotonic() + 5
+        while not server.readable_now() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.readable_now()  # its EOF
+    finally:
+        client.close()
+        server.close()
+    assert server.readable_now()  # closed here: a read says so at once
+
+
 def test_a_timeout_set_on_the_socket_does_not_break_feed_nonblocking():
     client, server = channel_pair()
     with client, server:

@@ -282,6 +282,19 @@ def test_fencing_releases_everything_and_tells_the_driver(node):
     client.close()
 
 
+def test_a_stopping_node_tells_each_driver_and_releases_its_leases(node):
+    clients = [node.client(), node.client()]
+    for client in clients:
+        client.lease({"CPU": 1})
+    node.on_loop(lambda: node.peering.drivers.close("the node is stopping"))
+    assert node.leases() == {} and node.peering.drivers.statistics()["links"] == 0
+    for client in clients:
+        with pytest.raises(NodeDiedError, match="node is stopping"):
+            client.ping()
+        client.close()
+    assert node.peering.tls is False  # this node forks workers for remote drivers
+
+
 def test_a_fenced_node_refuses_new_drivers_until_it_rejoined(node):
     node.on_loop(lambda: node.peering.drivers.fence("the head holds this node dead"))
     late = node.client()

@@ -1,6 +1,7 @@
-"""A large value's bytes between a driver and a worker on another host (``worker_api.
-bulk_frames`` and ``Channel._receive_bulk``): the frames cover the value's segment layout in
-order, none larger than PEER_CHUNK, and a TASK followed by them is rebuilt."""
+"""A large value's bytes between a driver and a worker on another host (``Channel.send_bulk``
+over ``framing.send_in_frames``, and ``Channel._receive_bulk``): the frames cover the value's
+segment layout in order, none larger than PEER_CHUNK, after the borrow report and RESULT, and
+a TASK followed by them is rebuilt."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pickle
 import numpy as np
 
 from miniray._private.core import oob, protocol
+from miniray._private.transport import framing
 from miniray._private.worker import worker_api
 
 
@@ -18,10 +20,28 @@ def _segment_bytes(ser: oob.Serialized) -> bytes:
     return bytes(buffer)
 
 
+class _Sink:
+    """What ``Channel`` sends, frame by frame."""
+
+    def __init__(self):
+        self.frames = []
+
+    def send(self, frame):
+        self.frames.append(bytes(frame))
+
+
+def _bulk_frames(ser: oob.Serialized) -> list:
+    """The frames ``send_bulk`` sends after its message for ``ser``."""
+    sink = _Sink()
+    worker_api.Channel(sink).send_bulk((protocol.RESULT,), [ser])
+    assert pickle.loads(sink.frames[0]) == (protocol.RESULT,)
+    return sink.frames[1:]
+
+
 def test_bulk_frames_cover_the_segment_in_slices_no_larger_than_a_chunk(monkeypatch):
-    monkeypatch.setattr(worker_api, "PEER_CHUNK", 1000)
+    monkeypatch.setattr(framing, "PEER_CHUNK", 1000)
     ser = oob.serialize({"a": np.arange(1500, dtype=np.uint8), "b": np.ones(3)})
-    frames = [bytes(f) for f in worker_api.bulk_frames(ser)]
+    frames = _bulk_frames(ser)
     assert all(0 < len(f) <= 1000 for f in frames)
     joined = b"".join(frames)
     assert joined == _segment_bytes(ser)
@@ -43,10 +63,41 @@ class _Conn:
         return len(frame)
 
 
+def test_the_borrow_report_goes_before_a_bulk_result_as_before_any_message():
+    sink = _Sink()
+    channel = worker_api.Channel(sink)
+    reports = [("borrowed", 1), None]
+    channel.before_send = lambda: reports.pop(0)
+    channel.send_bulk((protocol.RESULT, 1), [oob.serialize(b"v" * 10)])
+    channel.send((protocol.RESULT, 2))
+    messages = [pickle.loads(f) for f in sink.frames[:2]] + [pickle.loads(sink.frames[-1])]
+    assert messages == [("borrowed", 1), (protocol.RESULT, 1), (protocol.RESULT, 2)]
+    channel.before_send_pending = []  # nothing pending: not even asked
+    channel.before_send = lambda: 1 / 0
+    channel.send((protocol.RESULT, 3))
+    channel.flush()
+    assert pickle.loads(sink.frames[-1]) == (protocol.RESULT, 3)
+
+
+def test_a_mapping_can_be_closed_once_its_frames_are_sent(monkeypatch, tmp_path):
+    import mmap
+
+    monkeypatch.setattr(framing, "PEER_CHUNK", 4096)
+    path = tmp_path / "segment"
+    path.write_bytes(bytes(range(256)) * 40)
+    with open(path, "rb") as f:
+        mapping = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+    frames = []
+    framing.send_in_frames(lambda frame: frames.append(bytes(frame)), mapping)
+    mapping.close()  # no view of it is left
+    assert [len(f) for f in frames] == [4096, 4096, 2048]
+    assert b"".join(frames) == path.read_bytes()
+
+
 def test_a_task_with_bulk_arguments_is_rebuilt_from_read_and_unread_frames(monkeypatch):
-    monkeypatch.setattr(worker_api, "PEER_CHUNK", 4096)
+    monkeypatch.setattr(framing, "PEER_CHUNK", 4096)
     ser = oob.serialize(np.arange(5000, dtype=np.float64))
-    frames = [bytes(f) for f in worker_api.bulk_frames(ser)]
+    frames = _bulk_frames(ser)
     task = (protocol.TASK, b"t", b"f", "name", b"", [(0, protocol.OK, ("peer", ser.total_size)),
                                                      ("k", protocol.OK, b"small")],
             [b"r"], 1, None)

@@ -35,15 +35,15 @@ class _Store:
         self.data.pop(object_id, None)
 
 
-def _spec(n: int, deps=(), request=None):
+def _spec(n: int, deps=(), request=None, affinity=None):
     task_id = bytes([n]) * 24
     return types.SimpleNamespace(
         task_id=task_id, return_ids=[task_id + b"\0\0\0\1"], contained=(),
         deps=[(i, d) for i, d in enumerate(deps)], request=request or {"CPU": 1.0},
-        name=f"task{n}", max_retries=0)
+        name=f"task{n}", max_retries=0, affinity=affinity)
 
 
-def _queue(dispatched: list, leased=()):
+def _queue(dispatched: list, leased=(), offload=None):
     objects = ObjectTable(_Store(), threading.Lock(), lambda: None)
     node = NodeState(totals={"CPU": 2 * UNIT}, instance_ids={})
     tasks = TaskQueue(objects=objects, store=objects.store, node_state=node,
@@ -51,7 +51,8 @@ def _queue(dispatched: list, leased=()):
                       dispatch=dispatched.append,
                       kill_worker=lambda worker: dispatched.append(("kill", worker)),
                       signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)),
-                      skip_queued=lambda worker, task_id: dispatched.append(("skip", task_id)))
+                      skip_queued=lambda worker, task_id: dispatched.append(("skip", task_id)),
+                      offload=offload)
     return tasks, objects
 
 
@@ -96,6 +97,41 @@ def test_an_infeasible_task_waits_apart_and_is_reported_once_per_key(capsys):
                                   "handed_back": 0}
     tasks.remove_waiting(tasks.infeasible["big"][0])
     assert len(tasks.infeasible["big"]) == 1
+
+
+def test_a_task_with_a_node_affinity_is_submitted_as_any_and_offered_once_ready():
+    """The one path of a task that may run on another node: registered, counted among its
+    parent's children and waiting on its arguments as any task; offered (with whether this
+    node could hold it) once they are ready; a retry placed here is not offered again."""
+    dispatched: list = []
+    offered: list = []
+    taken: set = {b"\7" * 24}
+
+    def offload(task, local_feasible):
+        offered.append((task.spec.name, local_feasible))
+        if task.spec.task_id in taken:
+            task.state = T_RUNNING  # the remote module's from now on
+            return True
+        return None
+
+    tasks, objects = _queue(dispatched, offload=offload)
+    parent = types.SimpleNamespace(children=None, depth=0)
+    a = b"a" * 28
+    objects.ensure(a)
+    tasks.submit(_spec(7, deps=[a], affinity="node-b"), "key", parent)
+    remote = tasks.by_id[b"\7" * 24]
+    assert parent.children == [remote] and remote.depth == 1 and offered == []
+    objects.set_ready(a, protocol.OK, b"x")
+    assert offered == [("task7", True)] and remote.state == T_RUNNING and not tasks.queues
+    tasks.submit(_spec(8, affinity="this-node"), "key")  # it stays here: queued
+    assert offered[-1] == ("task8", True) and dispatched == ["key"]
+    tasks.submit(_spec(9, request={"CPU": 64.0}, affinity="node-b"), "big")
+    assert offered[-1] == ("task9", False) and tasks.infeasible["big"]
+    tasks.submit(_spec(10), "key")  # no affinity, feasible: never offered
+    assert len(offered) == 3
+    remote.worker = None
+    tasks.resubmit(remote)  # its node died; placed here by the caller
+    assert len(offered) == 3 and remote in tasks.queues["key"]
 
 
 def test_a_key_with_a_lease_is_feasible_and_a_retry_goes_to_the_front():

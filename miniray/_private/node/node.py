@@ -218,7 +218,7 @@ class NodeServer:
         with TLS (a TLS session cannot be handed to another process)."""
         self.peering = peering
         drivers = getattr(peering, "drivers", None)
-        if drivers is not None and not getattr(peering, "_tls", None):
+        if drivers is not None and not peering.tls:
             drivers.spawner = self._remote_spawn
             drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
         peering.register(self._sel, self.wake)

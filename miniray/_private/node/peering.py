@@ -242,6 +242,12 @@ class Peering:
         self._ledger_check = now
         self._ledger_stamp: tuple | None = None
 
+    @property
+    def tls(self) -> bool:
+        """This node's links use TLS (a TLS session cannot be handed to another process:
+        ``node.NodeServer`` forks no worker for a remote driver then)."""
+        return bool(self._tls)
+
     # -- wiring into the loop --------------------------------------------------------------
     def register(self, sel: selectors.BaseSelector, wake) -> None:
         self._sel = sel

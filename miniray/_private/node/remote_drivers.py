@@ -281,11 +281,9 @@ def _shape(resources: dict) -> str:
 
 
 # ------------------------------------------------------------------------------ the links
-def _fileno(channel) -> int:
-    try:
-        return channel.fileno()
-    except (OSError, ValueError):
-        return -1
+def _peer_ip(channel: pc.PeerChannel) -> str:
+    """The IP of a channel's peer (its ``address`` is ``ip:port``)."""
+    return channel.address.rsplit(":", 1)[0]
 
 
 def _close_parts(ticket) -> None:
@@ -295,14 +293,15 @@ def _close_parts(ticket) -> None:
 
 
 class _Link:
-    __slots__ = ("channel", "name", "host", "pid", "ip", "complaints")
+    __slots__ = ("channel", "fd", "name", "host", "pid", "ip", "complaints")
 
     def __init__(self, channel: pc.PeerChannel):
         self.channel = channel
+        self.fd = channel.fileno()  # its key in ``RemoteDrivers._links`` while it is served
         driver = channel.peer_hello.get("driver") or {}
         self.host = str(driver.get("host", "?"))[:64]
         self.pid = driver.get("pid", 0)
-        self.ip = ip = channel.address.rsplit(":", 1)[0]
+        self.ip = ip = _peer_ip(channel)
         self.name = f"remote driver {ip} pid {self.pid}"
         self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
 
@@ -380,10 +379,14 @@ class RemoteDrivers:
         link = _Link(channel)
         channel.setblocking(False)
         channel.set_send_timeout(SEND_TIMEOUT_S)
-        _set_keepalive(channel.fileno(), self._keepalive)
-        self._links[channel.fileno()] = link
-        self._sel.register(channel.fileno(), selectors.EVENT_READ, self._on_link)
+        _set_keepalive(link.fd, self._keepalive)
+        self._links[link.fd] = link
+        self._sel.register(link.fd, selectors.EVENT_READ, self._on_link)
         logger.info("%s connected from %s (host %s)", link.name, channel.address, link.host)
+
+    def _served(self, link: _Link) -> bool:
+        """``link`` is still served (not dropped: its fd may belong to a newer link)."""
+        return self._links.get(link.fd) is link
 
     # -- the loop -----------------------------------------------------------------------
     def _on_link(self, fd: int) -> None:
@@ -514,14 +517,11 @@ class RemoteDrivers:
 
     def _drop(self, link: _Link, why: str) -> None:
         """Step 5: the link is gone; so is every lease it held."""
-        fd = None
-        for key, value in list(self._links.items()):
-            if value is link:
-                fd = key
-                del self._links[key]
-        if fd is not None and self._sel is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self._sel.unregister(fd)
+        if self._served(link):
+            del self._links[link.fd]
+            if self._sel is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self._sel.unregister(link.fd)
         link.channel.close()
         for ticket in self._tickets.drop_link(link):
             _close_parts(ticket)
@@ -548,9 +548,9 @@ class RemoteDrivers:
     def attach(self, channel: pc.PeerChannel) -> None:
         """Step 8: one of a ticket's four connections (from the handshake gate)."""
         hello = channel.peer_hello
-        ip = channel.address.rsplit(":", 1)[0]
         outcome, ticket, why = self._tickets.attach(hello.get("ticket", ""), hello.get("fd"),
-                                                    ip, time.monotonic(), channel)
+                                                    _peer_ip(channel), time.monotonic(),
+                                                    channel)
         if outcome in ("unknown", "refused"):
             self.errors += 1
             logger.warning("refused an attach connection from %s: %s", channel.address, why)
@@ -562,13 +562,12 @@ class RemoteDrivers:
         channels = ticket.ordered()
 
         def done(result, link=link, req=ticket.req):
-            if self._links.get(_fileno(link.channel)) is not link and not isinstance(
-                    result, int):
+            if not self._served(link) and not isinstance(result, int):
                 return  # the driver is gone; its worker's sockets went with the spawner
             if isinstance(result, int) and not isinstance(result, bool):
                 self.spawned += 1
                 self._workers[result] = link
-                if self._links.get(_fileno(link.channel)) is not link:
+                if not self._served(link):
                     if self.kill_worker is not None:  # the driver left meanwhile
                         self.kill_worker(result)
                     return
@@ -588,7 +587,7 @@ class RemoteDrivers:
         """Step 9: a worker forked for a link exited (the fork server reaped it): the
         driver hears ("exited", pid, wait_status) on its link, if it is still there."""
         link = self._workers.pop(pid, None)
-        if link is not None and self._links.get(_fileno(link.channel)) is link:
+        if link is not None and self._served(link):
             self._reply(link, ("exited", pid, status))
 
     def next_deadline(self) -> float | None:
@@ -600,7 +599,7 @@ class RemoteDrivers:
         for ticket in self._tickets.expired(now):
             _close_parts(ticket)
             link = ticket.link
-            if self._links.get(_fileno(link.channel)) is link:
+            if self._served(link):
                 self._reply(link, ("error", ticket.req, "attach_timeout",
                                    f"the four attach connections of ticket "
                                    f"{ticket.ticket[:8]}... did not all arrive within "
@@ -611,15 +610,8 @@ class RemoteDrivers:
         """Step 6: tell every driver, close every link, release every lease; returns how
         many leases were released. Called before the node rejoins as a new incarnation."""
         self.refusing = reason
-        links = list(self._links.values())
         count = self._leases.count()
-        for link in links:
-            with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
-                link.channel.send(("fenced", reason))
-            self._drop(link, f"fenced: {reason}")
-        for channel in self._pending:
-            channel.close()
-        self._pending.clear()
+        links = self._close_links(reason, f"fenced: {reason}")
         if links:
             self.fenced += 1
             logger.warning("fenced %d remote driver(s) and %d lease(s): %s", len(links),
@@ -632,10 +624,17 @@ class RemoteDrivers:
 
     def close(self, reason: str = "the node is stopping") -> None:
         """Node stop: every link closed, every lease released (step 5 for each)."""
-        for link in list(self._links.values()):
+        self._close_links(reason, reason)
+
+    def _close_links(self, reason: str, why: str) -> list:
+        """Every driver hears ("fenced", ``reason``), then its link is dropped (step 5,
+        logged with ``why``); links not served yet are closed. Returns the links."""
+        links = list(self._links.values())
+        for link in links:
             with contextlib.suppress(OSError, pc.PeerClosed, TimeoutError):
                 link.channel.send(("fenced", reason))
-            self._drop(link, reason)
+            self._drop(link, why)
         for channel in self._pending:
             channel.close()
         self._pending.clear()
+        return links

@@ -1,10 +1,12 @@
 """Worker output forwarding: a worker's stdout/stderr pipe, read by the owner's I/O thread.
 
 Owns: splitting a worker's output into lines, turning the worker's marker lines into the
-``(<name> pid=<pid>) `` prefix, and writing the lines to the driver's stdout or stderr. Does not
-own: the pipes' lifetime (the owner creates and closes them) or when to read (the I/O thread).
-Called by: owner.py. Each chunk read also goes, raw, to the worker's log file
-(``host/worker_logs.py``) when the session keeps them.
+``(<name> pid=<pid>) `` prefix (``(<name> pid=<pid>, ip=<ip>) `` for a worker on another
+host), and writing the lines to the driver's stdout or stderr. Does not own: the pipes'
+lifetime (the owner creates and closes them) or when to read (the I/O thread; for a worker
+on another host, the reader thread of ``remote_nodes.py``).
+Called by: owner.py, remote_nodes.py. Each chunk read also goes, raw, to the worker's log
+file (``host/worker_logs.py``) when the session keeps them.
 
 Marker lines (``\\x00mr:<pid>:<name>``) are written by the worker before a task whose name
 differs from the previous task's; they are never shown. Bar lines (``\\x00mb:<json>``, from
@@ -32,12 +34,14 @@ _ANY_MARKER = re.compile(b"\x00m[rb]:")
 
 class OutputStream:
     __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed",
-                 "route", "log", "early")
+                 "route", "log", "early", "where")
 
     EARLY_MAX = 65536  # bytes kept for the log file until the worker's pid is known
 
-    def __init__(self, fd: int, target: str, enabled: bool, prefix_enabled: bool):
+    def __init__(self, fd: int, target: str, enabled: bool, prefix_enabled: bool,
+                 ip: str | None = None):
         self.fd = fd
+        self.where = f", ip={ip}" if ip else ""  # a worker on another host: Ray names its IP
         self.target = target  # "stdout" or "stderr"
         self.enabled = enabled
         self.prefix_enabled = prefix_enabled
@@ -125,7 +129,7 @@ class OutputStream:
         for line in split:
             if line.startswith(MARKER):
                 pid, _, name = line[len(MARKER):].decode("utf-8", "replace").partition(":")
-                self.prefix = f"({name} pid={pid}) "
+                self.prefix = f"({name} pid={pid}{self.where}) "
                 continue
             if line.startswith(progress_bars.BAR_MARKER):
                 self._bar(line, out)

@@ -193,7 +193,8 @@ class Owner:
             has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
-            offload=lambda task: self._remote_nodes().offload(task))
+            offload=lambda task, local_feasible: self._remote_nodes().offload(
+                task, local_feasible))
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -352,9 +353,7 @@ class Owner:
             env_error = None  # the per-task path tests two fields for the common case
             if spec.runtime_env or self._job_env_error is not None:
                 env_error = self.runtime_env_error(spec.runtime_env)
-            if (spec.affinity is None or env_error is not None
-                    or not self._remote_nodes().take(spec, key, parent)):
-                self.tasks.submit(spec, key, parent, env_error)
+            self.tasks.submit(spec, key, parent, env_error)
             if spec.placement is not None:
                 self.note_placement_use()
             objects = self.objects

@@ -4,16 +4,16 @@ Owns: the decision which task goes to another node (``placement_for``, pure, on
 ``node_pick``'s rules), the owner's links to other nodes (one ``RemoteNodeClient`` per node,
 opened at first use with the cluster token), the workers it runs there (spawned through
 tickets and attach connections, kept idle per node between tasks), taking such a task from
-the owner (``take``, ``offload``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT
+the owner's queue (``offload``), running it there (lease, spawn, HELLO/FUNC/TASK/RESULT
 over the worker's MAC'd data connection, release), retrying it when that node dies, and
 completing it in the owner's task table; the workers' output, printed as local workers' is.
 Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity),
-``TaskQueue`` (``offload``, locked: a task the local node can never hold, its arguments
-ready), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
+Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity, or one the
+local node can never hold; submitted as any task, its arguments ready),
+``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
 (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
@@ -29,21 +29,21 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
-       nodes: one may join). A task
-       taken is registered (its return objects exist; its argument objects held).
+       nodes: one may join). A task is offered once ``TaskQueue.submit`` registered it
+       (its return objects exist, its argument objects are held, its parent knows it) and
+       its arguments are ready: a missing or failed one failed it there, as any task.
     2. A thread per task, not locked: its argument objects (ObjectRefs, large arguments)
-       once ready (``_dep_values``; one holding an error: the task fails with it); N's
-       client; ("lease", request) until granted (a
+       (``_dep_values``); N's client; ("lease", request) until granted (a
        denial waits, 20 ms doubling to 0.5 s, and asks again, unless ``move_to`` names
        another node with room now where step 1 would place it: then that node's); an
        idle worker of N, or ("spawn") and the four attach connections; HELLO (a new
        worker), FUNC (once per function and worker), TASK, all MAC'd, on the worker's
        data connection; a large argument's bytes follow TASK, sent from its segment's
-       read-only mapping in frames of at most PEER_CHUNK (the worker reads them into one
+       read-only mapping in frames of at most ``framing.PEER_CHUNK`` (the worker reads them into one
        buffer: ``worker_api.Channel._receive_bulk``).
     3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
        RESULT; each large value in it, ``("peer", size, index)``, has its bytes follow
-       RESULT in frames (``worker_api.bulk_frames``), received straight into a new segment
+       RESULT in frames (``framing.send_in_frames``), received straight into a new segment
        of the driver's store (``_adopt_results``), which the owner adopts as a local
        worker's. Anything else (a nested submit, get, put) fails the task, "not supported
        across hosts yet", and the worker is closed.
@@ -76,17 +76,18 @@ import mmap
 import os
 import queue
 import select
-import sys
 import threading
 import time
 
-from miniray._private.core import cluster_view, config, node_pick, protocol, serialization
+from miniray._private.core import cluster_view, config, node_pick, protocol
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
-from miniray._private.owner.tasks import T_DONE, T_RUNNING, Task
+from miniray._private.owner.output import OutputStream
+from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import (
     RemoteDenial,
     RemoteLeaseError,
@@ -105,9 +106,7 @@ VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
-PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
-MARKER = b"\x00mr:"  # worker_main's task marker line
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
@@ -221,7 +220,8 @@ def _shape(request: dict) -> str:
 class _Worker:
     """One worker on a remote node: its four channels, what it was sent."""
 
-    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool):
+    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool,
+                 prefix_enabled: bool = True):
         self.pid = pid
         self.data, self.ctl = channels[0], channels[1]
         self.funcs: set = set()
@@ -238,20 +238,11 @@ class _Worker:
         self._outputs = []
         for channel, stream in ((channels[2], "stdout"), (channels[3], "stderr")):
             fd, _state = channel.handover()  # plain bytes from here on (ARCHITECTURE.md)
-            reader = threading.Thread(target=_print_output, daemon=True,
-                                      args=(fd, stream, pid, ip, log_to_driver),
+            reader = threading.Thread(target=_forward_output, daemon=True,
+                                      args=(fd, stream, ip, log_to_driver, prefix_enabled),
                                       name="miniray-remote-output")
             reader.start()
             self._outputs.append(reader)
-
-    def stale(self) -> bool:
-        """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame."""
-        poller = select.poll()
-        poller.register(self.data.fileno(), select.POLLIN)
-        try:
-            return bool(poller.poll(0))
-        except (OSError, ValueError):
-            return True
 
     def close(self) -> None:
         self.data.close()
@@ -263,34 +254,21 @@ class _Worker:
             reader.join(max(0.0, deadline - time.monotonic()))
 
 
-def _print_output(fd: int, stream: str, pid: int, ip: str, enabled: bool) -> None:
-    """A remote worker's stdout or stderr, line by line with Ray's prefix, until EOF."""
-    import socket  # lazy: this thread only
-
-    sock = socket.socket(fileno=fd)
-    name = "worker"
-    pending = b""
+def _forward_output(fd: int, target: str, ip: str, enabled: bool, prefix_enabled: bool) -> None:
+    """A remote worker's stdout or stderr until EOF, printed as a local worker's is
+    (``output.OutputStream``: its markers, prefix and bar lines), Ray's ``ip=`` added."""
+    stream = OutputStream(fd, target, enabled, prefix_enabled, ip=ip)
     try:
-        while True:
-            try:
-                chunk = sock.recv(1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if line.startswith(MARKER):
-                    name = line[len(MARKER):].decode("utf-8", "replace").split(":", 1)[-1]
-                    continue
-                if enabled:
-                    out = sys.stdout if stream == "stdout" else sys.stderr
-                    out.write(f"({name} pid={pid}, ip={ip}) "
-                              f"{line.decode('utf-8', 'replace')}\n")
-                    out.flush()
+        os.set_blocking(fd, False)
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while not stream.eof:
+            poller.poll()
+            stream.drain()
+    except OSError:
+        pass
     finally:
-        sock.close()
+        stream.close()
 
 
 class RemoteNodes:
@@ -340,42 +318,21 @@ class RemoteNodes:
                                    self._nodes(fresh=True), local_feasible, exclude)
         return placed
 
-    def take(self, spec, key, parent) -> bool:
-        """*Owner locked.* Step 1 for a task with a node affinity: True when it is this
-        module's from now on (it runs on another node, or failed unschedulable)."""
-        if self._closed:
-            return False
-        placed = self._place(spec, True)
-        if placed is None:
-            return False
-        task = Task(spec, key)
-        task.parent = parent
-        owner = self.owner
-        owner.tasks.by_id[spec.task_id] = task
-        for object_id in spec.return_ids:
-            owner.objects.ensure(object_id)
-        if spec.contained:
-            owner.objects.hold(spec.contained)
-        if spec.deps:
-            for _position, object_id in spec.deps:  # as TaskQueue.submit: released at the end
-                entry_ = owner.objects.get(object_id)
-                if entry_ is not None:
-                    entry_.holders += 1
-        self._begin(task, placed)
-        return True
-
-    def offload(self, task) -> bool | str | None:
-        """*Owner locked.* Step 1 for a task the local node can never hold (``TaskQueue``'s
-        infeasible case, its arguments ready): True when it is this module's from now on
-        (another node has the resources, or a hard affinity makes it unschedulable). Else,
-        with other nodes, the stderr line naming every alive node's totals (None: this
-        node's own line)."""
+    def offload(self, task, local_feasible: bool = False) -> bool | str | None:
+        """*Owner locked.* Step 1 for a task of ``TaskQueue`` whose arguments are ready: one
+        with a node affinity, or one the local node can never hold (``local_feasible``
+        False: its infeasible case). True when it is this module's from now on (another
+        node runs it, or a hard affinity makes it unschedulable); None when it stays here.
+        Else, for an infeasible one with other nodes, the stderr line naming every alive
+        node's totals (None: this node's own line)."""
         if self._closed:
             return None
-        placed = self._place(task.spec, False)
+        placed = self._place(task.spec, local_feasible)
         if placed is not None:
             self._begin(task, placed)
             return True
+        if local_feasible:
+            return None
         nodes = self._nodes()
         if not nodes:
             return None  # no view: a driver without a node (init() alone)
@@ -531,42 +488,39 @@ class RemoteNodes:
 
         spec = task.spec
         results = None
+        error = None  # the task's failure (``TaskQueue.fail``), when it has no results
         client = worker = None
         died = False  # step 5: the node died under the task (retried while allowed)
         moved = None  # step 2: denied there, another node has room now
         try:
             dep_values = self._dep_values(task) if spec.deps else None
-            if isinstance(dep_values, list) and dep_values and dep_values[0][0] is None:
-                results = dep_values[0][1]  # an argument holds an error: the task's result
-                return
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
         except _Move as move:
             moved = move.entry
-        except NodeDiedError as error:
+        except NodeDiedError as lost:
             died = True
-            results = _error_results(spec, node_died_error(spec.name, entry, str(error)))
-        except pc.PeerAuthError as error:  # a wrong token: said at once, never retried
+            error = node_died_error(spec.name, entry, str(lost))
+        except pc.PeerAuthError as refused:  # a wrong token: said at once, never retried
             from miniray.exceptions import AuthenticationError  # lazy: as above
 
-            results = _error_results(spec, AuthenticationError(
-                f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {error}"))
-        except RemoteLeaseError as error:
-            results = _error_results(spec, _system_error(str(error)))
+            error = AuthenticationError(
+                f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {refused}")
+        except RemoteLeaseError as denied:
+            error = _system_error(str(denied))
         except _Failed as failed:
-            results = _error_results(spec, failed.error)
-        except (OSError, TimeoutError, pc.PeerRefused) as error:
+            error = failed.error
+        except (OSError, TimeoutError, pc.PeerRefused) as unreachable:
             died = True
-            results = _error_results(spec, node_died_error(
-                spec.name, entry, f"it could not be reached: {error}"))
-        except BaseException as error:  # noqa: BLE001 - the task's caller gets it
+            error = node_died_error(spec.name, entry, f"it could not be reached: {unreachable}")
+        except BaseException as bug:  # noqa: BLE001 - the task's caller gets it
             logger.exception("a task on node %s failed", entry.ip)
-            results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
+            error = RaySystemError(f"miniray bug: {bug!r}")
         finally:
             if worker is not None:
-                self._put_back(client, worker, results is not None and not worker.broken)
+                self._put_back(client, worker, not worker.broken)
             owner = self.owner
             if moved is not None and not self._closed:
                 self._start(task, moved)  # the same task and slot, asking another node
@@ -574,8 +528,11 @@ class RemoteNodes:
                 with owner.locked():
                     if task.state != T_DONE and not owner.closed and not (
                             died and self._retry(task, entry)):
-                        owner.tasks.finished(task, results or _error_results(
-                            spec, _system_error("the driver is shutting down")), False)
+                        if results is not None:
+                            owner.tasks.finished(task, results, False)
+                        else:
+                            owner.tasks.fail(task, error or _system_error(
+                                "the driver is shutting down"))
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -640,7 +597,7 @@ class RemoteNodes:
                     break
             else:
                 return None
-        if not worker.stale():
+        if not worker.data.readable_now():  # idle: EOF (it is gone) or a stray frame
             return worker
         if worker.lease_id is not None and worker.client is not None:
             self._release(worker.client, worker.lease_id)
@@ -653,18 +610,18 @@ class RemoteNodes:
         if worker is not None:
             return worker
         pid, channels = client.spawn()
-        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver)
+        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver,
+                         self.owner.prefix_enabled)
         worker.incarnation = entry.incarnation
         worker.env = env
         return worker
 
     def _dep_values(self, task) -> list:
-        """Step 2's first part: the task's argument objects, once ready (as for a local
-        task), as ``[(position, kind, payload)]`` for TASK, a large one as ``("peer",
-        size, mapping)``: its segment mapped read-only, whose bytes ``_call`` sends after
-        TASK in frames of at most PEER_CHUNK (the worker receives them into one buffer);
-        or ``[(None, results)]`` when one of them holds an error (the task fails with it,
-        as in Ray)."""
+        """Step 2's first part: the task's argument objects (ready, none an error: the
+        owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
+        one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
+        ``_call`` sends after TASK in frames of at most ``framing.PEER_CHUNK`` (the worker receives
+        them into one buffer)."""
         spec = task.spec
         ids_ = [object_id for _position, object_id in spec.deps]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
@@ -675,8 +632,6 @@ class RemoteNodes:
                 if task.worker.cancelled:
                     raise _cancelled(spec)
                 items = self.owner.get_serialized(ids_, WATCH_S)
-            if len(items) == 1 and items[0][0] == protocol.ERR:
-                return [(None, [(protocol.ERR, items[0][1])] * max(1, spec.num_returns))]
             out = []
             try:
                 for (position, _object_id), (kind, data) in zip(spec.deps, items):
@@ -693,7 +648,7 @@ class RemoteNodes:
 
     def _adopt_results(self, data, spec, items: list) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
-        RESULT on the data connection in frames of at most ``PEER_CHUNK`` bytes; they are
+        RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
         received straight into a new segment of this driver's store (no other copy), named
         as a local worker's result would be, and handed to the owner as such
         (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S: the node is lost."""
@@ -750,9 +705,7 @@ class RemoteNodes:
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        dep_values, spec.return_ids, spec.num_returns, ctx))
             for mapping in bulk:  # straight from the segment's mapping: no copy here
-                with memoryview(mapping) as view:
-                    for start in range(0, view.nbytes, PEER_CHUNK):
-                        data.send_bytes(view[start:start + PEER_CHUNK])
+                send_in_frames(data.send_bytes, mapping)
                 mapping.close()
             del bulk
             while True:
@@ -1031,11 +984,6 @@ def _system_error(text: str):
     from miniray.exceptions import RaySystemError  # lazy: the public package
 
     return RaySystemError(text)
-
-
-def _error_results(spec, error: BaseException) -> list:
-    data = serialization.dumps(error)
-    return [(protocol.ERR, data)] * max(1, len(spec.return_ids))
 
 
 def _tls_client():

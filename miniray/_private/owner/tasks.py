@@ -93,10 +93,11 @@ class TaskQueue:
     ``kill_worker(worker)``, ``signal_cancel(worker, task_id)`` and ``skip_queued(worker,
     task_id)`` (cancellation's acts). ``leases``: the lease book, whose ``stuck`` marks say
     that ``dispatch(key)`` would find no room (``Owner._dispatch``): not called then.
-    ``offload(task)``: offered a task the local node can never hold before it is held
-    infeasible; True when it took it (another node runs it,
-    ``remote_nodes.RemoteNodes.offload``), else None, or the stderr line to print instead of
-    this node's (one naming every node of the cluster)."""
+    ``offload(task, local_feasible)``: offered, once its arguments are ready, a task with a
+    node affinity and a task the local node can never hold (before it is held infeasible);
+    True when it took it (another node runs it, or it failed unschedulable:
+    ``remote_nodes.RemoteNodes.offload``), else None (it stays here), or the stderr line to
+    print instead of this node's infeasible one (one naming every node of the cluster)."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
                  kill_worker, signal_cancel, skip_queued, records=None, leases=None,
@@ -175,15 +176,18 @@ class TaskQueue:
         data = dependency_error_bytes(self.store.inline_bytes(object_id), task.spec.name)
         self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
-    def _enqueue(self, task: Task) -> None:
+    def _enqueue(self, task: Task, placed: bool = False) -> None:
+        """Its arguments are ready: queued (and dispatched), held infeasible, or handed to
+        ``offload`` (a node affinity, unless ``placed`` says where it runs was decided)."""
         key = task.key
-        if key not in self.queues and not self._has_lease(key):
+        affinity = task.spec.affinity is not None and not placed
+        if affinity or (key not in self.queues and not self._has_lease(key)):
             reasons = infeasible_reasons(self.node_state, task.spec.request)
             offloaded = None
-            if reasons and self._offload is not None:
-                offloaded = self._offload(task)
+            if (reasons or affinity) and self._offload is not None:
+                offloaded = self._offload(task, not reasons)
                 if offloaded is True:
-                    return  # another node's from now on
+                    return  # another node's from now on (or failed unschedulable)
             if reasons:
                 task.state = T_INFEASIBLE
                 self.infeasible.setdefault(key, []).append(task)
@@ -211,9 +215,10 @@ class TaskQueue:
 
     def resubmit(self, task: Task) -> None:
         """A task placed on another node comes back to be placed here (a retry after that
-        node died): queued, or infeasible, as a new one whose arguments are ready."""
+        node died, placed here by the caller): queued, or infeasible, as a new one whose
+        arguments are ready."""
         task.state = T_WAITING
-        self._enqueue(task)
+        self._enqueue(task, placed=True)
 
     def requeue(self, task: Task) -> None:
         """Back at the front of its queue (a retry, or never started on a worker that died)."""

@@ -1,8 +1,11 @@
 """Length-prefixed frames over a stream socket, read in bulk.
 
 Owns: the framing of the driver ⇄ worker data channel: an 8-byte big-endian length, then the
-payload. Does not own: what a payload means (``protocol.py``).
-Called by: owner.py (the I/O thread reads with ``recv_ready``) and worker_api.py.
+payload; and the slicing of a large value's bytes into frames of at most ``PEER_CHUNK``
+(``send_in_frames``) where they follow a message between hosts. Does not own: what a
+payload means (``protocol.py``).
+Called by: owner.py (the I/O thread reads with ``recv_ready``), worker_api.py, and
+remote_nodes.py (``send_in_frames``).
 
 The socket stays blocking. The I/O thread reads with ``MSG_DONTWAIT`` and gets every frame
 that has arrived in one system call, instead of two reads and a poll per frame. Reads go into
@@ -31,6 +34,24 @@ _HEADER_SIZE = _HEADER.size
 _CHUNK = 1 << 18
 _GATHER = 64  # frames written by one sendmsg
 _READS = threading.local()  # .view: this thread's read buffer (``_read_view``)
+# A large value's bytes between hosts (a remote task's argument after TASK, its result
+# after RESULT) travel in frames of at most this many bytes.
+PEER_CHUNK = 64 << 20
+
+
+def send_in_frames(send, buffer) -> None:
+    """Send the bytes of ``buffer`` (a contiguous buffer: bytes, a mapping, an array's) with
+    ``send``, one frame a call, in slices of at most PEER_CHUNK, none copied here. The
+    receiver reads them into one buffer of the total size (``recv_bytes_into``).
+
+    >>> frames = []
+    >>> send_in_frames(lambda frame: frames.append(bytes(frame)), b"abc")
+    >>> frames
+    [b'abc']
+    """
+    with memoryview(buffer) as whole, whole.cast("B") as view:
+        for start in range(0, view.nbytes, PEER_CHUNK):
+            send(view[start:start + PEER_CHUNK])
 
 
 def _read_view() -> memoryview:

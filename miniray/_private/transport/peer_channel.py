@@ -109,9 +109,14 @@ def _wait(sock, events: int, deadline: float | None) -> None:
 
 
 def _readable_now(sock) -> bool:
+    """A read of ``sock`` would not block now: bytes, its EOF, or a socket that cannot be
+    polled any more (closed: the read then says so)."""
     poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
-    return bool(poller.poll(0))
+    try:
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 def _send_all(sock, data, deadline: float | None = None) -> None:
@@ -233,6 +238,15 @@ class PeerChannel:
     @property
     def tls(self) -> bool:
         return isinstance(self._sock, ssl.SSLSocket)
+
+    def readable_now(self) -> bool:
+        """Something to read now, without blocking: a frame received and not taken, bytes
+        (TLS's decrypted ones too), the peer's EOF, or a closed channel. An idle channel
+        that is readable lost its peer or got a frame nobody asked for."""
+        if self._ready or self._eof or self._closed:
+            return True
+        sock = self._sock
+        return bool(isinstance(sock, ssl.SSLSocket) and sock.pending()) or _readable_now(sock)
 
     # ---------------------------------------------------------------- sending
     def send(self, obj) -> None:
@@ -761,11 +775,9 @@ class FramedPeer:
             self.channel.send_bytes(data)
 
     def recv(self) -> list:
-        """Block for at least one verified frame; EOFError when the peer closed."""
-        try:
-            frames = [bytes(self.channel.recv_bytes())]
-        except PeerClosed:
-            raise EOFError("peer closed the socket") from None
+        """Block for at least one verified frame, and take those read with it; EOFError
+        when the peer closed."""
+        frames = [self.recv_bytes()]
         ready = self.channel._ready
         while ready:
             frames.append(bytes(ready.popleft()))

@@ -18,7 +18,8 @@ RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_fr
 
 A worker for a driver on another host: a large argument's bytes follow its TASK as frames
 (read into one buffer, ``Channel._receive_bulk``) and a large result's follow RESULT
-(``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it).
+(``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it), in
+frames of at most ``framing.PEER_CHUNK``.
 
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
@@ -38,21 +39,7 @@ from typing import Any
 
 from miniray._private.core import ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import shm_segments, values
-from miniray._private.transport.framing import FramedSocket
-
-# A large value's bytes after RESULT travel in frames of at most this many bytes.
-PEER_CHUNK = 64 << 20
-
-
-def bulk_frames(ser: oob.Serialized):
-    """The frames of a large value sent after RESULT (``Channel.send_bulk``): its segment
-    bytes (``oob.load_segment``'s layout) in order, each piece of the serialized value
-    (header, metadata, padding, each array's buffer) in slices of at most PEER_CHUNK, never
-    copied here. The driver receives them straight into a new segment of its store."""
-    for piece in ser.pieces():
-        view = memoryview(piece).cast("B")
-        for start in range(0, view.nbytes, PEER_CHUNK):
-            yield view[start:start + PEER_CHUNK]
+from miniray._private.transport.framing import FramedSocket, send_in_frames
 
 
 class Channel:
@@ -81,27 +68,23 @@ class Channel:
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
-            pending = self.before_send_pending
-            if self.before_send is not None and (pending is None or pending):
-                first = self.before_send()
-                if first is not None:  # refs this worker took before what it now says
-                    self.conn.send(pickle.dumps(first, protocol=5))
+            self._report_first()
             self.conn.send(data)
 
     def send_bulk(self, message: tuple, sers: list) -> None:
         """Send ``message`` (a RESULT), then the bytes of each large value it names as
-        ``("peer", size, index)`` (``bulk_frames``), in one hold of the send lock: nothing
-        else comes between them. A worker for a driver on another host only."""
+        ``("peer", size, index)``, in one hold of the send lock: nothing else comes between
+        them. A value's bytes are its segment's (``oob.load_segment``'s layout): each piece
+        of the serialized value (header, metadata, padding, each array's buffer) in order,
+        uncopied (``framing.send_in_frames``); the driver receives them straight into a new
+        segment of its store. A worker for a driver on another host only."""
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
-            if self.before_send is not None:
-                first = self.before_send()
-                if first is not None:
-                    self.conn.send(pickle.dumps(first, protocol=5))
+            self._report_first()
             self.conn.send(data)
             for ser in sers:
-                for frame in bulk_frames(ser):
-                    self.conn.send(frame)
+                for piece in ser.pieces():
+                    send_in_frames(self.conn.send, piece)
 
     def flush(self) -> None:
         """Send the pending borrow report, if any, on its own."""
@@ -110,10 +93,16 @@ class Channel:
             return  # nothing to report: an event added just after this look goes with
             # the next send, as one added just after the report under the lock would
         with self._send_lock:
-            if self.before_send is not None:
-                first = self.before_send()
-                if first is not None:
-                    self.conn.send(pickle.dumps(first, protocol=5))
+            self._report_first()
+
+    def _report_first(self) -> None:
+        """*Send lock held.* The borrow report (refs this worker took before what it now
+        says), when ``before_send`` may have one, goes before the next message."""
+        pending = self.before_send_pending
+        if self.before_send is not None and (pending is None or pending):
+            first = self.before_send()
+            if first is not None:
+                self.conn.send(pickle.dumps(first, protocol=5))
 
     def new_request_id(self) -> int:
         return next(self._req_ids)
@@ -236,7 +225,7 @@ class Channel:
 
     def _receive_bulk(self, message: tuple, frames) -> tuple:
         """*Read lock held.* A TASK from a driver on another host whose large arguments
-        (``("peer", size)``) follow it as frames (``bulk_frames``' slicing): each is read
+        (``("peer", size)``) follow it as frames (``framing.send_in_frames``): each is read
         into a buffer of its own, from the frames already read (``frames``, an iterator,
         advanced) and then straight from the connection (``recv_bytes_into``: no other
         copy). Returns the TASK with ``("peer", buffer)`` for each."""
