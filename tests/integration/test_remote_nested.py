@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from .helpers import wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
-from .test_remote_tasks import MEMBER, _run_driver, member  # noqa: F401 - fixtures
+from .test_remote_tasks import MEMBER, _run_driver
+
+
+@pytest.fixture
+def member(hosts):
+    """A cluster of two fake hosts; the member's (host, port) with 2 CPUs."""
+    yield hosts.start_member(MEMBER, "--num-cpus", "2")
 
 
 def _no_member_leases(hosts) -> bool:
@@ -118,6 +126,8 @@ def test_a_task_on_the_member_submits_gets_puts_waits_and_calls_an_actor(hosts, 
 
 
 def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(hosts, member):
+    """Also: a child placed on the member too, and a request still refused (creating an
+    actor) raised in the task."""
     doc = _run_driver(hosts, """
     class Oops(ValueError):
         pass
@@ -138,7 +148,29 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     def uncaught():
         return ray.get(child.remote(), timeout=30)
 
+    @ray.remote
+    class Nobody:
+        pass
+
+    @ray.remote(max_retries=0)
+    def creates_actor():
+        try:
+            Nobody.remote()
+        except NotImplementedError as error:
+            return str(error)
+        return None
+
+    @ray.remote
+    def there_too():
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def grandparent():  # a child placed on the member too: the parent's node
+        return ray.get(there_too.options(scheduling_strategy=there).remote(), timeout=30)
+
     on = dict(scheduling_strategy=there)
+    refused = ray.get(creates_actor.options(**on).remote(), timeout=60)
+    nested_there = ray.get(grandparent.options(**on).remote(), timeout=60)
     inside = ray.get(caught.options(**on).remote(), timeout=60)
     try:
         ray.get(uncaught.options(**on).remote(), timeout=60)
@@ -146,12 +178,16 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     except Oops as error:
         outside = [type(error).__name__, isinstance(error, ray.exceptions.RayTaskError),
                    str(error)]
-    print(json.dumps({"inside": inside, "outside": outside}), flush=True)
+    print(json.dumps({"inside": inside, "outside": outside, "refused": refused,
+                      "nested_there": nested_there, "member": member}), flush=True)
     ray.shutdown()
     """)
     assert doc["inside"][:2] == ["Oops", True] and "child failed" in doc["inside"][2], doc
     name, is_task_error, text = doc["outside"]
     assert is_task_error and "child failed" in text and "uncaught" in text, doc
+    # What it still cannot ask for fails in the task with an error saying so.
+    assert doc["refused"] and "cannot make this request" in doc["refused"], doc
+    assert doc["nested_there"] == doc["member"], doc
 
 
 def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, member):

@@ -194,9 +194,12 @@ class RemoteRequests:
                 return protocol.CANCELLED
             left = WATCH_S if deadline is None else min(
                 WATCH_S, max(0.0, deadline - time.monotonic()))
-            if self.owner.closed:
-                raise OSError("the driver is shutting down")
-            answer = attempt(left)
+            try:
+                answer = attempt(left)
+            except RuntimeError:  # the owner's "shut down": the call ends with the driver
+                if self.owner.closed:
+                    raise OSError("the driver is shutting down") from None
+                raise
             if answer is not None:
                 return answer
             if deadline is not None and time.monotonic() >= deadline:
