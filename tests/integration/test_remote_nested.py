@@ -271,3 +271,30 @@ def test_the_idle_worker_serves_the_next_task_after_one_that_held_refs(hosts, me
     ray.shutdown()
     """, timeout=120)
     assert len(set(doc["pids"])) == 1, doc
+
+
+def test_a_remote_worker_dying_while_its_get_waits_fails_the_task_at_once(hosts, member):
+    doc = _run_driver(hosts, """
+    import threading
+
+    @ray.remote(max_retries=0)
+    def sleeps():
+        time.sleep(60)
+
+    @ray.remote(max_retries=0)
+    def dies_waiting():
+        threading.Timer(1.0, os._exit, args=(1,)).start()
+        return ray.get(sleeps.remote())
+
+    t0 = time.monotonic()
+    try:
+        ray.get(dies_waiting.options(scheduling_strategy=there).remote(), timeout=30)
+        outcome = None
+    except Exception as error:
+        outcome = type(error).__name__
+    print(json.dumps({"outcome": outcome, "waited": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    print(f"\nfailed {doc['waited']:.2f} s after submission (the worker died at 1 s)")
+    assert doc["outcome"] == "WorkerCrashedError" and doc["waited"] < 10, doc
+    assert wait_until(lambda: _no_member_leases(hosts), 5.0)
