@@ -28,7 +28,9 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
     4. PUT(id, OK, payload, contained): ``payload`` inline bytes, or ``("peer", size)``:
        its bytes follow in frames of at most PEER_CHUNK, received straight into a new
        segment of the driver's store; the object is the driver's, as a local worker's put
-       is (it outlives W), ready, borrowed by W, holding the refs it contains.
+       is (it outlives W), ready, borrowed by W, holding the refs it contains. A store
+       with no room for it: its frames are read and dropped, and the object holds
+       ObjectStoreFullError (raised by its ``get``; Ray raises it from ``put``).
     5. GET(req, ids, timeout, call_id) and WAIT(req, ids, num_returns, timeout, call_id):
        this thread waits for the objects in slices of WATCH_S; between slices it answers
        CANCELLED once T was cancelled (W raises KeyboardInterrupt, as a local get does),
@@ -54,6 +56,7 @@ allows).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import socket
@@ -68,6 +71,7 @@ logger = logging.getLogger(__name__)
 
 WATCH_S = 0.5  # a blocked get or wait looks at cancel, W's death and its node this often
 PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
+BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
 SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes")
 
 
@@ -168,6 +172,14 @@ class RemoteRequests:
                                 shm_segments.segment_name(store.session_tag, object_id))
             try:
                 self.receive_segment(self.data, path, size)
+            except OSError as error:
+                shm_segments.unlink_quiet(path)
+                if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+                    raise
+                self._skip_bytes(size)  # none was read: the store had no room for it
+                self._fail_refs([object_id], shm_segments.no_room_error(
+                    store.shm_dir, size, object_id))
+                return
             except BaseException:
                 shm_segments.unlink_quiet(path)
                 raise
@@ -178,6 +190,11 @@ class RemoteRequests:
                 self.borrowed.add(object_id)
             if contained:
                 owner.objects.contain(object_id, contained)
+
+    def _skip_bytes(self, size: int) -> None:
+        """Read and drop the frames of a value of ``size`` bytes (a put with no room)."""
+        while size > 0:
+            size -= memoryview(self.data.recv_bytes(timeout=BULK_FRAME_S)).nbytes
 
     # -- step 5 ------------------------------------------------------------------------
     def _interrupted(self, call_id) -> bool:
