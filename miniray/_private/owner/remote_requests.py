@@ -9,7 +9,7 @@ ends). Values travel over the worker's MAC'd data connection: small ones inline,
 one's bytes in frames after its message (as a task's arguments and results do).
 Does not own: running the task there (lease, spawn, TASK, RESULT, retries:
 ``remote_nodes.py``), the objects (``object_table.py``), scheduling (``owner.py``), or the
-worker's side (``worker/worker_api.py``: ``Channel._receive_bulk``, ``send_bulk``).
+worker's side (``worker/worker_api.py``: ``Channel._with_bulk``, ``send_bulk``).
 Called by: ``remote_nodes.RemoteNodes._call``, in the task's thread, not locked: ``serve``
 for each message of the worker that is not READY or its RESULT, ``contain`` with RESULT,
 ``end`` when the call ends however it ends.
@@ -44,14 +44,14 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
        are answered; any other (creating or looking up actors, placement groups, streaming
        next) is answered with an error naming it (W raises it in the task).
     Anything else (a streaming task's YIELD, say): not served, ``serve`` returns False and
-    the caller fails T with its "not supported across hosts yet" error.
+    the caller fails T with an error saying a task on another host cannot ask for it.
 
 W's lease on its node while it waits: W holds its lease (its CPU too) while its children
 run, on the driver's node or elsewhere; a child that needs that same node's only free
 resources waits until W's task ends (a local blocked worker gives its CPU back instead).
 Requests are served one at a time in the order W sent them: a task that blocks in ``get``
-on one thread while another thread of it puts the object waits for ever (as its timeout
-allows).
+on one thread while another thread of it puts the object waits as long as its timeout
+allows (for ever without one).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ __all__ = ["RemoteRequests", "WATCH_S"]
 
 logger = logging.getLogger(__name__)
 
-WATCH_S = 0.5  # a blocked get or wait looks at cancel, W's death and its node this often
+WATCH_S = 0.2  # a blocked get or wait looks at cancel, W's death and its node this often
 PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
 BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
 SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes")
