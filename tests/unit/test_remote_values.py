@@ -1,7 +1,7 @@
 """A large value's bytes between a driver and a worker on another host (``Channel.send_bulk``
-over ``framing.send_in_frames``, and ``Channel._receive_bulk``): the frames cover the value's
+over ``framing.send_in_frames``, and ``Channel._with_bulk``): the frames cover the value's
 segment layout in order, none larger than PEER_CHUNK, after the borrow report and RESULT, and
-a TASK followed by them is rebuilt."""
+a TASK or a GET's REPLY followed by them is rebuilt (``values.read`` loads such a value)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pickle
 import numpy as np
 
 from miniray._private.core import oob, protocol
+from miniray._private.object_store import values
 from miniray._private.transport import framing
 from miniray._private.worker import worker_api
 
@@ -102,8 +103,27 @@ def test_a_task_with_bulk_arguments_is_rebuilt_from_read_and_unread_frames(monke
                                                      ("k", protocol.OK, b"small")],
             [b"r"], 1, None)
     channel = worker_api.Channel(_Conn(frames[3:]))  # 3 frames read with TASK, rest not
-    rebuilt = channel._receive_bulk(pickle.loads(pickle.dumps(task)), iter(frames[:3]))
+    rebuilt = channel._with_bulk(pickle.loads(pickle.dumps(task)), iter(frames[:3]))
     (position, _kind, (tag, buffer)), small = rebuilt[5]
     assert (position, tag, small) == (0, "peer", ("k", protocol.OK, b"small"))
     assert oob.load_segment(memoryview(buffer)).sum() == sum(range(5000))
     assert rebuilt[:5] == task[:5] and rebuilt[6:] == task[6:]
+
+
+def test_a_get_reply_with_large_values_is_rebuilt_and_read(monkeypatch):
+    monkeypatch.setattr(framing, "PEER_CHUNK", 4096)
+    first = oob.serialize(np.arange(3000, dtype=np.int64))
+    second = oob.serialize({"x": np.ones(2000)})
+    frames = [f for ser in (first, second) for f in _bulk_frames(ser)]
+    reply = (protocol.REPLY, 7, [(protocol.OK, ("peer", first.total_size)),
+                                 (protocol.OK, b"inline"),
+                                 (protocol.OK, ("peer", second.total_size))])
+    channel = worker_api.Channel(_Conn(frames[2:]))
+    rebuilt = channel._with_bulk(pickle.loads(pickle.dumps(reply)), iter(frames[:2]))
+    assert rebuilt[:2] == (protocol.REPLY, 7) and rebuilt[2][1] == (protocol.OK, b"inline")
+    a, b = (values.read(item[1]) for item in (rebuilt[2][0], rebuilt[2][2]))
+    assert a.tolist() == list(range(3000)) and not a.flags.writeable
+    assert b["x"].sum() == 2000.0
+    # Anything else (a CALL's reply, a WAIT's ids) goes through as it is.
+    for other in ((protocol.REPLY, 8, (True, None)), (protocol.REPLY, 9, [b"id"])):
+        assert channel._with_bulk(other, iter(())) is other

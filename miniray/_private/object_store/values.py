@@ -9,7 +9,9 @@ arguments), owner.py and actors.py (building payloads).
 
 A payload is either ``bytes`` (an in-band pickle: small values and every error) or a location
 tuple ``("shm", path, size)`` / ``("spilled", path, size)`` for a large object, which the reader
-maps read-only: numpy arrays come back as read-only views of the shared memory, no copy.
+maps read-only: numpy arrays come back as read-only views of the shared memory, no copy. A
+worker for a driver on another host receives a large object's bytes instead: ``("peer",
+buffer, size)``, loaded from that buffer the same way.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def read(payload: Any, cache: MappingCache | None = None) -> Any:
     if isinstance(payload, (bytes, bytearray)):
         return oob.loads_inline(payload)
     kind, path, _size = payload
+    if kind == "peer":  # a worker for a driver on another host: the bytes it received
+        return oob.load_segment(memoryview(path).toreadonly(), "an object from the driver")
     if kind == "shm":
         if cache is not None:
             return cache.read(path, _size)

@@ -41,12 +41,14 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        data connection; a large argument's bytes follow TASK, sent from its segment's
        read-only mapping in frames of at most ``framing.PEER_CHUNK`` (the worker reads them into one
        buffer: ``worker_api.Channel._receive_bulk``).
-    3. The worker answers READY (a new one), BORROW (ignored: no refs travel yet) and
-       RESULT; each large value in it, ``("peer", size, index)``, has its bytes follow
-       RESULT in frames (``framing.send_in_frames``), received straight into a new segment
-       of the driver's store (``_adopt_results``), which the owner adopts as a local
-       worker's. Anything else (a nested submit, get, put) fails the task, "not supported
-       across hosts yet", and the worker is closed.
+    3. The worker answers READY (a new one) and RESULT; each large value in it,
+       ``("peer", size, index)``, has its bytes follow RESULT in frames
+       (``framing.send_in_frames``), received straight into a new segment of the driver's
+       store (``_adopt_results``), which the owner adopts as a local worker's. Before
+       RESULT, what the task asks of its driver (BORROW, SUBMIT, ACTOR_SUBMIT, PUT, GET,
+       WAIT, CALL) is served in this thread (``remote_requests.py``, its own steps);
+       anything else (a streaming generator's YIELD) fails the task with an error saying
+       so, and the worker is closed.
     4. ("release", lease_id); the worker is kept idle for N's next task (at most
        IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
@@ -84,6 +86,7 @@ from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.output import OutputStream
+from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
@@ -243,6 +246,21 @@ class _Worker:
                                       name="miniray-remote-output")
             reader.start()
             self._outputs.append(reader)
+
+    def stale(self) -> bool:
+        """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame.
+        A BORROW (the refs its last task dropped, sent after RESULT) is read and dropped:
+        that task's borrows were all released when it ended (``remote_requests.py``)."""
+        data = self.data
+        try:
+            while data.readable_now():
+                if data.recv(timeout=0)[0] != protocol.BORROW:
+                    return True
+        except TimeoutError:  # part of a frame so far: the rest comes with the next read
+            return False
+        except (OSError, ValueError):  # EOF (PeerClosed), a bad frame (PeerAuthError)
+            return True
+        return False
 
     def close(self) -> None:
         self.data.close()
@@ -597,7 +615,7 @@ class RemoteNodes:
                     break
             else:
                 return None
-        if not worker.data.readable_now():  # idle: EOF (it is gone) or a stray frame
+        if not worker.stale():
             return worker
         if worker.lease_id is not None and worker.client is not None:
             self._release(worker.client, worker.lease_id)
@@ -684,6 +702,8 @@ class RemoteNodes:
         data = worker.data
         if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
             raise _cancelled(spec)
+        asks = RemoteRequests(owner, slot.inflight[0], data, lambda: self._check_alive(
+            worker, client, spec), _receive_segment)  # step 3: what the task asks
         try:
             if not worker.said_hello:
                 hello = owner.hello_info
@@ -717,6 +737,7 @@ class RemoteNodes:
                 tag = message[0]
                 if tag == protocol.RESULT and message[1] == spec.task_id:
                     results = message[2]
+                    asks.contain(message[4])
                     if any(not isinstance(item[1], (bytes, bytearray)) for item in results):
                         if any(not (isinstance(item[1], tuple) and item[1][0] == "peer")
                                for item in results
@@ -731,13 +752,14 @@ class RemoteNodes:
                             worker.broken = True
                             raise
                     return results
-                if tag in (protocol.READY, protocol.BORROW):
+                if tag == protocol.READY or asks.serve(message):
                     continue
                 worker.broken = True
                 raise _Failed(_system_error(
                     f"Task {spec.name} on node {worker.node[:12]} asked its driver for "
-                    f"something (message {tag}) that a task on another host cannot do: "
-                    f"nested tasks, get, put and actors {UNSUPPORTED.replace('objects ', '')}"))
+                    f"something ({protocol.tag_name('data', tag)}) that a task on another "
+                    "host cannot ask for yet (a streaming generator's values, say); run it "
+                    "on the driver's node."))
         except (pc.PeerClosed, OSError) as error:
             worker.broken = True
             from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy
@@ -754,6 +776,8 @@ class RemoteNodes:
             raise _Failed(WorkerCrashedError(
                 f"Task {spec.name}: the worker pid={worker.pid} on node {client.name} died "
                 f"({error}).")) from None
+        finally:
+            asks.end()
 
     def _check_alive(self, worker: _Worker, client: RemoteNodeClient, spec) -> None:
         """Step 5 while a task runs and its worker is silent: NodeDiedError when the view

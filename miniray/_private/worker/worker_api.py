@@ -19,7 +19,11 @@ RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_fr
 A worker for a driver on another host: a large argument's bytes follow its TASK as frames
 (read into one buffer, ``Channel._receive_bulk``) and a large result's follow RESULT
 (``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it), in
-frames of at most ``framing.PEER_CHUNK``.
+frames of at most ``framing.PEER_CHUNK``; its
+nested tasks, ``get``, ``wait``, ``put`` and actor calls are the same messages as a local
+worker's, served by the driver (``owner/remote_requests.py``): a large ``put``'s bytes
+follow PUT (``send_bulk``), a large value of a GET's REPLY follows it
+(``Channel._with_bulk``); an ObjectRef inside an argument is read by ``get`` like any.
 
 Cancelling: a GET or WAIT names the call that waits; once that call is cancelled the owner
 answers CANCELLED and the wait raises KeyboardInterrupt, as Ray's ``get`` does in a cancelled
@@ -72,12 +76,12 @@ class Channel:
             self.conn.send(data)
 
     def send_bulk(self, message: tuple, sers: list) -> None:
-        """Send ``message`` (a RESULT), then the bytes of each large value it names as
-        ``("peer", size, index)``, in one hold of the send lock: nothing else comes between
-        them. A value's bytes are its segment's (``oob.load_segment``'s layout): each piece
-        of the serialized value (header, metadata, padding, each array's buffer) in order,
-        uncopied (``framing.send_in_frames``); the driver receives them straight into a new
-        segment of its store. A worker for a driver on another host only."""
+        """Send ``message`` (a RESULT, or a PUT), then the bytes of each large value it
+        names as ``("peer", size, ...)``, in one hold of the send lock: nothing else comes
+        between them. A value's bytes are its segment's (``oob.load_segment``'s layout): each
+        piece of the serialized value (header, metadata, padding, each array's buffer) in
+        order, uncopied (``framing.send_in_frames``); the driver receives them straight into
+        a new segment of its store. A worker for a driver on another host only."""
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
             self._report_first()
@@ -195,9 +199,8 @@ class Channel:
         frames = iter(frames)
         for data in frames:
             message = pickle.loads(data)
-            if self.remote and message[0] == protocol.TASK and message[5] and any(
-                    type(d[2]) is tuple and d[2][0] == "peer" for d in message[5]):
-                message = self._receive_bulk(message, frames)
+            if self.remote:  # a large value's bytes may follow a TASK or a GET's REPLY
+                message = self._with_bulk(message, frames)
             if message[0] == protocol.REPLY:
                 with self._cond:
                     self._replies[message[1]] = message[2]
@@ -223,33 +226,48 @@ class Channel:
         if given_back:
             self.send((protocol.GIVE_BACK, given_back))
 
-    def _receive_bulk(self, message: tuple, frames) -> tuple:
-        """*Read lock held.* A TASK from a driver on another host whose large arguments
-        (``("peer", size)``) follow it as frames (``framing.send_in_frames``): each is read
-        into a buffer of its own, from the frames already read (``frames``, an iterator,
-        advanced) and then straight from the connection (``recv_bytes_into``: no other
-        copy). Returns the TASK with ``("peer", buffer)`` for each."""
-        deps = []
-        for position, kind, data in message[5]:
-            if type(data) is tuple and data[0] == "peer":
-                buffer = bytearray(data[1])
-                view = memoryview(buffer)
-                offset = 0
-                while offset < len(buffer):
-                    frame = next(frames, None)
-                    if frame is not None:
-                        n = len(frame)
-                        view[offset:offset + n] = frame
-                    else:
-                        try:
-                            n = self.conn.channel.recv_bytes_into(view[offset:])
-                        except (EOFError, OSError):
-                            _exit_now()  # the driver is gone (or a frame failed its check)
-                    offset += n
-                view.release()
-                data = ("peer", buffer)
-            deps.append((position, kind, data))
-        return message[:5] + (deps,) + message[6:]
+    def _with_bulk(self, message: tuple, frames) -> tuple:
+        """*Read lock held.* ``message`` from a driver on another host with the bytes of
+        each large value it names as ``("peer", size)`` read in (``_receive_bulk``): a
+        TASK's arguments become ``("peer", buffer)``, a GET REPLY's values ``("peer",
+        buffer, size)`` (``values.read`` loads those). Any other message as it is."""
+        tag = message[0]
+        if tag == protocol.TASK and message[5] and any(
+                type(d[2]) is tuple and d[2][0] == "peer" for d in message[5]):
+            deps = [(position, kind, ("peer", self._receive_bulk(data[1], frames))
+                     if type(data) is tuple and data[0] == "peer" else data)
+                    for position, kind, data in message[5]]
+            return message[:5] + (deps,) + message[6:]
+        if tag == protocol.REPLY and type(message[2]) is list and any(
+                type(item) is tuple and type(item[1]) is tuple and item[1][0] == "peer"
+                for item in message[2]):
+            items = [(kind, ("peer", self._receive_bulk(data[1], frames), data[1])
+                      if type(data) is tuple and data[0] == "peer" else data)
+                     for kind, data in message[2]]
+            return (tag, message[1], items)
+        return message
+
+    def _receive_bulk(self, size: int, frames) -> bytearray:
+        """*Read lock held.* One large value's ``size`` bytes, which follow its message as
+        frames (``framing.send_in_frames``), read into a buffer of its own: from the frames
+        already read (``frames``, an iterator, advanced) and then straight from the
+        connection (``recv_bytes_into``: no other copy)."""
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        offset = 0
+        while offset < size:
+            frame = next(frames, None)
+            if frame is not None:
+                n = len(frame)
+                view[offset:offset + n] = frame
+            else:
+                try:
+                    n = self.conn.channel.recv_bytes_into(view[offset:])
+                except (EOFError, OSError):
+                    _exit_now()  # the driver is gone (or a frame failed its check)
+            offset += n
+        view.release()
+        return buffer
 
     def wait_reply(self, req_id: int) -> Any:
         while True:
@@ -432,11 +450,20 @@ class WorkerRuntime:
         which the owner adopts (this worker never unlinks it)."""
         serialization.start_collecting()
         try:
-            payload = self.payload_for(object_id, value)
+            ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
+            store = self.info["store"]
+            if store.get("remote") and ser.total_size >= store["inline_threshold"]:
+                payload = None  # a driver on another host: the bytes follow PUT
+            else:
+                payload = self.payload_for(object_id, ser)
         finally:
             contained = tuple(contained) + tuple(serialization.stop_collecting())
         with self._shielded():
-            self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
+            if payload is None:
+                self.channel.send_bulk((protocol.PUT, object_id, protocol.OK,
+                                        ("peer", ser.total_size), contained), [ser])
+            else:
+                self.channel.send((protocol.PUT, object_id, protocol.OK, payload, contained))
 
     @property
     def large_arguments(self) -> tuple:

@@ -1,0 +1,300 @@
+"""A task on another host asks its driver for things (``owner/remote_requests.py``).
+
+Fake hosts as in test_remote_tasks.py (a head on 127.0.0.1 and a member on 127.0.0.2, each
+with its own root; the fixture's teardown checks that no process, segment, lease or session
+file is left on either): a task placed on the member by a hard node affinity submits
+tasks, gets, puts and waits, reads refs nested in its arguments, calls an actor of the
+driver's, sees its children's errors, and is cancelled with its children.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .helpers import wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_tasks import MEMBER, _run_driver
+
+
+@pytest.fixture
+def member(hosts):
+    """A cluster of two fake hosts; the member's (host, port) with 2 CPUs."""
+    yield hosts.start_member(MEMBER, "--num-cpus", "2")
+
+
+def _no_member_leases(hosts) -> bool:
+    from miniray._private.ledger.ledger import Ledger
+
+    path = os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")
+    return not Ledger(path).snapshot().leases
+
+
+def test_a_task_on_the_member_submits_gets_puts_waits_and_calls_an_actor(hosts, member):
+    doc = _run_driver(hosts, """
+    import numpy as np
+
+    @ray.remote
+    def square(x):
+        return x * x, ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def parent(n):
+        refs = [square.remote(i) for i in range(n)]
+        got = ray.get(refs, timeout=30)
+        return [v for v, _ in got], sorted({node for _, node in got}), \\
+            ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def put_get(megabytes):
+        array = np.arange(megabytes * 1024 * 1024 // 8, dtype=np.float64)
+        ref = ray.put(array)
+        back = ray.get(ref, timeout=30)
+        return float(back.sum()) == float(array.sum()), back.nbytes, \\
+            bool(back.flags.writeable), ref
+
+    @ray.remote
+    def sleepy(s):
+        time.sleep(s)
+        return s
+
+    @ray.remote
+    def waits():
+        slow, fast = sleepy.remote(20), sleepy.remote(0)
+        t0 = time.monotonic()
+        ready, pending = ray.wait([slow, fast], num_returns=2, timeout=1.5)
+        waited = time.monotonic() - t0
+        ray.cancel(slow, force=True)
+        return len(ready), len(pending), ray.get(ready[0], timeout=10), waited
+
+    @ray.remote
+    def nested(box):
+        return sum(ray.get(box["refs"], timeout=30))
+
+    @ray.remote
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+    @ray.remote
+    def calls(counter):
+        return ray.get([counter.add.remote(k) for k in (1, 2, 3)], timeout=30)
+
+    @ray.remote
+    def hands_back(n):
+        return [square.remote(i) for i in range(n)], ray.put(np.ones(1 << 18))
+
+    on = dict(scheduling_strategy=there)
+    values, nodes, ran_on = ray.get(parent.options(**on).remote(3), timeout=60)
+    refs, big_ref = ray.get(hands_back.options(**on).remote(2), timeout=60)
+    time.sleep(0.3)  # the task's borrows are released by now: its refs must still hold
+    handed = [v for v, _ in ray.get(refs, timeout=30)] + [float(ray.get(big_ref).sum())]
+    same, nbytes, writeable, put_ref = ray.get(put_get.options(**on).remote(20), timeout=60)
+    from_put = ray.get(put_ref, timeout=30)  # the put is the driver's: it outlives the task
+    ready, pending, first, waited = ray.get(waits.options(**on).remote(), timeout=60)
+    inner = [ray.put(i) for i in (10, 20, 30)]
+    summed = ray.get(nested.options(**on).remote({"refs": inner}), timeout=60)
+    counter = Counter.remote()
+    counted = ray.get(calls.options(**on).remote(counter), timeout=60)
+    after = ray.get(counter.add.remote(0), timeout=30)
+    print(json.dumps({
+        "values": values, "nodes": nodes, "ran_on": ran_on, "member": member,
+        "here": ray.get_runtime_context().get_node_id(), "same": same, "nbytes": nbytes,
+        "writeable": writeable, "from_put": [from_put.nbytes, float(from_put[-1])],
+        "wait": [ready, pending, first, waited], "summed": summed, "counted": counted,
+        "after": after, "handed": handed}), flush=True)
+    del from_put, put_ref, refs, big_ref
+    ray.shutdown()
+    """, timeout=120)
+    assert doc["ran_on"] == doc["member"] != doc["here"], doc
+    assert doc["values"] == [0, 1, 4], doc
+    assert doc["nodes"] == [doc["here"]], doc  # the children ran on the driver's node
+    mb20 = 20 * 1024 * 1024
+    assert [doc["same"], doc["nbytes"], doc["writeable"]] == [True, mb20, False], doc
+    assert doc["from_put"] == [mb20, float(mb20 // 8 - 1)], doc
+    ready, pending, first, waited = doc["wait"]
+    assert [ready, pending, first] == [1, 1, 0] and 1.3 < waited < 10, doc["wait"]
+    assert doc["summed"] == 60, doc
+    assert doc["counted"] == [1, 3, 6] and doc["after"] == 6, doc
+    assert doc["handed"] == [0, 1, float(1 << 18)], doc  # refs in its result outlive it
+    assert wait_until(lambda: _no_member_leases(hosts), 5.0)
+
+
+def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(hosts, member):
+    """Also: a child placed on the member too, and a request still refused (creating an
+    actor) raised in the task."""
+    doc = _run_driver(hosts, """
+    class Oops(ValueError):
+        pass
+
+    @ray.remote(max_retries=0)
+    def child():
+        raise Oops("child failed")
+
+    @ray.remote(max_retries=0)
+    def caught():
+        try:
+            ray.get(child.remote(), timeout=30)
+        except Oops as error:
+            return ["Oops", isinstance(error, ray.exceptions.RayTaskError), str(error)]
+        return None
+
+    @ray.remote(max_retries=0)
+    def uncaught():
+        return ray.get(child.remote(), timeout=30)
+
+    @ray.remote
+    class Nobody:
+        pass
+
+    @ray.remote(max_retries=0)
+    def creates_actor():
+        try:
+            Nobody.remote()
+        except NotImplementedError as error:
+            return str(error)
+        return None
+
+    @ray.remote
+    def there_too():
+        return ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def grandparent():  # a child placed on the member too: the parent's node
+        return ray.get(there_too.options(scheduling_strategy=there).remote(), timeout=30)
+
+    on = dict(scheduling_strategy=there)
+    refused = ray.get(creates_actor.options(**on).remote(), timeout=60)
+    nested_there = ray.get(grandparent.options(**on).remote(), timeout=60)
+    inside = ray.get(caught.options(**on).remote(), timeout=60)
+    try:
+        ray.get(uncaught.options(**on).remote(), timeout=60)
+        outside = None
+    except Oops as error:
+        outside = [type(error).__name__, isinstance(error, ray.exceptions.RayTaskError),
+                   str(error)]
+    print(json.dumps({"inside": inside, "outside": outside, "refused": refused,
+                      "nested_there": nested_there, "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["inside"][:2] == ["Oops", True] and "child failed" in doc["inside"][2], doc
+    name, is_task_error, text = doc["outside"]
+    assert is_task_error and "child failed" in text and "uncaught" in text, doc
+    # What it still cannot ask for fails in the task with an error saying so.
+    assert doc["refused"] and "cannot make this request" in doc["refused"], doc
+    assert doc["nested_there"] == doc["member"], doc
+
+
+def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, member):
+    doc = _run_driver(hosts, """
+    @ray.remote(max_retries=0)
+    def child(path):
+        open(path, "w").close()
+        for _ in range(300):
+            time.sleep(0.1)
+        return "finished"
+
+    @ray.remote(max_retries=0)
+    def parent(paths):
+        refs = [child.remote(p) for p in paths]
+        return ray.get(refs)
+
+    @ray.remote(max_retries=0)
+    def waits_on(path):
+        return ray.get(child.remote(path))
+
+    # Not recursive: the parent's get is interrupted (KeyboardInterrupt there, as Ray).
+    blocked_path = os.path.join(os.environ["MINIRAY_TMPDIR"], "blocked")
+    blocked = waits_on.options(scheduling_strategy=there).remote(blocked_path)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(blocked_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    ray.cancel(blocked)
+    try:
+        ray.get(blocked, timeout=20)
+        interrupted = None
+    except Exception as error:
+        interrupted = [type(error).__name__, time.monotonic() - t0]
+
+    paths = [os.path.join(os.environ["MINIRAY_TMPDIR"], f"child-{i}") for i in range(2)]
+    ref = parent.options(scheduling_strategy=there).remote(paths)
+    deadline = time.monotonic() + 30
+    while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = all(os.path.exists(p) for p in paths)
+    t0 = time.monotonic()
+    ray.cancel(ref, recursive=True)
+    try:
+        ray.get(ref, timeout=20)
+        outcome = None
+    except Exception as error:
+        outcome = type(error).__name__
+    waited = time.monotonic() - t0
+    from miniray.util.state import list_tasks
+    state = list_tasks(filters=[("name", "=", "child")])
+    print(json.dumps({"interrupted": interrupted, "started": started, "outcome": outcome,
+                      "waited": waited,
+                      "children": sorted(t["state"] for t in state)}), flush=True)
+    ray.shutdown()
+    """)
+    # As on the driver's node: the interrupted get's error, wrapped as the task's.
+    assert "TaskCancelledError" in doc["interrupted"][0] and doc["interrupted"][1] < 5, doc
+    assert doc["started"], doc
+    # As for a parent on the driver's node: its get raised its child's cancel first.
+    assert "TaskCancelledError" in doc["outcome"] and doc["waited"] < 5, doc
+    assert doc["children"] and all(s in ("FAILED",) for s in doc["children"]), doc
+    assert wait_until(lambda: _no_member_leases(hosts), 5.0)
+
+
+def test_the_idle_worker_serves_the_next_task_after_one_that_held_refs(hosts, member):
+    """The refs a task's arguments held are dropped after its RESULT (a BORROW the idle
+    worker then sends): the worker stays reusable."""
+    doc = _run_driver(hosts, """
+    @ray.remote
+    def nested(box):
+        return sum(ray.get(box["refs"], timeout=30)), os.getpid()
+
+    on = dict(scheduling_strategy=there)
+    inner = [ray.put(i) for i in (10, 20, 30)]
+    pids = []
+    for _ in range(3):
+        pids.append(ray.get(nested.options(**on).remote({"refs": inner}), timeout=60)[1])
+        time.sleep(0.1)
+    print(json.dumps({"pids": pids}), flush=True)
+    ray.shutdown()
+    """, timeout=120)
+    assert len(set(doc["pids"])) == 1, doc
+
+
+def test_a_remote_worker_dying_while_its_get_waits_fails_the_task_at_once(hosts, member):
+    doc = _run_driver(hosts, """
+    import threading
+
+    @ray.remote(max_retries=0)
+    def sleeps():
+        time.sleep(60)
+
+    @ray.remote(max_retries=0)
+    def dies_waiting():
+        threading.Timer(1.0, os._exit, args=(1,)).start()
+        return ray.get(sleeps.remote())
+
+    t0 = time.monotonic()
+    try:
+        ray.get(dies_waiting.options(scheduling_strategy=there).remote(), timeout=30)
+        outcome = None
+    except Exception as error:
+        outcome = type(error).__name__
+    print(json.dumps({"outcome": outcome, "waited": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    print(f"\nfailed {doc['waited']:.2f} s after submission (the worker died at 1 s)")
+    assert doc["outcome"] == "WorkerCrashedError" and doc["waited"] < 10, doc
+    assert wait_until(lambda: _no_member_leases(hosts), 5.0)

@@ -1,0 +1,159 @@
+"""``owner/remote_requests.py`` with a stand-in owner and connection (no processes): what a
+task on another host gets for each request, and the borrows it holds."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from miniray._private.core import protocol, serialization
+from miniray._private.owner import remote_requests
+from miniray._private.owner.remote_requests import RemoteRequests
+from miniray._private.owner.requests import WorkerRequests
+
+
+class _Objects:
+    def __init__(self, known=()):
+        self.borrows = {object_id: 0 for object_id in known}
+        self.ready: dict = {}
+        self.contained: dict = {}
+
+    def borrow(self, object_id):
+        if object_id not in self.borrows:
+            return False
+        self.borrows[object_id] += 1
+        return True
+
+    def unborrow(self, object_id):
+        self.borrows[object_id] -= 1
+
+    def escape(self, object_id):
+        pass
+
+    def set_ready(self, object_id, kind, data):
+        self.borrows.setdefault(object_id, 0)
+        self.ready[object_id] = (kind, data)
+
+    def contain(self, outer, inner):
+        self.contained[outer] = tuple(inner)
+
+    def ready_ids(self, object_ids):
+        return [i for i in object_ids if i in self.ready]
+
+
+class _Data:
+    """The worker's data connection: what the driver sent, the frames it will read."""
+
+    def __init__(self, frames=()):
+        self.sent: list = []
+        self.frames = list(frames)
+        self._pair = socket.socketpair()  # never readable: the worker is alive
+
+    def fileno(self):
+        return self._pair[0].fileno()
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def send_bytes(self, data):
+        self.sent.append(bytes(data))
+
+    def recv_bytes(self, timeout=None):
+        return self.frames.pop(0)
+
+    def close(self):
+        for sock in self._pair:
+            sock.close()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    objects = _Objects(known=[b"a", b"b"])
+    owner = SimpleNamespace(
+        objects=objects, closed=False, locked=contextlib.nullcontext,
+        store=SimpleNamespace(shm_dir=str(tmp_path), session_tag="t"),
+        requests=SimpleNamespace(on_borrow=functools.partial(
+            WorkerRequests.on_borrow, SimpleNamespace(objects=objects))),
+        get_serialized=lambda ids, timeout: None, hello_info={"nodes": ["n"]})
+    slot = SimpleNamespace(interrupted=set(), killed=False)
+    task = SimpleNamespace(spec=SimpleNamespace(name="t", return_ids=[b"r1", b"r2"]),
+                           worker=slot)
+    data = _Data()
+    asks = RemoteRequests(owner, task, data, lambda: None, None)
+    yield SimpleNamespace(owner=owner, objects=objects, slot=slot, data=data, asks=asks)
+    data.close()
+
+
+def test_borrows_follow_the_worker_and_all_go_when_the_task_ends(setup):
+    asks, objects = setup.asks, setup.objects
+    assert asks.serve((protocol.BORROW, [b"a", b"b", b"unknown"], [], []))
+    assert objects.borrows == {b"a": 1, b"b": 1} and asks.borrowed == {b"a", b"b"}
+    asks.serve((protocol.BORROW, [], [b"a"], []))
+    assert objects.borrows[b"a"] == 0
+    asks.serve((protocol.PUT, b"p", protocol.OK, b"inline", (b"b",)))
+    assert objects.ready[b"p"] == (protocol.OK, b"inline") and objects.borrows[b"p"] == 1
+    assert objects.contained[b"p"] == (b"b",)
+    asks.contain([[b"a"], []])  # RESULT: its first return holds the ref to a
+    assert objects.contained[b"r1"] == (b"a",) and b"r2" not in objects.contained
+    asks.end()
+    assert objects.borrows == {b"a": 0, b"b": 0, b"p": 0} and not asks.borrowed
+
+
+def test_a_get_times_out_or_is_cancelled_and_answers_inline_values(setup, monkeypatch):
+    monkeypatch.setattr(remote_requests, "WATCH_S", 0.01)
+    asks, data, owner = setup.asks, setup.data, setup.owner
+    asks.serve((protocol.GET, 1, [b"a"], 0.05, b"task"))
+    assert data.sent[-1] == (protocol.REPLY, 1, protocol.TIMEOUT)
+    setup.slot.interrupted.add(b"task")
+    asks.serve((protocol.GET, 2, [b"a"], None, b"task"))
+    assert data.sent[-1] == (protocol.REPLY, 2, protocol.CANCELLED)
+    owner.get_serialized = lambda ids, timeout: [(protocol.OK, b"x") for _ in ids]
+    asks.serve((protocol.GET, 3, [b"a", b"b"], None, None))
+    assert data.sent[-1] == (protocol.REPLY, 3, [(protocol.OK, b"x"), (protocol.OK, b"x")])
+
+
+def test_a_get_of_a_freed_object_answers_its_error(setup):
+    from miniray.exceptions import ObjectFreedError
+
+    def freed(ids, timeout):
+        raise ObjectFreedError("ab" * 28, "", "")
+
+    setup.owner.get_serialized = freed
+    setup.asks.serve((protocol.GET, 4, [b"a"], None, None))
+    _tag, _req, items = setup.data.sent[-1]
+    assert items[0][0] == protocol.ERR
+    assert isinstance(serialization.loads(items[0][1]), ObjectFreedError)
+
+
+def test_a_killed_worker_ends_a_blocked_get(setup, monkeypatch):
+    monkeypatch.setattr(remote_requests, "WATCH_S", 0.01)
+    setup.slot.killed = True
+    with pytest.raises(OSError, match="closed while it waited"):
+        setup.asks.serve((protocol.GET, 5, [b"a"], None, None))
+
+
+def test_a_put_the_store_has_no_room_for_drops_its_frames_and_holds_the_error(setup):
+    def no_room(data, path, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    setup.asks.receive_segment = no_room
+    setup.data.frames = [b"x" * 6, b"y" * 4, b"next message"]
+    setup.asks.serve((protocol.PUT, b"big", protocol.OK, ("peer", 10), ()))
+    assert setup.data.frames == [b"next message"]  # the stream stays in step
+    kind, data = setup.objects.ready[b"big"]
+    assert kind == protocol.ERR and "No room" in str(serialization.loads(data))
+
+
+def test_calls_it_serves_and_one_it_refuses_naming_it(setup):
+    setup.asks.serve((protocol.CALL, 6, protocol.CALL_NODES, ()))
+    assert setup.data.sent[-1] == (protocol.REPLY, 6, (True, ["n"]))
+    setup.asks.serve((protocol.CALL, 7, protocol.CALL_CREATE_ACTOR, (None,)))
+    ok, error = setup.data.sent[-1][2]
+    assert not ok and isinstance(error, NotImplementedError)
+    assert "CALL_CREATE_ACTOR" in str(error) and "another host" in str(error)
+    assert not setup.asks.serve((protocol.YIELD, b"t", 0, protocol.OK, b"", ()))
