@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from miniray._private.core.cluster_view import NodeEntry
-from miniray._private.core.node_pick import Placement, pick_node
+from miniray._private.core.node_pick import (
+    MOVE_MAX_ARG_BYTES,
+    Placement,
+    less_claims,
+    pick_node,
+    utilization,
+)
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
@@ -61,7 +67,7 @@ def test_a_node_ip_resource_decides_the_node():
     assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).node_id == "c"
     view[2] = node("c", free=0)
     assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view) == Placement(
-        "wait", None, pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).reason)
+        "wait", "c", pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).reason)
 
 
 @pytest.mark.parametrize("as_dict", [False, True])
@@ -117,10 +123,57 @@ def test_wait_locally_when_the_local_node_has_the_totals():
         {"CPU": 1}, "a", view).reason)
 
 
-def test_wait_for_a_view_change_when_only_a_remote_node_has_the_totals():
+def test_wait_on_the_least_used_remote_node_when_only_remote_nodes_have_the_totals():
     view = [node("a", cpu=1), node("b", cpu=8, free=0)]
     placed = pick_node({"CPU": 4}, "a", view)
-    assert placed.action == "wait" and placed.node_id is None and "10.0.0.2" in placed.reason
+    assert placed.action == "wait" and placed.node_id == "b" and "10.0.0.2" in placed.reason
+    view = [node("a", cpu=1), node("c", cpu=8, free=3), node("b", cpu=8, free=2)]
+    assert pick_node({"CPU": 4}, "a", view).node_id == "c"  # more free there
+    view = [node("a", cpu=1), node("c", cpu=8, free=2), node("b", cpu=8, free=2)]
+    assert pick_node({"CPU": 4}, "a", view).node_id == "b"  # a tie: the node id
+
+
+def test_the_local_ledgers_no_room_overrides_the_views_available():
+    # The view says the local node is idle (a heartbeat ago); its ledger said "no room".
+    view = [node("a"), node("b", free=1)]
+    assert pick_node({"CPU": 1}, "a", view) == Placement("node", "a")
+    assert pick_node({"CPU": 1}, "a", view, local_room=False) == Placement("node", "b")
+    full = [node("a"), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", full, local_room=False).action == "wait"
+    assert pick_node({"CPU": 1}, "a", full, local_room=False).node_id == "a"
+    # And the other way: the view is behind a release, the ledger has room.
+    assert pick_node({"CPU": 1}, "a", [node("a", free=0), node("b")],
+                     local_room=True) == Placement("node", "a")
+
+
+def test_locality_a_task_with_large_arguments_here_waits_here_for_room():
+    view = [node("a", free=0), node("b")]
+    big = {"a": MOVE_MAX_ARG_BYTES + 1}
+    placed = pick_node({"CPU": 1}, "a", view, arg_bytes=big)
+    assert placed.action == "wait" and placed.node_id == "a" and "MiB" in placed.reason
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"a": MOVE_MAX_ARG_BYTES}) == Placement(
+        "node", "b")
+    # Not for SPREAD, and not when this node could never hold it.
+    assert pick_node({"CPU": 1}, "a", view, "SPREAD", arg_bytes=big).node_id == "b"
+    assert pick_node({"CPU": 8}, "a", [node("a", free=0), node("b", cpu=8)],
+                     arg_bytes=big) == Placement("node", "b")
+
+
+def test_less_claims_takes_this_drivers_pending_requests_off_a_stale_view():
+    view = [node("a"), node("b", free=2)]
+    claimed = less_claims(view, {"b": {"CPU": 1.5}})
+    assert claimed[0] is view[0] and claimed[1].available["CPU"] == 0.5
+    assert view[1].available["CPU"] == 2  # the view itself is left as it was
+    assert less_claims(view, {"b": {"CPU": 5}})[1].available["CPU"] == 0.0
+    assert pick_node({"CPU": 1}, "a", less_claims(view, {"b": {"CPU": 1.5}}),
+                     local_room=False).action == "wait"
+
+
+def test_utilization_is_the_largest_used_fraction_of_what_is_asked():
+    entry = node("g", cpu=4, free=3, gpu=2, gpu_free=0)
+    assert utilization(entry, {"CPU": 1}) == 0.25
+    assert utilization(entry, {"CPU": 1, "GPU": 1}) == 1.0
+    assert utilization(entry, {}) == 0.25
 
 
 def test_infeasible_everywhere_names_every_nodes_totals():

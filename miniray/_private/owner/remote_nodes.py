@@ -93,7 +93,8 @@ from miniray._private.transport.remote_node import (
     RemoteNodeClient,
 )
 
-__all__ = ["RemoteNodes", "Unschedulable", "move_to", "node_died_error", "placement_for"]
+__all__ = ["SPREAD", "RemoteNodes", "Unschedulable", "move_to", "node_died_error",
+           "placement_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -116,24 +117,37 @@ class Unschedulable(str):
     says (the text says why): Ray's ``TaskUnschedulableError``."""
 
 
+SPREAD = "SPREAD"  # a spec's ``affinity`` for scheduling_strategy="SPREAD"
+
+
 def placement_for(affinity, request: dict, local: str, view, local_feasible: bool = True,
-                  exclude: str | None = None):
+                  exclude: str | None = None, *, local_room: bool | None = None,
+                  turn: int = 0, arg_bytes: dict | None = None):
     """Step 1's pure decision: the node id to run on, None to run locally as before, or an
-    ``Unschedulable`` text.
+    ``Unschedulable`` text (``node_pick.pick_node`` decides; this only maps its answer).
 
     ``affinity``: the spec's ``(node_id, soft, on_unavailable)`` (``options.node_affinity``;
-    a bare node id is a hard one) or None; ``local_feasible``: whether the local node has
-    the request in its totals (its ``infeasible_reasons`` are empty); ``exclude``: a node
-    not to use (the one that just died under a retry), whatever the view says. The rules
-    (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy`` docstring):
+    a bare node id is a hard one), ``SPREAD``, or None; ``local_feasible``: whether the
+    local node has the request in its totals (its ``infeasible_reasons`` are empty);
+    ``exclude``: a node not to use (the one that just died under a retry), whatever the
+    view says; ``local_room``: False when the local ledger has no room for it now
+    (spill-over; None: not asked, the task stays local when it is feasible here);
+    ``turn``: SPREAD's rotation; ``arg_bytes``: ``{node_id: bytes of its arguments
+    there}`` (locality). The rules (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy``
+    docstring and hybrid policy):
 
     * an affinity to a node the view holds alive with the totals: that node (this one:
       locally), waiting there for room; with ``on_unavailable`` and no room now, a hard
       one is Unschedulable and a soft one goes on as without;
     * to a node dead, unknown or too small: hard, Unschedulable; soft, as without;
-    * without: locally when the local node can ever hold it (no spill-over of a busy local
-      node yet); else another alive node with room now, else one with the totals (its
-      lease waits), else locally (pending, the infeasible line on stderr, as before).
+    * ``SPREAD``: the least used node with room now, the local one included, rotating
+      among equals; none with room: locally when feasible here, else as without;
+    * without: locally when the local node can ever hold it and ``local_room`` is not
+      False; with no room here now, another node with room now (unless its arguments here
+      are too large to move: ``node_pick`` rule 3), else locally (it waits here); a task
+      this node can never hold: another alive node with room now, else the least used one
+      with the totals (its lease waits), else locally (pending, the infeasible line on
+      stderr, as before).
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
@@ -143,22 +157,32 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
     >>> placement_for(("b", True, True), {"CPU": 1}, "a", [a, b]) is None  # spills: full
     True
     """
-    if isinstance(affinity, str):
+    return _decide(affinity, request, local, view, local_feasible, exclude, local_room,
+                   turn, arg_bytes)[0]
+
+
+def _decide(affinity, request: dict, local: str, view, local_feasible: bool,
+            exclude: str | None, local_room: bool | None = None, turn: int = 0,
+            arg_bytes: dict | None = None):
+    """``placement_for``'s answer and the ``node_pick.Placement`` behind it (None where no
+    rule was asked: the local fast path)."""
+    spread = affinity == SPREAD
+    if isinstance(affinity, str) and not spread:
         affinity = (affinity, False, False)
     nodes = [e for e in view if e.node_id != exclude] if exclude else list(view)
-    if affinity is not None:
+    if affinity is not None and not spread:
         node_id, soft, on_unavailable = (tuple(affinity) + (False,))[:3]
         if not soft:
             if node_id == local and local_feasible:
-                return None
+                return None, None
             placed = node_pick.pick_node(request, local, nodes,
                                          {"node_id": node_id, "soft": False})
             if placed.action == "wait" and placed.node_id == node_id and on_unavailable:
                 return Unschedulable(
                     f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False, "
-                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now")
+                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now"), placed
             if placed.action in ("node", "wait") and placed.node_id == node_id:
-                return None if node_id == local else node_id
+                return (None if node_id == local else node_id), placed
             why = ("this node lacks the resources in total" if node_id == local else
                    "no alive node of the cluster has that id" if not any(
                        e.node_id == node_id and e.alive for e in nodes)
@@ -166,31 +190,31 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
             return Unschedulable(
                 f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False) is "
                 f"dead, unknown or cannot hold {_shape(request)} ({why}); soft=True lets the "
-                "task run elsewhere")
+                "task run elsewhere"), placed
         if node_id != local:
             placed = node_pick.pick_node(
                 request, local, [e for e in nodes if e.node_id == node_id],
                 {"node_id": node_id, "soft": True, "spill_on_unavailable": on_unavailable})
-            if placed.action in ("node", "wait") and placed.node_id == node_id:
-                return node_id
-    if local_feasible:
-        return None
-    placed = node_pick.pick_node(request, local, nodes)
-    if placed.action == "node":
-        return None if placed.node_id == local else placed.node_id
-    others = [e for e in nodes if e.alive and e.node_id != local
-              and node_pick.fits_in_total(request, e)]
-    if others:  # feasible there, no room now: its lease waits
-        return min(others, key=lambda e: (-_free_fraction(e, request), e.node_id)).node_id
-    return None
+            if placed.node_id == node_id and (placed.action == "node" or (
+                    placed.action == "wait" and not on_unavailable)):
+                return node_id, placed
+    if local_feasible and local_room is not False and not spread:
+        return None, None  # the unchanged fast path: it waits here for room
+    placed = node_pick.pick_node(request, local, nodes, SPREAD if spread else None,
+                                 turn=turn, arg_bytes=arg_bytes, local_room=local_room,
+                                 local_holds=local_feasible)
+    if placed.node_id in (None, local) or (placed.action == "wait" and local_feasible):
+        return None, placed
+    return placed.node_id, placed
 
 
 def move_to(affinity, request: dict, local: str, view, current: str,
             local_feasible: bool) -> str | None:
     """A task waits for room on node ``current`` (its lease was denied): another node to
-    ask instead, or None. Only where step 1 would place it now, and only a node with room
-    now (as of its last heartbeat): never away from the node an affinity holds it to,
-    never to this node (no spill-over), never back and forth between two full nodes.
+    ask instead, or None. Only where step 1 would place it now with no room here, and only
+    a node with room now (as of its last heartbeat): never away from the node an affinity
+    holds it to, never to this node (its own queue is not this module's), never back and
+    forth between two full nodes.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"X": 1}, available={"X": 0})
@@ -199,19 +223,10 @@ def move_to(affinity, request: dict, local: str, view, current: str,
     ...                                                          "b", False)
     ('c', None)
     """
-    placed = placement_for(affinity, request, local, view, local_feasible)
-    if type(placed) is not str or placed == current:
-        return None
-    entry = next((e for e in view if e.node_id == placed), None)
-    if entry is None or node_pick.pick_node(request, None, [entry]).action != "node":
+    placed, why = _decide(affinity, request, local, view, local_feasible, None, False)
+    if type(placed) is not str or placed == current or why is None or why.action != "node":
         return None
     return placed
-
-
-def _free_fraction(entry, request: dict) -> float:
-    names = [k for k, v in request.items() if v] or ["CPU"]
-    return min((float(entry.available.get(k, 0.0)) / float(entry.totals[k])
-                if entry.totals.get(k) else 0.0) for k in names)
 
 
 def _shape(request: dict) -> str:
@@ -315,6 +330,7 @@ class RemoteNodes:
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
         self._watching = False  # a _watch_infeasible thread runs
+        self._turn = 0  # SPREAD's rotation (node_pick rule 4)
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -331,13 +347,18 @@ class RemoteNodes:
         return nodes
 
     def _place(self, spec, local_feasible: bool, exclude: str | None = None):
-        """``placement_for`` on the view; an affinity to a node the view lacks is looked
-        up again in a fresh view first (it may have joined since the last read)."""
-        placed = placement_for(spec.affinity, spec.request, self.local, self._nodes(),
-                               local_feasible, exclude)
-        if isinstance(placed, Unschedulable) and self._view[0] < time.monotonic() - 0.01:
-            placed = placement_for(spec.affinity, spec.request, self.local,
-                                   self._nodes(fresh=True), local_feasible, exclude)
+        """``_decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
+        to a node the view lacks is looked up again in a fresh view first (it may have
+        joined since the last read). ``SPREAD`` counts its turn here."""
+        turn = 0
+        if spec.affinity == SPREAD:
+            turn = self._turn
+            self._turn += 1
+        placed = _decide(spec.affinity, spec.request, self.local, self._nodes(),
+                         local_feasible, exclude, turn=turn)
+        if isinstance(placed[0], Unschedulable) and self._view[0] < time.monotonic() - 0.01:
+            placed = _decide(spec.affinity, spec.request, self.local,
+                             self._nodes(fresh=True), local_feasible, exclude, turn=turn)
         return placed
 
     def take(self, spec, key, parent) -> bool:
@@ -345,7 +366,7 @@ class RemoteNodes:
         module's from now on (it runs on another node, or failed unschedulable)."""
         if self._closed:
             return False
-        placed = self._place(spec, True)
+        placed = self._place(spec, True)[0]
         if placed is None:
             return False
         task = Task(spec, key)
@@ -372,7 +393,7 @@ class RemoteNodes:
         node's own line)."""
         if self._closed:
             return None
-        placed = self._place(task.spec, False)
+        placed, why = self._place(task.spec, False)
         if placed is not None:
             self._begin(task, placed)
             return True
@@ -385,12 +406,10 @@ class RemoteNodes:
                              name="miniray-remote-infeasible").start()
         if not any(e.node_id != self.local for e in nodes):
             return None  # this node alone so far: its own line
-        placed = node_pick.pick_node(task.spec.request, self.local, nodes)
-        if placed.action != "infeasible":
-            return None  # the views differ (this node's totals): its own line
-        why = placed.reason
-        return (f"miniray: this request can never run on any node of the cluster. {why} "
-                f"Start a node with the resources (miniray start --address=HEAD:PORT "
+        if why is None or why.action != "infeasible":
+            return None  # no rule said "nowhere" (an affinity fell back): its own line
+        return (f"miniray: this request can never run on any node of the cluster. "
+                f"{why.reason} Start a node with the resources (miniray start --address=HEAD:PORT "
                 f"--resources ...) or lower the request; the task stays pending until one "
                 f"joins. Full request: {_shape(task.spec.request)}")
 
@@ -463,7 +482,7 @@ class RemoteNodes:
                            "retries left).", spec.name, entry.node_id[:12], entry.ip,
                            "infinite" if task.retries_left < 0 else task.retries_left)
         local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
-        placed = self._place(spec, local_feasible, exclude=entry.node_id)
+        placed = self._place(spec, local_feasible, exclude=entry.node_id)[0]
         if placed is None:
             task.worker = None
             self.owner.tasks.resubmit(task)
