@@ -11,9 +11,10 @@ Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity),
-``TaskQueue`` (``offload``, locked: a task the local node can never hold, its arguments
-ready), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
+Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity or
+``"SPREAD"``), ``TaskQueue`` (``offload``, locked: a task the local node can never hold,
+its arguments ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has
+no room for now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
 (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
@@ -24,8 +25,13 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        TaskUnschedulableError naming it (a node the view lacks is looked up once more in a
        fresh view first); a soft one runs there too when it is alive with the totals (its
        lease waits for room; with ``_spill_on_unavailable`` only when it has room now),
-       else as without one. Without: locally whenever the local node can ever hold the
-       request (no spill-over of a busy local node yet); a task it can never hold
+       else as without one. ``"SPREAD"``: the least used node with room now, rotating
+       (this node: its local queue). Without: locally whenever the local node can ever
+       hold the request, except spill-over (``spill``): the local ledger has no room for
+       it now and another node has room now, as of its heartbeat less this driver's
+       requests sent there and not granted yet, and its arguments here are not over
+       ``node_pick.MOVE_MAX_ARG_BYTES``: it leaves the local queue for that node; a task
+       it can never hold
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
@@ -331,6 +337,9 @@ class RemoteNodes:
         self._closed = False
         self._watching = False  # a _watch_infeasible thread runs
         self._turn = 0  # SPREAD's rotation (node_pick rule 4)
+        # Per node, the summed requests of this driver's tasks sent there whose lease is not
+        # granted yet (``node_pick.less_claims``: the view's ``available`` lags them).
+        self._claims: dict[str, dict[str, float]] = {}
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -362,8 +371,9 @@ class RemoteNodes:
         return placed
 
     def take(self, spec, key, parent) -> bool:
-        """*Owner locked.* Step 1 for a task with a node affinity: True when it is this
-        module's from now on (it runs on another node, or failed unschedulable)."""
+        """*Owner locked.* Step 1 for a task with a node affinity or ``"SPREAD"``: True when
+        it is this module's from now on (it runs on another node, or failed
+        unschedulable)."""
         if self._closed:
             return False
         placed = self._place(spec, True)[0]
@@ -412,6 +422,71 @@ class RemoteNodes:
                 f"{why.reason} Start a node with the resources (miniray start --address=HEAD:PORT "
                 f"--resources ...) or lower the request; the task stays pending until one "
                 f"joins. Full request: {_shape(task.spec.request)}")
+
+    def spill(self, queue) -> int:
+        """*Owner locked.* Spill-over (step 1 with ``local_room=False``): the local ledger
+        just said it has no room now for the tasks of ``queue`` (one scheduling key's
+        queued tasks, arguments ready, front first). Those with no strategy of their own
+        that another alive node has room for now, as the view shows it less this driver's
+        requests not granted yet there, leave the queue and run there; the first that
+        stays (no room elsewhere, or its arguments here are too large to move) ends it.
+        Returns how many left. One node alone: nothing is read but the cached view."""
+        if self._closed:
+            return 0
+        nodes = self._nodes()
+        if not any(e.alive and e.node_id != self.local for e in nodes):
+            return 0
+        moved = 0
+        while queue:
+            task = queue[0]
+            spec = task.spec
+            if spec.affinity is not None or spec.placement is not None or task.cancelled:
+                break  # its own strategy (or a group's bundle) holds it here
+            with self._lock:
+                view = node_pick.less_claims(nodes, self._claims)
+            placed = placement_for(None, spec.request, self.local, view, True,
+                                   local_room=False, arg_bytes=self._arg_bytes(spec))
+            if type(placed) is not str:
+                break
+            queue.popleft()
+            self._begin(task, placed)
+            moved += 1
+        return moved
+
+    def _arg_bytes(self, spec) -> dict:
+        """``{this node: bytes of the task's ObjectRef arguments in this store's shared
+        memory}`` (inline ones travel with the task anyway), for ``node_pick`` rule 3."""
+        if not spec.deps:
+            return {}
+        store = self.owner.store
+        total = 0
+        for _position, object_id in spec.deps:
+            if store.inline_or_none(object_id) is not None:
+                continue
+            try:
+                total += int(store.location(object_id)[-1])
+            except (KeyError, TypeError, ValueError):
+                continue  # not in this store (a borrowed ref): nothing here to weigh
+        return {self.local: total} if total else {}
+
+    def _claim(self, slot, node_id: str | None, request: dict) -> None:
+        """The task of ``slot`` waits for a lease on ``node_id`` (None: no longer): its
+        request counts against that node's ``available`` in ``spill`` until then."""
+        with self._lock:
+            old = getattr(slot, "claim", None)
+            if old is not None:
+                claim = self._claims.get(old, {})
+                for name, amount in request.items():
+                    if amount and name in claim:
+                        claim[name] -= float(amount)
+                if not any(v > 1e-9 for v in claim.values()):
+                    self._claims.pop(old, None)
+            slot.claim = node_id
+            if node_id is not None:
+                claim = self._claims.setdefault(node_id, {})
+                for name, amount in request.items():
+                    if amount:
+                        claim[name] = claim.get(name, 0.0) + float(amount)
 
     def _watch_infeasible(self) -> None:
         """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while
@@ -492,6 +567,7 @@ class RemoteNodes:
 
     def _start(self, task, entry) -> None:
         """Run ``_run(task, entry)`` on a waiting thread of this module, or a new one."""
+        self._claim(task.worker, entry.node_id, task.spec.request)
         with self._lock:
             if self._waiting_threads:
                 self._waiting_threads -= 1
@@ -560,6 +636,7 @@ class RemoteNodes:
                 return
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
+            self._claim(task.worker, None, spec.request)  # granted: the heartbeat knows it
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
         except _Move as move:
@@ -584,6 +661,7 @@ class RemoteNodes:
             logger.exception("a task on node %s failed", entry.ip)
             results = _error_results(spec, RaySystemError(f"miniray bug: {error!r}"))
         finally:
+            self._claim(task.worker, None, spec.request)
             if worker is not None:
                 self._put_back(client, worker, results is not None and not worker.broken)
             owner = self.owner
@@ -924,6 +1002,7 @@ class _Slot:
     def __init__(self, task, moves: int = 0):
         self.inflight = [task]
         self.moves = moves  # times it was placed again without having been sent
+        self.claim: str | None = None  # the node whose lease it waits for (RemoteNodes._claim)
         self.sent = False  # bound to a worker: the task was (or is being) sent
         self.interrupted: set = set()
         self.waits: dict = {}
