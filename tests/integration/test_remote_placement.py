@@ -58,6 +58,18 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
     assert doc["sized"] == [20 << 20, doc["here"]], doc
 
 
+def test_spread_puts_tasks_on_both_nodes(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, NODE_OF + """
+    spread = node_of.options(scheduling_strategy="SPREAD")
+    nodes = ray.get([spread.remote(0.5) for _ in range(4)], timeout=60)
+    print(json.dumps({"here": here, "member": member, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """)
+    assert sorted(set(doc["nodes"])) == sorted({doc["here"], doc["member"]}), doc
+    assert doc["nodes"].count(doc["member"]) == 2, doc
+
+
 def test_one_node_nothing_goes_anywhere_else(hosts):
     _cluster(hosts, "1", None)
     proc = driver("""
@@ -72,6 +84,7 @@ def test_one_node_nothing_goes_anywhere_else(hosts):
 
     here = ray.get_runtime_context().get_node_id()
     refs = [node_of.remote(0.5), node_of.remote(0.0)]  # the second waits for the CPU
+    refs += [node_of.options(scheduling_strategy="SPREAD").remote(0.0) for _ in range(3)]
     nodes = ray.get(refs, timeout=30)
     print(json.dumps({"here": here, "nodes": nodes}), flush=True)
     ray.shutdown()
