@@ -106,6 +106,25 @@ def test_spill_over_a_busy_local_node_goes_to_a_node_with_room_now():
     assert place(None, {"CPU": 1}, "here", view, local_room=False, arg_bytes=big) is None
 
 
+def test_spill_over_leaves_alone_what_a_worker_on_another_host_cannot_run_yet():
+    from types import SimpleNamespace as N
+
+    def task(**fields):
+        spec = dict(affinity=None, placement=None, num_returns=1, contained=())
+        spec.update(fields)
+        return N(spec=N(**spec), cancelled=False)
+
+    assert remote_nodes._may_spill(task())
+    assert remote_nodes._may_spill(task(num_returns=0))
+    for fields in ({"affinity": remote_nodes.SPREAD}, {"affinity": ("b", True, False)},
+                   {"placement": ("ab", [], False)}, {"num_returns": -2},
+                   {"num_returns": -1}, {"contained": (b"ref",)}):
+        assert not remote_nodes._may_spill(task(**fields)), fields
+    cancelled = task()
+    cancelled.cancelled = True
+    assert not remote_nodes._may_spill(cancelled)
+
+
 def test_spread_rotates_over_nodes_with_room_this_one_included():
     place = remote_nodes.placement_for
     other = NodeEntry("other", "10.0.0.4", 1, totals={"CPU": 2}, available={"CPU": 2})

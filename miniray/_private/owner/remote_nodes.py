@@ -14,8 +14,8 @@ local tasks.
 Called by: ``owner.Owner.submit_task`` (``take``, locked: a task with a node affinity or
 ``"SPREAD"``), ``TaskQueue`` (``offload``, locked: a task the local node can never hold,
 its arguments ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has
-no room for now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
-(``close``, not locked).
+no room for now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and
+``Owner.shutdown`` (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
@@ -235,6 +235,17 @@ def move_to(affinity, request: dict, local: str, view, current: str,
     return placed
 
 
+def _may_spill(task) -> bool:
+    """Whether spill-over may send ``task`` to another node: not one with a strategy
+    of its own (an affinity, SPREAD: placed already) or a placement group's bundle (on
+    this node), nor what a worker on another host cannot do yet: a generator's items
+    (they stream back to the driver) or ObjectRefs nested in its arguments (it could not
+    ``get`` them there)."""
+    spec = task.spec
+    return (spec.affinity is None and spec.placement is None and not task.cancelled
+            and spec.num_returns >= 0 and not spec.contained)
+
+
 def _shape(request: dict) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(request.items()) if v) + "}"
 
@@ -426,7 +437,7 @@ class RemoteNodes:
     def spill(self, queue) -> int:
         """*Owner locked.* Spill-over (step 1 with ``local_room=False``): the local ledger
         just said it has no room now for the tasks of ``queue`` (one scheduling key's
-        queued tasks, arguments ready, front first). Those with no strategy of their own
+        queued tasks, arguments ready, front first). Those ``_may_spill`` allows
         that another alive node has room for now, as the view shows it less this driver's
         requests not granted yet there, leave the queue and run there; the first that
         stays (no room elsewhere, or its arguments here are too large to move) ends it.
@@ -440,8 +451,8 @@ class RemoteNodes:
         while queue:
             task = queue[0]
             spec = task.spec
-            if spec.affinity is not None or spec.placement is not None or task.cancelled:
-                break  # its own strategy (or a group's bundle) holds it here
+            if not _may_spill(task):
+                break  # it runs here (the front stays first in its queue)
             with self._lock:
                 view = node_pick.less_claims(nodes, self._claims)
             placed = placement_for(None, spec.request, self.local, view, True,
