@@ -48,14 +48,25 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
         return len(value), ray.get_runtime_context().get_node_id()
 
     sized = ray.get(size_of.remote(big), timeout=30)
+    long = ray.get(long, timeout=30)
+    # A burst: the member takes what it has room for (its own tasks there counted at
+    # once, not a heartbeat later), the rest waits here.
+    t0 = time.monotonic()
+    burst = ray.get([node_of.remote(0.3) for _ in range(30)], timeout=60)
     print(json.dumps({"here": here, "member": member, "second": second, "took": took,
-                      "long": ray.get(long, timeout=30), "sized": sized}), flush=True)
+                      "long": long, "sized": sized, "burst": burst,
+                      "burst_s": time.monotonic() - t0}), flush=True)
     ray.shutdown()
     """)
     assert doc["long"] == doc["here"]
     assert doc["second"] == doc["member"] != doc["here"], doc
     assert doc["took"] < 2.5, doc  # not after the long task's 4 s
     assert doc["sized"] == [20 << 20, doc["here"]], doc
+    on_member = doc["burst"].count(doc["member"])
+    print(f"\nspill-over: second task after {doc['took']:.2f} s; burst of 30 x 0.3 s on "
+          f"1 + 2 CPUs: {on_member} on the member, {doc['burst_s']:.2f} s")
+    assert 10 <= on_member <= 25, doc  # 2 of the 3 CPUs are the member's
+    assert doc["burst_s"] < 9.0, doc  # the head alone: 9 s
 
 
 def test_spread_puts_tasks_on_both_nodes(hosts):

@@ -159,13 +159,21 @@ def test_locality_a_task_with_large_arguments_here_waits_here_for_room():
                      arg_bytes=big) == Placement("node", "b")
 
 
-def test_less_claims_takes_this_drivers_pending_requests_off_a_stale_view():
-    view = [node("a"), node("b", free=2)]
+def test_less_claims_brings_this_drivers_own_use_up_to_date_in_a_stale_view():
+    view = [node("a"), node("b", free=2)]  # b: 4 CPUs, 2 free as of its heartbeat
+    # 1.5 CPUs of its own tasks there since that heartbeat: 0.5 free.
     claimed = less_claims(view, {"b": {"CPU": 1.5}})
     assert claimed[0] is view[0] and claimed[1].available["CPU"] == 0.5
     assert view[1].available["CPU"] == 2  # the view itself is left as it was
     assert less_claims(view, {"b": {"CPU": 5}})[1].available["CPU"] == 0.0
-    assert pick_node({"CPU": 1}, "a", less_claims(view, {"b": {"CPU": 1.5}}),
+    # The heartbeat showed its 2 tasks (seen): as the view says while they run, all 4
+    # CPUs once they ended (the 2 others used are this driver's, not another's).
+    assert less_claims(view, {"b": {"CPU": 2}}, {"b": {"CPU": 2}})[1].available["CPU"] == 2
+    assert less_claims(view, {}, {"b": {"CPU": 2}})[1].available["CPU"] == 4
+    # One of its 2 ended, and another driver's use shows: 2 used by others, 1 by it.
+    assert less_claims(view, {"b": {"CPU": 1}}, {"b": {"CPU": 0}})[1].available[
+        "CPU"] == 1
+    assert pick_node({"CPU": 1}, "a", less_claims(view, {"b": {"CPU": 2}}),
                      local_room=False).action == "wait"
 
 

@@ -3,7 +3,7 @@
 Owns: ``pick_node`` (peering design 4.3 "Placement") and its answer (``Placement``): run
 here, run on another node, wait (and where), or infeasible everywhere (with a message
 naming every node's totals); a node's utilization (``utilization``), this driver's own
-not-yet-granted requests taken off a stale view (``less_claims``), and the locality cost
+tasks on a node taken off a stale view (``less_claims``), and the locality cost
 rule (``MOVE_MAX_ARG_BYTES``). Pure: the caller passes the request, the local node's id,
 the nodes it knows (``cluster_view.NodeEntry``, with ``available`` from heartbeats), the
 strategy, whether the local node has room now (its ledger's word, fresher than the view)
@@ -83,23 +83,33 @@ def fits_in_total(request: Mapping[str, float], entry) -> bool:
     return _has(entry.totals, _needs(request))
 
 
-def less_claims(view: Iterable[Any], claims: Mapping[str, Mapping[str, float]]) -> list:
-    """``view`` with each node's ``available`` less ``claims[node_id]`` (the requests this
-    driver placed there whose lease is not granted yet: the heartbeat behind ``available``
-    cannot know them), floored at 0; entries without claims are kept as they are.
+def less_claims(view: Iterable[Any], claims: Mapping[str, Mapping[str, float]],
+                seen: Mapping[str, Mapping[str, float]] | None = None) -> list:
+    """``view`` with each node's ``available`` brought up to date for this driver's own
+    use: ``claims[node_id]`` is what this driver's tasks there hold or wait for now,
+    ``seen[node_id]`` what they did when the view was read (its heartbeat showed that
+    much, or less). Other drivers' use stays as of the heartbeat (totals less available
+    less ``seen``); the estimate is totals less that less ``claims``, floored at 0. With no
+    ``seen``, every claim counts as not in the view yet. Untouched entries are kept.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
-    >>> b = NodeEntry("b", "", 1, totals={"CPU": 2}, available={"CPU": 2})
-    >>> less_claims([b], {"b": {"CPU": 1.5}})[0].available
-    {'CPU': 0.5}
+    >>> b = NodeEntry("b", "", 1, totals={"CPU": 4}, available={"CPU": 1})
+    >>> less_claims([b], {"b": {"CPU": 1}})[0].available  # a new task, not in the view
+    {'CPU': 0.0}
+    >>> less_claims([b], {}, {"b": {"CPU": 3}})[0].available  # its 3 tasks there ended
+    {'CPU': 4.0}
     """
+    seen = seen or {}
     out = []
     for entry in view:
-        claim = claims.get(entry.node_id)
-        if claim:
+        claim, then = claims.get(entry.node_id) or {}, seen.get(entry.node_id) or {}
+        if claim or then:
             available = dict(entry.available)
-            for name, amount in claim.items():
-                available[name] = max(0.0, float(available.get(name, 0.0)) - float(amount))
+            for name in set(claim) | set(then):
+                total = float(entry.totals.get(name, 0.0))
+                others = max(0.0, total - float(available.get(name, 0.0))
+                             - float(then.get(name, 0.0)))
+                available[name] = max(0.0, total - others - float(claim.get(name, 0.0)))
             entry = replace(entry, available=available)
         out.append(entry)
     return out

@@ -28,8 +28,8 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        else as without one. ``"SPREAD"``: the least used node with room now, rotating
        (this node: its local queue). Without: locally whenever the local node can ever
        hold the request, except spill-over (``spill``): the local ledger has no room for
-       it now and another node has room now, as of its heartbeat less this driver's
-       requests sent there and not granted yet, and its arguments here are not over
+       it now and another node has room now, as of its heartbeat and at most its totals
+       less this driver's tasks there, and its arguments here are not over
        ``node_pick.MOVE_MAX_ARG_BYTES``: it leaves the local queue for that node; a task
        it can never hold
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
@@ -348,9 +348,11 @@ class RemoteNodes:
         self._closed = False
         self._watching = False  # a _watch_infeasible thread runs
         self._turn = 0  # SPREAD's rotation (node_pick rule 4)
-        # Per node, the summed requests of this driver's tasks sent there whose lease is not
-        # granted yet (``node_pick.less_claims``: the view's ``available`` lags them).
+        # Per node, the summed requests of this driver's tasks there, from placement to
+        # their end (``node_pick.less_claims``: the view's ``available`` lags them), and
+        # what they were when the view was last read.
         self._claims: dict[str, dict[str, float]] = {}
+        self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -363,6 +365,8 @@ class RemoteNodes:
         if fresh or now - read_at > VIEW_MAX_AGE_S:
             doc = nc.read_cluster(self.session_dir) if self.session_dir else None
             nodes = list(cluster_view.nodes_of(doc).values())
+            with self._lock:
+                self._claims_seen = {k: dict(v) for k, v in self._claims.items()}
             self._view = (now, nodes)
         return nodes
 
@@ -437,11 +441,12 @@ class RemoteNodes:
     def spill(self, queue) -> int:
         """*Owner locked.* Spill-over (step 1 with ``local_room=False``): the local ledger
         just said it has no room now for the tasks of ``queue`` (one scheduling key's
-        queued tasks, arguments ready, front first). Those ``_may_spill`` allows
-        that another alive node has room for now, as the view shows it less this driver's
-        requests not granted yet there, leave the queue and run there; the first that
-        stays (no room elsewhere, or its arguments here are too large to move) ends it.
-        Returns how many left. One node alone: nothing is read but the cached view."""
+        queued tasks, arguments ready, front first). Those ``_may_spill`` allows that
+        another alive node has room for now, as the view shows it and at most its totals
+        less this driver's tasks there (``less_claims``), leave the queue and run there;
+        the first that stays (no room elsewhere, or its arguments here are too large to
+        move) ends it. Returns how many left. One node alone: nothing is read but the
+        cached view."""
         if self._closed:
             return 0
         nodes = self._nodes()
@@ -454,7 +459,7 @@ class RemoteNodes:
             if not _may_spill(task):
                 break  # it runs here (the front stays first in its queue)
             with self._lock:
-                view = node_pick.less_claims(nodes, self._claims)
+                view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
             placed = placement_for(None, spec.request, self.local, view, True,
                                    local_room=False, arg_bytes=self._arg_bytes(spec))
             if type(placed) is not str:
@@ -463,6 +468,19 @@ class RemoteNodes:
             self._begin(task, placed)
             moved += 1
         return moved
+
+    def _spill_more(self, key) -> None:
+        """*Owner locked.* A task of this module ended on its node, which has that much
+        more room: the local queue of ``key`` is offered to ``spill`` again while it is
+        stuck (the local ledger found no room and nothing was freed here since), as no
+        local event would offer it until one is."""
+        owner = self.owner
+        queue = owner.tasks.queues.get(key)
+        if not queue or key not in owner.leases.stuck:
+            return
+        self.spill(queue)
+        if not queue:
+            del owner.tasks.queues[key]
 
     def _arg_bytes(self, spec) -> dict:
         """``{this node: bytes of the task's ObjectRef arguments in this store's shared
@@ -481,8 +499,8 @@ class RemoteNodes:
         return {self.local: total} if total else {}
 
     def _claim(self, slot, node_id: str | None, request: dict) -> None:
-        """The task of ``slot`` waits for a lease on ``node_id`` (None: no longer): its
-        request counts against that node's ``available`` in ``spill`` until then."""
+        """The task of ``slot`` is placed on ``node_id`` (None: it ended there, or moves):
+        its request counts against that node in ``spill`` until then."""
         with self._lock:
             old = getattr(slot, "claim", None)
             if old is not None:
@@ -647,7 +665,6 @@ class RemoteNodes:
                 return
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
-            self._claim(task.worker, None, spec.request)  # granted: the heartbeat knows it
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
         except _Move as move:
@@ -684,6 +701,8 @@ class RemoteNodes:
                             died and self._retry(task, entry)):
                         owner.tasks.finished(task, results or _error_results(
                             spec, _system_error("the driver is shutting down")), False)
+                    if not died and not self._closed and not owner.closed:
+                        self._spill_more(task.key)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
