@@ -10,6 +10,7 @@ from miniray._private.core.node_pick import (
     Placement,
     less_claims,
     pick_node,
+    plan_bundles,
     utilization,
 )
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -204,3 +205,53 @@ def test_a_dead_node_is_never_picked():
 def test_a_driver_without_a_local_node():
     assert pick_node({"CPU": 1}, None, [node("b", free=0), node("c")]).node_id == "c"
     assert pick_node({"CPU": 1}, None, [node("b", free=0)]).action == "wait"
+
+
+# -- plan_bundles: a placement group's bundles across nodes (no caller yet) --------------
+ONE = {"CPU": 1}
+
+
+def test_strict_pack_puts_every_bundle_on_one_node_local_first():
+    view = [node("b"), node("a")]
+    assert plan_bundles([ONE, ONE], "STRICT_PACK", "a", view) == (["a", "a"], "")
+    view = [node("a", free=1), node("b", free=3)]
+    assert plan_bundles([ONE, ONE], "STRICT_PACK", "a", view) == (["b", "b"], "")
+    nodes, why = plan_bundles([ONE, ONE], "STRICT_PACK", "a", [node("a", free=1),
+                                                              node("b", free=1)])
+    assert nodes is None and "no node has room" in why
+    nodes, why = plan_bundles([{"CPU": 3}] * 2, "STRICT_PACK", "a", [node("a"), node("b")])
+    assert nodes is None and why.startswith("never: STRICT_PACK")
+
+
+def test_pack_stays_on_one_node_while_it_fits_then_spills_to_few_nodes():
+    view = [node("a", free=2), node("b", free=1), node("c", free=4)]
+    assert plan_bundles([ONE] * 3, "PACK", "a", view) == (["c", "c", "c"], "")
+    assert plan_bundles([ONE] * 2, "PACK", "a", view) == (["a", "a"], "")
+    view = [node("a", free=2), node("b", free=2), node("c", free=1)]
+    assert plan_bundles([ONE] * 4, "PACK", "a", view) == (["a", "a", "b", "b"], "")
+    assert plan_bundles([ONE] * 6, "PACK", "a", view)[0] is None
+
+
+def test_spread_prefers_a_node_of_its_own_and_shares_when_it_must():
+    view = [node("a"), node("b"), node("c", free=0)]
+    assert plan_bundles([ONE] * 2, "SPREAD", "a", view) == (["a", "b"], "")
+    assert plan_bundles([ONE] * 3, "SPREAD", "a", view) == (["a", "b", "a"], "")
+
+
+def test_strict_spread_needs_a_node_per_bundle():
+    view = [node("a"), node("b"), node("c")]
+    assert plan_bundles([ONE] * 3, "STRICT_SPREAD", "a", view) == (["a", "b", "c"], "")
+    busy = [node("a"), node("b"), node("c", free=0)]
+    nodes, why = plan_bundles([ONE] * 3, "STRICT_SPREAD", "a", busy)
+    assert nodes is None and why.startswith("no room now")  # c may free up: it waits
+    nodes, why = plan_bundles([ONE] * 4, "STRICT_SPREAD", "a", view)
+    assert nodes is None and why.startswith("never: STRICT_SPREAD")
+    dead = [node("a"), node("b", alive=False)]
+    assert plan_bundles([ONE] * 2, "STRICT_SPREAD", "a", dead)[1].startswith("never")
+
+
+def test_a_bundle_no_node_can_ever_hold_is_never():
+    nodes, why = plan_bundles([ONE, {"GPU": 1}], "PACK", "a", [node("a"), node("b")])
+    assert nodes is None and why.startswith("never: bundle 1 (1 GPU)")
+    assert plan_bundles([ONE, {"GPU": 1}], "SPREAD", "a", [node("a"), node("g", gpu=1)]) == (
+        ["a", "g"], "")

@@ -13,7 +13,9 @@ a DENY sends the caller back here with a fresher view), placement groups
 (``placement.py``), or acting on an answer (``owner/remote_nodes.py``).
 Called by: ``owner/remote_nodes.placement_for`` (every task that may leave this node:
 node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over of a
-local node with no room now) and ``move_to``.
+local node with no room now) and ``move_to``. ``plan_bundles`` (a placement group's
+bundles across nodes) has no caller yet: the reservation of bundles on other nodes is a
+later step (README "Several hosts").
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
@@ -49,7 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 __all__ = ["MOVE_MAX_ARG_BYTES", "Placement", "fits_in_total", "less_claims", "pick_node",
-           "utilization"]
+           "plan_bundles", "utilization"]
 
 _EPS = 1e-9
 MOVE_MAX_ARG_BYTES = 16 << 20  # rule 3: a task with more argument bytes here waits here
@@ -260,3 +262,85 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
     shape = ", ".join(f"{v:g} {k}" for k, v in sorted(needs.items())) or "nothing"
     return Placement("infeasible", None, f"No node of the cluster has {shape} in total: "
                      f"{_totals_text(nodes)}.")
+
+
+def plan_bundles(bundles: list, strategy: str, local: str | None,
+                 view: Iterable[Any]) -> tuple[list[str] | None, str]:
+    """The node of each of a placement group's ``bundles`` now (Ray's strategies), or
+    ``(None, why)``: no room now, or (``why`` starting "never") no set of alive nodes can
+    ever hold it. Each bundle must fit one node's ``available``; bundles planned on a node
+    use up its room for the next ones. Nodes are tried local first, then least used, then
+    by id.
+
+    * ``STRICT_PACK``: every bundle on one node.
+    * ``PACK``: on one node if one has room for all; else each bundle on the node the
+      previous one went to while it fits, then on the next in order (few nodes).
+    * ``SPREAD``: each bundle on a node no other bundle of the group is on yet, while one
+      has room; then on any node with room.
+    * ``STRICT_SPREAD``: each bundle on a node of its own.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> plan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", [a, b])
+    (['a', 'b'], '')
+    >>> plan_bundles([{"CPU": 1}] * 3, "STRICT_SPREAD", "a", [a, b])[1][:45]
+    'never: STRICT_SPREAD puts each of its 3 bundl'
+    """
+    nodes = [e for e in view if getattr(e, "alive", True)]
+    needs = [_needs(bundle) for bundle in bundles]
+    total: dict[str, float] = {}
+    for need in needs:
+        for name, amount in need.items():
+            total[name] = total.get(name, 0.0) + amount
+    strict_spread, pack_all = strategy == "STRICT_SPREAD", strategy == "STRICT_PACK"
+    if pack_all and not any(_has(e.totals, total) for e in nodes):
+        return None, (f"never: STRICT_PACK puts all bundles ({_text(total)}) on one node; "
+                      f"{_totals_text(nodes)}")
+    for index, need in enumerate(needs):
+        if not any(_has(e.totals, need) for e in nodes):
+            return None, f"never: bundle {index} ({_text(need)}): {_totals_text(nodes)}"
+    if strict_spread:
+        able = [e for e in nodes if any(_has(e.totals, need) for need in needs)]
+        if len(able) < len(needs):
+            return None, (f"never: STRICT_SPREAD puts each of its {len(needs)} bundles on a "
+                          f"node of its own; {len(able)} alive nodes can hold them")
+
+    def order(room: dict) -> list:
+        return sorted(nodes, key=lambda e: (e.node_id != local, _used(e, room), e.node_id))
+
+    room = {e.node_id: dict(e.available) for e in nodes}
+    if strategy in ("STRICT_PACK", "PACK"):
+        for entry in order(room):
+            if _has(room[entry.node_id], total):
+                return [entry.node_id] * len(needs), ""
+        if pack_all:
+            return None, "no node has room for all bundles now"
+    out: list[str] = []
+    for need in needs:
+        fits = [e for e in order(room) if _has(room[e.node_id], need)]
+        if strategy in ("SPREAD", "STRICT_SPREAD"):
+            fresh = [e for e in fits if e.node_id not in out]
+            fits = fresh if fresh or strict_spread else fits
+        elif out and out[-1] in {e.node_id for e in fits}:  # PACK: stay while it fits
+            fits = [e for e in fits if e.node_id == out[-1]]
+        if not fits:
+            return None, "no room now for bundle " + str(len(out)) + f" ({_text(need)})"
+        chosen = fits[0].node_id
+        out.append(chosen)
+        for name, amount in need.items():
+            room[chosen][name] = float(room[chosen].get(name, 0.0)) - amount
+    return out, ""
+
+
+def _used(entry, room: Mapping[str, float]) -> float:
+    """``utilization`` of ``entry`` with ``room`` as its available (CPU, or the largest)."""
+    used = 0.0
+    for name, total in entry.totals.items():
+        if total and not name.startswith("node:"):
+            used = max(used, 1.0 - float(room.get(name, 0.0)) / float(total))
+    return used
+
+
+def _text(amounts: Mapping[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(amounts.items())) or "nothing"
