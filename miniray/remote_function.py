@@ -90,8 +90,9 @@ class _Template:
         self.request = _options.task_resource_request(opts)
         # The placement group the options name ("default": the caller's, if it captures)
         self.placement = _options.placement_option(opts)
-        # A NodeAffinitySchedulingStrategy's (node_id, soft) (the owner places it).
-        self.affinity = _options.node_affinity(opts)
+        # A NodeAffinitySchedulingStrategy's (node_id, soft, on_unavailable), or "SPREAD"
+        # (the owner places it: owner/remote_nodes.py).
+        self.affinity = _options.task_strategy(opts)
         self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
         # It names no group: it goes to the caller's, only if the caller is in one
         # (``placement.resolve_option``), and no further when the caller is in none.

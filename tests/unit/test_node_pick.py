@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from miniray._private.core.cluster_view import NodeEntry
-from miniray._private.core.node_pick import Placement, pick_node
+from miniray._private.core.node_pick import (
+    MOVE_MAX_ARG_BYTES,
+    Placement,
+    less_claims,
+    pick_node,
+    plan_bundles,
+    utilization,
+)
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 
@@ -61,7 +68,7 @@ def test_a_node_ip_resource_decides_the_node():
     assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).node_id == "c"
     view[2] = node("c", free=0)
     assert pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view) == Placement(
-        "wait", None, pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).reason)
+        "wait", "c", pick_node({"CPU": 1, "node:10.0.0.3": 0.001}, "a", view).reason)
 
 
 @pytest.mark.parametrize("as_dict", [False, True])
@@ -117,10 +124,65 @@ def test_wait_locally_when_the_local_node_has_the_totals():
         {"CPU": 1}, "a", view).reason)
 
 
-def test_wait_for_a_view_change_when_only_a_remote_node_has_the_totals():
+def test_wait_on_the_least_used_remote_node_when_only_remote_nodes_have_the_totals():
     view = [node("a", cpu=1), node("b", cpu=8, free=0)]
     placed = pick_node({"CPU": 4}, "a", view)
-    assert placed.action == "wait" and placed.node_id is None and "10.0.0.2" in placed.reason
+    assert placed.action == "wait" and placed.node_id == "b" and "10.0.0.2" in placed.reason
+    view = [node("a", cpu=1), node("c", cpu=8, free=3), node("b", cpu=8, free=2)]
+    assert pick_node({"CPU": 4}, "a", view).node_id == "c"  # more free there
+    view = [node("a", cpu=1), node("c", cpu=8, free=2), node("b", cpu=8, free=2)]
+    assert pick_node({"CPU": 4}, "a", view).node_id == "b"  # a tie: the node id
+
+
+def test_the_local_ledgers_no_room_overrides_the_views_available():
+    # The view says the local node is idle (a heartbeat ago); its ledger said "no room".
+    view = [node("a"), node("b", free=1)]
+    assert pick_node({"CPU": 1}, "a", view) == Placement("node", "a")
+    assert pick_node({"CPU": 1}, "a", view, local_room=False) == Placement("node", "b")
+    full = [node("a"), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", full, local_room=False).action == "wait"
+    assert pick_node({"CPU": 1}, "a", full, local_room=False).node_id == "a"
+    # And the other way: the view is behind a release, the ledger has room.
+    assert pick_node({"CPU": 1}, "a", [node("a", free=0), node("b")],
+                     local_room=True) == Placement("node", "a")
+
+
+def test_locality_a_task_with_large_arguments_here_waits_here_for_room():
+    view = [node("a", free=0), node("b")]
+    big = {"a": MOVE_MAX_ARG_BYTES + 1}
+    placed = pick_node({"CPU": 1}, "a", view, arg_bytes=big)
+    assert placed.action == "wait" and placed.node_id == "a" and "MiB" in placed.reason
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"a": MOVE_MAX_ARG_BYTES}) == Placement(
+        "node", "b")
+    # Not for SPREAD, and not when this node could never hold it.
+    assert pick_node({"CPU": 1}, "a", view, "SPREAD", arg_bytes=big).node_id == "b"
+    assert pick_node({"CPU": 8}, "a", [node("a", free=0), node("b", cpu=8)],
+                     arg_bytes=big) == Placement("node", "b")
+
+
+def test_less_claims_brings_this_drivers_own_use_up_to_date_in_a_stale_view():
+    view = [node("a"), node("b", free=2)]  # b: 4 CPUs, 2 free as of its heartbeat
+    # 1.5 CPUs of its own tasks there since that heartbeat: 0.5 free.
+    claimed = less_claims(view, {"b": {"CPU": 1.5}})
+    assert claimed[0] is view[0] and claimed[1].available["CPU"] == 0.5
+    assert view[1].available["CPU"] == 2  # the view itself is left as it was
+    assert less_claims(view, {"b": {"CPU": 5}})[1].available["CPU"] == 0.0
+    # The heartbeat showed its 2 tasks (seen): as the view says while they run, all 4
+    # CPUs once they ended (the 2 others used are this driver's, not another's).
+    assert less_claims(view, {"b": {"CPU": 2}}, {"b": {"CPU": 2}})[1].available["CPU"] == 2
+    assert less_claims(view, {}, {"b": {"CPU": 2}})[1].available["CPU"] == 4
+    # One of its 2 ended, and another driver's use shows: 2 used by others, 1 by it.
+    assert less_claims(view, {"b": {"CPU": 1}}, {"b": {"CPU": 0}})[1].available[
+        "CPU"] == 1
+    assert pick_node({"CPU": 1}, "a", less_claims(view, {"b": {"CPU": 2}}),
+                     local_room=False).action == "wait"
+
+
+def test_utilization_is_the_largest_used_fraction_of_what_is_asked():
+    entry = node("g", cpu=4, free=3, gpu=2, gpu_free=0)
+    assert utilization(entry, {"CPU": 1}) == 0.25
+    assert utilization(entry, {"CPU": 1, "GPU": 1}) == 1.0
+    assert utilization(entry, {}) == 0.25
 
 
 def test_infeasible_everywhere_names_every_nodes_totals():
@@ -143,3 +205,53 @@ def test_a_dead_node_is_never_picked():
 def test_a_driver_without_a_local_node():
     assert pick_node({"CPU": 1}, None, [node("b", free=0), node("c")]).node_id == "c"
     assert pick_node({"CPU": 1}, None, [node("b", free=0)]).action == "wait"
+
+
+# -- plan_bundles: a placement group's bundles across nodes (no caller yet) --------------
+ONE = {"CPU": 1}
+
+
+def test_strict_pack_puts_every_bundle_on_one_node_local_first():
+    view = [node("b"), node("a")]
+    assert plan_bundles([ONE, ONE], "STRICT_PACK", "a", view) == (["a", "a"], "")
+    view = [node("a", free=1), node("b", free=3)]
+    assert plan_bundles([ONE, ONE], "STRICT_PACK", "a", view) == (["b", "b"], "")
+    nodes, why = plan_bundles([ONE, ONE], "STRICT_PACK", "a", [node("a", free=1),
+                                                              node("b", free=1)])
+    assert nodes is None and "no node has room" in why
+    nodes, why = plan_bundles([{"CPU": 3}] * 2, "STRICT_PACK", "a", [node("a"), node("b")])
+    assert nodes is None and why.startswith("never: STRICT_PACK")
+
+
+def test_pack_stays_on_one_node_while_it_fits_then_spills_to_few_nodes():
+    view = [node("a", free=2), node("b", free=1), node("c", free=4)]
+    assert plan_bundles([ONE] * 3, "PACK", "a", view) == (["c", "c", "c"], "")
+    assert plan_bundles([ONE] * 2, "PACK", "a", view) == (["a", "a"], "")
+    view = [node("a", free=2), node("b", free=2), node("c", free=1)]
+    assert plan_bundles([ONE] * 4, "PACK", "a", view) == (["a", "a", "b", "b"], "")
+    assert plan_bundles([ONE] * 6, "PACK", "a", view)[0] is None
+
+
+def test_spread_prefers_a_node_of_its_own_and_shares_when_it_must():
+    view = [node("a"), node("b"), node("c", free=0)]
+    assert plan_bundles([ONE] * 2, "SPREAD", "a", view) == (["a", "b"], "")
+    assert plan_bundles([ONE] * 3, "SPREAD", "a", view) == (["a", "b", "a"], "")
+
+
+def test_strict_spread_needs_a_node_per_bundle():
+    view = [node("a"), node("b"), node("c")]
+    assert plan_bundles([ONE] * 3, "STRICT_SPREAD", "a", view) == (["a", "b", "c"], "")
+    busy = [node("a"), node("b"), node("c", free=0)]
+    nodes, why = plan_bundles([ONE] * 3, "STRICT_SPREAD", "a", busy)
+    assert nodes is None and why.startswith("no room now")  # c may free up: it waits
+    nodes, why = plan_bundles([ONE] * 4, "STRICT_SPREAD", "a", view)
+    assert nodes is None and why.startswith("never: STRICT_SPREAD")
+    dead = [node("a"), node("b", alive=False)]
+    assert plan_bundles([ONE] * 2, "STRICT_SPREAD", "a", dead)[1].startswith("never")
+
+
+def test_a_bundle_no_node_can_ever_hold_is_never():
+    nodes, why = plan_bundles([ONE, {"GPU": 1}], "PACK", "a", [node("a"), node("b")])
+    assert nodes is None and why.startswith("never: bundle 1 (1 GPU)")
+    assert plan_bundles([ONE, {"GPU": 1}], "SPREAD", "a", [node("a"), node("g", gpu=1)]) == (
+        ["a", "g"], "")

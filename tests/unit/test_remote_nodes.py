@@ -90,6 +90,60 @@ def test_a_task_the_local_node_can_never_hold_goes_to_a_node_that_can():
                  exclude="there") is None
 
 
+def test_spill_over_a_busy_local_node_goes_to_a_node_with_room_now():
+    place = remote_nodes.placement_for
+    free = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4}, available={"CPU": 3})
+    view = [HERE, THERE, free]
+    # Not asked (the ledger had room, or nobody asked): the local fast path, no rule run.
+    assert place(None, {"CPU": 1}, "here", view) is None
+    assert place(None, {"CPU": 1}, "here", view, local_room=True) is None
+    # The ledger said "no room now": another node with room now (not THERE: no CPU free).
+    assert place(None, {"CPU": 1}, "here", view, local_room=False) == "free"
+    # No other node has room now: it waits here, in its queue.
+    assert place(None, {"CPU": 1}, "here", [HERE, THERE], local_room=False) is None
+    # Its arguments here are too large to move: it waits here.
+    big = {"here": remote_nodes.node_pick.MOVE_MAX_ARG_BYTES + 1}
+    assert place(None, {"CPU": 1}, "here", view, local_room=False, arg_bytes=big) is None
+
+
+def test_spill_over_leaves_alone_what_a_worker_on_another_host_cannot_run_yet():
+    from types import SimpleNamespace as N
+
+    def task(**fields):
+        spec = dict(affinity=None, placement=None, num_returns=1, contained=())
+        spec.update(fields)
+        return N(spec=N(**spec), cancelled=False)
+
+    assert remote_nodes._may_spill(task())
+    assert remote_nodes._may_spill(task(num_returns=0))
+    for fields in ({"affinity": remote_nodes.SPREAD}, {"affinity": ("b", True, False)},
+                   {"placement": ("ab", [], False)}, {"num_returns": -2},
+                   {"num_returns": -1}, {"contained": (b"ref",)}):
+        assert not remote_nodes._may_spill(task(**fields)), fields
+    cancelled = task()
+    cancelled.cancelled = True
+    assert not remote_nodes._may_spill(cancelled)
+
+
+def test_spread_rotates_over_nodes_with_room_this_one_included():
+    place = remote_nodes.placement_for
+    other = NodeEntry("other", "10.0.0.4", 1, totals={"CPU": 2}, available={"CPU": 2})
+    view = [HERE, other]
+    spread = remote_nodes.SPREAD
+    picked = [place(spread, {"CPU": 1}, "here", view, turn=t) for t in range(4)]
+    assert picked == [None, "other", None, "other"]  # None: this node's own queue
+    assert place(spread, {"CPU": 1}, "here", [HERE]) is None  # one node: it stays
+    full = NodeEntry("other", "10.0.0.4", 1, totals={"CPU": 2}, available={"CPU": 0})
+    assert {place(spread, {"CPU": 1}, "here", [HERE, full], turn=t)
+            for t in range(3)} == {None}  # room only here
+    # Room nowhere: it queues here when it can, else waits where it can run.
+    busy = NodeEntry("here", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 0})
+    assert place(spread, {"CPU": 1}, "here", [busy, full]) is None
+    assert place(spread, {"CPU": 4}, "here", [busy, NodeEntry(
+        "big", "10.0.0.7", 1, totals={"CPU": 8}, available={"CPU": 0})],
+        local_feasible=False) == "big"
+
+
 def test_node_died_error_names_the_node_as_ray_does():
     error = remote_nodes.node_died_error("f", THERE, "its link closed.")
     assert type(error).__name__ == "NodeDiedError"
@@ -139,5 +193,7 @@ def test_a_denied_task_moves_only_to_a_node_with_room_where_it_may_go():
     assert move(("full", False, False), {"X": 1}, "here", view, "full", False) is None
     assert move(("full", True, False), {"X": 1}, "here", view, "full", False) is None
     assert move(("full", True, True), {"X": 1}, "here", view, "full", False) == "free"
-    # Never to this node (no spill-over), even when it could hold the request.
-    assert move(None, {"CPU": 1}, "here", view, "full", True) is None
+    # A task spilled from this node moves on to another node with room, never back here
+    # (its queue is the owner's), even when the view shows room here.
+    assert move(None, {"CPU": 1}, "here", view, "full", True) == "free"
+    assert move(None, {"CPU": 1}, "here", [HERE, full], "full", True) is None

@@ -2,44 +2,59 @@
 
 Owns: ``pick_node`` (peering design 4.3 "Placement") and its answer (``Placement``): run
 here, run on another node, wait (and where), or infeasible everywhere (with a message
-naming every node's totals). Pure: the caller passes the request, the local node's id, the
-nodes it knows (``cluster_view.NodeEntry``, with ``available`` from heartbeats or, for the
-local node, from its ledger), the strategy and, optionally, where the arguments' bytes are.
+naming every node's totals); a node's utilization (``utilization``), this driver's own
+tasks on a node taken off a stale view (``less_claims``), and the locality cost
+rule (``MOVE_MAX_ARG_BYTES``). Pure: the caller passes the request, the local node's id,
+the nodes it knows (``cluster_view.NodeEntry``, with ``available`` from heartbeats), the
+strategy, whether the local node has room now (its ledger's word, fresher than the view)
+and, optionally, where the arguments' bytes are.
 Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
-a DENY sends the caller back here with a fresher view), or placement groups
-(``placement.py``).
-Called by: ``owner/remote_nodes.placement_for`` (node affinity, and a task the local node
-can never hold); SPREAD and argument locality are for later phases.
+a DENY sends the caller back here with a fresher view), placement groups
+(``placement.py``), or acting on an answer (``owner/remote_nodes.py``).
+Called by: ``owner/remote_nodes.placement_for`` (every task that may leave this node:
+node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over of a
+local node with no room now) and ``move_to``. ``plan_bundles`` (a placement group's
+bundles across nodes) has no caller yet: the reservation of bundles on other nodes is a
+later step (README "Several hosts").
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
 1. ``NodeAffinitySchedulingStrategy(node_id, soft)`` (an object or a dict with those keys):
    that node if it is alive and has the resources in total (now: "node"; else "wait" on
-   it, or, soft with ``_spill_on_unavailable``, rules 2-4). Dead, unknown, or lacking them:
-   infeasible if not ``soft`` (Ray's ``TaskUnschedulableError``); if ``soft``, rules 2-4
+   it, or, soft with ``_spill_on_unavailable``, rules 2-5). Dead, unknown, or lacking them:
+   infeasible if not ``soft`` (Ray's ``TaskUnschedulableError``); if ``soft``, rules 2-5
    decide. A ``node:<ip>`` resource in the request
-   needs no rule of its own: only the node with that ip has it in its totals, so rules 2-4
+   needs no rule of its own: only the node with that ip has it in its totals, so rules 2-5
    find it or wait for it.
 2. The local node, if it has the resources available now (the unchanged fast path;
-   ``"SPREAD"`` skips this rule).
-3. Another alive node that has them available now: the most argument bytes already there
+   ``"SPREAD"`` skips this rule; ``local_room=False``, the local ledger's "no room now",
+   overrides the view's ``available``, and ``local_holds=False``, its "never", the view's
+   totals).
+3. Locality: the local node has the totals but no room now, and more than
+   ``MOVE_MAX_ARG_BYTES`` of the task's arguments are in its store: "wait" here. Values
+   travel to another node through this driver, once per task; waiting for a local slot is
+   cheaper than moving that much (not for ``"SPREAD"``, which asks to spread).
+4. Another alive node that has them available now: the most argument bytes already there
    first, then the lowest utilization (the largest used fraction of a requested resource),
    then the node id. Work that asks for no GPU avoids nodes with GPUs while a node without
    GPUs has room (Ray's ``scheduler_avoid_gpu_nodes``). ``"SPREAD"``: every node with room
    now, the local one included, by lowest utilization; ties rotate with ``turn`` (the
    caller counts its spread tasks).
-4. No node has room now: "wait" on the local node if it has the totals, else "wait" with
-   no node (for a view change) if another alive node has them; else "infeasible".
+5. No node has room now: "wait" on the local node if it has the totals, else "wait" on
+   the least used other alive node that has them (its lease waits there; the node id
+   breaks ties); else "infeasible".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-__all__ = ["Placement", "fits_in_total", "pick_node"]
+__all__ = ["MOVE_MAX_ARG_BYTES", "Placement", "fits_in_total", "less_claims", "pick_node",
+           "plan_bundles", "utilization"]
 
 _EPS = 1e-9
+MOVE_MAX_ARG_BYTES = 16 << 20  # rule 3: a task with more argument bytes here waits here
 
 
 @dataclass(frozen=True)
@@ -70,8 +85,47 @@ def fits_in_total(request: Mapping[str, float], entry) -> bool:
     return _has(entry.totals, _needs(request))
 
 
-def _utilization(entry, needs: Mapping[str, float]) -> float:
-    names = list(needs) or ["CPU"]
+def less_claims(view: Iterable[Any], claims: Mapping[str, Mapping[str, float]],
+                seen: Mapping[str, Mapping[str, float]] | None = None) -> list:
+    """``view`` with each node's ``available`` brought up to date for this driver's own
+    use: ``claims[node_id]`` is what this driver's tasks there hold or wait for now,
+    ``seen[node_id]`` what they did when the view was read (its heartbeat showed that
+    much, or less). Other drivers' use stays as of the heartbeat (totals less available
+    less ``seen``); the estimate is totals less that less ``claims``, floored at 0. With no
+    ``seen``, every claim counts as not in the view yet. Untouched entries are kept.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> b = NodeEntry("b", "", 1, totals={"CPU": 4}, available={"CPU": 1})
+    >>> less_claims([b], {"b": {"CPU": 1}})[0].available  # a new task, not in the view
+    {'CPU': 0.0}
+    >>> less_claims([b], {}, {"b": {"CPU": 3}})[0].available  # its 3 tasks there ended
+    {'CPU': 4.0}
+    """
+    seen = seen or {}
+    out = []
+    for entry in view:
+        claim, then = claims.get(entry.node_id) or {}, seen.get(entry.node_id) or {}
+        if claim or then:
+            available = dict(entry.available)
+            for name in set(claim) | set(then):
+                total = float(entry.totals.get(name, 0.0))
+                others = max(0.0, total - float(available.get(name, 0.0))
+                             - float(then.get(name, 0.0)))
+                available[name] = max(0.0, total - others - float(claim.get(name, 0.0)))
+            entry = replace(entry, available=available)
+        out.append(entry)
+    return out
+
+
+def utilization(entry, request: Mapping[str, float]) -> float:
+    """The largest used fraction, on ``entry``, of a resource ``request`` asks for (CPU for
+    an empty request): 0.0 idle, 1.0 full.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> utilization(NodeEntry("a", "", 1, totals={"CPU": 4}, available={"CPU": 1}), {})
+    0.75
+    """
+    names = [k for k, v in request.items() if v] or ["CPU"]
     used = 0.0
     for name in names:
         total = float(entry.totals.get(name, 0.0))
@@ -110,8 +164,9 @@ def _totals_text(nodes) -> str:
 
 def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[Any],
               strategy: Any = None, *, turn: int = 0,
-              arg_bytes: Mapping[str, int] | None = None) -> Placement:
-    """Where ``request`` goes (the module docstring's rules 1-4).
+              arg_bytes: Mapping[str, int] | None = None,
+              local_room: bool | None = None, local_holds: bool | None = None) -> Placement:
+    """Where ``request`` goes (the module docstring's rules 1-5).
 
     Args:
         request: ``{resource: amount}`` (zero amounts ignored).
@@ -121,6 +176,10 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
             ``node_id``, ``soft`` and optionally ``spill_on_unavailable``).
         turn: SPREAD's rotation among equally used nodes.
         arg_bytes: ``{node_id: bytes of the task's arguments already there}``.
+        local_room: False when the local node's ledger just said it has no room now (the
+            view's ``available`` for it is ignored then); None: the view decides.
+        local_holds: the local ledger's word on whether it has the request in its totals
+            (False: never here, whatever the view's totals say); None: the view decides.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 0})
@@ -131,16 +190,28 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
     needs = _needs(request)
     nodes = [e for e in view if getattr(e, "alive", True)]
     by_id = {e.node_id: e for e in nodes}
-    feasible = [e for e in nodes if _has(e.totals, needs)]
+
+    def holds(entry) -> bool:
+        if entry.node_id == local and local_holds is not None:
+            return local_holds
+        return _has(entry.totals, needs)
+
+    feasible = [e for e in nodes if holds(e)]
     spread = isinstance(strategy, str) and strategy.upper() == "SPREAD"
     affinity = None if isinstance(strategy, str) or strategy is None else _affinity(strategy)
+    located = arg_bytes or {}
+
+    def has_room(entry) -> bool:
+        if entry.node_id == local and local_room is not None:
+            return local_room and holds(entry)
+        return _has(entry.available, needs)
 
     # Rule 1.
     if affinity is not None:
         node_id, soft, spill = affinity
         target = by_id.get(node_id)
         if target is not None and _has(target.totals, needs):
-            if _has(target.available, needs):
+            if has_room(target):
                 return Placement("node", node_id)
             if not (soft and spill):
                 return Placement("wait", node_id, f"node {node_id[:12]} has no room now")
@@ -154,36 +225,122 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
 
     # Rule 2.
     here = by_id.get(local) if local is not None else None
-    if not spread and here is not None and _has(here.totals, needs) \
-            and _has(here.available, needs):
+    here_holds = here is not None and holds(here)
+    if not spread and here_holds and has_room(here):
         return Placement("node", here.node_id)
 
     # Rule 3.
-    room = [e for e in feasible if _has(e.available, needs)
-            and (spread or e.node_id != local)]
+    if not spread and here_holds and located.get(local, 0) > MOVE_MAX_ARG_BYTES:
+        return Placement("wait", here.node_id, f"{located[local] / (1 << 20):.0f} MiB of "
+                         "its arguments are on this node: it waits for room here")
+
+    # Rule 4.
+    room = [e for e in feasible if has_room(e) and (spread or e.node_id != local)]
     if room:
         if spread:
             ordered = sorted(room, key=lambda e: e.node_id)
             shift = turn % len(ordered)
             ordered = ordered[shift:] + ordered[:shift]
             return Placement("node", min(ordered, key=lambda e: round(
-                _utilization(e, needs), 6)).node_id)
+                utilization(e, needs), 6)).node_id)
         if not needs.get("GPU"):
             plain = [e for e in room if not e.totals.get("GPU")]
             room = plain or room
-        located = arg_bytes or {}
-        best = min(room, key=lambda e: (-located.get(e.node_id, 0), _utilization(e, needs),
+        best = min(room, key=lambda e: (-located.get(e.node_id, 0), utilization(e, needs),
                                         e.node_id))
         return Placement("node", best.node_id)
 
-    # Rule 4.
-    if here is not None and _has(here.totals, needs):
+    # Rule 5.
+    if here_holds:
         return Placement("wait", here.node_id, "no node has room now; this node has the "
                                                "resources in total")
     if feasible:
-        return Placement("wait", None, "no node has room now; "
+        best = min(feasible, key=lambda e: (utilization(e, needs), e.node_id))
+        return Placement("wait", best.node_id, "no node has room now; "
                          + ", ".join(e.ip or e.node_id[:12] for e in feasible)
                          + " has the resources in total")
     shape = ", ".join(f"{v:g} {k}" for k, v in sorted(needs.items())) or "nothing"
     return Placement("infeasible", None, f"No node of the cluster has {shape} in total: "
                      f"{_totals_text(nodes)}.")
+
+
+def plan_bundles(bundles: list, strategy: str, local: str | None,
+                 view: Iterable[Any]) -> tuple[list[str] | None, str]:
+    """The node of each of a placement group's ``bundles`` now (Ray's strategies), or
+    ``(None, why)``: no room now, or (``why`` starting "never") no set of alive nodes can
+    ever hold it. Each bundle must fit one node's ``available``; bundles planned on a node
+    use up its room for the next ones. Nodes are tried local first, then least used, then
+    by id.
+
+    * ``STRICT_PACK``: every bundle on one node.
+    * ``PACK``: on one node if one has room for all; else each bundle on the node the
+      previous one went to while it fits, then on the next in order (few nodes).
+    * ``SPREAD``: each bundle on a node no other bundle of the group is on yet, while one
+      has room; then on any node with room.
+    * ``STRICT_SPREAD``: each bundle on a node of its own.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> plan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", [a, b])
+    (['a', 'b'], '')
+    >>> plan_bundles([{"CPU": 1}] * 3, "STRICT_SPREAD", "a", [a, b])[1][:45]
+    'never: STRICT_SPREAD puts each of its 3 bundl'
+    """
+    nodes = [e for e in view if getattr(e, "alive", True)]
+    needs = [_needs(bundle) for bundle in bundles]
+    total: dict[str, float] = {}
+    for need in needs:
+        for name, amount in need.items():
+            total[name] = total.get(name, 0.0) + amount
+    strict_spread, pack_all = strategy == "STRICT_SPREAD", strategy == "STRICT_PACK"
+    if pack_all and not any(_has(e.totals, total) for e in nodes):
+        return None, (f"never: STRICT_PACK puts all bundles ({_text(total)}) on one node; "
+                      f"{_totals_text(nodes)}")
+    for index, need in enumerate(needs):
+        if not any(_has(e.totals, need) for e in nodes):
+            return None, f"never: bundle {index} ({_text(need)}): {_totals_text(nodes)}"
+    if strict_spread:
+        able = [e for e in nodes if any(_has(e.totals, need) for need in needs)]
+        if len(able) < len(needs):
+            return None, (f"never: STRICT_SPREAD puts each of its {len(needs)} bundles on a "
+                          f"node of its own; {len(able)} alive nodes can hold them")
+
+    def order(room: dict) -> list:
+        return sorted(nodes, key=lambda e: (e.node_id != local, _used(e, room), e.node_id))
+
+    room = {e.node_id: dict(e.available) for e in nodes}
+    if strategy in ("STRICT_PACK", "PACK"):
+        for entry in order(room):
+            if _has(room[entry.node_id], total):
+                return [entry.node_id] * len(needs), ""
+        if pack_all:
+            return None, "no node has room for all bundles now"
+    out: list[str] = []
+    for need in needs:
+        fits = [e for e in order(room) if _has(room[e.node_id], need)]
+        if strategy in ("SPREAD", "STRICT_SPREAD"):
+            fresh = [e for e in fits if e.node_id not in out]
+            fits = fresh if fresh or strict_spread else fits
+        elif out and out[-1] in {e.node_id for e in fits}:  # PACK: stay while it fits
+            fits = [e for e in fits if e.node_id == out[-1]]
+        if not fits:
+            return None, "no room now for bundle " + str(len(out)) + f" ({_text(need)})"
+        chosen = fits[0].node_id
+        out.append(chosen)
+        for name, amount in need.items():
+            room[chosen][name] = float(room[chosen].get(name, 0.0)) - amount
+    return out, ""
+
+
+def _used(entry, room: Mapping[str, float]) -> float:
+    """``utilization`` of ``entry`` with ``room`` as its available (CPU, or the largest)."""
+    used = 0.0
+    for name, total in entry.totals.items():
+        if total and not name.startswith("node:"):
+            used = max(used, 1.0 - float(room.get(name, 0.0)) / float(total))
+    return used
+
+
+def _text(amounts: Mapping[str, float]) -> str:
+    return ", ".join(f"{v:g} {k}" for k, v in sorted(amounts.items())) or "nothing"

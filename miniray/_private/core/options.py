@@ -66,6 +66,7 @@ __all__ = [
     "hard_affinity",
     "node_affinity",
     "task_resource_request",
+    "task_strategy",
     "update_options",
     "validate_actor_options",
     "validate_method_call_options",
@@ -842,6 +843,19 @@ def node_affinity(options: dict) -> tuple[str, bool, bool] | None:
     soft = bool(getattr(strategy, "soft", False))
     flag = "_spill_on_unavailable" if soft else "_fail_on_unavailable"
     return node_id, soft, bool(getattr(strategy, flag, False))
+
+
+def task_strategy(options: dict) -> tuple[str, bool, bool] | str | None:
+    """What a task's spec carries for ``owner/remote_nodes.py`` to place it by: the
+    ``node_affinity`` tuple, ``"SPREAD"`` for ``scheduling_strategy="SPREAD"``, or None
+    (``"DEFAULT"``, none, or a placement group's: the local queue's, as before).
+
+    >>> task_strategy({"scheduling_strategy": "SPREAD"}), task_strategy({})
+    ('SPREAD', None)
+    """
+    if options.get("scheduling_strategy") == "SPREAD":
+        return "SPREAD"
+    return node_affinity(options)
 
 
 def placement_option(options: dict) -> Any:

@@ -87,8 +87,8 @@ class TaskSpec:
         # Its placement group, (hex, bundles, capture_child_tasks) (core/placement.place);
         # its request already names the group's resources.
         self.placement = placement
-        # A NodeAffinitySchedulingStrategy's (node_id, soft) (owner/remote_nodes.py places
-        # the task); None: no such strategy.
+        # A NodeAffinitySchedulingStrategy's (node_id, soft, on_unavailable), or "SPREAD"
+        # (owner/remote_nodes.py places the task); None: no such strategy.
         self.affinity = affinity
 
     def __reduce__(self):

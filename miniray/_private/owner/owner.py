@@ -68,6 +68,7 @@ from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.waiting import WaitWatch
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
+from miniray._private.transport import node_client
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
@@ -143,6 +144,7 @@ class Owner:
         self.actors = ActorManager(self)
         self.pgs = None  # the placement groups (placement_groups.py), set by the runtime
         self.remote_nodes = None  # tasks on other hosts (remote_nodes.py), at first use
+        self._spill_quiet = 0.0  # no cluster view: _spill looks again after this time
         # Finished tasks and calls, kept (bounded) for ray.util.state and `miniray list`.
         self.state_records = self.actors.records = StateRecords()
         self._closed = False
@@ -398,6 +400,8 @@ class Owner:
             lease = scheduling.lease_with_room(by_key.get(key))
             if lease is None:
                 window_full = self._want_leases(key, queue)
+                if window_full and self._spill(queue) and not queue:
+                    break  # every queued task went to another node with room
                 depth = pipelining.depth_for(key, self.pipeline_depth)
                 pipes_full = depth <= 1 or self._fill_pipelines(key, queue, depth)
                 if queue:
@@ -410,6 +414,23 @@ class Owner:
         if queue is not None and not queue:
             del self.tasks.queues[key]
         return True
+
+    def _spill(self, queue) -> int:
+        """*Locked.* The local ledger has no room now for ``queue``'s tasks (the retry
+        window said no): tasks another node has room for go there (spill-over,
+        ``RemoteNodes.spill``); how many went. Only where this session's node publishes a
+        cluster view (it peers); without one, looked for at most once a second, so a
+        one-host session never loads remote_nodes and pays one stat a second at most."""
+        if self.remote_nodes is None:
+            now = time.monotonic()
+            if now < self._spill_quiet:
+                return 0
+            session_dir = self.hello_info.get("session_dir")
+            if not session_dir or not os.path.exists(
+                    os.path.join(session_dir, node_client.CLUSTER_FILE)):
+                self._spill_quiet = now + 1.0
+                return 0
+        return self._remote_nodes().spill(queue)
 
     def _fill_pipelines(self, key, queue, depth: int) -> bool:
         """*Locked.* No idle worker has room for ``key``'s queue: queue tasks behind the

@@ -11,9 +11,10 @@ Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity, or one the
-local node can never hold; submitted as any task, its arguments ready),
-``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
+Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
+``"SPREAD"``, or one the local node can never hold; submitted as any task, its arguments
+ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
+now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
 (``close``, not locked).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
@@ -24,8 +25,13 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        TaskUnschedulableError naming it (a node the view lacks is looked up once more in a
        fresh view first); a soft one runs there too when it is alive with the totals (its
        lease waits for room; with ``_spill_on_unavailable`` only when it has room now),
-       else as without one. Without: locally whenever the local node can ever hold the
-       request (no spill-over of a busy local node yet); a task it can never hold
+       else as without one. ``"SPREAD"``: the least used node with room now, rotating
+       (this node: its local queue). Without: locally whenever the local node can ever
+       hold the request, except spill-over (``spill``): the local ledger has no room for
+       it now and another node has room now, as of its heartbeat and at most its totals
+       less this driver's tasks there, and its arguments here are not over
+       ``node_pick.MOVE_MAX_ARG_BYTES``: it leaves the local queue for that node; a task
+       it can never hold
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
@@ -97,7 +103,8 @@ from miniray._private.transport.remote_node import (
     RemoteNodeClient,
 )
 
-__all__ = ["RemoteNodes", "Unschedulable", "move_to", "node_died_error", "placement_for"]
+__all__ = ["SPREAD", "RemoteNodes", "Unschedulable", "move_to", "node_died_error",
+           "placement_for"]
 
 logger = logging.getLogger(__name__)
 
@@ -118,24 +125,37 @@ class Unschedulable(str):
     says (the text says why): Ray's ``TaskUnschedulableError``."""
 
 
+SPREAD = "SPREAD"  # a spec's ``affinity`` for scheduling_strategy="SPREAD"
+
+
 def placement_for(affinity, request: dict, local: str, view, local_feasible: bool = True,
-                  exclude: str | None = None):
+                  exclude: str | None = None, *, local_room: bool | None = None,
+                  turn: int = 0, arg_bytes: dict | None = None):
     """Step 1's pure decision: the node id to run on, None to run locally as before, or an
-    ``Unschedulable`` text.
+    ``Unschedulable`` text (``node_pick.pick_node`` decides; this only maps its answer).
 
     ``affinity``: the spec's ``(node_id, soft, on_unavailable)`` (``options.node_affinity``;
-    a bare node id is a hard one) or None; ``local_feasible``: whether the local node has
-    the request in its totals (its ``infeasible_reasons`` are empty); ``exclude``: a node
-    not to use (the one that just died under a retry), whatever the view says. The rules
-    (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy`` docstring):
+    a bare node id is a hard one), ``SPREAD``, or None; ``local_feasible``: whether the
+    local node has the request in its totals (its ``infeasible_reasons`` are empty);
+    ``exclude``: a node not to use (the one that just died under a retry), whatever the
+    view says; ``local_room``: False when the local ledger has no room for it now
+    (spill-over; None: not asked, the task stays local when it is feasible here);
+    ``turn``: SPREAD's rotation; ``arg_bytes``: ``{node_id: bytes of its arguments
+    there}`` (locality). The rules (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy``
+    docstring and hybrid policy):
 
     * an affinity to a node the view holds alive with the totals: that node (this one:
       locally), waiting there for room; with ``on_unavailable`` and no room now, a hard
       one is Unschedulable and a soft one goes on as without;
     * to a node dead, unknown or too small: hard, Unschedulable; soft, as without;
-    * without: locally when the local node can ever hold it (no spill-over of a busy local
-      node yet); else another alive node with room now, else one with the totals (its
-      lease waits), else locally (pending, the infeasible line on stderr, as before).
+    * ``SPREAD``: the least used node with room now, the local one included, rotating
+      among equals; none with room: locally when feasible here, else as without;
+    * without: locally when the local node can ever hold it and ``local_room`` is not
+      False; with no room here now, another node with room now (unless its arguments here
+      are too large to move: ``node_pick`` rule 3), else locally (it waits here); a task
+      this node can never hold: another alive node with room now, else the least used one
+      with the totals (its lease waits), else locally (pending, the infeasible line on
+      stderr, as before).
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
@@ -145,22 +165,32 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
     >>> placement_for(("b", True, True), {"CPU": 1}, "a", [a, b]) is None  # spills: full
     True
     """
-    if isinstance(affinity, str):
+    return _decide(affinity, request, local, view, local_feasible, exclude, local_room,
+                   turn, arg_bytes)[0]
+
+
+def _decide(affinity, request: dict, local: str, view, local_feasible: bool,
+            exclude: str | None, local_room: bool | None = None, turn: int = 0,
+            arg_bytes: dict | None = None):
+    """``placement_for``'s answer and the ``node_pick.Placement`` behind it (None where no
+    rule was asked: the local fast path)."""
+    spread = affinity == SPREAD
+    if isinstance(affinity, str) and not spread:
         affinity = (affinity, False, False)
     nodes = [e for e in view if e.node_id != exclude] if exclude else list(view)
-    if affinity is not None:
+    if affinity is not None and not spread:
         node_id, soft, on_unavailable = (tuple(affinity) + (False,))[:3]
         if not soft:
             if node_id == local and local_feasible:
-                return None
+                return None, None
             placed = node_pick.pick_node(request, local, nodes,
                                          {"node_id": node_id, "soft": False})
             if placed.action == "wait" and placed.node_id == node_id and on_unavailable:
                 return Unschedulable(
                     f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False, "
-                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now")
+                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now"), placed
             if placed.action in ("node", "wait") and placed.node_id == node_id:
-                return None if node_id == local else node_id
+                return (None if node_id == local else node_id), placed
             why = ("this node lacks the resources in total" if node_id == local else
                    "no alive node of the cluster has that id" if not any(
                        e.node_id == node_id and e.alive for e in nodes)
@@ -168,31 +198,31 @@ def placement_for(affinity, request: dict, local: str, view, local_feasible: boo
             return Unschedulable(
                 f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False) is "
                 f"dead, unknown or cannot hold {_shape(request)} ({why}); soft=True lets the "
-                "task run elsewhere")
+                "task run elsewhere"), placed
         if node_id != local:
             placed = node_pick.pick_node(
                 request, local, [e for e in nodes if e.node_id == node_id],
                 {"node_id": node_id, "soft": True, "spill_on_unavailable": on_unavailable})
-            if placed.action in ("node", "wait") and placed.node_id == node_id:
-                return node_id
-    if local_feasible:
-        return None
-    placed = node_pick.pick_node(request, local, nodes)
-    if placed.action == "node":
-        return None if placed.node_id == local else placed.node_id
-    others = [e for e in nodes if e.alive and e.node_id != local
-              and node_pick.fits_in_total(request, e)]
-    if others:  # feasible there, no room now: its lease waits
-        return min(others, key=lambda e: (-_free_fraction(e, request), e.node_id)).node_id
-    return None
+            if placed.node_id == node_id and (placed.action == "node" or (
+                    placed.action == "wait" and not on_unavailable)):
+                return node_id, placed
+    if local_feasible and local_room is not False and not spread:
+        return None, None  # the unchanged fast path: it waits here for room
+    placed = node_pick.pick_node(request, local, nodes, SPREAD if spread else None,
+                                 turn=turn, arg_bytes=arg_bytes, local_room=local_room,
+                                 local_holds=local_feasible)
+    if placed.node_id in (None, local) or (placed.action == "wait" and local_feasible):
+        return None, placed
+    return placed.node_id, placed
 
 
 def move_to(affinity, request: dict, local: str, view, current: str,
             local_feasible: bool) -> str | None:
     """A task waits for room on node ``current`` (its lease was denied): another node to
-    ask instead, or None. Only where step 1 would place it now, and only a node with room
-    now (as of its last heartbeat): never away from the node an affinity holds it to,
-    never to this node (no spill-over), never back and forth between two full nodes.
+    ask instead, or None. Only where step 1 would place it now with no room here, and only
+    a node with room now (as of its last heartbeat): never away from the node an affinity
+    holds it to, never to this node (its own queue is not this module's), never back and
+    forth between two full nodes.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"X": 1}, available={"X": 0})
@@ -201,19 +231,21 @@ def move_to(affinity, request: dict, local: str, view, current: str,
     ...                                                          "b", False)
     ('c', None)
     """
-    placed = placement_for(affinity, request, local, view, local_feasible)
-    if type(placed) is not str or placed == current:
-        return None
-    entry = next((e for e in view if e.node_id == placed), None)
-    if entry is None or node_pick.pick_node(request, None, [entry]).action != "node":
+    placed, why = _decide(affinity, request, local, view, local_feasible, None, False)
+    if type(placed) is not str or placed == current or why is None or why.action != "node":
         return None
     return placed
 
 
-def _free_fraction(entry, request: dict) -> float:
-    names = [k for k, v in request.items() if v] or ["CPU"]
-    return min((float(entry.available.get(k, 0.0)) / float(entry.totals[k])
-                if entry.totals.get(k) else 0.0) for k in names)
+def _may_spill(task) -> bool:
+    """Whether spill-over may send ``task`` to another node: not one with a strategy
+    of its own (an affinity, SPREAD: placed already) or a placement group's bundle (on
+    this node), nor what a worker on another host cannot do yet: a generator's items
+    (they stream back to the driver) or ObjectRefs nested in its arguments (it could not
+    ``get`` them there)."""
+    spec = task.spec
+    return (spec.affinity is None and spec.placement is None and not task.cancelled
+            and spec.num_returns >= 0 and not spec.contained)
 
 
 def _shape(request: dict) -> str:
@@ -311,6 +343,12 @@ class RemoteNodes:
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
         self._watching = False  # a _watch_infeasible thread runs
+        self._turn = 0  # SPREAD's rotation (node_pick rule 4)
+        # Per node, the summed requests of this driver's tasks there, from placement to
+        # their end (``node_pick.less_claims``: the view's ``available`` lags them), and
+        # what they were when the view was last read.
+        self._claims: dict[str, dict[str, float]] = {}
+        self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
 
     def __repr__(self) -> str:
@@ -323,29 +361,36 @@ class RemoteNodes:
         if fresh or now - read_at > VIEW_MAX_AGE_S:
             doc = nc.read_cluster(self.session_dir) if self.session_dir else None
             nodes = list(cluster_view.nodes_of(doc).values())
+            with self._lock:
+                self._claims_seen = {k: dict(v) for k, v in self._claims.items()}
             self._view = (now, nodes)
         return nodes
 
     def _place(self, spec, local_feasible: bool, exclude: str | None = None):
-        """``placement_for`` on the view; an affinity to a node the view lacks is looked
-        up again in a fresh view first (it may have joined since the last read)."""
-        placed = placement_for(spec.affinity, spec.request, self.local, self._nodes(),
-                               local_feasible, exclude)
-        if isinstance(placed, Unschedulable) and self._view[0] < time.monotonic() - 0.01:
-            placed = placement_for(spec.affinity, spec.request, self.local,
-                                   self._nodes(fresh=True), local_feasible, exclude)
+        """``_decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
+        to a node the view lacks is looked up again in a fresh view first (it may have
+        joined since the last read). ``SPREAD`` counts its turn here."""
+        turn = 0
+        if spec.affinity == SPREAD:
+            turn = self._turn
+            self._turn += 1
+        placed = _decide(spec.affinity, spec.request, self.local, self._nodes(),
+                         local_feasible, exclude, turn=turn)
+        if isinstance(placed[0], Unschedulable) and self._view[0] < time.monotonic() - 0.01:
+            placed = _decide(spec.affinity, spec.request, self.local,
+                             self._nodes(fresh=True), local_feasible, exclude, turn=turn)
         return placed
 
     def offload(self, task, local_feasible: bool = False) -> bool | str | None:
         """*Owner locked.* Step 1 for a task of ``TaskQueue`` whose arguments are ready: one
-        with a node affinity, or one the local node can never hold (``local_feasible``
+        with a node affinity or ``"SPREAD"``, or one the local node can never hold (``local_feasible``
         False: its infeasible case). True when it is this module's from now on (another
         node runs it, or a hard affinity makes it unschedulable); None when it stays here.
         Else, for an infeasible one with other nodes, the stderr line naming every alive
         node's totals (None: this node's own line)."""
         if self._closed:
             return None
-        placed = self._place(task.spec, local_feasible)
+        placed, why = self._place(task.spec, local_feasible)
         if placed is not None:
             self._begin(task, placed)
             return True
@@ -360,14 +405,91 @@ class RemoteNodes:
                              name="miniray-remote-infeasible").start()
         if not any(e.node_id != self.local for e in nodes):
             return None  # this node alone so far: its own line
-        placed = node_pick.pick_node(task.spec.request, self.local, nodes)
-        if placed.action != "infeasible":
-            return None  # the views differ (this node's totals): its own line
-        why = placed.reason
-        return (f"miniray: this request can never run on any node of the cluster. {why} "
-                f"Start a node with the resources (miniray start --address=HEAD:PORT "
+        if why is None or why.action != "infeasible":
+            return None  # no rule said "nowhere" (an affinity fell back): its own line
+        return (f"miniray: this request can never run on any node of the cluster. "
+                f"{why.reason} Start a node with the resources (miniray start --address=HEAD:PORT "
                 f"--resources ...) or lower the request; the task stays pending until one "
                 f"joins. Full request: {_shape(task.spec.request)}")
+
+    def spill(self, queue) -> int:
+        """*Owner locked.* Spill-over (step 1 with ``local_room=False``): the local ledger
+        just said it has no room now for the tasks of ``queue`` (one scheduling key's
+        queued tasks, arguments ready, front first). Those ``_may_spill`` allows that
+        another alive node has room for now, as the view shows it and at most its totals
+        less this driver's tasks there (``less_claims``), leave the queue and run there;
+        the first that stays (no room elsewhere, or its arguments here are too large to
+        move) ends it. Returns how many left. One node alone: nothing is read but the
+        cached view."""
+        if self._closed:
+            return 0
+        nodes = self._nodes()
+        if not any(e.alive and e.node_id != self.local for e in nodes):
+            return 0
+        moved = 0
+        while queue:
+            task = queue[0]
+            spec = task.spec
+            if not _may_spill(task):
+                break  # it runs here (the front stays first in its queue)
+            with self._lock:
+                view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
+            placed = placement_for(None, spec.request, self.local, view, True,
+                                   local_room=False, arg_bytes=self._arg_bytes(spec))
+            if type(placed) is not str:
+                break
+            queue.popleft()
+            self._begin(task, placed)
+            moved += 1
+        return moved
+
+    def _spill_more(self, key) -> None:
+        """*Owner locked.* A task of this module ended on its node, which has that much
+        more room: the local queue of ``key`` is offered to ``spill`` again while it is
+        stuck (the local ledger found no room and nothing was freed here since), as no
+        local event would offer it until one is."""
+        owner = self.owner
+        queue = owner.tasks.queues.get(key)
+        if not queue or key not in owner.leases.stuck:
+            return
+        self.spill(queue)
+        if not queue:
+            del owner.tasks.queues[key]
+
+    def _arg_bytes(self, spec) -> dict:
+        """``{this node: bytes of the task's ObjectRef arguments in this store's shared
+        memory}`` (inline ones travel with the task anyway), for ``node_pick`` rule 3."""
+        if not spec.deps:
+            return {}
+        store = self.owner.store
+        total = 0
+        for _position, object_id in spec.deps:
+            if store.inline_or_none(object_id) is not None:
+                continue
+            try:
+                total += int(store.location(object_id)[-1])
+            except (KeyError, TypeError, ValueError):
+                continue  # not in this store (a borrowed ref): nothing here to weigh
+        return {self.local: total} if total else {}
+
+    def _claim(self, slot, node_id: str | None, request: dict) -> None:
+        """The task of ``slot`` is placed on ``node_id`` (None: it ended there, or moves):
+        its request counts against that node in ``spill`` until then."""
+        with self._lock:
+            old = getattr(slot, "claim", None)
+            if old is not None:
+                claim = self._claims.get(old, {})
+                for name, amount in request.items():
+                    if amount and name in claim:
+                        claim[name] -= float(amount)
+                if not any(v > 1e-9 for v in claim.values()):
+                    self._claims.pop(old, None)
+            slot.claim = node_id
+            if node_id is not None:
+                claim = self._claims.setdefault(node_id, {})
+                for name, amount in request.items():
+                    if amount:
+                        claim[name] = claim.get(name, 0.0) + float(amount)
 
     def _watch_infeasible(self) -> None:
         """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while
@@ -438,7 +560,7 @@ class RemoteNodes:
                            "retries left).", spec.name, entry.node_id[:12], entry.ip,
                            "infinite" if task.retries_left < 0 else task.retries_left)
         local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
-        placed = self._place(spec, local_feasible, exclude=entry.node_id)
+        placed = self._place(spec, local_feasible, exclude=entry.node_id)[0]
         if placed is None:
             task.worker = None
             self.owner.tasks.resubmit(task)
@@ -448,6 +570,7 @@ class RemoteNodes:
 
     def _start(self, task, entry) -> None:
         """Run ``_run(task, entry)`` on a waiting thread of this module, or a new one."""
+        self._claim(task.worker, entry.node_id, task.spec.request)
         with self._lock:
             if self._waiting_threads:
                 self._waiting_threads -= 1
@@ -537,6 +660,7 @@ class RemoteNodes:
             logger.exception("a task on node %s failed", entry.ip)
             error = RaySystemError(f"miniray bug: {bug!r}")
         finally:
+            self._claim(task.worker, None, spec.request)
             if worker is not None:
                 self._put_back(client, worker, not worker.broken)
             owner = self.owner
@@ -551,6 +675,8 @@ class RemoteNodes:
                         else:
                             owner.tasks.fail(task, error or _system_error(
                                 "the driver is shutting down"))
+                    if not died and not self._closed and not owner.closed:
+                        self._spill_more(task.key)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -882,6 +1008,7 @@ class _Slot:
     def __init__(self, task, moves: int = 0):
         self.inflight = [task]
         self.moves = moves  # times it was placed again without having been sent
+        self.claim: str | None = None  # the node whose lease it waits for (RemoteNodes._claim)
         self.sent = False  # bound to a worker: the task was (or is being) sent
         self.interrupted: set = set()
         self.waits: dict = {}

@@ -1,0 +1,108 @@
+"""Where tasks without a node affinity run in a cluster of fake hosts: spill-over of a busy
+local node to a member with room, ``scheduling_strategy="SPREAD"``, and a one-node cluster
+where nothing goes anywhere else (``core/node_pick.py`` rules 2-5, ``RemoteNodes.spill``).
+
+A head on 127.0.0.1 and a member on 127.0.0.2, each with its own root (``FakeHosts`` of
+test_cluster_join.py: every process, session and segment of each root is checked on
+teardown); the driver runs on the head's host (``_run_driver`` of test_remote_tasks.py).
+"""
+
+from __future__ import annotations
+
+from .helpers import driver, json_line, stop_driver, wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_tasks import MEMBER, _run_driver
+
+NODE_OF = """
+    @ray.remote
+    def node_of(seconds):
+        time.sleep(seconds)
+        return ray.get_runtime_context().get_node_id()
+
+    here = ray.get_runtime_context().get_node_id()
+    """
+
+
+def _cluster(hosts, head_cpus: str, member_cpus: str | None):
+    head = hosts.start_head("--num-cpus", head_cpus)
+    if member_cpus is not None:
+        joined = hosts.join(MEMBER, head, "--num-cpus", member_cpus)
+        assert joined.returncode == 0, joined.stderr
+        assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get(
+            "alive"), 5.0)
+
+
+def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(hosts):
+    _cluster(hosts, "1", "2")
+    doc = _run_driver(hosts, NODE_OF + """
+    long = node_of.remote(4.0)  # holds the head's one CPU
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    second = ray.get(node_of.remote(0.0), timeout=30)
+    took = time.monotonic() - t0
+    # A large argument here stays here (the locality rule): it waits for the head's CPU.
+    big = ray.put(b"x" * (20 << 20))
+
+    @ray.remote
+    def size_of(value):
+        return len(value), ray.get_runtime_context().get_node_id()
+
+    sized = ray.get(size_of.remote(big), timeout=30)
+    long = ray.get(long, timeout=30)
+    # A burst: the member takes what it has room for (its own tasks there counted at
+    # once, not a heartbeat later), the rest waits here.
+    t0 = time.monotonic()
+    burst = ray.get([node_of.remote(0.3) for _ in range(30)], timeout=60)
+    print(json.dumps({"here": here, "member": member, "second": second, "took": took,
+                      "long": long, "sized": sized, "burst": burst,
+                      "burst_s": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["long"] == doc["here"]
+    assert doc["second"] == doc["member"] != doc["here"], doc
+    assert doc["took"] < 2.5, doc  # not after the long task's 4 s
+    assert doc["sized"] == [20 << 20, doc["here"]], doc
+    on_member = doc["burst"].count(doc["member"])
+    print(f"\nspill-over: second task after {doc['took']:.2f} s; burst of 30 x 0.3 s on "
+          f"1 + 2 CPUs: {on_member} on the member, {doc['burst_s']:.2f} s")
+    assert 10 <= on_member <= 25, doc  # 2 of the 3 CPUs are the member's
+    assert doc["burst_s"] < 9.0, doc  # the head alone: 9 s
+
+
+def test_spread_puts_tasks_on_both_nodes(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, NODE_OF + """
+    spread = node_of.options(scheduling_strategy="SPREAD")
+    nodes = ray.get([spread.remote(0.5) for _ in range(4)], timeout=60)
+    print(json.dumps({"here": here, "member": member, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """)
+    assert sorted(set(doc["nodes"])) == sorted({doc["here"], doc["member"]}), doc
+    assert doc["nodes"].count(doc["member"]) == 2, doc
+
+
+def test_one_node_nothing_goes_anywhere_else(hosts):
+    _cluster(hosts, "1", None)
+    proc = driver("""
+    import json, time
+    import miniray as ray
+    ray.init(address="auto")
+
+    @ray.remote
+    def node_of(seconds):
+        time.sleep(seconds)
+        return ray.get_runtime_context().get_node_id()
+
+    here = ray.get_runtime_context().get_node_id()
+    refs = [node_of.remote(0.5), node_of.remote(0.0)]  # the second waits for the CPU
+    refs += [node_of.options(scheduling_strategy="SPREAD").remote(0.0) for _ in range(3)]
+    nodes = ray.get(refs, timeout=30)
+    print(json.dumps({"here": here, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+    try:
+        doc = json_line(proc, 40)
+        assert set(doc["nodes"]) == {doc["here"]}, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
