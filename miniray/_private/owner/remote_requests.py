@@ -26,7 +26,7 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
     3. ACTOR_SUBMIT(actor_id, call): the call goes to the driver's actor as a local
        worker's does; an error fails its refs.
     4. PUT(id, OK, payload, contained): ``payload`` inline bytes, or ``("peer", size)``:
-       its bytes follow in frames of at most PEER_CHUNK, received straight into a new
+       its bytes follow in frames of at most ``framing.PEER_CHUNK``, received straight into a new
        segment of the driver's store; the object is the driver's, as a local worker's put
        is (it outlives W), ready, borrowed by W, holding the refs it contains. A store
        with no room for it: its frames are read and dropped, and the object holds
@@ -64,13 +64,13 @@ import time
 
 from miniray._private.core import protocol, serialization
 from miniray._private.object_store import shm_segments
+from miniray._private.transport.framing import send_in_frames
 
 __all__ = ["RemoteRequests", "WATCH_S"]
 
 logger = logging.getLogger(__name__)
 
 WATCH_S = 0.2  # a blocked get or wait looks at cancel, W's death and its node this often
-PEER_CHUNK = 64 << 20  # a large value's bytes travel in frames of at most this size
 BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
 SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes")
 
@@ -255,9 +255,7 @@ class RemoteRequests:
             try:
                 self._reply(req_id, items)
                 for mapping in mappings:
-                    with memoryview(mapping) as view:
-                        for start in range(0, view.nbytes, PEER_CHUNK):
-                            self.data.send_bytes(view[start:start + PEER_CHUNK])
+                    send_in_frames(self.data.send_bytes, mapping)
             finally:
                 for mapping in mappings:
                     mapping.close()
