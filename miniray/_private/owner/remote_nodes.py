@@ -384,8 +384,9 @@ class RemoteNodes:
     def offload(self, task, local_feasible: bool = False) -> bool | str | None:
         """*Owner locked.* Step 1 for a task of ``TaskQueue`` whose arguments are ready: one
         with a node affinity or ``"SPREAD"``, or one the local node can never hold
-        (``local_feasible`` False: its infeasible case). True when it is this module's from now on (another
-        node runs it, or a hard affinity makes it unschedulable); None when it stays here.
+        (``local_feasible`` False: its infeasible case). True when it is this module's from
+        now on (another node runs it, or a hard affinity makes it unschedulable); None when
+        it stays here.
         Else, for an infeasible one with other nodes, the stderr line naming every alive
         node's totals (None: this node's own line)."""
         if self._closed:
