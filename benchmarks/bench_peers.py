@@ -24,6 +24,8 @@ made before anything is timed; the task given it is ``def size(a): return len(a)
 * ``first_task_ms``: right after that, the first no-op submitted and its result received
   (a worker's start included where workers start lazily).
 * ``round_trip_p50_ms``: 200 warm-up no-ops, then 2,000 sequential round trips; p50.
+* ``round_trip_spaced_p50_ms``: then 100 round trips, each 20 ms after the last ended (a
+  program that submits at its own pace: workers and threads have gone to sleep); p50.
 * ``first_vs_warm``: ``first_task_ms`` / ``round_trip_p50_ms``.
 * ``tasks_10k_s``: 10,000 no-ops submitted, then every result taken; wall time; best of 3.
 * ``arg_by_value_ms``: ``size(arr)`` by value, submit to result; median of 3 after a first
@@ -61,12 +63,15 @@ DEFAULT_RAY_VENV = os.path.join(os.path.expanduser("~"), ".cache", "miniray-benc
 CHILD_TIMEOUT_S = 400
 ARRAY_ITEMS = 25_000_000
 ROUND_TRIPS, WARMUP, TASKS = 2_000, 200, 10_000
+SPACED_TRIPS, SPACED_GAP_S = 100, 0.02
 
 # key, label, higher_is_better, format
 METRICS = [
     ("start_s", "init() / pool constructor", False, "{:.3f} s"),
     ("first_task_ms", "first no-op after it", False, "{:.1f} ms"),
     ("round_trip_p50_ms", "no-op round trip, p50", False, "{:.3f} ms"),
+    ("round_trip_spaced_p50_ms", "no-op round trip 20 ms after the last, p50", False,
+     "{:.3f} ms"),
     ("first_vs_warm", "first task / warm round trip", False, "{:.0f}x"),
     ("tasks_10k_s", "10,000 no-ops, submit then get", False, "{:.3f} s"),
     ("arg_by_value_ms", "200 MB argument by value", False, "{:.1f} ms"),
@@ -185,6 +190,11 @@ def run_impl(impl: str) -> dict:
         out["round_trip_p50_ms"] = statistics.median(trips) * 1e3
         out["details"]["round_trip_min_ms"] = min(trips) * 1e3
         out["first_vs_warm"] = out["first_task_ms"] / out["round_trip_p50_ms"]
+        spaced = []
+        for _ in range(SPACED_TRIPS):
+            time.sleep(SPACED_GAP_S)
+            spaced.append(_timed(lambda: f.result(f.submit(noop))))
+        out["round_trip_spaced_p50_ms"] = statistics.median(spaced) * 1e3
         runs = [_timed(lambda: f.results([f.submit(noop) for _ in range(TASKS)]))
                 for _ in range(3)]
         out["tasks_10k_s"] = min(runs)
