@@ -116,7 +116,8 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts):
 
     @ray.remote
     class Where:
-        def node(self):
+        def node(self, sleep=0):
+            time.sleep(sleep)
             return ray.get_runtime_context().get_node_id()
 
     def outcome(ref, timeout=30):
@@ -129,10 +130,13 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts):
     again = Where.options(scheduling_strategy=soft, max_restarts=1,
                           max_task_retries=1).remote()
     before = [ray.get(once.node.remote(), timeout=60), ray.get(again.node.remote(), timeout=60)]
+    running = [once.node.remote(3), again.node.remote(3)]  # on the member when it dies
+    time.sleep(0.5)
     print(json.dumps({"before": before, "member": member}), flush=True)
     sys.stdin.readline()
     t0 = time.monotonic()
-    out = {"here": here, "once": outcome(once.node.remote()),
+    out = {"here": here, "running": [outcome(r) for r in running],
+           "once": outcome(once.node.remote()),
            "again": outcome(again.node.remote()), "waited": time.monotonic() - t0}
     print(json.dumps(out), flush=True)
     ray.shutdown()
@@ -148,6 +152,10 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts):
         assert doc["once"].startswith("ActorDiedError"), doc
         assert f"ip: {MEMBER}" in doc["once"] and "its node has died" in doc["once"], doc
         assert doc["again"] == doc["here"], doc  # restarted on the head
+        # A call running there when it died: ActorDiedError without a restart; retried
+        # on the restarted actor with max_task_retries=1.
+        assert doc["running"][0].startswith("ActorDiedError"), doc
+        assert doc["running"][1] == doc["here"], doc
         assert doc["waited"] < 20, doc
         print(f"\nmember killed: {doc['once']}\nrestarted here in {doc['waited']:.2f} s")
         proc.wait(30)
@@ -172,6 +180,9 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
         def sleep(self, s):
             time.sleep(s)
             return s
+
+        def put(self):
+            return ray.get(ray.put(1))
 
     @ray.remote(resources={"special": 0.5})
     class Async:
@@ -198,6 +209,16 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
     out["crash2"] = outcome(fragile.crash.remote())
     out["third"] = outcome(fragile.pid.remote())
 
+    slow = Fragile.remote()
+    running = slow.sleep.remote(2)
+    queued = slow.sleep.remote(0)  # sent to the worker behind it: its CANCEL skips it
+    time.sleep(0.5)
+    ray.cancel(queued)
+    out["cancel"] = [outcome(queued), outcome(running)]
+    out["after_cancel"] = outcome(slow.sleep.remote(0))
+    out["nested"] = outcome(slow.put.remote())
+    out["after_nested"] = outcome(slow.sleep.remote(0))
+
     a, t = Async.remote(), Threaded.remote()
     n = 8 * 1024 * 1024
     sums = ray.get([a.array.remote(n) for _ in range(4)] + [t.array.remote(n) for _ in range(4)],
@@ -215,6 +236,11 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
     assert doc["crash2"].startswith("ActorDiedError"), doc
     assert doc["third"].startswith("ActorDiedError"), doc
     assert "exit code 3" in doc["third"] or "died unexpectedly" in doc["third"], doc
-    print("\n" + doc["third"])
+    assert doc["cancel"][0].startswith("TaskCancelledError") and doc["cancel"][1] == 2, doc
+    assert doc["after_cancel"] == 0, doc
+    assert doc["nested"].startswith("ActorDiedError"), doc
+    assert "across hosts are not supported yet" in doc["nested"], doc
+    assert doc["after_nested"].startswith("ActorDiedError"), doc  # never restarted
+    print("\n" + doc["third"] + "\n" + doc["nested"])
     n = 1024 * 1024
     assert doc["sums"] == [2.0 * n] * 4 + [3.0 * n] * 4, doc

@@ -433,7 +433,7 @@ class RemoteActors:
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something (message "
-                    f"{unsupported}) that an actor on another host cannot do yet: nested "
+                    f"{unsupported}) that an actor on another host cannot ask for: nested "
                     f"tasks, get, put and actors {rn.UNSUPPORTED.replace('objects ', '')}.")
                 actor.restarts_left = 0  # it would ask again
             self.manager.on_worker_exit(worker, detail)
