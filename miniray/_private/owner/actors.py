@@ -6,8 +6,9 @@ the named-actor registry and the count of live handles (an actor whose handles a
 exits after its queued calls), and, in a driver joined to a node, a proxy of each named or
 detached actor, which lives in the node's actor service (the proxy keeps call order and waits
 for arguments here, then sends through ``actor_link.py``). Does not own: worker processes and
-sockets (the owner spawns and watches them), objects (the object table), or what runs inside
-the actor (``actor_host.py``).
+sockets (the owner spawns and watches them), actors placed on other nodes' leases and workers
+(``remote_actors.py``: asked by the placer, it hands back a worker that stands in for a local
+one), objects (the object table), or what runs inside the actor (``actor_host.py``).
 Called by: ``owner.Owner`` with its lock held, for driver submissions and worker messages.
 
 ::

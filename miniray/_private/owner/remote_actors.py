@@ -249,7 +249,7 @@ class RemoteActors:
     def _run_on(self, actor, entry):
         """Steps 2-5 on node ``entry``; returns another node's entry to try instead, or
         None when done."""
-        from miniray.exceptions import ActorDiedError, ActorUnschedulableError, NodeDiedError
+        from miniray.exceptions import ActorUnschedulableError, NodeDiedError  # lazy: as above
 
         owner, nodes, spec = self.owner, self.nodes, actor.spec
         client = grant = inner = None

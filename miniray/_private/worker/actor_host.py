@@ -6,7 +6,9 @@ method is ``async def``; with concurrency groups, on one executor per group: a t
 the group's size, or an event loop thread of its own whose calls a semaphore of that size
 bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
 ``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
-an async one's coroutine cancelled). Does not own: the worker's channel,
+an async one's coroutine cancelled); for a driver on another host (``owner/remote_actors.py``),
+a call's large values sent as frames right after its RESULT (``Channel.send_bulk``).
+Does not own: the worker's channel,
 output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
 death reasons).
 Called by: ``worker_main._Worker`` when ACTOR_INIT arrives; afterwards the worker's main loop
