@@ -69,6 +69,18 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
     out["big"] = [big.nbytes, float(big.sum()), time.monotonic() - t0]
     out["arg"] = ray.get(counter.total.remote(np.ones(4 * 1024 * 1024)), timeout=60)
     out["by_name"] = ray.get(ray.get_actor("counter").add.remote(0), timeout=30)
+    out["names"] = ray.util.list_named_actors()
+
+    def timed(actor, n=200):
+        ray.get([actor.add.remote(0) for _ in range(5)])
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ray.get(actor.add.remote(0))
+        return (time.perf_counter() - t0) / n * 1e6
+
+    local = Counter.remote(0)
+    out["us"] = [timed(counter), timed(local)]
+    del local
     time.sleep(2.5)  # a heartbeat or two: the member's "special" is held
     out["special_held"] = ray.available_resources().get("special", 0)
 
@@ -95,7 +107,7 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
     assert doc["sums"] == list(range(101, 121)), doc
     assert doc["big"][:2] == [20 * 1024 * 1024, 20 * 1024 * 1024 // 8], doc
     assert doc["arg"] == 4 * 1024 * 1024, doc
-    assert doc["by_name"] == 120, doc
+    assert doc["by_name"] == 120 and doc["names"] == ["counter"], doc
     assert doc["special_held"] == 1, doc
     assert doc["pinned"] == member, doc
     assert doc["unknown"].startswith("ActorUnschedulableError"), doc
@@ -105,7 +117,9 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
     assert f"pid={doc['where'][1]}, ip={MEMBER}) constructed on the member" in doc["stdout"]
     # Killed: its lease on the member is released (seen in the member's heartbeat).
     assert doc["special_back"][0] == 2, doc
-    print(f"\n20 MB result from an actor on the member in {doc['big'][2]:.2f} s; "
+    print(f"\nactor call round trip: on the member {doc['us'][0]:.0f} us, here "
+          f"{doc['us'][1]:.0f} us")
+    print(f"20 MB result from an actor on the member in {doc['big'][2]:.2f} s; "
           f"'special' back {doc['special_back'][1]:.2f} s after ray.kill")
     assert wait_until(lambda: not _member_leases(hosts), 10.0), _member_leases(hosts)
 

@@ -283,8 +283,11 @@ class ActorManager:
         return actor_id, state
 
     def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
-        """*Not locked.* The named actors of the node's actor service."""
-        return self.link.named(namespace, all_namespaces)
+        """*Not locked.* The named actors of the node's actor service, and this driver's
+        own ones on other nodes."""
+        named = self.link.named(namespace, all_namespaces)
+        with self.owner.locked():
+            return named + self.named(namespace, all_namespaces)
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``

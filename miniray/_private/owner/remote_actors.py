@@ -437,6 +437,9 @@ class RemoteActors:
                     f"tasks, get, put and actors {rn.UNSUPPORTED.replace('objects ', '')}.")
                 actor.restarts_left = 0  # it would ask again
             self.manager.on_worker_exit(worker, detail)
+            if actor.state == "DEAD":  # no restart will be placed
+                self.excluded.pop(actor.spec.actor_id, None)
+                self.moves.pop(actor.spec.actor_id, None)
         logger.debug("actor %s: worker pid=%s on %s ended (%s)", actor.spec.class_name,
                      worker.pid, worker.ip, lost or unsupported or "exit")
 
