@@ -267,3 +267,36 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
     print("\n" + doc["third"] + "\n" + doc["nested"])
     n = 1024 * 1024
     assert doc["sums"] == [2.0 * n] * 4 + [3.0 * n] * 4, doc
+
+
+def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
+    head = hosts.start_head()
+    proc = driver("""
+    import json, sys
+    import miniray as ray
+    ray.init(address="auto")
+
+    @ray.remote(resources={"special": 1})
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    actor = Where.remote()
+    ref = actor.node.remote()
+    ready, _ = ray.wait([ref], timeout=1.0)
+    print(json.dumps({"pending": not ready}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"ran_on": ray.get(ref, timeout=30)}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc)["pending"]
+        joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
+        proc.wait(30)
+        assert "special" in proc.stderr.read()  # the infeasible line, while it waited
+    finally:
+        stop_driver(proc)

@@ -21,8 +21,9 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        node can never hold, outside a placement group. ``placement_for``'s rules: a hard
        affinity to an alive node with the totals runs there; to one dead, unknown or too
        small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
-       as for tasks. None: placed on this node as before. After N died under A, N is
-       excluded from A's next placement (its restart).
+       as for tasks. None: placed on this node as before (one that no node can hold
+       waits, and is placed again every INFEASIBLE_WATCH_S while it waits: a node may
+       join). After N died under A, N is excluded from A's next placement (its restart).
     2. A thread, not locked: N's client (``RemoteNodes._client``); ("lease", A's held
        resources) until granted (``RemoteNodes._lease``: a denial waits and asks again, or
        moves to another node with room now); ("spawn") and the four attach connections;
@@ -196,6 +197,7 @@ class RemoteActors:
         self.excluded: dict[bytes, str] = {}  # actor id -> the node that died under it
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
+        self._watching = False  # a _watch_infeasible thread runs
 
     def __repr__(self) -> str:
         return f"<RemoteActors started={self.started}>"
@@ -215,6 +217,8 @@ class RemoteActors:
         if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
             placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
                                       nodes._nodes(fresh=True), local_feasible, exclude)
+        if placed is None and actor is not None and not local_feasible and nodes._view[1]:
+            self._watch()  # no node can hold it now: one may join
         if placed is None or actor is None:
             return placed
         from miniray.exceptions import ActorUnschedulableError  # lazy: the public package
@@ -230,6 +234,34 @@ class RemoteActors:
         threading.Thread(target=self._run, args=(actor, entry), daemon=True,
                          name="miniray-remote-actor").start()
         return placed
+
+    def _watch(self) -> None:
+        """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
+        can never hold, while there are any: a node that can may join, as Ray's pending
+        actors wait for one. The view is read outside the lock; the placer does the rest."""
+        if self._watching:
+            return
+        self._watching = True
+        threading.Thread(target=self._watch_infeasible, daemon=True,
+                         name="miniray-remote-actor-infeasible").start()
+
+    def _watch_infeasible(self) -> None:
+        owner, manager, nodes = self.owner, self.manager, self.nodes
+        try:
+            while True:
+                time.sleep(rn.INFEASIBLE_WATCH_S)
+                nodes._nodes(fresh=True)  # a file read: not under the owner's lock
+                with owner.locked():
+                    waiting = [a for a in manager.pending if a.state != "DEAD"
+                               and a.spec.pg is None
+                               and infeasible_reasons(owner.node_state, a.spec.placement)]
+                    if owner.closed or nodes._closed or not waiting:
+                        self._watching = False
+                        return
+                    manager.place_pending()
+        except BaseException:
+            self._watching = False
+            raise
 
     # -- steps 2-5 -------------------------------------------------------------------------
     def _run(self, actor, entry) -> None:
