@@ -300,3 +300,25 @@ def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
         assert "special" in proc.stderr.read()  # the infeasible line, while it waited
     finally:
         stop_driver(proc)
+
+
+def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, """
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def seen(self):
+            return (ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    os.environ.get("MR_REMOTE_ENV"), ray.get_runtime_context().get_node_id())
+
+    actor = Gpu.options(runtime_env={"env_vars": {"MR_REMOTE_ENV": "yes"}}).remote()
+    seen = ray.get(actor.seen.remote(), timeout=60)
+    print(json.dumps({"seen": seen, "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    gpu_ids, visible, env, node = doc["seen"]
+    assert gpu_ids == [0] and visible == "0" and env == "yes", doc
+    assert node == doc["member"], doc
