@@ -104,7 +104,8 @@ class ActorCreationSpec:
     __slots__ = ("actor_id", "fn_id", "fn_bytes", "class_name", "args_blob", "deps",
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
-                 "max_pending_calls", "contained", "runtime_env", "concurrency_groups", "pg")
+                 "max_pending_calls", "contained", "runtime_env", "concurrency_groups", "pg",
+                 "affinity")
 
     def __init__(self, **fields):
         for name in self.__slots__:

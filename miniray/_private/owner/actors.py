@@ -6,8 +6,9 @@ the named-actor registry and the count of live handles (an actor whose handles a
 exits after its queued calls), and, in a driver joined to a node, a proxy of each named or
 detached actor, which lives in the node's actor service (the proxy keeps call order and waits
 for arguments here, then sends through ``actor_link.py``). Does not own: worker processes and
-sockets (the owner spawns and watches them), objects (the object table), or what runs inside
-the actor (``actor_host.py``).
+sockets (the owner spawns and watches them), actors placed on other nodes' leases and workers
+(``remote_actors.py``: asked by the placer, it hands back a worker that stands in for a local
+one), objects (the object table), or what runs inside the actor (``actor_host.py``).
 Called by: ``owner.Owner`` with its lock held, for driver submissions and worker messages.
 
 ::
@@ -209,11 +210,31 @@ class ActorManager:
         # and unknown_actor_hint says why a handle may be unknown there.
         self.route_output = None
         self.unknown_actor_hint: str | None = None
+        # Actors placed on other nodes (``remote_actors.RemoteActors``), made at first use:
+        # their ``actor.worker`` is its ``RemoteActorWorker`` (``elsewhere`` is True).
+        self.elsewhere = None
 
     def is_node_actor(self, spec: ActorCreationSpec) -> bool:
         """Whether this actor is created in the node's actor service (named or detached,
-        from a driver joined to a node) rather than owned here."""
-        return self.link is not None and bool(spec.name or spec.detached)
+        from a driver joined to a node) rather than owned here. A named actor that is not
+        detached and goes to another node is owned here (``remote_actors.py``)."""
+        return (self.link is not None and bool(spec.name or spec.detached)
+                and (spec.detached or self._other_node(spec) is None))
+
+    def _other_node(self, spec: ActorCreationSpec, actor=None):
+        """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
+        a node id or an ``Unschedulable`` text), or None to place it here as before: only an
+        actor with a node affinity or a request this node can never hold, outside a
+        placement group, in a driver (not in the node's actor service)."""
+        if spec.pg is not None or self.route_output is not None or (
+                spec.affinity is None
+                and not infeasible_reasons(self.owner.node_state, spec.placement)):
+            return None
+        if self.elsewhere is None:
+            from miniray._private.owner.remote_actors import RemoteActors  # lazy: multi-host
+
+            self.elsewhere = RemoteActors(self.owner, self)
+        return self.elsewhere.where(spec, actor)
 
     # -- the node's actor service: requests made without the lock -------------------------
     def create_in_service(self, spec: ActorCreationSpec) -> bytes:
@@ -253,14 +274,21 @@ class ActorManager:
     def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
         """*Not locked.* ``(actor id, handle state)`` of a named actor of the node's actor
         service; a proxy is kept for it."""
+        with self.owner.locked():  # a named actor of this driver on another node
+            actor_id = self.names.get((namespace, name))
+            if actor_id is not None and self.actors[actor_id].state != A_DEAD:
+                return actor_id, self.actors[actor_id].spec.handle_state
         actor_id, state = self.link.lookup(name, namespace)
         with self.owner.locked():
             self.proxy(actor_id, state)
         return actor_id, state
 
     def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
-        """*Not locked.* The named actors of the node's actor service."""
-        return self.link.named(namespace, all_namespaces)
+        """*Not locked.* The named actors of the node's actor service, and this driver's
+        own ones on other nodes."""
+        named = self.link.named(namespace, all_namespaces)
+        with self.owner.locked():
+            return named + self.named(namespace, all_namespaces)
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
@@ -408,6 +436,10 @@ class ActorManager:
                 actor = self.pending[index]
                 spec = actor.spec
                 fork_server = owner.fork_server
+                if self._other_node(spec, actor) is not None:  # remote_actors.py has it now
+                    if actor in self.pending:  # (not when it died unschedulable)
+                        self.pending.remove(actor)
+                    continue
             tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
             try:
                 lease, host_lease = owner.leases.acquire(
@@ -468,11 +500,14 @@ class ActorManager:
         actor.host_lease = host_lease
         if spec.pg is not None:
             owner.note_placement_use()
-        gpu_ids = owner.leases.gpu_ids(lease) if scheduling.worker_kind(spec.held) else None
+        elsewhere = getattr(worker, "elsewhere", False)  # on another node: no local lease
+        gpu_ids = (worker.gpu_ids if elsewhere else owner.leases.gpu_ids(lease)
+                   if scheduling.worker_kind(spec.held) else None)
         worker.actor = actor
         if self.route_output is not None:
             worker.out.route = worker.err.route = self.route_output(actor)
-        owner.count_actor_worker(1)
+        if not elsewhere:
+            owner.count_actor_worker(1)
         actor.worker = worker
         actor.pid = None
         actor.state = A_ALIVE
@@ -484,12 +519,22 @@ class ActorManager:
                spec.handle_state, actor.restarts, spec.concurrency_groups, spec.pg)
         try:
             worker.funcs.add(spec.fn_id)
-            owner.send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
-            owner.send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
-                                 spec.class_name, spec.args_blob, dep_values, ctx))
+            self._send(worker, (protocol.FUNC, spec.fn_id, owner.function_bytes(spec.fn_id)))
+            self._send(worker, (protocol.ACTOR_INIT, spec.actor_id, spec.fn_id,
+                                spec.class_name, spec.args_blob, dep_values, ctx))
         except OSError:
             pass
         self._pump(actor)
+
+    def _send(self, worker, message: tuple, soon: bool = False) -> None:
+        """*Locked.* A message to an actor's worker, never blocking: a local one through the
+        owner's I/O thread, one on another node through its sender (``remote_actors.py``)."""
+        if getattr(worker, "elsewhere", False):
+            worker.send(message)
+        elif soon:
+            self.owner.send_soon(worker, message)
+        else:
+            self.owner.send(worker, message)
 
     def fail_placement(self, actor_id: bytes, error: BaseException) -> None:
         actor = self.actors.get(actor_id)
@@ -581,6 +626,7 @@ class ActorManager:
         # the calls that follow it (one write per burst, see ``Reactor.send_soon``); a call
         # to an idle actor goes at once.
         busy = bool(actor.inflight)
+        mapper = None if remote or getattr(actor.worker, "elsewhere", False) else actor.worker
         while queue and queue[0].waiting <= 0:
             call = queue.popleft()
             spec = call.spec
@@ -589,8 +635,7 @@ class ActorManager:
                 continue
             dep_values = spec.payloads
             if spec.deps:
-                dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
-                                                worker=None if remote else actor.worker)
+                dep_values = owner.requests.dep_payloads(spec.deps, pin=True, worker=mapper)
             actor.inflight[spec.task_id] = call
             call.sent = True
             if remote:
@@ -601,10 +646,10 @@ class ActorManager:
                     spec.concurrency_group), call.exported)
                 continue
             try:
-                (owner.send_soon if busy else owner.send)(
-                    actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
-                                   spec.args_blob, dep_values, spec.return_ids,
-                                   spec.num_returns, spec.call_name, spec.concurrency_group))
+                self._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                                          spec.args_blob, dep_values, spec.return_ids,
+                                          spec.num_returns, spec.call_name,
+                                          spec.concurrency_group), busy)
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
 
@@ -706,7 +751,9 @@ class ActorManager:
 
         owner = self.owner
         actor = worker.actor
-        owner.count_actor_worker(-1)
+        elsewhere = getattr(worker, "elsewhere", False)
+        if not elsewhere:
+            owner.count_actor_worker(-1)
         if actor is None or actor.worker is not worker:
             return
         actor.worker = None
@@ -723,6 +770,8 @@ class ActorManager:
         elif actor.exiting:
             reason = ("The actor is dead because its worker process exited intentionally: "
                       f"{actor.exit_why}")
+        elif elsewhere and worker.death_reason:  # e.g. its node died (Ray's reason)
+            reason = worker.death_reason
         else:
             reason = (f"The actor is dead because its worker process died unexpectedly: "
                       f"{detail}.")
@@ -731,8 +780,8 @@ class ActorManager:
             bool(owner.fatal))
         death = ActorDiedError.from_context(
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
-            name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
-            reason=reason)
+            name=actor.spec.name, namespace=actor.spec.namespace,
+            ip=worker.ip if elsewhere else "127.0.0.1", reason=reason)
         death_bytes = serialization.dumps(death)
         if restart:
             actor.restarts_left = restarts_left
@@ -836,15 +885,17 @@ class ActorManager:
         actor.no_restart = no_restart
         worker = actor.worker
         if worker is not None:
-            if worker.pid is not None:
+            if getattr(worker, "elsewhere", False):
+                worker.kill_later()  # its node SIGKILLs it (remote_actors.py)
+            elif worker.pid is not None:
                 self.owner.kill_process_later(worker.pid)
             else:
                 worker.kill_on_spawn = True
         if no_restart or actor.restarts_left == 0 or worker is None:
             self._die(actor, serialization.dumps(ActorDiedError.from_context(
                 actor.spec.class_name, actor_id.hex(), pid=worker.pid if worker else None,
-                name=actor.spec.name, namespace=actor.spec.namespace, ip="127.0.0.1",
-                reason=reason)))
+                name=actor.spec.name, namespace=actor.spec.namespace,
+                ip=getattr(worker, "ip", None) or "127.0.0.1", reason=reason)))
         else:
             # It will restart: send nothing more to the dying process; calls made from now
             # on queue and run on the new one once its exit is reported.

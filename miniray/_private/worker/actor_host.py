@@ -6,7 +6,9 @@ method is ``async def``; with concurrency groups, on one executor per group: a t
 the group's size, or an event loop thread of its own whose calls a semaphore of that size
 bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
 ``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
-an async one's coroutine cancelled). Does not own: the worker's channel,
+an async one's coroutine cancelled); for a driver on another host (``owner/remote_actors.py``),
+a call's large values sent as frames right after its RESULT (``Channel.send_bulk``).
+Does not own: the worker's channel,
 output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
 death reasons).
 Called by: ``worker_main._Worker`` when ACTOR_INIT arrives; afterwards the worker's main loop
@@ -99,6 +101,10 @@ class ActorHost:
         self.replies: list = []  # results of async calls, written once per turn of a loop
         self.sending = threading.Lock()  # held while ``replies`` taken are being written
         self.lock = threading.Lock()
+        # A driver on another host: a call's large values are sent as frames after its
+        # RESULT (``worker_api.payload_for`` lists them in ``runtime.peer_out``); calls that
+        # end together on threads or loops take that list one at a time.
+        self.peer_lock = threading.Lock() if getattr(worker.channel, "remote", False) else None
         self.calls_ended = threading.Condition(self.lock)
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
@@ -301,9 +307,13 @@ class ActorHost:
         if self.is_cancelled(task_id):  # it caught the CancelledError: cancelled all the same
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
-        results = self.worker._serialize_returns(
-            value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
-            error_fields=self._error_fields)
+        results, sers = self._serialize(value, num_returns, call_name, return_ids)
+        if sers:  # a driver on another host: its bytes follow this RESULT, sent on its own
+            with self.sending:
+                _flush_std()
+                self.worker.channel.send_bulk(result_message(
+                    task_id, results, False, (started, loaded, time_ns())), sers)
+            return
         with self.lock:  # sent once the calls that ran in this turn of the loop have run
             self.replies.append(result_message(task_id, results, False,
                                                (started, loaded, time_ns())))
@@ -431,10 +441,25 @@ class ActorHost:
 
     def _reply_value(self, task_id, value, num_returns, call_name, return_ids,
                      times: tuple | None = None) -> None:
-        results = self.worker._serialize_returns(
-            value, max(1, num_returns), f"{self.class_name}.{call_name}", return_ids,
-            error_fields=self._error_fields)
-        self._send(task_id, results, times)
+        results, sers = self._serialize(value, num_returns, call_name, return_ids)
+        self._send(task_id, results, times, sers)
+
+    def _serialize(self, value, num_returns, call_name, return_ids) -> tuple:
+        """The RESULT items of a call's value, and for a driver on another host the large
+        values whose bytes follow RESULT (``Channel.send_bulk``), else None."""
+        worker = self.worker
+        name = f"{self.class_name}.{call_name}"
+        if self.peer_lock is None:
+            return worker._serialize_returns(value, max(1, num_returns), name, return_ids,
+                                             error_fields=self._error_fields), None
+        with self.peer_lock:
+            results = worker._serialize_returns(value, max(1, num_returns), name, return_ids,
+                                                error_fields=self._error_fields)
+            out = worker.runtime.peer_out
+            sers = [out[item[1][2]] for item in results
+                    if type(item[1]) is tuple and item[1][0] == "peer"]
+            out.clear()
+        return results, sers
 
     def _reply_error(self, task_id, error, call_name, num_returns,
                      times: tuple | None = None) -> None:
@@ -472,8 +497,12 @@ class ActorHost:
     def _error_fields(self) -> dict:
         return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
 
-    def _send(self, task_id: bytes, results: list, times: tuple | None = None) -> None:
+    def _send(self, task_id: bytes, results: list, times: tuple | None = None,
+              sers: list | None = None) -> None:
         _flush_std()
+        if sers:
+            self.worker.channel.send_bulk(result_message(task_id, results, False, times), sers)
+            return
         self.worker.channel.send(result_message(task_id, results, False, times))
 
     # -- cancel and exit ----------------------------------------------------------------

@@ -1,0 +1,487 @@
+"""Actors on other hosts: placing an actor on another node, its worker there, its death.
+
+Owns: the decision which actor goes to another node (``where``: ``remote_nodes.placement_for``
+on the actor's placement request, unchanged), one thread per such actor that leases its
+resources on that node for the actor's life, spawns its worker there (the ticket and attach
+path of ``remote_nodes``, called, not copied), hands it to the actor manager, then reads
+the worker's data connection until it ends; the ``RemoteActorWorker`` that stands in the
+manager for a local worker (``actor.worker``, ``elsewhere`` True: messages go out through
+its sender thread, in order); and what the end of that worker means (worker or node died,
+the lease released). Does not own: the actor's state, queue, restarts and death
+(``actors.ActorManager``, which calls ``where`` from its placer and at creation), the links
+to other nodes and their workers' spawning and large-value transfers (``remote_nodes``), the
+node's side (``node/remote_drivers.py``), or what runs in the actor (``actor_host.py``).
+Called by: ``actors.ActorManager`` (``where``, locked), and the threads below.
+
+Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``)::
+
+    1. Placement, under the owner's lock (``where``, from the manager's placer; also at
+       creation for a named actor, which is then this driver's and not the node actor
+       service's): only an actor with a NodeAffinitySchedulingStrategy, or a request this
+       node can never hold, outside a placement group. ``placement_for``'s rules: a hard
+       affinity to an alive node with the totals runs there; to one dead, unknown or too
+       small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
+       as for tasks. None: placed on this node as before (one that no node can hold
+       waits, and is placed again every INFEASIBLE_WATCH_S while it waits: a node may
+       join). After N died under A, N is excluded from A's next placement (its restart).
+    2. A thread, not locked: N's client (``RemoteNodes._client``); ("lease", A's held
+       resources) until granted (``RemoteNodes._lease``: a denial waits and asks again, or
+       moves to another node with room now); ("spawn") and the four attach connections;
+       HELLO on the worker's MAC'd data connection. The lease is A's for its whole life.
+    3. Under the lock: A killed meanwhile, or the driver closing: the worker is closed and
+       the lease released. Else ``ActorManager._start`` with this ``RemoteActorWorker``:
+       FUNC, ACTOR_INIT and every call (ACTOR_CALL, in submission order) go to the
+       sender thread's queue and out in that order; an argument stored in this driver's
+       shared memory travels by value (``("peer", bytes)``, read from its pinned segment
+       by the sender, outside the lock).
+    4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
+       follow it in frames, received straight into a segment of this driver's store:
+       ``RemoteNodes._adopt_results``) and ACTOR_EXITING go to the manager under the lock,
+       as a local worker's. A request the driver would have to answer (a nested task, get,
+       put: not supported across hosts yet) ends the actor, never restarted, saying so.
+       While the worker is silent, N is looked up in the view every WATCH_S: dead there,
+       or a new incarnation, is N lost (a partition leaves the sockets open).
+    5. The data connection ends (EOF, N lost): the worker is closed, the lease released
+       (N alive), and ``on_worker_exit``: a restart while ``max_restarts`` allows (step 1
+       again, N excluded when N died), else ActorDiedError with Ray's fields, naming N's
+       IP, and Ray's "The actor died because its node has died. Node Id: ..." when N died.
+       ``ray.kill`` asks N over the driver link to SIGKILL the worker (its EOF follows); the
+       handle going out of scope sends ``__ray_terminate__`` and the worker exits.
+       A node lost before A started there places A again, N excluded (at most FREE_MOVES
+       times), then A dies naming N. Every wait on N has a deadline or ends with its
+       connection; the driver's shutdown closes the links, and N kills their workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+
+from miniray._private.core import ids, protocol, serialization
+from miniray._private.core.resources import infeasible_reasons
+from miniray._private.object_store import shm_segments
+from miniray._private.owner import remote_nodes as rn
+from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import RemoteLeaseError
+
+__all__ = ["RemoteActorWorker", "RemoteActors"]
+
+logger = logging.getLogger(__name__)
+
+WATCH_S = rn.WATCH_S  # a silent actor's node is looked up in the view this often
+FREE_MOVES = rn.FREE_MOVES  # an actor not started on a node that died is placed again
+KILL_TIMEOUT_S = rn.KILL_TIMEOUT_S
+PING_S = 1.0  # after its worker's EOF, whether the node still answers
+EXIT_PINGS = 5  # then this many round trips for the worker's exit status, 20 ms apart
+
+
+class _Ask:
+    """What ``RemoteNodes._lease`` reads of a task's spec, for an actor's lease."""
+
+    def __init__(self, spec):
+        self.request = {k: float(v) for k, v in (spec.held or {}).items() if v}
+        self.name = f"actor {spec.class_name}"
+        self.affinity = spec.affinity
+        self.task_id = ids.actor_creation_task_id(spec.actor_id)
+        self.return_ids: list = []
+
+
+class _Waiting:
+    """What ``RemoteNodes._lease`` reads of a task's slot: a killed actor stops asking."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    @property
+    def cancelled(self) -> bool:
+        return self.actor.state == "DEAD"
+
+
+class RemoteActorWorker:
+    """An actor's worker on another node, where the actor manager reads a local worker:
+    ``send`` (never blocks: its sender thread writes), ``kill_later``, ``ctl`` (CANCEL),
+    ``pid``, ``ip``, ``gpu_ids``, ``death_reason`` (set when its node died)."""
+
+    elsewhere = True
+
+    def __init__(self, inner, client, entry, lease_id: str, gpu_ids: list, store):
+        self.inner = inner  # remote_nodes._Worker: its channels and output readers
+        self.client = client
+        self.pid = inner.pid
+        self.ctl = inner.ctl
+        self.node = entry.node_id
+        self.ip = entry.ip
+        self.incarnation = entry.incarnation
+        self.lease_id = lease_id
+        self.gpu_ids = gpu_ids or None
+        self.actor = None
+        self.funcs: set = set()
+        self.interrupted: set = set()  # what requests.interrupt reads of a worker
+        self.waits: dict = {}
+        self.kill_on_spawn = False
+        self.dead = False
+        self.death_reason: str | None = None
+        self._store = store  # this driver's, for arguments in shared memory
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                        name="miniray-remote-actor-send")
+        self._sender.start()
+
+    def __repr__(self) -> str:
+        return f"<RemoteActorWorker pid={self.pid} node={self.node[:12]} ip={self.ip}>"
+
+    def send(self, message: tuple) -> None:
+        """*Locked.* Queued; the sender writes it after those before it."""
+        self._outbox.put(message)
+
+    def _send_loop(self) -> None:
+        data = self.inner.data
+        while True:
+            message = self._outbox.get()
+            if message is None:
+                return
+            try:
+                data.send(self._by_value(message))
+            except (OSError, ValueError, pc.PeerClosed) as error:
+                logger.debug("actor worker %s: %s", self.pid, error)
+                self.dead = True  # the reader sees the end and reports it
+
+    def _by_value(self, message: tuple) -> tuple:
+        """ACTOR_INIT and ACTOR_CALL name their arguments' objects; one in this driver's
+        shared memory goes by value, as ``("peer", bytes)`` (the worker loads it as a
+        remote task's large argument). Its segment is pinned until the call ends."""
+        tag = message[0]
+        index = 5 if tag == protocol.ACTOR_INIT else 4 if tag == protocol.ACTOR_CALL else None
+        deps = message[index] if index is not None else None
+        if not deps or not any(isinstance(d[2], tuple) for d in deps):
+            return message
+        out = []
+        for position, kind, payload in deps:
+            if isinstance(payload, tuple):
+                path = shm_segments.resolve_path(payload[1], self._store.shm_dir)
+                with open(path, "rb") as f:
+                    payload = ("peer", f.read())
+            out.append((position, kind, payload))
+        return message[:index] + (out,) + message[index + 1:]
+
+    def kill_later(self) -> None:
+        """*Locked.* ``ray.kill``: N SIGKILLs the worker (asked from a thread: a round trip);
+        its EOF then reaches the reader."""
+        def kill():
+            from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+            try:
+                self.client.kill(self.pid, timeout=KILL_TIMEOUT_S)
+            except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError) as error:
+                logger.info("could not kill the actor worker pid=%s on node %s (%s); "
+                            "closing its connections", self.pid, self.ip, error)
+                self.inner.close()
+        threading.Thread(target=kill, daemon=True, name="miniray-remote-actor-kill").start()
+
+    def close(self) -> None:
+        self._outbox.put(None)
+        self.inner.close()
+
+
+class RemoteActors:
+    """The owner's actors on other nodes (see the module docstring). Made under the owner's
+    lock by the actor manager, at the first actor that may go elsewhere."""
+
+    def __init__(self, owner, manager):
+        self.owner = owner
+        self.manager = manager
+        self.nodes = owner._remote_nodes()  # the links and workers of remote tasks
+        self.excluded: dict[bytes, str] = {}  # actor id -> the node that died under it
+        self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
+        self.started = 0
+        self._watching = False  # a _watch_infeasible thread runs
+
+    def __repr__(self) -> str:
+        return f"<RemoteActors started={self.started}>"
+
+    # -- step 1 ----------------------------------------------------------------------------
+    def where(self, spec, actor=None):
+        """*Locked.* Step 1: None (this node, as before), a node id, or an ``Unschedulable``
+        text. With ``actor`` (the placer's), a node id starts step 2 and an Unschedulable
+        one ends the actor with ActorUnschedulableError."""
+        nodes = self.nodes
+        if nodes._closed:
+            return None
+        local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
+        exclude = self.excluded.get(spec.actor_id)
+        placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes._nodes(),
+                                  local_feasible, exclude)
+        if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
+            placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
+                                      nodes._nodes(fresh=True), local_feasible, exclude)
+        if placed is None and actor is not None and not local_feasible and nodes._view[1]:
+            self._watch()  # no node can hold it now: one may join
+        if placed is None or actor is None:
+            return placed
+        from miniray.exceptions import ActorUnschedulableError  # lazy: the public package
+
+        entry = next((e for e in nodes._view[1] if e.node_id == placed), None)
+        if isinstance(placed, rn.Unschedulable) or entry is None:
+            why = (str(placed).replace("the task run", "the actor run")
+                   if isinstance(placed, rn.Unschedulable)
+                   else f"the node {placed} chosen for it left the cluster's view")
+            self.manager._die(actor, serialization.dumps(ActorUnschedulableError(
+                f"actor {spec.class_name} ({spec.actor_id.hex()}): {why}")), init=True)
+            return placed
+        threading.Thread(target=self._run, args=(actor, entry), daemon=True,
+                         name="miniray-remote-actor").start()
+        return placed
+
+    def _watch(self) -> None:
+        """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
+        can never hold, while there are any: a node that can may join, as Ray's pending
+        actors wait for one. The view is read outside the lock; the placer does the rest."""
+        if self._watching:
+            return
+        self._watching = True
+        threading.Thread(target=self._watch_infeasible, daemon=True,
+                         name="miniray-remote-actor-infeasible").start()
+
+    def _watch_infeasible(self) -> None:
+        owner, manager, nodes = self.owner, self.manager, self.nodes
+        try:
+            while True:
+                time.sleep(rn.INFEASIBLE_WATCH_S)
+                nodes._nodes(fresh=True)  # a file read: not under the owner's lock
+                with owner.locked():
+                    waiting = [a for a in manager.pending if a.state != "DEAD"
+                               and a.spec.pg is None
+                               and infeasible_reasons(owner.node_state, a.spec.placement)]
+                    if owner.closed or nodes._closed or not waiting:
+                        self._watching = False
+                        return
+                    manager.place_pending()
+        except BaseException:
+            self._watching = False
+            raise
+
+    # -- steps 2-5 -------------------------------------------------------------------------
+    def _run(self, actor, entry) -> None:
+        try:
+            while entry is not None:
+                entry = self._run_on(actor, entry)
+        except BaseException:  # noqa: BLE001 - never leave the actor pending in silence
+            logger.exception("actor %s on node %s", actor.spec.class_name, entry and entry.ip)
+            from miniray.exceptions import ActorDiedError  # lazy: as above
+
+            with self.owner.locked():
+                if actor.state != "DEAD" and actor.worker is None:
+                    self.manager._die(actor, serialization.dumps(ActorDiedError(
+                        actor_id=actor.spec.actor_id.hex(),
+                        error_msg=f"miniray bug placing the actor on {entry and entry.ip}")))
+
+    def _run_on(self, actor, entry):
+        """Steps 2-5 on node ``entry``; returns another node's entry to try instead, or
+        None when done."""
+        from miniray.exceptions import ActorUnschedulableError, NodeDiedError  # lazy: as above
+
+        owner, nodes, spec = self.owner, self.nodes, actor.spec
+        client = grant = inner = None
+        try:
+            client = nodes._client(entry)
+            grant = nodes._lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
+            pid, channels = client.spawn()
+            inner = rn._Worker(pid, channels, entry.node_id, entry.ip, owner.log_to_driver,
+                               owner.prefix_enabled)
+            hello = owner.hello_info
+            if spec.runtime_env:
+                hello = {**hello, "runtime_env_key": spec.runtime_env}
+            inner.data.send((protocol.HELLO, hello))
+        except rn._Move as move:
+            if grant is not None:
+                nodes._release(client, grant.lease_id)
+            return move.entry
+        except rn._Failed:  # killed while it waited for room, or the driver is closing
+            self._abandon(client, grant, inner)
+            return None
+        except RemoteLeaseError as error:  # N can never hold it
+            self._abandon(client, grant, inner)
+            with owner.locked():
+                if actor.state != "DEAD":
+                    self.manager._die(actor, serialization.dumps(ActorUnschedulableError(
+                        f"actor {spec.class_name}: node {entry.ip} refused its lease: "
+                        f"{error}")), init=True)
+            return None
+        except (NodeDiedError, OSError, TimeoutError, pc.PeerRefused, pc.PeerAuthError) as error:
+            self._abandon(client, grant, inner)
+            self._lost_before_start(actor, entry, str(error))
+            return None
+        worker = RemoteActorWorker(inner, client, entry, grant.lease_id,
+                                   [str(g) for g in grant.gpu_ids], owner.store)
+        with owner.locked():
+            if actor.state == "DEAD" or owner.closed or actor.worker is not None:
+                worker.close()
+                nodes._release(client, grant.lease_id)  # a round trip: only on this path
+                return None
+            self.started += 1
+            self.moves.pop(spec.actor_id, None)
+            self.manager._start(actor, None, None, worker)
+            actor.pid = worker.pid
+        self._read(actor, worker)
+        return None
+
+    def _abandon(self, client, grant, inner) -> None:
+        if inner is not None:
+            inner.close()
+        if grant is not None and client is not None:
+            self.nodes._release(client, grant.lease_id)
+
+    def _lost_before_start(self, actor, entry, detail: str) -> None:
+        """Step 5's node lost before A started there: placed again, N excluded, at most
+        FREE_MOVES times; then A dies naming N."""
+        from miniray.exceptions import ActorDiedError  # lazy: as above
+
+        spec = actor.spec
+        with self.owner.locked():
+            if actor.state == "DEAD" or self.owner.closed:
+                return
+            moves = self.moves.get(spec.actor_id, 0)
+            if moves < FREE_MOVES:
+                self.moves[spec.actor_id] = moves + 1
+                self.excluded[spec.actor_id] = entry.node_id
+                logger.info("actor %s had not started on node %s (%s), which could not be "
+                            "reached (%s); placing it again.", spec.class_name,
+                            entry.node_id[:12], entry.ip, detail)
+                self.manager._place(actor)
+                return
+            self.manager._die(actor, serialization.dumps(ActorDiedError.from_context(
+                spec.class_name, spec.actor_id.hex(), name=spec.name,
+                namespace=spec.namespace, ip=entry.ip,
+                reason=f"The actor died because its node has died. Node Id: "
+                       f"{entry.node_id} ({detail})")))
+
+    def _read(self, actor, worker: RemoteActorWorker) -> None:
+        """Step 4, then step 5 once the data connection ends."""
+        owner, manager = self.owner, self.manager
+        data = worker.inner.data
+        lost = None  # why N is lost, when the view says so
+        unsupported = None
+        while True:
+            try:
+                message = data.recv(timeout=WATCH_S)
+            except TimeoutError:
+                lost = self._node_gone(worker)
+                if lost is not None:
+                    break
+                continue
+            except (pc.PeerClosed, OSError, EOFError, ValueError):
+                break
+            tag = message[0]
+            if tag == protocol.RESULT:
+                results = message[2]
+                if any(type(item[1]) is tuple for item in results):
+                    try:
+                        results = self._adopt(worker, message[1], results)
+                    except rn._Failed as failed:  # no room here: the call fails with it
+                        data = serialization.dumps(failed.error)
+                        results = [(protocol.ERR, data)] * max(1, len(results))
+                    except (pc.PeerClosed, OSError, EOFError):
+                        break
+                with owner.locked():
+                    if worker.interrupted:
+                        owner.requests.call_ended(worker, message[1])
+                    manager.on_result(worker, message[1], results, None, message[5])
+            elif tag == protocol.ACTOR_READY:
+                with owner.locked():
+                    manager.on_ready(worker, message[2], message[3], message[4])
+            elif tag == protocol.ACTOR_EXITING:
+                with owner.locked():
+                    manager.on_exiting(worker, message[1])
+            elif tag in (protocol.READY, protocol.BORROW):
+                continue
+            else:
+                unsupported = tag
+                break
+        self._ended(actor, worker, lost, unsupported)
+
+    def _adopt(self, worker, task_id: bytes, results: list) -> list:
+        """Step 4's large values: into this driver's store, named as the call's returns
+        (a call no longer known here: received and thrown away)."""
+        with self.owner.locked():
+            call = self.manager.calls.get(task_id)
+            return_ids = list(call.spec.return_ids) if call is not None else None
+        known = return_ids is not None
+        if not known:
+            return_ids = [ids.new_put_id() for _ in results]
+        adopted = self.nodes._adopt_results(worker.inner.data, _Returns(task_id, return_ids),
+                                            results)
+        if not known:
+            for item in adopted:
+                if isinstance(item[1], tuple):
+                    shm_segments.unlink_quiet(item[1][1])
+        return adopted
+
+    def _node_gone(self, worker) -> str | None:
+        """Step 4's partition check: why N is lost, or None while the view holds it alive
+        (or has no entry to go by)."""
+        entry = next((e for e in self.nodes._nodes() if e.node_id == worker.node), None)
+        if entry is None or (entry.alive and entry.incarnation == worker.incarnation):
+            return None
+        why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
+            "it rejoined as a new incarnation after the cluster held it dead"
+        worker.client.node_dead(why)
+        return why
+
+    def _ended(self, actor, worker: RemoteActorWorker, lost: str | None, unsupported) -> None:
+        """Step 5."""
+        from miniray.exceptions import NodeDiedError  # lazy: as above
+
+        client = worker.client
+        if lost is None and unsupported is None:
+            try:
+                client.ping(timeout=PING_S)
+            except (NodeDiedError, TimeoutError, OSError) as error:
+                lost = client.lost or str(error) or "it stopped answering"
+        worker.close()
+        if lost is None:
+            self.nodes._release(client, worker.lease_id)
+        worker.inner.join_output(1.0)
+        status = client.exited.get(worker.pid)
+        for _ in range(EXIT_PINGS if lost is None else 0):  # its exit status, if it comes
+            if status is not None:
+                break
+            try:
+                client.ping(timeout=PING_S)
+            except (NodeDiedError, TimeoutError, OSError):
+                break
+            status = client.exited.get(worker.pid)
+            if status is None:
+                time.sleep(0.02)
+        detail = (f"the worker pid={worker.pid} on node {worker.ip} ended"
+                  + (f" (exit code {os.waitstatus_to_exitcode(status)})"
+                     if status is not None else ""))
+        with self.owner.locked():
+            if lost is not None:
+                worker.death_reason = (f"The actor died because its node has died. Node Id: "
+                                       f"{worker.node} (IP {worker.ip}: {lost})")
+                self.excluded[actor.spec.actor_id] = worker.node
+            elif unsupported is not None:
+                worker.death_reason = (
+                    f"The actor is dead because it asked its driver for something (message "
+                    f"{unsupported}) that an actor on another host cannot ask for: nested "
+                    f"tasks, get, put and actors {rn.UNSUPPORTED.replace('objects ', '')}.")
+                actor.restarts_left = 0  # it would ask again
+            self.manager.on_worker_exit(worker, detail)
+            if actor.state == "DEAD":  # no restart will be placed
+                self.excluded.pop(actor.spec.actor_id, None)
+                self.moves.pop(actor.spec.actor_id, None)
+        logger.debug("actor %s: worker pid=%s on %s ended (%s)", actor.spec.class_name,
+                     worker.pid, worker.ip, lost or unsupported or "exit")
+
+
+class _Returns:
+    """What ``RemoteNodes._adopt_results`` reads of a spec."""
+
+    def __init__(self, task_id: bytes, return_ids: list):
+        self.task_id = task_id
+        self.return_ids = return_ids
+        self.name = "actor call"
+

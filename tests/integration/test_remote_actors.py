@@ -1,0 +1,324 @@
+"""Actors on another host between fake hosts (``owner/remote_actors.py``).
+
+A head on 127.0.0.1 (2 CPUs) and a member on 127.0.0.2 (4 CPUs and 2 "special", which only
+it has), each with its own root (``FakeHosts`` of test_cluster_join.py; every process,
+session and segment of each root is checked on teardown). A driver on the head's host
+creates actors the head can never hold, or with a node affinity to the member.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from miniray._private.ledger.ledger import Ledger
+
+from .helpers import driver, json_line, stop_driver, wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_tasks import MEMBER, PRELUDE, _join_special, _run_driver
+
+
+def _member_leases(hosts) -> dict:
+    path = os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")
+    return Ledger(path).snapshot().leases
+
+
+def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
+    _join_special(hosts)
+    doc = _run_driver(hosts, """
+    import numpy as np
+    here = ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    class Counter:
+        def __init__(self, start):
+            self.n = start
+            print("constructed on the member")
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+        def where(self):
+            import socket
+            ctx = ray.get_runtime_context()
+            return ctx.get_node_id(), os.getpid(), ctx.get_actor_id()
+
+        def array(self, nbytes):
+            return np.ones(nbytes // 8)
+
+        def total(self, array):
+            return float(array.sum())
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    out = {"member": member, "here": here}
+    counter = Counter.options(resources={"special": 1}, name="counter").remote(100)
+    out["where"] = ray.get(counter.where.remote(), timeout=60)
+    out["sums"] = [ray.get(counter.add.remote(1), timeout=30) for _ in range(20)]
+    t0 = time.monotonic()
+    big = ray.get(counter.array.remote(20 * 1024 * 1024), timeout=60)
+    out["big"] = [big.nbytes, float(big.sum()), time.monotonic() - t0]
+    out["arg"] = ray.get(counter.total.remote(np.ones(4 * 1024 * 1024)), timeout=60)
+    out["by_name"] = ray.get(ray.get_actor("counter").add.remote(0), timeout=30)
+    out["names"] = ray.util.list_named_actors()
+
+    def timed(actor, n=200):
+        ray.get([actor.add.remote(0) for _ in range(5)])
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ray.get(actor.add.remote(0))
+        return (time.perf_counter() - t0) / n * 1e6
+
+    local = Counter.remote(0)
+    out["us"] = [timed(counter), timed(local)]
+    del local
+    time.sleep(2.5)  # a heartbeat or two: the member's "special" is held
+    out["special_held"] = ray.available_resources().get("special", 0)
+
+    pinned = Counter.options(scheduling_strategy=there, resources={"special": 1}).remote(0)
+    out["pinned"] = ray.get(pinned.where.remote(), timeout=60)[0]
+    unknown = Counter.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy("ff" * 28, soft=False)).remote(0)
+    out["unknown"] = outcome(unknown.add.remote(1))
+
+    ray.kill(counter)
+    out["after_kill"] = outcome(counter.add.remote(1))
+    del pinned  # out of scope: it ends, and its lease on the member with it
+    t0 = time.monotonic()
+    while (ray.available_resources().get("special", 0) != 2
+           and time.monotonic() - t0 < 10):
+        time.sleep(0.1)
+    out["special_back"] = [ray.available_resources().get("special", 0),
+                           time.monotonic() - t0]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    member, here = doc["member"], doc["here"]
+    assert doc["where"][0] == member != here, doc
+    assert doc["sums"] == list(range(101, 121)), doc
+    assert doc["big"][:2] == [20 * 1024 * 1024, 20 * 1024 * 1024 // 8], doc
+    assert doc["arg"] == 4 * 1024 * 1024, doc
+    assert doc["by_name"] == 120 and doc["names"] == ["counter"], doc
+    assert doc["special_held"] == 1, doc
+    assert doc["pinned"] == member, doc
+    assert doc["unknown"].startswith("ActorUnschedulableError"), doc
+    assert "ff" * 28 in doc["unknown"], doc
+    assert doc["after_kill"].startswith("ActorDiedError"), doc
+    assert "ray.kill" in doc["after_kill"], doc
+    assert f"pid={doc['where'][1]}, ip={MEMBER}) constructed on the member" in doc["stdout"]
+    # Killed: its lease on the member is released (seen in the member's heartbeat).
+    assert doc["special_back"][0] == 2, doc
+    print(f"\nactor call round trip: on the member {doc['us'][0]:.0f} us, here "
+          f"{doc['us'][1]:.0f} us")
+    print(f"20 MB result from an actor on the member in {doc['big'][2]:.2f} s; "
+          f"'special' back {doc['special_back'][1]:.2f} s after ray.kill")
+    assert wait_until(lambda: not _member_leases(hosts), 10.0), _member_leases(hosts)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "stopped"])
+def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts, sig):
+    """SIGKILL of the member's node: its links close. SIGSTOP stands in for a partition:
+    the sockets stay open, the worker runs on, and only the head's view says it is dead."""
+    _join_special(hosts)
+    proc = driver(PRELUDE + """
+    here = ray.get_runtime_context().get_node_id()
+    soft = NodeAffinitySchedulingStrategy(member, soft=True)
+
+    @ray.remote
+    class Where:
+        def node(self, sleep=0):
+            time.sleep(sleep)
+            return ray.get_runtime_context().get_node_id()
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    once = Where.options(scheduling_strategy=soft, max_restarts=0).remote()
+    again = Where.options(scheduling_strategy=soft, max_restarts=1,
+                          max_task_retries=1).remote()
+    before = [ray.get(once.node.remote(), timeout=60), ray.get(again.node.remote(), timeout=60)]
+    running = [once.node.remote(3), again.node.remote(3)]  # on the member when it dies
+    time.sleep(0.5)
+    print(json.dumps({"before": before, "member": member}), flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    out = {"here": here, "running": [outcome(r) for r in running],
+           "once": outcome(once.node.remote()),
+           "again": outcome(again.node.remote()), "waited": time.monotonic() - t0}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        first = json_line(proc, 90)
+        assert first["before"] == [first["member"]] * 2, first
+        pid = hosts.record(MEMBER).pid
+        if sig == signal.SIGSTOP:
+            hosts.stopped.append(pid)
+        os.kill(pid, sig)
+        time.sleep(1.0)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert doc["once"].startswith("ActorDiedError"), doc
+        assert f"ip: {MEMBER}" in doc["once"] and "its node has died" in doc["once"], doc
+        assert doc["again"] == doc["here"], doc  # restarted on the head
+        # A call running there when it died: ActorDiedError without a restart; retried
+        # on the restarted actor with max_task_retries=1.
+        if sig == signal.SIGKILL:  # stopped, the worker may finish its call first
+            assert doc["running"][0].startswith("ActorDiedError"), doc
+            assert doc["running"][1] == doc["here"], doc
+        assert doc["waited"] < 20, doc
+        print(f"\nmember killed: {doc['once']}\nrestarted here in {doc['waited']:.2f} s")
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+
+
+def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actors(hosts):
+    _join_special(hosts)
+    doc = _run_driver(hosts, """
+    import asyncio
+    import numpy as np
+
+    @ray.remote(resources={"special": 1}, max_restarts=1, max_task_retries=0)
+    class Fragile:
+        def pid(self):
+            return os.getpid(), ray.get_runtime_context().get_node_id()
+
+        def crash(self):
+            os._exit(3)
+
+        def sleep(self, s):
+            time.sleep(s)
+            return s
+
+        def put(self):
+            return ray.get(ray.put(1))
+
+    @ray.remote(resources={"special": 0.5})
+    class Async:
+        async def array(self, n):
+            await asyncio.sleep(0.01)
+            return np.full(n // 8, 2.0)
+
+    @ray.remote(resources={"special": 0.5}, max_concurrency=4)
+    class Threaded:
+        def array(self, n):
+            time.sleep(0.05)
+            return np.full(n // 8, 3.0)
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    fragile = Fragile.remote()
+    out = {"first": ray.get(fragile.pid.remote(), timeout=60)}
+    out["crash"] = outcome(fragile.crash.remote())
+    out["second"] = outcome(fragile.pid.remote(), timeout=60)
+    out["crash2"] = outcome(fragile.crash.remote())
+    out["third"] = outcome(fragile.pid.remote())
+
+    slow = Fragile.remote()
+    running = slow.sleep.remote(2)
+    queued = slow.sleep.remote(0)  # sent to the worker behind it: its CANCEL skips it
+    time.sleep(0.5)
+    ray.cancel(queued)
+    out["cancel"] = [outcome(queued), outcome(running)]
+    out["after_cancel"] = outcome(slow.sleep.remote(0))
+    out["nested"] = outcome(slow.put.remote())
+    out["after_nested"] = outcome(slow.sleep.remote(0))
+
+    a, t = Async.remote(), Threaded.remote()
+    n = 8 * 1024 * 1024
+    sums = ray.get([a.array.remote(n) for _ in range(4)] + [t.array.remote(n) for _ in range(4)],
+                   timeout=60)
+    out["sums"] = [float(x.sum()) for x in sums]
+    out["member"] = member
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=120)
+    member = doc["member"]
+    assert doc["first"][1] == member, doc
+    assert doc["crash"].startswith("ActorUnavailableError") or doc["crash"].startswith(
+        "ActorDiedError"), doc
+    assert doc["second"][1] == member and doc["second"][0] != doc["first"][0], doc
+    assert doc["crash2"].startswith("ActorDiedError"), doc
+    assert doc["third"].startswith("ActorDiedError"), doc
+    assert "exit code 3" in doc["third"] or "died unexpectedly" in doc["third"], doc
+    assert doc["cancel"][0].startswith("TaskCancelledError") and doc["cancel"][1] == 2, doc
+    assert doc["after_cancel"] == 0, doc
+    assert doc["nested"].startswith("ActorDiedError"), doc
+    assert "across hosts are not supported yet" in doc["nested"], doc
+    assert doc["after_nested"].startswith("ActorDiedError"), doc  # never restarted
+    print("\n" + doc["third"] + "\n" + doc["nested"])
+    n = 1024 * 1024
+    assert doc["sums"] == [2.0 * n] * 4 + [3.0 * n] * 4, doc
+
+
+def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
+    head = hosts.start_head()
+    proc = driver("""
+    import json, sys
+    import miniray as ray
+    ray.init(address="auto")
+
+    @ray.remote(resources={"special": 1})
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    actor = Where.remote()
+    ref = actor.node.remote()
+    ready, _ = ray.wait([ref], timeout=1.0)
+    print(json.dumps({"pending": not ready}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"ran_on": ray.get(ref, timeout=30)}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc)["pending"]
+        joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
+        proc.wait(30)
+        assert "special" in proc.stderr.read()  # the infeasible line, while it waited
+    finally:
+        stop_driver(proc)
+
+
+def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, """
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def seen(self):
+            return (ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"),
+                    os.environ.get("MR_REMOTE_ENV"), ray.get_runtime_context().get_node_id())
+
+    actor = Gpu.options(runtime_env={"env_vars": {"MR_REMOTE_ENV": "yes"}}).remote()
+    seen = ray.get(actor.seen.remote(), timeout=60)
+    print(json.dumps({"seen": seen, "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    gpu_ids, visible, env, node = doc["seen"]
+    assert gpu_ids == [0] and visible == "0" and env == "yes", doc
+    assert node == doc["member"], doc

@@ -1,0 +1,74 @@
+"""remote_actors' local pieces: an actor's lease request, and what its worker's sender
+writes (in order; an argument in this driver's shared memory by value)."""
+
+from __future__ import annotations
+
+import threading
+
+from miniray._private.core import protocol
+from miniray._private.core.task_spec import ActorCreationSpec
+from miniray._private.owner import remote_actors as ra
+
+
+class _Data:
+    def __init__(self):
+        self.sent = []
+        self.done = threading.Event()
+
+    def send(self, message):
+        self.sent.append(message)
+        if message[0] == protocol.ACTOR_CALL and message[1] == b"last":
+            self.done.set()
+
+
+class _Inner:
+    def __init__(self):
+        self.pid = 7
+        self.data = _Data()
+        self.ctl = object()
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class _Entry:
+    node_id, ip, incarnation = "n" * 56, "10.0.0.2", 1
+
+
+class _Store:
+    def __init__(self, shm_dir):
+        self.shm_dir = shm_dir
+
+
+def test_an_actors_lease_asks_for_what_it_holds_for_its_life():
+    spec = ActorCreationSpec(actor_id=b"a" * 16, class_name="C", held={"CPU": 0, "X": 2},
+                             placement={"CPU": 1, "X": 2}, affinity=("n", True, False))
+    ask = ra._Ask(spec)
+    assert ask.request == {"X": 2.0} and ask.name == "actor C"
+    assert ask.affinity == ("n", True, False)
+    assert ra._Ask(ActorCreationSpec(actor_id=b"a" * 16, class_name="C")).request == {}
+
+
+def test_the_sender_writes_in_order_and_sends_a_shared_memory_argument_by_value(tmp_path):
+    segment = tmp_path / "seg"
+    segment.write_bytes(b"payload-bytes")
+    inner = _Inner()
+    worker = ra.RemoteActorWorker(inner, None, _Entry(), "lease", [], _Store(str(tmp_path)))
+    try:
+        worker.send((protocol.FUNC, b"f", b"code"))
+        worker.send((protocol.ACTOR_INIT, b"a", b"f", "C", b"args",
+                     [(0, protocol.OK, ("shm", "seg", 13))], ()))
+        worker.send((protocol.ACTOR_CALL, b"last", "m", b"args",
+                     [(0, protocol.OK, b"inline"), ("k", protocol.OK, ("shm", str(segment), 13))],
+                     [b"r"], 1, "m", None))
+        assert inner.data.done.wait(5)
+    finally:
+        worker.close()
+    func, init, call = inner.data.sent
+    assert func == (protocol.FUNC, b"f", b"code")
+    assert init[5] == [(0, protocol.OK, ("peer", b"payload-bytes"))] and init[6] == ()
+    assert call[4] == [(0, protocol.OK, b"inline"),
+                       ("k", protocol.OK, ("peer", b"payload-bytes"))]
+    assert call[5:] == ([b"r"], 1, "m", None)
+    assert inner.closed and worker.ip == "10.0.0.2" and worker.elsewhere
