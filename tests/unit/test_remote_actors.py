@@ -26,6 +26,7 @@ class _Inner:
         self.pid = 7
         self.data = _Data()
         self.ctl = object()
+        self.out = self.err = None  # its output streams (remote_nodes._Worker)
         self.closed = False
 
     def close(self):

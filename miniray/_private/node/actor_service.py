@@ -23,7 +23,9 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   actor waits for its arguments), and the service answers IMPORTED so the caller lets go.
   The objects of refs nested inside a call's arguments are sent along (the call waits until
   they are ready) and imported here under their own ids, so the actor can keep the refs.
-* Results. A small result travels as bytes. A large one is the segment the actor wrote; it is
+* Results. A small result travels as bytes. A large one is the segment the actor wrote (for
+  an actor on another node, the segment its bytes were received into here:
+  ``owner/remote_actors.py``); it is
   renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
   inside a result travel with their objects (copied into the caller's store, which owns them
   from then on; the result waits until they are ready).
@@ -31,8 +33,13 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
 * Output. What an actor prints goes to the driver that created it while that driver is
-  connected (prefixed ``(<name> pid=<pid>)`` as usual), else to the node's log
-  (``<session>/node.log``).
+  connected (prefixed ``(<name> pid=<pid>)`` as usual, ``ip=`` added for an actor on
+  another node), else to the node's log (``<session>/node.log``).
+* Other nodes. This process's owner places an actor whose request only another node can
+  hold, or with a node affinity, there as any driver does (``owner/remote_actors.py``):
+  its lease is this process's for the actor's life; ``kill``, restarts and the node's
+  death behave as for a driver's actor. Names stay this node's: a driver reaches the
+  service of the node it joined only.
 
 Teardown (the node sends SIGTERM): stop accepting, close every driver's sockets, then
 ``shutdown()`` as any driver (its actors are killed, its leases returned, GOODBYE to the node).
@@ -284,7 +291,8 @@ class ActorService:
 
     def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed
-        on this node) is printed by the driver, where Ray prints it."""
+        on this node, and no other node takes it now) is printed by the driver, where Ray
+        prints it."""
         owner = self.owner
         if spec.fn_bytes is not None:
             owner.export_function(spec.fn_id, spec.fn_bytes)
@@ -299,7 +307,7 @@ class ActorService:
             self._creators[actor_id] = client.token
         warning = None
         reasons = infeasible_reasons(owner.node_state, spec.placement)
-        if reasons:
+        if reasons and owner.actors._other_node(spec) is None:
             warning = f"{format_infeasible(spec.placement, reasons)} (actor {spec.class_name})"
         return actor_id, owner.actors.actors[actor_id].spec.handle_state, warning
 

@@ -48,6 +48,15 @@ from miniray._private.core.task_spec import ActorCallSpec, ActorCreationSpec
 from miniray._private.owner.object_table import PENDING, READY
 
 
+def _locked_route(owner, route):
+    """``route`` called with the owner's lock held: the actor service's route sends on its
+    reactor, which every sender reaches under that lock."""
+    def locked(target: str, text: str) -> bool:
+        with owner.locked():
+            return route(target, text)
+    return locked
+
+
 def _group_removed(pg_hex: str) -> str:
     """Ray's reason for an actor whose placement group was removed."""
     return ("The actor is dead because its worker process has died. Worker exit type: "
@@ -216,17 +225,16 @@ class ActorManager:
 
     def is_node_actor(self, spec: ActorCreationSpec) -> bool:
         """Whether this actor is created in the node's actor service (named or detached,
-        from a driver joined to a node) rather than owned here. A named actor that is not
-        detached and goes to another node is owned here (``remote_actors.py``)."""
-        return (self.link is not None and bool(spec.name or spec.detached)
-                and (spec.detached or self._other_node(spec) is None))
+        from a driver joined to a node) rather than owned here. The service places it on
+        another node by the same rules as a driver (``_other_node``)."""
+        return self.link is not None and bool(spec.name or spec.detached)
 
     def _other_node(self, spec: ActorCreationSpec, actor=None):
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
         actor with a node affinity or a request this node can never hold, outside a
-        placement group, in a driver (not in the node's actor service)."""
-        if spec.pg is not None or self.route_output is not None or (
+        placement group (in a driver or in the node's actor service alike)."""
+        if spec.pg is not None or (
                 spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):
             return None
@@ -274,21 +282,14 @@ class ActorManager:
     def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
         """*Not locked.* ``(actor id, handle state)`` of a named actor of the node's actor
         service; a proxy is kept for it."""
-        with self.owner.locked():  # a named actor of this driver on another node
-            actor_id = self.names.get((namespace, name))
-            if actor_id is not None and self.actors[actor_id].state != A_DEAD:
-                return actor_id, self.actors[actor_id].spec.handle_state
         actor_id, state = self.link.lookup(name, namespace)
         with self.owner.locked():
             self.proxy(actor_id, state)
         return actor_id, state
 
     def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
-        """*Not locked.* The named actors of the node's actor service, and this driver's
-        own ones on other nodes."""
-        named = self.link.named(namespace, all_namespaces)
-        with self.owner.locked():
-            return named + self.named(namespace, all_namespaces)
+        """*Not locked.* The named actors of the node's actor service."""
+        return self.link.named(namespace, all_namespaces)
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
@@ -505,7 +506,10 @@ class ActorManager:
                    if scheduling.worker_kind(spec.held) else None)
         worker.actor = actor
         if self.route_output is not None:
-            worker.out.route = worker.err.route = self.route_output(actor)
+            route = self.route_output(actor)
+            if elsewhere:  # read by the worker's output threads, which hold no lock
+                route = _locked_route(owner, route)
+            worker.out.route = worker.err.route = route
         if not elsewhere:
             owner.count_actor_worker(1)
         actor.worker = worker

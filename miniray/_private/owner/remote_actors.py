@@ -15,9 +15,10 @@ Called by: ``actors.ActorManager`` (``where``, locked), and the threads below.
 
 Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
-    1. Placement, under the owner's lock (``where``, from the manager's placer; also at
-       creation for a named actor, which is then this driver's and not the node actor
-       service's): only an actor with a NodeAffinitySchedulingStrategy, or a request this
+    1. Placement, under the owner's lock (``where``, from the manager's placer; D may be
+       the node's actor service, which owns named and detached actors: its RESULTs then
+       go on to the calling driver, and A's output to the creating one, as for its local
+       actors): only an actor with a NodeAffinitySchedulingStrategy, or a request this
        node can never hold, outside a placement group. ``placement_for``'s rules: a hard
        affinity to an alive node with the totals runs there; to one dead, unknown or too
        small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
@@ -112,6 +113,7 @@ class RemoteActorWorker:
         self.client = client
         self.pid = inner.pid
         self.ctl = inner.ctl
+        self.out, self.err = inner.out, inner.err  # the actor service routes their lines
         self.node = entry.node_id
         self.ip = entry.ip
         self.incarnation = entry.incarnation

@@ -271,13 +271,16 @@ class _Worker:
         self.broken = False  # not to be used again (it asked for what is not supported)
         self.node = node
         self._outputs = []
-        for channel, stream in ((channels[2], "stdout"), (channels[3], "stderr")):
+        streams = []  # out, err: an actor's route is set on them before it prints
+        for channel, target in ((channels[2], "stdout"), (channels[3], "stderr")):
             fd, _state = channel.handover()  # plain bytes from here on (ARCHITECTURE.md)
-            reader = threading.Thread(target=_forward_output, daemon=True,
-                                      args=(fd, stream, ip, log_to_driver, prefix_enabled),
+            stream = OutputStream(fd, target, log_to_driver, prefix_enabled, ip=ip)
+            streams.append(stream)
+            reader = threading.Thread(target=_forward_output, args=(stream,), daemon=True,
                                       name="miniray-remote-output")
             reader.start()
             self._outputs.append(reader)
+        self.out, self.err = streams
 
     def stale(self) -> bool:
         """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame.
@@ -304,14 +307,13 @@ class _Worker:
             reader.join(max(0.0, deadline - time.monotonic()))
 
 
-def _forward_output(fd: int, target: str, ip: str, enabled: bool, prefix_enabled: bool) -> None:
+def _forward_output(stream: OutputStream) -> None:
     """A remote worker's stdout or stderr until EOF, printed as a local worker's is
     (``output.OutputStream``: its markers, prefix and bar lines), Ray's ``ip=`` added."""
-    stream = OutputStream(fd, target, enabled, prefix_enabled, ip=ip)
     try:
-        os.set_blocking(fd, False)
+        os.set_blocking(stream.fd, False)
         poller = select.poll()
-        poller.register(fd, select.POLLIN)
+        poller.register(stream.fd, select.POLLIN)
         while not stream.eof:
             poller.poll()
             stream.drain()

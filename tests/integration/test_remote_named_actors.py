@@ -1,0 +1,190 @@
+"""Named and detached actors on another host, shared through the node's actor service.
+
+A head on 127.0.0.1 (2 CPUs) and a member on 127.0.0.2 (4 CPUs and 2 "special", which only
+it has), each with its own root (``FakeHosts`` of test_cluster_join.py; every process,
+session and segment of each root is checked on teardown). Drivers on the head's host create
+named or detached actors that only the member can hold: the head's actor service owns them
+and places them on the member (``owner/remote_actors.py``), so other drivers of the head
+find them by name.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+
+from .helpers import driver, json_line, stop_driver, wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_actors import _member_leases
+from .test_remote_tasks import MEMBER, _join_special
+
+PRELUDE = """
+    import json, os, sys, time
+    import miniray as ray
+    ray.init(address="auto", namespace="shared")
+    member = next(n["NodeID"] for n in ray.nodes()
+                  if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"])
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    def special(expected, within=10):
+        t0 = time.monotonic()
+        while (ray.available_resources().get("special", 0) != expected
+               and time.monotonic() - t0 < within):
+            time.sleep(0.1)
+        return ray.available_resources().get("special", 0)
+    """
+
+
+def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 90) -> dict:
+    """Run a driver to its end; its JSON line, with its stdout and stderr."""
+    proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(body), hosts.env(ip))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop_driver(proc)
+    line = next((x for x in out.splitlines() if x.startswith("{")), None)
+    assert line is not None, f"no JSON from the driver: {err[-3000:]}"
+    doc = json.loads(line)
+    doc["stdout"], doc["stderr"] = out, err
+    return doc
+
+
+def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(hosts):
+    _join_special(hosts)
+    first = _run(hosts, """
+    import numpy as np
+
+    @ray.remote(resources={"special": 1})
+    class Keeper:
+        def __init__(self, start):
+            self.n = start
+            print("keeper constructed")
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+        def where(self):
+            return ray.get_runtime_context().get_node_id(), os.getpid()
+
+        def array(self, nbytes):
+            return np.ones(nbytes // 8)
+
+    keeper = Keeper.options(name="keeper", lifetime="detached").remote(100)
+    out = {"member": member, "where": ray.get(keeper.where.remote(), timeout=60),
+           "add": ray.get(keeper.add.remote(1), timeout=30),
+           "big": float(ray.get(keeper.array.remote(8 * 1024 * 1024), timeout=60).sum()),
+           "held": special(1)}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    member = first["member"]
+    assert first["where"][0] == member, first
+    assert first["add"] == 101 and first["big"] == 1024 * 1024, first
+    assert first["held"] == 1, first
+    assert "special" not in first["stderr"], first["stderr"]  # no "can never be placed"
+    assert f"ip={MEMBER}) keeper constructed" in first["stdout"], first["stdout"]
+
+    second = _run(hosts, """
+    keeper = ray.get_actor("keeper")
+    out = {"add": ray.get(keeper.add.remote(1), timeout=30),
+           "where": ray.get(keeper.where.remote(), timeout=30),
+           "names": ray.util.list_named_actors(), "held": special(1)}
+    ray.kill(keeper)
+    out["after_kill"] = outcome(keeper.add.remote(1))
+    out["back"] = special(2)
+    try:
+        ray.get_actor("keeper")
+        out["lookup"] = "found"
+    except ValueError as error:
+        out["lookup"] = str(error)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert second["add"] == 102, second  # the same actor, its state kept
+    assert second["where"] == first["where"], second
+    assert second["names"] == ["keeper"] and second["held"] == 1, second
+    assert second["after_kill"].startswith("ActorDiedError"), second
+    assert second["back"] == 2, second  # its lease on the member is released
+    assert second["lookup"].startswith("Failed to look up"), second
+    assert wait_until(lambda: not _member_leases(hosts), 10.0), _member_leases(hosts)
+
+
+def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creator_leaves(
+        hosts):
+    _join_special(hosts)
+    creator = driver(PRELUDE + """
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote
+    class Box:
+        def __init__(self):
+            self.items = []
+
+        def put(self, x):
+            self.items.append(x)
+            return len(self.items)
+
+        def where(self):
+            return ray.get_runtime_context().get_node_id()
+
+    box = Box.options(name="box", resources={"special": 1}).remote()
+    pinned = Box.options(name="pinned", scheduling_strategy=NodeAffinitySchedulingStrategy(
+        member, soft=False)).remote()
+    out = {"member": member, "box": ray.get(box.where.remote(), timeout=60),
+           "pinned": ray.get(pinned.where.remote(), timeout=60),
+           "put": ray.get(box.put.remote("a"), timeout=30)}
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()  # the other drivers look them up meanwhile
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        first = json_line(creator, 90)
+        member = first["member"]
+        assert first["box"] == member and first["pinned"] == member, first
+        other = _run(hosts, """
+        box = ray.get_actor("box")
+        out = {"put": ray.get(box.put.remote("b"), timeout=30),
+               "pinned": ray.get(ray.get_actor("pinned").where.remote(), timeout=30),
+               "names": sorted(ray.util.list_named_actors())}
+        print(json.dumps(out), flush=True)
+        ray.shutdown()
+        """)
+        assert other["put"] == 2 and other["pinned"] == member, other
+        assert other["names"] == ["box", "pinned"], other
+        # A driver on the member's host joins the member's node, whose actor service holds
+        # that node's names only: the head's named actors are not found there.
+        there = _run(hosts, """
+        try:
+            ray.get_actor("box")
+            out = {"lookup": "found"}
+        except ValueError as error:
+            out = {"lookup": str(error)}
+        print(json.dumps(out), flush=True)
+        ray.shutdown()
+        """, ip=MEMBER)
+        assert there["lookup"].startswith("Failed to look up"), there
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert creator.wait(30) == 0, creator.stderr.read()[-3000:]
+    finally:
+        stop_driver(creator)
+    # Its creator gone, a named actor that is not detached is killed: its lease is released.
+    assert wait_until(lambda: not _member_leases(hosts), 15.0), _member_leases(hosts)
+    after = _run(hosts, """
+    try:
+        ray.get_actor("box")
+        out = {"lookup": "found"}
+    except ValueError as error:
+        out = {"lookup": str(error)}
+    out["special"] = special(2)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert after["lookup"].startswith("Failed to look up") and after["special"] == 2, after
