@@ -11,10 +11,11 @@ find them by name.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_actors import _member_leases
 from .test_remote_tasks import MEMBER, _join_special
@@ -137,9 +138,12 @@ def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creato
     box = Box.options(name="box", resources={"special": 1}).remote()
     pinned = Box.options(name="pinned", scheduling_strategy=NodeAffinitySchedulingStrategy(
         member, soft=False)).remote()
+    unknown = Box.options(name="unknown", scheduling_strategy=NodeAffinitySchedulingStrategy(
+        "ff" * 28, soft=False)).remote()
     out = {"member": member, "box": ray.get(box.where.remote(), timeout=60),
            "pinned": ray.get(pinned.where.remote(), timeout=60),
-           "put": ray.get(box.put.remote("a"), timeout=30)}
+           "put": ray.get(box.put.remote("a"), timeout=30),
+           "unknown": outcome(unknown.where.remote())}
     print(json.dumps(out), flush=True)
     sys.stdin.readline()  # the other drivers look them up meanwhile
     ray.shutdown()
@@ -148,6 +152,8 @@ def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creato
         first = json_line(creator, 90)
         member = first["member"]
         assert first["box"] == member and first["pinned"] == member, first
+        assert first["unknown"].startswith("ActorUnschedulableError"), first
+        assert "ff" * 28 in first["unknown"], first
         other = _run(hosts, """
         box = ray.get_actor("box")
         out = {"put": ray.get(box.put.remote("b"), timeout=30),
@@ -188,3 +194,49 @@ def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creato
     ray.shutdown()
     """)
     assert after["lookup"].startswith("Failed to look up") and after["special"] == 2, after
+
+
+def test_a_detached_actor_on_the_member_restarts_there_and_ends_with_the_head(hosts):
+    _join_special(hosts)
+    first = _run(hosts, """
+    @ray.remote(resources={"special": 1}, max_restarts=1)
+    class Fragile:
+        def pid(self):
+            return os.getpid(), ray.get_runtime_context().get_node_id()
+
+        def crash(self):
+            os._exit(3)
+
+        def shout(self, text):
+            print(text, flush=True)
+            return text
+
+    fragile = Fragile.options(name="fragile", lifetime="detached").remote()
+    out = {"member": member, "first": ray.get(fragile.pid.remote(), timeout=60)}
+    out["crash"] = outcome(fragile.crash.remote())
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert first["first"][1] == first["member"], first
+    assert first["crash"].startswith(("ActorDiedError", "ActorUnavailableError")), first
+    second = _run(hosts, """
+    fragile = ray.get_actor("fragile")
+    out = {"second": outcome(fragile.pid.remote(), timeout=60),
+           "shout": outcome(fragile.shout.remote("printed after its creator left")),
+           "held": special(1)}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    # Restarted on the member (the only node with "special"), as a new process.
+    assert second["second"][1] == first["member"], second
+    assert second["second"][0] != first["first"][0], second
+    assert second["shout"] == "printed after its creator left" and second["held"] == 1, second
+    # Printed after its creator left: in the head's node.log, where the service writes.
+    log = os.path.join(hosts.record("127.0.0.1").session_dir, "node.log")
+    assert wait_until(lambda: "printed after its creator left" in open(log).read(), 5.0)
+    assert f"ip={MEMBER})" in open(log).read()
+    # The head stops: its actor service's links to the member close, the member ends the
+    # actor's worker and releases its lease (the member keeps running).
+    stopped = cli(hosts.env("127.0.0.1"), "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_until(lambda: not _member_leases(hosts), 15.0), _member_leases(hosts)
