@@ -78,6 +78,7 @@ def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(
             return np.ones(nbytes // 8)
 
     keeper = Keeper.options(name="keeper", lifetime="detached").remote(100)
+    Keeper.options(name="local_keeper", lifetime="detached", resources={}).remote(0)
     out = {"member": member, "where": ray.get(keeper.where.remote(), timeout=60),
            "add": ray.get(keeper.add.remote(1), timeout=30),
            "big": float(ray.get(keeper.array.remote(8 * 1024 * 1024), timeout=60).sum()),
@@ -97,6 +98,17 @@ def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(
     out = {"add": ray.get(keeper.add.remote(1), timeout=30),
            "where": ray.get(keeper.where.remote(), timeout=30),
            "names": ray.util.list_named_actors(), "held": special(1)}
+
+    def timed(actor, n=200):
+        ray.get([actor.add.remote(0) for _ in range(5)])
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ray.get(actor.add.remote(0))
+        return (time.perf_counter() - t0) / n * 1e6
+
+    local = ray.get_actor("local_keeper")
+    out["us"] = [timed(keeper), timed(local)]
+    ray.kill(local)
     ray.kill(keeper)
     out["after_kill"] = outcome(keeper.add.remote(1))
     out["back"] = special(2)
@@ -110,10 +122,13 @@ def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(
     """)
     assert second["add"] == 102, second  # the same actor, its state kept
     assert second["where"] == first["where"], second
-    assert second["names"] == ["keeper"] and second["held"] == 1, second
+    assert sorted(second["names"]) == ["keeper", "local_keeper"], second
+    assert second["held"] == 1, second
     assert second["after_kill"].startswith("ActorDiedError"), second
     assert second["back"] == 2, second  # its lease on the member is released
     assert second["lookup"].startswith("Failed to look up"), second
+    print(f"\ncall round trip through the head's actor service: to an actor on the member "
+          f"{second['us'][0]:.0f} us, on the head {second['us'][1]:.0f} us")
     assert wait_until(lambda: not _member_leases(hosts), 10.0), _member_leases(hosts)
 
 
