@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import textwrap
+import time
 
 from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -24,8 +26,8 @@ PRELUDE = """
     import json, os, sys, time
     import miniray as ray
     ray.init(address="auto", namespace="shared")
-    member = next(n["NodeID"] for n in ray.nodes()
-                  if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"])
+    member = next((n["NodeID"] for n in ray.nodes()
+                   if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"]), None)
 
     def outcome(ref, timeout=30):
         try:
@@ -255,3 +257,55 @@ def test_a_detached_actor_on_the_member_restarts_there_and_ends_with_the_head(ho
     stopped = cli(hosts.env("127.0.0.1"), "stop")
     assert stopped.returncode == 0, stopped.stderr
     assert wait_until(lambda: not _member_leases(hosts), 15.0), _member_leases(hosts)
+
+
+def test_a_detached_actor_whose_member_dies_restarts_on_the_head_in_the_service(hosts):
+    _join_special(hosts)
+    creator = driver(textwrap.dedent(PRELUDE) + textwrap.dedent("""
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    soft = NodeAffinitySchedulingStrategy(member, soft=True)
+    mover = Where.options(name="mover", lifetime="detached", scheduling_strategy=soft,
+                          max_restarts=1).remote()
+    stays = Where.options(name="stays", lifetime="detached", scheduling_strategy=soft,
+                          max_restarts=0).remote()
+    out = {"member": member, "here": ray.get_runtime_context().get_node_id(),
+           "before": [ray.get(a.node.remote(), timeout=60) for a in (mover, stays)]}
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()
+    out = {"mover": outcome(mover.node.remote()), "stays": outcome(stays.node.remote())}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """), hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        first = json_line(creator, 90)
+        assert first["before"] == [first["member"]] * 2, first
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        time.sleep(1.0)
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        after = json_line(creator, 60)
+        assert creator.wait(30) == 0, creator.stderr.read()[-3000:]
+    finally:
+        stop_driver(creator)
+    assert after["mover"] == first["here"], after  # restarted on the head, in the service
+    assert after["stays"].startswith("ActorDiedError"), after
+    assert "its node has died" in after["stays"] and f"ip: {MEMBER}" in after["stays"], after
+    other = _run(hosts, """
+    out = {"mover": outcome(ray.get_actor("mover").node.remote())}
+    try:
+        ray.get_actor("stays")
+        out["stays"] = "found"
+    except ValueError as error:
+        out["stays"] = str(error)
+    ray.kill(ray.get_actor("mover"))
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert other["mover"] == first["here"], other
+    assert other["stays"].startswith("Failed to look up"), other  # dead: its name is free
