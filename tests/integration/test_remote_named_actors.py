@@ -5,7 +5,10 @@ it has), each with its own root (``FakeHosts`` of test_cluster_join.py; every pr
 session and segment of each root is checked on teardown). Drivers on the head's host create
 named or detached actors that only the member can hold: the head's actor service owns them
 and places them on the member (``owner/remote_actors.py``), so other drivers of the head
-find them by name.
+find them by name: a detached one outlives its creator, restarts on the member (or on the
+head, inside the service, when the member dies) and ends with ``ray.kill`` or the head's
+stop; a named one ends with its creator. Each end releases the lease on the member. A
+driver on the member's host does not find the head's names (names are per node).
 """
 
 from __future__ import annotations
