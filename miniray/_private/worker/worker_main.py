@@ -161,7 +161,18 @@ class _Worker:
         thread.start()
 
     def _control_loop(self) -> None:
+        readable = select.poll()
+        readable.register(self.ctl.fileno(), select.POLLIN)
         while True:
+            # Counted as read before it leaves the pipe: were it counted after, the main
+            # loop could look in between (nothing waiting in the pipe, read == handled) and
+            # start the very task this message cancels.
+            try:
+                readable.poll()
+            except InterruptedError:
+                continue
+            with self.ctl_done:  # read, not yet handled: _await_control waits for it
+                self.ctl_read += 1
             try:
                 data = self.ctl.recv_bytes()
             except (EOFError, OSError):
@@ -169,8 +180,6 @@ class _Worker:
                     self.ctl_closed = True
                     self.ctl_done.notify_all()
                 return
-            with self.ctl_done:  # read, not yet handled: _await_control waits for it
-                self.ctl_read += 1
             try:
                 message = pickle.loads(data)
                 self._on_control(message)
