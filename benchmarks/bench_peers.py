@@ -26,6 +26,10 @@ made before anything is timed; the task given it is ``def size(a): return len(a)
 * ``round_trip_p50_ms``: 200 warm-up no-ops, then 2,000 sequential round trips; p50.
 * ``first_vs_warm``: ``first_task_ms`` / ``round_trip_p50_ms``.
 * ``tasks_10k_s``: 10,000 no-ops submitted, then every result taken; wall time; best of 3.
+* ``async_actor_10k_s`` (miniray and Ray): 10,000 calls of ``async def f(self): return None``
+  on one actor, submitted then gotten (``get`` of the list); best of 3, after 200 warm-up
+  calls; ``async_vs_tasks``: ``tasks_10k_s`` / that (at least 1.0: the calls go at the
+  no-op task rate of the same run or faster).
 * ``arg_by_value_ms``: ``size(arr)`` by value, submit to result; median of 3 after a first
   call.
 * ``arg_by_ref_ms`` (miniray and Ray): ``size(put(arr))``, the put included, the ref dropped
@@ -69,6 +73,8 @@ METRICS = [
     ("round_trip_p50_ms", "no-op round trip, p50", False, "{:.3f} ms"),
     ("first_vs_warm", "first task / warm round trip", False, "{:.0f}x"),
     ("tasks_10k_s", "10,000 no-ops, submit then get", False, "{:.3f} s"),
+    ("async_actor_10k_s", "10,000 async actor calls, submit then get", False, "{:.3f} s"),
+    ("async_vs_tasks", "async actor calls / no-op tasks rate", True, "{:.2f}"),
     ("arg_by_value_ms", "200 MB argument by value", False, "{:.1f} ms"),
     ("arg_by_ref_ms", "200 MB argument: put + by ref", False, "{:.1f} ms"),
     ("arg_by_stored_ref_ms", "200 MB argument, ref already stored", False, "{:.2f} ms"),
@@ -84,6 +90,11 @@ def noop():
 
 def size(a):
     return len(a)
+
+
+class AsyncNoop:
+    async def f(self):
+        return None
 
 
 class _Futures:
@@ -189,6 +200,16 @@ def run_impl(impl: str) -> dict:
                 for _ in range(3)]
         out["tasks_10k_s"] = min(runs)
         out["details"]["tasks_10k_runs_s"] = runs
+        if f.lib is not None:
+            actor = f.lib.remote(AsyncNoop).remote()
+            f.lib.get([actor.f.remote() for _ in range(WARMUP)])
+            calls = [_timed(lambda: f.lib.get([actor.f.remote() for _ in range(TASKS)]))
+                     for _ in range(3)]
+            out["async_actor_10k_s"] = min(calls)
+            out["async_vs_tasks"] = out["tasks_10k_s"] / out["async_actor_10k_s"]
+            out["details"]["async_actor_10k_runs_s"] = calls
+            f.lib.kill(actor)
+            del actor
         assert f.result(f.submit(size, arr)) == len(arr)
         by_value = [_timed(lambda: f.result(f.submit(size, arr))) for _ in range(3)]
         out["arg_by_value_ms"] = statistics.median(by_value) * 1e3

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import select
 import time
+from threading import get_ident
 from typing import Callable
 
 from miniray._private.core.scheduling import T_RUNNING
@@ -90,7 +91,7 @@ class DirectReads:
         return), taken out of the I/O thread's epoll set; None: wait as before."""
         task = self._tasks_by_id.get(object_id[:24])
         reactor = self._reactor
-        if not may_read(task, self._closed(), reactor.in_io_thread()):
+        if not may_read(task, self._closed(), get_ident() == reactor.ident):
             return None
         worker = task.worker
         if not reactor.pause_read(worker.conn.fd):

@@ -65,6 +65,7 @@ class Reactor:
         os.set_blocking(self._wake_w, False)
         self.register(self._wake_r, self._drain_wake)
         self._thread = threading.Thread(target=self._loop, name="miniray-io", daemon=True)
+        self.ident = None  # the I/O thread's ``threading.get_ident()``, once it runs
 
     def start(self) -> None:
         self._thread.start()
@@ -207,6 +208,7 @@ class Reactor:
             pass
 
     def _loop(self) -> None:
+        self.ident = threading.get_ident()
         epoll = self._epoll
         handlers = self._handlers
         while not self._stopping:
