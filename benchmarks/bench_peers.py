@@ -244,7 +244,11 @@ def _child(impl: str, python: str) -> tuple[dict | None, str]:
         return None, f"{impl}: timed out after {CHILD_TIMEOUT_S} s"
     if proc.returncode != 0:
         return None, f"{impl}: exit {proc.returncode}: {proc.stderr.strip()[-600:]}"
-    return json.loads(proc.stdout), ""
+    # Ray's raylet may print warnings on stdout before the result: the JSON is the last line
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return None, f"{impl}: no result on stdout: {proc.stdout.strip()[-600:]}"
+    return json.loads(lines[-1]), ""
 
 
 def _ratio(value, best, higher_is_better: bool) -> str:
