@@ -142,8 +142,9 @@ class ActorHost:
         # Async actors: group -> (its event loop, the CallLimit bounding its calls).
         self.loops: dict[str | None, tuple] = {}
         self.loop: asyncio.AbstractEventLoop | None = None  # the default group's
-        # Whether a class attribute is a coroutine or async generator function, by the
-        # attribute (reading thread only; a method replaced on the class is a new key).
+        # method name -> (its class attribute, whether that is a coroutine or async
+        # generator function); reading thread only. An attribute replaced on the class is
+        # asked again (a bound classmethod equals the one before: not asked again).
         self.coroutines: dict = {}
         # Calls are sent while the constructor runs, and so are their cancels: from now on
         # the control thread hands them here (those already read are taken over).
@@ -236,10 +237,13 @@ class ActorHost:
                 return
             loop, limit = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
-            coroutine = self.coroutines.get(method)
-            if coroutine is None:  # asked once per method (inspect's tests are ~10 calls)
-                coroutine = self.coroutines[method] = (inspect.iscoroutinefunction(method)
-                                                      or inspect.isasyncgenfunction(method))
+            known = self.coroutines.get(method_name)
+            if known is not None and known[0] == method:
+                coroutine = known[1]
+            else:  # asked once per method (inspect's tests are ~10 calls)
+                coroutine = (inspect.iscoroutinefunction(method)
+                             or inspect.isasyncgenfunction(method))
+                self.coroutines[method_name] = (method, coroutine)
             with self.lock:  # recorded before it can start or end: cancel() finds it
                 self.async_calls[task_id] = None
                 inbox = self.inboxes[group]
