@@ -1037,14 +1037,17 @@ class Owner:
         """How soon the I/O thread should wake to return idle leases or recycled segments
         (None: no need). Run by the I/O thread just before it sleeps, after housekeeping:
         when it will sleep ``PROMPT_FREE_S`` at most, refs dropped meanwhile need not wake
-        it (``ObjectTable.ref_dropped``): they are applied when it wakes."""
+        it (``ObjectTable.ref_dropped``): they are applied when it wakes. Recycled segments
+        kept do not lengthen a lease's linger (nor make each dropped ref wake it)."""
+        hint = None
         if self.store.pooled_segments():
-            return self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
+            hint = self.POOL_IDLE_S + 0.05  # a little after the oldest becomes old enough
         if self.leases.any_idle() or self.direct_reads.active:  # a read makes one idle
             if self.linger <= self.PROMPT_FREE_S:
                 self.objects.wake_pending = True
-            return self.linger
-        return None
+            if hint is None or self.linger < hint:
+                hint = self.linger
+        return hint
 
     def _on_output(self, fd: int) -> None:
         stream = self.workers.streams.get(fd)
