@@ -39,6 +39,9 @@ made before anything is timed; the task given it is ``def size(a): return len(a)
 * ``first_put_ms``, ``first_put_vs_memcpy`` (miniray and Ray): the session's first
   ``put(arr)`` (after a small put); ``memcpy_ms`` (``np.copyto`` of the same 200 MB into a
   written buffer, best of 5 in the same run) / that time.
+* ``pipe_round_trip_ms`` (the round trip's floor, measured in each child before the
+  implementation starts): one byte to a forked child over a pipe and back over another,
+  200 warm-up then 2,000 timed; p50.
 
 ``ratio`` columns: each figure against the best implementation's (1.00 = the best; for
 times, value / best; for ``tasks_10k_s`` and ``first_put_vs_memcpy``, best / value).
@@ -81,6 +84,7 @@ METRICS = [
     ("first_put_ms", "first 200 MB put", False, "{:.1f} ms"),
     ("first_put_vs_memcpy", "first put / memcpy speed", True, "{:.2f}"),
     ("memcpy_ms", "memcpy of 200 MB (floor)", False, "{:.1f} ms"),
+    ("pipe_round_trip_ms", "pipe round trip, p50 (floor)", False, "{:.3f} ms"),
 ]
 
 
@@ -162,6 +166,34 @@ class _Futures:
             self.pool.shutdown(wait=True)
 
 
+def _pipe_round_trip_ms() -> float:
+    """p50 of a byte's round trip to a forked child and back over two pipes (no threads
+    run yet in this process: the child only reads and writes, then ``_exit``s)."""
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(to_child)
+        os.close(from_child)
+        while os.read(from_parent, 1):
+            os.write(to_parent, b"x")
+        os._exit(0)
+    os.close(from_parent)
+    os.close(to_parent)
+    trips = []
+    try:
+        for _ in range(WARMUP + ROUND_TRIPS):
+            t = time.perf_counter()
+            os.write(to_child, b"x")
+            os.read(from_child, 1)
+            trips.append(time.perf_counter() - t)
+    finally:
+        os.close(to_child)
+        os.waitpid(pid, 0)
+        os.close(from_child)
+    return statistics.median(trips[WARMUP:]) * 1e3
+
+
 def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
@@ -179,6 +211,7 @@ def run_impl(impl: str) -> dict:
     np.copyto(dst, arr)
     memcpy = [_timed(lambda: np.copyto(dst, arr)) for _ in range(5)]
     out["memcpy_ms"] = min(memcpy) * 1e3
+    out["pipe_round_trip_ms"] = _pipe_round_trip_ms()
     f = _Futures(impl)
     out["start_s"] = _timed(f.start)
     try:
