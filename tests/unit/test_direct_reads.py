@@ -274,3 +274,22 @@ def test_a_sleeping_io_thread_is_woken_once_after_a_read(owner):
     assert owner.reads.read(worker, owner.waiter, None)
     assert not owner.reactor.unbounded_sleep
     assert owner.reactor._wake_r in _ready(owner.reactor)
+
+
+def test_pause_and_resume_after_the_loop_closed_do_not_raise():
+    a, b = socket.socketpair()
+    lock, reactor = _reactor()
+    try:
+        reactor.register(a.fileno(), lambda fd: None)
+        assert reactor.pause_read(a.fileno())
+        reactor.close()
+        reactor.resume_read(a.fileno())  # a reading get() ends after a shutdown
+        other = socket.socket()
+        try:
+            reactor._handlers[other.fileno()] = lambda fd: None
+            assert not reactor.pause_read(other.fileno())
+        finally:
+            other.close()
+    finally:
+        a.close()
+        b.close()

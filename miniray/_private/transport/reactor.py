@@ -108,11 +108,14 @@ class Reactor:
         if it is not registered or already paused."""
         if fd not in self._handlers or fd in self._paused:
             return False
+        try:
+            if fd in self._writers:
+                self._epoll.modify(fd, select.EPOLLOUT)
+            else:
+                self._epoll.unregister(fd)
+        except (OSError, ValueError):  # the loop was closed (shutdown): nothing to pause
+            return False
         self._paused.add(fd)
-        if fd in self._writers:
-            self._epoll.modify(fd, select.EPOLLOUT)
-        else:
-            self._epoll.unregister(fd)
         return True
 
     def resume_read(self, fd: int) -> None:
@@ -123,10 +126,13 @@ class Reactor:
         self._paused.discard(fd)
         if fd not in self._handlers:
             return
-        if fd in self._writers:
-            self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
-        else:
-            self._epoll.register(fd, select.EPOLLIN)
+        try:
+            if fd in self._writers:
+                self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+            else:
+                self._epoll.register(fd, select.EPOLLIN)
+        except (OSError, ValueError):  # the loop was closed meanwhile (shutdown)
+            pass
 
     def send(self, conn, data: bytes, on_writable: Callable[[int], None]) -> None:
         """Queue ``data`` on ``conn`` (a ``FramedSocket`` registered here) without blocking;
