@@ -119,8 +119,10 @@ def test_threads_at_once(ray):
 
 def test_a_cancelled_task_under_a_read(ray):
     @ray.remote
-    def forever():
-        time.sleep(60)
+    def forever():  # Python code: the cancel's KeyboardInterrupt lands between bytecodes
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            pass
 
     ref = forever.remote()
     time.sleep(0.5)  # running
