@@ -23,6 +23,8 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
                                           EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
                         after each turn ─► deferred work (ledger, fork requests)
+    a get() of one running task's result reads that worker's socket itself meanwhile
+    (``direct_reads.py``), handling its frames through the same ``_handle_frames``
 
 All state is guarded by one lock, and no file lock, fork request or blocking write runs while
 it is held (``defer``). ObjectRef creation and deletion only append to a deque (no lock, so
