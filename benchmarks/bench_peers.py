@@ -28,6 +28,10 @@ made before anything is timed; the task given it is ``def size(a): return len(a)
   program that submits at its own pace: workers and threads have gone to sleep); p50.
 * ``first_vs_warm``: ``first_task_ms`` / ``round_trip_p50_ms``.
 * ``tasks_10k_s``: 10,000 no-ops submitted, then every result taken; wall time; best of 3.
+* ``async_actor_10k_s`` (miniray and Ray): 10,000 calls of ``async def f(self): return None``
+  on one actor, submitted then gotten (``get`` of the list); best of 3, after 200 warm-up
+  calls; ``async_vs_tasks``: ``tasks_10k_s`` / that (at least 1.0: the calls go at the
+  no-op task rate of the same run or faster).
 * ``arg_by_value_ms``: ``size(arr)`` by value, submit to result; median of 3 after a first
   call.
 * ``arg_by_ref_ms`` (miniray and Ray): ``size(put(arr))``, the put included, the ref dropped
@@ -37,6 +41,9 @@ made before anything is timed; the task given it is ``def size(a): return len(a)
 * ``first_put_ms``, ``first_put_vs_memcpy`` (miniray and Ray): the session's first
   ``put(arr)`` (after a small put); ``memcpy_ms`` (``np.copyto`` of the same 200 MB into a
   written buffer, best of 5 in the same run) / that time.
+* ``pipe_round_trip_ms`` (the round trip's floor, measured in each child before the
+  implementation starts): one byte to a forked child over a pipe and back over another,
+  200 warm-up then 2,000 timed; p50.
 
 ``ratio`` columns: each figure against the best implementation's (1.00 = the best; for
 times, value / best; for ``tasks_10k_s`` and ``first_put_vs_memcpy``, best / value).
@@ -74,12 +81,15 @@ METRICS = [
      "{:.3f} ms"),
     ("first_vs_warm", "first task / warm round trip", False, "{:.0f}x"),
     ("tasks_10k_s", "10,000 no-ops, submit then get", False, "{:.3f} s"),
+    ("async_actor_10k_s", "10,000 async actor calls, submit then get", False, "{:.3f} s"),
+    ("async_vs_tasks", "async actor calls / no-op tasks rate", True, "{:.2f}"),
     ("arg_by_value_ms", "200 MB argument by value", False, "{:.1f} ms"),
     ("arg_by_ref_ms", "200 MB argument: put + by ref", False, "{:.1f} ms"),
     ("arg_by_stored_ref_ms", "200 MB argument, ref already stored", False, "{:.2f} ms"),
     ("first_put_ms", "first 200 MB put", False, "{:.1f} ms"),
     ("first_put_vs_memcpy", "first put / memcpy speed", True, "{:.2f}"),
     ("memcpy_ms", "memcpy of 200 MB (floor)", False, "{:.1f} ms"),
+    ("pipe_round_trip_ms", "pipe round trip, p50 (floor)", False, "{:.3f} ms"),
 ]
 
 
@@ -89,6 +99,11 @@ def noop():
 
 def size(a):
     return len(a)
+
+
+class AsyncNoop:
+    async def f(self):
+        return None
 
 
 class _Futures:
@@ -156,6 +171,34 @@ class _Futures:
             self.pool.shutdown(wait=True)
 
 
+def _pipe_round_trip_ms() -> float:
+    """p50 of a byte's round trip to a forked child and back over two pipes (no threads
+    run yet in this process: the child only reads and writes, then ``_exit``s)."""
+    from_parent, to_child = os.pipe()
+    from_child, to_parent = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(to_child)
+        os.close(from_child)
+        while os.read(from_parent, 1):
+            os.write(to_parent, b"x")
+        os._exit(0)
+    os.close(from_parent)
+    os.close(to_parent)
+    trips = []
+    try:
+        for _ in range(WARMUP + ROUND_TRIPS):
+            t = time.perf_counter()
+            os.write(to_child, b"x")
+            os.read(from_child, 1)
+            trips.append(time.perf_counter() - t)
+    finally:
+        os.close(to_child)
+        os.waitpid(pid, 0)
+        os.close(from_child)
+    return statistics.median(trips[WARMUP:]) * 1e3
+
+
 def _timed(fn) -> float:
     t = time.perf_counter()
     fn()
@@ -173,6 +216,7 @@ def run_impl(impl: str) -> dict:
     np.copyto(dst, arr)
     memcpy = [_timed(lambda: np.copyto(dst, arr)) for _ in range(5)]
     out["memcpy_ms"] = min(memcpy) * 1e3
+    out["pipe_round_trip_ms"] = _pipe_round_trip_ms()
     f = _Futures(impl)
     out["start_s"] = _timed(f.start)
     try:
@@ -199,6 +243,16 @@ def run_impl(impl: str) -> dict:
                 for _ in range(3)]
         out["tasks_10k_s"] = min(runs)
         out["details"]["tasks_10k_runs_s"] = runs
+        if f.lib is not None:
+            actor = f.lib.remote(AsyncNoop).remote()
+            f.lib.get([actor.f.remote() for _ in range(WARMUP)])
+            calls = [_timed(lambda: f.lib.get([actor.f.remote() for _ in range(TASKS)]))
+                     for _ in range(3)]
+            out["async_actor_10k_s"] = min(calls)
+            out["async_vs_tasks"] = out["tasks_10k_s"] / out["async_actor_10k_s"]
+            out["details"]["async_actor_10k_runs_s"] = calls
+            f.lib.kill(actor)
+            del actor
         assert f.result(f.submit(size, arr)) == len(arr)
         by_value = [_timed(lambda: f.result(f.submit(size, arr))) for _ in range(3)]
         out["arg_by_value_ms"] = statistics.median(by_value) * 1e3
@@ -233,7 +287,11 @@ def _child(impl: str, python: str) -> tuple[dict | None, str]:
         return None, f"{impl}: timed out after {CHILD_TIMEOUT_S} s"
     if proc.returncode != 0:
         return None, f"{impl}: exit {proc.returncode}: {proc.stderr.strip()[-600:]}"
-    return json.loads(proc.stdout), ""
+    # Ray's raylet may print warnings on stdout before the result: the JSON is the last line
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return None, f"{impl}: no result on stdout: {proc.stdout.strip()[-600:]}"
+    return json.loads(lines[-1]), ""
 
 
 def _ratio(value, best, higher_is_better: bool) -> str:

@@ -120,6 +120,9 @@ class ObjectTable:
         # sleeps only briefly (``Owner._idle_hint``) and applies the events when it wakes.
         self.wake_pending = False
         self._applying = False
+        # Set by the owner: a get() of one running task's result may read it from the
+        # worker's socket (owner/direct_reads.py); None: every get() waits on its waiter.
+        self.direct_reads = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -352,7 +355,7 @@ class ObjectTable:
         with self.lock:
             if self.closed:
                 self.check_usable()
-            waiter = None
+            waiter = reader = None
             pending = []
             for object_id in object_ids:
                 entry = self.entries.get(object_id)
@@ -360,6 +363,7 @@ class ObjectTable:
                     raise self.lost(object_id)
                 if entry.state == PENDING:
                     pending.append(entry)
+                    pending_id = object_id
                 elif entry.kind == protocol.ERR:
                     pending = []
                     break
@@ -367,8 +371,14 @@ class ObjectTable:
                 waiter = Waiter(len(pending), on_error=True)
                 for entry in pending:
                     entry.add_waiter(waiter)
+                if len(pending) == 1 and timeout != 0 and self.direct_reads is not None:
+                    reader = self.direct_reads.claim(pending_id)
         if waiter is not None:
-            if timeout == 0 or not waiter.wait(timeout):
+            if reader is not None:  # the result is read from its worker's socket here
+                ready = self.direct_reads.read(reader, waiter, timeout)
+            else:
+                ready = timeout != 0 and waiter.wait(timeout)
+            if not ready:
                 with self.lock:
                     for entry in pending:
                         entry.remove_waiter(waiter)

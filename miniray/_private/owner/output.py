@@ -34,7 +34,7 @@ _ANY_MARKER = re.compile(b"\x00m[rb]:")
 
 class OutputStream:
     __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed",
-                 "route", "log", "early", "where")
+                 "route", "log", "early", "where", "lock")
 
     EARLY_MAX = 65536  # bytes kept for the log file until the worker's pid is known
 
@@ -56,6 +56,8 @@ class OutputStream:
         # it printed waits in ``early`` (None: no log file is kept).
         self.log = None
         self.early: bytearray | None = None
+        # Its worker's output lock (``WorkerSlot.output_lock``), held around each drain.
+        self.lock = None
 
     def open_log(self, log) -> None:
         """Write to ``log`` (a ``worker_logs.CappedLog``) from now on, after what came early."""

@@ -23,6 +23,8 @@ Called by: ``runtime.Runtime`` (driver-side API), and its own I/O thread.
                                           EOF: its own death (owner_helper_loss.py)
                         timers         ─► worker get/wait timeouts, idle-lease release
                         after each turn ─► deferred work (ledger, fork requests)
+    a get() of one running task's result reads that worker's socket itself meanwhile
+    (``direct_reads.py``), handling its frames through the same ``_handle_frames``
 
 All state is guarded by one lock, and no file lock, fork request or blocking write runs while
 it is held (``defer``). ObjectRef creation and deletion only append to a deque (no lock, so
@@ -59,6 +61,7 @@ from miniray._private.host import procinfo, worker_logs
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.deferred import DeferredWork
+from miniray._private.owner.direct_reads import DirectReads
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import ObjectTable, Waiter
 from miniray._private.owner.owner_helper_loss import HelperLoss
@@ -197,6 +200,12 @@ class Owner:
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
             offload=lambda task, local_feasible: self._remote_nodes().offload(
                 task, local_feasible))
+        # A get() of one running task's result reads its worker's socket itself.
+        self.direct_reads = DirectReads(
+            lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
+            handle_frames=self._handle_frames, deferred=self._deferred,
+            run_deferred=self._run_deferred, closed=lambda: self._closed or self._stopping)
+        self.objects.direct_reads = self.direct_reads
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
             lock=self._lock, objects=self.objects, workers=self.workers, actors=self.actors,
@@ -1065,22 +1074,31 @@ class Owner:
         """How soon the I/O thread should wake to return idle leases or recycled segments
         (None: no need). Run by the I/O thread just before it sleeps, after housekeeping:
         when it will sleep ``PROMPT_FREE_S`` at most, refs dropped meanwhile need not wake
-        it (``ObjectTable.ref_dropped``): they are applied when it wakes."""
+        it (``ObjectTable.ref_dropped``): they are applied when it wakes. Recycled segments
+        kept do not lengthen a lease's linger (nor make each dropped ref wake it)."""
         wait = self.leases.next_idle_check(time.monotonic(), self.linger, self.keep,
                                            self.WANT_CHECK_S)
+        if wait is None and self.direct_reads.active:  # a read makes one idle
+            wait = self.linger
         if wait is not None:
             wait = max(wait, self.SWEEP_S)  # sweeps run at most that often: no spinning
             if wait <= self.PROMPT_FREE_S:
                 self.objects.wake_pending = True
         if self.store.pooled_segments():  # a little after the oldest becomes old enough
-            return min(wait, self.POOL_IDLE_S + 0.05) if wait else self.POOL_IDLE_S + 0.05
+            pooled = self.POOL_IDLE_S + 0.05
+            return pooled if wait is None else min(wait, pooled)
         return wait
 
     def _on_output(self, fd: int) -> None:
         stream = self.workers.streams.get(fd)
         if stream is None:
             return
-        stream.drain()
+        lock = stream.lock
+        if lock is None:
+            stream.drain()
+        else:
+            with lock:  # a result handled by a reading get() prints what came before it
+                stream.drain()
         if stream.eof:
             with self._lock:
                 if self.workers.streams.get(fd) is stream:
@@ -1111,15 +1129,26 @@ class Owner:
         if worker is None:
             self._unregister(fd)
             return
-        frames, closed = worker.conn.recv_ready()
-        if closed:
-            self._unregister(fd)
-        if not frames:
-            return
+        read_lock = worker.read_lock
+        if not read_lock.acquire(False):
+            return  # a get() reads this socket now (direct_reads.py): it handles the frames
+        try:
+            frames, closed = worker.conn.recv_ready()
+            if closed:
+                self._unregister(fd)
+            if frames:
+                self._handle_frames(worker, frames)
+        finally:
+            read_lock.release()
+
+    def _handle_frames(self, worker: WorkerSlot, frames: list) -> None:
+        """*Not locked; ``worker.read_lock`` held.* Handle the frames read from ``worker``'s
+        data socket, in order, by the I/O thread or by a get() reading its own result
+        (``direct_reads.py``). Each frame leaves ``frames`` as its handling starts."""
         loads = pickle.loads
         with self._lock:
             if len(frames) == 1:
-                self._handle_worker_message(worker, loads(frames[0]))
+                self._handle_worker_message(worker, loads(frames.pop()))
                 return
             reactor = self.reactor
             reactor.cork()  # the tasks and replies these frames cause go out together
@@ -1127,10 +1156,13 @@ class Owner:
             # they were read: one look at its pipes puts it before every result here.
             worker.drain_printed()
             self._drained = worker
+            frames.reverse()
+            pop = frames.pop
             try:
-                for frame in frames:
-                    self._handle_worker_message(worker, loads(frame))
+                while frames:
+                    self._handle_worker_message(worker, loads(pop()))
             finally:
+                frames.reverse()
                 self._drained = None
                 reactor.uncork()
 

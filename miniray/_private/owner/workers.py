@@ -18,6 +18,7 @@ import collections
 import os
 import select
 import socket
+import threading
 from multiprocessing.connection import Connection
 from typing import Callable
 
@@ -32,7 +33,8 @@ class WorkerSlot:
         "conn", "ctl", "pid", "spawn_req", "inflight", "lease", "funcs", "calls", "fn_calls",
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
-        "waits", "interrupted", "recalled", "output_poll",
+        "waits", "interrupted", "recalled", "output_poll", "read_lock", "output_lock",
+        "direct", "data_poll",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -60,6 +62,16 @@ class WorkerSlot:
         self.err: OutputStream | None = None
         # A poll set of both pipes (no OS resource: poll(2) takes the list at each call).
         self.output_poll = None
+        # Held by the thread that reads the data socket and handles what it read: the I/O
+        # thread (it only tries: while a waiting caller reads, it leaves the socket alone),
+        # or a ``get()`` reading its own result (``Owner._read_direct``). Frames are handled
+        # in the order they were sent, and no two threads read the socket at once.
+        self.read_lock = threading.Lock()
+        # Held while its output pipes are read and printed (the I/O thread's ``_on_output``,
+        # ``drain_printed`` in whichever thread handles a result): lines keep their order.
+        self.output_lock = threading.Lock()
+        self.direct = False  # a get() reads its result from the data socket (owner's lock)
+        self.data_poll = None  # that reader's poll set of the data socket, made at first use
         self.kill_on_spawn = False
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
@@ -74,12 +86,13 @@ class WorkerSlot:
         output_poll = self.output_poll
         if output_poll is None:
             return
-        for fd, _ in output_poll.poll(0):
-            stream = self.out if fd == self.out.fd else self.err
-            if stream.closed:  # its number may be another file's by now
-                output_poll.unregister(fd)
-            else:
-                stream.drain()
+        with self.output_lock:  # a drain by the I/O thread under way is printed first
+            for fd, _ in output_poll.poll(0):
+                stream = self.out if fd == self.out.fd else self.err
+                if stream.closed:  # its number may be another file's by now
+                    output_poll.unregister(fd)
+                else:
+                    stream.drain()
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"
@@ -193,6 +206,7 @@ class WorkerPool:
         if self.log_dir is not None:  # what comes before the pid is kept for the log files
             worker.out.early = bytearray()
             worker.err.early = bytearray()
+        worker.out.lock = worker.err.lock = worker.output_lock
         self.streams[out_r] = worker.out
         self.streams[err_r] = worker.err
         self.by_req[req] = worker

@@ -8,6 +8,7 @@ Called by: owner.py.
 ::
 
     loop:  epoll.poll(timeout = next timer, or the idle hint)
+             (an fd paused with ``pause_read`` is read by another thread meanwhile)
              └─ handler(fd) for every ready fd          (handlers take the lock themselves)
            with lock: due timers, then housekeeping()
 
@@ -45,6 +46,9 @@ class Reactor:
         self._epoll = select.epoll()
         self._handlers: dict[int, Callable[[int], None]] = {}
         self._writers: dict[int, Callable[[int], None]] = {}
+        # fds another thread reads for a while (``pause_read``): out of the epoll set, or
+        # watched for EPOLLOUT alone while a write waits.
+        self._paused: set[int] = set()
         # While a handler is "corked", frames wait in their socket's outbox and each socket
         # is written once at ``uncork``: the tasks sent in reply to a batch of results go in
         # one system call (guarded by the owner's lock, as every send is).
@@ -52,11 +56,16 @@ class Reactor:
         self._timers: list = []
         self._seq = itertools.count()
         self._stopping = False
+        # True from just before the loop decides how long to sleep until it wakes, when it
+        # sleeps without a bound: a thread that changed what that decision reads without
+        # waking the loop (owner/direct_reads.py) wakes it then (``wake``).
+        self.unbounded_sleep = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self.register(self._wake_r, self._drain_wake)
         self._thread = threading.Thread(target=self._loop, name="miniray-io", daemon=True)
+        self.ident = None  # the I/O thread's ``threading.get_ident()``, once it runs
 
     def start(self) -> None:
         self._thread.start()
@@ -68,8 +77,10 @@ class Reactor:
     def unregister(self, fd: int) -> None:
         """Stop watching ``fd``. Call it before closing ``fd`` (and under the owner's lock), so
         the number cannot be reused in between."""
-        self._writers.pop(fd, None)
-        if self._handlers.pop(fd, None) is not None:
+        writer = self._writers.pop(fd, None)
+        paused = fd in self._paused
+        self._paused.discard(fd)
+        if self._handlers.pop(fd, None) is not None and (writer is not None or not paused):
             try:
                 self._epoll.unregister(fd)
             except (OSError, ValueError):
@@ -79,11 +90,49 @@ class Reactor:
         """Call ``handler(fd)`` when ``fd`` (already registered for reading) is writable."""
         if fd in self._handlers and fd not in self._writers:
             self._writers[fd] = handler
-            self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+            if fd in self._paused:
+                self._epoll.register(fd, select.EPOLLOUT)
+            else:
+                self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
 
     def done_write(self, fd: int) -> None:
         if self._writers.pop(fd, None) is not None and fd in self._handlers:
-            self._epoll.modify(fd, select.EPOLLIN)
+            if fd in self._paused:
+                self._epoll.unregister(fd)
+            else:
+                self._epoll.modify(fd, select.EPOLLIN)
+
+    def pause_read(self, fd: int) -> bool:
+        """*Locked.* Stop watching ``fd`` (registered) for reading: another thread reads it
+        until ``resume_read``. Its writes still go on (EPOLLOUT alone while one waits). False
+        if it is not registered or already paused."""
+        if fd not in self._handlers or fd in self._paused:
+            return False
+        try:
+            if fd in self._writers:
+                self._epoll.modify(fd, select.EPOLLOUT)
+            else:
+                self._epoll.unregister(fd)
+        except (OSError, ValueError):  # the loop was closed (shutdown): nothing to pause
+            return False
+        self._paused.add(fd)
+        return True
+
+    def resume_read(self, fd: int) -> None:
+        """*Locked.* Watch ``fd`` for reading again. epoll is level-triggered: whatever the
+        other thread left unread is reported at the next ``poll``."""
+        if fd not in self._paused:
+            return
+        self._paused.discard(fd)
+        if fd not in self._handlers:
+            return
+        try:
+            if fd in self._writers:
+                self._epoll.modify(fd, select.EPOLLIN | select.EPOLLOUT)
+            else:
+                self._epoll.register(fd, select.EPOLLIN)
+        except (OSError, ValueError):  # the loop was closed meanwhile (shutdown)
+            pass
 
     def send(self, conn, data: bytes, on_writable: Callable[[int], None]) -> None:
         """Queue ``data`` on ``conn`` (a ``FramedSocket`` registered here) without blocking;
@@ -165,15 +214,19 @@ class Reactor:
             pass
 
     def _loop(self) -> None:
+        self.ident = threading.get_ident()
         epoll = self._epoll
         handlers = self._handlers
         while not self._stopping:
+            self.unbounded_sleep = True  # set before the look: a change after it is seen
             timeout = -1.0
             if self._timers:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic())
             hint = self._idle_hint()
             if hint is not None:
                 timeout = hint if timeout < 0 else min(timeout, hint)
+            if timeout >= 0:
+                self.unbounded_sleep = False
             try:
                 events = epoll.poll(timeout)
             except InterruptedError:
@@ -182,6 +235,7 @@ class Reactor:
                 if self._stopping:
                     break
                 raise
+            self.unbounded_sleep = False
             writers = self._writers
             for fd, mask in events:
                 try:

@@ -3,8 +3,8 @@
 Owns: constructing the actor instance, running its method calls (one at a time in submission
 order, on a thread pool for ``max_concurrency > 1``, or on an asyncio event loop when any
 method is ``async def``; with concurrency groups, on one executor per group: a thread pool of
-the group's size, or an event loop thread of its own whose calls a semaphore of that size
-bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
+the group's size, or an event loop thread of its own whose calls a ``CallLimit`` of that
+size bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
 ``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
 an async one's coroutine cancelled); for a driver on another host (``owner/remote_actors.py``),
 a call's large values sent as frames right after its RESULT (``Channel.send_bulk``).
@@ -45,6 +45,7 @@ import inspect
 import sys
 import threading
 from time import time_ns
+from types import CoroutineType
 from typing import NoReturn
 
 from miniray._private.core import concurrency_groups, descriptors, ids, protocol, scheduling
@@ -76,8 +77,42 @@ class ActorContext:
         self.restarts = restarts  # how many times the owner restarted this actor before
 
 
-async def _new_semaphore(value: int) -> asyncio.Semaphore:
-    return asyncio.Semaphore(value)
+class CallLimit:
+    """At most ``size`` calls of one concurrency group run at once on its loop; the others
+    wait for a turn, in the order they asked. Used on that loop's thread only. The caller
+    takes a free turn inline (``free > 0 and not waiting``: no Python call, where
+    ``async with asyncio.Semaphore`` made seven per call) and otherwise awaits ``wait()``;
+    ``release()`` hands the turn to the first waiter still waiting."""
+
+    __slots__ = ("free", "waiting")
+
+    def __init__(self, size: int):
+        self.free = size
+        self.waiting: collections.deque = collections.deque()
+
+    async def wait(self) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        self.waiting.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self.release()  # given the turn just before the cancel: pass it on
+            else:
+                try:
+                    self.waiting.remove(turn)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self) -> None:
+        waiting = self.waiting
+        while waiting:
+            turn = waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)  # the turn passes on: ``free`` does not change
+                return
+        self.free += 1
 
 
 class ActorHost:
@@ -106,12 +141,17 @@ class ActorHost:
         # end together on threads or loops take that list one at a time.
         self.peer_lock = threading.Lock() if getattr(worker.channel, "remote", False) else None
         self.calls_ended = threading.Condition(self.lock)
+        self.exit_waits = 0  # threads waiting on ``calls_ended`` (lock): notified only then
         self.leaving = threading.Lock()  # held by the one thread that ends the actor
         # Threaded sync actors: group -> its pool (the default group's key is None).
         self.pools: dict[str | None, concurrent.futures.ThreadPoolExecutor] = {}
-        # Async actors: group -> (its event loop, the semaphore bounding its calls).
+        # Async actors: group -> (its event loop, the CallLimit bounding its calls).
         self.loops: dict[str | None, tuple] = {}
         self.loop: asyncio.AbstractEventLoop | None = None  # the default group's
+        # method name -> (its class attribute, whether that is a coroutine or async
+        # generator function); reading thread only. An attribute replaced on the class is
+        # asked again (a bound classmethod equals the one before: not asked again).
+        self.coroutines: dict = {}
         # Calls are sent while the constructor runs, and so are their cancels: from now on
         # the control thread hands them here (those already read are taken over).
         with worker.exec_lock:
@@ -141,10 +181,7 @@ class ActorHost:
         if is_async:
             for group, size in sizes.items():
                 loop = self.loop if group is concurrency_groups.DEFAULT else _start_loop(group)
-                # Made on its loop: before 3.10 a semaphore binds to the loop of the thread
-                # that makes it, and its waiters would never wake.
-                self.loops[group] = (loop, asyncio.run_coroutine_threadsafe(
-                    _new_semaphore(size), loop).result())
+                self.loops[group] = (loop, CallLimit(size))
         elif groups or max_concurrency > 1:
             # With groups the default group gets a pool too (of one thread by default, which
             # keeps its calls in order): this thread must go on reading the calls of the
@@ -204,13 +241,19 @@ class ActorHost:
             if group not in self.loops:
                 self._reply_unknown_group(message)
                 return
-            loop, semaphore = self.loops[group]
+            loop, limit = self.loops[group]
             method = getattr(type(self.instance), method_name, None)
-            coroutine = inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method)
+            known = self.coroutines.get(method_name)
+            if known is not None and known[0] == method:
+                coroutine = known[1]
+            else:  # asked once per method (inspect's tests are ~10 calls)
+                coroutine = (inspect.iscoroutinefunction(method)
+                             or inspect.isasyncgenfunction(method))
+                self.coroutines[method_name] = (method, coroutine)
             with self.lock:  # recorded before it can start or end: cancel() finds it
                 self.async_calls[task_id] = None
                 inbox = self.inboxes[group]
-                inbox.append((message, coroutine, semaphore))
+                inbox.append((message, coroutine, limit))
                 wake = len(inbox) == 1
             if wake:  # one wake-up of the loop per batch of calls, not one per call
                 loop.call_soon_threadsafe(self._start_calls, loop, inbox)
@@ -235,8 +278,8 @@ class ActorHost:
             inbox.clear()
         run_async = self._run_async
         create_task = loop.create_task
-        tasks = [(message[1], create_task(run_async(message, coroutine, semaphore)))
-                 for message, coroutine, semaphore in calls]
+        tasks = [(message[1], create_task(run_async(message, coroutine, limit)))
+                 for message, coroutine, limit in calls]
         with self.lock:
             async_calls, cancelled = self.async_calls, self.cancelled
             for task_id, task in tasks:
@@ -255,17 +298,22 @@ class ActorHost:
             f"{message[8]!r}, which this actor does not have. This is a bug in miniray."),
             message[7], message[6])
 
-    async def _run_async(self, message: tuple, coroutine: bool,
-                         semaphore: asyncio.Semaphore) -> None:
+    async def _run_async(self, message: tuple, coroutine: bool, limit: CallLimit) -> None:
         task_id = message[1]
         started = False
         try:
-            async with semaphore:
-                started = True
+            if limit.free > 0 and not limit.waiting:  # a free turn, taken inline
+                limit.free -= 1
+            else:
+                await limit.wait()
+            started = True
+            try:
                 if coroutine:
                     await self._call_coroutine(message)
                 else:
                     self.run_call(message)
+            finally:
+                limit.release()
         except asyncio.CancelledError:
             if not started:  # cancelled while it waited for its turn: it never runs
                 self._skip_if_cancelled(task_id, message[6])
@@ -273,7 +321,8 @@ class ActorHost:
             with self.lock:
                 self.async_calls.pop(task_id, None)
                 self.cancelled.discard(task_id)
-                self.calls_ended.notify_all()
+                if self.exit_waits:
+                    self.calls_ended.notify_all()
 
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -287,7 +336,7 @@ class ActorHost:
             worker.runtime.task = self._context(task_id, method_name, call_name)
             loaded = time_ns()
             result = self._method(method_name)(*args, **kwargs)
-            if not inspect.isasyncgen(result):
+            if type(result) is CoroutineType or not inspect.isasyncgen(result):
                 value = await result
             elif num_returns == STREAMING:
                 await streaming.stream_async(worker, task_id, result,
@@ -450,6 +499,8 @@ class ActorHost:
         worker = self.worker
         name = f"{self.class_name}.{call_name}"
         if self.peer_lock is None:
+            if value is None and num_returns == 1 and worker.none_inline:
+                return [(protocol.OK, worker.none_payload, ())], None  # its first case
             return worker._serialize_returns(value, max(1, num_returns), name, return_ids,
                                              error_fields=self._error_fields), None
         with self.peer_lock:
@@ -549,7 +600,11 @@ class ActorHost:
         """Block until the async calls read so far have ended (not those read later)."""
         with self.lock:
             pending = set(self.async_calls)
-            self.calls_ended.wait_for(lambda: pending.isdisjoint(self.async_calls))
+            self.exit_waits += 1
+            try:
+                self.calls_ended.wait_for(lambda: pending.isdisjoint(self.async_calls))
+            finally:
+                self.exit_waits -= 1
 
     def _exit(self, why: str) -> NoReturn:
         """The intended end: tell the owner (no restart; ``why`` is in every pending call's

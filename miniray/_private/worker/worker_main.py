@@ -144,6 +144,7 @@ class _Worker:
         # A returned None is sent inline (``_NONE_PAYLOAD``) unless the store's inline
         # threshold is below its size (then it goes through ``payload_for`` as any value).
         self.none_inline = len(_NONE_PAYLOAD) < info.get("store", {}).get("inline_threshold", 0)
+        self.none_payload = _NONE_PAYLOAD  # for the actor host's async calls
         capacity = info.get("store", {}).get("capacity", 1 << 30)
         self.mappings = values.MappingCache(max(256 << 20, capacity // 4))
         self.runtime.mappings = self.mappings
