@@ -358,6 +358,30 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     print(f"\nan actor on the member puts and gets 20 MB in {doc['big_s']:.2f} s")
 
 
+def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, """
+    import collections
+
+    @ray.remote(num_cpus=0.5)
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    actors = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(4)]
+    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    here = ray.get_runtime_context().get_node_id()
+    print(json.dumps({"counts": collections.Counter(nodes), "member": member, "here": here}),
+          flush=True)
+    ray.shutdown()
+    """)
+    # Ray 2.60 (ray.cluster_utils.Cluster, 2 and 4 CPUs, num_cpus=0.5): 2 and 2 as well.
+    assert doc["counts"] == {doc["member"]: 2, doc["here"]: 2}, doc
+
+
 def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
     head = hosts.start_head()
     proc = driver("""

@@ -224,7 +224,7 @@ class ActorManager:
     def _other_node(self, spec: ActorCreationSpec, actor=None):
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
-        actor with a node affinity or a request this node can never hold, outside a
+        actor with a node affinity or SPREAD, or a request this node can never hold, outside a
         placement group, in a driver (not in the node's actor service)."""
         if spec.pg is not None or self.route_output is not None or (
                 spec.affinity is None

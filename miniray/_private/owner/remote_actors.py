@@ -17,8 +17,10 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
 
     1. Placement, under the owner's lock (``where``, from the manager's placer; also at
        creation for a named actor, which is then this driver's and not the node actor
-       service's): only an actor with a NodeAffinitySchedulingStrategy, or a request this
-       node can never hold, outside a placement group. ``placement_for``'s rules: a hard
+       service's): only an actor with a NodeAffinitySchedulingStrategy or
+       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, outside a
+       placement group. SPREAD actors take turns (``_spread_turn``) among equally used
+       nodes, this one included. ``placement_for``'s rules: a hard
        affinity to an alive node with the totals runs there; to one dead, unknown or too
        small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
        as for tasks. None: placed on this node as before (one that no node can hold
@@ -210,6 +212,7 @@ class RemoteActors:
         self.excluded: dict[bytes, str] = {}  # actor id -> the node that died under it
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
+        self.spread_turns = 0  # SPREAD actors placed so far (_spread_turn)
         self._watching = False  # a _watch_infeasible thread runs
 
     def __repr__(self) -> str:
@@ -225,11 +228,13 @@ class RemoteActors:
             return None
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
+        turn = self._spread_turn(spec, actor)
         placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes._nodes(),
-                                  local_feasible, exclude)
+                                  local_feasible, exclude, turn=turn)
         if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
             placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
-                                      nodes._nodes(fresh=True), local_feasible, exclude)
+                                      nodes._nodes(fresh=True), local_feasible, exclude,
+                                      turn=turn)
         if placed is None and actor is not None and not local_feasible and nodes._view[1]:
             self._watch()  # no node can hold it now: one may join
         if placed is None or actor is None:
@@ -247,6 +252,18 @@ class RemoteActors:
         threading.Thread(target=self._run, args=(actor, entry), daemon=True,
                          name="miniray-remote-actor").start()
         return placed
+
+    def _spread_turn(self, spec, actor) -> int:
+        """*Locked.* SPREAD's rotation among equally used nodes (``node_pick`` rule 4): one
+        turn per SPREAD actor placed (``actor`` given: the placer's), so actors created
+        back to back, before a heartbeat shows the first one's use, take the nodes in turn
+        (Ray's spread policy goes round the nodes too). 0 for any other actor."""
+        if spec.affinity != rn.SPREAD:
+            return 0
+        turn = self.spread_turns
+        if actor is not None:
+            self.spread_turns += 1
+        return turn
 
     def _watch(self) -> None:
         """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
