@@ -129,7 +129,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -153,6 +153,8 @@ class _Actor:
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
         self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
+        self.node: str | None = None  # another node's id while it lives there (last one once
+        # dead): remote_actors.py; None: this driver's node (the state rows read it)
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -510,6 +512,7 @@ class ActorManager:
             owner.count_actor_worker(1)
         actor.worker = worker
         actor.pid = None
+        actor.node = worker.node if elsewhere else None
         actor.state = A_ALIVE
         dep_values = None
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
