@@ -270,6 +270,7 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
 def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     _join_special(hosts)
     doc = _run_driver(hosts, """
+    import asyncio
     import numpy as np
 
     @ray.remote
@@ -321,6 +322,18 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
         def get_own(self, refs):  # waits on another call of this actor
             return ray.get(refs[0], timeout=30)
 
+    @ray.remote(resources={"special": 0.5})
+    class AsyncNested:
+        async def fan(self, n):  # n GETs at once, from the worker's future threads
+            return sum(await asyncio.gather(*[square.remote(i) for i in range(n)]))
+
+        async def slow(self):
+            await asyncio.sleep(1.0)
+            return "async slow done"
+
+        async def own(self, refs):
+            return await refs[0]
+
     def outcome(ref, timeout=30):
         try:
             return ray.get(ref, timeout=timeout)
@@ -341,6 +354,9 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     slow = actor.slow.remote(1.0)
     out["own"] = outcome(actor.get_own.remote([slow]))
     out["after"] = outcome(actor.where.remote())
+    asynchronous = AsyncNested.remote()
+    out["fan"] = outcome(asynchronous.fan.remote(40), timeout=60)
+    out["async_own"] = outcome(asynchronous.own.remote([asynchronous.slow.remote()]))
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=120)
@@ -355,6 +371,8 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     assert doc["child"] == 49, doc
     assert doc["own"] == "slow done", doc
     assert doc["after"] == member, doc
+    assert doc["fan"] == sum(i * i for i in range(40)), doc
+    assert doc["async_own"] == "async slow done", doc
     print(f"\nan actor on the member puts and gets 20 MB in {doc['big_s']:.2f} s")
 
 
