@@ -1,12 +1,12 @@
 """What the driver does for a task or an actor on another host that asks it for something.
 
 Owns: serving one remote task's requests while the driver waits for its RESULT, or an
-actor's on another host for its worker's life (``task`` None): nested
-tasks (SUBMIT, under the remote task as parent, or the actor call that submits), actor calls (ACTOR_SUBMIT), ``put``
-(PUT: the object is the driver's), ``get`` and ``wait`` (GET, WAIT: this thread blocks,
-never the owner's I/O thread or lock), a few CALLs, and the refs the worker holds
-(BORROW: borrowed from the driver's object table until the worker drops them or the task
-ends). Values travel over the worker's MAC'd data connection: small ones inline, a large
+actor's on another host for its worker's life (``task`` None): nested tasks (SUBMIT,
+under the remote task as parent, or the actor call that submits), actor calls
+(ACTOR_SUBMIT), ``put`` (PUT: the object is the driver's), ``get`` and ``wait`` (GET,
+WAIT: this thread blocks, never the owner's I/O thread or lock), a few CALLs, and the
+refs the worker holds (BORROW: borrowed from the driver's object table until the worker
+drops them or the task ends). Values travel over the worker's MAC'd data connection: small ones inline, a large
 one's bytes in frames after its message (as a task's arguments and results do).
 Does not own: running the task there (lease, spawn, TASK, RESULT, retries:
 ``remote_nodes.py``), the objects (``object_table.py``), scheduling (``owner.py``), or the
