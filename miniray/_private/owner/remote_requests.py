@@ -6,8 +6,9 @@ under the remote task as parent, or the actor call that submits), actor calls
 (ACTOR_SUBMIT), ``put`` (PUT: the object is the driver's), ``get`` and ``wait`` (GET,
 WAIT: this thread blocks, never the owner's I/O thread or lock), a few CALLs, and the
 refs the worker holds (BORROW: borrowed from the driver's object table until the worker
-drops them or the task ends). Values travel over the worker's MAC'd data connection: small ones inline, a large
-one's bytes in frames after its message (as a task's arguments and results do).
+drops them or the task ends). Values travel over the worker's MAC'd data connection:
+small ones inline, a large one's bytes in frames after its message (as a task's
+arguments and results do).
 Does not own: running the task there (lease, spawn, TASK, RESULT, retries:
 ``remote_nodes.py``), the objects (``object_table.py``), scheduling (``owner.py``), or the
 worker's side (``worker/worker_api.py``: ``Channel._with_bulk``, ``send_bulk``).
