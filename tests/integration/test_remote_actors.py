@@ -390,18 +390,22 @@ def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
             return ray.get_runtime_context().get_node_id()
 
     import subprocess
-    from miniray.util.state import list_actors
+    from miniray.util.state import list_actors, list_tasks
 
     actors = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(4)]
     nodes = ray.get([a.node.remote() for a in actors], timeout=60)
     here = ray.get_runtime_context().get_node_id()
     ran = {a._actor_id.hex(): n for a, n in zip(actors, nodes)}
     listed = {r.actor_id: r.node_id for r in list_actors()}
+    calls = {r.actor_id: r.node_id for r in list_tasks() if r.type == "ACTOR_TASK"}
+    creations = {r.actor_id: r.node_id for r in list_tasks()
+                 if r.type == "ACTOR_CREATION_TASK"}
     cli = subprocess.run([sys.executable, "-m", "miniray", "list", "actors", "--format",
                           "json"], capture_output=True, text=True, timeout=60)
     by_cli = {r["actor_id"]: r["node_id"] for r in json.loads(cli.stdout or "[]")}
     print(json.dumps({"counts": collections.Counter(nodes), "member": member, "here": here,
-                      "ran": ran, "listed": listed, "cli": by_cli, "err": cli.stderr}),
+                      "ran": ran, "listed": listed, "cli": by_cli, "err": cli.stderr,
+                      "calls": calls, "creations": creations}),
           flush=True)
     ray.shutdown()
     """)
@@ -409,6 +413,7 @@ def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
     assert doc["counts"] == {doc["member"]: 2, doc["here"]: 2}, doc
     # The state API and `miniray list actors` name the node each actor lives on.
     assert doc["listed"] == doc["ran"] == doc["cli"], doc
+    assert doc["calls"] == doc["ran"] == doc["creations"], doc  # their tasks' rows too
 
 
 def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):

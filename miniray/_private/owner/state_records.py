@@ -85,7 +85,7 @@ class StateRecords:
                            actor.spec.actor_id,
                            actor.pid or (worker.pid if worker is not None else None),
                            first[1] if first[0] == _ERR else None, _now(), times,
-                           spec.call_name))
+                           spec.call_name, actor.node))
 
 
     def creation_done(self, actor, pid: int, failed: bool, times: bytes) -> None:
@@ -213,10 +213,10 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
                                "FAILED" if err is not None else "FINISHED", ids,
                                error_fields(err), end, created, times=unpack_times(times)))
-    for task_id, name, actor_id, pid, err, end, times, _call in done_calls:
+    for task_id, name, actor_id, pid, err, end, times, _call, node in done_calls:
         tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, times=unpack_times(times)))
+                               error_fields(err), end, times=unpack_times(times), node=node))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:
@@ -279,7 +279,7 @@ def spans(owner, records: StateRecords, ids: dict) -> dict:
         if times and pid:
             out.append([task_id.hex(), func, name, None, pid, created, list(times),
                         err is not None])
-    for task_id, name, actor_id, pid, err, _end, raw, call in done_calls:
+    for task_id, name, actor_id, pid, err, _end, raw, call, _node in done_calls:
         times = unpack_times(raw)
         if times and pid:
             out.append([task_id.hex(), call, name, actor_id.hex(), pid, None, list(times),
