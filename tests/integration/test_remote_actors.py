@@ -278,6 +278,11 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
         return x * x
 
     @ray.remote
+    def sleeper(s):
+        time.sleep(s)
+        return s
+
+    @ray.remote
     def fail():
         raise ValueError("the child failed")
 
@@ -322,6 +327,9 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
         def get_own(self, refs):  # waits on another call of this actor
             return ray.get(refs[0], timeout=30)
 
+        def waits_long(self):
+            return ray.get(sleeper.remote(20))
+
     @ray.remote(resources={"special": 0.5})
     class AsyncNested:
         async def fan(self, n):  # n GETs at once, from the worker's future threads
@@ -353,6 +361,10 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     out["child"] = ray.get(ray.get(actor.a_child.remote(), timeout=30)[0], timeout=30)
     slow = actor.slow.remote(1.0)
     out["own"] = outcome(actor.get_own.remote([slow]))
+    waiting = actor.waits_long.remote()
+    time.sleep(1.0)
+    ray.cancel(waiting)  # its get, served on a helper thread, answers CANCELLED
+    out["cancelled"] = outcome(waiting)
     out["after"] = outcome(actor.where.remote())
     asynchronous = AsyncNested.remote()
     out["fan"] = outcome(asynchronous.fan.remote(40), timeout=60)
@@ -370,6 +382,7 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
     assert is_value_error and "the child failed" in text, doc
     assert doc["child"] == 49, doc
     assert doc["own"] == "slow done", doc
+    assert doc["cancelled"][0] == "TaskCancelledError", doc
     assert doc["after"] == member, doc
     assert doc["fan"] == sum(i * i for i in range(40)), doc
     assert doc["async_own"] == "async slow done", doc
