@@ -212,7 +212,7 @@ class ActorClass(Generic[T]):
             runtime_env=runtime_envs.submission_key(
                 rt, runtime_envs.parse_for_task(opts.get("runtime_env"))),
             pg=pg_ctx,
-            affinity=_options.node_affinity(opts),  # another node's: owner/remote_actors.py
+            affinity=_options.task_strategy(opts),  # a node's, SPREAD: owner/remote_actors.py
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)

@@ -261,12 +261,172 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
     assert "exit code 3" in doc["third"] or "died unexpectedly" in doc["third"], doc
     assert doc["cancel"][0].startswith("TaskCancelledError") and doc["cancel"][1] == 2, doc
     assert doc["after_cancel"] == 0, doc
-    assert doc["nested"].startswith("ActorDiedError"), doc
-    assert "across hosts are not supported yet" in doc["nested"], doc
-    assert doc["after_nested"].startswith("ActorDiedError"), doc  # never restarted
-    print("\n" + doc["third"] + "\n" + doc["nested"])
+    assert doc["nested"] == 1 and doc["after_nested"] == 0, doc  # a put and get served
+    print("\n" + doc["third"])
     n = 1024 * 1024
     assert doc["sums"] == [2.0 * n] * 4 + [3.0 * n] * 4, doc
+
+
+def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
+    _join_special(hosts)
+    doc = _run_driver(hosts, """
+    import asyncio
+    import numpy as np
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    @ray.remote
+    def sleeper(s):
+        time.sleep(s)
+        return s
+
+    @ray.remote
+    def fail():
+        raise ValueError("the child failed")
+
+    @ray.remote
+    class Local:
+        def echo(self, x):
+            return ("local", x, ray.get_runtime_context().get_node_id())
+
+    @ray.remote(resources={"special": 1}, max_concurrency=4)
+    class Nested:
+        def __init__(self):
+            self.first = ray.get(square.remote(3))  # in the constructor too
+
+        def where(self):
+            return ray.get_runtime_context().get_node_id()
+
+        def tasks(self):
+            return self.first, ray.get([square.remote(i) for i in range(1, 4)], timeout=30)
+
+        def big(self, n):
+            got = ray.get(ray.put(np.ones(n // 8)), timeout=30)
+            return got.nbytes, float(got.sum())
+
+        def call(self, other):
+            return ray.get(other.echo.remote(5), timeout=30)
+
+        def wait(self):
+            refs = [square.remote(2), square.remote(4)]
+            ready, rest = ray.wait(refs, num_returns=2, timeout=30)
+            return len(ready), len(rest), ray.get(ready)
+
+        def child_error(self):
+            ray.get(fail.remote())
+
+        def a_child(self):
+            return [square.remote(7)]  # a ref the driver reads after the call ended
+
+        def slow(self, s):
+            time.sleep(s)
+            return "slow done"
+
+        def get_own(self, refs):  # waits on another call of this actor
+            return ray.get(refs[0], timeout=30)
+
+        def waits_long(self):
+            return ray.get(sleeper.remote(20))
+
+    @ray.remote(resources={"special": 0.5})
+    class AsyncNested:
+        async def fan(self, n):  # n GETs at once, from the worker's future threads
+            return sum(await asyncio.gather(*[square.remote(i) for i in range(n)]))
+
+        async def slow(self):
+            await asyncio.sleep(1.0)
+            return "async slow done"
+
+        async def own(self, refs):
+            return await refs[0]
+
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return [type(error).__name__, isinstance(error, ValueError), str(error)]
+
+    here = ray.get_runtime_context().get_node_id()
+    actor = Nested.remote()
+    out = {"member": member, "here": here, "where": ray.get(actor.where.remote(), timeout=60)}
+    out["tasks"] = outcome(actor.tasks.remote())
+    t0 = time.monotonic()
+    out["big"] = outcome(actor.big.remote(20 * 1024 * 1024), timeout=60)
+    out["big_s"] = time.monotonic() - t0
+    out["call"] = outcome(actor.call.remote(Local.remote()))
+    out["wait"] = outcome(actor.wait.remote())
+    out["error"] = outcome(actor.child_error.remote())
+    out["child"] = ray.get(ray.get(actor.a_child.remote(), timeout=30)[0], timeout=30)
+    slow = actor.slow.remote(1.0)
+    out["own"] = outcome(actor.get_own.remote([slow]))
+    waiting = actor.waits_long.remote()
+    time.sleep(1.0)
+    ray.cancel(waiting)  # its get, served on a helper thread, answers CANCELLED
+    out["cancelled"] = outcome(waiting)
+    out["after"] = outcome(actor.where.remote())
+    asynchronous = AsyncNested.remote()
+    out["fan"] = outcome(asynchronous.fan.remote(40), timeout=60)
+    out["async_own"] = outcome(asynchronous.own.remote([asynchronous.slow.remote()]))
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=120)
+    member, here = doc["member"], doc["here"]
+    assert doc["where"] == member != here, doc
+    assert doc["tasks"] == [9, [1, 4, 9]], doc
+    assert doc["big"] == [20 * 1024 * 1024, 20 * 1024 * 1024 / 8], doc
+    assert doc["call"] == ["local", 5, here], doc
+    assert doc["wait"] == [2, 0, [4, 16]], doc
+    name, is_value_error, text = doc["error"]
+    assert is_value_error and "the child failed" in text, doc
+    assert doc["child"] == 49, doc
+    assert doc["own"] == "slow done", doc
+    assert doc["cancelled"][0] == "TaskCancelledError", doc
+    assert doc["after"] == member, doc
+    assert doc["fan"] == sum(i * i for i in range(40)), doc
+    assert doc["async_own"] == "async slow done", doc
+    print(f"\nan actor on the member puts and gets 20 MB in {doc['big_s']:.2f} s")
+
+
+def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
+    head = hosts.start_head()
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, """
+    import collections
+
+    @ray.remote(num_cpus=0.5)
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    import subprocess
+    from miniray.util.state import list_actors, list_tasks
+
+    actors = [Where.options(scheduling_strategy="SPREAD").remote() for _ in range(4)]
+    nodes = ray.get([a.node.remote() for a in actors], timeout=60)
+    here = ray.get_runtime_context().get_node_id()
+    ran = {a._actor_id.hex(): n for a, n in zip(actors, nodes)}
+    listed = {r.actor_id: r.node_id for r in list_actors()}
+    calls = {r.actor_id: r.node_id for r in list_tasks() if r.type == "ACTOR_TASK"}
+    creations = {r.actor_id: r.node_id for r in list_tasks()
+                 if r.type == "ACTOR_CREATION_TASK"}
+    cli = subprocess.run([sys.executable, "-m", "miniray", "list", "actors", "--format",
+                          "json"], capture_output=True, text=True, timeout=60)
+    by_cli = {r["actor_id"]: r["node_id"] for r in json.loads(cli.stdout or "[]")}
+    print(json.dumps({"counts": collections.Counter(nodes), "member": member, "here": here,
+                      "ran": ran, "listed": listed, "cli": by_cli, "err": cli.stderr,
+                      "calls": calls, "creations": creations}),
+          flush=True)
+    ray.shutdown()
+    """)
+    # Ray 2.60 (ray.cluster_utils.Cluster, 2 and 4 CPUs, num_cpus=0.5): 2 and 2 as well.
+    assert doc["counts"] == {doc["member"]: 2, doc["here"]: 2}, doc
+    # The state API and `miniray list actors` name the node each actor lives on.
+    assert doc["listed"] == doc["ran"] == doc["cli"], doc
+    assert doc["calls"] == doc["ran"] == doc["creations"], doc  # their tasks' rows too
 
 
 def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):

@@ -1,9 +1,11 @@
-"""remote_actors' local pieces: an actor's lease request, and what its worker's sender
-writes (in order; an argument in this driver's shared memory by value)."""
+"""remote_actors' local pieces: an actor's lease request, what its worker's sender
+writes (in order; an argument in this driver's shared memory by value), and its GETs and
+WAITs on bounded helper threads (``_Blocking``)."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 from miniray._private.core import protocol
 from miniray._private.core.task_spec import ActorCreationSpec
@@ -73,3 +75,58 @@ def test_the_sender_writes_in_order_and_sends_a_shared_memory_argument_by_value(
                        ("k", protocol.OK, ("peer", b"payload-bytes"))]
     assert call[5:] == ([b"r"], 1, "m", None)
     assert inner.closed and worker.ip == "10.0.0.2" and worker.elsewhere
+
+class _Asks:
+    """Stands in for ``RemoteRequests``: each ``serve`` blocks until released."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.served: list = []
+        self.release = threading.Event()
+
+    def serve(self, message):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        self.release.wait(10)
+        with self.lock:
+            self.running -= 1
+            self.served.append(message[1])
+        if message[1] == "boom":
+            raise OSError("the worker's data connection closed while it waited")
+        return True
+
+
+def _until(predicate, timeout=10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_waits_are_served_at_once_up_to_the_bound_then_in_turn(monkeypatch):
+    monkeypatch.setattr(ra, "BLOCKING_THREADS", 3)
+    asks = _Asks()
+    blocking = ra._Blocking(asks, "worker")
+    for n in range(7):
+        blocking.submit(("GET", n))
+    assert _until(lambda: asks.running == 3)
+    time.sleep(0.05)
+    assert asks.running == 3 and blocking.threads == 3 and len(blocking.waiting) == 4
+    asks.release.set()
+    assert _until(lambda: blocking.threads == 0)
+    assert sorted(asks.served) == list(range(7)) and asks.most == 3
+
+
+def test_a_wait_that_ends_with_the_worker_ends_its_thread_only():
+    asks = _Asks()
+    asks.release.set()
+    blocking = ra._Blocking(asks, "worker")
+    blocking.submit(("GET", "boom"))
+    blocking.submit(("GET", 1))
+    assert _until(lambda: blocking.threads == 0)
+    assert sorted(map(str, asks.served)) == ["1", "boom"]

@@ -157,3 +157,19 @@ def test_calls_it_serves_and_one_it_refuses_naming_it(setup):
     assert not ok and isinstance(error, NotImplementedError)
     assert "CALL_CREATE_ACTOR" in str(error) and "another host" in str(error)
     assert not setup.asks.serve((protocol.YIELD, b"t", 0, protocol.OK, b"", ()))
+
+
+def test_an_actors_nested_task_is_a_child_of_the_call_that_submits_it(setup):
+    submitted = []
+    parents = {}
+    setup.owner.submit_task = lambda spec, parent: submitted.append((spec, parent))
+    setup.owner.tasks = SimpleNamespace(
+        call_parent=lambda call_id: parents.setdefault(call_id, ("parent of", call_id)))
+    actor_slot = SimpleNamespace(interrupted=set(), killed=False)
+    asks = RemoteRequests(setup.owner, None, setup.data, lambda: None, None, slot=actor_slot)
+    asks.serve((protocol.SUBMIT, "child", b"call-1"))
+    asks.serve((protocol.SUBMIT, "orphan", None))  # no call to parent it (none known)
+    assert submitted == [("child", ("parent of", b"call-1")), ("orphan", None)]
+    actor_slot.interrupted.add(b"call-1")  # the call was cancelled: its get says so
+    asks.serve((protocol.GET, 7, [b"x"], None, b"call-1"))
+    assert setup.data.sent[-1] == (protocol.REPLY, 7, protocol.CANCELLED)

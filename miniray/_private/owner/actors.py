@@ -138,7 +138,7 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -162,6 +162,8 @@ class _Actor:
         self.remote = False  # owned by the node's actor service; this is a proxy
         self.holds: list[bytes] = []  # constructor arguments, held for restarts until death
         self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
+        self.node: str | None = None  # another node's id while it lives there (last one once
+        # dead): remote_actors.py; None: this driver's node (the state rows read it)
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"
@@ -232,8 +234,8 @@ class ActorManager:
     def _other_node(self, spec: ActorCreationSpec, actor=None):
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
-        actor with a node affinity or a request this node can never hold, outside a
-        placement group (in a driver or in the node's actor service alike)."""
+        actor with a node affinity or SPREAD, or a request this node can never hold, outside
+        a placement group (in a driver or in the node's actor service alike)."""
         if spec.pg is not None or (
                 spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):
@@ -514,6 +516,7 @@ class ActorManager:
             owner.count_actor_worker(1)
         actor.worker = worker
         actor.pid = None
+        actor.node = worker.node if elsewhere else None
         actor.state = A_ALIVE
         dep_values = None
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor

@@ -18,8 +18,10 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
     1. Placement, under the owner's lock (``where``, from the manager's placer; D may be
        the node's actor service, which owns named and detached actors: its RESULTs then
        go on to the calling driver, and A's output to the creating one, as for its local
-       actors): only an actor with a NodeAffinitySchedulingStrategy, or a request this
-       node can never hold, outside a placement group. ``placement_for``'s rules: a hard
+       actors): only an actor with a NodeAffinitySchedulingStrategy or
+       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, outside a
+       placement group. SPREAD actors take turns (``_spread_turn``) among equally used
+       nodes, this one included. ``placement_for``'s rules: a hard
        affinity to an alive node with the totals runs there; to one dead, unknown or too
        small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
        as for tasks. None: placed on this node as before (one that no node can hold
@@ -38,8 +40,15 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
        ``RemoteNodes._adopt_results``) and ACTOR_EXITING go to the manager under the lock,
-       as a local worker's. A request the driver would have to answer (a nested task, get,
-       put: not supported across hosts yet) ends the actor, never restarted, saying so.
+       as a local worker's (RESULT's contained refs too). What its methods and constructor
+       ask the driver for is served as a remote task's is (``RemoteRequests``, one per
+       worker, ``task`` None): a nested task's parent is the call that submits it
+       (``tasks.call_parent``); PUT, BORROW, ACTOR_SUBMIT and CALL in this thread; GET and
+       WAIT on helper threads (``_Blocking``: at most BLOCKING_THREADS, more wait their
+       turn), so the results of its other calls are still read while one waits. Their
+       REPLYs and the calls out share ``send_lock``. Its borrows end with the worker. A
+       request nobody serves (a streaming generator's YIELD) ends the actor, never
+       restarted, saying so.
        While the worker is silent, N is looked up in the view every WATCH_S: dead there,
        or a new incarnation, is N lost (a partition leaves the sockets open).
     5. The data connection ends (EOF, N lost): the worker is closed, the lease released
@@ -55,6 +64,7 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
@@ -65,6 +75,7 @@ from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
+from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
 
@@ -75,6 +86,7 @@ logger = logging.getLogger(__name__)
 WATCH_S = rn.WATCH_S  # a silent actor's node is looked up in the view this often
 FREE_MOVES = rn.FREE_MOVES  # an actor not started on a node that died is placed again
 KILL_TIMEOUT_S = rn.KILL_TIMEOUT_S
+BLOCKING_THREADS = 32  # an actor's GETs and WAITs served at once; more wait their turn
 PING_S = 1.0  # after its worker's EOF, whether the node still answers
 EXIT_PINGS = 5  # then this many round trips for the worker's exit status, 20 ms apart
 
@@ -127,6 +139,7 @@ class RemoteActorWorker:
         self.dead = False
         self.death_reason: str | None = None
         self._store = store  # this driver's, for arguments in shared memory
+        self.send_lock = threading.Lock()  # a message, or a REPLY and its frames, at a time
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_loop, daemon=True,
                                         name="miniray-remote-actor-send")
@@ -146,7 +159,9 @@ class RemoteActorWorker:
             if message is None:
                 return
             try:
-                data.send(self._by_value(message))
+                message = self._by_value(message)
+                with self.send_lock:
+                    data.send(message)
             except (OSError, ValueError, pc.PeerClosed) as error:
                 logger.debug("actor worker %s: %s", self.pid, error)
                 self.dead = True  # the reader sees the end and reports it
@@ -199,6 +214,7 @@ class RemoteActors:
         self.excluded: dict[bytes, str] = {}  # actor id -> the node that died under it
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
+        self.spread_turns = 0  # SPREAD actors placed so far (_spread_turn)
         self._watching = False  # a _watch_infeasible thread runs
 
     def __repr__(self) -> str:
@@ -214,11 +230,13 @@ class RemoteActors:
             return None
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
+        turn = self._spread_turn(spec, actor)
         placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes._nodes(),
-                                  local_feasible, exclude)
+                                  local_feasible, exclude, turn=turn)
         if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
             placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
-                                      nodes._nodes(fresh=True), local_feasible, exclude)
+                                      nodes._nodes(fresh=True), local_feasible, exclude,
+                                      turn=turn)
         if placed is None and actor is not None and not local_feasible and nodes._view[1]:
             self._watch()  # no node can hold it now: one may join
         if placed is None or actor is None:
@@ -236,6 +254,18 @@ class RemoteActors:
         threading.Thread(target=self._run, args=(actor, entry), daemon=True,
                          name="miniray-remote-actor").start()
         return placed
+
+    def _spread_turn(self, spec, actor) -> int:
+        """*Locked.* SPREAD's rotation among equally used nodes (``node_pick`` rule 4): one
+        turn per SPREAD actor placed (``actor`` given: the placer's), so actors created
+        back to back, before a heartbeat shows the first one's use, take the nodes in turn
+        (Ray's spread policy goes round the nodes too). 0 for any other actor."""
+        if spec.affinity != rn.SPREAD:
+            return 0
+        turn = self.spread_turns
+        if actor is not None:
+            self.spread_turns += 1
+        return turn
 
     def _watch(self) -> None:
         """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
@@ -366,6 +396,17 @@ class RemoteActors:
         data = worker.inner.data
         lost = None  # why N is lost, when the view says so
         unsupported = None
+
+        def check_node() -> None:
+            why = self._node_gone(worker)
+            if why is not None:
+                from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+                raise NodeDiedError(f"node {worker.node[:12]} ({worker.ip}) died: {why}")
+
+        asks = RemoteRequests(owner, None, data, check_node, rn._receive_segment,
+                              slot=worker, send_lock=worker.send_lock)
+        blocking = _Blocking(asks, worker)
         while True:
             try:
                 message = data.recv(timeout=WATCH_S)
@@ -383,25 +424,34 @@ class RemoteActors:
                     try:
                         results = self._adopt(worker, message[1], results)
                     except rn._Failed as failed:  # no room here: the call fails with it
-                        data = serialization.dumps(failed.error)
-                        results = [(protocol.ERR, data)] * max(1, len(results))
+                        error = serialization.dumps(failed.error)
+                        results = [(protocol.ERR, error)] * max(1, len(results))
                     except (pc.PeerClosed, OSError, EOFError):
                         break
                 with owner.locked():
                     if worker.interrupted:
                         owner.requests.call_ended(worker, message[1])
-                    manager.on_result(worker, message[1], results, None, message[5])
+                    manager.on_result(worker, message[1], results, message[4] or None,
+                                      message[5])
             elif tag == protocol.ACTOR_READY:
                 with owner.locked():
                     manager.on_ready(worker, message[2], message[3], message[4])
             elif tag == protocol.ACTOR_EXITING:
                 with owner.locked():
                     manager.on_exiting(worker, message[1])
-            elif tag in (protocol.READY, protocol.BORROW):
+            elif tag in (protocol.GET, protocol.WAIT):
+                blocking.submit(message)  # may wait on this actor's other calls
+            elif tag == protocol.READY:
                 continue
             else:
-                unsupported = tag
-                break
+                try:
+                    served = asks.serve(message)
+                except (pc.PeerClosed, OSError, EOFError):
+                    break
+                if not served:
+                    unsupported = tag
+                    break
+        asks.end()  # its borrows: the worker is gone
         self._ended(actor, worker, lost, unsupported)
 
     def _adopt(self, worker, task_id: bytes, results: list) -> list:
@@ -467,9 +517,10 @@ class RemoteActors:
                 self.excluded[actor.spec.actor_id] = worker.node
             elif unsupported is not None:
                 worker.death_reason = (
-                    f"The actor is dead because it asked its driver for something (message "
-                    f"{unsupported}) that an actor on another host cannot ask for: nested "
-                    f"tasks, get, put and actors {rn.UNSUPPORTED.replace('objects ', '')}.")
+                    f"The actor is dead because it asked its driver for something "
+                    f"({protocol.tag_name('data', unsupported)}) that an actor on another "
+                    f"host cannot ask for yet (a streaming generator's values, say); "
+                    f"place the actor on the driver's node for that.")
                 actor.restarts_left = 0  # it would ask again
             self.manager.on_worker_exit(worker, detail)
             if actor.state == "DEAD":  # no restart will be placed
@@ -477,6 +528,47 @@ class RemoteActors:
                 self.moves.pop(actor.spec.actor_id, None)
         logger.debug("actor %s: worker pid=%s on %s ended (%s)", actor.spec.class_name,
                      worker.pid, worker.ip, lost or unsupported or "exit")
+
+
+class _Blocking:
+    """Step 4's GET and WAIT of one actor's worker, each served on a helper thread (at most
+    BLOCKING_THREADS at once; more wait their turn, in order): the reader thread goes on
+    reading, so a call that waits on another call of the same actor (async, threaded)
+    sees its result. A helper ends when none is waiting; one whose wait ends with the
+    worker or its node (the reader sees that end too) just ends."""
+
+    def __init__(self, asks: RemoteRequests, worker):
+        self.asks = asks
+        self.worker = worker
+        self.lock = threading.Lock()
+        self.waiting: collections.deque = collections.deque()
+        self.threads = 0
+
+    def submit(self, message: tuple) -> None:
+        with self.lock:
+            self.waiting.append(message)
+            if self.threads >= BLOCKING_THREADS:
+                return
+            self.threads += 1
+        threading.Thread(target=self._loop, daemon=True,
+                         name="miniray-remote-actor-get").start()
+
+    def _loop(self) -> None:
+        from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+        while True:
+            with self.lock:
+                if not self.waiting:
+                    self.threads -= 1
+                    return
+                message = self.waiting.popleft()
+            try:
+                self.asks.serve(message)
+            except (pc.PeerClosed, OSError, EOFError, NodeDiedError) as error:
+                logger.debug("actor worker %s: a wait ended with it: %s", self.worker, error)
+            except Exception:  # noqa: BLE001 - the thread ends; the worker's call waits on
+                logger.exception("actor worker %s: serving %s", self.worker,
+                                 protocol.tag_name("data", message[0]))
 
 
 class _Returns:

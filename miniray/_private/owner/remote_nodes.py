@@ -14,8 +14,12 @@ local tasks.
 Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
 ``"SPREAD"``, or one the local node can never hold; submitted as any task, its arguments
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
-now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred) and ``Owner.shutdown``
-(``close``, not locked).
+now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
+(``close``, not locked), and ``remote_actors.RemoteActors`` for actors on other nodes:
+``placement_for`` (locked, in ``where``), the view (``_nodes``, ``_view``), and in its
+thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
+``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
+``_adopt_results`` and ``_receive_segment`` (large results and puts).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 

@@ -1,18 +1,22 @@
-"""What the driver does for a task on another host that asks it for something.
+"""What the driver does for a task or an actor on another host that asks it for something.
 
-Owns: serving one remote task's requests while the driver waits for its RESULT: nested
-tasks (SUBMIT, under the remote task as parent), actor calls (ACTOR_SUBMIT), ``put``
-(PUT: the object is the driver's), ``get`` and ``wait`` (GET, WAIT: this thread blocks,
-never the owner's I/O thread or lock), a few CALLs, and the refs the worker holds
-(BORROW: borrowed from the driver's object table until the worker drops them or the task
-ends). Values travel over the worker's MAC'd data connection: small ones inline, a large
-one's bytes in frames after its message (as a task's arguments and results do).
+Owns: serving one remote task's requests while the driver waits for its RESULT, or an
+actor's on another host for its worker's life (``task`` None): nested tasks (SUBMIT,
+under the remote task as parent, or the actor call that submits), actor calls
+(ACTOR_SUBMIT), ``put`` (PUT: the object is the driver's), ``get`` and ``wait`` (GET,
+WAIT: this thread blocks, never the owner's I/O thread or lock), a few CALLs, and the
+refs the worker holds (BORROW: borrowed from the driver's object table until the worker
+drops them or the task ends). Values travel over the worker's MAC'd data connection:
+small ones inline, a large one's bytes in frames after its message (as a task's
+arguments and results do).
 Does not own: running the task there (lease, spawn, TASK, RESULT, retries:
 ``remote_nodes.py``), the objects (``object_table.py``), scheduling (``owner.py``), or the
 worker's side (``worker/worker_api.py``: ``Channel._with_bulk``, ``send_bulk``).
 Called by: ``remote_nodes.RemoteNodes._call``, in the task's thread, not locked: ``serve``
 for each message of the worker that is not READY or its RESULT, ``contain`` with RESULT,
-``end`` when the call ends however it ends.
+``end`` when the call ends however it ends; ``remote_actors.RemoteActors._read``, in the
+actor's reader thread, not locked: ``serve`` for each request, GET and WAIT on a helper
+thread (``remote_actors._Blocking``), ``end`` when the worker ended.
 
 Steps for one message of the remote worker W of task T (W's half: ``worker_api.py``)::
 
@@ -22,7 +26,8 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
        keeps past its task (a global) is not followed.
     2. SUBMIT(spec, call_id): ``owner.submit_task(spec, parent=T)``: the child's depth is
        T's plus one, and ``cancel(T, recursive=True)`` reaches it; a submission the owner
-       refuses fails the child's refs with the error.
+       refuses fails the child's refs with the error. An actor's: the parent is the call
+       ``call_id`` (``tasks.call_parent``, as for a local actor's worker).
     3. ACTOR_SUBMIT(actor_id, call): the call goes to the driver's actor as a local
        worker's does; an error fails its refs.
     4. PUT(id, OK, payload, contained): ``payload`` inline bytes, or ``("peer", size)``:
@@ -46,6 +51,10 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
     Anything else (a streaming task's YIELD, say): not served, ``serve`` returns False and
     the caller fails T with an error saying a task on another host cannot ask for it.
 
+An actor's GET and WAIT are served on helper threads, so its reader thread goes on reading
+the results of its other calls (a threaded or async actor); their REPLYs, each followed by
+its large values' frames, and the actor's calls go out under one ``send_lock``.
+
 W's lease on its node while it waits: W holds its lease (its CPU too) while its children
 run, on the driver's node or elsewhere; a child that needs that same node's only free
 resources waits until W's task ends (a local blocked worker gives its CPU back instead).
@@ -60,6 +69,7 @@ import errno
 import logging
 import os
 import socket
+import threading
 import time
 
 from miniray._private.core import protocol, serialization
@@ -80,19 +90,26 @@ class RemoteRequests:
 
     ``data``: the worker's data connection (a ``PeerChannel``); ``check_node()`` raises
     when the node is lost (``RemoteNodes._check_alive``); ``receive_segment(data, path,
-    size)`` receives a large value's frames into a new segment (``remote_nodes``)."""
+    size)`` receives a large value's frames into a new segment (``remote_nodes``).
+    ``task`` None: an actor's worker ``slot`` (a ``RemoteActorWorker``), whose calls are
+    the parents of its nested tasks; ``send_lock``: held while a REPLY and its frames go
+    out (the actor's sender thread holds it too)."""
 
-    def __init__(self, owner, task, data, check_node, receive_segment):
+    def __init__(self, owner, task, data, check_node, receive_segment, slot=None,
+                 send_lock=None):
         self.owner = owner
         self.task = task
+        self.slot = slot
         self.data = data
         self.check_node = check_node
         self.receive_segment = receive_segment
+        self.send_lock = send_lock if send_lock is not None else threading.Lock()
         self.borrowed: set = set()  # what ``requests.on_borrow`` reads as a worker's
         self.served = 0
 
     def __repr__(self) -> str:
-        return (f"<RemoteRequests task={self.task.spec.name} served={self.served} "
+        name = self.task.spec.name if self.task is not None else self.slot
+        return (f"<RemoteRequests task={name} served={self.served} "
                 f"borrowed={len(self.borrowed)}>")
 
     # -- the dispatch ------------------------------------------------------------------
@@ -103,7 +120,7 @@ class RemoteRequests:
             with self.owner.locked():
                 self.owner.requests.on_borrow(self, message[1], message[2], message[3])
         elif tag == protocol.SUBMIT:
-            self._submit(message[1])
+            self._submit(message[1], message[2] if len(message) > 2 else None)
         elif tag == protocol.ACTOR_SUBMIT:
             self._actor_submit(message[1], message[2])
         elif tag == protocol.PUT:
@@ -140,10 +157,14 @@ class RemoteRequests:
                 self.owner.objects.unborrow(object_id)
 
     # -- steps 2-4 ---------------------------------------------------------------------
-    def _submit(self, spec) -> None:
+    def _submit(self, spec, call_id) -> None:
         owner = self.owner
+        parent = self.task
+        if parent is None and call_id is not None:  # an actor's call (or its constructor)
+            with owner.locked():
+                parent = owner.tasks.call_parent(call_id)
         try:
-            owner.submit_task(spec, self.task)
+            owner.submit_task(spec, parent)
         except Exception as error:  # closed, an unknown function: the child's refs say so
             self._fail_refs(spec.return_ids, error)
 
@@ -197,8 +218,11 @@ class RemoteRequests:
             size -= memoryview(self.data.recv_bytes(timeout=BULK_FRAME_S)).nbytes
 
     # -- step 5 ------------------------------------------------------------------------
+    def _worker_slot(self):
+        return self.task.worker if self.task is not None else self.slot
+
     def _interrupted(self, call_id) -> bool:
-        slot = self.task.worker
+        slot = self._worker_slot()
         return call_id is not None and call_id in getattr(slot, "interrupted", ())
 
     def _blocked(self, attempt, timeout, call_id):
@@ -225,7 +249,7 @@ class RemoteRequests:
 
     def _check_worker(self) -> None:
         """Between slices: W killed by a force-cancel, gone (EOF), or its node lost."""
-        slot = self.task.worker
+        slot = self._worker_slot()
         if getattr(slot, "killed", False) or _closed_by_peer(self.data):
             raise OSError("the worker's data connection closed while it waited")
         self.check_node()
@@ -253,9 +277,7 @@ class RemoteRequests:
             except FileNotFoundError:
                 continue
             try:
-                self._reply(req_id, items)
-                for mapping in mappings:
-                    send_in_frames(self.data.send_bytes, mapping)
+                self._reply(req_id, items, mappings)
             finally:
                 for mapping in mappings:
                     mapping.close()
@@ -313,8 +335,12 @@ class RemoteRequests:
             result = (False, error)
         self._reply(req_id, result)
 
-    def _reply(self, req_id: int, payload) -> None:
-        self.data.send((protocol.REPLY, req_id, payload))
+    def _reply(self, req_id: int, payload, bulk=()) -> None:
+        """The REPLY, then each of ``bulk``'s bytes in frames: nothing goes out between."""
+        with self.send_lock:
+            self.data.send((protocol.REPLY, req_id, payload))
+            for mapping in bulk:
+                send_in_frames(self.data.send_bytes, mapping)
 
 
 def _mapped(items: list, shm_dir: str) -> tuple[list, list]:

@@ -85,7 +85,7 @@ class StateRecords:
                            actor.spec.actor_id,
                            actor.pid or (worker.pid if worker is not None else None),
                            first[1] if first[0] == _ERR else None, _now(), times,
-                           spec.call_name))
+                           spec.call_name, actor.node))
 
 
     def creation_done(self, actor, pid: int, failed: bool, times: bytes) -> None:
@@ -114,12 +114,13 @@ def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
 def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
               state: str, ids: dict, error=(None, None), end: float | None = None,
               created: float | None = None, pg: tuple | None = None,
-              times: tuple | None = None) -> dict:
+              times: tuple | None = None, node: str | None = None) -> dict:
     return {
         "task_id": task_id.hex(), "attempt_number": 0, "name": name, "state": state,
         "job_id": ids["job_id"], "actor_id": actor_id.hex() if actor_id else None,
         "type": kind, "func_or_class_name": func, "parent_task_id": None,
-        "node_id": ids["node_id"] if pid else None, "worker_id": None, "worker_pid": pid,
+        "node_id": (node or ids["node_id"]) if pid else None, "worker_id": None,
+        "worker_pid": pid,
         "error_type": error[0], "language": "PYTHON",
         "required_resources": ({k: float(v) for k, v in request.items()}
                                if request is not None else {}),
@@ -155,7 +156,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             calls += [(c.spec, False) for c in actor.queue]
             pid = actor.pid or (actor.worker.pid if actor.worker is not None else None)
             actors.append((actor.spec, actor.state, pid, actor.death, actor.restarts,
-                           actor.remote, calls, actor.init_failed))
+                           actor.remote, calls, actor.init_failed, actor.node))
         objects = [(object_id, e.state, e.kind, e.refs, e.holders, e.borrows, e.escaped)
                    for object_id, e in owner.objects.entries.items()]
         workers = [(w.pid, bool(w.inflight), w.actor is not None, w.blocked)
@@ -171,18 +172,19 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids,
                                created=created, pg=getattr(spec, "placement", None)))
     actor_rows = []
-    for spec, state, pid, death, restarts, remote, calls, init_failed in actors:
+    for spec, state, pid, death, restarts, remote, calls, init_failed, node in actors:
         creation = f"{spec.class_name}.__init__"
         c_state = {"ALIVE": "FINISHED", "DEAD": "FAILED" if init_failed else "FINISHED"}.get(
             state, "PENDING_NODE_ASSIGNMENT")
         tasks.append(_task_row(_CREATION, spec.actor_id + b"\x00" * 8, creation, creation,
                                spec.actor_id, pid, getattr(spec, "placement", None) or {},
-                               c_state, ids, pg=getattr(spec, "pg", None)))
+                               c_state, ids, pg=getattr(spec, "pg", None), node=node))
         for call_spec, running in calls:
             name = f"{spec.class_name}.{call_spec.call_name}"
             tasks.append(_task_row(_ACTOR_TASK, call_spec.task_id, name, name, spec.actor_id,
                                    pid if running else None, None,
-                                   "RUNNING" if running else "PENDING_ARGS_AVAIL", ids))
+                                   "RUNNING" if running else "PENDING_ARGS_AVAIL", ids,
+                                   node=node))
         death_cause = None
         if state == "DEAD" and death is not None:
             message = error_fields(death)[1] or ""
@@ -196,7 +198,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         actor_rows.append({
             "actor_id": spec.actor_id.hex(), "class_name": spec.class_name, "state": state,
             "job_id": ids["job_id"], "name": spec.name or "",
-            "node_id": ids["node_id"] if pid else None, "pid": pid,
+            "node_id": (node or ids["node_id"]) if pid else None, "pid": pid,
             "ray_namespace": spec.namespace, "serialized_runtime_env": None,
             "required_resources": {k: float(v) for k, v in
                                    (getattr(spec, "placement", None) or {}).items()},
@@ -211,10 +213,10 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
                                "FAILED" if err is not None else "FINISHED", ids,
                                error_fields(err), end, created, times=unpack_times(times)))
-    for task_id, name, actor_id, pid, err, end, times, _call in done_calls:
+    for task_id, name, actor_id, pid, err, end, times, _call, node in done_calls:
         tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, times=unpack_times(times)))
+                               error_fields(err), end, times=unpack_times(times), node=node))
     object_rows = []
     for object_id, state, kind, refs, holders, borrows, escaped in objects:
         if holders:
@@ -277,7 +279,7 @@ def spans(owner, records: StateRecords, ids: dict) -> dict:
         if times and pid:
             out.append([task_id.hex(), func, name, None, pid, created, list(times),
                         err is not None])
-    for task_id, name, actor_id, pid, err, _end, raw, call in done_calls:
+    for task_id, name, actor_id, pid, err, _end, raw, call, _node in done_calls:
         times = unpack_times(raw)
         if times and pid:
             out.append([task_id.hex(), call, name, actor_id.hex(), pid, None, list(times),
