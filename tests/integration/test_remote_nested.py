@@ -131,8 +131,8 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
     """A task on the member creates an actor (the driver's: placed by its rules, here on
     the driver's node), calls it and returns its handle, which the driver calls too;
     another creates a named detached actor the driver finds and kills; an actor on the
-    member looks it up and lists the names; a task on the member kills an actor it was
-    given; looking up a missing name raises ValueError there, as in Ray."""
+    member looks it up, lists the names and creates an actor placed on the member; a task
+    on the member kills actors it was given (on either node); looking up a missing name raises ValueError there, as in Ray."""
     doc = _run_driver(hosts, """
     @ray.remote
     class Counter:
@@ -165,6 +165,10 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
             except ValueError as error:
                 return ["ValueError", str(error)]
             return ray.get(handle.add.remote(10), timeout=30)
+
+        def spawn(self):  # an actor's own creation: placed on the member by its option
+            made = Counter.options(scheduling_strategy=there).remote(1)
+            return made, ray.get(made.node.remote(), timeout=30)
 
         def names(self):
             return sorted(ray.util.list_named_actors()), \\
@@ -201,22 +205,26 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
         after_kill = None
     except ValueError:
         after_kill = "ValueError"
-    victim = Counter.remote()
-    ray.get(victim.add.remote(1), timeout=30)
-    killed = ray.get(kills.options(**on).remote(victim), timeout=60)
-    try:
+    spawned, spawned_node = ray.get(finder.spawn.remote(), timeout=60)
+    spawned_sum = ray.get(spawned.add.remote(2), timeout=30)
+    killed, victim_after = [], []
+    for victim in (Counter.remote(), spawned):  # one on the driver's node, one there
         ray.get(victim.add.remote(1), timeout=30)
-        victim_after = None
-    except ray.exceptions.RayActorError as error:
-        victim_after = type(error).__name__
+        killed.append(ray.get(kills.options(**on).remote(victim), timeout=60))
+        try:
+            ray.get(victim.add.remote(1), timeout=30)
+            victim_after.append(None)
+        except ray.exceptions.RayActorError as error:
+            victim_after.append(type(error).__name__)
     ray.kill(finder)
-    del counter, keeper, victim, finder
+    del counter, keeper, victim, finder, spawned
     print(json.dumps({
         "first": first, "second": second, "task_node": task_node,
         "counter_node": counter_node, "made": made, "found": found, "names": names,
         "finder_node": finder_node, "not_found": not_found, "missing": missing_type,
         "from_driver": from_driver, "after_kill": after_kill, "killed": killed,
-        "victim_after": victim_after, "member": member,
+        "victim_after": victim_after, "member": member, "spawned": spawned_sum,
+        "spawned_node": spawned_node,
         "here": ray.get_runtime_context().get_node_id()}), flush=True)
     ray.shutdown()
     """, timeout=150)
@@ -227,7 +235,9 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
     assert doc["names"] == ["keeper"], doc
     assert doc["not_found"][0] == "ValueError" and "nobody" in doc["not_found"][1], doc
     assert doc["missing"] == "ValueError" and doc["after_kill"] == "ValueError", doc
-    assert doc["killed"] is True and doc["victim_after"] == "ActorDiedError", doc
+    assert doc["spawned"] == 3 and doc["spawned_node"] == doc["member"], doc
+    assert doc["killed"] == [True, True], doc
+    assert doc["victim_after"] == ["ActorDiedError", "ActorDiedError"], doc
     assert wait_until(lambda: _no_member_leases(hosts), 10.0)
 
 
