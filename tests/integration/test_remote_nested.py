@@ -132,7 +132,8 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
     the driver's node), calls it and returns its handle, which the driver calls too;
     another creates a named detached actor the driver finds and kills; an actor on the
     member looks it up, lists the names and creates an actor placed on the member; a task
-    on the member kills actors it was given (on either node); looking up a missing name raises ValueError there, as in Ray."""
+    on the member kills actors it was given (on either node); looking up a missing name
+    raises ValueError there, as in Ray."""
     doc = _run_driver(hosts, """
     @ray.remote
     class Counter:

@@ -19,7 +19,6 @@ from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import CallbackWaiter
 
-
 ACTOR_CALLS = frozenset((protocol.CALL_CREATE_ACTOR, protocol.CALL_KILL_ACTOR,
                          protocol.CALL_GET_ACTOR, protocol.CALL_LIST_NAMED_ACTORS))
 
