@@ -4,7 +4,8 @@ Fake hosts as in test_remote_tasks.py (a head on 127.0.0.1 and a member on 127.0
 with its own root; the fixture's teardown checks that no process, segment, lease or session
 file is left on either): a task placed on the member by a hard node affinity submits
 tasks, gets, puts and waits, reads refs nested in its arguments, calls an actor of the
-driver's, sees its children's errors, and is cancelled with its children.
+driver's, creates, finds and kills actors (the driver's, named and detached ones through
+the node's actor service), sees its children's errors, and is cancelled with its children.
 """
 
 from __future__ import annotations
@@ -125,9 +126,125 @@ def test_a_task_on_the_member_submits_gets_puts_waits_and_calls_an_actor(hosts, 
     assert wait_until(lambda: _no_member_leases(hosts), 5.0)
 
 
+def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_would(
+        hosts, member):
+    """A task on the member creates an actor (the driver's: placed by its rules, here on
+    the driver's node), calls it and returns its handle, which the driver calls too;
+    another creates a named detached actor the driver finds and kills; an actor on the
+    member looks it up, lists the names and creates an actor placed on the member; a task
+    on the member kills actors it was given (on either node); looking up a missing name
+    raises ValueError there, as in Ray."""
+    doc = _run_driver(hosts, """
+    @ray.remote
+    class Counter:
+        def __init__(self, start=0):
+            self.n = start
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def creates(n):
+        counter = Counter.remote(n)
+        return counter, ray.get(counter.add.remote(1), timeout=30), \\
+            ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def creates_named():
+        keeper = Counter.options(name="keeper", lifetime="detached").remote(100)
+        return ray.get(keeper.add.remote(1), timeout=30)
+
+    @ray.remote
+    class Finder:
+        def find(self, name):
+            try:
+                handle = ray.get_actor(name)
+            except ValueError as error:
+                return ["ValueError", str(error)]
+            return ray.get(handle.add.remote(10), timeout=30)
+
+        def spawn(self):  # an actor's own creation: placed on the member by its option
+            made = Counter.options(scheduling_strategy=there).remote(1)
+            return made, ray.get(made.node.remote(), timeout=30)
+
+        def names(self):
+            return sorted(ray.util.list_named_actors()), \\
+                ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def kills(handle):
+        ray.kill(handle)
+        return True
+
+    @ray.remote
+    def missing():
+        try:
+            ray.get_actor("nobody")
+        except ValueError as error:
+            return type(error).__name__
+        return None
+
+    on = dict(scheduling_strategy=there)
+    counter, first, task_node = ray.get(creates.options(**on).remote(5), timeout=60)
+    second = ray.get(counter.add.remote(1), timeout=30)
+    counter_node = ray.get(counter.node.remote(), timeout=30)
+    made = ray.get(creates_named.options(**on).remote(), timeout=60)
+    finder = Finder.options(**on).remote()
+    found = ray.get(finder.find.remote("keeper"), timeout=60)
+    names, finder_node = ray.get(finder.names.remote(), timeout=30)
+    not_found = ray.get(finder.find.remote("nobody"), timeout=30)
+    missing_type = ray.get(missing.options(**on).remote(), timeout=60)
+    keeper = ray.get_actor("keeper")
+    from_driver = ray.get(keeper.add.remote(100), timeout=30)
+    ray.kill(keeper)
+    try:
+        ray.get_actor("keeper")
+        after_kill = None
+    except ValueError:
+        after_kill = "ValueError"
+    spawned, spawned_node = ray.get(finder.spawn.remote(), timeout=60)
+    spawned_sum = ray.get(spawned.add.remote(2), timeout=30)
+    killed, victim_after = [], []
+    for victim in (Counter.remote(), spawned):  # one on the driver's node, one there
+        ray.get(victim.add.remote(1), timeout=30)
+        killed.append(ray.get(kills.options(**on).remote(victim), timeout=60))
+        try:
+            ray.get(victim.add.remote(1), timeout=30)
+            victim_after.append(None)
+        except ray.exceptions.RayActorError as error:
+            victim_after.append(type(error).__name__)
+    ray.kill(finder)
+    del counter, keeper, victim, finder, spawned
+    print(json.dumps({
+        "first": first, "second": second, "task_node": task_node,
+        "counter_node": counter_node, "made": made, "found": found, "names": names,
+        "finder_node": finder_node, "not_found": not_found, "missing": missing_type,
+        "from_driver": from_driver, "after_kill": after_kill, "killed": killed,
+        "victim_after": victim_after, "member": member, "spawned": spawned_sum,
+        "spawned_node": spawned_node,
+        "here": ray.get_runtime_context().get_node_id()}), flush=True)
+    ray.shutdown()
+    """, timeout=150)
+    assert doc["task_node"] == doc["member"] == doc["finder_node"] != doc["here"], doc
+    # The driver's actor, placed by the driver's rules (no option: on its own node).
+    assert [doc["first"], doc["second"], doc["counter_node"]] == [6, 7, doc["here"]], doc
+    assert [doc["made"], doc["found"], doc["from_driver"]] == [101, 111, 211], doc
+    assert doc["names"] == ["keeper"], doc
+    assert doc["not_found"][0] == "ValueError" and "nobody" in doc["not_found"][1], doc
+    assert doc["missing"] == "ValueError" and doc["after_kill"] == "ValueError", doc
+    assert doc["spawned"] == 3 and doc["spawned_node"] == doc["member"], doc
+    assert doc["killed"] == [True, True], doc
+    assert doc["victim_after"] == ["ActorDiedError", "ActorDiedError"], doc
+    assert wait_until(lambda: _no_member_leases(hosts), 10.0)
+
+
 def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(hosts, member):
-    """Also: a child placed on the member too, and a request still refused (creating an
-    actor) raised in the task."""
+    """Also: a child placed on the member too, and a request still refused (creating a
+    placement group) raised in the task."""
     doc = _run_driver(hosts, """
     class Oops(ValueError):
         pass
@@ -148,14 +265,10 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     def uncaught():
         return ray.get(child.remote(), timeout=30)
 
-    @ray.remote
-    class Nobody:
-        pass
-
     @ray.remote(max_retries=0)
-    def creates_actor():
+    def creates_group():
         try:
-            Nobody.remote()
+            ray.util.placement_group([{"CPU": 1}])
         except NotImplementedError as error:
             return str(error)
         return None
@@ -169,7 +282,7 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
         return ray.get(there_too.options(scheduling_strategy=there).remote(), timeout=30)
 
     on = dict(scheduling_strategy=there)
-    refused = ray.get(creates_actor.options(**on).remote(), timeout=60)
+    refused = ray.get(creates_group.options(**on).remote(), timeout=60)
     nested_there = ray.get(grandparent.options(**on).remote(), timeout=60)
     inside = ray.get(caught.options(**on).remote(), timeout=60)
     try:

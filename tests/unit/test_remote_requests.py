@@ -152,10 +152,10 @@ def test_a_put_the_store_has_no_room_for_drops_its_frames_and_holds_the_error(se
 def test_calls_it_serves_and_one_it_refuses_naming_it(setup):
     setup.asks.serve((protocol.CALL, 6, protocol.CALL_NODES, ()))
     assert setup.data.sent[-1] == (protocol.REPLY, 6, (True, ["n"]))
-    setup.asks.serve((protocol.CALL, 7, protocol.CALL_CREATE_ACTOR, (None,)))
+    setup.asks.serve((protocol.CALL, 7, protocol.CALL_PLACEMENT_GROUP, ("table",)))
     ok, error = setup.data.sent[-1][2]
     assert not ok and isinstance(error, NotImplementedError)
-    assert "CALL_CREATE_ACTOR" in str(error) and "another host" in str(error)
+    assert "CALL_PLACEMENT_GROUP" in str(error) and "another host" in str(error)
     assert not setup.asks.serve((protocol.YIELD, b"t", 0, protocol.OK, b"", ()))
 
 
@@ -173,3 +173,85 @@ def test_an_actors_nested_task_is_a_child_of_the_call_that_submits_it(setup):
     actor_slot.interrupted.add(b"call-1")  # the call was cancelled: its get says so
     asks.serve((protocol.GET, 7, [b"x"], None, b"call-1"))
     assert setup.data.sent[-1] == (protocol.REPLY, 7, protocol.CANCELLED)
+
+
+class _Actors:
+    """A stand-in actor manager: what ``requests.actor_request`` calls, recorded."""
+
+    def __init__(self, link):
+        self.link = link
+        self.log: list = []
+        self.kept: list = []
+        self.held = {}
+
+    def is_node_actor(self, spec):
+        return self.link is not None and bool(spec.name)
+
+    def create(self, spec):
+        self.log.append(("create", spec.name))
+        return b"local-" + spec.name.encode()
+
+    def create_in_service(self, spec):
+        self.log.append(("create_in_service", spec.name))
+        return b"svc-" + spec.name.encode()
+
+    def kill(self, actor_id, no_restart):
+        self.log.append(("kill", actor_id, no_restart))
+        return actor_id.startswith(b"svc-")
+
+    def kill_in_service(self, actor_id, no_restart):
+        self.log.append(("kill_in_service", actor_id, no_restart))
+
+    def lookup(self, name, namespace):
+        if name not in self.held:
+            raise ValueError(f"Failed to look up actor with name '{name}'.")
+        return self.held[name], "state"
+
+    def lookup_in_service(self, name, namespace):
+        self.log.append(("lookup_in_service", name, namespace))
+        return self.lookup(name, namespace)
+
+    def named(self, namespace, all_namespaces):
+        return sorted(self.held)
+
+    def named_in_service(self, namespace, all_namespaces):
+        self.log.append(("named_in_service", namespace, all_namespaces))
+        return sorted(self.held)
+
+    def keep_for_workers(self, actor_id):
+        self.kept.append(actor_id)
+
+
+@pytest.mark.parametrize("joined", [False, True])
+def test_actor_calls_are_served_as_for_a_local_worker(setup, joined):
+    """Creating, killing and looking up actors: answered with what the owner's path for a
+    local worker gives, the actor service asked (without the lock) when joined to a node;
+    a missing name raises ValueError in the task, as in Ray."""
+    actors = _Actors(link=object() if joined else None)
+    actors.held = {"found": b"f"}
+    setup.owner.actors = actors
+    asks, sent = setup.asks, setup.data.sent
+
+    def ask(req, method, *args):
+        asks.serve((protocol.CALL, req, method, args))
+        assert sent[-1][:2] == (protocol.REPLY, req)
+        return sent[-1][2]
+
+    named = SimpleNamespace(name="n")
+    assert ask(1, protocol.CALL_CREATE_ACTOR, SimpleNamespace(name="")) == (True, b"local-")
+    created = ask(2, protocol.CALL_CREATE_ACTOR, named)
+    assert created == (True, b"svc-n" if joined else b"local-n")
+    assert ask(3, protocol.CALL_GET_ACTOR, "found", "ns") == (True, (b"f", "state"))
+    ok, error = ask(4, protocol.CALL_GET_ACTOR, "missing", "ns")
+    assert not ok and isinstance(error, ValueError) and "missing" in str(error)
+    assert ask(5, protocol.CALL_LIST_NAMED_ACTORS, False, "ns") == (True, ["found"])
+    assert ask(6, protocol.CALL_KILL_ACTOR, created[1], True) == (True, None)
+    if joined:
+        assert actors.log == [
+            ("create", ""), ("create_in_service", "n"), ("lookup_in_service", "found", "ns"),
+            ("lookup_in_service", "missing", "ns"), ("named_in_service", "ns", False),
+            ("kill", b"svc-n", True), ("kill_in_service", b"svc-n", True)]
+        assert actors.kept == [b"svc-n", b"f"]  # handles the worker now holds
+    else:
+        assert actors.log == [("create", ""), ("create", "n"), ("kill", b"local-n", True)]
+        assert actors.kept == [b"f"]

@@ -4,7 +4,8 @@ Owns: serving one remote task's requests while the driver waits for its RESULT, 
 actor's on another host for its worker's life (``task`` None): nested tasks (SUBMIT,
 under the remote task as parent, or the actor call that submits), actor calls
 (ACTOR_SUBMIT), ``put`` (PUT: the object is the driver's), ``get`` and ``wait`` (GET,
-WAIT: this thread blocks, never the owner's I/O thread or lock), a few CALLs, and the
+WAIT: this thread blocks, never the owner's I/O thread or lock), a few CALLs (actors
+created, killed and looked up among them), and the
 refs the worker holds (BORROW: borrowed from the driver's object table until the worker
 drops them or the task ends). Values travel over the worker's MAC'd data connection:
 small ones inline, a large one's bytes in frames after its message (as a task's
@@ -46,8 +47,13 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
        segment's read-only mapping (held from the read to the last frame: the segment is
        not reused meanwhile). WAIT's REPLY is the ready ids, in the order asked.
     6. CALL(req, method, args): cancel, cluster_resources, available_resources and nodes
-       are answered; any other (creating or looking up actors, placement groups, streaming
-       next) is answered with an error naming it (W raises it in the task).
+       are answered; so are creating an actor, ``kill``, ``get_actor`` and
+       ``list_named_actors``, as for a worker on the driver's node
+       (``requests.actor_request``): the actor is the driver's, placed by its rules (on any
+       node); a named or detached one, and a lookup, go through the node's actor service
+       when the driver is joined to one, asked from this thread without the lock (an
+       actor's: its reader thread, until the service answers). Any other (placement groups,
+       streaming next) is answered with an error naming it (W raises it in the task).
     Anything else (a streaming task's YIELD, say): not served, ``serve`` returns False and
     the caller fails T with an error saying a task on another host cannot ask for it.
 
@@ -74,6 +80,7 @@ import time
 
 from miniray._private.core import protocol, serialization
 from miniray._private.object_store import shm_segments
+from miniray._private.owner import requests
 from miniray._private.transport.framing import send_in_frames
 
 __all__ = ["RemoteRequests", "WATCH_S"]
@@ -82,7 +89,8 @@ logger = logging.getLogger(__name__)
 
 WATCH_S = 0.2  # a blocked get or wait looks at cancel, W's death and its node this often
 BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
-SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes")
+SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes",
+                "creating, killing and looking up actors")
 
 
 class RemoteRequests:
@@ -323,6 +331,8 @@ class RemoteRequests:
                 value = owner.requests.ledger.available()
             elif method == protocol.CALL_NODES:
                 value = owner.hello_info.get("nodes", [])
+            elif method in requests.ACTOR_CALLS:
+                value = self._actor_call(method, args)
             else:
                 name = protocol.tag_name("call", method)
                 raise NotImplementedError(
@@ -334,6 +344,23 @@ class RemoteRequests:
         except Exception as error:
             result = (False, error)
         self._reply(req_id, result)
+
+    def _actor_call(self, method: int, args):
+        """Create, kill or look up an actor as for a worker on the driver's node
+        (``requests.actor_request``): the driver owns what W creates and places it by its
+        rules; a named or detached one, and every lookup of a driver joined to a node, is
+        asked of the node's actor service here, in this thread, without the lock."""
+        owner = self.owner
+        with owner.locked():
+            value, ask = requests.actor_request(owner.actors, method, args)
+        if ask is None:
+            return value
+        request, request_args, keep = ask
+        value = request(*request_args)
+        if keep is not None:
+            with owner.locked():
+                owner.actors.keep_for_workers(keep(value))
+        return value
 
     def _reply(self, req_id: int, payload, bulk=()) -> None:
         """The REPLY, then each of ``bulk``'s bytes in frames: nothing goes out between."""

@@ -6,7 +6,8 @@ the store pins of the objects a worker maps (task arguments, get replies) and wh
 map which segment (told to unmap when the object is freed).
 Does not own: the objects (``object_table.py``), the store, the workers (``workers.py``), the
 leases (``leases.py``) or scheduling (``owner.py``); it is given them at construction.
-Called by: ``owner.Owner`` from the I/O thread, and ``actors.py``, with the owner's lock held.
+Called by: ``owner.Owner`` from the I/O thread, and ``actors.py``, with the owner's lock held;
+``remote_requests.py`` (``actor_request``, locked) for a worker on another host.
 """
 
 from __future__ import annotations
@@ -17,6 +18,48 @@ from typing import Any, Callable
 from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import CallbackWaiter
+
+ACTOR_CALLS = frozenset((protocol.CALL_CREATE_ACTOR, protocol.CALL_KILL_ACTOR,
+                         protocol.CALL_GET_ACTOR, protocol.CALL_LIST_NAMED_ACTORS))
+
+
+def actor_request(actors, method: int, args: tuple) -> tuple:
+    """*Locked.* A worker's actor request (one of ACTOR_CALLS: create, kill, get_actor,
+    list_named_actors) as the owner serves it, for a worker on this node or another host
+    (``remote_requests.py``). Returns ``(value, None)``: answered now; or ``(None, (request,
+    request_args, keep))``: the caller makes ``request(*request_args)`` of the node's actor
+    service once the lock is released (it waits for the service's reply), then, with the
+    lock, ``actors.keep_for_workers(keep(value))`` unless ``keep`` is None (the worker now
+    holds a handle to that actor). Raises what the request raises (e.g. ValueError for a
+    name nobody holds, ActorAlreadyExistsError)."""
+    in_service = actors.link is not None  # joined to a node: ask its actor service
+    if method == protocol.CALL_CREATE_ACTOR:
+        if actors.is_node_actor(args[0]):
+            return None, (actors.create_in_service, (args[0],), _same)
+        return actors.create(args[0]), None
+    if method == protocol.CALL_KILL_ACTOR:
+        if actors.kill(args[0], args[1]):
+            return None, (actors.kill_in_service, tuple(args), None)
+        return None, None
+    if method == protocol.CALL_GET_ACTOR:
+        if in_service:
+            return None, (actors.lookup_in_service, tuple(args), _first)
+        value = actors.lookup(args[0], args[1])
+        actors.keep_for_workers(value[0])
+        return value, None
+    if method == protocol.CALL_LIST_NAMED_ACTORS:
+        if in_service:
+            return None, (actors.named_in_service, (args[1], args[0]), None)
+        return actors.named(args[1], args[0]), None
+    raise ValueError(f"not an actor request: {protocol.tag_name('call', method)}")
+
+
+def _same(value):
+    return value
+
+
+def _first(value):
+    return value[0]
 
 
 class WorkerRequests:
@@ -303,33 +346,13 @@ class WorkerRequests:
             self.reactor.call_later(timeout, expire)
 
     def on_call(self, worker, req_id, method, args) -> None:
-        actors = self.actors
-        in_service = actors.link is not None  # joined to a node: ask its actor service
         try:
-            if method == protocol.CALL_CREATE_ACTOR:
-                if actors.is_node_actor(args[0]):
-                    self._ask_service(worker, req_id, actors.create_in_service, args[0],
-                                      keep=lambda actor_id: actor_id)
+            if method in ACTOR_CALLS:
+                value, ask = actor_request(self.actors, method, args)
+                if ask is not None:
+                    request, ask_args, keep = ask
+                    self._ask_service(worker, req_id, request, *ask_args, keep=keep)
                     return
-                value = actors.create(args[0])
-            elif method == protocol.CALL_KILL_ACTOR:
-                if actors.kill(args[0], args[1]):
-                    self._ask_service(worker, req_id, actors.kill_in_service, *args)
-                    return
-                value = None
-            elif method == protocol.CALL_GET_ACTOR:
-                if in_service:
-                    self._ask_service(worker, req_id, actors.lookup_in_service, *args,
-                                      keep=lambda value: value[0])
-                    return
-                value = actors.lookup(args[0], args[1])
-                actors.keep_for_workers(value[0])
-            elif method == protocol.CALL_LIST_NAMED_ACTORS:
-                if in_service:
-                    self._ask_service(worker, req_id, actors.named_in_service, args[1],
-                                      args[0])
-                    return
-                value = actors.named(args[1], args[0])
             elif method == protocol.CALL_CANCEL:
                 self._cancel_locked(*args)  # (object_id, force, recursive)
                 value = None
