@@ -590,16 +590,16 @@ def test_groups_of_a_named_actor_in_the_node_actor_service(node_env):
         @ray.remote(concurrency_groups={"io": 1})
         class Actor:
             def __init__(self):
-                self.event = threading.Event()
+                # A semaphore, not an Event: a release that comes before the blocked call
+                # has cleared an Event would be lost (it did on a loaded machine).
+                self.gate = threading.Semaphore(0)
             def block(self):
-                released = self.event.wait(10)
-                self.event.clear()
-                return released
+                return self.gate.acquire(timeout=10)
             @ray.method(concurrency_group="io")
             def release_io(self):
-                self.event.set()
+                self.gate.release()
             def release(self):
-                self.event.set()
+                self.gate.release()
 
         actor = Actor.options(name="grouped").remote()
         first = actor.block.remote()

@@ -52,7 +52,8 @@ def test_task_leases_and_workers_are_handled_outside_the_owner_lock(ray):
         return seconds
 
     @ray.remote(num_cpus=0.5)
-    def half():
+    def half():  # three at once on 2 CPUs: more workers than the two started with init()
+        time.sleep(0.3)
         return "half"
 
     @ray.remote

@@ -100,7 +100,8 @@ class Owner:
     # The I/O thread sleeping at most this long applies dropped refs when it wakes: a drop
     # does not wake it (a write, a wake-up and a sweep per dropped ref in a round-trip loop).
     PROMPT_FREE_S = 0.01
-    WANT_CHECK_S = 0.02  # an idle lease kept past its linger: is another session waiting?
+    WANT_CHECK_S = 0.01  # an idle lease kept past its linger: is another session waiting?
+    # (no longer than PROMPT_FREE_S: a ref dropped meanwhile waits for that wake-up)
     WANTED_FOR_S = 0.5  # a session that found no room this recently is still waiting
     SWEEP_S = 0.001  # the I/O thread's sweeps run at most this often (_housekeeping)
 
