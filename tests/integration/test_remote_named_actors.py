@@ -7,8 +7,10 @@ named or detached actors that only the member can hold: the head's actor service
 and places them on the member (``owner/remote_actors.py``), so other drivers of the head
 find them by name: a detached one outlives its creator, restarts on the member (or on the
 head, inside the service, when the member dies) and ends with ``ray.kill`` or the head's
-stop; a named one ends with its creator. Each end releases the lease on the member. A
-driver on the member's host does not find the head's names (names are per node).
+stop; a named one ends with its creator. Each end releases the lease on the member.
+Names are the cluster's: a driver on the member's host reaches the head's actor service
+(over the head's port, role "actors", relayed to the service), finds, calls, lists, creates
+and kills its actors there, and cannot take a name a head driver took.
 """
 
 from __future__ import annotations
@@ -184,18 +186,16 @@ def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creato
         """)
         assert other["put"] == 2 and other["pinned"] == member, other
         assert other["names"] == ["box", "pinned"], other
-        # A driver on the member's host joins the member's node, whose actor service holds
-        # that node's names only: the head's named actors are not found there.
+        # A driver on the member's host reaches the head's actor service: names are the
+        # cluster's.
         there = _run(hosts, """
-        try:
-            ray.get_actor("box")
-            out = {"lookup": "found"}
-        except ValueError as error:
-            out = {"lookup": str(error)}
+        box = ray.get_actor("box")
+        out = {"put": ray.get(box.put.remote("c"), timeout=30),
+               "names": sorted(ray.util.list_named_actors())}
         print(json.dumps(out), flush=True)
         ray.shutdown()
         """, ip=MEMBER)
-        assert there["lookup"].startswith("Failed to look up"), there
+        assert there["put"] == 3 and there["names"] == ["box", "pinned"], there
         creator.stdin.write("\n")
         creator.stdin.flush()
         assert creator.wait(30) == 0, creator.stderr.read()[-3000:]
@@ -312,3 +312,126 @@ def test_a_detached_actor_whose_member_dies_restarts_on_the_head_in_the_service(
     """)
     assert other["mover"] == first["here"], other
     assert other["stays"].startswith("Failed to look up"), other  # dead: its name is free
+
+
+def test_names_are_the_clusters_from_either_host(hosts):
+    _join_special(hosts)
+    first = _run(hosts, """
+    @ray.remote
+    class Counter:
+        def __init__(self, start):
+            self.n = start
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+        def echo(self, value):
+            return value
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    counter = Counter.options(name="counter", lifetime="detached").remote(10)
+    out = {"add": ray.get(counter.add.remote(1), timeout=60),
+           "here": ray.get_runtime_context().get_node_id()}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert first["add"] == 11, first
+    member = _run(hosts, """
+    import numpy as np
+
+    counter = ray.get_actor("counter")
+    out = {"member": member, "add": ray.get(counter.add.remote(1), timeout=30),
+           "node": ray.get(counter.node.remote(), timeout=30),
+           "names": sorted(ray.util.list_named_actors()),
+           "all": sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))}
+    big = np.arange(1 << 20, dtype=np.int64)  # 8 MiB each way: bytes, not segment paths
+    back = ray.get(counter.echo.remote(big), timeout=60)
+    out["big"] = bool((back == big).all())
+    back = ray.get(counter.echo.remote(ray.put(big)), timeout=60)
+    out["big_ref"] = bool((back == big).all())
+
+    @ray.remote
+    class Other:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    try:
+        Other.options(name="counter").remote()
+        out["dup"] = "created"
+    except ValueError as error:
+        out["dup"] = f"{type(error).__name__}: {error}"
+    made = Other.options(name="from_member", lifetime="detached").remote()
+    out["made"] = ray.get(made.node.remote(), timeout=60)
+    special_one = Other.options(name="special_one", resources={"special": 1}).remote()
+    out["special_one"] = ray.get(special_one.node.remote(), timeout=60)
+    out["held"] = special(1)
+    ray.kill(special_one)
+    out["back"] = special(2)
+    Other.options(name="ephemeral").remote()  # named, not detached: ends with this driver
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, ip=MEMBER)
+    assert member["add"] == 12, member  # the head driver's actor, its state kept
+    assert member["node"] == first["here"], member
+    assert member["names"] == ["counter"], member
+    assert member["all"] == ["counter"], member
+    assert member["big"] and member["big_ref"], member
+    assert member["dup"].startswith("ActorAlreadyExistsError"), member
+    assert "counter" in member["dup"], member
+    assert member["made"] == first["here"], member  # placed by the head's usual rules
+    assert member["special_one"] == member["member"], member  # where its resources are
+    assert member["held"] == 1 and member["back"] == 2, member
+    back = _run(hosts, """
+    def missing(name, within=10):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < within:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                return True
+            time.sleep(0.1)
+        return False
+
+    made = ray.get_actor("from_member")
+    out = {"made": ray.get(made.node.remote(), timeout=30), "gone": missing("ephemeral")}
+    out["names"] = sorted(ray.util.list_named_actors())
+    ray.kill(made)
+    ray.kill(ray.get_actor("counter"))
+    out["after"] = sorted(ray.util.list_named_actors())
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert back["made"] == first["here"], back
+    assert back["gone"], back  # its creator on the member left: it ended
+    assert back["names"] == ["counter", "from_member"], back
+    assert back["after"] == [], back
+
+
+def test_a_named_actor_request_from_the_member_fails_clearly_without_the_head(hosts):
+    _join_special(hosts)
+    stopped = cli(hosts.env("127.0.0.1"), "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    t0 = time.monotonic()
+    doc = _run(hosts, """
+    @ray.remote
+    class A:
+        pass
+
+    out = {}
+    for what, call in (("lookup", lambda: ray.get_actor("x")),
+                       ("create", lambda: A.options(name="x").remote())):
+        try:
+            call()
+            out[what] = "ok"
+        except Exception as error:
+            out[what] = f"{type(error).__name__}: {error}"
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, ip=MEMBER, timeout=60)
+    assert time.monotonic() - t0 < 50, doc
+    print("\n" + doc["lookup"])
+    for what in ("lookup", "create"):
+        assert "127.0.0.1" in doc[what] and "cannot be reached" in doc[what], doc

@@ -62,7 +62,7 @@ from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import shm_segments as segs
-from miniray._private.owner.actor_link import SOCKET_NAME
+from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
 from miniray._private.owner.object_table import PENDING
 from miniray._private.transport import node_client
@@ -145,7 +145,7 @@ class _Client:
         self.pid = pid
         self.conns: dict[str, FramedSocket] = {}
         self.tag = tag
-        self.shm_dir = shm_dir
+        self.shm_dir = shm_dir  # "": a driver on another host (values go as bytes)
         self.gone = False
 
     def __repr__(self) -> str:
@@ -220,9 +220,11 @@ class ActorService:
             raise ValueError(f"expected SVC_HELLO, got {protocol.tag_name('actor_service', tag)}")
         client = self._clients.get(token)
         if client is None:
-            client = self._clients[token] = _Client(token, pid, segs.check_tag(store_tag),
-                                                    os.path.abspath(shm_dir))
-            logger.info("driver pid %d connected", pid)
+            client = self._clients[token] = _Client(
+                token, pid, segs.check_tag(store_tag),
+                os.path.abspath(shm_dir) if shm_dir else "")
+            logger.info("driver pid %d connected%s", pid,
+                        "" if shm_dir else " from another host")
         client.conns[role] = conn
         self._conns[conn.fd] = (conn, client, role)
         self._adopt_paths(sys_path, cwd)
@@ -353,6 +355,8 @@ class ActorService:
             imported = self._import(exported)
             spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
             spec.reply = functools.partial(self._reply, client, spec.task_id, spec.return_ids)
+            if not client.shm_dir and spec.payloads:  # values from another host
+                spec.payloads, spec.reply = self._received_args(spec.payloads, spec.reply)
             if spec.num_returns == STREAMING:  # its values go to the caller as they come
                 self.owner.streams.forward[spec.task_id] = functools.partial(
                     self._reply_value, client, spec.task_id)
@@ -375,6 +379,29 @@ class ActorService:
                 self._end_when_idle(message[1])
         else:
             raise ValueError(f"unknown message {protocol.tag_name('actor_service', tag)}")
+
+    def _received_args(self, payloads: list, reply):
+        """A call's argument values from a driver on another host, written into segments
+        of this store for the actor to map; removed once the call has answered."""
+        store = self.owner.store
+        made = []
+        out = []
+        for position, kind, payload in payloads:
+            value = unpack_value(payload, store.shm_dir, store.session_tag)
+            if value is not payload:
+                made.append(value[1])
+            out.append((position, kind, value))
+        if not made:
+            return out, reply
+
+        def reply_then_remove(*args, **kwargs):
+            try:
+                reply(*args, **kwargs)
+            finally:
+                for path in made:
+                    segs.unlink_quiet(path)
+
+        return out, reply_then_remove
 
     def _end_when_idle(self, actor_id: bytes) -> None:
         actors = self.owner.actors
@@ -468,15 +495,23 @@ class ActorService:
         """``(id, kind, payload)`` of an object of this process for ``client``; a large one is
         copied into a segment of the client's store, which adopts it."""
         kind, payload = self.owner.objects.read(object_id)
-        if isinstance(payload, tuple):
+        if isinstance(payload, tuple) and not client.shm_dir:  # another host: its bytes
+            payload = pack_value(payload, self.owner.store.shm_dir)
+        elif isinstance(payload, tuple):
             payload = _copy_segment(payload, client.shm_dir, client.tag)
         return object_id, kind, payload
 
     def _hand_over(self, data: tuple, client: _Client, object_id: bytes) -> tuple:
         """A segment the actor wrote becomes the caller's: renamed into its store's name
-        (copied when its store lives on another filesystem)."""
+        (copied when its store lives on another filesystem); for a driver on another host,
+        its bytes (the segment is removed)."""
         _where, name, size = data
         src = segs.resolve_path(name, self.owner.store.shm_dir)
+        if not client.shm_dir:  # a driver on another host: the bytes travel
+            try:
+                return pack_value(data, self.owner.store.shm_dir)
+            finally:
+                segs.unlink_quiet(src)
         dst = os.path.join(client.shm_dir, segs.segment_name(client.tag, object_id))
         try:
             os.rename(src, dst)
@@ -508,7 +543,10 @@ class ActorService:
 
 def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:
     """A copy of a segment (or spilled file) under a fresh name of session ``tag``: a store of
-    that session adopts it. The name is random, so it never meets a segment the store has."""
+    that session adopts it. The name is random, so it never meets a segment the store has.
+    A value from another host (``("copy", bytes, size)``) is written there the same way."""
+    if isinstance(payload[1], (bytes, bytearray, memoryview)):
+        return unpack_value(payload, shm_dir, tag)
     _where, src, size = payload
     dst = os.path.join(shm_dir, segs.segment_name(tag, os.urandom(28)))
     segs.copy_file(src, dst, size)
