@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import textwrap
 import time
+
+import pytest
+
+from miniray._private.core import protocol
+from miniray._private.host import auth_token
+from miniray._private.transport import peer_channel as pc
 
 from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -355,6 +362,9 @@ def test_names_are_the_clusters_from_either_host(hosts):
 
     @ray.remote
     class Other:
+        def __init__(self):
+            print("other constructed", flush=True)
+
         def node(self):
             return ray.get_runtime_context().get_node_id()
 
@@ -384,6 +394,7 @@ def test_names_are_the_clusters_from_either_host(hosts):
     assert member["made"] == first["here"], member  # placed by the head's usual rules
     assert member["special_one"] == member["member"], member  # where its resources are
     assert member["held"] == 1 and member["back"] == 2, member
+    assert "other constructed" in member["stdout"], member["stdout"]  # its creator's output
     back = _run(hosts, """
     def missing(name, within=10):
         t0 = time.monotonic()
@@ -435,3 +446,24 @@ def test_a_named_actor_request_from_the_member_fails_clearly_without_the_head(ho
     print("\n" + doc["lookup"])
     for what in ("lookup", "create"):
         assert "127.0.0.1" in doc[what] and "cannot be reached" in doc[what], doc
+
+
+def test_the_actors_role_is_the_heads_only_and_needs_the_token(hosts):
+    _join_special(hosts)
+    token = auth_token.load_token(environ=hosts.env("127.0.0.1"))
+    head, member = hosts.record("127.0.0.1"), hosts.record(MEMBER)
+    with pytest.raises(pc.PeerRefused, match="not a head.*127.0.0.1"):
+        pc.connect((MEMBER, member.port), token, "actors", timeout=5.0,
+                   source_address=("127.0.0.1", 0))
+    with pytest.raises(pc.PeerAuthError):
+        pc.connect(("127.0.0.1", head.port), b"x" * len(token), "actors", timeout=5.0)
+    # The head relays frames to its actor service unchanged: a HELLO, then a LIST.
+    channel = pc.connect(("127.0.0.1", head.port), token, "actors", timeout=5.0)
+    try:
+        channel.send_bytes(pickle.dumps((protocol.SVC_HELLO, "control", os.getpid(),
+                                         "ab" * 8, "mrtest01", "", [], ""), 5))
+        assert pickle.loads(channel.recv_bytes(timeout=15.0)) == (protocol.SVC_OK, None)
+        channel.send_bytes(pickle.dumps((protocol.SVC_LIST, "", True), 5))
+        assert pickle.loads(channel.recv_bytes(timeout=15.0)) == (protocol.SVC_OK, [])
+    finally:
+        channel.close()
