@@ -38,8 +38,30 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 * Other nodes. This process's owner places an actor whose request only another node can
   hold, or with a node affinity, there as any driver does (``owner/remote_actors.py``):
   its lease is this process's for the actor's life; ``kill``, restarts and the node's
-  death behave as for a driver's actor. Names stay this node's: a driver reaches the
-  service of the node it joined only.
+  death behave as for a driver's actor.
+
+Names are the cluster's: the head's service is their one authority. Steps, driver D joined
+to member node M, head H (D's side: ``owner/actor_link.py``; H's relay:
+``node/actor_relay.py``)::
+
+    1. D's link reads M's ``cluster.json``: M is a member, H is at ``head``. D opens its
+       control and calls connections to H's port with role "actors" (cluster token, MAC'd
+       frames; ``CONNECT_TIMEOUT_S`` each). A head and its drivers use ``actors.sock`` as
+       before; M's own service then serves no driver.
+    2. H relays each connection to this service's socket unchanged; D's HELLO names no
+       store directory ("" for ``shm_dir``): D is on another host.
+    3. Requests are the same as a local driver's: names, CREATE (its duplicate raises
+       ActorAlreadyExistsError as for any driver), LIST, KILL, calls; the actor is placed
+       by the usual rules (here, or on M or another node where its resources are).
+    4. Values cross as bytes: D sends each value of its shared memory as ``("copy", bytes,
+       size)`` (``actor_link.pack_value``); this service writes it into a segment of its
+       store (``unpack_value``: an imported object, or a call's argument removed once the
+       call answered). Results and the objects of refs inside them go back the same way
+       (a large result's segment is read and removed here) and D writes them into its
+       store.
+    5. H unreachable: D's request raises ServiceUnavailable naming H within the connect
+       timeout; a request without an answer fails after ``REQUEST_TIMEOUT_S``. D's link
+       closing (D exits, H stops) is a local driver leaving: its non-detached actors end.
 
 Teardown (the node sends SIGTERM): stop accepting, close every driver's sockets, then
 ``shutdown()`` as any driver (its actors are killed, its leases returned, GOODBYE to the node).

@@ -1,7 +1,10 @@
-"""A driver's connection to the node's actor service, where named and detached actors live.
+"""A driver's connection to the actor service, where named and detached actors live.
 
 Owns: the two sockets to ``<session>/actors.sock`` and what travels on them (each checked
-with SO_PEERCRED before anything is sent or read: the service must run as this uid). Does not
+with SO_PEERCRED before anything is sent or read: the service must run as this uid); for a
+driver of a member node, the two ``actors`` channels to the head's port instead (the head's
+service holds the cluster's names: ``node/actor_service.py`` steps 1-5), and turning values
+in shared memory into bytes and back for them (``pack_value``, ``unpack_value``). Does not
 own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
 link), or the service itself (``actor_service.py``).
 Called by: ``actors.ActorManager``. Requests (create, lookup, list, kill) and connecting are
