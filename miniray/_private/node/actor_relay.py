@@ -86,12 +86,12 @@ class _Pipe:
             if self._closed:
                 return
             self._closed = True
+        self.relay._forget(self)
         self.channel.close()
         with contextlib.suppress(OSError):
             self.conn.sock.shutdown(socket.SHUT_RDWR)  # wakes the thread reading it
         with contextlib.suppress(OSError):
             self.conn.sock.close()
-        self.relay._forget(self)
 
 
 class ActorRelay:
@@ -144,6 +144,7 @@ class ActorRelay:
         with self._lock:
             self._closed = True
             pipes = list(self._pipes)
+            self._pipes.clear()
         for pipe in pipes:
             pipe.close()
 
