@@ -339,6 +339,10 @@ def test_names_are_the_clusters_from_either_host(hosts):
         def node(self):
             return ray.get_runtime_context().get_node_id()
 
+        def gen(self, nbytes):
+            yield 1
+            yield b"y" * nbytes
+
     counter = Counter.options(name="counter", lifetime="detached").remote(10)
     out = {"add": ray.get(counter.add.remote(1), timeout=60),
            "here": ray.get_runtime_context().get_node_id()}
@@ -359,6 +363,14 @@ def test_names_are_the_clusters_from_either_host(hosts):
     out["big"] = bool((back == big).all())
     back = ray.get(counter.echo.remote(ray.put(big)), timeout=60)
     out["big_ref"] = bool((back == big).all())
+    values = [ray.get(r, timeout=30) for r in
+              counter.gen.options(num_returns="streaming").remote(4 << 20)]
+    out["stream"] = [values[0], len(values[1])]
+    ray.get([counter.add.remote(0) for _ in range(5)], timeout=30)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        ray.get(counter.add.remote(0), timeout=30)
+    out["us"] = (time.perf_counter() - t0) / 200 * 1e6
 
     @ray.remote
     class Other:
@@ -389,6 +401,9 @@ def test_names_are_the_clusters_from_either_host(hosts):
     assert member["names"] == ["counter"], member
     assert member["all"] == ["counter"], member
     assert member["big"] and member["big_ref"], member
+    assert member["stream"] == [1, 4 << 20], member
+    print(f"\ncall round trip from the member's host to an actor of the head's service "
+          f"(relayed by the head): {member['us']:.0f} us")
     assert member["dup"].startswith("ActorAlreadyExistsError"), member
     assert "counter" in member["dup"], member
     assert member["made"] == first["here"], member  # placed by the head's usual rules
@@ -443,9 +458,31 @@ def test_a_named_actor_request_from_the_member_fails_clearly_without_the_head(ho
     ray.shutdown()
     """, ip=MEMBER, timeout=60)
     assert time.monotonic() - t0 < 50, doc
-    print("\n" + doc["lookup"])
     for what in ("lookup", "create"):
         assert "127.0.0.1" in doc[what] and "cannot be reached" in doc[what], doc
+
+
+def test_a_frozen_head_fails_the_members_named_actor_request_in_bounded_time(hosts):
+    _join_special(hosts)
+    head = hosts.record("127.0.0.1").pid
+    os.kill(head, signal.SIGSTOP)  # its port accepts (the kernel), nobody answers
+    try:
+        t0 = time.monotonic()
+        doc = _run(hosts, """
+        t0 = time.monotonic()
+        try:
+            ray.get_actor("x")
+            out = {"lookup": "found"}
+        except Exception as error:
+            out = {"lookup": f"{type(error).__name__}: {error}"}
+        out["s"] = time.monotonic() - t0
+        print(json.dumps(out), flush=True)
+        ray.shutdown()
+        """, ip=MEMBER, timeout=60)
+    finally:
+        os.kill(head, signal.SIGCONT)
+    assert "cannot be reached" in doc["lookup"] and "127.0.0.1" in doc["lookup"], doc
+    assert doc["s"] < 15 and time.monotonic() - t0 < 50, doc  # the connect timeout (10 s)
 
 
 def test_the_actors_role_is_the_heads_only_and_needs_the_token(hosts):
