@@ -504,3 +504,31 @@ def test_the_actors_role_is_the_heads_only_and_needs_the_token(hosts):
         assert pickle.loads(channel.recv_bytes(timeout=15.0)) == (protocol.SVC_OK, [])
     finally:
         channel.close()
+
+
+def test_a_member_drivers_proxies_fail_when_the_head_stops(hosts):
+    _join_special(hosts)
+    member_driver = driver(textwrap.dedent(PRELUDE) + textwrap.dedent("""
+    @ray.remote
+    class Box:
+        def ping(self):
+            return "pong"
+
+    box = Box.options(name="box", lifetime="detached").remote()
+    print(json.dumps({"ping": ray.get(box.ping.remote(), timeout=60)}), flush=True)
+    sys.stdin.readline()  # the head stops meanwhile
+    print(json.dumps({"after": outcome(box.ping.remote(), timeout=30)}), flush=True)
+    ray.shutdown()
+    """), hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        assert json_line(member_driver, 90) == {"ping": "pong"}
+        stopped = cli(hosts.env("127.0.0.1"), "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        member_driver.stdin.write("\n")
+        member_driver.stdin.flush()
+        after = json_line(member_driver, 60)
+        assert member_driver.wait(30) == 0, member_driver.stderr.read()[-3000:]
+    finally:
+        stop_driver(member_driver)
+    assert after["after"].startswith("ActorDiedError"), after
+    assert "head's" in after["after"] and "127.0.0.1" in after["after"], after

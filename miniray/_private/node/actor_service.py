@@ -249,6 +249,9 @@ class ActorService:
                         "" if shm_dir else " from another host")
         client.conns[role] = conn
         self._conns[conn.fd] = (conn, client, role)
+        if not shm_dir:  # another host's paths: only those that exist here too
+            sys_path = [path for path in sys_path if os.path.isdir(path)]
+            cwd = cwd if cwd and os.path.isdir(cwd) else ""
         self._adopt_paths(sys_path, cwd)
         if role == "control":
             self._answer(conn, protocol.SVC_OK, None)

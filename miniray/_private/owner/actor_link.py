@@ -316,7 +316,8 @@ class ActorLink:
             except (OSError, EOFError) as error:
                 with self.owner.locked():
                     if self._control is control:
-                        self._gone(f"the node's actor service stopped answering ({error})")
+                        self._gone(f"the {self._where()} actor service stopped answering "
+                                   f"({error})")
                 raise ServiceUnavailable(self._lost or str(error)) from None
 
     # -- requests (owner lock NOT held: each waits for the service's reply) ----------------
@@ -435,7 +436,7 @@ class ActorLink:
         try:
             self.owner.reactor.send(calls, pickle.dumps(message, 5), self._on_writable)
         except OSError as error:
-            self._gone(f"the node's actor service is gone ({error})")
+            self._gone(f"the {self._where()} actor service is gone ({error})")
 
     def _on_writable(self, fd: int) -> None:
         with self.owner.locked():
@@ -468,7 +469,7 @@ class ActorLink:
                 elif message[0] == protocol.SVC_IMPORTED:
                     self._forwarded(message[1])
             if closed and self._calls is calls:
-                self._gone("the node's actor service exited")
+                self._gone(f"the {self._where()} actor service exited")
 
     def _yielded(self, task_id: bytes, index: int, kind: int, data, nested) -> None:
         """*Locked.* A value of a streaming call of a proxy; the objects of refs inside it
