@@ -7,18 +7,27 @@ named or detached actors that only the member can hold: the head's actor service
 and places them on the member (``owner/remote_actors.py``), so other drivers of the head
 find them by name: a detached one outlives its creator, restarts on the member (or on the
 head, inside the service, when the member dies) and ends with ``ray.kill`` or the head's
-stop; a named one ends with its creator. Each end releases the lease on the member. A
-driver on the member's host does not find the head's names (names are per node).
+stop; a named one ends with its creator. Each end releases the lease on the member.
+Names are the cluster's: a driver on the member's host reaches the head's actor service
+(over the head's port, role "actors", relayed to the service), finds, calls, lists, creates
+and kills its actors there, and cannot take a name a head driver took.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import textwrap
 import time
+
+import pytest
+
+from miniray._private.core import protocol
+from miniray._private.host import auth_token
+from miniray._private.transport import peer_channel as pc
 
 from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -184,18 +193,16 @@ def test_a_named_actor_on_the_member_is_found_by_another_driver_until_its_creato
         """)
         assert other["put"] == 2 and other["pinned"] == member, other
         assert other["names"] == ["box", "pinned"], other
-        # A driver on the member's host joins the member's node, whose actor service holds
-        # that node's names only: the head's named actors are not found there.
+        # A driver on the member's host reaches the head's actor service: names are the
+        # cluster's.
         there = _run(hosts, """
-        try:
-            ray.get_actor("box")
-            out = {"lookup": "found"}
-        except ValueError as error:
-            out = {"lookup": str(error)}
+        box = ray.get_actor("box")
+        out = {"put": ray.get(box.put.remote("c"), timeout=30),
+               "names": sorted(ray.util.list_named_actors())}
         print(json.dumps(out), flush=True)
         ray.shutdown()
         """, ip=MEMBER)
-        assert there["lookup"].startswith("Failed to look up"), there
+        assert there["put"] == 3 and there["names"] == ["box", "pinned"], there
         creator.stdin.write("\n")
         creator.stdin.flush()
         assert creator.wait(30) == 0, creator.stderr.read()[-3000:]
@@ -312,3 +319,216 @@ def test_a_detached_actor_whose_member_dies_restarts_on_the_head_in_the_service(
     """)
     assert other["mover"] == first["here"], other
     assert other["stays"].startswith("Failed to look up"), other  # dead: its name is free
+
+
+def test_names_are_the_clusters_from_either_host(hosts):
+    _join_special(hosts)
+    first = _run(hosts, """
+    @ray.remote
+    class Counter:
+        def __init__(self, start):
+            self.n = start
+
+        def add(self, k):
+            self.n += k
+            return self.n
+
+        def echo(self, value):
+            return value
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+        def gen(self, nbytes):
+            yield 1
+            yield b"y" * nbytes
+
+    counter = Counter.options(name="counter", lifetime="detached").remote(10)
+    out = {"add": ray.get(counter.add.remote(1), timeout=60),
+           "here": ray.get_runtime_context().get_node_id()}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert first["add"] == 11, first
+    member = _run(hosts, """
+    import numpy as np
+
+    counter = ray.get_actor("counter")
+    out = {"member": member, "add": ray.get(counter.add.remote(1), timeout=30),
+           "node": ray.get(counter.node.remote(), timeout=30),
+           "names": sorted(ray.util.list_named_actors()),
+           "all": sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True))}
+    big = np.arange(1 << 20, dtype=np.int64)  # 8 MiB each way: bytes, not segment paths
+    back = ray.get(counter.echo.remote(big), timeout=60)
+    out["big"] = bool((back == big).all())
+    back = ray.get(counter.echo.remote(ray.put(big)), timeout=60)
+    out["big_ref"] = bool((back == big).all())
+    values = [ray.get(r, timeout=30) for r in
+              counter.gen.options(num_returns="streaming").remote(4 << 20)]
+    out["stream"] = [values[0], len(values[1])]
+    ray.get([counter.add.remote(0) for _ in range(5)], timeout=30)
+    t0 = time.perf_counter()
+    for _ in range(200):
+        ray.get(counter.add.remote(0), timeout=30)
+    out["us"] = (time.perf_counter() - t0) / 200 * 1e6
+
+    @ray.remote
+    class Other:
+        def __init__(self):
+            print("other constructed", flush=True)
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    try:
+        Other.options(name="counter").remote()
+        out["dup"] = "created"
+    except ValueError as error:
+        out["dup"] = f"{type(error).__name__}: {error}"
+    made = Other.options(name="from_member", lifetime="detached").remote()
+    out["made"] = ray.get(made.node.remote(), timeout=60)
+    special_one = Other.options(name="special_one", resources={"special": 1}).remote()
+    out["special_one"] = ray.get(special_one.node.remote(), timeout=60)
+    out["held"] = special(1)
+    ray.kill(special_one)
+    out["back"] = special(2)
+    Other.options(name="ephemeral").remote()  # named, not detached: ends with this driver
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, ip=MEMBER)
+    assert member["add"] == 12, member  # the head driver's actor, its state kept
+    assert member["node"] == first["here"], member
+    assert member["names"] == ["counter"], member
+    assert member["all"] == ["counter"], member
+    assert member["big"] and member["big_ref"], member
+    assert member["stream"] == [1, 4 << 20], member
+    print(f"\ncall round trip from the member's host to an actor of the head's service "
+          f"(relayed by the head): {member['us']:.0f} us")
+    assert member["dup"].startswith("ActorAlreadyExistsError"), member
+    assert "counter" in member["dup"], member
+    assert member["made"] == first["here"], member  # placed by the head's usual rules
+    assert member["special_one"] == member["member"], member  # where its resources are
+    assert member["held"] == 1 and member["back"] == 2, member
+    assert "other constructed" in member["stdout"], member["stdout"]  # its creator's output
+    back = _run(hosts, """
+    def missing(name, within=10):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < within:
+            try:
+                ray.get_actor(name)
+            except ValueError:
+                return True
+            time.sleep(0.1)
+        return False
+
+    made = ray.get_actor("from_member")
+    out = {"made": ray.get(made.node.remote(), timeout=30), "gone": missing("ephemeral")}
+    out["names"] = sorted(ray.util.list_named_actors())
+    ray.kill(made)
+    ray.kill(ray.get_actor("counter"))
+    out["after"] = sorted(ray.util.list_named_actors())
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert back["made"] == first["here"], back
+    assert back["gone"], back  # its creator on the member left: it ended
+    assert back["names"] == ["counter", "from_member"], back
+    assert back["after"] == [], back
+
+
+def test_a_named_actor_request_from_the_member_fails_clearly_without_the_head(hosts):
+    _join_special(hosts)
+    stopped = cli(hosts.env("127.0.0.1"), "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    t0 = time.monotonic()
+    doc = _run(hosts, """
+    @ray.remote
+    class A:
+        pass
+
+    out = {}
+    for what, call in (("lookup", lambda: ray.get_actor("x")),
+                       ("create", lambda: A.options(name="x").remote())):
+        try:
+            call()
+            out[what] = "ok"
+        except Exception as error:
+            out[what] = f"{type(error).__name__}: {error}"
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, ip=MEMBER, timeout=60)
+    assert time.monotonic() - t0 < 50, doc
+    for what in ("lookup", "create"):
+        assert "127.0.0.1" in doc[what] and "cannot be reached" in doc[what], doc
+
+
+def test_a_frozen_head_fails_the_members_named_actor_request_in_bounded_time(hosts):
+    _join_special(hosts)
+    head = hosts.record("127.0.0.1").pid
+    os.kill(head, signal.SIGSTOP)  # its port accepts (the kernel), nobody answers
+    try:
+        t0 = time.monotonic()
+        doc = _run(hosts, """
+        t0 = time.monotonic()
+        try:
+            ray.get_actor("x")
+            out = {"lookup": "found"}
+        except Exception as error:
+            out = {"lookup": f"{type(error).__name__}: {error}"}
+        out["s"] = time.monotonic() - t0
+        print(json.dumps(out), flush=True)
+        ray.shutdown()
+        """, ip=MEMBER, timeout=60)
+    finally:
+        os.kill(head, signal.SIGCONT)
+    assert "cannot be reached" in doc["lookup"] and "127.0.0.1" in doc["lookup"], doc
+    assert doc["s"] < 15 and time.monotonic() - t0 < 50, doc  # the connect timeout (10 s)
+
+
+def test_the_actors_role_is_the_heads_only_and_needs_the_token(hosts):
+    _join_special(hosts)
+    token = auth_token.load_token(environ=hosts.env("127.0.0.1"))
+    head, member = hosts.record("127.0.0.1"), hosts.record(MEMBER)
+    with pytest.raises(pc.PeerRefused, match="not a head.*127.0.0.1"):
+        pc.connect((MEMBER, member.port), token, "actors", timeout=5.0,
+                   source_address=("127.0.0.1", 0))
+    with pytest.raises(pc.PeerAuthError):
+        pc.connect(("127.0.0.1", head.port), b"x" * len(token), "actors", timeout=5.0)
+    # The head relays frames to its actor service unchanged: a HELLO, then a LIST.
+    channel = pc.connect(("127.0.0.1", head.port), token, "actors", timeout=5.0)
+    try:
+        channel.send_bytes(pickle.dumps((protocol.SVC_HELLO, "control", os.getpid(),
+                                         "ab" * 8, "mrtest01", "", [], ""), 5))
+        assert pickle.loads(channel.recv_bytes(timeout=15.0)) == (protocol.SVC_OK, None)
+        channel.send_bytes(pickle.dumps((protocol.SVC_LIST, "", True), 5))
+        assert pickle.loads(channel.recv_bytes(timeout=15.0)) == (protocol.SVC_OK, [])
+    finally:
+        channel.close()
+
+
+def test_a_member_drivers_proxies_fail_when_the_head_stops(hosts):
+    _join_special(hosts)
+    member_driver = driver(textwrap.dedent(PRELUDE) + textwrap.dedent("""
+    @ray.remote
+    class Box:
+        def ping(self):
+            return "pong"
+
+    box = Box.options(name="box", lifetime="detached").remote()
+    print(json.dumps({"ping": ray.get(box.ping.remote(), timeout=60)}), flush=True)
+    sys.stdin.readline()  # the head stops meanwhile
+    print(json.dumps({"after": outcome(box.ping.remote(), timeout=30)}), flush=True)
+    ray.shutdown()
+    """), hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        assert json_line(member_driver, 90) == {"ping": "pong"}
+        stopped = cli(hosts.env("127.0.0.1"), "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        member_driver.stdin.write("\n")
+        member_driver.stdin.flush()
+        after = json_line(member_driver, 60)
+        assert member_driver.wait(30) == 0, member_driver.stderr.read()[-3000:]
+    finally:
+        stop_driver(member_driver)
+    assert after["after"].startswith("ActorDiedError"), after
+    assert "head's" in after["after"] and "127.0.0.1" in after["after"], after

@@ -38,8 +38,30 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 * Other nodes. This process's owner places an actor whose request only another node can
   hold, or with a node affinity, there as any driver does (``owner/remote_actors.py``):
   its lease is this process's for the actor's life; ``kill``, restarts and the node's
-  death behave as for a driver's actor. Names stay this node's: a driver reaches the
-  service of the node it joined only.
+  death behave as for a driver's actor.
+
+Names are the cluster's: the head's service is their one authority. Steps, driver D joined
+to member node M, head H (D's side: ``owner/actor_link.py``; H's relay:
+``node/actor_relay.py``)::
+
+    1. D's link reads M's ``cluster.json``: M is a member, H is at ``head``. D opens its
+       control and calls connections to H's port with role "actors" (cluster token, MAC'd
+       frames; ``CONNECT_TIMEOUT_S`` each). A head and its drivers use ``actors.sock`` as
+       before; M's own service then serves no driver.
+    2. H relays each connection to this service's socket unchanged; D's HELLO names no
+       store directory ("" for ``shm_dir``): D is on another host.
+    3. Requests are the same as a local driver's: names, CREATE (its duplicate raises
+       ActorAlreadyExistsError as for any driver), LIST, KILL, calls; the actor is placed
+       by the usual rules (here, or on M or another node where its resources are).
+    4. Values cross as bytes: D sends each value of its shared memory as ``("copy", bytes,
+       size)`` (``actor_link.pack_value``); this service writes it into a segment of its
+       store (``unpack_value``: an imported object, or a call's argument removed once the
+       call answered). Results and the objects of refs inside them go back the same way
+       (a large result's segment is read and removed here) and D writes them into its
+       store.
+    5. H unreachable: D's request raises ServiceUnavailable naming H within the connect
+       timeout; a request without an answer fails after ``REQUEST_TIMEOUT_S``. D's link
+       closing (D exits, H stops) is a local driver leaving: its non-detached actors end.
 
 Teardown (the node sends SIGTERM): stop accepting, close every driver's sockets, then
 ``shutdown()`` as any driver (its actors are killed, its leases returned, GOODBYE to the node).
@@ -62,7 +84,7 @@ from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.object_store import shm_segments as segs
-from miniray._private.owner.actor_link import SOCKET_NAME
+from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
 from miniray._private.owner.object_table import PENDING
 from miniray._private.transport import node_client
@@ -145,7 +167,7 @@ class _Client:
         self.pid = pid
         self.conns: dict[str, FramedSocket] = {}
         self.tag = tag
-        self.shm_dir = shm_dir
+        self.shm_dir = shm_dir  # "": a driver on another host (values go as bytes)
         self.gone = False
 
     def __repr__(self) -> str:
@@ -220,11 +242,16 @@ class ActorService:
             raise ValueError(f"expected SVC_HELLO, got {protocol.tag_name('actor_service', tag)}")
         client = self._clients.get(token)
         if client is None:
-            client = self._clients[token] = _Client(token, pid, segs.check_tag(store_tag),
-                                                    os.path.abspath(shm_dir))
-            logger.info("driver pid %d connected", pid)
+            client = self._clients[token] = _Client(
+                token, pid, segs.check_tag(store_tag),
+                os.path.abspath(shm_dir) if shm_dir else "")
+            logger.info("driver pid %d connected%s", pid,
+                        "" if shm_dir else " from another host")
         client.conns[role] = conn
         self._conns[conn.fd] = (conn, client, role)
+        if not shm_dir:  # another host's paths: only those that exist here too
+            sys_path = [path for path in sys_path if os.path.isdir(path)]
+            cwd = cwd if cwd and os.path.isdir(cwd) else ""
         self._adopt_paths(sys_path, cwd)
         if role == "control":
             self._answer(conn, protocol.SVC_OK, None)
@@ -353,6 +380,8 @@ class ActorService:
             imported = self._import(exported)
             spec.contained = tuple(object_id for object_id, _kind, _payload in exported)
             spec.reply = functools.partial(self._reply, client, spec.task_id, spec.return_ids)
+            if not client.shm_dir and spec.payloads:  # values from another host
+                spec.payloads, spec.reply = self._received_args(spec.payloads, spec.reply)
             if spec.num_returns == STREAMING:  # its values go to the caller as they come
                 self.owner.streams.forward[spec.task_id] = functools.partial(
                     self._reply_value, client, spec.task_id)
@@ -375,6 +404,29 @@ class ActorService:
                 self._end_when_idle(message[1])
         else:
             raise ValueError(f"unknown message {protocol.tag_name('actor_service', tag)}")
+
+    def _received_args(self, payloads: list, reply):
+        """A call's argument values from a driver on another host, written into segments
+        of this store for the actor to map; removed once the call has answered."""
+        store = self.owner.store
+        made = []
+        out = []
+        for position, kind, payload in payloads:
+            value = unpack_value(payload, store.shm_dir, store.session_tag)
+            if value is not payload:
+                made.append(value[1])
+            out.append((position, kind, value))
+        if not made:
+            return out, reply
+
+        def reply_then_remove(*args, **kwargs):
+            try:
+                reply(*args, **kwargs)
+            finally:
+                for path in made:
+                    segs.unlink_quiet(path)
+
+        return out, reply_then_remove
 
     def _end_when_idle(self, actor_id: bytes) -> None:
         actors = self.owner.actors
@@ -468,15 +520,23 @@ class ActorService:
         """``(id, kind, payload)`` of an object of this process for ``client``; a large one is
         copied into a segment of the client's store, which adopts it."""
         kind, payload = self.owner.objects.read(object_id)
-        if isinstance(payload, tuple):
+        if isinstance(payload, tuple) and not client.shm_dir:  # another host: its bytes
+            payload = pack_value(payload, self.owner.store.shm_dir)
+        elif isinstance(payload, tuple):
             payload = _copy_segment(payload, client.shm_dir, client.tag)
         return object_id, kind, payload
 
     def _hand_over(self, data: tuple, client: _Client, object_id: bytes) -> tuple:
         """A segment the actor wrote becomes the caller's: renamed into its store's name
-        (copied when its store lives on another filesystem)."""
+        (copied when its store lives on another filesystem); for a driver on another host,
+        its bytes (the segment is removed)."""
         _where, name, size = data
         src = segs.resolve_path(name, self.owner.store.shm_dir)
+        if not client.shm_dir:  # a driver on another host: the bytes travel
+            try:
+                return pack_value(data, self.owner.store.shm_dir)
+            finally:
+                segs.unlink_quiet(src)
         dst = os.path.join(client.shm_dir, segs.segment_name(client.tag, object_id))
         try:
             os.rename(src, dst)
@@ -508,7 +568,10 @@ class ActorService:
 
 def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:
     """A copy of a segment (or spilled file) under a fresh name of session ``tag``: a store of
-    that session adopts it. The name is random, so it never meets a segment the store has."""
+    that session adopts it. The name is random, so it never meets a segment the store has.
+    A value from another host (``("copy", bytes, size)``) is written there the same way."""
+    if isinstance(payload[1], (bytes, bytearray, memoryview)):
+        return unpack_value(payload, shm_dir, tag)
     _where, src, size = payload
     dst = os.path.join(shm_dir, segs.segment_name(tag, os.urandom(28)))
     segs.copy_file(src, dst, size)

@@ -10,7 +10,9 @@ and frames (``transport/peer_channel.py``), the view's rules and failure detecto
 (``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
 drivers' leases and spawns (``remote_drivers.py``: this module accepts the roles ``driver``
 and ``attach`` on any node, hands each such channel to it, lets it ``tick``, and calls its
-``fence`` at steps 3-4), or remote tasks, actors and objects (a later phase).
+``fence`` at steps 3-4), the head's relay of the role ``actors`` to its actor service
+(``actor_relay.py``: this module accepts the role on a head and hands it each channel), or
+remote tasks, actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
 
@@ -26,7 +28,9 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
 1. B binds its own listener (``--node-ip-address``:``--port``), then connects to H with
    role "join" and hello ``{"node": NodeEntry fields, "cluster": H's address}``. H's
    handshake thread accepts the roles "join" (on a head), "driver" and "attach" (on any
-   node: ``remote_drivers.py``, whose hello it checks); any other role is refused by name.
+   node: ``remote_drivers.py``, whose hello it checks) and "actors" (on a head: drivers of
+   member nodes reaching its actor service, relayed by ``actor_relay.py``); any other role
+   is refused by name.
    A wrong token or another miniray/Python version fails here: ``miniray start`` exits 1
    with that message and nothing is left running.
 2. H's loop applies the JOIN (``ClusterView.join``); a stale incarnation is answered
@@ -67,6 +71,7 @@ from dataclasses import asdict
 
 from miniray._private.core import config
 from miniray._private.core.cluster_view import ClusterView, NodeEntry
+from miniray._private.node.actor_relay import ROLE_ACTORS, ActorRelay
 from miniray._private.node.remote_drivers import (
     ROLE_ATTACH,
     ROLE_DRIVER,
@@ -206,6 +211,7 @@ class Peering:
         self.drivers = RemoteDrivers(ledger, node_id=entry.node_id, gpu_keys=gpu_keys)
         self.is_head = head is None
         self.cluster_path = os.path.join(session_dir, nc.CLUSTER_FILE)
+        self.actor_relay = ActorRelay(session_dir) if head is None else None
         self.heartbeat_s = config.heartbeat_s()
         self.dead_after = config.node_dead_after_s()
         self._sel: selectors.BaseSelector | None = None
@@ -303,6 +309,8 @@ class Peering:
         for member in list(self._members.values()):
             self._close_member(member)
         self.drivers.close(f"the node is stopping ({reason})")
+        if self.actor_relay is not None:
+            self.actor_relay.close()
         if self._sel is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self._sel.unregister(self.listener)
@@ -326,9 +334,14 @@ class Peering:
             return check_hello(hello) or {"node_id": self.entry.node_id}
         if hello.get("role") == ROLE_ATTACH:
             return check_attach_hello(hello) or {}
+        if hello.get("role") == ROLE_ACTORS and not self.is_head:
+            return (f"the node at {self.entry.address} is not a head: named and detached "
+                    f"actors live in its head's actor service ({self.head[0]}:{self.head[1]})")
+        if hello.get("role") == ROLE_ACTORS:
+            return {"node_id": self.entry.node_id}
         if hello.get("role") != ROLE_JOIN:
-            return (f"this port accepts only the roles {ROLE_JOIN!r}, {ROLE_DRIVER!r} and "
-                    f"{ROLE_ATTACH!r} in this miniray version")
+            return (f"this port accepts only the roles {ROLE_JOIN!r}, {ROLE_DRIVER!r}, "
+                    f"{ROLE_ATTACH!r} and {ROLE_ACTORS!r} in this miniray version")
         if not self.is_head:
             return (f"the node at {self.entry.address} is not a head: join the head of its "
                     f"cluster ({self.head[0]}:{self.head[1]})")
@@ -362,6 +375,11 @@ class Peering:
                     self.drivers.add(item)
                 else:
                     self.drivers.attach(item)
+            elif kind == "accepted" and item.role == ROLE_ACTORS:
+                if self._closed or self.actor_relay is None:
+                    item.close()
+                else:
+                    self.actor_relay.add(item)
             elif kind == "accepted":
                 self._on_join(item, now)
             elif kind == "joined":

@@ -1,7 +1,10 @@
-"""A driver's connection to the node's actor service, where named and detached actors live.
+"""A driver's connection to the actor service, where named and detached actors live.
 
 Owns: the two sockets to ``<session>/actors.sock`` and what travels on them (each checked
-with SO_PEERCRED before anything is sent or read: the service must run as this uid). Does not
+with SO_PEERCRED before anything is sent or read: the service must run as this uid); for a
+driver of a member node, the two ``actors`` channels to the head's port instead (the head's
+service holds the cluster's names: ``node/actor_service.py`` steps 1-5), and turning values
+in shared memory into bytes and back for them (``pack_value``, ``unpack_value``). Does not
 own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
 link), or the service itself (``actor_service.py``).
 Called by: ``actors.ActorManager``. Requests (create, lookup, list, kill) and connecting are
@@ -38,22 +41,60 @@ import threading
 import time
 
 from miniray._private.core import protocol, serialization
-from miniray._private.host import same_uid
-from miniray._private.object_store.shm_segments import unlink_quiet
+from miniray._private.host import auth_token, same_uid
+from miniray._private.object_store.shm_segments import resolve_path, segment_name, unlink_quiet
 from miniray._private.owner import output
 from miniray._private.owner.object_table import PENDING
+from miniray._private.transport import node_client, peer_channel
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import sun_path
 
-__all__ = ["ActorLink", "ServiceUnavailable", "SOCKET_NAME"]
+__all__ = ["ActorLink", "COPY", "ServiceUnavailable", "SOCKET_NAME", "pack_value",
+           "unpack_value"]
 
 SOCKET_NAME = "actors.sock"
 CONNECT_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 60.0  # Ray's GCS request timeout
+SEND_TIMEOUT_S = 10.0  # a write to the head's relay that waits longer loses the link
+ROLE_ACTORS = "actors"  # node/actor_relay.py's role on the head's port
+
+
+COPY = "copy"  # a value in shared memory, as it crosses hosts: ("copy", bytes, size)
 
 
 class ServiceUnavailable(RuntimeError):
     """The node's actor service cannot be reached."""
+
+
+def pack_value(payload, shm_dir: str):
+    """A payload as it goes to another host: a segment (or spilled file) of the store in
+    ``shm_dir`` becomes ``("copy", its bytes, size)``; other payloads are unchanged."""
+    if not isinstance(payload, tuple) or payload[0] == COPY:
+        return payload
+    _where, name, size = payload
+    with open(resolve_path(name, shm_dir), "rb") as f:
+        return (COPY, f.read(size), size)
+
+
+def unpack_value(payload, shm_dir: str, tag: str):
+    """A payload that came from another host: ``("copy", bytes, size)`` is written into a
+    new segment of the store of session ``tag`` in ``shm_dir`` (which adopts it: the name
+    is random) and becomes ``("shm", path, size)``; other payloads are unchanged."""
+    if not (isinstance(payload, tuple) and payload[0] == COPY):
+        return payload
+    _copy, data, size = payload
+    dst = os.path.join(shm_dir, segment_name(tag, os.urandom(28)))
+    fd = os.open(dst, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except BaseException:
+        unlink_quiet(dst)
+        raise
+    finally:
+        os.close(fd)
+    return ("shm", dst, size)
 
 
 class _Forward:
@@ -66,6 +107,61 @@ class _Forward:
 
     def notify(self, is_error: bool, object_id: bytes) -> None:
         self.link._forward(object_id)
+
+
+class _PeerConn:
+    """A MAC'd channel to the head (relayed to its actor service) behind the part of
+    ``FramedSocket``'s interface this link and the reactor use. ``flush`` writes at once,
+    blocking at most ``SEND_TIMEOUT_S`` (messages here are small or, across hosts, values
+    the caller already holds in memory)."""
+
+    __slots__ = ("channel", "fd", "outbox")
+
+    def __init__(self, channel):
+        channel.setblocking(True)
+        channel.set_send_timeout(SEND_TIMEOUT_S)
+        self.channel = channel
+        self.fd = channel.fileno()
+        self.outbox: list = []
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def send(self, data) -> None:
+        self.channel.send_bytes(data)
+
+    def recv(self) -> list:
+        """At least one verified frame, waiting at most ``REQUEST_TIMEOUT_S``."""
+        try:
+            frames = [bytes(self.channel.recv_bytes(timeout=REQUEST_TIMEOUT_S))]
+        except peer_channel.PeerClosed:
+            raise EOFError("the head closed the link") from None
+        ready = self.channel._ready
+        while ready:
+            frames.append(bytes(ready.popleft()))
+        return frames
+
+    def recv_ready(self) -> tuple[list, bool]:
+        frames = []
+        try:
+            while True:
+                frames.append(bytes(self.channel.recv_bytes(timeout=0)))
+        except TimeoutError:
+            return frames, False
+        except OSError:  # closed, or a frame that failed its check
+            return frames, True
+
+    def queue(self, data) -> None:
+        self.outbox.append(data)
+
+    def flush(self) -> bool:
+        outbox, self.outbox = self.outbox, []
+        for data in outbox:
+            self.channel.send_bytes(data)
+        return True
+
+    def close(self) -> None:
+        self.channel.close()
 
 
 class ActorLink:
@@ -85,16 +181,63 @@ class ActorLink:
         # owner's lock (never the other way round, so the two cannot deadlock).
         self._control_lock = threading.Lock()
         self._outbox: list = []  # (actor_id, spec, exported) of calls made before connecting
+        self._remote: tuple[str, int] | None = None  # the head's address, when connected there
         self._connecting = False  # *Locked.* a deferred connect for the outbox is on its way
 
     # -- connecting ------------------------------------------------------------------------
     def _connect(self) -> None:
         """*Not locked*; ``_control_lock`` held. Connect both sockets (waiting up to
-        ``CONNECT_TIMEOUT_S`` for the service) and send the calls made meanwhile."""
+        ``CONNECT_TIMEOUT_S`` for the service) and send the calls made meanwhile. A driver
+        of a member node connects to the head's service instead (``_connect_head``)."""
         if self._control is not None:
             return
         if self._closed:
             raise ServiceUnavailable("this driver's session was shut down")
+        head = self._head_address()
+        if head is not None:
+            self._remote = head
+            control, calls = self._connect_head(head)
+        else:
+            self._remote = None
+            control, calls = self._connect_local()
+        store = self.owner.store
+        shm_dir = "" if head is not None else store.shm_dir  # "": send values, not paths
+        hello = (os.getpid(), self.token, store.session_tag, shm_dir,
+                 self.owner.hello_info.get("sys_path", []), os.getcwd())
+        try:
+            control.send(pickle.dumps((protocol.SVC_HELLO, "control") + hello, 5))
+            calls.send(pickle.dumps((protocol.SVC_HELLO, "calls") + hello, 5))
+            self._reply(control)
+        except (OSError, EOFError) as error:
+            control.close()
+            calls.close()
+            raise ServiceUnavailable(
+                f"The {self._where()} actor service did not answer ({error}).") from None
+        with self.owner.locked():
+            if self._closed:  # the session shut down while this connected
+                control.close()
+                calls.close()
+                raise ServiceUnavailable("this driver's session was shut down")
+            self._control, self._calls = control, calls
+            self.owner.reactor.register(calls.fd, self._on_readable)
+            outbox, self._outbox = self._outbox, []
+            for actor_id, spec, exported in outbox:
+                self.send((protocol.SVC_CALL, actor_id, spec, exported))
+
+    def _head_address(self) -> tuple[str, int] | None:
+        """The head's ``(ip, port)`` when this driver's node is a member of a cluster (its
+        published view says so), else None: the node's own service."""
+        doc = node_client.read_cluster(os.path.dirname(self.path))
+        if not doc or doc.get("is_head", True) or not doc.get("head"):
+            return None
+        host, _, port = str(doc["head"]).rpartition(":")
+        return host, int(port)
+
+    def _where(self) -> str:
+        return (f"head's ({self._remote[0]}:{self._remote[1]})" if self._remote
+                else "node's")
+
+    def _connect_local(self) -> tuple[FramedSocket, FramedSocket]:
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while True:
             socks = []
@@ -123,32 +266,34 @@ class ActorLink:
                 sock.close()
             raise ServiceUnavailable(f"The node's actor service cannot be trusted: {error}") \
                 from None
-        store = self.owner.store
-        hello = (os.getpid(), self.token, store.session_tag, store.shm_dir,
-                 self.owner.hello_info.get("sys_path", []), os.getcwd())
         control, calls = (FramedSocket(s) for s in socks)
         for conn in (control, calls):
             conn.sock.settimeout(REQUEST_TIMEOUT_S)
-        try:
-            control.send(pickle.dumps((protocol.SVC_HELLO, "control") + hello, 5))
-            calls.send(pickle.dumps((protocol.SVC_HELLO, "calls") + hello, 5))
-            self._reply(control)
-        except (OSError, EOFError) as error:
-            control.close()
-            calls.close()
-            raise ServiceUnavailable(
-                f"The node's actor service did not answer ({error}).") from None
         calls.sock.setblocking(True)
-        with self.owner.locked():
-            if self._closed:  # the session shut down while this connected
-                control.close()
-                calls.close()
-                raise ServiceUnavailable("this driver's session was shut down")
-            self._control, self._calls = control, calls
-            self.owner.reactor.register(calls.fd, self._on_readable)
-            outbox, self._outbox = self._outbox, []
-            for actor_id, spec, exported in outbox:
-                self.send((protocol.SVC_CALL, actor_id, spec, exported))
+        return control, calls
+
+    def _connect_head(self, head: tuple[str, int]) -> tuple[_PeerConn, _PeerConn]:
+        """Two ``actors`` channels to the head's port (the cluster token, MAC'd frames),
+        which the head relays to its actor service (``node/actor_relay.py``). Each connect
+        waits at most ``CONNECT_TIMEOUT_S``."""
+        contexts = peer_channel.tls_contexts()
+        source = self.owner.hello_info.get("node_ip") or None
+        channels = []
+        try:
+            token = auth_token.load_token()
+            for _ in range(2):
+                channels.append(peer_channel.connect(
+                    head, token, ROLE_ACTORS, hello={"pid": os.getpid()},
+                    timeout=CONNECT_TIMEOUT_S, ssl_context=contexts[0] if contexts else None,
+                    source_address=(source, 0) if source else None))
+        except (OSError, auth_token.AuthTokenError) as error:
+            for channel in channels:
+                channel.close()
+            raise ServiceUnavailable(
+                f"The head at {head[0]}:{head[1]}, whose actor service holds the cluster's "
+                f"named and detached actors, cannot be reached ({error}). Check that the "
+                "head runs (`miniray status`) and that this node is joined to it.") from None
+        return _PeerConn(channels[0]), _PeerConn(channels[1])
 
     @staticmethod
     def _reply(conn: FramedSocket):
@@ -171,7 +316,8 @@ class ActorLink:
             except (OSError, EOFError) as error:
                 with self.owner.locked():
                     if self._control is control:
-                        self._gone(f"the node's actor service stopped answering ({error})")
+                        self._gone(f"the {self._where()} actor service stopped answering "
+                                   f"({error})")
                 raise ServiceUnavailable(self._lost or str(error)) from None
 
     # -- requests (owner lock NOT held: each waits for the service's reply) ----------------
@@ -179,7 +325,8 @@ class ActorLink:
         """``exported``: ``[(id, kind, payload)]`` of the objects of every ObjectRef in the
         constructor's arguments; kind and payload None for one not ready yet, which
         ``forward_when_ready`` sends later."""
-        actor_id, state, warning = self._request((protocol.SVC_CREATE, spec, exported))
+        actor_id, state, warning = self._request((protocol.SVC_CREATE, spec,
+                                                   self._values(exported)))
         if warning:  # it can never be placed: say so here, as for an actor of this driver
             print(warning, file=sys.stderr, flush=True)
         return actor_id, state
@@ -262,14 +409,34 @@ class ActorLink:
         non-detached actor when no driver holds it."""
         self.send((protocol.SVC_HOLD if held else protocol.SVC_RELEASE, actor_id))
 
+    def _values(self, items):
+        """``[(..., payload)]`` as sent: to the head's service (another host), a value in
+        this driver's shared memory goes as its bytes (``pack_value``), not as a path."""
+        if self._remote is None or not items:
+            return items
+        shm_dir = self.owner.store.shm_dir
+        return [tuple(item[:-1]) + (pack_value(item[-1], shm_dir),) for item in items]
+
+    def _received(self, payload):
+        """*Locked.* A value from the head's service, in this driver's store."""
+        store = self.owner.store
+        return unpack_value(payload, store.shm_dir, store.session_tag)
+
     def send(self, message: tuple) -> None:
         calls = self._calls
         if calls is None:
             return
+        if self._remote is not None:
+            if message[0] == protocol.SVC_CALL:
+                spec = message[2]
+                spec.payloads = self._values(spec.payloads)
+                message = message[:3] + (self._values(message[3]),)
+            elif message[0] == protocol.SVC_OBJECT:
+                message = (message[0],) + self._values([message[1:4]])[0]
         try:
             self.owner.reactor.send(calls, pickle.dumps(message, 5), self._on_writable)
         except OSError as error:
-            self._gone(f"the node's actor service is gone ({error})")
+            self._gone(f"the {self._where()} actor service is gone ({error})")
 
     def _on_writable(self, fd: int) -> None:
         with self.owner.locked():
@@ -285,15 +452,24 @@ class ActorLink:
             for frame in frames:
                 message = pickle.loads(frame)
                 if message[0] == protocol.SVC_RESULT:
-                    self.owner.actors.on_remote_result(message[1], message[2], message[3])
+                    results, nested = message[2], message[3]
+                    if self._remote is not None:
+                        results = [(kind, self._received(data)) for kind, data in results]
+                        nested = [(index, [(i, k, self._received(p)) for i, k, p in items])
+                                  for index, items in nested or ()]
+                    self.owner.actors.on_remote_result(message[1], results, nested)
                 elif message[0] == protocol.SVC_YIELD:
-                    self._yielded(*message[1:])
+                    task_id, index, kind, data, nested = message[1:6]
+                    if self._remote is not None:
+                        data = self._received(data)
+                        nested = [(i, k, self._received(p)) for i, k, p in nested]
+                    self._yielded(task_id, index, kind, data, nested)
                 elif message[0] == protocol.SVC_OUTPUT:
                     self._print(message[1], message[2])
                 elif message[0] == protocol.SVC_IMPORTED:
                     self._forwarded(message[1])
             if closed and self._calls is calls:
-                self._gone("the node's actor service exited")
+                self._gone(f"the {self._where()} actor service exited")
 
     def _yielded(self, task_id: bytes, index: int, kind: int, data, nested) -> None:
         """*Locked.* A value of a streaming call of a proxy; the objects of refs inside it
