@@ -217,7 +217,8 @@ def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = 
     """
     if isinstance(object_refs, ObjectRef):
         rt = runtime.auto_init()
-        return get_values(rt, [object_refs], _check_timeout(timeout))[0]
+        return get_values(rt, [object_refs],
+                          None if timeout is None else _check_timeout(timeout))[0]
     if isinstance(object_refs, ObjectRefGenerator):
         return object_refs
     if not isinstance(object_refs, list):

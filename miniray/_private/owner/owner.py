@@ -140,6 +140,7 @@ class Owner:
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
+        self.get_serialized = self.objects.get_serialized  # a get()'s call less
         self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
         # The values of streaming generator calls, as they are yielded.
