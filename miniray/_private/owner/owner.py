@@ -205,7 +205,8 @@ class Owner:
         self.direct_reads = DirectReads(
             lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
             handle_frames=self._handle_frames, deferred=self._deferred,
-            run_deferred=self._run_deferred, closed=lambda: self._closed or self._stopping)
+            run_deferred=self._run_deferred, closed=lambda: self._closed or self._stopping,
+            objects=self.objects, linger=self.linger, prompt=self.PROMPT_FREE_S)
         self.objects.direct_reads = self.direct_reads
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(
