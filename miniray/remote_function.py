@@ -246,8 +246,8 @@ class RemoteFunction(Generic[P, R]):
         return exported
 
     def _submit(self, template: _Template, args: tuple, kwargs: dict):
-        argspec = self._argspec
-        if argspec is not None:
+        argspec = self._argspec  # check()'s first test inlined: a plain call binds
+        if argspec is not None and (kwargs or len(args) not in argspec.plain_counts):
             argspec.check(args, kwargs)
         rt = context.auto_init()  # the runtime (``runtime.auto_init`` starts one if none)
         token = rt.session_token

@@ -17,7 +17,7 @@ import time
 from typing import Any, Sequence, TypeVar, overload
 
 from miniray._private import runtime
-from miniray._private.core import ids, progress_bars, serialization
+from miniray._private.core import context, ids, progress_bars, serialization
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.type_vars import T
 from miniray._private.object_store.values import check_session, get_values
@@ -216,8 +216,9 @@ def get(object_refs, *, timeout: float | None = None, _use_object_store: bool = 
         ['a', 'b']
     """
     if isinstance(object_refs, ObjectRef):
-        rt = runtime.auto_init()
-        return get_values(rt, [object_refs], _check_timeout(timeout))[0]
+        rt = context.auto_init()  # runtime.auto_init()'s hook, called only if none runs
+        return get_values(rt, [object_refs],
+                          None if timeout is None else _check_timeout(timeout))[0]
     if isinstance(object_refs, ObjectRefGenerator):
         return object_refs
     if not isinstance(object_refs, list):

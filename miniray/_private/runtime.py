@@ -281,6 +281,12 @@ class Runtime:
             restart_fork_server=restart_fork_server,
         )
         self.session_token = self.owner.session_token
+        # The per-task delegations to the owner, bound once (a Python call less each on
+        # every submission, ref and get(); self.owner is never replaced)
+        self.ref_created = self.owner.ref_created
+        self.ref_dropped = self.owner.ref_dropped
+        self.get_serialized = self.owner.get_serialized
+        self.submit_task = self.owner.submit_task
         from miniray._private.owner.placement_groups import PlacementGroups  # lazy: as Owner
 
         self.owner.pgs = PlacementGroups(

@@ -158,6 +158,23 @@ def test_omp_num_threads_follows_assigned_cpus(ray, num_cpus, expected):
     assert ray.get(f.remote(), timeout=GET_TIMEOUT) == expected
 
 
+def test_omp_num_threads_is_set_again_after_a_task_changed_it(ray):
+    @ray.remote
+    def change(value):
+        before = os.environ.get("OMP_NUM_THREADS")
+        if value is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = value
+        return before
+
+    # one after another: a worker's next task sees the value set for it, whatever the last
+    # task left (changed, removed, or left alone)
+    seen = [ray.get(change.remote(value), timeout=GET_TIMEOUT)
+            for value in ("7", "7", None, "1", "1", "3")]
+    assert seen == ["1"] * 6
+
+
 def test_task_running_inside_task_sees_cluster_state(ray):
     @ray.remote
     def inside():

@@ -276,6 +276,27 @@ def test_a_sleeping_io_thread_is_woken_once_after_a_read(owner):
     assert owner.reactor._wake_r in _ready(owner.reactor)
 
 
+@pytest.mark.parametrize("asleep_for, woken, pending", [
+    (None, False, False),  # awake: its own idle hint is still to come
+    (0.002, False, True),  # wakes within the linger: it frees dropped refs then
+    (1.0, True, True),  # longer than the linger (a lease kept past it, say): woken
+    (float("inf"), True, True),  # no bound
+])
+def test_after_a_read_the_io_thread_is_woken_if_it_sleeps_past_the_linger(
+        owner, asleep_for, woken, pending):
+    # and refs dropped from then on need no wake-up of their own while it wakes soon
+    objects = SimpleNamespace(wake_pending=False)
+    owner.reads._objects, owner.reads._linger, owner.reads._prompt = objects, 0.005, 0.01
+    worker = owner.claim()
+    owner.reactor.sleep_until = 0.0 if asleep_for is None else time.monotonic() + asleep_for
+    owner.send(("RESULT", 1))
+    assert owner.reads.read(worker, owner.waiter, None)
+    assert (owner.reactor._wake_r in _ready(owner.reactor)) == woken
+    assert objects.wake_pending == pending
+    if woken:
+        assert owner.reactor.sleep_until == 0.0  # once per sleep
+
+
 def test_pause_and_resume_after_the_loop_closed_do_not_raise():
     a, b = socket.socketpair()
     lock, reactor = _reactor()

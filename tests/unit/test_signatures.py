@@ -114,3 +114,22 @@ def test_remembered_shapes_still_refuse_other_shapes():
     with pytest.raises(TypeError, match="missing a required argument: 'c'"):
         spec.check((1,), {"d": 1})
     spec.check((1,), {"c": 1})
+
+
+def test_plain_counts_say_what_check_passes_without_keywords():
+    # the submission path skips check() when a call without keywords has a count in
+    # plain_counts: that must be exactly the counts check() passes
+    def f(a, b=1, *rest): ...
+
+    def g(a, *, k): ...
+
+    def h(): ...
+
+    for fn, counts in ((f, (1, 2, 3, 50)), (g, ()), (h, (0,))):
+        spec = signatures.of_function(fn, fn.__name__)
+        for n in range(6):
+            plain = n in spec.plain_counts
+            assert plain == (n in counts or (fn is f and n >= 1)), (fn, n)
+            if not plain:
+                with pytest.raises(TypeError):
+                    spec.check((0,) * n, {})

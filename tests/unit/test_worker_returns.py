@@ -62,6 +62,21 @@ def test_omp_threads_is_reset_for_each_task_when_a_task_changed_it(monkeypatch):
     assert os.environ["OMP_NUM_THREADS"] == "1"
 
 
+def test_set_env_records_when_the_next_task_may_skip_it(monkeypatch):
+    # run_task skips _set_env while the request equals env_for and OMP_NUM_THREADS is still
+    # omp_now; a GPU task (its ids set per task) leaves nothing to compare with
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    stub = _stub(True)
+    worker_main._Worker._set_env(stub, {"CPU": 2.0}, None)
+    assert stub.env_for == {"CPU": 2.0} and stub.omp_now == b"2"
+    worker_main._Worker._set_env(stub, {"CPU": 1.0, "GPU": 1.0}, ["0"])
+    assert stub.env_for is None
+    user = types.SimpleNamespace(user_set_omp=True, noset_cvd=True)
+    worker_main._Worker._set_env(user, {"CPU": 1.0}, None)
+    assert user.env_for == {"CPU": 1.0} and user.omp_now is None  # the user's value stays
+
+
 def test_the_no_argument_blob_is_what_a_call_without_arguments_sends():
     from miniray._private.core import serialization
 

@@ -48,7 +48,8 @@ class ArgSpec:
         TypeError: f.remote() got invalid arguments: too many positional arguments. ...
     """
 
-    __slots__ = ("params", "text", "name", "_min", "_max", "_signature", "_shapes")
+    __slots__ = ("params", "text", "name", "_min", "_max", "_signature", "_shapes",
+                 "plain_counts")
 
     def __init__(self, params: tuple, text: str, name: str):
         self.params = tuple(params)
@@ -63,6 +64,9 @@ class ArgSpec:
             self._max = 1 << 30
         if any(p[1] == _P.KEYWORD_ONLY and not p[2] for p in self.params):
             self._max = -1  # a required keyword: a call without keywords always needs bind
+        # The positional counts a call without keywords may have: ``check``'s first test,
+        # which a caller on the per-task path makes itself (``len(args) in plain_counts``)
+        self.plain_counts = range(self._min, self._max + 1)
 
     def __reduce__(self):
         return (ArgSpec, (self.params, self.text, self.name))

@@ -38,10 +38,14 @@ Rules that keep every message and wake-up:
 5. A KeyboardInterrupt in the caller while frames wait to be handled: the rest are handled
    before it propagates (a handler interrupted half-way is as a submission interrupted
    half-way).
-6. The I/O thread may have gone to sleep without a bound while the lease was busy; the
-   caller made it idle, so it wakes the I/O thread (the linger timer needs it), at most once
-   per such sleep (``Reactor.unbounded_sleep``); while reads go on, the idle hint keeps the
-   I/O thread's sleeps bounded.
+6. The I/O thread may have gone to sleep without a bound, or for longer than a lease's
+   linger, while the lease was busy; the caller made it idle, so it wakes the I/O thread
+   (the linger timer needs it), at most once per such sleep (``Reactor.unbounded_sleep``,
+   ``Reactor.sleep_until``); while reads go on, the idle hint keeps the I/O thread's sleeps
+   bounded. When it wakes within ``prompt`` (woken now, or asleep until then), refs dropped
+   from now on need no wake-up of their own (``ObjectTable.wake_pending``, set under the
+   owner's lock before the wake: the housekeeping that follows every wake-up takes the lock,
+   applies them and clears it), as after a result the I/O thread read itself.
 """
 
 from __future__ import annotations
@@ -75,8 +79,12 @@ class DirectReads:
     WINDOW_S = 0.05
 
     def __init__(self, *, lock, tasks_by_id: dict, reactor, handle_frames: Callable,
-                 deferred, run_deferred: Callable[[], None], closed: Callable[[], bool]):
+                 deferred, run_deferred: Callable[[], None], closed: Callable[[], bool],
+                 objects=None, linger: float = 0.0, prompt: float = 0.0):
         self._lock = lock
+        self._objects = objects  # the owner's ObjectTable: its wake_pending (rule 6)
+        self._linger = linger  # an idle lease's linger: a longer sleep is woken (rule 6)
+        self._prompt = prompt  # a sleep at most this long frees dropped refs soon enough
         self._tasks_by_id = tasks_by_id
         self._reactor = reactor
         self._handle_frames = handle_frames
@@ -139,9 +147,16 @@ class DirectReads:
                 worker.direct = False
                 self.active -= 1
                 reactor.resume_read(fd)
-                if reactor.unbounded_sleep:
+                until = reactor.sleep_until  # 0.0: awake, its idle hint is still to come
+                now = time.monotonic()
+                if reactor.unbounded_sleep or until > now + self._linger:
                     reactor.unbounded_sleep = False
+                    reactor.sleep_until = 0.0
+                    if self._objects is not None:
+                        self._objects.wake_pending = True
                     reactor.wake()
+                elif 0.0 < until <= now + self._prompt and self._objects is not None:
+                    self._objects.wake_pending = True
             if self._deferred:
                 self._run_deferred()
         if timeout is not None:

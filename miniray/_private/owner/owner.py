@@ -141,6 +141,7 @@ class Owner:
         # ObjectRef bookkeeping goes straight to the table (lock-free appends).
         self.ref_created = self.objects.ref_created
         self.ref_dropped = self.objects.ref_dropped
+        self.get_serialized = self.objects.get_serialized  # a get()'s call less
         self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
         # The values of streaming generator calls, as they are yielded.
@@ -205,7 +206,8 @@ class Owner:
         self.direct_reads = DirectReads(
             lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
             handle_frames=self._handle_frames, deferred=self._deferred,
-            run_deferred=self._run_deferred, closed=lambda: self._closed or self._stopping)
+            run_deferred=self._run_deferred, closed=lambda: self._closed or self._stopping,
+            objects=self.objects, linger=self.linger, prompt=self.PROMPT_FREE_S)
         self.objects.direct_reads = self.direct_reads
         # The fork server's or the node's death: a restart, or the session's end (fatal).
         self.helper_loss = HelperLoss(

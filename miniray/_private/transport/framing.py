@@ -177,9 +177,10 @@ class FramedSocket:
         """Block until at least one frame arrives; EOFError when the peer closed."""
         view = None
         while True:
-            frames = self._frames()
-            if frames:
-                return frames
+            if self.buffer:  # empty between messages: no _frames() call then
+                frames = self._frames()
+                if frames:
+                    return frames
             if view is None:
                 view = _read_view()
             count = self.sock.recv_into(view, _CHUNK)

@@ -29,6 +29,8 @@ from typing import Callable
 
 logger = logging.getLogger(__name__)
 
+_FOREVER = float("inf")
+
 # ``send_soon``: frames held in a socket's outbox for the I/O thread before the caller writes
 # them itself (a write gathers up to 64 frames).
 SOON_FRAMES = 64
@@ -60,6 +62,10 @@ class Reactor:
         # sleeps without a bound: a thread that changed what that decision reads without
         # waking the loop (owner/direct_reads.py) wakes it then (``wake``).
         self.unbounded_sleep = False
+        # Likewise, when the loop will wake at the latest (``time.monotonic()``; infinite from
+        # just before the decision, 0.0 while awake): such a thread wakes it if that is later
+        # than the changed decision needs.
+        self.sleep_until = 0.0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -219,6 +225,7 @@ class Reactor:
         handlers = self._handlers
         while not self._stopping:
             self.unbounded_sleep = True  # set before the look: a change after it is seen
+            self.sleep_until = _FOREVER
             timeout = -1.0
             if self._timers:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic())
@@ -227,6 +234,7 @@ class Reactor:
                 timeout = hint if timeout < 0 else min(timeout, hint)
             if timeout >= 0:
                 self.unbounded_sleep = False
+                self.sleep_until = time.monotonic() + timeout
             try:
                 events = epoll.poll(timeout)
             except InterruptedError:
@@ -236,6 +244,7 @@ class Reactor:
                     break
                 raise
             self.unbounded_sleep = False
+            self.sleep_until = 0.0
             writers = self._writers
             for fd, mask in events:
                 try:

@@ -72,7 +72,9 @@ class Channel:
     def send(self, message: tuple) -> None:
         data = pickle.dumps(message, protocol=5)
         with self._send_lock:
-            self._report_first()
+            pending = self.before_send_pending  # _report_first()'s test, inlined
+            if self.before_send is not None and (pending is None or pending):
+                self._report_first()
             self.conn.send(data)
 
     def send_bulk(self, message: tuple, sers: list) -> None:
@@ -207,7 +209,7 @@ class Channel:
                     self._blocking.discard(message[1])
                     self._cond.notify_all()
             else:
-                with self._cond:
+                with self._cond_lock:  # the condition's own lock: no wait or notify here
                     keep = message[0] != protocol.TASK or not self._blocking
                     if keep and not given_back:
                         self._incoming.append(message)

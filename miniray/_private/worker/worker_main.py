@@ -75,6 +75,7 @@ from miniray._private.worker.execute import (
     task_error_for,
 )
 from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
+from miniray._private.worker.worker_api import _current_task
 
 if TYPE_CHECKING:
     pass
@@ -140,6 +141,8 @@ class _Worker:
         self.base_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.noset_cvd = config.noset_cuda_visible_devices()
         self.cvd_on_zero = config.override_cvd_on_zero()
+        self.env_for: dict | None = None  # the resources _set_env last applied, when exact
+        self.omp_now: bytes | None = None  # and the OMP_NUM_THREADS it left (None: not its)
         self.actor_host = None
         # A returned None is sent inline (``_NONE_PAYLOAD``) unless the store's inline
         # threshold is below its size (then it goes through ``payload_for`` as any value).
@@ -246,9 +249,14 @@ class _Worker:
 
     # -- main loop ------------------------------------------------------------------
     def loop(self) -> None:
+        channel = self.channel
         while True:
-            self.channel.flush()  # refs the last task dropped: reported before going idle
-            message = self.channel.next_message()
+            # Refs the last task dropped: reported before going idle (flush()'s own first
+            # test made here: usually there are none).
+            pending = channel.before_send_pending
+            if pending is None or pending:
+                channel.flush()
+            message = channel.next_message()
             tag = message[0]
             if tag == protocol.TASK:
                 self.run_task(message)
@@ -332,6 +340,14 @@ class _Worker:
                    else os.environ.get("OMP_NUM_THREADS"))
             if now != (threads.encode() if _ENVIRON_DATA is not None else threads):
                 os.environ["OMP_NUM_THREADS"] = threads
+        # What run_task compares to skip the next call: set only where a skip is exact.
+        if gpu_ids or (not self.noset_cvd and self.cvd_on_zero) or (
+                not self.user_set_omp and _ENVIRON_DATA is None):
+            self.env_for = None
+        else:
+            self.env_for = dict(resources)
+            self.omp_now = (None if self.user_set_omp
+                            else _ENVIRON_DATA.get(b"OMP_NUM_THREADS"))
         if self.noset_cvd:
             return
         if gpu_ids:
@@ -369,16 +385,24 @@ class _Worker:
             self._mark(name)
         if self.mappings.entries:
             self.mappings.prune()
-        self._set_env(resources, gpu_ids)
-        self.runtime.task = TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints,
-                                        pg)
+        # _set_env is skipped when it would change nothing: the request is the one it last
+        # applied (no GPU ids, none to hide) and OMP_NUM_THREADS is still what it set.
+        if resources != self.env_for or gpu_ids or (
+                self.omp_now is not None
+                and _ENVIRON_DATA.get(b"OMP_NUM_THREADS") != self.omp_now):
+            self._set_env(resources, gpu_ids)
+        set_task = _current_task.set  # runtime.task's setter, without the property's call
+        set_task(TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints, pg))
         outcome = None
         try:
             try:
                 function = self.functions[fn_id]
                 if isinstance(function, bytes):
                     function = self._function(fn_id)
-                args, kwargs = self._load_args(args_blob, dep_values)
+                if dep_values or args_blob != _NO_ARGS_BLOB or self.serializers.stale:
+                    args, kwargs = self._load_args(args_blob, dep_values)
+                else:  # _load_args' first case, inlined: no arguments, nothing to apply
+                    args, kwargs = (), {}
                 with self.exec_lock:
                     self.current = task_id
                 loaded = time_ns()
@@ -402,7 +426,7 @@ class _Worker:
                 outcome = (False, error)
         except KeyboardInterrupt as error:  # injected while leaving the task
             outcome = (False, error)
-        self.runtime.task = None
+        set_task(None)  # runtime.task = None, without the property's call
         if gpu_ids or self.cvd_on_zero:
             self._restore_env(gpu_ids)
         ok, value = outcome
@@ -425,7 +449,14 @@ class _Worker:
                 task_error.cause, retry_exceptions)
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
-        _flush_std()
+        try:  # _flush_std(), inlined
+            sys.stdout.flush()
+        except Exception:
+            pass
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
         message = result_message(task_id, results, retryable, (started, loaded, returned))
         peer_out = self.runtime.peer_out
         if peer_out:  # a driver on another host: each large value's bytes follow RESULT
