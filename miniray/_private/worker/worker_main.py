@@ -74,8 +74,7 @@ from miniray._private.worker.execute import (
     result_message,
     task_error_for,
 )
-from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime
-from miniray._private.worker.worker_api import _current_task
+from miniray._private.worker.worker_api import Channel, TaskContext, WorkerRuntime, _current_task
 
 if TYPE_CHECKING:
     pass
