@@ -114,7 +114,9 @@ def test_a_task_on_the_member_submits_gets_puts_waits_and_calls_an_actor(hosts, 
     """, timeout=120)
     assert doc["ran_on"] == doc["member"] != doc["here"], doc
     assert doc["values"] == [0, 1, 4], doc
-    assert doc["nodes"] == [doc["here"]], doc  # the children ran on the driver's node
+    # The children are the driver's tasks: they run on its node, or spill over to the
+    # member when the driver's node has no room at that moment (its CPUs are busy).
+    assert doc["nodes"] and set(doc["nodes"]) <= {doc["here"], doc["member"]}, doc
     mb20 = 20 * 1024 * 1024
     assert [doc["same"], doc["nbytes"], doc["writeable"]] == [True, mb20, False], doc
     assert doc["from_put"] == [mb20, float(mb20 // 8 - 1)], doc
