@@ -413,7 +413,14 @@ class Drivers:
         try:
             line = cls._lines(proc).get(timeout=timeout)
         except queue.Empty:
-            pytest.fail(f"driver printed nothing within {timeout} s")
+            proc.send_signal(signal.SIGABRT)  # faulthandler: every thread's stack on stderr
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            pytest.fail(f"driver printed nothing within {timeout} s; its stderr and stacks:\n"
+                        f"{proc.stderr.read()[-8000:]}")
         if line is None:
             proc.wait(timeout=10)
             pytest.fail(f"driver exited ({proc.returncode}) before printing: {proc.stderr.read()}")
