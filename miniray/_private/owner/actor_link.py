@@ -109,47 +109,20 @@ class _Forward:
         self.link._forward(object_id)
 
 
-class _PeerConn:
+class _PeerConn(peer_channel.FramedPeer):
     """A MAC'd channel to the head (relayed to its actor service) behind the part of
-    ``FramedSocket``'s interface this link and the reactor use. ``flush`` writes at once,
+    ``FramedSocket``'s interface this link and the reactor use (``FramedPeer``'s, a read
+    waiting at most ``REQUEST_TIMEOUT_S``, and an outbox). ``flush`` writes at once,
     blocking at most ``SEND_TIMEOUT_S`` (messages here are small or, across hosts, values
     the caller already holds in memory)."""
 
-    __slots__ = ("channel", "fd", "outbox")
+    __slots__ = ("outbox",)
+    RECV_TIMEOUT_S = REQUEST_TIMEOUT_S
 
     def __init__(self, channel):
-        channel.setblocking(True)
+        super().__init__(channel)
         channel.set_send_timeout(SEND_TIMEOUT_S)
-        self.channel = channel
-        self.fd = channel.fileno()
         self.outbox: list = []
-
-    def fileno(self) -> int:
-        return self.fd
-
-    def send(self, data) -> None:
-        self.channel.send_bytes(data)
-
-    def recv(self) -> list:
-        """At least one verified frame, waiting at most ``REQUEST_TIMEOUT_S``."""
-        try:
-            frames = [bytes(self.channel.recv_bytes(timeout=REQUEST_TIMEOUT_S))]
-        except peer_channel.PeerClosed:
-            raise EOFError("the head closed the link") from None
-        ready = self.channel._ready
-        while ready:
-            frames.append(bytes(ready.popleft()))
-        return frames
-
-    def recv_ready(self) -> tuple[list, bool]:
-        frames = []
-        try:
-            while True:
-                frames.append(bytes(self.channel.recv_bytes(timeout=0)))
-        except TimeoutError:
-            return frames, False
-        except OSError:  # closed, or a frame that failed its check
-            return frames, True
 
     def queue(self, data) -> None:
         self.outbox.append(data)
@@ -159,9 +132,6 @@ class _PeerConn:
         for data in outbox:
             self.channel.send_bytes(data)
         return True
-
-    def close(self) -> None:
-        self.channel.close()
 
 
 class ActorLink:

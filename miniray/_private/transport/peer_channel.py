@@ -758,6 +758,7 @@ class FramedPeer:
     the channel and raises PeerAuthError (an OSError: the worker's loop ends on it)."""
 
     __slots__ = ("channel", "fd")
+    RECV_TIMEOUT_S: float | None = None  # ``recv``'s wait for its first frame (None: none)
 
     def __init__(self, channel: PeerChannel):
         channel.setblocking(True)
@@ -784,9 +785,10 @@ class FramedPeer:
         return frames
 
     def recv_bytes(self) -> bytes:
-        """One verified frame (``multiprocessing.connection.Connection``'s call)."""
+        """One verified frame (``multiprocessing.connection.Connection``'s call);
+        TimeoutError after ``RECV_TIMEOUT_S``."""
         try:
-            return bytes(self.channel.recv_bytes())
+            return bytes(self.channel.recv_bytes(timeout=self.RECV_TIMEOUT_S))
         except PeerClosed:
             raise EOFError("peer closed the socket") from None
 
