@@ -65,3 +65,21 @@ def test_a_log_that_stayed_empty_is_removed_on_close(tmp_path):
     kept.write(b"x\n")
     kept.close()
     assert os.path.exists(tmp_path / "worker-3.err")
+
+
+def test_a_line_split_by_rotation_is_read_whole(tmp_path):
+    path = str(tmp_path / "worker-7.out")
+    with open(path + ".1", "w") as f:
+        f.write("task line 2998\ntask line ")
+    with open(path, "w") as f:
+        f.write("2999\n")
+    other = str(tmp_path / "worker-8.out")
+    with open(other, "w") as f:
+        f.write("no newline at its end")
+    text = worker_logs.read_text([path + ".1", path, other], -1)
+    assert text == "task line 2998\ntask line 2999\nno newline at its end\n"
+    assert worker_logs.read_text([path + ".1", path], 1) == "task line 2999\n"
+
+
+def test_a_rotated_generation_alone_is_read():
+    assert worker_logs.read_text(["/nonexistent/worker-1.out.1"], -1) == ""

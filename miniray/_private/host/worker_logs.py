@@ -152,12 +152,17 @@ def read_text(paths: list[str], tail: int) -> str:
     """The files' text, markers turned into ``:task_name:<name>`` lines as in Ray's worker
     logs and progress-bar lines dropped; the last ``tail`` lines (-1 or less: all)."""
     lines: list[str] = []
-    for path in paths:
+    carry = ""
+    for index, path in enumerate(paths):
         try:
             with open(path, "rb") as f:
-                data = f.read().decode("utf-8", "replace")
+                data = carry + f.read().decode("utf-8", "replace")
         except OSError:
-            continue  # rotated away meanwhile
+            data = carry  # rotated away meanwhile
+        carry = ""
+        if path.endswith(".1") and paths[index + 1:index + 2] == [path[:-2]]:
+            carry = data  # the file after it continues it: a rotation may split a line
+            continue
         lines += _lines(data).splitlines()
     if tail >= 0:
         lines = lines[-tail:] if tail else []
