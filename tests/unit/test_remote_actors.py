@@ -11,6 +11,8 @@ from miniray._private.core import protocol
 from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner import remote_actors as ra
 
+from .test_remote_drivers import wait_until
+
 
 class _Data:
     def __init__(self):
@@ -99,26 +101,17 @@ class _Asks:
         return True
 
 
-def _until(predicate, timeout=10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_waits_are_served_at_once_up_to_the_bound_then_in_turn(monkeypatch):
     monkeypatch.setattr(ra, "BLOCKING_THREADS", 3)
     asks = _Asks()
     blocking = ra._Blocking(asks, "worker")
     for n in range(7):
         blocking.submit(("GET", n))
-    assert _until(lambda: asks.running == 3)
+    assert wait_until(lambda: asks.running == 3, timeout=10.0)
     time.sleep(0.05)
     assert asks.running == 3 and blocking.threads == 3 and len(blocking.waiting) == 4
     asks.release.set()
-    assert _until(lambda: blocking.threads == 0)
+    assert wait_until(lambda: blocking.threads == 0, timeout=10.0)
     assert sorted(asks.served) == list(range(7)) and asks.most == 3
 
 
@@ -128,5 +121,5 @@ def test_a_wait_that_ends_with_the_worker_ends_its_thread_only():
     blocking = ra._Blocking(asks, "worker")
     blocking.submit(("GET", "boom"))
     blocking.submit(("GET", 1))
-    assert _until(lambda: blocking.threads == 0)
+    assert wait_until(lambda: blocking.threads == 0, timeout=10.0)
     assert sorted(map(str, asks.served)) == ["1", "boom"]

@@ -474,13 +474,7 @@ class RemoteActors:
     def _node_gone(self, worker) -> str | None:
         """Step 4's partition check: why N is lost, or None while the view holds it alive
         (or has no entry to go by)."""
-        entry = next((e for e in self.nodes._nodes() if e.node_id == worker.node), None)
-        if entry is None or (entry.alive and entry.incarnation == worker.incarnation):
-            return None
-        why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
-            "it rejoined as a new incarnation after the cluster held it dead"
-        worker.client.node_dead(why)
-        return why
+        return self.nodes.node_lost(worker, worker.client)
 
     def _ended(self, actor, worker: RemoteActorWorker, lost: str | None, unsupported) -> None:
         """Step 5."""

@@ -916,19 +916,28 @@ class RemoteNodes:
         """Step 5 while a task runs and its worker is silent: NodeDiedError when the view
         holds N dead or N rejoined as a new incarnation (a partition: its sockets stay
         open, so only the head's heartbeats tell)."""
+        why = self.node_lost(worker, client)
+        if why is None:
+            return
         from miniray.exceptions import NodeDiedError  # lazy: as above
 
-        entry = next((e for e in self._nodes() if e.node_id == worker.node), None)
-        if entry is None:
-            return  # no view to go by (the file is being replaced): ask again later
-        if entry.alive and entry.incarnation == worker.incarnation:
-            return
-        why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
-            "it rejoined as a new incarnation after the cluster held it dead"
         worker.broken = True
-        client.node_dead(why)
         raise NodeDiedError(f"Task {spec.name} was running on node {worker.node[:12]} "
                             f"({client.name}), which died: {why}")
+
+    def node_lost(self, worker, client: RemoteNodeClient) -> str | None:
+        """Why the node of ``worker`` (a task's or an actor's, with its ``node`` and
+        ``incarnation``) is lost, as the view says (held dead, or back as a new
+        incarnation: a partition, whose sockets stay open), its ``client`` told so; None
+        while the view holds it alive or has no entry to go by (the file being replaced:
+        ask again later)."""
+        entry = next((e for e in self._nodes() if e.node_id == worker.node), None)
+        if entry is None or (entry.alive and entry.incarnation == worker.incarnation):
+            return None
+        why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
+            "it rejoined as a new incarnation after the cluster held it dead"
+        client.node_dead(why)
+        return why
 
     def _put_back(self, client: RemoteNodeClient, worker: _Worker, keep: bool) -> None:
         """Step 4: the worker goes idle with its lease, which ``_reap`` releases once it
