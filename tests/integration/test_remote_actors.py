@@ -463,7 +463,8 @@ def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
 
 
 def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
-    head = hosts.start_head()
+    # The head is told it has no GPU: on a machine with one, it would hold the actor itself.
+    head = hosts.start_head("--num-gpus", "0")
     joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
     assert joined.returncode == 0, joined.stderr
     assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
