@@ -1,15 +1,20 @@
 """The pure decisions of tasks on other hosts: which tasks go to another node
-(``owner/remote_nodes.placement_for``) and which options name one (``options.hard_affinity``)."""
+(``owner/remote_nodes.placement_for``) and which options name one (``options.hard_affinity``);
+and the one thread that places again what waits for a node that may join (``watch``)."""
 
 from __future__ import annotations
 
+import contextlib
 import doctest
+import threading
 
 from miniray._private.core import options
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.core.task_spec import TaskSpec
 from miniray._private.owner import remote_nodes
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from .test_remote_drivers import wait_until
 
 HERE = NodeEntry("here", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
 THERE = NodeEntry("there", "10.0.0.2", 1, totals={"CPU": 2, "GPU": 1},
@@ -197,3 +202,50 @@ def test_a_denied_task_moves_only_to_a_node_with_room_where_it_may_go():
     # (its queue is the owner's), even when the view shows room here.
     assert move(None, {"CPU": 1}, "here", view, "full", True) == "free"
     assert move(None, {"CPU": 1}, "here", [HERE, full], "full", True) is None
+
+
+class _WatchOwner:
+    """What ``RemoteNodes.watch`` reads of the owner: its lock, its infeasible tasks."""
+
+    def __init__(self):
+        self.hello_info = {}
+        self.closed = False
+        self.lock = threading.Lock()
+        self.tasks = type("Tasks", (), {"infeasible": {}})()
+
+    @contextlib.contextmanager
+    def locked(self):
+        with self.lock:
+            yield
+
+
+def test_one_watcher_thread_rechecks_every_placer_until_none_waits(monkeypatch):
+    monkeypatch.setattr(remote_nodes, "INFEASIBLE_WATCH_S", 0.005)
+    owner = _WatchOwner()
+    nodes = remote_nodes.RemoteNodes(owner)
+    calls = {"a": 0, "b": 0}
+    locked_in_call = []
+
+    def recheck(name, rounds):
+        def again(view):
+            assert isinstance(view, list)
+            locked_in_call.append(owner.lock.locked())
+            calls[name] += 1
+            return calls[name] < rounds
+        return again
+
+    a, b = recheck("a", 2), recheck("b", 4)
+    with owner.locked():
+        nodes.watch(a)
+        nodes.watch(b)
+        nodes.watch(a)  # registered once
+    watchers = [t for t in threading.enumerate() if t.name == "miniray-remote-infeasible"]
+    assert len(watchers) == 1
+    watchers[0].join(5)
+    assert not watchers[0].is_alive() and not nodes._watching
+    # Each placer is asked every round until no one has work waiting (b's fourth answer).
+    assert calls == {"a": 4, "b": 4} and all(locked_in_call)
+    with owner.locked():
+        nodes.watch()  # started again on demand, and ends at once with nothing waiting
+    assert nodes._watching
+    assert wait_until(lambda: not nodes._watching, 5.0)

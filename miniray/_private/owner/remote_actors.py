@@ -215,7 +215,6 @@ class RemoteActors:
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
         self.spread_turns = 0  # SPREAD actors placed so far (_spread_turn)
-        self._watching = False  # a _watch_infeasible thread runs
 
     def __repr__(self) -> str:
         return f"<RemoteActors started={self.started}>"
@@ -270,30 +269,20 @@ class RemoteActors:
     def _watch(self) -> None:
         """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
         can never hold, while there are any: a node that can may join, as Ray's pending
-        actors wait for one. The view is read outside the lock; the placer does the rest."""
-        if self._watching:
-            return
-        self._watching = True
-        threading.Thread(target=self._watch_infeasible, daemon=True,
-                         name="miniray-remote-actor-infeasible").start()
+        actors wait for one. The remote nodes' one watcher reads the view outside the lock
+        and calls ``_recheck``; the placer does the rest."""
+        self.nodes.watch(self._recheck)
 
-    def _watch_infeasible(self) -> None:
-        owner, manager, nodes = self.owner, self.manager, self.nodes
-        try:
-            while True:
-                time.sleep(rn.INFEASIBLE_WATCH_S)
-                nodes._nodes(fresh=True)  # a file read: not under the owner's lock
-                with owner.locked():
-                    waiting = [a for a in manager.pending if a.state != "DEAD"
-                               and a.spec.pg is None
-                               and infeasible_reasons(owner.node_state, a.spec.placement)]
-                    if owner.closed or nodes._closed or not waiting:
-                        self._watching = False
-                        return
-                    manager.place_pending()
-        except BaseException:
-            self._watching = False
-            raise
+    def _recheck(self, nodes: list) -> bool:
+        """*Locked.* ``_watch``'s turn: the pending actors this node can never hold are
+        offered to the placer again (``nodes`` is the fresh view ``where`` reads); whether
+        any was waiting."""
+        owner, manager = self.owner, self.manager
+        waiting = [a for a in manager.pending if a.state != "DEAD" and a.spec.pg is None
+                   and infeasible_reasons(owner.node_state, a.spec.placement)]
+        if waiting:
+            manager.place_pending()
+        return bool(waiting)
 
     # -- steps 2-5 -------------------------------------------------------------------------
     def _run(self, actor, entry) -> None:

@@ -16,7 +16,8 @@ Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
 now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
 (``close``, not locked), and ``remote_actors.RemoteActors`` for actors on other nodes:
-``placement_for`` (locked, in ``where``), the view (``_nodes``, ``_view``), and in its
+``placement_for`` (locked, in ``where``), the view (``_nodes``, ``_view``), ``watch``
+(locked: its pending actors no node can hold yet), and in its
 thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
 ``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
 ``_adopt_results`` and ``_receive_segment`` (large results and puts).
@@ -349,6 +350,8 @@ class RemoteNodes:
         self._view: tuple[float, list] = (0.0, [])
         self._closed = False
         self._watching = False  # a _watch_infeasible thread runs
+        # Other placers' "place again" calls for that thread (``watch``): remote_actors'.
+        self._rechecks: list = []
         self._turn = 0  # SPREAD's rotation (node_pick rule 4)
         # Per node, the summed requests of this driver's tasks there, from placement to
         # their end (``node_pick.less_claims``: the view's ``available`` lags them), and
@@ -406,10 +409,7 @@ class RemoteNodes:
         nodes = self._nodes()
         if not nodes:
             return None  # no view: a driver without a node (init() alone)
-        if not self._watching:  # a node's view: one that can hold it may join later
-            self._watching = True
-            threading.Thread(target=self._watch_infeasible, daemon=True,
-                             name="miniray-remote-infeasible").start()
+        self.watch()  # a node's view: one that can hold it may join later
         if not any(e.node_id != self.local for e in nodes):
             return None  # this node alone so far: its own line
         if why is None or why.action != "infeasible":
@@ -498,29 +498,54 @@ class RemoteNodes:
                     if amount:
                         claim[name] = claim.get(name, 0.0) + float(amount)
 
+    def watch(self, recheck=None) -> None:
+        """*Owner locked.* Step 1 again every INFEASIBLE_WATCH_S while anything waits for a
+        node that may join: the owner's infeasible tasks, and the pending work of each
+        ``recheck`` registered (a callable taking the fresh view, called under the owner's
+        lock, returning whether it still has work waiting; remote_actors' for pending
+        actors). One thread for all of them (``_watch_infeasible``), started when needed."""
+        if recheck is not None and recheck not in self._rechecks:
+            self._rechecks.append(recheck)
+        if self._watching:
+            return
+        self._watching = True
+        threading.Thread(target=self._watch_infeasible, daemon=True,
+                         name="miniray-remote-infeasible").start()
+
     def _watch_infeasible(self) -> None:
-        """Step 1 again for the owner's infeasible tasks every INFEASIBLE_WATCH_S, while
-        there are any: a node that can hold one may join (or come back) later, as Ray's
-        pending tasks wait for such a node. Ends with them, or with the driver."""
+        """The thread of ``watch``: placing again, as Ray's pending tasks and actors wait for
+        a node that can hold them. Ends when nothing waits any more, or with the driver."""
         owner = self.owner
         try:
             while True:
                 time.sleep(INFEASIBLE_WATCH_S)
                 nodes = self._nodes(fresh=True)  # a file read: not under the owner's lock
-                with owner.locked():  # ends under the lock: offload starts a new one after
-                    waiting = [t for tasks in owner.tasks.infeasible.values() for t in tasks]
-                    if self._closed or owner.closed or not waiting:
+                with owner.locked():  # ends under the lock: watch() starts a new one after
+                    if self._closed or owner.closed:
                         self._watching = False
                         return
-                    for task in waiting:
-                        placed = placement_for(task.spec.affinity, task.spec.request,
-                                               self.local, nodes, False)
-                        if placed is not None:
-                            owner.tasks.remove_waiting(task)
-                            self._begin(task, placed)
+                    waiting = self._recheck_tasks(nodes)
+                    for recheck in list(self._rechecks):
+                        waiting = recheck(nodes) or waiting
+                    if not waiting:
+                        self._watching = False
+                        return
         except BaseException:
             self._watching = False
             raise
+
+    def _recheck_tasks(self, nodes: list) -> bool:
+        """*Owner locked.* ``watch``'s recheck of the owner's infeasible tasks: each that a
+        node of ``nodes`` can hold now goes there. Whether any was waiting."""
+        owner = self.owner
+        waiting = [t for tasks in owner.tasks.infeasible.values() for t in tasks]
+        for task in waiting:
+            placed = placement_for(task.spec.affinity, task.spec.request, self.local,
+                                   nodes, False)
+            if placed is not None:
+                owner.tasks.remove_waiting(task)
+                self._begin(task, placed)
+        return bool(waiting)
 
     def _begin(self, task, placed, moves: int = 0) -> None:
         """*Owner locked.* A registered task goes to node ``placed`` (or fails)."""
