@@ -507,6 +507,47 @@ def test_actor_whose_handle_was_passed_to_a_task_stays_alive(ray, Recorder):
     assert procinfo.is_alive(pid)
 
 
+def test_an_actor_a_task_made_exits_when_the_task_drops_its_last_handle(ray, Recorder):
+    # Ray's rule wherever the handle was made: a named (not detached) actor too; one whose
+    # handle the task returned is kept (the driver now holds it).
+    @ray.remote
+    def make(name, give):
+        handle = Recorder.options(name=name).remote() if name else Recorder.remote()
+        pid = ray.get(handle.pid.remote())
+        return (pid, handle) if give else (pid, None)
+
+    made = ray.get([make.remote(None, False), make.remote("made-in-task", False)],
+                   timeout=GET_TIMEOUT)
+    pid_kept, kept = ray.get(make.remote(None, True), timeout=GET_TIMEOUT)
+    for pid, _ in made:
+        assert wait_until(lambda pid=pid: not procinfo.is_alive(pid), timeout=10), (
+            f"actor pid {pid} still alive after the task that made it dropped its handle")
+    assert ray.get(kept.add.remote("x"), timeout=GET_TIMEOUT) == 1
+    assert procinfo.is_alive(pid_kept)
+    with pytest.raises(ValueError):
+        ray.get_actor("made-in-task")
+
+
+def test_an_actor_held_by_an_actor_lives_while_that_actor_holds_it(ray, Recorder):
+    @ray.remote
+    class Keeper:
+        def __init__(self):
+            self.child = Recorder.remote()
+
+        def child_pid(self):
+            return ray.get(self.child.pid.remote())
+
+        def drop(self):
+            self.child = None
+
+    keeper = Keeper.remote()
+    pid = ray.get(keeper.child_pid.remote(), timeout=GET_TIMEOUT)
+    time.sleep(0.3)
+    assert procinfo.is_alive(pid)
+    ray.get(keeper.drop.remote(), timeout=GET_TIMEOUT)
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=10)
+
+
 # ----------------------------------------------------------------------------- GPUs
 def test_gpu_actors_see_their_own_device(ray_start):
     ray_start(num_cpus=2, num_gpus=2)

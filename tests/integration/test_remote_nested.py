@@ -413,3 +413,36 @@ def test_a_remote_worker_dying_while_its_get_waits_fails_the_task_at_once(hosts,
     print(f"\nfailed {doc['waited']:.2f} s after submission (the worker died at 1 s)")
     assert doc["outcome"] == "WorkerCrashedError" and doc["waited"] < 10, doc
     assert wait_until(lambda: _no_member_leases(hosts), 5.0)
+
+
+def test_an_actor_a_remote_task_made_ends_when_the_task_drops_its_handle(hosts, member):
+    """As in Ray: an actor made by a task on the member (one placed on the driver's node,
+    one on the member) whose handle the task dropped ends; the member's lease goes too."""
+    doc = _run_driver(hosts, """
+    import time
+    from miniray.util.state import list_actors
+
+    @ray.remote
+    class Probe:
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote
+    def uses_one(where):
+        probe = (Probe.options(scheduling_strategy=there) if where else Probe).remote()
+        return ray.get(probe.pid.remote(), timeout=30)
+
+    on = dict(scheduling_strategy=there)
+    pids = ray.get([uses_one.options(**on).remote(False),
+                    uses_one.options(**on).remote(True)], timeout=60)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        states = sorted(a.state for a in list_actors())
+        if states == ["DEAD", "DEAD"]:
+            break
+        time.sleep(0.1)
+    print(json.dumps({"states": states, "pids": pids}), flush=True)
+    ray.shutdown()
+    """, timeout=120)
+    assert doc["states"] == ["DEAD", "DEAD"], doc
+    assert wait_until(lambda: _no_member_leases(hosts), 10.0)

@@ -25,7 +25,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (REPLY, req_id, payload)                      (WAIT, req_id, ids, num_returns, timeout,
                                                          task_id)
     (UNMAP, path)                                 (CALL, req_id, method, args)
-    (EXIT,)                                       (BORROW, added, dropped, escaped)
+    (EXIT,)                                       (BORROW, added, dropped, escaped,
+                                                          handles)
     (SERIALIZERS,) re-read serializers.pkl
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
@@ -169,7 +170,8 @@ ACTOR_READY = 16
 ACTOR_EXITING = 17
 ACTOR_CREATE = 18
 ACTOR_SUBMIT = 19
-BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids): refs this worker holds now
+BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids, handles): refs this worker holds
+# now, and its actor handle events ((actor_id, +1 held / -1 none left / 0 pickled), in order)
 YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
 GIVE_BACK = 23  # (GIVE_BACK, task_ids): tasks received but not started, for the owner to requeue
 READY = 24  # (READY,): the worker applied HELLO and waits for work (init() waits for the first)

@@ -962,15 +962,29 @@ class ActorManager:
 
     # -- handles -------------------------------------------------------------------------
     def keep_for_workers(self, actor_id: bytes) -> None:
-        """*Locked.* A worker got a handle (``get_actor`` or its own creation): workers do not
-        count handles, so the actor is kept as if its handle had escaped, and for a service
-        actor this driver holds it until it disconnects."""
+        """*Locked.* A worker got a handle to a named actor (``get_actor``, or its creation in
+        the node's actor service): kept as if its handle had escaped (a name finds it
+        again), and for a service actor this driver holds it until it disconnects. Other
+        actors a worker makes or holds are counted from its handle events
+        (``worker_handles``)."""
         actor = self.actors.get(actor_id)
         if actor is None or actor.escaped:
             return
         actor.escaped = True
         if actor.remote:
             self.link.hold(actor_id, True)
+
+    def worker_handles(self, events: list) -> None:
+        """*Locked.* A worker's actor handle events (a BORROW's ``handles``, in order):
+        counted with the driver's own, so an actor whose last handle a worker dropped ends
+        as when the driver drops its last one (Ray's rule, wherever the handle was made)."""
+        for actor_id, delta in events:
+            if delta > 0:
+                self.handle_created(actor_id)
+            elif delta < 0:
+                self.handle_dropped(actor_id)
+            else:
+                self.handle_pickled(actor_id)
 
     def handle_created(self, actor_id: bytes) -> None:
         self.handle_events.append((actor_id, 1))

@@ -361,6 +361,7 @@ class WorkerRuntime:
         self.runtime_env_key = ""
         self._ref_events: collections.deque = collections.deque()
         self._held: dict[bytes, int] = {}
+        self._handles_held: dict[bytes, int] = {}  # actor id -> this worker's live handles
         channel.before_send = self.borrow_report
         channel.before_send_pending = self._ref_events
         self.actor_resources: dict = {}
@@ -393,18 +394,27 @@ class WorkerRuntime:
         self._ref_events.append((object_id, 0))
 
     def borrow_report(self):
-        """(BORROW, added, dropped, escaped) since the last report, or None. Called with the
-        channel's send lock held."""
+        """(BORROW, added, dropped, escaped, handles) since the last report, or None. Called
+        with the channel's send lock held. ``handles``: this worker's actor handle events in
+        order, as ``(actor_id, delta)``: +1 when it starts holding a handle to that actor,
+        -1 when it holds none any more, 0 when one was pickled (it may live elsewhere).
+        Unlike refs, a handle taken and dropped since the last report is reported both
+        ways: the owner's count of it must go down to end the actor (Ray ends an actor when
+        its last handle is gone, wherever it was made)."""
         events = self._ref_events
         if not events:
             return None
         held = self._held
         added, dropped, escaped = set(), set(), []
+        handles = []
         while events:
             try:
                 object_id, delta = events.popleft()
             except IndexError:
                 break
+            if object_id.__class__ is tuple:  # an actor handle's event (actor_handle_event)
+                self._handle_event(object_id[1], delta, handles)
+                continue
             if delta == 0:
                 escaped.append(object_id)
                 continue
@@ -424,9 +434,27 @@ class WorkerRuntime:
                         dropped.discard(object_id)
                     else:
                         added.add(object_id)
-        if not (added or dropped or escaped):
+        if not (added or dropped or escaped or handles):
             return None
-        return (protocol.BORROW, list(added), list(dropped), escaped)
+        return (protocol.BORROW, list(added), list(dropped), escaped, handles)
+
+    def _handle_event(self, actor_id: bytes, delta: int, out: list) -> None:
+        """*Send lock held.* One handle event into ``out`` (``borrow_report``'s
+        ``handles``) when it changes what this worker holds, or is a pickling."""
+        if delta == 0:
+            out.append((actor_id, 0))
+            return
+        held = self._handles_held
+        old = held.get(actor_id, 0)
+        new = old + delta
+        if new > 0:
+            held[actor_id] = new
+        else:
+            held.pop(actor_id, None)
+        if old <= 0 < new:
+            out.append((actor_id, 1))
+        elif new <= 0 < old:
+            out.append((actor_id, -1))
 
     def as_future(self, ref):
         return values.future_of(self, ref)
@@ -668,7 +696,9 @@ class WorkerRuntime:
         return self.call(protocol.CALL_LIST_NAMED_ACTORS, all_namespaces, self.namespace)
 
     def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
-        pass  # the owner keeps every actor a worker knows about alive
+        """A handle to ``actor_id`` was made (+1), dropped (-1) or pickled (0) here: it
+        goes to the owner with the next borrow report (``borrow_report``)."""
+        self._ref_events.append((("actor", actor_id), delta))
 
     def is_canceled(self) -> bool:
         """Whether the running task or actor call was cancelled (Ray 2.60's checks)."""
