@@ -470,13 +470,7 @@ class Runtime:
             return actors.named(self.namespace, all_namespaces)
 
     def actor_handle_event(self, actor_id: bytes, delta: int) -> None:
-        actors = self.owner.actors
-        if delta > 0:
-            actors.handle_created(actor_id)
-        elif delta < 0:
-            actors.handle_dropped(actor_id)
-        else:
-            actors.handle_pickled(actor_id)
+        self.owner.actors.handle_event(actor_id, delta)
 
     def cluster_resources(self) -> dict:
         local = self.ledger.capacity()

@@ -979,12 +979,17 @@ class ActorManager:
         counted with the driver's own, so an actor whose last handle a worker dropped ends
         as when the driver drops its last one (Ray's rule, wherever the handle was made)."""
         for actor_id, delta in events:
-            if delta > 0:
-                self.handle_created(actor_id)
-            elif delta < 0:
-                self.handle_dropped(actor_id)
-            else:
-                self.handle_pickled(actor_id)
+            self.handle_event(actor_id, delta)
+
+    def handle_event(self, actor_id: bytes, delta: int) -> None:
+        """A handle to ``actor_id`` was made (+1), dropped (-1) or pickled (0); lock-free
+        (a deque append: the I/O thread applies it, ``apply_handle_events``)."""
+        if delta > 0:
+            self.handle_created(actor_id)
+        elif delta < 0:
+            self.handle_dropped(actor_id)
+        else:
+            self.handle_pickled(actor_id)
 
     def handle_created(self, actor_id: bytes) -> None:
         self.handle_events.append((actor_id, 1))
