@@ -127,3 +127,33 @@ def test_a_get_reply_with_large_values_is_rebuilt_and_read(monkeypatch):
     # Anything else (a CALL's reply, a WAIT's ids) goes through as it is.
     for other in ((protocol.REPLY, 8, (True, None)), (protocol.REPLY, 9, [b"id"])):
         assert channel._with_bulk(other, iter(())) is other
+
+
+def test_a_large_value_reuses_the_last_receive_buffer_once_nothing_refers_to_it(monkeypatch):
+    """``_receive_bulk``: a value of SPARE_MIN bytes or more goes into an anonymous mapping,
+    kept as the spare; the next value of about its size is received into it again only
+    when no value still views it (the task that read it kept nothing), and never one
+    much smaller or larger."""
+    monkeypatch.setattr(framing, "PEER_CHUNK", 1 << 16)
+    monkeypatch.setattr(worker_api, "SPARE_MIN", 1 << 16)
+    first = oob.serialize(np.arange(40_000, dtype=np.float64))
+    second = oob.serialize(np.arange(40_000, dtype=np.float64)[::-1].copy())
+    channel = worker_api.Channel(_Conn(_bulk_frames(first) + _bulk_frames(second)))
+    view = channel._receive_bulk(first.total_size, iter(()))
+    spare = channel._spare
+    assert spare is not None and view.obj is spare and view.nbytes == first.total_size
+    kept = oob.load_segment(view.toreadonly())  # a task that kept its argument
+    del view
+    again = channel._receive_bulk(second.total_size, iter(()))
+    assert again.obj is not spare  # still in use: a new buffer, the old value intact
+    assert kept[0] == 0.0 and kept[-1] == 39_999.0
+    assert oob.load_segment(again.toreadonly())[0] == 39_999.0
+    newer = id(channel._spare)  # an id: a reference here would keep it in use
+    del again, kept
+    channel.conn = _Conn(_bulk_frames(first) + _bulk_frames(oob.serialize(np.ones(99_000))))
+    third = channel._receive_bulk(first.total_size, iter(()))
+    assert id(third.obj) == newer  # nothing refers to it: received into it again
+    assert oob.load_segment(third.toreadonly()).tolist() == list(range(40_000))
+    del third
+    bigger = channel._receive_bulk(oob.serialize(np.ones(99_000)).total_size, iter(()))
+    assert channel._spare is bigger.obj and len(bigger.obj) == bigger.nbytes  # replaced

@@ -800,20 +800,32 @@ class RemoteNodes:
     def _adopt_results(self, data, spec, items: list) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
         RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
-        received straight into a new segment of this driver's store (no other copy), named
-        as a local worker's result would be, and handed to the owner as such
-        (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S: the node is lost."""
-        store = self.owner.store
+        received straight into a segment of this driver's store (no other copy): a freed one
+        of its pool when one fits (``recycled_for``: its pages exist, and are mapped here
+        already), else a new one, named as a local worker's result would be, and handed to
+        the owner as such (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S:
+        the node is lost."""
+        owner = self.owner
+        store = owner.store
+        if owner.objects.ref_events:  # objects just dropped: freed first, as a put does,
+            with owner.locked():       # so that their segments can take these bytes
+                owner.objects.apply_ref_events()
+            owner.reactor.wake()
         out = []
         try:
             for index, item in enumerate(items):
                 payload = item[1]
                 if isinstance(payload, tuple) and payload and payload[0] == "peer":
-                    path = os.path.join(store.shm_dir, shm_segments.segment_name(
-                        store.session_tag, spec.return_ids[index]))
+                    object_id = spec.return_ids[index]
+                    recycled = store.recycled_for(object_id, payload[1])
+                    path = recycled[0] if recycled else os.path.join(
+                        store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
                     out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
                     try:
-                        _receive_segment(data, path, payload[1])
+                        if recycled:
+                            _receive_frames(data, recycled[1], payload[1])
+                        else:
+                            _receive_segment(data, path, payload[1])
                     except OSError as error:
                         if error.errno not in (errno.ENOSPC, errno.ENOMEM):
                             raise
@@ -825,7 +837,7 @@ class RemoteNodes:
         except BaseException:
             for item in out:  # the segments written so far: nobody adopted them
                 if isinstance(item[1], tuple):
-                    shm_segments.unlink_quiet(item[1][1])
+                    store.give_up_recycled(item[1][1])
             raise
         return out
 
@@ -1128,15 +1140,22 @@ def _receive_segment(data, path: str, size: int) -> None:
     finally:
         os.close(fd)
     try:
-        with memoryview(mapping) as view:
-            offset = 0
-            while offset < size:
-                try:
-                    offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
-                except TimeoutError as error:
-                    raise OSError(f"a result's bytes stopped coming: {error}") from None
+        _receive_frames(data, mapping, size)
     finally:
         mapping.close()
+
+
+def _receive_frames(data, mapping, size: int) -> None:
+    """Receive a value's ``size`` bytes, which come as frames on ``data``, into the first
+    ``size`` bytes of the writable ``mapping``; OSError when a frame is late by
+    BULK_FRAME_S."""
+    with memoryview(mapping) as whole, whole[:size] as view:
+        offset = 0
+        while offset < size:
+            try:
+                offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
+            except TimeoutError as error:
+                raise OSError(f"a result's bytes stopped coming: {error}") from None
 
 
 def _cancelled(spec) -> _Failed:

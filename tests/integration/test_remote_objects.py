@@ -1,0 +1,50 @@
+"""Large objects between fake hosts (issue 16): a task on the member's 200 MB result and
+200 MB argument arrive bit-exact, also the second time, when the driver receives the
+result into a recycled segment of its store and the worker receives the argument into its
+kept buffer; nothing is left on either host (the ``hosts`` fixture's teardown checks every
+process, session and segment of both roots).
+
+The scene is test_remote_tasks.py's: a head on 127.0.0.1, a member on 127.0.0.2, a driver
+on the head's host placing tasks with ``NodeAffinitySchedulingStrategy(member)``.
+"""
+
+from __future__ import annotations
+
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_tasks import _run_driver, member  # noqa: F401 - the fixture `member`
+
+
+def test_200_mb_results_and_arguments_cross_bit_exact_and_again_into_reused_memory(hosts,
+                                                                                  member):
+    doc = _run_driver(hosts, """
+    import hashlib
+    import numpy as np
+
+    N = 200 * 1000 * 1000
+
+    @ray.remote
+    def make(seed):
+        return np.random.default_rng(seed).integers(0, 256, N, dtype=np.uint8)
+
+    @ray.remote
+    def digest(array):
+        return (hashlib.sha256(array).hexdigest(), array.flags.writeable,
+                ray.get_runtime_context().get_node_id())
+
+    on = dict(scheduling_strategy=there)
+    out = {}
+    for seed in (1, 2):
+        expected = np.random.default_rng(seed).integers(0, 256, N, dtype=np.uint8)
+        value = ray.get(make.options(**on).remote(seed), timeout=120)
+        out[f"result{seed}"] = [bool(np.array_equal(value, expected)), value.flags.writeable]
+        del value  # freed: the next result may reuse its segment
+        ref = ray.put(expected)
+        sha, writeable, node = ray.get(digest.options(**on).remote(ref), timeout=120)
+        out[f"argument{seed}"] = [sha == hashlib.sha256(expected).hexdigest(), writeable,
+                                  node == member]
+        del ref, expected
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240)
+    assert doc["result1"] == doc["result2"] == [True, False], doc
+    assert doc["argument1"] == doc["argument2"] == [True, False, True], doc
