@@ -13,11 +13,14 @@ What one run measures, each ``--repeat`` times (best and median, ms, and GB/s of
   figure is the value's way, not its making; ``result_task`` is a plain task that makes
   the array (``np.ones``) and returns it;
 * ``argument``: ``ray.get(nbytes.remote(ref))`` of a task on the member given a 200 MB
-  array the driver ``put``;
+  array the driver ``put`` just before (untimed; a new object each time, so that Ray's
+  copy on the member from an earlier call cannot serve it);
 * Ray 2.60 (``--ray-python``, default ``/work/ray-2.60-venv/bin/python``): the same
   ``result_get`` and ``argument`` on a ``ray.cluster_utils.Cluster`` of a head and a
-  second node on this machine (skipped with a note when that interpreter is missing or
-  the cluster does not come up within ``--ray-timeout`` seconds).
+  second node on this machine (both raylets on one address: the utility's way; each has
+  its own object store and objects move between them over TCP; skipped with a note when
+  that interpreter is missing or the cluster does not come up within ``--ray-timeout``
+  seconds).
 
 Prints one JSON object, with each figure's ratio to ``raw_tcp`` and miniray's to Ray's.
 Every process shares this machine's cores: on two real hosts each side has its own.
@@ -73,22 +76,21 @@ def nbytes(array):
     return array.nbytes
 
 holder = Holder.options(scheduling_strategy=there).remote()
-ref = ray.put(np.ones(n))
 calls = {{
-    "result_get": lambda: ray.get(holder.get.remote()),
-    "result_task": lambda: ray.get(make.options(scheduling_strategy=there).remote()),
-    "argument": lambda: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
+    "result_get": lambda ref: ray.get(holder.get.remote()),
+    "result_task": lambda ref: ray.get(make.options(scheduling_strategy=there).remote()),
+    "argument": lambda ref: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
 }}
 samples = {{name: [] for name in calls}}
-for fn in calls.values():
-    value = fn()
-    del value
-for _ in range(REPEAT):
-    for name, fn in calls.items():
-        t0 = time.perf_counter()
-        value = fn()
-        samples[name].append(time.perf_counter() - t0)
-        del value
+for rounds in (1, REPEAT):
+    for i in range(rounds):
+        for name, fn in calls.items():
+            ref = ray.put(np.full(n, float(i))) if name == "argument" else None
+            t0 = time.perf_counter()
+            value = fn(ref)
+            if rounds == REPEAT:
+                samples[name].append(time.perf_counter() - t0)
+            del value, ref
 assert ray.get(holder.get.remote()).sum() == n
 print(json.dumps(samples), flush=True)
 ray.shutdown()
@@ -121,21 +123,20 @@ def nbytes(array):
     return array.nbytes
 
 holder = Holder.options(scheduling_strategy=there).remote()
-ref = ray.put(np.ones(n))
 calls = {{
-    "result_get": lambda: ray.get(holder.get.remote()),
-    "argument": lambda: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
+    "result_get": lambda ref: ray.get(holder.get.remote()),
+    "argument": lambda ref: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
 }}
 samples = {{name: [] for name in calls}}
-for fn in calls.values():
-    value = fn()
-    del value
-for _ in range(REPEAT):
-    for name, fn in calls.items():
-        t0 = time.perf_counter()
-        value = fn()
-        samples[name].append(time.perf_counter() - t0)
-        del value
+for rounds in (1, REPEAT):
+    for i in range(rounds):
+        for name, fn in calls.items():
+            ref = ray.put(np.full(n, float(i))) if name == "argument" else None
+            t0 = time.perf_counter()
+            value = fn(ref)
+            if rounds == REPEAT:
+                samples[name].append(time.perf_counter() - t0)
+            del value, ref
 print(json.dumps(samples), flush=True)
 ray.shutdown()
 cluster.shutdown()
