@@ -157,3 +157,85 @@ def test_a_large_value_reuses_the_last_receive_buffer_once_nothing_refers_to_it(
     del third
     bigger = channel._receive_bulk(oob.serialize(np.ones(99_000)).total_size, iter(()))
     assert channel._spare is bigger.obj and len(bigger.obj) == bigger.nbytes  # replaced
+
+
+# ------------------------------------------------- the driver's side: a result's bytes
+class _Owner:
+    """What ``RemoteNodes._adopt_results`` uses of the owner: its store, ref events, lock."""
+
+    def __init__(self, store):
+        import contextlib
+        import types
+
+        self.store = store
+        self.objects = types.SimpleNamespace(ref_events=[], apply_ref_events=lambda: None)
+        self.locked = contextlib.nullcontext
+        self.reactor = types.SimpleNamespace(wake=lambda: None)
+
+
+class _Broken(_Conn):
+    """Hands over ``good`` frames, then fails as a frame with a wrong MAC does."""
+
+    def __init__(self, frames, good):
+        super().__init__(frames)
+        self.good = good
+
+    def recv_bytes_into(self, buffer, timeout=None):
+        if not self.good:
+            raise OSError("the frame failed its check")
+        self.good -= 1
+        return super().recv_bytes_into(buffer, timeout)
+
+
+def _adopt(store, conn, ser, return_id):
+    import types
+
+    from miniray._private.owner.remote_nodes import RemoteNodes
+
+    spec = types.SimpleNamespace(return_ids=[return_id])
+    nodes = types.SimpleNamespace(owner=_Owner(store))
+    return RemoteNodes._adopt_results(nodes, conn, spec,
+                                      [(protocol.OK, ("peer", ser.total_size, 0))])
+
+
+def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_clean(
+        monkeypatch, tmp_path):
+    """``_adopt_results``: with a freed segment in the pool the bytes go into it (renamed
+    to the result's name, adopted with its warm mapping); without one, into a new segment;
+    a receive that fails leaves no segment, lent or new."""
+    import os
+
+    from miniray._private.object_store.shm_store import SharedMemoryStore, new_session_tag
+
+    monkeypatch.setattr(framing, "PEER_CHUNK", 1 << 16)
+    store = SharedMemoryStore(new_session_tag(), 64 << 20, str(tmp_path / "spill"))
+    try:
+        ser = oob.serialize(np.arange(100_000, dtype=np.float64))
+        rid = [bytes([i]) * 28 for i in range(4)]
+        store.put_value(rid[0], np.ones(100_000))
+        store.free(rid[0])  # now in the pool
+        ((_kind, (shm, path, size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser, rid[1])
+        assert shm == "shm" and os.path.basename(path).endswith(rid[1].hex())
+        assert store.statistics()["segments_recycled"] == 1
+        store.put_segment_from(rid[1], path, size)
+        assert store.get_value(rid[1]).tolist() == list(range(100_000))
+        assert store._lent == {} and len(store._warm) == 1
+        # No pool: a new segment. Failing half-way: nothing left, recycled or new.
+        ((_kind, (_shm, fresh, _size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser,
+                                                  rid[2])
+        assert os.path.exists(fresh) and store.statistics()["segments_recycled"] == 1
+        store.put_segment_from(rid[2], fresh, ser.total_size)
+        store.free(rid[1])  # into the pool again
+        before = set(os.listdir(store.shm_dir))
+        for good in (1, 3):
+            try:
+                _adopt(store, _Broken(_bulk_frames(ser), good), ser, rid[3])
+            except OSError:
+                pass
+            else:
+                raise AssertionError("a failed receive was adopted")
+        assert store._lent == {}
+        left = set(os.listdir(store.shm_dir)) - before
+        assert not [n for n in left if store.session_tag in n], left
+    finally:
+        store.close()

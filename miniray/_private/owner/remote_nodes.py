@@ -1142,7 +1142,18 @@ def _receive_segment(data, path: str, size: int) -> None:
     try:
         _receive_frames(data, mapping, size)
     finally:
+        _close_mapping(mapping)
+
+
+def _close_mapping(mapping) -> None:
+    """Unmap now, unless a view of it is still alive: after a failed receive the
+    exception's traceback holds the receiving frames' views, and ``close`` would raise
+    BufferError in place of the failure (the node's loss became "miniray bug"); the
+    mapping then goes with the last view."""
+    try:
         mapping.close()
+    except BufferError:
+        pass
 
 
 def _receive_frames(data, mapping, size: int) -> None:
