@@ -10,8 +10,16 @@ on the head's host placing tasks with ``NodeAffinitySchedulingStrategy(member)``
 
 from __future__ import annotations
 
+import pytest
+
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
-from .test_remote_tasks import _run_driver, member  # noqa: F401 - the fixture `member`
+from .test_remote_tasks import MEMBER, _run_driver
+
+
+@pytest.fixture
+def member(hosts):
+    """A cluster of two fake hosts; the member's (host, port) with 2 CPUs."""
+    yield hosts.start_member(MEMBER, "--num-cpus", "2")
 
 
 def test_200_mb_results_and_arguments_cross_bit_exact_and_again_into_reused_memory(hosts,

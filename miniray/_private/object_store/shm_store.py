@@ -19,7 +19,8 @@ Data flow::
                    get_value() restores them (or reads the spill file where nothing fits)
     freed segment --rename--> mr_<tag>_pool<n> (kept mapped by the owner, reused by the next
                    put of a similar size: writes then run at memcpy speed; one a reader still
-                   maps waits as draining until nobody does)
+                   maps waits as draining until nobody does; ``recycled_for`` lends one to
+                   bytes that arrive from another host, adopted by ``put_segment_from``)
 
 Lifetime rules: see ``shm_segments.py``. In short, only the owner unlinks; readers attach
 with a shared flock and never register with a resource tracker; pinned objects never move;

@@ -53,8 +53,9 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        buffer: ``worker_api.Channel._receive_bulk``).
     3. The worker answers READY (a new one) and RESULT; each large value in it,
        ``("peer", size, index)``, has its bytes follow RESULT in frames
-       (``framing.send_in_frames``), received straight into a new segment of the driver's
-       store (``_adopt_results``), which the owner adopts as a local worker's. Before
+       (``framing.send_in_frames``), received straight into a segment of the driver's
+       store (``_adopt_results``: a freed one of its pool when one fits, else a new one),
+       which the owner adopts as a local worker's. Before
        RESULT, what the task asks of its driver (BORROW, SUBMIT, ACTOR_SUBMIT, PUT, GET,
        WAIT, CALL) is served in this thread (``remote_requests.py``, its own steps);
        anything else (a streaming generator's YIELD) fails the task with an error saying

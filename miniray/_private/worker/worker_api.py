@@ -47,7 +47,6 @@ from miniray._private.core import ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket, send_in_frames
 
-
 SPARE_MIN = 1 << 20  # a large value this big or more is received into an anonymous mapping
 SPARE_MAX = 256 << 20  # the most a remote worker keeps as its spare receive buffer
 
