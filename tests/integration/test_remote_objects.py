@@ -56,3 +56,40 @@ def test_200_mb_results_and_arguments_cross_bit_exact_and_again_into_reused_memo
     """, timeout=240)
     assert doc["result1"] == doc["result2"] == [True, False], doc
     assert doc["argument1"] == doc["argument2"] == [True, False, True], doc
+
+
+def test_a_worker_dying_while_its_large_result_crosses_is_a_worker_crash(hosts, member):
+    """The worker is killed while the driver receives its 400 MB result (it kills itself
+    once the segment that receives it appears in the driver's shm dir): the task fails
+    with WorkerCrashedError (its node is alive), not a "miniray bug" of the half-received
+    segment's mapping, and the segment is gone (the teardown checks every host)."""
+    doc = _run_driver(hosts, """
+    import threading
+    import numpy as np
+    from miniray._private import runtime
+
+    @ray.remote(max_retries=0)
+    def dies_while_sending(shm_dir):
+        before = set(os.listdir(shm_dir))
+
+        def kill_once_the_driver_receives():
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not set(os.listdir(shm_dir)) - before:
+                time.sleep(0.0005)
+            os.kill(os.getpid(), 9)
+
+        value = np.ones(400 * 1000 * 1000 // 8)
+        threading.Thread(target=kill_once_the_driver_receives, daemon=True).start()
+        return value
+
+    shm_dir = runtime.current().store.shm_dir
+    try:
+        ray.get(dies_while_sending.options(scheduling_strategy=there).remote(shm_dir),
+                timeout=120)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "text": str(error)[:300]}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240)
+    assert doc["error"] == "WorkerCrashedError", doc
