@@ -187,7 +187,7 @@ class _Broken(_Conn):
         return super().recv_bytes_into(buffer, timeout)
 
 
-def _adopt(store, conn, ser, return_id):
+def _adopt(store, conn, ser, return_id, recycle=True):
     import types
 
     from miniray._private.owner.remote_nodes import RemoteNodes
@@ -195,14 +195,15 @@ def _adopt(store, conn, ser, return_id):
     spec = types.SimpleNamespace(return_ids=[return_id])
     nodes = types.SimpleNamespace(owner=_Owner(store))
     return RemoteNodes._adopt_results(nodes, conn, spec,
-                                      [(protocol.OK, ("peer", ser.total_size, 0))])
+                                      [(protocol.OK, ("peer", ser.total_size, 0))], recycle)
 
 
 def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_clean(
         monkeypatch, tmp_path):
     """``_adopt_results``: with a freed segment in the pool the bytes go into it (renamed
-    to the result's name, adopted with its warm mapping); without one, into a new segment;
-    a receive that fails leaves no segment, lent or new."""
+    to the result's name, adopted with its warm mapping); without one, or without
+    ``recycle`` (an actor's results, which the actor service renames into another store),
+    into a new segment; a receive that fails leaves no segment, lent or new."""
     import os
 
     from miniray._private.object_store.shm_store import SharedMemoryStore, new_session_tag
@@ -214,6 +215,10 @@ def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_cle
         rid = [bytes([i]) * 28 for i in range(4)]
         store.put_value(rid[0], np.ones(100_000))
         store.free(rid[0])  # now in the pool
+        ((_kind, (_shm, plain, _size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser,
+                                                  bytes(28), recycle=False)
+        assert store.statistics()["segments_recycled"] == 0 and store._lent == {}
+        os.unlink(plain)
         ((_kind, (shm, path, size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser, rid[1])
         assert shm == "shm" and os.path.basename(path).endswith(rid[1].hex())
         assert store.statistics()["segments_recycled"] == 1

@@ -680,11 +680,16 @@ class RemoteNodes:
                             died and self._retry(task, entry)):
                         if results is not None:
                             owner.tasks.finished(task, results, False)
+                            results = None  # the owner's now
                         else:
                             owner.tasks.fail(task, error or _system_error(
                                 "the driver is shutting down"))
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
+                if results is not None:  # not completed here (done already, shut down):
+                    for item in results:  # its segments are nobody's
+                        if isinstance(item[1], tuple):
+                            owner.store.give_up_recycled(item[1][1])
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -798,18 +803,19 @@ class RemoteNodes:
         raise _Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
                                     "while it was read for another node; try again."))
 
-    def _adopt_results(self, data, spec, items: list) -> list:
+    def _adopt_results(self, data, spec, items: list, recycle: bool = False) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
         RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
-        received straight into a segment of this driver's store (no other copy): a freed one
-        of its pool when one fits (``recycled_for``: its pages exist, and are mapped here
-        already), else a new one, named as a local worker's result would be, and handed to
-        the owner as such (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S:
-        the node is lost."""
+        received straight into a segment of this driver's store (no other copy), named as a
+        local worker's result would be, and handed to the owner as such
+        (``put_segment_from`` adopts it). With ``recycle`` (a task's results, which this
+        store adopts: an actor's may be renamed into another store instead), a freed segment
+        of the pool when one fits (``recycled_for``: its pages exist, and are mapped here
+        already), else a new one. A frame late by BULK_FRAME_S: the node is lost."""
         owner = self.owner
         store = owner.store
-        if owner.objects.ref_events:  # objects just dropped: freed first, as a put does,
-            with owner.locked():       # so that their segments can take these bytes
+        if recycle and owner.objects.ref_events:  # objects just dropped: freed first, as a
+            with owner.locked():       # put does, so that their segments take these bytes
                 owner.objects.apply_ref_events()
             owner.reactor.wake()
         out = []
@@ -818,7 +824,7 @@ class RemoteNodes:
                 payload = item[1]
                 if isinstance(payload, tuple) and payload and payload[0] == "peer":
                     object_id = spec.return_ids[index]
-                    recycled = store.recycled_for(object_id, payload[1])
+                    recycled = store.recycled_for(object_id, payload[1]) if recycle else None
                     path = recycled[0] if recycled else os.path.join(
                         store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
                     out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
@@ -893,7 +899,8 @@ class RemoteNodes:
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
                         try:
-                            results = self._adopt_results(data, spec, results)
+                            results = self._adopt_results(data, spec, results,
+                                                          recycle=True)
                         except _Failed:
                             worker.broken = True
                             raise
