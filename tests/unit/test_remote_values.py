@@ -127,3 +127,120 @@ def test_a_get_reply_with_large_values_is_rebuilt_and_read(monkeypatch):
     # Anything else (a CALL's reply, a WAIT's ids) goes through as it is.
     for other in ((protocol.REPLY, 8, (True, None)), (protocol.REPLY, 9, [b"id"])):
         assert channel._with_bulk(other, iter(())) is other
+
+
+def test_a_large_value_reuses_the_last_receive_buffer_once_nothing_refers_to_it(monkeypatch):
+    """``_receive_bulk``: a value of SPARE_MIN bytes or more goes into an anonymous mapping,
+    kept as the spare; the next value of about its size is received into it again only
+    when no value still views it (the task that read it kept nothing), and never one
+    much smaller or larger."""
+    monkeypatch.setattr(framing, "PEER_CHUNK", 1 << 16)
+    monkeypatch.setattr(worker_api, "SPARE_MIN", 1 << 16)
+    first = oob.serialize(np.arange(40_000, dtype=np.float64))
+    second = oob.serialize(np.arange(40_000, dtype=np.float64)[::-1].copy())
+    channel = worker_api.Channel(_Conn(_bulk_frames(first) + _bulk_frames(second)))
+    view = channel._receive_bulk(first.total_size, iter(()))
+    spare = channel._spare
+    assert spare is not None and view.obj is spare and view.nbytes == first.total_size
+    kept = oob.load_segment(view.toreadonly())  # a task that kept its argument
+    del view
+    again = channel._receive_bulk(second.total_size, iter(()))
+    assert again.obj is not spare  # still in use: a new buffer, the old value intact
+    assert kept[0] == 0.0 and kept[-1] == 39_999.0
+    assert oob.load_segment(again.toreadonly())[0] == 39_999.0
+    newer = id(channel._spare)  # an id: a reference here would keep it in use
+    del again, kept
+    channel.conn = _Conn(_bulk_frames(first) + _bulk_frames(oob.serialize(np.ones(99_000))))
+    third = channel._receive_bulk(first.total_size, iter(()))
+    assert id(third.obj) == newer  # nothing refers to it: received into it again
+    assert oob.load_segment(third.toreadonly()).tolist() == list(range(40_000))
+    del third
+    bigger = channel._receive_bulk(oob.serialize(np.ones(99_000)).total_size, iter(()))
+    assert channel._spare is bigger.obj and len(bigger.obj) == bigger.nbytes  # replaced
+
+
+# ------------------------------------------------- the driver's side: a result's bytes
+class _Owner:
+    """What ``RemoteNodes._adopt_results`` uses of the owner: its store, ref events, lock."""
+
+    def __init__(self, store):
+        import contextlib
+        import types
+
+        self.store = store
+        self.objects = types.SimpleNamespace(ref_events=[], apply_ref_events=lambda: None)
+        self.locked = contextlib.nullcontext
+        self.reactor = types.SimpleNamespace(wake=lambda: None)
+
+
+class _Broken(_Conn):
+    """Hands over ``good`` frames, then fails as a frame with a wrong MAC does."""
+
+    def __init__(self, frames, good):
+        super().__init__(frames)
+        self.good = good
+
+    def recv_bytes_into(self, buffer, timeout=None):
+        if not self.good:
+            raise OSError("the frame failed its check")
+        self.good -= 1
+        return super().recv_bytes_into(buffer, timeout)
+
+
+def _adopt(store, conn, ser, return_id, recycle=True):
+    import types
+
+    from miniray._private.owner.remote_nodes import RemoteNodes
+
+    spec = types.SimpleNamespace(return_ids=[return_id])
+    nodes = types.SimpleNamespace(owner=_Owner(store))
+    return RemoteNodes._adopt_results(nodes, conn, spec,
+                                      [(protocol.OK, ("peer", ser.total_size, 0))], recycle)
+
+
+def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_clean(
+        monkeypatch, tmp_path):
+    """``_adopt_results``: with a freed segment in the pool the bytes go into it (renamed
+    to the result's name, adopted with its warm mapping); without one, or without
+    ``recycle`` (an actor's results, which the actor service renames into another store),
+    into a new segment; a receive that fails leaves no segment, lent or new."""
+    import os
+
+    from miniray._private.object_store.shm_store import SharedMemoryStore, new_session_tag
+
+    monkeypatch.setattr(framing, "PEER_CHUNK", 1 << 16)
+    store = SharedMemoryStore(new_session_tag(), 64 << 20, str(tmp_path / "spill"))
+    try:
+        ser = oob.serialize(np.arange(100_000, dtype=np.float64))
+        rid = [bytes([i]) * 28 for i in range(4)]
+        store.put_value(rid[0], np.ones(100_000))
+        store.free(rid[0])  # now in the pool
+        ((_kind, (_shm, plain, _size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser,
+                                                  bytes(28), recycle=False)
+        assert store.statistics()["segments_recycled"] == 0 and store._lent == {}
+        os.unlink(plain)
+        ((_kind, (shm, path, size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser, rid[1])
+        assert shm == "shm" and os.path.basename(path).endswith(rid[1].hex())
+        assert store.statistics()["segments_recycled"] == 1
+        store.put_segment_from(rid[1], path, size)
+        assert store.get_value(rid[1]).tolist() == list(range(100_000))
+        assert store._lent == {} and len(store._warm) == 1
+        # No pool: a new segment. Failing half-way: nothing left, recycled or new.
+        ((_kind, (_shm, fresh, _size)),) = _adopt(store, _Conn(_bulk_frames(ser)), ser,
+                                                  rid[2])
+        assert os.path.exists(fresh) and store.statistics()["segments_recycled"] == 1
+        store.put_segment_from(rid[2], fresh, ser.total_size)
+        store.free(rid[1])  # into the pool again
+        before = set(os.listdir(store.shm_dir))
+        for good in (1, 3):
+            try:
+                _adopt(store, _Broken(_bulk_frames(ser), good), ser, rid[3])
+            except OSError:
+                pass
+            else:
+                raise AssertionError("a failed receive was adopted")
+        assert store._lent == {}
+        left = set(os.listdir(store.shm_dir)) - before
+        assert not [n for n in left if store.session_tag in n], left
+    finally:
+        store.close()

@@ -277,6 +277,32 @@ def test_freed_segments_nobody_maps_are_recycled(make_store):
     assert store.statistics()["pooled_segments"] == 0
 
 
+def test_bytes_from_elsewhere_go_into_a_recycled_segment_which_stays_warm(make_store):
+    """``recycled_for``: a freed segment renamed to the new object, its writable mapping
+    lent; ``put_segment_from`` adopts it and keeps the mapping for its next reuse;
+    ``give_up_recycled`` unlinks one that will not be adopted."""
+    store = make_store()
+    assert store.recycled_for(oid(9), 2 * MIB) is None  # an empty pool: a new segment
+    store.put_value(oid(1), array(2 * MIB))
+    store.free(oid(1))
+    source = oob.serialize(array(2 * MIB, 5))
+    path, mapping = store.recycled_for(oid(2), source.total_size)
+    assert path == os.path.join(store.shm_dir, shm_segments.segment_name(store.session_tag,
+                                                                          oid(2)))
+    assert store.statistics()["pooled_segments"] == 0
+    with memoryview(mapping) as view:
+        source.write_into(view[:source.total_size])
+    store.put_segment_from(oid(2), path, source.total_size)
+    np.testing.assert_array_equal(store.get_value(oid(2)), array(2 * MIB, 5))
+    assert store._lent == {}
+    assert any(entry.rw is mapping for entry in store._warm)  # kept for the next reuse
+    store.free(oid(2))
+    path, _mapping = store.recycled_for(oid(3), 2 * MIB)
+    store.give_up_recycled(path)
+    assert not os.path.exists(path) and store._lent == {}
+    assert store.statistics()["pooled_segments"] == 0
+
+
 def test_a_freed_segment_a_reader_still_maps_is_reused_once_it_lets_go(make_store):
     """A worker keeps its mapping of a task's argument until the owner's UNMAP arrives: the
     segment waits in the pool (draining) and is reused once nobody maps it, never while a

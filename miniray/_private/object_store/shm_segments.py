@@ -533,14 +533,20 @@ def write_through_mapping(
     segment without one is mapped with MAP_POPULATE (one batched fault pass). Returns it.
     """
     if mapping is None:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, **_MMAP_KW)
-        finally:
-            os.close(fd)
+        mapping = writable_mapping(path, size)
     with memoryview(mapping) as view:
         ser.write_into(view)
     return mapping
+
+
+def writable_mapping(path: str, size: int) -> mmap.mmap:
+    """A writable shared mapping of the existing segment ``path`` (``size`` bytes), its pages
+    mapped in one batched pass (MAP_POPULATE) rather than one fault each."""
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED | _MAP_POPULATE, **_MMAP_KW)
+    finally:
+        os.close(fd)
 
 
 def retire_for_reuse(path: str, pool_path: str) -> bool | None:

@@ -54,8 +54,9 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        buffer: ``worker_api.Channel._receive_bulk``).
     3. The worker answers READY (a new one) and RESULT; each large value in it,
        ``("peer", size, index)``, has its bytes follow RESULT in frames
-       (``framing.send_in_frames``), received straight into a new segment of the driver's
-       store (``_adopt_results``), which the owner adopts as a local worker's. Before
+       (``framing.send_in_frames``), received straight into a segment of the driver's
+       store (``_adopt_results``: a freed one of its pool when one fits, else a new one),
+       which the owner adopts as a local worker's. Before
        RESULT, what the task asks of its driver (BORROW, SUBMIT, ACTOR_SUBMIT, PUT, GET,
        WAIT, CALL) is served in this thread (``remote_requests.py``, its own steps);
        anything else (a streaming generator's YIELD) fails the task with an error saying
@@ -704,11 +705,16 @@ class RemoteNodes:
                             died and self._retry(task, entry)):
                         if results is not None:
                             owner.tasks.finished(task, results, False)
+                            results = None  # the owner's now
                         else:
                             owner.tasks.fail(task, error or _system_error(
                                 "the driver is shutting down"))
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
+                if results is not None:  # not completed here (done already, shut down):
+                    for item in results:  # its segments are nobody's
+                        if isinstance(item[1], tuple):
+                            owner.store.give_up_recycled(item[1][1])
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -822,23 +828,36 @@ class RemoteNodes:
         raise _Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
                                     "while it was read for another node; try again."))
 
-    def _adopt_results(self, data, spec, items: list) -> list:
+    def _adopt_results(self, data, spec, items: list, recycle: bool = False) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
         RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
-        received straight into a new segment of this driver's store (no other copy), named
-        as a local worker's result would be, and handed to the owner as such
-        (``put_segment_from`` adopts it). A frame late by BULK_FRAME_S: the node is lost."""
-        store = self.owner.store
+        received straight into a segment of this driver's store (no other copy), named as a
+        local worker's result would be, and handed to the owner as such
+        (``put_segment_from`` adopts it). With ``recycle`` (a task's results, which this
+        store adopts: an actor's may be renamed into another store instead), a freed segment
+        of the pool when one fits (``recycled_for``: its pages exist, and are mapped here
+        already), else a new one. A frame late by BULK_FRAME_S: the node is lost."""
+        owner = self.owner
+        store = owner.store
+        if recycle and owner.objects.ref_events:  # objects just dropped: freed first, as a
+            with owner.locked():       # put does, so that their segments take these bytes
+                owner.objects.apply_ref_events()
+            owner.reactor.wake()
         out = []
         try:
             for index, item in enumerate(items):
                 payload = item[1]
                 if isinstance(payload, tuple) and payload and payload[0] == "peer":
-                    path = os.path.join(store.shm_dir, shm_segments.segment_name(
-                        store.session_tag, spec.return_ids[index]))
+                    object_id = spec.return_ids[index]
+                    recycled = store.recycled_for(object_id, payload[1]) if recycle else None
+                    path = recycled[0] if recycled else os.path.join(
+                        store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
                     out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
                     try:
-                        _receive_segment(data, path, payload[1])
+                        if recycled:
+                            _receive_frames(data, recycled[1], payload[1])
+                        else:
+                            _receive_segment(data, path, payload[1])
                     except OSError as error:
                         if error.errno not in (errno.ENOSPC, errno.ENOMEM):
                             raise
@@ -850,7 +869,7 @@ class RemoteNodes:
         except BaseException:
             for item in out:  # the segments written so far: nobody adopted them
                 if isinstance(item[1], tuple):
-                    shm_segments.unlink_quiet(item[1][1])
+                    store.give_up_recycled(item[1][1])
             raise
         return out
 
@@ -905,7 +924,8 @@ class RemoteNodes:
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
                         try:
-                            results = self._adopt_results(data, spec, results)
+                            results = self._adopt_results(data, spec, results,
+                                                          recycle=True)
                         except _Failed:
                             worker.broken = True
                             raise
@@ -1153,15 +1173,33 @@ def _receive_segment(data, path: str, size: int) -> None:
     finally:
         os.close(fd)
     try:
-        with memoryview(mapping) as view:
-            offset = 0
-            while offset < size:
-                try:
-                    offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
-                except TimeoutError as error:
-                    raise OSError(f"a result's bytes stopped coming: {error}") from None
+        _receive_frames(data, mapping, size)
     finally:
+        _close_mapping(mapping)
+
+
+def _close_mapping(mapping) -> None:
+    """Unmap now, unless a view of it is still alive: after a failed receive the
+    exception's traceback holds the receiving frames' views, and ``close`` would raise
+    BufferError in place of the failure (the node's loss became "miniray bug"); the
+    mapping then goes with the last view."""
+    try:
         mapping.close()
+    except BufferError:
+        pass
+
+
+def _receive_frames(data, mapping, size: int) -> None:
+    """Receive a value's ``size`` bytes, which come as frames on ``data``, into the first
+    ``size`` bytes of the writable ``mapping``; OSError when a frame is late by
+    BULK_FRAME_S."""
+    with memoryview(mapping) as whole, whole[:size] as view:
+        offset = 0
+        while offset < size:
+            try:
+                offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
+            except TimeoutError as error:
+                raise OSError(f"a result's bytes stopped coming: {error}") from None
 
 
 def _cancelled(spec) -> _Failed:
