@@ -19,7 +19,10 @@ now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shut
 ``placement_for`` (locked, in ``where``), the view (``_nodes``, ``_view``), and in its
 thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
 ``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
-``_adopt_results`` and ``_receive_segment`` (large results and puts).
+``_adopt_results`` and ``_receive_segment`` (large results and puts); and
+``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
+nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
+lease, step 4 releases none, step 5 never places it again: the bundle is on that node).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
@@ -356,6 +359,9 @@ class RemoteNodes:
         self._claims: dict[str, dict[str, float]] = {}
         self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
+        from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
+
+        self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
@@ -542,6 +548,15 @@ class RemoteNodes:
         task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
+    def run_in_bundle(self, task, bundle) -> None:
+        """*Owner locked.* Run ``task`` on ``bundle``'s node under the bundle's lease
+        (``remote_bundles`` took its room in the bundle): steps 2-4 with no lease taken
+        or released."""
+        task.state = T_RUNNING
+        task.worker = _Slot(task)
+        task.worker.bundle = bundle
+        self._start(task, bundle.entry)
+
     def _retry(self, task, entry) -> bool:
         """*Owner locked.* Step 5's retry: ``task`` failed because node ``entry`` died;
         True if it was placed again (or failed unschedulable): by step 1's rules, that
@@ -549,10 +564,11 @@ class RemoteNodes:
         FREE_MOVES times: as in Ray, only a task that ran uses a retry); one that was
         uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
         whatever ``retry_exceptions`` says)."""
-        if task.cancelled or self._closed or self.owner.closed:
+        slot = task.worker
+        if (task.cancelled or self._closed or self.owner.closed
+                or getattr(slot, "bundle", None) is not None):  # its bundle died with N
             return False
         spec = task.spec
-        slot = task.worker
         moves = getattr(slot, "moves", 0)
         if not getattr(slot, "sent", True) and moves < FREE_MOVES:
             moves += 1
@@ -577,7 +593,8 @@ class RemoteNodes:
 
     def _start(self, task, entry) -> None:
         """Run ``_run(task, entry)`` on a waiting thread of this module, or a new one."""
-        self._claim(task.worker, entry.node_id, task.spec.request)
+        if task.worker.bundle is None:  # a bundle's task: its lease holds N's room
+            self._claim(task.worker, entry.node_id, task.spec.request)
         with self._lock:
             if self._waiting_threads:
                 self._waiting_threads -= 1
@@ -640,6 +657,7 @@ class RemoteNodes:
         client = worker = None
         died = False  # step 5: the node died under the task (retried while allowed)
         moved = None  # step 2: denied there, another node has room now
+        bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
             dep_values = self._dep_values(task) if spec.deps else None
             client = self._client(entry)
@@ -682,12 +700,23 @@ class RemoteNodes:
                         else:
                             owner.tasks.fail(task, error or _system_error(
                                 "the driver is shutting down"))
-                    if not died and not self._closed and not owner.closed:
+                    if bundle is not None:
+                        self.bundles.done(task, bundle)
+                    elif not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
         trip), else a new lease and an idle worker without one, else a new worker."""
+        if slot.bundle is not None:  # under its bundle's lease, held on that link
+            if slot.bundle.client.lost is not None or slot.bundle.client is not client:
+                from miniray.exceptions import NodeDiedError  # lazy: as above
+
+                raise NodeDiedError(f"the link that held bundle {slot.bundle.index} of "
+                                    f"placement group {slot.bundle.pg_hex} was lost")
+            worker = self._worker(client, entry, spec.runtime_env)
+            worker.gpu_ids = list(slot.bundle.gpu_ids)
+            return worker
         shape = tuple(sorted(spec.request.items()))
         worker = self._take_idle(entry.node_id, lambda w: (
             w.lease_id is not None and w.shape == shape and w.client is client
@@ -850,7 +879,8 @@ class RemoteNodes:
                 data.send((protocol.FUNC, spec.fn_id, fn_bytes))
                 worker.funcs.add(spec.fn_id)
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
-                   owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
+                   owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name,
+                   spec.placement if slot.bundle is not None else None)  # its group
             bulk = [d[2][2] for d in dep_values or () if type(d[2]) is tuple]
             if bulk:  # the mappings stay here; the worker reads their bytes after TASK
                 dep_values = [(p, k, d[:2] if type(d) is tuple else d)
@@ -1036,6 +1066,7 @@ class _Slot:
         self._client = None  # the node's client, once the task was sent
         self._cancelled = False
         self.killed = False  # force-cancelled: the worker's death is the cancel's
+        self.bundle = None  # a placement group's RemoteBundle it runs in (no lease of its own)
 
     def send_bytes(self, data) -> None:
         """A control message (CANCEL) from the owner, sent after its lock."""

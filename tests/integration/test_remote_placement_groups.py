@@ -1,0 +1,152 @@
+"""Placement groups across nodes on fake hosts (``owner/remote_bundles.py``,
+``node_pick.plan_bundles``): bundles on the head and on a member, tasks in a member's
+bundle, removal, and a group that no node set can hold.
+
+A head on 127.0.0.1 and a member on 127.0.0.2, each with its own root (``FakeHosts`` of
+test_cluster_join.py: every process, session and segment of each root is checked on
+teardown); the driver runs on the head's host (``_run_driver`` of test_remote_tasks.py).
+"""
+
+from __future__ import annotations
+
+from .helpers import driver, json_line, stop_driver
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_placement import _cluster
+from .test_remote_tasks import MEMBER, _run_driver
+
+PG = """
+    from miniray.util.placement_group import (placement_group, placement_group_table,
+                                              remove_placement_group)
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+    @ray.remote(num_cpus=1)
+    def ip_of(seconds=0.0):  # its node's IP (util.get_node_ip_address says 127.0.0.1)
+        time.sleep(seconds)
+        return ips[ray.get_runtime_context().get_node_id()], time.monotonic()
+
+    def in_bundle(pg, index):
+        return ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index))
+
+    here = ray.get_runtime_context().get_node_id()
+
+    def full():
+        return (ray.available_resources().get("CPU", 0), ray.cluster_resources()["CPU"])
+    """
+
+
+def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="ss")
+    ready = pg.wait(20)
+    table = placement_group_table(pg)
+    ips = ray.get([in_bundle(pg, i).remote() for i in range(2)], timeout=30)
+    @ray.remote(num_cpus=1)
+    def my_group():
+        from miniray.util import get_current_placement_group
+        return get_current_placement_group().id.hex()
+
+    group_there = ray.get(my_group.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(), timeout=30)
+    # Two 1-CPU tasks in the member's 1-CPU bundle run one after the other.
+    pair = ray.get([in_bundle(pg, 1).remote(1.0) for _ in range(2)], timeout=30)
+    from miniray.util.state import list_placement_groups
+    rows = list_placement_groups(filters=[("name", "=", "ss")], detail=True)
+    remove_placement_group(pg)
+    print(json.dumps({"here": here, "member": member, "ready": ready, "table": table,
+                      "ips": [ip for ip, _ in ips], "pair": pair,
+                      "group_there": group_there == pg.id.hex(),
+                      "rows": [[b["node_id"] for b in r["bundles"]] for r in rows]}),
+          flush=True)
+    ray.shutdown()
+    """)
+    assert doc["ready"] is True, doc
+    assert doc["table"]["state"] == "CREATED", doc
+    assert doc["table"]["bundles_to_node_id"] == {"0": doc["here"], "1": doc["member"]}, doc
+    assert doc["rows"] == [[doc["here"], doc["member"]]], doc
+    assert doc["ips"] == ["127.0.0.1", "127.0.0.2"], doc
+    assert doc["group_there"] is True, doc  # the task knows its group on the member
+    (ip_a, end_a), (ip_b, end_b) = doc["pair"]
+    assert ip_a == ip_b == "127.0.0.2", doc
+    assert abs(end_a - end_b) >= 0.9, doc  # one after the other in the 1-CPU bundle
+
+
+def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_frees_it(hosts):
+    _cluster(hosts, "2", "3")
+    doc = _run_driver(hosts, PG + """
+    def wait_full(total, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and full() != (total, total):
+            time.sleep(0.05)
+        return full()
+
+    before = wait_full(5.0)
+    spread = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    assert spread.wait(20)
+    spread_nodes = placement_group_table(spread)["bundles_to_node_id"]
+    spread_ips = [ip for ip, _ in ray.get([in_bundle(spread, i).remote() for i in range(2)],
+                                         timeout=30)]
+    remove_placement_group(spread)
+    # Three CPUs in one group: the head has two, the member three.
+    pack = placement_group([{"CPU": 1}] * 3, strategy="PACK")
+    assert pack.wait(20)
+    pack_nodes = placement_group_table(pack)["bundles_to_node_id"]
+    # Any bundle (-1) of a group with no bundle here runs in one of the member's.
+    anyone = ray.get([in_bundle(pack, -1).remote() for _ in range(4)], timeout=30)
+    # A long task in a removed group ends as a local one does: TaskPlacementGroupRemoved.
+    long = in_bundle(pack, 0).remote(30.0)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    remove_placement_group(pack)
+    try:
+        ray.get(long, timeout=20)
+        ended = "finished"
+    except Exception as error:
+        ended = type(error).__name__
+    took = time.monotonic() - t0
+    after = wait_full(5.0)
+    print(json.dumps({"here": here, "member": member, "before": before, "after": after,
+                      "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
+                      "any": sorted({ip for ip, _ in anyone}), "ended": ended,
+                      "took": took}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["before"] == [5.0, 5.0], doc
+    assert sorted(doc["spread"].values()) == sorted([doc["here"], doc["member"]]), doc
+    assert sorted(doc["spread_ips"]) == ["127.0.0.1", "127.0.0.2"], doc
+    assert set(doc["pack"].values()) == {doc["member"]}, doc
+    assert doc["any"] == ["127.0.0.2"], doc
+    assert doc["ended"] == "TaskPlacementGroupRemoved", doc
+    assert doc["took"] < 5.0, doc
+    assert doc["after"] == [5.0, 5.0], doc  # every node's part is back
+
+
+def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
+    _cluster(hosts, "2", None)
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, placement_group_table
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    early = pg.wait(1.0)
+    print(json.dumps({"early": early, "state": placement_group_table(pg)["state"]}),
+          flush=True)
+    later = pg.wait(30)
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    print(json.dumps({"later": later, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+    try:
+        doc = json_line(proc, 30)
+        assert doc == {"early": False, "state": "PENDING"}, doc
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        doc = json_line(proc, 30)
+        assert doc["later"] is True and len(set(doc["nodes"])) == 2, doc
+        assert proc.wait(30) == 0
+        assert "stays pending until nodes that can hold it join" in proc.stderr.read()
+    finally:
+        stop_driver(proc)
