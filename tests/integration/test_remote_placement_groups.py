@@ -9,7 +9,7 @@ teardown); the driver runs on the head's host (``_run_driver`` of test_remote_ta
 
 from __future__ import annotations
 
-from .helpers import driver, json_line, stop_driver
+from .helpers import driver, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, _run_driver
@@ -150,3 +150,31 @@ def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
         assert "stays pending until nodes that can hold it join" in proc.stderr.read()
     finally:
         stop_driver(proc)
+
+
+def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
+    _cluster(hosts, "2", "2")
+    proc = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 2}], strategy="STRICT_SPREAD", name="held")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(proc, 30) == {"ready": True}
+        on_member = [lease for lease in ledger_leases(hosts.env(MEMBER)).values()
+                     if "placement group held bundle" in (lease.get("tag") or "")]
+        on_head = [lease for lease in ledger_leases(hosts.env("127.0.0.1")).values()
+                   if lease.get("group")]
+        assert len(on_member) == 1 and len(on_head) == 1, (on_member, on_head)
+        # Bundle 1 (2 CPUs) is the member's; bundle 0 (1 CPU) the head's.
+        assert on_member[0]["resources"] == {"CPU": 20000}, on_member
+        assert on_head[0]["resources"] == {"CPU": 10000}, on_head
+    finally:
+        stop_driver(proc)  # SIGKILL: nothing of the driver's runs after this
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
+    assert wait_until(lambda: not any(lease.get("group") for lease in ledger_leases(
+        hosts.env("127.0.0.1")).values()), 10.0)

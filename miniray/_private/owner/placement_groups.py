@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -61,7 +62,7 @@ REMOVED = "REMOVED"
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
                  "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
-                 "nodes", "noted")
+                 "nodes", "noted", "trying")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -78,6 +79,7 @@ class _Group:
         self.host_lease: str | None = None  # physical GPUs, in the host GPU ledger
         self.nodes: list[str] | None = None  # each bundle's node once planned (None: here)
         self.noted = False  # the "no node set can hold it" line was printed
+        self.trying = False  # an attempt runs (create's and a retry thread's never overlap)
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""
@@ -205,8 +207,20 @@ class PlacementGroups:
                 self._arm_retry()
 
     def _try(self, group: _Group) -> None:
-        """*Not locked.* One attempt at the ledger; on success the group's ready objects are
-        set and the work waiting for it is dispatched."""
+        """*Not locked.* One attempt at the ledger (and the other nodes); on success the
+        group's ready objects are set and the work waiting for it is dispatched. Skipped
+        while another attempt at the same group runs."""
+        with self.owner.locked():
+            if group.trying or group.state != PENDING:
+                return
+            group.trying = True
+        try:
+            self._attempt(group)
+        finally:
+            with self.owner.locked():
+                group.trying = False
+
+    def _attempt(self, group: _Group) -> None:
         group.attempts += 1
         holder = self.holder_for_detached if group.detached else self.pid
         cluster = None if group.detached else self._cluster()
@@ -319,7 +333,11 @@ class PlacementGroups:
                 self.try_pending()
                 with self.owner.locked():
                     self._arm_retry()
-            self.owner.defer(attempt)
+            if self.owner.remote_nodes is not None:  # round trips to other nodes: not on
+                threading.Thread(target=attempt, daemon=True,  # the I/O thread
+                                 name="miniray-pg-retry").start()
+            else:
+                self.owner.defer(attempt)
 
         self.owner.reactor.call_later(self.RETRY_S, retry)
 
