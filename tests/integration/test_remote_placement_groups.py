@@ -178,3 +178,46 @@ def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
     assert wait_until(lambda: not any(lease.get("group") for lease in ledger_leases(
         hosts.env("127.0.0.1")).values()), 10.0)
+
+
+def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_group(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    @ray.remote(num_cpus=1)
+    class Where:
+        def node(self):
+            from miniray.util import get_current_placement_group
+            return ips[ray.get_runtime_context().get_node_id()], \\
+                get_current_placement_group().id.hex()
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    strategy = PlacementGroupSchedulingStrategy(pg, 1)
+    first = Where.options(scheduling_strategy=strategy).remote()
+    where_first = ray.get(first.node.remote(), timeout=30)
+    # The bundle's one CPU is the first actor's: a second waits for it.
+    second = Where.options(scheduling_strategy=strategy).remote()
+    ready, _ = ray.wait([second.node.remote()], timeout=1.5)
+    waited = not ready
+    ray.kill(first)
+    where_second = ray.get(second.node.remote(), timeout=30)
+    try:  # a named actor belongs to the node's actor service, which lacks the bundle
+        Where.options(scheduling_strategy=strategy, name="named").remote()
+        named = "created"
+    except NotImplementedError as error:
+        named = str(error)
+    remove_placement_group(pg)
+    try:
+        ray.get(second.node.remote(), timeout=20)
+        after = "alive"
+    except Exception as error:
+        after = type(error).__name__
+    print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
+                      "after": after, "pg": pg.id.hex(), "named": named}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["first"] == ["127.0.0.2", doc["pg"]], doc
+    assert doc["waited"] is True, doc
+    assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
+    assert doc["after"] == "ActorDiedError", doc
+    assert "bundle on another node is not supported yet" in doc["named"], doc

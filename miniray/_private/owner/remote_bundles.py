@@ -11,8 +11,9 @@ Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, it
 bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
-``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked) and
-``RemoteNodes._run`` (``done``, locked).
+``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
+``RemoteNodes._run`` (``done``, locked) and ``remote_actors.RemoteActors`` (``holds``,
+``take``, ``give_back``, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -27,6 +28,8 @@ Steps for group G of driver D with bundle i planned on node N::
        amounts, and ``RemoteNodes.run_in_bundle`` runs it on N without a lease: the
        bundle's lease holds N's resources, and a task's end never releases it.
     4. done (locked): the task's request goes back to its bundle; ``_pump`` again.
+       An actor in such a bundle (``remote_actors``: ``take`` when placed, ``give_back``
+       when its worker ends) holds its ``held`` request of the bundle for its life.
     5. removed (locked) then release (not locked): waiting tasks fail with
        TaskPlacementGroupRemoved, running ones fail with it and their workers are killed
        (as for local bundles), then each bundle's lease is released on its node. A driver
@@ -138,20 +141,55 @@ class RemoteBundles:
     def submit(self, task) -> bool:
         """*Locked.* Step 3: True when ``task`` is this module's (its bundle is on another
         node, or it asks for any bundle of a group with none here); False: it runs here."""
-        parsed = placement.bundle_request(task.spec.request)
-        if parsed is None:
-            return False
-        pg_hex, index, _base = parsed
-        parts = self.groups.get(pg_hex)
-        if not parts:
-            return False
-        if index >= 0 and index not in parts:
-            return False  # a bundle of this node: the local ledger provides it
-        if index < 0 and self.has_local.get(pg_hex):
-            return False  # "any bundle": this node's bundles first (README)
+        if self._bundle_of(task.spec.request) is None:
+            return False  # a bundle of this node (the local ledger provides it), or none
+        pg_hex = placement.bundle_request(task.spec.request)[0]
         self.waiting.setdefault(pg_hex, collections.deque()).append(task)
         self._pump(pg_hex)
         return True
+
+    def _bundle_of(self, request) -> tuple | None:
+        """*Locked.* ``(parts, index, base)`` when ``request`` (rewritten) goes to its
+        group's remote bundles, else None: outside a group, a bundle of this node (the
+        local ledger provides it), or "any bundle" of a group with bundles here (those
+        first: README)."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return None
+        pg_hex, index, base = parsed
+        parts = self.groups.get(pg_hex)
+        if not parts or (index >= 0 and index not in parts) or (
+                index < 0 and self.has_local.get(pg_hex)):
+            return None
+        return parts, index, base
+
+    def holds(self, request) -> bool:
+        """*Locked.* Whether an actor of this placement ``request`` is placed in a remote
+        bundle (step 3's rule, as for a task)."""
+        return self._bundle_of(request) is not None
+
+    def take(self, request, held) -> RemoteBundle | None:
+        """*Locked.* An actor's bundle: the first (or its) remote bundle with room for its
+        placement ``request`` now, holding ``held`` of it for the actor's life (as a local
+        actor's lease shrinks to what it holds); None: none has room now (the placer asks
+        again)."""
+        found = self._bundle_of(request)
+        if found is None:
+            return None
+        parts, index, base = found
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+        if picked is None:
+            return None
+        bundle = parts[picked]
+        for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        return bundle
+
+    def give_back(self, bundle: RemoteBundle, held) -> None:
+        """*Locked.* An actor's worker in ``bundle`` ended: what it held goes back."""
+        for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        self._pump(bundle.pg_hex)
 
     def _pump(self, pg_hex: str) -> None:
         """*Locked.* Start every waiting task of the group whose bundle has room, in order."""
