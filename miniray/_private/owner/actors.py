@@ -99,6 +99,7 @@ class ActorsOwner(Protocol):
     def may_adopt(self, fork_server) -> bool: ...
     def note_placement_use(self) -> None: ...
     def placement_group_gone(self, pg_hex: str) -> bool: ...
+    def in_remote_bundle(self, request: dict) -> bool: ...
     def make_room(self) -> bool: ...
     def retry_soon(self) -> None: ...
     def start_worker(self, fork_server) -> tuple: ...
@@ -238,8 +239,7 @@ class ActorManager:
         a placement group (in a driver or in the node's actor service alike); or one in a
         placement group's bundle on another node (``remote_bundles``)."""
         if spec.pg is not None:
-            remote = self.owner.remote_nodes
-            if remote is None or not remote.bundles.holds(spec.placement):
+            if not self.owner.in_remote_bundle(spec.placement):
                 return None
         elif (spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):
@@ -259,8 +259,7 @@ class ActorManager:
         arguments)."""
         owner = self.owner
         with owner.locked():
-            remote = owner.remote_nodes
-            if spec.pg is not None and remote is not None and remote.bundles.holds(
+            if spec.pg is not None and owner.in_remote_bundle(
                     spec.placement):  # the service does not hold this driver's bundles
                 raise NotImplementedError(
                     f"actor {spec.class_name}: a named or detached actor in a placement "

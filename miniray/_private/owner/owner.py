@@ -667,6 +667,11 @@ class Owner:
         """*Not locked* (a ledger read). Whether work for the group can never run."""
         return self.pgs is not None and self.pgs.gone(pg_hex)
 
+    def in_remote_bundle(self, request: dict) -> bool:
+        """*Locked.* Whether a (rewritten) placement request is in a placement group's
+        bundle on another node (``remote_bundles``)."""
+        return self.remote_nodes is not None and self.remote_nodes.bundles.holds(request)
+
     def groups_in_use(self) -> set:
         """*Locked.* The placement groups this owner's queued or running work is in."""
         used = set()
