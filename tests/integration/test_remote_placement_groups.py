@@ -221,3 +221,41 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["after"] == "ActorDiedError", doc
     assert "bundle on another node is not supported yet" in doc["named"], doc
+
+
+def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
+    _cluster(hosts, "2", "2")
+    creator = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="shared")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(creator, 30) == {"ready": True}
+        assert len(ledger_leases(hosts.env(MEMBER))) == 1
+        other = driver("""
+        import json
+        import miniray as ray
+        from miniray.util.placement_group import (get_placement_group, placement_group_table,
+                                                  remove_placement_group)
+        ray.init(address="auto")
+        pg = get_placement_group("shared")
+        nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+        remove_placement_group(pg)
+        print(json.dumps({"nodes": nodes}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            assert len(set(json_line(other, 30)["nodes"])) == 2
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        # The creating driver, still running, notices and releases its lease there.
+        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 5.0)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)

@@ -266,6 +266,7 @@ class PlacementGroups:
                 group.state = CREATED
                 if parts:
                     cluster.bundles.adopt(group.hex, parts, bool(here))
+                    self.watch()  # removed by another driver: its other nodes' part too
                 ready, group.ready_ids = group.ready_ids, []
                 self._set_ready(ready, group)
                 self.owner.wake_dispatch()
@@ -433,8 +434,9 @@ class PlacementGroups:
             remote.bundles.release(hex_)  # after the kills: each node's part is back
 
     def watch(self) -> None:
-        """*Locked.* Every WATCH_S while this owner has work in a group: a group removed by
-        another driver (or whose holder died) ends that work as a removal here does."""
+        """*Locked.* Every WATCH_S while this owner has work in a group, or holds bundles of
+        one on other nodes: a group removed by another driver (or whose holder died) ends
+        that work as a removal here does, and its bundles on other nodes are released."""
         if self._watch_armed:
             return
         self._watch_armed = True
@@ -444,6 +446,9 @@ class PlacementGroups:
             if self.owner.closed:
                 return
             used = self.owner.groups_in_use()
+            remote = self.owner.remote_nodes
+            if remote is not None:
+                used |= set(remote.bundles.groups)
             if used:
                 self.owner.defer(lambda: self._check_used(used))
 
@@ -455,7 +460,9 @@ class PlacementGroups:
             reserved = self.ledger.groups()
         except (OSError, ValueError):  # the node's ledger went with the node
             return
+        gone = []
         with self.owner.locked():
+            remote = self.owner.remote_nodes
             for hex_ in used:
                 group = self.groups.get(hex_)
                 if hex_ in reserved or (group is not None and group.state == PENDING):
@@ -463,7 +470,12 @@ class PlacementGroups:
                 if group is not None:
                     group.state = REMOVED
                 self.owner.placement_group_removed(hex_)
+                if remote is not None:
+                    remote.bundles.removed(hex_)
+                    gone.append(hex_)
             self.watch()
+        for hex_ in gone:  # round trips: after the lock
+            remote.bundles.release(hex_)
 
     def gone(self, hex_: str) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
