@@ -62,7 +62,7 @@ REMOVED = "REMOVED"
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
                  "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
-                 "nodes", "noted", "trying")
+                 "nodes", "noted", "never", "trying")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -79,6 +79,7 @@ class _Group:
         self.host_lease: str | None = None  # physical GPUs, in the host GPU ledger
         self.nodes: list[str] | None = None  # each bundle's node once planned (None: here)
         self.noted = False  # the "no node set can hold it" line was printed
+        self.never = False  # the last plan found no set of alive nodes that can hold it
         self.trying = False  # an attempt runs (create's and a retry thread's never overlap)
 
     def record(self, node_id: str) -> dict[str, Any]:
@@ -100,7 +101,8 @@ def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
         "name": record.get("name", ""),
         "bundles": {i: dict(b) for i, b in enumerate(record["bundles"])},
         "bundles_to_node_id": ({i: node for i, node in enumerate(record.get("nodes", []))}
-                               if state == CREATED or state == REMOVED else {}),
+                               if state == CREATED or state == REMOVED
+                               else {i: "" for i in range(len(record["bundles"]))}),
         "strategy": record["strategy"],
         "state": state,
         "stats": {
@@ -158,7 +160,7 @@ class PlacementGroups:
     def pending_records(self) -> list[dict[str, Any]]:
         """*Locked.* The groups this driver still waits to reserve (the ledger holds only
         reserved ones), as records for ``state_row``."""
-        return [dict(g.record(self.node_id), infeasible=g.infeasible)
+        return [dict(g.record(self.node_id), infeasible=g.infeasible or g.never)
                 for g in self.groups.values() if g.state == PENDING]
 
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
@@ -304,6 +306,7 @@ class PlacementGroups:
             nodes = [replace(e, available=dict(here)) if e.node_id == self.node_id else e
                      for e in nodes]
         plan, why = node_pick.plan_bundles(group.bundles, group.strategy, self.node_id, nodes)
+        group.never = plan is None and why.startswith("never")  # Ray's INFEASIBLE state
         if plan is None and why.startswith("never") and not group.noted:
             group.noted = True
             print(f"miniray: placement group {group.name or group.hex} (strategy "
@@ -508,7 +511,7 @@ class PlacementGroups:
                 continue
             state = PENDING if group.state == PENDING else REMOVED
             record = group.record(self.node_id)
-            record["infeasible"] = group.infeasible
+            record["infeasible"] = group.infeasible or group.never
             out[group.hex] = table_entry(record, state)
         return out
 
