@@ -9,7 +9,9 @@ teardown); the driver runs on the head's host (``_run_driver`` of test_remote_ta
 
 from __future__ import annotations
 
-from .helpers import driver, json_line, ledger_leases, stop_driver, wait_until
+import json
+
+from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, _run_driver
@@ -176,6 +178,13 @@ def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
         # Bundle 1 (2 CPUs) is the member's; bundle 0 (1 CPU) the head's.
         assert on_member[0]["resources"] == {"CPU": 20000}, on_member
         assert on_head[0]["resources"] == {"CPU": 10000}, on_head
+        listed = cli(hosts.env("127.0.0.1"), "list", "placement-groups", "--detail",
+                     "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = json.loads(listed.stdout)
+        member_id = hosts.record(MEMBER).node_id
+        head_id = hosts.record("127.0.0.1").node_id
+        assert [b["node_id"] for b in row["bundles"]] == [head_id, member_id], row
     finally:
         stop_driver(proc)  # SIGKILL: nothing of the driver's runs after this
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
