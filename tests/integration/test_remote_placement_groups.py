@@ -91,6 +91,16 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     spread_ips = [ip for ip, _ in ray.get([in_bundle(spread, i).remote() for i in range(2)],
                                          timeout=30)]
     remove_placement_group(spread)
+    wait_full(5.0)  # the member's heartbeat shows its bundle back
+    # Any bundle (-1) of a group with bundles on both nodes: this node's first, then the
+    # member's when this node's are full (two 1.5 s tasks run at once, one on each).
+    both = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    assert both.wait(20)
+    t0 = time.monotonic()
+    anywhere = ray.get([in_bundle(both, -1).remote(1.5) for _ in range(2)], timeout=30)
+    anywhere_s = time.monotonic() - t0
+    remove_placement_group(both)
+    wait_full(5.0)
     # Three CPUs in one group: the head has two, the member three.
     pack = placement_group([{"CPU": 1}] * 3, strategy="PACK")
     assert pack.wait(20)
@@ -112,6 +122,8 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     print(json.dumps({"here": here, "member": member, "before": before, "after": after,
                       "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
                       "any": sorted({ip for ip, _ in anyone}), "ended": ended,
+                      "anywhere": sorted(ip for ip, _ in anywhere),
+                      "anywhere_s": anywhere_s,
                       "took": took}), flush=True)
     ray.shutdown()
     """)
@@ -120,6 +132,8 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     assert sorted(doc["spread_ips"]) == ["127.0.0.1", "127.0.0.2"], doc
     assert set(doc["pack"].values()) == {doc["member"]}, doc
     assert doc["any"] == ["127.0.0.2"], doc
+    assert doc["anywhere"] == ["127.0.0.1", "127.0.0.2"], doc
+    assert doc["anywhere_s"] < 2.9, doc  # at once, not one after the other (3 s)
     assert doc["ended"] == "TaskPlacementGroupRemoved", doc
     assert doc["took"] < 5.0, doc
     assert doc["after"] == [5.0, 5.0], doc  # every node's part is back

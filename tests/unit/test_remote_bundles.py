@@ -82,6 +82,15 @@ def test_any_bundle_of_a_group_with_none_here_takes_the_first_with_room():
     assert [t.spec.name for t in book.waiting[H]] == ["z"]
 
 
+def test_any_bundle_waiting_here_spills_to_a_remote_bundle_with_room():
+    book, _owner, nodes = _book(has_local=True)
+    assert not book.spill(_task("one", {"CPU": 1}, 0))  # a bundle of its own: never
+    for name in "pq":
+        assert book.spill(_task(name, {"CPU": 1}, -1))
+    assert not book.spill(_task("r", {"CPU": 1}, -1))  # no remote room left: it stays
+    assert nodes.started == [("p", 1), ("q", 2)]
+
+
 def test_removal_fails_waiting_and_running_tasks_and_kills_the_running_ones():
     book, owner, nodes = _book(has_local=True)
     run, wait = _task("run", {"CPU": 1}, 1), _task("wait", {"CPU": 1}, 1)

@@ -12,6 +12,7 @@ bundles and its ready objects (``placement_groups.py``, the node's ledger), the 
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
 ``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
+``RemoteNodes.spill`` (``spill``, locked),
 ``RemoteNodes._run`` (``done``, locked) and ``remote_actors.RemoteActors`` (``holds``,
 ``take``, ``give_back``, locked).
 
@@ -23,7 +24,9 @@ Steps for group G of driver D with bundle i planned on node N::
     2. adopt (locked): G's remote bundles become usable; the caller then records G in
        the local ledger (every bundle's node), which is what ``ready()`` waits for.
     3. submit (locked): a task whose rewritten request names bundle i (or "any bundle"
-       of a group with no local bundle) waits in G's queue; ``_pump`` starts each one
+       of a group with no local bundle; with some, it queues here, and ``spill`` takes it
+       when this node's bundles have no room now and a remote one has) waits in G's
+       queue; ``_pump`` starts each one
        whose bundle has room (``pick_bundle``), taking its request from the bundle's free
        amounts, and ``RemoteNodes.run_in_bundle`` runs it on N without a lease: the
        bundle's lease holds N's resources, and a task's end never releases it.
@@ -207,15 +210,36 @@ class RemoteBundles:
             if picked is None:
                 kept.append(task)
                 continue
-            bundle = parts[picked]
-            for name, amount in base.items():
-                bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
-            self.running.setdefault(pg_hex, set()).add(task)
-            self.nodes.run_in_bundle(task, bundle)
+            self._start(task, parts[picked], base)
         if kept:
             self.waiting[pg_hex] = kept
         else:
             self.waiting.pop(pg_hex, None)
+
+    def _start(self, task, bundle: RemoteBundle, base: dict) -> None:
+        """*Locked.* ``task`` takes ``base`` of ``bundle``'s room and starts on its node."""
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        self.running.setdefault(bundle.pg_hex, set()).add(task)
+        self.nodes.run_in_bundle(task, bundle)
+
+    def spill(self, task) -> bool:
+        """*Locked.* A task for "any bundle" (-1) of a group with bundles here and on other
+        nodes, which waits in the local queue because this node's bundles have no room now
+        (``RemoteNodes.spill``): True when it started in a remote bundle with room now;
+        False: it stays (Ray's -1 is any bundle with room)."""
+        parsed = placement.bundle_request(task.spec.request)
+        if parsed is None or parsed[1] >= 0 or task.cancelled:
+            return False
+        pg_hex, _index, base = parsed
+        parts = self.groups.get(pg_hex)
+        if not parts:
+            return False
+        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()})
+        if picked is None:
+            return False
+        self._start(task, parts[picked], base)
+        return True
 
     def done(self, task, bundle: RemoteBundle) -> None:
         """*Locked.* Step 4: ``task`` left ``bundle``; its room goes back."""

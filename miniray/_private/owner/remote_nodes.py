@@ -432,8 +432,9 @@ class RemoteNodes:
         another alive node has room for now, as the view shows it and at most its totals
         less this driver's tasks there (``less_claims``), leave the queue and run there;
         the first that stays (no room elsewhere, or its arguments here are too large to
-        move) ends it. Returns how many left. One node alone: nothing is read but the
-        cached view."""
+        move) ends it. A task for "any bundle" of a placement group goes to one of the
+        group's bundles on another node with room now (``bundles.spill``), else stays.
+        Returns how many left. One node alone: nothing is read but the cached view."""
         if self._closed:
             return 0
         nodes = self._nodes()
@@ -443,6 +444,12 @@ class RemoteNodes:
         while queue:
             task = queue[0]
             spec = task.spec
+            if spec.placement is not None:  # "any bundle": a remote bundle with room now
+                if not self.bundles.spill(task):
+                    break
+                queue.popleft()
+                moved += 1
+                continue
             if not _may_spill(task):
                 break  # it runs here (the front stays first in its queue)
             with self._lock:
@@ -702,7 +709,7 @@ class RemoteNodes:
                                 "the driver is shutting down"))
                     if bundle is not None:
                         self.bundles.done(task, bundle)
-                    elif not died and not self._closed and not owner.closed:
+                    if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
