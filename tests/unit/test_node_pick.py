@@ -207,7 +207,7 @@ def test_a_driver_without_a_local_node():
     assert pick_node({"CPU": 1}, None, [node("b", free=0)]).action == "wait"
 
 
-# -- plan_bundles: a placement group's bundles across nodes (no caller yet) --------------
+# -- plan_bundles: a placement group's bundles across nodes --------------
 ONE = {"CPU": 1}
 
 

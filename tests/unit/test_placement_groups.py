@@ -175,6 +175,49 @@ def test_ledger_group_does_not_fit_and_dead_holders_groups_are_reclaimed(tmp_pat
     assert list(ledger.groups()) == [other]
 
 
+def test_a_subset_of_a_groups_bundles_keeps_the_groups_bundle_numbers(tmp_path):
+    # Bundles 1 and 3 of a group are on this node (0 and 2 on others): the names it
+    # provides, and the devices of its GPU bundles, are numbered 1 and 3, not 0 and 1.
+    ledger = Ledger.create(str(tmp_path / "l.json"), {"CPU": 4, "GPU": 2}, {"GPU": ["4", "6"]})
+    group = [{"CPU": 1}, {"CPU": 1, "GPU": 1}, {"CPU": 2}, {"GPU": 1}]
+    here = [1, 3]
+    subset = [group[i] for i in here]
+    provides = placement.bundle_provides(H, subset, here)
+    assert sorted(n[:-37] for n in provides if n.startswith("CPU")) == [
+        "CPU_group", "CPU_group_1"]
+    assert provides[f"GPU_group_{H}"] == 2 and provides[f"GPU_group_3_{H}"] == 1
+    assert f"CPU_group_0_{H}" not in provides
+    lease = ledger.acquire_group(subset, {"id": H, "bundles": group}, provides, holder_pid=1,
+                                 indexes=here)
+    assert sorted(lease.provides_instances) == [f"GPU_group_1_{H}", f"GPU_group_3_{H}"]
+    t3 = ledger.acquire(placement.rewrite_request({"GPU": 1}, H, 3), holder_pid=1)
+    t1 = ledger.acquire(placement.rewrite_request({"GPU": 1}, H, 1), holder_pid=1)
+    assert {ledger.instance_ids_of(t1, "GPU")[0], ledger.instance_ids_of(t3, "GPU")[0]} == {
+        "4", "6"}
+    assert ledger.acquire(placement.rewrite_request({"CPU": 1}, H, 0), holder_pid=1) is None
+    with pytest.raises(ValueError, match="2 bundles but 1 indexes"):
+        placement.bundle_provides(H, subset, [1])
+    # An empty subset (every bundle on other nodes) is still the group's record here.
+    other = "cd" * 18
+    empty = ledger.acquire_group([], {"id": other, "bundles": group}, {}, holder_pid=1,
+                                 indexes=[])
+    assert empty is not None and other in ledger.groups() and empty.resources == {}
+
+
+def test_a_rewritten_request_names_its_bundle_and_a_remote_bundle_is_picked_by_room():
+    request = placement.rewrite_request({"CPU": 1, "GPU": 0.5}, H, 2)
+    assert placement.bundle_request(request) == (H, 2, {"CPU": 1, "GPU": 0.5})
+    assert placement.bundle_request(placement.rewrite_request({"CPU": 1}, H, -1)) == (
+        H, -1, {"CPU": 1})
+    assert placement.bundle_request({"CPU": 1}) is None
+    free = {1: {"CPU": 1.0}, 2: {"CPU": 0.0, "GPU": 1.0}}
+    assert placement.pick_bundle({"CPU": 1}, 2, free) is None  # bundle 2 is full: waits
+    assert placement.pick_bundle({"CPU": 1}, 1, free) == 1
+    assert placement.pick_bundle({"CPU": 1}, -1, free) == 1
+    assert placement.pick_bundle({"CPU": 1}, 0, free) is None  # not this caller's bundle
+    assert placement.pick_bundle({"GPU": 1}, -1, free) == 2
+
+
 def test_plain_requests_unchanged_by_groups():
     s = _state_with_group([])
     assert plan_allocation(s, {"CPU": 1, "GPU": 0.5}).instances == {"GPU": [(0, 5000)]}

@@ -40,7 +40,7 @@ def _spec(n: int, deps=(), request=None, affinity=None):
     return types.SimpleNamespace(
         task_id=task_id, return_ids=[task_id + b"\0\0\0\1"], contained=(),
         deps=[(i, d) for i, d in enumerate(deps)], request=request or {"CPU": 1.0},
-        name=f"task{n}", max_retries=0, affinity=affinity)
+        name=f"task{n}", max_retries=0, affinity=affinity, placement=None)
 
 
 def _queue(dispatched: list, leased=(), offload=None):

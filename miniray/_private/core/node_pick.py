@@ -14,8 +14,7 @@ a DENY sends the caller back here with a fresher view), placement groups
 Called by: ``owner/remote_nodes.placement_for`` (every task that may leave this node:
 node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over of a
 local node with no room now) and ``move_to``. ``plan_bundles`` (a placement group's
-bundles across nodes) has no caller yet: the reservation of bundles on other nodes is a
-later step (README "Several hosts").
+bundles across nodes): ``owner/placement_groups.PlacementGroups._plan``.
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 

@@ -26,13 +26,16 @@ Design (mirrors Ray's raylet)::
     a GPU bundle's derived GPU name carries the bundle's device indices, so a task in it
     gets devices from within them (``instance_ids_of``).
 
-Every bundle carries the node it is on (here always this node); SPREAD and STRICT_SPREAD can
-later place bundles on peers by choosing per-bundle nodes where this module now refuses a
-STRICT_SPREAD group of more than one bundle.
+Every bundle carries the node it is on (``node_pick.plan_bundles`` chooses them in a
+cluster); a node's ledger reserves only its own bundles, so what it provides is numbered by
+the group's bundle indexes (``bundle_provides(..., indexes)``), not by position in that
+subset. A task in a bundle on another node is recognised by its rewritten request
+(``bundle_request``) and started in a bundle with room (``pick_bundle``) by
+``owner/remote_bundles.py``.
 
-Mirrors ``ray.util.placement_group``'s validation (Ray 2.60). Differs: a STRICT_SPREAD group
-of more than one bundle, or a group larger than the node, is refused at once (Ray keeps it
-pending with no message).
+Mirrors ``ray.util.placement_group``'s validation (Ray 2.60). Differs: outside a cluster, a
+STRICT_SPREAD group of more than one bundle is refused at once, and a group larger than the
+node is reported at once (Ray keeps both pending with no message).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "BUNDLE_UNITS",
     "STRATEGIES",
     "bundle_provides",
+    "bundle_request",
     "check_bundle_index",
     "check_bundles",
     "check_lifetime",
@@ -56,6 +60,7 @@ __all__ = [
     "key_in_group",
     "is_derived",
     "parse_derived",
+    "pick_bundle",
     "place",
     "resolve_option",
     "resolve_wildcard",
@@ -231,15 +236,24 @@ def parse_derived(name: str) -> tuple[str, int | None, str] | None:
     return m.group("base"), None if index is None else int(index), m.group("hex")
 
 
-def bundle_provides(pg_hex: str, bundles: list[dict[str, float]]) -> dict[str, float]:
-    """Every derived resource a reserved group provides, with its amount.
+def bundle_provides(pg_hex: str, bundles: list[dict[str, float]],
+                    indexes: list[int] | None = None) -> dict[str, float]:
+    """Every derived resource a reserved group provides, with its amount. ``indexes``: the
+    group's index of each of ``bundles`` when they are a subset of the group (the bundles
+    one node holds); None: ``bundles`` is the whole group, numbered by position.
 
     >>> h = "a" * 36
     >>> bundle_provides(h, [{"CPU": 1.0}])["CPU_group_0_" + h]
     1.0
+    >>> sorted(n[:-37] for n in bundle_provides(h, [{"CPU": 1.0}], [2]))
+    ['CPU_group', 'CPU_group_2', 'bundle_group', 'bundle_group_2']
     """
+    if indexes is None:
+        indexes = list(range(len(bundles)))
+    if len(indexes) != len(bundles):
+        raise ValueError(f"bundle_provides: {len(bundles)} bundles but {len(indexes)} indexes")
     out: dict[str, float] = {}
-    for index, bundle in enumerate(bundles):
+    for index, bundle in zip(indexes, bundles):
         for name, amount in {**bundle, "bundle": BUNDLE_UNITS}.items():
             out[f"{name}_group_{index}_{pg_hex}"] = amount
             wildcard = f"{name}_group_{pg_hex}"
@@ -316,6 +330,50 @@ def resolve_wildcard(units: Mapping[str, Any], pg_hex: str, index: int) -> dict[
         if name.endswith(suffix):
             out[f"{name[:-len(suffix)]}_group_{index}_{pg_hex}"] = amount
     return out
+
+
+def bundle_request(request: Mapping[str, float]) -> tuple[str, int, dict[str, float]] | None:
+    """``(hex, bundle index or -1 for any bundle, the request before rewriting)`` of a
+    request that ``rewrite_request`` made, or None for one outside a group. Ray's 0.001 of
+    ``bundle_group`` is left out of the base request.
+
+    >>> h = "a" * 36
+    >>> bundle_request(rewrite_request({"CPU": 2}, h, 1)) == (h, 1, {"CPU": 2})
+    True
+    >>> bundle_request(rewrite_request({"CPU": 2}, h, -1))[1:], bundle_request({"CPU": 1})
+    ((-1, {'CPU': 2}), None)
+    """
+    pg_hex, index, base = None, -1, {}
+    for name, amount in request.items():
+        parsed = parse_derived(name) if "_group_" in name else None
+        if parsed is None:
+            continue
+        pg_hex = parsed[2]
+        if parsed[1] is not None:
+            index = parsed[1]
+        elif parsed[0] != "bundle":
+            base[parsed[0]] = amount
+    return None if pg_hex is None else (pg_hex, index, base)
+
+
+def pick_bundle(request: Mapping[str, float], index: int,
+                free: Mapping[int, Mapping[str, float]]) -> int | None:
+    """Which bundle of ``free`` (index -> what is free in it now) a task of ``request``
+    starts in now: bundle ``index`` if it has room, or for -1 the lowest index with room;
+    None: it waits (a bundle not in ``free`` is not this caller's).
+
+    >>> pick_bundle({"CPU": 1}, -1, {1: {"CPU": 0.5}, 3: {"CPU": 1.0}})
+    3
+    >>> pick_bundle({"CPU": 1}, 1, {1: {"CPU": 0.5}, 3: {"CPU": 1.0}}) is None
+    True
+    """
+    candidates = sorted(free) if index < 0 else [index] if index in free else []
+    for candidate in candidates:
+        room = free[candidate]
+        if all(room.get(name, 0.0) + 1e-9 >= amount for name, amount in request.items()
+               if amount):
+            return candidate
+    return None
 
 
 def keeps_instances(name: str) -> bool:

@@ -321,11 +321,14 @@ class Ledger:
         *,
         holder_pid: int,
         instance_caps: Mapping[str, list[int]] | None = None,
+        indexes: list[int] | None = None,
     ) -> Lease | None:
         """Reserves a placement group: one lease taking the ``bundles`` (packed bundle by
         bundle, ``resources.plan_group``) and providing the derived resources ``provides``
         (``placement.bundle_provides``), recorded with ``group`` (its ``id`` hex, name,
-        bundles...). None if it does not fit now (after reclaiming dead holders' leases)."""
+        bundles...). ``indexes``: the group's index of each of ``bundles`` when this node
+        holds only some (the others are on other nodes); None: all, by position. None if it
+        does not fit now (after reclaiming dead holders' leases)."""
         holder_start = procinfo.holder_start(holder_pid)
         lease_id = os.urandom(8).hex()
         dead: list[Lease] = []
@@ -345,7 +348,8 @@ class Ledger:
             if plan is not None:
                 alloc, per_bundle = plan
                 bundle_instances = {}
-                for index, picked in enumerate(per_bundle):
+                numbers = indexes if indexes is not None else range(len(per_bundle))
+                for index, picked in zip(numbers, per_bundle):
                     for name, inst in picked.items():
                         bundle_instances[f"{name}_group_{index}_{pg_hex}"] = list(inst)
                 lease = Lease(

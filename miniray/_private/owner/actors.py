@@ -99,6 +99,7 @@ class ActorsOwner(Protocol):
     def may_adopt(self, fork_server) -> bool: ...
     def note_placement_use(self) -> None: ...
     def placement_group_gone(self, pg_hex: str) -> bool: ...
+    def in_remote_bundle(self, request: dict) -> bool: ...
     def make_room(self) -> bool: ...
     def retry_soon(self) -> None: ...
     def start_worker(self, fork_server) -> tuple: ...
@@ -235,9 +236,12 @@ class ActorManager:
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
         actor with a node affinity or SPREAD, or a request this node can never hold, outside
-        a placement group (in a driver or in the node's actor service alike)."""
-        if spec.pg is not None or (
-                spec.affinity is None
+        a placement group (in a driver or in the node's actor service alike); or one in a
+        placement group's bundle on another node (``remote_bundles``)."""
+        if spec.pg is not None:
+            if not self.owner.in_remote_bundle(spec.placement):
+                return None
+        elif (spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):
             return None
         if self.elsewhere is None:
@@ -255,6 +259,12 @@ class ActorManager:
         arguments)."""
         owner = self.owner
         with owner.locked():
+            if spec.pg is not None and owner.in_remote_bundle(
+                    spec.placement):  # the service does not hold this driver's bundles
+                raise NotImplementedError(
+                    f"actor {spec.class_name}: a named or detached actor in a placement "
+                    "group's bundle on another node is not supported yet; leave out the "
+                    "name (and lifetime='detached'), or use a bundle on this node")
             if spec.fn_bytes is None:
                 spec.fn_bytes = owner.function_bytes(spec.fn_id)
             job_env = owner.hello_info.get("runtime_env")

@@ -200,8 +200,7 @@ class Owner:
             has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
-            offload=lambda task, local_feasible: self._remote_nodes().offload(
-                task, local_feasible))
+            offload=self._offload)
         # A get() of one running task's result reads its worker's socket itself.
         self.direct_reads = DirectReads(
             lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
@@ -375,6 +374,18 @@ class Owner:
                 objects.apply_ref_events()
         if self._deferred:
             self._run_deferred()
+
+    def _offload(self, task, local_feasible: bool):
+        """*Locked.* ``TaskQueue``'s hook (``remote_nodes.RemoteNodes.offload``); a task in
+        a placement group goes there only when its bundle is on another node
+        (``remote_bundles.RemoteBundles.submit``), which a one-host program never asks."""
+        spec = task.spec
+        if spec.placement is not None:
+            if self.remote_nodes is not None and self.remote_nodes.bundles.submit(task):
+                return True
+            if spec.affinity is None and local_feasible:
+                return None
+        return self._remote_nodes().offload(task, local_feasible)
 
     def _remote_nodes(self):
         """*Locked.* The tasks placed on other hosts (``remote_nodes.py``), made at first
@@ -655,6 +666,11 @@ class Owner:
     def placement_group_gone(self, pg_hex: str) -> bool:
         """*Not locked* (a ledger read). Whether work for the group can never run."""
         return self.pgs is not None and self.pgs.gone(pg_hex)
+
+    def in_remote_bundle(self, request: dict) -> bool:
+        """*Locked.* Whether a (rewritten) placement request is in a placement group's
+        bundle on another node (``remote_bundles``)."""
+        return self.remote_nodes is not None and self.remote_nodes.bundles.holds(request)
 
     def groups_in_use(self) -> set:
         """*Locked.* The placement groups this owner's queued or running work is in."""

@@ -9,6 +9,18 @@ and ``core/placement.py``), the tasks and actors themselves (``tasks.py``, ``act
 Called by: the runtime (the driver's public calls, without the owner's lock), the owner's
 requests (a worker's calls, from deferred work) and the owner (retries, after releases).
 
+In a cluster (the node's view file exists), each attempt plans every bundle's node first
+(``node_pick.plan_bundles`` on the view, this node's room as its ledger says; PACK and
+SPREAD prefer this node, STRICT_PACK one node, STRICT_SPREAD a node per bundle), reserves
+the bundles planned on other nodes (``remote_bundles.RemoteBundles.reserve``: a lease per
+bundle on this driver's link to that node), then this node's subset in its ledger under the
+group's own bundle indexes, recorded with every bundle's node (the table's
+``bundles_to_node_id``). The ledger record comes last, so ``ready()`` means every bundle is
+held. No room now: pending, tried again every RETRY_S; a group that no set of alive nodes
+can hold gets one stderr line and stays pending, placed when nodes that can hold it join.
+A detached group stays on this node (its bundles on other nodes would be held by this
+driver's links, which end with it).
+
 ::
 
     create ──► validate ──► ledger.acquire_group ──► CREATED: ready objects set, dispatch
@@ -17,7 +29,8 @@ requests (a worker's calls, from deferred work) and the owner (retries, after re
                            PENDING ──► retried after each release of this owner and every
                                        RETRY_S (other drivers release too)
     remove ──► (locked) fail queued tasks and ready objects, kill running workers and actors
-           ──► (unlocked) ledger.release_group: the group's resources are back
+                        (on other nodes too: remote_bundles.removed)
+           ──► (unlocked) ledger.release_group, then each other node's bundle lease
 
 The ledger is the table that every driver of a node shares: a group created by one driver is
 found by name (``lookup``) and listed (``table``) by every other, and removing it from any of
@@ -27,14 +40,18 @@ when it leaves or dies, as Ray ends a job's groups), or by the node for a detach
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 import time
+from dataclasses import replace
 from typing import Any
 
-from miniray._private.core import ids, oob, placement, protocol, serialization
+from miniray._private.core import ids, node_pick, oob, placement, protocol, serialization
 from miniray._private.core.ids import PlacementGroupID
 from miniray._private.core.pg_handle import PlacementGroup
 from miniray._private.core.resources import format_infeasible, infeasible_reasons, plan_group
+from miniray._private.transport.node_client import CLUSTER_FILE
 from miniray.exceptions import RaySystemError, TaskPlacementGroupRemoved
 
 PENDING = "PENDING"
@@ -44,7 +61,8 @@ REMOVED = "REMOVED"
 
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
-                 "created_at", "scheduled_at", "attempts", "infeasible", "host_lease")
+                 "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
+                 "nodes", "noted", "never", "trying")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -59,12 +77,17 @@ class _Group:
         self.attempts = 0
         self.infeasible = False
         self.host_lease: str | None = None  # physical GPUs, in the host GPU ledger
+        self.nodes: list[str] | None = None  # each bundle's node once planned (None: here)
+        self.noted = False  # the "no node set can hold it" line was printed
+        self.never = False  # the last plan found no set of alive nodes that can hold it
+        self.trying = False  # an attempt runs (create's and a retry thread's never overlap)
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""
         return {"id": self.hex, "name": self.name, "strategy": self.strategy,
                 "bundles": self.bundles, "detached": self.detached,
-                "nodes": [node_id] * len(self.bundles), "created_at": self.created_at,
+                "nodes": list(self.nodes or [node_id] * len(self.bundles)),
+                "created_at": self.created_at,
                 "scheduled_at": self.scheduled_at, "attempts": self.attempts,
                 "job_id": ids.JOB_ID}
 
@@ -78,7 +101,8 @@ def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
         "name": record.get("name", ""),
         "bundles": {i: dict(b) for i, b in enumerate(record["bundles"])},
         "bundles_to_node_id": ({i: node for i, node in enumerate(record.get("nodes", []))}
-                               if state == CREATED or state == REMOVED else {}),
+                               if state == CREATED or state == REMOVED
+                               else {i: "" for i in range(len(record["bundles"]))}),
         "strategy": record["strategy"],
         "state": state,
         "stats": {
@@ -136,18 +160,25 @@ class PlacementGroups:
     def pending_records(self) -> list[dict[str, Any]]:
         """*Locked.* The groups this driver still waits to reserve (the ledger holds only
         reserved ones), as records for ``state_row``."""
-        return [dict(g.record(self.node_id), infeasible=g.infeasible)
+        return [dict(g.record(self.node_id), infeasible=g.infeasible or g.never)
                 for g in self.groups.values() if g.state == PENDING]
 
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
-        """*Not locked.* Validate and reserve now if the node has room, else keep pending.
-        Raises ValueError for a group no node count can hold (STRICT_SPREAD)."""
+        """*Not locked.* Validate and reserve now if the node (or, in a cluster, the nodes)
+        have room, else keep pending. Raises ValueError for a group of several
+        STRICT_SPREAD bundles on a node outside a cluster (it could never be placed); in a
+        cluster such a group, or one no set of nodes can hold now, stays pending (as in
+        Ray) with one stderr line, and is placed when nodes that can hold it join."""
         why = placement.group_infeasible(bundles, strategy, 1, self.totals)
         group = _Group(hex_, bundles, strategy, name, detached)
-        if why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1:
+        in_cluster = not detached and self._cluster() is not None
+        if (why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1
+                and not in_cluster):
             raise ValueError(f"Placement group {name or hex_} cannot be created: {why}.")
         idle = self.owner.node_state  # the node's totals and devices, nothing leased
-        if why is not None or plan_group(idle, bundles) is None:
+        if in_cluster:
+            pass  # the plan over the cluster's nodes decides, in _try
+        elif why is not None or plan_group(idle, bundles) is None:
             group.infeasible = True
             need: dict[str, float] = {}
             for bundle in bundles:
@@ -178,25 +209,55 @@ class PlacementGroups:
                 self._arm_retry()
 
     def _try(self, group: _Group) -> None:
-        """*Not locked.* One attempt at the ledger; on success the group's ready objects are
-        set and the work waiting for it is dispatched."""
+        """*Not locked.* One attempt at the ledger (and the other nodes); on success the
+        group's ready objects are set and the work waiting for it is dispatched. Skipped
+        while another attempt at the same group runs."""
+        with self.owner.locked():
+            if group.trying or group.state != PENDING:
+                return
+            group.trying = True
+        try:
+            self._attempt(group)
+        finally:
+            with self.owner.locked():
+                group.trying = False
+
+    def _attempt(self, group: _Group) -> None:
         group.attempts += 1
         holder = self.holder_for_detached if group.detached else self.pid
-        provides = placement.bundle_provides(group.hex, group.bundles)
+        cluster = None if group.detached else self._cluster()
+        plan = self._plan(group, cluster) if cluster is not None else None
+        if cluster is not None and plan is None:
+            return  # no set of nodes has room now: pending
+        here = [i for i, node in enumerate(plan or []) if node == self.node_id] \
+            if plan is not None else list(range(len(group.bundles)))
+        parts: dict = {}
+        if len(here) < len(group.bundles):  # step 1 of remote_bundles: their leases first
+            parts = cluster.bundles.reserve(group.hex, group.name, group.bundles, plan)
+            if parts is None:
+                return
+        group.nodes = plan
+        bundles = [group.bundles[i] for i in here]
+        provides = placement.bundle_provides(group.hex, bundles, here)
         group.scheduled_at = time.time()
         leases = self.owner.leases
-        caps = leases.host_caps_for(group.bundles)  # physical GPUs other sessions hold
+        caps = leases.host_caps_for(bundles)  # physical GPUs other sessions hold
         try:
-            lease = self.ledger.acquire_group(group.bundles, group.record(self.node_id),
-                                              provides, holder_pid=holder, instance_caps=caps)
+            lease = self.ledger.acquire_group(bundles, group.record(self.node_id),
+                                              provides, holder_pid=holder, instance_caps=caps,
+                                              indexes=here)
         except (OSError, KeyError):  # the node's ledger went with the node
-            return
+            lease = None
         if lease is None:
+            if parts:
+                cluster.bundles.release_parts(parts)
             return
         if caps is not None:
             host_lease = leases.take_host_shares(lease, holder, lease.tag)
             if host_lease is False:  # another session took them in between: next time
                 self.ledger.release_group(group.hex)
+                if parts:
+                    cluster.bundles.release_parts(parts)
                 return
             group.host_lease = host_lease
         with self.owner.locked():
@@ -205,12 +266,54 @@ class PlacementGroups:
             else:
                 removed = False
                 group.state = CREATED
+                if parts:
+                    cluster.bundles.adopt(group.hex, parts, bool(here))
+                    self.watch()  # removed by another driver: its other nodes' part too
                 ready, group.ready_ids = group.ready_ids, []
                 self._set_ready(ready, group)
                 self.owner.wake_dispatch()
         if removed:
             self.ledger.release_group(group.hex)
             leases.release_host(group.host_lease)
+            if parts:
+                cluster.bundles.release_parts(parts)
+
+    def _cluster(self):
+        """*Not locked.* The owner's ``RemoteNodes`` when this node is in a cluster (its
+        view file exists: a node started with ``miniray start``), else None (one stat)."""
+        owner = self.owner
+        if owner.remote_nodes is None:
+            session_dir = owner.hello_info.get("session_dir")
+            if not session_dir or not os.path.exists(os.path.join(session_dir,
+                                                                  CLUSTER_FILE)):
+                return None
+            with owner.locked():
+                return owner._remote_nodes()
+        return owner.remote_nodes
+
+    def _plan(self, group: _Group, cluster) -> list[str] | None:
+        """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
+        this node's room as its ledger says), or None: no room now (a group that no set of
+        alive nodes can ever hold gets one stderr line and stays pending)."""
+        nodes = cluster._nodes()
+        if not nodes:
+            return None
+        try:
+            here = self.ledger.available()
+        except (OSError, ValueError):
+            here = None
+        if here is not None:
+            nodes = [replace(e, available=dict(here)) if e.node_id == self.node_id else e
+                     for e in nodes]
+        plan, why = node_pick.plan_bundles(group.bundles, group.strategy, self.node_id, nodes)
+        group.never = plan is None and why.startswith("never")  # Ray's INFEASIBLE state
+        if plan is None and why.startswith("never") and not group.noted:
+            group.noted = True
+            print(f"miniray: placement group {group.name or group.hex} (strategy "
+                  f"{group.strategy}) cannot be placed on the alive nodes of the cluster "
+                  f"({why[len('never: '):]}); it stays pending until nodes that can hold "
+                  "it join (miniray start --address=HEAD:PORT).", file=sys.stderr, flush=True)
+        return plan
 
     def try_pending(self) -> None:
         """*Not locked.* Retry the pending groups, oldest first (resources came back)."""
@@ -234,7 +337,11 @@ class PlacementGroups:
                 self.try_pending()
                 with self.owner.locked():
                     self._arm_retry()
-            self.owner.defer(attempt)
+            if self.owner.remote_nodes is not None:  # round trips to other nodes: not on
+                threading.Thread(target=attempt, daemon=True,  # the I/O thread
+                                 name="miniray-pg-retry").start()
+            else:
+                self.owner.defer(attempt)
 
         self.owner.reactor.call_later(self.RETRY_S, retry)
 
@@ -320,13 +427,19 @@ class PlacementGroups:
                 self._fail_ready(ready)
                 host_lease, group.host_lease = group.host_lease, None
             self.owner.placement_group_removed(hex_)
+            remote = self.owner.remote_nodes
+            if remote is not None:
+                remote.bundles.removed(hex_)  # its tasks on other nodes: failed, killed
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
+        if remote is not None:
+            remote.bundles.release(hex_)  # after the kills: each node's part is back
 
     def watch(self) -> None:
-        """*Locked.* Every WATCH_S while this owner has work in a group: a group removed by
-        another driver (or whose holder died) ends that work as a removal here does."""
+        """*Locked.* Every WATCH_S while this owner has work in a group, or holds bundles of
+        one on other nodes: a group removed by another driver (or whose holder died) ends
+        that work as a removal here does, and its bundles on other nodes are released."""
         if self._watch_armed:
             return
         self._watch_armed = True
@@ -336,6 +449,9 @@ class PlacementGroups:
             if self.owner.closed:
                 return
             used = self.owner.groups_in_use()
+            remote = self.owner.remote_nodes
+            if remote is not None:
+                used |= set(remote.bundles.groups)
             if used:
                 self.owner.defer(lambda: self._check_used(used))
 
@@ -347,7 +463,9 @@ class PlacementGroups:
             reserved = self.ledger.groups()
         except (OSError, ValueError):  # the node's ledger went with the node
             return
+        gone = []
         with self.owner.locked():
+            remote = self.owner.remote_nodes
             for hex_ in used:
                 group = self.groups.get(hex_)
                 if hex_ in reserved or (group is not None and group.state == PENDING):
@@ -355,7 +473,12 @@ class PlacementGroups:
                 if group is not None:
                     group.state = REMOVED
                 self.owner.placement_group_removed(hex_)
+                if remote is not None:
+                    remote.bundles.removed(hex_)
+                    gone.append(hex_)
             self.watch()
+        for hex_ in gone:  # round trips: after the lock
+            remote.bundles.release(hex_)
 
     def gone(self, hex_: str) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
@@ -388,7 +511,7 @@ class PlacementGroups:
                 continue
             state = PENDING if group.state == PENDING else REMOVED
             record = group.record(self.node_id)
-            record["infeasible"] = group.infeasible
+            record["infeasible"] = group.infeasible or group.never
             out[group.hex] = table_entry(record, state)
         return out
 

@@ -20,13 +20,18 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        go on to the calling driver, and A's output to the creating one, as for its local
        actors): only an actor with a NodeAffinitySchedulingStrategy or
        ``scheduling_strategy="SPREAD"``, or a request this node can never hold, outside a
-       placement group. SPREAD actors take turns (``_spread_turn``) among equally used
-       nodes, this one included. ``placement_for``'s rules: a hard
-       affinity to an alive node with the totals runs there; to one dead, unknown or too
-       small, A dies with ActorUnschedulableError (Ray's: calls raise it); soft, or none:
-       as for tasks. None: placed on this node as before (one that no node can hold
-       waits, and is placed again every INFEASIBLE_WATCH_S while it waits: a node may
-       join). After N died under A, N is excluded from A's next placement (its restart).
+       placement group; or one in a placement group's bundle on another node
+       (``remote_bundles.RemoteBundles``): it goes to that bundle's node when the bundle
+       has room for it (``take``; else None, and the placer asks again), holds what it
+       holds of the bundle for its life (``give_back`` when its worker ends), and takes no
+       lease of its own (step 2 skips "lease"; step 5 releases none). SPREAD actors take
+       turns (``_spread_turn``) among equally used nodes, this one included.
+       ``placement_for``'s rules: a hard affinity to an alive node with the totals runs
+       there; to one dead, unknown or too small, A dies with ActorUnschedulableError
+       (Ray's: calls raise it); soft, or none: as for tasks. None: placed on this node as
+       before (one that no node can hold waits, and is placed again every
+       INFEASIBLE_WATCH_S while it waits: a node may join). After N died under A, N is
+       excluded from A's next placement (its restart).
     2. A thread, not locked: N's client (``RemoteNodes._client``); ("lease", A's held
        resources) until granted (``RemoteNodes._lease``: a denial waits and asks again, or
        moves to another node with room now); ("spawn") and the four attach connections;
@@ -215,6 +220,7 @@ class RemoteActors:
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
         self.spread_turns = 0  # SPREAD actors placed so far (_spread_turn)
+        self.in_bundle: dict = {}  # actor id -> the RemoteBundle its worker holds room in
 
     def __repr__(self) -> str:
         return f"<RemoteActors started={self.started}>"
@@ -227,6 +233,8 @@ class RemoteActors:
         nodes = self.nodes
         if nodes._closed:
             return None
+        if spec.pg is not None:
+            return self._in_bundle(spec, actor)
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
         turn = self._spread_turn(spec, actor)
@@ -253,6 +261,27 @@ class RemoteActors:
         threading.Thread(target=self._run, args=(actor, entry), daemon=True,
                          name="miniray-remote-actor").start()
         return placed
+
+    def _in_bundle(self, spec, actor):
+        """*Locked.* Step 1 for an actor in a placement group's bundle on another node: that
+        node once the bundle has room (the thread starts), else None (it waits)."""
+        if actor is None:
+            return None
+        bundle = self.nodes.bundles.take(spec.placement, spec.held)
+        if bundle is None:
+            self.owner.retry_soon()  # the placer asks again: room comes back in a bundle
+            return None
+        self.in_bundle[spec.actor_id] = bundle
+        threading.Thread(target=self._run, args=(actor, bundle.entry, bundle), daemon=True,
+                         name="miniray-remote-actor").start()
+        return bundle.node_id
+
+    def _give_back(self, actor) -> None:
+        """*Locked.* The actor's worker in a remote bundle ended (or never started): what
+        it held goes back to the bundle (once)."""
+        bundle = self.in_bundle.pop(actor.spec.actor_id, None)
+        if bundle is not None:
+            self.nodes.bundles.give_back(bundle, actor.spec.held)
 
     def _spread_turn(self, spec, actor) -> int:
         """*Locked.* SPREAD's rotation among equally used nodes (``node_pick`` rule 4): one
@@ -285,30 +314,37 @@ class RemoteActors:
         return bool(waiting)
 
     # -- steps 2-5 -------------------------------------------------------------------------
-    def _run(self, actor, entry) -> None:
+    def _run(self, actor, entry, bundle=None) -> None:
         try:
             while entry is not None:
-                entry = self._run_on(actor, entry)
+                entry = self._run_on(actor, entry, bundle)
         except BaseException:  # noqa: BLE001 - never leave the actor pending in silence
             logger.exception("actor %s on node %s", actor.spec.class_name, entry and entry.ip)
             from miniray.exceptions import ActorDiedError  # lazy: as above
 
             with self.owner.locked():
+                self._give_back(actor)
                 if actor.state != "DEAD" and actor.worker is None:
                     self.manager._die(actor, serialization.dumps(ActorDiedError(
                         actor_id=actor.spec.actor_id.hex(),
                         error_msg=f"miniray bug placing the actor on {entry and entry.ip}")))
 
-    def _run_on(self, actor, entry):
+    def _run_on(self, actor, entry, bundle=None):
         """Steps 2-5 on node ``entry``; returns another node's entry to try instead, or
-        None when done."""
+        None when done. In a remote ``bundle``: its link, no lease of its own."""
         from miniray.exceptions import ActorUnschedulableError, NodeDiedError  # lazy: as above
 
         owner, nodes, spec = self.owner, self.nodes, actor.spec
         client = grant = inner = None
         try:
-            client = nodes._client(entry)
-            grant = nodes._lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
+            if bundle is None:
+                client = nodes._client(entry)
+                grant = nodes._lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
+            else:
+                client = bundle.client
+                if client.lost is not None:
+                    raise NodeDiedError(f"the link that held bundle {bundle.index} of "
+                                        f"placement group {bundle.pg_hex} was lost")
             pid, channels = client.spawn()
             inner = rn._Worker(pid, channels, entry.node_id, entry.ip, owner.log_to_driver,
                                owner.prefix_enabled)
@@ -321,10 +357,10 @@ class RemoteActors:
                 nodes._release(client, grant.lease_id)
             return move.entry
         except rn._Failed:  # killed while it waited for room, or the driver is closing
-            self._abandon(client, grant, inner)
+            self._abandon(actor, client, grant, inner)
             return None
         except RemoteLeaseError as error:  # N can never hold it
-            self._abandon(client, grant, inner)
+            self._abandon(actor, client, grant, inner)
             with owner.locked():
                 if actor.state != "DEAD":
                     self.manager._die(actor, serialization.dumps(ActorUnschedulableError(
@@ -332,15 +368,18 @@ class RemoteActors:
                         f"{error}")), init=True)
             return None
         except (NodeDiedError, OSError, TimeoutError, pc.PeerRefused, pc.PeerAuthError) as error:
-            self._abandon(client, grant, inner)
+            self._abandon(actor, client, grant, inner)
             self._lost_before_start(actor, entry, str(error))
             return None
-        worker = RemoteActorWorker(inner, client, entry, grant.lease_id,
-                                   [str(g) for g in grant.gpu_ids], owner.store)
+        worker = RemoteActorWorker(inner, client, entry, grant and grant.lease_id,
+                                   [str(g) for g in (grant.gpu_ids if grant else
+                                                     bundle.gpu_ids)], owner.store)
         with owner.locked():
             if actor.state == "DEAD" or owner.closed or actor.worker is not None:
                 worker.close()
-                nodes._release(client, grant.lease_id)  # a round trip: only on this path
+                self._give_back(actor)
+                if grant is not None:
+                    nodes._release(client, grant.lease_id)  # a round trip: only on this path
                 return None
             self.started += 1
             self.moves.pop(spec.actor_id, None)
@@ -349,7 +388,10 @@ class RemoteActors:
         self._read(actor, worker)
         return None
 
-    def _abandon(self, client, grant, inner) -> None:
+    def _abandon(self, actor, client, grant, inner) -> None:
+        """Not started: its worker closed, its lease or its bundle's room given back."""
+        with self.owner.locked():
+            self._give_back(actor)
         if inner is not None:
             inner.close()
         if grant is not None and client is not None:
@@ -476,7 +518,7 @@ class RemoteActors:
             except (NodeDiedError, TimeoutError, OSError) as error:
                 lost = client.lost or str(error) or "it stopped answering"
         worker.close()
-        if lost is None:
+        if lost is None and worker.lease_id is not None:  # None: in a bundle, which holds it
             self.nodes._release(client, worker.lease_id)
         worker.inner.join_output(1.0)
         status = client.exited.get(worker.pid)
@@ -505,6 +547,7 @@ class RemoteActors:
                     f"host cannot ask for yet (a streaming generator's values, say); "
                     f"place the actor on the driver's node for that.")
                 actor.restarts_left = 0  # it would ask again
+            self._give_back(actor)  # before a restart asks its bundle for room
             self.manager.on_worker_exit(worker, detail)
             if actor.state == "DEAD":  # no restart will be placed
                 self.excluded.pop(actor.spec.actor_id, None)

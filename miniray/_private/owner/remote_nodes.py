@@ -20,7 +20,10 @@ now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shut
 (locked: its pending actors no node can hold yet), and in its
 thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
 ``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
-``_adopt_results`` and ``_receive_segment`` (large results and puts).
+``_adopt_results`` and ``_receive_segment`` (large results and puts); and
+``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
+nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
+lease, step 4 releases none, step 5 never places it again: the bundle is on that node).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
@@ -360,6 +363,9 @@ class RemoteNodes:
         self._claims: dict[str, dict[str, float]] = {}
         self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
+        from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
+
+        self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
@@ -427,8 +433,9 @@ class RemoteNodes:
         another alive node has room for now, as the view shows it and at most its totals
         less this driver's tasks there (``less_claims``), leave the queue and run there;
         the first that stays (no room elsewhere, or its arguments here are too large to
-        move) ends it. Returns how many left. One node alone: nothing is read but the
-        cached view."""
+        move) ends it. A task for "any bundle" of a placement group goes to one of the
+        group's bundles on another node with room now (``bundles.spill``), else stays.
+        Returns how many left. One node alone: nothing is read but the cached view."""
         if self._closed:
             return 0
         nodes = self._nodes()
@@ -438,6 +445,12 @@ class RemoteNodes:
         while queue:
             task = queue[0]
             spec = task.spec
+            if spec.placement is not None:  # "any bundle": a remote bundle with room now
+                if not self.bundles.spill(task):
+                    break
+                queue.popleft()
+                moved += 1
+                continue
             if not _may_spill(task):
                 break  # it runs here (the front stays first in its queue)
             with self._lock:
@@ -568,6 +581,15 @@ class RemoteNodes:
         task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
+    def run_in_bundle(self, task, bundle) -> None:
+        """*Owner locked.* Run ``task`` on ``bundle``'s node under the bundle's lease
+        (``remote_bundles`` took its room in the bundle): steps 2-4 with no lease taken
+        or released."""
+        task.state = T_RUNNING
+        task.worker = _Slot(task)
+        task.worker.bundle = bundle
+        self._start(task, bundle.entry)
+
     def _retry(self, task, entry) -> bool:
         """*Owner locked.* Step 5's retry: ``task`` failed because node ``entry`` died;
         True if it was placed again (or failed unschedulable): by step 1's rules, that
@@ -575,10 +597,11 @@ class RemoteNodes:
         FREE_MOVES times: as in Ray, only a task that ran uses a retry); one that was
         uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
         whatever ``retry_exceptions`` says)."""
-        if task.cancelled or self._closed or self.owner.closed:
+        slot = task.worker
+        if (task.cancelled or self._closed or self.owner.closed
+                or getattr(slot, "bundle", None) is not None):  # its bundle died with N
             return False
         spec = task.spec
-        slot = task.worker
         moves = getattr(slot, "moves", 0)
         if not getattr(slot, "sent", True) and moves < FREE_MOVES:
             moves += 1
@@ -603,7 +626,8 @@ class RemoteNodes:
 
     def _start(self, task, entry) -> None:
         """Run ``_run(task, entry)`` on a waiting thread of this module, or a new one."""
-        self._claim(task.worker, entry.node_id, task.spec.request)
+        if task.worker.bundle is None:  # a bundle's task: its lease holds N's room
+            self._claim(task.worker, entry.node_id, task.spec.request)
         with self._lock:
             if self._waiting_threads:
                 self._waiting_threads -= 1
@@ -666,6 +690,7 @@ class RemoteNodes:
         client = worker = None
         died = False  # step 5: the node died under the task (retried while allowed)
         moved = None  # step 2: denied there, another node has room now
+        bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
             dep_values = self._dep_values(task) if spec.deps else None
             client = self._client(entry)
@@ -709,6 +734,8 @@ class RemoteNodes:
                         else:
                             owner.tasks.fail(task, error or _system_error(
                                 "the driver is shutting down"))
+                    if bundle is not None:
+                        self.bundles.done(task, bundle)
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
                 if results is not None:  # not completed here (done already, shut down):
@@ -719,6 +746,15 @@ class RemoteNodes:
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
         trip), else a new lease and an idle worker without one, else a new worker."""
+        if slot.bundle is not None:  # under its bundle's lease, held on that link
+            if slot.bundle.client.lost is not None or slot.bundle.client is not client:
+                from miniray.exceptions import NodeDiedError  # lazy: as above
+
+                raise NodeDiedError(f"the link that held bundle {slot.bundle.index} of "
+                                    f"placement group {slot.bundle.pg_hex} was lost")
+            worker = self._worker(client, entry, spec.runtime_env)
+            worker.gpu_ids = list(slot.bundle.gpu_ids)
+            return worker
         shape = tuple(sorted(spec.request.items()))
         worker = self._take_idle(entry.node_id, lambda w: (
             w.lease_id is not None and w.shape == shape and w.client is client
@@ -894,7 +930,8 @@ class RemoteNodes:
                 data.send((protocol.FUNC, spec.fn_id, fn_bytes))
                 worker.funcs.add(spec.fn_id)
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
-                   owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name, None)
+                   owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name,
+                   spec.placement if slot.bundle is not None else None)  # its group
             bulk = [d[2][2] for d in dep_values or () if type(d[2]) is tuple]
             if bulk:  # the mappings stay here; the worker reads their bytes after TASK
                 dep_values = [(p, k, d[:2] if type(d) is tuple else d)
@@ -1081,6 +1118,7 @@ class _Slot:
         self._client = None  # the node's client, once the task was sent
         self._cancelled = False
         self.killed = False  # force-cancelled: the worker's death is the cancel's
+        self.bundle = None  # a placement group's RemoteBundle it runs in (no lease of its own)
 
     def send_bytes(self, data) -> None:
         """A control message (CANCEL) from the owner, sent after its lock."""

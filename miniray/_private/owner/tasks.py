@@ -180,7 +180,8 @@ class TaskQueue:
         """Its arguments are ready: queued (and dispatched), held infeasible, or handed to
         ``offload`` (a node affinity, unless ``placed`` says where it runs was decided)."""
         key = task.key
-        affinity = task.spec.affinity is not None and not placed
+        spec = task.spec  # a placement group's task is offered too: its bundle may be remote
+        affinity = (spec.affinity is not None or spec.placement is not None) and not placed
         if affinity or (key not in self.queues and not self._has_lease(key)):
             reasons = infeasible_reasons(self.node_state, task.spec.request)
             offloaded = None

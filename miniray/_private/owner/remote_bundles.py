@@ -1,0 +1,280 @@
+"""The parts of this driver's placement groups on other nodes: their leases and their tasks.
+
+Owns: reserving a group's bundles that ``node_pick.plan_bundles`` put on other nodes (one
+remote lease per bundle, of the bundle's resources, held on this driver's link to that
+node for the group's life), releasing them, and the tasks scheduled into such a bundle:
+what is free in each bundle (``placement.pick_bundle``, pure), the tasks waiting for room
+in one, starting a task there (``RemoteNodes.run_in_bundle``: a worker of that node, no
+lease of its own) and giving its room back when it ends, and failing and killing them
+when the group is removed.
+Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, its local
+bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
+leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
+Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
+``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
+``RemoteNodes.spill`` (``spill``, locked),
+``RemoteNodes._run`` (``done``, locked) and ``remote_actors.RemoteActors`` (``holds``,
+``take``, ``give_back``, locked).
+
+Steps for group G of driver D with bundle i planned on node N::
+
+    1. reserve (not locked): D's client of N, ("lease", bundle i's resources) tagged
+       "placement group <name> bundle i"; a denial (N full now) or a lost link releases
+       what was taken for G and G stays pending (tried again by the caller).
+    2. adopt (locked): G's remote bundles become usable; the caller then records G in
+       the local ledger (every bundle's node), which is what ``ready()`` waits for.
+    3. submit (locked): a task whose rewritten request names bundle i (or "any bundle"
+       of a group with no local bundle; with some, it queues here, and ``spill`` takes it
+       when this node's bundles have no room now and a remote one has) waits in G's
+       queue; ``_pump`` starts each one
+       whose bundle has room (``pick_bundle``), taking its request from the bundle's free
+       amounts, and ``RemoteNodes.run_in_bundle`` runs it on N without a lease: the
+       bundle's lease holds N's resources, and a task's end never releases it.
+    4. done (locked): the task's request goes back to its bundle; ``_pump`` again.
+       An actor in such a bundle (``remote_actors``: ``take`` when placed, ``give_back``
+       when its worker ends) holds its ``held`` request of the bundle for its life.
+    5. removed (locked) then release (not locked): waiting tasks fail with
+       TaskPlacementGroupRemoved, running ones fail with it and their workers are killed
+       (as for local bundles), then each bundle's lease is released on its node. A driver
+       that ends closes its links: each node releases that link's leases itself.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from miniray._private.core import placement
+from miniray._private.owner.tasks import T_DONE
+
+__all__ = ["RemoteBundle", "RemoteBundles"]
+
+
+class RemoteBundle:
+    """One bundle of a group held on another node: its lease there and what is free in it."""
+
+    __slots__ = ("pg_hex", "index", "resources", "entry", "client", "lease_id", "gpu_ids",
+                 "free")
+
+    def __init__(self, pg_hex: str, index: int, resources: dict, entry, client,
+                 lease_id: str, gpu_ids: list):
+        self.pg_hex = pg_hex
+        self.index = index
+        self.resources = dict(resources)
+        self.entry = entry  # the node's cluster_view.NodeEntry
+        self.client = client  # the RemoteNodeClient whose link holds the lease
+        self.lease_id = lease_id
+        self.gpu_ids = [str(g) for g in gpu_ids]
+        self.free = dict(resources)
+
+    @property
+    def node_id(self) -> str:
+        return self.entry.node_id
+
+
+class RemoteBundles:
+    """Given the ``owner`` and its ``RemoteNodes`` (``nodes``): see the module docstring."""
+
+    def __init__(self, owner, nodes):
+        self.owner = owner
+        self.nodes = nodes
+        self.groups: dict[str, dict[int, RemoteBundle]] = {}  # hex -> index -> bundle
+        self.has_local: dict[str, bool] = {}  # hex -> whether some bundle is local
+        self.waiting: dict[str, collections.deque] = {}  # hex -> tasks waiting for room
+        self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
+
+    # -- steps 1, 2 and 5's release: the leases ----------------------------------------
+    def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
+                ) -> dict[int, RemoteBundle] | None:
+        """*Not locked* (round trips to the nodes). Step 1: a lease on its node for every
+        bundle of ``plan`` that is not on this node; None (nothing kept) when one is
+        denied or its node cannot be reached."""
+        from miniray._private.transport import peer_channel as pc  # lazy: multi-host only
+        from miniray._private.transport.remote_node import (  # lazy: multi-host only
+            RemoteDenial,
+            RemoteLeaseError,
+        )
+        from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
+
+        view = {e.node_id: e for e in self.nodes._nodes()}
+        taken: dict[int, RemoteBundle] = {}
+        try:
+            for index, node_id in enumerate(plan):
+                if node_id == self.nodes.local:
+                    continue
+                entry = view.get(node_id)
+                if entry is None or not entry.alive:
+                    raise LookupError(node_id)
+                client = self.nodes._client(entry)
+                answer = client.lease(bundles[index], tag=f"placement group "
+                                      f"{name or pg_hex} bundle {index}")
+                if isinstance(answer, RemoteDenial):
+                    raise LookupError(node_id)
+                taken[index] = RemoteBundle(pg_hex, index, bundles[index], entry, client,
+                                            answer.lease_id, answer.gpu_ids)
+        except (LookupError, RemoteLeaseError, NodeDiedError, OSError, TimeoutError,
+                pc.PeerRefused, pc.PeerAuthError):
+            self.release_parts(taken)
+            return None
+        except BaseException:
+            self.release_parts(taken)
+            raise
+        return taken
+
+    def release_parts(self, parts: dict[int, RemoteBundle]) -> None:
+        """*Not locked.* Every bundle's lease back to its node (a lost link: the node
+        released it already)."""
+        for bundle in parts.values():
+            self.nodes._release(bundle.client, bundle.lease_id)
+
+    def adopt(self, pg_hex: str, parts: dict[int, RemoteBundle], has_local: bool) -> None:
+        """*Locked.* Step 2: the group's remote bundles are held; tasks may use them."""
+        self.groups[pg_hex] = parts
+        self.has_local[pg_hex] = has_local
+
+    def release(self, pg_hex: str) -> None:
+        """*Not locked.* Step 5's second half: the group's leases are released."""
+        with self.owner.locked():
+            parts = self.groups.pop(pg_hex, None)
+            self.has_local.pop(pg_hex, None)
+        if parts:
+            self.release_parts(parts)
+
+    # -- steps 3 and 4: tasks in a remote bundle --------------------------------------
+    def submit(self, task) -> bool:
+        """*Locked.* Step 3: True when ``task`` is this module's (its bundle is on another
+        node, or it asks for any bundle of a group with none here); False: it runs here."""
+        if self._bundle_of(task.spec.request) is None:
+            return False  # a bundle of this node (the local ledger provides it), or none
+        pg_hex = placement.bundle_request(task.spec.request)[0]
+        self.waiting.setdefault(pg_hex, collections.deque()).append(task)
+        self._pump(pg_hex)
+        return True
+
+    def _bundle_of(self, request) -> tuple | None:
+        """*Locked.* ``(parts, index, base)`` when ``request`` (rewritten) goes to its
+        group's remote bundles, else None: outside a group, a bundle of this node (the
+        local ledger provides it), or "any bundle" of a group with bundles here (those
+        first: README)."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return None
+        pg_hex, index, base = parsed
+        parts = self.groups.get(pg_hex)
+        if not parts or (index >= 0 and index not in parts) or (
+                index < 0 and self.has_local.get(pg_hex)):
+            return None
+        return parts, index, base
+
+    def holds(self, request) -> bool:
+        """*Locked.* Whether an actor of this placement ``request`` is placed in a remote
+        bundle (step 3's rule, as for a task)."""
+        return self._bundle_of(request) is not None
+
+    def take(self, request, held) -> RemoteBundle | None:
+        """*Locked.* An actor's bundle: the first (or its) remote bundle with room for its
+        placement ``request`` now, holding ``held`` of it for the actor's life (as a local
+        actor's lease shrinks to what it holds); None: none has room now (the placer asks
+        again)."""
+        found = self._bundle_of(request)
+        if found is None:
+            return None
+        parts, index, base = found
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+        if picked is None:
+            return None
+        bundle = parts[picked]
+        for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        return bundle
+
+    def give_back(self, bundle: RemoteBundle, held) -> None:
+        """*Locked.* An actor's worker in ``bundle`` ended: what it held goes back."""
+        for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        self._pump(bundle.pg_hex)
+
+    def _pump(self, pg_hex: str) -> None:
+        """*Locked.* Start every waiting task of the group whose bundle has room, in order."""
+        queue = self.waiting.get(pg_hex)
+        parts = self.groups.get(pg_hex)
+        if not queue or not parts:
+            return
+        kept = collections.deque()
+        while queue:
+            task = queue.popleft()
+            if task.cancelled:
+                continue
+            _hex, index, base = placement.bundle_request(task.spec.request)
+            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+            if picked is None:
+                kept.append(task)
+                continue
+            self._start(task, parts[picked], base)
+        if kept:
+            self.waiting[pg_hex] = kept
+        else:
+            self.waiting.pop(pg_hex, None)
+
+    def _start(self, task, bundle: RemoteBundle, base: dict) -> None:
+        """*Locked.* ``task`` takes ``base`` of ``bundle``'s room and starts on its node."""
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        self.running.setdefault(bundle.pg_hex, set()).add(task)
+        self.nodes.run_in_bundle(task, bundle)
+
+    def spill(self, task) -> bool:
+        """*Locked.* A task for "any bundle" (-1) of a group with bundles here and on other
+        nodes, which waits in the local queue because this node's bundles have no room now
+        (``RemoteNodes.spill``): True when it started in a remote bundle with room now;
+        False: it stays (Ray's -1 is any bundle with room)."""
+        parsed = placement.bundle_request(task.spec.request)
+        if parsed is None or parsed[1] >= 0 or task.cancelled:
+            return False
+        pg_hex, _index, base = parsed
+        parts = self.groups.get(pg_hex)
+        if not parts:
+            return False
+        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()})
+        if picked is None:
+            return False
+        self._start(task, parts[picked], base)
+        return True
+
+    def done(self, task, bundle: RemoteBundle) -> None:
+        """*Locked.* Step 4: ``task`` left ``bundle``; its room goes back."""
+        running = self.running.get(bundle.pg_hex)
+        if running is None or task not in running:
+            return
+        running.discard(task)
+        base = placement.bundle_request(task.spec.request)[2]
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        self._pump(bundle.pg_hex)
+
+    def removed(self, pg_hex: str) -> None:
+        """*Locked.* Step 5's first half: the group's waiting tasks fail, its running ones
+        fail and their workers are killed (the local bundles' rule:
+        ``Owner.placement_group_removed``)."""
+        from miniray.exceptions import TaskPlacementGroupRemoved  # lazy: as remote_nodes
+
+        error = TaskPlacementGroupRemoved(
+            "The placement group corresponding to this task has been removed.")
+        for task in self.waiting.pop(pg_hex, ()):
+            if task.state != T_DONE:
+                self.owner.tasks.fail(task, error)
+        for task in self.running.pop(pg_hex, ()):
+            slot = task.worker
+            if task.state != T_DONE:
+                self.owner.tasks.fail(task, error)
+            if slot is not None and getattr(slot, "remote_kill", None) is not None:
+                self.owner.defer(slot.remote_kill)
+
+    def node_of(self, pg_hex: str) -> dict[int, str]:
+        """*Locked.* Bundle index -> node id of the group's remote bundles."""
+        return {i: b.node_id for i, b in self.groups.get(pg_hex, {}).items()}
+
+    def describe(self) -> dict[str, Any]:
+        return {"groups": len(self.groups),
+                "waiting": sum(len(q) for q in self.waiting.values()),
+                "running": sum(len(s) for s in self.running.values())}

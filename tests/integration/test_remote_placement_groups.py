@@ -1,0 +1,287 @@
+"""Placement groups across nodes on fake hosts (``owner/remote_bundles.py``,
+``node_pick.plan_bundles``): bundles on the head and on a member, tasks in a member's
+bundle, removal, and a group that no node set can hold.
+
+A head on 127.0.0.1 and a member on 127.0.0.2, each with its own root (``FakeHosts`` of
+test_cluster_join.py: every process, session and segment of each root is checked on
+teardown); the driver runs on the head's host (``_run_driver`` of test_remote_tasks.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_placement import _cluster
+from .test_remote_tasks import MEMBER, _run_driver
+
+PG = """
+    from miniray.util.placement_group import (placement_group, placement_group_table,
+                                              remove_placement_group)
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+    @ray.remote(num_cpus=1)
+    def ip_of(seconds=0.0):  # its node's IP (util.get_node_ip_address says 127.0.0.1)
+        time.sleep(seconds)
+        return ips[ray.get_runtime_context().get_node_id()], time.monotonic()
+
+    def in_bundle(pg, index):
+        return ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index))
+
+    here = ray.get_runtime_context().get_node_id()
+
+    def full():
+        return (ray.available_resources().get("CPU", 0), ray.cluster_resources()["CPU"])
+    """
+
+
+def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="ss")
+    ready = pg.wait(20)
+    table = placement_group_table(pg)
+    ips = ray.get([in_bundle(pg, i).remote() for i in range(2)], timeout=30)
+    @ray.remote(num_cpus=1)
+    def my_group():
+        from miniray.util import get_current_placement_group
+        return get_current_placement_group().id.hex()
+
+    group_there = ray.get(my_group.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(), timeout=30)
+    # Two 1-CPU tasks in the member's 1-CPU bundle run one after the other.
+    pair = ray.get([in_bundle(pg, 1).remote(1.0) for _ in range(2)], timeout=30)
+    from miniray.util.state import list_placement_groups
+    rows = list_placement_groups(filters=[("name", "=", "ss")], detail=True)
+    remove_placement_group(pg)
+    print(json.dumps({"here": here, "member": member, "ready": ready, "table": table,
+                      "ips": [ip for ip, _ in ips], "pair": pair,
+                      "group_there": group_there == pg.id.hex(),
+                      "rows": [[b["node_id"] for b in r["bundles"]] for r in rows]}),
+          flush=True)
+    ray.shutdown()
+    """)
+    assert doc["ready"] is True, doc
+    assert doc["table"]["state"] == "CREATED", doc
+    assert doc["table"]["bundles_to_node_id"] == {"0": doc["here"], "1": doc["member"]}, doc
+    assert doc["rows"] == [[doc["here"], doc["member"]]], doc
+    assert doc["ips"] == ["127.0.0.1", "127.0.0.2"], doc
+    assert doc["group_there"] is True, doc  # the task knows its group on the member
+    (ip_a, end_a), (ip_b, end_b) = doc["pair"]
+    assert ip_a == ip_b == "127.0.0.2", doc
+    assert abs(end_a - end_b) >= 0.9, doc  # one after the other in the 1-CPU bundle
+
+
+def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_frees_it(hosts):
+    _cluster(hosts, "2", "3")
+    doc = _run_driver(hosts, PG + """
+    def wait_full(total, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and full() != (total, total):
+            time.sleep(0.05)
+        return full()
+
+    before = wait_full(5.0)
+    spread = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    assert spread.wait(20)
+    spread_nodes = placement_group_table(spread)["bundles_to_node_id"]
+    spread_ips = [ip for ip, _ in ray.get([in_bundle(spread, i).remote() for i in range(2)],
+                                         timeout=30)]
+    remove_placement_group(spread)
+    wait_full(5.0)  # the member's heartbeat shows its bundle back
+    # Any bundle (-1) of a group with bundles on both nodes: this node's first, then the
+    # member's when this node's are full (two 1.5 s tasks run at once, one on each).
+    both = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
+    assert both.wait(20)
+    t0 = time.monotonic()
+    anywhere = ray.get([in_bundle(both, -1).remote(1.5) for _ in range(2)], timeout=30)
+    anywhere_s = time.monotonic() - t0
+    remove_placement_group(both)
+    wait_full(5.0)
+    # Three CPUs in one group: the head has two, the member three.
+    pack = placement_group([{"CPU": 1}] * 3, strategy="PACK")
+    assert pack.wait(20)
+    pack_nodes = placement_group_table(pack)["bundles_to_node_id"]
+    # Any bundle (-1) of a group with no bundle here runs in one of the member's.
+    anyone = ray.get([in_bundle(pack, -1).remote() for _ in range(4)], timeout=30)
+    # A long task in a removed group ends as a local one does: TaskPlacementGroupRemoved.
+    long = in_bundle(pack, 0).remote(30.0)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    remove_placement_group(pack)
+    try:
+        ray.get(long, timeout=20)
+        ended = "finished"
+    except Exception as error:
+        ended = type(error).__name__
+    took = time.monotonic() - t0
+    after = wait_full(5.0)
+    print(json.dumps({"here": here, "member": member, "before": before, "after": after,
+                      "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
+                      "any": sorted({ip for ip, _ in anyone}), "ended": ended,
+                      "anywhere": sorted(ip for ip, _ in anywhere),
+                      "anywhere_s": anywhere_s,
+                      "took": took}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["before"] == [5.0, 5.0], doc
+    assert sorted(doc["spread"].values()) == sorted([doc["here"], doc["member"]]), doc
+    assert sorted(doc["spread_ips"]) == ["127.0.0.1", "127.0.0.2"], doc
+    assert set(doc["pack"].values()) == {doc["member"]}, doc
+    assert doc["any"] == ["127.0.0.2"], doc
+    assert doc["anywhere"] == ["127.0.0.1", "127.0.0.2"], doc
+    assert doc["anywhere_s"] < 2.9, doc  # at once, not one after the other (3 s)
+    assert doc["ended"] == "TaskPlacementGroupRemoved", doc
+    assert doc["took"] < 5.0, doc
+    assert doc["after"] == [5.0, 5.0], doc  # every node's part is back
+
+
+def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
+    _cluster(hosts, "2", None)
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, placement_group_table
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    early = pg.wait(1.0)
+    table = placement_group_table(pg)  # as Ray 2.60 shows a group it cannot place
+    print(json.dumps({"early": early, "state": table["state"],
+                      "where": table["bundles_to_node_id"],
+                      "scheduling": table["stats"]["scheduling_state"]}), flush=True)
+    later = pg.wait(30)
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    print(json.dumps({"later": later, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+    try:
+        doc = json_line(proc, 30)
+        assert doc == {"early": False, "state": "PENDING", "where": {"0": "", "1": ""},
+                       "scheduling": "INFEASIBLE"}, doc
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        doc = json_line(proc, 30)
+        assert doc["later"] is True and len(set(doc["nodes"])) == 2, doc
+        assert proc.wait(30) == 0
+        assert "stays pending until nodes that can hold it join" in proc.stderr.read()
+    finally:
+        stop_driver(proc)
+
+
+def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
+    _cluster(hosts, "2", "2")
+    proc = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 2}], strategy="STRICT_SPREAD", name="held")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(proc, 30) == {"ready": True}
+        on_member = [lease for lease in ledger_leases(hosts.env(MEMBER)).values()
+                     if "placement group held bundle" in (lease.get("tag") or "")]
+        on_head = [lease for lease in ledger_leases(hosts.env("127.0.0.1")).values()
+                   if lease.get("group")]
+        assert len(on_member) == 1 and len(on_head) == 1, (on_member, on_head)
+        # Bundle 1 (2 CPUs) is the member's; bundle 0 (1 CPU) the head's.
+        assert on_member[0]["resources"] == {"CPU": 20000}, on_member
+        assert on_head[0]["resources"] == {"CPU": 10000}, on_head
+        listed = cli(hosts.env("127.0.0.1"), "list", "placement-groups", "--detail",
+                     "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = json.loads(listed.stdout)
+        member_id = hosts.record(MEMBER).node_id
+        head_id = hosts.record("127.0.0.1").node_id
+        assert [b["node_id"] for b in row["bundles"]] == [head_id, member_id], row
+    finally:
+        stop_driver(proc)  # SIGKILL: nothing of the driver's runs after this
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
+    assert wait_until(lambda: not any(lease.get("group") for lease in ledger_leases(
+        hosts.env("127.0.0.1")).values()), 10.0)
+
+
+def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_group(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    @ray.remote(num_cpus=1)
+    class Where:
+        def node(self):
+            from miniray.util import get_current_placement_group
+            return ips[ray.get_runtime_context().get_node_id()], \\
+                get_current_placement_group().id.hex()
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    strategy = PlacementGroupSchedulingStrategy(pg, 1)
+    first = Where.options(scheduling_strategy=strategy).remote()
+    where_first = ray.get(first.node.remote(), timeout=30)
+    # The bundle's one CPU is the first actor's: a second waits for it.
+    second = Where.options(scheduling_strategy=strategy).remote()
+    ready, _ = ray.wait([second.node.remote()], timeout=1.5)
+    waited = not ready
+    ray.kill(first)
+    where_second = ray.get(second.node.remote(), timeout=30)
+    try:  # a named actor belongs to the node's actor service, which lacks the bundle
+        Where.options(scheduling_strategy=strategy, name="named").remote()
+        named = "created"
+    except NotImplementedError as error:
+        named = str(error)
+    remove_placement_group(pg)
+    try:
+        ray.get(second.node.remote(), timeout=20)
+        after = "alive"
+    except Exception as error:
+        after = type(error).__name__
+    print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
+                      "after": after, "pg": pg.id.hex(), "named": named}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["first"] == ["127.0.0.2", doc["pg"]], doc
+    assert doc["waited"] is True, doc
+    assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
+    assert doc["after"] == "ActorDiedError", doc
+    assert "bundle on another node is not supported yet" in doc["named"], doc
+
+
+def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
+    _cluster(hosts, "2", "2")
+    creator = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="shared")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(creator, 30) == {"ready": True}
+        assert len(ledger_leases(hosts.env(MEMBER))) == 1
+        other = driver("""
+        import json
+        import miniray as ray
+        from miniray.util.placement_group import (get_placement_group, placement_group_table,
+                                                  remove_placement_group)
+        ray.init(address="auto")
+        pg = get_placement_group("shared")
+        nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+        remove_placement_group(pg)
+        print(json.dumps({"nodes": nodes}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            assert len(set(json_line(other, 30)["nodes"])) == 2
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        # The creating driver, still running, notices and releases its lease there.
+        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 5.0)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)

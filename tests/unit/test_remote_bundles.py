@@ -1,0 +1,117 @@
+"""``owner/remote_bundles.py`` without processes: which tasks a group's remote bundles take,
+their room, the order tasks start in, removal, and an actor's room (fake owner and nodes)."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+from miniray._private.core import placement
+from miniray._private.owner.remote_bundles import RemoteBundle, RemoteBundles
+from miniray._private.owner.tasks import T_DONE, T_WAITING
+
+H = "ab" * 18
+
+
+class _Owner:
+    def __init__(self):
+        self.failed: list = []
+        self.deferred: list = []
+        self.tasks = types.SimpleNamespace(fail=self._fail)
+
+    def _fail(self, task, error):
+        task.state = T_DONE
+        self.failed.append((task.spec.name, type(error).__name__))
+
+    def locked(self):
+        return contextlib.nullcontext()
+
+    def defer(self, action):
+        self.deferred.append(action)
+
+
+class _Nodes:
+    local = "head"
+
+    def __init__(self):
+        self.started: list = []
+
+    def run_in_bundle(self, task, bundle):
+        task.worker = types.SimpleNamespace(remote_kill=lambda: None)
+        self.started.append((task.spec.name, bundle.index))
+
+
+class _Task:  # hashed by identity, as the owner's Task
+    def __init__(self, name: str, request: dict, index: int):
+        self.spec = types.SimpleNamespace(
+            name=name, request=placement.rewrite_request(request, H, index))
+        self.state, self.cancelled, self.worker = T_WAITING, False, None
+
+
+_task = _Task
+
+
+def _book(has_local: bool):
+    owner, nodes = _Owner(), _Nodes()
+    book = RemoteBundles(owner, nodes)
+    entry = types.SimpleNamespace(node_id="member")
+    parts = {i: RemoteBundle(H, i, {"CPU": 1.0}, entry, object(), f"lease{i}", [])
+             for i in (1, 2)}
+    book.adopt(H, parts, has_local)
+    return book, owner, nodes
+
+
+def test_tasks_in_a_full_remote_bundle_start_one_after_the_other():
+    book, owner, nodes = _book(has_local=True)
+    a, b, c = _task("a", {"CPU": 1}, 1), _task("b", {"CPU": 1}, 1), _task("c", {"CPU": 1}, 2)
+    assert book.submit(a) and book.submit(b) and book.submit(c)
+    assert nodes.started == [("a", 1), ("c", 2)]  # b waits for bundle 1's CPU
+    assert not book.submit(_task("here", {"CPU": 1}, 0))  # bundle 0 is this node's
+    assert not book.submit(_task("any", {"CPU": 1}, -1))  # "any": this node's bundles first
+    book.done(a, book.groups[H][1])
+    assert nodes.started[-1] == ("b", 1)
+    book.done(a, book.groups[H][1])  # a second report of the same end changes nothing
+    assert book.groups[H][1].free == {"CPU": 0.0}
+
+
+def test_any_bundle_of_a_group_with_none_here_takes_the_first_with_room():
+    book, _owner, nodes = _book(has_local=False)
+    for name in "xyz":
+        assert book.submit(_task(name, {"CPU": 1}, -1))
+    assert nodes.started == [("x", 1), ("y", 2)]
+    assert [t.spec.name for t in book.waiting[H]] == ["z"]
+
+
+def test_any_bundle_waiting_here_spills_to_a_remote_bundle_with_room():
+    book, _owner, nodes = _book(has_local=True)
+    assert not book.spill(_task("one", {"CPU": 1}, 0))  # a bundle of its own: never
+    for name in "pq":
+        assert book.spill(_task(name, {"CPU": 1}, -1))
+    assert not book.spill(_task("r", {"CPU": 1}, -1))  # no remote room left: it stays
+    assert nodes.started == [("p", 1), ("q", 2)]
+
+
+def test_removal_fails_waiting_and_running_tasks_and_kills_the_running_ones():
+    book, owner, nodes = _book(has_local=True)
+    run, wait = _task("run", {"CPU": 1}, 1), _task("wait", {"CPU": 1}, 1)
+    book.submit(run)
+    book.submit(wait)
+    book.removed(H)
+    assert sorted(owner.failed) == [("run", "TaskPlacementGroupRemoved"),
+                                    ("wait", "TaskPlacementGroupRemoved")]
+    assert len(owner.deferred) == 1  # the running one's worker is killed after the lock
+    assert H not in book.waiting and H not in book.running
+
+
+def test_an_actor_holds_its_held_request_of_the_bundle_until_it_gives_it_back():
+    book, _owner, _nodes = _book(has_local=True)
+    place = placement.rewrite_request({"CPU": 1}, H, 1)
+    held = placement.rewrite_request({"CPU": 1}, H, 1)
+    assert book.holds(place) and not book.holds(placement.rewrite_request({"CPU": 1}, H, 0))
+    bundle = book.take(place, held)
+    assert bundle.index == 1 and bundle.free == {"CPU": 0.0}
+    assert book.take(place, held) is None  # a second one waits
+    light = placement.rewrite_request({}, H, 2)  # placed with 1 CPU, holding none
+    assert book.take(placement.rewrite_request({"CPU": 1}, H, 2), light).free == {"CPU": 1.0}
+    book.give_back(bundle, held)
+    assert bundle.free == {"CPU": 1.0}
