@@ -14,7 +14,7 @@ instead. Differs: ``pdb``, ``ray_debugpy`` and the deprecated ``iter`` are not p
 from __future__ import annotations
 
 from miniray._private import runtime
-from miniray._private.core import config
+from miniray._private.core import config, context
 from miniray._private.core.ray_client import connect, disconnect
 from miniray.util import accelerators
 from miniray.util.actor_pool import ActorPool
@@ -50,8 +50,16 @@ def get_node_instance_id() -> str:
 
 
 def get_node_ip_address(address: str | None = None) -> str:
-    """The address of this node: always loopback on one host."""
-    return "127.0.0.1"
+    """The IP address of the node this process runs on: in a driver its node's, in a task
+    or actor that of the node running it (a member's, on another host); before ``init()``,
+    loopback (the address of a single-host node). ``address`` is accepted as in Ray and
+    not needed: a node's address is known, never probed."""
+    rt = context.current()
+    if rt is None:
+        return "127.0.0.1"
+    if rt.mode == "worker":
+        return rt.info.get("node_ip") or "127.0.0.1"
+    return getattr(rt, "node_ip", None) or "127.0.0.1"
 
 
 def register_serializer(cls: type, *, serializer, deserializer) -> None:

@@ -157,7 +157,8 @@ def test_a_driver_runs_a_task_on_the_member_and_gets_its_result(hosts, member):
     @ray.remote
     def where(x):
         print("printed on the member")
-        return x + 1, ray.get_runtime_context().get_node_id(), os.getpid()
+        return (x + 1, ray.get_runtime_context().get_node_id(), os.getpid(),
+                ray.util.get_node_ip_address())
 
     remote = ray.get(where.options(scheduling_strategy=there).remote(41), timeout=30)
     again = ray.get(where.options(scheduling_strategy=there).remote(1), timeout=30)
@@ -190,12 +191,15 @@ def test_a_driver_runs_a_task_on_the_member_and_gets_its_result(hosts, member):
     us_remote, us_local = timed(remote_noop), timed(noop)
     print(json.dumps({"remote": remote, "again": again, "local": local, "member": member,
                       "here": ray.get_runtime_context().get_node_id(), "sizes": sizes,
+                      "driver_ip": ray.util.get_node_ip_address(),
                       "us_remote": us_remote, "us_local": us_local}), flush=True)
     ray.shutdown()
     """)
     assert doc["remote"][0] == 42 and doc["again"][0] == 2
     assert doc["remote"][1] == doc["member"] == hosts.record(MEMBER).node_id
     assert doc["local"][1] == doc["here"] != doc["member"]
+    # Each process names its own node's IP, as in Ray.
+    assert doc["remote"][3] == MEMBER and doc["local"][3] == doc["driver_ip"] == "127.0.0.1", doc
     assert doc["remote"][2] == doc["again"][2]  # the idle worker served the second task
     # What it printed reaches the driver's stdout, with Ray's prefix naming the member.
     assert f"pid={doc['remote'][2]}, ip={MEMBER}) printed on the member" in doc["stdout"], doc
