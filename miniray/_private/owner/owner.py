@@ -839,7 +839,10 @@ class Owner:
         try:
             if spec.fn_id not in worker.funcs:
                 worker.funcs.add(spec.fn_id)
-                self.send(worker, (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]))
+                # Queued only: the TASK's send below writes both in one system call, and
+                # the worker reads both in one wake-up (a function's first task on a worker).
+                worker.conn.queue(pickle.dumps(
+                    (protocol.FUNC, spec.fn_id, self._functions[spec.fn_id]), 5))
             dep_values = None
             if spec.deps:
                 dep_values = self.requests.dep_payloads(spec.deps, pin=not task.pinned,
