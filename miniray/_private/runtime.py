@@ -92,6 +92,9 @@ WARM_UPS: list = []
 # How long ``init()`` waits for the first prestarted worker (a loaded machine's fork server
 # may take seconds to start; init then returns and the first task waits instead).
 PRESTART_WAIT_S = 5.0
+# Then how long it waits for the other prestarted workers (a setup hook that takes seconds
+# in each is not waited for).
+PRESTART_REST_S = 0.05
 
 
 def check_init_arguments(address, namespace=None, runtime_env=None) -> None:
@@ -333,13 +336,18 @@ class Runtime:
         ready (it answered its HELLO): the first task then costs about a warm round trip, not
         the fork server's start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is
         not waited for. Then (``first_lease``: a session of its own, no node) the lease of
-        the default shape is taken for that worker (``Owner.take_first_lease``) and the
-        submit path is run once without submitting (``WARM_UPS``)."""
+        the default shape is taken for that worker (``Owner.take_first_lease``), the other
+        workers are waited for at most ``PRESTART_REST_S``, and the submit path is run once
+        without submitting (``WARM_UPS``)."""
         count = config.prestart_workers(self.num_cpus)
         if count:
-            if self.owner.prestart_workers(count).wait(PRESTART_WAIT_S) and first_lease:
-                self.owner.take_first_lease()
-            for warm_up in WARM_UPS:  # the first @remote and .remote() made once, unsent
+            if self.owner.prestart_workers(count).wait(PRESTART_WAIT_S):
+                if first_lease:
+                    self.owner.take_first_lease()
+                # The others are a few ms behind the first on a small machine: the first
+                # task would share the CPU with their start-up (0.5-5 ms on 2 cores).
+                self.owner.workers_ready.wait(PRESTART_REST_S)
+            for warm_up in WARM_UPS:  # the first @remote and .remote() made, unsent
                 warm_up()
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,

@@ -44,14 +44,29 @@ def test_init_returns_once_a_prestarted_worker_is_ready(ray_start):
     assert _owner().worker_ready.is_set()
 
 
+def test_init_waits_briefly_for_the_other_prestarted_workers(ray_start, monkeypatch):
+    """On a small machine the others are a few ms behind the first: init() waits for them
+    (at most ``PRESTART_REST_S``, here made long so a loaded machine cannot fail it), so
+    the first task does not share the CPU with their start-up."""
+    monkeypatch.setattr(runtime, "PRESTART_REST_S", 30.0)
+    ray_start(num_cpus=3)
+    owner = _owner()
+    assert owner.workers_ready.is_set()
+    with owner.locked():
+        workers = _prestarted(owner)
+        assert len(workers) == 3 and all(w.ready for w in workers)
+        assert not owner._unready
+
+
 def test_a_worker_that_dies_before_ready_does_not_hold_init(ray_start, monkeypatch):
     """A worker that exits before READY (here: its setup hook fails) releases init() at
     once instead of after ``PRESTART_WAIT_S``."""
     monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
     started = time.monotonic()
-    ray_start(num_cpus=1, runtime_env={"worker_process_setup_hook": "no_such_module.hook"})
+    monkeypatch.setattr(runtime, "PRESTART_REST_S", 60.0)
+    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": "no_such_module.hook"})
     assert time.monotonic() - started < 30
-    assert _owner().worker_ready.is_set()
+    assert _owner().worker_ready.is_set() and _owner().workers_ready.is_set()
 
 
 def test_the_first_task_runs_on_a_prestarted_worker(ray_start):

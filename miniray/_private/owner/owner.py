@@ -178,6 +178,10 @@ class Owner:
         # connected, applied the session's settings and waits in its loop, so the first task
         # pays neither its start-up nor its first page faults (``prestart_workers``).
         self.worker_ready = threading.Event()
+        # Set once every prestarted worker answered READY or died: the rest of the prestart
+        # no longer takes the CPU from the first tasks (``prestart_workers``).
+        self.workers_ready = threading.Event()
+        self._unready: set = set()  # prestarted workers that have not answered READY yet
         self._keys: dict = {}  # (id(request), max_calls, env) -> (request, scheduling key)
         # The one path by which tasks and actors take resources.
         self.leases = LeaseBook(
@@ -959,17 +963,32 @@ class Owner:
         first tasks wait neither for forks nor for the fork server's own start (a fresh
         interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
         one as it takes any idle worker. Returns ``worker_ready``, set once the first of them
-        answered its HELLO (READY): ``init()`` waits for it."""
+        answered its HELLO (READY): ``init()`` waits for it, then briefly for
+        ``workers_ready`` (all of them)."""
         fork_server = self.fork_server
         started = [self.start_worker(fork_server) for _ in range(count)]
         with self._lock:
             usable = self.may_adopt(fork_server)
             for parts in started:
                 if usable:
-                    self.workers.keep_idle(self.adopt_worker(parts))
+                    worker = self.adopt_worker(parts)
+                    if not worker.exited and not worker.ready:
+                        self._unready.add(worker)
+                    self.workers.keep_idle(worker)
                 else:
                     self.discard_start(parts)
+            if not self._unready:
+                self.workers_ready.set()
         return self.worker_ready
+
+    def _now_ready(self, worker: WorkerSlot) -> None:
+        """*Locked.* ``worker`` answered READY or is gone."""
+        self.worker_ready.set()
+        unready = self._unready
+        if unready and worker in unready:
+            unready.discard(worker)
+            if not unready:
+                self.workers_ready.set()
 
     def take_first_lease(self) -> None:
         """*Not locked.* ``init()``, once a prestarted worker is ready: the lease of the
@@ -1032,7 +1051,7 @@ class Owner:
         if worker.exited:
             return 0, 0
         worker.exited = True
-        self.worker_ready.set()  # init() does not wait for a worker that will never be ready
+        self._now_ready(worker)  # init() does not wait for a worker that will never be ready
         pid = worker.pid
         if pid is not None:
             self.workers.by_pid.pop(pid, None)
@@ -1277,7 +1296,7 @@ class Owner:
             self.requests.on_call(worker, message[1], message[2], message[3])
         elif tag == protocol.READY:
             worker.ready = True
-            self.worker_ready.set()
+            self._now_ready(worker)
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
                    retryable: bool, times: tuple | None = None) -> None:
