@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import pickle
 import socket
+import time
 
 from miniray._private.core import protocol
 from miniray._private.transport.framing import FramedSocket
@@ -102,3 +103,23 @@ def test_the_warm_up_function_is_pickled_by_value():
     data = worker_main.prepare_warm_up()
     assert b"_make_function" in data
     assert pickle.loads(data)() is None
+
+
+def test_nothing_waiting_sees_a_message_in_the_socket_and_in_the_inbox():
+    """A worker started for a task finds it waiting after READY: no warm-up then (it would
+    only make that task wait)."""
+    worker, owner_end, ends = _worker()
+    owner = FramedSocket(owner_end)
+    try:
+        assert worker.channel.nothing_waiting()
+        owner.send(pickle.dumps((protocol.EXIT,), protocol=5))
+        deadline = time.monotonic() + 5
+        while worker.channel.nothing_waiting():
+            assert time.monotonic() < deadline
+        assert worker.channel.next_message() == (protocol.EXIT,)
+        assert worker.channel.nothing_waiting()
+        worker.channel._incoming.append((protocol.EXIT,))
+        assert not worker.channel.nothing_waiting()
+    finally:
+        for end in ends:
+            end.close()

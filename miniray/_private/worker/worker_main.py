@@ -708,10 +708,13 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int,
             os._exit(1)
     worker.start_control_thread()
     announce_ready(channel)
-    try:
-        worker.warm_up()  # after READY: init() does not wait for it, the first task does not
-    except Exception:  # pay for it; one that fails changes nothing (the task path is intact)
-        pass
+    # After READY: init() does not wait for it, and the first task does not pay for it; not
+    # when a task came already (a worker started for it): it would only wait longer.
+    if channel.nothing_waiting():
+        try:
+            worker.warm_up()
+        except Exception:  # one that fails changes nothing: the task path is intact
+            pass
     try:
         worker.loop()
     finally:
