@@ -79,9 +79,9 @@ def warm_up() -> None:
     program's first ``@remote`` and ``.remote()`` do, so that those of the program pay no
     first run of that code (0.5 ms less for both together here, for 0.5 ms in ``init()``;
     more rounds cost more and gave no more). Nothing is submitted or kept."""
-    namespace = {"__name__": "__main__"}
+    namespace: dict[str, Any] = {"__name__": "__main__"}
     exec("def warm_up():\n    return None\n", namespace)  # noqa: S102 (constant text)
-    function = RemoteFunction(namespace["warm_up"], {})
+    function: RemoteFunction[[], None] = RemoteFunction(namespace["warm_up"], {})
     _Template(function._default_options, function._max_calls, "warm_up", False)
     function._export(False)
 

@@ -570,7 +570,7 @@ _WARM_UP: list = []
 def prepare_warm_up() -> bytes:
     """The pickled no-op ``_Worker.warm_up`` runs; made once per process."""
     if not _WARM_UP:
-        namespace = {"__name__": "miniray-warm-up"}
+        namespace: dict = {"__name__": "miniray-warm-up"}
         exec("def warm_up():\n    return None\n", namespace)  # noqa: S102 (constant text)
         _WARM_UP.append(serialization.dumps_function(namespace["warm_up"], "warm-up"))
     return _WARM_UP[0]
