@@ -85,9 +85,16 @@ class RayContext(dict):
         return f"RayContext({self.address_info!r})"
 
 
+# Run by ``init()`` once its first worker is ready: each makes once what a program's first
+# task makes (``remote_function.warm_up``, added when that module loads), so that the
+# program's own first ``@remote`` and ``.remote()`` pay none of that code's first run.
+WARM_UPS: list = []
 # How long ``init()`` waits for the first prestarted worker (a loaded machine's fork server
 # may take seconds to start; init then returns and the first task waits instead).
 PRESTART_WAIT_S = 5.0
+# Then how long it waits for the other prestarted workers (a setup hook that takes seconds
+# in each is not waited for).
+PRESTART_REST_S = 0.05
 
 
 def check_init_arguments(address, namespace=None, runtime_env=None) -> None:
@@ -232,7 +239,9 @@ class Runtime:
             client.announce_store(self.store.session_tag)
             self._start_owner(client, log_to_driver, runtime_env, int(info["object_store_memory"]))
             if not AS_ACTOR_SERVICE:  # the service starts a fresh worker per actor
-                self._prestart_workers()
+                # No lease for the first task here: the node's ledger is shared with other
+                # drivers and published to the cluster's view (SPREAD reads it).
+                self._prestart_workers(first_lease=False)
             if not AS_ACTOR_SERVICE:  # named and detached actors live in the node's service
                 from miniray._private.owner.actor_link import SOCKET_NAME, ActorLink  # lazy
 
@@ -322,14 +331,24 @@ class Runtime:
             logger.warning("miniray: cannot serve this driver's state (%s); `miniray list` "
                            "and ray.util.state will not see it", error)
 
-    def _prestart_workers(self) -> None:
+    def _prestart_workers(self, first_lease: bool = True) -> None:
         """Idle workers for the default shape, and ``init()`` returns once the first is
         ready (it answered its HELLO): the first task then costs about a warm round trip, not
         the fork server's start. Bounded: a fork server slower than ``PRESTART_WAIT_S`` is
-        not waited for."""
+        not waited for. Then (``first_lease``: a session of its own, no node) the lease of
+        the default shape is taken for that worker (``Owner.take_first_lease``), the other
+        workers are waited for at most ``PRESTART_REST_S``, and the submit path is run once
+        without submitting (``WARM_UPS``)."""
         count = config.prestart_workers(self.num_cpus)
         if count:
-            self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)
+            if self.owner.prestart_workers(count).wait(PRESTART_WAIT_S):
+                if first_lease:
+                    self.owner.take_first_lease()
+                # The others are a few ms behind the first on a small machine: the first
+                # task would share the CPU with their start-up (0.5-5 ms on 2 cores).
+                self.owner.workers_ready.wait(PRESTART_REST_S)
+            for warm_up in WARM_UPS:  # the first @remote and .remote() made, unsent
+                warm_up()
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,
                runtime_env) -> None:

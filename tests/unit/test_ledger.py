@@ -400,3 +400,21 @@ def test_a_process_that_finds_no_room_held_by_others_is_seen_waiting(path):
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_lease_taken_ahead_of_need_that_finds_no_room_is_no_want(path):
+    """``wanted=False`` (the first task's lease taken at init): its failure says nothing to
+    the sessions holding idle leases, which keep them."""
+    make(path, cpu=1)
+    holder, early = Ledger(path), Ledger(path)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        lease = holder.acquire({"CPU": 1}, holder_pid=other.pid)
+        assert early.acquire({"CPU": 1}, holder_pid=ME, wanted=False) is None
+        assert not holder.others_waiting(1.0)
+        assert early.acquire({"CPU": 1}, holder_pid=ME) is None  # a task's: a want
+        assert holder.others_waiting(1.0)
+        assert holder.release(lease.lease_id)
+    finally:
+        other.kill()
+        other.wait()

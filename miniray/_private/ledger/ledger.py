@@ -276,12 +276,15 @@ class Ledger:
         worker_pid: int | None = None,
         tag: str = "",
         instance_caps: Mapping[str, list[int]] | None = None,
+        wanted: bool = True,
     ) -> Lease | None:
         """Takes ``request`` from the ledger, or returns None if it does not fit now.
 
         If it does not fit, leases of dead holders are reclaimed and the request is tried once
         more. Raises ValueError for an invalid request (see ``resources.plan_allocation``).
-        ``instance_caps`` caps each instance further (see ``plan_allocation``).
+        ``instance_caps`` caps each instance further (see ``plan_allocation``). ``wanted``
+        False: a lease taken ahead of need, whose failure is not noted as a want (other
+        sessions keep their idle leases).
         """
         holder_start = procinfo.holder_start(holder_pid)
         lease_id = os.urandom(8).hex()
@@ -306,7 +309,7 @@ class Ledger:
                 )
                 # The state (cached) and the caller each get their own copy.
                 state.leases[lease_id] = Lease.from_json(lease.to_json())
-            others_hold = lease is None and _held_by_others(state, holder_pid)
+            others_hold = wanted and lease is None and _held_by_others(state, holder_pid)
             self._commit(state, lease is not None or dead)
         self._log_reclaimed(dead)
         if others_hold:

@@ -246,6 +246,12 @@ class PlacementGroups:
             lease = self.ledger.acquire_group(bundles, group.record(self.node_id),
                                               provides, holder_pid=holder, instance_caps=caps,
                                               indexes=here)
+            # This session's idle leases (kept for its next task, or taken at init for
+            # the first) give way to the group, as they do to a task of another shape.
+            if lease is None and self.owner.make_room():
+                lease = self.ledger.acquire_group(bundles, group.record(self.node_id),
+                                                  provides, holder_pid=holder,
+                                                  instance_caps=caps, indexes=here)
         except (OSError, KeyError):  # the node's ledger went with the node
             lease = None
         if lease is None:

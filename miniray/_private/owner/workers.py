@@ -34,7 +34,7 @@ class WorkerSlot:
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
         "waits", "interrupted", "recalled", "output_poll", "read_lock", "output_lock",
-        "direct", "data_poll",
+        "direct", "data_poll", "ready",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -77,6 +77,7 @@ class WorkerSlot:
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
         self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
         self.recalled = False  # asked to give back its pipelined tasks (RECALL), no answer yet
+        self.ready = False  # it answered HELLO with READY: set up, waiting in its loop
 
     def drain_printed(self) -> None:
         """Print what this worker has written to its stdout/stderr pipes so far. Called
@@ -148,6 +149,14 @@ class WorkerPool:
         idle), or None."""
         index = scheduling.idle_worker_for(self.idle, request, runtime_env)
         return None if index is None else self.idle.pop(index)
+
+    def ready_idle(self, request: dict, runtime_env: str = "") -> WorkerSlot | None:
+        """The most recently idle worker that is ready (READY came) and may run tasks of
+        ``request`` in ``runtime_env``; it stays idle. None if there is none."""
+        for worker in reversed(self.idle):
+            if worker.ready and scheduling.worker_serves(worker, request, runtime_env):
+                return worker
+        return None
 
     def idle_pids(self, request: dict, runtime_env: str, count: int) -> list:
         """The pids of the first ``count`` workers ``take_idle`` would give, in that order

@@ -187,5 +187,6 @@ def main() -> None:
     sock = socket.socket(fileno=fd)
     if config.ray_alias_requested():
         alias.install()
+    worker_main.prepare_warm_up()  # before any fork: each worker inherits it
     _ForkServer(sock).run()
     os._exit(0)

@@ -362,7 +362,36 @@ class _Worker:
         else:
             os.environ["CUDA_VISIBLE_DEVICES"] = self.base_cvd
 
-    def run_task(self, message: tuple) -> None:
+    def warm_up(self) -> None:
+        """Run a built-in no-op once through the path a task takes (its TASK message
+        unpickled, the function unpickled, called, the result packed and pickled), so that
+        the first task finds that code and its data already touched in this forked process
+        (copy-on-write page faults, first calls) instead of paying for them. Nothing is sent
+        and nothing is left behind: no output marker (the name is the last one's), no
+        function kept, the environment, the task context and the last name as they were."""
+        if not self.none_inline:  # its None would be stored as a value: not warmed then
+            return
+        fn_bytes = _WARM_UP[0] if _WARM_UP else prepare_warm_up()
+        task_id = fn_id = b"\x00warm-up"
+        message = pickle.loads(pickle.dumps(
+            (protocol.TASK, task_id, fn_id, self.last_name, _NO_ARGS_BLOB, None,
+             [task_id], 1, ({"CPU": 1.0}, None, True, False, "", None)), 5))
+        omp = os.environ.get("OMP_NUM_THREADS")
+        env_for, omp_now = self.env_for, self.omp_now
+        self.functions[fn_id] = fn_bytes
+        try:
+            self.run_task(message, _discard)
+        finally:
+            self.functions.pop(fn_id, None)
+            if omp is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            elif os.environ.get("OMP_NUM_THREADS") != omp:
+                os.environ["OMP_NUM_THREADS"] = omp
+            self.env_for, self.omp_now = env_for, omp_now
+
+    def run_task(self, message: tuple, _send=None) -> None:
+        """Run one TASK and send its RESULT (``_send``: where the RESULT goes instead; only
+        ``warm_up`` passes one)."""
         (_, task_id, fn_id, name, args_blob, dep_values, return_ids, num_returns, ctx) = message
         resources, gpu_ids, gpu_ints, retry_exceptions, function_name, pg = ctx
         # The first tests of _await_control, _mark, prune, _function and _restore_env are
@@ -464,6 +493,9 @@ class _Worker:
             peer_out.clear()
             self.channel.send_bulk(message, sers)
             return
+        if _send is not None:
+            _send(message)
+            return
         self.channel.send(message)
 
     def _run_generator(self, task_id: bytes, name: str, generator, num_returns: int,
@@ -527,6 +559,26 @@ class _Worker:
     def _send_result(self, task_id: bytes, results: list, retryable: bool,
                      times: tuple | None = None) -> None:
         self.channel.send(result_message(task_id, results, retryable, times))
+
+
+# The warm-up's function, pickled by value as a function of the driver's script is (its
+# module is no module of this process): made once in the fork server before it forks
+# (``prepare_warm_up``), so no worker pays for pickling it.
+_WARM_UP: list = []
+
+
+def prepare_warm_up() -> bytes:
+    """The pickled no-op ``_Worker.warm_up`` runs; made once per process."""
+    if not _WARM_UP:
+        namespace: dict = {"__name__": "miniray-warm-up"}
+        exec("def warm_up():\n    return None\n", namespace)  # noqa: S102 (constant text)
+        _WARM_UP.append(serialization.dumps_function(namespace["warm_up"], "warm-up"))
+    return _WARM_UP[0]
+
+
+def _discard(message: tuple) -> None:
+    """The warm-up's RESULT: pickled as a real one is, then dropped."""
+    pickle.dumps(message, protocol=5)
 
 
 def _is_retryable(error: BaseException, retry_exceptions) -> bool:
@@ -656,6 +708,13 @@ def run_forked(data_fd: int, ctl_fd: int, out_fd: int, err_fd: int,
             os._exit(1)
     worker.start_control_thread()
     announce_ready(channel)
+    # After READY: init() does not wait for it, and the first task does not pay for it; not
+    # when a task came already (a worker started for it): it would only wait longer.
+    if channel.nothing_waiting():
+        try:
+            worker.warm_up()
+        except Exception:  # one that fails changes nothing: the task path is intact
+            pass
     try:
         worker.loop()
     finally:
