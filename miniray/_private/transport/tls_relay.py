@@ -125,19 +125,21 @@ class TlsRelay:
             moved = True
             while moved:
                 moved = False
-                if tls_open and local_open and len(to_local) < BUFFER_BYTES:
+                # A TLS read gives about one record (16 KiB at most): gather what is there
+                # first, so that the local end gets it in few writes.
+                while tls_open and local_open and len(to_local) < BUFFER_BYTES:
                     try:
                         data = tls.recv(CHUNK)
                     except _WANT:
-                        pass
+                        break
                     except (OSError, ValueError):
                         tls_open = False
-                    else:
-                        if data:
-                            to_local += data
-                            moved = True
-                        else:
-                            tls_open = False
+                        break
+                    if not data:
+                        tls_open = False
+                        break
+                    to_local += data
+                    moved = True
                 if to_local and local_open:
                     try:
                         n = local.send(to_local)
