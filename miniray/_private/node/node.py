@@ -76,7 +76,8 @@ as in 7: the node never blocks on one driver for long.
 Workers of drivers on other hosts (``remote_drivers.py`` step 8, wired in
 ``attach_peering``): the four attach connections are handed over
 (``PeerChannel.handover``; a TLS one as a socketpair's end relayed by a thread of this
-process, ``transport/tls_relay.py``: its session cannot move) and sent to the fork server as ``(SPAWN, req, remote)``, where
+process, ``transport/tls_relay.py``: its session cannot move) and sent to the fork
+server as ``(SPAWN, req, remote)``, where
 ``remote`` holds the data and control connections' frame state (keys and sequence numbers:
 over the fork server's AF_UNIX socket only) and this node's session dir, node id, ip and
 shm dir; its SPAWNED calls the spawner's ``done(pid)``, its EXITED of such a pid goes to

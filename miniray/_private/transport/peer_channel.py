@@ -6,8 +6,9 @@ and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, 
 selector loop; large payloads straight into the caller's buffer), the bound on concurrent
 handshakes of a listener (``HandshakeGate``), handing a channel over to another process
 (``PeerChannel.handover`` / ``from_state``: the fd plus both keys and sequence numbers,
-for a node's remote worker; a TLS channel's through a relay, ``tls_relay.py``), ``FramedPeer`` (a channel behind ``framing.FramedSocket``'s
-interface, for that worker's data and control), and the TLS contexts. Re-exports every name of
+for a node's remote worker; a TLS channel's through a relay, ``tls_relay.py``),
+``FramedPeer`` (a channel behind ``framing.FramedSocket``'s interface, for that worker's
+data and control), and the TLS contexts. Re-exports every name of
 ``peer_wire.py`` (errors, handshake and frame classes), so callers import this module only.
 Does not own: the wire format (``peer_wire.py``), the token and TLS settings
 (``host/auth_token.py``), the version rule (``core/protocol.version_policy``), listening

@@ -39,8 +39,10 @@ Steps of one relay::
        buffer). One poll waits for whatever lets either direction go on.
     3. EOF or an error on one side: what is held for the other side is still written (the
        worker's last frames before it exits), for at most DRAIN_S; then both sockets are
-       closed, so the other side sees EOF. ``stop()`` (any thread) shuts the local end
-       down: the same as the local side's EOF.
+       closed, so the other side sees EOF. Nothing else ends a relay: on a node, a
+       worker's exit (or the node's SIGKILL of it) closes the local side and a driver
+       that leaves closes the TLS side; on a driver, the worker's node closes the TLS
+       side when the worker is gone.
 """
 
 from __future__ import annotations
@@ -86,15 +88,6 @@ class TlsRelay:
 
     def __repr__(self) -> str:
         return f"<TlsRelay {self.name} to_local={self.to_local} to_tls={self.to_tls}>"
-
-    def stop(self) -> None:
-        """Step 3 from any thread: the local side's EOF (the relay then closes both)."""
-        with contextlib.suppress(OSError):
-            self._local.shutdown(socket.SHUT_RDWR)
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         try:
