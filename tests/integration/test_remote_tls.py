@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -153,6 +154,20 @@ def test_tasks_an_actor_nested_requests_and_20_mb_values_work_across_hosts(hosts
     assert wait_until(lambda: not Ledger(ledger_path).snapshot().leases, 5.0)
 
 
+def _settled(count, still_s: float = 0.5, timeout: float = 10.0) -> int:
+    """``count()`` once it stayed the same for ``still_s``."""
+    deadline = time.monotonic() + timeout
+    value, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = count()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= still_s:
+            break
+    return value
+
+
 def test_a_peer_without_the_cas_certificate_or_without_tls_is_refused(hosts, member):
     certs, address = member
     if certs is None:
@@ -168,14 +183,24 @@ def test_a_peer_without_the_cas_certificate_or_without_tls_is_refused(hosts, mem
             finally:
                 client.close()
     # A peer with the CA's certificate and the token gets a worker there (the relay).
+    # Its four relay threads on the member end with the worker.
+    node_pid = hosts.record(MEMBER).pid
+
+    def threads() -> int:
+        return len(os.listdir(f"/proc/{node_pid}/task"))
+
     good = pc.client_ssl_context(*certs["node"], certs["ca"])
     with RemoteNodeClient(address, token, timeout=5.0, ssl_context=good,
                           source_address=("127.0.0.1", 0)) as client:
+        client.ping()
+        before = _settled(threads)  # the link's handshake thread may still be ending
         pid, channels = client.spawn()
         try:
             assert all(channel.tls for channel in channels)
             assert os.path.exists(f"/proc/{pid}")
+            assert wait_until(lambda: threads() == before + 4, 5.0), (before, threads())
         finally:
             for channel in channels:
                 channel.close()
         assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10.0)
+        assert wait_until(lambda: threads() <= before, 10.0), (before, threads())
