@@ -1149,3 +1149,73 @@ def test_handover_refuses_unread_bytes_and_a_rebuilt_end_rejects_a_tampered_fram
     finally:
         a.close()
         b.close()
+
+
+# ------------------------------------------------------- hand-over of a TLS channel (relay)
+def _tls_pair(listener, certs):
+    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    client = pc.connect(listener.getsockname(), TOKEN, "attach", ssl_context=client_ctx)
+    return client, server.result()
+
+
+def test_a_tls_channel_is_handed_over_through_a_relay_both_ways(listener, certs):
+    from miniray._private.transport import tls_relay
+
+    client, server = _tls_pair(listener, certs)
+    try:
+        client.send("before")
+        assert server.recv(timeout=5) == "before"
+        fd, state = server.handover()
+        assert server.closed and tls_relay.live() == 1
+        moved = pc.FramedPeer(pc.PeerChannel.from_state(socket.socket(fileno=fd), state))
+        assert not moved.channel.tls  # the plaintext end: the session stays here
+        big = os.urandom(20 << 20)
+        sender = Background(client.send_bytes, big)
+        got = moved.channel.recv_bytes(timeout=20)
+        sender.result(timeout=20)
+        assert bytes(got) == big
+        sender = Background(moved.channel.send_bytes, big)
+        assert bytes(client.recv_bytes(timeout=20)) == big
+        sender.result(timeout=20)
+        moved.send(b"last words")  # written just before the end's close: still delivered
+        moved.close()
+        assert client.recv_bytes(timeout=5) == b"last words"
+        with pytest.raises(PeerClosed):
+            client.recv_bytes(timeout=5)
+    finally:
+        client.close()
+        server.close()
+    deadline = time.monotonic() + 5
+    while tls_relay.live() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tls_relay.live() == 0
+
+
+def test_a_relayed_end_sees_eof_when_the_tls_peer_closes_and_tampering_is_caught(listener,
+                                                                                 certs):
+    client, server = _tls_pair(listener, certs)
+    fd, state = server.handover()
+    moved = pc.FramedPeer(pc.PeerChannel.from_state(socket.socket(fileno=fd), state))
+    try:
+        client.send_bytes(b"one")
+        assert moved.recv() == [b"one"]
+        header, payload, tag = client._writer.encode(b"x" * 10)
+        bad = bytes([tag[0] ^ 1]) + tag[1:]
+        pc._send_all(client._sock, header + payload + bad)  # inside TLS: the MAC still holds
+        with pytest.raises(pc.PeerAuthError):
+            moved.recv()
+        client.close()
+    finally:
+        client.close()
+        moved.close()
+    client2, server2 = _tls_pair(listener, certs)
+    fd, state = server2.handover()
+    moved2 = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    try:
+        client2.close()
+        with pytest.raises(PeerClosed):
+            moved2.recv_bytes(timeout=5)
+    finally:
+        moved2.close()

@@ -292,7 +292,7 @@ def test_a_stopping_node_tells_each_driver_and_releases_its_leases(node):
         with pytest.raises(NodeDiedError, match="node is stopping"):
             client.ping()
         client.close()
-    assert node.peering.tls is False  # this node forks workers for remote drivers
+    assert node.peering.tls is False  # TLS off here; on: tests/integration/test_remote_tls.py
 
 
 def test_a_fenced_node_refuses_new_drivers_until_it_rejoined(node):

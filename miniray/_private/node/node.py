@@ -74,8 +74,10 @@ A driver that lets 4 seconds pass without reading while the node must send to it
 as in 7: the node never blocks on one driver for long.
 
 Workers of drivers on other hosts (``remote_drivers.py`` step 8, wired in
-``attach_peering`` unless TLS is on): the four attach connections are handed over
-(``PeerChannel.handover``) and sent to the fork server as ``(SPAWN, req, remote)``, where
+``attach_peering``): the four attach connections are handed over
+(``PeerChannel.handover``; a TLS one as a socketpair's end relayed by a thread of this
+process, ``transport/tls_relay.py``: its session cannot move) and sent to the fork
+server as ``(SPAWN, req, remote)``, where
 ``remote`` holds the data and control connections' frame state (keys and sequence numbers:
 over the fork server's AF_UNIX socket only) and this node's session dir, node id, ip and
 shm dir; its SPAWNED calls the spawner's ``done(pid)``, its EXITED of such a pid goes to
@@ -214,11 +216,11 @@ class NodeServer:
 
     def attach_peering(self, peering) -> None:
         """Serve ``peering`` (the TCP listener, joins, heartbeats) in this loop; remote
-        drivers' workers are forked by this node's fork server (``_remote_spawn``), except
-        with TLS (a TLS session cannot be handed to another process)."""
+        drivers' workers are forked by this node's fork server (``_remote_spawn``; with
+        TLS each connection through a relay of this process: ``transport/tls_relay.py``)."""
         self.peering = peering
         drivers = getattr(peering, "drivers", None)
-        if drivers is not None and not peering.tls:
+        if drivers is not None:
             drivers.spawner = self._remote_spawn
             drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
         peering.register(self._sel, self.wake)

@@ -48,13 +48,15 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
     7. Anything else (an unknown tag, a message that is not a tuple) is answered
        ("error", req or None, "malformed", text); nothing a driver sends can stop N.
     8. Spawn tickets (the start of remote workers): D -> N ("spawn", req). Without a
-       spawner (a node with TLS on: its sessions cannot move to the fork server) N answers
+       spawner (a node not wired to its fork server: tests) N answers
        ("error", req, "unsupported", text). With one: ("ticket", req, ticket, ttl_s), a
        random secret (``remote_tickets.TicketBook``; at most 16 open per link). D then
        opens four more connections to N, role "attach", hello {"ticket", "fd"}, fd one of
        data, control, stdout, stderr, each with its own handshake, from the driver link's
        host. When the fourth arrived, N hands the four channels (sockets and frame keys:
-       never on the wire) to the spawner and answers on the driver link
+       never on the wire) to the spawner (with TLS on, each connection's session stays
+       in N: the worker gets a socketpair's end that a thread of N relays to it,
+       ``transport/tls_relay.py``) and answers on the driver link
        ("spawned", req, pid) or ("error", req, "spawn_failed", text). A ticket not
        complete within ttl_s: ("error", req, "attach_timeout", text), and its connections
        are closed; an attach that does not match a ticket is closed at once. The driver

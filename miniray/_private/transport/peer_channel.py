@@ -6,8 +6,9 @@ and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, 
 selector loop; large payloads straight into the caller's buffer), the bound on concurrent
 handshakes of a listener (``HandshakeGate``), handing a channel over to another process
 (``PeerChannel.handover`` / ``from_state``: the fd plus both keys and sequence numbers,
-for a node's remote worker), ``FramedPeer`` (a channel behind ``framing.FramedSocket``'s
-interface, for that worker's data and control), and the TLS contexts. Re-exports every name of
+for a node's remote worker; a TLS channel's through a relay, ``tls_relay.py``),
+``FramedPeer`` (a channel behind ``framing.FramedSocket``'s interface, for that worker's
+data and control), and the TLS contexts. Re-exports every name of
 ``peer_wire.py`` (errors, handshake and frame classes), so callers import this module only.
 Does not own: the wire format (``peer_wire.py``), the token and TLS settings
 (``host/auth_token.py``), the version rule (``core/protocol.version_policy``), listening
@@ -45,6 +46,7 @@ from typing import Callable
 from miniray._private.core import protocol
 from miniray._private.host import auth_token
 from miniray._private.host.auth_token import AuthTokenError
+from miniray._private.transport import tls_relay
 from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported for callers
     BAD_TOKEN,
     BAD_VERSION,
@@ -408,13 +410,14 @@ class PeerChannel:
         here without shutting the connection down; the caller owns ``fd`` (pass it with
         SCM_RIGHTS, then close it) and passes ``state`` (both keys and both sequence
         numbers: secret, so only over a same-uid local socket, never on the wire) to
-        ``from_state`` there. ValueError for a TLS channel (its session cannot move) or one
-        with received bytes not yet taken (they would be lost)."""
+        ``from_state`` there. A TLS channel's session cannot move: its ``fd`` is then the
+        local end of a socketpair whose other end a thread of this process relays to the
+        TLS connection (``tls_relay.py``, which says why), and it keeps this process's
+        TLS session while the other process uses the connection. ValueError for a
+        channel with received bytes not yet taken (they would be lost)."""
         with self._send_lock:
             if self._closed:
                 raise ValueError(f"the channel to {self.address} is closed")
-            if self.tls:
-                raise ValueError("a TLS channel cannot be handed to another process")
             if self._ready or self._reader._buffer or self._reader._size >= 0:
                 raise ValueError(f"the channel to {self.address} has received bytes not "
                                  "taken yet; hand it over before the peer sends more")
@@ -423,7 +426,10 @@ class PeerChannel:
                      "role": self.role}
             self._closed = True
             self._reader.close()
-            fd = self._sock.detach()
+            if self.tls:
+                fd, _relay = tls_relay.start(self._sock, f"{self.role} {self.address}")
+            else:
+                fd = self._sock.detach()
         return fd, state
 
     @classmethod

@@ -153,8 +153,8 @@ class RemoteNodeClient:
 
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
-        (the caller owns the channels). RemoteLeaseError kind "unsupported" while the node
-        does not run workers for remote drivers; NodeDiedError, TimeoutError."""
+        (the caller owns the channels). RemoteLeaseError kind "unsupported" from a node that
+        runs no workers for remote drivers; NodeDiedError, TimeoutError."""
         timeout = self.timeout if timeout is None else timeout
         with self._lock:
             req = self._send("spawn", ())
