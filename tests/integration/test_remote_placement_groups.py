@@ -285,3 +285,58 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
         assert creator.poll() is None
     finally:
         stop_driver(creator)
+
+
+def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(hosts):
+    _cluster(hosts, "2", "2")
+    creator = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="theirs")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(creator, 30) == {"ready": True}
+        other = driver("""
+        import json, time
+        import miniray as ray
+        from miniray.util.placement_group import get_placement_group
+        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        ray.init(address="auto")
+        pg = get_placement_group("theirs")
+
+        @ray.remote(num_cpus=1)
+        def one():
+            return 1
+
+        def run(index):
+            t0 = time.monotonic()
+            try:
+                value = ray.get(one.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, index)).remote(), timeout=20)
+            except Exception as error:
+                value = [type(error).__name__, str(error)]
+            return value, time.monotonic() - t0
+
+        print(json.dumps({"here": run(0), "there": run(1), "any": run(-1)}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            doc = json_line(other, 40)
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        assert doc["here"][0] == 1, doc  # the head's bundle is the node's: any driver's
+        assert doc["any"][0] == 1, doc  # any bundle: the head's
+        (kind, text), took = doc["there"]
+        assert kind == "TaskUnschedulableError", doc
+        assert took < 5.0, doc  # at once, not a hang
+        member_id = hosts.record(MEMBER).node_id
+        for part in ("'theirs'", "bundle 1", member_id, "Create the group in this driver"):
+            assert part in text, (part, text)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)

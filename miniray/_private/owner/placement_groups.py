@@ -488,6 +488,34 @@ class PlacementGroups:
             return False
         return hex_ not in self.ledger.groups()
 
+    def elsewhere(self, request) -> str | None:
+        """*Not locked* (a ledger read). Why a task of this (rewritten) placement
+        ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
+        group reserved by another driver is held on another node by that driver's link
+        (``remote_bundles``); None: it may run here. The caller skips it for this driver's
+        own groups, whose remote bundles run its tasks."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return None
+        pg_hex, index, _base = parsed
+        lease = self.ledger.groups().get(pg_hex)
+        if lease is None:
+            return None
+        record = lease.group
+        nodes = list(record.get("nodes") or [])
+        bound = placement.bundle_elsewhere(index, nodes, self.node_id)
+        if not bound:
+            return None
+        name = record.get("name") or pg_hex
+        what = f"bundle {index}" if index >= 0 else "any bundle (-1)"
+        where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
+        local = [i for i, node in enumerate(nodes) if node == self.node_id]
+        hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
+        return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
+                f"driver that created the group (job {record.get('job_id') or '?'}) can run "
+                "work in its bundles on other nodes, which it holds over its own links. "
+                f"Create the group in this driver{hint}.")
+
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
         """*Not locked.* ``(hex, bundles)`` of the group called ``name`` (reserved by any
