@@ -340,3 +340,40 @@ def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(
         assert creator.poll() is None
     finally:
         stop_driver(creator)
+
+
+def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    assert pg.wait(20)
+
+    @ray.remote(num_gpus=1, num_cpus=1)
+    def gpu():
+        time.sleep(1.0)
+        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=2, num_cpus=0)
+    def both():
+        return ray.get_gpu_ids()
+
+    strategy = PlacementGroupSchedulingStrategy(pg, 0)
+    t0 = time.monotonic()
+    pair = ray.get([gpu.options(scheduling_strategy=strategy).remote() for _ in range(2)],
+                   timeout=30)
+    took = time.monotonic() - t0
+    whole = ray.get(both.options(scheduling_strategy=strategy).remote(), timeout=30)
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    print(json.dumps({"pair": pair, "took": took, "whole": whole, "nodes": nodes,
+                      "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["nodes"] == {"0": doc["member"]}, doc
+    ids = sorted(ids[0] for ids, _visible in doc["pair"])
+    assert ids == [0, 1], doc  # one device each, not both
+    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
+    assert doc["took"] < 1.9, doc  # side by side in the bundle
+    assert sorted(doc["whole"]) == [0, 1], doc

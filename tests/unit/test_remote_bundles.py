@@ -35,10 +35,12 @@ class _Nodes:
 
     def __init__(self):
         self.started: list = []
+        self.gpus: list = []
 
-    def run_in_bundle(self, task, bundle):
+    def run_in_bundle(self, task, bundle, gpu_ids=None):
         task.worker = types.SimpleNamespace(remote_kill=lambda: None)
         self.started.append((task.spec.name, bundle.index))
+        self.gpus.append((task.spec.name, gpu_ids))
 
 
 class _Task:  # hashed by identity, as the owner's Task
@@ -115,3 +117,26 @@ def test_an_actor_holds_its_held_request_of_the_bundle_until_it_gives_it_back():
     assert book.take(placement.rewrite_request({"CPU": 1}, H, 2), light).free == {"CPU": 1.0}
     book.give_back(bundle, held)
     assert bundle.free == {"CPU": 1.0}
+
+
+def test_tasks_in_a_gpu_bundle_get_their_own_share_of_its_devices():
+    owner, nodes = _Owner(), _Nodes()
+    book = RemoteBundles(owner, nodes)
+    entry = types.SimpleNamespace(node_id="member")
+    bundle = RemoteBundle(H, 0, {"GPU": 2.0, "CPU": 2.0}, entry, object(), "lease0",
+                          [3, 5])
+    book.adopt(H, {0: bundle}, False)
+    one, two, three = (_task(name, {"GPU": 1, "CPU": 0.5}, 0) for name in "abc")
+    halves = [_task(f"h{i}", {"GPU": 0.5}, 0) for i in range(2)]
+    for task in (one, two, three):
+        book.submit(task)
+    assert nodes.gpus == [("a", ["3"]), ("b", ["5"])]  # c waits: both devices are taken
+    book.done(one, bundle)
+    assert nodes.gpus[-1] == ("c", ["3"])  # a's device, given back
+    book.done(two, bundle)
+    for task in halves:
+        book.submit(task)
+    assert nodes.gpus[-2:] == [("h0", ["5"]), ("h1", ["5"])]  # fractions fill one first
+    cpu_only = _task("cpu", {"CPU": 0.5}, 0)
+    book.submit(cpu_only)
+    assert nodes.gpus[-1] == ("cpu", [])  # no GPU asked: none given

@@ -295,7 +295,7 @@ class PlacementGroups:
         """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
         this node's room as its ledger says), or None: no room now (a group that no set of
         alive nodes can ever hold gets one stderr line and stays pending)."""
-        nodes = cluster._nodes()
+        nodes = cluster._nodes(fresh=True)  # one file read: a plan on the newest room
         if not nodes:
             return None
         try:

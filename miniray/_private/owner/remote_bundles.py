@@ -54,7 +54,7 @@ class RemoteBundle:
     """One bundle of a group held on another node: its lease there and what is free in it."""
 
     __slots__ = ("pg_hex", "index", "resources", "entry", "client", "lease_id", "gpu_ids",
-                 "free")
+                 "free", "gpu_free", "gpus_taken")
 
     def __init__(self, pg_hex: str, index: int, resources: dict, entry, client,
                  lease_id: str, gpu_ids: list):
@@ -66,6 +66,24 @@ class RemoteBundle:
         self.lease_id = lease_id
         self.gpu_ids = [str(g) for g in gpu_ids]
         self.free = dict(resources)
+        # Each of its GPUs' free units: a task takes its own share (``placement.pick_gpus``).
+        self.gpu_free = [placement.INSTANCE_UNIT] * len(self.gpu_ids)
+        self.gpus_taken: dict = {}  # task -> its (position, units) of gpu_free
+
+    def take_gpus(self, task, amount: float) -> list[str]:
+        """*Locked.* ``task``'s devices of this bundle for ``amount`` GPUs (the caller
+        checked they are free: ``pick_bundle`` with ``gpus``); [] for none."""
+        picked = placement.pick_gpus(self.gpu_free, amount) or []
+        for position, units in picked:
+            self.gpu_free[position] -= units
+        if picked:
+            self.gpus_taken[task] = picked
+        return [self.gpu_ids[position] for position, _units in picked]
+
+    def give_gpus(self, task) -> None:
+        """*Locked.* ``task`` left: its devices' units come back."""
+        for position, units in self.gpus_taken.pop(task, ()):
+            self.gpu_free[position] += units
 
     @property
     def node_id(self) -> str:
@@ -206,7 +224,8 @@ class RemoteBundles:
             if task.cancelled:
                 continue
             _hex, index, base = placement.bundle_request(task.spec.request)
-            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()},
+                                           _gpus(parts))
             if picked is None:
                 kept.append(task)
                 continue
@@ -220,8 +239,9 @@ class RemoteBundles:
         """*Locked.* ``task`` takes ``base`` of ``bundle``'s room and starts on its node."""
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        gpu_ids = bundle.take_gpus(task, base.get("GPU", 0.0))
         self.running.setdefault(bundle.pg_hex, set()).add(task)
-        self.nodes.run_in_bundle(task, bundle)
+        self.nodes.run_in_bundle(task, bundle, gpu_ids)
 
     def spill(self, task) -> bool:
         """*Locked.* A task for "any bundle" (-1) of a group with bundles here and on other
@@ -235,7 +255,8 @@ class RemoteBundles:
         parts = self.groups.get(pg_hex)
         if not parts:
             return False
-        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()})
+        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()},
+                                       _gpus(parts))
         if picked is None:
             return False
         self._start(task, parts[picked], base)
@@ -250,6 +271,7 @@ class RemoteBundles:
         base = placement.bundle_request(task.spec.request)[2]
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        bundle.give_gpus(task)
         self._pump(bundle.pg_hex)
 
     def removed(self, pg_hex: str) -> None:
@@ -278,3 +300,8 @@ class RemoteBundles:
         return {"groups": len(self.groups),
                 "waiting": sum(len(q) for q in self.waiting.values()),
                 "running": sum(len(s) for s in self.running.values())}
+
+
+def _gpus(parts: dict[int, RemoteBundle]) -> dict[int, list[int]]:
+    """Each bundle's GPUs' free units, for ``placement.pick_bundle``."""
+    return {i: b.gpu_free for i, b in parts.items()}

@@ -581,13 +581,14 @@ class RemoteNodes:
         task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
-    def run_in_bundle(self, task, bundle) -> None:
+    def run_in_bundle(self, task, bundle, gpu_ids: list | None = None) -> None:
         """*Owner locked.* Run ``task`` on ``bundle``'s node under the bundle's lease
-        (``remote_bundles`` took its room in the bundle): steps 2-4 with no lease taken
-        or released."""
+        (``remote_bundles`` took its room in the bundle, and ``gpu_ids``: its share of
+        the bundle's devices): steps 2-4 with no lease taken or released."""
         task.state = T_RUNNING
         task.worker = _Slot(task)
         task.worker.bundle = bundle
+        task.worker.gpu_ids = list(gpu_ids or [])
         self._start(task, bundle.entry)
 
     def _retry(self, task, entry) -> bool:
@@ -753,7 +754,7 @@ class RemoteNodes:
                 raise NodeDiedError(f"the link that held bundle {slot.bundle.index} of "
                                     f"placement group {slot.bundle.pg_hex} was lost")
             worker = self._worker(client, entry, spec.runtime_env)
-            worker.gpu_ids = list(slot.bundle.gpu_ids)
+            worker.gpu_ids = list(slot.gpu_ids)  # its share of the bundle's devices
             return worker
         shape = tuple(sorted(spec.request.items()))
         worker = self._take_idle(entry.node_id, lambda w: (
@@ -1119,6 +1120,7 @@ class _Slot:
         self._cancelled = False
         self.killed = False  # force-cancelled: the worker's death is the cancel's
         self.bundle = None  # a placement group's RemoteBundle it runs in (no lease of its own)
+        self.gpu_ids: list = []  # in a bundle: its share of the bundle's GPUs
 
     def send_bytes(self, data) -> None:
         """A control message (CANCEL) from the owner, sent after its lock."""
