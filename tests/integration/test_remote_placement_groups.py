@@ -14,7 +14,7 @@ import json
 from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
-from .test_remote_tasks import MEMBER, _run_driver
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 PG = """
     from miniray.util.placement_group import (placement_group, placement_group_table,
@@ -377,3 +377,62 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
     assert doc["took"] < 1.9, doc  # side by side in the bundle
     assert sorted(doc["whole"]) == [0, 1], doc
+
+
+def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    other = "127.0.0.3"
+    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    proc = driver(PRELUDE + PG + """
+    import sys
+    ray_nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="moves")
+    assert pg.wait(20)
+    first = placement_group_table(pg)["bundles_to_node_id"]
+    # A task in bundle 1 that runs when its node dies: retried (max_retries=1) in the
+    # bundle's new place.
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.0)
+    print(json.dumps({"here": here, "first": first, "ip": ray_nodes[first[1]]}), flush=True)
+    sys.stdin.readline()  # the test kills bundle 1's node now
+    states, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        states.append(table["state"])
+        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
+            break
+        time.sleep(0.05)
+    moved = table["bundles_to_node_id"]
+    took = time.monotonic() - t0
+    retried = ray.get(long, timeout=30)[0]
+    after = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]
+    print(json.dumps({"states": sorted(set(states)), "moved": moved, "took": took,
+                      "retried": retried, "after": after,
+                      "new_ip": ray_nodes.get(moved[1])}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 30)
+        assert doc["first"]["0"] == doc["here"], doc
+        victim = doc["ip"]
+        assert victim in (MEMBER, other), doc
+        survivor = other if victim == MEMBER else MEMBER
+        os.kill(hosts.record(victim).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert "RESCHEDULING" in doc["states"] and doc["states"][-1] != "PENDING", doc
+    assert doc["new_ip"] == survivor, doc
+    assert doc["moved"]["0"] != doc["moved"]["1"], doc
+    assert doc["retried"] == survivor and doc["after"] == survivor, doc
+    print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")

@@ -23,7 +23,8 @@ thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the acto
 ``_adopt_results`` and ``_receive_segment`` (large results and puts); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
-lease, step 4 releases none, step 5 never places it again: the bundle is on that node).
+lease, step 4 releases none, step 5 puts it back in its group's queue
+(``RemoteBundles.requeue``, per ``max_retries``) until the bundle is placed again).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
@@ -599,10 +600,22 @@ class RemoteNodes:
         uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
         whatever ``retry_exceptions`` says)."""
         slot = task.worker
-        if (task.cancelled or self._closed or self.owner.closed
-                or getattr(slot, "bundle", None) is not None):  # its bundle died with N
+        if task.cancelled or self._closed or self.owner.closed:
             return False
         spec = task.spec
+        bundle = getattr(slot, "bundle", None)
+        if bundle is not None:  # its bundle died with N: it waits for the bundle's new node
+            if task.retries_left == 0 and getattr(slot, "sent", True):
+                return False
+            if getattr(slot, "sent", True) and task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed because node %s (%s), which held bundle %d of "
+                           "placement group %s, died; retrying it once the bundle is placed "
+                           "again.", spec.name, entry.node_id[:12], entry.ip, bundle.index,
+                           bundle.pg_hex)
+            self.bundles.requeue(task, bundle)
+            self.owner.note_placement_use()  # the group's watch places the bundle again
+            return True
         moves = getattr(slot, "moves", 0)
         if not getattr(slot, "sent", True) and moves < FREE_MOVES:
             moves += 1
