@@ -436,3 +436,64 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     assert doc["moved"]["0"] != doc["moved"]["1"], doc
     assert doc["retried"] == survivor and doc["after"] == survivor, doc
     print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")
+
+
+def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(hosts):
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    print(json.dumps({"first": placement_group_table(pg)["bundles_to_node_id"]}), flush=True)
+    sys.stdin.readline()  # the member is killed
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        if table["state"] == "RESCHEDULING":
+            break
+        time.sleep(0.05)
+    print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
+                      "ready": pg.wait(0.1)}), flush=True)
+    sys.stdin.readline()  # another member joined
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        if table["state"] == "CREATED":
+            break
+        time.sleep(0.05)
+    @ray.remote(num_cpus=1)
+    def node_id():
+        return ray.get_runtime_context().get_node_id()
+
+    ran = ray.get(node_id.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(), timeout=30)
+    print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
+                      "ran": ran}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        first = json_line(proc, 30)["first"]
+        head_id = hosts.record("127.0.0.1").node_id
+        assert first == {"0": head_id, "1": hosts.record(MEMBER).node_id}, first
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 40)
+        # As Ray 2.60 shows it: the lost bundle has no node, the other stays.
+        assert doc == {"state": "RESCHEDULING", "where": {"0": head_id, "1": ""},
+                       "ready": True}, doc
+        joined = hosts.join("127.0.0.3", hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 40)
+        assert doc["state"] == "CREATED", doc
+        third = hosts.record("127.0.0.3").node_id
+        assert doc["where"] == {"0": head_id, "1": third} and doc["ran"] == third, doc
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)

@@ -520,7 +520,12 @@ class PlacementGroups:
             nodes = list(group.nodes or [])
             shown = [("" if i in lost else node) for i, node in enumerate(nodes)]
             try:
-                self.ledger.update_group(group.hex, {"nodes": shown, "rescheduling": True})
+                lease = self.ledger.groups().get(group.hex)
+                if lease is None:
+                    return  # removed, by any driver: the watch ends its work
+                if lease.group.get("nodes") != shown or not lease.group.get("rescheduling"):
+                    self.ledger.update_group(group.hex, {"nodes": shown,
+                                                         "rescheduling": True})
             except (OSError, ValueError):
                 return
             kept = {i: node for i, node in enumerate(nodes) if i not in lost}
