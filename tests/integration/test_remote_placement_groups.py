@@ -14,7 +14,7 @@ import json
 from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
-from .test_remote_tasks import MEMBER, _run_driver
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 PG = """
     from miniray.util.placement_group import (placement_group, placement_group_table,
@@ -285,3 +285,215 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
         assert creator.poll() is None
     finally:
         stop_driver(creator)
+
+
+def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(hosts):
+    _cluster(hosts, "2", "2")
+    creator = driver("""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="theirs")
+    print(json.dumps({"ready": pg.wait(20)}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(creator, 30) == {"ready": True}
+        other = driver("""
+        import json, time
+        import miniray as ray
+        from miniray.util.placement_group import get_placement_group
+        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        ray.init(address="auto")
+        pg = get_placement_group("theirs")
+
+        @ray.remote(num_cpus=1)
+        def one():
+            return 1
+
+        def run(index):
+            t0 = time.monotonic()
+            try:
+                value = ray.get(one.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, index)).remote(), timeout=20)
+            except Exception as error:
+                value = [type(error).__name__, str(error)]
+            return value, time.monotonic() - t0
+
+        print(json.dumps({"here": run(0), "there": run(1), "any": run(-1)}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            doc = json_line(other, 40)
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        assert doc["here"][0] == 1, doc  # the head's bundle is the node's: any driver's
+        assert doc["any"][0] == 1, doc  # any bundle: the head's
+        (kind, text), took = doc["there"]
+        assert kind == "TaskUnschedulableError", doc
+        assert took < 5.0, doc  # at once, not a hang
+        member_id = hosts.record(MEMBER).node_id
+        for part in ("'theirs'", "bundle 1", member_id, "Create the group in this driver"):
+            assert part in text, (part, text)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)
+
+
+def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    assert pg.wait(20)
+
+    @ray.remote(num_gpus=1, num_cpus=1)
+    def gpu():
+        time.sleep(1.0)
+        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=2, num_cpus=0)
+    def both():
+        return ray.get_gpu_ids()
+
+    strategy = PlacementGroupSchedulingStrategy(pg, 0)
+    t0 = time.monotonic()
+    pair = ray.get([gpu.options(scheduling_strategy=strategy).remote() for _ in range(2)],
+                   timeout=30)
+    took = time.monotonic() - t0
+    whole = ray.get(both.options(scheduling_strategy=strategy).remote(), timeout=30)
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    print(json.dumps({"pair": pair, "took": took, "whole": whole, "nodes": nodes,
+                      "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["nodes"] == {"0": doc["member"]}, doc
+    ids = sorted(ids[0] for ids, _visible in doc["pair"])
+    assert ids == [0, 1], doc  # one device each, not both
+    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
+    assert doc["took"] < 1.9, doc  # side by side in the bundle
+    assert sorted(doc["whole"]) == [0, 1], doc
+
+
+def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    other = "127.0.0.3"
+    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    proc = driver(PRELUDE + PG + """
+    import sys
+    ray_nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="moves")
+    assert pg.wait(20)
+    first = placement_group_table(pg)["bundles_to_node_id"]
+    # A task in bundle 1 that runs when its node dies: retried (max_retries=1) in the
+    # bundle's new place.
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.0)
+    print(json.dumps({"here": here, "first": first, "ip": ray_nodes[first[1]]}), flush=True)
+    sys.stdin.readline()  # the test kills bundle 1's node now
+    states, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        states.append(table["state"])
+        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
+            break
+        time.sleep(0.05)
+    moved = table["bundles_to_node_id"]
+    took = time.monotonic() - t0
+    retried = ray.get(long, timeout=30)[0]
+    after = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]
+    print(json.dumps({"states": sorted(set(states)), "moved": moved, "took": took,
+                      "retried": retried, "after": after,
+                      "new_ip": ray_nodes.get(moved[1])}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 30)
+        assert doc["first"]["0"] == doc["here"], doc
+        victim = doc["ip"]
+        assert victim in (MEMBER, other), doc
+        survivor = other if victim == MEMBER else MEMBER
+        os.kill(hosts.record(victim).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert "RESCHEDULING" in doc["states"] and doc["states"][-1] != "PENDING", doc
+    assert doc["new_ip"] == survivor, doc
+    assert doc["moved"]["0"] != doc["moved"]["1"], doc
+    assert doc["retried"] == survivor and doc["after"] == survivor, doc
+    print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")
+
+
+def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(hosts):
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    print(json.dumps({"first": placement_group_table(pg)["bundles_to_node_id"]}), flush=True)
+    sys.stdin.readline()  # the member is killed
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        if table["state"] == "RESCHEDULING":
+            break
+        time.sleep(0.05)
+    print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
+                      "ready": pg.wait(0.1)}), flush=True)
+    sys.stdin.readline()  # another member joined
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        if table["state"] == "CREATED":
+            break
+        time.sleep(0.05)
+    @ray.remote(num_cpus=1)
+    def node_id():
+        return ray.get_runtime_context().get_node_id()
+
+    ran = ray.get(node_id.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(), timeout=30)
+    print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
+                      "ran": ran}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        first = json_line(proc, 30)["first"]
+        head_id = hosts.record("127.0.0.1").node_id
+        assert first == {"0": head_id, "1": hosts.record(MEMBER).node_id}, first
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 40)
+        # As Ray 2.60 shows it: the lost bundle has no node, the other stays.
+        assert doc == {"state": "RESCHEDULING", "where": {"0": head_id, "1": ""},
+                       "ready": True}, doc
+        joined = hosts.join("127.0.0.3", hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 40)
+        assert doc["state"] == "CREATED", doc
+        third = hosts.record("127.0.0.3").node_id
+        assert doc["where"] == {"0": head_id, "1": third} and doc["ran"] == third, doc
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)

@@ -285,3 +285,42 @@ def test_which_group_a_call_goes_to_as_ray_decides():
         mine.id.hex(), [{"CPU": 1.0}], 0, False)
     assert placement.resolve_option((mine, 0, None), capturing)[3] is True  # inherited
     assert placement.resolve_option((PlacementGroup.empty(), -1, None), capturing) is None
+
+
+# -- bundles on other nodes: whose they are, their GPUs ----------------------------------------
+
+def test_doctests_of_placement():
+    import doctest
+
+    assert doctest.testmod(placement).failed == 0
+
+
+@pytest.mark.parametrize("index, nodes, bound", [
+    (1, ["here", "m"], [1]),
+    (0, ["here", "m"], []),
+    (-1, ["here", "m"], []),  # any bundle: this node's first
+    (-1, ["m", "n"], [0, 1]),
+    (2, ["here", "m"], []),  # an index the record lacks: the ledger says no room
+    (0, [], []),  # a record without nodes (one host)
+])
+def test_a_bundle_elsewhere_is_one_no_bundle_of_this_node_can_stand_for(index, nodes, bound):
+    assert placement.bundle_elsewhere(index, nodes, "here") == bound
+
+
+def test_tasks_in_a_gpu_bundle_take_devices_as_the_ledger_does():
+    assert placement.pick_gpus([UNIT, UNIT], 0) == []
+    assert placement.pick_gpus([UNIT, UNIT], 1) == [(0, UNIT)]
+    assert placement.pick_gpus([0, UNIT], 1) == [(1, UNIT)]
+    assert placement.pick_gpus([UNIT, UNIT], 2) == [(0, UNIT), (1, UNIT)]
+    assert placement.pick_gpus([UNIT // 2, UNIT], 0.5) == [(0, UNIT // 2)]  # fills one first
+    assert placement.pick_gpus([UNIT // 2, UNIT // 2], 1) is None
+    # The amounts fit (0.8 free), the devices do not (0.4 on each): the task waits.
+    free = {0: {"GPU": 0.8}}
+    assert placement.pick_bundle({"GPU": 0.6}, 0, free) == 0
+    assert placement.pick_bundle({"GPU": 0.6}, 0, free, {0: [UNIT * 4 // 10] * 2}) is None
+    assert placement.pick_bundle({"GPU": 0.6}, -1, {**free, 1: {"GPU": 1.0}},
+                                 {0: [UNIT * 4 // 10] * 2, 1: [UNIT]}) == 1
+
+
+def test_a_device_is_as_many_units_in_both_modules():
+    assert placement.INSTANCE_UNIT == UNIT

@@ -35,10 +35,16 @@ class _Nodes:
 
     def __init__(self):
         self.started: list = []
+        self.gpus: list = []
+        self.released: list = []
 
-    def run_in_bundle(self, task, bundle):
+    def run_in_bundle(self, task, bundle, gpu_ids=None):
         task.worker = types.SimpleNamespace(remote_kill=lambda: None)
         self.started.append((task.spec.name, bundle.index))
+        self.gpus.append((task.spec.name, gpu_ids))
+
+    def _release(self, client, lease_id):
+        self.released.append(lease_id)
 
 
 class _Task:  # hashed by identity, as the owner's Task
@@ -115,3 +121,71 @@ def test_an_actor_holds_its_held_request_of_the_bundle_until_it_gives_it_back():
     assert book.take(placement.rewrite_request({"CPU": 1}, H, 2), light).free == {"CPU": 1.0}
     book.give_back(bundle, held)
     assert bundle.free == {"CPU": 1.0}
+
+
+def test_tasks_in_a_gpu_bundle_get_their_own_share_of_its_devices():
+    owner, nodes = _Owner(), _Nodes()
+    book = RemoteBundles(owner, nodes)
+    entry = types.SimpleNamespace(node_id="member")
+    bundle = RemoteBundle(H, 0, {"GPU": 2.0, "CPU": 2.0}, entry, object(), "lease0",
+                          [3, 5])
+    book.adopt(H, {0: bundle}, False)
+    one, two, three = (_task(name, {"GPU": 1, "CPU": 0.5}, 0) for name in "abc")
+    halves = [_task(f"h{i}", {"GPU": 0.5}, 0) for i in range(2)]
+    for task in (one, two, three):
+        book.submit(task)
+    assert nodes.gpus == [("a", ["3"]), ("b", ["5"])]  # c waits: both devices are taken
+    book.done(one, bundle)
+    assert nodes.gpus[-1] == ("c", ["3"])  # a's device, given back
+    book.done(two, bundle)
+    for task in halves:
+        book.submit(task)
+    assert nodes.gpus[-2:] == [("h0", ["5"]), ("h1", ["5"])]  # fractions fill one first
+    cpu_only = _task("cpu", {"CPU": 0.5}, 0)
+    book.submit(cpu_only)
+    assert nodes.gpus[-1] == ("cpu", [])  # no GPU asked: none given
+
+
+def test_a_lost_bundle_takes_no_task_until_it_is_placed_again():
+    book, owner, nodes = _book(has_local=False)
+    first = _task("first", {"CPU": 1}, 1)
+    book.submit(first)
+    assert nodes.started == [("first", 1)]
+    parts = book.groups[H]
+    parts[1].entry = types.SimpleNamespace(node_id="dead")
+    for part in parts.values():
+        part.client = types.SimpleNamespace(lost=None)
+    assert book.find_lost({"member"}) == {H: [1]}
+    book.requeue(first, parts[1])  # its node died under it: it waits for the bundle
+    book.done(first, parts[1])
+    assert first.state == T_WAITING and first.worker is None
+    any_bundle = _task("any", {"CPU": 1}, -1)
+    book.submit(any_bundle)
+    assert nodes.started[-1] == ("any", 2)  # bundle 2 is alive; bundle 1 is not used
+    again = RemoteBundle(H, 1, {"CPU": 1.0}, types.SimpleNamespace(node_id="new"),
+                         types.SimpleNamespace(lost=None), "lease9", [])
+    assert book.replace(H, {1: again}) is True
+    assert nodes.started[-1] == ("first", 1) and book.groups[H][1] is again
+    assert book.find_lost({"member", "new"}) == {}
+    book.removed(H)
+    assert book.replace(H, {1: again}) is True  # removal's second half has not run yet
+    book.release(H)
+    assert nodes.released == ["lease9", "lease2"]  # every alive bundle's lease
+    assert book.replace(H, {1: again}) is False  # gone: the caller releases its lease
+
+
+def test_a_dead_nodes_bundles_are_planned_again_on_other_nodes_only():
+    from miniray._private.core.cluster_view import NodeEntry
+    from miniray._private.core.node_pick import replan_bundles
+
+    def node(name, cpus, alive=True):
+        return NodeEntry(name, "10.0.0.1", 1, totals={"CPU": 4}, available={"CPU": cpus},
+                         alive=alive)
+
+    view = [node("here", 4), node("a", 0), node("b", 2), node("dead", 4, alive=False)]
+    two = [{"CPU": 1}, {"CPU": 1}]
+    assert replan_bundles(two, "PACK", "here", view, {0: "a"}, [1]) == {1: "b"}
+    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "b"}, [1]) is None
+    assert replan_bundles(two, "STRICT_PACK", "here", view, {0: "b"}, [1]) == {1: "b"}
+    assert replan_bundles(two, "STRICT_PACK", "here", view, {}, [0, 1]) == {0: "b", 1: "b"}
+    assert replan_bundles(two, "SPREAD", "here", view, {}, []) == {}

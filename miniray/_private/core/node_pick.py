@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
 __all__ = ["MOVE_MAX_ARG_BYTES", "Placement", "fits_in_total", "less_claims", "pick_node",
-           "plan_bundles", "utilization"]
+           "plan_bundles", "replan_bundles", "utilization"]
 
 _EPS = 1e-9
 MOVE_MAX_ARG_BYTES = 16 << 20  # rule 3: a task with more argument bytes here waits here
@@ -343,3 +343,30 @@ def _used(entry, room: Mapping[str, float]) -> float:
 
 def _text(amounts: Mapping[str, float]) -> str:
     return ", ".join(f"{v:g} {k}" for k, v in sorted(amounts.items())) or "nothing"
+
+
+def replan_bundles(bundles: list, strategy: str, local: str | None, view: Iterable[Any],
+                   kept: dict[int, str], lost: list[int]) -> dict[int, str] | None:
+    """New nodes for the bundles ``lost`` (index list: their node died) of a group whose
+    other bundles stay where they are (``kept``: index -> node), as Ray reschedules a dead
+    node's bundles; None: no alive node has room now (asked again later). Other nodes
+    only: ``local``'s part of a group is reserved once, at creation. STRICT_SPREAD keeps
+    off the nodes of the kept bundles, STRICT_PACK goes to theirs.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> nodes = [NodeEntry(n, "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
+    ...          for n in "abc"]
+    >>> replan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", nodes, {0: "a"}, [1])
+    {1: 'b'}
+    >>> replan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", nodes[:2], {0: "b"}, [1])
+    """
+    if not lost:
+        return {}
+    taken = set(kept.values())
+    nodes = [e for e in view if getattr(e, "alive", True) and e.node_id != local]
+    if strategy == "STRICT_SPREAD":
+        nodes = [e for e in nodes if e.node_id not in taken]
+    elif strategy == "STRICT_PACK" and taken:
+        nodes = [e for e in nodes if e.node_id in taken]
+    plan, _why = plan_bundles([bundles[i] for i in lost], strategy, None, nodes)
+    return None if plan is None else dict(zip(lost, plan))

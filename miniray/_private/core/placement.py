@@ -49,6 +49,7 @@ __all__ = [
     "STRATEGIES",
     "bundle_provides",
     "bundle_request",
+    "bundle_elsewhere",
     "check_bundle_index",
     "check_bundles",
     "check_lifetime",
@@ -61,6 +62,8 @@ __all__ = [
     "is_derived",
     "parse_derived",
     "pick_bundle",
+    "pick_gpus",
+    "pick_instances",
     "place",
     "resolve_option",
     "resolve_wildcard",
@@ -72,6 +75,7 @@ STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 NODE_ID_LABEL_KEY = "ray.io/node-id"  # Ray's: the node-level entry of topology_strategy
 BUNDLE_UNITS = 1000.0  # what each bundle provides of bundle_group_* (Ray's 1000)
 TASK_BUNDLE_AMOUNT = 0.001  # what a task or actor in a bundle takes of it (Ray's)
+INSTANCE_UNIT = 10_000  # one whole device in units (resources.UNIT, which imports this)
 
 # R_group_<i>_<hex> (indexed) or R_group_<hex> (wildcard); hex is 36 characters.
 _DERIVED = re.compile(r"^(?P<base>.+)_group_(?:(?P<index>\d+)_)?(?P<hex>[0-9a-f]{36})$")
@@ -357,23 +361,83 @@ def bundle_request(request: Mapping[str, float]) -> tuple[str, int, dict[str, fl
 
 
 def pick_bundle(request: Mapping[str, float], index: int,
-                free: Mapping[int, Mapping[str, float]]) -> int | None:
+                free: Mapping[int, Mapping[str, float]],
+                gpus: Mapping[int, list[int]] | None = None) -> int | None:
     """Which bundle of ``free`` (index -> what is free in it now) a task of ``request``
     starts in now: bundle ``index`` if it has room, or for -1 the lowest index with room;
-    None: it waits (a bundle not in ``free`` is not this caller's).
+    None: it waits (a bundle not in ``free`` is not this caller's). With ``gpus`` (index
+    -> each of its GPUs' free units), a GPU request also needs devices (``pick_gpus``).
 
     >>> pick_bundle({"CPU": 1}, -1, {1: {"CPU": 0.5}, 3: {"CPU": 1.0}})
     3
     >>> pick_bundle({"CPU": 1}, 1, {1: {"CPU": 0.5}, 3: {"CPU": 1.0}}) is None
     True
+    >>> pick_bundle({"GPU": 0.6}, 0, {0: {"GPU": 0.8}}, {0: [4000, 4000]}) is None
+    True
     """
     candidates = sorted(free) if index < 0 else [index] if index in free else []
     for candidate in candidates:
         room = free[candidate]
-        if all(room.get(name, 0.0) + 1e-9 >= amount for name, amount in request.items()
-               if amount):
-            return candidate
+        if not all(room.get(name, 0.0) + 1e-9 >= amount for name, amount in request.items()
+                   if amount):
+            continue
+        if (gpus is not None and request.get("GPU")
+                and pick_gpus(gpus.get(candidate, []), request["GPU"]) is None):
+            continue
+        return candidate
     return None
+
+
+def bundle_elsewhere(index: int, nodes: list[str], local: str) -> list[int]:
+    """The bundles on other nodes that a task for bundle ``index`` (-1: any) of a group
+    whose bundles are on ``nodes`` (its record's, by index) is bound to, when none of
+    them is on ``local``; [] when it can run on ``local`` (or nothing says where).
+
+    >>> bundle_elsewhere(1, ["a", "b"], "a"), bundle_elsewhere(0, ["a", "b"], "a")
+    ([1], [])
+    >>> bundle_elsewhere(-1, ["b", "c"], "a"), bundle_elsewhere(-1, ["b", "a"], "a")
+    ([0, 1], [])
+    """
+    if not nodes:
+        return []
+    if index >= 0:
+        return [index] if index < len(nodes) and nodes[index] != local else []
+    return [] if local in nodes else list(range(len(nodes)))
+
+
+def pick_gpus(free: list[int], amount: float) -> list[tuple[int, int]] | None:
+    """Which of a bundle's GPUs (``free``: each one's free units, ``resources.UNIT`` a
+    whole GPU) a task of ``amount`` GPUs takes, as ``(position, units)`` pairs: as the
+    node's ledger picks devices (a fraction fills one GPU before the next, a whole amount
+    takes that many idle GPUs); [] for no GPU; None: not free now.
+
+    >>> pick_gpus([10000, 10000], 1), pick_gpus([4000, 10000], 0.5), pick_gpus([5000], 1)
+    ([(0, 10000)], [(1, 5000)], None)
+    """
+    units = round(float(amount) * INSTANCE_UNIT) if amount else 0
+    if units <= 0:
+        return []
+    return pick_instances(list(free), units)
+
+
+def pick_instances(free: list[int], u: int) -> list[tuple[int, int]] | None:
+    """Instances for ``u`` units of one unit-instance resource (GPU), or None if they are
+    not free (the node's ledger's rule, ``resources.plan_allocation``, and a remote
+    bundle's, ``pick_gpus``).
+
+    A fraction goes to the instance with the least free capacity that still fits (best fit,
+    ties to the lowest index), so fractions fill one device before starting the next. A whole
+    request takes that many completely free instances, lowest indices first.
+    """
+    if u < INSTANCE_UNIT:
+        best = -1
+        for index, f in enumerate(free):
+            if f >= u and (best < 0 or f < free[best]):
+                best = index
+        return None if best < 0 else [(best, u)]
+    k = u // INSTANCE_UNIT
+    whole = [index for index, f in enumerate(free) if f == INSTANCE_UNIT][:k]
+    return [(index, INSTANCE_UNIT) for index in whole] if len(whole) == k else None
 
 
 def keeps_instances(name: str) -> bool:

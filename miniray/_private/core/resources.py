@@ -238,21 +238,9 @@ class Allocation:
 
 
 def _pick_instances(free: list[int], u: int) -> list[tuple[int, int]] | None:
-    """Instances for ``u`` units of one unit-instance resource, or None if they are not free.
-
-    A fraction goes to the instance with the least free capacity that still fits (best fit,
-    ties to the lowest index), so fractions fill one device before starting the next. A whole
-    request takes that many completely free instances, lowest indices first.
-    """
-    if u < UNIT:
-        best = -1
-        for index, f in enumerate(free):
-            if f >= u and (best < 0 or f < free[best]):
-                best = index
-        return None if best < 0 else [(best, u)]
-    k = u // UNIT
-    whole = [index for index, f in enumerate(free) if f == UNIT][:k]
-    return [(index, UNIT) for index in whole] if len(whole) == k else None
+    """Instances for ``u`` units of one unit-instance resource, or None if they are not
+    free (``placement.pick_instances``: a remote bundle's GPUs follow the same rule)."""
+    return placement.pick_instances(free, u)
 
 
 def _instance_base(name: str) -> str | None:

@@ -381,6 +381,17 @@ class Ledger:
             self._commit(state, lease is not None)
         return lease
 
+    def update_group(self, pg_hex: str, fields: Mapping[str, Any]) -> bool:
+        """Changes fields of a reserved group's record (its bundles' nodes once one was
+        placed again on another node); False if it is not reserved."""
+        with self._locked():
+            state = self._load()
+            lease = state.groups().get(pg_hex)
+            if lease is not None:
+                lease.group = {**lease.group, **fields}
+            self._commit(state, lease is not None)
+        return lease is not None
+
     def groups(self) -> dict[str, Lease]:
         """The placement groups reserved now (lock-free read), by id hex; a group whose
         holder died is left out (its lease is reclaimed by the next writer)."""

@@ -560,14 +560,18 @@ class Owner:
             got.append((lease, host_lease))
         unused: list = []
         to_spawn: list = []
-        group_gone = None
+        group_gone = elsewhere = None
         if len(got) < count and self.pgs is not None:
             pg_hex = placement.group_of(request)
             if pg_hex is not None and self.placement_group_gone(pg_hex):  # not locked
                 group_gone = pg_hex
+            elif pg_hex is not None:  # another driver's bundle on another node (a read)
+                elsewhere = self.pgs.elsewhere(request)
         with self._lock:
             if group_gone is not None:
                 self._fail_group_queues(group_gone)
+            elif elsewhere is not None and not self.in_remote_bundle(request):
+                self._fail_queue(key, elsewhere)
             if len(got) < count:
                 self._mark_full(now, request)
             if not self.may_dispatch():
@@ -646,6 +650,15 @@ class Owner:
             for key in [k for k in table if placement.key_in_group(k[0], pg_hex)]:
                 for task in list(table.pop(key)):
                     self.tasks.fail(task, error)
+
+    def _fail_queue(self, key, text: str) -> None:
+        """*Locked.* The queued tasks of ``key`` can never run in this driver (``text``
+        says why: ``placement_groups.elsewhere``): they fail with TaskUnschedulableError."""
+        from miniray.exceptions import TaskUnschedulableError  # lazy: as above
+
+        for table in (self.tasks.queues, self.tasks.infeasible):
+            for task in list(table.pop(key, ())):
+                self.tasks.fail(task, TaskUnschedulableError(text))
 
     def placement_group_removed(self, pg_hex: str) -> None:
         """*Locked.* A group is being removed: its queued tasks fail, its running tasks fail

@@ -20,6 +20,10 @@ held. No room now: pending, tried again every RETRY_S; a group that no set of al
 can hold gets one stderr line and stays pending, placed when nodes that can hold it join.
 A detached group stays on this node (its bundles on other nodes would be held by this
 driver's links, which end with it).
+A bundle on another node whose node dies is placed again on another node
+(``_check_bundle_nodes``, on the watch; ``_replace``, a thread): the ledger's record says
+``rescheduling`` (the table's RESCHEDULING) with no node for it until then. A task of
+another driver in a bundle this driver holds on another node fails (``elsewhere``).
 
 ::
 
@@ -57,12 +61,13 @@ from miniray.exceptions import RaySystemError, TaskPlacementGroupRemoved
 PENDING = "PENDING"
 CREATED = "CREATED"
 REMOVED = "REMOVED"
+RESCHEDULING = "RESCHEDULING"  # created, and a bundle whose node died is placed again
 
 
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
                  "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
-                 "nodes", "noted", "never", "trying")
+                 "nodes", "noted", "never", "trying", "replacing")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -81,6 +86,7 @@ class _Group:
         self.noted = False  # the "no node set can hold it" line was printed
         self.never = False  # the last plan found no set of alive nodes that can hold it
         self.trying = False  # an attempt runs (create's and a retry thread's never overlap)
+        self.replacing = False  # a thread places bundles whose node died again
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""
@@ -101,7 +107,7 @@ def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
         "name": record.get("name", ""),
         "bundles": {i: dict(b) for i, b in enumerate(record["bundles"])},
         "bundles_to_node_id": ({i: node for i, node in enumerate(record.get("nodes", []))}
-                               if state == CREATED or state == REMOVED
+                               if state in (CREATED, REMOVED, RESCHEDULING)
                                else {i: "" for i in range(len(record["bundles"]))}),
         "strategy": record["strategy"],
         "state": state,
@@ -301,7 +307,7 @@ class PlacementGroups:
         """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
         this node's room as its ledger says), or None: no room now (a group that no set of
         alive nodes can ever hold gets one stderr line and stays pending)."""
-        nodes = cluster._nodes()
+        nodes = cluster._nodes(fresh=True)  # one file read: a plan on the newest room
         if not nodes:
             return None
         try:
@@ -485,6 +491,77 @@ class PlacementGroups:
             self.watch()
         for hex_ in gone:  # round trips: after the lock
             remote.bundles.release(hex_)
+        if remote is not None and remote.bundles.groups:
+            self._check_bundle_nodes(remote)
+
+    # -- bundles whose node died (remote_bundles step 6) ----------------------------------
+    def _check_bundle_nodes(self, remote) -> None:
+        """*Not locked.* Bundles of this driver's groups whose node died (dead in the view,
+        or the link to it lost) are placed again on alive nodes, the others staying where
+        they are (as Ray reschedules a dead node's bundles): the group shows RESCHEDULING
+        with no node for them until then, and tasks that ran in them wait for them there
+        (``RemoteNodes._retry``, per ``max_retries``). One thread per group at a time."""
+        try:
+            view = remote._nodes(fresh=True)
+        except (OSError, ValueError):
+            return
+        alive = {e.node_id for e in view if e.alive}
+        start = []
+        with self.owner.locked():
+            for hex_, lost in remote.bundles.find_lost(alive).items():
+                group = self.groups.get(hex_)
+                if group is None or group.state != CREATED or group.replacing:
+                    continue
+                group.replacing = True
+                start.append((group, lost))
+        for group, lost in start:
+            threading.Thread(target=self._replace, args=(remote, group, lost, view),
+                             daemon=True, name="miniray-pg-replace").start()
+
+    def _replace(self, remote, group: _Group, lost: list[int], view) -> None:
+        """*Not locked*, its own thread. Plan ``lost`` on other alive nodes
+        (``node_pick.replan_bundles``), take their leases (``remote_bundles.reserve``),
+        then adopt them; the ledger's record says RESCHEDULING until then."""
+        try:
+            nodes = list(group.nodes or [])
+            shown = [("" if i in lost else node) for i, node in enumerate(nodes)]
+            try:
+                lease = self.ledger.groups().get(group.hex)
+                if lease is None:
+                    return  # removed, by any driver: the watch ends its work
+                if lease.group.get("nodes") != shown or not lease.group.get("rescheduling"):
+                    self.ledger.update_group(group.hex, {"nodes": shown,
+                                                         "rescheduling": True})
+            except (OSError, ValueError):
+                return
+            kept = {i: node for i, node in enumerate(nodes) if i not in lost}
+            plan = node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
+                                            view, kept, lost)
+            if plan is None:
+                return  # no room now: the next watch tick (WATCH_S) tries again
+            full = [plan.get(i, self.node_id) for i in range(len(group.bundles))]
+            try:
+                parts = remote.bundles.reserve(group.hex, group.name, group.bundles, full)
+            except Exception:  # noqa: BLE001 - shutting down: the links are closing
+                return
+            if parts is None:
+                return
+            with self.owner.locked():
+                adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts)
+                if adopted:
+                    for i, node in plan.items():
+                        nodes[i] = node
+                    group.nodes = nodes
+            if not adopted:
+                remote.bundles.release_parts(parts)
+                return
+            try:
+                self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
+            except (OSError, ValueError):
+                pass
+        finally:
+            with self.owner.locked():
+                group.replacing = False
 
     def gone(self, hex_: str) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
@@ -493,6 +570,34 @@ class PlacementGroups:
         if group is not None and group.state == PENDING:
             return False
         return hex_ not in self.ledger.groups()
+
+    def elsewhere(self, request) -> str | None:
+        """*Not locked* (a ledger read). Why a task of this (rewritten) placement
+        ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
+        group reserved by another driver is held on another node by that driver's link
+        (``remote_bundles``); None: it may run here. The caller skips it for this driver's
+        own groups, whose remote bundles run its tasks."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return None
+        pg_hex, index, _base = parsed
+        lease = self.ledger.groups().get(pg_hex)
+        if lease is None:
+            return None
+        record = lease.group
+        nodes = list(record.get("nodes") or [])
+        bound = placement.bundle_elsewhere(index, nodes, self.node_id)
+        if not bound:
+            return None
+        name = record.get("name") or pg_hex
+        what = f"bundle {index}" if index >= 0 else "any bundle (-1)"
+        where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
+        local = [i for i, node in enumerate(nodes) if node == self.node_id]
+        hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
+        return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
+                f"driver that created the group (job {record.get('job_id') or '?'}) can run "
+                "work in its bundles on other nodes, which it holds over its own links. "
+                f"Create the group in this driver{hint}.")
 
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
@@ -511,7 +616,8 @@ class PlacementGroups:
         then this driver's pending and removed ones."""
         out = {}
         for hex_, lease in self.ledger.groups().items():
-            out[hex_] = table_entry(lease.group, CREATED)
+            out[hex_] = table_entry(lease.group, RESCHEDULING if lease.group.get(
+                "rescheduling") else CREATED)
         for group in list(self.groups.values()):
             if group.hex in out:
                 continue

@@ -13,7 +13,8 @@ leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
 ``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
 ``RemoteNodes.spill`` (``spill``, locked),
-``RemoteNodes._run`` (``done``, locked) and ``remote_actors.RemoteActors`` (``holds``,
+``RemoteNodes._run`` (``done``, locked), ``RemoteNodes._retry`` (``requeue``, locked),
+``PlacementGroups._check_bundle_nodes`` / ``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors`` (``holds``,
 ``take``, ``give_back``, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
@@ -37,6 +38,14 @@ Steps for group G of driver D with bundle i planned on node N::
        TaskPlacementGroupRemoved, running ones fail with it and their workers are killed
        (as for local bundles), then each bundle's lease is released on its node. A driver
        that ends closes its links: each node releases that link's leases itself.
+    6. lose / find_lost (locked): bundle i's node died (dead in the view, its link lost,
+       or a task's thread saw it die): i takes no task; a task that ran there and may be
+       retried waits first in G's queue (``requeue``). ``PlacementGroups._replace`` plans
+       i again on another node (``node_pick.replan_bundles``), reserves it as in step 1,
+       and ``replace`` (locked) adopts the new lease and starts the waiting tasks.
+
+A task takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free units, as the
+node's ledger picks devices), given back when it ends; an actor gets all of them.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ import collections
 from typing import Any
 
 from miniray._private.core import placement
-from miniray._private.owner.tasks import T_DONE
+from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 __all__ = ["RemoteBundle", "RemoteBundles"]
 
@@ -54,7 +63,7 @@ class RemoteBundle:
     """One bundle of a group held on another node: its lease there and what is free in it."""
 
     __slots__ = ("pg_hex", "index", "resources", "entry", "client", "lease_id", "gpu_ids",
-                 "free")
+                 "free", "gpu_free", "gpus_taken")
 
     def __init__(self, pg_hex: str, index: int, resources: dict, entry, client,
                  lease_id: str, gpu_ids: list):
@@ -66,6 +75,24 @@ class RemoteBundle:
         self.lease_id = lease_id
         self.gpu_ids = [str(g) for g in gpu_ids]
         self.free = dict(resources)
+        # Each of its GPUs' free units: a task takes its own share (``placement.pick_gpus``).
+        self.gpu_free = [placement.INSTANCE_UNIT] * len(self.gpu_ids)
+        self.gpus_taken: dict = {}  # task -> its (position, units) of gpu_free
+
+    def take_gpus(self, task, amount: float) -> list[str]:
+        """*Locked.* ``task``'s devices of this bundle for ``amount`` GPUs (the caller
+        checked they are free: ``pick_bundle`` with ``gpus``); [] for none."""
+        picked = placement.pick_gpus(self.gpu_free, amount) or []
+        for position, units in picked:
+            self.gpu_free[position] -= units
+        if picked:
+            self.gpus_taken[task] = picked
+        return [self.gpu_ids[position] for position, _units in picked]
+
+    def give_gpus(self, task) -> None:
+        """*Locked.* ``task`` left: its devices' units come back."""
+        for position, units in self.gpus_taken.pop(task, ()):
+            self.gpu_free[position] += units
 
     @property
     def node_id(self) -> str:
@@ -82,6 +109,7 @@ class RemoteBundles:
         self.has_local: dict[str, bool] = {}  # hex -> whether some bundle is local
         self.waiting: dict[str, collections.deque] = {}  # hex -> tasks waiting for room
         self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
+        self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -137,8 +165,9 @@ class RemoteBundles:
         with self.owner.locked():
             parts = self.groups.pop(pg_hex, None)
             self.has_local.pop(pg_hex, None)
+            lost = self.lost.pop(pg_hex, set())
         if parts:
-            self.release_parts(parts)
+            self.release_parts({i: b for i, b in parts.items() if i not in lost})
 
     # -- steps 3 and 4: tasks in a remote bundle --------------------------------------
     def submit(self, task) -> bool:
@@ -180,7 +209,9 @@ class RemoteBundles:
         if found is None:
             return None
         parts, index, base = found
-        picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+        usable = self._usable(placement.bundle_request(request)[0], parts)
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
+                                       _gpus(usable))
         if picked is None:
             return None
         bundle = parts[picked]
@@ -197,8 +228,8 @@ class RemoteBundles:
     def _pump(self, pg_hex: str) -> None:
         """*Locked.* Start every waiting task of the group whose bundle has room, in order."""
         queue = self.waiting.get(pg_hex)
-        parts = self.groups.get(pg_hex)
-        if not queue or not parts:
+        parts = self._usable(pg_hex, self.groups.get(pg_hex) or {})
+        if not queue:
             return
         kept = collections.deque()
         while queue:
@@ -206,7 +237,8 @@ class RemoteBundles:
             if task.cancelled:
                 continue
             _hex, index, base = placement.bundle_request(task.spec.request)
-            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()})
+            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()},
+                                           _gpus(parts))
             if picked is None:
                 kept.append(task)
                 continue
@@ -220,8 +252,9 @@ class RemoteBundles:
         """*Locked.* ``task`` takes ``base`` of ``bundle``'s room and starts on its node."""
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        gpu_ids = bundle.take_gpus(task, base.get("GPU", 0.0))
         self.running.setdefault(bundle.pg_hex, set()).add(task)
-        self.nodes.run_in_bundle(task, bundle)
+        self.nodes.run_in_bundle(task, bundle, gpu_ids)
 
     def spill(self, task) -> bool:
         """*Locked.* A task for "any bundle" (-1) of a group with bundles here and on other
@@ -232,13 +265,62 @@ class RemoteBundles:
         if parsed is None or parsed[1] >= 0 or task.cancelled:
             return False
         pg_hex, _index, base = parsed
-        parts = self.groups.get(pg_hex)
+        parts = self._usable(pg_hex, self.groups.get(pg_hex) or {})
         if not parts:
             return False
-        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()})
+        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()},
+                                       _gpus(parts))
         if picked is None:
             return False
         self._start(task, parts[picked], base)
+        return True
+
+    def _usable(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> dict[int, RemoteBundle]:
+        """*Locked.* The group's remote bundles less those whose node died (step 6)."""
+        lost = self.lost.get(pg_hex)
+        return {i: b for i, b in parts.items() if i not in lost} if lost else parts
+
+    # -- step 6: a bundle's node died ---------------------------------------------------
+    def lose(self, pg_hex: str, indexes) -> None:
+        """*Locked.* These bundles' node died: no task starts in them until ``replace``."""
+        if pg_hex in self.groups:
+            self.lost.setdefault(pg_hex, set()).update(indexes)
+
+    def find_lost(self, alive: set) -> dict[str, list[int]]:
+        """*Locked.* Per group, its remote bundles whose node is not in ``alive`` (the
+        view's alive node ids) or whose link was lost, marked lost (``lose``), with those
+        marked before: every bundle waiting to be placed again."""
+        out: dict[str, list[int]] = {}
+        for pg_hex, parts in self.groups.items():
+            gone = [i for i, b in parts.items()
+                    if b.node_id not in alive or b.client.lost is not None]
+            if gone:
+                self.lose(pg_hex, gone)
+            if self.lost.get(pg_hex):
+                out[pg_hex] = sorted(self.lost[pg_hex])
+        return out
+
+    def requeue(self, task, bundle: RemoteBundle) -> None:
+        """*Locked.* ``task`` failed because ``bundle``'s node died and may be retried:
+        the bundle is lost, and the task waits (first) for the bundle to be placed again.
+        ``done`` follows, as for any task that left the bundle."""
+        self.lose(bundle.pg_hex, [bundle.index])
+        task.state, task.worker = T_WAITING, None
+        self.waiting.setdefault(bundle.pg_hex, collections.deque()).appendleft(task)
+
+    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> bool:
+        """*Locked.* Lost bundles were placed again (step 1 on other nodes): tasks start in
+        them. False when the group was removed meanwhile (the caller releases ``parts``)."""
+        group = self.groups.get(pg_hex)
+        if group is None:
+            return False
+        group.update(parts)
+        lost = self.lost.get(pg_hex, set()) - set(parts)
+        if lost:
+            self.lost[pg_hex] = lost
+        else:
+            self.lost.pop(pg_hex, None)
+        self._pump(pg_hex)
         return True
 
     def done(self, task, bundle: RemoteBundle) -> None:
@@ -250,6 +332,7 @@ class RemoteBundles:
         base = placement.bundle_request(task.spec.request)[2]
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        bundle.give_gpus(task)
         self._pump(bundle.pg_hex)
 
     def removed(self, pg_hex: str) -> None:
@@ -278,3 +361,8 @@ class RemoteBundles:
         return {"groups": len(self.groups),
                 "waiting": sum(len(q) for q in self.waiting.values()),
                 "running": sum(len(s) for s in self.running.values())}
+
+
+def _gpus(parts: dict[int, RemoteBundle]) -> dict[int, list[int]]:
+    """Each bundle's GPUs' free units, for ``placement.pick_bundle``."""
+    return {i: b.gpu_free for i, b in parts.items()}

@@ -23,7 +23,8 @@ thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the acto
 ``_adopt_results`` and ``_receive_segment`` (large results and puts); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
-lease, step 4 releases none, step 5 never places it again: the bundle is on that node).
+lease, step 4 releases none, step 5 puts it back in its group's queue
+(``RemoteBundles.requeue``, per ``max_retries``) until the bundle is placed again).
 
 Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)::
 
@@ -581,13 +582,14 @@ class RemoteNodes:
         task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
-    def run_in_bundle(self, task, bundle) -> None:
+    def run_in_bundle(self, task, bundle, gpu_ids: list | None = None) -> None:
         """*Owner locked.* Run ``task`` on ``bundle``'s node under the bundle's lease
-        (``remote_bundles`` took its room in the bundle): steps 2-4 with no lease taken
-        or released."""
+        (``remote_bundles`` took its room in the bundle, and ``gpu_ids``: its share of
+        the bundle's devices): steps 2-4 with no lease taken or released."""
         task.state = T_RUNNING
         task.worker = _Slot(task)
         task.worker.bundle = bundle
+        task.worker.gpu_ids = list(gpu_ids or [])
         self._start(task, bundle.entry)
 
     def _retry(self, task, entry) -> bool:
@@ -598,10 +600,22 @@ class RemoteNodes:
         uses one of ``max_retries`` (Ray's rule: a node's death is a system failure,
         whatever ``retry_exceptions`` says)."""
         slot = task.worker
-        if (task.cancelled or self._closed or self.owner.closed
-                or getattr(slot, "bundle", None) is not None):  # its bundle died with N
+        if task.cancelled or self._closed or self.owner.closed:
             return False
         spec = task.spec
+        bundle = getattr(slot, "bundle", None)
+        if bundle is not None:  # its bundle died with N: it waits for the bundle's new node
+            if task.retries_left == 0 and getattr(slot, "sent", True):
+                return False
+            if getattr(slot, "sent", True) and task.retries_left > 0:
+                task.retries_left -= 1
+            logger.warning("Task %s failed because node %s (%s), which held bundle %d of "
+                           "placement group %s, died; retrying it once the bundle is placed "
+                           "again.", spec.name, entry.node_id[:12], entry.ip, bundle.index,
+                           bundle.pg_hex)
+            self.bundles.requeue(task, bundle)
+            self.owner.note_placement_use()  # the group's watch places the bundle again
+            return True
         moves = getattr(slot, "moves", 0)
         if not getattr(slot, "sent", True) and moves < FREE_MOVES:
             moves += 1
@@ -753,7 +767,7 @@ class RemoteNodes:
                 raise NodeDiedError(f"the link that held bundle {slot.bundle.index} of "
                                     f"placement group {slot.bundle.pg_hex} was lost")
             worker = self._worker(client, entry, spec.runtime_env)
-            worker.gpu_ids = list(slot.bundle.gpu_ids)
+            worker.gpu_ids = list(slot.gpu_ids)  # its share of the bundle's devices
             return worker
         shape = tuple(sorted(spec.request.items()))
         worker = self._take_idle(entry.node_id, lambda w: (
@@ -1119,6 +1133,7 @@ class _Slot:
         self._cancelled = False
         self.killed = False  # force-cancelled: the worker's death is the cancel's
         self.bundle = None  # a placement group's RemoteBundle it runs in (no lease of its own)
+        self.gpu_ids: list = []  # in a bundle: its share of the bundle's GPUs
 
     def send_bytes(self, data) -> None:
         """A control message (CANCEL) from the owner, sent after its lock."""
