@@ -12,10 +12,10 @@ bundles and its ready objects (``placement_groups.py``, the node's ledger), the 
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
 ``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
-``RemoteNodes.spill`` (``spill``, locked),
-``RemoteNodes._run`` (``done``, locked), ``RemoteNodes._retry`` (``requeue``, locked),
-``PlacementGroups._check_bundle_nodes`` / ``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors`` (``holds``,
-``take``, ``give_back``, locked).
+``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
+``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
+``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
+(``holds``, ``take``, ``give_back``, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
