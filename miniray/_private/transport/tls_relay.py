@@ -121,7 +121,7 @@ class TlsRelay:
             # first, so that the local end gets it in few writes.
             while self._tls_open and self._local_open and len(self._to_local) < BUFFER_BYTES:
                 try:
-                    data = tls.recv(CHUNK)
+                    data = tls.recv(min(CHUNK, BUFFER_BYTES - len(self._to_local)))
                 except ssl.SSLWantReadError:
                     self._read_wants = _R
                     break
