@@ -1300,3 +1300,38 @@ def test_a_relay_whose_reader_stops_holds_back_its_sender_only(listener, certs):
         for channel in (client, stalled, client2, moved2):
             channel.close()
     _wait_no_relay()
+
+
+def test_a_relay_drops_what_its_reader_left_unread_drain_s_after_the_other_close(
+        listener, certs, monkeypatch, caplog):
+    from miniray._private.transport import tls_relay
+
+    monkeypatch.setattr(tls_relay, "DRAIN_S", 0.5)
+    client, server = _tls_pair(listener, certs)
+    fd, state = server.handover()
+    stalled = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    client2, server2 = _tls_pair(listener, certs)  # a neighbour on the same thread
+    fd, state = server2.handover()
+    moved2 = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    try:
+        with caplog.at_level(logging.WARNING, logger=tls_relay.__name__):
+            # More than the local socketpair takes, less than the relay holds: the relay
+            # reads it all, then the TLS side's close, with bytes still held for a reader
+            # that never reads.
+            client.send_bytes(os.urandom(1 << 20))
+            client.close()
+            start = time.monotonic()
+            while tls_relay.live() == 2 and time.monotonic() - start < 5:
+                time.sleep(0.01)  # nothing else wakes the thread: its timeout must
+            took = time.monotonic() - start
+            assert tls_relay.live() == 1 and 0.3 < took < 3, took
+            client2.send_bytes(b"x")  # the neighbour's relay goes on
+            assert moved2.recv_bytes(timeout=5) == b"x"
+            with pytest.raises(PeerClosed):  # the dropped one's reader then sees EOF
+                while True:
+                    stalled.recv_bytes(timeout=5)
+            assert "did not read within 0.5 s" in caplog.text
+    finally:
+        for channel in (client, stalled, client2, moved2):
+            channel.close()
+    _wait_no_relay()

@@ -369,6 +369,8 @@ def start(tls_sock: ssl.SSLSocket, name: str = "") -> tuple[int, TlsRelay]:
             loop = _loop
             fresh = loop is None or loop.pid != os.getpid()  # none, or a forked parent's
             if fresh:
+                if loop is not None:  # a forked child: the parent's relays are not its own
+                    _live.clear()
                 loop = _Loop()
             loop.add(relay)
             _live.add(relay)
