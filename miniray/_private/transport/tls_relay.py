@@ -5,9 +5,8 @@ away (its fd: to the fork server and a remote driver's worker, or to a driver's 
 reader), the other end and the TLS socket served by this process's one relay thread
 (``_Loop``: one selector for every relay, started by the first relay, ending with the
 last), which copies the decrypted bytes both ways until either side closes, then closes
-both. Does not own: the
-TLS and token handshakes, the frames, or the frame state that goes with the fd
-(``peer_channel.PeerChannel.handover``, its only caller, for a TLS channel).
+both. Does not own: the TLS and token handshakes, the frames, or the frame state that goes
+with the fd (``peer_channel.PeerChannel.handover``, its only caller, for a TLS channel).
 Called by: ``PeerChannel.handover`` (a node's ``NodeServer._remote_spawn``: a remote
 worker's four attach connections; a driver's ``remote_nodes._Worker``: that worker's
 stdout and stderr).
@@ -42,8 +41,10 @@ Steps of one relay::
        BUFFER_BYTES held per direction (a side that does not read stops the other side's
        reads: back pressure on that relay only, no unbounded buffer). TLS specifics: a
        TLS read returns one record at most, so reads go on until OpenSSL wants more
-       bytes (``SSLSocket.pending()`` is drained: the selector cannot see bytes OpenSSL
-       already holds); a read may want the socket writable and a write readable (a TLS
+       bytes or the buffer is full (``SSLSocket.pending()`` is drained: the selector
+       cannot see bytes OpenSSL already holds; with a full buffer they wait for the local
+       end to take some, and a relay left with pending bytes and room is stepped again
+       without waiting); a read may want the socket writable and a write readable (a TLS
        1.3 key update), and the selector waits for what OpenSSL asked; a write that
        wanted more is retried with the same bytes object. One relay moves at most
        STEP_ROUNDS rounds per turn, then the others get theirs.
