@@ -379,6 +379,41 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     assert sorted(doc["whole"]) == [0, 1], doc
 
 
+def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    assert pg.wait(20)
+    strategy = PlacementGroupSchedulingStrategy(pg, 0)
+
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def ids(self):
+            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def gpu():
+        return ray.get_gpu_ids()
+
+    first, second = (Gpu.options(scheduling_strategy=strategy).remote() for _ in range(2))
+    pair = ray.get([first.ids.remote(), second.ids.remote()], timeout=30)
+    # Both devices are the actors': a task waits until one of them leaves.
+    ready, _ = ray.wait([gpu.options(scheduling_strategy=strategy).remote()], timeout=1.5)
+    waited = not ready
+    ray.kill(first)
+    freed = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
+    print(json.dumps({"pair": pair, "waited": waited, "freed": freed}), flush=True)
+    ray.shutdown()
+    """)
+    assert sorted(ids[0] for ids, _visible in doc["pair"]) == [0, 1], doc  # one each
+    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
+    assert doc["waited"] is True, doc
+    assert doc["freed"] == doc["pair"][0][0], doc  # the killed actor's device
+
+
 def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
     import os
     import signal

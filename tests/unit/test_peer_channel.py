@@ -1219,3 +1219,119 @@ def test_a_relayed_end_sees_eof_when_the_tls_peer_closes_and_tampering_is_caught
             moved2.recv_bytes(timeout=5)
     finally:
         moved2.close()
+
+
+def _relay_threads():
+    return [t for t in threading.enumerate() if t.name == "miniray-tls-relay" and t.is_alive()]
+
+
+def _wait_no_relay():
+    from miniray._private.transport import tls_relay
+
+    deadline = time.monotonic() + 5
+    while (tls_relay.live() or _relay_threads()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert tls_relay.live() == 0 and not _relay_threads()
+
+
+def test_eight_relays_carry_frames_both_ways_at_once_on_one_thread(listener, certs):
+    from miniray._private.transport import tls_relay
+
+    pairs = []
+    try:
+        for _ in range(8):
+            client, server = _tls_pair(listener, certs)
+            fd, state = server.handover()
+            pairs.append((client, pc.PeerChannel.from_state(socket.socket(fileno=fd), state)))
+        assert tls_relay.live() == 8 and len(_relay_threads()) == 1
+        rng = random.Random(8)
+        plans = [[os.urandom(rng.choice((1, 100, 20_000, 300_000, 1 << 20)))
+                  for _ in range(12)] for _ in range(16)]
+
+        def send_all(channel, frames):
+            for frame in frames:
+                channel.send_bytes(frame)
+
+        def recv_all(channel, frames):
+            for frame in frames:
+                assert bytes(channel.recv_bytes(timeout=20)) == frame
+
+        jobs = []
+        for i, (client, moved) in enumerate(pairs):
+            up, down = plans[2 * i], plans[2 * i + 1]
+            jobs += [Background(send_all, client, up), Background(recv_all, moved, up),
+                     Background(send_all, moved, down), Background(recv_all, client, down)]
+        for job in jobs:
+            job.result(timeout=60)
+        assert len(_relay_threads()) == 1
+    finally:
+        for client, moved in pairs:
+            client.close()
+            moved.close()
+    _wait_no_relay()
+
+
+def test_a_relay_whose_reader_stops_holds_back_its_sender_only(listener, certs):
+    from miniray._private.transport import tls_relay
+
+    client, server = _tls_pair(listener, certs)
+    fd, state = server.handover()
+    stalled = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    (relay,) = list(tls_relay._live)
+    client2, server2 = _tls_pair(listener, certs)
+    fd, state = server2.handover()
+    moved2 = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    try:
+        big = os.urandom(16 << 20)
+        sender = Background(client.send_bytes, big)  # nobody reads the relayed end
+        time.sleep(1.0)
+        assert sender._thread.is_alive()  # held back: the relay stopped reading TLS
+        held = relay.to_local
+        assert len(relay._to_local) <= tls_relay.BUFFER_BYTES and held < len(big)
+        for n in range(20):  # meanwhile the other relay goes on both ways
+            client2.send(n)
+            assert moved2.recv(timeout=5) == n
+            moved2.send_bytes(os.urandom(200_000))
+            assert len(client2.recv_bytes(timeout=5)) == 200_000
+        assert relay.to_local == held and sender._thread.is_alive()
+        assert bytes(stalled.recv_bytes(timeout=20)) == big  # reading again frees it
+        sender.result(timeout=20)
+    finally:
+        for channel in (client, stalled, client2, moved2):
+            channel.close()
+    _wait_no_relay()
+
+
+def test_a_relay_drops_what_its_reader_left_unread_drain_s_after_the_other_close(
+        listener, certs, monkeypatch, caplog):
+    from miniray._private.transport import tls_relay
+
+    monkeypatch.setattr(tls_relay, "DRAIN_S", 0.5)
+    client, server = _tls_pair(listener, certs)
+    fd, state = server.handover()
+    stalled = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    client2, server2 = _tls_pair(listener, certs)  # a neighbour on the same thread
+    fd, state = server2.handover()
+    moved2 = pc.PeerChannel.from_state(socket.socket(fileno=fd), state)
+    try:
+        with caplog.at_level(logging.WARNING, logger=tls_relay.__name__):
+            # More than the local socketpair takes, less than the relay holds: the relay
+            # reads it all, then the TLS side's close, with bytes still held for a reader
+            # that never reads.
+            client.send_bytes(os.urandom(1 << 20))
+            client.close()
+            start = time.monotonic()
+            while tls_relay.live() == 2 and time.monotonic() - start < 5:
+                time.sleep(0.01)  # nothing else wakes the thread: its timeout must
+            took = time.monotonic() - start
+            assert tls_relay.live() == 1 and 0.3 < took < 3, took
+            client2.send_bytes(b"x")  # the neighbour's relay goes on
+            assert moved2.recv_bytes(timeout=5) == b"x"
+            with pytest.raises(PeerClosed):  # the dropped one's reader then sees EOF
+                while True:
+                    stalled.recv_bytes(timeout=5)
+            assert "did not read within 0.5 s" in caplog.text
+    finally:
+        for channel in (client, stalled, client2, moved2):
+            channel.close()
+    _wait_no_relay()

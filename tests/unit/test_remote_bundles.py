@@ -123,6 +123,25 @@ def test_an_actor_holds_its_held_request_of_the_bundle_until_it_gives_it_back():
     assert bundle.free == {"CPU": 1.0}
 
 
+def test_actors_in_a_gpu_bundle_get_their_own_share_and_give_it_back():
+    book = RemoteBundles(_Owner(), _Nodes())
+    entry = types.SimpleNamespace(node_id="member")
+    bundle = RemoteBundle(H, 0, {"GPU": 2.0, "CPU": 2.0}, entry, object(), "lease0", [0, 1])
+    book.adopt(H, {0: bundle}, False)
+    one = placement.rewrite_request({"GPU": 1, "CPU": 1}, H, 0)
+    assert book.take(one, one, "actor a") is bundle
+    assert book.take(one, one, "actor b") is bundle
+    assert (bundle.gpus_of("actor a"), bundle.gpus_of("actor b")) == (["0"], ["1"])
+    assert book.take(one, one, "actor c") is None  # both devices are held
+    book.give_back(bundle, one, "actor a")
+    assert bundle.gpus_of("actor a") == [] and bundle.gpu_free[0] == placement.INSTANCE_UNIT
+    none = placement.rewrite_request({"CPU": 1}, H, 0)
+    assert book.take(none, none, "actor d") is bundle and bundle.gpus_of("actor d") == []
+    task = _task("t", {"GPU": 1}, 0)  # a task gets the device actor a gave back
+    book.submit(task)
+    assert book.nodes.gpus == [("t", ["0"])]
+
+
 def test_tasks_in_a_gpu_bundle_get_their_own_share_of_its_devices():
     owner, nodes = _Owner(), _Nodes()
     book = RemoteBundles(owner, nodes)

@@ -23,7 +23,8 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        placement group; or one in a placement group's bundle on another node
        (``remote_bundles.RemoteBundles``): it goes to that bundle's node when the bundle
        has room for it (``take``; else None, and the placer asks again), holds what it
-       holds of the bundle for its life (``give_back`` when its worker ends), and takes no
+       holds of the bundle for its life, its own share of the bundle's GPUs included (the
+       ids its worker sees; ``give_back`` when its worker ends), and takes no
        lease of its own (step 2 skips "lease"; step 5 releases none). SPREAD actors take
        turns (``_spread_turn``) among equally used nodes, this one included.
        ``placement_for``'s rules: a hard affinity to an alive node with the totals runs
@@ -267,7 +268,7 @@ class RemoteActors:
         node once the bundle has room (the thread starts), else None (it waits)."""
         if actor is None:
             return None
-        bundle = self.nodes.bundles.take(spec.placement, spec.held)
+        bundle = self.nodes.bundles.take(spec.placement, spec.held, spec.actor_id)
         if bundle is None:
             self.owner.retry_soon()  # the placer asks again: room comes back in a bundle
             return None
@@ -281,7 +282,7 @@ class RemoteActors:
         it held goes back to the bundle (once)."""
         bundle = self.in_bundle.pop(actor.spec.actor_id, None)
         if bundle is not None:
-            self.nodes.bundles.give_back(bundle, actor.spec.held)
+            self.nodes.bundles.give_back(bundle, actor.spec.held, actor.spec.actor_id)
 
     def _spread_turn(self, spec, actor) -> int:
         """*Locked.* SPREAD's rotation among equally used nodes (``node_pick`` rule 4): one
@@ -371,9 +372,13 @@ class RemoteActors:
             self._abandon(actor, client, grant, inner)
             self._lost_before_start(actor, entry, str(error))
             return None
-        worker = RemoteActorWorker(inner, client, entry, grant and grant.lease_id,
-                                   [str(g) for g in (grant.gpu_ids if grant else
-                                                     bundle.gpu_ids)], owner.store)
+        if grant is not None:
+            gpu_ids = [str(g) for g in grant.gpu_ids]
+        else:  # its own share of the bundle's devices (``RemoteBundles.take``)
+            with owner.locked():
+                gpu_ids = bundle.gpus_of(spec.actor_id)
+        worker = RemoteActorWorker(inner, client, entry, grant and grant.lease_id, gpu_ids,
+                                   owner.store)
         with owner.locked():
             if actor.state == "DEAD" or owner.closed or actor.worker is not None:
                 worker.close()

@@ -44,8 +44,9 @@ Steps for group G of driver D with bundle i planned on node N::
        i again on another node (``node_pick.replan_bundles``), reserves it as in step 1,
        and ``replace`` (locked) adopts the new lease and starts the waiting tasks.
 
-A task takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free units, as the
-node's ledger picks devices), given back when it ends; an actor gets all of them.
+A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
+units, as the node's ledger picks devices): a task's given back when it ends, an actor's
+(its ``held`` GPUs) when its worker ends.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class RemoteBundle:
         if picked:
             self.gpus_taken[task] = picked
         return [self.gpu_ids[position] for position, _units in picked]
+
+    def gpus_of(self, holder) -> list[str]:
+        """*Locked.* The devices ``holder`` (a task, an actor's id) has of this bundle."""
+        return [self.gpu_ids[position] for position, _units in self.gpus_taken.get(holder, ())]
 
     def give_gpus(self, task) -> None:
         """*Locked.* ``task`` left: its devices' units come back."""
@@ -200,11 +205,12 @@ class RemoteBundles:
         bundle (step 3's rule, as for a task)."""
         return self._bundle_of(request) is not None
 
-    def take(self, request, held) -> RemoteBundle | None:
+    def take(self, request, held, holder=None) -> RemoteBundle | None:
         """*Locked.* An actor's bundle: the first (or its) remote bundle with room for its
         placement ``request`` now, holding ``held`` of it for the actor's life (as a local
-        actor's lease shrinks to what it holds); None: none has room now (the placer asks
-        again)."""
+        actor's lease shrinks to what it holds), its share of the bundle's GPUs taken for
+        ``holder`` (the actor's id: ``RemoteBundle.gpus_of``); None: none has room now (the
+        placer asks again)."""
         found = self._bundle_of(request)
         if found is None:
             return None
@@ -215,14 +221,18 @@ class RemoteBundles:
         if picked is None:
             return None
         bundle = parts[picked]
-        for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
+        kept = (placement.bundle_request(held) or ("", 0, {}))[2]
+        for name, amount in kept.items():
             bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        bundle.take_gpus(holder, float(kept.get("GPU", 0.0)))
         return bundle
 
-    def give_back(self, bundle: RemoteBundle, held) -> None:
-        """*Locked.* An actor's worker in ``bundle`` ended: what it held goes back."""
+    def give_back(self, bundle: RemoteBundle, held, holder=None) -> None:
+        """*Locked.* An actor's worker in ``bundle`` ended: what it held goes back, its
+        GPUs' share (``holder``: as given to ``take``) too."""
         for name, amount in (placement.bundle_request(held) or ("", 0, {}))[2].items():
             bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        bundle.give_gpus(holder)
         self._pump(bundle.pg_hex)
 
     def _pump(self, pg_hex: str) -> None:
