@@ -38,6 +38,26 @@ PG = """
     """
 
 
+def _group_holder(hosts, bundles: list, name: str):
+    """A driver on the head's host holding a STRICT_SPREAD group ``name`` of ``bundles``
+    (ready before this returns) until it is stopped."""
+    proc = driver(f"""
+    import json, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group({bundles!r}, strategy="STRICT_SPREAD", name={name!r})
+    print(json.dumps({{"ready": pg.wait(20)}}), flush=True)
+    time.sleep(120)
+    """, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(proc, 30) == {"ready": True}
+    except BaseException:
+        stop_driver(proc)
+        raise
+    return proc
+
+
 def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
     _cluster(hosts, "2", "2")
     doc = _run_driver(hosts, PG + """
@@ -173,17 +193,8 @@ def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
 
 def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
     _cluster(hosts, "2", "2")
-    proc = driver("""
-    import json, time
-    import miniray as ray
-    from miniray.util.placement_group import placement_group
-    ray.init(address="auto")
-    pg = placement_group([{"CPU": 1}, {"CPU": 2}], strategy="STRICT_SPREAD", name="held")
-    print(json.dumps({"ready": pg.wait(20)}), flush=True)
-    time.sleep(120)
-    """, hosts.env("127.0.0.1"))
+    proc = _group_holder(hosts, [{"CPU": 1}, {"CPU": 2}], "held")
     try:
-        assert json_line(proc, 30) == {"ready": True}
         on_member = [lease for lease in ledger_leases(hosts.env(MEMBER)).values()
                      if "placement group held bundle" in (lease.get("tag") or "")]
         on_head = [lease for lease in ledger_leases(hosts.env("127.0.0.1")).values()
@@ -251,17 +262,8 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
 
 def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
     _cluster(hosts, "2", "2")
-    creator = driver("""
-    import json, time
-    import miniray as ray
-    from miniray.util.placement_group import placement_group
-    ray.init(address="auto")
-    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="shared")
-    print(json.dumps({"ready": pg.wait(20)}), flush=True)
-    time.sleep(120)
-    """, hosts.env("127.0.0.1"))
+    creator = _group_holder(hosts, [{"CPU": 1}, {"CPU": 1}], "shared")
     try:
-        assert json_line(creator, 30) == {"ready": True}
         assert len(ledger_leases(hosts.env(MEMBER))) == 1
         other = driver("""
         import json
@@ -289,17 +291,8 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
 
 def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(hosts):
     _cluster(hosts, "2", "2")
-    creator = driver("""
-    import json, time
-    import miniray as ray
-    from miniray.util.placement_group import placement_group
-    ray.init(address="auto")
-    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="theirs")
-    print(json.dumps({"ready": pg.wait(20)}), flush=True)
-    time.sleep(120)
-    """, hosts.env("127.0.0.1"))
+    creator = _group_holder(hosts, [{"CPU": 1}, {"CPU": 1}], "theirs")
     try:
-        assert json_line(creator, 30) == {"ready": True}
         other = driver("""
         import json, time
         import miniray as ray
