@@ -15,7 +15,8 @@ What one run measures, each ``--repeat`` times (best and median, ms, and GB/s of
 * ``argument``: ``ray.get(nbytes.remote(ref))`` of a task on the member given a 200 MB
   array the driver ``put`` just before (untimed; a new object each time, so that Ray's
   copy on the member from an earlier call cannot serve it);
-* Ray 2.60 (``--ray-python``, default ``/work/ray-2.60-venv/bin/python``): the same
+* Ray 2.60 (``--ray-python``, default the venv of ``setup_ray_venv.sh``, or
+  ``$MINIRAY_BENCH_RAY_VENV``): the same
   ``result_get`` and ``argument`` on a ``ray.cluster_utils.Cluster`` of a head and a
   second node on this machine (both raylets on one address: the utility's way; each has
   its own object store and objects move between them over TCP; skipped with a note when
@@ -46,7 +47,8 @@ from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 
 TOKEN = b"bench-pull-token" * 4
-RAY_PYTHON = "/work/ray-2.60-venv/bin/python"
+RAY_PYTHON = os.path.join(os.environ.get("MINIRAY_BENCH_RAY_VENV") or os.path.expanduser(
+    "~/.cache/miniray-bench/ray-2.60"), "bin", "python")  # setup_ray_venv.sh makes it
 
 DRIVER = """
 import json, statistics, time
