@@ -1,0 +1,108 @@
+"""node/kept_objects.py (the node's book of results kept for remote drivers) and the remote
+worker's payload rule (worker_api.result_route): pure, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from miniray._private.node.kept_objects import KeptObjects
+from miniray._private.object_store.shm_segments import segment_name
+from miniray._private.worker.worker_api import result_route
+
+TAG = "abcdef0123456789"
+A, B = b"\x01" * 28, b"\x02" * 28
+
+
+def _path(tag: str, object_id: bytes) -> str:
+    return "/dev/shm/miniray-test/" + segment_name(tag, object_id)
+
+
+def test_a_link_keeps_its_objects_finds_them_and_frees_them_once():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    assert book.add("L", A, _path(TAG, A), 100) is None
+    assert book.add("L", B, _path(TAG, B), 50) is None
+    assert book.find("L", A) == (_path(TAG, A), 100)
+    assert book.totals("L") == book.totals() == (2, 150)
+    assert book.free("L", [A, b"\x09" * 28]) == [_path(TAG, A)]  # an unknown id is skipped
+    assert book.free("L", [A]) == []  # freed already
+    assert book.find("L", A) is None and book.totals() == (1, 50)
+
+
+def test_only_the_link_that_keeps_an_object_finds_or_frees_it():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    book.add_link("M", "fedcba9876543210")
+    assert book.add("L", A, _path(TAG, A), 100) is None
+    assert book.find("M", A) is None
+    assert book.free("M", [A]) == [] and book.find("L", A) is not None
+    assert book.find("nobody", A) is None and book.free("nobody", [A]) == []
+
+
+@pytest.mark.parametrize("object_id, path, size, words", [
+    (A, _path("fedcba9876543210", A), 10, "link's tag"),  # another link's name
+    (A, _path(TAG, B), 10, "link's tag"),  # another object's name
+    (A, _path(TAG, A), 0, "size > 0"),
+    (A, _path(TAG, A), True, "size > 0"),
+    ("not bytes", _path(TAG, A), 10, "object id"),
+    (A, None, 10, "link's tag"),
+])
+def test_a_keep_that_does_not_name_the_links_segment_is_refused(object_id, path, size,
+                                                               words):
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    why = book.add("L", object_id, path, size)
+    assert why is not None and words in why, why
+    assert book.totals() == (0, 0)
+
+
+def test_the_cap_per_link_refuses_what_would_pass_it_and_counts_frees():
+    book = KeptObjects(cap_bytes=100)
+    book.add_link("L", TAG)
+    book.add_link("M", "fedcba9876543210")
+    assert book.room_for("L") == 100 and book.room_for("gone") == 0
+    assert book.add("L", A, _path(TAG, A), 80) is None
+    why = book.add("L", B, _path(TAG, B), 30)
+    assert why is not None and "cap" in why and "send the value" in why
+    assert book.add("M", B, _path("fedcba9876543210", B), 30) is None  # its own cap
+    book.free("L", [A])
+    assert book.add("L", B, _path(TAG, B), 30) is None and book.room_for("L") == 70
+
+
+def test_a_duplicate_keep_and_a_closed_link_are_refused():
+    book = KeptObjects()
+    assert "not served" in book.add("L", A, _path(TAG, A), 10)
+    book.add_link("L", TAG)
+    assert book.add("L", A, _path(TAG, A), 10) is None
+    assert "already" in book.add("L", A, _path(TAG, A), 10)
+
+
+def test_dropping_a_link_hands_back_its_tag_and_every_path_and_forgets_it():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    book.add("L", A, _path(TAG, A), 10)
+    book.add("L", B, _path(TAG, B), 20)
+    tag, paths = book.drop_link("L")
+    assert tag == TAG and sorted(paths) == sorted([_path(TAG, A), _path(TAG, B)])
+    assert book.totals() == (0, 0) and book.tag_of("L") is None
+    assert "not served" in book.add("L", A, _path(TAG, A), 10)
+    assert book.drop_link("L") == (None, [])
+
+
+STORE = {"inline_threshold": 100}
+
+
+@pytest.mark.parametrize("size, store, route", [
+    (99, STORE, "inline"),
+    (99, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 10 ** 9}, "inline"),
+    (100, STORE, "shm"),  # a local worker's large result
+    (100, {**STORE, "keep_tag": TAG, "keep_max": 10 ** 9}, "shm"),  # a tag, not remote
+    (100, {**STORE, "remote": True}, "send"),  # a driver that does not ask to keep
+    (100, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 10 ** 9}, "keep"),
+    (100, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 100}, "keep"),
+    (101, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 100}, "send"),  # no room
+    (100, {**STORE, "remote": True, "keep_tag": TAG}, "send"),  # no room said
+    (100, {**STORE, "remote": True, "keep_tag": "", "keep_max": 10 ** 9}, "send"),
+])
+def test_the_payload_rule(size, store, route):
+    assert result_route(size, store) == route
