@@ -97,10 +97,11 @@ import select
 import threading
 import time
 
-from miniray._private.core import cluster_view, config, node_pick, protocol
+from miniray._private.core import cluster_view, config, node_pick, protocol, serialization
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
+from miniray._private.owner.object_table import RemoteCopy
 from miniray._private.owner.output import OutputStream
 from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
@@ -128,6 +129,12 @@ FREE_MOVES = 3  # a task never sent to a node that died is placed again this oft
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
 UNSUPPORTED = "objects across hosts are not supported yet"
+
+
+def keep_results() -> bool:
+    """Whether tasks' large results stay on their node until needed (step 7; default on).
+    ``MINIRAY_KEEP_REMOTE_RESULTS=0``: they cross at once, as before (for comparison)."""
+    return os.environ.get("MINIRAY_KEEP_REMOTE_RESULTS", "1") != "0"
 
 
 class Unschedulable(str):
@@ -364,6 +371,12 @@ class RemoteNodes:
         self._claims: dict[str, dict[str, float]] = {}
         self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
+        self.pulled = 0  # step 7: values pulled from the nodes that kept them
+        # Step 7: idle pull connections per link, and the frees waiting to be sent.
+        self._pulls: dict[RemoteNodeClient, list] = {}
+        self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
+        self._frees: dict[RemoteNodeClient, list] = {}
+        self._freeing = False  # a _send_frees thread runs
         from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
 
         self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
@@ -688,6 +701,11 @@ class RemoteNodes:
             client = RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
                                       source_address=(self.source_ip, 0),
                                       ssl_context=_tls_client())
+            try:  # step 7: large results stay there (the link's tag and the room)
+                client.kept = client.keeps() if keep_results() else None
+            except BaseException:
+                client.close()
+                raise
             with self._lock:
                 if self._closed:
                     client.close()
@@ -753,9 +771,7 @@ class RemoteNodes:
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
                 if results is not None:  # not completed here (done already, shut down):
-                    for item in results:  # its segments are nobody's
-                        if isinstance(item[1], tuple):
-                            owner.store.give_up_recycled(item[1][1])
+                    self._drop_results(results)  # its segments and copies are nobody's
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -923,6 +939,158 @@ class RemoteNodes:
             raise
         return out
 
+    # -- step 7: results kept on their node ---------------------------------------------
+    def _keep_results(self, client: RemoteNodeClient, node_id: str, spec,
+                      items: list) -> list:
+        """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
+        the owner gets ``("remote", RemoteCopy)`` for it, pulled when someone waits. A
+        refusal fails the task as a system error (N unlinked the segment); the copies kept
+        so far are freed."""
+        out = []
+        try:
+            for index, item in enumerate(items):
+                payload = item[1]
+                if type(payload) is tuple and payload[0] == "kept":
+                    object_id = spec.return_ids[index]
+                    try:
+                        client.keep(object_id, payload[1], payload[2])
+                    except RemoteLeaseError as refused:
+                        raise _Failed(_system_error(
+                            f"Task {spec.name}: its result could not stay on node "
+                            f"{client.name}: {refused}")) from None
+                    item = (item[0], ("remote", self._copy(client, node_id, object_id,
+                                                           payload[2]))) + tuple(item[2:])
+                out.append(item)
+        except BaseException:
+            self._drop_results(out)  # the rest: not kept by N, its link's tag sweeps them
+            raise
+        return out
+
+    def _drop_results(self, items: list) -> None:
+        """Results nobody adopted: segments here unlinked, copies on N freed."""
+        for item in items:
+            payload = item[1]
+            if type(payload) is tuple and payload[0] == "remote":
+                payload[1].free()
+            elif type(payload) is tuple:
+                self.owner.store.give_up_recycled(payload[1])
+
+    def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
+              size: int) -> RemoteCopy:
+        def start():  # locked (a waiter was added): the pull runs on a thread of its own
+            self.owner.defer(lambda: threading.Thread(
+                target=self._pull, args=(client, object_id, copy), daemon=True,
+                name="miniray-pull").start())
+
+        def free():  # locked: sent after it, with others, by ``_send_frees``
+            with self._frees_lock:
+                self._frees.setdefault(client, []).append(object_id)
+                if self._freeing:
+                    return
+                self._freeing = True
+            self.owner.defer(lambda: threading.Thread(
+                target=self._send_frees, daemon=True, name="miniray-remote-free").start())
+
+        copy = RemoteCopy(node_id, size, start, free)
+        return copy
+
+    def _send_frees(self) -> None:
+        """Step 7's frees, batched per link, never under the owner's lock. A lost link's
+        are dropped: N swept them with the link."""
+        while True:
+            with self._frees_lock:
+                batch, self._frees = self._frees, {}
+                if not batch:
+                    self._freeing = False
+                    return
+            for client, object_ids in batch.items():
+                if client.lost is not None or self._closed:
+                    continue
+                for start in range(0, len(object_ids), 4096):
+                    try:
+                        client.free(object_ids[start:start + 4096])
+                    except Exception as error:  # noqa: BLE001 - N lost: swept with the link
+                        logger.debug("freeing kept objects on %s failed: %s", client.name,
+                                     error)
+                        break
+
+    def _pull(self, client: RemoteNodeClient, object_id: bytes, copy: RemoteCopy) -> None:
+        """Step 7's pull, on its own thread (never the I/O thread, never locked): the
+        value's bytes from N's segment on a pull connection of this link, straight into a
+        segment of this store (a freed one of its pool when one fits), then READY; N or
+        its link lost, or N keeping no such object: ObjectLostError, waiters woken."""
+        from miniray.exceptions import ObjectLostError  # lazy: this path only
+
+        owner = self.owner
+        store = owner.store
+        path = error = None
+        size = copy.size
+        try:
+            channel = self._pull_channel(client)
+            try:
+                channel.send(("pull", 1, object_id))
+                answer = channel.recv(timeout=BULK_FRAME_S)
+                if not (type(answer) is tuple and len(answer) == 3 and answer[0] == "pulling"
+                        and answer[2] == size):
+                    raise LookupError(str(answer[3] if type(answer) is tuple
+                                          and len(answer) == 4 else answer)[:200])
+                recycled = store.recycled_for(object_id, size)
+                path = recycled[0] if recycled else os.path.join(
+                    store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
+                if recycled:
+                    _receive_frames(channel, recycled[1], size)
+                else:
+                    _receive_segment(channel, path, size)
+            except BaseException:
+                channel.close()
+                raise
+            self._pull_idle(client, channel)
+        except OSError as failure:
+            if path is not None:
+                store.give_up_recycled(path)
+                path = None
+            if failure.errno in (errno.ENOSPC, errno.ENOMEM):
+                error = shm_segments.no_room_error(store.shm_dir, size, object_id)
+            else:
+                error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+        except Exception as failure:  # noqa: BLE001 - N, its link or the object gone
+            logger.info("pulling object %s from %s failed: %r", object_id.hex()[:16],
+                        client.name, failure)
+            if path is not None:
+                store.give_up_recycled(path)
+                path = None
+            error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+        with owner.locked():
+            entry = owner.objects.get(object_id)
+            if entry is not None and entry.remote is copy and entry.state == 0:  # PENDING
+                if error is not None:
+                    owner.objects.set_ready(object_id, protocol.ERR,
+                                            serialization.dumps(error))
+                else:
+                    owner.objects.set_ready(object_id, entry.kind, ("shm", path, size))
+                    self.pulled += 1
+                path = None
+        if path is not None:  # freed while it was pulled
+            store.give_up_recycled(path)
+
+    def _pull_channel(self, client: RemoteNodeClient):
+        """An idle pull connection of ``client``'s link, or a new one."""
+        with self._lock:
+            idle = self._pulls.get(client)
+            if idle:
+                return idle.pop()
+        if client.kept is None:
+            raise LookupError("the link keeps nothing")
+        return client.open_pull(client.kept[0])
+
+    def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
+        with self._lock:
+            idle = self._pulls.setdefault(client, [])
+            if not self._closed and client.lost is None and len(idle) < 4:
+                idle.append(channel)
+                return
+        channel.close()
+
     def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot,
               dep_values=None) -> list:
         owner = self.owner
@@ -936,6 +1104,10 @@ class RemoteNodes:
                 hello = owner.hello_info
                 if worker.env:  # a task's own runtime_env, as adopt_worker says it
                     hello = {**hello, "runtime_env_key": worker.env}
+                kept = client.kept
+                if kept is not None:  # step 7: its large results stay on N
+                    hello = {**hello, "store": {**hello["store"], "keep_tag": kept[0],
+                                                "keep_max": kept[1]}}
                 data.send((protocol.HELLO, hello))
                 worker.said_hello = True
             if spec.fn_id not in worker.funcs:
@@ -967,8 +1139,8 @@ class RemoteNodes:
                     results = message[2]
                     asks.contain(message[4])
                     if any(not isinstance(item[1], (bytes, bytearray)) for item in results):
-                        if any(not (isinstance(item[1], tuple) and item[1][0] == "peer")
-                               for item in results
+                        if any(not (isinstance(item[1], tuple) and item[1][0] in (
+                                "peer", "kept")) for item in results
                                if not isinstance(item[1], (bytes, bytearray))):
                             worker.broken = True  # a segment on N: never read from here
                             raise _Failed(_system_error(
@@ -980,6 +1152,7 @@ class RemoteNodes:
                         except _Failed:
                             worker.broken = True
                             raise
+                        results = self._keep_results(client, worker.node, spec, results)
                     return results
                 if tag == protocol.READY or asks.serve(message):
                     continue
@@ -1097,9 +1270,13 @@ class RemoteNodes:
             for _ in range(self._waiting_threads):  # each waiting thread ends on one
                 self._jobs.put(None)
             self._waiting_threads = 0
+            pulls = [c for channels in self._pulls.values() for c in channels]
+            self._pulls.clear()
         for worker in idle:
             worker.close()
-        for client in clients:
+        for channel in pulls:
+            channel.close()
+        for client in clients:  # N frees what it keeps for each link (its tag's sweep)
             client.close()
         deadline = time.monotonic() + timeout
         for thread in threads:
