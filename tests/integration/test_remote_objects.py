@@ -194,6 +194,43 @@ def test_a_200_mb_result_stays_on_the_member_until_get_and_goes_with_del(hosts, 
     assert _member_kept(hosts) == []
 
 
+def test_a_kept_result_as_an_argument_of_tasks_there_and_here_and_of_a_nested_get(
+        hosts, member):
+    """A kept 20 MB result given to a task on the member, to a local task and read by
+    ``get`` inside a member task: bit-exact each time (pulled once, then sent as any
+    value of the driver's store); freed on the member after ``del``."""
+    doc = _run_driver(hosts, KEPT + """
+    import hashlib
+
+    @ray.remote
+    def small(seed):
+        return np.random.default_rng(seed).integers(0, 256, 20 * 1000 * 1000, dtype=np.uint8)
+
+    @ray.remote
+    def digest(array):
+        return hashlib.sha256(array).hexdigest()
+
+    @ray.remote
+    def nested(refs):
+        return hashlib.sha256(ray.get(refs[0])).hexdigest()
+
+    expected = hashlib.sha256(np.random.default_rng(4).integers(
+        0, 256, 20 * 1000 * 1000, dtype=np.uint8)).hexdigest()
+    out = {}
+    for name, call in (("there", lambda ref: digest.options(**on).remote(ref)),
+                       ("here", lambda ref: digest.remote(ref)),
+                       ("nested", lambda ref: nested.options(**on).remote([ref]))):
+        ref = small.options(**on).remote(4)
+        until(lambda: recorded(ref))
+        out[name] = [ray.get(call(ref), timeout=60) == expected]
+        del ref
+        out[name].append(until(lambda: not kept(), 10))
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert doc["there"] == doc["here"] == doc["nested"] == [True, True], doc
+
+
 def test_a_driver_killed_with_sigkill_leaves_nothing_kept_on_the_member(hosts, member):
     proc = driver(PRELUDE + KEPT + """
     ref = make.options(**on).remote(2)

@@ -106,3 +106,75 @@ STORE = {"inline_threshold": 100}
 ])
 def test_the_payload_rule(size, store, route):
     assert result_route(size, store) == route
+
+
+# --------------------------------------------- the owner's record of a kept result
+class _Store:
+    def __init__(self):
+        self.data, self.freed = {}, []
+
+    def put_serialized(self, object_id, data):
+        self.data[object_id] = data
+
+    def inline_or_none(self, object_id):
+        return self.data.get(object_id)
+
+    def free(self, object_id):
+        self.freed.append(object_id)
+        self.data.pop(object_id, None)
+
+
+def _kept(events: list):
+    import threading
+
+    from miniray._private.owner.object_table import ObjectTable, RemoteCopy
+
+    objects = ObjectTable(_Store(), threading.Lock(), lambda: None)
+    copy = RemoteCopy("node", 500, lambda: events.append("pull"),
+                      lambda: events.append("free"))
+    return objects, copy
+
+
+def test_a_kept_result_is_pulled_once_at_its_first_waiter_and_then_read_here():
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import PENDING, READY, Waiter
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    entry = objects.get(A)
+    assert entry.state == PENDING and entry.remote is copy and events == []
+    entry.add_waiter(Waiter(1, True))
+    entry.add_waiter(Waiter(1, True))  # a second get shares the pull
+    assert events == ["pull"]
+    objects.set_ready(A, protocol.OK, b"value")  # the pull's end (inline here)
+    assert entry.state == READY and objects.get_serialized([A], 0) == [(protocol.OK, b"value")]
+    entry.refs = 0
+    objects.maybe_free(A, entry)  # freed here and on its node
+    assert events == ["pull", "free"] and objects.get(A) is None
+
+
+def test_a_kept_result_nobody_waited_for_is_freed_on_its_node_and_never_pulled():
+    from miniray._private.core import protocol
+
+    events: list = []
+    objects, copy = _kept(events)
+    entry = objects.ensure(A)
+    entry.refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    objects.forget_pending(A)  # a pending entry with a copy on a node is not forgotten
+    assert objects.get(A) is entry
+    entry.refs = 0
+    objects.maybe_free(A, entry)
+    assert events == ["free"] and objects.get(A) is None
+
+
+def test_a_kept_result_whose_refs_went_before_it_was_recorded_is_freed_at_once():
+    from miniray._private.core import protocol
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).dropped = True  # its last ref went while the task ran
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    assert events == ["free"] and objects.get(A) is None
