@@ -5,14 +5,16 @@ Owns: the links of remote drivers (after the handshake), their leases on this no
 which lease belongs to which link, releasing them all when a link closes, fencing (every
 link closed and every lease released at once, when the head holds this node dead), and the
 pure checks of what a remote driver sends (``check_request``, ``parse_message``,
-``DriverLeases``). Does not own: the TCP listener, the handshake gate and the role check
+``DriverLeases``), results kept for each link's driver (step 11, the book in
+``kept_objects.py``). Does not own: the TCP listener, the handshake gate and the role check
 (``peering.py``, which hands each authenticated ``driver`` channel to ``RemoteDrivers.add``
 and calls ``fence`` when it is declared dead), the ledger's file (``ledger.py``), the
 driver's side (``transport/remote_node.py``), or forking workers (the spawner hook: the
 node's fork server, ``node.NodeServer._remote_spawn``; this module keeps which worker is
 whose, kills them with their link and reports their exits).
 Called by: ``peering.Peering`` on the node's selector loop (single-threaded: nothing here
-locks, every ledger call is a short file transaction).
+locks, every ledger call is a short file transaction); step 11's pull threads only read
+the book (one dict lookup) and map a segment.
 
 Holder: every remote lease is taken with ``holder_pid`` = this node's pid (a remote pid
 means nothing here) and a tag naming the driver (``remote driver <ip> pid <pid>: <tag>``),
@@ -71,6 +73,23 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        follows as step 9. A pid that is not a worker of this link (another driver's, one
        that exited, any other process) is answered ("error", req, "unknown_worker", text)
        and nothing is signalled.
+   11. Results kept for the link (``kept_objects.KeptObjects``; docs/remote-objects.md).
+       Each link gets a segment tag when it is served (``new_session_tag`` with this
+       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, room), room half
+       the shm dir's free bytes then; D hands both to its workers here in HELLO, which
+       write a large result as ``mr_<tag>_<object id>`` in this node's shm dir. D -> N
+       ("keep", req, object_id, path, size): N books it for the link after
+       ``check_adoptable`` (the link's tag, its shm dir, a regular file of this uid, the
+       size): ("kept", req), else ("error", req, "bad_segment", text) and N unlinks it
+       if it is the link's. D -> N ("free", req, [object_id]): unlinked, ("freed", req,
+       n) (ids it does not keep are skipped). A connection with role "pull" (hello
+       {"driver", "tag"}: the tag of a served link, else closed at once; at most
+       MAX_PULLS_PER_LINK) is served by a thread of its own, never the loop: ("pull",
+       req, object_id) -> ("pulling", req, size) and the bytes in frames from the
+       segment's read-only mapping, or ("error", req, "unknown_object", text) for an
+       object this link does not keep. Step 5 and fencing unlink every object of the
+       link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
+       driver that dies leaves nothing here.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ Called by: owner.py (with its lock held), and the driver's ``get``/``wait`` thro
     set_ready(id, kind, data) ──► store.put ──► waiters.notify(is_error, id)
                                    └─► freed at once if its last ref is already gone
 
+A task's result kept on another node (``RemoteCopy``) stays PENDING here until its first
+waiter starts its pull; freeing it frees the node's copy (``owner/remote_nodes.py``).
+
 A waiter is anything with ``notify(is_error, object_id)``: a blocked driver ``get``/``wait``
 (``Waiter``), a worker's get/wait (``CallbackWaiter``), or a task waiting on an argument.
 """

@@ -20,7 +20,8 @@ now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shut
 (locked: its pending actors no node can hold yet), and in its
 thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
 ``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
-``_adopt_results`` and ``_receive_segment`` (large results and puts); and
+``_adopt_results`` and ``_receive_segment`` (large results and puts); the object table
+(``RemoteCopy``'s hooks, locked: a pull or a free handed to a thread after the lock); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
 lease, step 4 releases none, step 5 puts it back in its group's queue
@@ -84,6 +85,17 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        was sent, keeps it from being sent (TaskCancelledError). ``force=True`` asks N over
        the driver link to SIGKILL that worker (``("kill", pid)``, N's step 10); its death
        then fails the task with TaskCancelledError, never retried.
+    7. Results kept on N (docs/remote-objects.md; off with MINIRAY_KEEP_REMOTE_RESULTS=0):
+       the link asks N ("keeps") for its tag once; HELLO hands it to N's workers
+       (``store["keep_tag"]``, ``keep_max``); a result they keep comes in RESULT as
+       ``("kept", path, size)``, which N books (("keep", ...), ``_keep_results``) and the
+       owner gets as ``("remote", RemoteCopy)``: its entry stays PENDING until a waiter
+       (get, wait, a task given it) starts the one pull (``_pull``, a thread, never
+       locked: a ``pull`` connection of the link, idle ones kept, straight into a
+       segment of the store as in step 3), which makes it READY. The link lost or N
+       keeping no such object: ObjectLostError, waiters woken. The owner freeing it
+       queues ("free", ...) for the link, sent in batches off the lock
+       (``_send_frees``); a lost link's go unsent (N swept them).
 """
 
 from __future__ import annotations

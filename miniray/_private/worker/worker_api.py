@@ -19,7 +19,9 @@ RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_fr
 A worker for a driver on another host: a large argument's bytes follow its TASK as frames
 (read into one buffer, ``Channel._receive_bulk``) and a large result's follow RESULT
 (``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it), in
-frames of at most ``framing.PEER_CHUNK``; its
+frames of at most ``framing.PEER_CHUNK``, unless its driver asked for results kept on this
+host (``result_route``: then it is a segment of this host's store, ``("kept", path,
+size)``); its
 nested tasks, ``get``, ``wait``, ``put`` and actor calls are the same messages as a local
 worker's, served by the driver (``owner/remote_requests.py``): a large ``put``'s bytes
 follow PUT (``send_bulk``), a large value of a GET's REPLY follows it
