@@ -231,6 +231,26 @@ def test_a_kept_result_as_an_argument_of_tasks_there_and_here_and_of_a_nested_ge
     assert doc["there"] == doc["here"] == doc["nested"] == [True, True], doc
 
 
+def test_many_kept_results_got_at_once_are_pulled_a_few_at_a_time_all_bit_exact(hosts,
+                                                                                 member):
+    doc = _run_driver(hosts, KEPT + """
+    @ray.remote
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    refs = [block.options(**on).remote(seed) for seed in range(12)]
+    until(lambda: all(recorded(ref) for ref in refs))
+    values = ray.get(refs, timeout=60)
+    out = {"equal": all(bool((v == seed).all()) for seed, v in enumerate(values)),
+           "pulled": runtime.current().owner.remote_nodes.pulled}
+    del values, refs
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=120, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert doc == {**doc, "equal": True, "pulled": 12, "freed": True}, doc
+
+
 def test_a_driver_killed_with_sigkill_leaves_nothing_kept_on_the_member(hosts, member):
     proc = driver(PRELUDE + KEPT + """
     ref = make.options(**on).remote(2)

@@ -127,7 +127,8 @@ MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource l
 MAX_TAG = 200
 TICKET_TTL_S = 10.0
 MAX_COMPLAINTS = 5  # malformed messages logged per link; all are answered
-MAX_PULLS_PER_LINK = 4  # step 11: pull connections (threads) one driver may hold open
+MAX_PULLS_PER_LINK = 8  # step 11: pull connections (threads) one driver may hold open
+#                         (its driver uses 4 at most; a closed one's thread may linger)
 PULL_SEND_TIMEOUT_S = 60.0  # one frame of a pulled value leaves within this
 
 

@@ -140,6 +140,7 @@ INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
+PULLS_PER_NODE = 4  # step 7: pulls at once from one node (it serves up to 8 per link)
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
@@ -386,6 +387,7 @@ class RemoteNodes:
         self.pulled = 0  # step 7: values pulled from the nodes that kept them
         # Step 7: idle pull connections per link, and the frees waiting to be sent.
         self._pulls: dict[RemoteNodeClient, list] = {}
+        self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
         self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
         self._frees: dict[RemoteNodeClient, list] = {}
         self._freeing = False  # a _send_frees thread runs
@@ -1037,6 +1039,10 @@ class RemoteNodes:
         store = owner.store
         path = error = None
         size = copy.size
+        with self._lock:
+            slots = self._pull_slots.setdefault(
+                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots.acquire()  # more at once wait here: N serves a few per link
         try:
             channel = self._pull_channel(client)
             try:
@@ -1072,6 +1078,8 @@ class RemoteNodes:
                 store.give_up_recycled(path)
                 path = None
             error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+        finally:
+            slots.release()
         with owner.locked():
             entry = owner.objects.get(object_id)
             if entry is not None and entry.remote is copy and entry.state == 0:  # PENDING
@@ -1098,7 +1106,7 @@ class RemoteNodes:
     def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
         with self._lock:
             idle = self._pulls.setdefault(client, [])
-            if not self._closed and client.lost is None and len(idle) < 4:
+            if not self._closed and client.lost is None and len(idle) < PULLS_PER_NODE:
                 idle.append(channel)
                 return
         channel.close()
