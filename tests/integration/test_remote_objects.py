@@ -231,6 +231,34 @@ def test_a_kept_result_as_an_argument_of_tasks_there_and_here_and_of_a_nested_ge
     assert doc["there"] == doc["here"] == doc["nested"] == [True, True], doc
 
 
+def test_a_kept_result_given_to_a_task_on_the_same_member_is_read_there_never_pulled(
+        hosts, member):
+    """The task (a hard affinity to the member) maps the member's copy: no pull, nothing
+    in the driver's store; bit-exact; the copy freed after ``del``."""
+    doc = _run_driver(hosts, KEPT + """
+    import hashlib
+
+    @ray.remote
+    def digest(array):
+        return (hashlib.sha256(array).hexdigest(), array.flags.writeable,
+                ray.get_runtime_context().get_node_id())
+
+    ref = make.options(**on).remote(5)
+    until(lambda: recorded(ref))
+    sha, writeable, node = ray.get(digest.options(**on).remote(ref), timeout=120)
+    expected = hashlib.sha256(np.random.default_rng(5).integers(
+        0, 256, N, dtype=np.uint8)).hexdigest()
+    out = {"equal": sha == expected, "writeable": writeable, "there": node == member,
+           "pulled": runtime.current().owner.remote_nodes.pulled, "here": here(ref)}
+    del ref
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert doc == {**doc, "equal": True, "writeable": False, "there": True, "pulled": 0,
+                   "here": False, "freed": True}, doc
+
+
 def test_many_kept_results_got_at_once_are_pulled_a_few_at_a_time_all_bit_exact(hosts,
                                                                                  member):
     doc = _run_driver(hosts, KEPT + """

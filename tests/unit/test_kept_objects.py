@@ -178,3 +178,23 @@ def test_a_kept_result_whose_refs_went_before_it_was_recorded_is_freed_at_once()
     objects.ensure(A).dropped = True  # its last ref went while the task ran
     objects.set_ready(A, protocol.OK, ("remote", copy))
     assert events == ["free"] and objects.get(A) is None
+
+
+@pytest.mark.parametrize("affinity, placement, reads_there", [
+    ("n1", None, True),  # a bare node id is a hard affinity
+    (("n1", False, False), None, True),
+    (("n1", False, True), None, True),
+    (("n1", True, False), None, False),  # soft: it may run elsewhere, pulled first
+    (("n2", False, False), None, False),
+    ("SPREAD", None, False),
+    (None, None, False),
+    (("n1", False, False), ("group", 0), False),  # a placement group's bundle decides
+])
+def test_a_task_reads_a_kept_argument_there_only_with_a_hard_affinity_to_its_node(
+        affinity, placement, reads_there):
+    import types
+
+    from miniray._private.owner.tasks import _reads_there
+
+    spec = types.SimpleNamespace(affinity=affinity, placement=placement)
+    assert _reads_there(spec, "n1") is reads_there

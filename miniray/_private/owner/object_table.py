@@ -41,12 +41,13 @@ class RemoteCopy:
     wakes every waiter: two gets share one pull. The owner freeing the entry frees the
     node's copy (``free``, locked: queued, sent after the lock)."""
 
-    __slots__ = ("node_id", "size", "pulling", "_start", "_free")
+    __slots__ = ("node_id", "size", "path", "pulling", "_start", "_free")
 
     def __init__(self, node_id: str, size: int, start: Callable[[], None],
-                 free: Callable[[], None]):
+                 free: Callable[[], None], path: str = ""):
         self.node_id = node_id
         self.size = size
+        self.path = path  # the segment on that node (a task placed there reads it)
         self.pulling = False
         self._start = start
         self._free = free

@@ -113,7 +113,7 @@ from miniray._private.core import cluster_view, config, node_pick, protocol, ser
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
-from miniray._private.owner.object_table import RemoteCopy
+from miniray._private.owner.object_table import PENDING, RemoteCopy
 from miniray._private.owner.output import OutputStream
 from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
@@ -738,7 +738,7 @@ class RemoteNodes:
         moved = None  # step 2: denied there, another node has room now
         bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
-            dep_values = self._dep_values(task) if spec.deps else None
+            dep_values = self._dep_values(task, entry.node_id) if spec.deps else None
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
@@ -878,14 +878,22 @@ class RemoteNodes:
         worker.env = env
         return worker
 
-    def _dep_values(self, task) -> list:
+    def _dep_values(self, task, node_id: str = "") -> list:
         """Step 2's first part: the task's argument objects (ready, none an error: the
         owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
         one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
         ``_call`` sends after TASK in frames of at most ``framing.PEER_CHUNK`` (the worker receives
         them into one buffer)."""
         spec = task.spec
-        ids_ = [object_id for _position, object_id in spec.deps]
+        there = {}  # step 7: kept on N, where the task runs: the worker reads N's segment
+        with self.owner.locked():
+            for _position, object_id in spec.deps:
+                entry = self.owner.objects.get(object_id)
+                if entry is not None and entry.state == PENDING and entry.remote is not None \
+                        and entry.remote.node_id == node_id and entry.remote.path:
+                    copy = entry.remote
+                    there[object_id] = (entry.kind, ("shm", copy.path, copy.size))
+        ids_ = [object_id for _position, object_id in spec.deps if object_id not in there]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
             items = None
             while items is None:
@@ -893,10 +901,17 @@ class RemoteNodes:
                     raise _Failed(_system_error("the driver is shutting down"))
                 if task.worker.cancelled:
                     raise _cancelled(spec)
-                items = self.owner.get_serialized(ids_, WATCH_S)
+                items = self.owner.get_serialized(ids_, WATCH_S) if ids_ else []
+            if len(items) < len(ids_):  # an argument's error: the first one, as for any task
+                items = items + items[-1:] * (len(ids_) - len(items))
+            items = iter(items)
             out = []
             try:
-                for (position, _object_id), (kind, data) in zip(spec.deps, items):
+                for position, object_id in spec.deps:
+                    if object_id in there:
+                        out.append((position, *there[object_id]))
+                        continue
+                    kind, data = next(items)
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
@@ -972,8 +987,8 @@ class RemoteNodes:
                         raise _Failed(_system_error(
                             f"Task {spec.name}: its result could not stay on node "
                             f"{client.name}: {refused}")) from None
-                    item = (item[0], ("remote", self._copy(client, node_id, object_id,
-                                                           payload[2]))) + tuple(item[2:])
+                    item = (item[0], ("remote", self._copy(
+                        client, node_id, object_id, payload[2], payload[1]))) + tuple(item[2:])
                 out.append(item)
         except BaseException:
             self._drop_results(out)  # the rest: not kept by N, its link's tag sweeps them
@@ -990,7 +1005,7 @@ class RemoteNodes:
                 self.owner.store.give_up_recycled(payload[1])
 
     def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
-              size: int) -> RemoteCopy:
+              size: int, path: str = "") -> RemoteCopy:
         def start():  # locked (a waiter was added): the pull runs on a thread of its own
             self.owner.defer(lambda: threading.Thread(
                 target=self._pull, args=(client, object_id, copy), daemon=True,
@@ -1005,7 +1020,7 @@ class RemoteNodes:
             self.owner.defer(lambda: threading.Thread(
                 target=self._send_frees, daemon=True, name="miniray-remote-free").start())
 
-        copy = RemoteCopy(node_id, size, start, free)
+        copy = RemoteCopy(node_id, size, start, free, path)
         return copy
 
     def _send_frees(self) -> None:
@@ -1082,7 +1097,7 @@ class RemoteNodes:
             slots.release()
         with owner.locked():
             entry = owner.objects.get(object_id)
-            if entry is not None and entry.remote is copy and entry.state == 0:  # PENDING
+            if entry is not None and entry.remote is copy and entry.state == PENDING:
                 if error is not None:
                     owner.objects.set_ready(object_id, protocol.ERR,
                                             serialization.dumps(error))
@@ -1138,9 +1153,10 @@ class RemoteNodes:
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
                    owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name,
                    spec.placement if slot.bundle is not None else None)  # its group
-            bulk = [d[2][2] for d in dep_values or () if type(d[2]) is tuple]
+            bulk = [d[2][2] for d in dep_values or ()
+                    if type(d[2]) is tuple and d[2][0] == "peer"]
             if bulk:  # the mappings stay here; the worker reads their bytes after TASK
-                dep_values = [(p, k, d[:2] if type(d) is tuple else d)
+                dep_values = [(p, k, d[:2] if type(d) is tuple and d[0] == "peer" else d)
                               for p, k, d in dep_values]
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        dep_values, spec.return_ids, spec.num_returns, ctx))
