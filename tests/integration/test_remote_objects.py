@@ -178,9 +178,9 @@ def test_a_200_mb_result_stays_on_the_member_until_get_and_goes_with_del(hosts, 
     owner = runtime.current().owner
     out["equal"] = [bool(np.array_equal(v, expected)) for v in values]
     out["zero_copy"] = [v.flags.writeable for v in values] + [here(ref)]
-    out["pulled"] = owner.remote_nodes.pulled
+    out["pulled"] = owner.remote_nodes.kept_results.pulled
     again = ray.get(ref, timeout=30)  # from this store now: no second pull
-    out["pulled_again"] = owner.remote_nodes.pulled
+    out["pulled_again"] = owner.remote_nodes.kept_results.pulled
     del values, threads, again, ref
     out["freed_on_member"] = until(lambda: not kept(), 10)
     print(json.dumps(out), flush=True)
@@ -249,7 +249,7 @@ def test_a_kept_result_given_to_a_task_on_the_same_member_is_read_there_never_pu
     expected = hashlib.sha256(np.random.default_rng(5).integers(
         0, 256, N, dtype=np.uint8)).hexdigest()
     out = {"equal": sha == expected, "writeable": writeable, "there": node == member,
-           "pulled": runtime.current().owner.remote_nodes.pulled, "here": here(ref)}
+           "pulled": runtime.current().owner.remote_nodes.kept_results.pulled, "here": here(ref)}
     del ref
     out["freed"] = until(lambda: not kept(), 10)
     print(json.dumps(out), flush=True)
@@ -270,7 +270,7 @@ def test_many_kept_results_got_at_once_are_pulled_a_few_at_a_time_all_bit_exact(
     until(lambda: all(recorded(ref) for ref in refs))
     values = ray.get(refs, timeout=60)
     out = {"equal": all(bool((v == seed).all()) for seed, v in enumerate(values)),
-           "pulled": runtime.current().owner.remote_nodes.pulled}
+           "pulled": runtime.current().owner.remote_nodes.kept_results.pulled}
     del values, refs
     out["freed"] = until(lambda: not kept(), 10)
     print(json.dumps(out), flush=True)

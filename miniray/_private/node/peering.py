@@ -80,9 +80,9 @@ from miniray._private.node.remote_drivers import (
     check_hello,
     check_pull_hello,
 )
-from miniray._private.transport.remote_node import ROLE_PULL
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import ROLE_PULL
 
 __all__ = ["JoinError", "Peering", "bind_listener", "join_head", "route_source"]
 

@@ -88,14 +88,16 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
     7. Results kept on N (docs/remote-objects.md; off with MINIRAY_KEEP_REMOTE_RESULTS=0):
        the link asks N ("keeps") for its tag once; HELLO hands it to N's workers
        (``store["keep_tag"]``, ``keep_max``); a result they keep comes in RESULT as
-       ``("kept", path, size)``, which N books (("keep", ...), ``_keep_results``) and the
+       ``("kept", path, size)``, which N books (("keep", ...), ``remote_objects``) and the
        owner gets as ``("remote", RemoteCopy)``: its entry stays PENDING until a waiter
-       (get, wait, a task given it) starts the one pull (``_pull``, a thread, never
+       (get, wait, a task given it) starts the one pull (``remote_objects.py``, a thread, never
        locked: a ``pull`` connection of the link, idle ones kept, straight into a
        segment of the store as in step 3), which makes it READY. The link lost or N
        keeping no such object: ObjectLostError, waiters woken. The owner freeing it
        queues ("free", ...) for the link, sent in batches off the lock
-       (``_send_frees``); a lost link's go unsent (N swept them).
+       (``KeptResults._send_frees``); a lost link's go unsent (N swept them). A task with a hard
+       affinity to N given such a ref does not wait for it (``tasks._reads_there``):
+       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled.
 """
 
 from __future__ import annotations
@@ -109,12 +111,13 @@ import select
 import threading
 import time
 
-from miniray._private.core import cluster_view, config, node_pick, protocol, serialization
+from miniray._private.core import cluster_view, config, node_pick, protocol
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
-from miniray._private.owner.object_table import PENDING, RemoteCopy
+from miniray._private.owner.object_table import PENDING
 from miniray._private.owner.output import OutputStream
+from miniray._private.owner.remote_objects import KeepRefused, KeptResults
 from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
@@ -140,7 +143,6 @@ INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
-PULLS_PER_NODE = 4  # step 7: pulls at once from one node (it serves up to 8 per link)
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
@@ -384,16 +386,11 @@ class RemoteNodes:
         self._claims: dict[str, dict[str, float]] = {}
         self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
-        self.pulled = 0  # step 7: values pulled from the nodes that kept them
-        # Step 7: idle pull connections per link, and the frees waiting to be sent.
-        self._pulls: dict[RemoteNodeClient, list] = {}
-        self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
-        self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
-        self._frees: dict[RemoteNodeClient, list] = {}
-        self._freeing = False  # a _send_frees thread runs
         from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
 
         self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
+        self.kept_results = KeptResults(  # step 7: results kept on their node
+            self, _receive_segment, _receive_frames, BULK_FRAME_S)
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
@@ -785,7 +782,7 @@ class RemoteNodes:
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
                 if results is not None:  # not completed here (done already, shut down):
-                    self._drop_results(results)  # its segments and copies are nobody's
+                    self.kept_results.drop_results(results)  # its segments and copies: nobody's
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -968,164 +965,6 @@ class RemoteNodes:
             raise
         return out
 
-    # -- step 7: results kept on their node ---------------------------------------------
-    def _keep_results(self, client: RemoteNodeClient, node_id: str, spec,
-                      items: list) -> list:
-        """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
-        the owner gets ``("remote", RemoteCopy)`` for it, pulled when someone waits. A
-        refusal fails the task as a system error (N unlinked the segment); the copies kept
-        so far are freed."""
-        out = []
-        try:
-            for index, item in enumerate(items):
-                payload = item[1]
-                if type(payload) is tuple and payload[0] == "kept":
-                    object_id = spec.return_ids[index]
-                    try:
-                        client.keep(object_id, payload[1], payload[2])
-                    except RemoteLeaseError as refused:
-                        raise _Failed(_system_error(
-                            f"Task {spec.name}: its result could not stay on node "
-                            f"{client.name}: {refused}")) from None
-                    item = (item[0], ("remote", self._copy(
-                        client, node_id, object_id, payload[2], payload[1]))) + tuple(item[2:])
-                out.append(item)
-        except BaseException:
-            self._drop_results(out)  # the rest: not kept by N, its link's tag sweeps them
-            raise
-        return out
-
-    def _drop_results(self, items: list) -> None:
-        """Results nobody adopted: segments here unlinked, copies on N freed."""
-        for item in items:
-            payload = item[1]
-            if type(payload) is tuple and payload[0] == "remote":
-                payload[1].free()
-            elif type(payload) is tuple:
-                self.owner.store.give_up_recycled(payload[1])
-
-    def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
-              size: int, path: str = "") -> RemoteCopy:
-        def start():  # locked (a waiter was added): the pull runs on a thread of its own
-            self.owner.defer(lambda: threading.Thread(
-                target=self._pull, args=(client, object_id, copy), daemon=True,
-                name="miniray-pull").start())
-
-        def free():  # locked: sent after it, with others, by ``_send_frees``
-            with self._frees_lock:
-                self._frees.setdefault(client, []).append(object_id)
-                if self._freeing:
-                    return
-                self._freeing = True
-            self.owner.defer(lambda: threading.Thread(
-                target=self._send_frees, daemon=True, name="miniray-remote-free").start())
-
-        copy = RemoteCopy(node_id, size, start, free, path)
-        return copy
-
-    def _send_frees(self) -> None:
-        """Step 7's frees, batched per link, never under the owner's lock. A lost link's
-        are dropped: N swept them with the link."""
-        while True:
-            with self._frees_lock:
-                batch, self._frees = self._frees, {}
-                if not batch:
-                    self._freeing = False
-                    return
-            for client, object_ids in batch.items():
-                if client.lost is not None or self._closed:
-                    continue
-                for start in range(0, len(object_ids), 4096):
-                    try:
-                        client.free(object_ids[start:start + 4096])
-                    except Exception as error:  # noqa: BLE001 - N lost: swept with the link
-                        logger.debug("freeing kept objects on %s failed: %s", client.name,
-                                     error)
-                        break
-
-    def _pull(self, client: RemoteNodeClient, object_id: bytes, copy: RemoteCopy) -> None:
-        """Step 7's pull, on its own thread (never the I/O thread, never locked): the
-        value's bytes from N's segment on a pull connection of this link, straight into a
-        segment of this store (a freed one of its pool when one fits), then READY; N or
-        its link lost, or N keeping no such object: ObjectLostError, waiters woken."""
-        from miniray.exceptions import ObjectLostError  # lazy: this path only
-
-        owner = self.owner
-        store = owner.store
-        path = error = None
-        size = copy.size
-        with self._lock:
-            slots = self._pull_slots.setdefault(
-                client, threading.BoundedSemaphore(PULLS_PER_NODE))
-        slots.acquire()  # more at once wait here: N serves a few per link
-        try:
-            channel = self._pull_channel(client)
-            try:
-                channel.send(("pull", 1, object_id))
-                answer = channel.recv(timeout=BULK_FRAME_S)
-                if not (type(answer) is tuple and len(answer) == 3 and answer[0] == "pulling"
-                        and answer[2] == size):
-                    raise LookupError(str(answer[3] if type(answer) is tuple
-                                          and len(answer) == 4 else answer)[:200])
-                recycled = store.recycled_for(object_id, size)
-                path = recycled[0] if recycled else os.path.join(
-                    store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
-                if recycled:
-                    _receive_frames(channel, recycled[1], size)
-                else:
-                    _receive_segment(channel, path, size)
-            except BaseException:
-                channel.close()
-                raise
-            self._pull_idle(client, channel)
-        except OSError as failure:
-            if path is not None:
-                store.give_up_recycled(path)
-                path = None
-            if failure.errno in (errno.ENOSPC, errno.ENOMEM):
-                error = shm_segments.no_room_error(store.shm_dir, size, object_id)
-            else:
-                error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
-        except Exception as failure:  # noqa: BLE001 - N, its link or the object gone
-            logger.info("pulling object %s from %s failed: %r", object_id.hex()[:16],
-                        client.name, failure)
-            if path is not None:
-                store.give_up_recycled(path)
-                path = None
-            error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
-        finally:
-            slots.release()
-        with owner.locked():
-            entry = owner.objects.get(object_id)
-            if entry is not None and entry.remote is copy and entry.state == PENDING:
-                if error is not None:
-                    owner.objects.set_ready(object_id, protocol.ERR,
-                                            serialization.dumps(error))
-                else:
-                    owner.objects.set_ready(object_id, entry.kind, ("shm", path, size))
-                    self.pulled += 1
-                path = None
-        if path is not None:  # freed while it was pulled
-            store.give_up_recycled(path)
-
-    def _pull_channel(self, client: RemoteNodeClient):
-        """An idle pull connection of ``client``'s link, or a new one."""
-        with self._lock:
-            idle = self._pulls.get(client)
-            if idle:
-                return idle.pop()
-        if client.kept is None:
-            raise LookupError("the link keeps nothing")
-        return client.open_pull(client.kept[0])
-
-    def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
-        with self._lock:
-            idle = self._pulls.setdefault(client, [])
-            if not self._closed and client.lost is None and len(idle) < PULLS_PER_NODE:
-                idle.append(channel)
-                return
-        channel.close()
-
     def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot,
               dep_values=None) -> list:
         owner = self.owner
@@ -1188,7 +1027,11 @@ class RemoteNodes:
                         except _Failed:
                             worker.broken = True
                             raise
-                        results = self._keep_results(client, worker.node, spec, results)
+                        try:
+                            results = self.kept_results.keep_results(
+                                client, worker.node, spec, results)
+                        except KeepRefused as refused:
+                            raise _Failed(_system_error(str(refused))) from None
                     return results
                 if tag == protocol.READY or asks.serve(message):
                     continue
@@ -1306,12 +1149,9 @@ class RemoteNodes:
             for _ in range(self._waiting_threads):  # each waiting thread ends on one
                 self._jobs.put(None)
             self._waiting_threads = 0
-            pulls = [c for channels in self._pulls.values() for c in channels]
-            self._pulls.clear()
         for worker in idle:
             worker.close()
-        for channel in pulls:
-            channel.close()
+        self.kept_results.close()
         for client in clients:  # N frees what it keeps for each link (its tag's sweep)
             client.close()
         deadline = time.monotonic() + timeout

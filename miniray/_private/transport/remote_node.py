@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from miniray._private.transport import peer_channel as pc
 from miniray.exceptions import NodeDiedError
 
-__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "ROLE_PULL", "RemoteDenial", "RemoteGrant", "RemoteLeaseError",
-           "RemoteNodeClient"]
+__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "ROLE_PULL", "RemoteDenial", "RemoteGrant",
+           "RemoteLeaseError", "RemoteNodeClient"]
 
 ROLE_DRIVER = "driver"  # the role names on a node's port (node/remote_drivers.py serves them)
 ROLE_ATTACH = "attach"
