@@ -808,8 +808,9 @@ class ObjectLostError(RayError):
 
     def _reason(self) -> str:
         return (
-            "Every copy of the object was lost. miniray keeps objects in the owner's "
-            "object store, so this means that store lost it; this is likely a bug in miniray."
+            f"All copies of {self.object_ref_hex} have been lost due to node failure (the "
+            "node that kept it died or dropped this driver's link before the value was "
+            "read). Check the node's log under its session directory for the failure."
         )
 
     def __str__(self) -> str:

@@ -523,3 +523,86 @@ def test_a_driver_that_stops_reading_is_dropped_and_its_leases_freed(tmp_path, m
             assert other.ping() < 5.0
     finally:
         n.close()
+
+
+# ------------------------------------------------- step 11: results kept for a link
+def _kept_node(node, tmp_path):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    node.peering.drivers._shm_dir = str(shm)  # never the user's shm dir
+    return shm
+
+
+def _write(shm, tag: str, object_id: bytes, data: bytes) -> str:
+    path = str(shm / f"mr_{tag}_{object_id.hex()}")
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def test_a_link_keeps_pulls_and_frees_its_results(node, tmp_path):
+    shm = _kept_node(node, tmp_path)
+    one, two = b"\x01" * 28, b"\x02" * 28
+    value = os.urandom(3 << 20)
+    with node.client() as client:
+        tag, room = client.keeps()
+        assert room >= 0 and len(tag) >= 8
+        path = _write(shm, tag, one, value)
+        client.keep(one, path, len(value))
+        with pytest.raises(RemoteLeaseError) as refused:  # not named for this object
+            client.keep(two, _write(shm, tag, b"\x03" * 28, b"x"), 1)
+        assert refused.value.kind == "bad_segment"
+        pull = client.open_pull(tag)
+        try:
+            pull.send(("pull", 1, one))
+            assert pull.recv(timeout=5) == ("pulling", 1, len(value))
+            got = bytearray(len(value))
+            view, offset = memoryview(got), 0
+            while offset < len(value):
+                offset += pull.recv_bytes_into(view[offset:], timeout=5)
+            assert bytes(got) == value
+            pull.send(("pull", 2, two))  # never kept: an error, the connection stays
+            answer = pull.recv(timeout=5)
+            assert answer[:3] == ("error", 2, "unknown_object")
+        finally:
+            pull.close()
+        assert client.free([one, two]) == 1
+        assert not os.path.exists(path)
+
+
+def test_a_closed_link_leaves_nothing_of_its_tag_and_pulls_need_its_tag(node, tmp_path):
+    shm = _kept_node(node, tmp_path)
+    client = node.client()
+    other = node.client()
+    tag, _room = client.keeps()
+    other_tag, _ = other.keeps()
+    assert tag != other_tag
+    kept = _write(shm, tag, b"\x01" * 28, b"kept")
+    client.keep(b"\x01" * 28, kept, 4)
+    orphan = _write(shm, tag, b"\x02" * 28, b"a worker died before its keep")
+    theirs = _write(shm, other_tag, b"\x01" * 28, b"the other link's")
+    other.keep(b"\x01" * 28, theirs, 16)
+    pull = other.open_pull(other_tag)  # the other link cannot pull this one's objects
+    pull.send(("pull", 1, b"\x02" * 28))
+    assert pull.recv(timeout=5)[:3] == ("error", 1, "unknown_object")
+    pull.close()
+    client.close()
+    assert wait_until(lambda: not os.path.exists(kept) and not os.path.exists(orphan))
+    assert os.path.exists(theirs)
+    with pytest.raises((pc.PeerClosed, OSError, TimeoutError, pc.PeerRefused)):
+        stale = other.open_pull(tag)  # the closed link's tag: refused, closed at once
+        stale.send(("pull", 1, b"\x01" * 28))
+        stale.recv(timeout=5)
+    other.close()
+    assert wait_until(lambda: not os.listdir(shm))
+
+
+def test_fencing_frees_every_links_kept_results(node, tmp_path):
+    shm = _kept_node(node, tmp_path)
+    client = node.client()
+    tag, _room = client.keeps()
+    client.keep(b"\x01" * 28, _write(shm, tag, b"\x01" * 28, b"kept"), 4)
+    node.on_loop(lambda: node.peering.drivers.fence("the head holds this node dead"))
+    assert wait_until(lambda: not os.listdir(shm))
+    node.on_loop(node.peering.drivers.resume)
+    client.close()

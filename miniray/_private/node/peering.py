@@ -27,8 +27,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
 
 1. B binds its own listener (``--node-ip-address``:``--port``), then connects to H with
    role "join" and hello ``{"node": NodeEntry fields, "cluster": H's address}``. H's
-   handshake thread accepts the roles "join" (on a head), "driver" and "attach" (on any
-   node: ``remote_drivers.py``, whose hello it checks) and "actors" (on a head: drivers of
+   handshake thread accepts the roles "join" (on a head), "driver", "attach" and "pull" (on
+   any node: ``remote_drivers.py``, whose hello it checks) and "actors" (on a head: drivers of
    member nodes reaching its actor service, relayed by ``actor_relay.py``); any other role
    is refused by name.
    A wrong token or another miniray/Python version fails here: ``miniray start`` exits 1
@@ -78,9 +78,11 @@ from miniray._private.node.remote_drivers import (
     RemoteDrivers,
     check_attach_hello,
     check_hello,
+    check_pull_hello,
 )
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import ROLE_PULL
 
 __all__ = ["JoinError", "Peering", "bind_listener", "join_head", "route_source"]
 
@@ -334,6 +336,8 @@ class Peering:
             return check_hello(hello) or {"node_id": self.entry.node_id}
         if hello.get("role") == ROLE_ATTACH:
             return check_attach_hello(hello) or {}
+        if hello.get("role") == ROLE_PULL:
+            return check_pull_hello(hello) or {}
         if hello.get("role") == ROLE_ACTORS and not self.is_head:
             return (f"the node at {self.entry.address} is not a head: named and detached "
                     f"actors live in its head's actor service ({self.head[0]}:{self.head[1]})")
@@ -341,7 +345,8 @@ class Peering:
             return {"node_id": self.entry.node_id}
         if hello.get("role") != ROLE_JOIN:
             return (f"this port accepts only the roles {ROLE_JOIN!r}, {ROLE_DRIVER!r}, "
-                    f"{ROLE_ATTACH!r} and {ROLE_ACTORS!r} in this miniray version")
+                    f"{ROLE_ATTACH!r}, {ROLE_PULL!r} and {ROLE_ACTORS!r} in this miniray "
+                    "version")
         if not self.is_head:
             return (f"the node at {self.entry.address} is not a head: join the head of its "
                     f"cluster ({self.head[0]}:{self.head[1]})")
@@ -368,11 +373,13 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH):
+            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
                 if self._closed:
                     item.close()
                 elif item.role == ROLE_DRIVER:
                     self.drivers.add(item)
+                elif item.role == ROLE_PULL:
+                    self.drivers.pull(item)
                 else:
                     self.drivers.attach(item)
             elif kind == "accepted" and item.role == ROLE_ACTORS:

@@ -5,14 +5,16 @@ Owns: the links of remote drivers (after the handshake), their leases on this no
 which lease belongs to which link, releasing them all when a link closes, fencing (every
 link closed and every lease released at once, when the head holds this node dead), and the
 pure checks of what a remote driver sends (``check_request``, ``parse_message``,
-``DriverLeases``). Does not own: the TCP listener, the handshake gate and the role check
+``DriverLeases``), results kept for each link's driver (step 11, the book in
+``kept_objects.py``). Does not own: the TCP listener, the handshake gate and the role check
 (``peering.py``, which hands each authenticated ``driver`` channel to ``RemoteDrivers.add``
 and calls ``fence`` when it is declared dead), the ledger's file (``ledger.py``), the
 driver's side (``transport/remote_node.py``), or forking workers (the spawner hook: the
 node's fork server, ``node.NodeServer._remote_spawn``; this module keeps which worker is
 whose, kills them with their link and reports their exits).
 Called by: ``peering.Peering`` on the node's selector loop (single-threaded: nothing here
-locks, every ledger call is a short file transaction).
+locks, every ledger call is a short file transaction); step 11's pull threads only read
+the book (one dict lookup) and map a segment.
 
 Holder: every remote lease is taken with ``holder_pid`` = this node's pid (a remote pid
 means nothing here) and a tag naming the driver (``remote driver <ip> pid <pid>: <tag>``),
@@ -71,6 +73,23 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        follows as step 9. A pid that is not a worker of this link (another driver's, one
        that exited, any other process) is answered ("error", req, "unknown_worker", text)
        and nothing is signalled.
+   11. Results kept for the link (``kept_objects.KeptObjects``; docs/remote-objects.md).
+       Each link gets a segment tag when it is served (``new_session_tag`` with this
+       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, room), room half
+       the shm dir's free bytes then; D hands both to its workers here in HELLO, which
+       write a large result as ``mr_<tag>_<object id>`` in this node's shm dir. D -> N
+       ("keep", req, object_id, path, size): N books it for the link after
+       ``check_adoptable`` (the link's tag, its shm dir, a regular file of this uid, the
+       size): ("kept", req), else ("error", req, "bad_segment", text) and N unlinks it
+       if it is the link's. D -> N ("free", req, [object_id]): unlinked, ("freed", req,
+       n) (ids it does not keep are skipped). A connection with role "pull" (hello
+       {"driver", "tag"}: the tag of a served link, else closed at once; at most
+       MAX_PULLS_PER_LINK) is served by a thread of its own, never the loop: ("pull",
+       req, object_id) -> ("pulling", req, size) and the bytes in frames from the
+       segment's read-only mapping, or ("error", req, "unknown_object", text) for an
+       object this link does not keep. Step 5 and fencing unlink every object of the
+       link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
+       driver that dies leaves nothing here.
 """
 
 from __future__ import annotations
@@ -81,12 +100,16 @@ import math
 import os
 import selectors
 import socket
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from miniray._private.core import config
+from miniray._private.host import session
+from miniray._private.node.kept_objects import KeptObjects
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
 
 if TYPE_CHECKING:
@@ -94,7 +117,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ROLE_ATTACH", "ROLE_DRIVER", "DriverLeases", "RemoteDrivers", "check_attach_hello",
-    "check_hello", "check_request", "keepalive_settings", "parse_message",
+    "check_hello", "check_pull_hello", "check_request", "keepalive_settings", "parse_message",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -104,6 +127,9 @@ MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource l
 MAX_TAG = 200
 TICKET_TTL_S = 10.0
 MAX_COMPLAINTS = 5  # malformed messages logged per link; all are answered
+MAX_PULLS_PER_LINK = 8  # step 11: pull connections (threads) one driver may hold open
+#                         (its driver uses 4 at most; a closed one's thread may linger)
+PULL_SEND_TIMEOUT_S = 60.0  # one frame of a pulled value leaves within this
 
 
 # ------------------------------------------------------------------------ pure decisions
@@ -215,7 +241,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, None, f"a message must be a non-empty tuple, got {type(message).__name__}"
     op = message[0]
     req = message[1] if len(message) > 1 else None
-    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3}
+    shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
+              "keep": 5, "free": 3}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -226,7 +253,31 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, req, "a lease id must be a str"
     if op == "kill" and (not isinstance(message[2], int) or isinstance(message[2], bool)):
         return None, req, "a worker pid must be an int"
+    if op == "keep" and (not isinstance(message[2], bytes) or not isinstance(message[3], str)
+                         or not isinstance(message[4], int) or isinstance(message[4], bool)):
+        return None, req, "a keep names (object id: bytes, path: str, size: int)"
+    if op == "free" and (not isinstance(message[2], (list, tuple)) or len(message[2]) > 4096
+                         or not all(isinstance(i, bytes) for i in message[2])):
+        return None, req, "a free names a list of at most 4096 object ids (bytes)"
     return op, req, tuple(message[2:])
+
+
+def _segments():
+    """The store's segment module, lazy: a node loads it (and cloudpickle) only once a
+    remote driver connects."""
+    from miniray._private.object_store import shm_segments  # lazy: see above
+
+    return shm_segments
+
+
+def check_pull_hello(hello: dict) -> str | None:
+    """Step 11: None if a pull hello is ``{"driver": {...}, "tag": str}``, else the
+    refusal text."""
+    tag = hello.get("tag") if isinstance(hello, dict) else None
+    if check_hello(hello) is not None or not isinstance(tag, str) or not 8 <= len(tag) <= 24:
+        return ("a pull hello must carry {'driver': {'host': str, 'pid': int}, 'tag': str}: "
+                "connect with miniray's RemoteNodeClient of the same version")
+    return None
 
 
 class DriverLeases:
@@ -295,7 +346,7 @@ def _close_parts(ticket) -> None:
 
 
 class _Link:
-    __slots__ = ("channel", "fd", "name", "host", "pid", "ip", "complaints")
+    __slots__ = ("channel", "fd", "name", "host", "pid", "ip", "complaints", "pulls")
 
     def __init__(self, channel: pc.PeerChannel):
         self.channel = channel
@@ -306,6 +357,7 @@ class _Link:
         self.ip = ip = _peer_ip(channel)
         self.name = f"remote driver {ip} pid {self.pid}"
         self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
+        self.pulls: set = set()  # step 11's pull connections (closed with the link)
 
 
 class RemoteDrivers:
@@ -319,8 +371,12 @@ class RemoteDrivers:
     """
 
     def __init__(self, ledger, *, node_id: str = "", gpu_keys: list | None = None,
-                 node_pid: int | None = None, spawner=None, ticket_ttl: float = TICKET_TTL_S):
+                 node_pid: int | None = None, spawner=None, ticket_ttl: float = TICKET_TTL_S,
+                 shm_dir: str | None = None):
         self.ledger = ledger
+        self._shm_dir = shm_dir  # where workers of remote drivers write (config's default)
+        self.kept = KeptObjects()  # step 11: results kept per link
+        self._by_tag: dict[str, _Link] = {}
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
         self._gpu_keys = list(gpu_keys or [])
@@ -379,6 +435,15 @@ class RemoteDrivers:
             channel.close()
             return
         link = _Link(channel)
+        # The node's pid and its root's tag in it (``new_session_tag``): a sweeper tells a
+        # dead node's leftovers, and a test harness its own.
+        tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
+        while tag in self._by_tag:  # two links never share a tag: it names their segments
+            tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
+        self.kept.add_link(link, tag)
+        self._by_tag[tag] = link
+        # Registered at creation: whatever a worker of this link writes under its tag goes
+        # when the link closes or is fenced (``_drop``), adopted by the book or not.
         channel.setblocking(False)
         channel.set_send_timeout(SEND_TIMEOUT_S)
         _set_keepalive(link.fd, self._keepalive)
@@ -426,6 +491,8 @@ class RemoteDrivers:
             return ("pong", req, self.node_id)
         if op == "spawn":
             return self._issue(link, req)
+        if op in ("keeps", "keep", "free"):
+            return self._keeping(link, op, req, args)
         if op == "kill":
             (pid,) = args
             if self._workers.get(pid) is not link or self.kill_worker is None:
@@ -531,7 +598,104 @@ class RemoteDrivers:
             if self.kill_worker is not None:  # its EXITED then finds no link
                 self.kill_worker(pid)
         released = self._release(self._leases.take_items(link))
-        logger.info("%s left (%s); released %d lease(s)", link.name, why, released)
+        for pull in list(link.pulls):  # their threads end on the closed channel
+            pull.close()
+        tag, paths = self.kept.drop_link(link)
+        if tag is not None:
+            self._by_tag.pop(tag, None)
+            for path in paths:
+                _segments().unlink_quiet(path)
+            _segments().sweep_segments(self.shm_dir, lambda t: t == tag)
+        logger.info("%s left (%s); released %d lease(s), freed %d kept object(s)", link.name,
+                    why, released, len(paths))
+
+    # -- step 11: results kept for the link, pulled and freed by its driver -----------
+    @property
+    def shm_dir(self) -> str:
+        if self._shm_dir is None:
+            self._shm_dir = config.shm_dir()
+        return self._shm_dir
+
+    def _keeping(self, link: _Link, op: str, req, args):
+        if op == "keeps":
+            try:
+                room = _segments().free_bytes(self.shm_dir) // 2
+            except OSError:
+                room = 0
+            return ("keeps", req, self.kept.tag_of(link), room)
+        if op == "free":
+            paths = self.kept.free(link, args[0])
+            for path in paths:
+                _segments().unlink_quiet(path)
+            return ("freed", req, len(paths))
+        object_id, path, size = args
+        why = self.kept.add(link, object_id, path, size)
+        if why is None:
+            try:
+                _segments().check_adoptable(path, size, self.shm_dir, self.kept.tag_of(link))
+                return ("kept", req)
+            except (OSError, ValueError) as error:
+                self.kept.free(link, [object_id])
+                why = str(error)
+        if os.path.basename(str(path)).startswith(
+                f"mr_{self.kept.tag_of(link)}_") and os.path.dirname(path) == self.shm_dir:
+            _segments().unlink_quiet(path)  # the link's own segment, refused: gone now
+        self.errors += 1
+        return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
+
+    def pull(self, channel: pc.PeerChannel) -> None:
+        """Step 11: a pull connection of the link whose tag its hello names (from the
+        handshake gate, on the loop); served by a thread of its own, never on the loop (a
+        200 MB send would stall the heartbeats)."""
+        link = self._by_tag.get(channel.peer_hello.get("tag"))
+        if link is None or not self._served(link) or len(link.pulls) >= MAX_PULLS_PER_LINK:
+            self.errors += 1
+            logger.warning("refused a pull connection from %s: no driver link of its tag, "
+                           "or %d pulls open already", channel.address, MAX_PULLS_PER_LINK)
+            channel.close()
+            return
+        link.pulls.add(channel)
+        threading.Thread(target=self._serve_pulls, args=(link, channel), daemon=True,
+                         name="miniray-pull").start()
+
+    def _serve_pulls(self, link: _Link, channel: pc.PeerChannel) -> None:
+        """Step 11's thread: ("pull", req, object_id) -> ("pulling", req, size) and the
+        bytes in frames from the segment's read-only mapping, or ("error", req,
+        "unknown_object", text). Reads the book without the loop (a dict lookup: an object
+        freed meanwhile is either found, and its mapping outlives the unlink, or not)."""
+        try:
+            channel.setblocking(True)
+            channel.set_send_timeout(PULL_SEND_TIMEOUT_S)
+            while True:
+                message = channel.recv(timeout=None)
+                if (not isinstance(message, tuple) or len(message) != 3
+                        or message[0] != "pull" or not isinstance(message[2], bytes)):
+                    return  # not a driver of this version: the connection goes
+                req, object_id = message[1], message[2]
+                found = self.kept.find(link, object_id)
+                mapping = None
+                if found is not None:
+                    try:
+                        mapping = _segments().map_readonly(found[0])
+                    except OSError:
+                        mapping = None
+                if mapping is None:
+                    channel.send(("error", req, "unknown_object",
+                                  f"this node keeps no object {object_id.hex()} for this "
+                                  "driver (freed, or its link closed or was fenced)"))
+                    continue
+                try:
+                    size = found[1]
+                    channel.send(("pulling", req, size))
+                    with memoryview(mapping) as whole, whole[:size] as view:
+                        send_in_frames(channel.send_bytes, view)
+                finally:
+                    mapping.close()
+        except (OSError, pc.PeerClosed, pc.PeerAuthError, TimeoutError, ValueError):
+            pass
+        finally:
+            link.pulls.discard(channel)
+            channel.close()
 
     # -- step 8: spawn tickets and attach connections ------------------------------------
     def _issue(self, link: _Link, req):

@@ -14,6 +14,9 @@ Called by: owner.py (with its lock held), and the driver's ``get``/``wait`` thro
     set_ready(id, kind, data) ──► store.put ──► waiters.notify(is_error, id)
                                    └─► freed at once if its last ref is already gone
 
+A task's result kept on another node (``RemoteCopy``) stays PENDING here until its first
+waiter starts its pull; freeing it frees the node's copy (``owner/remote_nodes.py``).
+
 A waiter is anything with ``notify(is_error, object_id)``: a blocked driver ``get``/``wait``
 (``Waiter``), a worker's get/wait (``CallbackWaiter``), or a task waiting on an argument.
 """
@@ -30,9 +33,37 @@ from miniray._private.object_store import values
 PENDING, READY = 0, 1
 
 
+class RemoteCopy:
+    """A task's result that its node keeps (issue 16, ``owner/remote_nodes.py``): the entry
+    stays PENDING, and nothing of it is in this store, until someone waits for it; the
+    first waiter starts the pull (``want``, locked: ``start`` only hands the pull to a
+    thread, after the lock), whose end makes the entry READY (or an ObjectLostError) and
+    wakes every waiter: two gets share one pull. The owner freeing the entry frees the
+    node's copy (``free``, locked: queued, sent after the lock)."""
+
+    __slots__ = ("node_id", "size", "path", "pulling", "_start", "_free")
+
+    def __init__(self, node_id: str, size: int, start: Callable[[], None],
+                 free: Callable[[], None], path: str = ""):
+        self.node_id = node_id
+        self.size = size
+        self.path = path  # the segment on that node (a task placed there reads it)
+        self.pulling = False
+        self._start = start
+        self._free = free
+
+    def want(self) -> None:
+        if not self.pulling:
+            self.pulling = True
+            self._start()
+
+    def free(self) -> None:
+        self._free()
+
+
 class Entry:
     __slots__ = ("state", "kind", "waiters", "refs", "escaped", "holders", "dropped", "borrows",
-                 "contains")
+                 "contains", "remote")
 
     def __init__(self):
         self.state = PENDING
@@ -46,12 +77,15 @@ class Entry:
         self.dropped = False   # the last ref went away while it was still pending
         self.borrows = 0       # workers that hold a ref to it (they report it)
         self.contains: tuple = ()  # ids of refs pickled inside this object
+        self.remote: RemoteCopy | None = None  # kept on another node (freed with it)
 
     def add_waiter(self, waiter) -> None:
         if self.waiters is None:
             self.waiters = [waiter]
         else:
             self.waiters.append(waiter)
+        if self.remote is not None and self.state == PENDING:
+            self.remote.want()  # kept on its node: pulled now that someone needs it
 
     def remove_waiter(self, waiter) -> None:
         if self.waiters and waiter in self.waiters:
@@ -178,7 +212,7 @@ class ObjectTable:
         borrowing worker, and it was never pickled somewhere untracked."""
         if entry.refs > 0 or entry.escaped or entry.holders > 0 or entry.borrows > 0:
             return
-        if entry.state == READY:
+        if entry.state == READY or entry.remote is not None:
             self._free(object_id)
         else:
             entry.dropped = True
@@ -186,6 +220,8 @@ class ObjectTable:
     def _free(self, object_id: bytes) -> None:
         entry = self.entries.pop(object_id)
         self.store.free(object_id)
+        if entry.remote is not None:  # its node's copy too (sent after the lock)
+            entry.remote.free()
         if self.on_free is not None:
             self.on_free(object_id)
         if entry.contains:  # the refs it held inside go with it
@@ -238,7 +274,7 @@ class ObjectTable:
         come)."""
         entry = self.entries.get(object_id)
         if entry is not None and entry.state == PENDING and not entry.waiters and \
-                entry.holders <= 0:
+                entry.holders <= 0 and entry.remote is None:
             del self.entries[object_id]
 
     def escape(self, object_id: bytes) -> None:
@@ -265,6 +301,15 @@ class ObjectTable:
             entry = self.ensure(object_id)
         if escaped:
             entry.escaped = True
+        if type(data) is tuple and data[0] == "remote":  # kept on its node: not here yet
+            entry.remote = data[1]
+            entry.kind = kind
+            if entry.waiters:
+                entry.remote.want()
+            elif (entry.dropped and entry.refs <= 0 and not entry.escaped
+                  and entry.holders <= 0 and entry.borrows <= 0):
+                self._free(object_id)
+            return
         if stored:
             pass
         elif isinstance(data, tuple):

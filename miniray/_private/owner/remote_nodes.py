@@ -20,7 +20,8 @@ now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shut
 (locked: its pending actors no node can hold yet), and in its
 thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
 ``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
-``_adopt_results`` and ``_receive_segment`` (large results and puts); and
+``_adopt_results`` and ``_receive_segment`` (large results and puts); the object table
+(``RemoteCopy``'s hooks, locked: a pull or a free handed to a thread after the lock); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
 lease, step 4 releases none, step 5 puts it back in its group's queue
@@ -84,6 +85,19 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        was sent, keeps it from being sent (TaskCancelledError). ``force=True`` asks N over
        the driver link to SIGKILL that worker (``("kill", pid)``, N's step 10); its death
        then fails the task with TaskCancelledError, never retried.
+    7. Results kept on N (docs/remote-objects.md; off with MINIRAY_KEEP_REMOTE_RESULTS=0):
+       the link asks N ("keeps") for its tag once; HELLO hands it to N's workers
+       (``store["keep_tag"]``, ``keep_max``); a result they keep comes in RESULT as
+       ``("kept", path, size)``, which N books (("keep", ...), ``remote_objects``) and the
+       owner gets as ``("remote", RemoteCopy)``: its entry stays PENDING until a waiter
+       (get, wait, a task given it) starts the one pull (``remote_objects.py``, a thread, never
+       locked: a ``pull`` connection of the link, idle ones kept, straight into a
+       segment of the store as in step 3), which makes it READY. The link lost or N
+       keeping no such object: ObjectLostError, waiters woken. The owner freeing it
+       queues ("free", ...) for the link, sent in batches off the lock
+       (``KeptResults._send_frees``); a lost link's go unsent (N swept them). A task with a hard
+       affinity to N given such a ref does not wait for it (``tasks._reads_there``):
+       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled.
 """
 
 from __future__ import annotations
@@ -101,7 +115,9 @@ from miniray._private.core import cluster_view, config, node_pick, protocol
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
+from miniray._private.owner.object_table import PENDING
 from miniray._private.owner.output import OutputStream
+from miniray._private.owner.remote_objects import KeepRefused, KeptResults
 from miniray._private.owner.remote_requests import RemoteRequests
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
@@ -128,6 +144,12 @@ FREE_MOVES = 3  # a task never sent to a node that died is placed again this oft
 KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
 BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
 UNSUPPORTED = "objects across hosts are not supported yet"
+
+
+def keep_results() -> bool:
+    """Whether tasks' large results stay on their node until needed (step 7; default on).
+    ``MINIRAY_KEEP_REMOTE_RESULTS=0``: they cross at once, as before (for comparison)."""
+    return os.environ.get("MINIRAY_KEEP_REMOTE_RESULTS", "1") != "0"
 
 
 class Unschedulable(str):
@@ -367,6 +389,8 @@ class RemoteNodes:
         from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
 
         self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
+        self.kept_results = KeptResults(  # step 7: results kept on their node
+            self, _receive_segment, _receive_frames, BULK_FRAME_S)
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
@@ -688,6 +712,11 @@ class RemoteNodes:
             client = RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
                                       source_address=(self.source_ip, 0),
                                       ssl_context=_tls_client())
+            try:  # step 7: large results stay there (the link's tag and the room)
+                client.kept = client.keeps() if keep_results() else None
+            except BaseException:
+                client.close()
+                raise
             with self._lock:
                 if self._closed:
                     client.close()
@@ -706,7 +735,7 @@ class RemoteNodes:
         moved = None  # step 2: denied there, another node has room now
         bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
-            dep_values = self._dep_values(task) if spec.deps else None
+            dep_values = self._dep_values(task, entry.node_id) if spec.deps else None
             client = self._client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
@@ -753,9 +782,7 @@ class RemoteNodes:
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
                 if results is not None:  # not completed here (done already, shut down):
-                    for item in results:  # its segments are nobody's
-                        if isinstance(item[1], tuple):
-                            owner.store.give_up_recycled(item[1][1])
+                    self.kept_results.drop_results(results)  # its segments and copies: nobody's
 
     def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
@@ -848,14 +875,22 @@ class RemoteNodes:
         worker.env = env
         return worker
 
-    def _dep_values(self, task) -> list:
+    def _dep_values(self, task, node_id: str = "") -> list:
         """Step 2's first part: the task's argument objects (ready, none an error: the
         owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
         one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
         ``_call`` sends after TASK in frames of at most ``framing.PEER_CHUNK`` (the worker receives
         them into one buffer)."""
         spec = task.spec
-        ids_ = [object_id for _position, object_id in spec.deps]
+        there = {}  # step 7: kept on N, where the task runs: the worker reads N's segment
+        with self.owner.locked():
+            for _position, object_id in spec.deps:
+                entry = self.owner.objects.get(object_id)
+                if entry is not None and entry.state == PENDING and entry.remote is not None \
+                        and entry.remote.node_id == node_id and entry.remote.path:
+                    copy = entry.remote
+                    there[object_id] = (entry.kind, ("shm", copy.path, copy.size))
+        ids_ = [object_id for _position, object_id in spec.deps if object_id not in there]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
             items = None
             while items is None:
@@ -863,10 +898,17 @@ class RemoteNodes:
                     raise _Failed(_system_error("the driver is shutting down"))
                 if task.worker.cancelled:
                     raise _cancelled(spec)
-                items = self.owner.get_serialized(ids_, WATCH_S)
+                items = self.owner.get_serialized(ids_, WATCH_S) if ids_ else []
+            if len(items) < len(ids_):  # an argument's error: the first one, as for any task
+                items = items + items[-1:] * (len(ids_) - len(items))
+            items = iter(items)
             out = []
             try:
-                for (position, _object_id), (kind, data) in zip(spec.deps, items):
+                for position, object_id in spec.deps:
+                    if object_id in there:
+                        out.append((position, *there[object_id]))
+                        continue
+                    kind, data = next(items)
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
@@ -936,6 +978,10 @@ class RemoteNodes:
                 hello = owner.hello_info
                 if worker.env:  # a task's own runtime_env, as adopt_worker says it
                     hello = {**hello, "runtime_env_key": worker.env}
+                kept = client.kept
+                if kept is not None:  # step 7: its large results stay on N
+                    hello = {**hello, "store": {**hello["store"], "keep_tag": kept[0],
+                                                "keep_max": kept[1]}}
                 data.send((protocol.HELLO, hello))
                 worker.said_hello = True
             if spec.fn_id not in worker.funcs:
@@ -946,9 +992,10 @@ class RemoteNodes:
             ctx = ({k: float(v) for k, v in spec.request.items()}, worker.gpu_ids or None,
                    owner.gpu_ids_are_ints, spec.retry_exceptions, spec.function_name,
                    spec.placement if slot.bundle is not None else None)  # its group
-            bulk = [d[2][2] for d in dep_values or () if type(d[2]) is tuple]
+            bulk = [d[2][2] for d in dep_values or ()
+                    if type(d[2]) is tuple and d[2][0] == "peer"]
             if bulk:  # the mappings stay here; the worker reads their bytes after TASK
-                dep_values = [(p, k, d[:2] if type(d) is tuple else d)
+                dep_values = [(p, k, d[:2] if type(d) is tuple and d[0] == "peer" else d)
                               for p, k, d in dep_values]
             data.send((protocol.TASK, spec.task_id, spec.fn_id, spec.name, spec.args_blob,
                        dep_values, spec.return_ids, spec.num_returns, ctx))
@@ -967,8 +1014,8 @@ class RemoteNodes:
                     results = message[2]
                     asks.contain(message[4])
                     if any(not isinstance(item[1], (bytes, bytearray)) for item in results):
-                        if any(not (isinstance(item[1], tuple) and item[1][0] == "peer")
-                               for item in results
+                        if any(not (isinstance(item[1], tuple) and item[1][0] in (
+                                "peer", "kept")) for item in results
                                if not isinstance(item[1], (bytes, bytearray))):
                             worker.broken = True  # a segment on N: never read from here
                             raise _Failed(_system_error(
@@ -980,6 +1027,11 @@ class RemoteNodes:
                         except _Failed:
                             worker.broken = True
                             raise
+                        try:
+                            results = self.kept_results.keep_results(
+                                client, worker.node, spec, results)
+                        except KeepRefused as refused:
+                            raise _Failed(_system_error(str(refused))) from None
                     return results
                 if tag == protocol.READY or asks.serve(message):
                     continue
@@ -1099,7 +1151,8 @@ class RemoteNodes:
             self._waiting_threads = 0
         for worker in idle:
             worker.close()
-        for client in clients:
+        self.kept_results.close()
+        for client in clients:  # N frees what it keeps for each link (its tag's sweep)
             client.close()
         deadline = time.monotonic() + timeout
         for thread in threads:

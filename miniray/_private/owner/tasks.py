@@ -153,6 +153,8 @@ class TaskQueue:
                     return
                 entry.holders += 1  # held until the task is done
                 if entry.state == PENDING:
+                    if entry.remote is not None and _reads_there(spec, entry.remote.node_id):
+                        continue  # kept on the node it must run on: read there, not pulled
                     task.waiting += 1
                     entry.add_waiter(_DepWaiter(self, task))
                 elif entry.kind == protocol.ERR:
@@ -419,3 +421,17 @@ class TaskQueue:
 
     def __repr__(self) -> str:
         return f"<TaskQueue tasks={len(self.by_id)} queued keys={len(self.queues)}>"
+
+
+def _reads_there(spec, node_id: str) -> bool:
+    """Whether a task reads an argument kept on node ``node_id`` there (issue 16): a hard
+    node affinity to that node (and no placement group), so it never runs anywhere else
+    (``remote_nodes`` fails it unschedulable when that node is gone); any other task waits
+    for the argument to be pulled here first."""
+    affinity = spec.affinity
+    if spec.placement is not None or affinity is None or isinstance(affinity, str) and \
+            affinity == "SPREAD":
+        return False
+    if isinstance(affinity, str):
+        return affinity == node_id
+    return not affinity[1] and affinity[0] == node_id

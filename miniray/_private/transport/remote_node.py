@@ -34,11 +34,12 @@ from dataclasses import dataclass, field
 from miniray._private.transport import peer_channel as pc
 from miniray.exceptions import NodeDiedError
 
-__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "RemoteDenial", "RemoteGrant", "RemoteLeaseError",
-           "RemoteNodeClient"]
+__all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "ROLE_PULL", "RemoteDenial", "RemoteGrant",
+           "RemoteLeaseError", "RemoteNodeClient"]
 
 ROLE_DRIVER = "driver"  # the role names on a node's port (node/remote_drivers.py serves them)
 ROLE_ATTACH = "attach"
+ROLE_PULL = "pull"  # a driver's connection that pulls the results its node keeps for it
 ATTACH_ROLES = ("data", "control", "stdout", "stderr")  # node/remote_tickets.py's order
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -109,6 +110,9 @@ class RemoteNodeClient:
         # Step 9: pid -> wait status of this link's workers that exited, as read so far
         # (the link is read only during calls).
         self.exited: dict[int, int] = {}
+        # Step 11: ``(the link's tag, room)`` once the caller asked ``keeps``; None: this
+        # link keeps no results (not asked, or a node that keeps none).
+        self.kept: tuple[str, int] | None = None
 
     def __repr__(self) -> str:
         state = "lost" if self._lost else ("closed" if self._channel.closed else "open")
@@ -179,6 +183,46 @@ class RemoteNodeClient:
                     channel.close()
                 raise self._unexpected(answer)
             return answer[2], channels
+
+    # -- step 11: results the node keeps for this driver ----------------------------------
+    def keeps(self, timeout: float | None = None) -> tuple[str, int] | None:
+        """``(the link's tag, bytes the node has room for)``: its workers may keep large
+        results there under that tag; None from a node of a version that keeps none."""
+        try:
+            answer = self._call("keeps", (), timeout)
+        except RemoteLeaseError:
+            return None
+        if answer[0] != "keeps" or len(answer) != 4 or not isinstance(answer[2], str):
+            raise self._unexpected(answer)
+        return answer[2], int(answer[3])
+
+    def keep(self, object_id: bytes, path: str, size: int,
+             timeout: float | None = None) -> None:
+        """The node keeps ``path`` (a worker of this link wrote it) as ``object_id`` for
+        this driver; RemoteLeaseError kind "bad_segment" when it does not (it unlinked
+        it)."""
+        answer = self._call("keep", (object_id, path, int(size)), timeout)
+        if answer[0] != "kept":
+            raise self._unexpected(answer)
+
+    def free(self, object_ids: list, timeout: float | None = None) -> int:
+        """The node unlinks these kept objects (ids it does not keep are skipped)."""
+        answer = self._call("free", (list(object_ids),), timeout)
+        if answer[0] != "freed" or len(answer) != 3:
+            raise self._unexpected(answer)
+        return answer[2]
+
+    def open_pull(self, tag: str, timeout: float | None = None) -> pc.PeerChannel:
+        """A new pull connection for this link (the caller owns and closes it)."""
+        self._check()
+        token, ssl_context, source = self._connect_args
+        channel = pc.connect(
+            self.address, token, ROLE_PULL,
+            hello={"driver": {"host": socket.gethostname(), "pid": os.getpid()}, "tag": tag},
+            timeout=self.timeout if timeout is None else timeout, ssl_context=ssl_context,
+            source_address=source)
+        channel.set_send_timeout(self.timeout)
+        return channel
 
     def _send(self, op: str, args: tuple) -> int:
         """Under the lock: send a request; its number."""

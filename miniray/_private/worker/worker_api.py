@@ -19,7 +19,9 @@ RESULT of the task first in its in-flight list (``_give_back_inbox``, ``_take_fr
 A worker for a driver on another host: a large argument's bytes follow its TASK as frames
 (read into one buffer, ``Channel._receive_bulk``) and a large result's follow RESULT
 (``payload_for`` names it ``("peer", size, index)``, ``Channel.send_bulk`` sends it), in
-frames of at most ``framing.PEER_CHUNK``; its
+frames of at most ``framing.PEER_CHUNK``, unless its driver asked for results kept on this
+host (``result_route``: then it is a segment of this host's store, ``("kept", path,
+size)``); its
 nested tasks, ``get``, ``wait``, ``put`` and actor calls are the same messages as a local
 worker's, served by the driver (``owner/remote_requests.py``): a large ``put``'s bytes
 follow PUT (``send_bulk``), a large value of a GET's REPLY follows it
@@ -47,6 +49,7 @@ from typing import Any
 from miniray._private.core import ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import shm_segments, values
 from miniray._private.transport.framing import FramedSocket, send_in_frames
+from miniray.exceptions import ObjectStoreFullError
 
 SPARE_MIN = 1 << 20  # a large value this big or more is received into an anonymous mapping
 SPARE_MAX = 256 << 20  # the most a remote worker keeps as its spare receive buffer
@@ -333,6 +336,36 @@ class Channel:
                     self._read_one()
 
 
+def result_route(size: int, store: dict) -> str:
+    """How a task's serialized result of ``size`` bytes goes to its owner (pure):
+
+    * ``"inline"``: below the store's inline threshold, in RESULT itself;
+    * ``"shm"``: a local worker's: a segment of the owner's store, adopted by the owner;
+    * ``"keep"``: a remote driver's worker whose driver asked for kept results (HELLO's
+      ``store["keep_tag"]``, the node's tag of the driver's link) and whose value fits the
+      room the driver was told of (``store["keep_max"]``): a segment of this host's store
+      named with that tag, answered ``("kept", path, size)``; the node keeps it for the
+      link (``node/kept_objects.py``);
+    * ``"send"``: any other remote driver's worker: the bytes follow RESULT.
+
+    >>> result_route(10, {"inline_threshold": 100})
+    'inline'
+    >>> result_route(500, {"inline_threshold": 100}), result_route(500, {
+    ...     "inline_threshold": 100, "remote": True})
+    ('shm', 'send')
+    >>> result_route(500, {"inline_threshold": 100, "remote": True, "keep_tag": "t" * 16,
+    ...                    "keep_max": 1000})
+    'keep'
+    """
+    if size < store["inline_threshold"]:
+        return "inline"
+    if not store.get("remote"):
+        return "shm"
+    if store.get("keep_tag") and size <= int(store.get("keep_max") or 0):
+        return "keep"
+    return "send"
+
+
 def _exit_now() -> None:
     try:
         import sys
@@ -537,12 +570,22 @@ class WorkerRuntime:
         return object_id
 
     def payload_for(self, object_id: bytes, value):
-        """``value`` may be serialized already (``oob.Serialized``: a large argument)."""
+        """``value`` may be serialized already (``oob.Serialized``: a large argument); the
+        route is ``result_route``'s."""
         store = self.info["store"]
         ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
-        if ser.total_size < store["inline_threshold"]:
+        route = result_route(ser.total_size, store)
+        if route == "inline":
             return oob.inline_blob(ser)
-        if store.get("remote"):  # a worker for a driver on another host: bytes follow
+        if route == "keep":  # stays in this host's store for the driver's link
+            try:
+                path, size = shm_segments.create_segment(
+                    store["keep_tag"], object_id, ser, shm_dir=store["shm_dir"],
+                    inline_threshold=store["inline_threshold"])
+                return ("kept", path, size)
+            except ObjectStoreFullError:  # no room in this host's store: send it instead
+                route = "send"
+        if route == "send":  # a worker for a driver on another host: bytes follow
             self.peer_out.append(ser)  # RESULT (worker_main sends them, send_bulk)
             return ("peer", ser.total_size, len(self.peer_out) - 1)
         path, size = shm_segments.create_segment(

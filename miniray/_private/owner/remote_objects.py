@@ -1,0 +1,227 @@
+"""Results of tasks on other nodes that stay there until needed (issue 16; design and
+protocol: docs/remote-objects.md, the node's half: ``node/remote_drivers.py`` step 11).
+
+Owns: the driver's side of kept results: booking a worker's ``("kept", path, size)`` result
+on its node (``keep_results``) and handing the owner a ``RemoteCopy`` for it, the pull of
+such a value into a segment of the driver's store when its first waiter appears (a thread
+per pull, at most PULLS_PER_NODE at once per node, idle ``pull`` connections kept per
+link), and the frees of the node's copies the owner's frees queue (sent in batches by a
+thread, never under the owner's lock). Does not own: the entry's state (``object_table``:
+a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
+(``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
+``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
+Called by: ``RemoteNodes`` (``keep_results`` and ``drop_results`` in a task's thread, not
+locked; ``close`` at shutdown) and the object table's ``RemoteCopy`` hooks (locked: they
+only hand work to a thread after the lock, ``owner.defer``).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+
+from miniray._private.core import protocol, serialization
+from miniray._private.object_store import shm_segments
+from miniray._private.owner.object_table import PENDING, RemoteCopy
+from miniray._private.transport.remote_node import RemoteLeaseError, RemoteNodeClient
+
+__all__ = ["PULLS_PER_NODE", "KeepRefused", "KeptResults"]
+
+logger = logging.getLogger(__name__)
+
+PULLS_PER_NODE = 4  # pulls at once from one node (it serves up to 8 per link)
+
+
+class KeepRefused(Exception):
+    """The node did not keep a task's result (the text says why): the task fails as a
+    system error (``RemoteNodes``)."""
+
+
+class KeptResults:
+    """The driver's kept results on other nodes (see the module docstring).
+
+    ``receive_segment(channel, path, size)`` and ``receive_frames(channel, mapping,
+    size)``: ``remote_nodes``' receivers of a value's frames (a new segment, a recycled
+    one's mapping), OSError for a frame late by ``frame_s``."""
+
+    def __init__(self, nodes, receive_segment, receive_frames, frame_s: float):
+        self.nodes = nodes  # the RemoteNodes: its ``_closed``
+        self.owner = nodes.owner
+        self._receive_segment = receive_segment
+        self._receive_frames = receive_frames
+        self._frame_s = frame_s
+        self.pulled = 0  # values pulled from the nodes that kept them
+        self._lock = threading.Lock()  # the two fields below; never held while waiting
+        self._pulls: dict[RemoteNodeClient, list] = {}  # idle pull connections per link
+        self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
+        self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
+        self._frees: dict[RemoteNodeClient, list] = {}
+        self._freeing = False  # a _send_frees thread runs
+
+    def close(self) -> None:
+        """*Not locked.* Close the idle pull connections (the links' close frees the rest:
+        each node sweeps what it keeps for its link)."""
+        with self._lock:
+            pulls = [c for channels in self._pulls.values() for c in channels]
+            self._pulls.clear()
+        for channel in pulls:
+            channel.close()
+
+    def keep_results(self, client: RemoteNodeClient, node_id: str, spec,
+                     items: list) -> list:
+        """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
+        the owner gets ``("remote", RemoteCopy)`` for it, pulled when someone waits. A
+        refusal raises KeepRefused (N unlinked the segment); the copies kept
+        so far are freed."""
+        out = []
+        try:
+            for index, item in enumerate(items):
+                payload = item[1]
+                if type(payload) is tuple and payload[0] == "kept":
+                    object_id = spec.return_ids[index]
+                    try:
+                        client.keep(object_id, payload[1], payload[2])
+                    except RemoteLeaseError as refused:
+                        raise KeepRefused(
+                            f"Task {spec.name}: its result could not stay on node "
+                            f"{client.name}: {refused}") from None
+                    item = (item[0], ("remote", self._copy(
+                        client, node_id, object_id, payload[2], payload[1]))) + tuple(item[2:])
+                out.append(item)
+        except BaseException:
+            self.drop_results(out)  # the rest: not kept by N, its link's tag sweeps them
+            raise
+        return out
+
+    def drop_results(self, items: list) -> None:
+        """Results nobody adopted: segments here unlinked, copies on N freed."""
+        for item in items:
+            payload = item[1]
+            if type(payload) is tuple and payload[0] == "remote":
+                payload[1].free()
+            elif type(payload) is tuple:
+                self.owner.store.give_up_recycled(payload[1])
+
+    def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
+              size: int, path: str = "") -> RemoteCopy:
+        def start():  # locked (a waiter was added): the pull runs on a thread of its own
+            self.owner.defer(lambda: threading.Thread(
+                target=self._pull, args=(client, object_id, copy), daemon=True,
+                name="miniray-pull").start())
+
+        def free():  # locked: sent after it, with others, by ``_send_frees``
+            with self._frees_lock:
+                self._frees.setdefault(client, []).append(object_id)
+                if self._freeing:
+                    return
+                self._freeing = True
+            self.owner.defer(lambda: threading.Thread(
+                target=self._send_frees, daemon=True, name="miniray-remote-free").start())
+
+        copy = RemoteCopy(node_id, size, start, free, path)
+        return copy
+
+    def _send_frees(self) -> None:
+        """Step 7's frees, batched per link, never under the owner's lock. A lost link's
+        are dropped: N swept them with the link."""
+        while True:
+            with self._frees_lock:
+                batch, self._frees = self._frees, {}
+                if not batch:
+                    self._freeing = False
+                    return
+            for client, object_ids in batch.items():
+                if client.lost is not None or self.nodes._closed:
+                    continue
+                for start in range(0, len(object_ids), 4096):
+                    try:
+                        client.free(object_ids[start:start + 4096])
+                    except Exception as error:  # noqa: BLE001 - N lost: swept with the link
+                        logger.debug("freeing kept objects on %s failed: %s", client.name,
+                                     error)
+                        break
+
+    def _pull(self, client: RemoteNodeClient, object_id: bytes, copy: RemoteCopy) -> None:
+        """Step 7's pull, on its own thread (never the I/O thread, never locked): the
+        value's bytes from N's segment on a pull connection of this link, straight into a
+        segment of this store (a freed one of its pool when one fits), then READY; N or
+        its link lost, or N keeping no such object: ObjectLostError, waiters woken."""
+        from miniray.exceptions import ObjectLostError  # lazy: this path only
+
+        owner = self.owner
+        store = owner.store
+        path = error = None
+        size = copy.size
+        with self._lock:
+            slots = self._pull_slots.setdefault(
+                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots.acquire()  # more at once wait here: N serves a few per link
+        try:
+            channel = self._pull_channel(client)
+            try:
+                channel.send(("pull", 1, object_id))
+                answer = channel.recv(timeout=self._frame_s)
+                if not (type(answer) is tuple and len(answer) == 3 and answer[0] == "pulling"
+                        and answer[2] == size):
+                    raise LookupError(str(answer[3] if type(answer) is tuple
+                                          and len(answer) == 4 else answer)[:200])
+                recycled = store.recycled_for(object_id, size)
+                path = recycled[0] if recycled else os.path.join(
+                    store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
+                if recycled:
+                    self._receive_frames(channel, recycled[1], size)
+                else:
+                    self._receive_segment(channel, path, size)
+            except BaseException:
+                channel.close()
+                raise
+            self._pull_idle(client, channel)
+        except OSError as failure:
+            if path is not None:
+                store.give_up_recycled(path)
+                path = None
+            if failure.errno in (errno.ENOSPC, errno.ENOMEM):
+                error = shm_segments.no_room_error(store.shm_dir, size, object_id)
+            else:
+                error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+        except Exception as failure:  # noqa: BLE001 - N, its link or the object gone
+            logger.info("pulling object %s from %s failed: %r", object_id.hex()[:16],
+                        client.name, failure)
+            if path is not None:
+                store.give_up_recycled(path)
+                path = None
+            error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+        finally:
+            slots.release()
+        with owner.locked():
+            entry = owner.objects.get(object_id)
+            if entry is not None and entry.remote is copy and entry.state == PENDING:
+                if error is not None:
+                    owner.objects.set_ready(object_id, protocol.ERR,
+                                            serialization.dumps(error))
+                else:
+                    owner.objects.set_ready(object_id, entry.kind, ("shm", path, size))
+                    self.pulled += 1
+                path = None
+        if path is not None:  # freed while it was pulled
+            store.give_up_recycled(path)
+
+    def _pull_channel(self, client: RemoteNodeClient):
+        """An idle pull connection of ``client``'s link, or a new one."""
+        with self._lock:
+            idle = self._pulls.get(client)
+            if idle:
+                return idle.pop()
+        if client.kept is None:
+            raise LookupError("the link keeps nothing")
+        return client.open_pull(client.kept[0])
+
+    def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
+        with self._lock:
+            idle = self._pulls.setdefault(client, [])
+            if not self.nodes._closed and client.lost is None and len(idle) < PULLS_PER_NODE:
+                idle.append(channel)
+                return
+        channel.close()

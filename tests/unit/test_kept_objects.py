@@ -1,0 +1,200 @@
+"""node/kept_objects.py (the node's book of results kept for remote drivers) and the remote
+worker's payload rule (worker_api.result_route): pure, no processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from miniray._private.node.kept_objects import KeptObjects
+from miniray._private.object_store.shm_segments import segment_name
+from miniray._private.worker.worker_api import result_route
+
+TAG = "abcdef0123456789"
+A, B = b"\x01" * 28, b"\x02" * 28
+
+
+def _path(tag: str, object_id: bytes) -> str:
+    return "/dev/shm/miniray-test/" + segment_name(tag, object_id)
+
+
+def test_a_link_keeps_its_objects_finds_them_and_frees_them_once():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    assert book.add("L", A, _path(TAG, A), 100) is None
+    assert book.add("L", B, _path(TAG, B), 50) is None
+    assert book.find("L", A) == (_path(TAG, A), 100)
+    assert book.totals("L") == book.totals() == (2, 150)
+    assert book.free("L", [A, b"\x09" * 28]) == [_path(TAG, A)]  # an unknown id is skipped
+    assert book.free("L", [A]) == []  # freed already
+    assert book.find("L", A) is None and book.totals() == (1, 50)
+
+
+def test_only_the_link_that_keeps_an_object_finds_or_frees_it():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    book.add_link("M", "fedcba9876543210")
+    assert book.add("L", A, _path(TAG, A), 100) is None
+    assert book.find("M", A) is None
+    assert book.free("M", [A]) == [] and book.find("L", A) is not None
+    assert book.find("nobody", A) is None and book.free("nobody", [A]) == []
+
+
+@pytest.mark.parametrize("object_id, path, size, words", [
+    (A, _path("fedcba9876543210", A), 10, "link's tag"),  # another link's name
+    (A, _path(TAG, B), 10, "link's tag"),  # another object's name
+    (A, _path(TAG, A), 0, "size > 0"),
+    (A, _path(TAG, A), True, "size > 0"),
+    ("not bytes", _path(TAG, A), 10, "object id"),
+    (A, None, 10, "link's tag"),
+])
+def test_a_keep_that_does_not_name_the_links_segment_is_refused(object_id, path, size,
+                                                               words):
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    why = book.add("L", object_id, path, size)
+    assert why is not None and words in why, why
+    assert book.totals() == (0, 0)
+
+
+def test_the_cap_per_link_refuses_what_would_pass_it_and_counts_frees():
+    book = KeptObjects(cap_bytes=100)
+    book.add_link("L", TAG)
+    book.add_link("M", "fedcba9876543210")
+    assert book.room_for("L") == 100 and book.room_for("gone") == 0
+    assert book.add("L", A, _path(TAG, A), 80) is None
+    why = book.add("L", B, _path(TAG, B), 30)
+    assert why is not None and "cap" in why and "send the value" in why
+    assert book.add("M", B, _path("fedcba9876543210", B), 30) is None  # its own cap
+    book.free("L", [A])
+    assert book.add("L", B, _path(TAG, B), 30) is None and book.room_for("L") == 70
+
+
+def test_a_duplicate_keep_and_a_closed_link_are_refused():
+    book = KeptObjects()
+    assert "not served" in book.add("L", A, _path(TAG, A), 10)
+    book.add_link("L", TAG)
+    assert book.add("L", A, _path(TAG, A), 10) is None
+    assert "already" in book.add("L", A, _path(TAG, A), 10)
+
+
+def test_dropping_a_link_hands_back_its_tag_and_every_path_and_forgets_it():
+    book = KeptObjects()
+    book.add_link("L", TAG)
+    book.add("L", A, _path(TAG, A), 10)
+    book.add("L", B, _path(TAG, B), 20)
+    tag, paths = book.drop_link("L")
+    assert tag == TAG and sorted(paths) == sorted([_path(TAG, A), _path(TAG, B)])
+    assert book.totals() == (0, 0) and book.tag_of("L") is None
+    assert "not served" in book.add("L", A, _path(TAG, A), 10)
+    assert book.drop_link("L") == (None, [])
+
+
+STORE = {"inline_threshold": 100}
+
+
+@pytest.mark.parametrize("size, store, route", [
+    (99, STORE, "inline"),
+    (99, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 10 ** 9}, "inline"),
+    (100, STORE, "shm"),  # a local worker's large result
+    (100, {**STORE, "keep_tag": TAG, "keep_max": 10 ** 9}, "shm"),  # a tag, not remote
+    (100, {**STORE, "remote": True}, "send"),  # a driver that does not ask to keep
+    (100, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 10 ** 9}, "keep"),
+    (100, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 100}, "keep"),
+    (101, {**STORE, "remote": True, "keep_tag": TAG, "keep_max": 100}, "send"),  # no room
+    (100, {**STORE, "remote": True, "keep_tag": TAG}, "send"),  # no room said
+    (100, {**STORE, "remote": True, "keep_tag": "", "keep_max": 10 ** 9}, "send"),
+])
+def test_the_payload_rule(size, store, route):
+    assert result_route(size, store) == route
+
+
+# --------------------------------------------- the owner's record of a kept result
+class _Store:
+    def __init__(self):
+        self.data, self.freed = {}, []
+
+    def put_serialized(self, object_id, data):
+        self.data[object_id] = data
+
+    def inline_or_none(self, object_id):
+        return self.data.get(object_id)
+
+    def free(self, object_id):
+        self.freed.append(object_id)
+        self.data.pop(object_id, None)
+
+
+def _kept(events: list):
+    import threading
+
+    from miniray._private.owner.object_table import ObjectTable, RemoteCopy
+
+    objects = ObjectTable(_Store(), threading.Lock(), lambda: None)
+    copy = RemoteCopy("node", 500, lambda: events.append("pull"),
+                      lambda: events.append("free"))
+    return objects, copy
+
+
+def test_a_kept_result_is_pulled_once_at_its_first_waiter_and_then_read_here():
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import PENDING, READY, Waiter
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    entry = objects.get(A)
+    assert entry.state == PENDING and entry.remote is copy and events == []
+    entry.add_waiter(Waiter(1, True))
+    entry.add_waiter(Waiter(1, True))  # a second get shares the pull
+    assert events == ["pull"]
+    objects.set_ready(A, protocol.OK, b"value")  # the pull's end (inline here)
+    assert entry.state == READY and objects.get_serialized([A], 0) == [(protocol.OK, b"value")]
+    entry.refs = 0
+    objects.maybe_free(A, entry)  # freed here and on its node
+    assert events == ["pull", "free"] and objects.get(A) is None
+
+
+def test_a_kept_result_nobody_waited_for_is_freed_on_its_node_and_never_pulled():
+    from miniray._private.core import protocol
+
+    events: list = []
+    objects, copy = _kept(events)
+    entry = objects.ensure(A)
+    entry.refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    objects.forget_pending(A)  # a pending entry with a copy on a node is not forgotten
+    assert objects.get(A) is entry
+    entry.refs = 0
+    objects.maybe_free(A, entry)
+    assert events == ["free"] and objects.get(A) is None
+
+
+def test_a_kept_result_whose_refs_went_before_it_was_recorded_is_freed_at_once():
+    from miniray._private.core import protocol
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).dropped = True  # its last ref went while the task ran
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    assert events == ["free"] and objects.get(A) is None
+
+
+@pytest.mark.parametrize("affinity, placement, reads_there", [
+    ("n1", None, True),  # a bare node id is a hard affinity
+    (("n1", False, False), None, True),
+    (("n1", False, True), None, True),
+    (("n1", True, False), None, False),  # soft: it may run elsewhere, pulled first
+    (("n2", False, False), None, False),
+    ("SPREAD", None, False),
+    (None, None, False),
+    (("n1", False, False), ("group", 0), False),  # a placement group's bundle decides
+])
+def test_a_task_reads_a_kept_argument_there_only_with_a_hard_affinity_to_its_node(
+        affinity, placement, reads_there):
+    import types
+
+    from miniray._private.owner.tasks import _reads_there
+
+    spec = types.SimpleNamespace(affinity=affinity, placement=placement)
+    assert _reads_there(spec, "n1") is reads_there
