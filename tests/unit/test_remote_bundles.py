@@ -43,7 +43,7 @@ class _Nodes:
         self.started.append((task.spec.name, bundle.index))
         self.gpus.append((task.spec.name, gpu_ids))
 
-    def _release(self, client, lease_id):
+    def release(self, client, lease_id):
         self.released.append(lease_id)
 
 

@@ -161,7 +161,7 @@ def test_a_large_value_reuses_the_last_receive_buffer_once_nothing_refers_to_it(
 
 # ------------------------------------------------- the driver's side: a result's bytes
 class _Owner:
-    """What ``RemoteNodes._adopt_results`` uses of the owner: its store, ref events, lock."""
+    """What ``RemoteNodes.adopt_results`` uses of the owner: its store, ref events, lock."""
 
     def __init__(self, store):
         import contextlib
@@ -194,13 +194,13 @@ def _adopt(store, conn, ser, return_id, recycle=True):
 
     spec = types.SimpleNamespace(return_ids=[return_id])
     nodes = types.SimpleNamespace(owner=_Owner(store))
-    return RemoteNodes._adopt_results(nodes, conn, spec,
+    return RemoteNodes.adopt_results(nodes, conn, spec,
                                       [(protocol.OK, ("peer", ser.total_size, 0))], recycle)
 
 
 def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_clean(
         monkeypatch, tmp_path):
-    """``_adopt_results``: with a freed segment in the pool the bytes go into it (renamed
+    """``adopt_results``: with a freed segment in the pool the bytes go into it (renamed
     to the result's name, adopted with its warm mapping); without one, or without
     ``recycle`` (an actor's results, which the actor service renames into another store),
     into a new segment; a receive that fails leaves no segment, lent or new."""

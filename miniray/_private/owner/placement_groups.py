@@ -307,7 +307,7 @@ class PlacementGroups:
         """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
         this node's room as its ledger says), or None: no room now (a group that no set of
         alive nodes can ever hold gets one stderr line and stays pending)."""
-        nodes = cluster._nodes(fresh=True)  # one file read: a plan on the newest room
+        nodes = cluster.view(fresh=True)  # one file read: a plan on the newest room
         if not nodes:
             return None
         try:
@@ -502,7 +502,7 @@ class PlacementGroups:
         with no node for them until then, and tasks that ran in them wait for them there
         (``RemoteNodes._retry``, per ``max_retries``). One thread per group at a time."""
         try:
-            view = remote._nodes(fresh=True)
+            view = remote.view(fresh=True)
         except (OSError, ValueError):
             return
         alive = {e.node_id for e in view if e.alive}

@@ -33,8 +33,8 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        before (one that no node can hold waits, and is placed again every
        INFEASIBLE_WATCH_S while it waits: a node may join). After N died under A, N is
        excluded from A's next placement (its restart).
-    2. A thread, not locked: N's client (``RemoteNodes._client``); ("lease", A's held
-       resources) until granted (``RemoteNodes._lease``: a denial waits and asks again, or
+    2. A thread, not locked: N's client (``RemoteNodes.client``); ("lease", A's held
+       resources) until granted (``RemoteNodes.lease``: a denial waits and asks again, or
        moves to another node with room now); ("spawn") and the four attach connections;
        HELLO on the worker's MAC'd data connection. The lease is A's for its whole life.
     3. Under the lock: A killed meanwhile, or the driver closing: the worker is closed and
@@ -45,7 +45,7 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        by the sender, outside the lock).
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
-       ``RemoteNodes._adopt_results``) and ACTOR_EXITING go to the manager under the lock,
+       ``RemoteNodes.adopt_results``) and ACTOR_EXITING go to the manager under the lock,
        as a local worker's (RESULT's contained refs too). What its methods and constructor
        ask the driver for is served as a remote task's is (``RemoteRequests``, one per
        worker, ``task`` None): a nested task's parent is the call that submits it
@@ -98,7 +98,7 @@ EXIT_PINGS = 5  # then this many round trips for the worker's exit status, 20 ms
 
 
 class _Ask:
-    """What ``RemoteNodes._lease`` reads of a task's spec, for an actor's lease."""
+    """What ``RemoteNodes.lease`` reads of a task's spec, for an actor's lease."""
 
     def __init__(self, spec):
         self.request = {k: float(v) for k, v in (spec.held or {}).items() if v}
@@ -109,7 +109,7 @@ class _Ask:
 
 
 class _Waiting:
-    """What ``RemoteNodes._lease`` reads of a task's slot: a killed actor stops asking."""
+    """What ``RemoteNodes.lease`` reads of a task's slot: a killed actor stops asking."""
 
     def __init__(self, actor):
         self.actor = actor
@@ -127,7 +127,7 @@ class RemoteActorWorker:
     elsewhere = True
 
     def __init__(self, inner, client, entry, lease_id: str, gpu_ids: list, store):
-        self.inner = inner  # remote_nodes._Worker: its channels and output readers
+        self.inner = inner  # remote_nodes.RemoteWorker: its channels and output readers
         self.client = client
         self.pid = inner.pid
         self.ctl = inner.ctl
@@ -232,26 +232,26 @@ class RemoteActors:
         text. With ``actor`` (the placer's), a node id starts step 2 and an Unschedulable
         one ends the actor with ActorUnschedulableError."""
         nodes = self.nodes
-        if nodes._closed:
+        if nodes.closed:
             return None
         if spec.pg is not None:
             return self._in_bundle(spec, actor)
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
         turn = self._spread_turn(spec, actor)
-        placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes._nodes(),
+        placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes.view(),
                                   local_feasible, exclude, turn=turn)
         if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
             placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
-                                      nodes._nodes(fresh=True), local_feasible, exclude,
+                                      nodes.view(fresh=True), local_feasible, exclude,
                                       turn=turn)
-        if placed is None and actor is not None and not local_feasible and nodes._view[1]:
+        if placed is None and actor is not None and not local_feasible and nodes.last_view():
             self._watch()  # no node can hold it now: one may join
         if placed is None or actor is None:
             return placed
         from miniray.exceptions import ActorUnschedulableError  # lazy: the public package
 
-        entry = next((e for e in nodes._view[1] if e.node_id == placed), None)
+        entry = next((e for e in nodes.last_view() if e.node_id == placed), None)
         if isinstance(placed, rn.Unschedulable) or entry is None:
             why = (str(placed).replace("the task run", "the actor run")
                    if isinstance(placed, rn.Unschedulable)
@@ -339,25 +339,25 @@ class RemoteActors:
         client = grant = inner = None
         try:
             if bundle is None:
-                client = nodes._client(entry)
-                grant = nodes._lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
+                client = nodes.client(entry)
+                grant = nodes.lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
             else:
                 client = bundle.client
                 if client.lost is not None:
                     raise NodeDiedError(f"the link that held bundle {bundle.index} of "
                                         f"placement group {bundle.pg_hex} was lost")
             pid, channels = client.spawn()
-            inner = rn._Worker(pid, channels, entry.node_id, entry.ip, owner.log_to_driver,
+            inner = rn.RemoteWorker(pid, channels, entry.node_id, entry.ip, owner.log_to_driver,
                                owner.prefix_enabled)
             hello = owner.hello_info
             if spec.runtime_env:
                 hello = {**hello, "runtime_env_key": spec.runtime_env}
             inner.data.send((protocol.HELLO, hello))
-        except rn._Move as move:
+        except rn.Move as move:
             if grant is not None:
-                nodes._release(client, grant.lease_id)
+                nodes.release(client, grant.lease_id)
             return move.entry
-        except rn._Failed:  # killed while it waited for room, or the driver is closing
+        except rn.Failed:  # killed while it waited for room, or the driver is closing
             self._abandon(actor, client, grant, inner)
             return None
         except RemoteLeaseError as error:  # N can never hold it
@@ -384,7 +384,7 @@ class RemoteActors:
                 worker.close()
                 self._give_back(actor)
                 if grant is not None:
-                    nodes._release(client, grant.lease_id)  # a round trip: only on this path
+                    nodes.release(client, grant.lease_id)  # a round trip: only on this path
                 return None
             self.started += 1
             self.moves.pop(spec.actor_id, None)
@@ -400,7 +400,7 @@ class RemoteActors:
         if inner is not None:
             inner.close()
         if grant is not None and client is not None:
-            self.nodes._release(client, grant.lease_id)
+            self.nodes.release(client, grant.lease_id)
 
     def _lost_before_start(self, actor, entry, detail: str) -> None:
         """Step 5's node lost before A started there: placed again, N excluded, at most
@@ -440,7 +440,7 @@ class RemoteActors:
 
                 raise NodeDiedError(f"node {worker.node[:12]} ({worker.ip}) died: {why}")
 
-        asks = RemoteRequests(owner, None, data, check_node, rn._receive_segment,
+        asks = RemoteRequests(owner, None, data, check_node, rn.receive_segment,
                               slot=worker, send_lock=worker.send_lock)
         blocking = _Blocking(asks, worker)
         while True:
@@ -459,7 +459,7 @@ class RemoteActors:
                 if any(type(item[1]) is tuple for item in results):
                     try:
                         results = self._adopt(worker, message[1], results)
-                    except rn._Failed as failed:  # no room here: the call fails with it
+                    except rn.Failed as failed:  # no room here: the call fails with it
                         error = serialization.dumps(failed.error)
                         results = [(protocol.ERR, error)] * max(1, len(results))
                     except (pc.PeerClosed, OSError, EOFError):
@@ -499,7 +499,7 @@ class RemoteActors:
         known = return_ids is not None
         if not known:
             return_ids = [ids.new_put_id() for _ in results]
-        adopted = self.nodes._adopt_results(worker.inner.data, _Returns(task_id, return_ids),
+        adopted = self.nodes.adopt_results(worker.inner.data, _Returns(task_id, return_ids),
                                             results)
         if not known:
             for item in adopted:
@@ -524,7 +524,7 @@ class RemoteActors:
                 lost = client.lost or str(error) or "it stopped answering"
         worker.close()
         if lost is None and worker.lease_id is not None:  # None: in a bundle, which holds it
-            self.nodes._release(client, worker.lease_id)
+            self.nodes.release(client, worker.lease_id)
         worker.inner.join_output(1.0)
         status = client.exited.get(worker.pid)
         for _ in range(EXIT_PINGS if lost is None else 0):  # its exit status, if it comes
@@ -603,7 +603,7 @@ class _Blocking:
 
 
 class _Returns:
-    """What ``RemoteNodes._adopt_results`` reads of a spec."""
+    """What ``RemoteNodes.adopt_results`` reads of a spec."""
 
     def __init__(self, task_id: bytes, return_ids: list):
         self.task_id = task_id

@@ -129,7 +129,7 @@ class RemoteBundles:
         )
         from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
 
-        view = {e.node_id: e for e in self.nodes._nodes()}
+        view = {e.node_id: e for e in self.nodes.view()}
         taken: dict[int, RemoteBundle] = {}
         try:
             for index, node_id in enumerate(plan):
@@ -138,7 +138,7 @@ class RemoteBundles:
                 entry = view.get(node_id)
                 if entry is None or not entry.alive:
                     raise LookupError(node_id)
-                client = self.nodes._client(entry)
+                client = self.nodes.client(entry)
                 answer = client.lease(bundles[index], tag=f"placement group "
                                       f"{name or pg_hex} bundle {index}")
                 if isinstance(answer, RemoteDenial):
@@ -158,7 +158,7 @@ class RemoteBundles:
         """*Not locked.* Every bundle's lease back to its node (a lost link: the node
         released it already)."""
         for bundle in parts.values():
-            self.nodes._release(bundle.client, bundle.lease_id)
+            self.nodes.release(bundle.client, bundle.lease_id)
 
     def adopt(self, pg_hex: str, parts: dict[int, RemoteBundle], has_local: bool) -> None:
         """*Locked.* Step 2: the group's remote bundles are held; tasks may use them."""

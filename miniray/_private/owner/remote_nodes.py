@@ -16,11 +16,11 @@ Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
 now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
 (``close``, not locked), and ``remote_actors.RemoteActors`` for actors on other nodes:
-``placement_for`` (locked, in ``where``), the view (``_nodes``, ``_view``), ``watch``
-(locked: its pending actors no node can hold yet), and in its
-thread per actor, not locked, ``_client``, ``_lease`` and ``_release`` (the actor's lease,
-``_Move``/``_Failed`` as for a task), ``_Worker`` (its spawned worker),
-``_adopt_results`` and ``_receive_segment`` (large results and puts); the object table
+``placement_for`` (locked, in ``where``), the view (``view``, ``last_view``, ``closed``),
+``watch`` (locked: its pending actors no node can hold yet), and in its thread per actor,
+not locked, the seam it shares with remote_bundles: ``client``, ``lease`` and ``release``
+(the actor's lease, ``Move``/``Failed`` as for a task), ``RemoteWorker`` (its spawned
+worker), ``adopt_results`` and ``receive_segment`` (large results and puts); the object table
 (``RemoteCopy``'s hooks, locked: a pull or a free handed to a thread after the lock); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
@@ -60,7 +60,7 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
     3. The worker answers READY (a new one) and RESULT; each large value in it,
        ``("peer", size, index)``, has its bytes follow RESULT in frames
        (``framing.send_in_frames``), received straight into a segment of the driver's
-       store (``_adopt_results``: a freed one of its pool when one fits, else a new one),
+       store (``adopt_results``: a freed one of its pool when one fits, else a new one),
        which the owner adopts as a local worker's. Before
        RESULT, what the task asks of its driver (BORROW, SUBMIT, ACTOR_SUBMIT, PUT, GET,
        WAIT, CALL) is served in this thread (``remote_requests.py``, its own steps);
@@ -284,7 +284,7 @@ def _shape(request: dict) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(request.items()) if v) + "}"
 
 
-class _Worker:
+class RemoteWorker:
     """One worker on a remote node: its four channels, what it was sent."""
 
     def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool,
@@ -367,7 +367,7 @@ class RemoteNodes:
         self._lock = threading.Lock()  # the fields below; never held while waiting on N
         self._clients: dict[str, RemoteNodeClient] = {}
         self._opening: dict[str, threading.Lock] = {}
-        self._idle: dict[str, list[_Worker]] = {}
+        self._idle: dict[str, list[RemoteWorker]] = {}
         self._busy: set = set()
         self._threads: set = set()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()  # for threads waiting
@@ -390,13 +390,16 @@ class RemoteNodes:
 
         self.bundles = RemoteBundles(owner, self)  # placement groups' remote bundles
         self.kept_results = KeptResults(  # step 7: results kept on their node
-            self, _receive_segment, _receive_frames, BULK_FRAME_S)
+            self, receive_segment, receive_frames, BULK_FRAME_S)
 
     def __repr__(self) -> str:
         return f"<RemoteNodes clients={len(self._clients)} ran={self.ran}>"
 
     # -- step 1 ----------------------------------------------------------------------------
-    def _nodes(self, fresh: bool = False) -> list:
+    def view(self, fresh: bool = False) -> list:
+        """The cluster's nodes (``NodeEntry``), as of ``cluster.json`` read at most
+        VIEW_MAX_AGE_S ago (``fresh``: read now; a file read, so not under the owner's lock
+        where it can be avoided)."""
         now = time.monotonic()
         read_at, nodes = self._view
         if fresh or now - read_at > VIEW_MAX_AGE_S:
@@ -407,6 +410,15 @@ class RemoteNodes:
             self._view = (now, nodes)
         return nodes
 
+    def last_view(self) -> list:
+        """The nodes as last read (never reads the file)."""
+        return self._view[1]
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` ran (the driver is ending): nothing new goes to other nodes."""
+        return self._closed
+
     def _place(self, spec, local_feasible: bool, exclude: str | None = None):
         """``_decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
         to a node the view lacks is looked up again in a fresh view first (it may have
@@ -415,11 +427,11 @@ class RemoteNodes:
         if spec.affinity == SPREAD:
             turn = self._turn
             self._turn += 1
-        placed = _decide(spec.affinity, spec.request, self.local, self._nodes(),
+        placed = _decide(spec.affinity, spec.request, self.local, self.view(),
                          local_feasible, exclude, turn=turn)
         if isinstance(placed[0], Unschedulable) and self._view[0] < time.monotonic() - 0.01:
             placed = _decide(spec.affinity, spec.request, self.local,
-                             self._nodes(fresh=True), local_feasible, exclude, turn=turn)
+                             self.view(fresh=True), local_feasible, exclude, turn=turn)
         return placed
 
     def offload(self, task, local_feasible: bool = False) -> bool | str | None:
@@ -438,7 +450,7 @@ class RemoteNodes:
             return True
         if local_feasible:
             return None
-        nodes = self._nodes()
+        nodes = self.view()
         if not nodes:
             return None  # no view: a driver without a node (init() alone)
         self.watch()  # a node's view: one that can hold it may join later
@@ -463,7 +475,7 @@ class RemoteNodes:
         Returns how many left. One node alone: nothing is read but the cached view."""
         if self._closed:
             return 0
-        nodes = self._nodes()
+        nodes = self.view()
         if not any(e.alive and e.node_id != self.local for e in nodes):
             return 0
         moved = 0
@@ -558,7 +570,7 @@ class RemoteNodes:
         try:
             while True:
                 time.sleep(INFEASIBLE_WATCH_S)
-                nodes = self._nodes(fresh=True)  # a file read: not under the owner's lock
+                nodes = self.view(fresh=True)  # a file read: not under the owner's lock
                 with owner.locked():  # ends under the lock: watch() starts a new one after
                     if self._closed or owner.closed:
                         self._watching = False
@@ -698,7 +710,7 @@ class RemoteNodes:
                 self._threads.discard(threading.current_thread())
 
     # -- steps 2-5 -------------------------------------------------------------------------
-    def _client(self, entry) -> RemoteNodeClient:
+    def client(self, entry) -> RemoteNodeClient:
         with self._lock:
             client = self._clients.get(entry.node_id)
             if client is not None and client.lost is None:
@@ -736,11 +748,11 @@ class RemoteNodes:
         bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
             dep_values = self._dep_values(task, entry.node_id) if spec.deps else None
-            client = self._client(entry)
+            client = self.client(entry)
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
-        except _Move as move:
+        except Move as move:
             moved = move.entry
         except NodeDiedError as lost:
             died = True
@@ -752,7 +764,7 @@ class RemoteNodes:
                 f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {refused}")
         except RemoteLeaseError as denied:
             error = _system_error(str(denied))
-        except _Failed as failed:
+        except Failed as failed:
             error = failed.error
         except (OSError, TimeoutError, pc.PeerRefused) as unreachable:
             died = True
@@ -784,7 +796,7 @@ class RemoteNodes:
                 if results is not None:  # not completed here (done already, shut down):
                     self.kept_results.drop_results(results)  # its segments and copies: nobody's
 
-    def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> _Worker:
+    def _leased_worker(self, client: RemoteNodeClient, entry, spec, slot) -> RemoteWorker:
         """Step 2: an idle worker of N that still holds a lease of this request (no round
         trip), else a new lease and an idle worker without one, else a new worker."""
         if slot.bundle is not None:  # under its bundle's lease, held on that link
@@ -802,18 +814,18 @@ class RemoteNodes:
             and w.env == spec.runtime_env))
         if worker is not None:
             return worker
-        grant = self._lease(client, spec, slot, entry.node_id)
+        grant = self.lease(client, spec, slot, entry.node_id)
         lease_id = grant.lease_id
         try:
             worker = self._worker(client, entry, spec.runtime_env)
         except BaseException:
-            self._release(client, lease_id)
+            self.release(client, lease_id)
             raise
         worker.lease_id, worker.shape = lease_id, shape
         worker.gpu_ids = [str(g) for g in grant.gpu_ids]
         return worker
 
-    def _release(self, client: RemoteNodeClient, lease_id: str) -> None:
+    def release(self, client: RemoteNodeClient, lease_id: str) -> None:
         from miniray.exceptions import NodeDiedError  # lazy: as above
 
         if client.lost is None:
@@ -822,12 +834,12 @@ class RemoteNodes:
             except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError):
                 pass
 
-    def _lease(self, client: RemoteNodeClient, spec, slot, current: str):
+    def lease(self, client: RemoteNodeClient, spec, slot, current: str):
         wait = 0.02
         local_feasible = None
         while True:
             if self._closed:
-                raise _Failed(_system_error("the driver is shutting down"))
+                raise Failed(_system_error("the driver is shutting down"))
             if slot.cancelled:  # cancelled while N was full
                 raise _cancelled(spec)
             answer = client.lease(spec.request, tag=spec.name)
@@ -836,15 +848,15 @@ class RemoteNodes:
             if local_feasible is None:
                 local_feasible = not infeasible_reasons(self.owner.tasks.node_state,
                                                         spec.request)
-            nodes = self._nodes()
+            nodes = self.view()
             there = move_to(spec.affinity, spec.request, self.local, nodes, current,
                             local_feasible)
             if there is not None:  # another node has room now: ask it instead
-                raise _Move(next(e for e in nodes if e.node_id == there))
+                raise Move(next(e for e in nodes if e.node_id == there))
             time.sleep(wait)
             wait = min(0.5, wait * 2)
 
-    def _take_idle(self, node_id: str, fits) -> _Worker | None:
+    def _take_idle(self, node_id: str, fits) -> RemoteWorker | None:
         """An idle worker of the node that ``fits``; one whose data connection has
         something to read while idle (its EOF: it died, or the node killed it) is closed
         instead (its lease, if any, went with its link or is released)."""
@@ -859,17 +871,17 @@ class RemoteNodes:
         if not worker.stale():
             return worker
         if worker.lease_id is not None and worker.client is not None:
-            self._release(worker.client, worker.lease_id)
+            self.release(worker.client, worker.lease_id)
         worker.close()
         return self._take_idle(node_id, fits)
 
-    def _worker(self, client: RemoteNodeClient, entry, env: str) -> _Worker:
+    def _worker(self, client: RemoteNodeClient, entry, env: str) -> RemoteWorker:
         worker = self._take_idle(entry.node_id,
                                  lambda w: w.lease_id is None and w.env == env)
         if worker is not None:
             return worker
         pid, channels = client.spawn()
-        worker = _Worker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver,
+        worker = RemoteWorker(pid, channels, entry.node_id, entry.ip, self.owner.log_to_driver,
                          self.owner.prefix_enabled)
         worker.incarnation = entry.incarnation
         worker.env = env
@@ -895,7 +907,7 @@ class RemoteNodes:
             items = None
             while items is None:
                 if self._closed:
-                    raise _Failed(_system_error("the driver is shutting down"))
+                    raise Failed(_system_error("the driver is shutting down"))
                 if task.worker.cancelled:
                     raise _cancelled(spec)
                 items = self.owner.get_serialized(ids_, WATCH_S) if ids_ else []
@@ -917,10 +929,10 @@ class RemoteNodes:
             except FileNotFoundError:
                 continue
             return out
-        raise _Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
+        raise Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
                                     "while it was read for another node; try again."))
 
-    def _adopt_results(self, data, spec, items: list, recycle: bool = False) -> list:
+    def adopt_results(self, data, spec, items: list, recycle: bool = False) -> list:
         """Step 3's large results: each ``("peer", size, index)`` value's bytes follow
         RESULT on the data connection in frames of at most ``framing.PEER_CHUNK`` bytes; they are
         received straight into a segment of this driver's store (no other copy), named as a
@@ -947,14 +959,14 @@ class RemoteNodes:
                     out.append((item[0], ("shm", path, payload[1])) + tuple(item[2:]))
                     try:
                         if recycled:
-                            _receive_frames(data, recycled[1], payload[1])
+                            receive_frames(data, recycled[1], payload[1])
                         else:
-                            _receive_segment(data, path, payload[1])
+                            receive_segment(data, path, payload[1])
                     except OSError as error:
                         if error.errno not in (errno.ENOSPC, errno.ENOMEM):
                             raise
                         data.close()  # its frames are left unread: the worker goes
-                        raise _Failed(shm_segments.no_room_error(
+                        raise Failed(shm_segments.no_room_error(
                             store.shm_dir, payload[1], spec.return_ids[index])) from None
                 else:
                     out.append(item)
@@ -965,14 +977,14 @@ class RemoteNodes:
             raise
         return out
 
-    def _call(self, worker: _Worker, client: RemoteNodeClient, spec, slot,
+    def _call(self, worker: RemoteWorker, client: RemoteNodeClient, spec, slot,
               dep_values=None) -> list:
         owner = self.owner
         data = worker.data
         if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
             raise _cancelled(spec)
         asks = RemoteRequests(owner, slot.inflight[0], data, lambda: self._check_alive(
-            worker, client, spec), _receive_segment)  # step 3: what the task asks
+            worker, client, spec), receive_segment)  # step 3: what the task asks
         try:
             if not worker.said_hello:
                 hello = owner.hello_info
@@ -1018,25 +1030,25 @@ class RemoteNodes:
                                 "peer", "kept")) for item in results
                                if not isinstance(item[1], (bytes, bytearray))):
                             worker.broken = True  # a segment on N: never read from here
-                            raise _Failed(_system_error(
+                            raise Failed(_system_error(
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
                         try:
-                            results = self._adopt_results(data, spec, results,
+                            results = self.adopt_results(data, spec, results,
                                                           recycle=True)
-                        except _Failed:
+                        except Failed:
                             worker.broken = True
                             raise
                         try:
                             results = self.kept_results.keep_results(
                                 client, worker.node, spec, results)
                         except KeepRefused as refused:
-                            raise _Failed(_system_error(str(refused))) from None
+                            raise Failed(_system_error(str(refused))) from None
                     return results
                 if tag == protocol.READY or asks.serve(message):
                     continue
                 worker.broken = True
-                raise _Failed(_system_error(
+                raise Failed(_system_error(
                     f"Task {spec.name} on node {worker.node[:12]} asked its driver for "
                     f"something ({protocol.tag_name('data', tag)}) that a task on another "
                     "host cannot ask for yet (a streaming generator's values, say); run it "
@@ -1054,13 +1066,13 @@ class RemoteNodes:
                 raise NodeDiedError(
                     f"Task {spec.name} was running on node {worker.node[:12]} "
                     f"({client.name}), which died: {client.lost or error}") from None
-            raise _Failed(WorkerCrashedError(
+            raise Failed(WorkerCrashedError(
                 f"Task {spec.name}: the worker pid={worker.pid} on node {client.name} died "
                 f"({error}).")) from None
         finally:
             asks.end()
 
-    def _check_alive(self, worker: _Worker, client: RemoteNodeClient, spec) -> None:
+    def _check_alive(self, worker: RemoteWorker, client: RemoteNodeClient, spec) -> None:
         """Step 5 while a task runs and its worker is silent: NodeDiedError when the view
         holds N dead or N rejoined as a new incarnation (a partition: its sockets stay
         open, so only the head's heartbeats tell)."""
@@ -1079,7 +1091,7 @@ class RemoteNodes:
         incarnation: a partition, whose sockets stay open), its ``client`` told so; None
         while the view holds it alive or has no entry to go by (the file being replaced:
         ask again later)."""
-        entry = next((e for e in self._nodes() if e.node_id == worker.node), None)
+        entry = next((e for e in self.view() if e.node_id == worker.node), None)
         if entry is None or (entry.alive and entry.incarnation == worker.incarnation):
             return None
         why = (entry.death_message or "the cluster holds it dead") if not entry.alive else \
@@ -1087,7 +1099,7 @@ class RemoteNodes:
         client.node_dead(why)
         return why
 
-    def _put_back(self, client: RemoteNodeClient, worker: _Worker, keep: bool) -> None:
+    def _put_back(self, client: RemoteNodeClient, worker: RemoteWorker, keep: bool) -> None:
         """Step 4: the worker goes idle with its lease, which ``_reap`` releases once it
         was idle for ``linger`` (the next task of the same request on N takes both at
         once); a broken worker, one of a lost node, or one too many is closed."""
@@ -1104,7 +1116,7 @@ class RemoteNodes:
                                      name="miniray-remote-linger").start()
                 return
         if worker.lease_id is not None:
-            self._release(client, worker.lease_id)
+            self.release(client, worker.lease_id)
             worker.lease_id, worker.gpu_ids = None, []
         worker.close()
 
@@ -1133,7 +1145,7 @@ class RemoteNodes:
                     self._reaping = False
                     return
             for client, lease_id in due:
-                self._release(client, lease_id)
+                self.release(client, lease_id)
 
     # -- shutdown ------------------------------------------------------------------------
     def close(self, timeout: float = 2.0) -> None:
@@ -1181,7 +1193,7 @@ class _Slot:
         self.kill_on_spawn = False
         self.ctl = self
         self._lock = threading.Lock()
-        self._worker: _Worker | None = None
+        self._worker: RemoteWorker | None = None
         self._client = None  # the node's client, once the task was sent
         self._cancelled = False
         self.killed = False  # force-cancelled: the worker's death is the cancel's
@@ -1221,7 +1233,7 @@ class _Slot:
     def cancelled(self) -> bool:
         return self._cancelled
 
-    def bind(self, worker: _Worker, client=None) -> bool:
+    def bind(self, worker: RemoteWorker, client=None) -> bool:
         """The task goes to ``worker`` now; False if it was cancelled before."""
         with self._lock:
             if self._cancelled:
@@ -1233,7 +1245,7 @@ class _Slot:
             return True
 
 
-class _Move(Exception):
+class Move(Exception):
     """Step 2: a denied lease's task goes to ``entry`` instead (``move_to``)."""
 
     def __init__(self, entry):
@@ -1241,7 +1253,7 @@ class _Move(Exception):
         self.entry = entry
 
 
-class _Failed(Exception):
+class Failed(Exception):
     def __init__(self, error: BaseException):
         super().__init__(str(error))
         self.error = error
@@ -1266,7 +1278,7 @@ def node_died_error(name: str, entry, detail: str):
         f"max_retries controls retries on another node.")
 
 
-def _receive_segment(data, path: str, size: int) -> None:
+def receive_segment(data, path: str, size: int) -> None:
     """Create segment ``path`` (which must not exist) of ``size`` bytes, its pages
     reserved first (a full shm dir: ENOSPC here, never SIGBUS later), and receive the
     value's frames from ``data`` (a ``PeerChannel``) straight into its mapping. The caller
@@ -1279,7 +1291,7 @@ def _receive_segment(data, path: str, size: int) -> None:
     finally:
         os.close(fd)
     try:
-        _receive_frames(data, mapping, size)
+        receive_frames(data, mapping, size)
     finally:
         _close_mapping(mapping)
 
@@ -1295,7 +1307,7 @@ def _close_mapping(mapping) -> None:
         pass
 
 
-def _receive_frames(data, mapping, size: int) -> None:
+def receive_frames(data, mapping, size: int) -> None:
     """Receive a value's ``size`` bytes, which come as frames on ``data``, into the first
     ``size`` bytes of the writable ``mapping``; OSError when a frame is late by
     BULK_FRAME_S."""
@@ -1308,12 +1320,12 @@ def _receive_frames(data, mapping, size: int) -> None:
                 raise OSError(f"a result's bytes stopped coming: {error}") from None
 
 
-def _cancelled(spec) -> _Failed:
+def _cancelled(spec) -> Failed:
     """The failure of a task cancelled before or while it ran on another host."""
     from miniray._private.core import ids  # lazy: this path only
     from miniray.exceptions import TaskCancelledError  # lazy: as above
 
-    return _Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+    return Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
 
 
 def _system_error(text: str):

@@ -133,7 +133,7 @@ class KeptResults:
                     self._freeing = False
                     return
             for client, object_ids in batch.items():
-                if client.lost is not None or self.nodes._closed:
+                if client.lost is not None or self.nodes.closed:
                     continue
                 for start in range(0, len(object_ids), 4096):
                     try:
@@ -221,7 +221,7 @@ class KeptResults:
     def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
         with self._lock:
             idle = self._pulls.setdefault(client, [])
-            if not self.nodes._closed and client.lost is None and len(idle) < PULLS_PER_NODE:
+            if not self.nodes.closed and client.lost is None and len(idle) < PULLS_PER_NODE:
                 idle.append(channel)
                 return
         channel.close()
