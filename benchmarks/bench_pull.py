@@ -50,18 +50,8 @@ TOKEN = b"bench-pull-token" * 4
 RAY_PYTHON = os.path.join(os.environ.get("MINIRAY_BENCH_RAY_VENV") or os.path.expanduser(
     "~/.cache/miniray-bench/ray-2.60"), "bin", "python")  # setup_ray_venv.sh makes it
 
-DRIVER = """
-import json, statistics, time
-import numpy as np
-import miniray as ray
-from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-MB, REPEAT = {mb}, {repeat}
-ray.init(address="auto")
-member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2")
-there = NodeAffinitySchedulingStrategy(member, soft=False)
-n = MB * 1000 * 1000 // 8
-
+# What both drivers run once connected (``{calls}``: their timed calls by name).
+TIMED = """
 @ray.remote
 def held():
     array = getattr(np, "_bench_pull_held", None)  # made once per worker process
@@ -77,11 +67,12 @@ def make():
 def nbytes(array):
     return array.nbytes
 
-calls = {{
+every = {{
     "result_get": lambda ref: ray.get(held.options(scheduling_strategy=there).remote()),
     "result_task": lambda ref: ray.get(make.options(scheduling_strategy=there).remote()),
     "argument": lambda ref: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
 }}
+calls = {{name: every[name] for name in {calls}}}
 samples = {{name: [] for name in calls}}
 for rounds in (1, REPEAT):
     for i in range(rounds):
@@ -92,6 +83,20 @@ for rounds in (1, REPEAT):
             if rounds == REPEAT:
                 samples[name].append(time.perf_counter() - t0)
             del value, ref
+"""
+
+DRIVER = """
+import json, statistics, time
+import numpy as np
+import miniray as ray
+from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+MB, REPEAT = {mb}, {repeat}
+ray.init(address="auto")
+member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2")
+there = NodeAffinitySchedulingStrategy(member, soft=False)
+n = MB * 1000 * 1000 // 8
+""" + TIMED.replace("{calls}", repr(["result_get", "result_task", "argument"])) + """
 assert ray.get(held.options(scheduling_strategy=there).remote()).sum() == n
 print(json.dumps(samples), flush=True)
 ray.shutdown()
@@ -111,32 +116,7 @@ ray.init(address=cluster.address)
 cluster.wait_for_nodes()
 there = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
 n = MB * 1000 * 1000 // 8
-
-@ray.remote
-def held():
-    array = getattr(np, "_bench_pull_held", None)  # made once per worker process
-    if array is None or array.size != n:
-        array = np._bench_pull_held = np.ones(n)
-    return array
-
-@ray.remote
-def nbytes(array):
-    return array.nbytes
-
-calls = {{
-    "result_get": lambda ref: ray.get(held.options(scheduling_strategy=there).remote()),
-    "argument": lambda ref: ray.get(nbytes.options(scheduling_strategy=there).remote(ref)),
-}}
-samples = {{name: [] for name in calls}}
-for rounds in (1, REPEAT):
-    for i in range(rounds):
-        for name, fn in calls.items():
-            ref = ray.put(np.full(n, float(i))) if name == "argument" else None
-            t0 = time.perf_counter()
-            value = fn(ref)
-            if rounds == REPEAT:
-                samples[name].append(time.perf_counter() - t0)
-            del value, ref
+""" + TIMED.replace("{calls}", repr(["result_get", "argument"])) + """
 print(json.dumps(samples), flush=True)
 ray.shutdown()
 cluster.shutdown()
