@@ -44,6 +44,7 @@ from typing import Any
 
 from miniray._private.core import (
     config,
+    options,
     pipelining,
     placement,
     protocol,
@@ -75,9 +76,9 @@ from miniray._private.transport import node_client
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-# The request of a task decorated without options (``options.task_resource_request({})``):
-# ``Owner.take_first_lease`` takes its lease at init.
-_FIRST_REQUEST = {"CPU": 1.0}
+# The request of a task decorated without options: ``Owner.take_first_lease`` takes its
+# lease at init.
+_FIRST_REQUEST = options.task_resource_request({})
 # Scheduling keys remembered by request dict (``submit_task``); emptied when full.
 _KEY_CACHE = 64
 
