@@ -377,9 +377,7 @@ def pick_bundle(request: Mapping[str, float], index: int,
     """
     candidates = sorted(free) if index < 0 else [index] if index in free else []
     for candidate in candidates:
-        room = free[candidate]
-        if not all(room.get(name, 0.0) + 1e-9 >= amount for name, amount in request.items()
-                   if amount):
+        if not _has_room(free[candidate], request):
             continue
         if (gpus is not None and request.get("GPU")
                 and pick_gpus(gpus.get(candidate, []), request["GPU"]) is None):
@@ -478,9 +476,13 @@ def fits_bundle(request: Mapping[str, float], bundles: list[dict[str, float]],
                 index: int) -> bool:
     """Whether ``request`` fits in bundle ``index`` (any bundle for -1) when it is idle."""
     candidates = bundles if index < 0 else [bundles[index]]
-    return any(all(bundle.get(name, 0.0) + 1e-9 >= amount
-                   for name, amount in request.items() if amount)
-               for bundle in candidates)
+    return any(_has_room(bundle, request) for bundle in candidates)
+
+
+def _has_room(room: Mapping[str, float], request: Mapping[str, float]) -> bool:
+    """Whether ``room`` (a bundle's amounts, or what is free in it) holds ``request``."""
+    return all(room.get(name, 0.0) + 1e-9 >= amount for name, amount in request.items()
+               if amount)
 
 
 def resolve_option(placed: Any, current: tuple | None) -> tuple | None:
