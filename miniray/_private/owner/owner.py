@@ -1309,9 +1309,7 @@ class Owner:
             if len(message) > 4 and message[4]:
                 self.objects.contain(message[1], message[4])
         elif tag == protocol.BORROW:
-            self.requests.on_borrow(worker, message[1], message[2], message[3])
-            if len(message) > 4 and message[4]:
-                self.actors.worker_handles(message[4])
+            self.requests.on_borrow(worker, *message[1:])
         elif tag == protocol.YIELD:
             # Lines printed before the value was yielded come first, as before a result.
             if self._drained is not worker:

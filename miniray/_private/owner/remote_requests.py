@@ -126,9 +126,7 @@ class RemoteRequests:
         tag = message[0]
         if tag == protocol.BORROW:
             with self.owner.locked():
-                self.owner.requests.on_borrow(self, message[1], message[2], message[3])
-                if len(message) > 4 and message[4]:
-                    self.owner.actors.worker_handles(message[4])
+                self.owner.requests.on_borrow(self, *message[1:])
         elif tag == protocol.SUBMIT:
             self._submit(message[1], message[2] if len(message) > 2 else None)
         elif tag == protocol.ACTOR_SUBMIT:

@@ -101,9 +101,12 @@ class WorkerRequests:
             live = self.objects.entries
             self.mapped_by = {k: v for k, v in self.mapped_by.items() if k in live}
 
-    def on_borrow(self, worker, added, dropped, escaped) -> None:
+    def on_borrow(self, worker, added, dropped, escaped, handles=()) -> None:
         """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
-        pickled where nobody tracks them (kept until shutdown)."""
+        pickled where nobody tracks them (kept until shutdown). ``handles``: its actor handle
+        events, counted with the driver's (``ActorManager.worker_handles``)."""
+        if handles:
+            self.actors.worker_handles(handles)
         objects = self.objects
         for object_id in added:
             if object_id not in worker.borrowed and objects.borrow(object_id):
