@@ -637,9 +637,10 @@ class RemoteDrivers:
             except (OSError, ValueError) as error:
                 self.kept.free(link, [object_id])
                 why = str(error)
-        if os.path.basename(str(path)).startswith(
-                f"mr_{self.kept.tag_of(link)}_") and os.path.dirname(path) == self.shm_dir:
-            _segments().unlink_quiet(path)  # the link's own segment, refused: gone now
+        segments = _segments()
+        if (segments.tag_of(os.path.basename(str(path))) == self.kept.tag_of(link)
+                and os.path.dirname(path) == self.shm_dir):
+            segments.unlink_quiet(path)  # the link's own segment, refused: gone now
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 
