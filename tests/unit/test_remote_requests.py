@@ -156,7 +156,55 @@ def test_calls_it_serves_and_one_it_refuses_naming_it(setup):
     ok, error = setup.data.sent[-1][2]
     assert not ok and isinstance(error, NotImplementedError)
     assert "CALL_PLACEMENT_GROUP" in str(error) and "another host" in str(error)
-    assert not setup.asks.serve((protocol.YIELD, b"t", 0, protocol.OK, b"", ()))
+    assert not setup.asks.serve((protocol.SPAWNED, 1))  # not a worker's request at all
+
+
+class _Streams:
+    def __init__(self):
+        self.items: list = []
+
+    def on_item(self, task_id, index, kind, data, contained):
+        self.items.append((task_id, index, kind, data, tuple(contained)))
+
+
+def test_a_streaming_calls_values_go_to_the_streams_large_ones_into_a_segment(setup):
+    from miniray._private.core import ids
+    from miniray._private.object_store import shm_segments
+
+    streams = setup.owner.streams = _Streams()
+    received = []
+    setup.asks.receive_segment = lambda data, path, size: received.append((path, size))
+    task_id = b"s" * 24
+    assert setup.asks.serve((protocol.YIELD, task_id, 0, protocol.OK, b"small", (b"a",)))
+    assert setup.asks.serve((protocol.YIELD, task_id, 1, protocol.OK, ("peer", 10, 0), ()))
+    path = received[0][0]
+    assert received == [(path, 10)]
+    assert path.endswith(shm_segments.segment_name("t", ids.stream_item_id(task_id, 1)))
+    assert streams.items == [(task_id, 0, protocol.OK, b"small", (b"a",)),
+                             (task_id, 1, protocol.OK, ("shm", path, 10), ())]
+
+    def no_room(data, path, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    setup.asks.receive_segment = no_room  # the item holds the store's error instead
+    setup.data.frames = [b"x" * 10, b"next message"]
+    setup.asks.serve((protocol.YIELD, task_id, 2, protocol.OK, ("peer", 10, 0), ()))
+    assert setup.data.frames == [b"next message"]
+    _task, index, kind, data, _contained = streams.items[-1]
+    assert (index, kind) == (2, protocol.ERR)
+    assert "No room" in str(serialization.loads(data))
+
+
+def test_a_generators_next_value_is_answered_once_there(setup, monkeypatch):
+    monkeypatch.setattr(remote_requests, "WATCH_S", 0.01)
+    answers = iter([None, None, True])  # not yet, not yet, there
+    setup.owner.stream_next = lambda task_id, index, seconds: next(answers)
+    setup.asks.serve((protocol.CALL, 8, protocol.CALL_STREAM_NEXT, (b"s", 0, None)))
+    assert setup.data.sent[-1] == (protocol.REPLY, 8, (True, True))
+    setup.owner.stream_next = lambda task_id, index, seconds: None
+    setup.asks.serve((protocol.CALL, 9, protocol.CALL_STREAM_NEXT, (b"s", 1, 0.03)))
+    assert setup.data.sent[-1] == (protocol.REPLY, 9, (True, None))  # the timeout passed
+    assert protocol.CALL_STREAM_NEXT in remote_requests.BLOCKING_CALLS
 
 
 def test_an_actors_nested_task_is_a_child_of_the_call_that_submits_it(setup):

@@ -14,7 +14,7 @@ from miniray._private.core import oob, protocol
 from miniray._private.worker import worker_main
 
 
-def _general_payload(object_id, value):
+def _general_payload(object_id, value, may_keep=True):
     return oob.inline_blob(oob.serialize(value))
 
 
@@ -41,7 +41,7 @@ def test_returned_none_gives_the_same_result_items_with_and_without_the_shortcut
 def test_no_shortcut_below_the_inline_threshold():
     calls = []
     stub = _stub(False)
-    stub.runtime.payload_for = lambda object_id, value: calls.append(value) or b"p"
+    stub.runtime.payload_for = lambda object_id, value, may_keep: calls.append(value) or b"p"
     worker_main._Worker._serialize_returns(stub, None, 1, "f", [b"a" * 28])
     assert calls == [None]
 

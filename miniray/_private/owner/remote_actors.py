@@ -51,10 +51,12 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        worker, ``task`` None): a nested task's parent is the call that submits it
        (``tasks.call_parent``); PUT, BORROW, ACTOR_SUBMIT and CALL in this thread; GET and
        WAIT on helper threads (``_Blocking``: at most BLOCKING_THREADS, more wait their
-       turn), so the results of its other calls are still read while one waits. Their
-       REPLYs and the calls out share ``send_lock``. Its borrows end with the worker. A
-       request nobody serves (a streaming generator's YIELD) ends the actor, never
-       restarted, saying so.
+       turn), so the results of its other calls are still read while one waits; so are
+       the CALLs that may wait (``BLOCKING_CALLS``: a generator's next value, actor
+       requests the node's actor service answers). A streaming method's values (YIELD)
+       are taken in order in this thread. Their REPLYs and the calls out share
+       ``send_lock``. Its borrows end with the worker. A request nobody serves ends the
+       actor, never restarted, saying so.
        While the worker is silent, N is looked up in the view every WATCH_S: dead there,
        or a new incarnation, is N lost (a partition leaves the sockets open).
     5. The data connection ends (EOF, N lost): the worker is closed, the lease released
@@ -81,7 +83,7 @@ from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
-from miniray._private.owner.remote_requests import RemoteRequests
+from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequests
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
 
@@ -475,7 +477,8 @@ class RemoteActors:
             elif tag == protocol.ACTOR_EXITING:
                 with owner.locked():
                     manager.on_exiting(worker, message[1])
-            elif tag in (protocol.GET, protocol.WAIT):
+            elif tag in (protocol.GET, protocol.WAIT) or (
+                    tag == protocol.CALL and message[2] in BLOCKING_CALLS):
                 blocking.submit(message)  # may wait on this actor's other calls
             elif tag == protocol.READY:
                 continue
@@ -549,8 +552,8 @@ class RemoteActors:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "
                     f"({protocol.tag_name('data', unsupported)}) that an actor on another "
-                    f"host cannot ask for yet (a streaming generator's values, say); "
-                    f"place the actor on the driver's node for that.")
+                    f"host cannot ask for yet; place the actor on the driver's node for "
+                    f"that.")
                 actor.restarts_left = 0  # it would ask again
             self._give_back(actor)  # before a restart asks its bundle for room
             self.manager.on_worker_exit(worker, detail)

@@ -63,9 +63,9 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        store (``adopt_results``: a freed one of its pool when one fits, else a new one),
        which the owner adopts as a local worker's. Before
        RESULT, what the task asks of its driver (BORROW, SUBMIT, ACTOR_SUBMIT, PUT, GET,
-       WAIT, CALL) is served in this thread (``remote_requests.py``, its own steps);
-       anything else (a streaming generator's YIELD) fails the task with an error saying
-       so, and the worker is closed.
+       WAIT, CALL) and a streaming generator's values (YIELD) are served in this thread
+       (``remote_requests.py``, its own steps); anything else fails the task with an
+       error saying so, and the worker is closed.
     4. ("release", lease_id); the worker is kept idle for N's next task (at most
        IDLE_PER_NODE; others are closed: a worker exits on its data connection's EOF).
     5. N lost (its link's EOF, "fenced", the data connection's EOF while the link does
@@ -272,12 +272,11 @@ def move_to(affinity, request: dict, local: str, view, current: str,
 def _may_spill(task) -> bool:
     """Whether spill-over may send ``task`` to another node: not one with a strategy
     of its own (an affinity, SPREAD: placed already) or a placement group's bundle (on
-    this node), nor what a worker on another host cannot do yet: a generator's items
-    (they stream back to the driver) or ObjectRefs nested in its arguments (it could not
-    ``get`` them there)."""
+    this node), nor what a worker on another host cannot do yet: ObjectRefs nested in
+    its arguments (it could not ``get`` them there)."""
     spec = task.spec
     return (spec.affinity is None and spec.placement is None and not task.cancelled
-            and spec.num_returns >= 0 and not spec.contained)
+            and not spec.contained)
 
 
 def _shape(request: dict) -> str:
@@ -1051,8 +1050,7 @@ class RemoteNodes:
                 raise Failed(_system_error(
                     f"Task {spec.name} on node {worker.node[:12]} asked its driver for "
                     f"something ({protocol.tag_name('data', tag)}) that a task on another "
-                    "host cannot ask for yet (a streaming generator's values, say); run it "
-                    "on the driver's node."))
+                    "host cannot ask for yet; run it on the driver's node."))
         except (pc.PeerClosed, OSError) as error:
             worker.broken = True
             from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy

@@ -51,15 +51,23 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
        ``list_named_actors``, as for a worker on the driver's node
        (``requests.actor_request``): the actor is the driver's, placed by its rules (on any
        node); a named or detached one, and a lookup, go through the node's actor service
-       when the driver is joined to one, asked from this thread without the lock (an
-       actor's: its reader thread, until the service answers). Any other (placement groups,
-       streaming next) is answered with an error naming it (W raises it in the task).
-    Anything else (a streaming task's YIELD, say): not served, ``serve`` returns False and
-    the caller fails T with an error saying a task on another host cannot ask for it.
+       when the driver is joined to one, asked from this thread without the lock.
+       CALL_STREAM_NEXT (W iterates a generator's refs) waits as step 5 does and answers
+       as the owner's ``Streams.next``. Any other (placement groups) is answered with an
+       error naming it (W raises it in the task).
+    7. YIELD(task_id, i, kind, payload, contained): value i of a streaming call T (or an
+       actor's) runs; a large one's bytes follow in frames, received into a new segment
+       named for the item (as PUT's); ``Streams.on_item`` takes it as a local worker's
+       (a store with no room: the item holds ObjectStoreFullError). In order with the
+       call's other messages: its RESULT, the call's end, comes after its last value.
+    Anything else: not served, ``serve`` returns False and the caller fails T with an
+    error saying a task on another host cannot ask for it.
 
-An actor's GET and WAIT are served on helper threads, so its reader thread goes on reading
-the results of its other calls (a threaded or async actor); their REPLYs, each followed by
-its large values' frames, and the actor's calls go out under one ``send_lock``.
+An actor's GET, WAIT and the CALLs that may wait (``BLOCKING_CALLS``: stream next, and the
+actor requests the node's actor service may answer) are served on helper threads, so its
+reader thread goes on reading the results of its other calls (a threaded or async actor);
+their REPLYs, each followed by its large values' frames, and the actor's calls go out
+under one ``send_lock``.
 
 W's lease on its node while it waits: W holds its lease (its CPU too) while its children
 run, on the driver's node or elsewhere; a child that needs that same node's only free
@@ -78,19 +86,21 @@ import socket
 import threading
 import time
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import ids, protocol, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import requests
 from miniray._private.transport.framing import send_in_frames
 
-__all__ = ["RemoteRequests", "WATCH_S"]
+__all__ = ["BLOCKING_CALLS", "RemoteRequests", "WATCH_S"]
 
 logger = logging.getLogger(__name__)
 
 WATCH_S = 0.2  # a blocked get or wait looks at cancel, W's death and its node this often
 BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
+# The CALLs that may wait on other work (an actor's are served off its reader thread).
+BLOCKING_CALLS = frozenset((protocol.CALL_STREAM_NEXT,)) | requests.ACTOR_CALLS
 SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes",
-                "creating, killing and looking up actors")
+                "creating, killing and looking up actors", "iterating a generator's refs")
 
 
 class RemoteRequests:
@@ -139,6 +149,8 @@ class RemoteRequests:
             self._wait(message[1], message[2], message[3], message[4], message[5])
         elif tag == protocol.CALL:
             self._call(message[1], message[2], message[3])
+        elif tag == protocol.YIELD:
+            self._yield(*message[1:6])
         else:
             return False
         self.served += 1
@@ -192,33 +204,62 @@ class RemoteRequests:
             for object_id in object_ids:
                 self.owner.objects.set_ready(object_id, protocol.ERR, data)
 
+    def _receive(self, object_id: bytes, size: int):
+        """A value's bytes that follow its message, into a new segment of the driver's
+        store named for ``object_id``: its ``("shm", path, size)``, or, when the store has no
+        room (its frames read and dropped), the ``ObjectStoreFullError`` to hold instead."""
+        store = self.owner.store
+        path = os.path.join(store.shm_dir,
+                            shm_segments.segment_name(store.session_tag, object_id))
+        try:
+            self.receive_segment(self.data, path, size)
+        except OSError as error:
+            shm_segments.unlink_quiet(path)
+            if error.errno not in (errno.ENOSPC, errno.ENOMEM):
+                raise
+            self._skip_bytes(size)  # none was read: the store had no room for it
+            return shm_segments.no_room_error(store.shm_dir, size, object_id)
+        except BaseException:
+            shm_segments.unlink_quiet(path)
+            raise
+        return ("shm", path, size)
+
     def _put(self, object_id: bytes, kind: int, payload, contained=()) -> None:
         owner = self.owner
         if type(payload) is tuple:  # ("peer", size): the bytes follow, into a segment
-            store = owner.store
-            size = payload[1]
-            path = os.path.join(store.shm_dir,
-                                shm_segments.segment_name(store.session_tag, object_id))
-            try:
-                self.receive_segment(self.data, path, size)
-            except OSError as error:
-                shm_segments.unlink_quiet(path)
-                if error.errno not in (errno.ENOSPC, errno.ENOMEM):
-                    raise
-                self._skip_bytes(size)  # none was read: the store had no room for it
-                self._fail_refs([object_id], shm_segments.no_room_error(
-                    store.shm_dir, size, object_id))
+            payload = self._receive(object_id, payload[1])
+            if isinstance(payload, BaseException):
+                self._fail_refs([object_id], payload)
                 return
-            except BaseException:
-                shm_segments.unlink_quiet(path)
-                raise
-            payload = ("shm", path, size)
         with owner.locked():
             owner.objects.set_ready(object_id, kind, payload)
             if object_id not in self.borrowed and owner.objects.borrow(object_id):
                 self.borrowed.add(object_id)
             if contained:
                 owner.objects.contain(object_id, contained)
+
+    def _yield(self, task_id: bytes, index: int, kind: int, payload, contained) -> None:
+        """Step 7: value ``index`` of a streaming call, as a local worker's YIELD is."""
+        if type(payload) is tuple:  # ("peer", size, 0): the bytes follow, into a segment
+            payload = self._receive(ids.stream_item_id(task_id, index), payload[1])
+            if isinstance(payload, BaseException):  # the store's error is the value
+                kind, payload, contained = protocol.ERR, serialization.dumps(payload), ()
+        with self.owner.locked():
+            self.owner.streams.on_item(task_id, index, kind, payload, contained)
+
+    def _stream_next(self, task_id: bytes, index: int, timeout):
+        """CALL_STREAM_NEXT: W's ``next()`` of a streaming call blocks as a get does (step
+        5's slices, W's and its node's death checked between them; a cancel of W's call
+        is raised in W once the answer comes, as for a local worker): ``Streams.next``'s
+        answer, None once ``timeout`` passed."""
+        owner = self.owner
+
+        def attempt(seconds):
+            state = owner.stream_next(task_id, index, seconds)
+            return None if state is None else (state,)
+
+        answer = self._blocked(attempt, timeout, None)
+        return None if answer is None else answer[0]
 
     def _skip_bytes(self, size: int) -> None:
         """Read and drop the frames of a value of ``size`` bytes (a put with no room)."""
@@ -333,6 +374,8 @@ class RemoteRequests:
                 value = owner.hello_info.get("nodes", [])
             elif method in requests.ACTOR_CALLS:
                 value = self._actor_call(method, args)
+            elif method == protocol.CALL_STREAM_NEXT:
+                value = self._stream_next(*args)
             else:
                 name = protocol.tag_name("call", method)
                 raise NotImplementedError(

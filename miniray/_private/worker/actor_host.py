@@ -139,7 +139,8 @@ class ActorHost:
         # A driver on another host: a call's large values are sent as frames after its
         # RESULT (``worker_api.payload_for`` lists them in ``runtime.peer_out``); calls that
         # end together on threads or loops take that list one at a time.
-        self.peer_lock = threading.Lock() if getattr(worker.channel, "remote", False) else None
+        self.peer_lock = (worker.runtime.peer_lock if getattr(worker.channel, "remote", False)
+                          else None)
         self.calls_ended = threading.Condition(self.lock)
         self.exit_waits = 0  # threads waiting on ``calls_ended`` (lock): notified only then
         self.leaving = threading.Lock()  # held by the one thread that ends the actor

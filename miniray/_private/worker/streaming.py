@@ -15,6 +15,12 @@ Called by: ``worker_main._Worker.run_task`` and ``actor_host.ActorHost``.
     generator ──► value i ──► (YIELD, task_id, i, OK, payload, contained) ──► owner
               └─► raises  ──► (YIELD, task_id, i, ERR, RayTaskError)        then the RESULT
 
+For a driver on another host a large value's payload is ``("peer", size, 0)`` and its bytes
+follow the YIELD in frames (``Channel.send_bulk``, as a RESULT's do); a value is never kept
+on this host for such a driver (``result_route``'s ``may_keep``): the driver takes each one
+as it comes. ``runtime.peer_lock`` is held from the value's serialization to its send, so
+calls running at once (a threaded or async actor's) do not take each other's bytes.
+
 A cancellation (``TaskCancelledError`` or ``KeyboardInterrupt`` injected by the cancel thread,
 ``asyncio.CancelledError`` in an async actor), ``sys.exit()`` and ``exit_actor()`` are not the
 generator's values: they propagate, and the call's completion object carries them, as the
@@ -62,10 +68,23 @@ class _Sender:
         """Send one value; False if it could not be pickled (an error was sent instead)."""
         worker = self.worker
         item_id = ids.stream_item_id(self.task_id, self.index)
-        result = worker._serialize_returns(value, 1, self.name, [item_id],
-                                           error_fields=self.error_fields)[0]
-        contained = result[2] if len(result) > 2 else ()
-        self._send(result[0], result[1], contained)
+        if not getattr(worker.channel, "remote", False):
+            result = worker._serialize_returns(value, 1, self.name, [item_id],
+                                               error_fields=self.error_fields)[0]
+            self._send(result[0], result[1], result[2] if len(result) > 2 else ())
+            return result[0] == protocol.OK
+        runtime = worker.runtime
+        with runtime.peer_lock:  # a driver on another host: a large value's bytes follow
+            result = worker._serialize_returns(value, 1, self.name, [item_id],
+                                               error_fields=self.error_fields,
+                                               may_keep=False)[0]
+            payload = result[1]
+            sers = []
+            if type(payload) is tuple and payload[0] == "peer":
+                sers.append(runtime.peer_out[payload[2]])
+                payload = ("peer", payload[1], 0)
+            runtime.peer_out.clear()
+            self._send(result[0], payload, result[2] if len(result) > 2 else (), sers)
         return result[0] == protocol.OK
 
     def error(self, error: BaseException) -> None:
@@ -76,10 +95,13 @@ class _Sender:
             traceback_str=_user_traceback(error), task_id=self.task_id, **fields)
         self._send(protocol.ERR, _dumps_error(task_error), ())
 
-    def _send(self, kind: int, payload, contained) -> None:
+    def _send(self, kind: int, payload, contained, sers=()) -> None:
         _flush_std()  # what the generator printed comes before its value
-        self.worker.channel.send(
-            (protocol.YIELD, self.task_id, self.index, kind, payload, tuple(contained)))
+        message = (protocol.YIELD, self.task_id, self.index, kind, payload, tuple(contained))
+        if sers:
+            self.worker.channel.send_bulk(message, sers)
+        else:
+            self.worker.channel.send(message)
         self.index += 1
 
 

@@ -336,7 +336,7 @@ class Channel:
                     self._read_one()
 
 
-def result_route(size: int, store: dict) -> str:
+def result_route(size: int, store: dict, may_keep: bool = True) -> str:
     """How a task's serialized result of ``size`` bytes goes to its owner (pure):
 
     * ``"inline"``: below the store's inline threshold, in RESULT itself;
@@ -345,7 +345,8 @@ def result_route(size: int, store: dict) -> str:
       ``store["keep_tag"]``, the node's tag of the driver's link) and whose value fits the
       room the driver was told of (``store["keep_max"]``): a segment of this host's store
       named with that tag, answered ``("kept", path, size)``; the node keeps it for the
-      link (``node/kept_objects.py``);
+      link (``node/kept_objects.py``); not with ``may_keep`` False (a streaming call's
+      value: its driver takes each as it comes);
     * ``"send"``: any other remote driver's worker: the bytes follow RESULT.
 
     >>> result_route(10, {"inline_threshold": 100})
@@ -356,12 +357,15 @@ def result_route(size: int, store: dict) -> str:
     >>> result_route(500, {"inline_threshold": 100, "remote": True, "keep_tag": "t" * 16,
     ...                    "keep_max": 1000})
     'keep'
+    >>> result_route(500, {"inline_threshold": 100, "remote": True, "keep_tag": "t" * 16,
+    ...                    "keep_max": 1000}, may_keep=False)
+    'send'
     """
     if size < store["inline_threshold"]:
         return "inline"
     if not store.get("remote"):
         return "shm"
-    if store.get("keep_tag") and size <= int(store.get("keep_max") or 0):
+    if may_keep and store.get("keep_tag") and size <= int(store.get("keep_max") or 0):
         return "keep"
     return "send"
 
@@ -406,6 +410,9 @@ class WorkerRuntime:
         self.channel = channel
         self.info = info
         self.peer_out: list = []  # large values of the running task, for another host
+        # Held from a value's serialization to its send when calls run at once (a threaded
+        # or async actor's, each streaming call's values): ``peer_out`` is theirs in turn.
+        self.peer_lock = threading.Lock()
         # Cancelling: the worker's control thread and the threads talking to the owner share
         # this lock. ``waiting`` holds the idents of threads inside an exchange with the
         # owner (``_shielded``: no exception is injected there); ``missed`` those a cancel
@@ -569,12 +576,12 @@ class WorkerRuntime:
         self.put_value(object_id, ser, contained)
         return object_id
 
-    def payload_for(self, object_id: bytes, value):
+    def payload_for(self, object_id: bytes, value, may_keep: bool = True):
         """``value`` may be serialized already (``oob.Serialized``: a large argument); the
         route is ``result_route``'s."""
         store = self.info["store"]
         ser = value if isinstance(value, oob.Serialized) else oob.serialize(value)
-        route = result_route(ser.total_size, store)
+        route = result_route(ser.total_size, store, may_keep)
         if route == "inline":
             return oob.inline_blob(ser)
         if route == "keep":  # stays in this host's store for the driver's link

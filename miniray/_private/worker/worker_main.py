@@ -509,10 +509,11 @@ class _Worker:
         return streaming.dynamic(self, task_id, generator)
 
     def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
-                           error_fields=None) -> list:
+                           error_fields=None, may_keep: bool = True) -> list:
         """The RESULT items for a call's value, or its error for every return, whose header
         names ``name``. ``error_fields()`` gives the error's actor_id and actor_repr (called
-        only on failure: an actor's repr is user code)."""
+        only on failure: an actor's repr is user code); ``may_keep``: as
+        ``worker_api.result_route``'s."""
         from miniray.exceptions import RayError, RayTaskError
 
         def failed(error: BaseException, traceback_str: str | None = None,
@@ -538,7 +539,7 @@ class _Worker:
             try:
                 serialization.start_collecting()  # refs inside a return value: it holds them
                 try:
-                    payload = self.runtime.payload_for(return_ids[index], item)
+                    payload = self.runtime.payload_for(return_ids[index], item, may_keep)
                 finally:
                     inside = tuple(serialization.stop_collecting())
                 results.append((protocol.OK, payload, inside))
