@@ -69,6 +69,24 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
     assert doc["burst_s"] < 9.0, doc  # the head alone: 9 s
 
 
+def test_a_task_given_refs_inside_an_argument_spills_and_gets_them_there(hosts):
+    _cluster(hosts, "0", "2")  # the head has no CPU: every task runs on the member
+    doc = _run_driver(hosts, NODE_OF + """
+    import numpy as np
+
+    @ray.remote
+    def total(refs):
+        values = ray.get(refs)
+        return [float(v.sum()) for v in values], ray.get_runtime_context().get_node_id()
+
+    refs = [ray.put(np.ones(1 << 18)), ray.put(np.arange(10.0))]  # 2 MiB and inline
+    print(json.dumps({"total": ray.get(total.remote(refs), timeout=60),
+                      "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["total"] == [[float(1 << 18), 45.0], doc["member"]], doc
+
+
 def test_spread_puts_tasks_on_both_nodes(hosts):
     _cluster(hosts, "2", "2")
     doc = _run_driver(hosts, NODE_OF + """

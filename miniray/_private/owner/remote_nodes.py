@@ -272,11 +272,9 @@ def move_to(affinity, request: dict, local: str, view, current: str,
 def _may_spill(task) -> bool:
     """Whether spill-over may send ``task`` to another node: not one with a strategy
     of its own (an affinity, SPREAD: placed already) or a placement group's bundle (on
-    this node), nor what a worker on another host cannot do yet: ObjectRefs nested in
-    its arguments (it could not ``get`` them there)."""
+    this node), nor a cancelled one."""
     spec = task.spec
-    return (spec.affinity is None and spec.placement is None and not task.cancelled
-            and not spec.contained)
+    return spec.affinity is None and spec.placement is None and not task.cancelled
 
 
 def _shape(request: dict) -> str:
