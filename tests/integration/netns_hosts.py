@@ -293,6 +293,19 @@ class Host:
         if shutil.which("nft") and up:
             self.run("nft", "delete table inet cut", check=False)
 
+    def lossy(self, rate: str = "200mbit") -> None:
+        """Packets the host sends beyond ``rate`` are dropped: a token bucket with a queue
+        of one burst on ``eth0`` (``tc`` tbf; the kernel here has no netem or nftables for
+        random loss), so every burst of a large transfer loses packets and TCP resends
+        them. ``dropped()`` counts them."""
+        self.run("tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                 "burst", "32kb", "limit", "32kb")
+
+    def dropped(self) -> int:
+        """Packets ``lossy`` dropped so far."""
+        shown = self.run("tc", "-s", "qdisc", "show", "dev", "eth0").stdout
+        return int(shown.split("dropped", 1)[1].split(",", 1)[0])
+
     def crash(self) -> None:
         """Kill the host's init: every process of the host dies at once, like a power cut."""
         os.kill(self.init, signal.SIGKILL)

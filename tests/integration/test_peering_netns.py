@@ -13,7 +13,10 @@ that mean nothing on the other host), and the faults are whole-host ones:
 * partition: ``ip link set eth0 down`` in the member's namespace (and an nftables drop-all
   where ``nft`` exists); the head must mark it dead from missing heartbeats. The tests set
   ``MINIRAY_NODE_DEAD_AFTER_S=1`` (heartbeats every 0.2 s);
-* hang: SIGSTOP of the member's node, the same bound as a partition.
+* hang: SIGSTOP of the member's node, the same bound as a partition;
+* packet loss: both hosts drop what they send beyond 200 Mbit/s (``Host.lossy``: a tc token
+  bucket, as this kernel has neither netem nor nftables); values of 16 MB each way still
+  cross bit-exact (TCP resends), and the member stays alive throughout.
 
 Remote leases across hosts (phase P2): a driver on a third host (10.250.0.3) cut off while
 it holds leases on the member, freed there by TCP keepalive; and a member cut off from the
@@ -282,3 +285,52 @@ def test_a_partitioned_member_fences_remote_leases_and_the_driver_hears_it(lab):
         assert answer.get("error") == "NodeDiedError" and member.ip in answer["text"], answer
     finally:
         driver.close()
+
+
+# ---------------------------------------------------------------- packet loss
+LOSSY_DRIVER = """
+import hashlib, json, time
+import numpy as np
+import miniray as ray
+from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address={head!r})
+member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == {member!r})
+
+@ray.remote(scheduling_strategy=NodeAffinitySchedulingStrategy(member, soft=False))
+def echo(array):
+    return array[::-1].copy(), hashlib.sha256(array.tobytes()).hexdigest()
+
+out = []
+for seed in range(3):
+    array = np.random.default_rng(seed).integers(0, 255, 16 << 20, dtype=np.uint8)
+    t0 = time.monotonic()
+    back, seen = ray.get(echo.remote(array), timeout=120)
+    out.append([seen == hashlib.sha256(array.tobytes()).hexdigest(),
+                bool((back[::-1] == array).all()), round(time.monotonic() - t0, 3)])
+print(json.dumps(out))
+ray.shutdown()
+"""
+
+
+def test_values_cross_a_lossy_link_intact_and_the_member_stays_alive(tmp_path):
+    lab = netns_hosts.Lab(tmp_path, {"MINIRAY_HEARTBEAT_S": "0.2",
+                                     "MINIRAY_NODE_DEAD_AFTER_S": "5"})
+    try:
+        head, member = _cluster(lab)
+        try:
+            for host in (head, member):
+                host.lossy()
+        except AssertionError as error:
+            pytest.skip(f"no tc token bucket on this kernel: {error}")
+        before = _incarnation(head, member.ip)
+        done = head.run(sys.executable, "-c", LOSSY_DRIVER.format(
+            head=f"{head.ip}:{PORT}", member=member.ip), timeout=300)
+        rounds = json.loads(done.stdout.strip().splitlines()[-1])
+        assert all(sent and back for sent, back, _s in rounds), rounds
+        dropped = head.dropped() + member.dropped()
+        TIMINGS["lossy_16mb_round_trips_s"] = max(s for _a, _b, s in rounds)
+        TIMINGS["lossy_dropped_packets"] = dropped
+        assert dropped > 0, "the link dropped nothing: the fault was not there"
+        assert _alive(head, member.ip) and _incarnation(head, member.ip) == before
+    finally:
+        lab.close()

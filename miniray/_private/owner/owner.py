@@ -1,10 +1,14 @@
 """The owner: object table, dispatch and the I/O thread.
 
 Owns: every object and task of the session (embedded mode: the driver owns them all, nested
-tasks included), dispatching tasks to leased workers, receiving results, retries, a cancel's
-lookup and worker death, and the work decided under its lock that runs after it (``defer``).
+tasks included), dispatching tasks to leased workers, a cancel's lookup, and the work decided
+under its lock that runs after it (``defer``). ``Owner`` is one object in three modules, each
+a seam of it: this one; taking and returning the leases tasks run under
+(``owner_leases.py``); what workers and the fork server say, and workers' starts and deaths
+(``owner_events.py``: results, retries after a worker's death). Those two are mixins of
+``Owner``: their methods use its state, made in ``__init__`` here.
 Does not own: the task records, argument waits, queues and cancellation (``tasks.py``), the
-leases (``leases.py``), the worker pool (``workers.py``), the fork server's death
+lease book (``leases.py``), the worker pool (``workers.py``), the fork server's death
 (``owner_helper_loss.py``), the scheduling rules (``core/scheduling.py``), resource decisions
 (``resources.py`` through ``ledger.py``), process creation (the fork server), validation
 (``options.py``), or the public API's argument checks.
@@ -33,7 +37,6 @@ it is held (``defer``). ObjectRef creation and deletion only append to a deque (
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import pickle
@@ -44,7 +47,6 @@ from typing import Any
 
 from miniray._private.core import (
     config,
-    options,
     pipelining,
     placement,
     protocol,
@@ -57,15 +59,15 @@ from miniray._private.core.scheduling import (
     T_DONE,
     T_RUNNING,
 )
-from miniray._private.core.task_spec import STREAMING
-from miniray._private.host import procinfo, worker_logs
-from miniray._private.object_store import shm_segments
+from miniray._private.host import worker_logs
 from miniray._private.owner.actors import ActorManager
 from miniray._private.owner.deferred import DeferredWork
 from miniray._private.owner.direct_reads import DirectReads
 from miniray._private.owner.leases import LeaseBook, LeaseSlot
 from miniray._private.owner.object_table import ObjectTable, Waiter
+from miniray._private.owner.owner_events import OwnerEvents
 from miniray._private.owner.owner_helper_loss import HelperLoss
+from miniray._private.owner.owner_leases import OwnerLeases
 from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.state_records import StateRecords
 from miniray._private.owner.streams import Streams
@@ -76,9 +78,6 @@ from miniray._private.transport import node_client
 from miniray._private.transport.reactor import Reactor
 
 logger = logging.getLogger(__name__)
-# The request of a task decorated without options: ``Owner.take_first_lease`` takes its
-# lease at init.
-_FIRST_REQUEST = options.task_resource_request({})
 # Scheduling keys remembered by request dict (``submit_task``); emptied when full.
 _KEY_CACHE = 64
 
@@ -94,7 +93,7 @@ def _logs_dir(session_dir: str | None) -> str | None:
         return None
 
 
-class Owner:
+class Owner(OwnerLeases, OwnerEvents):
     """Objects, tasks and leased workers of one session. Its parts are given what they need
     at construction: the leases (``leases.py``), the worker pool (``workers.py``), workers'
     own requests (``requests.py``), the tasks and their queues (``tasks.py``), the fork
@@ -502,139 +501,6 @@ class Owner:
         for key in list(self.tasks.queues):
             self._dispatch(key)
 
-    # -- leases for tasks: decided under the lock, taken after it ---------------------------
-    def _want_leases(self, key, queue) -> bool:
-        """*Locked.* ``key``'s queue has tasks no lease has room for: decide how many leases
-        to take (``_take_leases`` takes them once the lock is released). True if the retry
-        window said no (a retry is pending then): more queued tasks would not change that."""
-        wanted = len(queue) - self._acquiring.get(key, 0)
-        if wanted <= 0:
-            return False  # enough are being taken
-        now = time.monotonic()
-        request = queue[0].spec.request
-        # Not if it (or less) did not fit a moment ago and nothing was released since; a
-        # request of another shape is still tried (a GPU task waiting for the GPU must not
-        # hold back the CPU task its holder waits for).
-        if not self.leases.window.may_try(now, request):
-            if not self._retry_pending:  # the failure was marked when nothing was queued
-                self._schedule_retry()
-            return True
-        # Each new lease gets an idle worker or a new one. Workers blocked in get() do not
-        # count against the cap: their parents wait on the very tasks that need a fresh
-        # worker (a recursive fib would deadlock otherwise).
-        env = key[2]
-        room = self._worker_room(request, env)
-        if room <= 0:
-            if self._acquiring_total or not self._release_idle_leases(
-                    force=True, request=request, runtime_env=env):
-                if not self._acquiring_total:
-                    self._mark_full(now)
-                return False
-            room = self._worker_room(request, env)
-        count = min(wanted, max(1, room))
-        self._acquiring[key] = self._acquiring.get(key, 0) + count
-        self._acquiring_total += count
-        # The idle workers that will get these leases: each is recorded in its lease's own
-        # transaction, not in a second one (the first task after init() paid both).
-        pids = self.workers.idle_pids(request, env, count)
-        self.defer(functools.partial(self._take_leases, key, request, count, pids))
-        return False
-
-    def _worker_room(self, request: dict, runtime_env: str = "") -> int:
-        """*Locked.* How many more leases of ``request`` in ``runtime_env`` workers can serve
-        now: the idle ones of its kind and environment, plus new ones up to the cap, less the
-        leases being taken."""
-        return self.workers.room(self._acquiring_total, request, runtime_env)
-
-    def _take_leases(self, key, request: dict, count: int, pids: list = ()) -> None:
-        """*Not locked.* Take up to ``count`` leases for ``key`` from the ledgers, start the
-        workers they need, then give each a queued task (re-checked under the lock).
-        ``pids``: the idle workers expected to take the first leases, recorded with them."""
-        now = time.monotonic()
-        got = []
-        for index in range(count):
-            pid = pids[index] if index < len(pids) else None
-            lease, host_lease = self.leases.acquire(request, scheduling.key_tag(key), key,
-                                                    make_room=self.make_room, worker_pid=pid)
-            if lease is None:
-                break
-            got.append((lease, host_lease))
-        unused: list = []
-        to_spawn: list = []
-        group_gone = elsewhere = None
-        if len(got) < count and self.pgs is not None:
-            pg_hex = placement.group_of(request)
-            if pg_hex is not None and self.placement_group_gone(pg_hex):  # not locked
-                group_gone = pg_hex
-            elif pg_hex is not None:  # another driver's bundle on another node (a read)
-                elsewhere = self.pgs.elsewhere(request)
-        with self._lock:
-            if group_gone is not None:
-                self._fail_group_queues(group_gone)
-            elif elsewhere is not None and not self.in_remote_bundle(request):
-                self._fail_queue(key, elsewhere)
-            if len(got) < count:
-                self._mark_full(now, request)
-            if not self.may_dispatch():
-                unused, got = got, []
-            for lease, host_lease in got:
-                worker = self.workers.take_idle(request, key[2])  # its kind, its env
-                if worker is not None:
-                    self._give_lease(key, request, lease, host_lease, worker)
-                else:
-                    to_spawn.append((lease, host_lease))
-            self._taken(key, count - len(to_spawn))
-            if not to_spawn:
-                self._dispatch_all()  # other keys may have waited for these to be taken
-        for lease, host_lease in unused:
-            self.leases.release(lease.lease_id, host_lease)
-        if not to_spawn:
-            return
-        fork_server = self.fork_server
-        started = [(lease, host_lease, self.start_worker(fork_server))
-                   for lease, host_lease in to_spawn]
-        with self._lock:
-            self._taken(key, len(to_spawn))
-            usable = self.may_adopt(fork_server)
-            for lease, host_lease, parts in started:
-                if usable:
-                    worker = self.adopt_worker(parts, key[2])
-                    self._give_lease(key, request, lease, host_lease, worker)
-                else:
-                    self.discard_start(parts)
-            self._dispatch_all()
-        if not usable:
-            for lease, host_lease, _parts in started:
-                self.leases.release(lease.lease_id, host_lease)
-
-    def _taken(self, key, count: int) -> None:
-        self.leases.stuck.clear()  # fewer leases being taken: a queue may fill pipelines
-        if count:
-            self._acquiring[key] -= count
-            if not self._acquiring[key]:
-                del self._acquiring[key]
-            self._acquiring_total -= count
-
-    def _give_lease(self, key, request: dict, lease, host_lease, worker) -> None:
-        """*Locked.* Book a new lease for ``worker`` and send it ``key``'s next task; with
-        none left (done or cancelled meanwhile), the lease is idle from now."""
-        gpu_ids = self.leases.gpu_ids(lease) if scheduling.worker_kind(request) else None
-        slot = LeaseSlot(lease, key, worker, gpu_ids, host_lease)
-        worker.lease = slot
-        if worker.kind is None:  # from now on it runs tasks of this kind only
-            worker.kind = scheduling.worker_kind(request)
-        if worker.pid is not None and worker.pid != lease.worker_pid:  # else recorded
-            self._ledger_later(self.ledger.set_worker, lease.lease_id, worker.pid)
-        self.leases.add(slot)
-        self.leases.stuck.pop(key, None)  # a new worker for the key
-        queue = self.tasks.queues.get(key)
-        if queue:
-            self._send_task(slot, queue.popleft())
-            if not queue:
-                del self.tasks.queues[key]
-        else:
-            slot.idle_since = time.monotonic()
-
     # -- placement groups (placement_groups.py decides; these act on this owner's work) -----
     def wake_dispatch(self) -> None:
         """*Locked.* Resources appeared (a group was reserved): queued work is tried now."""
@@ -712,16 +578,6 @@ class Owner:
         """*Not locked.* The kills decided under the lock are sent before this returns."""
         self._run_deferred(wait=True)
 
-    def make_room(self) -> bool:
-        """*Not locked.* Return idle leases so a new one may fit (given back before this
-        returns, without the lock)."""
-        returned: list = []
-        with self._lock:
-            released = self._release_idle_leases(force=True, returned=returned)
-        for slot in returned:
-            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
-        return released
-
     def defer(self, action) -> None:
         """*Locked.* Run ``action`` once the lock is released (``deferred.py``)."""
         self._deferred.append(action)
@@ -737,25 +593,6 @@ class Owner:
             except (OSError, KeyError) as error:  # KeyError: the lease went with the node
                 logger.debug("ledger %s%s: %s", method.__name__, args, error)
         self.defer(run)
-
-    def release_lease_later(self, lease_id: str, host_lease: str | None) -> None:
-        """*Locked.* Give a lease back to the ledgers once the lock is released; work waiting
-        for room is dispatched again then."""
-        self.leases.window.note_release()
-        self.defer(functools.partial(self._give_back, lease_id, host_lease))
-
-    def _give_back(self, lease_id: str, host_lease: str | None) -> None:
-        try:
-            self.leases.release(lease_id, host_lease, note=False)
-        except (OSError, KeyError) as error:
-            logger.debug("lease %s: %s", lease_id, error)
-            return
-        if self.tasks.queues or self.actors.pending:  # what waited for room may fit now
-            with self._lock:
-                self.leases.window.note_release()
-                self._dispatch_all()
-        if self.pgs is not None and self.pgs.has_pending():
-            self.pgs.try_pending()
 
     def send(self, worker: WorkerSlot, message: tuple) -> None:
         """Write to a worker without ever blocking (the lock is held): what does not fit in
@@ -794,76 +631,6 @@ class Owner:
                 pass
         self.defer(send)
 
-    def _mark_full(self, now: float, request: dict | None = None) -> None:
-        """``request`` did not fit the ledgers (None: the cap on workers, for every request);
-        queued work is tried again in ``RETRY_S`` at the latest."""
-        self.leases.window.mark_full(now, request)
-        if self.tasks.queues:
-            self._schedule_retry()
-
-    def retry_soon(self) -> None:
-        """*Locked.* Queued tasks and pending actors are tried again in ``RETRY_S`` at the
-        latest (for what only another session's release can make room for)."""
-        self._schedule_retry()
-
-    def _schedule_retry(self) -> None:
-        if not self._retry_pending:
-            self._retry_pending = True
-
-            def retry():
-                self._retry_pending = False
-                self.leases.window.note_release()  # forget the failure: ask the ledger again
-                self._dispatch_all()
-
-            self.reactor.call_later(self.leases.RETRY_S, retry)
-
-    def _release_lease(self, slot: LeaseSlot, worker_reusable: bool = True,
-                       returned: list | None = None) -> None:
-        """*Locked.* Take a lease off the book; the ledgers get it back by the caller after
-        the lock (appended to ``returned``), or as deferred work."""
-        self.leases.remove(slot)
-        if returned is not None:
-            self.leases.window.note_release()
-            returned.append(slot)
-        else:
-            self.release_lease_later(slot.lease.lease_id, slot.host_lease)
-        worker = slot.worker
-        worker.lease = None
-        if worker_reusable and not worker.dead:
-            if not worker.calls:  # no task ran there (a lease taken at init): no kind yet
-                worker.kind = None
-            self.workers.keep_idle(worker)
-
-    def _release_idle_leases(self, force: bool = False, returned: list | None = None,
-                             request: dict | None = None, runtime_env: str = "") -> bool:
-        """Return idle leases to the ledger (all if ``force``, else those past the linger);
-        with ``force`` at the cap on workers, an idle worker retires too (one that may not
-        run ``request`` in ``runtime_env`` first)."""
-        released = False
-        now = time.monotonic()
-        slots = self.leases.idle_slots(now, self.linger, force)
-        if slots and not force and self.keep > self.linger and not \
-                self.leases.ledger.others_waiting(self.WANTED_FOR_S):
-            slots = [slot for slot in slots if now - slot.idle_since >= self.keep]
-        for slot in slots:
-            self._release_lease(slot, returned=returned)
-            released = True
-        if force and self.workers.idle and self.workers.busy() >= self.workers.max_workers:
-            self.workers.retire_one_idle(request, runtime_env)
-        return released
-
-    def flush_idle_leases(self) -> None:
-        """Every idle lease goes back to the ledgers before this returns (the caller reads
-        ``available_resources()`` next)."""
-        returned: list = []
-        with self._lock:
-            self._release_idle_leases(force=True, returned=returned)
-        for slot in returned:
-            self.leases.release(slot.lease.lease_id, slot.host_lease, note=False)
-        # Leases released just before (e.g. past their linger, by the I/O thread) may still
-        # be on their way back: wait for them.
-        self._run_deferred(wait=True)
-
     def _send_task(self, slot: LeaseSlot, task: Task) -> None:
         worker = slot.worker
         spec = task.spec
@@ -900,18 +667,6 @@ class Owner:
         except OSError:
             # The worker is dying; its EXITED report will requeue or fail the task.
             pass
-
-    def _fail_unschedulable(self, key, message: str) -> None:
-        """Other sessions held the GPUs ``key`` needs past MINIRAY_HOST_GPU_TIMEOUT
-        (``leases.py``): its queued tasks, or the actor being placed, fail."""
-        from miniray.exceptions import ActorUnschedulableError, TaskUnschedulableError
-
-        if isinstance(key, tuple) and key and key[0] == "actor":
-            self.actors.fail_placement(key[1], ActorUnschedulableError(message))
-            return
-        queue = self.tasks.queues.pop(key, None)
-        for task in list(queue or ()):
-            self.tasks.fail(task, TaskUnschedulableError(message))
 
     # ------------------------------------------------------------------ cancel
     def cancel(self, object_id: bytes, force: bool, recursive: bool) -> None:
@@ -961,170 +716,6 @@ class Owner:
             self.send_control(worker, (protocol.CANCEL, task_id))
         except OSError:
             pass
-
-    # ------------------------------------------------------------------ workers
-    start_worker = staticmethod(WorkerPool.start)  # *Not locked.* The fork request.
-
-    def kill_process_later(self, pid: int) -> None:
-        """*Locked.* SIGKILL a worker once the lock is released: the request goes to the fork
-        server that started it (its parent), a socket write that is not made under the
-        lock."""
-        self.defer(functools.partial(self.fork_server.kill, pid, signal.SIGKILL))
-
-    def discard_start(self, parts: tuple) -> None:
-        """*Locked.* Close a started worker's ends instead of adopting it (it exits on EOF)."""
-        self.workers.discard(parts)
-
-    def adopt_worker(self, parts: tuple, runtime_env: str = "") -> WorkerSlot:
-        """*Locked.* Watch a worker asked for by ``start_worker``; it runs in ``runtime_env``
-        (a ``runtime_envs.env_key``; "" is the job's environment)."""
-        worker, early = self.workers.adopt(parts)
-        worker.runtime_env = runtime_env
-        hello = self.hello_info
-        if runtime_env:
-            hello = {**hello, "runtime_env_key": runtime_env}
-        self.send(worker, (protocol.HELLO, hello))
-        if early is not None:  # the fork server answered before the worker was adopted
-            self._on_spawned(worker, early)
-        return worker
-
-    def prestart_workers(self, count: int) -> threading.Event:
-        """*Not locked.* Start ``count`` idle workers in the job's environment, so that the
-        first tasks wait neither for forks nor for the fork server's own start (a fresh
-        interpreter importing miniray, 50-100 ms). They hold no lease: a task's lease takes
-        one as it takes any idle worker. Returns ``worker_ready``, set once the first of them
-        answered its HELLO (READY): ``init()`` waits for it, then briefly for
-        ``workers_ready`` (all of them)."""
-        fork_server = self.fork_server
-        started = [self.start_worker(fork_server) for _ in range(count)]
-        with self._lock:
-            usable = self.may_adopt(fork_server)
-            for parts in started:
-                if usable:
-                    worker = self.adopt_worker(parts)
-                    if not worker.exited and not worker.ready:
-                        self._unready.add(worker)
-                    self.workers.keep_idle(worker)
-                else:
-                    self.discard_start(parts)
-            if not self._unready:
-                self.workers_ready.set()
-        return self.worker_ready
-
-    def _now_ready(self, worker: WorkerSlot) -> None:
-        """*Locked.* ``worker`` answered READY or is gone."""
-        self.worker_ready.set()
-        unready = self._unready
-        if unready and worker in unready:
-            unready.discard(worker)
-            if not unready:
-                self.workers_ready.set()
-
-    def take_first_lease(self) -> None:
-        """*Not locked.* ``init()``, once a prestarted worker is ready: the lease of the
-        default task shape (one CPU: ``@remote`` without options) is taken for that worker
-        now, so the first such task finds a lease with room and is sent at once, without a
-        ledger transaction (the session's first: 0.3-0.8 ms on that task's path before).
-
-        The lease is idle from now on and goes back as any idle lease does: after ``keep``
-        (``MINIRAY_LEASE_KEEP_MS``) with no task, after ``linger`` once another session
-        waits for resources, at once when another shape needs the room or
-        ``available_resources()`` is asked. Its worker takes no kind until a task runs
-        there (``_release_lease``). Nothing is taken when the CPU is not free, and that
-        failure is not noted as a want (``Ledger.acquire(wanted=False)``): other sessions
-        keep their idle leases."""
-        request = dict(_FIRST_REQUEST)
-        key = scheduling.scheduling_key(request, 0, "")
-        with self._lock:
-            if (not self.may_dispatch() or key in self.leases.by_key
-                    or self.tasks.queues.get(key) or self._acquiring_total):
-                return
-            worker = self.workers.ready_idle(request)
-            if worker is None or worker.pid is None:
-                return
-        lease = self.ledger.acquire(request, holder_pid=self.pid, tag=scheduling.key_tag(key),
-                                    worker_pid=worker.pid, wanted=False)
-        if lease is None:
-            return
-        with self._lock:
-            given = (self.may_dispatch() and key not in self.leases.by_key
-                     and worker in self.workers.idle and not worker.dead)
-            if given:
-                self.workers.idle.remove(worker)
-                self._give_lease(key, request, lease, None, worker)
-        if not given:
-            self.leases.release(lease.lease_id, None)
-        self._wake_io()  # its keep is counted from now: the I/O thread's next sleep knows
-
-    def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
-        """*Locked.* The fork server named ``worker``'s pid."""
-        self.worker_forked.set()
-        status = self.workers.named(worker, pid)
-        if worker.kill_on_spawn:
-            self.kill_process_later(pid)
-        if worker.lease is not None:
-            self._ledger_later(self.ledger.set_worker, worker.lease.lease.lease_id, pid)
-        if status is not None:  # it exited before it was adopted
-            self._worker_gone(worker, status)
-
-    def _on_worker_exit(self, pid: int, status: int) -> None:
-        worker = self.workers.exited(pid, status)
-        if worker is not None:
-            self._worker_gone(worker, status)
-
-    def _worker_gone(self, worker: WorkerSlot, status: int | None,
-                     death: str | None = None) -> tuple[int, int]:
-        """*Locked.* A worker's process is gone: its exit ``status`` (a wait status), or
-        ``death`` when it died with the process that forked it (no status is reported then).
-        Its running task is retried while ``max_retries`` allows, else fails; an actor
-        restarts or dies (actors.py). Returns (tasks requeued, tasks failed)."""
-        if worker.exited:
-            return 0, 0
-        worker.exited = True
-        self._now_ready(worker)  # init() does not wait for a worker that will never be ready
-        pid = worker.pid
-        if pid is not None:
-            self.workers.by_pid.pop(pid, None)
-        self.workers.live -= 1
-        self.requests.release_read_pins(worker)
-        borrowed, worker.borrowed = worker.borrowed, set()
-        for object_id in borrowed:  # its refs died with it
-            self.objects.unborrow(object_id)
-        if worker.inflight:  # results it wrote to shared memory but never handed over
-            spec = worker.inflight[0].spec
-            unsent = list(spec.return_ids)
-            if spec.num_returns == STREAMING:  # and the value it was yielding
-                unsent.append(self.streams.next_item_id(spec.task_id))
-            for object_id in unsent:
-                if not self.store.contains(object_id):
-                    shm_segments.unlink_quiet(os.path.join(
-                        self.store.shm_dir, shm_segments.segment_name(self.store.session_tag,
-                                                                      object_id)))
-        if worker.blocked:
-            worker.blocked = 0
-            self.workers.blocked -= 1
-        self.workers.drain_output(worker)
-        was_dead = worker.dead
-        if not was_dead:
-            self.workers.retire(worker)
-        detail = (procinfo.describe_wait_status(status) if death is None
-                  else f"was killed because {death}")
-        if worker.actor is not None:
-            self.actors.on_worker_exit(
-                worker, detail if death is None else f"it was killed because {death}")
-            self._dispatch_all()
-            return 0, 0
-        if worker.lease is not None:
-            # Queued before its task's error is visible, given back once the lock is free:
-            # available_resources() (which waits for deferred work) sees it back.
-            self._release_lease(worker.lease, worker_reusable=False)
-        if self._closed:
-            return 0, 0
-        inflight = list(worker.inflight)
-        worker.inflight.clear()
-        requeued, failed = self.tasks.worker_died(inflight, pid, detail, death, self.fatal)
-        self._dispatch_all()
-        return requeued, failed
 
     # ------------------------------------------------------------------ I/O thread
     def _register(self, fd: int, handler) -> None:
@@ -1184,244 +775,6 @@ class Owner:
             pooled = self.POOL_IDLE_S + 0.05
             return pooled if wait is None else min(wait, pooled)
         return wait
-
-    def _on_output(self, fd: int) -> None:
-        stream = self.workers.streams.get(fd)
-        if stream is None:
-            return
-        lock = stream.lock
-        if lock is None:
-            stream.drain()
-        else:
-            with lock:  # a result handled by a reading get() prints what came before it
-                stream.drain()
-        if stream.eof:
-            with self._lock:
-                if self.workers.streams.get(fd) is stream:
-                    self.workers.close_stream(stream)
-
-    def _on_fork_server(self, fd: int) -> None:
-        message = self.fork_server.read_message()
-        if message == ():
-            return
-        if message is None:
-            self.helper_loss.on_eof(fd)
-            return
-        tag = message[0]
-        with self._lock:
-            if tag == protocol.SPAWNED:
-                worker = self.workers.spawned(message[1], message[2])
-                if worker is not None:
-                    self._on_spawned(worker, message[2])
-            elif tag == protocol.EXITED:
-                self._on_worker_exit(message[1], message[2])
-            elif tag == protocol.NODE_STOPPING:
-                self.helper_loss.on_stopping(message[1])
-            elif tag == protocol.BYE:
-                pass
-
-    def _on_worker_data(self, fd: int) -> None:
-        worker = self.workers.by_fd.get(fd)
-        if worker is None:
-            self._unregister(fd)
-            return
-        read_lock = worker.read_lock
-        if not read_lock.acquire(False):
-            return  # a get() reads this socket now (direct_reads.py): it handles the frames
-        try:
-            frames, closed = worker.conn.recv_ready()
-            if closed:
-                self._unregister(fd)
-            if frames:
-                self._handle_frames(worker, frames)
-        finally:
-            read_lock.release()
-
-    def _handle_frames(self, worker: WorkerSlot, frames: list) -> None:
-        """*Not locked; ``worker.read_lock`` held.* Handle the frames read from ``worker``'s
-        data socket, in order, by the I/O thread or by a get() reading its own result
-        (``direct_reads.py``). Each frame leaves ``frames`` as its handling starts."""
-        loads = pickle.loads
-        with self._lock:
-            if len(frames) == 1:
-                self._handle_worker_message(worker, loads(frames.pop()))
-                return
-            reactor = self.reactor
-            reactor.cork()  # the tasks and replies these frames cause go out together
-            # What the worker printed before the last of these frames was written before
-            # they were read: one look at its pipes puts it before every result here.
-            worker.drain_printed()
-            self._drained = worker
-            frames.reverse()
-            pop = frames.pop
-            try:
-                while frames:
-                    self._handle_worker_message(worker, loads(pop()))
-            finally:
-                frames.reverse()
-                self._drained = None
-                reactor.uncork()
-
-    def _handle_worker_message(self, worker: WorkerSlot, message: tuple) -> None:
-        tag = message[0]
-        if worker.read_pins and tag in (protocol.RESULT, protocol.GET, protocol.WAIT):
-            self.requests.release_read_pins(worker)
-        if tag == protocol.RESULT:
-            if worker.interrupted:
-                self.requests.call_ended(worker, message[1])
-            if worker.actor is not None:
-                if self._drained is not worker:
-                    worker.drain_printed()
-                self.actors.on_result(worker, message[1], message[2], message[4], message[5])
-            else:
-                self._on_result(worker, message[1], message[2], message[3], message[5])
-            if message[4]:  # refs pickled inside the returned values: those objects hold them
-                self._contain_results(message[1], message[4])
-        elif tag == protocol.ACTOR_SUBMIT:
-            try:
-                self.actors.submit(message[1], message[2])
-            except Exception as error:  # e.g. PendingCallsLimitExceeded: the refs carry it
-                data = serialization.dumps(error)
-                for object_id in message[2].return_ids:
-                    self.objects.set_ready(object_id, protocol.ERR, data)
-        elif tag == protocol.ACTOR_READY:
-            self.actors.on_ready(worker, message[2], message[3], message[4])
-        elif tag == protocol.ACTOR_EXITING:
-            self.actors.on_exiting(worker, message[1])
-        elif tag == protocol.SUBMIT:
-            parent = worker.inflight[0] if worker.inflight else None
-            if worker.actor is not None and message[2] is not None:  # from an actor call
-                parent = self.tasks.call_parent(message[2])
-            spec = message[1]
-            try:
-                self._lock.release()
-                try:
-                    self.submit_task(spec, parent)
-                finally:
-                    self._lock.acquire()
-            except Exception as error:
-                self.tasks.fail(Task(spec, None), error)
-        elif tag == protocol.PUT:
-            # The worker keeps its ObjectRef: it reports it as a borrower like any other.
-            self.objects.set_ready(message[1], message[2], message[3])
-            if self.objects.borrow(message[1]):
-                worker.borrowed.add(message[1])
-            if len(message) > 4 and message[4]:
-                self.objects.contain(message[1], message[4])
-        elif tag == protocol.BORROW:
-            self.requests.on_borrow(worker, *message[1:])
-        elif tag == protocol.YIELD:
-            # Lines printed before the value was yielded come first, as before a result.
-            if self._drained is not worker:
-                worker.drain_printed()
-            self.streams.on_item(message[1], message[2], message[3], message[4], message[5])
-        elif tag == protocol.GIVE_BACK:
-            self._on_give_back(worker, message[1])
-        elif tag == protocol.GET:
-            self.requests.on_get(worker, message[1], message[2], message[3], message[4])
-        elif tag == protocol.WAIT:
-            self.requests.on_wait(worker, message[1], message[2], message[3], message[4],
-                                  message[5])
-        elif tag == protocol.CALL:
-            self.requests.on_call(worker, message[1], message[2], message[3])
-        elif tag == protocol.READY:
-            worker.ready = True
-            self._now_ready(worker)
-
-    def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,
-                   retryable: bool, times: tuple | None = None) -> None:
-        # Lines the task printed were written before its result: print them first.
-        if self._drained is not worker:
-            worker.drain_printed()
-        task, in_order = pipelining.take_finished(worker.inflight, task_id)
-        if not in_order:
-            logger.error("miniray bug: %s result for task %s", "out-of-order" if task
-                         else "unexpected", task_id.hex())
-            if task is None:
-                return
-        task.times = times  # the worker's own clock readings, for the timeline
-        worker.calls += 1
-        # max_calls counts the calls of one function on one worker, as in Ray.
-        calls = worker.fn_calls[task.spec.fn_id] = worker.fn_calls.get(task.spec.fn_id, 0) + 1
-        if task.spec.max_calls and calls >= task.spec.max_calls:
-            worker.spent = True
-        if retryable or task.state == T_DONE:
-            self.tasks.finished(task, results, retryable)
-        else:  # finished(), inlined for the common case: nothing to retry
-            self.tasks.complete(task, results)
-        self._after_worker_progress(worker)
-
-    def _on_give_back(self, worker: WorkerSlot, task_ids: list) -> None:
-        """*Locked.* ``worker`` blocked (or is about to) and gave back tasks it did not start:
-        they go back to their queues (no retry used) and to other workers."""
-        worker.recalled = False
-        stuck = self.leases.stuck
-        if worker.lease is not None:  # the worker has room again (the result path's
-            stuck.pop(worker.lease.key, None)  # refill assumes one freed slot)
-        for key in self.tasks.hand_back(worker, task_ids):
-            stuck.pop(key, None)
-            self._dispatch(key)
-        self._after_worker_progress(worker)
-
-    def _on_unblock(self, worker: WorkerSlot) -> None:
-        """*Locked.* ``worker`` is no longer blocked in ``get()``/``wait()``: tasks of its key
-        may be queued behind its running one again (``lease_to_fill`` skips blocked ones)."""
-        slot = worker.lease
-        if slot is not None:
-            self.leases.stuck.pop(slot.key, None)
-            if self.tasks.queues.get(slot.key):
-                self._dispatch(slot.key)
-
-    def _recall_for(self, slot: LeaseSlot) -> None:
-        """*Locked.* ``slot``'s worker is idle and its key's queue empty: a worker of the key
-        holding tasks behind a running one is asked to give them back (``pipelining.py``)."""
-        other = pipelining.lease_to_recall(self.leases.by_key.get(slot.key))
-        if other is not None:
-            other.worker.recalled = True
-            self.send_control(other.worker, (protocol.RECALL,))
-
-    def _contain_results(self, task_id: bytes, contained: list) -> None:
-        for index, inner in enumerate(contained, start=1):
-            if inner:
-                self.objects.contain(task_id + index.to_bytes(4, "big"), inner)
-
-    def _after_worker_progress(self, worker: WorkerSlot) -> None:
-        slot = worker.lease
-        if slot is None:
-            return
-        if worker.spent and not worker.inflight:
-            self._release_lease(slot, worker_reusable=False)
-            self.workers.retire(worker)
-            self._dispatch_all()
-            return
-        key = slot.key
-        queue = self.tasks.queues.get(key)
-        if queue:
-            leases = self.leases
-            mark = leases.stuck.get(key)
-            if (mark is not None and mark[0] == leases.window.releases
-                    and 0 < len(worker.inflight) < mark[1] and not worker.blocked
-                    and len(queue) > self._acquiring.get(key, 0) and not self._closed
-                    and not self.helper_loss.restarting and not self.helper_loss.fatal):
-                # Nothing changed since ``_dispatch`` found no room for the key but this
-                # worker's finished task: its pipeline slot is the only room, and the full
-                # dispatch would give it the next task and end stuck again, as it is now.
-                self._send_task(slot, queue.popleft())
-                if not queue:
-                    del self.tasks.queues[key]
-            else:
-                leases.stuck.pop(key, None)
-                self._dispatch(key)
-        if not worker.inflight and slot.worker is worker:
-            if (self.pipeline_depth > 1 and key not in self.tasks.queues
-                    and len(self.leases.by_key.get(key, ())) > 1):  # another may hold some
-                self._recall_for(slot)
-            if self.tasks.queues:
-                # Another shape is waiting: give the resources back now so it can run.
-                self._release_lease(slot)
-                self._dispatch_all()
-            elif slot.idle_since is None:
-                slot.idle_since = time.monotonic()
 
     # ------------------------------------------------------------------ status
     def worker_pids(self) -> list[int]:
