@@ -515,20 +515,55 @@ class RemoteNodes:
             del owner.tasks.queues[key]
 
     def _arg_bytes(self, spec) -> dict:
-        """``{this node: bytes of the task's ObjectRef arguments in this store's shared
-        memory}`` (inline ones travel with the task anyway), for ``node_pick`` rule 3."""
+        """*Owner locked.* ``{node id: bytes of the task's ObjectRef arguments there}``:
+        this store's shared memory (inline ones travel with the task anyway) and results
+        kept on their node (step 7, not pulled yet), for ``node_pick`` rules 2-4."""
         if not spec.deps:
             return {}
         store = self.owner.store
-        total = 0
+        objects = self.owner.objects
+        out: dict[str, int] = {}
         for _position, object_id in spec.deps:
+            entry = objects.get(object_id)
+            if entry is not None and entry.state == PENDING and entry.remote is not None:
+                out[entry.remote.node_id] = out.get(entry.remote.node_id, 0) + \
+                    entry.remote.size
+                continue
             if store.inline_or_none(object_id) is not None:
                 continue
             try:
-                total += int(store.location(object_id)[-1])
+                size = int(store.location(object_id)[-1])
             except (KeyError, TypeError, ValueError):
                 continue  # not in this store (a borrowed ref): nothing here to weigh
-        return {self.local: total} if total else {}
+            out[self.local] = out.get(self.local, 0) + size
+        return {k: v for k, v in out.items() if v}
+
+    def locate(self, task) -> bool | None:
+        """*Owner locked.* Step 1 for a task without an affinity whose arguments include
+        results kept on other nodes, not pulled (``TaskQueue._kept_first``): ``node_pick``
+        weighs where its arguments' bytes are (rule 2's exception, rule 4), the view less
+        this driver's tasks there. True when it went to another node (it reads the copy
+        kept there, or fetches it there: ``_dep_values``); None: it stays here, and its
+        kept arguments are pulled as before."""
+        spec = task.spec
+        if self._closed or spec.affinity is not None or not _may_spill(task):
+            return None
+        with self._lock:  # a node whose link was lost is not chosen again (a retry)
+            lost = {n for n, c in self._clients.items() if c.lost is not None}
+        nodes = [e for e in self.view() if e.node_id not in lost]
+        if not any(e.alive and e.node_id != self.local for e in nodes):
+            return None
+        local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
+        with self._lock:
+            view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
+        placed = node_pick.pick_node(spec.request, self.local, view,
+                                     arg_bytes=self._arg_bytes(spec),
+                                     local_holds=local_feasible)
+        if placed.node_id in (None, self.local) or placed.action == "infeasible" or (
+                placed.action == "wait" and local_feasible):
+            return None
+        self._begin(task, placed.node_id)
+        return True
 
     def _claim(self, slot, node_id: str | None, request: dict) -> None:
         """The task of ``slot`` is placed on ``node_id`` (None: it ended there, or moves):
