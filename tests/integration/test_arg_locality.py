@@ -11,8 +11,14 @@ The scene is test_remote_objects.py's: a head on 127.0.0.1 (2 CPUs), member A on
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from miniray._private.core import config
+from miniray._private.host import session
+
+from .helpers import wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_objects import KEPT, _member_kept, _member_tag
 from .test_remote_tasks import MEMBER, _run_driver
@@ -76,3 +82,67 @@ def test_a_task_given_a_large_kept_result_runs_where_it_is_kept_and_reads_it_the
         assert doc[name] == [True, True, 0, False, True], (name, doc)
     assert doc["small"] == [True, True, 1, True, True], doc
     assert _member_kept(hosts) == []
+
+
+MEMBER_B = "127.0.0.3"
+
+
+@pytest.fixture
+def members(hosts, member):
+    """Head, member A and member B (127.0.0.3, 2 CPUs)."""
+    joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER_B) or {}).get("alive"),
+                      10.0)
+    yield member
+
+
+TWO = LOCALITY + """
+    member_b = next(n["NodeID"] for n in ray.nodes()
+                    if n["NodeManagerAddress"] == "127.0.0.3" and n["Alive"])
+    on_b = dict(scheduling_strategy=NodeAffinitySchedulingStrategy(member_b, soft=False))
+    TAG_B = "mr_" + os.environ["MEMBER_B_ROOT_TAG"]
+    SHM_B = os.environ["MEMBER_B_SHM"]
+
+    def kept_b():
+        return sorted(n for n in os.listdir(SHM_B) if n.startswith(TAG_B))
+
+    def fetched():
+        return runtime.current().owner.remote_nodes.kept_results.fetched
+"""
+
+
+def _env_b(hosts) -> dict:
+    env = hosts.env(MEMBER_B)
+    return {"MEMBER_B_ROOT_TAG": session.root_tag(env["MINIRAY_TMPDIR"]),
+            "MEMBER_B_SHM": env.get("MINIRAY_SHM_DIR") or config.DEFAULT_SHM_DIR}
+
+
+def _kept_b(hosts) -> list:
+    env = _env_b(hosts)
+    return [n for n in os.listdir(env["MEMBER_B_SHM"])
+            if n.startswith("mr_" + env["MEMBER_B_ROOT_TAG"])]
+
+
+def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_driver(
+        hosts, members):
+    doc = _run_driver(hosts, TWO + """
+    out = {}
+    ref = made.options(**on).remote(11, M20)
+    until(lambda: recorded(ref))
+    t0 = time.monotonic()
+    sha, node = ray.get(digest.options(**on_b).remote(ref), timeout=120)
+    out["first"] = [sha == expected(11, M20), node == member_b, pulled(), fetched(), here(ref),
+                    len(kept()), len(kept_b())]
+    sha, node = ray.get(digest.options(**on_b).remote(ref), timeout=120)  # B's copy again
+    out["again"] = [sha == expected(11, M20), node == member_b, pulled(), fetched(),
+                    len(kept_b())]
+    del ref
+    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["first"] == [True, True, 0, 1, False, 1, 1], doc
+    assert doc["again"] == [True, True, 0, 1, 1], doc
+    assert doc["freed"] == [True, True], doc
+    assert _member_kept(hosts) == [] and _kept_b(hosts) == []

@@ -262,6 +262,8 @@ class Peering:
         self._wake = wake
         self.listener.setblocking(False)
         sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
+        self.drivers.post = self._post  # step 12 of remote_drivers: node-to-node fetches
+        self.drivers.connect_pull = self._connect_pull
         self.drivers.register(sel)
         if self._link is not None:
             self._watch_link(self._link)
@@ -352,6 +354,21 @@ class Peering:
                     f"cluster ({self.head[0]}:{self.head[1]})")
         return {}
 
+    def _post(self, fn) -> None:
+        """From a thread: ``fn()`` runs on the loop (``remote_drivers``' fetch ends)."""
+        self._inbox.put(("call", fn))
+        self._wake()
+
+    def _connect_pull(self, address: tuple, hello: dict) -> pc.PeerChannel:
+        """From a thread: a ``pull`` connection to another node's port (the cluster token,
+        TLS where on, from this node's address): ``remote_drivers`` step 12."""
+        channel = pc.connect((address[0], int(address[1])), self.token, ROLE_PULL,
+                             hello=hello, timeout=HANDSHAKE_TIMEOUT_S,
+                             ssl_context=self._tls[0] if self._tls else None,
+                             source_address=(self.entry.ip, 0))
+        channel.set_send_timeout(HANDSHAKE_TIMEOUT_S)
+        return channel
+
     def _from_thread(self, channel: pc.PeerChannel) -> None:
         self._inbox.put(("accepted", channel))
         self._wake()
@@ -373,7 +390,9 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
+            if kind == "call":  # even when closing: a fetch's end unlinks what it wrote
+                item()
+            elif kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
                 if self._closed:
                     item.close()
                 elif item.role == ROLE_DRIVER:

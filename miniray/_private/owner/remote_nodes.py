@@ -152,6 +152,13 @@ def keep_results() -> bool:
     return os.environ.get("MINIRAY_KEEP_REMOTE_RESULTS", "1") != "0"
 
 
+def fetch_between_nodes() -> bool:
+    """Whether a task's argument kept on another node than its own is fetched by its
+    node straight from there (step 7; default on). ``MINIRAY_FETCH_BETWEEN_NODES=0``: it
+    comes through this driver, as before (for comparison)."""
+    return os.environ.get("MINIRAY_FETCH_BETWEEN_NODES", "1") != "0"
+
+
 class Unschedulable(str):
     """``placement_for``'s answer for a task that can never run where its hard node affinity
     says (the text says why): Ray's ``TaskUnschedulableError``."""
@@ -539,14 +546,24 @@ class RemoteNodes:
         return {k: v for k, v in out.items() if v}
 
     def locate(self, task) -> bool | None:
-        """*Owner locked.* Step 1 for a task without an affinity whose arguments include
-        results kept on other nodes, not pulled (``TaskQueue._kept_first``): ``node_pick``
-        weighs where its arguments' bytes are (rule 2's exception, rule 4), the view less
-        this driver's tasks there. True when it went to another node (it reads the copy
-        kept there, or fetches it there: ``_dep_values``); None: it stays here, and its
-        kept arguments are pulled as before."""
+        """*Owner locked.* Step 1 for a task whose arguments include results kept on
+        other nodes, not pulled (``TaskQueue._kept_first``): without an affinity,
+        ``node_pick`` weighs where its arguments' bytes are (rule 2's exception, rule 4),
+        the view less this driver's tasks there; with one (or SPREAD), its own rule
+        decides (``_place``). True when it went to another node (it reads the copy kept
+        there, or that node fetches it: ``_dep_values``) or failed unschedulable; None: it
+        stays here, and its kept arguments are pulled as before."""
         spec = task.spec
-        if self._closed or spec.affinity is not None or not _may_spill(task):
+        if self._closed or spec.placement is not None or task.cancelled:
+            return None
+        if spec.affinity is not None:  # its own rule; on another node it fetches them there
+            local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
+            placed = self._place(spec, local_feasible)[0]
+            if placed is None:
+                return None
+            self._begin(task, placed)
+            return True
+        if not _may_spill(task):
             return None
         with self._lock:  # a node whose link was lost is not chosen again (a retry)
             lost = {n for n, c in self._clients.items() if c.lost is not None}
@@ -782,8 +799,9 @@ class RemoteNodes:
         moved = None  # step 2: denied there, another node has room now
         bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
-            dep_values = self._dep_values(task, entry.node_id) if spec.deps else None
             client = self.client(entry)
+            dep_values = self._dep_values(task, entry.node_id, client, entry) \
+                if spec.deps else None
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
@@ -922,7 +940,7 @@ class RemoteNodes:
         worker.env = env
         return worker
 
-    def _dep_values(self, task, node_id: str = "") -> list:
+    def _dep_values(self, task, node_id: str = "", client=None, entry=None) -> list:
         """Step 2's first part: the task's argument objects (ready, none an error: the
         owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
         one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
@@ -930,13 +948,26 @@ class RemoteNodes:
         them into one buffer)."""
         spec = task.spec
         there = {}  # step 7: kept on N, where the task runs: the worker reads N's segment
+        elsewhere = {}  # kept on another node: N fetches it from there (step 7)
         with self.owner.locked():
             for _position, object_id in spec.deps:
-                entry = self.owner.objects.get(object_id)
-                if entry is not None and entry.state == PENDING and entry.remote is not None \
-                        and entry.remote.node_id == node_id and entry.remote.path:
-                    copy = entry.remote
-                    there[object_id] = (entry.kind, ("shm", copy.path, copy.size))
+                kept = self.owner.objects.get(object_id)
+                if kept is None or kept.state != PENDING or kept.remote is None:
+                    continue
+                copy = kept.remote
+                if copy.node_id == node_id and copy.path:
+                    there[object_id] = (kept.kind, ("shm", copy.path, copy.size))
+                elif client is not None and node_id != self.local and fetch_between_nodes():
+                    elsewhere[object_id] = (kept.kind, copy)
+        for object_id, (kind, copy) in elsewhere.items():
+            try:
+                path = self.kept_results.fetch(object_id, copy, client, entry)
+            except (LookupError, RemoteLeaseError) as failed:  # pulled through here instead
+                logger.info("node %s could not fetch object %s from node %s (%s); it "
+                            "comes through this driver", client.name, object_id.hex()[:16],
+                            copy.node_id[:12], failed)
+                continue
+            there[object_id] = (kind, ("shm", path, copy.size))
         ids_ = [object_id for _position, object_id in spec.deps if object_id not in there]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
             items = None

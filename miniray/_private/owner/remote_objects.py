@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import protocol, pull_grants, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import PENDING, RemoteCopy
 from miniray._private.transport.remote_node import RemoteLeaseError, RemoteNodeClient
@@ -53,9 +53,17 @@ class KeptResults:
         self._receive_frames = receive_frames
         self._frame_s = frame_s
         self.pulled = 0  # values pulled from the nodes that kept them
-        self._lock = threading.Lock()  # the two fields below; never held while waiting
+        self.fetched = 0  # values another node fetched from the one that kept them
+        self._lock = threading.Lock()  # the fields below; never held while waiting
         self._pulls: dict[RemoteNodeClient, list] = {}  # idle pull connections per link
         self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
+        # Node-to-node fetches (``fetch``): the link each kept object is on (popped when
+        # it is freed), each node's other copies ``{object id: {node id: (link, path)}}``,
+        # each link's grant key, one lock per (object, node) fetched.
+        self._homes: dict[bytes, RemoteNodeClient] = {}
+        self._copies: dict[bytes, dict[str, tuple]] = {}
+        self._grant_keys: dict[RemoteNodeClient, bytes] = {}
+        self._fetching: dict[tuple, threading.Lock] = {}
         self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
         self._frees: dict[RemoteNodeClient, list] = {}
         self._freeing = False  # a _send_frees thread runs
@@ -112,8 +120,13 @@ class KeptResults:
                 name="miniray-pull").start())
 
         def free():  # locked: sent after it, with others, by ``_send_frees``
+            with self._lock:  # its copies fetched by other nodes go too
+                self._homes.pop(object_id, None)
+                others = self._copies.pop(object_id, {})
             with self._frees_lock:
                 self._frees.setdefault(client, []).append(object_id)
+                for other, _path in others.values():
+                    self._frees.setdefault(other, []).append(object_id)
                 if self._freeing:
                     return
                 self._freeing = True
@@ -121,7 +134,57 @@ class KeptResults:
                 target=self._send_frees, daemon=True, name="miniray-remote-free").start())
 
         copy = RemoteCopy(node_id, size, start, free, path)
+        with self._lock:
+            self._homes[object_id] = client
         return copy
+
+    def fetch(self, object_id: bytes, copy: RemoteCopy, client: RemoteNodeClient,
+              entry) -> str:
+        """*Not locked.* Node ``entry`` (``client``: this driver's link to it) gets the
+        kept object straight from the node that keeps it (``remote_drivers`` step 12, with
+        this driver's grant); the path of its copy there, which the object's free frees
+        too. Once per object and node (later calls wait for the first). LookupError: the
+        keeping node's link is gone; RemoteLeaseError "fetch_failed": the node could not
+        (the caller pulls it through this driver instead); NodeDiedError, TimeoutError:
+        node ``entry`` is lost."""
+        node = entry.node_id
+        with self._lock:
+            home = self._homes.get(object_id)
+            done = self._copies.get(object_id, {}).get(node)
+            gate = self._fetching.setdefault((object_id, node), threading.Lock())
+        if done is not None:
+            return done[1]
+        if home is None or home.lost is not None or home.kept is None:
+            raise LookupError(f"the link that keeps object {object_id.hex()} is gone")
+        with gate:
+            with self._lock:
+                done = self._copies.get(object_id, {}).get(node)
+            if done is not None:
+                return done[1]
+            key = self._grant_keys.get(home)
+            if key is None:
+                key = self._grant_keys[home] = home.grant_key()
+            grant = pull_grants.grant(key, object_id, node, entry.ip)
+            try:
+                path = client.fetch(object_id, copy.size, home.address, home.kept[0], grant,
+                                    timeout=self._frame_s + copy.size / (20 << 20))
+            finally:
+                with self._lock:
+                    self._fetching.pop((object_id, node), None)
+            with self._lock:
+                freed = object_id not in self._homes
+                if not freed:
+                    self._copies.setdefault(object_id, {})[node] = (client, path)
+                self.fetched += 1
+            if freed:  # freed while it was fetched: that copy goes too
+                with self._frees_lock:
+                    self._frees.setdefault(client, []).append(object_id)
+                    start = not self._freeing
+                    self._freeing = True
+                if start:
+                    threading.Thread(target=self._send_frees, daemon=True,
+                                     name="miniray-remote-free").start()
+            return path
 
     def _send_frees(self) -> None:
         """Step 7's frees, batched per link, never under the owner's lock. A lost link's
