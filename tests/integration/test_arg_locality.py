@@ -12,16 +12,18 @@ The scene is test_remote_objects.py's: a head on 127.0.0.1 (2 CPUs), member A on
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 
 import pytest
 
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import wait_until
+from .helpers import driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_objects import KEPT, _member_kept, _member_tag
-from .test_remote_tasks import MEMBER, _run_driver
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 
 @pytest.fixture
@@ -146,3 +148,51 @@ def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_
     assert doc["again"] == [True, True, 0, 1, 1], doc
     assert doc["freed"] == [True, True], doc
     assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_member_a_killed_before_or_while_b_fetches_is_object_lost_error(hosts, members,
+                                                                        when):
+    """A's node is SIGKILLed before the task on B starts, or once B's copy appears in B's
+    shm dir (the fetch runs): the task fails with the ObjectLostError of its argument, as
+    a local task's pull would; nothing is left on B."""
+    proc = driver(PRELUDE + TWO + """
+    ref = made.options(**on).remote(12, 200 * 1000 * 1000)
+    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
+          flush=True)
+    if sys.stdin.readline().strip() == "before":
+        sys.stdin.readline()  # A is dead now
+    t0 = time.monotonic()
+    try:
+        ray.get(digest.options(**on_b).remote(ref), timeout=90)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "text": str(error)[:2000],
+               "lost": isinstance(error, ray.exceptions.ObjectLostError),
+               "waited": time.monotonic() - t0}
+    out["pulled"], out["fetched"] = pulled(), fetched()
+    del ref
+    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
+                  **_env_b(hosts))
+    try:
+        assert json_line(proc, 120)["kept"]
+        proc.stdin.write(when + "\n")
+        proc.stdin.flush()
+        if when == "during":
+            assert wait_until(lambda: _kept_b(hosts), 30.0, interval=0.001)
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        if when == "before":
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc["error"] is not None and doc["lost"], doc
+        assert "All copies of" in doc["text"] and "lost due to node failure" in doc["text"], doc
+        assert doc["waited"] < 60 and not doc["left_on_b"], doc
+        assert doc["fetched"] == 0, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+    assert _kept_b(hosts) == []

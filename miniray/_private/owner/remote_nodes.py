@@ -987,6 +987,8 @@ class RemoteNodes:
                         out.append((position, *there[object_id]))
                         continue
                     kind, data = next(items)
+                    if kind == protocol.ERR and object_id in elsewhere:
+                        raise Failed(_dep_error(data, spec.name))  # lost with its node
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
@@ -1392,6 +1394,20 @@ def _cancelled(spec) -> Failed:
     from miniray.exceptions import TaskCancelledError  # lazy: as above
 
     return Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+
+
+def _dep_error(data: bytes, name: str):
+    """The error of task ``name`` whose argument kept on a node holds the error ``data``
+    (its pull failed: ObjectLostError), as ``TaskQueue`` fails a task with a failed
+    argument."""
+    from miniray._private.core import serialization  # lazy: this path only
+    from miniray._private.core.dependency_errors import dependency_error  # lazy: as above
+
+    try:
+        upstream = serialization.loads(data)
+    except Exception as error:  # noqa: BLE001 - said as a system error instead
+        return _system_error(f"Task {name}: an argument's error could not be read: {error}")
+    return dependency_error(upstream, name)
 
 
 def _system_error(text: str):

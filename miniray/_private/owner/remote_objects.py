@@ -163,7 +163,14 @@ class KeptResults:
                 return done[1]
             key = self._grant_keys.get(home)
             if key is None:
-                key = self._grant_keys[home] = home.grant_key()
+                from miniray.exceptions import NodeDiedError
+
+                try:
+                    key = home.grant_key()
+                except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
+                    raise LookupError(f"the node that keeps it: {lost}") from None
+                with self._lock:
+                    self._grant_keys[home] = key
             grant = pull_grants.grant(key, object_id, node, entry.ip)
             try:
                 path = client.fetch(object_id, copy.size, home.address, home.kept[0], grant,
