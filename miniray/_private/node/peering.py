@@ -10,9 +10,11 @@ and frames (``transport/peer_channel.py``), the view's rules and failure detecto
 (``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
 drivers' leases and spawns (``remote_drivers.py``: this module accepts the roles ``driver``
 and ``attach`` on any node, hands each such channel to it, lets it ``tick``, and calls its
-``fence`` at steps 3-4), the head's relay of the role ``actors`` to its actor service
-(``actor_relay.py``: this module accepts the role on a head and hands it each channel), or
-remote tasks, actors and objects (a later phase).
+``fence`` at steps 3-4; it gives it ``post``, which runs a function on the loop from a
+thread, and ``connect_pull``, a ``pull`` connection to another node with the token, TLS
+and this node's address: its step 12, node-to-node fetches), the head's relay of the role
+``actors`` to its actor service (``actor_relay.py``: this module accepts the role on a head
+and hands it each channel), or remote tasks, actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
 

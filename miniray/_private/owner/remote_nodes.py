@@ -11,7 +11,8 @@ Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
+Called by: ``TaskQueue`` (``locate``, locked: a task given results kept on other nodes,
+placed before they are pulled; ``offload``, locked: a task with a node affinity or
 ``"SPREAD"``, or one the local node can never hold; submitted as any task, its arguments
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
 now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
@@ -97,7 +98,15 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        queues ("free", ...) for the link, sent in batches off the lock
        (``KeptResults._send_frees``); a lost link's go unsent (N swept them). A task with a hard
        affinity to N given such a ref does not wait for it (``tasks._reads_there``):
-       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled.
+       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled. Any
+       other task given one is placed before it is pulled (``locate``, from
+       ``TaskQueue._kept_first``: ``node_pick`` weighs the kept bytes per node,
+       ``_arg_bytes``; an affinity's own rule): on N it reads N's copy as above; on
+       another member M, M's node fetches it from N with this driver's grant
+       (``KeptResults.fetch``, the node's step 12) and the worker reads M's copy
+       (``MINIRAY_FETCH_BETWEEN_NODES=0``: through this driver instead); M failing to
+       (N gone): pulled here, ObjectLostError as the task's argument error; placed
+       here: pulled, as before.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ arguments.
 
 Owns: a task from submission to its results (``Task``, by task id), the wait on each
 argument object still pending (a task is queued once all are ready, or completes with the
-first argument's error), the infeasibility decision at enqueue time (one stderr line per
+first argument's error; one kept on another node is not waited for: the task is offered
+to ``locate`` first, and waits for it only if it stays here), the infeasibility decision
+at enqueue time (one stderr line per
 scheduling key), the queues and the infeasible lists per key, what becomes of a task after
 a failed result or its worker's death (retried at the front of its queue, or failed),
 cancellation (``scheduling.cancel_action``; killing or interrupting a worker is the
