@@ -76,6 +76,7 @@ class KeptResults:
         with self._lock:
             pulls = [c for channels in self._pulls.values() for c in channels]
             self._pulls.clear()
+            self._grant_keys.clear()
         for channel in pulls:
             channel.close()
 
@@ -153,6 +154,9 @@ class KeptResults:
         with self._lock:
             home = self._homes.get(object_id)
             done = self._copies.get(object_id, {}).get(node)
+            if done is not None and done[0] is not client:  # that link went, its copy too
+                del self._copies[object_id][node]
+                done = None
             gate = self._fetching.setdefault((object_id, node), threading.Lock())
         if done is not None:
             return done[1]
@@ -161,7 +165,7 @@ class KeptResults:
         with gate:
             with self._lock:
                 done = self._copies.get(object_id, {}).get(node)
-            if done is not None:
+            if done is not None and done[0] is client:
                 return done[1]
             key = self._grant_keys.get(home)
             if key is None:
