@@ -5,8 +5,15 @@ reads A's copy there (the driver never pulls it), by default placement (``node_p
 local-first (pulled, as before). ``del`` frees every copy; nothing is left on any host (the
 ``hosts`` fixture's teardown checks every process, session and segment of every root).
 
+Members fetch from each other (``remote_drivers`` step 12): a task on member B given A's
+kept result gets it from A with the driver's grant (bit-exact; the driver never pulls
+it), B's copy serves B's next task, ``del`` frees both copies; also with TLS on every
+host. A killed before or during B's fetch: the task fails with its argument's
+ObjectLostError, nothing is left on B.
+
 The scene is test_remote_objects.py's: a head on 127.0.0.1 (2 CPUs), member A on 127.0.0.2
-(2 CPUs and one ``a_only``), each with its own root and shm dir.
+(2 CPUs and one ``a_only``), member B on 127.0.0.3 (2 CPUs), each with its own root and
+shm dir.
 """
 
 from __future__ import annotations
@@ -126,13 +133,10 @@ def _kept_b(hosts) -> list:
             if n.startswith("mr_" + env["MEMBER_B_ROOT_TAG"])]
 
 
-def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_driver(
-        hosts, members):
-    doc = _run_driver(hosts, TWO + """
+FETCH = TWO + """
     out = {}
     ref = made.options(**on).remote(11, M20)
     until(lambda: recorded(ref))
-    t0 = time.monotonic()
     sha, node = ray.get(digest.options(**on_b).remote(ref), timeout=120)
     out["first"] = [sha == expected(11, M20), node == member_b, pulled(), fetched(), here(ref),
                     len(kept()), len(kept_b())]
@@ -143,11 +147,39 @@ def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_
     out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
     print(json.dumps(out), flush=True)
     ray.shutdown()
-    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+"""
+
+
+def _fetched_directly(hosts) -> None:
+    doc = _run_driver(hosts, FETCH, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts),
+                      **_env_b(hosts))
     assert doc["first"] == [True, True, 0, 1, False, 1, 1], doc
     assert doc["again"] == [True, True, 0, 1, 1], doc
     assert doc["freed"] == [True, True], doc
     assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_driver(
+        hosts, members):
+    """Bit-exact, the driver never holds it (no pull, nothing in its store), B's copy
+    serves B's next task, ``del`` frees both copies."""
+    _fetched_directly(hosts)
+
+
+def test_the_fetch_between_members_works_with_tls_on_every_host(hosts, tmp_path):
+    from .test_remote_tls import _certificates
+
+    certs = _certificates(tmp_path / "certs")
+    tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": certs["node"][0],
+           "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "MINIRAY_TLS_CA_CERT": certs["ca"]}
+    for ip in ("127.0.0.1", MEMBER, MEMBER_B):
+        hosts.env(ip).update(tls)
+    hosts.start_member(MEMBER, "--num-cpus", "2")
+    joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER_B) or {}).get("alive"),
+                      10.0)
+    _fetched_directly(hosts)
 
 
 @pytest.mark.parametrize("when", ["before", "during"])
