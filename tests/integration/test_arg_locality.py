@@ -182,17 +182,18 @@ def test_the_fetch_between_members_works_with_tls_on_every_host(hosts, tmp_path)
     _fetched_directly(hosts)
 
 
-@pytest.mark.parametrize("when", ["before", "during"])
+@pytest.mark.parametrize("when", ["before", "during", "before_through_driver"])
 def test_member_a_killed_before_or_while_b_fetches_is_object_lost_error(hosts, members,
                                                                         when):
     """A's node is SIGKILLed before the task on B starts, or once B's copy appears in B's
     shm dir (the fetch runs): the task fails with the ObjectLostError of its argument, as
-    a local task's pull would; nothing is left on B."""
+    a local task's pull would; nothing is left on B. ``before_through_driver``: the same
+    with ``MINIRAY_FETCH_BETWEEN_NODES=0`` (the driver's own pull fails)."""
     proc = driver(PRELUDE + TWO + """
     ref = made.options(**on).remote(12, 200 * 1000 * 1000)
     print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
           flush=True)
-    if sys.stdin.readline().strip() == "before":
+    if sys.stdin.readline().strip().startswith("before"):
         sys.stdin.readline()  # A is dead now
     t0 = time.monotonic()
     try:
@@ -208,6 +209,7 @@ def test_member_a_killed_before_or_while_b_fetches_is_object_lost_error(hosts, m
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
+                  MINIRAY_FETCH_BETWEEN_NODES="0" if when == "before_through_driver" else "1",
                   **_env_b(hosts))
     try:
         assert json_line(proc, 120)["kept"]
@@ -216,7 +218,7 @@ def test_member_a_killed_before_or_while_b_fetches_is_object_lost_error(hosts, m
         if when == "during":
             assert wait_until(lambda: _kept_b(hosts), 30.0, interval=0.001)
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        if when == "before":
+        if when != "during":
             proc.stdin.write("\n")
             proc.stdin.flush()
         doc = json_line(proc, 120)

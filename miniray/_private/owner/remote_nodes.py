@@ -966,7 +966,8 @@ class RemoteNodes:
                 copy = kept.remote
                 if copy.node_id == node_id and copy.path:
                     there[object_id] = (kept.kind, ("shm", copy.path, copy.size))
-                elif client is not None and node_id != self.local and fetch_between_nodes():
+                    continue
+                if client is not None and node_id != self.local and fetch_between_nodes():
                     elsewhere[object_id] = (kept.kind, copy)
         for object_id, (kind, copy) in elsewhere.items():
             try:
@@ -996,8 +997,8 @@ class RemoteNodes:
                         out.append((position, *there[object_id]))
                         continue
                     kind, data = next(items)
-                    if kind == protocol.ERR and object_id in elsewhere:
-                        raise Failed(_dep_error(data, spec.name))  # lost with its node
+                    if kind == protocol.ERR:  # a kept one's pull failed (its node lost)
+                        raise Failed(_dep_error(data, spec.name))
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
