@@ -2,7 +2,8 @@
 kept result"): a result kept on member A given to a task without an affinity runs on A and
 reads A's copy there (the driver never pulls it), by default placement (``node_pick``'s rule
 2: over MOVE_MAX_ARG_BYTES there) and for a resource only A has; a small one keeps the task
-local-first (pulled, as before). ``del`` frees every copy; nothing is left on any host (the
+local-first (pulled, as before); with a ``put`` here as well, the larger side wins.
+``del`` frees every copy; nothing is left on any host (the
 ``hosts`` fixture's teardown checks every process, session and segment of every root).
 
 Members fetch from each other (``remote_drivers`` step 12): a task on member B given A's
@@ -84,12 +85,30 @@ def test_a_task_given_a_large_kept_result_runs_where_it_is_kept_and_reads_it_the
     out["small"] = [sha == expected(7, 1 << 20), node == here_id, pulled(), here(ref)]
     del ref
     out["small"].append(until(lambda: not kept(), 10))
+
+    @ray.remote
+    def both(array, other):
+        return (hashlib.sha256(array).hexdigest(), ray.get_runtime_context().get_node_id())
+
+    # Mixed: 20 MB kept on A and a ``put`` here; the bytes weigh (rule 2's exception).
+    for name, here_size in (("mixed_more_here", 30 * 1000 * 1000), ("mixed_less_here", 1 << 20)):
+        before = pulled()
+        ref = made.options(**on).remote(8, M20)
+        until(lambda: recorded(ref))
+        local = ray.put(np.zeros(here_size, dtype=np.uint8))
+        sha, node = ray.get(both.remote(ref, local), timeout=120)
+        out[name] = [sha == expected(8, M20), node == (here_id if here_size > M20 else member),
+                     pulled() - before]
+        del ref, local
+        out[name].append(until(lambda: not kept(), 10))
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts))
     for name in ("default", "only_a", "before_kept"):
         assert doc[name] == [True, True, 0, False, True], (name, doc)
     assert doc["small"] == [True, True, 1, True, True], doc
+    assert doc["mixed_more_here"] == [True, True, 1, True], doc  # pulled here
+    assert doc["mixed_less_here"] == [True, True, 0, True], doc  # read on A
     assert _member_kept(hosts) == []
 
 
