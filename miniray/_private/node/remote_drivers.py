@@ -99,9 +99,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
           grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``.
        3. M answers at once ("fetched", req, path, size) when it keeps the object for D's
           link already; else a thread of M (never the loop; one per object and link,
-          later fetches of it wait for its answer) connects to N's port as in step 11,
-          role "pull", hello {"driver": {M's host, M's pid}, "tag": N's tag, "peer":
-          {"node_id": M's id, "object_id": object_id, "grant": grant}}.
+          later fetches of it wait for its answer; at most MAX_PULLS_PER_LINK per link)
+          connects to N's port as in step 11, role "pull", hello {"driver": {M's host,
+          M's pid}, "tag": N's tag, "peer": {"node_id": M's id, "object_id": object_id,
+          "grant": grant}}.
        4. N (``pull``, on its loop) checks the grant under that link's key against the
           hello's object and node id and the connection's source IP
           (``pull_grants.check_grant``) and closes the connection if it fails; such a
@@ -783,6 +784,10 @@ class RemoteDrivers:
         if waiting is not None:
             waiting.append(req)
             return None
+        if sum(1 for other, _ in self._fetching if other is link) >= MAX_PULLS_PER_LINK:
+            self.errors += 1
+            return ("error", req, "fetch_failed",
+                    f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
         self._fetching[key] = [req]
         path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
                                                                    object_id))
