@@ -1,9 +1,10 @@
-"""Two loopback fake hosts for the benchmarks of work on another node.
+"""Loopback fake hosts (two, or more) for the benchmarks of work on another node.
 
-Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2 (each with its own
-``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own ``MINIRAY_SHM_DIR``, one fresh
-token), running one driver script on the head's host, and stopping both nodes and removing
-their folders afterwards. Used by ``bench_remote_tasks.py`` and ``bench_remote_values.py``.
+Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2, or the members ``hosts``
+names (each with its own ``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own
+``MINIRAY_SHM_DIR``, one fresh token), running one driver script on the head's host, and
+stopping every node and removing their folders afterwards. Used by
+``bench_remote_tasks.py``, ``bench_remote_values.py`` and ``bench_fetch.py``.
 """
 
 from __future__ import annotations
