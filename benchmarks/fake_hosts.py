@@ -1,9 +1,10 @@
-"""Two loopback fake hosts for the benchmarks of work on another node.
+"""Loopback fake hosts (two, or more) for the benchmarks of work on another node.
 
-Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2 (each with its own
-``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own ``MINIRAY_SHM_DIR``, one fresh
-token), running one driver script on the head's host, and stopping both nodes and removing
-their folders afterwards. Used by ``bench_remote_tasks.py`` and ``bench_remote_values.py``.
+Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2, or the members ``hosts``
+names (each with its own ``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own
+``MINIRAY_SHM_DIR``, one fresh token), running one driver script on the head's host, and
+stopping every node and removing their folders afterwards. Used by
+``bench_remote_tasks.py``, ``bench_remote_values.py`` and ``bench_fetch.py``.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ from miniray._private.transport import node_client
 HOSTS = ("127.0.0.1", "127.0.0.2")
 
 
-def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False) -> dict:
-    """Run the driver ``code`` on the head's host of a fresh two-host cluster; the last JSON
-    object it printed, with the machine's load average added. Exits with the driver's
-    stderr if it printed none."""
+def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False,
+                     hosts: tuple = HOSTS) -> dict:
+    """Run the driver ``code`` on the head's host of a fresh two-host cluster (``hosts``:
+    the head's IP, then each member's); the last JSON object it printed, with the
+    machine's load average added. Exits with the driver's stderr if it printed none."""
     base = tempfile.mkdtemp(prefix=prefix)
     shm_base = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm") if own_shm_dirs else None
     token = "bench-remote-token-" + os.urandom(16).hex()
     envs = {}
-    for ip in HOSTS:
+    for ip in hosts:
         name = ip.replace(".", "_")
         root = os.path.join(base, name)
         os.makedirs(os.path.join(root, "host"))
@@ -41,12 +43,14 @@ def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False) -> d
     cli = [sys.executable, "-m", "miniray"]
     try:
         subprocess.run(cli + ["start", "--head", "--port", "0", "--num-cpus", "2"],
-                       env=envs[HOSTS[0]], capture_output=True, text=True, check=True)
-        (record,) = node_client.list_records(envs[HOSTS[0]]["MINIRAY_TMPDIR"])
-        subprocess.run(cli + ["start", f"--address={record.address}", "--node-ip-address",
-                              HOSTS[1], "--port", "0", "--num-cpus", "2"],
-                       env=envs[HOSTS[1]], capture_output=True, text=True, check=True)
-        run = subprocess.run([sys.executable, "-c", code], env=envs[HOSTS[0]],
+                       env=envs[hosts[0]], capture_output=True, text=True, check=True)
+        (record,) = node_client.list_records(envs[hosts[0]]["MINIRAY_TMPDIR"])
+        for member in hosts[1:]:
+            subprocess.run(cli + ["start", f"--address={record.address}",
+                                  "--node-ip-address", member, "--port", "0", "--num-cpus",
+                                  "2"], env=envs[member], capture_output=True, text=True,
+                           check=True)
+        run = subprocess.run([sys.executable, "-c", code], env=envs[hosts[0]],
                              capture_output=True, text=True, timeout=600)
         lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
         if not lines:
@@ -55,7 +59,7 @@ def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False) -> d
         doc["load_average"] = [round(x, 2) for x in os.getloadavg()]
         return doc
     finally:
-        for ip in reversed(HOSTS):
+        for ip in reversed(hosts):
             subprocess.run(cli + ["stop", "--force"], env=envs[ip], capture_output=True,
                            timeout=60)
         shutil.rmtree(base, ignore_errors=True)

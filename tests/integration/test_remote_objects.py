@@ -218,7 +218,9 @@ def test_a_kept_result_as_an_argument_of_tasks_there_and_here_and_of_a_nested_ge
         0, 256, 20 * 1000 * 1000, dtype=np.uint8)).hexdigest()
     out = {}
     for name, call in (("there", lambda ref: digest.options(**on).remote(ref)),
-                       ("here", lambda ref: digest.remote(ref)),
+                       ("here", lambda ref: digest.options(  # placed here: pulled
+                           scheduling_strategy=NodeAffinitySchedulingStrategy(
+                               ray.get_runtime_context().get_node_id(), soft=False)).remote(ref)),
                        ("nested", lambda ref: nested.options(**on).remote([ref]))):
         ref = small.options(**on).remote(4)
         until(lambda: recorded(ref))

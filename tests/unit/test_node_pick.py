@@ -160,6 +160,30 @@ def test_locality_a_task_with_large_arguments_here_waits_here_for_room():
                      arg_bytes=big) == Placement("node", "b")
 
 
+def test_locality_large_arguments_kept_on_another_node_take_the_task_there():
+    """Rule 2's exception (issue 16): a result kept on the node that made it."""
+    view = [node("a"), node("b"), node("c")]
+    big = MOVE_MAX_ARG_BYTES + 1
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"b": big}) == Placement("node", "b")
+    # Small arguments elsewhere, or at most as many as here: local first, as before.
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"b": MOVE_MAX_ARG_BYTES}).node_id == "a"
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"a": big, "b": big}).node_id == "a"
+    # Mixed: the bytes weigh; the most bytes first, the node id breaks ties.
+    assert pick_node({"CPU": 1}, "a", view,
+                     arg_bytes={"a": big, "b": 2 * big, "c": 3 * big}).node_id == "c"
+    assert pick_node({"CPU": 1}, "a", view, arg_bytes={"c": big, "b": big}).node_id == "b"
+    # That node has no room now: local (the argument comes here), not a wait there.
+    full = [node("a"), node("b", free=0)]
+    assert pick_node({"CPU": 1}, "a", full, arg_bytes={"b": big}).node_id == "a"
+    # SPREAD and a hard affinity keep their own rules.
+    assert pick_node({"CPU": 1}, "a", view, "SPREAD", arg_bytes={"b": big}).node_id == "a"
+    strategy = NodeAffinitySchedulingStrategy("c", soft=False)
+    assert pick_node({"CPU": 1}, "a", view, strategy, arg_bytes={"b": big}).node_id == "c"
+    # A node that can never hold the request is never chosen for its bytes.
+    small = [node("a"), node("b", cpu=0.5)]
+    assert pick_node({"CPU": 1}, "a", small, arg_bytes={"b": big}).node_id == "a"
+
+
 def test_less_claims_brings_this_drivers_own_use_up_to_date_in_a_stale_view():
     view = [node("a"), node("b", free=2)]  # b: 4 CPUs, 2 free as of its heartbeat
     # 1.5 CPUs of its own tasks there since that heartbeat: 0.5 free.

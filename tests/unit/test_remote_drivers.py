@@ -606,3 +606,61 @@ def test_fencing_frees_every_links_kept_results(node, tmp_path):
     assert wait_until(lambda: not os.listdir(shm))
     node.on_loop(node.peering.drivers.resume)
     client.close()
+
+
+# ------------------------------------------- step 12: a node fetches from another node
+def test_a_node_fetches_another_links_object_with_the_drivers_grant_only(node, tmp_path):
+    """One node plays N (link ``home`` keeps the object) and M (link ``there`` fetches
+    it, connecting to its own port from its address): M's copy is booked for ``there``,
+    bit-exact, freed by ``there``'s free; a wrong grant is refused at N's door (the fetch
+    fails, nothing is left); a granted connection pulls its object only."""
+    from miniray._private.core import pull_grants
+
+    shm = _kept_node(node, tmp_path)
+    one, two = b"\x01" * 28, b"\x02" * 28
+    value = os.urandom(3 << 20)
+    address = ("127.0.0.1", node.port)
+    with node.client() as home, node.client() as there:
+        tag, _room = home.keeps()
+        there_tag, _room = there.keeps()
+        home.keep(one, _write(shm, tag, one, value), len(value))
+        home.keep(two, _write(shm, tag, two, b"other"), 5)
+        key = home.grant_key()
+        assert key == home.grant_key() != there.grant_key()
+        grant = pull_grants.grant(key, one, node.entry.node_id, "127.0.0.1")
+        with pytest.raises(RemoteLeaseError) as refused:  # granted for another object
+            there.fetch(two, 5, address, tag, grant)
+        assert refused.value.kind == "fetch_failed"
+        assert sorted(os.listdir(shm)) == sorted([f"mr_{tag}_{one.hex()}",
+                                                  f"mr_{tag}_{two.hex()}"])
+        path = there.fetch(one, len(value), address, tag, grant)
+        assert os.path.basename(path) == f"mr_{there_tag}_{one.hex()}"
+        with open(path, "rb") as f:
+            assert f.read() == value
+        assert there.fetch(one, len(value), address, tag, grant) == path  # kept: at once
+        assert node.peering.drivers.fetched == 1
+        peer = pc.connect(address, TOKEN, "pull", hello={
+            "driver": {"host": "h", "pid": 1}, "tag": tag,
+            "peer": {"node_id": node.entry.node_id, "object_id": one, "grant": grant}})
+        try:  # a granted connection: its object only
+            peer.send(("pull", 1, two))
+            assert peer.recv(timeout=5)[:3] == ("error", 1, "unknown_object")
+        finally:
+            peer.close()
+        assert there.free([one]) == 1 and not os.path.exists(path)
+        assert os.path.exists(shm / f"mr_{tag}_{one.hex()}")  # home's copy: home's to free
+
+
+def test_fetch_messages_are_checked_for_shape():
+    good = ("fetch", 1, b"\x01" * 28, 5, ["127.0.0.2", 7000], "t" * 16, b"g" * 32)
+    assert rd.parse_message(good)[0] == "fetch"
+    for index, bad in ((3, 0), (3, True), (4, ["127.0.0.2"]), (4, [1, 2]), (5, "short"),
+                       (6, "not bytes"), (2, "not bytes")):
+        message = list(good)
+        message[index] = bad
+        assert rd.parse_message(tuple(message))[0] is None, message
+    assert rd.parse_message(("grant_key", 3)) == ("grant_key", 3, ())
+    hello = {"driver": {"host": "h", "pid": 1}, "tag": "t" * 16}
+    assert rd.check_pull_hello(hello) is None
+    assert rd.check_pull_hello({**hello, "peer": {"node_id": "n"}}) is None
+    assert "pull hello" in rd.check_pull_hello({**hello, "peer": "not a dict"})

@@ -40,10 +40,10 @@ def _spec(n: int, deps=(), request=None, affinity=None):
     return types.SimpleNamespace(
         task_id=task_id, return_ids=[task_id + b"\0\0\0\1"], contained=(),
         deps=[(i, d) for i, d in enumerate(deps)], request=request or {"CPU": 1.0},
-        name=f"task{n}", max_retries=0, affinity=affinity, placement=None)
+        name=f"task{n}", max_retries=0, affinity=affinity, placement=None, num_returns=1)
 
 
-def _queue(dispatched: list, leased=(), offload=None):
+def _queue(dispatched: list, leased=(), offload=None, locate=None):
     objects = ObjectTable(_Store(), threading.Lock(), lambda: None)
     node = NodeState(totals={"CPU": 2 * UNIT}, instance_ids={})
     tasks = TaskQueue(objects=objects, store=objects.store, node_state=node,
@@ -52,7 +52,7 @@ def _queue(dispatched: list, leased=(), offload=None):
                       kill_worker=lambda worker: dispatched.append(("kill", worker)),
                       signal_cancel=lambda worker, task_id: dispatched.append(("signal", worker)),
                       skip_queued=lambda worker, task_id: dispatched.append(("skip", task_id)),
-                      offload=offload)
+                      offload=offload, locate=locate)
     return tasks, objects
 
 
@@ -252,3 +252,78 @@ def test_a_dead_worker_counts_positions_among_unfinished_tasks():
     tasks.fail(skipped, KeyboardInterrupt())  # cancelled while pipelined: done, skipped
     assert tasks.worker_died(list(worker.inflight), 7, "was killed", None, None) == (1, 1)
     assert running.state == T_DONE and list(tasks.queues["key"]) == [behind]
+
+
+# ------------------------------------------- arguments kept on another node (issue 16)
+def _kept(objects, object_id, node="n1"):
+    """A result kept on ``node``: PENDING with a RemoteCopy; ``pulls`` counts its pulls."""
+    from miniray._private.owner.object_table import RemoteCopy
+
+    pulls: list = []
+    copy = RemoteCopy(node, 20 << 20, lambda: pulls.append(object_id), lambda: None, "/p")
+    objects.set_ready(object_id, protocol.OK, ("remote", copy))
+    return pulls
+
+
+def test_a_task_given_a_kept_result_is_placed_before_it_is_pulled():
+    dispatched: list = []
+    placed: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: placed.append(task) or True)
+    a = b"a" * 28
+    objects.ensure(a)
+    pulls = _kept(objects, a)
+    tasks.submit(_spec(1, deps=[a]), "key")
+    task = placed[0]
+    assert pulls == [] and dispatched == [] and task.kept == 0  # another node's now
+
+
+def test_a_task_placed_here_waits_for_its_kept_argument_which_is_pulled():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: None)
+    a, b = b"a" * 28, b"b" * 28
+    objects.ensure(a)
+    objects.ensure(b)
+    pulls = _kept(objects, a)
+    tasks.submit(_spec(1, deps=[a, b]), "key")
+    task = tasks.by_id[b"\1" * 24]
+    assert pulls == [] and task.waiting == 1 and task.kept == 1  # b first
+    objects.set_ready(b, protocol.OK, b"y")  # placed now: here, so a is pulled
+    assert pulls == [a] and task.state == T_WAITING and task.waiting == 1
+    objects.set_ready(a, protocol.OK, b"x")
+    assert task.state == T_QUEUED and dispatched == ["key"]
+
+
+def test_a_running_argument_that_comes_back_kept_places_its_task_first():
+    dispatched: list = []
+    placed: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: placed.append(task) or True)
+    a = b"a" * 28
+    objects.ensure(a)
+    tasks.submit(_spec(1, deps=[a]), "key")
+    task = tasks.by_id[b"\1" * 24]
+    assert task.waiting == 1 and placed == []
+    pulls = _kept(objects, a)  # its result stays on its node: not pulled for this task
+    assert placed == [task] and pulls == [] and dispatched == []
+    assert not objects.get(a).waiters
+
+
+def test_a_task_reading_a_kept_result_where_it_must_run_is_never_offered_to_locate():
+    dispatched: list = []
+    placed: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: placed.append(task) or True,
+                            offload=lambda task, feasible: True)
+    a = b"a" * 28
+    objects.ensure(a)
+    pulls = _kept(objects, a, node="n1")
+    tasks.submit(_spec(1, deps=[a], affinity=("n1", False, False)), "key")
+    assert placed == [] and pulls == []  # offered to offload (its affinity), read there
+
+
+def test_without_the_locate_hook_a_kept_argument_is_pulled_first_as_before():
+    dispatched: list = []
+    tasks, objects = _queue(dispatched)
+    a = b"a" * 28
+    objects.ensure(a)
+    pulls = _kept(objects, a)
+    tasks.submit(_spec(1, deps=[a]), "key")
+    assert pulls == [a] and tasks.by_id[b"\1" * 24].waiting == 1

@@ -13,8 +13,10 @@ a DENY sends the caller back here with a fresher view), placement groups
 (``placement.py``), or acting on an answer (``owner/remote_nodes.py``).
 Called by: ``owner/remote_nodes.placement_for`` (every task that may leave this node:
 node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over of a
-local node with no room now) and ``move_to``. ``plan_bundles`` (a placement group's
-bundles across nodes): ``owner/placement_groups.PlacementGroups._plan``.
+local node with no room now) and ``move_to``; ``owner/remote_nodes.RemoteNodes.locate``
+(a task given results kept on other nodes: rule 2's exception weighs their bytes).
+``plan_bundles`` (a placement group's bundles across nodes):
+``owner/placement_groups.PlacementGroups._plan``.
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 
@@ -28,7 +30,11 @@ Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 2. The local node, if it has the resources available now (the unchanged fast path;
    ``"SPREAD"`` skips this rule; ``local_room=False``, the local ledger's "no room now",
    overrides the view's ``available``, and ``local_holds=False``, its "never", the view's
-   totals).
+   totals), unless another node that has them available now holds more than
+   ``MOVE_MAX_ARG_BYTES`` of the task's arguments and more of them than the local node
+   (a result kept on the node that made it, issue 16): that node then, the most bytes
+   first (the node id breaks ties). Moving that much costs more than a lease there;
+   small arguments keep the task local.
 3. Locality: the local node has the totals but no room now, and more than
    ``MOVE_MAX_ARG_BYTES`` of the task's arguments are in its store: "wait" here. Values
    travel to another node through this driver, once per task; waiting for a local slot is
@@ -161,6 +167,22 @@ def _totals_text(nodes) -> str:
     return "; ".join(parts) or "no node is alive"
 
 
+def _arg_node(located: Mapping[str, int], local: str | None, feasible: list,
+              has_room) -> str | None:
+    """Rule 2's exception: the node with room now holding the most (over
+    ``MOVE_MAX_ARG_BYTES``, and over what the local node holds) of the task's arguments;
+    None: none (the task stays local)."""
+    here = located.get(local, 0) if local is not None else 0
+    best = None
+    for entry in feasible:
+        count = located.get(entry.node_id, 0)
+        if entry.node_id == local or count <= MOVE_MAX_ARG_BYTES or count <= here:
+            continue
+        if has_room(entry) and (best is None or (-count, entry.node_id) < best):
+            best = (-count, entry.node_id)
+    return None if best is None else best[1]
+
+
 def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[Any],
               strategy: Any = None, *, turn: int = 0,
               arg_bytes: Mapping[str, int] | None = None,
@@ -226,7 +248,8 @@ def pick_node(request: Mapping[str, float], local: str | None, view: Iterable[An
     here = by_id.get(local) if local is not None else None
     here_holds = here is not None and holds(here)
     if not spread and here_holds and has_room(here):
-        return Placement("node", here.node_id)
+        away = _arg_node(located, local, feasible, has_room)
+        return Placement("node", here.node_id if away is None else away)
 
     # Rule 3.
     if not spread and here_holds and located.get(local, 0) > MOVE_MAX_ARG_BYTES:

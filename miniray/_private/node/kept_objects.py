@@ -7,7 +7,8 @@ must have (the link's tag: ``shm_segments.segment_name(link tag, object id)``, s
 ``sweep_tag`` of the link's tag removes whatever a worker of that link wrote, adopted or
 not). Does not own: the links (``remote_drivers.RemoteDrivers``, which adds a link's tag when
 the link is served and drops it, unlinking every path it gets back, when the link closes or
-is fenced), writing the segment (the remote worker: ``worker_api.result_route``), or the
+is fenced), writing the segment (the remote worker: ``worker_api.result_route``; or this
+node's fetch from another node, ``remote_drivers`` step 12, booked here the same way), or the
 driver's record of where the value is (``owner/remote_nodes.py``).
 Called by: ``RemoteDrivers`` on the node's selector loop (single-threaded: nothing here locks).
 

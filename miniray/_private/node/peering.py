@@ -10,9 +10,11 @@ and frames (``transport/peer_channel.py``), the view's rules and failure detecto
 (``core/cluster_view.py``), the selector loop and AF_UNIX drivers (``node.py``), remote
 drivers' leases and spawns (``remote_drivers.py``: this module accepts the roles ``driver``
 and ``attach`` on any node, hands each such channel to it, lets it ``tick``, and calls its
-``fence`` at steps 3-4), the head's relay of the role ``actors`` to its actor service
-(``actor_relay.py``: this module accepts the role on a head and hands it each channel), or
-remote tasks, actors and objects (a later phase).
+``fence`` at steps 3-4; it gives it ``post``, which runs a function on the loop from a
+thread, and ``connect_pull``, a ``pull`` connection to another node with the token, TLS
+and this node's address: its step 12, node-to-node fetches), the head's relay of the role
+``actors`` to its actor service (``actor_relay.py``: this module accepts the role on a head
+and hands it each channel), or remote tasks, actors and objects (a later phase).
 Called by: ``node.py`` (``run_node`` binds, joins, and builds ``Peering``; ``NodeServer``
 calls ``register``/``due``/``tick``/``close``).
 
@@ -262,6 +264,8 @@ class Peering:
         self._wake = wake
         self.listener.setblocking(False)
         sel.register(self.listener, selectors.EVENT_READ, self._on_accept)
+        self.drivers.post = self._post  # step 12 of remote_drivers: node-to-node fetches
+        self.drivers.connect_pull = self._connect_pull
         self.drivers.register(sel)
         if self._link is not None:
             self._watch_link(self._link)
@@ -352,6 +356,21 @@ class Peering:
                     f"cluster ({self.head[0]}:{self.head[1]})")
         return {}
 
+    def _post(self, fn) -> None:
+        """From a thread: ``fn()`` runs on the loop (``remote_drivers``' fetch ends)."""
+        self._inbox.put(("call", fn))
+        self._wake()
+
+    def _connect_pull(self, address: tuple, hello: dict) -> pc.PeerChannel:
+        """From a thread: a ``pull`` connection to another node's port (the cluster token,
+        TLS where on, from this node's address): ``remote_drivers`` step 12."""
+        channel = pc.connect((address[0], int(address[1])), self.token, ROLE_PULL,
+                             hello=hello, timeout=HANDSHAKE_TIMEOUT_S,
+                             ssl_context=self._tls[0] if self._tls else None,
+                             source_address=(self.entry.ip, 0))
+        channel.set_send_timeout(HANDSHAKE_TIMEOUT_S)
+        return channel
+
     def _from_thread(self, channel: pc.PeerChannel) -> None:
         self._inbox.put(("accepted", channel))
         self._wake()
@@ -373,7 +392,9 @@ class Peering:
                 kind, item = self._inbox.get_nowait()
             except queue.Empty:
                 return
-            if kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
+            if kind == "call":  # even when closing: a fetch's end unlinks what it wrote
+                item()
+            elif kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
                 if self._closed:
                     item.close()
                 elif item.role == ROLE_DRIVER:

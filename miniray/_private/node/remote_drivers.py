@@ -90,6 +90,35 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        object this link does not keep. Step 5 and fencing unlink every object of the
        link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
        driver that dies leaves nothing here.
+   12. Node-to-node fetch (docs/remote-objects.md, "Tasks given a kept result"): D runs a
+       task on this node M whose argument N keeps for D, and M gets it from N directly:
+       1. D -> N ("grant_key", req): ("grant_key", req, key), the random key
+          (``pull_grants.new_key``) N made for D's link when it was served; it never
+          leaves N but on that link.
+       2. D -> M ("fetch", req, object_id, size, [N ip, N port], N's tag for D, grant),
+          grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``.
+       3. M answers at once ("fetched", req, path, size) when it keeps the object for D's
+          link already; else a thread of M (never the loop; one per object and link,
+          later fetches of it wait for its answer; at most MAX_PULLS_PER_LINK per link)
+          connects to N's port as in step 11, role "pull", hello {"driver": {M's host,
+          M's pid}, "tag": N's tag, "peer": {"node_id": M's id, "object_id": object_id,
+          "grant": grant}}.
+       4. N (``pull``, on its loop) checks the grant under that link's key against the
+          hello's object and node id and the connection's source IP
+          (``pull_grants.check_grant``) and closes the connection if it fails; such a
+          connection pulls that object only (anything else: ("error", req,
+          "unknown_object", text)).
+       5. M -> N ("pull", 1, object_id): step 11's answer and frames, received straight
+          into segment ``mr_<M's tag for D's link>_<object id>`` of M's shm dir (its pages
+          reserved first: no room is an error, never a SIGBUS).
+       6. On M's loop: M books it for D's link (``KeptObjects.add``) and answers
+          ("fetched", req, path, size); any failure (N unreachable or refusing, EOF, a
+          frame late by ``PULL_SEND_TIMEOUT_S``, another size, no room, D's link gone
+          meanwhile) unlinks the segment and answers ("error", req, "fetch_failed",
+          text). M's copy is D's like any object kept for its link: D's ("free", ...)
+          and the link's end free it.
+       7. D records M's copy beside N's: freeing the object frees both. The task's
+          worker on M reads ("shm", path, size) there.
 """
 
 from __future__ import annotations
@@ -104,7 +133,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
-from miniray._private.core import config
+from miniray._private.core import config, pull_grants
 from miniray._private.host import session
 from miniray._private.node.kept_objects import KeptObjects
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
@@ -242,7 +271,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     op = message[0]
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
-              "keep": 5, "free": 3}
+              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -259,7 +288,20 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     if op == "free" and (not isinstance(message[2], (list, tuple)) or len(message[2]) > 4096
                          or not all(isinstance(i, bytes) for i in message[2])):
         return None, req, "a free names a list of at most 4096 object ids (bytes)"
+    if op == "fetch" and not _fetch_shape(message[2:]):
+        return None, req, ("a fetch names (object id: bytes, size: int > 0, [ip, port], "
+                           "tag: str, grant: bytes)")
     return op, req, tuple(message[2:])
+
+
+def _fetch_shape(args: tuple) -> bool:
+    """Step 12's fetch arguments: ``(object_id, size, [ip, port], tag, grant)``."""
+    object_id, size, address, tag, grant = args
+    return (isinstance(object_id, bytes) and isinstance(size, int)
+            and not isinstance(size, bool) and size > 0
+            and isinstance(address, (list, tuple)) and len(address) == 2
+            and isinstance(address[0], str) and isinstance(address[1], int)
+            and isinstance(tag, str) and 8 <= len(tag) <= 24 and isinstance(grant, bytes))
 
 
 def _segments():
@@ -274,8 +316,11 @@ def check_pull_hello(hello: dict) -> str | None:
     """Step 11: None if a pull hello is ``{"driver": {...}, "tag": str}``, else the
     refusal text."""
     tag = hello.get("tag") if isinstance(hello, dict) else None
-    if check_hello(hello) is not None or not isinstance(tag, str) or not 8 <= len(tag) <= 24:
-        return ("a pull hello must carry {'driver': {'host': str, 'pid': int}, 'tag': str}: "
+    peer = hello.get("peer") if isinstance(hello, dict) else None
+    if check_hello(hello) is not None or not isinstance(tag, str) or not 8 <= len(tag) <= 24 \
+            or not (peer is None or isinstance(peer, dict)):
+        return ("a pull hello must carry {'driver': {'host': str, 'pid': int}, 'tag': str} "
+                "(and, from another node, 'peer': {'node_id', 'object_id', 'grant'}): "
                 "connect with miniray's RemoteNodeClient of the same version")
     return None
 
@@ -346,7 +391,8 @@ def _close_parts(ticket) -> None:
 
 
 class _Link:
-    __slots__ = ("channel", "fd", "name", "host", "pid", "ip", "complaints", "pulls")
+    __slots__ = ("channel", "fd", "name", "host", "pid", "ip", "complaints", "pulls",
+                 "grant_key")
 
     def __init__(self, channel: pc.PeerChannel):
         self.channel = channel
@@ -358,6 +404,7 @@ class _Link:
         self.name = f"remote driver {ip} pid {self.pid}"
         self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
         self.pulls: set = set()  # step 11's pull connections (closed with the link)
+        self.grant_key = pull_grants.new_key()  # step 12: its driver's grants' key
 
 
 class RemoteDrivers:
@@ -377,6 +424,13 @@ class RemoteDrivers:
         self._shm_dir = shm_dir  # where workers of remote drivers write (config's default)
         self.kept = KeptObjects()  # step 11: results kept per link
         self._by_tag: dict[str, _Link] = {}
+        # Step 12, set by ``peering.Peering.register``: ``post(fn)`` runs fn on the loop
+        # (from a thread); ``connect_pull(address, hello)`` a pull connection to another
+        # node (the cluster token, TLS and this node's source address).
+        self.post = None
+        self.connect_pull = None
+        self._fetching: dict[tuple, list] = {}  # (link, object id) -> reqs waiting
+        self.fetched = 0  # step 12: objects fetched from other nodes
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
         self._gpu_keys = list(gpu_keys or [])
@@ -493,6 +547,10 @@ class RemoteDrivers:
             return self._issue(link, req)
         if op in ("keeps", "keep", "free"):
             return self._keeping(link, op, req, args)
+        if op == "grant_key":
+            return ("grant_key", req, link.grant_key)
+        if op == "fetch":
+            return self._fetch(link, req, *args)
         if op == "kill":
             (pid,) = args
             if self._workers.get(pid) is not link or self.kill_worker is None:
@@ -655,11 +713,24 @@ class RemoteDrivers:
                            "or %d pulls open already", channel.address, MAX_PULLS_PER_LINK)
             channel.close()
             return
+        only = None
+        peer = channel.peer_hello.get("peer")
+        if peer is not None:  # step 12: another node, with its driver's grant
+            only = peer.get("object_id")
+            why = pull_grants.check_grant(link.grant_key, only, peer.get("node_id"),
+                                          _peer_ip(channel), peer.get("grant"))
+            if why is not None:
+                self.errors += 1
+                logger.warning("refused a pull connection from %s for %s: %s",
+                               channel.address, link.name, why)
+                channel.close()
+                return
         link.pulls.add(channel)
-        threading.Thread(target=self._serve_pulls, args=(link, channel), daemon=True,
+        threading.Thread(target=self._serve_pulls, args=(link, channel, only), daemon=True,
                          name="miniray-pull").start()
 
-    def _serve_pulls(self, link: _Link, channel: pc.PeerChannel) -> None:
+    def _serve_pulls(self, link: _Link, channel: pc.PeerChannel,
+                     only: bytes | None = None) -> None:
         """Step 11's thread: ("pull", req, object_id) -> ("pulling", req, size) and the
         bytes in frames from the segment's read-only mapping, or ("error", req,
         "unknown_object", text). Reads the book without the loop (a dict lookup: an object
@@ -673,7 +744,8 @@ class RemoteDrivers:
                         or message[0] != "pull" or not isinstance(message[2], bytes)):
                     return  # not a driver of this version: the connection goes
                 req, object_id = message[1], message[2]
-                found = self.kept.find(link, object_id)
+                found = self.kept.find(link, object_id) if only in (None, object_id) \
+                    else None  # another node's connection: its granted object only
                 mapping = None
                 if found is not None:
                     try:
@@ -697,6 +769,77 @@ class RemoteDrivers:
         finally:
             link.pulls.discard(channel)
             channel.close()
+
+    def _fetch(self, link: _Link, req, object_id: bytes, size: int, address, tag: str,
+               grant: bytes):
+        """Step 12 on M (the loop): kept already, the answer; else a thread fetches it
+        from N (one per object and link: later asks wait for its answer)."""
+        found = self.kept.find(link, object_id)
+        if found is not None:
+            return ("fetched", req, found[0], found[1])
+        if self.post is None or self.connect_pull is None:
+            return ("error", req, "unsupported", "this node fetches no object from another")
+        key = (link, object_id)
+        waiting = self._fetching.get(key)
+        if waiting is not None:
+            waiting.append(req)
+            return None
+        if sum(1 for other, _ in self._fetching if other is link) >= MAX_PULLS_PER_LINK:
+            self.errors += 1
+            return ("error", req, "fetch_failed",
+                    f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
+        self._fetching[key] = [req]
+        path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
+                                                                   object_id))
+        hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
+                 "peer": {"node_id": self.node_id, "object_id": object_id, "grant": grant}}
+        threading.Thread(target=self._fetch_thread,
+                         args=(link, object_id, size, tuple(address), hello, path),
+                         daemon=True, name="miniray-fetch").start()
+        return None
+
+    def _fetch_thread(self, link: _Link, object_id: bytes, size: int, address: tuple,
+                      hello: dict, path: str) -> None:
+        """Step 12's steps 3-5, off the loop; its end goes to the loop (``_fetched``)."""
+        error = None
+        try:
+            channel = self.connect_pull(address, hello)
+            try:
+                channel.send(("pull", 1, object_id))
+                answer = channel.recv(timeout=PULL_SEND_TIMEOUT_S)
+                if not (isinstance(answer, tuple) and len(answer) == 3
+                        and answer[0] == "pulling" and answer[2] == size):
+                    raise LookupError(f"the node at {address[0]}:{address[1]} answered "
+                                      f"{answer!r:.160}")
+                _receive_segment(channel, path, size)
+            finally:
+                channel.close()
+        except Exception as failure:  # noqa: BLE001 - the driver hears why
+            _segments().unlink_quiet(path)
+            error = (f"fetching object {object_id.hex()} from {address[0]}:{address[1]} "
+                     f"failed: {failure}")
+        self.post(lambda: self._fetched(link, object_id, path, size, error))
+
+    def _fetched(self, link: _Link, object_id: bytes, path: str, size: int,
+                 error: str | None) -> None:
+        """Step 12's step 6, on the loop: booked for the link and answered, or unlinked."""
+        reqs = self._fetching.pop((link, object_id), [])
+        if error is None and not self._served(link):
+            error = "the driver's link closed meanwhile"
+        if error is None:
+            error = self.kept.add(link, object_id, path, size)
+        if error is not None:
+            if self.kept.find(link, object_id) is None:
+                _segments().unlink_quiet(path)
+            self.errors += 1
+            logger.info("%s: %s", link.name, error)
+        else:
+            self.fetched += 1
+        for req in reqs:
+            reply = ("fetched", req, path, size) if error is None else \
+                ("error", req, "fetch_failed", error)
+            if self._served(link) and not self._reply(link, reply):
+                return
 
     # -- step 8: spawn tickets and attach connections ------------------------------------
     def _issue(self, link: _Link, req):
@@ -805,3 +948,29 @@ class RemoteDrivers:
             channel.close()
         self._pending.clear()
         return links
+
+
+def _receive_segment(channel: pc.PeerChannel, path: str, size: int) -> None:
+    """Step 12's step 5: segment ``path`` (new) of ``size`` bytes, its pages reserved
+    first, filled from ``channel``'s frames; OSError for a frame late by
+    PULL_SEND_TIMEOUT_S. The caller unlinks it on failure."""
+    import mmap  # lazy: a node maps segments only when it fetches one
+
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    try:
+        with memoryview(mapping) as whole:
+            offset = 0
+            while offset < size:
+                try:
+                    offset += channel.recv_bytes_into(whole[offset:],
+                                                      timeout=PULL_SEND_TIMEOUT_S)
+                except TimeoutError as error:
+                    raise OSError(f"the bytes stopped coming: {error}") from None
+    finally:
+        with contextlib.suppress(BufferError):
+            mapping.close()

@@ -304,6 +304,14 @@ class ObjectTable:
         if type(data) is tuple and data[0] == "remote":  # kept on its node: not here yet
             entry.remote = data[1]
             entry.kind = kind
+            waiters = entry.waiters
+            if waiters and any(getattr(w, "places_first", False) for w in waiters):
+                # Tasks placed before it comes here (``tasks._PlacingWaiter``): not pulled
+                # for them; each is placed now, where it may read it.
+                entry.waiters = [w for w in waiters if not getattr(w, "places_first", False)]
+                for waiter in waiters:
+                    if getattr(waiter, "places_first", False):
+                        waiter.kept(object_id)
             if entry.waiters:
                 entry.remote.want()
             elif (entry.dropped and entry.refs <= 0 and not entry.escaped

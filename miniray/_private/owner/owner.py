@@ -207,7 +207,7 @@ class Owner(OwnerLeases, OwnerEvents):
             has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
-            offload=self._offload)
+            offload=self._offload, locate=self._locate)
         # A get() of one running task's result reads its worker's socket itself.
         self.direct_reads = DirectReads(
             lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
@@ -393,6 +393,11 @@ class Owner(OwnerLeases, OwnerEvents):
             if spec.affinity is None and local_feasible:
                 return None
         return self._remote_nodes().offload(task, local_feasible)
+
+    def _locate(self, task):
+        """*Locked.* ``TaskQueue``'s hook for a task given results kept on other nodes
+        (``remote_nodes.RemoteNodes.locate``): they exist only where remote_nodes does."""
+        return None if self.remote_nodes is None else self.remote_nodes.locate(task)
 
     def _remote_nodes(self):
         """*Locked.* The tasks placed on other hosts (``remote_nodes.py``), made at first

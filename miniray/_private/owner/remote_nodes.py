@@ -11,7 +11,8 @@ Does not own: the placement rule itself (``core/node_pick.py``), the view
 (``<session>/cluster.json``, written by the node), the link's protocol
 (``transport/remote_node.py``), the node's side (``node/remote_drivers.py``), or anything of
 local tasks.
-Called by: ``TaskQueue`` (``offload``, locked: a task with a node affinity or
+Called by: ``TaskQueue`` (``locate``, locked: a task given results kept on other nodes,
+placed before they are pulled; ``offload``, locked: a task with a node affinity or
 ``"SPREAD"``, or one the local node can never hold; submitted as any task, its arguments
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
 now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
@@ -97,7 +98,15 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        queues ("free", ...) for the link, sent in batches off the lock
        (``KeptResults._send_frees``); a lost link's go unsent (N swept them). A task with a hard
        affinity to N given such a ref does not wait for it (``tasks._reads_there``):
-       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled.
+       ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled. Any
+       other task given one is placed before it is pulled (``locate``, from
+       ``TaskQueue._kept_first``: ``node_pick`` weighs the kept bytes per node,
+       ``_arg_bytes``; an affinity's own rule): on N it reads N's copy as above; on
+       another member M, M's node fetches it from N with this driver's grant
+       (``KeptResults.fetch``, the node's step 12) and the worker reads M's copy
+       (``MINIRAY_FETCH_BETWEEN_NODES=0``: through this driver instead); M failing to
+       (N gone): pulled here, ObjectLostError as the task's argument error; placed
+       here: pulled, as before.
 """
 
 from __future__ import annotations
@@ -150,6 +159,13 @@ def keep_results() -> bool:
     """Whether tasks' large results stay on their node until needed (step 7; default on).
     ``MINIRAY_KEEP_REMOTE_RESULTS=0``: they cross at once, as before (for comparison)."""
     return os.environ.get("MINIRAY_KEEP_REMOTE_RESULTS", "1") != "0"
+
+
+def fetch_between_nodes() -> bool:
+    """Whether a task's argument kept on another node than its own is fetched by its
+    node straight from there (step 7; default on). ``MINIRAY_FETCH_BETWEEN_NODES=0``: it
+    comes through this driver, as before (for comparison)."""
+    return os.environ.get("MINIRAY_FETCH_BETWEEN_NODES", "1") != "0"
 
 
 class Unschedulable(str):
@@ -512,20 +528,65 @@ class RemoteNodes:
             del owner.tasks.queues[key]
 
     def _arg_bytes(self, spec) -> dict:
-        """``{this node: bytes of the task's ObjectRef arguments in this store's shared
-        memory}`` (inline ones travel with the task anyway), for ``node_pick`` rule 3."""
+        """*Owner locked.* ``{node id: bytes of the task's ObjectRef arguments there}``:
+        this store's shared memory (inline ones travel with the task anyway) and results
+        kept on their node (step 7, not pulled yet), for ``node_pick`` rules 2-4."""
         if not spec.deps:
             return {}
         store = self.owner.store
-        total = 0
+        objects = self.owner.objects
+        out: dict[str, int] = {}
         for _position, object_id in spec.deps:
+            entry = objects.get(object_id)
+            if entry is not None and entry.state == PENDING and entry.remote is not None:
+                out[entry.remote.node_id] = out.get(entry.remote.node_id, 0) + \
+                    entry.remote.size
+                continue
             if store.inline_or_none(object_id) is not None:
                 continue
             try:
-                total += int(store.location(object_id)[-1])
+                size = int(store.location(object_id)[-1])
             except (KeyError, TypeError, ValueError):
                 continue  # not in this store (a borrowed ref): nothing here to weigh
-        return {self.local: total} if total else {}
+            out[self.local] = out.get(self.local, 0) + size
+        return {k: v for k, v in out.items() if v}
+
+    def locate(self, task) -> bool | None:
+        """*Owner locked.* Step 1 for a task whose arguments include results kept on
+        other nodes, not pulled (``TaskQueue._kept_first``): without an affinity,
+        ``node_pick`` weighs where its arguments' bytes are (rule 2's exception, rule 4),
+        the view less this driver's tasks there; with one (or SPREAD), its own rule
+        decides (``_place``). True when it went to another node (it reads the copy kept
+        there, or that node fetches it: ``_dep_values``) or failed unschedulable; None: it
+        stays here, and its kept arguments are pulled as before."""
+        spec = task.spec
+        if self._closed or spec.placement is not None or task.cancelled:
+            return None
+        if spec.affinity is not None:  # its own rule; on another node it fetches them there
+            local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
+            placed = self._place(spec, local_feasible)[0]
+            if placed is None:
+                return None
+            self._begin(task, placed)
+            return True
+        if not _may_spill(task):
+            return None
+        with self._lock:  # a node whose link was lost is not chosen again (a retry)
+            lost = {n for n, c in self._clients.items() if c.lost is not None}
+        nodes = [e for e in self.view() if e.node_id not in lost]
+        if not any(e.alive and e.node_id != self.local for e in nodes):
+            return None
+        local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
+        with self._lock:
+            view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
+        placed = node_pick.pick_node(spec.request, self.local, view,
+                                     arg_bytes=self._arg_bytes(spec),
+                                     local_holds=local_feasible)
+        if placed.node_id in (None, self.local) or placed.action == "infeasible" or (
+                placed.action == "wait" and local_feasible):
+            return None
+        self._begin(task, placed.node_id)
+        return True
 
     def _claim(self, slot, node_id: str | None, request: dict) -> None:
         """The task of ``slot`` is placed on ``node_id`` (None: it ended there, or moves):
@@ -744,8 +805,9 @@ class RemoteNodes:
         moved = None  # step 2: denied there, another node has room now
         bundle = task.worker.bundle  # a placement group's bundle on N, or None
         try:
-            dep_values = self._dep_values(task, entry.node_id) if spec.deps else None
             client = self.client(entry)
+            dep_values = self._dep_values(task, entry.node_id, client, entry) \
+                if spec.deps else None
             worker = self._leased_worker(client, entry, spec, task.worker)
             results = self._call(worker, client, spec, task.worker, dep_values)
             self.ran += 1
@@ -884,7 +946,7 @@ class RemoteNodes:
         worker.env = env
         return worker
 
-    def _dep_values(self, task, node_id: str = "") -> list:
+    def _dep_values(self, task, node_id: str = "", client=None, entry=None) -> list:
         """Step 2's first part: the task's argument objects (ready, none an error: the
         owner's queue offered it so), as ``[(position, kind, payload)]`` for TASK, a large
         one as ``("peer", size, mapping)``: its segment mapped read-only, whose bytes
@@ -892,13 +954,27 @@ class RemoteNodes:
         them into one buffer)."""
         spec = task.spec
         there = {}  # step 7: kept on N, where the task runs: the worker reads N's segment
+        elsewhere = {}  # kept on another node: N fetches it from there (step 7)
         with self.owner.locked():
             for _position, object_id in spec.deps:
-                entry = self.owner.objects.get(object_id)
-                if entry is not None and entry.state == PENDING and entry.remote is not None \
-                        and entry.remote.node_id == node_id and entry.remote.path:
-                    copy = entry.remote
-                    there[object_id] = (entry.kind, ("shm", copy.path, copy.size))
+                kept = self.owner.objects.get(object_id)
+                if kept is None or kept.state != PENDING or kept.remote is None:
+                    continue
+                copy = kept.remote
+                if copy.node_id == node_id and copy.path:
+                    there[object_id] = (kept.kind, ("shm", copy.path, copy.size))
+                    continue
+                if client is not None and node_id != self.local and fetch_between_nodes():
+                    elsewhere[object_id] = (kept.kind, copy)
+        for object_id, (kind, copy) in elsewhere.items():
+            try:
+                path = self.kept_results.fetch(object_id, copy, client, entry)
+            except (LookupError, RemoteLeaseError) as failed:  # pulled through here instead
+                logger.info("node %s could not fetch object %s from node %s (%s); it "
+                            "comes through this driver", client.name, object_id.hex()[:16],
+                            copy.node_id[:12], failed)
+                continue
+            there[object_id] = (kind, ("shm", path, copy.size))
         ids_ = [object_id for _position, object_id in spec.deps if object_id not in there]
         for _attempt in range(3):  # a segment spilled while being mapped: ask again
             items = None
@@ -918,6 +994,8 @@ class RemoteNodes:
                         out.append((position, *there[object_id]))
                         continue
                     kind, data = next(items)
+                    if kind == protocol.ERR:  # a kept one's pull failed (its node lost)
+                        raise Failed(_dep_error(data, spec.name))
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
@@ -1322,6 +1400,20 @@ def _cancelled(spec) -> Failed:
     from miniray.exceptions import TaskCancelledError  # lazy: as above
 
     return Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
+
+
+def _dep_error(data: bytes, name: str):
+    """The error of task ``name`` whose argument kept on a node holds the error ``data``
+    (its pull failed: ObjectLostError), as ``TaskQueue`` fails a task with a failed
+    argument."""
+    from miniray._private.core import serialization  # lazy: this path only
+    from miniray._private.core.dependency_errors import dependency_error  # lazy: as above
+
+    try:
+        upstream = serialization.loads(data)
+    except Exception as error:  # noqa: BLE001 - said as a system error instead
+        return _system_error(f"Task {name}: an argument's error could not be read: {error}")
+    return dependency_error(upstream, name)
 
 
 def _system_error(text: str):

@@ -5,13 +5,15 @@ Owns: the driver's side of kept results: booking a worker's ``("kept", path, siz
 on its node (``keep_results``) and handing the owner a ``RemoteCopy`` for it, the pull of
 such a value into a segment of the driver's store when its first waiter appears (a thread
 per pull, at most PULLS_PER_NODE at once per node, idle ``pull`` connections kept per
-link), and the frees of the node's copies the owner's frees queue (sent in batches by a
+link), a node-to-node fetch (``fetch``: another node gets the value from the one that
+keeps it, with this driver's grant, ``core/pull_grants.py``; freed with the object),
+and the frees of the node's copies the owner's frees queue (sent in batches by a
 thread, never under the owner's lock). Does not own: the entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
-Called by: ``RemoteNodes`` (``keep_results`` and ``drop_results`` in a task's thread, not
-locked; ``close`` at shutdown) and the object table's ``RemoteCopy`` hooks (locked: they
+Called by: ``RemoteNodes`` (``keep_results``, ``drop_results`` and ``fetch`` in a task's
+thread, not locked; ``close`` at shutdown) and the object table's ``RemoteCopy`` hooks (locked: they
 only hand work to a thread after the lock, ``owner.defer``).
 """
 
@@ -22,7 +24,7 @@ import logging
 import os
 import threading
 
-from miniray._private.core import protocol, serialization
+from miniray._private.core import protocol, pull_grants, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import PENDING, RemoteCopy
 from miniray._private.transport.remote_node import RemoteLeaseError, RemoteNodeClient
@@ -53,9 +55,17 @@ class KeptResults:
         self._receive_frames = receive_frames
         self._frame_s = frame_s
         self.pulled = 0  # values pulled from the nodes that kept them
-        self._lock = threading.Lock()  # the two fields below; never held while waiting
+        self.fetched = 0  # values another node fetched from the one that kept them
+        self._lock = threading.Lock()  # the fields below; never held while waiting
         self._pulls: dict[RemoteNodeClient, list] = {}  # idle pull connections per link
         self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
+        # Node-to-node fetches (``fetch``): the link each kept object is on (popped when
+        # it is freed), each node's other copies ``{object id: {node id: (link, path)}}``,
+        # each link's grant key, one lock per (object, node) fetched.
+        self._homes: dict[bytes, RemoteNodeClient] = {}
+        self._copies: dict[bytes, dict[str, tuple]] = {}
+        self._grant_keys: dict[RemoteNodeClient, bytes] = {}
+        self._fetching: dict[tuple, threading.Lock] = {}
         self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
         self._frees: dict[RemoteNodeClient, list] = {}
         self._freeing = False  # a _send_frees thread runs
@@ -66,6 +76,7 @@ class KeptResults:
         with self._lock:
             pulls = [c for channels in self._pulls.values() for c in channels]
             self._pulls.clear()
+            self._grant_keys.clear()
         for channel in pulls:
             channel.close()
 
@@ -112,8 +123,13 @@ class KeptResults:
                 name="miniray-pull").start())
 
         def free():  # locked: sent after it, with others, by ``_send_frees``
+            with self._lock:  # its copies fetched by other nodes go too
+                self._homes.pop(object_id, None)
+                others = self._copies.pop(object_id, {})
             with self._frees_lock:
                 self._frees.setdefault(client, []).append(object_id)
+                for other, _path in others.values():
+                    self._frees.setdefault(other, []).append(object_id)
                 if self._freeing:
                     return
                 self._freeing = True
@@ -121,7 +137,67 @@ class KeptResults:
                 target=self._send_frees, daemon=True, name="miniray-remote-free").start())
 
         copy = RemoteCopy(node_id, size, start, free, path)
+        with self._lock:
+            self._homes[object_id] = client
         return copy
+
+    def fetch(self, object_id: bytes, copy: RemoteCopy, client: RemoteNodeClient,
+              entry) -> str:
+        """*Not locked.* Node ``entry`` (``client``: this driver's link to it) gets the
+        kept object straight from the node that keeps it (``remote_drivers`` step 12, with
+        this driver's grant); the path of its copy there, which the object's free frees
+        too. Once per object and node (later calls wait for the first). LookupError: the
+        keeping node's link is gone; RemoteLeaseError "fetch_failed": the node could not
+        (the caller pulls it through this driver instead); NodeDiedError, TimeoutError:
+        node ``entry`` is lost."""
+        node = entry.node_id
+        with self._lock:
+            home = self._homes.get(object_id)
+            done = self._copies.get(object_id, {}).get(node)
+            if done is not None and done[0] is not client:  # that link went, its copy too
+                del self._copies[object_id][node]
+                done = None
+            gate = self._fetching.setdefault((object_id, node), threading.Lock())
+        if done is not None:
+            return done[1]
+        if home is None or home.lost is not None or home.kept is None:
+            raise LookupError(f"the link that keeps object {object_id.hex()} is gone")
+        with gate:
+            with self._lock:
+                done = self._copies.get(object_id, {}).get(node)
+            if done is not None and done[0] is client:
+                return done[1]
+            key = self._grant_keys.get(home)
+            if key is None:
+                from miniray.exceptions import NodeDiedError
+
+                try:
+                    key = home.grant_key()
+                except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
+                    raise LookupError(f"the node that keeps it: {lost}") from None
+                with self._lock:
+                    self._grant_keys[home] = key
+            grant = pull_grants.grant(key, object_id, node, entry.ip)
+            try:
+                path = client.fetch(object_id, copy.size, home.address, home.kept[0], grant,
+                                    timeout=self._frame_s + copy.size / (20 << 20))
+            finally:
+                with self._lock:
+                    self._fetching.pop((object_id, node), None)
+            with self._lock:
+                freed = object_id not in self._homes
+                if not freed:
+                    self._copies.setdefault(object_id, {})[node] = (client, path)
+                self.fetched += 1
+            if freed:  # freed while it was fetched: that copy goes too
+                with self._frees_lock:
+                    self._frees.setdefault(client, []).append(object_id)
+                    start = not self._freeing
+                    self._freeing = True
+                if start:
+                    threading.Thread(target=self._send_frees, daemon=True,
+                                     name="miniray-remote-free").start()
+            return path
 
     def _send_frees(self) -> None:
         """Step 7's frees, batched per link, never under the owner's lock. A lost link's

@@ -3,7 +3,9 @@ arguments.
 
 Owns: a task from submission to its results (``Task``, by task id), the wait on each
 argument object still pending (a task is queued once all are ready, or completes with the
-first argument's error), the infeasibility decision at enqueue time (one stderr line per
+first argument's error; one kept on another node is not waited for: the task is offered
+to ``locate`` first, and waits for it only if it stays here), the infeasibility decision
+at enqueue time (one stderr line per
 scheduling key), the queues and the infeasible lists per key, what becomes of a task after
 a failed result or its worker's death (retried at the front of its queue, or failed),
 cancellation (``scheduling.cancel_action``; killing or interrupting a worker is the
@@ -42,7 +44,7 @@ logger = logging.getLogger(__name__)
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
-        "children", "parent", "pinned", "created", "seq", "times", "depth",
+        "children", "parent", "pinned", "created", "seq", "times", "depth", "kept",
     )
 
     def __init__(self, spec, key, seq: int = 0):
@@ -60,6 +62,7 @@ class Task:
         self.pinned = False  # its argument objects are pinned in the store while it runs
         self.created = time.time()  # its creation_time_ms in ray.util.state
         self.times = None  # its worker's RESULT times (``state_records``): when it ran
+        self.kept = 0  # arguments kept on another node, not waited for: placed first
 
 
 class _DepWaiter:
@@ -73,6 +76,17 @@ class _DepWaiter:
 
     def notify(self, is_error: bool, object_id: bytes) -> None:
         self.tasks.dep_ready(self.task, is_error, object_id)
+
+
+class _PlacingWaiter(_DepWaiter):
+    """A waiter of a task placed before its arguments kept on other nodes come here
+    (``object_table.set_ready`` calls ``kept`` instead of pulling the value for it)."""
+
+    __slots__ = ()
+    places_first = True
+
+    def kept(self, object_id: bytes) -> None:
+        self.tasks.dep_kept(self.task)
 
 
 class _CallParent:
@@ -97,11 +111,15 @@ class TaskQueue:
     node affinity and a task the local node can never hold (before it is held infeasible);
     True when it took it (another node runs it, or it failed unschedulable:
     ``remote_nodes.RemoteNodes.offload``), else None (it stays here), or the stderr line to
-    print instead of this node's infeasible one (one naming every node of the cluster)."""
+    print instead of this node's infeasible one (one naming every node of the cluster).
+    ``locate(task)``: offered, once its other arguments are ready, a task with arguments
+    kept on other nodes (issue 16) that it did not wait for: True when it placed it on
+    another node (where they are, by ``node_pick``'s weighing), else None: it waits for
+    them here (they are pulled) and goes on as any task."""
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
                  kill_worker, signal_cancel, skip_queued, records=None, leases=None,
-                 offload=None):
+                 offload=None, locate=None):
         self.objects = objects
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
@@ -114,6 +132,7 @@ class TaskQueue:
         self._signal_cancel = signal_cancel
         self._skip_queued = skip_queued
         self._offload = offload
+        self._locate = locate
         self.by_id: dict[bytes, Task] = {}
         self.call_parents: dict[bytes, _CallParent] = {}  # running actor calls' children
         self.queues: dict[Any, collections.deque] = {}
@@ -146,6 +165,7 @@ class TaskQueue:
             self.fail(task, setup_error)
             return
         if spec.deps:
+            places = self._locate is not None and _places_first(spec)
             for _position, object_id in spec.deps:
                 entry = objects.get(object_id)
                 if entry is None:
@@ -155,8 +175,12 @@ class TaskQueue:
                 if entry.state == PENDING:
                     if entry.remote is not None and _reads_there(spec, entry.remote.node_id):
                         continue  # kept on the node it must run on: read there, not pulled
+                    if entry.remote is not None and places:
+                        task.kept += 1  # placed first (``_kept_first``), then read or pulled
+                        continue
                     task.waiting += 1
-                    entry.add_waiter(_DepWaiter(self, task))
+                    entry.add_waiter(_PlacingWaiter(self, task) if places
+                                     else _DepWaiter(self, task))
                 elif entry.kind == protocol.ERR:
                     self._complete_with_dep_error(task, object_id)
                     return
@@ -173,6 +197,38 @@ class TaskQueue:
         if task.waiting == 0:
             self._enqueue(task)
 
+    def dep_kept(self, task: Task) -> None:
+        """An argument ``task`` waited for is a result kept on its node: placed first."""
+        if task.state != T_WAITING:
+            return
+        task.kept += 1
+        task.waiting -= 1
+        if task.waiting == 0:
+            self._enqueue(task)
+
+    def _kept_first(self, task: Task) -> bool:
+        """Its other arguments are ready; some are kept on other nodes and not waited for
+        (``task.kept``). True when ``locate`` placed it on another node, or when it now
+        waits for those arguments here (their waiters pull them); False: none is left to
+        wait for (pulled meanwhile, or read where it must run)."""
+        task.kept = 0
+        spec = task.spec
+        objects = self.objects
+        kept = []
+        for _position, object_id in spec.deps:
+            entry = objects.get(object_id)
+            if entry is not None and entry.state == PENDING and entry.remote is not None \
+                    and not _reads_there(spec, entry.remote.node_id):
+                kept.append(entry)
+        if not kept:
+            return False
+        if self._locate is not None and self._locate(task) is True:
+            return True  # another node's from now on (its arguments read or fetched there)
+        for entry in kept:
+            task.waiting += 1
+            entry.add_waiter(_DepWaiter(self, task))  # pulled here now
+        return True
+
     def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
         # Ray's error for it: this task's own, naming the argument's error (and its cause).
         data = dependency_error_bytes(self.store.inline_bytes(object_id), task.spec.name)
@@ -181,6 +237,8 @@ class TaskQueue:
     def _enqueue(self, task: Task, placed: bool = False) -> None:
         """Its arguments are ready: queued (and dispatched), held infeasible, or handed to
         ``offload`` (a node affinity, unless ``placed`` says where it runs was decided)."""
+        if task.kept and self._kept_first(task):
+            return  # placed on another node, or waiting for its kept arguments
         key = task.key
         spec = task.spec  # a placement group's task is offered too: its bundle may be remote
         affinity = (spec.affinity is not None or spec.placement is not None) and not placed
@@ -221,6 +279,7 @@ class TaskQueue:
         node died, placed here by the caller): queued, or infeasible, as a new one whose
         arguments are ready."""
         task.state = T_WAITING
+        task.kept = 1 if task.spec.deps else 0  # an argument kept on a node: placed again
         self._enqueue(task, placed=True)
 
     def requeue(self, task: Task) -> None:
@@ -435,3 +494,13 @@ def _reads_there(spec, node_id: str) -> bool:
     if isinstance(affinity, str):
         return affinity == node_id
     return not affinity[1] and affinity[0] == node_id
+
+
+def _places_first(spec) -> bool:
+    """Whether a task is placed before its arguments kept on other nodes come here (issue
+    16: ``node_pick`` weighs where their bytes are): one without an affinity, placement
+    group or refs nested in its arguments, not a generator (what spill-over may move),
+    and one with a node affinity (it reads them where it must run, or they are pulled)."""
+    if spec.placement is not None:
+        return False
+    return spec.affinity is not None or (not spec.contained and spec.num_returns >= 0)

@@ -212,6 +212,24 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return answer[2]
 
+    def grant_key(self, timeout: float | None = None) -> bytes:
+        """Step 12: the key of this link's pull grants (``core/pull_grants.py``)."""
+        answer = self._call("grant_key", (), timeout)
+        if answer[0] != "grant_key" or len(answer) != 3 or not isinstance(answer[2], bytes):
+            raise self._unexpected(answer)
+        return answer[2]
+
+    def fetch(self, object_id: bytes, size: int, address: tuple, tag: str, grant: bytes,
+              timeout: float | None = None) -> str:
+        """Step 12: the node gets ``object_id`` (``size`` bytes) from the node at
+        ``address``, which keeps it for this driver under ``tag``, with the driver's
+        ``grant``; the path of its copy there. RemoteLeaseError kind "fetch_failed"."""
+        answer = self._call("fetch", (object_id, int(size), [address[0], int(address[1])],
+                                      tag, grant), timeout)
+        if answer[0] != "fetched" or len(answer) != 4 or answer[3] != size:
+            raise self._unexpected(answer)
+        return answer[2]
+
     def open_pull(self, tag: str, timeout: float | None = None) -> pc.PeerChannel:
         """A new pull connection for this link (the caller owns and closes it)."""
         self._check()
