@@ -3,6 +3,8 @@ worker's payload rule (worker_api.result_route): pure, no processes."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from miniray._private.node.kept_objects import KeptObjects
@@ -90,6 +92,62 @@ def test_dropping_a_link_hands_back_its_tag_and_every_path_and_forgets_it():
 
 
 STORE = {"inline_threshold": 100}
+
+
+def test_the_cap_per_driver_defaults_to_a_quarter_of_the_shm_dir_and_is_a_setting(
+        monkeypatch):
+    from miniray._private.core import config
+
+    monkeypatch.delenv("MINIRAY_KEPT_BYTES_PER_DRIVER", raising=False)
+    assert config.kept_bytes_per_driver(4000) == 1000
+    monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", "123")
+    assert config.kept_bytes_per_driver(4000) == 123
+    monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", "0")  # nothing kept
+    assert config.kept_bytes_per_driver(4000) == 0
+    for bad in ("-1", "1.5", "lots"):
+        monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", bad)
+        with pytest.raises(ValueError, match="MINIRAY_KEPT_BYTES_PER_DRIVER"):
+            config.kept_bytes_per_driver(4000)
+
+
+def test_tag_bytes_counts_the_links_segments_only(tmp_path):
+    from miniray._private.object_store import shm_segments
+
+    (tmp_path / segment_name(TAG, A)).write_bytes(b"x" * 300)
+    (tmp_path / segment_name(TAG, B)).write_bytes(b"x" * 50)
+    (tmp_path / segment_name("fedcba9876543210", A)).write_bytes(b"x" * 999)
+    (tmp_path / "other").write_bytes(b"x" * 999)
+    assert shm_segments.tag_bytes(str(tmp_path), TAG) == 350
+    assert shm_segments.tag_bytes(str(tmp_path / "missing"), TAG) == 0
+
+
+def _remote_worker(tmp_path, keep_max: int):
+    from miniray._private.worker import worker_api
+
+    runtime = worker_api.WorkerRuntime.__new__(worker_api.WorkerRuntime)
+    runtime.info = {"store": {"inline_threshold": 100, "remote": True, "keep_tag": TAG,
+                              "keep_max": keep_max, "shm_dir": str(tmp_path)}}
+    runtime.peer_out = []
+    return runtime
+
+
+def test_a_remote_worker_keeps_a_result_within_the_cap_and_sends_one_past_it(tmp_path):
+    """The count after writing includes the link's other segments (booked or still being
+    written by another worker): past the cap the segment goes and the bytes follow RESULT,
+    never an error."""
+    runtime = _remote_worker(tmp_path, keep_max=3000)
+    kept = runtime.payload_for(A, b"a" * 2000)
+    assert kept[0] == "kept" and os.path.exists(kept[1])
+    sent = runtime.payload_for(B, b"b" * 2000)  # 2000 + ~2000 > 3000
+    assert sent[0] == "peer" and len(runtime.peer_out) == 1
+    assert sorted(os.listdir(tmp_path)) == [os.path.basename(kept[1])]
+    os.unlink(kept[1])  # the node freed it: room again
+    assert runtime.payload_for(B, b"b" * 2000)[0] == "kept"
+
+
+def test_a_cap_of_zero_keeps_nothing(tmp_path):
+    runtime = _remote_worker(tmp_path, keep_max=0)
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not os.listdir(tmp_path)
 
 
 @pytest.mark.parametrize("size, store, route", [

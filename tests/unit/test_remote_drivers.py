@@ -606,3 +606,25 @@ def test_fencing_frees_every_links_kept_results(node, tmp_path):
     assert wait_until(lambda: not os.listdir(shm))
     node.on_loop(node.peering.drivers.resume)
     client.close()
+
+
+def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, tmp_path):
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    assert drivers.kept.cap_bytes > 0  # the default: a quarter of the shm dir's size
+    drivers.kept.cap_bytes = 1000
+    changes = []
+    drivers.on_change = lambda: changes.append(1)
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert cap == 1000
+        client.keep(b"\x01" * 28, _write(shm, tag, b"\x01" * 28, b"x" * 600), 600)
+        rows = drivers.kept_rows()
+        assert [(r["objects"], r["bytes"], r["cap"]) for r in rows] == [(1, 600, 1000)]
+        assert rows[0]["driver"].startswith("remote driver 127.0.0.1 pid ")
+        with pytest.raises(RemoteLeaseError) as refused:  # the book's own bound
+            client.keep(b"\x02" * 28, _write(shm, tag, b"\x02" * 28, b"x" * 600), 600)
+        assert "cap" in str(refused.value)
+        assert client.free([b"\x01" * 28]) == 1
+        assert drivers.kept_rows() == [] and len(changes) == 2
+    assert wait_until(lambda: not os.listdir(shm))

@@ -75,9 +75,13 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        and nothing is signalled.
    11. Results kept for the link (``kept_objects.KeptObjects``; docs/remote-objects.md).
        Each link gets a segment tag when it is served (``new_session_tag`` with this
-       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, room), room half
-       the shm dir's free bytes then; D hands both to its workers here in HELLO, which
-       write a large result as ``mr_<tag>_<object id>`` in this node's shm dir. D -> N
+       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, cap), cap the
+       bytes one link may keep (``MINIRAY_KEPT_BYTES_PER_DRIVER``, default a quarter of
+       the shm dir's size); D hands both to its workers here in HELLO, which write a
+       large result as ``mr_<tag>_<object id>`` in this node's shm dir while the link's
+       segments there stay within the cap (``shm_segments.tag_bytes``, counted after
+       writing: else the worker sends the value at once, as when the shm dir is full,
+       and the book never passes the cap). D -> N
        ("keep", req, object_id, path, size): N books it for the link after
        ``check_adoptable`` (the link's tag, its shm dir, a regular file of this uid, the
        size): ("kept", req), else ("error", req, "bad_segment", text) and N unlinks it
@@ -270,6 +274,16 @@ def _segments():
     return shm_segments
 
 
+def _fs_size(path: str) -> int:
+    """The size of the file system holding ``path`` (0 when it cannot be read): the default
+    cap of what one link keeps is a fraction of it (``config.kept_bytes_per_driver``)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_blocks * st.f_frsize
+
+
 def check_pull_hello(hello: dict) -> str | None:
     """Step 11: None if a pull hello is ``{"driver": {...}, "tag": str}``, else the
     refusal text."""
@@ -375,7 +389,10 @@ class RemoteDrivers:
                  shm_dir: str | None = None):
         self.ledger = ledger
         self._shm_dir = shm_dir  # where workers of remote drivers write (config's default)
-        self.kept = KeptObjects()  # step 11: results kept per link
+        # Step 11: results kept per link, each link's bytes bounded by the cap.
+        self.kept = KeptObjects(cap_bytes=config.kept_bytes_per_driver(
+            _fs_size(self.shm_dir)))
+        self.on_change = None  # called (on the loop) when what is kept changed: status
         self._by_tag: dict[str, _Link] = {}
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
@@ -606,6 +623,8 @@ class RemoteDrivers:
             for path in paths:
                 _segments().unlink_quiet(path)
             _segments().sweep_segments(self.shm_dir, lambda t: t == tag)
+        if paths:
+            self._changed()
         logger.info("%s left (%s); released %d lease(s), freed %d kept object(s)", link.name,
                     why, released, len(paths))
 
@@ -616,23 +635,37 @@ class RemoteDrivers:
             self._shm_dir = config.shm_dir()
         return self._shm_dir
 
+    def kept_rows(self) -> list[dict]:
+        """For ``miniray status`` (``node_stats.json``): per served link keeping anything,
+        its driver's name, the objects and bytes kept and the cap."""
+        rows = []
+        for link in self._links.values():
+            count, size = self.kept.totals(link)
+            if count:
+                rows.append({"driver": link.name, "objects": count, "bytes": size,
+                             "cap": self.kept.cap_bytes})
+        return sorted(rows, key=lambda row: row["driver"])
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _keeping(self, link: _Link, op: str, req, args):
-        if op == "keeps":
-            try:
-                room = _segments().free_bytes(self.shm_dir) // 2
-            except OSError:
-                room = 0
-            return ("keeps", req, self.kept.tag_of(link), room)
+        if op == "keeps":  # the cap: what this link's segments may hold in all
+            return ("keeps", req, self.kept.tag_of(link), self.kept.cap_bytes)
         if op == "free":
             paths = self.kept.free(link, args[0])
             for path in paths:
                 _segments().unlink_quiet(path)
+            if paths:
+                self._changed()
             return ("freed", req, len(paths))
         object_id, path, size = args
         why = self.kept.add(link, object_id, path, size)
         if why is None:
             try:
                 _segments().check_adoptable(path, size, self.shm_dir, self.kept.tag_of(link))
+                self._changed()
                 return ("kept", req)
             except (OSError, ValueError) as error:
                 self.kept.free(link, [object_id])

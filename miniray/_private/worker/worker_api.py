@@ -343,9 +343,10 @@ def result_route(size: int, store: dict) -> str:
     * ``"shm"``: a local worker's: a segment of the owner's store, adopted by the owner;
     * ``"keep"``: a remote driver's worker whose driver asked for kept results (HELLO's
       ``store["keep_tag"]``, the node's tag of the driver's link) and whose value fits the
-      room the driver was told of (``store["keep_max"]``): a segment of this host's store
+      node's cap for that link (``store["keep_max"]``): a segment of this host's store
       named with that tag, answered ``("kept", path, size)``; the node keeps it for the
-      link (``node/kept_objects.py``);
+      link (``node/kept_objects.py``). Sent instead when the link's segments there pass
+      the cap once it is written (``payload_for``) or the shm dir is full;
     * ``"send"``: any other remote driver's worker: the bytes follow RESULT.
 
     >>> result_route(10, {"inline_threshold": 100})
@@ -582,7 +583,13 @@ class WorkerRuntime:
                 path, size = shm_segments.create_segment(
                     store["keep_tag"], object_id, ser, shm_dir=store["shm_dir"],
                     inline_threshold=store["inline_threshold"])
-                return ("kept", path, size)
+                # Counted after writing, this one included: of two written at once, the
+                # later count sees both, so the link never keeps more than its cap.
+                if shm_segments.tag_bytes(store["shm_dir"], store["keep_tag"]) <= int(
+                        store["keep_max"]):
+                    return ("kept", path, size)
+                shm_segments.unlink_quiet(path)  # over the node's cap for this driver
+                route = "send"
             except ObjectStoreFullError:  # no room in this host's store: send it instead
                 route = "send"
         if route == "send":  # a worker for a driver on another host: bytes follow
