@@ -256,3 +256,47 @@ def test_a_task_reads_a_kept_argument_there_only_with_a_hard_affinity_to_its_nod
 
     spec = types.SimpleNamespace(affinity=affinity, placement=placement)
     assert _reads_there(spec, "n1") is reads_there
+
+
+def test_a_pull_that_found_no_room_raises_for_its_waiters_and_the_next_reader_pulls_again():
+    """The node still keeps the value: the error of a full store here is for the gets of
+    then; a later get (or wait, or a worker's GET) makes the entry PENDING again and pulls."""
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import PENDING, READY
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    entry = objects.get(A)
+    assert objects.get_serialized([A], 0) is None and events == ["pull"]
+    copy.again = entry.kind  # the pull's end: no room here
+    objects.set_ready(A, protocol.ERR, b"full")
+    assert entry.state == READY
+    assert objects.get_serialized([A], 0) is None  # renewed: waits, pulls again
+    assert events == ["pull", "pull"] and entry.state == PENDING and copy.again is None
+    assert entry.kind == protocol.OK and A in objects.store.freed
+    objects.set_ready(A, protocol.ERR, b"full again")  # no `again`: an error for good
+    assert objects.get_serialized([A], 0) == [(protocol.ERR, b"full again")]
+    assert objects.wait_ready([A], 1, 0) == {A} and events == ["pull", "pull"]
+
+
+def test_wait_and_a_workers_get_renew_a_no_room_error_too():
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import Waiter
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    copy.pulling = True
+    copy.again = protocol.OK
+    objects.set_ready(A, protocol.ERR, b"full")
+    assert objects.wait_ready([A], 1, 0) == set() and events == []  # PENDING again
+    objects.get(A).add_waiter(Waiter(1, False))  # (wait with a timeout adds one): pulled
+    assert events == ["pull"]
+    copy.again = protocol.OK
+    objects.set_ready(A, protocol.ERR, b"full")
+    finished = []
+    objects.await_objects([A], 1, True, finished.append, None, None)
+    assert finished == [] and events == ["pull", "pull"]
