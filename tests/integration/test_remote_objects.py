@@ -25,7 +25,7 @@ import pytest
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
@@ -326,3 +326,169 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
         proc.wait(30)
     finally:
         stop_driver(proc)
+
+
+# ------------------------------------------------ limits and failures of kept results
+def _start_member(hosts, *head_args, **member_env) -> None:
+    """The ``member`` fixture's scene, with the head's ``start`` arguments and settings of
+    the member's node."""
+    hosts.env(MEMBER).update(member_env)
+    head = hosts.start_head(*head_args)
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"),
+                      5.0)
+
+
+def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hosts):
+    """MINIRAY_KEPT_BYTES_PER_DRIVER of 3.5 MiB on the member: of eight 1 MiB results at
+    most three stay there, the others come at once; all bit-exact, no error. The member's
+    ``miniray status`` counts what it keeps for the driver."""
+    _start_member(hosts, MINIRAY_KEPT_BYTES_PER_DRIVER=str(7 << 19))
+    proc = driver(PRELUDE + KEPT + """
+    @ray.remote
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    from miniray._private.owner.object_table import READY
+
+    def done(ref):  # sent (READY here) or kept there (recorded): not pulled by a wait
+        entry = runtime.current().owner.objects.get(ref.binary())
+        return entry is not None and (entry.state == READY or entry.remote is not None)
+
+    refs = [block.options(**on).remote(seed) for seed in range(8)]
+    until(lambda: all(done(r) for r in refs))
+    remote = sum(recorded(r) for r in refs)
+    print(json.dumps({"kept": len(kept()), "remote": remote}), flush=True)
+    sys.stdin.readline()
+    values = ray.get(refs, timeout=60)
+    out = {"equal": all(bool((v == seed).all()) for seed, v in enumerate(values))}
+    del values, refs
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
+    try:
+        doc = json_line(proc, 120)
+        assert 1 <= doc["kept"] <= 3 and doc["remote"] == doc["kept"], doc
+        status = wait_until(lambda: _kept_line(hosts) == (
+            f"Objects kept for remote drivers: {doc['kept']}, "), 10.0)
+        assert status, cli(hosts.env(MEMBER), "status").stdout
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc == {"equal": True, "freed": True}, doc
+        proc.wait(30)
+        assert wait_until(lambda: _kept_line(hosts) == "Objects kept for remote drivers: 0, ",
+                          10.0)
+    finally:
+        stop_driver(proc)
+
+
+def _kept_line(hosts) -> str | None:
+    """The member's status line of kept results, up to its byte count."""
+    out = cli(hosts.env(MEMBER), "status").stdout
+    line = next((n for n in out.splitlines() if n.startswith("Objects kept for remote")), None)
+    return line and line[:line.rindex(" ") + 1]
+
+
+def test_a_pull_into_a_full_store_raises_for_that_get_and_a_later_get_pulls_again(hosts):
+    """A driver store of 100 MiB and two kept 60 MiB results: while the first one's value
+    is held (read zero-copy: nothing can spill it), ``get`` of the second raises
+    ObjectStoreFullError; once the value is dropped, ``get`` pulls it again, bit-exact
+    (the member kept its copy meanwhile). Its copy is freed with the ref."""
+    _start_member(hosts, "--object-store-memory", str(100 << 20))
+    doc = _run_driver(hosts, KEPT + """
+    import gc
+    from miniray.exceptions import ObjectStoreFullError
+
+    M = 60 << 20
+
+    @ray.remote
+    def big(seed):
+        return np.full(M, seed, dtype=np.uint8)
+
+    refs = [big.options(**on).remote(seed) for seed in (1, 2)]
+    until(lambda: all(recorded(r) for r in refs))
+    out = {"kept": len(kept())}
+    first = ray.get(refs[0], timeout=60)
+    try:
+        ray.get(refs[1], timeout=60)
+        out["error"] = None
+    except ObjectStoreFullError as error:
+        out["error"] = type(error).__name__
+        out["text"] = str(error)
+    out["still_kept"] = len(kept())
+    out["first"] = bool((first == 1).all())
+    del first
+    second = ray.get(refs[1], timeout=60)
+    out["second"] = bool((second == 2).all()) and second.size == M
+    out["pulled"] = runtime.current().owner.remote_nodes.kept_results.pulled
+    del second, refs
+    gc.collect()  # the failed get's traceback and its frames hold refs[1] in a cycle
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=180, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert doc["kept"] == 2 and doc["error"] == "ObjectStoreFullError", doc
+    assert "object store capacity is in use" in doc["text"], doc["text"]
+    # The first one's copy stays there too while its ref lives (freed with it).
+    assert doc == {**doc, "still_kept": 2, "first": True, "second": True, "pulled": 2,
+                   "freed": True}, doc
+
+
+def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, member):
+    """The member's node is SIGSTOPped (cut off: its sockets stay open, nothing answers)
+    while two kept results are got at once, one on an idle pull connection (waiting for
+    its first frame), one on a new connection (its handshake unanswered): both end with
+    ObjectLostError naming the node within a few seconds (dead after 1 s here), not the
+    60 s a frame may take."""
+    proc = driver(PRELUDE + KEPT + """
+    import threading
+
+    @ray.remote
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    first, *refs = [block.options(**on).remote(seed) for seed in range(3)]
+    until(lambda: all(recorded(r) for r in refs))
+    ray.get(first, timeout=60)  # its pull connection stays idle for the next
+    print(json.dumps({"kept": len(kept())}), flush=True)
+    sys.stdin.readline()
+    out = [None, None]
+
+    def get(i):
+        t0 = time.monotonic()
+        try:
+            ray.get(refs[i], timeout=60)
+        except Exception as error:
+            out[i] = {"error": type(error).__name__, "text": str(error),
+                      "waited": time.monotonic() - t0}
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps({"gets": out, "member": member}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
+    pid = hosts.record(MEMBER).pid
+    try:
+        assert json_line(proc, 120)["kept"] == 3  # the first one too, until its ref goes
+        hosts.stopped.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 90)
+        for got in doc["gets"]:
+            assert got is not None and got["error"] == "ObjectLostError", doc
+            assert f"kept on node {doc['member'][:12]}" in got["text"], got["text"]
+            assert "No heartbeat from the node" in got["text"], got["text"]
+            assert got["waited"] < 10, doc
+        print(f"\npulls from a stopped member ended after "
+              f"{[round(g['waited'], 2) for g in doc['gets']]} s")
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+        os.kill(pid, signal.SIGCONT)

@@ -252,8 +252,8 @@ class KeptResults:
         logger.info("pulling object %s from %s failed: %s", object_id.hex()[:16],
                     client.name, why)
         error = ObjectLostError(object_id.hex(), self.owner.hello_info.get("node_ip"), "")
-        error.lost_on = (f"It was kept on node {copy.node_id[:12] or '?'} at {client.name}, "
-                         f"whose pull failed: {str(why)[:300]}")
+        error.lost_on = (f"It was kept on node {copy.node_id[:12] or '?'} at {client.name}; "
+                         f"pulling it failed: {str(why)[:300].rstrip('.')}")
         return error
 
     # -- a pull in flight ends when the view holds its node dead ------------------------
