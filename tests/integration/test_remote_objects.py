@@ -343,7 +343,8 @@ def _start_member(hosts, *head_args, **member_env) -> None:
 def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hosts):
     """MINIRAY_KEPT_BYTES_PER_DRIVER of 3.5 MiB on the member: of eight 1 MiB results at
     most three stay there, the others come at once; all bit-exact, no error. The member's
-    ``miniray status`` counts what it keeps for the driver."""
+    ``miniray status`` counts what it keeps for the driver; ``list_objects`` shows where
+    they are (the member's node id and IP)."""
     _start_member(hosts, MINIRAY_KEPT_BYTES_PER_DRIVER=str(7 << 19))
     proc = driver(PRELUDE + KEPT + """
     @ray.remote
@@ -359,7 +360,12 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
     refs = [block.options(**on).remote(seed) for seed in range(8)]
     until(lambda: all(done(r) for r in refs))
     remote = sum(recorded(r) for r in refs)
-    print(json.dumps({"kept": len(kept()), "remote": remote}), flush=True)
+    from miniray.util.state import list_objects
+
+    rows = {row.object_id: row for row in list_objects(detail=True, limit=1000)}
+    where = sorted({(rows[r.hex()].node_id == member, rows[r.hex()].ip,
+                     rows[r.hex()].object_size > 1 << 20) for r in refs if recorded(r)})
+    print(json.dumps({"kept": len(kept()), "remote": remote, "where": where}), flush=True)
     sys.stdin.readline()
     values = ray.get(refs, timeout=60)
     out = {"equal": all(bool((v == seed).all()) for seed, v in enumerate(values))}
@@ -371,6 +377,7 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
     try:
         doc = json_line(proc, 120)
         assert 1 <= doc["kept"] <= 3 and doc["remote"] == doc["kept"], doc
+        assert doc["where"] == [[True, MEMBER, True]], doc  # list_objects: on the member
         status = wait_until(lambda: _kept_line(hosts) == (
             f"Objects kept for remote drivers: {doc['kept']}, "), 10.0)
         assert status, cli(hosts.env(MEMBER), "status").stdout
