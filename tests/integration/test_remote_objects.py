@@ -392,9 +392,9 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
         stop_driver(proc)
 
 
-def _kept_line(hosts) -> str | None:
-    """The member's status line of kept results, up to its byte count."""
-    out = cli(hosts.env(MEMBER), "status").stdout
+def _kept_line(hosts, ip: str = MEMBER) -> str | None:
+    """The status line of kept results of the node on ``ip``, up to its byte count."""
+    out = cli(hosts.env(ip), "status").stdout
     line = next((n for n in out.splitlines() if n.startswith("Objects kept for remote")), None)
     return line and line[:line.rindex(" ") + 1]
 
@@ -499,3 +499,42 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
     finally:
         stop_driver(proc)
         os.kill(pid, signal.SIGCONT)
+
+
+def test_the_heads_status_counts_what_it_keeps_for_a_driver_on_a_member(hosts, member):
+    """A driver on the member's host runs a task on the head: its result stays on the head,
+    whose ``miniray status`` shows it; nothing is left there once the driver exits."""
+    proc = driver("""
+    import json, sys
+    import numpy as np
+    import miniray as ray
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init(address="auto")
+    head = next(n["NodeID"] for n in ray.nodes()
+                if n["NodeManagerAddress"] == "127.0.0.1" and n["Alive"])
+
+    @ray.remote
+    def block():
+        return np.ones(1 << 20, dtype=np.uint8)
+
+    ref = block.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        head, soft=False)).remote()
+    ray.wait([ref], timeout=0)  # the task runs; nothing waits for its value
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"sum": int(ray.get(ref, timeout=60).sum())}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc, 60)["started"]
+        line = "Objects kept for remote drivers: 1, "
+        assert wait_until(lambda: _kept_line(hosts, "127.0.0.1") == line, 30.0), cli(
+            hosts.env("127.0.0.1"), "status").stdout
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 60)["sum"] == 1 << 20
+        proc.wait(30)
+        assert wait_until(lambda: _kept_line(hosts, "127.0.0.1") == (
+            "Objects kept for remote drivers: 0, "), 10.0)
+    finally:
+        stop_driver(proc)
