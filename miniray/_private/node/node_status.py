@@ -13,7 +13,8 @@ and a hint to move to Ray past ``PEERING_HINT_NODES``), then usage as ``used/tot
 lines. Differs: no autoscaler (no pending nodes);
 instead it shows what Ray's CLI does not: each GPU's fractional use, the leases (running tasks
 grouped by resource shape, actors by class) with the driver holding them, and the host GPU
-ledger shared by every miniray session on the host. ``-v`` adds the demands: what each
+ledger shared by every miniray session on the host, and on a node other hosts reach, the
+results it keeps for their drivers (``_kept_lines``). ``-v`` adds the demands: what each
 driver has waiting for resources, by function name and shape (Ray's hidden ``-v`` prints
 debugging details instead).
 """

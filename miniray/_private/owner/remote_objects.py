@@ -5,8 +5,11 @@ Owns: the driver's side of kept results: booking a worker's ``("kept", path, siz
 on its node (``keep_results``) and handing the owner a ``RemoteCopy`` for it, the pull of
 such a value into a segment of the driver's store when its first waiter appears (a thread
 per pull, at most PULLS_PER_NODE at once per node, idle ``pull`` connections kept per
-link), and the frees of the node's copies the owner's frees queue (sent in batches by a
-thread, never under the owner's lock). Does not own: the entry's state (``object_table``:
+link; room made as for a put, else ObjectStoreFullError for the waiters of then and a new
+pull for the next reader; ended with ObjectLostError once the view holds the node dead, a
+watcher thread looking every LIVENESS_S while pulls are in flight), and the frees of the
+node's copies the owner's frees queue (sent in batches by a thread, never under the
+owner's lock). Does not own: the entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
