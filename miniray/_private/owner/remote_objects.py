@@ -69,10 +69,11 @@ class KeptResults:
         self._receive_frames = receive_frames
         self._frame_s = frame_s
         self.pulled = 0  # values pulled from the nodes that kept them
-        self._lock = threading.Lock()  # the two fields below; never held while waiting
+        self._lock = threading.Lock()  # the five fields below; never held while waiting
         self._pulls: dict[RemoteNodeClient, list] = {}  # idle pull connections per link
         self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
-        self._active: dict = {}  # pull channel in flight -> (client, copy): ``_watch``
+        # pull channel in flight -> (client, node id, incarnation): ``_watch``
+        self._active: dict = {}
         self._lost_why: dict = {}  # pull channel closed by the watcher -> why
         self._watching = False  # a _watcher thread runs
         self._frees_lock = threading.Lock()  # the two fields below; taken under the owner's
