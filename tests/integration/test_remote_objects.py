@@ -121,8 +121,9 @@ KEPT = """
     SHM = runtime.current().store.shm_dir
     TAG = "mr_" + os.environ["MEMBER_ROOT_TAG"]
 
-    def kept():
-        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG))
+    def kept():  # the member's kept segments (not the link's budget file)
+        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
+                      and not n.endswith("_budget"))
 
     def here(ref):
         store = runtime.current().store
@@ -154,7 +155,7 @@ def _member_tag(hosts) -> str:
 def _member_kept(hosts) -> list[str]:
     prefix = "mr_" + _member_tag(hosts)
     shm = hosts.env(MEMBER).get("MINIRAY_SHM_DIR") or config.DEFAULT_SHM_DIR
-    return [n for n in os.listdir(shm) if n.startswith(prefix)]
+    return [n for n in os.listdir(shm) if n.startswith(prefix) and not n.endswith("_budget")]
 
 
 def test_a_200_mb_result_stays_on_the_member_until_get_and_goes_with_del(hosts, member):

@@ -110,20 +110,48 @@ def test_the_cap_per_driver_defaults_to_a_quarter_of_the_shm_dir_and_is_a_settin
             config.kept_bytes_per_driver(4000)
 
 
-def test_tag_bytes_counts_the_links_segments_only(tmp_path):
-    from miniray._private.object_store import shm_segments
+def test_the_budget_file_reserves_within_the_cap_and_releases(tmp_path):
+    from miniray._private.object_store import kept_budget, shm_segments
 
-    (tmp_path / segment_name(TAG, A)).write_bytes(b"x" * 300)
-    (tmp_path / segment_name(TAG, B)).write_bytes(b"x" * 50)
-    (tmp_path / segment_name("fedcba9876543210", A)).write_bytes(b"x" * 999)
-    (tmp_path / "other").write_bytes(b"x" * 999)
-    assert shm_segments.tag_bytes(str(tmp_path), TAG) == 350
-    assert shm_segments.tag_bytes(str(tmp_path / "missing"), TAG) == 0
+    shm = str(tmp_path)
+    assert not kept_budget.reserve(shm, TAG, 10, 100)  # no file: the link is gone
+    path = kept_budget.create(shm, TAG)
+    assert shm_segments.tag_of(os.path.basename(path)) == TAG  # swept with the link's tag
+    assert kept_budget.used(shm, TAG) == 0
+    assert kept_budget.reserve(shm, TAG, 60, 100) and kept_budget.reserve(shm, TAG, 40, 100)
+    assert not kept_budget.reserve(shm, TAG, 1, 100) and kept_budget.used(shm, TAG) == 100
+    assert not kept_budget.reserve(shm, TAG, -1, 100)
+    kept_budget.release(shm, TAG, 60)
+    assert kept_budget.used(shm, TAG) == 40
+    kept_budget.release(shm, TAG, 1000)  # never below 0
+    assert kept_budget.used(shm, TAG) == 0
+    kept_budget.reserve(shm, TAG, 5, 100)
+    kept_budget.create(shm, TAG)  # a stale file of the tag: reset
+    assert kept_budget.used(shm, TAG) == 0
+    os.unlink(path)
+    kept_budget.release(shm, TAG, 5)  # gone: nothing, no error
+    assert not os.listdir(shm)
 
 
-def _remote_worker(tmp_path, keep_max: int):
+def test_reservations_from_many_processes_never_pass_the_cap(tmp_path):
+    import multiprocessing
+
+    from miniray._private.object_store import kept_budget
+
+    shm = str(tmp_path)
+    kept_budget.create(shm, TAG)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(4) as pool:
+        granted = pool.starmap(kept_budget.reserve, [(shm, TAG, 7, 100)] * 40)
+    assert sum(granted) == 14 and kept_budget.used(shm, TAG) == 98
+
+
+def _remote_worker(tmp_path, keep_max: int, budget: bool = True):
+    from miniray._private.object_store import kept_budget
     from miniray._private.worker import worker_api
 
+    if budget:
+        kept_budget.create(str(tmp_path), TAG)
     runtime = worker_api.WorkerRuntime.__new__(worker_api.WorkerRuntime)
     runtime.info = {"store": {"inline_threshold": 100, "remote": True, "keep_tag": TAG,
                               "keep_max": keep_max, "shm_dir": str(tmp_path)}}
@@ -131,23 +159,34 @@ def _remote_worker(tmp_path, keep_max: int):
     return runtime
 
 
+def _segments(tmp_path) -> list[str]:
+    return sorted(n for n in os.listdir(tmp_path) if not n.endswith("_budget"))
+
+
 def test_a_remote_worker_keeps_a_result_within_the_cap_and_sends_one_past_it(tmp_path):
-    """The count after writing includes the link's other segments (booked or still being
-    written by another worker): past the cap the segment goes and the bytes follow RESULT,
-    never an error."""
+    """Reserved before it is written: past the cap nothing is written, and the bytes
+    follow RESULT, never an error; the node's free releases room."""
+    from miniray._private.object_store import kept_budget
+
     runtime = _remote_worker(tmp_path, keep_max=3000)
     kept = runtime.payload_for(A, b"a" * 2000)
     assert kept[0] == "kept" and os.path.exists(kept[1])
+    assert kept_budget.used(str(tmp_path), TAG) == kept[2]
     sent = runtime.payload_for(B, b"b" * 2000)  # 2000 + ~2000 > 3000
     assert sent[0] == "peer" and len(runtime.peer_out) == 1
-    assert sorted(os.listdir(tmp_path)) == [os.path.basename(kept[1])]
+    assert _segments(tmp_path) == [os.path.basename(kept[1])]
     os.unlink(kept[1])  # the node freed it: room again
+    kept_budget.release(str(tmp_path), TAG, kept[2])
     assert runtime.payload_for(B, b"b" * 2000)[0] == "kept"
 
 
-def test_a_cap_of_zero_keeps_nothing(tmp_path):
+def test_a_cap_of_zero_or_a_link_gone_keeps_nothing(tmp_path):
     runtime = _remote_worker(tmp_path, keep_max=0)
-    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not os.listdir(tmp_path)
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not _segments(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    runtime = _remote_worker(other, keep_max=10 ** 9, budget=False)  # no budget file
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not os.listdir(other)
 
 
 @pytest.mark.parametrize("size, store, route", [

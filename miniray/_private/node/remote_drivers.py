@@ -78,10 +78,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, cap), cap the
        bytes one link may keep (``MINIRAY_KEPT_BYTES_PER_DRIVER``, default a quarter of
        the shm dir's size); D hands both to its workers here in HELLO, which write a
-       large result as ``mr_<tag>_<object id>`` in this node's shm dir while the link's
-       segments there stay within the cap (``shm_segments.tag_bytes``, counted after
-       writing: else the worker sends the value at once, as when the shm dir is full,
-       and the book never passes the cap). D -> N
+       large result as ``mr_<tag>_<object id>`` in this node's shm dir once they
+       reserved its bytes within the cap in the link's budget file
+       (``object_store/kept_budget.py``, made here when the link is served, released
+       here when an object is freed or refused; else the worker sends the value at once,
+       as when the shm dir is full, and the book never passes the cap). D -> N
        ("keep", req, object_id, path, size): N books it for the link after
        ``check_adoptable`` (the link's tag, its shm dir, a regular file of this uid, the
        size): ("kept", req), else ("error", req, "bad_segment", text) and N unlinks it
@@ -274,6 +275,13 @@ def _segments():
     return shm_segments
 
 
+def _budget():
+    """``object_store.kept_budget``, lazy as ``_segments``."""
+    from miniray._private.object_store import kept_budget  # lazy: see _segments
+
+    return kept_budget
+
+
 def _fs_size(path: str) -> int:
     """The size of the file system holding ``path`` (0 when it cannot be read): the default
     cap of what one link keeps is a fraction of it (``config.kept_bytes_per_driver``)."""
@@ -459,6 +467,11 @@ class RemoteDrivers:
             tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
         self.kept.add_link(link, tag)
         self._by_tag[tag] = link
+        try:  # what the link's workers reserve against the cap (gone with the tag's sweep)
+            _budget().create(self.shm_dir, tag)
+        except (OSError, RuntimeError) as error:  # its workers then keep nothing
+            logger.warning("%s: its results are sent at once, not kept here: the budget "
+                           "file in %s could not be made (%s)", link.name, self.shm_dir, error)
         # Registered at creation: whatever a worker of this link writes under its tag goes
         # when the link closes or is fenced (``_drop``), adopted by the book or not.
         channel.setblocking(False)
@@ -654,10 +667,13 @@ class RemoteDrivers:
         if op == "keeps":  # the cap: what this link's segments may hold in all
             return ("keeps", req, self.kept.tag_of(link), self.kept.cap_bytes)
         if op == "free":
+            kept_before = self.kept.totals(link)[1]
             paths = self.kept.free(link, args[0])
             for path in paths:
                 _segments().unlink_quiet(path)
-            if paths:
+            if paths:  # unlinked first: a worker's reservation never outruns the memory
+                _budget().release(self.shm_dir, self.kept.tag_of(link),
+                                  kept_before - self.kept.totals(link)[1])
                 self._changed()
             return ("freed", req, len(paths))
         object_id, path, size = args
@@ -674,6 +690,8 @@ class RemoteDrivers:
         if (segments.tag_of(os.path.basename(str(path))) == self.kept.tag_of(link)
                 and os.path.dirname(path) == self.shm_dir):
             segments.unlink_quiet(path)  # the link's own segment, refused: gone now
+            if isinstance(size, int) and size > 0:  # its worker reserved it
+                _budget().release(self.shm_dir, self.kept.tag_of(link), size)
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 

@@ -67,7 +67,7 @@ from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 __all__ = [
     "DEFAULT_INLINE_THRESHOLD", "DEFAULT_SHM_DIR", "SEGMENT_PREFIX", "create_segment",
     "new_session_tag", "read_segment", "read_spilled", "segment_name", "session_tag_owner",
-    "session_tag_pid", "sweep_dead_segments", "sweep_segments", "tag_bytes", "write_segment",
+    "session_tag_pid", "sweep_dead_segments", "sweep_segments", "write_segment",
     # for shm_store.py
     "Pooled", "SegmentPool", "check_adoptable", "check_tag", "copy_file", "discard",
     "free_bytes", "load_mapping", "map_readonly", "mib", "no_room_error", "resolve_path",
@@ -284,25 +284,6 @@ def read_segment(name: str, *, shm_dir: str = DEFAULT_SHM_DIR) -> Any:
 def read_spilled(path: str) -> Any:
     """The value in a spill file: mapped read-only too, so still no copy in this process."""
     return load_mapping(map_readonly(path), path)
-
-
-def tag_bytes(shm_dir: str, tag: str) -> int:
-    """The bytes of every ``mr_<tag>_*`` file in ``shm_dir`` (one that goes meanwhile counts
-    0): what a remote driver's link keeps on this node, booked or being written (a worker
-    of that link counts it after writing its own segment, ``worker_api.payload_for``)."""
-    prefix = f"{SEGMENT_PREFIX}{tag}_"
-    total = 0
-    try:
-        with os.scandir(shm_dir) as entries:
-            for entry in entries:
-                if entry.name.startswith(prefix):
-                    try:
-                        total += entry.stat(follow_symlinks=False).st_size
-                    except OSError:
-                        pass
-    except OSError:
-        return 0
-    return total
 
 
 def sweep_segments(shm_dir: str, is_dead_tag: Callable[[str], bool]) -> list[str]:
