@@ -10,6 +10,12 @@ the member's copy; a driver killed with SIGKILL leaves nothing there; the member
 before ``get``: ObjectLostError. The member's kept segments are found by the member root's
 tag (``mr_<tag>``, as the teardown's leak check finds them).
 
+Their limits and failures: the member's cap per driver (results past it sent at once;
+``miniray status`` on the member, and on the head for a driver on the member's host, counts
+what is kept; ``list_objects`` names the node), a pull into a full driver store (raised for
+that get, pulled again by a later one), and a pull from a SIGSTOPped member (ended once the
+view holds it dead, within a few seconds).
+
 The scene is test_remote_tasks.py's: a head on 127.0.0.1, a member on 127.0.0.2, a driver
 on the head's host placing tasks with ``NodeAffinitySchedulingStrategy(member)``.
 """
