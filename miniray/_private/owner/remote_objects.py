@@ -175,13 +175,12 @@ class KeptResults:
         segment of this store (a freed one of its pool when one fits, else a new one once
         the store made room), then READY; N or its link lost (the view holding N dead
         included: ``_watch``), or N keeping no such object: ObjectLostError naming N; no
-        room here: ObjectStoreFullError for the waiters of now, pulled again by the next
+        room here (ObjectStoreFullError; a spill's OutOfDiskError; ENOSPC receiving): that
+        error for the waiters of now, pulled again by the next reader
         (``RemoteCopy.again``). Waiters are woken either way."""
-        from miniray.exceptions import ObjectStoreFullError  # lazy: this path only
-
         owner = self.owner
         store = owner.store
-        path = error = channel = lost = None
+        path = error = channel = lost = no_room = None
         size = copy.size
         with self._lock:
             slots = self._pull_slots.setdefault(
@@ -191,8 +190,12 @@ class KeptResults:
             recycled = store.recycled_for(object_id, size)
             if recycled:
                 path = recycled[0]
-            else:
-                store.make_room(object_id, size)  # ObjectStoreFullError: nothing asked of N
+            else:  # nothing asked of N yet when this fails
+                try:
+                    store.make_room(object_id, size)
+                except Exception as failure:  # ObjectStoreFullError; a spill that failed
+                    no_room = failure
+                    raise
             channel = self._pull_channel(client, copy.node_id, incarnation)
             self._watch(channel, client, copy.node_id, incarnation)
             try:
@@ -216,15 +219,12 @@ class KeptResults:
             # Every byte came (MAC-checked): the value is whole, even if the view held N
             # dead meanwhile (then the channel is closed, not kept idle).
             self._pull_idle(client, channel)
-        except ObjectStoreFullError as full:
-            error = full
         except OSError as failure:
-            if failure.errno in (errno.ENOSPC, errno.ENOMEM):
-                error = shm_segments.no_room_error(store.shm_dir, size, object_id)
-            else:
-                error = self._lost(client, copy, object_id, lost or failure)
+            if no_room is None and failure.errno in (errno.ENOSPC, errno.ENOMEM):
+                no_room = shm_segments.no_room_error(store.shm_dir, size, object_id)
+            error = no_room or self._lost(client, copy, object_id, lost or failure)
         except Exception as failure:  # noqa: BLE001 - N, its link or the object gone
-            error = self._lost(client, copy, object_id, lost or failure)
+            error = no_room or self._lost(client, copy, object_id, lost or failure)
         finally:
             slots.release()
         if error is not None and path is not None:
@@ -234,7 +234,7 @@ class KeptResults:
             entry = owner.objects.get(object_id)
             if entry is not None and entry.remote is copy and entry.state == PENDING:
                 if error is not None:
-                    if isinstance(error, ObjectStoreFullError):  # N still has it: again
+                    if error is no_room:  # N still has it: the next reader pulls again
                         copy.again = entry.kind
                     owner.objects.set_ready(object_id, protocol.ERR,
                                             serialization.dumps(error))
