@@ -339,3 +339,88 @@ def test_wait_and_a_workers_get_renew_a_no_room_error_too():
     finished = []
     objects.await_objects([A], 1, True, finished.append, None, None)
     assert finished == [] and events == ["pull", "pull"]
+
+
+# ------------------------------------------- a pull's liveness (remote_objects, no processes)
+class _Nodes:
+    closed = False
+
+    def __init__(self):
+        self.owner = object()
+        self.why = None
+        self.asked: list = []
+
+    def last_view(self):
+        return []
+
+    def view(self):
+        return []
+
+    def node_lost(self, worker, client):
+        self.asked.append((worker.node, worker.incarnation))
+        return self.why
+
+
+class _Client:
+    lost = None
+    timeout = 10.0
+    name = "127.0.0.2:1"
+    kept = ("t" * 16, 1000)
+
+    def __init__(self, opens=()):
+        self.opens = list(opens)
+
+    def open_pull(self, tag, timeout=None):
+        outcome = self.opens.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+class _Channel:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def _kept_results():
+    from miniray._private.owner.remote_objects import KeptResults
+
+    nodes = _Nodes()
+    return nodes, KeptResults(nodes, None, None, 60.0)
+
+
+def test_a_pull_in_flight_is_closed_once_the_view_holds_its_node_lost():
+    import time
+
+    from miniray._private.owner import remote_objects
+
+    nodes, kept = _kept_results()
+    channel, client = _Channel(), _Client()
+    kept._watch(channel, client, "n1", 3)
+    time.sleep(remote_objects.LIVENESS_S * 2.5)
+    assert not channel.closed and nodes.asked[0] == ("n1", 3)  # alive: left alone
+    nodes.why = "No heartbeat from the node for 1.0 s"
+    deadline = time.monotonic() + 5
+    while not channel.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert channel.closed and kept._unwatch(channel) == nodes.why
+    deadline = time.monotonic() + 5
+    while kept._watching and time.monotonic() < deadline:  # nothing in flight: it ends
+        time.sleep(0.05)
+    assert not kept._watching
+
+
+def test_an_unanswered_pull_handshake_is_tried_again_until_the_view_holds_the_node_lost():
+    nodes, kept = _kept_results()
+    channel = _Channel()
+    client = _Client([TimeoutError("handshake"), channel])
+    assert kept._pull_channel(client, "n1", 3) is channel  # tried again: answered
+    client = _Client([TimeoutError("handshake"), TimeoutError("handshake")])
+    nodes.why = "the cluster holds it dead"
+    with pytest.raises(LookupError, match="holds it dead"):
+        kept._pull_channel(client, "n1", 3)
+    client = _Client([ConnectionRefusedError("refused")])  # not a silence: at once
+    with pytest.raises(ConnectionRefusedError):
+        kept._pull_channel(client, "n1", 3)
