@@ -807,10 +807,14 @@ class ObjectLostError(RayError):
         return message
 
     def _reason(self) -> str:
+        # ``lost_on``: which node kept it and why it is lost, when the owner knows (set on
+        # the instance: pickled with its __dict__).
+        where = self.__dict__.get("lost_on")
         return (
             f"All copies of {self.object_ref_hex} have been lost due to node failure (the "
             "node that kept it died or dropped this driver's link before the value was "
-            "read). Check the node's log under its session directory for the failure."
+            "read). " + (f"{where}. " if where else "") +
+            "Check the node's log under its session directory for the failure."
         )
 
     def __str__(self) -> str:

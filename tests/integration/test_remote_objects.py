@@ -10,6 +10,12 @@ the member's copy; a driver killed with SIGKILL leaves nothing there; the member
 before ``get``: ObjectLostError. The member's kept segments are found by the member root's
 tag (``mr_<tag>``, as the teardown's leak check finds them).
 
+Their limits and failures: the member's cap per driver (results past it sent at once;
+``miniray status`` on the member, and on the head for a driver on the member's host, counts
+what is kept; ``list_objects`` names the node), a pull into a full driver store (raised for
+that get, pulled again by a later one), and a pull from a SIGSTOPped member (ended once the
+view holds it dead, within a few seconds).
+
 The scene is test_remote_tasks.py's: a head on 127.0.0.1, a member on 127.0.0.2, a driver
 on the head's host placing tasks with ``NodeAffinitySchedulingStrategy(member)``.
 """
@@ -25,7 +31,7 @@ import pytest
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
@@ -121,8 +127,9 @@ KEPT = """
     SHM = runtime.current().store.shm_dir
     TAG = "mr_" + os.environ["MEMBER_ROOT_TAG"]
 
-    def kept():
-        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG))
+    def kept():  # the member's kept segments (not the link's budget file)
+        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
+                      and not n.endswith("_budget"))
 
     def here(ref):
         store = runtime.current().store
@@ -154,7 +161,7 @@ def _member_tag(hosts) -> str:
 def _member_kept(hosts) -> list[str]:
     prefix = "mr_" + _member_tag(hosts)
     shm = hosts.env(MEMBER).get("MINIRAY_SHM_DIR") or config.DEFAULT_SHM_DIR
-    return [n for n in os.listdir(shm) if n.startswith(prefix)]
+    return [n for n in os.listdir(shm) if n.startswith(prefix) and not n.endswith("_budget")]
 
 
 def test_a_200_mb_result_stays_on_the_member_until_get_and_goes_with_del(hosts, member):
@@ -326,5 +333,217 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
         assert f"All copies of {doc['ref']} have been lost due to node failure" in doc["text"]
         assert doc["waited"] < 30, doc
         proc.wait(30)
+    finally:
+        stop_driver(proc)
+
+
+# ------------------------------------------------ limits and failures of kept results
+def _start_member(hosts, *head_args, **member_env) -> None:
+    """The ``member`` fixture's scene, with the head's ``start`` arguments and settings of
+    the member's node."""
+    hosts.env(MEMBER).update(member_env)
+    head = hosts.start_head(*head_args)
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"),
+                      5.0)
+
+
+def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hosts):
+    """MINIRAY_KEPT_BYTES_PER_DRIVER of 3.5 MiB on the member: of eight 1 MiB results at
+    most three stay there, the others come at once; all bit-exact, no error. The member's
+    ``miniray status`` counts what it keeps for the driver; ``list_objects`` shows where
+    they are (the member's node id and IP)."""
+    _start_member(hosts, MINIRAY_KEPT_BYTES_PER_DRIVER=str(7 << 19))
+    proc = driver(PRELUDE + KEPT + """
+    @ray.remote
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    from miniray._private.owner.object_table import READY
+
+    def done(ref):  # sent (READY here) or kept there (recorded): not pulled by a wait
+        entry = runtime.current().owner.objects.get(ref.binary())
+        return entry is not None and (entry.state == READY or entry.remote is not None)
+
+    refs = [block.options(**on).remote(seed) for seed in range(8)]
+    until(lambda: all(done(r) for r in refs))
+    remote = sum(recorded(r) for r in refs)
+    from miniray.util.state import list_objects
+
+    rows = {row.object_id: row for row in list_objects(detail=True, limit=1000)}
+    where = sorted({(rows[r.hex()].node_id == member, rows[r.hex()].ip,
+                     rows[r.hex()].object_size > 1 << 20) for r in refs if recorded(r)})
+    print(json.dumps({"kept": len(kept()), "remote": remote, "where": where}), flush=True)
+    sys.stdin.readline()
+    values = ray.get(refs, timeout=60)
+    out = {"equal": all(bool((v == seed).all()) for seed, v in enumerate(values))}
+    del values, refs
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
+    try:
+        doc = json_line(proc, 120)
+        assert 1 <= doc["kept"] <= 3 and doc["remote"] == doc["kept"], doc
+        assert doc["where"] == [[True, MEMBER, True]], doc  # list_objects: on the member
+        status = wait_until(lambda: _kept_line(hosts) == (
+            f"Objects kept for remote drivers: {doc['kept']}, "), 10.0)
+        assert status, cli(hosts.env(MEMBER), "status").stdout
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc == {"equal": True, "freed": True}, doc
+        proc.wait(30)
+        assert wait_until(lambda: _kept_line(hosts) == "Objects kept for remote drivers: 0, ",
+                          10.0)
+    finally:
+        stop_driver(proc)
+
+
+def _kept_line(hosts, ip: str = MEMBER) -> str | None:
+    """The status line of kept results of the node on ``ip``, up to its byte count."""
+    out = cli(hosts.env(ip), "status").stdout
+    line = next((n for n in out.splitlines() if n.startswith("Objects kept for remote")), None)
+    return line and line[:line.rindex(" ") + 1]
+
+
+def test_a_pull_into_a_full_store_raises_for_that_get_and_a_later_get_pulls_again(hosts):
+    """A driver store of 100 MiB and two kept 60 MiB results: while the first one's value
+    is held (read zero-copy: nothing can spill it), ``get`` of the second raises
+    ObjectStoreFullError; once the value is dropped, ``get`` pulls it again, bit-exact
+    (the member kept its copy meanwhile). Its copy is freed with the ref."""
+    _start_member(hosts, "--object-store-memory", str(100 << 20))
+    doc = _run_driver(hosts, KEPT + """
+    import gc
+    from miniray.exceptions import ObjectStoreFullError
+
+    gc.disable()  # the copy must go with the refs, not with a collection of cycles
+    M = 60 << 20
+
+    @ray.remote
+    def big(seed):
+        return np.full(M, seed, dtype=np.uint8)
+
+    refs = [big.options(**on).remote(seed) for seed in (1, 2)]
+    until(lambda: all(recorded(r) for r in refs))
+    out = {"kept": len(kept())}
+    first = ray.get(refs[0], timeout=60)
+    try:
+        ray.get(refs[1], timeout=60)
+        out["error"] = None
+    except ObjectStoreFullError as error:
+        out["error"] = type(error).__name__
+        out["text"] = str(error)
+    out["still_kept"] = len(kept())
+    out["first"] = bool((first == 1).all())
+    del first
+    second = ray.get(refs[1], timeout=60)
+    out["second"] = bool((second == 2).all()) and second.size == M
+    out["pulled"] = runtime.current().owner.remote_nodes.kept_results.pulled
+    del second, refs  # (no garbage collection needed: the failed get left no cycle)
+    out["freed"] = until(lambda: not kept(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=180, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert doc["kept"] == 2 and doc["error"] == "ObjectStoreFullError", doc
+    assert "object store capacity is in use" in doc["text"], doc["text"]
+    # The first one's copy stays there too while its ref lives (freed with it).
+    assert doc == {**doc, "still_kept": 2, "first": True, "second": True, "pulled": 2,
+                   "freed": True}, doc
+
+
+def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, member):
+    """The member's node is SIGSTOPped (cut off: its sockets stay open, nothing answers)
+    while two kept results are got at once, one on an idle pull connection (waiting for
+    its first frame), one on a new connection (its handshake unanswered): both end with
+    ObjectLostError naming the node within a few seconds (dead after 1 s here), not the
+    60 s a frame may take."""
+    proc = driver(PRELUDE + KEPT + """
+    import threading
+
+    @ray.remote
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    first, *refs = [block.options(**on).remote(seed) for seed in range(3)]
+    until(lambda: all(recorded(r) for r in refs))
+    ray.get(first, timeout=60)  # its pull connection stays idle for the next
+    print(json.dumps({"kept": len(kept())}), flush=True)
+    sys.stdin.readline()
+    out = [None, None]
+
+    def get(i):
+        t0 = time.monotonic()
+        try:
+            ray.get(refs[i], timeout=60)
+        except Exception as error:
+            out[i] = {"error": type(error).__name__, "text": str(error),
+                      "waited": time.monotonic() - t0}
+
+    threads = [threading.Thread(target=get, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(json.dumps({"gets": out, "member": member}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
+    pid = hosts.record(MEMBER).pid
+    try:
+        assert json_line(proc, 120)["kept"] == 3  # the first one too, until its ref goes
+        hosts.stopped.append(pid)
+        os.kill(pid, signal.SIGSTOP)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 90)
+        for got in doc["gets"]:
+            assert got is not None and got["error"] == "ObjectLostError", doc
+            assert f"kept on node {doc['member'][:12]}" in got["text"], got["text"]
+            assert "No heartbeat from the node" in got["text"], got["text"]
+            assert got["waited"] < 10, doc
+        print(f"\npulls from a stopped member ended after "
+              f"{[round(g['waited'], 2) for g in doc['gets']]} s")
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_the_heads_status_counts_what_it_keeps_for_a_driver_on_a_member(hosts, member):
+    """A driver on the member's host runs a task on the head: its result stays on the head,
+    whose ``miniray status`` shows it; nothing is left there once the driver exits."""
+    proc = driver("""
+    import json, sys
+    import numpy as np
+    import miniray as ray
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    ray.init(address="auto")
+    head = next(n["NodeID"] for n in ray.nodes()
+                if n["NodeManagerAddress"] == "127.0.0.1" and n["Alive"])
+
+    @ray.remote
+    def block():
+        return np.ones(1 << 20, dtype=np.uint8)
+
+    ref = block.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        head, soft=False)).remote()
+    ray.wait([ref], timeout=0)  # the task runs; nothing waits for its value
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"sum": int(ray.get(ref, timeout=60).sum())}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc, 60)["started"]
+        line = "Objects kept for remote drivers: 1, "
+        assert wait_until(lambda: _kept_line(hosts, "127.0.0.1") == line, 30.0), cli(
+            hosts.env("127.0.0.1"), "status").stdout
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert json_line(proc, 60)["sum"] == 1 << 20
+        proc.wait(30)
+        assert wait_until(lambda: _kept_line(hosts, "127.0.0.1") == (
+            "Objects kept for remote drivers: 0, "), 10.0)
     finally:
         stop_driver(proc)

@@ -3,6 +3,8 @@ worker's payload rule (worker_api.result_route): pure, no processes."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from miniray._private.node.kept_objects import KeptObjects
@@ -90,6 +92,101 @@ def test_dropping_a_link_hands_back_its_tag_and_every_path_and_forgets_it():
 
 
 STORE = {"inline_threshold": 100}
+
+
+def test_the_cap_per_driver_defaults_to_a_quarter_of_the_shm_dir_and_is_a_setting(
+        monkeypatch):
+    from miniray._private.core import config
+
+    monkeypatch.delenv("MINIRAY_KEPT_BYTES_PER_DRIVER", raising=False)
+    assert config.kept_bytes_per_driver(4000) == 1000
+    monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", "123")
+    assert config.kept_bytes_per_driver(4000) == 123
+    monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", "0")  # nothing kept
+    assert config.kept_bytes_per_driver(4000) == 0
+    for bad in ("-1", "1.5", "lots"):
+        monkeypatch.setenv("MINIRAY_KEPT_BYTES_PER_DRIVER", bad)
+        with pytest.raises(ValueError, match="MINIRAY_KEPT_BYTES_PER_DRIVER"):
+            config.kept_bytes_per_driver(4000)
+
+
+def test_the_budget_file_reserves_within_the_cap_and_releases(tmp_path):
+    from miniray._private.object_store import kept_budget, shm_segments
+
+    shm = str(tmp_path)
+    assert not kept_budget.reserve(shm, TAG, 10, 100)  # no file: the link is gone
+    path = kept_budget.create(shm, TAG)
+    assert shm_segments.tag_of(os.path.basename(path)) == TAG  # swept with the link's tag
+    assert kept_budget.used(shm, TAG) == 0
+    assert kept_budget.reserve(shm, TAG, 60, 100) and kept_budget.reserve(shm, TAG, 40, 100)
+    assert not kept_budget.reserve(shm, TAG, 1, 100) and kept_budget.used(shm, TAG) == 100
+    assert not kept_budget.reserve(shm, TAG, -1, 100)
+    kept_budget.release(shm, TAG, 60)
+    assert kept_budget.used(shm, TAG) == 40
+    kept_budget.release(shm, TAG, 1000)  # never below 0
+    assert kept_budget.used(shm, TAG) == 0
+    kept_budget.reserve(shm, TAG, 5, 100)
+    kept_budget.create(shm, TAG)  # a stale file of the tag: reset
+    assert kept_budget.used(shm, TAG) == 0
+    os.unlink(path)
+    kept_budget.release(shm, TAG, 5)  # gone: nothing, no error
+    assert not os.listdir(shm)
+
+
+def test_reservations_from_many_processes_never_pass_the_cap(tmp_path):
+    import multiprocessing
+
+    from miniray._private.object_store import kept_budget
+
+    shm = str(tmp_path)
+    kept_budget.create(shm, TAG)
+    context = multiprocessing.get_context("fork")
+    with context.Pool(4) as pool:
+        granted = pool.starmap(kept_budget.reserve, [(shm, TAG, 7, 100)] * 40)
+    assert sum(granted) == 14 and kept_budget.used(shm, TAG) == 98
+
+
+def _remote_worker(tmp_path, keep_max: int, budget: bool = True):
+    from miniray._private.object_store import kept_budget
+    from miniray._private.worker import worker_api
+
+    if budget:
+        kept_budget.create(str(tmp_path), TAG)
+    runtime = worker_api.WorkerRuntime.__new__(worker_api.WorkerRuntime)
+    runtime.info = {"store": {"inline_threshold": 100, "remote": True, "keep_tag": TAG,
+                              "keep_max": keep_max, "shm_dir": str(tmp_path)}}
+    runtime.peer_out = []
+    return runtime
+
+
+def _segments(tmp_path) -> list[str]:
+    return sorted(n for n in os.listdir(tmp_path) if not n.endswith("_budget"))
+
+
+def test_a_remote_worker_keeps_a_result_within_the_cap_and_sends_one_past_it(tmp_path):
+    """Reserved before it is written: past the cap nothing is written, and the bytes
+    follow RESULT, never an error; the node's free releases room."""
+    from miniray._private.object_store import kept_budget
+
+    runtime = _remote_worker(tmp_path, keep_max=3000)
+    kept = runtime.payload_for(A, b"a" * 2000)
+    assert kept[0] == "kept" and os.path.exists(kept[1])
+    assert kept_budget.used(str(tmp_path), TAG) == kept[2]
+    sent = runtime.payload_for(B, b"b" * 2000)  # 2000 + ~2000 > 3000
+    assert sent[0] == "peer" and len(runtime.peer_out) == 1
+    assert _segments(tmp_path) == [os.path.basename(kept[1])]
+    os.unlink(kept[1])  # the node freed it: room again
+    kept_budget.release(str(tmp_path), TAG, kept[2])
+    assert runtime.payload_for(B, b"b" * 2000)[0] == "kept"
+
+
+def test_a_cap_of_zero_or_a_link_gone_keeps_nothing(tmp_path):
+    runtime = _remote_worker(tmp_path, keep_max=0)
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not _segments(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    runtime = _remote_worker(other, keep_max=10 ** 9, budget=False)  # no budget file
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "peer" and not os.listdir(other)
 
 
 @pytest.mark.parametrize("size, store, route", [
@@ -198,3 +295,132 @@ def test_a_task_reads_a_kept_argument_there_only_with_a_hard_affinity_to_its_nod
 
     spec = types.SimpleNamespace(affinity=affinity, placement=placement)
     assert _reads_there(spec, "n1") is reads_there
+
+
+def test_a_pull_that_found_no_room_raises_for_its_waiters_and_the_next_reader_pulls_again():
+    """The node still keeps the value: the error of a full store here is for the gets of
+    then; a later get (or wait, or a worker's GET) makes the entry PENDING again and pulls."""
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import PENDING, READY
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    entry = objects.get(A)
+    assert objects.get_serialized([A], 0) is None and events == ["pull"]
+    copy.again = entry.kind  # the pull's end: no room here
+    objects.set_ready(A, protocol.ERR, b"full")
+    assert entry.state == READY
+    assert objects.get_serialized([A], 0) is None  # renewed: waits, pulls again
+    assert events == ["pull", "pull"] and entry.state == PENDING and copy.again is None
+    assert entry.kind == protocol.OK and A in objects.store.freed
+    objects.set_ready(A, protocol.ERR, b"full again")  # no `again`: an error for good
+    assert objects.get_serialized([A], 0) == [(protocol.ERR, b"full again")]
+    assert objects.wait_ready([A], 1, 0) == {A} and events == ["pull", "pull"]
+
+
+def test_wait_and_a_workers_get_renew_a_no_room_error_too():
+    from miniray._private.core import protocol
+    from miniray._private.owner.object_table import Waiter
+
+    events: list = []
+    objects, copy = _kept(events)
+    objects.ensure(A).refs = 1
+    objects.set_ready(A, protocol.OK, ("remote", copy))
+    copy.pulling = True
+    copy.again = protocol.OK
+    objects.set_ready(A, protocol.ERR, b"full")
+    assert objects.wait_ready([A], 1, 0) == set() and events == []  # PENDING again
+    objects.get(A).add_waiter(Waiter(1, False))  # (wait with a timeout adds one): pulled
+    assert events == ["pull"]
+    copy.again = protocol.OK
+    objects.set_ready(A, protocol.ERR, b"full")
+    finished = []
+    objects.await_objects([A], 1, True, finished.append, None, None)
+    assert finished == [] and events == ["pull", "pull"]
+
+
+# ------------------------------------------- a pull's liveness (remote_objects, no processes)
+class _Nodes:
+    closed = False
+
+    def __init__(self):
+        self.owner = object()
+        self.why = None
+        self.asked: list = []
+
+    def last_view(self):
+        return []
+
+    def view(self):
+        return []
+
+    def node_lost(self, worker, client):
+        self.asked.append((worker.node, worker.incarnation))
+        return self.why
+
+
+class _Client:
+    lost = None
+    timeout = 10.0
+    name = "127.0.0.2:1"
+    kept = ("t" * 16, 1000)
+
+    def __init__(self, opens=()):
+        self.opens = list(opens)
+
+    def open_pull(self, tag, timeout=None):
+        outcome = self.opens.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+class _Channel:
+    closed = False
+
+    def close(self):
+        self.closed = True
+
+
+def _kept_results():
+    from miniray._private.owner.remote_objects import KeptResults
+
+    nodes = _Nodes()
+    return nodes, KeptResults(nodes, None, None, 60.0)
+
+
+def test_a_pull_in_flight_is_closed_once_the_view_holds_its_node_lost():
+    import time
+
+    from miniray._private.owner import remote_objects
+
+    nodes, kept = _kept_results()
+    channel, client = _Channel(), _Client()
+    kept._watch(channel, client, "n1", 3)
+    time.sleep(remote_objects.LIVENESS_S * 2.5)
+    assert not channel.closed and nodes.asked[0] == ("n1", 3)  # alive: left alone
+    nodes.why = "No heartbeat from the node for 1.0 s"
+    deadline = time.monotonic() + 5
+    while not channel.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert channel.closed and kept._unwatch(channel) == nodes.why
+    deadline = time.monotonic() + 5
+    while kept._watching and time.monotonic() < deadline:  # nothing in flight: it ends
+        time.sleep(0.05)
+    assert not kept._watching
+
+
+def test_an_unanswered_pull_handshake_is_tried_again_until_the_view_holds_the_node_lost():
+    nodes, kept = _kept_results()
+    channel = _Channel()
+    client = _Client([TimeoutError("handshake"), channel])
+    assert kept._pull_channel(client, "n1", 3) is channel  # tried again: answered
+    client = _Client([TimeoutError("handshake"), TimeoutError("handshake")])
+    nodes.why = "the cluster holds it dead"
+    with pytest.raises(LookupError, match="holds it dead"):
+        kept._pull_channel(client, "n1", 3)
+    client = _Client([ConnectionRefusedError("refused")])  # not a silence: at once
+    with pytest.raises(ConnectionRefusedError):
+        kept._pull_channel(client, "n1", 3)

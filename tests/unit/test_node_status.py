@@ -227,3 +227,19 @@ def test_placement_groups_have_a_section_and_short_resource_names():
     assert "CPU 1/2, GPU 0/1" in section(out, "Placement groups")
     assert f"CPU_group_1_{hex_[:8]}=1" in section(out, "Running tasks and actors")
     assert "Placement groups" not in format_status([view(state())], None, NOW)
+
+
+def test_results_kept_for_remote_drivers_show_as_a_total_and_per_driver():
+    kept = [{"driver": "remote driver 127.0.0.1 pid 11", "objects": 3, "bytes": 3 << 20,
+             "cap": 1 << 30},
+            {"driver": "remote driver 127.0.0.3 pid 12", "objects": 1, "bytes": 1 << 20,
+             "cap": 1 << 30}]
+    out = format_status([view(state(), kept=kept)], None, NOW)
+    lines = out.splitlines()
+    at = lines.index("Objects kept for remote drivers: 4, 4.00MiB")
+    assert lines[at + 1:at + 3] == [
+        " remote driver 127.0.0.1 pid 11: 3 object(s), 3.00MiB of its 1.00GiB cap",
+        " remote driver 127.0.0.3 pid 12: 1 object(s), 1.00MiB of its 1.00GiB cap"]
+    assert "Objects kept for remote drivers: 0, 0B" in format_status(
+        [view(state(), kept=[])], None, NOW)  # a node other hosts reach: the line, always
+    assert "Objects kept" not in format_status([view(state())], None, NOW)

@@ -664,3 +664,34 @@ def test_fetch_messages_are_checked_for_shape():
     assert rd.check_pull_hello(hello) is None
     assert rd.check_pull_hello({**hello, "peer": {"node_id": "n"}}) is None
     assert "pull hello" in rd.check_pull_hello({**hello, "peer": "not a dict"})
+
+
+def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, tmp_path):
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    assert drivers.kept.cap_bytes > 0  # the default: a quarter of the shm dir's size
+    drivers.kept.cap_bytes = 1000
+    changes = []
+    drivers.on_change = lambda: changes.append(1)
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert cap == 1000 and kept_budget.used(str(shm), tag) == 0  # made with the link
+        assert kept_budget.reserve(str(shm), tag, 600, cap)  # as the link's worker does
+        client.keep(b"\x01" * 28, _write(shm, tag, b"\x01" * 28, b"x" * 600), 600)
+        rows = drivers.kept_rows()
+        assert [(r["objects"], r["bytes"], r["cap"]) for r in rows] == [(1, 600, 1000)]
+        assert rows[0]["driver"].startswith("remote driver 127.0.0.1 pid ")
+        assert not kept_budget.reserve(str(shm), tag, 600, cap)  # a worker sends it
+        with pytest.raises(RemoteLeaseError) as refused:  # the book's own bound
+            client.keep(b"\x02" * 28, _write(shm, tag, b"\x02" * 28, b"x" * 600), 600)
+        assert "cap" in str(refused.value)
+        assert client.free([b"\x01" * 28]) == 1
+        assert drivers.kept_rows() == [] and len(changes) == 2
+        assert kept_budget.used(str(shm), tag) == 0  # released with the free (and refusal)
+        assert kept_budget.reserve(str(shm), tag, 100, cap)
+        with pytest.raises(RemoteLeaseError):  # refused (not named for it): released
+            client.keep(b"\x03" * 28, _write(shm, tag, b"\x04" * 28, b"x" * 100), 100)
+        assert kept_budget.used(str(shm), tag) == 0
+    assert wait_until(lambda: not os.listdir(shm))  # the budget file swept with the tag

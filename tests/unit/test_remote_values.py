@@ -244,3 +244,32 @@ def test_a_remote_result_goes_into_a_recycled_segment_or_a_new_one_and_fails_cle
         assert not [n for n in left if store.session_tag in n], left
     finally:
         store.close()
+
+
+def test_raising_a_stored_error_leaves_no_reference_cycle_holding_the_callers_frame():
+    """A failed get must not keep what its caller holds (the refs it was given, and so
+    their objects, here and on the nodes that keep them) until a garbage collection."""
+    import gc
+    import weakref
+
+    from miniray._private.core import serialization
+    from miniray._private.object_store import values
+
+    class Held:
+        pass
+
+    def get(held):  # a caller whose frame holds something
+        values.materialize(protocol.ERR, serialization.dumps(ValueError("stored")))
+
+    held = Held()
+    gone = weakref.ref(held)
+    gc.disable()
+    try:
+        try:
+            get(held)
+        except ValueError:
+            pass
+        del held
+        assert gone() is None
+    finally:
+        gc.enable()

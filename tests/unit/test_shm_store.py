@@ -447,6 +447,24 @@ def test_objects_the_owner_still_views_are_not_spilled(make_store):
     np.testing.assert_array_equal(held, array(MIB, 0))
 
 
+def test_make_room_spills_what_a_put_would_and_raises_when_it_cannot(make_store):
+    """A value about to be received (a pull): room made as for a put, nothing reserved."""
+    store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
+    store.put_value(oid(0), array(MIB, 0))
+    store.put_value(oid(1), array(MIB, 1))
+    store.pin(oid(0))
+    store.pin(oid(1))
+    with pytest.raises(ObjectStoreFullError) as info:
+        store.make_room(oid(2), MIB)
+    assert "capacity" in str(info.value) and "object_store_memory" in str(info.value)
+    assert store.location(oid(0))[0] == store.location(oid(1))[0] == "shm"
+    store.make_room(oid(2), 4 * MIB)  # larger than the store: adopted onto disk, no room
+    store.unpin(oid(1))
+    store.make_room(oid(2), MIB)
+    assert store.location(oid(1))[0] == "spilled" and store.location(oid(0))[0] == "shm"
+    store.unpin(oid(0))
+
+
 def test_store_full_when_everything_is_pinned(make_store):
     store = make_store(capacity=2 * MIB + 4096, recycle_bytes=0)
     store.put_value(oid(0), array(MIB))

@@ -251,3 +251,21 @@ def node_dead_after_s() -> float:
     """``MINIRAY_NODE_DEAD_AFTER_S`` (default 5.0): a member without a heartbeat for this long
     is declared dead by the head (a closed link: after a short grace instead)."""
     return _positive_float("MINIRAY_NODE_DEAD_AFTER_S", 5.0)
+
+
+def kept_bytes_per_driver(shm_dir_bytes: int) -> int:
+    """``MINIRAY_KEPT_BYTES_PER_DRIVER``: how many bytes of task results a node keeps in its
+    shm dir for one remote driver's link (docs/remote-objects.md); past it, a result is sent
+    to the driver at once. Read by the node. Default: a quarter of the shm dir's size
+    (``shm_dir_bytes``); 0: nothing is kept, every result is sent at once."""
+    value = os.environ.get("MINIRAY_KEPT_BYTES_PER_DRIVER")
+    if not value:
+        return max(0, shm_dir_bytes // 4)
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise ValueError(f"MINIRAY_KEPT_BYTES_PER_DRIVER must be a number of bytes, got "
+                         f"{value!r}.") from None
+    if parsed < 0:
+        raise ValueError(f"MINIRAY_KEPT_BYTES_PER_DRIVER must be >= 0, got {value!r}.")
+    return parsed

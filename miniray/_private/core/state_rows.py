@@ -41,9 +41,9 @@ SCHEMAS: dict[str, tuple[tuple[str, ...], tuple[str, ...], frozenset]] = {
     "objects": (
         ("object_id", "object_size", "task_status", "attempt_number", "reference_type",
          "call_site", "type", "pid", "ip"),
-        (),
-        frozenset({"attempt_number", "call_site", "ip", "object_id", "object_size", "pid",
-                   "reference_type", "task_status", "type"})),
+        ("node_id",),  # miniray's: where the value is (a result kept on its node: that node)
+        frozenset({"attempt_number", "call_site", "ip", "node_id", "object_id", "object_size",
+                   "pid", "reference_type", "task_status", "type"})),
     "nodes": (
         ("node_id", "node_ip", "is_head_node", "state", "state_message", "node_name",
          "resources_total", "labels"),

@@ -1,15 +1,18 @@
 """The node's book of results it keeps for remote drivers (issue 16: a result stays on its node).
 
 Owns: which large task results this node keeps in its shm dir for which remote driver's link,
-the bytes kept per link and the cap on them (``KeptObjects``, pure: no file is opened or
-unlinked here; the caller acts on the paths it is handed back), and the name a kept segment
-must have (the link's tag: ``shm_segments.segment_name(link tag, object id)``, so that one
-``sweep_tag`` of the link's tag removes whatever a worker of that link wrote, adopted or
-not). Does not own: the links (``remote_drivers.RemoteDrivers``, which adds a link's tag when
-the link is served and drops it, unlinking every path it gets back, when the link closes or
-is fenced), writing the segment (the remote worker: ``worker_api.result_route``; or this
-node's fetch from another node, ``remote_drivers`` step 12, booked here the same way), or the
-driver's record of where the value is (``owner/remote_nodes.py``).
+the bytes kept per link and the cap on them (``MINIRAY_KEPT_BYTES_PER_DRIVER``, which the
+link's workers respect themselves: ``worker_api.payload_for``; the book refuses a keep past
+it as a last check), the totals ``miniray status`` shows (``KeptObjects``, pure: no file
+is opened or unlinked here; the caller acts on the paths it is handed back), and the name
+a kept segment must have (the link's tag: ``shm_segments.segment_name(link tag, object
+id)``, so that one ``sweep_tag`` of the link's tag removes whatever a worker of that link
+wrote, adopted or not). Does not own: the links (``remote_drivers.RemoteDrivers``, which
+adds a link's tag when the link is served and drops it, unlinking every path it gets back,
+when the link closes or is fenced), writing the segment (the remote worker:
+``worker_api.result_route``; or this node's fetch from another node, ``remote_drivers``
+step 12, booked here the same way), or the driver's record of where the value is
+(``owner/remote_nodes.py``).
 Called by: ``RemoteDrivers`` on the node's selector loop (single-threaded: nothing here locks).
 
 Design: docs/remote-objects.md.

@@ -223,6 +223,7 @@ class NodeServer:
         if drivers is not None:
             drivers.spawner = self._remote_spawn
             drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
+            drivers.on_change = self._stats_changed  # what it keeps: ``miniray status``
         peering.register(self._sel, self.wake)
 
     def _remote_spawn(self, channels: list, name: str, done) -> None:
@@ -635,6 +636,10 @@ class NodeServer:
             "workers": len(self._owners),
             "spawning": len(self._spawns),
             "spawned_total": self._spawned_total,
+            # Results kept for drivers on other hosts, per link (``RemoteDrivers``); None
+            # without peering (a node no other host reaches).
+            "kept": drivers.kept_rows() if (drivers := getattr(self.peering, "drivers",
+                                                               None)) else None,
         }
 
     def _write_stats(self) -> None:

@@ -13,7 +13,8 @@ and a hint to move to Ray past ``PEERING_HINT_NODES``), then usage as ``used/tot
 lines. Differs: no autoscaler (no pending nodes);
 instead it shows what Ray's CLI does not: each GPU's fractional use, the leases (running tasks
 grouped by resource shape, actors by class) with the driver holding them, and the host GPU
-ledger shared by every miniray session on the host. ``-v`` adds the demands: what each
+ledger shared by every miniray session on the host, and on a node other hosts reach, the
+results it keeps for their drivers (``_kept_lines``). ``-v`` adds the demands: what each
 driver has waiting for resources, by function name and shape (Ray's hidden ``-v`` prints
 debugging details instead).
 """
@@ -57,6 +58,7 @@ class NodeView:
     stores: dict = field(default_factory=dict)  # driver pid -> its object store's statistics
     embedded: bool = False  # an init() session: the node lives in its driver
     cluster: dict | None = None  # the view the node publishes (node_client.read_cluster)
+    kept: list | None = None  # node_stats.json's "kept": results kept for remote drivers
 
 
 def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
@@ -70,11 +72,12 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
             state = Ledger(os.path.join(record.session_dir, "ledger.json")).snapshot()
         except (OSError, ValueError):
             pass
-        drivers = None
+        drivers = kept = None
         try:
             with open(os.path.join(record.session_dir, node_client.NODE_STATS)) as f:
-                drivers = json.load(f).get("drivers")
-        except (OSError, ValueError):
+                stats = json.load(f)
+            drivers, kept = stats.get("drivers"), stats.get("kept")
+        except (OSError, ValueError, AttributeError):
             pass
         holders = {(lease.holder_pid, lease.holder_start)
                    for lease in (state.leases.values() if state else ())}
@@ -82,7 +85,7 @@ def collect(records: Sequence[Any]) -> tuple[list[NodeView], dict | None]:
         views.append(NodeView(record.node_id, record.pid, record.address, record.started_at,
                               record.session_dir, state, drivers, dead, list(record.gpu_keys),
                               _store_stats(record.session_dir),
-                              cluster=node_client.read_cluster(record.session_dir)))
+                              cluster=node_client.read_cluster(record.session_dir), kept=kept))
         keys += [k for k in record.gpu_keys if k and k not in keys]
     host = None
     host_dir = default_host_dir()
@@ -299,6 +302,8 @@ def _node_sections(view: NodeView, verbose: bool = False) -> list[str]:
             role = " (actor service: named and detached actors)" if d.get("actor_service") else ""
             out.append(f" pid {d.get('pid')}: {d.get('workers', 0)} worker(s){role}{left}")
         out.append("")
+    if view.kept is not None:  # a node that serves drivers on other hosts
+        out += _kept_lines(view.kept)
     if view.stores:
         out += ["Object stores (one per driver)", RULE]
         rows = [[str(pid), str(st.get("objects", 0)), format_bytes(st.get("bytes_in_memory", 0)),
@@ -310,6 +315,29 @@ def _node_sections(view: NodeView, verbose: bool = False) -> list[str]:
         out.append("")
     if verbose:
         out += _demands_section(view)
+    return out
+
+
+def _kept_lines(kept: list) -> list[str]:
+    """Results this node keeps in its shm dir for drivers on other hosts (until they pull
+    or free them): the total, then each driver's share of its cap.
+
+    >>> for line in _kept_lines([{"driver": "remote driver 127.0.0.1 pid 7", "objects": 2,
+    ...                           "bytes": 3 << 20, "cap": 1 << 30}]):
+    ...     print(line)
+    Objects kept for remote drivers: 2, 3.00MiB
+     remote driver 127.0.0.1 pid 7: 2 object(s), 3.00MiB of its 1.00GiB cap
+    <BLANKLINE>
+    """
+    rows = [row for row in kept if isinstance(row, dict)]
+    count = sum(int(row.get("objects", 0)) for row in rows)
+    size = sum(int(row.get("bytes", 0)) for row in rows)
+    out = [f"Objects kept for remote drivers: {count}, {format_bytes(size)}"]
+    for row in rows:
+        out.append(f" {row.get('driver', '?')}: {row.get('objects', 0)} object(s), "
+                   f"{format_bytes(row.get('bytes', 0))} of its "
+                   f"{format_bytes(row.get('cap') or 0)} cap")
+    out.append("")
     return out
 
 

@@ -75,9 +75,14 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        and nothing is signalled.
    11. Results kept for the link (``kept_objects.KeptObjects``; docs/remote-objects.md).
        Each link gets a segment tag when it is served (``new_session_tag`` with this
-       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, room), room half
-       the shm dir's free bytes then; D hands both to its workers here in HELLO, which
-       write a large result as ``mr_<tag>_<object id>`` in this node's shm dir. D -> N
+       node's pid and root). D -> N ("keeps", req): ("keeps", req, tag, cap), cap the
+       bytes one link may keep (``MINIRAY_KEPT_BYTES_PER_DRIVER``, default a quarter of
+       the shm dir's size); D hands both to its workers here in HELLO, which write a
+       large result as ``mr_<tag>_<object id>`` in this node's shm dir once they
+       reserved its bytes within the cap in the link's budget file
+       (``object_store/kept_budget.py``, made here when the link is served, released
+       here when an object is freed or refused; else the worker sends the value at once,
+       as when the shm dir is full, and the book never passes the cap). D -> N
        ("keep", req, object_id, path, size): N books it for the link after
        ``check_adoptable`` (the link's tag, its shm dir, a regular file of this uid, the
        size): ("kept", req), else ("error", req, "bad_segment", text) and N unlinks it
@@ -98,7 +103,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        2. D -> M ("fetch", req, object_id, size, [N ip, N port], N's tag for D, grant),
           grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``.
        3. M answers at once ("fetched", req, path, size) when it keeps the object for D's
-          link already; else a thread of M (never the loop; one per object and link,
+          link already; ("error", req, "fetch_failed", text) when its size would pass the
+          link's cap (reserved in the link's budget file as a worker's keep is, given back
+          on any failure below: D then sends the value itself); else a thread of M (never
+          the loop; one per object and link,
           later fetches of it wait for its answer; at most MAX_PULLS_PER_LINK per link)
           connects to N's port as in step 11, role "pull", hello {"driver": {M's host,
           M's pid}, "tag": N's tag, "peer": {"node_id": M's id, "object_id": object_id,
@@ -312,6 +320,23 @@ def _segments():
     return shm_segments
 
 
+def _budget():
+    """``object_store.kept_budget``, lazy as ``_segments``."""
+    from miniray._private.object_store import kept_budget  # lazy: see _segments
+
+    return kept_budget
+
+
+def _fs_size(path: str) -> int:
+    """The size of the file system holding ``path`` (0 when it cannot be read): the default
+    cap of what one link keeps is a fraction of it (``config.kept_bytes_per_driver``)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return 0
+    return st.f_blocks * st.f_frsize
+
+
 def check_pull_hello(hello: dict) -> str | None:
     """Step 11: None if a pull hello is ``{"driver": {...}, "tag": str}``, else the
     refusal text."""
@@ -422,7 +447,10 @@ class RemoteDrivers:
                  shm_dir: str | None = None):
         self.ledger = ledger
         self._shm_dir = shm_dir  # where workers of remote drivers write (config's default)
-        self.kept = KeptObjects()  # step 11: results kept per link
+        # Step 11: results kept per link, each link's bytes bounded by the cap.
+        self.kept = KeptObjects(cap_bytes=config.kept_bytes_per_driver(
+            _fs_size(self.shm_dir)))
+        self.on_change = None  # called (on the loop) when what is kept changed: status
         self._by_tag: dict[str, _Link] = {}
         # Step 12, set by ``peering.Peering.register``: ``post(fn)`` runs fn on the loop
         # (from a thread); ``connect_pull(address, hello)`` a pull connection to another
@@ -496,6 +524,11 @@ class RemoteDrivers:
             tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
         self.kept.add_link(link, tag)
         self._by_tag[tag] = link
+        try:  # what the link's workers reserve against the cap (gone with the tag's sweep)
+            _budget().create(self.shm_dir, tag)
+        except (OSError, RuntimeError) as error:  # its workers then keep nothing
+            logger.warning("%s: its results are sent at once, not kept here: the budget "
+                           "file in %s could not be made (%s)", link.name, self.shm_dir, error)
         # Registered at creation: whatever a worker of this link writes under its tag goes
         # when the link closes or is fenced (``_drop``), adopted by the book or not.
         channel.setblocking(False)
@@ -664,6 +697,8 @@ class RemoteDrivers:
             for path in paths:
                 _segments().unlink_quiet(path)
             _segments().sweep_segments(self.shm_dir, lambda t: t == tag)
+        if paths:
+            self._changed()
         logger.info("%s left (%s); released %d lease(s), freed %d kept object(s)", link.name,
                     why, released, len(paths))
 
@@ -674,23 +709,40 @@ class RemoteDrivers:
             self._shm_dir = config.shm_dir()
         return self._shm_dir
 
+    def kept_rows(self) -> list[dict]:
+        """For ``miniray status`` (``node_stats.json``): per served link keeping anything,
+        its driver's name, the objects and bytes kept and the cap."""
+        rows = []
+        for link in self._links.values():
+            count, size = self.kept.totals(link)
+            if count:
+                rows.append({"driver": link.name, "objects": count, "bytes": size,
+                             "cap": self.kept.cap_bytes})
+        return sorted(rows, key=lambda row: row["driver"])
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
     def _keeping(self, link: _Link, op: str, req, args):
-        if op == "keeps":
-            try:
-                room = _segments().free_bytes(self.shm_dir) // 2
-            except OSError:
-                room = 0
-            return ("keeps", req, self.kept.tag_of(link), room)
+        if op == "keeps":  # the cap: what this link's segments may hold in all
+            return ("keeps", req, self.kept.tag_of(link), self.kept.cap_bytes)
         if op == "free":
+            kept_before = self.kept.totals(link)[1]
             paths = self.kept.free(link, args[0])
             for path in paths:
                 _segments().unlink_quiet(path)
+            if paths:  # unlinked first: a worker's reservation never outruns the memory
+                _budget().release(self.shm_dir, self.kept.tag_of(link),
+                                  kept_before - self.kept.totals(link)[1])
+                self._changed()
             return ("freed", req, len(paths))
         object_id, path, size = args
         why = self.kept.add(link, object_id, path, size)
         if why is None:
             try:
                 _segments().check_adoptable(path, size, self.shm_dir, self.kept.tag_of(link))
+                self._changed()
                 return ("kept", req)
             except (OSError, ValueError) as error:
                 self.kept.free(link, [object_id])
@@ -699,6 +751,8 @@ class RemoteDrivers:
         if (segments.tag_of(os.path.basename(str(path))) == self.kept.tag_of(link)
                 and os.path.dirname(path) == self.shm_dir):
             segments.unlink_quiet(path)  # the link's own segment, refused: gone now
+            if isinstance(size, int) and size > 0:  # its worker reserved it
+                _budget().release(self.shm_dir, self.kept.tag_of(link), size)
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 
@@ -788,6 +842,13 @@ class RemoteDrivers:
             self.errors += 1
             return ("error", req, "fetch_failed",
                     f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
+        cap = self.kept.cap_bytes
+        if cap is not None and not _budget().reserve(self.shm_dir, self.kept.tag_of(link),
+                                                     size, cap):
+            self.errors += 1  # counted as a worker's keep is: the driver sends it instead
+            return ("error", req, "fetch_failed",
+                    f"this driver's objects here would pass the node's cap of {cap} bytes "
+                    "(MINIRAY_KEPT_BYTES_PER_DRIVER)")
         self._fetching[key] = [req]
         path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
                                                                    object_id))
@@ -831,6 +892,8 @@ class RemoteDrivers:
         if error is not None:
             if self.kept.find(link, object_id) is None:
                 _segments().unlink_quiet(path)
+            if self.kept.cap_bytes is not None:  # its reservation (_fetch) goes back
+                _budget().release(self.shm_dir, self.kept.tag_of(link), size)
             self.errors += 1
             logger.info("%s: %s", link.name, error)
         else:

@@ -337,6 +337,22 @@ class SharedMemoryStore:
         self._lent.pop(path, None)
         segs.unlink_quiet(path)
 
+    def make_room(self, object_id: bytes, size: int) -> None:
+        """Before ``size`` bytes are received into a new segment (a value pulled from the
+        node that kept it): drop pooled segments and spill objects as a put of that size
+        would; ObjectStoreFullError (a put's text) when they cannot make room. Nothing is
+        reserved: ``put_segment_from`` then adopts it, over the capacity if another put took
+        the room meanwhile. An object larger than the whole store needs no room (adopted
+        straight into the spill directory)."""
+        if policy.oversized(size, self.capacity):
+            return
+        with self._lock:
+            plan = self._plan(size)
+            if plan is None:
+                raise self._full_error(object_id, size)
+            drops, victims = plan
+        self._evict(drops, victims)
+
     def put_segment_from(self, object_id: bytes, name: str, size: int) -> None:
         """Adopt a segment a worker created for ``object_id``; the store now owns it.
 

@@ -122,9 +122,15 @@ def materialize(kind: int, data, rt=None, object_id: bytes | None = None) -> Any
     except Exception as error:
         _raise_load_error(error)
     if kind == protocol.ERR:
-        if isinstance(value, RayTaskError):
-            raise value.as_instanceof_cause()
-        raise value
+        try:
+            if isinstance(value, RayTaskError):
+                raise value.as_instanceof_cause()
+            raise value
+        finally:
+            # The error's traceback holds this frame: without this, a cycle through
+            # ``value`` keeps the caller's frames (the refs a failed get was given, and so
+            # their objects) until the garbage collector runs.
+            del value
     return value
 
 

@@ -41,7 +41,7 @@ class RemoteCopy:
     wakes every waiter: two gets share one pull. The owner freeing the entry frees the
     node's copy (``free``, locked: queued, sent after the lock)."""
 
-    __slots__ = ("node_id", "size", "path", "pulling", "_start", "_free")
+    __slots__ = ("node_id", "size", "path", "pulling", "again", "_start", "_free")
 
     def __init__(self, node_id: str, size: int, start: Callable[[], None],
                  free: Callable[[], None], path: str = ""):
@@ -49,6 +49,10 @@ class RemoteCopy:
         self.size = size
         self.path = path  # the segment on that node (a task placed there reads it)
         self.pulling = False
+        # A pull that found no room here (ObjectStoreFullError, its entry READY with it)
+        # sets the entry's kind before it: the next reader makes the entry PENDING again
+        # (``ObjectTable._renew``) and pulls anew, since the node still has the value.
+        self.again: int | None = None
         self._start = start
         self._free = free
 
@@ -336,6 +340,18 @@ class ObjectTable:
                 and entry.borrows <= 0):
             self._free(object_id)
 
+    def _renew(self, object_id: bytes, entry: Entry) -> bool:
+        """*Locked.* A READY error that a kept result's pull left for want of room here
+        (``RemoteCopy.again``): PENDING again, its error dropped, so that the caller waits
+        for it and its waiter pulls again. False for any other entry."""
+        remote = entry.remote
+        if remote is None or remote.again is None:
+            return False
+        entry.state, entry.kind = PENDING, remote.again
+        remote.again, remote.pulling = None, False
+        self.store.free(object_id)
+        return True
+
     def read(self, object_id: bytes) -> tuple:
         """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
         ``values.py``). Pin it first if the reader may be slow to map it."""
@@ -370,7 +386,8 @@ class ObjectTable:
                     return None
                 ready += 1
                 continue
-            if entry.state == READY:
+            if entry.state == READY and not (entry.kind == protocol.ERR
+                                             and self._renew(object_id, entry)):
                 ready += 1
                 if on_error and entry.kind == protocol.ERR:
                     finish(False)
@@ -414,7 +431,8 @@ class ObjectTable:
                 entry = self.entries.get(object_id)
                 if entry is None:
                     raise self.lost(object_id)
-                if entry.state == PENDING:
+                if entry.state == PENDING or (entry.kind == protocol.ERR
+                                              and self._renew(object_id, entry)):
                     pending.append(entry)
                     pending_id = object_id
                 elif entry.kind == protocol.ERR:
@@ -468,7 +486,8 @@ class ObjectTable:
                 entry = self.entries.get(object_id)
                 if entry is None:
                     raise self.lost(object_id)
-                if entry.state == READY:
+                if entry.state == READY and not (entry.kind == protocol.ERR
+                                                 and self._renew(object_id, entry)):
                     ready += 1
                 else:
                     pending.append(entry)

@@ -93,9 +93,10 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        owner gets as ``("remote", RemoteCopy)``: its entry stays PENDING until a waiter
        (get, wait, a task given it) starts the one pull (``remote_objects.py``, a thread, never
        locked: a ``pull`` connection of the link, idle ones kept, straight into a
-       segment of the store as in step 3), which makes it READY. The link lost or N
-       keeping no such object: ObjectLostError, waiters woken. The owner freeing it
-       queues ("free", ...) for the link, sent in batches off the lock
+       segment of the store as in step 3), which makes it READY. The link lost, the view
+       holding N dead, or N keeping no such object: ObjectLostError, waiters woken; no
+       room in the store: ObjectStoreFullError, and the next reader pulls again. The
+       owner freeing it queues ("free", ...) for the link, sent in batches off the lock
        (``KeptResults._send_frees``); a lost link's go unsent (N swept them). A task with a hard
        affinity to N given such a ref does not wait for it (``tasks._reads_there``):
        ``_dep_values`` sends ``("shm", path on N, size)``, read there, never pulled. Any

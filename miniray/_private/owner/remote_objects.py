@@ -5,10 +5,13 @@ Owns: the driver's side of kept results: booking a worker's ``("kept", path, siz
 on its node (``keep_results``) and handing the owner a ``RemoteCopy`` for it, the pull of
 such a value into a segment of the driver's store when its first waiter appears (a thread
 per pull, at most PULLS_PER_NODE at once per node, idle ``pull`` connections kept per
-link), a node-to-node fetch (``fetch``: another node gets the value from the one that
-keeps it, with this driver's grant, ``core/pull_grants.py``; freed with the object),
-and the frees of the node's copies the owner's frees queue (sent in batches by a
-thread, never under the owner's lock). Does not own: the entry's state (``object_table``:
+link; room made as for a put, else ObjectStoreFullError for the waiters of then and a new
+pull for the next reader; ended with ObjectLostError once the view holds the node dead, a
+watcher thread looking every LIVENESS_S while pulls are in flight), a node-to-node fetch
+(``fetch``: another node gets the value from the one that keeps it, with this driver's
+grant, ``core/pull_grants.py``; freed with the object), and the frees of the node's copies
+the owner's frees queue (sent in batches by a thread, never under the owner's lock). Does
+not own: the entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
@@ -23,6 +26,7 @@ import errno
 import logging
 import os
 import threading
+import time
 
 from miniray._private.core import protocol, pull_grants, serialization
 from miniray._private.object_store import shm_segments
@@ -34,6 +38,18 @@ __all__ = ["PULLS_PER_NODE", "KeepRefused", "KeptResults"]
 logger = logging.getLogger(__name__)
 
 PULLS_PER_NODE = 4  # pulls at once from one node (it serves up to 8 per link)
+LIVENESS_S = 0.5  # a pull in flight looks its node up in the view this often
+OPEN_SLICE_S = 2.0  # a pull connection's handshake unanswered this long: N looked up
+
+
+class _Kept:
+    """What ``RemoteNodes.node_lost`` reads of a worker: the node and its incarnation."""
+
+    __slots__ = ("node", "incarnation")
+
+    def __init__(self, node: str, incarnation: int | None):
+        self.node = node
+        self.incarnation = incarnation
 
 
 class KeepRefused(Exception):
@@ -59,6 +75,10 @@ class KeptResults:
         self._lock = threading.Lock()  # the fields below; never held while waiting
         self._pulls: dict[RemoteNodeClient, list] = {}  # idle pull connections per link
         self._pull_slots: dict[RemoteNodeClient, threading.BoundedSemaphore] = {}
+        # pull channel in flight -> (client, node id, incarnation): ``_watch``
+        self._active: dict = {}
+        self._lost_why: dict = {}  # pull channel closed by the watcher -> why
+        self._watching = False  # a _watcher thread runs
         # Node-to-node fetches (``fetch``): the link each kept object is on (popped when
         # it is freed), each node's other copies ``{object id: {node id: (link, path)}}``,
         # each link's grant key, one lock per (object, node) fetched.
@@ -117,9 +137,14 @@ class KeptResults:
 
     def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
               size: int, path: str = "") -> RemoteCopy:
+        # N's incarnation now (a task's worker on N was spawned in it): a pull in flight
+        # ends when the view holds N dead or back as another one (``_watch``).
+        incarnation = next((e.incarnation for e in self.nodes.last_view()
+                            if e.node_id == node_id), None)
+
         def start():  # locked (a waiter was added): the pull runs on a thread of its own
             self.owner.defer(lambda: threading.Thread(
-                target=self._pull, args=(client, object_id, copy), daemon=True,
+                target=self._pull, args=(client, object_id, copy, incarnation), daemon=True,
                 name="miniray-pull").start())
 
         def free():  # locked: sent after it, with others, by ``_send_frees``
@@ -219,23 +244,36 @@ class KeptResults:
                                      error)
                         break
 
-    def _pull(self, client: RemoteNodeClient, object_id: bytes, copy: RemoteCopy) -> None:
+    def _pull(self, client: RemoteNodeClient, object_id: bytes, copy: RemoteCopy,
+              incarnation: int | None = None) -> None:
         """Step 7's pull, on its own thread (never the I/O thread, never locked): the
         value's bytes from N's segment on a pull connection of this link, straight into a
-        segment of this store (a freed one of its pool when one fits), then READY; N or
-        its link lost, or N keeping no such object: ObjectLostError, waiters woken."""
-        from miniray.exceptions import ObjectLostError  # lazy: this path only
-
+        segment of this store (a freed one of its pool when one fits, else a new one once
+        the store made room), then READY; N or its link lost (the view holding N dead
+        included: ``_watch``), or N keeping no such object: ObjectLostError naming N; no
+        room here (ObjectStoreFullError; a spill's OutOfDiskError; ENOSPC receiving): that
+        error for the waiters of now, pulled again by the next reader
+        (``RemoteCopy.again``). Waiters are woken either way."""
         owner = self.owner
         store = owner.store
-        path = error = None
+        path = error = channel = lost = no_room = None
         size = copy.size
         with self._lock:
             slots = self._pull_slots.setdefault(
                 client, threading.BoundedSemaphore(PULLS_PER_NODE))
         slots.acquire()  # more at once wait here: N serves a few per link
         try:
-            channel = self._pull_channel(client)
+            recycled = store.recycled_for(object_id, size)
+            if recycled:
+                path = recycled[0]
+            else:  # nothing asked of N yet when this fails
+                try:
+                    store.make_room(object_id, size)
+                except Exception as failure:  # ObjectStoreFullError; a spill that failed
+                    no_room = failure
+                    raise
+            channel = self._pull_channel(client, copy.node_id, incarnation)
+            self._watch(channel, client, copy.node_id, incarnation)
             try:
                 channel.send(("pull", 1, object_id))
                 answer = channel.recv(timeout=self._frame_s)
@@ -243,38 +281,37 @@ class KeptResults:
                         and answer[2] == size):
                     raise LookupError(str(answer[3] if type(answer) is tuple
                                           and len(answer) == 4 else answer)[:200])
-                recycled = store.recycled_for(object_id, size)
-                path = recycled[0] if recycled else os.path.join(
-                    store.shm_dir, shm_segments.segment_name(store.session_tag, object_id))
                 if recycled:
                     self._receive_frames(channel, recycled[1], size)
                 else:
+                    path = os.path.join(store.shm_dir, shm_segments.segment_name(
+                        store.session_tag, object_id))
                     self._receive_segment(channel, path, size)
             except BaseException:
                 channel.close()
                 raise
+            finally:
+                lost = self._unwatch(channel)
+            # Every byte came (MAC-checked): the value is whole, even if the view held N
+            # dead meanwhile (then the channel is closed, not kept idle).
             self._pull_idle(client, channel)
         except OSError as failure:
-            if path is not None:
-                store.give_up_recycled(path)
-                path = None
-            if failure.errno in (errno.ENOSPC, errno.ENOMEM):
-                error = shm_segments.no_room_error(store.shm_dir, size, object_id)
-            else:
-                error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+            if no_room is None and failure.errno in (errno.ENOSPC, errno.ENOMEM):
+                no_room = shm_segments.no_room_error(store.shm_dir, size, object_id)
+            error = no_room or self._lost(client, copy, object_id, lost or failure)
         except Exception as failure:  # noqa: BLE001 - N, its link or the object gone
-            logger.info("pulling object %s from %s failed: %r", object_id.hex()[:16],
-                        client.name, failure)
-            if path is not None:
-                store.give_up_recycled(path)
-                path = None
-            error = ObjectLostError(object_id.hex(), owner.hello_info.get("node_ip"), "")
+            error = no_room or self._lost(client, copy, object_id, lost or failure)
         finally:
             slots.release()
+        if error is not None and path is not None:
+            store.give_up_recycled(path)
+            path = None
         with owner.locked():
             entry = owner.objects.get(object_id)
             if entry is not None and entry.remote is copy and entry.state == PENDING:
                 if error is not None:
+                    if error is no_room:  # N still has it: the next reader pulls again
+                        copy.again = entry.kind
                     owner.objects.set_ready(object_id, protocol.ERR,
                                             serialization.dumps(error))
                 else:
@@ -284,15 +321,97 @@ class KeptResults:
         if path is not None:  # freed while it was pulled
             store.give_up_recycled(path)
 
-    def _pull_channel(self, client: RemoteNodeClient):
-        """An idle pull connection of ``client``'s link, or a new one."""
+    def _lost(self, client: RemoteNodeClient, copy: RemoteCopy, object_id: bytes,
+              failure) -> Exception:
+        """The ObjectLostError of a pull that failed (``failure``: the exception, or why
+        the watcher ended it), naming N and why."""
+        from miniray.exceptions import ObjectLostError  # lazy: this path only
+
+        why = failure if isinstance(failure, str) else (
+            client.lost or f"{type(failure).__name__}: {failure}")
+        logger.info("pulling object %s from %s failed: %s", object_id.hex()[:16],
+                    client.name, why)
+        error = ObjectLostError(object_id.hex(), self.owner.hello_info.get("node_ip"), "")
+        error.lost_on = (f"It was kept on node {copy.node_id[:12] or '?'} at {client.name}; "
+                         f"pulling it failed: {str(why)[:300].rstrip('.')}")
+        return error
+
+    # -- a pull in flight ends when the view holds its node dead ------------------------
+    def _watch(self, channel, client: RemoteNodeClient, node_id: str,
+               incarnation: int | None) -> None:
+        """While ``channel`` pulls, ``_watcher`` looks N up in the view every LIVENESS_S:
+        held dead (or back as a new incarnation: a partition, its sockets open), the
+        channel is closed, which ends the pull's wait at once (ObjectLostError)."""
+        with self._lock:
+            self._active[channel] = (client, node_id, incarnation)
+            if self._watching:
+                return
+            self._watching = True
+        threading.Thread(target=self._watcher, daemon=True,
+                         name="miniray-pull-watch").start()
+
+    def _unwatch(self, channel) -> str | None:
+        """The pull on ``channel`` ended: why the watcher closed it, if it did."""
+        with self._lock:
+            self._active.pop(channel, None)
+            return self._lost_why.pop(channel, None)
+
+    def _watcher(self) -> None:
+        while True:
+            time.sleep(LIVENESS_S)
+            with self._lock:
+                if not self._active or self.nodes.closed:
+                    self._watching = False
+                    return
+                active = list(self._active.items())
+            verdicts: dict = {}
+            for channel, key in active:
+                if key not in verdicts:
+                    verdicts[key] = self._node_lost(*key)
+                why = verdicts[key]
+                if why is not None:
+                    with self._lock:
+                        if channel not in self._active:
+                            continue
+                        self._lost_why[channel] = why
+                    channel.close()  # shuts the socket down: the pull's recv wakes
+
+    def _node_lost(self, client: RemoteNodeClient, node_id: str,
+                   incarnation: int | None) -> str | None:
+        """Why N is lost (its link, or the view: ``RemoteNodes.node_lost``), else None. An
+        incarnation not known when the result was kept: only N's death counts."""
+        if client.lost is not None:
+            return client.lost
+        if incarnation is None:
+            incarnation = next((e.incarnation for e in self.nodes.view()
+                                if e.node_id == node_id), None)
+            if incarnation is None:
+                return None
+        return self.nodes.node_lost(_Kept(node_id, incarnation), client)
+
+    def _pull_channel(self, client: RemoteNodeClient, node_id: str,
+                      incarnation: int | None):
+        """An idle pull connection of ``client``'s link, or a new one. A handshake N does
+        not answer (cut off, stopped) is tried again every OPEN_SLICE_S until the view
+        holds N dead (LookupError) or the link's timeout passed (TimeoutError)."""
         with self._lock:
             idle = self._pulls.get(client)
             if idle:
                 return idle.pop()
         if client.kept is None:
             raise LookupError("the link keeps nothing")
-        return client.open_pull(client.kept[0])
+        deadline = time.monotonic() + client.timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return client.open_pull(client.kept[0], timeout=max(0.1, min(OPEN_SLICE_S,
+                                                                             left)))
+            except TimeoutError:
+                why = self._node_lost(client, node_id, incarnation)
+                if why is not None:
+                    raise LookupError(why) from None
+                if time.monotonic() >= deadline:
+                    raise
 
     def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
         with self._lock:

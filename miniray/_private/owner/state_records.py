@@ -157,7 +157,10 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             pid = actor.pid or (actor.worker.pid if actor.worker is not None else None)
             actors.append((actor.spec, actor.state, pid, actor.death, actor.restarts,
                            actor.remote, calls, actor.init_failed, actor.node))
-        objects = [(object_id, e.state, e.kind, e.refs, e.holders, e.borrows, e.escaped)
+        # A result kept on another node, not pulled: (that node, its size) (issue 16).
+        objects = [(object_id, e.state, e.kind, e.refs, e.holders, e.borrows, e.escaped,
+                    (e.remote.node_id, e.remote.size) if e.remote is not None
+                    and e.state == PENDING else None)
                    for object_id, e in owner.objects.entries.items()]
         workers = [(w.pid, bool(w.inflight), w.actor is not None, w.blocked)
                    for w in owner.workers.by_pid.values() if not w.dead]
@@ -218,7 +221,9 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                "FAILED" if err is not None else "FINISHED", ids,
                                error_fields(err), end, times=unpack_times(times), node=node))
     object_rows = []
-    for object_id, state, kind, refs, holders, borrows, escaped in objects:
+    remote_nodes = getattr(owner, "remote_nodes", None)
+    ips = {n.node_id: n.ip for n in remote_nodes.last_view()} if remote_nodes else {}
+    for object_id, state, kind, refs, holders, borrows, escaped, kept in objects:
         if holders:
             reference = "USED_BY_PENDING_TASK"
         elif refs:
@@ -234,7 +239,11 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "attempt_number": 0, "reference_type": reference, "call_site": "disabled",
             "type": "DRIVER", "pid": ids["pid"], "ip": "127.0.0.1",
             "error": kind == protocol.ERR,
+            "node_id": ids["node_id"],  # where the value is (miniray's: Ray has none)
         })
+        if kept is not None:  # its value is on that node until a get pulls it
+            object_rows[-1].update(node_id=kept[0], object_size=kept[1],
+                                   task_status="FINISHED", ip=ips.get(kept[0], "?"))
     worker_rows = [{
         "worker_id": ids["worker_id"], "is_alive": True, "worker_type": "DRIVER",
         "exit_type": None, "node_id": ids["node_id"], "ip": "127.0.0.1", "pid": ids["pid"],

@@ -186,8 +186,9 @@ class RemoteNodeClient:
 
     # -- step 11: results the node keeps for this driver ----------------------------------
     def keeps(self, timeout: float | None = None) -> tuple[str, int] | None:
-        """``(the link's tag, bytes the node has room for)``: its workers may keep large
-        results there under that tag; None from a node of a version that keeps none."""
+        """``(the link's tag, its cap)``: its workers may keep large results there under
+        that tag while the link's segments stay within the cap (bytes); None from a node of
+        a version that keeps none."""
         try:
             answer = self._call("keeps", (), timeout)
         except RemoteLeaseError:

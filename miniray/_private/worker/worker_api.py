@@ -47,7 +47,7 @@ import threading
 from typing import Any
 
 from miniray._private.core import ids, oob, pipelining, protocol, serialization
-from miniray._private.object_store import shm_segments, values
+from miniray._private.object_store import kept_budget, shm_segments, values
 from miniray._private.transport.framing import FramedSocket, send_in_frames
 from miniray.exceptions import ObjectStoreFullError
 
@@ -343,10 +343,11 @@ def result_route(size: int, store: dict, may_keep: bool = True) -> str:
     * ``"shm"``: a local worker's: a segment of the owner's store, adopted by the owner;
     * ``"keep"``: a remote driver's worker whose driver asked for kept results (HELLO's
       ``store["keep_tag"]``, the node's tag of the driver's link) and whose value fits the
-      room the driver was told of (``store["keep_max"]``): a segment of this host's store
+      node's cap for that link (``store["keep_max"]``): a segment of this host's store
       named with that tag, answered ``("kept", path, size)``; the node keeps it for the
-      link (``node/kept_objects.py``); not with ``may_keep`` False (a streaming call's
-      value: its driver takes each as it comes);
+      link (``node/kept_objects.py``). Sent instead when the link's bytes there would pass
+      the cap (``payload_for``: ``kept_budget.reserve`` first) or the shm dir is full; not
+      with ``may_keep`` False (a streaming call's value: its driver takes each as it comes);
     * ``"send"``: any other remote driver's worker: the bytes follow RESULT.
 
     >>> result_route(10, {"inline_threshold": 100})
@@ -585,13 +586,18 @@ class WorkerRuntime:
         if route == "inline":
             return oob.inline_blob(ser)
         if route == "keep":  # stays in this host's store for the driver's link
-            try:
-                path, size = shm_segments.create_segment(
-                    store["keep_tag"], object_id, ser, shm_dir=store["shm_dir"],
-                    inline_threshold=store["inline_threshold"])
-                return ("kept", path, size)
-            except ObjectStoreFullError:  # no room in this host's store: send it instead
-                route = "send"
+            shm_dir, tag, size = store["shm_dir"], store["keep_tag"], ser.total_size
+            # Counted against the node's cap for this driver before it is written: past
+            # it (or the link gone), the value is sent instead.
+            route = "send"
+            if kept_budget.reserve(shm_dir, tag, size, int(store["keep_max"])):
+                try:
+                    path, size = shm_segments.create_segment(
+                        tag, object_id, ser, shm_dir=shm_dir,
+                        inline_threshold=store["inline_threshold"])
+                    return ("kept", path, size)
+                except ObjectStoreFullError:  # no room in this host's store: send it
+                    kept_budget.release(shm_dir, tag, size)
         if route == "send":  # a worker for a driver on another host: bytes follow
             self.peer_out.append(ser)  # RESULT (worker_main sends them, send_bulk)
             return ("peer", ser.total_size, len(self.peer_out) - 1)
