@@ -30,7 +30,7 @@ class _Inner:
         self.pid = 7
         self.data = _Data()
         self.ctl = object()
-        self.out = self.err = None  # its output streams (remote_nodes.RemoteWorker)
+        self.out = self.err = None  # its output streams (remote_worker.RemoteWorker)
         self.closed = False
 
     def close(self):

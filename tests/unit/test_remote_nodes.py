@@ -1,5 +1,5 @@
 """The pure decisions of tasks on other hosts: which tasks go to another node
-(``owner/remote_nodes.placement_for``) and which options name one (``options.hard_affinity``);
+(``owner/task_nodes.placement_for``) and which options name one (``options.hard_affinity``);
 and the one thread that places again what waits for a node that may join (``watch``)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import contextlib
 import doctest
 import threading
 
-from miniray._private.core import options
+from miniray._private.core import node_pick, options, task_nodes
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.core.task_spec import TaskSpec
-from miniray._private.owner import remote_nodes
+from miniray._private.owner import remote_nodes, remote_worker
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .test_remote_drivers import wait_until
@@ -25,16 +25,17 @@ VIEW = [HERE, THERE, DEAD]
 
 
 def test_doctests():
-    assert doctest.testmod(remote_nodes).failed == 0
+    for module in (remote_nodes, remote_worker, task_nodes):
+        assert doctest.testmod(module).failed == 0, module.__name__
 
 
 def test_another_alive_node_with_the_totals_is_taken_even_when_full_now():
-    assert remote_nodes.placement_for("there", {"CPU": 1}, "here", VIEW) == "there"
-    assert remote_nodes.placement_for("there", {"GPU": 1}, "here", VIEW) == "there"
+    assert task_nodes.placement_for("there", {"CPU": 1}, "here", VIEW) == "there"
+    assert task_nodes.placement_for("there", {"GPU": 1}, "here", VIEW) == "there"
 
 
 def test_an_affinity_to_this_node_or_no_affinity_goes_the_local_way_as_before():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     assert place("here", {"CPU": 1}, "here", VIEW) is None  # the driver's own node
     assert place(("here", True, False), {"CPU": 1}, "here", VIEW) is None
     assert place(None, {"CPU": 1}, "here", VIEW) is None
@@ -42,22 +43,22 @@ def test_an_affinity_to_this_node_or_no_affinity_goes_the_local_way_as_before():
 
 
 def test_a_hard_affinity_to_a_dead_unknown_or_too_small_node_is_unschedulable():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     for node_id, request, view in (("dead", {"CPU": 1}, VIEW), ("unknown", {"CPU": 1}, VIEW),
                                    ("there", {"CPU": 4}, VIEW), ("there", {"CPU": 1}, [])):
         answer = place(node_id, request, "here", view)
-        assert isinstance(answer, remote_nodes.Unschedulable), (node_id, answer)
+        assert isinstance(answer, task_nodes.Unschedulable), (node_id, answer)
         assert node_id in answer and "NodeAffinitySchedulingStrategy(soft=False)" in answer
     # The local node, when it can never hold the request (the infeasible path asks).
     answer = place(("here", False, False), {"CPU": 4}, "here", VIEW, local_feasible=False)
-    assert isinstance(answer, remote_nodes.Unschedulable) and "this node lacks" in answer
+    assert isinstance(answer, task_nodes.Unschedulable) and "this node lacks" in answer
     # The node that just died under a retry counts as dead, whatever the view says.
     assert isinstance(place("there", {"CPU": 1}, "here", VIEW, exclude="there"),
-                      remote_nodes.Unschedulable)
+                      task_nodes.Unschedulable)
 
 
 def test_a_soft_affinity_runs_there_while_alive_with_the_totals_else_as_without():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     assert place(("there", True, False), {"GPU": 1}, "here", VIEW) == "there"
     assert place(("there", True, False), {"CPU": 1}, "here", VIEW) == "there"  # waits there
     assert place(("there", True, True), {"CPU": 1}, "here", VIEW) is None  # spills: full
@@ -70,14 +71,14 @@ def test_a_soft_affinity_runs_there_while_alive_with_the_totals_else_as_without(
 
 
 def test_a_hard_affinity_that_fails_on_unavailable_is_unschedulable_when_full():
-    answer = remote_nodes.placement_for(("there", False, True), {"CPU": 1}, "here", VIEW)
-    assert isinstance(answer, remote_nodes.Unschedulable) and "_fail_on_unavailable" in answer
-    assert remote_nodes.placement_for(("there", False, True), {"GPU": 1}, "here",
+    answer = task_nodes.placement_for(("there", False, True), {"CPU": 1}, "here", VIEW)
+    assert isinstance(answer, task_nodes.Unschedulable) and "_fail_on_unavailable" in answer
+    assert task_nodes.placement_for(("there", False, True), {"GPU": 1}, "here",
                                       VIEW) == "there"
 
 
 def test_a_task_the_local_node_can_never_hold_goes_to_a_node_that_can():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     other = NodeEntry("other", "10.0.0.4", 1,
                       totals={"CPU": 8, "special": 1, "node:10.0.0.4": 1},
                       available={"CPU": 0, "special": 1, "node:10.0.0.4": 1})
@@ -96,7 +97,7 @@ def test_a_task_the_local_node_can_never_hold_goes_to_a_node_that_can():
 
 
 def test_spill_over_a_busy_local_node_goes_to_a_node_with_room_now():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     free = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4}, available={"CPU": 3})
     view = [HERE, THERE, free]
     # Not asked (the ledger had room, or nobody asked): the local fast path, no rule run.
@@ -107,7 +108,7 @@ def test_spill_over_a_busy_local_node_goes_to_a_node_with_room_now():
     # No other node has room now: it waits here, in its queue.
     assert place(None, {"CPU": 1}, "here", [HERE, THERE], local_room=False) is None
     # Its arguments here are too large to move: it waits here.
-    big = {"here": remote_nodes.node_pick.MOVE_MAX_ARG_BYTES + 1}
+    big = {"here": node_pick.MOVE_MAX_ARG_BYTES + 1}
     assert place(None, {"CPU": 1}, "here", view, local_room=False, arg_bytes=big) is None
 
 
@@ -119,25 +120,25 @@ def test_spill_over_leaves_alone_what_is_placed_already_or_cancelled():
         spec.update(fields)
         return N(spec=N(**spec), cancelled=False)
 
-    assert remote_nodes._may_spill(task())
-    assert remote_nodes._may_spill(task(num_returns=0))
+    assert task_nodes.may_spill(task())
+    assert task_nodes.may_spill(task(num_returns=0))
     # Generators (streaming, dynamic) may: their values come back as the task runs; so
     # may a task given refs nested in its arguments: it gets them from the driver there.
     for fields in ({"num_returns": -1}, {"num_returns": -2}, {"contained": (b"ref",)}):
-        assert remote_nodes._may_spill(task(**fields)), fields
-    for fields in ({"affinity": remote_nodes.SPREAD}, {"affinity": ("b", True, False)},
+        assert task_nodes.may_spill(task(**fields)), fields
+    for fields in ({"affinity": task_nodes.SPREAD}, {"affinity": ("b", True, False)},
                    {"placement": ("ab", [], False)}):
-        assert not remote_nodes._may_spill(task(**fields)), fields
+        assert not task_nodes.may_spill(task(**fields)), fields
     cancelled = task()
     cancelled.cancelled = True
-    assert not remote_nodes._may_spill(cancelled)
+    assert not task_nodes.may_spill(cancelled)
 
 
 def test_spread_rotates_over_nodes_with_room_this_one_included():
-    place = remote_nodes.placement_for
+    place = task_nodes.placement_for
     other = NodeEntry("other", "10.0.0.4", 1, totals={"CPU": 2}, available={"CPU": 2})
     view = [HERE, other]
-    spread = remote_nodes.SPREAD
+    spread = task_nodes.SPREAD
     picked = [place(spread, {"CPU": 1}, "here", view, turn=t) for t in range(4)]
     assert picked == [None, "other", None, "other"]  # None: this node's own queue
     assert place(spread, {"CPU": 1}, "here", [HERE]) is None  # one node: it stays
@@ -153,7 +154,7 @@ def test_spread_rotates_over_nodes_with_room_this_one_included():
 
 
 def test_node_died_error_names_the_node_as_ray_does():
-    error = remote_nodes.node_died_error("f", THERE, "its link closed.")
+    error = remote_worker.node_died_error("f", THERE, "its link closed.")
     assert type(error).__name__ == "NodeDiedError"
     assert "Node IP: 10.0.0.2, node ID: there." in str(error)
     assert "its link closed." in str(error) and "max_retries" in str(error)
@@ -187,7 +188,7 @@ def test_a_task_spec_carries_its_affinity_through_pickling():
 
 
 def test_a_denied_task_moves_only_to_a_node_with_room_where_it_may_go():
-    move = remote_nodes.move_to
+    move = task_nodes.move_to
     full = NodeEntry("full", "10.0.0.5", 1, totals={"CPU": 4, "X": 1},
                      available={"CPU": 4, "X": 0})
     free = NodeEntry("free", "10.0.0.6", 1, totals={"CPU": 4, "X": 1},

@@ -1,6 +1,6 @@
 """Actors on other hosts: placing an actor on another node, its worker there, its death.
 
-Owns: the decision which actor goes to another node (``where``: ``remote_nodes.placement_for``
+Owns: the decision which actor goes to another node (``where``: ``task_nodes.placement_for``
 on the actor's placement request, unchanged), one thread per such actor that leases its
 resources on that node for the actor's life, spawns its worker there (the ticket and attach
 path of ``remote_nodes``, called, not copied), hands it to the actor manager, then reads
@@ -79,10 +79,11 @@ import queue
 import threading
 import time
 
-from miniray._private.core import ids, protocol, serialization
+from miniray._private.core import ids, protocol, serialization, task_nodes
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
+from miniray._private.owner import remote_worker
 from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequests
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
@@ -93,7 +94,7 @@ logger = logging.getLogger(__name__)
 
 WATCH_S = rn.WATCH_S  # a silent actor's node is looked up in the view this often
 FREE_MOVES = rn.FREE_MOVES  # an actor not started on a node that died is placed again
-KILL_TIMEOUT_S = rn.KILL_TIMEOUT_S
+KILL_TIMEOUT_S = remote_worker.KILL_TIMEOUT_S
 BLOCKING_THREADS = 32  # an actor's GETs and WAITs served at once; more wait their turn
 PING_S = 1.0  # after its worker's EOF, whether the node still answers
 EXIT_PINGS = 5  # then this many round trips for the worker's exit status, 20 ms apart
@@ -129,7 +130,7 @@ class RemoteActorWorker:
     elsewhere = True
 
     def __init__(self, inner, client, entry, lease_id: str, gpu_ids: list, store):
-        self.inner = inner  # remote_nodes.RemoteWorker: its channels and output readers
+        self.inner = inner  # remote_worker.RemoteWorker: its channels and output readers
         self.client = client
         self.pid = inner.pid
         self.ctl = inner.ctl
@@ -241,10 +242,10 @@ class RemoteActors:
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
         turn = self._spread_turn(spec, actor)
-        placed = rn.placement_for(spec.affinity, spec.placement, nodes.local, nodes.view(),
+        placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local, nodes.view(),
                                   local_feasible, exclude, turn=turn)
-        if isinstance(placed, rn.Unschedulable):  # it may have joined since the last read
-            placed = rn.placement_for(spec.affinity, spec.placement, nodes.local,
+        if isinstance(placed, task_nodes.Unschedulable):  # it may have joined since the last read
+            placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
                                       nodes.view(fresh=True), local_feasible, exclude,
                                       turn=turn)
         if placed is None and actor is not None and not local_feasible and nodes.last_view():
@@ -254,9 +255,9 @@ class RemoteActors:
         from miniray.exceptions import ActorUnschedulableError  # lazy: the public package
 
         entry = next((e for e in nodes.last_view() if e.node_id == placed), None)
-        if isinstance(placed, rn.Unschedulable) or entry is None:
+        if isinstance(placed, task_nodes.Unschedulable) or entry is None:
             why = (str(placed).replace("the task run", "the actor run")
-                   if isinstance(placed, rn.Unschedulable)
+                   if isinstance(placed, task_nodes.Unschedulable)
                    else f"the node {placed} chosen for it left the cluster's view")
             self.manager._die(actor, serialization.dumps(ActorUnschedulableError(
                 f"actor {spec.class_name} ({spec.actor_id.hex()}): {why}")), init=True)
@@ -291,7 +292,7 @@ class RemoteActors:
         turn per SPREAD actor placed (``actor`` given: the placer's), so actors created
         back to back, before a heartbeat shows the first one's use, take the nodes in turn
         (Ray's spread policy goes round the nodes too). 0 for any other actor."""
-        if spec.affinity != rn.SPREAD:
+        if spec.affinity != task_nodes.SPREAD:
             return 0
         turn = self.spread_turns
         if actor is not None:
@@ -349,17 +350,17 @@ class RemoteActors:
                     raise NodeDiedError(f"the link that held bundle {bundle.index} of "
                                         f"placement group {bundle.pg_hex} was lost")
             pid, channels = client.spawn()
-            inner = rn.RemoteWorker(pid, channels, entry.node_id, entry.ip, owner.log_to_driver,
-                               owner.prefix_enabled)
+            inner = remote_worker.RemoteWorker(pid, channels, entry.node_id, entry.ip,
+                                               owner.log_to_driver, owner.prefix_enabled)
             hello = owner.hello_info
             if spec.runtime_env:
                 hello = {**hello, "runtime_env_key": spec.runtime_env}
             inner.data.send((protocol.HELLO, hello))
-        except rn.Move as move:
+        except remote_worker.Move as move:
             if grant is not None:
                 nodes.release(client, grant.lease_id)
             return move.entry
-        except rn.Failed:  # killed while it waited for room, or the driver is closing
+        except remote_worker.Failed:  # killed while it waited for room, or the driver is closing
             self._abandon(actor, client, grant, inner)
             return None
         except RemoteLeaseError as error:  # N can never hold it
@@ -442,7 +443,7 @@ class RemoteActors:
 
                 raise NodeDiedError(f"node {worker.node[:12]} ({worker.ip}) died: {why}")
 
-        asks = RemoteRequests(owner, None, data, check_node, rn.receive_segment,
+        asks = RemoteRequests(owner, None, data, check_node, remote_worker.receive_segment,
                               slot=worker, send_lock=worker.send_lock)
         blocking = _Blocking(asks, worker)
         while True:
@@ -461,7 +462,7 @@ class RemoteActors:
                 if any(type(item[1]) is tuple for item in results):
                     try:
                         results = self._adopt(worker, message[1], results)
-                    except rn.Failed as failed:  # no room here: the call fails with it
+                    except remote_worker.Failed as failed:  # no room here: the call fails with it
                         error = serialization.dumps(failed.error)
                         results = [(protocol.ERR, error)] * max(1, len(results))
                     except (pc.PeerClosed, OSError, EOFError):

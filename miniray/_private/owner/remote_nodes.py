@@ -15,7 +15,7 @@ Called by: ``TaskQueue`` (``locate``, locked: a task given results kept on other
 placed before they are pulled; ``offload``, locked: a task with a node affinity or
 ``"SPREAD"``, or one the local node can never hold; submitted as any task, its arguments
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
-now), ``Owner._kill_for_cancel`` (``_Slot.remote_kill``, deferred), ``Owner.shutdown``
+now), ``Owner._kill_for_cancel`` (``RemoteTaskSlot.remote_kill``, deferred), ``Owner.shutdown``
 (``close``, not locked), and ``remote_actors.RemoteActors`` for actors on other nodes:
 ``placement_for`` (locked, in ``where``), the view (``view``, ``last_view``, ``closed``),
 ``watch`` (locked: its pending actors no node can hold yet), and in its thread per actor,
@@ -81,7 +81,7 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        look N up in the view every WATCH_S; dead there, or a new incarnation, is N lost too
        (the head declares it after ``MINIRAY_NODE_DEAD_AFTER_S``). An idle worker whose
        data connection turned readable (its EOF) is closed rather than used.
-    6. Cancel: the task's ``worker`` in the owner's table is a ``_Slot``; the owner's
+    6. Cancel: the task's ``worker`` in the owner's table is a ``RemoteTaskSlot``; the owner's
        CANCEL goes to the remote worker's MAC'd control connection, or, before the task
        was sent, keeps it from being sent (TaskCancelledError). ``force=True`` asks N over
        the driver link to SIGKILL that worker (``("kill", pid)``, N's step 10); its death
@@ -114,21 +114,40 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import queue
-import select
 import threading
 import time
 
 from miniray._private.core import cluster_view, config, node_pick, protocol
 from miniray._private.core.resources import infeasible_reasons
+from miniray._private.core.task_nodes import (
+    SPREAD,
+    Unschedulable,
+    decide,
+    may_spill,
+    move_to,
+    placement_for,
+    request_text,
+)
 from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import PENDING
-from miniray._private.owner.output import OutputStream
 from miniray._private.owner.remote_objects import KeepRefused, KeptResults
 from miniray._private.owner.remote_requests import RemoteRequests
+from miniray._private.owner.remote_worker import (
+    BULK_FRAME_S,
+    Failed,
+    Move,
+    RemoteTaskSlot,
+    RemoteWorker,
+    cancelled_failure,
+    dependency_failure,
+    node_died_error,
+    receive_frames,
+    receive_segment,
+    system_error,
+)
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
@@ -151,8 +170,6 @@ WATCH_S = 0.5  # a silent running task's node is looked up in the view this ofte
 VIEW_MAX_AGE_S = 0.5  # the view file is read again at most this often
 INFEASIBLE_WATCH_S = 1.0  # infeasible tasks are placed again this often (a node may join)
 FREE_MOVES = 3  # a task never sent to a node that died is placed again this often for free
-KILL_TIMEOUT_S = 2.0  # cancel(force=True) waits at most this long for the node's answer
-BULK_FRAME_S = 60.0  # one frame of a large result's bytes comes within this
 UNSUPPORTED = "objects across hosts are not supported yet"
 
 
@@ -167,206 +184,6 @@ def fetch_between_nodes() -> bool:
     node straight from there (step 7; default on). ``MINIRAY_FETCH_BETWEEN_NODES=0``: it
     comes through this driver, as before (for comparison)."""
     return os.environ.get("MINIRAY_FETCH_BETWEEN_NODES", "1") != "0"
-
-
-class Unschedulable(str):
-    """``placement_for``'s answer for a task that can never run where its hard node affinity
-    says (the text says why): Ray's ``TaskUnschedulableError``."""
-
-
-SPREAD = "SPREAD"  # a spec's ``affinity`` for scheduling_strategy="SPREAD"
-
-
-def placement_for(affinity, request: dict, local: str, view, local_feasible: bool = True,
-                  exclude: str | None = None, *, local_room: bool | None = None,
-                  turn: int = 0, arg_bytes: dict | None = None):
-    """Step 1's pure decision: the node id to run on, None to run locally as before, or an
-    ``Unschedulable`` text (``node_pick.pick_node`` decides; this only maps its answer).
-
-    ``affinity``: the spec's ``(node_id, soft, on_unavailable)`` (``options.node_affinity``;
-    a bare node id is a hard one), ``SPREAD``, or None; ``local_feasible``: whether the
-    local node has the request in its totals (its ``infeasible_reasons`` are empty);
-    ``exclude``: a node not to use (the one that just died under a retry), whatever the
-    view says; ``local_room``: False when the local ledger has no room for it now
-    (spill-over; None: not asked, the task stays local when it is feasible here);
-    ``turn``: SPREAD's rotation; ``arg_bytes``: ``{node_id: bytes of its arguments
-    there}`` (locality). The rules (``node_pick``'s; Ray's ``NodeAffinitySchedulingStrategy``
-    docstring and hybrid policy):
-
-    * an affinity to a node the view holds alive with the totals: that node (this one:
-      locally), waiting there for room; with ``on_unavailable`` and no room now, a hard
-      one is Unschedulable and a soft one goes on as without;
-    * to a node dead, unknown or too small: hard, Unschedulable; soft, as without;
-    * ``SPREAD``: the least used node with room now, the local one included, rotating
-      among equals; none with room: locally when feasible here, else as without;
-    * without: locally when the local node can ever hold it and ``local_room`` is not
-      False; with no room here now, another node with room now (unless its arguments here
-      are too large to move: ``node_pick`` rule 3), else locally (it waits here); a task
-      this node can never hold: another alive node with room now, else the least used one
-      with the totals (its lease waits), else locally (pending, the infeasible line on
-      stderr, as before).
-
-    >>> from miniray._private.core.cluster_view import NodeEntry
-    >>> a = NodeEntry("a", "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
-    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"CPU": 2}, available={"CPU": 0})
-    >>> placement_for("b", {"CPU": 1}, "a", [a, b]), placement_for("a", {}, "a", [a, b])
-    ('b', None)
-    >>> placement_for(("b", True, True), {"CPU": 1}, "a", [a, b]) is None  # spills: full
-    True
-    """
-    return _decide(affinity, request, local, view, local_feasible, exclude, local_room,
-                   turn, arg_bytes)[0]
-
-
-def _decide(affinity, request: dict, local: str, view, local_feasible: bool,
-            exclude: str | None, local_room: bool | None = None, turn: int = 0,
-            arg_bytes: dict | None = None):
-    """``placement_for``'s answer and the ``node_pick.Placement`` behind it (None where no
-    rule was asked: the local fast path)."""
-    spread = affinity == SPREAD
-    if isinstance(affinity, str) and not spread:
-        affinity = (affinity, False, False)
-    nodes = [e for e in view if e.node_id != exclude] if exclude else list(view)
-    if affinity is not None and not spread:
-        node_id, soft, on_unavailable = (tuple(affinity) + (False,))[:3]
-        if not soft:
-            if node_id == local and local_feasible:
-                return None, None
-            placed = node_pick.pick_node(request, local, nodes,
-                                         {"node_id": node_id, "soft": False})
-            if placed.action == "wait" and placed.node_id == node_id and on_unavailable:
-                return Unschedulable(
-                    f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False, "
-                    f"_fail_on_unavailable=True) has no room for {_shape(request)} now"), placed
-            if placed.action in ("node", "wait") and placed.node_id == node_id:
-                return (None if node_id == local else node_id), placed
-            why = ("this node lacks the resources in total" if node_id == local else
-                   "no alive node of the cluster has that id" if not any(
-                       e.node_id == node_id and e.alive for e in nodes)
-                   else placed.reason or "it lacks the resources")
-            return Unschedulable(
-                f"the node {node_id} named by NodeAffinitySchedulingStrategy(soft=False) is "
-                f"dead, unknown or cannot hold {_shape(request)} ({why}); soft=True lets the "
-                "task run elsewhere"), placed
-        if node_id != local:
-            placed = node_pick.pick_node(
-                request, local, [e for e in nodes if e.node_id == node_id],
-                {"node_id": node_id, "soft": True, "spill_on_unavailable": on_unavailable})
-            if placed.node_id == node_id and (placed.action == "node" or (
-                    placed.action == "wait" and not on_unavailable)):
-                return node_id, placed
-    if local_feasible and local_room is not False and not spread:
-        return None, None  # the unchanged fast path: it waits here for room
-    placed = node_pick.pick_node(request, local, nodes, SPREAD if spread else None,
-                                 turn=turn, arg_bytes=arg_bytes, local_room=local_room,
-                                 local_holds=local_feasible)
-    if placed.node_id in (None, local) or (placed.action == "wait" and local_feasible):
-        return None, placed
-    return placed.node_id, placed
-
-
-def move_to(affinity, request: dict, local: str, view, current: str,
-            local_feasible: bool) -> str | None:
-    """A task waits for room on node ``current`` (its lease was denied): another node to
-    ask instead, or None. Only where step 1 would place it now with no room here, and only
-    a node with room now (as of its last heartbeat): never away from the node an affinity
-    holds it to, never to this node (its own queue is not this module's), never back and
-    forth between two full nodes.
-
-    >>> from miniray._private.core.cluster_view import NodeEntry
-    >>> b = NodeEntry("b", "10.0.0.2", 1, totals={"X": 1}, available={"X": 0})
-    >>> c = NodeEntry("c", "10.0.0.3", 1, totals={"X": 1}, available={"X": 1})
-    >>> move_to(None, {"X": 1}, "a", [b, c], "b", False), move_to("b", {"X": 1}, "a", [b, c],
-    ...                                                          "b", False)
-    ('c', None)
-    """
-    placed, why = _decide(affinity, request, local, view, local_feasible, None, False)
-    if type(placed) is not str or placed == current or why is None or why.action != "node":
-        return None
-    return placed
-
-
-def _may_spill(task) -> bool:
-    """Whether spill-over may send ``task`` to another node: not one with a strategy
-    of its own (an affinity, SPREAD: placed already) or a placement group's bundle (on
-    this node), nor a cancelled one."""
-    spec = task.spec
-    return spec.affinity is None and spec.placement is None and not task.cancelled
-
-
-def _shape(request: dict) -> str:
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(request.items()) if v) + "}"
-
-
-class RemoteWorker:
-    """One worker on a remote node: its four channels, what it was sent."""
-
-    def __init__(self, pid: int, channels: list, node: str, ip: str, log_to_driver: bool,
-                 prefix_enabled: bool = True):
-        self.pid = pid
-        self.data, self.ctl = channels[0], channels[1]
-        self.funcs: set = set()
-        self.said_hello = False
-        self.lease_id: str | None = None  # the lease on N it runs under (kept while idle)
-        self.shape: tuple = ()  # that lease's request
-        self.gpu_ids: list = []  # that lease's GPUs on N (CUDA_VISIBLE_DEVICES there)
-        self.env = ""  # the runtime_env key its HELLO named ("": the job's)
-        self.incarnation = 0  # N's, in the view, when it was spawned
-        self.idle_since = 0.0
-        self.client = None  # N's client, while idle
-        self.broken = False  # not to be used again (it asked for what is not supported)
-        self.node = node
-        self._outputs = []
-        streams = []  # out, err: an actor's route is set on them before it prints
-        for channel, target in ((channels[2], "stdout"), (channels[3], "stderr")):
-            fd, _state = channel.handover()  # plain bytes from here on (ARCHITECTURE.md)
-            stream = OutputStream(fd, target, log_to_driver, prefix_enabled, ip=ip)
-            streams.append(stream)
-            reader = threading.Thread(target=_forward_output, args=(stream,), daemon=True,
-                                      name="miniray-remote-output")
-            reader.start()
-            self._outputs.append(reader)
-        self.out, self.err = streams
-
-    def stale(self) -> bool:
-        """Idle, yet its data connection is readable: EOF (it is gone) or a stray frame.
-        A BORROW (the refs its last task dropped, sent after RESULT) is read and dropped:
-        that task's borrows were all released when it ended (``remote_requests.py``)."""
-        data = self.data
-        try:
-            while data.readable_now():
-                if data.recv(timeout=0)[0] != protocol.BORROW:
-                    return True
-        except TimeoutError:  # part of a frame so far: the rest comes with the next read
-            return False
-        except (OSError, ValueError):  # EOF (PeerClosed), a bad frame (PeerAuthError)
-            return True
-        return False
-
-    def close(self) -> None:
-        self.data.close()
-        self.ctl.close()
-
-    def join_output(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for reader in self._outputs:
-            reader.join(max(0.0, deadline - time.monotonic()))
-
-
-def _forward_output(stream: OutputStream) -> None:
-    """A remote worker's stdout or stderr until EOF, printed as a local worker's is
-    (``output.OutputStream``: its markers, prefix and bar lines), Ray's ``ip=`` added."""
-    try:
-        os.set_blocking(stream.fd, False)
-        poller = select.poll()
-        poller.register(stream.fd, select.POLLIN)
-        while not stream.eof:
-            poller.poll()
-            stream.drain()
-    except OSError:
-        pass
-    finally:
-        stream.close()
 
 
 class RemoteNodes:
@@ -434,17 +251,17 @@ class RemoteNodes:
         return self._closed
 
     def _place(self, spec, local_feasible: bool, exclude: str | None = None):
-        """``_decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
+        """``decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
         to a node the view lacks is looked up again in a fresh view first (it may have
         joined since the last read). ``SPREAD`` counts its turn here."""
         turn = 0
         if spec.affinity == SPREAD:
             turn = self._turn
             self._turn += 1
-        placed = _decide(spec.affinity, spec.request, self.local, self.view(),
+        placed = decide(spec.affinity, spec.request, self.local, self.view(),
                          local_feasible, exclude, turn=turn)
         if isinstance(placed[0], Unschedulable) and self._view[0] < time.monotonic() - 0.01:
-            placed = _decide(spec.affinity, spec.request, self.local,
+            placed = decide(spec.affinity, spec.request, self.local,
                              self.view(fresh=True), local_feasible, exclude, turn=turn)
         return placed
 
@@ -475,12 +292,12 @@ class RemoteNodes:
         return (f"miniray: this request can never run on any node of the cluster. "
                 f"{why.reason} Start a node with the resources (miniray start --address=HEAD:PORT "
                 f"--resources ...) or lower the request; the task stays pending until one "
-                f"joins. Full request: {_shape(task.spec.request)}")
+                f"joins. Full request: {request_text(task.spec.request)}")
 
     def spill(self, queue) -> int:
         """*Owner locked.* Spill-over (step 1 with ``local_room=False``): the local ledger
         just said it has no room now for the tasks of ``queue`` (one scheduling key's
-        queued tasks, arguments ready, front first). Those ``_may_spill`` allows that
+        queued tasks, arguments ready, front first). Those ``may_spill`` allows that
         another alive node has room for now, as the view shows it and at most its totals
         less this driver's tasks there (``less_claims``), leave the queue and run there;
         the first that stays (no room elsewhere, or its arguments here are too large to
@@ -502,7 +319,7 @@ class RemoteNodes:
                 queue.popleft()
                 moved += 1
                 continue
-            if not _may_spill(task):
+            if not may_spill(task):
                 break  # it runs here (the front stays first in its queue)
             with self._lock:
                 view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
@@ -570,7 +387,7 @@ class RemoteNodes:
                 return None
             self._begin(task, placed)
             return True
-        if not _may_spill(task):
+        if not may_spill(task):
             return None
         with self._lock:  # a node whose link was lost is not chosen again (a retry)
             lost = {n for n, c in self._clients.items() if c.lost is not None}
@@ -674,7 +491,7 @@ class RemoteNodes:
                 f"the node {placed} chosen for task {spec.name} left the cluster's view"))
             return
         task.state = T_RUNNING
-        task.worker = _Slot(task, moves)  # what the owner's cancel and state rows read
+        task.worker = RemoteTaskSlot(task, moves)  # what the owner's cancel and state rows read
         self._start(task, entry)
 
     def run_in_bundle(self, task, bundle, gpu_ids: list | None = None) -> None:
@@ -682,7 +499,7 @@ class RemoteNodes:
         (``remote_bundles`` took its room in the bundle, and ``gpu_ids``: its share of
         the bundle's devices): steps 2-4 with no lease taken or released."""
         task.state = T_RUNNING
-        task.worker = _Slot(task)
+        task.worker = RemoteTaskSlot(task)
         task.worker.bundle = bundle
         task.worker.gpu_ids = list(gpu_ids or [])
         self._start(task, bundle.entry)
@@ -791,7 +608,7 @@ class RemoteNodes:
             with self._lock:
                 if self._closed:
                     client.close()
-                    raise _system_error("the driver is shutting down")
+                    raise system_error("the driver is shutting down")
                 self._clients[entry.node_id] = client
             return client
 
@@ -823,7 +640,7 @@ class RemoteNodes:
             error = AuthenticationError(
                 f"Task {spec.name} cannot run on node {entry.ip}:{entry.port}: {refused}")
         except RemoteLeaseError as denied:
-            error = _system_error(str(denied))
+            error = system_error(str(denied))
         except Failed as failed:
             error = failed.error
         except (OSError, TimeoutError, pc.PeerRefused) as unreachable:
@@ -847,7 +664,7 @@ class RemoteNodes:
                             owner.tasks.finished(task, results, False)
                             results = None  # the owner's now
                         else:
-                            owner.tasks.fail(task, error or _system_error(
+                            owner.tasks.fail(task, error or system_error(
                                 "the driver is shutting down"))
                     if bundle is not None:
                         self.bundles.done(task, bundle)
@@ -899,9 +716,9 @@ class RemoteNodes:
         local_feasible = None
         while True:
             if self._closed:
-                raise Failed(_system_error("the driver is shutting down"))
+                raise Failed(system_error("the driver is shutting down"))
             if slot.cancelled:  # cancelled while N was full
-                raise _cancelled(spec)
+                raise cancelled_failure(spec)
             answer = client.lease(spec.request, tag=spec.name)
             if not isinstance(answer, RemoteDenial):
                 return answer
@@ -981,9 +798,9 @@ class RemoteNodes:
             items = None
             while items is None:
                 if self._closed:
-                    raise Failed(_system_error("the driver is shutting down"))
+                    raise Failed(system_error("the driver is shutting down"))
                 if task.worker.cancelled:
-                    raise _cancelled(spec)
+                    raise cancelled_failure(spec)
                 items = self.owner.get_serialized(ids_, WATCH_S) if ids_ else []
             if len(items) < len(ids_):  # an argument's error: the first one, as for any task
                 items = items + items[-1:] * (len(ids_) - len(items))
@@ -996,7 +813,7 @@ class RemoteNodes:
                         continue
                     kind, data = next(items)
                     if kind == protocol.ERR:  # a kept one's pull failed (its node lost)
-                        raise Failed(_dep_error(data, spec.name))
+                        raise Failed(dependency_failure(data, spec.name))
                     if not isinstance(data, (bytes, bytearray)):
                         path = shm_segments.resolve_path(data[1], self.owner.store.shm_dir)
                         mapping = shm_segments.map_readonly(path)
@@ -1005,7 +822,7 @@ class RemoteNodes:
             except FileNotFoundError:
                 continue
             return out
-        raise Failed(_system_error(f"Task {spec.name}: an argument's segment kept moving "
+        raise Failed(system_error(f"Task {spec.name}: an argument's segment kept moving "
                                     "while it was read for another node; try again."))
 
     def adopt_results(self, data, spec, items: list, recycle: bool = False) -> list:
@@ -1058,7 +875,7 @@ class RemoteNodes:
         owner = self.owner
         data = worker.data
         if not slot.bind(worker, client):  # cancelled before it was sent: it never runs
-            raise _cancelled(spec)
+            raise cancelled_failure(spec)
         asks = RemoteRequests(owner, slot.inflight[0], data, lambda: self._check_alive(
             worker, client, spec), receive_segment)  # step 3: what the task asks
         try:
@@ -1106,7 +923,7 @@ class RemoteNodes:
                                 "peer", "kept")) for item in results
                                if not isinstance(item[1], (bytes, bytearray))):
                             worker.broken = True  # a segment on N: never read from here
-                            raise Failed(_system_error(
+                            raise Failed(system_error(
                                 f"Task {spec.name} returned a value stored on node "
                                 f"{client.name}: {UNSUPPORTED}."))
                         try:
@@ -1119,12 +936,12 @@ class RemoteNodes:
                             results = self.kept_results.keep_results(
                                 client, worker.node, spec, results)
                         except KeepRefused as refused:
-                            raise Failed(_system_error(str(refused))) from None
+                            raise Failed(system_error(str(refused))) from None
                     return results
                 if tag == protocol.READY or asks.serve(message):
                     continue
                 worker.broken = True
-                raise Failed(_system_error(
+                raise Failed(system_error(
                     f"Task {spec.name} on node {worker.node[:12]} asked its driver for "
                     f"something ({protocol.tag_name('data', tag)}) that a task on another "
                     "host cannot ask for yet; run it on the driver's node."))
@@ -1133,7 +950,7 @@ class RemoteNodes:
             from miniray.exceptions import NodeDiedError, WorkerCrashedError  # lazy
 
             if slot.killed:  # cancel(force=True) killed it
-                raise _cancelled(spec) from None
+                raise cancelled_failure(spec) from None
 
             try:
                 client.ping(timeout=1.0)
@@ -1246,181 +1063,6 @@ class RemoteNodes:
             thread.join(max(0.0, deadline - time.monotonic()))
         for worker in idle:
             worker.join_output(max(0.0, deadline - time.monotonic()))
-
-
-class _Slot:
-    """A remote task's stand-in for the owner's ``WorkerSlot`` where the owner reads one:
-    ``tasks.cancel`` (``inflight``, ``pid``, ``kill_on_spawn``), ``requests.interrupt``
-    (``interrupted``, ``waits``), ``Owner.send_control`` (``ctl.send_bytes``) and the
-    state rows (``pid``), ``Owner._kill_for_cancel`` (``remote_kill``). A cancel before the
-    task was sent keeps it from being sent; one after goes to the worker's MAC'd control
-    connection; ``force`` asks the node to SIGKILL the worker (its driver link's ``kill``):
-    the task then fails with TaskCancelledError, never retried."""
-
-    def __init__(self, task, moves: int = 0):
-        self.inflight = [task]
-        self.moves = moves  # times it was placed again without having been sent
-        self.claim: str | None = None  # the node whose lease it waits for (RemoteNodes._claim)
-        self.sent = False  # bound to a worker: the task was (or is being) sent
-        self.interrupted: set = set()
-        self.waits: dict = {}
-        self.pid = None
-        self.kill_on_spawn = False
-        self.ctl = self
-        self._lock = threading.Lock()
-        self._worker: RemoteWorker | None = None
-        self._client = None  # the node's client, once the task was sent
-        self._cancelled = False
-        self.killed = False  # force-cancelled: the worker's death is the cancel's
-        self.bundle = None  # a placement group's RemoteBundle it runs in (no lease of its own)
-        self.gpu_ids: list = []  # in a bundle: its share of the bundle's GPUs
-
-    def send_bytes(self, data) -> None:
-        """A control message (CANCEL) from the owner, sent after its lock."""
-        with self._lock:
-            worker = self._worker
-            if worker is None:
-                self._cancelled = True
-                return
-        try:
-            worker.ctl.send_bytes(data)
-        except (OSError, TimeoutError):
-            pass
-
-    def remote_kill(self) -> None:
-        """*Not locked* (deferred by the owner). ``cancel(force=True)``: the node kills the
-        worker; before the task was sent, it is kept from being sent."""
-        from miniray.exceptions import NodeDiedError  # lazy: as above
-
-        with self._lock:
-            worker, client = self._worker, self._client
-            if worker is None:
-                self._cancelled = True
-                return
-            self.killed = True
-        try:
-            client.kill(worker.pid, timeout=KILL_TIMEOUT_S)
-        except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError) as error:
-            logger.warning("could not kill the worker pid=%s on node %s: %s", worker.pid,
-                           client.name, error)
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def bind(self, worker: RemoteWorker, client=None) -> bool:
-        """The task goes to ``worker`` now; False if it was cancelled before."""
-        with self._lock:
-            if self._cancelled:
-                return False
-            self._worker = worker
-            self._client = client
-            self.pid = worker.pid
-            self.sent = True
-            return True
-
-
-class Move(Exception):
-    """Step 2: a denied lease's task goes to ``entry`` instead (``move_to``)."""
-
-    def __init__(self, entry):
-        super().__init__(entry.node_id)
-        self.entry = entry
-
-
-class Failed(Exception):
-    def __init__(self, error: BaseException):
-        super().__init__(str(error))
-        self.error = error
-
-
-def node_died_error(name: str, entry, detail: str):
-    """The ``NodeDiedError`` of a task whose node died, with Ray's fields (the node's IP and
-    id) and what this driver saw.
-
-    >>> from miniray._private.core.cluster_view import NodeEntry
-    >>> text = str(node_died_error("f", NodeEntry("ab" * 28, "10.0.0.2", 1), "EOF."))
-    >>> "Node IP: 10.0.0.2, node ID: abab" in text
-    True
-    """
-    from miniray.exceptions import NodeDiedError  # lazy: the public package
-
-    return NodeDiedError(
-        f"Task {name} failed: the node it ran on is dead or unreachable. Node IP: "
-        f"{entry.ip}, node ID: {entry.node_id}. What this driver saw: {detail} The node "
-        f"may have crashed, been stopped, or been cut off from this host; `miniray list "
-        f"nodes -f node_id={entry.node_id}` shows what the cluster knows of its death. "
-        f"max_retries controls retries on another node.")
-
-
-def receive_segment(data, path: str, size: int) -> None:
-    """Create segment ``path`` (which must not exist) of ``size`` bytes, its pages
-    reserved first (a full shm dir: ENOSPC here, never SIGBUS later), and receive the
-    value's frames from ``data`` (a ``PeerChannel``) straight into its mapping. The caller
-    unlinks it on failure. A frame that fails its check closes the channel (PeerAuthError:
-    the bytes written are thrown away with the file)."""
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, size)
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
-    finally:
-        os.close(fd)
-    try:
-        receive_frames(data, mapping, size)
-    finally:
-        _close_mapping(mapping)
-
-
-def _close_mapping(mapping) -> None:
-    """Unmap now, unless a view of it is still alive: after a failed receive the
-    exception's traceback holds the receiving frames' views, and ``close`` would raise
-    BufferError in place of the failure (the node's loss became "miniray bug"); the
-    mapping then goes with the last view."""
-    try:
-        mapping.close()
-    except BufferError:
-        pass
-
-
-def receive_frames(data, mapping, size: int) -> None:
-    """Receive a value's ``size`` bytes, which come as frames on ``data``, into the first
-    ``size`` bytes of the writable ``mapping``; OSError when a frame is late by
-    BULK_FRAME_S."""
-    with memoryview(mapping) as whole, whole[:size] as view:
-        offset = 0
-        while offset < size:
-            try:
-                offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
-            except TimeoutError as error:
-                raise OSError(f"a result's bytes stopped coming: {error}") from None
-
-
-def _cancelled(spec) -> Failed:
-    """The failure of a task cancelled before or while it ran on another host."""
-    from miniray._private.core import ids  # lazy: this path only
-    from miniray.exceptions import TaskCancelledError  # lazy: as above
-
-    return Failed(TaskCancelledError(ids.TaskID(spec.task_id)))
-
-
-def _dep_error(data: bytes, name: str):
-    """The error of task ``name`` whose argument kept on a node holds the error ``data``
-    (its pull failed: ObjectLostError), as ``TaskQueue`` fails a task with a failed
-    argument."""
-    from miniray._private.core import serialization  # lazy: this path only
-    from miniray._private.core.dependency_errors import dependency_error  # lazy: as above
-
-    try:
-        upstream = serialization.loads(data)
-    except Exception as error:  # noqa: BLE001 - said as a system error instead
-        return _system_error(f"Task {name}: an argument's error could not be read: {error}")
-    return dependency_error(upstream, name)
-
-
-def _system_error(text: str):
-    from miniray.exceptions import RaySystemError  # lazy: the public package
-
-    return RaySystemError(text)
 
 
 def _tls_client():
