@@ -132,8 +132,9 @@ TWO = LOCALITY + """
     TAG_B = "mr_" + os.environ["MEMBER_B_ROOT_TAG"]
     SHM_B = os.environ["MEMBER_B_SHM"]
 
-    def kept_b():
-        return sorted(n for n in os.listdir(SHM_B) if n.startswith(TAG_B))
+    def kept_b():  # B's kept segments (not the link's budget file)
+        return sorted(n for n in os.listdir(SHM_B) if n.startswith(TAG_B)
+                      and not n.endswith("_budget"))
 
     def fetched():
         return runtime.current().owner.remote_nodes.kept_results.fetched
@@ -149,7 +150,7 @@ def _env_b(hosts) -> dict:
 def _kept_b(hosts) -> list:
     env = _env_b(hosts)
     return [n for n in os.listdir(env["MEMBER_B_SHM"])
-            if n.startswith("mr_" + env["MEMBER_B_ROOT_TAG"])]
+            if n.startswith("mr_" + env["MEMBER_B_ROOT_TAG"]) and not n.endswith("_budget")]
 
 
 FETCH = TWO + """
