@@ -1,6 +1,6 @@
 """Tasks on other hosts: which tasks run on another node, running them there, retries.
 
-Owns: the decision which task goes to another node (``placement_for``, pure, on
+Owns: the decision which task goes to another node (``task_nodes.placement_for``, pure, on
 ``node_pick``'s rules), the owner's links to other nodes (one ``RemoteNodeClient`` per node,
 opened at first use with the cluster token), the workers it runs there (spawned through
 tickets and attach connections, kept idle per node between tasks), taking such a task from
@@ -17,11 +17,11 @@ placed before they are pulled; ``offload``, locked: a task with a node affinity 
 ready), ``Owner._dispatch`` (``spill``, locked: a queue the local ledger has no room for
 now), ``Owner._kill_for_cancel`` (``RemoteTaskSlot.remote_kill``, deferred), ``Owner.shutdown``
 (``close``, not locked), and ``remote_actors.RemoteActors`` for actors on other nodes:
-``placement_for`` (locked, in ``where``), the view (``view``, ``last_view``, ``closed``),
+the view (``view``, ``last_view``, ``closed``),
 ``watch`` (locked: its pending actors no node can hold yet), and in its thread per actor,
 not locked, the seam it shares with remote_bundles: ``client``, ``lease`` and ``release``
-(the actor's lease, ``Move``/``Failed`` as for a task), ``RemoteWorker`` (its spawned
-worker), ``adopt_results`` and ``receive_segment`` (large results and puts); the object table
+(the actor's lease, ``remote_worker.Move``/``Failed`` as for a task) and ``adopt_results``
+(large results); the object table
 (``RemoteCopy``'s hooks, locked: a pull or a free handed to a thread after the lock); and
 ``remote_bundles.RemoteBundles`` (``bundles``) for placement groups' bundles on other
 nodes: ``run_in_bundle`` (locked) runs a task under its bundle's lease (step 2 takes no
