@@ -525,3 +525,88 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
+
+
+def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_actors(hosts):
+    # A PACK group on the member (the head was full at creation) whose member dies is held
+    # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
+    # numbers; the task that ran in it is retried here, an actor with a restart left
+    # restarts here, and one with none dies with ActorDiedError naming the member.
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ready(self):
+            return True
+
+    @ray.remote
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    hog = Hog.remote()
+    ray.get(hog.ready.remote(), timeout=30)  # the head's 2 CPUs: the group goes elsewhere
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK", name="back")
+    assert pg.wait(20)
+    first = placement_group_table(pg)["bundles_to_node_id"]
+    in0 = PlacementGroupSchedulingStrategy(pg, 0)
+    again = Where.options(max_restarts=1, scheduling_strategy=in0).remote()
+    once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
+    before = ray.get([again.ip.remote(), once.ip.remote()], timeout=30)
+    ray.kill(hog)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10 and ray.available_resources().get("CPU", 0) < 2:
+        time.sleep(0.05)
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.0)
+    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    sys.stdin.readline()  # the test kills the member now
+    states, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        states.append(table["state"])
+        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
+            break
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    retried = ray.get(long, timeout=30)[0]
+    after = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
+    restarted = ray.get(again.ip.remote(), timeout=30)
+    try:
+        ray.get(once.ip.remote(), timeout=30)
+        died = "alive"
+    except Exception as error:
+        died = f"{type(error).__name__}: {error}"
+    remove_placement_group(pg)
+    print(json.dumps({"states": sorted(set(states)), "last": states[-1], "took": took,
+                      "where": table["bundles_to_node_id"], "retried": retried,
+                      "after": after, "restarted": restarted, "died": died}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 40)
+        member = hosts.record(MEMBER).node_id
+        assert doc["first"] == {"0": member, "1": member}, doc
+        assert doc["before"] == [MEMBER, MEMBER], doc
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    head = hosts.record("127.0.0.1").node_id
+    # RESCHEDULING lasts until the watch's next turn (WATCH_S): a poll may not see it.
+    assert doc["last"] == "CREATED" and set(doc["states"]) <= {"CREATED", "RESCHEDULING"}, doc
+    assert doc["where"] == {"0": head, "1": head}, doc
+    assert doc["retried"] == "127.0.0.1" and doc["after"] == ["127.0.0.1"] * 2, doc
+    assert doc["restarted"] == "127.0.0.1", doc
+    assert doc["died"].startswith("ActorDiedError") and member in doc["died"], doc
+    print(f"\nbundles held here {doc['took']:.2f} s after their node was killed")

@@ -17,7 +17,11 @@ class _Owner:
     def __init__(self):
         self.failed: list = []
         self.deferred: list = []
-        self.tasks = types.SimpleNamespace(fail=self._fail)
+        self.resubmitted: list = []
+        self.tasks = types.SimpleNamespace(fail=self._fail, resubmit=self._resubmit)
+
+    def _resubmit(self, task):
+        self.resubmitted.append(task.spec.name)
 
     def _fail(self, task, error):
         task.state = T_DONE
@@ -193,7 +197,37 @@ def test_a_lost_bundle_takes_no_task_until_it_is_placed_again():
     assert book.replace(H, {1: again}) is False  # gone: the caller releases its lease
 
 
-def test_a_dead_nodes_bundles_are_planned_again_on_other_nodes_only():
+def test_a_lost_bundle_held_here_again_sends_its_tasks_to_the_owners_queue():
+    book, owner, nodes = _book(has_local=False)
+    alive = types.SimpleNamespace(lost=None)
+    for part in book.groups[H].values():
+        part.client = alive
+    running = _task("running", {"CPU": 1}, 1)
+    book.submit(running)
+    old = book.groups[H][1]
+    old.entry = types.SimpleNamespace(node_id="dead")
+    assert book.find_lost({"member"}) == {H: [1]}
+    for name, index in (("one", 1), ("any", -1), ("two", 2)):
+        book.submit(_task(name, {"CPU": 1}, index))
+    assert nodes.started[-1] == ("any", 2)  # bundle 2 had room; "two" waits for it
+    assert book.replace(H, {}, [1]) is True  # bundle 1 is this node's now
+    assert owner.resubmitted == ["one"] and 1 not in book.groups[H]
+    assert book.has_local[H] and H not in book.lost
+    assert not book.holds(placement.rewrite_request({"CPU": 1}, H, 1))  # the ledger's
+    assert not book.holds(placement.rewrite_request({"CPU": 1}, H, -1))  # here first
+    # The task that ran there, retried after the bundle came here: to the owner's queue,
+    # and the bundle is not marked lost again.
+    book.requeue(running, old)
+    book.done(running, old)
+    assert owner.resubmitted == ["one", "running"] and H not in book.lost
+    # A bundle whose link is lost takes nothing, before the watch marks it.
+    book.groups[H][2].client = types.SimpleNamespace(lost="reset")
+    book.done(book.running[H].copy().pop(), book.groups[H][2])
+    assert book.take(placement.rewrite_request({"CPU": 1}, H, 2),
+                     placement.rewrite_request({"CPU": 1}, H, 2)) is None
+
+
+def test_a_dead_nodes_bundles_are_planned_again_on_any_alive_node_this_one_first():
     from miniray._private.core.cluster_view import NodeEntry
     from miniray._private.core.node_pick import replan_bundles
 
@@ -203,8 +237,14 @@ def test_a_dead_nodes_bundles_are_planned_again_on_other_nodes_only():
 
     view = [node("here", 4), node("a", 0), node("b", 2), node("dead", 4, alive=False)]
     two = [{"CPU": 1}, {"CPU": 1}]
-    assert replan_bundles(two, "PACK", "here", view, {0: "a"}, [1]) == {1: "b"}
-    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "b"}, [1]) is None
+    assert replan_bundles(two, "PACK", "here", view, {0: "a"}, [1]) == {1: "here"}
+    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "b"}, [1]) == {1: "here"}
+    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "here"}, [1]) == {1: "b"}
     assert replan_bundles(two, "STRICT_PACK", "here", view, {0: "b"}, [1]) == {1: "b"}
-    assert replan_bundles(two, "STRICT_PACK", "here", view, {}, [0, 1]) == {0: "b", 1: "b"}
+    assert replan_bundles(two, "STRICT_PACK", "here", view, {}, [0, 1]) == {0: "here",
+                                                                            1: "here"}
     assert replan_bundles(two, "SPREAD", "here", view, {}, []) == {}
+    # This node full (its ledger's room in the view), or left out by the caller: others.
+    full = [node("here", 0)] + view[1:]
+    assert replan_bundles(two, "PACK", "here", full, {0: "a"}, [1]) == {1: "b"}
+    assert replan_bundles(two, "PACK", "here", view[1:], {0: "a"}, [1]) == {1: "b"}

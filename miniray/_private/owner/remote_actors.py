@@ -369,6 +369,9 @@ class RemoteActors:
                         f"{error}")), init=True)
             return None
         except (NodeDiedError, OSError, TimeoutError, pc.PeerRefused, pc.PeerAuthError) as error:
+            if bundle is not None:  # the restart waits for the bundle's new place
+                with owner.locked():
+                    nodes.bundles.lose_bundle(bundle)
             self._abandon(actor, client, grant, inner)
             self._lost_before_start(actor, entry, str(error))
             return None
@@ -545,6 +548,9 @@ class RemoteActors:
                 worker.death_reason = (f"The actor died because its node has died. Node Id: "
                                        f"{worker.node} (IP {worker.ip}: {lost})")
                 self.excluded[actor.spec.actor_id] = worker.node
+                bundle = self.in_bundle.get(actor.spec.actor_id)
+                if bundle is not None:  # its restart waits for the bundle's new place
+                    self.nodes.bundles.lose_bundle(bundle)
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "

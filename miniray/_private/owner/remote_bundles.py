@@ -15,7 +15,7 @@ Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not l
 ``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
 ``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
-(``holds``, ``take``, ``give_back``, locked).
+(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -40,9 +40,15 @@ Steps for group G of driver D with bundle i planned on node N::
        that ends closes its links: each node releases that link's leases itself.
     6. lose / find_lost (locked): bundle i's node died (dead in the view, its link lost,
        or a task's thread saw it die): i takes no task; a task that ran there and may be
-       retried waits first in G's queue (``requeue``). ``PlacementGroups._replace`` plans
-       i again on another node (``node_pick.replan_bundles``), reserves it as in step 1,
-       and ``replace`` (locked) adopts the new lease and starts the waiting tasks.
+       retried waits first in G's queue (``requeue``), and so does an actor's restart
+       (``lose_bundle``; ``take`` finds no room in a lost bundle, or one whose link is
+       lost). ``PlacementGroups._replace`` plans i again on any alive node with room
+       (``node_pick.replan_bundles``): on another node it reserves it as in step 1; on D's
+       own node D's ledger holds it under the group's number i (``ledger.grow_group``).
+       ``replace`` (locked) adopts the new lease and starts the waiting tasks, or, for a
+       bundle now on D's node, drops i from G's remote bundles and hands the tasks
+       waiting for i (or for any bundle) to the owner's queue; a restarting actor is
+       then placed by the ledger, as in a local bundle.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -286,15 +292,24 @@ class RemoteBundles:
         return True
 
     def _usable(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> dict[int, RemoteBundle]:
-        """*Locked.* The group's remote bundles less those whose node died (step 6)."""
-        lost = self.lost.get(pg_hex)
-        return {i: b for i, b in parts.items() if i not in lost} if lost else parts
+        """*Locked.* The group's remote bundles less those whose node died (step 6) or
+        whose link is lost (the watch marks them lost at its next turn)."""
+        lost = self.lost.get(pg_hex) or ()
+        return {i: b for i, b in parts.items()
+                if i not in lost and getattr(b.client, "lost", None) is None}
 
     # -- step 6: a bundle's node died ---------------------------------------------------
     def lose(self, pg_hex: str, indexes) -> None:
         """*Locked.* These bundles' node died: no task starts in them until ``replace``."""
         if pg_hex in self.groups:
             self.lost.setdefault(pg_hex, set()).update(indexes)
+
+    def lose_bundle(self, bundle: RemoteBundle) -> None:
+        """*Locked.* ``bundle``'s node died under a task or an actor: it is lost (``lose``)
+        unless it was placed again already (another bundle holds its number now)."""
+        group = self.groups.get(bundle.pg_hex)
+        if group is not None and group.get(bundle.index) is bundle:
+            self.lose(bundle.pg_hex, [bundle.index])
 
     def find_lost(self, alive: set) -> dict[str, list[int]]:
         """*Locked.* Per group, its remote bundles whose node is not in ``alive`` (the
@@ -312,26 +327,60 @@ class RemoteBundles:
 
     def requeue(self, task, bundle: RemoteBundle) -> None:
         """*Locked.* ``task`` failed because ``bundle``'s node died and may be retried:
-        the bundle is lost, and the task waits (first) for the bundle to be placed again.
-        ``done`` follows, as for any task that left the bundle."""
-        self.lose(bundle.pg_hex, [bundle.index])
+        the bundle is lost, and the task waits (first) for the bundle to be placed again;
+        if it was placed again already, the task goes to its new place (on this node: the
+        owner's queue). ``done`` follows, as for any task that left the bundle."""
+        pg_hex = bundle.pg_hex
+        group = self.groups.get(pg_hex)
         task.state, task.worker = T_WAITING, None
-        self.waiting.setdefault(bundle.pg_hex, collections.deque()).appendleft(task)
+        if group is not None and bundle.index not in group:  # held by this node now
+            self.owner.tasks.resubmit(task)
+            return
+        self.lose_bundle(bundle)
+        self.waiting.setdefault(pg_hex, collections.deque()).appendleft(task)
 
-    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> bool:
-        """*Locked.* Lost bundles were placed again (step 1 on other nodes): tasks start in
-        them. False when the group was removed meanwhile (the caller releases ``parts``)."""
+    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle], here=()) -> bool:
+        """*Locked.* Lost bundles were placed again (step 1 on other nodes: ``parts``;
+        the bundles ``here``: in this node's ledger, ``PlacementGroups._grow``): tasks
+        start in them, those waiting for a bundle now here (or for any bundle) going to
+        the owner's queue. False when the group was removed meanwhile (the caller
+        releases ``parts``)."""
         group = self.groups.get(pg_hex)
         if group is None:
             return False
         group.update(parts)
-        lost = self.lost.get(pg_hex, set()) - set(parts)
+        for index in here:
+            group.pop(index, None)
+        if here:
+            self.has_local[pg_hex] = True
+        lost = self.lost.get(pg_hex, set()) - set(parts) - set(here)
         if lost:
             self.lost[pg_hex] = lost
         else:
             self.lost.pop(pg_hex, None)
+        if here:
+            self._to_local(pg_hex, set(here))
         self._pump(pg_hex)
         return True
+
+    def _to_local(self, pg_hex: str, here: set) -> None:
+        """*Locked.* Tasks waiting for a bundle that this node holds now, or for any
+        bundle of the group (this node's first: ``_bundle_of``), go to the owner's queue."""
+        queue = self.waiting.get(pg_hex)
+        if not queue:
+            return
+        kept = collections.deque()
+        for task in queue:
+            index = placement.bundle_request(task.spec.request)[1]
+            if task.cancelled or not (index < 0 or index in here):
+                kept.append(task)
+                continue
+            task.state, task.worker = T_WAITING, None
+            self.owner.tasks.resubmit(task)
+        if kept:
+            self.waiting[pg_hex] = kept
+        else:
+            self.waiting.pop(pg_hex, None)
 
     def done(self, task, bundle: RemoteBundle) -> None:
         """*Locked.* Step 4: ``task`` left ``bundle``; its room goes back."""
