@@ -423,6 +423,16 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="moves")
     assert pg.wait(20)
     first = placement_group_table(pg)["bundles_to_node_id"]
+
+    @ray.remote
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    # An actor in bundle 1 (max_restarts=1): restarted in the bundle's new place.
+    mover = Where.options(max_restarts=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    ray.get(mover.ip.remote(), timeout=30)
     # A task in bundle 1 that runs when its node dies: retried (max_retries=1) in the
     # bundle's new place.
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -441,8 +451,9 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
     after = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]
+    restarted = ray.get(mover.ip.remote(), timeout=30)
     print(json.dumps({"states": sorted(set(states)), "moved": moved, "took": took,
-                      "retried": retried, "after": after,
+                      "retried": retried, "after": after, "restarted": restarted,
                       "new_ip": ray_nodes.get(moved[1])}), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
@@ -463,6 +474,7 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     assert doc["new_ip"] == survivor, doc
     assert doc["moved"]["0"] != doc["moved"]["1"], doc
     assert doc["retried"] == survivor and doc["after"] == survivor, doc
+    assert doc["restarted"] == survivor, doc
     print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")
 
 
