@@ -238,11 +238,6 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     waited = not ready
     ray.kill(first)
     where_second = ray.get(second.node.remote(), timeout=30)
-    try:  # a named actor belongs to the node's actor service, which lacks the bundle
-        Where.options(scheduling_strategy=strategy, name="named").remote()
-        named = "created"
-    except NotImplementedError as error:
-        named = str(error)
     remove_placement_group(pg)
     try:
         ray.get(second.node.remote(), timeout=20)
@@ -250,14 +245,13 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     except Exception as error:
         after = type(error).__name__
     print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
-                      "after": after, "pg": pg.id.hex(), "named": named}), flush=True)
+                      "after": after, "pg": pg.id.hex()}), flush=True)
     ray.shutdown()
     """)
     assert doc["first"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["waited"] is True, doc
     assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["after"] == "ActorDiedError", doc
-    assert "bundle on another node is not supported yet" in doc["named"], doc
 
 
 def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
@@ -622,3 +616,81 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     assert doc["restarted"] == "127.0.0.1", doc
     assert doc["died"].startswith("ActorDiedError") and member in doc["died"], doc
     print(f"\nbundles held here {doc['took']:.2f} s after their node was killed")
+
+
+def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_its_room(
+        hosts):
+    # The node's actor service owns named actors; it places this one in the bundle the
+    # creating driver holds on the member, whose room the driver keeps for it until the
+    # name no longer finds it (killed here by another driver). A detached one there is
+    # refused, naming why; removing the group ends a named one.
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+
+    @ray.remote(num_cpus=1)
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self, k):
+            self.n += k
+            return self.n, ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    in1 = PlacementGroupSchedulingStrategy(pg, 1)
+    counter = Counter.options(name="counter", namespace="pgs", scheduling_strategy=in1).remote()
+    first = ray.get(counter.add.remote(1), timeout=30)
+    try:
+        Counter.options(name="kept", namespace="pgs", lifetime="detached",
+                        scheduling_strategy=in1).remote()
+        detached = "created"
+    except NotImplementedError as error:
+        detached = str(error)
+    print(json.dumps({"first": first, "detached": detached}), flush=True)
+    sys.stdin.readline()  # another driver used it, then killed it
+    t0 = time.monotonic()
+    ran = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]  # the actor's CPU came back
+    waited = time.monotonic() - t0
+    second = Counter.options(name="second", namespace="pgs", scheduling_strategy=in1).remote()
+    there = ray.get(second.add.remote(2), timeout=30)
+    remove_placement_group(pg)
+    try:
+        ray.get(second.add.remote(1), timeout=30)
+        ended = "alive"
+    except Exception as error:
+        ended = type(error).__name__
+    print(json.dumps({"ran": ran, "waited": waited, "there": there, "ended": ended}),
+          flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 40)
+        assert doc["first"] == [1, MEMBER], doc
+        assert "detached" in doc["detached"] and "this node" in doc["detached"], doc
+        other = driver("""
+        import json
+        import miniray as ray
+        ray.init(address="auto")
+        counter = ray.get_actor("counter", namespace="pgs")
+        seen = ray.get(counter.add.remote(10), timeout=30)
+        ray.kill(counter)
+        print(json.dumps({"seen": seen}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            assert json_line(other, 40) == {"seen": [11, MEMBER]}
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert doc["ran"] == MEMBER and doc["there"] == [2, MEMBER], doc
+    assert doc["ended"] == "ActorDiedError", doc

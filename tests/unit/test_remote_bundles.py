@@ -248,3 +248,34 @@ def test_a_dead_nodes_bundles_are_planned_again_on_any_alive_node_this_one_first
     full = [node("here", 0)] + view[1:]
     assert replan_bundles(two, "PACK", "here", full, {0: "a"}, [1]) == {1: "b"}
     assert replan_bundles(two, "PACK", "here", view[1:], {0: "a"}, [1]) == {1: "b"}
+
+
+def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service():
+    # The driver's side: the actor's room stays taken while lent, comes back once.
+    book, _owner, _nodes = _book(has_local=False)
+    place = placement.rewrite_request({"CPU": 1}, H, 1)
+    bundle = book.take(place, place, b"actor")
+    book.lend(b"actor", bundle, "counter", "ns", place)
+    assert bundle.free == {"CPU": 0.0} and book.take(place, place, b"other") is None
+    book.end_loan(b"actor")
+    book.end_loan(b"actor")
+    assert bundle.free == {"CPU": 1.0}
+    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    book.removed(H)
+    assert book.loans == {}  # the group's removal ends the actor in the service
+    # The service's side: a bundle of that actor's room and no lease; a second actor in
+    # the same bundle adds its room and devices; nothing to release at the group's end.
+    service = RemoteBundles(_Owner(), _Nodes())
+    entry = types.SimpleNamespace(node_id="member")
+    one = placement.rewrite_request({"CPU": 1, "GPU": 1}, H, 1)
+    service.borrow(types.SimpleNamespace(placement=one, lent=(entry, ["3"])))
+    lent = service.groups[H][1]
+    assert lent.lease_id is None and lent.client is None and lent.free == {"CPU": 1.0,
+                                                                          "GPU": 1.0}
+    assert service.holds(one) and service.take(one, one, b"a") is lent
+    assert lent.gpus_of(b"a") == ["3"] and service.take(one, one, b"b") is None
+    service.borrow(types.SimpleNamespace(placement=one, lent=(entry, ["5"])))
+    assert service.take(one, one, b"b") is lent and lent.gpus_of(b"b") == ["5"]
+    assert service.find_lost({"member"}) == {}
+    service.release(H)
+    assert service.nodes.released == []

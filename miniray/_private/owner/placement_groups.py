@@ -446,8 +446,16 @@ class PlacementGroups:
                 host_lease, group.host_lease = group.host_lease, None
             self.owner.placement_group_removed(hex_)
             remote = self.owner.remote_nodes
+            lent = []
             if remote is not None:
+                lent = [actor_id for actor_id, loan in remote.bundles.loans.items()
+                        if loan[0].pg_hex == hex_]
                 remote.bundles.removed(hex_)  # its tasks on other nodes: failed, killed
+        for actor_id in lent:  # its named actors in them: the node's actor service's
+            try:
+                self.owner.actors.kill_in_service(actor_id, True)
+            except Exception:  # noqa: BLE001 - gone already, or the service is: its
+                pass  # group watch ends them
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
@@ -497,8 +505,35 @@ class PlacementGroups:
             self.watch()
         for hex_ in gone:  # round trips: after the lock
             remote.bundles.release(hex_)
+        if remote is not None and remote.bundles.loans:
+            self._check_loans(remote)
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
+
+    def _check_loans(self, remote) -> None:
+        """*Not locked.* The room of this driver's named actors in its remote bundles
+        (``remote_bundles`` step 7) comes back once the node's actor service no longer
+        knows the name as that actor (it ended: killed, out of scope, its node died)."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        with self.owner.locked():
+            asks = [(actor_id, name, namespace) for actor_id, (_b, name, namespace, _h)
+                    in remote.bundles.loans.items()]
+        link = self.owner.actors.link
+        ended = []
+        for actor_id, name, namespace in asks:
+            try:
+                found = link.lookup(name, namespace)[0]
+            except ValueError:  # no actor of that name now
+                found = None
+            except (ServiceUnavailable, OSError):
+                continue  # asked again at the next turn
+            if found != actor_id:
+                ended.append(actor_id)
+        if ended:
+            with self.owner.locked():
+                for actor_id in ended:
+                    remote.bundles.end_loan(actor_id)
 
     # -- bundles whose node died (remote_bundles step 6) ----------------------------------
     def _check_bundle_nodes(self, remote) -> None:

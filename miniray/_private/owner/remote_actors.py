@@ -343,6 +343,10 @@ class RemoteActors:
                 grant = nodes.lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
             else:
                 client = bundle.client
+                if client is None:  # a bundle lent by another driver: this owner's link
+                    client = nodes.client(entry)
+                    with owner.locked():
+                        bundle.client = client
                 if client.lost is not None:
                     raise NodeDiedError(f"the link that held bundle {bundle.index} of "
                                         f"placement group {bundle.pg_hex} was lost")
@@ -551,6 +555,8 @@ class RemoteActors:
                 bundle = self.in_bundle.get(actor.spec.actor_id)
                 if bundle is not None:  # its restart waits for the bundle's new place
                     self.nodes.bundles.lose_bundle(bundle)
+                    if bundle.lease_id is None:  # lent (remote_bundles step 7): only its
+                        actor.restarts_left = 0  # driver follows the bundle's new place
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "

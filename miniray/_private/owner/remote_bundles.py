@@ -13,6 +13,7 @@ leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
 ``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
 ``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
+``actors.ActorManager`` (``lend``, ``end_loan``, ``borrow``: step 7, locked),
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
 ``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
 (``holds``, ``take``, ``give_back``, ``lose_bundle``, locked).
@@ -49,6 +50,18 @@ Steps for group G of driver D with bundle i planned on node N::
        bundle now on D's node, drops i from G's remote bundles and hands the tasks
        waiting for i (or for any bundle) to the owner's queue; a restarting actor is
        then placed by the ledger, as in a local bundle.
+
+7. A named actor of D in bundle i (the node's actor service S owns named actors, and
+   does not hold D's leases): D takes the actor's room in i (``take``, as for its own
+   actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
+   ``NodeEntry``, its GPU ids of i). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
+   the group with no lease (``lease_id`` None: D's lease holds N's room) and the room of
+   that actor only, and places the actor in it as in step 3's actor path, on S's own
+   link to N. D keeps the room while the name resolves to that actor (``lend``; the
+   group watch asks S, ``loans`` and ``end_loan``). S's own group watch ends the actor
+   when the group is removed or D's group lease goes (D gone); N's death ends it without
+   restart (S cannot follow the bundle's new place). Only a driver of S's node: the
+   group's ledger must be S's.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -121,6 +134,7 @@ class RemoteBundles:
         self.waiting: dict[str, collections.deque] = {}  # hex -> tasks waiting for room
         self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
+        self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -164,7 +178,8 @@ class RemoteBundles:
         """*Not locked.* Every bundle's lease back to its node (a lost link: the node
         released it already)."""
         for bundle in parts.values():
-            self.nodes.release(bundle.client, bundle.lease_id)
+            if bundle.lease_id is not None:  # None: lent by another driver (step 7)
+                self.nodes.release(bundle.client, bundle.lease_id)
 
     def adopt(self, pg_hex: str, parts: dict[int, RemoteBundle], has_local: bool) -> None:
         """*Locked.* Step 2: the group's remote bundles are held; tasks may use them."""
@@ -318,7 +333,7 @@ class RemoteBundles:
         out: dict[str, list[int]] = {}
         for pg_hex, parts in self.groups.items():
             gone = [i for i, b in parts.items()
-                    if b.node_id not in alive or b.client.lost is not None]
+                    if b.node_id not in alive or getattr(b.client, "lost", None) is not None]
             if gone:
                 self.lose(pg_hex, gone)
             if self.lost.get(pg_hex):
@@ -411,6 +426,42 @@ class RemoteBundles:
                 self.owner.tasks.fail(task, error)
             if slot is not None and getattr(slot, "remote_kill", None) is not None:
                 self.owner.defer(slot.remote_kill)
+        for actor_id in [a for a, loan in self.loans.items() if loan[0].pg_hex == pg_hex]:
+            del self.loans[actor_id]  # the service's watch ends the actor
+
+    # -- step 7: a named actor in a remote bundle -----------------------------------------
+    def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
+             held) -> None:
+        """*Locked.* D's side: the room ``take`` gave actor ``actor_id`` is kept for the
+        node's actor service while ``name`` resolves to it there."""
+        self.loans[actor_id] = (bundle, name, namespace, held)
+
+    def end_loan(self, actor_id: bytes) -> None:
+        """*Locked.* The service's actor ended (or its creation failed): its room comes
+        back (once)."""
+        loan = self.loans.pop(actor_id, None)
+        if loan is not None:
+            self.give_back(loan[0], loan[3], actor_id)
+
+    def borrow(self, spec) -> None:
+        """*Locked.* S's side: the bundle of ``spec`` (an actor of another driver's group,
+        ``spec.lent``: the node's entry and its GPU ids) becomes one of this owner's remote
+        bundles with that actor's room and no lease of its own; a second actor in the same
+        bundle adds its room. Its link to the node is opened by the actor's thread."""
+        entry, gpu_ids = spec.lent
+        pg_hex, index, base = placement.bundle_request(spec.placement)
+        parts = self.groups.setdefault(pg_hex, {})
+        self.has_local.setdefault(pg_hex, False)
+        bundle = parts.get(index)
+        if bundle is None or bundle.lease_id is not None:
+            parts[index] = RemoteBundle(pg_hex, index, base, entry, None, None, gpu_ids)
+            return
+        for name, amount in base.items():
+            bundle.resources[name] = bundle.resources.get(name, 0.0) + float(amount)
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        for gpu in gpu_ids:
+            bundle.gpu_ids.append(str(gpu))
+            bundle.gpu_free.append(placement.INSTANCE_UNIT)
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""
