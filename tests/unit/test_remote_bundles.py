@@ -263,19 +263,22 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
     book.removed(H)
     assert book.loans == {}  # the group's removal ends the actor in the service
-    # The service's side: a bundle of that actor's room and no lease; a second actor in
-    # the same bundle adds its room and devices; nothing to release at the group's end.
+    # The service's side: each actor's own room, no lease; nothing to release at the
+    # group's end, and its removal forgets the rooms.
     service = RemoteBundles(_Owner(), _Nodes())
     entry = types.SimpleNamespace(node_id="member")
     one = placement.rewrite_request({"CPU": 1, "GPU": 1}, H, 1)
-    service.borrow(types.SimpleNamespace(placement=one, lent=(entry, ["3"])))
-    lent = service.groups[H][1]
+    for actor_id, gpus in ((b"a", ["3"]), (b"b", ["5"])):
+        service.borrow(types.SimpleNamespace(placement=one, lent=(entry, gpus),
+                                             actor_id=actor_id))
+    lent = service.borrowed[b"a"]
     assert lent.lease_id is None and lent.client is None and lent.free == {"CPU": 1.0,
                                                                           "GPU": 1.0}
-    assert service.holds(one) and service.take(one, one, b"a") is lent
-    assert lent.gpus_of(b"a") == ["3"] and service.take(one, one, b"b") is None
-    service.borrow(types.SimpleNamespace(placement=one, lent=(entry, ["5"])))
-    assert service.take(one, one, b"b") is lent and lent.gpus_of(b"b") == ["5"]
-    assert service.find_lost({"member"}) == {}
+    assert service.take(one, one, b"a") is lent and lent.gpus_of(b"a") == ["3"]
+    assert service.take(one, one, b"a") is None  # its room is taken (a restart waits)
+    assert service.take(one, one, b"b").gpus_of(b"b") == ["5"]
+    assert service.take(one, one, b"c") is None  # no room lent for it
+    assert H in service.groups and service.find_lost({"member"}) == {}
+    service.removed(H)
     service.release(H)
-    assert service.nodes.released == []
+    assert service.nodes.released == [] and service.borrowed == {}

@@ -238,9 +238,10 @@ class ActorManager:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
         actor with a node affinity or SPREAD, or a request this node can never hold, outside
         a placement group (in a driver or in the node's actor service alike); or one in a
-        placement group's bundle on another node (``remote_bundles``)."""
+        placement group's bundle on another node (``remote_bundles``; in the actor
+        service, one that its creating driver lent it: ``spec.lent``)."""
         if spec.pg is not None:
-            if not self.owner.in_remote_bundle(spec.placement):
+            if spec.lent is None and not self.owner.in_remote_bundle(spec.placement):
                 return None
         elif (spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):

@@ -55,9 +55,8 @@ Steps for group G of driver D with bundle i planned on node N::
    does not hold D's leases): D takes the actor's room in i (``take``, as for its own
    actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
    ``NodeEntry``, its GPU ids of i). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
-   the group with no lease (``lease_id`` None: D's lease holds N's room) and the room of
-   that actor only, and places the actor in it as in step 3's actor path, on S's own
-   link to N. D keeps the room while the name resolves to that actor (``lend``; the
+   that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
+   and places the actor in it as in step 3's actor path, on S's own link to N. D keeps the room while the name resolves to that actor (``lend``; the
    group watch asks S, ``loans`` and ``end_loan``). S's own group watch ends the actor
    when the group is removed or D's group lease goes (D gone); N's death ends it without
    restart (S cannot follow the bundle's new place). Only a driver of S's node: the
@@ -135,6 +134,7 @@ class RemoteBundles:
         self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
+        self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -232,11 +232,17 @@ class RemoteBundles:
         actor's lease shrinks to what it holds), its share of the bundle's GPUs taken for
         ``holder`` (the actor's id: ``RemoteBundle.gpus_of``); None: none has room now (the
         placer asks again)."""
-        found = self._bundle_of(request)
-        if found is None:
-            return None
-        parts, index, base = found
-        usable = self._usable(placement.bundle_request(request)[0], parts)
+        lent = self.borrowed.get(holder) if holder is not None else None
+        if lent is not None:  # an actor of another driver's bundle (step 7): its own room
+            parts, index, base = {lent.index: lent}, lent.index, \
+                placement.bundle_request(request)[2]
+            usable = parts
+        else:
+            found = self._bundle_of(request)
+            if found is None:
+                return None
+            parts, index, base = found
+            usable = self._usable(placement.bundle_request(request)[0], parts)
         picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
                                        _gpus(usable))
         if picked is None:
@@ -428,6 +434,8 @@ class RemoteBundles:
                 self.owner.defer(slot.remote_kill)
         for actor_id in [a for a, loan in self.loans.items() if loan[0].pg_hex == pg_hex]:
             del self.loans[actor_id]  # the service's watch ends the actor
+        for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
+            del self.borrowed[actor_id]
 
     # -- step 7: a named actor in a remote bundle -----------------------------------------
     def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
@@ -444,24 +452,17 @@ class RemoteBundles:
             self.give_back(loan[0], loan[3], actor_id)
 
     def borrow(self, spec) -> None:
-        """*Locked.* S's side: the bundle of ``spec`` (an actor of another driver's group,
-        ``spec.lent``: the node's entry and its GPU ids) becomes one of this owner's remote
-        bundles with that actor's room and no lease of its own; a second actor in the same
-        bundle adds its room. Its link to the node is opened by the actor's thread."""
+        """*Locked.* S's side: actor ``spec`` of another driver's group (``spec.lent``: the
+        node's entry and its GPU ids there) gets a ``RemoteBundle`` of its own room in
+        that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
+        watched as one of this owner's (its removal, or its holder's end, ends the actor).
+        Its link to the node is opened by the actor's thread."""
         entry, gpu_ids = spec.lent
         pg_hex, index, base = placement.bundle_request(spec.placement)
-        parts = self.groups.setdefault(pg_hex, {})
+        self.groups.setdefault(pg_hex, {})
         self.has_local.setdefault(pg_hex, False)
-        bundle = parts.get(index)
-        if bundle is None or bundle.lease_id is not None:
-            parts[index] = RemoteBundle(pg_hex, index, base, entry, None, None, gpu_ids)
-            return
-        for name, amount in base.items():
-            bundle.resources[name] = bundle.resources.get(name, 0.0) + float(amount)
-            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
-        for gpu in gpu_ids:
-            bundle.gpu_ids.append(str(gpu))
-            bundle.gpu_free.append(placement.INSTANCE_UNIT)
+        self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
+                                                    gpu_ids)
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""
