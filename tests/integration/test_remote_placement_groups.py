@@ -694,3 +694,41 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
         stop_driver(proc)
     assert doc["ran"] == MEMBER and doc["there"] == [2, MEMBER], doc
     assert doc["ended"] == "ActorDiedError", doc
+
+
+def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    assert pg.wait(20)
+    strategy = PlacementGroupSchedulingStrategy(pg, -1)  # "any bundle": the member's
+
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def ids(self):
+            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def gpu():
+        return ray.get_gpu_ids()
+
+    first = Gpu.options(name="g1", scheduling_strategy=strategy).remote()
+    one = ray.get(first.ids.remote(), timeout=30)
+    task = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
+    second = Gpu.options(name="g2", scheduling_strategy=strategy).remote()
+    two = ray.get(second.ids.remote(), timeout=30)
+    ray.kill(first)  # its device comes back once the name no longer finds it
+    t0 = time.monotonic()
+    third = Gpu.options(name="g3", scheduling_strategy=strategy).remote()
+    three = ray.get(third.ids.remote(), timeout=30)
+    print(json.dumps({"one": one, "task": task, "two": two, "three": three,
+                      "waited": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    (one, seen_one), (two, seen_two), (three, _seen) = doc["one"], doc["two"], doc["three"]
+    assert sorted(one + two) == [0, 1] and seen_one == str(one[0]), doc  # one each
+    assert doc["task"] != one, doc  # the task took the device the actor left free
+    assert three == one, doc  # the killed actor's device, not the other one's
