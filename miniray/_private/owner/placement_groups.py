@@ -454,8 +454,8 @@ class PlacementGroups:
         for actor_id in lent:  # its named actors in them: the node's actor service's
             try:
                 self.owner.actors.kill_in_service(actor_id, True)
-            except Exception:  # noqa: BLE001 - gone already, or the service is: its
-                pass  # group watch ends them
+            except (RuntimeError, OSError, ValueError):  # the service is gone (its
+                pass  # ServiceUnavailable): its group watch, if any, ends them
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
