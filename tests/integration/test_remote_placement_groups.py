@@ -732,3 +732,37 @@ def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     assert sorted(one + two) == [0, 1] and seen_one == str(one[0]), doc  # one each
     assert doc["task"] != one, doc  # the task took the device the actor left free
     assert three == one, doc  # the killed actor's device, not the other one's
+
+
+def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stays(hosts):
+    import os
+
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    @ray.remote
+    class Pid:
+        def pid(self):
+            return os.getpid(), ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    named = Pid.options(name="left", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    print(json.dumps({"pid": ray.get(named.pid.remote(), timeout=30)}), flush=True)
+    """)  # the driver ends without removing the group or killing the actor
+    pid, ip = doc["pid"]
+    assert ip == MEMBER, doc
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    def member_leases() -> dict:
+        with open(os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")) as f:
+            return json.load(f)["leases"]
+
+    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert wait_until(lambda: not member_leases(), 10.0), member_leases()
