@@ -426,7 +426,11 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     # An actor in bundle 1 (max_restarts=1): restarted in the bundle's new place.
     mover = Where.options(max_restarts=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, 1)).remote()
-    ray.get(mover.ip.remote(), timeout=30)
+    # A named one there (the actor service's) cannot follow its bundle to another node:
+    # it dies once the bundle is placed again there.
+    named = Where.options(name="stays", max_restarts=1,
+                          scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+    ray.get([mover.ip.remote(), named.ip.remote()], timeout=30)
     # A task in bundle 1 that runs when its node dies: retried (max_retries=1) in the
     # bundle's new place.
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -446,8 +450,13 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     retried = ray.get(long, timeout=30)[0]
     after = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]
     restarted = ray.get(mover.ip.remote(), timeout=30)
+    try:
+        named_after = ray.get(named.ip.remote(), timeout=30)
+    except Exception as error:
+        named_after = type(error).__name__
     print(json.dumps({"states": sorted(set(states)), "moved": moved, "took": took,
                       "retried": retried, "after": after, "restarted": restarted,
+                      "named": named_after,
                       "new_ip": ray_nodes.get(moved[1])}), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
@@ -469,6 +478,7 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     assert doc["moved"]["0"] != doc["moved"]["1"], doc
     assert doc["retried"] == survivor and doc["after"] == survivor, doc
     assert doc["restarted"] == survivor, doc
+    assert doc["named"] == "ActorDiedError", doc
     print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")
 
 
@@ -564,7 +574,8 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     in0 = PlacementGroupSchedulingStrategy(pg, 0)
     again = Where.options(max_restarts=1, scheduling_strategy=in0).remote()
     once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
-    before = ray.get([again.ip.remote(), once.ip.remote()], timeout=30)
+    named = Where.options(name="follows", max_restarts=1, scheduling_strategy=in0).remote()
+    before = ray.get([again.ip.remote(), once.ip.remote(), named.ip.remote()], timeout=30)
     ray.kill(hog)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 10 and ray.available_resources().get("CPU", 0) < 2:
@@ -585,6 +596,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     retried = ray.get(long, timeout=30)[0]
     after = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
     restarted = ray.get(again.ip.remote(), timeout=30)
+    named_restarted = ray.get(named.ip.remote(), timeout=30)
     try:
         ray.get(once.ip.remote(), timeout=30)
         died = "alive"
@@ -593,14 +605,15 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     remove_placement_group(pg)
     print(json.dumps({"states": sorted(set(states)), "last": states[-1], "took": took,
                       "where": table["bundles_to_node_id"], "retried": retried,
-                      "after": after, "restarted": restarted, "died": died}), flush=True)
+                      "after": after, "restarted": restarted, "died": died,
+                      "named": named_restarted}), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
     try:
         doc = json_line(proc, 40)
         member = hosts.record(MEMBER).node_id
         assert doc["first"] == {"0": member, "1": member}, doc
-        assert doc["before"] == [MEMBER, MEMBER], doc
+        assert doc["before"] == [MEMBER] * 3, doc
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
         proc.stdin.write("\n")
         proc.stdin.flush()
@@ -613,7 +626,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     assert doc["last"] == "CREATED" and set(doc["states"]) <= {"CREATED", "RESCHEDULING"}, doc
     assert doc["where"] == {"0": head, "1": head}, doc
     assert doc["retried"] == "127.0.0.1" and doc["after"] == ["127.0.0.1"] * 2, doc
-    assert doc["restarted"] == "127.0.0.1", doc
+    assert doc["restarted"] == doc["named"] == "127.0.0.1", doc
     assert doc["died"].startswith("ActorDiedError") and member in doc["died"], doc
     print(f"\nbundles held here {doc['took']:.2f} s after their node was killed")
 

@@ -261,6 +261,10 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     book.end_loan(b"actor")
     assert bundle.free == {"CPU": 1.0}
     book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    assert book.moved_loans(H, {2}) == []  # another bundle went elsewhere
+    assert book.moved_loans(H, {1}) == [b"actor"] and book.loans == {}  # its own: killed
+    book.give_back(bundle, place, b"actor")  # (a moved bundle is a new one: room is moot)
+    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
     book.removed(H)
     assert book.loans == {}  # the group's removal ends the actor in the service
     # The service's side: each actor's own room, no lease; nothing to release at the
@@ -279,6 +283,11 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     assert service.take(one, one, b"b").gpus_of(b"b") == ["5"]
     assert service.take(one, one, b"c") is None  # no room lent for it
     assert H in service.groups and service.find_lost({"member"}) == {}
+    # Its node died: the restart goes to this node's ledger (no lent room any more).
+    spec_b = types.SimpleNamespace(placement=one, lent=(entry, ["5"]), actor_id=b"b")
+    service.follow_ledger(spec_b)
+    assert spec_b.lent is None and b"b" not in service.borrowed
+    assert not service.holds(one)  # the placer asks the ledger
     service.removed(H)
     service.release(H)
     assert service.nodes.released == [] and service.borrowed == {}

@@ -451,11 +451,7 @@ class PlacementGroups:
                 lent = [actor_id for actor_id, loan in remote.bundles.loans.items()
                         if loan[0].pg_hex == hex_]
                 remote.bundles.removed(hex_)  # its tasks on other nodes: failed, killed
-        for actor_id in lent:  # its named actors in them: the node's actor service's
-            try:
-                self.owner.actors.kill_in_service(actor_id, True)
-            except (RuntimeError, OSError, ValueError):  # the service is gone (its
-                pass  # ServiceUnavailable): its group watch, if any, ends them
+        self._kill_lent(lent)  # its named actors in them: the node's actor service's
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
@@ -509,6 +505,16 @@ class PlacementGroups:
             self._check_loans(remote)
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
+
+    def _kill_lent(self, actor_ids) -> None:
+        """*Not locked.* Kill these named actors in the node's actor service, no restart
+        (``remote_bundles`` step 7: their group was removed, or their bundle went to
+        another node than this one after its node died)."""
+        for actor_id in actor_ids:
+            try:
+                self.owner.actors.kill_in_service(actor_id, True)
+            except (RuntimeError, OSError, ValueError):  # the service is gone (its
+                pass  # ServiceUnavailable): its group watch, if any, ends them
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named actors in its remote bundles
@@ -597,13 +603,16 @@ class PlacementGroups:
             with self.owner.locked():
                 adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts,
                                                                             here)
+                moved = []
                 if adopted:
                     for i, node in plan.items():
                         nodes[i] = node
                     group.nodes = nodes
+                    moved = remote.bundles.moved_loans(group.hex, set(parts))
             if not adopted:
                 remote.bundles.release_parts(parts)
                 return
+            self._kill_lent(moved)
             try:
                 self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
             except (OSError, ValueError):

@@ -555,8 +555,10 @@ class RemoteActors:
                 bundle = self.in_bundle.get(actor.spec.actor_id)
                 if bundle is not None:  # its restart waits for the bundle's new place
                     self.nodes.bundles.lose_bundle(bundle)
-                    if bundle.lease_id is None:  # lent (remote_bundles step 7): only its
-                        actor.restarts_left = 0  # driver follows the bundle's new place
+                    if bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
+                        self.nodes.bundles.follow_ledger(actor.spec)  # waits for the
+                        # bundle in this node's ledger (its driver holds it here again,
+                        # or kills the actor when it goes to another node)
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "

@@ -56,11 +56,14 @@ Steps for group G of driver D with bundle i planned on node N::
    actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
    ``NodeEntry``, its GPU ids of i). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
    that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
-   and places the actor in it as in step 3's actor path, on S's own link to N. D keeps the room while the name resolves to that actor (``lend``; the
-   group watch asks S, ``loans`` and ``end_loan``). S's own group watch ends the actor
-   when the group is removed or D's group lease goes (D gone); N's death ends it without
-   restart (S cannot follow the bundle's new place). Only a driver of S's node: the
-   group's ledger must be S's.
+   and places the actor in it as in step 3's actor path, on S's own link to N. D keeps
+   the room while the name resolves to that actor (``lend``; the group watch asks S,
+   ``loans`` and ``end_loan``). S's own group watch ends the actor when the group is
+   removed or D's group lease goes (D gone). N's death: a restart (per
+   ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
+   once D holds it on its own node again (step 6); if step 6 places it on another node,
+   D kills the actor in S (``moved_loans``). Only a driver of S's node: the group's
+   ledger must be S's.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -463,6 +466,23 @@ class RemoteBundles:
         self.has_local.setdefault(pg_hex, False)
         self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
                                                     gpu_ids)
+
+    def follow_ledger(self, spec) -> None:
+        """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
+        placed by this node's ledger, which provides the bundle once its driver holds it
+        here again (step 6); its driver kills it if the bundle goes to another node."""
+        spec.lent = None
+        self.borrowed.pop(spec.actor_id, None)
+
+    def moved_loans(self, pg_hex: str, indexes) -> list[bytes]:
+        """*Locked.* D's side: the named actors lent room in bundles ``indexes`` of the
+        group, which were placed again on other nodes (their actors cannot follow them
+        there: D kills them in the service); their loans end."""
+        moved = [a for a, loan in self.loans.items()
+                 if loan[0].pg_hex == pg_hex and loan[0].index in indexes]
+        for actor_id in moved:
+            del self.loans[actor_id]
+        return moved
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""
