@@ -378,7 +378,6 @@ class Ledger:
         *,
         indexes: list[int],
         fields: Mapping[str, Any] | None = None,
-        instance_caps: Mapping[str, list[int]] | None = None,
     ) -> bool:
         """Adds bundles to a reserved group's lease: ``bundles`` (the group's numbers
         ``indexes``) whose node died are held here now, packed as ``acquire_group`` packs
@@ -389,7 +388,7 @@ class Ledger:
         with self._locked():
             state = self._load()
             lease = state.groups().get(pg_hex)
-            plan = None if lease is None else plan_group(state, list(bundles), instance_caps)
+            plan = None if lease is None else plan_group(state, list(bundles))
             if plan is not None:
                 alloc, per_bundle = plan
                 for name, u in alloc.resources.items():
