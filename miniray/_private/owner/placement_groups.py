@@ -623,20 +623,26 @@ class PlacementGroups:
 
     def _replan(self, group: _Group, view, kept: dict, lost: list[int]) -> dict | None:
         """*Not locked.* ``node_pick.replan_bundles`` for ``lost`` on the alive nodes, this
-        one with its ledger's room (idle leases of this driver given back once if that
-        makes room), or left out when the bundles ask for GPUs that other sessions on this
-        host share (``leases.host_caps_for``: the group's host lease is taken once, at
-        creation)."""
+        one with its ledger's room (this driver's idle leases given back first when no
+        node has room now and this node, idle, would hold some of them), or left out when
+        the bundles ask for GPUs that other sessions on this host share
+        (``leases.host_caps_for``: the group's host lease is taken once, at creation)."""
         if self.owner.leases.host_caps_for([group.bundles[i] for i in lost]) is not None:
             view = [e for e in view if e.node_id != self.node_id]
         else:
             view = self._local_room(view)
-        plan = node_pick.replan_bundles(group.bundles, group.strategy, self.node_id, view,
-                                        kept, lost)
-        if plan is None and any(e.node_id == self.node_id for e in view) and \
-                self.owner.make_room():
-            plan = node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
-                                            self._local_room(view), kept, lost)
+
+        def replan(nodes):
+            return node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
+                                            nodes, kept, lost)
+
+        plan = replan(view)
+        if plan is None:  # would this node's whole room do? Then idle leases give way
+            idle = [replace(e, available=dict(e.totals)) if e.node_id == self.node_id else e
+                    for e in view]
+            hoped = replan(idle)
+            if hoped and self.node_id in hoped.values() and self.owner.make_room():
+                plan = replan(self._local_room(view))
         return plan
 
     def _grow(self, group: _Group, here: list[int]) -> bool:
