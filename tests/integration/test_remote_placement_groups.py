@@ -782,3 +782,46 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
 
     assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not member_leases(), 10.0), member_leases()
+
+
+def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_is_refused_naming_why(
+        hosts):
+    # The names are the head's actor service's; a driver on the member holds the group
+    # (its bundle on the head is a lease on its own link), so it cannot lend that room.
+    _cluster(hosts, "2", "2")
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+
+    @ray.remote
+    class A:
+        def ping(self):
+            return "pong"
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    here = ray.get_runtime_context().get_node_id()
+    from miniray.util.placement_group import placement_group_table
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    other = next(i for i, node in nodes.items() if node != here)
+    try:
+        A.options(name="far", scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, other)).remote()
+        refused = "created"
+    except NotImplementedError as error:
+        refused = str(error)
+    anonymous = ray.get(A.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, other)).remote().ping.remote(), timeout=30)
+    print(json.dumps({"refused": refused, "anonymous": anonymous}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER))
+    try:
+        doc = json_line(proc, 40)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert "another host" in doc["refused"] and "head's host" in doc["refused"], doc
+    assert doc["anonymous"] == "pong", doc
