@@ -745,7 +745,8 @@ def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     ray.shutdown()
     """)
     (one, seen_one), (two, seen_two), (three, _seen) = doc["one"], doc["two"], doc["three"]
-    assert sorted(one + two) == [0, 1] and seen_one == str(one[0]), doc  # one each
+    assert sorted(one + two) == [0, 1], doc  # one device each
+    assert (seen_one, seen_two) == (str(one[0]), str(two[0])), doc  # and only it
     assert doc["task"] != one, doc  # the task took the device the actor left free
     assert three == one, doc  # the killed actor's device, not the other one's
 
