@@ -238,11 +238,6 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     waited = not ready
     ray.kill(first)
     where_second = ray.get(second.node.remote(), timeout=30)
-    try:  # a named actor belongs to the node's actor service, which lacks the bundle
-        Where.options(scheduling_strategy=strategy, name="named").remote()
-        named = "created"
-    except NotImplementedError as error:
-        named = str(error)
     remove_placement_group(pg)
     try:
         ray.get(second.node.remote(), timeout=20)
@@ -250,14 +245,13 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     except Exception as error:
         after = type(error).__name__
     print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
-                      "after": after, "pg": pg.id.hex(), "named": named}), flush=True)
+                      "after": after, "pg": pg.id.hex()}), flush=True)
     ray.shutdown()
     """)
     assert doc["first"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["waited"] is True, doc
     assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["after"] == "ActorDiedError", doc
-    assert "bundle on another node is not supported yet" in doc["named"], doc
 
 
 def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
@@ -423,6 +417,20 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="moves")
     assert pg.wait(20)
     first = placement_group_table(pg)["bundles_to_node_id"]
+
+    @ray.remote
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    # An actor in bundle 1 (max_restarts=1): restarted in the bundle's new place.
+    mover = Where.options(max_restarts=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    # A named one there (the actor service's) cannot follow its bundle to another node:
+    # it dies once the bundle is placed again there.
+    named = Where.options(name="stays", max_restarts=1,
+                          scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+    ray.get([mover.ip.remote(), named.ip.remote()], timeout=30)
     # A task in bundle 1 that runs when its node dies: retried (max_retries=1) in the
     # bundle's new place.
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -441,8 +449,14 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
     after = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]
+    restarted = ray.get(mover.ip.remote(), timeout=30)
+    try:
+        named_after = ray.get(named.ip.remote(), timeout=30)
+    except Exception as error:
+        named_after = type(error).__name__
     print(json.dumps({"states": sorted(set(states)), "moved": moved, "took": took,
-                      "retried": retried, "after": after,
+                      "retried": retried, "after": after, "restarted": restarted,
+                      "named": named_after,
                       "new_ip": ray_nodes.get(moved[1])}), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
@@ -463,6 +477,8 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     assert doc["new_ip"] == survivor, doc
     assert doc["moved"]["0"] != doc["moved"]["1"], doc
     assert doc["retried"] == survivor and doc["after"] == survivor, doc
+    assert doc["restarted"] == survivor, doc
+    assert doc["named"] == "ActorDiedError", doc
     print(f"\nbundle placed again {doc['took']:.2f} s after its node was killed")
 
 
@@ -525,3 +541,288 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
+
+
+def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_actors(hosts):
+    # A PACK group on the member (the head was full at creation) whose member dies is held
+    # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
+    # numbers; the task that ran in it is retried here, an actor with a restart left
+    # restarts here, and one with none dies with ActorDiedError naming the member.
+    import os
+    import signal
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ready(self):
+            return True
+
+    @ray.remote
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    hog = Hog.remote()
+    ray.get(hog.ready.remote(), timeout=30)  # the head's 2 CPUs: the group goes elsewhere
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK", name="back")
+    assert pg.wait(20)
+    first = placement_group_table(pg)["bundles_to_node_id"]
+    in0 = PlacementGroupSchedulingStrategy(pg, 0)
+    again = Where.options(max_restarts=1, scheduling_strategy=in0).remote()
+    once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
+    named = Where.options(name="follows", max_restarts=1, scheduling_strategy=in0).remote()
+    before = ray.get([again.ip.remote(), once.ip.remote(), named.ip.remote()], timeout=30)
+    ray.kill(hog)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 10 and ray.available_resources().get("CPU", 0) < 2:
+        time.sleep(0.05)
+    # Two tasks here leave their leases idle, kept for reuse (MINIRAY_LEASE_KEEP_MS): they
+    # give way when the lost bundles need this node's room.
+    assert ray.get([ip_of.remote(0.5) for _ in range(2)], timeout=30)[0][0] == "127.0.0.1"
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.0)
+    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    sys.stdin.readline()  # the test kills the member now
+    states, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        states.append(table["state"])
+        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
+            break
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    retried = ray.get(long, timeout=30)[0]
+    after = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
+    restarted = ray.get(again.ip.remote(), timeout=30)
+    named_restarted = ray.get(named.ip.remote(), timeout=30)
+    try:
+        ray.get(once.ip.remote(), timeout=30)
+        died = "alive"
+    except Exception as error:
+        died = f"{type(error).__name__}: {error}"
+    remove_placement_group(pg)
+    print(json.dumps({"states": sorted(set(states)), "last": states[-1], "took": took,
+                      "where": table["bundles_to_node_id"], "retried": retried,
+                      "after": after, "restarted": restarted, "died": died,
+                      "named": named_restarted}), flush=True)
+    ray.shutdown()
+    """, {**hosts.env("127.0.0.1"), "MINIRAY_LEASE_KEEP_MS": "60000"}, stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 40)
+        member = hosts.record(MEMBER).node_id
+        assert doc["first"] == {"0": member, "1": member}, doc
+        assert doc["before"] == [MEMBER] * 3, doc
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    head = hosts.record("127.0.0.1").node_id
+    # RESCHEDULING lasts until the watch's next turn (WATCH_S): a poll may not see it.
+    assert doc["last"] == "CREATED" and set(doc["states"]) <= {"CREATED", "RESCHEDULING"}, doc
+    assert doc["where"] == {"0": head, "1": head}, doc
+    assert doc["retried"] == "127.0.0.1" and doc["after"] == ["127.0.0.1"] * 2, doc
+    assert doc["restarted"] == doc["named"] == "127.0.0.1", doc
+    assert doc["died"].startswith("ActorDiedError") and member in doc["died"], doc
+    print(f"\nbundles held here {doc['took']:.2f} s after their node was killed")
+
+
+def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_its_room(
+        hosts):
+    # The node's actor service owns named actors; it places this one in the bundle the
+    # creating driver holds on the member, whose room the driver keeps for it until the
+    # name no longer finds it (killed here by another driver). A detached one there is
+    # refused, naming why; removing the group ends a named one.
+    import subprocess
+
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+
+    @ray.remote(num_cpus=1)
+    class Counter:
+        def __init__(self):
+            self.n = 0
+
+        def add(self, k):
+            self.n += k
+            return self.n, ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    in1 = PlacementGroupSchedulingStrategy(pg, 1)
+    counter = Counter.options(name="counter", namespace="pgs", scheduling_strategy=in1).remote()
+    first = ray.get(counter.add.remote(1), timeout=30)
+    try:
+        Counter.options(name="kept", namespace="pgs", lifetime="detached",
+                        scheduling_strategy=in1).remote()
+        detached = "created"
+    except NotImplementedError as error:
+        detached = str(error)
+    print(json.dumps({"first": first, "detached": detached}), flush=True)
+    sys.stdin.readline()  # another driver used it, then killed it
+    t0 = time.monotonic()
+    ran = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]  # the actor's CPU came back
+    waited = time.monotonic() - t0
+    second = Counter.options(name="second", namespace="pgs", scheduling_strategy=in1).remote()
+    there = ray.get(second.add.remote(2), timeout=30)
+    remove_placement_group(pg)
+    try:
+        ray.get(second.add.remote(1), timeout=30)
+        ended = "alive"
+    except Exception as error:
+        ended = type(error).__name__
+    print(json.dumps({"ran": ran, "waited": waited, "there": there, "ended": ended}),
+          flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 40)
+        assert doc["first"] == [1, MEMBER], doc
+        assert "detached" in doc["detached"] and "this node" in doc["detached"], doc
+        other = driver("""
+        import json
+        import miniray as ray
+        ray.init(address="auto")
+        counter = ray.get_actor("counter", namespace="pgs")
+        seen = ray.get(counter.add.remote(10), timeout=30)
+        ray.kill(counter)
+        print(json.dumps({"seen": seen}), flush=True)
+        ray.shutdown()
+        """, hosts.env("127.0.0.1"))
+        try:
+            assert json_line(other, 40) == {"seen": [11, MEMBER]}
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert doc["ran"] == MEMBER and doc["there"] == [2, MEMBER], doc
+    assert doc["ended"] == "ActorDiedError", doc
+
+
+def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    doc = _run_driver(hosts, PG + """
+    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    assert pg.wait(20)
+    strategy = PlacementGroupSchedulingStrategy(pg, -1)  # "any bundle": the member's
+
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def ids(self):
+            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def gpu():
+        return ray.get_gpu_ids()
+
+    first = Gpu.options(name="g1", scheduling_strategy=strategy).remote()
+    one = ray.get(first.ids.remote(), timeout=30)
+    task = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
+    second = Gpu.options(name="g2", scheduling_strategy=strategy).remote()
+    two = ray.get(second.ids.remote(), timeout=30)
+    ray.kill(first)  # its device comes back once the name no longer finds it
+    t0 = time.monotonic()
+    third = Gpu.options(name="g3", scheduling_strategy=strategy).remote()
+    three = ray.get(third.ids.remote(), timeout=30)
+    print(json.dumps({"one": one, "task": task, "two": two, "three": three,
+                      "waited": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    (one, seen_one), (two, seen_two), (three, _seen) = doc["one"], doc["two"], doc["three"]
+    assert sorted(one + two) == [0, 1], doc  # one device each
+    assert (seen_one, seen_two) == (str(one[0]), str(two[0])), doc  # and only it
+    assert doc["task"] != one, doc  # the task took the device the actor left free
+    assert three == one, doc  # the killed actor's device, not the other one's
+
+
+def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stays(hosts):
+    import os
+
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, PG + """
+    @ray.remote
+    class Pid:
+        def pid(self):
+            return os.getpid(), ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    named = Pid.options(name="left", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    print(json.dumps({"pid": ray.get(named.pid.remote(), timeout=30)}), flush=True)
+    """)  # the driver ends without removing the group or killing the actor
+    pid, ip = doc["pid"]
+    assert ip == MEMBER, doc
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    def member_leases() -> dict:
+        with open(os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")) as f:
+            return json.load(f)["leases"]
+
+    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert wait_until(lambda: not member_leases(), 10.0), member_leases()
+
+
+def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_is_refused_naming_why(
+        hosts):
+    # The names are the head's actor service's; a driver on the member holds the group
+    # (its bundle on the head is a lease on its own link), so it cannot lend that room.
+    _cluster(hosts, "2", "2")
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+
+    @ray.remote
+    class A:
+        def ping(self):
+            return "pong"
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    here = ray.get_runtime_context().get_node_id()
+    from miniray.util.placement_group import placement_group_table
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    other = next(i for i, node in nodes.items() if node != here)
+    try:
+        A.options(name="far", scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, other)).remote()
+        refused = "created"
+    except NotImplementedError as error:
+        refused = str(error)
+    anonymous = ray.get(A.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, other)).remote().ping.remote(), timeout=30)
+    print(json.dumps({"refused": refused, "anonymous": anonymous}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER))
+    try:
+        doc = json_line(proc, 40)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert "another host" in doc["refused"] and "head's host" in doc["refused"], doc
+    assert doc["anonymous"] == "pong", doc

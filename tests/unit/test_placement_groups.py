@@ -204,6 +204,34 @@ def test_a_subset_of_a_groups_bundles_keeps_the_groups_bundle_numbers(tmp_path):
     assert empty is not None and other in ledger.groups() and empty.resources == {}
 
 
+def test_a_group_grows_by_a_bundle_whose_node_died_under_its_own_number(tmp_path):
+    # Bundle 1 of a group (0 here, 1 on a node that died) is held here now: the group's
+    # lease takes its room and device, provides bundle 1's names, and its record changes
+    # in the same write; removing the group gives all of it back.
+    ledger = Ledger.create(str(tmp_path / "l.json"), {"CPU": 4, "GPU": 2}, {"GPU": ["4", "6"]})
+    group = [{"CPU": 1, "GPU": 1}, {"CPU": 2, "GPU": 1}]
+    ledger.acquire_group(group[:1], {"id": H, "bundles": group, "nodes": ["a", "b"]},
+                         placement.bundle_provides(H, group[:1], [0]), holder_pid=1,
+                         indexes=[0])
+    assert ledger.acquire(placement.rewrite_request({"CPU": 1}, H, 1), holder_pid=1) is None
+    assert not ledger.grow_group("cd" * 18, group[1:], {}, indexes=[1])  # not reserved
+    assert not ledger.grow_group(H, [{"CPU": 9}], {}, indexes=[1])  # no room: unchanged
+    assert ledger.available()["CPU"] == 3
+    assert ledger.grow_group(H, group[1:], placement.bundle_provides(H, group[1:], [1]),
+                             indexes=[1], fields={"nodes": ["a", "a"]})
+    avail = ledger.available()
+    assert avail["CPU"] == 1 and avail.get("GPU", 0) == 0
+    assert avail[f"CPU_group_1_{H}"] == 2 and avail[f"CPU_group_{H}"] == 3
+    assert ledger.groups()[H].group["nodes"] == ["a", "a"]
+    t0 = ledger.acquire(placement.rewrite_request({"GPU": 1}, H, 0), holder_pid=1)
+    t1 = ledger.acquire(placement.rewrite_request({"CPU": 2, "GPU": 1}, H, 1), holder_pid=1)
+    assert {ledger.instance_ids_of(t0, "GPU")[0], ledger.instance_ids_of(t1, "GPU")[0]} == {
+        "4", "6"}
+    ledger.release_many([t0.lease_id, t1.lease_id])
+    assert ledger.release_group(H) is not None
+    assert ledger.available() == {"CPU": 4, "GPU": 2}
+
+
 def test_a_rewritten_request_names_its_bundle_and_a_remote_bundle_is_picked_by_room():
     request = placement.rewrite_request({"CPU": 1, "GPU": 0.5}, H, 2)
     assert placement.bundle_request(request) == (H, 2, {"CPU": 1, "GPU": 0.5})

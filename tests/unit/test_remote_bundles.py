@@ -17,7 +17,11 @@ class _Owner:
     def __init__(self):
         self.failed: list = []
         self.deferred: list = []
-        self.tasks = types.SimpleNamespace(fail=self._fail)
+        self.resubmitted: list = []
+        self.tasks = types.SimpleNamespace(fail=self._fail, resubmit=self._resubmit)
+
+    def _resubmit(self, task):
+        self.resubmitted.append(task.spec.name)
 
     def _fail(self, task, error):
         task.state = T_DONE
@@ -193,7 +197,37 @@ def test_a_lost_bundle_takes_no_task_until_it_is_placed_again():
     assert book.replace(H, {1: again}) is False  # gone: the caller releases its lease
 
 
-def test_a_dead_nodes_bundles_are_planned_again_on_other_nodes_only():
+def test_a_lost_bundle_held_here_again_sends_its_tasks_to_the_owners_queue():
+    book, owner, nodes = _book(has_local=False)
+    alive = types.SimpleNamespace(lost=None)
+    for part in book.groups[H].values():
+        part.client = alive
+    running = _task("running", {"CPU": 1}, 1)
+    book.submit(running)
+    old = book.groups[H][1]
+    old.entry = types.SimpleNamespace(node_id="dead")
+    assert book.find_lost({"member"}) == {H: [1]}
+    for name, index in (("one", 1), ("any", -1), ("two", 2)):
+        book.submit(_task(name, {"CPU": 1}, index))
+    assert nodes.started[-1] == ("any", 2)  # bundle 2 had room; "two" waits for it
+    assert book.replace(H, {}, [1]) is True  # bundle 1 is this node's now
+    assert owner.resubmitted == ["one"] and 1 not in book.groups[H]
+    assert book.has_local[H] and H not in book.lost
+    assert not book.holds(placement.rewrite_request({"CPU": 1}, H, 1))  # the ledger's
+    assert not book.holds(placement.rewrite_request({"CPU": 1}, H, -1))  # here first
+    # The task that ran there, retried after the bundle came here: to the owner's queue,
+    # and the bundle is not marked lost again.
+    book.requeue(running, old)
+    book.done(running, old)
+    assert owner.resubmitted == ["one", "running"] and H not in book.lost
+    # A bundle whose link is lost takes nothing, before the watch marks it.
+    book.groups[H][2].client = types.SimpleNamespace(lost="reset")
+    book.done(book.running[H].copy().pop(), book.groups[H][2])
+    assert book.take(placement.rewrite_request({"CPU": 1}, H, 2),
+                     placement.rewrite_request({"CPU": 1}, H, 2)) is None
+
+
+def test_a_dead_nodes_bundles_are_planned_again_on_any_alive_node_this_one_first():
     from miniray._private.core.cluster_view import NodeEntry
     from miniray._private.core.node_pick import replan_bundles
 
@@ -203,8 +237,57 @@ def test_a_dead_nodes_bundles_are_planned_again_on_other_nodes_only():
 
     view = [node("here", 4), node("a", 0), node("b", 2), node("dead", 4, alive=False)]
     two = [{"CPU": 1}, {"CPU": 1}]
-    assert replan_bundles(two, "PACK", "here", view, {0: "a"}, [1]) == {1: "b"}
-    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "b"}, [1]) is None
+    assert replan_bundles(two, "PACK", "here", view, {0: "a"}, [1]) == {1: "here"}
+    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "b"}, [1]) == {1: "here"}
+    assert replan_bundles(two, "STRICT_SPREAD", "here", view, {0: "here"}, [1]) == {1: "b"}
     assert replan_bundles(two, "STRICT_PACK", "here", view, {0: "b"}, [1]) == {1: "b"}
-    assert replan_bundles(two, "STRICT_PACK", "here", view, {}, [0, 1]) == {0: "b", 1: "b"}
+    assert replan_bundles(two, "STRICT_PACK", "here", view, {}, [0, 1]) == {0: "here",
+                                                                            1: "here"}
     assert replan_bundles(two, "SPREAD", "here", view, {}, []) == {}
+    # This node full (its ledger's room in the view), or left out by the caller: others.
+    full = [node("here", 0)] + view[1:]
+    assert replan_bundles(two, "PACK", "here", full, {0: "a"}, [1]) == {1: "b"}
+    assert replan_bundles(two, "PACK", "here", view[1:], {0: "a"}, [1]) == {1: "b"}
+
+
+def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service():
+    # The driver's side: the actor's room stays taken while lent, comes back once.
+    book, _owner, _nodes = _book(has_local=False)
+    place = placement.rewrite_request({"CPU": 1}, H, 1)
+    bundle = book.take(place, place, b"actor")
+    book.lend(b"actor", bundle, "counter", "ns", place)
+    assert bundle.free == {"CPU": 0.0} and book.take(place, place, b"other") is None
+    book.end_loan(b"actor")
+    book.end_loan(b"actor")
+    assert bundle.free == {"CPU": 1.0}
+    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    assert book.moved_loans(H, {2}) == []  # another bundle went elsewhere
+    assert book.moved_loans(H, {1}) == [b"actor"] and book.loans == {}  # its own: killed
+    book.give_back(bundle, place, b"actor")  # (a moved bundle is a new one: room is moot)
+    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    book.removed(H)
+    assert book.loans == {}  # the group's removal ends the actor in the service
+    # The service's side: each actor's own room, no lease; nothing to release at the
+    # group's end, and its removal forgets the rooms.
+    service = RemoteBundles(_Owner(), _Nodes())
+    entry = types.SimpleNamespace(node_id="member")
+    one = placement.rewrite_request({"CPU": 1, "GPU": 1}, H, 1)
+    for actor_id, gpus in ((b"a", ["3"]), (b"b", ["5"])):
+        service.borrow(types.SimpleNamespace(placement=one, lent=(entry, gpus),
+                                             actor_id=actor_id))
+    lent = service.borrowed[b"a"]
+    assert lent.lease_id is None and lent.client is None and lent.free == {"CPU": 1.0,
+                                                                          "GPU": 1.0}
+    assert service.take(one, one, b"a") is lent and lent.gpus_of(b"a") == ["3"]
+    assert service.take(one, one, b"a") is None  # its room is taken (a restart waits)
+    assert service.take(one, one, b"b").gpus_of(b"b") == ["5"]
+    assert service.take(one, one, b"c") is None  # no room lent for it
+    assert H in service.groups and service.find_lost({"member"}) == {}
+    # Its node died: the restart goes to this node's ledger (no lent room any more).
+    spec_b = types.SimpleNamespace(placement=one, lent=(entry, ["5"]), actor_id=b"b")
+    service.follow_ledger(spec_b)
+    assert spec_b.lent is None and b"b" not in service.borrowed
+    assert not service.holds(one)  # the placer asks the ledger
+    service.removed(H)
+    service.release(H)
+    assert service.nodes.released == [] and service.borrowed == {}

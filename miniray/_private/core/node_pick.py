@@ -372,9 +372,11 @@ def replan_bundles(bundles: list, strategy: str, local: str | None, view: Iterab
                    kept: dict[int, str], lost: list[int]) -> dict[int, str] | None:
     """New nodes for the bundles ``lost`` (index list: their node died) of a group whose
     other bundles stay where they are (``kept``: index -> node), as Ray reschedules a dead
-    node's bundles; None: no alive node has room now (asked again later). Other nodes
-    only: ``local``'s part of a group is reserved once, at creation. STRICT_SPREAD keeps
-    off the nodes of the kept bundles, STRICT_PACK goes to theirs.
+    node's bundles; None: no alive node has room now (asked again later). Any alive node
+    of ``view`` with room, ``local`` (the driver's, tried first as at creation) included:
+    the caller gives its room as its ledger says, or leaves it out of ``view`` when it
+    cannot hold them there. STRICT_SPREAD keeps off the nodes of the kept bundles,
+    STRICT_PACK goes to theirs.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> nodes = [NodeEntry(n, "10.0.0.1", 1, totals={"CPU": 2}, available={"CPU": 2})
@@ -382,14 +384,17 @@ def replan_bundles(bundles: list, strategy: str, local: str | None, view: Iterab
     >>> replan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", nodes, {0: "a"}, [1])
     {1: 'b'}
     >>> replan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", nodes[:2], {0: "b"}, [1])
+    {1: 'a'}
+    >>> replan_bundles([{"CPU": 1}] * 2, "STRICT_SPREAD", "a", nodes[:2], {0: "a"}, [1])
+    {1: 'b'}
     """
     if not lost:
         return {}
     taken = set(kept.values())
-    nodes = [e for e in view if getattr(e, "alive", True) and e.node_id != local]
+    nodes = [e for e in view if getattr(e, "alive", True)]
     if strategy == "STRICT_SPREAD":
         nodes = [e for e in nodes if e.node_id not in taken]
     elif strategy == "STRICT_PACK" and taken:
         nodes = [e for e in nodes if e.node_id in taken]
-    plan, _why = plan_bundles([bundles[i] for i in lost], strategy, None, nodes)
+    plan, _why = plan_bundles([bundles[i] for i in lost], strategy, local, nodes)
     return None if plan is None else dict(zip(lost, plan))

@@ -105,7 +105,10 @@ class ActorCreationSpec:
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
                  "max_pending_calls", "contained", "runtime_env", "concurrency_groups", "pg",
-                 "affinity")
+                 "affinity", "lent")
+    # ``lent``: a named actor that a driver places in a bundle it holds on another node
+    # gives the node's actor service that node's ``NodeEntry`` and the actor's GPU ids of
+    # the bundle, whose room the driver keeps for it (``owner/remote_bundles.py`` step 7).
 
     def __init__(self, **fields):
         for name in self.__slots__:

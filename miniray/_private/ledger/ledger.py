@@ -370,6 +370,40 @@ class Ledger:
             self._note_want()
         return lease
 
+    def grow_group(
+        self,
+        pg_hex: str,
+        bundles: list[Mapping[str, float]],
+        provides: Mapping[str, float],
+        *,
+        indexes: list[int],
+        fields: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Adds bundles to a reserved group's lease: ``bundles`` (the group's numbers
+        ``indexes``) whose node died are held here now, packed as ``acquire_group`` packs
+        them, their derived resources ``provides`` added to the group's, and ``fields``
+        set in its record (the bundles' nodes) in the same write. False, nothing changed,
+        if the group is not reserved or they do not fit now."""
+        provided = _units_from_floats(provides, "derived amount")
+        with self._locked():
+            state = self._load()
+            lease = state.groups().get(pg_hex)
+            plan = None if lease is None else plan_group(state, list(bundles))
+            if plan is not None:
+                alloc, per_bundle = plan
+                for name, u in alloc.resources.items():
+                    lease.resources[name] = lease.resources.get(name, 0) + u
+                for name, picked in alloc.instances.items():
+                    lease.instances.setdefault(name, []).extend(picked)
+                for name, u in provided.items():
+                    lease.provides[name] = lease.provides.get(name, 0) + u
+                for index, picked in zip(indexes, per_bundle):
+                    for name, inst in picked.items():
+                        lease.provides_instances[f"{name}_group_{index}_{pg_hex}"] = list(inst)
+                lease.group = {**lease.group, **(fields or {})}
+            self._commit(state, plan is not None)
+        return plan is not None
+
     def release_group(self, pg_hex: str) -> Lease | None:
         """Drops a placement group's reservation; returns its lease, None if it had none
         (never reserved, removed already, or its holder died)."""

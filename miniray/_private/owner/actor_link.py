@@ -203,6 +203,10 @@ class ActorLink:
         host, _, port = str(doc["head"]).rpartition(":")
         return host, int(port)
 
+    def on_another_host(self) -> bool:
+        """*Not locked* (a file read). Whether the service is the head's, on another host."""
+        return self._head_address() is not None
+
     def _where(self) -> str:
         return (f"head's ({self._remote[0]}:{self._remote[1]})" if self._remote
                 else "node's")

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import logging
 import sys
+import time
 from typing import Any, Protocol
 
 from miniray._private.core import (
@@ -237,18 +238,23 @@ class ActorManager:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
         actor with a node affinity or SPREAD, or a request this node can never hold, outside
         a placement group (in a driver or in the node's actor service alike); or one in a
-        placement group's bundle on another node (``remote_bundles``)."""
+        placement group's bundle on another node (``remote_bundles``; in the actor
+        service, one that its creating driver lent it: ``spec.lent``)."""
         if spec.pg is not None:
-            if not self.owner.in_remote_bundle(spec.placement):
+            if spec.lent is None and not self.owner.in_remote_bundle(spec.placement):
                 return None
         elif (spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)):
             return None
+        return self._remote_actors().where(spec, actor)
+
+    def _remote_actors(self):
+        """*Locked.* ``self.elsewhere``, made at first use."""
         if self.elsewhere is None:
             from miniray._private.owner.remote_actors import RemoteActors  # lazy: multi-host
 
             self.elsewhere = RemoteActors(self.owner, self)
-        return self.elsewhere.where(spec, actor)
+        return self.elsewhere
 
     # -- the node's actor service: requests made without the lock -------------------------
     def create_in_service(self, spec: ActorCreationSpec) -> bytes:
@@ -258,13 +264,71 @@ class ActorManager:
         follow when they are (the actor waits for them there, as any actor waits for its
         arguments)."""
         owner = self.owner
+        lent = self._lend(spec) if spec.pg is not None else None
+        try:
+            return self._create_in_service(spec, lent)
+        finally:
+            if lent is not None:
+                with owner.locked():
+                    bundles = self._remote_actors().nodes.bundles
+                    if lent.get("kept"):
+                        bundles.lend(spec.actor_id, lent["bundle"], spec.name,
+                                     spec.namespace, spec.held)
+                        owner.note_placement_use()  # the watch follows the loan
+                    else:
+                        bundles.give_back(lent["bundle"], spec.held, spec.actor_id)
+
+    LEND_WAIT_S = 30.0  # a named actor waits this long for room in a remote bundle
+
+    def _lend(self, spec: ActorCreationSpec) -> dict | None:
+        """*Not locked.* A named actor in a bundle this driver holds on another node
+        (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S for
+        it), "any bundle" made the bundle picked, and ``spec.lent`` set for the service;
+        None when the bundle is not remote. Raises, naming why, for a detached actor, a
+        driver on another host than the service, or no room in time."""
+        owner = self.owner
+        deadline = time.monotonic() + self.LEND_WAIT_S
+        far = None
+        while True:
+            with owner.locked():
+                if not owner.in_remote_bundle(spec.placement):
+                    return None
+            if far is None:
+                far = self.link.on_another_host()
+            with owner.locked():
+                if not owner.in_remote_bundle(spec.placement):
+                    return None
+                if spec.detached or far:
+                    why = ("a detached actor must outlive this driver, and the bundle's "
+                           "lease on the other node is held by this driver's link; use a "
+                           "bundle on this node, or leave out lifetime='detached'"
+                           if spec.detached else
+                           "the node's actor service is on another host than this driver, "
+                           "and the group is held by this driver's node; leave out the "
+                           "name, or create the actor from a driver on the head's host")
+                    raise NotImplementedError(
+                        f"actor {spec.class_name}: placement group bundle on another node: "
+                        f"{why}")
+                bundles = self._remote_actors().nodes.bundles
+                bundle = bundles.take(spec.placement, spec.held, spec.actor_id)
+                if bundle is not None:
+                    pg_hex, index, base = placement.bundle_request(spec.placement)
+                    if index < 0:  # the service borrows the very bundle picked here
+                        spec.placement = placement.rewrite_request(base, pg_hex, bundle.index)
+                        held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
+                        spec.held = placement.rewrite_request(held, pg_hex, bundle.index)
+                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id))
+                    return {"bundle": bundle, "kept": False}
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"actor {spec.class_name}: its placement group bundle on another node "
+                    f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
+                    "there, or create it once a task in that bundle ended")
+            time.sleep(0.05)
+
+    def _create_in_service(self, spec: ActorCreationSpec, lent: dict | None) -> bytes:
+        owner = self.owner
         with owner.locked():
-            if spec.pg is not None and owner.in_remote_bundle(
-                    spec.placement):  # the service does not hold this driver's bundles
-                raise NotImplementedError(
-                    f"actor {spec.class_name}: a named or detached actor in a placement "
-                    "group's bundle on another node is not supported yet; leave out the "
-                    "name (and lifetime='detached'), or use a bundle on this node")
             if spec.fn_bytes is None:
                 spec.fn_bytes = owner.function_bytes(spec.fn_id)
             job_env = owner.hello_info.get("runtime_env")
@@ -285,6 +349,8 @@ class ActorManager:
                 if reply is not None:
                     actor_id, state = reply
                     self.proxy(actor_id, state, spec)
+                    if lent is not None:  # the service placed it in the room taken
+                        lent["kept"] = actor_id == spec.actor_id
                     if actor_id == spec.actor_id:
                         for object_id in later:  # some may be ready by now: sent at once
                             self.link.forward_when_ready(object_id)
@@ -389,6 +455,8 @@ class ActorManager:
             elif entry.kind == protocol.ERR:
                 self._init_error_from_dep(actor, object_id)
                 return spec.actor_id
+        if spec.lent is not None and spec.pg is not None:  # lent by its driver
+            self._remote_actors().nodes.bundles.borrow(spec)
         if actor.waiting == 0:
             self._place(actor)
         return spec.actor_id

@@ -20,9 +20,11 @@ held. No room now: pending, tried again every RETRY_S; a group that no set of al
 can hold gets one stderr line and stays pending, placed when nodes that can hold it join.
 A detached group stays on this node (its bundles on other nodes would be held by this
 driver's links, which end with it).
-A bundle on another node whose node dies is placed again on another node
-(``_check_bundle_nodes``, on the watch; ``_replace``, a thread): the ledger's record says
-``rescheduling`` (the table's RESCHEDULING) with no node for it until then. A task of
+A bundle on another node whose node dies is placed again on any alive node with room,
+this one included (``_check_bundle_nodes``, on the watch; ``_replace``, a thread; here:
+``ledger.grow_group`` adds it to the group's lease under its own bundle number): the
+ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
+then. A task of
 another driver in a bundle this driver holds on another node fails (``elsewhere``).
 
 ::
@@ -310,13 +312,7 @@ class PlacementGroups:
         nodes = cluster.view(fresh=True)  # one file read: a plan on the newest room
         if not nodes:
             return None
-        try:
-            here = self.ledger.available()
-        except (OSError, ValueError):
-            here = None
-        if here is not None:
-            nodes = [replace(e, available=dict(here)) if e.node_id == self.node_id else e
-                     for e in nodes]
+        nodes = self._local_room(nodes)
         plan, why = node_pick.plan_bundles(group.bundles, group.strategy, self.node_id, nodes)
         group.never = plan is None and why.startswith("never")  # Ray's INFEASIBLE state
         if plan is None and why.startswith("never") and not group.noted:
@@ -326,6 +322,16 @@ class PlacementGroups:
                   f"({why[len('never: '):]}); it stays pending until nodes that can hold "
                   "it join (miniray start --address=HEAD:PORT).", file=sys.stderr, flush=True)
         return plan
+
+    def _local_room(self, nodes: list) -> list:
+        """*Not locked.* The view ``nodes`` with this node's room as its ledger says now
+        (fresher than its heartbeat)."""
+        try:
+            here = self.ledger.available()
+        except (OSError, ValueError):
+            return nodes
+        return [replace(e, available=dict(here)) if e.node_id == self.node_id else e
+                for e in nodes]
 
     def try_pending(self) -> None:
         """*Not locked.* Retry the pending groups, oldest first (resources came back)."""
@@ -440,8 +446,12 @@ class PlacementGroups:
                 host_lease, group.host_lease = group.host_lease, None
             self.owner.placement_group_removed(hex_)
             remote = self.owner.remote_nodes
+            lent = []
             if remote is not None:
+                lent = [actor_id for actor_id, loan in remote.bundles.loans.items()
+                        if loan[0].pg_hex == hex_]
                 remote.bundles.removed(hex_)  # its tasks on other nodes: failed, killed
+        self._kill_lent(lent)  # its named actors in them: the node's actor service's
         self.ledger.release_group(hex_)
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
@@ -491,8 +501,45 @@ class PlacementGroups:
             self.watch()
         for hex_ in gone:  # round trips: after the lock
             remote.bundles.release(hex_)
+        if remote is not None and remote.bundles.loans:
+            self._check_loans(remote)
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
+
+    def _kill_lent(self, actor_ids) -> None:
+        """*Not locked.* Kill these named actors in the node's actor service, no restart
+        (``remote_bundles`` step 7: their group was removed, or their bundle went to
+        another node than this one after its node died)."""
+        for actor_id in actor_ids:
+            try:
+                self.owner.actors.kill_in_service(actor_id, True)
+            except (RuntimeError, OSError, ValueError):  # the service is gone (its
+                pass  # ServiceUnavailable): its group watch, if any, ends them
+
+    def _check_loans(self, remote) -> None:
+        """*Not locked.* The room of this driver's named actors in its remote bundles
+        (``remote_bundles`` step 7) comes back once the node's actor service no longer
+        knows the name as that actor (it ended: killed, out of scope, its node died)."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        with self.owner.locked():
+            asks = [(actor_id, name, namespace) for actor_id, (_b, name, namespace, _h)
+                    in remote.bundles.loans.items()]
+        link = self.owner.actors.link
+        ended = []
+        for actor_id, name, namespace in asks:
+            try:
+                found = link.lookup(name, namespace)[0]
+            except ValueError:  # no actor of that name now
+                found = None
+            except (ServiceUnavailable, OSError):
+                continue  # asked again at the next turn
+            if found != actor_id:
+                ended.append(actor_id)
+        if ended:
+            with self.owner.locked():
+                for actor_id in ended:
+                    remote.bundles.end_loan(actor_id)
 
     # -- bundles whose node died (remote_bundles step 6) ----------------------------------
     def _check_bundle_nodes(self, remote) -> None:
@@ -519,9 +566,10 @@ class PlacementGroups:
                              daemon=True, name="miniray-pg-replace").start()
 
     def _replace(self, remote, group: _Group, lost: list[int], view) -> None:
-        """*Not locked*, its own thread. Plan ``lost`` on other alive nodes
-        (``node_pick.replan_bundles``), take their leases (``remote_bundles.reserve``),
-        then adopt them; the ledger's record says RESCHEDULING until then."""
+        """*Not locked*, its own thread. Plan ``lost`` on the alive nodes (``_replan``),
+        take the other nodes' leases (``remote_bundles.reserve``), then this node's part
+        (``_grow``), then adopt them (``remote_bundles.replace``); the ledger's record
+        says RESCHEDULING until then."""
         try:
             nodes = list(group.nodes or [])
             shown = [("" if i in lost else node) for i, node in enumerate(nodes)]
@@ -535,26 +583,36 @@ class PlacementGroups:
             except (OSError, ValueError):
                 return
             kept = {i: node for i, node in enumerate(nodes) if i not in lost}
-            plan = node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
-                                            view, kept, lost)
+            plan = self._replan(group, view, kept, lost)
             if plan is None:
                 return  # no room now: the next watch tick (WATCH_S) tries again
+            here = sorted(i for i, node in plan.items() if node == self.node_id)
             full = [plan.get(i, self.node_id) for i in range(len(group.bundles))]
-            try:
-                parts = remote.bundles.reserve(group.hex, group.name, group.bundles, full)
-            except Exception:  # noqa: BLE001 - shutting down: the links are closing
-                return
-            if parts is None:
+            parts: dict = {}
+            if len(here) < len(plan):  # step 1 of remote_bundles for the other nodes' part
+                try:
+                    parts = remote.bundles.reserve(group.hex, group.name, group.bundles,
+                                                   full)
+                except Exception:  # noqa: BLE001 - shutting down: the links are closing
+                    return
+                if parts is None:
+                    return
+            if here and not self._grow(group, here):
+                remote.bundles.release_parts(parts)
                 return
             with self.owner.locked():
-                adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts)
+                adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts,
+                                                                            here)
+                moved = []
                 if adopted:
                     for i, node in plan.items():
                         nodes[i] = node
                     group.nodes = nodes
+                    moved = remote.bundles.moved_loans(group.hex, set(parts))
             if not adopted:
                 remote.bundles.release_parts(parts)
                 return
+            self._kill_lent(moved)
             try:
                 self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
             except (OSError, ValueError):
@@ -562,6 +620,41 @@ class PlacementGroups:
         finally:
             with self.owner.locked():
                 group.replacing = False
+
+    def _replan(self, group: _Group, view, kept: dict, lost: list[int]) -> dict | None:
+        """*Not locked.* ``node_pick.replan_bundles`` for ``lost`` on the alive nodes, this
+        one with its ledger's room (this driver's idle leases given back first when no
+        node has room now and this node, idle, would hold some of them), or left out when
+        the bundles ask for GPUs that other sessions on this host share
+        (``leases.host_caps_for``: the group's host lease is taken once, at creation)."""
+        if self.owner.leases.host_caps_for([group.bundles[i] for i in lost]) is not None:
+            view = [e for e in view if e.node_id != self.node_id]
+        else:
+            view = self._local_room(view)
+
+        def replan(nodes):
+            return node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
+                                            nodes, kept, lost)
+
+        plan = replan(view)
+        if plan is None:  # would this node's whole room do? Then idle leases give way
+            idle = [replace(e, available=dict(e.totals)) if e.node_id == self.node_id else e
+                    for e in view]
+            hoped = replan(idle)
+            if hoped and self.node_id in hoped.values() and self.owner.make_room():
+                plan = replan(self._local_room(view))
+        return plan
+
+    def _grow(self, group: _Group, here: list[int]) -> bool:
+        """*Not locked.* Bundles ``here`` (their node died) held by this node's ledger now,
+        under the group's own bundle numbers (``ledger.grow_group``), as at creation."""
+        bundles = [group.bundles[i] for i in here]
+        try:
+            return self.ledger.grow_group(group.hex, bundles,
+                                          placement.bundle_provides(group.hex, bundles, here),
+                                          indexes=here)
+        except (OSError, ValueError):  # the node's ledger went with the node
+            return False
 
     def gone(self, hex_: str) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved

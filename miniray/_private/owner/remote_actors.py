@@ -346,6 +346,10 @@ class RemoteActors:
                 grant = nodes.lease(client, _Ask(spec), _Waiting(actor), entry.node_id)
             else:
                 client = bundle.client
+                if client is None:  # a bundle lent by another driver: this owner's link
+                    client = nodes.client(entry)
+                    with owner.locked():
+                        bundle.client = client
                 if client.lost is not None:
                     raise NodeDiedError(f"the link that held bundle {bundle.index} of "
                                         f"placement group {bundle.pg_hex} was lost")
@@ -372,6 +376,9 @@ class RemoteActors:
                         f"{error}")), init=True)
             return None
         except (NodeDiedError, OSError, TimeoutError, pc.PeerRefused, pc.PeerAuthError) as error:
+            if bundle is not None:  # the restart waits for the bundle's new place
+                with owner.locked():
+                    nodes.bundles.lose_bundle(bundle)
             self._abandon(actor, client, grant, inner)
             self._lost_before_start(actor, entry, str(error))
             return None
@@ -549,6 +556,13 @@ class RemoteActors:
                 worker.death_reason = (f"The actor died because its node has died. Node Id: "
                                        f"{worker.node} (IP {worker.ip}: {lost})")
                 self.excluded[actor.spec.actor_id] = worker.node
+                bundle = self.in_bundle.get(actor.spec.actor_id)
+                if bundle is not None:  # its restart waits for the bundle's new place
+                    self.nodes.bundles.lose_bundle(bundle)
+                    if bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
+                        self.nodes.bundles.follow_ledger(actor.spec)  # waits for the
+                        # bundle in this node's ledger (its driver holds it here again,
+                        # or kills the actor when it goes to another node)
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "

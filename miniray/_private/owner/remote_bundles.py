@@ -13,9 +13,10 @@ leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``
 Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not locked;
 ``adopt``, ``removed``, locked), the owner's offload hook (``submit``, locked),
 ``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
+``actors.ActorManager`` (``lend``, ``end_loan``, ``borrow``: step 7, locked),
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
 ``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
-(``holds``, ``take``, ``give_back``, locked).
+(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -40,9 +41,29 @@ Steps for group G of driver D with bundle i planned on node N::
        that ends closes its links: each node releases that link's leases itself.
     6. lose / find_lost (locked): bundle i's node died (dead in the view, its link lost,
        or a task's thread saw it die): i takes no task; a task that ran there and may be
-       retried waits first in G's queue (``requeue``). ``PlacementGroups._replace`` plans
-       i again on another node (``node_pick.replan_bundles``), reserves it as in step 1,
-       and ``replace`` (locked) adopts the new lease and starts the waiting tasks.
+       retried waits first in G's queue (``requeue``), and so does an actor's restart
+       (``lose_bundle``; ``take`` finds no room in a lost bundle, or one whose link is
+       lost). ``PlacementGroups._replace`` plans i again on any alive node with room
+       (``node_pick.replan_bundles``): on another node it reserves it as in step 1; on D's
+       own node D's ledger holds it under the group's number i (``ledger.grow_group``).
+       ``replace`` (locked) adopts the new lease and starts the waiting tasks, or, for a
+       bundle now on D's node, drops i from G's remote bundles and hands the tasks
+       waiting for i (or for any bundle) to the owner's queue; a restarting actor is
+       then placed by the ledger, as in a local bundle.
+
+7. A named actor of D in bundle i (the node's actor service S owns named actors, and
+   does not hold D's leases): D takes the actor's room in i (``take``, as for its own
+   actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
+   ``NodeEntry``, its GPU ids of i). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
+   that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
+   and places the actor in it as in step 3's actor path, on S's own link to N. D keeps
+   the room while the name resolves to that actor (``lend``; the group watch asks S,
+   ``loans`` and ``end_loan``). S's own group watch ends the actor when the group is
+   removed or D's group lease goes (D gone). N's death: a restart (per
+   ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
+   once D holds it on its own node again (step 6); if step 6 places it on another node,
+   D kills the actor in S (``moved_loans``). Only a driver of S's node: the group's
+   ledger must be S's.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -115,6 +136,8 @@ class RemoteBundles:
         self.waiting: dict[str, collections.deque] = {}  # hex -> tasks waiting for room
         self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
+        self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
+        self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -158,7 +181,8 @@ class RemoteBundles:
         """*Not locked.* Every bundle's lease back to its node (a lost link: the node
         released it already)."""
         for bundle in parts.values():
-            self.nodes.release(bundle.client, bundle.lease_id)
+            if bundle.lease_id is not None:  # None: lent by another driver (step 7)
+                self.nodes.release(bundle.client, bundle.lease_id)
 
     def adopt(self, pg_hex: str, parts: dict[int, RemoteBundle], has_local: bool) -> None:
         """*Locked.* Step 2: the group's remote bundles are held; tasks may use them."""
@@ -211,11 +235,17 @@ class RemoteBundles:
         actor's lease shrinks to what it holds), its share of the bundle's GPUs taken for
         ``holder`` (the actor's id: ``RemoteBundle.gpus_of``); None: none has room now (the
         placer asks again)."""
-        found = self._bundle_of(request)
-        if found is None:
-            return None
-        parts, index, base = found
-        usable = self._usable(placement.bundle_request(request)[0], parts)
+        lent = self.borrowed.get(holder) if holder is not None else None
+        if lent is not None:  # an actor of another driver's bundle (step 7): its own room
+            parts, index, base = {lent.index: lent}, lent.index, \
+                placement.bundle_request(request)[2]
+            usable = parts
+        else:
+            found = self._bundle_of(request)
+            if found is None:
+                return None
+            parts, index, base = found
+            usable = self._usable(placement.bundle_request(request)[0], parts)
         picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
                                        _gpus(usable))
         if picked is None:
@@ -286,15 +316,24 @@ class RemoteBundles:
         return True
 
     def _usable(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> dict[int, RemoteBundle]:
-        """*Locked.* The group's remote bundles less those whose node died (step 6)."""
-        lost = self.lost.get(pg_hex)
-        return {i: b for i, b in parts.items() if i not in lost} if lost else parts
+        """*Locked.* The group's remote bundles less those whose node died (step 6) or
+        whose link is lost (the watch marks them lost at its next turn)."""
+        lost = self.lost.get(pg_hex) or ()
+        return {i: b for i, b in parts.items()
+                if i not in lost and getattr(b.client, "lost", None) is None}
 
     # -- step 6: a bundle's node died ---------------------------------------------------
     def lose(self, pg_hex: str, indexes) -> None:
         """*Locked.* These bundles' node died: no task starts in them until ``replace``."""
         if pg_hex in self.groups:
             self.lost.setdefault(pg_hex, set()).update(indexes)
+
+    def lose_bundle(self, bundle: RemoteBundle) -> None:
+        """*Locked.* ``bundle``'s node died under a task or an actor: it is lost (``lose``)
+        unless it was placed again already (another bundle holds its number now)."""
+        group = self.groups.get(bundle.pg_hex)
+        if group is not None and group.get(bundle.index) is bundle:
+            self.lose(bundle.pg_hex, [bundle.index])
 
     def find_lost(self, alive: set) -> dict[str, list[int]]:
         """*Locked.* Per group, its remote bundles whose node is not in ``alive`` (the
@@ -303,7 +342,7 @@ class RemoteBundles:
         out: dict[str, list[int]] = {}
         for pg_hex, parts in self.groups.items():
             gone = [i for i, b in parts.items()
-                    if b.node_id not in alive or b.client.lost is not None]
+                    if b.node_id not in alive or getattr(b.client, "lost", None) is not None]
             if gone:
                 self.lose(pg_hex, gone)
             if self.lost.get(pg_hex):
@@ -312,26 +351,60 @@ class RemoteBundles:
 
     def requeue(self, task, bundle: RemoteBundle) -> None:
         """*Locked.* ``task`` failed because ``bundle``'s node died and may be retried:
-        the bundle is lost, and the task waits (first) for the bundle to be placed again.
-        ``done`` follows, as for any task that left the bundle."""
-        self.lose(bundle.pg_hex, [bundle.index])
+        the bundle is lost, and the task waits (first) for the bundle to be placed again;
+        if it was placed again already, the task goes to its new place (on this node: the
+        owner's queue). ``done`` follows, as for any task that left the bundle."""
+        pg_hex = bundle.pg_hex
+        group = self.groups.get(pg_hex)
         task.state, task.worker = T_WAITING, None
-        self.waiting.setdefault(bundle.pg_hex, collections.deque()).appendleft(task)
+        if group is not None and bundle.index not in group:  # held by this node now
+            self.owner.tasks.resubmit(task)
+            return
+        self.lose_bundle(bundle)
+        self.waiting.setdefault(pg_hex, collections.deque()).appendleft(task)
 
-    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> bool:
-        """*Locked.* Lost bundles were placed again (step 1 on other nodes): tasks start in
-        them. False when the group was removed meanwhile (the caller releases ``parts``)."""
+    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle], here=()) -> bool:
+        """*Locked.* Lost bundles were placed again (step 1 on other nodes: ``parts``;
+        the bundles ``here``: in this node's ledger, ``PlacementGroups._grow``): tasks
+        start in them, those waiting for a bundle now here (or for any bundle) going to
+        the owner's queue. False when the group was removed meanwhile (the caller
+        releases ``parts``)."""
         group = self.groups.get(pg_hex)
         if group is None:
             return False
         group.update(parts)
-        lost = self.lost.get(pg_hex, set()) - set(parts)
+        for index in here:
+            group.pop(index, None)
+        if here:
+            self.has_local[pg_hex] = True
+        lost = self.lost.get(pg_hex, set()) - set(parts) - set(here)
         if lost:
             self.lost[pg_hex] = lost
         else:
             self.lost.pop(pg_hex, None)
+        if here:
+            self._to_local(pg_hex, set(here))
         self._pump(pg_hex)
         return True
+
+    def _to_local(self, pg_hex: str, here: set) -> None:
+        """*Locked.* Tasks waiting for a bundle that this node holds now, or for any
+        bundle of the group (this node's first: ``_bundle_of``), go to the owner's queue."""
+        queue = self.waiting.get(pg_hex)
+        if not queue:
+            return
+        kept = collections.deque()
+        for task in queue:
+            index = placement.bundle_request(task.spec.request)[1]
+            if task.cancelled or not (index < 0 or index in here):
+                kept.append(task)
+                continue
+            task.state, task.worker = T_WAITING, None
+            self.owner.tasks.resubmit(task)
+        if kept:
+            self.waiting[pg_hex] = kept
+        else:
+            self.waiting.pop(pg_hex, None)
 
     def done(self, task, bundle: RemoteBundle) -> None:
         """*Locked.* Step 4: ``task`` left ``bundle``; its room goes back."""
@@ -362,6 +435,54 @@ class RemoteBundles:
                 self.owner.tasks.fail(task, error)
             if slot is not None and getattr(slot, "remote_kill", None) is not None:
                 self.owner.defer(slot.remote_kill)
+        for actor_id in [a for a, loan in self.loans.items() if loan[0].pg_hex == pg_hex]:
+            del self.loans[actor_id]  # the service's watch ends the actor
+        for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
+            del self.borrowed[actor_id]
+
+    # -- step 7: a named actor in a remote bundle -----------------------------------------
+    def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
+             held) -> None:
+        """*Locked.* D's side: the room ``take`` gave actor ``actor_id`` is kept for the
+        node's actor service while ``name`` resolves to it there."""
+        self.loans[actor_id] = (bundle, name, namespace, held)
+
+    def end_loan(self, actor_id: bytes) -> None:
+        """*Locked.* The service's actor ended (or its creation failed): its room comes
+        back (once)."""
+        loan = self.loans.pop(actor_id, None)
+        if loan is not None:
+            self.give_back(loan[0], loan[3], actor_id)
+
+    def borrow(self, spec) -> None:
+        """*Locked.* S's side: actor ``spec`` of another driver's group (``spec.lent``: the
+        node's entry and its GPU ids there) gets a ``RemoteBundle`` of its own room in
+        that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
+        watched as one of this owner's (its removal, or its holder's end, ends the actor).
+        Its link to the node is opened by the actor's thread."""
+        entry, gpu_ids = spec.lent
+        pg_hex, index, base = placement.bundle_request(spec.placement)
+        self.groups.setdefault(pg_hex, {})
+        self.has_local.setdefault(pg_hex, False)
+        self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
+                                                    gpu_ids)
+
+    def follow_ledger(self, spec) -> None:
+        """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
+        placed by this node's ledger, which provides the bundle once its driver holds it
+        here again (step 6); its driver kills it if the bundle goes to another node."""
+        spec.lent = None
+        self.borrowed.pop(spec.actor_id, None)
+
+    def moved_loans(self, pg_hex: str, indexes) -> list[bytes]:
+        """*Locked.* D's side: the named actors lent room in bundles ``indexes`` of the
+        group, which were placed again on other nodes (their actors cannot follow them
+        there: D kills them in the service); their loans end."""
+        moved = [a for a, loan in self.loans.items()
+                 if loan[0].pg_hex == pg_hex and loan[0].index in indexes]
+        for actor_id in moved:
+            del self.loans[actor_id]
+        return moved
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""
