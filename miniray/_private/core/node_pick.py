@@ -11,7 +11,7 @@ and, optionally, where the arguments' bytes are.
 Does not own: the view (``cluster_view.py``), leases (the node's ledger decides in the end:
 a DENY sends the caller back here with a fresher view), placement groups
 (``placement.py``), or acting on an answer (``owner/remote_nodes.py``).
-Called by: ``owner/remote_nodes.placement_for`` (every task that may leave this node:
+Called by: ``core/task_nodes.placement_for`` (every task that may leave this node:
 node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over of a
 local node with no room now) and ``move_to``; ``owner/remote_nodes.RemoteNodes.locate``
 (a task given results kept on other nodes: rule 2's exception weighs their bytes).
