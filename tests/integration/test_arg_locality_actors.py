@@ -1,0 +1,120 @@
+"""Actor calls given a kept result (issue 16; docs/remote-objects.md, "Actor calls given a
+kept result"): an actor on member B given A's kept 20 MB result gets it through B's node,
+which fetches it from A with the driver's grant (bit-exact; the driver never pulls it);
+an actor on A reads A's copy; an actor on the driver's node pulls it as before. A call
+given a kept ref and the plain call after it run in submission order. A killed before
+the fetch: the call fails with its argument's ObjectLostError; nothing is left on any
+host (the ``hosts`` fixture's teardown checks every process, session and segment).
+
+The scene is test_arg_locality.py's: head 127.0.0.1, member A 127.0.0.2, member B
+127.0.0.3.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from .helpers import driver, json_line, stop_driver
+from .test_arg_locality import TWO, _env_b, _kept_b, members  # noqa: F401 - fixture
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_objects import _member_kept, _member_tag
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
+from .test_arg_locality import member  # noqa: F401 - the fixture `member`
+
+ACTORS = TWO + """
+    @ray.remote
+    class Reader:
+        def __init__(self):
+            self.log = []
+
+        def digest(self, array):
+            self.log.append("kept")
+            return (hashlib.sha256(array).hexdigest(),
+                    ray.get_runtime_context().get_node_id())
+
+        def note(self, word):
+            self.log.append(word)
+            return word
+
+        def calls(self):
+            return self.log
+
+    def reader(node):
+        return Reader.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node, soft=False)).remote()
+"""
+
+
+def test_an_actor_given_a_kept_result_reads_it_where_it_runs_in_call_order(hosts, members):
+    doc = _run_driver(hosts, ACTORS + """
+    out = {}
+    here_id = ray.get_runtime_context().get_node_id()
+    ref = made.options(**on).remote(21, M20)
+    until(lambda: recorded(ref))
+    on_b = reader(member_b)
+    first = on_b.digest.remote(ref)  # B's node fetches it from A
+    second = on_b.note.remote("plain")  # queued behind the fetch, never before it
+    sha, node = ray.get(first, timeout=120)
+    out["b"] = [sha == expected(21, M20), node == member_b, pulled(), fetched(), here(ref),
+                ray.get(second, timeout=60), ray.get(on_b.calls.remote(), timeout=60)]
+    on_a = reader(member)  # reads A's own copy
+    sha, node = ray.get(on_a.digest.remote(ref), timeout=120)
+    out["a"] = [sha == expected(21, M20), node == member, pulled(), fetched(), here(ref)]
+    local = Reader.remote()  # on the driver's node: pulled here, as before
+    sha, node = ray.get(local.digest.remote(ref), timeout=120)
+    out["local"] = [sha == expected(21, M20), node == here_id, pulled(), fetched()]
+    del ref
+    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["b"] == [True, True, 0, 1, False, "plain", ["kept", "plain"]], doc
+    assert doc["a"] == [True, True, 0, 1, False], doc
+    assert doc["local"] == [True, True, 1, 1], doc
+    assert doc["freed"] == [True, True], doc
+    assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_member_a_killed_before_an_actor_on_b_fetches_fails_the_call_object_lost(
+        hosts, members):
+    """The call fails with its argument's ObjectLostError (a RayTaskError as a local
+    call's); the actor lives on and runs the next call; nothing is left on B."""
+    proc = driver(PRELUDE + ACTORS + """
+    ref = made.options(**on).remote(22, M20)
+    on_b = reader(member_b)
+    ray.get(on_b.note.remote("up"), timeout=60)
+    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
+          flush=True)
+    sys.stdin.readline()  # A is dead now
+    t0 = time.monotonic()
+    try:
+        ray.get(on_b.digest.remote(ref), timeout=90)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "text": str(error)[:2000],
+               "lost": isinstance(error, ray.exceptions.ObjectLostError),
+               "waited": time.monotonic() - t0}
+    out["next"] = ray.get(on_b.note.remote("next"), timeout=60)
+    out["pulled"], out["fetched"] = pulled(), fetched()
+    del ref
+    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
+                  **_env_b(hosts))
+    try:
+        assert json_line(proc, 120)["kept"]
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc["error"] is not None and doc["lost"], doc
+        assert "All copies of" in doc["text"] and "lost due to node failure" in doc["text"], doc
+        assert doc["waited"] < 60 and not doc["left_on_b"], doc
+        assert doc["next"] == "next" and doc["fetched"] == 0, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+    assert _kept_b(hosts) == []
