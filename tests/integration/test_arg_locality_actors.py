@@ -118,3 +118,41 @@ def test_member_a_killed_before_an_actor_on_b_fetches_fails_the_call_object_lost
     finally:
         stop_driver(proc)
     assert _kept_b(hosts) == []
+
+
+def test_a_task_and_an_actor_in_a_bundle_on_b_get_a_kept_result_fetched_there(
+        hosts, members):
+    """A STRICT_SPREAD group with a bundle on every host: a task and an actor in B's
+    bundle get A's kept result through B's node (one fetch, then B's copy); a task in
+    A's bundle reads A's copy; the driver never pulls it."""
+    doc = _run_driver(hosts, ACTORS + """
+    from miniray.util.placement_group import placement_group, placement_group_table
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    pg = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD")
+    ray.get(pg.ready(), timeout=60)
+    index = {node: int(i) for i, node in placement_group_table(pg)["bundles_to_node_id"].items()}
+
+    def in_bundle(node):
+        return dict(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index[node]))
+
+    out = {}
+    ref = made.options(**on).remote(23, M20)
+    until(lambda: recorded(ref))
+    sha, node = ray.get(digest.options(**in_bundle(member_b)).remote(ref), timeout=120)
+    out["task_b"] = [sha == expected(23, M20), node == member_b, pulled(), fetched()]
+    actor = Reader.options(num_cpus=0, **in_bundle(member_b)).remote()
+    sha, node = ray.get(actor.digest.remote(ref), timeout=120)
+    out["actor_b"] = [sha == expected(23, M20), node == member_b, pulled(), fetched()]
+    sha, node = ray.get(digest.options(**in_bundle(member)).remote(ref), timeout=120)
+    out["task_a"] = [sha == expected(23, M20), node == member, pulled(), fetched(), here(ref)]
+    del ref, actor
+    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["task_b"] == [True, True, 0, 1], doc
+    assert doc["actor_b"] == [True, True, 0, 1], doc  # B's copy, fetched once
+    assert doc["task_a"] == [True, True, 0, 1, False], doc
+    assert doc["freed"] == [True, True], doc
+    assert _member_kept(hosts) == [] and _kept_b(hosts) == []

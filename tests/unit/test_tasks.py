@@ -355,3 +355,26 @@ def test_a_spread_task_without_kept_arguments_is_offered_once():
                             offload=lambda task, feasible: offered.append(task))
     tasks.submit(_spec(1, affinity="SPREAD"), "key")
     assert len(offered) == 1 and dispatched == ["key"]
+
+
+def test_a_placement_group_task_given_a_kept_result_asks_locate_before_any_pull():
+    """Its bundle decides: on another node (``locate`` True) it reads or fetches the
+    argument there, never pulled here; a bundle here (None): pulled, then queued here
+    without being offered again."""
+    for where in (True, None):
+        dispatched: list = []
+        offered: list = []
+        tasks, objects = _queue(dispatched, locate=lambda task, where=where: where,
+                                offload=lambda task, feasible: offered.append(task))
+        a = b"a" * 28
+        objects.ensure(a)
+        pulls = _kept(objects, a)
+        spec = _spec(1, deps=[a])
+        spec.placement = ("pg", 0)
+        tasks.submit(spec, "key")
+        if where:
+            assert pulls == [] and dispatched == [] and offered == []
+            continue
+        assert pulls == [a]
+        objects.set_ready(a, protocol.OK, b"x")
+        assert offered == [] and dispatched == ["key"]

@@ -505,7 +505,8 @@ def _places_first(spec) -> bool:
     """Whether a task is placed before its arguments kept on other nodes come here (issue
     16: ``node_pick`` weighs where their bytes are): one without an affinity, placement
     group or refs nested in its arguments, not a generator (what spill-over may move),
-    and one with a node affinity (it reads them where it must run, or they are pulled)."""
+    one with a node affinity (it reads them where it must run, or they are pulled), and
+    one in a placement group (a bundle on another node reads or fetches them there)."""
     if spec.placement is not None:
-        return False
+        return True
     return spec.affinity is not None or (not spec.contained and spec.num_returns >= 0)
