@@ -127,6 +127,7 @@ import contextlib
 import logging
 import math
 import os
+import queue
 import selectors
 import socket
 import threading
@@ -429,7 +430,7 @@ class RemoteDrivers:
         # node (the cluster token, TLS and this node's source address).
         self.post = None
         self.connect_pull = None
-        self._fetching: dict[tuple, list] = {}  # (link, object id) -> reqs waiting
+        self._fetching: dict[tuple, list] = {}  # (link, object id) -> [(req, answer)] waiting
         self.fetched = 0  # step 12: objects fetched from other nodes
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
@@ -740,6 +741,11 @@ class RemoteDrivers:
             channel.set_send_timeout(PULL_SEND_TIMEOUT_S)
             while True:
                 message = channel.recv(timeout=None)
+                if (only is None and isinstance(message, tuple) and len(message) == 7
+                        and message[0] == "fetch"):
+                    if not self._fetch_on_pull(link, channel, message):
+                        return
+                    continue
                 if (not isinstance(message, tuple) or len(message) != 3
                         or message[0] != "pull" or not isinstance(message[2], bytes)):
                     return  # not a driver of this version: the connection goes
@@ -770,10 +776,44 @@ class RemoteDrivers:
             link.pulls.discard(channel)
             channel.close()
 
+    def _fetch_on_pull(self, link: _Link, channel: pc.PeerChannel, message: tuple) -> bool:
+        """Step 12's ask on one of the driver's own pull connections (its thread): the
+        link's loop starts or joins the fetch (``_fetch``), this thread waits for its
+        answer and sends it on this connection, so the driver's link is never held for
+        the transfer. False: the connection goes (the link ended, or it broke)."""
+        req = message[1]
+        if not _fetch_shape(message[2:]):
+            channel.send(("error", req, "malformed", "a fetch names (object id: bytes, "
+                          "size: int > 0, [ip, port], tag: str, grant: bytes)"))
+            return True
+        if self.post is None:
+            channel.send(("error", req, "unsupported",
+                          "this node fetches no object from another"))
+            return True
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+
+        def start() -> None:  # on the loop
+            reply = self._fetch(link, req, *message[2:], answer=answers.put)
+            if reply is not None:
+                answers.put(reply)
+
+        self.post(start)
+        while True:
+            try:
+                reply = answers.get(timeout=1.0)
+            except queue.Empty:
+                if channel.closed or not self._served(link):
+                    return False
+                continue
+            channel.send(reply)
+            return True
+
     def _fetch(self, link: _Link, req, object_id: bytes, size: int, address, tag: str,
-               grant: bytes):
+               grant: bytes, answer=None):
         """Step 12 on M (the loop): kept already, the answer; else a thread fetches it
-        from N (one per object and link: later asks wait for its answer)."""
+        from N (one per object and link: later asks wait for its answer). ``answer``:
+        the callable that takes the answer of an ask that came on a pull connection
+        (``_fetch_on_pull``), instead of the link."""
         found = self.kept.find(link, object_id)
         if found is not None:
             return ("fetched", req, found[0], found[1])
@@ -782,13 +822,13 @@ class RemoteDrivers:
         key = (link, object_id)
         waiting = self._fetching.get(key)
         if waiting is not None:
-            waiting.append(req)
+            waiting.append((req, answer))
             return None
         if sum(1 for other, _ in self._fetching if other is link) >= MAX_PULLS_PER_LINK:
             self.errors += 1
             return ("error", req, "fetch_failed",
                     f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
-        self._fetching[key] = [req]
+        self._fetching[key] = [(req, answer)]
         path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
                                                                    object_id))
         hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
@@ -835,10 +875,12 @@ class RemoteDrivers:
             logger.info("%s: %s", link.name, error)
         else:
             self.fetched += 1
-        for req in reqs:
+        for req, answer in reqs:
             reply = ("fetched", req, path, size) if error is None else \
                 ("error", req, "fetch_failed", error)
-            if self._served(link) and not self._reply(link, reply):
+            if answer is not None:  # asked on a pull connection: its thread sends it
+                answer(reply)
+            elif self._served(link) and not self._reply(link, reply):
                 return
 
     # -- step 8: spawn tickets and attach connections ------------------------------------

@@ -179,8 +179,7 @@ class KeptResults:
                     self._grant_keys[home] = key
             grant = pull_grants.grant(key, object_id, node, entry.ip)
             try:
-                path = client.fetch(object_id, copy.size, home.address, home.kept[0], grant,
-                                    timeout=self._frame_s + copy.size / (20 << 20))
+                path = self._ask_fetch(client, object_id, copy.size, home, grant)
             finally:
                 with self._lock:
                     self._fetching.pop((object_id, node), None)
@@ -198,6 +197,47 @@ class KeptResults:
                     threading.Thread(target=self._send_frees, daemon=True,
                                      name="miniray-remote-free").start()
             return path
+
+    def _ask_fetch(self, client: RemoteNodeClient, object_id: bytes, size: int,
+                   home: RemoteNodeClient, grant: bytes) -> str:
+        """``fetch``'s ask, on a pull connection of ``client``'s link (one of its pull
+        slots), never on the link itself: the node answers there once its copy is made,
+        and the link's leases and spawns go on meanwhile. RemoteLeaseError
+        "fetch_failed": the node could not, or the connection broke (the caller pulls it
+        through this driver instead)."""
+        with self._lock:
+            slots = self._pull_slots.setdefault(
+                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots.acquire()
+        try:
+            try:
+                channel = self._pull_channel(client)
+            except LookupError as failed:
+                raise RemoteLeaseError(str(failed), kind="fetch_failed") from None
+            try:
+                channel.send(("fetch", 1, object_id, int(size),
+                              [home.address[0], int(home.address[1])], home.kept[0], grant))
+                answer = channel.recv(timeout=self._frame_s + size / (20 << 20))
+            except BaseException as failed:
+                channel.close()
+                if isinstance(failed, Exception):
+                    raise RemoteLeaseError(f"the node at {client.name} did not answer the "
+                                           f"fetch: {failed!r:.200}", kind="fetch_failed") \
+                        from None
+                raise
+            if (type(answer) is tuple and len(answer) == 4 and answer[0] == "fetched"
+                    and answer[3] == size and isinstance(answer[2], str)):
+                self._pull_idle(client, channel)
+                return answer[2]
+            if type(answer) is tuple and len(answer) == 4 and answer[0] == "error":
+                self._pull_idle(client, channel)
+                raise RemoteLeaseError(f"the node at {client.name} refused 'fetch': "
+                                       f"{answer[3]}", kind=str(answer[2]))
+            channel.close()
+            raise RemoteLeaseError(f"the node at {client.name} answered the fetch with "
+                                   f"{answer!r:.120}", kind="fetch_failed")
+        finally:
+            slots.release()
 
     def _send_frees(self) -> None:
         """Step 7's frees, batched per link, never under the owner's lock. A lost link's
