@@ -156,3 +156,40 @@ def test_a_task_and_an_actor_in_a_bundle_on_b_get_a_kept_result_fetched_there(
     assert doc["task_a"] == [True, True, 0, 1, False], doc
     assert doc["freed"] == [True, True], doc
     assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_an_actors_large_result_stays_on_its_node_until_it_is_needed(hosts, members):
+    """An actor on A returns 20 MB: kept on A as a task's result (recorded, nothing in
+    the driver's store); a task on A reads it there, a task on B gets it from A (one
+    fetch), ``get`` pulls it (bit-exact); ``del`` frees every copy. A small result comes
+    inline as before."""
+    doc = _run_driver(hosts, ACTORS + """
+    @ray.remote
+    class Maker:
+        def make(self, seed, size):
+            return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+    maker = Maker.options(**on).remote()
+    out = {}
+    ref = maker.make.remote(24, M20)
+    out["kept"] = [until(lambda: recorded(ref)), here(ref), len(kept())]
+    sha, node = ray.get(digest.options(**on).remote(ref), timeout=120)
+    out["task_a"] = [sha == expected(24, M20), node == member, pulled(), fetched()]
+    sha, node = ray.get(digest.options(**on_b).remote(ref), timeout=120)
+    out["task_b"] = [sha == expected(24, M20), node == member_b, pulled(), fetched()]
+    value = ray.get(ref, timeout=120)
+    out["get"] = [hashlib.sha256(value).hexdigest() == expected(24, M20), pulled(), here(ref)]
+    del ref, value
+    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    small = ray.get(maker.make.remote(25, 100), timeout=60)
+    out["small"] = [len(small), pulled()]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["kept"] == [True, False, 1], doc
+    assert doc["task_a"] == [True, True, 0, 0], doc
+    assert doc["task_b"] == [True, True, 0, 1], doc
+    assert doc["get"] == [True, 1, True], doc
+    assert doc["freed"] == [True, True], doc
+    assert doc["small"] == [100, 1], doc
+    assert _member_kept(hosts) == [] and _kept_b(hosts) == []

@@ -84,6 +84,7 @@ from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
+from miniray._private.owner.remote_objects import KeepRefused
 from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequests
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
@@ -367,6 +368,11 @@ class RemoteActors:
             hello = owner.hello_info
             if spec.runtime_env:
                 hello = {**hello, "runtime_env_key": spec.runtime_env}
+            if client.kept is not None and self.manager.route_output is None:
+                # Step 4: its large results stay on N, as a task's (not the actor
+                # service's: it hands each result on to the calling driver).
+                hello = {**hello, "store": {**hello["store"], "keep_tag": client.kept[0],
+                                            "keep_max": client.kept[1]}}
             inner.data.send((protocol.HELLO, hello))
         except rn.Move as move:
             if grant is not None:
@@ -552,6 +558,8 @@ class RemoteActors:
                 with owner.locked():
                     if worker.interrupted:
                         owner.requests.call_ended(worker, message[1])
+                    if message[1] not in actor.inflight:  # failed meanwhile: nobody's
+                        self.nodes.kept_results.drop_kept(results)
                     manager.on_result(worker, message[1], results, message[4] or None,
                                       message[5])
             elif tag == protocol.ACTOR_READY:
@@ -578,18 +586,34 @@ class RemoteActors:
 
     def _adopt(self, worker, task_id: bytes, results: list) -> list:
         """Step 4's large values: into this driver's store, named as the call's returns
-        (a call no longer known here: received and thrown away)."""
+        (a call no longer known here: received and thrown away); one the worker kept on
+        N (``("kept", path, size)``): booked there for this link, the owner gets a
+        ``RemoteCopy`` of it (``KeptResults.keep_results``, as a task's result; a call no
+        longer known: freed there). KeepRefused: the call fails (``rn.Failed``)."""
         with self.owner.locked():
             call = self.manager.calls.get(task_id)
             return_ids = list(call.spec.return_ids) if call is not None else None
         known = return_ids is not None
         if not known:
             return_ids = [ids.new_put_id() for _ in results]
-        adopted = self.nodes.adopt_results(worker.inner.data, _Returns(task_id, return_ids),
-                                            results)
+        returns = _Returns(task_id, return_ids)
+        adopted = self.nodes.adopt_results(worker.inner.data, returns, results)
+        if any(type(item[1]) is tuple and item[1][0] == "kept" for item in adopted):
+            try:
+                adopted = self.nodes.kept_results.keep_results(worker.client, worker.node,
+                                                               returns, adopted)
+            except KeepRefused as refused:
+                from miniray.exceptions import RaySystemError  # lazy: the public package
+
+                self.nodes.kept_results.drop_results(
+                    [item for item in adopted if type(item[1]) is tuple
+                     and item[1][0] == "shm"])
+                raise rn.Failed(RaySystemError(str(refused))) from None
         if not known:
+            with self.owner.locked():
+                self.nodes.kept_results.drop_kept(adopted)
             for item in adopted:
-                if isinstance(item[1], tuple):
+                if type(item[1]) is tuple and item[1][0] == "shm":
                     shm_segments.unlink_quiet(item[1][1])
         return adopted
 

@@ -115,6 +115,14 @@ class KeptResults:
             elif type(payload) is tuple:
                 self.owner.store.give_up_recycled(payload[1])
 
+    def drop_kept(self, items: list) -> None:
+        """*Locked.* The kept copies among results nobody adopted (a call that ended
+        meanwhile) are freed on their nodes (after the lock)."""
+        for item in items:
+            payload = item[1]
+            if type(payload) is tuple and payload[0] == "remote":
+                payload[1].free()
+
     def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
               size: int, path: str = "") -> RemoteCopy:
         def start():  # locked (a waiter was added): the pull runs on a thread of its own
