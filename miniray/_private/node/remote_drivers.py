@@ -91,12 +91,17 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
        driver that dies leaves nothing here.
    12. Node-to-node fetch (docs/remote-objects.md, "Tasks given a kept result"): D runs a
-       task on this node M whose argument N keeps for D, and M gets it from N directly:
+       task (or an actor call) on this node M whose argument N keeps for D, and M gets it
+       from N directly:
        1. D -> N ("grant_key", req): ("grant_key", req, key), the random key
           (``pull_grants.new_key``) N made for D's link when it was served; it never
           leaves N but on that link.
        2. D -> M ("fetch", req, object_id, size, [N ip, N port], N's tag for D, grant),
-          grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``.
+          grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``, on one of
+          D's step-11 pull connections to M (its thread hands the ask to the loop and
+          waits for the answer, ``_fetch_on_pull``: D's link is never held for the
+          transfer; a peer's granted connection may not ask), or on the link itself
+          (answered there, on the loop).
        3. M answers at once ("fetched", req, path, size) when it keeps the object for D's
           link already; else a thread of M (never the loop; one per object and link,
           later fetches of it wait for its answer; at most MAX_PULLS_PER_LINK per link)
@@ -112,13 +117,14 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
           into segment ``mr_<M's tag for D's link>_<object id>`` of M's shm dir (its pages
           reserved first: no room is an error, never a SIGBUS).
        6. On M's loop: M books it for D's link (``KeptObjects.add``) and answers
-          ("fetched", req, path, size); any failure (N unreachable or refusing, EOF, a
+          ("fetched", req, path, size) where each ask came (the link, or the pull
+          connection's thread); any failure (N unreachable or refusing, EOF, a
           frame late by ``PULL_SEND_TIMEOUT_S``, another size, no room, D's link gone
           meanwhile) unlinks the segment and answers ("error", req, "fetch_failed",
           text). M's copy is D's like any object kept for its link: D's ("free", ...)
           and the link's end free it.
-       7. D records M's copy beside N's: freeing the object frees both. The task's
-          worker on M reads ("shm", path, size) there.
+       7. D records M's copy beside N's: freeing the object frees both. The task's (or
+          the actor's) worker on M reads ("shm", path, size) there.
 """
 
 from __future__ import annotations

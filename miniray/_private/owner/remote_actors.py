@@ -42,10 +42,19 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        FUNC, ACTOR_INIT and every call (ACTOR_CALL, in submission order) go to the
        sender thread's queue and out in that order; an argument stored in this driver's
        shared memory travels by value (``("peer", bytes)``, read from its pinned segment
-       by the sender, outside the lock).
+       by the sender, outside the lock). An argument kept on a node (a result there,
+       never pulled here: ``actors.ActorManager._pump``) comes as ``("kept", id,
+       RemoteCopy)`` and the sender resolves it before it sends the call
+       (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another node, N
+       fetches it from there with this driver's grant (``KeptResults.fetch``); that
+       failing, pulled here and sent by value; lost, the call fails with its argument's
+       error and is not sent. The calls after it wait in the queue meanwhile: none
+       overtakes it.
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
-       ``RemoteNodes.adopt_results``) and ACTOR_EXITING go to the manager under the lock,
+       ``RemoteNodes.adopt_results``; one the worker kept on N, as a task's, since its
+       HELLO carried the link's keep tag, is booked there: ``KeptResults.keep_results``)
+       and ACTOR_EXITING go to the manager under the lock,
        as a local worker's (RESULT's contained refs too). What its methods and constructor
        ask the driver for is served as a remote task's is (``RemoteRequests``, one per
        worker, ``task`` None): a nested task's parent is the call that submits it

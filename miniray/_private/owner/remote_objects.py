@@ -6,15 +6,18 @@ on its node (``keep_results``) and handing the owner a ``RemoteCopy`` for it, th
 such a value into a segment of the driver's store when its first waiter appears (a thread
 per pull, at most PULLS_PER_NODE at once per node, idle ``pull`` connections kept per
 link), a node-to-node fetch (``fetch``: another node gets the value from the one that
-keeps it, with this driver's grant, ``core/pull_grants.py``; freed with the object),
+keeps it, with this driver's grant, ``core/pull_grants.py``, asked on a pull connection
+of that node's link, never the link itself; freed with the object),
 and the frees of the node's copies the owner's frees queue (sent in batches by a
 thread, never under the owner's lock). Does not own: the entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
 Called by: ``RemoteNodes`` (``keep_results``, ``drop_results`` and ``fetch`` in a task's
-thread, not locked; ``close`` at shutdown) and the object table's ``RemoteCopy`` hooks (locked: they
-only hand work to a thread after the lock, ``owner.defer``).
+thread, not locked; ``close`` at shutdown), ``remote_actors.RemoteActors`` (the same for
+an actor's calls and results, in its threads; ``drop_kept`` locked) and the object
+table's ``RemoteCopy`` hooks (locked: they only hand work to a thread after the lock,
+``owner.defer``).
 """
 
 from __future__ import annotations
