@@ -365,7 +365,8 @@ def test_a_placement_group_task_given_a_kept_result_asks_locate_before_any_pull(
         dispatched: list = []
         offered: list = []
         tasks, objects = _queue(dispatched, locate=lambda task, where=where: where,
-                                offload=lambda task, feasible: offered.append(task))
+                                offload=lambda task, feasible, offered=offered:
+                                offered.append(task))
         a = b"a" * 28
         objects.ensure(a)
         pulls = _kept(objects, a)
