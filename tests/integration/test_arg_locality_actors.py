@@ -17,9 +17,13 @@ import signal
 import subprocess
 
 from .helpers import driver, json_line, stop_driver
-from .test_arg_locality import TWO, _env_b, _kept_b
-from .test_arg_locality import member as _member_fixture  # noqa: F401 - the fixture `member`
-from .test_arg_locality import members as _members_fixture  # noqa: F401 - fixture `members`
+from .test_arg_locality import (
+    TWO,
+    _env_b,
+    _kept_b,
+    member_fixture,  # noqa: F401 - the fixture `member`
+    members_fixture,  # noqa: F401 - the fixture `members`
+)
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_objects import _member_kept, _member_tag
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver

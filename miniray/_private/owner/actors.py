@@ -18,12 +18,12 @@ Called by: ``owner.Owner`` with its lock held, for driver submissions and worker
                         ▼
     call(spec) ──► queue (in order; a call waiting on an argument holds back later ones)
                         └──► ACTOR_CALL to the actor's worker ──► RESULT ──► objects ready
+    worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
 
 An argument that is a result kept on another node (a ``RemoteCopy``, docs/remote-objects.md)
 is not waited for at submit: when the call heads the queue, an actor here pulls it first
 (the call stays at the head meanwhile); an actor on another node gets it as ``("kept", id,
 copy)``, which its sender reads there or has its node fetch (``remote_actors.py`` step 3).
-    worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
 
 Resources (a documented difference from Ray 2.60): an actor with no resource options needs 1
 CPU to be placed and holds none while alive, as in Ray; an actor that names resources holds
