@@ -9,9 +9,11 @@ given that ref (it returns ``nbytes``): ``through_driver`` with
 ``MINIRAY_FETCH_BETWEEN_NODES=0`` (the driver pulls it from A, then sends it to B's
 worker), ``direct`` with the default (B's node fetches it from A with the driver's
 grant; B's worker maps that copy). A new array each run, freed after it. Prints one JSON
-object (ms per run, and the driver's pull and fetch counters).
+object (ms per run, and the driver's pull and fetch counters). ``--actor``: the consumer
+is a method of an actor on B instead of a task ("Actor calls and bundles given a kept
+result").
 
-    python benchmarks/bench_fetch.py [--mb 100] [--repeat 1]
+    python benchmarks/bench_fetch.py [--mb 100] [--repeat 1] [--actor]
 """
 
 from __future__ import annotations
@@ -46,8 +48,19 @@ def nbytes(array):
     return array.nbytes
 
 
-out = {{"mb": {mb}}}
-ray.get(nbytes.options(scheduling_strategy=on_b).remote(np.zeros(8)))  # B's worker is up
+@ray.remote
+class Consumer:
+    def nbytes(self, array):
+        return array.nbytes
+
+
+if {actor}:
+    consumer = Consumer.options(scheduling_strategy=on_b).remote()
+    consume = consumer.nbytes.remote
+else:
+    consume = nbytes.options(scheduling_strategy=on_b).remote
+out = {{"mb": {mb}, "actor": {actor}}}
+ray.get(consume(np.zeros(8)))  # B's worker is up
 for name, flag in (("through_driver", "0"), ("direct", "1")):
     os.environ["MINIRAY_FETCH_BETWEEN_NODES"] = flag
     times = []
@@ -56,7 +69,7 @@ for name, flag in (("through_driver", "0"), ("direct", "1")):
         while runtime.current().owner.objects.get(ref.binary()).remote is None:
             time.sleep(0.005)
         t0 = time.perf_counter()
-        assert ray.get(nbytes.options(scheduling_strategy=on_b).remote(ref)) == n
+        assert ray.get(consume(ref)) == n
         times.append(round((time.perf_counter() - t0) * 1000, 1))
         del ref
         time.sleep(0.2)  # its copies freed
@@ -72,8 +85,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--actor", action="store_true")
     args = parser.parse_args()
-    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
+    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat, actor=args.actor))
     doc = fake_hosts.run_on_two_hosts(code, prefix="miniray-bench-fetch-", own_shm_dirs=True,
                                       hosts=("127.0.0.1", "127.0.0.2", "127.0.0.3"))
     print(json.dumps(doc))

@@ -34,8 +34,8 @@ from .test_remote_objects import KEPT, _member_kept, _member_tag
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 
-@pytest.fixture
-def member(hosts):
+@pytest.fixture(name="member")
+def member_fixture(hosts):
     """Head and member A (2 CPUs, ``a_only``: 1)."""
     yield hosts.start_member(MEMBER, "--num-cpus", "2", "--resources", '{"a_only": 1}')
 
@@ -115,8 +115,8 @@ def test_a_task_given_a_large_kept_result_runs_where_it_is_kept_and_reads_it_the
 MEMBER_B = "127.0.0.3"
 
 
-@pytest.fixture
-def members(hosts, member):
+@pytest.fixture(name="members")
+def members_fixture(hosts, member):
     """Head, member A and member B (127.0.0.3, 2 CPUs)."""
     joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2")
     assert joined.returncode == 0, joined.stderr

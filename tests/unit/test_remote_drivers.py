@@ -695,3 +695,56 @@ def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, 
             client.keep(b"\x03" * 28, _write(shm, tag, b"\x04" * 28, b"x" * 100), 100)
         assert kept_budget.used(str(shm), tag) == 0
     assert wait_until(lambda: not os.listdir(shm))  # the budget file swept with the tag
+
+
+def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answers(
+        node, tmp_path):
+    """The driver asks on one of its pull connections: M's link answers a ping while the
+    fetch waits (here: held at its connect), and the answer comes on that connection;
+    the same object asked again there is M's copy at once; a malformed ask is answered
+    and the connection stays."""
+    import threading
+
+    from miniray._private.core import pull_grants
+
+    shm = _kept_node(node, tmp_path)
+    one = b"\x01" * 28
+    value = os.urandom(1 << 20)
+    address = ("127.0.0.1", node.port)
+    drivers = node.peering.drivers
+    gate = threading.Event()
+    connect = drivers.connect_pull
+
+    def held(*args, **kwargs):
+        assert gate.wait(10)
+        return connect(*args, **kwargs)
+
+    drivers.connect_pull = held
+    with node.client() as home, node.client() as there:
+        tag, _room = home.keeps()
+        there_tag, _room = there.keeps()
+        home.keep(one, _write(shm, tag, one, value), len(value))
+        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
+        pull = there.open_pull(there_tag)
+        try:
+            ask = ("fetch", 7, one, len(value), list(address), tag, grant)
+            pull.send(ask)
+            with pytest.raises(TimeoutError):
+                pull.recv(timeout=0.3)  # the fetch waits at its connect
+            started = time.monotonic()
+            there.ping()  # the link is not held by the fetch
+            assert time.monotonic() - started < 1.0
+            gate.set()
+            answer = pull.recv(timeout=10)
+            assert answer[:2] == ("fetched", 7) and answer[3] == len(value)
+            assert os.path.basename(answer[2]) == f"mr_{there_tag}_{one.hex()}"
+            with open(answer[2], "rb") as f:
+                assert f.read() == value
+            pull.send(ask[:1] + (8,) + ask[2:])  # kept now: at once
+            assert pull.recv(timeout=5) == ("fetched", 8, answer[2], len(value))
+            pull.send(("fetch", 9, one, 0, list(address), tag, grant))
+            assert pull.recv(timeout=5)[:3] == ("error", 9, "malformed")
+        finally:
+            pull.close()
+        assert drivers.fetched == 1
+        assert there.free([one]) == 1

@@ -327,3 +327,55 @@ def test_without_the_locate_hook_a_kept_argument_is_pulled_first_as_before():
     pulls = _kept(objects, a)
     tasks.submit(_spec(1, deps=[a]), "key")
     assert pulls == [a] and tasks.by_id[b"\1" * 24].waiting == 1
+
+
+def test_a_spread_task_that_locate_keeps_here_is_not_offered_again_once_pulled():
+    """One SPREAD turn per task: ``locate`` took it (and kept the task here); the pull's
+    end queues the task without offering it to ``offload`` (a second turn)."""
+    dispatched: list = []
+    located: list = []
+    offered: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: located.append(task),
+                            offload=lambda task, feasible: offered.append(task))
+    a = b"a" * 28
+    objects.ensure(a)
+    pulls = _kept(objects, a)
+    tasks.submit(_spec(1, deps=[a], affinity="SPREAD"), "key")
+    task = tasks.by_id[b"\1" * 24]
+    assert located == [task] and pulls == [a] and task.waiting == 1
+    objects.set_ready(a, protocol.OK, b"x")
+    assert offered == [] and task.state == T_QUEUED and dispatched == ["key"]
+    assert task.kept == 0
+
+
+def test_a_spread_task_without_kept_arguments_is_offered_once():
+    dispatched: list = []
+    offered: list = []
+    tasks, objects = _queue(dispatched, locate=lambda task: None,
+                            offload=lambda task, feasible: offered.append(task))
+    tasks.submit(_spec(1, affinity="SPREAD"), "key")
+    assert len(offered) == 1 and dispatched == ["key"]
+
+
+def test_a_placement_group_task_given_a_kept_result_asks_locate_before_any_pull():
+    """Its bundle decides: on another node (``locate`` True) it reads or fetches the
+    argument there, never pulled here; a bundle here (None): pulled, then queued here
+    without being offered again."""
+    for where in (True, None):
+        dispatched: list = []
+        offered: list = []
+        tasks, objects = _queue(dispatched, locate=lambda task, where=where: where,
+                                offload=lambda task, feasible, offered=offered:
+                                offered.append(task))
+        a = b"a" * 28
+        objects.ensure(a)
+        pulls = _kept(objects, a)
+        spec = _spec(1, deps=[a])
+        spec.placement = ("pg", 0)
+        tasks.submit(spec, "key")
+        if where:
+            assert pulls == [] and dispatched == [] and offered == []
+            continue
+        assert pulls == [a]
+        objects.set_ready(a, protocol.OK, b"x")
+        assert offered == [] and dispatched == ["key"]

@@ -96,12 +96,17 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
        driver that dies leaves nothing here.
    12. Node-to-node fetch (docs/remote-objects.md, "Tasks given a kept result"): D runs a
-       task on this node M whose argument N keeps for D, and M gets it from N directly:
+       task (or an actor call) on this node M whose argument N keeps for D, and M gets it
+       from N directly:
        1. D -> N ("grant_key", req): ("grant_key", req, key), the random key
           (``pull_grants.new_key``) N made for D's link when it was served; it never
           leaves N but on that link.
        2. D -> M ("fetch", req, object_id, size, [N ip, N port], N's tag for D, grant),
-          grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``.
+          grant = ``pull_grants.grant(key, object_id, M's node id, M's ip)``, on one of
+          D's step-11 pull connections to M (its thread hands the ask to the loop and
+          waits for the answer, ``_fetch_on_pull``: D's link is never held for the
+          transfer; a peer's granted connection may not ask), or on the link itself
+          (answered there, on the loop).
        3. M answers at once ("fetched", req, path, size) when it keeps the object for D's
           link already; ("error", req, "fetch_failed", text) when its size would pass the
           link's cap (reserved in the link's budget file as a worker's keep is, given back
@@ -120,13 +125,14 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
           into segment ``mr_<M's tag for D's link>_<object id>`` of M's shm dir (its pages
           reserved first: no room is an error, never a SIGBUS).
        6. On M's loop: M books it for D's link (``KeptObjects.add``) and answers
-          ("fetched", req, path, size); any failure (N unreachable or refusing, EOF, a
+          ("fetched", req, path, size) where each ask came (the link, or the pull
+          connection's thread); any failure (N unreachable or refusing, EOF, a
           frame late by ``PULL_SEND_TIMEOUT_S``, another size, no room, D's link gone
           meanwhile) unlinks the segment and answers ("error", req, "fetch_failed",
           text). M's copy is D's like any object kept for its link: D's ("free", ...)
           and the link's end free it.
-       7. D records M's copy beside N's: freeing the object frees both. The task's
-          worker on M reads ("shm", path, size) there.
+       7. D records M's copy beside N's: freeing the object frees both. The task's (or
+          the actor's) worker on M reads ("shm", path, size) there.
 """
 
 from __future__ import annotations
@@ -135,6 +141,7 @@ import contextlib
 import logging
 import math
 import os
+import queue
 import selectors
 import socket
 import threading
@@ -457,7 +464,7 @@ class RemoteDrivers:
         # node (the cluster token, TLS and this node's source address).
         self.post = None
         self.connect_pull = None
-        self._fetching: dict[tuple, list] = {}  # (link, object id) -> reqs waiting
+        self._fetching: dict[tuple, list] = {}  # (link, object id) -> [(req, answer)] waiting
         self.fetched = 0  # step 12: objects fetched from other nodes
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
@@ -794,6 +801,11 @@ class RemoteDrivers:
             channel.set_send_timeout(PULL_SEND_TIMEOUT_S)
             while True:
                 message = channel.recv(timeout=None)
+                if (only is None and isinstance(message, tuple) and len(message) == 7
+                        and message[0] == "fetch"):
+                    if not self._fetch_on_pull(link, channel, message):
+                        return
+                    continue
                 if (not isinstance(message, tuple) or len(message) != 3
                         or message[0] != "pull" or not isinstance(message[2], bytes)):
                     return  # not a driver of this version: the connection goes
@@ -824,10 +836,44 @@ class RemoteDrivers:
             link.pulls.discard(channel)
             channel.close()
 
+    def _fetch_on_pull(self, link: _Link, channel: pc.PeerChannel, message: tuple) -> bool:
+        """Step 12's ask on one of the driver's own pull connections (its thread): the
+        link's loop starts or joins the fetch (``_fetch``), this thread waits for its
+        answer and sends it on this connection, so the driver's link is never held for
+        the transfer. False: the connection goes (the link ended, or it broke)."""
+        req = message[1]
+        if not _fetch_shape(message[2:]):
+            channel.send(("error", req, "malformed", "a fetch names (object id: bytes, "
+                          "size: int > 0, [ip, port], tag: str, grant: bytes)"))
+            return True
+        if self.post is None:
+            channel.send(("error", req, "unsupported",
+                          "this node fetches no object from another"))
+            return True
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+
+        def start() -> None:  # on the loop
+            reply = self._fetch(link, req, *message[2:], answer=answers.put)
+            if reply is not None:
+                answers.put(reply)
+
+        self.post(start)
+        while True:
+            try:
+                reply = answers.get(timeout=1.0)
+            except queue.Empty:
+                if channel.closed or not self._served(link):
+                    return False
+                continue
+            channel.send(reply)
+            return True
+
     def _fetch(self, link: _Link, req, object_id: bytes, size: int, address, tag: str,
-               grant: bytes):
+               grant: bytes, answer=None):
         """Step 12 on M (the loop): kept already, the answer; else a thread fetches it
-        from N (one per object and link: later asks wait for its answer)."""
+        from N (one per object and link: later asks wait for its answer). ``answer``:
+        the callable that takes the answer of an ask that came on a pull connection
+        (``_fetch_on_pull``), instead of the link."""
         found = self.kept.find(link, object_id)
         if found is not None:
             return ("fetched", req, found[0], found[1])
@@ -836,7 +882,7 @@ class RemoteDrivers:
         key = (link, object_id)
         waiting = self._fetching.get(key)
         if waiting is not None:
-            waiting.append(req)
+            waiting.append((req, answer))
             return None
         if sum(1 for other, _ in self._fetching if other is link) >= MAX_PULLS_PER_LINK:
             self.errors += 1
@@ -849,7 +895,7 @@ class RemoteDrivers:
             return ("error", req, "fetch_failed",
                     f"this driver's objects here would pass the node's cap of {cap} bytes "
                     "(MINIRAY_KEPT_BYTES_PER_DRIVER)")
-        self._fetching[key] = [req]
+        self._fetching[key] = [(req, answer)]
         path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
                                                                    object_id))
         hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
@@ -898,10 +944,12 @@ class RemoteDrivers:
             logger.info("%s: %s", link.name, error)
         else:
             self.fetched += 1
-        for req in reqs:
+        for req, answer in reqs:
             reply = ("fetched", req, path, size) if error is None else \
                 ("error", req, "fetch_failed", error)
-            if self._served(link) and not self._reply(link, reply):
+            if answer is not None:  # asked on a pull connection: its thread sends it
+                answer(reply)
+            elif self._served(link) and not self._reply(link, reply):
                 return
 
     # -- step 8: spawn tickets and attach connections ------------------------------------

@@ -20,6 +20,11 @@ Called by: ``owner.Owner`` with its lock held, for driver submissions and worker
                         └──► ACTOR_CALL to the actor's worker ──► RESULT ──► objects ready
     worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
 
+An argument that is a result kept on another node (a ``RemoteCopy``, docs/remote-objects.md)
+is not waited for at submit: when the call heads the queue, an actor here pulls it first
+(the call stays at the head meanwhile); an actor on another node gets it as ``("kept", id,
+copy)``, which its sender reads there or has its node fetch (``remote_actors.py`` step 3).
+
 Resources (a documented difference from Ray 2.60): an actor with no resource options needs 1
 CPU to be placed and holds none while alive, as in Ray; an actor that names resources holds
 exactly what it names, so ``num_gpus=0.5`` holds half a GPU and no CPU. Ray also holds an
@@ -124,7 +129,8 @@ A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTART
 
 
 class _Call:
-    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported")
+    __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported",
+                 "kept")
 
     def __init__(self, spec: ActorCallSpec, actor: _Actor):
         self.spec = spec
@@ -134,6 +140,7 @@ class _Call:
         self.retries_left = spec.max_task_retries
         self.sent = False
         self.exported: list = []  # objects of nested refs sent to the actor service, pinned
+        self.kept: tuple = ()  # arguments sent as kept on another node: not pinned here
 
 
 class _Actor:
@@ -191,6 +198,18 @@ class _CallDep:
 
     def notify(self, is_error: bool, object_id: bytes) -> None:
         self.manager._call_dep_ready(self.call, is_error, object_id)
+
+
+class _KeptCallDep(_CallDep):
+    """An argument of a call to an actor of this driver still running: a result that
+    stays on its node (``object_table.set_ready``'s ``places_first``) is not pulled for the
+    call; ``_pump`` decides, once the call heads the queue, where the actor reads it."""
+
+    __slots__ = ()
+    places_first = True
+
+    def kept(self, object_id: bytes) -> None:
+        self.manager._call_dep_ready(self.call, False, object_id)
 
 
 class _NestedDep(_CallDep):
@@ -674,8 +693,11 @@ class ActorManager:
                 break
             entry.holders += 1
             if entry.state == PENDING:
+                if entry.remote is not None and not actor.remote:
+                    continue  # kept on another node: ``_pump`` decides where it is read
                 call.waiting += 1
-                entry.add_waiter(_CallDep(self, call))
+                entry.add_waiter(_CallDep(self, call) if actor.remote
+                                 else _KeptCallDep(self, call))
             elif entry.kind == protocol.ERR:
                 call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
@@ -719,8 +741,25 @@ class ActorManager:
                 self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
                 continue
             dep_values = spec.payloads
+            call.kept = ()
             if spec.deps:
-                dep_values = owner.requests.dep_payloads(spec.deps, pin=True, worker=mapper)
+                kept = self._kept_deps(spec.deps)
+                if kept and (remote or mapper is not None):  # read here: pulled first
+                    for entry in kept.values():
+                        call.waiting += 1
+                        entry.add_waiter(_CallDep(self, call))
+                    queue.appendleft(call)
+                    break
+                if kept:  # on another node: its sender reads or fetches them there
+                    call.kept = tuple(kept)
+                    dep_values = owner.requests.dep_payloads(
+                        [d for d in spec.deps if d[1] not in kept], pin=True)
+                    dep_values += [(position, kept[object_id].kind,
+                                    ("kept", object_id, kept[object_id].remote))
+                                   for position, object_id in spec.deps if object_id in kept]
+                else:
+                    dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
+                                                             worker=mapper)
             actor.inflight[spec.task_id] = call
             call.sent = True
             if remote:
@@ -737,6 +776,17 @@ class ActorManager:
                                           spec.concurrency_group), busy)
             except OSError:
                 pass  # the worker is dying; its exit report decides what happens
+
+    def _kept_deps(self, deps) -> dict:
+        """*Locked.* The arguments among ``deps`` kept on another node, not here yet:
+        ``{object id: entry}`` (an entry PENDING with a ``RemoteCopy``)."""
+        objects = self.owner.objects
+        kept = {}
+        for _position, object_id in deps:
+            entry = objects.get(object_id)
+            if entry is not None and entry.state == PENDING and entry.remote is not None:
+                kept[object_id] = entry
+        return kept
 
     def on_remote_result(self, task_id: bytes, results: list, nested=None) -> None:
         """*Locked.* The node's actor service answered a call of a proxy. ``nested``:
@@ -779,7 +829,9 @@ class ActorManager:
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
         if call.sent and spec.deps:
-            self.owner.requests.unpin_deps(spec.deps)
+            kept, call.kept = call.kept, ()
+            self.owner.requests.unpin_deps([d for d in spec.deps if d[1] not in kept]
+                                           if kept else spec.deps)
         if call.exported:
             exported, call.exported = call.exported, []
             self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)

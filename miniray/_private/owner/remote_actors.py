@@ -42,10 +42,19 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        FUNC, ACTOR_INIT and every call (ACTOR_CALL, in submission order) go to the
        sender thread's queue and out in that order; an argument stored in this driver's
        shared memory travels by value (``("peer", bytes)``, read from its pinned segment
-       by the sender, outside the lock).
+       by the sender, outside the lock). An argument kept on a node (a result there,
+       never pulled here: ``actors.ActorManager._pump``) comes as ``("kept", id,
+       RemoteCopy)`` and the sender resolves it before it sends the call
+       (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another node, N
+       fetches it from there with this driver's grant (``KeptResults.fetch``); that
+       failing, pulled here and sent by value; lost, the call fails with its argument's
+       error and is not sent. The calls after it wait in the queue meanwhile: none
+       overtakes it.
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
-       ``RemoteNodes.adopt_results``) and ACTOR_EXITING go to the manager under the lock,
+       ``RemoteNodes.adopt_results``; one the worker kept on N, as a task's, since its
+       HELLO carried the link's keep tag, is booked there: ``KeptResults.keep_results``)
+       and ACTOR_EXITING go to the manager under the lock,
        as a local worker's (RESULT's contained refs too). What its methods and constructor
        ask the driver for is served as a remote task's is (``RemoteRequests``, one per
        worker, ``task`` None): a nested task's parent is the call that submits it
@@ -80,10 +89,12 @@ import threading
 import time
 
 from miniray._private.core import ids, protocol, serialization, task_nodes
+from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
 from miniray._private.owner import remote_worker
+from miniray._private.owner.remote_objects import KeepRefused
 from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequests
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
@@ -129,7 +140,8 @@ class RemoteActorWorker:
 
     elsewhere = True
 
-    def __init__(self, inner, client, entry, lease_id: str, gpu_ids: list, store):
+    def __init__(self, inner, client, entry, lease_id: str, gpu_ids: list, store,
+                 kept=None):
         self.inner = inner  # remote_worker.RemoteWorker: its channels and output readers
         self.client = client
         self.pid = inner.pid
@@ -148,6 +160,7 @@ class RemoteActorWorker:
         self.dead = False
         self.death_reason: str | None = None
         self._store = store  # this driver's, for arguments in shared memory
+        self._kept = kept  # RemoteActors._kept_args: arguments kept on a node, read there
         self.send_lock = threading.Lock()  # a message, or a REPLY and its frames, at a time
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._sender = threading.Thread(target=self._send_loop, daemon=True,
@@ -169,24 +182,34 @@ class RemoteActorWorker:
                 return
             try:
                 message = self._by_value(message)
+                if message is None:
+                    continue  # failed here (an argument lost), or the worker is lost
                 with self.send_lock:
                     data.send(message)
             except (OSError, ValueError, pc.PeerClosed) as error:
                 logger.debug("actor worker %s: %s", self.pid, error)
                 self.dead = True  # the reader sees the end and reports it
 
-    def _by_value(self, message: tuple) -> tuple:
+    def _by_value(self, message: tuple) -> tuple | None:
         """ACTOR_INIT and ACTOR_CALL name their arguments' objects; one in this driver's
         shared memory goes by value, as ``("peer", bytes)`` (the worker loads it as a
-        remote task's large argument). Its segment is pinned until the call ends."""
+        remote task's large argument). Its segment is pinned until the call ends. One
+        kept on a node (``("kept", id, RemoteCopy)``, step 3): ``_kept`` says how the
+        worker reads it (None: the call does not go)."""
         tag = message[0]
         index = 5 if tag == protocol.ACTOR_INIT else 4 if tag == protocol.ACTOR_CALL else None
         deps = message[index] if index is not None else None
         if not deps or not any(isinstance(d[2], tuple) for d in deps):
             return message
+        if any(d[2][0] == "kept" for d in deps if isinstance(d[2], tuple)):
+            deps = self._kept(self, message[1], deps)
+            if deps is None:
+                return None
         out = []
         for position, kind, payload in deps:
-            if isinstance(payload, tuple):
+            if isinstance(payload, tuple) and payload[0] == "there":
+                payload = payload[1]  # ("shm", path, size) of the copy on its node
+            elif isinstance(payload, tuple) and payload[0] != "peer":
                 path = shm_segments.resolve_path(payload[1], self._store.shm_dir)
                 with open(path, "rb") as f:
                     payload = ("peer", f.read())
@@ -359,6 +382,11 @@ class RemoteActors:
             hello = owner.hello_info
             if spec.runtime_env:
                 hello = {**hello, "runtime_env_key": spec.runtime_env}
+            if client.kept is not None and self.manager.route_output is None:
+                # Step 4: its large results stay on N, as a task's (not the actor
+                # service's: it hands each result on to the calling driver).
+                hello = {**hello, "store": {**hello["store"], "keep_tag": client.kept[0],
+                                            "keep_max": client.kept[1]}}
             inner.data.send((protocol.HELLO, hello))
         except remote_worker.Move as move:
             if grant is not None:
@@ -388,7 +416,7 @@ class RemoteActors:
             with owner.locked():
                 gpu_ids = bundle.gpus_of(spec.actor_id)
         worker = RemoteActorWorker(inner, client, entry, grant and grant.lease_id, gpu_ids,
-                                   owner.store)
+                                   owner.store, kept=self._kept_args)
         with owner.locked():
             if actor.state == "DEAD" or owner.closed or actor.worker is not None:
                 worker.close()
@@ -401,6 +429,73 @@ class RemoteActors:
             self.manager._start(actor, None, None, worker)
             actor.pid = worker.pid
         self._read(actor, worker)
+        return None
+
+    def _kept_args(self, worker: RemoteActorWorker, task_id: bytes, deps: list) -> list | None:
+        """Step 3's arguments kept on a node (``("kept", id, RemoteCopy)``), on the
+        worker's sender thread, not locked: the calls after this one wait behind it, so
+        none overtakes it. Kept on the actor's node N: N's copy (the worker maps it).
+        On another node: N fetches it from there with this driver's grant
+        (``KeptResults.fetch``, once per object and node) and the worker maps N's copy.
+        The fetch failing (or off): pulled into this driver's store and sent by value,
+        as before. The argument lost: the call fails here with its error, as a local
+        call's (None: it is not sent); the worker or the driver gone: None."""
+        out = []
+        for position, kind, payload in deps:
+            if not (isinstance(payload, tuple) and payload[0] == "kept"):
+                out.append((position, kind, payload))
+                continue
+            _tag, object_id, copy = payload
+            if copy.node_id == worker.node and copy.path:
+                out.append((position, kind, ("there", ("shm", copy.path, copy.size))))
+                continue
+            if rn.fetch_between_nodes():
+                try:
+                    path = self.nodes.kept_results.fetch(object_id, copy, worker.client,
+                                                         _At(worker.node, worker.ip))
+                except Exception as failed:  # noqa: BLE001 - any failure: through here
+                    logger.info("node %s could not fetch object %s from node %s (%s); it "
+                                "comes through this driver", worker.ip, object_id.hex()[:16],
+                                copy.node_id[:12], failed)
+                else:
+                    out.append((position, kind, ("there", ("shm", path, copy.size))))
+                    continue
+            value = self._pulled(worker, task_id, object_id)
+            if value is None:
+                return None
+            out.append((position, kind, value))
+        return out
+
+    def _pulled(self, worker: RemoteActorWorker, task_id: bytes, object_id: bytes):
+        """``_kept_args``' fallback: the value pulled here, as ``("peer", bytes)`` or inline
+        bytes; None when the call failed here (its argument's error) or nobody waits."""
+        owner = self.owner
+        items = None
+        try:
+            while items is None:
+                if self.nodes.closed or worker.dead:
+                    return None
+                items = owner.get_serialized([object_id], WATCH_S)
+            kind, data = items[0]
+            if kind != protocol.ERR and not isinstance(data, (bytes, bytearray)):
+                owner.store.pin(object_id)
+                try:
+                    path = shm_segments.resolve_path(data[1], owner.store.shm_dir)
+                    with open(path, "rb") as f:
+                        data = ("peer", f.read())
+                finally:
+                    owner.requests.unpin_ids([object_id])
+        except Exception as error:  # noqa: BLE001 - freed, lost, or the driver closing
+            kind, data = protocol.ERR, serialization.dumps(error)
+        if kind != protocol.ERR:
+            return data
+        with owner.locked():
+            call = self.manager.calls.get(task_id)
+            if call is not None:
+                failed = dependency_error_bytes(
+                    data, f"{call.actor.spec.class_name}.{call.spec.call_name}")
+                self.manager.on_result(worker, task_id,
+                                       [(protocol.ERR, failed)] * max(1, call.spec.num_returns))
         return None
 
     def _abandon(self, actor, client, grant, inner) -> None:
@@ -477,6 +572,8 @@ class RemoteActors:
                 with owner.locked():
                     if worker.interrupted:
                         owner.requests.call_ended(worker, message[1])
+                    if message[1] not in actor.inflight:  # failed meanwhile: nobody's
+                        self.nodes.kept_results.drop_kept(results)
                     manager.on_result(worker, message[1], results, message[4] or None,
                                       message[5])
             elif tag == protocol.ACTOR_READY:
@@ -503,18 +600,34 @@ class RemoteActors:
 
     def _adopt(self, worker, task_id: bytes, results: list) -> list:
         """Step 4's large values: into this driver's store, named as the call's returns
-        (a call no longer known here: received and thrown away)."""
+        (a call no longer known here: received and thrown away); one the worker kept on
+        N (``("kept", path, size)``): booked there for this link, the owner gets a
+        ``RemoteCopy`` of it (``KeptResults.keep_results``, as a task's result; a call no
+        longer known: freed there). KeepRefused: the call fails (``remote_worker.Failed``)."""
         with self.owner.locked():
             call = self.manager.calls.get(task_id)
             return_ids = list(call.spec.return_ids) if call is not None else None
         known = return_ids is not None
         if not known:
             return_ids = [ids.new_put_id() for _ in results]
-        adopted = self.nodes.adopt_results(worker.inner.data, _Returns(task_id, return_ids),
-                                            results)
+        returns = _Returns(task_id, return_ids)
+        adopted = self.nodes.adopt_results(worker.inner.data, returns, results)
+        if any(type(item[1]) is tuple and item[1][0] == "kept" for item in adopted):
+            try:
+                adopted = self.nodes.kept_results.keep_results(worker.client, worker.node,
+                                                               returns, adopted)
+            except KeepRefused as refused:
+                from miniray.exceptions import RaySystemError  # lazy: the public package
+
+                self.nodes.kept_results.drop_results(
+                    [item for item in adopted if type(item[1]) is tuple
+                     and item[1][0] == "shm"])
+                raise remote_worker.Failed(RaySystemError(str(refused))) from None
         if not known:
+            with self.owner.locked():
+                self.nodes.kept_results.drop_kept(adopted)
             for item in adopted:
-                if isinstance(item[1], tuple):
+                if type(item[1]) is tuple and item[1][0] == "shm":
                     shm_segments.unlink_quiet(item[1][1])
         return adopted
 
@@ -618,6 +731,10 @@ class _Blocking:
             except Exception:  # noqa: BLE001 - the thread ends; the worker's call waits on
                 logger.exception("actor worker %s: serving %s", self.worker,
                                  protocol.tag_name("data", message[0]))
+
+
+class _At(collections.namedtuple("_At", "node_id ip")):
+    """What ``KeptResults.fetch`` reads of the fetching node's view entry."""
 
 
 class _Returns:

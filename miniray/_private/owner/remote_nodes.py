@@ -376,10 +376,14 @@ class RemoteNodes:
         the view less this driver's tasks there; with one (or SPREAD), its own rule
         decides (``_place``). True when it went to another node (it reads the copy kept
         there, or that node fetches it: ``_dep_values``) or failed unschedulable; None: it
-        stays here, and its kept arguments are pulled as before."""
+        stays here, and its kept arguments are pulled as before. A task in a placement
+        group: its bundle decides (``bundles.submit``: one on another node reads or fetches
+        them there; one here pulls them)."""
         spec = task.spec
-        if self._closed or spec.placement is not None or task.cancelled:
+        if self._closed or task.cancelled:
             return None
+        if spec.placement is not None:
+            return True if self.bundles.submit(task) else None
         if spec.affinity is not None:  # its own rule; on another node it fetches them there
             local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
             placed = self._place(spec, local_feasible)[0]

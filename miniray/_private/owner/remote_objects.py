@@ -9,15 +9,18 @@ link; room made as for a put, else ObjectStoreFullError for the waiters of then 
 pull for the next reader; ended with ObjectLostError once the view holds the node dead, a
 watcher thread looking every LIVENESS_S while pulls are in flight), a node-to-node fetch
 (``fetch``: another node gets the value from the one that keeps it, with this driver's
-grant, ``core/pull_grants.py``; freed with the object), and the frees of the node's copies
-the owner's frees queue (sent in batches by a thread, never under the owner's lock). Does
-not own: the entry's state (``object_table``:
+grant, ``core/pull_grants.py``, asked on a pull connection of that node's link, never the
+link itself; freed with the object), and the frees of the node's copies the owner's frees
+queue (sent in batches by a thread, never under the owner's lock). Does not own: the
+entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
 Called by: ``RemoteNodes`` (``keep_results``, ``drop_results`` and ``fetch`` in a task's
-thread, not locked; ``close`` at shutdown) and the object table's ``RemoteCopy`` hooks (locked: they
-only hand work to a thread after the lock, ``owner.defer``).
+thread, not locked; ``close`` at shutdown), ``remote_actors.RemoteActors`` (the same for
+an actor's calls and results, in its threads; ``drop_kept`` locked) and the object
+table's ``RemoteCopy`` hooks (locked: they only hand work to a thread after the lock,
+``owner.defer``).
 """
 
 from __future__ import annotations
@@ -135,6 +138,14 @@ class KeptResults:
             elif type(payload) is tuple:
                 self.owner.store.give_up_recycled(payload[1])
 
+    def drop_kept(self, items: list) -> None:
+        """*Locked.* The kept copies among results nobody adopted (a call that ended
+        meanwhile) are freed on their nodes (after the lock)."""
+        for item in items:
+            payload = item[1]
+            if type(payload) is tuple and payload[0] == "remote":
+                payload[1].free()
+
     def _copy(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
               size: int, path: str = "") -> RemoteCopy:
         # N's incarnation now (a task's worker on N was spawned in it): a pull in flight
@@ -204,8 +215,7 @@ class KeptResults:
                     self._grant_keys[home] = key
             grant = pull_grants.grant(key, object_id, node, entry.ip)
             try:
-                path = client.fetch(object_id, copy.size, home.address, home.kept[0], grant,
-                                    timeout=self._frame_s + copy.size / (20 << 20))
+                path = self._ask_fetch(client, object_id, copy.size, home, grant)
             finally:
                 with self._lock:
                     self._fetching.pop((object_id, node), None)
@@ -223,6 +233,47 @@ class KeptResults:
                     threading.Thread(target=self._send_frees, daemon=True,
                                      name="miniray-remote-free").start()
             return path
+
+    def _ask_fetch(self, client: RemoteNodeClient, object_id: bytes, size: int,
+                   home: RemoteNodeClient, grant: bytes) -> str:
+        """``fetch``'s ask, on a pull connection of ``client``'s link (one of its pull
+        slots), never on the link itself: the node answers there once its copy is made,
+        and the link's leases and spawns go on meanwhile. RemoteLeaseError
+        "fetch_failed": the node could not, or the connection broke (the caller pulls it
+        through this driver instead)."""
+        with self._lock:
+            slots = self._pull_slots.setdefault(
+                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots.acquire()
+        try:
+            try:
+                channel = self._pull_channel(client)
+            except LookupError as failed:
+                raise RemoteLeaseError(str(failed), kind="fetch_failed") from None
+            try:
+                channel.send(("fetch", 1, object_id, int(size),
+                              [home.address[0], int(home.address[1])], home.kept[0], grant))
+                answer = channel.recv(timeout=self._frame_s + size / (20 << 20))
+            except BaseException as failed:
+                channel.close()
+                if isinstance(failed, Exception):
+                    raise RemoteLeaseError(f"the node at {client.name} did not answer the "
+                                           f"fetch: {failed!r:.200}", kind="fetch_failed") \
+                        from None
+                raise
+            if (type(answer) is tuple and len(answer) == 4 and answer[0] == "fetched"
+                    and answer[3] == size and isinstance(answer[2], str)):
+                self._pull_idle(client, channel)
+                return answer[2]
+            if type(answer) is tuple and len(answer) == 4 and answer[0] == "error":
+                self._pull_idle(client, channel)
+                raise RemoteLeaseError(f"the node at {client.name} refused 'fetch': "
+                                       f"{answer[3]}", kind=str(answer[2]))
+            channel.close()
+            raise RemoteLeaseError(f"the node at {client.name} answered the fetch with "
+                                   f"{answer!r:.120}", kind="fetch_failed")
+        finally:
+            slots.release()
 
     def _send_frees(self) -> None:
         """Step 7's frees, batched per link, never under the owner's lock. A lost link's

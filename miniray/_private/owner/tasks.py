@@ -63,6 +63,7 @@ class Task:
         self.created = time.time()  # its creation_time_ms in ray.util.state
         self.times = None  # its worker's RESULT times (``state_records``): when it ran
         self.kept = 0  # arguments kept on another node, not waited for: placed first
+        #                (-1: placed here by ``locate``, they are pulled: not placed again)
 
 
 class _DepWaiter:
@@ -224,6 +225,7 @@ class TaskQueue:
             return False
         if self._locate is not None and self._locate(task) is True:
             return True  # another node's from now on (its arguments read or fetched there)
+        task.kept = -1  # placed here: once they are pulled, ``_enqueue`` places it no more
         for entry in kept:
             task.waiting += 1
             entry.add_waiter(_DepWaiter(self, task))  # pulled here now
@@ -237,8 +239,11 @@ class TaskQueue:
     def _enqueue(self, task: Task, placed: bool = False) -> None:
         """Its arguments are ready: queued (and dispatched), held infeasible, or handed to
         ``offload`` (a node affinity, unless ``placed`` says where it runs was decided)."""
-        if task.kept and self._kept_first(task):
+        if task.kept > 0 and self._kept_first(task):
             return  # placed on another node, or waiting for its kept arguments
+        if task.kept < 0:  # ``locate`` kept it here (a SPREAD turn taken): not offered again
+            task.kept = 0
+            placed = True
         key = task.key
         spec = task.spec  # a placement group's task is offered too: its bundle may be remote
         affinity = (spec.affinity is not None or spec.placement is not None) and not placed
@@ -500,7 +505,8 @@ def _places_first(spec) -> bool:
     """Whether a task is placed before its arguments kept on other nodes come here (issue
     16: ``node_pick`` weighs where their bytes are): one without an affinity, placement
     group or refs nested in its arguments, not a generator (what spill-over may move),
-    and one with a node affinity (it reads them where it must run, or they are pulled)."""
+    one with a node affinity (it reads them where it must run, or they are pulled), and
+    one in a placement group (a bundle on another node reads or fetches them there)."""
     if spec.placement is not None:
-        return False
+        return True
     return spec.affinity is not None or (not spec.contained and spec.num_returns >= 0)
