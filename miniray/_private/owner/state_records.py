@@ -28,7 +28,7 @@ from miniray._private.core import config, protocol, serialization
 from miniray._private.core.scheduling import T_QUEUED, T_RUNNING, T_WAITING
 from miniray._private.core.timeline_events import unpack_times
 from miniray._private.owner.object_table import PENDING
-from miniray._private.owner.placement_groups import state_row
+from miniray._private.owner.placement_group_records import state_row
 
 # Ray's task states for the owner's (scheduling.T_*); infeasible tasks wait for a node.
 _TASK_STATE = {T_WAITING: "PENDING_ARGS_AVAIL", T_QUEUED: "PENDING_NODE_ASSIGNMENT",
