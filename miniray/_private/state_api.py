@@ -24,7 +24,7 @@ from miniray._private.core import cluster_view, config, context, state_rows, tim
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
-from miniray._private.owner import placement_groups
+from miniray._private.owner import placement_group_records
 from miniray._private.transport import node_client, state_socket
 
 DEFAULT_LIMIT = 100
@@ -151,7 +151,7 @@ def _group_rows(view: SessionView) -> list[dict]:
     finally:
         if ledger is not None:
             ledger.close()
-    rows = [placement_groups.state_row(lease.group, "CREATED")
+    rows = [placement_group_records.state_row(lease.group, "CREATED")
             for _pg_hex, lease in sorted(groups.items())]
     for doc in view.drivers:
         rows.extend(row for row in doc.get("placement_groups", ())

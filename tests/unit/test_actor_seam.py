@@ -1,6 +1,6 @@
-"""The actor manager and the actor-service link use their owner only through
-``actors.ActorsOwner``: every attribute they read of it is declared there, none is private,
-and the owner has each one. A new reach into the owner fails here until it is declared."""
+"""The actor manager (with its mixins) and the actor-service link use their owner only
+through ``actors.ActorsOwner``: every attribute they read of it is declared there, none is
+private, and the owner has each one. A new reach into the owner fails here until it is declared."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def _owner_has() -> set[str]:
 
 def test_the_actor_modules_use_only_what_the_seam_declares():
     declared = _declared()
-    for name in ("actors.py", "actor_link.py"):
+    for name in ("actors.py", "actor_calls.py", "actor_handles.py", "actor_service_proxies.py",
+                 "actor_link.py"):
         used = _used_of_owner(OWNER_DIR / name)
         assert used, f"{name}: found no use of the owner (the test would prove nothing)"
         assert not {u for u in used if u.startswith("_")}, f"{name} reads private state"

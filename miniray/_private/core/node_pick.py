@@ -16,7 +16,7 @@ node affinity, ``"SPREAD"``, one the local node can never hold, and spill-over o
 local node with no room now) and ``move_to``; ``owner/remote_nodes.RemoteNodes.locate``
 (a task given results kept on other nodes: rule 2's exception weighs their bytes).
 ``plan_bundles`` (a placement group's bundles across nodes):
-``owner/placement_groups.PlacementGroups._plan``.
+``owner/placement_group_nodes.PlacementGroupNodes._plan`` (a mixin of ``PlacementGroups``).
 
 Rules, in order (``Placement.action`` is "node", "wait" or "infeasible"):
 

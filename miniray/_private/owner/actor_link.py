@@ -5,8 +5,8 @@ with SO_PEERCRED before anything is sent or read: the service must run as this u
 driver of a member node, the two ``actors`` channels to the head's port instead (the head's
 service holds the cluster's names: ``node/actor_service.py`` steps 1-5), and turning values
 in shared memory into bytes and back for them (``pack_value``, ``unpack_value``). Does not
-own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor and calls this
-link), or the service itself (``actor_service.py``).
+own: the proxies (``actors.ActorManager`` keeps one ``_Actor`` per service actor,
+``actor_service_proxies.py``, and calls this link), or the service itself (``actor_service.py``).
 Called by: ``actors.ActorManager``. Requests (create, lookup, list, kill) and connecting are
 made *without* the owner's lock (they wait for the service); the calls socket is used with
 it held (it never blocks: calls made before the link is connected wait in an outbox while a

@@ -104,7 +104,7 @@ class WorkerRequests:
     def on_borrow(self, worker, added, dropped, escaped, handles=()) -> None:
         """A worker now holds refs to ``added``, no longer to ``dropped``; ``escaped`` were
         pickled where nobody tracks them (kept until shutdown). ``handles``: its actor handle
-        events, counted with the driver's (``ActorManager.worker_handles``)."""
+        events, counted with the driver's (``actor_handles.ActorHandles.worker_handles``)."""
         if handles:
             self.actors.worker_handles(handles)
         objects = self.objects

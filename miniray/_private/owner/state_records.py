@@ -11,7 +11,7 @@ ActorState, ObjectState, WorkerState). Live work is never recorded separately: i
 where the owner already keeps it.
 Does not own: serving the snapshot (``transport/state_socket.py``), nor filtering and
 formatting rows for readers (``core/state_rows.py``).
-Called by: ``tasks.TaskQueue.complete`` and ``actors.ActorManager._finish`` (the records),
+Called by: ``tasks.TaskQueue.complete`` and ``actor_calls.ActorCalls._finish`` (the records),
 ``runtime.py`` (the snapshot, from the state socket's thread).
 """
 
@@ -28,7 +28,7 @@ from miniray._private.core import config, protocol, serialization
 from miniray._private.core.scheduling import T_QUEUED, T_RUNNING, T_WAITING
 from miniray._private.core.timeline_events import unpack_times
 from miniray._private.owner.object_table import PENDING
-from miniray._private.owner.placement_groups import state_row
+from miniray._private.owner.placement_group_records import state_row
 
 # Ray's task states for the owner's (scheduling.T_*); infeasible tasks wait for a node.
 _TASK_STATE = {T_WAITING: "PENDING_ARGS_AVAIL", T_QUEUED: "PENDING_NODE_ASSIGNMENT",
@@ -77,8 +77,8 @@ class StateRecords:
                            task.times))
 
     def call_done(self, actor, spec, results: list, times: tuple | None = None) -> None:
-        """*Locked.* An actor call (``actors._Call``'s spec) of ``actor`` completed; ``times``
-        are its worker's RESULT times (None if it never ran)."""
+        """*Locked.* An actor call (``actor_records._Call``'s spec) of ``actor`` completed;
+        ``times`` are its worker's RESULT times (None if it never ran)."""
         first = results[0] if results else _NO_RESULT
         worker = actor.worker
         self.calls.append((spec.task_id, f"{actor.spec.class_name}.{spec.call_name}",

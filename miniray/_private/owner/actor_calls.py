@@ -1,0 +1,289 @@
+"""The actor manager's calls: submitted, held in order, sent, finished, cancelled.
+
+Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the manager's,
+made in ``ActorManager.__init__``) on the per-call path: a call's registration and argument
+waits (``submit``; ``max_pending_calls``), sending queued calls in submission order while
+the head of the queue is ready (``_pump``: to the actor's worker, to its node's sender for
+an actor on another node, or to the node's actor service for a proxy), the results
+(``on_result`` from the worker, ``on_remote_result`` from the service) and errors that end
+a call (``_finish``: pins released, records, objects set), and ``cancel``.
+A mixin rather than an object of its own: every call reads the manager's actors and the
+owner's objects, and an extra hop would cost each round trip.
+Does not own: the actors' lifecycle (placement, restarts, death: ``actors.py``), the
+records (``actor_records.py``), the sockets (the owner; ``actor_link.py`` for the service).
+Called by: the owner with its lock held (driver submissions, RESULT messages, cancel),
+the object table's waiters (``_call_dep_ready``), the manager (``_pump``, ``_finish``).
+
+::
+
+    submit ──► _Call (args pending? wait) ──► queue ──► _pump: head ready? ──► ACTOR_CALL
+                                                                    └─ failed arg: _finish
+    RESULT ──► on_result / on_remote_result ──► _finish ──► objects ready (or spec.reply)
+"""
+
+from __future__ import annotations
+
+from miniray._private.core import protocol, scheduling, serialization
+from miniray._private.core.dependency_errors import dependency_error_bytes
+from miniray._private.core.task_spec import ActorCallSpec
+from miniray._private.owner.actor_records import (
+    A_ALIVE,
+    A_DEAD,
+    _Actor,
+    _Call,
+    _CallDep,
+    _KeptCallDep,
+    _NestedDep,
+)
+from miniray._private.owner.object_table import PENDING
+
+
+class ActorCalls:
+    """``ActorManager``'s per-call methods (see the module docstring); every attribute is
+    the manager's."""
+
+    def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
+        from miniray.exceptions import ActorDiedError
+
+        owner = self.owner
+        objects = owner.objects
+        if spec.reply is None:
+            for object_id in spec.return_ids:
+                objects.ensure(object_id)
+        actor = self.actors.get(actor_id)
+        if actor is None and self.link is not None:
+            actor = self.proxy(actor_id, None)  # a handle that came by value: ask the node's
+        if actor is None:
+            self._fail_refs(spec, serialization.dumps(ActorDiedError(
+                actor_id=actor_id.hex(),
+                error_msg=f"The actor {actor_id.hex()} is unknown to this session: "
+                          + (self.unknown_actor_hint or "its handle comes from a session that "
+                             "was shut down, or it never existed."))))
+            return
+        if actor.state == A_DEAD:
+            self._fail_refs(spec, actor.death)
+            return
+        limit = actor.spec.max_pending_calls
+        if limit is not None and limit >= 0 and len(actor.queue) + len(actor.inflight) >= limit:
+            from miniray.exceptions import PendingCallsLimitExceeded
+
+            for object_id in spec.return_ids if spec.reply is None else ():
+                objects.get(object_id).dropped = True  # nobody will read these: no ref made
+            raise PendingCallsLimitExceeded(
+                f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
+                f"{limit} calls pending, its max_pending_calls; wait for results before "
+                "submitting more, or raise max_pending_calls.")
+        call = _Call(spec, actor)
+        self.calls[spec.task_id] = call
+        if spec.contained:
+            objects.hold(spec.contained)
+        for _position, object_id in spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is None:
+                call.failed = serialization.dumps(objects.lost(object_id))
+                break
+            entry.holders += 1
+            if entry.state == PENDING:
+                if entry.remote is not None and not actor.remote:
+                    continue  # kept on another node: ``_pump`` decides where it is read
+                call.waiting += 1
+                entry.add_waiter(_CallDep(self, call) if actor.remote
+                                 else _KeptCallDep(self, call))
+            elif entry.kind == protocol.ERR:
+                call.failed = self._dep_error(call, object_id)
+        if actor.remote:  # nested refs' values go with the call: wait for them too
+            for object_id in spec.contained or ():
+                entry = objects.get(object_id)
+                if entry is not None and entry.state == PENDING:
+                    call.waiting += 1
+                    entry.add_waiter(_NestedDep(self, call))
+        actor.queue.append(call)
+        self._pump(actor)
+
+    def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
+        if is_error and call.failed is None:
+            call.failed = self._dep_error(call, object_id)
+        call.waiting -= 1
+        self._pump(call.actor)
+
+    def _dep_error(self, call: _Call, object_id: bytes) -> bytes:
+        """Ray's error for a call whose argument ``object_id`` failed: the call's own."""
+        name = f"{call.actor.spec.class_name}.{call.spec.call_name}"
+        return dependency_error_bytes(self.owner.store.inline_bytes(object_id), name)
+
+    def _pump(self, actor: _Actor) -> None:
+        """Send queued calls, in order, while the head of the queue is ready to go: to the
+        actor's worker, or for a proxy to the node's actor service (argument values pinned
+        here until the result comes back)."""
+        remote = actor.remote
+        if not remote and (actor.state != A_ALIVE or actor.worker is None or actor.exiting):
+            return
+        owner = self.owner
+        queue = actor.queue
+        # A call to an actor that has not answered the calls before it yet is written with
+        # the calls that follow it (one write per burst, see ``Reactor.send_soon``); a call
+        # to an idle actor goes at once.
+        busy = bool(actor.inflight)
+        mapper = None if remote or getattr(actor.worker, "elsewhere", False) else actor.worker
+        while queue and queue[0].waiting <= 0:
+            call = queue.popleft()
+            spec = call.spec
+            if call.failed is not None:
+                self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
+                continue
+            dep_values = spec.payloads
+            call.kept = ()
+            if spec.deps:
+                kept = self._kept_deps(spec.deps)
+                if kept and (remote or mapper is not None):  # read here: pulled first
+                    for entry in kept.values():
+                        call.waiting += 1
+                        entry.add_waiter(_CallDep(self, call))
+                    queue.appendleft(call)
+                    break
+                if kept:  # on another node: its sender reads or fetches them there
+                    call.kept = tuple(kept)
+                    dep_values = owner.requests.dep_payloads(
+                        [d for d in spec.deps if d[1] not in kept], pin=True)
+                    dep_values += [(position, kept[object_id].kind,
+                                    ("kept", object_id, kept[object_id].remote))
+                                   for position, object_id in spec.deps if object_id in kept]
+                else:
+                    dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
+                                                             worker=mapper)
+            actor.inflight[spec.task_id] = call
+            call.sent = True
+            if remote:
+                call.exported = self.export(spec.contained)
+                self.link.call(actor.spec.actor_id, ActorCallSpec(
+                    spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
+                    spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values,
+                    spec.concurrency_group), call.exported)
+                continue
+            try:
+                self._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
+                                          spec.args_blob, dep_values, spec.return_ids,
+                                          spec.num_returns, spec.call_name,
+                                          spec.concurrency_group), busy)
+            except OSError:
+                pass  # the worker is dying; its exit report decides what happens
+
+    def _kept_deps(self, deps) -> dict:
+        """*Locked.* The arguments among ``deps`` kept on another node, not here yet:
+        ``{object id: entry}`` (an entry PENDING with a ``RemoteCopy``)."""
+        objects = self.owner.objects
+        kept = {}
+        for _position, object_id in deps:
+            entry = objects.get(object_id)
+            if entry is not None and entry.state == PENDING and entry.remote is not None:
+                kept[object_id] = entry
+        return kept
+
+    def on_remote_result(self, task_id: bytes, results: list, nested=None) -> None:
+        """*Locked.* The node's actor service answered a call of a proxy. ``nested``:
+        ``[(index, [(id, kind, payload)])]``, the objects of refs inside result ``index``,
+        which become this driver's and live as long as that result."""
+        call = self.calls.get(task_id)
+        if call is None or call.actor.inflight.pop(task_id, None) is None:
+            for _index, items in nested or ():
+                for _id, _kind, payload in items:
+                    self.link.discard(payload)
+            return
+        objects = self.owner.objects
+        return_ids = call.spec.return_ids
+        for index, items in nested or ():
+            for object_id, kind, payload in items:
+                if objects.get(object_id) is None:
+                    objects.set_ready(object_id, kind, payload)
+                else:
+                    self.link.discard(payload)  # already here (it came from this driver)
+            if index < len(return_ids):
+                objects.contain(return_ids[index], [i for i, _k, _p in items])
+        self._finish(call, results)
+        for _index, items in nested or ():  # held by a result nobody kept: they go now
+            for object_id, _kind, _payload in items:
+                entry = objects.get(object_id)
+                if entry is not None and entry.holders <= 0:
+                    objects.maybe_free(object_id, entry)
+
+    def on_link_lost(self, error: bytes) -> None:
+        """*Locked.* The actor service is gone: every proxy's calls fail with ``error``."""
+        for actor in self.actors.values():
+            if actor.remote and actor.state != A_DEAD:
+                actor.state = A_DEAD
+                actor.death = error
+                self._fail_all(actor)
+
+    def _finish(self, call: _Call, results: list, contained=None, times=None) -> None:
+        spec = call.spec
+        self.owner.actor_call_ended(spec.task_id)  # its tasks are no longer its to cancel
+        if self.calls.pop(spec.task_id, None) is not None and spec.contained:
+            self.owner.objects.release(spec.contained)
+        if call.sent and spec.deps:
+            kept, call.kept = call.kept, ()
+            self.owner.requests.unpin_deps([d for d in spec.deps if d[1] not in kept]
+                                           if kept else spec.deps)
+        if call.exported:
+            exported, call.exported = call.exported, []
+            self.owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
+        self._deliver(spec, results, contained)
+        if self.records is not None:
+            self.records.call_done(call.actor, spec, results, times)
+        objects = self.owner.objects
+        if spec.deps:
+            objects.release([object_id for _position, object_id in spec.deps])
+
+    def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
+        if spec.reply is not None:
+            spec.reply(results, contained)
+            return
+        objects = self.owner.objects
+        for object_id, (kind, data) in zip(spec.return_ids, results):
+            objects.set_ready(object_id, kind, data)
+
+    def _fail_refs(self, spec: ActorCallSpec, data: bytes) -> None:
+        self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
+
+    def on_result(self, worker, task_id: bytes, results: list, contained=None,
+                  times=None) -> None:
+        actor = worker.actor
+        call = actor.inflight.pop(task_id, None) if actor is not None else None
+        if call is None:
+            return
+        self._finish(call, results, contained, times)
+
+    def _send(self, worker, message: tuple, soon: bool = False) -> None:
+        """*Locked.* A message to an actor's worker, never blocking: a local one through the
+        owner's I/O thread, one on another node through its sender (``remote_actors.py``)."""
+        if getattr(worker, "elsewhere", False):
+            worker.send(message)
+        elif soon:
+            self.owner.send_soon(worker, message)
+        else:
+            self.owner.send(worker, message)
+
+    def cancel(self, task_id: bytes, force: bool, recursive: bool = True) -> bool:
+        """Cancel an actor call (and with ``recursive`` the tasks it submitted); False if
+        ``task_id`` is not an actor call."""
+        call = self.calls.get(task_id)
+        if call is None:
+            return False
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        actor = call.actor
+        if actor.remote and call.sent:
+            self.link.cancel(task_id, force, recursive)
+            return True
+        if not call.sent:
+            if call in actor.queue:
+                actor.queue.remove(call)
+            error = scheduling.actor_call_cancel_error(task_id, actor.spec.actor_id)
+            self._finish(call, [(protocol.ERR, serialization.dumps(error))]
+                         * max(1, call.spec.num_returns))
+            return True
+        worker = actor.worker
+        if worker is not None:
+            self.owner.signal_cancel(worker, task_id)
+        if recursive:
+            self.owner.cancel_call_tasks(task_id)
+        return True

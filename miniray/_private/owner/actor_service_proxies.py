@@ -1,0 +1,181 @@
+"""The actor manager's proxies of the node's actor service's actors, and its requests there.
+
+Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the manager's,
+made in ``ActorManager.__init__``) for a driver joined to a node, whose named and detached
+actors live in the node's actor service: the requests made there without the owner's lock
+(create, with a bundle of this driver's on another node lent for it; lookup; list; kill),
+the values of ObjectRef arguments that go with a request or a call (``export``,
+``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
+which calls keep their order and wait for their arguments (``actor_calls.py``).
+Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
+(``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
+or the service (``node/actor_service.py``).
+Called by: the runtime and the owner's requests (``create_in_service``,
+``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked), the manager
+(``proxy``, ``export``, ``nested_ids``: locked), the link (``export``, ``nested_ids``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from miniray._private.core import placement, runtime_envs
+from miniray._private.core.task_spec import ActorCreationSpec
+from miniray._private.owner.actor_records import A_ALIVE, _Actor
+from miniray._private.owner.object_table import PENDING, READY
+
+
+class ServiceProxies:
+    """``ActorManager``'s actor-service methods (see the module docstring); every attribute
+    is the manager's."""
+
+    def create_in_service(self, spec: ActorCreationSpec) -> bytes:
+        """*Not locked.* Create the actor in the node's actor service and keep a proxy;
+        raises what the service raised (e.g. ActorAlreadyExistsError). The values of its
+        ObjectRef arguments go along (pinned while the request is out); those not ready yet
+        follow when they are (the actor waits for them there, as any actor waits for its
+        arguments)."""
+        owner = self.owner
+        lent = self._lend(spec) if spec.pg is not None else None
+        try:
+            return self._create_in_service(spec, lent)
+        finally:
+            if lent is not None:
+                with owner.locked():
+                    bundles = self._remote_actors().nodes.bundles
+                    if lent.get("kept"):
+                        bundles.lend(spec.actor_id, lent["bundle"], spec.name,
+                                     spec.namespace, spec.held)
+                        owner.note_placement_use()  # the watch follows the loan
+                    else:
+                        bundles.give_back(lent["bundle"], spec.held, spec.actor_id)
+
+    LEND_WAIT_S = 30.0  # a named actor waits this long for room in a remote bundle
+
+    def _lend(self, spec: ActorCreationSpec) -> dict | None:
+        """*Not locked.* A named actor in a bundle this driver holds on another node
+        (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S for
+        it), "any bundle" made the bundle picked, and ``spec.lent`` set for the service;
+        None when the bundle is not remote. Raises, naming why, for a detached actor, a
+        driver on another host than the service, or no room in time."""
+        owner = self.owner
+        deadline = time.monotonic() + self.LEND_WAIT_S
+        far = None
+        while True:
+            with owner.locked():
+                if not owner.in_remote_bundle(spec.placement):
+                    return None
+            if far is None:
+                far = self.link.on_another_host()
+            with owner.locked():
+                if not owner.in_remote_bundle(spec.placement):
+                    return None
+                if spec.detached or far:
+                    why = ("a detached actor must outlive this driver, and the bundle's "
+                           "lease on the other node is held by this driver's link; use a "
+                           "bundle on this node, or leave out lifetime='detached'"
+                           if spec.detached else
+                           "the node's actor service is on another host than this driver, "
+                           "and the group is held by this driver's node; leave out the "
+                           "name, or create the actor from a driver on the head's host")
+                    raise NotImplementedError(
+                        f"actor {spec.class_name}: placement group bundle on another node: "
+                        f"{why}")
+                bundles = self._remote_actors().nodes.bundles
+                bundle = bundles.take(spec.placement, spec.held, spec.actor_id)
+                if bundle is not None:
+                    pg_hex, index, base = placement.bundle_request(spec.placement)
+                    if index < 0:  # the service borrows the very bundle picked here
+                        spec.placement = placement.rewrite_request(base, pg_hex, bundle.index)
+                        held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
+                        spec.held = placement.rewrite_request(held, pg_hex, bundle.index)
+                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id))
+                    return {"bundle": bundle, "kept": False}
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"actor {spec.class_name}: its placement group bundle on another node "
+                    f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
+                    "there, or create it once a task in that bundle ended")
+            time.sleep(0.05)
+
+    def _create_in_service(self, spec: ActorCreationSpec, lent: dict | None) -> bytes:
+        owner = self.owner
+        with owner.locked():
+            if spec.fn_bytes is None:
+                spec.fn_bytes = owner.function_bytes(spec.fn_id)
+            job_env = owner.hello_info.get("runtime_env")
+            if not spec.runtime_env and job_env:  # the service's own job is not this driver's
+                spec.runtime_env = runtime_envs.env_key(job_env)
+            objects = owner.objects
+            needed = self.nested_ids(spec)
+            later = [i for i in needed
+                     if (e := objects.get(i)) is not None and e.state == PENDING]
+            exported = self.export([i for i in needed if i not in later])
+            objects.hold(later)  # not freed while the request is out, whoever drops its refs
+        reply = None
+        try:
+            reply = self.link.create(spec, exported + [(i, None, None) for i in later])
+        finally:
+            with owner.locked():
+                owner.requests.unpin_ids(object_id for object_id, _k, _p in exported)
+                if reply is not None:
+                    actor_id, state = reply
+                    self.proxy(actor_id, state, spec)
+                    if lent is not None:  # the service placed it in the room taken
+                        lent["kept"] = actor_id == spec.actor_id
+                    if actor_id == spec.actor_id:
+                        for object_id in later:  # some may be ready by now: sent at once
+                            self.link.forward_when_ready(object_id)
+                objects.release(later)
+        return reply[0]
+
+    def lookup_in_service(self, name: str, namespace: str) -> tuple[bytes, object]:
+        """*Not locked.* ``(actor id, handle state)`` of a named actor of the node's actor
+        service; a proxy is kept for it."""
+        actor_id, state = self.link.lookup(name, namespace)
+        with self.owner.locked():
+            self.proxy(actor_id, state)
+        return actor_id, state
+
+    def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
+        """*Not locked.* The named actors of the node's actor service."""
+        return self.link.named(namespace, all_namespaces)
+
+    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+        """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
+        said that it lives there)."""
+        self.link.kill(actor_id, no_restart)
+
+    def export(self, object_ids) -> list:
+        """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
+        actor service, pinned (the caller unpins them once the service has them)."""
+        objects = self.owner.objects
+        out = []
+        for object_id in dict.fromkeys(object_ids or ()):
+            entry = objects.get(object_id)
+            if entry is None or entry.state != READY:
+                continue  # freed: reading it in the actor raises its loss
+            self.owner.store.pin(object_id)
+            out.append((object_id,) + objects.read(object_id))
+        return out
+
+    def nested_ids(self, spec) -> list[bytes]:
+        """Every object a call to the actor service needs the value of before it is sent."""
+        ids = [object_id for _position, object_id in spec.deps or ()]
+        return list(dict.fromkeys(ids + list(spec.contained or ())))
+
+    def proxy(self, actor_id: bytes, state, spec: ActorCreationSpec | None = None) -> _Actor:
+        """*Locked.* The proxy of an actor the node's actor service owns (made on first use)."""
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            if spec is None:
+                spec = ActorCreationSpec(actor_id=actor_id, class_name="Actor",
+                                         handle_state=state)
+            actor = _Actor(ActorCreationSpec(
+                actor_id=actor_id, class_name=spec.class_name, name=spec.name,
+                namespace=spec.namespace, detached=spec.detached, handle_state=state,
+                max_pending_calls=spec.max_pending_calls))
+            actor.remote = True
+            actor.state = A_ALIVE
+            self.actors[actor_id] = actor
+        return actor

@@ -1,0 +1,257 @@
+"""Placement groups across the nodes of a cluster: planning, lost bundles placed again, loans.
+
+Owns: the methods of ``placement_groups.PlacementGroups`` (a mixin of it: the state is its
+own, made in ``PlacementGroups.__init__``) that concern other nodes. In a cluster (the node's
+view file exists), each attempt plans every bundle's node first (``_plan``:
+``node_pick.plan_bundles`` on the view, this node's room as its ledger says; PACK and SPREAD
+prefer this node, STRICT_PACK one node, STRICT_SPREAD a node per bundle); a group that no set
+of alive nodes can hold gets one stderr line and stays pending, placed when nodes that can
+hold it join. A bundle on another node whose node dies is placed again on any alive node
+with room, this one included (``_check_bundle_nodes``, on the watch; ``_replace``, a thread;
+here: ``ledger.grow_group`` adds it to the group's lease under its own bundle number): the
+ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
+then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
+are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
+actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
+this driver holds on another node fails (``elsewhere``).
+Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
+(``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
+Called by: ``PlacementGroups`` (``_attempt``: ``_cluster``, ``_plan``; the watch:
+``_check_loans``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``), the owner
+(``elsewhere``, not locked).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from dataclasses import replace
+
+from miniray._private.core import node_pick, placement
+from miniray._private.owner.placement_group_records import CREATED, _Group
+from miniray._private.transport.node_client import CLUSTER_FILE
+
+
+class PlacementGroupNodes:
+    """``PlacementGroups``' methods for a cluster (see the module docstring); every attribute
+    is the ``PlacementGroups``'."""
+
+    def _cluster(self):
+        """*Not locked.* The owner's ``RemoteNodes`` when this node is in a cluster (its
+        view file exists: a node started with ``miniray start``), else None (one stat)."""
+        owner = self.owner
+        if owner.remote_nodes is None:
+            session_dir = owner.hello_info.get("session_dir")
+            if not session_dir or not os.path.exists(os.path.join(session_dir,
+                                                                  CLUSTER_FILE)):
+                return None
+            with owner.locked():
+                return owner._remote_nodes()
+        return owner.remote_nodes
+
+    def _plan(self, group: _Group, cluster) -> list[str] | None:
+        """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
+        this node's room as its ledger says), or None: no room now (a group that no set of
+        alive nodes can ever hold gets one stderr line and stays pending)."""
+        nodes = cluster.view(fresh=True)  # one file read: a plan on the newest room
+        if not nodes:
+            return None
+        nodes = self._local_room(nodes)
+        plan, why = node_pick.plan_bundles(group.bundles, group.strategy, self.node_id, nodes)
+        group.never = plan is None and why.startswith("never")  # Ray's INFEASIBLE state
+        if plan is None and why.startswith("never") and not group.noted:
+            group.noted = True
+            print(f"miniray: placement group {group.name or group.hex} (strategy "
+                  f"{group.strategy}) cannot be placed on the alive nodes of the cluster "
+                  f"({why[len('never: '):]}); it stays pending until nodes that can hold "
+                  "it join (miniray start --address=HEAD:PORT).", file=sys.stderr, flush=True)
+        return plan
+
+    def _local_room(self, nodes: list) -> list:
+        """*Not locked.* The view ``nodes`` with this node's room as its ledger says now
+        (fresher than its heartbeat)."""
+        try:
+            here = self.ledger.available()
+        except (OSError, ValueError):
+            return nodes
+        return [replace(e, available=dict(here)) if e.node_id == self.node_id else e
+                for e in nodes]
+
+    def elsewhere(self, request) -> str | None:
+        """*Not locked* (a ledger read). Why a task of this (rewritten) placement
+        ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
+        group reserved by another driver is held on another node by that driver's link
+        (``remote_bundles``); None: it may run here. The caller skips it for this driver's
+        own groups, whose remote bundles run its tasks."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return None
+        pg_hex, index, _base = parsed
+        lease = self.ledger.groups().get(pg_hex)
+        if lease is None:
+            return None
+        record = lease.group
+        nodes = list(record.get("nodes") or [])
+        bound = placement.bundle_elsewhere(index, nodes, self.node_id)
+        if not bound:
+            return None
+        name = record.get("name") or pg_hex
+        what = f"bundle {index}" if index >= 0 else "any bundle (-1)"
+        where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
+        local = [i for i, node in enumerate(nodes) if node == self.node_id]
+        hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
+        return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
+                f"driver that created the group (job {record.get('job_id') or '?'}) can run "
+                "work in its bundles on other nodes, which it holds over its own links. "
+                f"Create the group in this driver{hint}.")
+
+    def _kill_lent(self, actor_ids) -> None:
+        """*Not locked.* Kill these named actors in the node's actor service, no restart
+        (``remote_bundles`` step 7: their group was removed, or their bundle went to
+        another node than this one after its node died)."""
+        for actor_id in actor_ids:
+            try:
+                self.owner.actors.kill_in_service(actor_id, True)
+            except (RuntimeError, OSError, ValueError):  # the service is gone (its
+                pass  # ServiceUnavailable): its group watch, if any, ends them
+
+    def _check_loans(self, remote) -> None:
+        """*Not locked.* The room of this driver's named actors in its remote bundles
+        (``remote_bundles`` step 7) comes back once the node's actor service no longer
+        knows the name as that actor (it ended: killed, out of scope, its node died)."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        with self.owner.locked():
+            asks = [(actor_id, name, namespace) for actor_id, (_b, name, namespace, _h)
+                    in remote.bundles.loans.items()]
+        link = self.owner.actors.link
+        ended = []
+        for actor_id, name, namespace in asks:
+            try:
+                found = link.lookup(name, namespace)[0]
+            except ValueError:  # no actor of that name now
+                found = None
+            except (ServiceUnavailable, OSError):
+                continue  # asked again at the next turn
+            if found != actor_id:
+                ended.append(actor_id)
+        if ended:
+            with self.owner.locked():
+                for actor_id in ended:
+                    remote.bundles.end_loan(actor_id)
+
+    # -- bundles whose node died (remote_bundles step 6) ----------------------------------
+    def _check_bundle_nodes(self, remote) -> None:
+        """*Not locked.* Bundles of this driver's groups whose node died (dead in the view,
+        or the link to it lost) are placed again on alive nodes, the others staying where
+        they are (as Ray reschedules a dead node's bundles): the group shows RESCHEDULING
+        with no node for them until then, and tasks that ran in them wait for them there
+        (``RemoteNodes._retry``, per ``max_retries``). One thread per group at a time."""
+        try:
+            view = remote.view(fresh=True)
+        except (OSError, ValueError):
+            return
+        alive = {e.node_id for e in view if e.alive}
+        start = []
+        with self.owner.locked():
+            for hex_, lost in remote.bundles.find_lost(alive).items():
+                group = self.groups.get(hex_)
+                if group is None or group.state != CREATED or group.replacing:
+                    continue
+                group.replacing = True
+                start.append((group, lost))
+        for group, lost in start:
+            threading.Thread(target=self._replace, args=(remote, group, lost, view),
+                             daemon=True, name="miniray-pg-replace").start()
+
+    def _replace(self, remote, group: _Group, lost: list[int], view) -> None:
+        """*Not locked*, its own thread. Plan ``lost`` on the alive nodes (``_replan``),
+        take the other nodes' leases (``remote_bundles.reserve``), then this node's part
+        (``_grow``), then adopt them (``remote_bundles.replace``); the ledger's record
+        says RESCHEDULING until then."""
+        try:
+            nodes = list(group.nodes or [])
+            shown = [("" if i in lost else node) for i, node in enumerate(nodes)]
+            try:
+                lease = self.ledger.groups().get(group.hex)
+                if lease is None:
+                    return  # removed, by any driver: the watch ends its work
+                if lease.group.get("nodes") != shown or not lease.group.get("rescheduling"):
+                    self.ledger.update_group(group.hex, {"nodes": shown,
+                                                         "rescheduling": True})
+            except (OSError, ValueError):
+                return
+            kept = {i: node for i, node in enumerate(nodes) if i not in lost}
+            plan = self._replan(group, view, kept, lost)
+            if plan is None:
+                return  # no room now: the next watch tick (WATCH_S) tries again
+            here = sorted(i for i, node in plan.items() if node == self.node_id)
+            full = [plan.get(i, self.node_id) for i in range(len(group.bundles))]
+            parts: dict = {}
+            if len(here) < len(plan):  # step 1 of remote_bundles for the other nodes' part
+                try:
+                    parts = remote.bundles.reserve(group.hex, group.name, group.bundles,
+                                                   full)
+                except Exception:  # noqa: BLE001 - shutting down: the links are closing
+                    return
+                if parts is None:
+                    return
+            if here and not self._grow(group, here):
+                remote.bundles.release_parts(parts)
+                return
+            with self.owner.locked():
+                adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts,
+                                                                            here)
+                moved = []
+                if adopted:
+                    for i, node in plan.items():
+                        nodes[i] = node
+                    group.nodes = nodes
+                    moved = remote.bundles.moved_loans(group.hex, set(parts))
+            if not adopted:
+                remote.bundles.release_parts(parts)
+                return
+            self._kill_lent(moved)
+            try:
+                self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
+            except (OSError, ValueError):
+                pass
+        finally:
+            with self.owner.locked():
+                group.replacing = False
+
+    def _replan(self, group: _Group, view, kept: dict, lost: list[int]) -> dict | None:
+        """*Not locked.* ``node_pick.replan_bundles`` for ``lost`` on the alive nodes, this
+        one with its ledger's room (this driver's idle leases given back first when no
+        node has room now and this node, idle, would hold some of them), or left out when
+        the bundles ask for GPUs that other sessions on this host share
+        (``leases.host_caps_for``: the group's host lease is taken once, at creation)."""
+        if self.owner.leases.host_caps_for([group.bundles[i] for i in lost]) is not None:
+            view = [e for e in view if e.node_id != self.node_id]
+        else:
+            view = self._local_room(view)
+
+        def replan(nodes):
+            return node_pick.replan_bundles(group.bundles, group.strategy, self.node_id,
+                                            nodes, kept, lost)
+
+        plan = replan(view)
+        if plan is None:  # would this node's whole room do? Then idle leases give way
+            idle = [replace(e, available=dict(e.totals)) if e.node_id == self.node_id else e
+                    for e in view]
+            hoped = replan(idle)
+            if hoped and self.node_id in hoped.values() and self.owner.make_room():
+                plan = replan(self._local_room(view))
+        return plan
+
+    def _grow(self, group: _Group, here: list[int]) -> bool:
+        """*Not locked.* Bundles ``here`` (their node died) held by this node's ledger now,
+        under the group's own bundle numbers (``ledger.grow_group``), as at creation."""
+        bundles = [group.bundles[i] for i in here]
+        try:
+            return self.ledger.grow_group(group.hex, bundles,
+                                          placement.bundle_provides(group.hex, bundles, here),
+                                          indexes=here)
+        except (OSError, ValueError):  # the node's ledger went with the node
+            return False
