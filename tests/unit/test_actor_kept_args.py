@@ -1,4 +1,4 @@
-"""Actor calls given results kept on other nodes (``owner/actors.py``: ``submit`` and
+"""Actor calls given results kept on other nodes (``owner/actor_calls.py``: ``submit`` and
 ``_pump``; docs/remote-objects.md, "Actor calls and bundles given a kept result"), with a
 real object table over a fake store and fake workers. No processes."""
 
