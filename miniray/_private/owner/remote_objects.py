@@ -247,20 +247,23 @@ class KeptResults:
         slots.acquire()
         try:
             try:
-                channel = self._pull_channel(client)
-            except LookupError as failed:
+                channel = self._pull_channel(client, client.node_id, None)
+            except (LookupError, TimeoutError) as failed:
                 raise RemoteLeaseError(str(failed), kind="fetch_failed") from None
+            self._watch(channel, client, client.node_id, None)  # M cut off: ends the wait
             try:
                 channel.send(("fetch", 1, object_id, int(size),
                               [home.address[0], int(home.address[1])], home.kept[0], grant))
                 answer = channel.recv(timeout=self._frame_s + size / (20 << 20))
             except BaseException as failed:
                 channel.close()
+                lost = self._unwatch(channel)
                 if isinstance(failed, Exception):
                     raise RemoteLeaseError(f"the node at {client.name} did not answer the "
-                                           f"fetch: {failed!r:.200}", kind="fetch_failed") \
-                        from None
+                                           f"fetch: {lost or repr(failed)[:200]}",
+                                           kind="fetch_failed") from None
                 raise
+            self._unwatch(channel)
             if (type(answer) is tuple and len(answer) == 4 and answer[0] == "fetched"
                     and answer[3] == size and isinstance(answer[2], str)):
                 self._pull_idle(client, channel)
