@@ -5,9 +5,13 @@ generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, 
 writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
 actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
 ``miniray logs`` (``find_worker_logs``, ``find_actor_pids``, ``read_text``).
+A remote driver's worker (one a driver on another host runs on this node) has its files
+here too, in the node's session: ``LogTee`` is what the node's relay thread
+(``transport/tls_relay.py``) hands each chunk it copies from the worker's stdout or stderr
+to the driver, before the pid is known (kept, as ``OutputStream`` keeps it) and after.
 Does not own: reading the workers' pipes (``owner/output.py``, which hands each chunk it
-reads to the stream's ``CappedLog``) or the session directory's lifetime (``session.py``:
-the logs go with it).
+reads to the stream's ``CappedLog``; for a remote driver's worker the relay) or the session
+directory's lifetime (``session.py``: the logs go with it).
 
 Cost on the output path: one ``os.write`` of each chunk the driver already read from the
 pipe (no extra copy, no lock), and a rename each ``cap`` bytes. ``MINIRAY_WORKER_LOG_BYTES``
@@ -24,10 +28,11 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import threading
 
 from miniray._private.host import same_uid
 
-__all__ = ["CappedLog", "LOGS_DIR", "find_actor_pids", "find_named", "find_worker_logs",
+__all__ = ["CappedLog", "LOGS_DIR", "LogTee", "find_actor_pids", "find_named", "find_worker_logs",
            "listing", "log_path", "note_actor", "read_from", "read_text", "session_dirs"]
 
 LOGS_DIR = "logs"
@@ -91,6 +96,59 @@ class CappedLog:
             except OSError:
                 pass
             self.fd = -1
+
+
+class LogTee:
+    """A remote driver's worker's stream, kept in its node's session (``CappedLog``) while
+    the node relays it to the driver. ``write`` is called by the relay thread with each
+    chunk it copies; ``open`` by the node's loop once the fork server named the pid (what
+    came before waits in ``early``, at most EARLY_MAX bytes: the rest of it is in the
+    driver's output only); ``close`` when the relay ends. Any order works: a tee closed
+    before it was opened writes what came early and closes at once. A lock makes the two
+    threads' calls atomic; it is only ever contended for the length of one file write.
+    Errors (a full disk, the session removed) turn the file off, never the relay."""
+
+    __slots__ = ("early", "log", "ended", "lock")
+
+    EARLY_MAX = 65536
+
+    def __init__(self) -> None:
+        self.early: bytearray | None = bytearray()
+        self.log: CappedLog | None = None
+        self.ended = False
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            if self.log is not None:
+                self.log.write(data)
+            elif self.early is not None and len(self.early) < self.EARLY_MAX:
+                self.early += data[:self.EARLY_MAX - len(self.early)]
+
+    def open(self, session_dir: str, pid: int, err: bool, cap: int) -> None:
+        """Keep the stream as ``<session>/logs/worker-<pid>.out`` (``.err``) from now on."""
+        with self.lock:
+            early, self.early = self.early, None
+            if early is None or cap <= 0 or not session_dir:
+                return  # opened already, or no log files
+            try:
+                ensure_logs_dir(session_dir)
+                log = CappedLog(log_path(session_dir, pid, err), cap)
+            except (OSError, RuntimeError):  # RuntimeError: InsecurePathError
+                return
+            if early:
+                log.write(bytes(early))
+            if self.ended:
+                log.close()
+            else:
+                self.log = log
+
+    def close(self) -> None:
+        with self.lock:
+            self.ended = True
+            if self.log is not None:
+                self.log.close()
+                self.log = None
 
 
 def note_actor(session_dir: str, actor_id_hex: str, pid: int) -> None:

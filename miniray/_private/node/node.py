@@ -113,7 +113,7 @@ from typing import Any, Callable
 import miniray
 from miniray._private.core import config, ids, protocol
 from miniray._private.core.cluster_view import NodeEntry
-from miniray._private.host import auth_token, procinfo, session
+from miniray._private.host import auth_token, procinfo, session, worker_logs
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
@@ -231,11 +231,17 @@ class NodeServer:
         of the data and control ones (their keys: over the fork server's AF_UNIX socket
         only), go to the fork server as ``(SPAWN, req, remote)``; ``done(pid)`` follows
         its SPAWNED (``_on_fork_server``). The worker is this node's: its session, node id
-        and shared memory, not the driver's."""
+        and shared memory, not the driver's. Its stdout and stderr go through a relay of
+        this process that keeps them in this session's logs (``worker-<pid>.out/.err``,
+        ``worker_logs.LogTee``, opened when the pid is known; ``tls_relay.py`` says why
+        here), unless ``MINIRAY_WORKER_LOG_BYTES=0``."""
+        session_dir = self.info.get("session_dir") or ""
+        cap = config.worker_log_bytes() if session_dir else 0
+        tees = [worker_logs.LogTee(), worker_logs.LogTee()] if cap > 0 else [None, None]
         fds, states = [], []
         try:
-            for channel in channels:
-                fd, state = channel.handover()
+            for channel, tee in zip(channels, [None, None] + tees):
+                fd, state = channel.handover(tee)
                 fds.append(fd)
                 states.append(state)
         except BaseException:
@@ -243,7 +249,18 @@ class NodeServer:
                 os.close(fd)
             for channel in channels:
                 channel.close()
+            for tee in tees:
+                if tee is not None:
+                    tee.close()
             raise
+        if cap > 0:
+            def spawned(pid, done=done):
+                if isinstance(pid, int):
+                    for err, tee in enumerate(tees):
+                        tee.open(session_dir, pid, bool(err), cap)
+                done(pid)
+        else:
+            spawned = done
         remote = {"frames": [states[0], states[1]],
                   "node": {"session_dir": self.info.get("session_dir"),
                            "node_id": self.info.get("node_id"),
@@ -254,7 +271,7 @@ class NodeServer:
         finally:
             for fd in fds:
                 os.close(fd)
-        self._remote_spawns[req] = done
+        self._remote_spawns[req] = spawned
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
