@@ -83,3 +83,51 @@ def test_a_line_split_by_rotation_is_read_whole(tmp_path):
 
 def test_a_rotated_generation_alone_is_read():
     assert worker_logs.read_text(["/nonexistent/worker-1.out.1"], -1) == ""
+
+
+def test_a_tee_keeps_what_came_before_the_pid_and_writes_the_rest(tmp_path):
+    session = str(tmp_path / "session_t")
+    os.makedirs(session)
+    tee = worker_logs.LogTee()
+    tee.write(b"early\n")
+    tee.write(b"x" * (2 * worker_logs.LogTee.EARLY_MAX))  # beyond the bound: not kept
+    tee.open(session, 42, err=False, cap=1 << 20)
+    tee.write(b"\nlater\n")
+    tee.open(session, 43, err=False, cap=1 << 20)  # a second open changes nothing
+    tee.close()
+    tee.write(b"after close\n")  # dropped, never an error
+    with open(worker_logs.log_path(session, 42, err=False), "rb") as f:
+        data = f.read()
+    assert data.startswith(b"early\n") and data.endswith(b"\nlater\n")
+    assert len(data) == worker_logs.LogTee.EARLY_MAX + len(b"\nlater\n")
+    assert not os.path.exists(worker_logs.log_path(session, 43, err=False))
+
+
+def test_a_tee_closed_before_its_pid_is_known_still_keeps_what_came(tmp_path):
+    session = str(tmp_path / "session_u")
+    os.makedirs(session)
+    tee = worker_logs.LogTee()
+    tee.write(b"last words\n")
+    tee.close()  # the worker exited before the node handled its SPAWNED
+    tee.open(session, 7, err=True, cap=1 << 20)
+    with open(worker_logs.log_path(session, 7, err=True), "rb") as f:
+        assert f.read() == b"last words\n"
+    silent = worker_logs.LogTee()  # printed nothing: no file
+    silent.open(session, 8, err=False, cap=1 << 20)
+    silent.close()
+    assert not os.path.exists(worker_logs.log_path(session, 8, err=False))
+    off = worker_logs.LogTee()  # cap 0 (MINIRAY_WORKER_LOG_BYTES=0) or no session
+    off.write(b"x\n")
+    off.open(session, 9, err=False, cap=0)
+    off.open("", 10, err=False, cap=100)
+    off.close()
+    assert sorted(os.listdir(os.path.join(session, "logs"))) == ["worker-7.err"]
+
+
+def test_a_tee_whose_session_is_gone_turns_its_file_off(tmp_path):
+    tee = worker_logs.LogTee()
+    tee.write(b"x\n")
+    tee.open(str(tmp_path / "gone"), 5, err=False, cap=100)  # no error
+    tee.write(b"y\n")
+    tee.close()
+    assert not os.path.exists(tmp_path / "gone")
