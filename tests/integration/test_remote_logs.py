@@ -38,8 +38,28 @@ BODY = """
     talker = Talker.options(scheduling_strategy=there).remote()
     actor_pid = ray.get(talker.say.remote(), timeout=30)
     time.sleep(0.5)  # the output thread prints what came
-    print(json.dumps({"pids": pids, "actor_pid": actor_pid,
-                      "actor_id": talker._actor_id.hex()}), flush=True)
+    from miniray.util import state
+
+    def logged(**kw):
+        try:
+            return "".join(state.get_log(**kw))
+        except ValueError as error:
+            return f"ValueError: {error}"
+
+    task = [t for t in state.list_tasks() if t["name"] == "speak"][0]
+    task_id = task["task_id"]
+    print(json.dumps({
+        "task_node": task["node_id"], "member": member,
+        "pids": pids, "actor_pid": actor_pid, "actor_id": talker._actor_id.hex(),
+        "listed": state.list_logs(node_id=member),
+        "listed_by_ip": state.list_logs(node_ip="127.0.0.2", glob_filter="*.err"),
+        "by_pid": logged(node_id=member, pid=pids[0]),
+        "by_pid_err": logged(node_id=member, pid=pids[0], suffix="err"),
+        "by_task": logged(task_id=task_id),
+        "by_actor": logged(node_id=member, actor_id=talker._actor_id.hex()),
+        "by_file": logged(node_id=member, filename=f"worker-{pids[0]}.err", tail=1),
+        "missing": logged(node_id=member, pid=1),
+        "not_there": logged(pid=pids[0])}), flush=True)
     ray.shutdown()
     """
 
@@ -89,6 +109,19 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
     shown = cli(env, "logs", "--actor-id", doc["actor_id"])
     assert shown.returncode == 0, shown.stderr
     assert "the actor speaks on the member" in shown.stdout, shown.stdout
+    # The state API on the driver's host reads them from the member (step 13).
+    assert f"worker-{pid}.out" in doc["listed"]["worker_out"], doc["listed"]
+    assert f"worker-{pid}.err" in doc["listed"]["worker_err"], doc["listed"]
+    assert list(doc["listed_by_ip"]) == ["worker_err"], doc["listed_by_ip"]
+    assert "out line 0 from the member\nout line 1" in doc["by_pid"].replace(
+        ":task_name:speak\n", ""), doc["by_pid"]
+    assert "err line 1 from the member" in doc["by_pid_err"], doc
+    assert doc["task_node"] == doc["member"], doc  # its row names the node it ran on
+    assert "out line" in doc["by_task"], doc  # read there
+    assert "the actor speaks on the member" in doc["by_actor"], doc
+    assert doc["by_file"] == "err line 1 from the member\n", doc
+    assert doc["missing"].startswith("ValueError:") and "worker pid 1" in doc["missing"], doc
+    assert doc["not_there"].startswith("ValueError:"), doc  # no node named: this host's
     # The driver's host keeps nothing of them: they ran on the member.
     head_logs = os.path.join(hosts.record("127.0.0.1").session_dir, "logs")
     assert not os.path.exists(os.path.join(head_logs, f"worker-{pid}.out"))

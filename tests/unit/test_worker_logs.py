@@ -131,3 +131,38 @@ def test_a_tee_whose_session_is_gone_turns_its_file_off(tmp_path):
     tee.write(b"y\n")
     tee.close()
     assert not os.path.exists(tmp_path / "gone")
+
+
+def test_a_nodes_answer_to_another_hosts_logs_query_is_read_only_and_bounded(tmp_path,
+                                                                             monkeypatch):
+    session = str(tmp_path / "session_q")
+    os.makedirs(session)
+    worker_logs.ensure_logs_dir(session)
+    for pid, err, text in ((3, False, b"\x00mr:3:f\nhello\n"), (3, True, b"oops\n")):
+        log = worker_logs.CappedLog(worker_logs.log_path(session, pid, err), 1 << 20)
+        log.write(text)
+        log.close()
+    with open(os.path.join(session, "node.log"), "w") as f:
+        f.write("not a worker's\n")
+    answer = worker_logs.answer_query
+    assert answer(session, {"what": "list"}) == (
+        "logs", {"worker_out": ["worker-3.out"], "worker_err": ["worker-3.err"]})
+    assert answer(session, {"what": "list", "glob": "*.err"}) == (
+        "logs", {"worker_err": ["worker-3.err"]})
+    assert answer(session, {"what": "get", "pid": 3}) == ("logs", ":task_name:f\nhello\n")
+    assert answer(session, {"what": "get", "pid": 3, "suffix": "err"}) == ("logs", "oops\n")
+    assert answer(session, {"what": "get", "filename": "worker-3.out", "tail": 1}) == (
+        "logs", "hello\n")
+    for name in ("node.log", "../session_q/node.log", "/etc/passwd"):  # worker files only
+        assert answer(session, {"what": "get", "filename": name})[0] == "no_log"
+    assert answer(session, {"what": "get", "pid": 4})[0] == "no_log"
+    for bad in (None, [], {"what": "rm"}, {"what": "get"}, {"what": "get", "pid": "3"},
+                {"what": "get", "pid": 3, "suffix": "log"}, {"what": "list", "glob": 5},
+                {"what": "get", "filename": "x" * 300}):
+        assert answer(session, bad)[0] == "malformed", bad
+    monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 20)
+    log = worker_logs.CappedLog(worker_logs.log_path(session, 5, False), 1 << 20)
+    log.write(b"".join(b"line %02d\n" % i for i in range(10)))
+    log.close()
+    kind, text = answer(session, {"what": "get", "pid": 5, "tail": -1})
+    assert kind == "logs" and text == "line 08\nline 09\n"  # the end, whole lines

@@ -4,7 +4,9 @@ Owns: the layout of ``<session>/logs/`` (``worker-<pid>.out`` / ``.err``, their 
 generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, one a line);
 writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
 actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
-``miniray logs`` (``find_worker_logs``, ``find_actor_pids``, ``read_text``).
+``miniray logs`` and the state API (``find_worker_logs``, ``find_actor_pids``, ``read_text``,
+``names_by_kind``, ``find_log``), and the answer a node gives another host's state API
+(``answer_query``: ``remote_drivers.py`` step 13, read-only, bounded).
 A remote driver's worker (one a driver on another host runs on this node) has its files
 here too, in the node's session: ``LogTee`` is what the node's relay thread
 (``transport/tls_relay.py``) hands each chunk it copies from the worker's stdout or stderr
@@ -32,13 +34,17 @@ import threading
 
 from miniray._private.host import same_uid
 
-__all__ = ["CappedLog", "LOGS_DIR", "LogTee", "find_actor_pids", "find_named", "find_worker_logs",
-           "listing", "log_path", "note_actor", "read_from", "read_text", "session_dirs"]
+__all__ = ["CappedLog", "LOGS_DIR", "LogTee", "MAX_ANSWER_CHARS", "answer_query",
+           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "listing",
+           "log_path", "names_by_kind", "note_actor", "read_from", "read_text",
+           "session_dirs"]
 
 LOGS_DIR = "logs"
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _TASK_MARKER = re.compile(r"^\x00mr:(\d+):(.*)$")
 _BAR_MARKER = "\x00mb:"
+MAX_ANSWER_CHARS = 1 << 20  # a log read for another host: its last 1 Mi characters at most
+MAX_ANSWER_NAMES = 10000  # file names listed for another host
 _MARKER_START = re.compile(r"(?=\x00m[rb]:)")
 
 
@@ -299,3 +305,88 @@ def read_from(path: str, offset: int) -> tuple[str, int]:
         return "", offset
     end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
     return _lines(data[:end].decode("utf-8", "replace")), offset + end
+
+
+def names_by_kind(session_dirs: list[str], glob_filter: str | None = None) -> dict:
+    """``list_logs``' answer: the workers' log file names of the sessions, by kind
+    (``worker_out``, ``worker_err``), as Ray groups a node's files."""
+    out: dict[str, list[str]] = {}
+    for session_dir in session_dirs:
+        try:
+            names = sorted(os.listdir(os.path.join(session_dir, LOGS_DIR)))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("worker-") or not name.endswith((".out", ".err")):
+                continue
+            if glob_filter and not fnmatch.fnmatchcase(name, glob_filter):
+                continue
+            out.setdefault("worker_out" if name.endswith(".out") else "worker_err",
+                           []).append(name)
+    return out
+
+
+def find_log(session_dirs: list[str], filename: str | None = None,
+             actor_id: str | None = None, pid: int | None = None,
+             err: bool = False) -> tuple[list[str], str]:
+    """The files ``get_log`` reads for a file name, an actor or a worker pid (the first
+    given), and how to name what was asked; ValueError if none is given."""
+    if filename is not None:
+        return find_named(session_dirs, filename), f"file {filename!r}"
+    if actor_id is not None:
+        found = find_actor_pids(session_dirs, str(actor_id).lower())
+        return ([p for p_id in (found[1] if found else ())
+                 for p in find_worker_logs([found[0]], p_id, err)], f"actor {actor_id}")
+    if pid is not None:
+        return find_worker_logs(session_dirs, int(pid), err), f"worker pid {pid}"
+    raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
+
+
+def _query_problem(query) -> str | None:
+    if not isinstance(query, dict) or query.get("what") not in ("list", "get"):
+        return "a logs query is a dict with 'what': 'list' or 'get'"
+    for name in ("glob", "filename", "actor_id"):
+        value = query.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > 256):
+            return f"a logs query's {name!r} is a str of at most 256 characters"
+    for name in ("pid", "tail"):
+        value = query.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"a logs query's {name!r} is an int"
+    if query.get("suffix", "out") not in ("out", "err"):
+        return "a logs query's 'suffix' is 'out' or 'err'"
+    return None
+
+
+def answer_query(session_dir: str, query) -> tuple[str, object]:
+    """What a node answers another host's ``list_logs``/``get_log`` about its own session
+    (read-only: only ``<session>/logs/worker-*`` files are read): ``("logs", names by
+    kind)`` for ``{"what": "list", "glob"}``, ``("logs", text)`` for ``{"what": "get",
+    "filename" | "actor_id" | "pid", "suffix", "tail"}`` (its last MAX_ANSWER_CHARS
+    characters at most, whole lines), else ``(kind, text)``: "malformed" or "no_log".
+
+    >>> answer_query("/nonexistent", {"what": "get", "pid": 1})[0]
+    'no_log'
+    >>> answer_query("/nonexistent", {"what": "rm"})[0]
+    'malformed'
+    """
+    problem = _query_problem(query)
+    if problem is not None:
+        return "malformed", problem
+    sessions = [session_dir] if session_dir else []
+    if query["what"] == "list":
+        names = names_by_kind(sessions, query.get("glob"))
+        return "logs", {kind: found[:MAX_ANSWER_NAMES] for kind, found in names.items()}
+    try:
+        paths, what = find_log(sessions, query.get("filename"), query.get("actor_id"),
+                               query.get("pid"), query.get("suffix") == "err")
+    except ValueError as error:
+        return "malformed", str(error)
+    if not paths:
+        return "no_log", (f"no log of {what} on this node: it printed nothing, its session "
+                          "ended, or MINIRAY_WORKER_LOG_BYTES=0 there.")
+    text = read_text(paths, query.get("tail", 1000))
+    if len(text) > MAX_ANSWER_CHARS:
+        text = text[-MAX_ANSWER_CHARS:]
+        text = text[text.find("\n") + 1:]
+    return "logs", text
