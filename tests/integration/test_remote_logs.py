@@ -122,6 +122,15 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
     assert doc["by_file"] == "err line 1 from the member\n", doc
     assert doc["missing"].startswith("ValueError:") and "worker pid 1" in doc["missing"], doc
     assert doc["not_there"].startswith("ValueError:"), doc  # no node named: this host's
+    # `miniray logs --node-ip` on the head's host asks the member too.
+    head_env = hosts.env("127.0.0.1")
+    shown = cli(head_env, "logs", "--pid", str(pid), "--node-ip", MEMBER, "--err")
+    assert shown.returncode == 0, shown.stderr
+    assert "err line 1 from the member" in shown.stdout.splitlines(), shown
+    shown = cli(head_env, "logs", "--node-id", doc["member"])
+    assert f"worker-{actor_pid}.out" in shown.stdout.splitlines(), shown
+    shown = cli(head_env, "logs", "--pid", "1", "--node-ip", MEMBER)
+    assert shown.returncode == 1 and "worker pid 1" in shown.stderr, shown
     # The driver's host keeps nothing of them: they ran on the member.
     head_logs = os.path.join(hosts.record("127.0.0.1").session_dir, "logs")
     assert not os.path.exists(os.path.join(head_logs, f"worker-{pid}.out"))
