@@ -114,7 +114,7 @@ class LogTee:
     threads' calls atomic; it is only ever contended for the length of one file write.
     Errors (a full disk, the session removed) turn the file off, never the relay."""
 
-    __slots__ = ("early", "log", "ended", "lock")
+    __slots__ = ("early", "log", "ended", "lock", "__weakref__")  # the node keeps a WeakSet
 
     EARLY_MAX = 65536
 

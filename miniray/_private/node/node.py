@@ -108,6 +108,7 @@ import signal
 import socket
 import sys
 import time
+import weakref
 from typing import Any, Callable
 
 import miniray
@@ -167,6 +168,9 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._remote_spawns: dict[int, Callable] = {}  # fork-server req -> done(pid)
+        # Remote workers' output log files (``_remote_spawn``), closed before the session
+        # directory goes (``close``): a relay draining then writes nowhere.
+        self._tees: weakref.WeakSet = weakref.WeakSet()
         self._stop = False
         self.stop_reason: str | None = None  # told to the drivers (NODE_STOPPING) at close()
         self.fatal: str | None = None
@@ -239,6 +243,7 @@ class NodeServer:
         session_dir = self.info.get("session_dir") or ""
         cap = config.worker_log_bytes() if session_dir else 0
         tees = [worker_logs.LogTee(), worker_logs.LogTee()] if cap > 0 else [None, None]
+        self._tees.update(tee for tee in tees if tee is not None)
         fds, states = [], []
         try:
             for channel, tee in zip(channels, [None, None] + tees):
@@ -407,6 +412,8 @@ class NodeServer:
                 self._on_exited(message[1], message[2])
         self.fork_server.wait(timeout=5.0)
         self.fork_server.close()
+        for tee in list(self._tees):  # the workers are gone; their relays may still drain
+            tee.close()
         for driver in list(self._drivers.values()) + self._leaving:
             self._close_socket(driver)
         self._drivers.clear()
