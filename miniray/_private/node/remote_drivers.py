@@ -67,7 +67,9 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        wait_status) on the link that asked for it. The link closing (step 5) or fencing
        (step 6) SIGKILLs every worker of that link: nothing of D keeps running on N.
        The worker speaks MAC'd frames on its data and control connections itself
-       (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes.
+       (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes, which
+       a relay thread of N copies to D, TLS or not, and into N's session's
+       ``logs/worker-<pid>.out/.err`` (``tls_relay.py``, ``worker_logs.LogTee``).
    10. D -> N ("kill", req, pid) (``cancel(force=True)`` of the task it runs): N SIGKILLs
        that worker through its fork server and answers ("killed", req, pid); its exit
        follows as step 9. A pid that is not a worker of this link (another driver's, one
