@@ -8,6 +8,8 @@ session, plus every other node of its cluster from the view it publishes, alive 
 job is a driver), merged, filtered, limited and typed (``core/state_rows.py``).
 A driver that does not answer is a missing part of the output: ``raise_on_missing_output``
 decides, as in Ray, whether that raises or warns.
+Worker logs are files read here, except another host's node's (``node_id``/``node_ip``),
+asked over a short driver link to that node (``node/remote_drivers.py`` step 13).
 Does not own: the snapshot (``owner/state_records.py``), the socket
 (``transport/state_socket.py``), nor printing (``core/state_rows.py``).
 Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
@@ -15,7 +17,6 @@ Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -373,7 +374,9 @@ def _ask_node(entry, own_ip: str | None, query: dict, timeout: float):
     from miniray._private.host import auth_token  # lazy: another host's logs only
     from miniray._private.transport import peer_channel as pc  # lazy: as above
     from miniray._private.transport.remote_node import (  # lazy: as above
-        RemoteLeaseError, RemoteNodeClient)
+        RemoteLeaseError,
+        RemoteNodeClient,
+    )
 
     contexts = pc.tls_contexts()
     try:

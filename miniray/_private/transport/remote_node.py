@@ -2,9 +2,10 @@
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
 request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and 13
-there) from the driver's side, its timeouts, and turning the node's loss into ``NodeDiedError`` naming the
-node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` called by
-whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
+there) from the driver's side, its timeouts, and turning the node's loss into
+``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
+or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
+connections (step 8 there).
 Does not own: which node to ask (``core/node_pick.py``),
 the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py``), or what
 a lease is used for (``owner/remote_nodes.py``). The node's unasked ("exited", pid,
