@@ -145,3 +145,38 @@ def test_no_log_files_on_the_member_when_they_are_turned_off(hosts):
     logs = os.path.join(hosts.record(MEMBER).session_dir, "logs")
     names = os.listdir(logs) if os.path.isdir(logs) else []
     assert not [n for n in names if n.startswith("worker-")], names
+
+
+def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts):
+    """The node writes the file, not the worker: a SIGKILL (``cancel(force=True)``) right
+    after a print loses nothing of it."""
+    hosts.start_member(MEMBER, "--num-cpus", "2")
+    doc = _run_driver(hosts, """
+    @ray.remote
+    def stuck():
+        print(f"last words of {os.getpid()}", flush=True)
+        time.sleep(60)
+
+    ref = stuck.options(scheduling_strategy=there).remote()
+    deadline = time.monotonic() + 30
+    pid = None
+    from miniray.util import state
+    while pid is None and time.monotonic() < deadline:
+        rows = [t for t in state.list_tasks() if t["name"] == "stuck" and t["worker_pid"]]
+        pid = rows[0]["worker_pid"] if rows and rows[0]["state"] == "RUNNING" else None
+        time.sleep(0.05)
+    time.sleep(0.5)  # it printed
+    ray.cancel(ref, force=True)
+    try:
+        ray.get(ref, timeout=30)
+        outcome = "returned"
+    except Exception as error:
+        outcome = type(error).__name__
+    print(json.dumps({"pid": pid, "outcome": outcome}), flush=True)
+    ray.shutdown()
+    """)
+    pid = doc["pid"]
+    assert pid and doc["outcome"] != "returned", doc
+    path = os.path.join(hosts.record(MEMBER).session_dir, "logs", f"worker-{pid}.out")
+    assert wait_until(lambda: f"last words of {pid}" in _read(path), 10), _read(path)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
