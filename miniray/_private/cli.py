@@ -366,6 +366,10 @@ def _add_logs(sub) -> None:
                       help="keep printing what is written until Ctrl-C")
     logs.add_argument("--address", default=None,
                       help="the node whose session to read (default: every session)")
+    logs.add_argument("-id", "--node-id", default=None, metavar="HEX",
+                      help="read on this node; another host's is asked over its port")
+    logs.add_argument("-ip", "--node-ip", default=None, metavar="IP",
+                      help="read on the node at this IP, as --node-id")
     _add_ignored(logs, _RAY_LOGS_OPTIONS, "one host, files read directly")
     logs.set_defaults(func=_cmd_logs)
 
@@ -384,8 +388,8 @@ _RAY_LOG_OPTIONS = (
 )
 # `ray logs` options that select a node or shape the API request.
 _RAY_LOGS_OPTIONS = (
-    (("-id", "--node-id"), True), (("-ip", "--node-ip"), True), (("--timeout",), True),
-    (("--interval",), True), (("--encoding",), True), (("--encoding-errors",), True),
+    (("--timeout",), True), (("--interval",), True), (("--encoding",), True),
+    (("--encoding-errors",), True),
 )
 # `ray start` (Ray 2.60's whole list, hidden options included) less those miniray honours:
 # they configure ports, the dashboard's agents, several hosts, Redis, cgroups or log styling.
@@ -716,6 +720,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     from miniray._private.transport import node_client
 
     _warn_ignored(args, _RAY_LOGS_OPTIONS)
+    if args.node_id is not None or args.node_ip is not None:
+        return _node_logs(args)
     try:
         if args.address is not None:
             record = node_client.find_node(args.address)
@@ -766,6 +772,35 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         return 1
     sys.stdout.write(listing)
     return 0
+
+
+def _node_logs(args: argparse.Namespace) -> int:
+    """``--node-id`` / ``--node-ip``: through the state API, which asks another host's node
+    over its port (``remote_drivers.py`` step 13) and reads this host's files itself."""
+    from miniray._private import state_api  # lazy, as above
+
+    what, name = args.what, args.file
+    if what == "cluster":
+        what = name
+    if args.follow:
+        return _error("--follow reads this host's files: run `miniray logs ... -f` on the "
+                      "node's host, without --node-id / --node-ip.")
+    filename = what if what not in (None, "worker", "actor") else None
+    try:
+        if filename is None and args.actor_id is None and args.pid is None:
+            found = state_api.list_logs(args.address, None, args.node_id, args.node_ip)
+            names = sorted(n for kind in found.values() for n in kind)
+            if not names:
+                print("No log files on that node.", file=sys.stderr)
+                return 1
+            sys.stdout.write("".join(f"{n}\n" for n in names))
+            return 0
+        sys.stdout.write(state_api.get_log(
+            args.address, filename, args.actor_id, None, args.pid, args.tail,
+            "err" if args.err else "out", node_id=args.node_id, node_ip=args.node_ip))
+        return 0
+    except (ValueError, state_api.RayStateApiException) as error:
+        return _error(str(error))
 
 
 def _where(sessions: list) -> str:

@@ -8,6 +8,8 @@ session, plus every other node of its cluster from the view it publishes, alive 
 job is a driver), merged, filtered, limited and typed (``core/state_rows.py``).
 A driver that does not answer is a missing part of the output: ``raise_on_missing_output``
 decides, as in Ray, whether that raises or warns.
+Worker logs are files read here, except another host's node's (``node_id``/``node_ip``),
+asked over a short driver link to that node (``node/remote_drivers.py`` step 13).
 Does not own: the snapshot (``owner/state_records.py``), the socket
 (``transport/state_socket.py``), nor printing (``core/state_rows.py``).
 Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
@@ -15,7 +17,6 @@ Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -295,56 +296,98 @@ def summarize(resource: str, address: str | None = None, timeout: float = DEFAUL
             "objects": state_rows.summarize_objects}[resource](found)
 
 
-def list_logs(address: str | None = None, glob_filter: str | None = None) -> dict:
+def list_logs(address: str | None = None, glob_filter: str | None = None,
+              node_id: str | None = None, node_ip: str | None = None,
+              timeout: float = DEFAULT_TIMEOUT) -> dict:
     """``ray.util.state.list_logs``: the workers' log files of the sessions ``address``
-    names, by kind (``worker_out``, ``worker_err``), as Ray groups a node's files."""
-    out: dict[str, list[str]] = {}
-    for path in session_dirs(address):
-        folder = os.path.join(path, worker_logs.LOGS_DIR)
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            continue
-        for name in names:
-            if not name.startswith("worker-") or not name.endswith((".out", ".err")):
-                continue
-            if glob_filter and not fnmatch.fnmatchcase(name, glob_filter):
-                continue
-            out.setdefault("worker_out" if name.endswith(".out") else "worker_err",
-                           []).append(name)
-    return out
+    names, by kind (``worker_out``, ``worker_err``), as Ray groups a node's files; of the
+    node ``node_id`` / ``node_ip`` names where that is another host's (``_log_source``)."""
+    sessions, entry, own_ip = _log_source(address, node_id, node_ip)
+    if entry is not None:
+        return _ask_node(entry, own_ip, {"what": "list", "glob": glob_filter}, timeout)
+    return worker_logs.names_by_kind(sessions, glob_filter)
 
 
 def get_log(address: str | None = None, filename: str | None = None,
             actor_id: str | None = None, task_id: str | None = None, pid: int | None = None,
-            tail: int = 1000, suffix: str = "out", timeout: float = DEFAULT_TIMEOUT) -> str:
+            tail: int = 1000, suffix: str = "out", timeout: float = DEFAULT_TIMEOUT,
+            node_id: str | None = None, node_ip: str | None = None) -> str:
     """``ray.util.state.get_log``'s text: the log of a worker (``pid``), of an actor's
-    processes (``actor_id``), of the worker that ran a task (``task_id``), or a file
-    (``filename``), its last ``tail`` lines. ValueError naming what was not found."""
+    processes (``actor_id``), of the worker that ran a task (``task_id``: on the node it
+    ran on), or a file (``filename``), its last ``tail`` lines; read on the node
+    ``node_id`` / ``node_ip`` names where that is another host's. ValueError naming what
+    was not found."""
     if suffix not in ("out", "err"):
         raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
-    sessions = session_dirs(address)
-    err = suffix == "err"
-    if filename is not None:
-        paths = worker_logs.find_named(sessions, filename)
-        what = f"file {filename!r}"
-    elif actor_id is not None:
-        found = worker_logs.find_actor_pids(sessions, str(actor_id).lower())
-        paths = [p for p_id in (found[1] if found else ())
-                 for p in worker_logs.find_worker_logs([found[0]], p_id, err)]
-        what = f"actor {actor_id}"
-    elif task_id is not None:
+    if task_id is not None and filename is None and actor_id is None:
         task = get_resource("tasks", task_id, address, timeout)
         if task is None or not task.get("worker_pid"):
             raise ValueError(f"task {task_id} is not known, or has not run on a worker.")
-        paths = worker_logs.find_worker_logs(sessions, int(task["worker_pid"]), err)
-        what = f"task {task_id} (worker pid {task['worker_pid']})"
-    elif pid is not None:
-        paths = worker_logs.find_worker_logs(sessions, int(pid), err)
-        what = f"worker pid {pid}"
-    else:
-        raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
+        pid = int(task["worker_pid"])
+        node_id = node_id or task.get("node_id")
+        what = f"task {task_id} (worker pid {pid})"
+    sessions, entry, own_ip = _log_source(address, node_id, node_ip)
+    if entry is not None:
+        query = {"what": "get", "filename": filename, "actor_id": actor_id,
+                 "pid": None if pid is None else int(pid), "suffix": suffix, "tail": tail}
+        return _ask_node(entry, own_ip, query, timeout)
+    paths, named = worker_logs.find_log(sessions, filename, actor_id, pid, suffix == "err")
+    if task_id is None or filename is not None or actor_id is not None:
+        what = named
     if not paths:
         raise ValueError(f"no log of {what} in the live sessions: it printed nothing, its "
                          "session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
     return worker_logs.read_text(paths, tail)
+
+
+def _log_source(address: str | None, node_id: str | None, node_ip: str | None):
+    """Where a logs call reads: ``(sessions, None, _)`` to read files on this host (no node
+    named, a node of these sessions, or one no view here knows: as before, every session),
+    or ``(_, entry, own ip)``: another host's node, alive in a cluster view of these
+    sessions, asked over its port (``remote_drivers.py`` step 13)."""
+    sessions = session_dirs(address)
+    if node_id is None and node_ip is None:
+        return sessions, None, None
+    docs = [(path, node_client.read_cluster(path)) for path in sessions]
+
+    def named(entry) -> bool:
+        return ((node_id is None or entry.node_id == node_id)
+                and (node_ip is None or entry.ip == node_ip))
+
+    own_ip = None
+    for path, doc in docs:
+        own = cluster_view.nodes_of(doc).get((doc or {}).get("local"))
+        if own is not None:
+            own_ip = own_ip or own.ip
+            if named(own):
+                return [path], None, own.ip
+    for _path, doc in docs:
+        for entry in cluster_view.nodes_of(doc).values():
+            if entry.alive and named(entry):
+                return sessions, entry, own_ip
+    return sessions, None, None
+
+
+def _ask_node(entry, own_ip: str | None, query: dict, timeout: float):
+    """Step 13 of ``remote_drivers.py`` on a short driver link to ``entry``'s node (the
+    cluster token, TLS where it is on, from this host's node address)."""
+    from miniray._private.host import auth_token  # lazy: another host's logs only
+    from miniray._private.transport import peer_channel as pc  # lazy: as above
+    from miniray._private.transport.remote_node import (  # lazy: as above
+        RemoteLeaseError,
+        RemoteNodeClient,
+    )
+
+    contexts = pc.tls_contexts()
+    try:
+        with RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
+                              timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),
+                              ssl_context=contexts[0] if contexts else None,
+                              source_address=(own_ip, 0) if own_ip else None) as client:
+            return client.logs(query)
+    except RemoteLeaseError as error:
+        raise ValueError(str(error)) from None
+    except Exception as error:  # noqa: BLE001 - unreachable, refused, lost: named
+        raise RayStateApiException(
+            f"could not read the logs of node {entry.node_id} at {entry.address}: "
+            f"{error}") from None

@@ -88,10 +88,14 @@ def test_a_nodes_worker_logs_outlive_the_driver(node_env):
     """, node_env)
     pid = json_line(proc)["pid"]
     assert proc.wait(30) == 0, proc.stderr.read()
+    result = cli(node_env, "logs", "worker", "--pid", str(pid), "--timeout", "5")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == ":task_name:hello\nhello from the node\n"
+    assert "--timeout do not apply on one host" in result.stderr
+    # A node no cluster view here knows: this host's sessions, as without --node-id.
     result = cli(node_env, "logs", "worker", "--pid", str(pid), "--node-id", "x")
     assert result.returncode == 0, result.stderr
     assert result.stdout == ":task_name:hello\nhello from the node\n"
-    assert "--node-id do not apply on one host" in result.stderr
 
 
 def test_follow_prints_what_an_actor_writes_until_interrupted(drivers):

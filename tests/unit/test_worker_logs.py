@@ -83,3 +83,86 @@ def test_a_line_split_by_rotation_is_read_whole(tmp_path):
 
 def test_a_rotated_generation_alone_is_read():
     assert worker_logs.read_text(["/nonexistent/worker-1.out.1"], -1) == ""
+
+
+def test_a_tee_keeps_what_came_before_the_pid_and_writes_the_rest(tmp_path):
+    session = str(tmp_path / "session_t")
+    os.makedirs(session)
+    tee = worker_logs.LogTee()
+    tee.write(b"early\n")
+    tee.write(b"x" * (2 * worker_logs.LogTee.EARLY_MAX))  # beyond the bound: not kept
+    tee.open(session, 42, err=False, cap=1 << 20)
+    tee.write(b"\nlater\n")
+    tee.open(session, 43, err=False, cap=1 << 20)  # a second open changes nothing
+    tee.close()
+    tee.write(b"after close\n")  # dropped, never an error
+    with open(worker_logs.log_path(session, 42, err=False), "rb") as f:
+        data = f.read()
+    assert data.startswith(b"early\n") and data.endswith(b"\nlater\n")
+    assert len(data) == worker_logs.LogTee.EARLY_MAX + len(b"\nlater\n")
+    assert not os.path.exists(worker_logs.log_path(session, 43, err=False))
+
+
+def test_a_tee_closed_before_its_pid_is_known_still_keeps_what_came(tmp_path):
+    session = str(tmp_path / "session_u")
+    os.makedirs(session)
+    tee = worker_logs.LogTee()
+    tee.write(b"last words\n")
+    tee.close()  # the worker exited before the node handled its SPAWNED
+    tee.open(session, 7, err=True, cap=1 << 20)
+    with open(worker_logs.log_path(session, 7, err=True), "rb") as f:
+        assert f.read() == b"last words\n"
+    silent = worker_logs.LogTee()  # printed nothing: no file
+    silent.open(session, 8, err=False, cap=1 << 20)
+    silent.close()
+    assert not os.path.exists(worker_logs.log_path(session, 8, err=False))
+    off = worker_logs.LogTee()  # cap 0 (MINIRAY_WORKER_LOG_BYTES=0) or no session
+    off.write(b"x\n")
+    off.open(session, 9, err=False, cap=0)
+    off.open("", 10, err=False, cap=100)
+    off.close()
+    assert sorted(os.listdir(os.path.join(session, "logs"))) == ["worker-7.err"]
+
+
+def test_a_tee_whose_session_is_gone_turns_its_file_off(tmp_path):
+    tee = worker_logs.LogTee()
+    tee.write(b"x\n")
+    tee.open(str(tmp_path / "gone"), 5, err=False, cap=100)  # no error
+    tee.write(b"y\n")
+    tee.close()
+    assert not os.path.exists(tmp_path / "gone")
+
+
+def test_a_nodes_answer_to_another_hosts_logs_query_is_read_only_and_bounded(tmp_path,
+                                                                             monkeypatch):
+    session = str(tmp_path / "session_q")
+    os.makedirs(session)
+    worker_logs.ensure_logs_dir(session)
+    for pid, err, text in ((3, False, b"\x00mr:3:f\nhello\n"), (3, True, b"oops\n")):
+        log = worker_logs.CappedLog(worker_logs.log_path(session, pid, err), 1 << 20)
+        log.write(text)
+        log.close()
+    with open(os.path.join(session, "node.log"), "w") as f:
+        f.write("not a worker's\n")
+    answer = worker_logs.answer_query
+    assert answer(session, {"what": "list"}) == (
+        "logs", {"worker_out": ["worker-3.out"], "worker_err": ["worker-3.err"]})
+    assert answer(session, {"what": "list", "glob": "*.err"}) == (
+        "logs", {"worker_err": ["worker-3.err"]})
+    assert answer(session, {"what": "get", "pid": 3}) == ("logs", ":task_name:f\nhello\n")
+    assert answer(session, {"what": "get", "pid": 3, "suffix": "err"}) == ("logs", "oops\n")
+    assert answer(session, {"what": "get", "filename": "worker-3.out", "tail": 1}) == (
+        "logs", "hello\n")
+    for name in ("node.log", "../session_q/node.log", "/etc/passwd"):  # worker files only
+        assert answer(session, {"what": "get", "filename": name})[0] == "no_log"
+    assert answer(session, {"what": "get", "pid": 4})[0] == "no_log"
+    for bad in (None, [], {"what": "rm"}, {"what": "get"}, {"what": "get", "pid": "3"},
+                {"what": "get", "pid": 3, "suffix": "log"}, {"what": "list", "glob": 5},
+                {"what": "get", "filename": "x" * 300}):
+        assert answer(session, bad)[0] == "malformed", bad
+    monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 20)
+    log = worker_logs.CappedLog(worker_logs.log_path(session, 5, False), 1 << 20)
+    log.write(b"".join(b"line %02d\n" % i for i in range(10)))
+    log.close()
+    kind, text = answer(session, {"what": "get", "pid": 5, "tail": -1})
+    assert kind == "logs" and text == "line 08\nline 09\n"  # the end, whole lines

@@ -4,10 +4,16 @@ Owns: the layout of ``<session>/logs/`` (``worker-<pid>.out`` / ``.err``, their 
 generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, one a line);
 writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
 actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
-``miniray logs`` (``find_worker_logs``, ``find_actor_pids``, ``read_text``).
+``miniray logs`` and the state API (``find_worker_logs``, ``find_actor_pids``, ``read_text``,
+``names_by_kind``, ``find_log``), and the answer a node gives another host's state API
+(``answer_query``: ``remote_drivers.py`` step 13, read-only, bounded).
+A remote driver's worker (one a driver on another host runs on this node) has its files
+here too, in the node's session: ``LogTee`` is what the node's relay thread
+(``transport/tls_relay.py``) hands each chunk it copies from the worker's stdout or stderr
+to the driver, before the pid is known (kept, as ``OutputStream`` keeps it) and after.
 Does not own: reading the workers' pipes (``owner/output.py``, which hands each chunk it
-reads to the stream's ``CappedLog``) or the session directory's lifetime (``session.py``:
-the logs go with it).
+reads to the stream's ``CappedLog``; for a remote driver's worker the relay) or the session
+directory's lifetime (``session.py``: the logs go with it).
 
 Cost on the output path: one ``os.write`` of each chunk the driver already read from the
 pipe (no extra copy, no lock), and a rename each ``cap`` bytes. ``MINIRAY_WORKER_LOG_BYTES``
@@ -24,16 +30,21 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import threading
 
 from miniray._private.host import same_uid
 
-__all__ = ["CappedLog", "LOGS_DIR", "find_actor_pids", "find_named", "find_worker_logs",
-           "listing", "log_path", "note_actor", "read_from", "read_text", "session_dirs"]
+__all__ = ["CappedLog", "LOGS_DIR", "LogTee", "MAX_ANSWER_CHARS", "answer_query",
+           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "listing",
+           "log_path", "names_by_kind", "note_actor", "read_from", "read_text",
+           "session_dirs"]
 
 LOGS_DIR = "logs"
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 _TASK_MARKER = re.compile(r"^\x00mr:(\d+):(.*)$")
 _BAR_MARKER = "\x00mb:"
+MAX_ANSWER_CHARS = 1 << 20  # a log read for another host: its last 1 Mi characters at most
+MAX_ANSWER_NAMES = 10000  # file names listed for another host
 _MARKER_START = re.compile(r"(?=\x00m[rb]:)")
 
 
@@ -91,6 +102,59 @@ class CappedLog:
             except OSError:
                 pass
             self.fd = -1
+
+
+class LogTee:
+    """A remote driver's worker's stream, kept in its node's session (``CappedLog``) while
+    the node relays it to the driver. ``write`` is called by the relay thread with each
+    chunk it copies; ``open`` by the node's loop once the fork server named the pid (what
+    came before waits in ``early``, at most EARLY_MAX bytes: the rest of it is in the
+    driver's output only); ``close`` when the relay ends. Any order works: a tee closed
+    before it was opened writes what came early and closes at once. A lock makes the two
+    threads' calls atomic; it is only ever contended for the length of one file write.
+    Errors (a full disk, the session removed) turn the file off, never the relay."""
+
+    __slots__ = ("early", "log", "ended", "lock", "__weakref__")  # the node keeps a WeakSet
+
+    EARLY_MAX = 65536
+
+    def __init__(self) -> None:
+        self.early: bytearray | None = bytearray()
+        self.log: CappedLog | None = None
+        self.ended = False
+        self.lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            if self.log is not None:
+                self.log.write(data)
+            elif self.early is not None and len(self.early) < self.EARLY_MAX:
+                self.early += data[:self.EARLY_MAX - len(self.early)]
+
+    def open(self, session_dir: str, pid: int, err: bool, cap: int) -> None:
+        """Keep the stream as ``<session>/logs/worker-<pid>.out`` (``.err``) from now on."""
+        with self.lock:
+            early, self.early = self.early, None
+            if early is None or cap <= 0 or not session_dir:
+                return  # opened already, or no log files
+            try:
+                ensure_logs_dir(session_dir)
+                log = CappedLog(log_path(session_dir, pid, err), cap)
+            except (OSError, RuntimeError):  # RuntimeError: InsecurePathError
+                return
+            if early:
+                log.write(bytes(early))
+            if self.ended:
+                log.close()
+            else:
+                self.log = log
+
+    def close(self) -> None:
+        with self.lock:
+            self.ended = True
+            if self.log is not None:
+                self.log.close()
+                self.log = None
 
 
 def note_actor(session_dir: str, actor_id_hex: str, pid: int) -> None:
@@ -241,3 +305,88 @@ def read_from(path: str, offset: int) -> tuple[str, int]:
         return "", offset
     end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
     return _lines(data[:end].decode("utf-8", "replace")), offset + end
+
+
+def names_by_kind(session_dirs: list[str], glob_filter: str | None = None) -> dict:
+    """``list_logs``' answer: the workers' log file names of the sessions, by kind
+    (``worker_out``, ``worker_err``), as Ray groups a node's files."""
+    out: dict[str, list[str]] = {}
+    for session_dir in session_dirs:
+        try:
+            names = sorted(os.listdir(os.path.join(session_dir, LOGS_DIR)))
+        except OSError:
+            continue
+        for name in names:
+            if not name.startswith("worker-") or not name.endswith((".out", ".err")):
+                continue
+            if glob_filter and not fnmatch.fnmatchcase(name, glob_filter):
+                continue
+            out.setdefault("worker_out" if name.endswith(".out") else "worker_err",
+                           []).append(name)
+    return out
+
+
+def find_log(session_dirs: list[str], filename: str | None = None,
+             actor_id: str | None = None, pid: int | None = None,
+             err: bool = False) -> tuple[list[str], str]:
+    """The files ``get_log`` reads for a file name, an actor or a worker pid (the first
+    given), and how to name what was asked; ValueError if none is given."""
+    if filename is not None:
+        return find_named(session_dirs, filename), f"file {filename!r}"
+    if actor_id is not None:
+        found = find_actor_pids(session_dirs, str(actor_id).lower())
+        return ([p for p_id in (found[1] if found else ())
+                 for p in find_worker_logs([found[0]], p_id, err)], f"actor {actor_id}")
+    if pid is not None:
+        return find_worker_logs(session_dirs, int(pid), err), f"worker pid {pid}"
+    raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
+
+
+def _query_problem(query) -> str | None:
+    if not isinstance(query, dict) or query.get("what") not in ("list", "get"):
+        return "a logs query is a dict with 'what': 'list' or 'get'"
+    for name in ("glob", "filename", "actor_id"):
+        value = query.get(name)
+        if value is not None and (not isinstance(value, str) or len(value) > 256):
+            return f"a logs query's {name!r} is a str of at most 256 characters"
+    for name in ("pid", "tail"):
+        value = query.get(name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            return f"a logs query's {name!r} is an int"
+    if query.get("suffix", "out") not in ("out", "err"):
+        return "a logs query's 'suffix' is 'out' or 'err'"
+    return None
+
+
+def answer_query(session_dir: str, query) -> tuple[str, object]:
+    """What a node answers another host's ``list_logs``/``get_log`` about its own session
+    (read-only: only ``<session>/logs/worker-*`` files are read): ``("logs", names by
+    kind)`` for ``{"what": "list", "glob"}``, ``("logs", text)`` for ``{"what": "get",
+    "filename" | "actor_id" | "pid", "suffix", "tail"}`` (its last MAX_ANSWER_CHARS
+    characters at most, whole lines), else ``(kind, text)``: "malformed" or "no_log".
+
+    >>> answer_query("/nonexistent", {"what": "get", "pid": 1})[0]
+    'no_log'
+    >>> answer_query("/nonexistent", {"what": "rm"})[0]
+    'malformed'
+    """
+    problem = _query_problem(query)
+    if problem is not None:
+        return "malformed", problem
+    sessions = [session_dir] if session_dir else []
+    if query["what"] == "list":
+        names = names_by_kind(sessions, query.get("glob"))
+        return "logs", {kind: found[:MAX_ANSWER_NAMES] for kind, found in names.items()}
+    try:
+        paths, what = find_log(sessions, query.get("filename"), query.get("actor_id"),
+                               query.get("pid"), query.get("suffix") == "err")
+    except ValueError as error:
+        return "malformed", str(error)
+    if not paths:
+        return "no_log", (f"no log of {what} on this node: it printed nothing, its session "
+                          "ended, or MINIRAY_WORKER_LOG_BYTES=0 there.")
+    text = read_text(paths, query.get("tail", 1000))
+    if len(text) > MAX_ANSWER_CHARS:
+        text = text[-MAX_ANSWER_CHARS:]
+        text = text[text.find("\n") + 1:]
+    return "logs", text

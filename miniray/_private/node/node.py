@@ -108,12 +108,13 @@ import signal
 import socket
 import sys
 import time
+import weakref
 from typing import Any, Callable
 
 import miniray
 from miniray._private.core import config, ids, protocol
 from miniray._private.core.cluster_view import NodeEntry
-from miniray._private.host import auth_token, procinfo, session
+from miniray._private.host import auth_token, procinfo, session, worker_logs
 from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
@@ -167,6 +168,9 @@ class NodeServer:
         self._spawns: dict[int, tuple[_Driver, int]] = {}  # fork-server req -> (driver, req)
         self._owners: dict[int, _Driver] = {}  # worker pid -> driver
         self._remote_spawns: dict[int, Callable] = {}  # fork-server req -> done(pid)
+        # Remote workers' output log files (``_remote_spawn``), closed before the session
+        # directory goes (``close``): a relay draining then writes nowhere.
+        self._tees: weakref.WeakSet = weakref.WeakSet()
         self._stop = False
         self.stop_reason: str | None = None  # told to the drivers (NODE_STOPPING) at close()
         self.fatal: str | None = None
@@ -222,6 +226,7 @@ class NodeServer:
         drivers = getattr(peering, "drivers", None)
         if drivers is not None:
             drivers.spawner = self._remote_spawn
+            drivers.session_dir = self.info.get("session_dir")  # step 13: its logs
             drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
             drivers.on_change = self._stats_changed  # what it keeps: ``miniray status``
         peering.register(self._sel, self.wake)
@@ -231,11 +236,18 @@ class NodeServer:
         of the data and control ones (their keys: over the fork server's AF_UNIX socket
         only), go to the fork server as ``(SPAWN, req, remote)``; ``done(pid)`` follows
         its SPAWNED (``_on_fork_server``). The worker is this node's: its session, node id
-        and shared memory, not the driver's."""
+        and shared memory, not the driver's. Its stdout and stderr go through a relay of
+        this process that keeps them in this session's logs (``worker-<pid>.out/.err``,
+        ``worker_logs.LogTee``, opened when the pid is known; ``tls_relay.py`` says why
+        here), unless ``MINIRAY_WORKER_LOG_BYTES=0``."""
+        session_dir = self.info.get("session_dir") or ""
+        cap = config.worker_log_bytes() if session_dir else 0
+        tees = [worker_logs.LogTee(), worker_logs.LogTee()] if cap > 0 else [None, None]
+        self._tees.update(tee for tee in tees if tee is not None)
         fds, states = [], []
         try:
-            for channel in channels:
-                fd, state = channel.handover()
+            for channel, tee in zip(channels, [None, None] + tees):
+                fd, state = channel.handover(tee)
                 fds.append(fd)
                 states.append(state)
         except BaseException:
@@ -243,7 +255,18 @@ class NodeServer:
                 os.close(fd)
             for channel in channels:
                 channel.close()
+            for tee in tees:
+                if tee is not None:
+                    tee.close()
             raise
+        if cap > 0:
+            def spawned(pid, done=done):
+                if isinstance(pid, int):
+                    for err, tee in enumerate(tees):
+                        tee.open(session_dir, pid, bool(err), cap)
+                done(pid)
+        else:
+            spawned = done
         remote = {"frames": [states[0], states[1]],
                   "node": {"session_dir": self.info.get("session_dir"),
                            "node_id": self.info.get("node_id"),
@@ -254,7 +277,7 @@ class NodeServer:
         finally:
             for fd in fds:
                 os.close(fd)
-        self._remote_spawns[req] = done
+        self._remote_spawns[req] = spawned
 
     # -- the actor service ---------------------------------------------------------------------
     def start_actor_service(self, env: dict, root: str) -> None:
@@ -389,6 +412,8 @@ class NodeServer:
                 self._on_exited(message[1], message[2])
         self.fork_server.wait(timeout=5.0)
         self.fork_server.close()
+        for tee in list(self._tees):  # the workers are gone; their relays may still drain
+            tee.close()
         for driver in list(self._drivers.values()) + self._leaving:
             self._close_socket(driver)
         self._drivers.clear()

@@ -67,7 +67,9 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        wait_status) on the link that asked for it. The link closing (step 5) or fencing
        (step 6) SIGKILLs every worker of that link: nothing of D keeps running on N.
        The worker speaks MAC'd frames on its data and control connections itself
-       (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes.
+       (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes, which
+       a relay thread of N copies to D, TLS or not, and into N's session's
+       ``logs/worker-<pid>.out/.err`` (``tls_relay.py``, ``worker_logs.LogTee``).
    10. D -> N ("kill", req, pid) (``cancel(force=True)`` of the task it runs): N SIGKILLs
        that worker through its fork server and answers ("killed", req, pid); its exit
        follows as step 9. A pid that is not a worker of this link (another driver's, one
@@ -133,6 +135,13 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
           and the link's end free it.
        7. D records M's copy beside N's: freeing the object frees both. The task's (or
           the actor's) worker on M reads ("shm", path, size) there.
+   13. Logs (``ray.util.state.list_logs``/``get_log`` with another host's node_id): D ->
+       N ("logs", req, query), query ``{"what": "list", "glob"}`` or ``{"what": "get",
+       "filename" | "actor_id" | "pid", "suffix", "tail"}``: ("logs", req, names by kind
+       or text) from N's own session's ``logs/`` (``worker_logs.answer_query``: read-only,
+       worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
+       "no_log" or "malformed", text). Its remote workers' files are there too (the
+       node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
 """
 
 from __future__ import annotations
@@ -149,7 +158,7 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from miniray._private.core import config, pull_grants
-from miniray._private.host import session
+from miniray._private.host import session, worker_logs
 from miniray._private.node.kept_objects import KeptObjects
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
@@ -286,7 +295,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     op = message[0]
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
-              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7}
+              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -458,6 +467,7 @@ class RemoteDrivers:
         self.kept = KeptObjects(cap_bytes=config.kept_bytes_per_driver(
             _fs_size(self.shm_dir)))
         self.on_change = None  # called (on the loop) when what is kept changed: status
+        self.session_dir: str | None = None  # step 13: whose logs/ it reads (the node's)
         self._by_tag: dict[str, _Link] = {}
         # Step 12, set by ``peering.Peering.register``: ``post(fn)`` runs fn on the loop
         # (from a thread); ``connect_pull(address, hello)`` a pull connection to another
@@ -589,6 +599,9 @@ class RemoteDrivers:
             return self._keeping(link, op, req, args)
         if op == "grant_key":
             return ("grant_key", req, link.grant_key)
+        if op == "logs":  # step 13: a few file reads, bounded
+            kind, answer = worker_logs.answer_query(self.session_dir or "", args[0])
+            return ("logs", req, answer) if kind == "logs" else ("error", req, kind, answer)
         if op == "fetch":
             return self._fetch(link, req, *args)
         if op == "kill":

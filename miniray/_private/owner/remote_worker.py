@@ -169,6 +169,12 @@ class RemoteTaskSlot:
     def cancelled(self) -> bool:
         return self._cancelled
 
+    @property
+    def node(self) -> str | None:
+        """The node id of the worker it was sent to (its state row's node_id)."""
+        worker = self._worker
+        return worker.node if worker is not None else None
+
     def bind(self, worker: RemoteWorker, client=None) -> bool:
         """The task goes to ``worker`` now; False if it was cancelled before."""
         with self._lock:

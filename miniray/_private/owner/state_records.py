@@ -74,7 +74,7 @@ class StateRecords:
         self._append_task((spec.task_id, spec.name, spec.function_name, spec.request,
                            worker.pid if worker is not None else None,
                            first[1] if first[0] == _ERR else None, _now(), task.created,
-                           task.times))
+                           task.times, getattr(worker, "node", None)))  # a remote one's node
 
     def call_done(self, actor, spec, results: list, times: tuple | None = None) -> None:
         """*Locked.* An actor call (``actor_records._Call``'s spec) of ``actor`` completed;
@@ -146,8 +146,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         # Refs made or dropped since the I/O thread's last turn count too: a reader sees
         # what the program holds now.
         owner.objects.apply_ref_events()
-        live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created)
-                for t in owner.tasks.by_id.values()]
+        live = [(t.spec, t.state, t.worker.pid if t.worker is not None else None, t.created,
+                 getattr(t.worker, "node", None)) for t in owner.tasks.by_id.values()]
         done_tasks = list(records.tasks)
         done_calls = list(records.calls)
         actors = []
@@ -169,11 +169,12 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
         pending_groups = pgs.pending_records() if pgs is not None else []
     sizes = owner.store.sizes()
     tasks = []
-    for spec, state, pid, created in live:
+    for spec, state, pid, created, node in live:
         tasks.append(_task_row(_TASK, spec.task_id, spec.name, _short(spec.function_name),
                                None, pid if state == T_RUNNING else None, spec.request,
                                _TASK_STATE.get(state, "PENDING_NODE_ASSIGNMENT"), ids,
-                               created=created, pg=getattr(spec, "placement", None)))
+                               created=created, pg=getattr(spec, "placement", None),
+                               node=node))
     actor_rows = []
     for spec, state, pid, death, restarts, remote, calls, init_failed, node in actors:
         creation = f"{spec.class_name}.__init__"
@@ -212,10 +213,11 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),
         })
-    for task_id, name, func, request, pid, err, end, created, times in done_tasks:
+    for task_id, name, func, request, pid, err, end, created, times, node in done_tasks:
         tasks.append(_task_row(_TASK, task_id, name, _short(func), None, pid, request,
                                "FAILED" if err is not None else "FINISHED", ids,
-                               error_fields(err), end, created, times=unpack_times(times)))
+                               error_fields(err), end, created, times=unpack_times(times),
+                               node=node))
     for task_id, name, actor_id, pid, err, end, times, _call, node in done_calls:
         tasks.append(_task_row(_ACTOR_TASK, task_id, name, name, actor_id, pid, None,
                                "FAILED" if err is not None else "FINISHED", ids,
@@ -283,7 +285,7 @@ def spans(owner, records: StateRecords, ids: dict) -> dict:
         if times and pid:
             out.append([task_id.hex(), "__init__", name, actor_id.hex(), pid, None,
                         list(times), failed])
-    for task_id, name, func, _request, pid, err, _end, created, raw in done_tasks:
+    for task_id, name, func, _request, pid, err, _end, created, raw, _node in done_tasks:
         times = unpack_times(raw)
         if times and pid:
             out.append([task_id.hex(), func, name, None, pid, created, list(times),

@@ -405,7 +405,7 @@ class PeerChannel:
         return messages
 
     # ---------------------------------------------------------------- hand-over
-    def handover(self) -> tuple[int, dict]:
+    def handover(self, tee=None) -> tuple[int, dict]:
         """Give this connection to another process: ``(fd, state)``. The channel is closed
         here without shutting the connection down; the caller owns ``fd`` (pass it with
         SCM_RIGHTS, then close it) and passes ``state`` (both keys and both sequence
@@ -414,7 +414,9 @@ class PeerChannel:
         local end of a socketpair whose other end a thread of this process relays to the
         TLS connection (``tls_relay.py``, which says why), and it keeps this process's
         TLS session while the other process uses the connection. ValueError for a
-        channel with received bytes not yet taken (they would be lost)."""
+        channel with received bytes not yet taken (they would be lost). ``tee``: a plain
+        byte stream (a remote worker's stdout or stderr) also copied to ``tee.write`` by
+        that relay thread, TLS or not (``tls_relay.py``)."""
         with self._send_lock:
             if self._closed:
                 raise ValueError(f"the channel to {self.address} is closed")
@@ -426,8 +428,8 @@ class PeerChannel:
                      "role": self.role}
             self._closed = True
             self._reader.close()
-            if self.tls:
-                fd, _relay = tls_relay.start(self._sock, f"{self.role} {self.address}")
+            if self.tls or tee is not None:
+                fd, _relay = tls_relay.start(self._sock, f"{self.role} {self.address}", tee)
             else:
                 fd = self._sock.detach()
         return fd, state

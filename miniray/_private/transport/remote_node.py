@@ -1,15 +1,17 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 there) from the
-driver's side, its timeouts, and turning the node's loss into ``NodeDiedError`` naming the
-node (the link's EOF or a broken frame, a ``fenced`` message, or ``node_dead`` called by
-whoever reads the cluster view), and a spawn's four ``attach`` connections (step 8 there).
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and 13
+there) from the driver's side, its timeouts, and turning the node's loss into
+``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
+or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
+connections (step 8 there).
 Does not own: which node to ask (``core/node_pick.py``),
 the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py``), or what
 a lease is used for (``owner/remote_nodes.py``). The node's unasked ("exited", pid,
 status) reports (step 9 there) are kept in ``exited`` as the link is read.
-Called by: ``owner/remote_nodes.py`` (tasks on other hosts) and tests.
+Called by: ``owner/remote_nodes.py`` (tasks on other hosts), ``state_api.py`` (another
+node's logs, step 13) and tests.
 
 Threads: every call is blocking and serialised by one lock: one request is in flight at a
 time, and an answer is matched to it by its request number (an answer that arrives after
@@ -154,6 +156,15 @@ class RemoteNodeClient:
         answer = self._call("kill", (int(pid),), timeout)
         if answer[0] != "killed":
             raise self._unexpected(answer)
+
+    def logs(self, query: dict, timeout: float | None = None):
+        """Step 13: the node's answer to a logs query about its own session (names by
+        kind, or a log's text). RemoteLeaseError kind "no_log" (nothing found) or
+        "malformed"; NodeDiedError, TimeoutError."""
+        answer = self._call("logs", (dict(query),), timeout)
+        if answer[0] != "logs" or len(answer) != 3:
+            raise self._unexpected(answer)
+        return answer[2]
 
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``

@@ -1,15 +1,33 @@
-"""A TLS connection's plaintext on a local socket, so that another process can own it.
+"""A TLS connection's plaintext on a local socket, so that another process can own it;
+also a remote worker's output copied to its node's log file on the way.
 
 Owns: relaying TLS connections (``TlsRelay``): per connection a socketpair, one end given
 away (its fd: to the fork server and a remote driver's worker, or to a driver's output
 reader), the other end and the TLS socket served by this process's one relay thread
 (``_Loop``: one selector for every relay, started by the first relay, ending with the
 last), which copies the decrypted bytes both ways until either side closes, then closes
-both. Does not own: the TLS and token handshakes, the frames, or the frame state that goes
-with the fd (``peer_channel.PeerChannel.handover``, its only caller, for a TLS channel).
+both. A relay with a ``tee`` (a remote driver's worker's stdout or stderr on its node,
+TLS or plain TCP alike) also hands each chunk it reads from the local end to the tee
+(``worker_logs.LogTee``: the worker's log file in the node's session). Does not own: the
+TLS and token handshakes, the frames, or the frame state that goes with the fd
+(``peer_channel.PeerChannel.handover``, its only caller, for a TLS channel or a tee'd one),
+nor the log file (``host/worker_logs.py``).
 Called by: ``PeerChannel.handover`` (a node's ``NodeServer._remote_spawn``: a remote
-worker's four attach connections; a driver's ``remote_nodes._Worker``: that worker's
-stdout and stderr).
+worker's four attach connections, stdout and stderr with a tee; a driver's
+``remote_nodes._Worker``: that worker's stdout and stderr).
+
+Why the node tees a remote worker's output (and not the worker): the worker's fds 1 and 2
+stay plain stream sockets as before, so everything written there (C extensions and
+subprocesses too) is kept, the worker never waits on a file (the node's relay thread
+writes it), and what a worker printed just before a SIGKILL is in the file. The worker
+holds no secret for it: the node's TLS session, or nothing (plain TCP), is on the other
+side. The cost is output only: one more copy per printed byte through the node's relay
+thread when TLS is off (with TLS on the relay was there already); the data and control
+connections, the task path, are untouched. Memory: a relay holds at most one CHUNK read
+from the worker and not yet sent; a driver that reads slowly stops the relay's reads, and
+the worker then blocks on a full socket buffer, as it did writing to the TCP socket
+itself: nothing is dropped and nothing grows. A log file that cannot be written (full
+disk, session removed) is turned off; the driver still gets everything.
 
 Why a relay: a TLS session (its keys, record sequence numbers and buffered records) lives
 in the OpenSSL object of the process that made the handshake; the fd of an
@@ -93,10 +111,12 @@ class TlsRelay:
     """One relayed TLS connection (see the module docstring); made by ``start``, moved
     only by the relay thread."""
 
-    def __init__(self, tls_sock: ssl.SSLSocket, local: socket.socket, name: str = ""):
-        self._tls = tls_sock
+    def __init__(self, tls_sock: ssl.SSLSocket | socket.socket, local: socket.socket,
+                 name: str = "", tee=None):
+        self._tls = tls_sock  # TLS, or a plain TCP socket when the relay is for its tee
         self._local = local
         self.name = name
+        self.tee = tee  # given each chunk read from the local end (``worker_logs.LogTee``)
         self.to_local = 0  # bytes relayed each way, for tests and status
         self.to_tls = 0
         self._to_local = bytearray()  # decrypted, not yet written to the local end
@@ -162,6 +182,8 @@ class TlsRelay:
                     if data:
                         self._to_tls = data
                         moved = True
+                        if self.tee is not None:
+                            self.tee.write(data)
                     else:
                         self._local_open = False
             if self._to_tls and self._tls_open:
@@ -189,7 +211,7 @@ class TlsRelay:
     def _tls_pending(self) -> int:
         try:
             return self._tls.pending()
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):  # AttributeError: a plain socket
             return 0
 
     def done(self, now: float) -> bool:
@@ -228,6 +250,8 @@ class TlsRelay:
         return tls_events, local_events
 
     def close(self) -> None:
+        if self.tee is not None:
+            self.tee.close()
         for sock in (self._tls, self._local):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -359,12 +383,14 @@ class _Loop:
                 relay.events[sock] = events
 
 
-def start(tls_sock: ssl.SSLSocket, name: str = "") -> tuple[int, TlsRelay]:
-    """Step 1: relay ``tls_sock`` (the relay owns it from now on); returns the fd of the
-    local end to give away (the caller owns it) and the relay."""
+def start(tls_sock: ssl.SSLSocket | socket.socket, name: str = "",
+          tee=None) -> tuple[int, TlsRelay]:
+    """Step 1: relay ``tls_sock`` (the relay owns it from now on; a plain socket only with a
+    ``tee``, whose ``close`` the relay calls when it ends); returns the fd of the local end
+    to give away (the caller owns it) and the relay."""
     global _loop
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    relay = TlsRelay(tls_sock, mine, name)
+    relay = TlsRelay(tls_sock, mine, name, tee)
     try:
         with _live_lock:
             loop = _loop

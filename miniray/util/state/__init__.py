@@ -118,8 +118,9 @@ def list_logs(address: str | None = None, node_id: str | None = None,
               node_ip: str | None = None, glob_filter: str | None = None,
               timeout: int = DEFAULT_TIMEOUT) -> dict:
     """The workers' log files (``<session>/logs/``) by kind: ``{"worker_out": [...],
-    "worker_err": [...]}``; ``glob_filter`` as Ray's (``"worker-*.err"``)."""
-    return state_api.list_logs(address, glob_filter)
+    "worker_err": [...]}``; ``glob_filter`` as Ray's (``"worker-*.err"``). ``node_id`` /
+    ``node_ip`` of another host's node: asked over that node's port."""
+    return state_api.list_logs(address, glob_filter, node_id, node_ip, timeout)
 
 
 def get_log(address: str | None = None, node_id: str | None = None,
@@ -131,13 +132,16 @@ def get_log(address: str | None = None, node_id: str | None = None,
             _interval: float | None = None) -> Iterator[str]:
     """The log of a worker (``pid``), an actor (``actor_id``), the worker that ran a task
     (``task_id``) or a file (``filename``), as Ray yields it: chunks of text, here one
-    (its last ``tail`` lines). ``follow`` is not supported: ``miniray logs -f`` follows."""
+    (its last ``tail`` lines), read on another host's node when ``node_id`` / ``node_ip``
+    (or the task's node) names one. ``follow`` is not supported: ``miniray logs -f``
+    follows."""
     if follow:
         raise ValueError("get_log(follow=True) is not supported by miniray; run "
                          "`miniray logs --pid N -f` in a shell to follow a log.")
     if submission_id is not None:
         raise ValueError("miniray has no job submission: there is no submission_id log.")
-    text = state_api.get_log(address, filename, actor_id, task_id, pid, tail, suffix, timeout)
+    text = state_api.get_log(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
+                             node_id, node_ip)
     yield text
 
 
