@@ -748,3 +748,86 @@ def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answer
             pull.close()
         assert drivers.fetched == 1
         assert there.free([one]) == 1
+
+
+def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node, tmp_path):
+    """The driver asks a fetch on a pull connection and goes (link and connection closed)
+    before the fetch ends: the fetch's end finds the link dropped (its tag gone with it),
+    gives nothing back to a budget file that is gone, books nothing, and the node's loop
+    goes on; a fetch started on the loop after the link was dropped is refused."""
+    from miniray._private.core import pull_grants
+
+    shm = _kept_node(node, tmp_path)
+    one = b"\x01" * 28
+    value = os.urandom(1 << 20)
+    address = ("127.0.0.1", node.port)
+    drivers = node.peering.drivers
+    gate = threading.Event()
+    connect = drivers.connect_pull
+
+    def held(*args, **kwargs):
+        assert gate.wait(10)
+        return connect(*args, **kwargs)
+
+    drivers.connect_pull = held
+    with node.client() as home:
+        tag, _room = home.keeps()
+        home.keep(one, _write(shm, tag, one, value), len(value))
+        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
+        there = node.client()
+        there_tag, _room = there.keeps()
+        link = node.on_loop(lambda: drivers._by_tag[there_tag])
+        pull = there.open_pull(there_tag)
+        pull.send(("fetch", 7, one, len(value), list(address), tag, grant))
+        assert wait_until(lambda: node.on_loop(lambda: bool(drivers._fetching)), 5.0)
+        there.close()
+        pull.close()
+        assert wait_until(lambda: not node.on_loop(lambda: drivers._served(link)), 5.0)
+        gate.set()
+        assert wait_until(lambda: not node.on_loop(lambda: bool(drivers._fetching)), 10.0)
+        assert node.thread.is_alive()
+        assert not [n for n in os.listdir(shm) if n.startswith(f"mr_{there_tag}")]
+        refused = node.on_loop(lambda: drivers._fetch(
+            link, 8, one, len(value), address, tag, grant, answer=lambda reply: None))
+        assert refused[:3] == ("error", 8, "fetch_failed"), refused
+        home.ping()  # the node still answers its links
+        assert home.free([one]) == 1
+
+
+def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
+    """The driver gave up on a fetch (closed the pull connection it asked on) but its link
+    stays: the copy the fetch made is unlinked and its bytes given back, not booked for a
+    link that would never free it."""
+    from miniray._private.core import pull_grants
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    one = b"\x01" * 28
+    value = os.urandom(1 << 20)
+    address = ("127.0.0.1", node.port)
+    drivers = node.peering.drivers
+    gate = threading.Event()
+    connect = drivers.connect_pull
+
+    def held(*args, **kwargs):
+        assert gate.wait(10)
+        return connect(*args, **kwargs)
+
+    drivers.connect_pull = held
+    with node.client() as home, node.client() as there:
+        tag, _room = home.keeps()
+        home.keep(one, _write(shm, tag, one, value), len(value))
+        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
+        there_tag, _room = there.keeps()
+        pull = there.open_pull(there_tag)
+        pull.send(("fetch", 7, one, len(value), list(address), tag, grant))
+        assert wait_until(lambda: node.on_loop(lambda: bool(drivers._fetching)), 5.0)
+        pull.close()  # the driver's wait timed out
+        time.sleep(0.2)
+        gate.set()
+        assert wait_until(lambda: not node.on_loop(lambda: bool(drivers._fetching)), 10.0)
+        assert not os.path.exists(shm / f"mr_{there_tag}_{one.hex()}")
+        assert kept_budget.used(str(shm), there_tag) == 0
+        assert drivers.fetched == 0 and node.thread.is_alive()
+        assert home.free([one]) == 1
+

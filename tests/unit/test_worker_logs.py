@@ -158,7 +158,10 @@ def test_a_nodes_answer_to_another_hosts_logs_query_is_read_only_and_bounded(tmp
     assert answer(session, {"what": "get", "pid": 4})[0] == "no_log"
     for bad in (None, [], {"what": "rm"}, {"what": "get"}, {"what": "get", "pid": "3"},
                 {"what": "get", "pid": 3, "suffix": "log"}, {"what": "list", "glob": 5},
-                {"what": "get", "filename": "x" * 300}):
+                {"what": "get", "filename": "x" * 300},
+                # one file per get (a glob would read every worker's files on the loop)
+                {"what": "get", "filename": "worker-*"}, {"what": "get", "filename": "w?"},
+                {"what": "get", "actor_id": "../node"}):
         assert answer(session, bad)[0] == "malformed", bad
     monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 20)
     log = worker_logs.CappedLog(worker_logs.log_path(session, 5, False), 1 << 20)

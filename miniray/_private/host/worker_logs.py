@@ -342,6 +342,9 @@ def find_log(session_dirs: list[str], filename: str | None = None,
     raise ValueError("get_log needs one of filename, actor_id, task_id or pid.")
 
 
+_HEX_RE = re.compile(r"[0-9a-f]{1,64}")
+
+
 def _query_problem(query) -> str | None:
     if not isinstance(query, dict) or query.get("what") not in ("list", "get"):
         return "a logs query is a dict with 'what': 'list' or 'get'"
@@ -355,6 +358,14 @@ def _query_problem(query) -> str | None:
             return f"a logs query's {name!r} is an int"
     if query.get("suffix", "out") not in ("out", "err"):
         return "a logs query's 'suffix' is 'out' or 'err'"
+    if query["what"] == "get":  # one worker's files: read in full, on the node's loop
+        filename = query.get("filename") or ""
+        if any(c in filename for c in "*?["):
+            return ("a logs query's 'filename' names one file (no '*', '?' or '['): "
+                    "list_logs(glob_filter=...) finds the names")
+        actor_id = query.get("actor_id")
+        if actor_id is not None and not _HEX_RE.fullmatch(actor_id):
+            return "a logs query's 'actor_id' is the actor's id in hex"
     return None
 
 

@@ -393,7 +393,10 @@ class Peering:
             except queue.Empty:
                 return
             if kind == "call":  # even when closing: a fetch's end unlinks what it wrote
-                item()
+                try:
+                    item()
+                except Exception:  # noqa: BLE001 - one posted action failing never stops the node
+                    logger.exception("a posted action failed on the node's loop")
             elif kind == "accepted" and item.role in (ROLE_DRIVER, ROLE_ATTACH, ROLE_PULL):
                 if self._closed:
                     item.close()

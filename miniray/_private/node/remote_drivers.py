@@ -151,6 +151,7 @@ import logging
 import math
 import os
 import queue
+import select
 import selectors
 import socket
 import threading
@@ -316,6 +317,52 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, req, ("a fetch names (object id: bytes, size: int > 0, [ip, port], "
                            "tag: str, grant: bytes)")
     return op, req, tuple(message[2:])
+
+
+class _PullAnswer:
+    """Where the answer of a fetch asked on a pull connection goes (``_fetch_on_pull``'s
+    thread waits on ``queue``), and that connection, to tell whether the driver still
+    waits (``_peer_gone``)."""
+
+    __slots__ = ("queue", "channel")
+
+    def __init__(self, channel):
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.channel = channel
+
+    def __call__(self, reply) -> None:
+        self.queue.put(reply)
+
+
+def _peer_gone(answer: _PullAnswer) -> bool:
+    """Whether the driver closed the pull connection ``answer`` came on (readable with
+    nothing to read, or closed here): it stopped waiting. Peeks through a duplicate of its
+    descriptor: nothing is taken from the channel."""
+    channel = answer.channel
+    try:
+        fd = channel.fileno()
+    except (OSError, ValueError):
+        return True
+    if fd < 0:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    if not readable:
+        return False
+    try:
+        peek = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return True
+    try:
+        return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        peek.close()  # the duplicate only
 
 
 def _fetch_shape(args: tuple) -> bool:
@@ -863,17 +910,17 @@ class RemoteDrivers:
             channel.send(("error", req, "unsupported",
                           "this node fetches no object from another"))
             return True
-        answers: queue.SimpleQueue = queue.SimpleQueue()
+        answers = _PullAnswer(channel)
 
         def start() -> None:  # on the loop
-            reply = self._fetch(link, req, *message[2:], answer=answers.put)
+            reply = self._fetch(link, req, *message[2:], answer=answers)
             if reply is not None:
-                answers.put(reply)
+                answers(reply)
 
         self.post(start)
         while True:
             try:
-                reply = answers.get(timeout=1.0)
+                reply = answers.queue.get(timeout=1.0)
             except queue.Empty:
                 if channel.closed or not self._served(link):
                     return False
@@ -887,6 +934,8 @@ class RemoteDrivers:
         from N (one per object and link: later asks wait for its answer). ``answer``:
         the callable that takes the answer of an ask that came on a pull connection
         (``_fetch_on_pull``), instead of the link."""
+        if not self._served(link):  # dropped meanwhile (asked on a pull connection)
+            return ("error", req, "fetch_failed", "the driver's link closed meanwhile")
         found = self.kept.find(link, object_id)
         if found is not None:
             return ("fetched", req, found[0], found[1])
@@ -902,15 +951,14 @@ class RemoteDrivers:
             return ("error", req, "fetch_failed",
                     f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
         cap = self.kept.cap_bytes
-        if cap is not None and not _budget().reserve(self.shm_dir, self.kept.tag_of(link),
-                                                     size, cap):
+        link_tag = self.kept.tag_of(link)
+        if cap is not None and not _budget().reserve(self.shm_dir, link_tag, size, cap):
             self.errors += 1  # counted as a worker's keep is: the driver sends it instead
             return ("error", req, "fetch_failed",
                     f"this driver's objects here would pass the node's cap of {cap} bytes "
                     "(MINIRAY_KEPT_BYTES_PER_DRIVER)")
         self._fetching[key] = [(req, answer)]
-        path = os.path.join(self.shm_dir, _segments().segment_name(self.kept.tag_of(link),
-                                                                   object_id))
+        path = os.path.join(self.shm_dir, _segments().segment_name(link_tag, object_id))
         hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
                  "peer": {"node_id": self.node_id, "object_id": object_id, "grant": grant}}
         threading.Thread(target=self._fetch_thread,
@@ -942,17 +990,24 @@ class RemoteDrivers:
 
     def _fetched(self, link: _Link, object_id: bytes, path: str, size: int,
                  error: str | None) -> None:
-        """Step 12's step 6, on the loop: booked for the link and answered, or unlinked."""
+        """Step 12's step 6, on the loop: booked for the link and answered, or unlinked.
+        Not booked when nobody waits for it any more (every ask came on a pull connection
+        the driver closed: it gave up and sends the value itself, so a copy here would
+        never be freed before the link ends)."""
         reqs = self._fetching.pop((link, object_id), [])
+        tag = _segments().tag_of(os.path.basename(path))  # the link's, kept if it is dropped
         if error is None and not self._served(link):
             error = "the driver's link closed meanwhile"
+        if error is None and reqs and all(
+                answer is not None and _peer_gone(answer) for _req, answer in reqs):
+            error = "the driver stopped waiting for it"
         if error is None:
             error = self.kept.add(link, object_id, path, size)
         if error is not None:
             if self.kept.find(link, object_id) is None:
                 _segments().unlink_quiet(path)
             if self.kept.cap_bytes is not None:  # its reservation (_fetch) goes back
-                _budget().release(self.shm_dir, self.kept.tag_of(link), size)
+                _budget().release(self.shm_dir, tag, size)
             self.errors += 1
             logger.info("%s: %s", link.name, error)
         else:

@@ -114,7 +114,12 @@ def used(shm_dir: str, tag: str) -> int | None:
 
 
 def _open(shm_dir: str, tag: str) -> int:
-    path = budget_path(shm_dir, tag)
+    """The budget file, opened; OSError (as a missing file) when ``tag`` is no tag: a
+    dropped link's (None), whose file went with its sweep."""
+    try:
+        path = budget_path(shm_dir, tag)
+    except (TypeError, ValueError) as error:
+        raise FileNotFoundError(f"no budget file for tag {tag!r}: {error}") from None
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         same_uid.check_owned_fd(fd, path)  # another user's file is never trusted

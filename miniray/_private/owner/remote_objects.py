@@ -193,11 +193,25 @@ class KeptResults:
             if done is not None and done[0] is not client:  # that link went, its copy too
                 del self._copies[object_id][node]
                 done = None
+            if done is not None:
+                return done[1]
+            if home is None or home.lost is not None or home.kept is None:
+                raise LookupError(f"the link that keeps object {object_id.hex()} is gone")
+            # One fetch per object and node: later callers wait on its gate; the entry
+            # goes when that fetch ends, however it ends (only the gate made here).
             gate = self._fetching.setdefault((object_id, node), threading.Lock())
-        if done is not None:
-            return done[1]
-        if home is None or home.lost is not None or home.kept is None:
-            raise LookupError(f"the link that keeps object {object_id.hex()} is gone")
+        try:
+            return self._fetch_once(object_id, copy, client, entry, home, gate)
+        finally:
+            with self._lock:
+                if self._fetching.get((object_id, node)) is gate and not gate.locked():
+                    del self._fetching[(object_id, node)]
+
+    def _fetch_once(self, object_id: bytes, copy: RemoteCopy, client: RemoteNodeClient,
+                    entry, home: RemoteNodeClient, gate) -> str:
+        """``fetch`` under the object's and node's ``gate``: M's copy if a caller before
+        made it, else one fetch (grant, ask on a pull connection of M's link)."""
+        node = entry.node_id
         with gate:
             with self._lock:
                 done = self._copies.get(object_id, {}).get(node)
@@ -214,11 +228,7 @@ class KeptResults:
                 with self._lock:
                     self._grant_keys[home] = key
             grant = pull_grants.grant(key, object_id, node, entry.ip)
-            try:
-                path = self._ask_fetch(client, object_id, copy.size, home, grant)
-            finally:
-                with self._lock:
-                    self._fetching.pop((object_id, node), None)
+            path = self._ask_fetch(client, object_id, copy.size, home, grant)
             with self._lock:
                 freed = object_id not in self._homes
                 if not freed:

@@ -598,6 +598,9 @@ class WorkerRuntime:
                     return ("kept", path, size)
                 except ObjectStoreFullError:  # no room in this host's store: send it
                     kept_budget.release(shm_dir, tag, size)
+                except BaseException:  # any other failure: the reservation goes back too
+                    kept_budget.release(shm_dir, tag, size)
+                    raise
         if route == "send":  # a worker for a driver on another host: bytes follow
             self.peer_out.append(ser)  # RESULT (worker_main sends them, send_bulk)
             return ("peer", ser.total_size, len(self.peer_out) - 1)
