@@ -697,21 +697,8 @@ def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, 
     assert wait_until(lambda: not os.listdir(shm))  # the budget file swept with the tag
 
 
-def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answers(
-        node, tmp_path):
-    """The driver asks on one of its pull connections: M's link answers a ping while the
-    fetch waits (here: held at its connect), and the answer comes on that connection;
-    the same object asked again there is M's copy at once; a malformed ask is answered
-    and the connection stays."""
-    import threading
-
-    from miniray._private.core import pull_grants
-
-    shm = _kept_node(node, tmp_path)
-    one = b"\x01" * 28
-    value = os.urandom(1 << 20)
-    address = ("127.0.0.1", node.port)
-    drivers = node.peering.drivers
+def _hold_fetches(drivers) -> threading.Event:
+    """Every fetch's connect to the keeping node waits until the returned event is set."""
     gate = threading.Event()
     connect = drivers.connect_pull
 
@@ -720,6 +707,24 @@ def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answer
         return connect(*args, **kwargs)
 
     drivers.connect_pull = held
+    return gate
+
+
+def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answers(
+        node, tmp_path):
+    """The driver asks on one of its pull connections: M's link answers a ping while the
+    fetch waits (here: held at its connect), and the answer comes on that connection;
+    the same object asked again there is M's copy at once; a malformed ask is answered
+    and the connection stays."""
+
+    from miniray._private.core import pull_grants
+
+    shm = _kept_node(node, tmp_path)
+    one = b"\x01" * 28
+    value = os.urandom(1 << 20)
+    address = ("127.0.0.1", node.port)
+    drivers = node.peering.drivers
+    gate = _hold_fetches(drivers)
     with node.client() as home, node.client() as there:
         tag, _room = home.keeps()
         there_tag, _room = there.keeps()
@@ -762,14 +767,7 @@ def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node,
     value = os.urandom(1 << 20)
     address = ("127.0.0.1", node.port)
     drivers = node.peering.drivers
-    gate = threading.Event()
-    connect = drivers.connect_pull
-
-    def held(*args, **kwargs):
-        assert gate.wait(10)
-        return connect(*args, **kwargs)
-
-    drivers.connect_pull = held
+    gate = _hold_fetches(drivers)
     with node.client() as home:
         tag, _room = home.keeps()
         home.keep(one, _write(shm, tag, one, value), len(value))
@@ -806,14 +804,7 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
     value = os.urandom(1 << 20)
     address = ("127.0.0.1", node.port)
     drivers = node.peering.drivers
-    gate = threading.Event()
-    connect = drivers.connect_pull
-
-    def held(*args, **kwargs):
-        assert gate.wait(10)
-        return connect(*args, **kwargs)
-
-    drivers.connect_pull = held
+    gate = _hold_fetches(drivers)
     with node.client() as home, node.client() as there:
         tag, _room = home.keeps()
         home.keep(one, _write(shm, tag, one, value), len(value))

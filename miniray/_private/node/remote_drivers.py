@@ -151,7 +151,6 @@ import logging
 import math
 import os
 import queue
-import select
 import selectors
 import socket
 import threading
@@ -162,6 +161,7 @@ from miniray._private.core import config, pull_grants
 from miniray._private.host import session, worker_logs
 from miniray._private.node.kept_objects import KeptObjects
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
+from miniray._private.transport import framing
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
@@ -335,34 +335,9 @@ class _PullAnswer:
 
 
 def _peer_gone(answer: _PullAnswer) -> bool:
-    """Whether the driver closed the pull connection ``answer`` came on (readable with
-    nothing to read, or closed here): it stopped waiting. Peeks through a duplicate of its
-    descriptor: nothing is taken from the channel."""
-    channel = answer.channel
-    try:
-        fd = channel.fileno()
-    except (OSError, ValueError):
-        return True
-    if fd < 0:
-        return True
-    try:
-        readable, _, _ = select.select([fd], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    if not readable:
-        return False
-    try:
-        peek = socket.socket(fileno=os.dup(fd))
-    except OSError:
-        return True
-    try:
-        return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        peek.close()  # the duplicate only
+    """Whether the driver closed the pull connection ``answer`` came on: it stopped
+    waiting (``peer_channel.closed_by_peer``)."""
+    return pc.closed_by_peer(answer.channel)
 
 
 def _fetch_shape(args: tuple) -> bool:
@@ -1131,25 +1106,6 @@ class RemoteDrivers:
 
 def _receive_segment(channel: pc.PeerChannel, path: str, size: int) -> None:
     """Step 12's step 5: segment ``path`` (new) of ``size`` bytes, its pages reserved
-    first, filled from ``channel``'s frames; OSError for a frame late by
-    PULL_SEND_TIMEOUT_S. The caller unlinks it on failure."""
-    import mmap  # lazy: a node maps segments only when it fetches one
-
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, size)
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
-    finally:
-        os.close(fd)
-    try:
-        with memoryview(mapping) as whole:
-            offset = 0
-            while offset < size:
-                try:
-                    offset += channel.recv_bytes_into(whole[offset:],
-                                                      timeout=PULL_SEND_TIMEOUT_S)
-                except TimeoutError as error:
-                    raise OSError(f"the bytes stopped coming: {error}") from None
-    finally:
-        with contextlib.suppress(BufferError):
-            mapping.close()
+    first, filled from ``channel``'s frames (``framing.receive_segment``); OSError for a
+    frame late by PULL_SEND_TIMEOUT_S. The caller unlinks it on failure."""
+    framing.receive_segment(channel, path, size, PULL_SEND_TIMEOUT_S, "the fetched value")

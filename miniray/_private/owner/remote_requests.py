@@ -82,13 +82,13 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 import threading
 import time
 
 from miniray._private.core import ids, protocol, serialization
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import requests
+from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 
 __all__ = ["BLOCKING_CALLS", "RemoteRequests", "WATCH_S"]
@@ -299,7 +299,7 @@ class RemoteRequests:
     def _check_worker(self) -> None:
         """Between slices: W killed by a force-cancel, gone (EOF), or its node lost."""
         slot = self._worker_slot()
-        if getattr(slot, "killed", False) or _closed_by_peer(self.data):
+        if getattr(slot, "killed", False) or pc.closed_by_peer(self.data):
             raise OSError("the worker's data connection closed while it waited")
         self.check_node()
 
@@ -431,35 +431,3 @@ def _mapped(items: list, shm_dir: str) -> tuple[list, list]:
             mapping.close()
         raise
     return out, mappings
-
-
-def _closed_by_peer(data) -> bool:
-    """Whether W closed its data connection (its process is gone): readable with nothing
-    to read. Peeks at the socket's bytes through a duplicate of its descriptor, so
-    nothing is taken from the channel (a message W sent meanwhile is served next)."""
-    try:
-        fd = data.fileno()
-    except (OSError, ValueError):
-        return True
-    if fd < 0:
-        return True
-    import select  # lazy: this check only
-
-    try:
-        readable, _, _ = select.select([fd], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    if not readable:
-        return False
-    try:
-        peek = socket.socket(fileno=os.dup(fd))
-    except OSError:
-        return True
-    try:
-        return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-    finally:
-        peek.close()

@@ -18,7 +18,6 @@ and the owner (``RemoteTaskSlot``'s ``send_bytes`` and ``remote_kill``, deferred
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import select
 import threading
@@ -26,6 +25,7 @@ import time
 
 from miniray._private.core import protocol
 from miniray._private.owner.output import OutputStream
+from miniray._private.transport import framing
 from miniray._private.transport.remote_node import RemoteLeaseError
 
 __all__ = ["BULK_FRAME_S", "KILL_TIMEOUT_S", "Failed", "Move", "RemoteTaskSlot",
@@ -221,45 +221,15 @@ def node_died_error(name: str, entry, detail: str):
 
 
 def receive_segment(data, path: str, size: int) -> None:
-    """Create segment ``path`` (which must not exist) of ``size`` bytes, its pages
-    reserved first (a full shm dir: ENOSPC here, never SIGBUS later), and receive the
-    value's frames from ``data`` (a ``PeerChannel``) straight into its mapping. The caller
-    unlinks it on failure. A frame that fails its check closes the channel (PeerAuthError:
-    the bytes written are thrown away with the file)."""
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    try:
-        os.posix_fallocate(fd, 0, size)
-        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
-    finally:
-        os.close(fd)
-    try:
-        receive_frames(data, mapping, size)
-    finally:
-        _close_mapping(mapping)
-
-
-def _close_mapping(mapping) -> None:
-    """Unmap now, unless a view of it is still alive: after a failed receive the
-    exception's traceback holds the receiving frames' views, and ``close`` would raise
-    BufferError in place of the failure (the node's loss became "miniray bug"); the
-    mapping then goes with the last view."""
-    try:
-        mapping.close()
-    except BufferError:
-        pass
+    """A large value's frames from ``data`` into new segment ``path`` (``framing``'s
+    ``receive_segment``; a frame late by BULK_FRAME_S: OSError)."""
+    framing.receive_segment(data, path, size, BULK_FRAME_S, "a value")
 
 
 def receive_frames(data, mapping, size: int) -> None:
-    """Receive a value's ``size`` bytes, which come as frames on ``data``, into the first
-    ``size`` bytes of the writable ``mapping``; OSError when a frame is late by
-    BULK_FRAME_S."""
-    with memoryview(mapping) as whole, whole[:size] as view:
-        offset = 0
-        while offset < size:
-            try:
-                offset += data.recv_bytes_into(view[offset:], timeout=BULK_FRAME_S)
-            except TimeoutError as error:
-                raise OSError(f"a result's bytes stopped coming: {error}") from None
+    """A large value's frames from ``data`` into the writable ``mapping`` (a recycled
+    segment's; ``framing.receive_frames``)."""
+    framing.receive_frames(data, mapping, size, BULK_FRAME_S, "a value")
 
 
 def cancelled_failure(spec) -> Failed:

@@ -2,8 +2,10 @@
 
 Owns: the framing of the driver ⇄ worker data channel: an 8-byte big-endian length, then the
 payload; and the slicing of a large value's bytes into frames of at most ``PEER_CHUNK``
-(``send_in_frames``) where they follow a message between hosts. Does not own: what a
-payload means (``protocol.py``).
+(``send_in_frames``) where they follow a message between hosts, and their receipt
+straight into a new file-backed mapping (``receive_segment``, ``receive_frames``). Does not
+own: what a payload means (``protocol.py``), or what the file is (the object store's
+segment naming: the callers name it).
 Called by: owner.py (the I/O thread reads with ``recv_ready``), worker_api.py, and
 remote_nodes.py (``send_in_frames``).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 import socket
 import struct
 import threading
@@ -52,6 +55,42 @@ def send_in_frames(send, buffer) -> None:
     with memoryview(buffer) as whole, whole.cast("B") as view:
         for start in range(0, view.nbytes, PEER_CHUNK):
             send(view[start:start + PEER_CHUNK])
+
+
+def receive_segment(channel, path: str, size: int, frame_s: float, what: str) -> None:
+    """Create file ``path`` (which must not exist) of ``size`` bytes, its pages reserved
+    first (a full shm dir: ENOSPC here, never SIGBUS later), and receive the ``size`` bytes
+    that follow on ``channel`` (a ``PeerChannel``) in frames straight into its mapping;
+    OSError naming ``what`` when a frame is late by ``frame_s``. The caller unlinks it on
+    failure (a frame that fails its check closes the channel: PeerAuthError)."""
+    import mmap  # lazy: only where values cross between hosts
+
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        mapping = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+    finally:
+        os.close(fd)
+    try:
+        receive_frames(channel, mapping, size, frame_s, what)
+    finally:
+        try:  # unless a view is still alive: after a failed receive the traceback holds the
+            mapping.close()  # frames' views, and close would raise BufferError in place of
+        except BufferError:  # the failure; the mapping then goes with the last view
+            pass
+
+
+def receive_frames(channel, mapping, size: int, frame_s: float, what: str) -> None:
+    """Receive ``size`` bytes that come as frames on ``channel`` into the first ``size``
+    bytes of the writable ``mapping``; OSError naming ``what`` when a frame is late by
+    ``frame_s``."""
+    with memoryview(mapping) as whole, whole[:size] as view:
+        offset = 0
+        while offset < size:
+            try:
+                offset += channel.recv_bytes_into(view[offset:], timeout=frame_s)
+            except TimeoutError as error:
+                raise OSError(f"{what}'s bytes stopped coming: {error}") from None
 
 
 def _read_view() -> memoryview:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import pickle
 import select
 import socket
@@ -73,8 +74,8 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
 __all__ = [
     "ClientHandshake", "DEFAULT_MAX_FRAME", "FrameReader", "FrameWriter", "FramedPeer",
     "HandshakeGate", "MAGIC", "PROTO_VERSION", "PeerAuthError", "PeerChannel", "PeerClosed",
-    "PeerRefused", "RefusalLog", "ServerHandshake", "accept", "client_ssl_context", "connect",
-    "derive_keys", "server_ssl_context", "tls_contexts",
+    "PeerRefused", "RefusalLog", "ServerHandshake", "accept", "client_ssl_context",
+    "closed_by_peer", "connect", "derive_keys", "server_ssl_context", "tls_contexts",
 ]  # fmt: skip
 
 logger = logging.getLogger(__name__)
@@ -983,3 +984,35 @@ def tls_contexts(environ=None) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
     except (OSError, ssl.SSLError) as error:
         raise AuthTokenError(f"The TLS files ({cert}, {key}, {ca}) cannot be used: "
                              f"{error}") from None
+
+
+def closed_by_peer(channel) -> bool:
+    """Whether the peer closed ``channel`` (its process is gone, or it gave up waiting):
+    readable with nothing to read, or closed here. Peeks at the socket's bytes through a
+    duplicate of its descriptor, so nothing is taken from the channel (a message the peer
+    sent meanwhile is read by its reader as usual)."""
+    try:
+        fd = channel.fileno()
+    except (OSError, ValueError):
+        return True
+    if fd < 0:
+        return True
+    try:
+        readable, _, _ = select.select([fd], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    if not readable:
+        return False
+    try:
+        peek = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return True
+    try:
+        return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+    finally:
+        peek.close()  # the duplicate only
+
