@@ -12,19 +12,7 @@ from miniray._private.core.task_spec import ActorCallSpec
 from miniray._private.owner.actors import A_ALIVE, ActorManager, _Actor
 from miniray._private.owner.object_table import ObjectTable, RemoteCopy
 
-
-class _Store:
-    def __init__(self):
-        self.data = {}
-
-    def put_serialized(self, object_id, data):
-        self.data[object_id] = data
-
-    def inline_bytes(self, object_id):
-        return self.data[object_id]
-
-    def free(self, object_id):
-        self.data.pop(object_id, None)
+from .test_tasks import _Store  # the same in-memory store stand-in
 
 
 class _Requests:
