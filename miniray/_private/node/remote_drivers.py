@@ -91,8 +91,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        if it is the link's. D -> N ("free", req, [object_id]): unlinked, ("freed", req,
        n) (ids it does not keep are skipped). A connection with role "pull" (hello
        {"driver", "tag"}: the tag of a served link, else closed at once; at most
-       MAX_PULLS_PER_LINK) is served by a thread of its own, never the loop: ("pull",
-       req, object_id) -> ("pulling", req, size) and the bytes in frames from the
+       ``kept_serving.MAX_PULLS_PER_LINK``) is served by a thread of its own, never the
+       loop: ("pull", req, object_id) -> ("pulling", req, size) and the bytes in frames from the
        segment's read-only mapping, or ("error", req, "unknown_object", text) for an
        object this link does not keep. Step 5 and fencing unlink every object of the
        link, sweep its tag (a worker's segment not booked yet) and close its pulls: a
@@ -113,8 +113,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
           link already; ("error", req, "fetch_failed", text) when its size would pass the
           link's cap (reserved in the link's budget file as a worker's keep is, given back
           on any failure below: D then sends the value itself); else a thread of M (never
-          the loop; one per object and link,
-          later fetches of it wait for its answer; at most MAX_PULLS_PER_LINK per link)
+          the loop; one per object and link, later fetches of it wait for its answer; at
+          most ``kept_serving.MAX_PULLS_PER_LINK`` per link)
           connects to N's port as in step 11, role "pull", hello {"driver": {M's host,
           M's pid}, "tag": N's tag, "peer": {"node_id": M's id, "object_id": object_id,
           "grant": grant}}.
@@ -129,7 +129,7 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        6. On M's loop: M books it for D's link (``KeptObjects.add``) and answers
           ("fetched", req, path, size) where each ask came (the link, or the pull
           connection's thread); any failure (N unreachable or refusing, EOF, a
-          frame late by ``PULL_SEND_TIMEOUT_S``, another size, no room, D's link gone
+          frame late by ``kept_serving.PULL_SEND_TIMEOUT_S``, another size, no room, D's link gone
           meanwhile) unlinks the segment and answers ("error", req, "fetch_failed",
           text). M's copy is D's like any object kept for its link: D's ("free", ...)
           and the link's end free it.
@@ -150,20 +150,23 @@ import contextlib
 import logging
 import math
 import os
-import queue
 import selectors
 import socket
-import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 from miniray._private.core import config, pull_grants
 from miniray._private.host import session, worker_logs
 from miniray._private.node.kept_objects import KeptObjects
+from miniray._private.node.kept_serving import (
+    KeptServing,
+    fetch_shape,
+    lazy_budget,
+    lazy_segments,
+    peer_ip,
+)
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
-from miniray._private.transport import framing
 from miniray._private.transport import peer_channel as pc
-from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
 
 if TYPE_CHECKING:
@@ -181,9 +184,6 @@ MAX_LEASES_PER_DRIVER = 4096  # a bound on the book of one link (zero-resource l
 MAX_TAG = 200
 TICKET_TTL_S = 10.0
 MAX_COMPLAINTS = 5  # malformed messages logged per link; all are answered
-MAX_PULLS_PER_LINK = 8  # step 11: pull connections (threads) one driver may hold open
-#                         (its driver uses 4 at most; a closed one's thread may linger)
-PULL_SEND_TIMEOUT_S = 60.0  # one frame of a pulled value leaves within this
 
 
 # ------------------------------------------------------------------------ pure decisions
@@ -313,56 +313,10 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     if op == "free" and (not isinstance(message[2], (list, tuple)) or len(message[2]) > 4096
                          or not all(isinstance(i, bytes) for i in message[2])):
         return None, req, "a free names a list of at most 4096 object ids (bytes)"
-    if op == "fetch" and not _fetch_shape(message[2:]):
+    if op == "fetch" and not fetch_shape(message[2:]):
         return None, req, ("a fetch names (object id: bytes, size: int > 0, [ip, port], "
                            "tag: str, grant: bytes)")
     return op, req, tuple(message[2:])
-
-
-class _PullAnswer:
-    """Where the answer of a fetch asked on a pull connection goes (``_fetch_on_pull``'s
-    thread waits on ``queue``), and that connection, to tell whether the driver still
-    waits (``_peer_gone``)."""
-
-    __slots__ = ("queue", "channel")
-
-    def __init__(self, channel):
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.channel = channel
-
-    def __call__(self, reply) -> None:
-        self.queue.put(reply)
-
-
-def _peer_gone(answer: _PullAnswer) -> bool:
-    """Whether the driver closed the pull connection ``answer`` came on: it stopped
-    waiting (``peer_channel.closed_by_peer``)."""
-    return pc.closed_by_peer(answer.channel)
-
-
-def _fetch_shape(args: tuple) -> bool:
-    """Step 12's fetch arguments: ``(object_id, size, [ip, port], tag, grant)``."""
-    object_id, size, address, tag, grant = args
-    return (isinstance(object_id, bytes) and isinstance(size, int)
-            and not isinstance(size, bool) and size > 0
-            and isinstance(address, (list, tuple)) and len(address) == 2
-            and isinstance(address[0], str) and isinstance(address[1], int)
-            and isinstance(tag, str) and 8 <= len(tag) <= 24 and isinstance(grant, bytes))
-
-
-def _segments():
-    """The store's segment module, lazy: a node loads it (and cloudpickle) only once a
-    remote driver connects."""
-    from miniray._private.object_store import shm_segments  # lazy: see above
-
-    return shm_segments
-
-
-def _budget():
-    """``object_store.kept_budget``, lazy as ``_segments``."""
-    from miniray._private.object_store import kept_budget  # lazy: see _segments
-
-    return kept_budget
 
 
 def _fs_size(path: str) -> int:
@@ -442,11 +396,6 @@ def _shape(resources: dict) -> str:
 
 
 # ------------------------------------------------------------------------------ the links
-def _peer_ip(channel: pc.PeerChannel) -> str:
-    """The IP of a channel's peer (its ``address`` is ``ip:port``)."""
-    return channel.address.rsplit(":", 1)[0]
-
-
 def _close_parts(ticket) -> None:
     for part in ticket.parts.values():
         part.close()
@@ -463,14 +412,14 @@ class _Link:
         driver = channel.peer_hello.get("driver") or {}
         self.host = str(driver.get("host", "?"))[:64]
         self.pid = driver.get("pid", 0)
-        self.ip = ip = _peer_ip(channel)
+        self.ip = ip = peer_ip(channel)
         self.name = f"remote driver {ip} pid {self.pid}"
         self.complaints = 0  # malformed messages logged (at most MAX_COMPLAINTS)
         self.pulls: set = set()  # step 11's pull connections (closed with the link)
         self.grant_key = pull_grants.new_key()  # step 12: its driver's grants' key
 
 
-class RemoteDrivers:
+class RemoteDrivers(KeptServing):
     """Every remote driver's link and leases on this node (see the module docstring).
 
     ``ledger``: this node's ``Ledger``; ``gpu_keys``: its GPUs' host keys (physical GPUs are
@@ -558,13 +507,13 @@ class RemoteDrivers:
         link = _Link(channel)
         # The node's pid and its root's tag in it (``new_session_tag``): a sweeper tells a
         # dead node's leftovers, and a test harness its own.
-        tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
+        tag = lazy_segments().new_session_tag(self.node_pid, root=session.root_tag())
         while tag in self._by_tag:  # two links never share a tag: it names their segments
-            tag = _segments().new_session_tag(self.node_pid, root=session.root_tag())
+            tag = lazy_segments().new_session_tag(self.node_pid, root=session.root_tag())
         self.kept.add_link(link, tag)
         self._by_tag[tag] = link
         try:  # what the link's workers reserve against the cap (gone with the tag's sweep)
-            _budget().create(self.shm_dir, tag)
+            lazy_budget().create(self.shm_dir, tag)
         except (OSError, RuntimeError) as error:  # its workers then keep nothing
             logger.warning("%s: its results are sent at once, not kept here: the budget "
                            "file in %s could not be made (%s)", link.name, self.shm_dir, error)
@@ -737,263 +686,12 @@ class RemoteDrivers:
         if tag is not None:
             self._by_tag.pop(tag, None)
             for path in paths:
-                _segments().unlink_quiet(path)
-            _segments().sweep_segments(self.shm_dir, lambda t: t == tag)
+                lazy_segments().unlink_quiet(path)
+            lazy_segments().sweep_segments(self.shm_dir, lambda t: t == tag)
         if paths:
             self._changed()
         logger.info("%s left (%s); released %d lease(s), freed %d kept object(s)", link.name,
                     why, released, len(paths))
-
-    # -- step 11: results kept for the link, pulled and freed by its driver -----------
-    @property
-    def shm_dir(self) -> str:
-        if self._shm_dir is None:
-            self._shm_dir = config.shm_dir()
-        return self._shm_dir
-
-    def kept_rows(self) -> list[dict]:
-        """For ``miniray status`` (``node_stats.json``): per served link keeping anything,
-        its driver's name, the objects and bytes kept and the cap."""
-        rows = []
-        for link in self._links.values():
-            count, size = self.kept.totals(link)
-            if count:
-                rows.append({"driver": link.name, "objects": count, "bytes": size,
-                             "cap": self.kept.cap_bytes})
-        return sorted(rows, key=lambda row: row["driver"])
-
-    def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
-
-    def _keeping(self, link: _Link, op: str, req, args):
-        if op == "keeps":  # the cap: what this link's segments may hold in all
-            return ("keeps", req, self.kept.tag_of(link), self.kept.cap_bytes)
-        if op == "free":
-            kept_before = self.kept.totals(link)[1]
-            paths = self.kept.free(link, args[0])
-            for path in paths:
-                _segments().unlink_quiet(path)
-            if paths:  # unlinked first: a worker's reservation never outruns the memory
-                _budget().release(self.shm_dir, self.kept.tag_of(link),
-                                  kept_before - self.kept.totals(link)[1])
-                self._changed()
-            return ("freed", req, len(paths))
-        object_id, path, size = args
-        why = self.kept.add(link, object_id, path, size)
-        if why is None:
-            try:
-                _segments().check_adoptable(path, size, self.shm_dir, self.kept.tag_of(link))
-                self._changed()
-                return ("kept", req)
-            except (OSError, ValueError) as error:
-                self.kept.free(link, [object_id])
-                why = str(error)
-        segments = _segments()
-        if (segments.tag_of(os.path.basename(str(path))) == self.kept.tag_of(link)
-                and os.path.dirname(path) == self.shm_dir):
-            segments.unlink_quiet(path)  # the link's own segment, refused: gone now
-            if isinstance(size, int) and size > 0:  # its worker reserved it
-                _budget().release(self.shm_dir, self.kept.tag_of(link), size)
-        self.errors += 1
-        return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
-
-    def pull(self, channel: pc.PeerChannel) -> None:
-        """Step 11: a pull connection of the link whose tag its hello names (from the
-        handshake gate, on the loop); served by a thread of its own, never on the loop (a
-        200 MB send would stall the heartbeats)."""
-        link = self._by_tag.get(channel.peer_hello.get("tag"))
-        if link is None or not self._served(link) or len(link.pulls) >= MAX_PULLS_PER_LINK:
-            self.errors += 1
-            logger.warning("refused a pull connection from %s: no driver link of its tag, "
-                           "or %d pulls open already", channel.address, MAX_PULLS_PER_LINK)
-            channel.close()
-            return
-        only = None
-        peer = channel.peer_hello.get("peer")
-        if peer is not None:  # step 12: another node, with its driver's grant
-            only = peer.get("object_id")
-            why = pull_grants.check_grant(link.grant_key, only, peer.get("node_id"),
-                                          _peer_ip(channel), peer.get("grant"))
-            if why is not None:
-                self.errors += 1
-                logger.warning("refused a pull connection from %s for %s: %s",
-                               channel.address, link.name, why)
-                channel.close()
-                return
-        link.pulls.add(channel)
-        threading.Thread(target=self._serve_pulls, args=(link, channel, only), daemon=True,
-                         name="miniray-pull").start()
-
-    def _serve_pulls(self, link: _Link, channel: pc.PeerChannel,
-                     only: bytes | None = None) -> None:
-        """Step 11's thread: ("pull", req, object_id) -> ("pulling", req, size) and the
-        bytes in frames from the segment's read-only mapping, or ("error", req,
-        "unknown_object", text). Reads the book without the loop (a dict lookup: an object
-        freed meanwhile is either found, and its mapping outlives the unlink, or not)."""
-        try:
-            channel.setblocking(True)
-            channel.set_send_timeout(PULL_SEND_TIMEOUT_S)
-            while True:
-                message = channel.recv(timeout=None)
-                if (only is None and isinstance(message, tuple) and len(message) == 7
-                        and message[0] == "fetch"):
-                    if not self._fetch_on_pull(link, channel, message):
-                        return
-                    continue
-                if (not isinstance(message, tuple) or len(message) != 3
-                        or message[0] != "pull" or not isinstance(message[2], bytes)):
-                    return  # not a driver of this version: the connection goes
-                req, object_id = message[1], message[2]
-                found = self.kept.find(link, object_id) if only in (None, object_id) \
-                    else None  # another node's connection: its granted object only
-                mapping = None
-                if found is not None:
-                    try:
-                        mapping = _segments().map_readonly(found[0])
-                    except OSError:
-                        mapping = None
-                if mapping is None:
-                    channel.send(("error", req, "unknown_object",
-                                  f"this node keeps no object {object_id.hex()} for this "
-                                  "driver (freed, or its link closed or was fenced)"))
-                    continue
-                try:
-                    size = found[1]
-                    channel.send(("pulling", req, size))
-                    with memoryview(mapping) as whole, whole[:size] as view:
-                        send_in_frames(channel.send_bytes, view)
-                finally:
-                    mapping.close()
-        except (OSError, pc.PeerClosed, pc.PeerAuthError, TimeoutError, ValueError):
-            pass
-        finally:
-            link.pulls.discard(channel)
-            channel.close()
-
-    def _fetch_on_pull(self, link: _Link, channel: pc.PeerChannel, message: tuple) -> bool:
-        """Step 12's ask on one of the driver's own pull connections (its thread): the
-        link's loop starts or joins the fetch (``_fetch``), this thread waits for its
-        answer and sends it on this connection, so the driver's link is never held for
-        the transfer. False: the connection goes (the link ended, or it broke)."""
-        req = message[1]
-        if not _fetch_shape(message[2:]):
-            channel.send(("error", req, "malformed", "a fetch names (object id: bytes, "
-                          "size: int > 0, [ip, port], tag: str, grant: bytes)"))
-            return True
-        if self.post is None:
-            channel.send(("error", req, "unsupported",
-                          "this node fetches no object from another"))
-            return True
-        answers = _PullAnswer(channel)
-
-        def start() -> None:  # on the loop
-            reply = self._fetch(link, req, *message[2:], answer=answers)
-            if reply is not None:
-                answers(reply)
-
-        self.post(start)
-        while True:
-            try:
-                reply = answers.queue.get(timeout=1.0)
-            except queue.Empty:
-                if channel.closed or not self._served(link):
-                    return False
-                continue
-            channel.send(reply)
-            return True
-
-    def _fetch(self, link: _Link, req, object_id: bytes, size: int, address, tag: str,
-               grant: bytes, answer=None):
-        """Step 12 on M (the loop): kept already, the answer; else a thread fetches it
-        from N (one per object and link: later asks wait for its answer). ``answer``:
-        the callable that takes the answer of an ask that came on a pull connection
-        (``_fetch_on_pull``), instead of the link."""
-        if not self._served(link):  # dropped meanwhile (asked on a pull connection)
-            return ("error", req, "fetch_failed", "the driver's link closed meanwhile")
-        found = self.kept.find(link, object_id)
-        if found is not None:
-            return ("fetched", req, found[0], found[1])
-        if self.post is None or self.connect_pull is None:
-            return ("error", req, "unsupported", "this node fetches no object from another")
-        key = (link, object_id)
-        waiting = self._fetching.get(key)
-        if waiting is not None:
-            waiting.append((req, answer))
-            return None
-        if sum(1 for other, _ in self._fetching if other is link) >= MAX_PULLS_PER_LINK:
-            self.errors += 1
-            return ("error", req, "fetch_failed",
-                    f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
-        cap = self.kept.cap_bytes
-        link_tag = self.kept.tag_of(link)
-        if cap is not None and not _budget().reserve(self.shm_dir, link_tag, size, cap):
-            self.errors += 1  # counted as a worker's keep is: the driver sends it instead
-            return ("error", req, "fetch_failed",
-                    f"this driver's objects here would pass the node's cap of {cap} bytes "
-                    "(MINIRAY_KEPT_BYTES_PER_DRIVER)")
-        self._fetching[key] = [(req, answer)]
-        path = os.path.join(self.shm_dir, _segments().segment_name(link_tag, object_id))
-        hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
-                 "peer": {"node_id": self.node_id, "object_id": object_id, "grant": grant}}
-        threading.Thread(target=self._fetch_thread,
-                         args=(link, object_id, size, tuple(address), hello, path),
-                         daemon=True, name="miniray-fetch").start()
-        return None
-
-    def _fetch_thread(self, link: _Link, object_id: bytes, size: int, address: tuple,
-                      hello: dict, path: str) -> None:
-        """Step 12's steps 3-5, off the loop; its end goes to the loop (``_fetched``)."""
-        error = None
-        try:
-            channel = self.connect_pull(address, hello)
-            try:
-                channel.send(("pull", 1, object_id))
-                answer = channel.recv(timeout=PULL_SEND_TIMEOUT_S)
-                if not (isinstance(answer, tuple) and len(answer) == 3
-                        and answer[0] == "pulling" and answer[2] == size):
-                    raise LookupError(f"the node at {address[0]}:{address[1]} answered "
-                                      f"{answer!r:.160}")
-                _receive_segment(channel, path, size)
-            finally:
-                channel.close()
-        except Exception as failure:  # noqa: BLE001 - the driver hears why
-            _segments().unlink_quiet(path)
-            error = (f"fetching object {object_id.hex()} from {address[0]}:{address[1]} "
-                     f"failed: {failure}")
-        self.post(lambda: self._fetched(link, object_id, path, size, error))
-
-    def _fetched(self, link: _Link, object_id: bytes, path: str, size: int,
-                 error: str | None) -> None:
-        """Step 12's step 6, on the loop: booked for the link and answered, or unlinked.
-        Not booked when nobody waits for it any more (every ask came on a pull connection
-        the driver closed: it gave up and sends the value itself, so a copy here would
-        never be freed before the link ends)."""
-        reqs = self._fetching.pop((link, object_id), [])
-        tag = _segments().tag_of(os.path.basename(path))  # the link's, kept if it is dropped
-        if error is None and not self._served(link):
-            error = "the driver's link closed meanwhile"
-        if error is None and reqs and all(
-                answer is not None and _peer_gone(answer) for _req, answer in reqs):
-            error = "the driver stopped waiting for it"
-        if error is None:
-            error = self.kept.add(link, object_id, path, size)
-        if error is not None:
-            if self.kept.find(link, object_id) is None:
-                _segments().unlink_quiet(path)
-            if self.kept.cap_bytes is not None:  # its reservation (_fetch) goes back
-                _budget().release(self.shm_dir, tag, size)
-            self.errors += 1
-            logger.info("%s: %s", link.name, error)
-        else:
-            self.fetched += 1
-        for req, answer in reqs:
-            reply = ("fetched", req, path, size) if error is None else \
-                ("error", req, "fetch_failed", error)
-            if answer is not None:  # asked on a pull connection: its thread sends it
-                answer(reply)
-            elif self._served(link) and not self._reply(link, reply):
-                return
 
     # -- step 8: spawn tickets and attach connections ------------------------------------
     def _issue(self, link: _Link, req):
@@ -1013,7 +711,7 @@ class RemoteDrivers:
         """Step 8: one of a ticket's four connections (from the handshake gate)."""
         hello = channel.peer_hello
         outcome, ticket, why = self._tickets.attach(hello.get("ticket", ""), hello.get("fd"),
-                                                    _peer_ip(channel), time.monotonic(),
+                                                    peer_ip(channel), time.monotonic(),
                                                     channel)
         if outcome in ("unknown", "refused"):
             self.errors += 1
@@ -1104,8 +802,3 @@ class RemoteDrivers:
         return links
 
 
-def _receive_segment(channel: pc.PeerChannel, path: str, size: int) -> None:
-    """Step 12's step 5: segment ``path`` (new) of ``size`` bytes, its pages reserved
-    first, filled from ``channel``'s frames (``framing.receive_segment``); OSError for a
-    frame late by PULL_SEND_TIMEOUT_S. The caller unlinks it on failure."""
-    framing.receive_segment(channel, path, size, PULL_SEND_TIMEOUT_S, "the fetched value")
