@@ -248,3 +248,52 @@ def test_an_actor_given_a_kept_result_in_its_constructor_is_created_where_it_is(
     assert doc["local"] == [True, True, 1], doc
     assert doc["freed"] == [True, True], doc
     assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
+        hosts, members):
+    """A dies after keeping the result an actor's constructor is given: the actor on B
+    dies with the constructor's error naming the lost argument (ActorDiedError; no
+    restart); nothing is left on B."""
+    proc = driver(PRELUDE + ACTORS + """
+    @ray.remote(max_restarts=1)
+    class Holder:
+        def __init__(self, array):
+            self.size = len(array)
+
+        def size_of(self):
+            return self.size
+
+    ref = made.options(**on).remote(28, M20)
+    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
+          flush=True)
+    sys.stdin.readline()  # A is dead now
+    t0 = time.monotonic()
+    holder = Holder.options(**on_b).remote(ref)
+    try:
+        ray.get(holder.size_of.remote(), timeout=90)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "text": str(error)[:3000],
+               "died": isinstance(error, ray.exceptions.ActorDiedError),
+               "waited": time.monotonic() - t0}
+    out["pulled"] = pulled()
+    del ref, holder
+    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
+                  **_env_b(hosts))
+    try:
+        assert json_line(proc, 120)["kept"]
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc["died"], doc
+        assert "lost" in doc["text"] and "__init__" in doc["text"], doc
+        assert doc["waited"] < 60 and not doc["left_on_b"] and doc["pulled"] == 0, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+    assert _kept_b(hosts) == []
