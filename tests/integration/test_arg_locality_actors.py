@@ -252,9 +252,10 @@ def test_an_actor_given_a_kept_result_in_its_constructor_is_created_where_it_is(
 
 def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
         hosts, members):
-    """A dies after keeping the result an actor's constructor is given: the actor on B
-    dies with the constructor's error naming the lost argument (ActorDiedError; no
-    restart); nothing is left on B."""
+    """A dies after keeping the result an actor's constructor is given: the actor held
+    to B dies with the constructor's error naming the lost argument (ActorDiedError,
+    whether the loss is known at creation or found by B's fetch: the unit test
+    test_actor_kept_args.py covers the latter); nothing is left on B."""
     proc = driver(PRELUDE + ACTORS + """
     @ray.remote(max_restarts=1)
     class Holder:

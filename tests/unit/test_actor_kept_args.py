@@ -195,3 +195,33 @@ def test_an_actor_stays_here_below_the_threshold_without_room_there_or_with_more
     assert places._near_args(spec, None) is None
     places, spec = _placing(0, 1, 20 << 20)  # no room here either: only A's bytes decide
     assert places._near_args(spec, None) == "a"
+
+
+def test_a_constructors_kept_argument_lost_before_init_goes_kills_the_actor_with_its_error():
+    import contextlib
+
+    from miniray._private.core import serialization
+    from miniray._private.owner.remote_actors import RemoteActors
+    from miniray.exceptions import ActorDiedError, ObjectLostError
+
+    def get_serialized(object_ids, timeout):
+        raise ObjectLostError(object_ids[0].hex())
+
+    manager, _objects, owner, _sent = _manager(elsewhere=True)
+    owner.get_serialized = get_serialized
+    owner.locked = contextlib.nullcontext
+    died: list = []
+    manager._die = lambda actor, death, init=False: died.append(death)
+    actor = manager.actors[b"A" * 16]
+    actor.restarts_left = 3
+    killed: list = []
+    worker = types.SimpleNamespace(actor=actor, dead=False,
+                                   kill_later=lambda: killed.append(True))
+    places = RemoteActors.__new__(RemoteActors)
+    places.owner, places.manager = owner, manager
+    places.nodes = types.SimpleNamespace(closed=False)
+    assert places._pulled(worker, b"A" * 16, b"a" * 28) is None
+    error = serialization.loads(died[0])
+    assert isinstance(error, ActorDiedError) and "Reader.__init__" in str(error)
+    assert "ObjectLostError" in str(error) or "lost" in str(error)
+    assert killed == [True] and actor.restarts_left == 0 and actor.init_failed
