@@ -174,8 +174,10 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
     def _other_node(self, spec: ActorCreationSpec, actor=None):
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
-        actor with a node affinity or SPREAD, or a request this node can never hold, outside
-        a placement group (in a driver or in the node's actor service alike); or one in a
+        actor with a node affinity or SPREAD, or a request this node can never hold, or one
+        whose constructor is given a result kept on another node (``where`` weighs where
+        its bytes are), outside a placement group (in a driver or in the node's actor
+        service alike); or one in a
         placement group's bundle on another node (``remote_bundles``; in the actor
         service, one that its creating driver lent it: ``spec.lent``)."""
         if spec.pg is not None:

@@ -19,8 +19,11 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        the node's actor service, which owns named and detached actors: its RESULTs then
        go on to the calling driver, and A's output to the creating one, as for its local
        actors): only an actor with a NodeAffinitySchedulingStrategy or
-       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, outside a
-       placement group; or one in a placement group's bundle on another node
+       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, or one whose
+       constructor is given a result kept on a node (``_near_args``: that node when it
+       holds more than ``MOVE_MAX_ARG_BYTES`` of the arguments, with room now, as a
+       task's rule 2 exception; docs/remote-objects.md), outside a placement group; or
+       one in a placement group's bundle on another node
        (``remote_bundles.RemoteBundles``): it goes to that bundle's node when the bundle
        has room for it (``take``; else None, and the placer asks again), holds what it
        holds of the bundle for its life, its own share of the bundle's GPUs included (the
@@ -43,12 +46,13 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        sender thread's queue and out in that order; an argument stored in this driver's
        shared memory travels by value (``("peer", bytes)``, read from its pinned segment
        by the sender, outside the lock). An argument kept on a node (a result there,
-       never pulled here: ``actors.ActorManager._pump``) comes as ``("kept", id,
-       RemoteCopy)`` and the sender resolves it before it sends the call
-       (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another node, N
-       fetches it from there with this driver's grant (``KeptResults.fetch``); that
-       failing, pulled here and sent by value; lost, the call fails with its argument's
-       error and is not sent. The calls after it wait in the queue meanwhile: none
+       never pulled here: ``actors.ActorManager._pump``, or ``_start`` for ACTOR_INIT)
+       comes as ``("kept", id, RemoteCopy)`` and the sender resolves it before it sends
+       the call (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another
+       node, N fetches it from there with this driver's grant (``KeptResults.fetch``);
+       that failing, pulled here and sent by value; lost, the call fails with its
+       argument's error and is not sent (a constructor's: the actor dies,
+       ``_init_failed``). The calls after it wait in the queue meanwhile: none
        overtakes it.
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
