@@ -225,3 +225,21 @@ def test_a_constructors_kept_argument_lost_before_init_goes_kills_the_actor_with
     assert isinstance(error, ActorDiedError) and "Reader.__init__" in str(error)
     assert "ObjectLostError" in str(error) or "lost" in str(error)
     assert killed == [True] and actor.restarts_left == 0 and actor.init_failed
+
+
+def test_a_restart_here_whose_constructors_kept_argument_was_lost_dies_with_its_error():
+    from miniray._private.core import serialization
+    from miniray.exceptions import ObjectLostError
+
+    manager, objects, placed = _creating()
+    manager.owner.store = objects.store
+    died: list = []
+    manager._die = lambda actor, death, init=False: died.append(death)
+    a = b"a" * 28
+    objects.ensure(a)
+    _copy, pulls = _kept(objects, a)
+    manager.create(_creation([a]))
+    actor = manager.actors[b"C" * 16]
+    objects.set_ready(a, protocol.ERR, serialization.dumps(ObjectLostError(a.hex())))
+    assert manager._pull_kept(actor) and pulls == [] and actor.init_failed
+    assert "Holder.__init__" in str(serialization.loads(died[0]))

@@ -358,7 +358,14 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         """*Locked.* The placer keeps ``actor`` on this node: its constructor's arguments
         kept on another node are pulled here now (waiters added), and the actor leaves the
         placer until they are here (``_creation_dep_ready`` places it again). Whether any
-        was to pull."""
+        was to pull. An argument lost meanwhile (a restart after the node that kept it
+        died): the actor dies with the constructor's error naming it, as at creation."""
+        objects = self.owner.objects
+        for _position, object_id in actor.spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is not None and entry.state != PENDING and entry.kind == protocol.ERR:
+                self._init_error_from_dep(actor, object_id)
+                return True
         kept = self._kept_deps(actor.spec.deps or ())
         if not kept:
             return False
