@@ -198,3 +198,103 @@ def test_an_actors_large_result_stays_on_its_node_until_it_is_needed(hosts, memb
     assert doc["freed"] == [True, True], doc
     assert doc["small"] == [100, 1], doc
     assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_an_actor_given_a_kept_result_in_its_constructor_is_created_where_it_is(
+        hosts, members):
+    """An actor without a strategy given A's kept 20 MB result is created on A and its
+    constructor reads A's copy (bit-exact; the driver never pulls it); so is one given a
+    result still running when it is created. One held to B gets it through B's node
+    (one fetch); one held to the driver's node pulls it, as before."""
+    doc = _run_driver(hosts, ACTORS + """
+    import time as _time
+
+    @ray.remote
+    class Holder:
+        def __init__(self, array):
+            self.sha = hashlib.sha256(array).hexdigest()
+
+        def where(self):
+            return self.sha, ray.get_runtime_context().get_node_id()
+
+    @ray.remote
+    def slow_made(seed, size):
+        _time.sleep(1.5)
+        return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+
+    out = {}
+    here_id = ray.get_runtime_context().get_node_id()
+    ref = made.options(**on).remote(26, M20)
+    until(lambda: recorded(ref))
+    sha, node = ray.get(Holder.remote(ref).where.remote(), timeout=120)
+    out["a"] = [sha == expected(26, M20), node == member, pulled(), fetched(), here(ref)]
+    running = slow_made.options(**on).remote(27, M20)
+    sha, node = ray.get(Holder.remote(running).where.remote(), timeout=120)
+    out["running"] = [sha == expected(27, M20), node == member, pulled(), fetched(),
+                      here(running)]
+    sha, node = ray.get(Holder.options(**on_b).remote(ref).where.remote(), timeout=120)
+    out["b"] = [sha == expected(26, M20), node == member_b, pulled(), fetched()]
+    to_here = dict(scheduling_strategy=NodeAffinitySchedulingStrategy(here_id, soft=False))
+    sha, node = ray.get(Holder.options(**to_here).remote(ref).where.remote(), timeout=120)
+    out["local"] = [sha == expected(26, M20), node == here_id, pulled()]
+    del ref, running
+    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["a"] == [True, True, 0, 0, False], doc
+    assert doc["running"] == [True, True, 0, 0, False], doc
+    assert doc["b"] == [True, True, 0, 1], doc
+    assert doc["local"] == [True, True, 1], doc
+    assert doc["freed"] == [True, True], doc
+    assert _member_kept(hosts) == [] and _kept_b(hosts) == []
+
+
+def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
+        hosts, members):
+    """A dies after keeping the result an actor's constructor is given: the actor held
+    to B dies with the constructor's error naming the lost argument (ActorDiedError,
+    whether the loss is known at creation or found by B's fetch: the unit test
+    test_actor_kept_args.py covers the latter); nothing is left on B."""
+    proc = driver(PRELUDE + ACTORS + """
+    @ray.remote(max_restarts=1)
+    class Holder:
+        def __init__(self, array):
+            self.size = len(array)
+
+        def size_of(self):
+            return self.size
+
+    ref = made.options(**on).remote(28, M20)
+    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
+          flush=True)
+    sys.stdin.readline()  # A is dead now
+    t0 = time.monotonic()
+    holder = Holder.options(**on_b).remote(ref)
+    try:
+        ray.get(holder.size_of.remote(), timeout=90)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "text": str(error)[:3000],
+               "died": isinstance(error, ray.exceptions.ActorDiedError),
+               "waited": time.monotonic() - t0}
+    out["pulled"] = pulled()
+    del ref, holder
+    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
+                  **_env_b(hosts))
+    try:
+        assert json_line(proc, 120)["kept"]
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 120)
+        assert doc["died"], doc
+        assert "lost" in doc["text"] and "__init__" in doc["text"], doc
+        assert doc["waited"] < 60 and not doc["left_on_b"] and doc["pulled"] == 0, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
+    assert _kept_b(hosts) == []

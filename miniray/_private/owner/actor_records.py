@@ -83,6 +83,18 @@ class _CreationDep:
         self.manager._creation_dep_ready(self.actor, is_error, object_id)
 
 
+class _KeptCreationDep(_CreationDep):
+    """A constructor argument still running: a result that stays on its node
+    (``object_table.set_ready``'s ``places_first``) is not pulled before the actor is
+    placed; the placer decides where it is read (``ActorManager._run_placer``)."""
+
+    __slots__ = ()
+    places_first = True
+
+    def kept(self, object_id: bytes) -> None:
+        self.manager._creation_dep_ready(self.actor, False, object_id)
+
+
 class _CallDep:
     __slots__ = ("manager", "call")
 

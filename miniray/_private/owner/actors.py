@@ -23,7 +23,10 @@ Called by: ``owner.Owner`` with its lock held, for driver submissions and worker
                         └──► ACTOR_CALL to the actor's worker ──► RESULT ──► objects ready
     worker exit ──► restart (max_restarts) or DEAD: every pending call gets ActorDiedError
 
-An argument that is a result kept on another node (a ``RemoteCopy``, docs/remote-objects.md)
+A constructor's argument kept on another node (a ``RemoteCopy``, docs/remote-objects.md) is
+not pulled before placement: ``remote_actors.RemoteActors.where`` weighs where its bytes are;
+placed on another node, its sender reads or fetches it there; placed here, the placer pulls
+it first (``_pull_kept``). A call's argument kept on another node
 is not waited for at submit: when the call heads the queue, an actor here pulls it first
 (the call stays at the head meanwhile); an actor on another node gets it as ``("kept", id,
 copy)``, which its sender reads there or has its node fetch (``remote_actors.py`` step 3).
@@ -55,6 +58,7 @@ from miniray._private.owner.actor_records import (
     _Actor,
     _Call,
     _CreationDep,
+    _KeptCreationDep,
 )
 from miniray._private.owner.actor_service_proxies import ServiceProxies
 from miniray._private.owner.object_table import PENDING
@@ -170,15 +174,18 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
     def _other_node(self, spec: ActorCreationSpec, actor=None):
         """*Locked.* Where another node takes this actor (``remote_actors.RemoteActors.where``:
         a node id or an ``Unschedulable`` text), or None to place it here as before: only an
-        actor with a node affinity or SPREAD, or a request this node can never hold, outside
-        a placement group (in a driver or in the node's actor service alike); or one in a
+        actor with a node affinity or SPREAD, or a request this node can never hold, or one
+        whose constructor is given a result kept on another node (``where`` weighs where
+        its bytes are), outside a placement group (in a driver or in the node's actor
+        service alike); or one in a
         placement group's bundle on another node (``remote_bundles``; in the actor
         service, one that its creating driver lent it: ``spec.lent``)."""
         if spec.pg is not None:
             if spec.lent is None and not self.owner.in_remote_bundle(spec.placement):
                 return None
         elif (spec.affinity is None
-                and not infeasible_reasons(self.owner.node_state, spec.placement)):
+                and not infeasible_reasons(self.owner.node_state, spec.placement)
+                and not self._kept_deps(spec.deps or ())):
             return None
         return self._remote_actors().where(spec, actor)
 
@@ -232,8 +239,10 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             entry.holders += 1
             actor.holds.append(object_id)
             if entry.state == PENDING:
+                if entry.remote is not None:
+                    continue  # kept on another node: the placer decides where it is read
                 actor.waiting += 1
-                entry.add_waiter(_CreationDep(self, actor))
+                entry.add_waiter(_KeptCreationDep(self, actor))
             elif entry.kind == protocol.ERR:
                 self._init_error_from_dep(actor, object_id)
                 return spec.actor_id
@@ -303,6 +312,8 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                     if actor in self.pending:  # (not when it died unschedulable)
                         self.pending.remove(actor)
                     continue
+                if self._pull_kept(actor):  # placed here: its kept arguments come first
+                    continue
             tag = f"actor {spec.class_name}" + (f" name={spec.name}" if spec.name else "")
             try:
                 lease, host_lease = owner.leases.acquire(
@@ -343,6 +354,27 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                 self._start(actor, lease, host_lease,
                             owner.adopt_worker(parts, spec.runtime_env or ""))
 
+    def _pull_kept(self, actor: _Actor) -> bool:
+        """*Locked.* The placer keeps ``actor`` on this node: its constructor's arguments
+        kept on another node are pulled here now (waiters added), and the actor leaves the
+        placer until they are here (``_creation_dep_ready`` places it again). Whether any
+        was to pull. An argument lost meanwhile (a restart after the node that kept it
+        died): the actor dies with the constructor's error naming it, as at creation."""
+        objects = self.owner.objects
+        for _position, object_id in actor.spec.deps or ():
+            entry = objects.get(object_id)
+            if entry is not None and entry.state != PENDING and entry.kind == protocol.ERR:
+                self._init_error_from_dep(actor, object_id)
+                return True
+        kept = self._kept_deps(actor.spec.deps or ())
+        if not kept:
+            return False
+        self.pending.remove(actor)
+        for entry in kept.values():
+            actor.waiting += 1
+            entry.add_waiter(_CreationDep(self, actor))
+        return True
+
     def _report_infeasible(self, spec) -> bool:
         """*Locked.* One stderr line per resource shape that this node can never hold;
         whether it can never hold this one."""
@@ -380,7 +412,15 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         actor.state = A_ALIVE
         dep_values = None
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
-            dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
+            kept = self._kept_deps(spec.deps) if elsewhere else None
+            if kept:  # kept on a node: its sender reads or fetches them there
+                dep_values = owner.requests.dep_payloads(
+                    [d for d in spec.deps if d[1] not in kept], pin=False)
+                dep_values += [(position, kept[object_id].kind,
+                                ("kept", object_id, kept[object_id].remote))
+                               for position, object_id in spec.deps if object_id in kept]
+            else:
+                dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
                spec.max_concurrency, spec.is_async, spec.name, spec.namespace,
                spec.handle_state, actor.restarts, spec.concurrency_groups, spec.pg)

@@ -19,8 +19,11 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        the node's actor service, which owns named and detached actors: its RESULTs then
        go on to the calling driver, and A's output to the creating one, as for its local
        actors): only an actor with a NodeAffinitySchedulingStrategy or
-       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, outside a
-       placement group; or one in a placement group's bundle on another node
+       ``scheduling_strategy="SPREAD"``, or a request this node can never hold, or one whose
+       constructor is given a result kept on a node (``_near_args``: that node when it
+       holds more than ``MOVE_MAX_ARG_BYTES`` of the arguments, with room now, as a
+       task's rule 2 exception; docs/remote-objects.md), outside a placement group; or
+       one in a placement group's bundle on another node
        (``remote_bundles.RemoteBundles``): it goes to that bundle's node when the bundle
        has room for it (``take``; else None, and the placer asks again), holds what it
        holds of the bundle for its life, its own share of the bundle's GPUs included (the
@@ -43,12 +46,13 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        sender thread's queue and out in that order; an argument stored in this driver's
        shared memory travels by value (``("peer", bytes)``, read from its pinned segment
        by the sender, outside the lock). An argument kept on a node (a result there,
-       never pulled here: ``actors.ActorManager._pump``) comes as ``("kept", id,
-       RemoteCopy)`` and the sender resolves it before it sends the call
-       (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another node, N
-       fetches it from there with this driver's grant (``KeptResults.fetch``); that
-       failing, pulled here and sent by value; lost, the call fails with its argument's
-       error and is not sent. The calls after it wait in the queue meanwhile: none
+       never pulled here: ``actors.ActorManager._pump``, or ``_start`` for ACTOR_INIT)
+       comes as ``("kept", id, RemoteCopy)`` and the sender resolves it before it sends
+       the call (``_kept_args``): on N, N's copy (``("shm", path, size)``); on another
+       node, N fetches it from there with this driver's grant (``KeptResults.fetch``);
+       that failing, pulled here and sent by value; lost, the call fails with its
+       argument's error and is not sent (a constructor's: the actor dies,
+       ``_init_failed``). The calls after it wait in the queue meanwhile: none
        overtakes it.
     4. The thread reads the data connection: ACTOR_READY, RESULT (each large value's bytes
        follow it in frames, received straight into a segment of this driver's store:
@@ -88,8 +92,8 @@ import queue
 import threading
 import time
 
-from miniray._private.core import ids, protocol, serialization, task_nodes
-from miniray._private.core.dependency_errors import dependency_error_bytes
+from miniray._private.core import ids, node_pick, protocol, serialization, task_nodes
+from miniray._private.core.dependency_errors import dependency_error, dependency_error_bytes
 from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
@@ -271,6 +275,8 @@ class RemoteActors:
             placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
                                       nodes.view(fresh=True), local_feasible, exclude,
                                       turn=turn)
+        if placed is None and spec.affinity is None and local_feasible:
+            placed = self._near_args(spec, exclude)
         if placed is None and actor is not None and not local_feasible and nodes.last_view():
             self._watch()  # no node can hold it now: one may join
         if placed is None or actor is None:
@@ -288,6 +294,24 @@ class RemoteActors:
         threading.Thread(target=self._run, args=(actor, entry), daemon=True,
                          name="miniray-remote-actor").start()
         return placed
+
+    def _near_args(self, spec, exclude) -> str | None:
+        """*Locked.* Step 1 for an actor without a strategy that this node can hold: the
+        node holding more than ``MOVE_MAX_ARG_BYTES`` of its constructor's arguments (more
+        than this node holds) with room now for it (``node_pick`` rule 2's exception, as
+        for a task: ``RemoteNodes.locate``), else None (this node)."""
+        nodes = self.nodes
+        arg_bytes = nodes._arg_bytes(spec)
+        if not any(n != nodes.local and size > node_pick.MOVE_MAX_ARG_BYTES
+                   for n, size in arg_bytes.items()):
+            return None
+        view = [e for e in nodes.view() if e.node_id != exclude]
+        placed = node_pick.pick_node(spec.placement, nodes.local, view, arg_bytes=arg_bytes,
+                                     local_holds=True)
+        if placed.action != "node" or placed.node_id in (None, nodes.local) or \
+                arg_bytes.get(placed.node_id, 0) <= node_pick.MOVE_MAX_ARG_BYTES:
+            return None  # rule 2 kept it here, or no room there now: here, as before
+        return placed.node_id
 
     def _in_bundle(self, spec, actor):
         """*Locked.* Step 1 for an actor in a placement group's bundle on another node: that
@@ -490,6 +514,10 @@ class RemoteActors:
         if kind != protocol.ERR:
             return data
         with owner.locked():
+            actor = worker.actor
+            if actor is not None and actor.spec.actor_id == task_id:  # its constructor's
+                self._init_failed(actor, worker, data)
+                return None
             call = self.manager.calls.get(task_id)
             if call is not None:
                 failed = dependency_error_bytes(
@@ -497,6 +525,22 @@ class RemoteActors:
                 self.manager.on_result(worker, task_id,
                                        [(protocol.ERR, failed)] * max(1, call.spec.num_returns))
         return None
+
+    def _init_failed(self, actor, worker: RemoteActorWorker, error: bytes) -> None:
+        """*Locked.* A constructor's kept argument was lost before ACTOR_INIT went: the
+        actor dies with the constructor's error naming its argument's (as a local
+        actor's, ``ActorManager._init_error_from_dep``), never restarted; its worker is
+        killed."""
+        from miniray.exceptions import ActorDiedError  # lazy: the public package
+
+        if actor.state == "DEAD":
+            return
+        failed = dependency_error(serialization.loads(error),
+                                  f"{actor.spec.class_name}.__init__")
+        actor.init_failed = True
+        actor.restarts_left = 0
+        self.manager._die(actor, serialization.dumps(ActorDiedError(failed)))
+        worker.kill_later()
 
     def _abandon(self, actor, client, grant, inner) -> None:
         """Not started: its worker closed, its lease or its bundle's room given back."""
