@@ -11,7 +11,7 @@ import threading
 from miniray._private.core import node_pick, options, task_nodes
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.core.task_spec import TaskSpec
-from miniray._private.owner import remote_nodes, remote_worker
+from miniray._private.owner import remote_nodes, remote_offload, remote_worker
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .test_remote_drivers import wait_until
@@ -224,7 +224,7 @@ class _WatchOwner:
 
 
 def test_one_watcher_thread_rechecks_every_placer_until_none_waits(monkeypatch):
-    monkeypatch.setattr(remote_nodes, "INFEASIBLE_WATCH_S", 0.005)
+    monkeypatch.setattr(remote_offload, "INFEASIBLE_WATCH_S", 0.005)
     owner = _WatchOwner()
     nodes = remote_nodes.RemoteNodes(owner)
     calls = {"a": 0, "b": 0}
