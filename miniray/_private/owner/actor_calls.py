@@ -143,11 +143,7 @@ class ActorCalls:
                     break
                 if kept:  # on another node: its sender reads or fetches them there
                     call.kept = tuple(kept)
-                    dep_values = owner.requests.dep_payloads(
-                        [d for d in spec.deps if d[1] not in kept], pin=True)
-                    dep_values += [(position, kept[object_id].kind,
-                                    ("kept", object_id, kept[object_id].remote))
-                                   for position, object_id in spec.deps if object_id in kept]
+                    dep_values = self._kept_payloads(spec.deps, kept, pin=True)
                 else:
                     dep_values = owner.requests.dep_payloads(spec.deps, pin=True,
                                                              worker=mapper)
@@ -178,6 +174,18 @@ class ActorCalls:
             if entry is not None and entry.state == PENDING and entry.remote is not None:
                 kept[object_id] = entry
         return kept
+
+    def _kept_payloads(self, deps, kept: dict, pin: bool) -> list:
+        """*Locked.* The payloads of ``deps`` for a worker on another node: those in
+        ``kept`` (``_kept_deps``) as ``("kept", id, copy)``, which its sender reads there or
+        has its node fetch (``remote_actors.py`` step 3); the others as any worker's,
+        pinned with ``pin``."""
+        payloads = self.owner.requests.dep_payloads(
+            [d for d in deps if d[1] not in kept], pin=pin)
+        payloads += [(position, kept[object_id].kind,
+                      ("kept", object_id, kept[object_id].remote))
+                     for position, object_id in deps if object_id in kept]
+        return payloads
 
     def on_remote_result(self, task_id: bytes, results: list, nested=None) -> None:
         """*Locked.* The node's actor service answered a call of a proxy. ``nested``:

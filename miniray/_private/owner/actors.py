@@ -414,11 +414,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         if spec.deps:  # read now, while the constructor's arguments are pinned by this actor
             kept = self._kept_deps(spec.deps) if elsewhere else None
             if kept:  # kept on a node: its sender reads or fetches them there
-                dep_values = owner.requests.dep_payloads(
-                    [d for d in spec.deps if d[1] not in kept], pin=False)
-                dep_values += [(position, kept[object_id].kind,
-                                ("kept", object_id, kept[object_id].remote))
-                               for position, object_id in spec.deps if object_id in kept]
+                dep_values = self._kept_payloads(spec.deps, kept, pin=False)
             else:
                 dep_values = owner.requests.dep_payloads(spec.deps, pin=False)
         ctx = ({k: float(v) for k, v in spec.held.items()}, gpu_ids, owner.gpu_ids_are_ints,
