@@ -12,11 +12,9 @@ The scene is test_arg_locality.py's: head 127.0.0.1, member A 127.0.0.2, member 
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 
-from .helpers import driver, json_line, stop_driver
+from .helpers import driver, stop_driver
 from .test_arg_locality import (
     TWO,
     _env_b,
@@ -25,8 +23,8 @@ from .test_arg_locality import (
     members_fixture,  # noqa: F401 - the fixture `members`
 )
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
-from .test_remote_objects import _member_kept, _member_tag
-from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
+from .test_remote_objects import _after_member_killed, _member_kept, _member_tag
+from .test_remote_tasks import PRELUDE, _run_driver
 
 ACTORS = TWO + """
     @ray.remote
@@ -110,11 +108,7 @@ def test_member_a_killed_before_an_actor_on_b_fetches_fails_the_call_object_lost
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
                   **_env_b(hosts))
     try:
-        assert json_line(proc, 120)["kept"]
-        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 120)
+        doc = _after_member_killed(hosts, proc)
         assert doc["error"] is not None and doc["lost"], doc
         assert "All copies of" in doc["text"] and "lost due to node failure" in doc["text"], doc
         assert doc["waited"] < 60 and not doc["left_on_b"], doc
@@ -286,11 +280,7 @@ def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
                   **_env_b(hosts))
     try:
-        assert json_line(proc, 120)["kept"]
-        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 120)
+        doc = _after_member_killed(hosts, proc)
         assert doc["died"], doc
         assert "lost" in doc["text"] and "__init__" in doc["text"], doc
         assert doc["waited"] < 60 and not doc["left_on_b"] and doc["pulled"] == 0, doc

@@ -304,6 +304,16 @@ def test_a_driver_killed_with_sigkill_leaves_nothing_kept_on_the_member(hosts, m
         stop_driver(proc)
 
 
+def _after_member_killed(hosts, proc, timeout: float = 120) -> dict:
+    """The driver ``proc`` said its object is kept on the member: SIGKILL the member's node,
+    let the driver go on (a line on its stdin), and return what it printed next."""
+    assert json_line(proc, 120)["kept"]
+    os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return json_line(proc, timeout)
+
+
 def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
     proc = driver(PRELUDE + KEPT + """
     ref = make.options(**on).remote(3)
@@ -322,11 +332,7 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
     try:
-        assert json_line(proc, 120)["kept"]
-        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 90)
+        doc = _after_member_killed(hosts, proc, 90)
         assert doc["error"] == "ObjectLostError", doc
         assert doc["hex"] == doc["ref"], doc
         assert doc["text"].startswith(f"Failed to retrieve object {doc['ref']}."), doc

@@ -697,6 +697,17 @@ def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, 
     assert wait_until(lambda: not os.listdir(shm))  # the budget file swept with the tag
 
 
+def _kept_with_grant(node, shm, home, object_id: bytes, value: bytes) -> tuple:
+    """``home``'s link keeps ``value`` as ``object_id`` on ``node``: (its tag, the grant
+    its driver gives this node to fetch it)."""
+    from miniray._private.core import pull_grants
+
+    tag, _room = home.keeps()
+    home.keep(object_id, _write(shm, tag, object_id, value), len(value))
+    return tag, pull_grants.grant(home.grant_key(), object_id, node.entry.node_id,
+                                  "127.0.0.1")
+
+
 def _hold_fetches(drivers) -> threading.Event:
     """Every fetch's connect to the keeping node waits until the returned event is set."""
     gate = threading.Event()
@@ -717,7 +728,6 @@ def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answer
     the same object asked again there is M's copy at once; a malformed ask is answered
     and the connection stays."""
 
-    from miniray._private.core import pull_grants
 
     shm = _kept_node(node, tmp_path)
     one = b"\x01" * 28
@@ -726,10 +736,8 @@ def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answer
     drivers = node.peering.drivers
     gate = _hold_fetches(drivers)
     with node.client() as home, node.client() as there:
-        tag, _room = home.keeps()
+        tag, grant = _kept_with_grant(node, shm, home, one, value)
         there_tag, _room = there.keeps()
-        home.keep(one, _write(shm, tag, one, value), len(value))
-        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
         pull = there.open_pull(there_tag)
         try:
             ask = ("fetch", 7, one, len(value), list(address), tag, grant)
@@ -760,7 +768,6 @@ def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node,
     before the fetch ends: the fetch's end finds the link dropped (its tag gone with it),
     gives nothing back to a budget file that is gone, books nothing, and the node's loop
     goes on; a fetch started on the loop after the link was dropped is refused."""
-    from miniray._private.core import pull_grants
 
     shm = _kept_node(node, tmp_path)
     one = b"\x01" * 28
@@ -769,9 +776,7 @@ def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node,
     drivers = node.peering.drivers
     gate = _hold_fetches(drivers)
     with node.client() as home:
-        tag, _room = home.keeps()
-        home.keep(one, _write(shm, tag, one, value), len(value))
-        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
+        tag, grant = _kept_with_grant(node, shm, home, one, value)
         there = node.client()
         there_tag, _room = there.keeps()
         link = node.on_loop(lambda: drivers._by_tag[there_tag])
@@ -796,7 +801,6 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
     """The driver gave up on a fetch (closed the pull connection it asked on) but its link
     stays: the copy the fetch made is unlinked and its bytes given back, not booked for a
     link that would never free it."""
-    from miniray._private.core import pull_grants
     from miniray._private.object_store import kept_budget
 
     shm = _kept_node(node, tmp_path)
@@ -806,9 +810,7 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
     drivers = node.peering.drivers
     gate = _hold_fetches(drivers)
     with node.client() as home, node.client() as there:
-        tag, _room = home.keeps()
-        home.keep(one, _write(shm, tag, one, value), len(value))
-        grant = pull_grants.grant(home.grant_key(), one, node.entry.node_id, "127.0.0.1")
+        tag, grant = _kept_with_grant(node, shm, home, one, value)
         there_tag, _room = there.keeps()
         pull = there.open_pull(there_tag)
         pull.send(("fetch", 7, one, len(value), list(address), tag, grant))
