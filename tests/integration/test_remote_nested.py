@@ -245,8 +245,8 @@ def test_a_remote_task_or_actor_creates_finds_and_kills_actors_as_the_driver_wou
 
 
 def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(hosts, member):
-    """Also: a child placed on the member too, and a request still refused (creating a
-    placement group) raised in the task."""
+    """Also: a child placed on the member too, and a placement group the task creates,
+    uses and removes (the driver's group)."""
     doc = _run_driver(hosts, """
     class Oops(ValueError):
         pass
@@ -267,13 +267,23 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     def uncaught():
         return ray.get(child.remote(), timeout=30)
 
+    @ray.remote
+    def in_group():
+        return ray.get_runtime_context().get_node_id()
+
     @ray.remote(max_retries=0)
-    def creates_group():
-        try:
-            ray.util.placement_group([{"CPU": 1}])
-        except NotImplementedError as error:
-            return str(error)
-        return None
+    def creates_group():  # the group is the driver's, placed by its rules
+        from miniray.util.placement_group import (placement_group,
+                                                  placement_group_table,
+                                                  remove_placement_group)
+        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+        pg = placement_group([{"CPU": 1}], name="made-on-member")
+        ray.get(pg.ready(), timeout=30)
+        state = placement_group_table(pg)["state"]
+        ran_on = ray.get(in_group.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group=pg)).remote(), timeout=30)
+        remove_placement_group(pg)
+        return [state, ran_on]
 
     @ray.remote
     def there_too():
@@ -283,8 +293,21 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     def grandparent():  # a child placed on the member too: the parent's node
         return ray.get(there_too.options(scheduling_strategy=there).remote(), timeout=30)
 
+    @ray.remote
+    class GroupMaker:
+        def make_here(self):  # served off the actor's reader thread (a blocking call)
+            from miniray.util.placement_group import placement_group, remove_placement_group
+            pg = placement_group([{"CPU": 1}])
+            ok = pg.wait(30)
+            remove_placement_group(pg)
+            return ok
+
     on = dict(scheduling_strategy=there)
-    refused = ray.get(creates_group.options(**on).remote(), timeout=60)
+    group = ray.get(creates_group.options(**on).remote(), timeout=60)
+    maker = GroupMaker.options(**on).remote()
+    actor_group = ray.get(maker.make_here.remote(), timeout=60)
+    ray.kill(maker)
+    group_after = ray.util.placement_group_table()
     nested_there = ray.get(grandparent.options(**on).remote(), timeout=60)
     inside = ray.get(caught.options(**on).remote(), timeout=60)
     try:
@@ -293,15 +316,21 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
     except Oops as error:
         outside = [type(error).__name__, isinstance(error, ray.exceptions.RayTaskError),
                    str(error)]
-    print(json.dumps({"inside": inside, "outside": outside, "refused": refused,
+    print(json.dumps({"inside": inside, "outside": outside, "group": group,
+                      "actor_group": actor_group,
+                      "group_after": [row["state"] for row in group_after.values()],
+                      "head": ray.get_runtime_context().get_node_id(),
                       "nested_there": nested_there, "member": member}), flush=True)
     ray.shutdown()
     """)
     assert doc["inside"][:2] == ["Oops", True] and "child failed" in doc["inside"][2], doc
     name, is_task_error, text = doc["outside"]
     assert is_task_error and "child failed" in text and "uncaught" in text, doc
-    # What it still cannot ask for fails in the task with an error saying so.
-    assert doc["refused"] and "cannot make this request" in doc["refused"], doc
+    # A placement group made by a task on the member is the driver's: placed on the
+    # driver's node (local first), used by a child, removed by the task.
+    assert doc["group"] == ["CREATED", doc["head"]], doc
+    assert doc["group_after"] == ["REMOVED", "REMOVED"], doc
+    assert doc["actor_group"] is True, doc
     assert doc["nested_there"] == doc["member"], doc
 
 

@@ -152,10 +152,27 @@ def test_a_put_the_store_has_no_room_for_drops_its_frames_and_holds_the_error(se
 def test_calls_it_serves_and_one_it_refuses_naming_it(setup):
     setup.asks.serve((protocol.CALL, 6, protocol.CALL_NODES, ()))
     assert setup.data.sent[-1] == (protocol.REPLY, 6, (True, ["n"]))
+    asked = []
+
+    class Groups:  # the driver's placement groups, asked as for a local worker
+        def table(self):
+            asked.append("table")
+            return {"g": {"state": "CREATED"}}
+
+        def bundles_of(self, hex_):
+            return None
+
+    setup.owner.requests.placement_groups = Groups
     setup.asks.serve((protocol.CALL, 7, protocol.CALL_PLACEMENT_GROUP, ("table",)))
+    assert setup.data.sent[-1] == (protocol.REPLY, 7, (True, {"g": {"state": "CREATED"}}))
+    setup.asks.serve((protocol.CALL, 8, protocol.CALL_PLACEMENT_GROUP, ("bundles", "ab")))
+    ok, error = setup.data.sent[-1][2]
+    assert not ok and isinstance(error, ValueError) and "ab does not exist" in str(error)
+    assert asked == ["table"]
+    setup.asks.serve((protocol.CALL, 9, 79, ()))  # a method this version does not know
     ok, error = setup.data.sent[-1][2]
     assert not ok and isinstance(error, NotImplementedError)
-    assert "CALL_PLACEMENT_GROUP" in str(error) and "another host" in str(error)
+    assert "another host" in str(error) and "placement groups" in str(error)
     assert not setup.asks.serve((protocol.SPAWNED, 1))  # not a worker's request at all
 
 

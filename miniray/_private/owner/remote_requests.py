@@ -53,8 +53,10 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
        node); a named or detached one, and a lookup, go through the node's actor service
        when the driver is joined to one, asked from this thread without the lock.
        CALL_STREAM_NEXT (W iterates a generator's refs) waits as step 5 does and answers
-       as the owner's ``Streams.next``. Any other (placement groups) is answered with an
-       error naming it (W raises it in the task).
+       as the owner's ``Streams.next``. CALL_PLACEMENT_GROUP (create, ready, wait, remove,
+       lookup, table, bundles) is answered as for a worker on the driver's node
+       (``requests.placement_call``): the group is the driver's, placed by its rules. Any
+       other is answered with an error naming it (W raises it in the task).
     7. YIELD(task_id, i, kind, payload, contained): value i of a streaming call T (or an
        actor's) runs; a large one's bytes follow in frames, received into a new segment
        named for the item (as PUT's); ``Streams.on_item`` takes it as a local worker's
@@ -63,9 +65,10 @@ Steps for one message of the remote worker W of task T (W's half: ``worker_api.p
     Anything else: not served, ``serve`` returns False and the caller fails T with an
     error saying a task on another host cannot ask for it.
 
-An actor's GET, WAIT and the CALLs that may wait (``BLOCKING_CALLS``: stream next, and the
-actor requests the node's actor service may answer) are served on helper threads, so its
-reader thread goes on reading the results of its other calls (a threaded or async actor);
+An actor's GET, WAIT and the CALLs that may wait (``BLOCKING_CALLS``: stream next, placement
+group calls, and the actor requests the node's actor service may answer) are served on
+helper threads, so its reader thread goes on reading the results of its other calls (a
+threaded or async actor);
 their REPLYs, each followed by its large values' frames, and the actor's calls go out
 under one ``send_lock``.
 
@@ -98,9 +101,11 @@ logger = logging.getLogger(__name__)
 WATCH_S = 0.2  # a blocked get or wait looks at cancel, W's death and its node this often
 BULK_FRAME_S = 60.0  # one frame of a large put's bytes comes within this
 # The CALLs that may wait on other work (an actor's are served off its reader thread).
-BLOCKING_CALLS = frozenset((protocol.CALL_STREAM_NEXT,)) | requests.ACTOR_CALLS
+BLOCKING_CALLS = (frozenset((protocol.CALL_STREAM_NEXT, protocol.CALL_PLACEMENT_GROUP))
+                  | requests.ACTOR_CALLS)
 SERVED_CALLS = ("cancel", "cluster_resources", "available_resources", "nodes",
-                "creating, killing and looking up actors", "iterating a generator's refs")
+                "creating, killing and looking up actors", "iterating a generator's refs",
+                "placement groups")
 
 
 class RemoteRequests:
@@ -376,6 +381,8 @@ class RemoteRequests:
                 value = self._actor_call(method, args)
             elif method == protocol.CALL_STREAM_NEXT:
                 value = self._stream_next(*args)
+            elif method == protocol.CALL_PLACEMENT_GROUP:
+                value = requests.placement_call(owner.requests.placement_groups(), args)
             else:
                 name = protocol.tag_name("call", method)
                 raise NotImplementedError(

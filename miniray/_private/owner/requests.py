@@ -293,30 +293,9 @@ class WorkerRequests:
         self.defer(ask)
 
     def _placement_call(self, worker, req_id, args) -> None:
-        """*Not locked.* A worker's placement group call (``placement_groups.py``): a
-        ``wait`` is one look (the worker polls), the rest as in the driver."""
-        op, rest = args[0], args[1:]
-        pgs = self.placement_groups()
+        """*Not locked.* A worker's placement group call (``placement_call``)."""
         try:
-            if op == "create":
-                value = pgs.create(*rest)
-            elif op == "ready":
-                value = pgs.ready_object(rest[0].id.hex(), rest[0])
-            elif op == "wait":
-                value = pgs.wait(rest[0], 0)
-            elif op == "remove":
-                value = pgs.remove(rest[0])
-            elif op == "lookup":
-                value = pgs.lookup(rest[0])
-            elif op == "table":
-                value = pgs.table()
-            elif op == "bundles":
-                value = pgs.bundles_of(rest[0])
-                if value is None:
-                    raise ValueError(f"Placement group {rest[0]} does not exist.")
-            else:
-                raise ValueError(f"unknown placement group call {op!r}")
-            result = (True, value)
+            result = (True, placement_call(self.placement_groups(), args))
         except Exception as error:
             result = (False, error)
         with self._lock:
@@ -381,3 +360,29 @@ class WorkerRequests:
         except Exception as error:
             self._reply(worker, req_id, (False, error))
 
+
+def placement_call(pgs, args):
+    """*Not locked* (ledger I/O, and other nodes' answers for a group across nodes): the
+    value of a worker's ``CALL_PLACEMENT_GROUP`` (``args``: op, then its arguments), asked
+    of the owner's placement groups ``pgs`` as the driver's own call would be; a ``wait``
+    is one look (the worker polls). Raises what the call raises. Used for workers on this
+    node (``Requests``) and on other hosts (``remote_requests``)."""
+    op, rest = args[0], args[1:]
+    if op == "create":
+        return pgs.create(*rest)
+    if op == "ready":
+        return pgs.ready_object(rest[0].id.hex(), rest[0])
+    if op == "wait":
+        return pgs.wait(rest[0], 0)
+    if op == "remove":
+        return pgs.remove(rest[0])
+    if op == "lookup":
+        return pgs.lookup(rest[0])
+    if op == "table":
+        return pgs.table()
+    if op == "bundles":
+        value = pgs.bundles_of(rest[0])
+        if value is None:
+            raise ValueError(f"Placement group {rest[0]} does not exist.")
+        return value
+    raise ValueError(f"unknown placement group call {op!r}")
