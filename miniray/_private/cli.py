@@ -782,11 +782,16 @@ def _node_logs(args: argparse.Namespace) -> int:
     what, name = args.what, args.file
     if what == "cluster":
         what = name
-    if args.follow:
-        return _error("--follow reads this host's files: run `miniray logs ... -f` on the "
-                      "node's host, without --node-id / --node-ip.")
     filename = what if what not in (None, "worker", "actor") else None
     try:
+        if args.follow:  # the tail, then what is appended, until interrupted
+            for text in state_api.follow_log(
+                    args.address, filename, args.actor_id, None, args.pid, args.tail,
+                    "err" if args.err else "out", node_id=args.node_id,
+                    node_ip=args.node_ip):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            return 0
         if filename is None and args.actor_id is None and args.pid is None:
             found = state_api.list_logs(args.address, None, args.node_id, args.node_ip)
             names = sorted(n for kind in found.values() for n in kind)
@@ -801,6 +806,8 @@ def _node_logs(args: argparse.Namespace) -> int:
         return 0
     except (ValueError, state_api.RayStateApiException) as error:
         return _error(str(error))
+    except KeyboardInterrupt:  # how a follow ends
+        return 0
 
 
 def _where(sessions: list) -> str:

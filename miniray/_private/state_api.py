@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from miniray._private.core import cluster_view, config, context, state_rows, timeline_events
@@ -317,6 +318,53 @@ def get_log(address: str | None = None, filename: str | None = None,
     ran on), or a file (``filename``), its last ``tail`` lines; read on the node
     ``node_id`` / ``node_ip`` names where that is another host's. ValueError naming what
     was not found."""
+    where = _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
+                       node_id, node_ip)
+    if where[0] is not None:
+        entry, own_ip, query = where
+        return _ask_node(entry, own_ip, dict(query, what="get"), timeout)
+    return worker_logs.read_text(where[1], tail)
+
+
+def follow_log(address: str | None = None, filename: str | None = None,
+               actor_id: str | None = None, task_id: str | None = None,
+               pid: int | None = None, tail: int = 1000, suffix: str = "out",
+               timeout: float = DEFAULT_TIMEOUT, node_id: str | None = None,
+               node_ip: str | None = None, interval: float = 0.25) -> Iterator[str]:
+    """``get_log(follow=True)``: yields the log's last ``tail`` lines (as ``get_log``),
+    then what is appended to it, every ``interval`` seconds when there is some, until the
+    caller stops iterating (Ray's follow too streams until then). Another host's node is
+    asked over one link kept open meanwhile (``remote_drivers.py`` step 13, ``follow``);
+    a node that goes away ends the iteration with RayStateApiException naming it."""
+    import time  # lazy: following only
+
+    where = _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
+                       node_id, node_ip)
+    offset = None
+    if where[0] is None:
+        paths = where[1]
+        while True:
+            text, offset = worker_logs.follow_step(paths, tail, offset)
+            if text:
+                yield text
+            time.sleep(interval)
+    entry, own_ip, query = where
+    with _node_link(entry, own_ip, timeout) as client:
+        while True:
+            try:
+                text, offset = client.logs(dict(query, what="follow", offset=offset))
+            except Exception as error:  # noqa: BLE001 - refused, lost: named
+                raise _node_error(entry, error) from None
+            if text:
+                yield text
+            time.sleep(interval)
+
+
+def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout, node_id,
+               node_ip):
+    """Where a log is read: ``(entry, own ip, query)`` for another host's node (step 13's
+    query, its ``what`` left to the caller), else ``(None, paths)``: this host's files.
+    ValueError naming what was not found or what is wrong."""
     if suffix not in ("out", "err"):
         raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
     if task_id is not None and filename is None and actor_id is None:
@@ -328,16 +376,16 @@ def get_log(address: str | None = None, filename: str | None = None,
         what = f"task {task_id} (worker pid {pid})"
     sessions, entry, own_ip = _log_source(address, node_id, node_ip)
     if entry is not None:
-        query = {"what": "get", "filename": filename, "actor_id": actor_id,
-                 "pid": None if pid is None else int(pid), "suffix": suffix, "tail": tail}
-        return _ask_node(entry, own_ip, query, timeout)
+        return entry, own_ip, {"filename": filename, "actor_id": actor_id,
+                               "pid": None if pid is None else int(pid), "suffix": suffix,
+                               "tail": tail}
     paths, named = worker_logs.find_log(sessions, filename, actor_id, pid, suffix == "err")
     if task_id is None or filename is not None or actor_id is not None:
         what = named
     if not paths:
         raise ValueError(f"no log of {what} in the live sessions: it printed nothing, its "
                          "session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
-    return worker_logs.read_text(paths, tail)
+    return None, paths
 
 
 def _log_source(address: str | None, node_id: str | None, node_ip: str | None):
@@ -369,25 +417,38 @@ def _log_source(address: str | None, node_id: str | None, node_ip: str | None):
 
 
 def _ask_node(entry, own_ip: str | None, query: dict, timeout: float):
-    """Step 13 of ``remote_drivers.py`` on a short driver link to ``entry``'s node (the
-    cluster token, TLS where it is on, from this host's node address)."""
+    """Step 13 of ``remote_drivers.py`` on a short driver link to ``entry``'s node."""
+    with _node_link(entry, own_ip, timeout) as client:
+        try:
+            return client.logs(query)
+        except Exception as error:  # noqa: BLE001 - refused, lost: named
+            raise _node_error(entry, error) from None
+
+
+def _node_link(entry, own_ip: str | None, timeout: float):
+    """A driver link to ``entry``'s node for step 13 (the cluster token, TLS where it is
+    on, from this host's node address), to use in a ``with``; RayStateApiException
+    naming the node when it cannot be made."""
     from miniray._private.host import auth_token  # lazy: another host's logs only
     from miniray._private.transport import peer_channel as pc  # lazy: as above
-    from miniray._private.transport.remote_node import (  # lazy: as above
-        RemoteLeaseError,
-        RemoteNodeClient,
-    )
+    from miniray._private.transport.remote_node import RemoteNodeClient  # lazy: as above
 
     contexts = pc.tls_contexts()
     try:
-        with RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
-                              timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),
-                              ssl_context=contexts[0] if contexts else None,
-                              source_address=(own_ip, 0) if own_ip else None) as client:
-            return client.logs(query)
-    except RemoteLeaseError as error:
-        raise ValueError(str(error)) from None
-    except Exception as error:  # noqa: BLE001 - unreachable, refused, lost: named
-        raise RayStateApiException(
-            f"could not read the logs of node {entry.node_id} at {entry.address}: "
-            f"{error}") from None
+        return RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
+                                timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),
+                                ssl_context=contexts[0] if contexts else None,
+                                source_address=(own_ip, 0) if own_ip else None)
+    except Exception as error:  # noqa: BLE001 - unreachable, refused: named
+        raise _node_error(entry, error) from None
+
+
+def _node_error(entry, error: Exception) -> Exception:
+    """A step-13 failure as the state API raises it: the node's refusal (nothing found, a
+    malformed query) as ValueError, anything else as RayStateApiException naming it."""
+    from miniray._private.transport.remote_node import RemoteLeaseError  # lazy: as above
+
+    if isinstance(error, RemoteLeaseError):
+        return ValueError(str(error))
+    return RayStateApiException(f"could not read the logs of node {entry.node_id} at "
+                                f"{entry.address}: {error}")

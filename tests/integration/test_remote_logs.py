@@ -12,6 +12,11 @@ the member's session).
 from __future__ import annotations
 
 import os
+import select
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -33,6 +38,9 @@ BODY = """
             print("the actor speaks on the member")
             return os.getpid()
 
+        def shout(self, i):
+            print("shout", i, flush=True)
+
     pids = [ray.get(speak.options(scheduling_strategy=there).remote(n), timeout=30)
             for n in range(2)]
     talker = Talker.options(scheduling_strategy=there).remote()
@@ -46,6 +54,25 @@ BODY = """
         except ValueError as error:
             return f"ValueError: {error}"
 
+    import threading
+    followed = []
+
+    def follow():  # over one link to the member, until "shout 2" came
+        for chunk in state.get_log(node_id=member, actor_id=talker._actor_id.hex(),
+                                   follow=True, _interval=0.05):
+            followed.append(chunk)
+            if "shout 2" in "".join(followed):
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    deadline = time.monotonic() + 20
+    while not followed and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for i in range(3):
+        ray.get(talker.shout.remote(i), timeout=30)
+        time.sleep(0.05)
+    follower.join(20)
     task = [t for t in state.list_tasks() if t["name"] == "speak"][0]
     task_id = task["task_id"]
     print(json.dumps({
@@ -59,7 +86,9 @@ BODY = """
         "by_actor": logged(node_id=member, actor_id=talker._actor_id.hex()),
         "by_file": logged(node_id=member, filename=f"worker-{pids[0]}.err", tail=1),
         "missing": logged(node_id=member, pid=1),
-        "not_there": logged(pid=pids[0])}), flush=True)
+        "not_there": logged(pid=pids[0]),
+        "followed": "".join(followed), "follow_ended": not follower.is_alive()}),
+        flush=True)
     ray.shutdown()
     """
 
@@ -131,6 +160,28 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
     assert f"worker-{actor_pid}.out" in shown.stdout.splitlines(), shown
     shown = cli(head_env, "logs", "--pid", "1", "--node-ip", MEMBER)
     assert shown.returncode == 1 and "worker pid 1" in shown.stderr, shown
+    # Followed from the driver's host: the tail, then each line as it came, once.
+    assert doc["follow_ended"], doc
+    assert [line for line in doc["followed"].splitlines() if line.startswith(
+        ("shout", "the actor"))] == ["the actor speaks on the member", "shout 0",
+                                     "shout 1", "shout 2"], doc["followed"]
+    # `miniray logs -f --node-ip` too, until interrupted (the actor has ended: its file
+    # stays in the member's session).
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "miniray", "logs", "--actor-id", doc["actor_id"],
+         "--node-ip", MEMBER, "-f"], env=head_env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_until(lambda: select.select([follow.stdout], [], [], 0)[0], 20)
+        time.sleep(0.3)
+        follow.send_signal(signal.SIGINT)
+        out, err = follow.communicate(timeout=20)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()
+    assert follow.returncode == 0, err
+    assert out.splitlines()[-1] == "shout 2", out
     # The driver's host keeps nothing of them: they ran on the member.
     head_logs = os.path.join(hosts.record("127.0.0.1").session_dir, "logs")
     assert not os.path.exists(os.path.join(head_logs, f"worker-{pid}.out"))

@@ -197,8 +197,51 @@ def test_get_log_and_list_logs(ray):
     assert state.list_logs(glob_filter="*.err") == {"worker_err": logs["worker_err"]}
     with pytest.raises(ValueError, match="no log of worker pid 1 "):
         "".join(state.get_log(pid=1))
-    with pytest.raises(ValueError, match="miniray logs"):
-        "".join(state.get_log(pid=pid, follow=True))
+
+
+def test_get_log_follow_yields_the_tail_then_what_is_appended(ray):
+    """``get_log(follow=True)``: the actor's last lines, then each line it prints later,
+    until the caller stops iterating (a thread iterates; the test bounds it)."""
+    import threading
+
+    from miniray.util import state
+
+    @ray.remote
+    class Ticker:
+        def tick(self, i):
+            print("tick", i, flush=True)
+
+    ticker = Ticker.remote()
+    ray.get(ticker.tick.remote(0))
+    actor_id = ticker._actor_id.hex()
+
+    def logged() -> str:
+        try:
+            return "".join(state.get_log(actor_id=actor_id))
+        except ValueError:
+            return ""
+
+    assert wait_until(lambda: "tick 0" in logged(), 10)
+    chunks: list = []
+
+    def follow():
+        for chunk in state.get_log(actor_id=actor_id, follow=True, _interval=0.02):
+            chunks.append(chunk)
+            if "tick 3" in "".join(chunks):
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    assert wait_until(lambda: chunks, 10)  # the tail first
+    for i in (1, 2, 3):
+        ray.get(ticker.tick.remote(i))
+        time.sleep(0.05)
+    follower.join(20)
+    assert not follower.is_alive(), chunks
+    lines = [line for line in "".join(chunks).splitlines() if line.startswith("tick")]
+    assert lines == ["tick 0", "tick 1", "tick 2", "tick 3"], chunks  # none lost or twice
+    with pytest.raises(ValueError, match="no log of worker pid 1 "):
+        next(state.get_log(pid=1, follow=True))
 
 
 def test_from_a_task_and_from_another_process(ray, drivers):

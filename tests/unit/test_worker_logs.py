@@ -169,3 +169,41 @@ def test_a_nodes_answer_to_another_hosts_logs_query_is_read_only_and_bounded(tmp
     log.close()
     kind, text = answer(session, {"what": "get", "pid": 5, "tail": -1})
     assert kind == "logs" and text == "line 08\nline 09\n"  # the end, whole lines
+
+
+def test_following_a_log_loses_and_repeats_no_line(tmp_path, monkeypatch):
+    session = str(tmp_path / "session_f")
+    os.makedirs(session)
+    worker_logs.ensure_logs_dir(session)
+    path = worker_logs.log_path(session, 7, False)
+    with open(path, "wb") as f:
+        f.write(b"\x00mr:7:g\none\ntwo\npart")  # a line not ended yet
+    text, offset = worker_logs.follow_step([path], 1, None)
+    assert text == "two\n" and offset == len(b"\x00mr:7:g\none\ntwo\n")  # the tail
+    assert worker_logs.follow_step([path], 1, offset) == ("", offset)  # nothing whole yet
+    with open(path, "ab") as f:
+        f.write(b"ial\nthree\n")
+    text, offset = worker_logs.follow_step([path], 1, offset)
+    assert text == "partial\nthree\n" and offset == os.path.getsize(path)
+    # Over another host: the same steps, the offset carried in the query.
+    answer = worker_logs.answer_query
+    kind, (text, at) = answer(session, {"what": "follow", "pid": 7, "tail": 2})
+    assert (kind, text, at) == ("logs", "partial\nthree\n", offset)
+    with open(path, "ab") as f:
+        f.write(b"four\n")
+    assert answer(session, {"what": "follow", "pid": 7, "offset": at}) == (
+        "logs", ["four\n", at + 5])
+    for bad in ({"what": "follow", "pid": 7, "offset": -1},
+                {"what": "follow", "pid": 7, "offset": "0"},
+                {"what": "follow", "filename": "worker-*"}):
+        assert answer(session, bad)[0] == "malformed", bad
+    # A step reads at most MAX_ANSWER_CHARS bytes; a longer line comes in pieces.
+    monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 8)
+    with open(path, "ab") as f:
+        f.write(b"abcdefghijkl\nxy\n")
+    pieces, at = [], offset + 5
+    for _ in range(4):
+        text, at = worker_logs.follow_step([path], 1, at)
+        pieces.append(text)
+    assert "".join(pieces).replace("\n", "") == "abcdefghijklxy"
+    assert at == os.path.getsize(path)

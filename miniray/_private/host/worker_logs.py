@@ -5,8 +5,9 @@ generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, 
 writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
 actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
 ``miniray logs`` and the state API (``find_worker_logs``, ``find_actor_pids``, ``read_text``,
-``names_by_kind``, ``find_log``), and the answer a node gives another host's state API
-(``answer_query``: ``remote_drivers.py`` step 13, read-only, bounded).
+``names_by_kind``, ``find_log``) or following them (``follow_step``), and the answer a node
+gives another host's state API (``answer_query``: ``remote_drivers.py`` step 13, read-only,
+bounded).
 A remote driver's worker (one a driver on another host runs on this node) has its files
 here too, in the node's session: ``LogTee`` is what the node's relay thread
 (``transport/tls_relay.py``) hands each chunk it copies from the worker's stdout or stderr
@@ -35,8 +36,8 @@ import threading
 from miniray._private.host import same_uid
 
 __all__ = ["CappedLog", "LOGS_DIR", "LogTee", "MAX_ANSWER_CHARS", "answer_query",
-           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "listing",
-           "log_path", "names_by_kind", "note_actor", "read_from", "read_text",
+           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "follow_step",
+           "listing", "log_path", "names_by_kind", "note_actor", "read_from", "read_text",
            "session_dirs"]
 
 LOGS_DIR = "logs"
@@ -212,17 +213,21 @@ def session_dirs(root: str, extra: list[str] = ()) -> list[str]:
     return out
 
 
-def read_text(paths: list[str], tail: int) -> str:
+def read_text(paths: list[str], tail: int, last: bytes | None = None) -> str:
     """The files' text, markers turned into ``:task_name:<name>`` lines as in Ray's worker
-    logs and progress-bar lines dropped; the last ``tail`` lines (-1 or less: all)."""
+    logs and progress-bar lines dropped; the last ``tail`` lines (-1 or less: all).
+    ``last``: the last file's bytes, read already (``follow_step``)."""
     lines: list[str] = []
     carry = ""
     for index, path in enumerate(paths):
-        try:
-            with open(path, "rb") as f:
-                data = carry + f.read().decode("utf-8", "replace")
-        except OSError:
-            data = carry  # rotated away meanwhile
+        if last is not None and index == len(paths) - 1:
+            data = carry + last.decode("utf-8", "replace")
+        else:
+            try:
+                with open(path, "rb") as f:
+                    data = carry + f.read().decode("utf-8", "replace")
+            except OSError:
+                data = carry  # rotated away meanwhile
         carry = ""
         if path.endswith(".1") and paths[index + 1:index + 2] == [path[:-2]]:
             carry = data  # the file after it continues it: a rotation may split a line
@@ -291,20 +296,44 @@ def listing(session_dirs: list[str]) -> str:
     return "".join(line + "\n" for line in out)
 
 
-def read_from(path: str, offset: int) -> tuple[str, int]:
+def read_from(path: str, offset: int, limit: int = -1) -> tuple[str, int]:
     """What was appended to ``path`` since ``offset`` (from the start after a rotation), as
-    text with markers handled, and the new offset."""
+    text with markers handled, and the new offset: whole lines only, at most ``limit``
+    bytes (-1: all; a line longer than ``limit`` comes in pieces); the rest next time."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size < offset:
                 offset = 0
             f.seek(offset)
-            data = f.read()
+            data = f.read(limit)
     except OSError:
         return "", offset
     end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
+    if end == 0 and limit >= 0 and len(data) == limit:
+        end = limit  # one line longer than the limit: its first piece
     return _lines(data[:end].decode("utf-8", "replace")), offset + end
+
+
+def follow_step(paths: list[str], tail: int, offset: int | None) -> tuple[str, int]:
+    """One step of following a log (``get_log(follow=True)``, ``miniray logs -f``) whose
+    files are ``paths`` (its rotated generation first): ``offset`` None, the last ``tail``
+    lines and the offset just past them in the last file, read once so that no line is
+    lost or shown twice between this step and the next; else what the last file gained
+    since ``offset`` (``read_from``, at most ``MAX_ANSWER_CHARS`` bytes a step)."""
+    if offset is not None:
+        return read_from(paths[-1], offset, MAX_ANSWER_CHARS)
+    try:
+        with open(paths[-1], "rb") as f:
+            data = f.read()
+    except OSError:
+        data = b""
+    end = data.rfind(b"\n") + 1
+    text = read_text(paths, tail, last=data[:end])
+    if len(text) > MAX_ANSWER_CHARS:
+        text = text[-MAX_ANSWER_CHARS:]
+        text = text[text.find("\n") + 1:]
+    return text, end
 
 
 def names_by_kind(session_dirs: list[str], glob_filter: str | None = None) -> dict:
@@ -346,8 +375,8 @@ _HEX_RE = re.compile(r"[0-9a-f]{1,64}")
 
 
 def _query_problem(query) -> str | None:
-    if not isinstance(query, dict) or query.get("what") not in ("list", "get"):
-        return "a logs query is a dict with 'what': 'list' or 'get'"
+    if not isinstance(query, dict) or query.get("what") not in ("list", "get", "follow"):
+        return "a logs query is a dict with 'what': 'list', 'get' or 'follow'"
     for name in ("glob", "filename", "actor_id"):
         value = query.get(name)
         if value is not None and (not isinstance(value, str) or len(value) > 256):
@@ -356,9 +385,13 @@ def _query_problem(query) -> str | None:
         value = query.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             return f"a logs query's {name!r} is an int"
+    offset = query.get("offset")
+    if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)
+                               or offset < 0):
+        return "a logs query's 'offset' is None or an int >= 0"
     if query.get("suffix", "out") not in ("out", "err"):
         return "a logs query's 'suffix' is 'out' or 'err'"
-    if query["what"] == "get":  # one worker's files: read in full, on the node's loop
+    if query["what"] != "list":  # one worker's files: read in full, on the node's loop
         filename = query.get("filename") or ""
         if any(c in filename for c in "*?["):
             return ("a logs query's 'filename' names one file (no '*', '?' or '['): "
@@ -374,7 +407,9 @@ def answer_query(session_dir: str, query) -> tuple[str, object]:
     (read-only: only ``<session>/logs/worker-*`` files are read): ``("logs", names by
     kind)`` for ``{"what": "list", "glob"}``, ``("logs", text)`` for ``{"what": "get",
     "filename" | "actor_id" | "pid", "suffix", "tail"}`` (its last MAX_ANSWER_CHARS
-    characters at most, whole lines), else ``(kind, text)``: "malformed" or "no_log".
+    characters at most, whole lines), ``("logs", [text, offset])`` for ``{"what":
+    "follow", ..., "offset"}`` (``follow_step``), else ``(kind, text)``: "malformed" or
+    "no_log".
 
     >>> answer_query("/nonexistent", {"what": "get", "pid": 1})[0]
     'no_log'
@@ -396,6 +431,8 @@ def answer_query(session_dir: str, query) -> tuple[str, object]:
     if not paths:
         return "no_log", (f"no log of {what} on this node: it printed nothing, its session "
                           "ended, or MINIRAY_WORKER_LOG_BYTES=0 there.")
+    if query["what"] == "follow":
+        return "logs", list(follow_step(paths, query.get("tail", 1000), query.get("offset")))
     text = read_text(paths, query.get("tail", 1000))
     if len(text) > MAX_ANSWER_CHARS:
         text = text[-MAX_ANSWER_CHARS:]

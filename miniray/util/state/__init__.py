@@ -133,13 +133,15 @@ def get_log(address: str | None = None, node_id: str | None = None,
     """The log of a worker (``pid``), an actor (``actor_id``), the worker that ran a task
     (``task_id``) or a file (``filename``), as Ray yields it: chunks of text, here one
     (its last ``tail`` lines), read on another host's node when ``node_id`` / ``node_ip``
-    (or the task's node) names one. ``follow`` is not supported: ``miniray logs -f``
-    follows."""
-    if follow:
-        raise ValueError("get_log(follow=True) is not supported by miniray; run "
-                         "`miniray logs --pid N -f` in a shell to follow a log.")
+    (or the task's node) names one. ``follow``: then each piece appended to it, polled
+    every ``_interval`` seconds (default 0.25), until the caller stops iterating."""
     if submission_id is not None:
         raise ValueError("miniray has no job submission: there is no submission_id log.")
+    if follow:
+        yield from state_api.follow_log(address, filename, actor_id, task_id, pid, tail,
+                                        suffix, timeout, node_id, node_ip,
+                                        0.25 if _interval is None else float(_interval))
+        return
     text = state_api.get_log(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
                              node_id, node_ip)
     yield text
