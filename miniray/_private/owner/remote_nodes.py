@@ -360,7 +360,10 @@ class RemoteNodes(RemoteOffload):
                 if self._closed:
                     client.close()
                     raise system_error("the driver is shutting down")
+                old = self._clients.get(entry.node_id)
                 self._clients[entry.node_id] = client
+            if old is not None:  # lost: what the kept results held for it goes too
+                self.kept_results.forget_link(old)
             return client
 
     def _run(self, task, entry) -> None:

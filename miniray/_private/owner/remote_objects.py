@@ -103,6 +103,17 @@ class KeptResults:
         for channel in pulls:
             channel.close()
 
+    def forget_link(self, client: RemoteNodeClient) -> None:
+        """*Not locked.* ``client``'s link was lost and a new one replaces it: drop its grant
+        key and pull slots and close its idle pull connections (its kept objects are gone
+        with it: they fail as lost when read)."""
+        with self._lock:
+            pulls = self._pulls.pop(client, [])
+            self._pull_slots.pop(client, None)
+            self._grant_keys.pop(client, None)
+        for channel in pulls:
+            channel.close()
+
     def keep_results(self, client: RemoteNodeClient, node_id: str, spec,
                      items: list) -> list:
         """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
