@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import subprocess
 
-from .helpers import driver, stop_driver
+from .helpers import driver, stop_driver, wait_until
 from .test_arg_locality import (
+    MEMBER_B,
     TWO,
     _env_b,
     _kept_b,
@@ -24,7 +25,7 @@ from .test_arg_locality import (
 )
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_objects import _after_member_killed, _member_kept, _member_tag
-from .test_remote_tasks import PRELUDE, _run_driver
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 ACTORS = TWO + """
     @ray.remote
@@ -288,3 +289,35 @@ def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
     finally:
         stop_driver(proc)
     assert _kept_b(hosts) == []
+
+
+def test_an_actor_only_the_members_can_hold_goes_where_its_constructor_argument_is(hosts):
+    """Both members have ``box``, the driver's node none: the actor goes to the one that
+    keeps its constructor's 20 MB argument (the one a tie between them would not pick)
+    and reads that copy there, never pulled or fetched."""
+    hosts.start_member(MEMBER, "--num-cpus", "2", "--resources", '{"box": 1}')
+    joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2",
+                        "--resources", '{"box": 1}')
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER_B) or {}).get("alive"),
+                      10.0)
+    doc = _run_driver(hosts, TWO + """
+    @ray.remote(resources={"box": 1})
+    class Boxed:
+        def __init__(self, array):
+            self.sha = hashlib.sha256(array).hexdigest()
+
+        def where(self):
+            return self.sha, ray.get_runtime_context().get_node_id()
+
+    target = max(member, member_b)  # without locality the tie goes to the smaller id
+    keep = dict(scheduling_strategy=NodeAffinitySchedulingStrategy(target, soft=False))
+    ref = made.options(**keep).remote(31, M20)
+    until(lambda: recorded(ref))
+    sha, node = ray.get(Boxed.remote(ref).where.remote(), timeout=120)
+    out = {"boxed": [sha == expected(31, M20), node == target, pulled(), fetched()]}
+    del ref
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, timeout=180, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
+    assert doc["boxed"] == [True, True, 0, 0], doc

@@ -22,7 +22,8 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        ``scheduling_strategy="SPREAD"``, or a request this node can never hold, or one whose
        constructor is given a result kept on a node (``_near_args``: that node when it
        holds more than ``MOVE_MAX_ARG_BYTES`` of the arguments, with room now, as a
-       task's rule 2 exception; docs/remote-objects.md), outside a placement group; or
+       task's rule 2 exception; docs/remote-objects.md; one this node can never hold goes
+       to the node with room holding most of them), outside a placement group; or
        one in a placement group's bundle on another node
        (``remote_bundles.RemoteBundles``): it goes to that bundle's node when the bundle
        has room for it (``take``; else None, and the placer asks again), holds what it
@@ -269,12 +270,17 @@ class RemoteActors:
         local_feasible = not infeasible_reasons(self.owner.node_state, spec.placement)
         exclude = self.excluded.get(spec.actor_id)
         turn = self._spread_turn(spec, actor)
-        placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local, nodes.view(),
-                                  local_feasible, exclude, turn=turn)
+        # One this node can never hold goes to a node with room, the one holding most of
+        # its constructor's kept arguments first (rule 4); one it can: ``_near_args``.
+        arg_bytes = None if local_feasible or spec.affinity is not None else \
+            nodes._arg_bytes(spec)
+        placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
+                                          nodes.view(), local_feasible, exclude, turn=turn,
+                                          arg_bytes=arg_bytes)
         if isinstance(placed, task_nodes.Unschedulable):  # it may have joined since the last read
             placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
-                                      nodes.view(fresh=True), local_feasible, exclude,
-                                      turn=turn)
+                                              nodes.view(fresh=True), local_feasible, exclude,
+                                              turn=turn, arg_bytes=arg_bytes)
         if placed is None and spec.affinity is None and local_feasible:
             placed = self._near_args(spec, exclude)
         if placed is None and actor is not None and not local_feasible and nodes.last_view():
