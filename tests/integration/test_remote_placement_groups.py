@@ -788,7 +788,8 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
 def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_is_refused_naming_why(
         hosts):
     # The names are the head's actor service's; a driver on the member holds the group
-    # (its bundle on the head is a lease on its own link), so it cannot lend that room.
+    # in the member's ledger, which that service cannot watch (actor_service_proxies'
+    # _FAR_WHY), so it cannot lend that room: refused, naming why.
     _cluster(hosts, "2", "2")
     proc = driver("""
     import json
@@ -825,4 +826,5 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_is_refused_na
     finally:
         stop_driver(proc)
     assert "another host" in doc["refused"] and "head's host" in doc["refused"], doc
+    assert "cannot watch this group" in doc["refused"], doc  # why, not only what
     assert doc["anonymous"] == "pong", doc

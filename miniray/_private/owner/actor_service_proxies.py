@@ -24,6 +24,22 @@ from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner.actor_records import A_ALIVE, _Actor
 from miniray._private.owner.object_table import PENDING, READY
 
+# The ``far`` case of ``_lend``: a driver on a member's host, whose named actors are the
+# head's actor service's (S, on another host). The near case's loan works because S is on
+# the driver's node: S watches the group in that node's ledger (``placement_groups.watch``,
+# every 0.5 s: a removal, or the driver's end, ends the actor) and places a restart after
+# the bundle's node died by that ledger (``remote_bundles.follow_ledger``). Here the group
+# is in the member's ledger, which S cannot read from the head's host: S's first watch
+# would hold the group removed and end the actor, and a restart would wait for a group
+# S's ledger never holds. Lending over the driver's link needs S told that its driver
+# watches the group (the loan's removal by another driver and the bundle's node's death
+# then ended by the driver: ``placement_group_nodes._kill_lent``), not a change here.
+_FAR_WHY = ("named actors are the head's actor service's, on another host than this "
+            "driver, and it cannot watch this group, which this driver's node (a member) "
+            "holds: it would end the actor at its first check. Leave out the name (an "
+            "actor of this driver runs in that bundle), or create the named actor from a "
+            "driver on the head's host")
+
 
 class ServiceProxies:
     """``ActorManager``'s actor-service methods (see the module docstring); every attribute
@@ -75,9 +91,7 @@ class ServiceProxies:
                            "lease on the other node is held by this driver's link; use a "
                            "bundle on this node, or leave out lifetime='detached'"
                            if spec.detached else
-                           "the node's actor service is on another host than this driver, "
-                           "and the group is held by this driver's node; leave out the "
-                           "name, or create the actor from a driver on the head's host")
+                           _FAR_WHY)
                     raise NotImplementedError(
                         f"actor {spec.class_name}: placement group bundle on another node: "
                         f"{why}")
