@@ -24,22 +24,6 @@ from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner.actor_records import A_ALIVE, _Actor
 from miniray._private.owner.object_table import PENDING, READY
 
-# The ``far`` case of ``_lend``: a driver on a member's host, whose named actors are the
-# head's actor service's (S, on another host). The near case's loan works because S is on
-# the driver's node: S watches the group in that node's ledger (``placement_groups.watch``,
-# every 0.5 s: a removal, or the driver's end, ends the actor) and places a restart after
-# the bundle's node died by that ledger (``remote_bundles.follow_ledger``). Here the group
-# is in the member's ledger, which S cannot read from the head's host: S's first watch
-# would hold the group removed and end the actor, and a restart would wait for a group
-# S's ledger never holds. Lending over the driver's link needs S told that its driver
-# watches the group (the loan's removal by another driver and the bundle's node's death
-# then ended by the driver: ``placement_group_nodes._kill_lent``), not a change here.
-_FAR_WHY = ("named actors are the head's actor service's, on another host than this "
-            "driver, and it cannot watch this group, which this driver's node (a member) "
-            "holds: it would end the actor at its first check. Leave out the name (an "
-            "actor of this driver runs in that bundle), or create the named actor from a "
-            "driver on the head's host")
-
 
 class ServiceProxies:
     """``ActorManager``'s actor-service methods (see the module docstring); every attribute
@@ -72,8 +56,9 @@ class ServiceProxies:
         """*Not locked.* A named actor in a bundle this driver holds on another node
         (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S for
         it), "any bundle" made the bundle picked, and ``spec.lent`` set for the service;
-        None when the bundle is not remote. Raises, naming why, for a detached actor, a
-        driver on another host than the service, or no room in time."""
+        None when the bundle is not remote. Raises, naming why, for a detached actor or
+        no room in time. A driver on another host than the service (``far``) lends too:
+        the service leaves the group's watch to it (``remote_bundles`` step 7)."""
         owner = self.owner
         deadline = time.monotonic() + self.LEND_WAIT_S
         far = None
@@ -86,12 +71,10 @@ class ServiceProxies:
             with owner.locked():
                 if not owner.in_remote_bundle(spec.placement):
                     return None
-                if spec.detached or far:
+                if spec.detached:
                     why = ("a detached actor must outlive this driver, and the bundle's "
                            "lease on the other node is held by this driver's link; use a "
-                           "bundle on this node, or leave out lifetime='detached'"
-                           if spec.detached else
-                           _FAR_WHY)
+                           "bundle on this node, or leave out lifetime='detached'")
                     raise NotImplementedError(
                         f"actor {spec.class_name}: placement group bundle on another node: "
                         f"{why}")
@@ -103,7 +86,9 @@ class ServiceProxies:
                         spec.placement = placement.rewrite_request(base, pg_hex, bundle.index)
                         held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
                         spec.held = placement.rewrite_request(held, pg_hex, bundle.index)
-                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id))
+                    # far: the service's node does not hold the group (remote_bundles
+                    # step 7): this driver's watch ends the actor, not the service's
+                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id), bool(far))
                     return {"bundle": bundle, "kept": False}
             if time.monotonic() >= deadline:
                 raise RuntimeError(
