@@ -11,8 +11,10 @@ from a higher one, and the import graph has no cycle, counting imports inside fu
       |                        service *is* a driver)
     runtime.py api.py          init/shutdown and the driver's composition; the bodies of the
     surface.py                 public functions; remote/method/get_actor/kill; Ray's path
-    object_ref_generator.py    of the generator types; the state API's reader
-    state_api.py
+    object_ref_generator.py    of the generator types; the state API's reader; init()'s
+    state_api.py               argument checks; the driver's store and session files
+    init_args.py
+    driver_session.py
       |                        (the public modules, miniray/*.py and util/, sit here too)
     owner/      worker/        the driver's engine under one lock | the worker process
       |

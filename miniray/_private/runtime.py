@@ -1,8 +1,11 @@
 """init(), shutdown() and the driver's Runtime: what exists between them, and in what order.
 
-Owns: validating ``init()`` arguments as Ray does, creating the session (directory, ledger,
-fork server, owner), the ``atexit`` hook, auto-init, and the teardown order of ARCHITECTURE.md.
-Does not own: tasks and objects (``owner.py``), resource arithmetic (``resources.py``).
+Owns: ``init()`` (the order of its checks, joining a node or starting one: the session
+directory, ledger, fork server, owner), the ``atexit`` hook, auto-init, and the teardown
+order of ARCHITECTURE.md. Does not own: tasks and objects (``owner.py``), resource
+arithmetic (``resources.py``), the checks of ``init()``'s arguments (``init_args.py``,
+re-exported here), or the driver's store and session files (``driver_session.py``: making
+the store, the statistics a joined driver publishes, removing the files at shutdown).
 Called by: the public API in ``miniray/__init__.py``; inside workers, ``worker_main`` installs a
 ``WorkerRuntime`` here instead.
 
@@ -14,7 +17,6 @@ hook that starts a runtime on first use. Nothing is started at import.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 import os
 import socket
@@ -34,8 +36,15 @@ from miniray._private.core import (
 from miniray._private.core import logging_config as logging_configs  # init() has that argument
 from miniray._private.core.object_ref import ObjectRef
 from miniray._private.core.resources import NodeState, check_object_store_memory, to_units
+from miniray._private.driver_session import SessionFiles, _driver_sys_path, _make_store
 from miniray._private.host import session
-from miniray._private.object_store import shm_segments, values
+from miniray._private.init_args import (
+    HIDDEN_INIT_KWARGS,
+    _check_whole,
+    check_init_arguments,
+    job_logging_config,
+)
+from miniray._private.object_store import values
 from miniray._version import __version__
 
 # The engine (owner, store, ledger, host inventory, fork server and node clients, actor link)
@@ -45,16 +54,6 @@ from miniray._version import __version__
 logger = logging.getLogger("miniray")
 
 _init_lock = threading.RLock()
-
-# Ray's hidden init() options, which it takes through ``**kwargs``: ``_temp_dir`` is applied;
-# the others configure parts of Ray that miniray does not have (documented in README) and are
-# accepted. Any other keyword is refused, as Ray refuses it.
-HIDDEN_INIT_KWARGS = frozenset({
-    "_temp_dir", "_node_ip_address", "_system_config", "_memory", "_plasma_directory",
-    "object_spilling_directory", "_enable_object_reconstruction", "_redis_username",
-    "_redis_password", "_metrics_export_port", "_tracing_startup_hook", "_node_name",
-    "_driver_object_store_memory", "_skip_env_hook",
-})
 
 
 class RayContext(dict):
@@ -97,74 +96,7 @@ PRESTART_WAIT_S = 5.0
 PRESTART_REST_S = 0.05
 
 
-def check_init_arguments(address, namespace=None, runtime_env=None) -> None:
-    """The type and value checks of ``init()``'s ``address``, ``namespace`` and
-    ``runtime_env`` (Ray 2.60 refuses the same values; its errors for a bad address or
-    runtime_env come from deep inside and say little, these name the argument).
-
-    Example:
-        >>> check_init_arguments("auto", namespace="jobs")
-    """
-    if address is not None and not isinstance(address, str):
-        raise TypeError(
-            "The address passed to init() must be a string such as 'auto', 'local' or "
-            f"'127.0.0.1:6379' (or None), got {type(address).__name__} {address!r}. Pass "
-            "other settings by keyword, e.g. init(num_cpus=4)."
-        )
-    if namespace is not None and not isinstance(namespace, str):
-        raise TypeError(
-            f"namespace must be None or a string, got {type(namespace).__name__} {namespace!r}."
-        )
-    if namespace == "":
-        raise ValueError('"" is not a valid namespace. Pass None to not specify a namespace.')
-    if runtime_env and not isinstance(runtime_env, dict):  # Ray ignores falsy values
-        raise TypeError(
-            "runtime_env must be a dict or a miniray.runtime_env.RuntimeEnv (e.g. "
-            f"{{'env_vars': {{'KEY': 'value'}}}}), got {type(runtime_env).__name__} "
-            f"{runtime_env!r}."
-        )
-
-
-def job_logging_config(logging_config: Any) -> logging_configs.LoggingConfig | None:
-    """The LoggingConfig ``init()`` applies: the one given, else one of the encoding
-    ``RAY_LOGGING_CONFIG_ENCODING`` names (as Ray), else None (logging is left alone).
-
-    Raises:
-        TypeError: not a LoggingConfig.
-        ValueError: an unknown level (Ray 2.60 raises it from ``init()`` too, before
-            anything starts) or an unknown encoding in the environment variable.
-    """
-    if logging_config is None:
-        encoding = config.logging_config_encoding()
-        if encoding is None:
-            return None
-        logging_config = logging_configs.LoggingConfig(encoding=encoding)
-    if not isinstance(logging_config, logging_configs.LoggingConfig):
-        raise TypeError(
-            "logging_config must be a ray.LoggingConfig, e.g. "
-            "ray.LoggingConfig(encoding='JSON', log_level='INFO'), got "
-            f"{type(logging_config).__name__} {logging_config!r}.")
-    logging_configs.check_level(logging_config.log_level)
-    return logging_config
-
-
-def _check_whole(name: str, value, resources_repr: dict) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"The value of {name} must be a number, got {value!r}.")
-    if value < 0:
-        raise ValueError(f"Resource quantities must be nonnegative; {name}={value}.")
-    if value > 1e14:
-        raise ValueError(f"Resource quantity {name}={value} exceeds the maximum of 1e14.")
-    if float(value) != int(value):
-        raise ValueError(
-            "Resource quantities must all be whole numbers. "
-            f"Violated by resource '{name}' in {resources_repr}."
-        )
-
-
-class Runtime:
+class Runtime(SessionFiles):
     """The driver's runtime for one ``init()``: session directory, ledger, fork server, owner."""
 
     mode = "driver"
@@ -619,118 +551,8 @@ class Runtime:
             metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
             ids.set_job_id(ids.job_id_for(1))  # this process's ids: no job of a node's now
 
-    def _release_session(self) -> None:
-        try:
-            self.ledger.release_holder(self.pid)
-        except Exception:
-            pass
-        if self.node_client is not None:  # the session belongs to the node: leave it
-            self.node_client.close()
-            try:
-                self.ledger.close()
-            except Exception:
-                pass
-            self._remove_driver_dirs()
-            logger.debug("disconnected from node %s", self.address)
-            return
-        spill = _spill_dir(self.session_dir)
-        session.remove_session_dir(self.session_dir)
-        if not spill.startswith(self.session_dir):
-            import shutil
-
-            shutil.rmtree(spill, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(spill))
-            except OSError:
-                pass
-        logger.debug("session %s shut down", self.session_name)
-
-    STATS_EVERY_S = 1.0
-
-    def _publish_store_stats(self) -> None:
-        """A driver that joined a node writes its store's statistics and its demands (what
-        waits for resources) into the node's session once a second (only when they change),
-        for ``miniray status``. Runs on the I/O thread's timer."""
-        if self._shut:
-            return
-        try:
-            stats = self.store.statistics()
-            published = {k: stats[k] for k in ("objects", "bytes_in_memory", "bytes_spilled",
-                                               "pinned", "capacity")}
-            # What waits for resources, by function name and shape (`miniray status -v`).
-            published["demands"] = self.owner.waits.demands
-            text = json.dumps(published)
-            if text != getattr(self, "_last_stats", None):
-                folder = os.path.join(self.session_dir, session.STORE_STATS_DIR)
-                try:  # never re-create the node's session directory once it was removed
-                    os.mkdir(folder)
-                except FileExistsError:
-                    pass
-                path = os.path.join(folder, f"{self.pid}.json")
-                with open(path + ".tmp", "w") as f:
-                    f.write(text)
-                os.replace(path + ".tmp", path)
-                self._last_stats = text
-        except (OSError, KeyError):
-            pass
-        self.owner.reactor.call_later(self.STATS_EVERY_S, self._publish_store_stats)
-
-    def _remove_driver_dirs(self) -> None:
-        import shutil
-
-        try:
-            os.unlink(os.path.join(self.session_dir, session.STORE_STATS_DIR, f"{self.pid}.json"))
-        except OSError:
-            pass
-        name = f"driver_{self.pid}"
-        shutil.rmtree(os.path.join(_spill_dir(self.session_dir), name), ignore_errors=True)
-        shutil.rmtree(os.path.join(self.session_dir, "objects", name), ignore_errors=True)
-
     def __repr__(self) -> str:
         return f"<Runtime {self.session_name} cpus={self.num_cpus}>"
-
-
-def _spill_dir(session_dir: str) -> str:
-    return session.spill_dir(session_dir)
-
-
-def _spill_top(session_dir: str) -> str:
-    """The highest private directory above a session's spill folders: the session itself, or
-    the per-user spill root under the temp dir (``<tmp>/miniray-spill-<uid>``)."""
-    spill = _spill_dir(session_dir)
-    return session_dir if spill.startswith(session_dir) else os.path.dirname(spill)
-
-
-def _make_store(session_dir: str, capacity: int, driver: str | None = None):
-    from miniray._private.host import same_uid  # lazy: see the note at the imports
-    from miniray._private.object_store.shm_store import (
-        SharedMemoryStore,  # lazy: see the note at the imports
-    )
-
-    # Segments of sessions whose owner is provably dead (SIGKILL) go first; then this
-    # session's store. The spill root is checked before anything in it is listed or removed.
-    shm_dir = shm_segments.prepare_shm_dir(config.shm_dir())  # MINIRAY_SHM_DIR, checked
-    shm_segments.sweep_dead_segments(shm_dir)
-    top = _spill_top(session_dir)
-    if top != session_dir:
-        same_uid.ensure_private_dir(top, remedy="set TMPDIR to a private directory of your own")
-        session.sweep_dead_spill_dirs(top)
-    tag = shm_segments.new_session_tag(root=session.root_tag(os.path.dirname(session_dir)))
-    spill = _spill_dir(session_dir)
-    objects = os.path.join(session_dir, "objects")
-    if driver:  # several drivers share a node's session: each keeps its own files
-        spill, objects = os.path.join(spill, driver), os.path.join(objects, driver)
-    return SharedMemoryStore(tag, capacity, spill, shm_dir=shm_dir, fallback_dir=objects,
-                             private_top=top)
-
-
-def _driver_sys_path() -> list[str]:
-    paths = []
-    for path in sys.path:
-        path = os.path.abspath(path) if path else os.getcwd()
-        if path not in paths:
-            paths.append(path)
-    return paths
 
 
 # ---------------------------------------------------------------------- module API

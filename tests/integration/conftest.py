@@ -98,7 +98,7 @@ def _root_leftovers(root: str) -> list[str]:
 
 
 def spill_root() -> str:
-    """Where sessions whose root is memory-backed spill (``runtime._spill_dir``)."""
+    """Where sessions whose root is memory-backed spill (``driver_session._spill_dir``)."""
     return os.path.join(tempfile.gettempdir(), f"miniray-spill-{os.getuid()}")
 
 

@@ -407,6 +407,54 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
         stop_driver(proc)
 
 
+def test_a_worker_killed_between_its_reservation_and_the_book_gives_its_room_back(
+        hosts, tmp_path):
+    """A cap of 1.5 MiB on the member, whose first remote worker to reserve room for a
+    kept result dies by SIGKILL before writing it (MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE):
+    that task fails as a worker crash, the member gives the dead worker's 1 MiB back when
+    it reaps it (the link's budget file reconciled), and the next 1 MiB result is kept
+    there again, not sent at once as when the bytes stayed counted until the link closed."""
+    marker = tmp_path / "die-once"
+    marker.touch()
+    _start_member(hosts, MINIRAY_KEPT_BYTES_PER_DRIVER=str(3 << 19),
+                  MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE=str(marker))
+    doc = _run_driver(hosts, KEPT + """
+    from miniray._private.object_store import kept_budget
+
+    @ray.remote(max_retries=0)
+    def block(seed):
+        return np.full(1 << 20, seed, dtype=np.uint8)
+
+    def budget():  # the bytes the link's budget file counts on the member
+        names = [n for n in os.listdir(SHM) if n.startswith(TAG) and n.endswith("_budget")]
+        return [kept_budget.used(SHM, n[3:-len("_budget")]) for n in names]
+
+    try:
+        ray.get(block.options(**on).remote(1), timeout=60)
+        first = "no error"
+    except Exception as error:
+        first = type(error).__name__
+    out = {"first": first, "given_back": until(lambda: budget() == [0], 20),
+           "budget": budget()}
+    ref = block.options(**on).remote(2)
+    from miniray._private.owner.object_table import READY
+
+    def done(ref):  # sent (READY here) or kept there (recorded): not pulled by a wait
+        entry = runtime.current().owner.objects.get(ref.binary())
+        return entry is not None and (entry.state == READY or entry.remote is not None)
+
+    until(lambda: done(ref), 60)
+    out["kept"] = recorded(ref)
+    out["equal"] = bool((ray.get(ref, timeout=60) == 2).all())
+    print(json.dumps(out), flush=True)
+    del ref
+    ray.shutdown()
+    """, timeout=120, MEMBER_ROOT_TAG=_member_tag(hosts))
+    assert not marker.exists(), doc  # a worker did die after its reservation
+    assert doc["first"] == "WorkerCrashedError", doc
+    assert doc["given_back"] and doc["kept"] and doc["equal"], doc
+
+
 def _kept_line(hosts, ip: str = MEMBER) -> str | None:
     """The status line of kept results of the node on ``ip``, up to its byte count."""
     out = cli(hosts.env(ip), "status").stdout

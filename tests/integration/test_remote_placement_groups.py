@@ -785,44 +785,122 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
     assert wait_until(lambda: not member_leases(), 10.0), member_leases()
 
 
-def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_is_refused_naming_why(
+def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(hosts):
+    # The names are the head's actor service's; a driver on the member holds the group in
+    # the member's ledger, which that service cannot read: the driver lends the room as a
+    # driver of the head does, and its own watch (0.5 s) ends the loan and the actor.
+    _cluster(hosts, "2", "2")
+    import subprocess
+
+    proc = driver("""
+    import json, sys, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, placement_group_table
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+
+    @ray.remote(num_cpus=1)
+    class A:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    @ray.remote(num_cpus=1)
+    def ip_of():
+        return ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="g")
+    assert pg.wait(20)
+    here = ray.get_runtime_context().get_node_id()
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    other = next(i for i, node in nodes.items() if node != here)
+    there = PlacementGroupSchedulingStrategy(pg, other)
+    far = A.options(name="far", namespace="pgs", scheduling_strategy=there).remote()
+    out = {"far": ray.get(far.ip.remote(), timeout=30)}
+    out["found"] = ray.get(ray.get_actor("far", namespace="pgs").ip.remote(), timeout=30)
+    blocked = ip_of.options(scheduling_strategy=there).remote()
+    out["held"] = not ray.wait([blocked], timeout=1.5)[0]  # the actor holds the CPU
+    ray.kill(far)
+    out["after_kill"] = ray.get(blocked, timeout=30)  # its room came back
+    second = A.options(name="second", namespace="pgs", scheduling_strategy=there).remote()
+    out["second"] = ray.get(second.ip.remote(), timeout=30)
+    print(json.dumps(out), flush=True)
+    sys.stdin.readline()  # another driver of the member removed the group
+    t0 = time.monotonic()
+    ended = "alive"
+    while ended == "alive" and time.monotonic() - t0 < 10:
+        try:
+            ray.get(second.ip.remote(), timeout=30)
+            time.sleep(0.1)
+        except Exception as error:
+            ended = type(error).__name__
+    print(json.dumps({"ended": ended, "within": time.monotonic() - t0 < 3}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 90)
+        assert doc == {"far": "127.0.0.1", "found": "127.0.0.1", "held": True,
+                       "after_kill": "127.0.0.1", "second": "127.0.0.1"}, doc
+        other = driver("""
+        import miniray as ray
+        from miniray.util import get_placement_group, remove_placement_group
+        ray.init(address="auto")
+        remove_placement_group(get_placement_group("g"))
+        ray.shutdown()
+        """, hosts.env(MEMBER))
+        try:
+            assert other.wait(30) == 0, other.stderr.read()
+        finally:
+            stop_driver(other)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    # the removal seen by this driver's watch, which kills the actor in the service
+    assert doc == {"ended": "ActorDiedError", "within": True}, doc
+
+
+def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its_driver(
         hosts):
-    # The names are the head's actor service's; a driver on the member holds the group
-    # (its bundle on the head is a lease on its own link), so it cannot lend that room.
+    import os
+
     _cluster(hosts, "2", "2")
     proc = driver("""
-    import json
+    import json, os
     import miniray as ray
-    from miniray.util.placement_group import placement_group
+    from miniray.util.placement_group import placement_group, placement_group_table
     from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     ray.init(address="auto")
 
     @ray.remote
-    class A:
-        def ping(self):
-            return "pong"
+    class Pid:
+        def pid(self):
+            return os.getpid()
 
     pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
     assert pg.wait(20)
     here = ray.get_runtime_context().get_node_id()
-    from miniray.util.placement_group import placement_group_table
     nodes = placement_group_table(pg)["bundles_to_node_id"]
     other = next(i for i, node in nodes.items() if node != here)
+    named = Pid.options(name="left", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, other)).remote()
+    print(json.dumps({"pid": ray.get(named.pid.remote(), timeout=30)}), flush=True)
+    """, hosts.env(MEMBER))  # the driver ends without removing the group or killing it
     try:
-        A.options(name="far", scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, other)).remote()
-        refused = "created"
-    except NotImplementedError as error:
-        refused = str(error)
-    anonymous = ray.get(A.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, other)).remote().ping.remote(), timeout=30)
-    print(json.dumps({"refused": refused, "anonymous": anonymous}), flush=True)
-    ray.shutdown()
-    """, hosts.env(MEMBER))
-    try:
-        doc = json_line(proc, 40)
+        pid = json_line(proc, 40)["pid"]
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
-    assert "another host" in doc["refused"] and "head's host" in doc["refused"], doc
-    assert doc["anonymous"] == "pong", doc
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
+                      10.0)

@@ -110,27 +110,85 @@ def test_the_cap_per_driver_defaults_to_a_quarter_of_the_shm_dir_and_is_a_settin
             config.kept_bytes_per_driver(4000)
 
 
-def test_the_budget_file_reserves_within_the_cap_and_releases(tmp_path):
+def test_the_budget_file_reserves_within_the_cap_books_and_releases(tmp_path):
     from miniray._private.object_store import kept_budget, shm_segments
 
     shm = str(tmp_path)
-    assert not kept_budget.reserve(shm, TAG, 10, 100)  # no file: the link is gone
+    one, two = b"\x01" * 28, b"\x02" * 28
+    assert not kept_budget.reserve(shm, TAG, 10, 100, one)  # no file: the link is gone
     path = kept_budget.create(shm, TAG)
     assert shm_segments.tag_of(os.path.basename(path)) == TAG  # swept with the link's tag
     assert kept_budget.used(shm, TAG) == 0
-    assert kept_budget.reserve(shm, TAG, 60, 100) and kept_budget.reserve(shm, TAG, 40, 100)
+    assert kept_budget.reserve(shm, TAG, 60, 100, one)
+    assert kept_budget.reserve(shm, TAG, 40, 100, two)
     assert not kept_budget.reserve(shm, TAG, 1, 100) and kept_budget.used(shm, TAG) == 100
     assert not kept_budget.reserve(shm, TAG, -1, 100)
-    kept_budget.release(shm, TAG, 60)
-    assert kept_budget.used(shm, TAG) == 40
+    me = os.getpid()
+    assert kept_budget.reservations(shm, TAG) == (0, [(me, one.hex(), 60), (me, two.hex(), 40)])
+    kept_budget.book(shm, TAG, one, 60)  # the node's book took it: booked bytes now
+    assert kept_budget.reservations(shm, TAG) == (60, [(me, two.hex(), 40)])
+    assert kept_budget.unreserve(shm, TAG, two, pid=me + 1) == 0  # another worker's: kept
+    assert kept_budget.unreserve(shm, TAG, two, pid=me) == 40  # its write failed
+    kept_budget.release(shm, TAG, 60)  # the node freed it
+    assert kept_budget.used(shm, TAG) == 0
     kept_budget.release(shm, TAG, 1000)  # never below 0
     assert kept_budget.used(shm, TAG) == 0
-    kept_budget.reserve(shm, TAG, 5, 100)
+    kept_budget.reserve(shm, TAG, 5, 100, one)
     kept_budget.create(shm, TAG)  # a stale file of the tag: reset
     assert kept_budget.used(shm, TAG) == 0
+    with open(path, "w") as old:  # an earlier version's file: one number, booked
+        old.write("30")
+    assert kept_budget.reserve(shm, TAG, 70, 100, one) and kept_budget.used(shm, TAG) == 100
     os.unlink(path)
     kept_budget.release(shm, TAG, 5)  # gone: nothing, no error
+    assert kept_budget.unreserve(shm, TAG, one) == 0 and kept_budget.reconcile(shm, TAG) == 0
     assert not os.listdir(shm)
+
+
+def test_settle_gives_back_only_dead_workers_reservations_whose_segment_never_came():
+    from miniray._private.object_store.kept_budget import Reservation, settle
+
+    live, dead = 100, 200
+    entries = [Reservation(live, "aa", 10), Reservation(dead, "bb", 20),
+               Reservation(dead, "cc", 40), Reservation(live, "dd", 80)]
+    files = {"cc", "dd"}  # cc: the dead worker wrote it (the driver may still keep it)
+    booked, kept, back = settle(500, entries, dead=lambda pid: pid == dead,
+                                has_file=files.__contains__)
+    assert (booked, back) == (500, 20)
+    assert kept == [entries[0], entries[2], entries[3]]
+    # from the node: its book's bytes replace the count (a drift corrected either way)
+    assert settle(500, entries, lambda pid: False, files.__contains__, book_bytes=450) == (
+        450, entries, 50)
+    assert settle(500, entries, lambda pid: False, files.__contains__, book_bytes=700)[2] == 0
+    assert settle(0, [], lambda pid: True, files.__contains__) == (0, [], 0)
+
+
+def test_a_dead_workers_reservation_goes_back_on_a_refusal_or_the_nodes_reconcile(tmp_path):
+    import subprocess
+    import sys
+
+    from miniray._private.object_store import kept_budget
+
+    shm = str(tmp_path)
+    kept_budget.create(shm, TAG)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: a pid of no process
+    one, two, three = b"\x01" * 28, b"\x02" * 28, b"\x03" * 28
+    assert kept_budget.reserve(shm, TAG, 60, 100, one, pid=gone.pid)
+    assert kept_budget.reserve(shm, TAG, 30, 100, three, pid=gone.pid)
+    open(os.path.join(shm, f"mr_{TAG}_{three.hex()}"), "wb").close()  # it wrote this one
+    assert kept_budget.used(shm, TAG) == 90
+    # the cap refuses 50 more: the dead worker's unwritten 60 go back, and 50 fit
+    assert kept_budget.reserve(shm, TAG, 50, 100, two)
+    assert kept_budget.reservations(shm, TAG) == (0, [(gone.pid, three.hex(), 30),
+                                                       (os.getpid(), two.hex(), 50)])
+    assert not kept_budget.reserve(shm, TAG, 21, 100, one)  # a live worker's stay counted
+    # the node, told the worker exited, with its book's bytes
+    kept_budget.reserve(shm, TAG, 10, 100, one, pid=gone.pid)
+    assert kept_budget.reconcile(shm, TAG, 0, dead=[gone.pid]) == 10
+    assert kept_budget.used(shm, TAG) == 80
+    kept_budget.book(shm, TAG, three, 30)  # the driver still booked the dead one's file
+    assert kept_budget.reservations(shm, TAG) == (30, [(os.getpid(), two.hex(), 50)])
 
 
 def test_reservations_from_many_processes_never_pass_the_cap(tmp_path):
@@ -175,9 +233,12 @@ def test_a_remote_worker_keeps_a_result_within_the_cap_and_sends_one_past_it(tmp
     sent = runtime.payload_for(B, b"b" * 2000)  # 2000 + ~2000 > 3000
     assert sent[0] == "peer" and len(runtime.peer_out) == 1
     assert _segments(tmp_path) == [os.path.basename(kept[1])]
-    os.unlink(kept[1])  # the node freed it: room again
+    kept_budget.book(str(tmp_path), TAG, A, kept[2])  # the node booked it ...
+    assert kept_budget.reservations(str(tmp_path), TAG) == (kept[2], [])
+    os.unlink(kept[1])  # ... and freed it: room again
     kept_budget.release(str(tmp_path), TAG, kept[2])
     assert runtime.payload_for(B, b"b" * 2000)[0] == "kept"
+    assert kept_budget.reservations(str(tmp_path), TAG)[1][0][:2] == (os.getpid(), B.hex())
 
 
 def test_a_cap_of_zero_or_a_link_gone_keeps_nothing(tmp_path):

@@ -678,23 +678,62 @@ def test_a_link_is_told_the_nodes_cap_and_status_rows_count_what_it_keeps(node, 
     with node.client() as client:
         tag, cap = client.keeps()
         assert cap == 1000 and kept_budget.used(str(shm), tag) == 0  # made with the link
-        assert kept_budget.reserve(str(shm), tag, 600, cap)  # as the link's worker does
+        assert kept_budget.reserve(str(shm), tag, 600, cap, b"\x01" * 28)  # as a worker does
         client.keep(b"\x01" * 28, _write(shm, tag, b"\x01" * 28, b"x" * 600), 600)
         rows = drivers.kept_rows()
         assert [(r["objects"], r["bytes"], r["cap"]) for r in rows] == [(1, 600, 1000)]
         assert rows[0]["driver"].startswith("remote driver 127.0.0.1 pid ")
-        assert not kept_budget.reserve(str(shm), tag, 600, cap)  # a worker sends it
+        assert not kept_budget.reserve(str(shm), tag, 600, cap, b"\x02" * 28)  # sent
         with pytest.raises(RemoteLeaseError) as refused:  # the book's own bound
             client.keep(b"\x02" * 28, _write(shm, tag, b"\x02" * 28, b"x" * 600), 600)
         assert "cap" in str(refused.value)
         assert client.free([b"\x01" * 28]) == 1
         assert drivers.kept_rows() == [] and len(changes) == 2
         assert kept_budget.used(str(shm), tag) == 0  # released with the free (and refusal)
-        assert kept_budget.reserve(str(shm), tag, 100, cap)
+        assert kept_budget.reserve(str(shm), tag, 100, cap, b"\x04" * 28)
         with pytest.raises(RemoteLeaseError):  # refused (not named for it): released
             client.keep(b"\x03" * 28, _write(shm, tag, b"\x04" * 28, b"x" * 100), 100)
         assert kept_budget.used(str(shm), tag) == 0
     assert wait_until(lambda: not os.listdir(shm))  # the budget file swept with the tag
+
+
+def test_a_workers_exit_gives_back_what_it_reserved_and_never_wrote(node, tmp_path):
+    """Step 9: the node reconciles the link's budget file when a worker of the link exits:
+    its reservation of a result it never wrote goes back; one it wrote stays counted (the
+    driver may still keep it), and another worker's is untouched."""
+    import subprocess
+    import sys
+
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    drivers.kept.cap_bytes = 1000
+    # A process that stays alive: only the node's word (its exit reaped) says it is gone,
+    # never a refused reservation's kill(pid, 0).
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    one, two, three = b"\x01" * 28, b"\x02" * 28, b"\x03" * 28
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert kept_budget.reserve(str(shm), tag, 600, cap, one, pid=gone.pid)
+        assert kept_budget.reserve(str(shm), tag, 100, cap, two, pid=gone.pid)
+        _write(shm, tag, two, b"x" * 100)  # written before it died
+        assert kept_budget.reserve(str(shm), tag, 200, cap, three)  # a live worker's
+        assert not kept_budget.reserve(str(shm), tag, 200, cap, b"\x04" * 28, pid=1)
+
+        def exited():
+            link = next(iter(drivers._links.values()))
+            drivers._workers[gone.pid] = link  # as if spawned for this link
+            drivers.worker_exited(gone.pid, 9)
+
+        node.on_loop(exited)
+        assert kept_budget.reservations(str(shm), tag) == (0, [
+            (gone.pid, two.hex(), 100), (os.getpid(), three.hex(), 200)])
+        assert kept_budget.reserve(str(shm), tag, 600, cap, b"\x04" * 28, pid=1)
+        client.keep(two, str(shm / f"mr_{tag}_{two.hex()}"), 100)  # the driver kept it
+        assert kept_budget.used(str(shm), tag) == 900
+    gone.kill()
+    gone.wait()
 
 
 def _kept_with_grant(node, shm, home, object_id: bytes, value: bytes) -> tuple:

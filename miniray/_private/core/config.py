@@ -253,6 +253,13 @@ def node_dead_after_s() -> float:
     return _positive_float("MINIRAY_NODE_DEAD_AFTER_S", 5.0)
 
 
+def test_die_after_keep_reserve() -> str | None:
+    """``MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE`` (tests only): a marker file's path; the
+    remote worker that reserves room for a kept result first after it exists removes it
+    and SIGKILLs itself before writing (``worker_api.payload_for``). Unset: None."""
+    return os.environ.get("MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE") or None
+
+
 def kept_bytes_per_driver(shm_dir_bytes: int) -> int:
     """``MINIRAY_KEPT_BYTES_PER_DRIVER``: how many bytes of task results a node keeps in its
     shm dir for one remote driver's link (docs/remote-objects.md); past it, a result is sent

@@ -3,7 +3,8 @@
 Owns: the methods of ``RemoteDrivers`` (a mixin of it: the links, the book of kept objects
 and the loop are its, made in ``RemoteDrivers.__init__``) that serve steps 11 and 12 of
 ``remote_drivers.py``'s docstring: a link's "keeps"/"keep"/"free" (``_keeping``: the cap,
-the book, the budget file), its pull connections (``pull``, ``_serve_pulls``: a thread each,
+the book, the budget file; ``_worker_gone``: a dead worker's reservations given back),
+its pull connections (``pull``, ``_serve_pulls``: a thread each,
 never the loop), another node's granted pull, and this node's fetch of an object another
 node keeps (``_fetch``, ``_fetch_on_pull``, ``_fetch_thread``, ``_fetched``: a thread per
 object and link, booked on the loop, given back when nobody waits), and the status rows of
@@ -122,6 +123,19 @@ class KeptServing:
         if self.on_change is not None:
             self.on_change()
 
+    def _worker_gone(self, link, pid: int) -> None:
+        """A worker of ``link`` exited: the reservations it made for results that never
+        reached the book, and whose segments it never wrote, go back to the link's room
+        (``kept_budget.reconcile``, with the book's bytes: exact, under the file's lock)."""
+        tag = self.kept.tag_of(link)
+        if tag is None:
+            return
+        given = lazy_budget().reconcile(self.shm_dir, tag, self.kept.totals(link)[1],
+                                        dead=(pid,))
+        if given:
+            logger.info("%s: gave back %d bytes reserved by its worker pid %d, which died "
+                        "before its result was kept", link.name, given, pid)
+
     def _keeping(self, link, op: str, req, args):
         if op == "keeps":  # the cap: what this link's segments may hold in all
             return ("keeps", req, self.kept.tag_of(link), self.kept.cap_bytes)
@@ -137,20 +151,27 @@ class KeptServing:
             return ("freed", req, len(paths))
         object_id, path, size = args
         why = self.kept.add(link, object_id, path, size)
+        tag = self.kept.tag_of(link)
         if why is None:
             try:
-                lazy_segments().check_adoptable(path, size, self.shm_dir, self.kept.tag_of(link))
+                lazy_segments().check_adoptable(path, size, self.shm_dir, tag)
+                # its worker's reservation becomes booked bytes
+                lazy_budget().book(self.shm_dir, tag, object_id, size)
                 self._changed()
                 return ("kept", req)
             except (OSError, ValueError) as error:
                 self.kept.free(link, [object_id])
                 why = str(error)
         segments = lazy_segments()
-        if (segments.tag_of(os.path.basename(str(path))) == self.kept.tag_of(link)
-                and os.path.dirname(path) == self.shm_dir):
+        name = os.path.basename(str(path))
+        if (segments.tag_of(name) == tag and os.path.dirname(path) == self.shm_dir):
             segments.unlink_quiet(path)  # the link's own segment, refused: gone now
-            if isinstance(size, int) and size > 0:  # its worker reserved it
-                lazy_budget().release(self.shm_dir, self.kept.tag_of(link), size)
+            try:  # the reservation of the object it is named for goes too
+                named = bytes.fromhex(name[len(f"mr_{tag}_"):])
+            except ValueError:
+                named = None
+            if named is not None and self.kept.find(link, named) is None:
+                lazy_budget().unreserve(self.shm_dir, tag, named)
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 
@@ -283,7 +304,8 @@ class KeptServing:
                     f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
         cap = self.kept.cap_bytes
         link_tag = self.kept.tag_of(link)
-        if cap is not None and not lazy_budget().reserve(self.shm_dir, link_tag, size, cap):
+        if cap is not None and not lazy_budget().reserve(self.shm_dir, link_tag, size, cap,
+                                                         object_id):
             self.errors += 1  # counted as a worker's keep is: the driver sends it instead
             return ("error", req, "fetch_failed",
                     f"this driver's objects here would pass the node's cap of {cap} bytes "
@@ -337,11 +359,12 @@ class KeptServing:
         if error is not None:
             if self.kept.find(link, object_id) is None:
                 lazy_segments().unlink_quiet(path)
-            if self.kept.cap_bytes is not None:  # its reservation (_fetch) goes back
-                lazy_budget().release(self.shm_dir, tag, size)
+            # its reservation (_fetch, with a cap) goes back
+            lazy_budget().unreserve(self.shm_dir, tag, object_id, os.getpid())
             self.errors += 1
             logger.info("%s: %s", link.name, error)
         else:
+            lazy_budget().book(self.shm_dir, tag, object_id, size)
             self.fetched += 1
         for req, answer in reqs:
             reply = ("fetched", req, path, size) if error is None else \

@@ -63,9 +63,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        complete within ttl_s: ("error", req, "attach_timeout", text), and its connections
        are closed; an attach that does not match a ticket is closed at once. The driver
        link closing closes its tickets' connections too.
-    9. A spawned worker's exit (reaped by the node's fork server): N -> D ("exited", pid,
-       wait_status) on the link that asked for it. The link closing (step 5) or fencing
-       (step 6) SIGKILLs every worker of that link: nothing of D keeps running on N.
+    9. A spawned worker's exit (reaped by the node's fork server): N gives back what it
+       reserved in the link's budget file for results it never wrote (step 11), then
+       N -> D ("exited", pid, wait_status) on the link that asked for it. The link
+       closing (step 5) or fencing (step 6) SIGKILLs every worker of that link: nothing
+       of D keeps running on N.
        The worker speaks MAC'd frames on its data and control connections itself
        (``worker_main.run_forked``, ``remote``); stdout and stderr are plain bytes, which
        a relay thread of N copies to D, TLS or not, and into N's session's
@@ -752,6 +754,7 @@ class RemoteDrivers(KeptServing):
         driver hears ("exited", pid, wait_status) on its link, if it is still there."""
         link = self._workers.pop(pid, None)
         if link is not None and self._served(link):
+            self._worker_gone(link, pid)  # its reservations in the link's budget file
             self._reply(link, ("exited", pid, status))
 
     def next_deadline(self) -> float | None:

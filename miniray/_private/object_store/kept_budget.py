@@ -2,44 +2,92 @@
 workers share with the node (issue 16, results kept on their node; docs/remote-objects.md,
 "The cap per driver").
 
-Owns: the budget file ``mr_<link tag>_budget`` in the node's shm dir, holding in ASCII the
-bytes the link's workers reserved for the results they keep (booked by the node, or being
-written), and its three changes, each a short read-modify-write under an exclusive flock:
-``create`` (0), ``reserve`` (up to a cap) and ``release``. Does not own: the cap (the node's
-``MINIRAY_KEPT_BYTES_PER_DRIVER``, told to the workers in HELLO as ``keep_max``), the book of
-kept objects (``node/kept_objects.py``), or writing segments (``worker_api.payload_for``).
+Owns: the budget file ``mr_<link tag>_budget`` in the node's shm dir and its changes, each
+a short read-modify-write under an exclusive flock: ``create`` (empty), ``reserve`` (a
+worker's result, up to a cap), ``unreserve`` (that write failed, or the node refused the
+segment), ``book`` (the node's book took it), ``release`` (the node freed booked bytes)
+and ``reconcile`` (reservations of dead workers given back), and the pure arithmetic of
+the last (``settle``). Does not own: the cap (the node's ``MINIRAY_KEPT_BYTES_PER_DRIVER``,
+told to the workers in HELLO as ``keep_max``), the book of kept objects
+(``node/kept_objects.py``), or writing segments (``worker_api.payload_for``).
 Called by: the node (``remote_drivers.RemoteDrivers``: ``create`` when it serves a link,
-``release`` when it frees a booked object or refuses a worker's segment) and a remote
-driver's worker (``reserve`` before it writes a result it keeps, ``release`` when that write
-fails).
+``book``/``release`` when it books or frees an object, ``unreserve`` when it refuses a
+segment, ``reconcile`` when a worker of the link exits; its own fetches reserve as a
+worker does) and a remote driver's worker (``reserve`` before it writes a result it keeps,
+``unreserve`` when that write fails).
+
+The file, ASCII::
+
+    <booked bytes>\\n                       what the node's book holds for the link
+    <pid> <object id hex> <size>\\n         one line per reservation not booked yet
+
+The link's total is the booked bytes plus every reservation; a reservation names its
+worker, so that one which died before its result reached the book (SIGKILL, OOM) is given
+back exactly (``settle``): when the node hears of its exit (``reconcile``), or when a
+worker's reservation is refused for the cap (each reservation's pid checked with
+``kill(pid, 0)``; a zombie or a reused pid counts as alive: the safe side). A dead
+worker's reservation whose segment file exists stays counted (the bytes are in the shm
+dir, and the driver may still book it) until the node books it or the link closes.
 
 Lifetime: named with the link's tag, the file goes with every segment of the link (the tag
 sweep when the link closes or is fenced, or a later sweeper's once the node is dead). A
 worker never creates it: when it is missing the link is gone, and nothing is kept.
 
 Why it holds: a worker reserves before it writes, so whatever the link's segments hold
-(booked or not) was reserved first, and the node releases a booked object's bytes only
-after its book dropped it: the book never holds more than the file, which never exceeds the
-cap. A worker that dies between its reservation and the node's book leaves its bytes
-reserved until the link closes (the cap errs on the safe side).
+(booked or not) was reserved first, and the node takes an object's bytes off the booked
+count only after its book dropped it: the book never holds more than the file, which never
+exceeds the cap.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from typing import Callable, Iterable, NamedTuple
 
 from miniray._private.host import same_uid
 from miniray._private.object_store.shm_segments import SEGMENT_PREFIX, check_tag
 
-__all__ = ["budget_path", "create", "release", "reserve", "used"]
+__all__ = ["Reservation", "book", "budget_path", "create", "reconcile", "release",
+           "reserve", "reservations", "settle", "unreserve", "used"]
 
-_MAX_TEXT = 32  # an int of up to 20 digits and some slack
+_READ = 1 << 16  # one read holds the booked count and some 700 reservations; more: loop
+
+
+class Reservation(NamedTuple):
+    """A worker's reservation not booked yet: its pid, the object id (hex) and the bytes."""
+
+    pid: int
+    object_hex: str
+    size: int
 
 
 def budget_path(shm_dir: str, tag: str) -> str:
     """``<shm_dir>/mr_<tag>_budget``: swept with the tag's segments (``tag_of`` reads it)."""
     return os.path.join(shm_dir, f"{SEGMENT_PREFIX}{check_tag(tag)}_budget")
+
+
+def settle(booked: int, entries: list[Reservation], dead: Callable[[int], bool],
+           has_file: Callable[[str], bool], book_bytes: int | None = None
+           ) -> tuple[int, list[Reservation], int]:
+    """The pure reconcile: ``(booked, reservations kept, bytes given back)``. A reservation
+    goes when its worker is ``dead`` and its segment never came (``has_file`` of its object
+    id hex is false); ``book_bytes`` (the node's book, when the node reconciles) replaces the
+    booked count.
+
+    >>> entries = [Reservation(7, "aa", 10), Reservation(8, "bb", 20), Reservation(7, "cc", 5)]
+    >>> booked, kept, back = settle(100, entries, dead=lambda pid: pid == 7,
+    ...                             has_file=lambda oid: oid == "cc")
+    >>> booked, [entry.object_hex for entry in kept], back
+    (100, ['bb', 'cc'], 10)
+    >>> settle(100, [], dead=lambda pid: True, has_file=lambda oid: False, book_bytes=60)
+    (60, [], 40)
+    """
+    kept = [e for e in entries if not (dead(e.pid) and not has_file(e.object_hex))]
+    new_booked = booked if book_bytes is None else max(0, book_bytes)
+    before = booked + sum(e.size for e in entries)
+    after = new_booked + sum(e.size for e in kept)
+    return new_booked, kept, max(0, before - after)
 
 
 def create(shm_dir: str, tag: str) -> str:
@@ -51,15 +99,18 @@ def create(shm_dir: str, tag: str) -> str:
     try:
         same_uid.check_owned_fd(fd, path)
         fcntl.flock(fd, fcntl.LOCK_EX)
-        _write(fd, 0)
+        _write(fd, 0, [])
     finally:
         os.close(fd)
     return path
 
 
-def reserve(shm_dir: str, tag: str, size: int, cap: int) -> bool:
-    """Count ``size`` more bytes for the link if that stays within ``cap``: True; False
-    past it, or when the file is missing (the link is gone), unreadable or not this uid's."""
+def reserve(shm_dir: str, tag: str, size: int, cap: int, object_id: bytes = b"",
+            pid: int | None = None) -> bool:
+    """Count ``size`` more bytes for the link, as ``object_id``'s reservation by ``pid``
+    (this process by default), if that stays within ``cap``: True. Past it, dead workers'
+    reservations are given back first (``settle``) and it is tried once more. False past
+    the cap, or when the file is missing (the link is gone), unreadable or not this uid's."""
     if size < 0 or size > cap:
         return False
     try:
@@ -68,10 +119,22 @@ def reserve(shm_dir: str, tag: str, size: int, cap: int) -> bool:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        now = _read(fd)
-        if now + size > cap:
+        data = _read_bytes(fd)
+        line = b"%d %s %d\n" % (os.getpid() if pid is None else pid,
+                                 object_id.hex().encode("ascii"), size)
+        # The fast path (the last field of every line is a byte count), then one append.
+        if sum(int(item.rsplit(b" ", 1)[-1]) for item in data.split(b"\n") if item) \
+                + size <= cap and data.endswith(b"\n"):
+            os.pwrite(fd, line, len(data))
+            return True
+        booked, entries = _parse(data)
+        booked, entries, back = settle(booked, entries, _dead, _has_file(shm_dir, tag))
+        if booked + sum(e.size for e in entries) + size > cap:
+            if back:
+                _write(fd, booked, entries)
             return False
-        _write(fd, now + size)
+        _write(fd, booked, entries)
+        os.pwrite(fd, line, os.fstat(fd).st_size)
         return True
     except (OSError, ValueError):
         return False
@@ -79,27 +142,49 @@ def reserve(shm_dir: str, tag: str, size: int, cap: int) -> bool:
         os.close(fd)
 
 
+def unreserve(shm_dir: str, tag: str, object_id: bytes, pid: int | None = None) -> int:
+    """``object_id``'s reservation goes (``pid``'s only, or every one when None): its
+    write failed, or the node refused or unlinked the segment. Returns the bytes given
+    back; 0 when the file is gone."""
+    return _change(shm_dir, tag, lambda booked, entries: (booked, [
+        e for e in entries
+        if not (e.object_hex == object_id.hex() and pid in (None, e.pid))]))
+
+
+def book(shm_dir: str, tag: str, object_id: bytes, size: int) -> None:
+    """The node's book took ``object_id`` (``size`` bytes): its reservations become booked
+    bytes (one file, whoever reserved it)."""
+    def change(booked, entries):
+        return booked + max(0, size), [e for e in entries if e.object_hex != object_id.hex()]
+
+    _change(shm_dir, tag, change)
+
+
 def release(shm_dir: str, tag: str, size: int) -> None:
-    """Count ``size`` bytes fewer (never below 0); nothing when the file is gone."""
-    try:
-        fd = _open(shm_dir, tag)
-    except (OSError, same_uid.InsecurePathError):
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            now = _read(fd)
-        except ValueError:
-            now = 0
-        _write(fd, max(0, now - max(0, size)))
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """The node freed ``size`` booked bytes (never below 0); nothing when the file is gone."""
+    _change(shm_dir, tag, lambda booked, entries: (max(0, booked - max(0, size)), entries))
+
+
+def reconcile(shm_dir: str, tag: str, book_bytes: int | None = None,
+              dead: Iterable[int] = ()) -> int:
+    """Give back the reservations of dead workers whose segments never came (``settle``;
+    ``dead``: pids known dead, the others are checked with ``kill(pid, 0)``) and, from the
+    node, set the booked count to its book's ``book_bytes``. Returns the bytes given back."""
+    gone = set(dead)
+    has_file = _has_file(shm_dir, tag)
+    return _change(shm_dir, tag, lambda booked, entries: settle(
+        booked, entries, lambda pid: pid in gone or _dead(pid), has_file, book_bytes)[:2])
 
 
 def used(shm_dir: str, tag: str) -> int | None:
-    """The bytes reserved now; None when the file is missing or unreadable."""
+    """The bytes counted now (booked and reserved); None when the file is missing or
+    unreadable."""
+    state = reservations(shm_dir, tag)
+    return None if state is None else state[0] + sum(e.size for e in state[1])
+
+
+def reservations(shm_dir: str, tag: str) -> tuple[int, list[Reservation]] | None:
+    """``(booked bytes, reservations)``; None when the file is missing or unreadable."""
     try:
         fd = _open(shm_dir, tag)
     except (OSError, same_uid.InsecurePathError):
@@ -111,6 +196,47 @@ def used(shm_dir: str, tag: str) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def _change(shm_dir: str, tag: str, change) -> int:
+    """``change(booked, entries) -> (booked, entries)`` under the lock; the bytes the total
+    went down by. Nothing when the file is gone or unreadable."""
+    try:
+        fd = _open(shm_dir, tag)
+    except (OSError, same_uid.InsecurePathError):
+        return 0
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            booked, entries = _read(fd)
+        except ValueError:
+            booked, entries = 0, []
+        new_booked, new_entries = change(booked, entries)
+        _write(fd, new_booked, new_entries)
+        before = booked + sum(e.size for e in entries)
+        return max(0, before - new_booked - sum(e.size for e in new_entries))
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
+def _dead(pid: int) -> bool:
+    """No process ``pid`` (a zombie, a reused pid or another user's counts as alive)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def _has_file(shm_dir: str, tag: str) -> Callable[[str], bool]:
+    prefix = os.path.join(shm_dir, f"{SEGMENT_PREFIX}{tag}_")
+    return lambda object_hex: os.path.lexists(prefix + object_hex)
 
 
 def _open(shm_dir: str, tag: str) -> int:
@@ -129,12 +255,36 @@ def _open(shm_dir: str, tag: str) -> int:
     return fd
 
 
-def _read(fd: int) -> int:
-    text = os.pread(fd, _MAX_TEXT, 0).strip()
-    return int(text) if text else 0
+def _read(fd: int) -> tuple[int, list[Reservation]]:
+    return _parse(_read_bytes(fd))
 
 
-def _write(fd: int, value: int) -> None:
-    data = b"%d" % value
+def _read_bytes(fd: int) -> bytes:
+    data = os.pread(fd, _READ, 0)
+    while len(data) % _READ == 0 and data:
+        more = os.pread(fd, _READ, len(data))
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _parse(data: bytes) -> tuple[int, list[Reservation]]:
+    """``(booked, reservations)``; ValueError for a file that is not this format (an
+    earlier version's single number reads as booked bytes)."""
+    lines = data.split(b"\n")
+    head = lines[0].strip()
+    booked = int(head) if head else 0
+    entries = []
+    for line in lines[1:]:
+        if line:
+            pid, object_hex, size = line.split(b" ")
+            entries.append(Reservation(int(pid), object_hex.decode("ascii"), int(size)))
+    return booked, entries
+
+
+def _write(fd: int, booked: int, entries: list[Reservation]) -> None:
+    data = b"%d\n" % booked + b"".join(
+        b"%d %s %d\n" % (e.pid, e.object_hex.encode("ascii"), e.size) for e in entries)
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))

@@ -56,8 +56,9 @@ class ServiceProxies:
         """*Not locked.* A named actor in a bundle this driver holds on another node
         (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S for
         it), "any bundle" made the bundle picked, and ``spec.lent`` set for the service;
-        None when the bundle is not remote. Raises, naming why, for a detached actor, a
-        driver on another host than the service, or no room in time."""
+        None when the bundle is not remote. Raises, naming why, for a detached actor or
+        no room in time. A driver on another host than the service (``far``) lends too:
+        the service leaves the group's watch to it (``remote_bundles`` step 7)."""
         owner = self.owner
         deadline = time.monotonic() + self.LEND_WAIT_S
         far = None
@@ -70,14 +71,10 @@ class ServiceProxies:
             with owner.locked():
                 if not owner.in_remote_bundle(spec.placement):
                     return None
-                if spec.detached or far:
+                if spec.detached:
                     why = ("a detached actor must outlive this driver, and the bundle's "
                            "lease on the other node is held by this driver's link; use a "
-                           "bundle on this node, or leave out lifetime='detached'"
-                           if spec.detached else
-                           "the node's actor service is on another host than this driver, "
-                           "and the group is held by this driver's node; leave out the "
-                           "name, or create the actor from a driver on the head's host")
+                           "bundle on this node, or leave out lifetime='detached'")
                     raise NotImplementedError(
                         f"actor {spec.class_name}: placement group bundle on another node: "
                         f"{why}")
@@ -89,7 +86,9 @@ class ServiceProxies:
                         spec.placement = placement.rewrite_request(base, pg_hex, bundle.index)
                         held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
                         spec.held = placement.rewrite_request(held, pg_hex, bundle.index)
-                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id))
+                    # far: the service's node does not hold the group (remote_bundles
+                    # step 7): this driver's watch ends the actor, not the service's
+                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id), bool(far))
                     return {"bundle": bundle, "kept": False}
             if time.monotonic() >= deadline:
                 raise RuntimeError(

@@ -364,19 +364,26 @@ class PlacementGroups(PlacementGroupNodes):
         except (OSError, ValueError):  # the node's ledger went with the node
             return
         gone = []
+        lent = []
         with self.owner.locked():
             remote = self.owner.remote_nodes
             for hex_ in used:
                 group = self.groups.get(hex_)
                 if hex_ in reserved or (group is not None and group.state == PENDING):
                     continue
+                if remote is not None and hex_ in remote.bundles.lender_watched:
+                    continue  # lent by a driver of another node, whose watch ends it
                 if group is not None:
                     group.state = REMOVED
                 self.owner.placement_group_removed(hex_)
                 if remote is not None:
+                    lent += [actor_id for actor_id, loan in remote.bundles.loans.items()
+                             if loan[0].pg_hex == hex_]
                     remote.bundles.removed(hex_)
                     gone.append(hex_)
             self.watch()
+        if lent and self.owner.actors.link.on_another_host():
+            self._kill_lent(lent)  # the service cannot see the group go: told here
         for hex_ in gone:  # round trips: after the lock
             remote.bundles.release(hex_)
         if remote is not None and remote.bundles.loans:

@@ -722,7 +722,11 @@ class RemoteActors:
                 bundle = self.in_bundle.get(actor.spec.actor_id)
                 if bundle is not None:  # its restart waits for the bundle's new place
                     self.nodes.bundles.lose_bundle(bundle)
-                    if bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
+                    if bundle.lease_id is None and \
+                            bundle.pg_hex in self.nodes.bundles.lender_watched:
+                        actor.restarts_left = 0  # lent by a driver of another node: its
+                        # bundle is placed again by that node's ledger, never this one's
+                    elif bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
                         self.nodes.bundles.follow_ledger(actor.spec)  # waits for the
                         # bundle in this node's ledger (its driver holds it here again,
                         # or kills the actor when it goes to another node)

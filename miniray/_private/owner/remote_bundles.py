@@ -54,7 +54,7 @@ Steps for group G of driver D with bundle i planned on node N::
 7. A named actor of D in bundle i (the node's actor service S owns named actors, and
    does not hold D's leases): D takes the actor's room in i (``take``, as for its own
    actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
-   ``NodeEntry``, its GPU ids of i). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
+   ``NodeEntry``, its GPU ids of i, far). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
    that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
    and places the actor in it as in step 3's actor path, on S's own link to N. D keeps
    the room while the name resolves to that actor (``lend``; the group watch asks S,
@@ -62,8 +62,13 @@ Steps for group G of driver D with bundle i planned on node N::
    removed or D's group lease goes (D gone). N's death: a restart (per
    ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
    once D holds it on its own node again (step 6); if step 6 places it on another node,
-   D kills the actor in S (``moved_loans``). Only a driver of S's node: the group's
-   ledger must be S's.
+   D kills the actor in S (``moved_loans``). A driver on another host than S (S is then
+   the head's, D a member's driver: ``lent`` says ``far``) lends the same way, but S
+   cannot read D's node's ledger: S's watch leaves the group to D
+   (``lender_watched``), D kills the actor in S when its watch finds the group removed
+   by another driver (``_kill_lent``, as its own removal does), D's end ends it as a
+   named actor's creator leaving does, and after N's death it does not restart (S's
+   ledger never holds the bundle).
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -138,6 +143,9 @@ class RemoteBundles:
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
+        # Step 7, S's side: groups lent by a driver whose node is not S's (their ledger is
+        # not S's: that driver's watch ends their actors, S's never does)
+        self.lender_watched: set[str] = set()
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -460,10 +468,13 @@ class RemoteBundles:
         that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
         watched as one of this owner's (its removal, or its holder's end, ends the actor).
         Its link to the node is opened by the actor's thread."""
-        entry, gpu_ids = spec.lent
+        entry, gpu_ids = spec.lent[:2]
         pg_hex, index, base = placement.bundle_request(spec.placement)
-        self.groups.setdefault(pg_hex, {})
-        self.has_local.setdefault(pg_hex, False)
+        if len(spec.lent) > 2 and spec.lent[2]:  # its driver's node is another
+            self.lender_watched.add(pg_hex)
+        else:
+            self.groups.setdefault(pg_hex, {})
+            self.has_local.setdefault(pg_hex, False)
         self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
                                                     gpu_ids)
 

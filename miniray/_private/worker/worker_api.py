@@ -46,7 +46,7 @@ import sys
 import threading
 from typing import Any
 
-from miniray._private.core import ids, oob, pipelining, protocol, serialization
+from miniray._private.core import config, ids, oob, pipelining, protocol, serialization
 from miniray._private.object_store import kept_budget, shm_segments, values
 from miniray._private.transport.framing import FramedSocket, send_in_frames
 from miniray.exceptions import ObjectStoreFullError
@@ -371,6 +371,22 @@ def result_route(size: int, store: dict, may_keep: bool = True) -> str:
     return "send"
 
 
+def _test_die_after_reserve() -> None:
+    """Tests only (``config.test_die_after_keep_reserve``): the first worker to reserve
+    room for a kept result after the marker file was made removes it and dies by SIGKILL
+    before it writes, as a worker killed between its reservation and the node's book."""
+    marker = config.test_die_after_keep_reserve()
+    if marker is None:
+        return
+    try:
+        os.unlink(marker)  # one worker only: whoever removes it
+    except OSError:
+        return
+    import signal  # lazy: tests only
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _exit_now() -> None:
     try:
         import sys
@@ -590,16 +606,17 @@ class WorkerRuntime:
             # Counted against the node's cap for this driver before it is written: past
             # it (or the link gone), the value is sent instead.
             route = "send"
-            if kept_budget.reserve(shm_dir, tag, size, int(store["keep_max"])):
+            if kept_budget.reserve(shm_dir, tag, size, int(store["keep_max"]), object_id):
+                _test_die_after_reserve()
                 try:
                     path, size = shm_segments.create_segment(
                         tag, object_id, ser, shm_dir=shm_dir,
                         inline_threshold=store["inline_threshold"])
                     return ("kept", path, size)
                 except ObjectStoreFullError:  # no room in this host's store: send it
-                    kept_budget.release(shm_dir, tag, size)
+                    kept_budget.unreserve(shm_dir, tag, object_id, os.getpid())
                 except BaseException:  # any other failure: the reservation goes back too
-                    kept_budget.release(shm_dir, tag, size)
+                    kept_budget.unreserve(shm_dir, tag, object_id, os.getpid())
                     raise
         if route == "send":  # a worker for a driver on another host: bytes follow
             self.peer_out.append(ser)  # RESULT (worker_main sends them, send_bulk)
