@@ -195,3 +195,62 @@ def test_lines_printed_before_each_result_come_before_it(drivers):
         assert index(out, f") out {i}") < index(out, "got batch")
     for i in range(20):
         assert index(out, f") item {i}") < index(out, f"yielded {i}")
+
+
+NAMED_DRIVER = """
+    import json, os, subprocess, sys
+    import miniray as ray
+
+    ray.init(num_cpus=1)
+
+    @ray.remote
+    def c_level():  # fd-level writes, as C code makes them: no sys.stdout involved
+        os.write(1, b"c-level out\\n")
+        os.write(2, b"c-level err\\n")
+        return os.getpid()
+
+    @ray.remote
+    def silent():
+        return os.getpid()
+
+    @ray.remote
+    def py():
+        print("python print")
+        return os.getpid()
+
+    @ray.remote
+    def child():
+        subprocess.run([sys.executable, "-c", "print('from a subprocess')"], check=True)
+        return os.getpid()
+
+    # The worker's first task, then a task after a silent one, a subprocess, and the first
+    # name again: each new name on an idle worker is named by the driver, not by a marker.
+    pids = [ray.get(f.remote(), timeout=60) for f in (c_level, silent, py, child, c_level)]
+    done = subprocess.run([sys.executable, "-m", "miniray", "logs", "--pid", str(pids[0])],
+                          capture_output=True, text=True, timeout=60)
+    print("PIDS " + json.dumps(pids), flush=True)
+    print("LOG " + json.dumps(done.stdout), flush=True)
+    ray.shutdown()
+"""
+
+
+def test_output_of_each_new_name_on_an_idle_worker_gets_its_prefix(drivers):
+    # The driver names a new task on an idle worker itself (NAMED, no marker line): lines
+    # written at the fd level, by a subprocess, or after a silent task keep their task's
+    # prefix, and the worker's log file still has every task's ":task_name:" line in order.
+    result = drivers.run(NAMED_DRIVER, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out, err = result.stdout.splitlines(), result.stderr.splitlines()
+    pids = json.loads([line for line in out if line.startswith("PIDS ")][0][5:])
+    pid = pids[0]
+    assert pids == [pid] * 5  # one worker ran them all
+    assert out.count(f"(c_level pid={pid}) c-level out") == 2
+    assert err.count(f"(c_level pid={pid}) c-level err") == 2
+    assert f"(py pid={pid}) python print" in out
+    assert f"(child pid={pid}) from a subprocess" in out
+    assert not [line for line in out + err if line.startswith("(silent")]
+    assert "\x00" not in result.stdout and "\x00" not in result.stderr
+    log = json.loads([line for line in out if line.startswith("LOG ")][0][4:])
+    assert log == (":task_name:c_level\nc-level out\n:task_name:silent\n:task_name:py\n"
+                   "python print\n:task_name:child\nfrom a subprocess\n"
+                   ":task_name:c_level\nc-level out\n")

@@ -28,6 +28,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (EXIT,)                                       (BORROW, added, dropped, escaped,
                                                           handles)
     (SERIALIZERS,) re-read serializers.pkl
+    (NAMED, name)  the driver prefixes what
+                   follows as ``name``'s output
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
                                                   (GIVE_BACK, task_ids)  tasks not started
@@ -158,6 +160,10 @@ ACTOR_INIT = 5
 ACTOR_CALL = 6
 UNMAP = 7   # (UNMAP, path): the object is freed; drop a cached mapping of that segment
 SERIALIZERS = 8  # (SERIALIZERS,): the driver's custom serializers changed; re-read the file
+# (NAMED, name): sent before a TASK to an idle worker whose output the driver now prefixes
+# with that task's name itself: the worker writes no marker line for it (owner/output.py).
+# Only to a worker of this host, forked from the driver's own code: no version change.
+NAMED = 9
 
 # 1. data socket, worker -> driver
 RESULT = 10
@@ -237,7 +243,7 @@ CANCELLED = 3
 # from either side. A name may serve two channels (the node relays the fork server's).
 CHANNELS: dict[str, tuple[str, ...]] = {
     "data": ("HELLO", "FUNC", "TASK", "REPLY", "EXIT", "ACTOR_INIT", "ACTOR_CALL", "UNMAP",
-             "SERIALIZERS",
+             "SERIALIZERS", "NAMED",
              "RESULT", "SUBMIT", "PUT", "GET", "WAIT", "CALL", "ACTOR_READY", "ACTOR_EXITING",
              "ACTOR_CREATE", "ACTOR_SUBMIT", "BORROW", "YIELD", "GIVE_BACK", "READY"),
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",

@@ -9,7 +9,12 @@ Called by: owner.py, remote_nodes.py. Each chunk read also goes, raw, to the wor
 file (``host/worker_logs.py``) when the session keeps them.
 
 Marker lines (``\\x00mr:<pid>:<name>``) are written by the worker before a task whose name
-differs from the previous task's; they are never shown. Bar lines (``\\x00mb:<json>``, from
+differs from the previous task's; they are never shown. Or the owner names the task itself
+(``name``), when it sends a new name's TASK to an idle worker whose pipes it has just read to
+the end: what follows is that task's, and the worker, told so (``NAMED``), writes no marker.
+Both give the same lines, prefixes and log files; the owner's way costs no pipe writes and no
+wake-up of its I/O thread (on a 2-core machine, that thread competing for the GIL with the
+``get()`` waiting for the result). Bar lines (``\\x00mb:<json>``, from
 ``tqdm_ray`` in the worker) go to the driver's progress display instead of being printed
 (``progress_display.py``); routed output (an actor of the node's actor service) carries them
 on, with the prefix inside, to the driver that created the actor, whose ``deliver`` shows them.
@@ -34,7 +39,7 @@ _ANY_MARKER = re.compile(b"\x00m[rb]:")
 
 class OutputStream:
     __slots__ = ("fd", "target", "enabled", "prefix_enabled", "buffer", "prefix", "eof", "closed",
-                 "route", "log", "early", "where", "lock")
+                 "route", "log", "early", "where", "lock", "marks")
 
     EARLY_MAX = 65536  # bytes kept for the log file until the worker's pid is known
 
@@ -58,6 +63,9 @@ class OutputStream:
         self.early: bytearray | None = None
         # Its worker's output lock (``WorkerSlot.output_lock``), held around each drain.
         self.lock = None
+        # Marker lines of the names given by ``name``, for the log file: written with the
+        # next bytes read or at close, not while a task is being sent.
+        self.marks = b""
 
     def open_log(self, log) -> None:
         """Write to ``log`` (a ``worker_logs.CappedLog``) from now on, after what came early."""
@@ -65,6 +73,23 @@ class OutputStream:
             log.write(bytes(self.early))
         self.early = None
         self.log = log
+
+    def _flush_marks(self) -> None:
+        if self.marks and self.log is not None:
+            self.log.write(self.marks)
+        self.marks = b""
+
+    def name(self, pid: int, name: str) -> None:
+        """What follows in the pipe is ``name``'s output: as a marker line read here would
+        do (a partial last line is the earlier task's; the log file gets the marker). The
+        caller holds ``lock`` and has read the pipe to its end."""
+        if self.buffer:
+            self._emit(b"", eof=True)
+        if self.log is not None:
+            self.marks += MARKER + f"{pid}:{name}\n".encode("utf-8", "replace")
+        elif self.early is not None and len(self.early) < self.EARLY_MAX:
+            self.early += MARKER + f"{pid}:{name}\n".encode("utf-8", "replace")
+        self.prefix = f"({name} pid={pid}{self.where}) "
 
     def drain(self) -> None:
         """Read what is available now (non-blocking) and print the complete lines."""
@@ -106,7 +131,11 @@ class OutputStream:
     def _emit(self, data: bytes, eof: bool) -> None:
         if data:  # the log file gets the raw bytes, markers included (read back by the CLI)
             if self.log is not None:
-                self.log.write(data)
+                if self.marks:  # the names given before these bytes, in one write
+                    self.log.write(self.marks + data)
+                    self.marks = b""
+                else:
+                    self.log.write(data)
             elif self.early is not None and len(self.early) < self.EARLY_MAX:
                 self.early += data
         data = self.buffer + data
@@ -156,6 +185,7 @@ class OutputStream:
 
     def close(self) -> None:
         if self.log is not None:
+            self._flush_marks()
             self.log.close()
         if not self.closed:
             self.closed = True

@@ -641,6 +641,14 @@ class Owner(OwnerLeases, OwnerEvents):
         spec = task.spec
         task.state = T_RUNNING
         task.worker = worker
+        name = spec.name
+        if name != worker.named:
+            # A new name for this worker: named here (its pipes read, the prefix switched)
+            # when it is idle, so it writes no marker line (two pipe writes, and the I/O
+            # thread woken by them during the task; ``output.py``).
+            if worker.name_output(name):
+                worker.conn.queue(pickle.dumps((protocol.NAMED, name), 5))
+            worker.named = name
         worker.inflight.append(task)
         try:
             if spec.fn_id not in worker.funcs:

@@ -34,7 +34,7 @@ class WorkerSlot:
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
         "waits", "interrupted", "recalled", "output_poll", "read_lock", "output_lock",
-        "direct", "data_poll", "ready",
+        "direct", "data_poll", "ready", "named",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -78,6 +78,10 @@ class WorkerSlot:
         self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
         self.recalled = False  # asked to give back its pipelined tasks (RECALL), no answer yet
         self.ready = False  # it answered HELLO with READY: set up, waiting in its loop
+        # The name of the last TASK sent to it: its output's prefix once it ran all it got
+        # (may be stale after a give-back or a cancel: then only a NAMED is spared or sent
+        # needlessly, never a prefix lost; see ``name_output``).
+        self.named: str | None = None
 
     def drain_printed(self) -> None:
         """Print what this worker has written to its stdout/stderr pipes so far. Called
@@ -88,12 +92,33 @@ class WorkerSlot:
         if output_poll is None:
             return
         with self.output_lock:  # a drain by the I/O thread under way is printed first
-            for fd, _ in output_poll.poll(0):
-                stream = self.out if fd == self.out.fd else self.err
-                if stream.closed:  # its number may be another file's by now
-                    output_poll.unregister(fd)
-                else:
-                    stream.drain()
+            self._drain(output_poll)
+
+    def _drain(self, output_poll) -> None:
+        for fd, _ in output_poll.poll(0):
+            stream = self.out if fd == self.out.fd else self.err
+            if stream.closed:  # its number may be another file's by now
+                output_poll.unregister(fd)
+            else:
+                stream.drain()
+
+    def name_output(self, name: str) -> bool:
+        """*Owner's lock held.* Prefix this worker's output with ``name`` from here on,
+        instead of the marker line the worker would write before the task: only for an
+        idle worker (nothing in flight: every result handled, so all it printed for earlier
+        tasks is in its pipes, read here to the end first) that answered READY (what it
+        printed while starting is read too) and whose pipes are on this host. The caller
+        then sends ``(NAMED, name)`` before the TASK. False: not done, the worker marks."""
+        output_poll = self.output_poll
+        if output_poll is None or self.inflight or not self.ready or self.pid is None:
+            return False
+        out, err = self.out, self.err
+        with self.output_lock:  # the I/O thread reads nothing between the drain and the name
+            self._drain(output_poll)
+            for stream in (out, err):
+                if not stream.closed:
+                    stream.name(self.pid, name)
+        return True
 
     def __repr__(self) -> str:
         return f"<worker pid={self.pid} inflight={len(self.inflight)} calls={self.calls}>"

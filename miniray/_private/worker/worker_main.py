@@ -31,7 +31,10 @@ follow TASK and a large result's follow RESULT on the data connection
 mapped; its fds 1 and 2 are TCP connections to the driver, plain bytes.
 Output: fds 1 and 2 are pipes to the owner. Before a task whose name differs from the last one,
 the worker writes a marker line ``\\x00mr:<pid>:<name>`` on both, which the owner turns into the
-``(<name> pid=<pid>)`` prefix.
+``(<name> pid=<pid>)`` prefix, unless the owner named that task already: a TASK sent to an idle
+worker is preceded by ``(NAMED, name)`` when the owner switched the prefix itself
+(``WorkerSlot.name_output``), and the worker then takes ``name`` as its last one. Two pipe
+writes less, and no wake-up of the owner's I/O thread, on the first task of a new name.
 """
 
 from __future__ import annotations
@@ -263,6 +266,8 @@ class _Worker:
                 self.actor_host.handle_call(message)
             elif tag == protocol.FUNC:
                 self.functions[message[1]] = message[2]
+            elif tag == protocol.NAMED:  # the driver prefixes the next task's output itself
+                self.last_name = message[1]
             elif tag == protocol.UNMAP:
                 self.mappings.drop(message[1])
             elif tag == protocol.SERIALIZERS:
