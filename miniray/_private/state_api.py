@@ -318,12 +318,11 @@ def get_log(address: str | None = None, filename: str | None = None,
     ran on), or a file (``filename``), its last ``tail`` lines; read on the node
     ``node_id`` / ``node_ip`` names where that is another host's. ValueError naming what
     was not found."""
-    where = _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
-                       node_id, node_ip)
-    if where[0] is not None:
-        entry, own_ip, query = where
+    entry, own_ip, query, paths = _log_query(address, filename, actor_id, task_id, pid,
+                                             tail, suffix, timeout, node_id, node_ip)
+    if entry is not None:
         return _ask_node(entry, own_ip, dict(query, what="get"), timeout)
-    return worker_logs.read_text(where[1], tail)
+    return worker_logs.read_text(paths(), tail)
 
 
 def follow_log(address: str | None = None, filename: str | None = None,
@@ -332,27 +331,31 @@ def follow_log(address: str | None = None, filename: str | None = None,
                timeout: float = DEFAULT_TIMEOUT, node_id: str | None = None,
                node_ip: str | None = None, interval: float = 0.25) -> Iterator[str]:
     """``get_log(follow=True)``: yields the log's last ``tail`` lines (as ``get_log``),
-    then what is appended to it, every ``interval`` seconds when there is some, until the
+    then what is written to it later (``worker_logs.follow_step``: across its rotations
+    and an actor's restarts), every ``interval`` seconds when there is some, until the
     caller stops iterating (Ray's follow too streams until then). Another host's node is
     asked over one link kept open meanwhile (``remote_drivers.py`` step 13, ``follow``);
     a node that goes away ends the iteration with RayStateApiException naming it."""
     import time  # lazy: following only
 
-    where = _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
-                       node_id, node_ip)
-    offset = None
-    if where[0] is None:
-        paths = where[1]
+    entry, own_ip, query, paths = _log_query(address, filename, actor_id, task_id, pid,
+                                             tail, suffix, timeout, node_id, node_ip)
+    state = None
+    if entry is None:
+        found = paths()
         while True:
-            text, offset = worker_logs.follow_step(paths, tail, offset)
+            text, state = worker_logs.follow_step(found, tail, state)
             if text:
                 yield text
             time.sleep(interval)
-    entry, own_ip, query = where
+            try:  # found again each step: an actor's next worker has files of its own
+                found = paths()
+            except ValueError:
+                pass  # gone meanwhile (its session ended): what was found stays
     with _node_link(entry, own_ip, timeout) as client:
         while True:
             try:
-                text, offset = client.logs(dict(query, what="follow", offset=offset))
+                text, state = client.logs(dict(query, what="follow", state=state))
             except Exception as error:  # noqa: BLE001 - refused, lost: named
                 raise _node_error(entry, error) from None
             if text:
@@ -362,11 +365,13 @@ def follow_log(address: str | None = None, filename: str | None = None,
 
 def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout, node_id,
                node_ip):
-    """Where a log is read: ``(entry, own ip, query)`` for another host's node (step 13's
-    query, its ``what`` left to the caller), else ``(None, paths)``: this host's files.
-    ValueError naming what was not found or what is wrong."""
+    """Where a log is read: ``(entry, own ip, query, paths)``: another host's node
+    ``entry`` (None: this host's files), step 13's query for it (its ``what`` left to the
+    caller), and ``paths()``: the files on this host now, ValueError naming what was not
+    found. ValueError naming what is wrong with the arguments."""
     if suffix not in ("out", "err"):
         raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
+    what = None
     if task_id is not None and filename is None and actor_id is None:
         task = get_resource("tasks", task_id, address, timeout)
         if task is None or not task.get("worker_pid"):
@@ -375,17 +380,20 @@ def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
         node_id = node_id or task.get("node_id")
         what = f"task {task_id} (worker pid {pid})"
     sessions, entry, own_ip = _log_source(address, node_id, node_ip)
-    if entry is not None:
-        return entry, own_ip, {"filename": filename, "actor_id": actor_id,
-                               "pid": None if pid is None else int(pid), "suffix": suffix,
-                               "tail": tail}
-    paths, named = worker_logs.find_log(sessions, filename, actor_id, pid, suffix == "err")
-    if task_id is None or filename is not None or actor_id is not None:
-        what = named
-    if not paths:
-        raise ValueError(f"no log of {what} in the live sessions: it printed nothing, its "
-                         "session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
-    return None, paths
+    query = {"filename": filename, "actor_id": actor_id,
+             "pid": None if pid is None else int(pid), "suffix": suffix, "tail": tail}
+
+    def paths() -> list[str]:
+        found, named = worker_logs.find_log(sessions, filename, actor_id, query["pid"],
+                                            suffix == "err")
+        if not found:
+            raise ValueError(f"no log of {what or named} in the live sessions: it printed "
+                             "nothing, its session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
+        return found
+
+    if entry is None:
+        paths()  # the arguments checked and the log found before anything is yielded
+    return entry, own_ip, query, paths
 
 
 def _log_source(address: str | None, node_id: str | None, node_ip: str | None):

@@ -178,32 +178,73 @@ def test_following_a_log_loses_and_repeats_no_line(tmp_path, monkeypatch):
     path = worker_logs.log_path(session, 7, False)
     with open(path, "wb") as f:
         f.write(b"\x00mr:7:g\none\ntwo\npart")  # a line not ended yet
-    text, offset = worker_logs.follow_step([path], 1, None)
-    assert text == "two\n" and offset == len(b"\x00mr:7:g\none\ntwo\n")  # the tail
-    assert worker_logs.follow_step([path], 1, offset) == ("", offset)  # nothing whole yet
+    text, state = worker_logs.follow_step([path], 1, None)
+    assert text == "two\n" and state == ["worker-7.out", os.stat(path).st_ino,
+                                         len(b"\x00mr:7:g\none\ntwo\n")]  # the tail
+    assert worker_logs.follow_step([path], 1, state) == ("", state)  # nothing whole yet
     with open(path, "ab") as f:
         f.write(b"ial\nthree\n")
-    text, offset = worker_logs.follow_step([path], 1, offset)
-    assert text == "partial\nthree\n" and offset == os.path.getsize(path)
-    # Over another host: the same steps, the offset carried in the query.
+    text, state = worker_logs.follow_step([path], 1, state)
+    assert text == "partial\nthree\n" and state[2] == os.path.getsize(path)
+    # Over another host: the same steps, the state carried in the query.
     answer = worker_logs.answer_query
-    kind, (text, at) = answer(session, {"what": "follow", "pid": 7, "tail": 2})
-    assert (kind, text, at) == ("logs", "partial\nthree\n", offset)
+    kind, (text, there) = answer(session, {"what": "follow", "pid": 7, "tail": 2})
+    assert (kind, text, there) == ("logs", "partial\nthree\n", state)
     with open(path, "ab") as f:
         f.write(b"four\n")
-    assert answer(session, {"what": "follow", "pid": 7, "offset": at}) == (
-        "logs", ["four\n", at + 5])
-    for bad in ({"what": "follow", "pid": 7, "offset": -1},
-                {"what": "follow", "pid": 7, "offset": "0"},
+    assert answer(session, {"what": "follow", "pid": 7, "state": there}) == (
+        "logs", ["four\n", there[:2] + [there[2] + 5]])
+    for bad in ({"what": "follow", "pid": 7, "state": ["worker-7.out", 1, -1]},
+                {"what": "follow", "pid": 7, "state": [1, 2, 3]},
+                {"what": "follow", "pid": 7, "state": ["../node.log", 1, 0]},
+                {"what": "follow", "pid": 7, "state": ["node.log", 1, 0]},
+                {"what": "follow", "pid": 7, "state": 3},
                 {"what": "follow", "filename": "worker-*"}):
         assert answer(session, bad)[0] == "malformed", bad
-    # A step reads at most MAX_ANSWER_CHARS bytes; a longer line comes in pieces.
-    monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 8)
+
+
+def _follow_all(paths, state, steps=8):
+    out = []
+    for _ in range(steps):
+        text, state = worker_logs.follow_step(paths(), 1, state)
+        out.append(text)
+    return "".join(out), state
+
+
+def test_a_follow_goes_on_across_a_rotation_and_an_actors_next_worker(tmp_path,
+                                                                      monkeypatch):
+    session = str(tmp_path / "session_r")
+    os.makedirs(session)
+    worker_logs.ensure_logs_dir(session)
+    path = worker_logs.log_path(session, 8, False)
+    log = worker_logs.CappedLog(path, 100)
+    for i in range(5):
+        log.write(b"line %02d\n" % i)  # 8 bytes each
+
+    def paths():
+        return worker_logs.find_log([session], pid=8)[0]
+
+    text, state = worker_logs.follow_step(paths(), 2, None)
+    assert text == "line 03\nline 04\n"
+    for i in range(5, 20):  # past the cap: the file rotates while nobody reads
+        log.write(b"line %02d\n" % i)
+    text, state = _follow_all(paths, state)
+    assert text == "".join(f"line {i:02d}\n" for i in range(5, 20)), text
+    log.close()
+    # The actor's next worker writes a file of its own: the rest of the old one first.
     with open(path, "ab") as f:
-        f.write(b"abcdefghijkl\nxy\n")
-    pieces, at = [], offset + 5
-    for _ in range(4):
-        text, at = worker_logs.follow_step([path], 1, at)
-        pieces.append(text)
-    assert "".join(pieces).replace("\n", "") == "abcdefghijklxy"
-    assert at == os.path.getsize(path)
+        f.write(b"last words")  # its worker died before the newline
+    new = worker_logs.log_path(session, 9, False)
+    with open(new, "wb") as f:
+        f.write(b"new 00\nnew 01\n")
+    text, state = _follow_all(lambda: [path, new], state)
+    assert text == "last words\nnew 00\nnew 01\n", text
+    assert state[0] == "worker-9.out"
+    # A step reads at most MAX_ANSWER_CHARS bytes; a longer line comes in pieces, cut
+    # between characters.
+    monkeypatch.setattr(worker_logs, "MAX_ANSWER_CHARS", 8)
+    with open(new, "ab") as f:
+        f.write("abcdefg\u00e9hijk\nxy\n".encode())
+    text, state = _follow_all(lambda: [new], state)
+    assert text.replace("\n", "") == "abcdefg\u00e9hijkxy", text
+    assert state[2] == os.path.getsize(new)

@@ -299,7 +299,8 @@ def listing(session_dirs: list[str]) -> str:
 def read_from(path: str, offset: int, limit: int = -1) -> tuple[str, int]:
     """What was appended to ``path`` since ``offset`` (from the start after a rotation), as
     text with markers handled, and the new offset: whole lines only, at most ``limit``
-    bytes (-1: all; a line longer than ``limit`` comes in pieces); the rest next time."""
+    bytes (-1: all; a line longer than ``limit`` comes in pieces, cut between characters);
+    the rest next time."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -311,29 +312,85 @@ def read_from(path: str, offset: int, limit: int = -1) -> tuple[str, int]:
         return "", offset
     end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
     if end == 0 and limit >= 0 and len(data) == limit:
-        end = limit  # one line longer than the limit: its first piece
+        end = _character_end(data)  # one line longer than the limit: its first piece
     return _lines(data[:end].decode("utf-8", "replace")), offset + end
 
 
-def follow_step(paths: list[str], tail: int, offset: int | None) -> tuple[str, int]:
-    """One step of following a log (``get_log(follow=True)``, ``miniray logs -f``) whose
-    files are ``paths`` (its rotated generation first): ``offset`` None, the last ``tail``
-    lines and the offset just past them in the last file, read once so that no line is
-    lost or shown twice between this step and the next; else what the last file gained
-    since ``offset`` (``read_from``, at most ``MAX_ANSWER_CHARS`` bytes a step)."""
-    if offset is not None:
-        return read_from(paths[-1], offset, MAX_ANSWER_CHARS)
+def _character_end(data: bytes) -> int:
+    """How much of ``data`` ends on a whole UTF-8 character (all of it but an unended
+    last character; all of it when that is its first byte, or the bytes are not UTF-8).
+
+    >>> _character_end("ab\u00e9".encode()[:3]), _character_end(b"abc")
+    (2, 3)
+    """
+    start = len(data) - 1
+    while start > 0 and data[start] & 0xC0 == 0x80 and len(data) - start < 4:
+        start -= 1  # back over continuation bytes to the character's first
+    lead = data[start] if data else 0
+    size = 2 if lead & 0xE0 == 0xC0 else 3 if lead & 0xF0 == 0xE0 else \
+        4 if lead & 0xF8 == 0xF0 else 1
+    return start if start > 0 and start + size > len(data) else len(data)
+
+
+def follow_step(paths: list[str], tail: int, state: list | None) -> tuple[str, list]:
+    """One step of following a log (``get_log(follow=True)``) whose files are ``paths``
+    now (its rotated generation first; an actor's: its latest worker's last): the text
+    and the state to pass to the next step, ``[file name, inode, offset]`` of the file
+    read. ``state`` None: the last ``tail`` lines, the last file read once. Else what was
+    written since, at most ``MAX_ANSWER_CHARS`` bytes a step, none lost or shown twice:
+    the file followed rotated (its inode is now ``<name>.1``'s), first the rest of it,
+    then the new file from its start; a new last file (the actor's next worker), the
+    rest of the old one, then the new one from its start."""
+    last = paths[-1]
+    if state is None:
+        try:
+            with open(last, "rb") as f:
+                inode, data = os.fstat(f.fileno()).st_ino, f.read()
+        except OSError:
+            inode, data = 0, b""
+        end = data.rfind(b"\n") + 1
+        text = read_text(paths, tail, last=data[:end])
+        if len(text) > MAX_ANSWER_CHARS:
+            text = text[-MAX_ANSWER_CHARS:]
+            text = text[text.find("\n") + 1:]
+        return text, [os.path.basename(last), inode, end]
+    name, inode, offset = state
+    folder = os.path.dirname(last)
+    old = os.path.join(folder, name)
+    for path in (old, old + ".1"):  # where the file followed is now, if still there
+        if _inode(path) == inode:
+            text, at = read_from(path, offset, MAX_ANSWER_CHARS)
+            if path == last or text:
+                return text, [name, inode, at]
+            if at < _size(path):  # no longer written: its unended last line too
+                text, at = _rest(path, at)
+                return text, [name, inode, at]
+            break  # read to its end, and another file is written now
+    return "", [os.path.basename(last), _inode(last) or 0, 0]  # the next step reads it
+
+
+def _rest(path: str, offset: int) -> tuple[str, int]:
     try:
-        with open(paths[-1], "rb") as f:
-            data = f.read()
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(MAX_ANSWER_CHARS)
     except OSError:
-        data = b""
-    end = data.rfind(b"\n") + 1
-    text = read_text(paths, tail, last=data[:end])
-    if len(text) > MAX_ANSWER_CHARS:
-        text = text[-MAX_ANSWER_CHARS:]
-        text = text[text.find("\n") + 1:]
-    return text, end
+        return "", offset
+    return _lines(data.decode("utf-8", "replace")), offset + len(data)
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def names_by_kind(session_dirs: list[str], glob_filter: str | None = None) -> dict:
@@ -385,10 +442,13 @@ def _query_problem(query) -> str | None:
         value = query.get(name)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
             return f"a logs query's {name!r} is an int"
-    offset = query.get("offset")
-    if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)
-                               or offset < 0):
-        return "a logs query's 'offset' is None or an int >= 0"
+    state = query.get("state")
+    if state is not None and not (
+            isinstance(state, list) and len(state) == 3 and isinstance(state[0], str)
+            and len(state[0]) <= 256 and os.path.basename(state[0]) == state[0]
+            and state[0].startswith("worker-") and state[0].endswith((".out", ".err"))
+            and all(type(v) is int and v >= 0 for v in state[1:])):
+        return "a logs query's 'state' is None or [file name, inode, offset]"
     if query.get("suffix", "out") not in ("out", "err"):
         return "a logs query's 'suffix' is 'out' or 'err'"
     if query["what"] != "list":  # one worker's files: read in full, on the node's loop
@@ -407,8 +467,8 @@ def answer_query(session_dir: str, query) -> tuple[str, object]:
     (read-only: only ``<session>/logs/worker-*`` files are read): ``("logs", names by
     kind)`` for ``{"what": "list", "glob"}``, ``("logs", text)`` for ``{"what": "get",
     "filename" | "actor_id" | "pid", "suffix", "tail"}`` (its last MAX_ANSWER_CHARS
-    characters at most, whole lines), ``("logs", [text, offset])`` for ``{"what":
-    "follow", ..., "offset"}`` (``follow_step``), else ``(kind, text)``: "malformed" or
+    characters at most, whole lines), ``("logs", [text, state])`` for ``{"what":
+    "follow", ..., "state"}`` (``follow_step``), else ``(kind, text)``: "malformed" or
     "no_log".
 
     >>> answer_query("/nonexistent", {"what": "get", "pid": 1})[0]
@@ -432,7 +492,7 @@ def answer_query(session_dir: str, query) -> tuple[str, object]:
         return "no_log", (f"no log of {what} on this node: it printed nothing, its session "
                           "ended, or MINIRAY_WORKER_LOG_BYTES=0 there.")
     if query["what"] == "follow":
-        return "logs", list(follow_step(paths, query.get("tail", 1000), query.get("offset")))
+        return "logs", list(follow_step(paths, query.get("tail", 1000), query.get("state")))
     text = read_text(paths, query.get("tail", 1000))
     if len(text) > MAX_ANSWER_CHARS:
         text = text[-MAX_ANSWER_CHARS:]

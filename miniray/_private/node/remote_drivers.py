@@ -140,8 +140,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    13. Logs (``ray.util.state.list_logs``/``get_log`` with another host's node_id): D ->
        N ("logs", req, query), query ``{"what": "list", "glob"}``, ``{"what": "get",
        "filename" | "actor_id" | "pid", "suffix", "tail"}`` or ``{"what": "follow", ...,
-       "offset"}`` (one step of a follow, asked again on the same link every poll):
-       ("logs", req, names by kind, text, or [text, next offset]) from N's own session's
+       "state"}`` (one step of a follow, asked again on the same link every poll):
+       ("logs", req, names by kind, text, or [text, next state]) from N's own session's
        ``logs/`` (``worker_logs.answer_query``: read-only,
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
