@@ -552,6 +552,9 @@ def test_a_link_keeps_pulls_and_frees_its_results(node, tmp_path):
         with pytest.raises(RemoteLeaseError) as refused:  # not named for this object
             client.keep(two, _write(shm, tag, b"\x03" * 28, b"x"), 1)
         assert refused.value.kind == "bad_segment"
+        with pytest.raises(RemoteLeaseError) as again:  # kept already: its file stays
+            client.keep(one, path, len(value))
+        assert again.value.kind == "bad_segment" and os.path.exists(path)
         pull = client.open_pull(tag)
         try:
             pull.send(("pull", 1, one))

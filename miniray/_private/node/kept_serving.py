@@ -165,13 +165,16 @@ class KeptServing:
         segments = lazy_segments()
         name = os.path.basename(str(path))
         if (segments.tag_of(name) == tag and os.path.dirname(path) == self.shm_dir):
-            segments.unlink_quiet(path)  # the link's own segment, refused: gone now
-            try:  # the reservation of the object it is named for goes too
+            try:  # the object it is named for
                 named = bytes.fromhex(name[len(f"mr_{tag}_"):])
             except ValueError:
                 named = None
-            if named is not None and self.kept.find(link, named) is None:
-                lazy_budget().unreserve(self.shm_dir, tag, named)
+            # The link's own segment, refused: gone now, with its reservation; never the
+            # file of an object kept already under that name (a second keep of it).
+            if named is None or self.kept.find(link, named) is None:
+                segments.unlink_quiet(path)
+                if named is not None:
+                    lazy_budget().unreserve(self.shm_dir, tag, named)
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 
