@@ -237,7 +237,8 @@ class KeptResults:
                 except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
                     raise LookupError(f"the node that keeps it: {lost}") from None
                 with self._lock:
-                    self._grant_keys[home] = key
+                    if home.lost is None:  # a lost link's would stay (``forget_link``)
+                        self._grant_keys[home] = key
             grant = pull_grants.grant(key, object_id, node, entry.ip)
             path = self._ask_fetch(client, object_id, copy.size, home, grant)
             with self._lock:
@@ -262,9 +263,7 @@ class KeptResults:
         and the link's leases and spawns go on meanwhile. RemoteLeaseError
         "fetch_failed": the node could not, or the connection broke (the caller pulls it
         through this driver instead)."""
-        with self._lock:
-            slots = self._pull_slots.setdefault(
-                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots = self._slots(client)
         slots.acquire()
         try:
             try:
@@ -333,9 +332,7 @@ class KeptResults:
         store = owner.store
         path = error = channel = lost = no_room = None
         size = copy.size
-        with self._lock:
-            slots = self._pull_slots.setdefault(
-                client, threading.BoundedSemaphore(PULLS_PER_NODE))
+        slots = self._slots(client)
         slots.acquire()  # more at once wait here: N serves a few per link
         try:
             recycled = store.recycled_for(object_id, size)
@@ -490,8 +487,21 @@ class KeptResults:
 
     def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
         with self._lock:
-            idle = self._pulls.setdefault(client, [])
-            if not self.nodes.closed and client.lost is None and len(idle) < PULLS_PER_NODE:
-                idle.append(channel)
-                return
+            if not self.nodes.closed and client.lost is None:
+                idle = self._pulls.setdefault(client, [])
+                if len(idle) < PULLS_PER_NODE:
+                    idle.append(channel)
+                    return
         channel.close()
+
+    def _slots(self, client: RemoteNodeClient) -> threading.BoundedSemaphore:
+        """The pull slots of ``client``'s link: kept while the link is not lost (a lost
+        one's, replaced by a new link, went with ``forget_link``; a late reader's slots
+        are its own, its pull fails as lost)."""
+        with self._lock:
+            slots = self._pull_slots.get(client)
+            if slots is None:
+                slots = threading.BoundedSemaphore(PULLS_PER_NODE)
+                if client.lost is None:
+                    self._pull_slots[client] = slots
+            return slots
