@@ -288,6 +288,17 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     service.follow_ledger(spec_b)
     assert spec_b.lent is None and b"b" not in service.borrowed
     assert not service.holds(one)  # the placer asks the ledger
+    # Lent by a driver on another host: watched while one of its actors lives here.
+    far = placement.rewrite_request({"CPU": 1}, "f" * len(H), 0)
+    for actor_id in (b"x", b"y"):
+        service.borrow(types.SimpleNamespace(placement=far, lent=(entry, [], True),
+                                             actor_id=actor_id))
+    assert service.lender_watched == {"f" * len(H)}
+    service.unborrow(b"x")
+    assert service.lender_watched == {"f" * len(H)} and b"x" not in service.borrowed
+    service.unborrow(b"y")
+    service.unborrow(b"y")
+    assert service.lender_watched == set() and set(service.borrowed) == {b"a"}
     service.removed(H)
     service.release(H)
     assert service.nodes.released == [] and service.borrowed == {}

@@ -742,6 +742,7 @@ class RemoteActors:
             if actor.state == "DEAD":  # no restart will be placed
                 self.excluded.pop(actor.spec.actor_id, None)
                 self.moves.pop(actor.spec.actor_id, None)
+                self.nodes.bundles.unborrow(actor.spec.actor_id)  # lent room: forgotten
         logger.debug("actor %s: worker pid=%s on %s ended (%s)", actor.spec.class_name,
                      worker.pid, worker.ip, lost or unsupported or "exit")
 

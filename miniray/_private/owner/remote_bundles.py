@@ -478,6 +478,15 @@ class RemoteBundles:
         self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
                                                     gpu_ids)
 
+    def unborrow(self, actor_id: bytes) -> None:
+        """*Locked.* S's side: actor ``actor_id`` ended for good (no restart): its lent
+        room is forgotten, and a group lent by a driver of another node is no longer
+        watched once none of its actors is left here."""
+        bundle = self.borrowed.pop(actor_id, None)
+        if bundle is not None and bundle.pg_hex in self.lender_watched and not any(
+                b.pg_hex == bundle.pg_hex for b in self.borrowed.values()):
+            self.lender_watched.discard(bundle.pg_hex)
+
     def follow_ledger(self, spec) -> None:
         """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
         placed by this node's ledger, which provides the bundle once its driver holds it
