@@ -820,19 +820,17 @@ def _print_logs(paths: list, args: argparse.Namespace) -> int:
 
     from miniray._private.host import worker_logs  # lazy, as above
 
-    sys.stdout.write(worker_logs.read_text(paths, args.tail))
-    sys.stdout.flush()
     if not args.follow:
+        sys.stdout.write(worker_logs.read_text(paths, args.tail))
         return 0
-    path = paths[-1]
-    offset = os.path.getsize(path)
+    state = None  # the tail, then what is written later, across rotations
     try:
         while True:
-            time.sleep(0.25)
-            chunk, offset = worker_logs.read_from(path, offset)
-            if chunk:
-                sys.stdout.write(chunk)
+            text, state = worker_logs.follow_step(paths, args.tail, state)
+            if text:
+                sys.stdout.write(text)
                 sys.stdout.flush()
+            time.sleep(0.25)
     except KeyboardInterrupt:
         return 0
 
