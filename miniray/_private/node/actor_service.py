@@ -11,6 +11,8 @@ driver owns those itself).
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
+              PG_CREATE / PG_REMOVE ─► reply ──────────────────┤ (a detached group
+                                                               │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
                   the caller's store: no copy)
@@ -308,6 +310,9 @@ class ActorService:
             elif tag == protocol.SVC_KILL:
                 actors.kill(message[1], message[2])
                 value = None
+            elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
+                self._group_request(conn, message)
+                return  # answered by its thread
             else:
                 raise ValueError(
                     f"unknown request {protocol.tag_name('actor_service', tag)}")
@@ -315,6 +320,29 @@ class ActorService:
             self._answer(conn, protocol.SVC_ERR, serialization.dumps(error))
             return
         self._answer(conn, protocol.SVC_OK, value)
+
+    def _group_request(self, conn: FramedSocket, message: tuple) -> None:
+        """*Locked.* A detached placement group of the cluster, created or removed by this
+        process's owner as its own (``placement_group_nodes.serve_create`` /
+        ``serve_remove``): round trips to other nodes, so on a thread, which answers the
+        driver (it waits on its control socket, one request at a time)."""
+        pgs = self.owner.pgs
+        fd = conn.fd
+
+        def run() -> None:
+            try:
+                if message[0] == protocol.SVC_PG_CREATE:
+                    status, value = protocol.SVC_OK, pgs.serve_create(*message[1:5])
+                else:
+                    status, value = protocol.SVC_OK, pgs.serve_remove(message[1])
+            except Exception as error:  # noqa: BLE001 - the driver raises it
+                status, value = protocol.SVC_ERR, serialization.dumps(error)
+            with self.owner.locked():
+                if self._conns.get(fd, (None,))[0] is conn:  # the driver is still there
+                    with contextlib.suppress(OSError):
+                        self._answer(conn, status, value)
+
+        threading.Thread(target=run, daemon=True, name="miniray-svc-group").start()
 
     def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed

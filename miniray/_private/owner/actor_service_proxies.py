@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from miniray._private.core import placement, runtime_envs
+from miniray._private.core import placement, protocol, runtime_envs
 from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner.actor_records import A_ALIVE, _Actor
 from miniray._private.owner.object_table import PENDING, READY
@@ -145,6 +145,17 @@ class ServiceProxies:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
         said that it lives there)."""
         self.link.kill(actor_id, no_restart)
+
+    def create_group_in_service(self, hex_: str, bundles, strategy: str, name: str) -> str:
+        """*Not locked.* A detached placement group in a cluster is created and held by the
+        node's actor service (``placement_group_nodes._create_served``): CREATED or
+        PENDING there; raises what the service raised (a name taken)."""
+        return self.link._request((protocol.SVC_PG_CREATE, hex_, bundles, strategy, name))
+
+    def remove_group_in_service(self, hex_: str) -> bool:
+        """*Not locked.* Remove a group the node's actor service holds (its bundles on
+        every node, its actors); False when the service does not hold it."""
+        return self.link._request((protocol.SVC_PG_REMOVE, hex_))
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the

@@ -96,9 +96,13 @@ class PlacementGroups(PlacementGroupNodes):
         STRICT_SPREAD bundles on a node outside a cluster (it could never be placed); in a
         cluster such a group, or one no set of nodes can hold now, stays pending (as in
         Ray) with one stderr line, and is placed when nodes that can hold it join."""
+        home = self._detached_home() if detached else ""
+        if home == "service":
+            return self._create_served(hex_, bundles, strategy, name)
         why = placement.group_infeasible(bundles, strategy, 1, self.totals)
         group = _Group(hex_, bundles, strategy, name, detached)
-        in_cluster = not detached and self._cluster() is not None
+        group.spans = home == "span"
+        in_cluster = (not detached or group.spans) and self._cluster() is not None
         if (why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1
                 and not in_cluster):
             raise ValueError(f"Placement group {name or hex_} cannot be created: {why}.")
@@ -150,9 +154,11 @@ class PlacementGroups(PlacementGroupNodes):
                 group.trying = False
 
     def _attempt(self, group: _Group) -> None:
+        if group.served:
+            return self._follow_served(group)
         group.attempts += 1
         holder = self.holder_for_detached if group.detached else self.pid
-        cluster = None if group.detached else self._cluster()
+        cluster = None if group.detached and not group.spans else self._cluster()
         plan = self._plan(group, cluster) if cluster is not None else None
         if cluster is not None and plan is None:
             return  # no set of nodes has room now: pending
@@ -313,7 +319,10 @@ class PlacementGroups(PlacementGroupNodes):
     def remove(self, hex_: str) -> None:
         """*Not locked.* Release the group: this driver's work in it fails (queued tasks,
         ready objects), running tasks and actors in it are killed, then the ledger gets
-        its resources back. Removing a group twice, or one of another driver, works."""
+        its resources back. Removing a group twice, or one of another driver, works. A
+        detached group the node's actor service holds is removed there first (its bundles
+        on every node, its actors: ``_remove_in_service``)."""
+        self._remove_in_service(hex_)
         host_lease = None
         with self.owner.locked():
             group = self.groups.get(hex_)
