@@ -3,7 +3,8 @@
 Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the manager's,
 made in ``ActorManager.__init__``) for a driver joined to a node, whose named and detached
 actors live in the node's actor service: the requests made there without the owner's lock
-(create, with a bundle of this driver's on another node lent for it; lookup; list; kill),
+(create, with a bundle of this driver's on another node lent for it; lookup; list; kill;
+a detached placement group's creation and removal, which the service holds in a cluster),
 the values of ObjectRef arguments that go with a request or a call (``export``,
 ``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
 which calls keep their order and wait for their arguments (``actor_calls.py``).
@@ -11,8 +12,10 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 (``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
-``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked), the manager
-(``proxy``, ``export``, ``nested_ids``: locked), the link (``export``, ``nested_ids``).
+``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
+``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
+locked), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
+(``export``, ``nested_ids``).
 """
 
 from __future__ import annotations

@@ -13,12 +13,17 @@ ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node fo
 then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
 are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
 actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
-this driver holds on another node fails (``elsewhere``).
+this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
+held by the node's actor service (``_detached_home``): the driver's side asks it
+(``_create_served``, ``_follow_served``, ``_remove_in_service``), the service's side runs
+it as its own group (``serve_create``, ``serve_remove``; docs/detached-placement-groups.md).
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
-Called by: ``PlacementGroups`` (``_attempt``: ``_cluster``, ``_plan``; the watch:
-``_check_loans``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``), the owner
-(``elsewhere``, not locked).
+Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
+``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
+``_check_bundle_nodes``; ``remove``: ``_kill_lent``, ``_remove_in_service``), the owner
+(``elsewhere``, not locked), the node's actor service (``serve_create``, ``serve_remove``,
+not locked, on a thread of its own).
 """
 
 from __future__ import annotations

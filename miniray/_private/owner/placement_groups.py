@@ -17,9 +17,12 @@ In a cluster (the node's view file exists), each attempt plans every bundle's no
 node), then this node's subset in its ledger under the group's own bundle indexes, recorded
 with every bundle's node (the table's ``bundles_to_node_id``). The ledger record comes last,
 so ``ready()`` means every bundle is held. No room now: pending, tried again every RETRY_S.
-A detached group stays on this node (its bundles on other nodes would be held by this
-driver's links, which end with it). Bundles whose node died are placed again from the watch
-(``placement_group_nodes.py``).
+A detached group in a cluster is held by the node's actor service, which lives as long as
+the node (``placement_group_nodes._detached_home``): a driver asks the service to create it
+(``_create_served``; its record here follows the ledger) and to remove it
+(``_remove_in_service``), and the service creates it as its own group, across nodes; outside
+a cluster, or from a driver whose service is the head's on another host, it stays on this
+node. Bundles whose node died are placed again from the watch (``placement_group_nodes.py``).
 
 ::
 
