@@ -39,20 +39,24 @@ def _head_groups(hosts) -> list:
             if lease.get("group")]
 
 
-def _create_detached(hosts, name: str, *, max_restarts: int = 0) -> dict:
-    """A driver that creates detached STRICT_SPREAD group ``name`` (one CPU on the head, one
-    on a member) and a detached actor ``keeper`` in bundle 1, then exits."""
+def _create_detached(hosts, name: str, *, max_restarts: int = 0, cpus: int = 1,
+                     keeper: bool = True) -> dict:
+    """A driver that creates detached STRICT_SPREAD group ``name`` (one CPU on the head,
+    ``cpus`` on a member) and a detached actor ``keeper`` in bundle 1, then exits."""
     return _run_driver(hosts, PG + WHERE + f"""
-    pg = placement_group([{{"CPU": 1}}, {{"CPU": 1}}], strategy="STRICT_SPREAD",
+    pg = placement_group([{{"CPU": 1}}, {{"CPU": {cpus}}}], strategy="STRICT_SPREAD",
                          name={name!r}, lifetime="detached")
     ready = pg.wait(20)
     table = placement_group_table(pg)
-    keeper = Where.options(
-        name="keeper", namespace="kept", lifetime="detached", max_restarts={max_restarts},
-        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+    kept = None
+    if {keeper!r}:
+        keeper = Where.options(
+            name="keeper", namespace="kept", lifetime="detached", max_restarts={max_restarts},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+        kept = ray.get(keeper.ip.remote(), timeout=30)
     print(json.dumps({{"ready": ready, "here": here, "member": member,
                       "state": table["state"], "nodes": table["bundles_to_node_id"],
-                      "keeper": ray.get(keeper.ip.remote(), timeout=30)}}), flush=True)
+                      "keeper": kept}}), flush=True)
     ray.shutdown()
     """)
 
@@ -80,10 +84,14 @@ def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes
         except Exception as error:
             return [type(error).__name__, str(error)]
 
-    head_task, member_task = run(0), run(1)
-    # A named actor of this driver in the member's bundle: the service runs it there too
-    # (once the keeper gives the bundle's one CPU back).
+    # The keeper holds the member bundle's one CPU: a task there waits for it.
+    waiting = in_bundle(pg, 1).remote()
+    ready, _ = ray.wait([waiting], timeout=1.5)
+    waited = not ready
     ray.kill(keeper)
+    head_task, member_task = run(0), run(1)
+    after_kill = ray.get(waiting, timeout=20)[0]
+    # A named actor of this driver in the member's bundle: the service runs it there too.
 
     @ray.remote(num_cpus=1)
     class Named:
@@ -101,15 +109,15 @@ def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes
         after = type(error).__name__
     print(json.dumps({"nodes": nodes, "kept": kept, "head_task": head_task,
                       "member_task": member_task, "named": named_ip, "after": after,
+                      "waited": waited, "after_kill": after_kill,
                       "here": here, "member": member}), flush=True)
     ray.shutdown()
     """)
     assert other["nodes"] == {"0": other["here"], "1": other["member"]}, other
     assert other["kept"] == MEMBER, other
     assert other["head_task"] == "127.0.0.1", other  # the head's bundle: the node's ledger
-    kind, text = other["member_task"]
-    assert kind == "TaskUnschedulableError", other
-    assert "detached placement group 'dg'" in text and "not supported yet" in text, text
+    assert other["member_task"] == MEMBER, other  # room lent by the service
+    assert other["waited"] is True and other["after_kill"] == MEMBER, other
     assert other["named"] == MEMBER, other
     assert other["after"] == "ActorDiedError", other
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
@@ -142,15 +150,21 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
     assert joined.returncode == 0, joined.stderr
     assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
-    doc = _create_detached(hosts, "moves", max_restarts=1)
+    doc = _create_detached(hosts, "moves", max_restarts=1, cpus=2)
     victim = doc["keeper"]
     assert victim in (MEMBER, other), doc
     survivor = other if victim == MEMBER else MEMBER
-    os.kill(hosts.record(victim).pid, signal.SIGKILL)
     proc = driver(PRELUDE.replace('"127.0.0.2" and n["Alive"]', '"127.0.0.1"') + PG + """
     from miniray.util.placement_group import get_placement_group
     pg = get_placement_group("moves")
     first = placement_group_table(pg)["bundles_to_node_id"][1]
+    # A task of this driver in the member's bundle (room lent by the service), running when
+    # its node dies: retried (max_retries=1) in the bundle's new place.
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.5)
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()  # the test kills bundle 1's node now
     states, t0 = [], time.monotonic()
     while time.monotonic() - t0 < 20:
         table = placement_group_table(pg)
@@ -163,18 +177,100 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     moved_to = ray_nodes.get(table["bundles_to_node_id"][1])
     keeper = ray.get_actor("keeper", namespace="kept")
     restarted = ray.get(keeper.ip.remote(), timeout=30)
+    retried = ray.get(long, timeout=30)[0]
     remove_placement_group(pg)
     print(json.dumps({"states": sorted(set(states)), "moved_to": moved_to,
-                      "restarted": restarted, "took": took}), flush=True)
+                      "restarted": restarted, "retried": retried, "took": took}), flush=True)
     ray.shutdown()
-    """, hosts.env("127.0.0.1"), stdin=subprocess.DEVNULL)
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
     try:
+        assert json_line(proc, 30) == {"started": True}
+        os.kill(hosts.record(victim).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
         moved = json_line(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
     assert moved["moved_to"] == survivor, moved
     assert moved["restarted"] == survivor, moved
+    assert moved["retried"] == survivor, moved  # the borrowed task, retried there
     assert wait_until(lambda: not _member_group_leases(hosts, survivor), 10.0)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)
     print(f"\ndetached bundle placed again {moved['took']:.2f} s after its driver looked")
+
+
+def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(hosts):
+    """Every exit path of a loan (result, failure, cancel, removal, the driver's exit)
+    gives the member bundle's one CPU back: the next task there runs at once."""
+    _cluster(hosts, "2", "2")
+    assert _create_detached(hosts, "lend", keeper=False)["ready"] is True
+    first = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("lend")
+
+    @ray.remote(num_cpus=1)
+    def fails():
+        raise ValueError("no")
+
+    def quick():
+        t0 = time.monotonic()
+        ip = ray.get(in_bundle(pg, 1).remote(), timeout=20)[0]
+        return ip, time.monotonic() - t0
+
+    result = quick()
+    try:
+        ray.get(fails.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote(), timeout=20)
+        failed = "returned"
+    except Exception as error:
+        failed = type(error).__name__
+    after_failure = quick()
+    long = in_bundle(pg, 1).remote(30.0)
+    time.sleep(1.0)
+    queued = in_bundle(pg, 1).remote()  # waits for the one CPU
+    ray.cancel(queued)
+    ray.cancel(long, force=True)
+    cancelled = []
+    for ref in (long, queued):
+        try:
+            ray.get(ref, timeout=20)
+            cancelled.append("returned")
+        except Exception as error:
+            cancelled.append(type(error).__name__)
+    after_cancel = quick()
+    in_flight = in_bundle(pg, 1).remote(30.0)  # running when this driver exits
+    time.sleep(1.0)
+    print(json.dumps({"result": result, "failed": failed, "after_failure": after_failure,
+                      "cancelled": cancelled, "after_cancel": after_cancel}), flush=True)
+    ray.shutdown()
+    """)
+    assert first["result"][0] == MEMBER, first
+    assert first["failed"] == "RayTaskError(ValueError)" or "ValueError" in first["failed"], first
+    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 5.0, first
+    assert first["cancelled"] == ["TaskCancelledError", "TaskCancelledError"], first
+    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 5.0, first
+    second = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("lend")
+    t0 = time.monotonic()
+    after_exit = ray.get(in_bundle(pg, 1).remote(), timeout=20)[0]
+    after_exit_s = time.monotonic() - t0
+    long = in_bundle(pg, 1).remote(30.0)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    remove_placement_group(pg)
+    try:
+        ray.get(long, timeout=20)
+        removed = "returned"
+    except Exception as error:
+        removed = type(error).__name__
+    print(json.dumps({"after_exit": after_exit, "after_exit_s": after_exit_s,
+                      "removed": removed, "removed_s": time.monotonic() - t0}), flush=True)
+    ray.shutdown()
+    """)
+    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 5.0, second
+    assert second["removed"] == "TaskPlacementGroupRemoved", second
+    assert second["removed_s"] < 5.0, second
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)

@@ -11,7 +11,7 @@ driver owns those itself).
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
-              PG_CREATE / PG_REMOVE ─► reply ──────────────────┤ (a detached group
+              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN ─────┤ (a detached group
                                                                │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
@@ -285,6 +285,8 @@ class ActorService:
                 self.owner.reactor.unregister(other.fd)
                 other.close()
         kill, end = self.life.client_gone(client.token)
+        if self.owner.remote_nodes is not None:  # the room lent to its tasks comes back
+            self.owner.remote_nodes.bundles.drop_loans(client.token)
         actors = self.owner.actors
         for actor_id in kill:
             actors.kill(actor_id, True)
@@ -309,6 +311,14 @@ class ActorService:
                 value = actors.named(message[1], message[2])
             elif tag == protocol.SVC_KILL:
                 actors.kill(message[1], message[2])
+                value = None
+            elif tag == protocol.SVC_PG_LEND:  # no round trip: answered here
+                remote = self.owner.remote_nodes
+                value = None if remote is None else remote.bundles.lend_room(
+                    message[1], message[2], message[3], client.token)
+            elif tag == protocol.SVC_PG_RETURN:
+                if self.owner.remote_nodes is not None:
+                    self.owner.remote_nodes.bundles.return_room(message[1])
                 value = None
             elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
                 self._group_request(conn, message)

@@ -4,7 +4,8 @@ Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the ma
 made in ``ActorManager.__init__``) for a driver joined to a node, whose named and detached
 actors live in the node's actor service: the requests made there without the owner's lock
 (create, with a bundle of this driver's on another node lent for it; lookup; list; kill;
-a detached placement group's creation and removal, which the service holds in a cluster),
+a detached placement group's creation and removal, which the service holds in a cluster,
+and the loans of its room for this driver's tasks),
 the values of ObjectRef arguments that go with a request or a call (``export``,
 ``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
 which calls keep their order and wait for their arguments (``actor_calls.py``).
@@ -14,7 +15,8 @@ or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
-locked), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
+locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
+borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
 (``export``, ``nested_ids``).
 """
 
@@ -159,6 +161,16 @@ class ServiceProxies:
         """*Not locked.* Remove a group the node's actor service holds (its bundles on
         every node, its actors); False when the service does not hold it."""
         return self.link._request((protocol.SVC_PG_REMOVE, hex_))
+
+    def borrow_room_in_service(self, hex_: str, index: int, base: dict):
+        """*Not locked.* Room for one task in bundle ``index`` of a detached group the
+        service holds on another node (``remote_bundles`` step 8): a loan, None (no room
+        now) or "here"."""
+        return self.link._request((protocol.SVC_PG_LEND, hex_, index, base))
+
+    def return_room_in_service(self, loan_id: int) -> None:
+        """*Not locked.* A loan's task ended: its room goes back to the service."""
+        self.link._request((protocol.SVC_PG_RETURN, loan_id))
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the

@@ -106,6 +106,9 @@ class PlacementGroupNodes:
                 return
             group.state = CREATED
             group.nodes = list(lease.group.get("nodes") or ()) or None
+            remote = self.owner.remote_nodes
+            if remote is not None and group.nodes:  # its tasks there borrow room (step 8)
+                remote.bundles.note_served(group.hex, group.nodes)
             ready, group.ready_ids = group.ready_ids, []
             self._set_ready(ready, group)
             self.owner.wake_dispatch()
@@ -195,6 +198,11 @@ class PlacementGroupNodes:
         where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
         local = [i for i, node in enumerate(nodes) if node == self.node_id]
         hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
+        if record.get("detached") and self._detached_home() == "service":
+            cluster = self._cluster()
+            with self.owner.locked():  # its tasks there borrow room from the service
+                cluster.bundles.note_served(pg_hex, nodes)
+            return None
         if record.get("detached"):
             return (f"The task asks for {what} of detached placement group '{name}' "
                     f"({where}); its bundles on other nodes are held by the node's actor "

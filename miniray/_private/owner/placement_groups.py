@@ -363,7 +363,9 @@ class PlacementGroups(PlacementGroupNodes):
             used = self.owner.groups_in_use()
             remote = self.owner.remote_nodes
             if remote is not None:
-                used |= set(remote.bundles.groups)
+                bundles = remote.bundles
+                used |= set(bundles.groups) | set(bundles.served_waiting) | {
+                    h for h, tasks in bundles.running.items() if tasks}
             if used:
                 self.owner.defer(lambda: self._check_used(used))
 

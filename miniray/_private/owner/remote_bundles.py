@@ -73,6 +73,7 @@ units, as the node's ledger picks devices): a task's given back when it ends, an
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Any
 
 from miniray._private.core import placement
@@ -85,7 +86,7 @@ class RemoteBundle:
     """One bundle of a group held on another node: its lease there and what is free in it."""
 
     __slots__ = ("pg_hex", "index", "resources", "entry", "client", "lease_id", "gpu_ids",
-                 "free", "gpu_free", "gpus_taken")
+                 "free", "gpu_free", "gpus_taken", "loan")
 
     def __init__(self, pg_hex: str, index: int, resources: dict, entry, client,
                  lease_id: str, gpu_ids: list):
@@ -100,6 +101,7 @@ class RemoteBundle:
         # Each of its GPUs' free units: a task takes its own share (``placement.pick_gpus``).
         self.gpu_free = [placement.INSTANCE_UNIT] * len(self.gpu_ids)
         self.gpus_taken: dict = {}  # task -> its (position, units) of gpu_free
+        self.loan = None  # the service's loan id: one task's room lent by it (step 8)
 
     def take_gpus(self, task, amount: float) -> list[str]:
         """*Locked.* ``task``'s devices of this bundle for ``amount`` GPUs (the caller
@@ -138,6 +140,17 @@ class RemoteBundles:
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
+        # Step 8, a driver's side: detached groups the node's actor service holds, each
+        # bundle's node (hex -> [node id]); the tasks waiting for a loan of room in one of
+        # their bundles on another node; loans to give back; the thread that asks.
+        self.served: dict[str, list] = {}
+        self.served_waiting: dict[str, collections.deque] = {}
+        self._returns: list = []
+        self._borrower: threading.Thread | None = None
+        self._wake = threading.Event()
+        # Step 8, the service's side: loan id -> (bundle, the task's request, driver token).
+        self.lent_out: dict[int, tuple] = {}
+        self._loan_seq = 0
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -202,6 +215,8 @@ class RemoteBundles:
     def submit(self, task) -> bool:
         """*Locked.* Step 3: True when ``task`` is this module's (its bundle is on another
         node, or it asks for any bundle of a group with none here); False: it runs here."""
+        if self._served_remote(task.spec.request, spill=False):
+            return self._wait_for_loan(task)
         if self._bundle_of(task.spec.request) is None:
             return False  # a bundle of this node (the local ledger provides it), or none
         pg_hex = placement.bundle_request(task.spec.request)[0]
@@ -301,6 +316,8 @@ class RemoteBundles:
         nodes, which waits in the local queue because this node's bundles have no room now
         (``RemoteNodes.spill``): True when it started in a remote bundle with room now;
         False: it stays (Ray's -1 is any bundle with room)."""
+        if not task.cancelled and self._served_remote(task.spec.request, spill=True):
+            return self._wait_for_loan(task)
         parsed = placement.bundle_request(task.spec.request)
         if parsed is None or parsed[1] >= 0 or task.cancelled:
             return False
@@ -357,6 +374,10 @@ class RemoteBundles:
         pg_hex = bundle.pg_hex
         group = self.groups.get(pg_hex)
         task.state, task.worker = T_WAITING, None
+        if bundle.loan is not None:  # lent room (step 8): a new loan, where S placed it
+            self.served_waiting.setdefault(pg_hex, collections.deque()).appendleft(task)
+            self._kick()
+            return
         if group is not None and bundle.index not in group:  # held by this node now
             self.owner.tasks.resubmit(task)
             return
@@ -412,6 +433,10 @@ class RemoteBundles:
         if running is None or task not in running:
             return
         running.discard(task)
+        if bundle.loan is not None:  # lent room (step 8): back to the service
+            self._returns.append(bundle.loan)
+            self._kick()
+            return
         base = placement.bundle_request(task.spec.request)[2]
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
@@ -426,7 +451,8 @@ class RemoteBundles:
 
         error = TaskPlacementGroupRemoved(
             "The placement group corresponding to this task has been removed.")
-        for task in self.waiting.pop(pg_hex, ()):
+        for task in list(self.waiting.pop(pg_hex, ())) + list(
+                self.served_waiting.pop(pg_hex, ())):
             if task.state != T_DONE:
                 self.owner.tasks.fail(task, error)
         for task in self.running.pop(pg_hex, ()):
@@ -439,6 +465,9 @@ class RemoteBundles:
             del self.loans[actor_id]  # the service's watch ends the actor
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
+        self.served.pop(pg_hex, None)
+        for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:
+            del self.lent_out[loan_id]  # the service's side: the bundles are released
 
     # -- step 7: a named actor in a remote bundle -----------------------------------------
     def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
@@ -483,6 +512,164 @@ class RemoteBundles:
         for actor_id in moved:
             del self.loans[actor_id]
         return moved
+
+    # -- step 8: tasks of any driver in a detached group's bundle on another node --------
+    def note_served(self, pg_hex: str, nodes: list) -> None:
+        """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
+        service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
+        bundle on another node borrow room from the service."""
+        self.served[pg_hex] = list(nodes)
+
+    def _served_remote(self, request, spill: bool) -> bool:
+        """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
+        on another node of a served group: its bundle is on another node, or it asks for
+        any bundle (-1) and the group has none here (``spill``: none here with room now,
+        the local queue says so, and some on another node)."""
+        parsed = placement.bundle_request(request)
+        nodes = self.served.get(parsed[0]) if parsed is not None else None
+        if not nodes:
+            return False
+        index, local = parsed[1], self.nodes.local
+        if index >= 0:
+            return index < len(nodes) and nodes[index] != local
+        if spill:
+            return any(node != local for node in nodes)
+        return all(node != local for node in nodes)
+
+    def _wait_for_loan(self, task) -> bool:
+        """*Locked.* ``task`` waits for the service to lend room (the borrower's thread)."""
+        pg_hex = placement.bundle_request(task.spec.request)[0]
+        self.served_waiting.setdefault(pg_hex, collections.deque()).append(task)
+        self._kick()
+        return True
+
+    def _kick(self) -> None:
+        """*Locked.* The borrower's thread asks now (started when none runs)."""
+        self._wake.set()
+        if self._borrower is None and not self.owner.closed:
+            self._borrower = threading.Thread(target=self._borrow_loop, daemon=True,
+                                              name="miniray-pg-borrow")
+            self._borrower.start()
+
+    LOAN_POLL_S = 0.1  # how often tasks waiting for room in a served bundle ask again
+
+    def _borrow_loop(self) -> None:
+        """*Not locked*, its own thread. Give back the loans of tasks that ended
+        (``SVC_PG_RETURN``), then ask the service for room for each waiting task
+        (``SVC_PG_LEND``, once per bundle and request shape a turn), start those it lends
+        room to (``RemoteNodes.run_in_bundle`` on a lease-less bundle of that room, on
+        this driver's own link to the node), and wait LOAN_POLL_S (or a kick) while some
+        still wait. Ends when nothing is left to give back or ask."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        owner = self.owner
+        actors = owner.actors
+        while True:
+            self._wake.clear()
+            with owner.locked():
+                returns, self._returns = self._returns, []
+                asks = [task for queue in self.served_waiting.values() for task in queue
+                        if not task.cancelled and task.state != T_DONE]
+                if owner.closed or (not returns and not asks):
+                    self._borrower = None
+                    return
+            for loan_id in returns:
+                try:
+                    actors.return_room_in_service(loan_id)
+                except (ServiceUnavailable, OSError):
+                    pass  # the service is gone: its loans went with it
+            denied = set()
+            for task in asks:
+                pg_hex, index, base = placement.bundle_request(task.spec.request)
+                shape = (pg_hex, index, tuple(sorted(base.items())))
+                if shape in denied:
+                    continue
+                client = answer = None
+                try:
+                    answer = actors.borrow_room_in_service(pg_hex, index, base)
+                    if isinstance(answer, tuple):  # the link to its node (opened once)
+                        client = self.nodes.client(answer[2])
+                except Exception:  # noqa: BLE001 - the service or the node is gone: the
+                    if isinstance(answer, tuple):  # watch ends the work of a removed group
+                        with owner.locked():
+                            self._returns.append(answer[0])  # given back next turn
+                    answer = None
+                if answer is None:
+                    denied.add(shape)
+                with owner.locked():
+                    self._lent(task, pg_hex, base, answer, client)
+            if asks and not returns:
+                self._wake.wait(self.LOAN_POLL_S)
+
+    def _lent(self, task, pg_hex: str, base: dict, answer, client=None) -> None:
+        """*Locked.* The service's answer for ``task``: None (no room now: it waits),
+        "here" (its bundle is on this node now: the owner's queue), or a loan: the task
+        starts in it, unless it left its queue meanwhile (the loan goes back)."""
+        queue = self.served_waiting.get(pg_hex)
+        waiting = queue is not None and task in queue and not task.cancelled
+        if answer is None:
+            return
+        if answer == "here":
+            self.served.pop(pg_hex, None)  # read again from the ledger when it is needed
+            if waiting:
+                queue.remove(task)
+                task.state, task.worker = T_WAITING, None
+                self.owner.tasks.resubmit(task)
+            return
+        loan_id, index, entry, gpu_ids = answer
+        if not waiting or self.owner.closed:
+            self._returns.append(loan_id)
+            return
+        queue.remove(task)
+        if not queue:
+            self.served_waiting.pop(pg_hex, None)
+        bundle = RemoteBundle(pg_hex, index, base, entry, client, None, gpu_ids)
+        bundle.loan = loan_id
+        self.running.setdefault(pg_hex, set()).add(task)
+        self.nodes.run_in_bundle(task, bundle, gpu_ids)
+
+    def lend_room(self, pg_hex: str, index: int, base: dict, token: str):
+        """*Locked.* The service's side (``SVC_PG_LEND``): room for a task of the driver
+        ``token`` in bundle ``index`` (-1: any) of a group this owner holds on other
+        nodes, taken from the bundle as for a task of its own: ``(loan id, bundle index,
+        NodeEntry, GPU ids)``; None: no room now (or the bundle is lost); "here": the
+        bundle is on this node now (the ledger provides it)."""
+        parts = self.groups.get(pg_hex)
+        if parts is None:
+            return None
+        if (index >= 0 and index not in parts) or (index < 0 and not parts):
+            return "here"  # placed again on this node (a lost one stays in parts till then)
+        usable = self._usable(pg_hex, parts)
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
+                                       _gpus(usable))
+        if picked is None:
+            return None
+        bundle = usable[picked]
+        self._loan_seq += 1
+        loan_id = self._loan_seq
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        gpu_ids = bundle.take_gpus(("loan", loan_id), float(base.get("GPU", 0.0)))
+        self.lent_out[loan_id] = (bundle, dict(base), token)
+        return loan_id, picked, bundle.entry, gpu_ids
+
+    def return_room(self, loan_id: int) -> None:
+        """*Locked.* The service's side (``SVC_PG_RETURN``): a loan's room comes back."""
+        loan = self.lent_out.pop(loan_id, None)
+        if loan is None:
+            return
+        bundle, base, _token = loan
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        bundle.give_gpus(("loan", loan_id))
+        self._pump(bundle.pg_hex)
+
+    def drop_loans(self, token: str) -> int:
+        """*Locked.* The service's side: the driver ``token`` left; its loans come back."""
+        ended = [i for i, loan in self.lent_out.items() if loan[2] == token]
+        for loan_id in ended:
+            self.return_room(loan_id)
+        return len(ended)
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""
