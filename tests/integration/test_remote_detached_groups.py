@@ -202,7 +202,8 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
 
 def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(hosts):
     """Every exit path of a loan (result, failure, cancel, removal, the driver's exit)
-    gives the member bundle's one CPU back: the next task there runs at once."""
+    gives the member bundle's one CPU back: the next task there runs at once. An actor
+    without a name there is the service's, and dies with the group."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "lend", keeper=False)["ready"] is True
     first = _run_driver(hosts, PG + """
@@ -256,6 +257,15 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
     t0 = time.monotonic()
     after_exit = ray.get(in_bundle(pg, 1).remote(), timeout=20)[0]
     after_exit_s = time.monotonic() - t0
+
+    @ray.remote(num_cpus=0)
+    class Anonymous:  # no name: the service runs it in the member's bundle all the same
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    anonymous = Anonymous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    anonymous_ip = ray.get(anonymous.ip.remote(), timeout=30)
     long = in_bundle(pg, 1).remote(30.0)
     time.sleep(1.0)
     t0 = time.monotonic()
@@ -265,12 +275,22 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
         removed = "returned"
     except Exception as error:
         removed = type(error).__name__
+    removed_s = time.monotonic() - t0
+    try:
+        ray.get(anonymous.ip.remote(), timeout=20)
+        anonymous_after = "alive"
+    except Exception as error:
+        anonymous_after = type(error).__name__
     print(json.dumps({"after_exit": after_exit, "after_exit_s": after_exit_s,
-                      "removed": removed, "removed_s": time.monotonic() - t0}), flush=True)
+                      "removed": removed, "removed_s": removed_s,
+                      "anonymous": anonymous_ip, "anonymous_after": anonymous_after}),
+          flush=True)
     ray.shutdown()
     """)
     assert second["after_exit"] == MEMBER and second["after_exit_s"] < 5.0, second
     assert second["removed"] == "TaskPlacementGroupRemoved", second
     assert second["removed_s"] < 5.0, second
+    assert second["anonymous"] == MEMBER, second
+    assert second["anonymous_after"] == "ActorDiedError", second
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)

@@ -133,6 +133,20 @@ class PlacementGroupNodes:
         except (ServiceUnavailable, OSError):
             pass
 
+    def _note_if_served(self, hex_: str, record: dict) -> bool:
+        """*Not locked.* Whether the group of this ledger ``record`` is a detached group
+        that the node's actor service holds with bundles on other nodes; if so, noted
+        (``RemoteBundles.note_served``): this driver's tasks there borrow room from the
+        service, its actors there are the service's."""
+        nodes = list(record.get("nodes") or ())
+        if not record.get("detached") or all(n == self.node_id for n in nodes) or \
+                self._detached_home() != "service":
+            return False
+        cluster = self._cluster()
+        with self.owner.locked():
+            cluster.bundles.note_served(hex_, nodes)
+        return True
+
     def serve_create(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* In the node's actor service (``SVC_PG_CREATE``): create the
         detached group as this owner's own ("span"); CREATED or PENDING."""
@@ -198,11 +212,8 @@ class PlacementGroupNodes:
         where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
         local = [i for i, node in enumerate(nodes) if node == self.node_id]
         hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
-        if record.get("detached") and self._detached_home() == "service":
-            cluster = self._cluster()
-            with self.owner.locked():  # its tasks there borrow room from the service
-                cluster.bundles.note_served(pg_hex, nodes)
-            return None
+        if self._note_if_served(pg_hex, record):
+            return None  # its tasks there borrow room from the service
         if record.get("detached"):
             return (f"The task asks for {what} of detached placement group '{name}' "
                     f"({where}); its bundles on other nodes are held by the node's actor "

@@ -412,6 +412,7 @@ class PlacementGroups(PlacementGroupNodes):
         driver of the node, or pending here); ValueError as Ray's when there is none."""
         for hex_, lease in self.ledger.groups().items():
             if name and lease.group.get("name") == name:
+                self._note_if_served(hex_, lease.group)
                 return hex_, lease.group["bundles"]
         for group in self.groups.values():
             if name and group.name == name and group.state == PENDING:

@@ -6,7 +6,9 @@ node for the group's life), releasing them, and the tasks scheduled into such a 
 what is free in each bundle (``placement.pick_bundle``, pure), the tasks waiting for room
 in one, starting a task there (``RemoteNodes.run_in_bundle``: a worker of that node, no
 lease of its own) and giving its room back when it ends, and failing and killing them
-when the group is removed.
+when the group is removed; and the loans of room in a detached group's bundles on other
+nodes, which the node's actor service holds and lends to any driver's tasks (step 8, both
+sides).
 Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, its local
 bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
@@ -15,8 +17,10 @@ Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not l
 ``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
 ``actors.ActorManager`` (``lend``, ``end_loan``, ``borrow``: step 7, locked),
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
-``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
-(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked).
+``_replace`` (``find_lost``, ``replace``, locked), ``remote_actors.RemoteActors``
+(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked), ``placement_group_nodes``
+(``note_served``, locked), the owner (``serves``, locked) and the node's actor service
+(``lend_room``, ``return_room``, ``drop_loans``: step 8, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -64,6 +68,20 @@ Steps for group G of driver D with bundle i planned on node N::
    once D holds it on its own node again (step 6); if step 6 places it on another node,
    D kills the actor in S (``moved_loans``). Only a driver of S's node: the group's
    ledger must be S's.
+
+8. A task of any driver E in a bundle on another node of a detached group that the node's
+   actor service S holds (docs/detached-placement-groups.md): E knows the group as served
+   (``note_served``: each bundle's node, from the ledger's record); ``submit`` (or
+   ``spill``, for "any bundle" when this node's bundles are full) puts the task in
+   ``served_waiting``, and E's borrower thread (``_borrow_loop``) asks S for room
+   (``SVC_PG_LEND``); S's ``lend_room`` takes it from its bundle as for a task of its own
+   and answers a loan (``(loan id, index, NodeEntry, GPU ids)``), None (no room now: asked
+   again every LOAN_POLL_S) or "here" (the bundle is on this node now: the owner's queue).
+   ``_lent`` runs the task on a lease-less ``RemoteBundle`` of the loan, on E's own link;
+   ``done`` queues ``SVC_PG_RETURN`` (S: ``return_room``); ``requeue`` (the node died)
+   makes it wait for a new loan; ``removed`` fails the waiting ones. S drops the loans of
+   a driver whose link closed (``drop_loans``) and a removed group's. An actor of E
+   there (``serves``) is created in S, as a named one is.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
@@ -519,6 +537,12 @@ class RemoteBundles:
         service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
         bundle on another node borrow room from the service."""
         self.served[pg_hex] = list(nodes)
+
+    def serves(self, request) -> bool:
+        """*Locked.* Whether an actor of this placement ``request`` is in a served group's
+        bundle on another node (or "any bundle" of one with none here): the node's actor
+        service creates it, as its own (``ActorManager.is_node_actor``)."""
+        return self._served_remote(request, spill=False)
 
     def _served_remote(self, request, spill: bool) -> bool:
         """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
