@@ -194,7 +194,9 @@ class PlacementGroupNodes:
         ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
         group reserved by another driver is held on another node by that driver's link
         (``remote_bundles``); None: it may run here. The caller skips it for this driver's
-        own groups, whose remote bundles run its tasks."""
+        own groups, whose remote bundles run its tasks. A detached group that the node's
+        actor service holds is noted instead (``_note_if_served``: its tasks there borrow
+        room from the service) and None returned."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return None
