@@ -358,3 +358,16 @@ def test_a_drivers_task_in_a_served_bundle_waits_for_a_loan_and_gives_it_back():
     book.removed(H)
     assert ("retried", "TaskPlacementGroupRemoved") in owner.failed
     assert H not in book.served_waiting and H not in book.served
+
+
+def test_the_borrower_drops_cancelled_tasks_and_ends_with_nothing_to_ask():
+    owner, nodes = _Owner(), _Nodes()
+    owner.actors = None  # never asked: nothing to give back or borrow
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book.note_served(H, ["head", "member"])
+    task = _task("t", {"CPU": 1}, 1)
+    assert book.submit(task)
+    task.cancelled = True
+    book._borrow_loop()  # on the caller's thread here: one turn, then it ends
+    assert not book.served_waiting and book._borrower is None

@@ -104,8 +104,14 @@ class BundleLoans:
             self._wake.clear()
             with owner.locked():
                 returns, self._returns = self._returns, []
-                asks = [task for queue in self.served_waiting.values() for task in queue
-                        if not task.cancelled and task.state != T_DONE]
+                for pg_hex, queue in list(self.served_waiting.items()):  # cancelled: out
+                    kept = collections.deque(t for t in queue
+                                             if not t.cancelled and t.state != T_DONE)
+                    if kept:
+                        self.served_waiting[pg_hex] = kept
+                    else:
+                        del self.served_waiting[pg_hex]
+                asks = [task for queue in self.served_waiting.values() for task in queue]
                 if owner.closed or (not returns and not asks):
                     self._borrower = None
                     return
