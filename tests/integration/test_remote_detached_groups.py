@@ -311,3 +311,36 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
           f"{ms['own']:.1f} ms in the member's bundle of the driver's own group")
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
+def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hosts):
+    _cluster(hosts, "2", None)
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import (placement_group, placement_group_table,
+                                              remove_placement_group)
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                         lifetime="detached")
+    print(json.dumps({"early": pg.wait(1.0),
+                      "state": placement_group_table(pg)["state"]}), flush=True)
+    later = pg.wait(30)
+    ready = ray.get(pg.ready(), timeout=10) is not None
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    remove_placement_group(pg)
+    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+    try:
+        doc = json_line(proc, 30)
+        assert doc == {"early": False, "state": "PENDING"}, doc
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        doc = json_line(proc, 40)
+        assert doc["later"] is True and doc["ready"] is True, doc
+        assert len(set(doc["nodes"])) == 2, doc
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
