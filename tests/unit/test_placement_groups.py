@@ -352,3 +352,26 @@ def test_tasks_in_a_gpu_bundle_take_devices_as_the_ledger_does():
 
 def test_a_device_is_as_many_units_in_both_modules():
     assert placement.INSTANCE_UNIT == UNIT
+
+
+# -- who holds a detached group (placement_group_nodes._detached_home) --------------------------
+
+def test_a_detached_group_is_held_by_the_nodes_actor_service_only_in_a_cluster():
+    import types
+
+    from miniray._private.owner.placement_group_nodes import PlacementGroupNodes
+
+    class _Pgs(PlacementGroupNodes):
+        def __init__(self, cluster, link):
+            self.cluster = cluster
+            self.owner = types.SimpleNamespace(actors=types.SimpleNamespace(link=link))
+
+        def _cluster(self):
+            return self.cluster
+
+    near = types.SimpleNamespace(on_another_host=lambda: False)
+    far = types.SimpleNamespace(on_another_host=lambda: True)
+    assert _Pgs(None, near)._detached_home() == "here"  # a node outside a cluster
+    assert _Pgs(object(), near)._detached_home() == "service"  # a head's driver
+    assert _Pgs(object(), far)._detached_home() == "here"  # a member's: the head's service
+    assert _Pgs(object(), None)._detached_home() == "span"  # the service itself

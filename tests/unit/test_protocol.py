@@ -60,8 +60,10 @@ def test_protocol_version_was_bumped_for_each_changed_layout():
     """3: ACTOR_INIT, ACTOR_EXITING and the node's hello changed; 4: GET, WAIT and SUBMIT
     name the calling task, SVC_CANCEL says whether it is recursive; 5: streaming generators
     (YIELD, CALL_STREAM_NEXT, SVC_YIELD), which a node's workers of another version would not
-    speak; 7: RESULT carries the worker's times (``ray.timeline``)."""
-    assert protocol.PROTOCOL_VERSION == 7
+    speak; 7: RESULT carries the worker's times (``ray.timeline``); 8: the actor service
+    holds detached placement groups of a cluster (SVC_PG_CREATE, SVC_PG_REMOVE)."""
+    assert protocol.PROTOCOL_VERSION == 8
+    assert "SVC_PG_CREATE" in protocol.CHANNELS["actor_service"]
     assert "YIELD" in protocol.CHANNELS["data"]
     assert "CALL_STREAM_NEXT" in protocol.CHANNELS["call"]
 

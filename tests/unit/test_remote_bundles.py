@@ -14,6 +14,8 @@ H = "ab" * 18
 
 
 class _Owner:
+    closed = False
+
     def __init__(self):
         self.failed: list = []
         self.deferred: list = []
@@ -302,3 +304,81 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     service.removed(H)
     service.release(H)
     assert service.nodes.released == [] and service.borrowed == {}
+
+
+def test_the_service_lends_a_tasks_room_and_gets_it_back_on_return_or_the_drivers_exit():
+    book, _owner, nodes = _book(has_local=True)  # the actor service's own group
+    cpu = {"CPU": 1.0}
+    first = book.lend_room(H, 1, cpu, "d1")
+    assert first[:2] == (1, 1) and first[2].node_id == "member" and first[3] == []
+    assert book.groups[H][1].free == {"CPU": 0.0}
+    assert book.lend_room(H, 1, cpu, "d1") is None  # full now: the driver asks again
+    own = _task("own", {"CPU": 1}, 1)
+    assert book.submit(own) and nodes.started == []  # the service's own task waits too
+    book.return_room(first[0])
+    assert nodes.started == [("own", 1)]  # the room came back to the bundle
+    book.return_room(first[0])  # a second return changes nothing
+    assert book.groups[H][1].free == {"CPU": 0.0}
+    second = book.lend_room(H, -1, cpu, "d2")  # any bundle: the one with room
+    assert second[1] == 2
+    assert book.lend_room(H, 0, cpu, "d1") == "here"  # bundle 0 is this node's
+    assert book.drop_loans("d2") == 1 and book.groups[H][2].free == {"CPU": 1.0}
+    book.lose(H, [2])
+    assert book.lend_room(H, 2, cpu, "d1") is None  # lost: no loan until placed again
+    book.lose(H, [])
+    third = book.lend_room(H, 1, {"CPU": 0.0}, "d3")
+    book.removed(H)
+    assert third[0] not in book.lent_out and not book.lent_out
+
+
+def test_a_drivers_task_in_a_served_bundle_waits_for_a_loan_and_gives_it_back():
+    owner, nodes = _Owner(), _Nodes()
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None  # no borrower thread: its answers are given by hand
+    book.note_served(H, ["head", "member", "member"])
+    entry = types.SimpleNamespace(node_id="member")
+    cpu = {"CPU": 1.0}
+    task = _task("t", {"CPU": 1}, 1)
+    assert book.submit(task) and list(book.served_waiting[H]) == [task]
+    assert not book.submit(_task("here", {"CPU": 1}, 0))  # bundle 0: this node's ledger
+    assert not book.submit(_task("any", {"CPU": 1}, -1))  # "any": this node's first
+    assert book.spill(_task("spilled", {"CPU": 1}, -1))  # then a loan elsewhere
+    book._lent(task, H, cpu, None)  # no room now: it still waits
+    assert task in book.served_waiting[H] and nodes.started == []
+    client = object()
+    book._lent(task, H, cpu, (7, 1, entry, ["0"]), client)
+    assert nodes.started == [("t", 1)] and nodes.gpus == [("t", ["0"])]
+    running = book.running[H]
+    assert task in running
+    lent = RemoteBundle(H, 1, cpu, entry, client, None, ["0"])
+    lent.loan = 7
+    book.done(task, lent)
+    assert book._returns == [7] and task not in running
+    gone = book.served_waiting[H][0]  # "spilled": cancelled before its loan came
+    gone.cancelled = True
+    book._lent(gone, H, cpu, (8, 2, entry, []), client)
+    assert book._returns == [7, 8] and len(nodes.started) == 1
+    moved = _task("moved", {"CPU": 1}, 2)
+    assert book.submit(moved)
+    book._lent(moved, H, cpu, "here")  # bundle 2 was placed again on this node
+    assert owner.resubmitted == ["moved"] and H not in book.served
+    book.note_served(H, ["head", "member", "member"])
+    retried = _task("retried", {"CPU": 1}, 1)
+    book.requeue(retried, lent)  # its node died: it waits for a new loan, first
+    assert book.served_waiting[H][0] is retried
+    book.removed(H)
+    assert ("retried", "TaskPlacementGroupRemoved") in owner.failed
+    assert H not in book.served_waiting and H not in book.served
+
+
+def test_the_borrower_drops_cancelled_tasks_and_ends_with_nothing_to_ask():
+    owner, nodes = _Owner(), _Nodes()
+    owner.actors = None  # never asked: nothing to give back or borrow
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book.note_served(H, ["head", "member"])
+    task = _task("t", {"CPU": 1}, 1)
+    assert book.submit(task)
+    task.cancelled = True
+    book._borrow_loop()  # on the caller's thread here: one turn, then it ends
+    assert not book.served_waiting and book._borrower is None

@@ -112,6 +112,12 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_LOOKUP, name, namespace)               →  (SVC_OK, (actor_id, state))
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
     (SVC_KILL, actor_id, no_restart)            →  (SVC_OK, None)
+    (SVC_PG_CREATE, hex, bundles, strategy,     →  (SVC_OK, "CREATED" | "PENDING")  a
+                    name)                          detached group in a cluster, held here
+    (SVC_PG_REMOVE, hex)                        →  (SVC_OK, held here: bool)
+    (SVC_PG_LEND, hex, index, request)          →  (SVC_OK, (loan_id, index, node_entry,
+                                                   gpu_ids) | None (no room now) | "here")
+    (SVC_PG_RETURN, loan_id)                    →  (SVC_OK, None)
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
@@ -147,7 +153,9 @@ from miniray import _version
 #    ACTOR_CALL's group).
 # 7: RESULT and ACTOR_READY carry the worker's times (started, arguments loaded, returned,
 #    sent) for ray.timeline().
-PROTOCOL_VERSION = 7
+# 8: the actor service holds detached placement groups of a cluster (SVC_PG_CREATE,
+#    SVC_PG_REMOVE) and lends their room to drivers' tasks (SVC_PG_LEND, SVC_PG_RETURN).
+PROTOCOL_VERSION = 8
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -193,6 +201,12 @@ CALL_AVAILABLE_RESOURCES = 86
 CALL_NODES = 87
 CALL_STREAM_NEXT = 88
 CALL_PLACEMENT_GROUP = 89
+
+# 5, continued: the actor service's detached placement groups (``owner/placement_groups.py``)
+SVC_PG_CREATE = 90
+SVC_PG_REMOVE = 91
+SVC_PG_LEND = 92
+SVC_PG_RETURN = 93
 
 # 2. control socket
 CANCEL = 20
@@ -256,7 +270,8 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
-                      "SVC_YIELD"),
+                      "SVC_YIELD", "SVC_PG_CREATE", "SVC_PG_REMOVE",
+                      "SVC_PG_LEND", "SVC_PG_RETURN"),
 }
 
 

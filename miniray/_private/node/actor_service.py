@@ -11,6 +11,8 @@ driver owns those itself).
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
+              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN ─────┤ (a detached group
+                                                               │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
                   the caller's store: no copy)
@@ -283,6 +285,8 @@ class ActorService:
                 self.owner.reactor.unregister(other.fd)
                 other.close()
         kill, end = self.life.client_gone(client.token)
+        if self.owner.remote_nodes is not None:  # the room lent to its tasks comes back
+            self.owner.remote_nodes.bundles.drop_loans(client.token)
         actors = self.owner.actors
         for actor_id in kill:
             actors.kill(actor_id, True)
@@ -308,6 +312,17 @@ class ActorService:
             elif tag == protocol.SVC_KILL:
                 actors.kill(message[1], message[2])
                 value = None
+            elif tag == protocol.SVC_PG_LEND:  # no round trip: answered here
+                remote = self.owner.remote_nodes
+                value = None if remote is None else remote.bundles.lend_room(
+                    message[1], message[2], message[3], client.token)
+            elif tag == protocol.SVC_PG_RETURN:
+                if self.owner.remote_nodes is not None:
+                    self.owner.remote_nodes.bundles.return_room(message[1])
+                value = None
+            elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
+                self._group_request(conn, message)
+                return  # answered by its thread
             else:
                 raise ValueError(
                     f"unknown request {protocol.tag_name('actor_service', tag)}")
@@ -315,6 +330,29 @@ class ActorService:
             self._answer(conn, protocol.SVC_ERR, serialization.dumps(error))
             return
         self._answer(conn, protocol.SVC_OK, value)
+
+    def _group_request(self, conn: FramedSocket, message: tuple) -> None:
+        """*Locked.* A detached placement group of the cluster, created or removed by this
+        process's owner as its own (``placement_group_nodes.serve_create`` /
+        ``serve_remove``): round trips to other nodes, so on a thread, which answers the
+        driver (it waits on its control socket, one request at a time)."""
+        pgs = self.owner.pgs
+        fd = conn.fd
+
+        def run() -> None:
+            try:
+                if message[0] == protocol.SVC_PG_CREATE:
+                    status, value = protocol.SVC_OK, pgs.serve_create(*message[1:5])
+                else:
+                    status, value = protocol.SVC_OK, pgs.serve_remove(message[1])
+            except Exception as error:  # noqa: BLE001 - the driver raises it
+                status, value = protocol.SVC_ERR, serialization.dumps(error)
+            with self.owner.locked():
+                if self._conns.get(fd, (None,))[0] is conn:  # the driver is still there
+                    with contextlib.suppress(OSError):
+                        self._answer(conn, status, value)
+
+        threading.Thread(target=run, daemon=True, name="miniray-svc-group").start()
 
     def _create(self, client: _Client, spec, exported) -> tuple[bytes, tuple, str | None]:
         """``(actor id, handle state, warning)``; the warning (the actor can never be placed

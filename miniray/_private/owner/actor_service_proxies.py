@@ -3,7 +3,9 @@
 Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the manager's,
 made in ``ActorManager.__init__``) for a driver joined to a node, whose named and detached
 actors live in the node's actor service: the requests made there without the owner's lock
-(create, with a bundle of this driver's on another node lent for it; lookup; list; kill),
+(create, with a bundle of this driver's on another node lent for it; lookup; list; kill;
+a detached placement group's creation and removal, which the service holds in a cluster,
+and the loans of its room for this driver's tasks),
 the values of ObjectRef arguments that go with a request or a call (``export``,
 ``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
 which calls keep their order and wait for their arguments (``actor_calls.py``).
@@ -11,15 +13,18 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 (``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
-``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked), the manager
-(``proxy``, ``export``, ``nested_ids``: locked), the link (``export``, ``nested_ids``).
+``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
+``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
+locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
+borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
+(``export``, ``nested_ids``).
 """
 
 from __future__ import annotations
 
 import time
 
-from miniray._private.core import placement, runtime_envs
+from miniray._private.core import placement, protocol, runtime_envs
 from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner.actor_records import A_ALIVE, _Actor
 from miniray._private.owner.object_table import PENDING, READY
@@ -74,6 +79,7 @@ class ServiceProxies:
                 if spec.detached:
                     why = ("a detached actor must outlive this driver, and the bundle's "
                            "lease on the other node is held by this driver's link; use a "
+                           "group created with lifetime='detached' (the node holds it), a "
                            "bundle on this node, or leave out lifetime='detached'")
                     raise NotImplementedError(
                         f"actor {spec.class_name}: placement group bundle on another node: "
@@ -144,6 +150,27 @@ class ServiceProxies:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
         said that it lives there)."""
         self.link.kill(actor_id, no_restart)
+
+    def create_group_in_service(self, hex_: str, bundles, strategy: str, name: str) -> str:
+        """*Not locked.* A detached placement group in a cluster is created and held by the
+        node's actor service (``placement_group_nodes._create_served``): CREATED or
+        PENDING there; raises what the service raised (a name taken)."""
+        return self.link._request((protocol.SVC_PG_CREATE, hex_, bundles, strategy, name))
+
+    def remove_group_in_service(self, hex_: str) -> bool:
+        """*Not locked.* Remove a group the node's actor service holds (its bundles on
+        every node, its actors); False when the service does not hold it."""
+        return self.link._request((protocol.SVC_PG_REMOVE, hex_))
+
+    def borrow_room_in_service(self, hex_: str, index: int, base: dict):
+        """*Not locked.* Room for one task in bundle ``index`` of a detached group the
+        service holds on another node (``remote_bundles`` step 8): a loan, None (no room
+        now) or "here"."""
+        return self.link._request((protocol.SVC_PG_LEND, hex_, index, base))
+
+    def return_room_in_service(self, loan_id: int) -> None:
+        """*Not locked.* A loan's task ended: its room goes back to the service."""
+        self.link._request((protocol.SVC_PG_RETURN, loan_id))
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the

@@ -559,6 +559,12 @@ class Owner(OwnerLeases, OwnerEvents):
         """*Not locked* (a ledger read). Whether work for the group can never run."""
         return self.pgs is not None and self.pgs.gone(pg_hex)
 
+    def serves_bundle(self, request: dict) -> bool:
+        """*Locked.* Whether a (rewritten) placement request is in a bundle on another node
+        of a detached group the node's actor service holds (``remote_bundles`` step 8): an
+        actor there is the service's, as a named one is."""
+        return self.remote_nodes is not None and self.remote_nodes.bundles.serves(request)
+
     def in_remote_bundle(self, request: dict) -> bool:
         """*Locked.* Whether a (rewritten) placement request is in a placement group's
         bundle on another node (``remote_bundles``)."""

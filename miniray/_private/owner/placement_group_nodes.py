@@ -13,12 +13,17 @@ ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node fo
 then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
 are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
 actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
-this driver holds on another node fails (``elsewhere``).
+this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
+held by the node's actor service (``_detached_home``): the driver's side asks it
+(``_create_served``, ``_follow_served``, ``_remove_in_service``), the service's side runs
+it as its own group (``serve_create``, ``serve_remove``; docs/detached-placement-groups.md).
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
-Called by: ``PlacementGroups`` (``_attempt``: ``_cluster``, ``_plan``; the watch:
-``_check_loans``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``), the owner
-(``elsewhere``, not locked).
+Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
+``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
+``_check_bundle_nodes``; ``remove``: ``_kill_lent``, ``_remove_in_service``), the owner
+(``elsewhere``, not locked), the node's actor service (``serve_create``, ``serve_remove``,
+not locked, on a thread of its own).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import threading
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
-from miniray._private.owner.placement_group_records import CREATED, _Group
+from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
 
 
@@ -49,6 +54,112 @@ class PlacementGroupNodes:
             with owner.locked():
                 return owner._remote_nodes()
         return owner.remote_nodes
+
+    # -- detached groups: held by the node's actor service ---------------------------------
+    def _detached_home(self) -> str:
+        """*Not locked* (a stat, and a file read for a joined driver). Who holds a detached
+        group this owner creates: "here" (this node's ledger only, as before: not in a
+        cluster, or a driver whose service is the head's, on another host), "service" (the
+        node's actor service, a process as long-lived as the node: ``_create_served``), or
+        "span" (this owner is that service: planned over the cluster like a driver's own
+        group, its bundles on other nodes held by this owner's links)."""
+        if self._cluster() is None:
+            return "here"
+        link = self.owner.actors.link
+        if link is None:
+            return "span"  # only the node's actor service is joined to a node without one
+        return "here" if link.on_another_host() else "service"
+
+    def _create_served(self, hex_: str, bundles, strategy: str, name: str) -> None:
+        """*Not locked.* Ask the node's actor service to create and hold the detached group
+        (``SVC_PG_CREATE``: it validates, checks the name, plans and reserves as for its own
+        group); this driver keeps a record that follows the ledger (``_follow_served``) for
+        ``ready()`` and the table. Raises what the service raised (a name taken)."""
+        group = _Group(hex_, bundles, strategy, name, True)
+        group.served = True
+        with self.owner.locked():
+            self.owner.check_usable()
+            self.groups[hex_] = group
+        try:
+            state = self.owner.actors.create_group_in_service(hex_, bundles, strategy, name)
+        except BaseException:
+            with self.owner.locked():
+                self.groups.pop(hex_, None)
+            raise
+        if state == CREATED:
+            self._try(group)
+        with self.owner.locked():
+            if group.state == PENDING:
+                self._arm_retry()
+
+    def _follow_served(self, group: _Group) -> None:
+        """*Not locked.* A served group that the service reserved (the ledger has it) is
+        CREATED here: its ready objects are set, the work waiting for it is dispatched."""
+        try:
+            lease = self.ledger.groups().get(group.hex)
+        except (OSError, ValueError):
+            return
+        if lease is None:
+            return  # still pending in the service: tried again every RETRY_S
+        with self.owner.locked():
+            if group.state != PENDING:
+                return
+            group.state = CREATED
+            group.nodes = list(lease.group.get("nodes") or ()) or None
+            remote = self.owner.remote_nodes
+            if remote is not None and group.nodes:  # its tasks there borrow room (step 8)
+                remote.bundles.note_served(group.hex, group.nodes)
+            ready, group.ready_ids = group.ready_ids, []
+            self._set_ready(ready, group)
+            self.owner.wake_dispatch()
+
+    def _remove_in_service(self, hex_: str) -> None:
+        """*Not locked.* Before a removal here: a group the node's actor service may hold
+        (this driver's served one, or one it does not know) is removed there
+        (``SVC_PG_REMOVE``: its actors die, its bundles on every node are released). A
+        service that cannot be reached: the ledger release that follows is what other
+        drivers see."""
+        group = self.groups.get(hex_)
+        if group is not None and not group.served:
+            return
+        link = self.owner.actors.link
+        if link is None or self._cluster() is None:
+            return
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        try:
+            if not link.on_another_host():
+                self.owner.actors.remove_group_in_service(hex_)
+        except (ServiceUnavailable, OSError):
+            pass
+
+    def _note_if_served(self, hex_: str, record: dict) -> bool:
+        """*Not locked.* Whether the group of this ledger ``record`` is a detached group
+        that the node's actor service holds with bundles on other nodes; if so, noted
+        (``RemoteBundles.note_served``): this driver's tasks there borrow room from the
+        service, its actors there are the service's."""
+        nodes = list(record.get("nodes") or ())
+        if not record.get("detached") or all(n == self.node_id for n in nodes) or \
+                self._detached_home() != "service":
+            return False
+        cluster = self._cluster()
+        with self.owner.locked():
+            cluster.bundles.note_served(hex_, nodes)
+        return True
+
+    def serve_create(self, hex_: str, bundles, strategy: str, name: str) -> str:
+        """*Not locked.* In the node's actor service (``SVC_PG_CREATE``): create the
+        detached group as this owner's own ("span"); CREATED or PENDING."""
+        self.create(hex_, bundles, strategy, name, True)
+        return CREATED if self.state_of(hex_) == CREATED else PENDING
+
+    def serve_remove(self, hex_: str) -> bool:
+        """*Not locked.* In the node's actor service (``SVC_PG_REMOVE``): remove the group
+        if this owner holds it; whether it did."""
+        if hex_ not in self.groups:
+            return False
+        self.remove(hex_)
+        return True
 
     def _plan(self, group: _Group, cluster) -> list[str] | None:
         """*Not locked.* Each bundle's node now (``node_pick.plan_bundles`` on the view,
@@ -83,7 +194,9 @@ class PlacementGroupNodes:
         ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
         group reserved by another driver is held on another node by that driver's link
         (``remote_bundles``); None: it may run here. The caller skips it for this driver's
-        own groups, whose remote bundles run its tasks."""
+        own groups, whose remote bundles run its tasks. A detached group that the node's
+        actor service holds is noted instead (``_note_if_served``: its tasks there borrow
+        room from the service) and None returned."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return None
@@ -101,6 +214,14 @@ class PlacementGroupNodes:
         where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
         local = [i for i, node in enumerate(nodes) if node == self.node_id]
         hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
+        if self._note_if_served(pg_hex, record):
+            return None  # its tasks there borrow room from the service
+        if record.get("detached"):
+            return (f"The task asks for {what} of detached placement group '{name}' "
+                    f"({where}); its bundles on other nodes are held by the node's actor "
+                    "service, and a driver's tasks in them are not supported yet. Run the "
+                    "work in an actor with a name or lifetime='detached' (the service runs "
+                    f"those in any bundle of the group){hint}.")
         return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
                 f"driver that created the group (job {record.get('job_id') or '?'}) can run "
                 "work in its bundles on other nodes, which it holds over its own links. "

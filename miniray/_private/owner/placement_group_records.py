@@ -27,7 +27,7 @@ RESCHEDULING = "RESCHEDULING"  # created, and a bundle whose node died is placed
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
                  "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
-                 "nodes", "noted", "never", "trying", "replacing")
+                 "nodes", "noted", "never", "trying", "replacing", "served", "spans")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -47,6 +47,11 @@ class _Group:
         self.never = False  # the last plan found no set of alive nodes that can hold it
         self.trying = False  # an attempt runs (create's and a retry thread's never overlap)
         self.replacing = False  # a thread places bundles whose node died again
+        # A detached group in a cluster is held by the node's actor service: ``served`` in
+        # the driver that asked for it (its record here only follows the ledger), ``spans``
+        # in the service (planned over the cluster's nodes like a driver's own group).
+        self.served = False
+        self.spans = False
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""

@@ -17,9 +17,12 @@ In a cluster (the node's view file exists), each attempt plans every bundle's no
 node), then this node's subset in its ledger under the group's own bundle indexes, recorded
 with every bundle's node (the table's ``bundles_to_node_id``). The ledger record comes last,
 so ``ready()`` means every bundle is held. No room now: pending, tried again every RETRY_S.
-A detached group stays on this node (its bundles on other nodes would be held by this
-driver's links, which end with it). Bundles whose node died are placed again from the watch
-(``placement_group_nodes.py``).
+A detached group in a cluster is held by the node's actor service, which lives as long as
+the node (``placement_group_nodes._detached_home``): a driver asks the service to create it
+(``_create_served``; its record here follows the ledger) and to remove it
+(``_remove_in_service``), and the service creates it as its own group, across nodes; outside
+a cluster, or from a driver whose service is the head's on another host, it stays on this
+node. Bundles whose node died are placed again from the watch (``placement_group_nodes.py``).
 
 ::
 
@@ -96,9 +99,13 @@ class PlacementGroups(PlacementGroupNodes):
         STRICT_SPREAD bundles on a node outside a cluster (it could never be placed); in a
         cluster such a group, or one no set of nodes can hold now, stays pending (as in
         Ray) with one stderr line, and is placed when nodes that can hold it join."""
+        home = self._detached_home() if detached else ""
+        if home == "service":
+            return self._create_served(hex_, bundles, strategy, name)
         why = placement.group_infeasible(bundles, strategy, 1, self.totals)
         group = _Group(hex_, bundles, strategy, name, detached)
-        in_cluster = not detached and self._cluster() is not None
+        group.spans = home == "span"
+        in_cluster = (not detached or group.spans) and self._cluster() is not None
         if (why is not None and strategy == "STRICT_SPREAD" and len(bundles) > 1
                 and not in_cluster):
             raise ValueError(f"Placement group {name or hex_} cannot be created: {why}.")
@@ -150,9 +157,11 @@ class PlacementGroups(PlacementGroupNodes):
                 group.trying = False
 
     def _attempt(self, group: _Group) -> None:
+        if group.served:
+            return self._follow_served(group)
         group.attempts += 1
         holder = self.holder_for_detached if group.detached else self.pid
-        cluster = None if group.detached else self._cluster()
+        cluster = None if group.detached and not group.spans else self._cluster()
         plan = self._plan(group, cluster) if cluster is not None else None
         if cluster is not None and plan is None:
             return  # no set of nodes has room now: pending
@@ -313,7 +322,10 @@ class PlacementGroups(PlacementGroupNodes):
     def remove(self, hex_: str) -> None:
         """*Not locked.* Release the group: this driver's work in it fails (queued tasks,
         ready objects), running tasks and actors in it are killed, then the ledger gets
-        its resources back. Removing a group twice, or one of another driver, works."""
+        its resources back. Removing a group twice, or one of another driver, works. A
+        detached group the node's actor service holds is removed there first (its bundles
+        on every node, its actors: ``_remove_in_service``)."""
+        self._remove_in_service(hex_)
         host_lease = None
         with self.owner.locked():
             group = self.groups.get(hex_)
@@ -351,7 +363,9 @@ class PlacementGroups(PlacementGroupNodes):
             used = self.owner.groups_in_use()
             remote = self.owner.remote_nodes
             if remote is not None:
-                used |= set(remote.bundles.groups)
+                bundles = remote.bundles
+                used |= set(bundles.groups) | set(bundles.served_waiting) | {
+                    h for h, tasks in bundles.running.items() if tasks}
             if used:
                 self.owner.defer(lambda: self._check_used(used))
 
@@ -405,6 +419,7 @@ class PlacementGroups(PlacementGroupNodes):
         driver of the node, or pending here); ValueError as Ray's when there is none."""
         for hex_, lease in self.ledger.groups().items():
             if name and lease.group.get("name") == name:
+                self._note_if_served(hex_, lease.group)
                 return hex_, lease.group["bundles"]
         for group in self.groups.values():
             if name and group.name == name and group.state == PENDING:

@@ -6,7 +6,9 @@ node for the group's life), releasing them, and the tasks scheduled into such a 
 what is free in each bundle (``placement.pick_bundle``, pure), the tasks waiting for room
 in one, starting a task there (``RemoteNodes.run_in_bundle``: a worker of that node, no
 lease of its own) and giving its room back when it ends, and failing and killing them
-when the group is removed.
+when the group is removed; and the loans of room in a detached group's bundles on other
+nodes, which the node's actor service holds and lends to any driver's tasks (step 8, both
+sides).
 Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, its local
 bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
@@ -15,8 +17,10 @@ Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not l
 ``RemoteNodes.spill`` (``spill``, locked), ``RemoteNodes._run`` (``done``, locked),
 ``actors.ActorManager`` (``lend``, ``end_loan``, ``borrow``: step 7, locked),
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
-``_replace`` (``find_lost``, ``replace``, locked) and ``remote_actors.RemoteActors``
-(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked).
+``_replace`` (``find_lost``, ``replace``, locked), ``remote_actors.RemoteActors``
+(``holds``, ``take``, ``give_back``, ``lose_bundle``, locked), ``placement_group_nodes``
+(``note_served``, locked), the owner (``serves``, locked) and the node's actor service
+(``lend_room``, ``return_room``, ``drop_loans``: step 8, locked).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -70,6 +74,20 @@ Steps for group G of driver D with bundle i planned on node N::
    named actor's creator leaving does, and after N's death it does not restart (S's
    ledger never holds the bundle).
 
+8. A task of any driver E in a bundle on another node of a detached group that the node's
+   actor service S holds (docs/detached-placement-groups.md): E knows the group as served
+   (``note_served``: each bundle's node, from the ledger's record); ``submit`` (or
+   ``spill``, for "any bundle" when this node's bundles are full) puts the task in
+   ``served_waiting``, and E's borrower thread (``_borrow_loop``) asks S for room
+   (``SVC_PG_LEND``); S's ``lend_room`` takes it from its bundle as for a task of its own
+   and answers a loan (``(loan id, index, NodeEntry, GPU ids)``), None (no room now: asked
+   again every LOAN_POLL_S) or "here" (the bundle is on this node now: the owner's queue).
+   ``_lent`` runs the task on a lease-less ``RemoteBundle`` of the loan, on E's own link;
+   ``done`` queues ``SVC_PG_RETURN`` (S: ``return_room``); ``requeue`` (the node died)
+   makes it wait for a new loan; ``removed`` fails the waiting ones. S drops the loans of
+   a driver whose link closed (``drop_loans``) and a removed group's. An actor of E
+   there (``serves``) is created in S, as a named one is.
+
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
 (its ``held`` GPUs) when its worker ends.
@@ -78,9 +96,11 @@ units, as the node's ledger picks devices): a task's given back when it ends, an
 from __future__ import annotations
 
 import collections
+import threading
 from typing import Any
 
 from miniray._private.core import placement
+from miniray._private.owner.placement_group_loans import BundleLoans
 from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 __all__ = ["RemoteBundle", "RemoteBundles"]
@@ -90,7 +110,7 @@ class RemoteBundle:
     """One bundle of a group held on another node: its lease there and what is free in it."""
 
     __slots__ = ("pg_hex", "index", "resources", "entry", "client", "lease_id", "gpu_ids",
-                 "free", "gpu_free", "gpus_taken")
+                 "free", "gpu_free", "gpus_taken", "loan")
 
     def __init__(self, pg_hex: str, index: int, resources: dict, entry, client,
                  lease_id: str, gpu_ids: list):
@@ -105,6 +125,7 @@ class RemoteBundle:
         # Each of its GPUs' free units: a task takes its own share (``placement.pick_gpus``).
         self.gpu_free = [placement.INSTANCE_UNIT] * len(self.gpu_ids)
         self.gpus_taken: dict = {}  # task -> its (position, units) of gpu_free
+        self.loan = None  # the service's loan id: one task's room lent by it (step 8)
 
     def take_gpus(self, task, amount: float) -> list[str]:
         """*Locked.* ``task``'s devices of this bundle for ``amount`` GPUs (the caller
@@ -130,8 +151,9 @@ class RemoteBundle:
         return self.entry.node_id
 
 
-class RemoteBundles:
-    """Given the ``owner`` and its ``RemoteNodes`` (``nodes``): see the module docstring."""
+class RemoteBundles(BundleLoans):
+    """Given the ``owner`` and its ``RemoteNodes`` (``nodes``): see the module docstring.
+    Step 8's methods are its mixin's (``placement_group_loans.py``)."""
 
     def __init__(self, owner, nodes):
         self.owner = owner
@@ -146,6 +168,17 @@ class RemoteBundles:
         # Step 7, S's side: groups lent by a driver whose node is not S's (their ledger is
         # not S's: that driver's watch ends their actors, S's never does)
         self.lender_watched: set[str] = set()
+        # Step 8, a driver's side: detached groups the node's actor service holds, each
+        # bundle's node (hex -> [node id]); the tasks waiting for a loan of room in one of
+        # their bundles on another node; loans to give back; the thread that asks.
+        self.served: dict[str, list] = {}
+        self.served_waiting: dict[str, collections.deque] = {}
+        self._returns: list = []
+        self._borrower: threading.Thread | None = None
+        self._wake = threading.Event()
+        # Step 8, the service's side: loan id -> (bundle, the task's request, driver token).
+        self.lent_out: dict[int, tuple] = {}
+        self._loan_seq = 0
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
     def reserve(self, pg_hex: str, name: str, bundles: list, plan: list[str]
@@ -210,6 +243,8 @@ class RemoteBundles:
     def submit(self, task) -> bool:
         """*Locked.* Step 3: True when ``task`` is this module's (its bundle is on another
         node, or it asks for any bundle of a group with none here); False: it runs here."""
+        if self._served_remote(task.spec.request, spill=False):
+            return self._wait_for_loan(task)
         if self._bundle_of(task.spec.request) is None:
             return False  # a bundle of this node (the local ledger provides it), or none
         pg_hex = placement.bundle_request(task.spec.request)[0]
@@ -309,6 +344,8 @@ class RemoteBundles:
         nodes, which waits in the local queue because this node's bundles have no room now
         (``RemoteNodes.spill``): True when it started in a remote bundle with room now;
         False: it stays (Ray's -1 is any bundle with room)."""
+        if not task.cancelled and self._served_remote(task.spec.request, spill=True):
+            return self._wait_for_loan(task)
         parsed = placement.bundle_request(task.spec.request)
         if parsed is None or parsed[1] >= 0 or task.cancelled:
             return False
@@ -365,6 +402,10 @@ class RemoteBundles:
         pg_hex = bundle.pg_hex
         group = self.groups.get(pg_hex)
         task.state, task.worker = T_WAITING, None
+        if bundle.loan is not None:  # lent room (step 8): a new loan, where S placed it
+            self.served_waiting.setdefault(pg_hex, collections.deque()).appendleft(task)
+            self._kick()
+            return
         if group is not None and bundle.index not in group:  # held by this node now
             self.owner.tasks.resubmit(task)
             return
@@ -420,6 +461,10 @@ class RemoteBundles:
         if running is None or task not in running:
             return
         running.discard(task)
+        if bundle.loan is not None:  # lent room (step 8): back to the service
+            self._returns.append(bundle.loan)
+            self._kick()
+            return
         base = placement.bundle_request(task.spec.request)[2]
         for name, amount in base.items():
             bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
@@ -434,7 +479,8 @@ class RemoteBundles:
 
         error = TaskPlacementGroupRemoved(
             "The placement group corresponding to this task has been removed.")
-        for task in self.waiting.pop(pg_hex, ()):
+        for task in list(self.waiting.pop(pg_hex, ())) + list(
+                self.served_waiting.pop(pg_hex, ())):
             if task.state != T_DONE:
                 self.owner.tasks.fail(task, error)
         for task in self.running.pop(pg_hex, ()):
@@ -447,6 +493,9 @@ class RemoteBundles:
             del self.loans[actor_id]  # the service's watch ends the actor
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
+        self.served.pop(pg_hex, None)
+        for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:
+            del self.lent_out[loan_id]  # the service's side: the bundles are released
 
     # -- step 7: a named actor in a remote bundle -----------------------------------------
     def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
@@ -503,6 +552,13 @@ class RemoteBundles:
         for actor_id in moved:
             del self.loans[actor_id]
         return moved
+
+    def _loaned(self, pg_hex: str, index: int, base: dict, entry, client, gpu_ids: list,
+                loan_id: int) -> RemoteBundle:
+        """*Locked.* Step 8: a lease-less bundle of one task's room lent by the service."""
+        bundle = RemoteBundle(pg_hex, index, base, entry, client, None, gpu_ids)
+        bundle.loan = loan_id
+        return bundle
 
     def node_of(self, pg_hex: str) -> dict[int, str]:
         """*Locked.* Bundle index -> node id of the group's remote bundles."""

@@ -1,0 +1,213 @@
+"""Loans of room in a detached placement group's bundles on other nodes (``remote_bundles``
+step 8), both sides: the node's actor service lends, any driver of the node borrows.
+
+Owns: the methods of ``remote_bundles.RemoteBundles`` (a mixin of it: the state is its own,
+made in ``RemoteBundles.__init__``) for a detached group that the node's actor service S
+holds (docs/detached-placement-groups.md). A driver's side: which groups are served and
+where their bundles are (``note_served``), whether a task or an actor of a placement
+request is the service's business (``_served_remote``, ``serves``), the tasks waiting for a
+loan and the thread that asks for them and gives them back (``_borrow_loop``, ``_lent``).
+S's side: the loans it made, each of one task's request of one bundle, to which driver
+(``lend_room``, ``return_room``, ``drop_loans``).
+Does not own: the bundles' leases, their room and the tasks once started
+(``remote_bundles.py``), the requests' wire (``actor_service_proxies.py``,
+``node/actor_service.py``), the group's record (``placement_groups.py``).
+Called by: ``RemoteBundles`` (``submit``, ``spill``, ``requeue``, ``done``, ``removed``:
+locked), ``placement_group_nodes`` (``note_served``, locked), the owner (``serves``,
+locked), the node's actor service (``lend_room``, ``return_room``, ``drop_loans``, locked,
+on its I/O thread).
+
+Steps (driver E, service S, member N; the loan protocol is numbered in
+``core/protocol.py`` section 5)::
+
+    1. E: a task for bundle i of served group G on N waits in ``served_waiting``.
+    2. E's thread: SVC_PG_LEND(G, i, request) -> S ``lend_room``: its bundle's room less
+       the request, a loan id; or None (no room now: E asks again in LOAN_POLL_S); or
+       "here" (i is S's node's now: the task goes to E's own queue).
+    3. E: ``_lent`` starts the task on a lease-less bundle of the loan (E's link to N).
+    4. The task ends however it ends (``done``; ``requeue`` after N died: it waits for a
+       new loan first): SVC_PG_RETURN(loan id) from E's thread -> S ``return_room``.
+    5. E's link to S closes: S ``drop_loans``; G removed: S forgets G's loans, E's watch
+       fails E's tasks in G (``RemoteBundles.removed``).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from miniray._private.core import placement
+from miniray._private.owner.tasks import T_DONE, T_WAITING
+
+
+class BundleLoans:
+    """``RemoteBundles``' step 8 (see the module docstring); every attribute is the
+    ``RemoteBundles``'."""
+
+    def note_served(self, pg_hex: str, nodes: list) -> None:
+        """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
+        service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
+        bundle on another node borrow room from the service."""
+        self.served[pg_hex] = list(nodes)
+
+    def serves(self, request) -> bool:
+        """*Locked.* Whether an actor of this placement ``request`` is in a served group's
+        bundle on another node (or "any bundle" of one with none here): the node's actor
+        service creates it, as its own (``ActorManager.is_node_actor``)."""
+        return self._served_remote(request, spill=False)
+
+    def _served_remote(self, request, spill: bool) -> bool:
+        """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
+        on another node of a served group: its bundle is on another node, or it asks for
+        any bundle (-1) and the group has none here (``spill``: none here with room now,
+        the local queue says so, and some on another node)."""
+        parsed = placement.bundle_request(request)
+        nodes = self.served.get(parsed[0]) if parsed is not None else None
+        if not nodes:
+            return False
+        index, local = parsed[1], self.nodes.local
+        if index >= 0:
+            return index < len(nodes) and nodes[index] != local
+        if spill:
+            return any(node != local for node in nodes)
+        return all(node != local for node in nodes)
+
+    def _wait_for_loan(self, task) -> bool:
+        """*Locked.* ``task`` waits for the service to lend room (the borrower's thread)."""
+        pg_hex = placement.bundle_request(task.spec.request)[0]
+        self.served_waiting.setdefault(pg_hex, collections.deque()).append(task)
+        self._kick()
+        return True
+
+    def _kick(self) -> None:
+        """*Locked.* The borrower's thread asks now (started when none runs)."""
+        self._wake.set()
+        if self._borrower is None and not self.owner.closed:
+            self._borrower = threading.Thread(target=self._borrow_loop, daemon=True,
+                                              name="miniray-pg-borrow")
+            self._borrower.start()
+
+    LOAN_POLL_S = 0.1  # how often tasks waiting for room in a served bundle ask again
+
+    def _borrow_loop(self) -> None:
+        """*Not locked*, its own thread. Give back the loans of tasks that ended
+        (``SVC_PG_RETURN``), then ask the service for room for each waiting task
+        (``SVC_PG_LEND``, once per bundle and request shape a turn), start those it lends
+        room to (``RemoteNodes.run_in_bundle`` on a lease-less bundle of that room, on
+        this driver's own link to the node), and wait LOAN_POLL_S (or a kick) while some
+        still wait. Ends when nothing is left to give back or ask."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        owner = self.owner
+        actors = owner.actors
+        while True:
+            self._wake.clear()
+            with owner.locked():
+                returns, self._returns = self._returns, []
+                for pg_hex, queue in list(self.served_waiting.items()):  # cancelled: out
+                    kept = collections.deque(t for t in queue
+                                             if not t.cancelled and t.state != T_DONE)
+                    if kept:
+                        self.served_waiting[pg_hex] = kept
+                    else:
+                        del self.served_waiting[pg_hex]
+                asks = [task for queue in self.served_waiting.values() for task in queue]
+                if owner.closed or (not returns and not asks):
+                    self._borrower = None
+                    return
+            for loan_id in returns:
+                try:
+                    actors.return_room_in_service(loan_id)
+                except (ServiceUnavailable, OSError):
+                    pass  # the service is gone: its loans went with it
+            denied = set()
+            for task in asks:
+                pg_hex, index, base = placement.bundle_request(task.spec.request)
+                shape = (pg_hex, index, tuple(sorted(base.items())))
+                if shape in denied:
+                    continue
+                client = answer = None
+                try:
+                    answer = actors.borrow_room_in_service(pg_hex, index, base)
+                    if isinstance(answer, tuple):  # the link to its node (opened once)
+                        client = self.nodes.client(answer[2])
+                except Exception:  # noqa: BLE001 - the service or the node is gone: the
+                    if isinstance(answer, tuple):  # watch ends the work of a removed group
+                        with owner.locked():
+                            self._returns.append(answer[0])  # given back next turn
+                    answer = None
+                if answer is None:
+                    denied.add(shape)
+                with owner.locked():
+                    self._lent(task, pg_hex, base, answer, client)
+            if asks and not returns:
+                self._wake.wait(self.LOAN_POLL_S)
+
+    def _lent(self, task, pg_hex: str, base: dict, answer, client=None) -> None:
+        """*Locked.* The service's answer for ``task``: None (no room now: it waits),
+        "here" (its bundle is on this node now: the owner's queue), or a loan: the task
+        starts in it, unless it left its queue meanwhile (the loan goes back)."""
+        queue = self.served_waiting.get(pg_hex)
+        waiting = queue is not None and task in queue and not task.cancelled
+        if answer is None:
+            return
+        if answer == "here":
+            self.served.pop(pg_hex, None)  # read again from the ledger when it is needed
+            if waiting:
+                queue.remove(task)
+                task.state, task.worker = T_WAITING, None
+                self.owner.tasks.resubmit(task)
+            return
+        loan_id, index, entry, gpu_ids = answer
+        if not waiting or self.owner.closed:
+            self._returns.append(loan_id)
+            return
+        queue.remove(task)
+        if not queue:
+            self.served_waiting.pop(pg_hex, None)
+        bundle = self._loaned(pg_hex, index, base, entry, client, gpu_ids, loan_id)
+        self.running.setdefault(pg_hex, set()).add(task)
+        self.nodes.run_in_bundle(task, bundle, gpu_ids)
+
+    def lend_room(self, pg_hex: str, index: int, base: dict, token: str):
+        """*Locked.* The service's side (``SVC_PG_LEND``): room for a task of the driver
+        ``token`` in bundle ``index`` (-1: any) of a group this owner holds on other
+        nodes, taken from the bundle as for a task of its own: ``(loan id, bundle index,
+        NodeEntry, GPU ids)``; None: no room now (or the bundle is lost); "here": the
+        bundle is on this node now (the ledger provides it)."""
+        parts = self.groups.get(pg_hex)
+        if parts is None:
+            return None
+        if (index >= 0 and index not in parts) or (index < 0 and not parts):
+            return "here"  # placed again on this node (a lost one stays in parts till then)
+        usable = self._usable(pg_hex, parts)
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
+                                       {i: b.gpu_free for i, b in usable.items()})
+        if picked is None:
+            return None
+        bundle = usable[picked]
+        self._loan_seq += 1
+        loan_id = self._loan_seq
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) - float(amount)
+        gpu_ids = bundle.take_gpus(("loan", loan_id), float(base.get("GPU", 0.0)))
+        self.lent_out[loan_id] = (bundle, dict(base), token)
+        return loan_id, picked, bundle.entry, gpu_ids
+
+    def return_room(self, loan_id: int) -> None:
+        """*Locked.* The service's side (``SVC_PG_RETURN``): a loan's room comes back."""
+        loan = self.lent_out.pop(loan_id, None)
+        if loan is None:
+            return
+        bundle, base, _token = loan
+        for name, amount in base.items():
+            bundle.free[name] = bundle.free.get(name, 0.0) + float(amount)
+        bundle.give_gpus(("loan", loan_id))
+        self._pump(bundle.pg_hex)
+
+    def drop_loans(self, token: str) -> int:
+        """*Locked.* The service's side: the driver ``token`` left; its loans come back."""
+        ended = [i for i, loan in self.lent_out.items() if loan[2] == token]
+        for loan_id in ended:
+            self.return_room(loan_id)
+        return len(ended)

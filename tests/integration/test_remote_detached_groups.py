@@ -1,0 +1,346 @@
+"""Detached placement groups across nodes on fake hosts (docs/detached-placement-groups.md):
+the node's actor service holds the group, its bundles on other nodes, and the named and
+detached actors in them; the group outlives its driver, any driver of the node finds,
+uses and removes it, the head stopping releases it on every node, and a member dying has
+its bundle placed again with the actors in it restarted.
+
+A head on 127.0.0.1 and members on 127.0.0.2 (and .3), each with its own root (``FakeHosts``
+of test_cluster_join.py: every process, session, segment and lease of each root is checked
+on teardown); drivers run on the head's host.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+
+from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
+from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_placement import _cluster
+from .test_remote_placement_groups import PG
+from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
+
+WHERE = """
+    @ray.remote(num_cpus=1)
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+    """
+
+
+def _member_group_leases(hosts, ip: str = MEMBER) -> list:
+    return [lease for lease in ledger_leases(hosts.env(ip)).values()
+            if "placement group" in (lease.get("tag") or "")]
+
+
+def _head_groups(hosts) -> list:
+    return [lease for lease in ledger_leases(hosts.env("127.0.0.1")).values()
+            if lease.get("group")]
+
+
+def _create_detached(hosts, name: str, *, max_restarts: int = 0, cpus: int = 1,
+                     keeper: bool = True) -> dict:
+    """A driver that creates detached STRICT_SPREAD group ``name`` (one CPU on the head,
+    ``cpus`` on a member) and a detached actor ``keeper`` in bundle 1, then exits."""
+    return _run_driver(hosts, PG + WHERE + f"""
+    pg = placement_group([{{"CPU": 1}}, {{"CPU": {cpus}}}], strategy="STRICT_SPREAD",
+                         name={name!r}, lifetime="detached")
+    ready = pg.wait(20)
+    table = placement_group_table(pg)
+    kept = None
+    if {keeper!r}:
+        keeper = Where.options(
+            name="keeper", namespace="kept", lifetime="detached", max_restarts={max_restarts},
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+        kept = ray.get(keeper.ip.remote(), timeout=30)
+    print(json.dumps({{"ready": ready, "here": here, "member": member,
+                      "state": table["state"], "nodes": table["bundles_to_node_id"],
+                      "keeper": kept}}), flush=True)
+    ray.shutdown()
+    """)
+
+
+def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes_it(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _create_detached(hosts, "dg")
+    assert doc["ready"] is True and doc["state"] == "CREATED", doc
+    assert doc["nodes"] == {"0": doc["here"], "1": doc["member"]}, doc
+    assert doc["keeper"] == MEMBER, doc  # the detached actor runs in the member's bundle
+    # The driver is gone: the group and its bundle on the member stay.
+    (lease,) = _member_group_leases(hosts)
+    assert "placement group dg bundle 1" in lease["tag"], lease
+    assert len(_head_groups(hosts)) == 1
+    other = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("dg")
+    nodes = placement_group_table(pg)["bundles_to_node_id"]
+    keeper = ray.get_actor("keeper", namespace="kept")
+    kept = ray.get(keeper.ip.remote(), timeout=30)
+
+    def run(index):
+        try:
+            return ray.get(in_bundle(pg, index).remote(), timeout=20)[0]
+        except Exception as error:
+            return [type(error).__name__, str(error)]
+
+    # The keeper holds the member bundle's one CPU: a task there waits for it.
+    waiting = in_bundle(pg, 1).remote()
+    ready, _ = ray.wait([waiting], timeout=1.5)
+    waited = not ready
+    ray.kill(keeper)
+    head_task, member_task = run(0), run(1)
+    after_kill = ray.get(waiting, timeout=20)[0]
+    # A named actor of this driver in the member's bundle: the service runs it there too.
+
+    @ray.remote(num_cpus=1)
+    class Named:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    named = Named.options(name="named", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    named_ip = ray.get(named.ip.remote(), timeout=30)
+    remove_placement_group(pg)
+    try:
+        ray.get(named.ip.remote(), timeout=20)
+        after = "alive"
+    except Exception as error:
+        after = type(error).__name__
+    print(json.dumps({"nodes": nodes, "kept": kept, "head_task": head_task,
+                      "member_task": member_task, "named": named_ip, "after": after,
+                      "waited": waited, "after_kill": after_kill,
+                      "here": here, "member": member}), flush=True)
+    ray.shutdown()
+    """)
+    assert other["nodes"] == {"0": other["here"], "1": other["member"]}, other
+    assert other["kept"] == MEMBER, other
+    assert other["head_task"] == "127.0.0.1", other  # the head's bundle: the node's ledger
+    assert other["member_task"] == MEMBER, other  # room lent by the service
+    assert other["waited"] is True and other["after_kill"] == MEMBER, other
+    assert other["named"] == MEMBER, other
+    assert other["after"] == "ActorDiedError", other
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
+def test_a_detached_groups_name_is_the_clusters_and_the_head_stopping_releases_it(hosts):
+    _cluster(hosts, "2", "2")
+    doc = _create_detached(hosts, "once")
+    assert doc["ready"] is True, doc
+    again = _run_driver(hosts, PG + """
+    try:
+        placement_group([{"CPU": 1}], name="once", lifetime="detached")
+        taken = "created"
+    except Exception as error:
+        taken = [type(error).__name__, str(error)]
+    print(json.dumps({"taken": taken}), flush=True)
+    ray.shutdown()
+    """)
+    assert again["taken"][0] == "RaySystemError" and "already exists" in again["taken"][1], again
+    assert len(_member_group_leases(hosts)) == 1
+    stopped = cli(hosts.env("127.0.0.1"), "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+
+
+def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_actor(hosts):
+    _cluster(hosts, "2", "2")
+    other = "127.0.0.3"
+    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    assert joined.returncode == 0, joined.stderr
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    doc = _create_detached(hosts, "moves", max_restarts=1, cpus=2)
+    victim = doc["keeper"]
+    assert victim in (MEMBER, other), doc
+    survivor = other if victim == MEMBER else MEMBER
+    proc = driver(PRELUDE.replace('"127.0.0.2" and n["Alive"]', '"127.0.0.1"') + PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("moves")
+    first = placement_group_table(pg)["bundles_to_node_id"][1]
+    # A task of this driver in the member's bundle (room lent by the service), running when
+    # its node dies: retried (max_retries=1) in the bundle's new place.
+    long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote(3.0)
+    time.sleep(1.5)
+    print(json.dumps({"started": True}), flush=True)
+    sys.stdin.readline()  # the test kills bundle 1's node now
+    states, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < 20:
+        table = placement_group_table(pg)
+        states.append(table["state"])
+        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] not in ("", first):
+            break
+        time.sleep(0.05)
+    took = time.monotonic() - t0
+    ray_nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    moved_to = ray_nodes.get(table["bundles_to_node_id"][1])
+    keeper = ray.get_actor("keeper", namespace="kept")
+    restarted = ray.get(keeper.ip.remote(), timeout=30)
+    retried = ray.get(long, timeout=30)[0]
+    remove_placement_group(pg)
+    print(json.dumps({"states": sorted(set(states)), "moved_to": moved_to,
+                      "restarted": restarted, "retried": retried, "took": took}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    try:
+        assert json_line(proc, 30) == {"started": True}
+        os.kill(hosts.record(victim).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        moved = json_line(proc, 60)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert moved["moved_to"] == survivor, moved
+    assert moved["restarted"] == survivor, moved
+    assert moved["retried"] == survivor, moved  # the borrowed task, retried there
+    assert wait_until(lambda: not _member_group_leases(hosts, survivor), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    print(f"\ndetached bundle placed again {moved['took']:.2f} s after its driver looked")
+
+
+def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(hosts):
+    """Every exit path of a loan (result, failure, cancel, removal, the driver's exit)
+    gives the member bundle's one CPU back: the next task there runs at once. An actor
+    without a name there is the service's, and dies with the group."""
+    _cluster(hosts, "2", "2")
+    assert _create_detached(hosts, "lend", keeper=False)["ready"] is True
+    first = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("lend")
+
+    @ray.remote(num_cpus=1)
+    def fails():
+        raise ValueError("no")
+
+    def quick():
+        t0 = time.monotonic()
+        ip = ray.get(in_bundle(pg, 1).remote(), timeout=20)[0]
+        return ip, time.monotonic() - t0
+
+    result = quick()
+    try:
+        ray.get(fails.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote(), timeout=20)
+        failed = "returned"
+    except Exception as error:
+        failed = type(error).__name__
+    after_failure = quick()
+    long = in_bundle(pg, 1).remote(30.0)
+    time.sleep(1.0)
+    queued = in_bundle(pg, 1).remote()  # waits for the one CPU
+    ray.cancel(queued)
+    ray.cancel(long, force=True)
+    cancelled = []
+    for ref in (long, queued):
+        try:
+            ray.get(ref, timeout=20)
+            cancelled.append("returned")
+        except Exception as error:
+            cancelled.append(type(error).__name__)
+    after_cancel = quick()
+    in_flight = in_bundle(pg, 1).remote(30.0)  # running when this driver exits
+    time.sleep(1.0)
+    print(json.dumps({"result": result, "failed": failed, "after_failure": after_failure,
+                      "cancelled": cancelled, "after_cancel": after_cancel}), flush=True)
+    ray.shutdown()
+    """)
+    assert first["result"][0] == MEMBER, first
+    assert first["failed"] == "RayTaskError(ValueError)" or "ValueError" in first["failed"], first
+    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 5.0, first
+    assert first["cancelled"] == ["TaskCancelledError", "TaskCancelledError"], first
+    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 5.0, first
+    second = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("lend")
+    t0 = time.monotonic()
+    after_exit = ray.get(in_bundle(pg, 1).remote(), timeout=20)[0]
+    after_exit_s = time.monotonic() - t0
+    timings = {}
+    own = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    assert own.wait(20)
+    # The head's bundle (the node's ledger), the member's (a loan), and for comparison
+    # the member's bundle of this driver's own group (its lease, no loan).
+    for what, group, index in (("here", pg, 0), ("lent", pg, 1), ("own", own, 1)):
+        ray.get(in_bundle(group, index).remote(), timeout=20)
+        t0 = time.monotonic()
+        for _ in range(20):
+            ray.get(in_bundle(group, index).remote(), timeout=20)
+        timings[what] = (time.monotonic() - t0) / 20 * 1000
+    remove_placement_group(own)
+
+    @ray.remote(num_cpus=0)
+    class Anonymous:  # no name: the service runs it in the member's bundle all the same
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    anonymous = Anonymous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    anonymous_ip = ray.get(anonymous.ip.remote(), timeout=30)
+    long = in_bundle(pg, 1).remote(30.0)
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    remove_placement_group(pg)
+    try:
+        ray.get(long, timeout=20)
+        removed = "returned"
+    except Exception as error:
+        removed = type(error).__name__
+    removed_s = time.monotonic() - t0
+    try:
+        ray.get(anonymous.ip.remote(), timeout=20)
+        anonymous_after = "alive"
+    except Exception as error:
+        anonymous_after = type(error).__name__
+    print(json.dumps({"after_exit": after_exit, "after_exit_s": after_exit_s,
+                      "removed": removed, "removed_s": removed_s,
+                      "anonymous": anonymous_ip, "anonymous_after": anonymous_after,
+                      "timings": timings}),
+          flush=True)
+    ray.shutdown()
+    """)
+    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 5.0, second
+    assert second["removed"] == "TaskPlacementGroupRemoved", second
+    assert second["removed_s"] < 5.0, second
+    assert second["anonymous"] == MEMBER, second
+    assert second["anonymous_after"] == "ActorDiedError", second
+    ms = second["timings"]
+    print(f"\na task in a detached group's bundle, one after another: {ms['here']:.1f} ms "
+          f"on the head, {ms['lent']:.1f} ms on the member (room lent by the service); "
+          f"{ms['own']:.1f} ms in the member's bundle of the driver's own group")
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
+def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hosts):
+    _cluster(hosts, "2", None)
+    proc = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import (placement_group, placement_group_table,
+                                              remove_placement_group)
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                         lifetime="detached")
+    print(json.dumps({"early": pg.wait(1.0),
+                      "state": placement_group_table(pg)["state"]}), flush=True)
+    later = pg.wait(30)
+    ready = ray.get(pg.ready(), timeout=10) is not None
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    remove_placement_group(pg)
+    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+    try:
+        doc = json_line(proc, 30)
+        assert doc == {"early": False, "state": "PENDING"}, doc
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        doc = json_line(proc, 40)
+        assert doc["later"] is True and doc["ready"] is True, doc
+        assert len(set(doc["nodes"])) == 2, doc
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
