@@ -18,9 +18,10 @@ Rules:
    ``min(4, usable CPUs - 1)``), read when the first job is submitted. 0: no threads; every
    job is run by the thread that waits for it.
 2. Threads are daemon, named ``miniray-peer-mac``, started lazily, one more only when a job
-   is queued and none is idle. ``stop()`` ends them (teardown step 5, ARCHITECTURE.md: the
-   driver's shutdown, once its peer connections are closed); a later job starts them
-   again. A forked child starts with none (``os.register_at_fork``).
+   is queued and none is idle. One idle for ``IDLE_EXIT_S`` (2 s) ends; ``stop()`` ends
+   them all (teardown step 5, ARCHITECTURE.md: the driver's shutdown, once its peer
+   connections are closed); a later job starts them again. A forked child starts with
+   none (``os.register_at_fork``).
 3. A waiter never waits for a job nobody runs: ``MacJob.result`` runs a job still queued
    itself (so a stopped pool, a pool of 0 and a busy pool all finish every job), and
    ``MacJob.cancel`` drops a queued job or waits for a running one. Either way the job
@@ -106,12 +107,15 @@ class MacJob:
 class MacPool:
     """The hashing threads of this process (module docstring)."""
 
+    IDLE_EXIT_S = 2.0  # a thread with nothing to do for this long ends
+
     def __init__(self, size: int | None = None):
         self._size = size
         self._cond = threading.Condition(threading.Lock())
         self._queue: collections.deque = collections.deque()
         self._threads: list[threading.Thread] = []
         self._idle = 0
+        self._running = 0
         self._stopping = False
         self._generation = 0
         self._submitted = 0
@@ -130,11 +134,12 @@ class MacPool:
                 f"idle={stats['idle']} queued={stats['queued']}>")
 
     def statistics(self) -> dict:
-        """A snapshot for tests and status: the size, live and idle threads, jobs queued,
-        jobs submitted since the process started."""
+        """A snapshot for tests and status: the size, live, idle and running threads,
+        jobs queued, jobs submitted since the process started."""
         with self._cond:
             return {"size": self.size, "threads": len(self._threads), "idle": self._idle,
-                    "queued": len(self._queue), "submitted": self._submitted}
+                    "running": self._running, "queued": len(self._queue),
+                    "submitted": self._submitted}
 
     def submit(self, job: MacJob) -> None:
         """Queue ``job`` for a thread (rule 2); with a pool of 0, or while stopping, leave it
@@ -161,18 +166,28 @@ class MacPool:
 
     def _run(self, generation: int) -> None:
         queue = self._queue
+        me = threading.current_thread()
         while True:
             with self._cond:
                 while not queue and not self._stopping and generation == self._generation:
                     self._idle += 1
                     try:
-                        self._cond.wait()
+                        woken = self._cond.wait(self.IDLE_EXIT_S)
                     finally:
                         self._idle -= 1
+                    if not woken and not queue:  # idle long enough: end (rule 2)
+                        if me in self._threads:
+                            self._threads.remove(me)
+                        return
                 if self._stopping or generation != self._generation:
                     return
                 job = queue.popleft()
-            job.run()
+                self._running += 1
+            try:
+                job.run()
+            finally:
+                with self._cond:
+                    self._running -= 1
 
     def stop(self, timeout: float = 5.0) -> None:
         """End every thread (each finishes the job it runs: a frame's hash, milliseconds);
@@ -199,7 +214,7 @@ class MacPool:
         self._cond = threading.Condition(threading.Lock())
         self._queue = collections.deque()
         self._threads = []
-        self._idle = 0
+        self._idle = self._running = 0
         self._stopping = False
         self._generation += 1
 

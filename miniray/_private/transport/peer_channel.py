@@ -364,7 +364,7 @@ class PeerChannel:
             else:
                 self._ready.extend(self._reader.feed(memoryview(self._scratch)[:n]))
         except PeerAuthError as error:
-            logger.warning("closed the peer connection to %s: %s", self.address, error)
+            logger.warning("closed the peer connection to %s: %s", self.address, str(error))
             self._fail(PeerAuthError(f"the connection to {self.address} was closed: {error}"))
 
     def recv_bytes(self, timeout: float | None = None):
@@ -450,7 +450,7 @@ class PeerChannel:
             try:
                 reader.end_value()
             except PeerAuthError as error:
-                logger.warning("closed the peer connection to %s: %s", self.address, error)
+                logger.warning("closed the peer connection to %s: %s", self.address, str(error))
                 raise PeerAuthError(f"the connection to {self.address} was closed: "
                                     f"{error}") from None
             ok = True

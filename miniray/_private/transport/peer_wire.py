@@ -507,7 +507,7 @@ class FrameReader:
         self._filled = 0
         self._mac = None
         self._into = None        # the caller's buffer for the next large frame
-        self._error: PeerAuthError | None = None
+        self._error = ""         # why the reader is dead ("" while it is not)
         self.pipeline = True     # hash frames of PIPELINE_MIN or more in a helper thread,
         #                          and a value's frames on MAC_POOL
         self._value: _ValueIn | None = None  # the value ``begin_value`` receives
@@ -543,7 +543,7 @@ class FrameReader:
         past its end is refused) instead of returning them. A frame already begun
         becomes the value's first (its bytes so far moved into ``buffer``)."""
         if self._error:
-            raise self._error
+            raise PeerAuthError(self._error)
         view = memoryview(buffer).cast("B")
         pooled = (self._base is not None and self.pipeline and view.nbytes >= PIPELINE_MIN
                   and MAC_POOL.size > 0)
@@ -637,8 +637,8 @@ class FrameReader:
 
     def _raise(self, text: str):
         self.close()
-        self._error = PeerAuthError(text)
-        raise self._error
+        self._error = text  # the text only: a kept exception's traceback would keep the
+        raise PeerAuthError(text)  # frames' buffers (a segment's mapping) alive
 
     def _begin_mac(self, base: memoryview | None = None):
         if self._base is None:
@@ -681,7 +681,7 @@ class FrameReader:
     def advance(self, n: int) -> list:
         """``n`` bytes were received into ``direct_buffer()``; returns completed payloads."""
         if self._error:
-            raise self._error
+            raise PeerAuthError(self._error)
         region = self._target[self._filled:self._filled + n]
         self._filled += n
         self._mac_region(region)
@@ -689,7 +689,7 @@ class FrameReader:
 
     def feed(self, data) -> list:
         if self._error:
-            raise self._error
+            raise PeerAuthError(self._error)
         buffer = self._buffer
         if data:
             buffer += data
