@@ -33,6 +33,9 @@ cloudpickle and filelock only (Ray only without ``--no-ray``); from the reposito
 
     PYTHONPATH=$PWD python3 benchmarks/bench_pull.py --no-ray [--mb 200] [--repeat 3]
 
+``--links-only``: ``raw_tcp`` and ``channel_mac`` alone (no cluster; the standard library
+is enough).
+
 An A/B of two trees: run this script with ``PYTHONPATH`` set to each tree in turn (every
 process it starts then uses that tree's miniray).
 """
@@ -215,6 +218,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
+    parser.add_argument("--links-only", action="store_true",
+                        help="raw_tcp and channel_mac only (no cluster, no numpy)")
     parser.add_argument("--ray-python", default=RAY_PYTHON)
     parser.add_argument("--ray-timeout", type=float, default=300.0)
     parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
@@ -226,12 +231,15 @@ def main() -> None:
     started = time.monotonic()
     size = args.mb * 1000 * 1000
     samples = _links(size, args.repeat)
-    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
-    doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True)
-    load = doc.pop("load_average")
-    samples.update(doc)
     note = None
-    if not args.no_ray:
+    if args.links_only:
+        load = [round(x, 2) for x in os.getloadavg()]
+    else:
+        code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
+        doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True)
+        load = doc.pop("load_average")
+        samples.update(doc)
+    if not args.no_ray and not args.links_only:
         ray_samples, note = _ray(args.mb, args.repeat, args.ray_python, args.ray_timeout)
         samples.update(ray_samples)
     out = {name: {"best_ms": round(min(v) * 1e3, 1),
