@@ -340,3 +340,30 @@ def test_the_pool_size_setting(monkeypatch):
     monkeypatch.delenv("MINIRAY_PEER_MAC_THREADS")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
     assert config.peer_mac_threads() == 0
+
+
+def test_a_remote_workers_bulk_value_crosses_as_one_value():
+    """``worker_api.Channel``: ``send_bulk`` on a ``FramedPeer`` sends each piece of the
+    value with ``send_value``; ``_receive_bulk`` takes the frames read with the message,
+    then the rest with ``recv_value_into``."""
+    import pickle
+
+    import numpy as np
+
+    from miniray._private.core import oob, protocol
+    from miniray._private.worker import worker_api
+
+    sender, receiver = _pair()
+    ser = oob.serialize({"a": np.arange(2_500_000, dtype=np.float64), "b": b"x" * 100})
+    writer = worker_api.Channel(pc.FramedPeer(sender))
+    reader = worker_api.Channel(pc.FramedPeer(receiver))
+    reader.remote = True
+    with sender, receiver:
+        thread, errors = _in_thread(lambda: writer.send_bulk((protocol.RESULT, 1), [ser]))
+        frames = reader.conn.recv()
+        assert pickle.loads(frames[0]) == (protocol.RESULT, 1)
+        view = reader._receive_bulk(ser.total_size, iter(frames[1:]))
+        thread.join(10)
+        assert not errors
+        value = oob.load_segment(view.toreadonly())
+        assert value["a"][-1] == 2_499_999.0 and value["b"] == b"x" * 100

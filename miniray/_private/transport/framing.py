@@ -7,7 +7,9 @@ straight into a new file-backed mapping (``receive_segment``, ``receive_frames``
 own: what a payload means (``protocol.py``), or what the file is (the object store's
 segment naming: the callers name it).
 Called by: owner.py (the I/O thread reads with ``recv_ready``), worker_api.py, and
-remote_nodes.py (``send_in_frames``).
+remote_nodes.py, remote_requests.py, remote_worker.py and node/kept_serving.py (values
+between hosts: ``send_in_frames``, ``receive_segment``, ``receive_frames``, which hand a
+``PeerChannel`` the whole value: ``send_value``, ``recv_value_into``).
 
 The socket stays blocking. The I/O thread reads with ``MSG_DONTWAIT`` and gets every frame
 that has arrived in one system call, instead of two reads and a poll per frame. Reads go into

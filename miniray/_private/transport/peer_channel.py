@@ -3,7 +3,8 @@
 Owns: running the handshake of ``peer_wire.py`` on a socket with one deadline
 (``connect``, ``accept``), the HELLO that follows it (step 7 below), the channel that sends
 and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, or from a
-selector loop; large payloads straight into the caller's buffer), the bound on concurrent
+selector loop; large payloads straight into the caller's buffer; a large value as frames
+hashed on the MAC pool, ``send_value`` / ``recv_value_into``), the bound on concurrent
 handshakes of a listener (``HandshakeGate``), handing a channel over to another process
 (``PeerChannel.handover`` / ``from_state``: the fd plus both keys and sequence numbers,
 for a node's remote worker; a TLS channel's through a relay, ``tls_relay.py``),

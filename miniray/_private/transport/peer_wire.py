@@ -3,7 +3,8 @@
 Owns: the handshake that proves the cluster token in both directions before anything else
 is read (``ClientHandshake``, ``ServerHandshake``), the framing that authenticates and
 orders every later frame (``FrameWriter``, ``FrameReader``, with a helper thread hashing
-large frames beside their I/O), the keys, and the errors (``PeerAuthError``,
+large frames beside their I/O, and a large value's frames hashed on the MAC pool), the
+keys, and the errors (``PeerAuthError``,
 ``PeerRefused``, ``PeerClosed``). Nothing here touches a socket: bytes in, bytes out, so
 the parsers are fuzzed directly. Does not own: sockets, deadlines, the HELLO and the
 blocking API (``transport/peer_channel.py``, which re-exports every name here), the token
@@ -37,6 +38,14 @@ chunks, without copying it; ``FrameReader`` receives a large payload straight in
 buffer (``direct_buffer`` / ``advance``, used with ``recv_into``), MACing it as it arrives.
 A frame of ``PIPELINE_MIN`` bytes or more is hashed by a helper thread (``_MacThread``;
 hmac releases the GIL), so the frame costs about max(I/O, hashing), not their sum.
+
+Large values: ``FrameWriter.value`` cuts a value into frames of ``VALUE_FRAME`` (8 MiB),
+each an ordinary frame of step 6 (its own sequence number and tag), and has the tags of
+the frames ahead computed on the process's MAC pool (``transport/mac_pool.py``) while the
+caller sends earlier ones. ``FrameReader.begin_value`` .. ``end_value`` receives the next
+frames back to back into one buffer and queues each frame's check on the pool while the
+next arrives; ``end_value`` returns once every check passed (PeerAuthError naming the
+first frame that failed), and ``abort_value`` leaves no check running on the buffer.
 """
 
 from __future__ import annotations
