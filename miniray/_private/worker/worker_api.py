@@ -277,12 +277,12 @@ class Channel:
         frames (``framing.send_in_frames``), read into a buffer of its own: from the frames
         already read (``frames``, an iterator, advanced) and then straight from the
         connection as one value (``recv_value_into``: no other copy; each frame's tag
-        checked on the MAC pool while the next arrives, all of them before it returns). The buffer is an anonymous mapping
-        (its pages are faulted in as the bytes arrive, never zeroed first as a bytearray's
-        are), and the last one (``SPARE_MIN`` to ``SPARE_MAX`` bytes) is kept: the next
-        value of about its size goes into it again when nothing refers to it any more (the
-        task that read it ended and kept no view of it), skipping the page faults of a
-        fresh buffer (about 0.5 ms per MB here)."""
+        checked on the MAC pool while the next arrives, all of them before it returns).
+        The buffer is an anonymous mapping (its pages are faulted in as the bytes arrive,
+        never zeroed first as a bytearray's are), and the last one (``SPARE_MIN`` to
+        ``SPARE_MAX`` bytes) is kept: the next value of about its size goes into it again
+        when nothing refers to it any more (the task that read it ended and kept no view of
+        it), skipping the page faults of a fresh buffer (about 0.5 ms per MB here)."""
         buffer = self._spare
         if buffer is not None and not (size <= len(buffer) <= size + size // 4
                                        and sys.getrefcount(buffer) == 3):
