@@ -5,8 +5,10 @@ What one run measures, each ``--repeat`` times (best and median, ms, and GB/s of
 * ``raw_tcp``: ``sendall`` from 127.0.0.1 to ``recv_into`` a preallocated buffer in
   another process on 127.0.0.2, timed from the first byte to a 1-byte acknowledgement
   (the floor: the loopback copies only);
-* ``channel_mac``: the same bytes as one ``PeerChannel`` would carry them (MAC'd frames
-  of ``framing.PEER_CHUNK``, received into a preallocated buffer): what the MAC costs;
+* ``channel_mac``: the same bytes as one ``PeerChannel`` carries a value
+  (``framing.send_in_frames``: MAC'd frames of ``framing.PEER_CHUNK``, their tags computed
+  on the MAC pool, ``MINIRAY_PEER_MAC_THREADS``; received with ``recv_value_into`` into a
+  preallocated buffer, or frame by frame by a miniray without it): what the MAC costs;
 * ``result_get``: ``ray.get(held.remote())`` by a driver on the head's host (127.0.0.1)
   of a task on the member (127.0.0.2, ``NodeAffinitySchedulingStrategy``) that returns
   a 200 MB numpy array its worker process made on its first call and keeps, so the
@@ -23,10 +25,19 @@ What one run measures, each ``--repeat`` times (best and median, ms, and GB/s of
   that interpreter is missing or the cluster does not come up within ``--ray-timeout``
   seconds).
 
-Prints one JSON object, with each figure's ratio to ``raw_tcp`` and miniray's to Ray's.
-Every process shares this machine's cores: on two real hosts each side has its own.
+Prints a line about the run (size, repeats, CPUs, load average, the MAC pool's size, which
+miniray), then one line per figure: best and median ms, GB/s of the best, its ratio to
+``raw_tcp`` (and miniray's to Ray's); ``--json``: one JSON object instead. Every process
+shares this machine's cores: on two real hosts each side has its own. Needs numpy,
+cloudpickle and filelock only (Ray only without ``--no-ray``); from the repository root::
 
-    python benchmarks/bench_pull.py [--mb 200] [--repeat 3] [--no-ray]
+    PYTHONPATH=$PWD python3 benchmarks/bench_pull.py --no-ray [--mb 200] [--repeat 3]
+
+``--links-only``: ``raw_tcp`` and ``channel_mac`` alone (no cluster; the standard library
+is enough).
+
+An A/B of two trees: run this script with ``PYTHONPATH`` set to each tree in turn (every
+process it starts then uses that tree's miniray).
 """
 
 from __future__ import annotations
@@ -145,9 +156,12 @@ def _receiver(size: int, rounds: int) -> None:
     with pc.accept(conn, TOKEN, timeout=30) as channel:
         channel.send_bytes(b"ready")
         for _ in range(rounds):
-            got = 0
-            while got < size:
-                got += channel.recv_bytes_into(view[got:], timeout=60)
+            if hasattr(channel, "recv_value_into"):
+                channel.recv_value_into(view, timeout=60)
+            else:  # a miniray before values were received as one
+                got = 0
+                while got < size:
+                    got += channel.recv_bytes_into(view[got:], timeout=60)
             channel.send_bytes(b"!")
     listener.close()
 
@@ -203,6 +217,9 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead")
+    parser.add_argument("--links-only", action="store_true",
+                        help="raw_tcp and channel_mac only (no cluster, no numpy)")
     parser.add_argument("--ray-python", default=RAY_PYTHON)
     parser.add_argument("--ray-timeout", type=float, default=300.0)
     parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
@@ -211,14 +228,18 @@ def main() -> None:
     if args.receiver:
         _receiver(args.bytes, args.repeat)
         return
+    started = time.monotonic()
     size = args.mb * 1000 * 1000
     samples = _links(size, args.repeat)
-    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
-    doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True)
-    load = doc.pop("load_average")
-    samples.update(doc)
     note = None
-    if not args.no_ray:
+    if args.links_only:
+        load = [round(x, 2) for x in os.getloadavg()]
+    else:
+        code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
+        doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True)
+        load = doc.pop("load_average")
+        samples.update(doc)
+    if not args.no_ray and not args.links_only:
         ray_samples, note = _ray(args.mb, args.repeat, args.ray_python, args.ray_timeout)
         samples.update(ray_samples)
     out = {name: {"best_ms": round(min(v) * 1e3, 1),
@@ -230,9 +251,46 @@ def main() -> None:
         if f"ray_{name}" in out:
             ratios[f"{name}/ray"] = round(out[name]["gb_per_s"] / out[f"ray_{name}"]["gb_per_s"],
                                           3)
-    print(json.dumps({"mb": args.mb, "repeat": args.repeat, "figures": out, "ratios": ratios,
-                      "note": note, "load_average": load,
-                      "cpus": os.cpu_count()}, indent=1))
+    doc = {"mb": args.mb, "repeat": args.repeat, "figures": out, "ratios": ratios,
+           "note": note, "load_average": load, "cpus": os.cpu_count(),
+           "mac_threads": _mac_threads(), "miniray": _which_miniray(),
+           "seconds": round(time.monotonic() - started, 1)}
+    if args.json:
+        print(json.dumps(doc, indent=1))
+        return
+    print(f"bench_pull: {args.mb} MB, repeat {args.repeat}, {doc['cpus']} CPUs, load average "
+          f"{' '.join(map(str, load))}, MAC threads {doc['mac_threads']}, miniray "
+          f"{doc['miniray']}, {doc['seconds']} s", flush=True)
+    for name, v in out.items():
+        versus = f"{ratios[f'{name}/raw_tcp']:.3f}x raw_tcp"
+        if f"{name}/ray" in ratios:
+            versus += f", {ratios[f'{name}/ray']:.3f}x Ray"
+        print(f"{name:<14} best {v['best_ms']:8.1f} ms  median {v['median_ms']:8.1f} ms  "
+              f"{v['gb_per_s']:6.3f} GB/s  {versus}")
+    if note:
+        print(note)
+
+
+def _mac_threads():
+    """The MAC pool's size in these processes (None: a miniray without the pool)."""
+    try:
+        from miniray._private.core import config
+    except ImportError:
+        return None
+    return config.peer_mac_threads() if hasattr(config, "peer_mac_threads") else None
+
+
+def _which_miniray() -> str:
+    """The miniray these processes import: its folder and, in a git tree, its commit."""
+    import miniray
+
+    folder = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+    try:
+        commit = subprocess.run(["git", "-C", folder, "rev-parse", "--short", "HEAD"],
+                                capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{folder}@{commit}" if commit else folder
 
 
 if __name__ == "__main__":

@@ -547,6 +547,10 @@ class Runtime(SessionFiles):
         try:
             self.owner.shutdown()
         finally:
+            # Step 5: peer connections are closed by now; the MAC pool's threads end.
+            from miniray._private.transport.mac_pool import MAC_POOL  # lazy: small, rare
+
+            MAC_POOL.stop()
             self._release_session()
             metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
             ids.set_job_id(ids.job_id_for(1))  # this process's ids: no job of a node's now

@@ -276,3 +276,22 @@ def kept_bytes_per_driver(shm_dir_bytes: int) -> int:
     if parsed < 0:
         raise ValueError(f"MINIRAY_KEPT_BYTES_PER_DRIVER must be >= 0, got {value!r}.")
     return parsed
+
+
+def peer_mac_threads() -> int:
+    """``MINIRAY_PEER_MAC_THREADS``: how many threads of a process hash a large value's
+    frames between hosts (``transport/mac_pool.py``). Default ``min(4, usable CPUs - 1)``;
+    0: none, each connection's own thread hashes what it sends and receives. A bad value
+    falls back to the default."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    default = max(0, min(4, cpus - 1))
+    value = os.environ.get("MINIRAY_PEER_MAC_THREADS")
+    if not value:
+        return default
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return default

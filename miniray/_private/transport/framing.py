@@ -7,7 +7,9 @@ straight into a new file-backed mapping (``receive_segment``, ``receive_frames``
 own: what a payload means (``protocol.py``), or what the file is (the object store's
 segment naming: the callers name it).
 Called by: owner.py (the I/O thread reads with ``recv_ready``), worker_api.py, and
-remote_nodes.py (``send_in_frames``).
+remote_nodes.py, remote_requests.py, remote_worker.py and node/kept_serving.py (values
+between hosts: ``send_in_frames``, ``receive_segment``, ``receive_frames``, which hand a
+``PeerChannel`` the whole value: ``send_value``, ``recv_value_into``).
 
 The socket stays blocking. The I/O thread reads with ``MSG_DONTWAIT`` and gets every frame
 that has arrived in one system call, instead of two reads and a poll per frame. Reads go into
@@ -38,20 +40,30 @@ _CHUNK = 1 << 18
 _GATHER = 64  # frames written by one sendmsg
 _READS = threading.local()  # .view: this thread's read buffer (``_read_view``)
 # A large value's bytes between hosts (a remote task's argument after TASK, its result
-# after RESULT) travel in frames of at most this many bytes.
-PEER_CHUNK = 64 << 20
+# after RESULT, a pulled or fetched kept result) travel in frames of at most this many
+# bytes, each with its own sequence number and tag: a connection's value is hashed on
+# several cores at once (``peer_wire.VALUE_FRAME``, ``transport/mac_pool.py``).
+PEER_CHUNK = 8 << 20
 
 
 def send_in_frames(send, buffer) -> None:
-    """Send the bytes of ``buffer`` (a contiguous buffer: bytes, a mapping, an array's) with
-    ``send``, one frame a call, in slices of at most PEER_CHUNK, none copied here. The
-    receiver reads them into one buffer of the total size (``recv_bytes_into``).
+    """Send the bytes of ``buffer`` (a contiguous buffer: bytes, a mapping, an array's) in
+    frames of at most PEER_CHUNK, none copied here. ``send`` is the bound send method of
+    a ``PeerChannel`` (``send_bytes``) or a ``FramedPeer`` (``send``): the frames then go
+    as one value (``send_value``: back to back under one hold of its send lock, their
+    tags computed on the MAC pool ahead of the bytes). Any other callable is called once
+    a frame. The receiver reads them into one buffer of the total size
+    (``receive_frames``, ``recv_value_into``).
 
     >>> frames = []
     >>> send_in_frames(lambda frame: frames.append(bytes(frame)), b"abc")
     >>> frames
     [b'abc']
     """
+    send_value = getattr(getattr(send, "__self__", None), "send_value", None)
+    if send_value is not None:
+        send_value(buffer, PEER_CHUNK)
+        return
     with memoryview(buffer) as whole, whole.cast("B") as view:
         for start in range(0, view.nbytes, PEER_CHUNK):
             send(view[start:start + PEER_CHUNK])
@@ -83,8 +95,17 @@ def receive_segment(channel, path: str, size: int, frame_s: float, what: str) ->
 def receive_frames(channel, mapping, size: int, frame_s: float, what: str) -> None:
     """Receive ``size`` bytes that come as frames on ``channel`` into the first ``size``
     bytes of the writable ``mapping``; OSError naming ``what`` when a frame is late by
-    ``frame_s``."""
+    ``frame_s``. A ``PeerChannel`` receives them as one value (``recv_value_into``):
+    nothing of it may be used before this returns, and on any failure the channel is
+    closed and no thread still reads ``mapping``."""
     with memoryview(mapping) as whole, whole[:size] as view:
+        recv_value_into = getattr(channel, "recv_value_into", None)
+        if recv_value_into is not None:  # a PeerChannel: every tag checked on return
+            try:
+                recv_value_into(view, timeout=frame_s)
+            except TimeoutError as error:
+                raise OSError(f"{what}'s bytes stopped coming: {error}") from None
+            return
         offset = 0
         while offset < size:
             try:

@@ -3,7 +3,8 @@
 Owns: running the handshake of ``peer_wire.py`` on a socket with one deadline
 (``connect``, ``accept``), the HELLO that follows it (step 7 below), the channel that sends
 and receives MAC'd frames afterwards (``PeerChannel``: blocking, with timeouts, or from a
-selector loop; large payloads straight into the caller's buffer), the bound on concurrent
+selector loop; large payloads straight into the caller's buffer; a large value as frames
+hashed on the MAC pool, ``send_value`` / ``recv_value_into``), the bound on concurrent
 handshakes of a listener (``HandshakeGate``), handing a channel over to another process
 (``PeerChannel.handover`` / ``from_state``: the fd plus both keys and sequence numbers,
 for a node's remote worker; a TLS channel's through a relay, ``tls_relay.py``),
@@ -60,6 +61,7 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
     OK,
     PROTO_VERSION,
     TAG,
+    VALUE_FRAME,
     ClientHandshake,
     FrameReader,
     FrameWriter,
@@ -69,6 +71,7 @@ from miniray._private.transport.peer_wire import (  # noqa: F401 - re-exported f
     ServerHandshake,
     _mac,
     derive_keys,
+    tag_of,
 )
 
 __all__ = [
@@ -283,15 +286,46 @@ class PeerChannel:
                 # The frame's sequence number is spent and it may be half written: the
                 # stream cannot be used any more, whatever went wrong.
                 frame.abort()
-                self.close()
-                if isinstance(error, (TimeoutError, socket.timeout)):
-                    raise TimeoutError(f"sending {size} bytes to {self.address} did not "
-                                       f"finish within {timeout} s; the connection is "
-                                       "closed") from None
-                if isinstance(error, (ConnectionError, ValueError)):
-                    raise PeerClosed(f"the connection to {self.address} broke while "
-                                     f"sending: {error}") from error
-                raise
+                self._send_failed(error, size, timeout)
+
+    def send_value(self, data, frame: int = VALUE_FRAME) -> None:
+        """Send the bytes of ``data`` (a contiguous buffer, unchanged until this returns:
+        a segment's mapping) as frames of at most ``frame`` bytes, back to back under one
+        hold of the send lock; the receiver takes them with ``recv_value_into`` (or frame
+        by frame). The tags of the frames ahead are computed on the MAC pool while earlier
+        frames are written (``FrameWriter.value``); a send timeout bounds each frame.
+        Thread-safe. Nothing is sent for an empty buffer."""
+        view = memoryview(data).cast("B")
+        with self._send_lock:
+            if self._closed:
+                raise PeerClosed(f"the channel to {self.address} is closed")
+            timeout = self._send_timeout
+            sock = self._sock
+            frames = self._writer.value(view, frame)
+            try:
+                for header, payload, job in frames:
+                    deadline = None if timeout is None else time.monotonic() + timeout
+                    if payload.nbytes < _JOIN_BELOW:
+                        _send_all(sock, header + bytes(payload) + tag_of(job), deadline)
+                        continue
+                    _send_all(sock, header, deadline)
+                    _send_all(sock, payload, deadline)
+                    _send_all(sock, tag_of(job), deadline)
+            except BaseException as error:
+                frames.abort()  # no pool thread reads ``data`` after this returns
+                self._send_failed(error, view.nbytes, timeout)
+
+    def _send_failed(self, error: BaseException, size: int, timeout: float | None):
+        """*Send lock held.* A send broke off: close the channel, raise what it means."""
+        self.close()
+        if isinstance(error, (TimeoutError, socket.timeout)):
+            raise TimeoutError(f"sending {size} bytes to {self.address} did not "
+                               f"finish within {timeout} s; the connection is "
+                               "closed") from None
+        if isinstance(error, (ConnectionError, ValueError)):
+            raise PeerClosed(f"the connection to {self.address} broke while "
+                             f"sending: {error}") from error
+        raise error
 
     def set_send_timeout(self, seconds: float | None) -> None:
         """Bound every later send: one that cannot finish within ``seconds`` (the peer does
@@ -331,7 +365,7 @@ class PeerChannel:
             else:
                 self._ready.extend(self._reader.feed(memoryview(self._scratch)[:n]))
         except PeerAuthError as error:
-            logger.warning("closed the peer connection to %s: %s", self.address, error)
+            logger.warning("closed the peer connection to %s: %s", self.address, str(error))
             self._fail(PeerAuthError(f"the connection to {self.address} was closed: {error}"))
 
     def recv_bytes(self, timeout: float | None = None):
@@ -372,6 +406,62 @@ class PeerChannel:
         if view.obj is not target.obj:  # small, or begun elsewhere: copy it over
             target[:view.nbytes] = view
         return view.nbytes
+
+    def recv_value_into(self, buffer, timeout: float | None = None) -> None:
+        """Receive one value that fills ``buffer`` exactly (a segment's mapping), sent with
+        ``send_value`` (or as frames of any sizes that add up to it): frames already
+        received are copied, the rest received straight into it, each frame's tag checked
+        on the MAC pool while the next one arrives. Returns once every tag of the value
+        was checked; before that the buffer holds unchecked bytes. TimeoutError when no
+        frame of it completes within ``timeout`` seconds, PeerClosed on EOF, PeerAuthError
+        on a bad tag anywhere; each of them closes the channel (its stream stopped inside
+        the value) and its contents must then be thrown away. On return or failure no
+        thread of the pool uses ``buffer`` any more."""
+        target = memoryview(buffer).cast("B")
+        size = target.nbytes
+        offset = 0
+        while self._ready and offset < size:  # received and checked before this call
+            view = memoryview(self._ready.popleft()).cast("B")
+            if view.nbytes > size - offset:
+                self.close()
+                raise ValueError(f"a frame of {view.nbytes} bytes from {self.address} "
+                                 f"does not fit the {size - offset} bytes left of a value")
+            target[offset:offset + view.nbytes] = view
+            offset += view.nbytes
+        if offset == size:
+            return
+        reader = self._reader
+        try:
+            reader.begin_value(target[offset:])
+        except PeerAuthError as error:
+            self._fail(PeerAuthError(f"the connection to {self.address} was closed: "
+                                     f"{error}"))
+        ok = False
+        try:
+            frames = -1
+            deadline = None
+            while not reader.value_done():
+                if reader.value_frames != frames:  # a frame arrived: a new frame's time
+                    frames = reader.value_frames
+                    deadline = None if timeout is None else time.monotonic() + timeout
+                if self._closed or not self._read_once(deadline):
+                    self._eof = True
+                    raise PeerClosed(f"{self.address} closed the connection in the "
+                                     "middle of a value")
+            try:
+                reader.end_value()
+            except PeerAuthError as error:
+                logger.warning("closed the peer connection to %s: %s", self.address, str(error))
+                raise PeerAuthError(f"the connection to {self.address} was closed: "
+                                    f"{error}") from None
+            ok = True
+        except TimeoutError:
+            raise TimeoutError(f"no frame of a value from {self.address} within "
+                               f"{timeout} s; the connection is closed") from None
+        finally:
+            reader.abort_value()
+            if not ok:
+                self.close()
 
     def feed_nonblocking(self) -> list:
         """For a selector loop: read what is available without blocking; the complete
@@ -783,6 +873,10 @@ class FramedPeer:
     def send_frames(self, frames: list) -> None:
         for data in frames:
             self.channel.send_bytes(data)
+
+    def send_value(self, data, frame: int = VALUE_FRAME) -> None:
+        """A large value's bytes (``PeerChannel.send_value``)."""
+        self.channel.send_value(data, frame)
 
     def recv(self) -> list:
         """Block for at least one verified frame, and take those read with it; EOFError

@@ -3,7 +3,8 @@
 Owns: the handshake that proves the cluster token in both directions before anything else
 is read (``ClientHandshake``, ``ServerHandshake``), the framing that authenticates and
 orders every later frame (``FrameWriter``, ``FrameReader``, with a helper thread hashing
-large frames beside their I/O), the keys, and the errors (``PeerAuthError``,
+large frames beside their I/O, and a large value's frames hashed on the MAC pool), the
+keys, and the errors (``PeerAuthError``,
 ``PeerRefused``, ``PeerClosed``). Nothing here touches a socket: bytes in, bytes out, so
 the parsers are fuzzed directly. Does not own: sockets, deadlines, the HELLO and the
 blocking API (``transport/peer_channel.py``, which re-exports every name here), the token
@@ -37,22 +38,32 @@ chunks, without copying it; ``FrameReader`` receives a large payload straight in
 buffer (``direct_buffer`` / ``advance``, used with ``recv_into``), MACing it as it arrives.
 A frame of ``PIPELINE_MIN`` bytes or more is hashed by a helper thread (``_MacThread``;
 hmac releases the GIL), so the frame costs about max(I/O, hashing), not their sum.
+
+Large values: ``FrameWriter.value`` cuts a value into frames of ``VALUE_FRAME`` (8 MiB),
+each an ordinary frame of step 6 (its own sequence number and tag), and has the tags of
+the frames ahead computed on the process's MAC pool (``transport/mac_pool.py``) while the
+caller sends earlier ones. ``FrameReader.begin_value`` .. ``end_value`` receives the next
+frames back to back into one buffer and queues each frame's check on the pool while the
+next arrives; ``end_value`` returns once every check passed (PeerAuthError naming the
+first frame that failed), and ``abort_value`` leaves no check running on the buffer.
 """
 
 from __future__ import annotations
 
+import collections
 import hmac
 import secrets
 import struct
 import threading
 
+from miniray._private.transport.mac_pool import MAC_POOL, MacJob
 from miniray.exceptions import AuthenticationError
 
 __all__ = [
     "BAD_TOKEN", "BAD_VERSION", "ClientHandshake", "DECLINE", "DEFAULT_MAX_FRAME",
     "DIRECT_MIN", "FrameReader", "FrameWriter", "HEADER", "HELLO_MAX_FRAME", "MAGIC", "OK",
-    "PIPELINE_MIN", "PROTO_VERSION", "PeerAuthError", "PeerClosed", "PeerRefused",
-    "ServerHandshake", "TAG", "derive_keys",
+    "PIPELINE_MIN", "POOL_MIN", "PROTO_VERSION", "PeerAuthError", "PeerClosed",
+    "PeerRefused", "ServerHandshake", "TAG", "VALUE_FRAME", "derive_keys",
 ]  # fmt: skip
 
 MAGIC = b"\x93miniray"
@@ -320,8 +331,11 @@ class _MacThread:
         self._thread.join()
 
 
-PIPELINE_MIN = 8 << 20  # a frame this large is hashed by a _MacThread
+PIPELINE_MIN = 8 << 20  # a frame this large is hashed by a _MacThread; a value this large
+#                         is hashed on MAC_POOL
 _MAC_BATCH = 1 << 20    # bytes made final between two wake-ups of the _MacThread
+VALUE_FRAME = 8 << 20   # a value's frames (``FrameWriter.value``), each with its own tag
+POOL_MIN = 1 << 20      # a value's frame this large or more is hashed on MAC_POOL
 
 
 class _FrameStream:
@@ -381,6 +395,25 @@ class FrameWriter:
         self.seq += 1
         return _FrameStream(_U64.pack(size), mac, size)
 
+    def value(self, view: memoryview, frame: int = VALUE_FRAME) -> _ValueOut:
+        """The frames of one value, ``view`` (bytes, immutable while it is sent), of at most
+        ``frame`` bytes each: iterate for ``(header, payload, job)``, send header and
+        payload, then ``job.result()[:TAG]`` (or zero bytes without a MAC; ``tag_of``).
+        The tags of the frames ahead are computed on ``MAC_POOL`` while earlier frames
+        are sent (each frame consumes its sequence number as it is prepared); call
+        ``abort()`` if the value is given up."""
+        return _ValueOut(self, view, frame)
+
+    def _job(self, payload: memoryview) -> MacJob:
+        """The MAC of the next frame, ``payload``, as a job (consumes its sequence number)."""
+        mac = None
+        if self._base is not None:
+            mac = self._base.copy()
+            mac.update(_U64.pack(self.seq))
+        job = MacJob(mac, payload, self.seq)
+        self.seq += 1
+        return job
+
     def encode(self, payload) -> list:
         """``[header, payload, tag]`` for one frame; ``payload`` itself is not copied."""
         frame = self.stream(len(payload) if not isinstance(payload, memoryview)
@@ -388,6 +421,78 @@ class FrameWriter:
         view = payload if not isinstance(payload, memoryview) else payload.cast("B")
         frame.update(view)
         return [frame.header, payload, frame.tag()]
+
+
+def tag_of(job: MacJob) -> bytes:
+    """A frame's tag from its finished job: the MAC's first ``TAG`` bytes, or zero bytes
+    for a writer or reader without a MAC."""
+    digest = job.result()
+    return digest[:TAG] if digest is not None else bytes(TAG)
+
+
+class _ValueOut:
+    """``FrameWriter.value``'s frames. At most ``ahead`` frames beyond the one being sent
+    are prepared (and their jobs queued on the pool) at any time: enough to keep the pool
+    busy, few enough that a failed send wastes little hashing."""
+
+    def __init__(self, writer: FrameWriter, view: memoryview, frame: int):
+        self._writer = writer
+        self._view = view
+        self._frame = max(1, int(frame))
+        self._next = 0
+        self._ahead: collections.deque = collections.deque()
+        self._current: MacJob | None = None
+        self._pooled = writer._base is not None and view.nbytes >= PIPELINE_MIN
+        self._depth = 2 * MAC_POOL.size if self._pooled else 0
+
+    def _prepare(self) -> None:
+        start = self._next
+        end = self._next = min(start + self._frame, self._view.nbytes)
+        payload = self._view[start:end]
+        job = self._writer._job(payload)
+        if self._pooled and payload.nbytes >= POOL_MIN:
+            MAC_POOL.submit(job)
+        self._ahead.append((_U64.pack(payload.nbytes), payload, job))
+
+    def __iter__(self):
+        size = self._view.nbytes
+        ahead = self._ahead
+        while self._next < size or ahead:
+            while self._next < size and len(ahead) <= self._depth:
+                self._prepare()
+            item = ahead.popleft()
+            self._current = item[2]
+            yield item
+            self._current = None
+
+    def abort(self) -> None:
+        """Give the rest up: no job of this value runs or holds its view after this."""
+        jobs = [job for _, _, job in self._ahead]
+        if self._current is not None:
+            jobs.append(self._current)
+        self._ahead.clear()
+        self._current = None
+        for job in jobs:
+            job.cancel()
+
+
+class _ValueIn:
+    """A value being received by ``FrameReader.begin_value``: its buffer, how many bytes
+    its frames announced so far and how many arrived whole, and the pool's jobs that
+    check them, in order (``checked``: how many of them were found good)."""
+
+    __slots__ = ("view", "size", "announced", "received", "jobs", "checked", "pooled",
+                 "frames")
+
+    def __init__(self, view: memoryview, pooled: bool):
+        self.view = view
+        self.size = view.nbytes
+        self.announced = 0
+        self.received = 0
+        self.frames = 0
+        self.jobs: list[MacJob] = []
+        self.checked = 0
+        self.pooled = pooled
 
 
 class FrameReader:
@@ -411,8 +516,12 @@ class FrameReader:
         self._filled = 0
         self._mac = None
         self._into = None        # the caller's buffer for the next large frame
-        self._error: PeerAuthError | None = None
-        self.pipeline = True     # hash frames of PIPELINE_MIN or more in a helper thread
+        self._error = ""         # why the reader is dead ("" while it is not)
+        self.pipeline = True     # hash frames of PIPELINE_MIN or more in a helper thread,
+        #                          and a value's frames on MAC_POOL
+        self._value: _ValueIn | None = None  # the value ``begin_value`` receives
+        self._in_value = False   # the frame being read is one of the value's
+        self._pooled = False     # ... and its tag is checked on MAC_POOL
 
     def expect_into(self, buffer) -> None:
         """Receive the next frame's payload into ``buffer`` (a writable buffer at least that
@@ -431,10 +540,114 @@ class FrameReader:
         """Forget ``expect_into``'s buffer if no frame went into it."""
         self._into = None
 
+    # A value (``begin_value`` .. ``end_value``): the frames that follow, whatever their
+    # sizes, fill ``buffer`` back to back. Each frame's tag is checked on MAC_POOL while
+    # the next frame is received (frames of POOL_MIN or more of a value of PIPELINE_MIN or
+    # more; others here, as they arrive); ``end_value`` waits for every check. Nothing in
+    # the buffer may be used before ``end_value`` returned: until then it holds unchecked
+    # bytes. One thread calls these (the receiving one), never ``close`` meanwhile from
+    # another (``abort_value`` is that thread's, in its ``finally``).
+    def begin_value(self, buffer) -> None:
+        """Receive the next frames into ``buffer`` (writable; exactly filled: a frame
+        past its end is refused) instead of returning them. A frame already begun
+        becomes the value's first (its bytes so far moved into ``buffer``)."""
+        if self._error:
+            raise PeerAuthError(self._error)
+        view = memoryview(buffer).cast("B")
+        pooled = (self._base is not None and self.pipeline and view.nbytes >= PIPELINE_MIN
+                  and MAC_POOL.size > 0)
+        value = self._value = _ValueIn(view, pooled)
+        if self._size < 0:
+            return
+        size = self._size
+        if size > value.size:
+            self._raise(f"a frame of {size} bytes arrived where at most {value.size} "
+                        "bytes of a value were expected")
+        region = view[:size]
+        if self._target is not None:  # a large frame begun in a buffer of its own
+            region[:self._filled] = self._target[:self._filled]
+            if isinstance(self._mac, _MacThread):
+                self._mac.rebase(region)
+        else:  # a small frame's bytes so far wait in the buffer: copied as fed
+            self._filled = 0
+            self._mac = self._begin_mac()
+        self._target, self._own_target = region, False
+        value.announced = size
+        self._in_value, self._pooled = True, False
+
+    def value_done(self) -> bool:
+        """Every frame of the value arrived whole (their checks may still run)."""
+        value = self._value
+        return value is None or value.received >= value.size
+
+    @property
+    def value_frames(self) -> int:
+        """How many frames of the value arrived whole so far."""
+        return self._value.frames if self._value is not None else 0
+
+    def end_value(self) -> None:
+        """Wait for every check of the value (running a queued one here); PeerAuthError
+        naming the first frame that failed (the reader is dead then). On return the buffer
+        holds the value's bytes, each checked."""
+        value = self._value
+        if value is None:
+            return
+        if value.received < value.size:
+            raise ValueError("miniray bug: end_value before the value's last frame")
+        try:
+            for job in value.jobs[value.checked:]:
+                job.result()
+            self._check_value(value)
+        finally:
+            self.abort_value()
+
+    def abort_value(self) -> None:
+        """Forget the value: its queued checks never run, running ones are waited for, so
+        no thread uses its buffer after this. Idempotent."""
+        value, self._value = self._value, None
+        if value is None:
+            return
+        for job in value.jobs[value.checked:]:
+            job.cancel()
+        value.jobs.clear()
+        if self._in_value:  # cut short within a frame: the reader cannot go on
+            self._in_value = False
+            self._target = None
+            if isinstance(self._mac, _MacThread):
+                self._mac.abort()
+            self._mac = None
+
+    def _check_value(self, value: _ValueIn) -> None:
+        """Look at the value's checks that finished, in order; raise on the first bad."""
+        jobs = value.jobs
+        while value.checked < len(jobs) and jobs[value.checked].done:
+            job = jobs[value.checked]
+            if not hmac.compare_digest(job.result()[:TAG], job.tag):
+                self._raise(f"frame {job.seq} failed its integrity check (tampered, "
+                            "replayed, reordered or reflected, or the peer's key differs)")
+            value.checked += 1
+
+    def _value_frame_done(self, tag: bytes) -> None:
+        """The value's current frame and its tag arrived: check it, or queue its check."""
+        value = self._value
+        if self._pooled:
+            mac = self._base.copy()
+            mac.update(_U64.pack(self.seq))
+            job = MacJob(mac, self._target, self.seq, tag)
+            value.jobs.append(job)
+            MAC_POOL.submit(job)
+            self.seq += 1
+            self._check_value(value)  # an earlier frame found bad: stop now, not at the end
+        else:
+            mac, self._mac = self._mac, None
+            self._check(mac, tag)
+        value.received += self._size
+        value.frames += 1
+
     def _raise(self, text: str):
         self.close()
-        self._error = PeerAuthError(text)
-        raise self._error
+        self._error = text  # the text only: a kept exception's traceback would keep the
+        raise PeerAuthError(text)  # frames' buffers (a segment's mapping) alive
 
     def _begin_mac(self, base: memoryview | None = None):
         if self._base is None:
@@ -477,7 +690,7 @@ class FrameReader:
     def advance(self, n: int) -> list:
         """``n`` bytes were received into ``direct_buffer()``; returns completed payloads."""
         if self._error:
-            raise self._error
+            raise PeerAuthError(self._error)
         region = self._target[self._filled:self._filled + n]
         self._filled += n
         self._mac_region(region)
@@ -485,7 +698,7 @@ class FrameReader:
 
     def feed(self, data) -> list:
         if self._error:
-            raise self._error
+            raise PeerAuthError(self._error)
         buffer = self._buffer
         if data:
             buffer += data
@@ -502,7 +715,20 @@ class FrameReader:
                                 f"{self.max_frame}")
                 offset += HEADER
                 self._size = size
-                if size >= DIRECT_MIN or (self._into is not None and size > 0):
+                value = self._value
+                if value is not None and value.announced < value.size:
+                    left = value.size - value.announced
+                    if size > left:
+                        self._raise(f"a frame of {size} bytes arrived where at most {left} "
+                                    "bytes of a value were left")
+                    self._target = value.view[value.announced:value.announced + size]
+                    self._own_target = False
+                    value.announced += size
+                    self._filled = 0
+                    self._in_value = True
+                    self._pooled = value.pooled and size >= POOL_MIN
+                    self._mac = None if self._pooled else self._begin_mac()
+                elif size >= DIRECT_MIN or (self._into is not None and size > 0):
                     if self._into is not None:
                         if self._into.nbytes < size:
                             self._raise(f"a frame of {size} bytes arrived where at most "
@@ -531,10 +757,15 @@ class FrameReader:
                         break
                 if end - offset < TAG:
                     break
-                mac, self._mac = self._mac, None
-                self._check(mac, bytes(buffer[offset:offset + TAG]))
+                tag = bytes(buffer[offset:offset + TAG])
                 offset += TAG
-                out.append(self._target.obj if self._own_target else self._target)
+                if self._in_value:
+                    self._value_frame_done(tag)
+                    self._in_value = False
+                else:
+                    mac, self._mac = self._mac, None
+                    self._check(mac, tag)
+                    out.append(self._target.obj if self._own_target else self._target)
                 self._target = self._mac = None
                 self._size = -1
                 continue

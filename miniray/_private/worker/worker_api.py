@@ -276,12 +276,13 @@ class Channel:
         """*Read lock held.* One large value's ``size`` bytes, which follow its message as
         frames (``framing.send_in_frames``), read into a buffer of its own: from the frames
         already read (``frames``, an iterator, advanced) and then straight from the
-        connection (``recv_bytes_into``: no other copy). The buffer is an anonymous mapping
-        (its pages are faulted in as the bytes arrive, never zeroed first as a bytearray's
-        are), and the last one (``SPARE_MIN`` to ``SPARE_MAX`` bytes) is kept: the next
-        value of about its size goes into it again when nothing refers to it any more (the
-        task that read it ended and kept no view of it), skipping the page faults of a
-        fresh buffer (about 0.5 ms per MB here)."""
+        connection as one value (``recv_value_into``: no other copy; each frame's tag
+        checked on the MAC pool while the next arrives, all of them before it returns).
+        The buffer is an anonymous mapping (its pages are faulted in as the bytes arrive,
+        never zeroed first as a bytearray's are), and the last one (``SPARE_MIN`` to
+        ``SPARE_MAX`` bytes) is kept: the next value of about its size goes into it again
+        when nothing refers to it any more (the task that read it ended and kept no view of
+        it), skipping the page faults of a fresh buffer (about 0.5 ms per MB here)."""
         buffer = self._spare
         if buffer is not None and not (size <= len(buffer) <= size + size // 4
                                        and sys.getrefcount(buffer) == 3):
@@ -297,12 +298,16 @@ class Channel:
             if frame is not None:
                 n = len(frame)
                 view[offset:offset + n] = frame
-            else:
-                try:
-                    n = self.conn.channel.recv_bytes_into(view[offset:])
-                except (EOFError, OSError):
-                    _exit_now()  # the driver is gone (or a frame failed its check)
-            offset += n
+                offset += n
+                continue
+            channel = self.conn.channel
+            try:
+                if hasattr(channel, "recv_value_into"):  # the rest as one value: each
+                    channel.recv_value_into(view[offset:])  # tag checked on return
+                    break
+                offset += channel.recv_bytes_into(view[offset:])
+            except (EOFError, OSError):
+                _exit_now()  # the driver is gone (or a frame failed its check)
         return view
 
     def wait_reply(self, req_id: int) -> Any:
