@@ -145,6 +145,31 @@ def test_the_budget_file_reserves_within_the_cap_books_and_releases(tmp_path):
     assert not os.listdir(shm)
 
 
+def test_a_torn_budget_write_reads_as_the_new_text(tmp_path):
+    """A writer killed between its write from the start and its truncation leaves the new
+    text, its end line and a tail of the old: the tail is not counted, and the next
+    reservation (the slow path: the file is not whole) writes it whole again."""
+    from miniray._private.object_store import kept_budget
+
+    shm = str(tmp_path)
+    path = kept_budget.create(shm, TAG)
+    for n in range(3):
+        assert kept_budget.reserve(shm, TAG, 10, 100, bytes([n + 1]) * 28)
+    kept_budget.book(shm, TAG, b"\x01" * 28, 10)
+    with open(path, "rb") as f:
+        whole = f.read()
+    assert whole.endswith(b"\nend\n") and whole.count(b"end") == 1
+    with open(path, "r+b") as f:  # the same change torn: the old tail stayed behind it
+        f.seek(0, os.SEEK_END)
+        f.write(b"999 ff 50\nend\n")
+    assert kept_budget.used(shm, TAG) == 30
+    assert kept_budget.reserve(shm, TAG, 70, 100, b"\x09" * 28)
+    assert kept_budget.used(shm, TAG) == 100
+    with open(path, "rb") as f:
+        assert f.read().count(b"end") == 1  # whole again
+    os.unlink(path)
+
+
 def test_settle_gives_back_only_dead_workers_reservations_whose_segment_never_came():
     from miniray._private.object_store.kept_budget import Reservation, settle
 

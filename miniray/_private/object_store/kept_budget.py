@@ -20,6 +20,11 @@ The file, ASCII::
 
     <booked bytes>\\n                       what the node's book holds for the link
     <pid> <object id hex> <size>\\n         one line per reservation not booked yet
+    end\\n                                  the end: what may follow is ignored
+
+A change writes the whole file from its start, then truncates it: a writer killed
+between the two leaves the new text, its ``end`` line, and a tail of the old, which the
+``end`` line keeps out.
 
 The link's total is the booked bytes plus every reservation; a reservation names its
 worker, so that one which died before its result reached the book (SIGKILL, OOM) is given
@@ -120,12 +125,15 @@ def reserve(shm_dir: str, tag: str, size: int, cap: int, object_id: bytes = b"",
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         data = _read_bytes(fd)
-        line = b"%d %s %d\n" % (os.getpid() if pid is None else pid,
-                                 object_id.hex().encode("ascii"), size)
-        # The fast path (the last field of every line is a byte count), then one append.
-        if sum(int(item.rsplit(b" ", 1)[-1]) for item in data.split(b"\n") if item) \
-                + size <= cap and data.endswith(b"\n"):
-            os.pwrite(fd, line, len(data))
+        mine = Reservation(os.getpid() if pid is None else pid, object_id.hex(), size)
+        # The fast path, on a whole file (its one ``end`` line last): the last field of
+        # every line before it is a byte count; the new line written over ``end``.
+        body = len(data) - 4
+        if body >= 0 and data.find(b"end") == body and sum(
+                int(item.rsplit(b" ", 1)[-1]) for item in data[:body].split(b"\n")
+                if item) + size <= cap:
+            os.pwrite(fd, b"%d %s %d\nend\n" % (mine.pid, mine.object_hex.encode("ascii"),
+                                                size), body)
             return True
         booked, entries = _parse(data)
         booked, entries, back = settle(booked, entries, _dead, _has_file(shm_dir, tag))
@@ -133,8 +141,7 @@ def reserve(shm_dir: str, tag: str, size: int, cap: int, object_id: bytes = b"",
             if back:
                 _write(fd, booked, entries)
             return False
-        _write(fd, booked, entries)
-        os.pwrite(fd, line, os.fstat(fd).st_size)
+        _write(fd, booked, [*entries, mine])
         return True
     except (OSError, ValueError):
         return False
@@ -270,13 +277,20 @@ def _read_bytes(fd: int) -> bytes:
 
 
 def _parse(data: bytes) -> tuple[int, list[Reservation]]:
-    """``(booked, reservations)``; ValueError for a file that is not this format (an
-    earlier version's single number reads as booked bytes)."""
+    """``(booked, reservations)`` up to the ``end`` line (a torn write's old tail after it
+    is ignored); ValueError for a file that is not this format (an earlier version's
+    single number, without ``end``, reads as booked bytes).
+
+    >>> _parse(b"10\\n7 ab 5\\nend\\n9 cd 4\\nen")
+    (10, [Reservation(pid=7, object_hex='ab', size=5)])
+    """
     lines = data.split(b"\n")
     head = lines[0].strip()
     booked = int(head) if head else 0
     entries = []
     for line in lines[1:]:
+        if line == b"end":
+            break
         if line:
             pid, object_hex, size = line.split(b" ")
             entries.append(Reservation(int(pid), object_hex.decode("ascii"), int(size)))
@@ -285,6 +299,7 @@ def _parse(data: bytes) -> tuple[int, list[Reservation]]:
 
 def _write(fd: int, booked: int, entries: list[Reservation]) -> None:
     data = b"%d\n" % booked + b"".join(
-        b"%d %s %d\n" % (e.pid, e.object_hex.encode("ascii"), e.size) for e in entries)
+        b"%d %s %d\n" % (e.pid, e.object_hex.encode("ascii"), e.size) for e in entries
+    ) + b"end\n"
     os.pwrite(fd, data, 0)
     os.ftruncate(fd, len(data))
