@@ -550,7 +550,10 @@ class Runtime(SessionFiles):
             # Step 5: peer connections are closed by now; the MAC pool's threads end.
             from miniray._private.transport.mac_pool import MAC_POOL  # lazy: small, rare
 
-            MAC_POOL.stop()
+            try:
+                MAC_POOL.stop()
+            except Exception:  # noqa: BLE001 - never keeps the session's release from running
+                logger.warning("the MAC pool's threads did not stop", exc_info=True)
             self._release_session()
             metric_values.RECORDER.clear()  # a later session starts from zero, as its workers do
             ids.set_job_id(ids.job_id_for(1))  # this process's ids: no job of a node's now

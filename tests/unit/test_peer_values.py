@@ -319,6 +319,28 @@ def test_the_pool_of_zero_and_stop(monkeypatch):
                 and t.is_alive() and t in pool._threads]
 
 
+def test_a_stop_between_a_threads_making_and_its_start_joins_nothing_unstarted(monkeypatch):
+    """``submit`` makes a thread under the pool's lock and starts it after: a ``stop`` in
+    between must not join it (RuntimeError), and the thread, once started, ends by itself
+    (its generation is old)."""
+    pool = mac_pool.MacPool(1)
+    made: list = []
+    real_start = threading.Thread.start
+
+    def held_start(thread):  # the submitting thread is preempted before start()
+        if thread.name == "miniray-peer-mac":
+            made.append(thread)
+            pool.stop()
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", held_start)
+    job = mac_pool.MacJob(peer_wire.hmac.new(b"k", digestmod="sha256"), b"abc")
+    pool.submit(job)
+    assert job.result() == peer_wire.hmac.new(b"k", b"abc", digestmod="sha256").digest()
+    made[0].join(5)
+    assert not made[0].is_alive() and pool.statistics()["threads"] == 0
+
+
 def test_a_cancelled_job_never_runs():
     job = mac_pool.MacJob(peer_wire.hmac.new(b"k", digestmod="sha256"), b"abc")
     job.cancel()

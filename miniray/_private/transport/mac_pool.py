@@ -201,8 +201,9 @@ class MacPool:
             self._queue.clear()
             self._cond.notify_all()
         try:
-            for thread in threads:
-                if thread is not threading.current_thread():
+            for thread in threads:  # one made by a submit but not started yet ends on its
+                # own at its first look (its generation is old by then): never joined
+                if thread.ident is not None and thread is not threading.current_thread():
                     thread.join(timeout)
         finally:
             with self._cond:
