@@ -4,6 +4,7 @@ their room, the order tasks start in, removal, and an actor's room (fake owner a
 from __future__ import annotations
 
 import contextlib
+import threading
 import types
 
 from miniray._private.core import placement
@@ -382,3 +383,36 @@ def test_the_borrower_drops_cancelled_tasks_and_ends_with_nothing_to_ask():
     task.cancelled = True
     book._borrow_loop()  # on the caller's thread here: one turn, then it ends
     assert not book.served_waiting and book._borrower is None
+
+
+def test_the_borrower_survives_a_refused_return_and_an_error_ends_it_cleared():
+    """A loan the service refuses back (its error re-raised here) is logged, never the
+    thread's end; an error the loop does not expect ends it with ``_borrower`` cleared,
+    so the next kick starts another."""
+    owner, nodes = _Owner(), _Nodes()
+    returned: list = []
+
+    def return_room(loan_id):
+        returned.append(loan_id)
+        raise KeyError(loan_id)  # as ActorLink re-raises the service's SVC_ERR
+
+    owner.actors = types.SimpleNamespace(
+        return_room_in_service=return_room,
+        borrow_room_in_service=lambda pg_hex, index, base: None)
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book._returns = [7]
+    book._borrower = threading.current_thread()
+    book._borrow_loop()  # one turn on this thread: the return refused, then nothing left
+    assert returned == [7] and book._borrower is None
+    book.note_served(H, ["head", "member"])
+    task = _task("t", {"CPU": 1}, 1)
+    assert book.submit(task)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("can't start new thread")
+
+    book._lent = broken
+    book._borrower = threading.current_thread()
+    book._borrow_loop()
+    assert book._borrower is None and list(book.served_waiting[H]) == [task]

@@ -34,10 +34,13 @@ Steps (driver E, service S, member N; the loan protocol is numbered in
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 
 from miniray._private.core import placement
 from miniray._private.owner.tasks import T_DONE, T_WAITING
+
+logger = logging.getLogger(__name__)
 
 
 class BundleLoans:
@@ -90,7 +93,19 @@ class BundleLoans:
     LOAN_POLL_S = 0.1  # how often tasks waiting for room in a served bundle ask again
 
     def _borrow_loop(self) -> None:
-        """*Not locked*, its own thread. Give back the loans of tasks that ended
+        """*Not locked*, its own thread: ``_borrow_turns`` until it ends; an error it did
+        not expect ends the thread too, logged, and the next kick starts another (a thread
+        that died with ``_borrower`` still set would leave every waiting task waiting)."""
+        try:
+            self._borrow_turns()
+        except Exception:  # noqa: BLE001 - logged; the owner's next kick starts another
+            logger.warning("the placement-group borrower thread failed", exc_info=True)
+            with self.owner.locked():
+                if self._borrower is threading.current_thread():
+                    self._borrower = None
+
+    def _borrow_turns(self) -> None:
+        """Give back the loans of tasks that ended
         (``SVC_PG_RETURN``), then ask the service for room for each waiting task
         (``SVC_PG_LEND``, once per bundle and request shape a turn), start those it lends
         room to (``RemoteNodes.run_in_bundle`` on a lease-less bundle of that room, on
@@ -120,6 +135,9 @@ class BundleLoans:
                     actors.return_room_in_service(loan_id)
                 except (ServiceUnavailable, OSError):
                     pass  # the service is gone: its loans went with it
+                except Exception:  # noqa: BLE001 - its answer was an error (SVC_ERR)
+                    logger.warning("loan %s: the node's actor service refused it back",
+                                   loan_id, exc_info=True)
             denied = set()
             for task in asks:
                 pg_hex, index, base = placement.bundle_request(task.spec.request)
