@@ -816,23 +816,18 @@ def _where(sessions: list) -> str:
 
 
 def _print_logs(paths: list, args: argparse.Namespace) -> int:
-    import time
-
     from miniray._private.host import worker_logs  # lazy, as above
 
     if not args.follow:
         sys.stdout.write(worker_logs.read_text(paths, args.tail))
         return 0
-    state = None  # the tail, then what is written later, across rotations
-    try:
-        while True:
-            text, state = worker_logs.follow_step(paths, args.tail, state)
-            if text:
-                sys.stdout.write(text)
-                sys.stdout.flush()
-            time.sleep(0.25)
+    try:  # the tail, then what is written later, across rotations
+        for text in worker_logs.follow(lambda: paths, args.tail, 0.25):
+            sys.stdout.write(text)
+            sys.stdout.flush()
     except KeyboardInterrupt:
         return 0
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -340,18 +340,10 @@ def follow_log(address: str | None = None, filename: str | None = None,
 
     entry, own_ip, query, paths = _log_query(address, filename, actor_id, task_id, pid,
                                              tail, suffix, timeout, node_id, node_ip)
-    state = None
     if entry is None:
-        found = paths()
-        while True:
-            text, state = worker_logs.follow_step(found, tail, state)
-            if text:
-                yield text
-            time.sleep(interval)
-            try:  # found again each step: an actor's next worker has files of its own
-                found = paths()
-            except ValueError:
-                pass  # gone meanwhile (its session ended): what was found stays
+        yield from worker_logs.follow(paths, tail, interval)
+        return
+    state = None
     with _node_link(entry, own_ip, timeout) as client:
         while True:
             try:
@@ -367,8 +359,9 @@ def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
                node_ip):
     """Where a log is read: ``(entry, own ip, query, paths)``: another host's node
     ``entry`` (None: this host's files), step 13's query for it (its ``what`` left to the
-    caller), and ``paths()``: the files on this host now, ValueError naming what was not
-    found. ValueError naming what is wrong with the arguments."""
+    caller), and ``paths()``: the files on this host now (its first answer found here
+    already), ValueError naming what was not found. ValueError naming what is wrong with
+    the arguments."""
     if suffix not in ("out", "err"):
         raise ValueError(f"suffix must be 'out' or 'err', got {suffix!r}.")
     what = None
@@ -384,6 +377,8 @@ def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
              "pid": None if pid is None else int(pid), "suffix": suffix, "tail": tail}
 
     def paths() -> list[str]:
+        if first:  # found below, before anything is yielded
+            return first.pop()
         found, named = worker_logs.find_log(sessions, filename, actor_id, query["pid"],
                                             suffix == "err")
         if not found:
@@ -391,8 +386,9 @@ def _log_query(address, filename, actor_id, task_id, pid, tail, suffix, timeout,
                              "nothing, its session ended, or MINIRAY_WORKER_LOG_BYTES=0.")
         return found
 
-    if entry is None:
-        paths()  # the arguments checked and the log found before anything is yielded
+    first: list = []
+    if entry is None:  # the arguments checked and the log found now, once
+        first.append(paths())
     return entry, own_ip, query, paths
 
 

@@ -5,9 +5,9 @@ generation ``.1``, and ``actor-<actor id hex>``, the pids that hosted an actor, 
 writing a worker's output there within a cap (``CappedLog``); recording which pid hosts an
 actor (``note_actor``, by the worker itself at ACTOR_INIT); finding and reading logs for
 ``miniray logs`` and the state API (``find_worker_logs``, ``find_actor_pids``, ``read_text``,
-``names_by_kind``, ``find_log``) or following them (``follow_step``), and the answer a node
-gives another host's state API (``answer_query``: ``remote_drivers.py`` step 13, read-only,
-bounded).
+``names_by_kind``, ``find_log``) or following them (``follow``, ``follow_step``), and the
+answer a node gives another host's state API (``answer_query``: ``remote_drivers.py`` step
+13, read-only, bounded).
 A remote driver's worker (one a driver on another host runs on this node) has its files
 here too, in the node's session: ``LogTee`` is what the node's relay thread
 (``transport/tls_relay.py``) hands each chunk it copies from the worker's stdout or stderr
@@ -32,13 +32,15 @@ import fnmatch
 import os
 import re
 import threading
+import time
+from collections.abc import Callable, Iterator
 
 from miniray._private.host import same_uid
 
 __all__ = ["CappedLog", "LOGS_DIR", "LogTee", "MAX_ANSWER_CHARS", "answer_query",
-           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "follow_step",
-           "listing", "log_path", "names_by_kind", "note_actor", "read_from", "read_text",
-           "session_dirs"]
+           "find_actor_pids", "find_log", "find_named", "find_worker_logs", "follow",
+           "follow_step", "listing", "log_path", "names_by_kind", "note_actor", "read_from",
+           "read_text", "session_dirs"]
 
 LOGS_DIR = "logs"
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -349,11 +351,8 @@ def follow_step(paths: list[str], tail: int, state: list | None) -> tuple[str, l
         except OSError:
             inode, data = 0, b""
         end = data.rfind(b"\n") + 1
-        text = read_text(paths, tail, last=data[:end])
-        if len(text) > MAX_ANSWER_CHARS:
-            text = text[-MAX_ANSWER_CHARS:]
-            text = text[text.find("\n") + 1:]
-        return text, [os.path.basename(last), inode, end]
+        return _last_chars(read_text(paths, tail, last=data[:end])), \
+            [os.path.basename(last), inode, end]
     name, inode, offset = state
     folder = os.path.dirname(last)
     old = os.path.join(folder, name)
@@ -367,6 +366,31 @@ def follow_step(paths: list[str], tail: int, state: list | None) -> tuple[str, l
                 return text, [name, inode, at]
             break  # read to its end, and another file is written now
     return "", [os.path.basename(last), _inode(last) or 0, 0]  # the next step reads it
+
+
+def follow(paths: Callable[[], list[str]], tail: int, interval: float) -> Iterator[str]:
+    """Follow a log on this host (``miniray logs -f``, ``get_log(follow=True)``): yields
+    ``follow_step``'s text, whenever there is some, every ``interval`` seconds, until the
+    caller stops iterating; ``paths()`` finds its files again each step (an actor's next
+    worker has files of its own; ValueError: none now, the last found stay)."""
+    found, state = paths(), None
+    while True:
+        text, state = follow_step(found, tail, state)
+        if text:
+            yield text
+        time.sleep(interval)
+        try:
+            found = paths()
+        except ValueError:
+            pass
+
+
+def _last_chars(text: str) -> str:
+    """``text``'s last MAX_ANSWER_CHARS characters at most, whole lines."""
+    if len(text) > MAX_ANSWER_CHARS:
+        text = text[-MAX_ANSWER_CHARS:]
+        text = text[text.find("\n") + 1:]
+    return text
 
 
 def _rest(path: str, offset: int) -> tuple[str, int]:
@@ -493,8 +517,4 @@ def answer_query(session_dir: str, query) -> tuple[str, object]:
                           "ended, or MINIRAY_WORKER_LOG_BYTES=0 there.")
     if query["what"] == "follow":
         return "logs", list(follow_step(paths, query.get("tail", 1000), query.get("state")))
-    text = read_text(paths, query.get("tail", 1000))
-    if len(text) > MAX_ANSWER_CHARS:
-        text = text[-MAX_ANSWER_CHARS:]
-        text = text[text.find("\n") + 1:]
-    return "logs", text
+    return "logs", _last_chars(read_text(paths, query.get("tail", 1000)))
