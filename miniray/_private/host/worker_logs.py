@@ -298,11 +298,13 @@ def listing(session_dirs: list[str]) -> str:
     return "".join(line + "\n" for line in out)
 
 
-def read_from(path: str, offset: int, limit: int = -1) -> tuple[str, int]:
+def read_from(path: str, offset: int, limit: int = -1,
+              whole_lines: bool = True) -> tuple[str, int]:
     """What was appended to ``path`` since ``offset`` (from the start after a rotation), as
     text with markers handled, and the new offset: whole lines only, at most ``limit``
     bytes (-1: all; a line longer than ``limit`` comes in pieces, cut between characters);
-    the rest next time."""
+    the rest next time. ``whole_lines`` False, for a file no longer written: its unended
+    last line too."""
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -312,9 +314,10 @@ def read_from(path: str, offset: int, limit: int = -1) -> tuple[str, int]:
             data = f.read(limit)
     except OSError:
         return "", offset
-    end = data.rfind(b"\n") + 1  # whole lines only; the rest comes next time
-    if end == 0 and limit >= 0 and len(data) == limit:
-        end = _character_end(data)  # one line longer than the limit: its first piece
+    full = limit >= 0 and len(data) == limit
+    end = len(data) if not whole_lines else data.rfind(b"\n") + 1  # else the rest next time
+    if (end == 0 or not whole_lines) and full:
+        end = _character_end(data)  # cut at the limit: between characters
     return _lines(data[:end].decode("utf-8", "replace")), offset + end
 
 
@@ -357,15 +360,17 @@ def follow_step(paths: list[str], tail: int, state: list | None) -> tuple[str, l
     folder = os.path.dirname(last)
     old = os.path.join(folder, name)
     for path in (old, old + ".1"):  # where the file followed is now, if still there
-        if _inode(path) == inode:
+        found = _stat(path)
+        if found is not None and found.st_ino == inode:
             text, at = read_from(path, offset, MAX_ANSWER_CHARS)
             if path == last or text:
                 return text, [name, inode, at]
-            if at < _size(path):  # no longer written: its unended last line too
-                text, at = _rest(path, at)
+            if at < found.st_size:  # no longer written: its unended last line too
+                text, at = read_from(path, at, MAX_ANSWER_CHARS, whole_lines=False)
                 return text, [name, inode, at]
             break  # read to its end, and another file is written now
-    return "", [os.path.basename(last), _inode(last) or 0, 0]  # the next step reads it
+    found = _stat(last)
+    return "", [os.path.basename(last), found.st_ino if found else 0, 0]  # the next step reads it
 
 
 def follow(paths: Callable[[], list[str]], tail: int, interval: float) -> Iterator[str]:
@@ -393,28 +398,11 @@ def _last_chars(text: str) -> str:
     return text
 
 
-def _rest(path: str, offset: int) -> tuple[str, int]:
+def _stat(path: str) -> os.stat_result | None:
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(MAX_ANSWER_CHARS)
-    except OSError:
-        return "", offset
-    return _lines(data.decode("utf-8", "replace")), offset + len(data)
-
-
-def _inode(path: str) -> int | None:
-    try:
-        return os.stat(path).st_ino
+        return os.stat(path)
     except OSError:
         return None
-
-
-def _size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def names_by_kind(session_dirs: list[str], glob_filter: str | None = None) -> dict:
