@@ -10,6 +10,7 @@ import pickle
 import selectors
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -763,26 +764,35 @@ def _hold_fetches(drivers) -> threading.Event:
     return gate
 
 
+def _held_fetch(node, tmp_path) -> SimpleNamespace:
+    """The scene of the held-fetch tests: a node keeping results (``shm``), a 1 MiB
+    ``value`` to keep as object ``one``, every fetch's connect held until ``gate`` is set,
+    and ``ask(request_id, tag, grant)``: the fetch message a driver sends for it."""
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    scene = SimpleNamespace(shm=shm, one=b"\x01" * 28, value=os.urandom(1 << 20),
+                            address=("127.0.0.1", node.port), drivers=drivers,
+                            gate=_hold_fetches(drivers))
+    scene.ask = lambda request_id, tag, grant: (
+        "fetch", request_id, scene.one, len(scene.value), list(scene.address), tag, grant)
+    return scene
+
+
 def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answers(
         node, tmp_path):
     """The driver asks on one of its pull connections: M's link answers a ping while the
     fetch waits (here: held at its connect), and the answer comes on that connection;
     the same object asked again there is M's copy at once; a malformed ask is answered
     and the connection stays."""
-
-
-    shm = _kept_node(node, tmp_path)
-    one = b"\x01" * 28
-    value = os.urandom(1 << 20)
-    address = ("127.0.0.1", node.port)
-    drivers = node.peering.drivers
-    gate = _hold_fetches(drivers)
+    scene = _held_fetch(node, tmp_path)
+    shm, one, value, drivers, gate = (scene.shm, scene.one, scene.value, scene.drivers,
+                                      scene.gate)
     with node.client() as home, node.client() as there:
         tag, grant = _kept_with_grant(node, shm, home, one, value)
         there_tag, _room = there.keeps()
         pull = there.open_pull(there_tag)
         try:
-            ask = ("fetch", 7, one, len(value), list(address), tag, grant)
+            ask = scene.ask(7, tag, grant)
             pull.send(ask)
             with pytest.raises(TimeoutError):
                 pull.recv(timeout=0.3)  # the fetch waits at its connect
@@ -797,7 +807,7 @@ def test_a_fetch_asked_on_a_pull_connection_leaves_the_link_free_until_it_answer
                 assert f.read() == value
             pull.send(ask[:1] + (8,) + ask[2:])  # kept now: at once
             assert pull.recv(timeout=5) == ("fetched", 8, answer[2], len(value))
-            pull.send(("fetch", 9, one, 0, list(address), tag, grant))
+            pull.send(ask[:1] + (9, one, 0) + ask[4:])
             assert pull.recv(timeout=5)[:3] == ("error", 9, "malformed")
         finally:
             pull.close()
@@ -810,20 +820,16 @@ def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node,
     before the fetch ends: the fetch's end finds the link dropped (its tag gone with it),
     gives nothing back to a budget file that is gone, books nothing, and the node's loop
     goes on; a fetch started on the loop after the link was dropped is refused."""
-
-    shm = _kept_node(node, tmp_path)
-    one = b"\x01" * 28
-    value = os.urandom(1 << 20)
-    address = ("127.0.0.1", node.port)
-    drivers = node.peering.drivers
-    gate = _hold_fetches(drivers)
+    scene = _held_fetch(node, tmp_path)
+    shm, one, value, drivers, gate = (scene.shm, scene.one, scene.value, scene.drivers,
+                                      scene.gate)
     with node.client() as home:
         tag, grant = _kept_with_grant(node, shm, home, one, value)
         there = node.client()
         there_tag, _room = there.keeps()
         link = node.on_loop(lambda: drivers._by_tag[there_tag])
         pull = there.open_pull(there_tag)
-        pull.send(("fetch", 7, one, len(value), list(address), tag, grant))
+        pull.send(scene.ask(7, tag, grant))
         assert wait_until(lambda: node.on_loop(lambda: bool(drivers._fetching)), 5.0)
         there.close()
         pull.close()
@@ -833,7 +839,7 @@ def test_a_drivers_link_dropped_while_its_fetch_runs_leaves_the_loop_alive(node,
         assert node.thread.is_alive()
         assert not [n for n in os.listdir(shm) if n.startswith(f"mr_{there_tag}")]
         refused = node.on_loop(lambda: drivers._fetch(
-            link, 8, one, len(value), address, tag, grant, answer=lambda reply: None))
+            link, 8, one, len(value), scene.address, tag, grant, answer=lambda reply: None))
         assert refused[:3] == ("error", 8, "fetch_failed"), refused
         home.ping()  # the node still answers its links
         assert home.free([one]) == 1
@@ -845,17 +851,13 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
     link that would never free it."""
     from miniray._private.object_store import kept_budget
 
-    shm = _kept_node(node, tmp_path)
-    one = b"\x01" * 28
-    value = os.urandom(1 << 20)
-    address = ("127.0.0.1", node.port)
-    drivers = node.peering.drivers
-    gate = _hold_fetches(drivers)
+    scene = _held_fetch(node, tmp_path)
+    shm, one, drivers, gate = scene.shm, scene.one, scene.drivers, scene.gate
     with node.client() as home, node.client() as there:
-        tag, grant = _kept_with_grant(node, shm, home, one, value)
+        tag, grant = _kept_with_grant(node, shm, home, one, scene.value)
         there_tag, _room = there.keeps()
         pull = there.open_pull(there_tag)
-        pull.send(("fetch", 7, one, len(value), list(address), tag, grant))
+        pull.send(scene.ask(7, tag, grant))
         assert wait_until(lambda: node.on_loop(lambda: bool(drivers._fetching)), 5.0)
         pull.close()  # the driver's wait timed out
         time.sleep(0.2)
