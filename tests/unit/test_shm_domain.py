@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from miniray._private.core import config
-from miniray._private.host import same_uid, shm_domain
+from miniray._private.host import same_uid, shm_domain, shm_mounts
 from miniray._private.object_store import shm_segments
 
 
@@ -119,7 +119,51 @@ def test_memory_backed_reads_the_longest_mount(tmp_path):
         "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
         "25 22 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw\n"
         "26 22 0:24 / /mnt/my\\040disk rw - xfs /dev/sdb rw\n")
-    assert shm_segments.memory_backed("/dev/shm/x", str(info)) is True
-    assert shm_segments.memory_backed("/home/u", str(info)) is False
-    assert shm_segments.memory_backed("/mnt/my disk/a", str(info)) is False
-    assert shm_segments.memory_backed("/x", str(tmp_path / "none")) is None
+    assert shm_mounts.memory_backed("/dev/shm/x", str(info)) is True
+    assert shm_mounts.memory_backed("/home/u", str(info)) is False
+    assert shm_mounts.memory_backed("/mnt/my disk/a", str(info)) is False
+    assert shm_mounts.memory_backed("/x", str(tmp_path / "none")) is None
+
+
+def test_huge_pages_reads_the_tmpfs_mode_and_the_kernels_override(tmp_path):
+    info = tmp_path / "mountinfo"
+    info.write_text(
+        "22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n"
+        "25 22 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=100k\n"
+        "27 22 0:25 / /mnt/huge rw - tmpfs tmpfs rw,size=1g,huge=within_size\n"
+        "28 22 0:26 / /mnt/all rw - tmpfs tmpfs rw,huge=always\n"
+        "29 27 0:27 / /mnt/huge/plain rw - tmpfs tmpfs rw\n")  # mounted inside it
+    enabled = tmp_path / "shmem_enabled"
+    enabled.write_text("always within_size advise [never] deny force\n")
+
+    def mode(path):
+        return shm_mounts.huge_pages(path, str(info), str(enabled))
+
+    assert mode("/dev/shm/x") == "never"
+    assert mode("/mnt/huge") == mode("/mnt/huge/a") == "within_size"
+    assert mode("/mnt/huge/plain/a") == "never"  # the longest mount point wins
+    assert mode("/mnt/all/a") == "always"
+    assert mode("/home/u") is None  # not a tmpfs
+    assert shm_mounts.huge_pages("/mnt/huge", str(tmp_path / "none"), str(enabled)) is None
+    # The kernel's deny and force override every mount; an unreadable file, nothing.
+    enabled.write_text("always within_size advise never [deny] force\n")
+    assert mode("/mnt/huge/a") == "never"
+    enabled.write_text("always within_size advise never deny [force]\n")
+    assert mode("/dev/shm/x") == "always"
+    assert shm_mounts.huge_pages("/mnt/huge", str(info), str(tmp_path / "none")) == \
+        "within_size"
+
+
+def test_prepare_warns_of_a_tmpfs_that_gives_small_objects_huge_pages(
+        tmp_path, monkeypatch, caplog):
+    modes = {"always": True, "within_size": False, "never": False, None: False}
+    for mode, warned in modes.items():
+        monkeypatch.setattr(shm_mounts, "huge_pages", lambda path, mode=mode: mode)
+        caplog.clear()
+        for path in (str(tmp_path / "shm"), "/dev/shm"):
+            assert shm_segments.prepare_shm_dir(path) == path
+            said = [r.getMessage() for r in caplog.records if "huge=always" in r.getMessage()]
+            assert bool(said) == warned, (mode, path, said)
+            if warned:
+                assert "huge=within_size" in said[0] and path in said[0]
+            caplog.clear()

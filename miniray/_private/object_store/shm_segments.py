@@ -60,7 +60,7 @@ import time
 from typing import Any, Callable
 
 from miniray._private.core import oob
-from miniray._private.host import procinfo, same_uid
+from miniray._private.host import procinfo, same_uid, shm_mounts
 from miniray._private.object_store import store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
@@ -72,7 +72,7 @@ __all__ = [
     "Pooled", "SegmentPool", "check_adoptable", "check_tag", "copy_file", "discard",
     "free_bytes", "load_mapping", "map_readonly", "mib", "no_room_error", "resolve_path",
     "retire_for_reuse", "same_filesystem", "shm_dir_problem", "spill_copy", "sweep_tag",
-    "prepare_shm_dir", "shm_dir_refusal", "memory_backed",
+    "prepare_shm_dir", "shm_dir_refusal",
     "tag_of", "unlink_quiet", "write_through_mapping",
 ]  # fmt: skip
 
@@ -420,10 +420,6 @@ def shm_dir_problem(path: str, need: int) -> str | None:
     return None
 
 
-# Filesystems whose files are memory: a segment there costs no disk I/O.
-_MEMORY_FS = ("tmpfs", "ramfs", "hugetlbfs")
-
-
 def shm_dir_refusal(st: os.stat_result, uid: int) -> str | None:
     """Pure: why a configured shared-memory directory whose ``lstat`` is ``st`` may not hold
     segments of user ``uid`` (they are unpickled, so nobody else may place files there), or
@@ -441,28 +437,6 @@ def shm_dir_refusal(st: os.stat_result, uid: int) -> str | None:
         return (f"has mode {stat.S_IMODE(mode):04o}: group- or world-writable without the "
                 "sticky bit, so another user could replace its files")
     return None
-
-
-def memory_backed(path: str, mountinfo: str = "/proc/self/mountinfo") -> bool | None:
-    """Whether ``path`` lies on a memory filesystem (tmpfs, ramfs, hugetlbfs), from the
-    longest mount point above it in ``mountinfo``; None when that cannot be read."""
-    try:
-        with open(mountinfo) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    real = os.path.realpath(path)
-    best, fstype = "", None
-    for line in lines:
-        left, sep, right = line.partition(" - ")
-        fields = left.split()
-        if not sep or len(fields) < 5 or not right.split():
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = real == point or real.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, fstype = point, right.split()[0]
-    return None if fstype is None else fstype in _MEMORY_FS
 
 
 def _probe_mmap(path: str) -> None:
@@ -496,6 +470,7 @@ def prepare_shm_dir(path: str) -> str:
                          "it against their own working directory.")
     path = os.path.normpath(path)
     if path == DEFAULT_SHM_DIR:
+        _warn_huge_always(path)
         return path
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
@@ -516,10 +491,21 @@ def prepare_shm_dir(path: str) -> str:
             "MINIRAY_SHM_DIR at a directory of your own (mode 0700, e.g. /dev/shm/<name>; "
             "miniray creates it if missing), or unset it to use /dev/shm.")
     _probe_mmap(path)
-    if memory_backed(path) is False:
+    if shm_mounts.memory_backed(path) is False:
         logger.warning("MINIRAY_SHM_DIR=%s is not on a memory-backed filesystem: large "
                        "objects go through the page cache and may be written to disk.", path)
+    _warn_huge_always(path)
     return path
+
+
+def _warn_huge_always(path: str) -> None:
+    """Warn when ``path``'s tmpfs gives every file a huge page (``huge=always``): each
+    object, however small, then takes 2 MiB of memory."""
+    if shm_mounts.huge_pages(path) == "always":
+        logger.warning("The shared-memory directory %s is on a tmpfs mounted with huge=always: "
+                       "every object there, however small, takes a 2 MiB page. Mount it with "
+                       "huge=within_size instead (huge pages for objects of 2 MiB and more "
+                       "only).", path)
 
 
 def write_through_mapping(
