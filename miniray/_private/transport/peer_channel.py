@@ -338,6 +338,15 @@ class PeerChannel:
         self.close()
         raise error
 
+    def _oversize(self, size: int, where: str):
+        """A frame longer than the room its receiver gave it (a peer of another version,
+        or one that lies about a length): the stream cannot go on, so the channel closes
+        and PeerAuthError (a ConnectionError, as every other broken stream) says so."""
+        self._fail(PeerAuthError(
+            f"the connection to {self.address} was closed: a frame of {size} bytes does "
+            f"not fit {where} (the peer sent a wrong length: a miniray of another "
+            "version, or not miniray)"))
+
     def _read_once(self, deadline: float | None) -> bool:
         """One receive into the reader; False on EOF."""
         direct = self._reader.direct_buffer()
@@ -391,7 +400,8 @@ class PeerChannel:
     def recv_bytes_into(self, buffer, timeout: float | None = None) -> int:
         """Receive the next frame's payload straight into ``buffer`` (bulk data: a
         segment's mmap); returns its size. The buffer holds unverified bytes until this
-        returns: on PeerAuthError its contents must be thrown away."""
+        returns: on PeerAuthError its contents must be thrown away (a frame longer than
+        ``buffer`` is one: the channel is closed)."""
         target = memoryview(buffer).cast("B")
         if not self._ready:
             self._reader.expect_into(target)
@@ -401,8 +411,7 @@ class PeerChannel:
             self._reader.cancel_into()
         view = memoryview(payload).cast("B")
         if view.nbytes > target.nbytes:
-            raise ValueError(f"a frame of {view.nbytes} bytes from {self.address} does not "
-                             f"fit the buffer of {target.nbytes} bytes given for it")
+            self._oversize(view.nbytes, f"the buffer of {target.nbytes} bytes given for it")
         if view.obj is not target.obj:  # small, or begun elsewhere: copy it over
             target[:view.nbytes] = view
         return view.nbytes
@@ -414,7 +423,7 @@ class PeerChannel:
         on the MAC pool while the next one arrives. Returns once every tag of the value
         was checked; before that the buffer holds unchecked bytes. TimeoutError when no
         frame of it completes within ``timeout`` seconds, PeerClosed on EOF, PeerAuthError
-        on a bad tag anywhere; each of them closes the channel (its stream stopped inside
+        on a bad tag anywhere or a frame past the value's end; each of them closes the channel (its stream stopped inside
         the value) and its contents must then be thrown away. On return or failure no
         thread of the pool uses ``buffer`` any more."""
         target = memoryview(buffer).cast("B")
@@ -423,9 +432,7 @@ class PeerChannel:
         while self._ready and offset < size:  # received and checked before this call
             view = memoryview(self._ready.popleft()).cast("B")
             if view.nbytes > size - offset:
-                self.close()
-                raise ValueError(f"a frame of {view.nbytes} bytes from {self.address} "
-                                 f"does not fit the {size - offset} bytes left of a value")
+                self._oversize(view.nbytes, f"the {size - offset} bytes left of a value")
             target[offset:offset + view.nbytes] = view
             offset += view.nbytes
         if offset == size:
