@@ -217,11 +217,21 @@ class PlacementGroupNodes:
         if self._note_if_served(pg_hex, record):
             return None  # its tasks there borrow room from the service
         if record.get("detached"):
+            actors = ("run the work in an actor with a name or lifetime='detached' (the "
+                      f"service runs those in any bundle of the group){hint}")
+            if self._detached_home() == "here":  # the service is the head's, elsewhere
+                return (f"The task asks for {what} of detached placement group '{name}' "
+                        f"({where}). Those bundles are held by the cluster's actor "
+                        "service, and a driver's task borrows a bundle's room from the "
+                        "service of its own node; this driver's node is a member whose "
+                        "actor service is the head's, on another host, so no task of this "
+                        "driver can run there. Run this driver on the head's host, or "
+                        f"{actors}.")
             return (f"The task asks for {what} of detached placement group '{name}' "
-                    f"({where}); its bundles on other nodes are held by the node's actor "
-                    "service, and a driver's tasks in them are not supported yet. Run the "
-                    "work in an actor with a name or lifetime='detached' (the service runs "
-                    f"those in any bundle of the group){hint}.")
+                    f"({where}); those bundles are held by an actor service this driver "
+                    f"cannot borrow from. Run the work in an actor with a name or "
+                    f"lifetime='detached' (the service runs those in any bundle of the "
+                    f"group){hint}.")
         return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
                 f"driver that created the group (job {record.get('job_id') or '?'}) can run "
                 "work in its bundles on other nodes, which it holds over its own links. "
