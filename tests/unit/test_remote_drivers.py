@@ -866,3 +866,86 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
         assert drivers.fetched == 0 and node.thread.is_alive()
         assert home.free([one]) == 1
 
+
+
+def _hold_budget_lock(path: str):
+    """A child process that holds the budget file's lock, SIGSTOPped inside it (as a
+    worker stopped in its short hold): the returned Popen; SIGCONT and closing its stdin
+    let it go."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({path!r}, os.O_RDWR)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "locked"
+    os.kill(child.pid, signal.SIGSTOP)
+    return child
+
+
+def _let_go(child) -> None:
+    import signal
+
+    os.kill(child.pid, signal.SIGCONT)
+    child.stdin.close()
+    child.wait(10)
+    child.stdout.close()
+
+
+def test_a_worker_stopped_holding_the_budget_lock_never_stalls_the_node(node, tmp_path):
+    """Defect: book/release/reconcile took the budget file's flock on the node's loop with
+    no bound, so a worker SIGSTOPped inside its hold stalled every link. Now the loop waits
+    at most BUDGET_WAIT_S: the keep, the free and a worker's exit are answered at once,
+    their budget changes wait in order and land once the lock is free."""
+    from miniray._private.node import kept_serving
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    drivers.kept.cap_bytes = 1000
+    one, two = b"\x01" * 28, b"\x02" * 28
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert kept_budget.reserve(str(shm), tag, 600, cap, one)
+        assert kept_budget.reserve(str(shm), tag, 100, cap, two)
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), tag))
+        try:
+            start = time.monotonic()
+            client.keep(one, _write(shm, tag, one, b"x" * 600), 600)
+            client.keep(two, _write(shm, tag, two, b"y" * 100), 100)
+            assert client.free([two]) == 1
+            assert client.ping() and time.monotonic() - start < 2.0  # the loop went on
+            assert drivers._budget_ops[tag] == [("book", one.hex(), 600),
+                                                ("book", two.hex(), 100), ("release", 100)]
+            with pytest.raises(kept_budget.BudgetBusy):  # nothing changed meanwhile
+                kept_budget.change(str(shm), tag, [("release", 1)], wait_s=0.01)
+        finally:
+            _let_go(child)
+        assert wait_until(lambda: kept_budget.reservations(str(shm), tag) == (600, []))
+        assert node.on_loop(lambda: dict(drivers._budget_ops)) == {}
+        assert node.on_loop(lambda: drivers.next_deadline()) is None
+        assert client.free([one]) == 1 and kept_budget.used(str(shm), tag) == 0
+
+
+def test_budget_ops_waiting_for_a_dropped_links_file_are_forgotten(node, tmp_path):
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    drivers.kept.cap_bytes = 1000
+    one = b"\x01" * 28
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert kept_budget.reserve(str(shm), tag, 600, cap, one)
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), tag))
+        try:
+            client.keep(one, _write(shm, tag, one, b"x" * 600), 600)
+            assert tag in drivers._budget_retry
+        finally:
+            client.close()  # the link goes: its tag swept, its waiting ops with it
+            assert wait_until(lambda: tag not in drivers._budget_retry)
+            _let_go(child)
+    assert drivers._budget_ops == {}
