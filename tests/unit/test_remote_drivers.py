@@ -949,3 +949,36 @@ def test_budget_ops_waiting_for_a_dropped_links_file_are_forgotten(node, tmp_pat
             assert wait_until(lambda: tag not in drivers._budget_retry)
             _let_go(child)
     assert drivers._budget_ops == {}
+
+
+def test_results_after_a_refused_keep_are_given_back_at_once(node, tmp_path):
+    """Defect: a task's results after the one whose keep the node refused stayed on the
+    node, reserved in the link's budget, until the link closed. Now the driver has the
+    node book and free each of them at once (``KeptResults.keep_results``): their
+    segments are unlinked and their room is back before the task fails."""
+    from types import SimpleNamespace
+
+    from miniray._private.core import protocol
+    from miniray._private.object_store import kept_budget
+    from miniray._private.owner.remote_objects import KeepRefused, KeptResults
+
+    shm = _kept_node(node, tmp_path)
+    node.peering.drivers.kept.cap_bytes = 1000
+    owner = SimpleNamespace(defer=lambda fn: fn(), store=None)
+    nodes = SimpleNamespace(owner=owner, last_view=lambda: [])
+    results = KeptResults(nodes, None, None, 60.0)
+    ids_ = [b"\x01" * 28, b"\x02" * 28, b"\x03" * 28]
+    spec = SimpleNamespace(name="f", return_ids=ids_)
+    with node.client() as client:
+        tag, cap = client.keeps()
+        for object_id, size in zip(ids_, (100, 200, 300)):
+            assert kept_budget.reserve(str(shm), tag, size, cap, object_id)
+        missing = str(shm / f"mr_{tag}_{ids_[0].hex()}")  # never written: refused
+        items = [(protocol.OK, ("kept", missing, 100), ()),
+                 (protocol.OK, ("kept", _write(shm, tag, ids_[1], b"x" * 200), 200), ()),
+                 (protocol.OK, ("kept", _write(shm, tag, ids_[2], b"y" * 300), 300), ())]
+        with pytest.raises(KeepRefused):
+            results.keep_results(client, node.entry.node_id, spec, items)
+        assert kept_budget.used(str(shm), tag) == 0  # every reservation given back
+        assert os.listdir(shm) == [os.path.basename(kept_budget.budget_path(str(shm), tag))]
+        assert node.peering.drivers.kept_rows() == []
