@@ -11,7 +11,7 @@ with room, this one included (``_check_bundle_nodes``, on the watch; ``_replace`
 here: ``ledger.grow_group`` adds it to the group's lease under its own bundle number): the
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
 then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
-are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
+are killed when their bundle goes (``_kill_lent``, asked again after a blip), and their room comes back once the node's
 actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
 this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
 held by the node's actor service (``_detached_home``): the driver's side asks it
@@ -31,11 +31,16 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
 from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
+
+
+KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
+KILL_LENT_PAUSE_S = 0.5  # before the second try; doubled before each later one
 
 
 class PlacementGroupNodes:
@@ -240,12 +245,43 @@ class PlacementGroupNodes:
     def _kill_lent(self, actor_ids) -> None:
         """*Not locked.* Kill these named actors in the node's actor service, no restart
         (``remote_bundles`` step 7: their group was removed, or their bundle went to
-        another node than this one after its node died)."""
+        another node than this one after its node died). A kill the service did not take
+        (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
+        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: a far lender's is
+        the only word the service gets (``lender_watched``), and a killed actor's kill is
+        a no-op there."""
+        left = self._kill_lent_once(actor_ids)
+        if left:
+            threading.Thread(target=self._kill_lent_again, args=(left,), daemon=True,
+                             name="miniray-kill-lent").start()
+
+    def _kill_lent_once(self, actor_ids) -> list:
+        """*Not locked.* The ones of ``actor_ids`` the service could not be asked to kill."""
+        left = []
         for actor_id in actor_ids:
             try:
                 self.owner.actors.kill_in_service(actor_id, True)
-            except (RuntimeError, OSError, ValueError):  # the service is gone (its
-                pass  # ServiceUnavailable): its group watch, if any, ends them
+            except ValueError:  # refused as malformed: asking again would not help
+                pass
+            except (RuntimeError, OSError):  # ServiceUnavailable: the link blipped
+                left.append(actor_id)
+        return left
+
+    def _kill_lent_again(self, actor_ids) -> None:
+        pause = KILL_LENT_PAUSE_S
+        for _ in range(KILL_LENT_TRIES - 1):
+            time.sleep(pause)
+            pause *= 2
+            if self.owner.closed:
+                return  # its shutdown: the service ends a leaving driver's named actors
+            actor_ids = self._kill_lent_once(actor_ids)
+            if not actor_ids:
+                return
+        print(f"miniray: could not kill {len(actor_ids)} named actor(s) of a removed or "
+              f"moved placement group bundle in the actor service "
+              f"({', '.join(a.hex()[:12] for a in actor_ids)}): it did not answer "
+              f"{KILL_LENT_TRIES} times; kill them with ray.kill once it is back.",
+              file=sys.stderr, flush=True)
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named actors in its remote bundles
