@@ -80,7 +80,6 @@ def test_a_lent_actors_kill_the_service_did_not_take_is_asked_again(monkeypatch)
 
 
 def test_a_lent_actors_kill_gives_up_after_its_tries_and_says_so(monkeypatch, capsys):
-    import time
 
     from miniray._private.owner import placement_group_nodes as pgn
 

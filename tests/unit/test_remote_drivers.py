@@ -900,7 +900,6 @@ def test_a_worker_stopped_holding_the_budget_lock_never_stalls_the_node(node, tm
     no bound, so a worker SIGSTOPped inside its hold stalled every link. Now the loop waits
     at most BUDGET_WAIT_S: the keep, the free and a worker's exit are answered at once,
     their budget changes wait in order and land once the lock is free."""
-    from miniray._private.node import kept_serving
     from miniray._private.object_store import kept_budget
 
     shm = _kept_node(node, tmp_path)

@@ -8,9 +8,10 @@ worker's result, up to a cap), ``unreserve`` (that write failed, or the node ref
 segment), ``book`` (the node's book took it), ``release`` (the node freed booked bytes)
 and ``reconcile`` (reservations of dead workers given back), each of the last four also an
 op (a tuple) that ``change`` applies, several under one hold of the lock, and the pure
-arithmetic of them (``apply_ops``, ``settle``). Does not own: the cap (the node's ``MINIRAY_KEPT_BYTES_PER_DRIVER``,
-told to the workers in HELLO as ``keep_max``), the book of kept objects
-(``node/kept_objects.py``), or writing segments (``worker_api.payload_for``).
+arithmetic of them (``apply_ops``, ``settle``). Does not own: the cap (the node's
+``MINIRAY_KEPT_BYTES_PER_DRIVER``, told to the workers in HELLO as ``keep_max``), the book
+of kept objects (``node/kept_objects.py``), or writing segments
+(``worker_api.payload_for``).
 Called by: the node (``remote_drivers.RemoteDrivers``, ``kept_serving``: ``create`` when
 it serves a link; ``change`` with a bounded wait, ``wait_s``, for the ops of a book, a
 free, a refusal or a worker's exit, so that a worker stopped (SIGSTOP) inside its short
@@ -140,8 +141,8 @@ def apply_ops(booked: int, entries: list[Reservation], ops: Sequence[tuple],
         elif kind == "reconcile":
             gone = set(op[2])
             booked, entries, _back = settle(booked, entries,
-                                            lambda pid: pid in gone or dead(pid), has_file,
-                                            op[1])
+                                            lambda pid, gone=gone: pid in gone or dead(pid),
+                                            has_file, op[1])
         else:
             raise ValueError(f"miniray bug: no budget op {kind!r}")
     return booked, entries

@@ -11,7 +11,7 @@ with room, this one included (``_check_bundle_nodes``, on the watch; ``_replace`
 here: ``ledger.grow_group`` adds it to the group's lease under its own bundle number): the
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
 then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
-are killed when their bundle goes (``_kill_lent``, asked again after a blip), and their room comes back once the node's
+are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
 actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
 this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
 held by the node's actor service (``_detached_home``): the driver's side asks it
@@ -37,7 +37,6 @@ from dataclasses import replace
 from miniray._private.core import node_pick, placement
 from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
-
 
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
 KILL_LENT_PAUSE_S = 0.5  # before the second try; doubled before each later one

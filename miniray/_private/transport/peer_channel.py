@@ -423,8 +423,9 @@ class PeerChannel:
         on the MAC pool while the next one arrives. Returns once every tag of the value
         was checked; before that the buffer holds unchecked bytes. TimeoutError when no
         frame of it completes within ``timeout`` seconds, PeerClosed on EOF, PeerAuthError
-        on a bad tag anywhere or a frame past the value's end; each of them closes the channel (its stream stopped inside
-        the value) and its contents must then be thrown away. On return or failure no
+        on a bad tag anywhere or a frame past the value's end; each of them closes the
+        channel (its stream stopped inside the value) and its contents must then be thrown
+        away. On return or failure no
         thread of the pool uses ``buffer`` any more."""
         target = memoryview(buffer).cast("B")
         size = target.nbytes
