@@ -19,6 +19,7 @@ from miniray._private.node import peering
 from miniray._private.node import remote_drivers as rd
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.remote_node import (
     RemoteDenial,
     RemoteGrant,
@@ -235,7 +236,7 @@ def test_closing_the_link_releases_every_lease_of_that_driver_only(node):
 
 
 def test_nonsense_from_an_authenticated_driver_is_answered_not_obeyed(node):
-    channel = pc.connect(("127.0.0.1", node.port), TOKEN, "driver",
+    channel = ph.connect(("127.0.0.1", node.port), TOKEN, "driver",
                          hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
     try:
         for message in [("lease", 1), ["lease"], ("reboot", 2), 42, ("release", 3, None),
@@ -262,7 +263,7 @@ def test_a_frame_that_fails_its_mac_closes_the_link_and_frees_its_leases(node):
 
 def test_a_bad_driver_hello_and_a_wrong_token_are_refused(node):
     with pytest.raises(pc.PeerRefused, match="driver"):
-        pc.connect(("127.0.0.1", node.port), TOKEN, "driver", hello={}, timeout=5)
+        ph.connect(("127.0.0.1", node.port), TOKEN, "driver", hello={}, timeout=5)
     t0 = time.monotonic()
     with pytest.raises(pc.PeerAuthError):
         node.client(token=b"w" * 40)
@@ -428,7 +429,7 @@ def _ticket(node, client):
 
 
 def _attach(node, ticket, fd, source="127.0.0.1"):
-    return pc.connect(("127.0.0.1", node.port), TOKEN, "attach",
+    return ph.connect(("127.0.0.1", node.port), TOKEN, "attach",
                       hello={"ticket": ticket, "fd": fd}, timeout=5,
                       source_address=(source, 0))
 
@@ -508,7 +509,7 @@ def test_a_driver_that_stops_reading_is_dropped_and_its_leases_freed(tmp_path, m
     monkeypatch.setattr(rd, "SEND_TIMEOUT_S", 0.3)
     n = Node(tmp_path)
     try:
-        channel = pc.connect(("127.0.0.1", n.port), TOKEN, "driver",
+        channel = ph.connect(("127.0.0.1", n.port), TOKEN, "driver",
                              hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
         channel.send(("lease", 1, {"CPU": 1}, "t"))
         assert channel.recv(timeout=5)[0] == "grant"
@@ -642,7 +643,7 @@ def test_a_node_fetches_another_links_object_with_the_drivers_grant_only(node, t
             assert f.read() == value
         assert there.fetch(one, len(value), address, tag, grant) == path  # kept: at once
         assert node.peering.drivers.fetched == 1
-        peer = pc.connect(address, TOKEN, "pull", hello={
+        peer = ph.connect(address, TOKEN, "pull", hello={
             "driver": {"host": "h", "pid": 1}, "tag": tag,
             "peer": {"node_id": node.entry.node_id, "object_id": one, "grant": grant}})
         try:  # a granted connection: its object only
