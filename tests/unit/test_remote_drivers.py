@@ -917,15 +917,23 @@ def test_a_worker_stopped_holding_the_budget_lock_never_stalls_the_node(node, tm
             client.keep(one, _write(shm, tag, one, b"x" * 600), 600)
             client.keep(two, _write(shm, tag, two, b"y" * 100), 100)
             assert client.free([two]) == 1
+
+            def exited():  # a worker of the link exits meanwhile (step 9)
+                drivers._workers[4242420] = next(iter(drivers._links.values()))
+                drivers.worker_exited(4242420, 9)
+
+            node.on_loop(exited)
             assert client.ping() and time.monotonic() - start < 2.0  # the loop went on
-            assert drivers._budget_ops[tag] == [("book", one.hex(), 600),
-                                                ("book", two.hex(), 100), ("release", 100)]
+            assert drivers._budget_ops[tag] == [
+                ("book", one.hex(), 600), ("book", two.hex(), 100), ("release", 100),
+                ("reconcile", 600, (4242420,))]
+            assert drivers.statistics()["budget_waiting"] == 4
             with pytest.raises(kept_budget.BudgetBusy):  # nothing changed meanwhile
                 kept_budget.change(str(shm), tag, [("release", 1)], wait_s=0.01)
         finally:
             _let_go(child)
         assert wait_until(lambda: kept_budget.reservations(str(shm), tag) == (600, []))
-        assert node.on_loop(lambda: dict(drivers._budget_ops)) == {}
+        assert node.on_loop(lambda: drivers.statistics()["budget_waiting"]) == 0
         assert node.on_loop(lambda: drivers.next_deadline()) is None
         assert client.free([one]) == 1 and kept_budget.used(str(shm), tag) == 0
 
