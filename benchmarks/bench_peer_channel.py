@@ -29,6 +29,7 @@ import tempfile
 import time
 
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport import peer_wire
 
 TOKEN = b"benchmark-token-" * 4
@@ -83,10 +84,10 @@ def receiver(size: int, rounds: int, cert_dir: str | None) -> None:
     certs = _certs(cert_dir) if cert_dir else None
     modes = ["channel_nomac", "channel_mac"] + (["channel_tls"] if certs else [])
     for mode in modes:
-        context = (pc.server_ssl_context(*certs["node"], certs["ca"])
+        context = (ph.server_ssl_context(*certs["node"], certs["ca"])
                    if mode == "channel_tls" else None)
         conn, _ = listener.accept()
-        channel = pc.accept(conn, TOKEN, ssl_context=context, timeout=30)
+        channel = ph.accept(conn, TOKEN, ssl_context=context, timeout=30)
         with channel:
             if mode == "channel_nomac":  # switched once the sender has (it says so, MAC'd)
                 assert channel.recv_bytes(timeout=60) == b"nomac"
@@ -111,9 +112,9 @@ def sender(port: int, size: int, rounds: int, cert_dir: str | None) -> dict:
     certs = _certs(cert_dir) if cert_dir else None
     modes = ["channel_nomac", "channel_mac"] + (["channel_tls"] if certs else [])
     for mode in modes:
-        context = (pc.client_ssl_context(*certs["client"], certs["ca"])
+        context = (ph.client_ssl_context(*certs["client"], certs["ca"])
                    if mode == "channel_tls" else None)
-        channel = pc.connect(("127.0.0.1", port), TOKEN, "bench", ssl_context=context,
+        channel = ph.connect(("127.0.0.1", port), TOKEN, "bench", ssl_context=context,
                              timeout=30)
         with channel:
             if mode == "channel_nomac":

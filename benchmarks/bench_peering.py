@@ -10,7 +10,7 @@ member's ``Alive``. What it measures, in this order:
 * the floor of the link, in this interpreter: ``tcp_rtt``, a 1-byte echo over TCP from
   127.0.0.1 to a process listening on 127.0.0.2 (TCP_NODELAY, 200 warm-up, 2,000 timed; p50,
   mean, min and p99 too); ``channel_rtt``, the same through miniray's authenticated peer channel
-  (challenge-response handshake, HMAC on every frame: ``peer_channel.connect``/``accept``),
+  (challenge-response handshake, HMAC on every frame: ``peer_handshake.connect``/``accept``),
   and the handshake's time (``handshake_ms``; ``handshake_first_ms``: the process's first one,
   which pays lazy imports);
 * ``join_s``: from just before ``miniray start --address=127.0.0.1:P --node-ip-address
@@ -67,7 +67,7 @@ import sys
 import tempfile
 import time
 
-from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 
 HEAD_IP, MEMBER_IP = "127.0.0.1", "127.0.0.2"
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,7 +111,7 @@ def _echo_server(kind: str, port_w) -> None:
                 break
             conn.sendall(data)
     else:
-        channel = pc.accept(conn, TOKEN.encode(), timeout=30)
+        channel = ph.accept(conn, TOKEN.encode(), timeout=30)
         try:
             while True:
                 channel.send_bytes(channel.recv_bytes(timeout=60))
@@ -147,7 +147,7 @@ def _rtt(kind: str, warmup: int = 200, timed: int = 2000) -> dict:
                         samples.append(time.perf_counter() - t0)
         else:
             t0 = time.perf_counter()
-            channel = pc.connect((MEMBER_IP, port), TOKEN.encode(), "bench", timeout=30)
+            channel = ph.connect((MEMBER_IP, port), TOKEN.encode(), "bench", timeout=30)
             handshake = time.perf_counter() - t0
             with channel:
                 for i in range(warmup + timed):

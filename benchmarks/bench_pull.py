@@ -54,7 +54,7 @@ import time
 
 import fake_hosts  # beside this script
 
-from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.framing import send_in_frames
 
 TOKEN = b"bench-pull-token" * 4
@@ -153,7 +153,7 @@ def _receiver(size: int, rounds: int) -> None:
                 got += n
             conn.sendall(b"!")
     conn, _ = listener.accept()
-    with pc.accept(conn, TOKEN, timeout=30) as channel:
+    with ph.accept(conn, TOKEN, timeout=30) as channel:
         channel.send_bytes(b"ready")
         for _ in range(rounds):
             if hasattr(channel, "recv_value_into"):
@@ -180,7 +180,7 @@ def _links(size: int, rounds: int) -> dict:
                 sock.sendall(payload)
                 assert sock.recv(1) == b"!"
                 samples["raw_tcp"].append(time.perf_counter() - start)
-        with pc.connect(("127.0.0.2", port), TOKEN, "bench", timeout=30,
+        with ph.connect(("127.0.0.2", port), TOKEN, "bench", timeout=30,
                         source_address=("127.0.0.1", 0)) as channel:
             assert channel.recv_bytes(timeout=60) == b"ready"
             for _ in range(rounds):

@@ -19,6 +19,7 @@ import threading
 import time
 
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport import tls_relay
 
 TOKEN = b"b" * 64
@@ -42,17 +43,17 @@ def make_certs(root: str) -> dict:
 
 
 def relayed_pair(listener, certs):
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = ph.client_ssl_context(*certs["client"], certs["ca"])
     box = {}
 
     def serve():
         conn, _ = listener.accept()
-        box["server"] = pc.accept(conn, TOKEN, ssl_context=server_ctx)
+        box["server"] = ph.accept(conn, TOKEN, ssl_context=server_ctx)
 
     thread = threading.Thread(target=serve)
     thread.start()
-    client = pc.connect(listener.getsockname(), TOKEN, "attach", ssl_context=client_ctx)
+    client = ph.connect(listener.getsockname(), TOKEN, "attach", ssl_context=client_ctx)
     thread.join()
     fd, state = box["server"].handover()
     return client, pc.PeerChannel.from_state(socket.socket(fileno=fd), state)

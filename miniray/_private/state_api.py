@@ -434,10 +434,10 @@ def _node_link(entry, own_ip: str | None, timeout: float):
     on, from this host's node address), to use in a ``with``; RayStateApiException
     naming the node when it cannot be made."""
     from miniray._private.host import auth_token  # lazy: another host's logs only
-    from miniray._private.transport import peer_channel as pc  # lazy: as above
+    from miniray._private.transport import peer_handshake as ph  # lazy: as above
     from miniray._private.transport.remote_node import RemoteNodeClient  # lazy: as above
 
-    contexts = pc.tls_contexts()
+    contexts = ph.tls_contexts()
     try:
         return RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
                                 timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),

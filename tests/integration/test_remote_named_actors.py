@@ -28,6 +28,7 @@ import pytest
 from miniray._private.core import protocol
 from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 
 from .helpers import cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -490,12 +491,12 @@ def test_the_actors_role_is_the_heads_only_and_needs_the_token(hosts):
     token = auth_token.load_token(environ=hosts.env("127.0.0.1"))
     head, member = hosts.record("127.0.0.1"), hosts.record(MEMBER)
     with pytest.raises(pc.PeerRefused, match="not a head.*127.0.0.1"):
-        pc.connect((MEMBER, member.port), token, "actors", timeout=5.0,
+        ph.connect((MEMBER, member.port), token, "actors", timeout=5.0,
                    source_address=("127.0.0.1", 0))
     with pytest.raises(pc.PeerAuthError):
-        pc.connect(("127.0.0.1", head.port), b"x" * len(token), "actors", timeout=5.0)
+        ph.connect(("127.0.0.1", head.port), b"x" * len(token), "actors", timeout=5.0)
     # The head relays frames to its actor service unchanged: a HELLO, then a LIST.
-    channel = pc.connect(("127.0.0.1", head.port), token, "actors", timeout=5.0)
+    channel = ph.connect(("127.0.0.1", head.port), token, "actors", timeout=5.0)
     try:
         channel.send_bytes(pickle.dumps((protocol.SVC_HELLO, "control", os.getpid(),
                                          "ab" * 8, "mrtest01", "", [], ""), 5))

@@ -521,9 +521,20 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
         return np.full(1 << 20, seed, dtype=np.uint8)
 
     first, *refs = [block.options(**on).remote(seed) for seed in range(3)]
-    until(lambda: all(recorded(r) for r in refs))
+    recorded_all = until(lambda: all(recorded(r) for r in refs))
     ray.get(first, timeout=60)  # its pull connection stays idle for the next
-    print(json.dumps({"kept": len(kept())}), flush=True)
+    objects = runtime.current().owner.objects
+
+    def where(ref):  # kept on the member, not here, never asked for: what the gets test
+        entry = objects.get(ref.binary())
+        return {"recorded": recorded(ref), "here": here(ref),
+                "pending": entry is not None and entry.state == 0,
+                "pulling": entry is not None and entry.remote is not None
+                and entry.remote.pulling,
+                "segment": any(name.endswith(ref.binary().hex()) for name in kept())}
+
+    print(json.dumps({"kept": len(kept()), "recorded_all": recorded_all,
+                      "refs": [where(r) for r in refs]}), flush=True)
     sys.stdin.readline()
     out = [None, None]
 
@@ -531,6 +542,8 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
         t0 = time.monotonic()
         try:
             ray.get(refs[i], timeout=60)
+            out[i] = {"error": None, "value": "returned", "waited": time.monotonic() - t0,
+                      "was": where(refs[i])}
         except Exception as error:
             out[i] = {"error": type(error).__name__, "text": str(error),
                       "waited": time.monotonic() - t0}
@@ -545,9 +558,20 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
     pid = hosts.record(MEMBER).pid
     try:
-        assert json_line(proc, 120)["kept"] == 3  # the first one too, until its ref goes
+        before = json_line(proc, 120)
+        assert before["kept"] == 3, before  # the first one too, until its ref goes
+        # What the gets below test: both values only on the member, neither asked for
+        # yet; a value already here (sent instead of kept, pulled early) would be got
+        # whatever the member does.
+        assert before["recorded_all"], before
+        for ref in before["refs"]:
+            assert ref == {"recorded": True, "here": False, "pending": True,
+                           "pulling": False, "segment": True}, before
         hosts.stopped.append(pid)
         os.kill(pid, signal.SIGSTOP)
+        # kill() returns before every thread of the member stopped: none of them may
+        # answer a pull from here on.
+        assert wait_until(lambda: _all_stopped(pid), 10), "the member did not stop"
         proc.stdin.write("\n")
         proc.stdin.flush()
         doc = json_line(proc, 90)
@@ -562,6 +586,19 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
     finally:
         stop_driver(proc)
         os.kill(pid, signal.SIGCONT)
+
+
+def _all_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is stopped (state T in ``/proc/<pid>/task/*/stat``)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = []
+        for task in tasks:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return False
+    return bool(states) and all(state == "T" for state in states)
 
 
 def test_the_heads_status_counts_what_it_keeps_for_a_driver_on_a_member(hosts, member):

@@ -21,6 +21,7 @@ import pytest
 
 from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.remote_node import RemoteNodeClient
 from miniray.exceptions import NodeDiedError
 
@@ -173,7 +174,7 @@ def test_a_peer_without_the_cas_certificate_or_without_tls_is_refused(hosts, mem
     if certs is None:
         pytest.skip("TLS only")
     token = auth_token.load_token(environ=hosts.env("127.0.0.1"))
-    rogue = pc.client_ssl_context(*certs["rogue"], certs["ca"])
+    rogue = ph.client_ssl_context(*certs["rogue"], certs["ca"])
     for context in (rogue, None):
         with pytest.raises((pc.PeerAuthError, pc.PeerClosed, OSError, NodeDiedError)):
             client = RemoteNodeClient(address, token, timeout=5.0, ssl_context=context,
@@ -190,7 +191,7 @@ def test_a_peer_without_the_cas_certificate_or_without_tls_is_refused(hosts, mem
     def threads() -> int:
         return len(os.listdir(f"/proc/{node_pid}/task"))
 
-    good = pc.client_ssl_context(*certs["node"], certs["ca"])
+    good = ph.client_ssl_context(*certs["node"], certs["ca"])
     with RemoteNodeClient(address, token, timeout=5.0, ssl_context=good,
                           source_address=("127.0.0.1", 0)) as client:
         client.ping()

@@ -17,6 +17,7 @@ from miniray._private.node.actor_relay import SERVICE_SOCKET, ActorRelay
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import COPY, pack_value, unpack_value
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.framing import FramedSocket
 
 TOKEN = b"t" * 32
@@ -46,10 +47,10 @@ def _pair():
     listener = socket.create_server(("127.0.0.1", 0))
     accepted = []
     thread = threading.Thread(target=lambda: accepted.append(
-        pc.accept(listener.accept()[0], TOKEN, timeout=5.0)))
+        ph.accept(listener.accept()[0], TOKEN, timeout=5.0)))
     thread.start()
     try:
-        client = pc.connect(listener.getsockname(), TOKEN, "actors", timeout=5.0)
+        client = ph.connect(listener.getsockname(), TOKEN, "actors", timeout=5.0)
         thread.join(5.0)
     finally:
         listener.close()

@@ -29,6 +29,7 @@ import pytest
 from miniray._private.core import protocol
 from miniray._private.host.auth_token import AuthTokenError
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport import peer_wire
 from miniray._private.transport.peer_channel import (
     ClientHandshake,
@@ -43,7 +44,7 @@ from miniray.exceptions import AuthenticationError
 
 TOKEN = b"a" * 64
 OTHER = b"b" * 64
-LOGGER = "miniray._private.transport.peer_channel"
+LOGGER = "miniray._private.transport"  # peer_channel and peer_handshake log under it
 FRAME_ERRORS = (PeerAuthError, PeerRefused, PeerClosed)
 EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 
@@ -52,7 +53,7 @@ EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
 def no_leaks(monkeypatch):
     """No thread started by a test may outlive it, nor any socket it opened. Each test gets
     a fresh refusal-log limiter (the module's one is shared by the process)."""
-    monkeypatch.setattr(pc, "_refusals", pc.RefusalLog())
+    monkeypatch.setattr(ph, "_refusals", ph.RefusalLog())
     threads = set(threading.enumerate())
     fds = set(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
     yield
@@ -115,7 +116,7 @@ def channel_pair(*, server_token=TOKEN, client_token=TOKEN, answer=None, hello=N
                  role="test"):
     """(client, server) channels over a socketpair."""
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, server_token, answer=answer, timeout=5)
+    server = Background(ph.accept, b, server_token, answer=answer, timeout=5)
     try:
         client = _connect_over(a, client_token, role, hello)
     except BaseException:
@@ -132,10 +133,10 @@ def _connect_over(sock, token, role, hello=None):
     """connect()'s steps on an existing socket (socketpair): the handshake, then the HELLO."""
     deadline = time.monotonic() + 5
     handshake = ClientHandshake(token)
-    keys = pc._run_handshake(sock, handshake, handshake.start(), deadline)
+    keys = ph._run_handshake(sock, handshake, handshake.start(), deadline)
     channel = pc.PeerChannel(sock, keys, address="pair", role=role)
     channel.send({**(hello or {}), "role": role, "versions": protocol.peer_versions()})
-    answer = pc._hello_reply(channel, deadline)
+    answer = ph._hello_reply(channel, deadline)
     if not answer.get("ok"):
         channel.close()
         raise PeerRefused(answer.get("error"))
@@ -161,8 +162,8 @@ def test_good_token_over_loopback_tcp(listener):
         answers.append(hello)
         return {"node_id": "n1"}
 
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, answer=answer))
-    client = pc.connect(listener.getsockname(), TOKEN, "join", hello={"ip": "127.0.0.1"})
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, answer=answer))
+    client = ph.connect(listener.getsockname(), TOKEN, "join", hello={"ip": "127.0.0.1"})
     with client, server.result() as srv:
         assert srv.role == "join" and srv.peer_hello["ip"] == "127.0.0.1"
         assert answers[0]["versions"] == protocol.peer_versions()
@@ -198,7 +199,7 @@ def test_good_token_over_socketpair_and_thread_safe_sends():
 
 def test_hello_may_not_set_role_or_versions(listener):
     with pytest.raises(ValueError, match="role"):
-        pc.connect(listener.getsockname(), TOKEN, "join", hello={"role": "x"})
+        ph.connect(listener.getsockname(), TOKEN, "join", hello={"role": "x"})
 
 
 def test_peer_closed_on_eof_and_close_wakes_a_blocked_reader():
@@ -290,7 +291,7 @@ def test_rogue_server_with_another_token_never_gets_the_client_proof(listener):
 
     server = Background(rogue)
     with pytest.raises(PeerAuthError) as info:
-        pc.connect(listener.getsockname(), TOKEN, "join", timeout=5)
+        ph.connect(listener.getsockname(), TOKEN, "join", timeout=5)
     server.result()
     text = str(info.value)
     assert "did not prove this cluster's token" in text and "get-auth-token" in text
@@ -299,22 +300,22 @@ def test_rogue_server_with_another_token_never_gets_the_client_proof(listener):
 
 def test_client_with_wrong_token_one_clear_error_each_side(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5))
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=5))
     start = time.monotonic()
     with pytest.raises(PeerAuthError, match="did not prove this cluster's token"):
-        pc.connect(listener.getsockname(), OTHER, "join", timeout=5)
+        ph.connect(listener.getsockname(), OTHER, "join", timeout=5)
     with pytest.raises(PeerAuthError, match="refused the peer at 127.0.0.1:") as info:
         server.result()
     assert time.monotonic() - start < 2  # at once: no retries
     assert isinstance(info.value, ConnectionError)
-    lines = [r for r in caplog.records if r.name == LOGGER]
+    lines = [r for r in caplog.records if r.name.startswith(LOGGER)]
     assert len(lines) == 1 and "127.0.0.1:" in lines[0].getMessage()
     assert "another token" in lines[0].getMessage()
 
 
 def test_client_proof_refused_with_the_byte_code(listener):
     """A client whose proof is wrong (it never saw the token) gets BAD_TOKEN, not an EOF."""
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5))
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=5))
     with socket.create_connection(listener.getsockname(), timeout=5) as raw:
         raw.sendall(struct.pack("!8sH32s", pc.MAGIC, pc.PROTO_VERSION, os.urandom(32)))
         assert pc._recv_exactly(raw, 65, time.monotonic() + 5)[:1] == pc.OK
@@ -334,11 +335,11 @@ def test_client_proof_refused_with_the_byte_code(listener):
 def test_missing_token_refused_before_any_connection(listener):
     for token in (b"", None):
         with pytest.raises(AuthTokenError, match="No miniray cluster token"):
-            pc.connect(listener.getsockname(), token, "join")
+            ph.connect(listener.getsockname(), token, "join")
     a, b = socket.socketpair()
     a.close()
     with pytest.raises(AuthTokenError):
-        pc.accept(b, b"")
+        ph.accept(b, b"")
     assert b.fileno() == -1  # accept owns the socket: closed
 
 
@@ -346,7 +347,7 @@ def test_missing_token_refused_before_any_connection(listener):
 def _server_fails(data: bytes, *, close=True, timeout=2.0):
     """Send ``data`` raw to accept(); return the error accept raised."""
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, TOKEN, timeout=timeout)
+    server = Background(ph.accept, b, TOKEN, timeout=timeout)
     try:
         try:
             a.sendall(data)
@@ -385,7 +386,7 @@ def test_garbage_and_other_protocols_are_refused(caplog):
 def test_another_protocol_version_is_refused_naming_both():
     hello = struct.pack("!8sH32s", pc.MAGIC, 99, os.urandom(32))
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, TOKEN, timeout=2)
+    server = Background(ph.accept, b, TOKEN, timeout=2)
     with a:
         a.sendall(hello)
         assert pc._recv_exactly(a, 3, time.monotonic() + 5) == pc.BAD_VERSION + struct.pack(
@@ -418,10 +419,10 @@ def test_oversize_frame_refused_from_the_header():
 
 def test_oversize_hello_refused_before_reading_it():
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, TOKEN, timeout=5)
+    server = Background(ph.accept, b, TOKEN, timeout=5)
     with a:
         hs = ClientHandshake(TOKEN)
-        keys = pc._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
+        keys = ph._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
         a.sendall(struct.pack("!Q", pc.HELLO_MAX_FRAME + 1))
         with pytest.raises(PeerAuthError, match="was announced"):
             server.result()
@@ -429,8 +430,8 @@ def test_oversize_hello_refused_before_reading_it():
 
 
 def test_max_frame_holds_after_the_hello(listener):
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, max_frame=1000))
-    with pc.connect(listener.getsockname(), TOKEN, "join") as client, server.result() as srv:
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, max_frame=1000))
+    with ph.connect(listener.getsockname(), TOKEN, "join") as client, server.result() as srv:
         client.send_bytes(b"x" * 1000)
         assert len(srv.recv_bytes(timeout=5)) == 1000
         with pytest.raises(TimeoutError, match="no message from 127.0.0.1:"):
@@ -443,7 +444,7 @@ def test_max_frame_holds_after_the_hello(listener):
 
 
 def test_slow_client_cannot_hold_accept_past_its_timeout(listener):
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=0.5))
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=0.5))
     with socket.create_connection(listener.getsockname()) as raw:
         start = time.monotonic()
         hello = struct.pack("!8sH32s", pc.MAGIC, pc.PROTO_VERSION, os.urandom(32))
@@ -462,7 +463,7 @@ def test_client_connect_is_bounded_by_its_timeout(listener):
     """A listener that never answers: connect gives up after its timeout."""
     start = time.monotonic()
     with pytest.raises(TimeoutError, match="within 0.3 s"):
-        pc.connect(listener.getsockname(), TOKEN, "join", timeout=0.3)
+        ph.connect(listener.getsockname(), TOKEN, "join", timeout=0.3)
     assert time.monotonic() - start < 1.5
     _accepted(listener).close()
 
@@ -480,7 +481,7 @@ def test_malicious_pickle_is_never_unpickled(tmp_path, listener):
     assert isinstance(_server_fails(struct.pack("!Q", len(evil)) + evil + bytes(16)),
                       (PeerAuthError, PeerClosed))
     # ... 3. from a client with the wrong token, after its (failed) handshake
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=2))
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=2))
     with socket.create_connection(listener.getsockname(), timeout=5) as raw:
         raw.sendall(struct.pack("!8sH32s", pc.MAGIC, pc.PROTO_VERSION, os.urandom(32)))
         pc._recv_exactly(raw, 65, time.monotonic() + 5)
@@ -578,10 +579,10 @@ def test_a_frame_reflected_back_over_the_wire_is_refused(tmp_path):
     direction has its own key (and a replay of the client's own frame fails its seq)."""
     marker = tmp_path / "pwned"
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, TOKEN, timeout=5)
+    server = Background(ph.accept, b, TOKEN, timeout=5)
     with a:
         hs = ClientHandshake(TOKEN)
-        keys = pc._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
+        keys = ph._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
         hello = pickle.dumps({"role": "r", "versions": protocol.peer_versions()}, protocol=5)
         a.sendall(_wire(FrameWriter(keys[0]), hello))
         srv = server.result()
@@ -690,10 +691,10 @@ def test_fuzz_parsers_only_raise_peer_errors(tmp_path):
 def test_version_refusal_over_the_wire_names_both_sides(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     a, b = socket.socketpair()
-    server = Background(pc.accept, b, TOKEN, timeout=5)
+    server = Background(ph.accept, b, TOKEN, timeout=5)
     with a:
         hs = ClientHandshake(TOKEN)
-        keys = pc._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
+        keys = ph._run_handshake(a, hs, hs.start(), time.monotonic() + 5)
         channel = pc.PeerChannel(a, keys, address="pair")
         channel.send({"role": "join", "versions": dict(protocol.peer_versions(),
                                                         miniray="0.0.1")})
@@ -724,12 +725,12 @@ def test_client_refuses_a_node_of_another_version(listener, monkeypatch):
     monkeypatch.setattr(protocol, "version_policy", policy)
 
     def node():
-        return pc.accept(_accepted(listener), TOKEN, timeout=5)
+        return ph.accept(_accepted(listener), TOKEN, timeout=5)
 
     server = threading.Thread(target=lambda: _swallow(node), name="old-node")
     server.start()
     with pytest.raises(PeerRefused, match="python 2.7.18"):
-        pc.connect(listener.getsockname(), TOKEN, "join", timeout=5)
+        ph.connect(listener.getsockname(), TOKEN, "join", timeout=5)
     server.join(5)
 
 
@@ -874,7 +875,7 @@ def test_mac_thread_stops_when_the_connection_dies_mid_frame(mac_thread_from_1mi
 def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     served = []
-    gate = pc.HandshakeGate(TOKEN, on_channel=served.append, max_pending=2, timeout=0.5)
+    gate = ph.HandshakeGate(TOKEN, on_channel=served.append, max_pending=2, timeout=0.5)
     slow = [socket.create_connection(listener.getsockname()) for _ in range(3)]
     try:
         admitted = [gate.submit(_accepted(listener)) for _ in slow]
@@ -886,8 +887,8 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
     finally:
         for sock in slow:
             sock.close()
-    gate = pc.HandshakeGate(TOKEN, on_channel=served.append, max_pending=2)
-    client = Background(pc.connect, listener.getsockname(), TOKEN, "join")
+    gate = ph.HandshakeGate(TOKEN, on_channel=served.append, max_pending=2)
+    client = Background(ph.connect, listener.getsockname(), TOKEN, "join")
     gate.submit(_accepted(listener))
     with client.result() as channel:
         gate.close()
@@ -899,7 +900,7 @@ def test_gate_bounds_concurrent_handshakes_and_hands_over_channels(listener, cap
 
 
 def test_gate_bounds_handshakes_per_host(listener):
-    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(),
+    gate = ph.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(),
                             max_pending=8, max_per_host=1, timeout=0.5)
     slow = [socket.create_connection(listener.getsockname(), source_address=(ip, 0))
             for ip in ("127.0.0.1", "127.0.0.1", "127.0.0.2")]
@@ -917,7 +918,7 @@ def test_gate_bounds_handshakes_per_host(listener):
 def test_refusal_log_is_bounded_per_host_and_says_what_it_left_out(caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
     now = [0.0]
-    log = pc.RefusalLog(per_minute=3, clock=lambda: now[0])
+    log = ph.RefusalLog(per_minute=3, clock=lambda: now[0])
     for _ in range(10):
         log.warn("10.0.0.1", "refused peer %s", "10.0.0.1:1")
     log.warn("10.0.0.2", "refused peer %s", "10.0.0.2:1")
@@ -931,7 +932,7 @@ def test_refusal_log_is_bounded_per_host_and_says_what_it_left_out(caplog):
 
 def test_a_flood_of_bad_connections_logs_a_bounded_number_of_lines(listener, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    gate = pc.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(), timeout=2)
+    gate = ph.HandshakeGate(TOKEN, on_channel=lambda channel: channel.close(), timeout=2)
     for _ in range(30):
         with socket.create_connection(listener.getsockname()) as raw:
             gate.submit(_accepted(listener))
@@ -939,7 +940,7 @@ def test_a_flood_of_bad_connections_logs_a_bounded_number_of_lines(listener, cap
             raw.recv(1)
     gate.close()
     assert gate.statistics()["failed"] + gate.statistics()["shed"] == 30
-    assert len(caplog.records) == pc.RefusalLog().per_minute
+    assert len(caplog.records) == ph.RefusalLog().per_minute
 
 
 def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
@@ -950,8 +951,8 @@ def test_gate_closes_a_channel_whose_handler_fails(listener, caplog):
         handled.append(channel)
         raise RuntimeError("handler bug")
 
-    gate = pc.HandshakeGate(TOKEN, on_channel=handler)
-    client = Background(pc.connect, listener.getsockname(), TOKEN, "join")
+    gate = ph.HandshakeGate(TOKEN, on_channel=handler)
+    client = Background(ph.connect, listener.getsockname(), TOKEN, "join")
     gate.submit(_accepted(listener))
     with client.result() as channel:
         gate.close()
@@ -999,10 +1000,10 @@ def certs(tmp_path_factory):
 
 
 def test_tls_with_mutual_certificates_and_the_token(listener, certs):
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
-    client = pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = ph.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    client = ph.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
     with client, server.result() as srv:
         assert client.tls and srv.tls
         data = os.urandom(3 << 20)
@@ -1022,41 +1023,41 @@ def test_tls_with_mutual_certificates_and_the_token(listener, certs):
 
 
 def test_tls_still_needs_the_token(listener, certs):
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = ph.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
     with pytest.raises(PeerAuthError, match="did not prove"):
-        pc.connect(listener.getsockname(), OTHER, "join", ssl_context=client_ctx)
+        ph.connect(listener.getsockname(), OTHER, "join", ssl_context=client_ctx)
     with pytest.raises(PeerAuthError):
         server.result()
 
 
 def test_tls_refuses_a_certificate_from_another_ca(listener, certs):
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    rogue_ctx = pc.client_ssl_context(*certs["rogue"], certs["ca"])
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx,
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    rogue_ctx = ph.client_ssl_context(*certs["rogue"], certs["ca"])
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, ssl_context=server_ctx,
                                           timeout=5))
     with pytest.raises((OSError, ConnectionError)):
-        with pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=rogue_ctx) as ch:
+        with ph.connect(listener.getsockname(), TOKEN, "join", ssl_context=rogue_ctx) as ch:
             ch.recv(timeout=5)  # TLS 1.3: the refusal can arrive after the handshake
     with pytest.raises(PeerAuthError, match="TLS failed"):
         server.result()
 
 
 def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
-    assert pc.tls_contexts({}) is None and pc.tls_contexts({"RAY_USE_TLS": "0"}) is None
+    assert ph.tls_contexts({}) is None and ph.tls_contexts({"RAY_USE_TLS": "0"}) is None
     with pytest.raises(AuthTokenError, match="MINIRAY_TLS_SERVER_CERT"):
-        pc.tls_contexts({"RAY_USE_TLS": "1"})
+        ph.tls_contexts({"RAY_USE_TLS": "1"})
     env = {"RAY_USE_TLS": "1", "RAY_TLS_SERVER_CERT": certs["node"][0],
            "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "RAY_TLS_CA_CERT": certs["ca"]}
     with pytest.raises(AuthTokenError, match="cannot be read"):
-        pc.tls_contexts(dict(env, RAY_TLS_CA_CERT="/nonexistent/ca.pem"))
+        ph.tls_contexts(dict(env, RAY_TLS_CA_CERT="/nonexistent/ca.pem"))
     with pytest.raises(AuthTokenError, match="cannot be used"):
-        pc.tls_contexts(dict(env, RAY_TLS_SERVER_KEY=certs["client"][1],
+        ph.tls_contexts(dict(env, RAY_TLS_SERVER_KEY=certs["client"][1],
                              MINIRAY_TLS_SERVER_KEY=""))
-    client_ctx, server_ctx = pc.tls_contexts(env)
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
-    with pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx) as client:
+    client_ctx, server_ctx = ph.tls_contexts(env)
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    with ph.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx) as client:
         with server.result() as srv:
             assert client.tls and srv.tls
             client.send(1)
@@ -1065,17 +1066,17 @@ def test_tls_contexts_from_ray_or_miniray_variables(listener, certs):
 
 def test_tls_on_one_side_only_says_so(listener, certs, caplog):
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5))
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = ph.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=5))
     with pytest.raises((PeerAuthError, PeerClosed), match="TLS (is )?on for both or neither"):
-        pc.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
+        ph.connect(listener.getsockname(), TOKEN, "join", ssl_context=client_ctx)
     with pytest.raises(PeerAuthError, match="it speaks TLS and this node does not"):
         server.result()
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, timeout=5,
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, timeout=5,
                                           ssl_context=server_ctx))
     with pytest.raises(PeerClosed, match="TLS on for both or neither"):
-        pc.connect(listener.getsockname(), TOKEN, "join")
+        ph.connect(listener.getsockname(), TOKEN, "join")
     with pytest.raises(PeerAuthError, match="TLS failed"):
         server.result()
     assert "a peer without TLS" in caplog.text
@@ -1153,10 +1154,10 @@ def test_handover_refuses_unread_bytes_and_a_rebuilt_end_rejects_a_tampered_fram
 
 # ------------------------------------------------------- hand-over of a TLS channel (relay)
 def _tls_pair(listener, certs):
-    server_ctx = pc.server_ssl_context(*certs["node"], certs["ca"])
-    client_ctx = pc.client_ssl_context(*certs["client"], certs["ca"])
-    server = Background(lambda: pc.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
-    client = pc.connect(listener.getsockname(), TOKEN, "attach", ssl_context=client_ctx)
+    server_ctx = ph.server_ssl_context(*certs["node"], certs["ca"])
+    client_ctx = ph.client_ssl_context(*certs["client"], certs["ca"])
+    server = Background(lambda: ph.accept(_accepted(listener), TOKEN, ssl_context=server_ctx))
+    client = ph.connect(listener.getsockname(), TOKEN, "attach", ssl_context=client_ctx)
     return client, server.result()
 
 

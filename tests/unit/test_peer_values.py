@@ -389,3 +389,60 @@ def test_a_remote_workers_bulk_value_crosses_as_one_value():
         assert not errors
         value = oob.load_segment(view.toreadonly())
         assert value["a"][-1] == 2_499_999.0 and value["b"] == b"x" * 100
+
+
+def test_a_frame_longer_than_its_buffer_closes_the_channel_as_a_connection_error():
+    """A peer that sends a wrong length: ``recv_bytes_into`` and ``recv_value_into`` (a
+    frame read before the value began) close the channel and raise PeerAuthError, an
+    OSError as every other broken stream (a ValueError escaped every caller's handler)."""
+    sender, receiver = _pair()
+    with sender, receiver:
+        sender.send_bytes(b"x" * 100)
+        sender.send_bytes(b"y" * 100)
+        receiver.recv_bytes_into(bytearray(100), timeout=5)
+        assert receiver._ready  # the second frame, read already
+        with pytest.raises(pc.PeerAuthError, match="does not fit the buffer") as raised:
+            receiver.recv_bytes_into(bytearray(10), timeout=5)
+        assert isinstance(raised.value, OSError) and receiver.closed
+    sender, receiver = _pair()
+    with sender, receiver:  # a frame not read yet: the reader's own check, the same error
+        sender.send_bytes(b"y" * 100)
+        with pytest.raises(pc.PeerAuthError, match="at most 10"):
+            receiver.recv_bytes_into(bytearray(10), timeout=5)
+        assert receiver.closed
+    sender, receiver = _pair()
+    with sender, receiver:
+        sender.send_bytes(b"z" * 100)
+        sender.send(("after",))
+        receiver.recv_bytes_into(bytearray(100), timeout=5)  # reads the next frame too
+        assert receiver._ready  # ("after",) waits, read already
+        with pytest.raises(OSError, match="does not fit the 5 bytes left of a value"):
+            receiver.recv_value_into(bytearray(5), timeout=5)
+        assert receiver.closed
+
+
+def test_a_remote_workers_reader_closes_its_link_on_a_wrong_length(monkeypatch, capsys):
+    """``worker_api.Channel._receive_bulk``: a frame longer than the value it belongs to,
+    read with its message or from the connection, ends the worker as EOF does (its link
+    closes), saying why on stderr; no exception escapes the reading thread."""
+    from miniray._private.worker import worker_api
+
+    class _Exited(BaseException):
+        pass
+
+    def exit_now():
+        raise _Exited
+
+    monkeypatch.setattr(worker_api, "_exit_now", exit_now)
+    sender, receiver = _pair()
+    reader = worker_api.Channel(pc.FramedPeer(receiver))
+    reader.remote = True
+    with sender, receiver:
+        with pytest.raises(_Exited):
+            reader._receive_bulk(10, iter([b"x" * 4, b"x" * 100]))
+        assert "a frame of 100 bytes does not fit the 6 bytes left" in capsys.readouterr().err
+        sender.send_bytes(b"w" * 100)  # from the connection: recv_value_into's check
+        with pytest.raises(_Exited):
+            reader._receive_bulk(10, iter(()))
+        err = capsys.readouterr().err
+        assert "closing the connection to its driver" in err and "a frame of 100" in err

@@ -12,7 +12,7 @@ import pytest
 
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.node import peering
-from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 
 TOKEN = b"t" * 40
 
@@ -145,7 +145,7 @@ def _driver_link(side, ip):
     result = {}
 
     def connect():
-        result["c"] = pc.connect((ip, side.entry.port), TOKEN, "driver",
+        result["c"] = ph.connect((ip, side.entry.port), TOKEN, "driver",
                                  hello={"driver": {"host": "h", "pid": 1}}, timeout=2.0)
 
     thread = threading.Thread(target=connect)
@@ -201,7 +201,7 @@ def test_an_authenticated_peer_with_nonsense_is_dropped_not_obeyed(cluster):
     made = {}
 
     def connect_well_formed():
-        made["channel"] = pc.connect(
+        made["channel"] = ph.connect(
             ("127.0.0.1", head.entry.port), TOKEN, "join", source_address=("127.0.0.4", 0),
             hello={"node": NodeEntry(node_id="d" * 8, ip="127.0.0.4", port=1,
                                      totals={"CPU": 1.0}).to_json()})

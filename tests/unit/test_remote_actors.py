@@ -123,3 +123,54 @@ def test_a_wait_that_ends_with_the_worker_ends_its_thread_only():
     blocking.submit(("GET", 1))
     assert wait_until(lambda: blocking.threads == 0, timeout=10.0)
     assert sorted(map(str, asks.served)) == ["1", "boom"]
+
+
+# ------------------------------------------------------------- ray.kill of a worker on N
+class _KillClient:
+    """``RemoteNodeClient.kill`` answering each ask in turn from ``outcomes``."""
+
+    def __init__(self, *outcomes):
+        self.outcomes = list(outcomes)
+        self.asked = 0
+
+    def kill(self, pid, timeout=None):
+        self.asked += 1
+        outcome = self.outcomes.pop(0) if self.outcomes else None
+        if outcome is not None:
+            raise outcome
+
+
+def test_a_kill_that_timed_out_is_asked_again(monkeypatch):
+    """Defect: the kill of an actor's worker on N that failed once (the link blipped: a
+    timeout) was never asked again; only its connections were closed, and a worker busy
+    in a call kept running. Now a timeout is asked again, bounded; a lost link (N kills
+    the link's workers itself) or a worker N no longer knows (it exited) is not."""
+    from miniray._private.transport.remote_node import RemoteLeaseError
+    from miniray.exceptions import NodeDiedError
+
+    monkeypatch.setattr(ra, "KILL_PAUSE_S", 0.001)
+    blip = TimeoutError("the node did not answer 'kill' within 2 s")
+    client = _KillClient(blip, blip)
+    assert ra.kill_on_node(client, 7) is None and client.asked == 3
+    client = _KillClient(blip, blip, blip, blip)
+    assert "did not answer" in ra.kill_on_node(client, 7) and client.asked == ra.KILL_TRIES
+    client = _KillClient(RemoteLeaseError("not this link's", kind="unknown_worker"))
+    assert ra.kill_on_node(client, 7) is None and client.asked == 1  # exited already
+    client = _KillClient(NodeDiedError("its link closed"), None)
+    assert "link closed" in ra.kill_on_node(client, 7) and client.asked == 1
+
+
+def test_kill_later_closes_the_connections_only_when_the_kill_never_landed(monkeypatch):
+    monkeypatch.setattr(ra, "KILL_PAUSE_S", 0.001)
+    closed = []
+    worker = ra.RemoteActorWorker.__new__(ra.RemoteActorWorker)
+    worker.pid, worker.ip = 7, "127.0.0.2"
+    worker.inner = type("Inner", (), {"close": lambda self: closed.append(1)})()
+    worker.client = _KillClient(TimeoutError("slow"))
+    worker.kill_later()
+    assert wait_until(lambda: worker.client.asked == 2)
+    time.sleep(0.05)
+    assert closed == []  # killed on the second ask
+    worker.client = _KillClient(*[TimeoutError("slow")] * ra.KILL_TRIES)
+    worker.kill_later()
+    assert wait_until(lambda: closed == [1])

@@ -20,6 +20,7 @@ from miniray._private.node import peering
 from miniray._private.node import remote_drivers as rd
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.remote_node import (
     RemoteDenial,
     RemoteGrant,
@@ -236,7 +237,7 @@ def test_closing_the_link_releases_every_lease_of_that_driver_only(node):
 
 
 def test_nonsense_from_an_authenticated_driver_is_answered_not_obeyed(node):
-    channel = pc.connect(("127.0.0.1", node.port), TOKEN, "driver",
+    channel = ph.connect(("127.0.0.1", node.port), TOKEN, "driver",
                          hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
     try:
         for message in [("lease", 1), ["lease"], ("reboot", 2), 42, ("release", 3, None),
@@ -263,7 +264,7 @@ def test_a_frame_that_fails_its_mac_closes_the_link_and_frees_its_leases(node):
 
 def test_a_bad_driver_hello_and_a_wrong_token_are_refused(node):
     with pytest.raises(pc.PeerRefused, match="driver"):
-        pc.connect(("127.0.0.1", node.port), TOKEN, "driver", hello={}, timeout=5)
+        ph.connect(("127.0.0.1", node.port), TOKEN, "driver", hello={}, timeout=5)
     t0 = time.monotonic()
     with pytest.raises(pc.PeerAuthError):
         node.client(token=b"w" * 40)
@@ -429,7 +430,7 @@ def _ticket(node, client):
 
 
 def _attach(node, ticket, fd, source="127.0.0.1"):
-    return pc.connect(("127.0.0.1", node.port), TOKEN, "attach",
+    return ph.connect(("127.0.0.1", node.port), TOKEN, "attach",
                       hello={"ticket": ticket, "fd": fd}, timeout=5,
                       source_address=(source, 0))
 
@@ -509,7 +510,7 @@ def test_a_driver_that_stops_reading_is_dropped_and_its_leases_freed(tmp_path, m
     monkeypatch.setattr(rd, "SEND_TIMEOUT_S", 0.3)
     n = Node(tmp_path)
     try:
-        channel = pc.connect(("127.0.0.1", n.port), TOKEN, "driver",
+        channel = ph.connect(("127.0.0.1", n.port), TOKEN, "driver",
                              hello={"driver": {"host": "h", "pid": 1}}, timeout=5)
         channel.send(("lease", 1, {"CPU": 1}, "t"))
         assert channel.recv(timeout=5)[0] == "grant"
@@ -643,7 +644,7 @@ def test_a_node_fetches_another_links_object_with_the_drivers_grant_only(node, t
             assert f.read() == value
         assert there.fetch(one, len(value), address, tag, grant) == path  # kept: at once
         assert node.peering.drivers.fetched == 1
-        peer = pc.connect(address, TOKEN, "pull", hello={
+        peer = ph.connect(address, TOKEN, "pull", hello={
             "driver": {"host": "h", "pid": 1}, "tag": tag,
             "peer": {"node_id": node.entry.node_id, "object_id": one, "grant": grant}})
         try:  # a granted connection: its object only
@@ -868,3 +869,126 @@ def test_a_fetch_nobody_waits_for_any_more_is_not_kept(node, tmp_path):
         assert drivers.fetched == 0 and node.thread.is_alive()
         assert home.free([one]) == 1
 
+
+
+def _hold_budget_lock(path: str):
+    """A child process that holds the budget file's lock, SIGSTOPped inside it (as a
+    worker stopped in its short hold): the returned Popen; SIGCONT and closing its stdin
+    let it go."""
+    import signal
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys\n"
+         f"fd = os.open({path!r}, os.O_RDWR)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('locked', flush=True)\nsys.stdin.read()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "locked"
+    os.kill(child.pid, signal.SIGSTOP)
+    return child
+
+
+def _let_go(child) -> None:
+    import signal
+
+    os.kill(child.pid, signal.SIGCONT)
+    child.stdin.close()
+    child.wait(10)
+    child.stdout.close()
+
+
+def test_a_worker_stopped_holding_the_budget_lock_never_stalls_the_node(node, tmp_path):
+    """Defect: book/release/reconcile took the budget file's flock on the node's loop with
+    no bound, so a worker SIGSTOPped inside its hold stalled every link. Now the loop waits
+    at most BUDGET_WAIT_S: the keep, the free and a worker's exit are answered at once,
+    their budget changes wait in order and land once the lock is free."""
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    drivers.kept.cap_bytes = 1000
+    one, two = b"\x01" * 28, b"\x02" * 28
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert kept_budget.reserve(str(shm), tag, 600, cap, one)
+        assert kept_budget.reserve(str(shm), tag, 100, cap, two)
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), tag))
+        try:
+            start = time.monotonic()
+            client.keep(one, _write(shm, tag, one, b"x" * 600), 600)
+            client.keep(two, _write(shm, tag, two, b"y" * 100), 100)
+            assert client.free([two]) == 1
+
+            def exited():  # a worker of the link exits meanwhile (step 9)
+                drivers._workers[4242420] = next(iter(drivers._links.values()))
+                drivers.worker_exited(4242420, 9)
+
+            node.on_loop(exited)
+            assert client.ping() and time.monotonic() - start < 2.0  # the loop went on
+            assert drivers._budget_ops[tag] == [
+                ("book", one.hex(), 600), ("book", two.hex(), 100), ("release", 100),
+                ("reconcile", 600, (4242420,))]
+            assert drivers.statistics()["budget_waiting"] == 4
+            with pytest.raises(kept_budget.BudgetBusy):  # nothing changed meanwhile
+                kept_budget.change(str(shm), tag, [("release", 1)], wait_s=0.01)
+        finally:
+            _let_go(child)
+        assert wait_until(lambda: kept_budget.reservations(str(shm), tag) == (600, []))
+        assert node.on_loop(lambda: drivers.statistics()["budget_waiting"]) == 0
+        assert node.on_loop(lambda: drivers.next_deadline()) is None
+        assert client.free([one]) == 1 and kept_budget.used(str(shm), tag) == 0
+
+
+def test_budget_ops_waiting_for_a_dropped_links_file_are_forgotten(node, tmp_path):
+    from miniray._private.object_store import kept_budget
+
+    shm = _kept_node(node, tmp_path)
+    drivers = node.peering.drivers
+    drivers.kept.cap_bytes = 1000
+    one = b"\x01" * 28
+    with node.client() as client:
+        tag, cap = client.keeps()
+        assert kept_budget.reserve(str(shm), tag, 600, cap, one)
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), tag))
+        try:
+            client.keep(one, _write(shm, tag, one, b"x" * 600), 600)
+            assert tag in drivers._budget_retry
+        finally:
+            client.close()  # the link goes: its tag swept, its waiting ops with it
+            assert wait_until(lambda: tag not in drivers._budget_retry)
+            _let_go(child)
+    assert drivers._budget_ops == {}
+
+
+def test_results_after_a_refused_keep_are_given_back_at_once(node, tmp_path):
+    """Defect: a task's results after the one whose keep the node refused stayed on the
+    node, reserved in the link's budget, until the link closed. Now the driver has the
+    node book and free each of them at once (``KeptResults.keep_results``): their
+    segments are unlinked and their room is back before the task fails."""
+    from types import SimpleNamespace
+
+    from miniray._private.core import protocol
+    from miniray._private.object_store import kept_budget
+    from miniray._private.owner.remote_objects import KeepRefused, KeptResults
+
+    shm = _kept_node(node, tmp_path)
+    node.peering.drivers.kept.cap_bytes = 1000
+    owner = SimpleNamespace(defer=lambda fn: fn(), store=None)
+    nodes = SimpleNamespace(owner=owner, last_view=lambda: [])
+    results = KeptResults(nodes, None, None, 60.0)
+    ids_ = [b"\x01" * 28, b"\x02" * 28, b"\x03" * 28]
+    spec = SimpleNamespace(name="f", return_ids=ids_)
+    with node.client() as client:
+        tag, cap = client.keeps()
+        for object_id, size in zip(ids_, (100, 200, 300)):
+            assert kept_budget.reserve(str(shm), tag, size, cap, object_id)
+        missing = str(shm / f"mr_{tag}_{ids_[0].hex()}")  # never written: refused
+        items = [(protocol.OK, ("kept", missing, 100), ()),
+                 (protocol.OK, ("kept", _write(shm, tag, ids_[1], b"x" * 200), 200), ()),
+                 (protocol.OK, ("kept", _write(shm, tag, ids_[2], b"y" * 300), 300), ())]
+        with pytest.raises(KeepRefused):
+            results.keep_results(client, node.entry.node_id, spec, items)
+        assert kept_budget.used(str(shm), tag) == 0  # every reservation given back
+        assert os.listdir(shm) == [os.path.basename(kept_budget.budget_path(str(shm), tag))]
+        assert node.peering.drivers.kept_rows() == []

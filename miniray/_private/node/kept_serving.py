@@ -4,6 +4,9 @@ Owns: the methods of ``RemoteDrivers`` (a mixin of it: the links, the book of ke
 and the loop are its, made in ``RemoteDrivers.__init__``) that serve steps 11 and 12 of
 ``remote_drivers.py``'s docstring: a link's "keeps"/"keep"/"free" (``_keeping``: the cap,
 the book, the budget file; ``_worker_gone``: a dead worker's reservations given back),
+the link's budget file's changes (``_budget``: tried with a bounded wait for its lock, and
+on ``kept_budget.BudgetBusy`` kept in order and tried again from ``tick``, so that a worker
+stopped while it holds the lock never stalls the loop),
 its pull connections (``pull``, ``_serve_pulls``: a thread each,
 never the loop), another node's granted pull, and this node's fetch of an object another
 node keeps (``_fetch``, ``_fetch_on_pull``, ``_fetch_thread``, ``_fetched``: a thread per
@@ -23,20 +26,24 @@ import os
 import queue
 import socket
 import threading
+import time
 
 from miniray._private.core import config, pull_grants
 from miniray._private.transport import framing
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 
-__all__ = ["MAX_PULLS_PER_LINK", "PULL_SEND_TIMEOUT_S", "KeptServing", "fetch_shape",
-           "lazy_budget", "lazy_segments", "peer_ip"]
+__all__ = ["BUDGET_RETRY_S", "BUDGET_WAIT_S", "MAX_PULLS_PER_LINK", "PULL_SEND_TIMEOUT_S",
+           "KeptServing", "fetch_shape", "lazy_budget", "lazy_segments", "peer_ip"]
 
 logger = logging.getLogger(__name__)
 
 PULL_SEND_TIMEOUT_S = 60.0  # one frame of a pulled value leaves within this
 MAX_PULLS_PER_LINK = 8  # step 11: pull connections (threads) one driver may hold open
 #                         (its driver uses 4 at most; a closed one's thread may linger)
+BUDGET_WAIT_S = 0.005  # the loop waits at most this long for a budget file's lock (a
+#                        worker holds it some 12 us); then the ops wait for a retry
+BUDGET_RETRY_S = 0.05  # a link's budget ops that found the lock busy are tried this often
 
 
 def peer_ip(channel: pc.PeerChannel) -> str:
@@ -123,15 +130,58 @@ class KeptServing:
         if self.on_change is not None:
             self.on_change()
 
+    def _budget(self, tag: str | None, *ops: tuple) -> int | None:
+        """The link's budget file takes ``ops`` (``kept_budget.apply_ops``) after those
+        waiting for it, in order: the bytes given back, or None when its lock was busy
+        (they wait, and ``_retry_budgets`` tries them again). Never waits on the loop
+        longer than BUDGET_WAIT_S. Nothing for a dropped link (None: its file is gone)."""
+        if tag is None:
+            return 0
+        self._budget_ops.setdefault(tag, []).extend(ops)
+        if tag in self._budget_retry:  # ops wait already: these go after them
+            return None
+        return self._flush_budget(tag, time.monotonic())
+
+    def _flush_budget(self, tag: str, now: float) -> int | None:
+        ops = self._budget_ops.pop(tag, [])
+        budget = lazy_budget()
+        try:
+            given = budget.change(self.shm_dir, tag, ops, wait_s=BUDGET_WAIT_S)
+        except budget.BudgetBusy as busy:
+            if tag not in self._budget_retry:
+                logger.warning("the budget file of link tag %s: %s; %d change(s) wait, "
+                               "tried again every %g s", tag, busy, len(ops), BUDGET_RETRY_S)
+            self._budget_ops[tag] = ops
+            self._budget_retry[tag] = now + BUDGET_RETRY_S
+            return None
+        if self._budget_retry.pop(tag, None) is not None:
+            logger.info("the budget file of link tag %s took the %d change(s) that waited",
+                        tag, len(ops))
+        return given
+
+    def _retry_budgets(self, now: float) -> None:
+        """From ``tick``: the budget ops that found their file's lock busy, tried again."""
+        for tag, when in list(self._budget_retry.items()):
+            if when <= now:
+                self._flush_budget(tag, now)
+
+    def _budget_deadline(self) -> float | None:
+        return min(self._budget_retry.values(), default=None)
+
+    def _forget_budget(self, tag: str) -> None:
+        """The link was dropped: its file goes with its tag, and the ops waiting for it."""
+        self._budget_ops.pop(tag, None)
+        self._budget_retry.pop(tag, None)
+
     def _worker_gone(self, link, pid: int) -> None:
         """A worker of ``link`` exited: the reservations it made for results that never
         reached the book, and whose segments it never wrote, go back to the link's room
-        (``kept_budget.reconcile``, with the book's bytes: exact, under the file's lock)."""
+        (``kept_budget`` "reconcile", with the book's bytes: exact, under the file's lock,
+        after the ops waiting for it)."""
         tag = self.kept.tag_of(link)
         if tag is None:
             return
-        given = lazy_budget().reconcile(self.shm_dir, tag, self.kept.totals(link)[1],
-                                        dead=(pid,))
+        given = self._budget(tag, ("reconcile", self.kept.totals(link)[1], (pid,)))
         if given:
             logger.info("%s: gave back %d bytes reserved by its worker pid %d, which died "
                         "before its result was kept", link.name, given, pid)
@@ -145,8 +195,8 @@ class KeptServing:
             for path in paths:
                 lazy_segments().unlink_quiet(path)
             if paths:  # unlinked first: a worker's reservation never outruns the memory
-                lazy_budget().release(self.shm_dir, self.kept.tag_of(link),
-                                  kept_before - self.kept.totals(link)[1])
+                self._budget(self.kept.tag_of(link),
+                             ("release", kept_before - self.kept.totals(link)[1]))
                 self._changed()
             return ("freed", req, len(paths))
         object_id, path, size = args
@@ -156,7 +206,7 @@ class KeptServing:
             try:
                 lazy_segments().check_adoptable(path, size, self.shm_dir, tag)
                 # its worker's reservation becomes booked bytes
-                lazy_budget().book(self.shm_dir, tag, object_id, size)
+                self._budget(tag, ("book", object_id.hex(), size))
                 self._changed()
                 return ("kept", req)
             except (OSError, ValueError) as error:
@@ -174,7 +224,7 @@ class KeptServing:
             if named is None or self.kept.find(link, named) is None:
                 segments.unlink_quiet(path)
                 if named is not None:
-                    lazy_budget().unreserve(self.shm_dir, tag, named)
+                    self._budget(tag, ("unreserve", named.hex(), None))
         self.errors += 1
         return ("error", req, "bad_segment", f"this node does not keep {path!r:.120}: {why}")
 
@@ -308,11 +358,11 @@ class KeptServing:
         cap = self.kept.cap_bytes
         link_tag = self.kept.tag_of(link)
         if cap is not None and not lazy_budget().reserve(self.shm_dir, link_tag, size, cap,
-                                                         object_id):
+                                                         object_id, wait_s=BUDGET_WAIT_S):
             self.errors += 1  # counted as a worker's keep is: the driver sends it instead
             return ("error", req, "fetch_failed",
                     f"this driver's objects here would pass the node's cap of {cap} bytes "
-                    "(MINIRAY_KEPT_BYTES_PER_DRIVER)")
+                    "(MINIRAY_KEPT_BYTES_PER_DRIVER), or its budget file was busy")
         self._fetching[key] = [(req, answer)]
         path = os.path.join(self.shm_dir, lazy_segments().segment_name(link_tag, object_id))
         hello = {"driver": {"host": socket.gethostname(), "pid": self.node_pid}, "tag": tag,
@@ -363,11 +413,11 @@ class KeptServing:
             if self.kept.find(link, object_id) is None:
                 lazy_segments().unlink_quiet(path)
             # its reservation (_fetch, with a cap) goes back
-            lazy_budget().unreserve(self.shm_dir, tag, object_id, os.getpid())
+            self._budget(tag, ("unreserve", object_id.hex(), os.getpid()))
             self.errors += 1
             logger.info("%s: %s", link.name, error)
         else:
-            lazy_budget().book(self.shm_dir, tag, object_id, size)
+            self._budget(tag, ("book", object_id.hex(), size))
             self.fetched += 1
         for req, answer in reqs:
             reply = ("fetched", req, path, size) if error is None else \

@@ -119,7 +119,7 @@ from miniray._private.ledger.inventory import node_resources
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
 from miniray._private.transport import node_client as nc
-from miniray._private.transport import peer_channel
+from miniray._private.transport import peer_handshake
 from miniray._private.transport.node_client import NodeRecord, NodeStartError, find_node
 from miniray._private.transport.spawn import ForkServerClient
 
@@ -772,7 +772,7 @@ def run_node(options: dict, on_ready: Callable[[NodeRecord, dict], None], *,
     node_ip = options.get("node_ip") or (peering.route_source(head[0]) if head else nc.NODE_IP)
     try:  # the token: a head may create it (`miniray start --head` did already), a member not
         token = auth_token.load_token(create=head is None)
-        tls = peer_channel.tls_contexts()  # MINIRAY_USE_TLS=1 and its files, else None
+        tls = peer_handshake.tls_contexts()  # MINIRAY_USE_TLS=1 and its files, else None
     except auth_token.AuthTokenError as error:
         raise NodeStartError(str(error) + (
             " A node joins with the head's token: copy it from `miniray get-auth-token` on "

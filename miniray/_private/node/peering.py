@@ -84,6 +84,7 @@ from miniray._private.node.remote_drivers import (
 )
 from miniray._private.transport import node_client as nc
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.remote_node import ROLE_PULL
 
 __all__ = ["JoinError", "Peering", "bind_listener", "join_head", "route_source"]
@@ -160,7 +161,7 @@ def join_head(head: tuple[str, int], token: bytes, entry: NodeEntry,
     source = (entry.ip, 0) if entry.ip.startswith("127.") and head[0].startswith("127.") \
         else None
     try:
-        channel = pc.connect(head, token, ROLE_JOIN, hello={"node": entry.to_json()},
+        channel = ph.connect(head, token, ROLE_JOIN, hello={"node": entry.to_json()},
                              timeout=timeout, source_address=source,
                              ssl_context=ssl_context)
     except (pc.PeerAuthError, pc.PeerRefused) as error:
@@ -222,8 +223,8 @@ class Peering:
         self._wake = None
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()  # from threads to the loop
         self._members: dict[int, _Member] = {}  # head: by fd
-        self._tls = tls  # (client, server) contexts, pc.tls_contexts(); None: no TLS
-        self._gate = pc.HandshakeGate(token, on_channel=self._from_thread, answer=self._answer,
+        self._tls = tls  # (client, server) contexts, ph.tls_contexts(); None: no TLS
+        self._gate = ph.HandshakeGate(token, on_channel=self._from_thread, answer=self._answer,
                                       timeout=HANDSHAKE_TIMEOUT_S, name="miniray-join",
                                       ssl_context=tls[1] if tls else None)
         self._published = -1
@@ -364,7 +365,7 @@ class Peering:
     def _connect_pull(self, address: tuple, hello: dict) -> pc.PeerChannel:
         """From a thread: a ``pull`` connection to another node's port (the cluster token,
         TLS where on, from this node's address): ``remote_drivers`` step 12."""
-        channel = pc.connect((address[0], int(address[1])), self.token, ROLE_PULL,
+        channel = ph.connect((address[0], int(address[1])), self.token, ROLE_PULL,
                              hello=hello, timeout=HANDSHAKE_TIMEOUT_S,
                              ssl_context=self._tls[0] if self._tls else None,
                              source_address=(self.entry.ip, 0))

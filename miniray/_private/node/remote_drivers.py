@@ -450,6 +450,10 @@ class RemoteDrivers(KeptServing):
         self.post = None
         self.connect_pull = None
         self._fetching: dict[tuple, list] = {}  # (link, object id) -> [(req, answer)] waiting
+        # Budget ops that found their file's lock busy, per link tag, in order, and when
+        # they are tried again (``kept_serving._budget``).
+        self._budget_ops: dict[str, list] = {}
+        self._budget_retry: dict[str, float] = {}
         self.fetched = 0  # step 12: objects fetched from other nodes
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
@@ -481,6 +485,8 @@ class RemoteDrivers(KeptServing):
                 "granted": self.granted, "denied": self.denied, "released": self.released,
                 "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
                 "tickets": len(self._tickets), "refusing": self.refusing,
+                # step 11's budget changes waiting for a busy budget file's lock
+                "budget_waiting": sum(len(ops) for ops in self._budget_ops.values()),
                 "drivers": sorted(link.name for link in self._links.values())}
 
     def leases_of(self) -> dict[str, list[str]]:
@@ -689,6 +695,7 @@ class RemoteDrivers(KeptServing):
         tag, paths = self.kept.drop_link(link)
         if tag is not None:
             self._by_tag.pop(tag, None)
+            self._forget_budget(tag)
             for path in paths:
                 lazy_segments().unlink_quiet(path)
             lazy_segments().sweep_segments(self.shm_dir, lambda t: t == tag)
@@ -758,11 +765,15 @@ class RemoteDrivers(KeptServing):
             self._reply(link, ("exited", pid, status))
 
     def next_deadline(self) -> float | None:
-        """When ``tick`` has a ticket to expire."""
-        return self._tickets.next_deadline()
+        """When ``tick`` has a ticket to expire, or budget ops to try again."""
+        times = [t for t in (self._tickets.next_deadline(), self._budget_deadline())
+                 if t is not None]
+        return min(times, default=None)
 
     def tick(self, now: float) -> None:
-        """Step 8's deadline: expired tickets close their connections and tell the driver."""
+        """Step 8's deadline: expired tickets close their connections and tell the driver;
+        step 11's budget ops that found their file's lock busy are tried again."""
+        self._retry_budgets(now)
         for ticket in self._tickets.expired(now):
             _close_parts(ticket)
             link = ticket.link

@@ -45,7 +45,7 @@ from miniray._private.host import auth_token, same_uid
 from miniray._private.object_store.shm_segments import resolve_path, segment_name, unlink_quiet
 from miniray._private.owner import output
 from miniray._private.owner.object_table import PENDING
-from miniray._private.transport import node_client, peer_channel
+from miniray._private.transport import node_client, peer_channel, peer_handshake
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import sun_path
 
@@ -250,13 +250,13 @@ class ActorLink:
         """Two ``actors`` channels to the head's port (the cluster token, MAC'd frames),
         which the head relays to its actor service (``node/actor_relay.py``). Each connect
         waits at most ``CONNECT_TIMEOUT_S``."""
-        contexts = peer_channel.tls_contexts()
+        contexts = peer_handshake.tls_contexts()
         source = self.owner.hello_info.get("node_ip") or None
         channels = []
         try:
             token = auth_token.load_token()
             for _ in range(2):
-                channels.append(peer_channel.connect(
+                channels.append(peer_handshake.connect(
                     head, token, ROLE_ACTORS, hello={"pid": os.getpid()},
                     timeout=CONNECT_TIMEOUT_S, ssl_context=contexts[0] if contexts else None,
                     source_address=(source, 0) if source else None))

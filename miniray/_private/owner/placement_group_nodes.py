@@ -31,11 +31,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
 from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
+
+KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
+KILL_LENT_PAUSE_S = 0.5  # before the second try; doubled before each later one
 
 
 class PlacementGroupNodes:
@@ -217,11 +221,21 @@ class PlacementGroupNodes:
         if self._note_if_served(pg_hex, record):
             return None  # its tasks there borrow room from the service
         if record.get("detached"):
+            actors = ("run the work in an actor with a name or lifetime='detached' (the "
+                      f"service runs those in any bundle of the group){hint}")
+            if self._detached_home() == "here":  # the service is the head's, elsewhere
+                return (f"The task asks for {what} of detached placement group '{name}' "
+                        f"({where}). Those bundles are held by the cluster's actor "
+                        "service, and a driver's task borrows a bundle's room from the "
+                        "service of its own node; this driver's node is a member whose "
+                        "actor service is the head's, on another host, so no task of this "
+                        "driver can run there. Run this driver on the head's host, or "
+                        f"{actors}.")
             return (f"The task asks for {what} of detached placement group '{name}' "
-                    f"({where}); its bundles on other nodes are held by the node's actor "
-                    "service, and a driver's tasks in them are not supported yet. Run the "
-                    "work in an actor with a name or lifetime='detached' (the service runs "
-                    f"those in any bundle of the group){hint}.")
+                    f"({where}); those bundles are held by an actor service this driver "
+                    f"cannot borrow from. Run the work in an actor with a name or "
+                    f"lifetime='detached' (the service runs those in any bundle of the "
+                    f"group){hint}.")
         return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
                 f"driver that created the group (job {record.get('job_id') or '?'}) can run "
                 "work in its bundles on other nodes, which it holds over its own links. "
@@ -230,12 +244,43 @@ class PlacementGroupNodes:
     def _kill_lent(self, actor_ids) -> None:
         """*Not locked.* Kill these named actors in the node's actor service, no restart
         (``remote_bundles`` step 7: their group was removed, or their bundle went to
-        another node than this one after its node died)."""
+        another node than this one after its node died). A kill the service did not take
+        (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
+        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: a far lender's is
+        the only word the service gets (``lender_watched``), and a killed actor's kill is
+        a no-op there."""
+        left = self._kill_lent_once(actor_ids)
+        if left:
+            threading.Thread(target=self._kill_lent_again, args=(left,), daemon=True,
+                             name="miniray-kill-lent").start()
+
+    def _kill_lent_once(self, actor_ids) -> list:
+        """*Not locked.* The ones of ``actor_ids`` the service could not be asked to kill."""
+        left = []
         for actor_id in actor_ids:
             try:
                 self.owner.actors.kill_in_service(actor_id, True)
-            except (RuntimeError, OSError, ValueError):  # the service is gone (its
-                pass  # ServiceUnavailable): its group watch, if any, ends them
+            except ValueError:  # refused as malformed: asking again would not help
+                pass
+            except (RuntimeError, OSError):  # ServiceUnavailable: the link blipped
+                left.append(actor_id)
+        return left
+
+    def _kill_lent_again(self, actor_ids) -> None:
+        pause = KILL_LENT_PAUSE_S
+        for _ in range(KILL_LENT_TRIES - 1):
+            time.sleep(pause)
+            pause *= 2
+            if self.owner.closed:
+                return  # its shutdown: the service ends a leaving driver's named actors
+            actor_ids = self._kill_lent_once(actor_ids)
+            if not actor_ids:
+                return
+        print(f"miniray: could not kill {len(actor_ids)} named actor(s) of a removed or "
+              f"moved placement group bundle in the actor service "
+              f"({', '.join(a.hex()[:12] for a in actor_ids)}): it did not answer "
+              f"{KILL_LENT_TRIES} times; kill them with ray.kill once it is back.",
+              file=sys.stderr, flush=True)
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named actors in its remote bundles

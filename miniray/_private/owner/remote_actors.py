@@ -77,7 +77,8 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        (N alive), and ``on_worker_exit``: a restart while ``max_restarts`` allows (step 1
        again, N excluded when N died), else ActorDiedError with Ray's fields, naming N's
        IP, and Ray's "The actor died because its node has died. Node Id: ..." when N died.
-       ``ray.kill`` asks N over the driver link to SIGKILL the worker (its EOF follows); the
+       ``ray.kill`` asks N over the driver link to SIGKILL the worker (its EOF follows;
+       asked again after a timeout, ``kill_on_node``, else its connections are closed); the
        handle going out of scope sends ``__ray_terminate__`` and the worker exits.
        A node lost before A started there places A again, N excluded (at most FREE_MOVES
        times), then A dies naming N. Every wait on N has a deadline or ends with its
@@ -104,13 +105,15 @@ from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequest
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteLeaseError
 
-__all__ = ["RemoteActorWorker", "RemoteActors"]
+__all__ = ["KILL_PAUSE_S", "KILL_TRIES", "RemoteActorWorker", "RemoteActors", "kill_on_node"]
 
 logger = logging.getLogger(__name__)
 
 WATCH_S = rn.WATCH_S  # a silent actor's node is looked up in the view this often
 FREE_MOVES = rn.FREE_MOVES  # an actor not started on a node that died is placed again
 KILL_TIMEOUT_S = remote_worker.KILL_TIMEOUT_S
+KILL_TRIES = 3  # a kill that timed out is asked again (``kill_on_node``)
+KILL_PAUSE_S = 0.25  # before the second try; doubled before each later one
 BLOCKING_THREADS = 32  # an actor's GETs and WAITs served at once; more wait their turn
 PING_S = 1.0  # after its worker's EOF, whether the node still answers
 EXIT_PINGS = 5  # then this many round trips for the worker's exit status, 20 ms apart
@@ -136,6 +139,31 @@ class _Waiting:
     @property
     def cancelled(self) -> bool:
         return self.actor.state == "DEAD"
+
+
+def kill_on_node(client, pid: int, tries: int = KILL_TRIES) -> str | None:
+    """*Not locked* (round trips). Ask N over ``client`` to SIGKILL its worker ``pid``
+    (``remote_drivers`` step 10): None once N killed it, or answered that it is no worker
+    of this link (it exited: nothing is left to kill). A timeout (the link blipped, N was
+    slow) is asked again, ``tries`` in all, KILL_PAUSE_S apart and doubling; the link
+    lost (NodeDiedError: N kills every worker of a link that closes, step 5) or another
+    refusal is not. Else the last error's text."""
+    from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+    why = "not asked"
+    for attempt in range(max(1, tries)):
+        try:
+            client.kill(pid, timeout=KILL_TIMEOUT_S)
+            return None
+        except RemoteLeaseError as error:
+            return None if error.kind == "unknown_worker" else str(error)
+        except NodeDiedError as error:
+            return str(error)
+        except (OSError, TimeoutError) as error:
+            why = str(error) or type(error).__name__
+            if attempt + 1 < tries:
+                time.sleep(KILL_PAUSE_S * (2 ** attempt))
+    return why
 
 
 class RemoteActorWorker:
@@ -222,16 +250,14 @@ class RemoteActorWorker:
         return message[:index] + (out,) + message[index + 1:]
 
     def kill_later(self) -> None:
-        """*Locked.* ``ray.kill``: N SIGKILLs the worker (asked from a thread: a round trip);
-        its EOF then reaches the reader."""
+        """*Locked.* ``ray.kill``: N SIGKILLs the worker (asked from a thread: a round trip,
+        ``kill_on_node``: tried again after a timeout); its EOF then reaches the reader.
+        Not killed there: its connections are closed (it exits on their EOF once it reads)."""
         def kill():
-            from miniray.exceptions import NodeDiedError  # lazy: the public package
-
-            try:
-                self.client.kill(self.pid, timeout=KILL_TIMEOUT_S)
-            except (RemoteLeaseError, NodeDiedError, OSError, TimeoutError) as error:
-                logger.info("could not kill the actor worker pid=%s on node %s (%s); "
-                            "closing its connections", self.pid, self.ip, error)
+            why = kill_on_node(self.client, self.pid)
+            if why is not None:
+                logger.warning("could not kill the actor worker pid=%s on node %s (%s); "
+                               "closing its connections", self.pid, self.ip, why)
                 self.inner.close()
         threading.Thread(target=kill, daemon=True, name="miniray-remote-actor-kill").start()
 

@@ -152,6 +152,7 @@ from miniray._private.owner.remote_worker import (
 )
 from miniray._private.owner.tasks import T_DONE, T_RUNNING
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray._private.transport.framing import send_in_frames
 from miniray._private.transport.remote_node import (
     RemoteDenial,
@@ -820,6 +821,6 @@ class RemoteNodes(RemoteOffload):
 
 
 def _tls_client():
-    contexts = pc.tls_contexts()
+    contexts = ph.tls_contexts()
     return contexts[0] if contexts else None
 

@@ -118,8 +118,10 @@ class KeptResults:
                      items: list) -> list:
         """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
         the owner gets ``("remote", RemoteCopy)`` for it, pulled when someone waits. A
-        refusal raises KeepRefused (N unlinked the segment); the copies kept
-        so far are freed."""
+        refusal raises KeepRefused (N unlinked the segment and gave its room back); the
+        copies kept so far are freed, and so are the later results kept there
+        (``_give_back``: else they stayed, counted against the link's cap, until it
+        closed)."""
         out = []
         try:
             for index, item in enumerate(items):
@@ -129,6 +131,7 @@ class KeptResults:
                     try:
                         client.keep(object_id, payload[1], payload[2])
                     except RemoteLeaseError as refused:
+                        self._give_back(client, spec, items, index + 1)
                         raise KeepRefused(
                             f"Task {spec.name}: its result could not stay on node "
                             f"{client.name}: {refused}") from None
@@ -136,9 +139,36 @@ class KeptResults:
                         client, node_id, object_id, payload[2], payload[1]))) + tuple(item[2:])
                 out.append(item)
         except BaseException:
-            self.drop_results(out)  # the rest: not kept by N, its link's tag sweeps them
+            self.drop_results(out)
             raise
         return out
+
+    def _give_back(self, client: RemoteNodeClient, spec, items: list, start: int) -> None:
+        """*Not locked.* After a refused keep: the results from ``start`` on that the
+        worker kept on N (written, and reserved in the link's budget) are booked and freed
+        at once with the link's own "keep" and "free" (N unlinks them and gives their room
+        back now); one N refuses it unlinked and gave back itself. The link lost
+        meanwhile: they go with its tag's sweep."""
+        booked = []
+        for index in range(start, len(items)):
+            payload = items[index][1]
+            if not (type(payload) is tuple and payload[0] == "kept"):
+                continue
+            try:
+                client.keep(spec.return_ids[index], payload[1], payload[2])
+            except RemoteLeaseError:
+                continue  # refused: unlinked and given back by N
+            except Exception as error:  # noqa: BLE001 - the link is lost: N sweeps its tag
+                logger.debug("giving back the results of %s on %s: %s", spec.name,
+                             client.name, error)
+                break
+            booked.append(spec.return_ids[index])
+        if booked:
+            try:
+                client.free(booked)
+            except Exception as error:  # noqa: BLE001 - as above
+                logger.debug("freeing the results of %s on %s: %s", spec.name, client.name,
+                             error)
 
     def drop_results(self, items: list) -> None:
         """Results nobody adopted: segments here unlinked, copies on N freed."""

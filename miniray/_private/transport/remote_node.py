@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake as ph
 from miniray.exceptions import NodeDiedError
 
 __all__ = ["ROLE_ATTACH", "ROLE_DRIVER", "ROLE_PULL", "RemoteDenial", "RemoteGrant",
@@ -85,7 +86,7 @@ class RemoteNodeClient:
         address: The node's ``(host, port)`` (its ``NodeEntry.ip``/``port``).
         token: The cluster token (``auth_token.load_token()``).
         timeout: Seconds for connecting and for each answer (``TimeoutError`` past it).
-        ssl_context: The client TLS context where TLS is on (``peer_channel.tls_contexts``).
+        ssl_context: The client TLS context where TLS is on (``peer_handshake.tls_contexts``).
         source_address: The local address to bind (fake hosts on 127.0.0.x).
 
     Raises (from the constructor): ``peer_channel.PeerAuthError`` (a wrong token, at
@@ -99,7 +100,7 @@ class RemoteNodeClient:
         self.name = f"{address[0]}:{address[1]}"
         self.timeout = timeout
         hello = {"driver": {"host": socket.gethostname(), "pid": os.getpid()}}
-        self._channel = pc.connect(self.address, token, ROLE_DRIVER, hello=hello,
+        self._channel = ph.connect(self.address, token, ROLE_DRIVER, hello=hello,
                                    timeout=timeout, ssl_context=ssl_context,
                                    source_address=source_address)
         self._channel.set_send_timeout(timeout)
@@ -180,7 +181,7 @@ class RemoteNodeClient:
             channels: list[pc.PeerChannel] = []
             try:
                 for role in ATTACH_ROLES:
-                    channels.append(pc.connect(
+                    channels.append(ph.connect(
                         self.address, token, ROLE_ATTACH, hello={"ticket": answer[2],
                                                                  "fd": role},
                         timeout=timeout, ssl_context=ssl_context, source_address=source))
@@ -246,7 +247,7 @@ class RemoteNodeClient:
         """A new pull connection for this link (the caller owns and closes it)."""
         self._check()
         token, ssl_context, source = self._connect_args
-        channel = pc.connect(
+        channel = ph.connect(
             self.address, token, ROLE_PULL,
             hello={"driver": {"host": socket.gethostname(), "pid": os.getpid()}, "tag": tag},
             timeout=self.timeout if timeout is None else timeout, ssl_context=ssl_context,

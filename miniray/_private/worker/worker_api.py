@@ -297,6 +297,10 @@ class Channel:
             frame = next(frames, None)
             if frame is not None:
                 n = len(frame)
+                if n > size - offset:  # a wrong length: the stream cannot go on
+                    _driver_link_broken(
+                        f"a frame of {n} bytes does not fit the {size - offset} bytes left "
+                        f"of a value of {size} bytes (the driver sent a wrong length)")
                 view[offset:offset + n] = frame
                 offset += n
                 continue
@@ -306,8 +310,10 @@ class Channel:
                     channel.recv_value_into(view[offset:])  # tag checked on return
                     break
                 offset += channel.recv_bytes_into(view[offset:])
-            except (EOFError, OSError):
-                _exit_now()  # the driver is gone (or a frame failed its check)
+            except EOFError:
+                _exit_now()  # the driver is gone
+            except OSError as error:  # EOF (PeerClosed), or a frame failed its check
+                _driver_link_broken(error)
         return view
 
     def wait_reply(self, req_id: int) -> Any:
@@ -390,6 +396,22 @@ def _test_die_after_reserve() -> None:
     import signal  # lazy: tests only
 
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _driver_link_broken(why) -> None:
+    """The connection to a driver on another host cannot go on (``why``: the error or a
+    text): said on stderr (which its node relays to the driver), unless the driver just
+    closed it, and this worker exits, as on EOF; never an exception in the thread that
+    reads (nothing could close the link from there)."""
+    from miniray._private.transport.peer_wire import PeerClosed  # lazy: the error path only
+
+    if not isinstance(why, (EOFError, PeerClosed)):
+        try:
+            sys.stderr.write(f"miniray worker pid {os.getpid()}: closing the connection to "
+                             f"its driver: {why}\n")
+        except Exception:
+            pass
+    _exit_now()
 
 
 def _exit_now() -> None:

@@ -1,0 +1,95 @@
+"""What a driver's task in another driver's placement group bundle on another node is told
+(``placement_group_nodes.PlacementGroupNodes.elsewhere``): why it cannot run there and what
+to do instead. A stand-in owner and ledger; no processes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from miniray._private.core import placement
+from miniray._private.owner.placement_group_nodes import PlacementGroupNodes
+
+PG = "ab" * 18
+
+
+class _Groups(PlacementGroupNodes):
+    def __init__(self, record: dict, head_elsewhere: bool):
+        link = SimpleNamespace(on_another_host=lambda: head_elsewhere)
+        self.owner = SimpleNamespace(remote_nodes=object(), actors=SimpleNamespace(link=link))
+        self.ledger = SimpleNamespace(groups=lambda: {PG: SimpleNamespace(group=record)})
+        self.node_id = "node-a"
+
+
+def _why(record: dict, head_elsewhere: bool, index: int = 1) -> str | None:
+    request = placement.rewrite_request({"CPU": 1}, PG, index)
+    return _Groups(record, head_elsewhere).elsewhere(request)
+
+
+def test_a_detached_group_when_the_drivers_actor_service_is_on_another_host():
+    record = {"name": "g", "detached": True, "nodes": ["node-a", "node-b"]}
+    why = _why(record, head_elsewhere=True)
+    assert "not supported yet" not in why
+    assert "bundle 1 on node node-b" in why
+    assert "the head's, on another host" in why  # why
+    assert "Run this driver on the head's host" in why  # what to do
+    assert "lifetime='detached'" in why and "a bundle of this node ([0])" in why
+    assert _why(record, head_elsewhere=True, index=0) is None  # its bundle here: runs
+
+
+def test_a_group_of_another_driver_says_to_create_it_here():
+    record = {"name": "g", "nodes": ["node-b"], "job_id": "07"}
+    why = _why(record, head_elsewhere=False, index=0)
+    assert "only the driver that created the group (job 07)" in why
+
+
+# ---------------------------------------------------------- a lent actor's kill, asked again
+class _Actors:
+    def __init__(self, failures: int):
+        self.failures = failures
+        self.asked: list = []
+
+    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+        self.asked.append(actor_id)
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("the head's actor service stopped answering (a blip)")
+
+
+def _lender(actors) -> PlacementGroupNodes:
+    groups = _Groups({}, head_elsewhere=True)
+    groups.owner = SimpleNamespace(actors=actors, closed=False)
+    return groups
+
+
+def test_a_lent_actors_kill_the_service_did_not_take_is_asked_again(monkeypatch):
+    """Defect: the kill of a named actor lent room in a removed (or moved) bundle was asked
+    once; a blip of the link to the actor service left it running for good (a far lender
+    is the only one that tells the service). Now it is asked again, bounded."""
+    import time
+
+    from miniray._private.owner import placement_group_nodes as pgn
+
+    monkeypatch.setattr(pgn, "KILL_LENT_PAUSE_S", 0.01)
+    actors = _Actors(failures=2)
+    _lender(actors)._kill_lent([b"\x01" * 16])
+    deadline = time.monotonic() + 5
+    while len(actors.asked) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert actors.asked == [b"\x01" * 16] * 3  # two blips, then taken; no more asks
+
+
+def test_a_lent_actors_kill_gives_up_after_its_tries_and_says_so(monkeypatch, capsys):
+
+    from miniray._private.owner import placement_group_nodes as pgn
+
+    monkeypatch.setattr(pgn, "KILL_LENT_PAUSE_S", 0.005)
+    actors = _Actors(failures=100)
+    lender = _lender(actors)
+    lender._kill_lent_again([b"\x02" * 16])  # the thread's body, run here
+    assert len(actors.asked) == pgn.KILL_LENT_TRIES - 1
+    assert "could not kill 1 named actor(s)" in capsys.readouterr().err
+    lender.owner.closed = True  # the driver shutting down: no more tries
+    actors.asked.clear()
+    lender._kill_lent_again([b"\x03" * 16])
+    assert actors.asked == []
