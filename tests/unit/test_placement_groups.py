@@ -375,3 +375,55 @@ def test_a_detached_group_is_held_by_the_nodes_actor_service_only_in_a_cluster()
     assert _Pgs(object(), near)._detached_home() == "service"  # a head's driver
     assert _Pgs(object(), far)._detached_home() == "here"  # a member's: the head's service
     assert _Pgs(object(), None)._detached_home() == "span"  # the service itself
+
+
+# -- the node's actor service's side of a detached group ----------------------------------------
+
+def _service_pgs(states: dict):
+    """A ``PlacementGroups`` of the actor service, without an owner's processes: its groups
+    in ``states`` (hex -> state), ``remove`` counted (each call once per group)."""
+    import threading
+    import types
+
+    from miniray._private.owner.placement_group_records import _Group
+    from miniray._private.owner.placement_groups import PlacementGroups
+
+    lock = threading.RLock()
+    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None)
+
+    class _Pgs(PlacementGroups):
+        def remove(self, hex_):
+            with lock:
+                self.removed.append(hex_)
+                self.groups[hex_].state = "REMOVED"
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    pgs.removed = []
+    for hex_, state in states.items():
+        group = _Group(hex_, [{"CPU": 1.0}], "PACK", "", True)
+        group.state = state
+        pgs.groups[hex_] = group
+    return pgs
+
+
+def test_two_removals_of_a_served_group_at_once_remove_it_once():
+    import threading
+
+    pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING"})
+    assert pgs.serve_remove("aa") is True
+    assert pgs.serve_remove("aa") is False  # already removed: the second does nothing
+    assert pgs.serve_remove("cc") is False  # never held here
+    results = []
+    barrier = threading.Barrier(8)
+
+    def ask():
+        barrier.wait()
+        results.append(pgs.serve_remove("bb"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert sorted(results) == [False] * 7 + [True]
+    assert pgs.removed == ["aa", "bb"]

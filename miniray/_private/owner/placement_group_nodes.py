@@ -34,7 +34,7 @@ import threading
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
-from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
+from miniray._private.owner.placement_group_records import CREATED, PENDING, REMOVED, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
 
 
@@ -155,9 +155,14 @@ class PlacementGroupNodes:
 
     def serve_remove(self, hex_: str) -> bool:
         """*Not locked.* In the node's actor service (``SVC_PG_REMOVE``): remove the group
-        if this owner holds it; whether it did."""
-        if hex_ not in self.groups:
-            return False
+        if this owner holds it; whether it did. Two drivers may ask at once (each request
+        on a thread of its own): which one removes it is decided under the lock (the first
+        marks it REMOVED), and only that one acts, after it."""
+        with self.owner.locked():
+            group = self.groups.get(hex_)
+            if group is None or group.state == REMOVED:
+                return False
+            group.state = REMOVED  # a second request, now or later, finds it removed
         self.remove(hex_)
         return True
 
