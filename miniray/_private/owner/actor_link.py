@@ -278,7 +278,10 @@ class ActorLink:
         return value
 
     def _request(self, message: tuple):
-        """*Not locked.* Send one request on the control socket and wait for its reply."""
+        """*Not locked.* Send one request on the control socket and wait for its reply, at
+        most ``REQUEST_TIMEOUT_S`` (the socket's timeout): past it, ServiceUnavailable names
+        the request, and the link is closed (a late answer could not be told from the next
+        request's); the next request opens a new one."""
         with self._control_lock:
             self._connect()
             control = self._control
@@ -287,6 +290,17 @@ class ActorLink:
                     raise OSError("the link was closed")
                 control.send(pickle.dumps(message, 5))
                 return self._reply(control)
+            except TimeoutError:
+                what = protocol.tag_name("actor_service", message[0])
+                why = (f"the {self._where()} actor service did not answer {what} within "
+                       f"{REQUEST_TIMEOUT_S:g} s")
+                with self.owner.locked():
+                    if self._control is control:
+                        self._gone(why)
+                raise ServiceUnavailable(
+                    f"{why}; this driver closed its link to it (the next request opens a "
+                    "new one). Check that the node runs (`miniray status`) and its log "
+                    "(<session>/node.log).") from None
             except (OSError, EOFError) as error:
                 with self.owner.locked():
                     if self._control is control:
