@@ -168,9 +168,10 @@ class ServiceProxies:
         now) or "here"."""
         return self.link._request((protocol.SVC_PG_LEND, hex_, index, base))
 
-    def return_room_in_service(self, loan_id: int) -> None:
-        """*Not locked.* A loan's task ended: its room goes back to the service."""
-        self.link._request((protocol.SVC_PG_RETURN, loan_id))
+    def return_room_in_service(self, loan_id: int, timeout: float | None = None) -> None:
+        """*Not locked.* A loan's task ended: its room goes back to the service, waiting
+        at most ``timeout`` seconds for its answer (None: the link's own timeout)."""
+        self.link._request((protocol.SVC_PG_RETURN, loan_id), timeout)
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the
