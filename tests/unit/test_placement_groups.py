@@ -427,3 +427,71 @@ def test_two_removals_of_a_served_group_at_once_remove_it_once():
         thread.join(5)
     assert sorted(results) == [False] * 7 + [True]
     assert pgs.removed == ["aa", "bb"]
+
+
+def test_a_served_group_asked_for_again_by_id_is_created_once():
+    """``serve_create`` is idempotent by id: a driver whose link broke asks again and gets
+    the group's state, never a second group (nor "name taken" for its own name)."""
+    import types
+
+    pgs = _service_pgs({"aa": "PENDING", "gone": "REMOVED"})
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {"bb": object()})
+    made = []
+
+    def create(hex_, bundles, strategy, name, detached):
+        made.append(hex_)
+        pgs.groups[hex_] = _service_pgs({hex_: "CREATED"}).groups[hex_]
+
+    pgs.create = create
+    assert pgs.serve_create("aa", [{"CPU": 1.0}], "PACK", "n") == "PENDING"
+    assert pgs.serve_create("gone", [{"CPU": 1.0}], "PACK", "") == "REMOVED"
+    assert pgs.serve_create("bb", [{"CPU": 1.0}], "PACK", "") == "CREATED"
+    assert pgs.serve_create("bb", [{"CPU": 1.0}], "PACK", "") == "CREATED"
+    assert made == ["bb"] and not pgs._serving
+
+
+def test_a_drivers_handle_survives_its_link_breaking_while_the_service_creates_the_group():
+    """The link to the actor service breaks once (the service may have the group): the
+    driver asks again on a new link and keeps its record; twice: the record goes and the
+    error says what may be left."""
+    import threading
+    import types
+
+    from miniray._private.owner.actor_link import ServiceUnavailable
+    from miniray._private.owner.placement_groups import PlacementGroups
+
+    answers: list = []
+
+    def ask(hex_, bundles, strategy, name):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lock = threading.RLock()
+    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None, check_usable=lambda: None,
+                                  actors=types.SimpleNamespace(create_group_in_service=ask))
+    tried = []
+
+    class _Pgs(PlacementGroups):
+        def _try(self, group):
+            tried.append(group.hex)
+
+        def _arm_retry(self):
+            pass
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    answers[:] = [ServiceUnavailable("the node's actor service stopped answering"), "CREATED"]
+    pgs._create_served("aa", [{"CPU": 1.0}], "PACK", "kept")
+    assert pgs.groups["aa"].served and tried == ["aa"] and not answers
+    answers[:] = [ServiceUnavailable("broken"), ServiceUnavailable("still broken")]
+    try:
+        pgs._create_served("bb", [{"CPU": 1.0}], "PACK", "lost")
+        raise AssertionError("no error")
+    except ServiceUnavailable as error:
+        assert "broke while it created detached placement group lost" in str(error)
+        assert "get_placement_group" in str(error)
+    assert "bb" not in pgs.groups
+    answers[:] = [ServiceUnavailable("broken"), "REMOVED"]  # removed meanwhile, elsewhere
+    pgs._create_served("cc", [{"CPU": 1.0}], "PACK", "")
+    assert pgs.groups["cc"].state == "REMOVED"

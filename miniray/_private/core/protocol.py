@@ -113,7 +113,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
     (SVC_KILL, actor_id, no_restart)            →  (SVC_OK, None)
     (SVC_PG_CREATE, hex, bundles, strategy,     →  (SVC_OK, "CREATED" | "PENDING")  a
-                    name)                          detached group in a cluster, held here
+                    name)                          detached group in a cluster, held here;
+                                                   asked again for the same hex (a broken
+                                                   link): its state, "REMOVED" included
     (SVC_PG_REMOVE, hex)                        →  (SVC_OK, held here: bool)
     (SVC_PG_LEND, hex, index, request)          →  (SVC_OK, (loan_id, index, node_entry,
                                                    gpu_ids) | None (no room now) | "here")

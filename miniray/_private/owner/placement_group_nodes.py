@@ -74,18 +74,43 @@ class PlacementGroupNodes:
         """*Not locked.* Ask the node's actor service to create and hold the detached group
         (``SVC_PG_CREATE``: it validates, checks the name, plans and reserves as for its own
         group); this driver keeps a record that follows the ledger (``_follow_served``) for
-        ``ready()`` and the table. Raises what the service raised (a name taken)."""
+        ``ready()`` and the table. Raises what the service raised (a name taken).
+        The link breaking (ServiceUnavailable: the service may or may not have the group
+        now) is not the group's failure: the request is made once more on a new link, and
+        the service answers for the group of that id (``serve_create`` is idempotent by
+        id), so the handle stays usable, as Ray's does through a GCS reconnect. Only when
+        that fails too is the record dropped, the error saying what may be left."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
         group = _Group(hex_, bundles, strategy, name, True)
         group.served = True
         with self.owner.locked():
             self.owner.check_usable()
             self.groups[hex_] = group
+        ask = self.owner.actors.create_group_in_service
         try:
-            state = self.owner.actors.create_group_in_service(hex_, bundles, strategy, name)
+            try:
+                state = ask(hex_, bundles, strategy, name)
+            except ServiceUnavailable as broken:
+                try:
+                    state = ask(hex_, bundles, strategy, name)  # a new link, the same id
+                except ServiceUnavailable as again:
+                    raise ServiceUnavailable(
+                        f"The link to the node's actor service broke while it created "
+                        f"detached placement group {name or hex_} ({broken}), and asking "
+                        f"again failed ({again}). The service may hold the group: find it "
+                        "with get_placement_group(name) or placement_group_table(), and "
+                        "remove it with remove_placement_group.") from None
         except BaseException:
             with self.owner.locked():
                 self.groups.pop(hex_, None)
             raise
+        if state == REMOVED:  # asked again after another driver removed it
+            with self.owner.locked():
+                group.state = REMOVED
+                ready, group.ready_ids = group.ready_ids, []
+                self._fail_ready(ready)
+            return
         if state == CREATED:
             self._try(group)
         with self.owner.locked():
@@ -149,8 +174,24 @@ class PlacementGroupNodes:
 
     def serve_create(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* In the node's actor service (``SVC_PG_CREATE``): create the
-        detached group as this owner's own ("span"); CREATED or PENDING."""
-        self.create(hex_, bundles, strategy, name, True)
+        detached group as this owner's own ("span"); CREATED or PENDING. Idempotent by
+        id (a driver whose link broke asks again, ``_create_served``): a group of that id
+        already asked for is not created twice; its state is the answer (REMOVED once
+        removed). Which request creates it is decided under the lock."""
+        with self.owner.locked():
+            known = self.groups.get(hex_)
+            first = known is None and hex_ not in self._serving
+            if first:
+                self._serving.add(hex_)
+        if not first:
+            if known is not None and known.state == REMOVED:
+                return REMOVED
+            return CREATED if self.state_of(hex_) == CREATED else PENDING
+        try:
+            self.create(hex_, bundles, strategy, name, True)
+        finally:
+            with self.owner.locked():
+                self._serving.discard(hex_)
         return CREATED if self.state_of(hex_) == CREATED else PENDING
 
     def serve_remove(self, hex_: str) -> bool:
