@@ -495,3 +495,58 @@ def test_a_drivers_handle_survives_its_link_breaking_while_the_service_creates_t
     answers[:] = [ServiceUnavailable("broken"), "REMOVED"]  # removed meanwhile, elsewhere
     pgs._create_served("cc", [{"CPU": 1.0}], "PACK", "")
     assert pgs.groups["cc"].state == "REMOVED"
+
+
+A, B = "aa" * 18, "bb" * 18  # group ids as the placement requests name them
+
+
+def _driver_pgs(ledger: dict, held):
+    """A driver's ``PlacementGroups`` in a cluster whose node's actor service holds
+    detached groups: ``ledger`` its reserved groups (hex -> record), ``held`` what the
+    service answers ``SVC_PG_STATE``; the owner's removal calls recorded."""
+    import threading
+    import types
+
+    from miniray._private.owner.placement_groups import PlacementGroups
+    from miniray._private.owner.remote_bundles import RemoteBundles
+
+    lock = threading.RLock()
+    asked: list = []
+
+    def state(hex_):
+        asked.append(hex_)
+        return held
+
+    owner = types.SimpleNamespace(
+        locked=lambda: lock, closed=False, removed=[], failed=[], after=[],
+        ledger=types.SimpleNamespace(groups=lambda: {
+            h: types.SimpleNamespace(group=r) for h, r in ledger.items()}),
+        actors=types.SimpleNamespace(group_state_in_service=state, link=object()),
+        objects=types.SimpleNamespace(set_ready=lambda i, kind, data: owner.failed.append(i)))
+    owner.placement_group_removed = owner.removed.append
+    owner.after_placement_removal = lambda: owner.after.append(True)
+    owner.remote_nodes = types.SimpleNamespace(bundles=RemoteBundles(
+        owner, types.SimpleNamespace(local="head")))
+
+    class _Pgs(PlacementGroups):
+        def _cluster(self):
+            return owner.remote_nodes
+
+        def _detached_home(self):
+            return "service"
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    return pgs, owner, asked
+
+
+def test_an_actor_in_a_served_group_got_by_handle_is_routed_to_the_service():
+    """A handle that came any way (an argument, a named actor's answer): the group's
+    ledger record says it is the service's, with bundle 1 on a member."""
+    record = {"detached": True, "nodes": ["head", "member"]}
+    pgs, owner, asked = _driver_pgs({A: record}, held="CREATED")
+    bundles = owner.remote_nodes.bundles
+    one = placement.rewrite_request({"CPU": 1}, A, 1)
+    assert not bundles.serves(one)  # before: nothing noted, the actor stayed here
+    pgs.route_served(one)
+    assert bundles.serves(one) and asked == []  # the ledger said it: no request
+    assert not bundles.serves(placement.rewrite_request({"CPU": 1}, A, 0))  # the head's

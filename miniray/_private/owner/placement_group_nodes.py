@@ -138,6 +138,32 @@ class PlacementGroupNodes:
             self._set_ready(ready, group)
             self.owner.wake_dispatch()
 
+    def route_served(self, request) -> None:
+        """*Not locked* (a ledger read). Before an actor
+        of placement ``request`` is created in a group that is not this driver's own: if
+        the group is a detached one the node's actor service holds, it is noted (as
+        ``lookup`` and ``elsewhere`` do), so that ``ActorManager.is_node_actor`` sends the
+        actor there when it must go there (a bundle on another node). So a handle that
+        came any way (an argument, a named actor's answer) routes alike."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return
+        hex_ = parsed[0]
+        group = self.groups.get(hex_)
+        if group is not None and not group.served:
+            return  # this driver's own group
+        if self._cluster() is None or self._detached_home() != "service":
+            return
+        remote = self.owner.remote_nodes
+        if remote is not None and hex_ in remote.bundles.served:
+            return
+        try:
+            lease = self.ledger.groups().get(hex_)
+        except (OSError, ValueError):
+            return
+        if lease is not None:
+            self._note_if_served(hex_, lease.group)
+
     def _remove_in_service(self, hex_: str) -> None:
         """*Not locked.* Before a removal here: a group the node's actor service may hold
         (this driver's served one, or one it does not know) is removed there
