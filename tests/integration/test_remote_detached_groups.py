@@ -344,3 +344,77 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
     finally:
         stop_driver(proc)
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+
+
+def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_removes(hosts):
+    """Handles of two pending detached groups passed to another driver (pickled): its
+    actor without a name in one is the service's, placed on the member once it joins;
+    its removal of the other ends that group in the driver that created it too."""
+    _cluster(hosts, "2", None)
+    creator = driver("""
+    import base64, json, pickle, sys, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, remove_placement_group
+    ray.init(address="auto")
+    later = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                            lifetime="detached")
+    never = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD", lifetime="detached")
+    print(json.dumps({k: base64.b64encode(pickle.dumps(g)).decode()
+                      for k, g in (("later", later), ("never", never))}), flush=True)
+    sys.stdin.readline()  # the other driver removed `never`
+    t0, seen = time.monotonic(), "pending"
+    while time.monotonic() - t0 < 15:
+        try:
+            never.wait(0.2)
+        except Exception as error:
+            seen = str(error)
+            break
+    print(json.dumps({"never": seen, "took": time.monotonic() - t0}), flush=True)
+    sys.stdin.readline()
+    remove_placement_group(later)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        handles = json_line(creator, 30)
+        other = driver(f"""
+    import base64, json, pickle
+    import miniray as ray
+    from miniray.util.placement_group import remove_placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    later = pickle.loads(base64.b64decode({handles["later"]!r}))
+    never = pickle.loads(base64.b64decode({handles["never"]!r}))
+    remove_placement_group(never)
+
+    @ray.remote(num_cpus=1)
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    where = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        later, 1)).remote()
+    print(json.dumps({{"removed": True}}), flush=True)
+    node = ray.get(where.node.remote(), timeout=60)
+    print(json.dumps({{"ip": {{n["NodeID"]: n["NodeManagerAddress"]
+                               for n in ray.nodes()}}.get(node)}}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+        assert json_line(other, 30) == {"removed": True}
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        seen = json_line(creator, 30)
+        assert "does not exist" in seen["never"] and seen["took"] < 5.0, seen
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        assert json_line(other, 60) == {"ip": MEMBER}
+        assert other.wait(30) == 0
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert creator.wait(30) == 0
+    finally:
+        stop_driver(creator)
+        if other is not None:
+            stop_driver(other)
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)

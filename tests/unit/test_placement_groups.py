@@ -550,3 +550,43 @@ def test_an_actor_in_a_served_group_got_by_handle_is_routed_to_the_service():
     pgs.route_served(one)
     assert bundles.serves(one) and asked == []  # the ledger said it: no request
     assert not bundles.serves(placement.rewrite_request({"CPU": 1}, A, 0))  # the head's
+
+
+def test_an_actor_in_a_pending_served_group_got_by_handle_goes_to_the_service():
+    pgs, owner, asked = _driver_pgs({}, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    pgs.route_served(zero)
+    assert bundles.serves(zero) and asked == [B]  # the service places it once reserved
+    bundles.note_served(B, ["head", "member"])  # reserved: the bundles' nodes decide
+    assert not bundles.serves(zero)
+    other, _owner, asked = _driver_pgs({}, held=None)  # not the service's: stays here
+    other.route_served(zero)
+    assert not _owner.remote_nodes.bundles.serves(zero) and asked == [B]
+
+
+def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():
+    from miniray._private.owner.placement_group_records import _Group
+
+    pgs, owner, asked = _driver_pgs({}, held=None)
+    group = _Group("cc", [{"CPU": 1.0}], "PACK", "", True)
+    group.served = True
+    group.ready_ids = [b"ready"]
+    pgs.groups["cc"] = group
+    pgs._follow_served(group)
+    assert group.state == "REMOVED" and asked == ["cc"]
+    assert owner.failed == [b"ready"] and owner.removed == ["cc"] and owner.after
+    kept, owner, asked = _driver_pgs({}, held="PENDING")
+    group = _Group("dd", [{"CPU": 1.0}], "PACK", "", True)
+    group.served = True
+    kept.groups["dd"] = group
+    kept._follow_served(group)
+    kept._follow_served(group)  # within STATE_ASK_S: not asked again
+    assert group.state == "PENDING" and asked == ["dd"] and owner.removed == []
+
+
+def test_the_service_says_which_groups_it_holds():
+    pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING", "gone": "REMOVED"})
+    pgs._serving.add("new")
+    assert [pgs.served_state(h) for h in ("aa", "bb", "gone", "new", "zz")] == [
+        "CREATED", "PENDING", None, "PENDING", None]

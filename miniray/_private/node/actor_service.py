@@ -11,7 +11,8 @@ driver owns those itself).
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
-              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN ─────┤ (a detached group
+              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN /    │
+              PG_STATE ────────────────────────────────────────┤ (a detached group
                                                                │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
@@ -320,6 +321,8 @@ class ActorService:
                 if self.owner.remote_nodes is not None:
                     self.owner.remote_nodes.bundles.return_room(message[1])
                 value = None
+            elif tag == protocol.SVC_PG_STATE:  # no round trip: this owner's record
+                value = self.owner.pgs.served_state(message[1])
             elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
                 self._group_request(conn, message)
                 return  # answered by its thread

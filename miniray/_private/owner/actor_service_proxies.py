@@ -14,8 +14,8 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
-``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
-locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
+``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
+``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
 borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
 (``export``, ``nested_ids``).
 """
@@ -161,6 +161,11 @@ class ServiceProxies:
         """*Not locked.* Remove a group the node's actor service holds (its bundles on
         every node, its actors); False when the service does not hold it."""
         return self.link._request((protocol.SVC_PG_REMOVE, hex_))
+
+    def group_state_in_service(self, hex_: str):
+        """*Not locked.* Whether the node's actor service holds detached group ``hex_``:
+        "CREATED", "PENDING", or None (it never did, or it was removed)."""
+        return self.link._request((protocol.SVC_PG_STATE, hex_))
 
     def borrow_room_in_service(self, hex_: str, index: int, base: dict):
         """*Not locked.* Room for one task in bundle ``index`` of a detached group the

@@ -54,13 +54,23 @@ class BundleLoans:
     def note_served(self, pg_hex: str, nodes: list) -> None:
         """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
         service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
-        bundle on another node borrow room from the service."""
-        self.served[pg_hex] = list(nodes)
+        bundle on another node borrow room from the service. ``nodes`` empty: the group
+        is not reserved yet (``served_pending``): its actors are the service's, which
+        places them once it is."""
+        if nodes:
+            self.served[pg_hex] = list(nodes)
+            self.served_pending.discard(pg_hex)
+        else:
+            self.served_pending.add(pg_hex)
 
     def serves(self, request) -> bool:
         """*Locked.* Whether an actor of this placement ``request`` is in a served group's
-        bundle on another node (or "any bundle" of one with none here): the node's actor
-        service creates it, as its own (``ActorManager.is_node_actor``)."""
+        bundle on another node (or "any bundle" of one with none here), or in any bundle
+        of a served group not reserved yet: the node's actor service creates it, as its
+        own (``ActorManager.is_node_actor``)."""
+        parsed = placement.bundle_request(request)
+        if parsed is not None and parsed[0] in self.served_pending:
+            return True
         return self._served_remote(request, spill=False)
 
     def _served_remote(self, request, spill: bool) -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
@@ -117,15 +118,33 @@ class PlacementGroupNodes:
             if group.state == PENDING:
                 self._arm_retry()
 
+    STATE_ASK_S = 1.0  # how often a driver asks the service about its pending group
+
     def _follow_served(self, group: _Group) -> None:
         """*Not locked.* A served group that the service reserved (the ledger has it) is
-        CREATED here: its ready objects are set, the work waiting for it is dispatched."""
+        CREATED here: its ready objects are set, the work waiting for it is dispatched.
+        Still pending: the service is asked every STATE_ASK_S whether it holds it yet
+        (``SVC_PG_STATE``; another driver may have removed it with a handle passed to it,
+        which the ledger cannot show of a group it never held): if not, it is removed
+        here too (``_served_gone``)."""
         try:
             lease = self.ledger.groups().get(group.hex)
         except (OSError, ValueError):
             return
-        if lease is None:
-            return  # still pending in the service: tried again every RETRY_S
+        if lease is None:  # still pending in the service: tried again every RETRY_S
+            now = time.monotonic()
+            if now - group.asked_at < self.STATE_ASK_S:
+                return
+            group.asked_at = now
+            from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
+
+            try:
+                held = self.owner.actors.group_state_in_service(group.hex)
+            except (ServiceUnavailable, OSError):
+                return  # asked again later
+            if held is None and group.hex not in self.ledger.groups():
+                self._served_gone(group)
+            return
         with self.owner.locked():
             if group.state != PENDING:
                 return
@@ -138,13 +157,38 @@ class PlacementGroupNodes:
             self._set_ready(ready, group)
             self.owner.wake_dispatch()
 
+    def _served_gone(self, group: _Group) -> None:
+        """*Not locked.* A served group the service no longer holds before it was
+        reserved (removed by another driver): REMOVED here, as a removal here does it
+        (ready objects fail, queued work in it fails), without asking the service."""
+        with self.owner.locked():
+            if group.state != PENDING:
+                return
+            group.state = REMOVED
+            ready, group.ready_ids = group.ready_ids, []
+            self._fail_ready(ready)
+            self.owner.placement_group_removed(group.hex)
+            remote = self.owner.remote_nodes
+            if remote is not None:
+                remote.bundles.removed(group.hex)
+        self.owner.after_placement_removal()
+
+    def served_state(self, hex_: str):
+        """*Locked.* In the node's actor service (``SVC_PG_STATE``): CREATED or PENDING
+        for a detached group this owner holds (or is creating), None otherwise."""
+        group = self.groups.get(hex_)
+        if group is None or group.state == REMOVED:
+            return PENDING if hex_ in self._serving else None
+        return group.state
+
     def route_served(self, request) -> None:
-        """*Not locked* (a ledger read). Before an actor
+        """*Not locked* (a ledger read, and one request to the service). Before an actor
         of placement ``request`` is created in a group that is not this driver's own: if
         the group is a detached one the node's actor service holds, it is noted (as
         ``lookup`` and ``elsewhere`` do), so that ``ActorManager.is_node_actor`` sends the
-        actor there when it must go there (a bundle on another node). So a handle that
-        came any way (an argument, a named actor's answer) routes alike."""
+        actor there when it must go there: a bundle on another node, or a group not
+        reserved yet (``served_pending``: the service places it once it is). So a
+        handle that came any way (an argument, a named actor's answer) routes alike."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return
@@ -155,7 +199,8 @@ class PlacementGroupNodes:
         if self._cluster() is None or self._detached_home() != "service":
             return
         remote = self.owner.remote_nodes
-        if remote is not None and hex_ in remote.bundles.served:
+        if remote is not None and (hex_ in remote.bundles.served or
+                                   hex_ in remote.bundles.served_pending):
             return
         try:
             lease = self.ledger.groups().get(hex_)
@@ -163,6 +208,18 @@ class PlacementGroupNodes:
             return
         if lease is not None:
             self._note_if_served(hex_, lease.group)
+            return
+        if group is None:  # not this driver's: does the service hold it (pending)?
+            from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
+
+            try:
+                if self.owner.actors.group_state_in_service(hex_) is None:
+                    return
+            except (ServiceUnavailable, OSError):
+                return
+        cluster = self._cluster()
+        with self.owner.locked():
+            cluster.bundles.note_served(hex_, [])
 
     def _remove_in_service(self, hex_: str) -> None:
         """*Not locked.* Before a removal here: a group the node's actor service may hold
@@ -192,6 +249,10 @@ class PlacementGroupNodes:
         nodes = list(record.get("nodes") or ())
         if not record.get("detached") or all(n == self.node_id for n in nodes) or \
                 self._detached_home() != "service":
+            remote = self.owner.remote_nodes
+            if remote is not None and hex_ in remote.bundles.served_pending:
+                with self.owner.locked():  # reserved here only: the ledger provides it
+                    remote.bundles.served_pending.discard(hex_)
             return False
         cluster = self._cluster()
         with self.owner.locked():
