@@ -63,7 +63,10 @@ class PlacementGroupNodes:
         cluster, or a driver whose service is the head's, on another host), "service" (the
         node's actor service, a process as long-lived as the node: ``_create_served``), or
         "span" (this owner is that service: planned over the cluster like a driver's own
-        group, its bundles on other nodes held by this owner's links)."""
+        group, its bundles on other nodes held by this owner's links). A member's driver
+        keeps "here": its record, ``ready()`` and the table follow its own node's ledger,
+        which would not hold the head's group (docs/detached-placement-groups.md, "Not
+        built", says what it would take)."""
         if self._cluster() is None:
             return "here"
         link = self.owner.actors.link
