@@ -293,6 +293,7 @@ class Peering:
     def tick(self, now: float) -> None:
         """Everything due: the inbox, heartbeats, the failure detector, publishing."""
         self._drain_inbox(now)
+        self._read_pending()
         self.drivers.tick(now)
         if self.is_head:
             self._head_tick(now)
@@ -302,6 +303,17 @@ class Peering:
                 self.is_head and len(self.view.alive()) > 1
                 and now - self._published_at >= self.heartbeat_s):
             self._publish()  # a head with members: also every heartbeat, for their ages
+
+    def _read_pending(self) -> None:
+        """Heartbeats (at the head) and acks (at a member) that arrived after the loop's
+        select are read before the failure detector judges: a loop busy in a handler, or
+        not scheduled, for longer than dead_after would otherwise hold a peer dead whose
+        message waits unread on its socket (a false death: the actors on it die)."""
+        if self.is_head:
+            for fd in list(self._members):
+                self._on_member(fd)
+        elif self._link is not None and self._state == "linked":
+            self._on_link(None)
 
     def close(self, reason: str) -> None:
         """Step 6 for a member; a head closes every member's link (they see EOF)."""
