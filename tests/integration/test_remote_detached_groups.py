@@ -423,19 +423,30 @@ def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_
 def test_an_actor_in_a_detached_groups_member_bundle_by_a_handle_got_by_id_runs_there(hosts):
     """A driver that got the group's handle neither by creating it nor by name (built from
     its id, as one passed in an argument is): its actor without a name in the member's
-    bundle is the service's and runs there (it stayed pending in the driver)."""
+    bundle is the service's and runs there (it stayed pending in the driver), and so is
+    one that its task in the head's bundle creates (a worker's request)."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "byid", keeper=False)["ready"] is True
     doc = _run_driver(hosts, PG + WHERE + """
     from miniray.util.placement_group import PlacementGroup
     (group_id, entry), = placement_group_table().items()
     pg = PlacementGroup(ray.PlacementGroupID.from_hex(group_id), None)
+
+    @ray.remote(num_cpus=1)
+    def make(pg):  # a task in the head's bundle creates the actor (a worker's request)
+        made = Where.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()
+        return ray.get(made.ip.remote(), timeout=30)
+
+    from_task = ray.get(make.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 0)).remote(pg), timeout=40)
     where = Where.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, 1)).remote()
-    print(json.dumps({"ip": ray.get(where.ip.remote(), timeout=30)}), flush=True)
+    print(json.dumps({"ip": ray.get(where.ip.remote(), timeout=30), "from_task": from_task}),
+          flush=True)
     remove_placement_group(pg)
     ray.shutdown()
     """)
-    assert doc["ip"] == MEMBER, doc
+    assert doc["ip"] == MEMBER and doc["from_task"] == MEMBER, doc
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)

@@ -590,3 +590,18 @@ def test_the_service_says_which_groups_it_holds():
     pgs._serving.add("new")
     assert [pgs.served_state(h) for h in ("aa", "bb", "gone", "new", "zz")] == [
         "CREATED", "PENDING", None, "PENDING", None]
+
+
+def test_a_workers_actor_waits_for_the_lookup_only_in_a_group_not_known_yet():
+    from miniray._private.owner.placement_group_records import _Group
+
+    pgs, owner, _asked = _driver_pgs({}, held="PENDING")
+    own = _Group("cc" * 18, [{"CPU": 1.0}], "PACK", "", False)
+    pgs.groups[own.hex] = own
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, own.hex, 0))
+    assert not pgs.needs_route({"CPU": 1})  # no group
+    assert pgs.needs_route(placement.rewrite_request({"CPU": 1}, A, 1))
+    owner.remote_nodes.bundles.note_served(A, ["head", "member"])
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, A, 1))  # noted
+    owner.actors.link = None  # a driver not joined to a node: nothing to ask
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, B, 1))

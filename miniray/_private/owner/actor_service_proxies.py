@@ -15,9 +15,9 @@ or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
-``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
-borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
-(``export``, ``nested_ids``).
+``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``,
+``return_room_in_service``: its borrower's thread), the manager (``proxy``, ``export``,
+``nested_ids``: locked), the link (``export``, ``nested_ids``).
 """
 
 from __future__ import annotations

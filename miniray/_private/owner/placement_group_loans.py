@@ -125,8 +125,6 @@ class BundleLoans:
         room to (``RemoteNodes.run_in_bundle`` on a lease-less bundle of that room, on
         this driver's own link to the node), and wait LOAN_POLL_S (or a kick) while some
         still wait. Ends when nothing is left to give back or ask."""
-        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
-
         owner = self.owner
         actors = owner.actors
         while True:

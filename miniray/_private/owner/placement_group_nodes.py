@@ -184,6 +184,21 @@ class PlacementGroupNodes:
             return PENDING if hex_ in self._serving else None
         return group.state
 
+    def needs_route(self, request) -> bool:
+        """*Locked*, no I/O. Whether ``route_served`` has something to learn before an
+        actor of placement ``request`` is created by a driver joined to a node: its group is
+        neither this driver's own nor noted as served yet (a worker's request is then
+        deferred off the lock to ask, ``requests.WorkerRequests.on_call``)."""
+        parsed = placement.bundle_request(request)
+        if parsed is None or self.owner.actors.link is None:
+            return False
+        group = self.groups.get(parsed[0])
+        if group is not None and not group.served:
+            return False
+        remote = self.owner.remote_nodes
+        return remote is None or (parsed[0] not in remote.bundles.served
+                                  and parsed[0] not in remote.bundles.served_pending)
+
     def route_served(self, request) -> None:
         """*Not locked* (a ledger read, and one request to the service). Before an actor
         of placement ``request`` is created in a group that is not this driver's own: if
