@@ -605,3 +605,21 @@ def test_a_workers_actor_waits_for_the_lookup_only_in_a_group_not_known_yet():
     assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, A, 1))  # noted
     owner.actors.link = None  # a driver not joined to a node: nothing to ask
     assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, B, 1))
+
+
+def test_a_served_group_removed_while_the_service_creates_it_is_removed_once_created():
+    import types
+
+    pgs = _service_pgs({})
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {})
+    seen = []
+
+    def create(hex_, bundles, strategy, name, detached):
+        # another driver's removal arrives while this request creates the group
+        seen.append((pgs.serve_remove(hex_), pgs.serve_remove(hex_), pgs.served_state(hex_)))
+        pgs.groups[hex_] = _service_pgs({hex_: "PENDING"}).groups[hex_]
+
+    pgs.create = create
+    assert pgs.serve_create("ee", [{"CPU": 1.0}], "PACK", "") == "REMOVED"
+    assert seen == [(True, False, None)]  # the first removal took it, the second did not
+    assert pgs.removed == ["ee"] and not pgs._serving and not pgs._doomed

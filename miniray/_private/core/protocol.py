@@ -115,7 +115,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_PG_CREATE, hex, bundles, strategy,     →  (SVC_OK, "CREATED" | "PENDING")  a
                     name)                          detached group in a cluster, held here;
                                                    asked again for the same hex (a broken
-                                                   link): its state, "REMOVED" included
+                                                   link): its state; "REMOVED" too when
+                                                   removed while it was being created
     (SVC_PG_REMOVE, hex)                        →  (SVC_OK, held here: bool)
     (SVC_PG_LEND, hex, index, request)          →  (SVC_OK, (loan_id, index, node_entry,
                                                    gpu_ids) | None (no room now) | "here")

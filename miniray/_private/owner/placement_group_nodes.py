@@ -181,7 +181,7 @@ class PlacementGroupNodes:
         for a detached group this owner holds (or is creating), None otherwise."""
         group = self.groups.get(hex_)
         if group is None or group.state == REMOVED:
-            return PENDING if hex_ in self._serving else None
+            return PENDING if hex_ in self._serving and hex_ not in self._doomed else None
         return group.state
 
     def needs_route(self, request) -> bool:
@@ -297,6 +297,11 @@ class PlacementGroupNodes:
         finally:
             with self.owner.locked():
                 self._serving.discard(hex_)
+                doomed = hex_ in self._doomed  # removed while it was being created
+                self._doomed.discard(hex_)
+        if doomed:
+            self.serve_remove(hex_)
+            return REMOVED
         return CREATED if self.state_of(hex_) == CREATED else PENDING
 
     def serve_remove(self, hex_: str) -> bool:
@@ -306,6 +311,9 @@ class PlacementGroupNodes:
         marks it REMOVED), and only that one acts, after it."""
         with self.owner.locked():
             group = self.groups.get(hex_)
+            if group is None and hex_ in self._serving and hex_ not in self._doomed:
+                self._doomed.add(hex_)  # being created: removed once it is (serve_create)
+                return True
             if group is None or group.state == REMOVED:
                 return False
             group.state = REMOVED  # a second request, now or later, finds it removed

@@ -86,6 +86,7 @@ class PlacementGroups(PlacementGroupNodes):
         self._retry_armed = False
         self._watch_armed = False
         self._serving: set[str] = set()  # the actor service: detached groups being created
+        self._doomed: set[str] = set()  # of those, the ones removed meanwhile
 
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:
