@@ -48,6 +48,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    and closes their links (``RemoteDrivers.fence``; their workers too, once they exist),
    so nothing runs twice once the head had it retried elsewhere.
 4. B without an ack for ``dead_after`` fences the same way, closes the link and rejoins.
+   Each judgment (H's of a member, B's of H) first reads what arrived on the links since
+   the loop's select (``_read_pending``): a loop that was busy is not a dead peer.
 5. Link EOF at H: the node is dead after ``cluster_view.EOF_GRACE_S`` unless it rejoins
    with the same id. At B: B keeps serving its local drivers and reconnects (backoff
    ``RETRY_MIN_S`` doubling to ``RETRY_MAX_S``; one log line per state change, not per try).
