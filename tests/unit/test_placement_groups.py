@@ -623,3 +623,20 @@ def test_a_served_group_removed_while_the_service_creates_it_is_removed_once_cre
     assert pgs.serve_create("ee", [{"CPU": 1.0}], "PACK", "") == "REMOVED"
     assert seen == [(True, False, None)]  # the first removal took it, the second did not
     assert pgs.removed == ["ee"] and not pgs._serving and not pgs._doomed
+
+
+def test_no_cluster_view_marks_no_bundle_lost():
+    """The view file gone (the node stopping) or unreadable says nothing of the members:
+    no bundle is taken for lost (every one was, and placed again)."""
+    import types
+
+    pgs, _owner, _asked = _driver_pgs({}, held=None)
+    asked = []
+    remote = types.SimpleNamespace(view=lambda fresh=False: [], bundles=types.SimpleNamespace(
+        find_lost=lambda alive: asked.append(alive) or {}))
+    pgs._check_bundle_nodes(remote)
+    assert asked == []
+    entry = types.SimpleNamespace(node_id="member", alive=True)
+    remote.view = lambda fresh=False: [entry]
+    pgs._check_bundle_nodes(remote)
+    assert asked == [{"member"}]

@@ -432,6 +432,8 @@ class PlacementGroupNodes:
             view = remote.view(fresh=True)
         except (OSError, ValueError):
             return
+        if not view:  # no view file (the node stopping): it says nothing of any node
+            return
         alive = {e.node_id for e in view if e.alive}
         start = []
         with self.owner.locked():
