@@ -388,6 +388,8 @@ class Runtime(SessionFiles):
     # -- actors ------------------------------------------------------------------------
     def create_actor(self, spec) -> bytes:
         owner = self.owner
+        if spec.pg is not None and owner.actors.link is not None and owner.pgs is not None:
+            owner.pgs.route_served(spec.placement)  # a detached group of the node's service
         with owner.locked():
             owner.check_usable()
             if not owner.actors.is_node_actor(spec):

@@ -344,3 +344,111 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
     finally:
         stop_driver(proc)
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+
+
+def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_removes(hosts):
+    """Handles of two pending detached groups passed to another driver (pickled): its
+    actor without a name in one is the service's, placed on the member once it joins;
+    its removal of the other ends that group in the driver that created it too."""
+    _cluster(hosts, "2", None)
+    creator = driver("""
+    import base64, json, pickle, sys, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, remove_placement_group
+    ray.init(address="auto")
+    later = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                            lifetime="detached")
+    never = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD", lifetime="detached")
+    print(json.dumps({k: base64.b64encode(pickle.dumps(g)).decode()
+                      for k, g in (("later", later), ("never", never))}), flush=True)
+    sys.stdin.readline()  # the other driver removed `never`
+    t0, seen = time.monotonic(), "pending"
+    while time.monotonic() - t0 < 15:
+        try:
+            never.wait(0.2)
+        except Exception as error:
+            seen = str(error)
+            break
+    print(json.dumps({"never": seen, "took": time.monotonic() - t0}), flush=True)
+    sys.stdin.readline()
+    remove_placement_group(later)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        handles = json_line(creator, 30)
+        other = driver(f"""
+    import base64, json, pickle
+    import miniray as ray
+    from miniray.util.placement_group import remove_placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    later = pickle.loads(base64.b64decode({handles["later"]!r}))
+    never = pickle.loads(base64.b64decode({handles["never"]!r}))
+    remove_placement_group(never)
+
+    @ray.remote(num_cpus=1)
+    class Where:
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    where = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        later, 1)).remote()
+    print(json.dumps({{"removed": True}}), flush=True)
+    node = ray.get(where.node.remote(), timeout=60)
+    print(json.dumps({{"ip": {{n["NodeID"]: n["NodeManagerAddress"]
+                               for n in ray.nodes()}}.get(node)}}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+        assert json_line(other, 30) == {"removed": True}
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        seen = json_line(creator, 30)
+        assert "does not exist" in seen["never"] and seen["took"] < 5.0, seen
+        print(f"\na pending detached group removed by another driver: its creator saw it "
+              f"{seen['took']:.2f} s later")
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        assert json_line(other, 60) == {"ip": MEMBER}
+        assert other.wait(30) == 0
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert creator.wait(30) == 0
+    finally:
+        stop_driver(creator)
+        if other is not None:
+            stop_driver(other)
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
+def test_an_actor_in_a_detached_groups_member_bundle_by_a_handle_got_by_id_runs_there(hosts):
+    """A driver that got the group's handle neither by creating it nor by name (built from
+    its id, as one passed in an argument is): its actor without a name in the member's
+    bundle is the service's and runs there (it stayed pending in the driver), and so is
+    one that its task in the head's bundle creates (a worker's request)."""
+    _cluster(hosts, "2", "2")
+    assert _create_detached(hosts, "byid", keeper=False)["ready"] is True
+    doc = _run_driver(hosts, PG + WHERE + """
+    from miniray.util.placement_group import PlacementGroup
+    (group_id, entry), = placement_group_table().items()
+    pg = PlacementGroup(ray.PlacementGroupID.from_hex(group_id), None)
+
+    @ray.remote(num_cpus=1)
+    def make(pg):  # a task in the head's bundle creates the actor (a worker's request)
+        made = Where.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()
+        return ray.get(made.ip.remote(), timeout=30)
+
+    from_task = ray.get(make.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 0)).remote(pg), timeout=40)
+    where = Where.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    print(json.dumps({"ip": ray.get(where.ip.remote(), timeout=30), "from_task": from_task}),
+          flush=True)
+    remove_placement_group(pg)
+    ray.shutdown()
+    """)
+    assert doc["ip"] == MEMBER and doc["from_task"] == MEMBER, doc
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)

@@ -234,3 +234,23 @@ def test_a_member_without_its_head_does_not_spin(cluster):
     now = time.monotonic()
     member.peering._connecting = True  # a rejoin in flight: nothing else is due
     assert member.peering.due(now) >= now + 0.04
+
+
+def test_a_heartbeat_that_arrived_while_the_loop_was_busy_is_read_before_judging(cluster):
+    """The node's loop runs a handler for longer than dead_after (or is not scheduled)
+    after its select: the member's heartbeat sent meanwhile waits unread on the socket.
+    The tick that follows reads it before the failure detector judges, so the member is
+    not held dead (a false death killed the actors on it); likewise a member's ack."""
+    head, member = cluster
+    assert run([head, member], lambda: _node(head, "b").alive, timeout=2.0)
+    for side in (head, member):
+        side.step()
+    time.sleep(0.45)  # neither loop reads: both are "busy" for longer than dead_after
+    peering._send(member.peering._link, ("hb", 10_000, member.entry.incarnation, None))
+    time.sleep(0.05)  # on the head's socket, unread
+    head.peering.tick(time.monotonic())  # the tick after the busy handler, no select
+    assert _node(head, "b").alive
+    time.sleep(0.05)  # the head's ack, on the member's socket, unread
+    calls = _spy_fence(member)
+    member.peering.tick(time.monotonic())
+    assert calls == [] and member.peering._state == "linked"

@@ -375,3 +375,268 @@ def test_a_detached_group_is_held_by_the_nodes_actor_service_only_in_a_cluster()
     assert _Pgs(object(), near)._detached_home() == "service"  # a head's driver
     assert _Pgs(object(), far)._detached_home() == "here"  # a member's: the head's service
     assert _Pgs(object(), None)._detached_home() == "span"  # the service itself
+
+
+# -- the node's actor service's side of a detached group ----------------------------------------
+
+def _service_pgs(states: dict):
+    """A ``PlacementGroups`` of the actor service, without an owner's processes: its groups
+    in ``states`` (hex -> state), ``remove`` counted (each call once per group)."""
+    import threading
+    import types
+
+    from miniray._private.owner.placement_group_records import _Group
+    from miniray._private.owner.placement_groups import PlacementGroups
+
+    lock = threading.RLock()
+    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None)
+
+    class _Pgs(PlacementGroups):
+        def remove(self, hex_):
+            with lock:
+                self.removed.append(hex_)
+                self.groups[hex_].state = "REMOVED"
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    pgs.removed = []
+    for hex_, state in states.items():
+        group = _Group(hex_, [{"CPU": 1.0}], "PACK", "", True)
+        group.state = state
+        pgs.groups[hex_] = group
+    return pgs
+
+
+def test_two_removals_of_a_served_group_at_once_remove_it_once():
+    import threading
+
+    pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING"})
+    assert pgs.serve_remove("aa") is True
+    assert pgs.serve_remove("aa") is False  # already removed: the second does nothing
+    assert pgs.serve_remove("cc") is False  # never held here
+    results = []
+    barrier = threading.Barrier(8)
+
+    def ask():
+        barrier.wait()
+        results.append(pgs.serve_remove("bb"))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert sorted(results) == [False] * 7 + [True]
+    assert pgs.removed == ["aa", "bb"]
+
+
+def test_a_served_group_asked_for_again_by_id_is_created_once():
+    """``serve_create`` is idempotent by id: a driver whose link broke asks again and gets
+    the group's state, never a second group (nor "name taken" for its own name)."""
+    import types
+
+    pgs = _service_pgs({"aa": "PENDING", "gone": "REMOVED"})
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {"bb": object()})
+    made = []
+
+    def create(hex_, bundles, strategy, name, detached):
+        made.append(hex_)
+        pgs.groups[hex_] = _service_pgs({hex_: "CREATED"}).groups[hex_]
+
+    pgs.create = create
+    assert pgs.serve_create("aa", [{"CPU": 1.0}], "PACK", "n") == "PENDING"
+    assert pgs.serve_create("gone", [{"CPU": 1.0}], "PACK", "") == "REMOVED"
+    assert pgs.serve_create("bb", [{"CPU": 1.0}], "PACK", "") == "CREATED"
+    assert pgs.serve_create("bb", [{"CPU": 1.0}], "PACK", "") == "CREATED"
+    assert made == ["bb"] and not pgs._serving
+
+
+def test_a_drivers_handle_survives_its_link_breaking_while_the_service_creates_the_group():
+    """The link to the actor service breaks once (the service may have the group): the
+    driver asks again on a new link and keeps its record; twice: the record goes and the
+    error says what may be left."""
+    import threading
+    import types
+
+    from miniray._private.owner.actor_link import ServiceUnavailable
+    from miniray._private.owner.placement_groups import PlacementGroups
+
+    answers: list = []
+
+    def ask(hex_, bundles, strategy, name):
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    lock = threading.RLock()
+    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None, check_usable=lambda: None,
+                                  actors=types.SimpleNamespace(create_group_in_service=ask))
+    tried = []
+
+    class _Pgs(PlacementGroups):
+        def _try(self, group):
+            tried.append(group.hex)
+
+        def _arm_retry(self):
+            pass
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    answers[:] = [ServiceUnavailable("the node's actor service stopped answering"), "CREATED"]
+    pgs._create_served("aa", [{"CPU": 1.0}], "PACK", "kept")
+    assert pgs.groups["aa"].served and tried == ["aa"] and not answers
+    answers[:] = [ServiceUnavailable("broken"), ServiceUnavailable("still broken")]
+    try:
+        pgs._create_served("bb", [{"CPU": 1.0}], "PACK", "lost")
+        raise AssertionError("no error")
+    except ServiceUnavailable as error:
+        assert "broke while it created detached placement group lost" in str(error)
+        assert "get_placement_group" in str(error)
+    assert "bb" not in pgs.groups
+    answers[:] = [ServiceUnavailable("broken"), "REMOVED"]  # removed meanwhile, elsewhere
+    pgs._create_served("cc", [{"CPU": 1.0}], "PACK", "")
+    assert pgs.groups["cc"].state == "REMOVED"
+
+
+A, B = "aa" * 18, "bb" * 18  # group ids as the placement requests name them
+
+
+def _driver_pgs(ledger: dict, held):
+    """A driver's ``PlacementGroups`` in a cluster whose node's actor service holds
+    detached groups: ``ledger`` its reserved groups (hex -> record), ``held`` what the
+    service answers ``SVC_PG_STATE``; the owner's removal calls recorded."""
+    import threading
+    import types
+
+    from miniray._private.owner.placement_groups import PlacementGroups
+    from miniray._private.owner.remote_bundles import RemoteBundles
+
+    lock = threading.RLock()
+    asked: list = []
+
+    def state(hex_):
+        asked.append(hex_)
+        return held
+
+    owner = types.SimpleNamespace(
+        locked=lambda: lock, closed=False, removed=[], failed=[], after=[],
+        ledger=types.SimpleNamespace(groups=lambda: {
+            h: types.SimpleNamespace(group=r) for h, r in ledger.items()}),
+        actors=types.SimpleNamespace(group_state_in_service=state, link=object()),
+        objects=types.SimpleNamespace(set_ready=lambda i, kind, data: owner.failed.append(i)))
+    owner.placement_group_removed = owner.removed.append
+    owner.after_placement_removal = lambda: owner.after.append(True)
+    owner.remote_nodes = types.SimpleNamespace(bundles=RemoteBundles(
+        owner, types.SimpleNamespace(local="head")))
+
+    class _Pgs(PlacementGroups):
+        def _cluster(self):
+            return owner.remote_nodes
+
+        def _detached_home(self):
+            return "service"
+
+    pgs = _Pgs(owner=owner, pid=1, holder_for_detached=1, node_id="head", totals={})
+    return pgs, owner, asked
+
+
+def test_an_actor_in_a_served_group_got_by_handle_is_routed_to_the_service():
+    """A handle that came any way (an argument, a named actor's answer): the group's
+    ledger record says it is the service's, with bundle 1 on a member."""
+    record = {"detached": True, "nodes": ["head", "member"]}
+    pgs, owner, asked = _driver_pgs({A: record}, held="CREATED")
+    bundles = owner.remote_nodes.bundles
+    one = placement.rewrite_request({"CPU": 1}, A, 1)
+    assert not bundles.serves(one)  # before: nothing noted, the actor stayed here
+    pgs.route_served(one)
+    assert bundles.serves(one) and asked == []  # the ledger said it: no request
+    assert not bundles.serves(placement.rewrite_request({"CPU": 1}, A, 0))  # the head's
+
+
+def test_an_actor_in_a_pending_served_group_got_by_handle_goes_to_the_service():
+    pgs, owner, asked = _driver_pgs({}, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    pgs.route_served(zero)
+    assert bundles.serves(zero) and asked == [B]  # the service places it once reserved
+    bundles.note_served(B, ["head", "member"])  # reserved: the bundles' nodes decide
+    assert not bundles.serves(zero)
+    other, _owner, asked = _driver_pgs({}, held=None)  # not the service's: stays here
+    other.route_served(zero)
+    assert not _owner.remote_nodes.bundles.serves(zero) and asked == [B]
+
+
+def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():
+    from miniray._private.owner.placement_group_records import _Group
+
+    pgs, owner, asked = _driver_pgs({}, held=None)
+    group = _Group("cc", [{"CPU": 1.0}], "PACK", "", True)
+    group.served = True
+    group.ready_ids = [b"ready"]
+    pgs.groups["cc"] = group
+    pgs._follow_served(group)
+    assert group.state == "REMOVED" and asked == ["cc"]
+    assert owner.failed == [b"ready"] and owner.removed == ["cc"] and owner.after
+    kept, owner, asked = _driver_pgs({}, held="PENDING")
+    group = _Group("dd", [{"CPU": 1.0}], "PACK", "", True)
+    group.served = True
+    kept.groups["dd"] = group
+    kept._follow_served(group)
+    kept._follow_served(group)  # within STATE_ASK_S: not asked again
+    assert group.state == "PENDING" and asked == ["dd"] and owner.removed == []
+
+
+def test_the_service_says_which_groups_it_holds():
+    pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING", "gone": "REMOVED"})
+    pgs._serving.add("new")
+    assert [pgs.served_state(h) for h in ("aa", "bb", "gone", "new", "zz")] == [
+        "CREATED", "PENDING", None, "PENDING", None]
+
+
+def test_a_workers_actor_waits_for_the_lookup_only_in_a_group_not_known_yet():
+    from miniray._private.owner.placement_group_records import _Group
+
+    pgs, owner, _asked = _driver_pgs({}, held="PENDING")
+    own = _Group("cc" * 18, [{"CPU": 1.0}], "PACK", "", False)
+    pgs.groups[own.hex] = own
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, own.hex, 0))
+    assert not pgs.needs_route({"CPU": 1})  # no group
+    assert pgs.needs_route(placement.rewrite_request({"CPU": 1}, A, 1))
+    owner.remote_nodes.bundles.note_served(A, ["head", "member"])
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, A, 1))  # noted
+    owner.actors.link = None  # a driver not joined to a node: nothing to ask
+    assert not pgs.needs_route(placement.rewrite_request({"CPU": 1}, B, 1))
+
+
+def test_a_served_group_removed_while_the_service_creates_it_is_removed_once_created():
+    import types
+
+    pgs = _service_pgs({})
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {})
+    seen = []
+
+    def create(hex_, bundles, strategy, name, detached):
+        # another driver's removal arrives while this request creates the group
+        seen.append((pgs.serve_remove(hex_), pgs.serve_remove(hex_), pgs.served_state(hex_)))
+        pgs.groups[hex_] = _service_pgs({hex_: "PENDING"}).groups[hex_]
+
+    pgs.create = create
+    assert pgs.serve_create("ee", [{"CPU": 1.0}], "PACK", "") == "REMOVED"
+    assert seen == [(True, False, None)]  # the first removal took it, the second did not
+    assert pgs.removed == ["ee"] and not pgs._serving and not pgs._doomed
+
+
+def test_no_cluster_view_marks_no_bundle_lost():
+    """The view file gone (the node stopping) or unreadable says nothing of the members:
+    no bundle is taken for lost (every one was, and placed again)."""
+    import types
+
+    pgs, _owner, _asked = _driver_pgs({}, held=None)
+    asked = []
+    remote = types.SimpleNamespace(view=lambda fresh=False: [], bundles=types.SimpleNamespace(
+        find_lost=lambda alive: asked.append(alive) or {}))
+    pgs._check_bundle_nodes(remote)
+    assert asked == []
+    entry = types.SimpleNamespace(node_id="member", alive=True)
+    remote.view = lambda fresh=False: [entry]
+    pgs._check_bundle_nodes(remote)
+    assert asked == [{"member"}]

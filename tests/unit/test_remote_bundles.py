@@ -392,7 +392,7 @@ def test_the_borrower_survives_a_refused_return_and_an_error_ends_it_cleared():
     owner, nodes = _Owner(), _Nodes()
     returned: list = []
 
-    def return_room(loan_id):
+    def return_room(loan_id, timeout=None):
         returned.append(loan_id)
         raise KeyError(loan_id)  # as ActorLink re-raises the service's SVC_ERR
 
@@ -416,3 +416,46 @@ def test_the_borrower_survives_a_refused_return_and_an_error_ends_it_cleared():
     book._borrower = threading.current_thread()
     book._borrow_loop()
     assert book._borrower is None and list(book.served_waiting[H]) == [task]
+
+
+def test_loans_of_ended_tasks_go_back_when_the_driver_closes():
+    """Teardown step 1: the loans queued for the borrower are sent before the link closes
+    (``return_loans``, bounded), and a borrower turn that took them while the driver
+    closed sends them too (it dropped them)."""
+    owner, nodes = _Owner(), _Nodes()
+    returned: list = []
+    owner.actors = types.SimpleNamespace(
+        return_room_in_service=lambda loan_id, timeout=None: returned.append(
+            (loan_id, timeout)))
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book._returns = [7, 8]
+    assert book.return_loans(1.0) == 2 and book._returns == []
+    assert [loan for loan, _t in returned] == [7, 8]
+    assert all(0 < timeout <= 1.0 for _loan, timeout in returned)  # bounded
+    returned.clear()
+    owner.closed = True  # the borrower's turn after the driver started closing
+    book._returns = [9]
+    book._borrower = threading.current_thread()
+    book._borrow_loop()
+    assert returned == [(9, None)] and book._borrower is None
+    returned.clear()
+    book._returns = [10, 11]
+    assert book.return_loans(0.0) == 0 and returned == []  # no time left: the link's
+    # closing gives them back (the service's drop_loans)
+
+
+def test_loans_go_back_until_the_service_is_gone():
+    from miniray._private.owner.actor_link import ServiceUnavailable
+
+    owner, nodes = _Owner(), _Nodes()
+    asked: list = []
+
+    def gone(loan_id, timeout=None):
+        asked.append(loan_id)
+        raise ServiceUnavailable("the node's actor service did not answer")
+
+    owner.actors = types.SimpleNamespace(return_room_in_service=gone)
+    book = RemoteBundles(owner, nodes)
+    book._returns = [1, 2, 3]
+    assert book.return_loans(1.0) == 0 and asked == [1]  # one wait, not one per loan

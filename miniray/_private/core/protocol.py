@@ -113,11 +113,16 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
     (SVC_KILL, actor_id, no_restart)            →  (SVC_OK, None)
     (SVC_PG_CREATE, hex, bundles, strategy,     →  (SVC_OK, "CREATED" | "PENDING")  a
-                    name)                          detached group in a cluster, held here
+                    name)                          detached group in a cluster, held here;
+                                                   asked again for the same hex (a broken
+                                                   link): its state; "REMOVED" too when
+                                                   removed while it was being created
     (SVC_PG_REMOVE, hex)                        →  (SVC_OK, held here: bool)
     (SVC_PG_LEND, hex, index, request)          →  (SVC_OK, (loan_id, index, node_entry,
                                                    gpu_ids) | None (no room now) | "here")
     (SVC_PG_RETURN, loan_id)                    →  (SVC_OK, None)
+    (SVC_PG_STATE, hex)                         →  (SVC_OK, "CREATED" | "PENDING" | None
+                                                   (not held here: never, or removed))
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
@@ -154,7 +159,8 @@ from miniray import _version
 # 7: RESULT and ACTOR_READY carry the worker's times (started, arguments loaded, returned,
 #    sent) for ray.timeline().
 # 8: the actor service holds detached placement groups of a cluster (SVC_PG_CREATE,
-#    SVC_PG_REMOVE) and lends their room to drivers' tasks (SVC_PG_LEND, SVC_PG_RETURN).
+#    SVC_PG_REMOVE) and lends their room to drivers' tasks (SVC_PG_LEND, SVC_PG_RETURN);
+#    a driver asks it whether it holds one (SVC_PG_STATE).
 PROTOCOL_VERSION = 8
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
@@ -207,6 +213,7 @@ SVC_PG_CREATE = 90
 SVC_PG_REMOVE = 91
 SVC_PG_LEND = 92
 SVC_PG_RETURN = 93
+SVC_PG_STATE = 94
 
 # 2. control socket
 CANCEL = 20
@@ -271,7 +278,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
                       "SVC_YIELD", "SVC_PG_CREATE", "SVC_PG_REMOVE",
-                      "SVC_PG_LEND", "SVC_PG_RETURN"),
+                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE"),
 }
 
 

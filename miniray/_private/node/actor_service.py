@@ -11,7 +11,8 @@ driver owns those itself).
 Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
-              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN ─────┤ (a detached group
+              PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN /    │
+              PG_STATE ────────────────────────────────────────┤ (a detached group
                                                                │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
@@ -320,6 +321,8 @@ class ActorService:
                 if self.owner.remote_nodes is not None:
                     self.owner.remote_nodes.bundles.return_room(message[1])
                 value = None
+            elif tag == protocol.SVC_PG_STATE:  # no round trip: this owner's record
+                value = self.owner.pgs.served_state(message[1])
             elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
                 self._group_request(conn, message)
                 return  # answered by its thread
@@ -327,7 +330,7 @@ class ActorService:
                 raise ValueError(
                     f"unknown request {protocol.tag_name('actor_service', tag)}")
         except Exception as error:
-            self._answer(conn, protocol.SVC_ERR, serialization.dumps(error))
+            self._answer(conn, protocol.SVC_ERR, _error_reply(error, message))
             return
         self._answer(conn, protocol.SVC_OK, value)
 
@@ -335,22 +338,31 @@ class ActorService:
         """*Locked.* A detached placement group of the cluster, created or removed by this
         process's owner as its own (``placement_group_nodes.serve_create`` /
         ``serve_remove``): round trips to other nodes, so on a thread, which answers the
-        driver (it waits on its control socket, one request at a time)."""
+        driver (it waits on its control socket, one request at a time). Every request is
+        answered, whatever the thread meets (any ``BaseException``, an error that does not
+        pickle): its error then names the request and what happened."""
         pgs = self.owner.pgs
         fd = conn.fd
 
         def run() -> None:
+            status, value = protocol.SVC_ERR, None
             try:
                 if message[0] == protocol.SVC_PG_CREATE:
                     status, value = protocol.SVC_OK, pgs.serve_create(*message[1:5])
                 else:
                     status, value = protocol.SVC_OK, pgs.serve_remove(message[1])
-            except Exception as error:  # noqa: BLE001 - the driver raises it
-                status, value = protocol.SVC_ERR, serialization.dumps(error)
-            with self.owner.locked():
-                if self._conns.get(fd, (None,))[0] is conn:  # the driver is still there
-                    with contextlib.suppress(OSError):
-                        self._answer(conn, status, value)
+            except BaseException as error:  # noqa: BLE001 - the driver raises it
+                if not isinstance(error, Exception):
+                    logger.error("%s: %r", protocol.tag_name("actor_service", message[0]),
+                                 error)
+                status, value = protocol.SVC_ERR, _error_reply(error, message)
+            finally:
+                if value is None and status == protocol.SVC_ERR:  # raised past the handler
+                    value = _error_reply(RuntimeError("the request's thread ended"), message)
+                with self.owner.locked():
+                    if self._conns.get(fd, (None,))[0] is conn:  # the driver is still there
+                        with contextlib.suppress(OSError):
+                            self._answer(conn, status, value)
 
         threading.Thread(target=run, daemon=True, name="miniray-svc-group").start()
 
@@ -602,6 +614,20 @@ class ActorService:
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _error_reply(error: BaseException, message: tuple) -> bytes:
+    """The pickled error a driver raises for its request ``message``: ``error`` itself when
+    it is an ``Exception`` that pickles, else a RuntimeError naming the request and it (a
+    ``BaseException`` such as SystemExit must not end the driver that asked)."""
+    if isinstance(error, Exception):
+        with contextlib.suppress(Exception):
+            return serialization.dumps(error)
+    tag = message[0] if isinstance(message, tuple) and message else None
+    what = protocol.tag_name("actor_service", tag)
+    return serialization.dumps(RuntimeError(
+        f"The node's actor service failed to serve {what}: {type(error).__name__}: "
+        f"{error} (see the node's log, <session>/node.log, for more)."))
 
 
 def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:

@@ -48,6 +48,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    and closes their links (``RemoteDrivers.fence``; their workers too, once they exist),
    so nothing runs twice once the head had it retried elsewhere.
 4. B without an ack for ``dead_after`` fences the same way, closes the link and rejoins.
+   Each judgment (H's of a member, B's of H) first reads what arrived on the links since
+   the loop's select (``_read_pending``): a loop that was busy is not a dead peer.
 5. Link EOF at H: the node is dead after ``cluster_view.EOF_GRACE_S`` unless it rejoins
    with the same id. At B: B keeps serving its local drivers and reconnects (backoff
    ``RETRY_MIN_S`` doubling to ``RETRY_MAX_S``; one log line per state change, not per try).
@@ -294,6 +296,7 @@ class Peering:
     def tick(self, now: float) -> None:
         """Everything due: the inbox, heartbeats, the failure detector, publishing."""
         self._drain_inbox(now)
+        self._read_pending()
         self.drivers.tick(now)
         if self.is_head:
             self._head_tick(now)
@@ -303,6 +306,17 @@ class Peering:
                 self.is_head and len(self.view.alive()) > 1
                 and now - self._published_at >= self.heartbeat_s):
             self._publish()  # a head with members: also every heartbeat, for their ages
+
+    def _read_pending(self) -> None:
+        """Heartbeats (at the head) and acks (at a member) that arrived after the loop's
+        select are read before the failure detector judges: a loop busy in a handler, or
+        not scheduled, for longer than dead_after would otherwise hold a peer dead whose
+        message waits unread on its socket (a false death: the actors on it die)."""
+        if self.is_head:
+            for fd in list(self._members):
+                self._on_member(fd)
+        elif self._link is not None and self._state == "linked":
+            self._on_link(None)
 
     def close(self, reason: str) -> None:
         """Step 6 for a member; a head closes every member's link (they see EOF)."""

@@ -277,22 +277,46 @@ class ActorLink:
             raise serialization.loads(value)
         return value
 
-    def _request(self, message: tuple):
-        """*Not locked.* Send one request on the control socket and wait for its reply."""
+    def _request(self, message: tuple, timeout: float | None = None):
+        """*Not locked.* Send one request on the control socket and wait for its reply, at
+        most ``REQUEST_TIMEOUT_S`` (the socket's timeout; ``timeout``, shorter, for a
+        request made while this driver shuts down, on the node's own socket): past it,
+        ServiceUnavailable names the request, and the link is closed (a late answer could
+        not be told from the next request's); the next request opens a new one."""
         with self._control_lock:
             self._connect()
             control = self._control
+            sock = getattr(control, "sock", None)  # the node's socket (not the head's)
+            waited = REQUEST_TIMEOUT_S
             try:
                 if control is None:
                     raise OSError("the link was closed")
+                if timeout is not None and sock is not None:
+                    waited = max(0.001, min(timeout, REQUEST_TIMEOUT_S))
+                    sock.settimeout(waited)
                 control.send(pickle.dumps(message, 5))
                 return self._reply(control)
+            except TimeoutError:
+                what = protocol.tag_name("actor_service", message[0])
+                why = (f"the {self._where()} actor service did not answer {what} within "
+                       f"{waited:g} s")
+                with self.owner.locked():
+                    if self._control is control:
+                        self._gone(why)
+                raise ServiceUnavailable(
+                    f"{why}; this driver closed its link to it (the next request opens a "
+                    "new one). Check that the node runs (`miniray status`) and its log "
+                    "(<session>/node.log).") from None
             except (OSError, EOFError) as error:
                 with self.owner.locked():
                     if self._control is control:
                         self._gone(f"the {self._where()} actor service stopped answering "
                                    f"({error})")
                 raise ServiceUnavailable(self._lost or str(error)) from None
+            finally:
+                if waited != REQUEST_TIMEOUT_S and self._control is control:
+                    with contextlib.suppress(OSError):
+                        sock.settimeout(REQUEST_TIMEOUT_S)
 
     # -- requests (owner lock NOT held: each waits for the service's reply) ----------------
     def create(self, spec, exported) -> tuple[bytes, tuple]:

@@ -14,10 +14,10 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
-``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
-locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
-borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
-(``export``, ``nested_ids``).
+``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
+``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``,
+``return_room_in_service``: its borrower's thread), the manager (``proxy``, ``export``,
+``nested_ids``: locked), the link (``export``, ``nested_ids``).
 """
 
 from __future__ import annotations
@@ -162,15 +162,21 @@ class ServiceProxies:
         every node, its actors); False when the service does not hold it."""
         return self.link._request((protocol.SVC_PG_REMOVE, hex_))
 
+    def group_state_in_service(self, hex_: str):
+        """*Not locked.* Whether the node's actor service holds detached group ``hex_``:
+        "CREATED", "PENDING", or None (it never did, or it was removed)."""
+        return self.link._request((protocol.SVC_PG_STATE, hex_))
+
     def borrow_room_in_service(self, hex_: str, index: int, base: dict):
         """*Not locked.* Room for one task in bundle ``index`` of a detached group the
         service holds on another node (``remote_bundles`` step 8): a loan, None (no room
         now) or "here"."""
         return self.link._request((protocol.SVC_PG_LEND, hex_, index, base))
 
-    def return_room_in_service(self, loan_id: int) -> None:
-        """*Not locked.* A loan's task ended: its room goes back to the service."""
-        self.link._request((protocol.SVC_PG_RETURN, loan_id))
+    def return_room_in_service(self, loan_id: int, timeout: float | None = None) -> None:
+        """*Not locked.* A loan's task ended: its room goes back to the service, waiting
+        at most ``timeout`` seconds for its answer (None: the link's own timeout)."""
+        self.link._request((protocol.SVC_PG_RETURN, loan_id), timeout)
 
     def export(self, object_ids) -> list:
         """*Locked.* ``[(id, kind, payload)]`` of the ready ones of these objects, for the

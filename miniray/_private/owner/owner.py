@@ -822,6 +822,8 @@ class Owner(OwnerLeases, OwnerEvents):
     # ------------------------------------------------------------------ shutdown
     def shutdown(self, grace: float = 1.0) -> None:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
+        if self.remote_nodes is not None and self.actors.link is not None:
+            self.remote_nodes.bundles.return_loans()  # step 1, before the link closes
         doomed = []
         with self._lock:
             self._closed = self.objects.closed = True

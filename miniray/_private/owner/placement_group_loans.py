@@ -14,7 +14,8 @@ Does not own: the bundles' leases, their room and the tasks once started
 ``node/actor_service.py``), the group's record (``placement_groups.py``).
 Called by: ``RemoteBundles`` (``submit``, ``spill``, ``requeue``, ``done``, ``removed``:
 locked), ``placement_group_nodes`` (``note_served``, locked), the owner (``serves``,
-locked), the node's actor service (``lend_room``, ``return_room``, ``drop_loans``, locked,
+locked; ``return_loans``: the owner's shutdown, not locked), the node's actor
+service (``lend_room``, ``return_room``, ``drop_loans``, locked,
 on its I/O thread).
 
 Steps (driver E, service S, member N; the loan protocol is numbered in
@@ -27,7 +28,9 @@ Steps (driver E, service S, member N; the loan protocol is numbered in
     3. E: ``_lent`` starts the task on a lease-less bundle of the loan (E's link to N).
     4. The task ends however it ends (``done``; ``requeue`` after N died: it waits for a
        new loan first): SVC_PG_RETURN(loan id) from E's thread -> S ``return_room``.
-    5. E's link to S closes: S ``drop_loans``; G removed: S forgets G's loans, E's watch
+    5. E shuts down: the loans of its ended tasks not given back yet are sent first
+       (``return_loans``, teardown step 1, RETURN_AT_EXIT_S at most), then its link to S
+       closes: S ``drop_loans`` (the rest); G removed: S forgets G's loans, E's watch
        fails E's tasks in G (``RemoteBundles.removed``).
 """
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 
 from miniray._private.core import placement
 from miniray._private.owner.tasks import T_DONE, T_WAITING
@@ -50,13 +54,23 @@ class BundleLoans:
     def note_served(self, pg_hex: str, nodes: list) -> None:
         """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
         service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
-        bundle on another node borrow room from the service."""
-        self.served[pg_hex] = list(nodes)
+        bundle on another node borrow room from the service. ``nodes`` empty: the group
+        is not reserved yet (``served_pending``): its actors are the service's, which
+        places them once it is."""
+        if nodes:
+            self.served[pg_hex] = list(nodes)
+            self.served_pending.discard(pg_hex)
+        else:
+            self.served_pending.add(pg_hex)
 
     def serves(self, request) -> bool:
         """*Locked.* Whether an actor of this placement ``request`` is in a served group's
-        bundle on another node (or "any bundle" of one with none here): the node's actor
-        service creates it, as its own (``ActorManager.is_node_actor``)."""
+        bundle on another node (or "any bundle" of one with none here), or in any bundle
+        of a served group not reserved yet: the node's actor service creates it, as its
+        own (``ActorManager.is_node_actor``)."""
+        parsed = placement.bundle_request(request)
+        if parsed is not None and parsed[0] in self.served_pending:
+            return True
         return self._served_remote(request, spill=False)
 
     def _served_remote(self, request, spill: bool) -> bool:
@@ -111,8 +125,6 @@ class BundleLoans:
         room to (``RemoteNodes.run_in_bundle`` on a lease-less bundle of that room, on
         this driver's own link to the node), and wait LOAN_POLL_S (or a kick) while some
         still wait. Ends when nothing is left to give back or ask."""
-        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
-
         owner = self.owner
         actors = owner.actors
         while True:
@@ -127,17 +139,12 @@ class BundleLoans:
                     else:
                         del self.served_waiting[pg_hex]
                 asks = [task for queue in self.served_waiting.values() for task in queue]
-                if owner.closed or (not returns and not asks):
+                last = owner.closed or (not returns and not asks)
+                if last:
                     self._borrower = None
-                    return
-            for loan_id in returns:
-                try:
-                    actors.return_room_in_service(loan_id)
-                except (ServiceUnavailable, OSError):
-                    pass  # the service is gone: its loans went with it
-                except Exception:  # noqa: BLE001 - its answer was an error (SVC_ERR)
-                    logger.warning("loan %s: the node's actor service refused it back",
-                                   loan_id, exc_info=True)
+            self._give_back(returns)  # taken: sent even when closing (no one else will)
+            if last:
+                return
             denied = set()
             for task in asks:
                 pg_hex, index, base = placement.bundle_request(task.spec.request)
@@ -160,6 +167,41 @@ class BundleLoans:
                     self._lent(task, pg_hex, base, answer, client)
             if asks and not returns:
                 self._wake.wait(self.LOAN_POLL_S)
+
+    RETURN_AT_EXIT_S = 2.0  # at most this long for the loans of ended tasks at shutdown
+
+    def return_loans(self, timeout_s: float | None = None) -> int:
+        """*Not locked.* Teardown step 1 (ARCHITECTURE.md), before the driver closes its link
+        to the service: the loans of tasks that ended and that the borrower thread has not
+        given back yet are sent now, within ``timeout_s`` (RETURN_AT_EXIT_S) in all; those
+        left (no time, or the service does not answer) come back when the link closes
+        (``drop_loans``). How many were sent."""
+        deadline = time.monotonic() + (self.RETURN_AT_EXIT_S if timeout_s is None
+                                       else timeout_s)
+        with self.owner.locked():
+            returns, self._returns = self._returns, []
+        return self._give_back(returns, deadline)
+
+    def _give_back(self, returns: list, deadline: float | None = None) -> int:
+        """*Not locked.* ``SVC_PG_RETURN`` for each loan of ``returns``, each request waiting
+        at most until ``deadline`` (None: the link's own timeout); how many the service
+        took back."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        sent = 0
+        for loan_id in returns:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break  # the link's closing gives the rest back (drop_loans)
+            try:
+                self.owner.actors.return_room_in_service(loan_id, left)
+                sent += 1
+            except (ServiceUnavailable, OSError):
+                break  # the service is gone: its loans went with it
+            except Exception:  # noqa: BLE001 - its answer was an error (SVC_ERR)
+                logger.warning("loan %s: the node's actor service refused it back",
+                               loan_id, exc_info=True)
+        return sent
 
     def _lent(self, task, pg_hex: str, base: dict, answer, client=None) -> None:
         """*Locked.* The service's answer for ``task``: None (no room now: it waits),

@@ -35,7 +35,7 @@ import time
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
-from miniray._private.owner.placement_group_records import CREATED, PENDING, _Group
+from miniray._private.owner.placement_group_records import CREATED, PENDING, REMOVED, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
 
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
@@ -66,7 +66,10 @@ class PlacementGroupNodes:
         cluster, or a driver whose service is the head's, on another host), "service" (the
         node's actor service, a process as long-lived as the node: ``_create_served``), or
         "span" (this owner is that service: planned over the cluster like a driver's own
-        group, its bundles on other nodes held by this owner's links)."""
+        group, its bundles on other nodes held by this owner's links). A member's driver
+        keeps "here": its record, ``ready()`` and the table follow its own node's ledger,
+        which would not hold the head's group (docs/detached-placement-groups.md, "Not
+        built", says what it would take)."""
         if self._cluster() is None:
             return "here"
         link = self.owner.actors.link
@@ -78,33 +81,76 @@ class PlacementGroupNodes:
         """*Not locked.* Ask the node's actor service to create and hold the detached group
         (``SVC_PG_CREATE``: it validates, checks the name, plans and reserves as for its own
         group); this driver keeps a record that follows the ledger (``_follow_served``) for
-        ``ready()`` and the table. Raises what the service raised (a name taken)."""
+        ``ready()`` and the table. Raises what the service raised (a name taken).
+        The link breaking (ServiceUnavailable: the service may or may not have the group
+        now) is not the group's failure: the request is made once more on a new link, and
+        the service answers for the group of that id (``serve_create`` is idempotent by
+        id), so the handle stays usable, as Ray's does through a GCS reconnect. Only when
+        that fails too is the record dropped, the error saying what may be left."""
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
         group = _Group(hex_, bundles, strategy, name, True)
         group.served = True
         with self.owner.locked():
             self.owner.check_usable()
             self.groups[hex_] = group
+        ask = self.owner.actors.create_group_in_service
         try:
-            state = self.owner.actors.create_group_in_service(hex_, bundles, strategy, name)
+            try:
+                state = ask(hex_, bundles, strategy, name)
+            except ServiceUnavailable as broken:
+                try:
+                    state = ask(hex_, bundles, strategy, name)  # a new link, the same id
+                except ServiceUnavailable as again:
+                    raise ServiceUnavailable(
+                        f"The link to the node's actor service broke while it created "
+                        f"detached placement group {name or hex_} ({broken}), and asking "
+                        f"again failed ({again}). The service may hold the group: find it "
+                        "with get_placement_group(name) or placement_group_table(), and "
+                        "remove it with remove_placement_group.") from None
         except BaseException:
             with self.owner.locked():
                 self.groups.pop(hex_, None)
             raise
+        if state == REMOVED:  # asked again after another driver removed it
+            with self.owner.locked():
+                group.state = REMOVED
+                ready, group.ready_ids = group.ready_ids, []
+                self._fail_ready(ready)
+            return
         if state == CREATED:
             self._try(group)
         with self.owner.locked():
             if group.state == PENDING:
                 self._arm_retry()
 
+    STATE_ASK_S = 1.0  # how often a driver asks the service about its pending group
+
     def _follow_served(self, group: _Group) -> None:
         """*Not locked.* A served group that the service reserved (the ledger has it) is
-        CREATED here: its ready objects are set, the work waiting for it is dispatched."""
+        CREATED here: its ready objects are set, the work waiting for it is dispatched.
+        Still pending: the service is asked every STATE_ASK_S whether it holds it yet
+        (``SVC_PG_STATE``; another driver may have removed it with a handle passed to it,
+        which the ledger cannot show of a group it never held): if not, it is removed
+        here too (``_served_gone``)."""
         try:
             lease = self.ledger.groups().get(group.hex)
         except (OSError, ValueError):
             return
-        if lease is None:
-            return  # still pending in the service: tried again every RETRY_S
+        if lease is None:  # still pending in the service: tried again every RETRY_S
+            now = time.monotonic()
+            if now - group.asked_at < self.STATE_ASK_S:
+                return
+            group.asked_at = now
+            from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
+
+            try:
+                held = self.owner.actors.group_state_in_service(group.hex)
+            except (ServiceUnavailable, OSError):
+                return  # asked again later
+            if held is None and group.hex not in self.ledger.groups():
+                self._served_gone(group)
+            return
         with self.owner.locked():
             if group.state != PENDING:
                 return
@@ -116,6 +162,85 @@ class PlacementGroupNodes:
             ready, group.ready_ids = group.ready_ids, []
             self._set_ready(ready, group)
             self.owner.wake_dispatch()
+
+    def _served_gone(self, group: _Group) -> None:
+        """*Not locked.* A served group the service no longer holds before it was
+        reserved (removed by another driver): REMOVED here, as a removal here does it
+        (ready objects fail, queued work in it fails), without asking the service."""
+        with self.owner.locked():
+            if group.state != PENDING:
+                return
+            group.state = REMOVED
+            ready, group.ready_ids = group.ready_ids, []
+            self._fail_ready(ready)
+            self.owner.placement_group_removed(group.hex)
+            remote = self.owner.remote_nodes
+            if remote is not None:
+                remote.bundles.removed(group.hex)
+        self.owner.after_placement_removal()
+
+    def served_state(self, hex_: str):
+        """*Locked.* In the node's actor service (``SVC_PG_STATE``): CREATED or PENDING
+        for a detached group this owner holds (or is creating), None otherwise."""
+        group = self.groups.get(hex_)
+        if group is None or group.state == REMOVED:
+            return PENDING if hex_ in self._serving and hex_ not in self._doomed else None
+        return group.state
+
+    def needs_route(self, request) -> bool:
+        """*Locked*, no I/O. Whether ``route_served`` has something to learn before an
+        actor of placement ``request`` is created by a driver joined to a node: its group is
+        neither this driver's own nor noted as served yet (a worker's request is then
+        deferred off the lock to ask, ``requests.WorkerRequests.on_call``)."""
+        parsed = placement.bundle_request(request)
+        if parsed is None or self.owner.actors.link is None:
+            return False
+        group = self.groups.get(parsed[0])
+        if group is not None and not group.served:
+            return False
+        remote = self.owner.remote_nodes
+        return remote is None or (parsed[0] not in remote.bundles.served
+                                  and parsed[0] not in remote.bundles.served_pending)
+
+    def route_served(self, request) -> None:
+        """*Not locked* (a ledger read, and one request to the service). Before an actor
+        of placement ``request`` is created in a group that is not this driver's own: if
+        the group is a detached one the node's actor service holds, it is noted (as
+        ``lookup`` and ``elsewhere`` do), so that ``ActorManager.is_node_actor`` sends the
+        actor there when it must go there: a bundle on another node, or a group not
+        reserved yet (``served_pending``: the service places it once it is). So a
+        handle that came any way (an argument, a named actor's answer) routes alike."""
+        parsed = placement.bundle_request(request)
+        if parsed is None:
+            return
+        hex_ = parsed[0]
+        group = self.groups.get(hex_)
+        if group is not None and not group.served:
+            return  # this driver's own group
+        if self._cluster() is None or self._detached_home() != "service":
+            return
+        remote = self.owner.remote_nodes
+        if remote is not None and (hex_ in remote.bundles.served or
+                                   hex_ in remote.bundles.served_pending):
+            return
+        try:
+            lease = self.ledger.groups().get(hex_)
+        except (OSError, ValueError):
+            return
+        if lease is not None:
+            self._note_if_served(hex_, lease.group)
+            return
+        if group is None:  # not this driver's: does the service hold it (pending)?
+            from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
+
+            try:
+                if self.owner.actors.group_state_in_service(hex_) is None:
+                    return
+            except (ServiceUnavailable, OSError):
+                return
+        cluster = self._cluster()
+        with self.owner.locked():
+            cluster.bundles.note_served(hex_, [])
 
     def _remove_in_service(self, hex_: str) -> None:
         """*Not locked.* Before a removal here: a group the node's actor service may hold
@@ -145,6 +270,10 @@ class PlacementGroupNodes:
         nodes = list(record.get("nodes") or ())
         if not record.get("detached") or all(n == self.node_id for n in nodes) or \
                 self._detached_home() != "service":
+            remote = self.owner.remote_nodes
+            if remote is not None and hex_ in remote.bundles.served_pending:
+                with self.owner.locked():  # reserved here only: the ledger provides it
+                    remote.bundles.served_pending.discard(hex_)
             return False
         cluster = self._cluster()
         with self.owner.locked():
@@ -153,15 +282,44 @@ class PlacementGroupNodes:
 
     def serve_create(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* In the node's actor service (``SVC_PG_CREATE``): create the
-        detached group as this owner's own ("span"); CREATED or PENDING."""
-        self.create(hex_, bundles, strategy, name, True)
+        detached group as this owner's own ("span"); CREATED or PENDING. Idempotent by
+        id (a driver whose link broke asks again, ``_create_served``): a group of that id
+        already asked for is not created twice; its state is the answer (REMOVED once
+        removed). Which request creates it is decided under the lock."""
+        with self.owner.locked():
+            known = self.groups.get(hex_)
+            first = known is None and hex_ not in self._serving
+            if first:
+                self._serving.add(hex_)
+        if not first:
+            if known is not None and known.state == REMOVED:
+                return REMOVED
+            return CREATED if self.state_of(hex_) == CREATED else PENDING
+        try:
+            self.create(hex_, bundles, strategy, name, True)
+        finally:
+            with self.owner.locked():
+                self._serving.discard(hex_)
+                doomed = hex_ in self._doomed  # removed while it was being created
+                self._doomed.discard(hex_)
+        if doomed:
+            self.serve_remove(hex_)
+            return REMOVED
         return CREATED if self.state_of(hex_) == CREATED else PENDING
 
     def serve_remove(self, hex_: str) -> bool:
         """*Not locked.* In the node's actor service (``SVC_PG_REMOVE``): remove the group
-        if this owner holds it; whether it did."""
-        if hex_ not in self.groups:
-            return False
+        if this owner holds it; whether it did. Two drivers may ask at once (each request
+        on a thread of its own): which one removes it is decided under the lock (the first
+        marks it REMOVED), and only that one acts, after it."""
+        with self.owner.locked():
+            group = self.groups.get(hex_)
+            if group is None and hex_ in self._serving and hex_ not in self._doomed:
+                self._doomed.add(hex_)  # being created: removed once it is (serve_create)
+                return True
+            if group is None or group.state == REMOVED:
+                return False
+            group.state = REMOVED  # a second request, now or later, finds it removed
         self.remove(hex_)
         return True
 
@@ -317,6 +475,8 @@ class PlacementGroupNodes:
         try:
             view = remote.view(fresh=True)
         except (OSError, ValueError):
+            return
+        if not view:  # no view file (the node stopping): it says nothing of any node
             return
         alive = {e.node_id for e in view if e.alive}
         start = []

@@ -27,7 +27,8 @@ RESCHEDULING = "RESCHEDULING"  # created, and a bundle whose node died is placed
 class _Group:
     __slots__ = ("hex", "bundles", "strategy", "name", "detached", "state", "ready_ids",
                  "created_at", "scheduled_at", "attempts", "infeasible", "host_lease",
-                 "nodes", "noted", "never", "trying", "replacing", "served", "spans")
+                 "nodes", "noted", "never", "trying", "replacing", "served", "spans",
+                 "asked_at")
 
     def __init__(self, hex_: str, bundles, strategy: str, name: str, detached: bool):
         self.hex = hex_
@@ -52,6 +53,7 @@ class _Group:
         # in the service (planned over the cluster's nodes like a driver's own group).
         self.served = False
         self.spans = False
+        self.asked_at = 0.0  # served and pending: when the service was last asked about it
 
     def record(self, node_id: str) -> dict[str, Any]:
         """What the ledger keeps of a reserved group (every driver reads it)."""

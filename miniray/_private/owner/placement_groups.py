@@ -85,6 +85,8 @@ class PlacementGroups(PlacementGroupNodes):
         self.groups: dict[str, _Group] = {}  # this driver's, in creation order
         self._retry_armed = False
         self._watch_armed = False
+        self._serving: set[str] = set()  # the actor service: detached groups being created
+        self._doomed: set[str] = set()  # of those, the ones removed meanwhile
 
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:

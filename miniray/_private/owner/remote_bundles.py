@@ -172,6 +172,7 @@ class RemoteBundles(BundleLoans):
         # bundle's node (hex -> [node id]); the tasks waiting for a loan of room in one of
         # their bundles on another node; loans to give back; the thread that asks.
         self.served: dict[str, list] = {}
+        self.served_pending: set[str] = set()  # served, not reserved yet: actors go to S
         self.served_waiting: dict[str, collections.deque] = {}
         self._returns: list = []
         self._borrower: threading.Thread | None = None
@@ -494,6 +495,7 @@ class RemoteBundles(BundleLoans):
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
         self.served.pop(pg_hex, None)
+        self.served_pending.discard(pg_hex)
         for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:
             del self.lent_out[loan_id]  # the service's side: the bundles are released
 

@@ -401,6 +401,10 @@ class RemoteRequests:
         rules; a named or detached one, and every lookup of a driver joined to a node, is
         asked of the node's actor service here, in this thread, without the lock."""
         owner = self.owner
+        spec = args[0] if method == protocol.CALL_CREATE_ACTOR else None
+        if getattr(spec, "pg", None) is not None and owner.pgs is not None and \
+                owner.actors.link is not None:
+            owner.pgs.route_served(spec.placement)  # a detached group of the service
         with owner.locked():
             value, ask = requests.actor_request(owner.actors, method, args)
         if ask is None:

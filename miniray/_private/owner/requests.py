@@ -292,6 +292,32 @@ class WorkerRequests:
                 self._reply(worker, req_id, result)
         self.defer(ask)
 
+    def _route_first(self, spec) -> bool:
+        """*Locked.* Whether a worker's actor in a placement group waits for the group to be
+        looked up first (``placement_group_nodes.needs_route``: a detached group of the
+        node's actor service, got by handle, goes there as the driver's own actors do)."""
+        pgs = self.placement_groups()
+        return getattr(spec, "pg", None) is not None and pgs is not None and \
+            pgs.needs_route(spec.placement)
+
+    def _create_routed(self, worker, req_id, args) -> None:
+        """*Not locked.* ``route_served`` (a ledger read, maybe a request to the service),
+        then the worker's CREATE as ``on_call`` serves it."""
+        try:
+            self.placement_groups().route_served(args[0].placement)
+        except Exception:  # noqa: BLE001 - not routed: placed by this driver as before
+            pass
+        with self._lock:
+            try:
+                value, ask = actor_request(self.actors, protocol.CALL_CREATE_ACTOR, args)
+                if ask is not None:
+                    request, ask_args, keep = ask
+                    self._ask_service(worker, req_id, request, *ask_args, keep=keep)
+                    return
+                self._reply(worker, req_id, (True, value))
+            except Exception as error:
+                self._reply(worker, req_id, (False, error))
+
     def _placement_call(self, worker, req_id, args) -> None:
         """*Not locked.* A worker's placement group call (``placement_call``)."""
         try:
@@ -329,6 +355,9 @@ class WorkerRequests:
 
     def on_call(self, worker, req_id, method, args) -> None:
         try:
+            if method == protocol.CALL_CREATE_ACTOR and self._route_first(args[0]):
+                self.defer(lambda: self._create_routed(worker, req_id, args))
+                return
             if method in ACTOR_CALLS:
                 value, ask = actor_request(self.actors, method, args)
                 if ask is not None:
