@@ -15,7 +15,8 @@ PG = "ab" * 18
 class _Groups(PlacementGroupNodes):
     def __init__(self, record: dict, head_elsewhere: bool):
         link = SimpleNamespace(on_another_host=lambda: head_elsewhere)
-        self.owner = SimpleNamespace(remote_nodes=object(), actors=SimpleNamespace(link=link))
+        remote = SimpleNamespace(bundles=SimpleNamespace(served_pending=set()))
+        self.owner = SimpleNamespace(remote_nodes=remote, actors=SimpleNamespace(link=link))
         self.ledger = SimpleNamespace(groups=lambda: {PG: SimpleNamespace(group=record)})
         self.node_id = "node-a"
 
