@@ -160,17 +160,23 @@ class Lifetimes:
 
 
 class _Client:
-    """One driver: its two sockets (by role) and where its store keeps segments."""
+    """One driver: its two sockets (by role), where its store keeps segments, its node id
+    and IP (to which the results kept for it are granted) and those results."""
 
-    __slots__ = ("token", "pid", "conns", "tag", "shm_dir", "gone")
+    __slots__ = ("token", "pid", "conns", "tag", "shm_dir", "gone", "where", "kept")
 
-    def __init__(self, token: str, pid: int, tag: str, shm_dir: str):
+    def __init__(self, token: str, pid: int, tag: str, shm_dir: str,
+                 where: tuple[str, str] = ("", "")):
         self.token = token
         self.pid = pid
         self.conns: dict[str, FramedSocket] = {}
         self.tag = tag
         self.shm_dir = shm_dir  # "": a driver on another host (values go as bytes)
         self.gone = False
+        self.where = where  # (node id, IP): "" when the driver named none
+        # Results kept on other nodes for this driver (Results, below): object id -> the
+        # ``RemoteCopy`` of this process's link, freed by SVC_FREE or the driver leaving.
+        self.kept: dict[bytes, object] = {}
 
     def __repr__(self) -> str:
         return f"<driver pid={self.pid} {sorted(self.conns)}>"
@@ -239,14 +245,15 @@ class ActorService:
                 self._drop(fd)
 
     def _hello(self, conn: FramedSocket, message: tuple) -> None:
-        tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message
+        tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message[:8]
         if tag != protocol.SVC_HELLO or role not in ("control", "calls"):
             raise ValueError(f"expected SVC_HELLO, got {protocol.tag_name('actor_service', tag)}")
+        where = _where(message[8] if len(message) > 8 else None)
         client = self._clients.get(token)
         if client is None:
             client = self._clients[token] = _Client(
                 token, pid, segs.check_tag(store_tag),
-                os.path.abspath(shm_dir) if shm_dir else "")
+                os.path.abspath(shm_dir) if shm_dir else "", where)
             logger.info("driver pid %d connected%s", pid,
                         "" if shm_dir else " from another host")
         client.conns[role] = conn
@@ -284,6 +291,7 @@ class ActorService:
                 self._conns.pop(other.fd, None)
                 self.owner.reactor.unregister(other.fd)
                 other.close()
+        self._free_kept(client, list(client.kept))  # its kept results go from their nodes
         kill, end = self.life.client_gone(client.token)
         if self.owner.remote_nodes is not None:  # the room lent to its tasks comes back
             self.owner.remote_nodes.bundles.drop_loans(client.token)
@@ -435,6 +443,8 @@ class ActorService:
         elif tag == protocol.SVC_CANCEL:
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2], message[3])
+        elif tag == protocol.SVC_FREE:  # the driver freed results kept for it
+            self._free_kept(client, message[1])
         elif tag == protocol.SVC_HOLD:
             self.life.hold(message[1], client.token)
         elif tag == protocol.SVC_RELEASE:
@@ -511,13 +521,18 @@ class ActorService:
             objects.release(inner)
         out = []
         for index, (kind, data) in enumerate(results):
-            if isinstance(data, tuple):
+            if type(data) is tuple and data[0] == "remote":  # kept on its node (Results)
+                kind, data = self._hand_on_kept(kind, data[1], client, return_ids[index])
+            elif isinstance(data, tuple):
                 object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
         if not self.send(client, (protocol.SVC_RESULT, task_id, out, nested)):
-            for _kind, data in out:
-                self._discard(data)
+            for index, (_kind, data) in enumerate(out):
+                if type(data) is tuple and data[0] == "kept":  # never reached the driver
+                    self._free_kept(client, [return_ids[index]])
+                else:
+                    self._discard(data)
             for _index, items in nested:
                 for _id, _kind, payload in items:
                     self._discard(payload)
@@ -583,6 +598,38 @@ class ActorService:
             segs.unlink_quiet(src)
         return ("shm", dst, size)
 
+    def _hand_on_kept(self, kind: int, copy, client: _Client, object_id: bytes) -> tuple:
+        """*Locked.* A result that the actor's node N keeps for this process's link
+        (``remote_actors`` step 4): ``(kind, ("kept", object id, N's id, size, path on N,
+        [N's ip, port], the link's tag, the grant of it to the caller's node and IP))``,
+        which the caller pulls straight from N (``KeptResults.granted_copy``); held here for the
+        caller (``client.kept``) until it frees it (SVC_FREE) or leaves. The link lost
+        meanwhile (its grant key gone), or a caller that named no node: freed, and the
+        caller gets ObjectLostError, as for any result kept on a node that was lost."""
+        node_id, ip = client.where
+        kept = self.owner.remote_nodes.kept_results
+        handed = None if client.gone else kept.hand_on(object_id, node_id, ip)
+        if handed is None:
+            copy.free()
+            from miniray.exceptions import ObjectLostError  # lazy: the public package
+
+            error = ObjectLostError(object_id.hex(), "", "")
+            error.lost_on = (f"It was kept on node {copy.node_id[:12]} for the actor "
+                             "service, whose link to that node was lost")
+            return protocol.ERR, serialization.dumps(error)
+        client.kept[object_id] = copy
+        address, tag, grant = handed
+        return kind, ("kept", object_id, copy.node_id, copy.size, copy.path, address, tag,
+                      grant)
+
+    def _free_kept(self, client: _Client, object_ids) -> None:
+        """*Locked.* These results kept for ``client`` are freed on their nodes (queued:
+        ``KeptResults`` sends the frees after the lock); ids not kept for it are skipped."""
+        for object_id in object_ids or ():
+            copy = client.kept.pop(object_id, None)
+            if copy is not None:
+                copy.free()
+
     def _discard(self, data) -> None:
         if isinstance(data, tuple):
             segs.unlink_quiet(segs.resolve_path(data[1], self.owner.store.shm_dir))
@@ -602,6 +649,18 @@ class ActorService:
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _where(value) -> tuple[str, str]:
+    """A driver's ``(node id, IP)`` from its SVC_HELLO; ``("", "")`` when it named none.
+
+    >>> _where(("ab" * 28, "127.0.0.2")), _where(None), _where((1, 2))
+    (('abababababababababababababababababababababababababababab', '127.0.0.2'), ('', ''), ('', ''))
+    """
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, str) for v in value)):
+        return str(value[0]), str(value[1])
+    return "", ""
 
 
 def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:
