@@ -190,3 +190,38 @@ def test_a_service_actors_large_result_stays_on_the_member_until_get(hosts):
     assert second["get"] == [True, False], second
     assert second["freed"] and second["task"] and second["freed_after_task"], second
     assert _member_kept(hosts) == []
+
+
+def test_past_the_members_cap_an_actor_services_results_cross_at_once(hosts):
+    """MINIRAY_KEPT_BYTES_PER_DRIVER of 3.5 MiB on the member (the cap of the service's
+    link there): of eight 1 MiB results of the service's actor at most three stay there,
+    the others cross at once, as before; all bit-exact, nothing left after ``del``."""
+    hosts.env(MEMBER).update(MINIRAY_KEPT_BYTES_PER_DRIVER=str(7 << 19))
+    _join_special(hosts)
+    doc = _run(hosts, """
+    from miniray._private.owner.object_table import READY
+
+    @ray.remote(resources={"special": 1})
+    class Blocks:
+        def block(self, seed):
+            return np.full(1 << 20, seed, dtype=np.uint8)
+
+    def done(ref):  # here (READY) or kept there (recorded): not pulled by a wait
+        entry = runtime.current().owner.objects.get(ref.binary())
+        return entry is not None and (entry.state == READY or entry.remote is not None)
+
+    blocks = Blocks.options(name="blocks", lifetime="detached").remote()
+    refs = [blocks.block.remote(seed) for seed in range(8)]
+    until(lambda: all(done(r) for r in refs), 60)
+    out = {"kept": len(kept()), "remote": sum(recorded(r) for r in refs)}
+    values = ray.get(refs, timeout=60)
+    out["equal"] = all(bool((v == seed).all()) for seed, v in enumerate(values))
+    del values, refs
+    out["freed"] = until(lambda: not kept())
+    ray.kill(blocks)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert 1 <= doc["remote"] <= 3 and doc["kept"] == doc["remote"], doc
+    assert doc["equal"] and doc["freed"], doc
+    assert _member_kept(hosts) == []

@@ -30,7 +30,13 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``owner/remote_actors.py``); it is
   renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
   inside a result travel with their objects (copied into the caller's store, which owns them
-  from then on; the result waits until they are ready).
+  from then on; the result waits until they are ready). A large result of an actor on
+  another node N stays on N (docs/remote-objects.md, "Results of the actor service's
+  actors"): this process's link to N keeps it (``remote_actors`` step 4), the caller gets
+  ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
+  that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
+  it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
+  leaves (``_drop``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -60,7 +66,7 @@ to member node M, head H (D's side: ``owner/actor_link.py``; H's relay:
        store (``unpack_value``: an imported object, or a call's argument removed once the
        call answered). Results and the objects of refs inside them go back the same way
        (a large result's segment is read and removed here) and D writes them into its
-       store.
+       store; a large result kept on its actor's node is D's to pull from there (Results).
     5. H unreachable: D's request raises ServiceUnavailable naming H within the connect
        timeout; a request without an answer fails after ``REQUEST_TIMEOUT_S``. D's link
        closing (D exits, H stops) is a local driver leaving: its non-detached actors end.

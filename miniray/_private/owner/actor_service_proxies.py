@@ -7,7 +7,10 @@ actors live in the node's actor service: the requests made there without the own
 a detached placement group's creation and removal, which the service holds in a cluster,
 and the loans of its room for this driver's tasks),
 the values of ObjectRef arguments that go with a request or a call (``export``,
-``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
+``nested_ids``), a call's results the service keeps on their actor's node for this driver
+(``kept_in_service``: pulled from there with the service's grant, freed through it with
+SVC_FREE; ``free_in_service`` for a call nobody waits for), and the proxy record kept
+here for each such actor (``proxy``), through
 which calls keep their order and wait for their arguments (``actor_calls.py``).
 Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 (``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
@@ -16,7 +19,8 @@ Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``: not
 locked), ``remote_bundles`` (``borrow_room_in_service``, ``return_room_in_service``: its
-borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``: locked), the link
+borrower's thread), the manager (``proxy``, ``export``, ``nested_ids``, ``kept_in_service``,
+``free_in_service``: locked), the link
 (``export``, ``nested_ids``).
 """
 

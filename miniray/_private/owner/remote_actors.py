@@ -59,7 +59,9 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        follow it in frames, received straight into a segment of this driver's store:
        ``RemoteNodes.adopt_results``; one the worker kept on N, as a task's, since its
        HELLO carried the link's keep tag, is booked there: ``KeptResults.keep_results``)
-       and ACTOR_EXITING go to the manager under the lock,
+       and ACTOR_EXITING go to the manager under the lock (the node's actor service's
+       workers get the tag only once it holds the link's grant key, which lets it hand
+       a kept result on to its caller: ``_keeps_for_callers``),
        as a local worker's (RESULT's contained refs too). What its methods and constructor
        ask the driver for is served as a remote task's is (``RemoteRequests``, one per
        worker, ``task`` None): a nested task's parent is the call that submits it

@@ -10,15 +10,21 @@ pull for the next reader; ended with ObjectLostError once the view holds the nod
 watcher thread looking every LIVENESS_S while pulls are in flight), a node-to-node fetch
 (``fetch``: another node gets the value from the one that keeps it, with this driver's
 grant, ``core/pull_grants.py``, asked on a pull connection of that node's link, never the
-link itself; freed with the object), and the frees of the node's copies the owner's frees
-queue (sent in batches by a thread, never under the owner's lock). Does not own: the
+link itself; freed with the object), the frees of the node's copies the owner's frees
+queue (sent in batches by a thread, never under the owner's lock), and results that the
+node's actor service keeps on a node for this driver's calls (``hand_on`` in the service:
+its link's grant of one object to the caller; ``granted_copy`` in the caller: pulled as
+its own, on a connection carrying that grant, ``_Granted``; docs/remote-objects.md,
+"Results of the actor service's actors"). Does not own: the
 entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
 Called by: ``RemoteNodes`` (``keep_results``, ``drop_results`` and ``fetch`` in a task's
 thread, not locked; ``close`` at shutdown), ``remote_actors.RemoteActors`` (the same for
-an actor's calls and results, in its threads; ``drop_kept`` locked) and the object
+an actor's calls and results, in its threads; ``drop_kept`` locked; ``grant_key`` for
+the actor service's workers), the actor service (``hand_on``, locked),
+``actor_service_proxies`` (``granted_copy``, locked) and the object
 table's ``RemoteCopy`` hooks (locked: they only hand work to a thread after the lock,
 ``owner.defer``).
 """
