@@ -8,20 +8,25 @@ only the member can hold lives in the head's actor service and runs on the membe
 driver gets it: the driver's store has no copy before; ``get`` pulls it with the service's
 grant (zero-copy numpy after); ``del`` frees it on the member; so does the driver's exit; a
 task on the member given it reads it there (never pulled to the driver); an error result
-still raises the actor's error. A second driver on the member's host, and a task calling the
-actor by name, get their own results. The member's kept segments are found by its root's
-tag (``mr_<tag>``, as the teardown's leak check finds them).
+still raises the actor's error; the member killed first, ``get`` raises ObjectLostError.
+Past the member's cap for the service's link a result crosses at once. A second driver on
+the member's host, and a task calling the actor by name, get their own results. The
+member's kept segments are found by its root's tag (``mr_<tag>``, as the teardown's leak
+check finds them).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import subprocess
 import textwrap
 
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import driver, stop_driver, wait_until
+from .helpers import driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _join_special
 
@@ -92,8 +97,6 @@ def _member_kept(hosts) -> list[str]:
 
 def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 120) -> dict:
     """Run a driver on host ``ip`` to its end; its JSON line, with its stderr."""
-    import json
-
     proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(body), hosts.env(ip),
                   MEMBER_SHM=_member_shm(hosts), MEMBER_ROOT_TAG=_member_tag(hosts))
     try:
@@ -225,3 +228,37 @@ def test_past_the_members_cap_an_actor_services_results_cross_at_once(hosts):
     assert 1 <= doc["remote"] <= 3 and doc["kept"] == doc["remote"], doc
     assert doc["equal"] and doc["freed"], doc
     assert _member_kept(hosts) == []
+
+
+def test_the_member_killed_before_get_is_object_lost_error(hosts):
+    """The member's node SIGKILLed while it keeps the service actor's result: the caller's
+    ``get`` raises ObjectLostError naming the object, within seconds."""
+    _join_special(hosts)
+    proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(KEEPER + """
+    keeper = Keeper.options(name="keeper", lifetime="detached").remote()
+    ref = keeper.array.remote(1)
+    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
+          flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    try:
+        ray.get(ref, timeout=60)
+        out = {"error": None}
+    except Exception as error:
+        out = {"error": type(error).__name__, "hex": getattr(error, "object_ref_hex", None),
+               "ref": ref.hex(), "waited": time.monotonic() - t0}
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """), hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_SHM=_member_shm(hosts),
+                  MEMBER_ROOT_TAG=_member_tag(hosts))
+    try:
+        assert json_line(proc, 120)["kept"]
+        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        doc = json_line(proc, 90)
+        assert doc["error"] == "ObjectLostError" and doc["hex"] == doc["ref"], doc
+        assert doc["waited"] < 30, doc
+        proc.wait(30)
+    finally:
+        stop_driver(proc)
