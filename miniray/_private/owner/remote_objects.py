@@ -264,10 +264,11 @@ class KeptResults:
 
     def hand_on(self, object_id: bytes, node_id: str, ip: str) -> tuple | None:
         """For the node's actor service, which keeps a call's result on N through its
-        link and hands the result on to the calling driver: ``(N's [ip, port], the
-        link's tag, the grant of ``object_id`` to the driver's node ``node_id`` at
-        ``ip``)``, which that driver pulls with (``granted_copy``); None when the link is
-        lost or its grant key was never asked (``grant_key``). Any thread."""
+        link and hands the result on to the calling driver: N's ``[ip, port]``, the
+        link's tag and the grant of ``object_id`` to the driver's node ``node_id`` at
+        ``ip``, which that driver pulls with (``granted_copy``); None when the link is
+        lost, its grant key was never asked (``grant_key``) or the driver named no node.
+        Any thread."""
         with self._lock:
             home = self._homes.get(object_id)
             key = self._grant_keys.get(home) if home is not None else None
