@@ -95,10 +95,10 @@ def _member_kept(hosts) -> list[str]:
             if n.startswith(prefix) and not n.endswith("_budget")]
 
 
-def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 120) -> dict:
+def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 120, **env) -> dict:
     """Run a driver on host ``ip`` to its end; its JSON line, with its stderr."""
     proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(body), hosts.env(ip),
-                  MEMBER_SHM=_member_shm(hosts), MEMBER_ROOT_TAG=_member_tag(hosts))
+                  MEMBER_SHM=_member_shm(hosts), MEMBER_ROOT_TAG=_member_tag(hosts), **env)
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
@@ -262,3 +262,45 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts):
         proc.wait(30)
     finally:
         stop_driver(proc)
+
+
+def test_a_service_actor_on_the_head_keeps_its_result_there_for_a_member_driver(hosts):
+    """A named actor the head's actor service runs on the head itself, called by a driver
+    on the member's host: its 20 MB result stays in the head's shm dir (the service's own
+    link to its node keeps it) until that driver's ``get`` pulls it; ``del`` frees it
+    there. A driver on the head's host gets it in its store at once, as before."""
+    _join_special(hosts)
+    head_shm = hosts.env("127.0.0.1").get("MINIRAY_SHM_DIR") or config.DEFAULT_SHM_DIR
+    head_tag = session.root_tag(hosts.env("127.0.0.1")["MINIRAY_TMPDIR"])
+    doc = _run(hosts, """
+    SHM, TAG = os.environ["HEAD_SHM"], "mr_" + os.environ["HEAD_ROOT_TAG"]
+    head = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.1")
+
+    def kept_on_head():  # the head's kept segments (its links' files, not the budget)
+        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
+                      and not n.endswith("_budget") and os.stat(os.path.join(SHM, n)).st_size
+                      >= N)
+
+    @ray.remote
+    class Local:
+        def array(self, seed):
+            return np.random.default_rng(seed).integers(0, 256, N, dtype=np.uint8)
+
+        def node(self):
+            return ray.get_runtime_context().get_node_id()
+
+    local = Local.options(name="local", lifetime="detached").remote()
+    out = {"on_head": ray.get(local.node.remote(), timeout=60) == head}
+    ref = local.array.remote(6)
+    out["recorded"] = until(lambda: recorded(ref))
+    out["kept"] = [len(kept_on_head()), here(ref)]
+    value = ray.get(ref, timeout=60)
+    out["get"] = [bool(np.array_equal(value, expected(6))), value.flags.writeable, here(ref)]
+    del value, ref
+    out["freed"] = until(lambda: not kept_on_head())
+    ray.kill(local)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, ip=MEMBER, HEAD_SHM=head_shm, HEAD_ROOT_TAG=head_tag)
+    assert doc["on_head"] and doc["recorded"] and doc["kept"] == [1, False], doc
+    assert doc["get"] == [True, False, True] and doc["freed"], doc

@@ -36,7 +36,9 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
   that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
   it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
-  leaves (``_drop``).
+  leaves (``_drop``). A large result of an actor on this node, for a driver on another
+  host, stays here the same way: this node keeps it for this process's own link to it
+  (``_keep_here``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -199,6 +201,10 @@ class ActorService:
         self._clients: dict[str, _Client] = {}
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
+        # This process's link to its own node, which keeps its actors' large results for
+        # drivers on other hosts (``_here``): None until first needed, False when it
+        # cannot be had.
+        self._own_link = None
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
             "it is probably an actor without a name that belongs to one of the node's drivers, "
@@ -525,6 +531,15 @@ class ActorService:
                                            if objects.get(i) is not None]))
         if held:
             objects.release(inner)
+        if self._keeps_here(client, results):  # a driver on another host: kept here
+            threading.Thread(target=self._keep_here, daemon=True, name="miniray-svc-keep",
+                             args=(client, task_id, return_ids, results, nested)).start()
+            return
+        self._send_reply(client, task_id, return_ids, results, nested)
+
+    def _send_reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
+                    nested: list) -> None:
+        """*Locked.* ``_reply``'s end: each result's payload made the caller's, sent."""
         out = []
         for index, (kind, data) in enumerate(results):
             if type(data) is tuple and data[0] == "remote":  # kept on its node (Results)
@@ -603,6 +618,95 @@ class ActorService:
             segs.copy_file(src, dst, size)
             segs.unlink_quiet(src)
         return ("shm", dst, size)
+
+    def _keeps_here(self, client: _Client, results: list) -> bool:
+        """*Locked.* Whether a call's large results that its actor wrote on this node are
+        kept here for the caller (``_keep_here``): a driver on another host that named its
+        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), and this process in a cluster
+        (it has a view)."""
+        if client.shm_dir or not client.where[0] or self._own_link is False:
+            return False
+        if not any(type(data) is tuple and data[0] == "shm" for _kind, data in results):
+            return False
+        from miniray._private.owner import remote_nodes  # lazy: a cluster's service only
+
+        return remote_nodes.keep_results() and bool(self.owner.hello_info.get("session_dir"))
+
+    def _keep_here(self, client: _Client, task_id: bytes, return_ids: list, results: list,
+                   nested: list) -> None:
+        """A thread, not locked: the large results an actor of this process wrote on this
+        node for a driver on another host stay here, kept by this node for this process's
+        own link to it (``_here``), as a worker's kept result is: its bytes reserved in the
+        link's budget file, the segment renamed ``mr_<link tag>_<object id>``, booked
+        (``KeptResults.keep_segment``); the caller then gets them as any kept result
+        (``_hand_on_kept``). Past the link's cap, or without the link: sent at once, as
+        before. The reply then goes out on the I/O thread (``_send_reply``)."""
+        out = list(results)
+        link = self._here()
+        for index, (kind, data) in enumerate(results):
+            if link is not None and type(data) is tuple and data[0] == "shm" and \
+                    index < len(return_ids):
+                out[index] = self._keep_segment(link, return_ids[index], kind, data)
+        with self.owner.locked():
+            self.owner.reactor.call_later(0, functools.partial(
+                self._send_reply, client, task_id, return_ids, out, nested))
+
+    def _here(self):
+        """*Not locked.* This process's link to its own node, which keeps results for it
+        (made once: ``RemoteNodes.client`` of this node's entry in the view, its grant key
+        asked); None when it cannot be had (then results cross at once, and the link is
+        not asked for again)."""
+        link = self._own_link
+        if link is not None and link is not False and link.lost is None:
+            return link
+        with self.owner.locked():
+            nodes = self.owner._remote_nodes()
+        try:
+            entry = next((e for e in nodes.view() if e.node_id == nodes.local), None)
+            if entry is None:
+                raise LookupError("this node is not in the cluster's view")
+            link = nodes.client(entry)
+            if link.kept is None:
+                raise LookupError("this node keeps no results for its drivers")
+            nodes.kept_results.grant_key(link)
+        except Exception as failed:  # noqa: BLE001 - results cross at once, as before
+            logger.info("results for drivers on other hosts cross at once: %s", failed)
+            self._own_link = False
+            return None
+        self._own_link = link
+        return link
+
+    def _keep_segment(self, link, object_id: bytes, kind: int, data: tuple) -> tuple:
+        """*Not locked.* ``_keep_here`` for one result: ``(kind, ("remote", RemoteCopy))``;
+        unchanged when it cannot be kept (cap, rename); an error when the node refused
+        the segment it was handed (it unlinked it)."""
+        from miniray._private.object_store import kept_budget  # lazy: a cluster's only
+        from miniray._private.owner.remote_objects import KeepRefused  # lazy: as above
+
+        _where, name, size = data
+        shm_dir = self.owner.store.shm_dir
+        tag, cap = link.kept
+        if not kept_budget.reserve(shm_dir, tag, size, cap, object_id):
+            return kind, data  # past the cap of this process's link: sent at once
+        src = segs.resolve_path(name, shm_dir)
+        dst = os.path.join(shm_dir, segs.segment_name(tag, object_id))
+        try:
+            os.rename(src, dst)
+        except OSError:
+            kept_budget.unreserve(shm_dir, tag, object_id)
+            return kind, data
+        kept = self.owner.remote_nodes.kept_results
+        try:
+            return kind, ("remote", kept.keep_segment(link, link.node_id, object_id, dst,
+                                                      size))
+        except KeepRefused as refused:
+            segs.unlink_quiet(dst)
+            kept_budget.unreserve(shm_dir, tag, object_id)
+            from miniray.exceptions import RaySystemError  # lazy: the public package
+
+            logger.warning("%s", refused)
+            return protocol.ERR, serialization.dumps(RaySystemError(
+                f"the result could not stay on this node: {refused}"))
 
     def _hand_on_kept(self, kind: int, copy, client: _Client, object_id: bytes) -> tuple:
         """*Locked.* A result that the actor's node N keeps for this process's link

@@ -262,6 +262,22 @@ class KeptResults:
                 self._grant_keys[client] = key
         return key
 
+    def keep_segment(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
+                     path: str, size: int) -> RemoteCopy:
+        """*Not locked.* A segment this process wrote into node ``node_id``'s shm dir as
+        ``mr_<client's tag>_<object id>`` (its bytes reserved in the link's budget file
+        first) is booked there for ``client``'s link, as a worker's kept result is: its
+        ``RemoteCopy``, freed through the link. KeepRefused: the node refused it (and
+        unlinked it)."""
+        try:
+            client.keep(object_id, path, size)
+        except (RemoteLeaseError, OSError, TimeoutError) as refused:
+            raise KeepRefused(f"the node at {client.name} did not keep {path}: "
+                              f"{refused}") from None
+        except Exception as refused:  # noqa: BLE001 - NodeDiedError: the link is lost
+            raise KeepRefused(f"the node at {client.name} is lost: {refused}") from None
+        return self._copy(client, node_id, object_id, size, path)
+
     def hand_on(self, object_id: bytes, node_id: str, ip: str) -> tuple | None:
         """For the node's actor service, which keeps a call's result on N through its
         link and hands the result on to the calling driver: N's ``[ip, port]``, the
