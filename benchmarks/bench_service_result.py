@@ -9,6 +9,9 @@ What one run measures, each ``--repeat`` times (best and median, ms):
 * ``call_del``: the call, waited for until its result is done (sent here, or kept on the
   member), then dropped without a ``get``: what a caller that never reads the value pays.
 
+``--driver member``: the driver on the member's host and the actor on the head (the
+actor service's own node), the other way a value crosses hosts.
+
 Before results of the service's actors stayed on their node, every such value crossed
 member -> service (head's host) -> the driver's store at once; now it stays on the member
 until ``get`` pulls it straight into the driver's store. Prints one line about the run
@@ -44,7 +47,7 @@ from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 MB, REPEAT = {mb}, {repeat}
 ray.init(address="auto")
-member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.2")
+member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "{actor_ip}")
 n = MB * 1000 * 1000 // 8
 
 @ray.remote
@@ -85,8 +88,8 @@ ref = keeper.held.remote()
 while not done(ref):
     time.sleep(0.001)
 entry = runtime.current().owner.objects.get(ref.binary())
-samples["facts"] = {{"on_member": ray.get(keeper.node.remote()) == member,
-                     "kept_on_member": entry.remote is not None}}
+samples["facts"] = {{"actor_on": "{actor_ip}" if ray.get(keeper.node.remote()) == member
+                     else "?", "kept_there": entry.remote is not None}}
 del ref, entry
 ray.kill(keeper)
 print(json.dumps(samples), flush=True)
@@ -99,23 +102,32 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
+    parser.add_argument("--driver", choices=("head", "member"), default="head",
+                        help="member: the driver on the member's host, the actor on the "
+                             "head (in the actor service's node)")
     args = parser.parse_args()
     started = time.monotonic()
-    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
-    samples = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-svc-", own_shm_dirs=True)
+    head, member = fake_hosts.HOSTS
+    actor_ip = head if args.driver == "member" else member
+    code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat, actor_ip=actor_ip))
+    samples = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-svc-", own_shm_dirs=True,
+                                          driver_ip=member if args.driver == "member"
+                                          else None)
     load = samples.pop("load_average")
     facts = samples.pop("facts")
     out = {name: {"best_ms": round(min(v) * 1e3, 1),
                   "median_ms": round(statistics.median(v) * 1e3, 1)}
            for name, v in samples.items()}
-    doc = {"mb": args.mb, "repeat": args.repeat, "figures": out, "facts": facts,
+    doc = {"mb": args.mb, "repeat": args.repeat, "driver": args.driver, "figures": out,
+           "facts": facts,
            "load_average": load,
            "cpus": os.cpu_count(), "miniray": _which_miniray(),
            "seconds": round(time.monotonic() - started, 1)}
     if args.json:
         print(json.dumps(doc, indent=1))
         return
-    print(f"bench_service_result: {args.mb} MB, repeat {args.repeat}, {doc['cpus']} CPUs, "
+    print(f"bench_service_result: {args.mb} MB, repeat {args.repeat}, driver on the "
+          f"{args.driver}'s host, {doc['cpus']} CPUs, "
           f"load average {' '.join(map(str, load))}, miniray {doc['miniray']}, "
           f"{doc['seconds']} s; {facts}", flush=True)
     for name, v in out.items():
