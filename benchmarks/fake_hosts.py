@@ -3,8 +3,7 @@
 Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2, or the members ``hosts``
 names (each with its own ``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own
 ``MINIRAY_SHM_DIR``, one fresh token), running one driver script on the head's host (or a
-member's), and
-stopping every node and removing their folders afterwards. Used by
+member's), and stopping every node and removing their folders afterwards. Used by
 ``bench_remote_tasks.py``, ``bench_remote_values.py``, ``bench_fetch.py`` and
 ``bench_service_result.py``.
 """
