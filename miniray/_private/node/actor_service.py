@@ -712,8 +712,8 @@ class ActorService:
         """*Locked.* A result that the actor's node N keeps for this process's link
         (``remote_actors`` step 4): ``(kind, ("kept", object id, N's id, size, path on N,
         [N's ip, port], the link's tag, the grant of it to the caller's node and IP))``,
-        which the caller pulls straight from N (``KeptResults.granted_copy``); held here for the
-        caller (``client.kept``) until it frees it (SVC_FREE) or leaves. The link lost
+        which the caller pulls straight from N (``KeptResults.granted_copy``); held here
+        for the caller (``client.kept``) until it frees it (SVC_FREE) or leaves. The link lost
         meanwhile (its grant key gone), or a caller that named no node: freed, and the
         caller gets ObjectLostError, as for any result kept on a node that was lost."""
         node_id, ip = client.where
