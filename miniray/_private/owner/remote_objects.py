@@ -471,9 +471,10 @@ class KeptResults:
                 except BaseException as failed:
                     channel.close()
                     lost = self._unwatch(channel)
-                    # PeerClosed (an OSError): a granted one N refused, its link's pulls
-                    # all taken; asked again (``GRANTED_TRIES``)
-                    if not isinstance(failed, OSError) or lost is not None or tries <= 0:
+                    # PeerClosed (a ConnectionError, never a timeout): a granted one N
+                    # refused, its link's pulls all taken; asked again (GRANTED_TRIES)
+                    if not isinstance(failed, ConnectionError) or lost is not None or \
+                            tries <= 0:
                         raise
                 time.sleep(GRANTED_RETRY_S)
             try:
