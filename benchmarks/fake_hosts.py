@@ -2,9 +2,10 @@
 
 Owns: starting a head on 127.0.0.1 and a member on 127.0.0.2, or the members ``hosts``
 names (each with its own ``MINIRAY_TMPDIR`` and ``MINIRAY_HOST_DIR``, optionally its own
-``MINIRAY_SHM_DIR``, one fresh token), running one driver script on the head's host, and
-stopping every node and removing their folders afterwards. Used by
-``bench_remote_tasks.py``, ``bench_remote_values.py`` and ``bench_fetch.py``.
+``MINIRAY_SHM_DIR``, one fresh token), running one driver script on the head's host (or a
+member's), and stopping every node and removing their folders afterwards. Used by
+``bench_remote_tasks.py``, ``bench_remote_values.py``, ``bench_fetch.py`` and
+``bench_service_result.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ HOSTS = ("127.0.0.1", "127.0.0.2")
 
 
 def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False,
-                     hosts: tuple = HOSTS) -> dict:
+                     hosts: tuple = HOSTS, driver_ip: str | None = None) -> dict:
     """Run the driver ``code`` on the head's host of a fresh two-host cluster (``hosts``:
-    the head's IP, then each member's); the last JSON object it printed, with the
-    machine's load average added. Exits with the driver's stderr if it printed none."""
+    the head's IP, then each member's; ``driver_ip``: another of them to run it on); the
+    last JSON object it printed, with the machine's load average added. Exits with the
+    driver's stderr if it printed none."""
     base = tempfile.mkdtemp(prefix=prefix)
     shm_base = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm") if own_shm_dirs else None
     token = "bench-remote-token-" + os.urandom(16).hex()
@@ -50,7 +52,7 @@ def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False,
                                   "--node-ip-address", member, "--port", "0", "--num-cpus",
                                   "2"], env=envs[member], capture_output=True, text=True,
                            check=True)
-        run = subprocess.run([sys.executable, "-c", code], env=envs[hosts[0]],
+        run = subprocess.run([sys.executable, "-c", code], env=envs[driver_ip or hosts[0]],
                              capture_output=True, text=True, timeout=600)
         lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
         if not lines:

@@ -48,3 +48,53 @@ def test_a_lost_links_slots_and_idle_pulls_are_not_kept_after_it_is_forgotten():
     assert channel.closed and lost not in kept._pulls
     kept._pull_idle(alive, _Channel())
     assert len(kept._pulls[alive]) == 1
+
+
+def test_granted_pulls_share_their_nodes_slots_and_are_never_kept_idle():
+    """A result the actor service keeps for this driver is pulled on a connection that
+    carries the service's grant of that one object (``_Granted``): such connections share
+    one set of slots per node and are closed after their pull, never pooled."""
+    from miniray._private.owner.remote_objects import _Granted
+
+    kept = KeptResults(SimpleNamespace(owner=None, closed=False), None, None, 1.0)
+    one = _Granted(("127.0.0.2", 7000), "t" * 16, b"\1" * 28, b"g" * 32, "n", "127.0.0.1", 1)
+    two = _Granted(["127.0.0.2", 7000], "t" * 16, b"\2" * 28, b"g" * 32, "n", "127.0.0.1", 1)
+    other = _Granted(("127.0.0.3", 7000), "t" * 16, b"\3" * 28, b"g" * 32, "n", "127.0.0.1", 1)
+    assert kept._slots(one) is kept._slots(two) is not kept._slots(other)
+    channel = _Channel()
+    kept._pull_idle(one, channel)
+    assert channel.closed and not kept._pulls
+    one.node_dead("held dead")
+    assert "127.0.0.2:7000" in one.lost and two.lost is None
+
+
+def test_the_actor_services_hand_on_grants_one_object_to_the_callers_node_and_ip():
+    """``hand_on`` (the service's side): N's address, its link's tag and the grant that N
+    checks for exactly that object, node id and IP; None without the link's key, or once
+    the link is lost."""
+    from miniray._private.core import pull_grants
+
+    kept = KeptResults(SimpleNamespace(owner=None), None, None, 1.0)
+    link = _Link(None)  # hashable, as a RemoteNodeClient
+    link.kept, link.address = ("t" * 16, 1 << 20), ("127.0.0.2", 7000)
+    object_id = b"\7" * 28
+    kept._homes[object_id] = link
+    assert kept.hand_on(object_id, "node-d", "127.0.0.1") is None  # no key asked yet
+    key = pull_grants.new_key()
+    kept._grant_keys[link] = key
+    address, tag, grant = kept.hand_on(object_id, "node-d", "127.0.0.1")
+    assert address == ["127.0.0.2", 7000] and tag == "t" * 16
+    assert pull_grants.check_grant(key, object_id, "node-d", "127.0.0.1", grant) is None
+    assert pull_grants.check_grant(key, object_id, "node-d", "127.0.0.3", grant) is not None
+    assert kept.hand_on(b"\x08" * 28, "node-d", "127.0.0.1") is None  # not kept by it
+    assert kept.hand_on(object_id, "", "127.0.0.1") is None  # a caller that named no node
+    link.lost = "gone"
+    assert kept.hand_on(object_id, "node-d", "127.0.0.1") is None
+
+
+def test_the_proxies_tell_a_kept_item_from_any_other_payload():
+    import doctest
+
+    from miniray._private.owner import actor_service_proxies
+
+    assert doctest.testmod(actor_service_proxies, raise_on_error=False).failed == 0

@@ -104,7 +104,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
 5. Driver ⇄ the node's actor service (``owner/actor_link.py`` ⇄ ``node/actor_service.py``),
    two framed stream sockets, each opened with ``(SVC_HELLO, role, pid, token, store_tag,
-   shm_dir, sys_path, cwd)``, role ``"control"`` or ``"calls"``::
+   shm_dir, sys_path, cwd, (node_id, node_ip))``, role ``"control"`` or ``"calls"`` (the
+   last: the driver's node and IP, to which the service grants its kept results)::
 
     control socket, one request at a time      reply: (SVC_OK, value) or (SVC_ERR, error)
     (SVC_HELLO, "control", ...)                 →  (SVC_OK, None)
@@ -132,6 +133,11 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_OBJECT, object_id, kind, payload)      (SVC_IMPORTED, object_id)  after SVC_OBJECT
     (SVC_CANCEL, task_id, force, recursive)
     (SVC_HOLD, actor_id) / (SVC_RELEASE, actor_id)
+    (SVC_FREE, [object_id])                     a result kept on its node, freed there
+
+   A large result of an actor on another node stays there (``actor_service.py``, Results):
+   its item in SVC_RESULT is ``(kind, ("kept", object_id, node_id, size, path, [ip, port],
+   tag, grant))``, which the driver pulls with that grant and frees with SVC_FREE.
 
    The service is started by the node with the node's own code, so the version a driver's
    NODE_HELLO passed covers this channel too.
@@ -159,9 +165,11 @@ from miniray import _version
 # 7: RESULT and ACTOR_READY carry the worker's times (started, arguments loaded, returned,
 #    sent) for ray.timeline().
 # 8: the actor service holds detached placement groups of a cluster (SVC_PG_CREATE,
-#    SVC_PG_REMOVE) and lends their room to drivers' tasks (SVC_PG_LEND, SVC_PG_RETURN);
-#    a driver asks it whether it holds one (SVC_PG_STATE).
-PROTOCOL_VERSION = 8
+#    SVC_PG_REMOVE) and lends their room to drivers' tasks (SVC_PG_LEND, SVC_PG_RETURN).
+# 9: an actor service's call results kept on their node (SVC_RESULT's "kept" items,
+#    SVC_FREE; SVC_HELLO carries the driver's node id and IP); a driver asks the service
+#    whether it holds a detached group (SVC_PG_STATE).
+PROTOCOL_VERSION = 9
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -252,6 +260,7 @@ SVC_RESULT = 72
 SVC_OUTPUT = 73
 SVC_IMPORTED = 74
 SVC_YIELD = 75
+SVC_FREE = 76
 
 # result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
 # a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
@@ -277,7 +286,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
-                      "SVC_YIELD", "SVC_PG_CREATE", "SVC_PG_REMOVE",
+                      "SVC_YIELD", "SVC_FREE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
                       "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE"),
 }
 

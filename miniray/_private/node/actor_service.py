@@ -31,7 +31,15 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``owner/remote_actors.py``); it is
   renamed into the caller's store (``mr_<caller tag>_<object id>``), which adopts it. Refs
   inside a result travel with their objects (copied into the caller's store, which owns them
-  from then on; the result waits until they are ready).
+  from then on; the result waits until they are ready). A large result of an actor on
+  another node N stays on N (docs/remote-objects.md, "Results of the actor service's
+  actors"): this process's link to N keeps it (``remote_actors`` step 4), the caller gets
+  ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
+  that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
+  it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
+  leaves (``_drop``). A large result of an actor on this node, for a driver on another
+  host, stays here the same way: this node keeps it for this process's own link to it
+  (``_keep_here``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -61,7 +69,7 @@ to member node M, head H (D's side: ``owner/actor_link.py``; H's relay:
        store (``unpack_value``: an imported object, or a call's argument removed once the
        call answered). Results and the objects of refs inside them go back the same way
        (a large result's segment is read and removed here) and D writes them into its
-       store.
+       store; a large result kept on its actor's node is D's to pull from there (Results).
     5. H unreachable: D's request raises ServiceUnavailable naming H within the connect
        timeout; a request without an answer fails after ``REQUEST_TIMEOUT_S``. D's link
        closing (D exits, H stops) is a local driver leaving: its non-detached actors end.
@@ -161,17 +169,23 @@ class Lifetimes:
 
 
 class _Client:
-    """One driver: its two sockets (by role) and where its store keeps segments."""
+    """One driver: its two sockets (by role), where its store keeps segments, its node id
+    and IP (to which the results kept for it are granted) and those results."""
 
-    __slots__ = ("token", "pid", "conns", "tag", "shm_dir", "gone")
+    __slots__ = ("token", "pid", "conns", "tag", "shm_dir", "gone", "where", "kept")
 
-    def __init__(self, token: str, pid: int, tag: str, shm_dir: str):
+    def __init__(self, token: str, pid: int, tag: str, shm_dir: str,
+                 where: tuple[str, str] = ("", "")):
         self.token = token
         self.pid = pid
         self.conns: dict[str, FramedSocket] = {}
         self.tag = tag
         self.shm_dir = shm_dir  # "": a driver on another host (values go as bytes)
         self.gone = False
+        self.where = where  # (node id, IP): "" when the driver named none
+        # Results kept on other nodes for this driver (Results, below): object id -> the
+        # ``RemoteCopy`` of this process's link, freed by SVC_FREE or the driver leaving.
+        self.kept: dict[bytes, object] = {}
 
     def __repr__(self) -> str:
         return f"<driver pid={self.pid} {sorted(self.conns)}>"
@@ -188,6 +202,10 @@ class ActorService:
         self._clients: dict[str, _Client] = {}
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
+        # This process's link to its own node, which keeps its actors' large results for
+        # drivers on other hosts (``_here``): None until first needed, False when it
+        # cannot be had.
+        self._own_link = None
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
             "it is probably an actor without a name that belongs to one of the node's drivers, "
@@ -240,14 +258,15 @@ class ActorService:
                 self._drop(fd)
 
     def _hello(self, conn: FramedSocket, message: tuple) -> None:
-        tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message
+        tag, role, pid, token, store_tag, shm_dir, sys_path, cwd = message[:8]
         if tag != protocol.SVC_HELLO or role not in ("control", "calls"):
             raise ValueError(f"expected SVC_HELLO, got {protocol.tag_name('actor_service', tag)}")
+        where = _where(message[8] if len(message) > 8 else None)
         client = self._clients.get(token)
         if client is None:
             client = self._clients[token] = _Client(
                 token, pid, segs.check_tag(store_tag),
-                os.path.abspath(shm_dir) if shm_dir else "")
+                os.path.abspath(shm_dir) if shm_dir else "", where)
             logger.info("driver pid %d connected%s", pid,
                         "" if shm_dir else " from another host")
         client.conns[role] = conn
@@ -285,6 +304,7 @@ class ActorService:
                 self._conns.pop(other.fd, None)
                 self.owner.reactor.unregister(other.fd)
                 other.close()
+        self._free_kept(client, list(client.kept))  # its kept results go from their nodes
         kill, end = self.life.client_gone(client.token)
         if self.owner.remote_nodes is not None:  # the room lent to its tasks comes back
             self.owner.remote_nodes.bundles.drop_loans(client.token)
@@ -447,6 +467,8 @@ class ActorService:
         elif tag == protocol.SVC_CANCEL:
             with contextlib.suppress(ValueError):
                 actors.cancel(message[1], message[2], message[3])
+        elif tag == protocol.SVC_FREE:  # the driver freed results kept for it
+            self._free_kept(client, message[1])
         elif tag == protocol.SVC_HOLD:
             self.life.hold(message[1], client.token)
         elif tag == protocol.SVC_RELEASE:
@@ -521,15 +543,29 @@ class ActorService:
                                            if objects.get(i) is not None]))
         if held:
             objects.release(inner)
+        if self._keeps_here(client, results):  # a driver on another host: kept here
+            threading.Thread(target=self._keep_here, daemon=True, name="miniray-svc-keep",
+                             args=(client, task_id, return_ids, results, nested)).start()
+            return
+        self._send_reply(client, task_id, return_ids, results, nested)
+
+    def _send_reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
+                    nested: list) -> None:
+        """*Locked.* ``_reply``'s end: each result's payload made the caller's, sent."""
         out = []
         for index, (kind, data) in enumerate(results):
-            if isinstance(data, tuple):
+            if type(data) is tuple and data[0] == "remote":  # kept on its node (Results)
+                kind, data = self._hand_on_kept(kind, data[1], client, return_ids[index])
+            elif isinstance(data, tuple):
                 object_id = return_ids[index] if index < len(return_ids) else os.urandom(28)
                 data = self._hand_over(data, client, object_id)
             out.append((kind, data))
         if not self.send(client, (protocol.SVC_RESULT, task_id, out, nested)):
-            for _kind, data in out:
-                self._discard(data)
+            for index, (_kind, data) in enumerate(out):
+                if type(data) is tuple and data[0] == "kept":  # never reached the driver
+                    self._free_kept(client, [return_ids[index]])
+                else:
+                    self._discard(data)
             for _index, items in nested:
                 for _id, _kind, payload in items:
                     self._discard(payload)
@@ -595,6 +631,127 @@ class ActorService:
             segs.unlink_quiet(src)
         return ("shm", dst, size)
 
+    def _keeps_here(self, client: _Client, results: list) -> bool:
+        """*Locked.* Whether a call's large results that its actor wrote on this node are
+        kept here for the caller (``_keep_here``): a driver on another host that named its
+        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), and this process in a cluster
+        (it has a view)."""
+        if client.shm_dir or not client.where[0] or self._own_link is False:
+            return False
+        if not any(type(data) is tuple and data[0] == "shm" for _kind, data in results):
+            return False
+        from miniray._private.owner import remote_nodes  # lazy: a cluster's service only
+
+        return remote_nodes.keep_results() and bool(self.owner.hello_info.get("session_dir"))
+
+    def _keep_here(self, client: _Client, task_id: bytes, return_ids: list, results: list,
+                   nested: list) -> None:
+        """A thread, not locked: the large results an actor of this process wrote on this
+        node for a driver on another host stay here, kept by this node for this process's
+        own link to it (``_here``), as a worker's kept result is: its bytes reserved in the
+        link's budget file, the segment renamed ``mr_<link tag>_<object id>``, booked
+        (``KeptResults.keep_segment``); the caller then gets them as any kept result
+        (``_hand_on_kept``). Past the link's cap, or without the link: sent at once, as
+        before. The reply then goes out on the I/O thread (``_send_reply``)."""
+        out = list(results)
+        link = self._here()
+        for index, (kind, data) in enumerate(results):
+            if link is not None and type(data) is tuple and data[0] == "shm" and \
+                    index < len(return_ids):
+                out[index] = self._keep_segment(link, return_ids[index], kind, data)
+        with self.owner.locked():
+            self.owner.reactor.call_later(0, functools.partial(
+                self._send_reply, client, task_id, return_ids, out, nested))
+
+    def _here(self):
+        """*Not locked.* This process's link to its own node, which keeps results for it
+        (made once: ``RemoteNodes.client`` of this node's entry in the view, its grant key
+        asked); None when it cannot be had (then results cross at once, and the link is
+        not asked for again)."""
+        link = self._own_link
+        if link is not None and link is not False and link.lost is None:
+            return link
+        with self.owner.locked():
+            nodes = self.owner._remote_nodes()
+        try:
+            entry = next((e for e in nodes.view() if e.node_id == nodes.local), None)
+            if entry is None:
+                raise LookupError("this node is not in the cluster's view")
+            link = nodes.client(entry)
+            if link.kept is None:
+                raise LookupError("this node keeps no results for its drivers")
+            nodes.kept_results.grant_key(link)
+        except Exception as failed:  # noqa: BLE001 - results cross at once, as before
+            logger.info("results for drivers on other hosts cross at once: %s", failed)
+            self._own_link = False
+            return None
+        self._own_link = link
+        return link
+
+    def _keep_segment(self, link, object_id: bytes, kind: int, data: tuple) -> tuple:
+        """*Not locked.* ``_keep_here`` for one result: ``(kind, ("remote", RemoteCopy))``;
+        unchanged when it cannot be kept (cap, rename); an error when the node refused
+        the segment it was handed (it unlinked it)."""
+        from miniray._private.object_store import kept_budget  # lazy: a cluster's only
+        from miniray._private.owner.remote_objects import KeepRefused  # lazy: as above
+
+        _where, name, size = data
+        shm_dir = self.owner.store.shm_dir
+        tag, cap = link.kept
+        if not kept_budget.reserve(shm_dir, tag, size, cap, object_id):
+            return kind, data  # past the cap of this process's link: sent at once
+        src = segs.resolve_path(name, shm_dir)
+        dst = os.path.join(shm_dir, segs.segment_name(tag, object_id))
+        try:
+            os.rename(src, dst)
+        except OSError:
+            kept_budget.unreserve(shm_dir, tag, object_id)
+            return kind, data
+        kept = self.owner.remote_nodes.kept_results
+        try:
+            return kind, ("remote", kept.keep_segment(link, link.node_id, object_id, dst,
+                                                      size))
+        except KeepRefused as refused:
+            segs.unlink_quiet(dst)
+            kept_budget.unreserve(shm_dir, tag, object_id)
+            from miniray.exceptions import RaySystemError  # lazy: the public package
+
+            logger.warning("%s", refused)
+            return protocol.ERR, serialization.dumps(RaySystemError(
+                f"the result could not stay on this node: {refused}"))
+
+    def _hand_on_kept(self, kind: int, copy, client: _Client, object_id: bytes) -> tuple:
+        """*Locked.* A result that the actor's node N keeps for this process's link
+        (``remote_actors`` step 4): ``(kind, ("kept", object id, N's id, size, path on N,
+        [N's ip, port], the link's tag, the grant of it to the caller's node and IP))``,
+        which the caller pulls straight from N (``KeptResults.granted_copy``); held here
+        for the caller (``client.kept``) until it frees it (SVC_FREE) or leaves. The link lost
+        meanwhile (its grant key gone), or a caller that named no node: freed, and the
+        caller gets ObjectLostError, as for any result kept on a node that was lost."""
+        node_id, ip = client.where
+        kept = self.owner.remote_nodes.kept_results
+        handed = None if client.gone else kept.hand_on(object_id, node_id, ip)
+        if handed is None:
+            copy.free()
+            from miniray.exceptions import ObjectLostError  # lazy: the public package
+
+            error = ObjectLostError(object_id.hex(), "", "")
+            error.lost_on = (f"It was kept on node {copy.node_id[:12]} for the actor "
+                             "service, whose link to that node was lost")
+            return protocol.ERR, serialization.dumps(error)
+        client.kept[object_id] = copy
+        address, tag, grant = handed
+        return kind, ("kept", object_id, copy.node_id, copy.size, copy.path, address, tag,
+                      grant)
+
+    def _free_kept(self, client: _Client, object_ids) -> None:
+        """*Locked.* These results kept for ``client`` are freed on their nodes (queued:
+        ``KeptResults`` sends the frees after the lock); ids not kept for it are skipped."""
+        for object_id in object_ids or ():
+            copy = client.kept.pop(object_id, None)
+            if copy is not None:
+                copy.free()
+
     def _discard(self, data) -> None:
         if isinstance(data, tuple):
             segs.unlink_quiet(segs.resolve_path(data[1], self.owner.store.shm_dir))
@@ -628,6 +785,18 @@ def _error_reply(error: BaseException, message: tuple) -> bytes:
     return serialization.dumps(RuntimeError(
         f"The node's actor service failed to serve {what}: {type(error).__name__}: "
         f"{error} (see the node's log, <session>/node.log, for more)."))
+
+
+def _where(value) -> tuple[str, str]:
+    """A driver's ``(node id, IP)`` from its SVC_HELLO; ``("", "")`` when it named none.
+
+    >>> _where(("ab" * 28, "127.0.0.2")), _where(None), _where((1, 2))
+    (('abababababababababababababababababababababababababababab', '127.0.0.2'), ('', ''), ('', ''))
+    """
+    if (isinstance(value, (tuple, list)) and len(value) == 2
+            and all(isinstance(v, str) for v in value)):
+        return str(value[0]), str(value[1])
+    return "", ""
 
 
 def _copy_segment(payload: tuple, shm_dir: str, tag: str) -> tuple:

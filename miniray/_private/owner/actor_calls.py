@@ -196,7 +196,9 @@ class ActorCalls:
             for _index, items in nested or ():
                 for _id, _kind, payload in items:
                     self.link.discard(payload)
+            self.free_in_service(results)
             return
+        results = self.kept_in_service(results)  # kept on the actor's node: pulled later
         objects = self.owner.objects
         return_ids = call.spec.return_ids
         for index, items in nested or ():

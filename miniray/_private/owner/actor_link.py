@@ -172,8 +172,10 @@ class ActorLink:
             control, calls = self._connect_local()
         store = self.owner.store
         shm_dir = "" if head is not None else store.shm_dir  # "": send values, not paths
+        info = self.owner.hello_info  # its node and IP: results kept elsewhere are
+        where = (info.get("node_id") or "", info.get("node_ip") or "127.0.0.1")  # granted
         hello = (os.getpid(), self.token, store.session_tag, shm_dir,
-                 self.owner.hello_info.get("sys_path", []), os.getcwd())
+                 info.get("sys_path", []), os.getcwd(), where)
         try:
             control.send(pickle.dumps((protocol.SVC_HELLO, "control") + hello, 5))
             calls.send(pickle.dumps((protocol.SVC_HELLO, "calls") + hello, 5))

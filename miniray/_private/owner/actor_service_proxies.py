@@ -7,7 +7,10 @@ actors live in the node's actor service: the requests made there without the own
 a detached placement group's creation and removal, which the service holds in a cluster,
 and the loans of its room for this driver's tasks),
 the values of ObjectRef arguments that go with a request or a call (``export``,
-``nested_ids``), and the proxy record kept here for each such actor (``proxy``), through
+``nested_ids``), a call's results the service keeps on their actor's node for this driver
+(``kept_in_service``: pulled from there with the service's grant, freed through it with
+SVC_FREE; ``free_in_service`` for a call nobody waits for), and the proxy record kept
+here for each such actor (``proxy``), through
 which calls keep their order and wait for their arguments (``actor_calls.py``).
 Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 (``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
@@ -17,7 +20,8 @@ Called by: the runtime and the owner's requests (``create_in_service``,
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
 ``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``,
 ``return_room_in_service``: its borrower's thread), the manager (``proxy``, ``export``,
-``nested_ids``: locked), the link (``export``, ``nested_ids``).
+``nested_ids``, ``kept_in_service``, ``free_in_service``: locked), the link (``export``,
+``nested_ids``).
 """
 
 from __future__ import annotations
@@ -196,6 +200,36 @@ class ServiceProxies:
         ids = [object_id for _position, object_id in spec.deps or ()]
         return list(dict.fromkeys(ids + list(spec.contained or ())))
 
+    def kept_in_service(self, results: list) -> list:
+        """*Locked.* A call's results from the node's actor service, each one kept on the
+        actor's node (``("kept", id, node id, size, path, [ip, port], tag, grant)``:
+        ``node/actor_service.py``, Results) made ``("remote", RemoteCopy)``: pulled straight
+        from that node with the service's grant when someone needs it
+        (``KeptResults.granted_copy``), as this driver's own kept results are, and freed
+        there through the service (SVC_FREE) when this driver frees it."""
+        if not any(_kept_item(data) for _kind, data in results):
+            return results
+        kept = self._remote_actors().nodes.kept_results
+        link = self.link
+        out = []
+        for kind, data in results:
+            if _kept_item(data):
+                _tag, object_id, node_id, size, path, address, tag, grant = data
+
+                def free(object_id=object_id):  # locked: never waits (the link's outbox)
+                    link.send((protocol.SVC_FREE, [object_id]))
+
+                data = ("remote", kept.granted_copy(object_id, node_id, size, path, address,
+                                                    tag, grant, free))
+            out.append((kind, data))
+        return out
+
+    def free_in_service(self, results: list) -> None:
+        """*Locked.* Results kept for a call nobody waits for any more: freed at once."""
+        ids = [data[1] for _kind, data in results if _kept_item(data)]
+        if ids:
+            self.link.send((protocol.SVC_FREE, ids))
+
     def proxy(self, actor_id: bytes, state, spec: ActorCreationSpec | None = None) -> _Actor:
         """*Locked.* The proxy of an actor the node's actor service owns (made on first use)."""
         actor = self.actors.get(actor_id)
@@ -211,3 +245,12 @@ class ServiceProxies:
             actor.state = A_ALIVE
             self.actors[actor_id] = actor
         return actor
+
+
+def _kept_item(data) -> bool:
+    """Whether a result's payload from the actor service is one kept on its node.
+
+    >>> _kept_item(("kept", b"i", "n", 8, "/p", ["127.0.0.2", 1], "t", b"g")), _kept_item(b"x")
+    (True, False)
+    """
+    return type(data) is tuple and len(data) == 8 and data[0] == "kept"

@@ -59,7 +59,9 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        follow it in frames, received straight into a segment of this driver's store:
        ``RemoteNodes.adopt_results``; one the worker kept on N, as a task's, since its
        HELLO carried the link's keep tag, is booked there: ``KeptResults.keep_results``)
-       and ACTOR_EXITING go to the manager under the lock,
+       and ACTOR_EXITING go to the manager under the lock (the node's actor service's
+       workers get the tag only once it holds the link's grant key, which lets it hand
+       a kept result on to its caller: ``_keeps_for_callers``),
        as a local worker's (RESULT's contained refs too). What its methods and constructor
        ask the driver for is served as a remote task's is (``RemoteRequests``, one per
        worker, ``task`` None): a nested task's parent is the call that submits it
@@ -438,9 +440,8 @@ class RemoteActors:
             hello = owner.hello_info
             if spec.runtime_env:
                 hello = {**hello, "runtime_env_key": spec.runtime_env}
-            if client.kept is not None and self.manager.route_output is None:
-                # Step 4: its large results stay on N, as a task's (not the actor
-                # service's: it hands each result on to the calling driver).
+            if client.kept is not None and self._keeps_for_callers(client):
+                # Step 4: its large results stay on N, as a task's.
                 hello = {**hello, "store": {**hello["store"], "keep_tag": client.kept[0],
                                             "keep_max": client.kept[1]}}
             inner.data.send((protocol.HELLO, hello))
@@ -486,6 +487,21 @@ class RemoteActors:
             actor.pid = worker.pid
         self._read(actor, worker)
         return None
+
+    def _keeps_for_callers(self, client) -> bool:
+        """*Not locked.* Step 4: whether an actor's results may stay on N. Yes for this
+        driver's own actors; for the node's actor service's (``route_output`` set), which
+        hands each result on to the calling driver, only with N's grant key for its link
+        (a round trip, once per link): the caller pulls with the service's grant of that
+        result (``KeptResults.hand_on``). Without it they cross at once, as before."""
+        if self.manager.route_output is None:
+            return True
+        try:
+            self.nodes.kept_results.grant_key(client)
+        except LookupError as failed:
+            logger.info("results of the actors on %s cross at once: %s", client.name, failed)
+            return False
+        return True
 
     def _kept_args(self, worker: RemoteActorWorker, task_id: bytes, deps: list) -> list | None:
         """Step 3's arguments kept on a node (``("kept", id, RemoteCopy)``), on the

@@ -10,15 +10,21 @@ pull for the next reader; ended with ObjectLostError once the view holds the nod
 watcher thread looking every LIVENESS_S while pulls are in flight), a node-to-node fetch
 (``fetch``: another node gets the value from the one that keeps it, with this driver's
 grant, ``core/pull_grants.py``, asked on a pull connection of that node's link, never the
-link itself; freed with the object), and the frees of the node's copies the owner's frees
-queue (sent in batches by a thread, never under the owner's lock). Does not own: the
+link itself; freed with the object), the frees of the node's copies the owner's frees
+queue (sent in batches by a thread, never under the owner's lock), and results that the
+node's actor service keeps on a node for this driver's calls (``hand_on`` in the service:
+its link's grant of one object to the caller; ``granted_copy`` in the caller: pulled as
+its own, on a connection carrying that grant, ``_Granted``; docs/remote-objects.md,
+"Results of the actor service's actors"). Does not own: the
 entry's state (``object_table``:
 a PENDING entry with a ``RemoteCopy``, made READY by ``set_ready``), the link
 (``transport/remote_node.RemoteNodeClient``: ``keeps``, ``keep``, ``free``,
 ``open_pull``), running the task (``remote_nodes.RemoteNodes``, step 7 of its docstring).
 Called by: ``RemoteNodes`` (``keep_results``, ``drop_results`` and ``fetch`` in a task's
 thread, not locked; ``close`` at shutdown), ``remote_actors.RemoteActors`` (the same for
-an actor's calls and results, in its threads; ``drop_kept`` locked) and the object
+an actor's calls and results, in its threads; ``drop_kept`` locked; ``grant_key`` for
+the actor service's workers), the actor service (``hand_on``, locked),
+``actor_service_proxies`` (``granted_copy``, locked) and the object
 table's ``RemoteCopy`` hooks (locked: they only hand work to a thread after the lock,
 ``owner.defer``).
 """
@@ -28,13 +34,21 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import socket
 import threading
 import time
 
 from miniray._private.core import protocol, pull_grants, serialization
+from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import PENDING, RemoteCopy
-from miniray._private.transport.remote_node import RemoteLeaseError, RemoteNodeClient
+from miniray._private.transport import peer_channel as pc
+from miniray._private.transport.remote_node import (
+    DEFAULT_TIMEOUT_S,
+    ROLE_PULL,
+    RemoteLeaseError,
+    RemoteNodeClient,
+)
 
 __all__ = ["PULLS_PER_NODE", "KeepRefused", "KeptResults"]
 
@@ -43,6 +57,8 @@ logger = logging.getLogger(__name__)
 PULLS_PER_NODE = 4  # pulls at once from one node (it serves up to 8 per link)
 LIVENESS_S = 0.5  # a pull in flight looks its node up in the view this often
 OPEN_SLICE_S = 2.0  # a pull connection's handshake unanswered this long: N looked up
+GRANTED_TRIES = 5  # a granted pull N closed before answering (its link's pulls were all
+GRANTED_RETRY_S = 0.2  # taken: MAX_PULLS_PER_LINK) is asked again this often, this far apart
 
 
 class _Kept:
@@ -53,6 +69,45 @@ class _Kept:
     def __init__(self, node: str, incarnation: int | None):
         self.node = node
         self.incarnation = incarnation
+
+
+class _Granted:
+    """Where ``KeptResults._pull`` reads a result that another owner keeps on node N for
+    this driver (a call of an actor of the node's actor service: the service's link to N
+    keeps it, ``node/actor_service.py``): N's address, that link's tag, and the service's
+    grant of this one object to this driver's node id and IP (``core/pull_grants.py``).
+    It stands where ``_pull`` reads a ``RemoteNodeClient`` (``open_pull``, ``kept``,
+    ``lost``, ``node_dead``, ``name``, ``timeout``); a granted connection pulls that object
+    only, so it is never kept idle (``granted``)."""
+
+    granted = True
+
+    def __init__(self, address: tuple, tag: str, object_id: bytes, grant: bytes,
+                 node_id: str, source_ip: str, timeout: float):
+        self.address = (str(address[0]), int(address[1]))
+        self.name = f"{self.address[0]}:{self.address[1]}"
+        self.kept = (tag, 0)
+        self.timeout = timeout
+        self.lost: str | None = None
+        self._peer = {"node_id": node_id, "object_id": object_id, "grant": grant}
+        self._source_ip = source_ip
+
+    def node_dead(self, reason: str) -> None:
+        if self.lost is None:
+            self.lost = f"the cluster holds the node at {self.name} dead ({reason})"
+
+    def open_pull(self, tag: str, timeout: float | None = None) -> pc.PeerChannel:
+        """A pull connection to N with the grant (``remote_drivers`` step 12's hello)."""
+        contexts = pc.tls_contexts()  # (client, server) where TLS is on
+        channel = pc.connect(
+            self.address, auth_token.load_token(), ROLE_PULL,
+            hello={"driver": {"host": socket.gethostname(), "pid": os.getpid()}, "tag": tag,
+                   "peer": self._peer},
+            timeout=self.timeout if timeout is None else timeout,
+            ssl_context=contexts[0] if contexts else None,
+            source_address=(self._source_ip, 0))
+        channel.set_send_timeout(self.timeout)
+        return channel
 
 
 class KeepRefused(Exception):
@@ -218,6 +273,76 @@ class KeptResults:
             self._homes[object_id] = client
         return copy
 
+    # -- results the node's actor service keeps for this driver's calls ----------------
+    def grant_key(self, client: RemoteNodeClient) -> bytes:
+        """*Not locked.* ``client``'s link's grant key (asked once, a round trip, then
+        cached while the link is not lost). Raises LookupError when it cannot be had."""
+        with self._lock:
+            key = self._grant_keys.get(client)
+        if key is not None:
+            return key
+        from miniray.exceptions import NodeDiedError  # lazy: the public package
+
+        try:
+            key = client.grant_key()
+        except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
+            raise LookupError(f"the node at {client.name}: {lost}") from None
+        with self._lock:
+            if client.lost is None:  # a lost link's would stay (``forget_link``)
+                self._grant_keys[client] = key
+        return key
+
+    def keep_segment(self, client: RemoteNodeClient, node_id: str, object_id: bytes,
+                     path: str, size: int) -> RemoteCopy:
+        """*Not locked.* A segment this process wrote into node ``node_id``'s shm dir as
+        ``mr_<client's tag>_<object id>`` (its bytes reserved in the link's budget file
+        first) is booked there for ``client``'s link, as a worker's kept result is: its
+        ``RemoteCopy``, freed through the link. KeepRefused: the node refused it (and
+        unlinked it)."""
+        try:
+            client.keep(object_id, path, size)
+        except (RemoteLeaseError, OSError, TimeoutError) as refused:
+            raise KeepRefused(f"the node at {client.name} did not keep {path}: "
+                              f"{refused}") from None
+        except Exception as refused:  # noqa: BLE001 - NodeDiedError: the link is lost
+            raise KeepRefused(f"the node at {client.name} is lost: {refused}") from None
+        return self._copy(client, node_id, object_id, size, path)
+
+    def hand_on(self, object_id: bytes, node_id: str, ip: str) -> tuple | None:
+        """For the node's actor service, which keeps a call's result on N through its
+        link and hands the result on to the calling driver: N's ``[ip, port]``, the
+        link's tag and the grant of ``object_id`` to the driver's node ``node_id`` at
+        ``ip``, which that driver pulls with (``granted_copy``); None when the link is
+        lost, its grant key was never asked (``grant_key``) or the driver named no node.
+        Any thread."""
+        with self._lock:
+            home = self._homes.get(object_id)
+            key = self._grant_keys.get(home) if home is not None else None
+        if key is None or home.lost is not None or home.kept is None or not node_id:
+            return None
+        return ([home.address[0], int(home.address[1])], home.kept[0],
+                pull_grants.grant(key, object_id, node_id, ip))
+
+    def granted_copy(self, object_id: bytes, node_id: str, size: int, path: str,
+                     address, tag: str, grant: bytes, free) -> RemoteCopy:
+        """*Locked.* The ``RemoteCopy`` of a result another owner keeps on node
+        ``node_id`` for this driver (``hand_on``'s answer): pulled on the first waiter,
+        as this driver's own kept results are (``_pull``, on a connection that carries
+        the grant); ``free`` (locked) tells that owner when this driver frees it."""
+        nodes = self.nodes
+        incarnation = next((e.incarnation for e in nodes.last_view()
+                            if e.node_id == node_id), None)
+        source = _Granted(address, tag, object_id, grant, nodes.local, nodes.source_ip,
+                          DEFAULT_TIMEOUT_S)
+
+        def start():  # locked (a waiter was added): the pull runs on a thread of its own
+            self.owner.defer(lambda: threading.Thread(
+                target=self._pull, args=(source, object_id, copy, incarnation), daemon=True,
+                name="miniray-pull").start())
+
+        copy = RemoteCopy(node_id, size, start, free, path)
+        return copy
+
     def fetch(self, object_id: bytes, copy: RemoteCopy, client: RemoteNodeClient,
               entry) -> str:
         """*Not locked.* Node ``entry`` (``client``: this driver's link to it) gets the
@@ -258,17 +383,7 @@ class KeptResults:
                 done = self._copies.get(object_id, {}).get(node)
             if done is not None and done[0] is client:
                 return done[1]
-            key = self._grant_keys.get(home)
-            if key is None:
-                from miniray.exceptions import NodeDiedError
-
-                try:
-                    key = home.grant_key()
-                except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
-                    raise LookupError(f"the node that keeps it: {lost}") from None
-                with self._lock:
-                    if home.lost is None:  # a lost link's would stay (``forget_link``)
-                        self._grant_keys[home] = key
+            key = self.grant_key(home)  # LookupError: the node that keeps it is lost
             grant = pull_grants.grant(key, object_id, node, entry.ip)
             path = self._ask_fetch(client, object_id, copy.size, home, grant)
             with self._lock:
@@ -374,11 +489,25 @@ class KeptResults:
                 except Exception as failure:  # ObjectStoreFullError; a spill that failed
                     no_room = failure
                     raise
-            channel = self._pull_channel(client, copy.node_id, incarnation)
-            self._watch(channel, client, copy.node_id, incarnation)
+            tries = GRANTED_TRIES if getattr(client, "granted", False) else 1
+            while True:
+                tries -= 1
+                channel = self._pull_channel(client, copy.node_id, incarnation)
+                self._watch(channel, client, copy.node_id, incarnation)
+                try:
+                    channel.send(("pull", 1, object_id))
+                    answer = channel.recv(timeout=self._frame_s)
+                    break
+                except BaseException as failed:
+                    channel.close()
+                    lost = self._unwatch(channel)
+                    # PeerClosed (a ConnectionError, never a timeout): a granted one N
+                    # refused, its link's pulls all taken; asked again (GRANTED_TRIES)
+                    if not isinstance(failed, ConnectionError) or lost is not None or \
+                            tries <= 0:
+                        raise
+                time.sleep(GRANTED_RETRY_S)
             try:
-                channel.send(("pull", 1, object_id))
-                answer = channel.recv(timeout=self._frame_s)
                 if not (type(answer) is tuple and len(answer) == 3 and answer[0] == "pulling"
                         and answer[2] == size):
                     raise LookupError(str(answer[3] if type(answer) is tuple
@@ -517,7 +646,8 @@ class KeptResults:
 
     def _pull_idle(self, client: RemoteNodeClient, channel) -> None:
         with self._lock:
-            if not self.nodes.closed and client.lost is None:
+            if not self.nodes.closed and client.lost is None and \
+                    not getattr(client, "granted", False):
                 idle = self._pulls.setdefault(client, [])
                 if len(idle) < PULLS_PER_NODE:
                     idle.append(channel)
@@ -528,10 +658,11 @@ class KeptResults:
         """The pull slots of ``client``'s link: kept while the link is not lost (a lost
         one's, replaced by a new link, went with ``forget_link``; a late reader's slots
         are its own, its pull fails as lost)."""
-        with self._lock:
-            slots = self._pull_slots.get(client)
+        key = ("granted", client.address) if getattr(client, "granted", False) else client
+        with self._lock:  # granted pulls (``_Granted``): one set of slots per node
+            slots = self._pull_slots.get(key)
             if slots is None:
                 slots = threading.BoundedSemaphore(PULLS_PER_NODE)
                 if client.lost is None:
-                    self._pull_slots[client] = slots
+                    self._pull_slots[key] = slots
             return slots
