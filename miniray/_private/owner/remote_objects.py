@@ -43,6 +43,7 @@ from miniray._private.host import auth_token
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.object_table import PENDING, RemoteCopy
 from miniray._private.transport import peer_channel as pc
+from miniray._private.transport import peer_handshake
 from miniray._private.transport.remote_node import (
     DEFAULT_TIMEOUT_S,
     ROLE_PULL,
@@ -98,8 +99,8 @@ class _Granted:
 
     def open_pull(self, tag: str, timeout: float | None = None) -> pc.PeerChannel:
         """A pull connection to N with the grant (``remote_drivers`` step 12's hello)."""
-        contexts = pc.tls_contexts()  # (client, server) where TLS is on
-        channel = pc.connect(
+        contexts = peer_handshake.tls_contexts()  # (client, server) where TLS is on
+        channel = peer_handshake.connect(
             self.address, auth_token.load_token(), ROLE_PULL,
             hello={"driver": {"host": socket.gethostname(), "pid": os.getpid()}, "tag": tag,
                    "peer": self._peer},
