@@ -510,3 +510,25 @@ def test_an_unanswered_pull_handshake_is_tried_again_until_the_view_holds_the_no
     client = _Client([ConnectionRefusedError("refused")])  # not a silence: at once
     with pytest.raises(ConnectionRefusedError):
         kept._pull_channel(client, "n1", 3)
+
+
+def test_a_result_whose_budget_file_stays_locked_is_sent_not_waited_for(tmp_path):
+    """A worker stopped (SIGSTOP) inside its hold of the link's budget-file lock stalled
+    every other worker of the link at its next keep. Now a keep waits at most
+    KEEP_RESERVE_WAIT_S, then the value is sent."""
+    import fcntl
+    import time
+
+    from miniray._private.object_store import kept_budget
+
+    runtime = _remote_worker(tmp_path, keep_max=10 ** 9)
+    fd = os.open(kept_budget.budget_path(str(tmp_path), TAG), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # another open file: as another worker holds it
+        started = time.monotonic()
+        sent = runtime.payload_for(A, b"a" * 2000)
+        assert time.monotonic() - started < 2.0
+        assert sent[0] == "peer" and not _segments(tmp_path)
+    finally:
+        os.close(fd)
+    assert runtime.payload_for(A, b"a" * 2000)[0] == "kept"  # the lock free: kept again

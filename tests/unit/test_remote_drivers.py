@@ -992,3 +992,70 @@ def test_results_after_a_refused_keep_are_given_back_at_once(node, tmp_path):
         assert kept_budget.used(str(shm), tag) == 0  # every reservation given back
         assert os.listdir(shm) == [os.path.basename(kept_budget.budget_path(str(shm), tag))]
         assert node.peering.drivers.kept_rows() == []
+
+
+def test_a_fetch_waits_behind_its_links_budget_changes_not_before_them(node, tmp_path):
+    """Defect: the node's own fetch reserved in the budget file while changes of the same
+    link waited for the lock; a waiting "unreserve" of the same object (an earlier fetch
+    that failed) then removed the new fetch's reservation, and the file counted less than
+    the segments held. Now a link with waiting changes refuses the fetch (the driver sends
+    the value), and the changes land in order."""
+    from miniray._private.object_store import kept_budget
+
+    scene = _held_fetch(node, tmp_path)
+    shm, one, value, drivers = scene.shm, scene.one, scene.value, scene.drivers
+    drivers.kept.cap_bytes = 10 << 20
+    with node.client() as home, node.client() as there:
+        tag, grant = _kept_with_grant(node, shm, home, one, value)
+        there_tag, _room = there.keeps()
+        link = node.on_loop(lambda: drivers._by_tag[there_tag])
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), there_tag))
+        try:  # an earlier fetch of `one` failed while the lock was busy: its give-back waits
+            node.on_loop(lambda: drivers._budget(there_tag,
+                                                 ("unreserve", one.hex(), os.getpid())))
+            assert node.on_loop(lambda: there_tag in drivers._budget_retry)
+        finally:
+            _let_go(child)
+
+        def ask():
+            return drivers._fetch(link, 8, one, len(value), scene.address, tag, grant,
+                                  answer=None)
+
+        refused = node.on_loop(ask)  # before the retry: the changes still wait
+        assert refused[:3] == ("error", 8, "fetch_failed"), refused
+        assert "busy" in refused[3]
+        assert wait_until(lambda: node.on_loop(
+            lambda: there_tag not in drivers._budget_retry), 2.0)
+        assert kept_budget.reservations(str(shm), there_tag) == (0, [])
+        scene.gate.set()
+        assert node.on_loop(ask) is None  # the changes landed: reserved, fetched
+        assert wait_until(lambda: not node.on_loop(lambda: bool(drivers._fetching)), 10.0)
+        assert kept_budget.reservations(str(shm), there_tag) == (len(value), [])
+        assert there.free([one]) == 1 and home.free([one]) == 1
+
+
+def test_after_a_refused_keep_the_later_values_received_here_are_given_up(node, tmp_path):
+    """Defect: after a refused keep, a later result of the task that came to the driver as
+    a value (a segment received into its store) was never given up: it stayed in the
+    store's directory, outside its accounting, until shutdown."""
+    from types import SimpleNamespace
+
+    from miniray._private.core import protocol
+    from miniray._private.owner.remote_objects import KeepRefused, KeptResults
+
+    shm = _kept_node(node, tmp_path)
+    given_up = []
+    owner = SimpleNamespace(defer=lambda fn: fn(),
+                            store=SimpleNamespace(give_up_recycled=given_up.append))
+    results = KeptResults(SimpleNamespace(owner=owner, last_view=lambda: []), None, None,
+                          60.0)
+    ids = [b"\x01" * 28, b"\x02" * 28, b"\x03" * 28]
+    spec = SimpleNamespace(name="f", return_ids=ids)
+    with node.client() as client:
+        tag, _cap = client.keeps()
+        items = [(protocol.OK, ("shm", "/driver/shm/seg0", 10), ()),
+                 (protocol.OK, ("kept", str(shm / f"mr_{tag}_{ids[1].hex()}"), 100), ()),
+                 (protocol.OK, ("shm", "/driver/shm/seg2", 10), ())]
+        with pytest.raises(KeepRefused):  # no such segment on the node: refused
+            results.keep_results(client, node.entry.node_id, spec, items)
+    assert sorted(given_up) == ["/driver/shm/seg0", "/driver/shm/seg2"]

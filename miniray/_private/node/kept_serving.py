@@ -357,8 +357,10 @@ class KeptServing:
                     f"this driver has {MAX_PULLS_PER_LINK} fetches running here already")
         cap = self.kept.cap_bytes
         link_tag = self.kept.tag_of(link)
-        if cap is not None and not lazy_budget().reserve(self.shm_dir, link_tag, size, cap,
-                                                         object_id, wait_s=BUDGET_WAIT_S):
+        # A link whose budget changes wait is busy for this reservation too: one made
+        # before them could be undone by a waiting "unreserve" of the same object.
+        if cap is not None and (link_tag in self._budget_ops or not lazy_budget().reserve(
+                self.shm_dir, link_tag, size, cap, object_id, wait_s=BUDGET_WAIT_S)):
             self.errors += 1  # counted as a worker's keep is: the driver sends it instead
             return ("error", req, "fetch_failed",
                     f"this driver's objects here would pass the node's cap of {cap} bytes "

@@ -427,7 +427,9 @@ class PlacementGroupNodes:
     def _kill_lent_again(self, actor_ids) -> None:
         pause = KILL_LENT_PAUSE_S
         for _ in range(KILL_LENT_TRIES - 1):
-            time.sleep(pause)
+            end = time.monotonic() + pause
+            while not self.owner.closed and time.monotonic() < end:
+                time.sleep(0.05)  # a shutdown meanwhile ends this thread within 50 ms
             pause *= 2
             if self.owner.closed:
                 return  # its shutdown: the service ends a leaving driver's named actors

@@ -348,7 +348,9 @@ class PlacementGroups(PlacementGroupNodes):
         self.owner.leases.release_host(host_lease)
         self.owner.after_placement_removal()
         if remote is not None:
-            remote.bundles.release(hex_)  # after the kills: each node's part is back
+            # After the kills were asked: each node's part is back (a kill the service did
+            # not take is asked again from a thread, which may land after this).
+            remote.bundles.release(hex_)
 
     def watch(self) -> None:
         """*Locked.* Every WATCH_S while this owner has work in a group, or holds bundles of

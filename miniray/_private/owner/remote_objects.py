@@ -175,9 +175,9 @@ class KeptResults:
         """Each ``("kept", path, size)`` result: N keeps it for this link (("keep", ...));
         the owner gets ``("remote", RemoteCopy)`` for it, pulled when someone waits. A
         refusal raises KeepRefused (N unlinked the segment and gave its room back); the
-        copies kept so far are freed, and so are the later results kept there
-        (``_give_back``: else they stayed, counted against the link's cap, until it
-        closed)."""
+        copies kept so far are freed, and so are the later results, kept there or
+        received here (``_give_back``: else they stayed, counted against the link's cap
+        until it closed, or in this store's directory until shutdown)."""
         out = []
         try:
             for index, item in enumerate(items):
@@ -204,10 +204,13 @@ class KeptResults:
         worker kept on N (written, and reserved in the link's budget) are booked and freed
         at once with the link's own "keep" and "free" (N unlinks them and gives their room
         back now); one N refuses it unlinked and gave back itself. The link lost
-        meanwhile: they go with its tag's sweep."""
+        meanwhile: they go with its tag's sweep. The later results that came here as
+        values (a segment received into this store) are given up too."""
         booked = []
         for index in range(start, len(items)):
             payload = items[index][1]
+            if type(payload) is tuple and payload[0] == "shm":
+                self.owner.store.give_up_recycled(payload[1])
             if not (type(payload) is tuple and payload[0] == "kept"):
                 continue
             try:

@@ -53,6 +53,7 @@ from miniray.exceptions import ObjectStoreFullError
 
 SPARE_MIN = 1 << 20  # a large value this big or more is received into an anonymous mapping
 SPARE_MAX = 256 << 20  # the most a remote worker keeps as its spare receive buffer
+KEEP_RESERVE_WAIT_S = 0.05  # the most a result waits for its link's budget file; then it is sent
 
 
 class Channel:
@@ -631,9 +632,11 @@ class WorkerRuntime:
         if route == "keep":  # stays in this host's store for the driver's link
             shm_dir, tag, size = store["shm_dir"], store["keep_tag"], ser.total_size
             # Counted against the node's cap for this driver before it is written: past
-            # it (or the link gone), the value is sent instead.
+            # it (or the link gone, or the budget file's lock held longer than
+            # KEEP_RESERVE_WAIT_S by another worker stopped inside it), the value is sent.
             route = "send"
-            if kept_budget.reserve(shm_dir, tag, size, int(store["keep_max"]), object_id):
+            if kept_budget.reserve(shm_dir, tag, size, int(store["keep_max"]), object_id,
+                                   wait_s=KEEP_RESERVE_WAIT_S):
                 _test_die_after_reserve()
                 try:
                     path, size = shm_segments.create_segment(
