@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -71,8 +72,15 @@ MOUNT = ("mount -t tmpfs -o huge=within_size,size={size}m,mode=0700 tmpfs {point
 
 
 def _inside(args) -> None:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     root = tempfile.mkdtemp(prefix="mr-bench-huge-")
+    try:
+        _measure(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _measure(args, root: str) -> None:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     script = os.path.join(root, "child.py")
     with open(script, "w") as f:
         f.write(CHILD)
@@ -112,12 +120,15 @@ def main() -> None:
         mount = MOUNT.format(size=args.mb * 4 + 64, point=point)
         command = [sys.executable, os.path.abspath(__file__), "--runs", str(args.runs),
                    "--mb", str(args.mb), "--point", point]
-        for flags in (["-m"], ["-r", "-m"]):
-            done = subprocess.run(["unshare", *flags, "--propagation", "private", "sh", "-c",
-                                   mount, "sh", *command])
-            if done.returncode == 0:
-                return
-        sys.exit("no mount namespace with a tmpfs could be made here (unshare -m, -r -m)")
+        tried = []
+        for flags in (["-m"], ["-r", "-m"]):  # a probe first: a failed run is not retried
+            prefix = ["unshare", *flags, "--propagation", "private", "sh", "-c", mount, "sh"]
+            probe = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+            if probe.returncode == 0:
+                sys.exit(subprocess.run([*prefix, *command]).returncode)
+            tried.append(f"unshare {' '.join(flags)}: {probe.stderr.strip()}")
+        sys.exit("no mount namespace with a tmpfs could be made here (" + "; ".join(tried)
+                 + ")")
     finally:
         os.rmdir(point)
 

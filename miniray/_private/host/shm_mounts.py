@@ -7,13 +7,16 @@ kernel's ``shmem_enabled`` ``deny``/``force`` override it). Does not own: checki
 creating the directory (``object_store/shm_segments.prepare_shm_dir``, which warns on what
 these say) nor choosing it (``core/config.shm_dir``). Called by: ``prepare_shm_dir``.
 
-Why huge pages matter: a new segment's first write pays one page allocation per 4 KiB page;
-on a tmpfs mounted with ``huge=within_size`` the kernel allocates 2 MiB pages for files that
-large, and a 200 MB first put runs at about memcpy speed instead of a fifth of it
-(``benchmarks/bench_cold_put.py``). ``huge=always`` gives every file, even a 100-byte
-object's, a 2 MiB page; ``within_size`` only files at least that large. ``/dev/shm`` is
-mounted without ``huge=`` by most systems, and ``shmem_enabled`` does not govern tmpfs mounts
-(only ``deny`` and ``force`` do), so the mount option is what counts.
+Why huge pages matter: a new segment's first write pays one page allocation per 4 KiB page,
+and each process that maps it one fault per 4 KiB page; on a tmpfs mounted with
+``huge=within_size`` the kernel gives files that large 2 MiB pages: reading a new 200 MB
+object costs a twentieth, and its first write runs near memcpy speed where the host backs
+fresh 2 MiB pages at once (not on a VM that hands free ones back to its hypervisor:
+``benchmarks/bench_huge_pages.py``, README "Large objects in huge pages"). ``huge=always``
+gives every file, even a 100-byte object's, a 2 MiB page; ``within_size`` only files at
+least that large. ``/dev/shm`` is mounted without ``huge=`` by most systems, and
+``shmem_enabled`` does not govern tmpfs mounts (only ``deny`` and ``force`` do), so the
+mount option is what counts.
 
 Example:
     >>> line = "25 22 0:23 / /mnt/shm rw - tmpfs tmpfs rw,size=1g,huge=within_size"
