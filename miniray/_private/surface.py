@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 
 def _make(target, opts: dict):
-    _options.check_remote_args((target,), {})
+    # The target's checks (``check_remote_args``) are RemoteFunction's first step; a class
+    # passes them all.
     if inspect.isclass(target):
         return make_actor_class(target, opts)
     return RemoteFunction(target, opts)
