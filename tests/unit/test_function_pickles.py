@@ -94,3 +94,29 @@ def test_a_function_pickles_to_the_same_bytes_with_the_names_noted_first():
     assert cp._extract_code_globals_cache[function.__code__] == {"helper_value": None}
     assert cp.dumps(function, protocol=serialization.PROTOCOL) == plain
     assert pickle.loads(serialization.dumps_function(function, "uses"))() == 42
+
+
+def test_cloudpickles_helpers_known_by_reference_change_no_byte():
+    import io
+
+    from cloudpickle import cloudpickle as cp
+
+    class Plain(serialization._CloudPickler):  # cloudpickle's decisions for every object
+        dispatch_table = serialization._FunctionPickler.dispatch_table
+
+    def dumps(pickler_class, value):
+        buffer = io.BytesIO()
+        pickler_class(buffer, protocol=serialization.PROTOCOL).dump(value)
+        return buffer.getvalue()
+
+    inner, local = _make()
+    captured = [1, 2]
+
+    def closure(x, *, y=3):
+        return captured + [x, y, inner(x)]
+
+    values = [inner, local, closure, _make, cp._make_function, (cp._builtin_type, inner)]
+    assert serialization._HELPERS and cp._make_function in serialization._HELPERS
+    for value in values:
+        assert dumps(serialization._FunctionPickler, value) == dumps(Plain, value)
+    assert pickle.loads(serialization.dumps_function(closure, "closure"))(1) == [1, 2, 1, 3, 2]

@@ -244,22 +244,45 @@ def _store_large(args: tuple, kwargs: dict, deps: list, large, ref_type: type):
 # own copy of cloudpickle keeps the file). Functions and classes are pickled once per export,
 # so they keep it; values (arguments, results, puts) keep cloudpickle's payload.
 _DYNAMIC_FILE = "<dynamic-code>"
+_cp_module = getattr(cloudpickle, "cloudpickle", None)
 _CloudPickler = getattr(cloudpickle, "Pickler", None) or cloudpickle.CloudPickler
 _reduce_code = _CloudPickler.dispatch_table[types.CodeType]
 
 
 def _reduce_code_keeping_file(code: types.CodeType):
     constructor, args = _reduce_code(code)
+    if _DYNAMIC_FILE not in args:
+        return constructor, args
     return constructor, tuple(
         code.co_filename if isinstance(arg, str) and arg == _DYNAMIC_FILE else arg
         for arg in args)
 
 
+# cloudpickle's own helpers, which every function by value names (``_make_function``,
+# ``_builtin_type``, ``_function_setstate``, ...): cloudpickle decides for each that it goes
+# by reference after looking it up in its module (~4 µs each); here they are known. Only
+# while no module is registered to go by value (cloudpickle's own could be).
+_HELPERS = frozenset(
+    value for name, value in vars(_cp_module or cloudpickle).items()
+    if isinstance(value, types.FunctionType) and name.startswith("_")
+    and getattr(value, "__module__", None) == getattr(_cp_module, "__name__", None)
+    and getattr(value, "__qualname__", None) == name)
+_BY_VALUE_MODULES = getattr(_cp_module, "_PICKLE_BY_VALUE_MODULES", None)
+_FUNCTION = types.FunctionType
+
+
 class _FunctionPickler(_CloudPickler):
-    """cloudpickle's pickler, except that code keeps the file it was defined in."""
+    """cloudpickle's pickler, except that code keeps the file it was defined in, and
+    cloudpickle's helpers are known to go by reference."""
 
     dispatch_table = ChainMap({types.CodeType: _reduce_code_keeping_file},
                               _CloudPickler.dispatch_table)
+
+    def reducer_override(self, obj):
+        if (type(obj) is _FUNCTION and obj in _HELPERS and not _BY_VALUE_MODULES
+                and _BY_VALUE_MODULES is not None):
+            return NotImplemented  # pickled as a global, as cloudpickle decides for them
+        return super().reducer_override(obj)
 
 
 # cloudpickle finds the globals a function by value needs (``_extract_code_globals``) with
@@ -269,7 +292,6 @@ class _FunctionPickler(_CloudPickler):
 # cloudpickle's own cache, which it consults first; the names and their order are the ones
 # it would find (tests/unit/test_function_pickles.py compares them over the standard
 # library). Where this cloudpickle has no such cache, it finds them itself.
-_cp_module = getattr(cloudpickle, "cloudpickle", None)
 _globals_cache = getattr(_cp_module, "_extract_code_globals_cache", None)
 _GLOBAL_OPS = frozenset(getattr(_cp_module, "GLOBAL_OPS", ()))
 _LOAD_GLOBAL = dis.opmap["LOAD_GLOBAL"]
