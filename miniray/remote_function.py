@@ -95,6 +95,20 @@ _NO_ARGUMENTS = serialization.pack_arguments((), {}, "", ObjectRef)[:3]
 _FIRST_RETURN = (1).to_bytes(4, "big")
 
 
+_NO_OPTIONS: tuple = ()
+
+
+def _no_options() -> tuple:
+    """``(request, placement, affinity)`` of a task without options. One request dict for
+    every such function (nothing changes a request once made), so the owner's cache of
+    scheduling keys, which is keyed by the dict, knows a new function's at once."""
+    global _NO_OPTIONS
+    if not _NO_OPTIONS:
+        _NO_OPTIONS = (_options.task_resource_request({}), _options.placement_option({}),
+                       _options.task_strategy({}))
+    return _NO_OPTIONS
+
+
 class _Template:
     """Everything ``.remote()`` needs that depends only on the options (computed once)."""
 
@@ -103,12 +117,15 @@ class _Template:
                  "follows_caller", "affinity")
 
     def __init__(self, opts: dict, max_calls: int, default_name: str, is_generator: bool):
-        self.request = _options.task_resource_request(opts)
-        # The placement group the options name ("default": the caller's, if it captures)
-        self.placement = _options.placement_option(opts)
-        # A NodeAffinitySchedulingStrategy's (node_id, soft, on_unavailable), or "SPREAD"
-        # (the owner places it: owner/remote_nodes.py).
-        self.affinity = _options.task_strategy(opts)
+        if opts:
+            self.request = _options.task_resource_request(opts)
+            # The placement group the options name ("default": the caller's, if it captures)
+            self.placement = _options.placement_option(opts)
+            # A NodeAffinitySchedulingStrategy's (node_id, soft, on_unavailable), or
+            # "SPREAD" (the owner places it: owner/remote_nodes.py).
+            self.affinity = _options.task_strategy(opts)
+        else:  # a bare @remote: the answers for no options, made once (_no_options)
+            self.request, self.placement, self.affinity = _no_options()
         self.placed: tuple = (None, None, None)  # (target, request, ctx) of the last
         # It names no group: it goes to the caller's, only if the caller is in one
         # (``placement.resolve_option``), and no further when the caller is in none.
