@@ -69,7 +69,8 @@ def test_global_names_read_from_bytecode_match_cloudpickles():
     codes = [namespace["big"].__code__]
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            candidates = list(vars(value).values()) if isinstance(value, type) else [value]
+            members = type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
+            candidates = list(members.values()) if members is not None else [value]
             codes.extend(c.__code__ for c in candidates if type(c) is types.FunctionType)
     assert len(codes) > 1000
     for code in codes:

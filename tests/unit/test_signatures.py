@@ -152,9 +152,8 @@ def _plain_functions():
     seen = []
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            candidates = [value]
-            if isinstance(value, type):
-                candidates = list(vars(value).values())
+            members = type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
+            candidates = list(members.values()) if members is not None else [value]
             seen.extend(c for c in candidates if type(c) is types.FunctionType)
     return seen
 
