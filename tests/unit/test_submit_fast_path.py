@@ -175,3 +175,11 @@ def test_functions_without_options_share_one_request(fake):
         options.placement_option({}), options.task_strategy({}))
     RemoteFunction(_noop, {"num_cpus": 2}).remote()
     assert fake.specs[2].request == {"CPU": 2.0}
+
+
+def test_warm_up_submits_nothing_and_asks_nothing(fake):
+    from miniray import remote_function
+
+    remote_function.warm_up()
+    assert fake.specs == [] and fake.asked == [] and fake.created == []
+    assert remote_function.warm_up in runtime.WARM_UPS
