@@ -7,7 +7,12 @@ Called by: remote_function.py and actor.py (arguments), worker_main.py (argument
 owner (put).
 
 Values go through cloudpickle so closures, lambdas and classes defined in ``__main__`` travel by
-value; plain data takes pickle's C fast path inside cloudpickle.
+value; plain data takes pickle's C fast path inside cloudpickle. A remote function or class
+(``dumps_function``, once per export) goes through cloudpickle's pickler with three changes
+that keep its bytes or meaning: its code keeps the file it was defined in, the global names
+it uses are read from its raw bytecode (``code_global_names``) instead of by cloudpickle's
+``dis`` walk, and cloudpickle's own helpers are known to go by reference (a new two-line
+function: 69 -> 36 µs).
 """
 
 from __future__ import annotations
