@@ -121,3 +121,28 @@ def test_cloudpickles_helpers_known_by_reference_change_no_byte():
     for value in values:
         assert dumps(serialization._FunctionPickler, value) == dumps(Plain, value)
     assert pickle.loads(serialization.dumps_function(closure, "closure"))(1) == [1, 2, 1, 3, 2]
+
+
+def test_with_a_module_registered_by_value_cloudpickle_decides_for_its_helpers_again():
+    import io
+    import sys
+
+    import cloudpickle
+
+    class Plain(serialization._CloudPickler):
+        dispatch_table = serialization._FunctionPickler.dispatch_table
+
+    def dumps(pickler_class, value):
+        buffer = io.BytesIO()
+        pickler_class(buffer, protocol=serialization.PROTOCOL).dump(value)
+        return buffer.getvalue()
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        assert serialization._BY_VALUE_MODULES  # the shortcut is off while it is registered
+        assert dumps(serialization._FunctionPickler, _make) == dumps(Plain, _make)
+        inner, _ = pickle.loads(serialization.dumps_function(_make, "_make"))()
+        assert inner(1) == 2
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)

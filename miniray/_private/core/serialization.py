@@ -273,6 +273,8 @@ _HELPERS = frozenset(
     and getattr(value, "__module__", None) == getattr(_cp_module, "__name__", None)
     and getattr(value, "__qualname__", None) == name)
 _BY_VALUE_MODULES = getattr(_cp_module, "_PICKLE_BY_VALUE_MODULES", None)
+if not hasattr(_CloudPickler, "reducer_override"):  # a cloudpickle without it: no shortcut
+    _BY_VALUE_MODULES = None
 _FUNCTION = types.FunctionType
 
 
@@ -283,11 +285,12 @@ class _FunctionPickler(_CloudPickler):
     dispatch_table = ChainMap({types.CodeType: _reduce_code_keeping_file},
                               _CloudPickler.dispatch_table)
 
-    def reducer_override(self, obj):
-        if (type(obj) is _FUNCTION and obj in _HELPERS and not _BY_VALUE_MODULES
-                and _BY_VALUE_MODULES is not None):
-            return NotImplemented  # pickled as a global, as cloudpickle decides for them
-        return super().reducer_override(obj)
+    if _BY_VALUE_MODULES is not None:
+
+        def reducer_override(self, obj):
+            if type(obj) is _FUNCTION and obj in _HELPERS and not _BY_VALUE_MODULES:
+                return NotImplemented  # pickled as a global, as cloudpickle decides
+            return super().reducer_override(obj)
 
 
 # cloudpickle finds the globals a function by value needs (``_extract_code_globals``) with
