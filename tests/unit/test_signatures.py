@@ -152,7 +152,7 @@ def _plain_functions():
     seen = []
     for module in list(sys.modules.values()):
         for value in list(getattr(module, "__dict__", {}).values()):
-            members = type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
+            members = _own_dict(value)
             candidates = list(members.values()) if members is not None else [value]
             seen.extend(c for c in candidates if type(c) is types.FunctionType)
     return seen
@@ -212,3 +212,12 @@ def test_code_object_text_is_rendered_when_first_needed_and_pickles():
     assert copy.text == spec.text and copy.params == spec.params
     with pytest.raises(TypeError, match=r"The signature is h\(a, b: "):
         spec.check((), {})
+
+
+def _own_dict(value):
+    """A class's own ``__dict__`` (read past any attribute the class shadows it with), or
+    None for anything else (on Python 3.9 ``list[int]`` passes ``isinstance(x, type)``)."""
+    try:
+        return type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
+    except TypeError:
+        return None
