@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 
 def _make(target, opts: dict):
-    _options.check_remote_args((target,), {})
+    # The target's checks (``check_remote_args``) are RemoteFunction's first step; a class
+    # passes them all.
     if inspect.isclass(target):
         return make_actor_class(target, opts)
     return RemoteFunction(target, opts)
@@ -77,9 +78,9 @@ def remote(*args, **kwargs):
         >>> ray.get([counter.incr.remote() for _ in range(3)])
         [1, 2, 3]
     """
-    _options.check_remote_args(args, kwargs)
-    if len(args) == 1 and not kwargs:
+    if len(args) == 1 and not kwargs:  # checked by what _make makes (a class passes)
         return _make(args[0], {})
+    _options.check_remote_args(args, kwargs)
     target_is_class = None  # decided when the decorator is applied
 
     def decorator(target):

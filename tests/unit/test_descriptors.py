@@ -40,3 +40,14 @@ def test_method_of_an_imported_class_keeps_its_module():
             pass
 
     assert descriptors.method_name(Local, "method") == f"{__name__}.Local.method"
+
+
+def test_main_functions_file_name_is_looked_up_once_and_agrees_with_inspect():
+    import inspect
+
+    for path in ("/somewhere/app.py", "/x/tool.pyc", "<string>", "/x/no_suffix"):
+        inner, _ = _defined_in(path)
+        expected = inspect.getmodulename(inspect.getfile(inner)) or "__main__"
+        assert descriptors.module_name(inner) == expected
+        assert descriptors._by_file[path] == expected
+        assert descriptors.module_name(inner) == expected  # from the table this time

@@ -1016,3 +1016,16 @@ def test_gpus_and_other_accelerators_in_one_request_are_refused(request_opts, na
                                           {"resources": {"neuron_cores": 2}}, {"num_gpus": 2}])
 def test_one_accelerator_family_is_fine(request_opts):
     opts.validate_task_options(request_opts, in_options=False)
+
+
+@pytest.mark.parametrize("target", [1, "f", len, print, Klass().method, coro])
+def test_remote_raises_what_check_remote_args_raises_bare_and_with_options(target):
+    """``remote(x)`` leaves the target's checks to RemoteFunction: the same errors."""
+    from miniray._private.surface import remote
+
+    with pytest.raises((AssertionError, TypeError, ValueError)) as expected:
+        opts.check_remote_args((target,), {})
+    for make in (lambda: remote(target), lambda: remote(num_cpus=1)(target)):
+        with pytest.raises(expected.type) as info:
+            make()
+        assert str(info.value) == str(expected.value)

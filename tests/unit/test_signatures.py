@@ -133,3 +133,91 @@ def test_plain_counts_say_what_check_passes_without_keywords():
             if not plain:
                 with pytest.raises(TypeError):
                     spec.check((0,) * n, {})
+
+
+def _slow(function, name, drop_first=False):
+    """``of_function`` through ``inspect.signature``, as before the code-object path."""
+    try:
+        signature = signatures.inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+    return signatures._describe(signature, drop_first, name)
+
+
+def _plain_functions():
+    """Every plain function of the standard library modules loaded here (thousands of
+    shapes: defaults, keyword-only, positional-only, ``*args``, ``**kwargs``, annotations)."""
+    import types
+
+    seen = []
+    for module in list(sys.modules.values()):
+        for value in list(getattr(module, "__dict__", {}).values()):
+            members = _own_dict(value)
+            candidates = list(members.values()) if members is not None else [value]
+            seen.extend(c for c in candidates if type(c) is types.FunctionType)
+    return seen
+
+
+def test_code_object_path_describes_as_inspect_does():
+    functions = _plain_functions()
+    assert len(functions) > 500
+    fast_ones = 0
+    for function in functions:
+        for drop_first in (False, True):
+            slow = _slow(function, "h", drop_first)
+            fast = signatures._fast(function, "h", drop_first)
+            if fast is None:
+                continue
+            fast_ones += 1
+            assert slow is not None, function
+            assert fast.params == slow.params, function
+            assert fast.text == slow.text, function
+            assert (fast._min, fast._max) == (slow._min, slow._max), function
+    assert fast_ones > 500
+
+
+def test_code_object_path_is_left_for_functions_with_attributes():
+    import functools
+
+    @functools.wraps(g)
+    def wrapper(*args, **kwargs):
+        return g(*args, **kwargs)
+
+    assert signatures._fast(wrapper, "w", False) is None  # __wrapped__: inspect follows it
+    spec = signatures.of_function(wrapper, "w")
+    assert [p[0] for p in spec.params] == ["a", "b"]
+
+    def h(x, y):
+        return x
+
+    h.__signature__ = signatures.inspect.signature(lambda z: z)
+    assert signatures._fast(h, "h", False) is None
+    assert [p[0] for p in signatures.of_function(h, "h").params] == ["z"]
+
+    def k(x):
+        return x
+
+    k.__defaults__ = (1, 2)  # more defaults than parameters
+    assert signatures._fast(k, "k", False) is None
+
+
+def test_code_object_text_is_rendered_when_first_needed_and_pickles():
+    def h(a, b: int = 3, *rest, c, d="x", **more) -> int:
+        return a
+
+    spec = signatures.of_function(h, "h")
+    assert not isinstance(spec._text, str)  # not rendered at description time
+    assert spec.text == str(signatures.inspect.signature(h)).join(("h", ""))
+    copy = pickle.loads(pickle.dumps(spec))
+    assert copy.text == spec.text and copy.params == spec.params
+    with pytest.raises(TypeError, match=r"The signature is h\(a, b: "):
+        spec.check((), {})
+
+
+def _own_dict(value):
+    """A class's own ``__dict__`` (read past any attribute the class shadows it with), or
+    None for anything else (on Python 3.9 ``list[int]`` passes ``isinstance(x, type)``)."""
+    try:
+        return type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
+    except TypeError:
+        return None

@@ -159,3 +159,27 @@ def test_caller_group_option_in_no_group_asks_nothing_more(fake, monkeypatch):
     monkeypatch.setattr(fake, "current_placement", lambda: ("a" * 36, [{"CPU": 1.0}], True))
     with pytest.raises(AssertionError, match="resolve_option"):
         f.remote()  # the caller is in a group: it is resolved as before
+
+
+def test_functions_without_options_share_one_request(fake):
+    from miniray import remote_function
+    from miniray._private.core import options
+
+    f, g = RemoteFunction(_noop, {}), RemoteFunction(_two, {})
+    f.remote()
+    g.remote()
+    assert fake.specs[0].request is fake.specs[1].request  # one dict: the owner's key cache
+    assert fake.specs[0].request == options.task_resource_request({}) == {"CPU": 1.0}
+    template = remote_function._Template({}, 0, "x", False)
+    assert (template.placement, template.affinity) == (
+        options.placement_option({}), options.task_strategy({}))
+    RemoteFunction(_noop, {"num_cpus": 2}).remote()
+    assert fake.specs[2].request == {"CPU": 2.0}
+
+
+def test_warm_up_submits_nothing_and_asks_nothing(fake):
+    from miniray import remote_function
+
+    remote_function.warm_up()
+    assert fake.specs == [] and fake.asked == [] and fake.created == []
+    assert remote_function.warm_up in runtime.WARM_UPS

@@ -12,6 +12,7 @@ Called by: remote_function.py (in the driver), actor_host.py (in the actor's wor
 from __future__ import annotations
 
 import inspect
+import types
 from typing import Any
 
 __all__ = ["function_name", "method_name", "module_name"]
@@ -28,11 +29,23 @@ def module_name(obj: Any) -> str:
     module = getattr(obj, "__module__", None) or "__main__"
     if module != "__main__":
         return module
+    if isinstance(obj, types.FunctionType):  # inspect.getfile's answer, looked up once
+        path = obj.__code__.co_filename
+        name = _by_file.get(path)
+        if name is None:
+            if len(_by_file) >= 256:
+                _by_file.clear()
+            name = _by_file[path] = inspect.getmodulename(path) or module
+        return name
     try:
         path = inspect.getfile(obj)
     except (TypeError, OSError):  # built-in, or defined where no file is known
         return module
     return inspect.getmodulename(path) or module
+
+
+# The module name of a __main__ function's file (``inspect.getmodulename``: 8 µs a call).
+_by_file: dict = {}
 
 
 def function_name(function: Any) -> str:
