@@ -98,3 +98,48 @@ def test_the_proxies_tell_a_kept_item_from_any_other_payload():
     from miniray._private.owner import actor_service_proxies
 
     assert doctest.testmod(actor_service_proxies, raise_on_error=False).failed == 0
+
+
+def test_a_granted_pull_refused_every_time_is_pulled_again_by_the_next_reader(monkeypatch):
+    """Defect: a pull of a result the actor service kept, refused by its node each time
+    (the link's pulls all taken by other callers), was asked again for about 1 s and then
+    left an ObjectLostError on the object for good, while the node still held it. Now it
+    is asked again with doubling pauses, and if the node still refuses, the waiters of now
+    get the error and the next reader pulls again (``RemoteCopy.again``)."""
+    import contextlib
+
+    from miniray._private.core import protocol
+    from miniray._private.owner import remote_objects
+    from miniray._private.owner.object_table import PENDING
+    from miniray._private.owner.remote_objects import _Granted
+
+    monkeypatch.setattr(remote_objects, "GRANTED_RETRY_S", 0.001)
+    monkeypatch.setattr(remote_objects, "GRANTED_RETRY_MAX_S", 0.004)
+    object_id = b"\1" * 28
+    ready = []
+    entry = SimpleNamespace(remote=None, state=PENDING, kind=protocol.OK)
+    objects = SimpleNamespace(get=lambda oid: entry,
+                              set_ready=lambda oid, kind, payload: ready.append(kind))
+    store = SimpleNamespace(recycled_for=lambda oid, size: None,
+                            make_room=lambda oid, size: None, give_up_recycled=print,
+                            shm_dir="/nowhere", session_tag="t" * 16)
+    owner = SimpleNamespace(store=store, objects=objects, locked=contextlib.nullcontext,
+                            hello_info={}, closed=False)
+    kept = KeptResults(SimpleNamespace(owner=owner, last_view=lambda: []), None, None, 1.0)
+    asked = []
+
+    class Refused(_Channel):
+        def send(self, message):
+            asked.append(message)
+            raise ConnectionError("closed by the node before it answered")
+
+    monkeypatch.setattr(kept, "_pull_channel", lambda *args: Refused())
+    monkeypatch.setattr(kept, "_watch", lambda *args: None)
+    monkeypatch.setattr(kept, "_unwatch", lambda channel: None)
+    client = _Granted(("127.0.0.2", 7000), "t" * 16, object_id, b"g" * 32, "n", "127.0.0.1",
+                      1.0)
+    copy = SimpleNamespace(size=1 << 20, node_id="n" * 12, again=None)
+    entry.remote = copy
+    kept._pull(client, object_id, copy)
+    assert len(asked) == remote_objects.GRANTED_TRIES
+    assert ready == [protocol.ERR] and copy.again == protocol.OK  # pulled again later

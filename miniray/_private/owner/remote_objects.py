@@ -58,8 +58,10 @@ logger = logging.getLogger(__name__)
 PULLS_PER_NODE = 4  # pulls at once from one node (it serves up to 8 per link)
 LIVENESS_S = 0.5  # a pull in flight looks its node up in the view this often
 OPEN_SLICE_S = 2.0  # a pull connection's handshake unanswered this long: N looked up
-GRANTED_TRIES = 5  # a granted pull N closed before answering (its link's pulls were all
+GRANTED_TRIES = 10  # a granted pull N closed before answering (its link's pulls were all
 GRANTED_RETRY_S = 0.2  # taken: MAX_PULLS_PER_LINK) is asked again this often, this far apart
+GRANTED_RETRY_MAX_S = 2.0  # at first, doubling up to this (about 13 s in all); then the
+# waiters of now get the error and the next reader pulls again (``RemoteCopy.again``)
 
 
 class _Kept:
@@ -476,10 +478,12 @@ class KeptResults:
         included: ``_watch``), or N keeping no such object: ObjectLostError naming N; no
         room here (ObjectStoreFullError; a spill's OutOfDiskError; ENOSPC receiving): that
         error for the waiters of now, pulled again by the next reader
-        (``RemoteCopy.again``). Waiters are woken either way."""
+        (``RemoteCopy.again``), as after a granted pull N kept refusing (its link's pulls
+        all taken by other callers). Waiters are woken either way."""
         owner = self.owner
         store = owner.store
         path = error = channel = lost = no_room = None
+        busy = False  # a granted pull N refused every time: not lost, asked again later
         size = copy.size
         slots = self._slots(client)
         slots.acquire()  # more at once wait here: N serves a few per link
@@ -493,7 +497,8 @@ class KeptResults:
                 except Exception as failure:  # ObjectStoreFullError; a spill that failed
                     no_room = failure
                     raise
-            tries = GRANTED_TRIES if getattr(client, "granted", False) else 1
+            granted = getattr(client, "granted", False)
+            tries, pause = (GRANTED_TRIES if granted else 1), GRANTED_RETRY_S
             while True:
                 tries -= 1
                 channel = self._pull_channel(client, copy.node_id, incarnation)
@@ -507,10 +512,12 @@ class KeptResults:
                     lost = self._unwatch(channel)
                     # PeerClosed (a ConnectionError, never a timeout): a granted one N
                     # refused, its link's pulls all taken; asked again (GRANTED_TRIES)
-                    if not isinstance(failed, ConnectionError) or lost is not None or \
-                            tries <= 0:
+                    refused = isinstance(failed, ConnectionError) and lost is None
+                    if not refused or tries <= 0:
+                        busy = refused and granted
                         raise
-                time.sleep(GRANTED_RETRY_S)
+                time.sleep(pause)
+                pause = min(pause * 2, GRANTED_RETRY_MAX_S)
             try:
                 if not (type(answer) is tuple and len(answer) == 3 and answer[0] == "pulling"
                         and answer[2] == size):
@@ -545,8 +552,8 @@ class KeptResults:
             entry = owner.objects.get(object_id)
             if entry is not None and entry.remote is copy and entry.state == PENDING:
                 if error is not None:
-                    if error is no_room:  # N still has it: the next reader pulls again
-                        copy.again = entry.kind
+                    if error is no_room or busy:  # N still has it: the next reader
+                        copy.again = entry.kind  # pulls again
                     owner.objects.set_ready(object_id, protocol.ERR,
                                             serialization.dumps(error))
                 else:
