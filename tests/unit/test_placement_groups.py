@@ -585,6 +585,31 @@ def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():
     assert group.state == "PENDING" and asked == ["dd"] and owner.removed == []
 
 
+def test_a_served_group_is_not_asked_about_while_its_create_is_in_flight():
+    """Defect: a driver's new detached group was PENDING in its book before its create
+    reached the service; a state ask of another thread (the retry of a pending group)
+    that reached the service first found nothing and marked it REMOVED, while the service
+    then created it. Now it is asked about only once its create was answered."""
+    pgs, owner, asked = _driver_pgs({}, held=None)
+    service: dict = {}
+    owner.check_usable = lambda: None
+    owner.actors.group_state_in_service = lambda hex_: asked.append(hex_) or service.get(hex_)
+
+    def create(hex_, bundles, strategy, name):
+        pgs.try_pending()  # another thread's state asks come first ...
+        service[hex_] = "PENDING"  # ... then this create reaches the service
+        return "PENDING"
+
+    owner.actors.create_group_in_service = create
+    pgs._arm_retry = lambda: None
+    pgs._create_served("ff" * 18, [{"CPU": 1.0}], "PACK", "g")
+    group = pgs.groups["ff" * 18]
+    assert group.state == "PENDING" and asked == [], (group.state, asked)
+    group.asked_at -= pgs.STATE_ASK_S  # later: asked, and held there
+    pgs.try_pending()
+    assert asked == ["ff" * 18] and group.state == "PENDING"
+
+
 def test_the_service_says_which_groups_it_holds():
     pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING", "gone": "REMOVED"})
     pgs._serving.add("new")

@@ -28,6 +28,7 @@ not locked, on a thread of its own).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
@@ -91,6 +92,9 @@ class PlacementGroupNodes:
 
         group = _Group(hex_, bundles, strategy, name, True)
         group.served = True
+        # Not asked about (SVC_PG_STATE) while its create is in flight: a state request
+        # that reached the service first would find nothing and remove it here.
+        group.asked_at = math.inf
         with self.owner.locked():
             self.owner.check_usable()
             self.groups[hex_] = group
@@ -112,6 +116,7 @@ class PlacementGroupNodes:
             with self.owner.locked():
                 self.groups.pop(hex_, None)
             raise
+        group.asked_at = time.monotonic()  # the service has it: asked about from now on
         if state == REMOVED:  # asked again after another driver removed it
             with self.owner.locked():
                 group.state = REMOVED
