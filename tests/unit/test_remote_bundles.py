@@ -445,6 +445,24 @@ def test_loans_of_ended_tasks_go_back_when_the_driver_closes():
     # closing gives them back (the service's drop_loans)
 
 
+def test_loans_are_not_sent_at_shutdown_over_a_link_that_is_down():
+    """Defect: with the link to the actor service lost (its node stopped), shutdown's
+    return of the loans opened a new link first: a connect of up to 10 s at every such
+    shutdown, for loans the service gave back when the old link closed."""
+    owner, nodes = _Owner(), _Nodes()
+    asked: list = []
+    link = types.SimpleNamespace(up=False)
+    link.connected = lambda: link.up
+    owner.actors = types.SimpleNamespace(
+        link=link, return_room_in_service=lambda loan_id, timeout=None: asked.append(loan_id))
+    book = RemoteBundles(owner, nodes)
+    book._returns = [1, 2]
+    assert book.return_loans(1.0) == 0 and asked == [] and book._returns == []
+    link.up = True
+    book._returns = [3]
+    assert book.return_loans(1.0) == 1 and asked == [3]
+
+
 def test_loans_go_back_until_the_service_is_gone():
     from miniray._private.owner.actor_link import ServiceUnavailable
 

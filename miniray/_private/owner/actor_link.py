@@ -522,6 +522,10 @@ class ActorLink:
                 conn.close()
         self._calls = self._control = None
 
+    def connected(self) -> bool:
+        """Whether the link is up now (a request would not have to connect first)."""
+        return self._control is not None
+
     def close(self) -> None:
         """*Locked.* This driver leaves: the service ends its non-detached actors."""
         self._closed = True

@@ -175,11 +175,16 @@ class BundleLoans:
         to the service: the loans of tasks that ended and that the borrower thread has not
         given back yet are sent now, within ``timeout_s`` (RETURN_AT_EXIT_S) in all; those
         left (no time, or the service does not answer) come back when the link closes
-        (``drop_loans``). How many were sent."""
+        (``drop_loans``). How many were sent. Nothing is sent when the link is down: the
+        loans were its, and the service gave them back when it closed (a new link would
+        cost a connect, up to seconds, at every shutdown after a lost node)."""
         deadline = time.monotonic() + (self.RETURN_AT_EXIT_S if timeout_s is None
                                        else timeout_s)
         with self.owner.locked():
             returns, self._returns = self._returns, []
+        link = getattr(self.owner.actors, "link", None)
+        if link is not None and not link.connected():
+            return 0
         return self._give_back(returns, deadline)
 
     def _give_back(self, returns: list, deadline: float | None = None) -> int:
