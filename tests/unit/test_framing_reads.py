@@ -5,6 +5,7 @@ several sockets read in turn by one thread."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 
@@ -92,3 +93,20 @@ def test_the_read_buffer_is_a_mapping_faulted_in_as_used():
     assert not view.readonly and seen[0].obj is not view.obj
     view[:3] = b"abc"
     assert bytes(view[:3]) == b"abc" and framing._read_view() is view
+
+
+def test_a_forked_childs_reads_do_not_land_in_the_parents_buffer():
+    """The read buffer is a private mapping: a process forked from a thread that has one
+    (user code forking in a task or the driver) writes into its own copy, as it did into
+    its own bytearray before; a shared mapping let the child's reads overwrite the
+    parent's."""
+    view = framing._read_view()
+    view[:4] = b"mine"
+    pid = os.fork()
+    if pid == 0:  # the child: write where its own reads would go, then leave at once
+        try:
+            framing._read_view()[:4] = b"kid!"
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and bytes(view[:4]) == b"mine"

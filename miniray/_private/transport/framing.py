@@ -120,8 +120,10 @@ def _read_view() -> memoryview:
     """The calling thread's read buffer: what a read puts there is copied out before the
     thread reads again, so one per thread serves every socket it reads."""
     view = getattr(_READS, "view", None)
-    if view is None:  # unmapped when the thread's last reference goes
-        view = _READS.view = memoryview(mmap.mmap(-1, _CHUNK))
+    if view is None:  # unmapped when the thread's last reference goes; private, so a
+        # process forked from this thread reads into its own copy, not this one
+        view = _READS.view = memoryview(mmap.mmap(
+            -1, _CHUNK, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS))
     return view
 
 
