@@ -1,6 +1,6 @@
 """The actor service keeps its own node's large results for drivers on other hosts with one
-thread, in each driver's order (``node/actor_service.py``, ``node/reply_keeper.py``), without
-processes."""
+thread, in each driver's order, and asks for its link to its own node again after a failure
+(``node/actor_service.py``, ``node/reply_keeper.py``), without processes."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import threading
 import time
 import types
 
-from miniray._private.node import reply_keeper
+from miniray._private.node import actor_service, reply_keeper
 from miniray._private.node.actor_service import ActorService, _Client
-from miniray._private.node.reply_keeper import ReplyKeeper
+from miniray._private.node.reply_keeper import LinkRetry, ReplyKeeper
 
 
 def test_the_keepers_doctests():
@@ -26,6 +26,7 @@ def _service():
         locked=lambda: lock, reactor=reactor, streams=types.SimpleNamespace(forward={}),
         objects=types.SimpleNamespace(get=lambda _id: None))
     service._own_link = None
+    service._link_retry = LinkRetry()
     service._keeper = ReplyKeeper(service._keep_here)
     return service, lock
 
@@ -106,3 +107,47 @@ def test_a_failing_keep_still_sends_the_reply_unchanged():
         assert not service._keeper.waiting
     finally:
         service._keeper.close()
+
+
+class _Nodes:
+    local = "n" * 56
+
+    def __init__(self):
+        self.views = 0
+        self.broken = True
+        self.kept_results = types.SimpleNamespace(grant_key=lambda link: None)
+
+    def view(self):
+        self.views += 1
+        if self.broken:
+            return []  # this node not in the view yet
+        return [types.SimpleNamespace(node_id=self.local)]
+
+    def client(self, entry):
+        return types.SimpleNamespace(kept=("t" * 16, 1 << 30), lost=None, node_id=entry.node_id)
+
+
+def test_the_link_to_its_own_node_is_asked_for_again_after_a_failure_not_more_often(
+        monkeypatch):
+    service, lock = _service()
+    nodes = _Nodes()
+    service.owner._remote_nodes = lambda: nodes
+    service.owner.hello_info = {"session_dir": "/tmp/x"}
+    monkeypatch.setattr("miniray._private.owner.remote_nodes.keep_results", lambda: True)
+    now = [1000.0]
+    monkeypatch.setattr(actor_service.time, "monotonic", lambda: now[0])
+    client = _Client("one", 1, "t" * 16, "", ("n" * 56, "127.0.0.2"))
+    results = [(0, ("shm", "seg", 1 << 20))]
+    assert service._keeps_here(client, results)
+    assert service._here() is None and nodes.views == 1
+    now[0] += 1.0  # within the pause: not kept, not asked
+    assert not service._keeps_here(client, results)
+    assert service._here() is None and nodes.views == 1
+    nodes.broken = False
+    now[0] += reply_keeper.RETRY_S  # past it: asked again, and had
+    assert service._keeps_here(client, results)
+    link = service._here()
+    assert link is not None and nodes.views == 2
+    assert service._here() is link and nodes.views == 2  # kept, not asked again
+    link.lost = "the node went"  # lost: asked again at once
+    assert service._here() is not link and nodes.views == 3

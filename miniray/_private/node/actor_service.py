@@ -89,12 +89,13 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from miniray._private import runtime
 from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import STREAMING
-from miniray._private.node.reply_keeper import ReplyKeeper
+from miniray._private.node.reply_keeper import LinkRetry, ReplyKeeper
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
@@ -204,9 +205,11 @@ class ActorService:
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
         # This process's link to its own node, which keeps its actors' large results for
-        # drivers on other hosts (``_here``): None until first needed, False when it
-        # cannot be had; and the one thread that keeps them (``reply_keeper``).
+        # drivers on other hosts (``_here``): None until first needed or while it cannot
+        # be had (asked for again once ``_link_retry`` allows), and the one thread that
+        # keeps them (``reply_keeper``).
         self._own_link = None
+        self._link_retry = LinkRetry()
         self._keeper = ReplyKeeper(self._keep_here)
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
@@ -636,9 +639,12 @@ class ActorService:
     def _keeps_here(self, client: _Client, results: list) -> bool:
         """*Locked.* Whether a call's large results that its actor wrote on this node are
         kept here for the caller (``_keep_here``): a driver on another host that named its
-        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), and this process in a cluster
-        (it has a view)."""
-        if client.shm_dir or not client.where[0] or self._own_link is False:
+        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), this process in a cluster (it
+        has a view), and its link to its own node had or, after a failure, asked for
+        again no more often than every ``reply_keeper.RETRY_S``."""
+        if client.shm_dir or not client.where[0]:
+            return False
+        if self._own_link is None and not self._link_retry.may_try(time.monotonic()):
             return False
         if not any(type(data) is tuple and data[0] == "shm" for _kind, data in results):
             return False
@@ -677,13 +683,14 @@ class ActorService:
 
     def _here(self):
         """*Not locked, the keeper's thread only.* This process's link to its own node, which
-        keeps results for it (made once: ``RemoteNodes.client`` of this node's entry in the
-        view, its grant key asked); None when it cannot be had (then results cross at once,
-        and the link is not asked for again)."""
+        keeps results for it (made when first needed: ``RemoteNodes.client`` of this node's
+        entry in the view, its grant key asked); None when it cannot be had: results cross
+        at once, and the link is asked for again once ``_link_retry`` allows (every
+        ``reply_keeper.RETRY_S`` at most)."""
         link = self._own_link
-        if link is not None and link is not False and link.lost is None:
+        if link is not None and link.lost is None:
             return link
-        if link is False:
+        if not self._link_retry.may_try(time.monotonic()):
             return None
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
@@ -696,8 +703,10 @@ class ActorService:
                 raise LookupError("this node keeps no results for its drivers")
             nodes.kept_results.grant_key(link)
         except Exception as failed:  # noqa: BLE001 - results cross at once, as before
-            logger.info("results for drivers on other hosts cross at once: %s", failed)
-            self._own_link = False
+            logger.info("results for drivers on other hosts cross at once for %.0f s: %s",
+                        self._link_retry.every_s, failed)
+            self._own_link = None
+            self._link_retry.failed(time.monotonic())
             return None
         self._own_link = link
         return link

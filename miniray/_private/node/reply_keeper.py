@@ -2,7 +2,8 @@
 
 Owns: the queue of replies whose large results the actor service keeps on its own node for
 drivers on other hosts (``actor_service._keep_here``), the one worker thread that serves it
-in order, and how many replies each driver has in it (``waiting``).
+in order, how many replies each driver has in it (``waiting``), and when the service's link
+to its own node may be asked for again after it could not be had (``LinkRetry``, pure).
 Does not own: what keeping a result does (the service's ``work`` callable) or the replies
 themselves (``actor_service.py`` sends them on its I/O thread).
 Called by: ``node/actor_service.ActorService`` (``put`` and ``done`` under the owner's
@@ -26,9 +27,40 @@ import logging
 import threading
 from typing import Callable
 
-__all__ = ["ReplyKeeper"]
+__all__ = ["LinkRetry", "ReplyKeeper", "RETRY_S"]
 
 logger = logging.getLogger(__name__)
+
+# After the service could not have its link to its own node, results cross at once until
+# this long has passed; then the link is asked for again (at most this often).
+RETRY_S = 5.0
+
+
+class LinkRetry:
+    """Pure: when the service's link to its own node may be asked for again.
+
+    Example:
+        >>> retry = LinkRetry(5.0)
+        >>> retry.may_try(100.0)
+        True
+        >>> retry.failed(100.0); retry.may_try(104.9), retry.may_try(105.0)
+        (False, True)
+        >>> retry.failures
+        1
+    """
+
+    def __init__(self, every_s: float = RETRY_S):
+        self.every_s = every_s
+        self.not_before = 0.0
+        self.failures = 0
+
+    def may_try(self, now: float) -> bool:
+        return now >= self.not_before
+
+    def failed(self, now: float) -> None:
+        self.failures += 1
+        self.not_before = now + self.every_s
+
 
 class ReplyKeeper:
     """One daemon thread, started at the first ``put``, that runs ``work(job)`` for each job
