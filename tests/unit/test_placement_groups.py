@@ -3,6 +3,8 @@ their reservation in the ledger. Wording compared with Ray 2.60."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from miniray._private.core import placement
@@ -563,6 +565,33 @@ def test_an_actor_in_a_pending_served_group_got_by_handle_goes_to_the_service():
     other, _owner, asked = _driver_pgs({}, held=None)  # not the service's: stays here
     other.route_served(zero)
     assert not _owner.remote_nodes.bundles.serves(zero) and asked == [B]
+
+
+def test_a_pending_served_group_once_reserved_routes_by_where_its_bundle_is():
+    """A handle's group noted pending sent every later actor to the service, even in a
+    bundle on the head once reserved; now the ledger is read again at each actor."""
+    ledger: dict = {}
+    pgs, owner, asked = _driver_pgs(ledger, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero, one = (placement.rewrite_request({"CPU": 1}, B, i) for i in (0, 1))
+    pgs.route_served(zero)
+    assert bundles.serves(zero) and asked == [B]
+    assert pgs.needs_route(zero)  # a worker's actor looks it up again
+    pgs.route_served(zero)  # still not in the ledger: pending, not asked again
+    assert bundles.serves(zero) and asked == [B]
+    ledger[B] = {"detached": True, "nodes": ["head", "member"]}  # reserved
+    pgs.route_served(zero)
+    assert not bundles.serves(zero)  # the head's bundle: this driver creates it
+    assert bundles.serves(one)  # the member's: the service
+    assert not pgs.needs_route(one) and asked == [B]
+    alone, owner, asked = _driver_pgs({}, held="PENDING")
+    alone.route_served(zero)
+    assert owner.remote_nodes.bundles.serves(zero)
+    owner.ledger.groups = lambda: {B: types.SimpleNamespace(
+        group={"detached": True, "nodes": ["head"]})}  # reserved on the head only
+    alone.route_served(zero)
+    assert not owner.remote_nodes.bundles.serves(zero)
+    assert B not in owner.remote_nodes.bundles.served_pending
 
 
 def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():

@@ -190,8 +190,9 @@ class PlacementGroupNodes:
     def needs_route(self, request) -> bool:
         """*Locked*, no I/O. Whether ``route_served`` has something to learn before an
         actor of placement ``request`` is created by a driver joined to a node: its group is
-        neither this driver's own nor noted as served yet (a worker's request is then
-        deferred off the lock to ask, ``requests.WorkerRequests.on_call``)."""
+        neither this driver's own nor noted as served and reserved yet (one noted pending
+        may be reserved since; a worker's request is then deferred off the lock to ask,
+        ``requests.WorkerRequests.on_call``)."""
         parsed = placement.bundle_request(request)
         if parsed is None or self.owner.actors.link is None:
             return False
@@ -199,8 +200,7 @@ class PlacementGroupNodes:
         if group is not None and not group.served:
             return False
         remote = self.owner.remote_nodes
-        return remote is None or (parsed[0] not in remote.bundles.served
-                                  and parsed[0] not in remote.bundles.served_pending)
+        return remote is None or parsed[0] not in remote.bundles.served
 
     def route_served(self, request) -> None:
         """*Not locked* (a ledger read, and one request to the service). Before an actor
@@ -208,8 +208,11 @@ class PlacementGroupNodes:
         the group is a detached one the node's actor service holds, it is noted (as
         ``lookup`` and ``elsewhere`` do), so that ``ActorManager.is_node_actor`` sends the
         actor there when it must go there: a bundle on another node, or a group not
-        reserved yet (``served_pending``: the service places it once it is). So a
-        handle that came any way (an argument, a named actor's answer) routes alike."""
+        reserved yet (``served_pending``: the service places it once it is). A group
+        noted pending is read again from the ledger at each actor: once reserved, it is
+        routed by where the bundle is, as one reserved when first noted (a bundle of this
+        node: created here). So a handle that came any way (an argument, a named actor's
+        answer) routes alike."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return
@@ -220,8 +223,7 @@ class PlacementGroupNodes:
         if self._cluster() is None or self._detached_home() != "service":
             return
         remote = self.owner.remote_nodes
-        if remote is not None and (hex_ in remote.bundles.served or
-                                   hex_ in remote.bundles.served_pending):
+        if remote is not None and hex_ in remote.bundles.served:
             return
         try:
             lease = self.ledger.groups().get(hex_)
@@ -230,6 +232,8 @@ class PlacementGroupNodes:
         if lease is not None:
             self._note_if_served(hex_, lease.group)
             return
+        if remote is not None and hex_ in remote.bundles.served_pending:
+            return  # still pending: the service places it once reserved
         if group is None:  # not this driver's: does the service hold it (pending)?
             from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
 
