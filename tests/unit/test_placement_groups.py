@@ -594,6 +594,63 @@ def test_a_pending_served_group_once_reserved_routes_by_where_its_bundle_is():
     assert B not in owner.remote_nodes.bundles.served_pending
 
 
+def test_the_service_finds_a_pending_group_it_holds_by_name():
+    pgs = _service_pgs({"aa": "PENDING", "bb": "CREATED", "cc": "PENDING"})
+    pgs.groups["aa"].name, pgs.groups["bb"].name = "late", "done"
+    pgs.groups["cc"].name = "doomed"
+    pgs._doomed.add("cc")  # removed while the service creates it
+    assert pgs.served_named("late") == ("aa", [{"CPU": 1.0}], "PACK")
+    assert [pgs.served_named(n) for n in ("done", "doomed", "none", "")] == [None] * 4
+
+
+def test_another_driver_finds_a_pending_served_group_by_name_and_follows_it():
+    """Ray finds a pending group by name and its ready() waits: the driver asks the
+    service after the ledger and keeps a record that follows the group."""
+    ledger: dict = {}
+    pgs, owner, asked = _driver_pgs(ledger, held="PENDING")
+    timers: list = []
+    owner.reactor = types.SimpleNamespace(call_later=lambda delay, cb: timers.append(cb))
+    owner.wake_dispatch = lambda: None
+    owner.objects.ensure = lambda object_id: None
+    owner.check_usable = lambda: None
+    found: list = []
+
+    def find(name):
+        found.append(name)
+        return (B, [{"CPU": 1.0}, {"CPU": 1.0}], "STRICT_SPREAD") if name == "late" else None
+
+    owner.actors.find_group_in_service = find
+    assert pgs.lookup("late") == (B, [{"CPU": 1.0}, {"CPU": 1.0}]) and found == ["late"]
+    with pytest.raises(ValueError, match="with name: other"):
+        pgs.lookup("other")
+    group = pgs.groups[B]
+    assert group.served and group.state == "PENDING" and timers  # followed on the retry
+    assert pgs.state_of(B) == "PENDING" and not pgs.wait(B, 0.0)
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    assert bundles.serves(zero)  # its actors go to the service meanwhile
+    ready = pgs.ready_object(B, "handle")
+    assert group.ready_ids == [ready]
+    assert pgs.lookup("late")[0] == B and found == ["late", "other"]  # its own record now
+    ledger[B] = {"detached": True, "nodes": ["head", "member"], "name": "late",
+                 "bundles": [{"CPU": 1.0}, {"CPU": 1.0}]}  # reserved
+    pgs._follow_served(group)
+    assert group.state == "CREATED" and owner.failed == [ready]  # set_ready'd
+    assert not bundles.serves(zero) and bundles.serves(
+        placement.rewrite_request({"CPU": 1}, B, 1))
+    assert pgs.wait(B, 0.0)
+    # reserved between the driver's ledger read and the service's answer: found anyway
+    racing, owner, _asked = _driver_pgs({}, held=None)
+    record = {"detached": True, "nodes": ["head"], "name": "raced", "bundles": [{"CPU": 1}]}
+
+    def reserved_meanwhile(name):
+        owner.ledger.groups = lambda: {A: types.SimpleNamespace(group=record)}
+        return None
+
+    owner.actors.find_group_in_service = reserved_meanwhile
+    assert racing.lookup("raced") == (A, [{"CPU": 1}])
+
+
 def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():
     from miniray._private.owner.placement_group_records import _Group
 

@@ -12,7 +12,7 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
               PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN /    │
-              PG_STATE ────────────────────────────────────────┤ (a detached group
+              PG_STATE / PG_FIND ──────────────────────────────┤ (a detached group
                                                                │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
@@ -348,6 +348,8 @@ class ActorService:
                 value = None
             elif tag == protocol.SVC_PG_STATE:  # no round trip: this owner's record
                 value = self.owner.pgs.served_state(message[1])
+            elif tag == protocol.SVC_PG_FIND:  # no round trip: this owner's records
+                value = self.owner.pgs.served_named(message[1])
             elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
                 self._group_request(conn, message)
                 return  # answered by its thread

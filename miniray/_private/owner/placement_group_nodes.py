@@ -187,6 +187,45 @@ class PlacementGroupNodes:
             return PENDING if hex_ in self._serving and hex_ not in self._doomed else None
         return group.state
 
+    def served_named(self, name: str):
+        """*Locked*, no I/O. In the node's actor service (``SVC_PG_FIND``): ``(hex, bundles,
+        strategy)`` of the pending detached group called ``name`` that this owner holds,
+        None otherwise (a reserved one is in the ledger, which the driver read first)."""
+        for group in self.groups.values():
+            if name and group.name == name and group.state == PENDING and \
+                    group.hex not in self._doomed:
+                return group.hex, group.bundles, group.strategy
+        return None
+
+    def _find_served(self, name: str):
+        """*Not locked* (one request to the service). ``lookup``'s last try: a pending
+        detached group called ``name`` that the node's actor service holds (Ray finds a
+        pending group by name; ``ready()`` waits). This driver then keeps a record that
+        follows it as its creator's does (``_follow_served``: ``ready()``, ``wait()``, the
+        table, removal), and notes it ``served_pending`` (its actors go to the service
+        until it is reserved). ``(hex, bundles)``, or None; the service holding none of
+        that name pending, the ledger is read again (reserved meanwhile)."""
+        if not name or self._cluster() is None or self._detached_home() != "service":
+            return None
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        try:
+            found = self.owner.actors.find_group_in_service(name)
+        except (ServiceUnavailable, OSError):
+            return None
+        if found is None:
+            return self._reserved_named(name)
+        hex_, bundles, strategy = found
+        cluster = self._cluster()
+        with self.owner.locked():
+            if hex_ not in self.groups:
+                group = _Group(hex_, bundles, strategy, name, True)
+                group.served = True
+                self.groups[hex_] = group
+                self._arm_retry()
+            cluster.bundles.note_served(hex_, [])
+        return hex_, bundles
+
     def needs_route(self, request) -> bool:
         """*Locked*, no I/O. Whether ``route_served`` has something to learn before an
         actor of placement ``request`` is created by a driver joined to a node: its group is

@@ -420,15 +420,26 @@ class PlacementGroups(PlacementGroupNodes):
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
         """*Not locked.* ``(hex, bundles)`` of the group called ``name`` (reserved by any
-        driver of the node, or pending here); ValueError as Ray's when there is none."""
+        driver of the node, pending here, or a detached one pending in the node's actor
+        service: ``_find_served``); ValueError as Ray's when there is none."""
+        found = self._reserved_named(name)
+        if found is not None:
+            return found
+        for group in list(self.groups.values()):
+            if name and group.name == name and group.state == PENDING:
+                return group.hex, group.bundles
+        found = self._find_served(name)
+        if found is not None:
+            return found
+        raise ValueError(f"Failed to look up placement group with name: {name}")
+
+    def _reserved_named(self, name: str) -> tuple[str, list] | None:
+        """*Not locked.* ``lookup`` in the ledger (a served group found there is noted)."""
         for hex_, lease in self.ledger.groups().items():
             if name and lease.group.get("name") == name:
                 self._note_if_served(hex_, lease.group)
                 return hex_, lease.group["bundles"]
-        for group in self.groups.values():
-            if name and group.name == name and group.state == PENDING:
-                return group.hex, group.bundles
-        raise ValueError(f"Failed to look up placement group with name: {name}")
+        return None
 
     def table(self) -> dict[str, dict[str, Any]]:
         """*Not locked.* Every group known here: the node's reserved ones (any driver's),
