@@ -370,10 +370,13 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     import miniray as ray
     from miniray.util.placement_group import (get_placement_group, placement_group_table,
                                               remove_placement_group)
+    from miniray.util.state import list_placement_groups
     ray.init(address="auto")
     pg = get_placement_group("late")
+    rows = list_placement_groups(filters=[("name", "=", "late")])
     print(json.dumps({"early": pg.wait(0.5), "state": placement_group_table(pg)["state"],
-                      "bundles": pg.bundle_specs}), flush=True)
+                      "bundles": pg.bundle_specs, "rows": [r["state"] for r in rows]}),
+          flush=True)
     later = pg.wait(30)
     ready = ray.get(pg.ready(), timeout=10) is not None
     nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
@@ -383,7 +386,7 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     """, hosts.env("127.0.0.1"))
         doc = json_line(other, 30)
         assert doc == {"early": False, "state": "PENDING",
-                       "bundles": [{"CPU": 1.0}, {"CPU": 1.0}]}, doc
+                       "bundles": [{"CPU": 1.0}, {"CPU": 1.0}], "rows": ["PENDING"]}, doc
         joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
         assert joined.returncode == 0, joined.stderr
         doc = json_line(other, 40)

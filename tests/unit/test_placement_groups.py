@@ -629,6 +629,7 @@ def test_another_driver_finds_a_pending_served_group_by_name_and_follows_it():
     bundles = owner.remote_nodes.bundles
     zero = placement.rewrite_request({"CPU": 1}, B, 0)
     assert bundles.serves(zero)  # its actors go to the service meanwhile
+    assert pgs.pending_records() == []  # the service lists it, once for every driver
     ready = pgs.ready_object(B, "handle")
     assert group.ready_ids == [ready]
     assert pgs.lookup("late")[0] == B and found == ["late", "other"]  # its own record now

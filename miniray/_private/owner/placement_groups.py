@@ -91,9 +91,10 @@ class PlacementGroups(PlacementGroupNodes):
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:
         """*Locked.* The groups this driver still waits to reserve (the ledger holds only
-        reserved ones), as records for ``state_row``."""
+        reserved ones), as records for ``state_row``; not a served group's record (the
+        node's actor service, which holds it, lists it once for every driver)."""
         return [dict(g.record(self.node_id), infeasible=g.infeasible or g.never)
-                for g in self.groups.values() if g.state == PENDING]
+                for g in self.groups.values() if g.state == PENDING and not g.served]
 
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
         """*Not locked.* Validate and reserve now if the node (or, in a cluster, the nodes)
