@@ -7,7 +7,10 @@ What one run measures, each ``--repeat`` times (best and median, ms):
 
 * ``call_get``: ``ray.get(keeper.held.remote())`` by a driver on the head's host;
 * ``call_del``: the call, waited for until its result is done (sent here, or kept on the
-  member), then dropped without a ``get``: what a caller that never reads the value pays.
+  member), then dropped without a ``get``: what a caller that never reads the value pays;
+* ``open_pull``: within ``call_get``, each granted pull's new connection to the keeping
+  node (``_Granted.open_pull``: TCP connect, the peer handshake and the grant's check;
+  one per object, docs/remote-objects.md), timed in the driver around that call.
 
 ``--driver member``: the driver on the member's host and the actor on the head (the
 actor service's own node), the other way a value crosses hosts.
@@ -43,12 +46,24 @@ import numpy as np
 import miniray as ray
 from miniray._private import runtime
 from miniray._private.owner.object_table import READY
+from miniray._private.owner import remote_objects
 from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 MB, REPEAT = {mb}, {repeat}
 ray.init(address="auto")
 member = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "{actor_ip}")
-n = MB * 1000 * 1000 // 8
+n = int(MB * 1000 * 1000) // 8
+opened = []
+_open_pull = remote_objects._Granted.open_pull
+
+def open_pull(self, *args, **kwargs):  # a granted pull's connection, timed
+    t0 = time.perf_counter()
+    try:
+        return _open_pull(self, *args, **kwargs)
+    finally:
+        opened.append(time.perf_counter() - t0)
+
+remote_objects._Granted.open_pull = open_pull
 
 @ray.remote
 class Keeper:
@@ -83,6 +98,10 @@ for rounds in (1, REPEAT):
             if rounds == REPEAT:
                 samples[name].append(time.perf_counter() - t0)
             del value
+    if rounds == 1:
+        opened.clear()  # the first round warms up
+if opened:
+    samples["open_pull"] = list(opened)
 assert ray.get(keeper.held.remote()).sum() == n
 ref = keeper.held.remote()
 while not done(ref):
@@ -99,7 +118,7 @@ ray.shutdown()
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=200)
+    parser.add_argument("--mb", type=float, default=200, help="MB (1.048576: 1 MiB)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="one JSON object instead")
     parser.add_argument("--driver", choices=("head", "member"), default="head",

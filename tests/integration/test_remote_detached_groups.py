@@ -346,6 +346,64 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
     assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
 
 
+def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_waits(hosts):
+    """Ray finds a pending group by name and ``ready()`` waits: another driver's
+    ``get_placement_group(name)`` finds the group the service holds pending; it is
+    reserved once a member joins, and that driver's wait, ready() and removal work."""
+    _cluster(hosts, "2", None)
+    creator = driver("""
+    import json, sys
+    import miniray as ray
+    from miniray.util.placement_group import placement_group
+    ray.init(address="auto")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                         name="late", lifetime="detached")
+    print(json.dumps({"early": pg.wait(0.5)}), flush=True)
+    sys.stdin.readline()
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        assert json_line(creator, 30) == {"early": False}
+        other = driver("""
+    import json
+    import miniray as ray
+    from miniray.util.placement_group import (get_placement_group, placement_group_table,
+                                              remove_placement_group)
+    from miniray.util.state import list_placement_groups
+    ray.init(address="auto")
+    pg = get_placement_group("late")
+    rows = list_placement_groups(filters=[("name", "=", "late")])
+    print(json.dumps({"early": pg.wait(0.5), "state": placement_group_table(pg)["state"],
+                      "bundles": pg.bundle_specs, "rows": [r["state"] for r in rows]}),
+          flush=True)
+    later = pg.wait(30)
+    ready = ray.get(pg.ready(), timeout=10) is not None
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    remove_placement_group(pg)
+    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"))
+        doc = json_line(other, 30)
+        assert doc == {"early": False, "state": "PENDING",
+                       "bundles": [{"CPU": 1.0}, {"CPU": 1.0}], "rows": ["PENDING"]}, doc
+        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+        assert joined.returncode == 0, joined.stderr
+        doc = json_line(other, 40)
+        assert doc["later"] is True and doc["ready"] is True, doc
+        assert len(set(doc["nodes"])) == 2, doc
+        assert other.wait(30) == 0
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert creator.wait(30) == 0
+    finally:
+        stop_driver(creator)
+        if other is not None:
+            stop_driver(other)
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
 def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_removes(hosts):
     """Handles of two pending detached groups passed to another driver (pickled): its
     actor without a name in one is the service's, placed on the member once it joins;

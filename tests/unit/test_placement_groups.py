@@ -3,6 +3,8 @@ their reservation in the ledger. Wording compared with Ray 2.60."""
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
 from miniray._private.core import placement
@@ -563,6 +565,91 @@ def test_an_actor_in_a_pending_served_group_got_by_handle_goes_to_the_service():
     other, _owner, asked = _driver_pgs({}, held=None)  # not the service's: stays here
     other.route_served(zero)
     assert not _owner.remote_nodes.bundles.serves(zero) and asked == [B]
+
+
+def test_a_pending_served_group_once_reserved_routes_by_where_its_bundle_is():
+    """A handle's group noted pending sent every later actor to the service, even in a
+    bundle on the head once reserved; now the ledger is read again at each actor."""
+    ledger: dict = {}
+    pgs, owner, asked = _driver_pgs(ledger, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero, one = (placement.rewrite_request({"CPU": 1}, B, i) for i in (0, 1))
+    pgs.route_served(zero)
+    assert bundles.serves(zero) and asked == [B]
+    assert pgs.needs_route(zero)  # a worker's actor looks it up again
+    pgs.route_served(zero)  # still not in the ledger: pending, not asked again
+    assert bundles.serves(zero) and asked == [B]
+    ledger[B] = {"detached": True, "nodes": ["head", "member"]}  # reserved
+    pgs.route_served(zero)
+    assert not bundles.serves(zero)  # the head's bundle: this driver creates it
+    assert bundles.serves(one)  # the member's: the service
+    assert not pgs.needs_route(one) and asked == [B]
+    alone, owner, asked = _driver_pgs({}, held="PENDING")
+    alone.route_served(zero)
+    assert owner.remote_nodes.bundles.serves(zero)
+    owner.ledger.groups = lambda: {B: types.SimpleNamespace(
+        group={"detached": True, "nodes": ["head"]})}  # reserved on the head only
+    alone.route_served(zero)
+    assert not owner.remote_nodes.bundles.serves(zero)
+    assert B not in owner.remote_nodes.bundles.served_pending
+
+
+def test_the_service_finds_a_pending_group_it_holds_by_name():
+    pgs = _service_pgs({"aa": "PENDING", "bb": "CREATED", "cc": "PENDING"})
+    pgs.groups["aa"].name, pgs.groups["bb"].name = "late", "done"
+    pgs.groups["cc"].name = "doomed"
+    pgs._doomed.add("cc")  # removed while the service creates it
+    assert pgs.served_named("late") == ("aa", [{"CPU": 1.0}], "PACK")
+    assert [pgs.served_named(n) for n in ("done", "doomed", "none", "")] == [None] * 4
+
+
+def test_another_driver_finds_a_pending_served_group_by_name_and_follows_it():
+    """Ray finds a pending group by name and its ready() waits: the driver asks the
+    service after the ledger and keeps a record that follows the group."""
+    ledger: dict = {}
+    pgs, owner, asked = _driver_pgs(ledger, held="PENDING")
+    timers: list = []
+    owner.reactor = types.SimpleNamespace(call_later=lambda delay, cb: timers.append(cb))
+    owner.wake_dispatch = lambda: None
+    owner.objects.ensure = lambda object_id: None
+    owner.check_usable = lambda: None
+    found: list = []
+
+    def find(name):
+        found.append(name)
+        return (B, [{"CPU": 1.0}, {"CPU": 1.0}], "STRICT_SPREAD") if name == "late" else None
+
+    owner.actors.find_group_in_service = find
+    assert pgs.lookup("late") == (B, [{"CPU": 1.0}, {"CPU": 1.0}]) and found == ["late"]
+    with pytest.raises(ValueError, match="with name: other"):
+        pgs.lookup("other")
+    group = pgs.groups[B]
+    assert group.served and group.state == "PENDING" and timers  # followed on the retry
+    assert pgs.state_of(B) == "PENDING" and not pgs.wait(B, 0.0)
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    assert bundles.serves(zero)  # its actors go to the service meanwhile
+    assert pgs.pending_records() == []  # the service lists it, once for every driver
+    ready = pgs.ready_object(B, "handle")
+    assert group.ready_ids == [ready]
+    assert pgs.lookup("late")[0] == B and found == ["late", "other"]  # its own record now
+    ledger[B] = {"detached": True, "nodes": ["head", "member"], "name": "late",
+                 "bundles": [{"CPU": 1.0}, {"CPU": 1.0}]}  # reserved
+    pgs._follow_served(group)
+    assert group.state == "CREATED" and owner.failed == [ready]  # set_ready'd
+    assert not bundles.serves(zero) and bundles.serves(
+        placement.rewrite_request({"CPU": 1}, B, 1))
+    assert pgs.wait(B, 0.0)
+    # reserved between the driver's ledger read and the service's answer: found anyway
+    racing, owner, _asked = _driver_pgs({}, held=None)
+    record = {"detached": True, "nodes": ["head"], "name": "raced", "bundles": [{"CPU": 1}]}
+
+    def reserved_meanwhile(name):
+        owner.ledger.groups = lambda: {A: types.SimpleNamespace(group=record)}
+        return None
+
+    owner.actors.find_group_in_service = reserved_meanwhile
+    assert racing.lookup("raced") == (A, [{"CPU": 1}])
 
 
 def test_a_pending_served_group_removed_by_another_driver_ends_in_its_creator():

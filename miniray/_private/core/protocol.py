@@ -124,6 +124,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_PG_RETURN, loan_id)                    →  (SVC_OK, None)
     (SVC_PG_STATE, hex)                         →  (SVC_OK, "CREATED" | "PENDING" | None
                                                    (not held here: never, or removed))
+    (SVC_PG_FIND, name)                         →  (SVC_OK, (hex, bundles, strategy) of a
+                                                   pending group of that name held here
+                                                   | None)
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
@@ -169,7 +172,8 @@ from miniray import _version
 # 9: an actor service's call results kept on their node (SVC_RESULT's "kept" items,
 #    SVC_FREE; SVC_HELLO carries the driver's node id and IP); a driver asks the service
 #    whether it holds a detached group (SVC_PG_STATE).
-PROTOCOL_VERSION = 9
+# 10: a driver finds a pending detached group the service holds by name (SVC_PG_FIND).
+PROTOCOL_VERSION = 10
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -222,6 +226,7 @@ SVC_PG_REMOVE = 91
 SVC_PG_LEND = 92
 SVC_PG_RETURN = 93
 SVC_PG_STATE = 94
+SVC_PG_FIND = 95
 
 # 2. control socket
 CANCEL = 20
@@ -287,7 +292,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
                       "SVC_YIELD", "SVC_FREE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
-                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE"),
+                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE", "SVC_PG_FIND"),
 }
 
 

@@ -12,7 +12,7 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
 
     driver ── control: CREATE / LOOKUP / LIST / KILL ─► reply ─┐
               PG_CREATE / PG_REMOVE / PG_LEND / PG_RETURN /    │
-              PG_STATE ────────────────────────────────────────┤ (a detached group
+              PG_STATE / PG_FIND ──────────────────────────────┤ (a detached group
                                                                │  of the cluster)
     driver ── calls:   CALL / OBJECT / CANCEL / HOLD / RELEASE ┼─► this process's owner
               ◄── RESULT (values, or segments renamed into ────┘   (ActorManager, I/O thread)
@@ -89,11 +89,13 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from miniray._private import runtime
 from miniray._private.core import ids, protocol, serialization
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.task_spec import STREAMING
+from miniray._private.node.reply_keeper import LinkRetry, ReplyKeeper
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
@@ -203,9 +205,12 @@ class ActorService:
         self._conns: dict[int, tuple[FramedSocket, _Client | None, str]] = {}
         self._creators: dict[bytes, str] = {}  # actor id -> token of the driver that made it
         # This process's link to its own node, which keeps its actors' large results for
-        # drivers on other hosts (``_here``): None until first needed, False when it
-        # cannot be had.
+        # drivers on other hosts (``_here``): None until first needed or while it cannot
+        # be had (asked for again once ``_link_retry`` allows), and the one thread that
+        # keeps them (``reply_keeper``).
         self._own_link = None
+        self._link_retry = LinkRetry()
+        self._keeper = ReplyKeeper(self._keep_here)
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
             "it is probably an actor without a name that belongs to one of the node's drivers, "
@@ -343,6 +348,8 @@ class ActorService:
                 value = None
             elif tag == protocol.SVC_PG_STATE:  # no round trip: this owner's record
                 value = self.owner.pgs.served_state(message[1])
+            elif tag == protocol.SVC_PG_FIND:  # no round trip: this owner's records
+                value = self.owner.pgs.served_named(message[1])
             elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
                 self._group_request(conn, message)
                 return  # answered by its thread
@@ -543,10 +550,10 @@ class ActorService:
                                            if objects.get(i) is not None]))
         if held:
             objects.release(inner)
-        if self._keeps_here(client, results):  # a driver on another host: kept here
-            threading.Thread(target=self._keep_here, daemon=True, name="miniray-svc-keep",
-                             args=(client, task_id, return_ids, results, nested)).start()
-            return
+        keep = self._keeps_here(client, results)  # a driver on another host: kept here
+        if (keep or client.token in self._keeper.waiting) and self._keeper.put(
+                client.token, (client, task_id, return_ids, results, nested, keep)):
+            return  # after the replies of this driver's queued before it (reply_keeper)
         self._send_reply(client, task_id, return_ids, results, nested)
 
     def _send_reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
@@ -634,9 +641,12 @@ class ActorService:
     def _keeps_here(self, client: _Client, results: list) -> bool:
         """*Locked.* Whether a call's large results that its actor wrote on this node are
         kept here for the caller (``_keep_here``): a driver on another host that named its
-        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), and this process in a cluster
-        (it has a view)."""
-        if client.shm_dir or not client.where[0] or self._own_link is False:
+        node, keeping on (``MINIRAY_KEEP_REMOTE_RESULTS``), this process in a cluster (it
+        has a view), and its link to its own node had or, after a failure, asked for
+        again no more often than every ``reply_keeper.RETRY_S``."""
+        if client.shm_dir or not client.where[0]:
+            return False
+        if self._own_link is None and not self._link_retry.may_try(time.monotonic()):
             return False
         if not any(type(data) is tuple and data[0] == "shm" for _kind, data in results):
             return False
@@ -644,33 +654,46 @@ class ActorService:
 
         return remote_nodes.keep_results() and bool(self.owner.hello_info.get("session_dir"))
 
-    def _keep_here(self, client: _Client, task_id: bytes, return_ids: list, results: list,
-                   nested: list) -> None:
-        """A thread, not locked: the large results an actor of this process wrote on this
-        node for a driver on another host stay here, kept by this node for this process's
-        own link to it (``_here``), as a worker's kept result is: its bytes reserved in the
-        link's budget file, the segment renamed ``mr_<link tag>_<object id>``, booked
-        (``KeptResults.keep_segment``); the caller then gets them as any kept result
-        (``_hand_on_kept``). Past the link's cap, or without the link: sent at once, as
-        before. The reply then goes out on the I/O thread (``_send_reply``)."""
+    def _keep_here(self, job: tuple) -> None:
+        """The keeper's thread (``reply_keeper``), not locked: the large results an actor of
+        this process wrote on this node for a driver on another host stay here, kept by
+        this node for this process's own link to it (``_here``), as a worker's kept result
+        is: its bytes reserved in the link's budget file, the segment renamed
+        ``mr_<link tag>_<object id>``, booked (``KeptResults.keep_segment``); the caller then
+        gets them as any kept result (``_hand_on_kept``). Past the link's cap, or without
+        the link: sent at once, as before. A job that keeps nothing (a reply queued behind
+        another of its driver's) is only passed on. The reply then goes out on the I/O
+        thread (``_send_reply``), in the order the jobs were queued."""
+        client, task_id, return_ids, results, nested, keep = job
         out = list(results)
-        link = self._here()
-        for index, (kind, data) in enumerate(results):
-            if link is not None and type(data) is tuple and data[0] == "shm" and \
-                    index < len(return_ids):
-                out[index] = self._keep_segment(link, return_ids[index], kind, data)
-        with self.owner.locked():
-            self.owner.reactor.call_later(0, functools.partial(
-                self._send_reply, client, task_id, return_ids, out, nested))
+        try:
+            link = self._here() if keep else None
+            for index, (kind, data) in enumerate(results):
+                if link is not None and type(data) is tuple and data[0] == "shm" and \
+                        index < len(return_ids):
+                    out[index] = self._keep_segment(link, return_ids[index], kind, data)
+        finally:  # whatever happened, the reply goes (what was not kept crosses at once)
+            with self.owner.locked():
+                self.owner.reactor.call_later(0, functools.partial(
+                    self._send_kept_reply, client, task_id, return_ids, out, nested))
+
+    def _send_kept_reply(self, client: _Client, task_id: bytes, return_ids: list,
+                         results: list, nested: list) -> None:
+        """*Locked.* A reply the keeper passed on: sent, and no longer waiting."""
+        self._keeper.done(client.token)
+        self._send_reply(client, task_id, return_ids, results, nested)
 
     def _here(self):
-        """*Not locked.* This process's link to its own node, which keeps results for it
-        (made once: ``RemoteNodes.client`` of this node's entry in the view, its grant key
-        asked); None when it cannot be had (then results cross at once, and the link is
-        not asked for again)."""
+        """*Not locked, the keeper's thread only.* This process's link to its own node, which
+        keeps results for it (made when first needed: ``RemoteNodes.client`` of this node's
+        entry in the view, its grant key asked); None when it cannot be had: results cross
+        at once, and the link is asked for again once ``_link_retry`` allows (every
+        ``reply_keeper.RETRY_S`` at most)."""
         link = self._own_link
-        if link is not None and link is not False and link.lost is None:
+        if link is not None and link.lost is None:
             return link
+        if not self._link_retry.may_try(time.monotonic()):
+            return None
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
         try:
@@ -682,8 +705,10 @@ class ActorService:
                 raise LookupError("this node keeps no results for its drivers")
             nodes.kept_results.grant_key(link)
         except Exception as failed:  # noqa: BLE001 - results cross at once, as before
-            logger.info("results for drivers on other hosts cross at once: %s", failed)
-            self._own_link = False
+            logger.info("results for drivers on other hosts cross at once for %.0f s: %s",
+                        self._link_retry.every_s, failed)
+            self._own_link = None
+            self._link_retry.failed(time.monotonic())
             return None
         self._own_link = link
         return link
@@ -758,7 +783,9 @@ class ActorService:
 
     # -- teardown ---------------------------------------------------------------------------------
     def close(self) -> None:
-        """Stop accepting and close every driver's sockets (their proxies fail from now on)."""
+        """Stop accepting and close every driver's sockets (their proxies fail from now on);
+        the keeper's thread ends after the reply it is in."""
+        self._keeper.close()
         with self.owner.locked():
             self.owner.reactor.unregister(self.listener.fileno())
             self.listener.close()

@@ -18,10 +18,10 @@ or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
-``group_state_in_service``: not locked), ``remote_bundles`` (``borrow_room_in_service``,
-``return_room_in_service``: its borrower's thread), the manager (``proxy``, ``export``,
-``nested_ids``, ``kept_in_service``, ``free_in_service``: locked), the link (``export``,
-``nested_ids``).
+``group_state_in_service``, ``find_group_in_service``: not locked), ``remote_bundles``
+(``borrow_room_in_service``, ``return_room_in_service``: its borrower's thread), the
+manager (``proxy``, ``export``, ``nested_ids``, ``kept_in_service``, ``free_in_service``:
+locked), the link (``export``, ``nested_ids``).
 """
 
 from __future__ import annotations
@@ -170,6 +170,11 @@ class ServiceProxies:
         """*Not locked.* Whether the node's actor service holds detached group ``hex_``:
         "CREATED", "PENDING", or None (it never did, or it was removed)."""
         return self.link._request((protocol.SVC_PG_STATE, hex_))
+
+    def find_group_in_service(self, name: str):
+        """*Not locked.* ``(hex, bundles, strategy)`` of the pending detached group called
+        ``name`` that the node's actor service holds, or None (``SVC_PG_FIND``)."""
+        return self.link._request((protocol.SVC_PG_FIND, name))
 
     def borrow_room_in_service(self, hex_: str, index: int, base: dict):
         """*Not locked.* Room for one task in bundle ``index`` of a detached group the

@@ -192,11 +192,51 @@ class PlacementGroupNodes:
             return PENDING if hex_ in self._serving and hex_ not in self._doomed else None
         return group.state
 
+    def served_named(self, name: str):
+        """*Locked*, no I/O. In the node's actor service (``SVC_PG_FIND``): ``(hex, bundles,
+        strategy)`` of the pending detached group called ``name`` that this owner holds,
+        None otherwise (a reserved one is in the ledger, which the driver read first)."""
+        for group in self.groups.values():
+            if name and group.name == name and group.state == PENDING and \
+                    group.hex not in self._doomed:
+                return group.hex, group.bundles, group.strategy
+        return None
+
+    def _find_served(self, name: str):
+        """*Not locked* (one request to the service). ``lookup``'s last try: a pending
+        detached group called ``name`` that the node's actor service holds (Ray finds a
+        pending group by name; ``ready()`` waits). This driver then keeps a record that
+        follows it as its creator's does (``_follow_served``: ``ready()``, ``wait()``, the
+        table, removal), and notes it ``served_pending`` (its actors go to the service
+        until it is reserved). ``(hex, bundles)``, or None; the service holding none of
+        that name pending, the ledger is read again (reserved meanwhile)."""
+        if not name or self._cluster() is None or self._detached_home() != "service":
+            return None
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        try:
+            found = self.owner.actors.find_group_in_service(name)
+        except (ServiceUnavailable, OSError):
+            return None
+        if found is None:
+            return self._reserved_named(name)
+        hex_, bundles, strategy = found
+        cluster = self._cluster()
+        with self.owner.locked():
+            if hex_ not in self.groups:
+                group = _Group(hex_, bundles, strategy, name, True)
+                group.served = True
+                self.groups[hex_] = group
+                self._arm_retry()
+            cluster.bundles.note_served(hex_, [])
+        return hex_, bundles
+
     def needs_route(self, request) -> bool:
         """*Locked*, no I/O. Whether ``route_served`` has something to learn before an
         actor of placement ``request`` is created by a driver joined to a node: its group is
-        neither this driver's own nor noted as served yet (a worker's request is then
-        deferred off the lock to ask, ``requests.WorkerRequests.on_call``)."""
+        neither this driver's own nor noted as served and reserved yet (one noted pending
+        may be reserved since; a worker's request is then deferred off the lock to ask,
+        ``requests.WorkerRequests.on_call``)."""
         parsed = placement.bundle_request(request)
         if parsed is None or self.owner.actors.link is None:
             return False
@@ -204,8 +244,7 @@ class PlacementGroupNodes:
         if group is not None and not group.served:
             return False
         remote = self.owner.remote_nodes
-        return remote is None or (parsed[0] not in remote.bundles.served
-                                  and parsed[0] not in remote.bundles.served_pending)
+        return remote is None or parsed[0] not in remote.bundles.served
 
     def route_served(self, request) -> None:
         """*Not locked* (a ledger read, and one request to the service). Before an actor
@@ -213,8 +252,11 @@ class PlacementGroupNodes:
         the group is a detached one the node's actor service holds, it is noted (as
         ``lookup`` and ``elsewhere`` do), so that ``ActorManager.is_node_actor`` sends the
         actor there when it must go there: a bundle on another node, or a group not
-        reserved yet (``served_pending``: the service places it once it is). So a
-        handle that came any way (an argument, a named actor's answer) routes alike."""
+        reserved yet (``served_pending``: the service places it once it is). A group
+        noted pending is read again from the ledger at each actor: once reserved, it is
+        routed by where the bundle is, as one reserved when first noted (a bundle of this
+        node: created here). So a handle that came any way (an argument, a named actor's
+        answer) routes alike."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return
@@ -225,8 +267,7 @@ class PlacementGroupNodes:
         if self._cluster() is None or self._detached_home() != "service":
             return
         remote = self.owner.remote_nodes
-        if remote is not None and (hex_ in remote.bundles.served or
-                                   hex_ in remote.bundles.served_pending):
+        if remote is not None and hex_ in remote.bundles.served:
             return
         try:
             lease = self.ledger.groups().get(hex_)
@@ -235,6 +276,8 @@ class PlacementGroupNodes:
         if lease is not None:
             self._note_if_served(hex_, lease.group)
             return
+        if remote is not None and hex_ in remote.bundles.served_pending:
+            return  # still pending: the service places it once reserved
         if group is None:  # not this driver's: does the service hold it (pending)?
             from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
 

@@ -91,9 +91,10 @@ class PlacementGroups(PlacementGroupNodes):
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:
         """*Locked.* The groups this driver still waits to reserve (the ledger holds only
-        reserved ones), as records for ``state_row``."""
+        reserved ones), as records for ``state_row``; not a served group's record (the
+        node's actor service, which holds it, lists it once for every driver)."""
         return [dict(g.record(self.node_id), infeasible=g.infeasible or g.never)
-                for g in self.groups.values() if g.state == PENDING]
+                for g in self.groups.values() if g.state == PENDING and not g.served]
 
     def create(self, hex_: str, bundles, strategy: str, name: str, detached: bool) -> None:
         """*Not locked.* Validate and reserve now if the node (or, in a cluster, the nodes)
@@ -420,15 +421,26 @@ class PlacementGroups(PlacementGroupNodes):
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
         """*Not locked.* ``(hex, bundles)`` of the group called ``name`` (reserved by any
-        driver of the node, or pending here); ValueError as Ray's when there is none."""
+        driver of the node, pending here, or a detached one pending in the node's actor
+        service: ``_find_served``); ValueError as Ray's when there is none."""
+        found = self._reserved_named(name)
+        if found is not None:
+            return found
+        for group in list(self.groups.values()):
+            if name and group.name == name and group.state == PENDING:
+                return group.hex, group.bundles
+        found = self._find_served(name)
+        if found is not None:
+            return found
+        raise ValueError(f"Failed to look up placement group with name: {name}")
+
+    def _reserved_named(self, name: str) -> tuple[str, list] | None:
+        """*Not locked.* ``lookup`` in the ledger (a served group found there is noted)."""
         for hex_, lease in self.ledger.groups().items():
             if name and lease.group.get("name") == name:
                 self._note_if_served(hex_, lease.group)
                 return hex_, lease.group["bundles"]
-        for group in self.groups.values():
-            if name and group.name == name and group.state == PENDING:
-                return group.hex, group.bundles
-        raise ValueError(f"Failed to look up placement group with name: {name}")
+        return None
 
     def table(self) -> dict[str, dict[str, Any]]:
         """*Not locked.* Every group known here: the node's reserved ones (any driver's),
