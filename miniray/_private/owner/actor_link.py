@@ -298,7 +298,7 @@ class ActorLink:
                     sock.settimeout(waited)
                 control.send(pickle.dumps(message, 5))
                 return self._reply(control)
-            except TimeoutError:
+            except (TimeoutError, socket.timeout):  # one class from Python 3.10 on
                 what = protocol.tag_name("actor_service", message[0])
                 why = (f"the {self._where()} actor service did not answer {what} within "
                        f"{waited:g} s")
