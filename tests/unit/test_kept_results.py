@@ -103,9 +103,11 @@ def test_the_proxies_tell_a_kept_item_from_any_other_payload():
 def test_a_granted_pull_refused_every_time_is_pulled_again_by_the_next_reader(monkeypatch):
     """Defect: a pull of a result the actor service kept, refused by its node each time
     (the link's pulls all taken by other callers), was asked again for about 1 s and then
-    left an ObjectLostError on the object for good, while the node still held it. Now it
-    is asked again with doubling pauses, and if the node still refuses, the waiters of now
-    get the error and the next reader pulls again (``RemoteCopy.again``)."""
+    left an ObjectLostError on the object for good, while the node still held it. Now the
+    node says "busy", the pull is asked again with doubling pauses, and if the node still
+    refuses, the waiters of now get the error and the next reader pulls again
+    (``RemoteCopy.again``). A close without that answer (the link or the object gone on
+    the node) stays final at once."""
     import contextlib
 
     from miniray._private.core import protocol
@@ -131,7 +133,9 @@ def test_a_granted_pull_refused_every_time_is_pulled_again_by_the_next_reader(mo
     class Refused(_Channel):
         def send(self, message):
             asked.append(message)
-            raise ConnectionError("closed by the node before it answered")
+
+        def recv(self, timeout=None):
+            return ("error", 1, "busy", "this link's 8 pulls are all taken; ask again")
 
     monkeypatch.setattr(kept, "_pull_channel", lambda *args: Refused())
     monkeypatch.setattr(kept, "_watch", lambda *args: None)
@@ -143,3 +147,14 @@ def test_a_granted_pull_refused_every_time_is_pulled_again_by_the_next_reader(mo
     kept._pull(client, object_id, copy)
     assert len(asked) == remote_objects.GRANTED_TRIES
     assert ready == [protocol.ERR] and copy.again == protocol.OK  # pulled again later
+
+    class Closed(Refused):  # no answer: the link or the object gone on N, not busy
+        def recv(self, timeout=None):
+            raise ConnectionError("closed by the node before it answered")
+
+    monkeypatch.setattr(kept, "_pull_channel", lambda *args: Closed())
+    asked.clear()
+    ready.clear()
+    copy.again = None
+    kept._pull(client, object_id, copy)
+    assert len(asked) == 1 and ready == [protocol.ERR] and copy.again is None  # final

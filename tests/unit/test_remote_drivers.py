@@ -1059,3 +1059,38 @@ def test_after_a_refused_keep_the_later_values_received_here_are_given_up(node, 
         with pytest.raises(KeepRefused):  # no such segment on the node: refused
             results.keep_results(client, node.entry.node_id, spec, items)
     assert sorted(given_up) == ["/driver/shm/seg0", "/driver/shm/seg2"]
+
+
+def test_a_pull_past_the_links_limit_is_told_busy_and_one_of_no_link_is_just_closed(
+        node, tmp_path):
+    """A link's pulls all taken: the next one's ask is read and answered "busy" (a granted
+    puller asks again later), then closed; a pull naming no link is closed unanswered (its
+    object is gone: final for the puller)."""
+    from miniray._private.node.kept_serving import MAX_PULLS_PER_LINK
+
+    _kept_node(node, tmp_path)
+    with node.client() as client:
+        tag, _room = client.keeps()
+        held = [client.open_pull(tag) for _ in range(MAX_PULLS_PER_LINK)]
+        try:
+            assert wait_until(lambda: node.on_loop(
+                lambda: len(node.peering.drivers._by_tag[tag].pulls)) == len(held), 5.0)
+            extra = client.open_pull(tag)
+            try:
+                extra.send(("pull", 5, b"\x01" * 28))
+                answer = extra.recv(timeout=5)
+                assert answer[:3] == ("error", 5, "busy"), answer
+                with pytest.raises((ConnectionError, OSError)):
+                    extra.recv(timeout=5)  # then closed
+            finally:
+                extra.close()
+        finally:
+            for channel in held:
+                channel.close()
+        other = client.open_pull("nosuchtag0000000")
+        try:
+            other.send(("pull", 6, b"\x01" * 28))
+            with pytest.raises((ConnectionError, OSError)):
+                other.recv(timeout=5)
+        finally:
+            other.close()

@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 PULL_SEND_TIMEOUT_S = 60.0  # one frame of a pulled value leaves within this
 MAX_PULLS_PER_LINK = 8  # step 11: pull connections (threads) one driver may hold open
+BUSY_READ_S = 2.0  # a pull refused as busy: its ask is read (no reset) this long at most
 #                         (its driver uses 4 at most; a closed one's thread may linger)
 BUDGET_WAIT_S = 0.005  # the loop waits at most this long for a budget file's lock (a
 #                        worker holds it some 12 us); then the ops wait for a retry
@@ -237,7 +238,11 @@ class KeptServing:
             self.errors += 1
             logger.warning("refused a pull connection from %s: no driver link of its tag, "
                            "or %d pulls open already", channel.address, MAX_PULLS_PER_LINK)
-            channel.close()
+            if link is not None and self._served(link):  # busy, not gone: said, so that
+                threading.Thread(target=_say_busy, args=(channel,), daemon=True,  # it asks
+                                 name="miniray-pull-busy").start()  # again later
+            else:
+                channel.close()
             return
         only = None
         peer = channel.peer_hello.get("peer")
@@ -428,3 +433,19 @@ class KeptServing:
                 answer(reply)
             elif self._served(link) and not self._reply(link, reply):
                 return
+
+
+def _say_busy(channel: pc.PeerChannel) -> None:
+    """A pull connection of a link whose pulls are all taken: its first ask is read (so
+    that closing resets nothing the puller has not read) and answered ``("error", req,
+    "busy", why)``, which a granted puller asks again after (any other close is final for
+    it: the link or the object gone); then closed. At most BUSY_READ_S."""
+    try:
+        ask = channel.recv(timeout=BUSY_READ_S)
+        req = ask[1] if isinstance(ask, tuple) and len(ask) > 1 else 0
+        channel.send(("error", req, "busy", f"this link's {MAX_PULLS_PER_LINK} pulls "
+                      "are all taken; ask again"))
+    except Exception:  # noqa: BLE001 - it went meanwhile: nothing to say
+        pass
+    finally:
+        channel.close()

@@ -58,10 +58,14 @@ logger = logging.getLogger(__name__)
 PULLS_PER_NODE = 4  # pulls at once from one node (it serves up to 8 per link)
 LIVENESS_S = 0.5  # a pull in flight looks its node up in the view this often
 OPEN_SLICE_S = 2.0  # a pull connection's handshake unanswered this long: N looked up
-GRANTED_TRIES = 10  # a granted pull N closed before answering (its link's pulls were all
-GRANTED_RETRY_S = 0.2  # taken: MAX_PULLS_PER_LINK) is asked again this often, this far apart
+GRANTED_TRIES = 10  # a granted pull N answered "busy" (its link's pulls were all taken:
+GRANTED_RETRY_S = 0.2  # MAX_PULLS_PER_LINK) is asked again this often, this far apart
 GRANTED_RETRY_MAX_S = 2.0  # at first, doubling up to this (about 13 s in all); then the
 # waiters of now get the error and the next reader pulls again (``RemoteCopy.again``)
+
+
+class _Busy(ConnectionError):
+    """N answered a granted pull "busy": its link's pulls were all taken."""
 
 
 class _Kept:
@@ -506,15 +510,18 @@ class KeptResults:
                 try:
                     channel.send(("pull", 1, object_id))
                     answer = channel.recv(timeout=self._frame_s)
+                    if (granted and type(answer) is tuple and len(answer) == 4
+                            and answer[0] == "error" and answer[2] == "busy"):
+                        raise _Busy(f"{client.name} refused the pull: {answer[3]}")
                     break
                 except BaseException as failed:
                     channel.close()
                     lost = self._unwatch(channel)
-                    # PeerClosed (a ConnectionError, never a timeout): a granted one N
-                    # refused, its link's pulls all taken; asked again (GRANTED_TRIES)
-                    refused = isinstance(failed, ConnectionError) and lost is None
+                    # N said its link's pulls are all taken (kept_serving step 11): asked
+                    # again (GRANTED_TRIES); any other failure is final
+                    refused = isinstance(failed, _Busy) and lost is None
                     if not refused or tries <= 0:
-                        busy = refused and granted
+                        busy = refused
                         raise
                 time.sleep(pause)
                 pause = min(pause * 2, GRANTED_RETRY_MAX_S)
