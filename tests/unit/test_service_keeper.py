@@ -115,7 +115,7 @@ class _Nodes:
     def __init__(self):
         self.views = 0
         self.broken = True
-        self.kept_results = types.SimpleNamespace(grant_key=lambda link: None)
+        self.kept_results = types.SimpleNamespace(grant_key=lambda link, timeout=None: None)
 
     def view(self):
         self.views += 1
@@ -151,3 +151,32 @@ def test_the_link_to_its_own_node_is_asked_for_again_after_a_failure_not_more_of
     assert service._here() is link and nodes.views == 2  # kept, not asked again
     link.lost = "the node went"  # lost: asked again at once
     assert service._here() is not link and nodes.views == 3
+
+
+def test_replies_cross_at_once_while_the_link_to_its_own_node_is_asked_for(monkeypatch):
+    """Defect: while the keeper's thread asked for the link (a grant key that takes up to
+    its timeout), every large reply of every driver on another host queued behind it, and
+    their small replies behind those; with a link that kept failing, for seconds out of
+    every RETRY_S. Now an attempt in progress counts as a try: replies cross at once
+    meanwhile, and the grant key is asked OWN_LINK_TIMEOUT_S at most."""
+    service, lock = _service()
+    nodes = _Nodes()
+    nodes.broken = False
+    asked = []
+    inside = []
+
+    def grant_key(link, timeout=None):
+        asked.append(timeout)
+        inside.append(service._keeps_here(client, results))  # while it is asked
+        raise LookupError("no answer")
+
+    nodes.kept_results = types.SimpleNamespace(grant_key=grant_key)
+    service.owner._remote_nodes = lambda: nodes
+    service.owner.hello_info = {"session_dir": "/tmp/x"}
+    monkeypatch.setattr("miniray._private.owner.remote_nodes.keep_results", lambda: True)
+    client = _Client("one", 1, "t" * 16, "", ("n" * 56, "127.0.0.2"))
+    results = [(0, ("shm", "seg", 1 << 20))]
+    assert service._keeps_here(client, results)
+    assert service._here() is None
+    assert asked == [actor_service.OWN_LINK_TIMEOUT_S] and inside == [False]
+    assert not service._keeps_here(client, results)  # failed: not before RETRY_S

@@ -108,6 +108,8 @@ from miniray._private.transport.spawn import set_pdeathsig
 __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
 logger = logging.getLogger(__name__)
+OWN_LINK_TIMEOUT_S = 2.0  # the grant key of the link to its own node: asked this long at most
+
 
 class Lifetimes:
     """Pure bookkeeping: who created each service actor, who holds it, what must end.
@@ -694,6 +696,7 @@ class ActorService:
             return link
         if not self._link_retry.may_try(time.monotonic()):
             return None
+        self._link_retry.trying(time.monotonic())  # replies cross at once while it is asked
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
         try:
@@ -703,7 +706,7 @@ class ActorService:
             link = nodes.client(entry)
             if link.kept is None:
                 raise LookupError("this node keeps no results for its drivers")
-            nodes.kept_results.grant_key(link)
+            nodes.kept_results.grant_key(link, timeout=OWN_LINK_TIMEOUT_S)
         except Exception as failed:  # noqa: BLE001 - results cross at once, as before
             logger.info("results for drivers on other hosts cross at once for %.0f s: %s",
                         self._link_retry.every_s, failed)
@@ -711,6 +714,7 @@ class ActorService:
             self._link_retry.failed(time.monotonic())
             return None
         self._own_link = link
+        self._link_retry.had()
         return link
 
     def _keep_segment(self, link, object_id: bytes, kind: int, data: tuple) -> tuple:

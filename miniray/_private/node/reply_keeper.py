@@ -43,7 +43,9 @@ class LinkRetry:
         >>> retry = LinkRetry(5.0)
         >>> retry.may_try(100.0)
         True
-        >>> retry.failed(100.0); retry.may_try(104.9), retry.may_try(105.0)
+        >>> retry.trying(100.0); retry.may_try(100.1)
+        False
+        >>> retry.failed(101.0); retry.may_try(105.9), retry.may_try(106.0)
         (False, True)
         >>> retry.failures
         1
@@ -57,9 +59,18 @@ class LinkRetry:
     def may_try(self, now: float) -> bool:
         return now >= self.not_before
 
+    def trying(self, now: float) -> None:
+        """An attempt starts: no other until it failed and ``every_s`` passed (replies
+        cross at once meanwhile instead of queueing behind it)."""
+        self.not_before = now + self.every_s
+
     def failed(self, now: float) -> None:
         self.failures += 1
         self.not_before = now + self.every_s
+
+    def had(self) -> None:
+        """The attempt had the link: once it is lost, asked for again at once."""
+        self.not_before = 0.0
 
 
 class ReplyKeeper:

@@ -284,9 +284,10 @@ class KeptResults:
         return copy
 
     # -- results the node's actor service keeps for this driver's calls ----------------
-    def grant_key(self, client: RemoteNodeClient) -> bytes:
-        """*Not locked.* ``client``'s link's grant key (asked once, a round trip, then
-        cached while the link is not lost). Raises LookupError when it cannot be had."""
+    def grant_key(self, client: RemoteNodeClient, timeout: float | None = None) -> bytes:
+        """*Not locked.* ``client``'s link's grant key (asked once, a round trip of at most
+        ``timeout`` seconds (None: the link's), then cached while the link is not lost).
+        Raises LookupError when it cannot be had."""
         with self._lock:
             key = self._grant_keys.get(client)
         if key is not None:
@@ -294,7 +295,7 @@ class KeptResults:
         from miniray.exceptions import NodeDiedError  # lazy: the public package
 
         try:
-            key = client.grant_key()
+            key = client.grant_key(timeout)
         except (NodeDiedError, RemoteLeaseError, OSError, TimeoutError) as lost:
             raise LookupError(f"the node at {client.name}: {lost}") from None
         with self._lock:
