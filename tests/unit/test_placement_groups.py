@@ -752,3 +752,50 @@ def test_no_cluster_view_marks_no_bundle_lost():
     remote.view = lambda fresh=False: [entry]
     pgs._check_bundle_nodes(remote)
     assert asked == [{"member"}]
+
+
+def _found_pending():
+    """A driver that found another driver's pending detached group by name (``lookup``)."""
+    import types
+
+    pgs, owner, _asked = _driver_pgs({}, held="PENDING")
+    owner.reactor = types.SimpleNamespace(call_later=lambda delay, callback: None)
+    owner.wake_dispatch = lambda: None
+    owner.objects.ensure = lambda object_id: None
+    owner.check_usable = lambda: None
+    owner.actors.find_group_in_service = lambda name: (B, [{"CPU": 1.0}], "PACK")
+    pgs.lookup("late")
+    return pgs, owner
+
+
+def _reserved_between_the_reads(pgs, owner) -> None:
+    """The retry thread reserves the group between a caller's ledger read and its read of
+    the record: the first ledger read says "not there", the record then says CREATED."""
+    import types
+
+    real = owner.ledger.groups
+
+    def groups():
+        out = dict(real())
+        pgs.groups[B].state = "CREATED"  # _follow_served ran meanwhile
+        owner.ledger.groups = lambda: {B: types.SimpleNamespace(group={"detached": True})}
+        return out
+
+    owner.ledger.groups = groups
+
+
+def test_a_group_reserved_between_the_ledger_and_its_record_is_created_not_removed():
+    """Defect: ``state_of`` and ``ready_object`` read the ledger, then the record; a group
+    the retry thread reserved between the two read as REMOVED: ``wait()`` raised that it
+    does not exist and ``ready()`` held TaskPlacementGroupRemoved."""
+    from miniray._private.core import protocol
+
+    pgs, owner = _found_pending()
+    _reserved_between_the_reads(pgs, owner)
+    assert pgs.state_of(B) == "CREATED"
+    pgs, owner = _found_pending()
+    _reserved_between_the_reads(pgs, owner)
+    kinds = []
+    owner.objects.set_ready = lambda object_id, kind, data: kinds.append(kind)
+    pgs.ready_object(B, "handle")
+    assert kinds == [protocol.OK]

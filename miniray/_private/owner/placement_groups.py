@@ -268,7 +268,9 @@ class PlacementGroups(PlacementGroupNodes):
             if group is not None and group.state == PENDING:
                 group.ready_ids.append(object_id)
                 return object_id
-            if reserved:
+            # CREATED here since the ledger was read (the retry thread reserved it between
+            # the two reads): reserved, not removed
+            if reserved or (group is not None and group.state == CREATED):
                 self._set_ready([object_id], None, handle)
             else:
                 self._fail_ready([object_id])
@@ -295,12 +297,14 @@ class PlacementGroups(PlacementGroupNodes):
 
     def state_of(self, hex_: str) -> str | None:
         """*Not locked.* CREATED, PENDING, REMOVED, or None (never known here)."""
-        if hex_ in self.ledger.groups():
-            return CREATED
         group = self.groups.get(hex_)
+        before = None if group is None else group.state  # read before the ledger: a group
+        if hex_ in self.ledger.groups():  # reserved between the two reads is not "removed"
+            return CREATED
         if group is None:
             return None
-        return REMOVED if group.state == CREATED else group.state  # released by its holder
+        # released by its holder: CREATED here already before the ledger said otherwise
+        return REMOVED if before == CREATED and group.state == CREATED else group.state
 
     def wait(self, hex_: str, timeout: float) -> bool:
         """*Not locked.* True once reserved, False after ``timeout`` seconds; raises if the
