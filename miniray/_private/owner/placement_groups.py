@@ -225,7 +225,9 @@ class PlacementGroups(PlacementGroupNodes):
 
     def try_pending(self) -> None:
         """*Not locked.* Retry the pending groups, oldest first (resources came back)."""
-        for group in [g for g in self.groups.values() if g.state == PENDING]:
+        with self.owner.locked():  # others add groups meanwhile (create, a name's lookup)
+            pending = [g for g in self.groups.values() if g.state == PENDING]
+        for group in pending:
             if not group.infeasible:
                 self._try(group)
 
