@@ -93,7 +93,8 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        if it is the link's. D -> N ("free", req, [object_id]): unlinked, ("freed", req,
        n) (ids it does not keep are skipped). A connection with role "pull" (hello
        {"driver", "tag"}: the tag of a served link, else closed at once; at most
-       ``kept_serving.MAX_PULLS_PER_LINK``) is served by a thread of its own, never the
+       ``kept_serving.MAX_PULLS_PER_LINK``, past which its ask is read and answered
+       ("error", req, "busy", text), then it is closed) is served by a thread of its own, never the
        loop: ("pull", req, object_id) -> ("pulling", req, size) and the bytes in frames from the
        segment's read-only mapping, or ("error", req, "unknown_object", text) for an
        object this link does not keep. Step 5 and fencing unlink every object of the
