@@ -61,17 +61,12 @@ def _many_names_source() -> str:
 
 
 def test_global_names_read_from_bytecode_match_cloudpickles():
-    import sys
-    import types
+
+    from tests.unit.test_signatures import plain_functions
 
     namespace: dict = {}
     exec(compile(_many_names_source(), "<big>", "exec"), namespace)
-    codes = [namespace["big"].__code__]
-    for module in list(sys.modules.values()):
-        for value in list(getattr(module, "__dict__", {}).values()):
-            members = _own_dict(value)
-            candidates = list(members.values()) if members is not None else [value]
-            codes.extend(c.__code__ for c in candidates if type(c) is types.FunctionType)
+    codes = [namespace["big"].__code__] + [f.__code__ for f in plain_functions()]
     assert len(codes) > 1000
     for code in codes:
         ours = serialization.code_global_names(code)
@@ -146,12 +141,3 @@ def test_with_a_module_registered_by_value_cloudpickle_decides_for_its_helpers_a
         assert inner(1) == 2
     finally:
         cloudpickle.unregister_pickle_by_value(module)
-
-
-def _own_dict(value):
-    """A class's own ``__dict__`` (read past any attribute the class shadows it with), or
-    None for anything else (on Python 3.9 ``list[int]`` passes ``isinstance(x, type)``)."""
-    try:
-        return type.__dict__["__dict__"].__get__(value) if isinstance(value, type) else None
-    except TypeError:
-        return None

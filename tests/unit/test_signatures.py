@@ -144,7 +144,7 @@ def _slow(function, name, drop_first=False):
     return signatures._describe(signature, drop_first, name)
 
 
-def _plain_functions():
+def plain_functions():
     """Every plain function of the standard library modules loaded here (thousands of
     shapes: defaults, keyword-only, positional-only, ``*args``, ``**kwargs``, annotations)."""
     import types
@@ -159,7 +159,7 @@ def _plain_functions():
 
 
 def test_code_object_path_describes_as_inspect_does():
-    functions = _plain_functions()
+    functions = plain_functions()
     assert len(functions) > 500
     fast_ones = 0
     for function in functions:
