@@ -799,3 +799,20 @@ def test_a_group_reserved_between_the_ledger_and_its_record_is_created_not_remov
     owner.objects.set_ready = lambda object_id, kind, data: kinds.append(kind)
     pgs.ready_object(B, "handle")
     assert kinds == [protocol.OK]
+
+
+def test_a_removed_served_group_is_not_noted_pending_again():
+    """A served group this driver knows as REMOVED (its creator, or a finder) is not noted
+    again as pending in the service (``served_pending``): an actor asked in it is not sent
+    to the service for good."""
+    from miniray._private.owner.placement_group_records import _Group
+
+    pgs, owner, asked = _driver_pgs({}, held="PENDING")
+    group = _Group(B, [{"CPU": 1.0}], "PACK", "", True)
+    group.served = True
+    group.state = "REMOVED"
+    pgs.groups[B] = group
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    pgs.route_served(zero)
+    assert not owner.remote_nodes.bundles.serves(zero) and asked == []
+    assert B not in owner.remote_nodes.bundles.served_pending

@@ -262,8 +262,8 @@ class PlacementGroupNodes:
             return
         hex_ = parsed[0]
         group = self.groups.get(hex_)
-        if group is not None and not group.served:
-            return  # this driver's own group
+        if group is not None and (not group.served or group.state == REMOVED):
+            return  # this driver's own group, or one removed (not noted again)
         if self._cluster() is None or self._detached_home() != "service":
             return
         remote = self.owner.remote_nodes
