@@ -172,7 +172,8 @@ from miniray import _version
 # 9: an actor service's call results kept on their node (SVC_RESULT's "kept" items,
 #    SVC_FREE; SVC_HELLO carries the driver's node id and IP); a driver asks the service
 #    whether it holds a detached group (SVC_PG_STATE).
-# 10: a driver finds a pending detached group the service holds by name (SVC_PG_FIND).
+# 10: a driver finds a pending detached group the service holds by name (SVC_PG_FIND); a
+#     pull connection past its link's limit is answered ("error", req, "busy", text).
 PROTOCOL_VERSION = 10
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
