@@ -318,9 +318,11 @@ def test_processes_hammering_one_ledger_never_exceed_totals(path):
     assert not any(p.pid in mine for p in procs)  # every child reaped
     doc = read_file(path)  # never a torn file
     assert doc["leases"] == {}
-    # (the three processes found no room while the others held leases: they said so)
+    # A process that found no room while the others held leases said so (``.wants``);
+    # on a loaded machine the three may never overlap, and then none did.
+    wanted = ["ledger.json.wants"] if any(r["short"] for r in results) else []
     assert sorted(os.listdir(os.path.dirname(path))) == ["ledger.json", "ledger.json.lock",
-                                                         "ledger.json.wants"]
+                                                         *wanted]
     assert Ledger(path).available() == {"CPU": 2.0, "GPU": 1.0, "slot": 2.0}
 
 
