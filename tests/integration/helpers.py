@@ -112,6 +112,21 @@ def stop_driver(proc: subprocess.Popen) -> None:
             stream.close()
 
 
+def finish_json(proc: subprocess.Popen, timeout: float) -> dict:
+    """Wait for a ``driver()`` process to end (killed and reaped after ``timeout``, or on
+    any error): its first stdout line holding a JSON object, parsed, with its whole stdout
+    and stderr added as "stdout" and "stderr"."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        stop_driver(proc)
+    line = next((x for x in out.splitlines() if x.startswith("{")), None)
+    assert line is not None, f"no JSON from the driver: {err[-3000:]}"
+    doc = json.loads(line)
+    doc["stdout"], doc["stderr"] = out, err
+    return doc
+
+
 def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     """The next line of ``proc``'s stdout that holds a JSON object."""
     deadline = time.monotonic() + timeout

@@ -39,6 +39,19 @@ def _head_groups(hosts) -> list:
             if lease.get("group")]
 
 
+def _no_group_left(hosts) -> None:
+    """Every node's part of the test's groups is released (the member's and the head's)."""
+    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+
+
+def _let_the_creator_end(creator) -> None:
+    """The creating driver, waiting on its stdin, is told to go on, and ends cleanly."""
+    creator.stdin.write("\n")
+    creator.stdin.flush()
+    assert creator.wait(30) == 0
+
+
 def _create_detached(hosts, name: str, *, max_restarts: int = 0, cpus: int = 1,
                      keeper: bool = True) -> dict:
     """A driver that creates detached STRICT_SPREAD group ``name`` (one CPU on the head,
@@ -120,8 +133,7 @@ def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes
     assert other["waited"] is True and other["after_kill"] == MEMBER, other
     assert other["named"] == MEMBER, other
     assert other["after"] == "ActorDiedError", other
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    _no_group_left(hosts)
 
 
 def test_a_detached_groups_name_is_the_clusters_and_the_head_stopping_releases_it(hosts):
@@ -309,8 +321,7 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
     print(f"\na task in a detached group's bundle, one after another: {ms['here']:.1f} ms "
           f"on the head, {ms['lent']:.1f} ms on the member (room lent by the service); "
           f"{ms['own']:.1f} ms in the member's bundle of the driver's own group")
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    _no_group_left(hosts)
 
 
 def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hosts):
@@ -393,15 +404,12 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
         assert doc["later"] is True and doc["ready"] is True, doc
         assert len(set(doc["nodes"])) == 2, doc
         assert other.wait(30) == 0
-        creator.stdin.write("\n")
-        creator.stdin.flush()
-        assert creator.wait(30) == 0
+        _let_the_creator_end(creator)
     finally:
         stop_driver(creator)
         if other is not None:
             stop_driver(other)
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    _no_group_left(hosts)
 
 
 def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_removes(hosts):
@@ -469,15 +477,12 @@ def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_
         assert joined.returncode == 0, joined.stderr
         assert json_line(other, 60) == {"ip": MEMBER}
         assert other.wait(30) == 0
-        creator.stdin.write("\n")
-        creator.stdin.flush()
-        assert creator.wait(30) == 0
+        _let_the_creator_end(creator)
     finally:
         stop_driver(creator)
         if other is not None:
             stop_driver(other)
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    _no_group_left(hosts)
 
 
 def test_an_actor_in_a_detached_groups_member_bundle_by_a_handle_got_by_id_runs_there(hosts):
@@ -508,5 +513,4 @@ def test_an_actor_in_a_detached_groups_member_bundle_by_a_handle_got_by_id_runs_
     ray.shutdown()
     """)
     assert doc["ip"] == MEMBER and doc["from_task"] == MEMBER, doc
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    _no_group_left(hosts)

@@ -17,7 +17,6 @@ check finds them).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,7 +25,7 @@ import textwrap
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import driver, finish_json, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _join_special
 
@@ -96,18 +95,10 @@ def _member_kept(hosts) -> list[str]:
 
 
 def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 120, **env) -> dict:
-    """Run a driver on host ``ip`` to its end; its JSON line, with its stderr."""
+    """Run a driver on host ``ip`` to its end; its JSON line, with its stdout and stderr."""
     proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(body), hosts.env(ip),
                   MEMBER_SHM=_member_shm(hosts), MEMBER_ROOT_TAG=_member_tag(hosts), **env)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        stop_driver(proc)
-    line = next((x for x in out.splitlines() if x.startswith("{")), None)
-    assert line is not None, f"no JSON from the driver: {err[-3000:]}"
-    doc = json.loads(line)
-    doc["stderr"] = err
-    return doc
+    return finish_json(proc, timeout)
 
 
 def test_a_service_actors_large_result_stays_on_the_member_until_get(hosts):

@@ -15,7 +15,6 @@ and kills its actors there, and cannot take a name a head driver took.
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import signal
@@ -30,7 +29,7 @@ from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport import peer_handshake as ph
 
-from .helpers import cli, driver, json_line, stop_driver, wait_until
+from .helpers import cli, driver, finish_json, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_actors import _member_leases
 from .test_remote_tasks import MEMBER, _join_special
@@ -60,15 +59,7 @@ PRELUDE = """
 def _run(hosts, body: str, ip: str = "127.0.0.1", timeout: float = 90) -> dict:
     """Run a driver to its end; its JSON line, with its stdout and stderr."""
     proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(body), hosts.env(ip))
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    finally:
-        stop_driver(proc)
-    line = next((x for x in out.splitlines() if x.startswith("{")), None)
-    assert line is not None, f"no JSON from the driver: {err[-3000:]}"
-    doc = json.loads(line)
-    doc["stdout"], doc["stderr"] = out, err
-    return doc
+    return finish_json(proc, timeout)
 
 
 def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(hosts):
