@@ -158,7 +158,7 @@ def test_prepare_warns_of_a_tmpfs_that_gives_small_objects_huge_pages(
         tmp_path, monkeypatch, caplog):
     modes = {"always": True, "within_size": False, "never": False, None: False}
     for mode, warned in modes.items():
-        monkeypatch.setattr(shm_mounts, "huge_pages", lambda path, mode=mode: mode)
+        monkeypatch.setattr(shm_mounts, "describe", lambda path, mode=mode: (True, mode))
         caplog.clear()
         for path in (str(tmp_path / "shm"), "/dev/shm"):
             assert shm_segments.prepare_shm_dir(path) == path

@@ -5,7 +5,8 @@ text) and the two answers the store acts on: ``memory_backed`` (tmpfs, ramfs, hu
 segment there costs no disk I/O) and ``huge_pages`` (a tmpfs's ``huge=`` mode, as the
 kernel's ``shmem_enabled`` ``deny``/``force`` override it). Does not own: checking or
 creating the directory (``object_store/shm_segments.prepare_shm_dir``, which warns on what
-these say) nor choosing it (``core/config.shm_dir``). Called by: ``prepare_shm_dir``.
+these say) nor choosing it (``core/config.shm_dir``). Called by: ``prepare_shm_dir``
+(``describe``: both answers from one read of the mounts).
 
 Why huge pages matter: a new segment's first write pays one page allocation per 4 KiB page,
 and each process that maps it one fault per 4 KiB page; on a tmpfs mounted with
@@ -28,7 +29,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MEMORY_FILESYSTEMS", "huge_pages", "huge_pages_of", "memory_backed", "mount_of"]
+__all__ = ["MEMORY_FILESYSTEMS", "describe", "huge_pages", "huge_pages_of", "memory_backed",
+           "mount_of"]
 
 # Filesystems whose files are memory: a segment there costs no disk I/O.
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs", "hugetlbfs")
@@ -90,12 +92,23 @@ def _read(path: str) -> str | None:
         return None
 
 
+def describe(path: str, mountinfo: str = _MOUNTINFO,
+             shmem_enabled: str = _SHMEM_ENABLED) -> tuple[bool | None, str | None]:
+    """What the mount under ``path`` offers, each file read once: ``(memory_backed,
+    huge_pages)`` as the two functions below answer them."""
+    text = _read(mountinfo)
+    found = None if text is None else mount_of(os.path.realpath(path), text)
+    if found is None:
+        return None, None
+    huge = None if found[1] != "tmpfs" else \
+        huge_pages_of(found[1], found[2], _read(shmem_enabled) or "")
+    return found[1] in MEMORY_FILESYSTEMS, huge
+
+
 def memory_backed(path: str, mountinfo: str = _MOUNTINFO) -> bool | None:
     """Whether ``path`` lies on a memory filesystem (tmpfs, ramfs, hugetlbfs), read from the
     file ``mountinfo``; None when that cannot be read."""
-    text = _read(mountinfo)
-    found = None if text is None else mount_of(os.path.realpath(path), text)
-    return None if found is None else found[1] in MEMORY_FILESYSTEMS
+    return describe(path, mountinfo)[0]
 
 
 def huge_pages(path: str, mountinfo: str = _MOUNTINFO,
@@ -103,8 +116,4 @@ def huge_pages(path: str, mountinfo: str = _MOUNTINFO,
     """The huge-page mode of the tmpfs under ``path`` (``huge_pages_of``), from the files
     ``mountinfo`` and ``shmem_enabled``; None when ``path`` is on no tmpfs or the mounts
     cannot be read."""
-    text = _read(mountinfo)
-    found = None if text is None else mount_of(os.path.realpath(path), text)
-    if found is None:
-        return None
-    return huge_pages_of(found[1], found[2], _read(shmem_enabled) or "")
+    return describe(path, mountinfo, shmem_enabled)[1]

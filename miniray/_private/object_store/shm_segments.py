@@ -470,7 +470,7 @@ def prepare_shm_dir(path: str) -> str:
                          "it against their own working directory.")
     path = os.path.normpath(path)
     if path == DEFAULT_SHM_DIR:
-        _warn_huge_always(path)
+        _warn_huge_always(path, shm_mounts.describe(path)[1])
         return path
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
@@ -491,17 +491,18 @@ def prepare_shm_dir(path: str) -> str:
             "MINIRAY_SHM_DIR at a directory of your own (mode 0700, e.g. /dev/shm/<name>; "
             "miniray creates it if missing), or unset it to use /dev/shm.")
     _probe_mmap(path)
-    if shm_mounts.memory_backed(path) is False:
+    backed, huge = shm_mounts.describe(path)
+    if backed is False:
         logger.warning("MINIRAY_SHM_DIR=%s is not on a memory-backed filesystem: large "
                        "objects go through the page cache and may be written to disk.", path)
-    _warn_huge_always(path)
+    _warn_huge_always(path, huge)
     return path
 
 
-def _warn_huge_always(path: str) -> None:
-    """Warn when ``path``'s tmpfs gives every file a huge page (``huge=always``): each
-    object, however small, then takes 2 MiB of memory."""
-    if shm_mounts.huge_pages(path) == "always":
+def _warn_huge_always(path: str, huge: str | None) -> None:
+    """Warn when ``path``'s tmpfs gives every file a huge page (``huge``: its mode is
+    ``huge=always``): each object, however small, then takes 2 MiB of memory."""
+    if huge == "always":
         logger.warning("The shared-memory directory %s is on a tmpfs mounted with huge=always: "
                        "every object there, however small, takes a 2 MiB page. Mount it with "
                        "huge=within_size instead (huge pages for objects of 2 MiB and more "
