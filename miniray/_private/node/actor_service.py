@@ -694,9 +694,10 @@ class ActorService:
         link = self._own_link
         if link is not None and link.lost is None:
             return link
-        if not self._link_retry.may_try(time.monotonic()):
+        now = time.monotonic()
+        if not self._link_retry.may_try(now):
             return None
-        self._link_retry.trying(time.monotonic())  # replies cross at once while it is asked
+        self._link_retry.trying(now)  # replies cross at once while it is asked
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
         try:
