@@ -18,6 +18,8 @@ into mapped memory in the same run:
     mmap_hugepage        the same after madvise(MADV_HUGEPAGE) (only with shmem THP on)
     mmap_populate_write  the same after madvise(MADV_POPULATE_WRITE) (Linux 5.14+)
     mmap_threadsK        ftruncate, mmap, K threads each copying a slice (faults in parallel)
+    fallocate_threadsK   posix_fallocate (room reserved: no SIGBUS on a full tmpfs), then
+                         the same K threads
 """
 
 from __future__ import annotations
@@ -61,10 +63,13 @@ def main() -> None:
             os.close(fd)
             os.unlink(path)
 
-    def mapped(advice: int | None = None, threads: int = 1) -> None:
+    def mapped(advice: int | None = None, threads: int = 1, fallocate: bool = False) -> None:
         path, fd = fresh()
         try:
-            os.ftruncate(fd, size)
+            if fallocate:
+                os.posix_fallocate(fd, 0, size)
+            else:
+                os.ftruncate(fd, size)
             mapping = mmap.mmap(fd, size)
             if advice is not None:
                 try:
@@ -96,6 +101,7 @@ def main() -> None:
     for k in (2, 4, 8, 16):
         if k <= (os.cpu_count() or 1):
             methods[f"mmap_threads{k}"] = lambda k=k: mapped(threads=k)
+            methods[f"fallocate_threads{k}"] = lambda k=k: mapped(threads=k, fallocate=True)
     for name in ("shmem_enabled", "enabled"):
         path = f"/sys/kernel/mm/transparent_hugepage/{name}"
         try:

@@ -222,6 +222,9 @@ def main() -> None:
                         help="raw_tcp and channel_mac only (no cluster, no numpy)")
     parser.add_argument("--ray-python", default=RAY_PYTHON)
     parser.add_argument("--ray-timeout", type=float, default=300.0)
+    parser.add_argument("--shm-root", default="/dev/shm",
+                        help="where each fake host's store folder is made (a tmpfs, e.g. "
+                             "one mounted huge=within_size)")
     parser.add_argument("--receiver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bytes", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -236,7 +239,8 @@ def main() -> None:
         load = [round(x, 2) for x in os.getloadavg()]
     else:
         code = textwrap.dedent(DRIVER.format(mb=args.mb, repeat=args.repeat))
-        doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True)
+        doc = fake_hosts.run_on_two_hosts(code, prefix="mr-bench-pull-", own_shm_dirs=True,
+                                         shm_root=args.shm_root)
         load = doc.pop("load_average")
         samples.update(doc)
     if not args.no_ray and not args.links_only:
@@ -251,14 +255,16 @@ def main() -> None:
         if f"ray_{name}" in out:
             ratios[f"{name}/ray"] = round(out[name]["gb_per_s"] / out[f"ray_{name}"]["gb_per_s"],
                                           3)
-    doc = {"mb": args.mb, "repeat": args.repeat, "figures": out, "ratios": ratios,
+    doc = {"mb": args.mb, "repeat": args.repeat, "shm_root": args.shm_root,
+           "figures": out, "ratios": ratios,
            "note": note, "load_average": load, "cpus": os.cpu_count(),
            "mac_threads": _mac_threads(), "miniray": _which_miniray(),
            "seconds": round(time.monotonic() - started, 1)}
     if args.json:
         print(json.dumps(doc, indent=1))
         return
-    print(f"bench_pull: {args.mb} MB, repeat {args.repeat}, {doc['cpus']} CPUs, load average "
+    print(f"bench_pull: {args.mb} MB, repeat {args.repeat}, stores under {args.shm_root}, "
+          f"{doc['cpus']} CPUs, load average "
           f"{' '.join(map(str, load))}, MAC threads {doc['mac_threads']}, miniray "
           f"{doc['miniray']}, {doc['seconds']} s", flush=True)
     for name, v in out.items():

@@ -23,13 +23,15 @@ HOSTS = ("127.0.0.1", "127.0.0.2")
 
 
 def run_on_two_hosts(code: str, *, prefix: str, own_shm_dirs: bool = False,
-                     hosts: tuple = HOSTS, driver_ip: str | None = None) -> dict:
+                     hosts: tuple = HOSTS, driver_ip: str | None = None,
+                     shm_root: str = "/dev/shm") -> dict:
     """Run the driver ``code`` on the head's host of a fresh two-host cluster (``hosts``:
     the head's IP, then each member's; ``driver_ip``: another of them to run it on); the
     last JSON object it printed, with the machine's load average added. Exits with the
-    driver's stderr if it printed none."""
+    driver's stderr if it printed none. ``own_shm_dirs``: each host's store in a folder of
+    its own under ``shm_root`` (a memory-backed mount)."""
     base = tempfile.mkdtemp(prefix=prefix)
-    shm_base = tempfile.mkdtemp(prefix=prefix, dir="/dev/shm") if own_shm_dirs else None
+    shm_base = tempfile.mkdtemp(prefix=prefix, dir=shm_root) if own_shm_dirs else None
     token = "bench-remote-token-" + os.urandom(16).hex()
     envs = {}
     for ip in hosts:
