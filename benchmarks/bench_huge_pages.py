@@ -89,6 +89,7 @@ def _measure(args, root: str) -> None:
     for _ in range(args.runs):
         for name, shm in dirs.items():
             env = dict(os.environ, MINIRAY_TMPDIR=os.path.join(root, "tmp"),
+                       MINIRAY_HOST_DIR=os.path.join(root, "host"),  # a GPU host's ledger too
                        MINIRAY_SHM_DIR=shm, PYTHONPATH=here)
             done = subprocess.run([sys.executable, script, str(args.mb)], env=env, cwd=root,
                                   capture_output=True, text=True, timeout=300)
