@@ -76,26 +76,24 @@ class ActorPool:
 
         Results still pending from earlier submissions are dropped first, as in Ray.
         """
-        self._discard_pending(ordered=True)
-        for value in values:
-            self.submit(fn, value)
-
-        def get_generator():
-            while self.has_next():
-                yield self.get_next()
-
-        return get_generator()
+        return self._map(fn, values, ordered=True)
 
     def map_unordered(self, fn: Callable[[Any, Any], Any], values: Iterable) -> Iterator:
         """Like ``map``, but yield each result as soon as it is ready.
         """
-        self._discard_pending(ordered=False)
+        return self._map(fn, values, ordered=False)
+
+    def _map(self, fn: Callable[[Any, Any], Any], values: Iterable, ordered: bool) -> Iterator:
+        """Drop what earlier submissions left pending, submit every value now (as Ray does:
+        not lazily), and return a generator of the results, in order or as they come."""
+        self._discard_pending(ordered=ordered)
         for value in values:
             self.submit(fn, value)
+        get_next = self.get_next if ordered else self.get_next_unordered
 
         def get_generator():
             while self.has_next():
-                yield self.get_next_unordered()
+                yield get_next()
 
         return get_generator()
 
