@@ -139,6 +139,34 @@ def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")
 
 
+# A driver script's probes of where a kept value is (the text goes after a prelude that
+# imports os, time, runtime and shm_segments and sets SHM, the member's store folder, and
+# TAG, "mr_" + its root's tag; indented as the scripts of the test files are):
+# kept(): the member's kept segments (not the links' budget files); here(ref): a copy in
+# this driver's store; recorded(ref): the call is done and this driver records where its
+# value is; until(check, seconds): check() polled until true or the time is up.
+KEPT_PROBES = """
+    def kept():
+        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
+                      and not n.endswith("_budget"))
+
+    def here(ref):
+        store = runtime.current().store
+        return os.path.exists(os.path.join(store.shm_dir, shm_segments.segment_name(
+            store.session_tag, ref.binary())))
+
+    def recorded(ref):
+        entry = runtime.current().owner.objects.get(ref.binary())
+        return entry is not None and entry.remote is not None
+
+    def until(check, seconds=60):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not check():
+            time.sleep(0.02)
+        return check()
+"""
+
+
 def ledger_leases(env) -> dict:
     from miniray._private.transport import node_client
 

@@ -25,7 +25,7 @@ import textwrap
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import driver, finish_json, json_line, stop_driver, wait_until
+from .helpers import KEPT_PROBES, driver, finish_json, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _join_special
 
@@ -43,25 +43,7 @@ PRELUDE = """
     SHM, TAG = os.environ["MEMBER_SHM"], "mr_" + os.environ["MEMBER_ROOT_TAG"]
     N = 20 * 1000 * 1000
 
-    def kept():  # the member's kept segments (not the links' budget files)
-        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
-                      and not n.endswith("_budget"))
-
-    def here(ref):  # a copy in this driver's store
-        store = runtime.current().store
-        return os.path.exists(os.path.join(store.shm_dir, shm_segments.segment_name(
-            store.session_tag, ref.binary())))
-
-    def recorded(ref):  # the call is done and this driver records where the value is
-        entry = runtime.current().owner.objects.get(ref.binary())
-        return entry is not None and entry.remote is not None
-
-    def until(check, seconds=30):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not check():
-            time.sleep(0.02)
-        return check()
-
+""" + KEPT_PROBES + """
     def expected(seed):
         return np.random.default_rng(seed).integers(0, 256, N, dtype=np.uint8)
     """

@@ -31,7 +31,7 @@ import pytest
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import cli, driver, json_line, stop_driver, wait_until
+from .helpers import KEPT_PROBES, cli, driver, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
@@ -127,25 +127,7 @@ KEPT = """
     SHM = runtime.current().store.shm_dir
     TAG = "mr_" + os.environ["MEMBER_ROOT_TAG"]
 
-    def kept():  # the member's kept segments (not the link's budget file)
-        return sorted(n for n in os.listdir(SHM) if n.startswith(TAG)
-                      and not n.endswith("_budget"))
-
-    def here(ref):
-        store = runtime.current().store
-        return os.path.exists(os.path.join(store.shm_dir, shm_segments.segment_name(
-            store.session_tag, ref.binary())))
-
-    def recorded(ref):  # the task is done and its owner records where the value is
-        entry = runtime.current().owner.objects.get(ref.binary())
-        return entry is not None and entry.remote is not None
-
-    def until(check, seconds=60):
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline and not check():
-            time.sleep(0.02)
-        return check()
-
+""" + KEPT_PROBES + """
     @ray.remote
     def make(seed):
         return np.random.default_rng(seed).integers(0, 256, N, dtype=np.uint8)
