@@ -174,6 +174,19 @@ def prestart_workers(num_cpus: float) -> int:
     return max(1, min(8, int(num_cpus)))
 
 
+def store_write_threads() -> int | None:
+    """``MINIRAY_STORE_WRITE_THREADS``: threads that write a new object segment of 32 MiB or
+    more (unset or not a number: chosen from the CPUs and the directory's page size,
+    ``object_store/parallel_write.write_plan``; 0: always one ``pwritev``; N: N threads)."""
+    value = os.environ.get("MINIRAY_STORE_WRITE_THREADS")
+    if not value:
+        return None
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return None
+
+
 def fork_server_restarts() -> int:
     """``MINIRAY_FORK_SERVER_RESTARTS``: how many times a minute a dead fork server is
     replaced before the session gives up (default 3; 0: never)."""

@@ -5,7 +5,9 @@ Owns: turning a value into a pickle stream plus the raw buffers it refers to (pi
 descriptor (``pwritev``) or into a writable mapping (one memcpy per buffer), and loading a value
 back from a mapping without copying its buffers. Does not own: file names, capacity, spilling
 or lifetimes (``shm_store.py``).
-Called by: shm_store.py, in the owner and in workers; serialization.py (call arguments).
+Called by: shm_store.py, in the owner and in workers; serialization.py (call arguments);
+``object_store/parallel_write.py`` copies ``pieces()`` on several threads instead of
+``write_fd`` for large new segments where the CPUs allow (numpy is imported there, not here).
 
 Numpy arrays (and anything whose ``__reduce_ex__(5)`` hands out ``pickle.PickleBuffer``) are not
 copied into the pickle stream: the stream keeps a placeholder and the array's memory is written

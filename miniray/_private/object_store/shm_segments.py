@@ -59,9 +59,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private.core import oob
+from miniray._private.core import config, oob
 from miniray._private.host import procinfo, same_uid, shm_mounts
-from miniray._private.object_store import store_policy
+from miniray._private.object_store import parallel_write, store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
 __all__ = [
@@ -198,11 +198,19 @@ def unlink_quiet(path: str) -> None:
 def write_segment(path: str, ser: oob.Serialized) -> int:
     """Create ``path`` (which must not exist) holding ``ser``; returns its size.
 
-    A partly written file is unlinked before the error propagates (ENOSPC: an OSError).
+    Written with one ``pwritev`` (``oob.Serialized.write_fd``), or, for a segment of tens of
+    MiB on a memory filesystem with CPUs to spare, on several threads through a mapping after
+    ``posix_fallocate`` (``parallel_write``: its ``write_plan`` decides). A partly written file
+    is unlinked before the error propagates (ENOSPC: an OSError, from either way).
     """
+    threads = parallel_write.plan_for(os.path.dirname(path), ser.total_size,
+                                      config.store_write_threads())
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
-        ser.write_fd(fd)
+        if threads:
+            parallel_write.write_threaded(fd, ser.pieces(), ser.total_size, threads)
+        else:
+            ser.write_fd(fd)
     except BaseException:
         unlink_quiet(path)
         raise

@@ -1,0 +1,295 @@
+"""Writing a large new segment on several threads through a mapping, and when to.
+
+Owns: the decision how a new segment's bytes get into its file (``write_plan``, pure: ``pwritev``
+on the caller, or K threads), the threaded write itself (``write_threaded``), and the small
+pool of daemon threads it reuses across writes (``_Pool``, dropped in a forked child).
+Does not own: the byte layout (``core/oob.py``: ``Serialized.pieces``), creating, naming or
+unlinking the file, or turning ENOSPC into the store's error (``shm_segments.write_segment``).
+Called by: ``shm_segments.write_segment`` (a driver's ``put``, a worker's task result, an
+object too large for the store written to the spill directory: every first write of a
+segment).
+
+Why: a new tmpfs file's first write pays one page allocation (and, through a mapping, one
+fault) per page. ``pwritev`` does all of it on one CPU. On a host with several CPUs, K threads
+each copying a contiguous range through one shared mapping allocate and fault pages in
+parallel (``benchmarks/bench_cold_put.py``, 16-core host, 200 MB, against memcpy into mapped
+memory: pwritev 0.22x on /dev/shm and 0.51-0.73x on a ``huge=within_size`` tmpfs; 8 threads
+0.31x and 1.46-1.92x; 4 threads 0.23x and 0.97-1.18x). On 2 CPUs threads gain nothing (0.12x
+against pwritev's 0.14x), so the plan keeps ``pwritev`` there.
+
+The threaded write, in steps:
+
+1. ``posix_fallocate(fd, 0, total)`` reserves every page first: a full tmpfs answers ENOSPC
+   (an OSError, as ``pwritev`` does) here, never SIGBUS at a fault during the copy. The
+   reserved pages read as zeros, so the padding between pieces is never written.
+2. ``mmap`` the whole file shared and writable.
+3. The segment's pieces (``Serialized.pieces``: header, metadata, padding, buffers) are cut
+   into K contiguous ranges of about equal size (a range may cross piece boundaries); ranges
+   1..K-1 go to the pool, range 0 is copied by the caller. Each copy is ``numpy.copyto``
+   between ``frombuffer`` views, which releases the GIL.
+4. The caller waits for every range, even after an error of its own (nothing may write
+   into the mapping once it is closed), drops every view, closes the mapping, then raises
+   the first error any range met.
+
+The pool: at most ``MAX_THREADS - 1`` daemon threads (they never keep the process alive at
+exit), started on the first threaded write and reused by the writes that follow; a thread
+idle for ``IDLE_S`` ends, so none lingers after a burst of puts (the test harness counts
+``miniray-*`` threads after ``shutdown``). A forked child (workers come from a fork server)
+starts with no pool (``os.register_at_fork``), never one whose threads died in the fork.
+Writes on several caller threads share it; a range waits in its queue until a thread is free.
+
+numpy is imported only inside ``write_threaded`` (lazily): a process that never writes a large
+segment never imports it here.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import queue
+import threading
+from typing import Any, Callable
+
+from miniray._private.host import shm_mounts
+
+__all__ = ["MAX_THREADS", "MIN_BYTES", "plan_for", "split_ranges", "usable_cpus",
+           "write_plan", "write_threaded"]
+
+MIN_BYTES = 32 << 20  # below this a write takes a few ms at most: pwritev, no hand-offs
+MAX_THREADS = 8  # measured: 8 threads reach 1.5-1.9x memcpy on huge pages, 16 little more
+HUGE_MIN_CPUS = 4  # huge pages: 4 threads already beat pwritev (0.97-1.18x against 0.51-0.73x)
+SMALL_PAGE_MIN_CPUS = 8  # 4 KiB pages: 4 threads only match pwritev (0.23x against 0.22x)
+IDLE_S = 1.0  # a pool thread with nothing to do this long ends
+FORCED_MAX = 64  # MINIRAY_STORE_WRITE_THREADS above this is taken as this
+_HUGE_MODES = ("always", "within_size")  # the tmpfs modes that give a large file 2 MiB pages
+
+
+def write_plan(total_size: int, cpus: int, huge_pages: str | None,
+               memory_backed: bool | None, override: int | None = None) -> int:
+    """Pure: how to write a new segment of ``total_size`` bytes: 0 is one ``pwritev`` on the
+    caller, K >= 2 is K threads through a mapping (``write_threaded``).
+
+    ``cpus`` is how many CPUs this process may run on (``usable_cpus``); ``huge_pages`` the
+    huge-page mode of the directory's tmpfs (``shm_mounts.huge_pages_of``; None: not a
+    tmpfs); ``memory_backed`` whether the directory is on a memory filesystem (a spill
+    directory on disk is written with ``pwritev``); ``override`` the value of
+    ``MINIRAY_STORE_WRITE_THREADS`` (None: unset; 0: always ``pwritev``; N: N threads for
+    every segment of at least ``MIN_BYTES`` on a memory filesystem, whatever the CPUs).
+
+    >>> write_plan(200 << 20, 16, "never", True), write_plan(200 << 20, 4, "within_size", True)
+    (8, 4)
+    >>> write_plan(200 << 20, 4, "never", True), write_plan(200 << 20, 2, "within_size", True)
+    (0, 0)
+    >>> write_plan(200 << 20, 16, "never", True, override=0), write_plan(1 << 20, 16, "never", True)
+    (0, 0)
+    """
+    if override == 0 or total_size < MIN_BYTES or memory_backed is not True:
+        return 0
+    if override is not None and override > 0:
+        return max(1, min(override, FORCED_MAX))
+    need = HUGE_MIN_CPUS if huge_pages in _HUGE_MODES else SMALL_PAGE_MIN_CPUS
+    if cpus < need:
+        return 0
+    return min(MAX_THREADS, cpus)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask where the OS has one (a container or
+    ``taskset`` narrows it), else the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+_mounts: dict[str, tuple[bool | None, str | None]] = {}
+
+
+def plan_for(directory: str, total_size: int, override: int | None) -> int:
+    """``write_plan`` for a new segment in ``directory``: its mount is looked up once per
+    process and directory (``shm_mounts.describe``), and only for sizes the plan could give
+    threads."""
+    if override == 0 or total_size < MIN_BYTES:
+        return 0
+    mount = _mounts.get(directory)
+    if mount is None:
+        mount = _mounts[directory] = shm_mounts.describe(directory)
+    backed, huge = mount
+    return write_plan(total_size, usable_cpus(), huge, backed, override)
+
+
+def split_ranges(sizes: list[int], parts: int) -> list[list[tuple[int, int, int, int]]]:
+    """Pure: cut pieces of ``sizes`` bytes, laid end to end, into ``parts`` contiguous ranges
+    of about equal size. Each range is a list of ``(piece index, start in piece, start in
+    the file, length)``; a range may span several pieces and a piece several ranges. Empty
+    ranges (more parts than bytes) are left out.
+
+    >>> split_ranges([10, 0, 6], 2)
+    [[(0, 0, 0, 8)], [(0, 8, 8, 2), (2, 0, 10, 6)]]
+    """
+    total = sum(sizes)
+    parts = max(1, parts)
+    bounds = [total * i // parts for i in range(parts + 1)]
+    ranges: list[list[tuple[int, int, int, int]]] = []
+    piece, piece_start = 0, 0  # piece index and where it starts in the file
+    for lo, hi in zip(bounds, bounds[1:]):
+        if hi <= lo:
+            continue
+        out = []
+        pos = lo
+        while pos < hi:
+            while piece_start + sizes[piece] <= pos:  # skip pieces that end before pos
+                piece_start += sizes[piece]
+                piece += 1
+            take = min(hi, piece_start + sizes[piece]) - pos
+            out.append((piece, pos - piece_start, pos, take))
+            pos += take
+        ranges.append(out)
+    return ranges
+
+
+class _Pool:
+    """Daemon threads taking ``(function, done)`` jobs from one queue; a thread idle for
+    ``IDLE_S`` ends (no thread outlives the writes that needed it by long)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._made = 0
+
+    def submit(self, jobs: list[Callable[[], None]], done: "_Done") -> None:
+        """Queue ``jobs``, with at least as many threads as jobs alive (up to
+        ``MAX_THREADS - 1``). Threads are started before any job is queued: when one cannot
+        start (RuntimeError), nothing was queued."""
+        with self._lock:  # decided with the idle threads' exits (``_serve``)
+            while len(self._threads) < min(len(jobs), MAX_THREADS - 1):
+                thread = threading.Thread(target=self._serve, daemon=True,
+                                          name=f"miniray-segment-write-{self._made}")
+                self._made += 1
+                thread.start()
+                self._threads.add(thread)
+            for job in jobs:
+                self._jobs.put((job, done))
+
+    def _serve(self) -> None:
+        me = threading.current_thread()
+        while True:
+            try:
+                job, done = self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():  # under the lock: no job queued for this thread
+                        self._threads.discard(me)
+                        return
+                continue
+            try:
+                job()
+            except BaseException as error:  # handed to the caller, who raises it
+                done.finish(error)
+            else:
+                done.finish(None)
+            del job, done
+
+
+class _Done:
+    """Counts finished ranges of one write and keeps the first error."""
+
+    def __init__(self, count: int) -> None:
+        self._left = count
+        self._cond = threading.Condition()
+        self.error: BaseException | None = None
+
+    def finish(self, error: BaseException | None) -> None:
+        with self._cond:
+            if error is not None and self.error is None:
+                self.error = error
+            self._left -= 1
+            if self._left <= 0:
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        with self._cond:
+            while self._left > 0:
+                self._cond.wait()
+
+
+_pool: _Pool | None = None
+_pool_lock = threading.Lock()
+
+
+def _get_pool() -> _Pool:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = _Pool()
+        return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads did not survive the fork."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def write_threaded(fd: int, pieces: list[Any], total_size: int, threads: int) -> None:
+    """Write ``pieces`` (byte-like objects that cover ``[0, total_size)`` in order, as
+    ``oob.Serialized.pieces`` gives them) at offset 0 of the new, empty file ``fd`` on
+    ``threads`` threads (the caller counts as one): steps 1-4 of the module docstring.
+
+    Raises what ``posix_fallocate`` raises (OSError ENOSPC on a full tmpfs) or the first
+    error of any range; the mapping is closed either way, the file is the caller's.
+    """
+    import numpy as np  # lazy: only writes of tens of MiB come here
+
+    views = [memoryview(p).cast("B") for p in pieces]
+    sizes = [v.nbytes for v in views]
+    if sum(sizes) != total_size:
+        raise ValueError(f"pieces cover {sum(sizes)} bytes, the segment has {total_size}")
+    os.posix_fallocate(fd, 0, total_size)
+    mapping = mmap.mmap(fd, total_size, flags=mmap.MAP_SHARED,
+                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    ranges = split_ranges(sizes, threads)
+
+    def copy(rng: list[tuple[int, int, int, int]]) -> None:
+        dst = src = None
+        try:
+            for index, start, at, length in rng:
+                dst = np.frombuffer(mapping, dtype=np.uint8, count=length, offset=at)
+                src = np.frombuffer(views[index], dtype=np.uint8, count=length, offset=start)
+                np.copyto(dst, src)
+                dst = src = None
+        finally:
+            del dst, src  # a traceback kept by the caller must not keep the mapping exported
+
+    done = _Done(len(ranges) - 1)
+    error: BaseException | None = None
+    submitted = 0
+    try:
+        if len(ranges) > 1:
+            jobs = [lambda rng=rng: copy(rng) for rng in ranges[1:]]
+            _get_pool().submit(jobs, done)
+            submitted = len(jobs)
+        copy(ranges[0])
+    except BaseException as own:
+        error = own
+        for _ in range(len(ranges) - 1 - submitted):  # never queued: nothing to wait for
+            done.finish(None)
+    while True:  # every range finished before the mapping goes, even after an interrupt
+        try:
+            done.wait()
+            break
+        except BaseException as interrupt:
+            error = error or interrupt
+    views = []
+    try:
+        mapping.close()
+    except BufferError:  # a view still exported: the mapping goes when it is garbage
+        pass
+    error = error or done.error
+    if error is not None:
+        raise error
