@@ -143,8 +143,9 @@ class Serialized:
             if written <= 0:
                 raise OSError(f"pwritev wrote {written} bytes at offset {offset}")
             offset += written
-            # Drop the pieces fully written; keep the unwritten tail of a partly written one.
-            while written and i < len(pieces):
+            # Drop the pieces fully written (empty ones after them too: a batch of nothing
+            # but empty pieces writes 0 bytes); keep the unwritten tail of a partly written one.
+            while i < len(pieces) and (written or not pieces[i].nbytes):
                 n = pieces[i].nbytes
                 if written >= n:
                     written -= n
