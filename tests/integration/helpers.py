@@ -175,6 +175,24 @@ def ledger_leases(env) -> dict:
         return json.load(f)["leases"]
 
 
+def tmpfs_namespace(mount_point: str, options: str) -> list[str]:
+    """The command that runs what follows it in a mount namespace of its own with a tmpfs
+    mounted at ``mount_point`` with ``options`` (``unshare -m``, or ``-r -m`` where user
+    namespaces are allowed): nothing is mounted on the machine, and the mount goes when the
+    command exits. Skips the test, saying why, where neither works."""
+    import pytest  # lazy: only tests that mount ask for it
+
+    mount = f"mount -t tmpfs -o {options},mode=0700 tmpfs {mount_point} && exec \"$@\""
+    tried = []
+    for flags in (["-m"], ["-r", "-m"]):
+        prefix = ["unshare", *flags, "--propagation", "private", "sh", "-c", mount, "sh"]
+        probe = subprocess.run([*prefix, "true"], capture_output=True, text=True, timeout=30)
+        if probe.returncode == 0:
+            return prefix
+        tried.append(f"unshare {' '.join(flags)}: {probe.stderr.strip() or probe.returncode}")
+    pytest.skip("a tmpfs cannot be mounted in a mount namespace here (" + "; ".join(tried) + ")")
+
+
 # Written as pynvml.py into a folder put on the PYTHONPATH of the processes under test: they
 # find it the way they would find the real one, so production code needs no test hook.
 FAKE_PYNVML = '''

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-import pytest
+from .helpers import tmpfs_namespace
 
 INNER = """
 import json, os, sys
@@ -65,27 +65,11 @@ print(json.dumps({"equal": equal, "small_kib": small_kib, "after_put": after_put
 """
 
 
-def _namespace_prefix(mount_point: str) -> list[str]:
-    """The command that runs what follows in a mount namespace with a huge=within_size tmpfs
-    at ``mount_point``, or skip the test saying why none can be made here."""
-    mount = (f"mount -t tmpfs -o huge=within_size,size=256m,mode=0700 tmpfs {mount_point}"
-             " && exec \"$@\"")
-    tried = []
-    for flags in (["-m"], ["-r", "-m"]):
-        probe = subprocess.run(["unshare", *flags, "--propagation", "private", "sh", "-c",
-                                mount, "sh", "true"], capture_output=True, text=True,
-                               timeout=30)
-        if probe.returncode == 0:
-            return ["unshare", *flags, "--propagation", "private", "sh", "-c", mount, "sh"]
-        tried.append(f"unshare {' '.join(flags)}: {probe.stderr.strip() or probe.returncode}")
-    pytest.skip("a tmpfs cannot be mounted in a mount namespace here (" + "; ".join(tried) + ")")
-
-
 def test_large_objects_live_in_huge_pages_and_small_ones_do_not(session_root, drivers,
                                                                 tmp_path):
     mount_point = tmp_path / "huge-shm"
     mount_point.mkdir(mode=0o700)
-    prefix = _namespace_prefix(str(mount_point))
+    prefix = tmpfs_namespace(str(mount_point), "huge=within_size,size=256m")
     env = drivers.env(MINIRAY_SHM_DIR=str(mount_point))
     inner = subprocess.run([*prefix, sys.executable, drivers.script(INNER)], env=env,
                            cwd=str(tmp_path), capture_output=True, text=True, timeout=180)

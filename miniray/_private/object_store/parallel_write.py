@@ -158,7 +158,7 @@ class _Pool:
         self._lock = threading.Lock()
         self._made = 0
 
-    def submit(self, jobs: list[Callable[[], None]], done: "_Done") -> None:
+    def submit(self, jobs: list[Callable[[], None]], done: _Done) -> None:
         """Queue ``jobs``, with at least as many threads as jobs alive (up to
         ``MAX_THREADS - 1``). Threads are started before any job is queued: when one cannot
         start (RuntimeError), nothing was queued."""
