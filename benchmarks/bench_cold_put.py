@@ -20,6 +20,12 @@ into mapped memory in the same run:
     mmap_threadsK        ftruncate, mmap, K threads each copying a slice (faults in parallel)
     fallocate_threadsK   posix_fallocate (room reserved: no SIGBUS on a full tmpfs), then
                          the same K threads
+    store_writeK         the store's own threaded write (``object_store/parallel_write``:
+                         posix_fallocate, mmap, K ranges, the caller copying one)
+    store_plan           the store's ``write_segment`` as it is (``write_plan`` picks
+                         pwritev or threads for this size, directory and CPU count; printed)
+
+``MINIRAY_STORE_WRITE_THREADS`` set in the environment changes what ``store_plan`` does.
 """
 
 from __future__ import annotations
@@ -28,10 +34,15 @@ import argparse
 import mmap
 import os
 import statistics
+import sys
 import threading
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from miniray._private.core import config, oob  # noqa: E402
+from miniray._private.object_store import parallel_write, shm_segments  # noqa: E402
 
 MADV_POPULATE_WRITE = 23  # not among the constants of Python's mmap module
 
@@ -102,6 +113,30 @@ def main() -> None:
         if k <= (os.cpu_count() or 1):
             methods[f"mmap_threads{k}"] = lambda k=k: mapped(threads=k)
             methods[f"fallocate_threads{k}"] = lambda k=k: mapped(threads=k, fallocate=True)
+    ser = oob.serialize(src)
+
+    def store(threads: int | None = None) -> None:
+        path, fd = fresh()
+        try:
+            if threads is None:
+                os.close(fd)
+                os.unlink(path)
+                shm_segments.write_segment(path, ser)
+            else:
+                parallel_write.write_threaded(fd, ser.pieces(), ser.total_size, threads)
+        finally:
+            if threads is not None:
+                os.close(fd)
+            os.unlink(path)
+
+    methods["store_plan"] = store
+    for k in (2, 4, 8, 16):
+        if k <= (os.cpu_count() or 1):
+            methods[f"store_write{k}"] = lambda k=k: store(k)
+    plan = parallel_write.plan_for(args.dir, ser.total_size, config.store_write_threads())
+    print(f"store plan for {ser.total_size} bytes in {args.dir} with "
+          f"{parallel_write.usable_cpus()} usable CPUs: "
+          + (f"{plan} threads" if plan else "pwritev"))
     for name in ("shmem_enabled", "enabled"):
         path = f"/sys/kernel/mm/transparent_hugepage/{name}"
         try:
