@@ -56,6 +56,11 @@ def test_write_plan(size, cpus, huge, backed, override, expected):
     assert pw.write_plan(size, cpus, huge, backed, override) == expected
 
 
+def test_plan_without_numpy_loaded_keeps_pwritev_unless_forced():
+    assert pw.write_plan(200 * MIB, 16, "within_size", True, numpy_loaded=False) == 0
+    assert pw.write_plan(200 * MIB, 16, "within_size", True, 4, numpy_loaded=False) == 4
+
+
 def test_plan_never_gives_threads_on_two_cpus():
     for huge in ("never", "within_size", "always", None):
         for size in (MIB, 64 * MIB, 2048 * MIB):

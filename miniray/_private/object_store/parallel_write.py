@@ -47,6 +47,7 @@ from __future__ import annotations
 import mmap
 import os
 import queue
+import sys
 import threading
 from typing import Any, Callable
 
@@ -65,7 +66,8 @@ _HUGE_MODES = ("always", "within_size")  # the tmpfs modes that give a large fil
 
 
 def write_plan(total_size: int, cpus: int, huge_pages: str | None,
-               memory_backed: bool | None, override: int | None = None) -> int:
+               memory_backed: bool | None, override: int | None = None,
+               numpy_loaded: bool = True) -> int:
     """Pure: how to write a new segment of ``total_size`` bytes: 0 is one ``pwritev`` on the
     caller, K >= 2 is K threads through a mapping (``write_threaded``).
 
@@ -74,7 +76,11 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     tmpfs); ``memory_backed`` whether the directory is on a memory filesystem (a spill
     directory on disk is written with ``pwritev``); ``override`` the value of
     ``MINIRAY_STORE_WRITE_THREADS`` (None: unset; 0: always ``pwritev``; N: N threads for
-    every segment of at least ``MIN_BYTES`` on a memory filesystem, whatever the CPUs).
+    every segment of at least ``MIN_BYTES`` on a memory filesystem, whatever the CPUs);
+    ``numpy_loaded`` whether this process has imported numpy already: the copies need it,
+    and a first import (about 0.1 s) costs more than threads save on a write of 32 MiB
+    (a value without arrays, e.g. a large ``bytes``, in a process that never used numpy
+    is written with ``pwritev`` unless the variable asks for threads).
 
     >>> write_plan(200 << 20, 16, "never", True), write_plan(200 << 20, 4, "within_size", True)
     (8, 4)
@@ -88,7 +94,7 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     if override is not None and override > 0:
         return max(1, min(override, FORCED_MAX))
     need = HUGE_MIN_CPUS if huge_pages in _HUGE_MODES else SMALL_PAGE_MIN_CPUS
-    if cpus < need:
+    if cpus < need or not numpy_loaded:
         return 0
     return min(MAX_THREADS, cpus)
 
@@ -115,7 +121,8 @@ def plan_for(directory: str, total_size: int, override: int | None) -> int:
     if mount is None:
         mount = _mounts[directory] = shm_mounts.describe(directory)
     backed, huge = mount
-    return write_plan(total_size, usable_cpus(), huge, backed, override)
+    return write_plan(total_size, usable_cpus(), huge, backed, override,
+                      numpy_loaded="numpy" in sys.modules)
 
 
 def split_ranges(sizes: list[int], parts: int) -> list[list[tuple[int, int, int, int]]]:
