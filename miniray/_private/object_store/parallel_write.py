@@ -13,9 +13,9 @@ Why: a new tmpfs file's first write pays one page allocation (and, through a map
 fault) per page. ``pwritev`` does all of it on one CPU. On a host with several CPUs, K threads
 each copying a contiguous range through one shared mapping allocate and fault pages in
 parallel (``benchmarks/bench_cold_put.py``, 16-core host, 200 MB, against memcpy into mapped
-memory: pwritev 0.22x on /dev/shm and 0.51-0.73x on a ``huge=within_size`` tmpfs; 8 threads
-0.31x and 1.46-1.92x; 4 threads 0.23x and 0.97-1.18x). On 2 CPUs threads gain nothing (0.12x
-against pwritev's 0.14x), so the plan keeps ``pwritev`` there.
+memory: pwritev 0.18-0.22x on /dev/shm and 0.51-0.73x on a ``huge=within_size`` tmpfs; this
+module's 8 threads 0.25-0.38x and 1.67-1.96x; 4 threads 0.20-0.22x and 0.92-1.04x). On 2 CPUs
+threads gain nothing (0.13x against pwritev's 0.18x), so the plan keeps ``pwritev`` there.
 
 The threaded write, in steps:
 
@@ -56,10 +56,12 @@ from miniray._private.host import shm_mounts
 __all__ = ["MAX_THREADS", "MIN_BYTES", "plan_for", "split_ranges", "usable_cpus",
            "write_plan", "write_threaded"]
 
-MIN_BYTES = 32 << 20  # below this a write takes a few ms at most: pwritev, no hand-offs
-MAX_THREADS = 8  # measured: 8 threads reach 1.5-1.9x memcpy on huge pages, 16 little more
-HUGE_MIN_CPUS = 4  # huge pages: 4 threads already beat pwritev (0.97-1.18x against 0.51-0.73x)
-SMALL_PAGE_MIN_CPUS = 8  # 4 KiB pages: 4 threads only match pwritev (0.23x against 0.22x)
+# From benchmarks/bench_cold_put.py on a 16-core host (benchmarks/RESULTS.md, 2026-11-28),
+# against memcpy into mapped memory, "pwritev -> the plan's threads":
+MIN_BYTES = 32 << 20  # 32 MB: 0.30x -> 0.31x in /dev/shm, 1.26x -> 2.71x on huge pages
+MAX_THREADS = 8  # 200 MB on huge pages: 8 threads 1.71x, 16 threads 1.46x
+HUGE_MIN_CPUS = 4  # 200 MB on huge pages with 4 CPUs: 0.54x -> 0.92x
+SMALL_PAGE_MIN_CPUS = 8  # 200 MB in /dev/shm: 4 CPUs 0.20x -> 0.20x, 8 CPUs 0.22x -> 0.38x
 IDLE_S = 1.0  # a pool thread with nothing to do this long ends
 FORCED_MAX = 64  # MINIRAY_STORE_WRITE_THREADS above this is taken as this
 _HUGE_MODES = ("always", "within_size")  # the tmpfs modes that give a large file 2 MiB pages
