@@ -35,6 +35,9 @@ Lifetime rules:
 Segments are plain files created with ``os.open(O_CREAT | O_EXCL)`` in the shared-memory
 directory (``MINIRAY_SHM_DIR``, default ``/dev/shm``; or the store's fallback directory) and
 mapped with ``mmap``; nothing here registers with ``multiprocessing``'s resource tracker.
+A new segment's bytes go in with one ``pwritev``, or, when it is large and the CPUs allow, on
+several threads through a mapping (``parallel_write``); either way ENOSPC is an OSError and
+the file is unlinked.
 
 The shared-memory directory (``prepare_shm_dir``): ``/dev/shm`` is used as it is. Any other
 (``MINIRAY_SHM_DIR``; two fake hosts on one machine each get their own) is created with mode
