@@ -250,3 +250,33 @@ def test_a_failed_threaded_write_leaves_no_file(tmp_path, monkeypatch):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert os.listdir(tmp_path) == []
+
+
+def test_writes_on_several_caller_threads_share_the_pool(tmp_path):
+    values = [np.random.default_rng(i).integers(0, 255, (1 << 18) + i, dtype=np.uint8)
+              for i in range(6)]
+    sers = [oob.serialize(v) for v in values]
+    expected = [_pwritev_bytes(s, tmp_path / f"ref{i}") for i, s in enumerate(sers)]
+    errors = []
+
+    def writer(i: int) -> None:
+        try:
+            for round_ in range(5):
+                path = tmp_path / f"w{i}_{round_}"
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                try:
+                    pw.write_threaded(fd, sers[i].pieces(), sers[i].total_size, 8)
+                finally:
+                    os.close(fd)
+                if path.read_bytes() != expected[i]:
+                    errors.append(f"writer {i} round {round_}: bytes differ")
+        except BaseException as error:  # reported below
+            errors.append(f"writer {i}: {error!r}")
+
+    callers = [threading.Thread(target=writer, args=(i,)) for i in range(len(sers))]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(60)
+    assert not any(c.is_alive() for c in callers), "a write never finished"
+    assert errors == []
