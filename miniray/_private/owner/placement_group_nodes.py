@@ -473,14 +473,16 @@ class PlacementGroupNodes:
         return left
 
     def _kill_lent_again(self, actor_ids) -> None:
+        """*Not locked*, its own thread: ``_kill_lent_once`` again after pauses doubling
+        from KILL_LENT_PAUSE_S. This driver's shutdown (its link to the service closed:
+        ``ActorLink.leaving``) ends it at once: the service ends a leaving driver's named
+        actors itself."""
+        leaving = self.owner.actors.link.leaving
         pause = KILL_LENT_PAUSE_S
         for _ in range(KILL_LENT_TRIES - 1):
-            end = time.monotonic() + pause
-            while not self.owner.closed and time.monotonic() < end:
-                time.sleep(0.05)  # a shutdown meanwhile ends this thread within 50 ms
+            if leaving.wait(pause) or self.owner.closed:
+                return
             pause *= 2
-            if self.owner.closed:
-                return  # its shutdown: the service ends a leaving driver's named actors
             actor_ids = self._kill_lent_once(actor_ids)
             if not actor_ids:
                 return
