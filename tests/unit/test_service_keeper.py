@@ -27,6 +27,7 @@ def _service():
         objects=types.SimpleNamespace(get=lambda _id: None))
     service._own_link = None
     service._link_retry = LinkRetry()
+    service._here_lock = threading.Lock()
     service._keeper = ReplyKeeper(service._keep_here)
     return service, lock
 
@@ -349,3 +350,32 @@ def test_a_result_kept_for_a_caller_that_named_no_node_is_pulled_and_sent_as_a_v
     assert "left before it was handed on" in str(error) and "was lost" not in str(error)
     kind, data = service._hand_on_kept(0, copy, _driver("here"), b"r")
     assert "link to that node was lost" in str(actor_service.serialization.loads(data))
+
+
+def test_keeper_threads_at_once_ask_for_the_link_to_its_own_node_once(monkeypatch):
+    """With a thread per driver, two keeps may need the link at the same moment: one asks
+    (its grant key, up to OWN_LINK_TIMEOUT_S), the other goes on without it at once."""
+    service, lock = _service()
+    nodes = _Nodes()
+    nodes.broken = False
+    inside = threading.Event()
+    release = threading.Event()
+    asked: list = []
+
+    def grant_key(link, timeout=None):
+        asked.append(timeout)
+        inside.set()
+        release.wait(10)
+
+    nodes.kept_results = types.SimpleNamespace(grant_key=grant_key)
+    service.owner._remote_nodes = lambda: nodes
+    first: list = []
+    thread = threading.Thread(target=lambda: first.append(service._here()))
+    thread.start()
+    try:
+        assert inside.wait(10)
+        assert service._here() is None and len(asked) == 1  # not asked twice
+    finally:
+        release.set()
+        thread.join(10)
+    assert first and first[0] is not None and service._here() is first[0]

@@ -217,6 +217,7 @@ class ActorService:
         # keeps them (``reply_keeper``).
         self._own_link = None
         self._link_retry = LinkRetry()
+        self._here_lock = threading.Lock()  # the keeper's threads decide to ask under it
         self._keeper = ReplyKeeper(self._keep_here)
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
@@ -763,7 +764,7 @@ class ActorService:
         self._send_reply(client, task_id, return_ids, results, nested)
 
     def _here(self):
-        """*Not locked, the keeper's thread only.* This process's link to its own node, which
+        """*Not locked, the keeper's threads only.* This process's link to its own node, which
         keeps results for it (made when first needed: ``RemoteNodes.client`` of this node's
         entry in the view, its grant key asked); None when it cannot be had: results cross
         at once, and the link is asked for again once ``_link_retry`` allows (every
@@ -771,10 +772,11 @@ class ActorService:
         link = self._own_link
         if link is not None and link.lost is None:
             return link
-        now = time.monotonic()
-        if not self._link_retry.may_try(now):
-            return None
-        self._link_retry.trying(now)  # replies cross at once while it is asked
+        with self._here_lock:  # one keeper thread asks; the others go on without it
+            now = time.monotonic()
+            if not self._link_retry.may_try(now):
+                return None
+            self._link_retry.trying(now)  # replies cross at once while it is asked
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
         try:
