@@ -37,9 +37,12 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
   that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
   it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
-  leaves (``_drop``). A large result of an actor on this node, for a driver on another
+  leaves (``_drop``). A caller whose HELLO named no node gets the value instead, pulled
+  here first (``_pull_here``), as before results were kept. A large result of an actor on this node, for a driver on another
   host, stays here the same way: this node keeps it for this process's own link to it
-  (``_keep_here``).
+  (``_keep_here``). Both are done by the keeper's threads (``reply_keeper``), each
+  driver's replies and streaming values (SVC_YIELD) in the order they came; at teardown
+  the replies still queued are sent as plain values or failed (``_settle_queued``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -684,9 +687,11 @@ class ActorService:
         is: its bytes reserved in the link's budget file, the segment renamed
         ``mr_<link tag>_<object id>``, booked (``KeptResults.keep_segment``); the caller then
         gets them as any kept result (``_hand_on_kept``). Past the link's cap, or without
-        the link: sent at once, as before. A job that keeps nothing (a reply queued behind
-        another of its driver's) is only passed on. The reply then goes out on the I/O
-        thread (``_send_reply``), in the order the jobs were queued."""
+        the link: sent at once, as before. A job of mode PULL (a caller that named no node)
+        has its kept results pulled here instead (``_pull_here``); one of mode PASS (a
+        reply queued behind another of its driver's) is only passed on, and one of mode
+        VALUE is a streaming call's value, sent in its turn. The reply then goes out on the
+        I/O thread (``_send_reply``), in the order the driver's jobs were queued."""
         client, task_id, return_ids, results, nested, mode = job
         if mode == VALUE:  # a streaming call's value queued behind a reply: its turn
             with self.owner.locked():
