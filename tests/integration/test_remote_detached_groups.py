@@ -514,3 +514,75 @@ def test_an_actor_in_a_detached_groups_member_bundle_by_a_handle_got_by_id_runs_
     """)
     assert doc["ip"] == MEMBER and doc["from_task"] == MEMBER, doc
     _no_group_left(hosts)
+
+
+def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_its_driver(
+        hosts):
+    """A driver that noted a pending detached group (its handle passed to it) as the
+    service's sent every later actor in it to the service after another driver removed
+    it. Now it asks the service again (at most every STATE_ASK_S): the group gone, a later
+    actor stays in the driver and dies as in a removed group, with Ray's reason."""
+    _cluster(hosts, "2", None)
+    creator = driver("""
+    import base64, json, pickle, sys
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, remove_placement_group
+    ray.init(address="auto")
+    never = placement_group([{"CPU": 1}] * 3, strategy="STRICT_SPREAD", lifetime="detached")
+    print(json.dumps({"never": base64.b64encode(pickle.dumps(never)).decode()}), flush=True)
+    sys.stdin.readline()
+    remove_placement_group(never)
+    print(json.dumps({"removed": True}), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        handle = json_line(creator, 30)["never"]
+        other = driver(f"""
+    import base64, json, pickle, sys, time
+    import miniray as ray
+    from miniray._private import runtime
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    never = pickle.loads(base64.b64decode({handle!r}))
+    strategy = PlacementGroupSchedulingStrategy(never, 0)
+
+    @ray.remote(num_cpus=1)
+    class Where:
+        def node(self):
+            return 1
+
+    first = Where.options(scheduling_strategy=strategy).remote()  # noted: the service's
+    print(json.dumps({{"first": True}}), flush=True)
+    sys.stdin.readline()  # removed by its creator
+    time.sleep(1.2)  # past STATE_ASK_S
+    second = Where.options(scheduling_strategy=strategy).remote()
+    out = {{}}
+    for name, actor in (("first", first), ("second", second)):
+        try:
+            out[name] = repr(ray.get(actor.node.remote(), timeout=20))
+        except Exception as error:
+            out[name] = type(error).__name__ + ": " + str(error)
+    actors = runtime.current().owner.actors.actors
+    out["in_service"] = [actors[a._actor_id].remote for a in (first, second)]
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+        assert json_line(other, 30) == {"first": True}
+        creator.stdin.write("\n")
+        creator.stdin.flush()
+        assert json_line(creator, 30) == {"removed": True}
+        other.stdin.write("\n")
+        other.stdin.flush()
+        seen = json_line(other, 60)
+        assert seen["in_service"] == [True, False], seen
+        for name in ("first", "second"):
+            assert seen[name].startswith("ActorDiedError"), seen
+            assert "placement group was removed" in seen[name], seen
+        assert other.wait(30) == 0
+        assert creator.wait(30) == 0
+    finally:
+        stop_driver(creator)
+        if other is not None:
+            stop_driver(other)
+    assert wait_until(lambda: not _head_groups(hosts), 10.0)  # (no member here)

@@ -10,7 +10,8 @@ grant (zero-copy numpy after); ``del`` frees it on the member; so does the drive
 task on the member given it reads it there (never pulled to the driver); an error result
 still raises the actor's error; the member killed first, ``get`` raises ObjectLostError.
 Past the member's cap for the service's link a result crosses at once. A second driver on
-the member's host, and a task calling the actor by name, get their own results. The
+the member's host, and a task calling the actor by name, get their own results. A driver
+whose HELLO names no node gets the value (the service pulls it for it). The
 member's kept segments are found by its root's tag (``mr_<tag>``, as the teardown's leak
 check finds them).
 """
@@ -277,3 +278,33 @@ def test_a_service_actor_on_the_head_keeps_its_result_there_for_a_member_driver(
     """, ip=MEMBER, HEAD_SHM=head_shm, HEAD_ROOT_TAG=head_tag)
     assert doc["on_head"] and doc["recorded"] and doc["kept"] == [1, False], doc
     assert doc["get"] == [True, False, True] and doc["freed"], doc
+
+
+def test_a_driver_that_names_no_node_gets_a_kept_result_as_a_value(hosts):
+    """A driver whose SVC_HELLO names no node (every driver of this version names it; an
+    older one did not) cannot be granted a result kept on the member: the service pulls
+    it for that driver and sends it as a value, as before results were kept (it got
+    ObjectLostError "link lost"); the member keeps nothing afterwards."""
+    _join_special(hosts)
+    doc = _run(hosts, KEEPER + """
+    owner = runtime.current().owner
+    node_id = owner.hello_info["node_id"]
+    owner.hello_info["node_id"] = ""  # the link's HELLO names no node
+    keeper = Keeper.options(name="nameless", lifetime="detached").remote()
+    out = {"on_member": ray.get(keeper.node.remote(), timeout=60) == member}
+    owner.hello_info["node_id"] = node_id
+    ref = keeper.array.remote(6)
+    try:
+        value = ray.get(ref, timeout=60)
+        out["get"] = [bool(np.array_equal(value, expected(6))), recorded(ref)]
+    except Exception as error:
+        out["get"] = f"{type(error).__name__}: {error}"
+    out["member_kept"] = until(lambda: not kept())
+    ray.kill(keeper)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    assert doc["on_member"], doc
+    assert doc["get"] == [True, False], doc  # a value, not a kept reference
+    assert doc["member_kept"], doc
+    assert wait_until(lambda: not _member_kept(hosts), 10.0), _member_kept(hosts)

@@ -4,6 +4,7 @@ to do instead. A stand-in owner and ledger; no processes."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 from miniray._private.core import placement
@@ -48,6 +49,7 @@ class _Actors:
     def __init__(self, failures: int):
         self.failures = failures
         self.asked: list = []
+        self.link = SimpleNamespace(leaving=threading.Event())  # ActorLink.leaving
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
         self.asked.append(actor_id)
@@ -90,7 +92,32 @@ def test_a_lent_actors_kill_gives_up_after_its_tries_and_says_so(monkeypatch, ca
     lender._kill_lent_again([b"\x02" * 16])  # the thread's body, run here
     assert len(actors.asked) == pgn.KILL_LENT_TRIES - 1
     assert "could not kill 1 named actor(s)" in capsys.readouterr().err
-    lender.owner.closed = True  # the driver shutting down: no more tries
+    actors.link.leaving.set()  # the driver shutting down: no more tries
     actors.asked.clear()
     lender._kill_lent_again([b"\x03" * 16])
     assert actors.asked == []
+
+
+def test_a_lent_actors_kill_asked_again_ends_at_once_at_shutdown_without_polling(
+        monkeypatch):
+    """Defect: the thread that asks the kill again looked at ``owner.closed`` every 50 ms
+    while it paused (up to 3.5 s): 70 wake-ups for nothing, and a shutdown seen up to
+    50 ms late. Now it waits on the link's ``leaving`` event: no wake-up until its pause
+    ends, and the shutdown ends it at once."""
+    import time
+
+    from miniray._private.owner import placement_group_nodes as pgn
+
+    monkeypatch.setattr(pgn, "KILL_LENT_PAUSE_S", 30.0)
+    slept: list = []
+    monkeypatch.setattr(pgn.time, "sleep", slept.append, raising=False)
+    actors = _Actors(failures=100)
+    lender = _lender(actors)
+    thread = threading.Thread(target=lender._kill_lent_again, args=([b"\x04" * 16],))
+    thread.start()
+    threading.Event().wait(0.1)  # (time.sleep is counted)
+    t0 = time.monotonic()
+    actors.link.leaving.set()  # ActorLink.close at the driver's shutdown
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - t0 < 0.05
+    assert slept == [] and actors.asked == []  # never woke up, never asked

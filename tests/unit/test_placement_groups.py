@@ -577,7 +577,7 @@ def test_a_pending_served_group_once_reserved_routes_by_where_its_bundle_is():
     pgs.route_served(zero)
     assert bundles.serves(zero) and asked == [B]
     assert pgs.needs_route(zero)  # a worker's actor looks it up again
-    pgs.route_served(zero)  # still not in the ledger: pending, not asked again
+    pgs.route_served(zero)  # still not in the ledger: pending, not asked again so soon
     assert bundles.serves(zero) and asked == [B]
     ledger[B] = {"detached": True, "nodes": ["head", "member"]}  # reserved
     pgs.route_served(zero)
@@ -816,3 +816,30 @@ def test_a_removed_served_group_is_not_noted_pending_again():
     pgs.route_served(zero)
     assert not owner.remote_nodes.bundles.serves(zero) and asked == []
     assert B not in owner.remote_nodes.bundles.served_pending
+
+
+def test_a_pending_served_group_removed_by_another_driver_is_no_longer_noted():
+    """Defect: a group got by handle and noted pending in the service (``served_pending``)
+    stayed noted once another driver removed it: every later actor in it went to the
+    service. Now a later actor asks the service again (at most every STATE_ASK_S); the
+    service holding it no more and the ledger not having it, it is no longer noted, and
+    the actor stays here, where it fails as in a removed group (Ray's error)."""
+    pgs, owner, asked = _driver_pgs({}, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+    pgs.route_served(zero)
+    assert bundles.serves(zero) and asked == [B]
+    owner.actors.group_state_in_service = lambda hex_: asked.append(hex_)  # removed: None
+    pgs.route_served(zero)  # within STATE_ASK_S of the answer: not asked again
+    assert bundles.serves(zero) and asked == [B]
+    bundles.served_asked[B] -= pgs.STATE_ASK_S  # later
+    pgs.route_served(zero)
+    assert asked == [B, B] and not bundles.serves(zero)
+    assert B not in bundles.served_pending and B not in bundles.served_asked
+    pgs.route_served(zero)  # not noted again while the service does not hold it
+    assert not bundles.serves(zero) and asked == [B, B, B]
+    still, owner, asked = _driver_pgs({}, held="PENDING")  # still held: still noted
+    still.route_served(zero)
+    owner.remote_nodes.bundles.served_asked[B] -= still.STATE_ASK_S
+    still.route_served(zero)
+    assert owner.remote_nodes.bundles.serves(zero) and asked == [B, B]

@@ -1094,3 +1094,40 @@ def test_a_pull_past_the_links_limit_is_told_busy_and_one_of_no_link_is_just_clo
                 other.recv(timeout=5)
         finally:
             other.close()
+
+
+def test_many_stalled_budget_files_wait_a_bounded_time_per_tick_and_each_is_reached(
+        monkeypatch):
+    """Defect: ``_retry_budgets`` waited up to BUDGET_WAIT_S per stalled tag at every tick,
+    on the node's loop: 40 links whose budget files' locks a stopped worker holds cost
+    200 ms per tick. Now BUDGET_TICK_S in all; the tags not reached keep their turn (the
+    longest waiting first) and are tried at the next ticks (no real files: a fake clock)."""
+    from miniray._private.node import kept_serving as ks
+    from miniray._private.object_store import kept_budget
+
+    clock = [100.0]
+    monkeypatch.setattr(ks.time, "monotonic", lambda: clock[0])
+    tried: list = []
+
+    def change(_shm_dir, tag, ops, wait_s=None):
+        assert wait_s is not None and 0 < wait_s <= ks.BUDGET_WAIT_S
+        tried.append(tag)
+        clock[0] += wait_s  # the whole wait spent: the lock stays busy
+        raise kept_budget.BudgetBusy("held")
+
+    monkeypatch.setattr(kept_budget, "change", change)
+    serving = object.__new__(rd.RemoteDrivers)
+    serving._shm_dir = "/nowhere"
+    tags = [f"tag{index:05d}" for index in range(40)]
+    serving._budget_ops = {tag: [("release", 1)] for tag in tags}
+    serving._budget_retry = {tag: 99.0 + index * 1e-3 for index, tag in enumerate(tags)}
+    start = clock[0]
+    serving._retry_budgets(clock[0])
+    assert clock[0] - start <= ks.BUDGET_TICK_S + 1e-9  # not 40 * BUDGET_WAIT_S
+    assert tried == tags[:len(tried)] and len(tried) >= 1
+    for _ in range(len(tags)):  # the next ticks reach the others, in their turn
+        if len(set(tried)) == len(tags):
+            break
+        serving._retry_budgets(clock[0])
+    assert sorted(set(tried)) == tags and tried[:len(tags)] == tags
+    assert all(serving._budget_ops[tag] == [("release", 1)] for tag in tags)  # kept

@@ -27,6 +27,7 @@ def _service():
         objects=types.SimpleNamespace(get=lambda _id: None))
     service._own_link = None
     service._link_retry = LinkRetry()
+    service._here_lock = threading.Lock()
     service._keeper = ReplyKeeper(service._keep_here)
     return service, lock
 
@@ -180,3 +181,201 @@ def test_replies_cross_at_once_while_the_link_to_its_own_node_is_asked_for(monke
     assert service._here() is None
     assert asked == [actor_service.OWN_LINK_TIMEOUT_S] and inside == [False]
     assert not service._keeps_here(client, results)  # failed: not before RETRY_S
+
+
+def _wait_for(predicate, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()
+
+
+def _gated_service(threads: int = reply_keeper.THREADS):
+    """A service whose keeps of driver "one" wait for ``gate``; what it sends recorded
+    as (token, task id or ("yield", index), what)."""
+    service, lock = _service()
+    service._keeper = ReplyKeeper(service._keep_here, threads=threads)
+    gate = threading.Event()
+    sent: list = []
+    service._here = lambda: object()
+
+    def keep_segment(_link, object_id, kind, data):
+        if object_id.startswith(b"one"):
+            gate.wait(10)  # a slow KEEP round trip for this driver only
+        return kind, ("remote", object_id)
+
+    service._keep_segment = keep_segment
+    service._keeps_here = lambda client, results: any(d[0] == "shm" for _k, d in results
+                                                      if type(d) is tuple)
+    service._send_reply = lambda client, task_id, return_ids, results, nested: sent.append(
+        (client.token, task_id, results[0][1]))
+    service.send = lambda client, message: sent.append(
+        (client.token, ("yield", message[2]), message[4])) or True
+    return service, lock, gate, sent
+
+
+def _driver(token: str) -> _Client:
+    return _Client(token, 1, "t" * 16, "", ("n" * 56, "127.0.0.2"))
+
+
+def test_one_drivers_slow_keep_does_not_hold_another_drivers_replies():
+    """Defect: the keeper was one FIFO across every driver: a keep of one driver that
+    waited (a slow round trip on the link to its own node) held every other driver's
+    replies. Now each driver has its queue, served by a few threads: another driver's
+    kept reply goes at once, each driver's replies keep their order, and a burst of many
+    drivers uses THREADS threads at most."""
+    service, lock, gate, sent = _gated_service()
+    one, two = _driver("one"), _driver("two")
+    before = _keep_threads()
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s1", 1 << 20))], None)
+            service._reply(one, b"1b", [b"one-b"], [(0, b"small")], None)
+            service._reply(two, b"2a", [b"two-a"], [(0, ("shm", "s2", 1 << 20))], None)
+            service._reply(two, b"2b", [b"two-b"], [(0, b"small")], None)
+        assert _wait_for(lambda: len(sent) >= 2), sent
+        assert sent == [("two", b"2a", ("remote", b"two-a")), ("two", b"2b", b"small")]
+        gate.set()
+        assert _wait_for(lambda: len(sent) == 4)
+        assert [task for token, task, _ in sent if token == "one"] == [b"1a", b"1b"]
+        gate.clear()
+        with lock:  # a burst of many drivers, each blocked: bounded threads
+            for index in range(12):
+                service._reply(_driver(f"d{index}"), b"t", [b"one-%d" % index],
+                               [(0, ("shm", "s", 1 << 20))], None)
+        assert _wait_for(lambda: service._keeper.statistics()["running"]
+                         == reply_keeper.THREADS)
+        assert _keep_threads() - before <= reply_keeper.THREADS
+        gate.set()
+        assert _wait_for(lambda: len(sent) == 16)
+        assert not service._keeper.waiting
+    finally:
+        gate.set()
+        service._keeper.close()
+    assert _keep_threads() == before
+
+
+def test_a_streaming_value_does_not_overtake_its_drivers_queued_result():
+    """Defect: SVC_YIELD went at once while a reply of the same driver waited in the
+    keeper: the driver saw a later streaming call's values before an earlier call's
+    result (``ray.wait`` over both found the later one ready first, out of the actor's
+    order). Now a value queues behind its driver's replies; another driver's goes at
+    once."""
+    service, lock, gate, sent = _gated_service()
+    one, two = _driver("one"), _driver("two")
+    service.owner.objects = types.SimpleNamespace(get=lambda _id: None)
+    try:
+        with lock:
+            service._reply(one, b"big", [b"one-big"], [(0, ("shm", "s", 1 << 20))], None)
+            service._reply_value(one, b"gen", 0, 0, b"item0", None)
+            service._reply_value(two, b"gen2", 0, 0, b"other", None)
+        assert sent == [("two", ("yield", 0), b"other")]
+        gate.set()
+        assert _wait_for(lambda: len(sent) == 3)
+        assert sent[1:] == [("one", b"big", ("remote", b"one-big")),
+                            ("one", ("yield", 0), b"item0")]
+        assert not service._keeper.waiting
+        with lock:  # nothing queued: at once
+            service._reply_value(one, b"gen", 1, 0, b"item1", None)
+        assert sent[-1] == ("one", ("yield", 1), b"item1")
+    finally:
+        gate.set()
+        service._keeper.close()
+
+
+def test_closing_the_keeper_sends_or_fails_every_queued_reply():
+    """Defect: ``close`` dropped the queued replies silently (their callers waited for
+    results that never came, their segments stayed). Now each is sent at once as a plain
+    value (nothing kept) when its driver can still receive it in order, else failed:
+    its segments removed, its kept copies freed."""
+    service, lock, gate, sent = _gated_service(threads=1)
+    one, two = _driver("one"), _driver("two")
+    discarded: list = []
+    service._discard = discarded.append
+    freed: list = []
+    copy = types.SimpleNamespace(free=lambda: freed.append("copy"))
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s1", 1))], None)
+            service._reply(one, b"1b", [b"one-b"], [(0, ("shm", "s1b", 1))], None)
+            service._reply(one, b"1c", [b"one-c"], [(0, ("remote", copy))], None)
+            # the one thread is in 1a: driver two's reply waits, not begun
+            service._reply(two, b"2a", [b"two-a"], [(0, ("shm", "s2", 1))], None)
+        assert _wait_for(lambda: service._keeper.statistics()["running"] == 1)
+        left = service._keeper.close(timeout=0.1)
+        assert [job[1] for job in left] == [b"1b", b"1c", b"2a"]
+        with lock:
+            service._settle_queued(left)
+        # two's: its driver still there, nothing of its unsent: sent, not kept
+        assert sent == [("two", b"2a", ("shm", "s2", 1))]
+        # one's: its 1a not sent yet (in progress): failed, not sent out of order
+        assert discarded == [("shm", "s1b", 1)] and freed == ["copy"]
+        assert service._keeper.waiting == {"one": 1}  # 1a's, done when it is sent
+        assert not service._keeper.put("two", (two,))  # closed
+    finally:
+        gate.set()
+
+
+def test_a_result_kept_for_a_caller_that_named_no_node_is_pulled_and_sent_as_a_value():
+    """Defect: ``_hand_on_kept`` failed a result kept on its actor's node for a caller
+    that named no node (ObjectLostError "link lost"). Now the keeper pulls it here for
+    that caller, in its turn, and it goes as a value, as before results were kept; a
+    caller that left is told so, not "link lost"."""
+    service, lock, gate, sent = _gated_service()
+    nameless = _Client("far", 1, "t" * 16, "", ("", ""))
+    pulled: list = []
+
+    def pull_here(object_id, kind, copy):
+        pulled.append((object_id, copy))
+        return kind, ("shm", "/pulled", 5)
+
+    service._pull_here = pull_here
+    copy = types.SimpleNamespace(node_id="m" * 56, free=lambda: None)
+    try:
+        with lock:
+            service._reply(nameless, b"t", [b"far-r"], [(0, ("remote", copy))], None)
+        assert _wait_for(lambda: sent)
+        assert pulled == [(b"far-r", copy)] and sent == [("far", b"t", ("shm", "/pulled", 5))]
+    finally:
+        service._keeper.close()
+    freed: list = []
+    copy = types.SimpleNamespace(node_id="m" * 56, free=lambda: freed.append(True))
+    service.owner.remote_nodes = types.SimpleNamespace(kept_results=types.SimpleNamespace(
+        hand_on=lambda *args: None))
+    gone = _driver("gone")
+    gone.gone = True
+    kind, data = service._hand_on_kept(0, copy, gone, b"r")
+    error = actor_service.serialization.loads(data)
+    assert kind == actor_service.protocol.ERR and freed == [True]
+    assert "left before it was handed on" in str(error) and "was lost" not in str(error)
+    kind, data = service._hand_on_kept(0, copy, _driver("here"), b"r")
+    assert "link to that node was lost" in str(actor_service.serialization.loads(data))
+
+
+def test_keeper_threads_at_once_ask_for_the_link_to_its_own_node_once(monkeypatch):
+    """With a thread per driver, two keeps may need the link at the same moment: one asks
+    (its grant key, up to OWN_LINK_TIMEOUT_S), the other goes on without it at once."""
+    service, lock = _service()
+    nodes = _Nodes()
+    nodes.broken = False
+    inside = threading.Event()
+    release = threading.Event()
+    asked: list = []
+
+    def grant_key(link, timeout=None):
+        asked.append(timeout)
+        inside.set()
+        release.wait(10)
+
+    nodes.kept_results = types.SimpleNamespace(grant_key=grant_key)
+    service.owner._remote_nodes = lambda: nodes
+    first: list = []
+    thread = threading.Thread(target=lambda: first.append(service._here()))
+    thread.start()
+    try:
+        assert inside.wait(10)
+        assert service._here() is None and len(asked) == 1  # not asked twice
+    finally:
+        release.set()
+        thread.join(10)
+    assert first and first[0] is not None and service._here() is first[0]

@@ -37,9 +37,12 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
   that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
   it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
-  leaves (``_drop``). A large result of an actor on this node, for a driver on another
+  leaves (``_drop``). A caller whose HELLO named no node gets the value instead, pulled
+  here first (``_pull_here``), as before results were kept. A large result of an actor on this node, for a driver on another
   host, stays here the same way: this node keeps it for this process's own link to it
-  (``_keep_here``).
+  (``_keep_here``). Both are done by the keeper's threads (``reply_keeper``), each
+  driver's replies and streaming values (SVC_YIELD) in the order they came; at teardown
+  the replies still queued are sent as plain values or failed (``_settle_queued``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -109,6 +112,11 @@ __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
 logger = logging.getLogger(__name__)
 OWN_LINK_TIMEOUT_S = 2.0  # the grant key of the link to its own node: asked this long at most
+PULL_WAIT_S = 300.0  # a kept result pulled for a caller that named no node: waited this long
+# What a keeper job does (``_reply``, ``_keep_here``): keep its large results on this node,
+# pull its kept results here (a caller that named no node), only pass it on in its turn,
+# or send a streaming call's value in its turn.
+KEEP, PULL, PASS, VALUE = "keep", "pull", "pass", "value"
 
 
 class Lifetimes:
@@ -212,6 +220,7 @@ class ActorService:
         # keeps them (``reply_keeper``).
         self._own_link = None
         self._link_retry = LinkRetry()
+        self._here_lock = threading.Lock()  # the keeper's threads decide to ask under it
         self._keeper = ReplyKeeper(self._keep_here)
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
@@ -552,9 +561,15 @@ class ActorService:
                                            if objects.get(i) is not None]))
         if held:
             objects.release(inner)
-        keep = self._keeps_here(client, results)  # a driver on another host: kept here
-        if (keep or client.token in self._keeper.waiting) and self._keeper.put(
-                client.token, (client, task_id, return_ids, results, nested, keep)):
+        if self._keeps_here(client, results):  # a driver on another host: kept here
+            mode = KEEP
+        elif not client.where[0] and any(type(data) is tuple and data[0] == "remote"
+                                         for _kind, data in results):
+            mode = PULL  # kept on its node for a driver that named none: its value goes
+        else:
+            mode = PASS
+        if (mode != PASS or client.token in self._keeper.waiting) and self._keeper.put(
+                client.token, (client, task_id, return_ids, results, nested, mode)):
             return  # after the replies of this driver's queued before it (reply_keeper)
         self._send_reply(client, task_id, return_ids, results, nested)
 
@@ -589,9 +604,18 @@ class ActorService:
             if (e := objects.get(i)) is not None and e.state != PENDING]
         if isinstance(data, tuple):
             data = self._hand_over(data, client, ids.stream_item_id(task_id, index))
-        if not self.send(client, (protocol.SVC_YIELD, task_id, index, kind, data, nested)):
-            self._discard(data)
-            for _id, _kind, payload in nested:
+        message = (protocol.SVC_YIELD, task_id, index, kind, data, nested)
+        if client.token in self._keeper.waiting and self._keeper.put(
+                client.token, (client, task_id, None, message, None, VALUE)):
+            return  # after this driver's replies queued before it (reply_keeper)
+        self._send_value(client, message)
+
+    def _send_value(self, client: _Client, message: tuple) -> None:
+        """*Locked.* A streaming call's value (SVC_YIELD) sent; its payloads, made the
+        caller's, removed when it is gone."""
+        if not self.send(client, message):
+            self._discard(message[4])
+            for _id, _kind, payload in message[5]:
                 self._discard(payload)
 
     def send(self, client: _Client, message: tuple) -> bool:
@@ -663,21 +687,80 @@ class ActorService:
         is: its bytes reserved in the link's budget file, the segment renamed
         ``mr_<link tag>_<object id>``, booked (``KeptResults.keep_segment``); the caller then
         gets them as any kept result (``_hand_on_kept``). Past the link's cap, or without
-        the link: sent at once, as before. A job that keeps nothing (a reply queued behind
-        another of its driver's) is only passed on. The reply then goes out on the I/O
-        thread (``_send_reply``), in the order the jobs were queued."""
-        client, task_id, return_ids, results, nested, keep = job
+        the link: sent at once, as before. A job of mode PULL (a caller that named no node)
+        has its kept results pulled here instead (``_pull_here``); one of mode PASS (a
+        reply queued behind another of its driver's) is only passed on, and one of mode
+        VALUE is a streaming call's value, sent in its turn. The reply then goes out on the
+        I/O thread (``_send_reply``), in the order the driver's jobs were queued."""
+        client, task_id, return_ids, results, nested, mode = job
+        if mode == VALUE:  # a streaming call's value queued behind a reply: its turn
+            with self.owner.locked():
+                self.owner.reactor.call_later(0, functools.partial(
+                    self._send_queued_value, client, results))
+            return
         out = list(results)
         try:
-            link = self._here() if keep else None
+            link = self._here() if mode == KEEP else None
             for index, (kind, data) in enumerate(results):
                 if link is not None and type(data) is tuple and data[0] == "shm" and \
                         index < len(return_ids):
                     out[index] = self._keep_segment(link, return_ids[index], kind, data)
+                elif mode == PULL and type(data) is tuple and data[0] == "remote" and \
+                        index < len(return_ids) and not client.gone:
+                    out[index] = self._pull_here(return_ids[index], kind, data[1])
         finally:  # whatever happened, the reply goes (what was not kept crosses at once)
             with self.owner.locked():
                 self.owner.reactor.call_later(0, functools.partial(
                     self._send_kept_reply, client, task_id, return_ids, out, nested))
+
+    def _send_queued_value(self, client: _Client, message: tuple) -> None:
+        """*Locked.* A streaming value the keeper passed on: sent, no longer waiting."""
+        self._keeper.done(client.token)
+        self._send_value(client, message)
+
+    def _pull_here(self, object_id: bytes, kind: int, copy) -> tuple:
+        """*Not locked*, a keeper thread. A result its node keeps for this process's link,
+        for a caller that named no node to grant it to (``_hand_on_kept`` cannot hand it
+        on): pulled into this store as this process's own kept result is (an entry under
+        the caller's return id, PENDING with ``copy``, a waiter added: ``KeptResults``
+        pulls it), copied into a segment of its own for ``_send_reply`` to hand over as
+        an actor's segment, as before results were kept, then freed here and on its node.
+        ``(kind, ("shm", path, size))``, or the pull's error (ObjectLostError naming the
+        node, ObjectStoreFullError) for the caller; not pulled within PULL_WAIT_S: an
+        ObjectLostError saying so."""
+        objects = self.owner.objects
+        pulled = threading.Event()
+        with self.owner.locked():
+            objects.set_ready(object_id, kind, ("remote", copy))
+            objects.hold([object_id])
+            abandon = objects.await_objects([object_id], 1, True,
+                                            lambda _timed_out: pulled.set(), None,
+                                            self.owner.reactor.call_later)
+        pulled.wait(PULL_WAIT_S)
+        with self.owner.locked():
+            try:
+                entry = objects.get(object_id)
+                if entry is None or entry.state == PENDING:
+                    if abandon is not None:
+                        abandon()
+                    return protocol.ERR, serialization.dumps(_lost_kept(
+                        object_id, copy, f"it was not pulled here within {PULL_WAIT_S:g} s "
+                        "for a caller that named no node to pull it from"))
+                kind, payload = objects.read(object_id)
+                if not isinstance(payload, tuple):
+                    return kind, payload
+                shm_dir = self.owner.store.shm_dir
+                dst = os.path.join(shm_dir, segs.segment_name(self.owner.store.session_tag,
+                                                              os.urandom(28)))
+                try:
+                    segs.copy_file(segs.resolve_path(payload[1], shm_dir), dst, payload[2])
+                except OSError as failed:
+                    segs.unlink_quiet(dst)
+                    return protocol.ERR, serialization.dumps(_lost_kept(
+                        object_id, copy, f"copying it after its pull failed: {failed}"))
+                return kind, ("shm", dst, payload[2])
+            finally:
+                objects.release([object_id])  # freed here, and on its node
 
     def _send_kept_reply(self, client: _Client, task_id: bytes, return_ids: list,
                          results: list, nested: list) -> None:
@@ -686,7 +769,7 @@ class ActorService:
         self._send_reply(client, task_id, return_ids, results, nested)
 
     def _here(self):
-        """*Not locked, the keeper's thread only.* This process's link to its own node, which
+        """*Not locked, the keeper's threads only.* This process's link to its own node, which
         keeps results for it (made when first needed: ``RemoteNodes.client`` of this node's
         entry in the view, its grant key asked); None when it cannot be had: results cross
         at once, and the link is asked for again once ``_link_retry`` allows (every
@@ -694,10 +777,11 @@ class ActorService:
         link = self._own_link
         if link is not None and link.lost is None:
             return link
-        now = time.monotonic()
-        if not self._link_retry.may_try(now):
-            return None
-        self._link_retry.trying(now)  # replies cross at once while it is asked
+        with self._here_lock:  # one keeper thread asks; the others go on without it
+            now = time.monotonic()
+            if not self._link_retry.may_try(now):
+                return None
+            self._link_retry.trying(now)  # replies cross at once while it is asked
         with self.owner.locked():
             nodes = self.owner._remote_nodes()
         try:
@@ -755,20 +839,24 @@ class ActorService:
         (``remote_actors`` step 4): ``(kind, ("kept", object id, N's id, size, path on N,
         [N's ip, port], the link's tag, the grant of it to the caller's node and IP))``,
         which the caller pulls straight from N (``KeptResults.granted_copy``); held here
-        for the caller (``client.kept``) until it frees it (SVC_FREE) or leaves. The link lost
-        meanwhile (its grant key gone), or a caller that named no node: freed, and the
-        caller gets ObjectLostError, as for any result kept on a node that was lost."""
+        for the caller (``client.kept``) until it frees it (SVC_FREE) or leaves. A caller
+        that named no node gets the value instead (``_pull_here``, on the keeper's thread,
+        before this). Not handed on: freed, and the caller gets ObjectLostError saying why
+        (the link lost meanwhile, its grant key gone, as for any result kept on a node
+        that was lost; the caller gone: nothing is sent)."""
         node_id, ip = client.where
         kept = self.owner.remote_nodes.kept_results
-        handed = None if client.gone else kept.hand_on(object_id, node_id, ip)
+        handed = None if client.gone or not node_id else kept.hand_on(object_id, node_id, ip)
         if handed is None:
             copy.free()
-            from miniray.exceptions import ObjectLostError  # lazy: the public package
-
-            error = ObjectLostError(object_id.hex(), "", "")
-            error.lost_on = (f"It was kept on node {copy.node_id[:12]} for the actor "
-                             "service, whose link to that node was lost")
-            return protocol.ERR, serialization.dumps(error)
+            if client.gone:
+                why = "the calling driver left before it was handed on"
+            elif not node_id:
+                why = ("the calling driver named no node to pull it to, and the service "
+                       "stopped before it could pull it for that driver")
+            else:
+                why = "the service's link to that node was lost"
+            return protocol.ERR, serialization.dumps(_lost_kept(object_id, copy, why))
         client.kept[object_id] = copy
         address, tag, grant = handed
         return kind, ("kept", object_id, copy.node_id, copy.size, copy.path, address, tag,
@@ -783,15 +871,19 @@ class ActorService:
                 copy.free()
 
     def _discard(self, data) -> None:
-        if isinstance(data, tuple):
+        """A payload that was not sent: its segment removed (a value packed for another
+        host, ``("copy", bytes, size)``, has none)."""
+        if isinstance(data, tuple) and isinstance(data[1], str):
             segs.unlink_quiet(segs.resolve_path(data[1], self.owner.store.shm_dir))
 
     # -- teardown ---------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop accepting and close every driver's sockets (their proxies fail from now on);
-        the keeper's thread ends after the reply it is in."""
-        self._keeper.close()
+        the keeper's threads end after the jobs they are in, and the replies still queued
+        are sent at once as plain values, or failed (``_settle_queued``)."""
+        left = self._keeper.close()
         with self.owner.locked():
+            self._settle_queued(left)
             self.owner.reactor.unregister(self.listener.fileno())
             self.listener.close()
             for fd in list(self._conns):
@@ -800,6 +892,46 @@ class ActorService:
                 conn.close()
             self._clients.clear()
         segs.unlink_quiet(self.path)
+
+    def _settle_queued(self, jobs: list) -> None:
+        """*Locked*, at teardown. The keeper's jobs not begun, each driver's in order: sent
+        now, before the sockets close, as plain values (nothing kept: results cross as
+        before) to a driver still connected whose earlier replies were all sent; else
+        failed: their payloads removed and their kept copies freed, and the driver sees
+        the service's link close (its proxies' calls fail with the service's loss) instead
+        of a reply out of order. Logged, never silent."""
+        queued: dict[str, int] = {}
+        for job in jobs:
+            queued[job[0].token] = queued.get(job[0].token, 0) + 1
+        sent = failed = 0
+        for client, task_id, return_ids, results, nested, mode in jobs:
+            in_order = self._keeper.waiting.get(client.token, 0) <= queued[client.token]
+            queued[client.token] -= 1
+            self._keeper.done(client.token)
+            if in_order and not client.gone:
+                sent += 1
+                if mode == VALUE:
+                    self._send_value(client, results)
+                else:
+                    self._send_reply(client, task_id, return_ids, results, nested)
+                continue
+            failed += 1
+            if mode == VALUE:
+                self._discard(results[4])
+                nested = [(0, results[5])]
+            else:
+                for kind, data in results:
+                    if type(data) is tuple and data[0] == "remote":
+                        data[1].free()
+                    else:
+                        self._discard(data)
+            for _index, items in nested or ():
+                for _id, _kind, payload in items:
+                    self._discard(payload)
+        if jobs:
+            logger.info("stopping: %d queued repl(ies) sent as plain values, %d failed "
+                        "(their drivers gone, or an earlier reply of theirs unsent)",
+                        sent, failed)
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
@@ -817,6 +949,16 @@ def _error_reply(error: BaseException, message: tuple) -> bytes:
     return serialization.dumps(RuntimeError(
         f"The node's actor service failed to serve {what}: {type(error).__name__}: "
         f"{error} (see the node's log, <session>/node.log, for more)."))
+
+
+def _lost_kept(object_id: bytes, copy, why: str) -> Exception:
+    """The ObjectLostError of a result kept on node ``copy.node_id`` for this service that
+    its caller cannot have, saying ``why``."""
+    from miniray.exceptions import ObjectLostError  # lazy: the public package
+
+    error = ObjectLostError(object_id.hex(), "", "")
+    error.lost_on = f"It was kept on node {copy.node_id[:12]} for the actor service; {why}"
+    return error
 
 
 def _where(value) -> tuple[str, str]:

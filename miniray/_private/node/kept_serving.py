@@ -5,8 +5,9 @@ and the loop are its, made in ``RemoteDrivers.__init__``) that serve steps 11 an
 ``remote_drivers.py``'s docstring: a link's "keeps"/"keep"/"free" (``_keeping``: the cap,
 the book, the budget file; ``_worker_gone``: a dead worker's reservations given back),
 the link's budget file's changes (``_budget``: tried with a bounded wait for its lock, and
-on ``kept_budget.BudgetBusy`` kept in order and tried again from ``tick``, so that a worker
-stopped while it holds the lock never stalls the loop),
+on ``kept_budget.BudgetBusy`` kept in order and tried again from ``tick``, waiting
+BUDGET_TICK_S at most per tick for all links together, so that workers stopped while they
+hold the locks never stall the loop),
 its pull connections (``pull``, ``_serve_pulls``: a thread each,
 never the loop), another node's granted pull, and this node's fetch of an object another
 node keeps (``_fetch``, ``_fetch_on_pull``, ``_fetch_thread``, ``_fetched``: a thread per
@@ -33,7 +34,7 @@ from miniray._private.transport import framing
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 
-__all__ = ["BUDGET_RETRY_S", "BUDGET_WAIT_S", "MAX_PULLS_PER_LINK", "PULL_SEND_TIMEOUT_S",
+__all__ = ["BUDGET_RETRY_S", "BUDGET_TICK_S", "BUDGET_WAIT_S", "MAX_PULLS_PER_LINK", "PULL_SEND_TIMEOUT_S",
            "KeptServing", "fetch_shape", "lazy_budget", "lazy_segments", "peer_ip"]
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,9 @@ BUSY_READ_S = 2.0  # a pull refused as busy: its ask is read (no reset) this lon
 BUDGET_WAIT_S = 0.005  # the loop waits at most this long for a budget file's lock (a
 #                        worker holds it some 12 us); then the ops wait for a retry
 BUDGET_RETRY_S = 0.05  # a link's budget ops that found the lock busy are tried this often
+BUDGET_TICK_S = 0.01  # ``tick`` waits at most this long in all for busy budget files: the
+#                       tags it did not reach are first at the next tick (the loop serves
+#                       its sockets in between), so many stalled links never starve it
 
 
 def peer_ip(channel: pc.PeerChannel) -> str:
@@ -143,11 +147,12 @@ class KeptServing:
             return None
         return self._flush_budget(tag, time.monotonic())
 
-    def _flush_budget(self, tag: str, now: float) -> int | None:
+    def _flush_budget(self, tag: str, now: float,
+                      wait_s: float = BUDGET_WAIT_S) -> int | None:
         ops = self._budget_ops.pop(tag, [])
         budget = lazy_budget()
         try:
-            given = budget.change(self.shm_dir, tag, ops, wait_s=BUDGET_WAIT_S)
+            given = budget.change(self.shm_dir, tag, ops, wait_s=wait_s)
         except budget.BudgetBusy as busy:
             if tag not in self._budget_retry:
                 logger.warning("the budget file of link tag %s: %s; %d change(s) wait, "
@@ -161,10 +166,17 @@ class KeptServing:
         return given
 
     def _retry_budgets(self, now: float) -> None:
-        """From ``tick``: the budget ops that found their file's lock busy, tried again."""
-        for tag, when in list(self._budget_retry.items()):
-            if when <= now:
-                self._flush_budget(tag, now)
+        """From ``tick``: the budget ops that found their file's lock busy, tried again,
+        those waiting longest first, waiting BUDGET_TICK_S at most in all (not per tag):
+        a tag not reached keeps its past time, so it is first at the next tick, which the
+        loop runs after serving its sockets (``next_deadline`` is due at once)."""
+        due = sorted((when, tag) for tag, when in self._budget_retry.items() if when <= now)
+        end = time.monotonic() + BUDGET_TICK_S
+        for _when, tag in due:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            self._flush_budget(tag, now, min(BUDGET_WAIT_S, left))
 
     def _budget_deadline(self) -> float | None:
         return min(self._budget_retry.values(), default=None)

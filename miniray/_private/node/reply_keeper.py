@@ -1,23 +1,30 @@
-"""The actor service's one thread that keeps its actors' large results on their node.
+"""The actor service's few threads that keep its actors' large results on their node.
 
-Owns: the queue of replies whose large results the actor service keeps on its own node for
-drivers on other hosts (``actor_service._keep_here``), the one worker thread that serves it
-in order, how many replies each driver has in it (``waiting``), and when the service's link
-to its own node may be asked for again after it could not be had (``LinkRetry``, pure).
-Does not own: what keeping a result does (the service's ``work`` callable) or the replies
-themselves (``actor_service.py`` sends them on its I/O thread).
+Owns: the queues of replies whose large results the actor service keeps on its own node for
+drivers on other hosts (``actor_service._keep_here``), one queue per driver, served in order
+by a small pool of threads (at most ``THREADS``), how many replies each driver has queued or
+not yet sent (``waiting``), what ``close`` hands back (the jobs not begun), and when the
+service's link to its own node may be asked for again after it could not be had
+(``LinkRetry``, pure). Does not own: what a job does (the service's ``work`` callable) or the
+replies themselves (``actor_service.py`` sends them on its I/O thread).
 Called by: ``node/actor_service.ActorService`` (``put`` and ``done`` under the owner's
 lock, on its I/O thread; ``close`` at teardown).
 
-Why one thread: keeping a result is a round trip to the node (a KEEP on the link) and a
-rename; a thread per reply grew without bound under a burst of calls. One FIFO thread
-bounds it and keeps each driver's replies in the order their calls answered: while a
-driver has a reply queued, its later replies, kept or not, queue behind it (``waiting``),
-so a small result never overtakes a large one that answered first::
+Why a pool, one queue per driver: keeping a result is a round trip to the node (a KEEP on
+the link) and a rename; a thread per reply grew without bound under a burst of calls, and
+one FIFO for every driver made each driver wait for every other's keeps. Each driver's
+replies stay in the order their calls answered: while a driver has a reply queued or not
+yet sent, its later replies, kept or not, and its streaming values queue behind it
+(``waiting``), so none overtakes another; one driver's job runs at a time, and a driver
+whose job is slow holds one thread, not the others' replies::
 
-    I/O thread (locked)            worker thread (not locked)        I/O thread (locked)
-    _reply ── put(job) ──► queue ──► work(job): keep the segments ──► call_later(0):
-           (waiting[token] += 1)       on the node, then post ──►     send, done(token)
+    I/O thread (locked)            pool thread (not locked)          I/O thread (locked)
+    _reply ── put(token, job) ──►  queue of token ──► work(job) ──►  call_later(0):
+           (waiting[token] += 1)   (its jobs one by one, in order)   send, done(token)
+
+Teardown (``close``): no job begins after it; the jobs not begun are handed back to the
+caller, in each driver's order, which sends each as a plain value or fails it (nothing is
+dropped silently); a job in progress ends as usual (its reply is posted to the I/O thread).
 """
 
 from __future__ import annotations
@@ -25,15 +32,17 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+import time
 from typing import Callable
 
-__all__ = ["LinkRetry", "ReplyKeeper", "RETRY_S"]
+__all__ = ["LinkRetry", "ReplyKeeper", "RETRY_S", "THREADS"]
 
 logger = logging.getLogger(__name__)
 
 # After the service could not have its link to its own node, results cross at once until
 # this long has passed; then the link is asked for again (at most this often).
 RETRY_S = 5.0
+THREADS = 4  # the keeper's threads at most: drivers beyond that many busy at once wait
 
 
 class LinkRetry:
@@ -74,30 +83,54 @@ class LinkRetry:
 
 
 class ReplyKeeper:
-    """One daemon thread, started at the first ``put``, that runs ``work(job)`` for each job
-    in the order put; ``close`` ends it (jobs not begun are dropped: the process ends)."""
+    """Per-driver FIFO queues served by at most ``threads`` daemon threads, started as
+    drivers' jobs become ready while none is idle; ``close`` ends them and hands back the
+    jobs not begun.
 
-    def __init__(self, work: Callable[[tuple], None], name: str = "miniray-svc-keep"):
+    Example (``work`` records; one driver's jobs stay in order):
+        >>> done = []
+        >>> keeper = ReplyKeeper(done.append, threads=2)
+        >>> keeper.put("a", ("a", 1)), keeper.put("b", ("b", 1)), keeper.put("a", ("a", 2))
+        (True, True, True)
+        >>> keeper.close(5.0) if keeper.drain(5.0) else "stuck"
+        []
+        >>> [job for job in done if job[0] == "a"], keeper.put("a", ("a", 3))
+        ([('a', 1), ('a', 2)], False)
+    """
+
+    def __init__(self, work: Callable[[tuple], None], name: str = "miniray-svc-keep",
+                 threads: int = THREADS):
         self._work = work
         self._name = name
-        self._jobs: collections.deque = collections.deque()
+        self._max_threads = max(1, threads)
+        self._queues: dict[str, collections.deque] = {}  # token -> its jobs not begun
+        self._ready: collections.deque = collections.deque()  # tokens whose next may begin
+        self._running: set[str] = set()  # tokens with a job in progress
         self._cond = threading.Condition(threading.Lock())
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a ready driver
         self._closed = False
         # driver token -> its replies put and not yet sent (``done``): the caller's lock only
         self.waiting: collections.Counter = collections.Counter()
 
     def put(self, token: str, job: tuple) -> bool:
-        """*Caller's lock.* Queue ``job`` for driver ``token``; False once closed."""
+        """*Caller's lock.* Queue ``job`` for driver ``token``, after its earlier ones;
+        False once closed (the caller sends it at once)."""
         with self._cond:
             if self._closed:
                 return False
-            self._jobs.append(job)
+            queue = self._queues.get(token)
+            if queue is None:
+                queue = self._queues[token] = collections.deque()
+            queue.append(job)
             self.waiting[token] += 1
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
-                self._thread.start()
-            self._cond.notify()
+            if len(queue) == 1 and token not in self._running:
+                self._ready.append(token)
+                if len(self._ready) > self._idle and len(self._threads) < self._max_threads:
+                    thread = threading.Thread(target=self._run, daemon=True, name=self._name)
+                    self._threads.append(thread)
+                    thread.start()
+                self._cond.notify()
         return True
 
     def done(self, token: str) -> None:
@@ -109,30 +142,65 @@ class ReplyKeeper:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._jobs and not self._closed:
+                while not self._ready and not self._closed:
+                    self._idle += 1
                     self._cond.wait()
+                    self._idle -= 1
                 if self._closed:
                     return
-                job = self._jobs.popleft()
+                token = self._ready.popleft()
+                job = self._queues[token].popleft()
+                self._running.add(token)
             try:
                 self._work(job)
             except Exception:  # noqa: BLE001 - the next replies must still go
                 logger.exception("keeping a reply's results failed")
+            finally:
+                with self._cond:
+                    self._running.discard(token)
+                    queue = self._queues.get(token)
+                    if queue:
+                        self._ready.append(token)
+                        self._cond.notify()
+                    elif queue is not None:
+                        del self._queues[token]
+                    if not self._running and not self._ready:
+                        self._cond.notify_all()  # ``drain``
 
-    def close(self, timeout: float = 2.0) -> None:
-        """Stop the thread after the job it is in (waits up to ``timeout``)."""
+    def drain(self, timeout: float) -> bool:
+        """Wait until no job is queued or in progress (tests, teardown); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._ready or self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout: float = 2.0) -> list[tuple]:
+        """No job begins from now on; the threads end after the jobs they are in (waited
+        for up to ``timeout`` in all). Returns the jobs not begun, each driver's in order,
+        for the caller to send at once or fail (they are still counted in ``waiting``)."""
         with self._cond:
             self._closed = True
-            self._jobs.clear()
-            thread = self._thread
+            left = [job for queue in self._queues.values() for job in queue]
+            self._queues.clear()
+            self._ready.clear()
+            threads = list(self._threads)
             self._cond.notify_all()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return left
 
     def statistics(self) -> dict:
         with self._cond:
-            return {"queued": len(self._jobs), "thread": self._thread is not None
-                    and self._thread.is_alive()}
+            return {"queued": sum(len(queue) for queue in self._queues.values()),
+                    "drivers": len(self._queues), "running": len(self._running),
+                    "threads": sum(1 for thread in self._threads if thread.is_alive())}
 
     def __repr__(self) -> str:
-        return f"<ReplyKeeper queued={len(self._jobs)} drivers={len(self.waiting)}>"
+        return (f"<ReplyKeeper drivers={len(self._queues)} threads={len(self._threads)} "
+                f"waiting={len(self.waiting)}>")

@@ -146,6 +146,7 @@ class ActorLink:
         self._calls: FramedSocket | None = None
         self._lost: str | None = None
         self._closed = False
+        self.leaving = threading.Event()  # set by ``close``: this driver shuts down
         self._forwarding: dict[bytes, int] = {}  # objects sent later, held until imported
         # One request at a time on the control socket, and one connect: taken without the
         # owner's lock (never the other way round, so the two cannot deadlock).
@@ -527,8 +528,10 @@ class ActorLink:
         return self._control is not None
 
     def close(self) -> None:
-        """*Locked.* This driver leaves: the service ends its non-detached actors."""
+        """*Locked.* This driver leaves: the service ends its non-detached actors; the
+        threads that wait to ask the service again end (``leaving``)."""
         self._closed = True
+        self.leaving.set()
         self._close_sockets()
 
     def __repr__(self) -> str:

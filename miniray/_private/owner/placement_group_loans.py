@@ -60,6 +60,7 @@ class BundleLoans:
         if nodes:
             self.served[pg_hex] = list(nodes)
             self.served_pending.discard(pg_hex)
+            self.served_asked.pop(pg_hex, None)
         else:
             self.served_pending.add(pg_hex)
 

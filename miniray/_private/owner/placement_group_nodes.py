@@ -255,8 +255,11 @@ class PlacementGroupNodes:
         reserved yet (``served_pending``: the service places it once it is). A group
         noted pending is read again from the ledger at each actor: once reserved, it is
         routed by where the bundle is, as one reserved when first noted (a bundle of this
-        node: created here). So a handle that came any way (an argument, a named actor's
-        answer) routes alike."""
+        node: created here). Not reserved, and not this driver's record: the service is
+        asked again, at most every STATE_ASK_S, whether it still holds it; removed by
+        another driver meanwhile, it is no longer noted (its actors stay here, where they
+        fail as in a removed group, Ray's error, instead of going to the service). So a
+        handle that came any way (an argument, a named actor's answer) routes alike."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return
@@ -276,19 +279,28 @@ class PlacementGroupNodes:
         if lease is not None:
             self._note_if_served(hex_, lease.group)
             return
-        if remote is not None and hex_ in remote.bundles.served_pending:
-            return  # still pending: the service places it once reserved
+        noted = remote is not None and hex_ in remote.bundles.served_pending
+        if noted and (group is not None or time.monotonic() - remote.bundles.served_asked.get(
+                hex_, -math.inf) < self.STATE_ASK_S):
+            return  # still pending: the service places it once reserved (a group of
+            #         this driver's record: ``_follow_served`` asks about it)
         if group is None:  # not this driver's: does the service hold it (pending)?
             from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
 
             try:
-                if self.owner.actors.group_state_in_service(hex_) is None:
-                    return
+                held = self.owner.actors.group_state_in_service(hex_)
             except (ServiceUnavailable, OSError):
+                return
+            if held is None:  # never, or removed by another driver since it was noted
+                if noted and hex_ not in self.ledger.groups():
+                    with self.owner.locked():  # its actors stay here: Ray's error
+                        remote.bundles.served_pending.discard(hex_)
+                        remote.bundles.served_asked.pop(hex_, None)
                 return
         cluster = self._cluster()
         with self.owner.locked():
             cluster.bundles.note_served(hex_, [])
+            cluster.bundles.served_asked[hex_] = time.monotonic()
 
     def _remove_in_service(self, hex_: str) -> None:
         """*Not locked.* Before a removal here: a group the node's actor service may hold
@@ -322,6 +334,7 @@ class PlacementGroupNodes:
             if remote is not None and hex_ in remote.bundles.served_pending:
                 with self.owner.locked():  # reserved here only: the ledger provides it
                     remote.bundles.served_pending.discard(hex_)
+                    remote.bundles.served_asked.pop(hex_, None)
             return False
         cluster = self._cluster()
         with self.owner.locked():
@@ -473,14 +486,16 @@ class PlacementGroupNodes:
         return left
 
     def _kill_lent_again(self, actor_ids) -> None:
+        """*Not locked*, its own thread: ``_kill_lent_once`` again after pauses doubling
+        from KILL_LENT_PAUSE_S. This driver's shutdown (its link to the service closed:
+        ``ActorLink.leaving``) ends it at once: the service ends a leaving driver's named
+        actors itself."""
+        leaving = self.owner.actors.link.leaving
         pause = KILL_LENT_PAUSE_S
         for _ in range(KILL_LENT_TRIES - 1):
-            end = time.monotonic() + pause
-            while not self.owner.closed and time.monotonic() < end:
-                time.sleep(0.05)  # a shutdown meanwhile ends this thread within 50 ms
+            if leaving.wait(pause) or self.owner.closed:
+                return
             pause *= 2
-            if self.owner.closed:
-                return  # its shutdown: the service ends a leaving driver's named actors
             actor_ids = self._kill_lent_once(actor_ids)
             if not actor_ids:
                 return

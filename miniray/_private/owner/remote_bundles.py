@@ -173,6 +173,7 @@ class RemoteBundles(BundleLoans):
         # their bundles on another node; loans to give back; the thread that asks.
         self.served: dict[str, list] = {}
         self.served_pending: set[str] = set()  # served, not reserved yet: actors go to S
+        self.served_asked: dict[str, float] = {}  # hex -> when S last said it holds it
         self.served_waiting: dict[str, collections.deque] = {}
         self._returns: list = []
         self._borrower: threading.Thread | None = None
@@ -496,6 +497,7 @@ class RemoteBundles(BundleLoans):
             del self.borrowed[actor_id]
         self.served.pop(pg_hex, None)
         self.served_pending.discard(pg_hex)
+        self.served_asked.pop(pg_hex, None)
         for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:
             del self.lent_out[loan_id]  # the service's side: the bundles are released
 
