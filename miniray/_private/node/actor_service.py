@@ -37,12 +37,12 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   ``("kept", id, N's id, size, path, [ip, port], tag, grant)`` with this process's grant of
   that object to the node and IP its HELLO named (``_hand_on_kept``), pulls it from N when
   it needs it, and frees it with SVC_FREE; what is kept for a driver is freed when it
-  leaves (``_drop``). A caller whose HELLO named no node gets the value instead, pulled
-  here first (``_pull_here``), as before results were kept. A large result of an actor on this node, for a driver on another
-  host, stays here the same way: this node keeps it for this process's own link to it
-  (``_keep_here``). Both are done by the keeper's threads (``reply_keeper``), each
-  driver's replies and streaming values (SVC_YIELD) in the order they came; at teardown
-  the replies still queued are sent as plain values or failed (``_settle_queued``).
+  leaves (``_drop``). A caller whose HELLO named no node gets the value instead, pulled here first
+  (``_pull_here``), as before results were kept. A large result of an actor on this node, for a
+  driver on another host, stays here the same way: this node keeps it for this process's own link
+  to it (``_keep_here``). Both are done by the keeper's threads (``reply_keeper``), each driver's
+  replies and streaming values (SVC_YIELD) in the order they came; at teardown the replies still
+  queued are sent as plain values or failed (``_settle_queued``).
 * Lifetimes (Ray's): a detached actor lives until ``kill`` or the node stops. A named,
   non-detached actor ends after its queued calls once no driver holds a handle to it, and is
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
@@ -920,7 +920,7 @@ class ActorService:
                 self._discard(results[4])
                 nested = [(0, results[5])]
             else:
-                for kind, data in results:
+                for _kind, data in results:
                     if type(data) is tuple and data[0] == "remote":
                         data[1].free()
                     else:

@@ -34,8 +34,9 @@ from miniray._private.transport import framing
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.framing import send_in_frames
 
-__all__ = ["BUDGET_RETRY_S", "BUDGET_TICK_S", "BUDGET_WAIT_S", "MAX_PULLS_PER_LINK", "PULL_SEND_TIMEOUT_S",
-           "KeptServing", "fetch_shape", "lazy_budget", "lazy_segments", "peer_ip"]
+__all__ = ["BUDGET_RETRY_S", "BUDGET_TICK_S", "BUDGET_WAIT_S", "MAX_PULLS_PER_LINK",
+           "PULL_SEND_TIMEOUT_S", "KeptServing", "fetch_shape", "lazy_budget", "lazy_segments",
+           "peer_ip"]
 
 logger = logging.getLogger(__name__)
 
