@@ -12,7 +12,8 @@ Does not own: the requests' answers (``requests.py``), the actors (``actors.py``
 records (``tasks.py``), the worker pool (``workers.py``), the fork server's own death
 (``owner_helper_loss.py``), or the leases (``owner_leases.py``).
 Called by: ``Owner``'s I/O thread (``Reactor`` handlers registered in ``Owner.__init__``),
-``DirectReads`` (``_handle_frames``), the runtime (``prestart_workers``).
+``DirectReads`` (``_handle_frames``), the runtime (``prestart_workers``, and
+``warm_up_round_trip``: init()'s hidden no-op through the first lease's worker).
 """
 
 from __future__ import annotations
