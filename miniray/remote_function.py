@@ -73,25 +73,28 @@ DYNAMIC_NUM_RETURNS_WARNING = (
 )
 
 
-def warm_up() -> None:
+def warm_up() -> tuple:
     """``init()``, once its workers are ready: decorate and export a throwaway no-op of a
     script's ``__main__`` (its signature, options, template and pickle by value), as a
     program's first ``@remote`` and ``.remote()`` do, so that those of the program pay no
     first run of that code (0.5 ms less for both together here, for 0.5 ms in ``init()``;
     more rounds cost more and gave no more); and the process's first task id and TaskSpec
     (their first runs took ~25 µs of the first ``.remote()``, ~5 µs once made). Nothing is
-    submitted or kept (the id is one no task will have)."""
+    submitted or kept. Returns the TaskSpec and the function's pickle for ``init()``'s
+    warm-up round trip (``OwnerEvents.warm_up_round_trip``): its name is None, the name no
+    worker has yet (no output marker), and its id is one no task will have."""
     namespace: dict[str, Any] = {"__name__": "__main__"}
     exec("def warm_up():\n    return None\n", namespace)  # noqa: S102 (constant text)
     function: RemoteFunction[[], None] = RemoteFunction(namespace["warm_up"], {})
     template = _Template(function._default_options, function._max_calls, "warm_up", False)
-    fn_id, _ = function._export(False)
+    fn_id, fn_bytes = function._export(False)
     task_id = ids.new_task_id()
     blob, deps, contained = _NO_ARGUMENTS
-    TaskSpec(task_id, fn_id, None, template.name, function._descriptor_name, blob, deps,
-             [task_id + _FIRST_RETURN], template.num_returns, template.request,
-             template.max_retries, template.retry_exceptions, template.max_calls, contained,
-             "", None)
+    spec = TaskSpec(task_id, fn_id, None, None, function._descriptor_name, blob, deps,
+                    [task_id + _FIRST_RETURN], template.num_returns, template.request,
+                    template.max_retries, template.retry_exceptions, template.max_calls,
+                    contained, "", None)
+    return spec, fn_bytes
 
 
 runtime.WARM_UPS.append(warm_up)

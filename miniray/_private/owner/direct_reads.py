@@ -102,12 +102,19 @@ class DirectReads:
         if not may_read(task, self._closed(), get_ident() == reactor.ident):
             return None
         worker = task.worker
-        if not reactor.pause_read(worker.conn.fd):
-            return None
+        return worker if self.claim_worker(worker) else None
+
+    def claim_worker(self, worker: WorkerSlot) -> bool:
+        """*Locked.* Take ``worker``'s socket out of the I/O thread's epoll set for this
+        caller to ``read`` (``claim``'s second half; also init()'s warm-up round trip,
+        ``OwnerEvents.warm_up_round_trip``). False: another caller reads it, or it is not
+        watched (closed)."""
+        if worker.direct or not self._reactor.pause_read(worker.conn.fd):
+            return False
         worker.direct = True
         self.active += 1
         self.reads += 1
-        return worker
+        return True
 
     def read(self, worker: WorkerSlot, waiter, timeout: float | None) -> bool:
         """*Not locked.* Read ``worker``'s socket until ``waiter`` fired (True), then, or

@@ -12,7 +12,8 @@ Does not own: the requests' answers (``requests.py``), the actors (``actors.py``
 records (``tasks.py``), the worker pool (``workers.py``), the fork server's own death
 (``owner_helper_loss.py``), or the leases (``owner_leases.py``).
 Called by: ``Owner``'s I/O thread (``Reactor`` handlers registered in ``Owner.__init__``),
-``DirectReads`` (``_handle_frames``), the runtime (``prestart_workers``).
+``DirectReads`` (``_handle_frames``), the runtime (``prestart_workers``, and
+``warm_up_round_trip``: init()'s hidden no-op through the first lease's worker).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import signal
 import threading
 import time
 
-from miniray._private.core import pipelining, protocol, serialization
+from miniray._private.core import pipelining, protocol, scheduling, serialization
 from miniray._private.core.scheduling import T_DONE
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import procinfo
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.leases import LeaseSlot
+from miniray._private.owner.object_table import Waiter
+from miniray._private.owner.owner_leases import FIRST_REQUEST
 from miniray._private.owner.tasks import Task
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 
@@ -88,6 +91,51 @@ class OwnerEvents:
             if not self._unready:
                 self.workers_ready.set()
         return self.worker_ready
+
+    def warm_up_round_trip(self, spec, fn_bytes: bytes, timeout: float) -> bool:
+        """*Not locked.* ``init()``, once the first lease is taken: one round trip of a
+        built-in no-op (``spec``, pickled by value as ``fn_bytes``) through that lease's
+        worker, by the code a task takes (FUNC and TASK written by ``_send_task``; the
+        worker reads, unpickles, runs and answers as for any task; this thread reads the
+        RESULT itself, ``direct_reads.py``, and ``_on_result`` handles it), so that the
+        program's first task is not the first run of any of it on either side.
+
+        It is no task of the session: no record (``tasks``, ``state_records``: no state API
+        row, timeline event or count), no object (``spec``'s return id has no entry), no
+        output marker or prefix switch (``spec.name`` is None, the name neither side has
+        yet), no lease of its own. Its task leaves the worker's in-flight list as soon as it
+        is written, so the RESULT finds no task (``_on_result`` knows its id from
+        ``_warm_ups``) and the owner sees the worker idle throughout: a task submitted
+        meanwhile is sent to it and runs after the warm-up. Waits at most ``timeout``;
+        a later answer is dropped the same way. True if it came in time."""
+        key = scheduling.scheduling_key(dict(FIRST_REQUEST), 0, "")
+        waiter = Waiter(1, False)
+        with self._lock:
+            slots = self.leases.by_key.get(key)
+            slot = slots[0] if slots and len(slots) == 1 else None
+            worker = slot.worker if slot is not None else None
+            if (worker is None or not worker.ready or worker.dead or worker.inflight
+                    or worker.direct or worker.named is not None or self._closed
+                    or not self.may_dispatch() or spec.fn_id in self._functions):
+                return False
+            self._functions[spec.fn_id] = fn_bytes
+            task = Task(spec, key)
+            self._send_task(slot, task)
+            del self._functions[spec.fn_id]  # written: the worker keeps it (worker.funcs)
+            if worker.inflight and worker.inflight[-1] is task:
+                worker.inflight.pop()
+            self._warm_ups[spec.task_id] = waiter
+            claimed = self.direct_reads.claim_worker(worker)
+        if self._deferred:
+            self._run_deferred()
+        if claimed:
+            return self.direct_reads.read(worker, waiter, timeout)
+        return waiter.wait(timeout)
+
+    def _warm_up_answered(self, task_id: bytes) -> None:
+        """*Locked.* The warm-up's RESULT (``warm_up_round_trip``): nothing is kept."""
+        waiter = self._warm_ups.pop(task_id)
+        waiter.notify(False)
 
     def _now_ready(self, worker: WorkerSlot) -> None:
         """*Locked.* ``worker`` answered READY or is gone."""
@@ -318,6 +366,9 @@ class OwnerEvents:
             worker.drain_printed()
         task, in_order = pipelining.take_finished(worker.inflight, task_id)
         if not in_order:
+            if task is None and task_id in self._warm_ups:  # init()'s, never a task
+                self._warm_up_answered(task_id)
+                return
             logger.error("miniray bug: %s result for task %s", "out-of-order" if task
                          else "unexpected", task_id.hex())
             if task is None:

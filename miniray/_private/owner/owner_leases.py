@@ -35,8 +35,8 @@ from miniray._private.owner.leases import LeaseSlot
 logger = logging.getLogger(__name__)
 
 # The request of a task decorated without options: ``take_first_lease`` takes its lease at
-# init.
-_FIRST_REQUEST = options.task_resource_request({})
+# init (and ``OwnerEvents.warm_up_round_trip`` finds it by its key).
+FIRST_REQUEST = options.task_resource_request({})
 
 
 class OwnerLeases:
@@ -187,7 +187,7 @@ class OwnerLeases:
         there (``_release_lease``). Nothing is taken when the CPU is not free, and that
         failure is not noted as a want (``Ledger.acquire(wanted=False)``): other sessions
         keep their idle leases."""
-        request = dict(_FIRST_REQUEST)
+        request = dict(FIRST_REQUEST)
         key = scheduling.scheduling_key(request, 0, "")
         with self._lock:
             if (not self.may_dispatch() or key in self.leases.by_key

@@ -1,0 +1,149 @@
+"""init()'s warm-up round trip: a no-op through the first lease's worker, never a task.
+
+``Runtime._prestart_workers`` sends it ``WARM_UP_ROUNDS`` times once the first lease is taken
+(``OwnerEvents.warm_up_round_trip``): FUNC and TASK written as for any task, the worker runs
+it and answers RESULT, the driver's init() reads that itself. Nothing of it may show: no state
+API row or count, no timeline event, no object, no lease beyond the prestart's, no output
+marker, and init() waits for it at most ``WARM_UP_WAIT_S``.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import time
+
+import miniray
+from miniray._private import runtime
+from miniray._private.owner import owner_events
+from miniray.util import state
+
+from .helpers import wait_until
+
+
+def _record_trips(monkeypatch) -> list:
+    """Each warm-up round trip's (answered in time, seconds it took)."""
+    trips: list = []
+    original = owner_events.OwnerEvents.warm_up_round_trip
+
+    def timed(self, spec, fn_bytes, timeout):
+        start = time.monotonic()
+        answered = original(self, spec, fn_bytes, timeout)
+        trips.append((answered, time.monotonic() - start))
+        return answered
+
+    monkeypatch.setattr(owner_events.OwnerEvents, "warm_up_round_trip", timed)
+    return trips
+
+
+def _worker_logs(owner) -> list:
+    with owner.locked():
+        log_dir = owner.workers.log_dir
+    assert log_dir is not None
+    return sorted(glob.glob(os.path.join(log_dir, "worker-*")))
+
+
+def test_the_warm_up_round_trip_leaves_nothing(ray_start, monkeypatch):
+    # long enough that a loaded machine still answers in time (the wait is a bound only)
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 30.0)
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2)
+    owner = runtime.current().owner
+    assert [answered for answered, _ in trips] == [True] * runtime.WARM_UP_ROUNDS
+    with owner.locked():
+        assert not owner._warm_ups
+        slots = owner.leases.slots()
+        assert len(slots) == 1  # the prestart's first lease, and no other
+        worker = slots[0].worker
+        assert not worker.inflight and worker.calls == 0 and worker.named is None
+        assert worker.fn_calls == {}
+        stats_tasks = owner.tasks.statistics()
+        assert stats_tasks["tasks_pending"] == 0 and stats_tasks["queued"] == 0
+        assert len(owner.objects) == 0
+        assert not owner.tasks.by_id
+    # init() read each warm-up RESULT itself
+    assert owner.direct_reads.reads == runtime.WARM_UP_ROUNDS
+    assert state.list_tasks() == []
+    assert state.summarize_tasks()["cluster"]["summary"] == {}
+    assert state.list_objects() == []
+    assert miniray.timeline() == []
+    stats = owner.statistics()
+    assert stats["objects"] == 0 and stats["leases"] == 1
+    for path in _worker_logs(owner):  # no output marker, nothing printed
+        with open(path, "rb") as log:
+            assert log.read() == b"", path
+
+    @miniray.remote
+    def add(a, b):
+        return a + b
+
+    assert miniray.get(add.remote(1, 2), timeout=60) == 3
+    rows = state.list_tasks()
+    assert [row["name"] for row in rows] == ["add"]
+    spans = [e["cat"] for e in miniray.timeline() if e.get("cat", "").startswith("task::")]
+    assert spans == ["task::add"]
+
+
+def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch, caplog):
+    """The worker sleeps 3 s in the warm-up (a setup hook slows the driver's warm-up TASK
+    only: its name is None and it is really sent): init() goes on after the bound, the
+    first task runs on that worker once the warm-up is done, and the late RESULT is
+    dropped without a word."""
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.005)
+    trips = _record_trips(monkeypatch)
+
+    def slow_warm_up():
+        from miniray._private.worker import worker_main
+
+        run_task = worker_main._Worker.run_task
+
+        def run(self, message, _send=None):
+            if message[3] is None and _send is None:  # sent by init(), not the local one
+                time.sleep(3.0)
+            return run_task(self, message, _send)
+
+        worker_main._Worker.run_task = run
+
+    caplog.set_level(logging.ERROR)
+    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": slow_warm_up})
+    owner = runtime.current().owner
+    assert len(trips) == 1  # no more rounds after one that was not answered
+    answered, took = trips[0]
+    assert not answered
+    assert took < 1.0  # the bound (5 ms) and a loaded machine's delays, never the 3 s
+    with owner.locked():
+        assert len(owner._warm_ups) == 1  # waiting for the late answer
+        (slot,) = owner.leases.slots()
+        warming = slot.worker
+
+    @miniray.remote
+    def where():
+        return os.getpid()
+
+    assert miniray.get(where.remote(), timeout=60) == warming.pid
+    assert wait_until(lambda: not owner._warm_ups, timeout=10)
+    assert miniray.get(where.remote(), timeout=60) == warming.pid  # still usable
+    assert [row["name"] for row in state.list_tasks()] == ["where", "where"]
+    assert not [r for r in caplog.records if "miniray bug" in r.getMessage()]
+
+
+def test_no_warm_up_round_trip_when_turned_off(ray_start, monkeypatch):
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0)
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2)
+    assert trips == []
+    assert runtime.current().owner.direct_reads.reads == 0
+
+
+def test_no_warm_up_round_trip_without_prestarted_workers(ray_start, monkeypatch):
+    monkeypatch.setenv("MINIRAY_PRESTART_WORKERS", "0")
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2)
+    assert trips == []
+
+    @miniray.remote
+    def one():
+        return 1
+
+    assert miniray.get(one.remote(), timeout=60) == 1
