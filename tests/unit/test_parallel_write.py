@@ -280,3 +280,61 @@ def test_writes_on_several_caller_threads_share_the_pool(tmp_path):
         caller.join(60)
     assert not any(c.is_alive() for c in callers), "a write never finished"
     assert errors == []
+
+
+def test_an_interrupt_while_queueing_still_waits_for_every_queued_range(tmp_path, monkeypatch):
+    """KeyboardInterrupt after the pool queued the ranges but before submit returned: the
+    caller must not close the mapping (and return) while pool threads still copy."""
+    real_submit, real_copyto = pw._Pool.submit, np.copyto
+    finished = []
+
+    def slow(dst, src):
+        if threading.current_thread().name.startswith("miniray-segment-write"):
+            time.sleep(0.1)
+            try:
+                real_copyto(dst, src)
+            finally:
+                finished.append(time.monotonic())
+        else:
+            real_copyto(dst, src)
+
+    def queue_then_interrupt(self, jobs, done):
+        real_submit(self, jobs, done)
+        raise KeyboardInterrupt
+
+    ser = oob.serialize(np.ones(1 << 18))
+    fd = os.open(tmp_path / "seg", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        monkeypatch.setattr(np, "copyto", slow)
+        monkeypatch.setattr(pw._Pool, "submit", queue_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pw.write_threaded(fd, ser.pieces(), ser.total_size, 4)
+        returned = time.monotonic()
+        deadline = returned + 5
+        while len(finished) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(finished) == 3
+        assert max(finished) <= returned  # every queued range ended before the call did
+    finally:
+        os.close(fd)
+
+
+def test_no_thread_can_start_the_caller_copies_every_range(tmp_path, monkeypatch):
+    monkeypatch.setattr(pw, "_pool", None)
+    deadline = time.monotonic() + 5  # idle threads of earlier tests gone, so none serves
+    monkeypatch.setattr(pw, "IDLE_S", 0.01)
+    while time.monotonic() < deadline and _pool_threads():
+        time.sleep(0.02)
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    ser = oob.serialize(np.arange(1 << 18, dtype=np.float64))
+    fd = os.open(tmp_path / "seg", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        pw.write_threaded(fd, ser.pieces(), ser.total_size, 4)
+    finally:
+        os.close(fd)
+    monkeypatch.undo()
+    assert (tmp_path / "seg").read_bytes() == _pwritev_bytes(ser, tmp_path / "ref")

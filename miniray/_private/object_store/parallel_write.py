@@ -37,6 +37,9 @@ idle for ``IDLE_S`` ends, so none lingers after a burst of puts (the test harnes
 ``miniray-*`` threads after ``shutdown``). A forked child (workers come from a fork server)
 starts with no pool (``os.register_at_fork``), never one whose threads died in the fork.
 Writes on several caller threads share it; a range waits in its queue until a thread is free.
+A range is counted as the write's before it is queued, so a caller interrupted while queueing
+still waits for every range queued; when no thread is alive and none can start, the caller
+copies every range itself.
 
 numpy is imported only inside ``write_threaded`` (lazily): a process that never writes a large
 segment never imports it here.
@@ -167,19 +170,29 @@ class _Pool:
         self._lock = threading.Lock()
         self._made = 0
 
-    def submit(self, jobs: list[Callable[[], None]], done: _Done) -> None:
+    def submit(self, jobs: list[Callable[[], None]], done: _Done) -> list:
         """Queue ``jobs``, with at least as many threads as jobs alive (up to
-        ``MAX_THREADS - 1``). Threads are started before any job is queued: when one cannot
-        start (RuntimeError), nothing was queued."""
+        ``MAX_THREADS - 1``); each job is counted in ``done`` as it is queued, so a caller
+        interrupted inside this call still waits for every job that was queued. Returns
+        the jobs not queued, for the caller to run itself: all of them when no thread is
+        alive and none could be started (RuntimeError: "can't start new thread"); a thread
+        counts once it started."""
         with self._lock:  # decided with the idle threads' exits (``_serve``)
             while len(self._threads) < min(len(jobs), MAX_THREADS - 1):
                 thread = threading.Thread(target=self._serve, daemon=True,
                                           name=f"miniray-segment-write-{self._made}")
                 self._made += 1
-                thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # the threads alive serve the queue; none: the caller
+                    break
                 self._threads.add(thread)
+            if not self._threads:
+                return list(jobs)
             for job in jobs:
+                done.add()
                 self._jobs.put((job, done))
+        return []
 
     def _serve(self) -> None:
         me = threading.current_thread()
@@ -202,12 +215,18 @@ class _Pool:
 
 
 class _Done:
-    """Counts finished ranges of one write and keeps the first error."""
+    """Counts the ranges of one write queued and not yet finished, and keeps the first
+    error."""
 
-    def __init__(self, count: int) -> None:
-        self._left = count
+    def __init__(self) -> None:
+        self._left = 0
         self._cond = threading.Condition()
         self.error: BaseException | None = None
+
+    def add(self) -> None:
+        """One more range queued (before it is put on the queue)."""
+        with self._cond:
+            self._left += 1
 
     def finish(self, error: BaseException | None) -> None:
         with self._cond:
@@ -275,19 +294,18 @@ def write_threaded(fd: int, pieces: list[Any], total_size: int, threads: int) ->
         finally:
             del dst, src  # a traceback kept by the caller must not keep the mapping exported
 
-    done = _Done(len(ranges) - 1)
+    done = _Done()
     error: BaseException | None = None
-    submitted = 0
     try:
-        if len(ranges) > 1:
-            jobs = [lambda rng=rng: copy(rng) for rng in ranges[1:]]
-            _get_pool().submit(jobs, done)
-            submitted = len(jobs)
-        copy(ranges[0])
+        mine = [lambda rng=ranges[0]: copy(rng)]
+        if len(ranges) > 1:  # counted in ``done`` as queued: an interrupt in here still
+            # leaves every queued range waited for below
+            mine += _get_pool().submit([lambda rng=rng: copy(rng) for rng in ranges[1:]],
+                                       done)
+        for job in mine:
+            job()
     except BaseException as own:
         error = own
-        for _ in range(len(ranges) - 1 - submitted):  # never queued: nothing to wait for
-            done.finish(None)
     while True:  # every range finished before the mapping goes, even after an interrupt
         try:
             done.wait()
