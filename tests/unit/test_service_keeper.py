@@ -379,3 +379,49 @@ def test_keeper_threads_at_once_ask_for_the_link_to_its_own_node_once(monkeypatc
         release.set()
         thread.join(10)
     assert first and first[0] is not None and service._here() is first[0]
+
+
+def _start_fails_once(monkeypatch):
+    real_start = threading.Thread.start
+    failures = [1]
+
+    def start(thread):
+        if failures and thread.name == "miniray-svc-keep":
+            failures.pop()
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_a_keeper_thread_that_cannot_start_leaves_no_job_stuck(monkeypatch):
+    done: list = []
+    keeper = ReplyKeeper(done.append, threads=2)
+    _start_fails_once(monkeypatch)
+    assert keeper.put("a", ("a", 1)) is False  # no thread to serve it: sent at once
+    assert "a" not in keeper.waiting and keeper.statistics()["threads"] == 0
+    assert keeper.put("a", ("a", 2)) is True
+    assert keeper.drain(5.0) and done == [("a", 2)]
+    assert keeper.close(5.0) == []  # no unstarted thread to join
+
+
+def test_a_job_whose_thread_cannot_start_waits_for_a_running_one(monkeypatch):
+    gate = threading.Event()
+    done: list = []
+
+    def work(job):
+        gate.wait(10)
+        done.append(job)
+
+    keeper = ReplyKeeper(work, threads=2)
+    try:
+        assert keeper.put("a", ("a", 1))
+        assert _wait_for(lambda: keeper.statistics()["running"] == 1)
+        _start_fails_once(monkeypatch)
+        assert keeper.put("b", ("b", 1)) is True  # queued: the running thread serves it
+        assert keeper.statistics()["threads"] == 1
+        gate.set()
+        assert keeper.drain(5.0) and done == [("a", 1), ("b", 1)]
+    finally:
+        gate.set()
+        assert keeper.close(5.0) == []

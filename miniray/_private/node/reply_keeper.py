@@ -120,17 +120,31 @@ class ReplyKeeper:
             if self._closed:
                 return False
             queue = self._queues.get(token)
+            becomes_ready = not queue and token not in self._running
+            if becomes_ready and len(self._ready) >= self._idle and \
+                    len(self._threads) < self._max_threads and not self._start_thread():
+                if not self._threads:  # nothing would ever serve it: the caller sends it
+                    return False  # (no job of anyone's is queued: no order to keep)
             if queue is None:
                 queue = self._queues[token] = collections.deque()
             queue.append(job)
             self.waiting[token] += 1
-            if len(queue) == 1 and token not in self._running:
+            if becomes_ready:
                 self._ready.append(token)
-                if len(self._ready) > self._idle and len(self._threads) < self._max_threads:
-                    thread = threading.Thread(target=self._run, daemon=True, name=self._name)
-                    self._threads.append(thread)
-                    thread.start()
                 self._cond.notify()
+        return True
+
+    def _start_thread(self) -> bool:
+        """*Under the condition's lock.* One more thread, counted once it started; False
+        when it could not start (the threads there are serve the jobs, later)."""
+        thread = threading.Thread(target=self._run, daemon=True, name=self._name)
+        try:
+            thread.start()
+        except RuntimeError as failed:  # "can't start new thread": the process's limit
+            logger.warning("the actor service could not start a thread to keep replies "
+                           "(%d running): %s", len(self._threads), failed)
+            return False
+        self._threads.append(thread)
         return True
 
     def done(self, token: str) -> None:
