@@ -425,3 +425,83 @@ def test_a_job_whose_thread_cannot_start_waits_for_a_running_one(monkeypatch):
     finally:
         gate.set()
         assert keeper.close(5.0) == []
+
+
+def test_no_reply_overtakes_the_queued_ones_while_the_service_closes(tmp_path):
+    """Defect: ``close`` joined the keeper's threads (2 s) before taking the owner's lock;
+    meanwhile the I/O thread's replies found their driver waiting, were refused by the
+    closed keeper and went at once, before that driver's queued ones (a streaming value
+    before an earlier call's result). Now the keeper stops, its queue is settled and the
+    drivers are gone in one locked step: a later reply is not sent."""
+    service, lock, gate, sent = _gated_service(threads=1)
+    one = _driver("one")
+
+    def send(client, message):
+        if client.gone:
+            return False
+        sent.append((client.token, ("yield", message[2]), message[4]))
+        return True
+
+    service.send = send
+    service.listener = types.SimpleNamespace(fileno=lambda: -1, close=lambda: None)
+    service.owner.reactor.unregister = lambda _fd: None
+    service.path = str(tmp_path / "actors.sock")
+    service._conns = {}
+    service._clients = {"one": one}
+    closer = threading.Thread(target=service.close)
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s1", 1))], None)
+            service._reply(one, b"1b", [b"one-b"], [(0, b"small")], None)
+        assert _wait_for(lambda: service._keeper.statistics()["running"] == 1)
+        closer.start()
+        assert _wait_for(lambda: service._keeper._closed)
+        with lock:  # the I/O thread, while the service closes
+            service._reply_value(one, b"gen", 0, 0, b"item0", None)
+        assert ("one", ("yield", 0), b"item0") not in sent, sent
+    finally:
+        gate.set()
+        if closer.ident is not None:
+            closer.join(10)
+
+
+def test_closing_writes_what_the_sockets_still_have_queued_within_a_bound():
+    """Defect: the settled replies were queued on the drivers' sockets (one non-blocking
+    write tried) and the sockets closed at once, dropping the rest. Now what is queued is
+    written, blocking, within a bound; a peer that does not read costs the bound only."""
+    import socket
+
+    from miniray._private.transport import framing
+    from miniray._private.transport.framing import FramedSocket
+
+    here, there = socket.socketpair()
+    conn = FramedSocket(here)
+    payload = b"x" * (8 << 20)  # far more than a socket's buffer
+    conn.queue(payload)
+    assert not conn.flush()
+    got = bytearray()
+
+    def read():
+        time.sleep(0.2)
+        while len(got) < len(payload) + framing._HEADER_SIZE:
+            try:
+                chunk = there.recv(1 << 20)
+            except OSError:
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert actor_service._flush_out([conn], 10.0) == 0
+        reader.join(10)
+        assert bytes(got[framing._HEADER_SIZE:]) == payload
+        conn.queue(payload)  # nobody reads now: bounded
+        started = time.monotonic()
+        assert actor_service._flush_out([conn], 0.3) == 1
+        assert time.monotonic() - started < 2.0
+    finally:
+        conn.close()
+        there.close()

@@ -88,6 +88,7 @@ import functools
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -112,6 +113,10 @@ __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
 logger = logging.getLogger(__name__)
 OWN_LINK_TIMEOUT_S = 2.0  # the grant key of the link to its own node: asked this long at most
+# At teardown: the replies still queued on the drivers' sockets are written this long at
+# most in all, and the keeper's threads waited for this long (``close``).
+CLOSE_FLUSH_S = 2.0
+KEEPER_JOIN_S = 2.0
 PULL_WAIT_S = 300.0  # a kept result pulled for a caller that named no node: waited this long
 # What a keeper job does (``_reply``, ``_keep_here``): keep its large results on this node,
 # pull its kept results here (a caller that named no node), only pass it on in its turn,
@@ -880,17 +885,32 @@ class ActorService:
     def close(self) -> None:
         """Stop accepting and close every driver's sockets (their proxies fail from now on);
         the keeper's threads end after the jobs they are in, and the replies still queued
-        are sent at once as plain values, or failed (``_settle_queued``)."""
-        left = self._keeper.close()
+        are sent at once as plain values, or failed (``_settle_queued``).
+
+        Steps: 1. under the owner's lock, at once (no reply of the I/O thread comes
+        between): the keeper stopped, its queued replies settled, every driver marked gone
+        (a reply posted later is not sent: its payloads are removed), the sockets taken
+        from the reactor. 2. After the lock: what the sockets still have queued written,
+        blocking, ``CLOSE_FLUSH_S`` at most in all (``_flush_out``), then they close.
+        3. The keeper's threads waited for (``KEEPER_JOIN_S``; their jobs lock to post)."""
         with self.owner.locked():
-            self._settle_queued(left)
+            self._settle_queued(self._keeper.stop())
             self.owner.reactor.unregister(self.listener.fileno())
             self.listener.close()
+            conns = []
             for fd in list(self._conns):
-                conn = self._conns.pop(fd)[0]
+                conns.append(self._conns.pop(fd)[0])
                 self.owner.reactor.unregister(fd)
-                conn.close()
+            for client in self._clients.values():
+                client.gone = True
             self._clients.clear()
+        unsent = _flush_out(conns, CLOSE_FLUSH_S)
+        if unsent:
+            logger.warning("stopping: %d driver connection(s) closed with replies not fully "
+                           "written within %.0f s", unsent, CLOSE_FLUSH_S)
+        for conn in conns:
+            conn.close()
+        self._keeper.join(KEEPER_JOIN_S)
         segs.unlink_quiet(self.path)
 
     def _settle_queued(self, jobs: list) -> None:
@@ -935,6 +955,31 @@ class ActorService:
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _flush_out(conns: list, seconds: float) -> int:
+    """*Not locked*, at teardown, sockets no longer in the reactor: what each of ``conns``
+    has queued written, blocking ``seconds`` at most in all. Returns how many still had
+    some left (their peer not reading, or gone)."""
+    deadline = time.monotonic() + seconds
+    pending = list(conns)
+    while pending:
+        waiting = []
+        for conn in pending:
+            try:
+                if not conn.flush():
+                    waiting.append(conn)
+            except OSError:
+                continue  # its peer is gone: nothing more to write
+        pending = waiting
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            break
+        try:
+            select.select([], pending, [], min(left, 0.1))
+        except (OSError, ValueError):
+            break
+    return len(pending)
 
 
 def _error_reply(error: BaseException, message: tuple) -> bytes:
