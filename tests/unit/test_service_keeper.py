@@ -29,6 +29,7 @@ def _service():
     service._link_retry = LinkRetry()
     service._here_lock = threading.Lock()
     service._keeper = ReplyKeeper(service._keep_here)
+    service._pulls = set()
     return service, lock
 
 
@@ -505,3 +506,100 @@ def test_closing_writes_what_the_sockets_still_have_queued_within_a_bound():
     finally:
         conn.close()
         there.close()
+
+
+class _Objects:
+    """The owner's object table as ``_pull_here`` uses it; ``pulled`` makes the entry ready
+    (its segment at ``path``) and calls the waiter."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.entry = None
+        self.finish = None
+        self.held = 0
+        self.timeouts: list = []
+
+    def set_ready(self, _id, _kind, _data):
+        self.entry = types.SimpleNamespace(state=actor_service.PENDING)
+
+    def hold(self, _ids):
+        self.held += 1
+
+    def release(self, _ids):
+        self.held -= 1
+
+    def await_objects(self, _ids, _count, _on_error, finish, timeout, _add_timer):
+        self.finish = finish
+        self.timeouts.append(timeout)
+        return lambda: True
+
+    def get(self, _id):
+        return self.entry
+
+    def read(self, _id):
+        return 0, ("shm", self.path, 5)
+
+    def pulled(self):
+        self.entry.state = "ready"
+        self.finish(False)
+
+
+def _pulling_service(tmp_path):
+    service, lock = _service()
+    src = tmp_path / "pulled"
+    src.write_bytes(b"value")
+    service.owner.objects = _Objects(str(src))
+    service.owner.store = types.SimpleNamespace(shm_dir=str(tmp_path), session_tag="s" * 16)
+    copy = types.SimpleNamespace(node_id="m" * 56, free=lambda: None)
+    return service, lock, copy
+
+
+def test_a_pulled_result_is_copied_outside_the_owners_lock(tmp_path, monkeypatch):
+    """Defect: ``_pull_here`` copied the whole pulled segment while holding the owner's
+    lock, stopping the I/O thread (every driver) for the copy. Now the copy is made after
+    the lock, the entry held meanwhile, and the wait is bounded (PULL_WAIT_S, 30 s),
+    given to ``await_objects`` too."""
+    service, lock, copy = _pulling_service(tmp_path)
+    objects = service.owner.objects
+    real_copy = actor_service.segs.copy_file
+    free_during_copy: list = []
+
+    def copy_file(src, dst, size):
+        other = threading.Thread(target=lambda: free_during_copy.append(
+            lock.acquire(timeout=2) and (lock.release() or True)))
+        other.start()
+        other.join(5)
+        free_during_copy.append(objects.held)
+        real_copy(src, dst, size)
+
+    monkeypatch.setattr(actor_service.segs, "copy_file", copy_file)
+    threading.Timer(0.1, objects.pulled).start()
+    kind, data = service._pull_here(b"r" * 28, 0, copy)
+    assert kind == 0 and data[0] == "shm" and open(data[1], "rb").read() == b"value"
+    assert free_during_copy == [True, 1] and objects.held == 0
+    assert objects.timeouts == [actor_service.PULL_WAIT_S] and actor_service.PULL_WAIT_S <= 30
+
+
+def test_closing_the_service_wakes_a_pull_and_leaves_no_segment(tmp_path):
+    """Defect: a pull waited up to 300 s on a keeper thread and ``close`` did not wake
+    it. Now ``close`` ends the wait: the pull fails saying the service stopped, the
+    entry is released, no copy is made."""
+    service, lock, copy = _pulling_service(tmp_path)
+    service.listener = types.SimpleNamespace(fileno=lambda: -1, close=lambda: None)
+    service.owner.reactor.unregister = lambda _fd: None
+    service.path = str(tmp_path / "actors.sock")
+    service._conns, service._clients = {}, {}
+    out: list = []
+    puller = threading.Thread(target=lambda: out.append(service._pull_here(b"r" * 28, 0,
+                                                                           copy)))
+    puller.start()
+    assert _wait_for(lambda: service._pulls)
+    started = time.monotonic()
+    service.close()
+    puller.join(10)
+    assert time.monotonic() - started < 5 and out
+    kind, data = out[0]
+    assert kind == actor_service.protocol.ERR
+    assert "stopped" in str(actor_service.serialization.loads(data))
+    assert service.owner.objects.held == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]

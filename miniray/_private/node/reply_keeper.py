@@ -147,6 +147,11 @@ class ReplyKeeper:
         self._threads.append(thread)
         return True
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``stop`` ran (read under the caller's lock, which ``stop`` is under)."""
+        return self._closed
+
     def done(self, token: str) -> None:
         """*Caller's lock.* One reply of ``token``'s that ``put`` queued was sent."""
         self.waiting[token] -= 1
