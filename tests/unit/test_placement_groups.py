@@ -843,3 +843,38 @@ def test_a_pending_served_group_removed_by_another_driver_is_no_longer_noted():
     owner.remote_nodes.bundles.served_asked[B] -= still.STATE_ASK_S
     still.route_served(zero)
     assert owner.remote_nodes.bundles.serves(zero) and asked == [B, B]
+
+
+def test_a_served_group_asked_about_while_the_service_cannot_answer_is_not_asked_per_actor():
+    """Defect: ``served_asked`` was stamped only after the service answered, so while it
+    could not answer (ServiceUnavailable) every actor creation asked again, and several
+    creating threads all passed the check at once; and the second ledger read was not
+    guarded (an OSError raised out of the actor's creation). Now the time is stamped
+    before asking (under the lock), and a ledger that cannot be read leaves things as
+    they are."""
+    from miniray._private.owner.actor_link import ServiceUnavailable
+
+    pgs, owner, asked = _driver_pgs({}, held="PENDING")
+    bundles = owner.remote_nodes.bundles
+    zero = placement.rewrite_request({"CPU": 1}, B, 0)
+
+    def unavailable(hex_):
+        asked.append(hex_)
+        raise ServiceUnavailable("the node's actor service is not reachable")
+
+    owner.actors.group_state_in_service = unavailable
+    pgs.route_served(zero)
+    pgs.route_served(zero)  # within STATE_ASK_S: not asked again
+    assert asked == [B] and not bundles.serves(zero)
+    bundles.served_asked[B] -= pgs.STATE_ASK_S
+    owner.actors.group_state_in_service = lambda hex_: asked.append(hex_)  # None
+    reads = [{}]
+
+    def groups():
+        if reads:
+            return reads.pop()
+        raise OSError("ledger unreadable")
+
+    owner.ledger.groups = groups
+    pgs.route_served(zero)  # the second read fails: no error, asked again later
+    assert asked == [B, B] and not bundles.serves(zero) and B in bundles.served_asked

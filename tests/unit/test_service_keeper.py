@@ -29,6 +29,7 @@ def _service():
     service._link_retry = LinkRetry()
     service._here_lock = threading.Lock()
     service._keeper = ReplyKeeper(service._keep_here)
+    service._pulls = set()
     return service, lock
 
 
@@ -379,3 +380,226 @@ def test_keeper_threads_at_once_ask_for_the_link_to_its_own_node_once(monkeypatc
         release.set()
         thread.join(10)
     assert first and first[0] is not None and service._here() is first[0]
+
+
+def _start_fails_once(monkeypatch):
+    real_start = threading.Thread.start
+    failures = [1]
+
+    def start(thread):
+        if failures and thread.name == "miniray-svc-keep":
+            failures.pop()
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+
+
+def test_a_keeper_thread_that_cannot_start_leaves_no_job_stuck(monkeypatch):
+    done: list = []
+    keeper = ReplyKeeper(done.append, threads=2)
+    _start_fails_once(monkeypatch)
+    assert keeper.put("a", ("a", 1)) is False  # no thread to serve it: sent at once
+    assert "a" not in keeper.waiting and keeper.statistics()["threads"] == 0
+    assert keeper.put("a", ("a", 2)) is True
+    assert keeper.drain(5.0) and done == [("a", 2)]
+    assert keeper.close(5.0) == []  # no unstarted thread to join
+
+
+def test_a_job_whose_thread_cannot_start_waits_for_a_running_one(monkeypatch):
+    gate = threading.Event()
+    done: list = []
+
+    def work(job):
+        gate.wait(10)
+        done.append(job)
+
+    keeper = ReplyKeeper(work, threads=2)
+    try:
+        assert keeper.put("a", ("a", 1))
+        assert _wait_for(lambda: keeper.statistics()["running"] == 1)
+        _start_fails_once(monkeypatch)
+        assert keeper.put("b", ("b", 1)) is True  # queued: the running thread serves it
+        assert keeper.statistics()["threads"] == 1
+        gate.set()
+        assert keeper.drain(5.0) and done == [("a", 1), ("b", 1)]
+    finally:
+        gate.set()
+        assert keeper.close(5.0) == []
+
+
+def test_no_reply_overtakes_the_queued_ones_while_the_service_closes(tmp_path):
+    """Defect: ``close`` joined the keeper's threads (2 s) before taking the owner's lock;
+    meanwhile the I/O thread's replies found their driver waiting, were refused by the
+    closed keeper and went at once, before that driver's queued ones (a streaming value
+    before an earlier call's result). Now the keeper stops, its queue is settled and the
+    drivers are gone in one locked step: a later reply is not sent."""
+    service, lock, gate, sent = _gated_service(threads=1)
+    one = _driver("one")
+
+    def send(client, message):
+        if client.gone:
+            return False
+        sent.append((client.token, ("yield", message[2]), message[4]))
+        return True
+
+    service.send = send
+    service.listener = types.SimpleNamespace(fileno=lambda: -1, close=lambda: None)
+    service.owner.reactor.unregister = lambda _fd: None
+    service.path = str(tmp_path / "actors.sock")
+    service._conns = {}
+    service._clients = {"one": one}
+    closer = threading.Thread(target=service.close)
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s1", 1))], None)
+            service._reply(one, b"1b", [b"one-b"], [(0, b"small")], None)
+        assert _wait_for(lambda: service._keeper.statistics()["running"] == 1)
+        closer.start()
+        assert _wait_for(lambda: service._keeper._closed)
+        with lock:  # the I/O thread, while the service closes
+            service._reply_value(one, b"gen", 0, 0, b"item0", None)
+        assert ("one", ("yield", 0), b"item0") not in sent, sent
+    finally:
+        gate.set()
+        if closer.ident is not None:
+            closer.join(10)
+
+
+def test_closing_writes_what_the_sockets_still_have_queued_within_a_bound():
+    """Defect: the settled replies were queued on the drivers' sockets (one non-blocking
+    write tried) and the sockets closed at once, dropping the rest. Now what is queued is
+    written, blocking, within a bound; a peer that does not read costs the bound only."""
+    import socket
+
+    from miniray._private.transport import framing
+    from miniray._private.transport.framing import FramedSocket
+
+    here, there = socket.socketpair()
+    conn = FramedSocket(here)
+    payload = b"x" * (8 << 20)  # far more than a socket's buffer
+    conn.queue(payload)
+    assert not conn.flush()
+    got = bytearray()
+
+    def read():
+        time.sleep(0.2)
+        while len(got) < len(payload) + framing._HEADER_SIZE:
+            try:
+                chunk = there.recv(1 << 20)
+            except OSError:
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        assert actor_service._flush_out([conn], 10.0) == 0
+        reader.join(10)
+        assert bytes(got[framing._HEADER_SIZE:]) == payload
+        conn.queue(payload)  # nobody reads now: bounded
+        started = time.monotonic()
+        assert actor_service._flush_out([conn], 0.3) == 1
+        assert time.monotonic() - started < 2.0
+    finally:
+        conn.close()
+        there.close()
+
+
+class _Objects:
+    """The owner's object table as ``_pull_here`` uses it; ``pulled`` makes the entry ready
+    (its segment at ``path``) and calls the waiter."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.entry = None
+        self.finish = None
+        self.held = 0
+        self.timeouts: list = []
+
+    def set_ready(self, _id, _kind, _data):
+        self.entry = types.SimpleNamespace(state=actor_service.PENDING)
+
+    def hold(self, _ids):
+        self.held += 1
+
+    def release(self, _ids):
+        self.held -= 1
+
+    def await_objects(self, _ids, _count, _on_error, finish, timeout, _add_timer):
+        self.finish = finish
+        self.timeouts.append(timeout)
+        return lambda: True
+
+    def get(self, _id):
+        return self.entry
+
+    def read(self, _id):
+        return 0, ("shm", self.path, 5)
+
+    def pulled(self):
+        self.entry.state = "ready"
+        self.finish(False)
+
+
+def _pulling_service(tmp_path):
+    service, lock = _service()
+    src = tmp_path / "pulled"
+    src.write_bytes(b"value")
+    service.owner.objects = _Objects(str(src))
+    service.owner.store = types.SimpleNamespace(shm_dir=str(tmp_path), session_tag="s" * 16)
+    copy = types.SimpleNamespace(node_id="m" * 56, free=lambda: None)
+    return service, lock, copy
+
+
+def test_a_pulled_result_is_copied_outside_the_owners_lock(tmp_path, monkeypatch):
+    """Defect: ``_pull_here`` copied the whole pulled segment while holding the owner's
+    lock, stopping the I/O thread (every driver) for the copy. Now the copy is made after
+    the lock, the entry held meanwhile, and the wait is bounded (PULL_WAIT_S, 30 s),
+    given to ``await_objects`` too."""
+    service, lock, copy = _pulling_service(tmp_path)
+    objects = service.owner.objects
+    real_copy = actor_service.segs.copy_file
+    free_during_copy: list = []
+
+    def copy_file(src, dst, size):
+        other = threading.Thread(target=lambda: free_during_copy.append(
+            lock.acquire(timeout=2) and (lock.release() or True)))
+        other.start()
+        other.join(5)
+        free_during_copy.append(objects.held)
+        real_copy(src, dst, size)
+
+    monkeypatch.setattr(actor_service.segs, "copy_file", copy_file)
+    threading.Timer(0.1, objects.pulled).start()
+    kind, data = service._pull_here(b"r" * 28, 0, copy)
+    assert kind == 0 and data[0] == "shm" and open(data[1], "rb").read() == b"value"
+    assert free_during_copy == [True, 1] and objects.held == 0
+    assert objects.timeouts == [actor_service.PULL_WAIT_S] and actor_service.PULL_WAIT_S <= 30
+
+
+def test_closing_the_service_wakes_a_pull_and_leaves_no_segment(tmp_path):
+    """Defect: a pull waited up to 300 s on a keeper thread and ``close`` did not wake
+    it. Now ``close`` ends the wait: the pull fails saying the service stopped, the
+    entry is released, no copy is made."""
+    service, lock, copy = _pulling_service(tmp_path)
+    service.listener = types.SimpleNamespace(fileno=lambda: -1, close=lambda: None)
+    service.owner.reactor.unregister = lambda _fd: None
+    service.path = str(tmp_path / "actors.sock")
+    service._conns, service._clients = {}, {}
+    out: list = []
+    puller = threading.Thread(target=lambda: out.append(service._pull_here(b"r" * 28, 0,
+                                                                           copy)))
+    puller.start()
+    assert _wait_for(lambda: service._pulls)
+    started = time.monotonic()
+    service.close()
+    puller.join(10)
+    assert time.monotonic() - started < 5 and out
+    kind, data = out[0]
+    assert kind == actor_service.protocol.ERR
+    assert "stopped" in str(actor_service.serialization.loads(data))
+    assert service.owner.objects.held == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]

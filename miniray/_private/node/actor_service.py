@@ -88,6 +88,7 @@ import functools
 import logging
 import os
 import pickle
+import select
 import signal
 import socket
 import sys
@@ -112,7 +113,15 @@ __all__ = ["ActorService", "Lifetimes", "SOCKET_NAME", "main"]
 
 logger = logging.getLogger(__name__)
 OWN_LINK_TIMEOUT_S = 2.0  # the grant key of the link to its own node: asked this long at most
-PULL_WAIT_S = 300.0  # a kept result pulled for a caller that named no node: waited this long
+# At teardown: the replies still queued on the drivers' sockets are written this long at
+# most in all, and the keeper's threads waited for this long (``close``).
+CLOSE_FLUSH_S = 2.0
+KEEPER_JOIN_S = 2.0
+# A kept result pulled for a caller that named no node: waited this long at most, on one of
+# the keeper's few threads (a driver's later replies wait behind it, and THREADS such pulls
+# hold every thread). A pull of a healthy node ends in seconds; one that takes longer is
+# failed so the threads go on (the caller gets ObjectLostError saying so).
+PULL_WAIT_S = 30.0
 # What a keeper job does (``_reply``, ``_keep_here``): keep its large results on this node,
 # pull its kept results here (a caller that named no node), only pass it on in its turn,
 # or send a streaming call's value in its turn.
@@ -222,6 +231,7 @@ class ActorService:
         self._link_retry = LinkRetry()
         self._here_lock = threading.Lock()  # the keeper's threads decide to ask under it
         self._keeper = ReplyKeeper(self._keep_here)
+        self._pulls: set[threading.Event] = set()  # ``_pull_here``'s waits: ``close`` ends them
         self.owner.actors.route_output = self._route_output
         self.owner.actors.unknown_actor_hint = (
             "it is probably an actor without a name that belongs to one of the node's drivers, "
@@ -726,41 +736,63 @@ class ActorService:
         pulls it), copied into a segment of its own for ``_send_reply`` to hand over as
         an actor's segment, as before results were kept, then freed here and on its node.
         ``(kind, ("shm", path, size))``, or the pull's error (ObjectLostError naming the
-        node, ObjectStoreFullError) for the caller; not pulled within PULL_WAIT_S: an
-        ObjectLostError saying so."""
+        node, ObjectStoreFullError) for the caller; not pulled within PULL_WAIT_S, or the
+        service stopping meanwhile (``close`` wakes the wait): an ObjectLostError saying
+        so, and no segment left behind.
+
+        Steps (decide under the owner's lock, act after it): 1. locked: the entry made,
+        held, awaited (``PULL_WAIT_S``). 2. Not locked: wait. 3. Locked: its segment's
+        path read (the entry stays held). 4. Not locked: the segment copied. 5. Locked:
+        the entry released; the copy removed if the service stopped meanwhile."""
         objects = self.owner.objects
         pulled = threading.Event()
         with self.owner.locked():
+            if self._keeper.closed:
+                return protocol.ERR, serialization.dumps(_lost_kept(
+                    object_id, copy, "the service stopped before it could pull it"))
             objects.set_ready(object_id, kind, ("remote", copy))
             objects.hold([object_id])
+            self._pulls.add(pulled)
             abandon = objects.await_objects([object_id], 1, True,
-                                            lambda _timed_out: pulled.set(), None,
+                                            lambda _timed_out: pulled.set(), PULL_WAIT_S,
                                             self.owner.reactor.call_later)
         pulled.wait(PULL_WAIT_S)
         with self.owner.locked():
-            try:
-                entry = objects.get(object_id)
-                if entry is None or entry.state == PENDING:
-                    if abandon is not None:
-                        abandon()
-                    return protocol.ERR, serialization.dumps(_lost_kept(
-                        object_id, copy, f"it was not pulled here within {PULL_WAIT_S:g} s "
-                        "for a caller that named no node to pull it from"))
-                kind, payload = objects.read(object_id)
-                if not isinstance(payload, tuple):
-                    return kind, payload
-                shm_dir = self.owner.store.shm_dir
-                dst = os.path.join(shm_dir, segs.segment_name(self.owner.store.session_tag,
-                                                              os.urandom(28)))
-                try:
-                    segs.copy_file(segs.resolve_path(payload[1], shm_dir), dst, payload[2])
-                except OSError as failed:
-                    segs.unlink_quiet(dst)
-                    return protocol.ERR, serialization.dumps(_lost_kept(
-                        object_id, copy, f"copying it after its pull failed: {failed}"))
-                return kind, ("shm", dst, payload[2])
-            finally:
+            self._pulls.discard(pulled)
+            entry = objects.get(object_id)
+            why = None
+            if self._keeper.closed:
+                why = "the service stopped before it could pull it"
+            elif entry is None or entry.state == PENDING:
+                why = (f"it was not pulled here within {PULL_WAIT_S:g} s for a caller that "
+                       "named no node to pull it from")
+            if why is not None:
+                if abandon is not None:
+                    abandon()
                 objects.release([object_id])  # freed here, and on its node
+                return protocol.ERR, serialization.dumps(_lost_kept(object_id, copy, why))
+            kind, payload = objects.read(object_id)
+            if not isinstance(payload, tuple):
+                objects.release([object_id])
+                return kind, payload
+            shm_dir = self.owner.store.shm_dir
+            src, size = segs.resolve_path(payload[1], shm_dir), payload[2]
+            dst = os.path.join(shm_dir, segs.segment_name(self.owner.store.session_tag,
+                                                          os.urandom(28)))
+        try:
+            segs.copy_file(src, dst, size)  # not locked: the entry is held meanwhile
+            result = kind, ("shm", dst, size)
+        except OSError as failed:
+            segs.unlink_quiet(dst)
+            result = protocol.ERR, serialization.dumps(_lost_kept(
+                object_id, copy, f"copying it after its pull failed: {failed}"))
+        with self.owner.locked():
+            objects.release([object_id])  # freed here, and on its node
+            if self._keeper.closed and result[0] != protocol.ERR:
+                segs.unlink_quiet(dst)  # nobody would send or remove it now
+                result = protocol.ERR, serialization.dumps(_lost_kept(
+                    object_id, copy, "the service stopped before it could send it"))
+        return result
 
     def _send_kept_reply(self, client: _Client, task_id: bytes, return_ids: list,
                          results: list, nested: list) -> None:
@@ -880,17 +912,35 @@ class ActorService:
     def close(self) -> None:
         """Stop accepting and close every driver's sockets (their proxies fail from now on);
         the keeper's threads end after the jobs they are in, and the replies still queued
-        are sent at once as plain values, or failed (``_settle_queued``)."""
-        left = self._keeper.close()
+        are sent at once as plain values, or failed (``_settle_queued``).
+
+        Steps: 1. under the owner's lock, at once (no reply of the I/O thread comes
+        between): the keeper stopped, its queued replies settled, its pulls woken (they
+        fail), every driver marked gone
+        (a reply posted later is not sent: its payloads are removed), the sockets taken
+        from the reactor. 2. After the lock: what the sockets still have queued written,
+        blocking, ``CLOSE_FLUSH_S`` at most in all (``_flush_out``), then they close.
+        3. The keeper's threads waited for (``KEEPER_JOIN_S``; their jobs lock to post)."""
         with self.owner.locked():
-            self._settle_queued(left)
+            self._settle_queued(self._keeper.stop())
+            for pulled in self._pulls:  # ``_pull_here`` gives up at once
+                pulled.set()
             self.owner.reactor.unregister(self.listener.fileno())
             self.listener.close()
+            conns = []
             for fd in list(self._conns):
-                conn = self._conns.pop(fd)[0]
+                conns.append(self._conns.pop(fd)[0])
                 self.owner.reactor.unregister(fd)
-                conn.close()
+            for client in self._clients.values():
+                client.gone = True
             self._clients.clear()
+        unsent = _flush_out(conns, CLOSE_FLUSH_S)
+        if unsent:
+            logger.warning("stopping: %d driver connection(s) closed with replies not fully "
+                           "written within %.0f s", unsent, CLOSE_FLUSH_S)
+        for conn in conns:
+            conn.close()
+        self._keeper.join(KEEPER_JOIN_S)
         segs.unlink_quiet(self.path)
 
     def _settle_queued(self, jobs: list) -> None:
@@ -935,6 +985,31 @@ class ActorService:
 
     def __repr__(self) -> str:
         return f"<ActorService {self.path} drivers={len(self._clients)}>"
+
+
+def _flush_out(conns: list, seconds: float) -> int:
+    """*Not locked*, at teardown, sockets no longer in the reactor: what each of ``conns``
+    has queued written, blocking ``seconds`` at most in all. Returns how many still had
+    some left (their peer not reading, or gone)."""
+    deadline = time.monotonic() + seconds
+    pending = list(conns)
+    while pending:
+        waiting = []
+        for conn in pending:
+            try:
+                if not conn.flush():
+                    waiting.append(conn)
+            except OSError:
+                continue  # its peer is gone: nothing more to write
+        pending = waiting
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
+            break
+        try:
+            select.select([], pending, [], min(left, 0.1))
+        except (OSError, ValueError):
+            break
+    return len(pending)
 
 
 def _error_reply(error: BaseException, message: tuple) -> bytes:

@@ -8,7 +8,7 @@ service's link to its own node may be asked for again after it could not be had
 (``LinkRetry``, pure). Does not own: what a job does (the service's ``work`` callable) or the
 replies themselves (``actor_service.py`` sends them on its I/O thread).
 Called by: ``node/actor_service.ActorService`` (``put`` and ``done`` under the owner's
-lock, on its I/O thread; ``close`` at teardown).
+lock, on its I/O thread; ``stop`` under it and ``join`` after it at teardown).
 
 Why a pool, one queue per driver: keeping a result is a round trip to the node (a KEEP on
 the link) and a rename; a thread per reply grew without bound under a burst of calls, and
@@ -22,8 +22,8 @@ whose job is slow holds one thread, not the others' replies::
     _reply ── put(token, job) ──►  queue of token ──► work(job) ──►  call_later(0):
            (waiting[token] += 1)   (its jobs one by one, in order)   send, done(token)
 
-Teardown (``close``): no job begins after it; the jobs not begun are handed back to the
-caller, in each driver's order, which sends each as a plain value or fails it (nothing is
+Teardown (``stop``, then ``join`` outside the caller's lock): no job begins after it; the
+jobs not begun are handed back to the caller, in each driver's order, which sends each as a plain value or fails it (nothing is
 dropped silently); a job in progress ends as usual (its reply is posted to the I/O thread).
 """
 
@@ -120,18 +120,37 @@ class ReplyKeeper:
             if self._closed:
                 return False
             queue = self._queues.get(token)
+            becomes_ready = not queue and token not in self._running
+            if becomes_ready and len(self._ready) >= self._idle and \
+                    len(self._threads) < self._max_threads and not self._start_thread():
+                if not self._threads:  # nothing would ever serve it: the caller sends it
+                    return False  # (no job of anyone's is queued: no order to keep)
             if queue is None:
                 queue = self._queues[token] = collections.deque()
             queue.append(job)
             self.waiting[token] += 1
-            if len(queue) == 1 and token not in self._running:
+            if becomes_ready:
                 self._ready.append(token)
-                if len(self._ready) > self._idle and len(self._threads) < self._max_threads:
-                    thread = threading.Thread(target=self._run, daemon=True, name=self._name)
-                    self._threads.append(thread)
-                    thread.start()
                 self._cond.notify()
         return True
+
+    def _start_thread(self) -> bool:
+        """*Under the condition's lock.* One more thread, counted once it started; False
+        when it could not start (the threads there are serve the jobs, later)."""
+        thread = threading.Thread(target=self._run, daemon=True, name=self._name)
+        try:
+            thread.start()
+        except RuntimeError as failed:  # "can't start new thread": the process's limit
+            logger.warning("the actor service could not start a thread to keep replies "
+                           "(%d running): %s", len(self._threads), failed)
+            return False
+        self._threads.append(thread)
+        return True
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``stop`` ran (read under the caller's lock, which ``stop`` is under)."""
+        return self._closed
 
     def done(self, token: str) -> None:
         """*Caller's lock.* One reply of ``token``'s that ``put`` queued was sent."""
@@ -179,21 +198,35 @@ class ReplyKeeper:
         return True
 
     def close(self, timeout: float = 2.0) -> list[tuple]:
-        """No job begins from now on; the threads end after the jobs they are in (waited
-        for up to ``timeout`` in all). Returns the jobs not begun, each driver's in order,
-        for the caller to send at once or fail (they are still counted in ``waiting``)."""
+        """``stop`` then ``join``: the jobs not begun. A caller that settles them under
+        its lock calls the two apart (``stop`` under it, ``join`` after it), so that no
+        reply of its I/O thread comes between."""
+        left = self.stop()
+        self.join(timeout)
+        return left
+
+    def stop(self) -> list[tuple]:
+        """*Caller's lock.* No job begins from now on (``put`` returns False); the threads
+        end after the jobs they are in. Returns the jobs not begun, each driver's in
+        order, for the caller to send at once or fail (they are still counted in
+        ``waiting``)."""
         with self._cond:
             self._closed = True
             left = [job for queue in self._queues.values() for job in queue]
             self._queues.clear()
             self._ready.clear()
-            threads = list(self._threads)
             self._cond.notify_all()
+        return left
+
+    def join(self, timeout: float) -> None:
+        """*Not under the caller's lock* (a job in progress takes it to post its reply).
+        The threads waited for, up to ``timeout`` in all, after ``stop``."""
+        with self._cond:
+            threads = list(self._threads)
         deadline = time.monotonic() + timeout
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
-        return left
 
     def statistics(self) -> dict:
         with self._cond:

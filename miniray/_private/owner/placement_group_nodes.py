@@ -284,20 +284,31 @@ class PlacementGroupNodes:
                 hex_, -math.inf) < self.STATE_ASK_S):
             return  # still pending: the service places it once reserved (a group of
             #         this driver's record: ``_follow_served`` asks about it)
+        cluster = self._cluster()
         if group is None:  # not this driver's: does the service hold it (pending)?
             from miniray._private.owner.actor_link import ServiceUnavailable  # lazy
 
+            with self.owner.locked():  # stamped before asking: one creator thread asks,
+                now = time.monotonic()  # and a service that cannot answer is asked
+                asked = cluster.bundles.served_asked  # again only after STATE_ASK_S
+                if now - asked.get(hex_, -math.inf) < self.STATE_ASK_S:
+                    return
+                asked[hex_] = now
             try:
                 held = self.owner.actors.group_state_in_service(hex_)
             except (ServiceUnavailable, OSError):
                 return
             if held is None:  # never, or removed by another driver since it was noted
-                if noted and hex_ not in self.ledger.groups():
+                try:
+                    gone = hex_ not in self.ledger.groups()
+                except (OSError, ValueError):
+                    return  # cannot tell now: asked again after STATE_ASK_S
+                if gone or not noted:
                     with self.owner.locked():  # its actors stay here: Ray's error
-                        remote.bundles.served_pending.discard(hex_)
-                        remote.bundles.served_asked.pop(hex_, None)
+                        if gone:
+                            cluster.bundles.served_pending.discard(hex_)
+                        cluster.bundles.served_asked.pop(hex_, None)
                 return
-        cluster = self._cluster()
         with self.owner.locked():
             cluster.bundles.note_served(hex_, [])
             cluster.bundles.served_asked[hex_] = time.monotonic()
