@@ -23,8 +23,9 @@ whose job is slow holds one thread, not the others' replies::
            (waiting[token] += 1)   (its jobs one by one, in order)   send, done(token)
 
 Teardown (``stop``, then ``join`` outside the caller's lock): no job begins after it; the
-jobs not begun are handed back to the caller, in each driver's order, which sends each as a plain value or fails it (nothing is
-dropped silently); a job in progress ends as usual (its reply is posted to the I/O thread).
+jobs not begun are handed back to the caller, in each driver's order, which sends each as a
+plain value or fails it (nothing is dropped silently); a job in progress ends as usual (its
+reply is posted to the I/O thread).
 """
 
 from __future__ import annotations
