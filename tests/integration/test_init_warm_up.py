@@ -147,3 +147,40 @@ def test_no_warm_up_round_trip_without_prestarted_workers(ray_start, monkeypatch
         return 1
 
     assert miniray.get(one.remote(), timeout=60) == 1
+
+
+def _exit_in_warm_up():
+    """A setup hook: the worker exits (status 3) when it is sent init()'s warm-up TASK (its
+    name is None; the local ``_send`` path is not init()'s)."""
+    import os as _os
+
+    from miniray._private.worker import worker_main
+
+    run_task = worker_main._Worker.run_task
+
+    def run(self, message, _send=None):
+        if message[3] is None and _send is None:
+            _os._exit(3)
+        return run_task(self, message, _send)
+
+    worker_main._Worker.run_task = run
+
+
+def test_a_worker_that_dies_in_the_warm_up_does_not_hold_init(ray_start, monkeypatch):
+    """Its exit ends init()'s wait at once (not the whole bound) and leaves no entry."""
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 20.0)
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": _exit_in_warm_up})
+    owner = runtime.current().owner
+    assert len(trips) == 1
+    answered, took = trips[0]
+    assert not answered
+    assert took < 10.0  # the exit's report, even on a loaded machine; never the 20 s bound
+    with owner.locked():
+        assert not owner._warm_ups
+
+    @miniray.remote
+    def one():
+        return 1
+
+    assert miniray.get(one.remote(), timeout=60) == 1

@@ -147,9 +147,10 @@ class Owner(OwnerLeases, OwnerEvents):
         self.get_serialized = self.objects.get_serialized  # a get()'s call less
         self.ref_pickled = self.objects.ref_pickled
         self._functions: dict[bytes, bytes] = {}
-        # init()'s warm-up round trips not answered yet: task id -> Waiter
-        # (``warm_up_round_trip``; a late answer is dropped by its id).
-        self._warm_ups: dict[bytes, Any] = {}
+        # init()'s warm-up round trips not answered yet: task id -> (Waiter, WorkerSlot)
+        # (``warm_up_round_trip``; a late answer is dropped by its id, a dead worker's
+        # entries by ``_worker_gone``).
+        self._warm_ups: dict[bytes, tuple] = {}
         # The values of streaming generator calls, as they are yielded.
         self.streams = Streams(self.objects)
         self.actors = ActorManager(self)

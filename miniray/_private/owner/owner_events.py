@@ -105,9 +105,10 @@ class OwnerEvents:
         output marker or prefix switch (``spec.name`` is None, the name neither side has
         yet), no lease of its own. Its task leaves the worker's in-flight list as soon as it
         is written, so the RESULT finds no task (``_on_result`` knows its id from
-        ``_warm_ups``) and the owner sees the worker idle throughout: a task submitted
-        meanwhile is sent to it and runs after the warm-up. Waits at most ``timeout``;
-        a later answer is dropped the same way. True if it came in time."""
+        ``_warm_ups``, with the worker) and the owner sees the worker idle throughout: a task
+        submitted meanwhile is sent to it and runs after the warm-up. Waits at most
+        ``timeout``; a later answer is dropped the same way, and a worker that dies first
+        ends the wait at once (``_worker_gone`` drops its entry). True if it came in time."""
         key = scheduling.scheduling_key(dict(FIRST_REQUEST), 0, "")
         waiter = Waiter(1, False)
         with self._lock:
@@ -124,18 +125,29 @@ class OwnerEvents:
             del self._functions[spec.fn_id]  # written: the worker keeps it (worker.funcs)
             if worker.inflight and worker.inflight[-1] is task:
                 worker.inflight.pop()
-            self._warm_ups[spec.task_id] = waiter
+            self._warm_ups[spec.task_id] = (waiter, worker)
             claimed = self.direct_reads.claim_worker(worker)
         if self._deferred:
             self._run_deferred()
         if claimed:
-            return self.direct_reads.read(worker, waiter, timeout)
-        return waiter.wait(timeout)
+            answered = self.direct_reads.read(worker, waiter, timeout)
+        else:
+            answered = waiter.wait(timeout)
+        return answered and not worker.exited  # fired by _worker_gone: no answer
 
     def _warm_up_answered(self, task_id: bytes) -> None:
         """*Locked.* The warm-up's RESULT (``warm_up_round_trip``): nothing is kept."""
-        waiter = self._warm_ups.pop(task_id)
+        waiter, _ = self._warm_ups.pop(task_id)
         waiter.notify(False)
+
+    def _warm_ups_lost(self, worker: WorkerSlot) -> None:
+        """*Locked.* ``worker`` is gone: its warm-ups will never be answered; their entries
+        go and their waiters (init()) are woken at once."""
+        lost = [task_id for task_id, (_, warming) in self._warm_ups.items()
+                if warming is worker]
+        for task_id in lost:
+            waiter, _ = self._warm_ups.pop(task_id)
+            waiter.notify(False)
 
     def _now_ready(self, worker: WorkerSlot) -> None:
         """*Locked.* ``worker`` answered READY or is gone."""
@@ -172,6 +184,8 @@ class OwnerEvents:
             return 0, 0
         worker.exited = True
         self._now_ready(worker)  # init() does not wait for a worker that will never be ready
+        if self._warm_ups:  # nor for its answer to a warm-up round trip
+            self._warm_ups_lost(worker)
         pid = worker.pid
         if pid is not None:
             self.workers.by_pid.pop(pid, None)
