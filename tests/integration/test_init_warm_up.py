@@ -85,6 +85,21 @@ def test_the_warm_up_round_trip_leaves_nothing(ray_start, monkeypatch):
     assert spans == ["task::add"]
 
 
+def _slow_warm_up():
+    """A setup hook: the worker sleeps 3 s in init()'s warm-up TASK (its name is None; the
+    local ``_send`` path is not init()'s)."""
+    from miniray._private.worker import worker_main
+
+    run_task = worker_main._Worker.run_task
+
+    def run(self, message, _send=None):
+        if message[3] is None and _send is None:
+            time.sleep(3.0)
+        return run_task(self, message, _send)
+
+    worker_main._Worker.run_task = run
+
+
 def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch, caplog):
     """The worker sleeps 3 s in the warm-up (a setup hook slows the driver's warm-up TASK
     only: its name is None and it is really sent): init() goes on after the bound, the
@@ -93,20 +108,8 @@ def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.005)
     trips = _record_trips(monkeypatch)
 
-    def slow_warm_up():
-        from miniray._private.worker import worker_main
-
-        run_task = worker_main._Worker.run_task
-
-        def run(self, message, _send=None):
-            if message[3] is None and _send is None:  # sent by init(), not the local one
-                time.sleep(3.0)
-            return run_task(self, message, _send)
-
-        worker_main._Worker.run_task = run
-
     caplog.set_level(logging.ERROR)
-    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": slow_warm_up})
+    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": _slow_warm_up})
     owner = runtime.current().owner
     assert len(trips) == 1  # no more rounds after one that was not answered
     answered, took = trips[0]
@@ -184,3 +187,18 @@ def test_a_worker_that_dies_in_the_warm_up_does_not_hold_init(ray_start, monkeyp
         return 1
 
     assert miniray.get(one.remote(), timeout=60) == 1
+
+
+def test_shutdown_does_not_wait_for_a_late_warm_up(ray_start, monkeypatch):
+    """A worker still in the warm-up is busy at shutdown: killed, not asked to exit (the
+    fork server would wait ``grace`` (1 s) for it), and no entry is left."""
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.005)
+    ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": _slow_warm_up})
+    owner = runtime.current().owner
+    with owner.locked():
+        assert len(owner._warm_ups) == 1
+    start = time.monotonic()
+    miniray.shutdown()
+    took = time.monotonic() - start
+    assert took < 0.9, took  # grace is 1.0 s; 20-30 ms here
+    assert not owner._warm_ups

@@ -834,16 +834,22 @@ class Owner(OwnerLeases, OwnerEvents):
             if self.actors.link is not None:  # the node's actor service ends our actors
                 self.actors.link.close()
             workers = list(self.workers.by_req.values())
+            # A worker still in init()'s warm-up has an empty in-flight list, but is busy.
+            warming = [warming for _, warming in self._warm_ups.values()]
             for worker in workers:
                 if worker.dead:
                     continue
                 busy = worker.inflight or worker.blocked or (
-                    worker.actor is not None and worker.actor.inflight)
+                    worker.actor is not None and worker.actor.inflight) or any(
+                    warming_worker is worker for warming_worker in warming)
                 if busy and worker.pid is not None:
                     doomed.append(worker.pid)
                 else:
                     self.workers.retire(worker)
             fork_server = self.fork_server
+            for waiter, _ in self._warm_ups.values():  # never answered now
+                waiter.notify(False)
+            self._warm_ups.clear()
         if self.remote_nodes is not None:  # links and workers on other hosts
             self.remote_nodes.close()
         for pid in doomed:  # the fork server's socket is written after the lock

@@ -133,7 +133,7 @@ class OwnerEvents:
             answered = self.direct_reads.read(worker, waiter, timeout)
         else:
             answered = waiter.wait(timeout)
-        return answered and not worker.exited  # fired by _worker_gone: no answer
+        return answered and not worker.exited and not self._closed  # else no answer
 
     def _warm_up_answered(self, task_id: bytes) -> None:
         """*Locked.* The warm-up's RESULT (``warm_up_round_trip``): nothing is kept."""
