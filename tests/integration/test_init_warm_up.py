@@ -12,6 +12,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import threading
 import time
 
 import miniray
@@ -37,6 +38,28 @@ def _record_trips(monkeypatch) -> list:
     return trips
 
 
+def _late_spawned(monkeypatch, delay: float) -> list:
+    """The fork server's SPAWNED handled ``delay`` s late, as when the fork server is
+    descheduled after a fork while its child starts and answers READY: a ready worker's pid
+    is None meanwhile. Returns the timers (join them before the checks)."""
+    original = owner_events.OwnerEvents._on_spawned
+    timers: list = []
+
+    def late(self, worker, pid):
+        def apply():
+            with self._lock:
+                original(self, worker, pid)
+            if self._deferred:
+                self._run_deferred()
+
+        timer = threading.Timer(delay, apply)
+        timers.append(timer)
+        timer.start()
+
+    monkeypatch.setattr(owner_events.OwnerEvents, "_on_spawned", late)
+    return timers
+
+
 def _worker_logs(owner) -> list:
     with owner.locked():
         log_dir = owner.workers.log_dir
@@ -45,8 +68,10 @@ def _worker_logs(owner) -> list:
 
 
 def test_the_warm_up_round_trip_leaves_nothing(ray_start, monkeypatch):
-    # long enough that a loaded machine still answers in time (the wait is a bound only)
+    # long enough that a loaded machine still answers in time (the waits are bounds only):
+    # the rounds run once the first worker is ready and its lease taken
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 30.0)
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
     trips = _record_trips(monkeypatch)
     ray_start(num_cpus=2)
     owner = runtime.current().owner
@@ -106,6 +131,7 @@ def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch
     first task runs on that worker once the warm-up is done, and the late RESULT is
     dropped without a word."""
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.005)
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)  # a first lease, even loaded
     trips = _record_trips(monkeypatch)
 
     caplog.set_level(logging.ERROR)
@@ -172,6 +198,7 @@ def _exit_in_warm_up():
 def test_a_worker_that_dies_in_the_warm_up_does_not_hold_init(ray_start, monkeypatch):
     """Its exit ends init()'s wait at once (not the whole bound) and leaves no entry."""
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 20.0)
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
     trips = _record_trips(monkeypatch)
     ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": _exit_in_warm_up})
     owner = runtime.current().owner
@@ -179,6 +206,7 @@ def test_a_worker_that_dies_in_the_warm_up_does_not_hold_init(ray_start, monkeyp
     answered, took = trips[0]
     assert not answered
     assert took < 10.0  # the exit's report, even on a loaded machine; never the 20 s bound
+    assert owner.direct_reads.reads == 1  # it was sent, and init() read the socket
     with owner.locked():
         assert not owner._warm_ups
 
@@ -193,6 +221,7 @@ def test_shutdown_does_not_wait_for_a_late_warm_up(ray_start, monkeypatch):
     """A worker still in the warm-up is busy at shutdown: killed, not asked to exit (the
     fork server would wait ``grace`` (1 s) for it), and no entry is left."""
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.005)
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)  # a first lease, even loaded
     ray_start(num_cpus=2, runtime_env={"worker_process_setup_hook": _slow_warm_up})
     owner = runtime.current().owner
     with owner.locked():
@@ -202,3 +231,25 @@ def test_shutdown_does_not_wait_for_a_late_warm_up(ray_start, monkeypatch):
     took = time.monotonic() - start
     assert took < 0.9, took  # grace is 1.0 s; 20-30 ms here
     assert not owner._warm_ups
+
+
+def test_the_first_lease_is_taken_when_ready_comes_before_spawned(ray_start, monkeypatch):
+    """READY (the worker's socket) may be read before the fork server's SPAWNED: the first
+    lease is taken for the ready worker all the same, its pid recorded in the ledger once
+    known, and every warm-up round runs."""
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 30.0)
+    monkeypatch.setenv("MINIRAY_LEASE_KEEP_MS", "60000")  # the lease outlives the checks
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
+    timers = _late_spawned(monkeypatch, 0.5)
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2)
+    owner = runtime.current().owner
+    assert [answered for answered, _ in trips] == [True] * runtime.WARM_UP_ROUNDS
+    for timer in timers:
+        timer.join()
+    with owner.locked():
+        (slot,) = owner.leases.slots()
+        lease_id, pid = slot.lease.lease_id, slot.worker.pid
+    assert pid is not None
+    assert wait_until(
+        lambda: owner.ledger.snapshot().leases[lease_id].worker_pid == pid, timeout=10)

@@ -194,10 +194,13 @@ class OwnerLeases:
                     or self.tasks.queues.get(key) or self._acquiring_total):
                 return
             worker = self.workers.ready_idle(request)
-            if worker is None or worker.pid is None:
+            if worker is None:
                 return
+            # None while the fork server's SPAWNED is still to come (READY may come first):
+            # recorded then (``_on_spawned``), or by ``_give_lease`` if it came meanwhile.
+            pid = worker.pid
         lease = self.ledger.acquire(request, holder_pid=self.pid, tag=scheduling.key_tag(key),
-                                    worker_pid=worker.pid, wanted=False)
+                                    worker_pid=pid, wanted=False)
         if lease is None:
             return
         with self._lock:
