@@ -85,19 +85,23 @@ class RayContext(dict):
         return f"RayContext({self.address_info!r})"
 
 
-# Run by ``init()`` once its first worker is ready: each makes once what a program's first
-# task makes (``remote_function.warm_up``, added when that module loads), so that the
-# program's own first ``@remote`` and ``.remote()`` pay none of that code's first run. One
-# may return ``(spec, fn_bytes)``: a no-op init() sends once through the first lease's
+# Run by ``init()`` once its first worker is ready, once per round: each makes what a
+# program's first task makes (``remote_function.warm_up``, added when that module loads), so
+# that the program's own first ``@remote`` and ``.remote()`` pay none of that code's first
+# runs. One may return ``(spec, fn_bytes)``: a no-op init() sends through the first lease's
 # worker (``Owner.warm_up_round_trip``), never recorded as a task.
 WARM_UPS: list = []
-# How long ``init()`` waits for those round trips' answers in all (the first about 0.3-1 ms
-# on 2 cores, the next ~0.1 ms each); a later one is dropped when it comes, and the first
-# task, sent meanwhile, runs after it.
+# The bound on all the rounds together, counted from before the first: each round's
+# ``WARM_UPS`` run and round trip (the first trip about 0.3-1 ms on 2 cores, the next ~0.1 ms
+# each). No round starts after it; an answer that comes later is dropped when it comes, and
+# the first task, sent meanwhile, runs after it.
 WARM_UP_WAIT_S = 0.005
-# How many round trips: CPython 3.11 specialises a function's code after about 8 calls, so
-# the first task then runs the submit, receive and result code specialised (first no-op
-# 0.52 -> 0.475 ms median against one round, 30 runs each).
+# How many rounds: CPython 3.11 specialises a function's code after about 8 calls, so the
+# code the rounds run is specialised by the first task: the no-op's making (``WARM_UPS``),
+# the driver's ``_send_task`` (not ``RemoteFunction._submit``, ``Owner.submit_task`` or
+# ``_dispatch``), the worker's whole task path, and the driver's own read of the RESULT up
+# to ``_on_result``'s look-up (not ``tasks.complete``, the object table or ``get()``'s
+# return). First no-op 0.52 -> 0.475 ms median against one round, 30 runs each.
 WARM_UP_ROUNDS = 8
 # How long ``init()`` waits for the first prestarted worker (a loaded machine's fork server
 # may take seconds to start; init then returns and the first task waits instead).
@@ -281,9 +285,11 @@ class Runtime(SessionFiles):
         not waited for. Then (``first_lease``: a session of its own, no node) the lease of
         the default shape is taken for that worker (``Owner.take_first_lease``), the other
         workers are waited for at most ``PRESTART_REST_S``, and the submit path is run once
-        without submitting (``WARM_UPS``); last, with that lease, a no-op goes through its
-        worker and back (``Owner.warm_up_round_trip``), ``WARM_UP_ROUNDS`` times, all of
-        them within ``WARM_UP_WAIT_S``, which no state, timeline or object shows."""
+        without submitting (``WARM_UPS``); with that lease, a no-op goes through its worker
+        and back (``Owner.warm_up_round_trip``), which no state, timeline or object shows.
+        Both are done ``WARM_UP_ROUNDS`` times (the no-op made again each round), all
+        rounds within ``WARM_UP_WAIT_S`` from before the first (no round starts after it,
+        the last waits for what is left)."""
         count = config.prestart_workers(self.num_cpus)
         if count:
             ready = self.owner.prestart_workers(count).wait(PRESTART_WAIT_S)
@@ -293,18 +299,19 @@ class Runtime(SessionFiles):
                 # The others are a few ms behind the first on a small machine: the first
                 # task would share the CPU with their start-up (0.5-5 ms on 2 cores).
                 self.owner.workers_ready.wait(PRESTART_REST_S)
-            deadline = 0.0
+            # One bound for every round, each round's making of the no-op included.
+            deadline = time.monotonic() + WARM_UP_WAIT_S
             for round_ in range(max(1, WARM_UP_ROUNDS)):
+                if round_ and deadline <= time.monotonic():
+                    break
                 trip = None
                 for warm_up in WARM_UPS:  # the first @remote and .remote() made, unsent
                     trip = warm_up() or trip
-                if not round_:
-                    deadline = time.monotonic() + WARM_UP_WAIT_S
                 left = deadline - time.monotonic()
                 if (not ready or not first_lease or trip is None or WARM_UP_WAIT_S <= 0
-                        or (round_ and left <= 0)):
+                        or left <= 0):
                     break
-                if not self.owner.warm_up_round_trip(trip[0], trip[1], max(left, 0.0)):
+                if not self.owner.warm_up_round_trip(trip[0], trip[1], left):
                     break
 
     def _start(self, num_cpus, num_gpus, resources, object_store_memory, log_to_driver,

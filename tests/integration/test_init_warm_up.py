@@ -253,3 +253,30 @@ def test_the_first_lease_is_taken_when_ready_comes_before_spawned(ray_start, mon
     assert pid is not None
     assert wait_until(
         lambda: owner.ledger.snapshot().leases[lease_id].worker_pid == pid, timeout=10)
+
+
+def test_one_bound_for_all_rounds_and_their_making(ray_start, monkeypatch):
+    """``WARM_UP_WAIT_S`` bounds the whole warm-up from before the first round's
+    ``warm_up()`` (the no-op made again each round) to the last round trip's end."""
+    monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.45)
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
+    monkeypatch.setenv("MINIRAY_LEASE_KEEP_MS", "60000")  # kept through the slow rounds
+    spans: list = []
+
+    def slow(make):
+        def made():
+            start = time.monotonic()
+            time.sleep(0.15)
+            trip = make()
+            spans.append((start, time.monotonic()))
+            return trip
+
+        return made
+
+    monkeypatch.setattr(runtime, "WARM_UPS", [slow(make) for make in runtime.WARM_UPS])
+    trips = _record_trips(monkeypatch)
+    ray_start(num_cpus=2)
+    assert [answered for answered, _ in trips] == [True] * len(trips)
+    assert 2 <= len(spans) <= 3
+    took = spans[-1][1] - spans[0][0]
+    assert took < 0.6, took  # the bound (0.45 s) and a loaded machine's delays
