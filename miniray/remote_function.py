@@ -74,11 +74,13 @@ DYNAMIC_NUM_RETURNS_WARNING = (
 
 
 def warm_up() -> tuple:
-    """``init()``, once its workers are ready: decorate and export a throwaway no-op of a
+    """``init()``, once its workers are ready, once per warm-up round
+    (``runtime.WARM_UP_ROUNDS``): decorate and export a throwaway no-op of a
     script's ``__main__`` (its signature, options, template and pickle by value), as a
     program's first ``@remote`` and ``.remote()`` do, so that those of the program pay no
     first run of that code (0.5 ms less for both together here, for 0.5 ms in ``init()``;
-    more rounds cost more and gave no more); and the process's first task id and TaskSpec
+    run alone, without round trips, more runs cost more and gave no more; with them, see
+    ``WARM_UP_ROUNDS``); and the process's first task id and TaskSpec
     (their first runs took ~25 µs of the first ``.remote()``, ~5 µs once made). Nothing is
     submitted or kept. Returns the TaskSpec and the function's pickle for ``init()``'s
     warm-up round trip (``OwnerEvents.warm_up_round_trip``): its name is None, the name no
