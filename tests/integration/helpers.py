@@ -193,6 +193,21 @@ def tmpfs_namespace(mount_point: str, options: str) -> list[str]:
     pytest.skip("a tmpfs cannot be mounted in a mount namespace here (" + "; ".join(tried) + ")")
 
 
+def run_on_own_tmpfs(drivers, tmp_path, name: str, options: str, script: str,
+                     timeout: float) -> tuple:
+    """Run the driver ``script`` (the ``drivers`` fixture's way) with its store on a tmpfs of
+    its own (``tmpfs_namespace``: a folder ``name`` under ``tmp_path``, mounted with
+    ``options``) as ``MINIRAY_SHM_DIR``; the mount point and the last JSON line printed."""
+    mount_point = tmp_path / name
+    mount_point.mkdir(mode=0o700)
+    prefix = tmpfs_namespace(str(mount_point), options)
+    env = drivers.env(MINIRAY_SHM_DIR=str(mount_point))
+    inner = subprocess.run([*prefix, sys.executable, drivers.script(script)], env=env,
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=timeout)
+    assert inner.returncode == 0, inner.stderr
+    return mount_point, json.loads(inner.stdout.strip().splitlines()[-1])
+
+
 # Written as pynvml.py into a folder put on the PYTHONPATH of the processes under test: they
 # find it the way they would find the real one, so production code needs no test hook.
 FAKE_PYNVML = '''

@@ -8,11 +8,7 @@ driver inside exits. Skipped, with the reason, where neither works."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-from .helpers import tmpfs_namespace
+from .helpers import run_on_own_tmpfs
 
 INNER = """
 import json, os, sys
@@ -67,14 +63,8 @@ print(json.dumps({"equal": equal, "small_kib": small_kib, "after_put": after_put
 
 def test_large_objects_live_in_huge_pages_and_small_ones_do_not(session_root, drivers,
                                                                 tmp_path):
-    mount_point = tmp_path / "huge-shm"
-    mount_point.mkdir(mode=0o700)
-    prefix = tmpfs_namespace(str(mount_point), "huge=within_size,size=256m")
-    env = drivers.env(MINIRAY_SHM_DIR=str(mount_point))
-    inner = subprocess.run([*prefix, sys.executable, drivers.script(INNER)], env=env,
-                           cwd=str(tmp_path), capture_output=True, text=True, timeout=180)
-    assert inner.returncode == 0, inner.stderr
-    seen = json.loads(inner.stdout.strip().splitlines()[-1])
+    mount_point, seen = run_on_own_tmpfs(drivers, tmp_path, "huge-shm",
+                                         "huge=within_size,size=256m", INNER, timeout=180)
     assert seen["equal"]
     assert seen["after_put"] >= 12 << 10, seen  # most of the 16 MiB put in 2 MiB pages
     assert seen["after_task"] - seen["after_put"] >= 12 << 10, seen  # the task's result too

@@ -5,17 +5,14 @@ object answers the store's "full" error with nothing left in it."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 
 import miniray
 from miniray._private.object_store import parallel_write
 
-from .helpers import tmpfs_namespace
+from .helpers import run_on_own_tmpfs
 
 MIB = 1 << 20
 
@@ -87,14 +84,8 @@ print(json.dumps(out))
 
 def test_a_full_tmpfs_is_the_store_full_error_with_nothing_left(session_root, drivers,
                                                                  tmp_path):
-    mount_point = tmp_path / "small-shm"
-    mount_point.mkdir(mode=0o700)
-    prefix = tmpfs_namespace(str(mount_point), "size=40m")
-    env = drivers.env(MINIRAY_SHM_DIR=str(mount_point))
-    inner = subprocess.run([*prefix, sys.executable, drivers.script(INNER)], env=env,
-                           cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
-    assert inner.returncode == 0, inner.stderr
-    seen = json.loads(inner.stdout.strip().splitlines()[-1])
+    mount_point, seen = run_on_own_tmpfs(drivers, tmp_path, "small-shm", "size=40m", INNER,
+                                         timeout=120)
     for threads in ("4", "0"):  # threaded (fallocate's ENOSPC) and pwritev alike
         assert seen[threads].startswith("No room in " + str(mount_point)), seen
         assert seen[threads + "_left"] == [], seen
