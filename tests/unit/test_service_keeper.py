@@ -603,3 +603,32 @@ def test_closing_the_service_wakes_a_pull_and_leaves_no_segment(tmp_path):
     assert "stopped" in str(actor_service.serialization.loads(data))
     assert service.owner.objects.held == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pulled"]
+
+
+def test_a_pull_with_no_keeper_thread_says_so_not_that_the_service_stopped(monkeypatch):
+    """Defect: when no keeper thread could start (none running), a result kept for a
+    caller that named no node went out at once and failed with ObjectLostError "the
+    service stopped before it could pull it", though the service ran on. Now the error
+    says no thread could be started to pull it, and what to do; once the service has
+    stopped, it still says that."""
+    service, lock, gate, sent = _gated_service()
+    freed: list = []
+    service.owner.remote_nodes = types.SimpleNamespace(kept_results=types.SimpleNamespace(
+        hand_on=lambda *args: None))
+    service._send_reply = ActorService._send_reply.__get__(service)
+    out: list = []
+    service.send = lambda client, message: out.append(message) or True
+    nameless = _Client("far", 1, "t" * 16, "", ("", ""))
+    copy = types.SimpleNamespace(node_id="m" * 56, free=lambda: freed.append(True))
+    _start_fails_once(monkeypatch)
+    with lock:
+        service._reply(nameless, b"t", [b"far-r"], [(0, ("remote", copy))], None)
+    assert len(out) == 1 and freed == [True] and not service._keeper.waiting
+    (kind, data), = out[0][2]
+    error = str(actor_service.serialization.loads(data))
+    assert kind == actor_service.protocol.ERR
+    assert "could not start a thread to pull it" in error and "ulimit" in error
+    assert "stopped" not in error
+    service._keeper.close()
+    kind, data = service._hand_on_kept(0, copy, nameless, b"far-r")
+    assert "stopped before it could pull it" in str(actor_service.serialization.loads(data))

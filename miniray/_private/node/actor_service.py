@@ -875,7 +875,9 @@ class ActorService:
         that named no node gets the value instead (``_pull_here``, on the keeper's thread,
         before this). Not handed on: freed, and the caller gets ObjectLostError saying why
         (the link lost meanwhile, its grant key gone, as for any result kept on a node
-        that was lost; the caller gone: nothing is sent)."""
+        that was lost; the caller gone: nothing is sent; a caller that named no node:
+        the service stopped before the keeper pulled it, or the keeper had no thread to
+        pull it with and could start none)."""
         node_id, ip = client.where
         kept = self.owner.remote_nodes.kept_results
         handed = None if client.gone or not node_id else kept.hand_on(object_id, node_id, ip)
@@ -883,9 +885,15 @@ class ActorService:
             copy.free()
             if client.gone:
                 why = "the calling driver left before it was handed on"
-            elif not node_id:
+            elif not node_id and self._keeper.closed:
                 why = ("the calling driver named no node to pull it to, and the service "
                        "stopped before it could pull it for that driver")
+            elif not node_id:  # ``_reply``: the keeper had no thread and could start none
+                why = ("the calling driver named no node to pull it to, and the service "
+                       "could not start a thread to pull it for that driver (its process "
+                       "is at its limit of threads: see the node's log, "
+                       "<session>/node.log); call again once the node runs fewer threads, "
+                       "or raise the limit (ulimit -u) for the node")
             else:
                 why = "the service's link to that node was lost"
             return protocol.ERR, serialization.dumps(_lost_kept(object_id, copy, why))
