@@ -632,3 +632,74 @@ def test_a_pull_with_no_keeper_thread_says_so_not_that_the_service_stopped(monke
     service._keeper.close()
     kind, data = service._hand_on_kept(0, copy, nameless, b"far-r")
     assert "stopped before it could pull it" in str(actor_service.serialization.loads(data))
+
+
+def test_an_actors_output_does_not_overtake_its_drivers_queued_result(monkeypatch):
+    """Defect: an actor's output (SVC_OUTPUT) went to the driver that created it at once
+    while a reply of that driver waited in the keeper: the driver printed a later call's
+    lines before an earlier call's result came, where a driver on the service's host gets
+    them in the actor's order. Now the lines queue behind that driver's replies (from a
+    route called without the owner's lock, as the I/O thread reads the pipes), another
+    driver's go at once, and with nothing queued they are not delayed; lines whose driver
+    is gone by their turn are printed here (node.log), at teardown too."""
+    service, lock, gate, sent = _gated_service()
+    one, two = _driver("one"), _driver("two")
+    service._clients = {"one": one, "two": two}
+    service._creators = {b"A": "one", b"B": "two"}
+
+    def send(client, message):
+        if client.gone:
+            return False
+        sent.append((client.token, "output" if message[0] == actor_service.protocol.SVC_OUTPUT
+                     else message[1], message[2]))
+        return True
+
+    service.send = send
+    printed: list = []
+    monkeypatch.setattr(actor_service, "deliver", lambda target, text: printed.append(text),
+                        raising=False)
+    route_a = service._route_output(types.SimpleNamespace(spec=types.SimpleNamespace(
+        actor_id=b"A")))
+    route_b = service._route_output(types.SimpleNamespace(spec=types.SimpleNamespace(
+        actor_id=b"B")))
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s", 1 << 20))], None)
+        assert route_a("stdout", "(A pid=1) later call\n") is True
+        assert route_b("stdout", "(B pid=2) other\n") is True
+        assert sent == [("two", "output", "(B pid=2) other\n")]
+        gate.set()
+        assert _wait_for(lambda: len(sent) == 3)
+        assert sent[1:] == [("one", b"1a", ("remote", b"one-a")),
+                            ("one", "output", "(A pid=1) later call\n")]
+        assert not service._keeper.waiting
+        assert route_a("stdout", "now\n") and sent[-1] == ("one", "output", "now\n")
+        gate.clear()
+        with lock:
+            service._reply(one, b"1b", [b"one-b"], [(0, ("shm", "s", 1 << 20))], None)
+        route_a("stderr", "gone by its turn\n")
+        one.gone = True
+        gate.set()
+        assert _wait_for(lambda: printed == ["gone by its turn\n"])
+        assert not service._keeper.waiting
+    finally:
+        gate.set()
+        service._keeper.close()
+    service, lock, gate, sent = _gated_service(threads=1)  # teardown: sent, or printed
+    one, two = _driver("one"), _driver("two")
+    service._clients = {"one": one}
+    service._creators = {b"A": "one"}
+    service.send = send
+    route_a = service._route_output(types.SimpleNamespace(spec=types.SimpleNamespace(
+        actor_id=b"A")))
+    try:
+        with lock:
+            service._reply(one, b"1a", [b"one-a"], [(0, ("shm", "s", 1 << 20))], None)
+        assert _wait_for(lambda: service._keeper.statistics()["running"] == 1)
+        route_a("stdout", "behind 1a\n")
+        left = service._keeper.close(timeout=0.1)
+        with lock:
+            service._settle_queued(left)
+        assert printed[-1] == "behind 1a\n" and not sent  # 1a unsent: not out of order
+    finally:
+        gate.set()

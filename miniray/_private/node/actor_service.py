@@ -48,7 +48,8 @@ Tags and layouts: ``core/protocol.py`` section 5 (``SVC_*``)::
   killed when the driver that created it disconnects (Ray ties it to its creator's job).
 * Output. What an actor prints goes to the driver that created it while that driver is
   connected (prefixed ``(<name> pid=<pid>)`` as usual, ``ip=`` added for an actor on
-  another node), else to the node's log (``<session>/node.log``).
+  another node), else to the node's log (``<session>/node.log``); while that driver has
+  replies queued in the keeper, behind them (``_route_output``).
 * Other nodes. This process's owner places an actor whose request only another node can
   hold, or with a node affinity, there as any driver does (``owner/remote_actors.py``):
   its lease is this process's for the actor's life; ``kill``, restarts and the node's
@@ -103,6 +104,7 @@ from miniray._private.node.reply_keeper import LinkRetry, ReplyKeeper
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
+from miniray._private.owner.output import deliver
 from miniray._private.owner.object_table import PENDING
 from miniray._private.transport import node_client
 from miniray._private.transport.framing import FramedSocket
@@ -124,8 +126,8 @@ KEEPER_JOIN_S = 2.0
 PULL_WAIT_S = 30.0
 # What a keeper job does (``_reply``, ``_keep_here``): keep its large results on this node,
 # pull its kept results here (a caller that named no node), only pass it on in its turn,
-# or send a streaming call's value in its turn.
-KEEP, PULL, PASS, VALUE = "keep", "pull", "pass", "value"
+# send a streaming call's value in its turn, or an actor's output in its turn.
+KEEP, PULL, PASS, VALUE, OUTPUT = "keep", "pull", "pass", "value", "output"
 
 
 class Lifetimes:
@@ -538,14 +540,32 @@ class ActorService:
     # -- output and results (I/O thread) ----------------------------------------------------------
     def _route_output(self, actor):
         """What an actor prints goes to the driver that created it while that driver is
-        connected (as Ray shows an actor's output in its job's driver), else to node.log."""
+        connected (as Ray shows an actor's output in its job's driver), else to node.log.
+        While that driver has replies in the keeper, the lines queue behind them
+        (``reply_keeper``), as its streaming values do: a later call's lines never come
+        before an earlier call's result, which a driver on this host gets in the actor's
+        order (its worker's pipes are read before each result is handled); with nothing
+        queued they go at once. Called on the I/O thread, locked or not (``output``):
+        ``put(behind=True)`` decides under the keeper's own lock."""
         actor_id = actor.spec.actor_id
 
         def route(target: str, text: str) -> bool:
             client = self._clients.get(self._creators.get(actor_id, ""))
-            return client is not None and self.send(client, (protocol.SVC_OUTPUT, target, text))
+            if client is None:
+                return False
+            message = (protocol.SVC_OUTPUT, target, text)
+            if self._keeper.put(client.token, (client, None, None, message, None, OUTPUT),
+                                behind=True):
+                return True  # after this driver's replies queued before it
+            return self.send(client, message)
 
         return route
+
+    def _send_output(self, client: _Client, message: tuple) -> None:
+        """*Locked.* An actor's output that waited in the keeper, sent in its turn; printed
+        here (node.log) when its driver is gone, as unrouted output is."""
+        if not self.send(client, message):
+            deliver(message[1], message[2])
 
     def _reply(self, client: _Client, task_id: bytes, return_ids: list, results: list,
                contained, held: bool = False) -> None:
@@ -699,14 +719,15 @@ class ActorService:
         gets them as any kept result (``_hand_on_kept``). Past the link's cap, or without
         the link: sent at once, as before. A job of mode PULL (a caller that named no node)
         has its kept results pulled here instead (``_pull_here``); one of mode PASS (a
-        reply queued behind another of its driver's) is only passed on, and one of mode
-        VALUE is a streaming call's value, sent in its turn. The reply then goes out on the
+        reply queued behind another of its driver's) is only passed on, one of mode
+        VALUE is a streaming call's value and one of mode OUTPUT an actor's output, each
+        sent in its turn. The reply then goes out on the
         I/O thread (``_send_reply``), in the order the driver's jobs were queued."""
         client, task_id, return_ids, results, nested, mode = job
-        if mode == VALUE:  # a streaming call's value queued behind a reply: its turn
+        if mode in (VALUE, OUTPUT):  # a value or output queued behind a reply: its turn
             with self.owner.locked():
                 self.owner.reactor.call_later(0, functools.partial(
-                    self._send_queued_value, client, results))
+                    self._send_queued_value, client, results, mode))
             return
         out = list(results)
         try:
@@ -723,10 +744,14 @@ class ActorService:
                 self.owner.reactor.call_later(0, functools.partial(
                     self._send_kept_reply, client, task_id, return_ids, out, nested))
 
-    def _send_queued_value(self, client: _Client, message: tuple) -> None:
-        """*Locked.* A streaming value the keeper passed on: sent, no longer waiting."""
+    def _send_queued_value(self, client: _Client, message: tuple, mode: str = VALUE) -> None:
+        """*Locked.* A streaming value (or an actor's output) the keeper passed on: sent, no
+        longer waiting."""
         self._keeper.done(client.token)
-        self._send_value(client, message)
+        if mode == OUTPUT:
+            self._send_output(client, message)
+        else:
+            self._send_value(client, message)
 
     def _pull_here(self, object_id: bytes, kind: int, copy) -> tuple:
         """*Not locked*, a keeper thread. A result its node keeps for this process's link,
@@ -957,7 +982,8 @@ class ActorService:
         before) to a driver still connected whose earlier replies were all sent; else
         failed: their payloads removed and their kept copies freed, and the driver sees
         the service's link close (its proxies' calls fail with the service's loss) instead
-        of a reply out of order. Logged, never silent."""
+        of a reply out of order. An actor's output queued there goes to its driver the
+        same way, else is printed here (node.log). Logged, never silent."""
         queued: dict[str, int] = {}
         for job in jobs:
             queued[job[0].token] = queued.get(job[0].token, 0) + 1
@@ -966,6 +992,12 @@ class ActorService:
             in_order = self._keeper.waiting.get(client.token, 0) <= queued[client.token]
             queued[client.token] -= 1
             self._keeper.done(client.token)
+            if mode == OUTPUT:  # to its driver in order, else printed here: never lost
+                if in_order:
+                    self._send_output(client, results)
+                else:
+                    deliver(results[1], results[2])
+                continue
             if in_order and not client.gone:
                 sent += 1
                 if mode == VALUE:

@@ -14,8 +14,8 @@ Why a pool, one queue per driver: keeping a result is a round trip to the node (
 the link) and a rename; a thread per reply grew without bound under a burst of calls, and
 one FIFO for every driver made each driver wait for every other's keeps. Each driver's
 replies stay in the order their calls answered: while a driver has a reply queued or not
-yet sent, its later replies, kept or not, and its streaming values queue behind it
-(``waiting``), so none overtakes another; one driver's job runs at a time, and a driver
+yet sent, its later replies, kept or not, its streaming values and the output of the
+actors it created queue behind it (``waiting``), so none overtakes another; one driver's job runs at a time, and a driver
 whose job is slow holds one thread, not the others' replies::
 
     I/O thread (locked)            pool thread (not locked)          I/O thread (locked)
@@ -111,14 +111,18 @@ class ReplyKeeper:
         self._threads: list[threading.Thread] = []
         self._idle = 0  # threads waiting for a ready driver
         self._closed = False
-        # driver token -> its replies put and not yet sent (``done``): the caller's lock only
+        # driver token -> its replies put and not yet sent (``done``): changed under the
+        # caller's lock and this condition's
         self.waiting: collections.Counter = collections.Counter()
 
-    def put(self, token: str, job: tuple) -> bool:
+    def put(self, token: str, job: tuple, behind: bool = False) -> bool:
         """*Caller's lock.* Queue ``job`` for driver ``token``, after its earlier ones;
-        False once closed (the caller sends it at once)."""
+        False once closed (the caller sends it at once). ``behind``: only when ``token``
+        has a reply waiting, else False (the caller sends it at once); decided under the
+        keeper's own lock, so a caller that may not hold its lock (an actor's output,
+        read by the I/O thread) can ask: it never changes which drivers are waiting."""
         with self._cond:
-            if self._closed:
+            if self._closed or (behind and token not in self.waiting):
                 return False
             queue = self._queues.get(token)
             becomes_ready = not queue and token not in self._running
@@ -155,9 +159,10 @@ class ReplyKeeper:
 
     def done(self, token: str) -> None:
         """*Caller's lock.* One reply of ``token``'s that ``put`` queued was sent."""
-        self.waiting[token] -= 1
-        if self.waiting[token] <= 0:
-            del self.waiting[token]
+        with self._cond:  # ``put(behind=True)`` reads ``waiting`` under it
+            self.waiting[token] -= 1
+            if self.waiting[token] <= 0:
+                del self.waiting[token]
 
     def _run(self) -> None:
         while True:
