@@ -104,8 +104,8 @@ from miniray._private.node.reply_keeper import LinkRetry, ReplyKeeper
 from miniray._private.object_store import shm_segments as segs
 from miniray._private.owner.actor_link import SOCKET_NAME, pack_value, unpack_value
 from miniray._private.owner.actors import A_DEAD
-from miniray._private.owner.output import deliver
 from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.output import deliver
 from miniray._private.transport import node_client
 from miniray._private.transport.framing import FramedSocket
 from miniray._private.transport.node_client import accept_same_uid

@@ -15,8 +15,9 @@ the link) and a rename; a thread per reply grew without bound under a burst of c
 one FIFO for every driver made each driver wait for every other's keeps. Each driver's
 replies stay in the order their calls answered: while a driver has a reply queued or not
 yet sent, its later replies, kept or not, its streaming values and the output of the
-actors it created queue behind it (``waiting``), so none overtakes another; one driver's job runs at a time, and a driver
-whose job is slow holds one thread, not the others' replies::
+actors it created queue behind it (``waiting``), so none overtakes another; one driver's
+job runs at a time, and a driver whose job is slow holds one thread, not the others'
+replies::
 
     I/O thread (locked)            pool thread (not locked)          I/O thread (locked)
     _reply ── put(token, job) ──►  queue of token ──► work(job) ──►  call_later(0):
