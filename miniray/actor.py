@@ -313,14 +313,15 @@ class ActorHandle(Generic[T]):
     def _submit(self, method: str, args: tuple, kwargs: dict, num_returns: int,
                 generator: bool, name: str, max_task_retries,
                 concurrency_group: str | None = None) -> Any:
-        rt = runtime.auto_init()
+        rt = context.auto_init()  # the runtime (``runtime.auto_init`` starts one if none)
         if self._token is not None and self._token is not rt.session_token:
             raise Exception(
                 f"Failed to submit task to actor {self._actor_id.hex()}: its handle belongs "
                 "to a session that was shut down.")
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
         blob, deps, contained, _stored = serialization.pack_arguments(
-            args, kwargs, method, ObjectRef, rt.large_arguments)
+            args, kwargs, method, ObjectRef,
+            rt.large_arguments if args or kwargs else None)  # a call without any: none
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
         return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
@@ -359,8 +360,9 @@ class ActorMethod:
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        if self._argspec is not None:
-            self._argspec.check(args, kwargs)
+        argspec = self._argspec  # check()'s first test inlined: a plain call binds
+        if argspec is not None and (kwargs or len(args) not in argspec.plain_counts):
+            argspec.check(args, kwargs)
         return self._handle._submit(self._name, args, kwargs, self._num_returns,
                                     self._generator, self._call_name, self._max_task_retries,
                                     self._group_override or self._concurrency_group)

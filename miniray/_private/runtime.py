@@ -429,9 +429,11 @@ class Runtime(SessionFiles):
         return owner.actors.create_in_service(spec)  # waits for the service, lock free
 
     def submit_actor_call(self, actor_id: bytes, call) -> None:
-        with self.owner.locked():
-            self.owner.check_usable()
-            self.owner.actors.submit(actor_id, call)
+        owner = self.owner
+        with owner.locked():
+            if owner.closed or owner.helper_loss.fatal:  # check_usable(), inlined
+                owner.check_usable()
+            owner.actors.submit(actor_id, call)
 
     def kill_actor(self, actor_id: bytes, no_restart: bool) -> None:
         actors = self.owner.actors

@@ -737,3 +737,22 @@ def test_method_num_returns_mismatch_names_what_was_returned(ray):
         assert isinstance(info.value, exceptions.RayTaskError)
         assert "Task returned int 5, but num_returns=2 expects a sequence of 2 values" in str(
             info.value)
+
+
+def test_async_call_task_names_follow_each_calls_name(ray):
+    # The actor works out a call's task and function names once per (method, call name)
+    # and forgets them after 256 pairs: a name given per call is still the one it sees.
+    @ray.remote
+    class Named:
+        async def name(self):
+            ctx = miniray.get_runtime_context()
+            return ctx.get_task_name(), ctx.get_task_function_name()
+
+    actor = Named.remote()
+    plain = ray.get(actor.name.remote(), timeout=GET_TIMEOUT)
+    assert plain[0] == "Named.name" and plain[1].endswith("Named.name")
+    names = ray.get([actor.name.options(name=f"call-{i}").remote() for i in range(300)],
+                    timeout=GET_TIMEOUT)
+    assert [n for n, _f in names] == [f"call-{i}" for i in range(300)]
+    assert {f for _n, f in names} == {plain[1]}
+    assert ray.get(actor.name.remote(), timeout=GET_TIMEOUT) == plain

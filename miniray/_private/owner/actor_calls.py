@@ -43,8 +43,6 @@ class ActorCalls:
     the manager's."""
 
     def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
-        from miniray.exceptions import ActorDiedError
-
         owner = self.owner
         objects = owner.objects
         if spec.reply is None:
@@ -54,6 +52,8 @@ class ActorCalls:
         if actor is None and self.link is not None:
             actor = self.proxy(actor_id, None)  # a handle that came by value: ask the node's
         if actor is None:
+            from miniray.exceptions import ActorDiedError  # lazy: only for an unknown actor
+
             self._fail_refs(spec, serialization.dumps(ActorDiedError(
                 actor_id=actor_id.hex(),
                 error_msg=f"The actor {actor_id.hex()} is unknown to this session: "
@@ -75,6 +75,27 @@ class ActorCalls:
                 "submitting more, or raise max_pending_calls.")
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
+        if (not spec.deps and not spec.contained and not actor.queue and not actor.remote
+                and actor.state == A_ALIVE and not actor.exiting):
+            worker = actor.worker
+            if worker is not None and not getattr(worker, "elsewhere", False):
+                # The common call (no argument refs, nothing queued before it, a local
+                # worker): sent here, as ``_pump`` would send it, without the queue.
+                busy = bool(actor.inflight)
+                actor.inflight[spec.task_id] = call
+                call.sent = True
+                call.kept = ()
+                try:
+                    message = (protocol.ACTOR_CALL, spec.task_id, spec.method, spec.args_blob,
+                               spec.payloads, spec.return_ids, spec.num_returns,
+                               spec.call_name, spec.concurrency_group)
+                    if busy:
+                        owner.send_soon(worker, message)
+                    else:
+                        owner.send(worker, message)
+                except OSError:
+                    pass  # the worker is dying; its exit report decides what happens
+                return
         if spec.contained:
             objects.hold(spec.contained)
         for _position, object_id in spec.deps or ():

@@ -124,7 +124,9 @@ class ActorHost:
         self.actor_id = actor_id
         self.class_name = class_name
         self.instance = None
-        self.function_names: dict = {}  # method -> Ray's function name (the file is read once)
+        # (method, call name) -> (task name, Ray's function name): worked out once each (the
+        # function name reads the source file); cleared at 256 (call names set per call)
+        self.function_names: dict = {}
         self.exiting = False
         self.cancelled: set[bytes] = set()
         # Async calls read and not yet ended: task id -> its asyncio task once started on
@@ -471,16 +473,20 @@ class ActorHost:
         function "module.Class.method"."""
         runtime = self.worker.runtime
         gpu_ids, gpu_ints = runtime.actor_gpu_ids
-        qualified = f"{self.class_name}.{method_name}"
-        name = qualified if call_name == method_name else call_name
-        function_name = self.function_names.get(method_name)
-        if function_name is None:
-            function_name = descriptors.method_name(type(self.instance), method_name)
-            self.function_names[method_name] = function_name
-        return TaskContext(task_id, name, function_name, runtime.actor_resources,
+        names = self.function_names.get((method_name, call_name))
+        if names is None:  # worked out once per method and call name
+            if len(self.function_names) >= 256:
+                self.function_names.clear()
+            qualified = f"{self.class_name}.{method_name}"
+            names = self.function_names[(method_name, call_name)] = (
+                qualified if call_name == method_name else call_name,
+                descriptors.method_name(type(self.instance), method_name))
+        return TaskContext(task_id, names[0], names[1], runtime.actor_resources,
                            gpu_ids, gpu_ints)
 
     def _skip_if_cancelled(self, task_id: bytes, num_returns: int) -> bool:
+        if not self.cancelled:  # the common case, read without the lock: a CANCEL that
+            return False        # comes just after is found by the next test, as with it
         with self.lock:
             if task_id not in self.cancelled:
                 return False
@@ -574,6 +580,8 @@ class ActorHost:
             self.cancelled.add(task_id)
 
     def is_cancelled(self, task_id: bytes) -> bool:
+        if not self.cancelled:  # as in ``_skip_if_cancelled``: no lock for the common case
+            return False
         with self.lock:
             return task_id in self.cancelled
 
