@@ -85,16 +85,7 @@ class ActorCalls:
                 actor.inflight[spec.task_id] = call
                 call.sent = True
                 call.kept = ()
-                try:
-                    message = (protocol.ACTOR_CALL, spec.task_id, spec.method, spec.args_blob,
-                               spec.payloads, spec.return_ids, spec.num_returns,
-                               spec.call_name, spec.concurrency_group)
-                    if busy:
-                        owner.send_soon(worker, message)
-                    else:
-                        owner.send(worker, message)
-                except OSError:
-                    pass  # the worker is dying; its exit report decides what happens
+                self._send_call(worker, spec, spec.payloads, busy)
                 return
         if spec.contained:
             objects.hold(spec.contained)
@@ -177,13 +168,7 @@ class ActorCalls:
                     spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values,
                     spec.concurrency_group), call.exported)
                 continue
-            try:
-                self._send(actor.worker, (protocol.ACTOR_CALL, spec.task_id, spec.method,
-                                          spec.args_blob, dep_values, spec.return_ids,
-                                          spec.num_returns, spec.call_name,
-                                          spec.concurrency_group), busy)
-            except OSError:
-                pass  # the worker is dying; its exit report decides what happens
+            self._send_call(actor.worker, spec, dep_values, busy)
 
     def _kept_deps(self, deps) -> dict:
         """*Locked.* The arguments among ``deps`` kept on another node, not here yet:
@@ -282,6 +267,17 @@ class ActorCalls:
         if call is None:
             return
         self._finish(call, results, contained, times)
+
+    def _send_call(self, worker, spec: ActorCallSpec, dep_values, soon: bool) -> None:
+        """*Locked.* The ACTOR_CALL of ``spec`` to the actor's worker (``_send``), with its
+        arguments' values ``dep_values``; a worker that is dying is left to its exit report,
+        which decides what happens to the call."""
+        try:
+            self._send(worker, (protocol.ACTOR_CALL, spec.task_id, spec.method, spec.args_blob,
+                                dep_values, spec.return_ids, spec.num_returns, spec.call_name,
+                                spec.concurrency_group), soon)
+        except OSError:
+            pass
 
     def _send(self, worker, message: tuple, soon: bool = False) -> None:
         """*Locked.* A message to an actor's worker, never blocking: a local one through the
