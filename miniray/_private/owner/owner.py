@@ -847,9 +847,8 @@ class Owner(OwnerLeases, OwnerEvents):
                 else:
                     self.workers.retire(worker)
             fork_server = self.fork_server
-            for waiter, _ in self._warm_ups.values():  # never answered now
-                waiter.notify(False)
-            self._warm_ups.clear()
+            for task_id in list(self._warm_ups):  # never answered now
+                self._end_warm_up(task_id)
         if self.remote_nodes is not None:  # links and workers on other hosts
             self.remote_nodes.close()
         for pid in doomed:  # the fork server's socket is written after the lock

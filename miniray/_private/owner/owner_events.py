@@ -26,14 +26,14 @@ import signal
 import threading
 import time
 
-from miniray._private.core import pipelining, protocol, scheduling, serialization
+from miniray._private.core import pipelining, protocol, serialization
 from miniray._private.core.scheduling import T_DONE
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import procinfo
 from miniray._private.object_store import shm_segments
 from miniray._private.owner.leases import LeaseSlot
 from miniray._private.owner.object_table import Waiter
-from miniray._private.owner.owner_leases import FIRST_REQUEST
+from miniray._private.owner.owner_leases import FIRST_KEY
 from miniray._private.owner.tasks import Task
 from miniray._private.owner.workers import WorkerPool, WorkerSlot
 
@@ -109,7 +109,7 @@ class OwnerEvents:
         submitted meanwhile is sent to it and runs after the warm-up. Waits at most
         ``timeout``; a later answer is dropped the same way, and a worker that dies first
         ends the wait at once (``_worker_gone`` drops its entry). True if it came in time."""
-        key = scheduling.scheduling_key(dict(FIRST_REQUEST), 0, "")
+        key = FIRST_KEY
         waiter = Waiter(1, False)
         with self._lock:
             slots = self.leases.by_key.get(key)
@@ -135,19 +135,18 @@ class OwnerEvents:
             answered = waiter.wait(timeout)
         return answered and not worker.exited and not self._closed  # else no answer
 
-    def _warm_up_answered(self, task_id: bytes) -> None:
-        """*Locked.* The warm-up's RESULT (``warm_up_round_trip``): nothing is kept."""
+    def _end_warm_up(self, task_id: bytes) -> None:
+        """*Locked.* A warm-up round trip ends (``warm_up_round_trip``): its RESULT came
+        (nothing is kept), or it never will (its worker gone, shutdown): its entry goes and
+        its waiter (init()) is woken; ``warm_up_round_trip`` tells the two apart."""
         waiter, _ = self._warm_ups.pop(task_id)
         waiter.notify(False)
 
     def _warm_ups_lost(self, worker: WorkerSlot) -> None:
-        """*Locked.* ``worker`` is gone: its warm-ups will never be answered; their entries
-        go and their waiters (init()) are woken at once."""
-        lost = [task_id for task_id, (_, warming) in self._warm_ups.items()
-                if warming is worker]
-        for task_id in lost:
-            waiter, _ = self._warm_ups.pop(task_id)
-            waiter.notify(False)
+        """*Locked.* ``worker`` is gone: its warm-ups will never be answered."""
+        for task_id in [task_id for task_id, (_, warming) in self._warm_ups.items()
+                        if warming is worker]:
+            self._end_warm_up(task_id)
 
     def _now_ready(self, worker: WorkerSlot) -> None:
         """*Locked.* ``worker`` answered READY or is gone."""
@@ -381,7 +380,7 @@ class OwnerEvents:
         task, in_order = pipelining.take_finished(worker.inflight, task_id)
         if not in_order:
             if task is None and task_id in self._warm_ups:  # init()'s, never a task
-                self._warm_up_answered(task_id)
+                self._end_warm_up(task_id)
                 return
             logger.error("miniray bug: %s result for task %s", "out-of-order" if task
                          else "unexpected", task_id.hex())

@@ -34,9 +34,11 @@ from miniray._private.owner.leases import LeaseSlot
 
 logger = logging.getLogger(__name__)
 
-# The request of a task decorated without options: ``take_first_lease`` takes its lease at
-# init (and ``OwnerEvents.warm_up_round_trip`` finds it by its key).
+# The request of a task decorated without options, and its scheduling key:
+# ``take_first_lease`` takes its lease at init (``OwnerEvents.warm_up_round_trip`` finds it
+# by that key).
 FIRST_REQUEST = options.task_resource_request({})
+FIRST_KEY = scheduling.scheduling_key(dict(FIRST_REQUEST), 0, "")
 
 
 class OwnerLeases:
@@ -187,8 +189,7 @@ class OwnerLeases:
         there (``_release_lease``). Nothing is taken when the CPU is not free, and that
         failure is not noted as a want (``Ledger.acquire(wanted=False)``): other sessions
         keep their idle leases."""
-        request = dict(FIRST_REQUEST)
-        key = scheduling.scheduling_key(request, 0, "")
+        request, key = dict(FIRST_REQUEST), FIRST_KEY
         with self._lock:
             if (not self.may_dispatch() or key in self.leases.by_key
                     or self.tasks.queues.get(key) or self._acquiring_total):
