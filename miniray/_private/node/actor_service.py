@@ -598,8 +598,8 @@ class ActorService:
             mode = PULL  # kept on its node for a driver that named none: its value goes
         else:
             mode = PASS
-        if (mode != PASS or client.token in self._keeper.waiting) and self._keeper.put(
-                client.token, (client, task_id, return_ids, results, nested, mode)):
+        if self._keeper.put(client.token, (client, task_id, return_ids, results, nested, mode),
+                            behind=mode == PASS):
             return  # after the replies of this driver's queued before it (reply_keeper)
         self._send_reply(client, task_id, return_ids, results, nested)
 
@@ -635,8 +635,8 @@ class ActorService:
         if isinstance(data, tuple):
             data = self._hand_over(data, client, ids.stream_item_id(task_id, index))
         message = (protocol.SVC_YIELD, task_id, index, kind, data, nested)
-        if client.token in self._keeper.waiting and self._keeper.put(
-                client.token, (client, task_id, None, message, None, VALUE)):
+        if self._keeper.put(client.token, (client, task_id, None, message, None, VALUE),
+                            behind=True):
             return  # after this driver's replies queued before it (reply_keeper)
         self._send_value(client, message)
 
