@@ -1009,21 +1009,23 @@ def test_a_fetch_waits_behind_its_links_budget_changes_not_before_them(node, tmp
         tag, grant = _kept_with_grant(node, shm, home, one, value)
         there_tag, _room = there.keeps()
         link = node.on_loop(lambda: drivers._by_tag[there_tag])
-        child = _hold_budget_lock(kept_budget.budget_path(str(shm), there_tag))
-        try:  # an earlier fetch of `one` failed while the lock was busy: its give-back waits
-            node.on_loop(lambda: drivers._budget(there_tag,
-                                                 ("unreserve", one.hex(), os.getpid())))
-            assert node.on_loop(lambda: there_tag in drivers._budget_retry)
-        finally:
-            _let_go(child)
 
         def ask():
             return drivers._fetch(link, 8, one, len(value), scene.address, tag, grant,
                                   answer=None)
 
-        refused = node.on_loop(ask)  # before the retry: the changes still wait
-        assert refused[:3] == ("error", 8, "fetch_failed"), refused
-        assert "busy" in refused[3]
+        child = _hold_budget_lock(kept_budget.budget_path(str(shm), there_tag))
+        try:  # an earlier fetch of `one` failed while the lock was busy: its give-back waits
+            node.on_loop(lambda: drivers._budget(there_tag,
+                                                 ("unreserve", one.hex(), os.getpid())))
+            assert node.on_loop(lambda: there_tag in drivers._budget_retry)
+            # asked while the lock is still held, so no retry can land first (a retry
+            # every BUDGET_RETRY_S raced the ask once the lock was let go)
+            refused = node.on_loop(ask)
+            assert refused[:3] == ("error", 8, "fetch_failed"), refused
+            assert "busy" in refused[3]
+        finally:
+            _let_go(child)
         assert wait_until(lambda: node.on_loop(
             lambda: there_tag not in drivers._budget_retry), 2.0)
         assert kept_budget.reservations(str(shm), there_tag) == (0, [])
