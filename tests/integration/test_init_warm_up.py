@@ -255,6 +255,60 @@ def test_the_first_lease_is_taken_when_ready_comes_before_spawned(ray_start, mon
         lambda: owner.ledger.snapshot().leases[lease_id].worker_pid == pid, timeout=10)
 
 
+def test_a_worker_is_named_by_its_ready_when_spawned_comes_late(ray_start, monkeypatch):
+    """The worker's READY carries its pid. Defect: a task or an actor call that ran and
+    finished before the fork server's SPAWNED was read had no pid in its state row (so no
+    node either) and no timeline span: the pid was read when its result was recorded."""
+    monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)
+    release = threading.Event()
+    original = owner_events.OwnerEvents._on_spawned
+    threads: list = []
+
+    def held(self, worker, pid):  # every SPAWNED waits until the checks are done
+        def apply():
+            release.wait(60)
+            with self._lock:
+                original(self, worker, pid)
+            if self._deferred:
+                self._run_deferred()
+
+        thread = threading.Thread(target=apply, daemon=True)
+        threads.append(thread)
+        thread.start()
+
+    monkeypatch.setattr(owner_events.OwnerEvents, "_on_spawned", held)
+    try:
+        ray_start(num_cpus=2)
+
+        @miniray.remote
+        def where():
+            return os.getpid()
+
+        @miniray.remote(num_cpus=0)
+        class Where:
+            def pid(self):
+                return os.getpid()
+
+        task_pid = miniray.get(where.remote(), timeout=60)
+        actor = Where.remote()
+        actor_pid = miniray.get(actor.pid.remote(), timeout=60)
+        assert threads and not release.is_set()  # no SPAWNED applied so far
+        node_id = miniray.get_runtime_context().get_node_id()
+        rows = {row.type: row for row in state.list_tasks()
+                if row.type in ("NORMAL_TASK", "ACTOR_TASK")}
+        assert (rows["NORMAL_TASK"].worker_pid, rows["NORMAL_TASK"].node_id) == (
+            task_pid, node_id)
+        assert (rows["ACTOR_TASK"].worker_pid, rows["ACTOR_TASK"].node_id) == (
+            actor_pid, node_id)
+        spans = {e["args"]["task_id"]: e for e in miniray.timeline() if "args" in e
+                 and e.get("ph") == "X" and e["args"].get("task_id")}
+        assert rows["NORMAL_TASK"].task_id in spans and rows["ACTOR_TASK"].task_id in spans
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
+
+
 def test_one_bound_for_all_rounds_and_their_making(ray_start, monkeypatch):
     """``WARM_UP_WAIT_S`` bounds the whole warm-up from before the first round's
     ``warm_up()`` (the no-op made again each round) to the last round trip's end."""

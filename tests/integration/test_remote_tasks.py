@@ -65,7 +65,7 @@ def test_a_spawned_remote_worker_speaks_macd_frames_and_its_exit_comes_back(host
         data, ctl, out, err = channels
         try:
             data.send(_hello())
-            assert data.recv(timeout=10) == (protocol.READY,)
+            assert data.recv(timeout=10) == (protocol.READY, pid)
             # The worker is the member's: its process lives under the member's root.
             with open(f"/proc/{pid}/environ", "rb") as f:
                 environ = f.read().split(b"\0")
@@ -92,7 +92,7 @@ def test_a_tampered_frame_ends_the_remote_worker_before_anything_is_unpickled(ho
         data = channels[0]
         try:
             data.send(_hello())
-            assert data.recv(timeout=10) == (protocol.READY,)
+            assert data.recv(timeout=10) == (protocol.READY, pid)
             header, payload, tag = data._writer.encode(pickle.dumps((protocol.FUNC, b"f",
                                                                      Boom())))
             pc._send_all(data._sock, header + payload + bytes(16))  # a wrong tag
@@ -111,7 +111,7 @@ def test_the_member_kills_a_remote_drivers_workers_when_its_link_closes(hosts, m
     pid, channels = client.spawn()
     try:
         channels[0].send(_hello())
-        assert channels[0].recv(timeout=10) == (protocol.READY,)
+        assert channels[0].recv(timeout=10) == (protocol.READY, pid)
         client.close()  # the data connection stays open: the member must end the worker
         assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 5.0)
     finally:

@@ -33,7 +33,7 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                   (YIELD, task_id, index, kind, data,
                                                           contained)  a streamed value
                                                   (GIVE_BACK, task_ids)  tasks not started
-                                                  (READY,)  HELLO applied, waiting for work
+                                                  (READY, pid)  HELLO applied, waiting for work
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
@@ -174,7 +174,8 @@ from miniray import _version
 #    whether it holds a detached group (SVC_PG_STATE).
 # 10: a driver finds a pending detached group the service holds by name (SVC_PG_FIND); a
 #     pull connection past its link's limit is answered ("error", req, "busy", text).
-PROTOCOL_VERSION = 10
+# 11: READY carries the worker's pid (the owner may read it before the fork server's SPAWNED).
+PROTOCOL_VERSION = 11
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -207,7 +208,7 @@ BORROW = 21  # (BORROW, added_ids, dropped_ids, escaped_ids, handles): refs this
 # now, and its actor handle events ((actor_id, +1 held / -1 none left / 0 pickled), in order)
 YIELD = 22   # (YIELD, task_id, index, kind, data, contained): one value of a streaming call
 GIVE_BACK = 23  # (GIVE_BACK, task_ids): tasks received but not started, for the owner to requeue
-READY = 24  # (READY,): the worker applied HELLO and waits for work (init() waits for the first)
+READY = 24  # (READY, pid): the worker applied HELLO and waits for work (init() waits for the first)
 
 # 1a. the method of a worker's CALL
 CALL_CREATE_ACTOR = 80

@@ -158,7 +158,15 @@ class OwnerEvents:
                 self.workers_ready.set()
 
     def _on_spawned(self, worker: WorkerSlot, pid: int) -> None:
-        """*Locked.* The fork server named ``worker``'s pid."""
+        """*Locked.* The fork server named ``worker``'s pid (its READY may have named it
+        first: then nothing is left to do)."""
+        if worker.pid is None:
+            self._name_worker(worker, pid)
+
+    def _name_worker(self, worker: WorkerSlot, pid: int) -> None:
+        """*Locked.* Record ``worker``'s pid, from whichever comes first: the fork server's
+        SPAWNED or the worker's own READY (two sockets: either may be read first). Its
+        results' state rows and timeline spans read the pid when they are recorded."""
         self.worker_forked.set()
         status = self.workers.named(worker, pid)
         if worker.kill_on_spawn:
@@ -370,6 +378,8 @@ class OwnerEvents:
             self.requests.on_call(worker, message[1], message[2], message[3])
         elif tag == protocol.READY:
             worker.ready = True
+            if worker.pid is None:  # before the fork server's SPAWNED was read
+                self._name_worker(worker, message[1])
             self._now_ready(worker)
 
     def _on_result(self, worker: WorkerSlot, task_id: bytes, results: list,

@@ -630,7 +630,7 @@ def announce_ready(channel: Channel) -> None:
     far). An owner that left meanwhile (a shutdown while workers start) ends the worker
     quietly: nothing it could say would be read."""
     try:
-        channel.send((protocol.READY,))
+        channel.send((protocol.READY, os.getpid()))
     except OSError:
         _flush_std()
         os._exit(0)
