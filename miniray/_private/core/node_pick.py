@@ -93,10 +93,10 @@ def fits_in_total(request: Mapping[str, float], entry) -> bool:
 
 def at_least_own(view: Iterable[Any], own: Mapping[str, Mapping[str, float]]) -> list:
     """``view`` with each node's ``available`` at most its totals less ``own[node_id]``,
-    what this driver's own placements there hold: a view read before they showed in a
-    heartbeat counts them all the same (one that shows them changes nothing; others' use
-    it shows stays). SPREAD's least used node then never lags the driver's own turns.
-    Untouched entries are kept.
+    what this driver's own placements there hold: the use it counts is at least the
+    driver's own, so a view read before a heartbeat showed them counts them all the same;
+    one that shows that much in use, or more, is left as it is. SPREAD's least used node
+    then never lags the driver's own turns. Untouched entries are kept.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> b = NodeEntry("b", "", 1, totals={"CPU": 2}, available={"CPU": 2})
