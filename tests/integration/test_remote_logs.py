@@ -12,11 +12,10 @@ the member's session).
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -172,10 +171,17 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
          "--node-ip", MEMBER, "-f"], env=head_env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: select.select([follow.stdout], [], [], 0)[0], 20)
-        time.sleep(0.3)
+        # Interrupted once "shout 2" came (the tail's last line), not a fixed 0.3 s after
+        # its first output: a slow runner might not have written the rest by then.
+        seen: list = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(follow.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        assert wait_until(lambda: "shout 2\n" in seen, 20), seen
         follow.send_signal(signal.SIGINT)
-        out, err = follow.communicate(timeout=20)
+        follow.wait(20)
+        reader.join(20)
+        out, err = "".join(seen), follow.stderr.read()
     finally:
         if follow.poll() is None:
             follow.kill()
@@ -198,17 +204,19 @@ def test_no_log_files_on_the_member_when_they_are_turned_off(hosts):
     assert not [n for n in names if n.startswith("worker-")], names
 
 
-def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts):
+def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts, tmp_path):
     """The node writes the file, not the worker: a SIGKILL (``cancel(force=True)``) right
     after a print loses nothing of it."""
     hosts.start_member(MEMBER, "--num-cpus", "2")
     doc = _run_driver(hosts, """
     @ray.remote
-    def stuck():
+    def stuck(marker):
         print(f"last words of {os.getpid()}", flush=True)
+        open(marker, "w").close()  # printed (a fixed sleep could end before a slow print)
         time.sleep(60)
 
-    ref = stuck.options(scheduling_strategy=there).remote()
+    marker = os.environ["PRINTED_MARKER"]
+    ref = stuck.options(scheduling_strategy=there).remote(marker)
     deadline = time.monotonic() + 30
     pid = None
     from miniray.util import state
@@ -216,7 +224,8 @@ def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts):
         rows = [t for t in state.list_tasks() if t["name"] == "stuck" and t["worker_pid"]]
         pid = rows[0]["worker_pid"] if rows and rows[0]["state"] == "RUNNING" else None
         time.sleep(0.05)
-    time.sleep(0.5)  # it printed
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
     ray.cancel(ref, force=True)
     try:
         ray.get(ref, timeout=30)
@@ -225,7 +234,7 @@ def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts):
         outcome = type(error).__name__
     print(json.dumps({"pid": pid, "outcome": outcome}), flush=True)
     ray.shutdown()
-    """)
+    """, PRINTED_MARKER=str(tmp_path / "printed"))
     pid = doc["pid"]
     assert pid and doc["outcome"] != "returned", doc
     path = os.path.join(hosts.record(MEMBER).session_dir, "logs", f"worker-{pid}.out")

@@ -32,11 +32,21 @@ def _cluster(hosts, head_cpus: str, member_cpus: str | None):
             "alive"), 5.0)
 
 
-def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(hosts):
+def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(hosts,
+                                                                               tmp_path):
     _cluster(hosts, "1", "2")
     doc = _run_driver(hosts, NODE_OF + """
-    long = node_of.remote(4.0)  # holds the head's one CPU
-    time.sleep(1.0)
+    @ray.remote
+    def hold(marker, seconds):
+        open(marker, "w").close()
+        time.sleep(seconds)
+        return ray.get_runtime_context().get_node_id()
+
+    marker = os.environ["HOLD_MARKER"]
+    long = hold.remote(marker, 4.0)  # holds the head's one CPU once it runs
+    deadline = time.monotonic() + 30  # it runs (not a fixed sleep: a slow start is fine)
+    while not os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.01)
     t0 = time.monotonic()
     second = ray.get(node_of.remote(0.0), timeout=30)
     took = time.monotonic() - t0
@@ -57,7 +67,7 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
                       "long": long, "sized": sized, "burst": burst,
                       "burst_s": time.monotonic() - t0}), flush=True)
     ray.shutdown()
-    """)
+    """, HOLD_MARKER=str(tmp_path / "running"))
     assert doc["long"] == doc["here"]
     assert doc["second"] == doc["member"] != doc["here"], doc
     assert doc["took"] < 2.5, doc  # not after the long task's 4 s

@@ -273,13 +273,27 @@ def test_large_values_and_refs_travel_to_and_from_a_task_on_the_member(hosts, me
     assert streamed == 1, streamed
 
 
-MID_TASK = PRELUDE + """
+
+RUNNING_ON_MEMBER = """
+    def running(*names):  # each task named runs on the member (state API), else waits
+        from miniray.util import state
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            rows = [t for t in state.list_tasks() if t["state"] == "RUNNING"
+                    and t["node_id"] == member]
+            if sorted(t["name"] for t in rows) == sorted(names):
+                return
+            time.sleep(0.05)
+"""
+
+MID_TASK = PRELUDE + RUNNING_ON_MEMBER + """
     @ray.remote(max_retries=0)
     def slow():
         for _ in range(600):
             time.sleep(0.1)
 
     ref = slow.options(scheduling_strategy=there).remote()
+    running("slow")  # sent and running there: not placed again when the node goes
     print(json.dumps({"started": True}), flush=True)
     sys.stdin.readline()
     t0 = time.monotonic()
@@ -299,8 +313,7 @@ def _member_fails_mid_task(hosts, sig: int, bound_s: float) -> dict:
     proc = driver(MID_TASK, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
     pid = None
     try:
-        json_line(proc)
-        time.sleep(1.5)  # the worker runs on the member now
+        json_line(proc)  # the worker runs on the member now
         pid = hosts.record(MEMBER).pid
         if sig == signal.SIGSTOP:
             hosts.stopped.append(pid)
@@ -481,7 +494,7 @@ def test_placement_affinity_resources_only_a_member_has_and_force_cancel(hosts):
 
 
 def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(hosts, member):
-    proc = driver(PRELUDE + """
+    proc = driver(PRELUDE + RUNNING_ON_MEMBER + """
     soft = NodeAffinitySchedulingStrategy(member, soft=True)
 
     @ray.remote(max_retries=1, num_cpus=0.5)
@@ -500,7 +513,7 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
     retried = slow.options(scheduling_strategy=soft).remote()
     hard = slow.options(scheduling_strategy=there).remote()
     once = slow_once.options(scheduling_strategy=soft).remote()
-    time.sleep(0.5)
+    running("slow", "slow", "slow_once")  # not a fixed sleep: a slow start is fine
     # The member has 0.5 of its 2 CPUs free: this one waits there for a lease, never sent.
     queued = whole.options(scheduling_strategy=soft).remote()
     print(json.dumps({"started": True}), flush=True)
@@ -519,8 +532,7 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MR_SLEEP="4")
     try:
-        json_line(proc)
-        time.sleep(1.5)  # the three run on the member now
+        json_line(proc)  # the three run on the member now (the queued one: either way)
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
         proc.stdin.write("\n")
         proc.stdin.flush()

@@ -485,8 +485,13 @@ def test_a_pull_in_flight_is_closed_once_the_view_holds_its_node_lost():
     nodes, kept = _kept_results()
     channel, client = _Channel(), _Client()
     kept._watch(channel, client, "n1", 3)
-    time.sleep(remote_objects.LIVENESS_S * 2.5)
-    assert not channel.closed and nodes.asked[0] == ("n1", 3)  # alive: left alone
+    # Two looks of the watcher (every LIVENESS_S), awaited rather than slept for: a fixed
+    # sleep of 2.5 LIVENESS_S can see none on a slow runner (an IndexError, not a finding).
+    deadline = time.monotonic() + 10 + remote_objects.LIVENESS_S * 2
+    while len(nodes.asked) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert nodes.asked[:2] == [("n1", 3)] * 2
+    assert not channel.closed  # alive: left alone
     nodes.why = "No heartbeat from the node for 1.0 s"
     deadline = time.monotonic() + 5
     while not channel.closed and time.monotonic() < deadline:

@@ -8,6 +8,7 @@ from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.core.node_pick import (
     MOVE_MAX_ARG_BYTES,
     Placement,
+    at_least_own,
     less_claims,
     pick_node,
     plan_bundles,
@@ -116,6 +117,20 @@ def test_spread_prefers_the_least_used_node():
     view = [node("a", free=1), node("b", free=2), node("c", free=4)]
     assert {pick_node({"CPU": 1}, "a", view, "SPREAD", turn=t).node_id
             for t in range(3)} == {"c"}
+
+
+def test_the_drivers_own_use_counts_in_a_view_that_does_not_show_it_yet():
+    view = [node("a", free=3.5), node("b")]  # a shows the driver's first 0.5, b not yet
+    own = {"a": {"CPU": 0.5}, "b": {"CPU": 0.5}}
+    assert [e.available["CPU"] for e in at_least_own(view, own)] == [3.5, 3.5]
+    assert at_least_own([node("a", free=1)], own)[0].available["CPU"] == 1  # shows more
+    assert at_least_own(view, {})[1] is view[1]  # untouched
+    # SPREAD on it: equal use again, so the turns go round (b took the least used
+    # node's turn twice more on the view alone).
+    assert [pick_node({"CPU": 0.5}, "a", at_least_own(view, own), "SPREAD", turn=t).node_id
+            for t in (2, 3)] == ["a", "b"]
+    assert [pick_node({"CPU": 0.5}, "a", view, "SPREAD", turn=t).node_id
+            for t in (2, 3)] == ["b", "b"]
 
 
 def test_wait_locally_when_the_local_node_has_the_totals():

@@ -174,3 +174,81 @@ def test_kill_later_closes_the_connections_only_when_the_kill_never_landed(monke
     worker.client = _KillClient(*[TimeoutError("slow")] * ra.KILL_TRIES)
     worker.kill_later()
     assert wait_until(lambda: closed == [1])
+
+
+# ------------------------------------------------- SPREAD on a view that lags the placements
+class _SpreadNodes:
+    """Stands in for ``RemoteNodes``: the view the test sets, read as ``where`` reads it."""
+
+    closed = False
+    local = "a"
+
+    def __init__(self, view):
+        self.now = view
+
+    def view(self, fresh=False):
+        return self.now
+
+    def last_view(self):
+        return self.now
+
+
+def _spread_placer(monkeypatch, view):
+    from miniray._private.owner.actor_records import A_ALIVE
+
+    monkeypatch.setattr(ra, "infeasible_reasons", lambda state, request: [])
+    monkeypatch.setattr(ra.RemoteActors, "_run", lambda self, actor, entry, bundle=None: None)
+    manager = type("Manager", (), {})()
+    manager.actors = {}
+    placer = ra.RemoteActors.__new__(ra.RemoteActors)
+    placer.owner = type("Owner", (), {"node_state": None})()
+    placer.manager, placer.nodes = manager, _SpreadNodes(view)
+    placer.excluded, placer.moves, placer.in_bundle = {}, {}, {}
+    placer.started = placer.spread_turns = 0
+    placer.spread_on = {}
+
+    def place(n):
+        spec = ActorCreationSpec(actor_id=bytes([n]) * 16, class_name="Where",
+                                 affinity=ra.task_nodes.SPREAD, placement={"CPU": 0.5},
+                                 held={"CPU": 0.5})
+        actor = type("Actor", (), {"spec": spec, "state": A_ALIVE})()
+        manager.actors[spec.actor_id] = actor
+        return placer.where(spec, actor) or "a", actor
+
+    return placer, place
+
+
+def test_spread_actors_count_their_own_placements_the_view_does_not_show_yet(monkeypatch):
+    """Four SPREAD actors over two idle nodes land 2 and 2 whenever the view is read. Read
+    while the first (here, on "a") started its worker, the view showed it and not the second,
+    placed on "b" a moment later: the least used node by that view, "b", took the third and
+    the fourth too (3 and 1) until the view counted the driver's own placements."""
+    from miniray._private.core.cluster_view import NodeEntry
+
+    def entry(node_id, free):
+        return NodeEntry(node_id, "10.0.0." + str(ord(node_id) - 96), 1,
+                         totals={"CPU": 2.0}, available={"CPU": free})
+
+    placer, place = _spread_placer(monkeypatch, [entry("a", 2.0), entry("b", 2.0)])
+    first, _ = place(1)
+    placer.nodes.now = [entry("a", 1.5), entry("b", 2.0)]  # read again: the first shows
+    rest = [place(n)[0] for n in (2, 3, 4)]
+    assert [first] + rest == ["a", "b", "a", "b"]
+    assert placer.spread_on == {bytes([n]) * 16: node for n, node in
+                                zip((1, 2, 3, 4), ["a", "b", "a", "b"])}
+
+
+def test_spread_counts_only_its_live_actors_and_not_one_placed_again(monkeypatch):
+    from miniray._private.core.cluster_view import NodeEntry
+    from miniray._private.owner.actor_records import A_DEAD
+
+    view = [NodeEntry(n, "", 1, totals={"CPU": 2.0}, available={"CPU": 2.0}) for n in "ab"]
+    placer, place = _spread_placer(monkeypatch, view)
+    node, first = place(1)
+    assert node == "a" and placer.spread_on == {first.spec.actor_id: "a"}
+    # Placed again (a restart): its own old place is not counted against "a".
+    assert placer._spread_view(first.spec, view)[0].available == {"CPU": 2.0}
+    first.state = A_DEAD  # dead: forgotten, its node's view is the view's again
+    second = place(2)[1]
+    assert placer._spread_view(second.spec, view)[1].available == {"CPU": 2.0}
+    assert first.spec.actor_id not in placer.spread_on

@@ -3,7 +3,8 @@
 Owns: ``pick_node`` (peering design 4.3 "Placement") and its answer (``Placement``): run
 here, run on another node, wait (and where), or infeasible everywhere (with a message
 naming every node's totals); a node's utilization (``utilization``), this driver's own
-tasks on a node taken off a stale view (``less_claims``), and the locality cost
+tasks on a node taken off a stale view (``less_claims``) and its own SPREAD actors counted
+in one (``at_least_own``), and the locality cost
 rule (``MOVE_MAX_ARG_BYTES``). Pure: the caller passes the request, the local node's id,
 the nodes it knows (``cluster_view.NodeEntry``, with ``available`` from heartbeats), the
 strategy, whether the local node has room now (its ledger's word, fresher than the view)
@@ -55,8 +56,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping
 
-__all__ = ["MOVE_MAX_ARG_BYTES", "Placement", "fits_in_total", "less_claims", "pick_node",
-           "plan_bundles", "replan_bundles", "utilization"]
+__all__ = ["MOVE_MAX_ARG_BYTES", "Placement", "at_least_own", "fits_in_total", "less_claims",
+           "pick_node", "plan_bundles", "replan_bundles", "utilization"]
 
 _EPS = 1e-9
 MOVE_MAX_ARG_BYTES = 16 << 20  # rule 3: a task with more argument bytes here waits here
@@ -88,6 +89,35 @@ def fits_in_total(request: Mapping[str, float], entry) -> bool:
     True
     """
     return _has(entry.totals, _needs(request))
+
+
+def at_least_own(view: Iterable[Any], own: Mapping[str, Mapping[str, float]]) -> list:
+    """``view`` with each node's ``available`` at most its totals less ``own[node_id]``,
+    what this driver's own placements there hold: the use it counts is at least the
+    driver's own, so a view read before a heartbeat showed them counts them all the same;
+    one that shows that much in use, or more, is left as it is. SPREAD's least used node
+    then never lags the driver's own turns. Untouched entries are kept.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> b = NodeEntry("b", "", 1, totals={"CPU": 2}, available={"CPU": 2})
+    >>> at_least_own([b], {"b": {"CPU": 0.5}})[0].available  # placed, not in the view yet
+    {'CPU': 1.5}
+    >>> b = NodeEntry("b", "", 1, totals={"CPU": 2}, available={"CPU": 1})
+    >>> at_least_own([b], {"b": {"CPU": 0.5}})[0].available  # the view shows more in use
+    {'CPU': 1}
+    """
+    out = []
+    for entry in view:
+        mine = {k: float(v) for k, v in (own.get(entry.node_id) or {}).items() if v}
+        if mine:
+            available = dict(entry.available)
+            for name, amount in mine.items():
+                most = max(0.0, float(entry.totals.get(name, 0.0)) - amount)
+                if float(available.get(name, 0.0)) > most:
+                    available[name] = most
+            entry = replace(entry, available=available)
+        out.append(entry)
+    return out
 
 
 def less_claims(view: Iterable[Any], claims: Mapping[str, Mapping[str, float]],

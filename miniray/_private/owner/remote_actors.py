@@ -30,7 +30,9 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        holds of the bundle for its life, its own share of the bundle's GPUs included (the
        ids its worker sees; ``give_back`` when its worker ends), and takes no
        lease of its own (step 2 skips "lease"; step 5 releases none). SPREAD actors take
-       turns (``_spread_turn``) among equally used nodes, this one included.
+       turns (``_spread_turn``) among equally used nodes, this one included, on a view
+       that counts the driver's own live SPREAD actors, shown there yet or not
+       (``_spread_view``).
        ``placement_for``'s rules: a hard affinity to an alive node with the totals runs
        there; to one dead, unknown or too small, A dies with ActorUnschedulableError
        (Ray's: calls raise it); soft, or none: as for tasks. None: placed on this node as
@@ -102,6 +104,7 @@ from miniray._private.core.resources import infeasible_reasons
 from miniray._private.object_store import shm_segments
 from miniray._private.owner import remote_nodes as rn
 from miniray._private.owner import remote_worker
+from miniray._private.owner.actor_records import A_DEAD
 from miniray._private.owner.remote_objects import KeepRefused
 from miniray._private.owner.remote_requests import BLOCKING_CALLS, RemoteRequests
 from miniray._private.transport import peer_channel as pc
@@ -280,6 +283,7 @@ class RemoteActors:
         self.moves: dict[bytes, int] = {}  # actor id -> free placements after a node loss
         self.started = 0
         self.spread_turns = 0  # SPREAD actors placed so far (_spread_turn)
+        self.spread_on: dict[bytes, str] = {}  # SPREAD actor id -> its node (_spread_view)
         self.in_bundle: dict = {}  # actor id -> the RemoteBundle its worker holds room in
 
     def __repr__(self) -> str:
@@ -303,12 +307,17 @@ class RemoteActors:
         arg_bytes = None if local_feasible or spec.affinity is not None else \
             nodes._arg_bytes(spec)
         placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
-                                          nodes.view(), local_feasible, exclude, turn=turn,
+                                          self._spread_view(spec, nodes.view()),
+                                          local_feasible, exclude, turn=turn,
                                           arg_bytes=arg_bytes)
         if isinstance(placed, task_nodes.Unschedulable):  # it may have joined since the last read
             placed = task_nodes.placement_for(spec.affinity, spec.placement, nodes.local,
-                                              nodes.view(fresh=True), local_feasible, exclude,
-                                              turn=turn, arg_bytes=arg_bytes)
+                                              self._spread_view(spec, nodes.view(fresh=True)),
+                                              local_feasible, exclude, turn=turn,
+                                              arg_bytes=arg_bytes)
+        if actor is not None and spec.affinity == task_nodes.SPREAD and (
+                placed is None or isinstance(placed, str)):
+            self.spread_on[spec.actor_id] = placed or nodes.local
         if placed is None and spec.affinity is None and local_feasible:
             placed = self._near_args(spec, exclude)
         if placed is None and actor is not None and not local_feasible and nodes.last_view():
@@ -379,6 +388,28 @@ class RemoteActors:
         if actor is not None:
             self.spread_turns += 1
         return turn
+
+    def _spread_view(self, spec, view: list) -> list:
+        """*Locked.* ``view`` for a SPREAD actor: each node's room at most its totals less
+        what this driver's live SPREAD actors placed there hold (``node_pick.at_least_own``).
+        The view lags them: read while the first one's worker started here, it showed that
+        one and not the next, placed elsewhere a moment later, and the least used node then
+        took the two after it as well (3 and 1 over two nodes, not 2 and 2)."""
+        if spec.affinity != task_nodes.SPREAD or not self.spread_on:
+            return view
+        own: dict[str, dict[str, float]] = {}
+        for actor_id, node_id in list(self.spread_on.items()):
+            actor = self.manager.actors.get(actor_id)
+            if actor is None or actor.state == A_DEAD:
+                del self.spread_on[actor_id]  # gone: its node's view shows it no more
+                continue
+            if actor_id == spec.actor_id:
+                continue  # placed again (a restart): where it was counts no more
+            use = own.setdefault(node_id, {})
+            for name, amount in (actor.spec.held or {}).items():
+                if amount:
+                    use[name] = use.get(name, 0.0) + float(amount)
+        return node_pick.at_least_own(view, own)
 
     def _watch(self) -> None:
         """*Locked.* Step 1 again every INFEASIBLE_WATCH_S for the pending actors this node
