@@ -64,11 +64,15 @@ class FakeHosts:
     def start_member(self, ip: str, *args: str) -> tuple[str, int]:
         """A head on 127.0.0.1 and a member on ``ip`` (``args`` for its ``start``) that the
         head holds alive; returns the member's (host, port)."""
-        head = self.start_head()
+        self.join_alive(ip, self.start_head(), *args)
+        return node_client.parse_address(self.record(ip).address)
+
+    def join_alive(self, ip: str, head: str, *args: str) -> None:
+        """A member on ``ip`` (``args`` for its ``start``) joins ``head``; returns once the
+        head holds it alive."""
         joined = self.join(ip, head, *args)
         assert joined.returncode == 0, joined.stderr
         assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"), 5.0)
-        return node_client.parse_address(self.record(ip).address)
 
     def cluster(self, ip: str) -> dict:
         doc = node_client.read_cluster(self.record(ip).session_dir)

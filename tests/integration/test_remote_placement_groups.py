@@ -10,6 +10,9 @@ teardown); the driver runs on the head's host (``_run_driver`` of test_remote_ta
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
 from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -35,6 +38,29 @@ PG = """
 
     def full():
         return (ray.available_resources().get("CPU", 0), ray.cluster_resources()["CPU"])
+
+    def table_until(pg, done, seconds=20):
+        # pg's table polled until done(table) or the time is up; the states seen, the table.
+        states, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            table = placement_group_table(pg)
+            states.append(table["state"])
+            if done(table):
+                break
+            time.sleep(0.05)
+        return states, table
+    """
+
+# Tasks and actors that each take one GPU of a bundle (the driver's ``strategy``).
+GPUS = """
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def ids(self):
+            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def gpu():
+        return ray.get_gpu_ids()
     """
 
 
@@ -56,6 +82,31 @@ def _group_holder(hosts, bundles: list, name: str):
         stop_driver(proc)
         raise
     return proc
+
+
+def _gpu_cluster(hosts):
+    """A head with no GPU and a member with two."""
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    hosts.join_alive(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+
+
+def _go_on(proc, timeout: float) -> dict:
+    """Let a driver waiting on its stdin go on; its next JSON line."""
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return json_line(proc, timeout)
+
+
+def _ends(pid: int) -> bool:
+    """Whether process ``pid`` ends within 10 s."""
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    return wait_until(gone, 10.0)
 
 
 def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
@@ -330,10 +381,7 @@ def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(
 
 
 def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
@@ -367,24 +415,12 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, 0)
-
-    @ray.remote(num_gpus=1)
-    class Gpu:
-        def ids(self):
-            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-    @ray.remote(num_gpus=1, num_cpus=0)
-    def gpu():
-        return ray.get_gpu_ids()
-
+    """ + GPUS + """
     first, second = (Gpu.options(scheduling_strategy=strategy).remote() for _ in range(2))
     pair = ray.get([first.ids.remote(), second.ids.remote()], timeout=30)
     # Both devices are the actors': a task waits until one of them leaves.
@@ -402,15 +438,9 @@ def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     other = "127.0.0.3"
-    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    hosts.join_alive(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
     proc = driver(PRELUDE + PG + """
     import sys
     ray_nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
@@ -438,13 +468,9 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     time.sleep(1.0)
     print(json.dumps({"here": here, "first": first, "ip": ray_nodes[first[1]]}), flush=True)
     sys.stdin.readline()  # the test kills bundle 1's node now
-    states, t0 = [], time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        states.append(table["state"])
-        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
-            break
-        time.sleep(0.05)
+    t0 = time.monotonic()
+    states, table = table_until(pg, lambda table: table["state"] == "CREATED"
+                                and table["bundles_to_node_id"][1] != first[1])
     moved = table["bundles_to_node_id"]
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
@@ -467,9 +493,7 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
         assert victim in (MEMBER, other), doc
         survivor = other if victim == MEMBER else MEMBER
         os.kill(hosts.record(victim).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = _go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -483,10 +507,6 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
 
 
 def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(hosts):
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -494,21 +514,11 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
     assert pg.wait(20)
     print(json.dumps({"first": placement_group_table(pg)["bundles_to_node_id"]}), flush=True)
     sys.stdin.readline()  # the member is killed
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        if table["state"] == "RESCHEDULING":
-            break
-        time.sleep(0.05)
+    _, table = table_until(pg, lambda table: table["state"] == "RESCHEDULING")
     print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
                       "ready": pg.wait(0.1)}), flush=True)
     sys.stdin.readline()  # another member joined
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        if table["state"] == "CREATED":
-            break
-        time.sleep(0.05)
+    _, table = table_until(pg, lambda table: table["state"] == "CREATED")
     @ray.remote(num_cpus=1)
     def node_id():
         return ray.get_runtime_context().get_node_id()
@@ -524,17 +534,13 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
         head_id = hosts.record("127.0.0.1").node_id
         assert first == {"0": head_id, "1": hosts.record(MEMBER).node_id}, first
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
+        doc = _go_on(proc, 40)
         # As Ray 2.60 shows it: the lost bundle has no node, the other stays.
         assert doc == {"state": "RESCHEDULING", "where": {"0": head_id, "1": ""},
                        "ready": True}, doc
         joined = hosts.join("127.0.0.3", hosts.record("127.0.0.1").address, "--num-cpus", "1")
         assert joined.returncode == 0, joined.stderr
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
+        doc = _go_on(proc, 40)
         assert doc["state"] == "CREATED", doc
         third = hosts.record("127.0.0.3").node_id
         assert doc["where"] == {"0": head_id, "1": third} and doc["ran"] == third, doc
@@ -548,10 +554,6 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
     # numbers; the task that ran in it is retried here, an actor with a restart left
     # restarts here, and one with none dies with ActorDiedError naming the member.
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -588,13 +590,9 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     time.sleep(1.0)
     print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
     sys.stdin.readline()  # the test kills the member now
-    states, t0 = [], time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        states.append(table["state"])
-        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
-            break
-        time.sleep(0.05)
+    t0 = time.monotonic()
+    states, table = table_until(pg, lambda table: table["state"] == "CREATED"
+                                and table["bundles_to_node_id"][1] != first[1])
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
     after = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
@@ -618,9 +616,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         assert doc["first"] == {"0": member, "1": member}, doc
         assert doc["before"] == [MEMBER] * 3, doc
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = _go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -640,8 +636,6 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     # creating driver holds on the member, whose room the driver keeps for it until the
     # name no longer finds it (killed here by another driver). A detached one there is
     # refused, naming why; removing the group ends a named one.
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -702,9 +696,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
             assert other.wait(30) == 0
         finally:
             stop_driver(other)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = _go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -713,24 +705,12 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
 
 
 def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, -1)  # "any bundle": the member's
-
-    @ray.remote(num_gpus=1)
-    class Gpu:
-        def ids(self):
-            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-    @ray.remote(num_gpus=1, num_cpus=0)
-    def gpu():
-        return ray.get_gpu_ids()
-
+    """ + GPUS + """
     first = Gpu.options(name="g1", scheduling_strategy=strategy).remote()
     one = ray.get(first.ids.remote(), timeout=30)
     task = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
@@ -752,8 +732,6 @@ def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stays(hosts):
-    import os
-
     _cluster(hosts, "2", "2")
     doc = _run_driver(hosts, PG + """
     @ray.remote
@@ -770,18 +748,11 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
     pid, ip = doc["pid"]
     assert ip == MEMBER, doc
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
     def member_leases() -> dict:
         with open(os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")) as f:
             return json.load(f)["leases"]
 
-    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not member_leases(), 10.0), member_leases()
 
 
@@ -790,8 +761,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     # the member's ledger, which that service cannot read: the driver lends the room as a
     # driver of the head does, and its own watch (0.5 s) ends the loan and the actor.
     _cluster(hosts, "2", "2")
-    import subprocess
-
     proc = driver("""
     import json, sys, time
     import miniray as ray
@@ -852,9 +821,7 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
             assert other.wait(30) == 0, other.stderr.read()
         finally:
             stop_driver(other)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = _go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -864,8 +831,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
 
 def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its_driver(
         hosts):
-    import os
-
     _cluster(hosts, "2", "2")
     proc = driver("""
     import json, os
@@ -894,13 +859,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its
     finally:
         stop_driver(proc)
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       10.0)
