@@ -139,6 +139,30 @@ def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")
 
 
+def go_on(proc: subprocess.Popen, timeout: float = 30) -> dict:
+    """Tell a ``driver()`` process waiting on a line of its stdin to go on; the next line of
+    its stdout that holds a JSON object."""
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return json_line(proc, timeout)
+
+
+# A driver script's cancel_and_get(ref, **options): ``ray.cancel(ref, **options)``, then its
+# get; the error's name (None if it returned) and the seconds from the cancel to the get's
+# end (the text goes after a prelude that imports time and miniray as ray).
+CANCEL_AND_GET = """
+    def cancel_and_get(ref, **options):
+        t0 = time.monotonic()
+        ray.cancel(ref, **options)
+        try:
+            ray.get(ref, timeout=20)
+            outcome = None
+        except Exception as error:
+            outcome = type(error).__name__
+        return outcome, time.monotonic() - t0
+"""
+
+
 # A driver script's probes of where a kept value is (the text goes after a prelude that
 # imports os, time, runtime and shm_segments and sets SHM, the member's store folder, and
 # TAG, "mr_" + its root's tag; indented as the scripts of the test files are):

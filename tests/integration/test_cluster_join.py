@@ -67,12 +67,13 @@ class FakeHosts:
         self.join_alive(ip, self.start_head(), *args)
         return node_client.parse_address(self.record(ip).address)
 
-    def join_alive(self, ip: str, head: str, *args: str) -> None:
+    def join_alive(self, ip: str, head: str, *args: str, within: float = 5.0) -> None:
         """A member on ``ip`` (``args`` for its ``start``) joins ``head``; returns once the
-        head holds it alive."""
+        head holds it alive (asserted ``within`` seconds)."""
         joined = self.join(ip, head, *args)
         assert joined.returncode == 0, joined.stderr
-        assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"), 5.0)
+        assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"),
+                          within)
 
     def cluster(self, ip: str) -> dict:
         doc = node_client.read_cluster(self.record(ip).session_dir)

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 
-from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
+from .helpers import cli, driver, go_on, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
@@ -49,6 +49,19 @@ PG = """
                 break
             time.sleep(0.05)
         return states, table
+
+    def removed_under(pg, index):
+        # A long task in bundle ``index``, then pg removed: how the task ended, how soon.
+        long = in_bundle(pg, index).remote(30.0)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        remove_placement_group(pg)
+        try:
+            ray.get(long, timeout=20)
+            ended = "finished"
+        except Exception as error:
+            ended = type(error).__name__
+        return ended, time.monotonic() - t0
     """
 
 # Tasks and actors that each take one GPU of a bundle (the driver's ``strategy``).
@@ -90,11 +103,10 @@ def _gpu_cluster(hosts):
     hosts.join_alive(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
 
 
-def _go_on(proc, timeout: float) -> dict:
-    """Let a driver waiting on its stdin go on; its next JSON line."""
-    proc.stdin.write("\n")
-    proc.stdin.flush()
-    return json_line(proc, timeout)
+def _join_late(hosts, ip: str = MEMBER) -> None:
+    """A member with one CPU on ``ip`` joins the running head."""
+    joined = hosts.join(ip, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+    assert joined.returncode == 0, joined.stderr
 
 
 def _ends(pid: int) -> bool:
@@ -179,16 +191,7 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     # Any bundle (-1) of a group with no bundle here runs in one of the member's.
     anyone = ray.get([in_bundle(pack, -1).remote() for _ in range(4)], timeout=30)
     # A long task in a removed group ends as a local one does: TaskPlacementGroupRemoved.
-    long = in_bundle(pack, 0).remote(30.0)
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    remove_placement_group(pack)
-    try:
-        ray.get(long, timeout=20)
-        ended = "finished"
-    except Exception as error:
-        ended = type(error).__name__
-    took = time.monotonic() - t0
+    ended, took = removed_under(pack, 0)
     after = wait_full(5.0)
     print(json.dumps({"here": here, "member": member, "before": before, "after": after,
                       "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
@@ -232,8 +235,7 @@ def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
         doc = json_line(proc, 30)
         assert doc == {"early": False, "state": "PENDING", "where": {"0": "", "1": ""},
                        "scheduling": "INFEASIBLE"}, doc
-        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
+        _join_late(hosts)
         doc = json_line(proc, 30)
         assert doc["later"] is True and len(set(doc["nodes"])) == 2, doc
         assert proc.wait(30) == 0
@@ -493,7 +495,7 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
         assert victim in (MEMBER, other), doc
         survivor = other if victim == MEMBER else MEMBER
         os.kill(hosts.record(victim).pid, signal.SIGKILL)
-        doc = _go_on(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -534,13 +536,12 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
         head_id = hosts.record("127.0.0.1").node_id
         assert first == {"0": head_id, "1": hosts.record(MEMBER).node_id}, first
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        doc = _go_on(proc, 40)
+        doc = go_on(proc, 40)
         # As Ray 2.60 shows it: the lost bundle has no node, the other stays.
         assert doc == {"state": "RESCHEDULING", "where": {"0": head_id, "1": ""},
                        "ready": True}, doc
-        joined = hosts.join("127.0.0.3", hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
-        doc = _go_on(proc, 40)
+        _join_late(hosts, "127.0.0.3")
+        doc = go_on(proc, 40)
         assert doc["state"] == "CREATED", doc
         third = hosts.record("127.0.0.3").node_id
         assert doc["where"] == {"0": head_id, "1": third} and doc["ran"] == third, doc
@@ -616,7 +617,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         assert doc["first"] == {"0": member, "1": member}, doc
         assert doc["before"] == [MEMBER] * 3, doc
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        doc = _go_on(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -696,7 +697,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
             assert other.wait(30) == 0
         finally:
             stop_driver(other)
-        doc = _go_on(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -821,7 +822,7 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
             assert other.wait(30) == 0, other.stderr.read()
         finally:
             stop_driver(other)
-        doc = _go_on(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
