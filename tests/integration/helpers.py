@@ -163,6 +163,16 @@ CANCEL_AND_GET = """
 """
 
 
+# A driver script's outcome(ref): its value, or "<error type>: <error>" if its get raised.
+OUTCOME = """
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+"""
+
+
 # A driver script's probes of where a kept value is (the text goes after a prelude that
 # imports os, time, runtime and shm_segments and sets SHM, the member's store folder, and
 # TAG, "mr_" + its root's tag; indented as the scripts of the test files are):

@@ -17,7 +17,7 @@ import pytest
 
 from miniray._private.ledger.ledger import Ledger
 
-from .helpers import driver, go_on, json_line, stop_driver, wait_until
+from .helpers import OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import (
     MEMBER,
@@ -70,11 +70,7 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
         def total(self, array):
             return float(array.sum())
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     out = {"member": member, "here": here}
     counter = Counter.options(resources={"special": 1}, name="counter").remote(100)
@@ -150,11 +146,7 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts, si
             time.sleep(sleep)
             return ray.get_runtime_context().get_node_id()
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     once = Where.options(scheduling_strategy=soft, max_restarts=0).remote()
     again = Where.options(scheduling_strategy=soft, max_restarts=1,
@@ -228,11 +220,7 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
             time.sleep(0.05)
             return np.full(n // 8, 3.0)
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     fragile = Fragile.remote()
     out = {"first": ray.get(fragile.pid.remote(), timeout=60)}

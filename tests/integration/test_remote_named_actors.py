@@ -29,7 +29,7 @@ from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport import peer_handshake as ph
 
-from .helpers import cli, driver, finish_json, go_on, json_line, stop_driver, wait_until
+from .helpers import OUTCOME, cli, driver, finish_json, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_actors import TIMED, _member_leases
 from .test_remote_tasks import MEMBER, _join_special
@@ -41,11 +41,7 @@ PRELUDE = """
     member = next((n["NodeID"] for n in ray.nodes()
                    if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"]), None)
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+""" + OUTCOME + """
 
     def special(expected, within=10):
         t0 = time.monotonic()

@@ -24,7 +24,7 @@ from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteNodeClient
 
-from .helpers import CANCEL_AND_GET, driver, go_on, json_line, stop_driver, wait_until
+from .helpers import CANCEL_AND_GET, OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 
 MEMBER = "127.0.0.2"
@@ -411,11 +411,7 @@ def test_placement_affinity_resources_only_a_member_has_and_force_cancel(hosts):
     def node():
         return ray.get_runtime_context().get_node_id()
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     soft = NodeAffinitySchedulingStrategy(member, soft=True)
     unknown = NodeAffinitySchedulingStrategy("ff" * 28, soft=False)
