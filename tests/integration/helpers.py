@@ -1,4 +1,6 @@
-"""Helpers the integration tests share: polling, finding a root's processes, a stand-in NVML.
+"""Helpers the integration tests share: polling, finding a root's processes, running and
+talking to driver processes, parts of driver scripts (KEPT_PROBES, OUTCOME, CANCEL_AND_GET),
+a stand-in NVML.
 """
 
 from __future__ import annotations
