@@ -52,6 +52,13 @@ def _let_the_creator_end(creator) -> None:
     assert creator.wait(30) == 0
 
 
+def _stop_both(creator, other) -> None:
+    """The creating driver and the other one (None: not started yet) are stopped."""
+    stop_driver(creator)
+    if other is not None:
+        stop_driver(other)
+
+
 def _create_detached(hosts, name: str, *, max_restarts: int = 0, cpus: int = 1,
                      keeper: bool = True) -> dict:
     """A driver that creates detached STRICT_SPREAD group ``name`` (one CPU on the head,
@@ -391,9 +398,7 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
         assert other.wait(30) == 0
         _let_the_creator_end(creator)
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     _no_group_left(hosts)
 
 
@@ -461,9 +466,7 @@ def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_
         assert other.wait(30) == 0
         _let_the_creator_end(creator)
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     _no_group_left(hosts)
 
 
@@ -560,7 +563,5 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
         assert other.wait(30) == 0
         assert creator.wait(30) == 0
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)  # (no member here)
