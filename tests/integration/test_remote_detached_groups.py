@@ -122,11 +122,7 @@ def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes
         pg, 1)).remote()
     named_ip = ray.get(named.ip.remote(), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(named.ip.remote(), timeout=20)
-        after = "alive"
-    except Exception as error:
-        after = type(error).__name__
+    after = alive_or_error(named.ip.remote())
     print(json.dumps({"nodes": nodes, "kept": kept, "head_task": head_task,
                       "member_task": member_task, "named": named_ip, "after": after,
                       "waited": waited, "after_kill": after_kill,
@@ -294,11 +290,7 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
         pg, 1)).remote()
     anonymous_ip = ray.get(anonymous.ip.remote(), timeout=30)
     removed, removed_s = removed_under(pg, 1)
-    try:
-        ray.get(anonymous.ip.remote(), timeout=20)
-        anonymous_after = "alive"
-    except Exception as error:
-        anonymous_after = type(error).__name__
+    anonymous_after = alive_or_error(anonymous.ip.remote())
     print(json.dumps({"after_exit": after_exit, "after_exit_s": after_exit_s,
                       "removed": removed, "removed_s": removed_s,
                       "anonymous": anonymous_ip, "anonymous_after": anonymous_after,

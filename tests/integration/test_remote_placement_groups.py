@@ -50,6 +50,14 @@ PG = """
             time.sleep(0.05)
         return states, table
 
+    def alive_or_error(ref, timeout=20):
+        # "alive" if ref's get returns, else the type of the error it raised
+        try:
+            ray.get(ref, timeout=timeout)
+            return "alive"
+        except Exception as error:
+            return type(error).__name__
+
     def removed_under(pg, index):
         # A long task in bundle ``index``, then pg removed: how the task ended, how soon.
         long = in_bundle(pg, index).remote(30.0)
@@ -292,11 +300,7 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     ray.kill(first)
     where_second = ray.get(second.node.remote(), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(second.node.remote(), timeout=20)
-        after = "alive"
-    except Exception as error:
-        after = type(error).__name__
+    after = alive_or_error(second.node.remote())
     print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
                       "after": after, "pg": pg.id.hex()}), flush=True)
     ray.shutdown()
@@ -669,11 +673,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     second = Counter.options(name="second", namespace="pgs", scheduling_strategy=in1).remote()
     there = ray.get(second.add.remote(2), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(second.add.remote(1), timeout=30)
-        ended = "alive"
-    except Exception as error:
-        ended = type(error).__name__
+    ended = alive_or_error(second.add.remote(1), 30)
     print(json.dumps({"ran": ran, "waited": waited, "there": there, "ended": ended}),
           flush=True)
     ray.shutdown()
