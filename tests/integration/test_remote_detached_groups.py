@@ -29,6 +29,18 @@ WHERE = """
     """
 
 
+# The end of a driver script holding a pending group ``pg``: it waits for the group to be
+# placed, removes it, and prints what it saw.
+READY_LATER = """
+    later = pg.wait(30)
+    ready = ray.get(pg.ready(), timeout=10) is not None
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    remove_placement_group(pg)
+    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
+    ray.shutdown()
+    """
+
+
 def _member_group_leases(hosts, ip: str = MEMBER) -> list:
     return [lease for lease in ledger_leases(hosts.env(ip)).values()
             if "placement group" in (lease.get("tag") or "")]
@@ -322,13 +334,7 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
                          lifetime="detached")
     print(json.dumps({"early": pg.wait(1.0),
                       "state": placement_group_table(pg)["state"]}), flush=True)
-    later = pg.wait(30)
-    ready = ray.get(pg.ready(), timeout=10) is not None
-    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
-    remove_placement_group(pg)
-    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"))
+    """ + READY_LATER, hosts.env("127.0.0.1"))
     try:
         doc = json_line(proc, 30)
         assert doc == {"early": False, "state": "PENDING"}, doc
@@ -373,13 +379,7 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     print(json.dumps({"early": pg.wait(0.5), "state": placement_group_table(pg)["state"],
                       "bundles": pg.bundle_specs, "rows": [r["state"] for r in rows]}),
           flush=True)
-    later = pg.wait(30)
-    ready = ray.get(pg.ready(), timeout=10) is not None
-    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
-    remove_placement_group(pg)
-    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"))
+    """ + READY_LATER, hosts.env("127.0.0.1"))
         doc = json_line(other, 30)
         assert doc == {"early": False, "state": "PENDING",
                        "bundles": [{"CPU": 1.0}, {"CPU": 1.0}], "rows": ["PENDING"]}, doc
