@@ -1,4 +1,6 @@
-"""Helpers the integration tests share: polling, finding a root's processes, a stand-in NVML.
+"""Helpers the integration tests share: polling, finding a root's processes, running and
+talking to driver processes, parts of driver scripts (KEPT_PROBES, OUTCOME, CANCEL_AND_GET),
+a stand-in NVML.
 """
 
 from __future__ import annotations
@@ -137,6 +139,40 @@ def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
         if not line and proc.poll() is not None:
             break
     raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")
+
+
+def go_on(proc: subprocess.Popen, timeout: float = 30) -> dict:
+    """Tell a ``driver()`` process waiting on a line of its stdin to go on; the next line of
+    its stdout that holds a JSON object."""
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    return json_line(proc, timeout)
+
+
+# A driver script's cancel_and_get(ref, **options): ``ray.cancel(ref, **options)``, then its
+# get; the error's name (None if it returned) and the seconds from the cancel to the get's
+# end (the text goes after a prelude that imports time and miniray as ray).
+CANCEL_AND_GET = """
+    def cancel_and_get(ref, **options):
+        t0 = time.monotonic()
+        ray.cancel(ref, **options)
+        try:
+            ray.get(ref, timeout=20)
+            outcome = None
+        except Exception as error:
+            outcome = type(error).__name__
+        return outcome, time.monotonic() - t0
+"""
+
+
+# A driver script's outcome(ref): its value, or "<error type>: <error>" if its get raised.
+OUTCOME = """
+    def outcome(ref, timeout=30):
+        try:
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+"""
 
 
 # A driver script's probes of where a kept value is (the text goes after a prelude that

@@ -118,10 +118,8 @@ MEMBER_B = "127.0.0.3"
 @pytest.fixture(name="members")
 def members_fixture(hosts, member):
     """Head, member A and member B (127.0.0.3, 2 CPUs)."""
-    joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER_B) or {}).get("alive"),
-                      10.0)
+    hosts.join_alive(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2",
+                     within=10.0)
     yield member
 
 
@@ -187,18 +185,12 @@ def test_a_task_on_member_b_gets_member_as_kept_result_from_a_never_through_the_
 
 
 def test_the_fetch_between_members_works_with_tls_on_every_host(hosts, tmp_path):
-    from .test_remote_tls import _certificates
+    from .test_remote_tls import _tls_on_hosts
 
-    certs = _certificates(tmp_path / "certs")
-    tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": certs["node"][0],
-           "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "MINIRAY_TLS_CA_CERT": certs["ca"]}
-    for ip in ("127.0.0.1", MEMBER, MEMBER_B):
-        hosts.env(ip).update(tls)
+    _tls_on_hosts(hosts, tmp_path, ("127.0.0.1", MEMBER, MEMBER_B))
     hosts.start_member(MEMBER, "--num-cpus", "2")
-    joined = hosts.join(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER_B) or {}).get("alive"),
-                      10.0)
+    hosts.join_alive(MEMBER_B, hosts.record("127.0.0.1").address, "--num-cpus", "2",
+                     within=10.0)
     _fetched_directly(hosts)
 
 

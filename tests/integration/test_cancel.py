@@ -419,21 +419,6 @@ def Worker(ray):
             self.log.append(item)
             return item
 
-        def blocked(self, path, how):
-            @ray.remote(max_retries=0)
-            def child(path):
-                with open(path, "w") as f:
-                    f.write(str(os.getpid()))
-                time.sleep(60)
-
-            ref = child.remote(path)
-            try:
-                ray.get(ref) if how == "get" else ray.wait([ref])
-            except BaseException as error:
-                self.log.append((type(error).__name__,
-                                 ray.get_runtime_context().is_canceled()))
-                return "caught"
-
         def canceled(self):
             return ray.get_runtime_context().is_canceled()
 

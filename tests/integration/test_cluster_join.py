@@ -64,11 +64,16 @@ class FakeHosts:
     def start_member(self, ip: str, *args: str) -> tuple[str, int]:
         """A head on 127.0.0.1 and a member on ``ip`` (``args`` for its ``start``) that the
         head holds alive; returns the member's (host, port)."""
-        head = self.start_head()
+        self.join_alive(ip, self.start_head(), *args)
+        return node_client.parse_address(self.record(ip).address)
+
+    def join_alive(self, ip: str, head: str, *args: str, within: float = 5.0) -> None:
+        """A member on ``ip`` (``args`` for its ``start``) joins ``head``; returns once the
+        head holds it alive (asserted ``within`` seconds)."""
         joined = self.join(ip, head, *args)
         assert joined.returncode == 0, joined.stderr
-        assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"), 5.0)
-        return node_client.parse_address(self.record(ip).address)
+        assert wait_until(lambda: (self.cluster("127.0.0.1").get(ip) or {}).get("alive"),
+                          within)
 
     def cluster(self, ip: str) -> dict:
         doc = node_client.read_cluster(self.record(ip).session_dir)
@@ -358,28 +363,9 @@ def test_a_busy_port_is_an_error_naming_it(hosts):
 
 
 def test_a_member_joins_over_tls_when_every_host_turns_it_on(hosts, tmp_path):
-    import shutil
+    from .test_remote_tls import _tls_on_hosts  # lazy: that module imports this one
 
-    if not shutil.which("openssl"):
-        pytest.skip("the openssl command is not installed: cannot make test certificates")
-    root = tmp_path / "tls"
-    root.mkdir()
-    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-
-    def run(*args):
-        subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True,
-                       timeout=60)
-
-    run("req", "-x509", *key, "-days", "1", "-subj", "/CN=ca", "-keyout", "ca.key",
-        "-out", "ca.pem")
-    run("req", *key, "-subj", "/CN=node", "-keyout", "node.key", "-out", "node.csr")
-    run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-out", "node.pem")
-    tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": str(root / "node.pem"),
-           "MINIRAY_TLS_SERVER_KEY": str(root / "node.key"),
-           "MINIRAY_TLS_CA_CERT": str(root / "ca.pem")}
-    for ip in ("127.0.0.1", "127.0.0.2"):
-        hosts.env(ip).update(tls)
+    _tls_on_hosts(hosts, tmp_path, ("127.0.0.1", "127.0.0.2"))
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head).returncode == 0
     assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)

@@ -13,6 +13,7 @@ dies (its workers are killed and its leases released; other clients are unaffect
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -162,6 +163,22 @@ def spawn(client: node_client.NodeClient):
     return message[2], keep
 
 
+@contextlib.contextmanager
+def node_with_a_worker(cli):
+    """A node with one CPU started, a driver's connection to it, and one worker spawned
+    for it: yields ``(record, client, the worker's pid)``; the connection and this side of
+    the worker's descriptors are closed on leaving."""
+    record = cli.start("--num-cpus", "1")
+    client = node_client.connect(record)
+    keeps = []
+    try:
+        pid, keeps = spawn(client)
+        yield record, client, pid
+    finally:
+        client.close()
+        close_all(keeps)
+
+
 def recv(client: node_client.NodeClient, timeout: float = 15.0):
     """The next message (skipping ``()``), failing the test if none comes in time."""
     deadline = time.monotonic() + timeout
@@ -241,11 +258,7 @@ def test_block_stops_cleanly_on_sigterm(cli):
         assert wait_until(lambda: not procinfo.is_alive(record.fork_server_pid))
         assert not os.path.exists(cli.root)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        helpers.stop_driver(proc)
 
 
 def test_second_start_on_same_port_fails(cli):
@@ -545,22 +558,14 @@ def test_dead_client_loses_its_workers_and_leases(cli):
         keeps += keep
         ledger.release(mine_lease.lease_id)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        helpers.stop_driver(proc)
         survivor.close()
         data_keep.close()
         close_all(keeps)
 
 
 def test_node_stats_and_status_show_drivers(cli):
-    record = cli.start("--num-cpus", "1")
-    client = node_client.connect(record)
-    keeps = []
-    try:
-        pid, keeps = spawn(client)
+    with node_with_a_worker(cli) as (record, client, pid):
         stats_path = os.path.join(record.session_dir, "node_stats.json")
 
         def stats():
@@ -578,17 +583,10 @@ def test_node_stats_and_status_show_drivers(cli):
         out = cli.run("status").stdout
         assert f"pid {os.getpid()}: 1 worker(s)\n" in out
         assert f"pid {service}: 0 worker(s) (actor service: named and detached actors)" in out
-    finally:
-        client.close()
-        close_all(keeps)
 
 
 def test_stop_with_a_connected_driver(cli):
-    record = cli.start("--num-cpus", "1")
-    client = node_client.connect(record)
-    keeps = []
-    try:
-        pid, keeps = spawn(client)
+    with node_with_a_worker(cli) as (record, client, pid):
         result = cli.run("stop")
         assert "Stopped 1 miniray node(s)." in result.stdout
         # First why (so a driver blames the stop, not its task), then the worker's exit,
@@ -599,9 +597,6 @@ def test_stop_with_a_connected_driver(cli):
         assert recv(client) is None
         assert not procinfo.is_alive(pid)
         assert not os.path.exists(cli.root)
-    finally:
-        client.close()
-        close_all(keeps)
 
 
 def test_node_stops_when_its_fork_server_dies(cli):
@@ -685,8 +680,4 @@ def test_physical_gpus_detected_and_a_dead_clients_host_leases_released(cli):
         ledger = Ledger(info["ledger_path"])
         assert lease_id not in ledger.snapshot().leases
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-        proc.stderr.close()
+        helpers.stop_driver(proc)

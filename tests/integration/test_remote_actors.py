@@ -17,9 +17,25 @@ import pytest
 
 from miniray._private.ledger.ledger import Ledger
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
-from .test_remote_tasks import MEMBER, PRELUDE, _join_special, _run_driver
+from .test_remote_tasks import (
+    MEMBER,
+    PRELUDE,
+    _join_special,
+    _run_driver,
+    _runs_once_a_special_member_joins,
+)
+
+# A driver script's timed(actor): the mean time of one ``actor.add.remote(0)`` call, in µs.
+TIMED = """
+    def timed(actor, n=200):
+        ray.get([actor.add.remote(0) for _ in range(5)])
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ray.get(actor.add.remote(0))
+        return (time.perf_counter() - t0) / n * 1e6
+    """
 
 
 def _member_leases(hosts) -> dict:
@@ -54,11 +70,7 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
         def total(self, array):
             return float(array.sum())
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     out = {"member": member, "here": here}
     counter = Counter.options(resources={"special": 1}, name="counter").remote(100)
@@ -71,12 +83,7 @@ def test_an_actor_only_a_member_can_hold_lives_there_and_ends_with_kill(hosts):
     out["by_name"] = ray.get(ray.get_actor("counter").add.remote(0), timeout=30)
     out["names"] = ray.util.list_named_actors()
 
-    def timed(actor, n=200):
-        ray.get([actor.add.remote(0) for _ in range(5)])
-        t0 = time.perf_counter()
-        for _ in range(n):
-            ray.get(actor.add.remote(0))
-        return (time.perf_counter() - t0) / n * 1e6
+    """ + TIMED + """
 
     local = Counter.remote(0)
     out["us"] = [timed(counter), timed(local)]
@@ -139,11 +146,7 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts, si
             time.sleep(sleep)
             return ray.get_runtime_context().get_node_id()
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     once = Where.options(scheduling_strategy=soft, max_restarts=0).remote()
     again = Where.options(scheduling_strategy=soft, max_restarts=1,
@@ -168,9 +171,7 @@ def test_an_actor_whose_node_dies_restarts_elsewhere_or_dies_naming_it(hosts, si
             hosts.stopped.append(pid)
         os.kill(pid, sig)
         time.sleep(1.0)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         assert doc["once"].startswith("ActorDiedError"), doc
         assert f"ip: {MEMBER}" in doc["once"] and "its node has died" in doc["once"], doc
         assert doc["again"] == doc["here"], doc  # restarted on the head
@@ -219,11 +220,7 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
             time.sleep(0.05)
             return np.full(n // 8, 3.0)
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     fragile = Fragile.remote()
     out = {"first": ray.get(fragile.pid.remote(), timeout=60)}
@@ -390,10 +387,7 @@ def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):
 
 
 def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
-    head = hosts.start_head()
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    hosts.start_member(MEMBER, "--num-cpus", "2")
     doc = _run_driver(hosts, """
     import collections
 
@@ -430,12 +424,7 @@ def test_spread_actors_land_two_and_two_over_two_nodes(hosts):
 
 
 def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
-    head = hosts.start_head()
-    proc = driver("""
-    import json, sys
-    import miniray as ray
-    ray.init(address="auto")
-
+    _runs_once_a_special_member_joins(hosts, """
     @ray.remote(resources={"special": 1})
     class Where:
         def node(self):
@@ -443,31 +432,13 @@ def test_an_actor_no_node_can_hold_lives_on_a_member_that_joins_later(hosts):
 
     actor = Where.remote()
     ref = actor.node.remote()
-    ready, _ = ray.wait([ref], timeout=1.0)
-    print(json.dumps({"pending": not ready}), flush=True)
-    sys.stdin.readline()
-    print(json.dumps({"ran_on": ray.get(ref, timeout=30)}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
-    try:
-        assert json_line(proc)["pending"]
-        joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
-        assert joined.returncode == 0, joined.stderr
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
-        proc.wait(30)
-        assert "special" in proc.stderr.read()  # the infeasible line, while it waited
-    finally:
-        stop_driver(proc)
+    """)
 
 
 def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
     # The head is told it has no GPU: on a machine with one, it would hold the actor itself.
-    head = hosts.start_head("--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    hosts.join_alive(MEMBER, hosts.start_head("--num-gpus", "0"), "--num-cpus", "2",
+                     "--num-gpus", "1")
     doc = _run_driver(hosts, """
     @ray.remote(num_gpus=1)
     class Gpu:

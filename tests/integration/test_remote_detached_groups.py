@@ -15,10 +15,10 @@ import os
 import signal
 import subprocess
 
-from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
+from .helpers import cli, driver, go_on, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
-from .test_remote_placement_groups import PG
+from .test_remote_placement_groups import PG, _join_late
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
 WHERE = """
@@ -26,6 +26,18 @@ WHERE = """
     class Where:
         def ip(self):
             return ips[ray.get_runtime_context().get_node_id()]
+    """
+
+
+# The end of a driver script holding a pending group ``pg``: it waits for the group to be
+# placed, removes it, and prints what it saw.
+READY_LATER = """
+    later = pg.wait(30)
+    ready = ray.get(pg.ready(), timeout=10) is not None
+    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+    remove_placement_group(pg)
+    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
+    ray.shutdown()
     """
 
 
@@ -50,6 +62,13 @@ def _let_the_creator_end(creator) -> None:
     creator.stdin.write("\n")
     creator.stdin.flush()
     assert creator.wait(30) == 0
+
+
+def _stop_both(creator, other) -> None:
+    """The creating driver and the other one (None: not started yet) are stopped."""
+    stop_driver(creator)
+    if other is not None:
+        stop_driver(other)
 
 
 def _create_detached(hosts, name: str, *, max_restarts: int = 0, cpus: int = 1,
@@ -115,11 +134,7 @@ def test_a_detached_group_spans_nodes_outlives_its_driver_and_any_driver_removes
         pg, 1)).remote()
     named_ip = ray.get(named.ip.remote(), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(named.ip.remote(), timeout=20)
-        after = "alive"
-    except Exception as error:
-        after = type(error).__name__
+    after = alive_or_error(named.ip.remote())
     print(json.dumps({"nodes": nodes, "kept": kept, "head_task": head_task,
                       "member_task": member_task, "named": named_ip, "after": after,
                       "waited": waited, "after_kill": after_kill,
@@ -159,9 +174,7 @@ def test_a_detached_groups_name_is_the_clusters_and_the_head_stopping_releases_i
 def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_actor(hosts):
     _cluster(hosts, "2", "2")
     other = "127.0.0.3"
-    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    hosts.join_alive(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
     doc = _create_detached(hosts, "moves", max_restarts=1, cpus=2)
     victim = doc["keeper"]
     assert victim in (MEMBER, other), doc
@@ -198,9 +211,7 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     try:
         assert json_line(proc, 30) == {"started": True}
         os.kill(hosts.record(victim).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        moved = json_line(proc, 60)
+        moved = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -290,21 +301,8 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
     anonymous = Anonymous.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, 1)).remote()
     anonymous_ip = ray.get(anonymous.ip.remote(), timeout=30)
-    long = in_bundle(pg, 1).remote(30.0)
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    remove_placement_group(pg)
-    try:
-        ray.get(long, timeout=20)
-        removed = "returned"
-    except Exception as error:
-        removed = type(error).__name__
-    removed_s = time.monotonic() - t0
-    try:
-        ray.get(anonymous.ip.remote(), timeout=20)
-        anonymous_after = "alive"
-    except Exception as error:
-        anonymous_after = type(error).__name__
+    removed, removed_s = removed_under(pg, 1)
+    anonymous_after = alive_or_error(anonymous.ip.remote())
     print(json.dumps({"after_exit": after_exit, "after_exit_s": after_exit_s,
                       "removed": removed, "removed_s": removed_s,
                       "anonymous": anonymous_ip, "anonymous_after": anonymous_after,
@@ -336,18 +334,11 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
                          lifetime="detached")
     print(json.dumps({"early": pg.wait(1.0),
                       "state": placement_group_table(pg)["state"]}), flush=True)
-    later = pg.wait(30)
-    ready = ray.get(pg.ready(), timeout=10) is not None
-    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
-    remove_placement_group(pg)
-    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"))
+    """ + READY_LATER, hosts.env("127.0.0.1"))
     try:
         doc = json_line(proc, 30)
         assert doc == {"early": False, "state": "PENDING"}, doc
-        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
+        _join_late(hosts)
         doc = json_line(proc, 40)
         assert doc["later"] is True and doc["ready"] is True, doc
         assert len(set(doc["nodes"])) == 2, doc
@@ -388,27 +379,18 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     print(json.dumps({"early": pg.wait(0.5), "state": placement_group_table(pg)["state"],
                       "bundles": pg.bundle_specs, "rows": [r["state"] for r in rows]}),
           flush=True)
-    later = pg.wait(30)
-    ready = ray.get(pg.ready(), timeout=10) is not None
-    nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
-    remove_placement_group(pg)
-    print(json.dumps({"later": later, "ready": ready, "nodes": nodes}), flush=True)
-    ray.shutdown()
-    """, hosts.env("127.0.0.1"))
+    """ + READY_LATER, hosts.env("127.0.0.1"))
         doc = json_line(other, 30)
         assert doc == {"early": False, "state": "PENDING",
                        "bundles": [{"CPU": 1.0}, {"CPU": 1.0}], "rows": ["PENDING"]}, doc
-        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
+        _join_late(hosts)
         doc = json_line(other, 40)
         assert doc["later"] is True and doc["ready"] is True, doc
         assert len(set(doc["nodes"])) == 2, doc
         assert other.wait(30) == 0
         _let_the_creator_end(creator)
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     _no_group_left(hosts)
 
 
@@ -467,21 +449,16 @@ def test_a_pending_detached_groups_handle_in_another_driver_places_an_actor_and_
     ray.shutdown()
     """, hosts.env("127.0.0.1"))
         assert json_line(other, 30) == {"removed": True}
-        creator.stdin.write("\n")
-        creator.stdin.flush()
-        seen = json_line(creator, 30)
+        seen = go_on(creator, 30)
         assert "does not exist" in seen["never"] and seen["took"] < 5.0, seen
         print(f"\na pending detached group removed by another driver: its creator saw it "
               f"{seen['took']:.2f} s later")
-        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
+        _join_late(hosts)
         assert json_line(other, 60) == {"ip": MEMBER}
         assert other.wait(30) == 0
         _let_the_creator_end(creator)
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     _no_group_left(hosts)
 
 
@@ -569,12 +546,8 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
         assert json_line(other, 30) == {"first": True}
-        creator.stdin.write("\n")
-        creator.stdin.flush()
-        assert json_line(creator, 30) == {"removed": True}
-        other.stdin.write("\n")
-        other.stdin.flush()
-        seen = json_line(other, 60)
+        assert go_on(creator, 30) == {"removed": True}
+        seen = go_on(other, 60)
         assert seen["in_service"] == [True, False], seen
         for name in ("first", "second"):
             assert seen[name].startswith("ActorDiedError"), seen
@@ -582,7 +555,5 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
         assert other.wait(30) == 0
         assert creator.wait(30) == 0
     finally:
-        stop_driver(creator)
-        if other is not None:
-            stop_driver(other)
+        _stop_both(creator, other)
     assert wait_until(lambda: not _head_groups(hosts), 10.0)  # (no member here)

@@ -19,15 +19,15 @@ check finds them).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import textwrap
 
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import KEPT_PROBES, driver, finish_json, json_line, stop_driver, wait_until
+from .helpers import KEPT_PROBES, driver, finish_json, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_objects import GET_AFTER_KILL, _after_member_killed
 from .test_remote_tasks import MEMBER, _join_special
 
 PRELUDE = """
@@ -211,26 +211,10 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts):
     proc = driver(textwrap.dedent(PRELUDE) + textwrap.dedent(KEEPER + """
     keeper = Keeper.options(name="keeper", lifetime="detached").remote()
     ref = keeper.array.remote(1)
-    print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
-          flush=True)
-    sys.stdin.readline()
-    t0 = time.monotonic()
+    """ + GET_AFTER_KILL), hosts.env("127.0.0.1"), stdin=subprocess.PIPE,
+                  MEMBER_SHM=_member_shm(hosts), MEMBER_ROOT_TAG=_member_tag(hosts))
     try:
-        ray.get(ref, timeout=60)
-        out = {"error": None}
-    except Exception as error:
-        out = {"error": type(error).__name__, "hex": getattr(error, "object_ref_hex", None),
-               "ref": ref.hex(), "waited": time.monotonic() - t0}
-    print(json.dumps(out), flush=True)
-    ray.shutdown()
-    """), hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_SHM=_member_shm(hosts),
-                  MEMBER_ROOT_TAG=_member_tag(hosts))
-    try:
-        assert json_line(proc, 120)["kept"]
-        os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 90)
+        doc = _after_member_killed(hosts, proc, 90)
         assert doc["error"] == "ObjectLostError" and doc["hex"] == doc["ref"], doc
         assert doc["waited"] < 30, doc
         proc.wait(30)

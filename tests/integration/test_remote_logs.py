@@ -22,7 +22,7 @@ import pytest
 from .helpers import cli, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _run_driver
-from .test_remote_tls import _certificates
+from .test_remote_tls import _tls_on_hosts
 
 BODY = """
     @ray.remote
@@ -95,11 +95,7 @@ BODY = """
 @pytest.fixture(params=[False, True], ids=["plain", "tls"])
 def member(request, hosts, tmp_path):
     if request.param:
-        certs = _certificates(tmp_path / "certs")
-        tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": certs["node"][0],
-               "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "MINIRAY_TLS_CA_CERT": certs["ca"]}
-        for ip in ("127.0.0.1", MEMBER):
-            hosts.env(ip).update(tls)
+        _tls_on_hosts(hosts, tmp_path)
     yield hosts.start_member(MEMBER, "--num-cpus", "2")
 
 

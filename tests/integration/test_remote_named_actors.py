@@ -29,9 +29,9 @@ from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport import peer_handshake as ph
 
-from .helpers import cli, driver, finish_json, json_line, stop_driver, wait_until
+from .helpers import OUTCOME, cli, driver, finish_json, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
-from .test_remote_actors import _member_leases
+from .test_remote_actors import TIMED, _member_leases
 from .test_remote_tasks import MEMBER, _join_special
 
 PRELUDE = """
@@ -41,11 +41,7 @@ PRELUDE = """
     member = next((n["NodeID"] for n in ray.nodes()
                    if n["NodeManagerAddress"] == "127.0.0.2" and n["Alive"]), None)
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+""" + OUTCOME + """
 
     def special(expected, within=10):
         t0 = time.monotonic()
@@ -105,12 +101,7 @@ def test_a_detached_actor_on_the_member_outlives_its_creator_and_ends_with_kill(
            "where": ray.get(keeper.where.remote(), timeout=30),
            "names": ray.util.list_named_actors(), "held": special(1)}
 
-    def timed(actor, n=200):
-        ray.get([actor.add.remote(0) for _ in range(5)])
-        t0 = time.perf_counter()
-        for _ in range(n):
-            ray.get(actor.add.remote(0))
-        return (time.perf_counter() - t0) / n * 1e6
+    """ + TIMED + """
 
     local = ray.get_actor("local_keeper")
     out["us"] = [timed(keeper), timed(local)]
@@ -289,9 +280,7 @@ def test_a_detached_actor_whose_member_dies_restarts_on_the_head_in_the_service(
         assert first["before"] == [first["member"]] * 2, first
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
         time.sleep(1.0)
-        creator.stdin.write("\n")
-        creator.stdin.flush()
-        after = json_line(creator, 60)
+        after = go_on(creator, 60)
         assert creator.wait(30) == 0, creator.stderr.read()[-3000:]
     finally:
         stop_driver(creator)
@@ -516,9 +505,7 @@ def test_a_member_drivers_proxies_fail_when_the_head_stops(hosts):
         assert json_line(member_driver, 90) == {"ping": "pong"}
         stopped = cli(hosts.env("127.0.0.1"), "stop")
         assert stopped.returncode == 0, stopped.stderr
-        member_driver.stdin.write("\n")
-        member_driver.stdin.flush()
-        after = json_line(member_driver, 60)
+        after = go_on(member_driver, 60)
         assert member_driver.wait(30) == 0, member_driver.stderr.read()[-3000:]
     finally:
         stop_driver(member_driver)

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from .helpers import wait_until
+from .helpers import CANCEL_AND_GET, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _run_driver
 
@@ -337,7 +337,7 @@ def test_a_childs_error_reaches_the_remote_parent_and_the_driver_with_its_type(h
 
 
 def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, member):
-    doc = _run_driver(hosts, """
+    doc = _run_driver(hosts, CANCEL_AND_GET + """
     @ray.remote(max_retries=0)
     def child(path):
         open(path, "w").close()
@@ -361,13 +361,7 @@ def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, memb
     while not os.path.exists(blocked_path) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.2)
-    t0 = time.monotonic()
-    ray.cancel(blocked)
-    try:
-        ray.get(blocked, timeout=20)
-        interrupted = None
-    except Exception as error:
-        interrupted = [type(error).__name__, time.monotonic() - t0]
+    interrupted = cancel_and_get(blocked)
 
     paths = [os.path.join(os.environ["MINIRAY_TMPDIR"], f"child-{i}") for i in range(2)]
     ref = parent.options(scheduling_strategy=there).remote(paths)
@@ -375,14 +369,7 @@ def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, memb
     while not all(os.path.exists(p) for p in paths) and time.monotonic() < deadline:
         time.sleep(0.05)
     started = all(os.path.exists(p) for p in paths)
-    t0 = time.monotonic()
-    ray.cancel(ref, recursive=True)
-    try:
-        ray.get(ref, timeout=20)
-        outcome = None
-    except Exception as error:
-        outcome = type(error).__name__
-    waited = time.monotonic() - t0
+    outcome, waited = cancel_and_get(ref, recursive=True)
     from miniray.util.state import list_tasks
     state = list_tasks(filters=[("name", "=", "child")])
     print(json.dumps({"interrupted": interrupted, "started": started, "outcome": outcome,

@@ -31,7 +31,7 @@ import pytest
 from miniray._private.core import config
 from miniray._private.host import session
 
-from .helpers import KEPT_PROBES, cli, driver, json_line, stop_driver, wait_until
+from .helpers import KEPT_PROBES, cli, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
@@ -291,14 +291,13 @@ def _after_member_killed(hosts, proc, timeout: float = 120) -> dict:
     let the driver go on (a line on its stdin), and return what it printed next."""
     assert json_line(proc, 120)["kept"]
     os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-    proc.stdin.write("\n")
-    proc.stdin.flush()
-    return json_line(proc, timeout)
+    return go_on(proc, timeout)
 
 
-def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
-    proc = driver(PRELUDE + KEPT + """
-    ref = make.options(**on).remote(3)
+# The end of a driver script whose ``ref`` is kept on the member (KEPT_PROBES): it says so,
+# waits for a line on its stdin (``_after_member_killed``: the member's node is killed) and
+# prints how its ``get`` of ``ref`` then ended.
+GET_AFTER_KILL = """
     print(json.dumps({"kept": until(lambda: recorded(ref)) and len(kept()) == 1}),
           flush=True)
     sys.stdin.readline()
@@ -312,7 +311,14 @@ def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
                "waited": time.monotonic() - t0}
     print(json.dumps(out), flush=True)
     ray.shutdown()
-    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts))
+    """
+
+
+def test_the_member_killed_before_get_is_object_lost_error(hosts, member):
+    proc = driver(PRELUDE + KEPT + """
+    ref = make.options(**on).remote(3)
+    """ + GET_AFTER_KILL, hosts.env("127.0.0.1"), stdin=subprocess.PIPE,
+                  MEMBER_ROOT_TAG=_member_tag(hosts))
     try:
         doc = _after_member_killed(hosts, proc, 90)
         assert doc["error"] == "ObjectLostError", doc

@@ -9,7 +9,7 @@ teardown); the driver runs on the head's host (``_run_driver`` of test_remote_ta
 
 from __future__ import annotations
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import driver, json_line, stop_driver
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _run_driver
 
@@ -26,10 +26,7 @@ NODE_OF = """
 def _cluster(hosts, head_cpus: str, member_cpus: str | None):
     head = hosts.start_head("--num-cpus", head_cpus)
     if member_cpus is not None:
-        joined = hosts.join(MEMBER, head, "--num-cpus", member_cpus)
-        assert joined.returncode == 0, joined.stderr
-        assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get(
-            "alive"), 5.0)
+        hosts.join_alive(MEMBER, head, "--num-cpus", member_cpus)
 
 
 def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(hosts,

@@ -10,8 +10,11 @@ teardown); the driver runs on the head's host (``_run_driver`` of test_remote_ta
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 
-from .helpers import cli, driver, json_line, ledger_leases, stop_driver, wait_until
+from .helpers import cli, driver, go_on, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
@@ -35,6 +38,50 @@ PG = """
 
     def full():
         return (ray.available_resources().get("CPU", 0), ray.cluster_resources()["CPU"])
+
+    def table_until(pg, done, seconds=20):
+        # pg's table polled until done(table) or the time is up; the states seen, the table.
+        states, t0 = [], time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            table = placement_group_table(pg)
+            states.append(table["state"])
+            if done(table):
+                break
+            time.sleep(0.05)
+        return states, table
+
+    def alive_or_error(ref, timeout=20):
+        # "alive" if ref's get returns, else the type of the error it raised
+        try:
+            ray.get(ref, timeout=timeout)
+            return "alive"
+        except Exception as error:
+            return type(error).__name__
+
+    def removed_under(pg, index):
+        # A long task in bundle ``index``, then pg removed: how the task ended, how soon.
+        long = in_bundle(pg, index).remote(30.0)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        remove_placement_group(pg)
+        try:
+            ray.get(long, timeout=20)
+            ended = "finished"
+        except Exception as error:
+            ended = type(error).__name__
+        return ended, time.monotonic() - t0
+    """
+
+# Tasks and actors that each take one GPU of a bundle (the driver's ``strategy``).
+GPUS = """
+    @ray.remote(num_gpus=1)
+    class Gpu:
+        def ids(self):
+            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def gpu():
+        return ray.get_gpu_ids()
     """
 
 
@@ -56,6 +103,30 @@ def _group_holder(hosts, bundles: list, name: str):
         stop_driver(proc)
         raise
     return proc
+
+
+def _gpu_cluster(hosts):
+    """A head with no GPU and a member with two."""
+    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
+    hosts.join_alive(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+
+
+def _join_late(hosts, ip: str = MEMBER) -> None:
+    """A member with one CPU on ``ip`` joins the running head."""
+    joined = hosts.join(ip, hosts.record("127.0.0.1").address, "--num-cpus", "1")
+    assert joined.returncode == 0, joined.stderr
+
+
+def _ends(pid: int) -> bool:
+    """Whether process ``pid`` ends within 10 s."""
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    return wait_until(gone, 10.0)
 
 
 def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
@@ -128,16 +199,7 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     # Any bundle (-1) of a group with no bundle here runs in one of the member's.
     anyone = ray.get([in_bundle(pack, -1).remote() for _ in range(4)], timeout=30)
     # A long task in a removed group ends as a local one does: TaskPlacementGroupRemoved.
-    long = in_bundle(pack, 0).remote(30.0)
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    remove_placement_group(pack)
-    try:
-        ray.get(long, timeout=20)
-        ended = "finished"
-    except Exception as error:
-        ended = type(error).__name__
-    took = time.monotonic() - t0
+    ended, took = removed_under(pack, 0)
     after = wait_full(5.0)
     print(json.dumps({"here": here, "member": member, "before": before, "after": after,
                       "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
@@ -181,8 +243,7 @@ def test_a_group_no_node_set_can_hold_stays_pending_until_a_member_joins(hosts):
         doc = json_line(proc, 30)
         assert doc == {"early": False, "state": "PENDING", "where": {"0": "", "1": ""},
                        "scheduling": "INFEASIBLE"}, doc
-        joined = hosts.join(MEMBER, hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
+        _join_late(hosts)
         doc = json_line(proc, 30)
         assert doc["later"] is True and len(set(doc["nodes"])) == 2, doc
         assert proc.wait(30) == 0
@@ -239,11 +300,7 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     ray.kill(first)
     where_second = ray.get(second.node.remote(), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(second.node.remote(), timeout=20)
-        after = "alive"
-    except Exception as error:
-        after = type(error).__name__
+    after = alive_or_error(second.node.remote())
     print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
                       "after": after, "pg": pg.id.hex()}), flush=True)
     ray.shutdown()
@@ -330,10 +387,7 @@ def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(
 
 
 def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
@@ -367,24 +421,12 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, 0)
-
-    @ray.remote(num_gpus=1)
-    class Gpu:
-        def ids(self):
-            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-    @ray.remote(num_gpus=1, num_cpus=0)
-    def gpu():
-        return ray.get_gpu_ids()
-
+    """ + GPUS + """
     first, second = (Gpu.options(scheduling_strategy=strategy).remote() for _ in range(2))
     pair = ray.get([first.ids.remote(), second.ids.remote()], timeout=30)
     # Both devices are the actors': a task waits until one of them leaves.
@@ -402,15 +444,9 @@ def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     other = "127.0.0.3"
-    joined = hosts.join(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(other) or {}).get("alive"), 5.0)
+    hosts.join_alive(other, hosts.record("127.0.0.1").address, "--num-cpus", "2")
     proc = driver(PRELUDE + PG + """
     import sys
     ray_nodes = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
@@ -438,13 +474,9 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
     time.sleep(1.0)
     print(json.dumps({"here": here, "first": first, "ip": ray_nodes[first[1]]}), flush=True)
     sys.stdin.readline()  # the test kills bundle 1's node now
-    states, t0 = [], time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        states.append(table["state"])
-        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
-            break
-        time.sleep(0.05)
+    t0 = time.monotonic()
+    states, table = table_until(pg, lambda table: table["state"] == "CREATED"
+                                and table["bundles_to_node_id"][1] != first[1])
     moved = table["bundles_to_node_id"]
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
@@ -467,9 +499,7 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
         assert victim in (MEMBER, other), doc
         survivor = other if victim == MEMBER else MEMBER
         os.kill(hosts.record(victim).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -483,10 +513,6 @@ def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retr
 
 
 def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(hosts):
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -494,21 +520,11 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
     assert pg.wait(20)
     print(json.dumps({"first": placement_group_table(pg)["bundles_to_node_id"]}), flush=True)
     sys.stdin.readline()  # the member is killed
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        if table["state"] == "RESCHEDULING":
-            break
-        time.sleep(0.05)
+    _, table = table_until(pg, lambda table: table["state"] == "RESCHEDULING")
     print(json.dumps({"state": table["state"], "where": table["bundles_to_node_id"],
                       "ready": pg.wait(0.1)}), flush=True)
     sys.stdin.readline()  # another member joined
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        if table["state"] == "CREATED":
-            break
-        time.sleep(0.05)
+    _, table = table_until(pg, lambda table: table["state"] == "CREATED")
     @ray.remote(num_cpus=1)
     def node_id():
         return ray.get_runtime_context().get_node_id()
@@ -524,17 +540,12 @@ def test_a_lost_bundle_with_no_node_to_go_to_waits_rescheduling_until_one_joins(
         head_id = hosts.record("127.0.0.1").node_id
         assert first == {"0": head_id, "1": hosts.record(MEMBER).node_id}, first
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
+        doc = go_on(proc, 40)
         # As Ray 2.60 shows it: the lost bundle has no node, the other stays.
         assert doc == {"state": "RESCHEDULING", "where": {"0": head_id, "1": ""},
                        "ready": True}, doc
-        joined = hosts.join("127.0.0.3", hosts.record("127.0.0.1").address, "--num-cpus", "1")
-        assert joined.returncode == 0, joined.stderr
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
+        _join_late(hosts, "127.0.0.3")
+        doc = go_on(proc, 40)
         assert doc["state"] == "CREATED", doc
         third = hosts.record("127.0.0.3").node_id
         assert doc["where"] == {"0": head_id, "1": third} and doc["ran"] == third, doc
@@ -548,10 +559,6 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
     # numbers; the task that ran in it is retried here, an actor with a restart left
     # restarts here, and one with none dies with ActorDiedError naming the member.
-    import os
-    import signal
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -588,13 +595,9 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     time.sleep(1.0)
     print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
     sys.stdin.readline()  # the test kills the member now
-    states, t0 = [], time.monotonic()
-    while time.monotonic() - t0 < 20:
-        table = placement_group_table(pg)
-        states.append(table["state"])
-        if table["state"] == "CREATED" and table["bundles_to_node_id"][1] != first[1]:
-            break
-        time.sleep(0.05)
+    t0 = time.monotonic()
+    states, table = table_until(pg, lambda table: table["state"] == "CREATED"
+                                and table["bundles_to_node_id"][1] != first[1])
     took = time.monotonic() - t0
     retried = ray.get(long, timeout=30)[0]
     after = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
@@ -618,9 +621,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         assert doc["first"] == {"0": member, "1": member}, doc
         assert doc["before"] == [MEMBER] * 3, doc
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -640,8 +641,6 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     # creating driver holds on the member, whose room the driver keeps for it until the
     # name no longer finds it (killed here by another driver). A detached one there is
     # refused, naming why; removing the group ends a named one.
-    import subprocess
-
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -674,11 +673,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     second = Counter.options(name="second", namespace="pgs", scheduling_strategy=in1).remote()
     there = ray.get(second.add.remote(2), timeout=30)
     remove_placement_group(pg)
-    try:
-        ray.get(second.add.remote(1), timeout=30)
-        ended = "alive"
-    except Exception as error:
-        ended = type(error).__name__
+    ended = alive_or_error(second.add.remote(1), 30)
     print(json.dumps({"ran": ran, "waited": waited, "there": there, "ended": ended}),
           flush=True)
     ray.shutdown()
@@ -702,9 +697,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
             assert other.wait(30) == 0
         finally:
             stop_driver(other)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -713,24 +706,12 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
 
 
 def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, -1)  # "any bundle": the member's
-
-    @ray.remote(num_gpus=1)
-    class Gpu:
-        def ids(self):
-            return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-    @ray.remote(num_gpus=1, num_cpus=0)
-    def gpu():
-        return ray.get_gpu_ids()
-
+    """ + GPUS + """
     first = Gpu.options(name="g1", scheduling_strategy=strategy).remote()
     one = ray.get(first.ids.remote(), timeout=30)
     task = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
@@ -752,8 +733,6 @@ def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stays(hosts):
-    import os
-
     _cluster(hosts, "2", "2")
     doc = _run_driver(hosts, PG + """
     @ray.remote
@@ -770,18 +749,11 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
     pid, ip = doc["pid"]
     assert ip == MEMBER, doc
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
     def member_leases() -> dict:
         with open(os.path.join(hosts.record(MEMBER).session_dir, "ledger.json")) as f:
             return json.load(f)["leases"]
 
-    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not member_leases(), 10.0), member_leases()
 
 
@@ -790,8 +762,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     # the member's ledger, which that service cannot read: the driver lends the room as a
     # driver of the head does, and its own watch (0.5 s) ends the loan and the actor.
     _cluster(hosts, "2", "2")
-    import subprocess
-
     proc = driver("""
     import json, sys, time
     import miniray as ray
@@ -852,9 +822,7 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
             assert other.wait(30) == 0, other.stderr.read()
         finally:
             stop_driver(other)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
@@ -864,8 +832,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
 
 def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its_driver(
         hosts):
-    import os
-
     _cluster(hosts, "2", "2")
     proc = driver("""
     import json, os
@@ -894,13 +860,6 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its
     finally:
         stop_driver(proc)
 
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
-
-    assert wait_until(gone, 10.0), "the named actor's worker outlived its driver"
+    assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       10.0)

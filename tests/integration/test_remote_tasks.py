@@ -24,7 +24,7 @@ from miniray._private.host import auth_token
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import RemoteNodeClient
 
-from .helpers import driver, json_line, stop_driver, wait_until
+from .helpers import CANCEL_AND_GET, OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 
 MEMBER = "127.0.0.2"
@@ -318,9 +318,7 @@ def _member_fails_mid_task(hosts, sig: int, bound_s: float) -> dict:
         if sig == signal.SIGSTOP:
             hosts.stopped.append(pid)
         os.kill(pid, sig)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 40)
+        doc = go_on(proc, 40)
         assert doc["outcome"] and doc["outcome"].startswith("NodeDiedError"), doc
         assert doc["waited"] < bound_s, doc
         proc.wait(30)
@@ -362,7 +360,7 @@ def test_a_driver_with_the_wrong_token_never_runs_code_on_the_member(hosts, memb
 
 
 def test_cancel_reaches_a_remote_task_and_a_dead_idle_worker_is_replaced(hosts, member):
-    doc = _run_driver(hosts, """
+    doc = _run_driver(hosts, CANCEL_AND_GET + """
     @ray.remote(max_retries=0)
     def slow():
         for _ in range(300):  # a cancel is raised between bytecodes, as in Ray
@@ -374,14 +372,7 @@ def test_cancel_reaches_a_remote_task_and_a_dead_idle_worker_is_replaced(hosts, 
 
     ref = slow.options(scheduling_strategy=there).remote()
     time.sleep(1.5)
-    t0 = time.monotonic()
-    ray.cancel(ref)
-    try:
-        ray.get(ref, timeout=20)
-        outcome = None
-    except Exception as error:
-        outcome = type(error).__name__
-    waited = time.monotonic() - t0
+    outcome, waited = cancel_and_get(ref)
     first = ray.get(pid.options(scheduling_strategy=there).remote(), timeout=20)
     os.kill(first, 9)  # the member's idle worker dies (same machine: a stand-in)
     time.sleep(0.5)
@@ -395,10 +386,7 @@ def test_cancel_reaches_a_remote_task_and_a_dead_idle_worker_is_replaced(hosts, 
 
 
 def test_a_gpu_task_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
-    head = hosts.start_head()
-    joined = hosts.join(MEMBER, head, "--num-cpus", "2", "--num-gpus", "1")
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    hosts.start_member(MEMBER, "--num-cpus", "2", "--num-gpus", "1")
     doc = _run_driver(hosts, """
     @ray.remote(num_gpus=1)
     def gpu():
@@ -424,10 +412,7 @@ def test_a_member_held_dead_fails_its_running_task_with_node_died_error(hosts, m
 
 def _join_special(hosts):
     """Head: 2 CPUs; member: 4 CPUs and 2 "special" (only it has them)."""
-    head = hosts.start_head()
-    joined = hosts.join(MEMBER, head, "--num-cpus", "4", "--resources", '{"special": 2}')
-    assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    hosts.start_member(MEMBER, "--num-cpus", "4", "--resources", '{"special": 2}')
 
 
 def test_placement_affinity_resources_only_a_member_has_and_force_cancel(hosts):
@@ -439,11 +424,7 @@ def test_placement_affinity_resources_only_a_member_has_and_force_cancel(hosts):
     def node():
         return ray.get_runtime_context().get_node_id()
 
-    def outcome(ref, timeout=30):
-        try:
-            return ray.get(ref, timeout=timeout)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
+    """ + OUTCOME + """
 
     soft = NodeAffinitySchedulingStrategy(member, soft=True)
     unknown = NodeAffinitySchedulingStrategy("ff" * 28, soft=False)
@@ -534,9 +515,7 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
     try:
         json_line(proc)  # the three run on the member now (the queued one: either way)
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        doc = json_line(proc, 60)
+        doc = go_on(proc, 60)
         # Soft affinity, one retry: it ran again on the driver's node.
         assert doc["retried"] == doc["here"], doc
         # Hard affinity to the dead node: the retry cannot be placed (Ray's error).
@@ -553,18 +532,15 @@ def test_a_task_whose_node_dies_is_retried_elsewhere_while_max_retries_allows(ho
         stop_driver(proc)
 
 
-def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
+def _runs_once_a_special_member_joins(hosts, code: str) -> None:
+    """A driver's call ``ref`` (made by ``code``) that needs "special", which no node has,
+    waits (saying so on stderr) until a member with it joins, then runs there."""
     head = hosts.start_head()
     proc = driver("""
     import json, sys
     import miniray as ray
     ray.init(address="auto")
-
-    @ray.remote(resources={"special": 1})
-    def node():
-        return ray.get_runtime_context().get_node_id()
-
-    ref = node.remote()
+    """ + code + """
     ready, _ = ray.wait([ref], timeout=1.0)
     print(json.dumps({"pending": not ready}), flush=True)
     sys.stdin.readline()
@@ -575,13 +551,21 @@ def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
         assert json_line(proc)["pending"]
         joined = hosts.join(MEMBER, head, "--num-cpus", "1", "--resources", '{"special": 1}')
         assert joined.returncode == 0, joined.stderr
-        proc.stdin.write("\n")
-        proc.stdin.flush()
-        assert json_line(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
+        assert go_on(proc, 40)["ran_on"] == hosts.record(MEMBER).node_id
         proc.wait(30)
         assert "special" in proc.stderr.read()  # the infeasible line, while it waited
     finally:
         stop_driver(proc)
+
+
+def test_a_task_no_node_can_hold_runs_on_a_member_that_joins_later(hosts):
+    _runs_once_a_special_member_joins(hosts, """
+    @ray.remote(resources={"special": 1})
+    def node():
+        return ray.get_runtime_context().get_node_id()
+
+    ref = node.remote()
+    """)
 
 
 def test_a_denied_task_moves_to_another_member_with_room(hosts):
@@ -613,7 +597,7 @@ def test_a_remote_child_is_cancelled_recursively_with_its_parent(hosts, member, 
     """A local task submits a child that runs on the member; ``cancel(parent,
     recursive=True)`` reaches the child as it reaches a local one."""
     started, stopped = tmp_path / "started", tmp_path / "stopped"
-    doc = _run_driver(hosts, f"""
+    doc = _run_driver(hosts, CANCEL_AND_GET + f"""
     @ray.remote(max_retries=0)
     def child():
         open({str(started)!r}, "w").close()
@@ -638,12 +622,7 @@ def test_a_remote_child_is_cancelled_recursively_with_its_parent(hosts, member, 
 
     ref = parent.remote(member)
     began = wait_for({str(started)!r}, 20)
-    ray.cancel(ref, recursive=True)
-    try:
-        ray.get(ref, timeout=20)
-        outcome = None
-    except Exception as error:
-        outcome = type(error).__name__
+    outcome, _ = cancel_and_get(ref, recursive=True)
     print(json.dumps({{"began": began, "outcome": outcome,
                       "child_stopped": wait_for({str(stopped)!r}, 10)}}), flush=True)
     ray.shutdown()

@@ -54,17 +54,22 @@ def _certificates(root) -> dict:
             "ca": str(root / "ca.pem")}
 
 
+def _tls_on_hosts(hosts, tmp_path, ips=("127.0.0.1", MEMBER)) -> dict:
+    """TLS turned on for the hosts ``ips`` (before their nodes start), with certificates
+    made under ``tmp_path``; returns them (``_certificates``)."""
+    certs = _certificates(tmp_path / "certs")
+    tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": certs["node"][0],
+           "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "MINIRAY_TLS_CA_CERT": certs["ca"]}
+    for ip in ips:
+        hosts.env(ip).update(tls)
+    return certs
+
+
 @pytest.fixture(params=[True, False], ids=["tls", "plain"])
 def member(request, hosts, tmp_path):
     """Two fake hosts, with TLS on both (``tls``) or on neither (``plain``: the baseline
     of the measurement); yields ``(certificates or None, the member's (host, port))``."""
-    certs = None
-    if request.param:
-        certs = _certificates(tmp_path / "certs")
-        tls = {"MINIRAY_USE_TLS": "1", "MINIRAY_TLS_SERVER_CERT": certs["node"][0],
-               "MINIRAY_TLS_SERVER_KEY": certs["node"][1], "MINIRAY_TLS_CA_CERT": certs["ca"]}
-        for ip in ("127.0.0.1", MEMBER):
-            hosts.env(ip).update(tls)
+    certs = _tls_on_hosts(hosts, tmp_path) if request.param else None
     yield certs, hosts.start_member(MEMBER, "--num-cpus", "2")
 
 

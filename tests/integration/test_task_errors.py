@@ -477,18 +477,24 @@ def test_tasks_queued_behind_a_crash_still_run(ray):
 
 
 # ----------------------------------------------------------------------------- retry_exceptions
-def test_application_errors_are_not_retried_by_default(ray, tmp_path):
+def _attempts_failing(ray, tmp_path, error: Exception, **options) -> int:
+    """A task (``options``) that notes each attempt in a file and always raises ``error``:
+    its ``get`` raises that error's type; returns how many attempts ran."""
     log = str(tmp_path / "attempts")
 
-    @ray.remote(max_retries=3)
+    @ray.remote(**options)
     def fail(path):
         with open(path, "a") as f:
             f.write("x\n")
-        raise ValueError("no retry")
+        raise error
 
-    with pytest.raises(ValueError):
+    with pytest.raises(type(error)):
         ray.get(fail.remote(log), timeout=GET_TIMEOUT)
-    assert _attempts(log) == 1
+    return _attempts(log)
+
+
+def test_application_errors_are_not_retried_by_default(ray, tmp_path):
+    assert _attempts_failing(ray, tmp_path, ValueError("no retry"), max_retries=3) == 1
 
 
 @pytest.mark.parametrize(
@@ -510,31 +516,13 @@ def test_retry_exceptions_retries_application_errors(ray, tmp_path, retry_except
 
 
 def test_retry_exceptions_allow_list_does_not_retry_other_errors(ray, tmp_path):
-    log = str(tmp_path / "attempts")
-
-    @ray.remote(max_retries=2, retry_exceptions=[ValueError])
-    def wrong_type(path):
-        with open(path, "a") as f:
-            f.write("x\n")
-        raise TypeError("not on the list")
-
-    with pytest.raises(TypeError):
-        ray.get(wrong_type.remote(log), timeout=GET_TIMEOUT)
-    assert _attempts(log) == 1
+    assert _attempts_failing(ray, tmp_path, TypeError("not on the list"), max_retries=2,
+                             retry_exceptions=[ValueError]) == 1
 
 
 def test_retry_exceptions_gives_up_after_max_retries(ray, tmp_path):
-    log = str(tmp_path / "attempts")
-
-    @ray.remote(max_retries=2, retry_exceptions=True)
-    def always(path):
-        with open(path, "a") as f:
-            f.write("x\n")
-        raise ValueError("always")
-
-    with pytest.raises(ValueError):
-        ray.get(always.remote(log), timeout=GET_TIMEOUT)
-    assert _attempts(log) == 3
+    assert _attempts_failing(ray, tmp_path, ValueError("always"), max_retries=2,
+                             retry_exceptions=True) == 3
 
 
 def test_retry_exceptions_with_options(ray, tmp_path):
