@@ -64,6 +64,8 @@ STREAMING_GENERATOR_RETURN = STREAMING
 
 _BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
 
+_new_method = object.__new__  # ActorHandle.__getattr__ makes an ActorMethod without __init__
+
 
 class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an ActorClass."""
@@ -255,6 +257,7 @@ class ActorHandle(Generic[T]):
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
         self._state = state
+        self._specs: dict[str, _MethodSpec] = {}  # method name -> spec (see __getattr__)
         tracker = context.current()
         self._token = tracker.session_token if tracker is not None else None
         if tracker is not None:
@@ -275,14 +278,35 @@ class ActorHandle(Generic[T]):
         return (ActorHandle, (self._actor_id, self._state))
 
     def __getattr__(self, name: str) -> ActorMethod:
+        # A method's fixed part (_MethodSpec) is built once per handle and name and kept in
+        # ``_specs``, which holds no handle; each lookup binds it to this handle in a fresh
+        # two-slot ActorMethod. Caching bound methods instead would make a cycle
+        # (handle -> method -> handle) and an actor would then end at the next GC pass, not
+        # when its last handle goes.
+        try:
+            spec = self.__dict__["_specs"][name]
+        except KeyError:
+            spec = self._method_spec(name)
+        method = _new_method(ActorMethod)
+        method._handle = self
+        method._spec = spec
+        return method
+
+    def _method_spec(self, name: str) -> _MethodSpec:
+        """The spec of method ``name`` (AttributeError if the actor has none), cached."""
         if name.startswith("_") and name not in _BUILTIN_METHODS and name not in self._state[1]:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
         meta = self._state[1].get(name)
         if meta is None:
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
-        return ActorMethod(self, name, meta[0], meta[1], meta[2],
-                           argspec=meta[3] if len(meta) > 3 else None,
-                           concurrency_group=meta[4] if len(meta) > 4 else None)
+        spec = _MethodSpec(name, meta[0], meta[1], meta[2], name,
+                           meta[3] if len(meta) > 3 else None,
+                           meta[4] if len(meta) > 4 else None, None)
+        specs = self.__dict__.get("_specs")
+        if specs is None:  # a handle made without __init__ (copy, a subclass): no cache
+            return spec
+        specs[name] = spec
+        return spec
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
@@ -338,21 +362,51 @@ class ActorHandle(Generic[T]):
         return refs[0] if count == 1 else refs
 
 
+class _MethodSpec:
+    """What an ActorMethod calls, apart from its handle: fixed once built, shared by every
+    ActorMethod of one handle and name (``ActorHandle.__getattr__``); ``options()`` makes a
+    new one."""
+
+    __slots__ = ("name", "num_returns", "generator", "max_task_retries", "call_name",
+                 "argspec", "concurrency_group", "group_override")
+
+    def __init__(self, name: str, num_returns: int, generator: bool, max_task_retries,
+                 call_name: str, argspec, concurrency_group: str | None,
+                 group_override: str | None) -> None:
+        self.name = name
+        self.num_returns = num_returns
+        self.generator = generator
+        self.max_task_retries = max_task_retries
+        self.call_name = call_name  # the calls' name: .options(name=...), else ``name``
+        self.argspec = argspec
+        self.concurrency_group = concurrency_group  # the method's (@method), None: default
+        self.group_override = group_override  # the call's .options(concurrency_group=...)
+
+
 class ActorMethod:
-    """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``."""
+    """A method of an actor handle. Run it with ``.remote(*args, **kwargs)``.
+
+    It holds its handle (so the actor lives while the method is kept, as in Ray) and its
+    ``_MethodSpec``; the old attribute names (``_name``, ``_num_returns``, ...) read the spec.
+    """
+
+    __slots__ = ("_handle", "_spec")
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
                  max_task_retries, call_name: str | None = None, *, argspec=None,
                  concurrency_group: str | None = None, group_override: str | None = None):
         self._handle = handle
-        self._concurrency_group = concurrency_group  # the method's (@method), None: default
-        self._group_override = group_override  # the call's .options(concurrency_group=...)
-        self._argspec = argspec
-        self._name = name
-        self._num_returns = num_returns
-        self._generator = generator
-        self._max_task_retries = max_task_retries
-        self._call_name = call_name or name
+        self._spec = _MethodSpec(name, num_returns, generator, max_task_retries,
+                                 call_name or name, argspec, concurrency_group, group_override)
+
+    _name = property(lambda self: self._spec.name)
+    _num_returns = property(lambda self: self._spec.num_returns)
+    _generator = property(lambda self: self._spec.generator)
+    _max_task_retries = property(lambda self: self._spec.max_task_retries)
+    _call_name = property(lambda self: self._spec.call_name)
+    _argspec = property(lambda self: self._spec.argspec)
+    _concurrency_group = property(lambda self: self._spec.concurrency_group)
+    _group_override = property(lambda self: self._spec.group_override)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
@@ -360,12 +414,13 @@ class ActorMethod:
             f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
-        argspec = self._argspec  # check()'s first test inlined: a plain call binds
+        spec = self._spec
+        argspec = spec.argspec  # check()'s first test inlined: a plain call binds
         if argspec is not None and (kwargs or len(args) not in argspec.plain_counts):
             argspec.check(args, kwargs)
-        return self._handle._submit(self._name, args, kwargs, self._num_returns,
-                                    self._generator, self._call_name, self._max_task_retries,
-                                    self._group_override or self._concurrency_group)
+        return self._handle._submit(spec.name, args, kwargs, spec.num_returns,
+                                    spec.generator, spec.call_name, spec.max_task_retries,
+                                    spec.group_override or spec.concurrency_group)
 
     def options(self, **opts) -> ActorMethod:
         allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",
