@@ -5,6 +5,9 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, ``method``
 (``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
+A method looked up on a handle keeps that handle (and so the actor) alive, as in Ray; the
+handle keeps no method, only each method's fixed part (``_MethodSpec``), so dropping its last
+handle ends an actor at once, by reference count, with no cycle for the GC to find.
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
 ``miniray/_private/owner/actors.py``); a bad ``concurrency_groups`` value, or a call naming a
 group the class does not define, raises at once (``_private/core/concurrency_groups.py``).
@@ -334,9 +337,7 @@ class ActorHandle(Generic[T]):
                     f"The actor {self._actor_id.hex()} belongs to a session that was shut "
                     "down; create it again in this session.")
 
-    def _submit(self, method: str, args: tuple, kwargs: dict, num_returns: int,
-                generator: bool, name: str, max_task_retries,
-                concurrency_group: str | None = None) -> Any:
+    def _submit(self, spec: _MethodSpec, args: tuple, kwargs: dict) -> Any:
         rt = context.auto_init()  # the runtime (``runtime.auto_init`` starts one if none)
         if self._token is not None and self._token is not rt.session_token:
             raise Exception(
@@ -344,22 +345,29 @@ class ActorHandle(Generic[T]):
                 "to a session that was shut down.")
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
         blob, deps, contained, _stored = serialization.pack_arguments(
-            args, kwargs, method, ObjectRef,
+            args, kwargs, spec.name, ObjectRef,
             rt.large_arguments if args or kwargs else None)  # a call without any: none
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
-        count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
-        return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
+        num_returns = spec.num_returns
+        if num_returns == 1:  # the common call: one return, no list of refs to build
+            return_ids = [ids.object_id_for(task_id, 1)]
+        else:
+            count = 1 if num_returns < 0 else num_returns  # a generator's: one return id
+            return_ids = [ids.object_id_for(task_id, i) for i in range(1, count + 1)]
+        max_task_retries = spec.max_task_retries
         if max_task_retries is None:
             max_task_retries = self._state[2]
         rt.submit_actor_call(self._actor_id, ActorCallSpec(
-            task_id, method, blob, deps, return_ids, num_returns, name, max_task_retries,
-            contained, concurrency_group=concurrency_group))
-        if count == 0:
+            task_id, spec.name, blob, deps, return_ids, num_returns, spec.call_name,
+            max_task_retries, contained, concurrency_group=spec.group))
+        if num_returns == 1:
+            return ObjectRef(return_ids[0])
+        if not return_ids:
             return None
         refs = [ObjectRef(object_id) for object_id in return_ids]
         if num_returns == STREAMING:
             return ObjectRefGenerator(refs[0])
-        return refs[0] if count == 1 else refs
+        return refs[0] if len(refs) == 1 else refs
 
 
 class _MethodSpec:
@@ -368,7 +376,7 @@ class _MethodSpec:
     new one."""
 
     __slots__ = ("name", "num_returns", "generator", "max_task_retries", "call_name",
-                 "argspec", "concurrency_group", "group_override")
+                 "argspec", "concurrency_group", "group_override", "group")
 
     def __init__(self, name: str, num_returns: int, generator: bool, max_task_retries,
                  call_name: str, argspec, concurrency_group: str | None,
@@ -381,6 +389,7 @@ class _MethodSpec:
         self.argspec = argspec
         self.concurrency_group = concurrency_group  # the method's (@method), None: default
         self.group_override = group_override  # the call's .options(concurrency_group=...)
+        self.group = group_override or concurrency_group  # the one the calls name
 
 
 class ActorMethod:
@@ -418,9 +427,7 @@ class ActorMethod:
         argspec = spec.argspec  # check()'s first test inlined: a plain call binds
         if argspec is not None and (kwargs or len(args) not in argspec.plain_counts):
             argspec.check(args, kwargs)
-        return self._handle._submit(spec.name, args, kwargs, spec.num_returns,
-                                    spec.generator, spec.call_name, spec.max_task_retries,
-                                    spec.group_override or spec.concurrency_group)
+        return self._handle._submit(spec, args, kwargs)
 
     def options(self, **opts) -> ActorMethod:
         allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",
