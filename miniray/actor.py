@@ -289,6 +289,8 @@ class ActorHandle(Generic[T]):
         try:
             spec = self.__dict__["_specs"][name]
         except KeyError:
+            spec = None
+        if spec is None:  # outside the except: an unknown name's error carries no KeyError
             spec = self._method_spec(name)
         method = _new_method(ActorMethod)
         method._handle = self
