@@ -257,6 +257,14 @@ class ActorHandle(Generic[T]):
     ``T`` is the actor's class, for type checkers; its methods are looked up at run time.
     """
 
+    def __new__(cls, actor_id: bytes = b"", state: tuple = ()):
+        # A handle is made of a subclass with one property per method (_handle_class): a
+        # method is then found on the type at once, without the failed lookup that ends in
+        # __getattr__ (about 0.2 us against 0.6 us per call).
+        if cls is ActorHandle and state:
+            cls = _handle_class(state[1])
+        return object.__new__(cls)
+
     def __init__(self, actor_id: bytes, state: tuple):
         self._actor_id = actor_id
         self._state = state
@@ -281,6 +289,7 @@ class ActorHandle(Generic[T]):
         return (ActorHandle, (self._actor_id, self._state))
 
     def __getattr__(self, name: str) -> ActorMethod:
+        # Reached for a method only when its property (_handle_class) is shadowed or missed.
         # A method's fixed part (_MethodSpec) is built once per handle and name and kept in
         # ``_specs``, which holds no handle; each lookup binds it to this handle in a fresh
         # two-slot ActorMethod. Caching bound methods instead would make a cycle
@@ -370,6 +379,44 @@ class ActorHandle(Generic[T]):
         if num_returns == STREAMING:
             return ObjectRefGenerator(refs[0])
         return refs[0] if len(refs) == 1 else refs
+
+
+# The attributes a handle sets on itself: a method of one of these names stays hidden, as
+# it was behind them before (no property for it; __getattr__ is never asked).
+_HANDLE_FIELDS = frozenset({"_actor_id", "_state", "_specs", "_token"})
+# frozenset of method names -> the ActorHandle subclass with a property for each of them.
+_HANDLE_CLASSES: dict[frozenset, type] = {}
+
+
+def _handle_class(methods: dict) -> type:
+    """The ActorHandle subclass for an actor with the methods ``methods`` (a handle state's
+    table): one property per method that the handle's own attributes do not shadow, each
+    binding the handle's spec as ``__getattr__`` does. Named and placed as ActorHandle (its
+    repr, pickling by ``__reduce__``); one class per set of names, made once."""
+    key = frozenset(methods)
+    cls = _HANDLE_CLASSES.get(key)
+    if cls is None:
+        namespace = {"__module__": ActorHandle.__module__, "__qualname__": "ActorHandle",
+                     "__doc__": ActorHandle.__doc__}
+        for name in key:
+            if name not in _HANDLE_FIELDS and not hasattr(ActorHandle, name):
+                namespace[name] = _method_property(name)
+        cls = _HANDLE_CLASSES.setdefault(key, type("ActorHandle", (ActorHandle,), namespace))
+    return cls
+
+
+def _method_property(name: str) -> property:
+    def method(self: ActorHandle) -> ActorMethod:
+        spec = self._specs.get(name)
+        if spec is None:
+            spec = self._method_spec(name)
+        bound = _new_method(ActorMethod)
+        bound._handle = self
+        bound._spec = spec
+        return bound
+
+    method.__name__ = method.__qualname__ = name
+    return property(method, doc=f"The actor's method {name!r}: call ``.remote(...)``.")
 
 
 class _MethodSpec:
