@@ -5,7 +5,8 @@ subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable,
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, ``method``
 (``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
-A method looked up on a handle keeps that handle (and so the actor) alive, as in Ray; the
+A handle's class is a subclass of ActorHandle with a property per method (``_handle_class``);
+a method looked up on a handle keeps that handle (and so the actor) alive, as in Ray; the
 handle keeps no method, only each method's fixed part (``_MethodSpec``), so dropping its last
 handle ends an actor at once, by reference count, with no cycle for the GC to find.
 Differs: an actor that names resources but not ``num_cpus`` holds no CPU (see
