@@ -397,8 +397,9 @@ def _handle_class(methods: dict) -> type:
     key = frozenset(methods)
     cls = _HANDLE_CLASSES.get(key)
     if cls is None:
-        namespace = {"__module__": ActorHandle.__module__, "__qualname__": "ActorHandle",
-                     "__doc__": ActorHandle.__doc__}
+        namespace: dict[str, Any] = {"__module__": ActorHandle.__module__,
+                                     "__qualname__": "ActorHandle",
+                                     "__doc__": ActorHandle.__doc__}
         for name in key:
             if name not in _HANDLE_FIELDS and not hasattr(ActorHandle, name):
                 namespace[name] = _method_property(name)

@@ -63,7 +63,7 @@ def test_names_of_the_handle_s_own_attributes_stay_the_handle_s():
 def test_an_unknown_name_raises_attribute_error_alone():
     handle = _handle()
     with pytest.raises(AttributeError, match="no attribute 'missing'") as info:
-        handle.missing
+        _ = handle.missing
     assert info.value.__context__ is None
     assert not hasattr(handle, "_private") and hasattr(handle, "plain")
 
