@@ -472,6 +472,31 @@ def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     )
 
 
+def test_actor_exits_at_its_last_handle_without_a_gc_pass(ray, Recorder):
+    """Methods looked up on a handle (cached per handle and name) make no cycle: with the
+    collector off, dropping the last handle ends the actor. A method kept in a variable
+    keeps its handle, as in Ray: the actor lives, and answers, until that goes too."""
+    gc.disable()
+    try:
+        actor = Recorder.remote()
+        pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+        for item in range(3):
+            ray.get(actor.add.remote(item), timeout=GET_TIMEOUT)
+        assert actor.add is not actor.add  # a fresh method each time, on a shared spec
+        assert actor.add._spec is actor.add._spec
+        assert ray.get(actor.add.options(name="named").remote(3), timeout=GET_TIMEOUT) == 4
+        kept = actor.items_
+        del actor
+        time.sleep(0.3)
+        assert procinfo.is_alive(pid)
+        assert ray.get(kept.remote(), timeout=GET_TIMEOUT) == [0, 1, 2, 3]
+        del kept
+        assert wait_until(lambda: not procinfo.is_alive(pid), timeout=5), (
+            f"actor pid {pid} still alive after its last handle was dropped, no GC pass")
+    finally:
+        gc.enable()
+
+
 def test_actor_whose_handles_are_gone_exits_and_returns_its_resources(ray, Recorder):
     actor = Recorder.options(num_cpus=1).remote()
     pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
@@ -489,6 +514,13 @@ def test_actor_whose_handles_are_gone_exits_and_returns_its_resources(ray, Recor
         return not procinfo.is_alive(pid) and _available("CPU") == 2.0
 
     assert wait_until(gone, timeout=10, interval=0.1), f"actor pid {pid} still alive"
+
+
+def test_a_pickled_method_calls_its_actor(ray, Recorder):
+    actor = Recorder.remote()
+    copied = pickle.loads(pickle.dumps(actor.add.options(name="renamed")))
+    assert (copied._name, copied._call_name, copied._handle) == ("add", "renamed", actor)
+    assert ray.get(copied.remote("x"), timeout=GET_TIMEOUT) == 1
 
 
 def test_actor_whose_handle_was_passed_to_a_task_stays_alive(ray, Recorder):
