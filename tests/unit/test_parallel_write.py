@@ -149,7 +149,7 @@ def test_write_segment_takes_the_threaded_path_when_forced(tmp_path, monkeypatch
     real = pw.write_threaded
     monkeypatch.setattr(pw, "write_threaded", lambda *a: calls.append(a[3]) or real(*a))
     monkeypatch.setattr(pw, "MIN_BYTES", 1 << 16)
-    monkeypatch.setitem(pw._mounts, str(tmp_path), (True, "never"))
+    monkeypatch.setitem(pw._mounts, str(tmp_path), (os.stat(tmp_path).st_dev, (True, "never")))
     value = np.arange(1 << 16, dtype=np.int64)
     ser = oob.serialize(value)
     monkeypatch.setenv("MINIRAY_STORE_WRITE_THREADS", "4")
@@ -231,7 +231,7 @@ def test_a_failed_threaded_write_leaves_no_file(tmp_path, monkeypatch):
     # posix_fallocate beyond RLIMIT_FSIZE fails (EFBIG, SIGXFSZ ignored), as a full tmpfs
     # fails it with ENOSPC: write_segment unlinks the file before the error propagates.
     monkeypatch.setattr(pw, "MIN_BYTES", 1 << 16)
-    monkeypatch.setitem(pw._mounts, str(tmp_path), (True, "never"))
+    monkeypatch.setitem(pw._mounts, str(tmp_path), (os.stat(tmp_path).st_dev, (True, "never")))
     monkeypatch.setenv("MINIRAY_STORE_WRITE_THREADS", "4")
     ser = oob.serialize(np.ones(1 << 17))
     pid = os.fork()
@@ -338,3 +338,60 @@ def test_no_thread_can_start_the_caller_copies_every_range(tmp_path, monkeypatch
         os.close(fd)
     monkeypatch.undo()
     assert (tmp_path / "seg").read_bytes() == _pwritev_bytes(ser, tmp_path / "ref")
+
+
+def test_write_plan_caps_threads_at_free_cpus():
+    big = 200 << 20
+    # unknown load: today's plan
+    assert pw.write_plan(big, 16, "never", True, runnable=None) == 8
+    # only the caller runnable: the whole plan
+    assert pw.write_plan(big, 16, "never", True, runnable=1) == 8
+    # 10 others runnable on 16 CPUs: 6 free with the caller's
+    assert pw.write_plan(big, 16, "never", True, runnable=11) == 6
+    # 16 workers each writing at once: no free CPU, one pwritev each
+    assert pw.write_plan(big, 16, "never", True, runnable=16) == 0
+    assert pw.write_plan(big, 16, "never", True, runnable=40) == 0
+    # one free besides the caller: 2 threads; none besides it: pwritev
+    assert pw.write_plan(big, 4, "within_size", True, runnable=3) == 2
+    assert pw.write_plan(big, 4, "within_size", True, runnable=4) == 0
+    # the variable is obeyed whatever the load
+    assert pw.write_plan(big, 16, "never", True, override=4, runnable=40) == 4
+
+
+def test_runnable_now_reads_loadavg_and_fails_soft(tmp_path):
+    f = tmp_path / "loadavg"
+    f.write_text("0.50 0.40 0.30 7/812 12345\n")
+    assert pw.runnable_now(str(f)) == 7
+    f.write_text("garbage\n")
+    assert pw.runnable_now(str(f)) is None
+    assert pw.runnable_now(str(tmp_path / "none")) is None
+    if os.path.exists("/proc/loadavg"):
+        assert pw.runnable_now() >= 1
+
+
+def test_mount_lookup_is_repeated_when_the_directory_is_remounted(monkeypatch):
+    calls = []
+    answers = {1: (True, "never"), 2: (True, "within_size")}
+    dev = {"now": 1}
+
+    def describe(d):
+        calls.append(d)
+        return answers[dev["now"]]
+
+    class St:
+        @property
+        def st_dev(self):
+            return dev["now"]
+
+    real_stat = os.stat
+    monkeypatch.setattr(pw.shm_mounts, "describe", describe)
+    monkeypatch.setattr(pw.os, "stat", lambda p, *a, **k: St() if p == "/fake" else real_stat(p, *a, **k))
+    monkeypatch.setattr(pw, "_mounts", {})
+    assert pw.mount_of("/fake") == (True, "never")
+    assert pw.mount_of("/fake") == (True, "never")
+    assert calls == ["/fake"]  # cached while st_dev stays
+    dev["now"] = 2  # remounted huge=within_size
+    assert pw.mount_of("/fake") == (True, "within_size")
+    assert calls == ["/fake", "/fake"]
+    assert pw.mount_of("/fake") == (True, "within_size")
+    assert len(calls) == 2

@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 from miniray._private.host import shm_mounts
 
-__all__ = ["MAX_THREADS", "MIN_BYTES", "plan_for", "split_ranges", "usable_cpus",
+__all__ = ["MAX_THREADS", "MIN_BYTES", "mount_of", "plan_for", "runnable_now", "split_ranges", "usable_cpus",
            "write_plan", "write_threaded"]
 
 # From benchmarks/bench_cold_put.py on a 16-core host (benchmarks/RESULTS.md, 2026-11-28),
@@ -72,7 +72,7 @@ _HUGE_MODES = ("always", "within_size")  # the tmpfs modes that give a large fil
 
 def write_plan(total_size: int, cpus: int, huge_pages: str | None,
                memory_backed: bool | None, override: int | None = None,
-               numpy_loaded: bool = True) -> int:
+               numpy_loaded: bool = True, runnable: int | None = None) -> int:
     """Pure: how to write a new segment of ``total_size`` bytes: 0 is one ``pwritev`` on the
     caller, K >= 2 is K threads through a mapping (``write_threaded``).
 
@@ -86,6 +86,10 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     and a first import (about 0.1 s) costs more than threads save on a write of 32 MiB
     (a value without arrays, e.g. a large ``bytes``, in a process that never used numpy
     is written with ``pwritev`` unless the variable asks for threads).
+    ``runnable`` is how many threads on the host are runnable now, this caller included
+    (``runnable_now``: /proc/loadavg's 4th field; None: unknown, the plan above): the
+    threads are capped at the CPUs the others leave free, so that many processes writing
+    large values at once do not start 8 threads each; fewer than 2 free gives ``pwritev``.
 
     >>> write_plan(200 << 20, 16, "never", True), write_plan(200 << 20, 4, "within_size", True)
     (8, 4)
@@ -93,6 +97,8 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     (0, 0)
     >>> write_plan(200 << 20, 16, "never", True, override=0), write_plan(1 << 20, 16, "never", True)
     (0, 0)
+    >>> write_plan(200 << 20, 16, "never", True, runnable=11), write_plan(200 << 20, 16, "never", True, runnable=16)
+    (6, 0)
     """
     if override == 0 or total_size < MIN_BYTES or memory_backed is not True:
         return 0
@@ -101,7 +107,24 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     need = HUGE_MIN_CPUS if huge_pages in _HUGE_MODES else SMALL_PAGE_MIN_CPUS
     if cpus < need or not numpy_loaded:
         return 0
-    return min(MAX_THREADS, cpus)
+    threads = min(MAX_THREADS, cpus)
+    if runnable is not None:
+        free = cpus - max(0, runnable - 1)  # the caller's own CPU is one of the threads
+        threads = min(threads, free)
+        if threads < 2:
+            return 0
+    return threads
+
+
+def runnable_now(path: str = "/proc/loadavg") -> int | None:
+    """Threads runnable on this host now (/proc/loadavg's 4th field, "runnable/total"; the
+    reader counts itself), or None where it cannot be read (not Linux): one read per large
+    write, about 10 us."""
+    try:
+        with open(path, "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def usable_cpus() -> int:
@@ -113,21 +136,35 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-_mounts: dict[str, tuple[bool | None, str | None]] = {}
+# directory -> (st_dev when looked up, (memory_backed, huge_pages))
+_mounts: dict[str, tuple[int | None, tuple[bool | None, str | None]]] = {}
+
+
+def mount_of(directory: str) -> tuple[bool | None, str | None]:
+    """``shm_mounts.describe(directory)``, cached per process and directory and looked up
+    again when the directory's st_dev changes (it was remounted or unmounted since)."""
+    try:
+        dev: int | None = os.stat(directory).st_dev
+    except OSError:
+        dev = None
+    cached = _mounts.get(directory)
+    if cached is not None and dev is not None and cached[0] == dev:
+        return cached[1]
+    mount = shm_mounts.describe(directory)
+    _mounts[directory] = (dev, mount)
+    return mount
 
 
 def plan_for(directory: str, total_size: int, override: int | None) -> int:
-    """``write_plan`` for a new segment in ``directory``: its mount is looked up once per
-    process and directory (``shm_mounts.describe``), and only for sizes the plan could give
-    threads."""
+    """``write_plan`` for a new segment in ``directory``: its mount from ``mount_of``, the
+    host's runnable threads from ``runnable_now`` (read once per write), and only for sizes
+    the plan could give threads."""
     if override == 0 or total_size < MIN_BYTES:
         return 0
-    mount = _mounts.get(directory)
-    if mount is None:
-        mount = _mounts[directory] = shm_mounts.describe(directory)
-    backed, huge = mount
+    backed, huge = mount_of(directory)
+    runnable = runnable_now() if override is None else None
     return write_plan(total_size, usable_cpus(), huge, backed, override,
-                      numpy_loaded="numpy" in sys.modules)
+                      numpy_loaded="numpy" in sys.modules, runnable=runnable)
 
 
 def split_ranges(sizes: list[int], parts: int) -> list[list[tuple[int, int, int, int]]]:
