@@ -385,7 +385,8 @@ def test_mount_lookup_is_repeated_when_the_directory_is_remounted(monkeypatch):
 
     real_stat = os.stat
     monkeypatch.setattr(pw.shm_mounts, "describe", describe)
-    monkeypatch.setattr(pw.os, "stat", lambda p, *a, **k: St() if p == "/fake" else real_stat(p, *a, **k))
+    monkeypatch.setattr(pw.os, "stat",
+                        lambda p, *a, **k: St() if p == "/fake" else real_stat(p, *a, **k))
     monkeypatch.setattr(pw, "_mounts", {})
     assert pw.mount_of("/fake") == (True, "never")
     assert pw.mount_of("/fake") == (True, "never")

@@ -56,8 +56,8 @@ from typing import Any, Callable
 
 from miniray._private.host import shm_mounts
 
-__all__ = ["MAX_THREADS", "MIN_BYTES", "mount_of", "plan_for", "runnable_now", "split_ranges", "usable_cpus",
-           "write_plan", "write_threaded"]
+__all__ = ["MAX_THREADS", "MIN_BYTES", "mount_of", "plan_for", "runnable_now", "split_ranges",
+           "usable_cpus", "write_plan", "write_threaded"]
 
 # From benchmarks/bench_cold_put.py on a 16-core host (benchmarks/RESULTS.md, 2026-11-28),
 # against memcpy into mapped memory, "pwritev -> the plan's threads":
@@ -97,8 +97,10 @@ def write_plan(total_size: int, cpus: int, huge_pages: str | None,
     (0, 0)
     >>> write_plan(200 << 20, 16, "never", True, override=0), write_plan(1 << 20, 16, "never", True)
     (0, 0)
-    >>> write_plan(200 << 20, 16, "never", True, runnable=11), write_plan(200 << 20, 16, "never", True, runnable=16)
-    (6, 0)
+    >>> write_plan(200 << 20, 16, "never", True, runnable=11)
+    6
+    >>> write_plan(200 << 20, 16, "never", True, runnable=16)
+    0
     """
     if override == 0 or total_size < MIN_BYTES or memory_backed is not True:
         return 0
