@@ -27,6 +27,11 @@ On a leak the recorded pids (and the leftover descendants) are SIGKILLed, by pid
 fails naming them. An autouse guard also fails a test that leaves miniray initialized or leaves
 child processes behind without using the fixture.
 
+An interrupted run: SIGTERM ends it as Ctrl-C does, so the running test's fixtures tear
+down; at the run's end, any root of ``helpers.node_env_for`` whose teardown did not finish
+has its nodes stopped and is removed, and a run that had passed fails naming it
+(``test_interrupted_run.py``).
+
 Subprocess drivers: the ``drivers`` fixture runs scripts with ``sys.executable``, the test's
 environment (so the same ``MINIRAY_TMPDIR``) and the directory that holds the imported
 ``miniray`` package on ``PYTHONPATH``.
@@ -52,11 +57,38 @@ from miniray._private.core import config
 from miniray._private.host import procinfo, session
 from miniray._private.ledger.host_gpus import default_host_dir
 
+from . import helpers
 from .helpers import wait_until
 
 LEAK_WAIT_S = 5.0
 # The directory that holds the miniray package under test (the source tree or site-packages).
 MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
+
+
+# ------------------------------------------------------------- an interrupted test run
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+# SIGTERM (a CI time limit, `kill`) ends the run as Ctrl-C does: the running test's fixtures
+# tear down (nodes started with `miniray start` live in sessions of their own, so the signal
+# to the run's process group never reaches them; killed at once, the run left them running).
+if (threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The run's last check: a node root whose teardown did not run to its end (an
+    interrupt inside it, an error before its checks) has its nodes stopped and its files
+    removed here; in a run that passed, that fails the run, naming the roots."""
+    left = {}
+    for root, env in list(helpers.OPEN_ROOTS.items()):
+        pids, sessions, segments = helpers.stop_root(root, env)
+        left[root] = pids + sessions + segments
+    if left and exitstatus == 0:
+        session.exitstatus = 1
+        sys.stderr.write(f"node roots whose teardown did not finish, stopped now: {left}\n")
 
 
 # ----------------------------------------------------------------------------- leak checks

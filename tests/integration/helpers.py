@@ -53,6 +53,11 @@ def procs_with_root(root: str) -> list[int]:
 
 
 # -------------------------------------------------------- nodes started with `miniray start`
+# root -> env of every node_env_for root whose teardown has not run to its end: the
+# session's last check (conftest's pytest_sessionfinish) stops what they left.
+OPEN_ROOTS: dict[str, dict] = {}
+
+
 def node_env_for(tmp_path):
     """A generator for a ``node_env`` fixture: an environment with its own MINIRAY_TMPDIR (a
     short path) and MINIRAY_HOST_DIR. On teardown every node of that root is stopped, and no
@@ -64,7 +69,18 @@ def node_env_for(tmp_path):
     env.update(MINIRAY_TMPDIR=root, MINIRAY_HOST_DIR=str(tmp_path / "host"),
                PYTHONUNBUFFERED="1", MINIRAY_AUTH_TOKEN=TEST_TOKEN,
                PYTHONPATH=os.pathsep.join([REPO, env.get("PYTHONPATH", "")]))
+    OPEN_ROOTS[root] = env
     yield env
+    leftovers, sessions, segments = stop_root(root, env)
+    assert not leftovers, f"processes of the node outlived it: {leftovers}"
+    assert not sessions, f"session directories left behind: {sessions}"
+    assert not segments, f"shared-memory segments left behind: {segments}"
+
+
+def stop_root(root: str, env: dict) -> tuple[list, list, list]:
+    """Stop every node of ``root`` (``miniray stop --force``), SIGKILL by pid what is left of
+    its processes, remove the root; returns what was left then: (pids, session directories,
+    shared-memory segments). The root is no longer open (``OPEN_ROOTS``)."""
     subprocess.run([sys.executable, "-m", "miniray", "stop", "--force"], env=env,
                    capture_output=True, timeout=60)
     wait_until(lambda: not procs_with_root(root), 10.0)
@@ -81,10 +97,14 @@ def node_env_for(tmp_path):
     segments = [os.path.join(place, n)
                 for place in dict.fromkeys([env.get("MINIRAY_SHM_DIR") or "/dev/shm", "/dev/shm"])
                 if os.path.isdir(place) for n in os.listdir(place) if n.startswith(prefix)]
+    for segment in segments:
+        try:
+            os.unlink(segment)
+        except OSError:
+            pass
     shutil.rmtree(root, ignore_errors=True)
-    assert not leftovers, f"processes of the node outlived it: {leftovers}"
-    assert not sessions, f"session directories left behind: {sessions}"
-    assert not segments, f"shared-memory segments left behind: {segments}"
+    OPEN_ROOTS.pop(root, None)
+    return leftovers, sessions, segments
 
 
 def cli(env, *args, timeout=60) -> subprocess.CompletedProcess:
