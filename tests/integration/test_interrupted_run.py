@@ -14,6 +14,9 @@ import textwrap
 
 from .helpers import REPO, procs_with_root
 
+# The folder that holds this ``tests`` package (``REPO`` holds the miniray under test).
+TESTS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 INNER = '''
 import time
 
@@ -43,11 +46,12 @@ def test_never_tears_its_node_down(tmp_path):
 def _inner_run(tmp_path, name: str) -> subprocess.Popen:
     path = tmp_path / "test_inner.py"
     path.write_text(textwrap.dedent(INNER))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [REPO, TESTS_PARENT, os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
          "-p", "tests.integration.conftest", "--rootdir", str(tmp_path), "-k", name,
-         str(path)], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+         str(path)], cwd=TESTS_PARENT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True)
 
 
