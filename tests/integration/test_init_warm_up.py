@@ -110,19 +110,26 @@ def test_the_warm_up_round_trip_leaves_nothing(ray_start, monkeypatch):
     assert spans == ["task::add"]
 
 
-def _slow_warm_up():
-    """A setup hook: the worker sleeps 3 s in init()'s warm-up TASK (its name is None; the
-    local ``_send`` path is not init()'s)."""
-    from miniray._private.worker import worker_main
+def _in_warm_up_task(act):
+    """A setup hook: the worker calls ``act()`` when it is sent init()'s warm-up TASK (its
+    name is None; the local ``_send`` path is not init()'s), then runs it."""
+    def hook():
+        from miniray._private.worker import worker_main
 
-    run_task = worker_main._Worker.run_task
+        run_task = worker_main._Worker.run_task
 
-    def run(self, message, _send=None):
-        if message[3] is None and _send is None:
-            time.sleep(3.0)
-        return run_task(self, message, _send)
+        def run(self, message, _send=None):
+            if message[3] is None and _send is None:
+                act()
+            return run_task(self, message, _send)
 
-    worker_main._Worker.run_task = run
+        worker_main._Worker.run_task = run
+
+    return hook
+
+
+_slow_warm_up = _in_warm_up_task(lambda: time.sleep(3.0))  # sleeps 3 s in it
+_exit_in_warm_up = _in_warm_up_task(lambda: os._exit(3))  # exits (status 3) in it
 
 
 def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch, caplog):
@@ -176,23 +183,6 @@ def test_no_warm_up_round_trip_without_prestarted_workers(ray_start, monkeypatch
         return 1
 
     assert miniray.get(one.remote(), timeout=60) == 1
-
-
-def _exit_in_warm_up():
-    """A setup hook: the worker exits (status 3) when it is sent init()'s warm-up TASK (its
-    name is None; the local ``_send`` path is not init()'s)."""
-    import os as _os
-
-    from miniray._private.worker import worker_main
-
-    run_task = worker_main._Worker.run_task
-
-    def run(self, message, _send=None):
-        if message[3] is None and _send is None:
-            _os._exit(3)
-        return run_task(self, message, _send)
-
-    worker_main._Worker.run_task = run
 
 
 def test_a_worker_that_dies_in_the_warm_up_does_not_hold_init(ray_start, monkeypatch):
