@@ -19,6 +19,19 @@ def _flag(name: str, default: bool) -> bool:
     return value.strip().lower() not in ("0", "false", "no", "off")
 
 
+def _number(name: str, parse, floor, default):
+    """The environment variable ``name`` parsed by ``parse`` (int or float), at least
+    ``floor`` (None: no floor); ``default`` when it is unset, empty or not a number."""
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        parsed = parse(value)
+    except ValueError:
+        return default
+    return parsed if floor is None else max(floor, parsed)
+
+
 def tmpdir_root() -> str:
     """Root of session directories: ``$MINIRAY_TMPDIR``, else ``/dev/shm/miniray-<uid>``
     (memory-backed: a ledger transaction there costs ~60 us against ~450 us on ext4), else
@@ -105,59 +118,38 @@ def override_cvd_on_zero() -> bool:
 def lease_linger_s() -> float:
     """``MINIRAY_LEASE_LINGER_MS``: how long an idle lease is kept for reuse while another
     session of the node waits for resources (default 5 ms)."""
-    try:
-        return max(0.0, float(os.environ.get("MINIRAY_LEASE_LINGER_MS", "5"))) / 1000.0
-    except ValueError:
-        return 0.005
+    return _number("MINIRAY_LEASE_LINGER_MS", float, 0.0, 5.0) / 1000.0
 
 
 def lease_keep_s() -> float:
     """``MINIRAY_LEASE_KEEP_MS``: how long an idle lease is kept for reuse while no other
     session of the node waits for resources (default 250 ms; never less than the linger)."""
-    try:
-        keep = max(0.0, float(os.environ.get("MINIRAY_LEASE_KEEP_MS", "250"))) / 1000.0
-    except ValueError:
-        keep = 0.25
+    keep = _number("MINIRAY_LEASE_KEEP_MS", float, 0.0, 250.0) / 1000.0
     return max(keep, lease_linger_s())
 
 
 def worker_log_bytes() -> int:
     """``MINIRAY_WORKER_LOG_BYTES``: the cap of each worker log file in the session's
     ``logs/`` (default 1 MiB, one rotated generation kept; 0: no log files)."""
-    try:
-        return max(0, int(os.environ.get("MINIRAY_WORKER_LOG_BYTES", str(1 << 20))))
-    except ValueError:
-        return 1 << 20
+    return _number("MINIRAY_WORKER_LOG_BYTES", int, 0, 1 << 20)
 
 
 def wait_notice_s() -> float:
     """``MINIRAY_WAIT_NOTICE_S``: after how many seconds of waiting for resources a task or
     actor is named on the driver's stderr (default 5; 0 or less: never)."""
-    try:
-        return float(os.environ.get("MINIRAY_WAIT_NOTICE_S", "5"))
-    except ValueError:
-        return 5.0
+    return _number("MINIRAY_WAIT_NOTICE_S", float, None, 5.0)
 
 
 def max_workers(num_cpus: float) -> int:
     """Cap on live worker processes (``MINIRAY_MAX_WORKERS``; default 4 x CPUs, at least 8)."""
-    value = os.environ.get("MINIRAY_MAX_WORKERS")
-    if value:
-        try:
-            return max(1, int(value))
-        except ValueError:
-            pass
-    return max(8, int(4 * max(num_cpus, 1)))
+    return _number("MINIRAY_MAX_WORKERS", int, 1, max(8, int(4 * max(num_cpus, 1))))
 
 
 def pipeline_depth() -> int:
     """``MINIRAY_PIPELINE_DEPTH``: how many tasks of one scheduling key a leased worker may
     hold at once, the running one included (default 8; 1: one at a time, no pipelining).
     Tasks that need GPUs or set ``max_calls`` always go one at a time."""
-    try:
-        return max(1, int(os.environ.get("MINIRAY_PIPELINE_DEPTH", "8")))
-    except ValueError:
-        return 8
+    return _number("MINIRAY_PIPELINE_DEPTH", int, 1, 8)
 
 
 def prestart_workers(num_cpus: float) -> int:
@@ -165,47 +157,26 @@ def prestart_workers(num_cpus: float) -> int:
     (``MINIRAY_PRESTART_WORKERS``; default the CPUs, at most 8; 0: none). ``init()`` returns
     once the first is ready (connected and set up), so the first task does not wait for the
     fork server's start."""
-    value = os.environ.get("MINIRAY_PRESTART_WORKERS")
-    if value:
-        try:
-            return max(0, int(value))
-        except ValueError:
-            pass
-    return max(1, min(8, int(num_cpus)))
+    return _number("MINIRAY_PRESTART_WORKERS", int, 0, max(1, min(8, int(num_cpus))))
 
 
 def store_write_threads() -> int | None:
     """``MINIRAY_STORE_WRITE_THREADS``: threads that write a new object segment of 32 MiB or
     more (unset or not a number: chosen from the CPUs and the directory's page size,
     ``object_store/parallel_write.write_plan``; 0: always one ``pwritev``; N: N threads)."""
-    value = os.environ.get("MINIRAY_STORE_WRITE_THREADS")
-    if not value:
-        return None
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return None
+    return _number("MINIRAY_STORE_WRITE_THREADS", int, 0, None)
 
 
 def fork_server_restarts() -> int:
     """``MINIRAY_FORK_SERVER_RESTARTS``: how many times a minute a dead fork server is
     replaced before the session gives up (default 3; 0: never)."""
-    try:
-        return max(0, int(os.environ.get("MINIRAY_FORK_SERVER_RESTARTS", "3")))
-    except ValueError:
-        return 3
+    return _number("MINIRAY_FORK_SERVER_RESTARTS", int, 0, 3)
 
 
 def host_gpu_timeout_s() -> float | None:
     """``MINIRAY_HOST_GPU_TIMEOUT``: seconds a request may wait for physical GPUs that other
     sessions on the host hold before it fails (unset: wait as long as it takes)."""
-    value = os.environ.get("MINIRAY_HOST_GPU_TIMEOUT")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        return None
+    return _number("MINIRAY_HOST_GPU_TIMEOUT", float, 0.0, None)
 
 
 def cuda_visible_devices() -> str | None:
@@ -235,10 +206,7 @@ def on_ray() -> bool:
 def state_max_tasks() -> int:
     """``MINIRAY_STATE_MAX_TASKS``: how many finished tasks and actor calls each driver keeps
     for ``ray.util.state`` and ``miniray list tasks`` (default 10000; the oldest go first)."""
-    try:
-        return max(0, int(os.environ.get("MINIRAY_STATE_MAX_TASKS", "10000")))
-    except ValueError:
-        return 10000
+    return _number("MINIRAY_STATE_MAX_TASKS", int, 0, 10000)
 
 
 def _positive_float(name: str, default: float) -> float:
@@ -300,11 +268,4 @@ def peer_mac_threads() -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    default = max(0, min(4, cpus - 1))
-    value = os.environ.get("MINIRAY_PEER_MAC_THREADS")
-    if not value:
-        return default
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return default
+    return _number("MINIRAY_PEER_MAC_THREADS", int, 0, max(0, min(4, cpus - 1)))
