@@ -197,9 +197,7 @@ class OwnerLeases:
             worker = self.workers.ready_idle(request)
             if worker is None:
                 return
-            # None while the fork server's SPAWNED is still to come (READY may come first):
-            # recorded then (``_on_spawned``), or by ``_give_lease`` if it came meanwhile.
-            pid = worker.pid
+            pid = worker.pid  # known: a ready worker's READY named it, if SPAWNED had not
         lease = self.ledger.acquire(request, holder_pid=self.pid, tag=scheduling.key_tag(key),
                                     worker_pid=pid, wanted=False)
         if lease is None:
