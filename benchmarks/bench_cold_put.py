@@ -41,7 +41,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from miniray._private.core import config, oob  # noqa: E402
+from miniray._private.core import oob  # noqa: E402
 from miniray._private.object_store import parallel_write, shm_segments  # noqa: E402
 
 MADV_POPULATE_WRITE = 23  # not among the constants of Python's mmap module
@@ -133,7 +133,7 @@ def main() -> None:
     for k in (2, 4, 8, 16):
         if k <= (os.cpu_count() or 1):
             methods[f"store_write{k}"] = lambda k=k: store(k)
-    plan = parallel_write.plan_for(args.dir, ser.total_size, config.store_write_threads())
+    plan = parallel_write.plan_for(args.dir, ser.total_size)
     print(f"store plan for {ser.total_size} bytes in {args.dir} with "
           f"{parallel_write.usable_cpus()} usable CPUs: "
           + (f"{plan} threads" if plan else "pwritev"))

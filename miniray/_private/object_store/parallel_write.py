@@ -54,6 +54,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from miniray._private.core import config
 from miniray._private.host import shm_mounts
 
 __all__ = ["MAX_THREADS", "MIN_BYTES", "mount_of", "plan_for", "runnable_now", "split_ranges",
@@ -157,11 +158,14 @@ def mount_of(directory: str) -> tuple[bool | None, str | None]:
     return mount
 
 
-def plan_for(directory: str, total_size: int, override: int | None) -> int:
-    """``write_plan`` for a new segment in ``directory``: its mount from ``mount_of``, the
-    host's runnable threads from ``runnable_now`` (read once per write), and only for sizes
-    the plan could give threads."""
-    if override == 0 or total_size < MIN_BYTES:
+def plan_for(directory: str, total_size: int) -> int:
+    """``write_plan`` for a new segment in ``directory``, looked into only for sizes the plan
+    could give threads: ``MINIRAY_STORE_WRITE_THREADS``, the mount from ``mount_of``, the
+    host's runnable threads from ``runnable_now`` (read once per write)."""
+    if total_size < MIN_BYTES:
+        return 0
+    override = config.store_write_threads()
+    if override == 0:
         return 0
     backed, huge = mount_of(directory)
     runnable = runnable_now() if override is None else None

@@ -62,7 +62,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from miniray._private.core import config, oob
+from miniray._private.core import oob
 from miniray._private.host import procinfo, same_uid, shm_mounts
 from miniray._private.object_store import parallel_write, store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
@@ -206,8 +206,7 @@ def write_segment(path: str, ser: oob.Serialized) -> int:
     ``posix_fallocate`` (``parallel_write``: its ``write_plan`` decides). A partly written file
     is unlinked before the error propagates (ENOSPC: an OSError, from either way).
     """
-    threads = parallel_write.plan_for(os.path.dirname(path), ser.total_size,
-                                      config.store_write_threads())
+    threads = parallel_write.plan_for(os.path.dirname(path), ser.total_size)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         if threads:
