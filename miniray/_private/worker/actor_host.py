@@ -125,7 +125,8 @@ class ActorHost:
         self.class_name = class_name
         self.instance = None
         # (method, call name) -> (task name, Ray's function name): worked out once each (the
-        # function name reads the source file); cleared at 256 (call names set per call)
+        # function name takes a few lookups, descriptors.method_name); cleared at 256 (call
+        # names set per call)
         self.function_names: dict = {}
         self.exiting = False
         self.cancelled: set[bytes] = set()
