@@ -7,6 +7,8 @@ resources once the wait passes ``MINIRAY_WAIT_NOTICE_S`` (README, "Differences f
 
 from __future__ import annotations
 
+import re
+
 from .helpers import cli
 
 NOTICE = "have waited"
@@ -26,13 +28,15 @@ def test_a_task_blocked_by_another_drivers_lease_is_named_with_that_driver(node_
         ref = hold.remote()
         while ray.available_resources().get("CPU", 0.0) > 0:
             time.sleep(0.02)
-        print(os.getpid(), flush=True)
+        print("holder", os.getpid(), flush=True)
         time.sleep(60)
     """, **env)
+    # The worker's forwarded "holding" line may land between print()'s two writes (the
+    # text, then the newline), so the pid is found by its marker, not as a whole line.
     holder_pid = None
     while holder_pid is None:
-        line = drivers.read_line(holder).strip()
-        holder_pid = int(line) if line.isdigit() else None
+        found = re.search(r"holder (\d+)", drivers.read_line(holder))
+        holder_pid = int(found.group(1)) if found else None
     waiter = drivers.start("""
         import os, time, miniray as ray
         ray.init(address="auto")
