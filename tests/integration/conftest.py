@@ -451,11 +451,15 @@ class Drivers:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-            pytest.fail(f"driver printed nothing within {timeout} s; its stderr and stacks:\n"
+            pytest.fail(f"driver printed nothing within {timeout} s; the lines read before: "
+                        f"{getattr(proc, '_test_read', [])[-20:]!r}; its stderr and stacks:\n"
                         f"{proc.stderr.read()[-8000:]}")
         if line is None:
             proc.wait(timeout=10)
             pytest.fail(f"driver exited ({proc.returncode}) before printing: {proc.stderr.read()}")
+        if not hasattr(proc, "_test_read"):
+            proc._test_read = []
+        proc._test_read.append(line)
         return line
 
     @classmethod

@@ -28,11 +28,11 @@ def test_a_task_blocked_by_another_drivers_lease_is_named_with_that_driver(node_
         ref = hold.remote()
         while ray.available_resources().get("CPU", 0.0) > 0:
             time.sleep(0.02)
-        print("holder", os.getpid(), flush=True)
+        print(f"holder {os.getpid()}", flush=True)
         time.sleep(60)
     """, **env)
-    # The worker's forwarded "holding" line may land between print()'s two writes (the
-    # text, then the newline), so the pid is found by its marker, not as a whole line.
+    # The worker's forwarded "holding" line may land between print()'s writes (each
+    # argument, each separator, then the newline): one argument, found by its marker.
     holder_pid = None
     while holder_pid is None:
         found = re.search(r"holder (\d+)", drivers.read_line(holder))
