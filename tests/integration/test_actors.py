@@ -640,8 +640,11 @@ ACTOR_OUTPUT_DRIVER = """
 
     talker = Talker.remote()
     pid = ray.get(talker.speak.remote("hello from actor"), timeout=60)
-    print("PID", pid, flush=True)
-    print("RETURNER", ray.get(Returner.remote().ok.remote(), timeout=60), flush=True)
+    # Whole lines in one write each: print() writes its parts one by one, and the I/O
+    # thread may forward the actor's lines (which can come after its result) in between.
+    sys.stdout.write(f"PID {pid}\\n")
+    sys.stdout.write(f"RETURNER {ray.get(Returner.remote().ok.remote(), timeout=60)}\\n")
+    sys.stdout.flush()
     ray.shutdown()
 """
 
