@@ -103,7 +103,7 @@ def test_cancel_running_busy_task_interrupts_it(ray, tasks, tmp_path):
     ray.cancel(ref)
     with pytest.raises(exceptions.TaskCancelledError) as info:
         ray.get(ref, timeout=GET_TIMEOUT)
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < 15.0  # well under the 20 s task: it was interrupted
     assert isinstance(info.value, exceptions.RayTaskError)
     assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
     # Ray 2.60's last line names the task by its TaskID (compared with Ray).
@@ -128,9 +128,9 @@ def test_cancel_running_sleep_with_force_kills_the_worker(ray, tasks, tmp_path):
     ray.cancel(ref, force=True)
     with pytest.raises(exceptions.TaskCancelledError) as info:
         ray.get(ref, timeout=GET_TIMEOUT)
-    assert time.monotonic() - start < 5.0
+    assert time.monotonic() - start < 15.0  # well under the 30 s sleep: it was killed
     assert not isinstance(info.value, exceptions.RayTaskError)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while procinfo.is_alive(worker_pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not procinfo.is_alive(worker_pid)
@@ -210,7 +210,7 @@ def test_cancel_recursive_cancels_children(ray, tmp_path):
     ray.cancel(ref, force=True)
     with pytest.raises(exceptions.TaskCancelledError):
         ray.get(ref, timeout=GET_TIMEOUT)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while procinfo.is_alive(child_pid) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not procinfo.is_alive(child_pid), "the child task's worker was not cancelled"
@@ -292,8 +292,8 @@ def test_cancel_reaches_a_task_blocked_in_get_or_wait(ray, tmp_path, how):
     start = time.monotonic()
     ray.cancel(ref, recursive=False)
     with pytest.raises(exceptions.TaskCancelledError) as info:
-        ray.get(ref, timeout=10)
-    assert time.monotonic() - start < 5.0
+        ray.get(ref, timeout=GET_TIMEOUT)
+    assert time.monotonic() - start < 15.0  # well under the child's 60 s: the wait was interrupted
     assert type(info.value).__name__ == "RayTaskError(TaskCancelledError)"
     assert _wait_for_file(record) == "KeyboardInterrupt"
     assert procinfo.is_alive(child_pid)  # not recursive: the child was not cancelled
@@ -326,7 +326,7 @@ def test_a_cancelled_task_that_catches_the_interrupt_returns_its_value(ray, tmp_
     ref = parent.remote(str(tmp_path / "child"))
     _wait_for_file(tmp_path / "child0")
     ray.cancel(ref, recursive=False)
-    assert ray.get(ref, timeout=10) == ["interrupted", "interrupted", True]
+    assert ray.get(ref, timeout=GET_TIMEOUT) == ["interrupted", "interrupted", True]
 
 
 def test_non_forced_cancel_is_a_keyboard_interrupt_inside_the_task(ray, tasks, tmp_path):
@@ -382,7 +382,7 @@ def test_a_task_interrupted_in_get_takes_its_cpu_back(ray, tmp_path):
         time.sleep(0.02)
     assert ray.available_resources().get("CPU", 0) == 0.0  # the parent and its child
     go_on.write_text("yes")
-    assert ray.get(ref, timeout=10) == "done"
+    assert ray.get(ref, timeout=GET_TIMEOUT) == "done"
 
 
 def test_is_canceled_in_the_driver_raises_runtime_error(ray):
@@ -563,8 +563,8 @@ def test_cancel_reaches_an_actor_call_blocked_in_get(ray_start, tmp_path, max_co
     start = time.monotonic()
     miniray.cancel(ref, recursive=False)
     with pytest.raises(exceptions.TaskCancelledError) as info:
-        miniray.get(ref, timeout=10)
-    assert time.monotonic() - start < 5.0
+        miniray.get(ref, timeout=GET_TIMEOUT)
+    assert time.monotonic() - start < 15.0  # well under the child's 60 s: the wait was interrupted
     assert str(info.value) == _cancel_error_text(ref)
     assert miniray.get(actor.items.remote(), timeout=GET_TIMEOUT) == [
         ("KeyboardInterrupt", True)]
@@ -734,9 +734,9 @@ def test_recursive_cancel_of_an_actor_call_reaches_its_tasks(ray, tmp_path, recu
     child_pid = int(_wait_for_file(started))
     ray.cancel(ref, recursive=recursive)
     with pytest.raises(exceptions.TaskCancelledError):
-        ray.get(ref, timeout=10)
+        ray.get(ref, timeout=GET_TIMEOUT)
     if recursive:
-        assert _wait_for_file(caught, timeout=10) == "KeyboardInterrupt"
+        assert _wait_for_file(caught, timeout=GET_TIMEOUT) == "KeyboardInterrupt"
     else:
         time.sleep(0.5)
         assert not caught.exists() and procinfo.is_alive(child_pid)
