@@ -9,6 +9,7 @@ host ledger.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -72,6 +73,31 @@ def _read_json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     raise AssertionError(f"no JSON line from the driver; stderr: {proc.stderr.read()[-2000:]}")
 
 
+def meet(folder: str, parties: int) -> None:
+    """In a task: meet the others of its batch. Each leaves a file in ``folder`` and waits
+    (at most a minute) until ``parties`` are there, so they hold their devices at the same
+    time whatever the machine's speed (a short sleep in each, as before, let a loaded
+    machine run them one after another, in one worker or on one device)."""
+    import os
+    import time
+    import uuid
+
+    open(os.path.join(folder, uuid.uuid4().hex), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(folder)) < parties and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+# meet() for a driver script, put before its text (indented as the scripts here are)
+MEET = textwrap.indent(textwrap.dedent(inspect.getsource(meet)), " " * 8)
+
+
+def _meeting(tmp_path, name: str) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    return str(folder)
+
+
 def _wait_dead(pids, timeout: float = 10) -> list:
     deadline = time.monotonic() + timeout
     alive = list(pids)
@@ -104,17 +130,18 @@ def test_detection_through_nvml_names_devices_and_accelerator_type(tmp_path, fak
 
 def test_cuda_visible_devices_at_start_restricts_and_names_gpus(tmp_path, fake_pynvml):
     four = ",".join(f"Tesla T4|GPU-{i}{i}{i}{i}" for i in range(4))
-    proc = _run("""
+    proc = _run(MEET + """
         import json, os, miniray as ray
         ray.init(num_cpus=2)
         @ray.remote(num_gpus=1)
-        def which():
-            import time; time.sleep(0.3)
+        def which(folder):
+            meet(folder, 2)  # both at once: one device each
             return ray.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
-        seen = ray.get([which.remote() for _ in range(2)])
+        seen = ray.get([which.remote(os.environ["MEET_DIR"]) for _ in range(2)])
         print(json.dumps({"GPU": ray.cluster_resources()["GPU"], "seen": seen}))
         ray.shutdown()
-    """, _env(tmp_path, "a", fake_pynvml, devices=four, CUDA_VISIBLE_DEVICES="1,3"))
+    """, _env(tmp_path, "a", fake_pynvml, devices=four, CUDA_VISIBLE_DEVICES="1,3",
+                     MEET_DIR=_meeting(tmp_path, "meet")))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["GPU"] == 2.0
@@ -200,36 +227,38 @@ def test_a_cpu_task_never_runs_in_a_worker_that_ran_a_gpu_task(ray_start):
     assert {cvd for _pid, cvd in runs} == {None}
 
 
-def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch):
+def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch,
+                                                              tmp_path):
     """At the cap on workers with only CPU workers idle, a GPU task still runs, in a worker
     of its own (one idle CPU worker retires to make room)."""
     monkeypatch.setenv("MINIRAY_MAX_WORKERS", "2")
     ray_start(num_cpus=2, num_gpus=1)
 
     @miniray.remote
-    def cpu():
-        time.sleep(0.3)
+    def cpu(folder):
+        meet(folder, 2)  # both at once: two workers
         return os.getpid()
 
     gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
-    cpu_pids = set(miniray.get([cpu.remote(), cpu.remote()], timeout=30))
+    folder = _meeting(tmp_path, "meet")
+    cpu_pids = set(miniray.get([cpu.remote(folder), cpu.remote(folder)], timeout=30))
     assert len(cpu_pids) == 2
     miniray.available_resources()  # both leases go back: two idle CPU workers, at the cap
     pid, cvd = miniray.get(gpu.remote(), timeout=30)
     assert pid not in cpu_pids and cvd == "0"
 
 
-def test_fractional_gpus_pack_one_device_before_the_next(ray_start):
+def test_fractional_gpus_pack_one_device_before_the_next(ray_start, tmp_path):
     ray_start(num_cpus=4, num_gpus=2)
 
     @miniray.remote(num_gpus=0.5)
-    def which():
-        import time
-
-        time.sleep(0.5)
+    def which(folder):
+        meet(folder, 4)  # all four hold their share at once
         return miniray.get_gpu_ids()
 
-    ids = sorted(i for got in miniray.get([which.remote() for _ in range(4)]) for i in got)
+    folder = _meeting(tmp_path, "meet")
+    ids = sorted(i for got in miniray.get([which.remote(folder) for _ in range(4)], timeout=90)
+                 for i in got)
     assert ids == [0, 0, 1, 1]
 
 
@@ -331,17 +360,19 @@ def test_leases_of_a_session_killed_with_sigkill_come_back(tmp_path, fake_pynvml
 def test_logical_gpus_beyond_the_physical_ones_stay_per_session(tmp_path, fake_pynvml):
     one = "Tesla V100-SXM2-16GB|GPU-aaaa0000"
     code = """
-        import json, miniray as ray
+        import json, os, miniray as ray
         ray.init(num_cpus=3, num_gpus=3)
         @ray.remote(num_gpus=1)
-        def which():
-            import time; time.sleep(0.5)
+        def which(folder):
+            meet(folder, 3)  # all three at once: one logical GPU each
             return ray.get_gpu_ids()
-        print(json.dumps(sorted(i for ids in ray.get([which.remote() for _ in range(3)])
+        folder = os.environ["MEET_DIR"]
+        print(json.dumps(sorted(i for ids in ray.get([which.remote(folder) for _ in range(3)])
                                 for i in ids)))
         ray.shutdown()
     """
-    proc = _run(code, _env(tmp_path, "a", fake_pynvml, devices=one))
+    proc = _run(MEET + code, _env(tmp_path, "a", fake_pynvml, devices=one,
+                           MEET_DIR=_meeting(tmp_path, "meet")))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1, 2]
 
