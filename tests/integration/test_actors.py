@@ -484,7 +484,7 @@ def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     assert procinfo.is_alive(pid)
     del actor
     gc.collect()
-    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=5), (
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30), (
         f"actor pid {pid} still alive after its last handle was dropped"
     )
 
@@ -508,7 +508,7 @@ def test_actor_exits_at_its_last_handle_without_a_gc_pass(ray, Recorder):
         assert procinfo.is_alive(pid)
         assert ray.get(kept.remote(), timeout=GET_TIMEOUT) == [0, 1, 2, 3]
         del kept
-        assert wait_until(lambda: not procinfo.is_alive(pid), timeout=5), (
+        assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30), (
             f"actor pid {pid} still alive after its last handle was dropped, no GC pass")
     finally:
         gc.enable()
