@@ -591,14 +591,15 @@ def test_force_cancel_of_an_actor_call_raises_value_error(ray, kind):
     actor = ray.remote(**options)(Napper).remote() if options else ray.remote(Napper).remote()
     done = actor.nap.remote(0)
     assert ray.get(done, timeout=GET_TIMEOUT) == 0
-    running = actor.nap.remote(0.5)
+    running = actor.nap.remote(3)
     # The second call takes as long too (queued behind the first, or running beside it): a
-    # nap(0) could end before its cancel, which is then a no-op, as for ``done``.
-    for ref in (running, actor.nap.remote(0.5)):
+    # nap(0) could end before its cancel, which is then a no-op, as for ``done`` (so could
+    # a nap of 0.5 s on a loaded machine).
+    for ref in (running, actor.nap.remote(3)):
         with pytest.raises(ValueError, match="force=True is not supported for actor tasks"):
             ray.cancel(ref, force=True)
     ray.cancel(done, force=True)
-    assert ray.get(running, timeout=GET_TIMEOUT) == 0.5
+    assert ray.get(running, timeout=GET_TIMEOUT) == 3
 
 
 @pytest.fixture
