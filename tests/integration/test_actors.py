@@ -621,11 +621,13 @@ def test_infeasible_actor_warns_and_its_calls_stay_pending(ray, capfd):
             return 1
 
     capfd.readouterr()
-    start = time.monotonic()
     actor = Impossible.remote()
     ref = actor.f.remote()
-    assert wait_until(lambda: "unicorn" in capfd.readouterr().err, timeout=2)
-    assert time.monotonic() - start < 2
+    # Printed by the placement pass the creation starts (an event, no timer): polled with
+    # a bound for a loaded machine, not timed (a 2 s bound measured only the load).
+    seen = []
+    assert wait_until(lambda: seen.append(capfd.readouterr().err)
+                      or "unicorn" in "".join(seen), timeout=30), seen
     ready, not_ready = ray.wait([ref], timeout=0.5)
     assert ready == [] and not_ready == [ref]
 
