@@ -275,14 +275,14 @@ def test_queue_blocking_timeouts_raise_ray_task_errors(ray):
     start = time.monotonic()
     with pytest.raises(Empty) as info:
         q.get(timeout=0.2)
-    assert 0.15 < time.monotonic() - start < 5
+    assert 0.15 < time.monotonic() - start < 20  # at its timeout, not hung (room for load)
     assert isinstance(info.value, exceptions.RayTaskError)
     assert isinstance(info.value, std_queue.Empty)
     q.put(1)
     start = time.monotonic()
     with pytest.raises(Full) as info:
         q.put(2, timeout=0.2)
-    assert 0.15 < time.monotonic() - start < 5
+    assert 0.15 < time.monotonic() - start < 20  # at its timeout, not hung (room for load)
     assert isinstance(info.value, exceptions.RayTaskError)
     assert isinstance(info.value, std_queue.Full)
     # timeout=0 succeeds when there is room (an item)
@@ -433,7 +433,7 @@ def test_queue_shutdown_kills_after_the_grace_period(ray):
     actor = q.actor
     start = time.monotonic()
     q.shutdown(grace_period_s=0.3)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # killed after the grace, not hung (room for load)
     with pytest.raises(exceptions.ActorDiedError):
         ray.get(actor.qsize.remote(), timeout=GET_TIMEOUT)
     with pytest.raises(exceptions.ActorDiedError):  # the task's get failed with the actor
