@@ -441,7 +441,10 @@ def test_cancel_queued_actor_call_never_runs(ray, Worker):
     documentation), miniray skips it."""
     actor = Worker.remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    running = actor.busy.remote(1.0)
+    # The cancel reaches the actor's process on its own socket, and must get there before
+    # the running call ends (else the queued call runs): 3 s, not 1, of room for a loaded
+    # machine (no event says the cancel arrived).
+    running = actor.busy.remote(3.0)
     queued = actor.add.remote("queued")
     time.sleep(0.2)
     ray.cancel(queued)
@@ -463,7 +466,7 @@ def test_cancel_actor_call_sent_while_the_constructor_runs(ray):
     @ray.remote
     class SlowStart:
         def __init__(self):
-            time.sleep(1.5)
+            time.sleep(3.0)  # the cancel must reach the process before this ends: room for load
             self.log = []
 
         def add(self, item):
