@@ -409,7 +409,7 @@ def test_cancel_running_async_call(ray):
     ray.cancel(ref)
     with pytest.raises(exceptions.TaskCancelledError):
         ray.get(ref, timeout=GET_TIMEOUT)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # well under the 30 s nap: it was interrupted
     assert ray.get(actor.nap.remote(0), timeout=GET_TIMEOUT) == 0
 
 
