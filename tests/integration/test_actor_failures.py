@@ -170,11 +170,11 @@ def test_exit_actor_in_a_threaded_actor_fails_later_calls(ray):
 def test_max_pending_calls_limits_queued_calls(ray, Worker):
     actor = Worker.options(max_pending_calls=1).remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    first = actor.sleep.remote(0.5)
+    first = actor.sleep.remote(3)  # still pending at the next calls, even on a loaded machine
     with pytest.raises(exceptions.PendingCallsLimitExceeded):
         for _ in range(3):
             actor.incr.remote()
-    assert ray.get(first, timeout=GET_TIMEOUT) == 0.5
+    assert ray.get(first, timeout=GET_TIMEOUT) == 3
 
 
 def test_kill_interrupts_a_running_call_and_fails_later_calls(ray, Worker):

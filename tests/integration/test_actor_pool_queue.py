@@ -7,6 +7,7 @@ Ray 2.60 behaviour: ray-api-surface.md §7.2 (ActorPool), §7.3 (Queue).
 from __future__ import annotations
 
 import asyncio
+import os
 import pickle
 import queue as std_queue
 import threading
@@ -27,9 +28,14 @@ def Doubler(ray):
     @ray.remote
     class Doubler:
         def double(self, value):
-            if isinstance(value, tuple):  # (value, seconds to sleep first)
-                value, seconds = value
-                time.sleep(seconds)
+            if isinstance(value, tuple):  # (value, seconds to sleep first, or a gate file)
+                value, wait = value
+                if isinstance(wait, str):  # held until the test opens the gate (_gate)
+                    deadline = time.monotonic() + 60
+                    while not os.path.exists(wait) and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                else:
+                    time.sleep(wait)
             if value == "boom":
                 raise ValueError("boom")
             return 2 * value
@@ -39,6 +45,17 @@ def Doubler(ray):
 
 def _double(actor, value):
     return actor.double.remote(value)
+
+
+def _gate(tmp_path, name: str) -> str:
+    """A file a Doubler call given ``(value, path)`` waits for: the test opens the gate
+    (creates the file) once it has seen what must happen while the call is held, so no
+    sleep's length decides which call ends first (a loaded machine outran 0.4 s ones)."""
+    return str(tmp_path / name)
+
+
+def _open(gate: str) -> None:
+    open(gate, "w").close()
 
 
 # ----------------------------------------------------------------------------- ActorPool
@@ -53,12 +70,16 @@ def test_exports():
     assert issubclass(Empty, std_queue.Empty) and issubclass(Full, std_queue.Full)
 
 
-def test_pool_map_is_ordered_and_map_unordered_is_not(ray, Doubler):
+def test_pool_map_is_ordered_and_map_unordered_is_not(ray, Doubler, tmp_path):
     pool = ActorPool([Doubler.remote(), Doubler.remote()])
     # the first value is the slowest: map still yields it first
     values = [(1, 0.4), (2, 0), (3, 0), (4, 0)]
     assert list(pool.map(_double, values)) == [2, 4, 6, 8]
-    unordered = list(pool.map_unordered(_double, [(1, 0.4), (2, 0), (3, 0), (4, 0)]))
+    gate = _gate(tmp_path, "first")
+    results = pool.map_unordered(_double, [(1, gate), (2, 0), (3, 0), (4, 0)])
+    unordered = [next(results) for _ in range(3)]  # while the first value is held
+    _open(gate)
+    unordered += list(results)
     assert sorted(unordered) == [2, 4, 6, 8]
     assert unordered[-1] == 2  # the slow one comes last
     assert not pool.has_next()
@@ -88,17 +109,17 @@ def test_pool_submit_get_next_in_submission_order(ray, Doubler):
     assert pool.has_free()
 
 
-def test_pool_get_next_timeout(ray, Doubler):
+def test_pool_get_next_timeout(ray, Doubler, tmp_path):
     pool = ActorPool([Doubler.remote()])
     pool.submit(_double, 0)  # let the actor start
     assert pool.get_next(timeout=GET_TIMEOUT) == 0
-    pool.submit(_double, (1, 0.5))
-    start = time.monotonic()
-    with pytest.raises(TimeoutError) as info:
+    gate = _gate(tmp_path, "held")
+    pool.submit(_double, (1, gate))
+    with pytest.raises(TimeoutError) as info:  # at its timeout: the call is held until later
         pool.get_next(timeout=0.1)
-    assert time.monotonic() - start < 0.45
     assert not isinstance(info.value, exceptions.RayError)  # the builtin TimeoutError
     assert pool.has_next()  # still pending: it can be taken later
+    _open(gate)
     assert pool.get_next() == 2
     # ignore_if_timedout: the result is given up, and its actor goes back to the pool
     pool.submit(_double, (3, 0.5))
@@ -110,20 +131,23 @@ def test_pool_get_next_timeout(ray, Doubler):
     assert pool.get_next(timeout=GET_TIMEOUT) == 8  # after the ignored call, on the same actor
 
 
-def test_pool_get_next_unordered(ray, Doubler):
+def test_pool_get_next_unordered(ray, Doubler, tmp_path):
     pool = ActorPool([Doubler.remote(), Doubler.remote()])
-    pool.submit(_double, (1, 0.4))
+    first, second = _gate(tmp_path, "first"), _gate(tmp_path, "second")
+    pool.submit(_double, (1, first))
     pool.submit(_double, 2)
     assert pool.get_next_unordered(timeout=GET_TIMEOUT) == 4
     with pytest.raises(TimeoutError):
         pool.get_next_unordered(timeout=0.05)
+    _open(first)
     assert pool.get_next_unordered() == 2
     # get_next after get_next_unordered took results out of order
-    pool.submit(_double, (5, 0.3))
+    pool.submit(_double, (5, second))
     pool.submit(_double, 6)
     assert pool.get_next_unordered() == 12
     with pytest.raises(ValueError, match="get_next_unordered"):
         pool.get_next()
+    _open(second)
     assert pool.get_next_unordered() == 10
 
 
@@ -251,14 +275,14 @@ def test_queue_blocking_timeouts_raise_ray_task_errors(ray):
     start = time.monotonic()
     with pytest.raises(Empty) as info:
         q.get(timeout=0.2)
-    assert 0.15 < time.monotonic() - start < 5
+    assert 0.15 < time.monotonic() - start < 20  # at its timeout, not hung (room for load)
     assert isinstance(info.value, exceptions.RayTaskError)
     assert isinstance(info.value, std_queue.Empty)
     q.put(1)
     start = time.monotonic()
     with pytest.raises(Full) as info:
         q.put(2, timeout=0.2)
-    assert 0.15 < time.monotonic() - start < 5
+    assert 0.15 < time.monotonic() - start < 20  # at its timeout, not hung (room for load)
     assert isinstance(info.value, exceptions.RayTaskError)
     assert isinstance(info.value, std_queue.Full)
     # timeout=0 succeeds when there is room (an item)
@@ -409,7 +433,7 @@ def test_queue_shutdown_kills_after_the_grace_period(ray):
     actor = q.actor
     start = time.monotonic()
     q.shutdown(grace_period_s=0.3)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 20  # killed after the grace, not hung (room for load)
     with pytest.raises(exceptions.ActorDiedError):
         ray.get(actor.qsize.remote(), timeout=GET_TIMEOUT)
     with pytest.raises(exceptions.ActorDiedError):  # the task's get failed with the actor

@@ -12,6 +12,7 @@ import asyncio
 import gc
 import os
 import pickle
+import threading
 import time
 
 import pytest
@@ -269,12 +270,21 @@ def test_named_actors_in_namespaces(ray, Recorder):
 
 
 # ----------------------------------------------------------------------------- concurrency
-def test_max_concurrency_runs_calls_in_threads(ray, Recorder):
-    actor = Recorder.options(max_concurrency=4).remote()
+def test_max_concurrency_runs_calls_in_threads(ray):
+    # Each call waits at a barrier for the other three: they end only if all four run at
+    # once (a bound on their wall time, as before, failed on a loaded machine).
+    @ray.remote
+    class Meeting:
+        def __init__(self, parties):
+            self.barrier = threading.Barrier(parties, timeout=GET_TIMEOUT)
+
+        def meet(self):
+            return self.barrier.wait()
+
+    actor = Meeting.options(max_concurrency=4).remote(4)
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    start = time.monotonic()
-    assert ray.get([actor.sleep.remote(0.5) for _ in range(4)], timeout=GET_TIMEOUT) == [0.5] * 4
-    assert time.monotonic() - start < 1.5
+    arrivals = ray.get([actor.meet.remote() for _ in range(4)], timeout=GET_TIMEOUT)
+    assert sorted(arrivals) == [0, 1, 2, 3]
 
 
 def test_async_actor_runs_calls_concurrently_and_awaits_refs(ray):
@@ -284,8 +294,16 @@ def test_async_actor_runs_calls_concurrently_and_awaits_refs(ray):
 
     @ray.remote
     class AsyncActor:
-        async def nap(self, i):
-            await asyncio.sleep(0.3)
+        def __init__(self):
+            self.arrived = 0
+
+        async def nap(self, i):  # ends once all ten calls are in at once, or fails
+            if self.arrived == 0:
+                self.all_in = asyncio.Event()  # made on the actor's loop
+            self.arrived += 1
+            if self.arrived == 10:
+                self.all_in.set()
+            await asyncio.wait_for(self.all_in.wait(), GET_TIMEOUT)
             return i
 
         async def await_task(self, x):
@@ -299,9 +317,8 @@ def test_async_actor_runs_calls_concurrently_and_awaits_refs(ray):
 
     actor = AsyncActor.remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
-    start = time.monotonic()
+    # concurrent, shown without timing them: each call waits for the other nine
     assert ray.get([actor.nap.remote(i) for i in range(10)], timeout=GET_TIMEOUT) == list(range(10))
-    assert time.monotonic() - start < 1.5
     assert ray.get(actor.await_task.remote(21), timeout=GET_TIMEOUT) == 42
     assert ray.get(
         actor.await_nested.remote([ray.put(1), double.remote(2)]), timeout=GET_TIMEOUT
@@ -392,7 +409,7 @@ def test_cancel_running_async_call(ray):
     ray.cancel(ref)
     with pytest.raises(exceptions.TaskCancelledError):
         ray.get(ref, timeout=GET_TIMEOUT)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 15  # well under the 30 s nap: it was interrupted
     assert ray.get(actor.nap.remote(0), timeout=GET_TIMEOUT) == 0
 
 
@@ -467,7 +484,7 @@ def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     assert procinfo.is_alive(pid)
     del actor
     gc.collect()
-    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=5), (
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30), (
         f"actor pid {pid} still alive after its last handle was dropped"
     )
 
@@ -491,7 +508,7 @@ def test_actor_exits_at_its_last_handle_without_a_gc_pass(ray, Recorder):
         assert procinfo.is_alive(pid)
         assert ray.get(kept.remote(), timeout=GET_TIMEOUT) == [0, 1, 2, 3]
         del kept
-        assert wait_until(lambda: not procinfo.is_alive(pid), timeout=5), (
+        assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30), (
             f"actor pid {pid} still alive after its last handle was dropped, no GC pass")
     finally:
         gc.enable()
@@ -604,11 +621,13 @@ def test_infeasible_actor_warns_and_its_calls_stay_pending(ray, capfd):
             return 1
 
     capfd.readouterr()
-    start = time.monotonic()
     actor = Impossible.remote()
     ref = actor.f.remote()
-    assert wait_until(lambda: "unicorn" in capfd.readouterr().err, timeout=2)
-    assert time.monotonic() - start < 2
+    # Printed by the placement pass the creation starts (an event, no timer): polled with
+    # a bound for a loaded machine, not timed (a 2 s bound measured only the load).
+    seen = []
+    assert wait_until(lambda: seen.append(capfd.readouterr().err)
+                      or "unicorn" in "".join(seen), timeout=30), seen
     ready, not_ready = ray.wait([ref], timeout=0.5)
     assert ready == [] and not_ready == [ref]
 
@@ -640,8 +659,11 @@ ACTOR_OUTPUT_DRIVER = """
 
     talker = Talker.remote()
     pid = ray.get(talker.speak.remote("hello from actor"), timeout=60)
-    print("PID", pid, flush=True)
-    print("RETURNER", ray.get(Returner.remote().ok.remote(), timeout=60), flush=True)
+    # Whole lines in one write each: print() writes its parts one by one, and the I/O
+    # thread may forward the actor's lines (which can come after its result) in between.
+    sys.stdout.write(f"PID {pid}\\n")
+    sys.stdout.write(f"RETURNER {ray.get(Returner.remote().ok.remote(), timeout=60)}\\n")
+    sys.stdout.flush()
     ray.shutdown()
 """
 

@@ -77,14 +77,14 @@ def test_a_task_given_a_large_kept_result_runs_where_it_is_kept_and_reads_it_the
         sha, node = ray.get(call(ref), timeout=120)
         out[name] = [sha == expected(seed, M20), node == member, pulled(), here(ref)]
         del ref
-        out[name].append(until(lambda: not kept(), 10))
+        out[name].append(until(lambda: not kept(), 30))
     # A small kept result (1 MB): the task stays local-first and the value is pulled.
     ref = made.options(**on).remote(7, 1 << 20)
     until(lambda: recorded(ref))
     sha, node = ray.get(digest.remote(ref), timeout=60)
     out["small"] = [sha == expected(7, 1 << 20), node == here_id, pulled(), here(ref)]
     del ref
-    out["small"].append(until(lambda: not kept(), 10))
+    out["small"].append(until(lambda: not kept(), 30))
 
     @ray.remote
     def both(array, other):
@@ -100,7 +100,7 @@ def test_a_task_given_a_large_kept_result_runs_where_it_is_kept_and_reads_it_the
         out[name] = [sha == expected(8, M20), node == (here_id if here_size > M20 else member),
                      pulled() - before]
         del ref, local
-        out[name].append(until(lambda: not kept(), 10))
+        out[name].append(until(lambda: not kept(), 30))
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts))
@@ -162,7 +162,7 @@ FETCH = TWO + """
     out["again"] = [sha == expected(11, M20), node == member_b, pulled(), fetched(),
                     len(kept_b())]
     del ref
-    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    out["freed"] = [until(lambda: not kept(), 30), until(lambda: not kept_b(), 30)]
     print(json.dumps(out), flush=True)
     ray.shutdown()
 """
@@ -217,7 +217,7 @@ def test_member_a_killed_before_or_while_b_fetches_is_object_lost_error(hosts, m
                "waited": time.monotonic() - t0}
     out["pulled"], out["fetched"] = pulled(), fetched()
     del ref
-    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    out["left_on_b"] = not until(lambda: not kept_b(), 30)
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),

@@ -70,7 +70,7 @@ def test_an_actor_given_a_kept_result_reads_it_where_it_runs_in_call_order(hosts
     sha, node = ray.get(local.digest.remote(ref), timeout=120)
     out["local"] = [sha == expected(21, M20), node == here_id, pulled(), fetched()]
     del ref
-    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    out["freed"] = [until(lambda: not kept(), 30), until(lambda: not kept_b(), 30)]
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
@@ -103,7 +103,7 @@ def test_member_a_killed_before_an_actor_on_b_fetches_fails_the_call_object_lost
     out["next"] = ray.get(on_b.note.remote("next"), timeout=60)
     out["pulled"], out["fetched"] = pulled(), fetched()
     del ref
-    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    out["left_on_b"] = not until(lambda: not kept_b(), 30)
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),
@@ -147,7 +147,7 @@ def test_a_task_and_an_actor_in_a_bundle_on_b_get_a_kept_result_fetched_there(
     sha, node = ray.get(digest.options(**in_bundle(member)).remote(ref), timeout=120)
     out["task_a"] = [sha == expected(23, M20), node == member, pulled(), fetched(), here(ref)]
     del ref, actor
-    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    out["freed"] = [until(lambda: not kept(), 30), until(lambda: not kept_b(), 30)]
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
@@ -180,7 +180,7 @@ def test_an_actors_large_result_stays_on_its_node_until_it_is_needed(hosts, memb
     value = ray.get(ref, timeout=120)
     out["get"] = [hashlib.sha256(value).hexdigest() == expected(24, M20), pulled(), here(ref)]
     del ref, value
-    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    out["freed"] = [until(lambda: not kept(), 30), until(lambda: not kept_b(), 30)]
     small = ray.get(maker.make.remote(25, 100), timeout=60)
     out["small"] = [len(small), pulled()]
     print(json.dumps(out), flush=True)
@@ -233,7 +233,7 @@ def test_an_actor_given_a_kept_result_in_its_constructor_is_created_where_it_is(
     sha, node = ray.get(Holder.options(**to_here).remote(ref).where.remote(), timeout=120)
     out["local"] = [sha == expected(26, M20), node == here_id, pulled()]
     del ref, running
-    out["freed"] = [until(lambda: not kept(), 10), until(lambda: not kept_b(), 10)]
+    out["freed"] = [until(lambda: not kept(), 30), until(lambda: not kept_b(), 30)]
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, timeout=240, MEMBER_ROOT_TAG=_member_tag(hosts), **_env_b(hosts))
@@ -275,7 +275,7 @@ def test_member_a_killed_before_an_actor_on_b_reads_its_constructor_argument(
                "waited": time.monotonic() - t0}
     out["pulled"] = pulled()
     del ref, holder
-    out["left_on_b"] = not until(lambda: not kept_b(), 10)
+    out["left_on_b"] = not until(lambda: not kept_b(), 30)
     print(json.dumps(out), flush=True)
     ray.shutdown()
     """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE, MEMBER_ROOT_TAG=_member_tag(hosts),

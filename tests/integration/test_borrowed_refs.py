@@ -23,7 +23,7 @@ def _segment(ref) -> str:
     return os.path.join(SHM, f"mr_{store.session_tag}_{ref.hex()}")
 
 
-def _gone(path: str, timeout: float = 5.0) -> bool:
+def _gone(path: str, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         gc.collect()

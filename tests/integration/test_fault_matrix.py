@@ -406,10 +406,10 @@ def test_fault_cell(ray, row_bound, tmp_path, where, kind):
     # a freed segment up to 0.5 s for reuse).
     assert ray.get(ordinary.remote(41), timeout=GET_TIMEOUT_S) == 42
     ledger = runtime.current().ledger
-    assert wait_until(lambda: ledger.statistics()["leases"] == 0), ledger.statistics()
+    assert wait_until(lambda: ledger.statistics()["leases"] == 0, timeout=30), ledger.statistics()
     del big, first, later
     root = os.environ["MINIRAY_TMPDIR"]
-    assert wait_until(lambda: not _root_segments(root), timeout=5), _root_segments(root)
+    assert wait_until(lambda: not _root_segments(root), timeout=30), _root_segments(root)
 
 
 # ----------------------------------------------------------------------------- beyond the table
@@ -504,7 +504,7 @@ def test_sys_exit_says_so_on_the_drivers_stderr(ray, tmp_path, capfd):
         ray.get(ref, timeout=GET_TIMEOUT_S)
     seen = []
     assert wait_until(lambda: seen.append(capfd.readouterr().err)
-                      or "sys.exit() in task task_fault" in "".join(seen), timeout=5), seen
+                      or "sys.exit() in task task_fault" in "".join(seen), timeout=30), seen
 
 
 def test_keyboard_interrupt_in_a_constructor_reads_as_a_cancelled_creation_task(ray, tmp_path):
@@ -569,7 +569,7 @@ def test_returns_before_an_unpicklable_one_are_kept(ray):
     del first, second, refs
     # Every segment written was handed over, so freeing the refs frees them (the store keeps
     # a freed segment up to 0.5 s for reuse).
-    assert wait_until(lambda: not _root_segments(root), timeout=5), _root_segments(root)
+    assert wait_until(lambda: not _root_segments(root), timeout=30), _root_segments(root)
 
 
 MIB = 1 << 20

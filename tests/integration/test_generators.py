@@ -41,6 +41,19 @@ def _settled(predicate, timeout: float = 10.0) -> bool:
     return predicate()
 
 
+def _wait_for_gate(path: str) -> None:
+    """In a task: wait (at most a minute) until the test opens the gate ``path`` (_open).
+    Held values stay unsent whatever the machine's speed; a sleep instead let a loaded
+    runner see the next value, or the end, before its check."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _open(path: str) -> None:
+    open(path, "w").close()
+
+
 def _completed_now(gen) -> bool:
     ready, _ = miniray.wait([gen.completed()], timeout=0)
     return bool(ready)
@@ -63,24 +76,24 @@ def test_generator_returns_object_ref_generator(ray):
     assert ray.get(gen) is gen
 
 
-def test_values_are_available_as_they_are_yielded(ray):
-    """The first value is there while the task still sleeps before its second (Ray 2.60:
+def test_values_are_available_as_they_are_yielded(ray, tmp_path):
+    """The first value is there while the task still waits before its second (Ray 2.60:
     ``next(gen)`` returned in 15 ms there, with ``is_finished()`` and ``next_ready()`` False;
     before streaming, ``next`` waited for the whole task)."""
+    gate = str(tmp_path / "gate")
+
     @ray.remote
     def slow():
         yield 1
-        time.sleep(3)
+        _wait_for_gate(gate)
         yield 2
 
     gen = slow.remote()
-    start = time.monotonic()
-    first = next(gen)
-    took = time.monotonic() - start
+    first = next(gen)  # a next() that waited for the whole task would wait for the gate
     assert ray.get(first, timeout=GET_TIMEOUT) == 1
     assert not _completed_now(gen)  # the task is still running: this value was streamed
-    assert took < 2.0, took
     assert gen.is_finished() is False and gen.next_ready() is False
+    _open(gate)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 2
     with pytest.raises(StopIteration):
         next(gen)
@@ -141,13 +154,15 @@ def test_unsupported_generator_methods_and_pickling(ray):
     assert [ray.get(r, timeout=GET_TIMEOUT) for r in gen] == [1]
 
 
-def test_wait_on_a_generator_means_its_next_value(ray):
+def test_wait_on_a_generator_means_its_next_value(ray, tmp_path):
     """``wait([gen])`` is ready when ``next(gen)`` would return at once (Ray 2.60: ready
     while a value is there, not ready after it was taken and before the next one)."""
+    gate = str(tmp_path / "gate")
+
     @ray.remote
     def paced():
         yield 1
-        time.sleep(2)
+        _wait_for_gate(gate)
         yield 2
 
     gen = paced.remote()
@@ -156,6 +171,7 @@ def test_wait_on_a_generator_means_its_next_value(ray):
     next(gen)
     ready, not_ready = ray.wait([gen], timeout=0)
     assert ready == [] and not_ready == [gen]
+    _open(gate)
     ready, _ = ray.wait([gen], timeout=GET_TIMEOUT)
     assert ready == [gen]
     assert [ray.get(r, timeout=GET_TIMEOUT) for r in gen] == [2]
@@ -209,16 +225,18 @@ def test_async_for_over_a_task_and_await_of_each_value(ray):
 
 
 # ----------------------------------------------------------------------------- actors
-def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray):
+def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray, tmp_path):
     """A generator method streams (first value while the method sleeps) and its exception is
     the last value, a RayTaskError naming the actor (Ray 2.60: ``[0, 1, RayTaskError(KeyError)
     ... ray::A.g() (pid=..., actor_id=..., repr=...)]``)."""
+    gate = str(tmp_path / "gate")
+
     @ray.remote
     class A:
         def g(self, n):
             for i in range(n):
                 yield i
-                time.sleep(1.5)
+                _wait_for_gate(gate)
             raise KeyError("k")
 
     actor = A.remote()
@@ -226,6 +244,7 @@ def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray):
     assert isinstance(gen, ray.ObjectRefGenerator)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 0
     assert not _completed_now(gen)
+    _open(gate)
     values = []
     for ref in gen:
         try:
@@ -236,21 +255,25 @@ def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray):
     assert values == [1, "RayTaskError(KeyError)"]
 
 
-def test_async_actor_async_generator_streams(ray):
+def test_async_actor_async_generator_streams(ray, tmp_path):
     """An async generator method of an async actor streams, also to ``async for`` (Ray
     2.60: the first value came in 7 ms; then ``[1, RayTaskError(ValueError)]``)."""
+    gate = str(tmp_path / "gate")
+
     @ray.remote
     class B:
-        async def g(self, n):
+        async def g(self, n, gate=None):
             for i in range(n):
                 yield i
-                await asyncio.sleep(1.5)
+                while gate and not os.path.exists(gate):  # held until the test opens it
+                    await asyncio.sleep(0.01)
             raise ValueError("v")
 
     actor = B.remote()
-    gen = actor.g.remote(2)
+    gen = actor.g.remote(2, gate)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 0
     assert not _completed_now(gen)
+    _open(gate)
     values = []
     for ref in gen:
         try:
@@ -466,14 +489,14 @@ def test_dynamic_values_live_as_long_as_the_generator_value(ray):
 
 
 # ----------------------------------------------------------------------------- node actors
-def test_a_named_actor_on_a_node_streams_to_the_driver(node_env):
+def test_a_named_actor_on_a_node_streams_to_the_driver(node_env, tmp_path):
     """A named actor lives in the node's actor service: its generator method's values still
     reach the calling driver as they are yielded (SVC_YIELD), large ones through shared
     memory, its exception last; nothing is left in the driver's store."""
     started = cli(node_env, "start", "--head", "--num-cpus", "2")
     assert started.returncode == 0, started.stderr
     proc = driver("""
-        import gc, json, time
+        import gc, json, os, time
         import numpy as np
         import miniray as ray
         from miniray._private import runtime
@@ -481,16 +504,20 @@ def test_a_named_actor_on_a_node_streams_to_the_driver(node_env):
 
         @ray.remote
         class Streamer:
-            def values(self):
+            def values(self, gate):
                 yield 1
-                time.sleep(1.5)
+                deadline = time.monotonic() + 60  # held until the driver opens the gate
+                while not os.path.exists(gate) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 yield np.ones(200_000)
                 raise ValueError("last")
 
         actor = Streamer.options(name="streamer").remote()
-        gen = actor.values.remote()
+        gate = os.environ["GATE"]
+        gen = actor.values.remote(gate)
         first = ray.get(next(gen), timeout=30)
         early = not ray.wait([gen.completed()], timeout=0)[0]
+        open(gate, "w").close()
         rest = []
         for ref in gen:
             try:
@@ -507,7 +534,7 @@ def test_a_named_actor_on_a_node_streams_to_the_driver(node_env):
                           "left": store.statistics()["objects"]}), flush=True)
         ray.kill(actor)
         ray.shutdown()
-    """, node_env)
+    """, node_env, GATE=str(tmp_path / "gate"))
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err[-3000:]
     lines = [line for line in out.splitlines() if line.startswith("{")]

@@ -9,6 +9,7 @@ host ledger.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -61,15 +62,46 @@ def _start(code: str, env: dict) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _read_json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
+def _read_json_key(proc: subprocess.Popen, key: str, timeout: float = 30):
+    """The value of ``key`` in the JSON lines of ``proc``'s stdout, read until one holds it.
+    By key, not by position: the driver's lines and its worker's (forwarded by the I/O
+    thread) come in either order."""
+    seen = proc.__dict__.setdefault("_json_seen", {})
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while key not in seen and time.monotonic() < deadline:
         line = proc.stdout.readline()
         if "{" in line:  # a worker's line carries its "(name pid=N) " prefix
-            return json.loads(line[line.index("{"):])
+            seen.update(json.loads(line[line.index("{"):]))
         if not line and proc.poll() is not None:
             break
-    raise AssertionError(f"no JSON line from the driver; stderr: {proc.stderr.read()[-2000:]}")
+    if key not in seen:
+        raise AssertionError(f"no {key!r} from the driver; stderr: {proc.stderr.read()[-2000:]}")
+    return seen[key]
+
+
+def meet(folder: str, parties: int) -> None:
+    """In a task: meet the others of its batch. Each leaves a file in ``folder`` and waits
+    (at most a minute) until ``parties`` are there, so they hold their devices at the same
+    time whatever the machine's speed (a short sleep in each, as before, let a loaded
+    machine run them one after another, in one worker or on one device)."""
+    import os
+    import time
+    import uuid
+
+    open(os.path.join(folder, uuid.uuid4().hex), "w").close()
+    deadline = time.monotonic() + 60
+    while len(os.listdir(folder)) < parties and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+# meet() for a driver script, put before its text (indented as the scripts here are)
+MEET = textwrap.indent(textwrap.dedent(inspect.getsource(meet)), " " * 8)
+
+
+def _meeting(tmp_path, name: str) -> str:
+    folder = tmp_path / name
+    folder.mkdir()
+    return str(folder)
 
 
 def _wait_dead(pids, timeout: float = 10) -> list:
@@ -104,17 +136,18 @@ def test_detection_through_nvml_names_devices_and_accelerator_type(tmp_path, fak
 
 def test_cuda_visible_devices_at_start_restricts_and_names_gpus(tmp_path, fake_pynvml):
     four = ",".join(f"Tesla T4|GPU-{i}{i}{i}{i}" for i in range(4))
-    proc = _run("""
+    proc = _run(MEET + """
         import json, os, miniray as ray
         ray.init(num_cpus=2)
         @ray.remote(num_gpus=1)
-        def which():
-            import time; time.sleep(0.3)
+        def which(folder):
+            meet(folder, 2)  # both at once: one device each
             return ray.get_gpu_ids(), os.environ["CUDA_VISIBLE_DEVICES"]
-        seen = ray.get([which.remote() for _ in range(2)])
+        seen = ray.get([which.remote(os.environ["MEET_DIR"]) for _ in range(2)])
         print(json.dumps({"GPU": ray.cluster_resources()["GPU"], "seen": seen}))
         ray.shutdown()
-    """, _env(tmp_path, "a", fake_pynvml, devices=four, CUDA_VISIBLE_DEVICES="1,3"))
+    """, _env(tmp_path, "a", fake_pynvml, devices=four, CUDA_VISIBLE_DEVICES="1,3",
+                     MEET_DIR=_meeting(tmp_path, "meet")))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["GPU"] == 2.0
@@ -200,36 +233,38 @@ def test_a_cpu_task_never_runs_in_a_worker_that_ran_a_gpu_task(ray_start):
     assert {cvd for _pid, cvd in runs} == {None}
 
 
-def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch):
+def test_at_the_cap_an_idle_cpu_worker_retires_for_a_gpu_task(ray_start, monkeypatch,
+                                                              tmp_path):
     """At the cap on workers with only CPU workers idle, a GPU task still runs, in a worker
     of its own (one idle CPU worker retires to make room)."""
     monkeypatch.setenv("MINIRAY_MAX_WORKERS", "2")
     ray_start(num_cpus=2, num_gpus=1)
 
     @miniray.remote
-    def cpu():
-        time.sleep(0.3)
+    def cpu(folder):
+        meet(folder, 2)  # both at once: two workers
         return os.getpid()
 
     gpu = miniray.remote(num_gpus=1, max_calls=0)(_pid_and_cvd)
-    cpu_pids = set(miniray.get([cpu.remote(), cpu.remote()], timeout=30))
+    folder = _meeting(tmp_path, "meet")
+    cpu_pids = set(miniray.get([cpu.remote(folder), cpu.remote(folder)], timeout=30))
     assert len(cpu_pids) == 2
     miniray.available_resources()  # both leases go back: two idle CPU workers, at the cap
     pid, cvd = miniray.get(gpu.remote(), timeout=30)
     assert pid not in cpu_pids and cvd == "0"
 
 
-def test_fractional_gpus_pack_one_device_before_the_next(ray_start):
+def test_fractional_gpus_pack_one_device_before_the_next(ray_start, tmp_path):
     ray_start(num_cpus=4, num_gpus=2)
 
     @miniray.remote(num_gpus=0.5)
-    def which():
-        import time
-
-        time.sleep(0.5)
+    def which(folder):
+        meet(folder, 4)  # all four hold their share at once
         return miniray.get_gpu_ids()
 
-    ids = sorted(i for got in miniray.get([which.remote() for _ in range(4)]) for i in got)
+    folder = _meeting(tmp_path, "meet")
+    ids = sorted(i for got in miniray.get([which.remote(folder) for _ in range(4)], timeout=90)
+                 for i in got)
     assert ids == [0, 0, 1, 1]
 
 
@@ -241,21 +276,25 @@ def test_gpu_and_neuron_cores_in_one_request_are_refused(ray_start):
 
 # ---------------------------------------------------------- the host-wide GPU ledger
 HOLDER = """
-    import json, os, time, miniray as ray
+    import json, os, sys, time, miniray as ray
     ray.init(num_cpus=2)
     @ray.remote(num_gpus=2)
-    def hold(seconds):
+    def hold(seconds, gate):  # until the time is up or the test opens the gate
         print(json.dumps({"task_started": time.time()}), flush=True)
-        time.sleep(seconds)
+        end = time.time() + seconds
+        while time.time() < end and not (gate and os.path.exists(gate)):
+            time.sleep(0.01)
         return time.time()
-    ref = hold.remote(HOLD_S)
+    ref = hold.remote(HOLD_S, os.environ.get("HOLD_GATE"))
     rt = ray._private.runtime.current()
     deadline = time.time() + 20
     while len(rt.pids()) < 2 and time.time() < deadline:
         time.sleep(0.02)
     time.sleep(0.3)  # the task is running and holds both GPUs
-    print(json.dumps({"pids": rt.pids(), "session": rt.session_dir}), flush=True)
-    print(json.dumps({"finished": ray.get(ref)}), flush=True)
+    # One write a line: the I/O thread may forward the task's line between print()'s text
+    # and its newline.
+    sys.stdout.write(json.dumps({"pids": rt.pids(), "session": rt.session_dir}) + "\\n")
+    sys.stdout.write(json.dumps({"finished": ray.get(ref)}) + "\\n")
     ray.shutdown()
 """
 
@@ -274,28 +313,45 @@ WANTER = """
 
 
 def test_two_sessions_do_not_both_get_the_same_physical_gpus(tmp_path, fake_pynvml):
-    holder = _start(HOLDER.replace("HOLD_S", "2.0"), _env(tmp_path, "a", fake_pynvml))
+    # The holder keeps the GPUs until the wanter says it waits for them (a 2 s hold, as
+    # before, was over before a loaded machine had started the wanter).
+    gate = str(tmp_path / "let-go")
+    holder = _start(HOLDER.replace("HOLD_S", "60.0"),
+                    _env(tmp_path, "a", fake_pynvml, HOLD_GATE=gate))
+    wanter = None
     try:
-        info = _read_json_line(holder)
-        held = _read_json_line(holder)  # noqa: F841 - pids, once the task runs
-        wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml))
-        finished = _read_json_line(holder)["finished"]
+        task_started = _read_json_key(holder, "task_started")
+        _read_json_key(holder, "pids")  # once the task runs
+        wanter = _start(WANTER, _env(tmp_path, "b", fake_pynvml))
+        said = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = wanter.stderr.readline()
+            said.append(line)
+            if not line or "other miniray sessions on this host hold" in line:
+                break
+        open(gate, "w").close()
+        finished = _read_json_key(holder, "finished")
         assert holder.wait(30) == 0
+        out, err = wanter.communicate(timeout=60)
     finally:
         holder.kill()
-    assert wanter.returncode == 0, wanter.stderr
-    started = json.loads(wanter.stdout.splitlines()[-1])["started"]
+        if wanter is not None:
+            wanter.kill()
+    err = "".join(said) + err
+    assert wanter.returncode == 0, err
+    started = json.loads(out.splitlines()[-1])["started"]
     assert started >= finished - 0.05, "the second session ran while the first held the GPUs"
-    assert info["task_started"] < finished
-    assert "other miniray sessions on this host hold" in wanter.stderr
-    assert "pid" in wanter.stderr
+    assert task_started < finished
+    assert "other miniray sessions on this host hold" in err
+    assert "pid" in err
 
 
 def test_a_session_can_fail_fast_instead_of_waiting(tmp_path, fake_pynvml):
-    holder = _start(HOLDER.replace("HOLD_S", "10.0"), _env(tmp_path, "a", fake_pynvml))
+    holder = _start(HOLDER.replace("HOLD_S", "60.0"), _env(tmp_path, "a", fake_pynvml))
     try:
-        _read_json_line(holder)
-        _read_json_line(holder)
+        _read_json_key(holder, "task_started")
+        _read_json_key(holder, "pids")
         began = time.monotonic()
         wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml, MINIRAY_HOST_GPU_TIMEOUT="0.5"))
         waited = time.monotonic() - began
@@ -306,17 +362,17 @@ def test_a_session_can_fail_fast_instead_of_waiting(tmp_path, fake_pynvml):
     result = json.loads(wanter.stdout.splitlines()[-1])
     assert result["error"] == "TaskUnschedulableError", result
     assert "MINIRAY_HOST_GPU_TIMEOUT" in result["text"]
-    assert waited < 8
+    assert waited < 30  # well before the holder's 60 s: it did not wait for the GPUs
 
 
 def test_leases_of_a_session_killed_with_sigkill_come_back(tmp_path, fake_pynvml):
     holder = _start(HOLDER.replace("HOLD_S", "60.0"), _env(tmp_path, "a", fake_pynvml))
     try:
-        _read_json_line(holder)
-        state = _read_json_line(holder)
+        _read_json_key(holder, "task_started")
+        pids = _read_json_key(holder, "pids")
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(10)
-        assert _wait_dead(state["pids"]) == [], "the killed session's processes outlived it"
+        assert _wait_dead(pids) == [], "the killed session's processes outlived it"
         began = time.monotonic()
         wanter = _run(WANTER, _env(tmp_path, "b", fake_pynvml))
     finally:
@@ -331,17 +387,19 @@ def test_leases_of_a_session_killed_with_sigkill_come_back(tmp_path, fake_pynvml
 def test_logical_gpus_beyond_the_physical_ones_stay_per_session(tmp_path, fake_pynvml):
     one = "Tesla V100-SXM2-16GB|GPU-aaaa0000"
     code = """
-        import json, miniray as ray
+        import json, os, miniray as ray
         ray.init(num_cpus=3, num_gpus=3)
         @ray.remote(num_gpus=1)
-        def which():
-            import time; time.sleep(0.5)
+        def which(folder):
+            meet(folder, 3)  # all three at once: one logical GPU each
             return ray.get_gpu_ids()
-        print(json.dumps(sorted(i for ids in ray.get([which.remote() for _ in range(3)])
+        folder = os.environ["MEET_DIR"]
+        print(json.dumps(sorted(i for ids in ray.get([which.remote(folder) for _ in range(3)])
                                 for i in ids)))
         ray.shutdown()
     """
-    proc = _run(code, _env(tmp_path, "a", fake_pynvml, devices=one))
+    proc = _run(MEET + code, _env(tmp_path, "a", fake_pynvml, devices=one,
+                           MEET_DIR=_meeting(tmp_path, "meet")))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == [0, 1, 2]
 
