@@ -131,3 +131,55 @@ def test_one_node_nothing_goes_anywhere_else(hosts):
         proc.wait(30)
     finally:
         stop_driver(proc)
+
+
+def test_spread_tasks_count_the_drivers_own_on_a_view_read_mid_burst(hosts, tmp_path):
+    """A burst of SPREAD tasks placed on a view read after one task of the driver showed
+    on its node, and before any of the burst did: the driver's own tasks placed since
+    count (here and on the member), so 7 SPREAD tasks of 0.5 CPU after that one, on two
+    2-CPU nodes, land 3 and 4: 4 on each node, as on an idle view (Ray's spread policy
+    goes round the nodes). Without that, the node idle by the view took all 7 (1 and 7).
+    Twice: that first task here (a local SPREAD task counts), then on the member."""
+    _cluster(hosts, "2", "2")
+    doc = _run_driver(hosts, NODE_OF + """
+    from miniray._private.core import context
+
+    @ray.remote(num_cpus=0.5, scheduling_strategy="SPREAD")
+    def held(go):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ray.get_runtime_context().get_node_id()
+
+    def view_shows(check, what):
+        # The view placement reads, read again now (a file read): its cached copy is
+        # this one until VIEW_MAX_AGE_S passes, so the burst below is placed on it.
+        nodes = context.current().owner.remote_nodes
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            used = {e.node_id: e.totals.get("CPU", 0.0) - e.available.get("CPU", 0.0)
+                    for e in nodes.view(fresh=True) if e.alive}
+            if check(sorted(used.values())):
+                return used
+            time.sleep(0.02)
+        raise AssertionError(f"the view never showed {what}: {used}")
+
+    rounds = []
+    for index, node in enumerate([here, member]):
+        go = os.path.join(os.environ["GO_DIR"], f"go{index}")
+        first = held.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node, soft=False)).remote(go)
+        shown = view_shows(lambda used: used == [0.0, 0.5], "the first task alone")
+        rest = [held.remote(go) for _ in range(7)]
+        open(go, "w").close()
+        rounds.append({"first": max(shown, key=shown.get),
+                       "nodes": ray.get([first] + rest, timeout=60)})
+        view_shows(lambda used: used == [0.0, 0.0], "both nodes idle")
+    print(json.dumps({"here": here, "member": member, "rounds": rounds}), flush=True)
+    ray.shutdown()
+    """, timeout=180, GO_DIR=str(tmp_path))
+    assert [r["first"] for r in doc["rounds"]] == [doc["here"], doc["member"]], doc
+    for spread in doc["rounds"]:
+        assert spread["nodes"][0] == spread["first"], doc
+        assert spread["nodes"].count(doc["here"]) == 4, doc
+        assert spread["nodes"].count(doc["member"]) == 4, doc

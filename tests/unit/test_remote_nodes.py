@@ -253,3 +253,76 @@ def test_one_watcher_thread_rechecks_every_placer_until_none_waits(monkeypatch):
         nodes.watch()  # started again on demand, and ends at once with nothing waiting
     assert nodes._watching
     assert wait_until(lambda: not nodes._watching, 5.0)
+
+
+class _Spec:
+    def __init__(self, index: int, request: dict):
+        self.task_id = index.to_bytes(4, "big")
+        self.affinity = task_nodes.SPREAD
+        self.request = request
+
+
+class _Task:
+    def __init__(self, index: int, request: dict):
+        self.spec = _Spec(index, request)
+        self.state = None
+        self.worker = type("Slot", (), {"claim": None})()
+
+
+def test_spread_tasks_count_the_drivers_own_whether_the_view_shows_them_or_not(monkeypatch):
+    """The view shows one task here (0.5 of 2 CPUs) and none of the burst placed after
+    it: each SPREAD task placed, here or there, counts at once, so 7 more of 0.5 CPU land
+    3 here and 4 there (4 and 4); on the view alone, "there" took all 7. A view read
+    later that shows them counts them once; one that ended here is forgotten then."""
+    owner = _WatchOwner()
+    nodes = remote_nodes.RemoteNodes(owner)
+    nodes.local, nodes.session_dir = "here", "session"
+
+    def node(node_id, available):
+        return NodeEntry(node_id, "", 1, totals={"CPU": 2}, available={"CPU": available})
+
+    shown = {}  # what the next read of the view file says (node id -> entry)
+    monkeypatch.setattr(remote_offload.nc, "read_cluster", lambda _dir: shown)
+    monkeypatch.setattr(remote_offload.cluster_view, "nodes_of", lambda doc: doc)
+    monkeypatch.setattr(remote_offload, "VIEW_MAX_AGE_S", 3600.0)  # read when asked only
+
+    def read(**available):
+        shown.clear()
+        shown.update({k: node(k, v) for k, v in available.items()})
+        nodes.view(fresh=True)
+
+    def place(tasks):
+        out = []
+        for task in tasks:
+            placed = nodes._place(task, True)[0]
+            if placed is not None:  # what _start does for a task on another node
+                nodes._claim(task.worker, placed, task.spec.request)
+            out.append(placed or "here")
+        return out
+
+    read(here=1.5, there=2.0)
+    burst = [_Task(i, {"CPU": 0.5}) for i in range(7)]
+    placed = place(burst)
+    assert placed.count("here") == 3 and placed.count("there") == 4, placed
+    # A read that shows all of them (no room left by it) counts each once: both full.
+    read(here=0.0, there=0.0)
+    assert all(e.available["CPU"] == 0.0 for e in nodes._own_view(nodes.last_view()))
+    # One that shows none of them yet (a late heartbeat) counts them all the same; the
+    # first task here is taken for one of them then (``less_claims``: the use it shows,
+    # 0.5, is under what this driver's tasks there held at the read, 1.5).
+    read(here=1.5, there=2.0)
+    assert {e.node_id: e.available["CPU"] for e in nodes._own_view(nodes.last_view())} == \
+        {"here": 0.5, "there": 0.0}
+    # Those there count no more once they end; those here that ended, from the next read.
+    read(here=0.0, there=0.0)
+    for task in burst:
+        if task.worker.claim is None:
+            task.state = remote_offload.T_DONE
+        else:
+            nodes._claim(task.worker, None, task.spec.request)
+    assert {e.node_id: e.available["CPU"] for e in nodes._own_view(nodes.last_view())} == \
+        {"here": 0.0, "there": 2.0}
+    read(here=1.5, there=2.0)  # the first task here still runs
+    assert nodes._spread_here == {} and nodes._spread_use == {}
+    assert {e.node_id: e.available["CPU"] for e in nodes._own_view(nodes.last_view())} == \
+        {"here": 1.5, "there": 2.0}

@@ -41,12 +41,13 @@ Steps for one task of owner D placed on node N (N's half: ``remote_drivers.py``)
        fresh view first); a soft one runs there too when it is alive with the totals (its
        lease waits for room; with ``_spill_on_unavailable`` only when it has room now),
        else as without one. ``"SPREAD"``: the least used node with room now, rotating
-       (this node: its local queue). Without: locally whenever the local node can ever
-       hold the request, except spill-over (``spill``): the local ledger has no room for
-       it now and another node has room now, as of its heartbeat and at most its totals
-       less this driver's tasks there, and its arguments here are not over
-       ``node_pick.MOVE_MAX_ARG_BYTES``: it leaves the local queue for that node; a task
-       it can never hold
+       (this node: its local queue), as of the view less this driver's own tasks
+       (``_own_view``: those on other nodes, and its SPREAD tasks here). Without:
+       locally whenever the local node can ever hold the request, except spill-over
+       (``spill``): the local ledger has no room for it now and another node has room
+       now, as of its heartbeat and at most its totals less this driver's tasks there,
+       and its arguments here are not over ``node_pick.MOVE_MAX_ARG_BYTES``: it leaves
+       the local queue for that node; a task it can never hold
        (``TaskQueue`` offers it before holding it infeasible) goes to another alive node
        with room now, else to one with the totals (its lease waits there), else stays
        pending as before (looked at again every INFEASIBLE_WATCH_S while the view has
@@ -211,10 +212,14 @@ class RemoteNodes(RemoteOffload):
         # Other placers' "place again" calls for that thread (``watch``): remote_actors'.
         self._rechecks: list = []
         self._turn = 0  # SPREAD's rotation (node_pick rule 4)
-        # Per node, the summed requests of this driver's tasks there, from placement to
-        # their end (``node_pick.less_claims``: the view's ``available`` lags them), and
-        # what they were when the view was last read.
+        # Per other node, the summed requests of this driver's tasks there, from
+        # placement to their end (``node_pick.less_claims``: the view's ``available`` lags
+        # them); its SPREAD tasks placed here by task id, until they end, and their
+        # summed requests; and what both were when the view was last read
+        # (``_own_claims``, ``_own_view``).
         self._claims: dict[str, dict[str, float]] = {}
+        self._spread_here: dict = {}
+        self._spread_use: dict[str, float] = {}
         self._claims_seen: dict[str, dict[str, float]] = {}
         self.ran = 0
         from miniray._private.owner.remote_bundles import RemoteBundles  # lazy: a cycle
@@ -294,7 +299,7 @@ class RemoteNodes(RemoteOffload):
                            "retries left).", spec.name, entry.node_id[:12], entry.ip,
                            "infinite" if task.retries_left < 0 else task.retries_left)
         local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
-        placed = self._place(spec, local_feasible, exclude=entry.node_id)[0]
+        placed = self._place(task, local_feasible, exclude=entry.node_id)[0]
         if placed is None:
             task.worker = None
             self.owner.tasks.resubmit(task)

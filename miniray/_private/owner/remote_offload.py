@@ -7,9 +7,10 @@ view file, re-read at most every VIEW_MAX_AGE_S), decide where a task goes
 (``_place``: ``task_nodes.decide`` on the view; ``offload``: a task with an affinity,
 SPREAD, or one this node can never hold; ``spill``: a queue the local ledger has no room
 for now; ``locate``: a task given results kept on other nodes, placed before they are
-pulled, by ``_arg_bytes``), count this driver's own tasks on each node against a stale view
-(``_claim``), and place again whatever waits for a node that may join (``watch``: one
-thread for infeasible tasks and the rechecks others register). Does not own: the rules
+pulled, by ``_arg_bytes``), count this driver's own tasks against a stale view (``_claim``
+on other nodes, ``_spread_here`` for its SPREAD tasks here; ``_own_view`` applies both), and
+place again whatever waits for a node that may join (``watch``: one thread for infeasible
+tasks and the rechecks others register). Does not own: the rules
 (``core/task_nodes.py``, ``core/node_pick.py``), running a task once placed (``_begin`` and
 steps 2-5, ``remote_nodes.py``), or the view file (the node writes it).
 Called by: ``TaskQueue`` (``offload``, ``locate``), ``Owner._dispatch`` (``spill``),
@@ -34,6 +35,7 @@ from miniray._private.core.task_nodes import (
     request_text,
 )
 from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.tasks import T_DONE
 from miniray._private.transport import node_client as nc
 
 logger = logging.getLogger(__name__)
@@ -56,7 +58,10 @@ class RemoteOffload:
             doc = nc.read_cluster(self.session_dir) if self.session_dir else None
             nodes = list(cluster_view.nodes_of(doc).values())
             with self._lock:
-                self._claims_seen = {k: dict(v) for k, v in self._claims.items()}
+                for task_id, task in list(self._spread_here.items()):
+                    if task.state == T_DONE:  # ended here since the last read
+                        self._count_here(task_id, None)
+                self._claims_seen = self._own_claims()
             self._view = (now, nodes)
         return nodes
 
@@ -69,20 +74,65 @@ class RemoteOffload:
         """Whether ``close`` ran (the driver is ending): nothing new goes to other nodes."""
         return self._closed
 
-    def _place(self, spec, local_feasible: bool, exclude: str | None = None):
-        """``decide`` (``placement_for`` and its ``Placement``) on the view; an affinity
-        to a node the view lacks is looked up again in a fresh view first (it may have
-        joined since the last read). ``SPREAD`` counts its turn here."""
+    def _place(self, task, local_feasible: bool, exclude: str | None = None):
+        """``decide`` (``placement_for`` and its ``Placement``) for ``task`` on the view;
+        an affinity to a node the view lacks is looked up again in a fresh view first (it
+        may have joined since the last read). ``SPREAD`` counts its turn here, is placed
+        on ``_own_view``, and one placed here is counted there until it ends."""
+        spec = task.spec
+        spread = spec.affinity == SPREAD
         turn = 0
-        if spec.affinity == SPREAD:
+        if spread:
             turn = self._turn
             self._turn += 1
-        placed = decide(spec.affinity, spec.request, self.local, self.view(),
+        view = self.view()
+        placed = decide(spec.affinity, spec.request, self.local,
+                         self._own_view(view) if spread else view,
                          local_feasible, exclude, turn=turn)
         if isinstance(placed[0], Unschedulable) and self._view[0] < time.monotonic() - 0.01:
             placed = decide(spec.affinity, spec.request, self.local,
                              self.view(fresh=True), local_feasible, exclude, turn=turn)
+        if spread:
+            with self._lock:  # elsewhere, its claim counts it there (or it is not placed)
+                self._count_here(spec.task_id,
+                                 task if placed[0] is None and local_feasible else None)
         return placed
+
+    def _own_view(self, view: list) -> list:
+        """``view`` brought up to date for this driver's own tasks (``node_pick.less_claims``,
+        for spill-over, ``locate`` and SPREAD): on other nodes all of them (``_claims``),
+        here its SPREAD tasks (``_spread_here``). A view read mid-burst shows the
+        use of some and not of those placed since: on the view alone, the node idle by it
+        took every SPREAD task after (1 and 7 over two nodes, not 4 and 4)."""
+        with self._lock:
+            return node_pick.less_claims(view, self._own_claims(), self._claims_seen)
+
+    def _own_claims(self) -> dict:
+        """*Locked* (``_lock``). ``_claims`` with this driver's SPREAD tasks here added
+        under the local node (``_spread_use``)."""
+        own = {node_id: dict(claim) for node_id, claim in self._claims.items()}
+        if self._spread_use:
+            here = own.setdefault(self.local, {})
+            for name, amount in self._spread_use.items():
+                here[name] = here.get(name, 0.0) + amount
+        return own
+
+    def _count_here(self, task_id: bytes, task) -> None:
+        """*Locked* (``_lock``). The SPREAD task ``task_id`` runs here (``task``), or no
+        more (None: it went elsewhere, or ended): ``_spread_here`` and its summed
+        requests, ``_spread_use``. One that ended is forgotten at the next read of the
+        view (``view``), not at once: the view itself shows it that long or longer."""
+        old = self._spread_here.pop(task_id, None)
+        for counted, sign in ((old, -1.0), (task, 1.0)):
+            if counted is None:
+                continue
+            for name, amount in counted.spec.request.items():
+                if amount:
+                    self._spread_use[name] = self._spread_use.get(name, 0.0) + \
+                        sign * float(amount)
+        if task is not None:
+            self._spread_here[task_id] = task
+        self._spread_use = {k: v for k, v in self._spread_use.items() if v > 1e-9}
 
     def offload(self, task, local_feasible: bool = False) -> bool | str | None:
         """*Owner locked.* Step 1 for a task of ``TaskQueue`` whose arguments are ready: one
@@ -94,7 +144,7 @@ class RemoteOffload:
         node's totals (None: this node's own line)."""
         if self._closed:
             return None
-        placed, why = self._place(task.spec, local_feasible)
+        placed, why = self._place(task, local_feasible)
         if placed is not None:
             self._begin(task, placed)
             return True
@@ -140,8 +190,7 @@ class RemoteOffload:
                 continue
             if not may_spill(task):
                 break  # it runs here (the front stays first in its queue)
-            with self._lock:
-                view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
+            view = self._own_view(nodes)
             placed = placement_for(None, spec.request, self.local, view, True,
                                    local_room=False, arg_bytes=self._arg_bytes(spec))
             if type(placed) is not str:
@@ -205,7 +254,7 @@ class RemoteOffload:
             return True if self.bundles.submit(task) else None
         if spec.affinity is not None:  # its own rule; on another node it fetches them there
             local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
-            placed = self._place(spec, local_feasible)[0]
+            placed = self._place(task, local_feasible)[0]
             if placed is None:
                 return None
             self._begin(task, placed)
@@ -218,8 +267,7 @@ class RemoteOffload:
         if not any(e.alive and e.node_id != self.local for e in nodes):
             return None
         local_feasible = not infeasible_reasons(self.owner.tasks.node_state, spec.request)
-        with self._lock:
-            view = node_pick.less_claims(nodes, self._claims, self._claims_seen)
+        view = self._own_view(nodes)
         placed = node_pick.pick_node(spec.request, self.local, view,
                                      arg_bytes=self._arg_bytes(spec),
                                      local_holds=local_feasible)
