@@ -644,23 +644,31 @@ def test_cancelling_a_node_actor_call_blocked_in_get(node_env, tmp_path):
                       "child": "KeyboardInterrupt"}
 
 
-def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
+def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env, tmp_path):
+    # The argument's task waits for a gate opened after the creation call returns, so
+    # "returned before the argument was made" needs no wall-time bound (one of 0.5 s failed
+    # when the driver was not scheduled for that long); had the call waited, the task would
+    # end only after its 30 s and leave its mark.
     _start(node_env)
-    result = _run(node_env, """
-        import time
+    gate, made = str(tmp_path / "gate"), str(tmp_path / "made")
+    result = _run(node_env, f"""
+        import os, time
 
         @ray.remote
         def slow(x):
-            time.sleep(1.0)
+            deadline = time.monotonic() + 30
+            while not os.path.exists({gate!r}) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            open({made!r}, "w").close()
             return np.full(200_000, float(x))
 
         @ray.remote
         def fails():
             raise KeyError("no such weights")
 
-        t0 = time.monotonic()
         c = Counter.options(name="patient", lifetime="detached").remote(0, slow.remote(2))
-        created_in = time.monotonic() - t0
+        fast = not os.path.exists({made!r})
+        open({gate!r}, "w").close()
         weights = ray.get(c.weight_sum.remote())  # runs once the argument has arrived
         broken = Counter.options(name="broken", lifetime="detached").remote(0, fails.remote())
         try:
@@ -668,7 +676,7 @@ def test_creating_a_node_actor_does_not_wait_for_its_arguments(node_env):
             died = None
         except ray.exceptions.ActorDiedError as error:
             died = "no such weights" in str(error)
-        say(fast=created_in < 0.5, weights=weights, died=died,
+        say(fast=fast, weights=weights, died=died,
             names=ray.util.list_named_actors())
         ray.kill(c)
     """)
