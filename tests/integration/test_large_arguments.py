@@ -50,7 +50,7 @@ def _settle() -> None:
 def _no_object_segment_left() -> bool:
     gc.collect()
     _settle()
-    return wait_until(lambda: not _object_segments(), timeout=5)
+    return wait_until(lambda: not _object_segments(), timeout=30)
 
 
 def _created() -> int:
@@ -64,7 +64,7 @@ def _no_segments_left(session_root):
     prefix = f"mr_{session.root_tag(session_root)}"
     yield
     assert wait_until(lambda: not [n for n in os.listdir(SHM) if n.startswith(prefix)],
-                      timeout=5), "shared-memory segments left after shutdown"
+                      timeout=30), "shared-memory segments left after shutdown"
 
 
 def _backing(x) -> str:
@@ -208,7 +208,7 @@ def test_actor_constructor_and_call_arguments_go_through_the_store(ray):
     assert got == ((False, "mmap", float(arr.sum())), (False, "mmap", float(arr.sum() * 2)))
     _settle()
     # The call's argument is freed; the constructor's lives as long as the actor.
-    assert wait_until(lambda: len(_object_segments()) == 1, timeout=5), _object_segments()
+    assert wait_until(lambda: len(_object_segments()) == 1, timeout=30), _object_segments()
     ray.kill(holder)
     del holder
     assert _no_object_segment_left(), f"{_object_segments()} outlived the actor"

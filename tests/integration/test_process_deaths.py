@@ -123,7 +123,7 @@ DRIVER = """
 
     # Given back right after the lock that made the deaths visible is released (deferred
     # owner work, never under the owner's lock): allow that moment.
-    deadline = time.time() + 5
+    deadline = time.time() + 30
     while dead_workers_leases() and time.time() < deadline:
         time.sleep(0.01)
     out["dead_workers_leases"] = dead_workers_leases()
