@@ -556,23 +556,29 @@ def test_a_named_gpu_actor_gets_its_device_from_the_nodes_ledger(node_env):
     assert freed == {"available": 2.0}
 
 
-def test_cancelling_a_queued_call_to_a_node_actor(node_env):
+def test_cancelling_a_queued_call_to_a_node_actor(node_env, tmp_path):
+    # The running call holds the actor until the driver opens a gate after the cancel: with a
+    # 0.5 s nap, a stall that long let the queued call run before it was cancelled.
     _start(node_env)
-    result = _run(node_env, """
-        import time
+    result = _run(node_env, f"""
+        import os, time
 
         @ray.remote
         class Slow:
-            def nap(self, s):
-                time.sleep(s)
+            def nap(self, s, gate=None):
+                deadline = time.monotonic() + 30
+                while gate and not os.path.exists(gate) and time.monotonic() < deadline:
+                    time.sleep(0.01)
                 return s
 
+        gate = {str(tmp_path / "gate")!r}
         a = Slow.options(name="slow", lifetime="detached").remote()
         ray.get(a.nap.remote(0))
-        running = a.nap.remote(0.5)
+        running = a.nap.remote(0.5, gate)
         queued = a.nap.remote(0)
         time.sleep(0.1)
         ray.cancel(queued)
+        open(gate, "w").close()
         try:
             ray.get(queued)
             cancelled = False
