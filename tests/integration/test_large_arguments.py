@@ -112,17 +112,22 @@ def test_small_arguments_stay_in_the_call_message(ray):
 
 def test_argument_is_stored_while_the_task_runs_and_freed_after(ray, tmp_path):
     arr = _big()
-    started = tmp_path / "started"
+    started, gate = tmp_path / "started", tmp_path / "gate"
 
+    # The task runs until the test has looked (a gate, not a 0.5 s sleep: a stall that long
+    # let it end and its argument go first).
     @ray.remote
-    def slow(x, path):
+    def slow(x, path, gate):
         open(path, "w").close()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return float(x.sum())
 
-    out = slow.remote(arr, str(started))
+    out = slow.remote(arr, str(started), str(gate))
     assert wait_until(started.exists, timeout=GET_TIMEOUT)
     assert len(_object_segments()) == 1, "the argument was not passed through the store"
+    gate.touch()
     assert ray.get(out, timeout=GET_TIMEOUT) == float(arr.sum())
     del out
     assert _no_object_segment_left(), f"{_object_segments()} outlived the task"
