@@ -50,7 +50,7 @@ def _settle() -> None:
 def _no_object_segment_left() -> bool:
     gc.collect()
     _settle()
-    return wait_until(lambda: not _object_segments(), timeout=5)
+    return wait_until(lambda: not _object_segments(), timeout=30)
 
 
 def _created() -> int:
@@ -64,7 +64,7 @@ def _no_segments_left(session_root):
     prefix = f"mr_{session.root_tag(session_root)}"
     yield
     assert wait_until(lambda: not [n for n in os.listdir(SHM) if n.startswith(prefix)],
-                      timeout=5), "shared-memory segments left after shutdown"
+                      timeout=30), "shared-memory segments left after shutdown"
 
 
 def _backing(x) -> str:
@@ -112,17 +112,22 @@ def test_small_arguments_stay_in_the_call_message(ray):
 
 def test_argument_is_stored_while_the_task_runs_and_freed_after(ray, tmp_path):
     arr = _big()
-    started = tmp_path / "started"
+    started, gate = tmp_path / "started", tmp_path / "gate"
 
+    # The task runs until the test has looked (a gate, not a 0.5 s sleep: a stall that long
+    # let it end and its argument go first).
     @ray.remote
-    def slow(x, path):
+    def slow(x, path, gate):
         open(path, "w").close()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return float(x.sum())
 
-    out = slow.remote(arr, str(started))
+    out = slow.remote(arr, str(started), str(gate))
     assert wait_until(started.exists, timeout=GET_TIMEOUT)
     assert len(_object_segments()) == 1, "the argument was not passed through the store"
+    gate.touch()
     assert ray.get(out, timeout=GET_TIMEOUT) == float(arr.sum())
     del out
     assert _no_object_segment_left(), f"{_object_segments()} outlived the task"
@@ -208,7 +213,7 @@ def test_actor_constructor_and_call_arguments_go_through_the_store(ray):
     assert got == ((False, "mmap", float(arr.sum())), (False, "mmap", float(arr.sum() * 2)))
     _settle()
     # The call's argument is freed; the constructor's lives as long as the actor.
-    assert wait_until(lambda: len(_object_segments()) == 1, timeout=5), _object_segments()
+    assert wait_until(lambda: len(_object_segments()) == 1, timeout=30), _object_segments()
     ray.kill(holder)
     del holder
     assert _no_object_segment_left(), f"{_object_segments()} outlived the actor"

@@ -348,7 +348,7 @@ def test_driver_killed_with_sigkill_leaves_no_process_and_is_swept(
 
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(procinfo.is_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
     alive = [pid for pid in pids if procinfo.is_alive(pid)]
@@ -390,7 +390,7 @@ def _run_exiting_driver(drivers):
 
 def test_interpreter_exit_without_shutdown_cleans_up(drivers, session_root):
     _result, info = _run_exiting_driver(drivers)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(procinfo.is_alive(p) for p in info["pids"]) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not [p for p in info["pids"] if procinfo.is_alive(p)]
@@ -435,7 +435,7 @@ def test_ctrl_c_in_get_tears_the_session_down(drivers, session_root):
     _out, err = drivers.communicate(proc, timeout=20)
     assert proc.returncode != 0
     assert "KeyboardInterrupt" in err
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while any(procinfo.is_alive(p) for p in info["pids"]) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert not [p for p in info["pids"] if procinfo.is_alive(p)]

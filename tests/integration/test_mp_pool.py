@@ -35,6 +35,16 @@ def sleep_for(seconds):
     return seconds
 
 
+def after_gate(item):
+    """``value`` of ``(gate, value)`` once the file ``gate`` exists (at most 60 s): pending for
+    as long as a test needs."""
+    gate, value = item
+    deadline = time.monotonic() + 60
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
 def set_marker(path):
     with open(path, "a") as f:
         f.write(f"{os.getpid()}\n")
@@ -78,7 +88,7 @@ def test_map_family_and_default_processes(ray):
         assert result.ready() and result.successful()
 
 
-def test_errors_are_the_functions_own(ray):
+def test_errors_are_the_functions_own(ray, tmp_path):
     """A function's exception is re-raised as itself by ``map``/``get``/``apply`` (Ray 2.60
     gives ``KeyError``, not ``RayTaskError``); ``successful()`` is False once ready and raises
     ``ValueError`` before. Differs: ``imap`` raises it too (Ray 2.60 yields its internal
@@ -94,7 +104,7 @@ def test_errors_are_the_functions_own(ray):
         assert result.ready() and not result.successful()
         with pytest.raises(KeyError):
             result.get()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not errors and time.monotonic() < deadline:
             time.sleep(0.05)
         assert len(errors) == 1 and isinstance(errors[0], KeyError)
@@ -103,30 +113,37 @@ def test_errors_are_the_functions_own(ray):
             for value in pool.imap(fail_on_three, range(6)):
                 seen.append(value)
         assert seen == [0, 1, 2]
-        slow = pool.apply_async(sleep_for, (1.5,))
+        gate = str(tmp_path / "gate")  # not a 1.5 s sleep: a stall that long let it finish
+        slow = pool.apply_async(after_gate, ((gate, None),))
         with pytest.raises(ValueError, match="not ready"):
             slow.successful()
+        open(gate, "w").close()
 
 
-def test_timeouts_and_callbacks(ray):
+def test_timeouts_and_callbacks(ray, tmp_path):
     """``get(timeout)`` and ``imap(...).next(timeout)`` raise ``multiprocessing.TimeoutError``
     as Ray 2.60 does (miniray's is also the built-in ``TimeoutError``); ``callback`` gets the
     values once, in order (Ray 2.60 passes them in completion order)."""
+    # The pending calls wait for a gate the test opens after its timeouts, not for 2 s and
+    # 1 s: a stall of that long (a loaded runner) let them finish before the timeouts.
+    gate, second_gate = str(tmp_path / "gate"), str(tmp_path / "second_gate")
     with Pool(2) as pool:
-        result = pool.apply_async(sleep_for, (2,))
+        result = pool.apply_async(after_gate, ((gate, 2),))
         with pytest.raises(multiprocessing.TimeoutError):
             result.get(timeout=0.1)
         with pytest.raises(TimeoutError):
             result.get(timeout=0.1)
         assert not result.ready()
+        open(gate, "w").close()
         assert result.get(timeout=30) == 2
-        iterator = pool.imap(sleep_for, [1.0, 0])
+        iterator = pool.imap(after_gate, [(second_gate, 1.0), (gate, 0)])
         with pytest.raises(multiprocessing.TimeoutError):
             iterator.next(timeout=0.05)
+        open(second_gate, "w").close()
         assert iterator.next(timeout=30) == 1.0
         got = []
         pool.map_async(square, range(4), chunksize=1, callback=got.append).get(timeout=30)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not got and time.monotonic() < deadline:
             time.sleep(0.05)
         assert got == [[0, 1, 4, 9]]

@@ -77,10 +77,13 @@ HOLDER = """
         time.sleep(60)
     ref = hold.remote()
     rt = ray._private.runtime.current()
-    deadline = time.time() + 20
+    deadline = time.time() + 30
     while not rt.pids() and time.time() < deadline:
         time.sleep(0.02)
-    time.sleep(0.3)
+    # Until the node's ledger shows the task's CPU held and nothing else of this driver's
+    # (a fixed 0.3 s stood in for that).
+    while ray.available_resources().get("CPU", 0.0) != 1.0 and time.time() < deadline:
+        time.sleep(0.02)
     print(json.dumps({"pids": rt.pids(), "pid": os.getpid()}), flush=True)
     ray.get(ref)
 """

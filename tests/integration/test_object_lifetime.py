@@ -63,7 +63,7 @@ def test_memory_goes_back_after_del_even_when_a_worker_mapped_the_object(ray_sta
     assert _mapped_by(path, [os.getpid(), worker]) == [os.getpid(), worker]
     del view, ref
     gc.collect()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while (os.path.exists(path) or _mapped_by(path, [os.getpid(), worker])) and \
             time.monotonic() < deadline:
         time.sleep(0.05)
@@ -92,7 +92,7 @@ def test_a_dead_actors_constructor_argument_is_freed_with_its_last_ref(ray_start
     miniray.kill(holder)
     del ref
     gc.collect()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while store.statistics()["objects"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert store.statistics()["objects"] == 0, rt

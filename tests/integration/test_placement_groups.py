@@ -175,17 +175,27 @@ def test_strict_spread_of_several_bundles_raises_naming_the_strategy_and_nodes(r
     remove_placement_group(pg)
 
 
-def test_a_group_that_fits_later_becomes_ready_when_resources_free_up(ray):
-    @ray.remote(num_cpus=2)
-    def busy(seconds):
-        time.sleep(seconds)
+def test_a_group_that_fits_later_becomes_ready_when_resources_free_up(ray, tmp_path):
+    # The task holds both CPUs until the test opens its gate, and the group is asked for once
+    # they are taken: a fixed pause for the start and a task of fixed length both lost to a
+    # slow worker start or a stall.
+    gate = str(tmp_path / "gate")
 
-    ref = busy.remote(1.5)
-    time.sleep(0.3)
+    @ray.remote(num_cpus=2)
+    def busy(gate):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    ref = busy.remote(gate)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
     pg = placement_group([{"CPU": 2}])
     assert pg.wait(0.2) is False
     assert placement_group_table(pg)["state"] == "PENDING"
     ready = pg.ready()
+    open(gate, "w").close()
     assert ray.get(ready, timeout=30) == pg
     ray.get(ref, timeout=30)
     assert placement_group_table(pg)["state"] == "CREATED"
@@ -218,7 +228,10 @@ def test_removing_a_group_kills_its_running_tasks_and_fails_queued_ones(ray):
 
     running = sleeper.options(scheduling_strategy=InGroup(pg)).remote()
     queued = sleeper.options(scheduling_strategy=InGroup(pg, 0)).remote()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30  # the first one runs: it holds the bundle's CPU
+    while _derived(ray.available_resources(), pg).get("CPU_group_0") and \
+            time.monotonic() < deadline:
+        time.sleep(0.05)
     start = time.monotonic()
     remove_placement_group(pg)
     for ref in (running, queued):

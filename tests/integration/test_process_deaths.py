@@ -123,7 +123,7 @@ DRIVER = """
 
     # Given back right after the lock that made the deaths visible is released (deferred
     # owner work, never under the owner's lock): allow that moment.
-    deadline = time.time() + 5
+    deadline = time.time() + 30
     while dead_workers_leases() and time.time() < deadline:
         time.sleep(0.01)
     out["dead_workers_leases"] = dead_workers_leases()
@@ -390,5 +390,7 @@ def test_a_lost_fork_server_wakes_every_waiter_at_once(ray_start, monkeypatch):
         # Ray wraps as the dependent's own: RayTaskError(RaySystemError).
         allowed = ("RaySystemError", "RayTaskError(RaySystemError)") if name == "dependent" \
             else ("RaySystemError",)
-        assert kind in allowed and seconds < 10, outcomes
-    assert outcomes["wait"][0] == 4 and outcomes["wait"][1] < 10, outcomes
+        # Well under the 50 s timeouts it is told apart from, not a speed (10 s was within
+        # reach of a loaded runner's thread scheduling).
+        assert kind in allowed and seconds < 40, outcomes
+    assert outcomes["wait"][0] == 4 and outcomes["wait"][1] < 40, outcomes
