@@ -15,7 +15,6 @@ import os
 import pickle
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -132,24 +131,25 @@ PRELUDE = """
 
 
 def _run_driver(hosts, body: str, timeout: float = 60, **env) -> dict:
+    """Run ``body`` after PRELUDE in a driver on the head's host: the JSON object it printed
+    at the start of a line, with "stdout" (all else it printed, to its end: a remote worker's
+    lines come over their own connection, unordered with the results, and may be printed
+    after the JSON; ``ray.shutdown()`` prints them all before it returns) and "stderr"."""
     proc = driver(PRELUDE + body, hosts.env("127.0.0.1"), **env)
     try:
-        lines = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if line.startswith("{"):
-                doc = json.loads(line)
-                break
-            lines.append(line)
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"no JSON from the driver: {proc.stderr.read()[-3000:]}")
-        proc.wait(timeout)
-        doc["stdout"] = "".join(lines)
-        doc["stderr"] = proc.stderr.read()
-        return doc
+        out, err = proc.communicate(timeout=timeout)
     finally:
         stop_driver(proc)
+    lines, doc = [], None
+    for line in out.splitlines(keepends=True):
+        if doc is None and line.startswith("{"):
+            # print() writes the text, then its newline: a forwarded line may come between.
+            doc, end = json.JSONDecoder().raw_decode(line)
+            line = line[end:]
+        lines.append(line)
+    assert doc is not None, f"no JSON from the driver: {err[-3000:]}"
+    doc["stdout"], doc["stderr"] = "".join(lines), err
+    return doc
 
 
 def test_a_driver_runs_a_task_on_the_member_and_gets_its_result(hosts, member):
@@ -711,7 +711,6 @@ def test_a_remote_workers_output_prints_as_a_local_workers(hosts, member):
 
     pids = [ray.get(f.options(scheduling_strategy=there).remote(), timeout=30)
             for f in (first, second)]
-    time.sleep(0.5)  # the output thread prints what came
     print(json.dumps({"pids": pids}), flush=True)
     ray.shutdown()
     """
