@@ -118,7 +118,7 @@ def _join_late(hosts, ip: str = MEMBER) -> None:
 
 
 def _ends(pid: int) -> bool:
-    """Whether process ``pid`` ends within 10 s."""
+    """Whether process ``pid`` ends within 30 s."""
     def gone() -> bool:
         try:
             os.kill(pid, 0)
@@ -126,7 +126,7 @@ def _ends(pid: int) -> bool:
             return True
         return False
 
-    return wait_until(gone, 10.0)
+    return wait_until(gone, 30.0)
 
 
 def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
@@ -273,9 +273,9 @@ def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
         assert [b["node_id"] for b in row["bundles"]] == [head_id, member_id], row
     finally:
         stop_driver(proc)  # SIGKILL: nothing of the driver's runs after this
-    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
     assert wait_until(lambda: not any(lease.get("group") for lease in ledger_leases(
-        hosts.env("127.0.0.1")).values()), 10.0)
+        hosts.env("127.0.0.1")).values()), 30.0)
 
 
 def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_group(hosts):
@@ -334,7 +334,7 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
         finally:
             stop_driver(other)
         # The creating driver, still running, notices and releases its lease there.
-        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 5.0)
+        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
         assert creator.poll() is None
     finally:
         stop_driver(creator)
@@ -754,7 +754,7 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
             return json.load(f)["leases"]
 
     assert _ends(pid), "the named actor's worker outlived its driver"
-    assert wait_until(lambda: not member_leases(), 10.0), member_leases()
+    assert wait_until(lambda: not member_leases(), 30.0), member_leases()
 
 
 def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(hosts):
@@ -862,4 +862,4 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its
 
     assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
-                      10.0)
+                      30.0)
