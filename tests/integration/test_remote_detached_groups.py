@@ -271,9 +271,11 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
     """)
     assert first["result"][0] == MEMBER, first
     assert first["failed"] == "RayTaskError(ValueError)" or "ValueError" in first["failed"], first
-    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 5.0, first
+    # "At once": far short of the 30 s tasks a CPU not given back would wait for (a new
+    # worker may have to start on a loaded runner, so not within a few seconds)
+    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 15.0, first
     assert first["cancelled"] == ["TaskCancelledError", "TaskCancelledError"], first
-    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 5.0, first
+    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 15.0, first
     second = _run_driver(hosts, PG + """
     from miniray.util.placement_group import get_placement_group
     pg = get_placement_group("lend")
@@ -310,9 +312,9 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
           flush=True)
     ray.shutdown()
     """)
-    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 5.0, second
+    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 15.0, second
     assert second["removed"] == "TaskPlacementGroupRemoved", second
-    assert second["removed_s"] < 5.0, second
+    assert second["removed_s"] < 15.0, second  # not the task's 30 s
     assert second["anonymous"] == MEMBER, second
     assert second["anonymous_after"] == "ActorDiedError", second
     ms = second["timings"]
