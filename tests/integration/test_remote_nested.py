@@ -381,10 +381,11 @@ def test_cancelling_a_remote_parent_recursively_cancels_its_children(hosts, memb
     ray.shutdown()
     """)
     # As on the driver's node: the interrupted get's error, wrapped as the task's.
-    assert "TaskCancelledError" in doc["interrupted"][0] and doc["interrupted"][1] < 5, doc
+    # Bounds short of the gets' 20 s timeout (no cancel), with room for a loaded runner.
+    assert "TaskCancelledError" in doc["interrupted"][0] and doc["interrupted"][1] < 15, doc
     assert doc["started"], doc
     # As for a parent on the driver's node: its get raised its child's cancel first.
-    assert "TaskCancelledError" in doc["outcome"] and doc["waited"] < 5, doc
+    assert "TaskCancelledError" in doc["outcome"] and doc["waited"] < 15, doc
     assert doc["children"] and all(s in ("FAILED",) for s in doc["children"]), doc
     assert wait_until(lambda: _no_member_leases(hosts), 30.0)
 
@@ -432,7 +433,8 @@ def test_a_remote_worker_dying_while_its_get_waits_fails_the_task_at_once(hosts,
     ray.shutdown()
     """)
     print(f"\nfailed {doc['waited']:.2f} s after submission (the worker died at 1 s)")
-    assert doc["outcome"] == "WorkerCrashedError" and doc["waited"] < 10, doc
+    # Short of the get's 30 s (the child's 60 s), with room for a loaded runner's start.
+    assert doc["outcome"] == "WorkerCrashedError" and doc["waited"] < 25, doc
     assert wait_until(lambda: _no_member_leases(hosts), 30.0)
 
 

@@ -567,7 +567,7 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
             assert got is not None and got["error"] == "ObjectLostError", doc
             assert f"kept on node {doc['member'][:12]}" in got["text"], got["text"]
             assert "No heartbeat from the node" in got["text"], got["text"]
-            assert got["waited"] < 10, doc
+            assert got["waited"] < 30, doc  # not the get's 60 s (a loaded runner's room)
         print(f"\npulls from a stopped member ended after "
               f"{[round(g['waited'], 2) for g in doc['gets']]} s")
         proc.wait(30)
