@@ -186,7 +186,7 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     # A task of this driver in the member's bundle (room lent by the service), running when
     # its node dies: retried (max_retries=1) in the bundle's new place.
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, 1)).remote(3.0)
+        pg, 1)).remote(10.0)  # long enough to be running yet when a loaded runner kills it
     time.sleep(1.5)
     print(json.dumps({"started": True}), flush=True)
     sys.stdin.readline()  # the test kills bundle 1's node now
