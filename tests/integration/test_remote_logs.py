@@ -44,7 +44,6 @@ BODY = """
             for n in range(2)]
     talker = Talker.options(scheduling_strategy=there).remote()
     actor_pid = ray.get(talker.say.remote(), timeout=30)
-    time.sleep(0.5)  # the output thread prints what came
     from miniray.util import state
 
     def logged(**kw):
@@ -52,6 +51,15 @@ BODY = """
             return "".join(state.get_log(**kw))
         except ValueError as error:
             return f"ValueError: {error}"
+
+    # The member's log files have what was printed (its relay writes them; nothing orders
+    # that with the results), polled, not a fixed sleep.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+            "out line 1" in logged(node_id=member, pid=pids[0])
+            and "err line 1" in logged(node_id=member, pid=pids[0], suffix="err")
+            and "the actor speaks" in logged(node_id=member, actor_id=talker._actor_id.hex())):
+        time.sleep(0.05)
 
     import threading
     followed = []
