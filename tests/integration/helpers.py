@@ -134,6 +134,12 @@ def stop_driver(proc: subprocess.Popen) -> None:
             stream.close()
 
 
+def _json_at_start(text: str) -> dict:
+    """The JSON object at the start of ``text``, whatever follows it: print() writes its
+    text, then the newline, and a worker's line forwarded meanwhile lands between them."""
+    return json.JSONDecoder().raw_decode(text)[0]
+
+
 def finish_json(proc: subprocess.Popen, timeout: float) -> dict:
     """Wait for a ``driver()`` process to end (killed and reaped after ``timeout``, or on
     any error): its first stdout line holding a JSON object, parsed, with its whole stdout
@@ -144,7 +150,7 @@ def finish_json(proc: subprocess.Popen, timeout: float) -> dict:
         stop_driver(proc)
     line = next((x for x in out.splitlines() if x.startswith("{")), None)
     assert line is not None, f"no JSON from the driver: {err[-3000:]}"
-    doc = json.loads(line)
+    doc = _json_at_start(line)
     doc["stdout"], doc["stderr"] = out, err
     return doc
 
@@ -155,7 +161,7 @@ def json_line(proc: subprocess.Popen, timeout: float = 30) -> dict:
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         if "{" in line:
-            return json.loads(line[line.index("{"):])
+            return _json_at_start(line[line.index("{"):])
         if not line and proc.poll() is not None:
             break
     raise AssertionError(f"no JSON from the driver; stderr: {proc.stderr.read()[-3000:]}")

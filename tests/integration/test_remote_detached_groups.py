@@ -53,8 +53,8 @@ def _head_groups(hosts) -> list:
 
 def _no_group_left(hosts) -> None:
     """Every node's part of the test's groups is released (the member's and the head's)."""
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    assert wait_until(lambda: not _member_group_leases(hosts), 30.0)
+    assert wait_until(lambda: not _head_groups(hosts), 30.0)
 
 
 def _let_the_creator_end(creator) -> None:
@@ -168,7 +168,7 @@ def test_a_detached_groups_name_is_the_clusters_and_the_head_stopping_releases_i
     assert len(_member_group_leases(hosts)) == 1
     stopped = cli(hosts.env("127.0.0.1"), "stop")
     assert stopped.returncode == 0, stopped.stderr
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _member_group_leases(hosts), 30.0)
 
 
 def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_actor(hosts):
@@ -186,7 +186,7 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     # A task of this driver in the member's bundle (room lent by the service), running when
     # its node dies: retried (max_retries=1) in the bundle's new place.
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, 1)).remote(3.0)
+        pg, 1)).remote(10.0)  # long enough to be running yet when a loaded runner kills it
     time.sleep(1.5)
     print(json.dumps({"started": True}), flush=True)
     sys.stdin.readline()  # the test kills bundle 1's node now
@@ -218,8 +218,8 @@ def test_a_detached_groups_bundle_whose_member_dies_is_placed_again_with_its_act
     assert moved["moved_to"] == survivor, moved
     assert moved["restarted"] == survivor, moved
     assert moved["retried"] == survivor, moved  # the borrowed task, retried there
-    assert wait_until(lambda: not _member_group_leases(hosts, survivor), 10.0)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)
+    assert wait_until(lambda: not _member_group_leases(hosts, survivor), 30.0)
+    assert wait_until(lambda: not _head_groups(hosts), 30.0)
     print(f"\ndetached bundle placed again {moved['took']:.2f} s after its driver looked")
 
 
@@ -271,9 +271,11 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
     """)
     assert first["result"][0] == MEMBER, first
     assert first["failed"] == "RayTaskError(ValueError)" or "ValueError" in first["failed"], first
-    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 5.0, first
+    # "At once": far short of the 30 s tasks a CPU not given back would wait for (a new
+    # worker may have to start on a loaded runner, so not within a few seconds)
+    assert first["after_failure"][0] == MEMBER and first["after_failure"][1] < 15.0, first
     assert first["cancelled"] == ["TaskCancelledError", "TaskCancelledError"], first
-    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 5.0, first
+    assert first["after_cancel"][0] == MEMBER and first["after_cancel"][1] < 15.0, first
     second = _run_driver(hosts, PG + """
     from miniray.util.placement_group import get_placement_group
     pg = get_placement_group("lend")
@@ -310,9 +312,9 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
           flush=True)
     ray.shutdown()
     """)
-    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 5.0, second
+    assert second["after_exit"] == MEMBER and second["after_exit_s"] < 15.0, second
     assert second["removed"] == "TaskPlacementGroupRemoved", second
-    assert second["removed_s"] < 5.0, second
+    assert second["removed_s"] < 15.0, second  # not the task's 30 s
     assert second["anonymous"] == MEMBER, second
     assert second["anonymous_after"] == "ActorDiedError", second
     ms = second["timings"]
@@ -345,7 +347,7 @@ def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hos
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
-    assert wait_until(lambda: not _member_group_leases(hosts), 10.0)
+    assert wait_until(lambda: not _member_group_leases(hosts), 30.0)
 
 
 def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_waits(hosts):
@@ -556,4 +558,4 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
         assert creator.wait(30) == 0
     finally:
         _stop_both(creator, other)
-    assert wait_until(lambda: not _head_groups(hosts), 10.0)  # (no member here)
+    assert wait_until(lambda: not _head_groups(hosts), 30.0)  # (no member here)

@@ -138,7 +138,7 @@ def test_a_service_actors_large_result_stays_on_the_member_until_get(hosts):
     assert first["freed_after_task"], first
     assert first["error"] == ["ValueError", True], first
     assert first["kept_at_exit"], first
-    assert wait_until(lambda: not _member_kept(hosts), 10.0), _member_kept(hosts)
+    assert wait_until(lambda: not _member_kept(hosts), 30.0), _member_kept(hosts)
 
     # A second driver, on the member's host, and a task of it calling the actor by name:
     # each its own result.
@@ -291,4 +291,4 @@ def test_a_driver_that_names_no_node_gets_a_kept_result_as_a_value(hosts):
     assert doc["on_member"], doc
     assert doc["get"] == [True, False], doc  # a value, not a kept reference
     assert doc["member_kept"], doc
-    assert wait_until(lambda: not _member_kept(hosts), 10.0), _member_kept(hosts)
+    assert wait_until(lambda: not _member_kept(hosts), 30.0), _member_kept(hosts)

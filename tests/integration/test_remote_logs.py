@@ -44,7 +44,6 @@ BODY = """
             for n in range(2)]
     talker = Talker.options(scheduling_strategy=there).remote()
     actor_pid = ray.get(talker.say.remote(), timeout=30)
-    time.sleep(0.5)  # the output thread prints what came
     from miniray.util import state
 
     def logged(**kw):
@@ -52,6 +51,15 @@ BODY = """
             return "".join(state.get_log(**kw))
         except ValueError as error:
             return f"ValueError: {error}"
+
+    # The member's log files have what was printed (its relay writes them; nothing orders
+    # that with the results), polled, not a fixed sleep.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (
+            "out line 1" in logged(node_id=member, pid=pids[0])
+            and "err line 1" in logged(node_id=member, pid=pids[0], suffix="err")
+            and "the actor speaks" in logged(node_id=member, actor_id=talker._actor_id.hex())):
+        time.sleep(0.05)
 
     import threading
     followed = []
@@ -118,7 +126,7 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
     # The member keeps them in its own session, under the pid it sees.
     logs = os.path.join(hosts.record(MEMBER).session_dir, "logs")
     out, err = (os.path.join(logs, f"worker-{pid}.{s}") for s in ("out", "err"))
-    assert wait_until(lambda: "out line 1" in _read(out) and "err line 1" in _read(err), 10), \
+    assert wait_until(lambda: "out line 1" in _read(out) and "err line 1" in _read(err), 30.0), \
         (os.listdir(logs), _read(out), _read(err))
     assert "err line" not in _read(out) and "out line" not in _read(err)
     env = hosts.env(MEMBER)
@@ -129,7 +137,7 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
     shown = cli(env, "logs", "--pid", str(pid), "--err")
     assert "err line 1 from the member" in shown.stdout.splitlines(), shown
     assert wait_until(lambda: "the actor speaks" in _read(
-        os.path.join(logs, f"worker-{actor_pid}.out")), 10), os.listdir(logs)
+        os.path.join(logs, f"worker-{actor_pid}.out")), 30.0), os.listdir(logs)
     shown = cli(env, "logs", "--actor-id", doc["actor_id"])
     assert shown.returncode == 0, shown.stderr
     assert "the actor speaks on the member" in shown.stdout, shown.stdout
@@ -173,7 +181,7 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
         reader = threading.Thread(target=lambda: seen.extend(iter(follow.stdout.readline, "")),
                                   daemon=True)
         reader.start()
-        assert wait_until(lambda: "shout 2\n" in seen, 20), seen
+        assert wait_until(lambda: "shout 2\n" in seen, 30.0), seen
         follow.send_signal(signal.SIGINT)
         follow.wait(20)
         reader.join(20)
@@ -234,5 +242,5 @@ def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts, tmp_p
     pid = doc["pid"]
     assert pid and doc["outcome"] != "returned", doc
     path = os.path.join(hosts.record(MEMBER).session_dir, "logs", f"worker-{pid}.out")
-    assert wait_until(lambda: f"last words of {pid}" in _read(path), 10), _read(path)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 10)
+    assert wait_until(lambda: f"last words of {pid}" in _read(path), 30.0), _read(path)
+    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 30.0)

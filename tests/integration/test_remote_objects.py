@@ -281,7 +281,7 @@ def test_a_driver_killed_with_sigkill_leaves_nothing_kept_on_the_member(hosts, m
         assert json_line(proc, 120)["kept"]
         assert len(_member_kept(hosts)) == 1
         os.kill(proc.pid, signal.SIGKILL)
-        assert wait_until(lambda: not _member_kept(hosts), 10.0), _member_kept(hosts)
+        assert wait_until(lambda: not _member_kept(hosts), 30.0), _member_kept(hosts)
     finally:
         stop_driver(proc)
 
@@ -340,7 +340,7 @@ def _start_member(hosts, *head_args, **member_env) -> None:
     joined = hosts.join(MEMBER, head, "--num-cpus", "2")
     assert joined.returncode == 0, joined.stderr
     assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"),
-                      5.0)
+                      30.0)
 
 
 def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hosts):
@@ -382,7 +382,7 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
         assert 1 <= doc["kept"] <= 3 and doc["remote"] == doc["kept"], doc
         assert doc["where"] == [[True, MEMBER, True]], doc  # list_objects: on the member
         status = wait_until(lambda: _kept_line(hosts) == (
-            f"Objects kept for remote drivers: {doc['kept']}, "), 10.0)
+            f"Objects kept for remote drivers: {doc['kept']}, "), 30.0)
         assert status, cli(hosts.env(MEMBER), "status").stdout
         proc.stdin.write("\n")
         proc.stdin.flush()
@@ -390,7 +390,7 @@ def test_past_the_members_cap_per_driver_results_are_sent_at_once_never_lost(hos
         assert doc == {"equal": True, "freed": True}, doc
         proc.wait(30)
         assert wait_until(lambda: _kept_line(hosts) == "Objects kept for remote drivers: 0, ",
-                          10.0)
+                          30.0)
     finally:
         stop_driver(proc)
 
@@ -559,7 +559,7 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
         os.kill(pid, signal.SIGSTOP)
         # kill() returns before every thread of the member stopped: none of them may
         # answer a pull from here on.
-        assert wait_until(lambda: _all_stopped(pid), 10), "the member did not stop"
+        assert wait_until(lambda: _all_stopped(pid), 30.0), "the member did not stop"
         proc.stdin.write("\n")
         proc.stdin.flush()
         doc = json_line(proc, 90)
@@ -567,7 +567,7 @@ def test_a_pull_from_a_stopped_member_ends_once_the_view_holds_it_dead(hosts, me
             assert got is not None and got["error"] == "ObjectLostError", doc
             assert f"kept on node {doc['member'][:12]}" in got["text"], got["text"]
             assert "No heartbeat from the node" in got["text"], got["text"]
-            assert got["waited"] < 10, doc
+            assert got["waited"] < 30, doc  # not the get's 60 s (a loaded runner's room)
         print(f"\npulls from a stopped member ended after "
               f"{[round(g['waited'], 2) for g in doc['gets']]} s")
         proc.wait(30)
@@ -623,6 +623,6 @@ def test_the_heads_status_counts_what_it_keeps_for_a_driver_on_a_member(hosts, m
         assert json_line(proc, 60)["sum"] == 1 << 20
         proc.wait(30)
         assert wait_until(lambda: _kept_line(hosts, "127.0.0.1") == (
-            "Objects kept for remote drivers: 0, "), 10.0)
+            "Objects kept for remote drivers: 0, "), 30.0)
     finally:
         stop_driver(proc)

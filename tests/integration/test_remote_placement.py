@@ -34,19 +34,25 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
     _cluster(hosts, "1", "2")
     doc = _run_driver(hosts, NODE_OF + """
     @ray.remote
-    def hold(marker, seconds):
+    def hold(marker, release):
         open(marker, "w").close()
-        time.sleep(seconds)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.01)
         return ray.get_runtime_context().get_node_id()
 
     marker = os.environ["HOLD_MARKER"]
-    long = hold.remote(marker, 4.0)  # holds the head's one CPU once it runs
+    release = marker + ".release"
+    long = hold.remote(marker, release)  # holds the head's one CPU until released
     deadline = time.monotonic() + 30  # it runs (not a fixed sleep: a slow start is fine)
     while not os.path.exists(marker) and time.monotonic() < deadline:
         time.sleep(0.01)
     t0 = time.monotonic()
+    # The head's CPU stays held until this returns: it runs elsewhere or not at all (its
+    # get's timeout), however slowly a loaded runner starts the member's worker.
     second = ray.get(node_of.remote(0.0), timeout=30)
     took = time.monotonic() - t0
+    open(release, "w").close()
     # A large argument here stays here (the locality rule): it waits for the head's CPU.
     big = ray.put(b"x" * (20 << 20))
 
@@ -67,7 +73,6 @@ def test_a_task_the_busy_local_node_has_no_room_for_runs_on_a_member_with_room(h
     """, HOLD_MARKER=str(tmp_path / "running"))
     assert doc["long"] == doc["here"]
     assert doc["second"] == doc["member"] != doc["here"], doc
-    assert doc["took"] < 2.5, doc  # not after the long task's 4 s
     assert doc["sized"] == [20 << 20, doc["here"]], doc
     on_member = doc["burst"].count(doc["member"])
     print(f"\nspill-over: second task after {doc['took']:.2f} s; burst of 30 x 0.3 s on "

@@ -118,7 +118,7 @@ def _join_late(hosts, ip: str = MEMBER) -> None:
 
 
 def _ends(pid: int) -> bool:
-    """Whether process ``pid`` ends within 10 s."""
+    """Whether process ``pid`` ends within 30 s."""
     def gone() -> bool:
         try:
             os.kill(pid, 0)
@@ -126,7 +126,7 @@ def _ends(pid: int) -> bool:
             return True
         return False
 
-    return wait_until(gone, 10.0)
+    return wait_until(gone, 30.0)
 
 
 def test_strict_spread_puts_a_bundle_on_each_node_and_tasks_run_there(hosts):
@@ -184,12 +184,30 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     remove_placement_group(spread)
     wait_full(5.0)  # the member's heartbeat shows its bundle back
     # Any bundle (-1) of a group with bundles on both nodes: this node's first, then the
-    # member's when this node's are full (two 1.5 s tasks run at once, one on each).
+    # member's when this node's are full (two tasks run at once, one on each: each waits
+    # for the other to start, so the first holds this node's bundle meanwhile).
+    def meet(folder, count):
+        # This task's mark in folder, then True once count tasks have left theirs: they ran
+        # side by side (one after the other, the first would wait in vain: False).
+        import tempfile
+        os.close(tempfile.mkstemp(dir=folder)[0])
+        deadline = time.monotonic() + 20
+        while len(os.listdir(folder)) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(os.listdir(folder)) >= count
+
+    @ray.remote(num_cpus=1)
+    def ip_met(folder):
+        met = meet(folder, 2)
+        return ips[ray.get_runtime_context().get_node_id()], met
+
     both = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="SPREAD")
     assert both.wait(20)
-    t0 = time.monotonic()
-    anywhere = ray.get([in_bundle(both, -1).remote(1.5) for _ in range(2)], timeout=30)
-    anywhere_s = time.monotonic() - t0
+    import shutil, tempfile
+    folder = tempfile.mkdtemp()
+    anywhere = ray.get([ip_met.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        both, -1)).remote(folder) for _ in range(2)], timeout=60)
+    shutil.rmtree(folder)
     remove_placement_group(both)
     wait_full(5.0)
     # Three CPUs in one group: the head has two, the member three.
@@ -205,7 +223,7 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
                       "spread": spread_nodes, "spread_ips": spread_ips, "pack": pack_nodes,
                       "any": sorted({ip for ip, _ in anyone}), "ended": ended,
                       "anywhere": sorted(ip for ip, _ in anywhere),
-                      "anywhere_s": anywhere_s,
+                      "anywhere_met": [met for _, met in anywhere],
                       "took": took}), flush=True)
     ray.shutdown()
     """)
@@ -215,9 +233,9 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     assert set(doc["pack"].values()) == {doc["member"]}, doc
     assert doc["any"] == ["127.0.0.2"], doc
     assert doc["anywhere"] == ["127.0.0.1", "127.0.0.2"], doc
-    assert doc["anywhere_s"] < 2.9, doc  # at once, not one after the other (3 s)
+    assert doc["anywhere_met"] == [True, True], doc  # at once, not one after the other
     assert doc["ended"] == "TaskPlacementGroupRemoved", doc
-    assert doc["took"] < 5.0, doc
+    assert doc["took"] < 15.0, doc  # not the task's 30 s (a loaded runner is slow to say so)
     assert doc["after"] == [5.0, 5.0], doc  # every node's part is back
 
 
@@ -273,9 +291,9 @@ def test_a_killed_driver_releases_its_groups_bundles_on_every_node(hosts):
         assert [b["node_id"] for b in row["bundles"]] == [head_id, member_id], row
     finally:
         stop_driver(proc)  # SIGKILL: nothing of the driver's runs after this
-    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 10.0)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
     assert wait_until(lambda: not any(lease.get("group") for lease in ledger_leases(
-        hosts.env("127.0.0.1")).values()), 10.0)
+        hosts.env("127.0.0.1")).values()), 30.0)
 
 
 def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_group(hosts):
@@ -334,7 +352,7 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
         finally:
             stop_driver(other)
         # The creating driver, still running, notices and releases its lease there.
-        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 5.0)
+        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
         assert creator.poll() is None
     finally:
         stop_driver(creator)
@@ -377,7 +395,7 @@ def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(
         assert doc["any"][0] == 1, doc  # any bundle: the head's
         (kind, text), took = doc["there"]
         assert kind == "TaskUnschedulableError", doc
-        assert took < 5.0, doc  # at once, not a hang
+        assert took < 15.0, doc  # at once, not a hang (its get waits 20 s)
         member_id = hosts.record(MEMBER).node_id
         for part in ("'theirs'", "bundle 1", member_id, "Create the group in this driver"):
             assert part in text, (part, text)
@@ -392,31 +410,41 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
 
+    def meet(folder, count):
+        # This task's mark in folder, then True once count tasks have left theirs: they ran
+        # side by side (one after the other, the first would wait in vain: False).
+        import tempfile
+        os.close(tempfile.mkstemp(dir=folder)[0])
+        deadline = time.monotonic() + 20
+        while len(os.listdir(folder)) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(os.listdir(folder)) >= count
+
     @ray.remote(num_gpus=1, num_cpus=1)
-    def gpu():
-        time.sleep(1.0)
-        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+    def gpu(folder):
+        return ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES"), meet(folder, 2)
 
     @ray.remote(num_gpus=2, num_cpus=0)
     def both():
         return ray.get_gpu_ids()
 
     strategy = PlacementGroupSchedulingStrategy(pg, 0)
-    t0 = time.monotonic()
-    pair = ray.get([gpu.options(scheduling_strategy=strategy).remote() for _ in range(2)],
-                   timeout=30)
-    took = time.monotonic() - t0
+    import shutil, tempfile
+    folder = tempfile.mkdtemp()
+    pair = ray.get([gpu.options(scheduling_strategy=strategy).remote(folder)
+                    for _ in range(2)], timeout=60)
+    shutil.rmtree(folder)
     whole = ray.get(both.options(scheduling_strategy=strategy).remote(), timeout=30)
     nodes = placement_group_table(pg)["bundles_to_node_id"]
-    print(json.dumps({"pair": pair, "took": took, "whole": whole, "nodes": nodes,
+    print(json.dumps({"pair": pair, "whole": whole, "nodes": nodes,
                       "member": member}), flush=True)
     ray.shutdown()
     """)
     assert doc["nodes"] == {"0": doc["member"]}, doc
-    ids = sorted(ids[0] for ids, _visible in doc["pair"])
+    ids = sorted(ids[0] for ids, _visible, _met in doc["pair"])
     assert ids == [0, 1], doc  # one device each, not both
-    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
-    assert doc["took"] < 1.9, doc  # side by side in the bundle
+    assert sorted(visible for _ids, visible, _met in doc["pair"]) == ["0", "1"], doc
+    assert [met for _ids, _visible, met in doc["pair"]] == [True, True], doc  # side by side
     assert sorted(doc["whole"]) == [0, 1], doc
 
 
@@ -754,7 +782,7 @@ def test_a_named_actor_in_a_members_bundle_ends_with_its_driver_and_nothing_stay
             return json.load(f)["leases"]
 
     assert _ends(pid), "the named actor's worker outlived its driver"
-    assert wait_until(lambda: not member_leases(), 10.0), member_leases()
+    assert wait_until(lambda: not member_leases(), 30.0), member_leases()
 
 
 def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(hosts):
@@ -798,13 +826,14 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     sys.stdin.readline()  # another driver of the member removed the group
     t0 = time.monotonic()
     ended = "alive"
-    while ended == "alive" and time.monotonic() - t0 < 10:
+    while ended == "alive" and time.monotonic() - t0 < 30:
         try:
             ray.get(second.ip.remote(), timeout=30)
             time.sleep(0.1)
         except Exception as error:
             ended = type(error).__name__
-    print(json.dumps({"ended": ended, "within": time.monotonic() - t0 < 3}), flush=True)
+    # within: promptly, by the watch, with room for a loaded runner (not the loop's 30 s)
+    print(json.dumps({"ended": ended, "within": time.monotonic() - t0 < 15}), flush=True)
     ray.shutdown()
     """, hosts.env(MEMBER), stdin=subprocess.PIPE)
     try:
@@ -862,4 +891,4 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its
 
     assert _ends(pid), "the named actor's worker outlived its driver"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
-                      10.0)
+                      30.0)

@@ -24,7 +24,7 @@ def member(hosts):
     head = hosts.start_head("--num-cpus", "0")
     joined = hosts.join(MEMBER, head, "--num-cpus", "2")
     assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 5.0)
+    assert wait_until(lambda: (hosts.cluster("127.0.0.1").get(MEMBER) or {}).get("alive"), 30.0)
 
 
 STREAMS = """

@@ -450,7 +450,9 @@ def test_infeasible_request_warns_and_stays_pending(ray_start, capfd, init_kwarg
         assert text in lines[0], lines[0]
     start = time.monotonic()
     assert miniray.wait([ref], timeout=1) == ([], [ref])
-    assert 0.9 <= time.monotonic() - start < 3.0
+    # It waited its timeout and then returned (the upper bound only catches a wait that
+    # ignores it: a loaded runner may take seconds more to wake this thread).
+    assert 0.9 <= time.monotonic() - start < GET_TIMEOUT
     # Feasible work still runs.
     assert miniray.get(f.remote(), timeout=GET_TIMEOUT) == 1
     miniray.cancel(ref)

@@ -244,7 +244,7 @@ def test_run_ray_on_real_ray(tmp_path):
         assert "caught: RayTaskError(ValueError)" in lines, out
         assert "runtime: ray 2.60.0" in lines, out
         # Ray's processes may take a moment to exit after shutdown().
-        assert wait_until(lambda: not _session_processes(proc.pid), timeout=15), (
+        assert wait_until(lambda: not _session_processes(proc.pid), timeout=30.0), (
             f"Ray processes left: {_session_processes(proc.pid)}")
     finally:
         for pid in _session_processes(proc.pid):

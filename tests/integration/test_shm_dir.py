@@ -151,7 +151,7 @@ def test_a_node_and_its_driver_use_the_configured_dir(node_env):
         assert result["here"], f"no segment of the session in {path}"
         assert result["shm"] == [], "a segment went to /dev/shm instead"
         assert cli(node_env, "stop").returncode == 0
-        assert wait_until(lambda: not _segments(path, prefix), 10.0), _segments(path, prefix)
+        assert wait_until(lambda: not _segments(path, prefix), 30.0), _segments(path, prefix)
     finally:
         cli(node_env, "stop", "--force")
         left = os.listdir(path) if os.path.isdir(path) else []

@@ -70,7 +70,7 @@ def test_task_states_in_the_driver(work, tmp_path):
     release = str(tmp_path / "go")
     ref = running.remote(release)
     assert wait_until(lambda: _tasks_by_name(state).get("running", {}).get("state")
-                      == "RUNNING", 10)
+                      == "RUNNING", 30.0)
     tasks = _tasks_by_name(state)
     assert tasks["running"]["func_or_class_name"] == "running"
     assert tasks["running"]["type"] == "NORMAL_TASK"
@@ -114,7 +114,7 @@ def test_actor_alive_then_dead(work):
     assert state.summarize_actors()["cluster"]["summary"]["Counter"]["state_counts"] == {
         "ALIVE": 1}
     ray.kill(actor)
-    assert wait_until(lambda: state.list_actors()[0]["state"] == "DEAD", 10)
+    assert wait_until(lambda: state.list_actors()[0]["state"] == "DEAD", 30.0)
     [dead] = state.list_actors(detail=True)
     assert "ray.kill" in dead["death_cause"]["actor_died_error_context"]["error_message"]
     assert dead["pid"] == row["pid"]  # the pid it had, as Ray shows a dead actor's
@@ -187,7 +187,7 @@ def test_get_log_and_list_logs(ray):
         except ValueError:
             return ""
 
-    assert wait_until(lambda: "hello from the task" in logged(pid=pid), 10)
+    assert wait_until(lambda: "hello from the task" in logged(pid=pid), 30.0)
     assert "hello from the task" in logged(task_id=task_id)
     assert "and to stderr" in logged(pid=pid, suffix="err")
     assert "hello from the task" in logged(filename=f"worker-{pid}.out")
@@ -221,7 +221,7 @@ def test_get_log_follow_yields_the_tail_then_what_is_appended(ray):
         except ValueError:
             return ""
 
-    assert wait_until(lambda: "tick 0" in logged(), 10)
+    assert wait_until(lambda: "tick 0" in logged(), 30.0)
     chunks: list = []
 
     def follow():
@@ -232,7 +232,7 @@ def test_get_log_follow_yields_the_tail_then_what_is_appended(ray):
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
-    assert wait_until(lambda: chunks, 10)  # the tail first
+    assert wait_until(lambda: chunks, 30.0)  # the tail first
     for i in (1, 2, 3):
         ray.get(ticker.tick.remote(i))
         time.sleep(0.05)
@@ -272,7 +272,7 @@ def test_cli_against_an_embedded_session(work, tmp_path):
     from miniray.util import state
 
     assert wait_until(lambda: _tasks_by_name(state).get("running", {}).get("state")
-                      == "RUNNING", 10)
+                      == "RUNNING", 30.0)
     big = ray.put(b"y" * (10 << 20))  # noqa: F841
     listing = _cli("list", "tasks")
     assert listing.returncode == 0, listing.stderr

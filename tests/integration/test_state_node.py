@@ -79,7 +79,7 @@ def test_two_drivers_of_a_node(node_env):
             return any(t["name"] == "sleeper" and t["state"] == "RUNNING"
                        for t in json.loads(out or "[]"))
 
-        assert wait_until(sleeper_running, 20)
+        assert wait_until(sleeper_running, 30.0)
         tasks = json.loads(cli(node_env, "list", "tasks", "--format", "json", "--detail").stdout)
         by_name = {t["name"]: t for t in tasks}
         assert by_name["explode"]["state"] == "FAILED"

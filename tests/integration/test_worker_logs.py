@@ -100,7 +100,7 @@ def test_a_nodes_worker_logs_outlive_the_driver(node_env):
 
 def test_follow_prints_what_an_actor_writes_until_interrupted(drivers):
     result = drivers.run("""
-        import json, os, signal, subprocess, sys, time, miniray as ray
+        import json, os, signal, subprocess, sys, threading, time, miniray as ray
         ray.init(num_cpus=1)
         @ray.remote
         class Ticker:
@@ -110,15 +110,32 @@ def test_follow_prints_what_an_actor_writes_until_interrupted(drivers):
                     time.sleep(0.15)
         ticker = Ticker.remote()
         ref = ticker.run.remote()
-        time.sleep(0.5)
+        from miniray.util import state
+        def logged():
+            try:
+                return "".join(state.get_log(actor_id=ticker._actor_id.hex()))
+            except ValueError:  # no log file yet
+                return ""
+        deadline = time.monotonic() + 60  # followed once it has printed
+        while "tick 0" not in logged() and time.monotonic() < deadline:
+            time.sleep(0.02)
         follow = subprocess.Popen([sys.executable, "-m", "miniray", "logs", "--actor-id",
                                    ticker._actor_id.hex(), "--follow"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ray.get(ref)
-        time.sleep(0.8)
+        # Interrupted once the last tick came, not a fixed time after the run: a loaded
+        # runner may not have started the follower, or printed the rest, by then.
+        seen = []
+        reader = threading.Thread(target=lambda: seen.extend(iter(follow.stdout.readline, "")),
+                                  daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 60
+        while "tick 11\\n" not in seen and time.monotonic() < deadline:
+            time.sleep(0.02)
         follow.send_signal(signal.SIGINT)
-        out, err = follow.communicate(timeout=30)
-        print(json.dumps([follow.returncode, out, err]))
+        _, err = follow.communicate(timeout=30)
+        reader.join(30)
+        print(json.dumps([follow.returncode, "".join(seen), err]))
         ray.shutdown()
     """)
     assert result.returncode == 0, result.stderr
