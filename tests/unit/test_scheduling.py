@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from miniray._private.core import protocol
 from miniray._private.core import scheduling as s
 
 
@@ -248,6 +249,14 @@ def test_actor_call_cancel_error_is_worded_as_ray():
 ])
 def test_cancelled_call_outcome_stands(error, stands):
     assert s.cancelled_call_outcome_stands(error) is stands
+
+
+@pytest.mark.parametrize("kinds, stand", [
+    ([protocol.OK], False), ([protocol.OK, protocol.OK], False), ([protocol.ERR], True),
+    ([protocol.ERR, protocol.ERR], True), ([protocol.OK, protocol.ERR], True),
+])
+def test_a_cancelled_actor_calls_values_never_stand_its_errors_do(kinds, stand):
+    assert s.cancelled_call_results_stand(kinds) is stand
 
 
 def _queued_in_order(arrivals):

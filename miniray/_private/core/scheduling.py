@@ -30,12 +30,14 @@ __all__ = [
     "DEATH_RETRY", "RetryWindow", "T_DONE", "T_INFEASIBLE", "T_QUEUED", "T_RUNNING",
     "T_WAITING", "TRANSITIONS", "actor_should_restart", "after_worker_death",
     "actor_call_cancel_error", "blocked_release", "cancel_action",
-    "cancelled_call_outcome_stands", "consume_retry", "covers", "idle_worker_for",
+    "cancelled_call_outcome_stands", "cancelled_call_results_stand", "consume_retry",
+    "covers", "idle_worker_for",
     "key_tag", "lease_with_room", "may_move", "next_to_place", "queue_index",
     "retry_failed_result",
     "scheduling_key", "worker_fits", "worker_kind", "worker_serves",
 ]  # fmt: skip
 
+from miniray._private.core import protocol
 from miniray.exceptions import TaskCancelledError
 
 # Task states.
@@ -394,6 +396,23 @@ def cancelled_call_outcome_stands(error: BaseException | None) -> bool:
     True
     """
     return error is not None and not isinstance(error, KeyboardInterrupt)
+
+
+def cancelled_call_results_stand(kinds) -> bool:
+    """An actor call that ``ray.cancel()`` (not force) reached after it was sent has ended
+    with results of ``kinds`` (``protocol.OK``/``ERR`` each), cancel or not seen by its
+    process in time: do they stand, or does each become the cancel error of a call cancelled
+    while it ran? As in Ray 2.60, whose owner fails a cancelled call's returned value: an
+    error stands (the call's own, or the cancel error its process sent), a value never does,
+    even one the process sent before the cancel reached it.
+
+    >>> from miniray._private.core import protocol
+    >>> cancelled_call_results_stand([protocol.OK, protocol.OK])
+    False
+    >>> cancelled_call_results_stand([protocol.ERR])
+    True
+    """
+    return any(kind == protocol.ERR for kind in kinds)
 
 
 def actor_should_restart(restarts_left: int, exiting: bool, killed: bool, no_restart: bool,
