@@ -241,6 +241,14 @@ def test_die_after_keep_reserve() -> str | None:
     return os.environ.get("MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE") or None
 
 
+def test_actor_cancel_gate() -> str | None:
+    """``MINIRAY_TEST_ACTOR_CANCEL_GATE`` (tests only): a file's path; an actor's process
+    handles each CANCEL it reads only once that file exists (at most 60 s later), so that a
+    test can have the cancel reach it after the call has ended (``worker_main``). Read from
+    the actor's own environment (its ``runtime_env``'s ``env_vars``). Unset: None."""
+    return os.environ.get("MINIRAY_TEST_ACTOR_CANCEL_GATE") or None
+
+
 def kept_bytes_per_driver(shm_dir_bytes: int) -> int:
     """``MINIRAY_KEPT_BYTES_PER_DRIVER``: how many bytes of task results a node keeps in its
     shm dir for one remote driver's link (docs/remote-objects.md); past it, a result is sent

@@ -204,6 +204,9 @@ class _Worker:
             return
         task_id = message[1]
         if self.actor_host is not None:  # actor calls are never interrupted, as in Ray
+            gate = config.test_actor_cancel_gate()
+            if gate is not None:
+                _wait_for_file(gate, 60.0)
             self.actor_host.cancel(task_id)
             return
         with self.exec_lock:
@@ -585,6 +588,16 @@ def prepare_warm_up() -> bytes:
 def _discard(message: tuple) -> None:
     """The warm-up's RESULT: pickled as a real one is, then dropped."""
     pickle.dumps(message, protocol=5)
+
+
+def _wait_for_file(path: str, timeout: float) -> None:
+    """Tests only (``config.test_actor_cancel_gate``): until ``path`` exists, at most
+    ``timeout`` seconds."""
+    from time import sleep
+
+    deadline = monotonic() + timeout
+    while not os.path.exists(path) and monotonic() < deadline:
+        sleep(0.01)
 
 
 def _is_retryable(error: BaseException, retry_exceptions) -> bool:
