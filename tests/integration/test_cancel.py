@@ -17,7 +17,9 @@ import pytest
 
 import miniray
 from miniray import exceptions
+from miniray._private import runtime
 from miniray._private.host import procinfo
+from miniray._private.object_store import shm_segments
 from tests.integration.helpers import wait_until
 
 GET_TIMEOUT = 30
@@ -442,8 +444,9 @@ def test_cancel_queued_actor_call_never_runs(ray, Worker):
     actor = Worker.remote()
     ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
     # The cancel reaches the actor's process on its own socket, and must get there before
-    # the running call ends (else the queued call runs): 3 s, not 1, of room for a loaded
-    # machine (no event says the cancel arrived).
+    # the running call ends (else the queued call runs, and fails with a running call's
+    # cancel error: test_cancel_of_a_queued_actor_call_that_reaches_it_too_late): 3 s, not
+    # 1, of room for a loaded machine (no event says the cancel arrived).
     running = actor.busy.remote(3.0)
     queued = actor.add.remote("queued")
     time.sleep(0.2)
@@ -458,7 +461,131 @@ def test_cancel_queued_actor_call_never_runs(ray, Worker):
     assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["later"]
 
 
-def test_cancel_actor_call_sent_while_the_constructor_runs(ray):
+@pytest.fixture
+def LateCancel(ray, tmp_path):
+    """A sync actor whose process handles a CANCEL only once the file ``cancel_gate`` exists
+    (``MINIRAY_TEST_ACTOR_CANCEL_GATE``): a cancel that reaches it after the call ended."""
+
+    @ray.remote
+    class Gated:
+        def __init__(self):
+            self.log = []
+
+        def wait_for(self, path):
+            _wait_for_file(path)
+            return "ahead"
+
+        def add(self, item, size=0):
+            self.log.append(item)
+            return b"x" * size if size else item
+
+        def pair(self):
+            self.log.append("pair")
+            return 1, 2
+
+        def values(self, n):
+            yield from range(n)
+
+        def items(self):
+            return self.log
+
+    cancel_gate = tmp_path / "cancel-gate"
+    actor = Gated.options(runtime_env={"env_vars": {
+        "MINIRAY_TEST_ACTOR_CANCEL_GATE": str(cancel_gate)}}).remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=GET_TIMEOUT)
+    yield actor, cancel_gate
+    cancel_gate.write_text("open")  # the actor's control thread waits no more
+
+
+@pytest.mark.parametrize("size", [0, 2 * 1024 * 1024])
+def test_cancel_of_a_queued_actor_call_that_reaches_it_too_late(ray, LateCancel, tmp_path,
+                                                               size):
+    """A call queued behind another when ``ray.cancel()`` returned starts once the call
+    ahead ends, and returns before its process handles the cancel: its value is replaced by
+    the cancel error of a call cancelled while it ran, and freed (a small inline value, or
+    a large one's segment, which the fixture checks). Compared with Ray 2.60, whose owner
+    fails a cancelled actor call whatever it returns: "Task: ... was cancelled."."""
+    actor, cancel_gate = LateCancel
+    gate = tmp_path / "ahead-gate"
+    ahead = actor.wait_for.remote(str(gate))
+    queued = actor.add.remote("queued", size)
+    ray.cancel(queued)
+    gate.write_text("open")  # the queued call runs now; its process has not seen the cancel
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(queued, timeout=GET_TIMEOUT)
+    assert not isinstance(info.value, exceptions.RayTaskError)
+    assert str(info.value) == _cancel_error_text(queued)
+    store = runtime.current().store  # the value's segment went before the error was set
+    assert not os.path.exists(os.path.join(
+        store.shm_dir, shm_segments.segment_name(store.session_tag, queued.binary())))
+    assert ray.get(ahead, timeout=GET_TIMEOUT) == "ahead"
+    assert ray.get(actor.items.remote(), timeout=GET_TIMEOUT) == ["queued"]  # it ran
+    cancel_gate.write_text("open")
+    assert ray.get(actor.add.remote("later"), timeout=GET_TIMEOUT) == "later"
+
+
+def test_cancel_too_late_fails_every_return_of_a_call(ray, LateCancel, tmp_path):
+    """``num_returns=2``: both refs get the cancel error, as in Ray 2.60 (cancelling one
+    ref of a running call fails both)."""
+    actor, cancel_gate = LateCancel
+    gate = tmp_path / "ahead-gate"
+    ahead = actor.wait_for.remote(str(gate))
+    first, second = actor.pair.options(num_returns=2).remote()
+    ray.cancel(first)
+    gate.write_text("open")
+    for ref in (first, second):
+        with pytest.raises(exceptions.TaskCancelledError) as info:
+            ray.get(ref, timeout=GET_TIMEOUT)
+        assert str(info.value) == _cancel_error_text(first)
+    assert ray.get(ahead, timeout=GET_TIMEOUT) == "ahead"
+    cancel_gate.write_text("open")
+
+
+def test_cancel_too_late_ends_a_streaming_call_with_the_cancel_error(ray, LateCancel,
+                                                                     tmp_path):
+    """A streaming call that yielded all its values before its process saw the cancel:
+    the values yielded stay readable and the stream ends with the cancel error, as a
+    streaming call cancelled while it runs does in Ray 2.60 (values first, then
+    TaskCancelledError)."""
+    actor, cancel_gate = LateCancel
+    gate = tmp_path / "ahead-gate"
+    ahead = actor.wait_for.remote(str(gate))
+    gen = actor.values.options(num_returns="streaming").remote(2)
+    ray.cancel(gen)
+    gate.write_text("open")
+    outcome, refs = [], []
+    for ref in gen:
+        refs.append(ref)
+        try:
+            outcome.append(ray.get(ref, timeout=GET_TIMEOUT))
+        except exceptions.TaskCancelledError as error:
+            outcome.append(str(error))
+    assert outcome == [0, 1, _cancel_error_text(refs[0])]
+    assert ray.get(ahead, timeout=GET_TIMEOUT) == "ahead"
+    cancel_gate.write_text("open")
+
+
+def test_cancel_too_late_fails_a_dynamic_call(ray, LateCancel, tmp_path):
+    """``num_returns="dynamic"``: the generator's ref gets the cancel error, as in Ray 2.60,
+    and the values it stored are freed with the generator that held them."""
+    actor, cancel_gate = LateCancel
+    gate = tmp_path / "ahead-gate"
+    ahead = actor.wait_for.remote(str(gate))
+    with pytest.warns(Warning):
+        ref = actor.values.options(num_returns="dynamic").remote(2)
+    ray.cancel(ref)
+    gate.write_text("open")
+    with pytest.raises(exceptions.TaskCancelledError) as info:
+        ray.get(ref, timeout=GET_TIMEOUT)
+    assert str(info.value) == _cancel_error_text(ref)
+    assert ray.get(ahead, timeout=GET_TIMEOUT) == "ahead"
+    del ref, info, ahead  # nothing else holds the values it stored
+    objects = runtime.current().owner.objects
+    assert wait_until(lambda: not objects.entries, GET_TIMEOUT), list(objects.entries)
+    cancel_gate.write_text("open")
+
+
+
     """Calls are sent to the actor's process while its constructor runs; a cancel that
     arrives then is kept for the call, which never runs. Compared with Ray 2.60 (a call
     cancelled before its actor is ready fails with TaskCancelledError)."""

@@ -19,6 +19,7 @@ from miniray._private.ledger.ledger import Ledger
 
 from .helpers import OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
+from .test_remote_kept_actor_results import _run as _run_kept
 from .test_remote_tasks import (
     MEMBER,
     PRELUDE,
@@ -265,6 +266,53 @@ def test_a_remote_actors_worker_dies_and_restarts_there_async_and_threaded_actor
     print("\n" + doc["third"])
     n = 1024 * 1024
     assert doc["sums"] == [2.0 * n] * 4 + [3.0 * n] * 4, doc
+
+
+@pytest.mark.parametrize("whose", ["driver", "service"])
+def test_a_cancel_that_reaches_an_actor_on_the_member_too_late_fails_its_value(hosts, tmp_path,
+                                                                                whose):
+    """A call queued behind another on an actor on the member (the driver's own, or a
+    detached one of the head's actor service) when ``ray.cancel()`` returned runs once the
+    call ahead ends, and returns before its process handles the cancel (which waits for a
+    file, ``MINIRAY_TEST_ACTOR_CANCEL_GATE``): ``get`` raises the cancel error, as in Ray
+    2.60, and its 20 MB value, kept on the member, is freed there."""
+    _join_special(hosts)
+    doc = _run_kept(hosts, OUTCOME + """
+    @ray.remote(resources={"special": 1})
+    class Gated:
+        def wait_for(self, path):
+            while not os.path.exists(path):
+                time.sleep(0.01)
+            return "ahead"
+
+        def array(self, seed):
+            return expected(seed)
+
+    gate, cancel_gate = os.environ["GATE"], os.environ["CANCEL_GATE"]
+    options = {"runtime_env": {"env_vars": {"MINIRAY_TEST_ACTOR_CANCEL_GATE": cancel_gate}}}
+    if os.environ["WHOSE"] == "service":
+        options.update(name="gated", lifetime="detached")
+    actor = Gated.options(**options).remote()
+    ray.get(actor.__ray_ready__.remote(), timeout=60)
+    ahead = actor.wait_for.remote(gate)
+    queued = actor.array.remote(1)
+    ray.cancel(queued)
+    open(gate, "w").close()  # the queued call runs now; its process has not seen the cancel
+    got = outcome(queued, timeout=60)
+    out = {"queued": got if isinstance(got, str) else "a value",
+           "text": f"TaskCancelledError: Task: {queued.hex()[:48]} was cancelled.",
+           "ahead": outcome(ahead, timeout=60)}
+    out["freed_on_member"] = until(lambda: not kept())
+    open(cancel_gate, "w").close()
+    out["later"] = outcome(actor.wait_for.remote(gate), timeout=60)
+    if os.environ["WHOSE"] == "service":
+        ray.kill(actor)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """, GATE=str(tmp_path / "gate"), CANCEL_GATE=str(tmp_path / "cancel-gate"), WHOSE=whose)
+    assert doc["queued"] == doc["text"], doc
+    assert doc["ahead"] == "ahead" and doc["later"] == "ahead", doc
+    assert doc["freed_on_member"], doc
 
 
 def test_an_actor_on_the_member_submits_gets_puts_waits_and_calls_actors(hosts):

@@ -6,7 +6,9 @@ waits (``submit``; ``max_pending_calls``), sending queued calls in submission or
 the head of the queue is ready (``_pump``: to the actor's worker, to its node's sender for
 an actor on another node, or to the node's actor service for a proxy), the results
 (``on_result`` from the worker, ``on_remote_result`` from the service) and errors that end
-a call (``_finish``: pins released, records, objects set), and ``cancel``.
+a call (``_finish``: pins released, records, objects set), and ``cancel``. The owner decides
+a cancelled call's outcome: once ``cancel`` returned for a call already sent, values that
+come back (its process read the CANCEL too late) are freed and fail with the cancel error.
 A mixin rather than an object of its own: every call reads the manager's actors and the
 owner's objects, and an extra hop would cost each round trip.
 Does not own: the actors' lifecycle (placement, restarts, death: ``actors.py``), the
@@ -26,6 +28,7 @@ from __future__ import annotations
 from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.task_spec import ActorCallSpec
+from miniray._private.object_store.shm_segments import check_adoptable
 from miniray._private.owner.actor_records import (
     A_ALIVE,
     A_DEAD,
@@ -230,8 +233,15 @@ class ActorCalls:
                 actor.death = error
                 self._fail_all(actor)
 
-    def _finish(self, call: _Call, results: list, contained=None, times=None) -> None:
+    def _finish(self, call: _Call, results: list, contained=None, times=None) -> bool:
+        """*Locked.* ``call`` ended with ``results``; False if they were values replaced by
+        the cancel error (``ray.cancel()`` returned before they came), which hold no refs."""
         spec = call.spec
+        stand = not call.cancelled or scheduling.cancelled_call_results_stand(
+            [kind for kind, _data in results])
+        if not stand:
+            results = self._cancelled_results(spec, results)
+            contained = None
         self.owner.actor_call_ended(spec.task_id)  # its tasks are no longer its to cancel
         if self.calls.pop(spec.task_id, None) is not None and spec.contained:
             self.owner.objects.release(spec.contained)
@@ -248,6 +258,28 @@ class ActorCalls:
         objects = self.owner.objects
         if spec.deps:
             objects.release([object_id for _position, object_id in spec.deps])
+        return stand
+
+    def _cancelled_results(self, spec: ActorCallSpec, results: list) -> list:
+        """*Locked.* A call ``ray.cancel()`` reached after it was sent returned values (its
+        process saw the cancel too late, or not at all): they are freed (a segment here
+        unlinked, a copy kept on another node freed there; inline bytes simply dropped),
+        and each return gets the error of a call cancelled while it ran, as in Ray 2.60."""
+        store = self.owner.store
+        for _kind, data in results:
+            if type(data) is not tuple:
+                continue
+            if data[0] == "remote":  # kept on its node (``kept_in_service``, remote actors)
+                data[1].free()
+            elif data[0] == "shm":
+                try:
+                    path, _size = check_adoptable(data[1], data[2], store.shm_dir,
+                                                  store.session_tag)
+                except (ValueError, OSError):
+                    continue  # not one of this session's segments: never this store's
+                store.give_up_recycled(path)
+        error = serialization.dumps(scheduling.actor_call_cancel_error(spec.task_id))
+        return [(protocol.ERR, error)] * max(1, len(results))
 
     def _deliver(self, spec: ActorCallSpec, results: list, contained=None) -> None:
         if spec.reply is not None:
@@ -261,12 +293,14 @@ class ActorCalls:
         self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
 
     def on_result(self, worker, task_id: bytes, results: list, contained=None,
-                  times=None) -> None:
+                  times=None) -> bool:
+        """*Locked.* ``worker``'s actor answered call ``task_id``: False if its values were
+        replaced by the cancel error (``_finish``), so that refs inside them hold nothing."""
         actor = worker.actor
         call = actor.inflight.pop(task_id, None) if actor is not None else None
         if call is None:
-            return
-        self._finish(call, results, contained, times)
+            return True
+        return self._finish(call, results, contained, times)
 
     def _send_call(self, worker, spec: ActorCallSpec, dep_values, soon: bool) -> None:
         """*Locked.* The ACTOR_CALL of ``spec`` to the actor's worker (``_send``), with its
@@ -298,6 +332,7 @@ class ActorCalls:
         if force:
             raise ValueError("force=True is not supported for actor tasks.")
         actor = call.actor
+        call.cancelled = call.sent  # from now on a value that comes back fails (``_finish``)
         if actor.remote and call.sent:
             self.link.cancel(task_id, force, recursive)
             return True

@@ -24,7 +24,7 @@ A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTART
 
 class _Call:
     __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported",
-                 "kept")
+                 "kept", "cancelled")
 
     def __init__(self, spec: ActorCallSpec, actor: _Actor):
         self.spec = spec
@@ -35,6 +35,7 @@ class _Call:
         self.sent = False
         self.exported: list = []  # objects of nested refs sent to the actor service, pinned
         self.kept: tuple = ()  # arguments sent as kept on another node: not pinned here
+        self.cancelled = False  # ray.cancel() returned while it was sent: a value fails
 
 
 class _Actor:

@@ -324,11 +324,13 @@ class OwnerEvents:
             if worker.actor is not None:
                 if self._drained is not worker:
                     worker.drain_printed()
-                self.actors.on_result(worker, message[1], message[2], message[4], message[5])
+                values = self.actors.on_result(worker, message[1], message[2], message[4],
+                                               message[5])
             else:
                 self._on_result(worker, message[1], message[2], message[3], message[5])
-            if message[4]:  # refs pickled inside the returned values: those objects hold them
-                self._contain_results(message[1], message[4])
+                values = True
+            if message[4] and values:  # refs pickled inside the returned values: those
+                self._contain_results(message[1], message[4])  # objects hold them
         elif tag == protocol.ACTOR_SUBMIT:
             try:
                 self.actors.submit(message[1], message[2])
