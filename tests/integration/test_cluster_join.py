@@ -67,7 +67,7 @@ class FakeHosts:
         self.join_alive(ip, self.start_head(), *args)
         return node_client.parse_address(self.record(ip).address)
 
-    def join_alive(self, ip: str, head: str, *args: str, within: float = 5.0) -> None:
+    def join_alive(self, ip: str, head: str, *args: str, within: float = 30.0) -> None:
         """A member on ``ip`` (``args`` for its ``start``) joins ``head``; returns once the
         head holds it alive (asserted ``within`` seconds)."""
         joined = self.join(ip, head, *args)
@@ -144,14 +144,14 @@ def test_a_member_joins_and_every_host_sees_every_node(hosts):
     t0 = time.monotonic()
     joined = hosts.join("127.0.0.2", head, "--num-cpus", "3")
     assert joined.returncode == 0, joined.stderr
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    # How fast is bench_peering.py's (join_s); a loaded runner only makes it slower.
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     TIMINGS["join_visible_s"] = time.monotonic() - t0
-    assert TIMINGS["join_visible_s"] < 5.0
     print(f"start --address until visible at the head: {TIMINGS['join_visible_s']:.2f} s")
     assert "joined the cluster of the head at" in joined.stdout
     assert hosts.record("127.0.0.2").address.startswith("127.0.0.2:")
     # The member's copy arrives with its heartbeats.
-    assert wait_until(lambda: _alive(hosts, "127.0.0.1", seen_from="127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.1", seen_from="127.0.0.2"), 30.0)
     for ip in ("127.0.0.1", "127.0.0.2"):
         proc = driver(DRIVER.format(head=head), hosts.env(ip))
         doc = json_line(proc)
@@ -179,8 +179,8 @@ def test_a_driver_on_a_host_without_a_member_node_is_told_to_start_one(hosts):
         except ConnectionError as error:
             print(error)
     """, env)
-    out, _err = proc.communicate(timeout=30)
-    assert time.monotonic() - t0 < 10
+    out, _err = proc.communicate(timeout=30)  # told, not left waiting for a node
+    TIMINGS["told_to_start_s"] = time.monotonic() - t0
     assert f"miniray start --address={head}" in out
 
 
@@ -193,11 +193,13 @@ def test_a_wrong_or_missing_token_is_refused_at_once(hosts, tmp_path, token):
     joined = hosts.join("127.0.0.2", head, **extra)
     took = time.monotonic() - t0
     assert joined.returncode != 0
-    assert took < 2.0 + 1.5, took  # the CLI's own start-up is ~0.5 s of it on 2 cores
     TIMINGS[f"refused_{token}_s"] = took
     assert "miniray get-auth-token" in joined.stderr
+    # At once: refused by the head's answer (or, without a token, before a node is
+    # started), not after the handshake's or the start's timeout ("... within N s").
+    assert "within" not in joined.stderr, joined.stderr
     if token == "wrong":
-        assert "authenticate" in joined.stderr
+        assert "could not authenticate" in joined.stderr
     else:
         assert "No miniray cluster token" in joined.stderr
     assert node_client.list_records(hosts.env("127.0.0.2")["MINIRAY_TMPDIR"]) == []
@@ -222,17 +224,18 @@ def test_a_version_mismatch_is_refused_naming_both_versions(hosts, tmp_path):
 
 
 def test_a_killed_member_is_dead_from_its_links_eof(hosts):
-    """Dead from the link's EOF (the death message), not from missing heartbeats; the bound
-    leaves room for a busy CI machine (the target, <= 1 s, is bench_peering.py's)."""
+    """Dead from the link's EOF (the death reason and message), not from missing heartbeats;
+    how fast (the target, <= 1 s) is bench_peering.py's crash_dead_s."""
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     record = hosts.record("127.0.0.2")
     t0 = time.monotonic()
     os.kill(record.pid, signal.SIGKILL)
-    assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 3.0)
+    assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 30.0)
     TIMINGS["sigkill_dead_s"] = time.monotonic() - t0
-    assert TIMINGS["sigkill_dead_s"] < 3.0, TIMINGS
+    # The reason, not the time, tells the EOF from missing heartbeats (reason 2 with
+    # "connection"; a heartbeat death says "heartbeat").
     node = hosts.cluster("127.0.0.1")["127.0.0.2"]
     assert node["death_reason"] == 2 and "connection" in node["death_message"]
     status = cli(hosts.env("127.0.0.1"), "status").stdout
@@ -242,20 +245,19 @@ def test_a_killed_member_is_dead_from_its_links_eof(hosts):
 def test_a_stopped_member_is_dead_after_the_limit_and_rejoins_when_continued(hosts):
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     record = hosts.record("127.0.0.2")
     incarnation = hosts.cluster("127.0.0.1")["127.0.0.2"]["incarnation"]
     hosts.stopped.append(record.pid)
     t0 = time.monotonic()
     os.kill(record.pid, signal.SIGSTOP)
     try:
-        assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 4.0)
-        TIMINGS["sigstop_dead_s"] = time.monotonic() - t0
-        assert TIMINGS["sigstop_dead_s"] < 1.0 + 3.0, TIMINGS  # dead_after + CI slack
+        assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 30.0)
+        TIMINGS["sigstop_dead_s"] = time.monotonic() - t0  # bench_peering.py: hang_dead_s
         assert "heartbeat" in hosts.cluster("127.0.0.1")["127.0.0.2"]["death_message"]
     finally:
         os.kill(record.pid, signal.SIGCONT)
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     assert hosts.cluster("127.0.0.1")["127.0.0.2"]["incarnation"] > incarnation
 
 
@@ -286,11 +288,11 @@ def test_the_member_serves_its_drivers_without_the_head_and_rejoins_a_new_one(ho
     port = str(_free_port())
     head = hosts.start_head(port=port)
     assert hosts.join("127.0.0.2", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     env_b = hosts.env("127.0.0.2")
     assert cli(hosts.env("127.0.0.1"), "stop").returncode == 0
     assert wait_until(lambda: not node_client.read_cluster(
-        hosts.record("127.0.0.2").session_dir)["linked"], 5.0), _log(hosts, "127.0.0.2")
+        hosts.record("127.0.0.2").session_dir)["linked"], 30.0), _log(hosts, "127.0.0.2")
     proc = driver(DRIVER.format(head=head), env_b)
     doc = json_line(proc)
     stop_driver(proc)
@@ -298,7 +300,7 @@ def test_the_member_serves_its_drivers_without_the_head_and_rejoins_a_new_one(ho
     status = cli(env_b, "status").stdout
     assert "link to the head is down" in status, status + _log(hosts, "127.0.0.2")
     hosts.start_head(port=port)
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 10.0), _log(hosts, "127.0.0.2")
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0), _log(hosts, "127.0.0.2")
     assert node_client.read_cluster(hosts.record("127.0.0.2").session_dir)["linked"]
 
 
@@ -306,9 +308,9 @@ def test_stop_on_a_member_is_an_expected_termination_at_the_head(hosts):
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head).returncode == 0
     assert hosts.join("127.0.0.3", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.3"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.3"), 30.0)
     assert cli(hosts.env("127.0.0.2"), "stop").returncode == 0
-    assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 3.0)
+    assert wait_until(lambda: _dead(hosts, "127.0.0.2"), 30.0)
     node = hosts.cluster("127.0.0.1")["127.0.0.2"]
     assert node["death_reason"] == 1 and "stopped" in node["death_message"]
     assert _alive(hosts, "127.0.0.3")
@@ -349,7 +351,7 @@ def test_an_unauthenticated_client_cannot_make_the_head_do_anything(hosts, tmp_p
     # The head still serves, and its view did not change.
     assert set(hosts.cluster("127.0.0.1")) == {"127.0.0.1"}
     assert hosts.join("127.0.0.2", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
 
 
 def test_a_busy_port_is_an_error_naming_it(hosts):
@@ -368,7 +370,7 @@ def test_a_member_joins_over_tls_when_every_host_turns_it_on(hosts, tmp_path):
     _tls_on_hosts(hosts, tmp_path, ("127.0.0.1", "127.0.0.2"))
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     # A member without TLS cannot join a head that requires it.
     plain = hosts.join("127.0.0.3", head)
     assert plain.returncode != 0
@@ -378,7 +380,7 @@ def test_a_member_joins_over_tls_when_every_host_turns_it_on(hosts, tmp_path):
 def test_a_members_available_resources_reach_the_head_soon_after_they_change(hosts):
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head, "--num-cpus", "3").returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0)
     proc = driver("""
         import json, sys, miniray as ray
         ray.init(address=sys.argv[1] if len(sys.argv) > 1 else "auto")
@@ -395,12 +397,12 @@ def test_a_members_available_resources_reach_the_head_soon_after_they_change(hos
     try:
         assert json_line(proc)["ready"]
         assert wait_until(lambda: hosts.cluster("127.0.0.1")["127.0.0.2"]["available"]
-                          .get("CPU") == 1.0, 3.0)
+                          .get("CPU") == 1.0, 30.0)
     finally:
         proc.stdin.close()
         stop_driver(proc)
     assert wait_until(lambda: hosts.cluster("127.0.0.1")["127.0.0.2"]["available"]
-                      .get("CPU") == 3.0, 3.0)
+                      .get("CPU") == 3.0, 30.0)
 
 
 def _list_nodes(env, *args):
@@ -413,10 +415,10 @@ def test_list_and_get_nodes_show_every_node_alive_or_dead_and_filter(hosts):
     head = hosts.start_head()
     assert hosts.join("127.0.0.2", head, "--num-cpus", "3").returncode == 0
     assert hosts.join("127.0.0.3", head).returncode == 0
-    assert wait_until(lambda: _alive(hosts, "127.0.0.3"), 5.0)
+    assert wait_until(lambda: _alive(hosts, "127.0.0.3"), 30.0)
     assert cli(hosts.env("127.0.0.3"), "stop").returncode == 0
-    assert wait_until(lambda: _dead(hosts, "127.0.0.3"), 3.0)
-    assert wait_until(lambda: _dead(hosts, "127.0.0.3", seen_from="127.0.0.2"), 3.0)
+    assert wait_until(lambda: _dead(hosts, "127.0.0.3"), 30.0)
+    assert wait_until(lambda: _dead(hosts, "127.0.0.3", seen_from="127.0.0.2"), 30.0)
     for ip in ("127.0.0.1", "127.0.0.2"):
         nodes = _list_nodes(hosts.env(ip), "--detail")
         by_ip = {n["node_ip"]: n for n in nodes}

@@ -23,9 +23,11 @@ it holds leases on the member, freed there by TCP keepalive; and a member cut of
 head while a driver holds leases on it, which fences them itself and answers the driver
 with NodeDiedError once healed.
 
-The time bounds asserted here are generous (``SLACK_S`` for a loaded 2-core CI machine): they
-catch a detection that never comes or comes by the wrong path. The targets themselves (crash
-<= 1 s, partition <= ``dead_after`` + 1 s: 6 s with the default 5 s) are measured by
+No time is asserted here: each wait is bounded (``WAIT_S``, far above any target, so a
+loaded 2-core CI machine only makes it slower) and ends as soon as its condition holds; a
+detection that comes by the wrong path is told by the death message ("connection" for the
+link's EOF, "heartbeat" for missing heartbeats). The targets themselves (crash <= 1 s,
+partition <= ``dead_after`` + 1 s: 6 s with the default 5 s) are measured by
 ``benchmarks/bench_peering.py`` beside Ray, and the times seen here go to ``TIMINGS``.
 
 After each fault the host recovers (restarted, link back up, SIGCONT) and rejoins as a new
@@ -52,8 +54,7 @@ from .helpers import wait_until
 pytestmark = pytest.mark.netns
 
 FAST = {"MINIRAY_HEARTBEAT_S": "0.2", "MINIRAY_NODE_DEAD_AFTER_S": "1"}
-DEAD_AFTER_S = 1.0
-SLACK_S = 2.0  # on top of each bound: CI's two cores are busy (targets: bench_peering.py)
+WAIT_S = 30.0  # the bound of every wait for a state (targets: bench_peering.py)
 PORT = "6380"  # the head's own network namespace: no other listener can hold it
 TIMINGS: dict = {}
 _REASON: list = []
@@ -120,13 +121,13 @@ def _join(head, member) -> float:
     joined = member.cli("start", f"--address={head.ip}:{PORT}", "--node-ip-address", member.ip,
                         "--port", "0", "--num-cpus", "2")
     assert "joined the cluster" in joined.stdout, joined.stdout
-    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    assert wait_until(lambda: _alive(head, member.ip), WAIT_S), head.cluster()
     return time.monotonic() - t0
 
 
 def test_a_member_in_its_own_namespaces_joins_and_sees_the_head(lab):
     head, member = _cluster(lab)
-    assert wait_until(lambda: _alive(member, head.ip), 5.0), member.cluster()
+    assert wait_until(lambda: _alive(member, head.ip), WAIT_S), member.cluster()
     assert set(head.cluster()) == {head.ip, member.ip}
     # Separate hosts: the member's pids and /dev/shm are its own.
     assert member.record()["pid"] != member.outer_pid(member.record()["pid"])
@@ -145,7 +146,7 @@ def test_a_member_in_its_own_namespaces_joins_and_sees_the_head(lab):
     member.run("rm", "/dev/shm/only-on-b")
     # A stopped member is an expected termination; started again, it joins again.
     member.cli("stop")
-    assert wait_until(lambda: _dead(head, member.ip), 3.0)
+    assert wait_until(lambda: _dead(head, member.ip), WAIT_S)
     assert "stopped" in head.cluster()[member.ip]["death_message"]
     TIMINGS["rejoin_after_stop_s"] = _join(head, member)
 
@@ -155,9 +156,8 @@ def test_a_crashed_host_is_dead_from_its_links_eof_and_rejoins_when_restarted(la
     before = head.cluster()[member.ip]["node_id"]
     t0 = time.monotonic()
     member.crash()
-    assert wait_until(lambda: _dead(head, member.ip), 5.0), head.cluster()
-    TIMINGS["crash_dead_s"] = took = time.monotonic() - t0
-    assert took <= 1.0 + SLACK_S, f"a crashed host was marked dead after {took:.2f} s"
+    assert wait_until(lambda: _dead(head, member.ip), WAIT_S), head.cluster()
+    TIMINGS["crash_dead_s"] = time.monotonic() - t0
     assert "connection" in head.cluster()[member.ip]["death_message"]
     # The machine comes back (new namespaces, same address and disk) and its node rejoins.
     member = lab.host("b", 2)
@@ -173,13 +173,12 @@ def test_a_partitioned_host_is_dead_after_the_limit_and_rejoins_when_healed(lab)
     before = _incarnation(head, member.ip)
     t0 = time.monotonic()
     member.link(up=False)
-    assert wait_until(lambda: _dead(head, member.ip), DEAD_AFTER_S + 4.0), head.cluster()
-    TIMINGS["partition_dead_s"] = took = time.monotonic() - t0
-    assert took <= DEAD_AFTER_S + 1.0 + SLACK_S, f"partition noticed after {took:.2f} s"
+    assert wait_until(lambda: _dead(head, member.ip), WAIT_S), head.cluster()
+    TIMINGS["partition_dead_s"] = time.monotonic() - t0
     assert "heartbeat" in head.cluster()[member.ip]["death_message"]
     t1 = time.monotonic()
     member.link(up=True)
-    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    assert wait_until(lambda: _alive(head, member.ip), WAIT_S), head.cluster()
     TIMINGS["partition_rejoin_s"] = time.monotonic() - t1
     assert _incarnation(head, member.ip) > before
 
@@ -190,14 +189,14 @@ def test_a_hung_node_is_dead_after_the_limit_and_rejoins_when_continued(lab):
     t0 = time.monotonic()
     pid = member.stop_node(signal.SIGSTOP)
     try:
-        assert wait_until(lambda: _dead(head, member.ip), DEAD_AFTER_S + 4.0), head.cluster()
-        TIMINGS["hang_dead_s"] = took = time.monotonic() - t0
-        assert took <= DEAD_AFTER_S + 1.0 + SLACK_S, f"hang noticed after {took:.2f} s"
+        assert wait_until(lambda: _dead(head, member.ip), WAIT_S), head.cluster()
+        TIMINGS["hang_dead_s"] = time.monotonic() - t0
+        assert "heartbeat" in head.cluster()[member.ip]["death_message"]
     finally:
         member.stopped.remove(pid)
         os.kill(pid, signal.SIGCONT)
     t1 = time.monotonic()
-    assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+    assert wait_until(lambda: _alive(head, member.ip), WAIT_S), head.cluster()
     TIMINGS["hang_rejoin_s"] = time.monotonic() - t1
     assert _incarnation(head, member.ip) > before
 
@@ -262,7 +261,7 @@ def test_a_partitioned_drivers_leases_are_freed_by_keepalive(lab):
         assert len(_remote_leases(member)) == 1
         t0 = time.monotonic()
         other.link(up=False)
-        assert wait_until(lambda: not _remote_leases(member), DEAD_AFTER_S + 3 + 4.0)
+        assert wait_until(lambda: not _remote_leases(member), WAIT_S)
         TIMINGS["remote_driver_partition_freed_s"] = time.monotonic() - t0
         other.link(up=True)
     finally:
@@ -277,10 +276,10 @@ def test_a_partitioned_member_fences_remote_leases_and_the_driver_hears_it(lab):
         t0 = time.monotonic()
         member.link(up=False)
         # The member fences itself once it goes dead_after without an answer from the head.
-        assert wait_until(lambda: not _remote_leases(member), DEAD_AFTER_S + 4.0)
+        assert wait_until(lambda: not _remote_leases(member), WAIT_S)
         TIMINGS["member_partition_fenced_s"] = time.monotonic() - t0
         member.link(up=True)
-        assert wait_until(lambda: _alive(head, member.ip), 10.0), head.cluster()
+        assert wait_until(lambda: _alive(head, member.ip), WAIT_S), head.cluster()
         answer = driver.lease(1)
         assert answer.get("error") == "NodeDiedError" and member.ip in answer["text"], answer
     finally:
