@@ -36,6 +36,16 @@ PG = """
 
     here = ray.get_runtime_context().get_node_id()
 
+    def meet(folder, count):
+        # This task's mark in folder, then True once count tasks have left theirs: they ran
+        # side by side (one after the other, the first would wait in vain: False).
+        import tempfile
+        os.close(tempfile.mkstemp(dir=folder)[0])
+        deadline = time.monotonic() + 20
+        while len(os.listdir(folder)) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(os.listdir(folder)) >= count
+
     def full():
         return (ray.available_resources().get("CPU", 0), ray.cluster_resources()["CPU"])
 
@@ -186,16 +196,6 @@ def test_spread_and_a_pack_that_does_not_fit_here_use_the_member_and_removal_fre
     # Any bundle (-1) of a group with bundles on both nodes: this node's first, then the
     # member's when this node's are full (two tasks run at once, one on each: each waits
     # for the other to start, so the first holds this node's bundle meanwhile).
-    def meet(folder, count):
-        # This task's mark in folder, then True once count tasks have left theirs: they ran
-        # side by side (one after the other, the first would wait in vain: False).
-        import tempfile
-        os.close(tempfile.mkstemp(dir=folder)[0])
-        deadline = time.monotonic() + 20
-        while len(os.listdir(folder)) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(os.listdir(folder)) >= count
-
     @ray.remote(num_cpus=1)
     def ip_met(folder):
         met = meet(folder, 2)
@@ -409,16 +409,6 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     doc = _run_driver(hosts, PG + """
     pg = placement_group([{"GPU": 2, "CPU": 2}])
     assert pg.wait(20)
-
-    def meet(folder, count):
-        # This task's mark in folder, then True once count tasks have left theirs: they ran
-        # side by side (one after the other, the first would wait in vain: False).
-        import tempfile
-        os.close(tempfile.mkstemp(dir=folder)[0])
-        deadline = time.monotonic() + 20
-        while len(os.listdir(folder)) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(os.listdir(folder)) >= count
 
     @ray.remote(num_gpus=1, num_cpus=1)
     def gpu(folder):
