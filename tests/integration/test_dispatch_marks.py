@@ -124,6 +124,19 @@ def _count_acquires(monkeypatch) -> list:
     return calls
 
 
+def test_a_burst_after_a_drained_one_runs_without_the_timer(ray_start, no_retry_timer,
+                                                            monkeypatch):
+    """A burst marks its key and drains; the results that found the queue empty must drop
+    the mark, since their workers have room. Kept, it left the next burst (submitted after
+    the first was read) to the retry timer, a minute here, with both workers idle on leases
+    kept a minute too, so no release moved the window either: it timed out."""
+    monkeypatch.setenv("MINIRAY_LEASE_KEEP_MS", "60000")
+    ray_start(num_cpus=2)
+    for _burst in range(10):  # whether a drain keeps the mark depends on the order of events
+        refs = [quick.remote(i) for i in range(300)]
+        assert miniray.get(refs, timeout=30) == list(range(300))
+
+
 @pytest.mark.parametrize("depth", ["8", "1"])
 def test_results_move_a_marked_queue_without_the_timer(ray_start, no_retry_timer,
                                                        monkeypatch, depth):

@@ -471,6 +471,8 @@ class OwnerEvents:
             else:
                 leases.stuck.pop(key, None)
                 self._dispatch(key)
+        else:  # this worker has room now: a task submitted next must not find the mark
+            self.leases.stuck.pop(key, None)
         if not worker.inflight and slot.worker is worker:
             if (self.pipeline_depth > 1 and key not in self.tasks.queues
                     and len(self.leases.by_key.get(key, ())) > 1):  # another may hold some
