@@ -66,7 +66,14 @@ MINIRAY_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file_
 
 
 # ------------------------------------------------------------- an interrupted test run
+_RUN_PID = os.getpid()
+
+
 def _interrupt(signum, _frame):
+    if os.getpid() != _RUN_PID:  # a child forked by a test (a Pool's worker): it inherited
+        signal.signal(signum, signal.SIG_DFL)  # this handler, and must die as by default
+        os.kill(os.getpid(), signum)  # (Pool.terminate() joins it after a SIGTERM)
+        return
     raise KeyboardInterrupt(f"signal {signum}")
 
 
