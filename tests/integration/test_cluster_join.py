@@ -301,7 +301,10 @@ def test_the_member_serves_its_drivers_without_the_head_and_rejoins_a_new_one(ho
     assert "link to the head is down" in status, status + _log(hosts, "127.0.0.2")
     hosts.start_head(port=port)
     assert wait_until(lambda: _alive(hosts, "127.0.0.2"), 30.0), _log(hosts, "127.0.0.2")
-    assert node_client.read_cluster(hosts.record("127.0.0.2").session_dir)["linked"]
+    # The head holds it alive once its join is read; the member's own view file says linked
+    # at its next write, a moment later.
+    assert wait_until(lambda: node_client.read_cluster(
+        hosts.record("127.0.0.2").session_dir)["linked"], 30.0), _log(hosts, "127.0.0.2")
 
 
 def test_stop_on_a_member_is_an_expected_termination_at_the_head(hosts):
