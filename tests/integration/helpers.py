@@ -35,6 +35,24 @@ def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):
         time.sleep(interval)
 
 
+def wait_for_gate(path: str, timeout: float = 30.0) -> bool:
+    """In a task or actor call held by the test: whether the file gate ``path`` was opened
+    (``open_gate``) within ``timeout`` seconds. A gate, not a sleep, decides what a loaded
+    machine sees while the call is held."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def open_gate(path: str) -> None:
+    """Open the file gate ``path`` that calls wait for (``wait_for_gate``)."""
+    with open(path, "w") as f:
+        f.write("open")
+
+
 def procs_with_root(root: str) -> list[int]:
     """Live processes (other than this one) whose environment has ``MINIRAY_TMPDIR=<root>``."""
     needle = f"MINIRAY_TMPDIR={root}".encode()

@@ -20,6 +20,8 @@ from miniray import exceptions
 from miniray.util import ActorPool
 from miniray.util.queue import Empty, Full, Queue
 
+from .helpers import open_gate
+
 GET_TIMEOUT = 30
 
 
@@ -54,10 +56,6 @@ def _gate(tmp_path, name: str) -> str:
     return str(tmp_path / name)
 
 
-def _open(gate: str) -> None:
-    open(gate, "w").close()
-
-
 # ----------------------------------------------------------------------------- ActorPool
 def test_exports():
     import miniray.util
@@ -78,7 +76,7 @@ def test_pool_map_is_ordered_and_map_unordered_is_not(ray, Doubler, tmp_path):
     gate = _gate(tmp_path, "first")
     results = pool.map_unordered(_double, [(1, gate), (2, 0), (3, 0), (4, 0)])
     unordered = [next(results) for _ in range(3)]  # while the first value is held
-    _open(gate)
+    open_gate(gate)
     unordered += list(results)
     assert sorted(unordered) == [2, 4, 6, 8]
     assert unordered[-1] == 2  # the slow one comes last
@@ -119,7 +117,7 @@ def test_pool_get_next_timeout(ray, Doubler, tmp_path):
         pool.get_next(timeout=0.1)
     assert not isinstance(info.value, exceptions.RayError)  # the builtin TimeoutError
     assert pool.has_next()  # still pending: it can be taken later
-    _open(gate)
+    open_gate(gate)
     assert pool.get_next() == 2
     # ignore_if_timedout: the result is given up, and its actor goes back to the pool
     pool.submit(_double, (3, 0.5))
@@ -139,7 +137,7 @@ def test_pool_get_next_unordered(ray, Doubler, tmp_path):
     assert pool.get_next_unordered(timeout=GET_TIMEOUT) == 4
     with pytest.raises(TimeoutError):
         pool.get_next_unordered(timeout=0.05)
-    _open(first)
+    open_gate(first)
     assert pool.get_next_unordered() == 2
     # get_next after get_next_unordered took results out of order
     pool.submit(_double, (5, second))
@@ -147,7 +145,7 @@ def test_pool_get_next_unordered(ray, Doubler, tmp_path):
     assert pool.get_next_unordered() == 12
     with pytest.raises(ValueError, match="get_next_unordered"):
         pool.get_next()
-    _open(second)
+    open_gate(second)
     assert pool.get_next_unordered() == 10
 
 

@@ -22,7 +22,7 @@ from miniray import exceptions
 from miniray._private import runtime
 from miniray.util.annotations import RayDeprecationWarning
 
-from .helpers import cli, driver
+from .helpers import cli, driver, open_gate, wait_for_gate
 
 GET_TIMEOUT = 30
 
@@ -39,19 +39,6 @@ def _settled(predicate, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return predicate()
-
-
-def _wait_for_gate(path: str) -> None:
-    """In a task: wait (at most a minute) until the test opens the gate ``path`` (_open).
-    Held values stay unsent whatever the machine's speed; a sleep instead let a loaded
-    runner see the next value, or the end, before its check."""
-    deadline = time.monotonic() + 60
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _open(path: str) -> None:
-    open(path, "w").close()
 
 
 def _completed_now(gen) -> bool:
@@ -85,7 +72,7 @@ def test_values_are_available_as_they_are_yielded(ray, tmp_path):
     @ray.remote
     def slow():
         yield 1
-        _wait_for_gate(gate)
+        wait_for_gate(gate, 60)
         yield 2
 
     gen = slow.remote()
@@ -93,7 +80,7 @@ def test_values_are_available_as_they_are_yielded(ray, tmp_path):
     assert ray.get(first, timeout=GET_TIMEOUT) == 1
     assert not _completed_now(gen)  # the task is still running: this value was streamed
     assert gen.is_finished() is False and gen.next_ready() is False
-    _open(gate)
+    open_gate(gate)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 2
     with pytest.raises(StopIteration):
         next(gen)
@@ -162,7 +149,7 @@ def test_wait_on_a_generator_means_its_next_value(ray, tmp_path):
     @ray.remote
     def paced():
         yield 1
-        _wait_for_gate(gate)
+        wait_for_gate(gate, 60)
         yield 2
 
     gen = paced.remote()
@@ -171,7 +158,7 @@ def test_wait_on_a_generator_means_its_next_value(ray, tmp_path):
     next(gen)
     ready, not_ready = ray.wait([gen], timeout=0)
     assert ready == [] and not_ready == [gen]
-    _open(gate)
+    open_gate(gate)
     ready, _ = ray.wait([gen], timeout=GET_TIMEOUT)
     assert ready == [gen]
     assert [ray.get(r, timeout=GET_TIMEOUT) for r in gen] == [2]
@@ -236,7 +223,7 @@ def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray, tmp_pat
         def g(self, n):
             for i in range(n):
                 yield i
-                _wait_for_gate(gate)
+                wait_for_gate(gate, 60)
             raise KeyError("k")
 
     actor = A.remote()
@@ -244,7 +231,7 @@ def test_sync_actor_generator_streams_and_its_error_names_the_actor(ray, tmp_pat
     assert isinstance(gen, ray.ObjectRefGenerator)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 0
     assert not _completed_now(gen)
-    _open(gate)
+    open_gate(gate)
     values = []
     for ref in gen:
         try:
@@ -273,7 +260,7 @@ def test_async_actor_async_generator_streams(ray, tmp_path):
     gen = actor.g.remote(2, gate)
     assert ray.get(next(gen), timeout=GET_TIMEOUT) == 0
     assert not _completed_now(gen)
-    _open(gate)
+    open_gate(gate)
     values = []
     for ref in gen:
         try:

@@ -20,23 +20,13 @@ from miniray import exceptions
 from miniray._private import runtime
 from miniray._private.core.scheduling import T_QUEUED, T_RUNNING
 
-from .helpers import wait_until
+from .helpers import open_gate, wait_for_gate, wait_until
 
 GATE_S = 30.0  # a task waits at most this long for its gate
 
 
-def _wait_for(path: str, timeout: float = GATE_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
-
-
-def _open(path: str) -> None:
-    with open(path, "w") as f:
-        f.write("open")
+_wait_for = wait_for_gate  # the tasks' file gates (GATE_S: its default timeout)
+_open = open_gate
 
 
 def _record(ref):
