@@ -657,8 +657,8 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
         hosts):
     # The node's actor service owns named actors; it places this one in the bundle the
     # creating driver holds on the member, whose room the driver keeps for it until the
-    # name no longer finds it (killed here by another driver). A detached one there is
-    # refused, naming why; removing the group ends a named one.
+    # service no longer holds it alive (killed here by another driver); removing the
+    # group ends a named one.
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -677,13 +677,7 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     in1 = PlacementGroupSchedulingStrategy(pg, 1)
     counter = Counter.options(name="counter", namespace="pgs", scheduling_strategy=in1).remote()
     first = ray.get(counter.add.remote(1), timeout=30)
-    try:
-        Counter.options(name="kept", namespace="pgs", lifetime="detached",
-                        scheduling_strategy=in1).remote()
-        detached = "created"
-    except NotImplementedError as error:
-        detached = str(error)
-    print(json.dumps({"first": first, "detached": detached}), flush=True)
+    print(json.dumps({"first": first}), flush=True)
     sys.stdin.readline()  # another driver used it, then killed it
     t0 = time.monotonic()
     ran = ray.get(in_bundle(pg, 1).remote(), timeout=30)[0]  # the actor's CPU came back
@@ -699,7 +693,6 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
     try:
         doc = json_line(proc, 40)
         assert doc["first"] == [1, MEMBER], doc
-        assert "detached" in doc["detached"] and "this node" in doc["detached"], doc
         other = driver("""
         import json
         import miniray as ray
@@ -721,6 +714,68 @@ def test_a_named_actor_in_a_members_bundle_is_found_by_another_driver_and_holds_
         stop_driver(proc)
     assert doc["ran"] == MEMBER and doc["there"] == [2, MEMBER], doc
     assert doc["ended"] == "ActorDiedError", doc
+
+
+def test_detached_actors_in_a_members_bundle_of_a_driver_group_live_as_long_as_the_group(
+        hosts):
+    # As in Ray: a detached actor in a group that is not detached lives until the group
+    # ends, whatever its handles do; its driver's end ends the group, and so the actor.
+    _cluster(hosts, "2", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+
+    @ray.remote(num_cpus=1)
+    class Kept:
+        def pid(self):
+            return os.getpid(), ips[ray.get_runtime_context().get_node_id()]
+
+    pg = placement_group([{"CPU": 1}, {"CPU": 2}], strategy="STRICT_SPREAD")
+    assert pg.wait(20)
+    in1 = PlacementGroupSchedulingStrategy(pg, 1)
+    anon = Kept.options(lifetime="detached", scheduling_strategy=in1).remote()
+    named = Kept.options(name="kept", namespace="pgs", lifetime="detached",
+                         scheduling_strategy=in1).remote()
+    pids = [ray.get(a.pid.remote(), timeout=30) for a in (anon, named)]
+    del anon, named  # no handle left here: both live on, each holding a CPU of the bundle
+    blocked = in_bundle(pg, 1).remote()
+    held = not ray.wait([blocked], timeout=1.5)[0]
+    print(json.dumps({"pids": pids, "held": held}), flush=True)
+    sys.stdin.readline()  # another driver found the named one; this one ends, group and all
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    found = """
+    import json
+    import miniray as ray
+    ray.init(address="auto")
+    try:
+        kept = ray.get_actor("kept", namespace="pgs")
+        print(json.dumps({"pid": ray.get(kept.pid.remote(), timeout=30)[0]}), flush=True)
+    except ValueError:
+        print(json.dumps({"pid": None}), flush=True)
+    ray.shutdown()
+    """
+    try:
+        doc = json_line(proc, 60)
+        (anon, anon_ip), (named, named_ip) = doc["pids"]
+        assert anon_ip == named_ip == MEMBER and doc["held"], doc
+        other = driver(found, hosts.env("127.0.0.1"))
+        try:
+            assert json_line(other, 40) == {"pid": named}
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert _ends(anon) and _ends(named), "a detached actor outlived its driver's group"
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+    after = driver(found, hosts.env("127.0.0.1"))
+    try:
+        assert json_line(after, 40) == {"pid": None}
+        assert after.wait(30) == 0
+    finally:
+        stop_driver(after)
 
 
 def test_named_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
@@ -849,7 +904,7 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     assert doc == {"ended": "ActorDiedError", "within": True}, doc
 
 
-def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its_driver(
+def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end_with_it(
         hosts):
     _cluster(hosts, "2", "2")
     proc = driver("""
@@ -869,16 +924,20 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_ends_with_its
     here = ray.get_runtime_context().get_node_id()
     nodes = placement_group_table(pg)["bundles_to_node_id"]
     other = next(i for i, node in nodes.items() if node != here)
-    named = Pid.options(name="left", scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, other)).remote()
-    print(json.dumps({"pid": ray.get(named.pid.remote(), timeout=30)}), flush=True)
-    """, hosts.env(MEMBER))  # the driver ends without removing the group or killing it
+    there = PlacementGroupSchedulingStrategy(pg, other)
+    named = Pid.options(name="left", scheduling_strategy=there).remote()
+    kept = Pid.options(name="kept", lifetime="detached", scheduling_strategy=there).remote()
+    pids = [ray.get(named.pid.remote(), timeout=30), ray.get(kept.pid.remote(), timeout=30)]
+    print(json.dumps({"pids": pids}), flush=True)
+    """, hosts.env(MEMBER))  # the driver ends without removing the group or killing them
     try:
-        pid = json_line(proc, 40)["pid"]
+        named, kept = json_line(proc, 40)["pids"]
         assert proc.wait(30) == 0
     finally:
         stop_driver(proc)
 
-    assert _ends(pid), "the named actor's worker outlived its driver"
+    assert _ends(named), "the named actor's worker outlived its driver"
+    # Detached, but in the driver's own group, which ends with the driver (as in Ray).
+    assert _ends(kept), "the detached actor's worker outlived its driver's group"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       30.0)

@@ -54,3 +54,28 @@ def test_release_without_hold_and_unknown_actors_change_nothing():
     assert life.release(b"a", "B") is False
     life.forget(b"a")
     assert life.client_gone("A") == ([], [])
+
+
+def test_a_detached_actor_in_its_creators_own_group_ends_with_the_creator_only():
+    # Its placement group is the creator's (not detached): the group, and so the actor,
+    # ends when the creator leaves; no handle's release ends it before.
+    life = Lifetimes()
+    life.created(b"t", "A", detached=True, tied=True)
+    life.created(b"d", "A", detached=True)
+    for holder in ("A", "B"):
+        life.hold(b"t", holder)
+    assert life.release(b"t", "B") is False
+    assert life.release(b"t", "A") is False
+    life.hold(b"t", "B")
+    assert life.client_gone("B") == ([], [])  # a holder leaving: still the creator's
+    assert life.client_gone("A") == ([b"t"], [])  # b"d" stays: detached on its own
+    assert life.tied == set() and life.detached == {b"d"}
+    assert life.client_gone("A") == ([], [])
+
+
+def test_tied_means_nothing_without_detached():
+    life = Lifetimes()
+    life.created(b"a", "A", detached=False, tied=True)
+    assert life.tied == set()
+    life.hold(b"a", "A")
+    assert life.release(b"a", "A") is True  # a named actor's rule

@@ -258,16 +258,16 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     book, _owner, _nodes = _book(has_local=False)
     place = placement.rewrite_request({"CPU": 1}, H, 1)
     bundle = book.take(place, place, b"actor")
-    book.lend(b"actor", bundle, "counter", "ns", place)
+    book.lend(b"actor", bundle, place)
     assert bundle.free == {"CPU": 0.0} and book.take(place, place, b"other") is None
     book.end_loan(b"actor")
     book.end_loan(b"actor")
     assert bundle.free == {"CPU": 1.0}
-    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    book.lend(b"actor", book.take(place, place, b"actor"), place)
     assert book.moved_loans(H, {2}) == []  # another bundle went elsewhere
     assert book.moved_loans(H, {1}) == [b"actor"] and book.loans == {}  # its own: killed
     book.give_back(bundle, place, b"actor")  # (a moved bundle is a new one: room is moot)
-    book.lend(b"actor", book.take(place, place, b"actor"), "counter", "ns", place)
+    book.lend(b"actor", book.take(place, place, b"actor"), place)
     book.removed(H)
     assert book.loans == {}  # the group's removal ends the actor in the service
     # The service's side: each actor's own room, no lease; nothing to release at the

@@ -175,7 +175,8 @@ from miniray import _version
 # 10: a driver finds a pending detached group the service holds by name (SVC_PG_FIND); a
 #     pull connection past its link's limit is answered ("error", req, "busy", text).
 # 11: READY carries the worker's pid (the owner may read it before the fork server's SPAWNED).
-PROTOCOL_VERSION = 11
+# 12: a driver asks the actor service which of the actors it lent room are alive (SVC_ALIVE).
+PROTOCOL_VERSION = 12
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -268,6 +269,7 @@ SVC_OUTPUT = 73
 SVC_IMPORTED = 74
 SVC_YIELD = 75
 SVC_FREE = 76
+SVC_ALIVE = 77  # (SVC_ALIVE, [actor id]) -> those of them not dead
 
 # result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
 # a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
@@ -293,7 +295,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
-                      "SVC_YIELD", "SVC_FREE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
+                      "SVC_YIELD", "SVC_FREE", "SVC_ALIVE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
                       "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE", "SVC_PG_FIND"),
 }
 

@@ -144,17 +144,28 @@ class Lifetimes:
         >>> life.created(b"d", "driver1", detached=True)
         >>> life.client_gone("driver1")  # (kill now, end after calls)
         ([], [])
+        >>> life.created(b"t", "driver2", detached=True, tied=True)  # in driver2's group
+        >>> life.hold(b"t", "driver3"); life.release(b"t", "driver3")
+        False
+        >>> life.client_gone("driver2")
+        ([b't'], [])
     """
 
     def __init__(self):
         self.creator: dict[bytes, str] = {}
         self.detached: set[bytes] = set()
+        # Detached actors whose placement group is their creator's own (not detached): no
+        # handle's release ends them, their creator leaving does (the group ends with it).
+        self.tied: set[bytes] = set()
         self.holders: dict[bytes, set[str]] = {}
 
-    def created(self, actor_id: bytes, client: str, detached: bool) -> None:
+    def created(self, actor_id: bytes, client: str, detached: bool,
+                tied: bool = False) -> None:
         self.creator[actor_id] = client
         if detached:
             self.detached.add(actor_id)
+            if tied:
+                self.tied.add(actor_id)
 
     def hold(self, actor_id: bytes, client: str) -> None:
         if actor_id in self.creator:
@@ -177,9 +188,10 @@ class Lifetimes:
 
     def client_gone(self, client: str) -> tuple[list[bytes], list[bytes]]:
         """``(kill now, end after queued calls)`` when ``client`` disconnects: what it created
-        and did not detach is killed; what only it held ends."""
+        and did not detach, or detached in a group of its own, is killed; what only it held
+        ends."""
         kill = sorted(a for a, c in self.creator.items()
-                      if c == client and a not in self.detached)
+                      if c == client and (a not in self.detached or a in self.tied))
         for actor_id in kill:
             self.forget(actor_id)
         end = sorted(a for a in list(self.holders) if self.release(a, client))
@@ -188,6 +200,7 @@ class Lifetimes:
     def forget(self, actor_id: bytes) -> None:
         self.creator.pop(actor_id, None)
         self.detached.discard(actor_id)
+        self.tied.discard(actor_id)
         self.holders.pop(actor_id, None)
 
 
@@ -358,6 +371,10 @@ class ActorService:
                 value = actors.lookup(message[1], message[2])
             elif tag == protocol.SVC_LIST:
                 value = actors.named(message[1], message[2])
+            elif tag == protocol.SVC_ALIVE:  # the actors a driver lent room to
+                value = [a for a in message[1]
+                         if (actor := actors.actors.get(a)) is not None and
+                         actor.state != A_DEAD]
             elif tag == protocol.SVC_KILL:
                 actors.kill(message[1], message[2])
                 value = None
@@ -425,12 +442,16 @@ class ActorService:
             owner.export_function(spec.fn_id, spec.fn_bytes)
             spec.fn_bytes = None
         imported = self._import(exported or ())
+        # A detached actor in a bundle of its driver's own group on another node (room the
+        # driver lent, not a detached group's) ends with the group, at the latest when that
+        # driver leaves, as in Ray, where the group's end kills it.
+        tied = spec.detached and spec.lent is not None
         try:
             actor_id = owner.actors.create(spec)  # pins and holds what the actor uses
         finally:
             self._settle(imported)
         if actor_id == spec.actor_id:
-            self.life.created(actor_id, client.token, spec.detached)
+            self.life.created(actor_id, client.token, spec.detached, tied)
             self._creators[actor_id] = client.token
         warning = None
         reasons = infeasible_reasons(owner.node_state, spec.placement)

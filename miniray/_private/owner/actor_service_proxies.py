@@ -16,7 +16,8 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 (``actor_calls.py``), the room taken in a bundle on another node (``remote_bundles.py``),
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
-``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked),
+``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked;
+``alive_in_service``: the group watch, not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
 ``group_state_in_service``, ``find_group_in_service``: not locked), ``remote_bundles``
 (``borrow_room_in_service``, ``return_room_in_service``: its borrower's thread), the
@@ -53,8 +54,7 @@ class ServiceProxies:
                 with owner.locked():
                     bundles = self._remote_actors().nodes.bundles
                     if lent.get("kept"):
-                        bundles.lend(spec.actor_id, lent["bundle"], spec.name,
-                                     spec.namespace, spec.held)
+                        bundles.lend(spec.actor_id, lent["bundle"], spec.held)
                         owner.note_placement_use()  # the watch follows the loan
                     else:
                         bundles.give_back(lent["bundle"], spec.held, spec.actor_id)
@@ -62,12 +62,13 @@ class ServiceProxies:
     LEND_WAIT_S = 30.0  # a named actor waits this long for room in a remote bundle
 
     def _lend(self, spec: ActorCreationSpec) -> dict | None:
-        """*Not locked.* A named actor in a bundle this driver holds on another node
-        (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S for
-        it), "any bundle" made the bundle picked, and ``spec.lent`` set for the service;
-        None when the bundle is not remote. Raises, naming why, for a detached actor or
-        no room in time. A driver on another host than the service (``far``) lends too:
-        the service leaves the group's watch to it (``remote_bundles`` step 7)."""
+        """*Not locked.* A named or detached actor in a bundle this driver holds on another
+        node (``remote_bundles`` step 7): its room taken there (waiting up to LEND_WAIT_S
+        for it), "any bundle" made the bundle picked, and ``spec.lent`` set for the
+        service; None when the bundle is not remote. Raises, naming why, when no room comes
+        in time. A driver on another host than the service (``far``) lends too: the
+        service leaves the group's watch to it (``remote_bundles`` step 7). A detached one
+        ends with the group all the same (the service ties it to this driver)."""
         owner = self.owner
         deadline = time.monotonic() + self.LEND_WAIT_S
         far = None
@@ -80,14 +81,6 @@ class ServiceProxies:
             with owner.locked():
                 if not owner.in_remote_bundle(spec.placement):
                     return None
-                if spec.detached:
-                    why = ("a detached actor must outlive this driver, and the bundle's "
-                           "lease on the other node is held by this driver's link; use a "
-                           "group created with lifetime='detached' (the node holds it), a "
-                           "bundle on this node, or leave out lifetime='detached'")
-                    raise NotImplementedError(
-                        f"actor {spec.class_name}: placement group bundle on another node: "
-                        f"{why}")
                 bundles = self._remote_actors().nodes.bundles
                 bundle = bundles.take(spec.placement, spec.held, spec.actor_id)
                 if bundle is not None:
@@ -149,6 +142,11 @@ class ServiceProxies:
     def named_in_service(self, namespace: str, all_namespaces: bool) -> list:
         """*Not locked.* The named actors of the node's actor service."""
         return self.link.named(namespace, all_namespaces)
+
+    def alive_in_service(self, actor_ids) -> list:
+        """*Not locked.* Those of ``actor_ids`` the node's actor service holds and that are
+        not dead (restarting counts as alive)."""
+        return self.link._request((protocol.SVC_ALIVE, list(actor_ids)))
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``

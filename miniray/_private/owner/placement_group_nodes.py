@@ -10,10 +10,10 @@ hold it join. A bundle on another node whose node dies is placed again on any al
 with room, this one included (``_check_bundle_nodes``, on the watch; ``_replace``, a thread;
 here: ``ledger.grow_group`` adds it to the group's lease under its own bundle number): the
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
-then. This driver's named actors in its bundles on other nodes (``remote_bundles`` step 7)
-are killed when their bundle goes (``_kill_lent``), and their room comes back once the node's
-actor service no longer knows them (``_check_loans``). A task of another driver in a bundle
-this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
+then. This driver's named and detached actors in its bundles on other nodes (``remote_bundles``
+step 7) are killed when their bundle goes (``_kill_lent``), and their room comes back once the
+node's actor service no longer holds them alive (``_check_loans``). A task of another driver in
+a bundle this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
 held by the node's actor service (``_detached_home``): the driver's side asks it
 (``_create_served``, ``_follow_served``, ``_remove_in_service``), the service's side runs
 it as its own group (``serve_create``, ``serve_remove``; docs/detached-placement-groups.md).
@@ -472,7 +472,7 @@ class PlacementGroupNodes:
                 f"Create the group in this driver{hint}.")
 
     def _kill_lent(self, actor_ids) -> None:
-        """*Not locked.* Kill these named actors in the node's actor service, no restart
+        """*Not locked.* Kill these lent actors in the node's actor service, no restart
         (``remote_bundles`` step 7: their group was removed, or their bundle went to
         another node than this one after its node died). A kill the service did not take
         (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
@@ -517,25 +517,19 @@ class PlacementGroupNodes:
               file=sys.stderr, flush=True)
 
     def _check_loans(self, remote) -> None:
-        """*Not locked.* The room of this driver's named actors in its remote bundles
-        (``remote_bundles`` step 7) comes back once the node's actor service no longer
-        knows the name as that actor (it ended: killed, out of scope, its node died)."""
+        """*Not locked.* The room of this driver's named and detached actors in its remote
+        bundles (``remote_bundles`` step 7) comes back once the node's actor service no
+        longer holds the actor alive (killed, out of scope, its node died): one request
+        for all of them (SVC_ALIVE)."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
 
         with self.owner.locked():
-            asks = [(actor_id, name, namespace) for actor_id, (_b, name, namespace, _h)
-                    in remote.bundles.loans.items()]
-        link = self.owner.actors.link
-        ended = []
-        for actor_id, name, namespace in asks:
-            try:
-                found = link.lookup(name, namespace)[0]
-            except ValueError:  # no actor of that name now
-                found = None
-            except (ServiceUnavailable, OSError):
-                continue  # asked again at the next turn
-            if found != actor_id:
-                ended.append(actor_id)
+            asks = list(remote.bundles.loans)
+        try:
+            alive = set(self.owner.actors.alive_in_service(asks))
+        except (ServiceUnavailable, OSError):
+            return  # asked again at the next turn
+        ended = [actor_id for actor_id in asks if actor_id not in alive]
         if ended:
             with self.owner.locked():
                 for actor_id in ended:

@@ -55,15 +55,15 @@ Steps for group G of driver D with bundle i planned on node N::
        waiting for i (or for any bundle) to the owner's queue; a restarting actor is
        then placed by the ledger, as in a local bundle.
 
-7. A named actor of D in bundle i (the node's actor service S owns named actors, and
+7. A named or detached actor of D in bundle i (the node's actor service S owns those, and
    does not hold D's leases): D takes the actor's room in i (``take``, as for its own
    actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
    ``NodeEntry``, its GPU ids of i, far). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
    that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
    and places the actor in it as in step 3's actor path, on S's own link to N. D keeps
-   the room while the name resolves to that actor (``lend``; the group watch asks S,
-   ``loans`` and ``end_loan``). S's own group watch ends the actor when the group is
-   removed or D's group lease goes (D gone). N's death: a restart (per
+   the room while S holds that actor alive (``lend``; the group watch asks S for all of
+   them in one SVC_ALIVE, ``loans`` and ``end_loan``). S's own group watch ends the actor
+   when the group is removed or D's group lease goes (D gone). N's death: a restart (per
    ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
    once D holds it on its own node again (step 6); if step 6 places it on another node,
    D kills the actor in S (``moved_loans``). A driver on another host than S (S is then
@@ -72,7 +72,9 @@ Steps for group G of driver D with bundle i planned on node N::
    (``lender_watched``), D kills the actor in S when its watch finds the group removed
    by another driver (``_kill_lent``, as its own removal does), D's end ends it as a
    named actor's creator leaving does, and after N's death it does not restart (S's
-   ledger never holds the bundle).
+   ledger never holds the bundle). A detached actor there ends with D's group as a named
+   one does: S ties it to D (``Lifetimes.tied``: D leaving kills it; no handle's release
+   ends it before), as Ray's group removal at its job's end kills it.
 
 8. A task of any driver E in a bundle on another node of a detached group that the node's
    actor service S holds (docs/detached-placement-groups.md): E knows the group as served
@@ -501,19 +503,18 @@ class RemoteBundles(BundleLoans):
         for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:
             del self.lent_out[loan_id]  # the service's side: the bundles are released
 
-    # -- step 7: a named actor in a remote bundle -----------------------------------------
-    def lend(self, actor_id: bytes, bundle: RemoteBundle, name: str, namespace: str,
-             held) -> None:
+    # -- step 7: a named or detached actor in a remote bundle ---------------------------
+    def lend(self, actor_id: bytes, bundle: RemoteBundle, held) -> None:
         """*Locked.* D's side: the room ``take`` gave actor ``actor_id`` is kept for the
-        node's actor service while ``name`` resolves to it there."""
-        self.loans[actor_id] = (bundle, name, namespace, held)
+        node's actor service while the actor is alive there."""
+        self.loans[actor_id] = (bundle, held)
 
     def end_loan(self, actor_id: bytes) -> None:
         """*Locked.* The service's actor ended (or its creation failed): its room comes
         back (once)."""
         loan = self.loans.pop(actor_id, None)
         if loan is not None:
-            self.give_back(loan[0], loan[3], actor_id)
+            self.give_back(loan[0], loan[1], actor_id)
 
     def borrow(self, spec) -> None:
         """*Locked.* S's side: actor ``spec`` of another driver's group (``spec.lent``: the
