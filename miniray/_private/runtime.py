@@ -254,7 +254,10 @@ class Runtime(SessionFiles):
     def _serve_state(self) -> None:
         """Every driver answers state requests (``ray.util.state``, ``miniray list``) on
         its own socket in the session: reading its state costs the task path nothing."""
-        from miniray._private.owner import state_records  # lazy: see the note at the imports
+        from miniray._private.owner import (  # lazy: see the note at the imports
+            placement_group_loans,
+            state_records,
+        )
         from miniray._private.transport import state_socket  # lazy: as above
 
         ids_ = {"job_id": self.job_id, "node_id": self.node_id, "worker_id": self.worker_id,
@@ -270,10 +273,13 @@ class Runtime(SessionFiles):
         def spans() -> dict:
             return state_records.spans(owner, owner.state_records, ids_)
 
+        def loans(request: dict, pid: int) -> dict:  # room lent to another driver's task
+            return placement_group_loans.answer_borrower(owner, request, pid)
+
         self.state_server = None
         try:
             self.state_server = state_socket.StateServer(
-                state_socket.socket_path(self.session_dir), snapshot, spans)
+                state_socket.socket_path(self.session_dir), snapshot, spans, loans)
         except OSError as error:  # the session works without it; only observing it fails
             logger.warning("miniray: cannot serve this driver's state (%s); `miniray list` "
                            "and ray.util.state will not see it", error)

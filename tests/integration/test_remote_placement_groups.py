@@ -13,6 +13,8 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 
 from .helpers import cli, driver, go_on, json_line, ledger_leases, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
@@ -358,50 +360,180 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
         stop_driver(creator)
 
 
-def test_another_driver_fails_at_once_in_a_bundle_the_creator_holds_on_a_member(hosts):
-    _cluster(hosts, "2", "2")
-    creator = _group_holder(hosts, [{"CPU": 1}, {"CPU": 1}], "theirs")
-    try:
-        other = driver("""
-        import json, time
-        import miniray as ray
-        from miniray.util.placement_group import get_placement_group
-        from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-        ray.init(address="auto")
-        pg = get_placement_group("theirs")
+# A driver on the head's host holding STRICT_SPREAD groups of two one-CPU bundles named
+# by argv, that answers each line of its stdin: "run NAME" (a task in NAME's bundle on the
+# member, 30 s at most: its node's IP), "remove NAME", anything else ends it.
+HOLDER = """
+    import json, sys, time
+    import miniray as ray
+    from miniray.util.placement_group import placement_group, remove_placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
 
-        @ray.remote(num_cpus=1)
-        def one():
-            return 1
+    @ray.remote(num_cpus=1)
+    def ip_of():
+        return ips[ray.get_runtime_context().get_node_id()]
 
-        def run(index):
-            t0 = time.monotonic()
+    groups = {name: placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD",
+                                    name=name) for name in sys.argv[1:]}
+    print(json.dumps({"ready": all(pg.wait(20) for pg in groups.values())}), flush=True)
+    for line in sys.stdin:
+        what, _, name = line.strip().partition(" ")
+        if what == "run":
+            strategy = PlacementGroupSchedulingStrategy(groups[name], 1)
             try:
-                value = ray.get(one.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, index)).remote(), timeout=20)
+                answer = ray.get(ip_of.options(scheduling_strategy=strategy).remote(),
+                                 timeout=30)
             except Exception as error:
-                value = [type(error).__name__, str(error)]
-            return value, time.monotonic() - t0
+                answer = type(error).__name__
+            print(json.dumps({"run": answer}), flush=True)
+        elif what == "remove":
+            remove_placement_group(groups[name])
+            print(json.dumps({"removed": name}), flush=True)
+        else:
+            break
+    ray.shutdown()
+    """
 
-        print(json.dumps({"here": run(0), "there": run(1), "any": run(-1)}), flush=True)
-        ray.shutdown()
-        """, hosts.env("127.0.0.1"))
+# Another driver of the head's host: the group called argv[1] by name, a task that marks
+# its start in a file (``marked``) and sleeps, and run(ref): its value or its error's type.
+BORROWER = """
+    import json, os, sys, tempfile, time
+    import miniray as ray
+    from miniray.util.placement_group import get_placement_group
+    from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    ray.init(address="auto")
+    ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+    pg = get_placement_group(sys.argv[1])
+    marks = tempfile.mkdtemp()
+
+    @ray.remote(num_cpus=1)
+    def ip_of(mark="", seconds=0.0):
+        if mark:
+            open(os.path.join(marks, mark), "w").close()
+        time.sleep(seconds)
+        return ips[ray.get_runtime_context().get_node_id()]
+
+    def in_bundle(index):
+        return ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index))
+
+    def marked(mark, seconds=30.0):
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(os.path.join(marks, mark)):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def run(ref, timeout=30):
         try:
-            doc = json_line(other, 40)
-            assert other.wait(30) == 0
+            return ray.get(ref, timeout=timeout)
+        except Exception as error:
+            return type(error).__name__
+    """
+
+
+def _driver_with(code: str, hosts, *argv) -> subprocess.Popen:
+    """A driver program on the head's host, ``BORROWER`` then ``code`` (each dedented; just
+    ``code`` when it is ``HOLDER``), given ``argv``, its stdin a pipe (as
+    ``helpers.driver`` makes one, with arguments)."""
+    program = textwrap.dedent(code) if code is HOLDER else \
+        textwrap.dedent(BORROWER) + textwrap.dedent(code)
+    return subprocess.Popen([sys.executable, "-c", program, *argv],
+                            env=hosts.env("127.0.0.1"), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _holder(hosts, *names) -> subprocess.Popen:
+    """``HOLDER`` holding the groups ``names`` (ready before this returns)."""
+    proc = _driver_with(HOLDER, hosts, *names)
+    try:
+        assert json_line(proc, 40) == {"ready": True}
+    except BaseException:
+        stop_driver(proc)
+        raise
+    return proc
+
+
+def _tell(proc, line: str, timeout: float = 40) -> dict:
+    """Send ``line`` to a ``HOLDER``; its answer."""
+    proc.stdin.write(line + "\n")
+    proc.stdin.flush()
+    return json_line(proc, timeout)
+
+
+def test_another_drivers_tasks_run_in_a_bundle_the_creator_holds_on_a_member(hosts):
+    """As in Ray, another driver of the creator's node runs tasks in every bundle of the
+    group: on the member, in room the creator lends it, one loan per task, given back when
+    the task ends (the creator's own task there runs next) or when that driver is killed
+    mid-task."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "theirs")
+    try:
+        other = _driver_with("""
+        print(json.dumps({"here": run(in_bundle(0).remote()),
+                          "there": run(in_bundle(1).remote()),
+                          "any": run(in_bundle(-1).remote())}), flush=True)
+        sys.stdin.readline()  # the creator ran a task in bundle 1
+        late = in_bundle(1).remote("late", 120.0)
+        print(json.dumps({"started": marked("late")}), flush=True)
+        sys.stdin.readline()  # killed here
+        """, hosts, "theirs")
+        try:
+            doc = json_line(other, 60)
+            assert doc == {"here": "127.0.0.1", "there": MEMBER, "any": "127.0.0.1"}, doc
+            # Its task ended: the room is the creator's again.
+            assert _tell(creator, "run theirs") == {"run": MEMBER}
+            assert go_on(other, 60) == {"started": True}
+            other.kill()  # mid-task: the creator drops its loan
+            other.wait(10)
+            assert _tell(creator, "run theirs") == {"run": MEMBER}
         finally:
             stop_driver(other)
-        assert doc["here"][0] == 1, doc  # the head's bundle is the node's: any driver's
-        assert doc["any"][0] == 1, doc  # any bundle: the head's
-        (kind, text), took = doc["there"]
-        assert kind == "TaskUnschedulableError", doc
-        assert took < 15.0, doc  # at once, not a hang (its get waits 20 s)
-        member_id = hosts.record(MEMBER).node_id
-        for part in ("'theirs'", "bundle 1", member_id, "Create the group in this driver"):
-            assert part in text, (part, text)
         assert creator.poll() is None
     finally:
         stop_driver(creator)
+
+
+def test_another_drivers_tasks_in_a_members_bundle_fail_when_the_group_goes(hosts):
+    """Another driver's task running in the creator's bundle on the member, and one
+    waiting for its room, both fail with TaskPlacementGroupRemoved when the creator removes
+    the group; one waiting in a group whose creator is killed fails so too."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "a", "b")
+    try:
+        other = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+        b = get_placement_group("b")
+        running = in_bundle(1).remote("running", 120.0)
+        in_b = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(b, 1))
+        b_running = in_b.remote("b_running", 120.0)
+        started = marked("running") and marked("b_running")
+        waiting = in_bundle(1).remote()
+        b_waiting = in_b.remote()
+        print(json.dumps({"started": started}), flush=True)
+        sys.stdin.readline()  # the creator removed group a
+        removed = [run(running), run(waiting)]
+        print(json.dumps({"removed": removed}), flush=True)
+        sys.stdin.readline()  # the creator was killed
+        print(json.dumps({"gone": [run(b_waiting), run(b_running)]}), flush=True)
+        ray.shutdown()
+        """, hosts, "a")
+        try:
+            assert json_line(other, 60) == {"started": True}
+            assert _tell(creator, "remove a") == {"removed": "a"}
+            doc = go_on(other, 60)
+            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2}, doc
+            stop_driver(creator)
+            doc = go_on(other, 60)
+            assert doc == {"gone": ["TaskPlacementGroupRemoved"] * 2}, doc
+            assert other.wait(30) == 0
+        finally:
+            stop_driver(other)
+    finally:
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
 
 
 def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):

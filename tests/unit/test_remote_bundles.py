@@ -401,7 +401,7 @@ def test_the_borrower_survives_a_refused_return_and_an_error_ends_it_cleared():
         borrow_room_in_service=lambda pg_hex, index, base: None)
     book = RemoteBundles(owner, nodes)
     book._kick = lambda: None
-    book._returns = [7]
+    book._returns = [(None, 7)]  # the service's loan 7
     book._borrower = threading.current_thread()
     book._borrow_loop()  # one turn on this thread: the return refused, then nothing left
     assert returned == [7] and book._borrower is None
@@ -429,18 +429,18 @@ def test_loans_of_ended_tasks_go_back_when_the_driver_closes():
             (loan_id, timeout)))
     book = RemoteBundles(owner, nodes)
     book._kick = lambda: None
-    book._returns = [7, 8]
+    book._returns = [(None, 7), (None, 8)]
     assert book.return_loans(1.0) == 2 and book._returns == []
     assert [loan for loan, _t in returned] == [7, 8]
     assert all(0 < timeout <= 1.0 for _loan, timeout in returned)  # bounded
     returned.clear()
     owner.closed = True  # the borrower's turn after the driver started closing
-    book._returns = [9]
+    book._returns = [(None, 9)]
     book._borrower = threading.current_thread()
     book._borrow_loop()
     assert returned == [(9, None)] and book._borrower is None
     returned.clear()
-    book._returns = [10, 11]
+    book._returns = [(None, 10), (None, 11)]
     assert book.return_loans(0.0) == 0 and returned == []  # no time left: the link's
     # closing gives them back (the service's drop_loans)
 
@@ -456,10 +456,10 @@ def test_loans_are_not_sent_at_shutdown_over_a_link_that_is_down():
     owner.actors = types.SimpleNamespace(
         link=link, return_room_in_service=lambda loan_id, timeout=None: asked.append(loan_id))
     book = RemoteBundles(owner, nodes)
-    book._returns = [1, 2]
+    book._returns = [(None, 1), (None, 2)]
     assert book.return_loans(1.0) == 0 and asked == [] and book._returns == []
     link.up = True
-    book._returns = [3]
+    book._returns = [(None, 3)]
     assert book.return_loans(1.0) == 1 and asked == [3]
 
 
@@ -475,5 +475,98 @@ def test_loans_go_back_until_the_service_is_gone():
 
     owner.actors = types.SimpleNamespace(return_room_in_service=gone)
     book = RemoteBundles(owner, nodes)
-    book._returns = [1, 2, 3]
+    book._returns = [(None, 1), (None, 2), (None, 3)]
     assert book.return_loans(1.0) == 0 and asked == [1]  # one wait, not one per loan
+
+
+# -- step 9: another driver of the node lends room in its own group's remote bundles ----------
+
+def test_a_driver_lends_to_another_driver_by_pid_and_takes_back_only_its_loans():
+    from miniray._private.owner import placement_group_loans as loans
+
+    book, owner, _nodes = _book(has_local=True)  # the creating driver's own group
+    owner.remote_nodes = types.SimpleNamespace(bundles=book)
+    lend = {"what": "pg_lend", "pg": H, "index": 1, "base": {"CPU": 1}}
+    answer = loans.answer_borrower(owner, lend, 4242)["loan"]
+    assert answer[1:] == [1, "member", []]  # JSON: the node's id, not its entry
+    assert book.groups[H][1].free == {"CPU": 0.0}
+    assert loans.answer_borrower(owner, lend, 4242) == {"loan": None}  # full now
+    assert loans.answer_borrower(owner, dict(lend, index=0), 4242) == {"loan": "here"}
+    back = {"what": "pg_return", "loan": answer[0]}
+    loans.answer_borrower(owner, back, 4343)  # another driver: not its loan
+    assert book.groups[H][1].free == {"CPU": 0.0}
+    loans.answer_borrower(owner, back, 4242)
+    assert book.groups[H][1].free == {"CPU": 1.0}
+
+
+def test_the_borrowers_gone_are_the_dead_drivers_each_once():
+    from miniray._private.owner.placement_group_loans import gone_borrowers
+
+    alive = {(1, 10)}
+    tokens = [("driver", 1, 10), ("driver", 2, 20), "service-client", ("driver", 2, 20),
+              ("driver", 1, 11)]  # pid 1 again, another start: another process
+    assert gone_borrowers(tokens, lambda pid, start: (pid, start) in alive) == [
+        ("driver", 2, 20), ("driver", 1, 11)]
+
+
+def test_a_dead_borrowers_loans_come_back_to_the_lender():
+    book, _owner, nodes = _book(has_local=True)
+    first = book.lend_room(H, 1, {"CPU": 1.0}, ("driver", 7, 70))
+    own = _task("own", {"CPU": 1}, 1)
+    assert first is not None and book.submit(own) and nodes.started == []
+    assert book.drop_loans(("driver", 7, 70)) == 1
+    assert nodes.started == [("own", 1)]  # the lender's own task runs in that room
+
+
+def test_a_borrower_asks_the_lending_driver_and_gives_each_loan_back_to_its_lender(
+        monkeypatch):
+    from miniray._private.transport import state_socket
+
+    owner, nodes = _Owner(), _Nodes()
+    member = types.SimpleNamespace(node_id="member", alive=True)
+    nodes.view = lambda: [member]
+    asked: list = []
+    answers = [{"loan": [5, 1, "member", ["0"]]}, {"loan": [6, 1, "gone", []]},
+               {"loan": None}, {"loan": None}]
+
+    def ask(path, timeout=30.0, what="snapshot", **fields):
+        asked.append((path, what, fields))
+        return answers.pop(0) if what == "pg_lend" else {"loan": None}
+
+    monkeypatch.setattr(state_socket, "ask", ask)
+    returned: list = []
+    owner.actors = types.SimpleNamespace(
+        return_room_in_service=lambda loan_id, timeout=None: returned.append(loan_id))
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book.note_served(H, ["head", "member"], "/s/d.sock")
+    assert not book.serves(placement.rewrite_request({"CPU": 1}, H, 1))  # no actor: S's
+    assert book._ask_lender(H, 1, {"CPU": 1.0}) == (("/s/d.sock", 5), 1, member, ["0"])
+    assert asked[0] == ("/s/d.sock", "pg_lend", {"pg": H, "index": 1, "base": {"CPU": 1.0}})
+    assert book._ask_lender(H, 1, {"CPU": 1.0}) is None  # on a node not alive here
+    assert book._returns == [("/s/d.sock", 6)]  # given back
+    assert book._give_back([("/s/d.sock", 6), (None, 9)]) == 2
+    assert asked[-1] == ("/s/d.sock", "pg_return", {"loan": 6}) and returned == [9]
+    book.removed(H)
+    assert H not in book.lenders and H not in book.served
+
+
+def test_the_state_socket_passes_a_loan_request_and_the_peers_pid(tmp_path):
+    import os
+
+    from miniray._private.transport import state_socket
+
+    seen: list = []
+
+    def loans(request, pid):
+        seen.append((request, pid))
+        return {"loan": None}
+
+    server = state_socket.StateServer(str(tmp_path / "state" / "d.sock"), lambda: {},
+                                      loans=loans)
+    try:
+        doc = state_socket.ask(server.path, 10.0, "pg_return", loan=3)
+    finally:
+        server.close()
+    assert doc == {"loan": None}
+    assert seen == [({"what": "pg_return", "loan": 3}, os.getpid())]

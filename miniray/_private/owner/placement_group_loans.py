@@ -1,37 +1,46 @@
-"""Loans of room in a detached placement group's bundles on other nodes (``remote_bundles``
-step 8), both sides: the node's actor service lends, any driver of the node borrows.
+"""Loans of room in a placement group's bundles on other nodes (``remote_bundles`` steps 8
+and 9), both sides: the lender (the node's actor service for a detached group, the creating
+driver for its own group) lends, any other driver of the node borrows.
 
 Owns: the methods of ``remote_bundles.RemoteBundles`` (a mixin of it: the state is its own,
-made in ``RemoteBundles.__init__``) for a detached group that the node's actor service S
-holds (docs/detached-placement-groups.md). A driver's side: which groups are served and
-where their bundles are (``note_served``), whether a task or an actor of a placement
-request is the service's business (``_served_remote``, ``serves``), the tasks waiting for a
-loan and the thread that asks for them and gives them back (``_borrow_loop``, ``_lent``).
-S's side: the loans it made, each of one task's request of one bundle, to which driver
-(``lend_room``, ``return_room``, ``drop_loans``).
+made in ``RemoteBundles.__init__``) for a group whose bundles on other nodes another
+process holds: a detached group that the node's actor service S holds
+(docs/detached-placement-groups.md), or a driver D's own group (``lenders``: D's state
+socket). A borrowing driver's side: which groups are served and where their bundles are
+(``note_served``), whether a task or an actor of a placement request is the service's
+business (``_served_remote``, ``serves``), the tasks waiting for a loan and the thread that
+asks its lender for them and gives them back (``_borrow_loop``, ``_ask_lender``, ``_lent``).
+A lender's side (S, or D): the loans it made, each of one task's request of one bundle, to
+which driver (``lend_room``, ``return_room``, ``drop_loans``; D: ``answer_borrower`` on its
+state socket, and ``gone_borrowers``: the borrowers that died).
 Does not own: the bundles' leases, their room and the tasks once started
 (``remote_bundles.py``), the requests' wire (``actor_service_proxies.py``,
-``node/actor_service.py``), the group's record (``placement_groups.py``).
+``node/actor_service.py``, ``transport/state_socket.py``), the group's record
+(``placement_groups.py``).
 Called by: ``RemoteBundles`` (``submit``, ``spill``, ``requeue``, ``done``, ``removed``:
-locked), ``placement_group_nodes`` (``note_served``, locked), the owner (``serves``,
-locked; ``return_loans``: the owner's shutdown, not locked), the node's actor
-service (``lend_room``, ``return_room``, ``drop_loans``, locked,
-on its I/O thread).
+locked), ``placement_group_nodes`` (``note_served``, locked; ``gone_borrowers``), the owner
+(``serves``, locked; ``return_loans``: the owner's shutdown, not locked), the node's actor
+service (``lend_room``, ``return_room``, ``drop_loans``, locked, on its I/O thread), the
+driver's state socket (``answer_borrower``, not locked, on its thread).
 
-Steps (driver E, service S, member N; the loan protocol is numbered in
-``core/protocol.py`` section 5)::
+Steps (driver E, lender S or D, member N; the service's loan protocol is numbered in
+``core/protocol.py`` section 5, D's is its state socket's ``pg_lend`` and ``pg_return``)::
 
     1. E: a task for bundle i of served group G on N waits in ``served_waiting``.
-    2. E's thread: SVC_PG_LEND(G, i, request) -> S ``lend_room``: its bundle's room less
-       the request, a loan id; or None (no room now: E asks again in LOAN_POLL_S); or
-       "here" (i is S's node's now: the task goes to E's own queue).
+    2. E's thread: SVC_PG_LEND(G, i, request) -> S ``lend_room`` (D: ``pg_lend``, the
+       same ``lend_room`` in D): its bundle's room less the request, a loan id; or None
+       (no room now: E asks again in LOAN_POLL_S); or "here" (i is the lender's node's
+       now: the task goes to E's own queue). E keeps the loan as (lender, loan id).
     3. E: ``_lent`` starts the task on a lease-less bundle of the loan (E's link to N).
     4. The task ends however it ends (``done``; ``requeue`` after N died: it waits for a
-       new loan first): SVC_PG_RETURN(loan id) from E's thread -> S ``return_room``.
+       new loan first): SVC_PG_RETURN(loan id) from E's thread -> S ``return_room`` (D:
+       ``pg_return``, only from the driver it lent to).
     5. E shuts down: the loans of its ended tasks not given back yet are sent first
        (``return_loans``, teardown step 1, RETURN_AT_EXIT_S at most), then its link to S
-       closes: S ``drop_loans`` (the rest); G removed: S forgets G's loans, E's watch
-       fails E's tasks in G (``RemoteBundles.removed``).
+       closes: S ``drop_loans`` (the rest); D drops them when its group watch finds E's
+       process gone (``gone_borrowers``: E's pid and start time, read from D's socket).
+       G removed (by any driver, or D ended): the lender forgets G's loans, E's watch
+       fails E's tasks in G (``RemoteBundles.removed``: the ledger no longer holds G).
 """
 
 from __future__ import annotations
@@ -42,21 +51,72 @@ import threading
 import time
 
 from miniray._private.core import placement
+from miniray._private.host import procinfo
 from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 logger = logging.getLogger(__name__)
+
+LEND_ASK_S = 10.0  # at most this long for a driver lender's answer on its state socket
+
+
+def borrower_token(pid: int) -> tuple:
+    """A driver lender's name for the borrowing driver ``pid`` (its start time too: a
+    pid used again is another borrower): the token of its loans."""
+    return ("driver", pid, procinfo.start_time(pid) or 0)
+
+
+def gone_borrowers(tokens, alive) -> list:
+    """Pure. The borrowing drivers among ``tokens`` (``borrower_token``'s; the actor
+    service's own tokens are left out: a closed link tells it) that ``alive(pid, start)``
+    says are gone, each once, in the order first seen."""
+    out = []
+    for token in tokens:
+        if isinstance(token, tuple) and len(token) == 3 and token[0] == "driver" and \
+                token not in out and not alive(token[1], token[2] or None):
+            out.append(token)
+    return out
+
+
+def answer_borrower(owner, request: dict, pid: int) -> dict:
+    """*Not locked* (the state socket's thread, ``transport/state_socket.py``). A driver
+    lender's side of step 2 and 4 for the driver ``pid`` of this node: ``pg_lend`` (``pg``,
+    ``index``, ``base``) answers ``{"loan": [loan id, index, node id, GPU ids]}``, None or
+    "here", as ``lend_room``; ``pg_return`` (``loan``) gives back a loan made to ``pid``."""
+    token = borrower_token(pid)
+    with owner.locked():
+        remote = owner.remote_nodes
+        if remote is None:
+            return {"loan": None}
+        bundles = remote.bundles
+        if request.get("what") == "pg_return":
+            loan_id = int(request["loan"])
+            loan = bundles.lent_out.get(loan_id)
+            if loan is not None and loan[2] == token:
+                bundles.return_room(loan_id)
+            return {"loan": None}
+        base = {str(k): float(v) for k, v in dict(request["base"]).items()}
+        answer = bundles.lend_room(str(request["pg"]), int(request["index"]), base, token)
+    if isinstance(answer, tuple):
+        loan_id, index, entry, gpu_ids = answer
+        answer = [loan_id, index, entry.node_id, list(gpu_ids)]
+    return {"loan": answer}
 
 
 class BundleLoans:
     """``RemoteBundles``' step 8 (see the module docstring); every attribute is the
     ``RemoteBundles``'."""
 
-    def note_served(self, pg_hex: str, nodes: list) -> None:
+    def note_served(self, pg_hex: str, nodes: list, lender: str | None = None) -> None:
         """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
-        service holds, its bundles on ``nodes`` (the ledger's record): its tasks in a
-        bundle on another node borrow room from the service. ``nodes`` empty: the group
-        is not reserved yet (``served_pending``): its actors are the service's, which
-        places them once it is."""
+        service holds (``lender`` None), or another driver's own group (``lender``: that
+        driver's state socket), its bundles on ``nodes`` (the ledger's record): its tasks
+        in a bundle on another node borrow room from the lender. ``nodes`` empty: the
+        group is not reserved yet (``served_pending``): its actors are the service's,
+        which places them once it is."""
+        if lender is not None:
+            self.lenders[pg_hex] = lender
+        else:
+            self.lenders.pop(pg_hex, None)
         if nodes:
             self.served[pg_hex] = list(nodes)
             self.served_pending.discard(pg_hex)
@@ -72,6 +132,8 @@ class BundleLoans:
         parsed = placement.bundle_request(request)
         if parsed is not None and parsed[0] in self.served_pending:
             return True
+        if parsed is not None and parsed[0] in self.lenders:
+            return False  # a driver's group: the service cannot place actors in it
         return self._served_remote(request, spill=False)
 
     def _served_remote(self, request, spill: bool) -> bool:
@@ -127,7 +189,6 @@ class BundleLoans:
         this driver's own link to the node), and wait LOAN_POLL_S (or a kick) while some
         still wait. Ends when nothing is left to give back or ask."""
         owner = self.owner
-        actors = owner.actors
         while True:
             self._wake.clear()
             with owner.locked():
@@ -154,7 +215,7 @@ class BundleLoans:
                     continue
                 client = answer = None
                 try:
-                    answer = actors.borrow_room_in_service(pg_hex, index, base)
+                    answer = self._ask_lender(pg_hex, index, base)
                     if isinstance(answer, tuple):  # the link to its node (opened once)
                         client = self.nodes.client(answer[2])
                 except Exception:  # noqa: BLE001 - the service or the node is gone: the
@@ -168,6 +229,36 @@ class BundleLoans:
                     self._lent(task, pg_hex, base, answer, client)
             if asks and not returns:
                 self._wake.wait(self.LOAN_POLL_S)
+
+    def _ask_lender(self, pg_hex: str, index: int, base: dict):
+        """*Not locked* (one request to the group's lender). Step 2: ``(loan key, index,
+        NodeEntry, GPU ids)`` (the key: ``(lender, loan id)``, the lender None for the
+        service), None or "here". A loan on a node this driver's view does not show
+        alive goes back (next turn) and None is the answer."""
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
+
+        with self.owner.locked():
+            lender = self.lenders.get(pg_hex)
+        if lender is None:
+            answer = self.owner.actors.borrow_room_in_service(pg_hex, index, base)
+            if isinstance(answer, tuple):
+                return ((None, answer[0]),) + tuple(answer[1:])
+            return answer
+        doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
+                               base=base)
+        if "error" in doc:
+            raise RuntimeError(doc["error"])
+        loan = doc.get("loan")
+        if not isinstance(loan, list):
+            return loan
+        loan_id, picked, node_id, gpu_ids = loan
+        entry = next((e for e in self.nodes.view() if e.node_id == node_id and e.alive),
+                     None)
+        if entry is None:
+            with self.owner.locked():
+                self._returns.append((lender, loan_id))
+            return None
+        return (lender, loan_id), picked, entry, gpu_ids
 
     RETURN_AT_EXIT_S = 2.0  # at most this long for the loans of ended tasks at shutdown
 
@@ -185,25 +276,39 @@ class BundleLoans:
             returns, self._returns = self._returns, []
         link = getattr(self.owner.actors, "link", None)
         if link is not None and not link.connected():
-            return 0
+            returns = [key for key in returns if key[0] is not None]  # a driver's: sent
         return self._give_back(returns, deadline)
 
     def _give_back(self, returns: list, deadline: float | None = None) -> int:
-        """*Not locked.* ``SVC_PG_RETURN`` for each loan of ``returns``, each request waiting
-        at most until ``deadline`` (None: the link's own timeout); how many the service
-        took back."""
+        """*Not locked.* ``SVC_PG_RETURN`` (a driver lender: ``pg_return``) for each loan
+        key of ``returns``, each request waiting at most until ``deadline`` (None: the
+        link's own timeout); how many the lenders took back."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
 
         sent = 0
-        for loan_id in returns:
+        service_gone = False
+        for lender, loan_id in returns:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 break  # the link's closing gives the rest back (drop_loans)
+            if lender is not None:  # a driver: it drops them itself once this one is gone
+                try:
+                    state_socket.ask(lender, LEND_ASK_S if left is None else left,
+                                     "pg_return", loan=loan_id)
+                    sent += 1
+                except (OSError, TimeoutError):
+                    logger.warning("loan %s: the lending driver did not take it back",
+                                   loan_id, exc_info=True)
+                continue
+            if service_gone:
+                continue
             try:
                 self.owner.actors.return_room_in_service(loan_id, left)
                 sent += 1
             except (ServiceUnavailable, OSError):
-                break  # the service is gone: its loans went with it
+                service_gone = True  # the service is gone: its loans went with it
+                continue
             except Exception:  # noqa: BLE001 - its answer was an error (SVC_ERR)
                 logger.warning("loan %s: the node's actor service refused it back",
                                loan_id, exc_info=True)
@@ -219,6 +324,7 @@ class BundleLoans:
             return
         if answer == "here":
             self.served.pop(pg_hex, None)  # read again from the ledger when it is needed
+            self.lenders.pop(pg_hex, None)
             if waiting:
                 queue.remove(task)
                 task.state, task.worker = T_WAITING, None

@@ -277,7 +277,7 @@ class PlacementGroupNodes:
         except (OSError, ValueError):
             return
         if lease is not None:
-            self._note_if_served(hex_, lease.group)
+            self._note_if_served(hex_, lease)
             return
         noted = remote is not None and hex_ in remote.bundles.served_pending
         if noted and (group is not None or time.monotonic() - remote.bundles.served_asked.get(
@@ -333,14 +333,22 @@ class PlacementGroupNodes:
         except (ServiceUnavailable, OSError):
             pass
 
-    def _note_if_served(self, hex_: str, record: dict) -> bool:
-        """*Not locked.* Whether the group of this ledger ``record`` is a detached group
-        that the node's actor service holds with bundles on other nodes; if so, noted
+    def _note_if_served(self, hex_: str, lease) -> bool:
+        """*Not locked.* Whether the group of this ledger ``lease`` has bundles on other
+        nodes held by a lender this driver borrows from: a detached group that the node's
+        actor service holds, or another driver's own group, that driver listening on its
+        state socket (``_lender_of``, ``remote_bundles`` step 9); if so, noted
         (``RemoteBundles.note_served``): this driver's tasks there borrow room from the
-        service, its actors there are the service's."""
+        lender, its actors there are the service's (a detached group's only)."""
+        record = lease.group
         nodes = list(record.get("nodes") or ())
-        if not record.get("detached") or all(n == self.node_id for n in nodes) or \
-                self._detached_home() != "service":
+        lender = None
+        if record.get("detached"):
+            served = self._detached_home() == "service"
+        else:
+            lender = self._lender_of(lease)
+            served = lender is not None
+        if not served or all(n == self.node_id for n in nodes) or self._cluster() is None:
             remote = self.owner.remote_nodes
             if remote is not None and hex_ in remote.bundles.served_pending:
                 with self.owner.locked():  # reserved here only: the ledger provides it
@@ -349,8 +357,36 @@ class PlacementGroupNodes:
             return False
         cluster = self._cluster()
         with self.owner.locked():
-            cluster.bundles.note_served(hex_, nodes)
+            cluster.bundles.note_served(hex_, nodes, lender)
         return True
+
+    def _lender_of(self, lease) -> str | None:
+        """*Not locked* (a stat). The state socket of the driver of this node that holds
+        the (not detached) group of ``lease``, another than this one, when it listens:
+        it lends room in the group's bundles on other nodes (``remote_bundles`` step 9);
+        None otherwise."""
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
+
+        session_dir = self.owner.hello_info.get("session_dir")
+        if not session_dir or lease.holder_pid == self.pid:
+            return None
+        path = state_socket.socket_path(session_dir, lease.holder_pid)
+        return path if os.path.exists(path) else None
+
+    def _check_borrowers(self, remote) -> None:
+        """*Not locked* (reads ``/proc``). The loans this driver made to other drivers of
+        its node whose process is gone come back (``remote_bundles`` step 9: a borrower
+        that ended without giving them back, killed mid-task)."""
+        from miniray._private.host import procinfo
+        from miniray._private.owner.placement_group_loans import gone_borrowers
+
+        with self.owner.locked():
+            tokens = [loan[2] for loan in remote.bundles.lent_out.values()]
+        gone = gone_borrowers(tokens, procinfo.is_alive)
+        if gone:
+            with self.owner.locked():
+                for token in gone:
+                    remote.bundles.drop_loans(token)
 
     def serve_create(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* In the node's actor service (``SVC_PG_CREATE``): create the
@@ -448,8 +484,8 @@ class PlacementGroupNodes:
         where = ", ".join(f"bundle {i} on node {nodes[i]}" for i in bound)
         local = [i for i, node in enumerate(nodes) if node == self.node_id]
         hint = (f", or schedule it into a bundle of this node ({local})" if local else "")
-        if self._note_if_served(pg_hex, record):
-            return None  # its tasks there borrow room from the service
+        if self._note_if_served(pg_hex, lease):
+            return None  # its tasks there borrow room from its lender
         if record.get("detached"):
             actors = ("run the work in an actor with a name or lifetime='detached' (the "
                       f"service runs those in any bundle of the group){hint}")

@@ -413,6 +413,8 @@ class PlacementGroups(PlacementGroupNodes):
             remote.bundles.release(hex_)
         if remote is not None and remote.bundles.loans:
             self._check_loans(remote)
+        if remote is not None and remote.bundles.lent_out:
+            self._check_borrowers(remote)
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
 
@@ -444,7 +446,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* ``lookup`` in the ledger (a served group found there is noted)."""
         for hex_, lease in self.ledger.groups().items():
             if name and lease.group.get("name") == name:
-                self._note_if_served(hex_, lease.group)
+                self._note_if_served(hex_, lease)
                 return hex_, lease.group["bundles"]
         return None
 

@@ -177,6 +177,9 @@ class RemoteBundles(BundleLoans):
         self.served_pending: set[str] = set()  # served, not reserved yet: actors go to S
         self.served_asked: dict[str, float] = {}  # hex -> when S last said it holds it
         self.served_waiting: dict[str, collections.deque] = {}
+        # Step 9: served groups that another driver of this node lends (hex -> its state
+        # socket); the others' lender is the service.
+        self.lenders: dict[str, str] = {}
         self._returns: list = []
         self._borrower: threading.Thread | None = None
         self._wake = threading.Event()
@@ -498,6 +501,7 @@ class RemoteBundles(BundleLoans):
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
         self.served.pop(pg_hex, None)
+        self.lenders.pop(pg_hex, None)
         self.served_pending.discard(pg_hex)
         self.served_asked.pop(pg_hex, None)
         for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:

@@ -1,4 +1,5 @@
-"""The state socket: how any process of the user reads a driver's live state.
+"""The state socket: how any process of the user reads a driver's live state, and how
+another driver of its node borrows room in its placement groups' bundles on other nodes.
 
 Owns: the socket each driver listens on, ``<session>/state/<pid>-<start time>.sock``
 (AF_UNIX stream, mode 0600, in a private folder), its server thread (``miniray-state``:
@@ -8,11 +9,14 @@ it: its pid and start time say it is gone). Both ends check the peer's uid (SO_P
 before anything is read. Nothing is written on the task path: a reader asks, the driver
 builds its snapshot then (``owner/state_records.py``).
 Does not own: what the snapshot holds, nor which sessions exist (``host/session.py``).
-Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find).
+Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find), ``placement_group_loans``
+(ask: a borrowing driver's loans, ``remote_bundles`` step 9).
 
 Frames: an 8-byte big-endian length, then UTF-8 JSON. The request is ``{"what":
 "snapshot"}`` (the state API) or ``{"what": "timeline"}`` (``ray.timeline()``: the spans of
-finished tasks); the answer is that document, or ``{"error": text}``.
+finished tasks), or a loan request (``{"what": "pg_lend" | "pg_return", ...}``: answered
+by the driver's ``loans(request, peer pid)``, the peer's pid read from the socket, never
+from the request); the answer is that document, or ``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -69,12 +73,16 @@ class StateServer:
     on its own thread, so a reader is served even while the driver's threads are busy or
     blocked in ``get()``. ``close()`` stops the thread and removes the socket."""
 
+    LOAN_REQUESTS = ("pg_lend", "pg_return")
+
     def __init__(self, path: str, snapshot: Callable[[], dict],
-                 timeline: Callable[[], dict] | None = None):
+                 timeline: Callable[[], dict] | None = None,
+                 loans: Callable[[dict, int], dict] | None = None):
         self.path = path
         self._answers = {"snapshot": snapshot}
         if timeline is not None:
             self._answers["timeline"] = timeline
+        self._loans = loans
         same_uid.ensure_private_dir(os.path.dirname(path))
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # 0600 from the start: no window where others may connect
@@ -107,13 +115,19 @@ class StateServer:
                     logger.debug("state request failed: %r", error)
 
     def _answer(self, conn: socket.socket) -> None:
-        _pid, uid = same_uid.peer_creds(conn)
+        pid, uid = same_uid.peer_creds(conn)
         if uid != os.getuid():
             logger.warning("refused a state request from uid %d", uid)
             return
         conn.settimeout(10.0)
         request = _recv(conn, _MAX_REQUEST)
-        answer = self._answers.get(request.get("what")) if isinstance(request, dict) else None
+        what = request.get("what") if isinstance(request, dict) else None
+        answer = self._answers.get(what)
+        if what in self.LOAN_REQUESTS and self._loans is not None:
+            loans = self._loans
+
+            def answer() -> dict:
+                return loans(request, pid)
         if answer is None:
             _send(conn, {"error": f"unknown request {request!r}"})
             return
@@ -141,17 +155,17 @@ class StateServer:
             pass
 
 
-def ask(path: str, timeout: float = 30.0, what: str = "snapshot") -> dict:
-    """The snapshot (or the document ``what`` names) of the driver listening on ``path``.
-    ConnectionError (or OSError) if it is gone or does not answer within ``timeout``
-    seconds."""
+def ask(path: str, timeout: float = 30.0, what: str = "snapshot", **fields) -> dict:
+    """The snapshot (or the document ``what`` names, asked with ``fields``) of the driver
+    listening on ``path``. ConnectionError (or OSError) if it is gone or does not answer
+    within ``timeout`` seconds."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
         with sun_path(path) as name:
             sock.connect(name)
         same_uid.require_same_uid_peer(sock, path)
-        _send(sock, {"what": what})
+        _send(sock, dict(fields, what=what))
         doc = _recv(sock)
     except socket.timeout:
         raise TimeoutError(f"the driver at {path} did not answer within {timeout:g}s") \
