@@ -405,7 +405,13 @@ BORROWER = """
     from miniray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
     ray.init(address="auto")
     ips = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
-    pg = get_placement_group(sys.argv[1])
+    if sys.argv[1].startswith("id:"):  # a handle built from the group's id, as one passed
+        from miniray.util.placement_group import PlacementGroup, placement_group_table
+        pg = PlacementGroup(ray.PlacementGroupID.from_hex(next(
+            h for h, e in placement_group_table().items() if e["name"] == sys.argv[1][3:])),
+            None)
+    else:
+        pg = get_placement_group(sys.argv[1])
     marks = tempfile.mkdtemp()
 
     @ray.remote(num_cpus=1)
@@ -465,32 +471,40 @@ def _tell(proc, line: str, timeout: float = 40) -> dict:
 
 def test_another_drivers_tasks_run_in_a_bundle_the_creator_holds_on_a_member(hosts):
     """As in Ray, another driver of the creator's node runs tasks in every bundle of the
-    group: on the member, in room the creator lends it, one loan per task, given back when
-    the task ends (the creator's own task there runs next) or when that driver is killed
-    mid-task."""
+    group (got by name, or a handle built from its id): on the member, in room the creator
+    lends it, one loan per task, given back when the task ends (the creator's own task
+    there runs next) or when that driver is killed mid-task."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs")
     try:
-        other = _driver_with("""
+        first = _driver_with("""
         print(json.dumps({"here": run(in_bundle(0).remote()),
                           "there": run(in_bundle(1).remote()),
                           "any": run(in_bundle(-1).remote())}), flush=True)
-        sys.stdin.readline()  # the creator ran a task in bundle 1
+        ray.shutdown()
+        """, hosts, "theirs")
+        try:
+            doc = json_line(first, 60)
+            assert doc == {"here": "127.0.0.1", "there": MEMBER, "any": "127.0.0.1"}, doc
+            assert first.wait(30) == 0
+        finally:
+            stop_driver(first)
+        # Its task ended: the room is the creator's again.
+        assert _tell(creator, "run theirs") == {"run": MEMBER}
+        second = _driver_with("""
+        print(json.dumps({"there": run(in_bundle(1).remote())}), flush=True)
         late = in_bundle(1).remote("late", 120.0)
         print(json.dumps({"started": marked("late")}), flush=True)
         sys.stdin.readline()  # killed here
-        """, hosts, "theirs")
+        """, hosts, "id:theirs")
         try:
-            doc = json_line(other, 60)
-            assert doc == {"here": "127.0.0.1", "there": MEMBER, "any": "127.0.0.1"}, doc
-            # Its task ended: the room is the creator's again.
-            assert _tell(creator, "run theirs") == {"run": MEMBER}
-            assert go_on(other, 60) == {"started": True}
-            other.kill()  # mid-task: the creator drops its loan
-            other.wait(10)
+            assert json_line(second, 60) == {"there": MEMBER}
+            assert json_line(second, 60) == {"started": True}
+            second.kill()  # mid-task: the creator drops its loan
+            second.wait(10)
             assert _tell(creator, "run theirs") == {"run": MEMBER}
         finally:
-            stop_driver(other)
+            stop_driver(second)
         assert creator.poll() is None
     finally:
         stop_driver(creator)

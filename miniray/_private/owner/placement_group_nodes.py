@@ -12,18 +12,21 @@ here: ``ledger.grow_group`` adds it to the group's lease under its own bundle nu
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
 then. This driver's named and detached actors in its bundles on other nodes (``remote_bundles``
 step 7) are killed when their bundle goes (``_kill_lent``), and their room comes back once the
-node's actor service no longer holds them alive (``_check_loans``). A task of another driver in
-a bundle this driver holds on another node fails (``elsewhere``). A detached group in a cluster is
-held by the node's actor service (``_detached_home``): the driver's side asks it
-(``_create_served``, ``_follow_served``, ``_remove_in_service``), the service's side runs
-it as its own group (``serve_create``, ``serve_remove``; docs/detached-placement-groups.md).
+node's actor service no longer holds them alive (``_check_loans``). A task of another driver of
+this node in a bundle this driver holds on another node borrows room from this driver
+(``_note_if_served``, ``_lender_of``; ``remote_bundles`` step 9), which takes back a dead
+borrower's loans (``_check_borrowers``); when it cannot, it fails (``elsewhere``). A
+detached group in a cluster is held by the node's actor service (``_detached_home``): the
+driver's side asks it (``_create_served``, ``_follow_served``, ``_remove_in_service``), the
+service's side runs it as its own group (``serve_create``, ``serve_remove``;
+docs/detached-placement-groups.md).
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
 ``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
-``_check_bundle_nodes``; ``remove``: ``_kill_lent``, ``_remove_in_service``), the owner
-(``elsewhere``, not locked), the node's actor service (``serve_create``, ``serve_remove``,
-not locked, on a thread of its own).
+``_check_borrowers``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``,
+``_remove_in_service``), the owner (``elsewhere``, not locked), the node's actor service
+(``serve_create``, ``serve_remove``, not locked, on a thread of its own).
 """
 
 from __future__ import annotations
@@ -463,10 +466,11 @@ class PlacementGroupNodes:
         """*Not locked* (a ledger read). Why a task of this (rewritten) placement
         ``request`` can never run in this driver: its bundle (for -1, every bundle) of a
         group reserved by another driver is held on another node by that driver's link
-        (``remote_bundles``); None: it may run here. The caller skips it for this driver's
-        own groups, whose remote bundles run its tasks. A detached group that the node's
-        actor service holds is noted instead (``_note_if_served``: its tasks there borrow
-        room from the service) and None returned."""
+        (``remote_bundles``), and that driver does not lend (no state socket); None: it
+        may run here. The caller skips it for this driver's own groups, whose remote
+        bundles run its tasks. A detached group that the node's actor service holds, or
+        a group of a driver that lends, is noted instead (``_note_if_served``: its tasks
+        there borrow room from the service or that driver) and None returned."""
         parsed = placement.bundle_request(request)
         if parsed is None:
             return None
@@ -504,8 +508,9 @@ class PlacementGroupNodes:
                     f"group){hint}.")
         return (f"The task asks for {what} of placement group '{name}' ({where}); only the "
                 f"driver that created the group (job {record.get('job_id') or '?'}) can run "
-                "work in its bundles on other nodes, which it holds over its own links. "
-                f"Create the group in this driver{hint}.")
+                "work in its bundles on other nodes, which it holds over its own links, or "
+                "lend their room to the other drivers of its node, which it does not (its "
+                f"state socket is not there). Create the group in this driver{hint}.")
 
     def _kill_lent(self, actor_ids) -> None:
         """*Not locked.* Kill these lent actors in the node's actor service, no restart

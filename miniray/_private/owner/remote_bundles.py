@@ -6,9 +6,10 @@ node for the group's life), releasing them, and the tasks scheduled into such a 
 what is free in each bundle (``placement.pick_bundle``, pure), the tasks waiting for room
 in one, starting a task there (``RemoteNodes.run_in_bundle``: a worker of that node, no
 lease of its own) and giving its room back when it ends, and failing and killing them
-when the group is removed; and the loans of room in a detached group's bundles on other
-nodes, which the node's actor service holds and lends to any driver's tasks (step 8, both
-sides).
+when the group is removed; and the loans of room in a group's bundles on other nodes to
+another driver's tasks: a detached group's, which the node's actor service holds (step 8),
+and a driver's own group's, which that driver lends to the other drivers of its node (step
+9; both sides of both).
 Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, its local
 bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
@@ -19,8 +20,9 @@ Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not l
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
 ``_replace`` (``find_lost``, ``replace``, locked), ``remote_actors.RemoteActors``
 (``holds``, ``take``, ``give_back``, ``lose_bundle``, locked), ``placement_group_nodes``
-(``note_served``, locked), the owner (``serves``, locked) and the node's actor service
-(``lend_room``, ``return_room``, ``drop_loans``: step 8, locked).
+(``note_served``, locked; ``drop_loans``: step 9), the owner (``serves``, locked), the node's
+actor service (``lend_room``, ``return_room``, ``drop_loans``: step 8, locked) and the
+driver's state socket (``placement_group_loans.answer_borrower``: step 9).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -89,6 +91,31 @@ Steps for group G of driver D with bundle i planned on node N::
    makes it wait for a new loan; ``removed`` fails the waiting ones. S drops the loans of
    a driver whose link closed (``drop_loans``) and a removed group's. An actor of E
    there (``serves``) is created in S, as a named one is.
+
+9. A task of another driver E of D's node (same host, same user) in a bundle on another
+   node of D's own group (not detached): as step 8, with D as the lender. E finds the
+   group in the ledger (by name, by a handle passed to it, or when a lease is refused:
+   ``_note_if_served``), and D by the group lease's holder pid: D's state socket
+   (``lenders``). E's borrower thread asks D (``pg_lend`` on that socket); D's
+   ``answer_borrower`` runs the same ``lend_room`` on its own bundles (D's waiting tasks
+   and E's loans share each bundle's room), the token being E's pid and start time as
+   the socket's SO_PEERCRED says; ``pg_return`` gives a loan back, from that pid only.
+   E keeps each loan as (lender, loan id). E's exit: D's group watch finds E's process
+   gone and drops its loans (``gone_borrowers``). D removes the group, or D ends (its
+   state socket closes first, then its group lease goes): E's watch no longer finds the
+   group in the ledger and fails E's tasks in it with TaskPlacementGroupRemoved, killing
+   those running (``removed``). E's actors there are not lent (the service cannot
+   place them in D's room): they behave as before. A driver on another host than D
+   borrows nothing: its node's ledger has no record of D's group (D's bundles there are
+   leases of D's link). Nor does E when D's state socket is missing (D could not serve
+   it): its task fails at once (``placement_group_nodes.elsewhere``).
+   Why D's state socket and not the actor service: S would have to ask D over D's link
+   (a request from S to a driver, which that link does not carry) and wait for it on
+   its I/O thread, or hold a copy of D's room; the state socket already answers each
+   driver of the session, checks the peer's uid, and names the peer's pid, which is the
+   borrower's token D needs to drop a dead borrower's loans. So ``lend_room``,
+   ``return_room``, ``drop_loans`` and the borrower's thread serve both lenders, with one
+   meaning each.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
