@@ -103,7 +103,7 @@ def answer_borrower(owner, request: dict, pid: int) -> dict:
 
 
 class BundleLoans:
-    """``RemoteBundles``' step 8 (see the module docstring); every attribute is the
+    """``RemoteBundles``' steps 8 and 9 (see the module docstring); every attribute is the
     ``RemoteBundles``'."""
 
     def note_served(self, pg_hex: str, nodes: list, lender: str | None = None) -> None:
@@ -341,12 +341,13 @@ class BundleLoans:
         self.running.setdefault(pg_hex, set()).add(task)
         self.nodes.run_in_bundle(task, bundle, gpu_ids)
 
-    def lend_room(self, pg_hex: str, index: int, base: dict, token: str):
-        """*Locked.* The service's side (``SVC_PG_LEND``): room for a task of the driver
-        ``token`` in bundle ``index`` (-1: any) of a group this owner holds on other
-        nodes, taken from the bundle as for a task of its own: ``(loan id, bundle index,
-        NodeEntry, GPU ids)``; None: no room now (or the bundle is lost); "here": the
-        bundle is on this node now (the ledger provides it)."""
+    def lend_room(self, pg_hex: str, index: int, base: dict, token):
+        """*Locked.* A lender's side (the service: ``SVC_PG_LEND``; a driver:
+        ``answer_borrower``): room for a task of the driver ``token`` (the service's
+        client token, or ``borrower_token``) in bundle ``index`` (-1: any) of a group this
+        owner holds on other nodes, taken from the bundle as for a task of its own:
+        ``(loan id, bundle index, NodeEntry, GPU ids)``; None: no room now (or the bundle
+        is lost); "here": the bundle is on this node now (the ledger provides it)."""
         parts = self.groups.get(pg_hex)
         if parts is None:
             return None
@@ -367,7 +368,8 @@ class BundleLoans:
         return loan_id, picked, bundle.entry, gpu_ids
 
     def return_room(self, loan_id: int) -> None:
-        """*Locked.* The service's side (``SVC_PG_RETURN``): a loan's room comes back."""
+        """*Locked.* A lender's side (``SVC_PG_RETURN``, ``pg_return``): a loan's room
+        comes back."""
         loan = self.lent_out.pop(loan_id, None)
         if loan is None:
             return
@@ -377,8 +379,9 @@ class BundleLoans:
         bundle.give_gpus(("loan", loan_id))
         self._pump(bundle.pg_hex)
 
-    def drop_loans(self, token: str) -> int:
-        """*Locked.* The service's side: the driver ``token`` left; its loans come back."""
+    def drop_loans(self, token) -> int:
+        """*Locked.* A lender's side: the driver ``token`` left (the service: its link
+        closed; a driver: ``gone_borrowers``); its loans come back."""
         ended = [i for i, loan in self.lent_out.items() if loan[2] == token]
         for loan_id in ended:
             self.return_room(loan_id)
