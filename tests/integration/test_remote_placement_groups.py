@@ -472,20 +472,37 @@ def _tell(proc, line: str, timeout: float = 40) -> dict:
 def test_another_drivers_tasks_run_in_a_bundle_the_creator_holds_on_a_member(hosts):
     """As in Ray, another driver of the creator's node runs tasks in every bundle of the
     group (got by name, or a handle built from its id): on the member, in room the creator
-    lends it, one loan per task, given back when the task ends (the creator's own task
-    there runs next) or when that driver is killed mid-task."""
+    lends it, one loan per task, given back when the task ends (returns, fails or is
+    cancelled: its next task there runs; the creator's own task there runs once it
+    exits) or when that driver is killed mid-task."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs")
     try:
         first = _driver_with("""
-        print(json.dumps({"here": run(in_bundle(0).remote()),
-                          "there": run(in_bundle(1).remote()),
-                          "any": run(in_bundle(-1).remote())}), flush=True)
+        @ray.remote(num_cpus=1)
+        def fails():
+            raise ValueError("no")
+
+        doc = {"here": run(in_bundle(0).remote()), "there": run(in_bundle(1).remote()),
+               "any": run(in_bundle(-1).remote())}
+        # The bundle's one CPU comes back after a failure and a cancel: the next task runs.
+        doc["failed"] = run(fails.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote())
+        doc["after_failure"] = run(in_bundle(1).remote())
+        long = in_bundle(1).remote("long", 120.0)
+        doc["long"] = marked("long")
+        ray.cancel(long, force=True)
+        doc["cancelled"] = run(long)
+        doc["after_cancel"] = run(in_bundle(1).remote())
+        print(json.dumps(doc), flush=True)
         ray.shutdown()
         """, hosts, "theirs")
         try:
-            doc = json_line(first, 60)
-            assert doc == {"here": "127.0.0.1", "there": MEMBER, "any": "127.0.0.1"}, doc
+            doc = json_line(first, 120)
+            assert "ValueError" in doc.pop("failed"), doc
+            assert doc == {"here": "127.0.0.1", "there": MEMBER, "any": "127.0.0.1",
+                           "after_failure": MEMBER, "long": True,
+                           "cancelled": "TaskCancelledError", "after_cancel": MEMBER}, doc
             assert first.wait(30) == 0
         finally:
             stop_driver(first)

@@ -4,6 +4,8 @@ to do instead. A stand-in owner and ledger; no processes."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
 from types import SimpleNamespace
 
@@ -11,15 +13,22 @@ from miniray._private.core import placement
 from miniray._private.owner.placement_group_nodes import PlacementGroupNodes
 
 PG = "ab" * 18
+HOLDER = 4242  # the pid of the driver holding the group
 
 
 class _Groups(PlacementGroupNodes):
-    def __init__(self, record: dict, head_elsewhere: bool):
+    def __init__(self, record: dict, head_elsewhere: bool, session_dir: str = ""):
         link = SimpleNamespace(on_another_host=lambda: head_elsewhere)
-        remote = SimpleNamespace(bundles=SimpleNamespace(served_pending=set()))
-        self.owner = SimpleNamespace(remote_nodes=remote, actors=SimpleNamespace(link=link))
-        self.ledger = SimpleNamespace(groups=lambda: {PG: SimpleNamespace(group=record)})
+        self.noted: list = []
+        remote = SimpleNamespace(bundles=SimpleNamespace(
+            served_pending=set(), note_served=lambda *args: self.noted.append(args)))
+        self.owner = SimpleNamespace(remote_nodes=remote, actors=SimpleNamespace(link=link),
+                                     hello_info={"session_dir": session_dir},
+                                     locked=contextlib.nullcontext)
+        lease = SimpleNamespace(group=record, holder_pid=HOLDER)  # another driver's
+        self.ledger = SimpleNamespace(groups=lambda: {PG: lease})
         self.node_id = "node-a"
+        self.pid = HOLDER + 1
 
 
 def _why(record: dict, head_elsewhere: bool, index: int = 1) -> str | None:
@@ -39,9 +48,29 @@ def test_a_detached_group_when_the_drivers_actor_service_is_on_another_host():
 
 
 def test_a_group_of_another_driver_says_to_create_it_here():
+    """Its driver does not lend (no state socket): the task cannot run there."""
     record = {"name": "g", "nodes": ["node-b"], "job_id": "07"}
     why = _why(record, head_elsewhere=False, index=0)
     assert "only the driver that created the group (job 07)" in why
+    assert "its state socket is not there" in why and "Create the group in this driver" in why
+
+
+def test_a_group_of_another_driver_that_lends_is_noted_with_its_state_socket(
+        tmp_path, monkeypatch):
+    """``remote_bundles`` step 9: the group's holder listens on its state socket; the
+    task is not failed, and the group is noted with that socket as its lender."""
+    from miniray._private.transport import state_socket
+
+    monkeypatch.setattr(state_socket.procinfo, "start_time", lambda pid: 99)
+    path = state_socket.socket_path(str(tmp_path), HOLDER)
+    os.makedirs(os.path.dirname(path))
+    open(path, "w").close()  # stands for the listening socket
+    record = {"name": "g", "nodes": ["node-a", "node-b"], "job_id": "07"}
+    groups = _Groups(record, head_elsewhere=False, session_dir=str(tmp_path))
+    assert groups.elsewhere(placement.rewrite_request({"CPU": 1}, PG, 1)) is None
+    assert groups.noted == [(PG, ["node-a", "node-b"], path)]
+    groups.pid = HOLDER  # the holder itself borrows from nobody (its own group)
+    assert groups._lender_of(SimpleNamespace(group=record, holder_pid=HOLDER)) is None
 
 
 # ---------------------------------------------------------- a lent actor's kill, asked again

@@ -39,6 +39,8 @@ import time
 from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
+from miniray._private.host import procinfo
+from miniray._private.owner.placement_group_loans import gone_borrowers
 from miniray._private.owner.placement_group_records import CREATED, PENDING, REMOVED, _Group
 from miniray._private.transport.node_client import CLUSTER_FILE
 
@@ -380,9 +382,6 @@ class PlacementGroupNodes:
         """*Not locked* (reads ``/proc``). The loans this driver made to other drivers of
         its node whose process is gone come back (``remote_bundles`` step 9: a borrower
         that ended without giving them back, killed mid-task)."""
-        from miniray._private.host import procinfo
-        from miniray._private.owner.placement_group_loans import gone_borrowers
-
         with self.owner.locked():
             tokens = [loan[2] for loan in remote.bundles.lent_out.values()]
         gone = gone_borrowers(tokens, procinfo.is_alive)
