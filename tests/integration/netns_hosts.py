@@ -150,15 +150,9 @@ class Lab:
         """Start host ``name`` with address 10.250.0.<index> (again, after a crash)."""
         old = self.hosts.get(name)
         root = old.root if old else tempfile.mkdtemp(prefix=f"mrn{index}-", dir="/tmp")
-        # A crashed host's sessions: their owners were in a PID namespace that is gone. A
-        # real machine's reboot proves them dead (a new boot id) and its next node sweeps
-        # them; here the boot id stays, and the new node can judge them only when the
-        # kernel happens to give its namespace the old one's number (else they are
-        # another namespace's, left alone). The disk keeps them, as a crash leaves them.
-        crashed = set(glob.glob(os.path.join(root, "session_*"))) if old and old.crashed \
-            else set()
+        # A crashed host's sessions: their owners were in a PID namespace that is gone, and
+        # the restarted node sweeps them (their owners' locks went with it).
         host = Host(self, name, index, root)
-        host.left_by_crash = crashed | (old.left_by_crash if old else set())
         self.hosts[name] = host
         return host
 
@@ -198,7 +192,6 @@ class Host:
         self.ip = f"{SUBNET}.{index}"
         self.veth = f"v{name}"
         self.crashed = False
-        self.left_by_crash: set[str] = set()  # ``Lab.host``: sessions of a crashed start
         self.stopped: list[int] = []
         self.env = dict(os.environ)
         for key in ("RAY_ADDRESS", "CUDA_VISIBLE_DEVICES"):
@@ -346,8 +339,7 @@ class Host:
             shm = self.run("ls", "-A", "/dev/shm", check=False).stdout.split()
             if shm:
                 errors.append(f"host {self.name}: /dev/shm not empty after stop: {shm}")
-            sessions = [path for path in glob.glob(os.path.join(self.root, "session_*"))
-                        if path not in self.left_by_crash]
+            sessions = glob.glob(os.path.join(self.root, "session_*"))
             if sessions:
                 errors.append(f"host {self.name}: session directories left: {sessions}")
             os.kill(self.init, signal.SIGKILL)

@@ -8,6 +8,8 @@ import os
 import pickle
 import socket
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -186,6 +188,47 @@ def test_session_verdicts(tmp_path):
     with open(os.path.join(path, session.OWNER_FILE), "w") as f:
         f.write(f"999999999 1 {here.pid_ns} {here.boot_id}\n")
     assert session.sweep_dead_sessions(str(root)) == [path] and not os.path.exists(path)
+
+
+def test_a_foreign_session_is_dead_once_its_owners_lock_is_released(tmp_path):
+    """A session of another PID namespace (a container's, on a shared root) cannot be judged
+    by its pid; the lock its owner holds for its life can: the kernel drops it when the
+    owner is gone, whatever namespace it was in. Here the owner is a child process whose
+    record is rewritten to name another namespace."""
+    root = str(tmp_path / "root")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom miniray._private.host import session\n"
+         f"print(session.create_session_dir({root!r}), flush=True)\nsys.stdin.readline()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        path = owner.stdout.readline().strip()
+        record = os.path.join(path, session.OWNER_FILE)
+        with open(record) as f:
+            pid, start, _ns, boot_id, locked = f.read().split()
+        assert (int(pid), locked) == (owner.pid, session.LOCKED)
+        with open(record, "w") as f:
+            f.write(f"{pid} {start} pid:[4026532000] {boot_id} {locked}\n")
+        assert session.owner_verdict(path) == "foreign"  # its lock is held
+        assert session.sweep_dead_sessions(root) == [] and os.path.isdir(path)
+    finally:
+        owner.kill()  # SIGKILL: nothing of its own cleans up
+        owner.wait(30)
+    assert session.owner_verdict(path) == "dead"
+    assert session.foreign_sessions(root) == []
+    with open(record, "w") as f:  # a record that does not say it holds the lock
+        f.write(f"{pid} {start} pid:[4026532000] {boot_id}\n")
+    assert session.owner_verdict(path) == "foreign"
+    with open(record, "w") as f:
+        f.write(f"{pid} {start} pid:[4026532000] {boot_id} {locked}\n")
+    assert session.sweep_dead_sessions(root) == [path] and not os.path.exists(path)
+
+
+def test_a_session_holds_its_lock_until_it_is_removed(tmp_path):
+    path = session.create_session_dir(str(tmp_path / "root"))
+    lock = os.path.join(path, session.LOCK_FILE)
+    assert not session._lock_released(path)  # another open file of this process: refused
+    session.remove_session_dir(path)
+    assert not os.path.exists(lock) and path not in session._held
 
 
 def test_spill_folders_are_swept_only_when_provably_dead(tmp_path):

@@ -2,23 +2,29 @@
 
 Owns: creating a session directory under the session root, recording its owner process, and
 sweeping the directories of sessions whose owner is provably dead (killed with SIGKILL, say:
-``procinfo.is_provably_dead``; a session of another PID namespace sharing the root is left
-alone). The root is a private directory (``same_uid.ensure_private_dir``). Does not own what
-lives inside (the ledger, sockets, spill files): their owners put them there, and removing
-the directory removes them.
+``procinfo.is_provably_dead``). A session of another PID namespace sharing the root (a
+container's, on a shared volume) cannot be judged by its pid; its owner holds an exclusive
+``flock`` on ``owner.lock`` for its life, which the kernel drops when the owner and every
+process it forked are gone, whatever namespace they were in: a lock that can be taken proves
+that session dead (``_lock_released``); one still held, or a record that does not say it
+holds one, is left alone. The root is a private directory (``same_uid.ensure_private_dir``).
+Does not own what lives inside (the ledger, sockets, spill files): their owners put them
+there, and removing the directory removes them.
 Called by: runtime.py at init() and shutdown(), and the CLI.
 
 Layout::
 
     $MINIRAY_TMPDIR/                     (default /dev/shm/miniray-<uid>, mode 0700, checked)
       session_2026-11-21_08-40-01_123456_<pid>_<rand>_p<ns tag>/
-        owner.pid                        "<pid> <start time ticks> <pid namespace> <boot id>"
+        owner.pid                        "<pid> <start time ticks> <pid namespace> <boot id> flock"
+        owner.lock                       flock'ed (exclusive) by the owner for its life
         ledger.json, ledger.json.lock
 """
 
 from __future__ import annotations
 
 import datetime
+import fcntl
 import logging
 import os
 import shutil
@@ -30,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 SESSION_PREFIX = "session_"
 OWNER_FILE = "owner.pid"
+LOCK_FILE = "owner.lock"
+LOCKED = "flock"  # owner.pid's fifth field: the owner holds LOCK_FILE's lock
+# Session directory -> the fd of its lock, in the process that created it (closed at its
+# removal; a forked child's copy keeps the lock held while that child lives).
+_held: dict[str, int] = {}
 STORE_STATS_DIR = "driver_stats"  # <session>/driver_stats/<pid>.json, written by drivers
 
 
@@ -57,12 +68,52 @@ def create_session_dir(root: str | None = None) -> str:
     path = os.path.join(root, f"{SESSION_PREFIX}{stamp}_{pid}_{ids.random_hex(4)}_"
                               f"p{procinfo.ns_tag()}")
     os.mkdir(path, 0o700)
+    _hold_lock(path)  # before owner.pid says so: a record that says it is never early
     here = procinfo.identity()
     with open(os.path.join(path, OWNER_FILE), "w") as f:
         f.write(f"{pid} {procinfo.start_time(pid) or 0} {here.pid_ns or '-'} "
-                f"{here.boot_id or '-'}\n")
+                f"{here.boot_id or '-'} {LOCKED}\n")
     logger.debug("created session directory %s", path)
     return path
+
+
+def _hold_lock(path: str) -> None:
+    """Take the session's liveness lock, kept until ``remove_session_dir`` (or the end of
+    this process and of every process forked from it)."""
+    fd = os.open(os.path.join(path, LOCK_FILE),
+                 os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else has it
+    except OSError:
+        os.close(fd)
+        raise
+    _held[path] = fd
+
+
+def _lock_released(path: str) -> bool:
+    """Whether ``path``'s liveness lock can be taken now: its owner, and every process
+    that shares the lock, is gone. False when the lock is held or the file is missing."""
+    try:
+        fd = os.open(os.path.join(path, LOCK_FILE),
+                     os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # never LOCK_UN: closing drops only this open file's lock
+    return True
+
+
+def _says_locked(path: str) -> bool:
+    try:
+        with open(os.path.join(path, OWNER_FILE)) as f:
+            parts = f.read().split()
+    except OSError:
+        return False
+    return len(parts) > 4 and parts[4] == LOCKED
 
 
 def read_owner(path: str) -> tuple[int, int, str, str] | None:
@@ -85,7 +136,9 @@ def session_owner(path: str) -> tuple[int, int] | None:
 
 def owner_verdict(path: str, here: procinfo.Identity | None = None) -> str:
     """``"alive"``, ``"dead"`` (provably), ``"foreign"`` (another PID namespace or boot-less
-    record: cannot be judged from here) or ``"unknown"`` (no readable ``owner.pid``)."""
+    record, alive or not proven dead) or ``"unknown"`` (no readable ``owner.pid``). A
+    foreign one whose record says its owner holds the liveness lock is dead once that lock
+    can be taken."""
     owner = read_owner(path)
     if owner is None:
         return "unknown"
@@ -93,9 +146,9 @@ def owner_verdict(path: str, here: procinfo.Identity | None = None) -> str:
     here = here or procinfo.identity()
     if procinfo.is_provably_dead(pid, start or None, pid_ns, boot_id, here):
         return "dead"
-    if pid_ns and here.pid_ns and pid_ns != here.pid_ns:
-        return "foreign"
-    if not pid_ns:
+    if not pid_ns or (here.pid_ns and pid_ns != here.pid_ns):
+        if _says_locked(path) and _lock_released(path):
+            return "dead"
         return "foreign"
     return "alive"
 
@@ -163,6 +216,9 @@ def name_owner(name: str) -> tuple[int, str] | None:
 
 def remove_session_dir(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+    fd = _held.pop(path, None)
+    if fd is not None:  # after the removal: a sweeper never sees it released while it stands
+        os.close(fd)
     try:  # the root too, once no session is left in it (another may be starting: that's fine)
         os.rmdir(os.path.dirname(path))
     except OSError:
