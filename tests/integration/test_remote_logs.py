@@ -198,14 +198,39 @@ def test_a_remote_workers_output_is_kept_in_its_nodes_session(hosts, member):
 
 
 def test_no_log_files_on_the_member_when_they_are_turned_off(hosts):
+    # Not BODY: its polls for the member's log files would wait out their 30 s and 20 s.
     hosts.env(MEMBER)["MINIRAY_WORKER_LOG_BYTES"] = "0"
     hosts.start_member(MEMBER, "--num-cpus", "2")
-    doc = _run_driver(hosts, BODY)
-    pid = doc["pids"][0]
+    doc = _run_driver(hosts, """
+    @ray.remote
+    def speak(n):
+        print(f"out line {n} from the member")
+        return os.getpid()
+
+    @ray.remote
+    class Talker:
+        def say(self):
+            print("the actor speaks on the member")
+            return os.getpid()
+
+    pids = [ray.get(speak.options(scheduling_strategy=there).remote(n), timeout=30)
+            for n in range(2)]
+    talker = Talker.options(scheduling_strategy=there).remote()
+    actor_pid = ray.get(talker.say.remote(), timeout=30)
+    from miniray.util import state
+    print(json.dumps({"pids": pids, "actor_pid": actor_pid,
+                      "listed": state.list_logs(node_id=member)}), flush=True)
+    ray.shutdown()
+    """)
+    pid, actor_pid = doc["pids"][0], doc["actor_pid"]
+    # The driver prints them as before; the member keeps no file of them.
     assert f"(speak pid={pid}, ip={MEMBER}) out line 0 from the member" in doc["stdout"], doc
+    assert f"pid={actor_pid}, ip={MEMBER}) the actor speaks" in doc["stdout"], doc
     logs = os.path.join(hosts.record(MEMBER).session_dir, "logs")
     names = os.listdir(logs) if os.path.isdir(logs) else []
     assert not [n for n in names if n.startswith("worker-")], names
+    listed = [n for files in doc["listed"].values() for n in files]
+    assert not [n for n in listed if n.startswith("worker-")], doc["listed"]
 
 
 def test_what_a_remote_worker_printed_before_a_force_cancel_is_kept(hosts, tmp_path):
