@@ -559,3 +559,130 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
     finally:
         _stop_both(creator, other)
     assert wait_until(lambda: not _head_groups(hosts), 30.0)  # (no member here)
+
+
+def test_a_member_drivers_detached_group_is_the_clusters_and_outlives_it(hosts):
+    """A driver on the member's host creates a detached group (as in Ray, it is the
+    cluster's, whatever host its driver runs on): the head's actor service holds it across
+    the head and the member; the creator's ready(), wait(), table and lookup by name work,
+    and its tasks and named actors run in both bundles (the member's own bundle with room
+    lent by the service). It outlives its creator; a driver on the head finds it by name,
+    lists it, runs tasks in it and removes it: every node's part is back."""
+    _cluster(hosts, "2", "2")
+    creator = driver(PRELUDE + PG + WHERE + """
+    from miniray.util.placement_group import get_placement_group
+    head = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.1")
+    pg = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD", name="mg",
+                         lifetime="detached")
+    ready = pg.wait(30)
+    got = ray.get(pg.ready(), timeout=10) is not None
+    table = placement_group_table(pg)
+    found = get_placement_group("mg").id.hex() == pg.id.hex()
+    tasks = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
+    timings = []  # one task after another in each bundle: what a round trip to H costs
+    for i in (0, 1):
+        t0 = time.monotonic()
+        for _ in range(20):
+            ray.get(in_bundle(pg, i).remote(), timeout=20)
+        timings.append((time.monotonic() - t0) / 20 * 1000)
+    named = [Where.options(name=f"w{i}", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, i)).remote() for i in (0, 1)]
+    actors = [ray.get(a.ip.remote(), timeout=30) for a in named]
+    print(json.dumps({"ready": ready, "got": got, "state": table["state"],
+                      "nodes": table["bundles_to_node_id"], "head": head, "member": member,
+                      "found": found, "tasks": tasks, "actors": actors,
+                      "timings": timings}), flush=True)
+    sys.stdin.readline()
+    ray.shutdown()
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(creator, 90)
+        _let_the_creator_end(creator)
+    finally:
+        stop_driver(creator)
+    assert doc["ready"] is True and doc["got"] is True and doc["state"] == "CREATED", doc
+    assert doc["nodes"] == {"0": doc["head"], "1": doc["member"]}, doc
+    assert doc["found"] is True, doc
+    assert doc["tasks"] == ["127.0.0.1", MEMBER], doc
+    assert doc["actors"] == ["127.0.0.1", MEMBER], doc
+    print(f"\na member driver's task in the head's detached group, one after another: "
+          f"{doc['timings'][0]:.1f} ms in the head's bundle (a lease there), "
+          f"{doc['timings'][1]:.1f} ms in the member's own bundle (a loan)")
+    # Its creator is gone: the group stays, held by the head's actor service.
+    assert len(_head_groups(hosts)) == 1
+    (lease,) = _member_group_leases(hosts)
+    assert "placement group mg bundle 1" in lease["tag"], lease
+    other = _run_driver(hosts, PG + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("mg")
+    listed = [e["name"] for e in placement_group_table().values()]
+    tasks = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
+    remove_placement_group(pg)
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("CPU", 0) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(json.dumps({"listed": listed, "tasks": tasks,
+                      "cpus": ray.available_resources().get("CPU", 0)}), flush=True)
+    ray.shutdown()
+    """)
+    assert other["listed"] == ["mg"], other
+    assert other["tasks"] == ["127.0.0.1", MEMBER], other
+    assert other["cpus"] == 4, other
+    _no_group_left(hosts)
+
+
+def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(hosts):
+    """A driver on the member's host finds by name a detached group a head driver created
+    (it reads the head's actor service's records: its own node's ledger does not hold
+    it), lists it, runs a task in each bundle and an actor without a name in the member's
+    bundle (the service's), and removes it: every node's part is back."""
+    _cluster(hosts, "2", "2")
+    assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
+    proc = driver(PRELUDE + PG + WHERE + """
+    from miniray.util.placement_group import get_placement_group
+    pg = get_placement_group("hg")
+    table = placement_group_table()
+    listed = [e["name"] for e in table.values()]
+    ready = pg.wait(10)
+    tasks = [ray.get(in_bundle(pg, i).remote(), timeout=30)[0] for i in (0, 1)]
+    anonymous = Where.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    anonymous_ip = ray.get(anonymous.ip.remote(), timeout=30)
+    import shutil, tempfile
+    folder = tempfile.mkdtemp(prefix="mr-member-groups-")
+
+    @ray.remote(num_cpus=1)
+    def hold(folder):
+        open(os.path.join(folder, "started"), "w").close()
+        time.sleep(30)
+
+    long = hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 0)).remote(folder)  # on the head, under a lease there
+    deadline = time.monotonic() + 30
+    while not os.path.exists(os.path.join(folder, "started")) and \
+            time.monotonic() < deadline:
+        time.sleep(0.01)
+    shutil.rmtree(folder)
+    remove_placement_group(pg)  # ends it: its worker is killed
+    after = alive_or_error(anonymous.ip.remote())
+    try:
+        ray.get(long, timeout=20)
+        ended = "returned"
+    except Exception as error:
+        ended = type(error).__name__
+    print(json.dumps({"listed": listed, "ready": ready, "tasks": tasks,
+                      "anonymous": anonymous_ip, "after": after, "ended": ended}),
+          flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER))
+    try:
+        doc = json_line(proc, 90)
+        assert proc.wait(30) == 0, proc.stderr.read()[-3000:]
+    finally:
+        stop_driver(proc)
+    assert doc["listed"] == ["hg"] and doc["ready"] is True, doc
+    assert doc["tasks"] == ["127.0.0.1", MEMBER], doc
+    assert doc["anonymous"] == MEMBER, doc
+    assert doc["after"] == "ActorDiedError", doc
+    assert doc["ended"] == "TaskPlacementGroupRemoved", doc
+    _no_group_left(hosts)

@@ -50,14 +50,16 @@ class _Unpicklable(Exception):
 
 
 @pytest.mark.parametrize("error", [_Fatal("stop"), _Unpicklable(), ValueError("bad")])
-@pytest.mark.parametrize("tag", [protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE])
+@pytest.mark.parametrize("tag", [protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE,
+                                 protocol.SVC_PG_TABLE])
 def test_every_group_request_is_answered_whatever_its_thread_meets(error, tag):
     def fail(*args):
         raise error
 
-    service, conn = _service(types.SimpleNamespace(serve_create=fail, serve_remove=fail))
-    message = (tag, "ab" * 18, [{"CPU": 1.0}], "PACK", "") if tag == protocol.SVC_PG_CREATE \
-        else (tag, "ab" * 18)
+    service, conn = _service(types.SimpleNamespace(serve_create=fail, serve_remove=fail,
+                                                   served_records=fail))
+    message = {protocol.SVC_PG_CREATE: (tag, "ab" * 18, [{"CPU": 1.0}], "PACK", ""),
+               protocol.SVC_PG_TABLE: (tag,)}.get(tag, (tag, "ab" * 18))
     service._group_request(conn, message)
     assert conn.event.wait(5), "the driver's request was never answered"
     (status, value), = conn.sent
@@ -77,6 +79,12 @@ def test_a_group_request_answered_ok_when_it_works():
     service._group_request(conn, (protocol.SVC_PG_REMOVE, "ab" * 18))
     assert conn.event.wait(5)
     assert conn.sent == [(protocol.SVC_OK, True)]
+    conn.event.clear()
+    record = {"id": "ab" * 18, "nodes": ["head", "member"]}
+    service.owner.pgs.served_records = lambda: {"ab" * 18: record}
+    service._group_request(conn, (protocol.SVC_PG_TABLE,))  # a member's driver reads it
+    assert conn.event.wait(5)
+    assert conn.sent[-1] == (protocol.SVC_OK, {"ab" * 18: record})
 
 
 def test_a_driver_waits_for_an_answer_at_most_the_request_timeout(monkeypatch):

@@ -17,18 +17,33 @@ HOLDER = 4242  # the pid of the driver holding the group
 
 
 class _Groups(PlacementGroupNodes):
-    def __init__(self, record: dict, head_elsewhere: bool, session_dir: str = ""):
+    def __init__(self, record: dict, head_elsewhere: bool, session_dir: str = "",
+                 held=None):
         link = SimpleNamespace(on_another_host=lambda: head_elsewhere)
         self.noted: list = []
+        self.held = held  # the head's service's answer to SVC_PG_TABLE (an error: raised)
+
+        def note_served(*args, **options):
+            self.noted.append(args + tuple(options.values()))
+
+        def table_in_service():
+            if isinstance(self.held, Exception):
+                raise self.held
+            return dict(self.held or {})
+
         remote = SimpleNamespace(bundles=SimpleNamespace(
-            served_pending=set(), note_served=lambda *args: self.noted.append(args)))
-        self.owner = SimpleNamespace(remote_nodes=remote, actors=SimpleNamespace(link=link),
+            served_pending=set(), note_served=note_served))
+        self.owner = SimpleNamespace(remote_nodes=remote,
+                                     actors=SimpleNamespace(link=link,
+                                                            table_in_service=table_in_service),
                                      hello_info={"session_dir": session_dir},
                                      locked=contextlib.nullcontext)
         lease = SimpleNamespace(group=record, holder_pid=HOLDER)  # another driver's
-        self.ledger = SimpleNamespace(groups=lambda: {PG: lease})
+        self.ledger = SimpleNamespace(groups=lambda: {PG: lease} if record else {})
         self.node_id = "node-a"
         self.pid = HOLDER + 1
+        self._far_known = None
+        self._far_held = {}
 
 
 def _why(record: dict, head_elsewhere: bool, index: int = 1) -> str | None:
@@ -36,15 +51,25 @@ def _why(record: dict, head_elsewhere: bool, index: int = 1) -> str | None:
     return _Groups(record, head_elsewhere).elsewhere(request)
 
 
-def test_a_detached_group_when_the_drivers_actor_service_is_on_another_host():
-    record = {"name": "g", "detached": True, "nodes": ["node-a", "node-b"]}
-    why = _why(record, head_elsewhere=True)
-    assert "not supported yet" not in why
-    assert "bundle 1 on node node-b" in why
-    assert "the head's, on another host" in why  # why
-    assert "Run this driver on the head's host" in why  # what to do
-    assert "lifetime='detached'" in why and "a bundle of this node ([0])" in why
-    assert _why(record, head_elsewhere=True, index=0) is None  # its bundle here: runs
+def test_a_member_drivers_task_in_the_heads_detached_group_borrows_room_in_any_bundle():
+    """A driver whose actor service is the head's, on another host, reads the groups that
+    service holds (``_reserved``): its task in any bundle of one, its own node's too, is
+    noted to borrow room there (``everywhere``), not failed. A service that cannot answer
+    now leaves the groups as last read (they do not look removed)."""
+    from miniray._private.owner.actor_link import ServiceUnavailable
+
+    record = {"id": PG, "name": "g", "detached": True, "nodes": ["node-b", "node-a"]}
+    groups = _Groups({}, head_elsewhere=True, held={PG: record})
+    for index in (0, 1, -1):
+        assert groups.elsewhere(placement.rewrite_request({"CPU": 1}, PG, index)) is None
+    assert groups.noted == [(PG, ["node-b", "node-a"], True)] * 3
+    groups.held = ServiceUnavailable("the head's actor service did not answer")
+    assert PG in groups._reserved()
+    groups.held = RuntimeError("not asked")  # the watch's groups are none of the service's:
+    assert groups._reserved(only={"cd" * 18}) == {}  # no request
+    groups.held = {}
+    assert PG not in groups._reserved()  # removed in the service
+    assert _Groups({}, head_elsewhere=False, held={PG: record})._reserved() == {}
 
 
 def test_a_group_of_another_driver_says_to_create_it_here():

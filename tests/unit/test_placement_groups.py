@@ -358,7 +358,7 @@ def test_a_device_is_as_many_units_in_both_modules():
 
 # -- who holds a detached group (placement_group_nodes._detached_home) --------------------------
 
-def test_a_detached_group_is_held_by_the_nodes_actor_service_only_in_a_cluster():
+def test_a_detached_group_is_held_by_the_actor_service_only_in_a_cluster():
     import types
 
     from miniray._private.owner.placement_group_nodes import PlacementGroupNodes
@@ -375,7 +375,7 @@ def test_a_detached_group_is_held_by_the_nodes_actor_service_only_in_a_cluster()
     far = types.SimpleNamespace(on_another_host=lambda: True)
     assert _Pgs(None, near)._detached_home() == "here"  # a node outside a cluster
     assert _Pgs(object(), near)._detached_home() == "service"  # a head's driver
-    assert _Pgs(object(), far)._detached_home() == "here"  # a member's: the head's service
+    assert _Pgs(object(), far)._detached_home() == "service"  # a member's: the head's
     assert _Pgs(object(), None)._detached_home() == "span"  # the service itself
 
 
@@ -391,7 +391,8 @@ def _service_pgs(states: dict):
     from miniray._private.owner.placement_groups import PlacementGroups
 
     lock = threading.RLock()
-    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None)
+    owner = types.SimpleNamespace(locked=lambda: lock, ledger=None,
+                                  actors=types.SimpleNamespace(link=None))  # the service
 
     class _Pgs(PlacementGroups):
         def remove(self, hex_):
@@ -406,6 +407,19 @@ def _service_pgs(states: dict):
         group.state = state
         pgs.groups[hex_] = group
     return pgs
+
+
+def test_the_service_sends_the_ledger_records_of_the_groups_it_holds_reserved():
+    """``SVC_PG_TABLE`` (a member's driver reads the head's groups there): the ledger's
+    record of each detached group the service holds, not a removed one's, nor a group of
+    another driver of the node."""
+    import types
+
+    pgs = _service_pgs({"aa": "CREATED", "bb": "PENDING", "cc": "REMOVED"})
+    records = {h: {"id": h, "nodes": ["head", "member"]} for h in ("aa", "cc", "dd")}
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {
+        h: types.SimpleNamespace(group=r) for h, r in records.items()})
+    assert pgs.served_records() == {"aa": records["aa"]}
 
 
 def test_two_removals_of_a_served_group_at_once_remove_it_once():
@@ -523,7 +537,8 @@ def _driver_pgs(ledger: dict, held):
         locked=lambda: lock, closed=False, removed=[], failed=[], after=[],
         ledger=types.SimpleNamespace(groups=lambda: {
             h: types.SimpleNamespace(group=r) for h, r in ledger.items()}),
-        actors=types.SimpleNamespace(group_state_in_service=state, link=object()),
+        actors=types.SimpleNamespace(group_state_in_service=state, link=types.SimpleNamespace(
+            on_another_host=lambda: False)),
         objects=types.SimpleNamespace(set_ready=lambda i, kind, data: owner.failed.append(i)))
     owner.placement_group_removed = owner.removed.append
     owner.after_placement_removal = lambda: owner.after.append(True)

@@ -64,9 +64,11 @@ def test_protocol_version_was_bumped_for_each_changed_layout():
     holds detached placement groups of a cluster (SVC_PG_CREATE, SVC_PG_REMOVE); 9: its
     call results kept on their node (SVC_FREE, SVC_HELLO's node id and IP); 10: a pending
     detached group found by name in the service (SVC_PG_FIND); 11: READY carries the worker's
-    pid; 12: the actors a driver lent room to, asked of the service by id (SVC_ALIVE)."""
-    assert protocol.PROTOCOL_VERSION == 12
+    pid; 12: the actors a driver lent room to, asked of the service by id (SVC_ALIVE); 13: a
+    driver on another host reads the service's detached groups (SVC_PG_TABLE)."""
+    assert protocol.PROTOCOL_VERSION == 13
     assert "SVC_ALIVE" in protocol.CHANNELS["actor_service"]
+    assert "SVC_PG_TABLE" in protocol.CHANNELS["actor_service"]
     assert "SVC_PG_FIND" in protocol.CHANNELS["actor_service"]
     assert "SVC_PG_CREATE" in protocol.CHANNELS["actor_service"]
     assert "SVC_FREE" in protocol.CHANNELS["actor_service"]

@@ -570,3 +570,50 @@ def test_the_state_socket_passes_a_loan_request_and_the_peers_pid(tmp_path):
         server.close()
     assert doc == {"loan": None}
     assert seen == [({"what": "pg_return", "loan": 3}, os.getpid())]
+
+
+def test_a_member_drivers_tasks_borrow_room_in_every_bundle_of_the_heads_group():
+    """A driver on a member (the service is the head's, on another host): its node's ledger
+    provides no bundle of the group, its own node's included, so each of its tasks there
+    waits for a loan; "here" from the service (the bundle is on the head) runs the task on
+    the head, under a lease of its request, instead of this node's queue."""
+    owner, nodes = _Owner(), _Nodes()
+    head = types.SimpleNamespace(node_id="head", is_head=True, alive=True)
+    nodes.view = lambda: [types.SimpleNamespace(node_id="member", is_head=False,
+                                                alive=True), head]
+    begun: list = []
+    nodes._begin = lambda task, node_id: begun.append((task.spec.name, node_id))
+    nodes.local = "member"
+    book = RemoteBundles(owner, nodes)
+    book._kick = lambda: None
+    book.note_served(H, ["head", "member"], everywhere=True)
+    own_node, on_head, anywhere = (_task(n, {"CPU": 1}, i)
+                                   for n, i in (("own", 1), ("head", 0), ("any", -1)))
+    assert all(book.submit(t) for t in (own_node, on_head, anywhere))
+    assert list(book.served_waiting[H]) == [own_node, on_head, anywhere]
+    assert book.serves(own_node.spec.request)  # an actor there is the service's
+    book._lent(on_head, H, {"CPU": 1.0}, "here")
+    assert begun == [("head", "head")] and H in book.served  # still borrowed from
+    assert on_head not in book.served_waiting[H] and owner.resubmitted == []
+    assert on_head in book.running[H]  # the group's removal ends it, as any of its tasks
+    book.ended_on_head(on_head)
+    assert on_head not in book.running[H]
+    still = _task("still", {"CPU": 1}, 0)
+    assert book.submit(still)
+    book._lent(still, H, {"CPU": 1.0}, "here")
+    book.removed(H)
+    assert ("still", "TaskPlacementGroupRemoved") in owner.failed
+    assert H not in book.served_everywhere
+    book.note_served(H, ["head", "member"])  # not everywhere: this node's bundle is its
+    assert not book.submit(_task("near", {"CPU": 1}, 1))  # ledger's, as for a head driver
+
+
+def test_the_service_answers_here_for_its_group_with_no_bundle_on_other_nodes():
+    """A group the service holds wholly on its own node has no remote parts: a driver on
+    another host asking for room is told "here" (the head's ledger provides it), not left
+    waiting; a group the service does not hold gets None."""
+    owner, nodes = _Owner(), _Nodes()
+    owner.pgs = types.SimpleNamespace(groups={H: types.SimpleNamespace(state="CREATED")})
+    book = RemoteBundles(owner, nodes)
+    assert book.lend_room(H, 0, {"CPU": 1.0}, "far") == "here"
+    assert book.lend_room("cd" * 18, 0, {"CPU": 1.0}, "far") is None

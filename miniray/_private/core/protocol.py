@@ -127,6 +127,10 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_PG_FIND, name)                         →  (SVC_OK, (hex, bundles, strategy) of a
                                                    pending group of that name held here
                                                    | None)
+    (SVC_PG_TABLE,)                             →  (SVC_OK, {hex: ledger record} of the
+                                                   detached groups held and reserved here:
+                                                   a driver on another host reads them
+                                                   instead of its own node's ledger)
 
     calls socket, never waited on               service → driver
     (SVC_HELLO, "calls", ...)                   (SVC_RESULT, task_id, results, nested)
@@ -176,7 +180,9 @@ from miniray import _version
 #     pull connection past its link's limit is answered ("error", req, "busy", text).
 # 11: READY carries the worker's pid (the owner may read it before the fork server's SPAWNED).
 # 12: a driver asks the actor service which of the actors it lent room are alive (SVC_ALIVE).
-PROTOCOL_VERSION = 12
+# 13: a driver on another host than the service reads the detached groups it holds
+#     (SVC_PG_TABLE).
+PROTOCOL_VERSION = 13
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -230,6 +236,7 @@ SVC_PG_LEND = 92
 SVC_PG_RETURN = 93
 SVC_PG_STATE = 94
 SVC_PG_FIND = 95
+SVC_PG_TABLE = 96
 
 # 2. control socket
 CANCEL = 20
@@ -296,7 +303,8 @@ CHANNELS: dict[str, tuple[str, ...]] = {
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
                       "SVC_YIELD", "SVC_FREE", "SVC_ALIVE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
-                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE", "SVC_PG_FIND"),
+                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE", "SVC_PG_FIND",
+                      "SVC_PG_TABLE"),
 }
 
 

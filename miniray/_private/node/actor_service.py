@@ -390,7 +390,8 @@ class ActorService:
                 value = self.owner.pgs.served_state(message[1])
             elif tag == protocol.SVC_PG_FIND:  # no round trip: this owner's records
                 value = self.owner.pgs.served_named(message[1])
-            elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE):
+            elif tag in (protocol.SVC_PG_CREATE, protocol.SVC_PG_REMOVE,
+                         protocol.SVC_PG_TABLE):  # the last: a ledger read
                 self._group_request(conn, message)
                 return  # answered by its thread
             else:
@@ -404,7 +405,9 @@ class ActorService:
     def _group_request(self, conn: FramedSocket, message: tuple) -> None:
         """*Locked.* A detached placement group of the cluster, created or removed by this
         process's owner as its own (``placement_group_nodes.serve_create`` /
-        ``serve_remove``): round trips to other nodes, so on a thread, which answers the
+        ``serve_remove``), or the records of those reserved (``served_records``, a ledger
+        read, for a driver on another host): round trips to other nodes, or file I/O, so on
+        a thread, which answers the
         driver (it waits on its control socket, one request at a time). Every request is
         answered, whatever the thread meets (any ``BaseException``, an error that does not
         pickle): its error then names the request and what happened."""
@@ -416,6 +419,8 @@ class ActorService:
             try:
                 if message[0] == protocol.SVC_PG_CREATE:
                     status, value = protocol.SVC_OK, pgs.serve_create(*message[1:5])
+                elif message[0] == protocol.SVC_PG_TABLE:
+                    status, value = protocol.SVC_OK, pgs.served_records()
                 else:
                     status, value = protocol.SVC_OK, pgs.serve_remove(message[1])
             except BaseException as error:  # noqa: BLE001 - the driver raises it

@@ -19,7 +19,8 @@ Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked;
 ``alive_in_service``: the group watch, not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
-``group_state_in_service``, ``find_group_in_service``: not locked), ``remote_bundles``
+``group_state_in_service``, ``find_group_in_service``, ``table_in_service``: not locked),
+``remote_bundles``
 (``borrow_room_in_service``, ``return_room_in_service``: its borrower's thread), the
 manager (``proxy``, ``export``, ``nested_ids``, ``kept_in_service``, ``free_in_service``:
 locked), the link (``export``, ``nested_ids``).
@@ -173,6 +174,12 @@ class ServiceProxies:
         """*Not locked.* ``(hex, bundles, strategy)`` of the pending detached group called
         ``name`` that the node's actor service holds, or None (``SVC_PG_FIND``)."""
         return self.link._request((protocol.SVC_PG_FIND, name))
+
+    def table_in_service(self) -> dict:
+        """*Not locked.* ``{hex: ledger record}`` of the reserved detached groups the
+        service holds (``SVC_PG_TABLE``): a driver on another host than the service reads
+        them there, its own node's ledger not holding them."""
+        return self.link._request((protocol.SVC_PG_TABLE,))
 
     def borrow_room_in_service(self, hex_: str, index: int, base: dict):
         """*Not locked.* Room for one task in bundle ``index`` of a detached group the

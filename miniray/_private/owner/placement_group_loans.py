@@ -52,6 +52,7 @@ import time
 
 from miniray._private.core import placement
 from miniray._private.host import procinfo
+from miniray._private.owner.placement_group_records import CREATED
 from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 logger = logging.getLogger(__name__)
@@ -106,19 +107,24 @@ class BundleLoans:
     """``RemoteBundles``' steps 8 and 9 (see the module docstring); every attribute is the
     ``RemoteBundles``'."""
 
-    def note_served(self, pg_hex: str, nodes: list, lender: str | None = None) -> None:
+    def note_served(self, pg_hex: str, nodes: list, lender: str | None = None,
+                    everywhere: bool = False) -> None:
         """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
         service holds (``lender`` None), or another driver's own group (``lender``: that
         driver's state socket), its bundles on ``nodes`` (the ledger's record): its tasks
         in a bundle on another node borrow room from the lender. ``nodes`` empty: the
         group is not reserved yet (``served_pending``): its actors are the service's,
-        which places them once it is."""
+        which places them once it is. ``everywhere``: the service is the head's, on
+        another host (this driver is on a member): its tasks in any bundle borrow room,
+        this node's ledger providing none (``served_everywhere``)."""
         if lender is not None:
             self.lenders[pg_hex] = lender
         else:
             self.lenders.pop(pg_hex, None)
         if nodes:
             self.served[pg_hex] = list(nodes)
+            if everywhere:
+                self.served_everywhere.add(pg_hex)
             self.served_pending.discard(pg_hex)
             self.served_asked.pop(pg_hex, None)
         else:
@@ -145,6 +151,8 @@ class BundleLoans:
         nodes = self.served.get(parsed[0]) if parsed is not None else None
         if not nodes:
             return False
+        if parsed[0] in self.served_everywhere:
+            return True  # this node's ledger provides none of its bundles
         index, local = parsed[1], self.nodes.local
         if index >= 0:
             return index < len(nodes) and nodes[index] != local
@@ -322,6 +330,11 @@ class BundleLoans:
         waiting = queue is not None and task in queue and not task.cancelled
         if answer is None:
             return
+        if answer == "here" and pg_hex in self.served_everywhere:
+            if waiting:  # on the service's node (the head), whose ledger provides it
+                queue.remove(task)
+                self._run_on_head(task, pg_hex)
+            return
         if answer == "here":
             self.served.pop(pg_hex, None)  # read again from the ledger when it is needed
             self.lenders.pop(pg_hex, None)
@@ -341,16 +354,47 @@ class BundleLoans:
         self.running.setdefault(pg_hex, set()).add(task)
         self.nodes.run_in_bundle(task, bundle, gpu_ids)
 
+    def _run_on_head(self, task, pg_hex: str) -> None:
+        """*Locked.* A driver on a member: ``task`` asks for a bundle of a group the head's
+        service holds on the head itself: it runs there under a lease of its (rewritten)
+        request, which the head's ledger provides from the group's bundle, as a task of
+        another node with custom resources does (a denial: asked again until room). It is
+        among the group's ``running`` until it ends (``ended_on_head``): the group's
+        removal fails it and kills its worker (or keeps it from being sent), as for a task
+        in a remote bundle."""
+        head = next((e for e in self.nodes.view() if e.is_head and e.alive), None)
+        if head is None:
+            from miniray.exceptions import TaskUnschedulableError  # lazy: as remote_nodes
+
+            self.owner.tasks.fail(task, TaskUnschedulableError(
+                f"task {task.spec.name}: its placement group bundle is on the head, which "
+                "is not in the cluster's view now"))
+            return
+        task.state, task.worker = T_WAITING, None
+        self.running.setdefault(pg_hex, set()).add(task)
+        self.nodes._begin(task, head.node_id)
+
+    def ended_on_head(self, task) -> None:
+        """*Locked.* A task of a placement group run without a bundle of this module
+        (``_run_on_head``) ended, however it ended: no longer among its group's running."""
+        parsed = placement.bundle_request(task.spec.request)
+        running = self.running.get(parsed[0]) if parsed is not None else None
+        if running is not None:
+            running.discard(task)
+
     def lend_room(self, pg_hex: str, index: int, base: dict, token):
         """*Locked.* A lender's side (the service: ``SVC_PG_LEND``; a driver:
         ``answer_borrower``): room for a task of the driver ``token`` (the service's
         client token, or ``borrower_token``) in bundle ``index`` (-1: any) of a group this
         owner holds on other nodes, taken from the bundle as for a task of its own:
         ``(loan id, bundle index, NodeEntry, GPU ids)``; None: no room now (or the bundle
-        is lost); "here": the bundle is on this node now (the ledger provides it)."""
+        is lost); "here": the bundle is on this node now (the ledger provides it; a group
+        of this owner with no bundle on other nodes too: asked by a driver on another
+        host)."""
         parts = self.groups.get(pg_hex)
         if parts is None:
-            return None
+            group = self.owner.pgs.groups.get(pg_hex)
+            return "here" if group is not None and group.state == CREATED else None
         if (index >= 0 and index not in parts) or (index < 0 and not parts):
             return "here"  # placed again on this node (a lost one stays in parts till then)
         usable = self._usable(pg_hex, parts)

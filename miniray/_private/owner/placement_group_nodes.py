@@ -19,14 +19,18 @@ borrower's loans (``_check_borrowers``); when it cannot, it fails (``elsewhere``
 detached group in a cluster is held by the node's actor service (``_detached_home``): the
 driver's side asks it (``_create_served``, ``_follow_served``, ``_remove_in_service``), the
 service's side runs it as its own group (``serve_create``, ``serve_remove``;
-docs/detached-placement-groups.md).
+docs/detached-placement-groups.md). A driver on a member (``_far``: its service is the
+head's, on another host) reads the records of the groups that service holds from it
+(``_reserved``, ``served_records``: ``SVC_PG_TABLE``), its node's ledger holding none of
+them.
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
 ``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
 ``_check_borrowers``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``,
 ``_remove_in_service``), the owner (``elsewhere``, not locked), the node's actor service
-(``serve_create``, ``serve_remove``, not locked, on a thread of its own).
+(``serve_create``, ``serve_remove``, ``served_records``, not locked, on a thread of its
+own).
 """
 
 from __future__ import annotations
@@ -41,7 +45,13 @@ from dataclasses import replace
 from miniray._private.core import node_pick, placement
 from miniray._private.host import procinfo
 from miniray._private.owner.placement_group_loans import gone_borrowers
-from miniray._private.owner.placement_group_records import CREATED, PENDING, REMOVED, _Group
+from miniray._private.owner.placement_group_records import (
+    CREATED,
+    PENDING,
+    REMOVED,
+    ServedLease,
+    _Group,
+)
 from miniray._private.transport.node_client import CLUSTER_FILE
 
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
@@ -67,21 +77,63 @@ class PlacementGroupNodes:
 
     # -- detached groups: held by the node's actor service ---------------------------------
     def _detached_home(self) -> str:
-        """*Not locked* (a stat, and a file read for a joined driver). Who holds a detached
-        group this owner creates: "here" (this node's ledger only, as before: not in a
-        cluster, or a driver whose service is the head's, on another host), "service" (the
-        node's actor service, a process as long-lived as the node: ``_create_served``), or
-        "span" (this owner is that service: planned over the cluster like a driver's own
-        group, its bundles on other nodes held by this owner's links). A member's driver
-        keeps "here": its record, ``ready()`` and the table follow its own node's ledger,
-        which would not hold the head's group (docs/detached-placement-groups.md, "Not
-        built", says what it would take)."""
+        """*Not locked* (a stat). Who holds a detached group this owner creates: "here"
+        (this node's ledger only: not in a cluster), "service" (the actor service that
+        serves this driver, a process as long-lived as its node: ``_create_served``; for a
+        driver on a member, the head's, on another host: ``_far``), or "span" (this owner
+        is that service: planned over the cluster like a driver's own group, its bundles on
+        other nodes held by this owner's links)."""
         if self._cluster() is None:
             return "here"
-        link = self.owner.actors.link
-        if link is None:
+        if self.owner.actors.link is None:
             return "span"  # only the node's actor service is joined to a node without one
-        return "here" if link.on_another_host() else "service"
+        return "service"
+
+    def _far(self) -> bool:
+        """*Not locked* (a stat and a file read, once). Whether this driver's actor service
+        is the head's, on another host (a driver on a member): the detached groups it
+        holds are in the head's ledger, not in this node's, so this driver reads their
+        records there (``_reserved``) and borrows room in every bundle of theirs, its own
+        node's too (``RemoteBundles.note_served``, ``everywhere``)."""
+        if self._far_known is None:
+            link = self.owner.actors.link
+            if link is None or self._cluster() is None:
+                return False
+            self._far_known = link.on_another_host()  # a member's head stays on its host
+        return self._far_known
+
+    def _reserved(self, only=None) -> dict:
+        """*Not locked* (a ledger read; for a driver on a member, one request to the
+        head's actor service too). The reserved groups this driver sees, ``{hex: lease}``
+        (a lease's ``group`` is its record): its node's ledger's and, for a driver on a
+        member (``_far``), the detached groups the head's service holds (``SVC_PG_TABLE``;
+        the last answer when it cannot be asked now: a service that cannot answer does
+        not make its groups look removed). ``only``: the groups the caller looks at (the
+        watch's, every WATCH_S); the service is asked only when one of them was among its
+        groups at the last answer."""
+        groups = self.ledger.groups()
+        if not self._far() or (only is not None and not any(
+                hex_ in self._far_held for hex_ in only)):
+            return groups
+        from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
+
+        try:
+            held = self.owner.actors.table_in_service()
+            self._far_held = held
+        except (ServiceUnavailable, OSError):
+            held = self._far_held
+        out = dict(groups)
+        for hex_, record in held.items():
+            out.setdefault(hex_, ServedLease(record))
+        return out
+
+    def served_records(self) -> dict:
+        """*Not locked* (a ledger read). In the node's actor service (``SVC_PG_TABLE``):
+        ``{hex: ledger record}`` of the detached groups this owner holds reserved, for a
+        driver on another host, whose node's ledger does not hold them."""
+        with self.owner.locked():
+            held = {h for h, g in self.groups.items() if g.detached and g.state != REMOVED}
+        return {h: lease.group for h, lease in self.ledger.groups().items() if h in held}
 
     def _create_served(self, hex_: str, bundles, strategy: str, name: str) -> None:
         """*Not locked.* Ask the node's actor service to create and hold the detached group
@@ -144,7 +196,7 @@ class PlacementGroupNodes:
         which the ledger cannot show of a group it never held): if not, it is removed
         here too (``_served_gone``)."""
         try:
-            lease = self.ledger.groups().get(group.hex)
+            lease = self._reserved().get(group.hex)
         except (OSError, ValueError):
             return
         if lease is None:  # still pending in the service: tried again every RETRY_S
@@ -158,9 +210,10 @@ class PlacementGroupNodes:
                 held = self.owner.actors.group_state_in_service(group.hex)
             except (ServiceUnavailable, OSError):
                 return  # asked again later
-            if held is None and group.hex not in self.ledger.groups():
+            if held is None and group.hex not in self._reserved():
                 self._served_gone(group)
             return
+        far = self._far()
         with self.owner.locked():
             if group.state != PENDING:
                 return
@@ -168,7 +221,7 @@ class PlacementGroupNodes:
             group.nodes = list(lease.group.get("nodes") or ()) or None
             remote = self.owner.remote_nodes
             if remote is not None and group.nodes:  # its tasks there borrow room (step 8)
-                remote.bundles.note_served(group.hex, group.nodes)
+                remote.bundles.note_served(group.hex, group.nodes, everywhere=far)
             ready, group.ready_ids = group.ready_ids, []
             self._set_ready(ready, group)
             self.owner.wake_dispatch()
@@ -278,7 +331,7 @@ class PlacementGroupNodes:
         if remote is not None and hex_ in remote.bundles.served:
             return
         try:
-            lease = self.ledger.groups().get(hex_)
+            lease = self._reserved().get(hex_)
         except (OSError, ValueError):
             return
         if lease is not None:
@@ -305,7 +358,7 @@ class PlacementGroupNodes:
                 return
             if held is None:  # never, or removed by another driver since it was noted
                 try:
-                    gone = hex_ not in self.ledger.groups()
+                    gone = hex_ not in self._reserved()
                 except (OSError, ValueError):
                     return  # cannot tell now: asked again after STATE_ASK_S
                 if gone or not noted:
@@ -333,8 +386,7 @@ class PlacementGroupNodes:
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
 
         try:
-            if not link.on_another_host():
-                self.owner.actors.remove_group_in_service(hex_)
+            self.owner.actors.remove_group_in_service(hex_)
         except (ServiceUnavailable, OSError):
             pass
 
@@ -344,9 +396,17 @@ class PlacementGroupNodes:
         actor service holds, or another driver's own group, that driver listening on its
         state socket (``_lender_of``, ``remote_bundles`` step 9); if so, noted
         (``RemoteBundles.note_served``): this driver's tasks there borrow room from the
-        lender, its actors there are the service's (a detached group's only)."""
+        lender, its actors there are the service's (a detached group's only). For a
+        driver on a member (``_far``), a group the head's service holds is noted whatever
+        its bundles' nodes: its own node's ledger provides none of them, so its tasks
+        borrow room in each."""
         record = lease.group
         nodes = list(record.get("nodes") or ())
+        if self._far() and record.get("detached") and nodes and hex_ in self._far_held:
+            cluster = self._cluster()
+            with self.owner.locked():
+                cluster.bundles.note_served(hex_, nodes, everywhere=True)
+            return True
         lender = None
         if record.get("detached"):
             served = self._detached_home() == "service"
@@ -474,10 +534,12 @@ class PlacementGroupNodes:
         if parsed is None:
             return None
         pg_hex, index, _base = parsed
-        lease = self.ledger.groups().get(pg_hex)
+        lease = self._reserved().get(pg_hex)
         if lease is None:
             return None
         record = lease.group
+        if isinstance(lease, ServedLease) and self._note_if_served(pg_hex, lease):
+            return None  # the head's service holds it: its tasks borrow room in each bundle
         nodes = list(record.get("nodes") or [])
         bound = placement.bundle_elsewhere(index, nodes, self.node_id)
         if not bound:
@@ -490,16 +552,6 @@ class PlacementGroupNodes:
         if self._note_if_served(pg_hex, lease):
             return None  # its tasks there borrow room from its lender
         if record.get("detached"):
-            actors = ("run the work in an actor with a name or lifetime='detached' (the "
-                      f"service runs those in any bundle of the group){hint}")
-            if self._detached_home() == "here":  # the service is the head's, elsewhere
-                return (f"The task asks for {what} of detached placement group '{name}' "
-                        f"({where}). Those bundles are held by the cluster's actor "
-                        "service, and a driver's task borrows a bundle's room from the "
-                        "service of its own node; this driver's node is a member whose "
-                        "actor service is the head's, on another host, so no task of this "
-                        "driver can run there. Run this driver on the head's host, or "
-                        f"{actors}.")
             return (f"The task asks for {what} of detached placement group '{name}' "
                     f"({where}); those bundles are held by an actor service this driver "
                     f"cannot borrow from. Run the work in an actor with a name or "

@@ -5,7 +5,8 @@ Owns: the state names (PENDING, CREATED, REMOVED, RESCHEDULING, Ray's), ``_Group
 this driver created: bundles, strategy, each bundle's node, attempts, ready objects) and its
 ``record`` (what the ledger keeps of it, which every driver reads), ``table_entry`` (one
 group in Ray's ``placement_group_table()`` layout) and ``state_row`` (one group as a row of
-Ray's ``list_placement_groups``). Pure: no lock, no I/O.
+Ray's ``list_placement_groups``), and ``ServedLease`` (a record the head's actor service
+sent, read as a ledger lease is). Pure: no lock, no I/O.
 Does not own: reserving, retrying or removing groups (``placement_groups.py``), the ledger.
 Called by: ``placement_groups.PlacementGroups`` and its mixin ``placement_group_nodes.py``,
 ``state_records.py`` (this driver's pending groups) and ``state_api.py`` (the ledger's).
@@ -63,6 +64,16 @@ class _Group:
                 "created_at": self.created_at,
                 "scheduled_at": self.scheduled_at, "attempts": self.attempts,
                 "job_id": ids.JOB_ID}
+
+
+class ServedLease:
+    """A reserved group's ledger record as the head's actor service sends it to a driver on
+    another host (``SVC_PG_TABLE``): read where a ledger lease is (its ``group``)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self, record: dict[str, Any]):
+        self.group = record
 
 
 def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:

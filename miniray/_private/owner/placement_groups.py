@@ -21,8 +21,10 @@ A detached group in a cluster is held by the node's actor service, which lives a
 the node (``placement_group_nodes._detached_home``): a driver asks the service to create it
 (``_create_served``; its record here follows the ledger) and to remove it
 (``_remove_in_service``), and the service creates it as its own group, across nodes; outside
-a cluster, or from a driver whose service is the head's on another host, it stays on this
-node. Bundles whose node died are placed again from the watch (``placement_group_nodes.py``).
+a cluster it stays on this node. A driver on a member, whose service is the head's on
+another host, reads the records of the groups it holds there beside this node's ledger
+(``_reserved``). Bundles whose node died are placed again from the watch
+(``placement_group_nodes.py``).
 
 ::
 
@@ -87,6 +89,8 @@ class PlacementGroups(PlacementGroupNodes):
         self._watch_armed = False
         self._serving: set[str] = set()  # the actor service: detached groups being created
         self._doomed: set[str] = set()  # of those, the ones removed meanwhile
+        self._far_known: bool | None = None  # the service is the head's, on another host
+        self._far_held: dict = {}  # then: the service's reserved groups, as last read
 
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:
@@ -263,7 +267,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* The id of an object that becomes ``handle`` once the group is
         reserved (at once if it is), or holds TaskPlacementGroupRemoved."""
         object_id = ids.new_put_id()
-        reserved = hex_ in self.ledger.groups()
+        reserved = hex_ in self._reserved()
         with self.owner.locked():
             self.owner.objects.ensure(object_id)
             group = self.groups.get(hex_)
@@ -301,7 +305,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* CREATED, PENDING, REMOVED, or None (never known here)."""
         group = self.groups.get(hex_)
         before = None if group is None else group.state  # read before the ledger: a group
-        if hex_ in self.ledger.groups():  # reserved between the two reads is not "removed"
+        if hex_ in self._reserved():  # reserved between the two reads is not "removed"
             return CREATED
         if group is None:
             return None
@@ -385,7 +389,7 @@ class PlacementGroups(PlacementGroupNodes):
     def _check_used(self, used: set) -> None:
         """*Not locked.* End this owner's work in the groups of ``used`` that are gone."""
         try:
-            reserved = self.ledger.groups()
+            reserved = self._reserved(only=used)
         except (OSError, ValueError):  # the node's ledger went with the node
             return
         gone = []
@@ -424,7 +428,7 @@ class PlacementGroups(PlacementGroupNodes):
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
             return False
-        return hex_ not in self.ledger.groups()
+        return hex_ not in self._reserved()
 
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
@@ -444,7 +448,7 @@ class PlacementGroups(PlacementGroupNodes):
 
     def _reserved_named(self, name: str) -> tuple[str, list] | None:
         """*Not locked.* ``lookup`` in the ledger (a served group found there is noted)."""
-        for hex_, lease in self.ledger.groups().items():
+        for hex_, lease in self._reserved().items():
             if name and lease.group.get("name") == name:
                 self._note_if_served(hex_, lease)
                 return hex_, lease.group["bundles"]
@@ -454,7 +458,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* Every group known here: the node's reserved ones (any driver's),
         then this driver's pending and removed ones."""
         out = {}
-        for hex_, lease in self.ledger.groups().items():
+        for hex_, lease in self._reserved().items():
             out[hex_] = table_entry(lease.group, RESCHEDULING if lease.group.get(
                 "rescheduling") else CREATED)
         for group in list(self.groups.values()):
@@ -470,7 +474,7 @@ class PlacementGroups(PlacementGroupNodes):
         group = self.groups.get(hex_)
         if group is not None:
             return group.bundles
-        lease = self.ledger.groups().get(hex_)
+        lease = self._reserved().get(hex_)
         return None if lease is None else lease.group["bundles"]
 
     def statistics(self) -> dict[str, int]:

@@ -90,7 +90,10 @@ Steps for group G of driver D with bundle i planned on node N::
    ``done`` queues ``SVC_PG_RETURN`` (S: ``return_room``); ``requeue`` (the node died)
    makes it wait for a new loan; ``removed`` fails the waiting ones. S drops the loans of
    a driver whose link closed (``drop_loans``) and a removed group's. An actor of E
-   there (``serves``) is created in S, as a named one is.
+   there (``serves``) is created in S, as a named one is. A driver on a member, whose S
+   is the head's on another host, borrows in every bundle of such a group, its own
+   node's too (``served_everywhere``); S's "here" (a bundle on the head) runs its task
+   on the head under a lease of its request there (``_run_on_head``).
 
 9. A task of another driver E of D's node (same host, same user) in a bundle on another
    node of D's own group (not detached): as step 8, with D as the lender. E finds the
@@ -202,6 +205,8 @@ class RemoteBundles(BundleLoans):
         # their bundles on another node; loans to give back; the thread that asks.
         self.served: dict[str, list] = {}
         self.served_pending: set[str] = set()  # served, not reserved yet: actors go to S
+        # served by the head's service, on another host: every bundle's room is borrowed
+        self.served_everywhere: set[str] = set()
         self.served_asked: dict[str, float] = {}  # hex -> when S last said it holds it
         self.served_waiting: dict[str, collections.deque] = {}
         # Step 9: served groups that another driver of this node lends (hex -> its state
@@ -529,6 +534,7 @@ class RemoteBundles(BundleLoans):
             del self.borrowed[actor_id]
         self.served.pop(pg_hex, None)
         self.lenders.pop(pg_hex, None)
+        self.served_everywhere.discard(pg_hex)
         self.served_pending.discard(pg_hex)
         self.served_asked.pop(pg_hex, None)
         for loan_id in [i for i, loan in self.lent_out.items() if loan[0].pg_hex == pg_hex]:

@@ -428,6 +428,8 @@ class RemoteNodes(RemoteOffload):
                                 "the driver is shutting down"))
                     if bundle is not None:
                         self.bundles.done(task, bundle)
+                    elif task.spec.placement is not None:  # run on the head (step 8)
+                        self.bundles.ended_on_head(task)
                     if not died and not self._closed and not owner.closed:
                         self._spill_more(task.key)
                 if results is not None:  # not completed here (done already, shut down):
