@@ -534,7 +534,9 @@ class PlacementGroupNodes:
         if parsed is None:
             return None
         pg_hex, index, _base = parsed
-        lease = self._reserved().get(pg_hex)
+        lease = self.ledger.groups().get(pg_hex)  # a group of this node: the head not asked
+        if lease is None:
+            lease = self._reserved().get(pg_hex)
         if lease is None:
             return None
         record = lease.group

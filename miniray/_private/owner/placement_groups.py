@@ -382,9 +382,23 @@ class PlacementGroups(PlacementGroupNodes):
                 used |= set(bundles.groups) | set(bundles.served_waiting) | {
                     h for h, tasks in bundles.running.items() if tasks}
             if used:
-                self.owner.defer(lambda: self._check_used(used))
+                self.owner.defer(lambda: self._start_check(used))
 
         self.owner.reactor.call_later(self.WATCH_S, tick)
+
+    def _start_check(self, used: set) -> None:
+        """*Not locked* (the I/O thread, after the tick). The watch's checks read ledgers,
+        done here; when they may ask the node's actor service (a driver on a member, whose
+        service is the head's on another host, or actors lent room in remote bundles),
+        whose answer can take up to the link's request timeout, they run on a thread of
+        their own: the I/O thread never waits for another process's answer. One at a
+        time either way: the check arms the next tick when it ends."""
+        remote = self.owner.remote_nodes
+        if self._far() or (remote is not None and remote.bundles.loans):
+            threading.Thread(target=self._check_used, args=(used,), daemon=True,
+                             name="miniray-pg-watch").start()
+        else:
+            self._check_used(used)
 
     def _check_used(self, used: set) -> None:
         """*Not locked.* End this owner's work in the groups of ``used`` that are gone."""
@@ -427,6 +441,8 @@ class PlacementGroups(PlacementGroupNodes):
         nor pending here (removed, by any driver, or its holder is gone)."""
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
+            return False
+        if hex_ in self.ledger.groups():  # a group of this node: no need to ask the head
             return False
         return hex_ not in self._reserved()
 
