@@ -143,6 +143,7 @@ def test_a_worker_that_does_not_answer_does_not_hold_init(ray_start, monkeypatch
     # the round before sending it; 0.5 s sends it, and the 3 s answer still comes late.
     monkeypatch.setattr(runtime, "WARM_UP_WAIT_S", 0.5)
     monkeypatch.setattr(runtime, "PRESTART_WAIT_S", 60.0)  # a first lease, even loaded
+    monkeypatch.setenv("MINIRAY_LEASE_KEEP_MS", "60000")  # the idle lease outlives the bound
     trips = _record_trips(monkeypatch)
 
     caplog.set_level(logging.ERROR)
