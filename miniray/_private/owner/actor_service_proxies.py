@@ -127,8 +127,14 @@ class ServiceProxies:
         pg_hex, index, base = placement.bundle_request(spec.placement)
         held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
         while True:
-            doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
-                                   base=base, held=held, actor=spec.actor_id.hex())
+            try:
+                doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
+                                       base=base, held=held, actor=spec.actor_id.hex())
+            except (OSError, TimeoutError) as error:
+                raise RuntimeError(
+                    f"actor {spec.class_name}: the driver that holds its placement group "
+                    f"did not answer for room in its bundle ({error}); the group may have "
+                    "been removed") from None
             if "error" in doc:
                 raise RuntimeError(doc["error"])
             loan = doc.get("loan")
