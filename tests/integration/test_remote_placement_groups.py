@@ -362,7 +362,9 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
 
 # A driver on the head's host holding STRICT_SPREAD groups of two one-CPU bundles named
 # by argv, that answers each line of its stdin: "run NAME" (a task in NAME's bundle on the
-# member, 30 s at most: its node's IP), "remove NAME", anything else ends it.
+# member, 30 s at most: its node's IP), "start NAME" (such a task, not waited for; answers
+# whether it ended within 2 s), "finish" (the started task's IP), "remove NAME", anything else
+# ends it.
 HOLDER = """
     import json, sys, time
     import miniray as ray
@@ -388,6 +390,17 @@ HOLDER = """
             except Exception as error:
                 answer = type(error).__name__
             print(json.dumps({"run": answer}), flush=True)
+        elif what == "start":
+            strategy = PlacementGroupSchedulingStrategy(groups[name], 1)
+            started = ip_of.options(scheduling_strategy=strategy).remote()
+            print(json.dumps({"ended": bool(ray.wait([started], timeout=2.0)[0])}),
+                  flush=True)
+        elif what == "finish":
+            try:
+                answer = ray.get(started, timeout=30)
+            except Exception as error:
+                answer = type(error).__name__
+            print(json.dumps({"finish": answer}), flush=True)
         elif what == "remove":
             remove_placement_group(groups[name])
             print(json.dumps({"removed": name}), flush=True)
@@ -563,6 +576,101 @@ def test_another_drivers_tasks_in_a_members_bundle_fail_when_the_group_goes(host
         finally:
             stop_driver(other)
     finally:
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+
+
+def test_another_drivers_actors_run_in_a_bundle_the_creator_holds_on_a_member(hosts):
+    """As in Ray, another driver of the creator's node creates actors (a named one too) in
+    the group's bundle on the member: each runs there in room the creator lends it, held
+    for the actor's life (the creator's own task there waits until the actor is killed,
+    then runs) and given back when that driver exits; the creator's removal of the group
+    kills the actor there (its calls raise ActorDiedError)."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "a", "b")
+    try:
+        other = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        def actor_in(group, **options):
+            return Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, 1), **options).remote()
+
+        plain = actor_in(pg)
+        print(json.dumps({"plain": run(plain.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator's task in bundle 1 of a waits
+        ray.kill(plain)
+        print(json.dumps({"killed": run(plain.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator's task ran
+        named = actor_in(pg, name="lent")
+        kept = actor_in(get_placement_group("b"))
+        print(json.dumps({"named": run(named.ip.remote()), "kept": run(kept.ip.remote())}),
+              flush=True)
+        sys.stdin.readline()  # the creator removed a
+        print(json.dumps({"removed": run(named.ip.remote())}), flush=True)
+        sys.stdin.readline()
+        ray.shutdown()  # the actor in b ends: its room is the creator's again
+        """, hosts, "a")
+        try:
+            assert json_line(other, 90) == {"plain": MEMBER}
+            assert _tell(creator, "start a") == {"ended": False}  # the actor holds the CPU
+            doc = go_on(other, 60)
+            assert doc == {"killed": "ActorDiedError"}, doc
+            assert _tell(creator, "finish") == {"finish": MEMBER}
+            doc = go_on(other, 90)
+            assert doc == {"named": MEMBER, "kept": MEMBER}, doc
+            assert _tell(creator, "remove a") == {"removed": "a"}
+            doc = go_on(other, 60)
+            assert doc == {"removed": "ActorDiedError"}, doc
+            other.stdin.write("\n")
+            other.stdin.flush()
+            assert other.wait(60) == 0
+        finally:
+            stop_driver(other)
+        assert _tell(creator, "run b") == {"run": MEMBER}
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+
+
+def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(hosts):
+    """Another driver's actor (named) in the creator's bundle on the member dies when the
+    creator ends (its group goes with it): its calls raise ActorDiedError, and nothing is
+    left on the member."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "c")
+    other = None
+    try:
+        other = _driver_with("""
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        actor = Where.options(name="lent", scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()
+        print(json.dumps({"there": run(actor.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator was killed: the actor dies soon after
+        deadline = time.monotonic() + 30
+        while (answer := run(actor.ip.remote())) == "127.0.0.2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({"gone": answer}), flush=True)
+        ray.shutdown()
+        """, hosts, "c")
+        assert json_line(other, 90) == {"there": MEMBER}
+        stop_driver(creator)  # its group goes with it
+        doc = go_on(other, 60)
+        assert doc == {"gone": "ActorDiedError"}, doc
+        assert other.wait(30) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
 

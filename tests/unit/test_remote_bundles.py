@@ -540,7 +540,9 @@ def test_a_borrower_asks_the_lending_driver_and_gives_each_loan_back_to_its_lend
     book = RemoteBundles(owner, nodes)
     book._kick = lambda: None
     book.note_served(H, ["head", "member"], "/s/d.sock")
-    assert not book.serves(placement.rewrite_request({"CPU": 1}, H, 1))  # no actor: S's
+    there, here = (placement.rewrite_request({"CPU": 1}, H, i) for i in (1, 0))
+    assert book.serves(there) and book.actor_lender(there) == "/s/d.sock"  # S, lent by D
+    assert not book.serves(here) and book.actor_lender(here) is None  # this node's ledger
     assert book._ask_lender(H, 1, {"CPU": 1.0}) == (("/s/d.sock", 5), 1, member, ["0"])
     assert asked[0] == ("/s/d.sock", "pg_lend", {"pg": H, "index": 1, "base": {"CPU": 1.0}})
     assert book._ask_lender(H, 1, {"CPU": 1.0}) is None  # on a node not alive here
@@ -617,3 +619,46 @@ def test_the_service_answers_here_for_its_group_with_no_bundle_on_other_nodes():
     book = RemoteBundles(owner, nodes)
     assert book.lend_room(H, 0, {"CPU": 1.0}, "far") == "here"
     assert book.lend_room("cd" * 18, 0, {"CPU": 1.0}, "far") is None
+
+
+def test_a_driver_lends_an_actors_room_kept_while_the_service_holds_it():
+    from miniray._private.owner import placement_group_loans as loans
+
+    book, owner, nodes = _book(has_local=True)  # the creating driver's own group
+    owner.remote_nodes = types.SimpleNamespace(bundles=book)
+    owner.note_placement_use = lambda: None
+    actor = b"\x01" * 4
+    lend = {"what": "pg_lend", "pg": H, "index": -1, "base": {"CPU": 1}, "held": {"CPU": 1},
+            "actor": actor.hex()}
+    assert loans.answer_borrower(owner, lend, 4242) == {"loan": [1, "member", []]}
+    assert loans.answer_borrower(owner, lend, 4242) == {"loan": [1, "member", []]}  # again
+    assert book.groups[H][1].free == {"CPU": 0.0} and set(book.loans) == {actor}
+    assert book.actor_loans_unsent == {actor: loans.borrower_token(4242)}
+    assert loans.answer_borrower(owner, dict(lend, index=0), 4242) == {"loan": "here"}
+    # Not created in the service: the room comes back (from the borrower only).
+    kept = {"what": "pg_kept", "actor": actor.hex(), "kept": False}
+    loans.answer_borrower(owner, kept, 4343)
+    assert set(book.loans) == {actor}
+    loans.answer_borrower(owner, kept, 4242)
+    assert book.loans == {} and book.groups[H][1].free == {"CPU": 1.0}
+    # Created: the loan is the group watch's (SVC_ALIVE) from then on, the borrower's end
+    # no longer gives it back; the actor's end does (end_loan), and the lender's own task
+    # runs in its room.
+    loans.answer_borrower(owner, lend, 4242)
+    loans.answer_borrower(owner, dict(kept, kept=True), 4242)
+    assert book.actor_loans_unsent == {} and set(book.loans) == {actor}
+    assert book.drop_loans(loans.borrower_token(4242)) == 0
+    own = _task("own", {"CPU": 1}, 1)
+    assert book.submit(own) and nodes.started == []
+    book.end_loan(actor)
+    assert nodes.started == [("own", 1)]
+    # A borrower that died before saying: its loan comes back with its others.
+    other = b"\x02" * 4
+    loans.answer_borrower(owner, dict(lend, actor=other.hex(), index=2), 77)
+    assert book.groups[H][2].free == {"CPU": 0.0}
+    assert book.drop_loans(loans.borrower_token(77)) == 1
+    assert book.groups[H][2].free == {"CPU": 1.0} and book.loans == {}
+    # The group's removal forgets an unsent one too.
+    loans.answer_borrower(owner, lend, 4242)
+    book.removed(H)
+    assert book.loans == {} and book.actor_loans_unsent == {}

@@ -3,7 +3,8 @@
 Owns: the methods of ``actors.ActorManager`` (a mixin of it: the state is the manager's,
 made in ``ActorManager.__init__``) for a driver joined to a node, whose named and detached
 actors live in the node's actor service: the requests made there without the owner's lock
-(create, with a bundle of this driver's on another node lent for it; lookup; list; kill;
+(create, with room in a bundle on another node lent for it: of this driver's group, or
+borrowed from another driver of this node that holds the group; lookup; list; kill;
 a detached placement group's creation and removal, which the service holds in a cluster,
 and the loans of its room for this driver's tasks),
 the values of ObjectRef arguments that go with a request or a call (``export``,
@@ -28,12 +29,15 @@ locked), the link (``export``, ``nested_ids``).
 
 from __future__ import annotations
 
+import logging
 import time
 
 from miniray._private.core import placement, protocol, runtime_envs
 from miniray._private.core.task_spec import ActorCreationSpec
 from miniray._private.owner.actor_records import A_ALIVE, _Actor
 from miniray._private.owner.object_table import PENDING, READY
+
+logger = logging.getLogger(__name__)
 
 
 class ServiceProxies:
@@ -51,7 +55,9 @@ class ServiceProxies:
         try:
             return self._create_in_service(spec, lent)
         finally:
-            if lent is not None:
+            if lent is not None and "lender" in lent:  # lent by another driver: told
+                self._tell_lender(spec, lent)
+            elif lent is not None:
                 with owner.locked():
                     bundles = self._remote_actors().nodes.bundles
                     if lent.get("kept"):
@@ -72,6 +78,11 @@ class ServiceProxies:
         ends with the group all the same (the service ties it to this driver)."""
         owner = self.owner
         deadline = time.monotonic() + self.LEND_WAIT_S
+        with owner.locked():
+            remote = owner.remote_nodes
+            lender = remote.bundles.actor_lender(spec.placement) if remote else None
+        if lender is not None:
+            return self._borrow_for_actor(spec, lender, deadline)
         far = None
         while True:
             with owner.locked():
@@ -100,6 +111,68 @@ class ServiceProxies:
                     f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
                     "there, or create it once a task in that bundle ended")
             time.sleep(0.05)
+
+    def _borrow_for_actor(self, spec: ActorCreationSpec, lender: str,
+                          deadline: float) -> dict | None:
+        """*Not locked.* An actor in a bundle on another node of another driver D's group
+        (``placement_group_loans`` step 6): its room borrowed from D (``pg_lend`` with the
+        actor's id, on D's state socket; waiting up to LEND_WAIT_S for room), "any
+        bundle" made the bundle picked, and ``spec.lent`` set for the service, as
+        ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
+        on this node now (the service's ledger places it there). Raises, naming why, when
+        no room comes in time or D does not answer."""
+        from miniray._private.owner.placement_group_loans import LEND_ASK_S
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
+
+        pg_hex, index, base = placement.bundle_request(spec.placement)
+        held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
+        while True:
+            try:
+                doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
+                                       base=base, held=held, actor=spec.actor_id.hex())
+            except (OSError, TimeoutError) as error:
+                raise RuntimeError(
+                    f"actor {spec.class_name}: the driver that holds its placement group "
+                    f"did not answer for room in its bundle ({error}); the group may have "
+                    "been removed") from None
+            if "error" in doc:
+                raise RuntimeError(doc["error"])
+            loan = doc.get("loan")
+            if loan == "here":
+                return None
+            if isinstance(loan, list):
+                picked, node_id, gpu_ids = loan
+                entry = next((e for e in self.owner.remote_nodes.view()
+                              if e.node_id == node_id and e.alive), None)
+                if entry is not None:
+                    if index < 0:  # the service borrows the very bundle picked there
+                        spec.placement = placement.rewrite_request(base, pg_hex, picked)
+                        spec.held = placement.rewrite_request(held, pg_hex, picked)
+                    spec.lent = (entry, list(gpu_ids), False)
+                    return {"lender": lender, "kept": False}
+                self._tell_lender(spec, {"lender": lender, "kept": False})
+                raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
+                                   "node is not in this driver's view of the cluster")
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"actor {spec.class_name}: its placement group bundle on another node "
+                    f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
+                    "there, or create it once a task in that bundle ended")
+            time.sleep(0.05)
+
+    def _tell_lender(self, spec: ActorCreationSpec, lent: dict) -> None:
+        """*Not locked.* Tell the driver that lent an actor's room whether the service took
+        the actor (it keeps the room while the service holds it alive) or not (the room
+        goes back); one that does not answer gives it back itself when this driver ends."""
+        from miniray._private.owner.placement_group_loans import LEND_ASK_S
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
+
+        try:
+            state_socket.ask(lent["lender"], LEND_ASK_S, "pg_kept",
+                             actor=spec.actor_id.hex(), kept=bool(lent.get("kept")))
+        except (OSError, TimeoutError):
+            logger.warning("actor %s: the lending driver was not told of it",
+                           spec.actor_id.hex()[:12], exc_info=True)
 
     def _create_in_service(self, spec: ActorCreationSpec, lent: dict | None) -> bytes:
         owner = self.owner

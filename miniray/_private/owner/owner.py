@@ -565,8 +565,9 @@ class Owner(OwnerLeases, OwnerEvents):
 
     def serves_bundle(self, request: dict) -> bool:
         """*Locked.* Whether a (rewritten) placement request is in a bundle on another node
-        of a detached group the node's actor service holds (``remote_bundles`` step 8): an
-        actor there is the service's, as a named one is."""
+        of a detached group the node's actor service holds (``remote_bundles`` step 8), or
+        of another driver's group of this node (step 9): an actor there is the service's,
+        as a named one is."""
         return self.remote_nodes is not None and self.remote_nodes.bundles.serves(request)
 
     def in_remote_bundle(self, request: dict) -> bool:

@@ -12,7 +12,8 @@ business (``_served_remote``, ``serves``), the tasks waiting for a loan and the 
 asks its lender for them and gives them back (``_borrow_loop``, ``_ask_lender``, ``_lent``).
 A lender's side (S, or D): the loans it made, each of one task's request of one bundle, to
 which driver (``lend_room``, ``return_room``, ``drop_loans``; D: ``answer_borrower`` on its
-state socket, and ``gone_borrowers``: the borrowers that died).
+state socket, and ``gone_borrowers``: the borrowers that died), and D's loans for another
+driver's actors until the service holds them (``lend_actor_room``, ``actor_kept``).
 Does not own: the bundles' leases, their room and the tasks once started
 (``remote_bundles.py``), the requests' wire (``actor_service_proxies.py``,
 ``node/actor_service.py``, ``transport/state_socket.py``), the group's record
@@ -41,6 +42,13 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        process gone (``gone_borrowers``: E's pid and start time, read from D's socket).
        G removed (by any driver, or D ended): the lender forgets G's loans, E's watch
        fails E's tasks in G (``RemoteBundles.removed``: the ledger no longer holds G).
+    6. An actor of E in D's bundle on N (``remote_bundles`` step 9): E asks D
+       (``pg_lend`` with the actor's id and ``held``; ``actor_lender``,
+       ``ActorManager._borrow_for_actor``), D takes its room as for a named actor of its
+       own (``lend_actor_room``: ``take``, ``lend``) and answers ``(index, node id, GPU
+       ids)``; E creates it in S with ``spec.lent`` and says whether S took it
+       (``pg_kept``: ``actor_kept``). D's watch then keeps the room while S holds the
+       actor alive; before that it is E's (``actor_loans_unsent``, ``drop_loans``).
 """
 
 from __future__ import annotations
@@ -82,20 +90,39 @@ def answer_borrower(owner, request: dict, pid: int) -> dict:
     """*Not locked* (the state socket's thread, ``transport/state_socket.py``). A driver
     lender's side of step 2 and 4 for the driver ``pid`` of this node: ``pg_lend`` (``pg``,
     ``index``, ``base``) answers ``{"loan": [loan id, index, node id, GPU ids]}``, None or
-    "here", as ``lend_room``; ``pg_return`` (``loan``) gives back a loan made to ``pid``."""
+    "here", as ``lend_room``; ``pg_return`` (``loan``) gives back a loan made to ``pid``.
+    An actor's loan (step 6): ``pg_lend`` with ``actor`` (its id, hex) and ``held``
+    answers ``{"loan": [index, node id, GPU ids]}``, None or "here" (``lend_actor_room``);
+    ``pg_kept`` (``actor``, ``kept``) says whether the service took the actor."""
     token = borrower_token(pid)
+    what = request.get("what")
     with owner.locked():
         remote = owner.remote_nodes
         if remote is None:
             return {"loan": None}
         bundles = remote.bundles
-        if request.get("what") == "pg_return":
+        if what == "pg_return":
             loan_id = int(request["loan"])
             loan = bundles.lent_out.get(loan_id)
             if loan is not None and loan[2] == token:
                 bundles.return_room(loan_id)
             return {"loan": None}
+        if what == "pg_kept":
+            bundles.actor_kept(bytes.fromhex(str(request["actor"])), bool(request["kept"]),
+                               token)
+            if request["kept"]:
+                owner.note_placement_use()  # the group watch follows the loan
+            return {"loan": None}
         base = {str(k): float(v) for k, v in dict(request["base"]).items()}
+        if request.get("actor"):
+            held = {str(k): float(v) for k, v in dict(request.get("held") or {}).items()}
+            answer = bundles.lend_actor_room(
+                str(request["pg"]), int(request["index"]), base, held,
+                bytes.fromhex(str(request["actor"])), token)
+            if isinstance(answer, tuple):
+                index, entry, gpu_ids = answer
+                answer = [index, entry.node_id, list(gpu_ids)]
+            return {"loan": answer}
         answer = bundles.lend_room(str(request["pg"]), int(request["index"]), base, token)
     if isinstance(answer, tuple):
         loan_id, index, entry, gpu_ids = answer
@@ -134,13 +161,22 @@ class BundleLoans:
         """*Locked.* Whether an actor of this placement ``request`` is in a served group's
         bundle on another node (or "any bundle" of one with none here), or in any bundle
         of a served group not reserved yet: the node's actor service creates it, as its
-        own (``ActorManager.is_node_actor``)."""
+        own (``ActorManager.is_node_actor``; in another driver's group, in room that
+        driver lends: ``actor_lender``)."""
         parsed = placement.bundle_request(request)
         if parsed is not None and parsed[0] in self.served_pending:
             return True
-        if parsed is not None and parsed[0] in self.lenders:
-            return False  # a driver's group: the service cannot place actors in it
-        return self._served_remote(request, spill=False)
+        return self._served_remote(request, spill=False)  # a driver's group: room it lends
+
+    def actor_lender(self, request) -> str | None:
+        """*Locked.* The state socket of the driver that lends room for an actor of this
+        placement ``request`` (step 6: a bundle on another node of that driver's group),
+        or None."""
+        parsed = placement.bundle_request(request)
+        lender = self.lenders.get(parsed[0]) if parsed is not None else None
+        if lender is None or not self._served_remote(request, spill=False):
+            return None
+        return lender
 
     def _served_remote(self, request, spill: bool) -> bool:
         """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
@@ -425,8 +461,52 @@ class BundleLoans:
 
     def drop_loans(self, token) -> int:
         """*Locked.* A lender's side: the driver ``token`` left (the service: its link
-        closed; a driver: ``gone_borrowers``); its loans come back."""
+        closed; a driver: ``gone_borrowers``); its loans come back, and so does the room of
+        its actors the service was not known to hold yet (``lend_actor_room``)."""
         ended = [i for i, loan in self.lent_out.items() if loan[2] == token]
         for loan_id in ended:
             self.return_room(loan_id)
-        return len(ended)
+        unsent = [a for a, t in self.actor_loans_unsent.items() if t == token]
+        for actor_id in unsent:
+            del self.actor_loans_unsent[actor_id]
+            self.end_loan(actor_id)
+        return len(ended) + len(unsent)
+
+    # -- step 6: another driver's actor in this driver's bundle --------------------------
+    def lend_actor_room(self, pg_hex: str, index: int, base: dict, held: dict,
+                        actor_id: bytes, token):
+        """*Locked.* A driver lender's side of an actor's loan (the module docstring's
+        step 6): room for actor ``actor_id`` of the driver ``token`` in bundle ``index``
+        (-1: any) of this driver's group, taken as for a named actor of its own (``take``,
+        ``lend``: kept while the node's actor service holds the actor alive), ``held`` of
+        it kept for the actor's life: ``(bundle index, NodeEntry, GPU ids)``; None (no room
+        now), or "here" (as ``lend_room``). Until the borrower says the service took the
+        actor (``actor_kept``) the loan is the borrower's: its end gives it back."""
+        parts = self.groups.get(pg_hex)
+        if parts is None or (index >= 0 and index not in parts) or (index < 0 and not parts):
+            return self.lend_room(pg_hex, index, base, token)  # "here" or None, no loan
+        if actor_id in self.loans:  # asked again (its answer was lost): the same room
+            bundle = self.loans[actor_id][0]
+            return bundle.index, bundle.entry, bundle.gpus_of(actor_id)
+        usable = self._usable(pg_hex, parts)  # "any bundle": one of these, with room
+        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
+                                       {i: b.gpu_free for i, b in usable.items()})
+        bundle = None if picked is None else self.take(
+            placement.rewrite_request(base, pg_hex, picked),
+            placement.rewrite_request(held, pg_hex, picked), actor_id)
+        if bundle is None:
+            return None
+        self.lend(actor_id, bundle, placement.rewrite_request(held, pg_hex, bundle.index))
+        self.actor_loans_unsent[actor_id] = token
+        return bundle.index, bundle.entry, bundle.gpus_of(actor_id)
+
+    def actor_kept(self, actor_id: bytes, kept: bool, token) -> None:
+        """*Locked.* A driver lender's side: the borrower ``token`` created actor
+        ``actor_id`` in the node's actor service in the room lent (``kept``: from now on
+        the group watch keeps it while the service holds the actor alive), or could not
+        (its room comes back). Only from the borrower it was lent to."""
+        if self.actor_loans_unsent.get(actor_id) != token:
+            return
+        del self.actor_loans_unsent[actor_id]
+        if not kept:
+            self.end_loan(actor_id)

@@ -443,7 +443,8 @@ class PlacementGroupNodes:
         its node whose process is gone come back (``remote_bundles`` step 9: a borrower
         that ended without giving them back, killed mid-task)."""
         with self.owner.locked():
-            tokens = [loan[2] for loan in remote.bundles.lent_out.values()]
+            tokens = [loan[2] for loan in remote.bundles.lent_out.values()] + list(
+                remote.bundles.actor_loans_unsent.values())
         gone = gone_borrowers(tokens, procinfo.is_alive)
         if gone:
             with self.owner.locked():
@@ -617,8 +618,11 @@ class PlacementGroupNodes:
         for all of them (SVC_ALIVE)."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
 
-        with self.owner.locked():
-            asks = list(remote.bundles.loans)
+        with self.owner.locked():  # an actor another driver is still creating: not yet
+            unsent = remote.bundles.actor_loans_unsent
+            asks = [actor_id for actor_id in remote.bundles.loans if actor_id not in unsent]
+        if not asks:
+            return
         try:
             alive = set(self.owner.actors.alive_in_service(asks))
         except (ServiceUnavailable, OSError):

@@ -107,11 +107,25 @@ Steps for group G of driver D with bundle i planned on node N::
    gone and drops its loans (``gone_borrowers``). D removes the group, or D ends (its
    state socket closes first, then its group lease goes): E's watch no longer finds the
    group in the ledger and fails E's tasks in it with TaskPlacementGroupRemoved, killing
-   those running (``removed``). E's actors there are not lent (the service cannot
-   place them in D's room): they behave as before. A driver on another host than D
-   borrows nothing: its node's ledger has no record of D's group (D's bundles there are
-   leases of D's link). Nor does E when D's state socket is missing (D could not serve
-   it): its task fails at once (``placement_group_nodes.elsewhere``).
+   those running (``removed``). An actor of E there (named or not) is created in S
+   with room D lends for the actor's life, as step 7 does for D's own named actors:
+   E's ``serves`` sends it to S, and E's ``_borrow_for_actor`` asks D (``pg_lend``
+   with the actor's id: D's ``lend_actor_room`` is step 7's ``take`` and ``lend``), sets
+   ``spec.lent`` and creates it in S, which ``borrow``s as in step 7; E then tells D
+   whether S took it (``pg_kept``). D keeps the room while S holds the actor alive (the
+   watch's SVC_ALIVE, as for its own), from the moment E says S took it; until then the
+   loan is E's (``actor_loans_unsent``: dropped with E's other loans when E is gone, or
+   given back when S did not take it). The actor ends as a step-7 actor does: killed,
+   out of scope or E's exit (S ends it; D's watch sees it gone), the group's removal
+   (D kills it in S, S's watch too), D's end (S's watch: D's group lease is gone); after
+   N's death it restarts per step 7. Why S and not E itself on a lease-less bundle of
+   the loan (as its tasks): a named actor of E is S's in any case, so S serves both
+   kinds with step 7's one path (``spec.lent``, ``borrow``, the SVC_ALIVE watch, the kill
+   at removal, the restart after N's death), where E running them would add a second
+   path for each. A driver on another host than D borrows nothing: its node's ledger
+   has no record of D's group (D's bundles there are leases of D's link); its tasks and
+   actors there behave as before. Nor does E when D's state socket is missing (D could
+   not serve it): its task fails at once (``placement_group_nodes.elsewhere``).
    Why D's state socket and not the actor service: S would have to ask D over D's link
    (a request from S to a driver, which that link does not carry) and wait for it on
    its I/O thread, or hold a copy of D's room; the state socket already answers each
@@ -217,6 +231,9 @@ class RemoteBundles(BundleLoans):
         self._wake = threading.Event()
         # Step 8, the service's side: loan id -> (bundle, the task's request, driver token).
         self.lent_out: dict[int, tuple] = {}
+        # actor id -> borrower token: an actor's loan (``lend_actor_room``) the borrower has
+        # not yet said the service took (``actor_kept``); the watch does not ask about it
+        self.actor_loans_unsent: dict[bytes, tuple] = {}
         self._loan_seq = 0
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
@@ -530,6 +547,7 @@ class RemoteBundles(BundleLoans):
                 self.owner.defer(slot.remote_kill)
         for actor_id in [a for a, loan in self.loans.items() if loan[0].pg_hex == pg_hex]:
             del self.loans[actor_id]  # the service's watch ends the actor
+            self.actor_loans_unsent.pop(actor_id, None)
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
         self.served.pop(pg_hex, None)
