@@ -453,20 +453,20 @@ BORROWER = """
     """
 
 
-def _driver_with(code: str, hosts, *argv) -> subprocess.Popen:
-    """A driver program on the head's host, ``BORROWER`` then ``code`` (each dedented; just
-    ``code`` when it is ``HOLDER``), given ``argv``, its stdin a pipe (as
-    ``helpers.driver`` makes one, with arguments)."""
+def _driver_with(code: str, hosts, *argv, ip: str = "127.0.0.1") -> subprocess.Popen:
+    """A driver program on host ``ip`` (the head's by default), ``BORROWER`` then ``code``
+    (each dedented; just ``code`` when it is ``HOLDER``), given ``argv``, its stdin a pipe
+    (as ``helpers.driver`` makes one, with arguments)."""
     program = textwrap.dedent(code) if code is HOLDER else \
         textwrap.dedent(BORROWER) + textwrap.dedent(code)
     return subprocess.Popen([sys.executable, "-c", program, *argv],
-                            env=hosts.env("127.0.0.1"), stdin=subprocess.PIPE,
+                            env=hosts.env(ip), stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _holder(hosts, *names) -> subprocess.Popen:
-    """``HOLDER`` holding the groups ``names`` (ready before this returns)."""
-    proc = _driver_with(HOLDER, hosts, *names)
+def _holder(hosts, *names, ip: str = "127.0.0.1") -> subprocess.Popen:
+    """``HOLDER`` on host ``ip`` holding the groups ``names`` (ready before this returns)."""
+    proc = _driver_with(HOLDER, hosts, *names, ip=ip)
     try:
         assert json_line(proc, 40) == {"ready": True}
     except BaseException:
@@ -637,6 +637,47 @@ def test_another_drivers_actors_run_in_a_bundle_the_creator_holds_on_a_member(ho
     finally:
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+
+
+def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_head(hosts):
+    """Both drivers on the member, whose actor service is the head's (on another host, so
+    it cannot read the member's ledger and leaves the group's watch to the creator): the
+    other driver's actor in the creator's bundle on the head lives there, not ended by the
+    service's watch, until the creator removes the group."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "m", ip=MEMBER)  # STRICT_SPREAD: bundle 0 here, 1 on the head
+    other = None
+    try:
+        other = _driver_with("""
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        actor = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()
+        first = run(actor.ip.remote())
+        time.sleep(2.0)  # four turns of a group watch (0.5 s): the actor must outlive them
+        print(json.dumps({"first": first, "later": run(actor.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator removed the group
+        deadline = time.monotonic() + 30
+        ended = run(actor.ip.remote())
+        while ended == "127.0.0.1" and time.monotonic() < deadline:  # the kill is async
+            time.sleep(0.1)
+            ended = run(actor.ip.remote())
+        print(json.dumps({"removed": ended}), flush=True)
+        ray.shutdown()
+        """, hosts, "m", ip=MEMBER)
+        doc = json_line(other, 90)
+        assert doc == {"first": "127.0.0.1", "later": "127.0.0.1"}, doc
+        assert _tell(creator, "remove m") == {"removed": "m"}
+        assert go_on(other, 60) == {"removed": "ActorDiedError"}
+        assert other.wait(60) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")), 30.0)
 
 
 def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(hosts):

@@ -148,7 +148,9 @@ class ServiceProxies:
                     if index < 0:  # the service borrows the very bundle picked there
                         spec.placement = placement.rewrite_request(base, pg_hex, picked)
                         spec.held = placement.rewrite_request(held, pg_hex, picked)
-                    spec.lent = (entry, list(gpu_ids), False)
+                    # far, as ``_lend`` says it: a service on another host cannot read
+                    # this node's ledger, so the lender's watch ends the actor there
+                    spec.lent = (entry, list(gpu_ids), bool(self.link.on_another_host()))
                     return {"lender": lender, "kept": False}
                 self._tell_lender(spec, {"lender": lender, "kept": False})
                 raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
