@@ -121,7 +121,7 @@ class ServiceProxies:
         ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
         on this node now (the service's ledger places it there). Raises, naming why, when
         no room comes in time or D does not answer."""
-        from miniray._private.owner.placement_group_loans import LEND_ASK_S
+        from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
         pg_hex, index, base = placement.bundle_request(spec.placement)
@@ -166,7 +166,7 @@ class ServiceProxies:
         """*Not locked.* Tell the driver that lent an actor's room whether the service took
         the actor (it keeps the room while the service holds it alive) or not (the room
         goes back); one that does not answer gives it back itself when this driver ends."""
-        from miniray._private.owner.placement_group_loans import LEND_ASK_S
+        from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
         try:

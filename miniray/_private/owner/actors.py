@@ -90,8 +90,10 @@ class ActorsOwner(Protocol):
     holds), ``requests`` (argument pins), ``reactor``, ``node_state``, ``fork_server``,
     ``hello_info``, ``log_to_driver``, ``gpu_ids_are_ints``, ``actors`` (the manager itself,
     for the link), ``streams`` (a streaming call's values, for the link), ``closed``,
-    ``fatal``. What it asks the owner to do is the methods below (``note_placement_use``: an
-    actor was placed in a placement group, whose removal by any driver it must notice)."""
+    ``fatal``, ``remote_nodes`` (None outside a cluster; in one, the view and which
+    driver lends room in a placement group's bundle on another node). What it asks the
+    owner to do is the methods below (``note_placement_use``: an actor was placed in a
+    placement group, whose removal by any driver it must notice)."""
 
     objects: Any
     store: Any
@@ -108,6 +110,7 @@ class ActorsOwner(Protocol):
     streams: Any
     closed: bool
     fatal: str | None
+    remote_nodes: Any
 
     def locked(self) -> Any: ...
     def defer(self, action) -> None: ...
