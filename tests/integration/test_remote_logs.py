@@ -24,7 +24,8 @@ from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_tasks import MEMBER, _run_driver
 from .test_remote_tls import _tls_on_hosts
 
-BODY = """
+# The task and the actor that print on the member.
+SPEAKERS = """
     @ray.remote
     def speak(n):
         print(f"out line {n} from the member")
@@ -39,7 +40,9 @@ BODY = """
 
         def shout(self, i):
             print("shout", i, flush=True)
+    """
 
+BODY = SPEAKERS + """
     pids = [ray.get(speak.options(scheduling_strategy=there).remote(n), timeout=30)
             for n in range(2)]
     talker = Talker.options(scheduling_strategy=there).remote()
@@ -201,18 +204,7 @@ def test_no_log_files_on_the_member_when_they_are_turned_off(hosts):
     # Not BODY: its polls for the member's log files would wait out their 30 s and 20 s.
     hosts.env(MEMBER)["MINIRAY_WORKER_LOG_BYTES"] = "0"
     hosts.start_member(MEMBER, "--num-cpus", "2")
-    doc = _run_driver(hosts, """
-    @ray.remote
-    def speak(n):
-        print(f"out line {n} from the member")
-        return os.getpid()
-
-    @ray.remote
-    class Talker:
-        def say(self):
-            print("the actor speaks on the member")
-            return os.getpid()
-
+    doc = _run_driver(hosts, SPEAKERS + """
     pids = [ray.get(speak.options(scheduling_strategy=there).remote(n), timeout=30)
             for n in range(2)]
     talker = Talker.options(scheduling_strategy=there).remote()

@@ -106,11 +106,15 @@ class ServiceProxies:
                     spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id), bool(far))
                     return {"bundle": bundle, "kept": False}
             if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"actor {spec.class_name}: its placement group bundle on another node "
-                    f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
-                    "there, or create it once a task in that bundle ended")
+                raise self._no_room(spec)
             time.sleep(0.05)
+
+    def _no_room(self, spec: ActorCreationSpec) -> RuntimeError:
+        """The error of an actor whose bundle on another node had no room in time."""
+        return RuntimeError(
+            f"actor {spec.class_name}: its placement group bundle on another node had no "
+            f"room for it within {self.LEND_WAIT_S:g} s; end the actors there, or create it "
+            "once a task in that bundle ended")
 
     def _borrow_for_actor(self, spec: ActorCreationSpec, lender: str,
                           deadline: float) -> dict | None:
@@ -156,10 +160,7 @@ class ServiceProxies:
                 raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
                                    "node is not in this driver's view of the cluster")
             if time.monotonic() >= deadline:
-                raise RuntimeError(
-                    f"actor {spec.class_name}: its placement group bundle on another node "
-                    f"had no room for it within {self.LEND_WAIT_S:g} s; end the actors "
-                    "there, or create it once a task in that bundle ended")
+                raise self._no_room(spec)
             time.sleep(0.05)
 
     def _tell_lender(self, spec: ActorCreationSpec, lent: dict) -> None:
