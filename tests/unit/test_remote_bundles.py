@@ -9,6 +9,7 @@ import types
 
 from miniray._private.core import placement
 from miniray._private.owner.remote_bundles import RemoteBundle, RemoteBundles
+from miniray._private.owner.remote_offload import RemoteOffload
 from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 H = "ab" * 18
@@ -52,6 +53,8 @@ class _Nodes:
 
     def release(self, client, lease_id):
         self.released.append(lease_id)
+
+    alive_entry = RemoteOffload.alive_entry  # over the ``view`` a test gives
 
 
 class _Task:  # hashed by identity, as the owner's Task

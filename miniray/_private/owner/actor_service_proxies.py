@@ -146,8 +146,7 @@ class ServiceProxies:
                 return None
             if isinstance(loan, list):
                 picked, node_id, gpu_ids = loan
-                entry = next((e for e in self.owner.remote_nodes.view()
-                              if e.node_id == node_id and e.alive), None)
+                entry = self.owner.remote_nodes.alive_entry(node_id)
                 if entry is not None:
                     if index < 0:  # the service borrows the very bundle picked there
                         spec.placement = placement.rewrite_request(base, pg_hex, picked)

@@ -296,8 +296,7 @@ class BundleLoans:
         if not isinstance(loan, list):
             return loan
         loan_id, picked, node_id, gpu_ids = loan
-        entry = next((e for e in self.nodes.view() if e.node_id == node_id and e.alive),
-                     None)
+        entry = self.nodes.alive_entry(node_id)
         if entry is None:
             with self.owner.locked():
                 self._returns.append((lender, loan_id))

@@ -65,6 +65,11 @@ class RemoteOffload:
             self._view = (now, nodes)
         return nodes
 
+    def alive_entry(self, node_id: str):
+        """The ``NodeEntry`` of ``node_id`` in the view (``view``), if it is alive there;
+        else None."""
+        return next((e for e in self.view() if e.node_id == node_id and e.alive), None)
+
     def last_view(self) -> list:
         """The nodes as last read (never reads the file)."""
         return self._view[1]
