@@ -115,17 +115,31 @@ class PlacementGroupNodes:
         if not self._far() or (only is not None and not any(
                 hex_ in self._far_held for hex_ in only)):
             return groups
+        out = dict(groups)
+        for hex_, record in self._served_held().items():
+            out.setdefault(hex_, ServedLease(record))
+        return out
+
+    def _lease_of(self, hex_: str):
+        """*Not locked* (a ledger read; the head's service asked only for a group this
+        node's ledger does not hold, by a driver on a member). Group ``hex_``'s lease as
+        ``_reserved`` sees it, or None."""
+        lease = self.ledger.groups().get(hex_)
+        if lease is None and self._far():
+            record = self._served_held().get(hex_)
+            lease = None if record is None else ServedLease(record)
+        return lease
+
+    def _served_held(self) -> dict:
+        """*Not locked* (one request to the head's actor service). ``{hex: record}`` of the
+        groups it holds (``SVC_PG_TABLE``), or its last answer when it cannot be asked."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
 
         try:
-            held = self.owner.actors.table_in_service()
-            self._far_held = held
+            self._far_held = self.owner.actors.table_in_service()
         except (ServiceUnavailable, OSError):
-            held = self._far_held
-        out = dict(groups)
-        for hex_, record in held.items():
-            out.setdefault(hex_, ServedLease(record))
-        return out
+            pass
+        return self._far_held
 
     def served_records(self) -> dict:
         """*Not locked* (a ledger read). In the node's actor service (``SVC_PG_TABLE``):
@@ -196,7 +210,7 @@ class PlacementGroupNodes:
         which the ledger cannot show of a group it never held): if not, it is removed
         here too (``_served_gone``)."""
         try:
-            lease = self._reserved().get(group.hex)
+            lease = self._lease_of(group.hex)
         except (OSError, ValueError):
             return
         if lease is None:  # still pending in the service: tried again every RETRY_S
@@ -210,7 +224,7 @@ class PlacementGroupNodes:
                 held = self.owner.actors.group_state_in_service(group.hex)
             except (ServiceUnavailable, OSError):
                 return  # asked again later
-            if held is None and group.hex not in self._reserved():
+            if held is None and self._lease_of(group.hex) is None:
                 self._served_gone(group)
             return
         far = self._far()
@@ -331,7 +345,7 @@ class PlacementGroupNodes:
         if remote is not None and hex_ in remote.bundles.served:
             return
         try:
-            lease = self._reserved().get(hex_)
+            lease = self._lease_of(hex_)
         except (OSError, ValueError):
             return
         if lease is not None:
@@ -358,7 +372,7 @@ class PlacementGroupNodes:
                 return
             if held is None:  # never, or removed by another driver since it was noted
                 try:
-                    gone = hex_ not in self._reserved()
+                    gone = self._lease_of(hex_) is None
                 except (OSError, ValueError):
                     return  # cannot tell now: asked again after STATE_ASK_S
                 if gone or not noted:
@@ -535,9 +549,7 @@ class PlacementGroupNodes:
         if parsed is None:
             return None
         pg_hex, index, _base = parsed
-        lease = self.ledger.groups().get(pg_hex)  # a group of this node: the head not asked
-        if lease is None:
-            lease = self._reserved().get(pg_hex)
+        lease = self._lease_of(pg_hex)
         if lease is None:
             return None
         record = lease.group

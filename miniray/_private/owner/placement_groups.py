@@ -267,7 +267,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* The id of an object that becomes ``handle`` once the group is
         reserved (at once if it is), or holds TaskPlacementGroupRemoved."""
         object_id = ids.new_put_id()
-        reserved = hex_ in self._reserved()
+        reserved = self._lease_of(hex_) is not None
         with self.owner.locked():
             self.owner.objects.ensure(object_id)
             group = self.groups.get(hex_)
@@ -305,7 +305,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* CREATED, PENDING, REMOVED, or None (never known here)."""
         group = self.groups.get(hex_)
         before = None if group is None else group.state  # read before the ledger: a group
-        if hex_ in self._reserved():  # reserved between the two reads is not "removed"
+        if self._lease_of(hex_) is not None:  # reserved between the reads: not "removed"
             return CREATED
         if group is None:
             return None
@@ -442,9 +442,7 @@ class PlacementGroups(PlacementGroupNodes):
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
             return False
-        if hex_ in self.ledger.groups():  # a group of this node: no need to ask the head
-            return False
-        return hex_ not in self._reserved()
+        return self._lease_of(hex_) is None
 
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
@@ -490,7 +488,7 @@ class PlacementGroups(PlacementGroupNodes):
         group = self.groups.get(hex_)
         if group is not None:
             return group.bundles
-        lease = self._reserved().get(hex_)
+        lease = self._lease_of(hex_)
         return None if lease is None else lease.group["bundles"]
 
     def statistics(self) -> dict[str, int]:
