@@ -30,7 +30,7 @@ import os
 import shutil
 
 from miniray._private.core import config, ids
-from miniray._private.host import procinfo, same_uid
+from miniray._private.host import lock_probe, procinfo, same_uid
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +93,7 @@ def _hold_lock(path: str) -> None:
 def _lock_released(path: str) -> bool:
     """Whether ``path``'s liveness lock can be taken now: its owner, and every process
     that shares the lock, is gone. False when the lock is held or the file is missing."""
-    try:
-        fd = os.open(os.path.join(path, LOCK_FILE),
-                     os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # never LOCK_UN: closing drops only this open file's lock
-    return True
+    return lock_probe.lock_free(os.path.join(path, LOCK_FILE))
 
 
 def _says_locked(path: str) -> bool:

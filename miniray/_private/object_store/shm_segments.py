@@ -63,7 +63,7 @@ import time
 from typing import Any, Callable
 
 from miniray._private.core import oob
-from miniray._private.host import procinfo, same_uid, shm_mounts
+from miniray._private.host import lock_probe, procinfo, same_uid, shm_mounts
 from miniray._private.object_store import parallel_write, store_policy
 from miniray.exceptions import ObjectStoreFullError, OutOfDiskError
 
@@ -382,18 +382,9 @@ def free_bytes(path: str) -> int:
 
 
 def mapped_elsewhere(path: str) -> bool:
-    """Whether any process (this one included) holds a reader's mapping of ``path``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        os.close(fd)  # releases the exclusive lock
-    return False
+    """Whether any process (this one included) holds a reader's mapping of ``path``; a
+    segment that cannot be opened counts as mapped (nothing proves it free)."""
+    return not lock_probe.lock_free(path)
 
 
 def copy_file(src: str, dst: str, size: int) -> None:
