@@ -327,8 +327,7 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
 def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hosts):
     _cluster(hosts, "2", None)
     proc = driver("""
-    import json
-    import miniray as ray
+        import miniray as ray
     from miniray.util.placement_group import (placement_group, placement_group_table,
                                               remove_placement_group)
     ray.init(address="auto")
@@ -370,8 +369,7 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     try:
         assert json_line(creator, 30) == {"early": False}
         other = driver("""
-    import json
-    import miniray as ray
+        import miniray as ray
     from miniray.util.placement_group import (get_placement_group, placement_group_table,
                                               remove_placement_group)
     from miniray.util.state import list_placement_groups
@@ -635,7 +633,9 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     """A driver on the member's host finds by name a detached group a head driver created
     (it reads the head's actor service's records: its own node's ledger does not hold
     it), lists it, runs a task in each bundle and an actor without a name in the member's
-    bundle (the service's), and removes it: every node's part is back."""
+    bundle (the service's), and removes it: every node's part is back. With the member's
+    bundle busy, a task for any bundle runs in the head's; so does one of a detached group
+    entirely on the head."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
     proc = driver(PRELUDE + PG + WHERE + """
@@ -652,31 +652,44 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     folder = tempfile.mkdtemp(prefix="mr-member-groups-")
 
     @ray.remote(num_cpus=1)
-    def hold(folder):
-        open(os.path.join(folder, "started"), "w").close()
+    def hold(folder, mark):
+        open(os.path.join(folder, mark), "w").close()
         time.sleep(30)
 
-    long = hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, 0)).remote(folder)  # on the head, under a lease there
-    deadline = time.monotonic() + 30
-    while not os.path.exists(os.path.join(folder, "started")) and \
-            time.monotonic() < deadline:
-        time.sleep(0.01)
+    def held(index, mark):  # a task holding bundle index's CPU, once it started
+        ref = hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, index)).remote(folder, mark)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(folder, mark)) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ref
+
+    def ip_or_error(ref):
+        try:
+            return ray.get(ref, timeout=20)[0]
+        except Exception as error:
+            return type(error).__name__
+
+    busy = held(1, "busy")  # the member's bundle is full
+    anywhere = ip_or_error(in_bundle(pg, -1).remote())  # the head's bundle has room
+    long = held(0, "long")  # on the head, under a lease there
+    whole = placement_group([{"CPU": 1}], name="whole", lifetime="detached")
+    whole_ready = whole.wait(20)  # the head's service places it on the head
+    whole_any = ip_or_error(in_bundle(whole, -1).remote())
     shutil.rmtree(folder)
-    remove_placement_group(pg)  # ends it: its worker is killed
+    remove_placement_group(pg)  # ends both: their workers are killed
     after = alive_or_error(anonymous.ip.remote())
-    try:
-        ray.get(long, timeout=20)
-        ended = "returned"
-    except Exception as error:
-        ended = type(error).__name__
+    ended = [ip_or_error(ref) for ref in (long, busy)]
     print(json.dumps({"listed": listed, "ready": ready, "tasks": tasks,
-                      "anonymous": anonymous_ip, "after": after, "ended": ended}),
-          flush=True)
+                      "anonymous": anonymous_ip, "after": after, "ended": ended,
+                      "anywhere": anywhere, "whole_ready": whole_ready,
+                      "whole_any": whole_any}), flush=True)
+    remove_placement_group(whole)
     ray.shutdown()
     """, hosts.env(MEMBER))
     try:
-        doc = json_line(proc, 90)
+        doc = json_line(proc, 120)
         assert proc.wait(30) == 0, proc.stderr.read()[-3000:]
     finally:
         stop_driver(proc)
@@ -684,5 +697,7 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     assert doc["tasks"] == ["127.0.0.1", MEMBER], doc
     assert doc["anonymous"] == MEMBER, doc
     assert doc["after"] == "ActorDiedError", doc
-    assert doc["ended"] == "TaskPlacementGroupRemoved", doc
+    assert doc["ended"] == ["TaskPlacementGroupRemoved"] * 2, doc
+    assert doc["anywhere"] == "127.0.0.1", doc  # any bundle: the one with room, the head's
+    assert doc["whole_ready"] is True and doc["whole_any"] == "127.0.0.1", doc
     _no_group_left(hosts)
