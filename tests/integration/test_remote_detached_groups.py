@@ -11,6 +11,7 @@ on teardown); drivers run on the head's host.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -327,7 +328,8 @@ def test_tasks_of_any_driver_borrow_room_in_a_members_bundle_and_give_it_back(ho
 def test_a_pending_detached_group_is_ready_in_its_driver_once_a_member_joins(hosts):
     _cluster(hosts, "2", None)
     proc = driver("""
-        import miniray as ray
+    import json
+    import miniray as ray
     from miniray.util.placement_group import (placement_group, placement_group_table,
                                               remove_placement_group)
     ray.init(address="auto")
@@ -369,7 +371,8 @@ def test_another_driver_finds_a_pending_detached_group_by_name_and_its_ready_wai
     try:
         assert json_line(creator, 30) == {"early": False}
         other = driver("""
-        import miniray as ray
+    import json
+    import miniray as ray
     from miniray.util.placement_group import (get_placement_group, placement_group_table,
                                               remove_placement_group)
     from miniray.util.state import list_placement_groups
@@ -635,11 +638,14 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     it), lists it, runs a task in each bundle and an actor without a name in the member's
     bundle (the service's), and removes it: every node's part is back. With the member's
     bundle busy, a task for any bundle runs in the head's; so does one of a detached group
-    entirely on the head."""
+    entirely on the head. The state API and ``miniray list placement-groups`` on the
+    member's host list the groups the head's service holds, as the head's host does."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
     proc = driver(PRELUDE + PG + WHERE + """
     from miniray.util.placement_group import get_placement_group
+    from miniray.util.state import get_placement_group as state_group
+    from miniray.util.state import list_placement_groups
     pg = get_placement_group("hg")
     table = placement_group_table()
     listed = [e["name"] for e in table.values()]
@@ -677,6 +683,11 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     whole = placement_group([{"CPU": 1}], name="whole", lifetime="detached")
     whole_ready = whole.wait(20)  # the head's service places it on the head
     whole_any = ip_or_error(in_bundle(whole, -1).remote())
+    rows = {r["name"]: r for r in list_placement_groups(detail=True)}
+    state = {name: [r["state"], [b["node_id"] for b in r["bundles"]]]
+             for name, r in rows.items()}
+    got = state_group(whole.id.hex())
+    got = None if got is None else [got["name"], got["state"]]
     shutil.rmtree(folder)
     remove_placement_group(pg)  # ends both: their workers are killed
     after = alive_or_error(anonymous.ip.remote())
@@ -684,13 +695,18 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     print(json.dumps({"listed": listed, "ready": ready, "tasks": tasks,
                       "anonymous": anonymous_ip, "after": after, "ended": ended,
                       "anywhere": anywhere, "whole_ready": whole_ready,
-                      "whole_any": whole_any}), flush=True)
+                      "whole_any": whole_any, "state": state, "got": got,
+                      "head": next(n for n, ip in ips.items() if ip == "127.0.0.1"),
+                      "member": member}), flush=True)
+    sys.stdin.readline()  # the test lists the groups from the member's CLI meanwhile
     remove_placement_group(whole)
     ray.shutdown()
-    """, hosts.env(MEMBER))
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
     try:
         doc = json_line(proc, 120)
-        assert proc.wait(30) == 0, proc.stderr.read()[-3000:]
+        listed = [cli(hosts.env(ip), "list", "placement-groups", "--format", "json",
+                      "--detail") for ip in (MEMBER, "127.0.0.1")]
+        _let_the_creator_end(proc)
     finally:
         stop_driver(proc)
     assert doc["listed"] == ["hg"] and doc["ready"] is True, doc
@@ -700,4 +716,12 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     assert doc["ended"] == ["TaskPlacementGroupRemoved"] * 2, doc
     assert doc["anywhere"] == "127.0.0.1", doc  # any bundle: the one with room, the head's
     assert doc["whole_ready"] is True and doc["whole_any"] == "127.0.0.1", doc
+    head, member = doc["head"], doc["member"]
+    assert doc["state"] == {"hg": ["CREATED", [head, member]],
+                            "whole": ["CREATED", [head]]}, doc
+    assert doc["got"] == ["whole", "CREATED"], doc
+    assert [r.returncode for r in listed] == [0, 0], [r.stderr for r in listed]
+    on_member, on_head = (json.loads(r.stdout) for r in listed)
+    assert [(r["name"], r["state"]) for r in on_member] == [("whole", "CREATED")], on_member
+    assert on_member == on_head  # the same rows, every field, from either host
     _no_group_left(hosts)
