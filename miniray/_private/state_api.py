@@ -141,24 +141,94 @@ def timeline(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
     return timeline_events.trace_events(docs)
 
 
-def _group_rows(view: SessionView) -> list[dict]:
-    """The placement groups of ``view``: those reserved in its ledger, then those its drivers
-    still wait to reserve (each driver lists its own pending ones), as Ray's rows."""
+def _ledger_groups(view: SessionView) -> dict:
+    """``{hex: ledger record}`` of the groups reserved in ``view``'s ledger ({} when it
+    cannot be read)."""
     ledger = None
     try:
         ledger = Ledger(os.path.join(view.session_dir, "ledger.json"))
-        groups = ledger.groups()
+        return {h: lease.group for h, lease in ledger.groups().items()}
     except (OSError, ValueError):
-        groups = {}
+        return {}
     finally:
         if ledger is not None:
             ledger.close()
-    rows = [placement_group_records.state_row(lease.group, "CREATED")
-            for _pg_hex, lease in sorted(groups.items())]
-    for doc in view.drivers:
-        rows.extend(row for row in doc.get("placement_groups", ())
-                    if row["placement_group_id"] not in groups)
+
+
+def group_rows(reserved: list[dict], pending: list[dict]) -> list[dict]:
+    """Pure. Ray's rows of placement groups, each group once: ``reserved`` (each session's
+    ledger's, then the head's: ``{hex: ledger record}`` each), a group's first record
+    winning, by id within each; then ``pending`` (the drivers' rows of groups they still
+    wait to reserve) less the groups reserved meanwhile.
+
+    >>> a, b = {"id": "a", "bundles": [{"CPU": 1}], "nodes": ["n"]}, {"id": "b", "bundles": []}
+    >>> [(r["placement_group_id"], r["state"]) for r in group_rows(
+    ...     [{"a": a}, {"b": b, "a": dict(a, nodes=["m"])}],
+    ...     [placement_group_records.state_row(b, "PENDING"),
+    ...      placement_group_records.state_row({"id": "c", "bundles": []}, "PENDING")])]
+    [('a', 'CREATED'), ('b', 'CREATED'), ('c', 'PENDING')]
+    """
+    records: dict[str, dict] = {}
+    for groups in reserved:
+        for pg_hex, record in sorted(groups.items()):
+            records.setdefault(pg_hex, record)
+    rows = [placement_group_records.state_row(record, "CREATED")
+            for record in records.values()]
+    seen = set(records)
+    for row in pending:
+        if row["placement_group_id"] not in seen:
+            seen.add(row["placement_group_id"])
+            rows.append(row)
     return rows
+
+
+def head_to_ask(clusters: list[tuple]) -> tuple | None:
+    """Pure. Whether a placement-group listing of sessions whose clusters are
+    ``clusters`` (each session's ``(local node id, {node id: NodeEntry})`` from its
+    published view) must ask the head on another host: None when not (no cluster, or one
+    of them is the head's own session, whose ledger is read here), else ``(the head's
+    alive entry, or None when no view shows it alive; this host's node IP)``.
+
+    >>> from miniray._private.core.cluster_view import NodeEntry
+    >>> head, member = NodeEntry("h", "10.0.0.1", 1, True), NodeEntry("m", "10.0.0.2", 1)
+    >>> nodes = {"h": head, "m": member}
+    >>> head_to_ask([]), head_to_ask([("h", nodes), ("m", nodes)])
+    (None, None)
+    >>> head_to_ask([("m", nodes)]) == (head, "10.0.0.2")
+    True
+    """
+    found, own_ip, member = None, None, False
+    for local, nodes in clusters:
+        own = nodes.get(local)
+        if own is None:  # a view that does not show this node (yet): it says nothing
+            continue
+        if own.is_head:
+            return None
+        member, own_ip = True, own_ip or own.ip
+        found = found or next((e for e in nodes.values() if e.is_head and e.alive), None)
+    return (found, own_ip) if member else None
+
+
+def _head_groups(views: list[SessionView], timeout: float) -> tuple[dict, str | None]:
+    """The groups reserved in the cluster's head's ledger (``{hex: ledger record}``),
+    asked over a short driver link (``remote_drivers.py`` step 14) when these sessions
+    are of a cluster whose head is on another host (``head_to_ask``): the detached
+    groups the head's actor service holds, and its drivers' own, are in its ledger, not
+    in a member's. ``({}, None)`` when there is nothing to ask; ``({}, why)`` when the
+    head could not be asked."""
+    docs = [doc for doc in (node_client.read_cluster(v.session_dir) for v in views) if doc]
+    asked = head_to_ask([(doc.get("local"), cluster_view.nodes_of(doc)) for doc in docs])
+    if asked is None:
+        return {}, None
+    head, own_ip = asked
+    if head is None:
+        return {}, ("the cluster's head is not alive in this node's view: its placement "
+                    "groups are left out")
+    try:
+        with _node_link(head, own_ip, timeout) as client:
+            return client.groups(), None
+    except Exception as error:  # noqa: BLE001 - unreachable, refused, old: named
+        return {}, f"the head node {head.node_id} at {head.address}: {error}"
 
 
 def _node_row(view: SessionView) -> dict | None:
@@ -218,8 +288,10 @@ def _job_row(driver: dict) -> dict:
     }
 
 
-def rows(resource: str, views: list[SessionView]) -> list[dict]:
-    """Every row of ``resource`` in ``views``, merged (full rows, before filtering)."""
+def rows(resource: str, views: list[SessionView], head: dict | None = None) -> list[dict]:
+    """Every row of ``resource`` in ``views``, merged (full rows, before filtering);
+    ``head``: the groups of a head on another host (``_head_groups``), for
+    placement groups."""
     if resource not in state_rows.SCHEMAS:
         raise ValueError(f"Unknown resource {resource!r}; one of "
                          f"{', '.join(state_rows.RESOURCES)}.")
@@ -227,7 +299,9 @@ def rows(resource: str, views: list[SessionView]) -> list[dict]:
     if resource == "nodes":
         return _node_rows(views)
     if resource == "placement_groups":  # reserved groups live in each session's ledger
-        return [row for view in views for row in _group_rows(view)]
+        return group_rows([_ledger_groups(view) for view in views] + [head or {}],
+                          [row for view in views for doc in view.drivers
+                           for row in doc.get("placement_groups", ())])
     for view in views:
         for doc in view.drivers:
             driver = doc["driver"]
@@ -243,17 +317,29 @@ def rows(resource: str, views: list[SessionView]) -> list[dict]:
     return out
 
 
-def _missing(views: list[SessionView], raise_on_missing_output: bool) -> None:
-    missing = [(v.session_dir, pid, why) for v in views for pid, why in v.missing]
-    if not missing:
+def _missing(views: list[SessionView], raise_on_missing_output: bool,
+             also: str | None = None) -> None:
+    """Raise or warn (``raise_on_missing_output``) naming what did not answer: the
+    drivers of ``views``, and ``also`` (the head, for placement groups)."""
+    parts = [f"driver pid {pid} of {os.path.basename(v.session_dir)}: {why}"
+             for v in views for pid, why in v.missing] + ([also] if also else [])
+    if not parts:
         return
-    text = "; ".join(f"driver pid {pid} of {os.path.basename(path)}: {why}"
-                     for path, pid, why in missing)
+    text = "; ".join(parts)
     if raise_on_missing_output:
         raise RayStateApiException(
             f"Failed to retrieve all data: {text}. Pass raise_on_missing_output=False to get "
             "the partial data.")
     warnings.warn(f"Some data is missing from the output: {text}", stacklevel=3)
+
+
+def _cluster_part(resource: str, views: list[SessionView], timeout: float
+                  ) -> tuple[dict | None, str | None]:
+    """What ``resource``'s rows need from another host: the head's placement groups
+    (``_head_groups``) and why they are missing, or ``(None, None)``."""
+    if resource != "placement_groups":
+        return None, None
+    return _head_groups(views, timeout)
 
 
 def list_resource(resource: str, address: str | None = None, filters=None,
@@ -267,8 +353,9 @@ def list_resource(resource: str, address: str | None = None, filters=None,
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}.")
     views = gather(address, timeout or DEFAULT_TIMEOUT)
-    _missing(views, raise_on_missing_output)
-    found = state_rows.apply_filters(rows(resource, views), checked)
+    head, why = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
+    _missing(views, raise_on_missing_output, why)
+    found = state_rows.apply_filters(rows(resource, views, head), checked)
     if limit is not None:
         found = found[:limit]
     return state_rows.shape(resource, found, detail)
@@ -281,7 +368,8 @@ def get_resource(resource: str, ident: str, address: str | None = None,
         ident = getattr(ident, "hex", lambda: str(ident))()
     column = state_rows.ID_COLUMN[resource]
     views = gather(address, timeout or DEFAULT_TIMEOUT)
-    found = [r for r in rows(resource, views) if str(r.get(column)) == ident]
+    head, _why = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
+    found = [r for r in rows(resource, views, head) if str(r.get(column)) == ident]
     if not found:
         return None
     return state_rows.shape(resource, found, True)[0]

@@ -11,6 +11,7 @@ on teardown); drivers run on the head's host.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -635,11 +636,16 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     """A driver on the member's host finds by name a detached group a head driver created
     (it reads the head's actor service's records: its own node's ledger does not hold
     it), lists it, runs a task in each bundle and an actor without a name in the member's
-    bundle (the service's), and removes it: every node's part is back."""
+    bundle (the service's), and removes it: every node's part is back. With the member's
+    bundle busy, a task for any bundle runs in the head's; so does one of a detached group
+    entirely on the head. The state API and ``miniray list placement-groups`` on the
+    member's host list the groups the head's service holds, as the head's host does."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
     proc = driver(PRELUDE + PG + WHERE + """
     from miniray.util.placement_group import get_placement_group
+    from miniray.util.state import get_placement_group as state_group
+    from miniray.util.state import list_placement_groups
     pg = get_placement_group("hg")
     table = placement_group_table()
     listed = [e["name"] for e in table.values()]
@@ -652,37 +658,70 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     folder = tempfile.mkdtemp(prefix="mr-member-groups-")
 
     @ray.remote(num_cpus=1)
-    def hold(folder):
-        open(os.path.join(folder, "started"), "w").close()
+    def hold(folder, mark):
+        open(os.path.join(folder, mark), "w").close()
         time.sleep(30)
 
-    long = hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, 0)).remote(folder)  # on the head, under a lease there
-    deadline = time.monotonic() + 30
-    while not os.path.exists(os.path.join(folder, "started")) and \
-            time.monotonic() < deadline:
-        time.sleep(0.01)
+    def held(index, mark):  # a task holding bundle index's CPU, once it started
+        ref = hold.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, index)).remote(folder, mark)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(folder, mark)) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
+        return ref
+
+    def ip_or_error(ref):
+        try:
+            return ray.get(ref, timeout=20)[0]
+        except Exception as error:
+            return type(error).__name__
+
+    busy = held(1, "busy")  # the member's bundle is full
+    anywhere = ip_or_error(in_bundle(pg, -1).remote())  # the head's bundle has room
+    long = held(0, "long")  # on the head, under a lease there
+    whole = placement_group([{"CPU": 1}], name="whole", lifetime="detached")
+    whole_ready = whole.wait(20)  # the head's service places it on the head
+    whole_any = ip_or_error(in_bundle(whole, -1).remote())
+    rows = {r["name"]: r for r in list_placement_groups(detail=True)}
+    state = {name: [r["state"], [b["node_id"] for b in r["bundles"]]]
+             for name, r in rows.items()}
+    got = state_group(whole.id.hex())
+    got = None if got is None else [got["name"], got["state"]]
     shutil.rmtree(folder)
-    remove_placement_group(pg)  # ends it: its worker is killed
+    remove_placement_group(pg)  # ends both: their workers are killed
     after = alive_or_error(anonymous.ip.remote())
-    try:
-        ray.get(long, timeout=20)
-        ended = "returned"
-    except Exception as error:
-        ended = type(error).__name__
+    ended = [ip_or_error(ref) for ref in (long, busy)]
     print(json.dumps({"listed": listed, "ready": ready, "tasks": tasks,
-                      "anonymous": anonymous_ip, "after": after, "ended": ended}),
-          flush=True)
+                      "anonymous": anonymous_ip, "after": after, "ended": ended,
+                      "anywhere": anywhere, "whole_ready": whole_ready,
+                      "whole_any": whole_any, "state": state, "got": got,
+                      "head": next(n for n, ip in ips.items() if ip == "127.0.0.1"),
+                      "member": member}), flush=True)
+    sys.stdin.readline()  # the test lists the groups from the member's CLI meanwhile
+    remove_placement_group(whole)
     ray.shutdown()
-    """, hosts.env(MEMBER))
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
     try:
-        doc = json_line(proc, 90)
-        assert proc.wait(30) == 0, proc.stderr.read()[-3000:]
+        doc = json_line(proc, 120)
+        listed = [cli(hosts.env(ip), "list", "placement-groups", "--format", "json",
+                      "--detail") for ip in (MEMBER, "127.0.0.1")]
+        _let_the_creator_end(proc)
     finally:
         stop_driver(proc)
     assert doc["listed"] == ["hg"] and doc["ready"] is True, doc
     assert doc["tasks"] == ["127.0.0.1", MEMBER], doc
     assert doc["anonymous"] == MEMBER, doc
     assert doc["after"] == "ActorDiedError", doc
-    assert doc["ended"] == "TaskPlacementGroupRemoved", doc
+    assert doc["ended"] == ["TaskPlacementGroupRemoved"] * 2, doc
+    assert doc["anywhere"] == "127.0.0.1", doc  # any bundle: the one with room, the head's
+    assert doc["whole_ready"] is True and doc["whole_any"] == "127.0.0.1", doc
+    head, member = doc["head"], doc["member"]
+    assert doc["state"] == {"hg": ["CREATED", [head, member]],
+                            "whole": ["CREATED", [head]]}, doc
+    assert doc["got"] == ["whole", "CREATED"], doc
+    assert [r.returncode for r in listed] == [0, 0], [r.stderr for r in listed]
+    on_member, on_head = (json.loads(r.stdout) for r in listed)
+    assert [(r["name"], r["state"]) for r in on_member] == [("whole", "CREATED")], on_member
+    assert on_member == on_head  # the same rows, every field, from either host
     _no_group_left(hosts)

@@ -624,6 +624,41 @@ def test_the_service_answers_here_for_its_group_with_no_bundle_on_other_nodes():
     assert book.lend_room("cd" * 18, 0, {"CPU": 1.0}, "far") is None
 
 
+def test_any_bundle_for_a_driver_on_another_host_is_the_heads_too_when_it_has_room():
+    """A driver on another host asking for any bundle (-1) of the service's group: a
+    remote bundle with room first (a loan); with none, "here" when the service's node's
+    ledger has room in a bundle of the group now (the driver runs it there under a lease),
+    else None (asked again). A driver of the service's own node is never told "here" for
+    any bundle: its own queue had no room there (it spilled)."""
+    book, owner, _nodes = _book(has_local=True)
+    free: dict = {}
+    owner.ledger = types.SimpleNamespace(available=lambda: dict(free))
+    cpu = {"CPU": 1.0}
+    loans = [book.lend_room(H, -1, cpu, "far", far=True) for _ in (1, 2)]
+    assert [loan[1] for loan in loans] == [1, 2]  # the member's bundles, while they have room
+    assert book.lend_room(H, -1, cpu, "far", far=True) is None  # the head's is full too
+    free.update({f"CPU_group_0_{H}": 1.0, f"CPU_group_{H}": 1.0, f"bundle_group_0_{H}": 1.0})
+    assert book.lend_room(H, -1, cpu, "far", far=True) == "here"
+    assert book.lend_room(H, -1, {"CPU": 2.0}, "far", far=True) is None  # too big for it
+    assert book.lend_room(H, -1, cpu, "near") is None  # a driver of this node: no "here"
+    assert book.lend_room(H, 1, cpu, "far", far=True) is None  # a named bundle: its own
+    book.return_room(loans[0][0])
+    assert book.lend_room(H, -1, cpu, "far", far=True)[1] == 1  # room there again: a loan
+    owner.ledger = types.SimpleNamespace(available=_unreadable)
+    book.return_room(loans[1][0])
+    book.lend_room(H, -1, cpu, "far", far=True)
+    assert book.lend_room(H, -1, cpu, "far", far=True) is None  # the ledger is gone
+    lone, _owner, _nodes = _book(has_local=False)  # no bundle on the service's node
+    lone.owner.ledger = types.SimpleNamespace(available=lambda: dict(free))
+    for _ in (1, 2):
+        lone.lend_room(H, -1, cpu, "far", far=True)
+    assert lone.lend_room(H, -1, cpu, "far", far=True) is None
+
+
+def _unreadable():
+    raise OSError("no ledger")
+
+
 def test_a_driver_lends_an_actors_room_kept_while_the_service_holds_it():
     from miniray._private.owner import placement_group_loans as loans
 

@@ -177,6 +177,26 @@ def test_lease_grant_release_and_the_holder_names_the_driver(node):
         assert client.ping() < 5.0
 
 
+def test_the_groups_reserved_in_the_nodes_ledger_are_answered(node):
+    """Step 14: another host's state API reads the groups of this node's ledger."""
+    from miniray._private.core import placement
+
+    pg_hex = "ab" * 18
+    record = {"id": pg_hex, "name": "g", "bundles": [{"CPU": 1.0}], "nodes": ["n" * 16],
+              "detached": True, "job_id": "01000000"}
+    with node.client() as client:
+        assert client.groups() == {}
+        node.ledger.acquire_group([{"CPU": 1.0}], record,
+                                  placement.bundle_provides(pg_hex, [{"CPU": 1.0}]),
+                                  holder_pid=os.getpid())
+        try:
+            assert client.groups() == {pg_hex: record}
+        finally:
+            node.ledger.release_group(pg_hex)
+        assert rd.parse_message(("groups", 4)) == ("groups", 4, ())
+        assert rd.parse_message(("groups", 4, "x"))[0] is None
+
+
 def test_gpu_leases_name_their_gpu_ids(tmp_path):
     n = Node(tmp_path, totals={"CPU": 2.0, "GPU": 2.0})
     try:

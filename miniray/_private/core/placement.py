@@ -403,6 +403,29 @@ def bundle_elsewhere(index: int, nodes: list[str], local: str) -> list[int]:
     return [] if local in nodes else list(range(len(nodes)))
 
 
+def bundles_free(available: Mapping[str, float], pg_hex: str) -> dict[int, dict[str, float]]:
+    """What is free now in each bundle of group ``pg_hex`` that a node's ledger provides,
+    by bundle index (``available``: the ledger's free amounts, zero ones left out, as
+    ``Ledger.available`` gives them), for ``pick_bundle``; every bundle of the group the
+    node holds is there (its ``bundle_group`` share is never all taken), one with nothing
+    free as ``{}``.
+
+    >>> h = "a" * 36
+    >>> b = {"bundle_group_0_" + h: 1.0, "bundle_group_1_" + h: 1.0, "bundle_group_" + h: 2.0}
+    >>> bundles_free({**b, "CPU_group_1_" + h: 1.0, "CPU_group_" + h: 1.0, "CPU": 3.0}, h)
+    {0: {}, 1: {'CPU': 1.0}}
+    """
+    out: dict[int, dict[str, float]] = {}
+    for name, amount in available.items():
+        parsed = parse_derived(name) if "_group_" in name else None
+        if parsed is None or parsed[2] != pg_hex or parsed[1] is None:
+            continue
+        free = out.setdefault(parsed[1], {})
+        if parsed[0] != "bundle":
+            free[parsed[0]] = float(amount)
+    return dict(sorted(out.items()))
+
+
 def pick_gpus(free: list[int], amount: float) -> list[tuple[int, int]] | None:
     """Which of a bundle's GPUs (``free``: each one's free units, ``resources.UNIT`` a
     whole GPU) a task of ``amount`` GPUs takes, as ``(position, units)`` pairs: as the

@@ -381,7 +381,8 @@ class ActorService:
             elif tag == protocol.SVC_PG_LEND:  # no round trip: answered here
                 remote = self.owner.remote_nodes
                 value = None if remote is None else remote.bundles.lend_room(
-                    message[1], message[2], message[3], client.token)
+                    message[1], message[2], message[3], client.token,
+                    far=not client.shm_dir)  # a driver on another host: any bundle here too
             elif tag == protocol.SVC_PG_RETURN:
                 if self.owner.remote_nodes is not None:
                     self.owner.remote_nodes.bundles.return_room(message[1])

@@ -147,6 +147,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
+   14. Placement groups (``ray.util.state.list_placement_groups`` and ``miniray list
+       placement-groups`` on a member's host ask the head: ``state_api._head_groups``):
+       D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups
+       reserved in N's ledger now (one lock-free read), else ("error", req, "node",
+       text).
 """
 
 from __future__ import annotations
@@ -301,7 +306,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     op = message[0]
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
-              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3}
+              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3,
+              "groups": 2}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -584,6 +590,12 @@ class RemoteDrivers(KeptServing):
         if op == "logs":  # step 13: a few file reads, bounded
             kind, answer = worker_logs.answer_query(self.session_dir or "", args[0])
             return ("logs", req, answer) if kind == "logs" else ("error", req, kind, answer)
+        if op == "groups":  # step 14: one lock-free ledger read
+            try:
+                groups = {h: dict(lease.group) for h, lease in self.ledger.groups().items()}
+            except (OSError, ValueError) as error:
+                return ("error", req, "node", f"this node cannot read its ledger: {error}")
+            return ("groups", req, groups)
         if op == "fetch":
             return self._fetch(link, req, *args)
         if op == "kill":

@@ -417,15 +417,19 @@ class BundleLoans:
         if running is not None:
             running.discard(task)
 
-    def lend_room(self, pg_hex: str, index: int, base: dict, token):
-        """*Locked.* A lender's side (the service: ``SVC_PG_LEND``; a driver:
-        ``answer_borrower``): room for a task of the driver ``token`` (the service's
-        client token, or ``borrower_token``) in bundle ``index`` (-1: any) of a group this
-        owner holds on other nodes, taken from the bundle as for a task of its own:
-        ``(loan id, bundle index, NodeEntry, GPU ids)``; None: no room now (or the bundle
-        is lost); "here": the bundle is on this node now (the ledger provides it; a group
-        of this owner with no bundle on other nodes too: asked by a driver on another
-        host)."""
+    def lend_room(self, pg_hex: str, index: int, base: dict, token, far: bool = False):
+        """*Locked* (for ``far``, one lock-free read of this node's ledger at most). A
+        lender's side (the service: ``SVC_PG_LEND``; a driver: ``answer_borrower``): room
+        for a task of the driver ``token`` (the service's client token, or
+        ``borrower_token``) in bundle ``index`` (-1: any) of a group this owner holds on
+        other nodes, taken from the bundle as for a task of its own: ``(loan id, bundle
+        index, NodeEntry, GPU ids)``; None: no room now (or the bundle is lost); "here":
+        the bundle is on this node now (the ledger provides it; a group of this owner with
+        no bundle on other nodes too: asked by a driver on another host). ``far``: the
+        driver is on another host (it runs a task answered "here" on this node under a
+        lease: ``_run_on_head``), so "any bundle" is every bundle of the group: one on
+        another node with room now first, else "here" when a bundle of this node has room
+        now (``_room_here``)."""
         parts = self.groups.get(pg_hex)
         if parts is None:
             group = self.owner.pgs.groups.get(pg_hex)
@@ -436,7 +440,7 @@ class BundleLoans:
         picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
                                        {i: b.gpu_free for i, b in usable.items()})
         if picked is None:
-            return None
+            return "here" if far and index < 0 and self._room_here(pg_hex, base) else None
         bundle = usable[picked]
         self._loan_seq += 1
         loan_id = self._loan_seq
@@ -445,6 +449,20 @@ class BundleLoans:
         gpu_ids = bundle.take_gpus(("loan", loan_id), float(base.get("GPU", 0.0)))
         self.lent_out[loan_id] = (bundle, dict(base), token)
         return loan_id, picked, bundle.entry, gpu_ids
+
+    def _room_here(self, pg_hex: str, base: dict) -> bool:
+        """*Locked* (one lock-free read of this node's ledger). Whether a bundle of the
+        group on this node has room now for a task of ``base`` (``placement.bundles_free``:
+        as the ledger resolves "any bundle"; it decides when the task's lease is asked,
+        and a denial there is asked again as for any task of another node)."""
+        if not self.has_local.get(pg_hex):
+            return False
+        try:
+            available = self.owner.ledger.available()
+        except (OSError, ValueError):  # the node's ledger went with the node
+            return False
+        return placement.pick_bundle(base, -1, placement.bundles_free(available, pg_hex)) \
+            is not None
 
     def return_room(self, loan_id: int) -> None:
         """*Locked.* A lender's side (``SVC_PG_RETURN``, ``pg_return``): a loan's room

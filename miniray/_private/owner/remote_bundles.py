@@ -93,7 +93,9 @@ Steps for group G of driver D with bundle i planned on node N::
    there (``serves``) is created in S, as a named one is. A driver on a member, whose S
    is the head's on another host, borrows in every bundle of such a group, its own
    node's too (``served_everywhere``); S's "here" (a bundle on the head) runs its task
-   on the head under a lease of its request there (``_run_on_head``).
+   on the head under a lease of its request there (``_run_on_head``). For "any bundle",
+   such a driver's S answers "here" too when none off the head has room now and one on
+   the head has (``lend_room`` with ``far``).
 
 9. A task of another driver E of D's node (same host, same user) in a bundle on another
    node of D's own group (not detached): as step 8, with D as the lender. E finds the
