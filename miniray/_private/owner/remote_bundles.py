@@ -211,9 +211,10 @@ class RemoteBundles(BundleLoans):
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
-        # Step 7, S's side: groups lent by a driver whose node is not S's (their ledger is
-        # not S's: that driver's watch ends their actors, S's never does)
-        self.lender_watched: set[str] = set()
+        # Step 7, S's side: groups lent by a driver whose node is not S's, each with that
+        # node's id (their ledger is not S's: S's watch asks that node whether the group
+        # lives, ``PlacementGroupNodes._lenders_gone``; that driver's watch ends them too)
+        self.lender_watched: dict[str, str] = {}
         # Step 8, a driver's side: detached groups the node's actor service holds, each
         # bundle's node (hex -> [node id]); the tasks waiting for a loan of room in one of
         # their bundles on another node; loans to give back; the thread that asks.
@@ -550,6 +551,7 @@ class RemoteBundles(BundleLoans):
             self.actor_loans_unsent.pop(actor_id, None)
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
+        self.lender_watched.pop(pg_hex, None)
         self.served.pop(pg_hex, None)
         self.lenders.pop(pg_hex, None)
         self.served_everywhere.discard(pg_hex)
@@ -577,10 +579,10 @@ class RemoteBundles(BundleLoans):
         that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
         watched as one of this owner's (its removal, or its holder's end, ends the actor).
         Its link to the node is opened by the actor's thread."""
-        entry, gpu_ids = spec.lent[:2]
+        entry, gpu_ids, lender_node = spec.lent[:3]
         pg_hex, index, base = placement.bundle_request(spec.placement)
-        if len(spec.lent) > 2 and spec.lent[2]:  # its driver's node is another
-            self.lender_watched.add(pg_hex)
+        if lender_node:  # its driver's node is another: asked whether the group lives
+            self.lender_watched[pg_hex] = lender_node
         else:
             self.groups.setdefault(pg_hex, {})
             self.has_local.setdefault(pg_hex, False)
@@ -594,7 +596,7 @@ class RemoteBundles(BundleLoans):
         bundle = self.borrowed.pop(actor_id, None)
         if bundle is not None and bundle.pg_hex in self.lender_watched and not any(
                 b.pg_hex == bundle.pg_hex for b in self.borrowed.values()):
-            self.lender_watched.discard(bundle.pg_hex)
+            self.lender_watched.pop(bundle.pg_hex, None)
 
     def follow_ledger(self, spec) -> None:
         """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
