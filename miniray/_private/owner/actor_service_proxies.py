@@ -139,6 +139,11 @@ class ServiceProxies:
                 doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
                                        base=base, held=held, actor=spec.actor_id.hex())
             except (OSError, TimeoutError) as error:
+                if self.owner.placement_group_gone(pg_hex):
+                    return None  # D ended (its socket closed first, then its group lease)
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
                 raise RuntimeError(
                     f"actor {spec.class_name}: the driver that holds its placement group "
                     f"did not answer for room in its bundle ({error}); the group may have "
@@ -165,6 +170,8 @@ class ServiceProxies:
                 self._tell_lender(spec, {"lender": lender, "kept": False})
                 raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
                                    "node is not in this driver's view of the cluster")
+            if self.owner.placement_group_gone(pg_hex):
+                return None  # removed while the actor waited for room
             if time.monotonic() >= deadline:
                 raise self._no_room(spec)
             time.sleep(0.05)
