@@ -363,8 +363,8 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
 # A driver on the head's host holding STRICT_SPREAD groups of two one-CPU bundles named
 # by argv, that answers each line of its stdin: "run NAME" (a task in NAME's bundle on the
 # member, 30 s at most: its node's IP), "start NAME" (such a task, not waited for; answers
-# whether it ended within 2 s), "finish" (the started task's IP), "remove NAME", anything else
-# ends it.
+# whether it ended within 2 s), "finish" (the started task's IP), "remove NAME", "call NAME"
+# (actor NAME of namespace "pgs": its ip(), or the error's type), anything else ends it.
 HOLDER = """
     import json, sys, time
     import miniray as ray
@@ -404,6 +404,12 @@ HOLDER = """
         elif what == "remove":
             remove_placement_group(groups[name])
             print(json.dumps({"removed": name}), flush=True)
+        elif what == "call":
+            try:
+                answer = ray.get(ray.get_actor(name, namespace="pgs").ip.remote(), timeout=30)
+            except Exception as error:
+                answer = type(error).__name__
+            print(json.dumps({"call": answer}), flush=True)
         else:
             break
     ray.shutdown()
@@ -708,6 +714,77 @@ def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(h
         stop_driver(creator)  # its group goes with it
         doc = go_on(other, 60)
         assert doc == {"gone": "ActorDiedError"}, doc
+        assert other.wait(30) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+
+
+def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_group_ends(
+        hosts):
+    """As in Ray, another driver's detached actor in the creator's bundle on the member
+    outlives its own driver and dies with the group: its removal (the name is freed), or
+    its creator's end. An actor of that driver created while the group is removed does not
+    wait for room in vain: it dies (ActorDiedError on its calls)."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "a", "b")
+    other = None
+    try:
+        first = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        kept = [Where.options(name=name, namespace="pgs", lifetime="detached",
+                              scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                  group, 1)).remote()
+                for name, group in (("da", pg), ("db", get_placement_group("b")))]
+        print(json.dumps({"there": [run(a.ip.remote()) for a in kept]}), flush=True)
+        ray.shutdown()
+        """, hosts, "a")
+        try:
+            assert json_line(first, 90) == {"there": [MEMBER, MEMBER]}
+            assert first.wait(30) == 0
+        finally:
+            stop_driver(first)
+        assert _tell(creator, "call da") == {"call": MEMBER}  # its driver left: it lives
+        other = _driver_with("""
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        print(json.dumps({"asking": True}), flush=True)
+        late = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()  # "da" holds the bundle's CPU: it waits, then a is removed
+        print(json.dumps({"late": run(late.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator was killed
+        def db_ip():
+            try:
+                return run(ray.get_actor("db", namespace="pgs").ip.remote())
+            except ValueError:  # its name is free: it is gone
+                return "ValueError"
+
+        deadline = time.monotonic() + 30
+        while (answer := db_ip()) == "127.0.0.2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({"db": answer}), flush=True)
+        ray.shutdown()
+        """, hosts, "a")
+        assert json_line(other, 90) == {"asking": True}
+        assert _tell(creator, "remove a") == {"removed": "a"}
+        doc = json_line(other, 60)
+        assert doc == {"late": "ActorDiedError"}, doc
+        assert _tell(creator, "call da") == {"call": "ValueError"}  # dead, its name free
+        assert _tell(creator, "call db") == {"call": MEMBER}
+        stop_driver(creator)  # group b goes with it, and "db" too
+        doc = go_on(other, 60)
+        assert doc["db"] in ("ActorDiedError", "ValueError"), doc
         assert other.wait(30) == 0
     finally:
         if other is not None:
