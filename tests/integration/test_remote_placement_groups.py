@@ -647,14 +647,38 @@ def test_another_drivers_actors_run_in_a_bundle_the_creator_holds_on_a_member(ho
 
 def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_head(hosts):
     """Both drivers on the member, whose actor service is the head's (on another host, so
-    it cannot read the member's ledger and leaves the group's watch to the creator): the
+    it cannot read the member's ledger: it asks the member whether the group lives): the
     other driver's actor in the creator's bundle on the head lives there, not ended by the
-    service's watch, until the creator removes the group."""
+    service's watch, until the creator removes the group; in a second group, its actor
+    and a detached one (whose own driver left) die soon after the creator is killed."""
     _cluster(hosts, "2", "2")
-    creator = _holder(hosts, "m", ip=MEMBER)  # STRICT_SPREAD: bundle 0 here, 1 on the head
+    # STRICT_SPREAD: bundle 0 here, 1 on the head
+    creator = _holder(hosts, "m", "n", ip=MEMBER)
     other = None
     try:
+        first = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
+        @ray.remote(num_cpus=0.5)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        kept = Where.options(name="dn", namespace="pgs", lifetime="detached",
+                             scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                 get_placement_group("n"), 1)).remote()
+        print(json.dumps({"there": run(kept.ip.remote())}), flush=True)
+        ray.shutdown()
+        """, hosts, "m", ip=MEMBER)
+        try:
+            assert json_line(first, 90) == {"there": "127.0.0.1"}
+            assert first.wait(30) == 0
+        finally:
+            stop_driver(first)
+        assert _tell(creator, "call dn") == {"call": "127.0.0.1"}  # its driver left
         other = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
         @ray.remote(num_cpus=1)
         class Where:
             def ip(self):
@@ -662,22 +686,42 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
 
         actor = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, 1)).remote()
+        in_n = Where.options(num_cpus=0.5, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            get_placement_group("n"), 1)).remote()
         first = run(actor.ip.remote())
         time.sleep(2.0)  # four turns of a group watch (0.5 s): the actor must outlive them
-        print(json.dumps({"first": first, "later": run(actor.ip.remote())}), flush=True)
+        print(json.dumps({"first": first, "later": run(actor.ip.remote()),
+                          "in_n": run(in_n.ip.remote())}), flush=True)
+
+        def until_gone(answer):
+            deadline = time.monotonic() + 30
+            ended = answer()
+            while ended == "127.0.0.1" and time.monotonic() < deadline:  # the kill is async
+                time.sleep(0.1)
+                ended = answer()
+            return ended
+
+        def dn_ip():
+            try:
+                return run(ray.get_actor("dn", namespace="pgs").ip.remote())
+            except ValueError:  # its name is free: it is gone
+                return "ValueError"
+
         sys.stdin.readline()  # the creator removed the group
-        deadline = time.monotonic() + 30
-        ended = run(actor.ip.remote())
-        while ended == "127.0.0.1" and time.monotonic() < deadline:  # the kill is async
-            time.sleep(0.1)
-            ended = run(actor.ip.remote())
-        print(json.dumps({"removed": ended}), flush=True)
+        print(json.dumps({"removed": until_gone(lambda: run(actor.ip.remote()))}), flush=True)
+        sys.stdin.readline()  # the creator was killed: group n goes with it
+        print(json.dumps({"in_n": until_gone(lambda: run(in_n.ip.remote())),
+                          "dn": until_gone(dn_ip)}), flush=True)
         ray.shutdown()
         """, hosts, "m", ip=MEMBER)
         doc = json_line(other, 90)
-        assert doc == {"first": "127.0.0.1", "later": "127.0.0.1"}, doc
+        assert doc == {"first": "127.0.0.1", "later": "127.0.0.1", "in_n": "127.0.0.1"}, doc
         assert _tell(creator, "remove m") == {"removed": "m"}
         assert go_on(other, 60) == {"removed": "ActorDiedError"}
+        stop_driver(creator)
+        doc = go_on(other, 90)
+        assert doc["in_n"] == "ActorDiedError" and doc["dn"] in ("ActorDiedError",
+                                                                  "ValueError"), doc
         assert other.wait(60) == 0
     finally:
         if other is not None:

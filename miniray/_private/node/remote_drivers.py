@@ -147,6 +147,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
+   14. A placement group's life (``owner/placement_group_nodes._lenders_gone``: the
+       actor service of another node holding actors in room a driver of N lent): D -> N
+       ("group", req, pg_hex): ("group", req, held), held whether N's ledger holds a
+       live lease of that group (a dead holder's is not), or ("error", req, "node", text)
+       when the ledger cannot be read.
 """
 
 from __future__ import annotations
@@ -301,7 +306,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     op = message[0]
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
-              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3}
+              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3, "group": 3}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -310,6 +315,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
         return None, req, "a lease's tag must be a str"
     if op == "release" and not isinstance(message[2], str):
         return None, req, "a lease id must be a str"
+    if op == "group" and (not isinstance(message[2], str) or len(message[2]) > 64):
+        return None, req, "a placement group id must be a str (hex)"
     if op == "kill" and (not isinstance(message[2], int) or isinstance(message[2], bool)):
         return None, req, "a worker pid must be an int"
     if op == "keep" and (not isinstance(message[2], bytes) or not isinstance(message[3], str)
@@ -586,6 +593,12 @@ class RemoteDrivers(KeptServing):
             return ("logs", req, answer) if kind == "logs" else ("error", req, kind, answer)
         if op == "fetch":
             return self._fetch(link, req, *args)
+        if op == "group":  # step 14: one ledger read
+            try:
+                held = args[0] in self.ledger.groups()
+            except Exception as error:  # noqa: BLE001 - the ledger's trouble is the answer
+                return ("error", req, "node", f"this node cannot read its ledger: {error}")
+            return ("group", req, held)
         if op == "kill":
             (pid,) = args
             if self._workers.get(pid) is not link or self.kill_worker is None:

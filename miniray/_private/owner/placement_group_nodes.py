@@ -54,6 +54,24 @@ from miniray._private.owner.placement_group_records import (
 )
 from miniray._private.transport.node_client import CLUSTER_FILE
 
+LENDER_ASK_S = 5.0  # at most this long for a lending driver's node's answer (step 14)
+GONE = "gone"  # ``lenders_gone``: the lending driver's node is dead (its driver with it)
+
+
+def lenders_gone(watched: dict, held: dict) -> list:
+    """Pure. The groups of ``watched`` (``{hex: the lending driver's node id}``) that are
+    gone: their node's ledger no longer holds them (``held[hex]`` False), or that node is
+    dead (GONE). None (the node could not be asked now) keeps a group: asked again at the
+    next turn.
+
+    >>> lenders_gone({"a": "n1", "b": "n1", "c": "n2"}, {"a": True, "b": False, "c": GONE})
+    ['b', 'c']
+    >>> lenders_gone({"a": "n1"}, {"a": None})
+    []
+    """
+    return sorted(h for h in watched if held.get(h) is False or held.get(h) == GONE)
+
+
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
 KILL_LENT_PAUSE_S = 0.5  # before the second try; doubled before each later one
 
@@ -622,6 +640,45 @@ class PlacementGroupNodes:
               f"({', '.join(a.hex()[:12] for a in actor_ids)}): it did not answer "
               f"{KILL_LENT_TRIES} times; kill them with ray.kill once it is back.",
               file=sys.stderr, flush=True)
+
+    def _lenders_gone(self, remote) -> set:
+        """*Not locked* (a view read; one request per group to its lender's node, on this
+        owner's link there). In the node's actor service: the groups it holds actors of in
+        room lent by a driver of another node (``lender_watched``, ``remote_bundles`` step
+        7) that are gone (``lenders_gone``): that node's ledger no longer holds the group
+        (``holds_group``, step 14 of ``node/remote_drivers.py``; removed, or its driver
+        ended), or that node is dead. Why the service asks, not the actor's own driver:
+        a detached actor of another driver outlives that driver (step 9), and its end
+        with the group is then the service's to see; the node's ledger answers for a
+        driver that died too, whose own watch died with it."""
+        from miniray._private.transport import peer_channel as pc  # lazy: multi-host only
+        from miniray._private.transport.remote_node import RemoteLeaseError  # lazy: as above
+        from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
+
+        with self.owner.locked():
+            watched = dict(remote.bundles.lender_watched)
+        if not watched:
+            return set()
+        try:
+            view = {e.node_id: e for e in remote.view(fresh=True)}
+        except (OSError, ValueError):
+            return set()
+        if not view:  # no view file (the node stopping): it says nothing of any node
+            return set()
+        held: dict = {}
+        for hex_, node_id in watched.items():
+            entry = view.get(node_id)
+            if entry is None or not entry.alive:
+                held[hex_] = GONE
+                continue
+            try:
+                held[hex_] = remote.client(entry).holds_group(hex_, timeout=LENDER_ASK_S)
+            except NodeDiedError:
+                held[hex_] = GONE
+            except (RemoteLeaseError, TimeoutError, OSError, pc.PeerRefused,
+                    pc.PeerAuthError):
+                held[hex_] = None  # asked again at the next turn
+        return set(lenders_gone(watched, held))
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named and detached actors in its remote

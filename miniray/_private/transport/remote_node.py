@@ -1,8 +1,8 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and 13
-there) from the driver's side, its timeouts, and turning the node's loss into
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13 and
+14 there) from the driver's side, its timeouts, and turning the node's loss into
 ``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
 or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
 connections (step 8 there).
@@ -166,6 +166,15 @@ class RemoteNodeClient:
         if answer[0] != "logs" or len(answer) != 3:
             raise self._unexpected(answer)
         return answer[2]
+
+    def holds_group(self, pg_hex: str, timeout: float | None = None) -> bool:
+        """Step 14: whether the node's ledger holds a live lease of placement group
+        ``pg_hex``. RemoteLeaseError (the node cannot read its ledger, or is older and
+        does not know the request), NodeDiedError, TimeoutError."""
+        answer = self._call("group", (str(pg_hex),), timeout)
+        if answer[0] != "group" or len(answer) != 3:
+            raise self._unexpected(answer)
+        return bool(answer[2])
 
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
