@@ -117,10 +117,10 @@ def _group_holder(hosts, bundles: list, name: str):
     return proc
 
 
-def _gpu_cluster(hosts):
-    """A head with no GPU and a member with two."""
+def _gpu_cluster(hosts, gpus: int = 2):
+    """A head with no GPU and a member with ``gpus`` (two) and as many CPUs."""
     head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    hosts.join_alive(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    hosts.join_alive(MEMBER, head, "--num-cpus", str(gpus), "--num-gpus", str(gpus))
 
 
 def _join_late(hosts, ip: str = MEMBER) -> None:
@@ -872,26 +872,50 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    _gpu_cluster(hosts)
-    doc = _run_driver(hosts, PG + """
-    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    # Two actors of the group's driver, and one of another driver of its node (in room the
+    # driver lends it), each get a device of their own.
+    _gpu_cluster(hosts, 3)
+    proc = driver(PRELUDE + PG + """
+    pg = placement_group([{"GPU": 3, "CPU": 3}], name="gpus")
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, 0)
     """ + GPUS + """
     first, second = (Gpu.options(scheduling_strategy=strategy).remote() for _ in range(2))
     pair = ray.get([first.ids.remote(), second.ids.remote()], timeout=30)
-    # Both devices are the actors': a task waits until one of them leaves.
+    print(json.dumps({"pair": pair}), flush=True)
+    sys.stdin.readline()  # another driver's actor took the third device
+    # Every device is an actor's: a task waits until one of them leaves.
     ready, _ = ray.wait([gpu.options(scheduling_strategy=strategy).remote()], timeout=1.5)
     waited = not ready
     ray.kill(first)
     freed = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
-    print(json.dumps({"pair": pair, "waited": waited, "freed": freed}), flush=True)
+    print(json.dumps({"waited": waited, "freed": freed}), flush=True)
     ray.shutdown()
-    """)
-    assert sorted(ids[0] for ids, _visible in doc["pair"]) == [0, 1], doc  # one each
-    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        pair = json_line(proc, 60)["pair"]
+        other = _driver_with(textwrap.dedent(GPUS) + textwrap.dedent("""
+        theirs = Gpu.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 0)).remote()
+        print(json.dumps({"theirs": run(theirs.ids.remote())}), flush=True)
+        sys.stdin.readline()
+        ray.shutdown()
+        """), hosts, "gpus")
+        theirs = json_line(other, 90)["theirs"]
+        doc = go_on(proc, 60)
+        other.stdin.write("\n")
+        other.stdin.flush()
+        assert proc.wait(30) == 0 and other.wait(30) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
+        stop_driver(proc)
+    seen = pair + [theirs]
+    assert sorted(str(ids[0]) for ids, _visible in seen) == ["0", "1", "2"], seen  # one each
+    assert sorted(visible for _ids, visible in seen) == ["0", "1", "2"], seen
     assert doc["waited"] is True, doc
-    assert doc["freed"] == doc["pair"][0][0], doc  # the killed actor's device
+    assert doc["freed"] == pair[0][0], (doc, pair)  # the killed actor's device
 
 
 def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
@@ -1009,7 +1033,8 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     # A PACK group on the member (the head was full at creation) whose member dies is held
     # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
     # numbers; the task that ran in it is retried here, an actor with a restart left
-    # restarts here, and one with none dies with ActorDiedError naming the member.
+    # restarts here, and one with none dies with ActorDiedError naming the member; so do
+    # another driver's actors there (in room the group's driver lends it).
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -1066,16 +1091,52 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
                       "named": named_restarted}), flush=True)
     ray.shutdown()
     """, {**hosts.env("127.0.0.1"), "MINIRAY_LEASE_KEEP_MS": "60000"}, stdin=subprocess.PIPE)
+    other = None
     try:
         doc = json_line(proc, 40)
         member = hosts.record(MEMBER).node_id
         assert doc["first"] == {"0": member, "1": member}, doc
         assert doc["before"] == [MEMBER] * 3, doc
+        other = _driver_with("""
+        from miniray.util.placement_group import placement_group_table
+
+        @ray.remote
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        in0 = PlacementGroupSchedulingStrategy(pg, 0)
+        again = Where.options(max_restarts=1, scheduling_strategy=in0).remote()
+        once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
+        print(json.dumps({"before": [run(again.ip.remote()), run(once.ip.remote())]}),
+              flush=True)
+        sys.stdin.readline()  # the member was killed
+        head = ray.get_runtime_context().get_node_id()
+        deadline = time.monotonic() + 30
+        while placement_group_table(pg)["bundles_to_node_id"].get("0") != head and \\
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        restarted = run(again.ip.remote())
+        try:
+            ray.get(once.ip.remote(), timeout=30)
+            died = "alive"
+        except Exception as error:
+            died = f"{type(error).__name__}: {error}"
+        print(json.dumps({"restarted": restarted, "died": died}), flush=True)
+        ray.shutdown()
+        """, hosts, "back")
+        assert json_line(other, 90) == {"before": [MEMBER, MEMBER]}
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        theirs = go_on(other, 90)  # before the group's driver removes it
+        assert other.wait(30) == 0
         doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
+        if other is not None:
+            stop_driver(other)
         stop_driver(proc)
+    assert theirs["restarted"] == "127.0.0.1", theirs
+    assert theirs["died"].startswith("ActorDiedError") and member in theirs["died"], theirs
     head = hosts.record("127.0.0.1").node_id
     # RESCHEDULING lasts until the watch's next turn (WATCH_S): a poll may not see it.
     assert doc["last"] == "CREATED" and set(doc["states"]) <= {"CREATED", "RESCHEDULING"}, doc
