@@ -798,6 +798,8 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
             stop_driver(first)
         assert _tell(creator, "call da") == {"call": MEMBER}  # its driver left: it lives
         other = _driver_with("""
+        import threading
+
         @ray.remote(num_cpus=1)
         class Where:
             def ip(self):
@@ -807,7 +809,22 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
         late = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, 1)).remote()  # "da" holds the bundle's CPU: it waits, then a is removed
         print(json.dumps({"late": run(late.ip.remote())}), flush=True)
+        box = {}
+
+        def create_in_b():  # "db" holds b's CPU there: it waits, then the creator dies
+            try:
+                box["actor"] = Where.options(
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        get_placement_group("b"), 1)).remote()
+            except Exception as error:
+                box["error"] = type(error).__name__
+
+        asking = threading.Thread(target=create_in_b)
+        asking.start()
         sys.stdin.readline()  # the creator was killed
+        asking.join(60)
+        late_b = run(box["actor"].ip.remote()) if "actor" in box else box.get("error")
+
         def db_ip():
             try:
                 return run(ray.get_actor("db", namespace="pgs").ip.remote())
@@ -817,7 +834,7 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
         deadline = time.monotonic() + 30
         while (answer := db_ip()) == "127.0.0.2" and time.monotonic() < deadline:
             time.sleep(0.05)
-        print(json.dumps({"db": answer}), flush=True)
+        print(json.dumps({"db": answer, "late_b": late_b}), flush=True)
         ray.shutdown()
         """, hosts, "a")
         assert json_line(other, 90) == {"asking": True}
@@ -827,8 +844,9 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
         assert _tell(creator, "call da") == {"call": "ValueError"}  # dead, its name free
         assert _tell(creator, "call db") == {"call": MEMBER}
         stop_driver(creator)  # group b goes with it, and "db" too
-        doc = go_on(other, 60)
+        doc = go_on(other, 90)
         assert doc["db"] in ("ActorDiedError", "ValueError"), doc
+        assert doc["late_b"] == "ActorDiedError", doc
         assert other.wait(30) == 0
     finally:
         if other is not None:
