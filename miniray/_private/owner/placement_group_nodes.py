@@ -12,8 +12,10 @@ here: ``ledger.grow_group`` adds it to the group's lease under its own bundle nu
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
 then. This driver's named and detached actors in its bundles on other nodes (``remote_bundles``
 step 7) are killed when their bundle goes (``_kill_lent``), and their room comes back once the
-node's actor service no longer holds them alive (``_check_loans``). A task of another driver of
-this node in a bundle this driver holds on another node borrows room from this driver
+node's actor service no longer holds them alive (``_check_loans``); the service asks a lending
+driver's node on another host whether such a group lives (``_lenders_gone``). A task of
+another driver of this node in a bundle this driver holds on another node borrows room from
+this driver
 (``_note_if_served``, ``_lender_of``; ``remote_bundles`` step 9), which takes back a dead
 borrower's loans (``_check_borrowers``); when it cannot, it fails (``elsewhere``). A
 detached group in a cluster is held by the node's actor service (``_detached_home``): the
@@ -27,7 +29,7 @@ Does not own: the leases on other nodes (``remote_bundles.py``), the view and li
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
 ``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
-``_check_borrowers``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``,
+``_check_borrowers``, ``_check_bundle_nodes``, ``_lenders_gone``; ``remove``: ``_kill_lent``,
 ``_remove_in_service``), the owner (``elsewhere``, not locked), the node's actor service
 (``serve_create``, ``serve_remove``, ``served_records``, not locked, on a thread of its
 own).
@@ -601,9 +603,9 @@ class PlacementGroupNodes:
         (``remote_bundles`` step 7: their group was removed, or their bundle went to
         another node than this one after its node died). A kill the service did not take
         (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
-        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: a far lender's is
-        the only word the service gets (``lender_watched``), and a killed actor's kill is
-        a no-op there."""
+        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: for a far lender
+        the service learns of a removal only from this or its own ask of this node
+        (``_lenders_gone``), and a killed actor's kill is a no-op there."""
         left = self._kill_lent_once(actor_ids)
         if left:
             threading.Thread(target=self._kill_lent_again, args=(left,), daemon=True,
