@@ -1077,6 +1077,8 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
     named = Where.options(name="follows", max_restarts=1, scheduling_strategy=in0).remote()
     before = ray.get([again.ip.remote(), once.ip.remote(), named.ip.remote()], timeout=30)
+    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    sys.stdin.readline()  # another driver's actors run in bundle 0 too
     ray.kill(hog)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 10 and ray.available_resources().get("CPU", 0) < 2:
@@ -1087,7 +1089,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, 1)).remote(3.0)
     time.sleep(1.0)
-    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    print(json.dumps({"long": "started"}), flush=True)
     sys.stdin.readline()  # the test kills the member now
     t0 = time.monotonic()
     states, table = table_until(pg, lambda table: table["state"] == "CREATED"
@@ -1144,6 +1146,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         ray.shutdown()
         """, hosts, "back")
         assert json_line(other, 90) == {"before": [MEMBER, MEMBER]}
+        assert go_on(proc, 60) == {"long": "started"}
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
         theirs = go_on(other, 90)  # before the group's driver removes it
         assert other.wait(30) == 0
