@@ -117,10 +117,10 @@ def _group_holder(hosts, bundles: list, name: str):
     return proc
 
 
-def _gpu_cluster(hosts):
-    """A head with no GPU and a member with two."""
+def _gpu_cluster(hosts, gpus: int = 2):
+    """A head with no GPU and a member with ``gpus`` (two) and as many CPUs."""
     head = hosts.start_head("--num-cpus", "2", "--num-gpus", "0")
-    hosts.join_alive(MEMBER, head, "--num-cpus", "2", "--num-gpus", "2")
+    hosts.join_alive(MEMBER, head, "--num-cpus", str(gpus), "--num-gpus", str(gpus))
 
 
 def _join_late(hosts, ip: str = MEMBER) -> None:
@@ -363,8 +363,8 @@ def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
 # A driver on the head's host holding STRICT_SPREAD groups of two one-CPU bundles named
 # by argv, that answers each line of its stdin: "run NAME" (a task in NAME's bundle on the
 # member, 30 s at most: its node's IP), "start NAME" (such a task, not waited for; answers
-# whether it ended within 2 s), "finish" (the started task's IP), "remove NAME", anything else
-# ends it.
+# whether it ended within 2 s), "finish" (the started task's IP), "remove NAME", "call NAME"
+# (actor NAME of namespace "pgs": its ip(), or the error's type), anything else ends it.
 HOLDER = """
     import json, sys, time
     import miniray as ray
@@ -404,6 +404,12 @@ HOLDER = """
         elif what == "remove":
             remove_placement_group(groups[name])
             print(json.dumps({"removed": name}), flush=True)
+        elif what == "call":
+            try:
+                answer = ray.get(ray.get_actor(name, namespace="pgs").ip.remote(), timeout=30)
+            except Exception as error:
+                answer = type(error).__name__
+            print(json.dumps({"call": answer}), flush=True)
         else:
             break
     ray.shutdown()
@@ -641,14 +647,38 @@ def test_another_drivers_actors_run_in_a_bundle_the_creator_holds_on_a_member(ho
 
 def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_head(hosts):
     """Both drivers on the member, whose actor service is the head's (on another host, so
-    it cannot read the member's ledger and leaves the group's watch to the creator): the
+    it cannot read the member's ledger: it asks the member whether the group lives): the
     other driver's actor in the creator's bundle on the head lives there, not ended by the
-    service's watch, until the creator removes the group."""
+    service's watch, until the creator removes the group; in a second group, its actor
+    and a detached one (whose own driver left) die soon after the creator is killed."""
     _cluster(hosts, "2", "2")
-    creator = _holder(hosts, "m", ip=MEMBER)  # STRICT_SPREAD: bundle 0 here, 1 on the head
+    # STRICT_SPREAD: bundle 0 here, 1 on the head
+    creator = _holder(hosts, "m", "n", ip=MEMBER)
     other = None
     try:
+        first = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
+        @ray.remote(num_cpus=0.5)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        kept = Where.options(name="dn", namespace="pgs", lifetime="detached",
+                             scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                 get_placement_group("n"), 1)).remote()
+        print(json.dumps({"there": run(kept.ip.remote())}), flush=True)
+        ray.shutdown()
+        """, hosts, "m", ip=MEMBER)
+        try:
+            assert json_line(first, 90) == {"there": "127.0.0.1"}
+            assert first.wait(30) == 0
+        finally:
+            stop_driver(first)
+        assert _tell(creator, "call dn") == {"call": "127.0.0.1"}  # its driver left
         other = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
         @ray.remote(num_cpus=1)
         class Where:
             def ip(self):
@@ -656,22 +686,42 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
 
         actor = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             pg, 1)).remote()
+        in_n = Where.options(num_cpus=0.5, scheduling_strategy=PlacementGroupSchedulingStrategy(
+            get_placement_group("n"), 1)).remote()
         first = run(actor.ip.remote())
         time.sleep(2.0)  # four turns of a group watch (0.5 s): the actor must outlive them
-        print(json.dumps({"first": first, "later": run(actor.ip.remote())}), flush=True)
+        print(json.dumps({"first": first, "later": run(actor.ip.remote()),
+                          "in_n": run(in_n.ip.remote())}), flush=True)
+
+        def until_gone(answer):
+            deadline = time.monotonic() + 30
+            ended = answer()
+            while ended == "127.0.0.1" and time.monotonic() < deadline:  # the kill is async
+                time.sleep(0.1)
+                ended = answer()
+            return ended
+
+        def dn_ip():
+            try:
+                return run(ray.get_actor("dn", namespace="pgs").ip.remote())
+            except ValueError:  # its name is free: it is gone
+                return "ValueError"
+
         sys.stdin.readline()  # the creator removed the group
-        deadline = time.monotonic() + 30
-        ended = run(actor.ip.remote())
-        while ended == "127.0.0.1" and time.monotonic() < deadline:  # the kill is async
-            time.sleep(0.1)
-            ended = run(actor.ip.remote())
-        print(json.dumps({"removed": ended}), flush=True)
+        print(json.dumps({"removed": until_gone(lambda: run(actor.ip.remote()))}), flush=True)
+        sys.stdin.readline()  # the creator was killed: group n goes with it
+        print(json.dumps({"in_n": until_gone(lambda: run(in_n.ip.remote())),
+                          "dn": until_gone(dn_ip)}), flush=True)
         ray.shutdown()
         """, hosts, "m", ip=MEMBER)
         doc = json_line(other, 90)
-        assert doc == {"first": "127.0.0.1", "later": "127.0.0.1"}, doc
+        assert doc == {"first": "127.0.0.1", "later": "127.0.0.1", "in_n": "127.0.0.1"}, doc
         assert _tell(creator, "remove m") == {"removed": "m"}
         assert go_on(other, 60) == {"removed": "ActorDiedError"}
+        stop_driver(creator)
+        doc = go_on(other, 90)
+        assert doc["in_n"] == "ActorDiedError" and doc["dn"] in ("ActorDiedError",
+                                                                  "ValueError"), doc
         assert other.wait(60) == 0
     finally:
         if other is not None:
@@ -716,6 +766,95 @@ def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(h
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
 
 
+def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_group_ends(
+        hosts):
+    """As in Ray, another driver's detached actor in the creator's bundle on the member
+    outlives its own driver and dies with the group: its removal (the name is freed), or
+    its creator's end. An actor of that driver created while the group is removed does not
+    wait for room in vain: it dies (ActorDiedError on its calls)."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "a", "b")
+    other = None
+    try:
+        first = _driver_with("""
+        from miniray.util.placement_group import get_placement_group
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        kept = [Where.options(name=name, namespace="pgs", lifetime="detached",
+                              scheduling_strategy=PlacementGroupSchedulingStrategy(
+                                  group, 1)).remote()
+                for name, group in (("da", pg), ("db", get_placement_group("b")))]
+        print(json.dumps({"there": [run(a.ip.remote()) for a in kept]}), flush=True)
+        ray.shutdown()
+        """, hosts, "a")
+        try:
+            assert json_line(first, 90) == {"there": [MEMBER, MEMBER]}
+            assert first.wait(30) == 0
+        finally:
+            stop_driver(first)
+        assert _tell(creator, "call da") == {"call": MEMBER}  # its driver left: it lives
+        other = _driver_with("""
+        import threading
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        print(json.dumps({"asking": True}), flush=True)
+        late = Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 1)).remote()  # "da" holds the bundle's CPU: it waits, then a is removed
+        print(json.dumps({"late": run(late.ip.remote())}), flush=True)
+        box = {}
+
+        def create_in_b():  # "db" holds b's CPU there: it waits, then the creator dies
+            try:
+                box["actor"] = Where.options(
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        get_placement_group("b"), 1)).remote()
+            except Exception as error:
+                box["error"] = type(error).__name__
+
+        asking = threading.Thread(target=create_in_b)
+        asking.start()
+        sys.stdin.readline()  # the creator was killed
+        asking.join(60)
+        late_b = run(box["actor"].ip.remote()) if "actor" in box else box.get("error")
+
+        def db_ip():
+            try:
+                return run(ray.get_actor("db", namespace="pgs").ip.remote())
+            except ValueError:  # its name is free: it is gone
+                return "ValueError"
+
+        deadline = time.monotonic() + 30
+        while (answer := db_ip()) == "127.0.0.2" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(json.dumps({"db": answer, "late_b": late_b}), flush=True)
+        ray.shutdown()
+        """, hosts, "a")
+        assert json_line(other, 90) == {"asking": True}
+        assert _tell(creator, "remove a") == {"removed": "a"}
+        doc = json_line(other, 60)
+        assert doc == {"late": "ActorDiedError"}, doc
+        assert _tell(creator, "call da") == {"call": "ValueError"}  # dead, its name free
+        assert _tell(creator, "call db") == {"call": MEMBER}
+        stop_driver(creator)  # group b goes with it, and "db" too
+        doc = go_on(other, 90)
+        assert doc["db"] in ("ActorDiedError", "ValueError"), doc
+        assert doc["late_b"] == "ActorDiedError", doc
+        assert other.wait(30) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+
+
 def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
     _gpu_cluster(hosts)
     doc = _run_driver(hosts, PG + """
@@ -751,26 +890,50 @@ def test_tasks_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
 
 
 def test_actors_in_a_members_gpu_bundle_each_see_their_own_gpu(hosts):
-    _gpu_cluster(hosts)
-    doc = _run_driver(hosts, PG + """
-    pg = placement_group([{"GPU": 2, "CPU": 2}])
+    # Two actors of the group's driver, and one of another driver of its node (in room the
+    # driver lends it), each get a device of their own.
+    _gpu_cluster(hosts, 3)
+    proc = driver(PRELUDE + PG + """
+    pg = placement_group([{"GPU": 3, "CPU": 3}], name="gpus")
     assert pg.wait(20)
     strategy = PlacementGroupSchedulingStrategy(pg, 0)
     """ + GPUS + """
     first, second = (Gpu.options(scheduling_strategy=strategy).remote() for _ in range(2))
     pair = ray.get([first.ids.remote(), second.ids.remote()], timeout=30)
-    # Both devices are the actors': a task waits until one of them leaves.
+    print(json.dumps({"pair": pair}), flush=True)
+    sys.stdin.readline()  # another driver's actor took the third device
+    # Every device is an actor's: a task waits until one of them leaves.
     ready, _ = ray.wait([gpu.options(scheduling_strategy=strategy).remote()], timeout=1.5)
     waited = not ready
     ray.kill(first)
     freed = ray.get(gpu.options(scheduling_strategy=strategy).remote(), timeout=30)
-    print(json.dumps({"pair": pair, "waited": waited, "freed": freed}), flush=True)
+    print(json.dumps({"waited": waited, "freed": freed}), flush=True)
     ray.shutdown()
-    """)
-    assert sorted(ids[0] for ids, _visible in doc["pair"]) == [0, 1], doc  # one each
-    assert sorted(visible for _ids, visible in doc["pair"]) == ["0", "1"], doc
+    """, hosts.env("127.0.0.1"), stdin=subprocess.PIPE)
+    other = None
+    try:
+        pair = json_line(proc, 60)["pair"]
+        other = _driver_with(textwrap.dedent(GPUS) + textwrap.dedent("""
+        theirs = Gpu.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            pg, 0)).remote()
+        print(json.dumps({"theirs": run(theirs.ids.remote())}), flush=True)
+        sys.stdin.readline()
+        ray.shutdown()
+        """), hosts, "gpus")
+        theirs = json_line(other, 90)["theirs"]
+        doc = go_on(proc, 60)
+        other.stdin.write("\n")
+        other.stdin.flush()
+        assert proc.wait(30) == 0 and other.wait(30) == 0
+    finally:
+        if other is not None:
+            stop_driver(other)
+        stop_driver(proc)
+    seen = pair + [theirs]
+    assert sorted(str(ids[0]) for ids, _visible in seen) == ["0", "1", "2"], seen  # one each
+    assert sorted(visible for _ids, visible in seen) == ["0", "1", "2"], seen
     assert doc["waited"] is True, doc
-    assert doc["freed"] == doc["pair"][0][0], doc  # the killed actor's device
+    assert doc["freed"] == pair[0][0], (doc, pair)  # the killed actor's device
 
 
 def test_a_bundle_whose_member_dies_is_placed_again_on_another_and_its_task_retried(hosts):
@@ -888,7 +1051,8 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     # A PACK group on the member (the head was full at creation) whose member dies is held
     # by the head once it has room: RESCHEDULING, then CREATED there, under the same bundle
     # numbers; the task that ran in it is retried here, an actor with a restart left
-    # restarts here, and one with none dies with ActorDiedError naming the member.
+    # restarts here, and one with none dies with ActorDiedError naming the member; so do
+    # another driver's actors there (in room the group's driver lends it).
     _cluster(hosts, "2", "2")
     proc = driver(PRELUDE + PG + """
     import sys
@@ -913,6 +1077,8 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
     named = Where.options(name="follows", max_restarts=1, scheduling_strategy=in0).remote()
     before = ray.get([again.ip.remote(), once.ip.remote(), named.ip.remote()], timeout=30)
+    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    sys.stdin.readline()  # another driver's actors run in bundle 0 too
     ray.kill(hog)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 10 and ray.available_resources().get("CPU", 0) < 2:
@@ -923,7 +1089,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
     long = ip_of.options(max_retries=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
         pg, 1)).remote(3.0)
     time.sleep(1.0)
-    print(json.dumps({"here": here, "first": first, "before": before}), flush=True)
+    print(json.dumps({"long": "started"}), flush=True)
     sys.stdin.readline()  # the test kills the member now
     t0 = time.monotonic()
     states, table = table_until(pg, lambda table: table["state"] == "CREATED"
@@ -945,16 +1111,53 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
                       "named": named_restarted}), flush=True)
     ray.shutdown()
     """, {**hosts.env("127.0.0.1"), "MINIRAY_LEASE_KEEP_MS": "60000"}, stdin=subprocess.PIPE)
+    other = None
     try:
         doc = json_line(proc, 40)
         member = hosts.record(MEMBER).node_id
         assert doc["first"] == {"0": member, "1": member}, doc
         assert doc["before"] == [MEMBER] * 3, doc
+        other = _driver_with("""
+        from miniray.util.placement_group import placement_group_table
+
+        @ray.remote
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        in0 = PlacementGroupSchedulingStrategy(pg, 0)
+        again = Where.options(max_restarts=1, scheduling_strategy=in0).remote()
+        once = Where.options(max_restarts=0, scheduling_strategy=in0).remote()
+        print(json.dumps({"before": [run(again.ip.remote()), run(once.ip.remote())]}),
+              flush=True)
+        sys.stdin.readline()  # the member was killed
+        head = ray.get_runtime_context().get_node_id()
+        deadline = time.monotonic() + 30
+        while placement_group_table(pg)["bundles_to_node_id"].get("0") != head and \\
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        restarted = run(again.ip.remote())
+        try:
+            ray.get(once.ip.remote(), timeout=30)
+            died = "alive"
+        except Exception as error:
+            died = f"{type(error).__name__}: {error}"
+        print(json.dumps({"restarted": restarted, "died": died}), flush=True)
+        ray.shutdown()
+        """, hosts, "back")
+        assert json_line(other, 90) == {"before": [MEMBER, MEMBER]}
+        assert go_on(proc, 60) == {"long": "started"}
         os.kill(hosts.record(MEMBER).pid, signal.SIGKILL)
+        theirs = go_on(other, 90)  # before the group's driver removes it
+        assert other.wait(30) == 0
         doc = go_on(proc, 60)
         assert proc.wait(30) == 0
     finally:
+        if other is not None:
+            stop_driver(other)
         stop_driver(proc)
+    assert theirs["restarted"] == "127.0.0.1", theirs
+    assert theirs["died"].startswith("ActorDiedError") and member in theirs["died"], theirs
     head = hosts.record("127.0.0.1").node_id
     # RESCHEDULING lasts until the watch's next turn (WATCH_S): a poll may not see it.
     assert doc["last"] == "CREATED" and set(doc["states"]) <= {"CREATED", "RESCHEDULING"}, doc

@@ -769,6 +769,44 @@ def test_no_cluster_view_marks_no_bundle_lost():
     assert asked == [{"member"}]
 
 
+def test_the_service_asks_each_lenders_node_whether_its_group_lives():
+    """The actor service's watch of groups lent by a driver of another node: that node's
+    ledger says whether each lives (removed, or its driver gone: no); a dead node's are
+    gone; one that cannot be asked now keeps its group; no view says nothing."""
+    import types
+
+    from miniray._private.transport.remote_node import RemoteLeaseError
+    from miniray.exceptions import NodeDiedError
+
+    pgs, _owner, _asked = _driver_pgs({}, held=None)
+    answers = {"live": True, "removed": False, "blip": TimeoutError("slow"),
+               "older": RemoteLeaseError("no such request", kind="malformed"),
+               "fenced": NodeDiedError("fenced")}
+    asked = []
+
+    def holds_group(hex_, timeout=None):
+        asked.append(hex_)
+        answer = answers[hex_]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client = types.SimpleNamespace(holds_group=holds_group)
+    alive = types.SimpleNamespace(node_id="m1", alive=True)
+    dead = types.SimpleNamespace(node_id="m2", alive=False)
+    watched = {h: "m1" for h in answers}
+    watched["on_dead"] = "m2"
+    remote = types.SimpleNamespace(view=lambda fresh=False: [alive, dead],
+                                   client=lambda entry: client,
+                                   bundles=types.SimpleNamespace(lender_watched=watched))
+    assert pgs._lenders_gone(remote) == {"removed", "fenced", "on_dead"}
+    assert sorted(asked) == sorted(answers)  # the dead node's group: not asked
+    remote.view = lambda fresh=False: []
+    assert pgs._lenders_gone(remote) == set()
+    remote.bundles.lender_watched = {}
+    assert pgs._lenders_gone(remote) == set()
+
+
 def _found_pending():
     """A driver that found another driver's pending detached group by name (``lookup``)."""
     import types

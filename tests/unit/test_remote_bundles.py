@@ -279,7 +279,7 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     entry = types.SimpleNamespace(node_id="member")
     one = placement.rewrite_request({"CPU": 1, "GPU": 1}, H, 1)
     for actor_id, gpus in ((b"a", ["3"]), (b"b", ["5"])):
-        service.borrow(types.SimpleNamespace(placement=one, lent=(entry, gpus),
+        service.borrow(types.SimpleNamespace(placement=one, lent=(entry, gpus, "", False),
                                              actor_id=actor_id))
     lent = service.borrowed[b"a"]
     assert lent.lease_id is None and lent.client is None and lent.free == {"CPU": 1.0,
@@ -290,21 +290,27 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     assert service.take(one, one, b"c") is None  # no room lent for it
     assert H in service.groups and service.find_lost({"member"}) == {}
     # Its node died: the restart goes to this node's ledger (no lent room any more).
-    spec_b = types.SimpleNamespace(placement=one, lent=(entry, ["5"]), actor_id=b"b")
+    spec_b = types.SimpleNamespace(placement=one, lent=(entry, ["5"], "", False),
+                                   actor_id=b"b")
     service.follow_ledger(spec_b)
     assert spec_b.lent is None and b"b" not in service.borrowed
     assert not service.holds(one)  # the placer asks the ledger
-    # Lent by a driver on another host: watched while one of its actors lives here.
+    # Lent by a driver on another host: watched (its node asked) while one of its actors
+    # lives here.
     far = placement.rewrite_request({"CPU": 1}, "f" * len(H), 0)
     for actor_id in (b"x", b"y"):
-        service.borrow(types.SimpleNamespace(placement=far, lent=(entry, [], True),
+        service.borrow(types.SimpleNamespace(placement=far, lent=(entry, [], "lender", True),
                                              actor_id=actor_id))
-    assert service.lender_watched == {"f" * len(H)}
+    assert service.lender_watched == {"f" * len(H): "lender"}
     service.unborrow(b"x")
-    assert service.lender_watched == {"f" * len(H)} and b"x" not in service.borrowed
+    assert service.lender_watched == {"f" * len(H): "lender"} and b"x" not in service.borrowed
     service.unborrow(b"y")
     service.unborrow(b"y")
-    assert service.lender_watched == set() and set(service.borrowed) == {b"a"}
+    assert service.lender_watched == {} and set(service.borrowed) == {b"a"}
+    service.borrow(types.SimpleNamespace(placement=far, lent=(entry, [], "lender", True),
+                                         actor_id=b"x"))
+    service.removed("f" * len(H))  # its lender's node no longer holds it
+    assert service.lender_watched == {} and set(service.borrowed) == {b"a"}
     service.removed(H)
     service.release(H)
     assert service.nodes.released == [] and service.borrowed == {}
@@ -510,6 +516,15 @@ def test_the_borrowers_gone_are_the_dead_drivers_each_once():
               ("driver", 1, 11)]  # pid 1 again, another start: another process
     assert gone_borrowers(tokens, lambda pid, start: (pid, start) in alive) == [
         ("driver", 2, 20), ("driver", 1, 11)]
+
+
+def test_a_lent_group_is_gone_when_its_lenders_node_no_longer_holds_it_or_died():
+    from miniray._private.owner.placement_group_nodes import GONE, lenders_gone
+
+    watched = {"a": "n1", "b": "n1", "c": "n2", "d": "n3"}
+    # b: released on n1; c: n2 is dead; d: n3 did not answer (asked again later)
+    assert lenders_gone(watched, {"a": True, "b": False, "c": GONE, "d": None}) == ["b", "c"]
+    assert lenders_gone(watched, {}) == []
 
 
 def test_a_dead_borrowers_loans_come_back_to_the_lender():

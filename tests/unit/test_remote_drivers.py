@@ -61,7 +61,7 @@ def test_check_request_names_what_is_wrong(request_, kind, words):
     (("lease", 1, {"CPU": 1}), False), (("lease", 1, {}, 5), False), (("release", 2, 7), False),
     (("nope", 4), False), ([], False), ("lease", False), ((), False), ((5,), False),
     (("kill", 5, 123), True), (("kill", 5, "123"), False), (("kill", 5, True), False),
-    (("kill", 5), False),
+    (("kill", 5), False), (("groups", 6), True), (("groups", 6, "ab" * 18), False),
 ])
 def test_parse_message(message, ok):
     op, req, rest = rd.parse_message(message)
@@ -155,6 +155,24 @@ def node(tmp_path):
     yield n
     n.close()
     assert n.leases() == {}, "a remote lease outlived the node's links"
+
+
+def test_a_driver_asks_whether_the_nodes_ledger_holds_a_live_group(node):
+    # Step 14: another node's actor service asks whether a group of this node lives.
+    from miniray._private.core import placement
+
+    live, dead = "ab" * 18, "cd" * 18
+    bundles = [{"CPU": 1}]
+    for hex_, pid in ((live, os.getpid()), (dead, 2 ** 22 + 12345)):  # the second: dead
+        assert node.ledger.acquire_group(bundles, {"id": hex_, "bundles": bundles},
+                                         placement.bundle_provides(hex_, bundles),
+                                         holder_pid=pid) is not None
+    with node.client() as client:
+        assert client.holds_group(live) is True
+        assert client.holds_group(dead) is False  # its holder died: gone
+        assert client.holds_group("ef" * 18) is False
+    node.ledger.release_group(live)
+    node.ledger.reclaim_dead()
 
 
 def test_lease_grant_release_and_the_holder_names_the_driver(node):

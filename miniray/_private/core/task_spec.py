@@ -107,8 +107,10 @@ class ActorCreationSpec:
                  "max_pending_calls", "contained", "runtime_env", "concurrency_groups", "pg",
                  "affinity", "lent")
     # ``lent``: a named actor that a driver places in a bundle it holds on another node
-    # gives the node's actor service that node's ``NodeEntry`` and the actor's GPU ids of
-    # the bundle, whose room the driver keeps for it (``owner/remote_bundles.py`` step 7).
+    # gives the node's actor service ``(that node's NodeEntry, the actor's GPU ids of the
+    # bundle, the lending driver's node id when it is not the service's, else "", whether
+    # the actor's creator borrowed the room from that driver)``; the driver keeps the room
+    # for it (``owner/remote_bundles.py`` steps 7 and 9).
 
     def __init__(self, **fields):
         for name in self.__slots__:

@@ -450,8 +450,10 @@ class ActorService:
         imported = self._import(exported or ())
         # A detached actor in a bundle of its driver's own group on another node (room the
         # driver lent, not a detached group's) ends with the group, at the latest when that
-        # driver leaves, as in Ray, where the group's end kills it.
-        tied = spec.detached and spec.lent is not None
+        # driver leaves, as in Ray, where the group's end kills it. One of another driver,
+        # in room it borrowed from the group's (``lent[3]``), is not tied to its own
+        # driver: it lives until the group ends (the group watch, ``remote_bundles`` step 9).
+        tied = spec.detached and spec.lent is not None and not spec.lent[3]
         try:
             actor_id = owner.actors.create(spec)  # pins and holds what the actor uses
         finally:

@@ -148,7 +148,10 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
    14. Placement groups (``ray.util.state.list_placement_groups`` and ``miniray list
-       placement-groups`` on a member's host ask the head: ``state_api._head_groups``):
+       placement-groups`` on a member's host ask the head: ``state_api._head_groups``;
+       the actor service of another node holding actors in room a driver of N lent asks
+       whether that driver's group lives: ``RemoteNodeClient.holds_group``,
+       ``owner/placement_group_nodes._lenders_gone``):
        D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups
        reserved in N's ledger now (one lock-free read), else ("error", req, "node",
        text).

@@ -102,8 +102,9 @@ class ServiceProxies:
                         held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
                         spec.held = placement.rewrite_request(held, pg_hex, bundle.index)
                     # far: the service's node does not hold the group (remote_bundles
-                    # step 7): this driver's watch ends the actor, not the service's
-                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id), bool(far))
+                    # step 7): it asks this node whether the group lives
+                    spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id),
+                                 self.owner.remote_nodes.local if far else "", False)
                     return {"bundle": bundle, "kept": False}
             if time.monotonic() >= deadline:
                 raise self._no_room(spec)
@@ -123,8 +124,11 @@ class ServiceProxies:
         actor's id, on D's state socket; waiting up to LEND_WAIT_S for room), "any
         bundle" made the bundle picked, and ``spec.lent`` set for the service, as
         ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
-        on this node now (the service's ledger places it there). Raises, naming why, when
-        no room comes in time or D does not answer."""
+        on this node now (the service's ledger places it there), or when the group is gone
+        (D removed it, or D ended: no longer in this node's ledger) while the actor waits:
+        the service, whose ledger has no room of the group, kills it as an actor of a
+        removed group (Ray's outcome: it dies, its creation does not wait). Raises, naming
+        why, when no room comes in time or D does not answer while its group lives."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
@@ -135,6 +139,11 @@ class ServiceProxies:
                 doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
                                        base=base, held=held, actor=spec.actor_id.hex())
             except (OSError, TimeoutError) as error:
+                if self.owner.placement_group_gone(pg_hex):
+                    return None  # D ended (its socket closed first, then its group lease)
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
                 raise RuntimeError(
                     f"actor {spec.class_name}: the driver that holds its placement group "
                     f"did not answer for room in its bundle ({error}); the group may have "
@@ -152,12 +161,17 @@ class ServiceProxies:
                         spec.placement = placement.rewrite_request(base, pg_hex, picked)
                         spec.held = placement.rewrite_request(held, pg_hex, picked)
                     # far, as ``_lend`` says it: a service on another host cannot read
-                    # this node's ledger, so the lender's watch ends the actor there
-                    spec.lent = (entry, list(gpu_ids), bool(self.link.on_another_host()))
+                    # this node's ledger, so it asks this node whether the group lives;
+                    # borrowed: the actor is not tied to this driver (the group's is D)
+                    far = self.link.on_another_host()
+                    spec.lent = (entry, list(gpu_ids),
+                                 self.owner.remote_nodes.local if far else "", True)
                     return {"lender": lender, "kept": False}
                 self._tell_lender(spec, {"lender": lender, "kept": False})
                 raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
                                    "node is not in this driver's view of the cluster")
+            if self.owner.placement_group_gone(pg_hex):
+                return None  # removed while the actor waited for room
             if time.monotonic() >= deadline:
                 raise self._no_room(spec)
             time.sleep(0.05)

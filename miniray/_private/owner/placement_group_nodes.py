@@ -12,8 +12,10 @@ here: ``ledger.grow_group`` adds it to the group's lease under its own bundle nu
 ledger's record says ``rescheduling`` (the table's RESCHEDULING) with no node for it until
 then. This driver's named and detached actors in its bundles on other nodes (``remote_bundles``
 step 7) are killed when their bundle goes (``_kill_lent``), and their room comes back once the
-node's actor service no longer holds them alive (``_check_loans``). A task of another driver of
-this node in a bundle this driver holds on another node borrows room from this driver
+node's actor service no longer holds them alive (``_check_loans``); the service asks a lending
+driver's node on another host whether such a group lives (``_lenders_gone``). A task of
+another driver of this node in a bundle this driver holds on another node borrows room from
+this driver
 (``_note_if_served``, ``_lender_of``; ``remote_bundles`` step 9), which takes back a dead
 borrower's loans (``_check_borrowers``); when it cannot, it fails (``elsewhere``). A
 detached group in a cluster is held by the node's actor service (``_detached_home``): the
@@ -27,7 +29,7 @@ Does not own: the leases on other nodes (``remote_bundles.py``), the view and li
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
 ``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
-``_check_borrowers``, ``_check_bundle_nodes``; ``remove``: ``_kill_lent``,
+``_check_borrowers``, ``_check_bundle_nodes``, ``_lenders_gone``; ``remove``: ``_kill_lent``,
 ``_remove_in_service``), the owner (``elsewhere``, not locked), the node's actor service
 (``serve_create``, ``serve_remove``, ``served_records``, not locked, on a thread of its
 own).
@@ -53,6 +55,24 @@ from miniray._private.owner.placement_group_records import (
     _Group,
 )
 from miniray._private.transport.node_client import CLUSTER_FILE
+
+LENDER_ASK_S = 5.0  # at most this long for a lending driver's node's answer (step 14)
+GONE = "gone"  # ``lenders_gone``: the lending driver's node is dead (its driver with it)
+
+
+def lenders_gone(watched: dict, held: dict) -> list:
+    """Pure. The groups of ``watched`` (``{hex: the lending driver's node id}``) that are
+    gone: their node's ledger no longer holds them (``held[hex]`` False), or that node is
+    dead (GONE). None (the node could not be asked now) keeps a group: asked again at the
+    next turn.
+
+    >>> lenders_gone({"a": "n1", "b": "n1", "c": "n2"}, {"a": True, "b": False, "c": GONE})
+    ['b', 'c']
+    >>> lenders_gone({"a": "n1"}, {"a": None})
+    []
+    """
+    return sorted(h for h in watched if held.get(h) is False or held.get(h) == GONE)
+
 
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
 KILL_LENT_PAUSE_S = 0.5  # before the second try; doubled before each later one
@@ -583,9 +603,9 @@ class PlacementGroupNodes:
         (``remote_bundles`` step 7: their group was removed, or their bundle went to
         another node than this one after its node died). A kill the service did not take
         (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
-        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: a far lender's is
-        the only word the service gets (``lender_watched``), and a killed actor's kill is
-        a no-op there."""
+        KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: for a far lender
+        the service learns of a removal only from this or its own ask of this node
+        (``_lenders_gone``), and a killed actor's kill is a no-op there."""
         left = self._kill_lent_once(actor_ids)
         if left:
             threading.Thread(target=self._kill_lent_again, args=(left,), daemon=True,
@@ -622,6 +642,45 @@ class PlacementGroupNodes:
               f"({', '.join(a.hex()[:12] for a in actor_ids)}): it did not answer "
               f"{KILL_LENT_TRIES} times; kill them with ray.kill once it is back.",
               file=sys.stderr, flush=True)
+
+    def _lenders_gone(self, remote) -> set:
+        """*Not locked* (a view read; one request per group to its lender's node, on this
+        owner's link there). In the node's actor service: the groups it holds actors of in
+        room lent by a driver of another node (``lender_watched``, ``remote_bundles`` step
+        7) that are gone (``lenders_gone``): that node's ledger no longer holds the group
+        (``holds_group``, step 14 of ``node/remote_drivers.py``; removed, or its driver
+        ended), or that node is dead. Why the service asks, not the actor's own driver:
+        a detached actor of another driver outlives that driver (step 9), and its end
+        with the group is then the service's to see; the node's ledger answers for a
+        driver that died too, whose own watch died with it."""
+        from miniray._private.transport import peer_channel as pc  # lazy: multi-host only
+        from miniray._private.transport.remote_node import RemoteLeaseError  # lazy: as above
+        from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
+
+        with self.owner.locked():
+            watched = dict(remote.bundles.lender_watched)
+        if not watched:
+            return set()
+        try:
+            view = {e.node_id: e for e in remote.view(fresh=True)}
+        except (OSError, ValueError):
+            return set()
+        if not view:  # no view file (the node stopping): it says nothing of any node
+            return set()
+        held: dict = {}
+        for hex_, node_id in watched.items():
+            entry = view.get(node_id)
+            if entry is None or not entry.alive:
+                held[hex_] = GONE
+                continue
+            try:
+                held[hex_] = remote.client(entry).holds_group(hex_, timeout=LENDER_ASK_S)
+            except NodeDiedError:
+                held[hex_] = GONE
+            except (RemoteLeaseError, TimeoutError, OSError, pc.PeerRefused,
+                    pc.PeerAuthError):
+                held[hex_] = None  # asked again at the next turn
+        return set(lenders_gone(watched, held))
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named and detached actors in its remote

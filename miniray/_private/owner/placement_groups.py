@@ -379,7 +379,8 @@ class PlacementGroups(PlacementGroupNodes):
             remote = self.owner.remote_nodes
             if remote is not None:
                 bundles = remote.bundles
-                used |= set(bundles.groups) | set(bundles.served_waiting) | {
+                used |= set(bundles.groups) | set(bundles.served_waiting) | set(
+                    bundles.lender_watched) | {
                     h for h, tasks in bundles.running.items() if tasks}
             if used:
                 self.owner.defer(lambda: self._start_check(used))
@@ -394,7 +395,8 @@ class PlacementGroups(PlacementGroupNodes):
         their own: the I/O thread never waits for another process's answer. One at a
         time either way: the check arms the next tick when it ends."""
         remote = self.owner.remote_nodes
-        if self._far() or (remote is not None and remote.bundles.loans):
+        if self._far() or (remote is not None and (remote.bundles.loans or
+                                                   remote.bundles.lender_watched)):
             threading.Thread(target=self._check_used, args=(used,), daemon=True,
                              name="miniray-pg-watch").start()
         else:
@@ -406,6 +408,8 @@ class PlacementGroups(PlacementGroupNodes):
             reserved = self._reserved(only=used)
         except (OSError, ValueError):  # the node's ledger went with the node
             return
+        remote = self.owner.remote_nodes
+        far_gone = self._lenders_gone(remote) if remote is not None else set()
         gone = []
         lent = []
         with self.owner.locked():
@@ -414,8 +418,9 @@ class PlacementGroups(PlacementGroupNodes):
                 group = self.groups.get(hex_)
                 if hex_ in reserved or (group is not None and group.state == PENDING):
                     continue
-                if remote is not None and hex_ in remote.bundles.lender_watched:
-                    continue  # lent by a driver of another node, whose watch ends it
+                if remote is not None and hex_ in remote.bundles.lender_watched and \
+                        hex_ not in far_gone:
+                    continue  # lent by a driver of another node, whose node holds it
                 if group is not None:
                     group.state = REMOVED
                 self.owner.placement_group_removed(hex_)

@@ -60,7 +60,8 @@ Steps for group G of driver D with bundle i planned on node N::
 7. A named or detached actor of D in bundle i (the node's actor service S owns those, and
    does not hold D's leases): D takes the actor's room in i (``take``, as for its own
    actor), rewrites "any bundle" to i, and sends CREATE with ``spec.lent`` = (N's
-   ``NodeEntry``, its GPU ids of i, far). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
+   ``NodeEntry``, its GPU ids of i, D's node id when it is not S's (far) else "",
+   borrowed: False, D's own actor). S (on D's node) ``borrow``s: a ``RemoteBundle`` of
    that actor's room only, with no lease (``lease_id`` None: D's lease holds N's room),
    and places the actor in it as in step 3's actor path, on S's own link to N. D keeps
    the room while S holds that actor alive (``lend``; the group watch asks S for all of
@@ -69,14 +70,17 @@ Steps for group G of driver D with bundle i planned on node N::
    ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
    once D holds it on its own node again (step 6); if step 6 places it on another node,
    D kills the actor in S (``moved_loans``). A driver on another host than S (S is then
-   the head's, D a member's driver: ``lent`` says ``far``) lends the same way, but S
-   cannot read D's node's ledger: S's watch leaves the group to D
-   (``lender_watched``), D kills the actor in S when its watch finds the group removed
-   by another driver (``_kill_lent``, as its own removal does), D's end ends it as a
-   named actor's creator leaving does, and after N's death it does not restart (S's
-   ledger never holds the bundle). A detached actor there ends with D's group as a named
-   one does: S ties it to D (``Lifetimes.tied``: D leaving kills it; no handle's release
-   ends it before), as Ray's group removal at its job's end kills it.
+   the head's, D a member's driver: ``lent`` names D's node) lends the same way, but S
+   cannot read D's node's ledger: S's watch asks D's node instead, on S's link there,
+   whether its ledger holds G's live lease (``lender_watched``: group -> that node;
+   ``PlacementGroupNodes._lenders_gone``, peering step 14 "groups"), and ends the actor
+   when it does not (removed, or D gone) or when that node is dead; D also kills the
+   actor in S when its watch finds the group removed by another driver (``_kill_lent``,
+   as its own removal does), D's end ends it as a named actor's creator leaving does,
+   and after N's death it does not restart (S's ledger never holds the bundle). A
+   detached actor of D there ends with D's group as a named one does: S ties it to D
+   (``Lifetimes.tied``: D leaving kills it; no handle's release ends it before), as
+   Ray's group removal at its job's end kills it.
 
 8. A task of any driver E in a bundle on another node of a detached group that the node's
    actor service S holds (docs/detached-placement-groups.md): E knows the group as served
@@ -113,14 +117,23 @@ Steps for group G of driver D with bundle i planned on node N::
    with room D lends for the actor's life, as step 7 does for D's own named actors:
    E's ``serves`` sends it to S, and E's ``_borrow_for_actor`` asks D (``pg_lend``
    with the actor's id: D's ``lend_actor_room`` is step 7's ``take`` and ``lend``), sets
-   ``spec.lent`` and creates it in S, which ``borrow``s as in step 7; E then tells D
-   whether S took it (``pg_kept``). D keeps the room while S holds the actor alive (the
-   watch's SVC_ALIVE, as for its own), from the moment E says S took it; until then the
-   loan is E's (``actor_loans_unsent``: dropped with E's other loans when E is gone, or
-   given back when S did not take it). The actor ends as a step-7 actor does: killed,
-   out of scope or E's exit (S ends it; D's watch sees it gone), the group's removal
-   (D kills it in S, S's watch too), D's end (S's watch: D's group lease is gone); after
-   N's death it restarts per step 7. Why S and not E itself on a lease-less bundle of
+   ``spec.lent`` (borrowed: True) and creates it in S, which ``borrow``s as in step 7;
+   E then tells D whether S took it (``pg_kept``). D keeps the room while S holds the
+   actor alive (the watch's SVC_ALIVE, as for its own), from the moment E says S took
+   it; until then the loan is E's (``actor_loans_unsent``: dropped with E's other loans
+   when E is gone, or given back when S did not take it). The actor ends as a step-7
+   actor does: killed, out of scope or E's exit (S ends it; D's watch sees it gone),
+   the group's removal (D kills it in S, S's watch too), D's end (S's watch: D's group
+   lease is gone from D's node's ledger, S's own, or, S being the head's and D on a
+   member, as D's node answers it: step 7's far watch, which serves this case whether E
+   runs or not); after N's death it restarts per step 7. A detached one (borrowed) is
+   not tied to E: E's exit leaves it, as Ray keeps such an actor until its group ends,
+   and the group's end is S's watch's to see (which is why S asks D's node, and not
+   E's watch kills it: E may be gone). An actor E creates while the group goes (D
+   removes it, or D ends: D answers no room, or its socket is closed) does not wait
+   out ``LEND_WAIT_S``: once E's node's ledger no longer holds the group, E creates it
+   in S without a loan, and S's placer kills it as an actor of a removed group
+   (ActorDiedError on its calls). Why S and not E itself on a lease-less bundle of
    the loan (as its tasks): a named actor of E is S's in any case, so S serves both
    kinds with step 7's one path (``spec.lent``, ``borrow``, the SVC_ALIVE watch, the kill
    at removal, the restart after N's death), where E running them would add a second
@@ -213,9 +226,10 @@ class RemoteBundles(BundleLoans):
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
-        # Step 7, S's side: groups lent by a driver whose node is not S's (their ledger is
-        # not S's: that driver's watch ends their actors, S's never does)
-        self.lender_watched: set[str] = set()
+        # Step 7, S's side: groups lent by a driver whose node is not S's, each with that
+        # node's id (their ledger is not S's: S's watch asks that node whether the group
+        # lives, ``PlacementGroupNodes._lenders_gone``; that driver's watch ends them too)
+        self.lender_watched: dict[str, str] = {}
         # Step 8, a driver's side: detached groups the node's actor service holds, each
         # bundle's node (hex -> [node id]); the tasks waiting for a loan of room in one of
         # their bundles on another node; loans to give back; the thread that asks.
@@ -552,6 +566,7 @@ class RemoteBundles(BundleLoans):
             self.actor_loans_unsent.pop(actor_id, None)
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
+        self.lender_watched.pop(pg_hex, None)
         self.served.pop(pg_hex, None)
         self.lenders.pop(pg_hex, None)
         self.served_everywhere.discard(pg_hex)
@@ -579,10 +594,10 @@ class RemoteBundles(BundleLoans):
         that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
         watched as one of this owner's (its removal, or its holder's end, ends the actor).
         Its link to the node is opened by the actor's thread."""
-        entry, gpu_ids = spec.lent[:2]
+        entry, gpu_ids, lender_node = spec.lent[:3]
         pg_hex, index, base = placement.bundle_request(spec.placement)
-        if len(spec.lent) > 2 and spec.lent[2]:  # its driver's node is another
-            self.lender_watched.add(pg_hex)
+        if lender_node:  # its driver's node is another: asked whether the group lives
+            self.lender_watched[pg_hex] = lender_node
         else:
             self.groups.setdefault(pg_hex, {})
             self.has_local.setdefault(pg_hex, False)
@@ -596,7 +611,7 @@ class RemoteBundles(BundleLoans):
         bundle = self.borrowed.pop(actor_id, None)
         if bundle is not None and bundle.pg_hex in self.lender_watched and not any(
                 b.pg_hex == bundle.pg_hex for b in self.borrowed.values()):
-            self.lender_watched.discard(bundle.pg_hex)
+            self.lender_watched.pop(bundle.pg_hex, None)
 
     def follow_ledger(self, spec) -> None:
         """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
