@@ -1253,3 +1253,39 @@ def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end
     assert _ends(kept), "the detached actor's worker outlived its driver's group"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       30.0)
+
+
+def test_a_driver_on_another_host_finds_the_creators_group_by_name_and_in_the_table(hosts):
+    """As in Ray, a driver on another host than the creator finds its (not detached)
+    group by name and in ``placement_group_table()``, each bundle's node as the creator's
+    node records it (read from that node over this driver's link to it), and waits for it;
+    a name no node holds still raises Ray's ValueError."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "theirs")
+    try:
+        far = _driver_with("""
+        from miniray.util.placement_group import placement_group_table
+        table = placement_group_table(pg)
+        doc = {"state": table["state"], "name": table["name"], "ready": pg.wait(10),
+               "nodes": {i: ips[node] for i, node in table["bundles_to_node_id"].items()},
+               "listed": pg.id.hex() in placement_group_table()}
+        try:
+            get_placement_group("nowhere")
+            doc["unknown"] = "found"
+        except ValueError as error:
+            doc["unknown"] = str(error)
+        print(json.dumps(doc), flush=True)
+        ray.shutdown()
+        """, hosts, "theirs", ip=MEMBER)
+        try:
+            doc = json_line(far, 90)
+            assert doc == {"state": "CREATED", "name": "theirs", "ready": True,
+                           "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
+                           "unknown": "Failed to look up placement group with name: nowhere"
+                           }, (doc, far.stderr.read() if far.poll() is not None else "")
+            assert far.wait(30) == 0
+        finally:
+            stop_driver(far)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from miniray._private.core import placement
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
@@ -1133,3 +1134,25 @@ def test_many_stalled_budget_files_wait_a_bounded_time_per_tick_and_each_is_reac
         serving._retry_budgets(clock[0])
     assert sorted(set(tried)) == tags and tried[:len(tags)] == tags
     assert all(serving._budget_ops[tag] == [("release", 1)] for tag in tags)  # kept
+
+
+def test_the_node_lists_its_drivers_groups_not_the_detached_ones(node):
+    # Step 14: a driver of another host reads the groups reserved here (far_groups.py).
+    mine, kept = "a1" * 14, "b2" * 14
+    for hex_, detached in ((mine, False), (kept, True)):
+        bundles = [{"CPU": 0.5}]
+        record = {"id": hex_, "bundles": bundles, "name": hex_[:2], "detached": detached,
+                  "nodes": [node.entry.node_id]}
+        assert node.ledger.acquire_group(bundles, record,
+                                         placement.bundle_provides(hex_, bundles),
+                                         holder_pid=os.getpid()) is not None
+    try:
+        with node.client() as client:
+            groups = client.groups()
+        assert list(groups) == [mine], groups
+        assert groups[mine]["name"] == "a1" and groups[mine]["nodes"] == [node.entry.node_id]
+    finally:
+        for hex_ in (mine, kept):
+            node.ledger.release_group(hex_)
+    assert rd.parse_message(("pg_table", 3))[0] == "pg_table"
+    assert rd.parse_message(("pg_table", 3, "x"))[0] is None

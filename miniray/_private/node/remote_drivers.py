@@ -147,6 +147,12 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
+   14. Placement groups of this node's drivers (``owner/far_groups.py``: a driver on
+       another host finds them by name, lists them and follows them): D -> N
+       ("pg_table", req): ("pg_table", req, {hex: record}), the ledger's record of each
+       group a driver of N reserved (not detached: the head's actor service answers for
+       those), each bundle's node in it; ("error", req, "node", text) when N cannot read
+       its ledger. A read of one file, on the loop.
 """
 
 from __future__ import annotations
@@ -301,7 +307,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     op = message[0]
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
-              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3}
+              "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3,
+              "pg_table": 2}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -586,6 +593,8 @@ class RemoteDrivers(KeptServing):
             return ("logs", req, answer) if kind == "logs" else ("error", req, kind, answer)
         if op == "fetch":
             return self._fetch(link, req, *args)
+        if op == "pg_table":  # step 14: one ledger read
+            return self._group_records(req)
         if op == "kill":
             (pid,) = args
             if self._workers.get(pid) is not link or self.kill_worker is None:
@@ -642,6 +651,16 @@ class RemoteDrivers(KeptServing):
         except Exception:  # noqa: BLE001
             gpu_ids = []
         return ("grant", req, lease.lease_id, gpu_ids)
+
+    def _group_records(self, req):
+        """Step 14: the answer to ("pg_table", req)."""
+        try:
+            groups = self.ledger.groups()
+        except Exception as error:  # noqa: BLE001 - the ledger's trouble is the driver's answer
+            logger.warning("reading the ledger failed: %s", error)
+            return ("error", req, "node", f"this node cannot read its ledger: {error}")
+        return ("pg_table", req, {hex_: dict(lease.group) for hex_, lease in groups.items()
+                                  if not lease.group.get("detached")})
 
     def _lease_book(self) -> LeaseBook:
         if self._book is None:

@@ -22,7 +22,11 @@ service's side runs it as its own group (``serve_create``, ``serve_remove``;
 docs/detached-placement-groups.md). A driver on a member (``_far``: its service is the
 head's, on another host) reads the records of the groups that service holds from it
 (``_reserved``, ``served_records``: ``SVC_PG_TABLE``), its node's ledger holding none of
-them.
+them. Any driver reads the groups of other nodes' drivers from their node
+(``far_groups.py``): ``_lease_anywhere`` (a group's state, ``ready()``, its bundles),
+``_reserved_everywhere`` (the table), ``_far_named`` (``lookup``); its work in them
+follows ``_lease_of``, which knows only what this node's ledger and the head's actor
+service hold.
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
@@ -44,11 +48,13 @@ from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
 from miniray._private.host import procinfo
+from miniray._private.owner.far_groups import FarGroups
 from miniray._private.owner.placement_group_loans import gone_borrowers
 from miniray._private.owner.placement_group_records import (
     CREATED,
     PENDING,
     REMOVED,
+    FarLease,
     ServedLease,
     _Group,
 )
@@ -129,6 +135,48 @@ class PlacementGroupNodes:
             record = self._served_held().get(hex_)
             lease = None if record is None else ServedLease(record)
         return lease
+
+    def _far_groups_of(self):
+        """*Not locked* (a stat). In a cluster, this driver's ``FarGroups``: the groups of
+        the other nodes' drivers (``far_groups.py``); else None."""
+        cluster = self._cluster()
+        if cluster is None:
+            return None
+        with self.owner.locked():
+            if self._far_groups is None:
+                self._far_groups = FarGroups(cluster)
+            return self._far_groups
+
+    def _lease_anywhere(self, hex_: str):
+        """*Not locked* (``_lease_of``; for a group that is not this driver's and that it
+        does not find so, round trips to the other nodes: ``FarGroups.record_of``). Group
+        ``hex_``'s lease as ``_lease_of`` sees it, else a ``FarLease`` of the record that
+        a driver of another node holds, or None. For what any driver may read of a group
+        (its state, ``ready()``, its bundles); the work of this driver in it follows
+        ``_lease_of``: a driver of another node lends no room (README, Limits)."""
+        lease = self._lease_of(hex_)
+        if lease is not None or hex_ in self.groups:
+            return lease
+        far = self._far_groups_of()
+        found = None if far is None else far.record_of(hex_)
+        return None if found is None else FarLease(found[1], found[0])
+
+    def _reserved_everywhere(self) -> dict:
+        """*Not locked* (``_reserved``, and round trips to the other nodes at most every
+        ``far_groups.SCAN_GAP_S``). ``_reserved``'s groups, then the other nodes' drivers'
+        (a ``FarLease`` each): the table's groups."""
+        out = dict(self._reserved())
+        far = self._far_groups_of()
+        for hex_, (node, record) in ({} if far is None else far.records()).items():
+            out.setdefault(hex_, FarLease(record, node))
+        return out
+
+    def _far_named(self, name: str):
+        """*Not locked* (round trips). ``lookup``'s last try: ``(hex, bundles)`` of the
+        group called ``name`` that a driver of another node reserved, or None."""
+        far = self._far_groups_of() if name else None
+        found = None if far is None else far.named(name)
+        return None if found is None else (found[0], found[2]["bundles"])
 
     def _served_held(self) -> dict:
         """*Not locked* (one request to the head's actor service). ``{hex: record}`` of the
@@ -414,6 +462,8 @@ class PlacementGroupNodes:
         driver on a member (``_far``), a group the head's service holds is noted whatever
         its bundles' nodes: its own node's ledger provides none of them, so its tasks
         borrow room in each."""
+        if isinstance(lease, FarLease):
+            return False  # a driver of another node lends no room (README, Limits)
         record = lease.group
         nodes = list(record.get("nodes") or ())
         if self._far() and record.get("detached") and nodes and hex_ in self._far_held:

@@ -122,10 +122,13 @@ Steps for group G of driver D with bundle i planned on node N::
    the loan (as its tasks): a named actor of E is S's in any case, so S serves both
    kinds with step 7's one path (``spec.lent``, ``borrow``, the SVC_ALIVE watch, the kill
    at removal, the restart after N's death), where E running them would add a second
-   path for each. A driver on another host than D borrows nothing: its node's ledger
-   has no record of D's group (D's bundles there are leases of D's link); its tasks and
-   actors there behave as before. Nor does E when D's state socket is missing (D could
-   not serve it): its task fails at once (``placement_group_nodes.elsewhere``).
+   path for each. A driver on another host than D finds D's group (by name, in the
+   table, by id: ``far_groups.py`` reads it from D's node) but borrows nothing: its
+   node's ledger has no record of D's group (D's bundles there are leases of D's link),
+   so its tasks there fail with TaskPlacementGroupRemoved and its actors die as in a
+   removed group (``PlacementGroups.gone`` follows ``_lease_of``). Nor does E when
+   D's state socket is missing (D could not serve it): its task fails at once
+   (``placement_group_nodes.elsewhere``).
    Why D's state socket and not the actor service: S would have to ask D over D's link
    (a request from S to a driver, which that link does not carry) and wait for it on
    its I/O thread, or hold a copy of D's room; the state socket already answers each

@@ -1,8 +1,8 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and 13
-there) from the driver's side, its timeouts, and turning the node's loss into
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13 and
+14 there) from the driver's side, its timeouts, and turning the node's loss into
 ``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
 or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
 connections (step 8 there).
@@ -240,6 +240,14 @@ class RemoteNodeClient:
         answer = self._call("fetch", (object_id, int(size), [address[0], int(address[1])],
                                       tag, grant), timeout)
         if answer[0] != "fetched" or len(answer) != 4 or answer[3] != size:
+            raise self._unexpected(answer)
+        return answer[2]
+
+    def groups(self, timeout: float | None = None) -> dict:
+        """Step 14: ``{hex: ledger record}`` of the placement groups the node's drivers
+        reserved there (not detached)."""
+        answer = self._call("pg_table", (), timeout)
+        if answer[0] != "pg_table" or len(answer) != 3 or not isinstance(answer[2], dict):
             raise self._unexpected(answer)
         return answer[2]
 
