@@ -1255,14 +1255,22 @@ def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end
                       30.0)
 
 
-def test_a_driver_on_another_host_finds_the_creators_group_by_name_and_in_the_table(hosts):
+THIRD = "127.0.0.3"
+
+
+def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(hosts):
     """As in Ray, a driver on another host than the creator finds its (not detached)
     group by name and in ``placement_group_table()``, each bundle's node as the creator's
-    node records it (read from that node over this driver's link to it), and waits for it;
-    a name no node holds still raises Ray's ValueError."""
+    node records it (read from that node over this driver's link to it), and waits for
+    it; a name no node holds still raises Ray's ValueError. Its tasks run in every bundle:
+    on the creator's node under a lease its ledger provides from the group, on a third
+    node (the member) in room the creator lends each task through its node; the group's
+    removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
+    its death mid-task gives the room back (its link to the creator's node closed)."""
     _cluster(hosts, "2", "2")
-    creator = _holder(hosts, "theirs")
+    creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
+        _join_late(hosts, THIRD)  # the borrowing driver's host
         far = _driver_with("""
         from miniray.util.placement_group import placement_group_table
         table = placement_group_table(pg)
@@ -1274,18 +1282,37 @@ def test_a_driver_on_another_host_finds_the_creators_group_by_name_and_in_the_ta
             doc["unknown"] = "found"
         except ValueError as error:
             doc["unknown"] = str(error)
+        doc["here"] = run(in_bundle(0).remote())
+        doc["there"] = run(in_bundle(1).remote())
+        doc["again"] = run(in_bundle(1).remote())  # the first one's loan came back
         print(json.dumps(doc), flush=True)
-        ray.shutdown()
-        """, hosts, "theirs", ip=MEMBER)
+        in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            get_placement_group("gone"), 1))
+        running, long = in_gone.remote("running", 120.0), in_bundle(1).remote("long", 120.0)
+        started = marked("running") and marked("long")
+        waiting = in_gone.remote()
+        print(json.dumps({"started": started}), flush=True)
+        sys.stdin.readline()  # the creator removed group "gone"
+        print(json.dumps({"removed": [run(running), run(waiting)]}), flush=True)
+        sys.stdin.readline()  # killed here, "long" running in the creator's bundle
+        """, hosts, "theirs", ip=THIRD)
         try:
-            doc = json_line(far, 90)
+            doc = json_line(far, 120)
             assert doc == {"state": "CREATED", "name": "theirs", "ready": True,
                            "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
-                           "unknown": "Failed to look up placement group with name: nowhere"
+                           "unknown": "Failed to look up placement group with name: nowhere",
+                           "here": "127.0.0.1", "there": MEMBER, "again": MEMBER
                            }, (doc, far.stderr.read() if far.poll() is not None else "")
-            assert far.wait(30) == 0
+            assert json_line(far, 60) == {"started": True}
+            assert _tell(creator, "remove gone") == {"removed": "gone"}
+            doc = go_on(far, 60)
+            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2}, doc
+            far.kill()  # mid-task: the creator's node tells it, which drops the loan
+            far.wait(10)
+            assert _tell(creator, "run theirs") == {"run": MEMBER}
         finally:
             stop_driver(far)
         assert creator.poll() is None
     finally:
         stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)

@@ -1156,3 +1156,14 @@ def test_the_node_lists_its_drivers_groups_not_the_detached_ones(node):
             node.ledger.release_group(hex_)
     assert rd.parse_message(("pg_table", 3))[0] == "pg_table"
     assert rd.parse_message(("pg_table", 3, "x"))[0] is None
+
+
+def test_a_loan_request_is_checked_and_a_group_no_driver_here_holds_lends_nothing(node):
+    # Step 15 (loan_relay.py): only pg_lend and pg_return, well formed, reach a driver.
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError) as info:
+            client.loan("pg_kept", {"pg": "ab", "actor": "ff", "kept": True})
+        assert info.value.kind == "malformed"
+        assert client.loan("pg_lend", {"pg": "ab", "index": 0, "base": {"CPU": 1}}) == {
+            "loan": None}
+        assert client.ping() < 5.0  # the link stays

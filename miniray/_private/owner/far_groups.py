@@ -78,6 +78,11 @@ class FarGroups:
         with self._lock:
             return dict(self.held)
 
+    def known(self, hexes) -> list[str]:
+        """*Not locked*, no I/O. Those of ``hexes`` seen held by another node's driver."""
+        with self._lock:
+            return [h for h in hexes if h in self.held]
+
     def record_of(self, hex_: str):
         """*Not locked* (round trips). ``(node id, record)`` of group ``hex_`` as its node
         says now (a group not seen yet: as ``records`` finds it), or None."""

@@ -152,14 +152,28 @@ class PlacementGroupNodes:
         does not find so, round trips to the other nodes: ``FarGroups.record_of``). Group
         ``hex_``'s lease as ``_lease_of`` sees it, else a ``FarLease`` of the record that
         a driver of another node holds, or None. For what any driver may read of a group
-        (its state, ``ready()``, its bundles); the work of this driver in it follows
-        ``_lease_of``: a driver of another node lends no room (README, Limits)."""
+        (its state, ``ready()``, its bundles) and its tasks (``elsewhere``, ``gone``:
+        they borrow room through that node, ``remote_bundles`` step 10); its actors follow
+        ``_lease_of`` (that driver lends them no room: README, Limits)."""
         lease = self._lease_of(hex_)
         if lease is not None or hex_ in self.groups:
             return lease
         far = self._far_groups_of()
         found = None if far is None else far.record_of(hex_)
         return None if found is None else FarLease(found[1], found[0])
+
+    def _far_reserved(self, used) -> dict:
+        """*Not locked* (round trips to their nodes only). The watch's view of the groups
+        of ``used`` that drivers of other nodes hold, as those nodes say now (a
+        ``FarLease`` each; a node that cannot answer: its last answer)."""
+        far = self._far_groups
+        if far is None:
+            return {}
+        known = far.known(used)
+        if not known:
+            return {}
+        return {hex_: FarLease(record, node)
+                for hex_, (node, record) in far.records(known).items() if hex_ in known}
 
     def _reserved_everywhere(self) -> dict:
         """*Not locked* (``_reserved``, and round trips to the other nodes at most every
@@ -173,10 +187,15 @@ class PlacementGroupNodes:
 
     def _far_named(self, name: str):
         """*Not locked* (round trips). ``lookup``'s last try: ``(hex, bundles)`` of the
-        group called ``name`` that a driver of another node reserved, or None."""
+        group called ``name`` that a driver of another node reserved (noted:
+        ``_note_if_served``), or None."""
         far = self._far_groups_of() if name else None
         found = None if far is None else far.named(name)
-        return None if found is None else (found[0], found[2]["bundles"])
+        if found is None:
+            return None
+        hex_, node, record = found
+        self._note_if_served(hex_, FarLease(record, node))  # its tasks borrow room there
+        return hex_, record["bundles"]
 
     def _served_held(self) -> dict:
         """*Not locked* (one request to the head's actor service). ``{hex: record}`` of the
@@ -462,8 +481,15 @@ class PlacementGroupNodes:
         driver on a member (``_far``), a group the head's service holds is noted whatever
         its bundles' nodes: its own node's ledger provides none of them, so its tasks
         borrow room in each."""
-        if isinstance(lease, FarLease):
-            return False  # a driver of another node lends no room (README, Limits)
+        if isinstance(lease, FarLease):  # a driver of another host: through its node
+            nodes = list(lease.group.get("nodes") or ())
+            cluster = self._cluster()
+            if not nodes or cluster is None:
+                return False
+            with self.owner.locked():  # its every bundle borrowed: this ledger holds none
+                cluster.bundles.note_served(hex_, nodes, ("node", lease.node_id, hex_),
+                                            everywhere=True)
+            return True
         record = lease.group
         nodes = list(record.get("nodes") or ())
         if self._far() and record.get("detached") and nodes and hex_ in self._far_held:
@@ -599,12 +625,13 @@ class PlacementGroupNodes:
         if parsed is None:
             return None
         pg_hex, index, _base = parsed
-        lease = self._lease_of(pg_hex)
+        lease = self._lease_anywhere(pg_hex)
         if lease is None:
             return None
         record = lease.group
-        if isinstance(lease, ServedLease) and self._note_if_served(pg_hex, lease):
-            return None  # the head's service holds it: its tasks borrow room in each bundle
+        if isinstance(lease, (ServedLease, FarLease)) and self._note_if_served(pg_hex, lease):
+            return None  # the head's service or a driver of another host holds it: its
+            #              tasks borrow room in each bundle
         nodes = list(record.get("nodes") or [])
         bound = placement.bundle_elsewhere(index, nodes, self.node_id)
         if not bound:

@@ -395,7 +395,8 @@ class PlacementGroups(PlacementGroupNodes):
         their own: the I/O thread never waits for another process's answer. One at a
         time either way: the check arms the next tick when it ends."""
         remote = self.owner.remote_nodes
-        if self._far() or (remote is not None and remote.bundles.loans):
+        if self._far() or (remote is not None and remote.bundles.loans) or (
+                self._far_groups is not None and self._far_groups.known(used)):
             threading.Thread(target=self._check_used, args=(used,), daemon=True,
                              name="miniray-pg-watch").start()
         else:
@@ -407,6 +408,7 @@ class PlacementGroups(PlacementGroupNodes):
             reserved = self._reserved(only=used)
         except (OSError, ValueError):  # the node's ledger went with the node
             return
+        reserved.update(self._far_reserved(used))  # lent by drivers of other nodes
         gone = []
         lent = []
         with self.owner.locked():
@@ -437,13 +439,15 @@ class PlacementGroups(PlacementGroupNodes):
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
 
-    def gone(self, hex_: str) -> bool:
+    def gone(self, hex_: str, far: bool = False) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
-        nor pending here (removed, by any driver, or its holder is gone)."""
+        nor pending here (removed, by any driver, or its holder is gone). ``far``: for a
+        task, whose room a driver of another node lends (``_lease_anywhere``); an actor's
+        is not lent by such a driver (``_lease_of``)."""
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
             return False
-        return self._lease_of(hex_) is None
+        return (self._lease_anywhere(hex_) if far else self._lease_of(hex_)) is None
 
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:

@@ -1,8 +1,8 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13 and
-14 there) from the driver's side, its timeouts, and turning the node's loss into
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and
+13-15 there) from the driver's side, its timeouts, and turning the node's loss into
 ``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
 or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
 connections (step 8 there).
@@ -248,6 +248,14 @@ class RemoteNodeClient:
         reserved there (not detached)."""
         answer = self._call("pg_table", (), timeout)
         if answer[0] != "pg_table" or len(answer) != 3 or not isinstance(answer[2], dict):
+            raise self._unexpected(answer)
+        return answer[2]
+
+    def loan(self, what: str, fields: dict, timeout: float | None = None) -> dict:
+        """Step 15: a loan request (``pg_lend``, ``pg_return``) to the driver of the node
+        that holds the group; that driver's answer (a dict)."""
+        answer = self._call("pg_loan", (what, dict(fields)), timeout)
+        if answer[0] != "pg_loan" or len(answer) != 3 or not isinstance(answer[2], dict):
             raise self._unexpected(answer)
         return answer[2]
 
