@@ -1266,7 +1266,8 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     on the creator's node under a lease its ledger provides from the group, on a third
     node (the member) in room the creator lends each task through its node; the group's
     removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
-    its death mid-task gives the room back (its link to the creator's node closed)."""
+    its death mid-task gives the room back (its link to the creator's node closed). Its
+    actors there are refused at once, naming why (README, Limits)."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
@@ -1285,6 +1286,17 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         doc["here"] = run(in_bundle(0).remote())
         doc["there"] = run(in_bundle(1).remote())
         doc["again"] = run(in_bundle(1).remote())  # the first one's loan came back
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        try:  # not lent to a driver of another host (README, Limits): said at once
+            Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+            doc["actor"] = "created"
+        except RuntimeError as error:
+            doc["actor"] = "another host" in str(error)
         print(json.dumps(doc), flush=True)
         in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             get_placement_group("gone"), 1))
@@ -1301,8 +1313,9 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
             assert doc == {"state": "CREATED", "name": "theirs", "ready": True,
                            "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
                            "unknown": "Failed to look up placement group with name: nowhere",
-                           "here": "127.0.0.1", "there": MEMBER, "again": MEMBER
-                           }, (doc, far.stderr.read() if far.poll() is not None else "")
+                           "here": "127.0.0.1", "there": MEMBER, "again": MEMBER,
+                           "actor": True}, (doc, far.stderr.read() if far.poll() is not None
+                                            else "")
             assert json_line(far, 60) == {"started": True}
             assert _tell(creator, "remove gone") == {"removed": "gone"}
             doc = go_on(far, 60)

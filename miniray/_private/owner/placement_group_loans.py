@@ -56,7 +56,8 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        naming E (``far_token``, accepted from the node's pid only), and tells D
        ``pg_drop`` when E's link closes (E's exit or its host's death: ``drop_loans``).
        E's watch follows G in that node's ledger (``placement_group_nodes._far_reserved``).
-       E's actors there: not lent (``serves``, ``actor_lender``: False, None).
+       E's actors there: not lent (``actor_lender`` None; ``serves`` sends them to the
+       service's path, where ``ActorManager._lend`` refuses them, naming why).
 """
 
 from __future__ import annotations
@@ -202,8 +203,8 @@ class BundleLoans:
         parsed = placement.bundle_request(request)
         if parsed is not None and parsed[0] in self.served_pending:
             return True
-        if parsed is not None and isinstance(self.lenders.get(parsed[0]), tuple):
-            return False  # a driver of another host lends its tasks room, not its actors
+        if self.lent_from_afar(request):
+            return True  # the service's path, whose ``_lend`` refuses it, naming why
         return self._served_remote(request, spill=False)  # a driver's group: room it lends
 
     def actor_lender(self, request) -> str | None:
@@ -215,6 +216,12 @@ class BundleLoans:
         if not isinstance(lender, str) or not self._served_remote(request, spill=False):
             return None  # none, or a driver of another host (it lends no actor room)
         return lender
+
+    def lent_from_afar(self, request) -> bool:
+        """*Locked.* Whether the group of this placement ``request`` is a driver's of
+        another host (step 7): it lends room to this driver's tasks, not to its actors."""
+        parsed = placement.bundle_request(request)
+        return parsed is not None and isinstance(self.lenders.get(parsed[0]), tuple)
 
     def _served_remote(self, request, spill: bool) -> bool:
         """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle

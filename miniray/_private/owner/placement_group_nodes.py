@@ -412,7 +412,7 @@ class PlacementGroupNodes:
         if remote is not None and hex_ in remote.bundles.served:
             return
         try:
-            lease = self._lease_of(hex_)
+            lease = self._lease_anywhere(hex_)  # a driver of another host's: noted as such
         except (OSError, ValueError):
             return
         if lease is not None:

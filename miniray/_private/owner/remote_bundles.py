@@ -152,13 +152,13 @@ Steps for group G of driver D with bundle i planned on node N::
    D removes the group, or D ends (its group lease goes from A's ledger): E's watch
    asks A for the groups it uses (``_far_reserved``) and fails E's tasks in G with
    TaskPlacementGroupRemoved, killing those running (``removed``); A's death drops
-   A's groups from what E knows, with the same effect. Not yet: E's actors there (they
-   fail as in a removed group: ``PlacementGroups.gone`` for an actor follows
-   ``_lease_of``, and ``serves`` sends none to S), and E's ``remove_placement_group``
-   of D's group (it releases nothing of it). Why through A and not the head: A holds
-   the group's record and D's socket, both are reached on the link E opens to A for
-   its tasks anyway, and A sees that link close when E or its host dies, which D,
-   on another host, cannot see itself.
+   A's groups from what E knows, with the same effect. Not yet: E's actors there
+   (``serves`` sends them to S's path, where ``ActorManager._lend`` refuses them with a
+   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A),
+   and E's ``remove_placement_group`` of D's group (it releases nothing of it). Why
+   through A and not the head: A holds the group's record and D's socket, both are
+   reached on the link E opens to A for its tasks anyway, and A sees that link close
+   when E or its host dies, which D, on another host, cannot see itself.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
