@@ -44,7 +44,8 @@ class _Cluster:
 
 
 def test_a_known_group_asks_its_node_only_and_a_name_every_node(monkeypatch):
-    cluster = _Cluster({"n1": {"g": {"name": "x"}}, "n2": OSError("down")})
+    cluster = _Cluster({"n1": {"g": {"name": "x"}, "d": {"name": "x", "detached": True}},
+                        "n2": OSError("down")})
     far = FarGroups(cluster)
     assert far.named("x") == ("g", "n1", {"name": "x"})
     assert sorted(cluster.asked) == ["n1", "n2"]  # never this node

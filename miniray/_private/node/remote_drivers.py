@@ -147,15 +147,15 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
-   14. Placement groups of this node's drivers (``owner/far_groups.py``: a driver on
-       another host finds them by name, lists them and follows them): D -> N
-       ("pg_table", req): ("pg_table", req, {hex: record}), the ledger's record of each
-       group a driver of N reserved (not detached: the head's actor service answers for
-       those), each bundle's node in it; ("error", req, "node", text) when N cannot read
-       its ledger. A read of one file, on the loop.
-   15. Loans of room in such a group to D (``loan_relay.py``; ``remote_bundles`` step
-       10): D -> N ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index,
-       base) or "pg_return" (pg, loan). N asks the driver of N holding group pg (its
+   14. Placement groups (``ray.util.state.list_placement_groups`` and ``miniray list
+       placement-groups`` on a member's host ask the head: ``state_api._head_groups``):
+       D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups
+       reserved in N's ledger now (one lock-free read), else ("error", req, "node",
+       text).
+   15. Loans of room in a group of a driver of N to D (``loan_relay.py``; D found it
+       by step 14, ``owner/far_groups.py``; ``remote_bundles`` step 10): D -> N
+       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base) or
+       "pg_return" (pg, loan). N asks the driver of N holding group pg (its
        lease's holder here) on that driver's state socket, from a thread, naming the
        borrower by this link (``loan_relay.borrower``: never what D says of itself),
        and answers ("pg_loan", req, doc), doc that driver's answer (``{"loan": ...}``,
@@ -319,7 +319,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
               "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3,
-              "pg_table": 2, "pg_loan": 4}
+              "groups": 2, "pg_loan": 4}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -605,10 +605,14 @@ class RemoteDrivers(KeptServing):
         if op == "logs":  # step 13: a few file reads, bounded
             kind, answer = worker_logs.answer_query(self.session_dir or "", args[0])
             return ("logs", req, answer) if kind == "logs" else ("error", req, kind, answer)
+        if op == "groups":  # step 14: one lock-free ledger read
+            try:
+                groups = {h: dict(lease.group) for h, lease in self.ledger.groups().items()}
+            except (OSError, ValueError) as error:
+                return ("error", req, "node", f"this node cannot read its ledger: {error}")
+            return ("groups", req, groups)
         if op == "fetch":
             return self._fetch(link, req, *args)
-        if op == "pg_table":  # step 14: one ledger read
-            return self._group_records(req)
         if op == "pg_loan":  # step 15: answered later, from a thread (loan_relay.py)
             what, fields = args
             problem = check_fields(what, fields)
@@ -678,16 +682,6 @@ class RemoteDrivers(KeptServing):
         except Exception:  # noqa: BLE001
             gpu_ids = []
         return ("grant", req, lease.lease_id, gpu_ids)
-
-    def _group_records(self, req):
-        """Step 14: the answer to ("pg_table", req)."""
-        try:
-            groups = self.ledger.groups()
-        except Exception as error:  # noqa: BLE001 - the ledger's trouble is the driver's answer
-            logger.warning("reading the ledger failed: %s", error)
-            return ("error", req, "node", f"this node cannot read its ledger: {error}")
-        return ("pg_table", req, {hex_: dict(lease.group) for hex_, lease in groups.items()
-                                  if not lease.group.get("detached")})
 
     def _lease_book(self) -> LeaseBook:
         if self._book is None:

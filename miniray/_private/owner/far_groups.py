@@ -3,8 +3,9 @@
 Owns: which (not detached) group of a driver of another node is recorded where
 (``FarGroups.held``: hex -> the node whose ledger holds its record, and that record, as
 that node last answered), asking the nodes for them (``RemoteNodeClient.groups``: step 14
-of ``node/remote_drivers.py``, on this driver's link to each node, opened as for a task),
-and the pure merge of their answers into what was known (``merge``).
+of ``node/remote_drivers.py``, on this driver's link to each node, opened as for a task;
+a detached group left out: ``drivers_groups``), and the pure merge of their answers into
+what was known (``merge``).
 Why the creator's node answers, and not the head: a group's record is in the ledger of its
 creator's node only (the other nodes hold plain leases of the creator's links for its
 bundles there), a node tells the head nothing of its groups (a heartbeat carries its room),
@@ -50,6 +51,16 @@ def merge(held: dict, answers: dict, alive: set) -> dict:
             for hex_, record in groups.items():
                 out.setdefault(hex_, (node, record))
     return out
+
+
+def drivers_groups(groups: dict) -> dict:
+    """Pure. Of a node's ledger records (``{hex: record}``), the groups its drivers hold:
+    a detached one is the head's actor service's, read from it (``SVC_PG_TABLE``).
+
+    >>> sorted(drivers_groups({"a": {"detached": True}, "b": {"detached": False}}))
+    ['b']
+    """
+    return {h: r for h, r in groups.items() if not r.get("detached")}
 
 
 class FarGroups:
@@ -108,7 +119,8 @@ class FarGroups:
                                               entry.node_id not in node_ids):
                 continue
             try:
-                answers[entry.node_id] = self.cluster.client(entry).groups(ASK_TIMEOUT_S)
+                groups = self.cluster.client(entry).groups(ASK_TIMEOUT_S)
+                answers[entry.node_id] = drivers_groups(groups)
             except Exception as error:  # noqa: BLE001 - a node that cannot answer now
                 logger.debug("node %s did not list its placement groups: %r",
                              entry.node_id[:12], error)

@@ -136,7 +136,7 @@ Steps for group G of driver D with bundle i planned on node N::
 10. A task of a driver E on another host than D (E's node is B, D's is A) in any bundle
    of D's own group: as step 8 for a driver on a member, every bundle borrowed (B's
    ledger holds none of them: ``served_everywhere``), with D as the lender, reached
-   through A. E finds the group in A's ledger (``far_groups.py``: ``pg_table`` on E's
+   through A. E finds the group in A's ledger (``far_groups.py``: ``groups`` on E's
    link to A, step 14 of ``node/remote_drivers.py``; by name, in the table, or by a
    handle when its task's lease is refused: ``_note_if_served`` with a ``FarLease``),
    and notes its lender as ``("node", A, G)``. E's borrower thread sends ``pg_lend`` and

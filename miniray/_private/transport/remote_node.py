@@ -1,8 +1,8 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10 and
-13-15 there) from the driver's side, its timeouts, and turning the node's loss into
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13 and
+14 there) from the driver's side, its timeouts, and turning the node's loss into
 ``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
 or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
 connections (step 8 there).
@@ -11,7 +11,7 @@ the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py`
 a lease is used for (``owner/remote_nodes.py``). The node's unasked ("exited", pid,
 status) reports (step 9 there) are kept in ``exited`` as the link is read.
 Called by: ``owner/remote_nodes.py`` (tasks on other hosts), ``state_api.py`` (another
-node's logs, step 13) and tests.
+node's logs, step 13; the head's placement groups, step 14) and tests.
 
 Threads: every call is blocking and serialised by one lock: one request is in flight at a
 time, and an answer is matched to it by its request number (an answer that arrives after
@@ -167,6 +167,15 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return answer[2]
 
+    def groups(self, timeout: float | None = None) -> dict:
+        """Step 14: ``{hex: ledger record}`` of the placement groups reserved in the node's
+        ledger now. RemoteLeaseError kind "node" (it cannot read its ledger);
+        NodeDiedError, TimeoutError."""
+        answer = self._call("groups", (), timeout)
+        if answer[0] != "groups" or len(answer) != 3 or not isinstance(answer[2], dict):
+            raise self._unexpected(answer)
+        return answer[2]
+
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
         (the caller owns the channels). RemoteLeaseError kind "unsupported" from a node that
@@ -243,16 +252,9 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return answer[2]
 
-    def groups(self, timeout: float | None = None) -> dict:
-        """Step 14: ``{hex: ledger record}`` of the placement groups the node's drivers
-        reserved there (not detached)."""
-        answer = self._call("pg_table", (), timeout)
-        if answer[0] != "pg_table" or len(answer) != 3 or not isinstance(answer[2], dict):
-            raise self._unexpected(answer)
-        return answer[2]
-
     def loan(self, what: str, fields: dict, timeout: float | None = None) -> dict:
-        """Step 15: a loan request (``pg_lend``, ``pg_return``) to the driver of the node
+        """Step 15 there (``owner/placement_group_loans.py``, ``node/loan_relay.py``): a
+        loan request (``pg_lend``, ``pg_return``) to the driver of the node
         that holds the group; that driver's answer (a dict)."""
         answer = self._call("pg_loan", (what, dict(fields)), timeout)
         if answer[0] != "pg_loan" or len(answer) != 3 or not isinstance(answer[2], dict):
