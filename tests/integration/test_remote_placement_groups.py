@@ -1266,8 +1266,9 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     on the creator's node under a lease its ledger provides from the group, on a third
     node (the member) in room the creator lends each task through its node; the group's
     removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
-    its death mid-task gives the room back (its link to the creator's node closed). Its
-    actors there are refused at once, naming why (README, Limits)."""
+    its death mid-task gives the room back (its link to the creator's node closed); the
+    creator's death fails them too. Its actors there are refused at once, naming why
+    (README, Limits)."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
@@ -1326,6 +1327,23 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         finally:
             stop_driver(far)
         assert creator.poll() is None
+        second = _driver_with("""
+        running = in_bundle(1).remote("running", 120.0)
+        started = marked("running")
+        waiting = in_bundle(1).remote()
+        print(json.dumps({"started": started}), flush=True)
+        sys.stdin.readline()  # the creator was killed: its group went with it
+        print(json.dumps({"gone": [run(running), run(waiting)]}), flush=True)
+        ray.shutdown()
+        """, hosts, "theirs", ip=THIRD)
+        try:
+            assert json_line(second, 60) == {"started": True}
+            stop_driver(creator)
+            doc = go_on(second, 60)
+            assert doc == {"gone": ["TaskPlacementGroupRemoved"] * 2}, doc
+            assert second.wait(30) == 0
+        finally:
+            stop_driver(second)
     finally:
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
