@@ -273,8 +273,10 @@ class Runtime(SessionFiles):
         def spans() -> dict:
             return state_records.spans(owner, owner.state_records, ids_)
 
+        node_pid = getattr(self, "node_pid", None)  # joined to a node: it relays far loans
+
         def loans(request: dict, pid: int) -> dict:  # room lent to another driver's task
-            return placement_group_loans.answer_borrower(owner, request, pid)
+            return placement_group_loans.answer_borrower(owner, request, pid, node_pid)
 
         self.state_server = None
         try:

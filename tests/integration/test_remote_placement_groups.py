@@ -1456,3 +1456,97 @@ def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end
     assert _ends(kept), "the detached actor's worker outlived its driver's group"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       30.0)
+
+
+THIRD = "127.0.0.3"
+
+
+def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(hosts):
+    """As in Ray, a driver on another host than the creator finds its (not detached)
+    group by name and in ``placement_group_table()``, each bundle's node as the creator's
+    node records it (read from that node over this driver's link to it), and waits for
+    it; a name no node holds still raises Ray's ValueError. Its tasks run in every bundle:
+    on the creator's node under a lease its ledger provides from the group, on a third
+    node (the member) in room the creator lends each task through its node; the group's
+    removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
+    its death mid-task gives the room back (its link to the creator's node closed); the
+    creator's death fails them too. Its actors there are refused at once, naming why
+    (README, Limits)."""
+    _cluster(hosts, "2", "2")
+    creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
+    try:
+        _join_late(hosts, THIRD)  # the borrowing driver's host
+        far = _driver_with("""
+        from miniray.util.placement_group import placement_group_table
+        table = placement_group_table(pg)
+        doc = {"state": table["state"], "name": table["name"], "ready": pg.wait(10),
+               "nodes": {i: ips[node] for i, node in table["bundles_to_node_id"].items()},
+               "listed": pg.id.hex() in placement_group_table()}
+        try:
+            get_placement_group("nowhere")
+            doc["unknown"] = "found"
+        except ValueError as error:
+            doc["unknown"] = str(error)
+        doc["here"] = run(in_bundle(0).remote())
+        doc["there"] = run(in_bundle(1).remote())
+        doc["again"] = run(in_bundle(1).remote())  # the first one's loan came back
+
+        @ray.remote(num_cpus=1)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        try:  # not lent to a driver of another host (README, Limits): said at once
+            Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
+            doc["actor"] = "created"
+        except RuntimeError as error:
+            doc["actor"] = "another host" in str(error)
+        print(json.dumps(doc), flush=True)
+        in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+            get_placement_group("gone"), 1))
+        running, long = in_gone.remote("running", 120.0), in_bundle(1).remote("long", 120.0)
+        started = marked("running") and marked("long")
+        waiting = in_gone.remote()
+        print(json.dumps({"started": started}), flush=True)
+        sys.stdin.readline()  # the creator removed group "gone"
+        print(json.dumps({"removed": [run(running), run(waiting)]}), flush=True)
+        sys.stdin.readline()  # killed here, "long" running in the creator's bundle
+        """, hosts, "theirs", ip=THIRD)
+        try:
+            doc = json_line(far, 120)
+            assert doc == {"state": "CREATED", "name": "theirs", "ready": True,
+                           "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
+                           "unknown": "Failed to look up placement group with name: nowhere",
+                           "here": "127.0.0.1", "there": MEMBER, "again": MEMBER,
+                           "actor": True}, (doc, far.stderr.read() if far.poll() is not None
+                                            else "")
+            assert json_line(far, 60) == {"started": True}
+            assert _tell(creator, "remove gone") == {"removed": "gone"}
+            doc = go_on(far, 60)
+            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2}, doc
+            far.kill()  # mid-task: the creator's node tells it, which drops the loan
+            far.wait(10)
+            assert _tell(creator, "run theirs") == {"run": MEMBER}
+        finally:
+            stop_driver(far)
+        assert creator.poll() is None
+        second = _driver_with("""
+        running = in_bundle(1).remote("running", 120.0)
+        started = marked("running")
+        waiting = in_bundle(1).remote()
+        print(json.dumps({"started": started}), flush=True)
+        sys.stdin.readline()  # the creator was killed: its group went with it
+        print(json.dumps({"gone": [run(running), run(waiting)]}), flush=True)
+        ray.shutdown()
+        """, hosts, "theirs", ip=THIRD)
+        try:
+            assert json_line(second, 60) == {"started": True}
+            stop_driver(creator)
+            doc = go_on(second, 60)
+            assert doc == {"gone": ["TaskPlacementGroupRemoved"] * 2}, doc
+            assert second.wait(30) == 0
+        finally:
+            stop_driver(second)
+    finally:
+        stop_driver(creator)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)

@@ -542,8 +542,9 @@ def _driver_pgs(ledger: dict, held):
         objects=types.SimpleNamespace(set_ready=lambda i, kind, data: owner.failed.append(i)))
     owner.placement_group_removed = owner.removed.append
     owner.after_placement_removal = lambda: owner.after.append(True)
+    # a cluster of this node alone: no other node's drivers hold groups (far_groups.py)
     owner.remote_nodes = types.SimpleNamespace(bundles=RemoteBundles(
-        owner, types.SimpleNamespace(local="head")))
+        owner, types.SimpleNamespace(local="head")), local="head", view=lambda fresh=False: [])
 
     class _Pgs(PlacementGroups):
         def _cluster(self):

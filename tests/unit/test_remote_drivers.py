@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from miniray._private.core import placement
 from miniray._private.core.cluster_view import NodeEntry
 from miniray._private.ledger.ledger import Ledger
 from miniray._private.node import peering
@@ -1171,3 +1172,36 @@ def test_many_stalled_budget_files_wait_a_bounded_time_per_tick_and_each_is_reac
         serving._retry_budgets(clock[0])
     assert sorted(set(tried)) == tags and tried[:len(tags)] == tags
     assert all(serving._budget_ops[tag] == [("release", 1)] for tag in tags)  # kept
+
+
+def test_the_node_lists_the_groups_in_its_ledger(node):
+    # Step 14: a driver of another host reads the groups reserved here (far_groups.py).
+    mine, kept = "a1" * 14, "b2" * 14
+    for hex_, detached in ((mine, False), (kept, True)):
+        bundles = [{"CPU": 0.5}]
+        record = {"id": hex_, "bundles": bundles, "name": hex_[:2], "detached": detached,
+                  "nodes": [node.entry.node_id]}
+        assert node.ledger.acquire_group(bundles, record,
+                                         placement.bundle_provides(hex_, bundles),
+                                         holder_pid=os.getpid()) is not None
+    try:
+        with node.client() as client:
+            groups = client.groups()
+        assert sorted(groups) == [mine, kept], groups  # far_groups leaves detached out
+        assert groups[mine]["name"] == "a1" and groups[mine]["nodes"] == [node.entry.node_id]
+    finally:
+        for hex_ in (mine, kept):
+            node.ledger.release_group(hex_)
+    assert rd.parse_message(("groups", 3))[0] == "groups"
+    assert rd.parse_message(("groups", 3, "x"))[0] is None
+
+
+def test_a_loan_request_is_checked_and_a_group_no_driver_here_holds_lends_nothing(node):
+    # Step 15 (loan_relay.py): only pg_lend and pg_return, well formed, reach a driver.
+    with node.client() as client:
+        with pytest.raises(RemoteLeaseError) as info:
+            client.loan("pg_kept", {"pg": "ab", "actor": "ff", "kept": True})
+        assert info.value.kind == "malformed"
+        assert client.loan("pg_lend", {"pg": "ab", "index": 0, "base": {"CPU": 1}}) == {
+            "loan": None}
+        assert client.ping() < 5.0  # the link stays

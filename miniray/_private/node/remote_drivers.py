@@ -151,10 +151,22 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        placement-groups`` on a member's host ask the head: ``state_api._head_groups``;
        the actor service of another node holding actors in room a driver of N lent asks
        whether that driver's group lives: ``RemoteNodeClient.holds_group``,
-       ``owner/placement_group_nodes._lenders_gone``):
+       ``owner/placement_group_nodes._lenders_gone``; a driver on another host finds a
+       driver's group: ``owner/far_groups.py``):
        D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups
        reserved in N's ledger now (one lock-free read), else ("error", req, "node",
        text).
+   15. Loans of room in a group of a driver of N to D (``loan_relay.py``; D found it
+       by step 14, ``owner/far_groups.py``; ``remote_bundles`` step 10): D -> N
+       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base) or
+       "pg_return" (pg, loan). N asks the driver of N holding group pg (its
+       lease's holder here) on that driver's state socket, from a thread, naming the
+       borrower by this link (``loan_relay.borrower``: never what D says of itself),
+       and answers ("pg_loan", req, doc), doc that driver's answer (``{"loan": ...}``,
+       ``{"loan": None}`` when no driver of N holds the group, or ``{"error": text}``);
+       other requests in the meantime are answered as they come. The link closing
+       (step 5, fencing) tells each driver asked on it ("pg_drop", the borrower): the
+       loans it made to D come back.
 """
 
 from __future__ import annotations
@@ -178,6 +190,7 @@ from miniray._private.node.kept_serving import (
     lazy_segments,
     peer_ip,
 )
+from miniray._private.node.loan_relay import LoanRelay, check_fields
 from miniray._private.node.remote_tickets import ATTACH_ROLES, TicketBook
 from miniray._private.transport import peer_channel as pc
 from miniray._private.transport.remote_node import ROLE_ATTACH, ROLE_DRIVER
@@ -310,7 +323,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
               "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3,
-              "groups": 2}
+              "groups": 2, "pg_loan": 4}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -465,6 +478,9 @@ class RemoteDrivers(KeptServing):
         self._budget_ops: dict[str, list] = {}
         self._budget_retry: dict[str, float] = {}
         self.fetched = 0  # step 12: objects fetched from other nodes
+        # Step 15: loans of this node's drivers' groups to remote drivers (its threads
+        # post their answers to the loop through ``post``, set later).
+        self.loans = LoanRelay(ledger, lambda: self.session_dir, lambda fn: self.post(fn))
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
         self._gpu_keys = list(gpu_keys or [])
@@ -601,6 +617,19 @@ class RemoteDrivers(KeptServing):
             return ("groups", req, groups)
         if op == "fetch":
             return self._fetch(link, req, *args)
+        if op == "pg_loan":  # step 15: answered later, from a thread (loan_relay.py)
+            what, fields = args
+            problem = check_fields(what, fields)
+            if problem is not None:
+                self.errors += 1
+                return ("error", req, "malformed", problem)
+
+            def reply(answer, link=link):
+                if self._served(link):
+                    self._reply(link, answer)
+
+            self.loans.forward(link, req, what, fields, reply)
+            return None
         if op == "kill":
             (pid,) = args
             if self._workers.get(pid) is not link or self.kill_worker is None:
@@ -706,6 +735,7 @@ class RemoteDrivers(KeptServing):
             if self.kill_worker is not None:  # its EXITED then finds no link
                 self.kill_worker(pid)
         released = self._release(self._leases.take_items(link))
+        self.loans.drop_link(link)  # step 15: its loans come back to their drivers
         for pull in list(link.pulls):  # their threads end on the closed channel
             pull.close()
         tag, paths = self.kept.drop_link(link)

@@ -81,6 +81,12 @@ class ServiceProxies:
         with owner.locked():
             remote = owner.remote_nodes
             lender = remote.bundles.actor_lender(spec.placement) if remote else None
+            afar = remote is not None and remote.bundles.lent_from_afar(spec.placement)
+        if afar:  # README, Limits: its creator lends this driver's tasks room, no actor's
+            raise RuntimeError(
+                f"actor {spec.class_name}: its placement group is held by a driver on "
+                "another host, which lends room in it to this driver's tasks only; create "
+                "the actor in that driver, or make the group detached")
         if lender is not None:
             return self._borrow_for_actor(spec, lender, deadline)
         far = None

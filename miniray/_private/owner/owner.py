@@ -559,9 +559,11 @@ class Owner(OwnerLeases, OwnerEvents):
         if self.pgs is not None:
             self.pgs.watch()
 
-    def placement_group_gone(self, pg_hex: str) -> bool:
-        """*Not locked* (a ledger read). Whether work for the group can never run."""
-        return self.pgs is not None and self.pgs.gone(pg_hex)
+    def placement_group_gone(self, pg_hex: str, far: bool = False) -> bool:
+        """*Not locked* (a ledger read; ``far``: a task's, round trips to other nodes for a
+        group this node does not hold: ``PlacementGroups.gone``). Whether work for the
+        group can never run."""
+        return self.pgs is not None and self.pgs.gone(pg_hex, far)
 
     def serves_bundle(self, request: dict) -> bool:
         """*Locked.* Whether a (rewritten) placement request is in a bundle on another node

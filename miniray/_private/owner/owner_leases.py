@@ -105,7 +105,7 @@ class OwnerLeases:
         group_gone = elsewhere = None
         if len(got) < count and self.pgs is not None:
             pg_hex = placement.group_of(request)
-            if pg_hex is not None and self.placement_group_gone(pg_hex):  # not locked
+            if pg_hex is not None and self.placement_group_gone(pg_hex, far=True):
                 group_gone = pg_hex
             elif pg_hex is not None:  # another driver's bundle on another node (a read)
                 elsewhere = self.pgs.elsewhere(request)

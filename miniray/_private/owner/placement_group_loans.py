@@ -1,6 +1,7 @@
 """Loans of room in a placement group's bundles on other nodes (``remote_bundles`` steps 8
-and 9), both sides: the lender (the node's actor service for a detached group, the creating
-driver for its own group) lends, any other driver of the node borrows.
+to 10), both sides: the lender (the node's actor service for a detached group, the creating
+driver for its own group) lends, any other driver of the node borrows, and so does a driver
+of another host from a creating driver, through that driver's node (step 7 below).
 
 Owns: the methods of ``remote_bundles.RemoteBundles`` (a mixin of it: the state is its own,
 made in ``RemoteBundles.__init__``) for a group whose bundles on other nodes another
@@ -49,6 +50,14 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        ids)``; E creates it in S with ``spec.lent`` and says whether S took it
        (``pg_kept``: ``actor_kept``). D's watch then keeps the room while S holds the
        actor alive; before that it is E's (``actor_loans_unsent``, ``drop_loans``).
+    7. E on another host than D (``remote_bundles`` step 10): E's lender is
+       ``("node", D's node, G)``; steps 2 and 4 go on E's link to that node
+       (``_ask_driver``: ``RemoteNodeClient.loan``), which asks D on its state socket
+       naming E (``far_token``, accepted from the node's pid only), and tells D
+       ``pg_drop`` when E's link closes (E's exit or its host's death: ``drop_loans``).
+       E's watch follows G in that node's ledger (``placement_group_nodes._far_reserved``).
+       E's actors there: not lent (``actor_lender`` None; ``serves`` sends them to the
+       service's path, where ``ActorManager._lend`` refuses them, naming why).
 """
 
 from __future__ import annotations
@@ -74,6 +83,17 @@ def borrower_token(pid: int) -> tuple:
     return ("driver", pid, procinfo.start_time(pid) or 0)
 
 
+def far_token(name) -> tuple:
+    """Pure. A driver lender's name for a borrowing driver of another host, as its node
+    names it (``node/loan_relay.borrower``: the link's name and serial there): the token
+    of its loans, dropped when the node says its link closed (``pg_drop``).
+
+    >>> far_token(["remote driver 127.0.0.2 pid 7", 3])
+    ('far', 'remote driver 127.0.0.2 pid 7', 3)
+    """
+    return ("far",) + tuple(name)
+
+
 def gone_borrowers(tokens, alive) -> list:
     """Pure. The borrowing drivers among ``tokens`` (``borrower_token``'s; the actor
     service's own tokens are left out: a closed link tells it) that ``alive(pid, start)``
@@ -86,16 +106,32 @@ def gone_borrowers(tokens, alive) -> list:
     return out
 
 
-def answer_borrower(owner, request: dict, pid: int) -> dict:
+def answer_borrower(owner, request: dict, pid: int, node_pid: int | None = None) -> dict:
     """*Not locked* (the state socket's thread, ``transport/state_socket.py``). A driver
     lender's side of step 2 and 4 for the driver ``pid`` of this node: ``pg_lend`` (``pg``,
     ``index``, ``base``) answers ``{"loan": [loan id, index, node id, GPU ids]}``, None or
     "here", as ``lend_room``; ``pg_return`` (``loan``) gives back a loan made to ``pid``.
     An actor's loan (step 6): ``pg_lend`` with ``actor`` (its id, hex) and ``held``
     answers ``{"loan": [index, node id, GPU ids]}``, None or "here" (``lend_actor_room``);
-    ``pg_kept`` (``actor``, ``kept``) says whether the service took the actor."""
+    ``pg_kept`` (``actor``, ``kept``) says whether the service took the actor.
+    A driver of another host (step 7), through this node (``pid`` is ``node_pid``): the
+    node names it (``borrower``: ``far_token``); ``pg_drop`` drops its loans (its link to
+    the node closed)."""
     token = borrower_token(pid)
+    far = request.get("borrower")
+    if far is not None:  # a driver of another host, through this node (step 7)
+        if node_pid is None or pid != node_pid or not isinstance(far, list):
+            return {"error": "only this driver's node names a borrower of another host"}
+        token = far_token(far)
     what = request.get("what")
+    if what == "pg_drop":  # that borrower's link to this node closed
+        if far is None:
+            return {"error": "pg_drop names a borrower of another host"}
+        with owner.locked():
+            remote = owner.remote_nodes
+            if remote is not None:
+                remote.bundles.drop_loans(token)
+        return {"loan": None}
     with owner.locked():
         remote = owner.remote_nodes
         if remote is None:
@@ -134,16 +170,17 @@ class BundleLoans:
     """``RemoteBundles``' steps 8 and 9 (see the module docstring); every attribute is the
     ``RemoteBundles``'."""
 
-    def note_served(self, pg_hex: str, nodes: list, lender: str | None = None,
+    def note_served(self, pg_hex: str, nodes: list, lender: str | tuple | None = None,
                     everywhere: bool = False) -> None:
         """*Locked.* A driver's side: ``pg_hex`` is a detached group the node's actor
         service holds (``lender`` None), or another driver's own group (``lender``: that
-        driver's state socket), its bundles on ``nodes`` (the ledger's record): its tasks
-        in a bundle on another node borrow room from the lender. ``nodes`` empty: the
-        group is not reserved yet (``served_pending``): its actors are the service's,
-        which places them once it is. ``everywhere``: the service is the head's, on
-        another host (this driver is on a member): its tasks in any bundle borrow room,
-        this node's ledger providing none (``served_everywhere``)."""
+        driver's state socket; a driver of another host: ``("node", its node id,
+        pg_hex)``), its bundles on ``nodes`` (the ledger's record): its tasks in a bundle
+        on another node borrow room from the lender. ``nodes`` empty: the group is not
+        reserved yet (``served_pending``): its actors are the service's, which places
+        them once it is. ``everywhere``: the lender is on another host (the head's
+        service for a driver on a member, or a driver of another host): its tasks in any
+        bundle borrow room, this node's ledger providing none (``served_everywhere``)."""
         if lender is not None:
             self.lenders[pg_hex] = lender
         else:
@@ -166,6 +203,8 @@ class BundleLoans:
         parsed = placement.bundle_request(request)
         if parsed is not None and parsed[0] in self.served_pending:
             return True
+        if self.lent_from_afar(request):
+            return True  # the service's path, whose ``_lend`` refuses it, naming why
         return self._served_remote(request, spill=False)  # a driver's group: room it lends
 
     def actor_lender(self, request) -> str | None:
@@ -174,9 +213,15 @@ class BundleLoans:
         or None."""
         parsed = placement.bundle_request(request)
         lender = self.lenders.get(parsed[0]) if parsed is not None else None
-        if lender is None or not self._served_remote(request, spill=False):
-            return None
+        if not isinstance(lender, str) or not self._served_remote(request, spill=False):
+            return None  # none, or a driver of another host (it lends no actor room)
         return lender
+
+    def lent_from_afar(self, request) -> bool:
+        """*Locked.* Whether the group of this placement ``request`` is a driver's of
+        another host (step 7): it lends room to this driver's tasks, not to its actors."""
+        parsed = placement.bundle_request(request)
+        return parsed is not None and isinstance(self.lenders.get(parsed[0]), tuple)
 
     def _served_remote(self, request, spill: bool) -> bool:
         """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
@@ -279,8 +324,6 @@ class BundleLoans:
         NodeEntry, GPU ids)`` (the key: ``(lender, loan id)``, the lender None for the
         service), None or "here". A loan on a node this driver's view does not show
         alive goes back (next turn) and None is the answer."""
-        from miniray._private.transport import state_socket  # lazy: a borrower's only
-
         with self.owner.locked():
             lender = self.lenders.get(pg_hex)
         if lender is None:
@@ -288,7 +331,7 @@ class BundleLoans:
             if isinstance(answer, tuple):
                 return ((None, answer[0]),) + tuple(answer[1:])
             return answer
-        doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
+        doc = self._ask_driver(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
                                base=base)
         if "error" in doc:
             raise RuntimeError(doc["error"])
@@ -302,6 +345,26 @@ class BundleLoans:
                 self._returns.append((lender, loan_id))
             return None
         return (lender, loan_id), picked, entry, gpu_ids
+
+    def _ask_driver(self, lender, timeout: float, what: str, **fields) -> dict:
+        """*Not locked* (one request). A loan request to a lending driver: on its state
+        socket (``lender`` its path: a driver of this node), or through its node
+        (``lender`` ``("node", node id, hex)``: a driver of another host, ``remote_bundles``
+        step 10; that node's trouble is an OSError, as the socket's)."""
+        from miniray._private.transport import state_socket  # lazy: a borrower's only
+
+        if not isinstance(lender, tuple):
+            return state_socket.ask(lender, timeout, what, **fields)
+        from miniray._private.transport.remote_node import RemoteLeaseError  # lazy
+        from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
+
+        entry = self.nodes.alive_entry(lender[1])
+        if entry is None:
+            raise OSError(f"the lending driver's node {lender[1][:12]} is not alive")
+        try:
+            return self.nodes.client(entry).loan(what, fields, timeout + 2.0)
+        except (NodeDiedError, RemoteLeaseError) as error:
+            raise OSError(str(error)) from None
 
     RETURN_AT_EXIT_S = 2.0  # at most this long for the loans of ended tasks at shutdown
 
@@ -327,7 +390,6 @@ class BundleLoans:
         key of ``returns``, each request waiting at most until ``deadline`` (None: the
         link's own timeout); how many the lenders took back."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
-        from miniray._private.transport import state_socket  # lazy: a borrower's only
 
         sent = 0
         service_gone = False
@@ -337,8 +399,9 @@ class BundleLoans:
                 break  # the link's closing gives the rest back (drop_loans)
             if lender is not None:  # a driver: it drops them itself once this one is gone
                 try:
-                    state_socket.ask(lender, LEND_ASK_S if left is None else left,
-                                     "pg_return", loan=loan_id)
+                    fields = {"pg": lender[2]} if isinstance(lender, tuple) else {}
+                    self._ask_driver(lender, LEND_ASK_S if left is None else left,
+                                     "pg_return", loan=loan_id, **fields)
                     sent += 1
                 except (OSError, TimeoutError):
                     logger.warning("loan %s: the lending driver did not take it back",
@@ -366,8 +429,8 @@ class BundleLoans:
         if answer is None:
             return
         if answer == "here" and pg_hex in self.served_everywhere:
-            if waiting:  # on the service's node (the head), whose ledger provides it
-                queue.remove(task)
+            if waiting:  # on the lender's node (the head's service, or a driver of another
+                queue.remove(task)  # host: its node), whose ledger provides it
                 self._run_on_head(task, pg_hex)
             return
         if answer == "here":
@@ -391,19 +454,24 @@ class BundleLoans:
 
     def _run_on_head(self, task, pg_hex: str) -> None:
         """*Locked.* A driver on a member: ``task`` asks for a bundle of a group the head's
-        service holds on the head itself: it runs there under a lease of its (rewritten)
+        service holds on the head itself (or a driver of another host holds on its node:
+        that node): it runs there under a lease of its (rewritten)
         request, which the head's ledger provides from the group's bundle, as a task of
         another node with custom resources does (a denial: asked again until room). It is
         among the group's ``running`` until it ends (``ended_on_head``): the group's
         removal fails it and kills its worker (or keeps it from being sent), as for a task
         in a remote bundle."""
-        head = next((e for e in self.nodes.view() if e.is_head and e.alive), None)
+        lender = self.lenders.get(pg_hex)
+        if isinstance(lender, tuple):  # a driver of another host: its node
+            head = self.nodes.alive_entry(lender[1])
+        else:
+            head = next((e for e in self.nodes.view() if e.is_head and e.alive), None)
         if head is None:
             from miniray.exceptions import TaskUnschedulableError  # lazy: as remote_nodes
 
             self.owner.tasks.fail(task, TaskUnschedulableError(
-                f"task {task.spec.name}: its placement group bundle is on the head, which "
-                "is not in the cluster's view now"))
+                f"task {task.spec.name}: its placement group bundle is on the lending "
+                "node, which is not in the cluster's view now"))
             return
         task.state, task.worker = T_WAITING, None
         self.running.setdefault(pg_hex, set()).add(task)

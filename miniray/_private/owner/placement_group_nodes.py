@@ -24,7 +24,11 @@ service's side runs it as its own group (``serve_create``, ``serve_remove``;
 docs/detached-placement-groups.md). A driver on a member (``_far``: its service is the
 head's, on another host) reads the records of the groups that service holds from it
 (``_reserved``, ``served_records``: ``SVC_PG_TABLE``), its node's ledger holding none of
-them.
+them. Any driver reads the groups of other nodes' drivers from their node
+(``far_groups.py``): ``_lease_anywhere`` (a group's state, ``ready()``, its bundles),
+``_reserved_everywhere`` (the table), ``_far_named`` (``lookup``); its work in them
+follows ``_lease_of``, which knows only what this node's ledger and the head's actor
+service hold.
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
@@ -46,11 +50,13 @@ from dataclasses import replace
 
 from miniray._private.core import node_pick, placement
 from miniray._private.host import procinfo
+from miniray._private.owner.far_groups import FarGroups
 from miniray._private.owner.placement_group_loans import gone_borrowers
 from miniray._private.owner.placement_group_records import (
     CREATED,
     PENDING,
     REMOVED,
+    FarLease,
     ServedLease,
     _Group,
 )
@@ -149,6 +155,67 @@ class PlacementGroupNodes:
             record = self._served_held().get(hex_)
             lease = None if record is None else ServedLease(record)
         return lease
+
+    def _far_groups_of(self):
+        """*Not locked* (a stat). In a cluster, this driver's ``FarGroups``: the groups of
+        the other nodes' drivers (``far_groups.py``); else None."""
+        cluster = self._cluster()
+        if cluster is None:
+            return None
+        with self.owner.locked():
+            if self._far_groups is None:
+                self._far_groups = FarGroups(cluster)
+            return self._far_groups
+
+    def _lease_anywhere(self, hex_: str):
+        """*Not locked* (``_lease_of``; for a group that is not this driver's and that it
+        does not find so, round trips to the other nodes: ``FarGroups.record_of``). Group
+        ``hex_``'s lease as ``_lease_of`` sees it, else a ``FarLease`` of the record that
+        a driver of another node holds, or None. For what any driver may read of a group
+        (its state, ``ready()``, its bundles) and its tasks (``elsewhere``, ``gone``:
+        they borrow room through that node, ``remote_bundles`` step 10); its actors follow
+        ``_lease_of`` (that driver lends them no room: README, Limits)."""
+        lease = self._lease_of(hex_)
+        if lease is not None or hex_ in self.groups:
+            return lease
+        far = self._far_groups_of()
+        found = None if far is None else far.record_of(hex_)
+        return None if found is None else FarLease(found[1], found[0])
+
+    def _far_reserved(self, used) -> dict:
+        """*Not locked* (round trips to their nodes only). The watch's view of the groups
+        of ``used`` that drivers of other nodes hold, as those nodes say now (a
+        ``FarLease`` each; a node that cannot answer: its last answer)."""
+        far = self._far_groups
+        if far is None:
+            return {}
+        known = far.known(used)
+        if not known:
+            return {}
+        return {hex_: FarLease(record, node)
+                for hex_, (node, record) in far.records(known).items() if hex_ in known}
+
+    def _reserved_everywhere(self) -> dict:
+        """*Not locked* (``_reserved``, and round trips to the other nodes at most every
+        ``far_groups.SCAN_GAP_S``). ``_reserved``'s groups, then the other nodes' drivers'
+        (a ``FarLease`` each): the table's groups."""
+        out = dict(self._reserved())
+        far = self._far_groups_of()
+        for hex_, (node, record) in ({} if far is None else far.records()).items():
+            out.setdefault(hex_, FarLease(record, node))
+        return out
+
+    def _far_named(self, name: str):
+        """*Not locked* (round trips). ``lookup``'s last try: ``(hex, bundles)`` of the
+        group called ``name`` that a driver of another node reserved (noted:
+        ``_note_if_served``), or None."""
+        far = self._far_groups_of() if name else None
+        found = None if far is None else far.named(name)
+        if found is None:
+            return None
+        hex_, node, record = found
+        self._note_if_served(hex_, FarLease(record, node))  # its tasks borrow room there
+        return hex_, record["bundles"]
 
     def _served_held(self) -> dict:
         """*Not locked* (one request to the head's actor service). ``{hex: record}`` of the
@@ -365,7 +432,7 @@ class PlacementGroupNodes:
         if remote is not None and hex_ in remote.bundles.served:
             return
         try:
-            lease = self._lease_of(hex_)
+            lease = self._lease_anywhere(hex_)  # a driver of another host's: noted as such
         except (OSError, ValueError):
             return
         if lease is not None:
@@ -434,6 +501,15 @@ class PlacementGroupNodes:
         driver on a member (``_far``), a group the head's service holds is noted whatever
         its bundles' nodes: its own node's ledger provides none of them, so its tasks
         borrow room in each."""
+        if isinstance(lease, FarLease):  # a driver of another host: through its node
+            nodes = list(lease.group.get("nodes") or ())
+            cluster = self._cluster()
+            if not nodes or cluster is None:
+                return False
+            with self.owner.locked():  # its every bundle borrowed: this ledger holds none
+                cluster.bundles.note_served(hex_, nodes, ("node", lease.node_id, hex_),
+                                            everywhere=True)
+            return True
         record = lease.group
         nodes = list(record.get("nodes") or ())
         if self._far() and record.get("detached") and nodes and hex_ in self._far_held:
@@ -569,12 +645,13 @@ class PlacementGroupNodes:
         if parsed is None:
             return None
         pg_hex, index, _base = parsed
-        lease = self._lease_of(pg_hex)
+        lease = self._lease_anywhere(pg_hex)
         if lease is None:
             return None
         record = lease.group
-        if isinstance(lease, ServedLease) and self._note_if_served(pg_hex, lease):
-            return None  # the head's service holds it: its tasks borrow room in each bundle
+        if isinstance(lease, (ServedLease, FarLease)) and self._note_if_served(pg_hex, lease):
+            return None  # the head's service or a driver of another host holds it: its
+            #              tasks borrow room in each bundle
         nodes = list(record.get("nodes") or [])
         bound = placement.bundle_elsewhere(index, nodes, self.node_id)
         if not bound:

@@ -76,6 +76,18 @@ class ServedLease:
         self.group = record
 
 
+class FarLease:
+    """A group of a driver of another node as that node's ledger records it
+    (``far_groups.py``), read where a ledger lease is (its ``group``); ``node_id``: the
+    node that holds the record."""
+
+    __slots__ = ("group", "node_id")
+
+    def __init__(self, record: dict[str, Any], node_id: str):
+        self.group = record
+        self.node_id = node_id
+
+
 def table_entry(record: dict[str, Any], state: str) -> dict[str, Any]:
     """One group in Ray's ``placement_group_table()`` layout (keys compared with Ray 2.60)."""
     created, scheduled = record.get("created_at"), record.get("scheduled_at")

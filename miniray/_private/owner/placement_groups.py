@@ -91,6 +91,7 @@ class PlacementGroups(PlacementGroupNodes):
         self._doomed: set[str] = set()  # of those, the ones removed meanwhile
         self._far_known: bool | None = None  # the service is the head's, on another host
         self._far_held: dict = {}  # then: the service's reserved groups, as last read
+        self._far_groups = None  # in a cluster: the groups of other nodes' drivers
 
     # -- creation -----------------------------------------------------------------------
     def pending_records(self) -> list[dict[str, Any]]:
@@ -267,7 +268,7 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* The id of an object that becomes ``handle`` once the group is
         reserved (at once if it is), or holds TaskPlacementGroupRemoved."""
         object_id = ids.new_put_id()
-        reserved = self._lease_of(hex_) is not None
+        reserved = self._lease_anywhere(hex_) is not None
         with self.owner.locked():
             self.owner.objects.ensure(object_id)
             group = self.groups.get(hex_)
@@ -305,8 +306,8 @@ class PlacementGroups(PlacementGroupNodes):
         """*Not locked.* CREATED, PENDING, REMOVED, or None (never known here)."""
         group = self.groups.get(hex_)
         before = None if group is None else group.state  # read before the ledger: a group
-        if self._lease_of(hex_) is not None:  # reserved between the reads: not "removed"
-            return CREATED
+        if self._lease_anywhere(hex_) is not None:  # reserved between the reads: not
+            return CREATED  # "removed"
         if group is None:
             return None
         # released by its holder: CREATED here already before the ledger said otherwise
@@ -396,7 +397,8 @@ class PlacementGroups(PlacementGroupNodes):
         time either way: the check arms the next tick when it ends."""
         remote = self.owner.remote_nodes
         if self._far() or (remote is not None and (remote.bundles.loans or
-                                                   remote.bundles.lender_watched)):
+                                                   remote.bundles.lender_watched)) or (
+                self._far_groups is not None and self._far_groups.known(used)):
             threading.Thread(target=self._check_used, args=(used,), daemon=True,
                              name="miniray-pg-watch").start()
         else:
@@ -408,6 +410,7 @@ class PlacementGroups(PlacementGroupNodes):
             reserved = self._reserved(only=used)
         except (OSError, ValueError):  # the node's ledger went with the node
             return
+        reserved.update(self._far_reserved(used))  # lent by drivers of other nodes
         remote = self.owner.remote_nodes
         far_gone = self._lenders_gone(remote) if remote is not None else set()
         gone = []
@@ -441,26 +444,29 @@ class PlacementGroups(PlacementGroupNodes):
         if remote is not None and remote.bundles.groups:
             self._check_bundle_nodes(remote)
 
-    def gone(self, hex_: str) -> bool:
+    def gone(self, hex_: str, far: bool = False) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
-        nor pending here (removed, by any driver, or its holder is gone)."""
+        nor pending here (removed, by any driver, or its holder is gone). ``far``: for a
+        task, whose room a driver of another node lends (``_lease_anywhere``); an actor's
+        is not lent by such a driver (``_lease_of``)."""
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
             return False
-        return self._lease_of(hex_) is None
+        return (self._lease_anywhere(hex_) if far else self._lease_of(hex_)) is None
 
     # -- lookups --------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, list]:
         """*Not locked.* ``(hex, bundles)`` of the group called ``name`` (reserved by any
-        driver of the node, pending here, or a detached one pending in the node's actor
-        service: ``_find_served``); ValueError as Ray's when there is none."""
+        driver of the node, pending here, a detached one pending in the node's actor
+        service: ``_find_served``, or reserved by a driver of another node:
+        ``_far_named``); ValueError as Ray's when there is none."""
         found = self._reserved_named(name)
         if found is not None:
             return found
         for group in list(self.groups.values()):
             if name and group.name == name and group.state == PENDING:
                 return group.hex, group.bundles
-        found = self._find_served(name)
+        found = self._find_served(name) or self._far_named(name)
         if found is not None:
             return found
         raise ValueError(f"Failed to look up placement group with name: {name}")
@@ -474,10 +480,11 @@ class PlacementGroups(PlacementGroupNodes):
         return None
 
     def table(self) -> dict[str, dict[str, Any]]:
-        """*Not locked.* Every group known here: the node's reserved ones (any driver's),
-        then this driver's pending and removed ones."""
+        """*Not locked.* Every group known here: the reserved ones (any driver's of this
+        node, then of the other nodes: ``_reserved_everywhere``), then this driver's pending
+        and removed ones."""
         out = {}
-        for hex_, lease in self._reserved().items():
+        for hex_, lease in self._reserved_everywhere().items():
             out[hex_] = table_entry(lease.group, RESCHEDULING if lease.group.get(
                 "rescheduling") else CREATED)
         for group in list(self.groups.values()):
@@ -493,7 +500,7 @@ class PlacementGroups(PlacementGroupNodes):
         group = self.groups.get(hex_)
         if group is not None:
             return group.bundles
-        lease = self._lease_of(hex_)
+        lease = self._lease_anywhere(hex_)
         return None if lease is None else lease.group["bundles"]
 
     def statistics(self) -> dict[str, int]:

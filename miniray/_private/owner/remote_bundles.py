@@ -9,7 +9,7 @@ lease of its own) and giving its room back when it ends, and failing and killing
 when the group is removed; and the loans of room in a group's bundles on other nodes to
 another driver's tasks: a detached group's, which the node's actor service holds (step 8),
 and a driver's own group's, which that driver lends to the other drivers of its node (step
-9; both sides of both).
+9) and, through its node, to drivers of other hosts (step 10; both sides of each).
 Does not own: the plan (``core/node_pick.plan_bundles``), the group's record, its local
 bundles and its ready objects (``placement_groups.py``, the node's ledger), the link, its
 leases and the remote workers (``remote_nodes.py``, ``transport/remote_node.py``).
@@ -137,10 +137,9 @@ Steps for group G of driver D with bundle i planned on node N::
    the loan (as its tasks): a named actor of E is S's in any case, so S serves both
    kinds with step 7's one path (``spec.lent``, ``borrow``, the SVC_ALIVE watch, the kill
    at removal, the restart after N's death), where E running them would add a second
-   path for each. A driver on another host than D borrows nothing: its node's ledger
-   has no record of D's group (D's bundles there are leases of D's link); its tasks and
-   actors there behave as before. Nor does E when D's state socket is missing (D could
-   not serve it): its task fails at once (``placement_group_nodes.elsewhere``).
+   path for each. A driver on another host than D: step 10. E borrows nothing when D's
+   state socket is missing (D could not serve it): its task fails at once
+   (``placement_group_nodes.elsewhere``).
    Why D's state socket and not the actor service: S would have to ask D over D's link
    (a request from S to a driver, which that link does not carry) and wait for it on
    its I/O thread, or hold a copy of D's room; the state socket already answers each
@@ -148,6 +147,33 @@ Steps for group G of driver D with bundle i planned on node N::
    borrower's token D needs to drop a dead borrower's loans. So ``lend_room``,
    ``return_room``, ``drop_loans`` and the borrower's thread serve both lenders, with one
    meaning each.
+
+10. A task of a driver E on another host than D (E's node is B, D's is A) in any bundle
+   of D's own group: as step 8 for a driver on a member, every bundle borrowed (B's
+   ledger holds none of them: ``served_everywhere``), with D as the lender, reached
+   through A. E finds the group in A's ledger (``far_groups.py``: ``groups`` on E's
+   link to A, step 14 of ``node/remote_drivers.py``; by name, in the table, or by a
+   handle when its task's lease is refused: ``_note_if_served`` with a ``FarLease``),
+   and notes its lender as ``("node", A, G)``. E's borrower thread sends ``pg_lend`` and
+   ``pg_return`` on that link (``pg_loan``, step 15 there); A's ``loan_relay`` asks the
+   group's holder in A's ledger, D, on D's state socket from a thread, naming the
+   borrower by E's link (``far_token``: the link's name, with E's IP and pid, and its
+   serial on A), which D accepts only from A's pid; D's ``answer_borrower`` runs the
+   same ``lend_room``. A loan in a bundle on another node (B included) runs on E's
+   link to that node, as step 8's; "here" (the bundle is on A) runs the task on A
+   under a lease of its rewritten request, which A's ledger provides from D's group
+   (``_run_on_head``, on the lender's node). E's exit, or its host's death, closes its
+   link to A (EOF, or TCP keepalive): A tells D (``pg_drop``), which drops E's loans.
+   D removes the group, or D ends (its group lease goes from A's ledger): E's watch
+   asks A for the groups it uses (``_far_reserved``) and fails E's tasks in G with
+   TaskPlacementGroupRemoved, killing those running (``removed``); A's death drops
+   A's groups from what E knows, with the same effect. Not yet: E's actors there
+   (``serves`` sends them to S's path, where ``ActorManager._lend`` refuses them with a
+   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A),
+   and E's ``remove_placement_group`` of D's group (it releases nothing of it). Why
+   through A and not the head: A holds the group's record and D's socket, both are
+   reached on the link E opens to A for its tasks anyway, and A sees that link close
+   when E or its host dies, which D, on another host, cannot see itself.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's

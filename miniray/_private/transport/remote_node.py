@@ -257,6 +257,15 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return answer[2]
 
+    def loan(self, what: str, fields: dict, timeout: float | None = None) -> dict:
+        """Step 15 there (``owner/placement_group_loans.py``, ``node/loan_relay.py``): a
+        loan request (``pg_lend``, ``pg_return``) to the driver of the node
+        that holds the group; that driver's answer (a dict)."""
+        answer = self._call("pg_loan", (what, dict(fields)), timeout)
+        if answer[0] != "pg_loan" or len(answer) != 3 or not isinstance(answer[2], dict):
+            raise self._unexpected(answer)
+        return answer[2]
+
     def open_pull(self, tag: str, timeout: float | None = None) -> pc.PeerChannel:
         """A new pull connection for this link (the caller owns and closes it)."""
         self._check()

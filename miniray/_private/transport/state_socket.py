@@ -14,9 +14,11 @@ Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find), ``placement_gro
 
 Frames: an 8-byte big-endian length, then UTF-8 JSON. The request is ``{"what":
 "snapshot"}`` (the state API) or ``{"what": "timeline"}`` (``ray.timeline()``: the spans of
-finished tasks), or a loan request (``{"what": "pg_lend" | "pg_return" | "pg_kept", ...}``: answered
-by the driver's ``loans(request, peer pid)``, the peer's pid read from the socket, never
-from the request); the answer is that document, or ``{"error": text}``.
+finished tasks), or a loan request (``{"what": "pg_lend" | "pg_return" | "pg_kept" |
+"pg_drop", ...}``: answered by the driver's ``loans(request, peer pid)``, the peer's pid
+read from the socket, never from the request; the driver's own node names a borrower of
+another host in the request: ``node/loan_relay.py``); the answer is that document, or
+``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ class StateServer:
     on its own thread, so a reader is served even while the driver's threads are busy or
     blocked in ``get()``. ``close()`` stops the thread and removes the socket."""
 
-    LOAN_REQUESTS = ("pg_lend", "pg_return", "pg_kept")
+    LOAN_REQUESTS = ("pg_lend", "pg_return", "pg_kept", "pg_drop")
 
     def __init__(self, path: str, snapshot: Callable[[], dict],
                  timeline: Callable[[], dict] | None = None,

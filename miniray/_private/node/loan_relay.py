@@ -1,0 +1,142 @@
+"""Loans of room in a placement group of this node's driver to a driver of another host.
+
+Owns: step 15 of ``remote_drivers.py``: a remote driver's ``pg_lend`` and ``pg_return``
+(``owner/placement_group_loans.py``, ``remote_bundles`` step 10) carried to the driver of
+this node that holds the group (its lease's holder in this node's ledger), on that
+driver's state socket, by a thread (never the loop), the answer handed back to the loop;
+the borrower's name there (``borrower``: the link, which the node authenticated, never
+what the driver says of itself); and, when the link closes, telling each driver lent to
+on it that this borrower is gone (``pg_drop``: its loans come back).
+Does not own: the links (``remote_drivers.py``), the loans themselves (the lending
+driver's ``answer_borrower``), the state socket (``transport/state_socket.py``).
+Called by: ``remote_drivers.RemoteDrivers`` on the loop (``forward``, ``drop_link``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+
+logger = logging.getLogger(__name__)
+
+ASK_S = 10.0  # at most this long for the lending driver's answer
+WHATS = ("pg_lend", "pg_return")  # what a remote driver may ask (its actors: not yet)
+FIELDS = {"pg_lend": ("pg", "index", "base"), "pg_return": ("pg", "loan")}
+
+
+def borrower(link_name: str, serial: int) -> list:
+    """Pure. The lending driver's name for a remote driver borrowing on one link: the
+    link's name (its host's IP and the driver's pid) and the link's serial on this node (a
+    pid used again, or a second link of the same driver, is another borrower).
+
+    >>> borrower("remote driver 127.0.0.2 pid 7", 3)
+    ['remote driver 127.0.0.2 pid 7', 3]
+    """
+    return [link_name, serial]
+
+
+def check_fields(what, fields) -> str | None:
+    """Pure. What is wrong with a remote driver's loan request, or None.
+
+    >>> check_fields("pg_lend", {"pg": "ab", "index": 1, "base": {"CPU": 1.0}})
+    >>> check_fields("pg_kept", {}) is not None
+    True
+    >>> check_fields("pg_return", {"pg": "ab", "loan": "1"}) is not None
+    True
+    """
+    if what not in WHATS or not isinstance(fields, dict):
+        return f"a loan request is one of {list(WHATS)} with a dict of fields"
+    if not isinstance(fields.get("pg"), str):
+        return "a loan request names its group (pg: hex)"
+    if what == "pg_return":
+        loan = fields.get("loan")
+        return None if isinstance(loan, int) and not isinstance(loan, bool) else \
+            "pg_return names a loan id (int)"
+    index, base = fields.get("index"), fields.get("base")
+    amounts = isinstance(base, dict) and all(
+        isinstance(k, str) and isinstance(v, (int, float)) for k, v in base.items())
+    if not isinstance(index, int) or isinstance(index, bool) or not amounts:
+        return "pg_lend names pg (hex), index (int) and base ({name: amount})"
+    return None
+
+
+class LoanRelay:
+    """Given the node's ``ledger``, its ``session_dir`` (read when asked: set after
+    construction) and ``post(fn)`` (runs fn on the loop): see the module docstring."""
+
+    def __init__(self, ledger, session_dir=lambda: None, post=None):
+        self.ledger = ledger
+        self._session_dir = session_dir
+        self.post = post
+        self._serials = itertools.count(1)
+        self._by_link: dict = {}  # link -> (its borrower name, {lender socket path})
+        self.forwarded = 0
+
+    def forward(self, link, req, what: str, fields: dict, reply) -> None:
+        """*On the loop.* Ask the driver of this node holding group ``fields["pg"]``
+        (checked: ``check_fields``); a thread asks, and ``reply(answer)`` runs on the loop
+        with ``("pg_loan", req, doc)``."""
+        known = self._by_link.get(link)
+        if known is None:
+            known = self._by_link[link] = (borrower(link.name, next(self._serials)), set())
+        name, lenders = known
+        path = self._lender(fields)
+        if path is None:
+            reply(("pg_loan", req, {"loan": None}))  # no driver of this node holds it
+            return
+        lenders.add(path)
+        self.forwarded += 1
+        asked = {k: fields[k] for k in FIELDS[what]}  # nothing else reaches the driver
+        threading.Thread(target=self._ask, args=(path, what, asked, name, req, reply),
+                         daemon=True, name="miniray-loan-relay").start()
+
+    def _lender(self, fields: dict) -> str | None:
+        """*On the loop* (a ledger read). The state socket of the driver holding the
+        group (its lease's holder here), or None."""
+        from miniray._private.transport import state_socket  # lazy: only when lending
+
+        session_dir = self._session_dir()
+        if not session_dir:
+            return None
+        try:
+            lease = self.ledger.groups().get(fields.get("pg"))
+        except Exception:  # noqa: BLE001 - the ledger's trouble: nothing lent
+            return None
+        if lease is None or lease.group.get("detached"):
+            return None
+        path = state_socket.socket_path(session_dir, lease.holder_pid)
+        return path if os.path.exists(path) else None
+
+    def _ask(self, path: str, what: str, fields: dict, name: list, req, reply) -> None:
+        """*Its own thread.* One request on the lender's state socket; the answer to the
+        loop (an error is the driver's answer: ``{"error": text}``)."""
+        from miniray._private.transport import state_socket  # lazy: only when lending
+
+        try:
+            doc = state_socket.ask(path, ASK_S, what, borrower=name, **fields)
+        except (OSError, TimeoutError) as error:
+            doc = {"error": f"the lending driver did not answer: {error}"}
+        self.post(lambda: reply(("pg_loan", req, doc)))
+
+    def drop_link(self, link) -> None:
+        """*On the loop.* ``link`` closed: each driver it borrowed from is told, by a
+        thread, that this borrower is gone (its loans come back there)."""
+        known = self._by_link.pop(link, None)
+        if not known or not known[1]:
+            return
+        name, lenders = known
+        threading.Thread(target=self._drop, args=(name, sorted(lenders)), daemon=True,
+                         name="miniray-loan-drop").start()
+
+    @staticmethod
+    def _drop(name: list, lenders: list) -> None:
+        from miniray._private.transport import state_socket  # lazy: only when lending
+
+        for path in lenders:
+            try:
+                state_socket.ask(path, ASK_S, "pg_drop", borrower=name)
+            except (OSError, TimeoutError) as error:  # gone: its loans went with it
+                logger.info("could not tell %s that a remote borrower left: %s", path,
+                            error)

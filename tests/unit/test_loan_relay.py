@@ -1,0 +1,109 @@
+"""``node/loan_relay.py``: a remote driver's loan requests carried to the lending driver's
+state socket, and its link's end told to it (``remote_drivers`` step 15)."""
+
+from __future__ import annotations
+
+import doctest
+import os
+import queue
+from types import SimpleNamespace
+
+from miniray._private.node import loan_relay
+from miniray._private.node.loan_relay import LoanRelay, check_fields
+from miniray._private.owner.placement_group_loans import answer_borrower, far_token
+from miniray._private.transport import state_socket
+
+PG = "ab" * 14
+
+
+def test_doctests():
+    assert doctest.testmod(loan_relay, raise_on_error=False).failed == 0
+
+
+def test_check_fields_refuses_what_a_remote_driver_may_not_ask():
+    assert check_fields("pg_lend", {"pg": PG, "index": -1, "base": {"CPU": 1}}) is None
+    assert check_fields("pg_return", {"pg": PG, "loan": 3}) is None
+    for what, fields in [("pg_kept", {"pg": PG}), ("pg_drop", {"pg": PG}),
+                         ("pg_lend", {"pg": PG, "index": True, "base": {}}),
+                         ("pg_lend", {"pg": PG, "index": 0, "base": {"CPU": "1"}}),
+                         ("pg_lend", {"index": 0, "base": {}}), ("pg_lend", [])]:
+        assert check_fields(what, fields) is not None, (what, fields)
+
+
+class _Link:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Ledger:
+    def __init__(self, holder_pid, detached=False):
+        self.lease = SimpleNamespace(holder_pid=holder_pid, group={"detached": detached})
+
+    def groups(self):
+        return {PG: self.lease}
+
+
+def _served(tmp_path):
+    """A state socket for this process in a session folder, its loan requests queued."""
+    asked = queue.Queue()
+
+    def loans(request, pid):
+        asked.put((request, pid))
+        return {"loan": [1, 0, "n", []]} if request["what"] == "pg_lend" else {"loan": None}
+
+    server = state_socket.StateServer(state_socket.socket_path(str(tmp_path)),
+                                      lambda: {}, loans=loans)
+    return server, asked
+
+
+def test_a_loan_goes_to_the_groups_holder_naming_the_link_and_its_end_drops_it(tmp_path):
+    server, asked = _served(tmp_path)
+    answers = queue.Queue()
+    relay = LoanRelay(_Ledger(os.getpid()), lambda: str(tmp_path), post=lambda fn: fn())
+    link = _Link("remote driver 127.0.0.2 pid 7")
+    try:
+        relay.forward(link, 5, "pg_lend", {"pg": PG, "index": 0, "base": {"CPU": 1.0},
+                                           "actor": "ff"}, answers.put)
+        assert answers.get(timeout=10) == ("pg_loan", 5, {"loan": [1, 0, "n", []]})
+        request, pid = asked.get(timeout=10)
+        assert pid == os.getpid()
+        name = request.pop("borrower")  # the link's, never the driver's word; no "actor"
+        assert request == {"what": "pg_lend", "pg": PG, "index": 0, "base": {"CPU": 1.0}}
+        assert name[0] == link.name and isinstance(name[1], int)
+        relay.drop_link(link)
+        request, _pid = asked.get(timeout=10)
+        assert request == {"what": "pg_drop", "borrower": name}
+        relay.drop_link(link)  # once only
+        assert asked.empty()
+    finally:
+        server.close()
+
+
+def test_a_group_no_driver_of_the_node_holds_lends_nothing(tmp_path):
+    answers = []
+    for ledger in (_Ledger(os.getpid(), detached=True), _Ledger(999999999)):
+        relay = LoanRelay(ledger, lambda: str(tmp_path), post=lambda fn: fn())
+        relay.forward(_Link("l"), 1, "pg_lend",
+                      {"pg": PG, "index": 0, "base": {}}, answers.append)
+    assert answers == [("pg_loan", 1, {"loan": None})] * 2
+
+
+def test_the_lender_takes_a_far_borrower_only_from_its_node():
+    owner = SimpleNamespace(remote_nodes=None)
+    far = {"what": "pg_drop", "borrower": ["remote driver 127.0.0.2 pid 7", 1]}
+    assert "error" in answer_borrower(owner, far, pid=123, node_pid=456)
+    assert "error" in answer_borrower(owner, far, pid=123, node_pid=None)
+    assert "error" in answer_borrower(owner, {"what": "pg_drop"}, pid=123, node_pid=123)
+    dropped = []
+
+    class _Locked:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    owner = SimpleNamespace(locked=_Locked, remote_nodes=SimpleNamespace(
+        bundles=SimpleNamespace(drop_loans=dropped.append)))
+    assert answer_borrower(owner, far, pid=456, node_pid=456) == {"loan": None}
+    assert dropped == [far_token(far["borrower"])]
