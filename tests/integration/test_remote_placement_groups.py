@@ -1133,16 +1133,17 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         sys.stdin.readline()  # the member was killed
         head = ray.get_runtime_context().get_node_id()
         deadline = time.monotonic() + 30
-        while placement_group_table(pg)["bundles_to_node_id"].get("0") != head and \\
+        while placement_group_table(pg)["bundles_to_node_id"].get(0) != head and \\
                 time.monotonic() < deadline:
             time.sleep(0.05)
+        moved = placement_group_table(pg)["bundles_to_node_id"].get(0) == head
         restarted = run(again.ip.remote())
         try:
             ray.get(once.ip.remote(), timeout=30)
             died = "alive"
         except Exception as error:
             died = f"{type(error).__name__}: {error}"
-        print(json.dumps({"restarted": restarted, "died": died}), flush=True)
+        print(json.dumps({"moved": moved, "restarted": restarted, "died": died}), flush=True)
         ray.shutdown()
         """, hosts, "back")
         assert json_line(other, 90) == {"before": [MEMBER, MEMBER]}
@@ -1156,7 +1157,7 @@ def test_a_lost_pack_group_comes_back_to_the_drivers_node_with_its_task_and_acto
         if other is not None:
             stop_driver(other)
         stop_driver(proc)
-    assert theirs["restarted"] == "127.0.0.1", theirs
+    assert theirs["moved"] and theirs["restarted"] == "127.0.0.1", theirs
     assert theirs["died"].startswith("ActorDiedError") and member in theirs["died"], theirs
     head = hosts.record("127.0.0.1").node_id
     # RESCHEDULING lasts until the watch's next turn (WATCH_S): a poll may not see it.
