@@ -505,8 +505,7 @@ class BundleLoans:
         if (index >= 0 and index not in parts) or (index < 0 and not parts):
             return "here"  # placed again on this node (a lost one stays in parts till then)
         usable = self._usable(pg_hex, parts)
-        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
-                                       {i: b.gpu_free for i, b in usable.items()})
+        picked = self._pick(base, index, usable)
         if picked is None:
             return "here" if far and index < 0 and self._room_here(pg_hex, base) else None
         bundle = usable[picked]
@@ -574,8 +573,7 @@ class BundleLoans:
             bundle = self.loans[actor_id][0]
             return bundle.index, bundle.entry, bundle.gpus_of(actor_id)
         usable = self._usable(pg_hex, parts)  # "any bundle": one of these, with room
-        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
-                                       {i: b.gpu_free for i, b in usable.items()})
+        picked = self._pick(base, index, usable)
         bundle = None if picked is None else self.take(
             placement.rewrite_request(base, pg_hex, picked),
             placement.rewrite_request(held, pg_hex, picked), actor_id)

@@ -387,8 +387,7 @@ class RemoteBundles(BundleLoans):
                 return None
             parts, index, base = found
             usable = self._usable(placement.bundle_request(request)[0], parts)
-        picked = placement.pick_bundle(base, index, {i: b.free for i, b in usable.items()},
-                                       _gpus(usable))
+        picked = self._pick(base, index, usable)
         if picked is None:
             return None
         bundle = parts[picked]
@@ -418,8 +417,7 @@ class RemoteBundles(BundleLoans):
             if task.cancelled:
                 continue
             _hex, index, base = placement.bundle_request(task.spec.request)
-            picked = placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()},
-                                           _gpus(parts))
+            picked = self._pick(base, index, parts)
             if picked is None:
                 kept.append(task)
                 continue
@@ -451,12 +449,18 @@ class RemoteBundles(BundleLoans):
         parts = self._usable(pg_hex, self.groups.get(pg_hex) or {})
         if not parts:
             return False
-        picked = placement.pick_bundle(base, -1, {i: b.free for i, b in parts.items()},
-                                       _gpus(parts))
+        picked = self._pick(base, -1, parts)
         if picked is None:
             return False
         self._start(task, parts[picked], base)
         return True
+
+    @staticmethod
+    def _pick(base: dict, index: int, parts: dict[int, RemoteBundle]) -> int | None:
+        """Which of ``parts`` a request of ``base`` for bundle ``index`` (-1: any) takes
+        now (``placement.pick_bundle`` on each bundle's free amounts and GPUs), or None."""
+        return placement.pick_bundle(base, index, {i: b.free for i, b in parts.items()},
+                                     {i: b.gpu_free for i, b in parts.items()})
 
     def _usable(self, pg_hex: str, parts: dict[int, RemoteBundle]) -> dict[int, RemoteBundle]:
         """*Locked.* The group's remote bundles less those whose node died (step 6) or
@@ -671,8 +675,3 @@ class RemoteBundles(BundleLoans):
         return {"groups": len(self.groups),
                 "waiting": sum(len(q) for q in self.waiting.values()),
                 "running": sum(len(s) for s in self.running.values())}
-
-
-def _gpus(parts: dict[int, RemoteBundle]) -> dict[int, list[int]]:
-    """Each bundle's GPUs' free units, for ``placement.pick_bundle``."""
-    return {i: b.gpu_free for i, b in parts.items()}
