@@ -780,28 +780,30 @@ def test_the_service_asks_each_lenders_node_whether_its_group_lives():
     from miniray.exceptions import NodeDiedError
 
     pgs, _owner, _asked = _driver_pgs({}, held=None)
-    answers = {"live": True, "removed": False, "blip": TimeoutError("slow"),
-               "older": RemoteLeaseError("no such request", kind="malformed"),
-               "fenced": NodeDiedError("fenced")}
+    # One request per lending node: its ledger's groups, or the trouble asking it.
+    answers = {"m1": {"live": {}}, "m3": TimeoutError("slow"),
+               "m4": RemoteLeaseError("no such request", kind="malformed"),
+               "m5": NodeDiedError("fenced")}
     asked = []
 
-    def holds_group(hex_, timeout=None):
-        asked.append(hex_)
-        answer = answers[hex_]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    def client_of(entry):
+        def groups(timeout=None):
+            asked.append(entry.node_id)
+            answer = answers[entry.node_id]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+        return types.SimpleNamespace(groups=groups)
 
-    client = types.SimpleNamespace(holds_group=holds_group)
-    alive = types.SimpleNamespace(node_id="m1", alive=True)
+    nodes = [types.SimpleNamespace(node_id=n, alive=True) for n in answers]
     dead = types.SimpleNamespace(node_id="m2", alive=False)
-    watched = {h: "m1" for h in answers}
-    watched["on_dead"] = "m2"
-    remote = types.SimpleNamespace(view=lambda fresh=False: [alive, dead],
-                                   client=lambda entry: client,
+    watched = {"live": "m1", "removed": "m1", "blip": "m3", "older": "m4", "fenced": "m5",
+               "on_dead": "m2"}
+    remote = types.SimpleNamespace(view=lambda fresh=False: [*nodes, dead],
+                                   client=client_of,
                                    bundles=types.SimpleNamespace(lender_watched=watched))
     assert pgs._lenders_gone(remote) == {"removed", "fenced", "on_dead"}
-    assert sorted(asked) == sorted(answers)  # the dead node's group: not asked
+    assert sorted(asked) == sorted(answers)  # each alive node once; the dead one: not asked
     remote.view = lambda fresh=False: []
     assert pgs._lenders_gone(remote) == set()
     remote.bundles.lender_watched = {}

@@ -150,7 +150,7 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
    14. Placement groups (``ray.util.state.list_placement_groups`` and ``miniray list
        placement-groups`` on a member's host ask the head: ``state_api._head_groups``;
        the actor service of another node holding actors in room a driver of N lent asks
-       whether that driver's group lives: ``RemoteNodeClient.holds_group``,
+       whether that driver's group lives: ``RemoteNodeClient.groups``,
        ``owner/placement_group_nodes._lenders_gone``; a driver on another host finds a
        driver's group: ``owner/far_groups.py``):
        D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups

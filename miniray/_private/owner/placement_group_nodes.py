@@ -721,14 +721,14 @@ class PlacementGroupNodes:
               file=sys.stderr, flush=True)
 
     def _lenders_gone(self, remote) -> set:
-        """*Not locked* (a view read; one request per group to its lender's node, on this
+        """*Not locked* (a view read; one request per lending driver's node, on this
         owner's link there). In the node's actor service: the groups it holds actors of in
         room lent by a driver of another node (``lender_watched``, ``remote_bundles`` step
         7) that are gone (``lenders_gone``): that node's ledger no longer holds the group
-        (``holds_group``, step 14 of ``node/remote_drivers.py``; removed, or its driver
-        ended), or that node is dead. Why the service asks, not the actor's own driver:
-        a detached actor of another driver outlives that driver (step 9), and its end
-        with the group is then the service's to see; the node's ledger answers for a
+        (``RemoteNodeClient.groups``, step 14 of ``node/remote_drivers.py``; removed, or its
+        driver ended), or that node is dead. Why the service asks, not the actor's own
+        driver: a detached actor of another driver outlives that driver (step 9), and its
+        end with the group is then the service's to see; the node's ledger answers for a
         driver that died too, whose own watch died with it."""
         from miniray._private.transport import peer_channel as pc  # lazy: multi-host only
         from miniray._private.transport.remote_node import RemoteLeaseError  # lazy: as above
@@ -745,18 +745,21 @@ class PlacementGroupNodes:
         if not view:  # no view file (the node stopping): it says nothing of any node
             return set()
         held: dict = {}
-        for hex_, node_id in watched.items():
+        for node_id in sorted(set(watched.values())):
+            groups = [h for h, n in watched.items() if n == node_id]
             entry = view.get(node_id)
             if entry is None or not entry.alive:
-                held[hex_] = GONE
+                held.update(dict.fromkeys(groups, GONE))
                 continue
             try:
-                held[hex_] = remote.client(entry).holds_group(hex_, timeout=LENDER_ASK_S)
+                reserved = remote.client(entry).groups(timeout=LENDER_ASK_S)
             except NodeDiedError:
-                held[hex_] = GONE
+                held.update(dict.fromkeys(groups, GONE))
+                continue
             except (RemoteLeaseError, TimeoutError, OSError, pc.PeerRefused,
                     pc.PeerAuthError):
-                held[hex_] = None  # asked again at the next turn
+                continue  # not known now (None): asked again at the next turn
+            held.update({h: h in reserved for h in groups})
         return set(lenders_gone(watched, held))
 
     def _check_loans(self, remote) -> None:

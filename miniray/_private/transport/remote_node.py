@@ -176,11 +176,6 @@ class RemoteNodeClient:
             raise self._unexpected(answer)
         return answer[2]
 
-    def holds_group(self, pg_hex: str, timeout: float | None = None) -> bool:
-        """Step 14: whether the node's ledger holds a live lease of placement group
-        ``pg_hex`` (a dead holder's is not). Errors as ``groups``."""
-        return str(pg_hex) in self.groups(timeout)
-
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``
         (the caller owns the channels). RemoteLeaseError kind "unsupported" from a node that
