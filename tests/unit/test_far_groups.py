@@ -59,3 +59,38 @@ def test_a_known_group_asks_its_node_only_and_a_name_every_node(monkeypatch):
     assert far.record_of("nope") is None and sorted(cluster.asked) == ["n1", "n2"]
     cluster.groups["n1"] = {}  # removed by its driver: gone at the next answer
     assert far.record_of("g") is None
+
+
+def test_the_nodes_are_asked_at_once_and_a_silent_one_is_waited_for_once(monkeypatch):
+    import threading
+
+    n2_asked, release = threading.Event(), threading.Event()
+
+    class Cluster(_Cluster):
+        def client(self, entry):
+            def groups(_timeout):
+                self.asked.append(entry.node_id)
+                if entry.node_id == "n1":  # answers only once n2 was asked too: at once
+                    if not n2_asked.wait(10):
+                        raise TimeoutError("n2 was not asked while n1 was")
+                    return {"a": {"name": "a"}}
+                if entry.node_id == "n2":
+                    n2_asked.set()
+                    return {"b": {"name": "b"}}
+                release.wait(10)  # n3: alive in the view, never answers in time
+                return {"c": {"name": "c"}}
+
+            return SimpleNamespace(groups=groups)
+
+    monkeypatch.setattr(far_groups, "ASK_TIMEOUT_S", 0.5)
+    cluster = Cluster({"n1": {}, "n2": {}, "n3": {}})
+    far = FarGroups(cluster)
+    try:
+        assert far.records() == {"a": ("n1", {"name": "a"}), "b": ("n2", {"name": "b"})}
+    finally:
+        release.set()
+    assert sorted(cluster.asked) == ["n1", "n2", "n3"]
+    for thread in threading.enumerate():  # n3's late answer is not taken
+        if thread.name.startswith("miniray-groups-"):
+            thread.join(10)
+    assert set(far.held) == {"a", "b"}

@@ -11,8 +11,9 @@ creator's node only (the other nodes hold plain leases of the creator's links fo
 bundles there), a node tells the head nothing of its groups (a heartbeat carries its room),
 and a copy at the head would be late by a heartbeat and lost with the head; the creator's
 node answers from the record itself, on a link this driver opens to it for tasks anyway.
-The cost is one round trip per other node for a name or an id not seen yet
-(``SCAN_GAP_S`` apart at most), then one to the group's node.
+The cost is one round trip to every other node at once for a name or an id not seen yet
+(``SCAN_GAP_S`` apart at most; ASK_TIMEOUT_S at most however many cannot answer), then one
+to the group's node.
 Does not own: the links (``remote_nodes.py``), this node's ledger, the detached groups that
 the head's actor service holds (``placement_group_nodes.py``: ``_served_held``), what a
 driver may do in such a group (``placement_group_nodes.py``).
@@ -30,7 +31,7 @@ import time
 logger = logging.getLogger(__name__)
 
 SCAN_GAP_S = 0.5  # every other node is asked at most this often (a name or id not seen yet)
-ASK_TIMEOUT_S = 5.0  # one node's answer
+ASK_TIMEOUT_S = 5.0  # the nodes' answers, asked at once
 
 
 def merge(held: dict, answers: dict, alive: set) -> dict:
@@ -109,22 +110,42 @@ class FarGroups:
 
     def _ask(self, node_ids) -> None:
         """*Not locked.* Ask the alive nodes ``node_ids`` (None: every other alive node)
-        for their groups; ``held`` becomes their merged answers (``merge``)."""
+        for their groups, all at once, each on a thread of its own (a node that cannot
+        answer costs ASK_TIMEOUT_S in all, not that much per node); ``held`` becomes the
+        merged answers of those that answered by then (``merge``)."""
         started = time.monotonic()
         view = [e for e in self.cluster.view(fresh=True) if e.alive]
         alive = {e.node_id for e in view if e.node_id != self.cluster.local}
-        answers = {}
-        for entry in view:
-            if entry.node_id not in alive or (node_ids is not None and
-                                              entry.node_id not in node_ids):
-                continue
+        asked = [e for e in view if e.node_id in alive and (node_ids is None or
+                                                           e.node_id in node_ids)]
+        answers: dict = {}
+        answered = threading.Lock()  # ``answers``: a late thread adds nothing once read
+
+        def ask(entry) -> None:
             try:
-                groups = self.cluster.client(entry).groups(ASK_TIMEOUT_S)
-                answers[entry.node_id] = drivers_groups(groups)
+                groups = drivers_groups(self.cluster.client(entry).groups(ASK_TIMEOUT_S))
             except Exception as error:  # noqa: BLE001 - a node that cannot answer now
                 logger.debug("node %s did not list its placement groups: %r",
                              entry.node_id[:12], error)
+                return
+            with answered:
+                if answers is not None:
+                    answers[entry.node_id] = groups
+
+        if len(asked) == 1:
+            ask(asked[0])
+        else:
+            threads = [threading.Thread(target=ask, args=(entry,), daemon=True,
+                                        name=f"miniray-groups-{entry.node_id[:8]}")
+                       for entry in asked]
+            for thread in threads:
+                thread.start()
+            deadline = started + ASK_TIMEOUT_S
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        with answered:
+            got, answers = answers, None
         with self._lock:
-            self.held = merge(self.held, answers, alive)
+            self.held = merge(self.held, got, alive)
             if node_ids is None:
                 self._scanned = started
