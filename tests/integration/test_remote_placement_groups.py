@@ -1552,10 +1552,20 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
     # As in Ray, the driver on another host removes the creator's group: every node's
-    # part is released (the creator, alive, notices), the creator's task waiting for the
-    # member bundle's room fails, and so does that driver's own task running there.
+    # part is released (the creator, alive, notices), the creator's task waiting for
+    # bundle 1's room fails, and so does that driver's own task running there.
+    def parts_held() -> bool:  # a lease of group "removed" in any node's ledger
+        for ip in ("127.0.0.1", MEMBER, THIRD):
+            leases = ledger_leases(hosts.env(ip))
+            for lease in leases.values() if isinstance(leases, dict) else leases:
+                if (lease.get("group") or {}).get("name") == "removed" or \
+                        "placement group removed " in lease.get("tag", ""):
+                    return True
+        return False
+
     creator = _holder(hosts, "removed")
     try:
+        assert parts_held()
         remover = _driver_with("""
         from miniray.util.placement_group import remove_placement_group
         running = in_bundle(1).remote("running", 120.0)
@@ -1574,7 +1584,7 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         finally:
             stop_driver(remover)
         assert _tell(creator, "finish") == {"finish": "TaskPlacementGroupRemoved"}
-        assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+        assert wait_until(lambda: not parts_held(), 30.0)
         assert creator.poll() is None
     finally:
         stop_driver(creator)
