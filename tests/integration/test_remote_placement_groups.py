@@ -1551,3 +1551,40 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     finally:
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
+    # As in Ray, the driver on another host removes the creator's group: every node's
+    # part is released (the creator, alive, notices), the creator's task waiting for
+    # bundle 1's room fails, and so does that driver's own task running there.
+    def parts_held() -> bool:  # a lease of group "removed" in any node's ledger
+        for ip in ("127.0.0.1", MEMBER, THIRD):
+            leases = ledger_leases(hosts.env(ip))
+            for lease in leases.values() if isinstance(leases, dict) else leases:
+                if (lease.get("group") or {}).get("name") == "removed" or \
+                        "placement group removed " in lease.get("tag", ""):
+                    return True
+        return False
+
+    creator = _holder(hosts, "removed")
+    try:
+        assert parts_held()
+        remover = _driver_with("""
+        from miniray.util.placement_group import remove_placement_group
+        running = in_bundle(1).remote("running", 120.0)
+        print(json.dumps({"started": marked("running")}), flush=True)
+        sys.stdin.readline()  # the creator's own task waits for the bundle's room
+        remove_placement_group(pg)
+        print(json.dumps({"removed": run(running)}), flush=True)
+        ray.shutdown()
+        """, hosts, "removed", ip=THIRD)
+        try:
+            assert json_line(remover, 60) == {"started": True}
+            assert _tell(creator, "start removed") == {"ended": False}
+            doc = go_on(remover, 60)
+            assert doc == {"removed": "TaskPlacementGroupRemoved"}, doc
+            assert remover.wait(30) == 0
+        finally:
+            stop_driver(remover)
+        assert _tell(creator, "finish") == {"finish": "TaskPlacementGroupRemoved"}
+        assert wait_until(lambda: not parts_held(), 30.0)
+        assert creator.poll() is None
+    finally:
+        stop_driver(creator)

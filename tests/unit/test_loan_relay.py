@@ -23,10 +23,12 @@ def test_doctests():
 def test_check_fields_refuses_what_a_remote_driver_may_not_ask():
     assert check_fields("pg_lend", {"pg": PG, "index": -1, "base": {"CPU": 1}}) is None
     assert check_fields("pg_return", {"pg": PG, "loan": 3}) is None
+    assert check_fields("pg_remove", {"pg": PG}) is None
     for what, fields in [("pg_kept", {"pg": PG}), ("pg_drop", {"pg": PG}),
                          ("pg_lend", {"pg": PG, "index": True, "base": {}}),
                          ("pg_lend", {"pg": PG, "index": 0, "base": {"CPU": "1"}}),
-                         ("pg_lend", {"index": 0, "base": {}}), ("pg_lend", [])]:
+                         ("pg_lend", {"index": 0, "base": {}}), ("pg_lend", []),
+                         ("pg_remove", {"pg": 3})]:
         assert check_fields(what, fields) is not None, (what, fields)
 
 
@@ -38,9 +40,14 @@ class _Link:
 class _Ledger:
     def __init__(self, holder_pid, detached=False):
         self.lease = SimpleNamespace(holder_pid=holder_pid, group={"detached": detached})
+        self.released = []
 
     def groups(self):
-        return {PG: self.lease}
+        return {} if self.released else {PG: self.lease}
+
+    def release_group(self, pg_hex):
+        self.released.append(pg_hex)
+        return self.lease
 
 
 def _served(tmp_path):
@@ -107,3 +114,56 @@ def test_the_lender_takes_a_far_borrower_only_from_its_node():
         bundles=SimpleNamespace(drop_loans=dropped.append)))
     assert answer_borrower(owner, far, pid=456, node_pid=456) == {"loan": None}
     assert dropped == [far_token(far["borrower"])]
+
+
+def test_a_removal_goes_to_the_groups_holder_and_lends_nothing(tmp_path):
+    """``pg_remove`` (a driver of another host's ``remove_placement_group``) is carried to
+    the group's holder as a loan request is, naming the link; the link's end tells that
+    driver nothing (no loan was made)."""
+    server, asked = _served(tmp_path)
+    answers = queue.Queue()
+    ledger = _Ledger(os.getpid())
+    relay = LoanRelay(ledger, lambda: str(tmp_path), post=lambda fn: fn())
+    link = _Link("remote driver 127.0.0.2 pid 7")
+    try:
+        relay.forward(link, 2, "pg_remove", {"pg": PG}, answers.put)
+        assert answers.get(timeout=10) == ("pg_loan", 2, {"loan": None})  # _served's answer
+        request, _pid = asked.get(timeout=10)
+        assert request.pop("borrower")[0] == link.name
+        assert request == {"what": "pg_remove", "pg": PG}
+        assert ledger.released == []  # the holder removes it, not the node
+        relay.drop_link(link)
+        assert asked.empty()
+    finally:
+        server.close()
+
+
+def test_a_removal_whose_holder_does_not_listen_releases_the_group_here(tmp_path):
+    """No state socket for the holder: the node releases a driver's group in its ledger
+    itself (its holder's watch sees it, as a removal by a driver of the node); a detached
+    one (the actor service's) it leaves, and loans stay None."""
+    answers = []
+    ledger = _Ledger(999999999)
+    relay = LoanRelay(ledger, lambda: str(tmp_path), post=lambda fn: fn())
+    relay.forward(_Link("l"), 1, "pg_remove", {"pg": PG}, answers.append)
+    relay.forward(_Link("l"), 2, "pg_remove", {"pg": PG}, answers.append)  # gone already
+    assert ledger.released == [PG]
+    detached = _Ledger(999999999, detached=True)
+    relay = LoanRelay(detached, lambda: str(tmp_path), post=lambda fn: fn())
+    relay.forward(_Link("l"), 3, "pg_remove", {"pg": PG}, answers.append)
+    assert detached.released == []
+    assert answers == [("pg_loan", 1, {"removed": True}), ("pg_loan", 2, {"removed": False}),
+                       ("pg_loan", 3, {"removed": False})]
+
+
+def test_the_holder_removes_its_group_for_a_far_driver_only_from_its_node():
+    asked = []
+    owner = SimpleNamespace(pgs=SimpleNamespace(
+        remove_asked=lambda hex_: asked.append(hex_) or True))
+    far = {"what": "pg_remove", "pg": PG, "borrower": ["remote driver 127.0.0.2 pid 7", 1]}
+    assert "error" in answer_borrower(owner, far, pid=123, node_pid=456)
+    assert "error" in answer_borrower(owner, {"what": "pg_remove", "pg": PG}, pid=456,
+                                      node_pid=456)
+    assert asked == []
+    assert answer_borrower(owner, far, pid=456, node_pid=456) == {"removed": True}
+    assert asked == [PG]

@@ -810,6 +810,86 @@ def test_the_service_asks_each_lenders_node_whether_its_group_lives():
     assert pgs._lenders_gone(remote) == set()
 
 
+def _far_remover(answer):
+    """A driver (``_driver_pgs``) that sees group A held by a driver of node m1: its calls
+    in order, m1's ``pg_remove`` (answered ``answer``, or raising it) and its own part
+    (``placement_group_removed``), and the groups it forgot."""
+    import types
+
+    pgs, owner, _asked = _driver_pgs({}, held=None)
+    calls: list = []
+    owner.actors.remove_group_in_service = lambda hex_: None
+    owner.leases = types.SimpleNamespace(release_host=lambda lease: None)
+    owner.placement_group_removed = lambda hex_: calls.append(("own part", hex_))
+    pgs.ledger = types.SimpleNamespace(groups=lambda: {}, release_group=lambda hex_: None)
+    entry = types.SimpleNamespace(node_id="m1", alive=True)
+
+    def loan(what, fields, timeout):
+        calls.append((what, fields))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    owner.remote_nodes.alive_entry = lambda node_id: entry if node_id == "m1" else None
+    owner.remote_nodes.client = lambda e: types.SimpleNamespace(loan=loan)
+    forgot: list = []
+    pgs._far_groups = types.SimpleNamespace(
+        record_of=lambda hex_: ("m1", {"name": "x"}) if hex_ == A else None,
+        forget=forgot.append)
+    return pgs, calls, forgot
+
+
+def test_a_group_of_a_driver_of_another_host_is_removed_by_that_driver_first():
+    """``remove`` of a group that a driver of another node holds (``remote_bundles`` step
+    10) asks that driver through its node (``pg_remove``) before this driver ends its own
+    work in it: the room its killed tasks give back is never the holder's waiting tasks'
+    meanwhile. A group no other node's driver holds, or one this node's ledger holds,
+    asks nobody; trouble asking is RaySystemError once this driver's own part is done; a
+    dead node took the group with it."""
+    import types
+
+    from miniray.exceptions import NodeDiedError, RaySystemError
+
+    pgs, calls, forgot = _far_remover({"removed": True})
+    pgs.remove(A)
+    assert calls == [("pg_remove", {"pg": A}), ("own part", A)] and forgot == [A]
+    calls.clear()
+    pgs.remove(B)  # no driver of another node holds it
+    assert calls == [("own part", B)]
+    calls.clear()
+    lease = types.SimpleNamespace(group={})
+    pgs.ledger.groups = lambda: {A: lease}  # a driver of this node's: the ledger's
+    pgs.remove(A)
+    assert calls == [("own part", A)]
+    for trouble in ({"error": "the lending driver did not answer"}, TimeoutError("slow")):
+        pgs, calls, forgot = _far_remover(trouble)
+        with pytest.raises(RaySystemError, match="did not answer|slow"):
+            pgs.remove(A)
+        assert calls == [("pg_remove", {"pg": A}), ("own part", A)] and forgot == []
+    pgs, calls, _forgot = _far_remover(NodeDiedError("fenced"))
+    pgs.remove(A)
+    assert calls == [("pg_remove", {"pg": A}), ("own part", A)]
+
+
+def test_doctests_of_placement_group_nodes():
+    import doctest
+
+    from miniray._private.owner import placement_group_nodes
+
+    assert doctest.testmod(placement_group_nodes, raise_on_error=False).failed == 0
+
+
+def test_a_removal_from_another_host_removes_a_reserved_group_of_this_driver_once():
+    """``remove_asked`` (``pg_remove`` on the state socket, through this node): this
+    driver's reserved group is removed as its own ``remove`` does, once; a pending, removed,
+    served or unknown group is not."""
+    pgs = _service_pgs({"cc": "CREATED", "pp": "PENDING", "rr": "REMOVED", "ss": "CREATED"})
+    pgs.groups["ss"].served = True
+    assert [pgs.remove_asked(h) for h in ("cc", "cc", "pp", "rr", "ss", "zz")] == [
+        True, False, False, False, False, False]
+    assert pgs.removed == ["cc"]
+
+
 def _found_pending():
     """A driver that found another driver's pending detached group by name (``lookup``)."""
     import types

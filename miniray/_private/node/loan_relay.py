@@ -1,12 +1,16 @@
-"""Loans of room in a placement group of this node's driver to a driver of another host.
+"""Loans of room in a placement group of this node's driver to a driver of another host,
+and that driver's removal of the group.
 
-Owns: step 15 of ``remote_drivers.py``: a remote driver's ``pg_lend`` and ``pg_return``
-(``owner/placement_group_loans.py``, ``remote_bundles`` step 10) carried to the driver of
-this node that holds the group (its lease's holder in this node's ledger), on that
-driver's state socket, by a thread (never the loop), the answer handed back to the loop;
-the borrower's name there (``borrower``: the link, which the node authenticated, never
-what the driver says of itself); and, when the link closes, telling each driver lent to
-on it that this borrower is gone (``pg_drop``: its loans come back).
+Owns: step 15 of ``remote_drivers.py``: a remote driver's ``pg_lend``, ``pg_return``
+(``owner/placement_group_loans.py``, ``remote_bundles`` step 10) and ``pg_remove``
+(``remove_placement_group``: ``owner/placement_group_nodes._remove_far``) carried to the
+driver of this node that holds the group (its lease's holder in this node's ledger), on
+that driver's state socket, by a thread (never the loop), the answer handed back to the
+loop; the borrower's name there (``borrower``: the link, which the node authenticated,
+never what the driver says of itself); when that driver does not listen there, a removal
+done here as a driver of this node does it (``_release``: the ledger, whose release the
+holder's watch sees); and, when the link closes, telling each driver lent to on it that
+this borrower is gone (``pg_drop``: its loans come back).
 Does not own: the links (``remote_drivers.py``), the loans themselves (the lending
 driver's ``answer_borrower``), the state socket (``transport/state_socket.py``).
 Called by: ``remote_drivers.RemoteDrivers`` on the loop (``forward``, ``drop_link``).
@@ -22,8 +26,9 @@ import threading
 logger = logging.getLogger(__name__)
 
 ASK_S = 10.0  # at most this long for the lending driver's answer
-WHATS = ("pg_lend", "pg_return")  # what a remote driver may ask (its actors: not yet)
-FIELDS = {"pg_lend": ("pg", "index", "base"), "pg_return": ("pg", "loan")}
+WHATS = ("pg_lend", "pg_return", "pg_remove")  # what a remote driver may ask (actors: not yet)
+FIELDS = {"pg_lend": ("pg", "index", "base"), "pg_return": ("pg", "loan"),
+          "pg_remove": ("pg",)}
 
 
 def borrower(link_name: str, serial: int) -> list:
@@ -45,6 +50,7 @@ def check_fields(what, fields) -> str | None:
     True
     >>> check_fields("pg_return", {"pg": "ab", "loan": "1"}) is not None
     True
+    >>> check_fields("pg_remove", {"pg": "ab"})
     """
     if what not in WHATS or not isinstance(fields, dict):
         return f"a loan request is one of {list(WHATS)} with a dict of fields"
@@ -54,12 +60,25 @@ def check_fields(what, fields) -> str | None:
         loan = fields.get("loan")
         return None if isinstance(loan, int) and not isinstance(loan, bool) else \
             "pg_return names a loan id (int)"
+    if what == "pg_remove":
+        return None
     index, base = fields.get("index"), fields.get("base")
     amounts = isinstance(base, dict) and all(
         isinstance(k, str) and isinstance(v, (int, float)) for k, v in base.items())
     if not isinstance(index, int) or isinstance(index, bool) or not amounts:
         return "pg_lend names pg (hex), index (int) and base ({name: amount})"
     return None
+
+
+def removable(record) -> bool:
+    """Pure. Whether this node releases a group of this ledger ``record`` (None: it holds
+    none) for a remote driver's removal (``_release``): a driver's group; a detached one
+    is the actor service's, which a driver removes through its own service.
+
+    >>> removable({"detached": False}), removable({"detached": True}), removable(None)
+    (True, False, False)
+    """
+    return record is not None and not record.get("detached")
 
 
 class LoanRelay:
@@ -77,16 +96,19 @@ class LoanRelay:
     def forward(self, link, req, what: str, fields: dict, reply) -> None:
         """*On the loop.* Ask the driver of this node holding group ``fields["pg"]``
         (checked: ``check_fields``); a thread asks, and ``reply(answer)`` runs on the loop
-        with ``("pg_loan", req, doc)``."""
+        with ``("pg_loan", req, doc)``. No such driver listening: a loan is None, a
+        removal is done here (``_release``)."""
         known = self._by_link.get(link)
         if known is None:
             known = self._by_link[link] = (borrower(link.name, next(self._serials)), set())
         name, lenders = known
         path = self._lender(fields)
-        if path is None:
-            reply(("pg_loan", req, {"loan": None}))  # no driver of this node holds it
+        if path is None:  # no driver of this node holds it, or it does not listen
+            reply(("pg_loan", req, self._release(fields["pg"]) if what == "pg_remove"
+                   else {"loan": None}))
             return
-        lenders.add(path)
+        if what != "pg_remove":  # a removal lends nothing: no pg_drop at the link's end
+            lenders.add(path)
         self.forwarded += 1
         asked = {k: fields[k] for k in FIELDS[what]}  # nothing else reaches the driver
         threading.Thread(target=self._ask, args=(path, what, asked, name, req, reply),
@@ -108,6 +130,19 @@ class LoanRelay:
             return None
         path = state_socket.socket_path(session_dir, lease.holder_pid)
         return path if os.path.exists(path) else None
+
+    def _release(self, pg_hex: str) -> dict:
+        """*On the loop* (a ledger transaction). A removal whose driver does not listen on
+        its state socket: the group's lease released in this node's ledger, as a driver of
+        this node removing it does (its holder's watch ends its work and its other nodes'
+        part); a detached one is the actor service's (``removable``)."""
+        try:
+            lease = self.ledger.groups().get(pg_hex)
+            removed = removable(None if lease is None else lease.group) and \
+                self.ledger.release_group(pg_hex) is not None
+        except Exception as error:  # noqa: BLE001 - the ledger's trouble is the answer
+            return {"error": f"this node could not release the group in its ledger: {error}"}
+        return {"removed": removed}
 
     def _ask(self, path: str, what: str, fields: dict, name: list, req, reply) -> None:
         """*Its own thread.* One request on the lender's state socket; the answer to the

@@ -158,15 +158,17 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        text).
    15. Loans of room in a group of a driver of N to D (``loan_relay.py``; D found it
        by step 14, ``owner/far_groups.py``; ``remote_bundles`` step 10): D -> N
-       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base) or
-       "pg_return" (pg, loan). N asks the driver of N holding group pg (its
+       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base),
+       "pg_return" (pg, loan) or "pg_remove" (pg: D's ``remove_placement_group``, which
+       that driver runs as its own). N asks the driver of N holding group pg (its
        lease's holder here) on that driver's state socket, from a thread, naming the
        borrower by this link (``loan_relay.borrower``: never what D says of itself),
        and answers ("pg_loan", req, doc), doc that driver's answer (``{"loan": ...}``,
-       ``{"loan": None}`` when no driver of N holds the group, or ``{"error": text}``);
-       other requests in the meantime are answered as they come. The link closing
-       (step 5, fencing) tells each driver asked on it ("pg_drop", the borrower): the
-       loans it made to D come back.
+       ``{"removed": bool}``; ``{"loan": None}`` when no driver of N holds the group, or
+       ``{"error": text}``; a removal whose driver does not listen there N does itself,
+       releasing the group in its ledger); other requests in the meantime are answered
+       as they come. The link closing (step 5, fencing) tells each driver asked on it
+       ("pg_drop", the borrower): the loans it made to D come back.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ Does not own: the links (``remote_nodes.py``), this node's ledger, the detached 
 the head's actor service holds (``placement_group_nodes.py``: ``_served_held``), what a
 driver may do in such a group (``placement_group_nodes.py``).
 Called by: ``placement_group_nodes.PlacementGroupNodes`` (``records``, ``record_of``, not
-locked: round trips).
+locked: round trips; ``forget``, once this driver removed a group through its node:
+``_remove_far``).
 """
 
 from __future__ import annotations
@@ -99,6 +100,12 @@ class FarGroups:
         """*Not locked* (round trips). ``(node id, record)`` of group ``hex_`` as its node
         says now (a group not seen yet: as ``records`` finds it), or None."""
         return self.records([hex_]).get(hex_)
+
+    def forget(self, hex_: str) -> None:
+        """*Not locked*, no I/O. Group ``hex_`` is gone (this driver removed it through its
+        node): no longer known until a node answers with it again."""
+        with self._lock:
+            self.held.pop(hex_, None)
 
     def named(self, name: str):
         """*Not locked* (round trips). ``(hex, node id, record)`` of the group called

@@ -23,7 +23,8 @@ Called by: ``RemoteBundles`` (``submit``, ``spill``, ``requeue``, ``done``, ``re
 locked), ``placement_group_nodes`` (``note_served``, locked; ``gone_borrowers``), the owner
 (``serves``, locked; ``return_loans``: the owner's shutdown, not locked), the node's actor
 service (``lend_room``, ``return_room``, ``drop_loans``, locked, on its I/O thread), the
-driver's state socket (``answer_borrower``, not locked, on its thread).
+driver's state socket (``answer_borrower``, not locked, on its thread; it also answers
+a removal by a driver of another host, ``pg_remove``, with ``PlacementGroups.remove_asked``).
 
 Steps (driver E, lender S or D, member N; the service's loan protocol is numbered in
 ``core/protocol.py`` section 5, D's is its state socket's ``pg_lend`` and ``pg_return``)::
@@ -56,6 +57,8 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        naming E (``far_token``, accepted from the node's pid only), and tells D
        ``pg_drop`` when E's link closes (E's exit or its host's death: ``drop_loans``).
        E's watch follows G in that node's ledger (``placement_group_nodes._far_reserved``).
+       E's removal of G goes the same way (``pg_remove``): D runs its own removal
+       (``remove_asked``) before E ends its own work in G.
        E's actors there: not lent (``actor_lender`` None; ``serves`` sends them to the
        service's path, where ``ActorManager._lend`` refuses them, naming why).
 """
@@ -116,7 +119,8 @@ def answer_borrower(owner, request: dict, pid: int, node_pid: int | None = None)
     ``pg_kept`` (``actor``, ``kept``) says whether the service took the actor.
     A driver of another host (step 7), through this node (``pid`` is ``node_pid``): the
     node names it (``borrower``: ``far_token``); ``pg_drop`` drops its loans (its link to
-    the node closed)."""
+    the node closed); ``pg_remove`` (``pg``) removes the group as this driver's own
+    removal does (``PlacementGroups.remove_asked``), answering ``{"removed": bool}``."""
     token = borrower_token(pid)
     far = request.get("borrower")
     if far is not None:  # a driver of another host, through this node (step 7)
@@ -124,6 +128,10 @@ def answer_borrower(owner, request: dict, pid: int, node_pid: int | None = None)
             return {"error": "only this driver's node names a borrower of another host"}
         token = far_token(far)
     what = request.get("what")
+    if what == "pg_remove":  # a driver of another host removes the group (step 7)
+        if far is None:
+            return {"error": "pg_remove comes from this driver's node only"}
+        return {"removed": owner.pgs.remove_asked(str(request["pg"]))}
     if what == "pg_drop":  # that borrower's link to this node closed
         if far is None:
             return {"error": "pg_drop names a borrower of another host"}

@@ -26,17 +26,19 @@ head's, on another host) reads the records of the groups that service holds from
 (``_reserved``, ``served_records``: ``SVC_PG_TABLE``), its node's ledger holding none of
 them. Any driver reads the groups of other nodes' drivers from their node
 (``far_groups.py``): ``_lease_anywhere`` (a group's state, ``ready()``, its bundles),
-``_reserved_everywhere`` (the table), ``_far_named`` (``lookup``); its work in them
-follows ``_lease_of``, which knows only what this node's ledger and the head's actor
-service hold.
+``_reserved_everywhere`` (the table), ``_far_named`` (``lookup``), and removes them
+through their node, their driver running its own removal (``_remove_far``, and
+``remove_asked`` in that driver); its work in them follows ``_lease_of``, which knows
+only what this node's ledger and the head's actor service hold.
 Does not own: the leases on other nodes (``remote_bundles.py``), the view and links
 (``remote_nodes.py``), the planning rules (``core/node_pick.py``), this node's ledger.
 Called by: ``PlacementGroups`` (``create``: ``_detached_home``, ``_create_served``;
 ``_attempt``: ``_cluster``, ``_plan``, ``_follow_served``; the watch: ``_check_loans``,
 ``_check_borrowers``, ``_check_bundle_nodes``, ``_lenders_gone``; ``remove``: ``_kill_lent``,
-``_remove_in_service``), the owner (``elsewhere``, not locked), the node's actor service
-(``serve_create``, ``serve_remove``, ``served_records``, not locked, on a thread of its
-own).
+``_remove_in_service``, ``_remove_far``), the owner (``elsewhere``, not locked), the
+node's actor service (``serve_create``, ``serve_remove``, ``served_records``, not locked,
+on a thread of its own), the driver's state socket (``remove_asked``, not locked, on its
+thread: ``placement_group_loans.answer_borrower``).
 """
 
 from __future__ import annotations
@@ -78,6 +80,25 @@ def lenders_gone(watched: dict, held: dict) -> list:
     []
     """
     return sorted(h for h in watched if held.get(h) is False or held.get(h) == GONE)
+
+
+def far_removable(group) -> bool:
+    """Pure. Whether a driver of another host's removal (``remove_asked``) removes this
+    driver's record ``group`` (a ``_Group``, or None: not this driver's): a reserved group
+    of its own, not a served one (the node's actor service's, removed there).
+
+    >>> from miniray._private.owner.placement_group_records import _Group
+    >>> group = _Group("ab", [{"CPU": 1.0}], "PACK", "", False)
+    >>> far_removable(group), far_removable(None)
+    (False, False)
+    >>> group.state = CREATED
+    >>> far_removable(group)
+    True
+    >>> group.served = True
+    >>> far_removable(group)
+    False
+    """
+    return group is not None and group.state == CREATED and not group.served
 
 
 KILL_LENT_TRIES = 4  # a lent actor's kill the actor service did not take: asked this often
@@ -216,6 +237,61 @@ class PlacementGroupNodes:
         hex_, node, record = found
         self._note_if_served(hex_, FarLease(record, node))  # its tasks borrow room there
         return hex_, record["bundles"]
+
+    REMOVE_ASK_S = 12.0  # a far removal's answer (the node's relay waits 10 s for it)
+
+    def _remove_far(self, hex_: str) -> str | None:
+        """*Not locked* (round trips: the group's node, and, for a group not seen yet,
+        every other node: ``FarGroups.record_of``). ``remove``'s first part for a group
+        that a driver D of another node holds (``remote_bundles`` step 10): ``pg_remove``
+        on this driver's link to D's node, whose relay asks D on its state socket
+        (``node/loan_relay.py``, step 15 of ``node/remote_drivers.py``), and D runs its own
+        removal (``remove_asked``): its work in the group ends, every node's part is
+        released, its borrowers' watches see the group gone, as for D's own removal (a D
+        that does not listen there: its node releases the group in its ledger, as a
+        driver of that node removing it does, and D's watch sees it). Why that relay and
+        not a new request of the node link, where the node would release the ledger's
+        lease itself and D's watch see it: the relay, the state socket and D's removal
+        exist, and a removal is one more kind of request on each; and D ends its work
+        before this driver ends its own, so the room this driver's killed tasks give
+        back is not taken by D's tasks waiting for it, which D's watch would fail only up
+        to WATCH_S later. A node that is dead took the group with it. Why it could not be
+        asked (then this driver's own part is done anyway), or None."""
+        from miniray._private.transport import peer_channel as pc  # lazy: multi-host only
+        from miniray._private.transport.remote_node import RemoteLeaseError  # lazy: as above
+        from miniray.exceptions import NodeDiedError  # lazy: as remote_nodes
+
+        far = self._far_groups_of()
+        found = None if far is None else far.record_of(hex_)
+        if found is None:
+            return None
+        node_id = found[0]
+        cluster = self._cluster()
+        entry = cluster.alive_entry(node_id)
+        if entry is None:
+            return None
+        try:
+            doc = cluster.client(entry).loan("pg_remove", {"pg": hex_}, self.REMOVE_ASK_S)
+        except NodeDiedError:
+            return None
+        except (RemoteLeaseError, TimeoutError, OSError, pc.PeerRefused,
+                pc.PeerAuthError) as error:
+            return f"its node {node_id[:12]} did not answer ({error})"
+        if "error" in doc:
+            return f"its node {node_id[:12]} answered: {doc['error']}"
+        far.forget(hex_)
+        return None
+
+    def remove_asked(self, hex_: str) -> bool:
+        """*Not locked* (the state socket's thread: ``placement_group_loans
+        .answer_borrower``). A driver of another host removes group ``hex_`` through this
+        node (``_remove_far`` there): if it is this driver's own (``far_removable``), it
+        is removed now as this driver's ``remove`` does; whether it was."""
+        with self.owner.locked():
+            removable = far_removable(self.groups.get(hex_))
+        if removable:
+            self.remove(hex_)
+        return removable
 
     def _served_held(self) -> dict:
         """*Not locked* (one request to the head's actor service). ``{hex: record}`` of the

@@ -33,14 +33,18 @@ another host, reads the records of the groups it holds there beside this node's 
                               ▼
                            PENDING ──► retried after each release of this owner and every
                                        RETRY_S (other drivers release too)
-    remove ──► (locked) fail queued tasks and ready objects, kill running workers and actors
+    remove ──► a group of a driver of another node: that driver removes it first
+               (_remove_far, through its node)
+           ──► (locked) fail queued tasks and ready objects, kill running workers and actors
                         (on other nodes too: remote_bundles.removed)
            ──► (unlocked) ledger.release_group, then each other node's bundle lease
 
 The ledger is the table that every driver of a node shares: a group created by one driver is
 found by name (``lookup``) and listed (``table``) by every other, and removing it from any of
-them releases it. A group's lease is held by the creating driver (released with its leases
-when it leaves or dies, as Ray ends a job's groups), or by the node for a detached group.
+them releases it (a driver of another host asks the creating driver, through its node, to
+remove it: ``_remove_far``). A group's lease is held by the creating driver (released with
+its leases when it leaves or dies, as Ray ends a job's groups), or by the node for a
+detached group.
 """
 
 from __future__ import annotations
@@ -338,8 +342,13 @@ class PlacementGroups(PlacementGroupNodes):
         ready objects), running tasks and actors in it are killed, then the ledger gets
         its resources back. Removing a group twice, or one of another driver, works. A
         detached group the node's actor service holds is removed there first (its bundles
-        on every node, its actors: ``_remove_in_service``)."""
+        on every node, its actors: ``_remove_in_service``), and so is one that a driver of
+        another node holds, by that driver (``_remove_far``); RaySystemError when that
+        driver's node could not be asked (this driver's own work in it ends anyway)."""
         self._remove_in_service(hex_)
+        far_trouble = None
+        if hex_ not in self.groups and self.ledger.groups().get(hex_) is None:
+            far_trouble = self._remove_far(hex_)  # a driver of another node's, if any
         host_lease = None
         with self.owner.locked():
             group = self.groups.get(hex_)
@@ -363,6 +372,9 @@ class PlacementGroups(PlacementGroupNodes):
             # After the kills were asked: each node's part is back (a kill the service did
             # not take is asked again from a thread, which may land after this).
             remote.bundles.release(hex_)
+        if far_trouble is not None:
+            raise RaySystemError(f"Failed to remove placement group '{hex_}': "
+                                 f"{far_trouble}.")
 
     def watch(self) -> None:
         """*Locked.* Every WATCH_S while this owner has work in a group, or holds bundles of

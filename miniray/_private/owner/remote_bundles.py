@@ -167,11 +167,16 @@ Steps for group G of driver D with bundle i planned on node N::
    D removes the group, or D ends (its group lease goes from A's ledger): E's watch
    asks A for the groups it uses (``_far_reserved``) and fails E's tasks in G with
    TaskPlacementGroupRemoved, killing those running (``removed``); A's death drops
-   A's groups from what E knows, with the same effect. Not yet: E's actors there
+   A's groups from what E knows, with the same effect. E removes G
+   (``remove_placement_group``) the same way: ``pg_remove`` on its link to A, which A
+   carries to D (``_remove_far``, which says why this and not a request A answers
+   itself; A releases G in its ledger itself when D does not listen), and D runs its
+   own removal (``remove_asked``: its work in G ends, every node's part is released,
+   the other borrowers see G gone as above), before E ends its own work in G. Not
+   yet: E's actors there
    (``serves`` sends them to S's path, where ``ActorManager._lend`` refuses them with a
-   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A),
-   and E's ``remove_placement_group`` of D's group (it releases nothing of it). Why
-   through A and not the head: A holds the group's record and D's socket, both are
+   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A).
+   Why through A and not the head: A holds the group's record and D's socket, both are
    reached on the link E opens to A for its tasks anyway, and A sees that link close
    when E or its host dies, which D, on another host, cannot see itself.
 

@@ -10,15 +10,17 @@ before anything is read. Nothing is written on the task path: a reader asks, the
 builds its snapshot then (``owner/state_records.py``).
 Does not own: what the snapshot holds, nor which sessions exist (``host/session.py``).
 Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find), ``placement_group_loans``
-(ask: a borrowing driver's loans, ``remote_bundles`` step 9).
+(ask: a borrowing driver's loans, ``remote_bundles`` step 9), ``node/loan_relay.py`` (ask:
+a driver of another host's loans and removals, step 10).
 
 Frames: an 8-byte big-endian length, then UTF-8 JSON. The request is ``{"what":
 "snapshot"}`` (the state API) or ``{"what": "timeline"}`` (``ray.timeline()``: the spans of
-finished tasks), or a loan request (``{"what": "pg_lend" | "pg_return" | "pg_kept" |
-"pg_drop", ...}``: answered by the driver's ``loans(request, peer pid)``, the peer's pid
-read from the socket, never from the request; the driver's own node names a borrower of
-another host in the request: ``node/loan_relay.py``); the answer is that document, or
-``{"error": text}``.
+finished tasks), or a request about one of the driver's placement groups: a loan of its
+room (``{"what": "pg_lend" | "pg_return" | "pg_kept" | "pg_drop", ...}``) or, from the
+driver's own node for a driver of another host, its removal (``"pg_remove"``), answered by
+the driver's ``loans(request, peer pid)``, the peer's pid read from the socket, never from
+the request (the driver's own node names a driver of another host in the request:
+``node/loan_relay.py``); the answer is that document, or ``{"error": text}``.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ class StateServer:
     on its own thread, so a reader is served even while the driver's threads are busy or
     blocked in ``get()``. ``close()`` stops the thread and removes the socket."""
 
-    LOAN_REQUESTS = ("pg_lend", "pg_return", "pg_kept", "pg_drop")
+    GROUP_REQUESTS = ("pg_lend", "pg_return", "pg_kept", "pg_drop", "pg_remove")
 
     def __init__(self, path: str, snapshot: Callable[[], dict],
                  timeline: Callable[[], dict] | None = None,
@@ -125,7 +127,7 @@ class StateServer:
         request = _recv(conn, _MAX_REQUEST)
         what = request.get("what") if isinstance(request, dict) else None
         answer = self._answers.get(what)
-        if what in self.LOAN_REQUESTS and self._loans is not None:
+        if what in self.GROUP_REQUESTS and self._loans is not None:
             loans = self._loans
 
             def answer() -> dict:
