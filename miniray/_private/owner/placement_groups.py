@@ -222,7 +222,10 @@ class PlacementGroups(PlacementGroupNodes):
                 group.state = CREATED
                 if parts:
                     cluster.bundles.adopt(group.hex, parts, bool(here))
-                    self.watch()  # removed by another driver: its other nodes' part too
+                if parts or group.host_lease:
+                    # removed by another driver: its other nodes' part, and the host's
+                    # GPU shares it holds for other sessions, are released too
+                    self.watch()
                 ready, group.ready_ids = group.ready_ids, []
                 self._set_ready(ready, group)
                 self.owner.wake_dispatch()
@@ -377,9 +380,10 @@ class PlacementGroups(PlacementGroupNodes):
                                  f"{far_trouble}.")
 
     def watch(self) -> None:
-        """*Locked.* Every WATCH_S while this owner has work in a group, or holds bundles of
-        one on other nodes: a group removed by another driver (or whose holder died) ends
-        that work as a removal here does, and its bundles on other nodes are released."""
+        """*Locked.* Every WATCH_S while this owner has work in a group, holds bundles of
+        one on other nodes, or holds the host's GPU shares for one: a group removed by
+        another driver (or whose holder died) ends that work as a removal here does, and
+        its bundles on other nodes and its GPU shares are released."""
         if self._watch_armed:
             return
         self._watch_armed = True
@@ -388,7 +392,8 @@ class PlacementGroups(PlacementGroupNodes):
             self._watch_armed = False
             if self.owner.closed:
                 return
-            used = self.owner.groups_in_use()
+            used = self.owner.groups_in_use() | {
+                h for h, group in self.groups.items() if group.host_lease}
             remote = self.owner.remote_nodes
             if remote is not None:
                 bundles = remote.bundles
@@ -427,6 +432,7 @@ class PlacementGroups(PlacementGroupNodes):
         far_gone = self._lenders_gone(remote) if remote is not None else set()
         gone = []
         lent = []
+        host_leases = []
         with self.owner.locked():
             remote = self.owner.remote_nodes
             for hex_ in used:
@@ -438,6 +444,8 @@ class PlacementGroups(PlacementGroupNodes):
                     continue  # lent by a driver of another node, whose node holds it
                 if group is not None:
                     group.state = REMOVED
+                    host_leases.append(group.host_lease)
+                    group.host_lease = None
                 self.owner.placement_group_removed(hex_)
                 if remote is not None:
                     lent += [actor_id for actor_id, loan in remote.bundles.loans.items()
@@ -445,6 +453,8 @@ class PlacementGroups(PlacementGroupNodes):
                     remote.bundles.removed(hex_)
                     gone.append(hex_)
             self.watch()
+        for host_lease in host_leases:  # ledger writes: after the lock
+            self.owner.leases.release_host(host_lease)
         if lent and self.owner.actors.link.on_another_host():
             self._kill_lent(lent)  # the service cannot see the group go: told here
         for hex_ in gone:  # round trips: after the lock
