@@ -810,12 +810,12 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
             pg, 1)).remote()  # "da" holds the bundle's CPU: it waits, then a is removed
         print(json.dumps({"late": run(late.ip.remote())}), flush=True)
         box = {}
+        b = get_placement_group("b")  # now: the thread may run after the creator's end
 
         def create_in_b():  # "db" holds b's CPU there: it waits, then the creator dies
             try:
                 box["actor"] = Where.options(
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        get_placement_group("b"), 1)).remote()
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(b, 1)).remote()
             except Exception as error:
                 box["error"] = type(error).__name__
 
