@@ -628,6 +628,8 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
         ref = long.options(scheduling_strategy=G(pg, 0)).remote()
         actor = Named.options(name="in_x", scheduling_strategy=G(pg, 1)).remote()
         ray.get(actor.ping.remote(), timeout=30)
+        # the node's actor service's, waiting for in_x's CPU in the bundle
+        waits = Named.options(name="waits", scheduling_strategy=G(pg, 1)).remote()
         time.sleep(0.5)
         print(json.dumps({"ready": True}), flush=True)
         out = {}
@@ -643,6 +645,10 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
                 time.sleep(0.05)
             except ActorDiedError as error:
                 out["actor"] = "placement group was removed" in str(error)
+        try:  # never started: as in Ray 2.60
+            ray.get(waits.ping.remote(), timeout=30)
+        except Exception as error:
+            out["waits"] = type(error).__name__
         out["seconds"] = time.monotonic() - start
         print(json.dumps(out), flush=True)
         ray.shutdown()
@@ -662,6 +668,7 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
         result = json_line(worker, timeout=60)
         assert worker.wait(30) == 0, worker.stderr.read()
         assert result["task"] == "removed" and result["actor"] is True
+        assert result["waits"] == "ActorUnschedulableError", result
         assert result["seconds"] < 20
     finally:
         if worker.poll() is None:

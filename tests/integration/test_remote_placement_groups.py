@@ -319,16 +319,19 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
     waited = not ready
     ray.kill(first)
     where_second = ray.get(second.node.remote(), timeout=30)
+    third = Where.options(scheduling_strategy=strategy).remote()  # waits for second's CPU
     remove_placement_group(pg)
     after = alive_or_error(second.node.remote())
+    never = alive_or_error(third.node.remote())  # never started: as in Ray 2.60
     print(json.dumps({"first": where_first, "second": where_second, "waited": waited,
-                      "after": after, "pg": pg.id.hex()}), flush=True)
+                      "after": after, "never": never, "pg": pg.id.hex()}), flush=True)
     ray.shutdown()
     """)
     assert doc["first"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["waited"] is True, doc
     assert doc["second"] == ["127.0.0.2", doc["pg"]], doc
     assert doc["after"] == "ActorDiedError", doc
+    assert doc["never"] == "ActorUnschedulableError", doc
 
 
 def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
@@ -771,7 +774,8 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
     """As in Ray, another driver's detached actor in the creator's bundle on the member
     outlives its own driver and dies with the group: its removal (the name is freed), or
     its creator's end. An actor of that driver created while the group is removed does not
-    wait for room in vain: it dies (ActorDiedError on its calls)."""
+    wait for room in vain: it could never be created (ActorUnschedulableError on its calls,
+    as Ray 2.60 gives one pending when its group is removed)."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "a", "b")
     other = None
@@ -840,13 +844,13 @@ def test_another_drivers_detached_actor_in_a_members_bundle_lives_until_the_grou
         assert json_line(other, 90) == {"asking": True}
         assert _tell(creator, "remove a") == {"removed": "a"}
         doc = json_line(other, 60)
-        assert doc == {"late": "ActorDiedError"}, doc
+        assert doc == {"late": "ActorUnschedulableError"}, doc
         assert _tell(creator, "call da") == {"call": "ValueError"}  # dead, its name free
         assert _tell(creator, "call db") == {"call": MEMBER}
         stop_driver(creator)  # group b goes with it, and "db" too
         doc = go_on(other, 90)
         assert doc["db"] in ("ActorDiedError", "ValueError"), doc
-        assert doc["late_b"] == "ActorDiedError", doc
+        assert doc["late_b"] == "ActorUnschedulableError", doc
         assert other.wait(30) == 0
     finally:
         if other is not None:
