@@ -244,10 +244,12 @@ class ServiceProxies:
         not dead (restarting counts as alive)."""
         return self.link._request((protocol.SVC_ALIVE, list(actor_ids)))
 
-    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+    def kill_in_service(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
-        said that it lives there)."""
-        self.link.kill(actor_id, no_restart)
+        said that it lives there); ``group``: the hex of the removed placement group it is
+        killed for (it ends there as an actor of a removed group, never restarting:
+        ``ActorManager.end_in_removed_group``)."""
+        self.link.kill(actor_id, no_restart, group)
 
     def create_group_in_service(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* A detached placement group in a cluster is created and held by the

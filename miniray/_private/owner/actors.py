@@ -602,6 +602,14 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                     and wildcard in actor.spec.placement):
                 self._end_in_removed_group(actor, pg_hex)
 
+    def end_in_removed_group(self, actor_id: bytes, pg_hex: str) -> None:
+        """*Locked.* Actor ``actor_id``'s placement group ``pg_hex`` was removed (the node's
+        actor service, told so by the driver that lent the actor room in the group:
+        ``SVC_KILL``): it ends as ``kill_in_group`` ends the group's actors."""
+        actor = self.actors.get(actor_id)
+        if actor is not None and actor.state != A_DEAD and not actor.remote:
+            self._end_in_removed_group(actor, pg_hex)
+
     def _end_in_removed_group(self, actor: _Actor, pg_hex: str) -> None:
         """*Locked.* ``actor``'s placement group ``pg_hex`` was removed: one that never
         started dies unschedulable (no worker to kill: a placement under way sees it dead
