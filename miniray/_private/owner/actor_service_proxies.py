@@ -132,9 +132,10 @@ class ServiceProxies:
         ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
         on this node now (the service's ledger places it there), or when the group is gone
         (D removed it, or D ended: no longer in this node's ledger) while the actor waits:
-        the service, whose ledger has no room of the group, kills it as an actor of a
-        removed group (Ray's outcome: it dies, its creation does not wait). Raises, naming
-        why, when no room comes in time or D does not answer while its group lives."""
+        the service, whose ledger has no room of the group, ends it as an actor of a
+        removed group never started (Ray's ActorUnschedulableError: its creation does not
+        wait). Raises, naming why, when no room comes in time or D does not answer while
+        its group lives."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
