@@ -13,7 +13,11 @@ import time
 import pytest
 
 import miniray
-from miniray.exceptions import ActorDiedError, TaskPlacementGroupRemoved
+from miniray.exceptions import (
+    ActorDiedError,
+    ActorUnschedulableError,
+    TaskPlacementGroupRemoved,
+)
 from miniray.util.placement_group import (
     PlacementGroup,
     get_current_placement_group,
@@ -385,16 +389,20 @@ def test_removing_a_group_kills_its_actors_with_rays_reason(ray):
     waiting = Member.options(scheduling_strategy=InGroup(pg)).remote()  # no room: pending
     pid = ray.get(actor.ping.remote(), timeout=30)
     remove_placement_group(pg)
-    for handle in (actor, waiting):
-        with pytest.raises(ActorDiedError, match="placement group was removed"):
-            ray.get(handle.ping.remote(), timeout=20)
+    # as in Ray 2.60: the one that had started died, the one waiting could never be created
+    with pytest.raises(ActorDiedError, match="placement group was removed"):
+        ray.get(actor.ping.remote(), timeout=20)
+    with pytest.raises(ActorUnschedulableError, match=(
+            "^The actor is not schedulable: Could not create the actor because its associated "
+            f"placement group was removed.\nRequired placement group {pg.id.hex()} is removed.$")):
+        ray.get(waiting.ping.remote(), timeout=20)
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert ray.available_resources()["CPU"] == 2.0
     # created after the removal: it can never be placed, so it dies instead of waiting
     late = Member.options(scheduling_strategy=InGroup(pg)).remote()
-    with pytest.raises(ActorDiedError, match="placement group was removed"):
+    with pytest.raises(ActorUnschedulableError, match="placement group was removed"):
         ray.get(late.ping.remote(), timeout=20)
 
 
@@ -636,6 +644,8 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
         ref = long.options(scheduling_strategy=G(pg, 0)).remote()
         actor = Named.options(name="in_x", scheduling_strategy=G(pg, 1)).remote()
         ray.get(actor.ping.remote(), timeout=30)
+        # the node's actor service's, waiting for in_x's CPU in the bundle
+        waits = Named.options(name="waits", scheduling_strategy=G(pg, 1)).remote()
         time.sleep(0.5)
         print(json.dumps({"ready": True}), flush=True)
         out = {}
@@ -651,6 +661,10 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
                 time.sleep(0.05)
             except ActorDiedError as error:
                 out["actor"] = "placement group was removed" in str(error)
+        try:  # never started: as in Ray 2.60
+            ray.get(waits.ping.remote(), timeout=30)
+        except Exception as error:
+            out["waits"] = type(error).__name__
         out["seconds"] = time.monotonic() - start
         print(json.dumps(out), flush=True)
         ray.shutdown()
@@ -670,6 +684,7 @@ def test_removal_by_another_driver_ends_the_work_in_the_group(node_env):
         result = json_line(worker, timeout=60)
         assert worker.wait(30) == 0, worker.stderr.read()
         assert result["task"] == "removed" and result["actor"] is True
+        assert result["waits"] == "ActorUnschedulableError", result
         assert result["seconds"] < 20
     finally:
         if worker.poll() is None:

@@ -501,7 +501,9 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
     """A driver that noted a pending detached group (its handle passed to it) as the
     service's sent every later actor in it to the service after another driver removed
     it. Now it asks the service again (at most every STATE_ASK_S): the group gone, a later
-    actor stays in the driver and dies as in a removed group, with Ray's reason."""
+    actor stays in the driver and ends as in a removed group: neither ever started, so
+    both raise ActorUnschedulableError naming the removal (Ray 2.60's error for an actor
+    pending when its group is removed)."""
     _cluster(hosts, "2", None)
     creator = driver("""
     import base64, json, pickle, sys
@@ -553,7 +555,7 @@ def test_an_actor_in_a_pending_detached_group_another_driver_removed_stays_in_it
         seen = go_on(other, 60)
         assert seen["in_service"] == [True, False], seen
         for name in ("first", "second"):
-            assert seen[name].startswith("ActorDiedError"), seen
+            assert seen[name].startswith("ActorUnschedulableError"), seen
             assert "placement group was removed" in seen[name], seen
         assert other.wait(30) == 0
         assert creator.wait(30) == 0

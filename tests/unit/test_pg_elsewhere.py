@@ -105,8 +105,8 @@ class _Actors:
         self.asked: list = []
         self.link = SimpleNamespace(leaving=threading.Event())  # ActorLink.leaving
 
-    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
-        self.asked.append(actor_id)
+    def kill_in_service(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
+        self.asked.append((actor_id, group))
         if self.failures:
             self.failures -= 1
             raise RuntimeError("the head's actor service stopped answering (a blip)")
@@ -128,12 +128,13 @@ def test_a_lent_actors_kill_the_service_did_not_take_is_asked_again(monkeypatch)
 
     monkeypatch.setattr(pgn, "KILL_LENT_PAUSE_S", 0.01)
     actors = _Actors(failures=2)
-    _lender(actors)._kill_lent([b"\x01" * 16])
+    _lender(actors)._kill_lent([(b"\x01" * 16, "ab12")])
     deadline = time.monotonic() + 5
     while len(actors.asked) < 3 and time.monotonic() < deadline:
         time.sleep(0.01)
     time.sleep(0.1)
-    assert actors.asked == [b"\x01" * 16] * 3  # two blips, then taken; no more asks
+    # two blips, then taken; no more asks; each ask names the removed group
+    assert actors.asked == [(b"\x01" * 16, "ab12")] * 3
 
 
 def test_a_lent_actors_kill_gives_up_after_its_tries_and_says_so(monkeypatch, capsys):
@@ -143,12 +144,12 @@ def test_a_lent_actors_kill_gives_up_after_its_tries_and_says_so(monkeypatch, ca
     monkeypatch.setattr(pgn, "KILL_LENT_PAUSE_S", 0.005)
     actors = _Actors(failures=100)
     lender = _lender(actors)
-    lender._kill_lent_again([b"\x02" * 16])  # the thread's body, run here
+    lender._kill_lent_again([(b"\x02" * 16, "")])  # the thread's body, run here
     assert len(actors.asked) == pgn.KILL_LENT_TRIES - 1
     assert "could not kill 1 named actor(s)" in capsys.readouterr().err
     actors.link.leaving.set()  # the driver shutting down: no more tries
     actors.asked.clear()
-    lender._kill_lent_again([b"\x03" * 16])
+    lender._kill_lent_again([(b"\x03" * 16, "")])
     assert actors.asked == []
 
 
@@ -167,7 +168,7 @@ def test_a_lent_actors_kill_asked_again_ends_at_once_at_shutdown_without_polling
     monkeypatch.setattr(pgn.time, "sleep", slept.append, raising=False)
     actors = _Actors(failures=100)
     lender = _lender(actors)
-    thread = threading.Thread(target=lender._kill_lent_again, args=([b"\x04" * 16],))
+    thread = threading.Thread(target=lender._kill_lent_again, args=([(b"\x04" * 16, "")],))
     thread.start()
     threading.Event().wait(0.1)  # (time.sleep is counted)
     t0 = time.monotonic()

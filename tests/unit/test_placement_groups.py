@@ -1014,3 +1014,21 @@ def test_a_served_group_asked_about_while_the_service_cannot_answer_is_not_asked
     owner.ledger.groups = groups
     pgs.route_served(zero)  # the second read fails: no error, asked again later
     assert asked == [B, B] and not bundles.serves(zero) and B in bundles.served_asked
+
+
+def test_an_actor_never_started_in_a_removed_group_is_unschedulable_as_in_ray():
+    """Ray 2.60: an actor still waiting to be created when its group is removed raises
+    ActorUnschedulableError on its calls; one that had started (alive, or restarting after
+    a death) dies with ActorDiedError (None here: it is killed with ``_group_removed``)."""
+    from miniray._private.owner.actor_records import A_ALIVE, A_PENDING, A_RESTARTING
+    from miniray._private.owner.actors import never_created_in_removed_group
+    from miniray.exceptions import ActorUnschedulableError, RayActorError
+
+    error = never_created_in_removed_group(A_PENDING, "ab12")
+    assert isinstance(error, ActorUnschedulableError)
+    assert not isinstance(error, RayActorError)  # as in Ray: not an actor death
+    assert str(error) == ("The actor is not schedulable: Could not create the actor because "
+                          "its associated placement group was removed.\n"
+                          "Required placement group ab12 is removed.")
+    assert never_created_in_removed_group(A_ALIVE, "ab12") is None
+    assert never_created_in_removed_group(A_RESTARTING, "ab12") is None

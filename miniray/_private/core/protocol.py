@@ -112,7 +112,10 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_CREATE, spec, exported)                →  (SVC_OK, (actor_id, state, warning))
     (SVC_LOOKUP, name, namespace)               →  (SVC_OK, (actor_id, state))
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
-    (SVC_KILL, actor_id, no_restart)            →  (SVC_OK, None)
+    (SVC_KILL, actor_id, no_restart, group)     →  (SVC_OK, None)  group: "" (``ray.kill``),
+                                                   or the hex of the removed placement
+                                                   group it is killed for (it ends as an
+                                                   actor of a removed group)
     (SVC_PG_CREATE, hex, bundles, strategy,     →  (SVC_OK, "CREATED" | "PENDING")  a
                     name)                          detached group in a cluster, held here;
                                                    asked again for the same hex (a broken
@@ -182,7 +185,8 @@ from miniray import _version
 # 12: a driver asks the actor service which of the actors it lent room are alive (SVC_ALIVE).
 # 13: a driver on another host than the service reads the detached groups it holds
 #     (SVC_PG_TABLE).
-PROTOCOL_VERSION = 13
+# 14: SVC_KILL names the removed placement group an actor is killed for.
+PROTOCOL_VERSION = 14
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker

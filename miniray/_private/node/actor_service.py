@@ -376,7 +376,10 @@ class ActorService:
                          if (actor := actors.actors.get(a)) is not None and
                          actor.state != A_DEAD]
             elif tag == protocol.SVC_KILL:
-                actors.kill(message[1], message[2])
+                if message[3]:  # its group was removed: Ray's error for that
+                    actors.end_in_removed_group(message[1], message[3])
+                else:
+                    actors.kill(message[1], message[2])
                 value = None
             elif tag == protocol.SVC_PG_LEND:  # no round trip: answered here
                 remote = self.owner.remote_nodes

@@ -338,8 +338,8 @@ class ActorLink:
     def named(self, namespace: str, all_namespaces: bool) -> list:
         return self._request((protocol.SVC_LIST, namespace, all_namespaces))
 
-    def kill(self, actor_id: bytes, no_restart: bool) -> None:
-        self._request((protocol.SVC_KILL, actor_id, no_restart))
+    def kill(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
+        self._request((protocol.SVC_KILL, actor_id, no_restart, group))
 
     # -- the calls socket (owner lock held) ----------------------------------------------------
     def call(self, actor_id: bytes, spec, exported) -> None:

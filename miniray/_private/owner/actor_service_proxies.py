@@ -132,9 +132,10 @@ class ServiceProxies:
         ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
         on this node now (the service's ledger places it there), or when the group is gone
         (D removed it, or D ended: no longer in this node's ledger) while the actor waits:
-        the service, whose ledger has no room of the group, kills it as an actor of a
-        removed group (Ray's outcome: it dies, its creation does not wait). Raises, naming
-        why, when no room comes in time or D does not answer while its group lives."""
+        the service, whose ledger has no room of the group, ends it as an actor of a
+        removed group never started (Ray's ActorUnschedulableError: its creation does not
+        wait). Raises, naming why, when no room comes in time or D does not answer while
+        its group lives."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
@@ -244,10 +245,12 @@ class ServiceProxies:
         not dead (restarting counts as alive)."""
         return self.link._request((protocol.SVC_ALIVE, list(actor_ids)))
 
-    def kill_in_service(self, actor_id: bytes, no_restart: bool) -> None:
+    def kill_in_service(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``
-        said that it lives there)."""
-        self.link.kill(actor_id, no_restart)
+        said that it lives there); ``group``: the hex of the removed placement group it is
+        killed for (it ends there as an actor of a removed group, never restarting:
+        ``ActorManager.end_in_removed_group``)."""
+        self.link.kill(actor_id, no_restart, group)
 
     def create_group_in_service(self, hex_: str, bundles, strategy: str, name: str) -> str:
         """*Not locked.* A detached placement group in a cluster is created and held by the

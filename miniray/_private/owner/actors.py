@@ -54,6 +54,7 @@ from miniray._private.owner.actor_handles import ActorHandles
 from miniray._private.owner.actor_records import (
     A_ALIVE,
     A_DEAD,
+    A_PENDING,
     A_RESTARTING,
     _Actor,
     _Call,
@@ -74,10 +75,25 @@ def _locked_route(owner, route):
 
 
 def _group_removed(pg_hex: str) -> str:
-    """Ray's reason for an actor whose placement group was removed."""
+    """Ray's reason for an actor that had started when its placement group was removed."""
     return ("The actor is dead because its worker process has died. Worker exit type: "
             "INTENDED_SYSTEM_EXIT Worker exit detail: Destroying worker since its placement "
             f"group was removed. Placement group id: {pg_hex}")
+
+
+def never_created_in_removed_group(state: str, pg_hex: str):
+    """Pure. The error of an actor in ``state`` whose placement group ``pg_hex`` is removed,
+    as Ray 2.60 gives it: one that never started (``A_PENDING``: waiting for room, or placed
+    and not started yet) could not be created, ``ActorUnschedulableError`` naming the group;
+    None for one that had started (alive, or restarting after a death): it is killed and
+    dies with ``ActorDiedError`` (``_group_removed``)."""
+    if state != A_PENDING:
+        return None
+    from miniray.exceptions import ActorUnschedulableError  # lazy: the public package
+
+    return ActorUnschedulableError(
+        "Could not create the actor because its associated placement group was removed.\n"
+        f"Required placement group {pg_hex} is removed.")
 
 
 class ActorsOwner(Protocol):
@@ -333,7 +349,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                 gone = spec.pg is not None and owner.placement_group_gone(spec.pg[0])
                 with owner.locked():
                     if gone and actor.state != A_DEAD:  # its group was removed: never fits
-                        self.kill(spec.actor_id, True, reason=_group_removed(spec.pg[0]))
+                        self._end_in_removed_group(actor, spec.pg[0])
                         continue
                     if not self._report_infeasible(spec):
                         # Other sessions hold what it needs: their releases reach no event
@@ -578,13 +594,34 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
     # -- kill, cancel, lookup ------------------------------------------------------------
     def kill_in_group(self, pg_hex: str) -> None:
         """*Locked.* The placement group ``pg_hex`` is being removed: every actor of this
-        owner placed in it (or waiting to be) is killed and never restarts, dying with Ray's
-        reason for it."""
+        owner placed in it (or waiting to be) ends and never restarts, with Ray's error for
+        it (``_end_in_removed_group``)."""
         wildcard = f"bundle_group_{pg_hex}"
         for actor in list(self.actors.values()):
             if (actor.state != A_DEAD and not actor.remote and actor.spec.placement
                     and wildcard in actor.spec.placement):
-                self.kill(actor.spec.actor_id, True, reason=_group_removed(pg_hex))
+                self._end_in_removed_group(actor, pg_hex)
+
+    def end_in_removed_group(self, actor_id: bytes, pg_hex: str) -> None:
+        """*Locked.* Actor ``actor_id``'s placement group ``pg_hex`` was removed (the node's
+        actor service, told so by the driver that lent the actor room in the group:
+        ``SVC_KILL``): it ends as ``kill_in_group`` ends the group's actors."""
+        actor = self.actors.get(actor_id)
+        if actor is not None and actor.state != A_DEAD and not actor.remote:
+            self._end_in_removed_group(actor, pg_hex)
+
+    def _end_in_removed_group(self, actor: _Actor, pg_hex: str) -> None:
+        """*Locked.* ``actor``'s placement group ``pg_hex`` was removed: one that never
+        started dies unschedulable (no worker to kill: a placement under way sees it dead
+        and gives its lease back), one that had started is killed, never restarting
+        (``never_created_in_removed_group``)."""
+        error = never_created_in_removed_group(actor.state, pg_hex)
+        if error is None:
+            self.kill(actor.spec.actor_id, True, reason=_group_removed(pg_hex))
+            return
+        actor.killed = True
+        actor.no_restart = True
+        self._die(actor, serialization.dumps(error))
 
     def kill(self, actor_id: bytes, no_restart: bool,
              reason: str = "The actor is dead because it was killed by `ray.kill`.") -> bool:

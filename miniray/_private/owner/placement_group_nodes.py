@@ -751,32 +751,34 @@ class PlacementGroupNodes:
                 "lend their room to the other drivers of its node, which it does not (its "
                 f"state socket is not there). Create the group in this driver{hint}.")
 
-    def _kill_lent(self, actor_ids) -> None:
+    def _kill_lent(self, lent) -> None:
         """*Not locked.* Kill these lent actors in the node's actor service, no restart
-        (``remote_bundles`` step 7: their group was removed, or their bundle went to
-        another node than this one after its node died). A kill the service did not take
+        (``remote_bundles`` step 7): ``lent`` is ``[(actor id, group)]``, group the hex of
+        their removed group (they end there as actors of a removed group, with Ray's error
+        for it), or "" when their bundle went to another node than this one after its node
+        died (killed as by ``ray.kill``). A kill the service did not take
         (ServiceUnavailable, OSError: its link blipped) is asked again from a thread,
         KILL_LENT_TRIES in all, KILL_LENT_PAUSE_S apart and doubling: for a far lender
         the service learns of a removal only from this or its own ask of this node
         (``_lenders_gone``), and a killed actor's kill is a no-op there."""
-        left = self._kill_lent_once(actor_ids)
+        left = self._kill_lent_once(lent)
         if left:
             threading.Thread(target=self._kill_lent_again, args=(left,), daemon=True,
                              name="miniray-kill-lent").start()
 
-    def _kill_lent_once(self, actor_ids) -> list:
-        """*Not locked.* The ones of ``actor_ids`` the service could not be asked to kill."""
+    def _kill_lent_once(self, lent) -> list:
+        """*Not locked.* The ones of ``lent`` the service could not be asked to kill."""
         left = []
-        for actor_id in actor_ids:
+        for actor_id, group in lent:
             try:
-                self.owner.actors.kill_in_service(actor_id, True)
+                self.owner.actors.kill_in_service(actor_id, True, group)
             except ValueError:  # refused as malformed: asking again would not help
                 pass
             except (RuntimeError, OSError):  # ServiceUnavailable: the link blipped
-                left.append(actor_id)
+                left.append((actor_id, group))
         return left
 
-    def _kill_lent_again(self, actor_ids) -> None:
+    def _kill_lent_again(self, lent) -> None:
         """*Not locked*, its own thread: ``_kill_lent_once`` again after pauses doubling
         from KILL_LENT_PAUSE_S. This driver's shutdown (its link to the service closed:
         ``ActorLink.leaving``) ends it at once: the service ends a leaving driver's named
@@ -787,12 +789,12 @@ class PlacementGroupNodes:
             if leaving.wait(pause) or self.owner.closed:
                 return
             pause *= 2
-            actor_ids = self._kill_lent_once(actor_ids)
-            if not actor_ids:
+            lent = self._kill_lent_once(lent)
+            if not lent:
                 return
-        print(f"miniray: could not kill {len(actor_ids)} named actor(s) of a removed or "
+        print(f"miniray: could not kill {len(lent)} named actor(s) of a removed or "
               f"moved placement group bundle in the actor service "
-              f"({', '.join(a.hex()[:12] for a in actor_ids)}): it did not answer "
+              f"({', '.join(a.hex()[:12] for a, _group in lent)}): it did not answer "
               f"{KILL_LENT_TRIES} times; kill them with ray.kill once it is back.",
               file=sys.stderr, flush=True)
 
@@ -933,7 +935,7 @@ class PlacementGroupNodes:
             if not adopted:
                 remote.bundles.release_parts(parts)
                 return
-            self._kill_lent(moved)
+            self._kill_lent([(actor_id, "") for actor_id in moved])
             try:
                 self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
             except (OSError, ValueError):

@@ -364,7 +364,7 @@ class PlacementGroups(PlacementGroupNodes):
             remote = self.owner.remote_nodes
             lent = []
             if remote is not None:
-                lent = [actor_id for actor_id, loan in remote.bundles.loans.items()
+                lent = [(actor_id, hex_) for actor_id, loan in remote.bundles.loans.items()
                         if loan[0].pg_hex == hex_]
                 remote.bundles.removed(hex_)  # its tasks on other nodes: failed, killed
         self._kill_lent(lent)  # its named actors in them: the node's actor service's
@@ -448,8 +448,8 @@ class PlacementGroups(PlacementGroupNodes):
                     group.host_lease = None
                 self.owner.placement_group_removed(hex_)
                 if remote is not None:
-                    lent += [actor_id for actor_id, loan in remote.bundles.loans.items()
-                             if loan[0].pg_hex == hex_]
+                    lent += [(actor_id, hex_) for actor_id, loan in
+                             remote.bundles.loans.items() if loan[0].pg_hex == hex_]
                     remote.bundles.removed(hex_)
                     gone.append(hex_)
             self.watch()

@@ -132,14 +132,14 @@ Steps for group G of driver D with bundle i planned on node N::
    E's watch kills it: E may be gone). An actor E creates while the group goes (D
    removes it, or D ends: D answers no room, or its socket is closed) does not wait
    out ``LEND_WAIT_S``: once E's node's ledger no longer holds the group, E creates it
-   in S without a loan, and S's placer kills it as an actor of a removed group
-   (ActorDiedError on its calls). Why S and not E itself on a lease-less bundle of
-   the loan (as its tasks): a named actor of E is S's in any case, so S serves both
-   kinds with step 7's one path (``spec.lent``, ``borrow``, the SVC_ALIVE watch, the kill
-   at removal, the restart after N's death), where E running them would add a second
-   path for each. A driver on another host than D: step 10. E borrows nothing when D's
-   state socket is missing (D could not serve it): its task fails at once
-   (``placement_group_nodes.elsewhere``).
+   in S without a loan, and S's placer ends it as an actor of a removed group never
+   started (ActorUnschedulableError on its calls, Ray's error for it). Why S and not
+   E itself on a lease-less bundle of the loan (as its tasks): a named actor of E is
+   S's in any case, so S serves both kinds with step 7's one path (``spec.lent``,
+   ``borrow``, the SVC_ALIVE watch, the kill at removal, the restart after N's death),
+   where E running them would add a second path for each. A driver on another host
+   than D: step 10. E borrows nothing when D's state socket is missing (D could not
+   serve it): its task fails at once (``placement_group_nodes.elsewhere``).
    Why D's state socket and not the actor service: S would have to ask D over D's link
    (a request from S to a driver, which that link does not carry) and wait for it on
    its I/O thread, or hold a copy of D's room; the state socket already answers each
