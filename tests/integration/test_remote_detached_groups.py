@@ -638,8 +638,10 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     it), lists it, runs a task in each bundle and an actor without a name in the member's
     bundle (the service's), and removes it: every node's part is back. With the member's
     bundle busy, a task for any bundle runs in the head's; so does one of a detached group
-    entirely on the head. The state API and ``miniray list placement-groups`` on the
-    member's host list the groups the head's service holds, as the head's host does."""
+    entirely on the head. The state API and ``miniray list placement-groups`` list every
+    group of the cluster from either host, the same rows: the member driver's own
+    (reserved, and pending) on the head's host, the head's service's (reserved, and
+    pending) on the member's."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
     proc = driver(PRELUDE + PG + WHERE + """
