@@ -241,12 +241,12 @@ class FarGroups:
 
 def _far_groups(views: list[SessionView], timeout: float) -> FarGroups:
     """Every other alive node of these sessions' clusters (``nodes_to_ask``) asked for its
-    groups over a short driver link each, all at once (``core/ask_all.py``;
-    ``remote_drivers.py`` step 16:
-    the groups reserved in its ledger, among them the detached ones its actor service
-    holds, and its drivers' pending rows), within ``MINIRAY_STATE_NODE_TIMEOUT_S`` (or
-    ``timeout`` when shorter): a node that does not answer by then (the view shows it
-    alive, it is unreachable) is missing, named, and its groups are left out."""
+    groups over a short driver link each, all at once (``core/ask_all.py``), one request
+    per node (``remote_drivers.py`` step 16: the groups reserved in its ledger, among
+    them the detached ones its actor service holds, and its drivers' pending rows),
+    within ``MINIRAY_STATE_NODE_TIMEOUT_S`` (or ``timeout`` when shorter): a node that
+    has not answered by then (the view shows it alive, it is unreachable) is missing,
+    named, and its groups are left out; the others' are listed."""
     docs = [doc for doc in (node_client.read_cluster(v.session_dir) for v in views) if doc]
     entries, own_ip, why = nodes_to_ask([(doc.get("local"), cluster_view.nodes_of(doc))
                                          for doc in docs])

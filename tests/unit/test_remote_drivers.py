@@ -1236,6 +1236,7 @@ def test_a_listing_gets_the_ledgers_groups_and_each_drivers_pending_rows(node, t
         with node.client() as client:
             doc = client.group_listing(0.4)
             assert client.ping() < 5.0  # the link stays
+        assert node.peering.drivers.statistics()["listings"] == 1
     finally:
         node.ledger.release_group(reserved)
         server.close()

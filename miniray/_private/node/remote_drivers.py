@@ -527,6 +527,7 @@ class RemoteDrivers(KeptServing):
                 "granted": self.granted, "denied": self.denied, "released": self.released,
                 "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
                 "tickets": len(self._tickets), "refusing": self.refusing,
+                "listings": self.listings.answered,  # step 16's answers
                 # step 11's budget changes waiting for a busy budget file's lock
                 "budget_waiting": sum(len(ops) for ops in self._budget_ops.values()),
                 "drivers": sorted(link.name for link in self._links.values())}
