@@ -273,6 +273,9 @@ class Runtime(SessionFiles):
         def spans() -> dict:
             return state_records.spans(owner, owner.state_records, ids_)
 
+        def pending_groups() -> dict:  # its node answering another host's listing
+            return state_records.pending_groups(owner)
+
         node_pid = getattr(self, "node_pid", None)  # joined to a node: it relays far loans
 
         def loans(request: dict, pid: int) -> dict:  # room lent to another driver's task
@@ -281,7 +284,8 @@ class Runtime(SessionFiles):
         self.state_server = None
         try:
             self.state_server = state_socket.StateServer(
-                state_socket.socket_path(self.session_dir), snapshot, spans, loans)
+                state_socket.socket_path(self.session_dir), snapshot, spans, loans,
+                pending_groups)
         except OSError as error:  # the session works without it; only observing it fails
             logger.warning("miniray: cannot serve this driver's state (%s); `miniray list` "
                            "and ray.util.state will not see it", error)

@@ -10,6 +10,9 @@ A driver that does not answer is a missing part of the output: ``raise_on_missin
 decides, as in Ray, whether that raises or warns.
 Worker logs are files read here, except another host's node's (``node_id``/``node_ip``),
 asked over a short driver link to that node (``node/remote_drivers.py`` step 13).
+Placement groups are the cluster's: every other alive node of the view is asked for its
+own (step 16 there, all at once, within ``MINIRAY_STATE_NODE_TIMEOUT_S``; one that does
+not answer is a missing part too).
 Does not own: the snapshot (``owner/state_records.py``), the socket
 (``transport/state_socket.py``), nor printing (``core/state_rows.py``).
 Called by: ``miniray/util/state/``, ``cli.py``, ``node/node_status.py``.
@@ -22,7 +25,14 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from miniray._private.core import cluster_view, config, context, state_rows, timeline_events
+from miniray._private.core import (
+    ask_all,
+    cluster_view,
+    config,
+    context,
+    state_rows,
+    timeline_events,
+)
 from miniray._private.core.resources import from_units
 from miniray._private.host import procinfo, session, worker_logs
 from miniray._private.ledger.ledger import Ledger
@@ -156,79 +166,111 @@ def _ledger_groups(view: SessionView) -> dict:
 
 
 def group_rows(reserved: list[dict], pending: list[dict]) -> list[dict]:
-    """Pure. Ray's rows of placement groups, each group once: ``reserved`` (each session's
-    ledger's, then the head's: ``{hex: ledger record}`` each), a group's first record
-    winning, by id within each; then ``pending`` (the drivers' rows of groups they still
-    wait to reserve) less the groups reserved meanwhile.
+    """Pure. Ray's rows of placement groups, each group once, in the order of their ids
+    (the same rows in the same order from any host): ``reserved`` (each session's
+    ledger's, then each other node's: ``{hex: ledger record}`` each), a group's first
+    record winning; then ``pending`` (the drivers' rows of groups they still wait to
+    reserve, of this host's and of the other nodes': ``_far_groups``), a group's first
+    row winning, less the groups reserved anywhere meanwhile (a reserved record wins).
 
     >>> a, b = {"id": "a", "bundles": [{"CPU": 1}], "nodes": ["n"]}, {"id": "b", "bundles": []}
     >>> [(r["placement_group_id"], r["state"]) for r in group_rows(
-    ...     [{"a": a}, {"b": b, "a": dict(a, nodes=["m"])}],
-    ...     [placement_group_records.state_row(b, "PENDING"),
-    ...      placement_group_records.state_row({"id": "c", "bundles": []}, "PENDING")])]
+    ...     [{"b": b, "a": dict(a, nodes=["m"])}, {"a": a}],
+    ...     [placement_group_records.state_row({"id": "c", "bundles": []}, "PENDING"),
+    ...      placement_group_records.state_row(b, "PENDING")])]
     [('a', 'CREATED'), ('b', 'CREATED'), ('c', 'PENDING')]
     """
     records: dict[str, dict] = {}
     for groups in reserved:
         for pg_hex, record in sorted(groups.items()):
             records.setdefault(pg_hex, record)
-    rows = [placement_group_records.state_row(record, "CREATED")
-            for record in records.values()]
-    seen = set(records)
+    found = {pg_hex: placement_group_records.state_row(record, "CREATED")
+             for pg_hex, record in records.items()}
     for row in pending:
-        if row["placement_group_id"] not in seen:
-            seen.add(row["placement_group_id"])
-            rows.append(row)
-    return rows
+        found.setdefault(row["placement_group_id"], row)
+    return [found[pg_hex] for pg_hex in sorted(found)]
 
 
-def head_to_ask(clusters: list[tuple]) -> tuple | None:
-    """Pure. Whether a placement-group listing of sessions whose clusters are
+def nodes_to_ask(clusters: list[tuple]) -> tuple[list, str | None, str | None]:
+    """Pure. Which other nodes a placement-group listing of sessions whose clusters are
     ``clusters`` (each session's ``(local node id, {node id: NodeEntry})`` from its
-    published view) must ask the head on another host: None when not (no cluster, or one
-    of them is the head's own session, whose ledger is read here), else ``(the head's
-    alive entry, or None when no view shows it alive; this host's node IP)``.
+    published view) asks for their groups (``_far_groups``): ``(every node alive in one
+    of those views that is none of these sessions' own, by node id; this host's node IP;
+    why the head's groups are left out: a member's view shows no alive head, else None)``.
+    A view that does not show its own node (yet) says nothing.
 
     >>> from miniray._private.core.cluster_view import NodeEntry
     >>> head, member = NodeEntry("h", "10.0.0.1", 1, True), NodeEntry("m", "10.0.0.2", 1)
-    >>> nodes = {"h": head, "m": member}
-    >>> head_to_ask([]), head_to_ask([("h", nodes), ("m", nodes)])
-    (None, None)
-    >>> head_to_ask([("m", nodes)]) == (head, "10.0.0.2")
+    >>> other = NodeEntry("o", "10.0.0.3", 1)
+    >>> nodes = {"h": head, "m": member, "o": other}
+    >>> nodes_to_ask([]), nodes_to_ask([("h", nodes), ("m", nodes), ("o", nodes)])
+    (([], None, None), ([], '10.0.0.1', None))
+    >>> nodes_to_ask([("m", nodes)]) == ([head, other], "10.0.0.2", None)
+    True
+    >>> nodes_to_ask([("h", nodes)]) == ([member, other], "10.0.0.1", None)
     True
     """
-    found, own_ip, member = None, None, False
+    own_ids = {local for local, nodes in clusters if local in nodes}
+    found: dict[str, object] = {}
+    own_ip, headless = None, False
     for local, nodes in clusters:
         own = nodes.get(local)
-        if own is None:  # a view that does not show this node (yet): it says nothing
+        if own is None:
             continue
-        if own.is_head:
-            return None
-        member, own_ip = True, own_ip or own.ip
-        found = found or next((e for e in nodes.values() if e.is_head and e.alive), None)
-    return (found, own_ip) if member else None
+        own_ip = own_ip or own.ip
+        headless = headless or not (own.is_head or any(
+            e.is_head and e.alive for e in nodes.values()))
+        for node_id, entry in nodes.items():
+            if entry.alive and node_id not in own_ids:
+                found.setdefault(node_id, entry)
+    why = ("the cluster's head is not alive in this node's view: its placement groups "
+           "are left out") if headless else None
+    return [found[node_id] for node_id in sorted(found)], own_ip, why
 
 
-def _head_groups(views: list[SessionView], timeout: float) -> tuple[dict, str | None]:
-    """The groups reserved in the cluster's head's ledger (``{hex: ledger record}``),
-    asked over a short driver link (``remote_drivers.py`` step 14) when these sessions
-    are of a cluster whose head is on another host (``head_to_ask``): the detached
-    groups the head's actor service holds, and its drivers' own, are in its ledger, not
-    in a member's. ``({}, None)`` when there is nothing to ask; ``({}, why)`` when the
-    head could not be asked."""
+@dataclass
+class FarGroups:
+    """The placement groups of the other nodes of these sessions' clusters
+    (``_far_groups``): each node's reserved ``{hex: ledger record}``, their drivers'
+    pending rows, and what is missing (one text each: a node, or a driver there)."""
+
+    reserved: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
+    missing: list = field(default_factory=list)
+
+
+def _far_groups(views: list[SessionView], timeout: float) -> FarGroups:
+    """Every other alive node of these sessions' clusters (``nodes_to_ask``) asked for its
+    groups over a short driver link each, all at once (``core/ask_all.py``), one request
+    per node (``remote_drivers.py`` step 16: the groups reserved in its ledger, among
+    them the detached ones its actor service holds, and its drivers' pending rows),
+    within ``MINIRAY_STATE_NODE_TIMEOUT_S`` (or ``timeout`` when shorter): a node that
+    has not answered by then (the view shows it alive, it is unreachable) is missing,
+    named, and its groups are left out; the others' are listed."""
     docs = [doc for doc in (node_client.read_cluster(v.session_dir) for v in views) if doc]
-    asked = head_to_ask([(doc.get("local"), cluster_view.nodes_of(doc)) for doc in docs])
-    if asked is None:
-        return {}, None
-    head, own_ip = asked
-    if head is None:
-        return {}, ("the cluster's head is not alive in this node's view: its placement "
-                    "groups are left out")
-    try:
-        with _node_link(head, own_ip, timeout) as client:
-            return client.groups(), None
-    except Exception as error:  # noqa: BLE001 - unreachable, refused, old: named
-        return {}, f"the head node {head.node_id} at {head.address}: {error}"
+    entries, own_ip, why = nodes_to_ask([(doc.get("local"), cluster_view.nodes_of(doc))
+                                         for doc in docs])
+    far = FarGroups(missing=[why] if why else [])
+    if not entries:
+        return far
+    wait_s = min(float(timeout or DEFAULT_TIMEOUT), config.state_node_timeout_s())
+
+    def ask(entry) -> dict:
+        with _link_to(entry, own_ip, wait_s) as client:
+            return client.group_listing(wait_s)
+
+    answers, missing = ask_all.ask_all({e.node_id: e for e in entries}, ask, wait_s,
+                                       "miniray-list-groups")
+    for entry in entries:
+        doc = answers.get(entry.node_id)
+        if doc is None:
+            far.missing.append(f"node {entry.node_id} at {entry.address}: "
+                               f"{missing.get(entry.node_id)}")
+            continue
+        far.reserved.append(doc["reserved"])
+        far.pending.extend(doc["pending"])
+        far.missing.extend(f"node {entry.node_id}: {text}" for text in doc["missing"])
+    return far
 
 
 def _node_row(view: SessionView) -> dict | None:
@@ -288,10 +330,11 @@ def _job_row(driver: dict) -> dict:
     }
 
 
-def rows(resource: str, views: list[SessionView], head: dict | None = None) -> list[dict]:
+def rows(resource: str, views: list[SessionView], far: FarGroups | None = None
+         ) -> list[dict]:
     """Every row of ``resource`` in ``views``, merged (full rows, before filtering);
-    ``head``: the groups of a head on another host (``_head_groups``), for
-    placement groups."""
+    ``far``: the groups of the cluster's other nodes (``_far_groups``), for placement
+    groups."""
     if resource not in state_rows.SCHEMAS:
         raise ValueError(f"Unknown resource {resource!r}; one of "
                          f"{', '.join(state_rows.RESOURCES)}.")
@@ -299,9 +342,10 @@ def rows(resource: str, views: list[SessionView], head: dict | None = None) -> l
     if resource == "nodes":
         return _node_rows(views)
     if resource == "placement_groups":  # reserved groups live in each session's ledger
-        return group_rows([_ledger_groups(view) for view in views] + [head or {}],
+        far = far or FarGroups()
+        return group_rows([_ledger_groups(view) for view in views] + far.reserved,
                           [row for view in views for doc in view.drivers
-                           for row in doc.get("placement_groups", ())])
+                           for row in doc.get("placement_groups", ())] + far.pending)
     for view in views:
         for doc in view.drivers:
             driver = doc["driver"]
@@ -318,11 +362,12 @@ def rows(resource: str, views: list[SessionView], head: dict | None = None) -> l
 
 
 def _missing(views: list[SessionView], raise_on_missing_output: bool,
-             also: str | None = None) -> None:
+             also: list | None = None) -> None:
     """Raise or warn (``raise_on_missing_output``) naming what did not answer: the
-    drivers of ``views``, and ``also`` (the head, for placement groups)."""
+    drivers of ``views``, and ``also`` (other nodes, or their drivers, for placement
+    groups)."""
     parts = [f"driver pid {pid} of {os.path.basename(v.session_dir)}: {why}"
-             for v in views for pid, why in v.missing] + ([also] if also else [])
+             for v in views for pid, why in v.missing] + list(also or ())
     if not parts:
         return
     text = "; ".join(parts)
@@ -334,12 +379,12 @@ def _missing(views: list[SessionView], raise_on_missing_output: bool,
 
 
 def _cluster_part(resource: str, views: list[SessionView], timeout: float
-                  ) -> tuple[dict | None, str | None]:
-    """What ``resource``'s rows need from another host: the head's placement groups
-    (``_head_groups``) and why they are missing, or ``(None, None)``."""
+                  ) -> FarGroups | None:
+    """What ``resource``'s rows need from other hosts: the other nodes' placement groups
+    (``_far_groups``), or None."""
     if resource != "placement_groups":
-        return None, None
-    return _head_groups(views, timeout)
+        return None
+    return _far_groups(views, timeout)
 
 
 def list_resource(resource: str, address: str | None = None, filters=None,
@@ -353,9 +398,9 @@ def list_resource(resource: str, address: str | None = None, filters=None,
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}.")
     views = gather(address, timeout or DEFAULT_TIMEOUT)
-    head, why = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
-    _missing(views, raise_on_missing_output, why)
-    found = state_rows.apply_filters(rows(resource, views, head), checked)
+    far = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
+    _missing(views, raise_on_missing_output, far.missing if far else None)
+    found = state_rows.apply_filters(rows(resource, views, far), checked)
     if limit is not None:
         found = found[:limit]
     return state_rows.shape(resource, found, detail)
@@ -368,8 +413,8 @@ def get_resource(resource: str, ident: str, address: str | None = None,
         ident = getattr(ident, "hex", lambda: str(ident))()
     column = state_rows.ID_COLUMN[resource]
     views = gather(address, timeout or DEFAULT_TIMEOUT)
-    head, _why = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
-    found = [r for r in rows(resource, views, head) if str(r.get(column)) == ident]
+    far = _cluster_part(resource, views, timeout or DEFAULT_TIMEOUT)
+    found = [r for r in rows(resource, views, far) if str(r.get(column)) == ident]
     if not found:
         return None
     return state_rows.shape(resource, found, True)[0]
@@ -518,21 +563,27 @@ def _ask_node(entry, own_ip: str | None, query: dict, timeout: float):
 
 
 def _node_link(entry, own_ip: str | None, timeout: float):
-    """A driver link to ``entry``'s node for step 13 (the cluster token, TLS where it is
-    on, from this host's node address), to use in a ``with``; RayStateApiException
-    naming the node when it cannot be made."""
-    from miniray._private.host import auth_token  # lazy: another host's logs only
+    """A driver link to ``entry``'s node for step 13 (``_link_to``), to use in a
+    ``with``; RayStateApiException naming the node when it cannot be made."""
+    try:
+        return _link_to(entry, own_ip, timeout)
+    except Exception as error:  # noqa: BLE001 - unreachable, refused: named
+        raise _node_error(entry, error) from None
+
+
+def _link_to(entry, own_ip: str | None, timeout: float):
+    """A driver link to ``entry``'s node for step 13 or 16 (the cluster token, TLS where
+    it is on, from this host's node address), to use in a ``with``; the error when it
+    cannot be made."""
+    from miniray._private.host import auth_token  # lazy: other hosts' nodes only
     from miniray._private.transport import peer_handshake as ph  # lazy: as above
     from miniray._private.transport.remote_node import RemoteNodeClient  # lazy: as above
 
     contexts = ph.tls_contexts()
-    try:
-        return RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
-                                timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),
-                                ssl_context=contexts[0] if contexts else None,
-                                source_address=(own_ip, 0) if own_ip else None)
-    except Exception as error:  # noqa: BLE001 - unreachable, refused: named
-        raise _node_error(entry, error) from None
+    return RemoteNodeClient((entry.ip, entry.port), auth_token.load_token(),
+                            timeout=min(float(timeout or DEFAULT_TIMEOUT), 60.0),
+                            ssl_context=contexts[0] if contexts else None,
+                            source_address=(own_ip, 0) if own_ip else None)
 
 
 def _node_error(entry, error: Exception) -> Exception:

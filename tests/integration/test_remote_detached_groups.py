@@ -640,8 +640,10 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     it), lists it, runs a task in each bundle and an actor without a name in the member's
     bundle (the service's), and removes it: every node's part is back. With the member's
     bundle busy, a task for any bundle runs in the head's; so does one of a detached group
-    entirely on the head. The state API and ``miniray list placement-groups`` on the
-    member's host list the groups the head's service holds, as the head's host does."""
+    entirely on the head. The state API and ``miniray list placement-groups`` list every
+    group of the cluster from either host, the same rows: the member driver's own
+    (reserved, and pending) on the head's host, the head's service's (reserved, and
+    pending) on the member's."""
     _cluster(hosts, "2", "2")
     assert _create_detached(hosts, "hg", keeper=False)["ready"] is True
     proc = driver(PRELUDE + PG + WHERE + """
@@ -694,14 +696,23 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     remove_placement_group(pg)  # ends both: their workers are killed
     after = alive_or_error(anonymous.ip.remote())
     ended = [ip_or_error(ref) for ref in (long, busy)]
+    # For the listings from both hosts: a group of this driver (in the member's ledger),
+    # one it waits for, and a detached one the head's service waits for.
+    mine = placement_group([{"CPU": 1}], name="mine")
+    mine_nodes = list(placement_group_table(mine)["bundles_to_node_id"].values()) \
+        if mine.wait(20) else None
+    wants = placement_group([{"CPU": 64}], name="wants")
+    huge = placement_group([{"CPU": 64}], name="huge", lifetime="detached")
     print(json.dumps({"listed": listed, "ready": ready, "tasks": tasks,
                       "anonymous": anonymous_ip, "after": after, "ended": ended,
                       "anywhere": anywhere, "whole_ready": whole_ready,
                       "whole_any": whole_any, "state": state, "got": got,
+                      "mine": mine_nodes, "pending": [wants.wait(0.1), huge.wait(0.1)],
                       "head": next(n for n, ip in ips.items() if ip == "127.0.0.1"),
                       "member": member}), flush=True)
-    sys.stdin.readline()  # the test lists the groups from the member's CLI meanwhile
-    remove_placement_group(whole)
+    sys.stdin.readline()  # the test lists the groups from both hosts' CLI meanwhile
+    for group in (whole, mine, wants, huge):
+        remove_placement_group(group)
     ray.shutdown()
     """, hosts.env(MEMBER), stdin=subprocess.PIPE)
     try:
@@ -722,8 +733,18 @@ def test_a_member_driver_finds_uses_and_removes_a_head_drivers_detached_group(ho
     assert doc["state"] == {"hg": ["CREATED", [head, member]],
                             "whole": ["CREATED", [head]]}, doc
     assert doc["got"] == ["whole", "CREATED"], doc
+    assert doc["pending"] == [False, False], doc
     assert [r.returncode for r in listed] == [0, 0], [r.stderr for r in listed]
     on_member, on_head = (json.loads(r.stdout) for r in listed)
-    assert [(r["name"], r["state"]) for r in on_member] == [("whole", "CREATED")], on_member
-    assert on_member == on_head  # the same rows, every field, from either host
+    # Every group of the cluster from either host, as in Ray: the head's pending one on
+    # the member's, the member driver's own (reserved, pending) on the head's.
+    assert {r["name"]: [r["state"], [b["node_id"] for b in r["bundles"]]]
+            for r in on_member} == {"whole": ["CREATED", [head]],
+                                    "mine": ["CREATED", doc["mine"]],
+                                    "wants": ["PENDING", [None]],
+                                    "huge": ["PENDING", [None]]}, on_member
+    for row in on_member + on_head:  # a pending group's attempts go on between the two
+        if row["state"] == "PENDING":
+            row["stats"].pop("scheduling_attempt")
+    assert on_member == on_head  # the same rows, every field, in the same order
     _no_group_left(hosts)

@@ -1479,7 +1479,8 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
     its death mid-task gives the room back (its link to the creator's node closed); the
     creator's death fails them too. Its actors there are refused at once, naming why
-    (README, Limits)."""
+    (README, Limits). Its own groups (reserved on its host, and pending) are listed from
+    the member's host beside the creator's."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
@@ -1509,6 +1510,12 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
             doc["actor"] = "created"
         except RuntimeError as error:
             doc["actor"] = "another host" in str(error)
+        # Groups of its own, for the listing from the member's host: one reserved (on
+        # this host, the only room left) and one that waits.
+        from miniray.util.placement_group import placement_group, remove_placement_group
+        own = placement_group([{"CPU": 1}], name="far_own")
+        doc["own"] = own.wait(20)
+        wants = placement_group([{"CPU": 64}], name="far_wants")
         print(json.dumps(doc), flush=True)
         in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
             get_placement_group("gone"), 1))
@@ -1517,6 +1524,8 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         waiting = in_gone.remote()
         print(json.dumps({"started": started}), flush=True)
         sys.stdin.readline()  # the creator removed group "gone"
+        remove_placement_group(own)
+        remove_placement_group(wants)
         print(json.dumps({"removed": [run(running), run(waiting)]}), flush=True)
         sys.stdin.readline()  # killed here, "long" running in the creator's bundle
         """, hosts, "theirs", ip=THIRD)
@@ -1526,8 +1535,20 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
                            "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
                            "unknown": "Failed to look up placement group with name: nowhere",
                            "here": "127.0.0.1", "there": MEMBER, "again": MEMBER,
-                           "actor": True}, (doc, far.stderr.read() if far.poll() is not None
-                                            else "")
+                           "actor": True, "own": True}, (
+                               doc, far.stderr.read() if far.poll() is not None else "")
+            # Listed from the member's host: the head's groups, and this third host's
+            # driver's own, reserved and pending (every other node is asked).
+            listed = cli(hosts.env(MEMBER), "list", "placement-groups", "--format", "json",
+                         "--detail")
+            assert listed.returncode == 0, listed.stderr
+            ids = {ip: hosts.record(ip).node_id for ip in ("127.0.0.1", MEMBER, THIRD)}
+            rows = {r["name"]: [r["state"], sorted(str(b["node_id"]) for b in r["bundles"])]
+                    for r in json.loads(listed.stdout)}
+            spread = ["CREATED", sorted([ids["127.0.0.1"], ids[MEMBER]])]
+            assert rows == {"theirs": spread, "gone": spread,
+                            "far_own": ["CREATED", [ids[THIRD]]],
+                            "far_wants": ["PENDING", ["None"]]}, rows
             assert json_line(far, 60) == {"started": True}
             assert _tell(creator, "remove gone") == {"removed": "gone"}
             doc = go_on(far, 60)

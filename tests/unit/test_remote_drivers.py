@@ -1206,3 +1206,46 @@ def test_a_loan_request_is_checked_and_a_group_no_driver_here_holds_lends_nothin
         assert client.loan("pg_lend", {"pg": "ab", "index": 0, "base": {"CPU": 1}}) == {
             "loan": None}
         assert client.ping() < 5.0  # the link stays
+
+
+def test_a_listing_gets_the_ledgers_groups_and_each_drivers_pending_rows(node, tmp_path):
+    # Step 16 (group_listing.py): another host's listing of placement groups reads the
+    # groups reserved here and the rows of those this node's drivers wait for; a driver
+    # that does not answer within half the asker's wait is named, the rest still come.
+    import socket
+
+    from miniray._private.owner.placement_group_records import state_row
+    from miniray._private.transport import state_socket
+    from miniray._private.transport.node_client import sun_path
+
+    node.peering.drivers.session_dir = str(tmp_path)  # as the node sets it
+    reserved, waiting = "ab" * 18, "cd" * 18
+    record = {"id": reserved, "name": "r", "bundles": [{"CPU": 1.0}], "nodes": ["n" * 16],
+              "detached": False, "job_id": "01000000"}
+    row = state_row({"id": waiting, "name": "w", "bundles": [{"CPU": 8.0}]}, "PENDING")
+    server = state_socket.StateServer(state_socket.socket_path(str(tmp_path)), lambda: {},
+                                      pending_groups=lambda: {"placement_groups": [row]})
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # never accepts: late
+    with sun_path(state_socket.socket_path(str(tmp_path), os.getppid())) as name:
+        silent.bind(name)
+    silent.listen(1)
+    node.ledger.acquire_group([{"CPU": 1.0}], record,
+                              placement.bundle_provides(reserved, [{"CPU": 1.0}]),
+                              holder_pid=os.getpid())
+    try:
+        with node.client() as client:
+            doc = client.group_listing(0.4)
+            assert client.ping() < 5.0  # the link stays
+        assert node.peering.drivers.statistics()["listings"] == 1
+    finally:
+        node.ledger.release_group(reserved)
+        server.close()
+        silent.close()
+    assert doc["reserved"] == {reserved: record}, doc
+    assert doc["pending"] == [row], doc
+    [late] = doc["missing"]  # (its socket's timeout or the bound: the same moment)
+    assert late.startswith(f"driver pid {os.getppid()}: "), late
+    assert late.endswith("did not answer within 0.2s"), late
+    assert rd.parse_message(("pg_listing", 3, 1.5)) == ("pg_listing", 3, (1.5,))
+    for wait in (0, -1.0, math.inf, "1", True):
+        assert rd.parse_message(("pg_listing", 3, wait))[0] is None

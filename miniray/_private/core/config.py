@@ -234,6 +234,13 @@ def node_dead_after_s() -> float:
     return _positive_float("MINIRAY_NODE_DEAD_AFTER_S", 5.0)
 
 
+def state_node_timeout_s() -> float:
+    """``MINIRAY_STATE_NODE_TIMEOUT_S`` (default 5.0): how long a placement-group listing
+    (``ray.util.state``, ``miniray list placement-groups``) waits for the other nodes of
+    the cluster; a node that has not answered by then is left out, named."""
+    return _positive_float("MINIRAY_STATE_NODE_TIMEOUT_S", 5.0)
+
+
 def test_die_after_keep_reserve() -> str | None:
     """``MINIRAY_TEST_DIE_AFTER_KEEP_RESERVE`` (tests only): a marker file's path; the
     remote worker that reserves room for a kept result first after it exists removes it

@@ -226,7 +226,7 @@ class NodeServer:
         drivers = getattr(peering, "drivers", None)
         if drivers is not None:
             drivers.spawner = self._remote_spawn
-            drivers.session_dir = self.info.get("session_dir")  # step 13: its logs
+            drivers.session_dir = self.info.get("session_dir")  # steps 13, 16: its logs, drivers
             drivers.kill_worker = lambda pid: self.fork_server.kill(pid, signal.SIGKILL)
             drivers.on_change = self._stats_changed  # what it keeps: ``miniray status``
         peering.register(self._sel, self.wake)

@@ -147,12 +147,11 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        worker files only, at most ``MAX_ANSWER_CHARS`` of text), else ("error", req,
        "no_log" or "malformed", text). Its remote workers' files are there too (the
        node's relay tees their stdout and stderr: ``transport/tls_relay.py``).
-   14. Placement groups (``ray.util.state.list_placement_groups`` and ``miniray list
-       placement-groups`` on a member's host ask the head: ``state_api._head_groups``;
-       the actor service of another node holding actors in room a driver of N lent asks
-       whether that driver's group lives: ``RemoteNodeClient.groups``,
-       ``owner/placement_group_nodes._lenders_gone``; a driver on another host finds a
-       driver's group: ``owner/far_groups.py``):
+   14. Placement groups reserved here (the actor service of another node holding
+       actors in room a driver of N lent asks whether that driver's group lives:
+       ``RemoteNodeClient.groups``, ``owner/placement_group_nodes._lenders_gone``; a
+       driver on another host finds a driver's group: ``owner/far_groups.py``; a listing
+       asks step 16):
        D -> N ("groups", req) -> ("groups", req, {hex: ledger record}): the groups
        reserved in N's ledger now (one lock-free read), else ("error", req, "node",
        text).
@@ -169,6 +168,17 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        releasing the group in its ledger); other requests in the meantime are answered
        as they come. The link closing (step 5, fencing) tells each driver asked on it
        ("pg_drop", the borrower): the loans it made to D come back.
+   16. This node's placement groups for a listing on another host
+       (``ray.util.state.list_placement_groups``, ``miniray list placement-groups``:
+       ``state_api._far_groups`` asks every other alive node of its view):
+       D -> N ("pg_listing", req, wait_s), wait_s the seconds D waits (a finite number
+       > 0, else ("error", req, "malformed", text)). A thread of N (``group_listing.py``)
+       asks each live driver of N's session for the rows of the groups it still waits to
+       reserve, within half of wait_s; then, on the loop, N answers ("pg_listing", req,
+       {"reserved": {hex: ledger record}, "pending": [row], "missing": [text]}): the
+       groups reserved in N's ledger now (read after the drivers answered), the drivers'
+       rows, and why a driver's rows are not there; else ("error", req, "node", text).
+       Other requests in the meantime are answered as they come.
 """
 
 from __future__ import annotations
@@ -184,6 +194,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from miniray._private.core import config, pull_grants
 from miniray._private.host import session, worker_logs
+from miniray._private.node.group_listing import GroupListing, check_wait
 from miniray._private.node.kept_objects import KeptObjects
 from miniray._private.node.kept_serving import (
     KeptServing,
@@ -325,7 +336,7 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     req = message[1] if len(message) > 1 else None
     shapes = {"lease": 4, "release": 3, "ping": 2, "spawn": 2, "kill": 3, "keeps": 2,
               "keep": 5, "free": 3, "grant_key": 2, "fetch": 7, "logs": 3,
-              "groups": 2, "pg_loan": 4}
+              "groups": 2, "pg_loan": 4, "pg_listing": 3}
     if not isinstance(op, str) or op not in shapes:
         return None, req, f"unknown message {op!r:.40}; this node knows {sorted(shapes)}"
     if len(message) != shapes[op]:
@@ -342,6 +353,8 @@ def parse_message(message: Any) -> tuple[str, Any, tuple] | tuple[None, Any, str
     if op == "free" and (not isinstance(message[2], (list, tuple)) or len(message[2]) > 4096
                          or not all(isinstance(i, bytes) for i in message[2])):
         return None, req, "a free names a list of at most 4096 object ids (bytes)"
+    if op == "pg_listing" and check_wait(message[2]) is not None:
+        return None, req, check_wait(message[2])
     if op == "fetch" and not fetch_shape(message[2:]):
         return None, req, ("a fetch names (object id: bytes, size: int > 0, [ip, port], "
                            "tag: str, grant: bytes)")
@@ -483,6 +496,9 @@ class RemoteDrivers(KeptServing):
         # Step 15: loans of this node's drivers' groups to remote drivers (its threads
         # post their answers to the loop through ``post``, set later).
         self.loans = LoanRelay(ledger, lambda: self.session_dir, lambda fn: self.post(fn))
+        # Step 16: this node's groups for another host's listing (answered as step 15's).
+        self.listings = GroupListing(ledger, lambda: self.session_dir,
+                                     lambda fn: self.post(fn))
         self.node_id = node_id
         self.node_pid = node_pid if node_pid is not None else os.getpid()
         self._gpu_keys = list(gpu_keys or [])
@@ -513,6 +529,7 @@ class RemoteDrivers(KeptServing):
                 "granted": self.granted, "denied": self.denied, "released": self.released,
                 "fenced": self.fenced, "errors": self.errors, "spawned": self.spawned,
                 "tickets": len(self._tickets), "refusing": self.refusing,
+                "listings": self.listings.answered,  # step 16's answers
                 # step 11's budget changes waiting for a busy budget file's lock
                 "budget_waiting": sum(len(ops) for ops in self._budget_ops.values()),
                 "drivers": sorted(link.name for link in self._links.values())}
@@ -619,6 +636,14 @@ class RemoteDrivers(KeptServing):
             return ("groups", req, groups)
         if op == "fetch":
             return self._fetch(link, req, *args)
+        if op == "pg_listing":  # step 16: answered later, from a thread (group_listing.py)
+
+            def answer(reply, link=link):
+                if self._served(link):
+                    self._reply(link, reply)
+
+            self.listings.answer(req, float(args[0]), answer)
+            return None
         if op == "pg_loan":  # step 15: answered later, from a thread (loan_relay.py)
             what, fields = args
             problem = check_fields(what, fields)

@@ -12,7 +12,7 @@ where the owner already keeps it.
 Does not own: serving the snapshot (``transport/state_socket.py``), nor filtering and
 formatting rows for readers (``core/state_rows.py``).
 Called by: ``tasks.TaskQueue.complete`` and ``actor_calls.ActorCalls._finish`` (the records),
-``runtime.py`` (the snapshot, from the state socket's thread).
+``runtime.py`` (the snapshot and the pending groups, from the state socket's thread).
 """
 
 from __future__ import annotations
@@ -268,6 +268,16 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
     return {"driver": driver, "tasks": tasks, "actors": actor_rows, "objects": object_rows,
             "workers": worker_rows,
             "placement_groups": [state_row(record, "PENDING") for record in pending_groups]}
+
+
+def pending_groups(owner) -> dict:
+    """What a driver's node reads of it for another host's placement-group listing:
+    ``{"placement_groups": [row]}``, the groups it still waits to reserve (as in
+    ``snapshot``), read under the owner's lock."""
+    pgs = getattr(owner, "pgs", None)
+    with owner.locked():
+        pending = pgs.pending_records() if pgs is not None else []
+    return {"placement_groups": [state_row(record, "PENDING") for record in pending]}
 
 
 def spans(owner, records: StateRecords, ids: dict) -> dict:

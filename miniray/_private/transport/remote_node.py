@@ -1,8 +1,8 @@
 """A driver's link to a node on another host: the ``driver`` role, lease, release, spawn.
 
 Owns: one authenticated ``driver`` channel to one remote node (``RemoteNodeClient``), the
-request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13 and
-14 there) from the driver's side, its timeouts, and turning the node's loss into
+request/answer matching of ``node/remote_drivers.py``'s protocol (steps 1-7, 10, 13,
+14 and 16 there) from the driver's side, its timeouts, and turning the node's loss into
 ``NodeDiedError`` naming the node (the link's EOF or a broken frame, a ``fenced`` message,
 or ``node_dead`` called by whoever reads the cluster view), and a spawn's four ``attach``
 connections (step 8 there).
@@ -11,7 +11,7 @@ the handshake and frames (``peer_channel.py``), the token (``host/auth_token.py`
 a lease is used for (``owner/remote_nodes.py``). The node's unasked ("exited", pid,
 status) reports (step 9 there) are kept in ``exited`` as the link is read.
 Called by: ``owner/remote_nodes.py`` (tasks on other hosts), ``state_api.py`` (another
-node's logs, step 13; the head's placement groups, step 14) and tests.
+node's logs, step 13; every other node's placement groups, step 16) and tests.
 
 Threads: every call is blocking and serialised by one lock: one request is in flight at a
 time, and an answer is matched to it by its request number (an answer that arrives after
@@ -175,6 +175,19 @@ class RemoteNodeClient:
         if answer[0] != "groups" or len(answer) != 3 or not isinstance(answer[2], dict):
             raise self._unexpected(answer)
         return answer[2]
+
+    def group_listing(self, wait_s: float, timeout: float | None = None) -> dict:
+        """Step 16: the node's placement groups for a listing here, ``{"reserved": {hex:
+        ledger record}, "pending": [row], "missing": [text]}``, the node answering within
+        about ``wait_s``. RemoteLeaseError kind "node" or "malformed" (an older node);
+        NodeDiedError, TimeoutError."""
+        answer = self._call("pg_listing", (float(wait_s),), timeout)
+        doc = answer[2] if answer[0] == "pg_listing" and len(answer) == 3 else None
+        if (not isinstance(doc, dict) or not isinstance(doc.get("reserved"), dict)
+                or not isinstance(doc.get("pending"), list)
+                or not isinstance(doc.get("missing"), list)):
+            raise self._unexpected(answer)
+        return doc
 
     def spawn(self, timeout: float | None = None) -> tuple[int, list[pc.PeerChannel]]:
         """Step 8: a worker on the node; ``(pid, [data, control, stdout, stderr] channels)``

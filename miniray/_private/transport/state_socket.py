@@ -11,16 +11,20 @@ builds its snapshot then (``owner/state_records.py``).
 Does not own: what the snapshot holds, nor which sessions exist (``host/session.py``).
 Called by: ``runtime.py`` (serve), ``state_api.py`` (ask, find), ``placement_group_loans``
 (ask: a borrowing driver's loans, ``remote_bundles`` step 9), ``node/loan_relay.py`` (ask:
-a driver of another host's loans and removals, step 10).
+a driver of another host's loans and removals, step 10), ``node/group_listing.py`` (ask,
+find: pending groups).
 
 Frames: an 8-byte big-endian length, then UTF-8 JSON. The request is ``{"what":
 "snapshot"}`` (the state API) or ``{"what": "timeline"}`` (``ray.timeline()``: the spans of
-finished tasks), or a request about one of the driver's placement groups: a loan of its
-room (``{"what": "pg_lend" | "pg_return" | "pg_kept" | "pg_drop", ...}``) or, from the
-driver's own node for a driver of another host, its removal (``"pg_remove"``), answered by
-the driver's ``loans(request, peer pid)``, the peer's pid read from the socket, never from
-the request (the driver's own node names a driver of another host in the request:
-``node/loan_relay.py``); the answer is that document, or ``{"error": text}``.
+finished tasks) or ``{"what": "pending_groups"}`` (the rows of the placement groups it still
+waits to reserve, ``{"placement_groups": [row]}``: its node answering another host's
+listing, ``node/group_listing.py``), or a request about one of the driver's placement
+groups: a loan of its room (``{"what": "pg_lend" | "pg_return" | "pg_kept" | "pg_drop",
+...}``) or, from the driver's own node for a driver of another host, its removal
+(``"pg_remove"``), answered by the driver's ``loans(request, peer pid)``, the peer's pid read
+from the socket, never from the request (the driver's own node names a driver of another
+host in the request: ``node/loan_relay.py``); the answer is that document, or ``{"error":
+text}``.
 """
 
 from __future__ import annotations
@@ -81,11 +85,14 @@ class StateServer:
 
     def __init__(self, path: str, snapshot: Callable[[], dict],
                  timeline: Callable[[], dict] | None = None,
-                 loans: Callable[[dict, int], dict] | None = None):
+                 loans: Callable[[dict, int], dict] | None = None,
+                 pending_groups: Callable[[], dict] | None = None):
         self.path = path
         self._answers = {"snapshot": snapshot}
         if timeline is not None:
             self._answers["timeline"] = timeline
+        if pending_groups is not None:
+            self._answers["pending_groups"] = pending_groups
         self._loans = loans
         same_uid.ensure_private_dir(os.path.dirname(path))
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
