@@ -1471,8 +1471,11 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     node (the member) in room the creator lends each task through its node; the group's
     removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
     its death mid-task gives the room back (its link to the creator's node closed); the
-    creator's death fails them too. Its actors there are refused at once, naming why
-    (README, Limits)."""
+    creator's death fails them too. Its actors there (a named one too) run in room the
+    creator lends for the actor's life, through its node: on the member (the creator's
+    own task there waits until the actor is killed, then runs) and on the creator's node
+    (the head's service places it from the group's bundle there); the group's removal
+    kills them (ActorDiedError)."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
@@ -1492,25 +1495,42 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         doc["there"] = run(in_bundle(1).remote())
         doc["again"] = run(in_bundle(1).remote())  # the first one's loan came back
 
-        @ray.remote(num_cpus=1)
+        @ray.remote(num_cpus=0.5)
         class Where:
             def ip(self):
                 return ips[ray.get_runtime_context().get_node_id()]
 
-        try:  # not lent to a driver of another host (README, Limits): said at once
-            Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
-            doc["actor"] = "created"
-        except RuntimeError as error:
-            doc["actor"] = "another host" in str(error)
+        def actor_in(group, index, **options):
+            return Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, index), **options).remote()
+
+        plain = actor_in(pg, 1)
+        doc["actor"] = run(plain.ip.remote())
         print(json.dumps(doc), flush=True)
-        in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            get_placement_group("gone"), 1))
+        sys.stdin.readline()  # the creator's task in bundle 1 waits: the actor holds room
+        ray.kill(plain)
+        print(json.dumps({"killed": run(plain.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator's task ran
+        gone = get_placement_group("gone")
+        named, head = actor_in(gone, 1, name="far", namespace="pgs"), actor_in(gone, 0)
+        in_gone = ip_of.options(num_cpus=0.5, scheduling_strategy=(
+            PlacementGroupSchedulingStrategy(gone, 1)))
         running, long = in_gone.remote("running", 120.0), in_bundle(1).remote("long", 120.0)
         started = marked("running") and marked("long")
-        waiting = in_gone.remote()
-        print(json.dumps({"started": started}), flush=True)
+        waiting = in_gone.remote()  # the actor and "running" fill the bundle
+        print(json.dumps({"started": started, "named": run(named.ip.remote()),
+                          "head": run(head.ip.remote())}), flush=True)
+
+        def until_gone(actor):
+            deadline = time.monotonic() + 30
+            while (ended := run(actor.ip.remote())) in ips.values() and \
+                    time.monotonic() < deadline:  # the kill is async
+                time.sleep(0.05)
+            return ended
+
         sys.stdin.readline()  # the creator removed group "gone"
-        print(json.dumps({"removed": [run(running), run(waiting)]}), flush=True)
+        print(json.dumps({"removed": [run(running), run(waiting), until_gone(named),
+                                      until_gone(head)]}), flush=True)
         sys.stdin.readline()  # killed here, "long" running in the creator's bundle
         """, hosts, "theirs", ip=THIRD)
         try:
@@ -1519,12 +1539,17 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
                            "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
                            "unknown": "Failed to look up placement group with name: nowhere",
                            "here": "127.0.0.1", "there": MEMBER, "again": MEMBER,
-                           "actor": True}, (doc, far.stderr.read() if far.poll() is not None
-                                            else "")
-            assert json_line(far, 60) == {"started": True}
+                           "actor": MEMBER}, (doc, far.stderr.read() if far.poll() is not None
+                                              else "")
+            assert _tell(creator, "start theirs") == {"ended": False}  # the actor holds it
+            assert go_on(far, 60) == {"killed": "ActorDiedError"}
+            assert _tell(creator, "finish") == {"finish": MEMBER}
+            doc = go_on(far, 90)
+            assert doc == {"started": True, "named": MEMBER, "head": "127.0.0.1"}, doc
             assert _tell(creator, "remove gone") == {"removed": "gone"}
             doc = go_on(far, 60)
-            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2}, doc
+            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2 +
+                           ["ActorDiedError"] * 2}, doc
             far.kill()  # mid-task: the creator's node tells it, which drops the loan
             far.wait(10)
             assert _tell(creator, "run theirs") == {"run": MEMBER}

@@ -118,7 +118,10 @@ Steps for group G of driver D with bundle i planned on node N::
    E's ``serves`` sends it to S, and E's ``_borrow_for_actor`` asks D (``pg_lend``
    with the actor's id: D's ``lend_actor_room`` is step 7's ``take`` and ``lend``), sets
    ``spec.lent`` (borrowed: True) and creates it in S, which ``borrow``s as in step 7;
-   E then tells D whether S took it (``pg_kept``). D keeps the room while S holds the
+   E then tells D whether S took it (``pg_kept``). D's "here" (the bundle is on D's
+   node now) leaves it to S's ledger when S is D's node's, else (S the head's, D on a
+   member) ``.remote()`` raises a RuntimeError naming why: S's ledger does not hold the
+   group. D keeps the room while S holds the
    actor alive (the watch's SVC_ALIVE, as for its own), from the moment E says S took
    it; until then the loan is E's (``actor_loans_unsent``: dropped with E's other loans
    when E is gone, or given back when S did not take it). The actor ends as a step-7
@@ -167,13 +170,28 @@ Steps for group G of driver D with bundle i planned on node N::
    D removes the group, or D ends (its group lease goes from A's ledger): E's watch
    asks A for the groups it uses (``_far_reserved``) and fails E's tasks in G with
    TaskPlacementGroupRemoved, killing those running (``removed``); A's death drops
-   A's groups from what E knows, with the same effect. Not yet: E's actors there
-   (``serves`` sends them to S's path, where ``ActorManager._lend`` refuses them with a
-   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A),
-   and E's ``remove_placement_group`` of D's group (it releases nothing of it). Why
-   through A and not the head: A holds the group's record and D's socket, both are
-   reached on the link E opens to A for its tasks anyway, and A sees that link close
-   when E or its host dies, which D, on another host, cannot see itself.
+   A's groups from what E knows, with the same effect. An actor of E there (named or
+   not, detached or not) is step 9's, through A: E's ``serves`` sends it to S (the
+   head's: E's own node's service when E runs on the head), E's ``_borrow_for_actor``
+   asks D through A (``pg_lend`` with the actor's id and ``held``, ``ask_driver``; A's
+   relay carries those fields and ``pg_kept``), D's ``lend_actor_room`` takes its room
+   for the token A names, and E creates it in S with ``spec.lent`` (borrowed: True),
+   then tells D through A whether S took it (``pg_kept``). ``spec.lent``'s third field
+   names D's node A when A is not S's node (``lender_watch``): S's watch then asks A
+   whether G lives (step 7's far watch, ``_lenders_gone``); when A is the head, S reads
+   G's lease in its own ledger (step 9's watch on one node). D keeps the room while S
+   holds the actor alive (its watch's SVC_ALIVE; D and E share S, the head's), and
+   before ``pg_kept`` the loan is E's (A's ``pg_drop`` on E's link closing gives it
+   back). The actor ends as step 9's: killed, out of scope, E's exit or its host's death
+   (E's link to S closes: S ends it, a detached one excepted), the group's removal (D
+   kills it in S; S's watch too), D's end (S's watch). D's "here" (the bundle is on A)
+   goes to S's ledger when A is S's node (the head), as step 9's; else ``.remote()``
+   raises a RuntimeError naming why (S could not place it on A: README, Limits), as it
+   does for step 9's "here" when S is not D's node. Not yet: E's
+   ``remove_placement_group`` of D's group (it releases nothing of it). Why through A
+   and not the head: A holds the group's record and D's socket, both are reached on the
+   link E opens to A for its tasks anyway, and A sees that link close when E or its
+   host dies, which D, on another host, cannot see itself.
 
 A task or an actor takes its share of a bundle's GPUs (``pick_gpus`` on each GPU's free
 units, as the node's ledger picks devices): a task's given back when it ends, an actor's
