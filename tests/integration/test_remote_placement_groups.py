@@ -21,6 +21,8 @@ from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
+THIRD = "127.0.0.3"  # a driver's host that joins late, with no bundle of the groups
+
 PG = """
     from miniray.util.placement_group import (placement_group, placement_group_table,
                                               remove_placement_group)
@@ -650,12 +652,44 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
     it cannot read the member's ledger: it asks the member whether the group lives): the
     other driver's actor in the creator's bundle on the head lives there, not ended by the
     service's watch, until the creator removes the group; in a second group, its actor
-    and a detached one (whose own driver left) die soon after the creator is killed."""
+    and a detached one (whose own driver left) die soon after the creator is killed. A
+    driver of a third host runs actors in the creator's bundle on the member itself (the
+    head's service leases their room there, from the group's bundle): they hold it (its
+    task there waits until one is killed) and die when the creator removes the group."""
     _cluster(hosts, "2", "2")
     # STRICT_SPREAD: bundle 0 here, 1 on the head
     creator = _holder(hosts, "m", "n", ip=MEMBER)
-    other = None
+    other = far = None
     try:
+        _join_late(hosts, THIRD)
+        far = _driver_with("""
+        @ray.remote(num_cpus=0.5)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        def in_member(**options):
+            return Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, 0), **options).remote()
+
+        named, plain = in_member(name="z"), in_member()  # they fill bundle 0's CPU
+        doc = {"named": run(named.ip.remote()), "plain": run(plain.ip.remote())}
+        task = ip_of.options(num_cpus=0.5, scheduling_strategy=(
+            PlacementGroupSchedulingStrategy(pg, 0))).remote()
+        doc["waits"] = not ray.wait([task], timeout=2.0)[0]
+        ray.kill(plain)
+        doc["after_kill"] = run(task)
+        print(json.dumps(doc), flush=True)
+        sys.stdin.readline()  # the creator removed the group
+        deadline = time.monotonic() + 30
+        while (ended := run(named.ip.remote())) == "127.0.0.2" and time.monotonic() < deadline:
+            time.sleep(0.05)  # the kill is async
+        print(json.dumps({"removed": ended}), flush=True)
+        ray.shutdown()
+        """, hosts, "m", ip=THIRD)
+        doc = json_line(far, 90)
+        assert doc == {"named": MEMBER, "plain": MEMBER, "waits": True,
+                       "after_kill": MEMBER}, doc
         first = _driver_with("""
         from miniray.util.placement_group import get_placement_group
 
@@ -718,16 +752,20 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
         assert doc == {"first": "127.0.0.1", "later": "127.0.0.1", "in_n": "127.0.0.1"}, doc
         assert _tell(creator, "remove m") == {"removed": "m"}
         assert go_on(other, 60) == {"removed": "ActorDiedError"}
+        assert go_on(far, 60) == {"removed": "ActorDiedError"}
+        assert far.wait(30) == 0
         stop_driver(creator)
         doc = go_on(other, 90)
         assert doc["in_n"] == "ActorDiedError" and doc["dn"] in ("ActorDiedError",
                                                                   "ValueError"), doc
         assert other.wait(60) == 0
     finally:
-        if other is not None:
-            stop_driver(other)
+        for driver_ in (other, far):
+            if driver_ is not None:
+                stop_driver(driver_)
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")), 30.0)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
 
 
 def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(hosts):
@@ -1457,9 +1495,6 @@ def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end
     assert _ends(kept), "the detached actor's worker outlived its driver's group"
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")),
                       30.0)
-
-
-THIRD = "127.0.0.3"
 
 
 def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(hosts):

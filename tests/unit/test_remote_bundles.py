@@ -722,7 +722,8 @@ def test_an_actor_of_a_far_drivers_group_borrows_its_room_through_that_drivers_n
     driver of another node holds is the service's, lent room by that driver through its
     node (``pg_lend`` with the actor's id, then ``pg_kept``); ``spec.lent`` names the
     lender's node only when it is not the service's (the head); "here" (the bundle is on
-    the lender's node) goes to the service's ledger only when that node is the head's."""
+    the lender's node) goes to the service's ledger when that node is the head, else the
+    service leases the actor's room on that node (``leased_there``)."""
     from miniray._private.owner.actor_service_proxies import ServiceProxies
 
     owner, nodes = _Owner(), _Nodes()
@@ -770,9 +771,23 @@ def test_an_actor_of_a_far_drivers_group_borrows_its_room_through_that_drivers_n
     assert proxies._borrow_for_actor(spec, ("node", "head", H), 0.0) is not None
     assert spec.lent[2] == ""  # the lender's node is the service's: it reads its ledger
     answers[:] = [{"loan": "here"}, {"loan": "here"}]
+    spec.lent = None
     assert proxies._borrow_for_actor(spec, ("node", "head", H), 0.0) is None
-    try:
-        proxies._borrow_for_actor(spec, ("node", "member", H), 0.0)
-        raise AssertionError("a bundle on a member lender's own node was not refused")
-    except RuntimeError as error:
-        assert "not the head" in str(error), error
+    assert spec.lent is None  # the head's ledger places it, as any actor of the group
+    assert proxies._borrow_for_actor(spec, ("node", "member", H), 0.0) is None
+    assert spec.lent == (entries["member"], [], "member", True, True)  # leased there
+
+    service = RemoteBundles(_Owner(), _Nodes())  # the head's service takes both kinds
+    leased = types.SimpleNamespace(actor_id=b"\x02" * 16, lent=spec.lent,
+                                   placement=spec.placement)
+    service.borrow(leased)
+    lent = types.SimpleNamespace(actor_id=b"\x03" * 16, placement=spec.placement,
+                                 lent=(entries["member"], [], "member", True))
+    service.borrow(lent)
+    assert service.leased_there(leased.actor_id) is entries["member"]
+    assert service.leased_there(lent.actor_id) is None and lent.actor_id in service.borrowed
+    assert service.lender_watched == {H: "member"}
+    service.unborrow(lent.actor_id)
+    assert service.lender_watched == {H: "member"}  # the leased one still lives
+    service.unborrow(leased.actor_id)
+    assert service.lender_watched == {} and service.on_lender_node == {}

@@ -137,13 +137,13 @@ class ServiceProxies:
         id, ``ask_driver``: on D's state socket, or through D's node; waiting up to
         LEND_WAIT_S for room), "any bundle" made the bundle picked, and ``spec.lent`` set
         for the service, as ``_lend`` does with a bundle of this driver's own; None when D
-        says the bundle is on D's node and that node is the service's (its ledger places
-        it there), or when the group is gone (D removed it, or D ended: no longer in its
-        node's ledger) while the actor waits: the service, whose ledger has no room of the
-        group, kills it as an actor of a removed group (Ray's outcome: it dies, its
-        creation does not wait). Raises, naming why, when no room comes in time, when D
-        does not answer while its group lives, or when the bundle is on D's node and that
-        node is not the service's (the service could not place it there)."""
+        says the bundle is on D's node ("here", no loan: that node's ledger provides it;
+        the service places it from its own ledger when that node is the service's, else
+        leases its room there, ``spec.lent``'s fifth field), or when the group is gone (D
+        removed it, or D ended: no longer in its node's ledger) while the actor waits: the
+        service, whose ledger has no room of the group, kills it as an actor of a removed
+        group (Ray's outcome: it dies, its creation does not wait). Raises, naming why,
+        when no room comes in time or D does not answer while its group lives."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
 
         bundles = self.owner.remote_nodes.bundles
@@ -168,15 +168,19 @@ class ServiceProxies:
             if "error" in doc:
                 raise RuntimeError(doc["error"])
             loan = doc.get("loan")
-            if loan == "here":
-                service_node = self._service_node()
-                if service_node is not None and self._lender_node(lender) == service_node:
-                    return None
-                raise RuntimeError(  # README, Limits
-                    f"actor {spec.class_name}: its placement group bundle is on the node of "
-                    "the driver that holds the group, which is not the head, whose actor "
-                    "service runs this driver's actors there; create the actor in that "
-                    "driver, or use a bundle on another node")
+            if loan == "here":  # the bundle is on D's node, whose ledger provides it
+                service_node, lender_node = self._service_node(), self._lender_node(lender)
+                if service_node is not None and lender_node == service_node:
+                    return None  # the service's own ledger places it
+                entry = self.owner.remote_nodes.alive_entry(lender_node)
+                if service_node is None or entry is None:
+                    raise RuntimeError(f"actor {spec.class_name}: the node of the driver "
+                                       "that holds its placement group, or the head, is "
+                                       "not in this driver's view of the cluster")
+                # the service leases its room on D's node (RemoteBundles.leased_there),
+                # and asks that node whether the group lives
+                spec.lent = (entry, [], lender_node, True, True)
+                return None
             if isinstance(loan, list):
                 picked, node_id, gpu_ids = loan
                 entry = self.owner.remote_nodes.alive_entry(node_id)
