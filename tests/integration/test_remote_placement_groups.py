@@ -21,6 +21,8 @@ from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_placement import _cluster
 from .test_remote_tasks import MEMBER, PRELUDE, _run_driver
 
+THIRD = "127.0.0.3"  # a driver's host that joins late, with no bundle of the groups
+
 PG = """
     from miniray.util.placement_group import (placement_group, placement_group_table,
                                               remove_placement_group)
@@ -653,12 +655,44 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
     it cannot read the member's ledger: it asks the member whether the group lives): the
     other driver's actor in the creator's bundle on the head lives there, not ended by the
     service's watch, until the creator removes the group; in a second group, its actor
-    and a detached one (whose own driver left) die soon after the creator is killed."""
+    and a detached one (whose own driver left) die soon after the creator is killed. A
+    driver of a third host runs actors in the creator's bundle on the member itself (the
+    head's service leases their room there, from the group's bundle): they hold it (its
+    task there waits until one is killed) and die when the creator removes the group."""
     _cluster(hosts, "2", "2")
     # STRICT_SPREAD: bundle 0 here, 1 on the head
     creator = _holder(hosts, "m", "n", ip=MEMBER)
-    other = None
+    other = far = None
     try:
+        _join_late(hosts, THIRD)
+        far = _driver_with("""
+        @ray.remote(num_cpus=0.5)
+        class Where:
+            def ip(self):
+                return ips[ray.get_runtime_context().get_node_id()]
+
+        def in_member(**options):
+            return Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                pg, 0), **options).remote()
+
+        named, plain = in_member(name="z"), in_member()  # they fill bundle 0's CPU
+        doc = {"named": run(named.ip.remote()), "plain": run(plain.ip.remote())}
+        task = ip_of.options(num_cpus=0.5, scheduling_strategy=(
+            PlacementGroupSchedulingStrategy(pg, 0))).remote()
+        doc["waits"] = not ray.wait([task], timeout=2.0)[0]
+        ray.kill(plain)
+        doc["after_kill"] = run(task)
+        print(json.dumps(doc), flush=True)
+        sys.stdin.readline()  # the creator removed the group
+        deadline = time.monotonic() + 30
+        while (ended := run(named.ip.remote())) == "127.0.0.2" and time.monotonic() < deadline:
+            time.sleep(0.05)  # the kill is async
+        print(json.dumps({"removed": ended}), flush=True)
+        ray.shutdown()
+        """, hosts, "m", ip=THIRD)
+        doc = json_line(far, 90)
+        assert doc == {"named": MEMBER, "plain": MEMBER, "waits": True,
+                       "after_kill": MEMBER}, doc
         first = _driver_with("""
         from miniray.util.placement_group import get_placement_group
 
@@ -721,16 +755,20 @@ def test_another_drivers_actor_of_a_member_lives_in_the_creators_bundle_on_the_h
         assert doc == {"first": "127.0.0.1", "later": "127.0.0.1", "in_n": "127.0.0.1"}, doc
         assert _tell(creator, "remove m") == {"removed": "m"}
         assert go_on(other, 60) == {"removed": "ActorDiedError"}
+        assert go_on(far, 60) == {"removed": "ActorDiedError"}
+        assert far.wait(30) == 0
         stop_driver(creator)
         doc = go_on(other, 90)
         assert doc["in_n"] == "ActorDiedError" and doc["dn"] in ("ActorDiedError",
                                                                   "ValueError"), doc
         assert other.wait(60) == 0
     finally:
-        if other is not None:
-            stop_driver(other)
+        for driver_ in (other, far):
+            if driver_ is not None:
+                stop_driver(driver_)
         stop_driver(creator)
     assert wait_until(lambda: not ledger_leases(hosts.env("127.0.0.1")), 30.0)
+    assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
 
 
 def test_another_drivers_actor_in_a_members_bundle_dies_with_the_group_creator(hosts):
@@ -1466,9 +1504,6 @@ def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end
                       30.0)
 
 
-THIRD = "127.0.0.3"
-
-
 def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(hosts):
     """As in Ray, a driver on another host than the creator finds its (not detached)
     group by name and in ``placement_group_table()``, each bundle's node as the creator's
@@ -1478,9 +1513,12 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
     node (the member) in room the creator lends each task through its node; the group's
     removal fails its running and waiting tasks there with TaskPlacementGroupRemoved, and
     its death mid-task gives the room back (its link to the creator's node closed); the
-    creator's death fails them too. Its actors there are refused at once, naming why
-    (README, Limits). Its own groups (reserved on its host, and pending) are listed from
-    the member's host beside the creator's."""
+    creator's death fails them too. Its actors there (a named one too) run in room the
+    creator lends for the actor's life, through its node: on the member (the creator's
+    own task there waits until the actor is killed, then runs) and on the creator's node
+    (the head's service places it from the group's bundle there); the group's removal
+    kills them (ActorDiedError). Its own groups (reserved on its host, and pending) are
+    listed from the member's host beside the creator's."""
     _cluster(hosts, "2", "2")
     creator = _holder(hosts, "theirs", "gone")  # bundles on the head and the member
     try:
@@ -1500,16 +1538,17 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         doc["there"] = run(in_bundle(1).remote())
         doc["again"] = run(in_bundle(1).remote())  # the first one's loan came back
 
-        @ray.remote(num_cpus=1)
+        @ray.remote(num_cpus=0.5)
         class Where:
             def ip(self):
                 return ips[ray.get_runtime_context().get_node_id()]
 
-        try:  # not lent to a driver of another host (README, Limits): said at once
-            Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, 1)).remote()
-            doc["actor"] = "created"
-        except RuntimeError as error:
-            doc["actor"] = "another host" in str(error)
+        def actor_in(group, index, **options):
+            return Where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, index), **options).remote()
+
+        plain = actor_in(pg, 1)
+        doc["actor"] = run(plain.ip.remote())
         # Groups of its own, for the listing from the member's host: one reserved (on
         # this host, the only room left) and one that waits.
         from miniray.util.placement_group import placement_group, remove_placement_group
@@ -1517,16 +1556,32 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
         doc["own"] = own.wait(20)
         wants = placement_group([{"CPU": 64}], name="far_wants")
         print(json.dumps(doc), flush=True)
-        in_gone = ip_of.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            get_placement_group("gone"), 1))
+        sys.stdin.readline()  # the creator's task in bundle 1 waits: the actor holds room
+        ray.kill(plain)
+        print(json.dumps({"killed": run(plain.ip.remote())}), flush=True)
+        sys.stdin.readline()  # the creator's task ran
+        gone = get_placement_group("gone")
+        named, head = actor_in(gone, 1, name="far", namespace="pgs"), actor_in(gone, 0)
+        in_gone = ip_of.options(num_cpus=0.5, scheduling_strategy=(
+            PlacementGroupSchedulingStrategy(gone, 1)))
         running, long = in_gone.remote("running", 120.0), in_bundle(1).remote("long", 120.0)
         started = marked("running") and marked("long")
-        waiting = in_gone.remote()
-        print(json.dumps({"started": started}), flush=True)
+        waiting = in_gone.remote()  # the actor and "running" fill the bundle
+        print(json.dumps({"started": started, "named": run(named.ip.remote()),
+                          "head": run(head.ip.remote())}), flush=True)
+
+        def until_gone(actor):
+            deadline = time.monotonic() + 30
+            while (ended := run(actor.ip.remote())) in ips.values() and \
+                    time.monotonic() < deadline:  # the kill is async
+                time.sleep(0.05)
+            return ended
+
         sys.stdin.readline()  # the creator removed group "gone"
         remove_placement_group(own)
         remove_placement_group(wants)
-        print(json.dumps({"removed": [run(running), run(waiting)]}), flush=True)
+        print(json.dumps({"removed": [run(running), run(waiting), until_gone(named),
+                                      until_gone(head)]}), flush=True)
         sys.stdin.readline()  # killed here, "long" running in the creator's bundle
         """, hosts, "theirs", ip=THIRD)
         try:
@@ -1535,7 +1590,7 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
                            "nodes": {"0": "127.0.0.1", "1": MEMBER}, "listed": True,
                            "unknown": "Failed to look up placement group with name: nowhere",
                            "here": "127.0.0.1", "there": MEMBER, "again": MEMBER,
-                           "actor": True, "own": True}, (
+                           "actor": MEMBER, "own": True}, (
                                doc, far.stderr.read() if far.poll() is not None else "")
             # Listed from the member's host: the head's groups, and this third host's
             # driver's own, reserved and pending (every other node is asked).
@@ -1549,10 +1604,15 @@ def test_a_driver_on_another_host_finds_the_creators_group_and_runs_tasks_in_it(
             assert rows == {"theirs": spread, "gone": spread,
                             "far_own": ["CREATED", [ids[THIRD]]],
                             "far_wants": ["PENDING", ["None"]]}, rows
-            assert json_line(far, 60) == {"started": True}
+            assert _tell(creator, "start theirs") == {"ended": False}  # the actor holds it
+            assert go_on(far, 60) == {"killed": "ActorDiedError"}
+            assert _tell(creator, "finish") == {"finish": MEMBER}
+            doc = go_on(far, 90)
+            assert doc == {"started": True, "named": MEMBER, "head": "127.0.0.1"}, doc
             assert _tell(creator, "remove gone") == {"removed": "gone"}
             doc = go_on(far, 60)
-            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2}, doc
+            assert doc == {"removed": ["TaskPlacementGroupRemoved"] * 2 +
+                           ["ActorDiedError"] * 2}, doc
             far.kill()  # mid-task: the creator's node tells it, which drops the loan
             far.wait(10)
             assert _tell(creator, "run theirs") == {"run": MEMBER}

@@ -24,7 +24,14 @@ def test_check_fields_refuses_what_a_remote_driver_may_not_ask():
     assert check_fields("pg_lend", {"pg": PG, "index": -1, "base": {"CPU": 1}}) is None
     assert check_fields("pg_return", {"pg": PG, "loan": 3}) is None
     assert check_fields("pg_remove", {"pg": PG}) is None
+    actor = {"pg": PG, "index": 1, "base": {"CPU": 1}, "actor": "ff", "held": {"CPU": 1}}
+    assert check_fields("pg_lend", actor) is None  # an actor's loan (remote_bundles step 10)
+    assert check_fields("pg_kept", {"pg": PG, "actor": "ff", "kept": False}) is None
     for what, fields in [("pg_kept", {"pg": PG}), ("pg_drop", {"pg": PG}),
+                         ("pg_kept", {"pg": PG, "actor": "ff", "kept": 1}),
+                         ("pg_kept", {"pg": PG, "actor": "xyz", "kept": True}),
+                         ("pg_lend", {**actor, "held": None}),
+                         ("pg_lend", {**actor, "actor": 7}),
                          ("pg_lend", {"pg": PG, "index": True, "base": {}}),
                          ("pg_lend", {"pg": PG, "index": 0, "base": {"CPU": "1"}}),
                          ("pg_lend", {"index": 0, "base": {}}), ("pg_lend", []),
@@ -70,13 +77,22 @@ def test_a_loan_goes_to_the_groups_holder_naming_the_link_and_its_end_drops_it(t
     link = _Link("remote driver 127.0.0.2 pid 7")
     try:
         relay.forward(link, 5, "pg_lend", {"pg": PG, "index": 0, "base": {"CPU": 1.0},
-                                           "actor": "ff"}, answers.put)
+                                           "borrower": "me"}, answers.put)
         assert answers.get(timeout=10) == ("pg_loan", 5, {"loan": [1, 0, "n", []]})
         request, pid = asked.get(timeout=10)
         assert pid == os.getpid()
-        name = request.pop("borrower")  # the link's, never the driver's word; no "actor"
+        name = request.pop("borrower")  # the link's, never the driver's word
         assert request == {"what": "pg_lend", "pg": PG, "index": 0, "base": {"CPU": 1.0}}
         assert name[0] == link.name and isinstance(name[1], int)
+        actor = {"pg": PG, "index": 1, "base": {"CPU": 1.0}, "actor": "ff", "held": {}}
+        relay.forward(link, 6, "pg_lend", actor, answers.put)  # an actor's loan, then kept
+        relay.forward(link, 7, "pg_kept", {"pg": PG, "actor": "ff", "kept": True, "x": 1},
+                      answers.put)
+        seen = sorted((asked.get(timeout=10)[0] for _ in range(2)), key=lambda r: r["what"])
+        assert seen == [{"what": "pg_kept", "pg": PG, "actor": "ff", "kept": True,
+                         "borrower": name},
+                        {"what": "pg_lend", **actor, "borrower": name}], seen
+        assert sorted(answers.get(timeout=10)[1] for _ in range(2)) == [6, 7]
         relay.drop_link(link)
         request, _pid = asked.get(timeout=10)
         assert request == {"what": "pg_drop", "borrower": name}
@@ -167,3 +183,46 @@ def test_the_holder_removes_its_group_for_a_far_driver_only_from_its_node():
     assert asked == []
     assert answer_borrower(owner, far, pid=456, node_pid=456) == {"removed": True}
     assert asked == [PG]
+
+
+def test_a_far_borrowers_actor_loan_is_its_until_kept_and_its_link_drop_gives_it_back():
+    """The lender's side of an actor of a driver of another host (``remote_bundles`` step
+    10): its node names the borrower; the room is lent for the actor, kept once the
+    borrower says the service took it, else given back when its link to the node closes."""
+    from miniray._private.core import placement
+    from miniray._private.owner.remote_bundles import RemoteBundle, RemoteBundles
+
+    class _Locked:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    pg = "cd" * 18  # a group id's length: its bundles' resource names carry it
+    owner = SimpleNamespace(locked=_Locked, closed=False, used=[])
+    owner.note_placement_use = lambda: owner.used.append(True)
+    book = RemoteBundles(owner, SimpleNamespace(local="head"))
+    member = SimpleNamespace(node_id="member")
+    book.adopt(pg, {1: RemoteBundle(pg, 1, {"CPU": 1.0}, member, object(), "l1", [])}, True)
+    owner.remote_nodes = SimpleNamespace(bundles=book)
+    node = 456
+
+    def ask(what, name, **fields):
+        return answer_borrower(owner, {"what": what, "borrower": name, **fields}, node, node)
+
+    first, second = ["remote driver 127.0.0.3 pid 7", 1], ["remote driver 127.0.0.3 pid 8", 2]
+    lend = {"pg": pg, "index": -1, "base": {"CPU": 1.0}, "held": {"CPU": 0.5}}
+    assert ask("pg_lend", first, actor="aa", **lend) == {"loan": [1, "member", []]}
+    assert ask("pg_lend", second, actor="bb", **lend) == {"loan": None}  # no room left
+    assert ask("pg_kept", second, pg=pg, actor="aa", kept=True) == {"loan": None}
+    assert book.actor_loans_unsent == {b"\xaa": far_token(first)}  # only from its borrower
+    assert ask("pg_drop", first) == {"loan": None}  # its link closed before it said
+    assert book.actor_loans_unsent == {} and book.loans == {}
+    assert book.groups[pg][1].free == {"CPU": 1.0}
+    assert ask("pg_lend", second, actor="bb", **lend) == {"loan": [1, "member", []]}
+    assert ask("pg_kept", second, pg=pg, actor="bb", kept=True) == {"loan": None}
+    assert owner.used and b"\xbb" in book.loans  # the watch keeps it now
+    assert ask("pg_drop", second) == {"loan": None}  # kept: the service holds the actor
+    assert book.groups[pg][1].free == {"CPU": 0.5}
+    assert placement.bundle_request(book.loans[b"\xbb"][1])[1] == 1  # "any" made bundle 1

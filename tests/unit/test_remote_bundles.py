@@ -715,3 +715,79 @@ def test_a_driver_lends_an_actors_room_kept_while_the_service_holds_it():
     loans.answer_borrower(owner, lend, 4242)
     book.removed(H)
     assert book.loans == {} and book.actor_loans_unsent == {}
+
+
+def test_an_actor_of_a_far_drivers_group_borrows_its_room_through_that_drivers_node():
+    """``remote_bundles`` step 10: an actor of this driver in any bundle of a group that a
+    driver of another node holds is the service's, lent room by that driver through its
+    node (``pg_lend`` with the actor's id, then ``pg_kept``); ``spec.lent`` names the
+    lender's node only when it is not the service's (the head); "here" (the bundle is on
+    the lender's node) goes to the service's ledger when that node is the head, else the
+    service leases the actor's room on that node (``leased_there``)."""
+    from miniray._private.owner.actor_service_proxies import ServiceProxies
+
+    owner, nodes = _Owner(), _Nodes()
+    nodes.local = "third"
+    entries = {n: types.SimpleNamespace(node_id=n, is_head=n == "head", alive=True)
+               for n in ("head", "member", "third")}
+    nodes.view = lambda: list(entries.values())
+    asked: list = []
+    answers: list = []
+
+    def loan(what, fields, timeout=None):
+        asked.append((what, fields))
+        return answers.pop(0)
+
+    nodes.client = lambda entry: types.SimpleNamespace(loan=loan, node=entry.node_id)
+    book = RemoteBundles(owner, nodes)
+    owner.remote_nodes = nodes
+    nodes.bundles = book
+    owner.placement_group_gone = lambda pg_hex, far=False: False
+    on_member = placement.rewrite_request({"CPU": 1}, H, 1)
+    assert book.actor_lender(on_member) is None  # not known as served yet
+    for lender_node in ("head", "member"):
+        book.note_served(H, ["head", "member"], ("node", lender_node, H), everywhere=True)
+        assert book.serves(on_member)
+        assert book.actor_lender(on_member) == ("node", lender_node, H)
+        assert book.actor_lender(placement.rewrite_request({"CPU": 1}, H, 0)) is not None
+
+    proxies = ServiceProxies()
+    proxies.owner = owner
+    proxies.link = types.SimpleNamespace(on_another_host=lambda: True)  # a member's driver
+    spec = types.SimpleNamespace(
+        actor_id=b"\x01" * 16, class_name="Where", lent=None,
+        placement=placement.rewrite_request({"CPU": 1}, H, -1),
+        held=placement.rewrite_request({"CPU": 0.5}, H, -1))
+    answers[:] = [{"loan": [1, "member", ["0"]]}, {"loan": None}]  # pg_lend, pg_kept
+    assert proxies._borrow_for_actor(spec, ("node", "member", H), 0.0) == {
+        "lender": ("node", "member", H), "kept": False}
+    assert asked[0] == ("pg_lend", {"pg": H, "index": -1, "base": {"CPU": 1.0},
+                                    "held": {"CPU": 0.5}, "actor": spec.actor_id.hex()})
+    assert placement.bundle_request(spec.placement)[1] == 1  # the bundle lent
+    assert spec.lent == (entries["member"], ["0"], "member", True)  # the head asks member
+    proxies._tell_lender(spec, {"lender": ("node", "member", H), "kept": True})
+    assert asked[1] == ("pg_kept", {"pg": H, "actor": spec.actor_id.hex(), "kept": True})
+    answers[:] = [{"loan": [1, "member", []]}]
+    assert proxies._borrow_for_actor(spec, ("node", "head", H), 0.0) is not None
+    assert spec.lent[2] == ""  # the lender's node is the service's: it reads its ledger
+    answers[:] = [{"loan": "here"}, {"loan": "here"}]
+    spec.lent = None
+    assert proxies._borrow_for_actor(spec, ("node", "head", H), 0.0) is None
+    assert spec.lent is None  # the head's ledger places it, as any actor of the group
+    assert proxies._borrow_for_actor(spec, ("node", "member", H), 0.0) is None
+    assert spec.lent == (entries["member"], [], "member", True, True)  # leased there
+
+    service = RemoteBundles(_Owner(), _Nodes())  # the head's service takes both kinds
+    leased = types.SimpleNamespace(actor_id=b"\x02" * 16, lent=spec.lent,
+                                   placement=spec.placement)
+    service.borrow(leased)
+    lent = types.SimpleNamespace(actor_id=b"\x03" * 16, placement=spec.placement,
+                                 lent=(entries["member"], [], "member", True))
+    service.borrow(lent)
+    assert service.leased_there(leased.actor_id) is entries["member"]
+    assert service.leased_there(lent.actor_id) is None and lent.actor_id in service.borrowed
+    assert service.lender_watched == {H: "member"}
+    service.unborrow(lent.actor_id)
+    assert service.lender_watched == {H: "member"}  # the leased one still lives
+    service.unborrow(leased.actor_id)
+    assert service.lender_watched == {} and service.on_lender_node == {}

@@ -1198,10 +1198,11 @@ def test_the_node_lists_the_groups_in_its_ledger(node):
 
 
 def test_a_loan_request_is_checked_and_a_group_no_driver_here_holds_lends_nothing(node):
-    # Step 15 (loan_relay.py): only pg_lend and pg_return, well formed, reach a driver.
+    # Step 15 (loan_relay.py): only pg_lend, pg_return and pg_kept, well formed, reach a
+    # driver.
     with node.client() as client:
         with pytest.raises(RemoteLeaseError) as info:
-            client.loan("pg_kept", {"pg": "ab", "actor": "ff", "kept": True})
+            client.loan("pg_kept", {"pg": "ab", "actor": "ff"})
         assert info.value.kind == "malformed"
         assert client.loan("pg_lend", {"pg": "ab", "index": 0, "base": {"CPU": 1}}) == {
             "loan": None}

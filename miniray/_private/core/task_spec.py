@@ -109,8 +109,10 @@ class ActorCreationSpec:
     # ``lent``: a named actor that a driver places in a bundle it holds on another node
     # gives the node's actor service ``(that node's NodeEntry, the actor's GPU ids of the
     # bundle, the lending driver's node id when it is not the service's, else "", whether
-    # the actor's creator borrowed the room from that driver)``; the driver keeps the room
-    # for it (``owner/remote_bundles.py`` steps 7 and 9).
+    # the actor's creator borrowed the room from that driver[, True: the bundle is on the
+    # lending driver's node, which is not the service's: the service leases the actor's
+    # room there, and there is no loan])``; the driver keeps the room for it
+    # (``owner/remote_bundles.py`` steps 7, 9 and 10).
 
     def __init__(self, **fields):
         for name in self.__slots__:

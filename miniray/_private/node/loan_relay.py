@@ -1,8 +1,9 @@
 """Loans of room in a placement group of this node's driver to a driver of another host,
 and that driver's removal of the group.
 
-Owns: step 15 of ``remote_drivers.py``: a remote driver's ``pg_lend``, ``pg_return``
-(``owner/placement_group_loans.py``, ``remote_bundles`` step 10) and ``pg_remove``
+Owns: step 15 of ``remote_drivers.py``: a remote driver's ``pg_lend``, ``pg_return``,
+``pg_kept`` (``owner/placement_group_loans.py``, ``remote_bundles`` step 10; an actor's
+loan: ``pg_lend`` with its id and ``held``, then ``pg_kept``) and ``pg_remove``
 (``remove_placement_group``: ``owner/placement_group_nodes._remove_far``) carried to the
 driver of this node that holds the group (its lease's holder in this node's ledger), on
 that driver's state socket, by a thread (never the loop), the answer handed back to the
@@ -26,9 +27,52 @@ import threading
 logger = logging.getLogger(__name__)
 
 ASK_S = 10.0  # at most this long for the lending driver's answer
-WHATS = ("pg_lend", "pg_return", "pg_remove")  # what a remote driver may ask (actors: not yet)
+WHATS = ("pg_lend", "pg_return", "pg_kept", "pg_remove")  # what a remote driver may ask
 FIELDS = {"pg_lend": ("pg", "index", "base"), "pg_return": ("pg", "loan"),
-          "pg_remove": ("pg",)}
+          "pg_kept": ("pg", "actor", "kept"), "pg_remove": ("pg",)}
+ACTOR_FIELDS = ("actor", "held")  # an actor's pg_lend names these too
+
+
+def _amounts(value) -> bool:
+    """Pure. Whether ``value`` is ``{name: amount}``.
+
+    >>> _amounts({"CPU": 1.0}), _amounts({"CPU": "1"}), _amounts([])
+    (True, False, False)
+    """
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool)
+        for k, v in value.items())
+
+
+def _actor_id(value) -> bool:
+    """Pure. Whether ``value`` is an actor id in hex.
+
+    >>> _actor_id("ff"), _actor_id("f"), _actor_id("zz"), _actor_id(3)
+    (True, False, False, False)
+    """
+    if not isinstance(value, str) or not value or len(value) % 2:
+        return False
+    try:
+        bytes.fromhex(value)
+    except ValueError:
+        return False
+    return True
+
+
+def asked_fields(what: str, fields: dict) -> dict:
+    """Pure. The fields of a checked request that reach the lending driver (nothing else
+    does): ``FIELDS[what]``, and an actor's ``pg_lend`` its ``ACTOR_FIELDS``.
+
+    >>> asked_fields("pg_lend", {"pg": "ab", "index": 0, "base": {}, "x": 1})
+    {'pg': 'ab', 'index': 0, 'base': {}}
+    >>> sorted(asked_fields("pg_lend", {"pg": "ab", "index": 0, "base": {}, "actor": "ff",
+    ...                                 "held": {}}))
+    ['actor', 'base', 'held', 'index', 'pg']
+    """
+    asked = {k: fields[k] for k in FIELDS[what]}
+    if what == "pg_lend" and "actor" in fields:
+        asked.update({k: fields[k] for k in ACTOR_FIELDS})
+    return asked
 
 
 def borrower(link_name: str, serial: int) -> list:
@@ -46,11 +90,14 @@ def check_fields(what, fields) -> str | None:
     """Pure. What is wrong with a remote driver's loan request, or None.
 
     >>> check_fields("pg_lend", {"pg": "ab", "index": 1, "base": {"CPU": 1.0}})
-    >>> check_fields("pg_kept", {}) is not None
+    >>> check_fields("pg_kept", {"pg": "ab", "actor": "ff", "kept": True})
+    >>> check_fields("pg_kept", {"pg": "ab"}) is not None
     True
     >>> check_fields("pg_return", {"pg": "ab", "loan": "1"}) is not None
     True
     >>> check_fields("pg_remove", {"pg": "ab"})
+    >>> check_fields("pg_lend", {"pg": "ab", "index": 1, "base": {}, "actor": "ff"})[:13]
+    "an actor's pg"
     """
     if what not in WHATS or not isinstance(fields, dict):
         return f"a loan request is one of {list(WHATS)} with a dict of fields"
@@ -62,11 +109,16 @@ def check_fields(what, fields) -> str | None:
             "pg_return names a loan id (int)"
     if what == "pg_remove":
         return None
-    index, base = fields.get("index"), fields.get("base")
-    amounts = isinstance(base, dict) and all(
-        isinstance(k, str) and isinstance(v, (int, float)) for k, v in base.items())
-    if not isinstance(index, int) or isinstance(index, bool) or not amounts:
+    if what == "pg_kept":
+        return None if _actor_id(fields.get("actor")) and isinstance(
+            fields.get("kept"), bool) else "pg_kept names actor (hex) and kept (bool)"
+    index = fields.get("index")
+    if not isinstance(index, int) or isinstance(index, bool) or \
+            not _amounts(fields.get("base")):
         return "pg_lend names pg (hex), index (int) and base ({name: amount})"
+    if "actor" in fields and not (_actor_id(fields["actor"]) and
+                                  _amounts(fields.get("held"))):
+        return "an actor's pg_lend names actor (hex) and held ({name: amount})"
     return None
 
 
@@ -110,7 +162,7 @@ class LoanRelay:
         if what != "pg_remove":  # a removal lends nothing: no pg_drop at the link's end
             lenders.add(path)
         self.forwarded += 1
-        asked = {k: fields[k] for k in FIELDS[what]}  # nothing else reaches the driver
+        asked = asked_fields(what, fields)  # nothing else reaches the driver
         threading.Thread(target=self._ask, args=(path, what, asked, name, req, reply),
                          daemon=True, name="miniray-loan-relay").start()
 

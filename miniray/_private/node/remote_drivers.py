@@ -157,10 +157,12 @@ every message is a pickled tuple in one MAC'd frame, checked for shape before us
        text).
    15. Loans of room in a group of a driver of N to D (``loan_relay.py``; D found it
        by step 14, ``owner/far_groups.py``; ``remote_bundles`` step 10): D -> N
-       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base),
-       "pg_return" (pg, loan) or "pg_remove" (pg: D's ``remove_placement_group``, which
-       that driver runs as its own). N asks the driver of N holding group pg (its
-       lease's holder here) on that driver's state socket, from a thread, naming the
+       ("pg_loan", req, what, fields), what "pg_lend" (fields: pg, index, base; an
+       actor's: actor, held too), "pg_return" (pg, loan), "pg_kept" (pg, actor, kept:
+       whether the actor service took the actor lent room) or "pg_remove" (pg: D's
+       ``remove_placement_group``, which that driver runs as its own). N asks the driver
+       of N holding group pg (its lease's holder here) on that driver's state socket,
+       from a thread, naming the
        borrower by this link (``loan_relay.borrower``: never what D says of itself),
        and answers ("pg_loan", req, doc), doc that driver's answer (``{"loan": ...}``,
        ``{"removed": bool}``; ``{"loan": None}`` when no driver of N holds the group, or

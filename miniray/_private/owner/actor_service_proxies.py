@@ -40,6 +40,18 @@ from miniray._private.owner.object_table import PENDING, READY
 logger = logging.getLogger(__name__)
 
 
+def lender_watch(lender_node: str, service_node: str) -> str:
+    """Pure. ``spec.lent``'s third field for an actor lent room by a driver of
+    ``lender_node``, created in the actor service of ``service_node``: "" when they are
+    one node (the service reads the group's lease in its own ledger), else the lender's
+    node (the service asks that node whether the group lives: ``remote_bundles`` step 7).
+
+    >>> lender_watch("a", "a"), lender_watch("a", "head")
+    ('', 'a')
+    """
+    return "" if lender_node == service_node else lender_node
+
+
 class ServiceProxies:
     """``ActorManager``'s actor-service methods (see the module docstring); every attribute
     is the manager's."""
@@ -81,12 +93,6 @@ class ServiceProxies:
         with owner.locked():
             remote = owner.remote_nodes
             lender = remote.bundles.actor_lender(spec.placement) if remote else None
-            afar = remote is not None and remote.bundles.lent_from_afar(spec.placement)
-        if afar:  # README, Limits: its creator lends this driver's tasks room, no actor's
-            raise RuntimeError(
-                f"actor {spec.class_name}: its placement group is held by a driver on "
-                "another host, which lends room in it to this driver's tasks only; create "
-                "the actor in that driver, or make the group detached")
         if lender is not None:
             return self._borrow_for_actor(spec, lender, deadline)
         far = None
@@ -123,30 +129,35 @@ class ServiceProxies:
             f"room for it within {self.LEND_WAIT_S:g} s; end the actors there, or create it "
             "once a task in that bundle ended")
 
-    def _borrow_for_actor(self, spec: ActorCreationSpec, lender: str,
+    def _borrow_for_actor(self, spec: ActorCreationSpec, lender,
                           deadline: float) -> dict | None:
-        """*Not locked.* An actor in a bundle on another node of another driver D's group
-        (``placement_group_loans`` step 6): its room borrowed from D (``pg_lend`` with the
-        actor's id, on D's state socket; waiting up to LEND_WAIT_S for room), "any
-        bundle" made the bundle picked, and ``spec.lent`` set for the service, as
-        ``_lend`` does with a bundle of this driver's own; None when D says the bundle is
-        on this node now (the service's ledger places it there), or when the group is gone
-        (D removed it, or D ended: no longer in this node's ledger) while the actor waits:
-        the service, whose ledger has no room of the group, ends it as an actor of a
-        removed group never started (Ray's ActorUnschedulableError: its creation does not
-        wait). Raises, naming why, when no room comes in time or D does not answer while
-        its group lives."""
+        """*Not locked.* An actor in a bundle of another driver D's group that D lends room
+        in (``placement_group_loans`` step 6: on another node, D of this node; step 7: any
+        bundle, D of another host): its room borrowed from D (``pg_lend`` with the actor's
+        id, ``ask_driver``: on D's state socket, or through D's node; waiting up to
+        LEND_WAIT_S for room), "any bundle" made the bundle picked, and ``spec.lent`` set
+        for the service, as ``_lend`` does with a bundle of this driver's own; None when D
+        says the bundle is on D's node ("here", no loan: that node's ledger provides it;
+        the service places it from its own ledger when that node is the service's, else
+        leases its room there, ``spec.lent``'s fifth field), or when the group is gone (D
+        removed it, or D ended: no longer in its node's ledger) while the actor waits: the
+        service, whose ledger has no room of the group, ends it as an actor of a removed
+        group never started (Ray's ActorUnschedulableError: its creation does not wait).
+        Raises, naming why, when no room comes in time or D does not answer while its
+        group lives."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
-        from miniray._private.transport import state_socket  # lazy: a borrower's only
 
+        bundles = self.owner.remote_nodes.bundles
         pg_hex, index, base = placement.bundle_request(spec.placement)
         held = (placement.bundle_request(spec.held) or ("", 0, {}))[2]
+        afar = isinstance(lender, tuple)  # a driver of another host: its node is lender[1]
         while True:
             try:
-                doc = state_socket.ask(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
-                                       base=base, held=held, actor=spec.actor_id.hex())
+                doc = bundles.ask_driver(lender, LEND_ASK_S, "pg_lend", pg=pg_hex,
+                                         index=index, base=base, held=held,
+                                         actor=spec.actor_id.hex())
             except (OSError, TimeoutError) as error:
-                if self.owner.placement_group_gone(pg_hex):
+                if self.owner.placement_group_gone(pg_hex, afar):
                     return None  # D ended (its socket closed first, then its group lease)
                 if time.monotonic() < deadline:
                     time.sleep(0.05)
@@ -158,41 +169,67 @@ class ServiceProxies:
             if "error" in doc:
                 raise RuntimeError(doc["error"])
             loan = doc.get("loan")
-            if loan == "here":
+            if loan == "here":  # the bundle is on D's node, whose ledger provides it
+                service_node, lender_node = self._service_node(), self._lender_node(lender)
+                if service_node is not None and lender_node == service_node:
+                    return None  # the service's own ledger places it
+                entry = self.owner.remote_nodes.alive_entry(lender_node)
+                if service_node is None or entry is None:
+                    raise RuntimeError(f"actor {spec.class_name}: the node of the driver "
+                                       "that holds its placement group, or the head, is "
+                                       "not in this driver's view of the cluster")
+                # the service leases its room on D's node (RemoteBundles.leased_there),
+                # and asks that node whether the group lives
+                spec.lent = (entry, [], lender_node, True, True)
                 return None
             if isinstance(loan, list):
                 picked, node_id, gpu_ids = loan
                 entry = self.owner.remote_nodes.alive_entry(node_id)
-                if entry is not None:
+                service_node = self._service_node() if entry is not None else None
+                if service_node is not None:
                     if index < 0:  # the service borrows the very bundle picked there
                         spec.placement = placement.rewrite_request(base, pg_hex, picked)
                         spec.held = placement.rewrite_request(held, pg_hex, picked)
-                    # far, as ``_lend`` says it: a service on another host cannot read
-                    # this node's ledger, so it asks this node whether the group lives;
                     # borrowed: the actor is not tied to this driver (the group's is D)
-                    far = self.link.on_another_host()
-                    spec.lent = (entry, list(gpu_ids),
-                                 self.owner.remote_nodes.local if far else "", True)
+                    spec.lent = (entry, list(gpu_ids), lender_watch(
+                        self._lender_node(lender), service_node), True)
                     return {"lender": lender, "kept": False}
                 self._tell_lender(spec, {"lender": lender, "kept": False})
                 raise RuntimeError(f"actor {spec.class_name}: its placement group bundle's "
-                                   "node is not in this driver's view of the cluster")
-            if self.owner.placement_group_gone(pg_hex):
+                                   "node, or the head, is not in this driver's view of the "
+                                   "cluster")
+            if self.owner.placement_group_gone(pg_hex, afar):
                 return None  # removed while the actor waited for room
             if time.monotonic() >= deadline:
                 raise self._no_room(spec)
             time.sleep(0.05)
 
+    def _lender_node(self, lender) -> str:
+        """The node of the driver that lends room (``lenders``' name of it): this node for
+        a state socket, else the node named (a driver of another host)."""
+        return lender[1] if isinstance(lender, tuple) else self.owner.remote_nodes.local
+
+    def _service_node(self) -> str | None:
+        """*Not locked* (a file read, and the view). The node of the actor service this
+        driver creates its actors in: this one, or the head (a driver on a member); None
+        when the head is not in the view."""
+        remote = self.owner.remote_nodes
+        if not self.link.on_another_host():
+            return remote.local
+        return next((e.node_id for e in remote.view() if e.is_head and e.alive), None)
+
     def _tell_lender(self, spec: ActorCreationSpec, lent: dict) -> None:
         """*Not locked.* Tell the driver that lent an actor's room whether the service took
         the actor (it keeps the room while the service holds it alive) or not (the room
-        goes back); one that does not answer gives it back itself when this driver ends."""
+        goes back); one that does not answer gives it back itself when this driver ends
+        (its link to the lender's node closing, for a driver of another host)."""
         from miniray._private.owner.placement_group_loans import LEND_ASK_S  # lazy: as below
-        from miniray._private.transport import state_socket  # lazy: a borrower's only
 
+        pg_hex = placement.bundle_request(spec.placement)[0]
         try:
-            state_socket.ask(lent["lender"], LEND_ASK_S, "pg_kept",
-                             actor=spec.actor_id.hex(), kept=bool(lent.get("kept")))
+            self.owner.remote_nodes.bundles.ask_driver(
+                lent["lender"], LEND_ASK_S, "pg_kept", pg=pg_hex, actor=spec.actor_id.hex(),
+                kept=bool(lent.get("kept")))
         except (OSError, TimeoutError):
             logger.warning("actor %s: the lending driver was not told of it",
                            spec.actor_id.hex()[:12], exc_info=True)

@@ -53,14 +53,14 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        actor alive; before that it is E's (``actor_loans_unsent``, ``drop_loans``).
     7. E on another host than D (``remote_bundles`` step 10): E's lender is
        ``("node", D's node, G)``; steps 2 and 4 go on E's link to that node
-       (``_ask_driver``: ``RemoteNodeClient.loan``), which asks D on its state socket
+       (``ask_driver``: ``RemoteNodeClient.loan``), which asks D on its state socket
        naming E (``far_token``, accepted from the node's pid only), and tells D
        ``pg_drop`` when E's link closes (E's exit or its host's death: ``drop_loans``).
        E's watch follows G in that node's ledger (``placement_group_nodes._far_reserved``).
        E's removal of G goes the same way (``pg_remove``): D runs its own removal
        (``remove_asked``) before E ends its own work in G.
-       E's actors there: not lent (``actor_lender`` None; ``serves`` sends them to the
-       service's path, where ``ActorManager._lend`` refuses them, naming why).
+       E's actors there: step 6 through that node (``pg_lend`` with the actor's id, then
+       ``pg_kept``, ``ask_driver``).
 """
 
 from __future__ import annotations
@@ -211,25 +211,18 @@ class BundleLoans:
         parsed = placement.bundle_request(request)
         if parsed is not None and parsed[0] in self.served_pending:
             return True
-        if self.lent_from_afar(request):
-            return True  # the service's path, whose ``_lend`` refuses it, naming why
         return self._served_remote(request, spill=False)  # a driver's group: room it lends
 
-    def actor_lender(self, request) -> str | None:
-        """*Locked.* The state socket of the driver that lends room for an actor of this
-        placement ``request`` (step 6: a bundle on another node of that driver's group),
-        or None."""
+    def actor_lender(self, request) -> str | tuple | None:
+        """*Locked.* The driver that lends room for an actor of this placement ``request``
+        (step 6: a bundle on another node of that driver's group; step 7: any bundle of a
+        group of a driver of another host), as ``lenders`` names it (its state socket, or
+        ``("node", its node id, hex)``), or None."""
         parsed = placement.bundle_request(request)
         lender = self.lenders.get(parsed[0]) if parsed is not None else None
-        if not isinstance(lender, str) or not self._served_remote(request, spill=False):
-            return None  # none, or a driver of another host (it lends no actor room)
+        if lender is None or not self._served_remote(request, spill=False):
+            return None
         return lender
-
-    def lent_from_afar(self, request) -> bool:
-        """*Locked.* Whether the group of this placement ``request`` is a driver's of
-        another host (step 7): it lends room to this driver's tasks, not to its actors."""
-        parsed = placement.bundle_request(request)
-        return parsed is not None and isinstance(self.lenders.get(parsed[0]), tuple)
 
     def _served_remote(self, request, spill: bool) -> bool:
         """*Locked.* Whether a task of this placement ``request`` borrows room in a bundle
@@ -339,7 +332,7 @@ class BundleLoans:
             if isinstance(answer, tuple):
                 return ((None, answer[0]),) + tuple(answer[1:])
             return answer
-        doc = self._ask_driver(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
+        doc = self.ask_driver(lender, LEND_ASK_S, "pg_lend", pg=pg_hex, index=index,
                                base=base)
         if "error" in doc:
             raise RuntimeError(doc["error"])
@@ -354,11 +347,12 @@ class BundleLoans:
             return None
         return (lender, loan_id), picked, entry, gpu_ids
 
-    def _ask_driver(self, lender, timeout: float, what: str, **fields) -> dict:
+    def ask_driver(self, lender, timeout: float, what: str, **fields) -> dict:
         """*Not locked* (one request). A loan request to a lending driver: on its state
         socket (``lender`` its path: a driver of this node), or through its node
         (``lender`` ``("node", node id, hex)``: a driver of another host, ``remote_bundles``
-        step 10; that node's trouble is an OSError, as the socket's)."""
+        step 10, the group named in ``fields``: ``pg``; that node's trouble is an OSError,
+        as the socket's). Also the actor manager's, for an actor's loan (step 6)."""
         from miniray._private.transport import state_socket  # lazy: a borrower's only
 
         if not isinstance(lender, tuple):
@@ -408,7 +402,7 @@ class BundleLoans:
             if lender is not None:  # a driver: it drops them itself once this one is gone
                 try:
                     fields = {"pg": lender[2]} if isinstance(lender, tuple) else {}
-                    self._ask_driver(lender, LEND_ASK_S if left is None else left,
+                    self.ask_driver(lender, LEND_ASK_S if left is None else left,
                                      "pg_return", loan=loan_id, **fields)
                     sent += 1
                 except (OSError, TimeoutError):

@@ -469,8 +469,8 @@ class PlacementGroups(PlacementGroupNodes):
     def gone(self, hex_: str, far: bool = False) -> bool:
         """*Not locked.* Whether work for this group can never run: it is neither reserved
         nor pending here (removed, by any driver, or its holder is gone). ``far``: for a
-        task, whose room a driver of another node lends (``_lease_anywhere``); an actor's
-        is not lent by such a driver (``_lease_of``)."""
+        task or an actor whose room a driver of another node may lend
+        (``_lease_anywhere``)."""
         group = self.groups.get(hex_)
         if group is not None and group.state == PENDING:
             return False

@@ -29,7 +29,11 @@ Steps for actor A of owner D placed on node N (N's half: ``remote_drivers.py``):
        has room for it (``take``; else None, and the placer asks again), holds what it
        holds of the bundle for its life, its own share of the bundle's GPUs included (the
        ids its worker sees; ``give_back`` when its worker ends), and takes no
-       lease of its own (step 2 skips "lease"; step 5 releases none). SPREAD actors take
+       lease of its own (step 2 skips "lease"; step 5 releases none); in the node's
+       actor service, one of another driver's group in a bundle on that driver's own
+       node, which is not this one (``RemoteBundles.leased_there``), goes to that node
+       and leases its room there as step 2 says, that node's ledger providing it from
+       the group's bundle. SPREAD actors take
        turns (``_spread_turn``) among equally used nodes, this one included, on a view
        that counts the driver's own live SPREAD actors, shown there yet or not
        (``_spread_view``).
@@ -358,9 +362,18 @@ class RemoteActors:
 
     def _in_bundle(self, spec, actor):
         """*Locked.* Step 1 for an actor in a placement group's bundle on another node: that
-        node once the bundle has room (the thread starts), else None (it waits)."""
+        node once the bundle has room (the thread starts), else None (it waits). One of
+        another driver's group in a bundle on that driver's own node (not this one's,
+        ``RemoteBundles.leased_there``): that node, under a lease of its request there,
+        which the node's ledger provides from the group's bundle (a denial: asked again,
+        as for any actor on another node)."""
         if actor is None:
             return None
+        there = self.nodes.bundles.leased_there(spec.actor_id)
+        if there is not None:
+            threading.Thread(target=self._run, args=(actor, there), daemon=True,
+                             name="miniray-remote-actor").start()
+            return there.node_id
         bundle = self.nodes.bundles.take(spec.placement, spec.held, spec.actor_id)
         if bundle is None:
             self.owner.retry_soon()  # the placer asks again: room comes back in a bundle

@@ -118,7 +118,12 @@ Steps for group G of driver D with bundle i planned on node N::
    E's ``serves`` sends it to S, and E's ``_borrow_for_actor`` asks D (``pg_lend``
    with the actor's id: D's ``lend_actor_room`` is step 7's ``take`` and ``lend``), sets
    ``spec.lent`` (borrowed: True) and creates it in S, which ``borrow``s as in step 7;
-   E then tells D whether S took it (``pg_kept``). D keeps the room while S holds the
+   E then tells D whether S took it (``pg_kept``). D's "here" (the bundle is on D's
+   node: no loan, that node's ledger provides it) leaves it to S's ledger when S is D's
+   node's; else (S the head's, D on a member) ``spec.lent`` says so (its fifth field:
+   ``on_lender_node``) and S leases the actor's room on D's node from the group's bundle
+   there, as for an actor on another node (``leased_there``), watching the group as for
+   a far lender (``lender_watched``). D keeps the room while S holds the
    actor alive (the watch's SVC_ALIVE, as for its own), from the moment E says S took
    it; until then the loan is E's (``actor_loans_unsent``: dropped with E's other loans
    when E is gone, or given back when S did not take it). The actor ends as a step-7
@@ -172,10 +177,23 @@ Steps for group G of driver D with bundle i planned on node N::
    carries to D (``_remove_far``, which says why this and not a request A answers
    itself; A releases G in its ledger itself when D does not listen), and D runs its
    own removal (``remove_asked``: its work in G ends, every node's part is released,
-   the other borrowers see G gone as above), before E ends its own work in G. Not
-   yet: E's actors there
-   (``serves`` sends them to S's path, where ``ActorManager._lend`` refuses them with a
-   RuntimeError naming why, as ``.remote()`` raises; D lends no actor room through A).
+   the other borrowers see G gone as above), before E ends its own work in G. An actor
+   of E there (named or not, detached or not) is step 9's, through A: E's ``serves``
+   sends it to S (the head's: E's own node's service when E runs on the head), E's
+   ``_borrow_for_actor`` asks D through A (``pg_lend`` with the actor's id and
+   ``held``, ``ask_driver``; A's relay carries those fields and ``pg_kept``), D's
+   ``lend_actor_room`` takes its room for the token A names, and E creates it in S with
+   ``spec.lent`` (borrowed: True), then tells D through A whether S took it
+   (``pg_kept``). ``spec.lent``'s third field names D's node A when A is not S's node
+   (``lender_watch``): S's watch then asks A whether G lives (step 7's far watch,
+   ``_lenders_gone``); when A is the head, S reads G's lease in its own ledger (step 9's
+   watch on one node). D keeps the room while S holds the actor alive (its watch's
+   SVC_ALIVE; D and E share S, the head's), and before ``pg_kept`` the loan is E's (A's
+   ``pg_drop`` on E's link closing gives it back). The actor ends as step 9's: killed,
+   out of scope, E's exit or its host's death (E's link to S closes: S ends it, a
+   detached one excepted), the group's removal (D kills it in S; S's watch too), D's
+   end (S's watch). D's "here" (the bundle is on A) is step 9's: S's ledger places it
+   when A is S's node (the head), else S leases its room on A (``leased_there``).
    Why through A and not the head: A holds the group's record and D's socket, both are
    reached on the link E opens to A for its tasks anyway, and A sees that link close
    when E or its host dies, which D, on another host, cannot see itself.
@@ -196,6 +214,17 @@ from miniray._private.owner.placement_group_loans import BundleLoans
 from miniray._private.owner.tasks import T_DONE, T_WAITING
 
 __all__ = ["RemoteBundle", "RemoteBundles"]
+
+
+def on_lender_node(lent) -> bool:
+    """Pure. Whether ``spec.lent`` places its actor in a bundle on the lending driver's
+    own node (its fifth field, steps 9 and 10): the service leases its room there, from
+    the group's bundle in that node's ledger, instead of a loan of a ``RemoteBundle``.
+
+    >>> on_lender_node(("entry", [], "a", True)), on_lender_node(("entry", [], "a", True, True))
+    (False, True)
+    """
+    return lent is not None and len(lent) > 4 and bool(lent[4])
 
 
 class RemoteBundle:
@@ -257,6 +286,10 @@ class RemoteBundles(BundleLoans):
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
         self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
+        # Steps 9 and 10, S's side: actors of another driver's group in a bundle on the
+        # lending driver's own node, not S's: actor id -> (hex, that node's NodeEntry); S
+        # leases each one's room there, from the group's bundle in that node's ledger
+        self.on_lender_node: dict[bytes, tuple] = {}
         # Step 7, S's side: groups lent by a driver whose node is not S's, each with that
         # node's id (their ledger is not S's: S's watch asks that node whether the group
         # lives, ``PlacementGroupNodes._lenders_gone``; that driver's watch ends them too)
@@ -601,6 +634,8 @@ class RemoteBundles(BundleLoans):
             self.actor_loans_unsent.pop(actor_id, None)
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
+        for actor_id in [a for a, (h, _e) in self.on_lender_node.items() if h == pg_hex]:
+            del self.on_lender_node[actor_id]
         self.lender_watched.pop(pg_hex, None)
         self.served.pop(pg_hex, None)
         self.lenders.pop(pg_hex, None)
@@ -628,7 +663,9 @@ class RemoteBundles(BundleLoans):
         node's entry and its GPU ids there) gets a ``RemoteBundle`` of its own room in
         that bundle, no lease (``take`` with its id as ``holder`` finds it); the group is
         watched as one of this owner's (its removal, or its holder's end, ends the actor).
-        Its link to the node is opened by the actor's thread."""
+        Its link to the node is opened by the actor's thread. One in a bundle on the
+        lending driver's own node (``on_lender_node``: steps 9 and 10, that node is not
+        S's) gets no ``RemoteBundle``: S leases its room there (``leased_there``)."""
         entry, gpu_ids, lender_node = spec.lent[:3]
         pg_hex, index, base = placement.bundle_request(spec.placement)
         if lender_node:  # its driver's node is another: asked whether the group lives
@@ -636,17 +673,30 @@ class RemoteBundles(BundleLoans):
         else:
             self.groups.setdefault(pg_hex, {})
             self.has_local.setdefault(pg_hex, False)
+        if on_lender_node(spec.lent):
+            self.on_lender_node[spec.actor_id] = (pg_hex, entry)
+            return
         self.borrowed[spec.actor_id] = RemoteBundle(pg_hex, index, base, entry, None, None,
                                                     gpu_ids)
+
+    def leased_there(self, actor_id: bytes):
+        """*Locked.* S's side: the ``NodeEntry`` of the lending driver's node when actor
+        ``actor_id`` is in a bundle there (``on_lender_node``): S's placer leases its room
+        on that node, whose ledger provides it from the group's bundle; else None."""
+        found = self.on_lender_node.get(actor_id)
+        return found[1] if found is not None else None
 
     def unborrow(self, actor_id: bytes) -> None:
         """*Locked.* S's side: actor ``actor_id`` ended for good (no restart): its lent
         room is forgotten, and a group lent by a driver of another node is no longer
         watched once none of its actors is left here."""
         bundle = self.borrowed.pop(actor_id, None)
-        if bundle is not None and bundle.pg_hex in self.lender_watched and not any(
-                b.pg_hex == bundle.pg_hex for b in self.borrowed.values()):
-            self.lender_watched.pop(bundle.pg_hex, None)
+        there = self.on_lender_node.pop(actor_id, None)
+        pg_hex = bundle.pg_hex if bundle is not None else there[0] if there else None
+        if pg_hex in self.lender_watched and not any(
+                b.pg_hex == pg_hex for b in self.borrowed.values()) and not any(
+                h == pg_hex for h, _e in self.on_lender_node.values()):
+            self.lender_watched.pop(pg_hex, None)
 
     def follow_ledger(self, spec) -> None:
         """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
