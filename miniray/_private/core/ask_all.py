@@ -5,7 +5,8 @@ the answers gathered until all came or the bound passed; a peer that raised, or 
 answer in time, is named with why. Its threads end on their own (each ``ask`` must be
 bounded by its own timeout); nothing waits for a late one.
 Does not own: what is asked, or how (the caller's ``ask``).
-Called by: ``state_api._far_groups`` (the other nodes of a cluster),
+Called by: ``state_api._far_groups`` and ``owner/far_groups.py`` (the other nodes of a
+cluster),
 ``node/group_listing.py`` (the drivers of a node).
 """
 

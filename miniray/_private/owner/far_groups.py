@@ -3,9 +3,9 @@
 Owns: which (not detached) group of a driver of another node is recorded where
 (``FarGroups.held``: hex -> the node whose ledger holds its record, and that record, as
 that node last answered), asking the nodes for them (``RemoteNodeClient.groups``: step 14
-of ``node/remote_drivers.py``, on this driver's link to each node, opened as for a task;
-a detached group left out: ``drivers_groups``), and the pure merge of their answers into
-what was known (``merge``).
+of ``node/remote_drivers.py``, on this driver's link to each node, opened as for a task,
+all at once: ``core/ask_all.py``; a detached group left out: ``drivers_groups``), and the
+pure merge of their answers into what was known (``merge``).
 Why the creator's node answers, and not the head: a group's record is in the ledger of its
 creator's node only (the other nodes hold plain leases of the creator's links for its
 bundles there), a node tells the head nothing of its groups (a heartbeat carries its room),
@@ -28,6 +28,8 @@ import logging
 import math
 import threading
 import time
+
+from miniray._private.core.ask_all import ask_all
 
 logger = logging.getLogger(__name__)
 
@@ -117,42 +119,20 @@ class FarGroups:
 
     def _ask(self, node_ids) -> None:
         """*Not locked.* Ask the alive nodes ``node_ids`` (None: every other alive node)
-        for their groups, all at once, each on a thread of its own (a node that cannot
-        answer costs ASK_TIMEOUT_S in all, not that much per node); ``held`` becomes the
-        merged answers of those that answered by then (``merge``)."""
+        for their groups, all at once (``core/ask_all.py``: a node that cannot answer
+        costs ASK_TIMEOUT_S in all, not that much per node); ``held`` becomes the merged
+        answers of those that answered by then (``merge``)."""
         started = time.monotonic()
         view = [e for e in self.cluster.view(fresh=True) if e.alive]
         alive = {e.node_id for e in view if e.node_id != self.cluster.local}
-        asked = [e for e in view if e.node_id in alive and (node_ids is None or
-                                                           e.node_id in node_ids)]
-        answers: dict = {}
-        answered = threading.Lock()  # ``answers``: a late thread adds nothing once read
-
-        def ask(entry) -> None:
-            try:
-                groups = drivers_groups(self.cluster.client(entry).groups(ASK_TIMEOUT_S))
-            except Exception as error:  # noqa: BLE001 - a node that cannot answer now
-                logger.debug("node %s did not list its placement groups: %r",
-                             entry.node_id[:12], error)
-                return
-            with answered:
-                if answers is not None:
-                    answers[entry.node_id] = groups
-
-        if len(asked) == 1:
-            ask(asked[0])
-        else:
-            threads = [threading.Thread(target=ask, args=(entry,), daemon=True,
-                                        name=f"miniray-groups-{entry.node_id[:8]}")
-                       for entry in asked]
-            for thread in threads:
-                thread.start()
-            deadline = started + ASK_TIMEOUT_S
-            for thread in threads:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        with answered:
-            got, answers = answers, None
+        asked = {e.node_id: e for e in view if e.node_id in alive and (
+            node_ids is None or e.node_id in node_ids)}
+        answers, missing = ask_all(
+            asked, lambda entry: drivers_groups(self.cluster.client(entry).groups(
+                ASK_TIMEOUT_S)), ASK_TIMEOUT_S, "miniray-groups")
+        for node_id, why in missing.items():  # a node that cannot answer now
+            logger.debug("node %s did not list its placement groups: %s", node_id[:12], why)
         with self._lock:
-            self.held = merge(self.held, got, alive)
+            self.held = merge(self.held, answers, alive)
             if node_ids is None:
                 self._scanned = started
