@@ -404,6 +404,16 @@ def test_removing_a_group_kills_its_actors_with_rays_reason(ray):
     late = Member.options(scheduling_strategy=InGroup(pg)).remote()
     with pytest.raises(ActorUnschedulableError, match="placement group was removed"):
         ray.get(late.ping.remote(), timeout=20)
+    # the state API's death causes, as Ray's: the field says which kind of death
+    from miniray.util.state import list_actors
+
+    causes = {row["actor_id"]: row["death_cause"] for row in list_actors(detail=True)}
+    started = causes[actor._actor_id.hex()]["actor_died_error_context"]
+    assert started["pid"] == pid and "placement group was removed" in started["error_message"]
+    never = causes[waiting._actor_id.hex()]
+    assert list(never) == ["actor_unschedulable_context"], never
+    assert never["actor_unschedulable_context"]["error_message"].startswith(
+        "The actor is not schedulable: Could not create the actor"), never
 
 
 # -- GPUs -----------------------------------------------------------------------------------------

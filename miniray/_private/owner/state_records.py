@@ -45,6 +45,10 @@ _ERROR_TYPE = {
     "ObjectLostError": "OBJECT_UNRECONSTRUCTABLE",
     "OwnerDiedError": "OBJECT_UNRECONSTRUCTABLE_OWNER_DIED",
     "RaySystemError": "WORKER_DIED",
+    "ActorUnschedulableError": "ACTOR_UNSCHEDULABLE_ERROR",
+    "TaskUnschedulableError": "TASK_UNSCHEDULABLE_ERROR",
+    "TaskPlacementGroupRemoved": "TASK_PLACEMENT_GROUP_REMOVED",
+    "ActorPlacementGroupRemoved": "ACTOR_PLACEMENT_GROUP_REMOVED",
 }
 _TASK, _CREATION, _ACTOR_TASK = "NORMAL_TASK", "ACTOR_CREATION_TASK", "ACTOR_TASK"
 _ERR = protocol.ERR
@@ -109,6 +113,30 @@ def error_fields(data: bytes | None) -> tuple[str | None, str | None]:
         if name in _ERROR_TYPE:
             return _ERROR_TYPE[name], str(error)
     return type(error).__name__, str(error)
+
+
+def _death_cause(error: tuple, pid: int | None, spec) -> tuple[dict, int | None]:
+    """Pure. A dead actor's ``death_cause`` as Ray's state API gives it (one field of Ray's
+    ActorDeathCause, by the error's ``error_fields``), and its pid: the one it had, else the
+    one its death message names (its worker is gone; ``from_context`` writes it).
+
+    >>> from types import SimpleNamespace as S
+    >>> spec = S(class_name="A", actor_id=b"\\x01", name="a", namespace="n")
+    >>> _death_cause(("ACTOR_UNSCHEDULABLE_ERROR", "no room"), None, spec)
+    ({'actor_unschedulable_context': {'error_message': 'no room'}}, None)
+    >>> cause, pid = _death_cause(("ACTOR_DIED", "gone\\n\\tpid: 12"), None, spec)
+    >>> pid, sorted(cause["actor_died_error_context"])[:3]
+    (12, ['actor_id', 'class_name', 'error_message'])
+    """
+    error_type, message = error[0], error[1] or ""
+    if error_type == "ACTOR_UNSCHEDULABLE_ERROR":  # it never started: no worker, no pid
+        return {"actor_unschedulable_context": {"error_message": message}}, pid
+    found = re.search(r"^\tpid: (\d+)$", message, re.M)
+    pid = pid or (int(found.group(1)) if found else None)
+    return {"actor_died_error_context": {
+        "error_message": message, "pid": pid, "class_name": spec.class_name,
+        "actor_id": spec.actor_id.hex(), "name": spec.name or "",
+        "ray_namespace": spec.namespace}}, pid
 
 
 def _task_row(kind: str, task_id: bytes, name: str, func: str, actor_id, pid, request,
@@ -191,14 +219,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                    node=node))
         death_cause = None
         if state == "DEAD" and death is not None:
-            message = error_fields(death)[1] or ""
-            # Its worker is gone; the death message names the pid it had (from_context).
-            found = re.search(r"^\tpid: (\d+)$", message, re.M)
-            pid = pid or (int(found.group(1)) if found else None)
-            death_cause = {"actor_died_error_context": {
-                "error_message": message, "pid": pid,
-                "class_name": spec.class_name, "actor_id": spec.actor_id.hex(),
-                "name": spec.name or "", "ray_namespace": spec.namespace}}
+            death_cause, pid = _death_cause(error_fields(death), pid, spec)
         actor_rows.append({
             "actor_id": spec.actor_id.hex(), "class_name": spec.class_name, "state": state,
             "job_id": ids["job_id"], "name": spec.name or "",
