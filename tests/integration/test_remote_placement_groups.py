@@ -337,28 +337,34 @@ def test_actors_in_a_members_bundle_run_there_hold_its_room_and_die_with_the_gro
 
 
 def test_a_removal_by_another_driver_frees_the_members_part_too(hosts):
+    """Another driver of the creator's node removes the group, as Ray lets any driver:
+    the creator removes it first (asked on its state socket), so the creator's task
+    waiting for the member bundle's room fails (TaskPlacementGroupRemoved) instead of
+    taking the room the remover's killed task gives back; every node's part is freed."""
     _cluster(hosts, "2", "2")
-    creator = _group_holder(hosts, [{"CPU": 1}, {"CPU": 1}], "shared")
+    creator = _holder(hosts, "shared")
     try:
         assert len(ledger_leases(hosts.env(MEMBER))) == 1
-        other = driver("""
-        import json
-        import miniray as ray
-        from miniray.util.placement_group import (get_placement_group, placement_group_table,
-                                                  remove_placement_group)
-        ray.init(address="auto")
-        pg = get_placement_group("shared")
+        other = _driver_with("""
+        from miniray.util.placement_group import placement_group_table, remove_placement_group
         nodes = sorted(placement_group_table(pg)["bundles_to_node_id"].values())
+        running = in_bundle(1).remote("running", 120.0)
+        print(json.dumps({"nodes": nodes, "started": marked("running")}), flush=True)
+        sys.stdin.readline()  # the creator's own task waits for the bundle's room
         remove_placement_group(pg)
-        print(json.dumps({"nodes": nodes}), flush=True)
+        print(json.dumps({"removed": run(running)}), flush=True)
         ray.shutdown()
-        """, hosts.env("127.0.0.1"))
+        """, hosts, "shared")
         try:
-            assert len(set(json_line(other, 30)["nodes"])) == 2
+            doc = json_line(other, 60)
+            assert len(set(doc["nodes"])) == 2 and doc["started"], doc
+            assert _tell(creator, "start shared") == {"ended": False}
+            assert go_on(other, 60) == {"removed": "TaskPlacementGroupRemoved"}
             assert other.wait(30) == 0
         finally:
             stop_driver(other)
-        # The creating driver, still running, notices and releases its lease there.
+        assert _tell(creator, "finish") == {"finish": "TaskPlacementGroupRemoved"}
+        # The creating driver, still running, released its lease there.
         assert wait_until(lambda: not ledger_leases(hosts.env(MEMBER)), 30.0)
         assert creator.poll() is None
     finally:
