@@ -1434,16 +1434,27 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     out["after_kill"] = ray.get(blocked, timeout=30)  # its room came back
     second = A.options(name="second", namespace="pgs", scheduling_strategy=there).remote()
     out["second"] = ray.get(second.ip.remote(), timeout=30)
+    # and one in the driver's own bundle on its own node (the member), which the
+    # service leases from the group's bundle in the member's ledger
+    mine = next(i for i, node in nodes.items() if node == here)
+    near = A.options(name="near", namespace="pgs",
+                     scheduling_strategy=PlacementGroupSchedulingStrategy(pg, mine)).remote()
+    try:
+        out["near"] = ray.get(near.ip.remote(), timeout=30)
+    except Exception as error:
+        out["near"] = type(error).__name__
     print(json.dumps(out), flush=True)
     sys.stdin.readline()  # another driver of the member removed the group
     t0 = time.monotonic()
-    ended = "alive"
-    while ended == "alive" and time.monotonic() - t0 < 30:
-        try:
-            ray.get(second.ip.remote(), timeout=30)
-            time.sleep(0.1)
-        except Exception as error:
-            ended = type(error).__name__
+    ended = {"second": "alive", "near": "alive"}
+    while "alive" in ended.values() and time.monotonic() - t0 < 30:
+        for key, actor in (("second", second), ("near", near)):
+            if ended[key] == "alive":
+                try:
+                    ray.get(actor.ip.remote(), timeout=30)
+                except Exception as error:
+                    ended[key] = type(error).__name__
+        time.sleep(0.1)
     # within: promptly, by the watch, with room for a loaded runner (not the loop's 30 s)
     print(json.dumps({"ended": ended, "within": time.monotonic() - t0 < 15}), flush=True)
     ray.shutdown()
@@ -1451,7 +1462,7 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     try:
         doc = json_line(proc, 90)
         assert doc == {"far": "127.0.0.1", "found": "127.0.0.1", "held": True,
-                       "after_kill": "127.0.0.1", "second": "127.0.0.1"}, doc
+                       "after_kill": "127.0.0.1", "second": "127.0.0.1", "near": MEMBER}, doc
         other = driver("""
         import miniray as ray
         from miniray.util import get_placement_group, remove_placement_group
@@ -1468,7 +1479,8 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
     finally:
         stop_driver(proc)
     # the removal seen by this driver's watch, which kills the actor in the service
-    assert doc == {"ended": "ActorDiedError", "within": True}, doc
+    assert doc == {"ended": {"second": "ActorDiedError", "near": "ActorDiedError"},
+                   "within": True}, doc
 
 
 def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end_with_it(

@@ -98,15 +98,16 @@ class ServiceProxies:
         far = None
         while True:
             with owner.locked():
-                if not owner.in_remote_bundle(spec.placement):
-                    return None
+                remote_bundle = owner.in_remote_bundle(spec.placement)
+            if not remote_bundle:
+                return self._lend_here(spec)
             if far is None:
                 far = self.link.on_another_host()
             with owner.locked():
-                if not owner.in_remote_bundle(spec.placement):
-                    return None
+                remote_bundle = owner.in_remote_bundle(spec.placement)
                 bundles = self._remote_actors().nodes.bundles
-                bundle = bundles.take(spec.placement, spec.held, spec.actor_id)
+                bundle = bundles.take(spec.placement, spec.held, spec.actor_id) \
+                    if remote_bundle else None
                 if bundle is not None:
                     pg_hex, index, base = placement.bundle_request(spec.placement)
                     if index < 0:  # the service borrows the very bundle picked here
@@ -118,9 +119,37 @@ class ServiceProxies:
                     spec.lent = (bundle.entry, bundle.gpus_of(spec.actor_id),
                                  self.owner.remote_nodes.local if far else "", False)
                     return {"bundle": bundle, "kept": False}
+            if not remote_bundle:
+                return self._lend_here(spec)  # not locked: it reads a file
             if time.monotonic() >= deadline:
                 raise self._no_room(spec)
             time.sleep(0.05)
+
+    def _lend_here(self, spec: ActorCreationSpec) -> None:
+        """*Not locked* (a file read, and the view). A named or detached actor in a bundle
+        of this driver's own group on this node, when the service is the head's on
+        another host (this driver runs on a member): the service's ledger does not hold
+        the group, so ``spec.lent`` says that the bundle is on this node (its fifth field,
+        ``remote_bundles.on_lender_node``), and the service leases the actor's room here,
+        which this node's ledger provides from the group's bundle, and asks this node
+        whether the group lives, as for another driver's actor in such a bundle
+        (``_borrow_for_actor``'s "here"). Nothing to do otherwise: the service's own
+        ledger places it. Always None: no room is lent."""
+        owner = self.owner
+        remote = owner.remote_nodes
+        found = placement.bundle_request(spec.placement) if spec.placement else None
+        if remote is None or found is None:
+            return None
+        with owner.locked():
+            own = owner.holds_own_group(found[0])
+        if not own or not self.link.on_another_host():
+            return None
+        entry = remote.alive_entry(remote.local)
+        if entry is None:
+            raise RuntimeError(f"actor {spec.class_name}: this driver's node is not in its "
+                               "view of the cluster")
+        spec.lent = (entry, [], remote.local, False, True)
+        return None
 
     def _no_room(self, spec: ActorCreationSpec) -> RuntimeError:
         """The error of an actor whose bundle on another node had no room in time."""

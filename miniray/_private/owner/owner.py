@@ -565,6 +565,12 @@ class Owner(OwnerLeases, OwnerEvents):
         group can never run."""
         return self.pgs is not None and self.pgs.gone(pg_hex, far)
 
+    def holds_own_group(self, pg_hex: str) -> bool:
+        """*Locked.* Whether group ``pg_hex`` is this driver's own, held in its node's
+        ledger (not a detached one that the node's actor service holds for it)."""
+        group = self.pgs.groups.get(pg_hex) if self.pgs is not None else None
+        return group is not None and not group.served
+
     def serves_bundle(self, request: dict) -> bool:
         """*Locked.* Whether a (rewritten) placement request is in a bundle on another node
         of a detached group the node's actor service holds (``remote_bundles`` step 8), or

@@ -69,7 +69,12 @@ Steps for group G of driver D with bundle i planned on node N::
    when the group is removed or D's group lease goes (D gone). N's death: a restart (per
    ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
    once D holds it on its own node again (step 6); if step 6 places it on another node,
-   D kills the actor in S (``moved_loans``). A driver on another host than S (S is then
+   D kills the actor in S (``moved_loans``). A bundle of D's own group on D's own node,
+   with S the head's on another host (D on a member): S's ledger does not hold it, so D
+   lends nothing and ``spec.lent`` says so (its fifth field, ``on_lender_node``: D's
+   ``_lend_here``), and S leases the actor's room on D's node from the group's bundle
+   there (``leased_there``), asking that node whether the group lives, as in step 9.
+   A driver on another host than S (S is then
    the head's, D a member's driver: ``lent`` names D's node) lends the same way, but S
    cannot read D's node's ledger: S's watch asks D's node instead, on S's link there,
    whether its ledger holds G's live lease (``lender_watched``: group -> that node;
