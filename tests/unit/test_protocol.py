@@ -66,8 +66,10 @@ def test_protocol_version_was_bumped_for_each_changed_layout():
     detached group found by name in the service (SVC_PG_FIND); 11: READY carries the worker's
     pid; 12: the actors a driver lent room to, asked of the service by id (SVC_ALIVE); 13: a
     driver on another host reads the service's detached groups (SVC_PG_TABLE); 14: SVC_KILL
-    names the removed group an actor is killed for."""
-    assert protocol.PROTOCOL_VERSION == 14
+    names the removed group an actor is killed for; 15: where a lent actor's room went when
+    its bundle was placed again on another node (SVC_LENT_MOVED)."""
+    assert protocol.PROTOCOL_VERSION == 15
+    assert "SVC_LENT_MOVED" in protocol.CHANNELS["actor_service"]
     assert "SVC_ALIVE" in protocol.CHANNELS["actor_service"]
     assert "SVC_PG_TABLE" in protocol.CHANNELS["actor_service"]
     assert "SVC_PG_FIND" in protocol.CHANNELS["actor_service"]

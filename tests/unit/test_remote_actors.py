@@ -252,3 +252,50 @@ def test_spread_counts_only_its_live_actors_and_not_one_placed_again(monkeypatch
     second = place(2)[1]
     assert placer._spread_view(second.spec, view)[1].available == {"CPU": 2.0}
     assert first.spec.actor_id not in placer.spread_on
+
+
+def test_a_lent_actor_follows_its_bundle_only_with_lent_room_and_a_restart_left():
+    """The service's side of SVC_LENT_MOVED (``remote_bundles`` step 7): its restart goes
+    to the bundle's new place when it has lent room here and a restart left; the driver
+    ends the loan on False."""
+    from miniray._private.core import placement
+    from miniray._private.owner.remote_bundles import RemoteBundles
+
+    class _Owner:
+        retried = 0
+
+        def retry_soon(self):
+            self.retried += 1
+
+    owner, pg_hex = _Owner(), "ab" * 18
+    bundles = RemoteBundles(owner, None)
+    placer = ra.RemoteActors.__new__(ra.RemoteActors)
+    placer.owner, placer.in_bundle = owner, {}
+    placer.nodes = type("Nodes", (), {"bundles": bundles})()
+    request = placement.rewrite_request({"CPU": 1}, pg_hex, 1)
+    spec = ActorCreationSpec(actor_id=b"m" * 16, class_name="C", placement=request,
+                             held=request, pg=(pg_hex, 1, False))
+    actor = type("Actor", (), {"spec": spec, "restarts_left": 1})()
+    old, new = type("Entry", (), {"node_id": "n"})(), type("Entry", (), {"node_id": "m"})()
+    spec.lent = (old, [], "", False)
+    bundles.borrow(spec)
+    placer.in_bundle[spec.actor_id] = bundles.borrowed[spec.actor_id]
+    # Told while its worker still counts as alive on the dead node: kept for its end.
+    assert placer.lent_moved(actor, new, ["1"]) and owner.retried == 0
+    assert bundles.moved_to[spec.actor_id][1][0] is new
+    actor.restarts_left = 0  # no restart left: it will not follow
+    bundles.moved_to.clear()
+    assert not placer.lent_moved(actor, new, ["1"])
+    # Its node's death seen (the restart waits, its restart counted): borrowed there now.
+    del placer.in_bundle[spec.actor_id]
+    bundles.follow_ledger(spec)
+    assert placer.lent_moved(actor, new, ["1"]) and owner.retried == 1
+    assert spec.lent == (new, ["1"], "", False) and bundles.borrowed[spec.actor_id].entry is new
+    # Lent by a driver of another node: that node's ledger would hold the bundle.
+    bundles.lender_watched[pg_hex] = "lender"
+    bundles.follow_ledger(spec)
+    assert not placer.lent_moved(actor, new, ["1"])
+    # Not in a placement group: nothing to move.
+    plain = ActorCreationSpec(actor_id=b"p" * 16, class_name="C")
+    assert not placer.lent_moved(type("Actor", (), {"spec": plain, "restarts_left": 1})(),
+                                 new, [])

@@ -193,14 +193,14 @@ def test_a_lost_bundle_takes_no_task_until_it_is_placed_again():
     assert nodes.started[-1] == ("any", 2)  # bundle 2 is alive; bundle 1 is not used
     again = RemoteBundle(H, 1, {"CPU": 1.0}, types.SimpleNamespace(node_id="new"),
                          types.SimpleNamespace(lost=None), "lease9", [])
-    assert book.replace(H, {1: again}) is True
+    assert book.replace(H, {1: again}) == []  # adopted; no loan moved
     assert nodes.started[-1] == ("first", 1) and book.groups[H][1] is again
     assert book.find_lost({"member", "new"}) == {}
     book.removed(H)
-    assert book.replace(H, {1: again}) is True  # removal's second half has not run yet
+    assert book.replace(H, {1: again}) == []  # removal's second half has not run yet
     book.release(H)
     assert nodes.released == ["lease9", "lease2"]  # every alive bundle's lease
-    assert book.replace(H, {1: again}) is False  # gone: the caller releases its lease
+    assert book.replace(H, {1: again}) is None  # gone: the caller releases its lease
 
 
 def test_a_lost_bundle_held_here_again_sends_its_tasks_to_the_owners_queue():
@@ -216,7 +216,7 @@ def test_a_lost_bundle_held_here_again_sends_its_tasks_to_the_owners_queue():
     for name, index in (("one", 1), ("any", -1), ("two", 2)):
         book.submit(_task(name, {"CPU": 1}, index))
     assert nodes.started[-1] == ("any", 2)  # bundle 2 had room; "two" waits for it
-    assert book.replace(H, {}, [1]) is True  # bundle 1 is this node's now
+    assert book.replace(H, {}, [1]) == []  # bundle 1 is this node's now
     assert owner.resubmitted == ["one"] and 1 not in book.groups[H]
     assert book.has_local[H] and H not in book.lost
     assert not book.holds(placement.rewrite_request({"CPU": 1}, H, 1))  # the ledger's
@@ -267,8 +267,23 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     book.end_loan(b"actor")
     assert bundle.free == {"CPU": 1.0}
     book.lend(b"actor", book.take(place, place, b"actor"), place)
-    assert book.moved_loans(H, {2}) == []  # another bundle went elsewhere
-    assert book.moved_loans(H, {1}) == [b"actor"] and book.loans == {}  # its own: killed
+    assert book._move_loans(H, {2}) == []  # another bundle went elsewhere
+    # Its own bundle was placed again on another node: the same room is lent there,
+    # before any task takes it (``replace`` moves the loans first).
+    elsewhere = RemoteBundle(H, 1, {"CPU": 1}, types.SimpleNamespace(node_id="m"),
+                             object(), "lease-m", [])
+    waiting = _task("waits", {"CPU": 1}, 1)
+    assert book.submit(waiting) and _nodes.started == []  # the actor holds the room
+    assert book.replace(H, {1: elsewhere}) == [(b"actor", elsewhere.entry, [])]
+    assert book.loans == {b"actor": (elsewhere, place)} and elsewhere.free == {"CPU": 0.0}
+    assert list(book.waiting[H]) == [waiting] and _nodes.started == []  # no room for it
+    # No room in the new place (a task took it first): no loan, the caller kills it.
+    other = RemoteBundle(H, 1, {"CPU": 1}, types.SimpleNamespace(node_id="n"), object(),
+                         "lease-n", [])
+    other.free = {"CPU": 0.0}
+    assert book.replace(H, {1: other}) == [(b"actor", None, [])] and book.loans == {}
+    book.groups[H][1] = bundle
+    book.waiting.pop(H, None)
     book.give_back(bundle, place, b"actor")  # (a moved bundle is a new one: room is moot)
     book.lend(b"actor", book.take(place, place, b"actor"), place)
     book.removed(H)
@@ -295,6 +310,31 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
     service.follow_ledger(spec_b)
     assert spec_b.lent is None and b"b" not in service.borrowed
     assert not service.holds(one)  # the placer asks the ledger
+    # Its driver then lends its room in the bundle's new place on another node: the
+    # restart goes there (told once only; another group's news is not its own).
+    moved = types.SimpleNamespace(node_id="m")
+    assert service.lent_moved(spec_b, moved, ["7"], running=False)
+    assert spec_b.lent == (moved, ["7"], "", False) and service.borrowed[b"b"].entry is moved
+    assert service.take(one, one, b"b").gpus_of(b"b") == ["7"]
+    assert not service.lent_moved(spec_b, moved, ["7"], running=False)
+    # Told before this side saw its node die: kept, and taken when it does.
+    spec_b.lent = (entry, ["5"], "", True)
+    assert service.lent_moved(spec_b, moved, ["6"], running=True)
+    assert spec_b.lent == (entry, ["5"], "", True)  # it still runs there for now
+    service.follow_ledger(spec_b)
+    assert spec_b.lent == (moved, ["6"], "", True) and service.followed == {}
+    assert service.moved_to == {}
+    # An actor with no lent room (placed by this node's ledger): nothing to move.
+    spec_c = types.SimpleNamespace(placement=one, lent=None, actor_id=b"c")
+    assert not service.lent_moved(spec_c, moved, [], running=True)
+    assert not service.lent_moved(spec_c, moved, [], running=False)
+    # The group's removal forgets what waited to move.
+    service.follow_ledger(spec_b)
+    assert b"b" in service.followed
+    service.removed(H)
+    assert service.followed == {} and service.moved_to == {}
+    service.borrow(types.SimpleNamespace(placement=one, lent=(entry, ["3"], "", False),
+                                         actor_id=b"a"))
     # Lent by a driver on another host: watched (its node asked) while one of its actors
     # lives here.
     far = placement.rewrite_request({"CPU": 1}, "f" * len(H), 0)

@@ -112,6 +112,12 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_CREATE, spec, exported)                →  (SVC_OK, (actor_id, state, warning))
     (SVC_LOOKUP, name, namespace)               →  (SVC_OK, (actor_id, state))
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
+    (SVC_ALIVE, [actor_id])                     →  (SVC_OK, [those not dead])
+    (SVC_LENT_MOVED, actor_id, node_entry,      →  (SVC_OK, bool)  the room lent to this
+                     gpu_ids)                      actor is now in its bundle's new place
+                                                   on that node: it restarts there; False:
+                                                   it will not (unknown, dead, or lent by
+                                                   a driver of another node)
     (SVC_KILL, actor_id, no_restart, group)     →  (SVC_OK, None)  group: "" (``ray.kill``),
                                                    or the hex of the removed placement
                                                    group it is killed for (it ends as an
@@ -186,7 +192,9 @@ from miniray import _version
 # 13: a driver on another host than the service reads the detached groups it holds
 #     (SVC_PG_TABLE).
 # 14: SVC_KILL names the removed placement group an actor is killed for.
-PROTOCOL_VERSION = 14
+# 15: a driver tells the actor service where the room it lent an actor went when the
+#     actor's bundle was placed again on another node (SVC_LENT_MOVED).
+PROTOCOL_VERSION = 15
 V1_NODE_HELLO = "HELLO"  # version 1's first message, ("HELLO", pid): recognised to refuse it
 
 # 1. data socket, driver -> worker
@@ -281,6 +289,7 @@ SVC_IMPORTED = 74
 SVC_YIELD = 75
 SVC_FREE = 76
 SVC_ALIVE = 77  # (SVC_ALIVE, [actor id]) -> those of them not dead
+SVC_LENT_MOVED = 78
 
 # result kinds (not tags: the ``kind`` inside RESULT, PUT and SVC_RESULT), and the REPLY of
 # a GET that timed out (TIMEOUT) or of a GET or WAIT whose call was cancelled (CANCELLED)
@@ -306,9 +315,9 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "actor_service": ("SVC_HELLO", "SVC_OK", "SVC_ERR", "SVC_CREATE", "SVC_LOOKUP",
                       "SVC_LIST", "SVC_KILL", "SVC_CALL", "SVC_OBJECT", "SVC_CANCEL",
                       "SVC_HOLD", "SVC_RELEASE", "SVC_RESULT", "SVC_OUTPUT", "SVC_IMPORTED",
-                      "SVC_YIELD", "SVC_FREE", "SVC_ALIVE", "SVC_PG_CREATE", "SVC_PG_REMOVE",
-                      "SVC_PG_LEND", "SVC_PG_RETURN", "SVC_PG_STATE", "SVC_PG_FIND",
-                      "SVC_PG_TABLE"),
+                      "SVC_YIELD", "SVC_FREE", "SVC_ALIVE", "SVC_LENT_MOVED",
+                      "SVC_PG_CREATE", "SVC_PG_REMOVE", "SVC_PG_LEND", "SVC_PG_RETURN",
+                      "SVC_PG_STATE", "SVC_PG_FIND", "SVC_PG_TABLE"),
 }
 
 

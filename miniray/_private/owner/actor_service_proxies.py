@@ -18,6 +18,7 @@ Does not own: the sockets and the wire (``actor_link.py``), the calls themselves
 or the service (``node/actor_service.py``).
 Called by: the runtime and the owner's requests (``create_in_service``,
 ``lookup_in_service``, ``named_in_service``, ``kill_in_service``: not locked;
+``lent_moved_in_service``: ``placement_group_nodes``, not locked;
 ``alive_in_service``: the group watch, not locked),
 ``placement_group_nodes`` (``create_group_in_service``, ``remove_group_in_service``,
 ``group_state_in_service``, ``find_group_in_service``, ``table_in_service``: not locked),
@@ -310,6 +311,13 @@ class ServiceProxies:
         """*Not locked.* Those of ``actor_ids`` the node's actor service holds and that are
         not dead (restarting counts as alive)."""
         return self.link._request((protocol.SVC_ALIVE, list(actor_ids)))
+
+    def lent_moved_in_service(self, actor_id: bytes, entry, gpu_ids: list) -> bool:
+        """*Not locked.* Tell the node's actor service that the room this driver lends
+        actor ``actor_id`` is now in its bundle's new place on ``entry``'s node, with
+        ``gpu_ids`` there (``remote_bundles`` step 7): whether it restarts there."""
+        return bool(self.link._request((protocol.SVC_LENT_MOVED, actor_id, entry,
+                                        list(gpu_ids))))
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``

@@ -611,6 +611,16 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         if actor is not None and actor.state != A_DEAD and not actor.remote:
             self._end_in_removed_group(actor, pg_hex)
 
+    def lent_moved(self, actor_id: bytes, entry, gpu_ids) -> bool:
+        """*Locked.* The node's actor service, told by the driver that lends actor
+        ``actor_id`` room in a bundle on another node that the bundle was placed again
+        on ``entry``'s node (``SVC_LENT_MOVED``): its restart goes there
+        (``remote_actors.RemoteActors.lent_moved``). False: it will not."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state == A_DEAD or actor.remote or self.elsewhere is None:
+            return False
+        return self.elsewhere.lent_moved(actor, entry, gpu_ids)
+
     def _end_in_removed_group(self, actor: _Actor, pg_hex: str) -> None:
         """*Locked.* ``actor``'s placement group ``pg_hex`` was removed: one that never
         started dies unschedulable (no worker to kill: a placement under way sees it dead

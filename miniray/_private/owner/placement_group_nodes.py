@@ -751,6 +751,30 @@ class PlacementGroupNodes:
                 "lend their room to the other drivers of its node, which it does not (its "
                 f"state socket is not there). Create the group in this driver{hint}.")
 
+    def _move_lent(self, remote, moved) -> None:
+        """*Not locked.* The actors lent room in bundles just placed again on other nodes
+        (``remote_bundles.replace``: ``[(actor id, NodeEntry or None, GPU ids)]``): the node's
+        actor service is told where each one's room is now, and restarts it there
+        (``remote_bundles`` step 7). One with no room there, one the service will not
+        restart there, or a service that did not answer: its loan ends and it is killed
+        there (``_kill_lent``), as an actor that cannot follow its bundle."""
+        dropped = []
+        for actor_id, entry, gpu_ids in moved:
+            told = False
+            if entry is not None:
+                try:
+                    told = self.owner.actors.lent_moved_in_service(actor_id, entry, gpu_ids)
+                except (ValueError, RuntimeError, OSError):  # refused, or the link blipped
+                    told = False
+            if not told:
+                dropped.append(actor_id)
+        if not dropped:
+            return
+        with self.owner.locked():
+            for actor_id in dropped:
+                remote.bundles.end_loan(actor_id)
+        self._kill_lent([(actor_id, "") for actor_id in dropped])
+
     def _kill_lent(self, lent) -> None:
         """*Not locked.* Kill these lent actors in the node's actor service, no restart
         (``remote_bundles`` step 7): ``lent`` is ``[(actor id, group)]``, group the hex of
@@ -924,18 +948,16 @@ class PlacementGroupNodes:
                 remote.bundles.release_parts(parts)
                 return
             with self.owner.locked():
-                adopted = group.state == CREATED and remote.bundles.replace(group.hex, parts,
-                                                                            here)
-                moved = []
-                if adopted:
+                moved = remote.bundles.replace(group.hex, parts, here) \
+                    if group.state == CREATED else None
+                if moved is not None:
                     for i, node in plan.items():
                         nodes[i] = node
                     group.nodes = nodes
-                    moved = remote.bundles.moved_loans(group.hex, set(parts))
-            if not adopted:
+            if moved is None:
                 remote.bundles.release_parts(parts)
                 return
-            self._kill_lent([(actor_id, "") for actor_id in moved])
+            self._move_lent(remote, moved)
             try:
                 self.ledger.update_group(group.hex, {"nodes": nodes, "rescheduling": False})
             except (OSError, ValueError):

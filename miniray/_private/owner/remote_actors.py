@@ -383,6 +383,25 @@ class RemoteActors:
                          name="miniray-remote-actor").start()
         return bundle.node_id
 
+    def lent_moved(self, actor, entry, gpu_ids) -> bool:
+        """*Locked.* The node's actor service: ``actor``'s lending driver placed its bundle
+        again on ``entry``'s node after its node died, and lends its room there
+        (``remote_bundles`` step 7): its restart is placed there. False (the driver ends
+        the loan and kills it): no restart is left to it, it has no lent room here, or
+        a driver of another node lent it (that node's ledger, not this one's, would
+        hold the bundle)."""
+        spec = actor.spec
+        bundles = self.nodes.bundles
+        running = spec.actor_id in self.in_bundle  # its node's death not seen here yet
+        if spec.pg is None or spec.pg[0] in bundles.lender_watched or (
+                running and actor.restarts_left == 0):
+            return False
+        if not bundles.lent_moved(spec, entry, gpu_ids, running):
+            return False
+        if not running:
+            self.owner.retry_soon()  # the placer finds it lent room now: ``_in_bundle``
+        return True
+
     def _give_back(self, actor) -> None:
         """*Locked.* The actor's worker in a remote bundle ended (or never started): what
         it held goes back to the bundle (once)."""

@@ -67,9 +67,14 @@ Steps for group G of driver D with bundle i planned on node N::
    the room while S holds that actor alive (``lend``; the group watch asks S for all of
    them in one SVC_ALIVE, ``loans`` and ``end_loan``). S's own group watch ends the actor
    when the group is removed or D's group lease goes (D gone). N's death: a restart (per
-   ``max_restarts``) is placed by S's ledger (``follow_ledger``), where the bundle is
-   once D holds it on its own node again (step 6); if step 6 places it on another node,
-   D kills the actor in S (``moved_loans``). A bundle of D's own group on D's own node,
+   ``max_restarts``) goes where step 6 places the bundle again. On another node M, D
+   lends the actor the same room there before any task takes it (``replace``:
+   ``_move_loans``) and tells S (SVC_LENT_MOVED: M's entry, the GPU ids); S borrows it
+   and places the restart there (``lent_moved``; told before S saw N die, it is kept
+   for ``follow_ledger``); S answering False (it holds no lent room of that actor: dead,
+   unknown, or lent by a driver of another node), no room there, or no answer: D ends
+   the loan and kills the actor in S (``_kill_lent``). On D's own node, S's ledger
+   places it (``follow_ledger``). A bundle of D's own group on D's own node,
    with S the head's on another host (D on a member): S's ledger does not hold it, so D
    lends nothing and ``spec.lent`` says so (its fifth field, ``on_lender_node``: D's
    ``_lend_here``), and S leases the actor's room on D's node from the group's bundle
@@ -289,8 +294,14 @@ class RemoteBundles(BundleLoans):
         self.waiting: dict[str, collections.deque] = {}  # hex -> tasks waiting for room
         self.running: dict[str, set] = {}  # hex -> tasks running in its remote bundles
         self.lost: dict[str, set] = {}  # hex -> indexes of bundles whose node died (step 6)
-        self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, name, namespace, held)
+        self.loans: dict[bytes, tuple] = {}  # actor id -> (bundle, held): lent (step 7)
         self.borrowed: dict[bytes, RemoteBundle] = {}  # actor id -> its lent room (step 7)
+        # Step 6 for step 7's actors, S's side: a lent actor whose node died, waiting to
+        # learn where its driver lends its room now (actor id -> (hex, its ``spec.lent``
+        # before): ``follow_ledger``), and a new place told before S saw that death
+        # (actor id -> (hex, its new ``spec.lent``): ``lent_moved``)
+        self.followed: dict[bytes, tuple] = {}
+        self.moved_to: dict[bytes, tuple] = {}
         # Steps 9 and 10, S's side: actors of another driver's group in a bundle on the
         # lending driver's own node, not S's: actor id -> (hex, that node's NodeEntry); S
         # leases each one's room there, from the group's bundle in that node's ledger
@@ -557,15 +568,17 @@ class RemoteBundles(BundleLoans):
         self.lose_bundle(bundle)
         self.waiting.setdefault(pg_hex, collections.deque()).appendleft(task)
 
-    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle], here=()) -> bool:
+    def replace(self, pg_hex: str, parts: dict[int, RemoteBundle],
+                here=()) -> list[tuple] | None:
         """*Locked.* Lost bundles were placed again (step 1 on other nodes: ``parts``;
-        the bundles ``here``: in this node's ledger, ``PlacementGroups._grow``): tasks
-        start in them, those waiting for a bundle now here (or for any bundle) going to
-        the owner's queue. False when the group was removed meanwhile (the caller
-        releases ``parts``)."""
+        the bundles ``here``: in this node's ledger, ``PlacementGroups._grow``): the room
+        lent to the service's actors in them follows them first (``_move_loans``, whose
+        list this returns), then tasks start in them, those waiting for a bundle now here
+        (or for any bundle) going to the owner's queue. None when the group was removed
+        meanwhile (the caller releases ``parts``)."""
         group = self.groups.get(pg_hex)
         if group is None:
-            return False
+            return None
         group.update(parts)
         for index in here:
             group.pop(index, None)
@@ -578,8 +591,9 @@ class RemoteBundles(BundleLoans):
             self.lost.pop(pg_hex, None)
         if here:
             self._to_local(pg_hex, set(here))
+        moved = self._move_loans(pg_hex, set(parts))  # before tasks take the new room
         self._pump(pg_hex)
-        return True
+        return moved
 
     def _to_local(self, pg_hex: str, here: set) -> None:
         """*Locked.* Tasks waiting for a bundle that this node holds now, or for any
@@ -641,6 +655,9 @@ class RemoteBundles(BundleLoans):
             del self.borrowed[actor_id]
         for actor_id in [a for a, (h, _e) in self.on_lender_node.items() if h == pg_hex]:
             del self.on_lender_node[actor_id]
+        for kept in (self.followed, self.moved_to):
+            for actor_id in [a for a, (h, _lent) in kept.items() if h == pg_hex]:
+                del kept[actor_id]
         self.lender_watched.pop(pg_hex, None)
         self.served.pop(pg_hex, None)
         self.lenders.pop(pg_hex, None)
@@ -697,6 +714,8 @@ class RemoteBundles(BundleLoans):
         watched once none of its actors is left here."""
         bundle = self.borrowed.pop(actor_id, None)
         there = self.on_lender_node.pop(actor_id, None)
+        self.followed.pop(actor_id, None)
+        self.moved_to.pop(actor_id, None)
         pg_hex = bundle.pg_hex if bundle is not None else there[0] if there else None
         if pg_hex in self.lender_watched and not any(
                 b.pg_hex == pg_hex for b in self.borrowed.values()) and not any(
@@ -704,20 +723,60 @@ class RemoteBundles(BundleLoans):
             self.lender_watched.pop(pg_hex, None)
 
     def follow_ledger(self, spec) -> None:
-        """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart is
-        placed by this node's ledger, which provides the bundle once its driver holds it
-        here again (step 6); its driver kills it if the bundle goes to another node."""
-        spec.lent = None
+        """*Locked.* S's side: the node of actor ``spec``'s lent room died. Its restart
+        goes where its driver lends its room next (step 6): in the bundle's new place on
+        another node once the driver says so (``lent_moved``; said already: borrowed
+        now), or, with no lent room meanwhile, where this node's ledger provides the
+        bundle once its driver holds it here again."""
         self.borrowed.pop(spec.actor_id, None)
+        pg_hex = placement.bundle_request(spec.placement)[0]
+        moved = self.moved_to.pop(spec.actor_id, None)
+        if moved is not None and moved[0] == pg_hex:
+            spec.lent = moved[1]
+            self.borrow(spec)
+            return
+        if spec.lent is not None:
+            self.followed[spec.actor_id] = (pg_hex, spec.lent)
+        spec.lent = None
 
-    def moved_loans(self, pg_hex: str, indexes) -> list[bytes]:
-        """*Locked.* D's side: the named actors lent room in bundles ``indexes`` of the
-        group, which were placed again on other nodes (their actors cannot follow them
-        there: D kills them in the service); their loans end."""
-        moved = [a for a, loan in self.loans.items()
-                 if loan[0].pg_hex == pg_hex and loan[0].index in indexes]
-        for actor_id in moved:
+    def lent_moved(self, spec, entry, gpu_ids, running: bool) -> bool:
+        """*Locked.* S's side: actor ``spec``'s driver lends its room in its bundle's new
+        place, on ``entry``'s node with ``gpu_ids`` there (step 6). Its restart goes
+        there: borrowed now when S saw its node die (``follow_ledger`` ran), else
+        (``running``: its worker still counts as alive here) when ``follow_ledger`` runs.
+        False when S has no lent room of it to move (its driver then ends the loan)."""
+        pg_hex = placement.bundle_request(spec.placement)[0]
+        if running:
+            if spec.lent is None:
+                return False
+            self.moved_to[spec.actor_id] = (pg_hex, (entry, list(gpu_ids)) + tuple(
+                spec.lent[2:4]))
+            return True
+        before = self.followed.pop(spec.actor_id, None)
+        if before is None or before[0] != pg_hex:
+            return False
+        spec.lent = (entry, list(gpu_ids)) + tuple(before[1][2:4])
+        self.borrow(spec)
+        return True
+
+    def _move_loans(self, pg_hex: str, indexes) -> list[tuple]:
+        """*Locked.* D's side: the actors lent room in bundles ``indexes`` of the group,
+        just placed again on other nodes, are lent the same room in the new bundles
+        (``take``, as when first lent), each ``(actor id, the new bundle's NodeEntry, its
+        GPU ids there)``, the entry None when it has no room there; the caller tells the
+        service (``SVC_LENT_MOVED``), or ends the loan and kills the actor there when it
+        has no room or the service will not move it."""
+        moved = []
+        for actor_id, (bundle, held) in list(self.loans.items()):
+            if bundle.pg_hex != pg_hex or bundle.index not in indexes:
+                continue
             del self.loans[actor_id]
+            new = self.take(held, held, actor_id)
+            if new is None:
+                moved.append((actor_id, None, []))
+                continue
+            self.loans[actor_id] = (new, held)
+            moved.append((actor_id, new.entry, new.gpus_of(actor_id)))
         return moved
 
     def _loaned(self, pg_hex: str, index: int, base: dict, entry, client, gpu_ids: list,
