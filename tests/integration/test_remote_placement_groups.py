@@ -1486,6 +1486,72 @@ def test_a_named_actor_from_a_members_driver_in_a_bundle_elsewhere_lives_there(h
                    "within": True}, doc
 
 
+def test_a_members_drivers_named_actors_follow_their_bundles_after_a_node_dies(hosts):
+    # A driver on the member lends its named actors (the head's actor service runs them)
+    # room in bundles on a third node. That node dies: one bundle is placed again on the
+    # head, the other on the driver's own node, and each actor restarts in its bundle's
+    # new place, as in Ray (before: ActorDiedError, restarts left or not).
+    _cluster(hosts, "1", "2")
+    hosts.join_alive(THIRD, hosts.record("127.0.0.1").address, "--num-cpus", "2")
+    proc = driver(PRELUDE + PG + """
+    import sys
+    from miniray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    head = next(n["NodeID"] for n in ray.nodes() if n["NodeManagerAddress"] == "127.0.0.1")
+
+    @ray.remote(num_cpus=1)
+    class Block:
+        def ok(self):
+            return True
+
+    @ray.remote(num_cpus=0, max_restarts=1)
+    class Where:
+        def ip(self):
+            return ips[ray.get_runtime_context().get_node_id()]
+
+    # The head's CPU held while the groups are made: their second bundles go to the third
+    block = Block.options(scheduling_strategy=NodeAffinitySchedulingStrategy(head, False)
+                          ).remote()
+    assert ray.get(block.ok.remote(), timeout=30)
+    strict = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
+    soft = placement_group([{"CPU": 0.5}, {"CPU": 0.5}], strategy="SPREAD")
+    assert strict.wait(20) and soft.wait(20)
+    first = {"strict": placement_group_table(strict)["bundles_to_node_id"],
+             "soft": placement_group_table(soft)["bundles_to_node_id"]}
+    actors = {}
+    for key, pg in (("strict", strict), ("soft", soft)):
+        index = next(i for i, node in first[key].items() if node != here)
+        actors[key] = (pg, index, Where.options(
+            name=key, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, index)).remote())
+    before = {key: ray.get(a.ip.remote(), timeout=30) for key, (_p, _i, a) in actors.items()}
+    ray.kill(block)  # room on the head again
+    print(json.dumps({"first": first, "before": before, "here": here,
+                      "third": [ips[n] for n in first["strict"].values()]}), flush=True)
+    sys.stdin.readline()  # the third node is killed now
+    after, where = {}, {}
+    for key, (pg, index, actor) in actors.items():
+        old = first[key][index]
+        _states, table = table_until(pg, lambda t: t["state"] == "CREATED"
+                                     and t["bundles_to_node_id"][index] != old, 30)
+        where[key] = ips.get(table["bundles_to_node_id"][index], "?")
+        try:
+            after[key] = ray.get(actor.ip.remote(), timeout=30)
+        except Exception as error:
+            after[key] = type(error).__name__
+    print(json.dumps({"after": after, "where": where}), flush=True)
+    ray.shutdown()
+    """, hosts.env(MEMBER), stdin=subprocess.PIPE)
+    try:
+        doc = json_line(proc, 60)
+        assert doc["before"] == {"strict": THIRD, "soft": THIRD}, doc
+        os.kill(hosts.record(THIRD).pid, signal.SIGKILL)
+        doc = go_on(proc, 90)
+        assert proc.wait(30) == 0
+    finally:
+        stop_driver(proc)
+    assert doc["where"] == {"strict": "127.0.0.1", "soft": MEMBER}, doc
+    assert doc["after"] == {"strict": "127.0.0.1", "soft": MEMBER}, doc
+
+
 def test_named_and_detached_actors_of_a_members_driver_in_a_bundle_elsewhere_end_with_it(
         hosts):
     _cluster(hosts, "2", "2")

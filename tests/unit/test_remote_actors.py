@@ -261,16 +261,16 @@ def test_a_lent_actor_follows_its_bundle_only_with_lent_room_and_a_restart_left(
     from miniray._private.core import placement
     from miniray._private.owner.remote_bundles import RemoteBundles
 
-    class _Owner:
-        retried = 0
+    class _Manager:
+        placed = 0
 
-        def retry_soon(self):
-            self.retried += 1
+        def place_again(self, actor):
+            self.placed += 1
 
-    owner, pg_hex = _Owner(), "ab" * 18
-    bundles = RemoteBundles(owner, None)
+    owner, pg_hex = _Manager(), "ab" * 18
+    bundles = RemoteBundles(None, None)
     placer = ra.RemoteActors.__new__(ra.RemoteActors)
-    placer.owner, placer.in_bundle = owner, {}
+    placer.manager, placer.in_bundle = owner, {}
     placer.nodes = type("Nodes", (), {"bundles": bundles})()
     request = placement.rewrite_request({"CPU": 1}, pg_hex, 1)
     spec = ActorCreationSpec(actor_id=b"m" * 16, class_name="C", placement=request,
@@ -281,7 +281,7 @@ def test_a_lent_actor_follows_its_bundle_only_with_lent_room_and_a_restart_left(
     bundles.borrow(spec)
     placer.in_bundle[spec.actor_id] = bundles.borrowed[spec.actor_id]
     # Told while its worker still counts as alive on the dead node: kept for its end.
-    assert placer.lent_moved(actor, new, ["1"]) and owner.retried == 0
+    assert placer.lent_moved(actor, new, ["1"]) and owner.placed == 0
     assert bundles.moved_to[spec.actor_id][1][0] is new
     actor.restarts_left = 0  # no restart left: it will not follow
     bundles.moved_to.clear()
@@ -289,12 +289,29 @@ def test_a_lent_actor_follows_its_bundle_only_with_lent_room_and_a_restart_left(
     # Its node's death seen (the restart waits, its restart counted): borrowed there now.
     del placer.in_bundle[spec.actor_id]
     bundles.follow_ledger(spec)
-    assert placer.lent_moved(actor, new, ["1"]) and owner.retried == 1
+    assert placer.lent_moved(actor, new, ["1"]) and owner.placed == 1  # queued again
     assert spec.lent == (new, ["1"], "", False) and bundles.borrowed[spec.actor_id].entry is new
-    # Lent by a driver of another node: that node's ledger would hold the bundle.
-    bundles.lender_watched[pg_hex] = "lender"
+    # Lent by a driver of another node: the restart waits for its word (this node's
+    # ledger never holds the group), then goes to the bundle's new place, on another
+    # node or on that driver's own (``here``: leased from that node's ledger there).
+    lender = type("Entry", (), {"node_id": "lender"})()
+    spec.lent = (old, [], "lender", True)
+    del bundles.borrowed[spec.actor_id]
+    bundles.borrow(spec)
     bundles.follow_ledger(spec)
-    assert not placer.lent_moved(actor, new, ["1"])
+    assert bundles.awaits_lender(spec.actor_id) and bundles.lender_watched == {
+        pg_hex: "lender"}
+    assert placer.lent_moved(actor, lender, [], here=True)
+    assert spec.lent == (lender, [], "lender", True, True) and not bundles.awaits_lender(
+        spec.actor_id)
+    assert bundles.leased_there(spec.actor_id) is lender
+    # "Here" from a driver of this node: its ledger is this one's, nothing to move.
+    spec.lent = (old, [], "", False)
+    bundles.on_lender_node.clear()
+    bundles.borrow(spec)
+    bundles.follow_ledger(spec)
+    assert not bundles.awaits_lender(spec.actor_id)
+    assert not placer.lent_moved(actor, lender, [], here=True)
     # Not in a placement group: nothing to move.
     plain = ActorCreationSpec(actor_id=b"p" * 16, class_name="C")
     assert not placer.lent_moved(type("Actor", (), {"spec": plain, "restarts_left": 1})(),

@@ -274,14 +274,20 @@ def test_a_named_actors_room_is_lent_by_its_driver_and_borrowed_by_the_service()
                              object(), "lease-m", [])
     waiting = _task("waits", {"CPU": 1}, 1)
     assert book.submit(waiting) and _nodes.started == []  # the actor holds the room
-    assert book.replace(H, {1: elsewhere}) == [(b"actor", elsewhere.entry, [])]
+    assert book.replace(H, {1: elsewhere}) == [(b"actor", elsewhere.entry, [], False)]
     assert book.loans == {b"actor": (elsewhere, place)} and elsewhere.free == {"CPU": 0.0}
     assert list(book.waiting[H]) == [waiting] and _nodes.started == []  # no room for it
     # No room in the new place (a task took it first): no loan, the caller kills it.
     other = RemoteBundle(H, 1, {"CPU": 1}, types.SimpleNamespace(node_id="n"), object(),
                          "lease-n", [])
     other.free = {"CPU": 0.0}
-    assert book.replace(H, {1: other}) == [(b"actor", None, [])] and book.loans == {}
+    assert book.replace(H, {1: other}) == [(b"actor", None, [], False)] and book.loans == {}
+    # Placed again on this node: the loan stays until the caller knows who places it.
+    book.lend(b"actor", other, place)
+    assert book.replace(H, {}, [1]) == [(b"actor", None, [], True)]
+    assert book.loans == {b"actor": (other, place)}
+    del book.loans[b"actor"]
+    book.has_local[H] = False
     book.groups[H][1] = bundle
     book.waiting.pop(H, None)
     book.give_back(bundle, place, b"actor")  # (a moved bundle is a new one: room is moot)

@@ -114,10 +114,11 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (SVC_LIST, namespace, all_namespaces)       →  (SVC_OK, [names])
     (SVC_ALIVE, [actor_id])                     →  (SVC_OK, [those not dead])
     (SVC_LENT_MOVED, actor_id, node_entry,      →  (SVC_OK, bool)  the room lent to this
-                     gpu_ids)                      actor is now in its bundle's new place
-                                                   on that node: it restarts there; False:
-                                                   it will not (unknown, dead, or lent by
-                                                   a driver of another node)
+                     gpu_ids, here)                actor is now in its bundle's new place
+                                                   on that node (here: the lending driver's
+                                                   own, whose ledger provides it): it
+                                                   restarts there; False: it will not
+                                                   (unknown, dead, no restart left)
     (SVC_KILL, actor_id, no_restart, group)     →  (SVC_OK, None)  group: "" (``ray.kill``),
                                                    or the hex of the removed placement
                                                    group it is killed for (it ends as an

@@ -376,7 +376,7 @@ class ActorService:
                          if (actor := actors.actors.get(a)) is not None and
                          actor.state != A_DEAD]
             elif tag == protocol.SVC_LENT_MOVED:  # its bundle's new place: restart there
-                value = actors.lent_moved(message[1], message[2], message[3])
+                value = actors.lent_moved(message[1], message[2], message[3], message[4])
             elif tag == protocol.SVC_KILL:
                 if message[3]:  # its group was removed: Ray's error for that
                     actors.end_in_removed_group(message[1], message[3])

@@ -312,12 +312,15 @@ class ServiceProxies:
         not dead (restarting counts as alive)."""
         return self.link._request((protocol.SVC_ALIVE, list(actor_ids)))
 
-    def lent_moved_in_service(self, actor_id: bytes, entry, gpu_ids: list) -> bool:
+    def lent_moved_in_service(self, actor_id: bytes, entry, gpu_ids: list,
+                              here: bool = False) -> bool:
         """*Not locked.* Tell the node's actor service that the room this driver lends
         actor ``actor_id`` is now in its bundle's new place on ``entry``'s node, with
-        ``gpu_ids`` there (``remote_bundles`` step 7): whether it restarts there."""
+        ``gpu_ids`` there, or (``here``) on this driver's node, another than the
+        service's, whose ledger provides it (``remote_bundles`` step 7): whether it
+        restarts there."""
         return bool(self.link._request((protocol.SVC_LENT_MOVED, actor_id, entry,
-                                        list(gpu_ids))))
+                                        list(gpu_ids), bool(here))))
 
     def kill_in_service(self, actor_id: bytes, no_restart: bool, group: str = "") -> None:
         """*Not locked.* Ask the node's actor service to kill one of its actors (``kill``

@@ -157,6 +157,10 @@ class ActorsOwner(Protocol):
 
 logger = logging.getLogger(__name__)
 
+# ``_other_node``'s answer for an actor in room lent by a driver of another node whose
+# node died: it waits for that driver's word on its bundle's new place, not in the queue
+AWAITS_LENDER = "awaits its lender"
+
 __all__ = ["A_DEAD", "ActorManager", "ActorsOwner"]  # A_DEAD: the records' state, read by
 # waiting.py and the node's actor service
 
@@ -202,9 +206,15 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         its bytes are), outside a placement group (in a driver or in the node's actor
         service alike); or one in a
         placement group's bundle on another node (``remote_bundles``; in the actor
-        service, one that its creating driver lent it: ``spec.lent``)."""
+        service, one that its creating driver lent it: ``spec.lent``, or one whose
+        lending driver of another node has not yet said where its bundle went after its
+        node died: AWAITS_LENDER, and it waits out of the placer's queue until that driver
+        says so, ``RemoteActors.lent_moved``)."""
         if spec.pg is not None:
             if spec.lent is None and not self.owner.in_remote_bundle(spec.placement):
+                if actor is not None and self.elsewhere is not None and \
+                        self.elsewhere.nodes.bundles.awaits_lender(spec.actor_id):
+                    return AWAITS_LENDER  # out of the queue: ``lent_moved`` queues it again
                 return None
         elif (spec.affinity is None
                 and not infeasible_reasons(self.owner.node_state, spec.placement)
@@ -293,6 +303,13 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                                  f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
+
+    def place_again(self, actor: _Actor) -> None:
+        """*Locked.* A restarting ``actor`` whose place is known now (``remote_actors``:
+        its lending driver said where its bundle went) is placed; one already queued just
+        gets a placer pass."""
+        if actor.state != A_DEAD:
+            self._place(actor)
 
     def _place(self, actor: _Actor) -> None:
         """*Locked.* Queue ``actor`` for placement; the placer takes its lease and starts its
@@ -611,15 +628,15 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         if actor is not None and actor.state != A_DEAD and not actor.remote:
             self._end_in_removed_group(actor, pg_hex)
 
-    def lent_moved(self, actor_id: bytes, entry, gpu_ids) -> bool:
+    def lent_moved(self, actor_id: bytes, entry, gpu_ids, here: bool) -> bool:
         """*Locked.* The node's actor service, told by the driver that lends actor
         ``actor_id`` room in a bundle on another node that the bundle was placed again
-        on ``entry``'s node (``SVC_LENT_MOVED``): its restart goes there
-        (``remote_actors.RemoteActors.lent_moved``). False: it will not."""
+        on ``entry``'s node (``here``: the driver's own; ``SVC_LENT_MOVED``): its restart
+        goes there (``remote_actors.RemoteActors.lent_moved``). False: it will not."""
         actor = self.actors.get(actor_id)
         if actor is None or actor.state == A_DEAD or actor.remote or self.elsewhere is None:
             return False
-        return self.elsewhere.lent_moved(actor, entry, gpu_ids)
+        return self.elsewhere.lent_moved(actor, entry, gpu_ids, here)
 
     def _end_in_removed_group(self, actor: _Actor, pg_hex: str) -> None:
         """*Locked.* ``actor``'s placement group ``pg_hex`` was removed: one that never

@@ -752,28 +752,43 @@ class PlacementGroupNodes:
                 f"state socket is not there). Create the group in this driver{hint}.")
 
     def _move_lent(self, remote, moved) -> None:
-        """*Not locked.* The actors lent room in bundles just placed again on other nodes
-        (``remote_bundles.replace``: ``[(actor id, NodeEntry or None, GPU ids)]``): the node's
-        actor service is told where each one's room is now, and restarts it there
-        (``remote_bundles`` step 7). One with no room there, one the service will not
-        restart there, or a service that did not answer: its loan ends and it is killed
-        there (``_kill_lent``), as an actor that cannot follow its bundle."""
-        dropped = []
-        for actor_id, entry, gpu_ids in moved:
+        """*Not locked.* The actors lent room in bundles just placed again
+        (``remote_bundles.replace``: ``[(actor id, NodeEntry or None, GPU ids, here)]``):
+        the node's actor service is told where each one's room is now, and restarts it
+        there (``remote_bundles`` step 7). A bundle now on this node (``here``): when
+        the service is the head's on another host, it leases the room here (told so with
+        this node's entry; the loan ends: this node's ledger provides the room), else
+        its own ledger places it (nothing to tell). One with no room there, one the
+        service will not restart there, or a service that did not answer: its loan ends
+        and it is killed there (``_kill_lent``), as an actor that cannot follow its
+        bundle."""
+        far = None
+        dropped, ended = [], []
+        for actor_id, entry, gpu_ids, here in moved:
+            if here:
+                if far is None:
+                    far = self.owner.actors.link.on_another_host()
+                if not far:
+                    continue  # the service's ledger is this node's: it places it
+                entry = remote.alive_entry(remote.local)
             told = False
             if entry is not None:
                 try:
-                    told = self.owner.actors.lent_moved_in_service(actor_id, entry, gpu_ids)
+                    told = self.owner.actors.lent_moved_in_service(actor_id, entry, gpu_ids,
+                                                                   here)
                 except (ValueError, RuntimeError, OSError):  # refused, or the link blipped
                     told = False
             if not told:
                 dropped.append(actor_id)
-        if not dropped:
-            return
+            elif here:
+                ended.append(actor_id)
         with self.owner.locked():
+            for actor_id in ended:  # no room of a remote bundle is lent any more
+                remote.bundles.loans.pop(actor_id, None)
             for actor_id in dropped:
                 remote.bundles.end_loan(actor_id)
-        self._kill_lent([(actor_id, "") for actor_id in dropped])
+        if dropped:
+            self._kill_lent([(actor_id, "") for actor_id in dropped])
 
     def _kill_lent(self, lent) -> None:
         """*Not locked.* Kill these lent actors in the node's actor service, no restart

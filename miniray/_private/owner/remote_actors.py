@@ -383,23 +383,21 @@ class RemoteActors:
                          name="miniray-remote-actor").start()
         return bundle.node_id
 
-    def lent_moved(self, actor, entry, gpu_ids) -> bool:
+    def lent_moved(self, actor, entry, gpu_ids, here: bool = False) -> bool:
         """*Locked.* The node's actor service: ``actor``'s lending driver placed its bundle
-        again on ``entry``'s node after its node died, and lends its room there
+        again on ``entry``'s node after its node died, and lends its room there, or
+        (``here``) on its own node, another than this one, whose ledger provides it
         (``remote_bundles`` step 7): its restart is placed there. False (the driver ends
-        the loan and kills it): no restart is left to it, it has no lent room here, or
-        a driver of another node lent it (that node's ledger, not this one's, would
-        hold the bundle)."""
+        the loan and kills it): no restart is left to it, or it has no lent room here."""
         spec = actor.spec
         bundles = self.nodes.bundles
         running = spec.actor_id in self.in_bundle  # its node's death not seen here yet
-        if spec.pg is None or spec.pg[0] in bundles.lender_watched or (
-                running and actor.restarts_left == 0):
+        if spec.pg is None or (running and actor.restarts_left == 0):
             return False
-        if not bundles.lent_moved(spec, entry, gpu_ids, running):
+        if not bundles.lent_moved(spec, entry, gpu_ids, running, here):
             return False
-        if not running:
-            self.owner.retry_soon()  # the placer finds it lent room now: ``_in_bundle``
+        if not running:  # out of the placer's queue while it waited (AWAITS_LENDER), or
+            self.manager.place_again(actor)  # in it: the placer finds its room now
         return True
 
     def _give_back(self, actor) -> None:
@@ -827,14 +825,10 @@ class RemoteActors:
                 bundle = self.in_bundle.get(actor.spec.actor_id)
                 if bundle is not None:  # its restart waits for the bundle's new place
                     self.nodes.bundles.lose_bundle(bundle)
-                    if bundle.lease_id is None and \
-                            bundle.pg_hex in self.nodes.bundles.lender_watched:
-                        actor.restarts_left = 0  # lent by a driver of another node: its
-                        # bundle is placed again by that node's ledger, never this one's
-                    elif bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
-                        self.nodes.bundles.follow_ledger(actor.spec)  # waits for the
-                        # bundle in this node's ledger (its driver holds it here again,
-                        # or kills the actor when it goes to another node)
+                    if bundle.lease_id is None:  # lent (remote_bundles step 7): a restart
+                        self.nodes.bundles.follow_ledger(actor.spec)  # waits for its
+                        # driver's word on the bundle's new place (``lent_moved``), or
+                        # for the bundle in this node's ledger
             elif unsupported is not None:
                 worker.death_reason = (
                     f"The actor is dead because it asked its driver for something "

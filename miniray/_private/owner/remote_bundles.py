@@ -86,8 +86,11 @@ Steps for group G of driver D with bundle i planned on node N::
    ``PlacementGroupNodes._lenders_gone``, peering step 14 "groups"), and ends the actor
    when it does not (removed, or D gone) or when that node is dead; D also kills the
    actor in S when its watch finds the group removed by another driver (``_kill_lent``,
-   as its own removal does), D's end ends it as a named actor's creator leaving does,
-   and after N's death it does not restart (S's ledger never holds the bundle). A
+   as its own removal does), and D's end ends it as a named actor's creator leaving
+   does. After N's death its restart waits out of S's placer queue (``awaits_lender``:
+   S's ledger never holds the bundle) for D's SVC_LENT_MOVED: the bundle on another
+   node, as above, or on D's own node (``here``: S leases the room there, as for
+   ``_lend_here``). A
    detached actor of D there ends with D's group as a named one does: S ties it to D
    (``Lifetimes.tied``: D leaving kills it; no handle's release ends it before), as
    Ray's group removal at its job's end kills it.
@@ -591,7 +594,7 @@ class RemoteBundles(BundleLoans):
             self.lost.pop(pg_hex, None)
         if here:
             self._to_local(pg_hex, set(here))
-        moved = self._move_loans(pg_hex, set(parts))  # before tasks take the new room
+        moved = self._move_loans(pg_hex, set(parts), set(here))  # before tasks take room
         self._pump(pg_hex)
         return moved
 
@@ -714,12 +717,14 @@ class RemoteBundles(BundleLoans):
         watched once none of its actors is left here."""
         bundle = self.borrowed.pop(actor_id, None)
         there = self.on_lender_node.pop(actor_id, None)
-        self.followed.pop(actor_id, None)
+        followed = self.followed.pop(actor_id, None)
         self.moved_to.pop(actor_id, None)
-        pg_hex = bundle.pg_hex if bundle is not None else there[0] if there else None
+        pg_hex = bundle.pg_hex if bundle is not None else there[0] if there else \
+            followed[0] if followed else None
         if pg_hex in self.lender_watched and not any(
                 b.pg_hex == pg_hex for b in self.borrowed.values()) and not any(
-                h == pg_hex for h, _e in self.on_lender_node.values()):
+                h == pg_hex for h, _e in self.on_lender_node.values()) and not any(
+                h == pg_hex for h, _lent in self.followed.values()):
             self.lender_watched.pop(pg_hex, None)
 
     def follow_ledger(self, spec) -> None:
@@ -739,44 +744,61 @@ class RemoteBundles(BundleLoans):
             self.followed[spec.actor_id] = (pg_hex, spec.lent)
         spec.lent = None
 
-    def lent_moved(self, spec, entry, gpu_ids, running: bool) -> bool:
+    def lent_moved(self, spec, entry, gpu_ids, running: bool, here: bool = False) -> bool:
         """*Locked.* S's side: actor ``spec``'s driver lends its room in its bundle's new
-        place, on ``entry``'s node with ``gpu_ids`` there (step 6). Its restart goes
-        there: borrowed now when S saw its node die (``follow_ledger`` ran), else
-        (``running``: its worker still counts as alive here) when ``follow_ledger`` runs.
-        False when S has no lent room of it to move (its driver then ends the loan)."""
+        place, on ``entry``'s node with ``gpu_ids`` there (step 6), or (``here``) the
+        bundle is on that driver's own node, another than S's, whose ledger provides it
+        (``on_lender_node``). Its restart goes there: borrowed now when S saw its node die
+        (``follow_ledger`` ran), else (``running``: its worker still counts as alive
+        here) when ``follow_ledger`` runs. False when S has no lent room of it to move
+        (its driver then ends the loan)."""
         pg_hex = placement.bundle_request(spec.placement)[0]
-        if running:
-            if spec.lent is None:
-                return False
-            self.moved_to[spec.actor_id] = (pg_hex, (entry, list(gpu_ids)) + tuple(
-                spec.lent[2:4]))
-            return True
-        before = self.followed.pop(spec.actor_id, None)
-        if before is None or before[0] != pg_hex:
+        before = spec.lent if running else (self.followed.get(spec.actor_id) or ("", None))[1]
+        if before is None or (here and not before[2]):  # "here" only from another node
             return False
-        spec.lent = (entry, list(gpu_ids)) + tuple(before[1][2:4])
+        lent = (entry, list(gpu_ids)) + tuple(before[2:4]) + ((True,) if here else ())
+        if running:
+            self.moved_to[spec.actor_id] = (pg_hex, lent)
+            return True
+        if self.followed.pop(spec.actor_id)[0] != pg_hex:
+            return False
+        spec.lent = lent
         self.borrow(spec)
         return True
 
-    def _move_loans(self, pg_hex: str, indexes) -> list[tuple]:
+    def awaits_lender(self, actor_id: bytes) -> bool:
+        """*Locked.* S's side: whether actor ``actor_id``'s restart waits for the word of
+        its lending driver of another node on where its bundle went (``lent_moved``):
+        this node's ledger never holds that group."""
+        followed = self.followed.get(actor_id)
+        return followed is not None and bool(followed[1][2])
+
+    def _move_loans(self, pg_hex: str, indexes, here=()) -> list[tuple]:
         """*Locked.* D's side: the actors lent room in bundles ``indexes`` of the group,
         just placed again on other nodes, are lent the same room in the new bundles
         (``take``, as when first lent), each ``(actor id, the new bundle's NodeEntry, its
-        GPU ids there)``, the entry None when it has no room there; the caller tells the
-        service (``SVC_LENT_MOVED``), or ends the loan and kills the actor there when it
-        has no room or the service will not move it."""
+        GPU ids there, False)``, the entry None when it has no room there; the caller
+        tells the service (``SVC_LENT_MOVED``), or ends the loan and kills the actor there
+        when it has no room or the service will not move it. Those in bundles now
+        ``here`` (this node's ledger holds them): ``(actor id, None, [], True)``, their
+        loans kept until the caller knows whether the service reads this node's ledger
+        (then it places them) or not (then it leases their room here: told so)."""
         moved = []
         for actor_id, (bundle, held) in list(self.loans.items()):
-            if bundle.pg_hex != pg_hex or bundle.index not in indexes:
+            if bundle.pg_hex != pg_hex:
+                continue
+            if bundle.index in here:
+                moved.append((actor_id, None, [], True))
+                continue
+            if bundle.index not in indexes:
                 continue
             del self.loans[actor_id]
             new = self.take(held, held, actor_id)
             if new is None:
-                moved.append((actor_id, None, []))
+                moved.append((actor_id, None, [], False))
                 continue
             self.loans[actor_id] = (new, held)
-            moved.append((actor_id, new.entry, new.gpus_of(actor_id)))
+            moved.append((actor_id, new.entry, new.gpus_of(actor_id), False))
         return moved
 
     def _loaned(self, pg_hex: str, index: int, base: dict, entry, client, gpu_ids: list,
