@@ -50,7 +50,9 @@ Steps (driver E, lender S or D, member N; the service's loan protocol is numbere
        own (``lend_actor_room``: ``take``, ``lend``) and answers ``(index, node id, GPU
        ids)``; E creates it in S with ``spec.lent`` and says whether S took it
        (``pg_kept``: ``actor_kept``). D's watch then keeps the room while S holds the
-       actor alive; before that it is E's (``actor_loans_unsent``, ``drop_loans``).
+       actor alive; before that it is E's (``actor_loans_unsent``), except that E going
+       before it says keeps it lent while S holds the actor alive, S may have taken it
+       (``drop_loans``, ``actor_loans_dropped``).
     7. E on another host than D (``remote_bundles`` step 10): E's lender is
        ``("node", D's node, G)``; steps 2 and 4 go on E's link to that node
        (``ask_driver``: ``RemoteNodeClient.loan``), which asks D on its state socket
@@ -78,6 +80,22 @@ from miniray._private.owner.tasks import T_DONE, T_WAITING
 logger = logging.getLogger(__name__)
 
 LEND_ASK_S = 10.0  # at most this long for a driver lender's answer on its state socket
+# An actor's loan whose borrower went before saying whether the service took the actor is
+# given back only once the service does not hold it this long after (``drop_loans``)
+DROPPED_LOAN_GRACE_S = 2.0
+
+
+def loans_ended(asked, alive, dropped: dict, now: float) -> list:
+    """Pure. The actors of ``asked`` whose lent room comes back: those the service does
+    not hold alive (``alive``), except a dropped loan's before its deadline
+    (``dropped``: actor id -> deadline; a creation may still be on its way).
+
+    >>> loans_ended(["a", "b", "c"], {"a"}, {"c": 10.0}, now=5.0)
+    ['b']
+    >>> loans_ended(["a", "b", "c"], {"a"}, {"c": 10.0}, now=10.0)
+    ['b', 'c']
+    """
+    return [a for a in asked if a not in alive and now >= dropped.get(a, now)]
 
 
 def borrower_token(pid: int) -> tuple:
@@ -547,15 +565,20 @@ class BundleLoans:
 
     def drop_loans(self, token) -> int:
         """*Locked.* A lender's side: the driver ``token`` left (the service: its link
-        closed; a driver: ``gone_borrowers``); its loans come back, and so does the room of
-        its actors the service was not known to hold yet (``lend_actor_room``)."""
+        closed; a driver: ``gone_borrowers``); its loans come back. The room of its actors
+        the service was not known to hold yet (``lend_actor_room``: it went before saying,
+        ``actor_kept``) stays lent while the service holds the actor alive, as a kept
+        loan, since the service may have taken it already; the watch gives it back once
+        the service does not, DROPPED_LOAN_GRACE_S from now at the earliest (a creation
+        still on its way to the service: ``loans_ended``)."""
         ended = [i for i, loan in self.lent_out.items() if loan[2] == token]
         for loan_id in ended:
             self.return_room(loan_id)
         unsent = [a for a, t in self.actor_loans_unsent.items() if t == token]
+        deadline = time.monotonic() + DROPPED_LOAN_GRACE_S
         for actor_id in unsent:
             del self.actor_loans_unsent[actor_id]
-            self.end_loan(actor_id)
+            self.actor_loans_dropped[actor_id] = deadline
         return len(ended) + len(unsent)
 
     # -- step 6: another driver's actor in this driver's bundle --------------------------

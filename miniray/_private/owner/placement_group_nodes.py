@@ -53,7 +53,7 @@ from dataclasses import replace
 from miniray._private.core import node_pick, placement
 from miniray._private.host import procinfo
 from miniray._private.owner.far_groups import FarGroups
-from miniray._private.owner.placement_group_loans import gone_borrowers
+from miniray._private.owner.placement_group_loans import gone_borrowers, loans_ended
 from miniray._private.owner.placement_group_records import (
     CREATED,
     PENDING,
@@ -881,9 +881,10 @@ class PlacementGroupNodes:
 
     def _check_loans(self, remote) -> None:
         """*Not locked.* The room of this driver's named and detached actors in its remote
-        bundles (``remote_bundles`` step 7) comes back once the node's actor service no
-        longer holds the actor alive (killed, out of scope, its node died): one request
-        for all of them (SVC_ALIVE)."""
+        bundles (``remote_bundles`` step 7), and of other drivers' actors there once the
+        service took them, comes back once the node's actor service no longer holds the
+        actor alive (killed, out of scope, its node died): one request for all of them
+        (SVC_ALIVE; ``loans_ended``)."""
         from miniray._private.owner.actor_link import ServiceUnavailable  # lazy: as actors
 
         with self.owner.locked():  # an actor another driver is still creating: not yet
@@ -895,11 +896,12 @@ class PlacementGroupNodes:
             alive = set(self.owner.actors.alive_in_service(asks))
         except (ServiceUnavailable, OSError):
             return  # asked again at the next turn
-        ended = [actor_id for actor_id in asks if actor_id not in alive]
-        if ended:
-            with self.owner.locked():
-                for actor_id in ended:
-                    remote.bundles.end_loan(actor_id)
+        with self.owner.locked():
+            dropped = remote.bundles.actor_loans_dropped
+            for actor_id in alive:  # the service holds it: a kept loan from now on
+                dropped.pop(actor_id, None)
+            for actor_id in loans_ended(asks, alive, dropped, time.monotonic()):
+                remote.bundles.end_loan(actor_id)
 
     # -- bundles whose node died (remote_bundles step 6) ----------------------------------
     def _check_bundle_nodes(self, remote) -> None:

@@ -138,8 +138,11 @@ Steps for group G of driver D with bundle i planned on node N::
    there, as for an actor on another node (``leased_there``), watching the group as for
    a far lender (``lender_watched``). D keeps the room while S holds the
    actor alive (the watch's SVC_ALIVE, as for its own), from the moment E says S took
-   it; until then the loan is E's (``actor_loans_unsent``: dropped with E's other loans
-   when E is gone, or given back when S did not take it). The actor ends as a step-7
+   it; until then the loan is E's (``actor_loans_unsent``: given back when S did not
+   take it; when E goes before saying, S may hold the actor already: the room is kept
+   while S holds it alive, as a kept loan, and given back once S does not after
+   DROPPED_LOAN_GRACE_S, ``actor_loans_dropped``, a CREATE still on its way to S
+   included). The actor ends as a step-7
    actor does: killed, out of scope or E's exit (S ends it; D's watch sees it gone),
    the group's removal (D kills it in S, S's watch too), D's end (S's watch: D's group
    lease is gone from D's node's ledger, S's own, or, S being the head's and D on a
@@ -333,6 +336,10 @@ class RemoteBundles(BundleLoans):
         # actor id -> borrower token: an actor's loan (``lend_actor_room``) the borrower has
         # not yet said the service took (``actor_kept``); the watch does not ask about it
         self.actor_loans_unsent: dict[bytes, tuple] = {}
+        # actor id -> monotonic deadline: such a loan whose borrower went before saying
+        # (``drop_loans``): kept while the service holds the actor alive, as a kept one,
+        # and given back once it does not after the deadline (``loans_ended``)
+        self.actor_loans_dropped: dict[bytes, float] = {}
         self._loan_seq = 0
 
     # -- steps 1, 2 and 5's release: the leases ----------------------------------------
@@ -654,6 +661,7 @@ class RemoteBundles(BundleLoans):
         for actor_id in [a for a, loan in self.loans.items() if loan[0].pg_hex == pg_hex]:
             del self.loans[actor_id]  # the service's watch ends the actor
             self.actor_loans_unsent.pop(actor_id, None)
+            self.actor_loans_dropped.pop(actor_id, None)
         for actor_id in [a for a, b in self.borrowed.items() if b.pg_hex == pg_hex]:
             del self.borrowed[actor_id]
         for actor_id in [a for a, (h, _e) in self.on_lender_node.items() if h == pg_hex]:
@@ -680,6 +688,7 @@ class RemoteBundles(BundleLoans):
         """*Locked.* The service's actor ended (or its creation failed): its room comes
         back (once)."""
         loan = self.loans.pop(actor_id, None)
+        self.actor_loans_dropped.pop(actor_id, None)
         if loan is not None:
             self.give_back(loan[0], loan[1], actor_id)
 
