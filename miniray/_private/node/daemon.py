@@ -48,19 +48,86 @@ def _child_env() -> dict:
     return env
 
 
-def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
-    """Starts a node in the background (a new session, stdin /dev/null, output to its
-    ``node.log``), waits until it answers a HELLO, and returns its record and WELCOME info.
-    NodeStartError if it fails or is not ready within ``timeout`` seconds."""
+class _Forked:
+    """The node process ``spawn_daemon`` forked: its pid and the read end of its stderr."""
+
+    def __init__(self, pid: int, stderr):
+        self.pid = pid
+        self.stderr = stderr
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def _fork_node(options: dict, ready_w: int, ready_r: int) -> _Forked:
+    """The node process, forked from this one (the CLI, single-threaded, with its light
+    imports: a new interpreter would pay its start and ``site`` again on the join's path)
+    in a new session, cwd ``/``, stdin and stdout on /dev/null, stderr on a pipe this
+    process reads until the node is ready; it runs ``node.main`` as the daemon entry
+    point does and never returns. Not for a process with threads (this CLI has none)."""
     env = _child_env()
+    err_r, err_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: the node
+        code = 1
+        try:
+            os.close(ready_r)
+            os.close(err_r)
+            os.setsid()
+            os.chdir("/")
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.dup2(err_w, 2)
+            os.close(null)
+            os.close(err_w)
+            os.environ.clear()
+            os.environ.update(env)  # what the node's own children inherit
+            sys.argv = ["-c", str(ready_w), json.dumps(options)]
+            from miniray._private.node.node import main
+
+            main()
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 0 if done.code is None else 1
+        except BaseException:  # noqa: BLE001 - reported on stderr, which the CLI reads
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stdout.flush()
+                sys.stderr.flush()
+            os._exit(code)
+    os.close(err_w)
+    return _Forked(pid, os.fdopen(err_r, "rb"))
+
+
+def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeRecord, dict]:
+    """Starts a node in the background (forked: ``_fork_node``; a new session, stdin
+    /dev/null, output to its ``node.log``), waits until it answers a HELLO, and returns its
+    record and WELCOME info. NodeStartError if it fails or is not ready within
+    ``timeout`` seconds."""
     read_fd, write_fd = os.pipe()
-    code = "from miniray._private.node.node import main; main()"
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", code, str(write_fd), json.dumps(options)],
-            pass_fds=[write_fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True, cwd="/", env=env,
-        )
+        proc = _fork_node(options, write_fd, read_fd)
     finally:
         os.close(write_fd)
     deadline = time.monotonic() + timeout
@@ -83,9 +150,9 @@ def spawn_daemon(options: dict, timeout: float = READY_TIMEOUT_S) -> tuple[NodeR
     if doc is None or not doc.get("ok"):
         if doc is None and proc.poll() is None:  # not ready in time: it is ours to kill
             proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        proc.wait(10)
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.poll() is not None \
+            else ""
         proc.stderr.close()
         session.sweep_dead_sessions(os.path.abspath(options.get("temp_dir")
                                                     or config.tmpdir_root()))

@@ -914,7 +914,9 @@ def _remove_records(record: NodeRecord, default_root: str) -> None:
 
 
 def main() -> None:
-    """The daemon: ``python -c 'from miniray._private.node.node import main; main()' FD OPTIONS``.
+    """The daemon, run in the process ``daemon.spawn_daemon`` forks, with ``sys.argv`` set
+    to ``[-c, FD, OPTIONS]`` (as ``python -c 'from miniray._private.node.node import main;
+    main()' FD OPTIONS`` would run it).
 
     Reports ``{"ok": true, "record": path}`` or ``{"ok": false, "error": text}`` as one JSON
     line on FD (a pipe ``spawn_daemon`` reads), then serves until stopped."""
