@@ -71,8 +71,8 @@ Steps for group G of driver D with bundle i planned on node N::
    lends the actor the same room there before any task takes it (``replace``:
    ``_move_loans``) and tells S (SVC_LENT_MOVED: M's entry, the GPU ids); S borrows it
    and places the restart there (``lent_moved``; told before S saw N die, it is kept
-   for ``follow_ledger``); S answering False (it holds no lent room of that actor: dead,
-   unknown, or lent by a driver of another node), no room there, or no answer: D ends
+   for ``follow_ledger``); S answering False (it holds no lent room of that actor:
+   dead, unknown, or no restart left), no room there, or no answer: D ends
    the loan and kills the actor in S (``_kill_lent``). On D's own node, S's ledger
    places it (``follow_ledger``). A bundle of D's own group on D's own node,
    with S the head's on another host (D on a member): S's ledger does not hold it, so D
