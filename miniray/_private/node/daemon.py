@@ -101,7 +101,7 @@ def _fork_node(options: dict, ready_w: int, ready_r: int) -> _Forked:
             os.environ.clear()
             os.environ.update(env)  # what the node's own children inherit
             sys.argv = ["-c", str(ready_w), json.dumps(options)]
-            from miniray._private.node.node import main
+            from miniray._private.node.node import main  # lazy: the node's, in it only
 
             main()
             code = 0
