@@ -607,8 +607,9 @@ def test_cancelling_a_node_actor_call_blocked_in_get(node_env, tmp_path):
                 while time.time() < end:
                     pass
             except BaseException as error:
-                with open(caught, "w") as f:
+                with open(caught + ".part", "w") as f:  # renamed whole: never read half
                     f.write(type(error).__name__)
+                os.rename(caught + ".part", caught)
                 raise
 
         @ray.remote
