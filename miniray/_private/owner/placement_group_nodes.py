@@ -784,7 +784,7 @@ class PlacementGroupNodes:
                 ended.append(actor_id)
         with self.owner.locked():
             for actor_id in ended:  # no room of a remote bundle is lent any more
-                remote.bundles.loans.pop(actor_id, None)
+                remote.bundles.forget_loan(actor_id)
             for actor_id in dropped:
                 remote.bundles.end_loan(actor_id)
         if dropped:

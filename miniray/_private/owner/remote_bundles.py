@@ -20,9 +20,10 @@ Called by: ``placement_groups.PlacementGroups`` (``reserve``, ``release``, not l
 ``RemoteNodes._retry`` (``requeue``, locked), ``PlacementGroups._check_bundle_nodes`` /
 ``_replace`` (``find_lost``, ``replace``, locked), ``remote_actors.RemoteActors``
 (``holds``, ``take``, ``give_back``, ``lose_bundle``, locked), ``placement_group_nodes``
-(``note_served``, locked; ``drop_loans``: step 9), the owner (``serves``, locked), the node's
-actor service (``lend_room``, ``return_room``, ``drop_loans``: step 8, locked) and the
-driver's state socket (``placement_group_loans.answer_borrower``: step 9).
+(``note_served``, ``end_loan``, ``forget_loan``, locked; ``drop_loans``: step 9), the
+owner (``serves``, locked), the node's actor service (``lend_room``, ``return_room``,
+``drop_loans``: step 8, locked) and the driver's state socket
+(``placement_group_loans.answer_borrower``: step 9).
 
 Steps for group G of driver D with bundle i planned on node N::
 
@@ -687,10 +688,17 @@ class RemoteBundles(BundleLoans):
     def end_loan(self, actor_id: bytes) -> None:
         """*Locked.* The service's actor ended (or its creation failed): its room comes
         back (once)."""
-        loan = self.loans.pop(actor_id, None)
-        self.actor_loans_dropped.pop(actor_id, None)
+        loan = self.forget_loan(actor_id)
         if loan is not None:
             self.give_back(loan[0], loan[1], actor_id)
+
+    def forget_loan(self, actor_id: bytes) -> tuple | None:
+        """*Locked.* Actor ``actor_id``'s loan ends, its room not given back here (its
+        bundle is held by this node's ledger now: ``PlacementGroupNodes._move_lent``), and
+        so does what was kept of it (not yet said kept, dropped); the loan, if any."""
+        self.actor_loans_unsent.pop(actor_id, None)
+        self.actor_loans_dropped.pop(actor_id, None)
+        return self.loans.pop(actor_id, None)
 
     def borrow(self, spec) -> None:
         """*Locked.* S's side: actor ``spec`` of another driver's group (``spec.lent``: the
@@ -745,7 +753,7 @@ class RemoteBundles(BundleLoans):
         self.borrowed.pop(spec.actor_id, None)
         pg_hex = placement.bundle_request(spec.placement)[0]
         moved = self.moved_to.pop(spec.actor_id, None)
-        if moved is not None and moved[0] == pg_hex:
+        if moved is not None:
             spec.lent = moved[1]
             self.borrow(spec)
             return
@@ -761,16 +769,16 @@ class RemoteBundles(BundleLoans):
         (``follow_ledger`` ran), else (``running``: its worker still counts as alive
         here) when ``follow_ledger`` runs. False when S has no lent room of it to move
         (its driver then ends the loan)."""
-        pg_hex = placement.bundle_request(spec.placement)[0]
-        before = spec.lent if running else (self.followed.get(spec.actor_id) or ("", None))[1]
+        followed = None if running else self.followed.get(spec.actor_id)
+        before = spec.lent if running else followed[1] if followed is not None else None
         if before is None or (here and not before[2]):  # "here" only from another node
             return False
         lent = (entry, list(gpu_ids)) + tuple(before[2:4]) + ((True,) if here else ())
         if running:
+            pg_hex = placement.bundle_request(spec.placement)[0]
             self.moved_to[spec.actor_id] = (pg_hex, lent)
             return True
-        if self.followed.pop(spec.actor_id)[0] != pg_hex:
-            return False
+        del self.followed[spec.actor_id]
         spec.lent = lent
         self.borrow(spec)
         return True
