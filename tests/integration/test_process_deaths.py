@@ -127,6 +127,19 @@ DRIVER = """
     while dead_workers_leases() and time.time() < deadline:
         time.sleep(0.01)
     out["dead_workers_leases"] = dead_workers_leases()
+    if out["dead_workers_leases"]:  # what the owner knew of them, for the failure's message
+        owner = rt.owner
+        with owner.locked():
+            out["owner_view"] = {
+                "leases": {lid: repr(lease) for lid, lease in rt.ledger.snapshot().leases.items()
+                           if lid in out["dead_workers_leases"]},
+                "workers": [(w.spawn_req, w.pid, w.exited, w.dead,
+                             w.lease.lease.lease_id if w.lease is not None else None)
+                            for w in owner.workers.by_req.values()],
+                "booked": [slot.lease.lease_id for slot in owner.leases.slots()],
+                "deferred": len(owner.deferred.queue),
+                "helper_loss": repr(owner.helper_loss),
+            }
     print(json.dumps(out), flush=True)
     ray.shutdown()
     print(json.dumps({"shut down": True}), flush=True)
