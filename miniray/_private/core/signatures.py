@@ -54,7 +54,7 @@ class ArgSpec:
     """
 
     __slots__ = ("params", "_text", "name", "_min", "_max", "_signature", "_shapes",
-                 "plain_counts")
+                 "plain_counts", "_has_required_positional_only")
 
     def __init__(self, params: tuple, text: Any, name: str):
         self.params = tuple(params)
@@ -74,6 +74,8 @@ class ArgSpec:
         # The positional counts a call without keywords may have: ``check``'s first test,
         # which a caller on the per-task path makes itself (``len(args) in plain_counts``)
         self.plain_counts = range(self._min, self._max + 1)
+        self._has_required_positional_only = any(
+            kind == _P.POSITIONAL_ONLY and not has_default for _, kind, has_default in self.params)
 
     @property
     def text(self) -> str:
@@ -103,7 +105,9 @@ class ArgSpec:
                 for name, kind, has_default in self.params
             ])
         try:
-            signature.bind(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            if self._has_required_positional_only and kwargs:
+                _check_positional_only(self.params, bound.arguments, kwargs)
         except TypeError as error:
             raise TypeError(
                 f"{self.name}.remote() got invalid arguments: {error}. The signature is "
@@ -111,6 +115,28 @@ class ArgSpec:
             ) from None
         if len(self._shapes) < _MAX_SHAPES:
             self._shapes.add(shape)
+
+
+def _check_positional_only(params: tuple, bound: dict, kwargs: dict) -> None:
+    """TypeError for a required positional-only parameter that ``bind`` left unbound.
+
+    Python 3.13's ``Signature.bind`` puts a positional-only name passed by keyword into
+    ``**kwargs`` and binds without that parameter (``g(a, /, **kw)`` with ``a=1`` alone),
+    where the call itself raises; earlier versions raise in ``bind``. The words are 3.13's
+    own for the same mistake without ``**kwargs``.
+
+    Example:
+        >>> P = inspect.Parameter
+        >>> _check_positional_only((("a", P.POSITIONAL_ONLY, False),), {}, {"a": 1})
+        Traceback (most recent call last):
+        TypeError: got some positional-only arguments passed as keyword arguments: 'a'
+    """
+    for name, kind, has_default in params:
+        if kind == _P.POSITIONAL_ONLY and not has_default and name not in bound:
+            if name in kwargs:
+                raise TypeError(
+                    f"got some positional-only arguments passed as keyword arguments: {name!r}")
+            raise TypeError(f"missing a required argument: {name!r}")
 
 
 def _describe(signature: inspect.Signature, drop_first: bool, name: str) -> ArgSpec | None:
