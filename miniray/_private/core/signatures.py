@@ -131,12 +131,11 @@ def _check_positional_only(params: tuple, bound: dict, kwargs: dict) -> None:
         Traceback (most recent call last):
         TypeError: got some positional-only arguments passed as keyword arguments: 'a'
     """
-    for name, kind, has_default in params:
-        if kind == _P.POSITIONAL_ONLY and not has_default and name not in bound:
-            if name in kwargs:
-                raise TypeError(
-                    f"got some positional-only arguments passed as keyword arguments: {name!r}")
-            raise TypeError(f"missing a required argument: {name!r}")
+    for name, kind, has_default in params:  # (one left out of kwargs too: bind raised)
+        if kind == _P.POSITIONAL_ONLY and not has_default and name not in bound \
+                and name in kwargs:
+            raise TypeError(
+                f"got some positional-only arguments passed as keyword arguments: {name!r}")
 
 
 def _describe(signature: inspect.Signature, drop_first: bool, name: str) -> ArgSpec | None:
