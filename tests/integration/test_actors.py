@@ -477,6 +477,44 @@ def test_the_constructor_runs_as_the_actors_creation_task(ray):
         assert call_name == "Introspect.ids"
 
 
+def test_an_async_actors_constructor_runs_on_its_loop(ray):
+    """Compared with Ray 2.60: an async actor's ``__init__`` runs on the loop its methods
+    run on, so it may start a background task there and make asyncio objects (which on
+    Python 3.9 belong to the loop current where they are made), and the runtime context
+    still names the creation task. miniray ran it on the main thread, with no running
+    loop: ``create_task`` raised, and an ``asyncio.Event`` made there failed on 3.9."""
+    @ray.remote
+    class Background:
+        def __init__(self):
+            self.loop = asyncio.get_running_loop()
+            self.ready = asyncio.Event()
+            self.task = asyncio.create_task(self._set_soon())
+            self.name = ray.get_runtime_context().get_task_name()
+
+        async def _set_soon(self):
+            await asyncio.sleep(0.05)
+            self.ready.set()
+
+        async def check(self):
+            await asyncio.wait_for(self.ready.wait(), 20)
+            return asyncio.get_running_loop() is self.loop, self.task.done(), self.name
+
+    actor = Background.remote()
+    assert ray.get(actor.check.remote(), timeout=GET_TIMEOUT) == (
+        True, True, "Background.__init__")
+
+    @ray.remote
+    class Failing:
+        def __init__(self):
+            raise ValueError("no loop needed to fail")
+
+        async def f(self):
+            return 1
+
+    with pytest.raises(exceptions.ActorDiedError, match="no loop needed to fail"):
+        ray.get(Failing.remote().f.remote(), timeout=GET_TIMEOUT)
+
+
 # ----------------------------------------------------------------------------- lifetime
 def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     actor = Recorder.remote()
@@ -487,6 +525,42 @@ def test_actor_exits_when_its_last_handle_is_dropped(ray, Recorder):
     assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30), (
         f"actor pid {pid} still alive after its last handle was dropped"
     )
+
+
+@pytest.mark.parametrize("kind", ["sync", "threaded", "async"])
+def test_calls_sent_before_the_last_handle_went_return_their_values(ray, kind):
+    """Compared with Ray 2.60: ``get(Actor.remote().f.remote())`` returns, and so do calls
+    still waiting for their turn when the handle goes (async, ``max_concurrency=1``: one
+    runs, two wait); the actor ends after them. miniray's async actors skipped the calls
+    not started yet (ActorDiedError)."""
+    options = {"max_concurrency": 1 if kind != "threaded" else 2}
+
+    if kind == "async":
+        @ray.remote(**options)
+        class Slow:
+            async def work(self, i):
+                await asyncio.sleep(0.2)
+                return i
+
+            async def pid(self):
+                return os.getpid()
+    else:
+        @ray.remote(**options)
+        class Slow:
+            def work(self, i):
+                time.sleep(0.2)
+                return i
+
+            def pid(self):
+                return os.getpid()
+
+    assert ray.get(Slow.remote().work.remote(7), timeout=GET_TIMEOUT) == 7
+    actor = Slow.remote()
+    pid = ray.get(actor.pid.remote(), timeout=GET_TIMEOUT)
+    refs = [actor.work.remote(i) for i in range(3)]
+    del actor
+    assert ray.get(refs, timeout=GET_TIMEOUT) == [0, 1, 2]
+    assert wait_until(lambda: not procinfo.is_alive(pid), timeout=30)
 
 
 def test_actor_exits_at_its_last_handle_without_a_gc_pass(ray, Recorder):

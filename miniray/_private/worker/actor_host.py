@@ -16,7 +16,7 @@ hands every ACTOR_CALL here.
 
 ::
 
-    ACTOR_INIT ──► cls.__new__ + cls.__init__ (async: awaited on the actor's loop)
+    ACTOR_INIT ──► cls.__new__ + cls.__init__ (an async actor: run on its loop, awaited there)
                ──► (ACTOR_READY, ok, error, times)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: its group's pool.submit ──► RESULT (as calls finish)
@@ -27,8 +27,9 @@ hands every ACTOR_CALL here.
                                          handlers, exit 0 (no RESULT: the owner fails that
                                          call and the queued ones with ActorDiedError; with
                                          threads or asyncio, running calls finish first, and
-                                         a threaded actor's __ray_terminate__ also runs the
-                                         calls queued before it, as in Ray)
+                                         __ray_terminate__ also runs the calls sent before
+                                         it, as Ray does for a threaded actor and for any
+                                         actor whose last handle is gone)
     sys.exit() in __init__ or a method ──► __ray_shutdown__, atexit handlers, exit with its
         code: sys.exit(0) is an intended exit ((ACTOR_EXITING, why) first: no restart), any
         other code a crash (the owner restarts the actor while max_restarts allows)
@@ -202,11 +203,16 @@ class ActorHost:
             worker.runtime.task = self._creation_context(cls)
             args, kwargs = worker._load_args(args_blob, dep_values)
             instance = self.instance = cls.__new__(cls)  # the exit hooks may need it
-            returned = cls.__init__(instance, *args, **kwargs)
-            if self.loop is not None and inspect.iscoroutine(returned):
-                # As in Ray, an async actor's ``async def __init__`` is awaited, on the loop
-                # its methods run on, before any call.
-                done = asyncio.run_coroutine_threadsafe(_outcome(returned), self.loop)
+            if self.loop is None:
+                returned = cls.__init__(instance, *args, **kwargs)
+            else:
+                # As in Ray 2.60, an async actor's constructor runs on the loop its methods
+                # run on, as a call there: ``asyncio.get_running_loop()`` and
+                # ``create_task`` work in it, and (Python 3.9) the asyncio objects it makes
+                # belong to that loop; an ``async def __init__`` is awaited there, before
+                # any call.
+                done = asyncio.run_coroutine_threadsafe(
+                    _outcome(_construct_on_loop(cls, instance, args, kwargs)), self.loop)
                 ok, returned = done.result()
                 if not ok:
                     raise returned
@@ -587,13 +593,17 @@ class ActorHost:
             return task_id in self.cancelled
 
     def _terminate(self, message: tuple) -> None:
-        # As in Ray, a threaded actor runs the calls sent before this one (in each group:
-        # they were queued ahead of it) and an async one the calls already running.
+        # The calls sent before this one run to their end first, in every group, whether
+        # they run yet or wait for a turn: a threaded actor's (queued in its pools ahead of
+        # it, as in Ray) and an async one's (read before it: ``exiting`` is set only after
+        # they end, else those not started yet would be skipped). This is how an actor
+        # whose last handle is gone ends (the owner's ``__ray_terminate__``): in Ray 2.60
+        # the calls submitted before the handle went all return their values.
         for pool in self.pools.values():
             pool.shutdown(wait=True)
-        self.exiting = True
         if self.loop is not None:
             self._wait_async_calls()
+        self.exiting = True
         # As in Ray, the call itself gets ActorDiedError: no reply.
         self._exit(f"__ray_terminate__ was called on {self.class_name} (directly, or because "
                    "its handles were all gone).")
@@ -682,6 +692,14 @@ def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
                      daemon=True).start()
     return loop
+
+
+async def _construct_on_loop(cls, instance, args: tuple, kwargs: dict):
+    """An async actor's ``cls.__init__``, called on its loop (awaited if ``async def``)."""
+    returned = cls.__init__(instance, *args, **kwargs)
+    if inspect.iscoroutine(returned):
+        returned = await returned
+    return returned
 
 
 async def _outcome(coroutine) -> tuple:
