@@ -54,7 +54,7 @@ class ArgSpec:
     """
 
     __slots__ = ("params", "_text", "name", "_min", "_max", "_signature", "_shapes",
-                 "plain_counts", "_has_required_positional_only")
+                 "plain_counts")
 
     def __init__(self, params: tuple, text: Any, name: str):
         self.params = tuple(params)
@@ -74,8 +74,6 @@ class ArgSpec:
         # The positional counts a call without keywords may have: ``check``'s first test,
         # which a caller on the per-task path makes itself (``len(args) in plain_counts``)
         self.plain_counts = range(self._min, self._max + 1)
-        self._has_required_positional_only = any(
-            kind == _P.POSITIONAL_ONLY and not has_default for _, kind, has_default in self.params)
 
     @property
     def text(self) -> str:
@@ -106,7 +104,7 @@ class ArgSpec:
             ])
         try:
             bound = signature.bind(*args, **kwargs)
-            if self._has_required_positional_only and kwargs:
+            if kwargs:  # a new shape only (remembered below): a look at each parameter
                 _check_positional_only(self.params, bound.arguments, kwargs)
         except TypeError as error:
             raise TypeError(

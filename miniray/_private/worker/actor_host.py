@@ -595,18 +595,13 @@ class ActorHost:
     def _terminate(self, message: tuple) -> None:
         # The calls sent before this one run to their end first, in every group, whether
         # they run yet or wait for a turn: a threaded actor's (queued in its pools ahead of
-        # it, as in Ray) and an async one's (read before it: ``exiting`` is set only after
-        # they end, else those not started yet would be skipped). This is how an actor
+        # it, as in Ray) and an async one's (read before it). ``exiting`` stays unset (it
+        # is what makes exit_actor() skip the calls not started yet). This is how an actor
         # whose last handle is gone ends (the owner's ``__ray_terminate__``): in Ray 2.60
-        # the calls submitted before the handle went all return their values.
-        for pool in self.pools.values():
-            pool.shutdown(wait=True)
-        if self.loop is not None:
-            self._wait_async_calls()
-        self.exiting = True
-        # As in Ray, the call itself gets ActorDiedError: no reply.
-        self._exit(f"__ray_terminate__ was called on {self.class_name} (directly, or because "
-                   "its handles were all gone).")
+        # the calls submitted before the handle went all return their values. As in Ray,
+        # the call itself gets ActorDiedError: no reply.
+        self._exit_when_calls_end(f"__ray_terminate__ was called on {self.class_name} "
+                                  "(directly, or because its handles were all gone).")
 
     def _exit_when_calls_end(self, why: str) -> None:
         if self.pools:
