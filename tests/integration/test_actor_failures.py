@@ -351,3 +351,155 @@ def test_async_actor_crash_and_kill(ray):
     time.sleep(0.2)
     ray.kill(actor)
     _assert_dead(ray, running, "killed by `ray.kill`")
+
+
+# --------------------------------------------------- actors die with the process that made them
+# Ray 2.60 makes the process that creates an actor its owner, and a non-detached actor dies
+# with its owner (the fault-tolerance page's "actor creator failure"); each case below was
+# run under Ray 2.60 with the same classes: a child of a killed, exited or crashed actor
+# raises ActorDiedError ("The actor is dead because its owner has died"), even when the
+# parent restarts; a detached child lives on; so does an actor made by a task whose worker
+# is still alive or was retired after max_calls. miniray kept every such child alive.
+
+
+@pytest.fixture
+def family(ray):
+    @ray.remote
+    class Child:
+        def pid(self):
+            return os.getpid()
+
+    @ray.remote(max_restarts=1)
+    class Parent:
+        def make(self, detached_name=None):
+            self.child = Child.remote()
+            made = [self.child]
+            if detached_name:
+                self.other = Child.options(name=detached_name, lifetime="detached").remote()
+                made.append(self.other)
+            return made
+
+        def make_parent(self):
+            self.parent = Parent.remote()
+            return [self.parent, ray.get(self.parent.make.remote())[0]]
+
+        def pid(self):
+            return os.getpid()
+
+        def leave(self):
+            miniray.actor.exit_actor()
+
+    return Child, Parent
+
+
+def _owner_died(ray, child, *texts):
+    """The child's calls fail once its parent's end is seen (the parent's process is
+    killed after ``ray.kill`` returns, in Ray too): calls answered until then are fine."""
+    deadline = time.monotonic() + GET_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            ray.get(child.pid.remote(), timeout=GET_TIMEOUT)
+        except exceptions.ActorDiedError as error:
+            for text in ("its owner has died",) + texts:
+                assert text in str(error), str(error)
+            return error
+        time.sleep(0.02)
+    raise AssertionError("the child still answers")
+
+
+def _created_by(ray):
+    from miniray._private import runtime
+
+    return runtime.current().owner.actors.created_by
+
+
+@pytest.mark.parametrize("end", ["ray.kill", "exit_actor", "SIGKILL"])
+def test_an_actors_children_die_with_its_process(ray, family, end):
+    Child, Parent = family
+    parent = Parent.remote()
+    child, detached = ray.get(parent.make.remote(f"kept-{end}"), timeout=GET_TIMEOUT)
+    assert ray.get(child.pid.remote(), timeout=GET_TIMEOUT) > 0
+    pid = ray.get(parent.pid.remote(), timeout=GET_TIMEOUT)
+    if end == "ray.kill":
+        ray.kill(parent)
+        how = "killed by signal 9"
+    elif end == "exit_actor":
+        with pytest.raises(exceptions.ActorDiedError):
+            ray.get(parent.leave.remote(), timeout=GET_TIMEOUT)
+        how = "exited with code 0"
+    else:  # the parent restarts (max_restarts=1); its first process's children do not
+        os.kill(pid, 9)
+        how = "killed by signal 9"
+    error = _owner_died(ray, child, f"pid={pid}) of actor Parent ended: {how}")
+    assert "Child" in str(error)
+    if end == "SIGKILL":
+        assert ray.get(parent.pid.remote(), timeout=GET_TIMEOUT) != pid
+    assert ray.get(detached.pid.remote(), timeout=GET_TIMEOUT) > 0  # detached: lives on
+    ray.kill(detached)
+    wait_until(lambda: not _created_by(ray), timeout=10)
+
+
+def test_a_grandchild_dies_with_its_parent_in_turn(ray, family):
+    Child, Parent = family
+    top = Parent.remote()
+    middle, grandchild = ray.get(top.make_parent.remote(), timeout=GET_TIMEOUT)
+    assert ray.get(grandchild.pid.remote(), timeout=GET_TIMEOUT) > 0
+    ray.kill(top)
+    _owner_died(ray, middle, "of actor Parent")
+    _owner_died(ray, grandchild, "of actor Parent")
+    wait_until(lambda: not _created_by(ray), timeout=10)
+
+
+def test_a_named_child_dies_and_frees_its_name(ray, family):
+    Child, Parent = family
+
+    @ray.remote
+    class Namer:
+        def make(self):
+            self.child = Child.options(name="named-child").remote()
+            return self.child
+
+    namer = Namer.remote()
+    child = ray.get(namer.make.remote(), timeout=GET_TIMEOUT)
+    assert ray.get(ray.get_actor("named-child").pid.remote(), timeout=GET_TIMEOUT) > 0
+    ray.kill(namer)
+    _owner_died(ray, child, "of actor Namer")
+    with pytest.raises(ValueError):
+        ray.get_actor("named-child")
+
+
+def test_a_tasks_actor_outlives_the_task_but_not_a_crash_of_its_worker(ray, family):
+    Child, _ = family
+
+    @ray.remote
+    class Keeper:
+        def keep(self, handles):
+            self.kept = handles[0]
+
+        def child_pid(self):
+            return ray.get(self.kept.pid.remote())
+
+    keeper = Keeper.remote()
+
+    @ray.remote(max_calls=1)
+    def make_and_return():
+        return Child.remote()
+
+    @ray.remote(max_retries=0)
+    def make_and_crash():
+        ray.get(keeper.keep.remote([Child.remote()]))
+        os._exit(7)
+
+    # Its worker ends on purpose after the call (max_calls=1): the actor stays, as in Ray.
+    returned = ray.get(make_and_return.remote(), timeout=GET_TIMEOUT)
+    time.sleep(0.5)
+    assert ray.get(returned.pid.remote(), timeout=GET_TIMEOUT) > 0
+    with pytest.raises(exceptions.WorkerCrashedError):
+        ray.get(make_and_crash.remote(), timeout=GET_TIMEOUT)
+    with pytest.raises(exceptions.RayTaskError) as info:
+        ray.get(keeper.child_pid.remote(), timeout=GET_TIMEOUT)
+    assert isinstance(info.value, exceptions.ActorDiedError)
+    assert "its owner has died" in str(info.value)
+    assert "of task make_and_crash exited with code 7" in str(info.value)
+    ray.kill(returned)
+    wait_until(lambda: not _created_by(ray), timeout=10)

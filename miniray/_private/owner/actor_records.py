@@ -42,7 +42,8 @@ class _Actor:
     __slots__ = ("spec", "state", "worker", "lease", "host_lease", "queue", "inflight",
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
-                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node")
+                 "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node",
+                 "creator")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -68,6 +69,8 @@ class _Actor:
         self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
         self.node: str | None = None  # another node's id while it lives there (last one once
         # dead): remote_actors.py; None: this driver's node (the state rows read it)
+        self.creator = None  # the worker whose process created it, while it may take the
+        # actor along when it dies (ActorManager.creator_gone); None: the driver's own
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"

@@ -81,6 +81,18 @@ def _group_removed(pg_hex: str) -> str:
             f"group was removed. Placement group id: {pg_hex}")
 
 
+def owner_died(how: str) -> str:
+    """The reason an actor died with the process that created it (its owner, as Ray calls
+    it), in Ray's first sentence, then ``how``.
+
+    >>> owner_died("the worker process (pid=7) of actor P ended: killed by SIGKILL")[46:]
+    'the worker process (pid=7) of actor P ended: killed by SIGKILL.'
+    >>> owner_died("x.")[:46]
+    'The actor is dead because its owner has died: '
+    """
+    return f"The actor is dead because its owner has died: {how.rstrip('.')}."
+
+
 def never_created_in_removed_group(state: str, pg_hex: str):
     """Pure. The error of an actor in ``state`` whose placement group ``pg_hex`` is removed,
     as Ray 2.60 gives it: one that never started (``A_PENDING``: waiting for room, or placed
@@ -189,6 +201,10 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         # Actors placed on other nodes (``remote_actors.RemoteActors``), made at first use:
         # their ``actor.worker`` is its ``RemoteActorWorker`` (``elsewhere`` is True).
         self.elsewhere = None
+        # The actors each worker process created (not detached), which die with that
+        # process as in Ray, whose owner of an actor is the process that created it:
+        # worker -> actor ids, in creation order (``creator_gone``, ``creator_retired``).
+        self.created_by: dict[Any, dict[bytes, None]] = {}
 
     def is_node_actor(self, spec: ActorCreationSpec) -> bool:
         """Whether this actor is created in the node's actor service (named or detached,
@@ -231,9 +247,11 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         return self.elsewhere
 
     # -- creation ------------------------------------------------------------------------
-    def create(self, spec: ActorCreationSpec) -> bytes:
+    def create(self, spec: ActorCreationSpec, creator=None) -> bytes:
         """Register and start placing an actor; returns the id of the actor to use (an
-        existing one with ``get_if_exists``)."""
+        existing one with ``get_if_exists``). ``creator``: the worker whose process asked
+        for it (None: the driver); a non-detached actor dies with that process
+        (``creator_gone``)."""
         from miniray.exceptions import ActorAlreadyExistsError
 
         owner = self.owner
@@ -253,6 +271,9 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             self.names[key] = spec.actor_id
         actor = _Actor(spec)
         self.actors[spec.actor_id] = actor
+        if creator is not None and not spec.detached:
+            actor.creator = creator
+            self.created_by.setdefault(creator, {})[spec.actor_id] = None
         objects = owner.objects
         if spec.contained:  # refs nested in the constructor's arguments: held while it lives
             objects.hold(spec.contained)
@@ -506,6 +527,9 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
 
         owner = self.owner
         actor = worker.actor
+        if self.created_by and actor is not None:  # the actors it created die with it
+            self.creator_gone(worker, f"the worker process (pid={worker.pid}) of actor "
+                                      f"{actor.spec.class_name} ended: {detail}")
         elsewhere = getattr(worker, "elsewhere", False)
         if not elsewhere:
             owner.count_actor_worker(-1)
@@ -566,7 +590,36 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             return
         self._die(actor, death_bytes)
 
+    def creator_gone(self, worker, how: str) -> None:
+        """*Locked.* ``worker``'s process is gone (``how`` says which and how): every actor
+        it created and not detached dies, never restarting, as in Ray, where the process
+        that creates an actor owns it and the actor fate-shares with its owner. Their own
+        processes' ends take their creations along in turn."""
+        created = self.created_by.pop(worker, None)
+        for actor_id in created or ():
+            actor = self.actors.get(actor_id)
+            if actor is None or actor.state == A_DEAD or actor.remote:
+                continue
+            actor.creator = None
+            self.kill(actor_id, True, reason=owner_died(how))
+
+    def creator_retired(self, worker) -> None:
+        """*Locked.* ``worker``'s process was asked to exit by its owner (idle, or
+        ``max_calls`` reached): what it created lives on, owned by the driver (Ray keeps a
+        worker that owns actors from exiting; here the driver is every actor's keeper)."""
+        for actor_id in self.created_by.pop(worker, None) or ():
+            actor = self.actors.get(actor_id)
+            if actor is not None:
+                actor.creator = None
+
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
+        if actor.creator is not None:
+            created = self.created_by.get(actor.creator)
+            if created is not None:
+                created.pop(actor.spec.actor_id, None)
+                if not created:
+                    del self.created_by[actor.creator]
+            actor.creator = None
         if actor.state != A_DEAD and actor.spec.contained:
             self.owner.objects.release(actor.spec.contained)
         holds, actor.holds = actor.holds, []

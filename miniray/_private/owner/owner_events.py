@@ -225,6 +225,14 @@ class OwnerEvents:
                 worker, detail if death is None else f"it was killed because {death}")
             self._dispatch_all()
             return 0, 0
+        if self.actors.created_by:  # a task's worker: what it created dies with it
+            if was_dead:  # unless this driver retired it (Ray keeps such a worker)
+                self.actors.creator_retired(worker)
+            else:
+                running = worker.inflight[0].spec.name if worker.inflight else None
+                self.actors.creator_gone(worker, f"the worker process (pid={pid})"
+                                         + (f" of task {running}" if running else "")
+                                         + f" {detail}")
         if worker.lease is not None:
             # Queued before its task's error is visible, given back once the lock is free:
             # available_resources() (which waits for deferred work) sees it back.

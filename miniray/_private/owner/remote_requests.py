@@ -405,8 +405,11 @@ class RemoteRequests:
         if getattr(spec, "pg", None) is not None and owner.pgs is not None and \
                 owner.actors.link is not None:
             owner.pgs.route_served(spec.placement)  # a detached group of the service
+        # An actor's call creates actors that die with it (``ActorManager.creator_gone``);
+        # a task's on another host, actors that live on as the driver's.
+        creator = self.slot if self.task is None else None
         with owner.locked():
-            value, ask = requests.actor_request(owner.actors, method, args)
+            value, ask = requests.actor_request(owner.actors, method, args, creator)
         if ask is None:
             return value
         request, request_args, keep = ask

@@ -23,7 +23,7 @@ ACTOR_CALLS = frozenset((protocol.CALL_CREATE_ACTOR, protocol.CALL_KILL_ACTOR,
                          protocol.CALL_GET_ACTOR, protocol.CALL_LIST_NAMED_ACTORS))
 
 
-def actor_request(actors, method: int, args: tuple) -> tuple:
+def actor_request(actors, method: int, args: tuple, creator=None) -> tuple:
     """*Locked.* A worker's actor request (one of ACTOR_CALLS: create, kill, get_actor,
     list_named_actors) as the owner serves it, for a worker on this node or another host
     (``remote_requests.py``). Returns ``(value, None)``: answered now; or ``(None, (request,
@@ -31,12 +31,13 @@ def actor_request(actors, method: int, args: tuple) -> tuple:
     service once the lock is released (it waits for the service's reply), then, with the
     lock, ``actors.keep_for_workers(keep(value))`` unless ``keep`` is None (the worker now
     holds a handle to that actor). Raises what the request raises (e.g. ValueError for a
-    name nobody holds, ActorAlreadyExistsError)."""
+    name nobody holds, ActorAlreadyExistsError). ``creator``: the worker asking to create an
+    actor, whose process's death takes the actor along (``ActorManager.creator_gone``)."""
     in_service = actors.link is not None  # joined to a node: ask its actor service
     if method == protocol.CALL_CREATE_ACTOR:
         if actors.is_node_actor(args[0]):
             return None, (actors.create_in_service, (args[0],), _same)
-        return actors.create(args[0]), None
+        return actors.create(args[0], creator), None
     if method == protocol.CALL_KILL_ACTOR:
         if actors.kill(args[0], args[1]):
             return None, (actors.kill_in_service, tuple(args), None)
@@ -309,7 +310,8 @@ class WorkerRequests:
             pass
         with self._lock:
             try:
-                value, ask = actor_request(self.actors, protocol.CALL_CREATE_ACTOR, args)
+                value, ask = actor_request(self.actors, protocol.CALL_CREATE_ACTOR, args,
+                                           worker)
                 if ask is not None:
                     request, ask_args, keep = ask
                     self._ask_service(worker, req_id, request, *ask_args, keep=keep)
@@ -359,7 +361,7 @@ class WorkerRequests:
                 self.defer(lambda: self._create_routed(worker, req_id, args))
                 return
             if method in ACTOR_CALLS:
-                value, ask = actor_request(self.actors, method, args)
+                value, ask = actor_request(self.actors, method, args, worker)
                 if ask is not None:
                     request, ask_args, keep = ask
                     self._ask_service(worker, req_id, request, *ask_args, keep=keep)
