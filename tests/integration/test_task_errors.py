@@ -431,6 +431,43 @@ def test_crash_on_first_attempt_is_retried(ray, tmp_path):
     assert len(pids) == 2 and pids[0] != pids[1]
 
 
+def test_each_retry_prints_rays_line_counting_the_retries_before_it(ray, tmp_path, caplog):
+    """Ray 2.60 prints, for each retry, "Task f failed. There are N retries remaining, so the
+    task will be retried. Error: ..." where N counts the retry being made (a crash or a
+    retried exception alike; checked with the same tasks, max_retries=2). miniray said 0 for
+    the last retry and left the error out."""
+    log = str(tmp_path / "attempts")
+
+    @ray.remote(max_retries=2)
+    def crash_twice(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        if _attempts(path) <= 2:
+            os._exit(3)
+        return "third"
+
+    @ray.remote(max_retries=2, retry_exceptions=True)
+    def raise_twice(path):
+        with open(path, "a") as f:
+            f.write("x\n")
+        if _attempts(path) <= 2:
+            raise ValueError(f"attempt {_attempts(path)}")
+        return "third"
+
+    with caplog.at_level("WARNING"):
+        assert ray.get(crash_twice.remote(log), timeout=GET_TIMEOUT) == "third"
+        os.remove(log)
+        assert ray.get(raise_twice.remote(log), timeout=GET_TIMEOUT) == "third"
+    lines = [r.getMessage() for r in caplog.records if "retries remaining" in r.getMessage()]
+    assert len(lines) == 4, lines
+    for line, name, left in zip(lines, ["crash_twice"] * 2 + ["raise_twice"] * 2, [2, 1] * 2):
+        assert line.startswith(f"Task {name} failed. There are {left} retries remaining, so "
+                               "the task will be retried. Error: "), line
+    assert "exited with code 3" in lines[0]
+    assert lines[2].endswith("ValueError: attempt 1") and "User exception:" in lines[2]
+    assert lines[3].endswith("ValueError: attempt 2")
+
+
 def test_default_max_retries_is_three(ray, tmp_path):
     log = str(tmp_path / "attempts")
 

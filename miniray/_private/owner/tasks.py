@@ -41,6 +41,28 @@ from miniray._private.owner.object_table import PENDING, Entry
 logger = logging.getLogger(__name__)
 
 
+def retry_line(name: str, retries_left: int, error: str) -> str:
+    """The line a task's retry prints, in Ray's words: ``retries_left`` counts this retry
+    (negative: no bound).
+
+    >>> print(retry_line("f", 1, "the worker (pid=7) running it died: exited with code 3."))
+    Task f failed. There are 1 retries remaining, so the task will be retried. Error: the ...
+    >>> retry_line("f", -1, "x").split(". ")[1]
+    'There are infinite retries remaining, so the task will be retried'
+    """
+    left = "infinite" if retries_left < 0 else retries_left
+    return (f"Task {name} failed. There are {left} retries remaining, so the task will be "
+            f"retried. Error: {error}")
+
+
+def _error_text(results: list) -> str:
+    """The text of the error a failed task's first result holds (its traceback), for the
+    retry line; "" when it cannot be read here."""
+    try:
+        return str(serialization.loads(results[0][1]))
+    except Exception:  # noqa: BLE001 - only the retry line's text is missing
+        return ""
+
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
@@ -382,12 +404,12 @@ class TaskQueue:
             if task.state != T_DONE:
                 self.complete(task, results)
             return
+        before = task.retries_left
         retry, task.retries_left = scheduling.retry_failed_result(
-            retryable, task.retries_left, task.cancelled, task.state == T_DONE)
+            retryable, before, task.cancelled, task.state == T_DONE)
         if retry:
-            logger.warning("Task %s failed. There are %s retries remaining, so the task will "
-                           "be retried.", task.spec.name,
-                           "infinite" if task.retries_left < 0 else task.retries_left)
+            logger.warning("%s", retry_line(task.spec.name, before,
+                                            "User exception:\n" + _error_text(results)))
             self.requeue(task)
         elif task.state != T_DONE:
             self.complete(task, results)
@@ -406,8 +428,9 @@ class TaskQueue:
         for task in inflight:
             if task.state == T_DONE:
                 continue
+            before = task.retries_left
             decision, task.retries_left = scheduling.after_worker_death(
-                position, task.cancelled, task.retries_left, bool(fatal))
+                position, task.cancelled, before, bool(fatal))
             position += 1
             if decision == scheduling.DEATH_FAIL_SYSTEM:  # the session cannot go on
                 self.fail(task, RaySystemError(fatal))
@@ -417,9 +440,8 @@ class TaskQueue:
             elif decision == scheduling.DEATH_RETRY:
                 # With the fork server, every worker died: one line says it all.
                 log = logger.warning if death is None else logger.debug
-                log("A worker died or was killed while executing task %s (pid=%s, %s); "
-                    "retrying it (%s retries left).", task.spec.name, pid, detail,
-                    "infinite" if task.retries_left < 0 else task.retries_left)
+                log("%s", retry_line(task.spec.name, before, f"the worker (pid={pid}) "
+                                                     f"running it died or was killed: {detail}."))
                 requeue.append(task)
             elif decision == scheduling.DEATH_FAIL_CRASHED:
                 hint = ("Check the task for sys.exit, os._exit, segfaults or running out of "
