@@ -144,3 +144,39 @@ def test_small_modules_and_id_classes_work_under_miniray_run(drivers):
         assert out["instance"] == "", (where, out)
         for name, size in sizes.items():
             assert out[name] == [size, True, True, size], (where, name, out[name])
+
+
+def test_the_names_rays_documents_import_from_ray_raylet(drivers):
+    """Ray's streaming-generator page does ``from ray._raylet import ObjectRefGenerator`` and
+    tells a generator apart from a ref with ``isinstance``; in Ray 2.60 each of these names
+    is the public package's own class (checked there with the same script). miniray had no
+    ``_raylet`` module, so the page's example stopped with ModuleNotFoundError."""
+    done = miniray_run(drivers, """
+        import json
+        import ray
+        from ray._raylet import (ActorID, DynamicObjectRefGenerator, JobID, NodeID, ObjectID,
+                                 ObjectRef, ObjectRefGenerator, PlacementGroupID,
+                                 StreamingObjectRefGenerator, TaskID, WorkerID)
+
+        @ray.remote
+        def gen():
+            yield 1
+
+        ray.init(num_cpus=1)
+        g = gen.remote()
+        first = next(g)
+        print(json.dumps({
+            "same": [ObjectRef is ray.ObjectRef, ObjectID is ray.ObjectRef,
+                     ObjectRefGenerator is ray.ObjectRefGenerator,
+                     StreamingObjectRefGenerator is ray.ObjectRefGenerator,
+                     DynamicObjectRefGenerator is ray.DynamicObjectRefGenerator]
+                    + [getattr(ray, c.__name__) is c for c in (
+                        ActorID, JobID, NodeID, PlacementGroupID, TaskID, WorkerID)],
+            "kinds": [isinstance(g, ObjectRefGenerator), isinstance(first, ObjectRef),
+                      isinstance(first, ObjectRefGenerator)],
+            "value": ray.get(first)}))
+        ray.shutdown()
+    """)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"same": [True] * 11, "kinds": [True, True, False], "value": 1}, report

@@ -1,0 +1,39 @@
+"""``miniray._raylet``: the names Ray programs import from ``ray._raylet``.
+
+Ray's compiled core module is private, but Ray's own documents import from it (the
+streaming-generator page: ``from ray._raylet import ObjectRefGenerator``), so programs do
+too. Each name here is the very object the public package gives (``_raylet.ObjectRef is
+miniray.ObjectRef``), as in Ray 2.60, where ``ray.ObjectRef is ray._raylet.ObjectRef``;
+nothing else of Ray's core module exists here.
+
+Example:
+    >>> from miniray._raylet import ObjectRef, ObjectRefGenerator
+    >>> ObjectRef is ray.ObjectRef and ObjectRefGenerator is ray.ObjectRefGenerator
+    True
+"""
+
+from __future__ import annotations
+
+from miniray._private.api import ObjectRefGenerator
+from miniray._private.core.ids import (
+    ActorClassID,
+    ActorID,
+    FunctionID,
+    JobID,
+    NodeID,
+    PlacementGroupID,
+    TaskID,
+    UniqueID,
+    WorkerID,
+)
+from miniray._private.core.object_ref import ObjectRef
+from miniray._private.object_ref_generator import DynamicObjectRefGenerator
+
+ObjectID = ObjectRef  # Ray's older name, the same class there too
+StreamingObjectRefGenerator = ObjectRefGenerator  # Ray 2.60's alias
+
+__all__ = [
+    "ActorClassID", "ActorID", "DynamicObjectRefGenerator", "FunctionID", "JobID", "NodeID",
+    "ObjectID", "ObjectRef", "ObjectRefGenerator", "PlacementGroupID",
+    "StreamingObjectRefGenerator", "TaskID", "UniqueID", "WorkerID",
+]
