@@ -3,7 +3,8 @@
 Mirrors ``ray.actor`` (Ray 2.60): ``ActorClass`` (``remote``, ``options``; calling it or
 subclassing it raises), ``ActorHandle`` (method attributes, hashable, picklable, repr
 ``Actor(Cls, <id>)``), ``ActorMethod`` (``remote``, ``options``), ``exit_actor``, ``method``
-(``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__``; ``.remote()`` of
+(``ray.method``), and the built-in ``__ray_ready__`` / ``__ray_terminate__`` /
+``__ray_call__`` (``fn(actor, *args, **kwargs)`` run on the actor); ``.remote()`` of
 a class or a method checks the arguments against its signature (carried in the handle).
 A handle's class is a subclass of ActorHandle with a property per method (``_handle_class``);
 a method looked up on a handle keeps that handle (and so the actor) alive, as in Ray; the
@@ -66,7 +67,11 @@ __all__ = ["ActorClass", "ActorClassInheritanceException", "ActorHandle", "Actor
 DEFAULT_MAX_CONCURRENCY_ASYNC = 1000
 STREAMING_GENERATOR_RETURN = STREAMING
 
-_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__")
+_BUILTIN_METHODS = ("__ray_ready__", "__ray_terminate__", "__ray_call__")
+
+
+def _ray_call(fn, *args, **kwargs):
+    """The parameters of the built-in ``__ray_call__`` (run on the actor by its host)."""
 
 _new_method = object.__new__  # ActorHandle.__getattr__ makes an ActorMethod without __init__
 
@@ -99,6 +104,8 @@ def _method_table(cls: type) -> dict:
                        getattr(function, "__ray_concurrency_group__", None))
     for name in _BUILTIN_METHODS:  # in the default group, as in Ray
         table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name), None)
+    table["__ray_call__"] = (1, False, 0, signatures.of_function(_ray_call, "__ray_call__"),
+                             None)
     return table
 
 

@@ -4,13 +4,12 @@ Owns: constructing the actor instance, running its method calls (one at a time i
 order, on a thread pool for ``max_concurrency > 1``, or on an asyncio event loop when any
 method is ``async def``; with concurrency groups, on one executor per group: a thread pool of
 the group's size, or an event loop thread of its own whose calls a ``CallLimit`` of that
-size bounds, as Ray runs them), the built-in ``__ray_ready__`` and ``__ray_terminate__``,
-``exit_actor()``, and cancelling calls (a queued one is skipped, a running sync one flagged,
-an async one's coroutine cancelled); for a driver on another host (``owner/remote_actors.py``),
-a call's large values sent as frames right after its RESULT (``Channel.send_bulk``).
-Does not own: the worker's channel,
-output markers or environment (``worker_main.py``), or anything the owner decides (restarts,
-death reasons).
+size bounds, as Ray runs them), the built-in ``__ray_ready__``, ``__ray_call__`` and
+``__ray_terminate__``, ``exit_actor()``, and cancelling calls (a queued one is skipped, a
+running sync one flagged, an async one's coroutine cancelled); for a driver on another host
+(``owner/remote_actors.py``), a call's large values sent as frames right after its RESULT
+(``Channel.send_bulk``). Does not own: the worker's channel, output markers or environment
+(``worker_main.py``), or anything the owner decides (restarts, death reasons).
 Called by: ``worker_main._Worker`` when ACTOR_INIT arrives; afterwards the worker's main loop
 hands every ACTOR_CALL here.
 
@@ -453,6 +452,8 @@ class ActorHost:
         """The method ``name`` bound to the instance, found on its class first, as Ray does:
         an instance attribute of the same name (``self.flag = False`` beside ``def flag``)
         does not hide it, and static and class methods bind as Python binds them."""
+        if name == "__ray_call__":  # built in, as Ray adds it to every actor class
+            return self._ray_call
         cls = type(self.instance)
         try:
             member = static_member(cls, name)
@@ -462,6 +463,11 @@ class ActorHost:
         if binder is None:
             return member  # a callable that is no descriptor: Python would not bind it either
         return binder(member, self.instance, cls)
+
+    def _ray_call(self, fn, *args, **kwargs):
+        """``handle.__ray_call__.remote(fn, *args, **kwargs)``: ``fn(instance, *args,
+        **kwargs)`` run here, as a sync method of the actor (Ray 2.60's built-in)."""
+        return fn(self.instance, *args, **kwargs)
 
     def _creation_context(self, cls) -> TaskContext:
         """The constructor's task, named as Ray 2.60 names it: ``Class.__init__`` (prefixed
