@@ -254,3 +254,65 @@ def test_output_of_each_new_name_on_an_idle_worker_gets_its_prefix(drivers):
     assert log == (":task_name:c_level\nc-level out\n:task_name:silent\n:task_name:py\n"
                    "python print\n:task_name:child\nfrom a subprocess\n"
                    ":task_name:c_level\nc-level out\n")
+
+
+def test_an_actor_with_its_own_repr_is_named_by_it(drivers):
+    """Ray 2.60 (checked with this driver's classes): once the constructor has run, an actor
+    whose class or a base class defines ``__repr__`` is named by ``repr(actor)`` in its
+    output's prefix and in the state API's ``repr_name``, computed once (a later change of
+    the state it shows does not rename it); lines printed in the constructor carry the
+    class name; other actors keep their class name and ``repr_name`` "". A ``__repr__``
+    that raises kills Ray's actor; miniray keeps the class name (README)."""
+    result = drivers.run("""
+        import json, os
+        import miniray as ray
+        from miniray.util import state
+
+        ray.init(num_cpus=1)
+
+        class Base:
+            def __repr__(self):
+                return f"Base-{self.i}"
+
+        @ray.remote
+        class Sub(Base):
+            def __init__(self):
+                self.i = 1
+                print("in init")
+
+            def bump(self):
+                self.i += 1
+                print("after bump")
+                return self.i
+
+        @ray.remote
+        class Plain:
+            def hi(self):
+                print("plain hi")
+
+        @ray.remote
+        class Broken:
+            def __repr__(self):
+                raise ValueError("no repr")
+
+            def hi(self):
+                print("broken hi")
+
+        sub, plain, broken = Sub.remote(), Plain.remote(), Broken.remote()
+        assert ray.get([sub.bump.remote(), sub.bump.remote()], timeout=60) == [2, 3]
+        ray.get([plain.hi.remote(), broken.hi.remote()], timeout=60)
+        names = {row["class_name"]: row["repr_name"] for row in state.list_actors(detail=True)}
+        pids = [ray.get(a.__ray_call__.remote(lambda self: os.getpid()), timeout=60)
+                for a in (sub, plain, broken)]
+        print("PIDS " + json.dumps(pids + [names]), flush=True)
+        ray.shutdown()
+    """, timeout=120)
+    assert result.returncode == 0, result.stderr
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("PIDS ")]
+    sub, plain, broken, names = json.loads(line[5:])
+    out = result.stdout.splitlines()
+    assert f"(Sub pid={sub}) in init" in out
+    assert out.count(f"(Base-1 pid={sub}) after bump") == 2, out
+    assert f"(Plain pid={plain}) plain hi" in out
+    assert f"(Broken pid={broken}) broken hi" in out
+    assert names == {"Sub": "Base-1", "Plain": "", "Broken": ""}, names

@@ -37,8 +37,9 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
 
    Actors (a worker that received ACTOR_INIT hosts one actor for the rest of its life)::
 
-    (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error, times)
-                 args_blob, dep_values, ctx)      (ACTOR_EXITING, why)  an intended exit
+    (ACTOR_INIT, actor_id, fn_id, class_name,     (ACTOR_READY, actor_id, ok, error, times,
+                 args_blob, dep_values, ctx)                   repr_name)  repr_name "": none
+                                                  (ACTOR_EXITING, why)  an intended exit
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
                  num_returns, call_name,          creation is (CALL, req, CALL_CREATE_ACTOR, ...)

@@ -43,7 +43,7 @@ class _Actor:
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
                  "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node",
-                 "creator")
+                 "creator", "repr_name")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -69,6 +69,7 @@ class _Actor:
         self.restarts = 0  # how many times it was restarted (was_current_actor_reconstructed)
         self.node: str | None = None  # another node's id while it lives there (last one once
         # dead): remote_actors.py; None: this driver's node (the state rows read it)
+        self.repr_name = ""  # repr(instance) when its class defines __repr__ (ACTOR_READY)
         self.creator = None  # the worker whose process created it, while it may take the
         # actor along when it dies (ActorManager.creator_gone); None: the driver's own
 

@@ -501,8 +501,11 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             self._schedule_placer()
 
     # -- messages from the actor's worker ------------------------------------------------
-    def on_ready(self, worker, ok: bool, error: bytes | None, times=None) -> None:
+    def on_ready(self, worker, ok: bool, error: bytes | None, times=None,
+                 repr_name: str = "") -> None:
         actor = worker.actor
+        if actor is not None:  # the name its own __repr__ gives it (``custom_repr``)
+            actor.repr_name = repr_name
         if self.records is not None and actor is not None and times is not None:
             self.records.creation_done(actor, worker.pid, not ok, times)
         if ok or actor is None:

@@ -347,7 +347,7 @@ class OwnerEvents:
                 for object_id in message[2].return_ids:
                     self.objects.set_ready(object_id, protocol.ERR, data)
         elif tag == protocol.ACTOR_READY:
-            self.actors.on_ready(worker, message[2], message[3], message[4])
+            self.actors.on_ready(worker, message[2], message[3], message[4], message[5])
         elif tag == protocol.ACTOR_EXITING:
             self.actors.on_exiting(worker, message[1])
         elif tag == protocol.SUBMIT:

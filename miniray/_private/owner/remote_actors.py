@@ -731,7 +731,7 @@ class RemoteActors:
                                       message[5])
             elif tag == protocol.ACTOR_READY:
                 with owner.locked():
-                    manager.on_ready(worker, message[2], message[3], message[4])
+                    manager.on_ready(worker, message[2], message[3], message[4], message[5])
             elif tag == protocol.ACTOR_EXITING:
                 with owner.locked():
                     manager.on_exiting(worker, message[1])

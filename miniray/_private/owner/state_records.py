@@ -184,7 +184,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
             calls += [(c.spec, False) for c in actor.queue]
             pid = actor.pid or (actor.worker.pid if actor.worker is not None else None)
             actors.append((actor.spec, actor.state, pid, actor.death, actor.restarts,
-                           actor.remote, calls, actor.init_failed, actor.node))
+                           actor.remote, calls, actor.init_failed, actor.node,
+                           actor.repr_name))
         # A result kept on another node, not pulled: (that node, its size) (issue 16).
         objects = [(object_id, e.state, e.kind, e.refs, e.holders, e.borrows, e.escaped,
                     (e.remote.node_id, e.remote.size) if e.remote is not None
@@ -204,7 +205,8 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                created=created, pg=getattr(spec, "placement", None),
                                node=node))
     actor_rows = []
-    for spec, state, pid, death, restarts, remote, calls, init_failed, node in actors:
+    for spec, state, pid, death, restarts, remote, calls, init_failed, node, repr_name in \
+            actors:
         creation = f"{spec.class_name}.__init__"
         c_state = {"ALIVE": "FINISHED", "DEAD": "FAILED" if init_failed else "FINISHED"}.get(
             state, "PENDING_NODE_ASSIGNMENT")
@@ -229,7 +231,7 @@ def snapshot(owner, records: StateRecords, ids: dict) -> dict:
                                    (getattr(spec, "placement", None) or {}).items()},
             "death_cause": death_cause, "is_detached": bool(spec.detached),
             "placement_group_id": spec.pg[0] if getattr(spec, "pg", None) else None,
-            "repr_name": "", "num_restarts": restarts,
+            "repr_name": repr_name, "num_restarts": restarts,
             "num_restarts_due_to_lineage_reconstruction": 0,
             "num_restarts_due_to_node_preemption": 0, "call_site": None,
             "owned_by_actor_service": bool(remote),

@@ -16,7 +16,7 @@ hands every ACTOR_CALL here.
 ::
 
     ACTOR_INIT ──► cls.__new__ + cls.__init__ (an async actor: run on its loop, awaited there)
-               ──► (ACTOR_READY, ok, error, times)
+               ──► (ACTOR_READY, ok, error, times, repr_name)
     ACTOR_CALL ──► sync: run now, in order        ──► RESULT (in order)
                ├─► threads: its group's pool.submit ──► RESULT (as calls finish)
                └─► asyncio: a task on its group's loop (the calls read together
@@ -181,6 +181,11 @@ class ActorHost:
         if error is not None:
             worker.channel.send((protocol.ACTOR_READY, actor_id, False, error, times))
             worker.exit_process()
+        # As in Ray 2.60, a class with its own __repr__ names the actor by it from now on
+        # (its output's prefix, the state API's repr_name), as it is after the constructor.
+        repr_name = custom_repr(self.instance)
+        if repr_name:
+            worker._mark(repr_name)
         sizes = concurrency_groups.executor_sizes(groups, max_concurrency)
         if is_async:
             for group, size in sizes.items():
@@ -193,7 +198,7 @@ class ActorHost:
             for group, size in sizes.items():
                 self.pools[group] = concurrent.futures.ThreadPoolExecutor(
                     size, thread_name_prefix=_thread_name("miniray-actor", group))
-        worker.channel.send((protocol.ACTOR_READY, actor_id, True, None, times))
+        worker.channel.send((protocol.ACTOR_READY, actor_id, True, None, times, repr_name))
 
     def _construct(self, fn_id, args_blob, dep_values) -> bytes | None:
         worker = self.worker
@@ -730,6 +735,32 @@ def is_intended_exit(error: SystemExit) -> bool:
     """Ray's rule: ``sys.exit(0)`` (or False) is an intended exit and the actor is not
     restarted; any other code, None included, is a crash (restarted while allowed)."""
     return isinstance(error.code, int) and error.code == 0  # bools are ints
+
+
+def custom_repr(instance) -> str:
+    """The name an actor goes by once constructed: ``repr(instance)`` (on one line) when
+    its class or a base class defines ``__repr__``, as Ray 2.60 uses it; "" otherwise, and
+    when that ``__repr__`` raises or gives no string (Ray's actor dies of it; here it keeps
+    its class name).
+
+    >>> class A:
+    ...     def __repr__(self):
+    ...         return "A(1)"
+    >>> class B(A):
+    ...     pass
+    >>> class Broken:
+    ...     def __repr__(self):
+    ...         raise ValueError
+    >>> [custom_repr(c()) for c in (A, B, Broken, object)]
+    ['A(1)', 'A(1)', '', '']
+    """
+    if type(instance).__repr__ is object.__repr__:
+        return ""
+    try:
+        text = repr(instance)
+    except Exception:  # noqa: BLE001 - the class name stays
+        return ""
+    return " ".join(text.splitlines()) if isinstance(text, str) else ""
 
 
 def _safe_repr(instance) -> str:
