@@ -179,7 +179,7 @@ class ActorHost:
         ended = time_ns()
         times = TIMES.pack(started, started, ended, ended)
         if error is not None:
-            worker.channel.send((protocol.ACTOR_READY, actor_id, False, error, times))
+            worker.channel.send((protocol.ACTOR_READY, actor_id, False, error, times, ""))
             worker.exit_process()
         # As in Ray 2.60, a class with its own __repr__ names the actor by it from now on
         # (its output's prefix, the state API's repr_name), as it is after the constructor.
