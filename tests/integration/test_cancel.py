@@ -122,6 +122,60 @@ def test_cancel_running_busy_task_interrupts_it(ray, tasks, tmp_path):
     assert ray.get(pid.remote(), timeout=GET_TIMEOUT) == worker_pid
 
 
+@pytest.mark.parametrize("blocked_in", ["sleep", "pipe read", "event wait", "lock"])
+def test_cancel_wakes_a_task_blocked_in_a_call(ray, tmp_path, blocked_in):
+    """A non-forced cancel ends a task blocked in a C call at once, with KeyboardInterrupt
+    raised inside it (its cleanup runs) and TaskCancelledError from get(); the worker lives
+    on. Ray 2.60 raises it only when the call returns: a task cancelled 1 s into
+    ``time.sleep(1e7)`` was still running 20 s later there, and so it was in miniray
+    (README, Differences)."""
+    marker = tmp_path / "started"
+    cleanup = tmp_path / "cleanup"
+
+    @ray.remote(max_retries=0)
+    def blocked(path, cleanup_path, how):
+        import threading
+
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        try:
+            if how == "sleep":
+                time.sleep(1e7)
+            elif how == "pipe read":
+                os.read(os.pipe()[0], 1)
+            elif how == "event wait":
+                threading.Event().wait()
+            else:
+                lock = threading.Lock()
+                lock.acquire()
+                lock.acquire()
+        except Exception:  # a cancel is no Exception: not swallowed here
+            return "swallowed"
+        except KeyboardInterrupt:
+            with open(cleanup_path, "w") as f:
+                f.write("cleaned")
+            raise
+        return "returned"
+
+    ref = blocked.remote(str(marker), str(cleanup), blocked_in)
+    worker_pid = int(_wait_for_file(marker))
+    time.sleep(0.2)  # into the call
+    start = time.monotonic()
+    ray.cancel(ref)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(ref, timeout=GET_TIMEOUT)
+    assert time.monotonic() - start < 10.0
+    assert cleanup.read_text() == "cleaned"
+    assert procinfo.is_alive(worker_pid)
+
+    @ray.remote
+    def pid():
+        time.sleep(0.05)  # a signal left pending would land here
+        return os.getpid()
+
+    assert ray.get(pid.remote(), timeout=GET_TIMEOUT) == worker_pid
+
+
 def test_cancel_running_sleep_with_force_kills_the_worker(ray, tasks, tmp_path):
     marker = tmp_path / "started"
     ref = tasks.sleeper.remote(str(marker))

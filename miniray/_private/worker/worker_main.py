@@ -14,7 +14,9 @@ and runs the job's setup hook (``runtime_env_setup.py``).
     control socket ──► "miniray-cancel" thread: CANCEL(task_id)
                          → KeyboardInterrupt raised in the main thread if that task is running
                            (as Ray does; not while it talks to the owner: then it is raised
-                           when that exchange ends, and a get()/wait() is answered CANCELLED)
+                           when that exchange ends, and a get()/wait() is answered CANCELLED),
+                           and CANCEL_WAKE_SIGNAL sent to the main thread, so that a blocking
+                           call (time.sleep, a read, a lock) ends with it at once
                          → an actor call: ActorHost.cancel (a flag, a skip, or asyncio)
                        RECALL → GIVE_BACK of the tasks received but not started
 
@@ -44,6 +46,7 @@ import math
 import os
 import pickle
 import select
+import signal
 import socket
 import sys
 import threading
@@ -83,6 +86,15 @@ if TYPE_CHECKING:
     pass
 
 MARKER = b"\x00mr:"
+# Sent by the control thread to the main thread with a cancel's KeyboardInterrupt: it ends
+# the blocking call the task is in with EINTR, and Python, running the handler (which does
+# nothing), raises the pending KeyboardInterrupt there. Ray's cancel waits for the call to
+# return (README, Differences).
+CANCEL_WAKE_SIGNAL = signal.SIGUSR2
+
+
+def _wake_for_cancel(signum, frame) -> None:
+    """CANCEL_WAKE_SIGNAL's handler: nothing to do (see there)."""
 # What ``payload_for`` makes of a returned None (the plain pickle: no buffers, no refs
 # inside), made once: a no-op task's result costs no pickler.
 _NONE_PAYLOAD = oob.inline_blob(oob.serialize(None))
@@ -139,6 +151,7 @@ class _Worker:
         self.cancelled: set[bytes] = set()
         self.injected = False
         self.main_ident = threading.get_ident()
+        signal.signal(CANCEL_WAKE_SIGNAL, _wake_for_cancel)  # made in the main thread
         self.user_set_omp = "OMP_NUM_THREADS" in os.environ
         self.base_cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
         self.noset_cvd = config.noset_cuda_visible_devices()
@@ -223,6 +236,10 @@ class _Worker:
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(self.main_ident), ctypes.py_object(KeyboardInterrupt)
                     )
+                    # Seen at the next bytecode only: a task in a blocking call (sleep,
+                    # read, select, a lock) is woken, and its handler's first bytecode
+                    # raises it there (tests/integration/test_cancel.py).
+                    signal.pthread_kill(self.main_ident, CANCEL_WAKE_SIGNAL)
             else:
                 self.cancelled.add(task_id)
 
@@ -447,16 +464,24 @@ class _Worker:
                     if num_returns < 0:  # a generator: run it while it can be cancelled
                         value = self._run_generator(task_id, name, value, num_returns)
                 finally:
-                    returned = time_ns()
-                    with self.exec_lock:
-                        self.current = None
-                        self.runtime.canceled.discard(task_id)
-                        self.runtime.missed.discard(self.main_ident)
-                        if self.injected:
-                            self.injected = False
-                            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                                ctypes.c_ulong(self.main_ident), None
-                            )
+                    while True:
+                        try:
+                            returned = time_ns()
+                            with self.exec_lock:
+                                self.current = None
+                                self.runtime.canceled.discard(task_id)
+                                self.runtime.missed.discard(self.main_ident)
+                                if self.injected:
+                                    self.injected = False
+                                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                                        ctypes.c_ulong(self.main_ident), None
+                                    )
+                            break
+                        except KeyboardInterrupt:
+                            # A cancel that raced the task's end, raised in here (its
+                            # wake-up signal ends the wait for the lock): the block above
+                            # clears it, so it comes once; the task is left all the same.
+                            continue
                 outcome = (True, value)
             except BaseException as error:  # reported to the owner, never lost
                 outcome = (False, error)
