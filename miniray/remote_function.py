@@ -22,6 +22,7 @@ from miniray._private.api import ObjectRefGenerator
 from miniray._private.core import (
     context,
     descriptors,
+    generator_returns,
     ids,
     object_ref,
     placement,
@@ -51,12 +52,6 @@ def _count_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_count_fork)
-
-
-def _collect_generator(function, *args, **kwargs):
-    """Run a generator function in the worker; its values travel as one list (a generator
-    with a number of returns)."""
-    return list(function(*args, **kwargs))
 
 
 def warn_if_dynamic(num_returns, stacklevel: int) -> None:
@@ -89,7 +84,7 @@ def warm_up() -> tuple:
     exec("def warm_up():\n    return None\n", namespace)  # noqa: S102 (constant text)
     function: RemoteFunction[[], None] = RemoteFunction(namespace["warm_up"], {})
     template = _Template(function._default_options, function._max_calls, "warm_up", False)
-    fn_id, fn_bytes = function._export(False)
+    fn_id, fn_bytes = function._export(None)
     task_id = ids.new_task_id()
     blob, deps, contained = _NO_ARGUMENTS
     spec = TaskSpec(task_id, fn_id, None, None, function._descriptor_name, blob, deps,
@@ -276,17 +271,18 @@ class RemoteFunction(Generic[P, R]):
                 self._is_generator)
         return self._submit(template, args, kwargs)
 
-    def _export(self, collect: bool) -> tuple[bytes, bytes]:
-        """The function's id and pickle; ``collect``: a generator function whose values are
-        a fixed number of returns (run to the end in the worker, as one list)."""
+    def _export(self, collect: int | None) -> tuple[bytes, bytes]:
+        """The function's id and pickle; ``collect``: the number of returns a generator
+        function's values are taken for in the worker (``generator_returns.collect``),
+        None for any other call."""
         cache = self._export_cache
         if cache is None or cache[0] != _forks:
             cache = self._export_cache = (_forks, {})
         exported = cache[1].get(collect)
         if exported is None:
             target = self._function
-            if collect:
-                target = functools.partial(_collect_generator, target)
+            if collect is not None:
+                target = functools.partial(generator_returns.collect, collect, target)
             data = serialization.dumps_function(target, self._function_name)
             exported = cache[1][collect] = (hashlib.sha1(data).digest()[:16], data)
         return exported
@@ -298,7 +294,7 @@ class RemoteFunction(Generic[P, R]):
         rt = context.auto_init()  # the runtime (``runtime.auto_init`` starts one if none)
         token = rt.session_token
         num_returns = template.num_returns
-        collect = self._is_generator and num_returns >= 0
+        collect = num_returns if self._is_generator and num_returns >= 0 else None
         cache = self._export_cache  # _export(), inlined for a function exported already
         exported = cache[1].get(collect) if cache is not None and cache[0] == _forks else None
         fn_id, fn_data = exported if exported is not None else self._export(collect)

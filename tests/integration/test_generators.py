@@ -22,7 +22,7 @@ from miniray import exceptions
 from miniray._private import runtime
 from miniray.util.annotations import RayDeprecationWarning
 
-from .helpers import cli, driver, open_gate, wait_for_gate
+from .helpers import cli, driver, open_gate, wait_for_gate, wait_until
 
 GET_TIMEOUT = 30
 
@@ -289,6 +289,107 @@ def test_generator_method_with_a_number_of_returns_is_not_streamed(ray):
     refs = C.remote().two.remote()
     assert isinstance(refs, list) and len(refs) == 2  # not an ObjectRefGenerator
     assert ray.get(refs, timeout=GET_TIMEOUT) == [1, 2]
+
+
+def _outcomes(ray, refs) -> list:
+    out = []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref, timeout=GET_TIMEOUT))
+        except exceptions.RayTaskError as error:
+            out.append(str(error).splitlines()[-1])
+    return out
+
+
+# Ray 2.60, each row run there with the same generator (a task and a sync actor method
+# alike): what each of the N refs of ``g.options(num_returns=N).remote(n, fail)`` gives,
+# ``g`` yielding 0..n-1, then raising ValueError("boom") when ``fail``. miniray failed every
+# ref when the generator raised at any point, and for any count but N.
+_BOOM = "ValueError: boom"
+_STATIC_ROWS = [
+    ((2, True), 4, [0, 1, _BOOM, _BOOM]),
+    ((4, True), 4, [0, 1, 2, 3]),  # raised after the last return: only logged
+    ((2, False), 4, [0, 1] + ["ValueError: Task returned 2 objects, but num_returns=4."] * 2),
+    ((5, False), 4, [0, 1, 2, 3]),  # one value too many: only logged
+    ((0, True), 2, [_BOOM, _BOOM]),
+    ((1, True), 1, [0]),
+    ((0, False), 1, ["ValueError: Task returned 0 objects, but num_returns=1."]),
+    ((2, False), 1, [0]),
+]
+
+
+@pytest.mark.parametrize("where", ["task", "actor", "async actor"])
+def test_a_generator_with_a_number_of_returns_gives_what_it_yielded(ray, capfd, where):
+    def g(n, fail):
+        yield from range(n)
+        if fail:
+            raise ValueError("boom")
+
+    async def ag(self, n, fail):
+        for i in range(n):
+            yield i
+        if fail:
+            raise ValueError("boom")
+
+    task = ray.remote(g)
+    actor = ray.remote(type("Gen", (), {"g": lambda self, n, fail: g(n, fail)})).remote()
+    async_actor = ray.remote(type("AGen", (), {"g": ag})).remote()
+    for args, n, expected in _STATIC_ROWS:
+        if where == "task":
+            refs = task.options(num_returns=n).remote(*args)
+        else:
+            refs = (actor if where == "actor" else async_actor).g.options(
+                num_returns=n).remote(*args)
+        refs = [refs] if n == 1 else refs
+        assert _outcomes(ray, refs) == expected, (args, n)
+    # What came after the N returns is printed by the worker, as Ray logs it.
+    err = []
+
+    def printed() -> bool:
+        err.append(capfd.readouterr().err)
+        text = "".join(err)
+        return ("the generator yields more than num_returns=4 values" in text
+                and "the generator raised after its 4 returns were taken" in text
+                and "ValueError: boom" in text)
+
+    assert wait_until(printed, 10), "".join(err)
+
+
+def test_a_generator_with_one_return_gives_its_first_value(ray):
+    """``num_returns=1`` on a generator function is one return, its first value (Ray 2.60:
+    0 and 5); miniray gave the list of all values."""
+
+    @ray.remote(num_returns=1)
+    def five():
+        yield 5
+
+    @ray.remote
+    def count(n):
+        yield from range(n)
+
+    assert ray.get(five.remote(), timeout=GET_TIMEOUT) == 5
+    assert ray.get(count.options(num_returns=1).remote(3), timeout=GET_TIMEOUT) == 0
+
+
+def test_a_dynamic_generators_error_is_its_last_ref(ray):
+    """Ray 2.60 (its generators page, checked there): with ``num_returns="dynamic"`` the
+    values yielded before an exception are kept, and the exception is stored in one more
+    ref after them; miniray failed the call's own ref."""
+
+    @ray.remote
+    def g():
+        yield 0
+        yield 1
+        raise ValueError("late")
+
+    with pytest.warns(RayDeprecationWarning):
+        dynamic = g.options(num_returns="dynamic")
+    refs = list(ray.get(dynamic.remote(), timeout=GET_TIMEOUT))
+    assert len(refs) == 3
+    assert ray.get(refs[:2], timeout=GET_TIMEOUT) == [0, 1]
+    with pytest.raises(ValueError, match="late") as info:
+        ray.get(refs[2], timeout=GET_TIMEOUT)
+    assert isinstance(info.value, exceptions.RayTaskError)
 
 
 # ----------------------------------------------------------------------------- failures

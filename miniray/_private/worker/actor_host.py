@@ -48,7 +48,14 @@ from time import time_ns
 from types import CoroutineType
 from typing import NoReturn
 
-from miniray._private.core import concurrency_groups, descriptors, ids, protocol, scheduling
+from miniray._private.core import (
+    concurrency_groups,
+    descriptors,
+    generator_returns,
+    ids,
+    protocol,
+    scheduling,
+)
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, _ExitActor
 from miniray._private.core.timeline_events import TIMES
 from miniray._private.worker import streaming
@@ -358,9 +365,12 @@ class ActorHost:
                                              self._error_fields)
                 value = None
             else:
-                values = [item async for item in result]
-                value = (streaming.dynamic(worker, task_id, (item for item in values))
-                         if num_returns == DYNAMIC else values)
+                if num_returns == DYNAMIC:
+                    value = streaming.dynamic(worker, task_id, await _replay(result),
+                                              f"{self.class_name}.{call_name}",
+                                              self._error_fields)
+                else:  # N returns: Ray's rules
+                    value = await generator_returns.take_async(result, num_returns)
         except asyncio.CancelledError:
             self._reply_cancelled_coroutine(task_id, call_name, num_returns)
             return
@@ -425,8 +435,8 @@ class ActorHost:
             if num_returns < 0:  # a generator: streamed, or its values stored one by one
                 value = worker._run_generator(task_id, f"{self.class_name}.{call_name}",
                                               value, num_returns, self._error_fields)
-            elif inspect.isgenerator(value):
-                value = list(value)
+            elif inspect.isgenerator(value):  # N returns: Ray's rules
+                value = generator_returns.take(value, num_returns)
         except BaseException as error:
             if not self._ended_cancelled(task_id, num_returns, error):
                 self._reply_error(task_id, error, call_name, num_returns, (started,))
@@ -698,6 +708,26 @@ def _start_loop(group: str | None) -> asyncio.AbstractEventLoop:
     threading.Thread(target=run, name=_thread_name("miniray-actor-loop", group),
                      daemon=True).start()
     return loop
+
+
+async def _replay(agen):
+    """A generator giving what async generator ``agen`` gave, then raising what it raised
+    (a cancel or an exit is raised here at once): its values for ``streaming.dynamic``."""
+    values = []
+    try:
+        async for item in agen:
+            values.append(item)
+    except Exception as error:  # noqa: BLE001 - raised again after the values
+        failure = error
+    else:
+        failure = None
+
+    def replay():
+        yield from values
+        if failure is not None:
+            raise failure
+
+    return replay()
 
 
 async def _construct_on_loop(cls, instance, args: tuple, kwargs: dict):

@@ -146,14 +146,29 @@ async def stream_async(worker, task_id: bytes, generator, name: str,
             return
 
 
-def dynamic(worker, task_id: bytes, generator) -> DynamicObjectRefGenerator:
+def dynamic(worker, task_id: bytes, generator, name: str = "",
+            error_fields=None) -> DynamicObjectRefGenerator:
     """Store each value of ``generator`` as its own object; the call returns their refs
-    (the owner then holds them through the returned value). An exception fails the call."""
+    (the owner then holds them through the returned value). An exception it raises is
+    stored as one more object after its values, as Ray 2.60 stores it (its generator's
+    last ref raises it); a cancel or an exit still ends the call."""
     if not inspect.isgenerator(generator):
         raise _not_a_generator(generator)
     refs = []
-    for index, value in enumerate(generator):
-        object_id = ids.stream_item_id(task_id, index)
-        worker.runtime.put_value(object_id, value)
+    try:
+        for value in generator:
+            object_id = ids.stream_item_id(task_id, len(refs))
+            worker.runtime.put_value(object_id, value)
+            refs.append(ObjectRef(object_id))
+    except BaseException as error:  # the generator's own error: its last ref
+        if _passes_through(error):
+            raise
+        fields = error_fields() if error_fields is not None else {}
+        task_error = task_error_for(
+            error, name, pid=worker.pid, ip=worker.info.get("node_ip", "127.0.0.1"),
+            traceback_str=_user_traceback(error), task_id=task_id, **fields)
+        object_id = ids.stream_item_id(task_id, len(refs))
+        worker.channel.send((protocol.PUT, object_id, protocol.ERR, _dumps_error(task_error),
+                             ()))
         refs.append(ObjectRef(object_id))
     return DynamicObjectRefGenerator(refs)

@@ -66,6 +66,7 @@ from miniray._private.core import (
     runtime_envs,
     serialization,
 )
+from miniray._private.core.generator_returns import GeneratorReturns
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import serializer_file, worker_logs
 from miniray._private.object_store import values
@@ -539,7 +540,7 @@ class _Worker:
         if num_returns == STREAMING:
             streaming.stream(self, task_id, generator, name, error_fields)
             return None
-        return streaming.dynamic(self, task_id, generator)
+        return streaming.dynamic(self, task_id, generator, name, error_fields)
 
     def _serialize_returns(self, value, num_returns: int, name: str, return_ids: list,
                            error_fields=None, may_keep: bool = True) -> list:
@@ -559,6 +560,9 @@ class _Worker:
             return list(done) + [(protocol.ERR, _dumps_error(task_error))] * max(
                 1, num_returns - len(done))
 
+        if value.__class__ is GeneratorReturns:  # a generator's, for N returns
+            return self._generator_returns(value, num_returns, name, return_ids, failed,
+                                           error_fields, may_keep)
         try:
             items = split_returns(value, num_returns)
         except Exception as error:  # wrong count or not a sequence: Ray's types
@@ -589,6 +593,30 @@ class _Worker:
                 )
                 return failed(error, f"TypeError: {error}", done=results)
         return results
+
+    def _generator_returns(self, taken: GeneratorReturns, num_returns: int, name: str,
+                           return_ids: list, failed, error_fields, may_keep: bool) -> list:
+        """The RESULT items of a generator's values for ``num_returns`` (Ray's rules,
+        ``core/generator_returns.py``): the values it gave, then its error (or Ray's
+        ValueError) for each return it did not give. What it did after the last return is
+        only printed on stderr, as Ray logs it."""
+        values = taken.values
+        if taken.late_error is not None or taken.more:
+            what = (f"raised after its {num_returns} returns were taken; the error is not "
+                    f"returned:\n{_user_traceback(taken.late_error).rstrip()}"
+                    if taken.late_error is not None else
+                    f"yields more than num_returns={num_returns} values; the rest are not "
+                    "returned.")
+            print(f"{name}: the generator {what}", file=sys.stderr, flush=True)
+        done = self._serialize_returns(values[0] if len(values) == 1 else values,
+                                       len(values), name, return_ids, error_fields,
+                                       may_keep) if values else []
+        error = taken.missing_error(num_returns)
+        if error is None:
+            return done
+        text = (_user_traceback(error) if error is taken.error
+                else f"{type(error).__name__}: {error}")
+        return failed(error, text, done=done)
 
     def _send_result(self, task_id: bytes, results: list, retryable: bool,
                      times: tuple | None = None) -> None:
