@@ -390,12 +390,20 @@ def cancelled_call_outcome_stands(error: BaseException | None) -> bool:
     """A sync or threaded actor call cancelled while it ran has ended, returning a value
     (``error`` None) or raising ``error``: is that its result, or the cancel error?
 
+    A cancellation it raised is the cancel's too: the ``TaskCancelledError`` of a task it
+    waited for, cancelled with it (``recursive``) and ended first.
+
     >>> cancelled_call_outcome_stands(None), cancelled_call_outcome_stands(KeyboardInterrupt())
     (False, False)
+    >>> from miniray.exceptions import TaskCancelledError
+    >>> cancelled_call_outcome_stands(TaskCancelledError())
+    False
     >>> cancelled_call_outcome_stands(ValueError("its own"))
     True
     """
-    return error is not None and not isinstance(error, KeyboardInterrupt)
+    from miniray.exceptions import TaskCancelledError
+
+    return error is not None and not isinstance(error, (KeyboardInterrupt, TaskCancelledError))
 
 
 def cancelled_call_results_stand(kinds) -> bool:
