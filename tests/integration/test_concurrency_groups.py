@@ -550,6 +550,78 @@ def test_async_default_group_is_sized_by_max_concurrency(ray):
     assert ray.get(actor.peak_.remote(), timeout=GET_TIMEOUT) == 2
 
 
+def test_a_woken_call_runs_before_the_next_call_takes_the_free_turn(ray):
+    """The actor-concurrency page's example: ``max_concurrency=2``, each pair of calls
+    meets on an Event, the second sets it, the first clears it. Ray 2.60 runs them in
+    pairs (it hands a call to the loop only when a turn is free, after the woken first
+    call); miniray started the third call in the turn the second gave back, before the
+    first woke, so a later call waited for a partner forever."""
+
+    @ray.remote
+    class Batches:
+        def __init__(self, batch_size):
+            self.event = asyncio.Event()
+            self.current = 0
+            self.batch_size = batch_size
+            self.log = []
+
+        async def run_task(self, i):
+            self.log.append(("start", i))
+            self.current += 1
+            if self.current == self.batch_size:
+                self.event.set()
+            else:
+                await self.event.wait()
+                self.event.clear()
+                self.current = 0
+            self.log.append(("end", i))
+
+        def log_(self):
+            return self.log
+
+    actor = Batches.options(max_concurrency=2).remote(2)
+    ray.get([actor.run_task.remote(i) for i in range(8)], timeout=GET_TIMEOUT)
+    log = ray.get(actor.log_.remote(), timeout=GET_TIMEOUT)
+    kinds = [kind for kind, _ in log]
+    assert kinds == ["start", "start", "end", "end"] * 4, log
+
+
+def test_an_async_call_cancelled_while_it_waits_for_a_turn_is_answered_at_once(ray):
+    """A call waiting for a turn (max_concurrency=1, the turn held by a call that waits
+    for a release in another group) is cancelled: TaskCancelledError at once, while the
+    holder still runs; the holder then finishes, and a later call runs."""
+
+    @ray.remote(max_concurrency=1, concurrency_groups={"control": 1})
+    class Holder:
+        def __init__(self):
+            self.released = threading.Event()  # set from the control group's thread
+
+        async def hold(self):
+            deadline = time.monotonic() + WAIT
+            while not self.released.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            return self.released.is_set()
+
+        async def quick(self):
+            return "quick"
+
+        @ray.method(concurrency_group="control")
+        def release(self):
+            self.released.set()
+
+    actor = Holder.remote()
+    holding = actor.hold.remote()
+    queued = actor.quick.remote()
+    time.sleep(0.3)  # both reached the actor; the second waits for the turn
+    ray.cancel(queued)
+    with pytest.raises(exceptions.TaskCancelledError):
+        ray.get(queued, timeout=WAIT / 2)  # the holder keeps its turn until released
+    assert ray.wait([holding], timeout=0)[0] == []
+    ray.get(actor.release.remote(), timeout=GET_TIMEOUT)
+    assert ray.get(holding, timeout=GET_TIMEOUT) is True
+    assert ray.get(actor.quick.remote(), timeout=GET_TIMEOUT) == "quick"
+
+
 def test_async_terminate_waits_for_running_calls_of_other_groups(ray):
     """Compared with Ray 2.60: ``__ray_terminate__`` while an io coroutine runs: it finishes
     with its value; the terminate call gets ActorDiedError."""

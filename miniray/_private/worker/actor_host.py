@@ -86,10 +86,19 @@ class ActorContext:
 
 class CallLimit:
     """At most ``size`` calls of one concurrency group run at once on its loop; the others
-    wait for a turn, in the order they asked. Used on that loop's thread only. The caller
-    takes a free turn inline (``free > 0 and not waiting``: no Python call, where
-    ``async with asyncio.Semaphore`` made seven per call) and otherwise awaits ``wait()``;
-    ``release()`` hands the turn to the first waiter still waiting."""
+    wait, in the order they came, as calls not started (no task yet): the turn a call gives
+    back starts the next one then, so that its first step comes after what the ending call
+    made ready. A coroutine it woke (an ``Event.set()``) runs first, as in Ray, which hands
+    a call to the loop only when a turn is free (the actor-concurrency page's batch of 2
+    runs in pairs there; started at once, the next call overtook the woken one and the
+    batches drifted until one waited forever). Used on that loop's thread only.
+
+    >>> limit = CallLimit(1)
+    >>> limit.admit("a"), limit.admit("b"), limit.admit("c")
+    (True, False, False)
+    >>> limit.remove(lambda call: call == "c"), limit.release(), limit.release(), limit.free
+    ('c', 'b', None, 1)
+    """
 
     __slots__ = ("free", "waiting")
 
@@ -97,29 +106,28 @@ class CallLimit:
         self.free = size
         self.waiting: collections.deque = collections.deque()
 
-    async def wait(self) -> None:
-        turn = asyncio.get_running_loop().create_future()
-        self.waiting.append(turn)
-        try:
-            await turn
-        except asyncio.CancelledError:
-            if turn.done() and not turn.cancelled():
-                self.release()  # given the turn just before the cancel: pass it on
-            else:
-                try:
-                    self.waiting.remove(turn)
-                except ValueError:
-                    pass
-            raise
+    def admit(self, call) -> bool:
+        """True: ``call`` takes a free turn now; False: it waits for one (``release``)."""
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return True
+        self.waiting.append(call)
+        return False
 
-    def release(self) -> None:
-        waiting = self.waiting
-        while waiting:
-            turn = waiting.popleft()
-            if not turn.done():
-                turn.set_result(None)  # the turn passes on: ``free`` does not change
-                return
+    def release(self):
+        """A call gave its turn back: the next call waiting, which takes it, or None."""
+        if self.waiting:
+            return self.waiting.popleft()  # the turn passes on: ``free`` does not change
         self.free += 1
+        return None
+
+    def remove(self, matches):
+        """The first call waiting that ``matches``, taken out of the line, or None."""
+        for call in self.waiting:
+            if matches(call):
+                self.waiting.remove(call)
+                return call
+        return None
 
 
 class ActorHost:
@@ -291,23 +299,37 @@ class ActorHost:
             self.run_call(message)
 
     def _start_calls(self, loop, inbox: list) -> None:
-        """On ``loop``: start the calls handed over since the last wake-up, in order, each
-        as a task recorded for ``cancel()``; one cancelled before it got its task has it
-        cancelled after its first step (which answers a call that never started)."""
+        """On ``loop``: the calls handed over since the last wake-up, in order: each that
+        gets a turn (``CallLimit.admit``) starts as a task; the others wait for one."""
         with self.lock:
             calls = inbox[:]
             inbox.clear()
-        run_async = self._run_async
-        create_task = loop.create_task
-        tasks = [(message[1], create_task(run_async(message, coroutine, limit)))
-                 for message, coroutine, limit in calls]
+        for call in calls:
+            if call[2].admit(call):
+                self._start_call(loop, call)
+
+    def _start_call(self, loop, call: tuple) -> None:
+        """On ``loop``: ``call`` (message, coroutine, limit), holding a turn, starts as a
+        task recorded for ``cancel()``; one cancelled before it got its task has it
+        cancelled after its first step (which answers a call that never started)."""
+        message, coroutine, limit = call
+        task_id = message[1]
+        task = loop.create_task(self._run_async(message, coroutine, limit))
         with self.lock:
-            async_calls, cancelled = self.async_calls, self.cancelled
-            for task_id, task in tasks:
-                if task_id in async_calls:
-                    async_calls[task_id] = task
-                if task_id in cancelled:
-                    loop.call_soon(task.cancel)
+            if task_id in self.async_calls:
+                self.async_calls[task_id] = task
+            if task_id in self.cancelled:
+                loop.call_soon(task.cancel)
+
+    def _cancel_waiting(self, loop, task_id: bytes) -> None:
+        """On ``loop``: a call cancelled while it waits for a turn is answered now and
+        leaves the line (it never runs)."""
+        for _loop, limit in self.loops.values():
+            call = limit.remove(lambda waiting: waiting[0][1] == task_id)
+            if call is not None:
+                self._skip_if_cancelled(task_id, call[0][6])
+                self._call_ended(task_id)
+                return
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
@@ -320,30 +342,30 @@ class ActorHost:
             message[7], message[6])
 
     async def _run_async(self, message: tuple, coroutine: bool, limit: CallLimit) -> None:
+        """A call holding a turn of ``limit``: run it, then pass the turn on."""
         task_id = message[1]
-        started = False
+        started = False  # stays so when cancelled before its first step
         try:
-            if limit.free > 0 and not limit.waiting:  # a free turn, taken inline
-                limit.free -= 1
-            else:
-                await limit.wait()
             started = True
-            try:
-                if coroutine:
-                    await self._call_coroutine(message)
-                else:
-                    self.run_call(message)
-            finally:
-                limit.release()
+            if coroutine:
+                await self._call_coroutine(message)
+            else:
+                self.run_call(message)
         except asyncio.CancelledError:
-            if not started:  # cancelled while it waited for its turn: it never runs
+            if not started:  # it never ran: answered as cancelled
                 self._skip_if_cancelled(task_id, message[6])
         finally:
-            with self.lock:
-                self.async_calls.pop(task_id, None)
-                self.cancelled.discard(task_id)
-                if self.exit_waits:
-                    self.calls_ended.notify_all()
+            following = limit.release()
+            if following is not None:
+                self._start_call(asyncio.get_running_loop(), following)
+            self._call_ended(task_id)
+
+    def _call_ended(self, task_id: bytes) -> None:
+        with self.lock:
+            self.async_calls.pop(task_id, None)
+            self.cancelled.discard(task_id)
+            if self.exit_waits:
+                self.calls_ended.notify_all()
 
     async def _call_coroutine(self, message: tuple) -> None:
         (_, task_id, method_name, args_blob, dep_values, return_ids, num_returns,
@@ -597,9 +619,12 @@ class ActorHost:
         (``is_canceled()``; the owner ends its waits), an async one's coroutine cancelled."""
         with self.lock:
             self.cancelled.add(task_id)
-            task = self.async_calls.get(task_id)
-        if task is not None:  # not started yet: ``_start_calls`` cancels it
+            task = self.async_calls.get(task_id, False)
+        if task:
             task.get_loop().call_soon_threadsafe(task.cancel)
+        elif task is None and self.loop is not None:  # read, not started: maybe waiting for
+            for loop, _limit in self.loops.values():  # a turn (else ``_start_call`` sees it)
+                loop.call_soon_threadsafe(self._cancel_waiting, loop, task_id)
 
     def flag_cancelled(self, task_id: bytes) -> None:
         """A wait of this running sync call was answered CANCELLED (maybe before the control
