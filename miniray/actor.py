@@ -226,6 +226,8 @@ class ActorClass(Generic[T]):
                 rt, runtime_envs.parse_for_task(opts.get("runtime_env"))),
             pg=pg_ctx,
             affinity=_options.task_strategy(opts),  # a node's, SPREAD: owner/remote_actors.py
+            out_of_order=bool(self._is_async or max_concurrency > 1
+                              or opts.get("allow_out_of_order_execution")),
         )
         actor_id = rt.create_actor(spec)
         return ActorHandle(actor_id, state)

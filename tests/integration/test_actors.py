@@ -22,7 +22,7 @@ import miniray
 from miniray import exceptions
 from miniray._private.host import procinfo
 
-from .helpers import wait_until
+from .helpers import open_gate, wait_until
 
 GET_TIMEOUT = 30
 
@@ -210,6 +210,52 @@ def test_ray_call_runs_a_function_on_the_actor(ray):
         get(counter.__ray_call__.remote(lambda self: 1 / 0))
     with pytest.raises(TypeError, match="missing a required argument: 'fn'"):
         counter.__ray_call__.remote()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async", "threaded", "allow_out_of_order"])
+def test_calls_waiting_for_an_argument_and_the_order_they_run_in(ray, tmp_path, kind):
+    """Ray 2.60's task-orders page, checked there with these actors: a sync actor runs one
+    submitter's calls in submission order, so a call waiting for an argument holds back the
+    calls after it; an async or threaded actor, or one with
+    ``allow_out_of_order_execution=True``, runs each call once its arguments are ready
+    (``1 3 6`` against ``6 2 5`` for add(x), add(2), add(3) with x=1 late). miniray kept
+    submission order for all four."""
+    gate = str(tmp_path / "gate")
+
+    @ray.remote
+    def late(value, path):
+        deadline = time.monotonic() + GET_TIMEOUT
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return value
+
+    class Counter:
+        def __init__(self):
+            self.value = 0
+
+        def add(self, addition):
+            self.value += addition
+            return self.value
+
+    class AsyncCounter(Counter):
+        async def add(self, addition):
+            self.value += addition
+            return self.value
+
+    options = {"threaded": {"max_concurrency": 2},
+               "allow_out_of_order": {"allow_out_of_order_execution": True}}.get(kind, {})
+    cls = ray.remote(AsyncCounter if kind == "async" else Counter)
+    counter = cls.options(**options).remote()
+    first = counter.add.remote(late.remote(1, gate))
+    second, third = counter.add.remote(2), counter.add.remote(3)
+    if kind == "sync":
+        assert ray.wait([second], timeout=0.5)[0] == []  # held back behind the first
+        open_gate(gate)
+        assert ray.get([first, second, third], timeout=GET_TIMEOUT) == [1, 3, 6]
+    else:
+        assert ray.get([second, third], timeout=GET_TIMEOUT) == [2, 5]
+        open_gate(gate)
+        assert ray.get(first, timeout=GET_TIMEOUT) == 6
 
 
 # ----------------------------------------------------------------------------- resources

@@ -105,7 +105,10 @@ class ActorCreationSpec:
                  "placement", "held", "max_restarts", "max_task_retries", "max_concurrency",
                  "is_async", "name", "namespace", "detached", "get_if_exists", "handle_state",
                  "max_pending_calls", "contained", "runtime_env", "concurrency_groups", "pg",
-                 "affinity", "lent")
+                 "affinity", "lent", "out_of_order")
+    # ``out_of_order``: its calls may run as their arguments become ready, not in the order
+    # they were submitted (an async or threaded actor, or allow_out_of_order_execution), as
+    # Ray sends them (``owner/actor_calls._pump``).
     # ``lent``: a named actor that a driver places in a bundle it holds on another node
     # gives the node's actor service ``(that node's NodeEntry, the actor's GPU ids of the
     # bundle, the lending driver's node id when it is not the service's, else "", whether

@@ -129,7 +129,10 @@ class ActorCalls:
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go: to the
         actor's worker, or for a proxy to the node's actor service (argument values pinned
-        here until the result comes back)."""
+        here until the result comes back). An actor whose calls may run out of order (async,
+        threaded, ``allow_out_of_order_execution``: ``spec.out_of_order``) gets each call
+        whose arguments are ready, whatever waits before it, as Ray 2.60 sends them (the
+        task-orders page: a call waiting for an argument runs after a later one)."""
         remote = actor.remote
         if not remote and (actor.state != A_ALIVE or actor.worker is None or actor.exiting):
             return
@@ -140,8 +143,17 @@ class ActorCalls:
         # to an idle actor goes at once.
         busy = bool(actor.inflight)
         mapper = None if remote or getattr(actor.worker, "elsewhere", False) else actor.worker
-        while queue and queue[0].waiting <= 0:
-            call = queue.popleft()
+        unordered = actor.spec.out_of_order
+        while queue:
+            if queue[0].waiting <= 0:
+                call = queue.popleft()
+            elif unordered:
+                call = next((c for c in queue if c.waiting <= 0), None)
+                if call is None:
+                    break
+                queue.remove(call)
+            else:
+                break
             spec = call.spec
             if call.failed is not None:
                 self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
@@ -155,6 +167,8 @@ class ActorCalls:
                         call.waiting += 1
                         entry.add_waiter(_CallDep(self, call))
                     queue.appendleft(call)
+                    if unordered:
+                        continue  # it waits now: the calls after it may go
                     break
                 if kept:  # on another node: its sender reads or fetches them there
                     call.kept = tuple(kept)
