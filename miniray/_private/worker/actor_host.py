@@ -304,22 +304,22 @@ class ActorHost:
         with self.lock:
             calls = inbox[:]
             inbox.clear()
-        for call in calls:
-            if call[2].admit(call):
-                self._start_call(loop, call)
+        run_async = self._run_async
+        create_task = loop.create_task
+        self._record(loop, [(call[0][1], create_task(run_async(*call)))
+                            for call in calls if call[2].admit(call)])
 
-    def _start_call(self, loop, call: tuple) -> None:
-        """On ``loop``: ``call`` (message, coroutine, limit), holding a turn, starts as a
-        task recorded for ``cancel()``; one cancelled before it got its task has it
-        cancelled after its first step (which answers a call that never started)."""
-        message, coroutine, limit = call
-        task_id = message[1]
-        task = loop.create_task(self._run_async(message, coroutine, limit))
+    def _record(self, loop, tasks: list) -> None:
+        """On ``loop``: the calls just started, ``(task_id, task)`` each, recorded for
+        ``cancel()``; one cancelled before it got its task has it cancelled after its first
+        step (which answers a call that never started)."""
         with self.lock:
-            if task_id in self.async_calls:
-                self.async_calls[task_id] = task
-            if task_id in self.cancelled:
-                loop.call_soon(task.cancel)
+            async_calls, cancelled = self.async_calls, self.cancelled
+            for task_id, task in tasks:
+                if task_id in async_calls:
+                    async_calls[task_id] = task
+                if task_id in cancelled:
+                    loop.call_soon(task.cancel)
 
     def _cancel_waiting(self, loop, task_id: bytes) -> None:
         """On ``loop``: a call cancelled while it waits for a turn is answered now and
@@ -356,8 +356,10 @@ class ActorHost:
                 self._skip_if_cancelled(task_id, message[6])
         finally:
             following = limit.release()
-            if following is not None:
-                self._start_call(asyncio.get_running_loop(), following)
+            if following is not None:  # its turn: it starts behind what is ready now
+                loop = asyncio.get_running_loop()
+                self._record(loop, [(following[0][1],
+                                     loop.create_task(self._run_async(*following)))])
             self._call_ended(task_id)
 
     def _call_ended(self, task_id: bytes) -> None:
@@ -623,7 +625,7 @@ class ActorHost:
         if task:
             task.get_loop().call_soon_threadsafe(task.cancel)
         elif task is None and self.loop is not None:  # read, not started: maybe waiting for
-            for loop, _limit in self.loops.values():  # a turn (else ``_start_call`` sees it)
+            for loop, _limit in self.loops.values():  # a turn (else ``_record`` sees it)
                 loop.call_soon_threadsafe(self._cancel_waiting, loop, task_id)
 
     def flag_cancelled(self, task_id: bytes) -> None:
