@@ -40,7 +40,8 @@ def _manager(elsewhere: bool):
     manager.calls = {}
     manager.link = None
     actor = _Actor(types.SimpleNamespace(actor_id=b"A" * 16, max_pending_calls=None,
-                                         class_name="Reader", max_restarts=0))
+                                         class_name="Reader", max_restarts=0,
+                                         out_of_order=False))
     actor.state = A_ALIVE
     actor.worker = types.SimpleNamespace(
         elsewhere=elsewhere, send=lambda message: sent.append(message))

@@ -530,7 +530,8 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
 
         owner = self.owner
         actor = worker.actor
-        if self.created_by and actor is not None:  # the actors it created die with it
+        if self.created_by and actor is not None and not owner.closed:  # its creations
+            # die with it (at shutdown every process ends anyway)
             self.creator_gone(worker, f"the worker process (pid={worker.pid}) of actor "
                                       f"{actor.spec.class_name} ended: {detail}")
         elsewhere = getattr(worker, "elsewhere", False)

@@ -225,8 +225,8 @@ class OwnerEvents:
                 worker, detail if death is None else f"it was killed because {death}")
             self._dispatch_all()
             return 0, 0
-        if self.actors.created_by:  # a task's worker: what it created dies with it
-            if was_dead:  # unless this driver retired it (Ray keeps such a worker)
+        if self.actors.created_by and not self._closed:  # a task worker: its creations die
+            if was_dead:  # with it unless this driver retired it (Ray keeps such a worker)
                 self.actors.creator_retired(worker)
             else:
                 running = worker.inflight[0].spec.name if worker.inflight else None

@@ -344,16 +344,13 @@ class ActorHost:
     async def _run_async(self, message: tuple, coroutine: bool, limit: CallLimit) -> None:
         """A call holding a turn of ``limit``: run it, then pass the turn on."""
         task_id = message[1]
-        started = False  # stays so when cancelled before its first step
-        try:
-            started = True
+        try:  # its first step always runs: ``_record`` cancels it after that step
             if coroutine:
                 await self._call_coroutine(message)
             else:
                 self.run_call(message)
         except asyncio.CancelledError:
-            if not started:  # it never ran: answered as cancelled
-                self._skip_if_cancelled(task_id, message[6])
+            pass  # the call answered its cancel itself (``_call_coroutine``)
         finally:
             following = limit.release()
             if following is not None:  # its turn: it starts behind what is ready now

@@ -96,6 +96,8 @@ CANCEL_WAKE_SIGNAL = signal.SIGUSR2
 
 def _wake_for_cancel(signum, frame) -> None:
     """CANCEL_WAKE_SIGNAL's handler: nothing to do (see there)."""
+
+
 # What ``payload_for`` makes of a returned None (the plain pickle: no buffers, no refs
 # inside), made once: a no-op task's result costs no pickler.
 _NONE_PAYLOAD = oob.inline_blob(oob.serialize(None))
