@@ -321,15 +321,13 @@ class ActorHost:
                 if task_id in cancelled:
                     loop.call_soon(task.cancel)
 
-    def _cancel_waiting(self, loop, task_id: bytes) -> None:
-        """On ``loop``: a call cancelled while it waits for a turn is answered now and
-        leaves the line (it never runs)."""
-        for _loop, limit in self.loops.values():
-            call = limit.remove(lambda waiting: waiting[0][1] == task_id)
-            if call is not None:
-                self._skip_if_cancelled(task_id, call[0][6])
-                self._call_ended(task_id)
-                return
+    def _cancel_waiting(self, limit: CallLimit, task_id: bytes) -> None:
+        """On ``limit``'s loop (the only thread that touches it): a call cancelled while it
+        waits there for a turn is answered now and leaves the line (it never runs)."""
+        call = limit.remove(lambda waiting: waiting[0][1] == task_id)
+        if call is not None:
+            self._skip_if_cancelled(task_id, call[0][6])
+            self._call_ended(task_id)
 
     def _reply_unknown_group(self, message: tuple) -> None:
         """The caller's handle checks the group of every call (``call_group``): a group the
@@ -622,8 +620,8 @@ class ActorHost:
         if task:
             task.get_loop().call_soon_threadsafe(task.cancel)
         elif task is None and self.loop is not None:  # read, not started: maybe waiting for
-            for loop, _limit in self.loops.values():  # a turn (else ``_record`` sees it)
-                loop.call_soon_threadsafe(self._cancel_waiting, loop, task_id)
+            for loop, limit in self.loops.values():  # a turn (else ``_record`` sees it)
+                loop.call_soon_threadsafe(self._cancel_waiting, limit, task_id)
 
     def flag_cancelled(self, task_id: bytes) -> None:
         """A wait of this running sync call was answered CANCELLED (maybe before the control
