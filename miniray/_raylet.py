@@ -14,22 +14,22 @@ Example:
 
 from __future__ import annotations
 
-from miniray._private.api import ObjectRefGenerator
-from miniray._private.core.ids import (
+from miniray import (  # the package's own names (loaded on first use, as there)
     ActorClassID,
     ActorID,
+    DynamicObjectRefGenerator,
     FunctionID,
     JobID,
     NodeID,
+    ObjectID,
+    ObjectRef,
+    ObjectRefGenerator,
     PlacementGroupID,
     TaskID,
     UniqueID,
     WorkerID,
 )
-from miniray._private.core.object_ref import ObjectRef
-from miniray._private.object_ref_generator import DynamicObjectRefGenerator
 
-ObjectID = ObjectRef  # Ray's older name, the same class there too
 StreamingObjectRefGenerator = ObjectRefGenerator  # Ray 2.60's alias
 
 __all__ = [

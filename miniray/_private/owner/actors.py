@@ -599,22 +599,24 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         it created and not detached dies, never restarting, as in Ray, where the process
         that creates an actor owns it and the actor fate-shares with its owner. Their own
         processes' ends take their creations along in turn."""
-        created = self.created_by.pop(worker, None)
-        for actor_id in created or ():
-            actor = self.actors.get(actor_id)
-            if actor is None or actor.state == A_DEAD or actor.remote:
-                continue
-            actor.creator = None
-            self.kill(actor_id, True, reason=owner_died(how))
+        for actor in self._untie_creations(worker):
+            if actor.state != A_DEAD and not actor.remote:
+                self.kill(actor.spec.actor_id, True, reason=owner_died(how))
 
     def creator_retired(self, worker) -> None:
         """*Locked.* ``worker``'s process was asked to exit by its owner (idle, or
         ``max_calls`` reached): what it created lives on, owned by the driver (Ray keeps a
         worker that owns actors from exiting; here the driver is every actor's keeper)."""
-        for actor_id in self.created_by.pop(worker, None) or ():
-            actor = self.actors.get(actor_id)
+        self._untie_creations(worker)
+
+    def _untie_creations(self, worker) -> list:
+        """*Locked.* The actors ``worker`` created, no longer tied to it."""
+        created = [self.actors.get(actor_id)
+                   for actor_id in self.created_by.pop(worker, None) or ()]
+        for actor in created:
             if actor is not None:
                 actor.creator = None
+        return [actor for actor in created if actor is not None]
 
     def _die(self, actor: _Actor, death: bytes, init: bool = False) -> None:
         if actor.creator is not None:

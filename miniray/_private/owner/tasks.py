@@ -63,6 +63,7 @@ def _error_text(results: list) -> str:
     except Exception:  # noqa: BLE001 - only the retry line's text is missing
         return ""
 
+
 class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",

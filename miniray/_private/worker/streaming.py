@@ -48,6 +48,16 @@ def _passes_through(error: BaseException) -> bool:
     return isinstance(error, TaskCancelledError) or not isinstance(error, Exception)
 
 
+def _error_payload(worker, task_id: bytes, name: str, error: BaseException,
+                   error_fields) -> bytes:
+    """The ERR payload of a generator's own error, raised at one of its values: the task
+    error naming the call (and, for an actor's, ``error_fields()``: its id and repr)."""
+    fields = error_fields() if error_fields is not None else {}
+    return _dumps_error(task_error_for(
+        error, name, pid=worker.pid, ip=worker.info.get("node_ip", "127.0.0.1"),
+        traceback_str=_user_traceback(error), task_id=task_id, **fields))
+
+
 def _not_a_generator(value) -> TypeError:
     return TypeError(
         f"A streaming call must return a generator, got {type(value).__name__}; "
@@ -88,12 +98,8 @@ class _Sender:
         return result[0] == protocol.OK
 
     def error(self, error: BaseException) -> None:
-        worker = self.worker
-        fields = self.error_fields() if self.error_fields is not None else {}
-        task_error = task_error_for(
-            error, self.name, pid=worker.pid, ip=worker.info.get("node_ip", "127.0.0.1"),
-            traceback_str=_user_traceback(error), task_id=self.task_id, **fields)
-        self._send(protocol.ERR, _dumps_error(task_error), ())
+        self._send(protocol.ERR, _error_payload(self.worker, self.task_id, self.name, error,
+                                                self.error_fields), ())
 
     def _send(self, kind: int, payload, contained, sers=()) -> None:
         _flush_std()  # what the generator printed comes before its value
@@ -163,12 +169,8 @@ def dynamic(worker, task_id: bytes, generator, name: str = "",
     except BaseException as error:  # the generator's own error: its last ref
         if _passes_through(error):
             raise
-        fields = error_fields() if error_fields is not None else {}
-        task_error = task_error_for(
-            error, name, pid=worker.pid, ip=worker.info.get("node_ip", "127.0.0.1"),
-            traceback_str=_user_traceback(error), task_id=task_id, **fields)
         object_id = ids.stream_item_id(task_id, len(refs))
-        worker.channel.send((protocol.PUT, object_id, protocol.ERR, _dumps_error(task_error),
-                             ()))
+        worker.channel.send((protocol.PUT, object_id, protocol.ERR,
+                             _error_payload(worker, task_id, name, error, error_fields), ()))
         refs.append(ObjectRef(object_id))
     return DynamicObjectRefGenerator(refs)
