@@ -12,9 +12,10 @@ from a higher one, and the import graph has no cycle, counting imports inside fu
     runtime.py api.py          init/shutdown and the driver's composition; the bodies of the
     surface.py                 public functions; remote/method/get_actor/kill; Ray's path
     object_ref_generator.py    of the generator types; the state API's reader; init()'s
-    state_api.py               argument checks; the driver's store and session files
-    init_args.py
+    state_api.py               argument checks; the driver's store and session files;
+    init_args.py               Ray's private ``internal_api.memory_summary``
     driver_session.py
+    internal_api.py
       |                        (the public modules, miniray/*.py and util/, sit here too)
     owner/      worker/        the driver's engine under one lock | the worker process
       |
@@ -35,3 +36,13 @@ An import inside a function is for laziness only (the engine loads at ``init()``
 needs something a higher one sets up, the higher one installs it: ``runtime`` puts the
 current runtime and its auto-init hook into ``core/context.py``.
 """
+
+
+def __getattr__(name: str):
+    """``ray._private.internal_api`` is reachable as an attribute in Ray; so it is here,
+    loaded on first use like the package's other names."""
+    if name == "internal_api":
+        import importlib  # lazy: loads the state reader only when a program asks for it
+
+        return importlib.import_module(f"{__name__}.internal_api")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

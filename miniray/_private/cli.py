@@ -224,7 +224,12 @@ def _add_state_commands(sub) -> None:
                                            "(as `ray memory`)")
     memory.add_argument("--address", default=None, help=_ADDRESS_HELP)
     memory.add_argument("--stats-only", action="store_true",
-                        help="only each driver's store statistics, no reference table")
+                        help="only the stores' totals, no reference table")
+    memory.add_argument("--group-by", choices=("NODE_ADDRESS", "STACK_TRACE"),
+                        default="NODE_ADDRESS",
+                        help="accepted as in Ray; references are grouped by driver either way")
+    memory.add_argument("--units", choices=("B", "KB", "MB", "GB"), default="B",
+                        help="the unit of the sizes (default B)")
     memory.add_argument("--num-entries", "-n", type=int, default=None,
                         help="the most references to print per driver (default: all)")
     memory.add_argument("--sort-by", choices=("PID", "OBJECT_SIZE", "REFERENCE_TYPE"),
@@ -314,31 +319,18 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
-    import os
-
     from miniray._private import state_api  # lazy, as above
-    from miniray._private.core import state_rows
 
     try:
-        views = state_api.gather(args.address, args.timeout)
+        text = state_api.memory(args.address, args.timeout, group_by=args.group_by,
+                                sort_by=args.sort_by, units=args.units,
+                                stats_only=args.stats_only, num_entries=args.num_entries)
     except (ValueError, ConnectionError, NotImplementedError, TimeoutError) as error:
         return _error(str(error))
-    drivers = []
-    objects: dict[int, list] = {}
-    order = {"PID": lambda r: r.get("pid") or 0,
-             "OBJECT_SIZE": lambda r: -(r.get("object_size") or 0),
-             "REFERENCE_TYPE": lambda r: r.get("reference_type") or ""}[args.sort_by]
-    for view in views:
-        for doc in view.drivers:
-            driver = dict(doc["driver"], session=os.path.basename(view.session_dir))
-            drivers.append(driver)
-            objects[driver["pid"]] = [] if args.stats_only else sorted(doc["objects"],
-                                                                         key=order)
-    if not drivers:
+    if text is None:
         print("No miniray driver is running.", file=sys.stderr)
         return 1
-    sys.stdout.write(state_rows.format_memory(drivers, objects, sort_by=args.sort_by,
-                                              num_entries=args.num_entries))
+    sys.stdout.write(text)
     return 0
 
 

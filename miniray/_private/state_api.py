@@ -130,6 +130,36 @@ def gather(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
     return views
 
 
+def memory(address: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
+           group_by: str = "NODE_ADDRESS", sort_by: str = "OBJECT_SIZE", units: str = "B",
+           stats_only: bool = False, num_entries: int | None = None) -> str | None:
+    """``ray memory``'s report of the sessions ``address`` names (``miniray memory``,
+    ``ray._private.internal_api.memory_summary``); None when no driver of theirs runs.
+    ValueError names a bad option before anything is asked."""
+    for name, value, allowed in (("group_by", group_by, state_rows.MEMORY_GROUPS),
+                                 ("sort_by", sort_by, state_rows.MEMORY_SORTS),
+                                 ("units", units, tuple(state_rows.MEMORY_UNITS))):
+        if value not in allowed:
+            raise ValueError(f"{name}={value!r} is not one of {', '.join(allowed)}.")
+    if num_entries is not None and (not isinstance(num_entries, int) or num_entries < 0):
+        raise ValueError(f"num_entries={num_entries!r}: give a count of 0 or more, or None "
+                         "for all.")
+    order = {"PID": lambda r: r.get("pid") or 0,
+             "OBJECT_SIZE": lambda r: -(r.get("object_size") or 0),
+             "REFERENCE_TYPE": lambda r: r.get("reference_type") or ""}[sort_by]
+    drivers = []
+    objects: dict[int, list] = {}
+    for view in gather(address, timeout):
+        for doc in view.drivers:
+            drivers.append(dict(doc["driver"], session=os.path.basename(view.session_dir)))
+            objects[doc["driver"]["pid"]] = sorted(doc["objects"], key=order)
+    if not drivers:
+        return None
+    return state_rows.format_memory(drivers, objects, sort_by=sort_by,
+                                    num_entries=num_entries, units=units,
+                                    stats_only=stats_only)
+
+
 def timeline(address: str | None = None, timeout: float = DEFAULT_TIMEOUT,
              root: str | None = None) -> list[dict]:
     """The Chrome trace events of every live driver of the sessions ``address`` names

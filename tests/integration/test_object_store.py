@@ -406,7 +406,14 @@ def test_spilling_over_the_cap_and_transparent_restore(ray_start):
         assert value.shape == (n,) and value[0] == i and value[-1] == i
         assert value.flags.writeable is False
         del value
-    assert store.statistics()["restores"] > 0
+    stats = store.statistics()
+    assert stats["restores"] > 0
+    # Ray's `ray memory` lines count what moved since start (its private memory_summary).
+    report = miniray._private.internal_api.memory_summary(stats_only=True)
+    assert f"Spilled {stats['bytes_spilled_total'] // MIB} MiB, {stats['spills']} objects, " \
+        "avg write throughput " in report and stats["spills"] >= 2, report
+    assert f"Restored {stats['bytes_restored_total'] // MIB} MiB, {stats['restores']} " \
+        "objects, avg read throughput " in report, report
 
     @miniray.remote
     def first_and_last(x):

@@ -301,6 +301,24 @@ def test_cli_against_an_embedded_session(work, tmp_path):
     ray.get(ref)
 
 
+def test_rays_private_memory_summary_reads_this_drivers_store(ray):
+    """``ray._private.internal_api.memory_summary``, which benchmarks print and parse: the
+    totals line in Ray's words, the reference table in Ray's units, bad options named."""
+    import miniray._private.internal_api as internal_api
+
+    big = ray.put(b"z" * (6 << 20))  # noqa: F841  (held: it is counted)
+    totals = ray._private.internal_api.memory_summary(stats_only=True)
+    assert totals.splitlines()[1].startswith("Plasma memory usage 6 MiB, 1 objects, ")
+    assert totals.endswith("% needed\n") and "Object references" not in totals
+    table = internal_api.memory_summary(units="KB", sort_by="PID", group_by="STACK_TRACE")
+    assert f"driver: pid {os.getpid()}" in table and f"| {((6 << 20) + 33) / 1000} KB " \
+        in table  # the 6 MiB object, pickled
+    with pytest.raises(ValueError, match="units='TB' is not one of B, KB, MB, GB"):
+        internal_api.memory_summary(units="TB")
+    with pytest.raises(ValueError, match="sort_by='SIZE'"):
+        internal_api.memory_summary(sort_by="SIZE")
+
+
 def test_status_finds_an_init_session_and_shows_the_store_use(ray):
     """`miniray status` shows a program that only called init(), with its driver and
     workers, and the resources table's object-store row says what the store holds."""

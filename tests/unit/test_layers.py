@@ -34,7 +34,7 @@ RANKS = {
 }
 SUBPACKAGES = {"core", "host", "transport", "object_store", "ledger", "owner", "worker", "node"}
 TOP = {"runtime", "init_args", "driver_session", "api", "surface", "object_ref_generator",
-       "state_api"}
+       "state_api", "internal_api"}
 # Public modules that sit lower than "top": leaves every layer may import.
 PUBLIC_LEAVES = {"exceptions": "core", "_version": "core"}
 PUBLIC_MAY_IMPORT = {"core", "top"}

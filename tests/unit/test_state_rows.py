@@ -124,4 +124,27 @@ def test_memory_report_as_ray_lays_it_out_per_driver():
     row = [cell.strip() for cell in lines[at + 6].split("|")]
     assert row == ["127.0.0.1", "7", "Driver", "disabled", "FINISHED", "0", "3145728 B",
                    "LOCAL_REFERENCE", "o1"]
-    assert lines[-1] == "Plasma memory usage 3 MiB, 1 objects, 10.0% full"
+    assert lines[-1] == "Plasma memory usage 3 MiB, 1 objects, 10.0% full, 10.0% needed"
+
+
+def test_memory_report_in_rays_units_and_totals_alone():
+    drivers = [{"pid": 7, "store": {"bytes_in_memory": 3 << 20, "objects": 2,
+                                    "capacity": 30 << 20}},
+               {"pid": 8, "store": {"bytes_in_memory": 1 << 20, "objects": 1,
+                                    "capacity": 10 << 20}}]
+    objects = {7: [{"object_id": "o1", "reference_type": "LOCAL_REFERENCE",
+                    "object_size": 2_500_000}], 8: []}
+    text = state_rows.format_memory(drivers, objects, NOW, units="MB")
+    assert "| 2.5 MB " in text  # Ray's units are powers of ten
+    summary = text.splitlines()[text.splitlines().index("--- Summary for driver: pid 7 ---")
+                                + 2]
+    assert summary.split()[:4] == ["2.5", "MB", "1,", "(2.5"]
+    totals = state_rows.format_memory(drivers, objects, NOW, stats_only=True)
+    assert totals.splitlines() == [  # both drivers' stores summed, no reference table
+        "--- Aggregate object store stats across all drivers ---",
+        "Plasma memory usage 4 MiB, 3 objects, 10.0% full, 10.0% needed"]
+    drivers[0]["store"].update(bytes_spilled_total=40 << 20, spills=4, spill_seconds=0.5,
+                               restores=0, restore_seconds=0.0, shm_dir="/dev/shm")
+    drivers[1]["store"].update(bytes_spilled_total=10 << 20, spills=1, spill_seconds=0.5)
+    assert state_rows.format_memory(drivers, objects, NOW, stats_only=True).splitlines()[2:] \
+        == ["Spilled 50 MiB, 5 objects, avg write throughput 50 MiB/s"]  # none restored

@@ -13,6 +13,7 @@ Does not own: gathering rows (``state_api.py``), nor the snapshot (``owner/state
 
 from __future__ import annotations
 
+import collections
 import datetime
 import json
 from typing import Any, Iterable, Sequence
@@ -400,30 +401,61 @@ _REF_COUNTS = (("LOCAL_REFERENCE", "Local References"), ("PINNED_IN_MEMORY", "Pi
 _SUMMARY_ROW = "{:<19}  {:<16}  {:<12}  {:<13}  {:<19}  {:<13}\n"
 _REF_ROW = "{:<13} | {:<8} | {:<7} | {:<9} | {:<9} | {:<8} | {:<8} | {:<14} | {:<10}\n"
 _SORT_NAMES = {"PID": "pid", "OBJECT_SIZE": "object size", "REFERENCE_TYPE": "reference type"}
+_MIB = 1024 * 1024
+MEMORY_UNITS = {"B": 1, "KB": 10 ** 3, "MB": 10 ** 6, "GB": 10 ** 9}
+MEMORY_SORTS = tuple(_SORT_NAMES)
+# Ray groups by node or by call site; a driver here owns its objects, so rows are grouped by
+# driver whichever is asked (README, Differences).
+MEMORY_GROUPS = ("NODE_ADDRESS", "STACK_TRACE")
 
 
 def format_memory(drivers: Sequence[dict], objects_by_pid: dict[int, list[dict]],
                   now: datetime.datetime | None = None, sort_by: str = "OBJECT_SIZE",
-                  num_entries: int | None = None) -> str:
+                  num_entries: int | None = None, units: str = "B",
+                  stats_only: bool = False) -> str:
     """``miniray memory``: Ray's ``ray memory`` layout, grouped by driver (each driver owns
     its objects and its store) instead of by node: a summary of its references by kind with
-    their sizes, then each reference; last, the stores' totals. Sizes in bytes (Ray's
-    default unit)."""
+    their sizes, then each reference; last, the stores' totals, alone when ``stats_only``.
+    Sizes in ``units`` (Ray's: B, KB, MB, GB, powers of ten); whole bytes print as
+    integers."""
+    scale = MEMORY_UNITS[units]
+
+    def size_text(n: int) -> str:
+        return f"{n if units == 'B' else n / scale} {units}"
+
+    sums: dict[str, float] = collections.Counter()
+    for driver in drivers:
+        sums.update({k: v for k, v in (driver.get("store") or {}).items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    used, capacity = sums["bytes_in_memory"], sums["capacity"]
+    full = round(100 * used / capacity, 2) if capacity else 0
+    totals = ["--- Aggregate object store stats across all drivers ---\n",
+              # Ray's line, its "needed" included: every object here is a primary copy.
+              f"Plasma memory usage {used // _MIB} MiB, {sums['objects']} objects, {full}% "
+              f"full, {full}% needed\n"]
+    for word, moved, count, seconds, way in (
+            ("Spilled", "bytes_spilled_total", "spills", "spill_seconds", "write"),
+            ("Restored", "bytes_restored_total", "restores", "restore_seconds", "read")):
+        if sums[seconds] > 0:  # Ray's lines: totals since start, not what is on disk now
+            totals.append(f"{word} {int(sums[moved] // _MIB)} MiB, {sums[count]} objects, "
+                          f"avg {way} throughput {int(sums[moved] / _MIB / sums[seconds])} "
+                          "MiB/s\n")
+    if stats_only:
+        return "".join(totals)
     stamp = now or datetime.datetime.now()
     out = ["=" * 8 + f" Object references status: {stamp} " + "=" * 8 + "\n",
            f"Grouping by driver...        Sorting by {_SORT_NAMES.get(sort_by, sort_by)}..."
            f"        Display {num_entries if num_entries is not None else 'all'} entries "
            "per group...\n\n\n"]
-    used = capacity = count = 0
     for driver in drivers:
         pid = driver.get("pid")
         rows = objects_by_pid.get(pid, [])
         sizes = [max(0, r.get("object_size") or 0) for r in rows]
-        summary = [f"{sum(sizes)} B"]
+        summary = [size_text(sum(sizes))]
         for kind, _label in _REF_COUNTS:
             mine = [max(0, r.get("object_size") or 0) for r in rows
                     if r.get("reference_type") == kind]
-            summary.append(f"{len(mine)}, ({sum(mine)} B)")
+            summary.append(f"{len(mine)}, ({size_text(sum(mine))})")
         out += [f"--- Summary for driver: pid {pid} ---\n",
                 _SUMMARY_ROW.format("Mem Used by Objects",
                                     *(label for _kind, label in _REF_COUNTS)),
@@ -438,14 +470,7 @@ def format_memory(drivers: Sequence[dict], objects_by_pid: dict[int, list[dict]]
                 str(row.get("type") or "Driver").capitalize(),
                 str(row.get("call_site") or "disabled"), str(row.get("task_status")),
                 str(row.get("attempt_number", 0)),
-                f"{size} B" if size is not None and size > -1 else "?",
+                size_text(size) if size is not None and size > -1 else "?",
                 str(row.get("reference_type")), str(row.get("object_id"))))
         out.append("\n")
-        store = driver.get("store") or {}
-        used += store.get("bytes_in_memory", 0)
-        capacity += store.get("capacity", 0)
-        count += store.get("objects", 0)
-    full = round(100 * used / capacity, 2) if capacity else 0
-    out += ["--- Aggregate object store stats across all drivers ---\n",
-            f"Plasma memory usage {used // (1024 * 1024)} MiB, {count} objects, {full}% full\n"]
-    return "".join(out)
+    return "".join(out + totals)

@@ -477,6 +477,7 @@ class SharedMemoryStore:
                 raise
 
     def _spill(self, entry: _Entry) -> None:
+        started = time.monotonic()
         target = segs.spill_copy(entry.path, self.spill_dir, entry.size, entry.object_id.hex(),
                                  self._top_of(self.spill_dir))
         self._cool(entry)
@@ -487,6 +488,8 @@ class SharedMemoryStore:
             entry.kind, entry.path = "spilled", target
             self._spilled += entry.size
             self._counts["spilled"] += 1
+            self._counts["bytes_spilled"] += entry.size
+            self._counts["spill_seconds"] += time.monotonic() - started
             entry.busy = False
             self._cond.notify_all()
             release = self._detach(entry) if (entry.freed or self._closed) else None
@@ -602,6 +605,7 @@ class SharedMemoryStore:
 
     def _restore(self, entry: _Entry, drops: list[segs.Pooled], victims: list[_Entry]) -> None:
         spill_path, path = entry.path, self._path(entry.object_id)
+        started = time.monotonic()
         try:
             self._evict(drops, victims)
             segs.copy_file(spill_path, path, entry.size)
@@ -617,6 +621,8 @@ class SharedMemoryStore:
         with self._lock:
             entry.kind, entry.path = "shm", path
             self._counts["restored"] += 1
+            self._counts["bytes_restored"] += entry.size
+            self._counts["restore_seconds"] += time.monotonic() - started
         self._commit(entry)
 
     def inline_bytes(self, object_id: bytes) -> bytes:
@@ -783,6 +789,11 @@ class SharedMemoryStore:
                 "segments_adopted": self._counts["adopted"],
                 "spills": self._counts["spilled"],
                 "restores": self._counts["restored"],
+                # Totals since start, as Ray's `ray memory` reports them (its throughputs).
+                "bytes_spilled_total": self._counts["bytes_spilled"],
+                "spill_seconds": self._counts["spill_seconds"],
+                "bytes_restored_total": self._counts["bytes_restored"],
+                "restore_seconds": self._counts["restore_seconds"],
                 "oversized": self._counts["oversized"],
             }
 
