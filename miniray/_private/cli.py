@@ -18,7 +18,8 @@ host are named in one stderr line and ignored.
 (``host/auth_token.py``), creating it first with ``--generate``.
 
 ``miniray run script.py [args]`` runs a program written for Ray unchanged: ``import ray`` and
-every ``ray.*`` submodule resolve to miniray, in the driver and in every worker.
+every ``ray.*`` submodule resolve to miniray, in the driver, in every worker and in every
+Python process they start (``ray_startup/sitecustomize.py``).
 ``miniray run --ray script.py`` is the other direction: a program written with
 ``import miniray as ray`` runs on real Ray, ``miniray`` meaning ``ray`` (``core/alias.py``).
 """
@@ -53,18 +54,41 @@ def _cmd_run(args: argparse.Namespace) -> int:
         alias.become_ray()
     else:
         alias.install()
-        os.environ[config.RAY_ALIAS_ENV] = "1"
+        # The flag and ray_startup/ on PYTHONPATH: a Python process the program starts
+        # (a spawn pool's child, a subprocess) resolves `import ray` the same way.
+        os.environ.update(alias.forward_environ(os.environ))
     script = args.script
     sys.argv = [script] + list(args.args)
-    if args.module:
-        runpy.run_module(script, run_name="__main__", alter_sys=True)
-        return 0
-    if not os.path.exists(script):
+    if not args.module and not os.path.exists(script):
         print(f"miniray run: no such file: {script}", file=sys.stderr)
         return 2
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    runpy.run_path(script, run_name="__main__")
+    try:
+        if args.module:
+            runpy.run_module(script, run_name="__main__", alter_sys=True)
+        else:
+            path = os.path.abspath(script)  # as `python script.py` sets __file__ (3.9+)
+            sys.path.insert(0, os.path.dirname(path))
+            runpy.run_path(path, run_name="__main__")
+    except Exception as error:  # SystemExit and KeyboardInterrupt pass, as under python
+        # The program's traceback as `python script.py` prints it: from its own first
+        # frame, without this launcher's and runpy's (Python prints the exception's own
+        # traceback, whatever the hook is given: both are set).
+        frames = _program_frames(error.__traceback__)
+        sys.excepthook(type(error), error.with_traceback(frames), frames)
+        return 1
     return 0
+
+
+def _program_frames(tb):
+    """``tb`` without its leading frames of this file and of runpy (the whole of it if the
+    program has no frame in it: an error of the launcher itself)."""
+    launcher = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
+    first = tb
+    while first is not None and (first.tb_frame.f_code.co_filename in launcher or
+                                 os.path.abspath(first.tb_frame.f_code.co_filename)
+                                 in launcher):
+        first = first.tb_next
+    return first if first is not None else tb
 
 
 def _cmd_get_auth_token(args: argparse.Namespace) -> int:

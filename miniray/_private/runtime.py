@@ -353,8 +353,8 @@ class Runtime(SessionFiles):
         env.update(self.job_runtime_env.get("env_vars") or {})
         from miniray._private.core import alias  # lazy: see the note at the imports
 
-        if alias.installed():
-            env[config.RAY_ALIAS_ENV] = "1"
+        if alias.installed():  # and so in what a task starts (README, `miniray run`)
+            env = alias.forward_environ(env)
         from miniray._private.transport.spawn import (
             ForkServerClient,  # lazy: see the note at the imports
         )

@@ -9,6 +9,7 @@ returns was compared with Ray 2.60 in its own virtualenv.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -180,3 +181,70 @@ def test_the_names_rays_documents_import_from_ray_raylet(drivers):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report == {"same": [True] * 11, "kinds": [True, True, False], "value": 1}, report
+
+
+def test_processes_the_program_starts_import_ray_as_miniray_too(drivers):
+    """Ray's anti-pattern pages run a ``spawn`` process pool beside Ray; its children import
+    the program's main module, ``import ray`` included, again. Under Ray 2.60 (checked with
+    the same script) they do; under ``miniray run`` they failed with ModuleNotFoundError and
+    the pool broke, since only the driver and its workers had the alias. A Python the
+    program or one of its tasks starts now resolves ``ray`` as the driver does."""
+    done = miniray_run(drivers, """
+        import json
+        import multiprocessing
+        import subprocess
+        import sys
+        from concurrent.futures import ProcessPoolExecutor
+
+        import ray
+
+        def child(x):
+            return ray.__name__, x + 1
+
+        def python_says():
+            return subprocess.run(
+                [sys.executable, "-c", "import ray.util; print(ray.util.__name__)"],
+                capture_output=True, text=True, timeout=60).stdout.strip()
+
+        if __name__ == "__main__":
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+                pooled = ex.submit(child, 1).result(timeout=60)
+            ray.init(num_cpus=1)
+            print(json.dumps({"pool": pooled, "driver": python_says(),
+                              "task": ray.get(ray.remote(python_says).remote(), timeout=60)}))
+            ray.shutdown()
+    """, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"pool": ["miniray", 2], "driver": "miniray.util",
+                      "task": "miniray.util"}, report
+
+
+def test_a_program_under_miniray_run_sees_python_s_file_and_traceback(drivers):
+    """As ``python script.py`` (Ray's way to run a program): ``__file__`` is absolute, and
+    an uncaught error's traceback starts at the program's own frame, with no frame of the
+    launcher or of runpy; ``sys.exit(n)`` ends it with n. Before, ``__file__`` was the
+    path as typed (``dirname`` of it empty) and nine launcher frames came first."""
+    script = drivers.script("""
+        import os
+        import sys
+
+        import ray
+
+        print(os.path.isabs(__file__), os.path.dirname(__file__) == os.getcwd())
+        if sys.argv[1:] == ["exit"]:
+            sys.exit(3)
+        raise ValueError("boom")
+    """)
+    name = os.path.basename(script)
+    runs = [subprocess.run([sys.executable, "-m", "miniray", "run", name, *argv],
+                           cwd=os.path.dirname(script), env=drivers.env(),
+                           capture_output=True, text=True, timeout=60)
+            for argv in ([], ["exit"])]
+    raised, exited = runs
+    assert raised.returncode == 1 and raised.stdout == "True True\n", raised
+    assert raised.stderr.splitlines() == [
+        "Traceback (most recent call last):",
+        f'  File "{script}", line 10, in <module>', '    raise ValueError("boom")',
+        "ValueError: boom"], raised.stderr
+    assert exited.returncode == 3 and exited.stderr == "", exited

@@ -116,6 +116,14 @@ def test_on_ray_environ_sets_the_flag_and_startup_dir_first():
     assert alias.ON_RAY_ENV == config.ON_RAY_ENV
 
 
+def test_forward_environ_sets_its_flag_and_startup_dir_first():
+    env = alias.forward_environ({"PYTHONPATH": os.pathsep.join([alias.STARTUP_DIR, "/a"]),
+                                 "MINIRAY_ON_RAY": "1", "KEEP": "x"})
+    assert env["MINIRAY_RAY_ALIAS"] == "1" and "MINIRAY_ON_RAY" not in env
+    assert env["PYTHONPATH"].split(os.pathsep) == [alias.STARTUP_DIR, "/a"]
+    assert env["KEEP"] == "x" and alias.RAY_ALIAS_ENV == config.RAY_ALIAS_ENV
+
+
 def test_ray_missing_names_the_install_command(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     text = alias.ray_missing()

@@ -1,11 +1,13 @@
 """The two import aliases between ``ray`` and ``miniray``: meta-path finders.
 
 Owns: the forward alias (``import ray`` gives miniray, for ``miniray run``), the reverse alias
-(``import miniray`` gives Ray, for ``miniray run --ray``), and whether each is installed. Does
-not own: running programs (``cli.py`` installs the forward alias for ``miniray run`` and the
-reverse one for ``miniray run --ray``; the fork server installs the forward one in workers when
-the driver had it; ``ray_startup/sitecustomize.py`` installs the reverse one in every Python
-process started under ``miniray run --ray``, Ray's workers included).
+(``import miniray`` gives Ray, for ``miniray run --ray``), whether each is installed, and
+the environment that carries either to the processes a program starts. Does not own:
+running programs (``cli.py`` installs the forward alias for ``miniray run`` and the reverse
+one for ``miniray run --ray``; the fork server installs the forward one in workers when the
+driver had it; ``ray_startup/sitecustomize.py`` installs the reverse one in every Python
+process started under ``miniray run --ray``, Ray's workers included, and the forward one in
+every Python process a ``miniray run`` program or its workers start).
 
 ``ray.X`` is the very module object ``miniray.X`` (not a copy), so ``ray.util is
 miniray.util`` and state is shared. Only installed on request: importing miniray never
@@ -36,6 +38,7 @@ import sys
 # process it starts; the same name as ``config.ON_RAY_ENV``, repeated because this file must
 # not import miniray (see the module docstring).
 ON_RAY_ENV = "MINIRAY_ON_RAY"
+RAY_ALIAS_ENV = "MINIRAY_RAY_ALIAS"  # ``miniray run``'s flag: ``config.RAY_ALIAS_ENV``
 RAY_INSTALL_HINT = 'pip install "ray[default]==2.60.0"'
 STARTUP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ray_startup")
 
@@ -151,14 +154,30 @@ def ray_missing() -> str | None:
             f"`{RAY_INSTALL_HINT}`, or drop --ray to run the program on miniray.")
 
 
+def forward_environ(environ: dict) -> dict:
+    """``environ`` with what every Python process a ``miniray run`` program starts needs for
+    its own ``import ray`` to give miniray, as the driver's does (a ``spawn`` pool's children,
+    a ``subprocess`` of ``sys.executable``): the flag, ``ray_startup/`` first on
+    PYTHONPATH, and no reverse alias."""
+    env = _with_startup_dir(environ)
+    env[RAY_ALIAS_ENV] = "1"
+    env.pop(ON_RAY_ENV, None)
+    return env
+
+
+def _with_startup_dir(environ: dict) -> dict:
+    env = dict(environ)
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != STARTUP_DIR]
+    env["PYTHONPATH"] = os.pathsep.join([STARTUP_DIR] + parts)
+    return env
+
+
 def on_ray_environ(environ: dict) -> dict:
     """``environ`` with what every process of a ``miniray run --ray`` program needs: the flag,
     ``ray_startup/`` first on PYTHONPATH, and no forward alias."""
-    env = dict(environ)
+    env = _with_startup_dir(environ)
     env[ON_RAY_ENV] = "1"
-    env.pop("MINIRAY_RAY_ALIAS", None)
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != STARTUP_DIR]
-    env["PYTHONPATH"] = os.pathsep.join([STARTUP_DIR] + parts)
+    env.pop(RAY_ALIAS_ENV, None)
     return env
 
 
