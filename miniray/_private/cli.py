@@ -68,27 +68,56 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             path = os.path.abspath(script)  # as `python script.py` sets __file__ (3.9+)
             sys.path.insert(0, os.path.dirname(path))
-            runpy.run_path(path, run_name="__main__")
+            if not _run_source(path):  # a directory, a zip file, compiled code: runpy
+                runpy.run_path(script, run_name="__main__")  # names them as python does
     except Exception as error:  # SystemExit and KeyboardInterrupt pass, as under python
         # The program's traceback as `python script.py` prints it: from its own first
         # frame, without this launcher's and runpy's (Python prints the exception's own
         # traceback, whatever the hook is given: both are set).
         frames = _program_frames(error.__traceback__)
+        if frames is None and not isinstance(error, SyntaxError):
+            frames = error.__traceback__  # the launcher's own error: all of it
+        # (A SyntaxError in the program's text has no frame of it: printed alone.)
         sys.excepthook(type(error), error.with_traceback(frames), frames)
         return 1
     return 0
 
 
+def _run_source(path: str) -> bool:
+    """Run the Python source file ``path`` as the ``__main__`` module, as ``python path``
+    does: ``__file__`` is ``path``, ``__spec__`` None, the loader a source loader
+    (``runpy.run_path`` would also set ``sys.argv[0]`` to ``path``). False, having run
+    nothing, when ``path`` is not a file of source text (a NUL byte: a zip application or
+    compiled code, which runpy runs)."""
+    import builtins  # lazy: each command loads only what it needs
+    import importlib.machinery
+    import types
+
+    if not os.path.isfile(path):
+        return False
+    loader = importlib.machinery.SourceFileLoader("__main__", path)
+    source = loader.get_data(path)
+    if b"\0" in source:
+        return False
+    code = compile(source, path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __loader__=loader, __spec__=None,
+                         __builtins__=builtins)
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+    return True
+
+
 def _program_frames(tb):
-    """``tb`` without its leading frames of this file and of runpy (the whole of it if the
-    program has no frame in it: an error of the launcher itself)."""
+    """``tb`` without its leading frames of this file and of runpy; None when the program
+    has no frame in it."""
     launcher = {os.path.abspath(__file__), os.path.abspath(runpy.__file__), "<frozen runpy>"}
     first = tb
     while first is not None and (first.tb_frame.f_code.co_filename in launcher or
                                  os.path.abspath(first.tb_frame.f_code.co_filename)
                                  in launcher):
         first = first.tb_next
-    return first if first is not None else tb
+    return first
 
 
 def _cmd_get_auth_token(args: argparse.Namespace) -> int:

@@ -221,30 +221,36 @@ def test_processes_the_program_starts_import_ray_as_miniray_too(drivers):
 
 
 def test_a_program_under_miniray_run_sees_python_s_file_and_traceback(drivers):
-    """As ``python script.py`` (Ray's way to run a program): ``__file__`` is absolute, and
-    an uncaught error's traceback starts at the program's own frame, with no frame of the
-    launcher or of runpy; ``sys.exit(n)`` ends it with n. Before, ``__file__`` was the
-    path as typed (``dirname`` of it empty) and nine launcher frames came first."""
+    """As ``python script.py`` (Ray's way to run a program): ``__file__`` is absolute,
+    ``sys.argv[0]`` as typed, and an uncaught error's traceback starts at the program's
+    own frame, with no frame of the launcher or of runpy (a syntax error: the error
+    alone); ``sys.exit(n)`` ends it with n. Before, ``__file__`` was the path as typed
+    (``dirname`` of it empty) and nine launcher frames came first."""
     script = drivers.script("""
         import os
         import sys
 
         import ray
 
-        print(os.path.isabs(__file__), os.path.dirname(__file__) == os.getcwd())
+        print(os.path.isabs(__file__), os.path.dirname(__file__) == os.getcwd(), sys.argv)
         if sys.argv[1:] == ["exit"]:
             sys.exit(3)
         raise ValueError("boom")
     """)
+    broken = drivers.script("x = (\n")
+
+    def run(path, *argv):
+        return subprocess.run([sys.executable, "-m", "miniray", "run", path, *argv],
+                              cwd=os.path.dirname(script), env=drivers.env(),
+                              capture_output=True, text=True, timeout=60)
+
     name = os.path.basename(script)
-    runs = [subprocess.run([sys.executable, "-m", "miniray", "run", name, *argv],
-                           cwd=os.path.dirname(script), env=drivers.env(),
-                           capture_output=True, text=True, timeout=60)
-            for argv in ([], ["exit"])]
-    raised, exited = runs
-    assert raised.returncode == 1 and raised.stdout == "True True\n", raised
+    raised, exited, syntax = run(name), run(name, "exit"), run(os.path.basename(broken))
+    assert raised.returncode == 1 and raised.stdout == f"True True {[name]}\n", raised
     assert raised.stderr.splitlines() == [
         "Traceback (most recent call last):",
         f'  File "{script}", line 10, in <module>', '    raise ValueError("boom")',
         "ValueError: boom"], raised.stderr
     assert exited.returncode == 3 and exited.stderr == "", exited
+    assert syntax.returncode == 1 and syntax.stderr.splitlines()[0] == \
+        f'  File "{broken}", line 1' and "SyntaxError: " in syntax.stderr, syntax
