@@ -887,4 +887,8 @@ def shutdown(*, wait_for_processes: bool = False, _exiting_interpreter: bool = F
         hook = _atexit_state.pop("hook", None)
         if hook is not None and not _exiting_interpreter:
             atexit.unregister(hook)
+        if _exiting_interpreter:  # teardown step 0: what runs now may finish first
+            grace = config.exit_grace_s()
+            if grace > 0:
+                rt.owner.let_running_finish(grace)
         rt.shutdown()

@@ -209,6 +209,14 @@ def state_max_tasks() -> int:
     return _number("MINIRAY_STATE_MAX_TASKS", int, 0, 10000)
 
 
+def exit_grace_s() -> float:
+    """``MINIRAY_EXIT_GRACE_S`` (default 0.5; 0: none): at interpreter exit without an
+    explicit ``shutdown()``, how long the tasks and actor calls running then may go on
+    finishing (their nested ``get``s answered, their output printed) before they are
+    killed."""
+    return _number("MINIRAY_EXIT_GRACE_S", float, 0.0, 0.5)
+
+
 def _positive_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     if not value:

@@ -833,6 +833,22 @@ class Owner(OwnerLeases, OwnerEvents):
                 f"workers={self.workers.live}>")
 
     # ------------------------------------------------------------------ shutdown
+    def let_running_finish(self, grace: float) -> None:
+        """Teardown step 0, at interpreter exit only: wait up to ``grace`` seconds, serving
+        as usual, for the tasks and actor calls running now to end. A program that ends
+        while a short task still runs sees it finish and print, as under Ray, whose slower
+        exit lets it (Ray's ``obj_ref.py`` example ends so)."""
+        deadline = time.monotonic() + grace
+        while True:
+            with self._lock:
+                busy = not self._closed and any(
+                    not worker.dead and (worker.inflight or (
+                        worker.actor is not None and worker.actor.inflight))
+                    for worker in self.workers.by_req.values())
+            if not busy or time.monotonic() >= deadline:
+                return
+            time.sleep(0.005)
+
     def shutdown(self, grace: float = 1.0) -> None:
         """Teardown steps 1-4 of ARCHITECTURE.md (the runtime does 5-6)."""
         if self.remote_nodes is not None and self.actors.link is not None:
