@@ -30,6 +30,7 @@ from miniray._private.core import (
     config,
     context,
     ids,
+    memory_policy,
     metric_values,
     runtime_envs,
     serialization,
@@ -118,8 +119,11 @@ class Runtime(SessionFiles):
 
     def __init__(self, *, num_cpus, num_gpus, resources, object_store_memory, namespace,
                  log_to_driver, temp_dir, runtime_env, node=None, setup_hook=None,
-                 logging_config=None):
+                 logging_config=None, memory_settings=None):
         self.pid = os.getpid()
+        # The memory monitor's (init's _system_config, RAY_* variables; memory_policy.py).
+        self.memory_settings = memory_settings or memory_policy.monitor_settings(
+            None, os.environ)
         # The workers' LoggingConfig (or None): init()'s (which ``_started`` applies here
         # too) or its job_config's; each worker applies it from HELLO, and while it is set
         # worker lines reach the driver without their prefix.
@@ -250,6 +254,12 @@ class Runtime(SessionFiles):
             holder_for_detached=getattr(self, "node_pid", self.pid),
             totals=self.ledger.totals())
         self._serve_state()
+        from miniray._private.owner.memory_watch import MemoryWatch  # lazy: as Owner
+
+        self.memory_watch = MemoryWatch(self.owner, self.memory_settings, self.node_ip,
+                                        self.node_id)
+        with self.owner._lock:
+            self.memory_watch.start()
 
     def _serve_state(self) -> None:
         """Every driver answers state requests (``ray.util.state``, ``miniray list``) on
@@ -740,6 +750,12 @@ def init(
             "debugger or run the function directly; miniray starts in well under a second."
         )
     check_init_arguments(address, namespace, runtime_env)
+    system_config = kwargs.get("_system_config")
+    if system_config is not None and not isinstance(system_config, dict):
+        raise TypeError(f"_system_config must be a dict, got {type(system_config).__name__}.")
+    # The memory monitor's keys are applied (a bad value raises here); Ray's other internal
+    # settings configure parts miniray does not have and are accepted (README).
+    memory_settings = memory_policy.monitor_settings(system_config, os.environ)
     driver_logging = job_logging_config(logging_config)
     logging_config = driver_logging  # the workers': a job_config's when init() names none
     if logging_config is None and getattr(job_config, "py_logging_config", None) is not None:
@@ -819,6 +835,7 @@ def init(
             object_store_memory=osm, namespace=namespace,
             log_to_driver=log_to_driver, temp_dir=temp_dir,
             runtime_env=job_env, setup_hook=setup_hook, logging_config=logging_config,
+            memory_settings=memory_settings,
         )
         return _started(rt, driver_logging)
 

@@ -4,7 +4,8 @@ node's resource totals.
 Owns: ``node_resources`` (a node's totals and GPU identity, as ``init()`` and ``miniray start``
 compute them) and the host probes it reads. Does not own: who holds what (``ledger.py``) or
 the resource arithmetic (``core/resources.py``).
-Called by: ``runtime.py`` (an embedded driver) and ``node/node.py`` (``miniray start``).
+Called by: ``runtime.py`` (an embedded driver) and ``node/node.py`` (``miniray start``);
+``owner/memory_watch.py`` reads ``memory_usage``.
 """
 
 from __future__ import annotations
@@ -61,6 +62,31 @@ def host_memory() -> int | None:
     except (OSError, ValueError):
         pass
     return total
+
+
+def memory_usage() -> tuple[int, int] | None:
+    """(bytes used, bytes in all) of this host's memory as the memory monitor sees it: the
+    host's total less what it has available, or its cgroup's use (less the inactive file
+    cache, which the kernel reclaims first) against the cgroup's limit when that is lower.
+    None when /proc/meminfo cannot be read."""
+    total, available = _meminfo("MemTotal"), _meminfo("MemAvailable")
+    if total is None or available is None:
+        return None
+    try:  # cgroup v2
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max" and int(limit) < total:
+            with open("/sys/fs/cgroup/memory.current") as f:
+                current = int(f.read())
+            inactive = 0
+            with open("/sys/fs/cgroup/memory.stat") as f:
+                for line in f:
+                    if line.startswith("inactive_file "):
+                        inactive = int(line.split()[1])
+            return max(0, current - inactive), int(limit)
+    except (OSError, ValueError):
+        pass
+    return total - available, total
 
 
 def shm_free() -> int | None:

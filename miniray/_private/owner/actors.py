@@ -526,7 +526,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
 
     def on_worker_exit(self, worker, detail: str) -> None:
         """The actor's process is gone: restart it, or mark it dead and fail its calls."""
-        from miniray.exceptions import ActorDiedError, ActorUnavailableError
+        from miniray.exceptions import ActorDiedError, ActorUnavailableError, OutOfMemoryError
 
         owner = self.owner
         actor = worker.actor
@@ -565,6 +565,9 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             actor.spec.class_name, actor.spec.actor_id.hex(), pid=worker.pid,
             name=actor.spec.name, namespace=actor.spec.namespace,
             ip=worker.ip if elsewhere else "127.0.0.1", reason=reason)
+        oom = getattr(worker, "oom", None)
+        if oom is not None and not actor.killed:  # as Ray: its calls' error says so
+            death = OutOfMemoryError(oom)
         death_bytes = serialization.dumps(death)
         if restart:
             actor.restarts_left = restarts_left

@@ -57,6 +57,7 @@ from miniray._private.core import (
 from miniray._private.core.resources import float_request
 from miniray._private.core.scheduling import (
     T_DONE,
+    T_QUEUED,
     T_RUNNING,
 )
 from miniray._private.host import worker_logs
@@ -211,7 +212,7 @@ class Owner(OwnerLeases, OwnerEvents):
             has_lease=self.leases.by_key.__contains__, dispatch=self._dispatch,
             kill_worker=self._kill_for_cancel, signal_cancel=self.signal_cancel,
             records=self.state_records, skip_queued=self._skip_queued, leases=self.leases,
-            offload=self._offload, locate=self._locate)
+            offload=self._offload, locate=self._locate, requeue_later=self._requeue_later)
         # A get() of one running task's result reads its worker's socket itself.
         self.direct_reads = DirectReads(
             lock=self._lock, tasks_by_id=self.tasks.by_id, reactor=self.reactor,
@@ -833,6 +834,20 @@ class Owner(OwnerLeases, OwnerEvents):
                 f"workers={self.workers.live}>")
 
     # ------------------------------------------------------------------ shutdown
+    def _requeue_later(self, task: Task, delay: float) -> None:
+        """*Locked.* Queue ``task`` again after ``delay`` seconds (a task the memory monitor
+        killed): unless it ended meanwhile (cancelled) or the session closed."""
+        def again():  # on the I/O thread, locked
+            if self._closed or task.state != T_QUEUED or task.worker is not None:
+                return
+            queue = self.tasks.queues.get(task.key)
+            if queue is not None and task in queue:
+                return
+            self.tasks.requeue(task)
+            self._dispatch_all()
+
+        self.reactor.call_later(delay, again)
+
     def let_running_finish(self, grace: float) -> None:
         """Teardown step 0, at interpreter exit only: wait up to ``grace`` seconds, serving
         as usual, for the tasks and actor calls running now to end. A program that ends

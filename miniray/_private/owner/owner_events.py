@@ -220,6 +220,8 @@ class OwnerEvents:
             self.workers.retire(worker)
         detail = (procinfo.describe_wait_status(status) if death is None
                   else f"was killed because {death}")
+        if worker.oom is not None:
+            detail += " by the memory monitor (the host ran low on memory)"
         if worker.actor is not None:
             self.actors.on_worker_exit(
                 worker, detail if death is None else f"it was killed because {death}")
@@ -241,7 +243,8 @@ class OwnerEvents:
             return 0, 0
         inflight = list(worker.inflight)
         worker.inflight.clear()
-        requeued, failed = self.tasks.worker_died(inflight, pid, detail, death, self.fatal)
+        requeued, failed = self.tasks.worker_died(inflight, pid, detail, death, self.fatal,
+                                                  worker.oom)
         self._dispatch_all()
         return requeued, failed
 

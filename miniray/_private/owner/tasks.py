@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from miniray._private.core import ids, protocol, scheduling, serialization
+from miniray._private.core import ids, memory_policy, protocol, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.resources import format_infeasible, infeasible_reasons
 from miniray._private.core.scheduling import (
@@ -68,6 +68,7 @@ class Task:
     __slots__ = (
         "spec", "key", "state", "worker", "waiting", "retries_left", "cancelled",
         "children", "parent", "pinned", "created", "seq", "times", "depth", "kept",
+        "oom_kills",
     )
 
     def __init__(self, spec, key, seq: int = 0):
@@ -85,6 +86,7 @@ class Task:
         self.pinned = False  # its argument objects are pinned in the store while it runs
         self.created = time.time()  # its creation_time_ms in ray.util.state
         self.times = None  # its worker's RESULT times (``state_records``): when it ran
+        self.oom_kills = 0  # times the memory monitor killed its worker while it ran
         self.kept = 0  # arguments kept on another node, not waited for: placed first
         #                (-1: placed here by ``locate``, they are pulled: not placed again)
 
@@ -143,8 +145,11 @@ class TaskQueue:
 
     def __init__(self, *, objects, store, node_state, unpin_deps, has_lease, dispatch,
                  kill_worker, signal_cancel, skip_queued, records=None, leases=None,
-                 offload=None, locate=None):
+                 offload=None, locate=None, requeue_later=None):
         self.objects = objects
+        # requeue_later(task, delay): queue ``task`` again after ``delay`` seconds (a task
+        # the memory monitor killed); None: at once.
+        self._requeue_later = requeue_later
         self.records = records  # state_records.StateRecords: each completion, for the state API
         self.store = store
         self.node_state = node_state
@@ -416,18 +421,40 @@ class TaskQueue:
             self.complete(task, results)
 
     def worker_died(self, inflight: list, pid, detail: str, death: str | None,
-                    fatal: str | None) -> tuple[int, int]:
+                    fatal: str | None, oom: str | None = None) -> tuple[int, int]:
         """The worker running ``inflight`` (its running task first) is gone: ``detail`` says
         how, ``death`` names the helper it died with (None: it died alone), ``fatal`` why
-        the session cannot go on. Each task is retried, queued again or failed
-        (``scheduling.after_worker_death``). Returns (tasks requeued, tasks failed)."""
-        from miniray.exceptions import RaySystemError, TaskCancelledError, WorkerCrashedError
+        the session cannot go on, ``oom`` why the memory monitor killed it. Each task is
+        retried, queued again or failed (``scheduling.after_worker_death``; the running one
+        after a kill for memory: ``memory_policy``). Returns (tasks requeued, tasks
+        failed)."""
+        from miniray.exceptions import (
+            OutOfMemoryError,
+            RaySystemError,
+            TaskCancelledError,
+            WorkerCrashedError,
+        )
 
         requeue = []
         failed = 0
         position = 0  # among tasks not done: a cancelled queued one was skipped, not run
         for task in inflight:
             if task.state == T_DONE:
+                continue
+            if oom is not None and position == 0 and not task.cancelled and not fatal:
+                position += 1
+                if task.retries_left == 0:
+                    self.fail(task, OutOfMemoryError(oom))
+                    failed += 1
+                    continue
+                # Retried without end, max_retries untouched, each time after a longer wait.
+                task.oom_kills += 1
+                logger.warning("%s", memory_policy.oom_retry_line(task.spec.name, oom))
+                if self._requeue_later is None:
+                    requeue.append(task)
+                else:
+                    task.state, task.worker = T_QUEUED, None  # in no queue until then
+                    self._requeue_later(task, memory_policy.retry_delay_s(task.oom_kills))
                 continue
             before = task.retries_left
             decision, task.retries_left = scheduling.after_worker_death(

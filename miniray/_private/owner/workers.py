@@ -34,7 +34,7 @@ class WorkerSlot:
         "spent", "read_pins", "borrowed", "kind",
         "blocked", "dead", "out", "err", "kill_on_spawn", "actor", "exited", "runtime_env",
         "waits", "interrupted", "recalled", "output_poll", "read_lock", "output_lock",
-        "direct", "data_poll", "ready", "named",
+        "direct", "data_poll", "ready", "named", "oom",
     )
 
     def __init__(self, conn: Connection, ctl: Connection, spawn_req: int):
@@ -73,6 +73,7 @@ class WorkerSlot:
         self.direct = False  # a get() reads its result from the data socket (owner's lock)
         self.data_poll = None  # that reader's poll set of the data socket, made at first use
         self.kill_on_spawn = False
+        self.oom: str | None = None  # why the memory monitor killed it (memory_watch.py)
         self.actor = None  # the actor this worker hosts (actors.py), if any
         self.exited = False  # its process is gone and was handled (owner._worker_gone)
         self.runtime_env = ""  # the environment it was started in (runtime_envs.env_key)
