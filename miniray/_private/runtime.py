@@ -17,6 +17,7 @@ hook that starts a runtime on first use. Nothing is started at import.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import socket
@@ -360,7 +361,10 @@ class Runtime(SessionFiles):
         self.store = _make_store(self.session_dir, int(object_store_memory))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(_driver_sys_path())
-        env.update(self.job_runtime_env.get("env_vars") or {})
+        job_vars = self.job_runtime_env.get("env_vars") or {}
+        if job_vars:  # in the fork server too (import-time settings), expanded once
+            env.update(runtime_envs.expand_env_vars(job_vars, dict(env)))
+            env[runtime_envs.JOB_ENV_VARS] = json.dumps(job_vars)
         from miniray._private.core import alias  # lazy: see the note at the imports
 
         if alias.installed():  # and so in what a task starts (README, `miniray run`)

@@ -57,6 +57,29 @@ def test_task_env_vars_merge_over_the_job_and_stay_with_their_worker(ray_start):
     assert own[3] not in (plain[3], again[3])
 
 
+def test_env_vars_expand_references_as_ray_does(ray_start, monkeypatch):
+    """``${NAME}`` in an env_vars value is NAME's value in the worker's environment, "" when
+    unset: a job's is expanded once (not again when merged into a task's), a task's sees the
+    job's already expanded. The same script under Ray 2.60 printed ('/base:/extra', ':/x')
+    then ('/base:/extra', '/base:/extra-t'); miniray set the text as given."""
+    import miniray as ray
+
+    monkeypatch.setenv("MYPATH", "/base")
+    monkeypatch.delenv("NOPE_NOT_SET", raising=False)
+    ray_start(num_cpus=1, runtime_env={"env_vars": {"MYPATH": "${MYPATH}:/extra",
+                                                    "NOPE": "${NOPE_NOT_SET}:/x"}})
+
+    @ray.remote
+    def probe():
+        return _env("MYPATH", "NOPE")
+
+    assert ray.get(probe.remote(), timeout=60) == ("/base:/extra", ":/x")
+    task_env = {"env_vars": {"NOPE": "${MYPATH}-t", "PLAIN": "$MYPATH"}}
+    assert ray.get(probe.options(runtime_env=task_env).remote(), timeout=60) == (
+        "/base:/extra", "/base:/extra-t")
+    assert ray.get_runtime_context().runtime_env["env_vars"]["MYPATH"] == "${MYPATH}:/extra"
+
+
 def test_options_runtime_env_replaces_the_decorators(ray):
     """``.options(runtime_env=...)`` replaces the decorator's runtime_env as a whole (Ray
     2.60: the decorator's C is gone when options set B)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 import types
 import urllib.parse
@@ -606,3 +607,42 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+# --------------------------------------------------------------------- env_vars' ${NAME}
+# The job's env_vars as given (JSON), set by the driver in its fork server's environment, where
+# they are already in effect, expanded: a worker does not expand them again when they come
+# back merged into a task's or actor's env_vars.
+JOB_ENV_VARS = "MINIRAY_JOB_ENV_VARS"
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def expand_env_vars(env_vars: dict, environ: dict) -> dict:
+    """Ray's ``env_vars`` values with each ``${NAME}`` replaced by NAME's value in
+    ``environ``, or by nothing when it is unset.
+
+    Example:
+        >>> expand_env_vars({"P": "${P}:/extra", "Q": "${NONE}:/x", "R": "$P"}, {"P": "/b"})
+        {'P': '/b:/extra', 'Q': ':/x', 'R': '$P'}
+    """
+    return {name: _REFERENCE.sub(lambda m: environ.get(m.group(1), ""), value)
+            for name, value in env_vars.items()}
+
+
+def worker_env_vars(env_vars: dict, environ: dict) -> dict:
+    """What a worker sets for ``env_vars`` (a task's or actor's, the job's merged in), as Ray
+    2.60 does: each ``${NAME}`` read in the worker's environment, the job's variables
+    included (already expanded there: ``JOB_ENV_VARS``, left as they are).
+
+    Example:
+        >>> environ = {"P": "/b:/x", JOB_ENV_VARS: '{"P": "${P}:/x"}'}
+        >>> worker_env_vars({"P": "${P}:/x", "T": "${P}-t"}, environ)
+        {'T': '/b:/x-t'}
+    """
+    try:
+        job = json.loads(environ.get(JOB_ENV_VARS) or "{}")
+    except ValueError:
+        job = {}
+    mine = {name: value for name, value in env_vars.items()
+            if not (isinstance(job, dict) and job.get(name) == value and name in environ)}
+    return expand_env_vars(mine, environ)

@@ -33,7 +33,9 @@ from miniray._private.host import same_uid
 
 def apply(env: dict, session_dir: str) -> None:
     """Put ``env`` (a normalised runtime environment) into effect in this process."""
-    os.environ.update(env.get("env_vars") or {})
+    env_vars = env.get("env_vars")
+    if env_vars:  # ``${NAME}``: the variable's value here, as in Ray
+        os.environ.update(runtime_envs.worker_env_vars(env_vars, dict(os.environ)))
     paths = [_module_root(entry, session_dir) for entry in env.get("py_modules") or ()]
     working_dir = env.get("working_dir")
     if working_dir:
