@@ -198,7 +198,7 @@ class ActorClass(Generic[T]):
         if target is not None:
             hex_, bundles, index, capture = target
             placement, pg_ctx = _placement.place(placement, hex_, bundles, index, capture,
-                                                 self._cls.__name__)
+                                                 self._cls.__qualname__)  # as Ray names it
             held = _placement.rewrite_request(held, hex_, index)
         max_concurrency = opts.get("max_concurrency") or (
             DEFAULT_MAX_CONCURRENCY_ASYNC if self._is_async else 1)

@@ -320,7 +320,7 @@ class RemoteFunction(Generic[P, R]):
         if placed is None or (template.follows_caller and rt.current_placement() is None):
             request, pg_ctx = template.request, None
         else:
-            request, pg_ctx = template.request_in(rt, self._function.__name__)
+            request, pg_ctx = template.request_in(rt, self._function.__qualname__)
         env_token, env_key = template.env_cache  # env_key(), inlined for the common case
         if env_token is not token:
             env_key = template.env_key(rt)

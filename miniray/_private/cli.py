@@ -71,6 +71,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not _run_source(path):  # a directory, a zip file, compiled code: runpy
                 runpy.run_path(script, run_name="__main__")  # names them as python does
     except Exception as error:  # SystemExit and KeyboardInterrupt pass, as under python
+        from miniray._private.host.same_uid import InsecurePathError  # lazy: rare
+
+        if isinstance(error, InsecurePathError):
+            raise  # another user's root: main() prints it as one line, no traceback
         # The program's traceback as `python script.py` prints it: from its own first
         # frame, without this launcher's and runpy's (Python prints the exception's own
         # traceback, whatever the hook is given: both are set).

@@ -143,10 +143,21 @@ def test_bundle_index_out_of_range_and_requests_no_bundle_holds_raise_as_ray(ray
         with pytest.raises(ValueError, match=f"placement group bundle index {index} is "
                                              "invalid. Valid placement group indexes: 0-2"):
             f.options(scheduling_strategy=InGroup(pg, index)).remote()
-    with pytest.raises(ValueError, match=r"Cannot schedule f with the placement group because "
-                       r"the resource request \{'CPU': 2\} cannot fit into any bundles for "
-                       r"the placement group, \[\{'CPU': 1.0\}, \{'CPU': 1.0\}\]."):
+    # Named by its qualified name, as Ray 2.60 names it (the gotchas page quotes
+    # "Cannot schedule train.<locals>.sample_task ...").
+    here = "test_bundle_index_out_of_range_and_requests_no_bundle_holds_raise_as_ray.<locals>"
+    with pytest.raises(ValueError, match=rf"Cannot schedule {here}.f with the placement group "
+                       r"because the resource request \{'CPU': 2\} cannot fit into any "
+                       r"bundles for the placement group, \[\{'CPU': 1.0\}, "
+                       r"\{'CPU': 1.0\}\]."):
         f.options(num_cpus=2, scheduling_strategy=InGroup(pg)).remote()
+
+    @ray.remote(num_cpus=2)
+    class Big:
+        pass
+
+    with pytest.raises(ValueError, match=rf"Cannot schedule {here}.Big with the placement "):
+        Big.options(scheduling_strategy=InGroup(pg)).remote()
     with pytest.raises(ValueError, match="cannot fit into any bundles"):
         f.options(resources={"x": 1}, scheduling_strategy=InGroup(pg)).remote()
     assert ray.get(f.options(num_cpus=0, scheduling_strategy=InGroup(pg)).remote(),
