@@ -13,6 +13,7 @@ from miniray._private.core import out_of_scope
 @pytest.mark.parametrize("fullname,library", [
     ("ray.data", "data"), ("ray.data.dataset", "data"), ("ray.util.collective", "util.collective"),
     ("ray.util.collective.types", "util.collective"), ("ray.job_submission", "job_submission"),
+    ("ray.cluster_utils", "cluster_utils"),
     ("ray.util", None), ("ray.dataclasses", None), ("ray.util.queue", None), ("ray", None),
     ("miniray.data", None), ("raydata", None),
 ])

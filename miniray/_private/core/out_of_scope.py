@@ -18,7 +18,7 @@ import sys
 
 # The part after ``ray.`` of each library package of Ray 2.60 that miniray does not provide.
 LIBRARIES = (
-    "autoscaler", "data", "job_submission", "rllib", "serve", "train", "tune",
+    "autoscaler", "cluster_utils", "data", "job_submission", "rllib", "serve", "train", "tune",
     "util.collective", "workflow",
 )
 
