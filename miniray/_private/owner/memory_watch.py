@@ -68,6 +68,8 @@ class MemoryWatch:
         if self._victim is not None and not self._victim.exited:
             return False  # one kill at a time: wait until it is gone
         self._victim = None
+        if not busy:  # nothing to kill: the host is not even read
+            return False
         use = self._read()
         if use is None or not memory_policy.over_threshold(
                 memory_policy.MemoryUse(*use), self.settings):
