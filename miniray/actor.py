@@ -80,10 +80,18 @@ class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an ActorClass."""
 
 
+def _wire_retry(value):
+    """A method's ``retry_exceptions`` as a call carries it: False, True, or the pickled
+    tuple of exception classes (as a task's)."""
+    if isinstance(value, (list, tuple)):
+        return serialization.dumps(tuple(value))
+    return bool(value)
+
+
 def _method_table(cls: type) -> dict:
     """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None,
-    concurrency group or None) for every method. The table travels inside handles, so every
-    handle checks calls and names their group."""
+    concurrency group or None, retry_exceptions) for every method. The table travels inside
+    handles, so every handle checks calls and names their group."""
     table = {}
     for name, member in inspect.getmembers(cls):
         if name.startswith("__") and name.endswith("__"):
@@ -101,7 +109,8 @@ def _method_table(cls: type) -> dict:
                                          drop_first=not bound)
         table[name] = (num_returns, generator,
                        getattr(function, "__ray_max_task_retries__", None), argspec,
-                       getattr(function, "__ray_concurrency_group__", None))
+                       getattr(function, "__ray_concurrency_group__", None),
+                       _wire_retry(getattr(function, "__ray_retry_exceptions__", False)))
     for name in _BUILTIN_METHODS:  # in the default group, as in Ray
         table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name), None)
     table["__ray_call__"] = (1, False, 0, signatures.of_function(_ray_call, "__ray_call__"),
@@ -325,7 +334,8 @@ class ActorHandle(Generic[T]):
             raise AttributeError(f"'ActorHandle' object has no attribute '{name}'")
         spec = _MethodSpec(name, meta[0], meta[1], meta[2], name,
                            meta[3] if len(meta) > 3 else None,
-                           meta[4] if len(meta) > 4 else None, None)
+                           meta[4] if len(meta) > 4 else None, None,
+                           meta[5] if len(meta) > 5 else False)
         specs = self.__dict__.get("_specs")
         if specs is None:  # a handle made without __init__ (copy, a subclass): no cache
             return spec
@@ -380,7 +390,8 @@ class ActorHandle(Generic[T]):
             max_task_retries = self._state[2]
         rt.submit_actor_call(self._actor_id, ActorCallSpec(
             task_id, spec.name, blob, deps, return_ids, num_returns, spec.call_name,
-            max_task_retries, contained, concurrency_group=spec.group))
+            max_task_retries, contained, concurrency_group=spec.group,
+            retry_exceptions=spec.retry_exceptions if max_task_retries else False))
         if num_returns == 1:
             return ObjectRef(return_ids[0])
         if not return_ids:
@@ -436,11 +447,11 @@ class _MethodSpec:
     new one."""
 
     __slots__ = ("name", "num_returns", "generator", "max_task_retries", "call_name",
-                 "argspec", "concurrency_group", "group_override", "group")
+                 "argspec", "concurrency_group", "group_override", "group", "retry_exceptions")
 
     def __init__(self, name: str, num_returns: int, generator: bool, max_task_retries,
                  call_name: str, argspec, concurrency_group: str | None,
-                 group_override: str | None) -> None:
+                 group_override: str | None, retry_exceptions=False) -> None:
         self.name = name
         self.num_returns = num_returns
         self.generator = generator
@@ -450,6 +461,9 @@ class _MethodSpec:
         self.concurrency_group = concurrency_group  # the method's (@method), None: default
         self.group_override = group_override  # the call's .options(concurrency_group=...)
         self.group = group_override or concurrency_group  # the one the calls name
+        # Which exceptions the method raises are retried (``_wire_retry``), while
+        # max_task_retries allows, as a task's with its max_retries.
+        self.retry_exceptions = retry_exceptions
 
 
 class ActorMethod:
@@ -463,10 +477,12 @@ class ActorMethod:
 
     def __init__(self, handle: ActorHandle, name: str, num_returns: int, generator: bool,
                  max_task_retries, call_name: str | None = None, *, argspec=None,
-                 concurrency_group: str | None = None, group_override: str | None = None):
+                 concurrency_group: str | None = None, group_override: str | None = None,
+                 retry_exceptions=False):
         self._handle = handle
         self._spec = _MethodSpec(name, num_returns, generator, max_task_retries,
-                                 call_name or name, argspec, concurrency_group, group_override)
+                                 call_name or name, argspec, concurrency_group, group_override,
+                                 retry_exceptions)
 
     _name = property(lambda self: self._spec.name)
     _num_returns = property(lambda self: self._spec.num_returns)
@@ -509,7 +525,9 @@ class ActorMethod:
                            opts.get("max_task_retries", self._max_task_retries),
                            opts.get("name") or self._call_name, argspec=self._argspec,
                            concurrency_group=self._concurrency_group,
-                           group_override=override or None)
+                           group_override=override or None,
+                           retry_exceptions=_wire_retry(opts["retry_exceptions"])
+                           if "retry_exceptions" in opts else self._spec.retry_exceptions)
 
     def bind(self, *args, **kwargs):
         """A DAG node calling this method of this live actor (``ray.dag.ClassMethodNode``;

@@ -43,7 +43,8 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
     (ACTOR_CALL, task_id, method, args_blob,      (ACTOR_SUBMIT, actor_id, call) nested call
                  dep_values, return_ids,          (ACTOR_CREATE, spec)   reserved: nested
                  num_returns, call_name,          creation is (CALL, req, CALL_CREATE_ACTOR, ...)
-                 concurrency_group)
+                 concurrency_group,
+                 retry_exceptions)
 
    ``results`` is a list of ``(kind, data)``, kind being OK or ERR and data pickled bytes;
    ``times`` the worker's ``time_ns()`` when the call started, its arguments were loaded, it
@@ -51,7 +52,10 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
    that never ran): the timeline's span.
    ACTOR_INIT's ``ctx`` is ``(resources, gpu_ids, gpu_ids_are_ints, max_concurrency,
    is_async, name, namespace, handle_state, restarts, concurrency_groups)``; an ACTOR_CALL's
-   ``concurrency_group`` is the name of the group it runs in, None for the default group.
+   ``concurrency_group`` is the name of the group it runs in, None for the default group;
+   its ``retry_exceptions`` (False, True or pickled exception classes) says which exceptions
+   it raises make its RESULT ``retryable`` (the owner runs it again while
+   ``max_task_retries`` allows).
    A streaming generator call (``num_returns`` is ``task_spec.STREAMING``) sends one YIELD
    per value as it is yielded (``index`` from 0; an exception raised by the generator is
    the last value, kind ERR), then its RESULT: the completion object, None.

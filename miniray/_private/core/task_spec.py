@@ -139,10 +139,11 @@ class ActorCallSpec:
 
     __slots__ = ("task_id", "method", "args_blob", "deps", "return_ids", "num_returns",
                  "call_name", "max_task_retries", "contained", "payloads",
-                 "concurrency_group", "reply")
+                 "concurrency_group", "retry_exceptions", "reply")
 
     def __init__(self, task_id, method, args_blob, deps, return_ids, num_returns, call_name,
-                 max_task_retries, contained=(), payloads=None, concurrency_group=None):
+                 max_task_retries, contained=(), payloads=None, concurrency_group=None,
+                 retry_exceptions=False):
         self.task_id = task_id
         self.method = method
         self.args_blob = args_blob
@@ -156,6 +157,9 @@ class ActorCallSpec:
         # The group it runs in (None: the default group), decided by the caller's handle
         # (core/concurrency_groups.call_group).
         self.concurrency_group = concurrency_group
+        # False, True or pickled exception classes: an exception the call raises that it
+        # names is retried while max_task_retries allows (the actor's worker decides).
+        self.retry_exceptions = retry_exceptions
         self.reply = None  # never pickled
 
     def __reduce__(self):

@@ -25,6 +25,8 @@ the object table's waiters (``_call_dep_ready``), the manager (``_pump``, ``_fin
 
 from __future__ import annotations
 
+import logging
+
 from miniray._private.core import protocol, scheduling, serialization
 from miniray._private.core.dependency_errors import dependency_error_bytes
 from miniray._private.core.task_spec import ActorCallSpec
@@ -39,6 +41,9 @@ from miniray._private.owner.actor_records import (
     _NestedDep,
 )
 from miniray._private.owner.object_table import PENDING
+from miniray._private.owner.tasks import error_text, retry_line
+
+logger = logging.getLogger(__name__)
 
 
 class ActorCalls:
@@ -79,7 +84,8 @@ class ActorCalls:
         call = _Call(spec, actor)
         self.calls[spec.task_id] = call
         if (not spec.deps and not spec.contained and not actor.queue and not actor.remote
-                and actor.state == A_ALIVE and not actor.exiting):
+                and actor.state == A_ALIVE and not actor.exiting
+                and (spec.method != "__ray_terminate__" or not actor.inflight)):
             worker = actor.worker
             if worker is not None and not getattr(worker, "elsewhere", False):
                 # The common call (no argument refs, nothing queued before it, a local
@@ -158,6 +164,10 @@ class ActorCalls:
             if call.failed is not None:
                 self._finish(call, [(protocol.ERR, call.failed)] * max(1, spec.num_returns))
                 continue
+            if spec.method == "__ray_terminate__" and any(
+                    c.spec.retry_exceptions for c in actor.inflight.values()):
+                queue.appendleft(call)  # after them: one that fails may run again first
+                break
             dep_values = spec.payloads
             call.kept = ()
             if spec.deps:
@@ -307,14 +317,40 @@ class ActorCalls:
         self._deliver(spec, [(protocol.ERR, data)] * max(1, len(spec.return_ids)))
 
     def on_result(self, worker, task_id: bytes, results: list, contained=None,
-                  times=None) -> bool:
+                  times=None, retryable: bool = False) -> bool:
         """*Locked.* ``worker``'s actor answered call ``task_id``: False if its values were
-        replaced by the cancel error (``_finish``), so that refs inside them hold nothing."""
+        replaced by the cancel error (``_finish``), so that refs inside them hold nothing,
+        or if the call raised an exception its ``retry_exceptions`` names (``retryable``)
+        and runs again, as Ray retries it while ``max_task_retries`` allows."""
         actor = worker.actor
         call = actor.inflight.pop(task_id, None) if actor is not None else None
         if call is None:
             return True
-        return self._finish(call, results, contained, times)
+        if retryable and not call.cancelled and actor.state == A_ALIVE and not actor.exiting:
+            before = call.retries_left
+            again, call.retries_left = scheduling.consume_retry(before)
+            if again:
+                self._retry(call, before, results)
+                return False
+        stand = self._finish(call, results, contained, times)
+        if call.spec.retry_exceptions and actor.queue:  # a __ray_terminate__ it held back
+            self._pump(actor)
+        return stand
+
+    def _retry(self, call: _Call, before: int, results: list) -> None:
+        """*Locked.* ``call`` raised an exception it retries: back at the head of its
+        actor's queue, its arguments' pins of this send given back (the next send pins
+        them again), with Ray's line."""
+        spec = call.spec
+        logger.warning("%s", retry_line(f"{call.actor.spec.class_name}.{spec.call_name}",
+                                        before, "User exception:\n" + error_text(results)))
+        if spec.deps:
+            kept, call.kept = call.kept, ()
+            self.owner.requests.unpin_deps([d for d in spec.deps if d[1] not in kept]
+                                           if kept else spec.deps)
+        call.sent = False
+        call.actor.queue.appendleft(call)
+        self._pump(call.actor)
 
     def _send_call(self, worker, spec: ActorCallSpec, dep_values, soon: bool) -> None:
         """*Locked.* The ACTOR_CALL of ``spec`` to the actor's worker (``_send``), with its
@@ -323,7 +359,7 @@ class ActorCalls:
         try:
             self._send(worker, (protocol.ACTOR_CALL, spec.task_id, spec.method, spec.args_blob,
                                 dep_values, spec.return_ids, spec.num_returns, spec.call_name,
-                                spec.concurrency_group), soon)
+                                spec.concurrency_group, spec.retry_exceptions), soon)
         except OSError:
             pass
 

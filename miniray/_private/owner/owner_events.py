@@ -336,7 +336,7 @@ class OwnerEvents:
                 if self._drained is not worker:
                     worker.drain_printed()
                 values = self.actors.on_result(worker, message[1], message[2], message[4],
-                                               message[5])
+                                               message[5], message[3])
             else:
                 self._on_result(worker, message[1], message[2], message[3], message[5])
                 values = True

@@ -55,7 +55,7 @@ def retry_line(name: str, retries_left: int, error: str) -> str:
             f"retried. Error: {error}")
 
 
-def _error_text(results: list) -> str:
+def error_text(results: list) -> str:
     """The text of the error a failed task's first result holds (its traceback), for the
     retry line; "" when it cannot be read here."""
     try:
@@ -415,7 +415,7 @@ class TaskQueue:
             retryable, before, task.cancelled, task.state == T_DONE)
         if retry:
             logger.warning("%s", retry_line(task.spec.name, before,
-                                            "User exception:\n" + _error_text(results)))
+                                            "User exception:\n" + error_text(results)))
             self.requeue(task)
         elif task.state != T_DONE:
             self.complete(task, results)

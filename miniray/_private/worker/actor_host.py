@@ -64,6 +64,7 @@ from miniray._private.worker.execute import (
     _flush_std,
     _user_traceback,
     exit_for_system_exit,
+    is_retryable,
     result_message,
     task_error_for,
 )
@@ -152,6 +153,9 @@ class ActorHost:
         # Per concurrency group of an async actor: calls read but not yet started on its loop.
         self.inboxes: collections.defaultdict = collections.defaultdict(list)
         self.replies: list = []  # results of async calls, written once per turn of a loop
+        # Calls whose exceptions may be retried: task id -> their retry_exceptions (ACTOR_CALL's
+        # last field), from their arrival until their result goes (``_send``, ``_reply_error``).
+        self.retry_of: dict[bytes, object] = {}
         self.sending = threading.Lock()  # held while ``replies`` taken are being written
         self.lock = threading.Lock()
         # A driver on another host: a call's large values are sent as frames after its
@@ -259,6 +263,8 @@ class ActorHost:
     def handle_call(self, message: tuple) -> None:
         task_id = message[1]
         method_name = message[2]
+        if len(message) > 9 and message[9]:  # its exceptions may be retried: kept till it ends
+            self.retry_of[task_id] = message[9]
         if method_name == "__ray_terminate__":
             self._terminate(message)
             return
@@ -596,19 +602,24 @@ class ActorHost:
         )
         if times is not None:  # it ran until now: loaded and returned are not told apart
             times = (times[0], times[0], time_ns())
+        retry = self.retry_of.get(task_id) if self.retry_of else None
         self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns),
-                   times)
+                   times, retryable=bool(retry) and not isinstance(error, KeyboardInterrupt)
+                   and is_retryable(error, retry))
 
     def _error_fields(self) -> dict:
         return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}
 
     def _send(self, task_id: bytes, results: list, times: tuple | None = None,
-              sers: list | None = None) -> None:
+              sers: list | None = None, retryable: bool = False) -> None:
         _flush_std()
+        if self.retry_of:
+            self.retry_of.pop(task_id, None)
         if sers:
-            self.worker.channel.send_bulk(result_message(task_id, results, False, times), sers)
+            self.worker.channel.send_bulk(result_message(task_id, results, retryable, times),
+                                          sers)
             return
-        self.worker.channel.send(result_message(task_id, results, False, times))
+        self.worker.channel.send(result_message(task_id, results, retryable, times))
 
     # -- cancel and exit ----------------------------------------------------------------
     def cancel(self, task_id: bytes) -> None:

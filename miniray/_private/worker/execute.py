@@ -51,6 +51,20 @@ def flush_metrics() -> None:
         pass
 
 
+def is_retryable(error: BaseException, retry_exceptions) -> bool:
+    """Whether a task's or actor call's ``error`` is one its ``retry_exceptions`` names:
+    True for any Exception, else the pickled tuple of exception classes."""
+    if not retry_exceptions:
+        return False
+    if retry_exceptions is True:
+        return isinstance(error, Exception)
+    try:
+        allowed = serialization.loads(retry_exceptions)
+    except Exception:  # noqa: BLE001 - classes that do not load here retry nothing
+        return False
+    return isinstance(error, tuple(allowed))
+
+
 def result_message(task_id: bytes, results: list, retryable: bool,
                    times: tuple | None = None) -> tuple:
     """(RESULT, task_id, [(kind, payload)], retryable, [ids of refs inside each value],

@@ -78,6 +78,7 @@ from miniray._private.worker.execute import (
     _flush_std,
     _user_traceback,
     exit_for_system_exit,
+    is_retryable,
     result_message,
     task_error_for,
 )
@@ -509,7 +510,7 @@ class _Worker:
                 error, name, pid=self.pid, ip=self.info.get("node_ip", "127.0.0.1"),
                 traceback_str=_user_traceback(error), task_id=task_id,
             )
-            retryable = not isinstance(error, KeyboardInterrupt) and _is_retryable(
+            retryable = not isinstance(error, KeyboardInterrupt) and is_retryable(
                 task_error.cause, retry_exceptions)
             data = _dumps_error(task_error)
             results = [(protocol.ERR, data)] * max(1, num_returns)
@@ -653,18 +654,6 @@ def _wait_for_file(path: str, timeout: float) -> None:
     deadline = monotonic() + timeout
     while not os.path.exists(path) and monotonic() < deadline:
         sleep(0.01)
-
-
-def _is_retryable(error: BaseException, retry_exceptions) -> bool:
-    if not retry_exceptions:
-        return False
-    if retry_exceptions is True:
-        return isinstance(error, Exception)
-    try:
-        allowed = pickle.loads(retry_exceptions)
-    except Exception:
-        return False
-    return isinstance(error, tuple(allowed))
 
 
 def _apply_hello(info: dict) -> tuple[dict, str]:
