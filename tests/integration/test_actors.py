@@ -330,12 +330,38 @@ def test_named_actors(ray, Recorder):
         Recorder.options(name="").remote()
 
 
+def test_a_named_actors_name_is_free_once_its_last_handle_is_gone(ray):
+    """The named-actors page: a named actor whose handles are all gone is not found any
+    more. Ray 2.60 (the same script, 3 runs): ``list_named_actors()`` is ``[]`` right after
+    ``del``, ``get_actor`` raises ValueError, and the name can be taken again. miniray kept
+    the name until the actor had exited and handed out a handle to the exiting actor."""
+
+    @ray.remote
+    class Counter:
+        def ping(self):
+            return 1
+
+    for _ in range(3):
+        counter = Counter.options(name="some_name").remote()
+        assert ray.get(counter.ping.remote(), timeout=30) == 1
+        assert ray.util.list_named_actors() == ["some_name"]
+        del counter
+        assert ray.util.list_named_actors() == []
+        with pytest.raises(ValueError, match="Failed to look up actor with name 'some_name'"):
+            ray.get_actor("some_name")
+    keep = Counter.options(name="kept").remote()
+    again = ray.get_actor("kept")
+    del keep  # another handle remains: the name stays
+    assert ray.get(again.ping.remote(), timeout=30) == 1
+    assert ray.util.list_named_actors() == ["kept"]
+
+
 def test_named_actors_in_namespaces(ray, Recorder):
     from miniray.util import list_named_actors
 
     here = Recorder.options(name="a").remote()
     there = Recorder.options(name="a", namespace="elsewhere").remote()  # no clash: other ns
-    Recorder.options(name="b", namespace="elsewhere").remote()
+    kept_b = Recorder.options(name="b", namespace="elsewhere").remote()  # noqa: F841 (held)
     assert here != there
     assert ray.get_actor("a", namespace="elsewhere") == there
     assert ray.get_actor("a") == here

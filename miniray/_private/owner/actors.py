@@ -753,6 +753,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
         """*Locked.* A named actor this manager owns (joined to a node, names live in the
         actor service: ``lookup_in_service``)."""
+        self.apply_handle_events()  # a handle dropped just before frees its actor's name
         actor_id = self.names.get((namespace, name))
         actor = self.actors.get(actor_id) if actor_id is not None else None
         if actor is None or actor.state == A_DEAD:
@@ -765,6 +766,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
     def named(self, namespace: str, all_namespaces: bool) -> list:
         """*Locked.* The named actors this manager owns (joined to a node:
         ``named_in_service``)."""
+        self.apply_handle_events()  # as lookup()
         out = []
         for (ns, name), actor_id in sorted(self.names.items()):
             if self.actors[actor_id].state == A_DEAD:
