@@ -80,14 +80,6 @@ class ActorClassInheritanceException(TypeError):
     """Raised when a class tries to inherit from an ActorClass."""
 
 
-def _wire_retry(value):
-    """A method's ``retry_exceptions`` as a call carries it: False, True, or the pickled
-    tuple of exception classes (as a task's)."""
-    if isinstance(value, (list, tuple)):
-        return serialization.dumps(tuple(value))
-    return bool(value)
-
-
 def _method_table(cls: type) -> dict:
     """name -> (num_returns, is_generator, max_task_retries or None, ArgSpec or None,
     concurrency group or None, retry_exceptions) for every method. The table travels inside
@@ -110,7 +102,8 @@ def _method_table(cls: type) -> dict:
         table[name] = (num_returns, generator,
                        getattr(function, "__ray_max_task_retries__", None), argspec,
                        getattr(function, "__ray_concurrency_group__", None),
-                       _wire_retry(getattr(function, "__ray_retry_exceptions__", False)))
+                       _options.wire_retry_exceptions(
+                           getattr(function, "__ray_retry_exceptions__", False)))
     for name in _BUILTIN_METHODS:  # in the default group, as in Ray
         table[name] = (1, False, 0, signatures.ArgSpec((), f"{name}()", name), None)
     table["__ray_call__"] = (1, False, 0, signatures.of_function(_ray_call, "__ray_call__"),
@@ -461,7 +454,7 @@ class _MethodSpec:
         self.concurrency_group = concurrency_group  # the method's (@method), None: default
         self.group_override = group_override  # the call's .options(concurrency_group=...)
         self.group = group_override or concurrency_group  # the one the calls name
-        # Which exceptions the method raises are retried (``_wire_retry``), while
+        # Which exceptions the method raises are retried (``wire_retry_exceptions``), while
         # max_task_retries allows, as a task's with its max_retries.
         self.retry_exceptions = retry_exceptions
 
@@ -526,7 +519,7 @@ class ActorMethod:
                            opts.get("name") or self._call_name, argspec=self._argspec,
                            concurrency_group=self._concurrency_group,
                            group_override=override or None,
-                           retry_exceptions=_wire_retry(opts["retry_exceptions"])
+                           retry_exceptions=_options.wire_retry_exceptions(opts["retry_exceptions"])
                            if "retry_exceptions" in opts else self._spec.retry_exceptions)
 
     def bind(self, *args, **kwargs):

@@ -149,10 +149,7 @@ class _Template:
         self.num_returns = num_returns
         max_retries = opts.get("max_retries")
         self.max_retries = _options.default_max_retries() if max_retries is None else max_retries
-        retry = opts.get("retry_exceptions") or False
-        if isinstance(retry, (list, tuple)):
-            retry = serialization.dumps(tuple(retry))
-        self.retry_exceptions = retry
+        self.retry_exceptions = _options.wire_retry_exceptions(opts.get("retry_exceptions"))
         self.max_calls = max_calls
         self.name = opts.get("name") or default_name
         self.runtime_env = runtime_envs.parse_for_task(opts.get("runtime_env"))

@@ -259,7 +259,7 @@ class Runtime(SessionFiles):
 
         self.memory_watch = MemoryWatch(self.owner, self.memory_settings, self.node_ip,
                                         self.node_id)
-        with self.owner._lock:
+        with self.owner.locked():
             self.memory_watch.start()
 
     def _serve_state(self) -> None:

@@ -961,7 +961,7 @@ def test_public_surface():
         "task_resource_request", "actor_resource_requests", "actor_creation_checks",
         "default_max_calls", "validate_method_options", "default_max_retries",
         "validate_method_call_options", "placement_option", "hard_affinity", "node_affinity",
-        "task_strategy",
+        "task_strategy", "wire_retry_exceptions",
     }  # fmt: skip
     defined_here = {
         name

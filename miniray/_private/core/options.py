@@ -51,7 +51,7 @@ import os
 import warnings
 from typing import Any, Callable, NamedTuple, Union
 
-from miniray._private.core import runtime_envs
+from miniray._private.core import runtime_envs, serialization
 
 __all__ = [
     "ACTOR_OPTIONS",
@@ -66,6 +66,7 @@ __all__ = [
     "hard_affinity",
     "node_affinity",
     "task_resource_request",
+    "wire_retry_exceptions",
     "task_strategy",
     "update_options",
     "validate_actor_options",
@@ -282,6 +283,19 @@ def _num_returns_error(value: Any) -> str | None:
         "generators), or 'dynamic'. 'dynamic' flag will be deprecated in the future, and "
         "it is recommended to use 'streaming' instead."
     )
+
+
+def wire_retry_exceptions(value: Any):
+    """``retry_exceptions`` (a task's or an actor method's) as a submission carries it: False,
+    True, or the pickled tuple of exception classes the worker tests the error against.
+
+    >>> wire_retry_exceptions(None), wire_retry_exceptions(True), wire_retry_exceptions([])
+    (False, True, False)
+    """
+    value = value or False
+    if isinstance(value, (list, tuple)):
+        return serialization.dumps(tuple(value))
+    return value
 
 
 def _retry_exceptions_error(value: Any) -> str | None:

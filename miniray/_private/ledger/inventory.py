@@ -54,14 +54,20 @@ def memory_available() -> int:
 def host_memory() -> int | None:
     """The memory this host (or its cgroup limit) has in all, or None if unknown."""
     total = _meminfo("MemTotal")
-    try:  # cgroup v2 limit, as Ray's get_system_memory
+    limit = _cgroup_memory_limit()  # as Ray's get_system_memory
+    if limit is not None:
+        total = limit if total is None else min(total, limit)
+    return total
+
+
+def _cgroup_memory_limit() -> int | None:
+    """This process's cgroup v2 memory limit in bytes, or None when it has none."""
+    try:
         with open("/sys/fs/cgroup/memory.max") as f:
             limit = f.read().strip()
-        if limit != "max":
-            total = int(limit) if total is None else min(total, int(limit))
+        return None if limit == "max" else int(limit)
     except (OSError, ValueError):
-        pass
-    return total
+        return None
 
 
 def memory_usage() -> tuple[int, int] | None:
@@ -72,10 +78,9 @@ def memory_usage() -> tuple[int, int] | None:
     total, available = _meminfo("MemTotal"), _meminfo("MemAvailable")
     if total is None or available is None:
         return None
-    try:  # cgroup v2
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        if limit != "max" and int(limit) < total:
+    limit = _cgroup_memory_limit()
+    if limit is not None and limit < total:
+        try:
             with open("/sys/fs/cgroup/memory.current") as f:
                 current = int(f.read())
             inactive = 0
@@ -83,9 +88,9 @@ def memory_usage() -> tuple[int, int] | None:
                 for line in f:
                     if line.startswith("inactive_file "):
                         inactive = int(line.split()[1])
-            return max(0, current - inactive), int(limit)
-    except (OSError, ValueError):
-        pass
+            return max(0, current - inactive), limit
+        except (OSError, ValueError):
+            pass
     return total - available, total
 
 

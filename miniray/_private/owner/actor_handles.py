@@ -95,9 +95,7 @@ class ActorHandles:
     def _terminate_when_idle(self, actor: _Actor) -> None:
         """*Locked.* Its last handle is gone: it exits after the calls sent before, and its
         name is free at once (``get_actor`` fails, another actor may take it), as in Ray."""
-        spec = actor.spec
-        if spec.name and self.names.get((spec.namespace, spec.name)) == spec.actor_id:
-            del self.names[(spec.namespace, spec.name)]
+        self.free_name(actor)
         task_id = ids.new_actor_task_id(actor.spec.actor_id)
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)

@@ -637,9 +637,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         actor.death = death
         if actor in self.pending:
             self.pending.remove(actor)
-        spec = actor.spec
-        if spec.name and self.names.get((spec.namespace, spec.name)) == spec.actor_id:
-            del self.names[(spec.namespace, spec.name)]
+        self.free_name(actor)
         self._fail_all(actor)
         if actor.worker is None and actor.lease is not None:
             self.owner.release_lease_later(actor.lease.lease_id, actor.host_lease)
@@ -749,6 +747,12 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             # on queue and run on the new one once its exit is reported.
             actor.state = A_RESTARTING
         return False
+
+    def free_name(self, actor: _Actor) -> None:
+        """*Locked.* ``actor``'s name, if it still names it, names nothing from now on."""
+        spec = actor.spec
+        if spec.name and self.names.get((spec.namespace, spec.name)) == spec.actor_id:
+            del self.names[(spec.namespace, spec.name)]
 
     def lookup(self, name: str, namespace: str) -> tuple[bytes, object]:
         """*Locked.* A named actor this manager owns (joined to a node, names live in the

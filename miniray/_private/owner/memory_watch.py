@@ -70,11 +70,10 @@ class MemoryWatch:
         self._victim = None
         if not busy:  # nothing to kill: the host is not even read
             return False
-        use = self._read()
-        if use is None or not memory_policy.over_threshold(
-                memory_policy.MemoryUse(*use), self.settings):
+        read = self._read()
+        use = memory_policy.MemoryUse(*read) if read is not None else None
+        if not memory_policy.over_threshold(use, self.settings):
             return False
-        use = memory_policy.MemoryUse(*use)
         pick = memory_policy.pick_victim(
             [Candidate(i, retriable, since[worker.pid][1])
              for i, (worker, _work, retriable, _what) in enumerate(busy)])

@@ -857,8 +857,7 @@ class Owner(OwnerLeases, OwnerEvents):
         while True:
             with self._lock:
                 busy = not self._closed and any(
-                    not worker.dead and (worker.inflight or (
-                        worker.actor is not None and worker.actor.inflight))
+                    not worker.dead and worker.runs_work()
                     for worker in self.workers.by_req.values())
             if not busy or time.monotonic() >= deadline:
                 return
@@ -879,8 +878,7 @@ class Owner(OwnerLeases, OwnerEvents):
             for worker in workers:
                 if worker.dead:
                     continue
-                busy = worker.inflight or worker.blocked or (
-                    worker.actor is not None and worker.actor.inflight) or any(
+                busy = worker.runs_work() or worker.blocked or any(
                     warming_worker is worker for warming_worker in warming)
                 if busy and worker.pid is not None:
                     doomed.append(worker.pid)

@@ -84,6 +84,10 @@ class WorkerSlot:
         # needlessly, never a prefix lost; see ``name_output``).
         self.named: str | None = None
 
+    def runs_work(self) -> bool:
+        """*Locked.* It runs a task (or holds tasks sent to it) or an actor call."""
+        return bool(self.inflight) or (self.actor is not None and bool(self.actor.inflight))
+
     def drain_printed(self) -> None:
         """Print what this worker has written to its stdout/stderr pipes so far. Called
         before its results (and yielded items) are handled, after their frames were read:

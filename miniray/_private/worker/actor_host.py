@@ -602,10 +602,8 @@ class ActorHost:
         )
         if times is not None:  # it ran until now: loaded and returned are not told apart
             times = (times[0], times[0], time_ns())
-        retry = self.retry_of.get(task_id) if self.retry_of else None
         self._send(task_id, [(protocol.ERR, _dumps_error(task_error))] * max(1, num_returns),
-                   times, retryable=bool(retry) and not isinstance(error, KeyboardInterrupt)
-                   and is_retryable(error, retry))
+                   times, retryable=is_retryable(error, self.retry_of.get(task_id)))
 
     def _error_fields(self) -> dict:
         return {"actor_id": self.actor_id.hex(), "actor_repr": _safe_repr(self.instance)}

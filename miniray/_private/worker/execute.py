@@ -53,8 +53,9 @@ def flush_metrics() -> None:
 
 def is_retryable(error: BaseException, retry_exceptions) -> bool:
     """Whether a task's or actor call's ``error`` is one its ``retry_exceptions`` names:
-    True for any Exception, else the pickled tuple of exception classes."""
-    if not retry_exceptions:
+    True for any Exception, else the pickled tuple of exception classes. Never a
+    KeyboardInterrupt (a cancel)."""
+    if not retry_exceptions or isinstance(error, KeyboardInterrupt):
         return False
     if retry_exceptions is True:
         return isinstance(error, Exception)
