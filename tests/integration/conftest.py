@@ -70,11 +70,22 @@ _RUN_PID = os.getpid()
 
 
 def _interrupt(signum, _frame):
-    if os.getpid() != _RUN_PID:  # a child forked by a test (a Pool's worker): it inherited
-        signal.signal(signum, signal.SIG_DFL)  # this handler, and must die as by default
-        os.kill(os.getpid(), signum)  # (Pool.terminate() joins it after a SIGTERM)
+    if os.getpid() != _RUN_PID:  # a child forked where the at-fork hook did not run (a C
+        signal.signal(signum, signal.SIG_DFL)  # library's fork): it dies as by default
+        os.kill(os.getpid(), signum)
         return
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _default_sigterm_in_child() -> None:
+    """A forked child dies of SIGTERM as by default from its first instruction, not when its
+    handler gets to run: one wedged where no Python code runs (a lock some thread of the run
+    held at the fork) never would, and ``Pool.terminate()`` joins it with no time limit."""
+    if signal.getsignal(signal.SIGTERM) is _interrupt:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        except ValueError:  # pragma: no cover - forked from a thread Python has no main of
+            pass
 
 
 # SIGTERM (a CI time limit, `kill`) ends the run as Ctrl-C does: the running test's fixtures
@@ -83,6 +94,7 @@ def _interrupt(signum, _frame):
 if (threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
     signal.signal(signal.SIGTERM, _interrupt)
+    os.register_at_fork(after_in_child=_default_sigterm_in_child)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -216,17 +216,51 @@ def test_a_dead_workers_reservation_goes_back_on_a_refusal_or_the_nodes_reconcil
     assert kept_budget.reservations(shm, TAG) == (30, [(os.getpid(), two.hex(), 50)])
 
 
-def test_reservations_from_many_processes_never_pass_the_cap(tmp_path):
-    import multiprocessing
+_RESERVER = """
+import os, sys, time
+from miniray._private.object_store import kept_budget
+shm, tag, go, out = sys.argv[1:]
+deadline = time.monotonic() + 30
+while not os.path.exists(go) and time.monotonic() < deadline:  # all start together
+    time.sleep(0.001)
+granted = sum(kept_budget.reserve(shm, tag, 7, 100) for _ in range(10))
+with open(out + ".part", "w") as f:
+    f.write(str(granted))
+os.rename(out + ".part", out)
+sys.stdin.read()  # alive till the test is done: a dead reserver's unwritten bytes go back
+"""
 
+
+def test_reservations_from_many_processes_never_pass_the_cap(tmp_path):
+    # fresh interpreters, not forks of this (threaded) process: nothing inherited held
+    import subprocess
+    import sys
+    import time
+
+    import miniray
     from miniray._private.object_store import kept_budget
 
-    shm = str(tmp_path)
+    shm, go = str(tmp_path), str(tmp_path / "go")
     kept_budget.create(shm, TAG)
-    context = multiprocessing.get_context("fork")
-    with context.Pool(4) as pool:
-        granted = pool.starmap(kept_budget.reserve, [(shm, TAG, 7, 100)] * 40)
-    assert sum(granted) == 14 and kept_budget.used(shm, TAG) == 98
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__))),
+         os.environ.get("PYTHONPATH", "")]))
+    outs = [str(tmp_path / f"granted{i}") for i in range(4)]
+    children = [subprocess.Popen([sys.executable, "-c", _RESERVER, shm, TAG, go, out], env=env,
+                                 stdin=subprocess.PIPE) for out in outs]
+    try:
+        open(go, "w").close()
+        deadline = time.monotonic() + 60
+        while not all(map(os.path.exists, outs)) and time.monotonic() < deadline:
+            assert all(child.poll() is None for child in children)
+            time.sleep(0.01)
+        granted = [int(open(out).read()) for out in outs]
+        assert sum(granted) == 14 and kept_budget.used(shm, TAG) == 98
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+            child.stdin.close()
 
 
 def _remote_worker(tmp_path, keep_max: int, budget: bool = True):
