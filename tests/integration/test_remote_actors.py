@@ -505,3 +505,43 @@ def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
     gpu_ids, visible, env, node = doc["seen"]
     assert gpu_ids == [0] and visible == "0" and env == "yes", doc
     assert node == doc["member"], doc
+
+
+def test_a_method_of_an_actor_on_the_member_retries_what_its_retry_exceptions_names(hosts):
+    _join_special(hosts)
+    doc = _run_driver(hosts, """
+    @ray.remote(max_task_retries=3, resources={"special": 1})
+    class Flaky:
+        def __init__(self):
+            self.n = 0
+        def where(self):
+            return ray.get_runtime_context().get_node_id()
+        @ray.method(retry_exceptions=[ValueError])
+        def named(self):
+            self.n += 1
+            if self.n % 3:
+                raise ValueError(self.n)
+            return self.n
+        def unnamed(self):
+            self.n += 1
+            raise ValueError(self.n)
+
+    out = {"member": member}
+    for how, actor in (("driver's", Flaky.remote()),
+                       ("service's", Flaky.options(name="f", lifetime="detached").remote())):
+        got = [ray.get(actor.where.remote(), timeout=60), ray.get(actor.named.remote(),
+                                                                  timeout=60)]
+        for options in ({}, {"retry_exceptions": [KeyError]}, {"retry_exceptions": True}):
+            try:
+                ray.get(actor.unnamed.options(**options).remote(), timeout=60)
+            except ValueError as error:
+                got.append(str(error).splitlines()[-1])
+        out[how] = got
+        ray.kill(actor)
+    print(json.dumps(out), flush=True)
+    ray.shutdown()
+    """)
+    # on the member; two failures retried; then: not retried, not retried (another class
+    # named), retried max_task_retries times
+    expected = [doc["member"], 3, "ValueError: 4", "ValueError: 5", "ValueError: 9"]
+    assert doc["driver's"] == doc["service's"] == expected, doc

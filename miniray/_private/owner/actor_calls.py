@@ -193,7 +193,7 @@ class ActorCalls:
                 self.link.call(actor.spec.actor_id, ActorCallSpec(
                     spec.task_id, spec.method, spec.args_blob, None, spec.return_ids,
                     spec.num_returns, spec.call_name, spec.max_task_retries, (), dep_values,
-                    spec.concurrency_group), call.exported)
+                    spec.concurrency_group, spec.retry_exceptions), call.exported)
                 continue
             self._send_call(actor.worker, spec, dep_values, busy)
 

@@ -728,7 +728,7 @@ class RemoteActors:
                     if message[1] not in actor.inflight:  # failed meanwhile: nobody's
                         self.nodes.kept_results.drop_kept(results)
                     manager.on_result(worker, message[1], results, message[4] or None,
-                                      message[5])
+                                      message[5], message[3])
             elif tag == protocol.ACTOR_READY:
                 with owner.locked():
                     manager.on_ready(worker, message[2], message[3], message[4], message[5])
