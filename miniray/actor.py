@@ -180,8 +180,8 @@ class ActorClass(Generic[T]):
     def _export(self) -> tuple[bytes, bytes]:
         cache = self._export_cache
         if cache is None or cache[0] != os.getpid():
-            name = f"{self._cls.__module__}.{self._cls.__qualname__}"
-            data = serialization.dumps_function(self._cls, name)
+            name = f"{self._cls.__module__}.{self._cls.__qualname__}.__init__"  # as Ray
+            data = serialization.dumps_function(self._cls, name, "actor class")
             cache = self._export_cache = (os.getpid(), hashlib.sha1(data).digest()[:16], data)
         return cache[1], cache[2]
 
@@ -207,7 +207,8 @@ class ActorClass(Generic[T]):
         fn_id, data = self._export()
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
         blob, deps, contained, _stored = serialization.pack_arguments(
-            args, kwargs, self._cls.__name__, ObjectRef, rt.large_arguments)
+            args, kwargs, f"{self._cls.__module__}.{self._cls.__qualname__}.__init__",
+            ObjectRef, rt.large_arguments)
         namespace = opts.get("namespace")
         if namespace is None:
             namespace = rt.namespace if rt.mode == "driver" else rt.info.get("namespace")
@@ -369,7 +370,7 @@ class ActorHandle(Generic[T]):
                 "to a session that was shut down.")
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
         blob, deps, contained, _stored = serialization.pack_arguments(
-            args, kwargs, spec.name, ObjectRef,
+            args, kwargs, self._state[0] + "." + spec.name, ObjectRef,
             rt.large_arguments if args or kwargs else None)  # a call without any: none
         task_id = ids.new_actor_task_id(self._actor_id)  # TaskID.actor_id() names the actor
         num_returns = spec.num_returns

@@ -303,7 +303,7 @@ class RemoteFunction(Generic[P, R]):
         # ``_stored``: refs of large arguments put in the store, alive until submitted.
         if args or kwargs:
             blob, deps, contained, _stored = serialization.pack_arguments(
-                args, kwargs, self._function.__name__, ObjectRef, rt.large_arguments)
+                args, kwargs, self._function_name, ObjectRef, rt.large_arguments)
         else:
             blob, deps, contained = _NO_ARGUMENTS
         task_id = ids.new_task_id()

@@ -282,9 +282,10 @@ def put(value: T, *, _owner: Any = None, _tensor_transport: str | None = None) -
     except (RayError, OSError):  # ObjectStoreFullError, OutOfDiskError, ...
         raise
     except Exception as error:
-        raise TypeError(
-            f"Could not serialize the value passed to put(): {type(error).__name__}: {error}."
-        ) from error
+        raise TypeError(serialization.unpicklable_message(
+            "put value", value, error,
+            "A put value must be picklable (cloudpickle); put the data needed to rebuild "
+            "it instead.")) from error
     return ObjectRef(object_id)
 
 

@@ -37,8 +37,9 @@ cell. Deliberate differences, in wording only (README, "Differences from Ray"):
   "connection error code 2. End of file" for ``os._exit``, SIGKILL and SIGSEGV alike;
   miniray names the exit code or the signal (it has the fork server's report), and for
   ``sys.exit()`` the code the worker exited with (0 for ``sys.exit()``, where Ray says None).
-* Ray's ``TypeError`` for an unpicklable argument carries an ``inspect_serializability``
-  report; miniray names the argument and what to do. Both raise at ``.remote()``.
+* An unpicklable argument: both raise Ray's ``TypeError`` at ``.remote()`` ("Could not
+  serialize the argument <it> for a task or actor <module.name>:" and the
+  ``inspect_serializability`` report on it); miniray adds a line on what to do.
 * Unpickling failures: Ray's ``RaySystemError`` says ``System error: <error text>`` with Ray's
   own frames; miniray's names what failed (an argument in the worker, a result in the driver),
   the error's type and text, and keeps only the user's frames.
@@ -219,7 +220,8 @@ CRASH_TASK = {
     "sys_exit": ["exited with code 0"],
     "sys_exit_3": ["exited with code 3"],
 }
-UNPICKLABLE_ARG = ["Could not serialize the argument", "_thread.lock"]
+UNPICKLABLE_ARG = ["Could not serialize the argument <unlocked _thread.lock object",
+                   "for a task or actor", "Checking Serializability of"]
 ARG_UNPICKLE = ["At least one of the input arguments for this task could not be computed",
                 "RuntimeError: cannot rebuild this object"]
 RESULT_UNPICKLE = ["Could not deserialize", "RuntimeError: cannot rebuild this object"]

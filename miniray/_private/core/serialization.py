@@ -1,8 +1,11 @@
 """Serialization of values, functions and errors.
 
 Owns: how a Python value becomes bytes and back (cloudpickle, pickle protocol 5), and the
-translation of pickling failures into clear errors. Does not own: where bytes are kept
-(``object_store.py``).
+translation of pickling failures into clear errors: Ray's first line ("Could not serialize
+the argument <value> for a task or actor <module.name>:", "... the function ...", "... the
+actor class ...", "... the put value ...", ``__main__`` named by the script's file as Ray
+names it), then ``inspect_serializability``'s report on the culprit (``serializability``),
+then what to do. Does not own: where bytes are kept (``object_store.py``).
 Called by: remote_function.py and actor.py (arguments), worker_main.py (arguments, results), the
 owner (put).
 
@@ -30,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from miniray._private.core import oob
+from miniray._private.core import oob, serializability
 
 PROTOCOL = 5
 
@@ -135,12 +138,12 @@ def _pickle_arguments(args: tuple, kwargs: dict, function_name: str) -> tuple[by
         return metadata, [buffer.raw() for buffer in buffers]
     except Exception as error:
         culprit = _find_unpicklable(list(args) + list(kwargs.values()))
-        what = f"the argument {culprit!r}" if culprit is not None else "an argument"
-        raise TypeError(
-            f"Could not serialize {what} of {function_name}: {type(error).__name__}: {error}. "
+        what = "argument" if culprit is not None else "arguments"
+        raise TypeError(unpicklable_message(
+            what, (args, kwargs) if culprit is None else culprit, error,
             "Arguments of remote calls must be picklable (cloudpickle); pass the data needed "
-            "to rebuild the object instead, or create it inside the task."
-        ) from error
+            "to rebuild the object instead, or create it inside the task.",
+            f"for a task or actor {display_name(function_name)}")) from error
 
 
 def dumps_arguments(args: tuple, kwargs: dict, function_name: str) -> bytes:
@@ -354,15 +357,53 @@ def _dumps_keeping_files(function: Any) -> bytes:
     return buffer.getvalue()
 
 
-def dumps_function(function: Any, name: str) -> bytes:
+def dumps_function(function: Any, name: str, kind: str = "function") -> bytes:
+    """``function`` (or an actor class: ``kind`` "actor class") pickled by value, or
+    TypeError with the report on what it captures."""
     try:
         return _dumps_keeping_files(function)
     except Exception as error:
-        raise TypeError(
-            f"Could not serialize the remote function or class {name}: "
-            f"{type(error).__name__}: {error}. Check what it captures from its enclosing "
-            "scope (locks, open files, sockets cannot be pickled)."
-        ) from error
+        raise TypeError(unpicklable_message(
+            kind, function, error,
+            "Check what it captures from its enclosing scope (locks, open files, sockets "
+            "cannot be pickled): create such objects inside it instead.",
+            display_name(name), show_value=False)) from error
+
+
+# A value's repr in an error is cut here: the report below it shows the culprit itself.
+_REPR_LIMIT = 500
+
+
+def unpicklable_message(what: str, value: Any, error: BaseException, advice: str,
+                        where: str = "", show_value: bool = True) -> str:
+    """Ray's message for a value that could not be pickled: "Could not serialize the
+    <what> <value or where>[ <where>]:", the report on ``value`` (or, when there is none,
+    the pickling error itself), then ``advice``."""
+    head = f"Could not serialize the {what}"
+    if show_value:
+        try:
+            shown = repr(value)
+        except Exception:  # the error is about pickling; a failing repr must not hide it
+            shown = f"<{type(value).__qualname__} object>"
+        if len(shown) > _REPR_LIMIT:
+            shown = shown[:_REPR_LIMIT] + "...>"
+        head += f" {shown}"
+    if where:
+        head += f" {where}"
+    body = serializability.report(value) or f"{type(error).__name__}: {error}"
+    return f"{head}:\n{body}\n{advice}"
+
+
+def display_name(name: str) -> str:
+    """``module.name`` as Ray shows it in errors: ``__main__`` is the script's own module
+    name (its file's, ``job.py`` -> ``job``); a program with no file keeps ``__main__``."""
+    if not name.startswith("__main__."):
+        return name
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return name
+    stem = path.replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return f"{stem}.{name[len('__main__.'):]}" if stem.isidentifier() else name
 
 
 def _find_unpicklable(values: list) -> Any:
