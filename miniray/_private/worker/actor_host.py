@@ -56,6 +56,7 @@ from miniray._private.core import (
     protocol,
     scheduling,
 )
+from miniray._private.core.recent_ids import RecentIds
 from miniray._private.core.task_spec import DYNAMIC, STREAMING, _ExitActor
 from miniray._private.core.timeline_events import TIMES
 from miniray._private.worker import streaming
@@ -145,7 +146,7 @@ class ActorHost:
         # names set per call)
         self.function_names: dict = {}
         self.exiting = False
-        self.cancelled: set[bytes] = set()
+        self.cancelled = RecentIds()
         # Async calls read and not yet ended: task id -> its asyncio task once started on
         # its loop (None before), what ``cancel()`` cancels; ``calls_ended`` is notified as
         # they end, for the exit paths that wait for the running calls.
@@ -178,7 +179,7 @@ class ActorHost:
         # Calls are sent while the constructor runs, and so are their cancels: from now on
         # the control thread hands them here (those already read are taken over).
         with worker.exec_lock:
-            self.cancelled |= worker.cancelled
+            self.cancelled.update(worker.cancelled)
             worker.cancelled.clear()
             worker.actor_host = self
         worker._mark(class_name)

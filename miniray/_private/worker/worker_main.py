@@ -67,6 +67,7 @@ from miniray._private.core import (
     serialization,
 )
 from miniray._private.core.generator_returns import GeneratorReturns
+from miniray._private.core.recent_ids import RecentIds
 from miniray._private.core.task_spec import STREAMING
 from miniray._private.host import serializer_file, worker_logs
 from miniray._private.object_store import values
@@ -152,7 +153,7 @@ class _Worker:
         self.last_name: str | None = None
         self.exec_lock = self.runtime.cancel_lock  # also guards the runtime's wait records
         self.current: bytes | None = None
-        self.cancelled: set[bytes] = set()
+        self.cancelled = RecentIds()  # ids whose CANCEL came while they were not running
         self.injected = False
         self.main_ident = threading.get_ident()
         signal.signal(CANCEL_WAKE_SIGNAL, _wake_for_cancel)  # made in the main thread
