@@ -153,9 +153,37 @@ class ActorClass(Generic[T]):
             f"'{self._cls.__name__}()', use '{self._cls.__name__}.remote()'.")
 
     def __mro_entries__(self, bases):
-        raise ActorClassInheritanceException(
-            f"Inheriting from actor class {self._cls.__name__} is not allowed; inherit from "
-            "the plain class and decorate the subclass with @remote instead.")
+        # The subclass's name is known only once its class is made: a stand-in base refuses
+        # it then, with Ray's words.
+        actor_name = self._cls.__name__
+
+        def refuse(subclass, **_kwargs):
+            raise ActorClassInheritanceException(
+                f"Attempted to define subclass '{subclass.__name__}' of actor class "
+                f"'{actor_name}'. Inheriting from actor classes is not currently supported. "
+                "You can instead inherit from a non-actor base class and make the derived "
+                "class an actor class (with @ray.remote).")
+
+        return (type(f"ActorClass({actor_name})", (),
+                     {"__init_subclass__": classmethod(refuse)}),)
+
+    def __getattr__(self, name: str) -> Any:
+        """The class's own attributes, as Ray's actor class has them: constants
+        (``Counter.LIMIT``), static and class methods, methods (the plain functions). Only
+        names the normal lookup did not find come here."""
+        cls = self.__dict__.get("_cls")  # absent while unpickling: no recursion
+        if cls is None or (name.startswith("__") and name.endswith("__")):
+            raise AttributeError(f"'ActorClass' object has no attribute '{name}'")
+        try:
+            return getattr(cls, name)
+        except AttributeError:
+            raise AttributeError(
+                f"'ActorClass({cls.__name__})' object has no attribute '{name}'") from None
+
+    def __dir__(self):
+        own = object.__dir__(self)
+        return sorted(set(own) | {n for n in dir(self._cls)
+                                  if not (n.startswith("__") and n.endswith("__"))})
 
     def __repr__(self) -> str:
         return f"<{self._cls.__module__}.ActorClass({self._cls.__name__}) object at {id(self):#x}>"
@@ -318,6 +346,11 @@ class ActorHandle(Generic[T]):
         method._handle = self
         method._spec = spec
         return method
+
+    def __dir__(self):
+        """The actor's methods, as Ray lists a handle's: its class's (``__init__`` and the
+        built-in ``__ray_*__`` ones included), not the handle's own machinery."""
+        return sorted({"__init__", *self._state[1]}) if self._state else []
 
     def _method_spec(self, name: str) -> _MethodSpec:
         """The spec of method ``name`` (AttributeError if the actor has none), cached."""
