@@ -107,6 +107,31 @@ def test_kill_with_restart_right_after_creation_restarts_it(ray):
     assert ray.get(actor.state.remote(), timeout=GET_TIMEOUT) == (True, True)
 
 
+def test_kill_with_restart_of_an_actor_waiting_for_room_is_one_of_its_restarts(ray_start):
+    """An actor still waiting for a CPU, killed with ``no_restart=False``: with a restart
+    left it is created once room comes (the kill used the restart); with none it is dead;
+    ``no_restart=True`` kills it. Compared with Ray 2.60 (its test_actor_killing): ``ok``,
+    ``ActorDiedError``, ``ActorDiedError``."""
+    ray_start(num_cpus=1)
+
+    @miniray.remote(num_cpus=1)
+    class Actor:
+        def foo(self):
+            return "ok", miniray.get_runtime_context().was_current_actor_reconstructed
+
+    blocker = Actor.remote()
+    miniray.get(blocker.foo.remote(), timeout=GET_TIMEOUT)  # holds the only CPU
+    waiting = [Actor.options(max_restarts=1).remote(), Actor.options(max_restarts=0).remote(),
+               Actor.options(max_restarts=1).remote()]
+    for actor, no_restart in zip(waiting, (False, False, True)):
+        miniray.kill(actor, no_restart=no_restart)
+    miniray.kill(blocker)
+    assert miniray.get(waiting[0].foo.remote(), timeout=GET_TIMEOUT) == ("ok", True)
+    for actor in waiting[1:]:
+        with pytest.raises(miniray.exceptions.ActorDiedError, match="killed by `ray.kill`"):
+            miniray.get(actor.foo.remote(), timeout=GET_TIMEOUT)
+
+
 def test_async_init_is_awaited_before_any_call(ray):
     """``async def __init__`` of an async actor is awaited on the actor's loop before any
     call, and its error is the constructor's error. Compared with Ray 2.60: 5 and 6 (miniray

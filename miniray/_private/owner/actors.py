@@ -727,9 +727,19 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
             return False
         if actor.remote:
             return True
+        worker = actor.worker
+        if worker is None and not no_restart:
+            # Not created yet (waiting for room, or between a death and its restart): as in
+            # Ray, the kill is one of its restarts, and it is still created when room comes.
+            restart, restarts_left = scheduling.actor_should_restart(
+                actor.restarts_left, False, True, False, bool(self.owner.closed),
+                bool(self.owner.fatal))
+            if restart:
+                actor.restarts_left = restarts_left
+                actor.restarts += 1
+                return False
         actor.killed = True
         actor.no_restart = no_restart
-        worker = actor.worker
         if worker is not None:
             if getattr(worker, "elsewhere", False):
                 worker.kill_later()  # its node SIGKILLs it (remote_actors.py)
