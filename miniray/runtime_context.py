@@ -58,7 +58,11 @@ class RuntimeContext:
         self._rt = rt
 
     def _task(self):
-        return getattr(self._rt, "task", None)
+        rt = self._rt
+        task = getattr(rt, "task", None)
+        if task is None:  # a thread the task started: the task's, as in Ray
+            task = getattr(rt, "main_task", None)
+        return task
 
     def _in_driver(self) -> bool:
         return self._rt.mode == "driver"

@@ -1001,3 +1001,58 @@ def test_async_call_task_names_follow_each_calls_name(ray):
     assert [n for n, _f in names] == [f"call-{i}" for i in range(300)]
     assert {f for _n, f in names} == {plain[1]}
     assert ray.get(actor.name.remote(), timeout=GET_TIMEOUT) == plain
+
+
+def test_an_actors_methods_read_its_class_attributes_through_the_actor_class(ray):
+    """Inside the actor, the module's name of the class is the actor class: its constants
+    and static methods are read through it, as in Ray 2.60 (``(3, 2, 5)``)."""
+
+    class Base:
+        BASE = 2
+
+    @ray.remote
+    class Limits(Base):
+        LIMIT = 3
+
+        @staticmethod
+        def five():
+            return 5
+
+        def read(self):
+            return Limits.LIMIT, Limits.BASE, Limits.five()
+
+    assert Limits.LIMIT == 3
+    assert ray.get(Limits.remote().read.remote(), timeout=GET_TIMEOUT) == (3, 2, 5)
+
+
+def test_a_thread_a_task_started_sees_the_tasks_runtime_context(ray):
+    """README, "Differences": the task's id, name and function in its threads (Ray 2.60
+    gives such a thread a random task id of the job); None in an actor method's thread."""
+
+    @ray.remote
+    def in_a_thread():
+        ctx = ray.get_runtime_context()
+        seen = {}
+
+        def look():
+            seen.update(task=ctx.get_task_id(), name=ctx.get_task_name(),
+                        job=ctx.task_id.job_id().hex())
+
+        thread = threading.Thread(target=look)
+        thread.start()
+        thread.join()
+        return ctx.get_task_id(), ctx.get_task_name(), seen
+
+    @ray.remote
+    class Threads:
+        def look(self):
+            seen = []
+            thread = threading.Thread(
+                target=lambda: seen.append(ray.get_runtime_context().get_task_id()))
+            thread.start()
+            thread.join()
+            return seen[0]
+
+    task_id, name, seen = ray.get(in_a_thread.remote(), timeout=GET_TIMEOUT)
+    assert seen == {"task": task_id, "name": name, "job": ray.get_runtime_context().get_job_id()}
+    assert ray.get(Threads.remote().look.remote(), timeout=GET_TIMEOUT) is None

@@ -470,6 +470,9 @@ class WorkerRuntime:
         self.session_token = object()
         self.worker_id = os.urandom(28).hex()
         self.actor = None  # an ActorContext once this worker hosts an actor
+        # The task the main thread runs (a task worker's; None in an actor's): what the
+        # runtime context reports in a thread that task started, as Ray does.
+        self.main_task: TaskContext | None = None
         # The job's runtime environment, and this worker's own (set once it is applied):
         # tasks submitted from here run in it unless they name one (merged over it).
         self.job_runtime_env = info.get("runtime_env") or {}

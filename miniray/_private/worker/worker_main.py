@@ -450,7 +450,10 @@ class _Worker:
                 and _ENVIRON_DATA.get(b"OMP_NUM_THREADS") != self.omp_now):
             self._set_env(resources, gpu_ids)
         set_task = _current_task.set  # runtime.task's setter, without the property's call
-        set_task(TaskContext(task_id, name, function_name, resources, gpu_ids, gpu_ints, pg))
+        runtime = self.runtime
+        runtime.main_task = task = TaskContext(task_id, name, function_name, resources,
+                                               gpu_ids, gpu_ints, pg)
+        set_task(task)
         outcome = None
         try:
             try:
@@ -493,6 +496,7 @@ class _Worker:
         except KeyboardInterrupt as error:  # injected while leaving the task
             outcome = (False, error)
         set_task(None)  # runtime.task = None, without the property's call
+        runtime.main_task = None
         if gpu_ids or self.cvd_on_zero:
             self._restore_env(gpu_ids)
         ok, value = outcome
