@@ -10,6 +10,9 @@ import time
 import numpy as np
 
 import miniray
+from miniray._private import runtime
+
+from .helpers import wait_until
 
 
 def test_an_object_outlives_the_tasks_that_used_it_while_the_driver_holds_its_ref(ray_start):
@@ -96,3 +99,40 @@ def test_a_dead_actors_constructor_argument_is_freed_with_its_last_ref(ray_start
     while store.statistics()["objects"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert store.statistics()["objects"] == 0, rt
+
+
+def test_a_filling_store_runs_gc_in_the_workers_and_frees_what_only_cycles_held(ray_start):
+    """Ray's global GC (its test_auto_global_gc, run under Ray 2.60 with the same numbers):
+    an actor that disabled ``gc`` keeps refs in reference cycles; at 60 MB of a 100 MB store
+    nothing is collected, past 70 % its worker collects, and the objects are freed."""
+    ray_start(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    store = runtime.current().owner.store
+
+    @miniray.remote
+    class Cycles:
+        def __init__(self):
+            import gc as worker_gc
+
+            worker_gc.disable()
+            self.collected = False
+            worker_gc.callbacks.append(lambda phase, info: setattr(self, "collected", True))
+
+        def cycle(self):
+            a, b = [], []
+            a.append(b)
+            b.append(a)
+            a.append(miniray.put(b"0" * (10 << 20)))
+            b.append(miniray.put(b"1" * (10 << 20)))
+            return a
+
+        def collected(self):
+            return self.collected
+
+    actor = Cycles.remote()
+    for _ in range(3):  # 60 MB
+        miniray.get(actor.cycle.remote(), timeout=30)
+    time.sleep(1.5)
+    assert not miniray.get(actor.collected.remote(), timeout=30)
+    miniray.get(actor.cycle.remote(), timeout=30)  # 80 MB
+    assert wait_until(lambda: miniray.get(actor.collected.remote(), timeout=30), 10)
+    assert wait_until(lambda: store.usage()[0] < 10 << 20, 10), store.usage()

@@ -86,9 +86,10 @@ Tags are ints, never strings, and so is the ``method`` of a worker's ``CALL`` (s
                                                    "table", "bundles"), run by the driver
                                                    after its lock (ledger transactions)
 
-2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)``, and ``(RECALL,)``:
+2. Driver → worker, on the worker's control socket: ``(CANCEL, task_id)``; ``(RECALL,)``:
    give back (``GIVE_BACK`` on the data socket) the tasks received but not started, because
-   another worker of their key is idle.
+   another worker of their key is idle; ``(COLLECT,)``: run ``gc.collect()`` and report the
+   refs it dropped (a BORROW), because the store is filling up (``owner/store_gc.py``).
 
 3. Driver ⇄ fork server::
 
@@ -259,6 +260,7 @@ SVC_PG_TABLE = 96
 # 2. control socket
 CANCEL = 20
 RECALL = 25  # (RECALL,): give back the tasks not started (another worker is idle)
+COLLECT = 26  # (COLLECT,): run Python's garbage collector (the store is filling up)
 
 # 3. fork server (and relayed by a node: section 4)
 SPAWN = 30
@@ -314,7 +316,7 @@ CHANNELS: dict[str, tuple[str, ...]] = {
     "call": ("CALL_CREATE_ACTOR", "CALL_KILL_ACTOR", "CALL_GET_ACTOR", "CALL_LIST_NAMED_ACTORS",
              "CALL_CANCEL", "CALL_CLUSTER_RESOURCES", "CALL_AVAILABLE_RESOURCES", "CALL_NODES",
              "CALL_STREAM_NEXT", "CALL_PLACEMENT_GROUP"),
-    "control": ("CANCEL", "RECALL"),
+    "control": ("CANCEL", "RECALL", "COLLECT"),
     "fork_server": ("SPAWN", "SPAWNED", "KILL", "EXITED", "SHUTDOWN", "BYE"),
     "node": ("NODE_HELLO", "NODE_WELCOME", "NODE_REFUSED", "SPAWN", "SPAWNED", "KILL",
              "EXITED", "NODE_STORE", "NODE_GOODBYE", "BYE", "NODE_STOPPING"),

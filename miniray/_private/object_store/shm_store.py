@@ -763,6 +763,10 @@ class SharedMemoryStore:
             out.update((object_id, e.size) for object_id, e in self._entries.items())
             return out
 
+    def usage(self) -> tuple[int, int]:
+        """``(bytes in memory, capacity)``, read without the lock (a sample for a timer)."""
+        return self._inline_bytes + self._used, self.capacity
+
     def statistics(self) -> dict:
         with self._lock:
             segments = sum(1 for e in self._entries.values() if e.kind == "shm")

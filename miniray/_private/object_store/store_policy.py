@@ -13,6 +13,12 @@ Room is made in this order, cheapest first::
       3. still short: the put fails (ObjectStoreFullError); an adoption (a worker's segment,
          whose bytes already exist) spills what it can and goes over
 
+Above ``HIGH_USAGE`` of the capacity, Python's garbage collector is run in the driver and its
+workers (``global_gc_due``, at most once per ``GLOBAL_GC_MIN_INTERVAL_S``, Ray's
+``high_plasma_storage_usage`` and ``global_gc_min_interval_s``): refs held only by reference
+cycles (in a worker that disabled ``gc``, or between its automatic passes) then let their
+objects go before anything has to be spilled.
+
 An object larger than the whole capacity (``oversized``) never fits: as Ray 2.60 does (its
 "fallback allocation"), it is stored anyway, straight into the spill directory, and nothing
 else is spilled for it; the first one logs a warning naming both sizes
@@ -24,9 +30,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
-    "default_recycle_bytes", "full_message", "may_recycle", "oversized", "oversized_message",
-    "pick_reusable", "plan_room",
+    "default_recycle_bytes", "full_message", "global_gc_due", "may_recycle", "oversized",
+    "oversized_message", "pick_reusable", "plan_room",
 ]  # fmt: skip
+
+HIGH_USAGE = 0.7  # Ray's high_plasma_storage_usage
+GLOBAL_GC_MIN_INTERVAL_S = 30.0  # Ray's global_gc_min_interval_s
 
 # Most recycled segments kept: each holds a mapping and (inside Python's mmap) a descriptor.
 POOL_MAX_SEGMENTS = 16
@@ -119,6 +128,22 @@ def full_message(object_hex: str, size: int, used: int, capacity: int, pinned: i
         "else can be spilled. Raise object_store_memory in init() or free ObjectRefs you no "
         "longer need."
     )
+
+
+def global_gc_due(used: int, capacity: int, now: float, last: float | None) -> bool:
+    """Whether a collection is due: the store holds more than ``HIGH_USAGE`` of its capacity
+    and none ran in the last ``GLOBAL_GC_MIN_INTERVAL_S`` (``last``: when the last one was
+    asked, None before the first).
+
+    Example:
+        >>> global_gc_due(80, 100, 5.0, None), global_gc_due(60, 100, 5.0, None)
+        (True, False)
+        >>> global_gc_due(80, 100, 20.0, 5.0), global_gc_due(80, 100, 35.0, 5.0)
+        (False, True)
+    """
+    if capacity <= 0 or used <= HIGH_USAGE * capacity:
+        return False
+    return last is None or now - last >= GLOBAL_GC_MIN_INTERVAL_S
 
 
 def oversized(size: int, capacity: int) -> bool:

@@ -71,6 +71,7 @@ from miniray._private.owner.owner_helper_loss import HelperLoss
 from miniray._private.owner.owner_leases import OwnerLeases
 from miniray._private.owner.requests import WorkerRequests
 from miniray._private.owner.state_records import StateRecords
+from miniray._private.owner.store_gc import StoreGc
 from miniray._private.owner.streams import Streams
 from miniray._private.owner.tasks import Task, TaskQueue
 from miniray._private.owner.waiting import WaitWatch
@@ -234,10 +235,15 @@ class Owner(OwnerLeases, OwnerEvents):
             tasks=self.tasks, actors=self.actors, reactor=self.reactor, defer=self.defer,
             ledger=ledger, pid=self.pid, closed=lambda: self._closed,
             threshold_s=config.wait_notice_s(), session_dir=hello_info.get("session_dir", ""))
+        # Garbage collection here and in the workers when the store fills up (Ray's).
+        self.store_gc = StoreGc(
+            store=store, workers=self.workers, send_control=self.send_control,
+            reactor=self.reactor, defer=self.defer, closed=lambda: self._closed)
         self.reactor.register(fork_server.fileno(), self._on_fork_server)
         self.reactor.start()
         with self._lock:
             self.waits.start()
+            self.store_gc.start()
 
     # ------------------------------------------------------------------ objects
     def put_value(self, object_id: bytes, value, contained: tuple = ()) -> None:

@@ -42,6 +42,7 @@ writes less, and no wake-up of the owner's I/O thread, on the first task of a ne
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import os
 import pickle
@@ -217,6 +218,10 @@ class _Worker:
         if message[0] == protocol.RECALL:
             if self.actor_host is None:
                 self.channel.give_back_waiting()
+            return
+        if message[0] == protocol.COLLECT:  # the store is filling up (owner/store_gc.py)
+            gc.collect()
+            self.channel.flush()  # the refs the collection dropped, reported now
             return
         if message[0] != protocol.CANCEL:
             return
