@@ -17,6 +17,7 @@ import miniray
 from miniray._private import runtime
 from miniray._private.core.scheduling import T_RUNNING
 from miniray._private.owner.leases import LeaseBook
+from miniray._private.owner.store_gc import StoreGc
 from miniray._private.owner.waiting import WaitWatch
 
 from .helpers import wait_until
@@ -186,10 +187,11 @@ def test_a_dropped_ref_is_freed_without_a_wake_up_while_the_io_thread_naps(ray_s
     """Right after a result the lease lingers (5 ms), so the I/O thread sleeps at most that
     long: a ref dropped then is applied when it wakes, without a wake-up of its own. Once
     nothing lingers it sleeps until its next timer, and a drop wakes it: the object is freed
-    either way. The one periodic timer (the wait watch's, every second) is set to two
-    minutes here, so the last free can come only from the drop's wake-up, however slowly a
-    loaded runner lets the I/O thread run."""
+    either way. The periodic timers (the wait watch's and the store's garbage check, each
+    every second) are set to two minutes here, so the last free can come only from the
+    drop's wake-up, however slowly a loaded runner lets the I/O thread run."""
     monkeypatch.setattr(WaitWatch, "EVERY_S", 120.0)
+    monkeypatch.setattr(StoreGc, "EVERY_S", 120.0)
     ray_start(num_cpus=2)
     owner = _owner()
     wakes = []
