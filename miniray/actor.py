@@ -189,7 +189,7 @@ class ActorClass(Generic[T]):
         return f"<{self._cls.__module__}.ActorClass({self._cls.__name__}) object at {id(self):#x}>"
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
-        return self._remote(args, kwargs, self._default_options)
+        return self._create(args, kwargs, self._default_options)
 
     def options(self, **actor_options: Any) -> _ActorClassOptions[T]:
         if "concurrency_groups" in actor_options:
@@ -210,10 +210,17 @@ class ActorClass(Generic[T]):
         if cache is None or cache[0] != os.getpid():
             name = f"{self._cls.__module__}.{self._cls.__qualname__}.__init__"  # as Ray
             data = serialization.dumps_function(self._cls, name, "actor class")
+            serialization.check_function_size(data, self._cls.__name__, "actor")
             cache = self._export_cache = (os.getpid(), hashlib.sha1(data).digest()[:16], data)
         return cache[1], cache[2]
 
-    def _remote(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
+    def _remote(self, args=None, kwargs=None, **actor_options: Any) -> ActorHandle[T]:
+        """Ray's lower-level form: ``A._remote(args=[...], kwargs={...}, num_cpus=1)`` is
+        ``A.options(num_cpus=1).remote(*args, **kwargs)``."""
+        target = self.options(**actor_options) if actor_options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
+    def _create(self, args: tuple, kwargs: dict, opts: dict) -> ActorHandle[T]:
         if self._argspec is not None:
             self._argspec.check(args, kwargs)  # as Ray: a bad call fails now, not in the actor
         groups = self._concurrency_groups()  # before init: a bad class starts nothing
@@ -282,7 +289,7 @@ class _ActorClassOptions(Generic[T]):
         self._options = opts
 
     def remote(self, *args: Any, **kwargs: Any) -> ActorHandle[T]:
-        return self._actor_class._remote(args, kwargs, self._options)
+        return self._actor_class._create(args, kwargs, self._options)
 
     def bind(self, *args, **kwargs):
         """A DAG node creating this actor with these options (``ray.dag.ClassNode``)."""
@@ -531,6 +538,16 @@ class ActorMethod:
         if argspec is not None and (kwargs or len(args) not in argspec.plain_counts):
             argspec.check(args, kwargs)
         return self._handle._submit(spec, args, kwargs)
+
+    def _remote(self, args=None, kwargs=None, **opts: Any) -> Any:
+        """Ray's lower-level form: ``m._remote(args=[...], kwargs={...}, num_returns=2)``
+        is ``m.options(num_returns=2).remote(*args, **kwargs)`` (options left None are not
+        given)."""
+        opts = {key: value for key, value in opts.items() if value is not None}
+        if opts.get("name") == "":
+            del opts["name"]
+        target = self.options(**opts) if opts else self
+        return target.remote(*(args or ()), **(kwargs or {}))
 
     def options(self, **opts) -> ActorMethod:
         allowed = {"name", "num_returns", "max_task_retries", "retry_exceptions",

@@ -252,6 +252,12 @@ class RemoteFunction(Generic[P, R]):
         warn_if_dynamic(task_options.get("num_returns"), stacklevel=2)
         return _FunctionOptions(self, merged)
 
+    def _remote(self, args=None, kwargs=None, **task_options: Any):
+        """Ray's lower-level form: ``f._remote(args=[...], kwargs={...}, num_returns=2)`` is
+        ``f.options(num_returns=2).remote(*args, **kwargs)``."""
+        target = self.options(**task_options) if task_options else self
+        return target.remote(*(args or ()), **(kwargs or {}))
+
     def bind(self, *args, **kwargs):
         """A DAG node of this task with these arguments (``ray.dag``); ``.execute()`` runs it."""
         # lazy: ray.dag loads on the first .bind(), as in Ray (import miniray stays lean)
@@ -281,6 +287,7 @@ class RemoteFunction(Generic[P, R]):
             if collect is not None:
                 target = functools.partial(generator_returns.collect, collect, target)
             data = serialization.dumps_function(target, self._function_name)
+            serialization.check_function_size(data, self._function_name, "remote function")
             exported = cache[1][collect] = (hashlib.sha1(data).digest()[:16], data)
         return exported
 

@@ -495,3 +495,63 @@ def test_function_names_of_a_script_are_named_after_its_file(drivers):
     stem = os.path.splitext(os.path.basename(result.args[-1]))[0]
     assert f"names {stem}.nested {stem}.Local.name {stem}.<lambda>\n" in result.stdout
     assert "Instead of running '__main__.nested()'" in result.stdout
+
+
+def test_the_lower_level_remote_forms_of_functions_actors_and_methods(ray_start):
+    """``_remote(args=..., kwargs=..., **options)``, which Ray's own tests and older programs
+    call (its test_submit_api; each line compared with Ray 2.60)."""
+    ray_start(num_cpus=2, resources={"Custom": 1})
+
+    @miniray.remote
+    def upto(n):
+        return list(range(n))
+
+    @miniray.remote
+    def add(a, b=2):
+        return a + b
+
+    @miniray.remote
+    class Base:
+        def __init__(self, x, y=0):
+            self.v = x + y
+
+        def spread(self, n):
+            return [self.v + i for i in range(n)]
+
+        def plus(self, k=0):
+            return self.v + k
+
+    assert miniray.get(upto._remote(args=[2], num_returns=1), timeout=GET_TIMEOUT) == [0, 1]
+    assert miniray.get(upto._remote(args=[2], num_returns=2), timeout=GET_TIMEOUT) == [0, 1]
+    assert miniray.get(add._remote(args=[1], kwargs={"b": 5}), timeout=GET_TIMEOUT) == 6
+    actor = Base._remote(args=[1], kwargs={"y": 2}, num_cpus=0, resources={"Custom": 1})
+    assert miniray.get(actor.plus._remote(kwargs={"k": 1}), timeout=GET_TIMEOUT) == 4
+    assert miniray.get(actor.spread._remote(args=[2], num_returns=2),
+                       timeout=GET_TIMEOUT) == [3, 4]
+    assert miniray.get(actor.plus._remote(), timeout=GET_TIMEOUT) == 3
+    assert miniray.available_resources().get("Custom", 0) == 0  # the actor holds it
+
+
+def test_a_function_or_actor_capturing_too_much_is_refused_at_its_first_call(ray):
+    big = bytearray(101 * 10**6)
+
+    @ray.remote
+    def f():
+        return len(big)
+
+    @ray.remote
+    class Holder:
+        def size(self):
+            return len(big)
+
+    with pytest.raises(ValueError, match=r"The remote function .*\.f is too large \(96 MiB > "
+                                         r"FUNCTION_SIZE_ERROR_THRESHOLD=95 MiB\)"):
+        f.remote()
+    with pytest.raises(ValueError, match=r"The actor Holder is too large"):
+        Holder.remote()
+
+    @ray.remote
+    def small():
+        return 1
+
+    assert ray.get(small.remote(), timeout=GET_TIMEOUT) == 1

@@ -209,6 +209,15 @@ def state_max_tasks() -> int:
     return _number("MINIRAY_STATE_MAX_TASKS", int, 0, 10000)
 
 
+FUNCTION_SIZE_WARN_BYTES = 10**7  # Ray's FUNCTION_SIZE_WARN_THRESHOLD
+
+
+def function_size_error_bytes() -> int:
+    """``FUNCTION_SIZE_ERROR_THRESHOLD`` (Ray's name; default 10**8 bytes): a remote function
+    or actor class whose pickle reaches it is refused at its first submission."""
+    return _number("FUNCTION_SIZE_ERROR_THRESHOLD", int, 0, 10**8)
+
+
 def exit_grace_s() -> float:
     """``MINIRAY_EXIT_GRACE_S`` (default 0.5; 0: none): at interpreter exit without an
     explicit ``shutdown()``, how long the tasks and actor calls running then may go on

@@ -24,6 +24,7 @@ import copyreg
 import dis
 import functools
 import io
+import logging
 import pickle
 import sys
 import threading
@@ -33,7 +34,7 @@ from typing import Any
 
 import cloudpickle
 
-from miniray._private.core import oob, serializability
+from miniray._private.core import config, oob, serializability
 
 PROTOCOL = 5
 
@@ -368,6 +369,24 @@ def dumps_function(function: Any, name: str, kind: str = "function") -> bytes:
             "Check what it captures from its enclosing scope (locks, open files, sockets "
             "cannot be pickled): create such objects inside it instead.",
             display_name(name), show_value=False)) from error
+
+
+def check_function_size(data: bytes, name: str, kind: str) -> None:
+    """Ray's limits on a pickled remote function (``kind`` "remote function") or actor
+    class ("actor"): past ``FUNCTION_SIZE_ERROR_THRESHOLD`` ValueError, past 10 MB a
+    warning, each in Ray's words; what it captures is the usual cause."""
+    size = len(data)
+    if size <= config.FUNCTION_SIZE_WARN_BYTES:
+        return
+    limit = config.function_size_error_bytes()
+    advice = ("Check that its definition is not implicitly capturing a large array or other "
+              "object in scope. Tip: use ray.put() to put large objects in the Ray object "
+              "store.")
+    if size >= limit:
+        raise ValueError(f"The {kind} {name} is too large ({size // (1 << 20)} MiB > "
+                         f"FUNCTION_SIZE_ERROR_THRESHOLD={limit // (1 << 20)} MiB). {advice}")
+    logging.getLogger("miniray").warning(
+        "Warning: The %s %s is very large (%d MiB). %s", kind, name, size // (1 << 20), advice)
 
 
 # A value's repr in an error is cut here: the report below it shows the culprit itself.
