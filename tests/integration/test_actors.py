@@ -258,6 +258,44 @@ def test_calls_waiting_for_an_argument_and_the_order_they_run_in(ray, tmp_path, 
         assert ray.get(first, timeout=GET_TIMEOUT) == 6
 
 
+def test_a_sync_actor_orders_calls_per_caller_not_across_callers(ray, tmp_path):
+    """Ray 2.60 (its test_actor_pass_by_ref_order_optimization; the same script run there:
+    the second caller's call answers at once): a call waiting for an argument holds back
+    its own caller's later calls only. A task's call with a ready argument runs while the
+    driver's call waits, and the driver's next call still runs after its first."""
+    gate = str(tmp_path / "gate")
+
+    @ray.remote
+    def late(value, path):
+        deadline = time.monotonic() + GET_TIMEOUT
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return value
+
+    @ray.remote
+    class Log:
+        def __init__(self):
+            self.seen = []
+
+        def add(self, item):
+            self.seen.append(item)
+            return list(self.seen)
+
+    log = Log.remote()
+
+    @ray.remote
+    def other_caller():
+        return ray.get(log.add.remote("task"), timeout=GET_TIMEOUT)
+
+    first = log.add.remote(late.remote("driver 1", gate))
+    second = log.add.remote("driver 2")
+    assert ray.get(other_caller.remote(), timeout=GET_TIMEOUT) == ["task"]  # not held back
+    assert ray.wait([second], timeout=0.3)[0] == []  # the driver's own order holds
+    open_gate(gate)
+    assert ray.get([first, second], timeout=GET_TIMEOUT) == [
+        ["task", "driver 1"], ["task", "driver 1", "driver 2"]]
+
+
 # ----------------------------------------------------------------------------- resources
 def _available(name: str) -> float:
     return miniray.available_resources().get(name, 0.0)

@@ -520,7 +520,7 @@ class ActorService:
                 self.owner.streams.forward[spec.task_id] = functools.partial(
                     self._reply_value, client, spec.task_id)
             try:
-                actors.submit(actor_id, spec)  # holds the nested refs' objects until done
+                actors.submit(actor_id, spec, client)  # holds the nested refs' objects
             except Exception as error:  # e.g. PendingCallsLimitExceeded
                 data = serialization.dumps(error)
                 spec.reply([(protocol.ERR, data)] * max(1, spec.num_returns), None)

@@ -46,11 +46,44 @@ from miniray._private.owner.tasks import error_text, retry_line
 logger = logging.getLogger(__name__)
 
 
+def _other_callers_next(queue) -> _Call | None:
+    """The first queued call that may go while the head waits for an argument: ready, and
+    of a caller none of whose earlier calls still waits (each caller's calls keep their
+    order). A ``__ray_terminate__`` is a barrier: it runs after every call before it, and
+    nothing passes it. None: nothing may go now. Pure: reads ``waiting``, ``caller`` and
+    the method of each call.
+
+    Example:
+        >>> from types import SimpleNamespace as C
+        >>> def call(caller, waiting=0, method="m"):
+        ...     return C(caller=caller, waiting=waiting, spec=C(method=method))
+        >>> queue = [call("a", 1), call("a"), call("b"), call(None)]
+        >>> _other_callers_next(queue) is queue[2]
+        True
+        >>> _other_callers_next([call("a", 1), call("a"), call("b", 2), call("b")]) is None
+        True
+        >>> _other_callers_next([call("a", 1), call(None, method="__ray_terminate__"),
+        ...                      call("b")]) is None
+        True
+    """
+    waiting = set()
+    for call in queue:
+        if call.spec.method == "__ray_terminate__":
+            return None
+        if call.waiting > 0 or call.caller in waiting:
+            waiting.add(call.caller)
+            continue
+        return call
+    return None
+
+
 class ActorCalls:
     """``ActorManager``'s per-call methods (see the module docstring); every attribute is
     the manager's."""
 
-    def submit(self, actor_id: bytes, spec: ActorCallSpec) -> None:
+    def submit(self, actor_id: bytes, spec: ActorCallSpec, caller=None) -> None:
+        """*Locked.* Queue (or send) call ``spec`` from ``caller`` (None: this process; a
+        worker or the actor service's client it came from otherwise)."""
         owner = self.owner
         objects = owner.objects
         if spec.reply is None:
@@ -81,7 +114,7 @@ class ActorCalls:
                 f"The actor {actor.spec.class_name} ({actor_id.hex()}) already has "
                 f"{limit} calls pending, its max_pending_calls; wait for results before "
                 "submitting more, or raise max_pending_calls.")
-        call = _Call(spec, actor)
+        call = _Call(spec, actor, caller)
         self.calls[spec.task_id] = call
         if (not spec.deps and not spec.contained and not actor.queue and not actor.remote
                 and actor.state == A_ALIVE and not actor.exiting
@@ -118,7 +151,10 @@ class ActorCalls:
                 if entry is not None and entry.state == PENDING:
                     call.waiting += 1
                     entry.add_waiter(_NestedDep(self, call))
-        actor.queue.append(call)
+        queue = actor.queue
+        if queue and not actor.callers and queue[-1].caller is not caller:
+            actor.callers = True
+        queue.append(call)
         self._pump(actor)
 
     def _call_dep_ready(self, call: _Call, is_error: bool, object_id: bytes) -> None:
@@ -138,7 +174,9 @@ class ActorCalls:
         here until the result comes back). An actor whose calls may run out of order (async,
         threaded, ``allow_out_of_order_execution``: ``spec.out_of_order``) gets each call
         whose arguments are ready, whatever waits before it, as Ray 2.60 sends them (the
-        task-orders page: a call waiting for an argument runs after a later one)."""
+        task-orders page: a call waiting for an argument runs after a later one). Any other
+        actor orders calls per caller, as Ray does: while one caller's call waits for an
+        argument, the calls of other callers queued after it go (``_other_callers_next``)."""
         remote = actor.remote
         if not remote and (actor.state != A_ALIVE or actor.worker is None or actor.exiting):
             return
@@ -155,6 +193,11 @@ class ActorCalls:
                 call = queue.popleft()
             elif unordered:
                 call = next((c for c in queue if c.waiting <= 0), None)
+                if call is None:
+                    break
+                queue.remove(call)
+            elif actor.callers:
+                call = _other_callers_next(queue)
                 if call is None:
                     break
                 queue.remove(call)

@@ -24,11 +24,14 @@ A_PENDING, A_ALIVE, A_RESTARTING, A_DEAD = "PENDING_CREATION", "ALIVE", "RESTART
 
 class _Call:
     __slots__ = ("spec", "actor", "waiting", "failed", "retries_left", "sent", "exported",
-                 "kept", "cancelled")
+                 "kept", "cancelled", "caller")
 
-    def __init__(self, spec: ActorCallSpec, actor: _Actor):
+    def __init__(self, spec: ActorCallSpec, actor: _Actor, caller=None):
         self.spec = spec
         self.actor = actor
+        # Who submitted it: None for this process, else the worker (or the actor service's
+        # client) it came from. Calls are ordered per caller, as in Ray (``_pump``).
+        self.caller = caller
         self.waiting = 0
         self.failed: bytes | None = None  # an argument's error: the call fails with it
         self.retries_left = spec.max_task_retries
@@ -43,7 +46,7 @@ class _Actor:
                  "restarts_left",
                  "death", "killed", "no_restart", "exiting", "handles", "escaped", "waiting",
                  "pid", "init_failed", "remote", "holds", "restarts", "exit_why", "node",
-                 "creator", "repr_name")
+                 "creator", "repr_name", "callers")
 
     def __init__(self, spec: ActorCreationSpec):
         self.spec = spec
@@ -72,6 +75,9 @@ class _Actor:
         self.repr_name = ""  # repr(instance) when its class defines __repr__ (ACTOR_READY)
         self.creator = None  # the worker whose process created it, while it may take the
         # actor along when it dies (ActorManager.creator_gone); None: the driver's own
+        # Whether calls came from more than one caller: only then may a later call go ahead
+        # of one that waits for an argument (``_pump``); one caller pays nothing for it.
+        self.callers = False
 
     def __repr__(self) -> str:
         return f"<actor {self.spec.class_name} {self.spec.actor_id.hex()} {self.state}>"

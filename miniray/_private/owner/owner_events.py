@@ -344,7 +344,7 @@ class OwnerEvents:
                 self._contain_results(message[1], message[4])  # objects hold them
         elif tag == protocol.ACTOR_SUBMIT:
             try:
-                self.actors.submit(message[1], message[2])
+                self.actors.submit(message[1], message[2], worker)
             except Exception as error:  # e.g. PendingCallsLimitExceeded: the refs carry it
                 data = serialization.dumps(error)
                 for object_id in message[2].return_ids:

@@ -197,7 +197,7 @@ class RemoteRequests:
         owner = self.owner
         with owner.locked():
             try:
-                owner.actors.submit(actor_id, call)
+                owner.actors.submit(actor_id, call, self.slot or self)
             except Exception as error:  # e.g. PendingCallsLimitExceeded: the refs carry it
                 data = serialization.dumps(error)
                 for object_id in call.return_ids:
