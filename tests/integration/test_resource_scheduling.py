@@ -625,3 +625,19 @@ def test_deeper_nesting_stays_within_the_bound(ray_start):
         lambda: miniray.get([total.remote(2, 4) for _ in range(8)], timeout=GET_TIMEOUT))
     assert results == [16] * 8
     assert peak <= 2 * NESTED_WORKERS_PER_CPU, peak
+
+
+def test_a_get_of_ready_objects_in_tasks_starts_no_extra_worker(ray_start):
+    """Ray's test_release_resources_race (the same script run under Ray 2.60: 2 workers):
+    a task whose get() finds its objects ready gives no CPU back, so no third worker is
+    started for 2 CPUs. miniray blocked the worker for every get, and started one."""
+    ray_start(num_cpus=2)
+    refs = [miniray.put(bytearray(200 * 1024)) for _ in range(10)]
+
+    @miniray.remote
+    def consume(refs):
+        miniray.get(refs)
+        return os.getpid()
+
+    pids = miniray.get([consume.remote(refs) for _ in range(300)], timeout=60)
+    assert len(set(pids)) <= 2, len(set(pids))

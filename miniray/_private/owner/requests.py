@@ -235,9 +235,13 @@ class WorkerRequests:
             worker.waits[req_id] = (task_id, abandon)
 
     def on_get(self, worker, req_id, object_ids, timeout, task_id=None) -> None:
+        """*Locked.* A worker's ``get()``: answered at once when every object is ready;
+        otherwise the worker is blocked (its CPU goes back, ``_block``) until they are. As
+        in Ray, a get of ready objects gives nothing back, so no other worker is started
+        for the CPU it would free for a moment."""
         if self._answer_cancelled(worker, req_id, task_id):
             return
-        self._block(worker)
+        blocked = False
 
         def finish(timed_out: bool) -> None:
             worker.waits.pop(req_id, None)
@@ -259,23 +263,37 @@ class WorkerRequests:
                         worker.read_pins.append(object_id)
                         self._note_mapped(object_id, worker)
                     payload.append(item)
-            self._unblock_and_reply(worker, req_id, payload)
+            if blocked:
+                self._unblock_and_reply(worker, req_id, payload)
+            else:
+                self._reply(worker, req_id, payload)
 
         abandon = self.objects.await_objects(object_ids, len(object_ids), True, finish,
                                              timeout, self.reactor.call_later)
+        if abandon is not None:  # it waits
+            blocked = True
+            self._block(worker)
         self._track(worker, req_id, task_id, abandon)
 
     def on_wait(self, worker, req_id, object_ids, num_returns, timeout, task_id=None) -> None:
+        """*Locked.* A worker's ``wait()``: blocked as a ``get()`` only while it waits."""
         if self._answer_cancelled(worker, req_id, task_id):
             return
-        self._block(worker)
+        blocked = False
 
         def finish(timed_out: bool) -> None:
             worker.waits.pop(req_id, None)
-            self._unblock_and_reply(worker, req_id, self.objects.ready_ids(object_ids))
+            ready = self.objects.ready_ids(object_ids)
+            if blocked:
+                self._unblock_and_reply(worker, req_id, ready)
+            else:
+                self._reply(worker, req_id, ready)
 
         abandon = self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
                                              self.reactor.call_later)
+        if abandon is not None:  # it waits
+            blocked = True
+            self._block(worker)
         self._track(worker, req_id, task_id, abandon)
 
     def _ask_service(self, worker, req_id, request, *args, keep=None) -> None:
