@@ -1,9 +1,10 @@
 """JobConfig: accepted by ``init(job_config=...)``.
 
-Mirrors ``ray.job_config.JobConfig`` (Ray 2.60) as a holder of its arguments. Of them, only
-``runtime_env`` and ``py_logging_config`` take effect: ``init(job_config=...)`` uses the
-first when ``init()`` is given no ``runtime_env`` of its own, and the second for the
-workers (not the driver) when it is given no ``logging_config``, as Ray does.
+Mirrors ``ray.job_config.JobConfig`` (Ray 2.60) as a holder of its arguments. Of them,
+``runtime_env``, ``ray_namespace`` and ``py_logging_config`` take effect: ``init(job_config=
+...)`` uses the first two when ``init()`` is given no ``runtime_env`` or ``namespace`` of its
+own, and the third for the workers (not the driver) when it is given no
+``logging_config``, as Ray does.
 """
 
 from __future__ import annotations

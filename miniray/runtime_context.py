@@ -162,7 +162,9 @@ class RuntimeContext:
         if self._driver_note():
             return None
         actor = self._actor()
-        return actor.name if actor is not None else None
+        if actor is None:
+            return None
+        return actor.name or ""  # an unnamed actor's is "", as Ray's
 
     def get_assigned_resources(self) -> dict:
         assert not self._in_driver(), _WORKER_ONLY

@@ -783,6 +783,9 @@ def init(
         if not runtime_env and job_config is not None:  # Ray: init's wins, else the config's
             runtime_env = getattr(job_config, "runtime_env", None)
             check_init_arguments(None, None, runtime_env)
+        if namespace is None and getattr(job_config, "ray_namespace", None) is not None:
+            namespace = job_config.ray_namespace  # as Ray: init's namespace wins
+            check_init_arguments(None, namespace, None)
         job_env, setup_hook = runtime_envs.parse_for_job(runtime_env)
         runtime_envs.note_ignored(job_env, level="job")
         if address in (None, "auto"):

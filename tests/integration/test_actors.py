@@ -588,6 +588,8 @@ def test_runtime_context_inside_an_actor(ray):
     assert me == actor
     assert ray.get(me.ids.remote(), timeout=GET_TIMEOUT)[0] == actor_id
     assert ray.get_runtime_context().get_actor_id() is None  # the driver
+    # an unnamed actor's name is "" (Ray 2.60's test_ids), not None as outside an actor
+    assert ray.get(Introspect.remote().ids.remote(), timeout=GET_TIMEOUT)[1] == ""
 
 
 def test_task_name_and_function_name_inside_an_actor(ray):

@@ -619,6 +619,19 @@ def test_named_actor_on_a_node_gets_its_creators_environment(node_env):
     assert proc.returncode == 0
 
 
+def test_job_config_namespace_applies_unless_init_names_one(ray_start):
+    """Ray 2.60 (its test_namespace_in_job_config): JobConfig(ray_namespace=...) is the
+    job's namespace; init(namespace=...) takes its place."""
+    import miniray as ray
+    from miniray.job_config import JobConfig
+
+    ray_start(num_cpus=1, job_config=JobConfig(ray_namespace="from-config"))
+    assert ray.get_runtime_context().namespace == "from-config"
+    ray.shutdown()
+    ray_start(num_cpus=1, namespace="from-init", job_config=JobConfig(ray_namespace="x"))
+    assert ray.get_runtime_context().namespace == "from-init"
+
+
 def test_job_config_runtime_env_applies_unless_init_names_one(ray_start):
     """Ray 2.60: init(job_config=JobConfig(runtime_env=...)) sets the job's environment; a
     runtime_env given to init() itself takes its place."""
