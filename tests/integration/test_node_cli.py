@@ -428,6 +428,22 @@ def test_long_session_root(cli):
 
 
 # ----------------------------------------------------------------------------- addresses
+def test_another_driver_is_told_that_an_embedded_session_cannot_be_joined(ray_start):
+    """init() without a node reports "127.0.0.1:0" (Ray: a joinable address). Another driver
+    given it, or "auto" while only such sessions run, is told why it cannot join and what
+    to start instead, after Ray's own words for "auto"."""
+    address = ray_start(num_cpus=1)["address"]
+    assert address == "127.0.0.1:0"
+    with pytest.raises(ConnectionError, match=r"127\.0\.0\.1:0: that is the address of a "
+                                              r"session that init\(\) started inside its "
+                                              r"driver.*miniray start --head"):
+        node_client.find_node(address)
+    with pytest.raises(ConnectionError, match=r"^Could not find any running Ray instance\..*"
+                                              r"started by init\(\) inside their drivers"):
+        node_client.find_node("auto")
+
+
+# ----------------------------------------------------------------------------- addresses
 def test_find_node_addresses(cli):
     assert node_client.find_node(None) is None
     assert node_client.find_node("local") is None

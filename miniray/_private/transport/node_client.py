@@ -100,6 +100,30 @@ NOT_FOUND_AUTO = (
 )
 
 
+# A session init() starts inside its driver (no node) reports the address "127.0.0.1:0":
+# no other driver can join it.
+EMBEDDED = (
+    "that is the address of a session that init() started inside its driver, which other "
+    "drivers cannot join. Start a node they can join with `miniray start --head`, then call "
+    "init(address='auto') (or init() with RAY_ADDRESS=auto) in every driver."
+)
+EMBEDDED_ONLY = (
+    " The miniray sessions running here were started by init() inside their drivers, which "
+    "other drivers cannot join: start a node with `miniray start --head` for that."
+)
+
+
+def _embedded_sessions(root: str) -> bool:
+    """Whether a live session of this root runs (one without a node: ``find_node`` found
+    none)."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return False
+    return any(name.startswith("session_") and session.is_session_alive(
+        os.path.join(root, name)) for name in names)
+
+
 @dataclass
 class NodeRecord:
     """What ``<session>/node.json`` says about a node (``path`` is the file itself)."""
@@ -254,11 +278,14 @@ def find_node(address: str | None = None, root: str | None = None) -> NodeRecord
         live = list_records(root)
         if live:
             return live[-1]
-        raise ConnectionError(NOT_FOUND_AUTO)
+        raise ConnectionError(NOT_FOUND_AUTO + (EMBEDDED_ONLY if _embedded_sessions(root)
+                                                else ""))
     if address == "local":
         return None
     if "://" in address:
         raise NotImplementedError(ray_client.ray_url_refusal(address))
+    if address.strip().rpartition(":")[2] == "0":  # what init()'s embedded session reports
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}: {EMBEDDED}")
     host, port = parse_address(address)
     wanted = f"{host}:{port}"
     live = list(reversed(list_records(root)))
