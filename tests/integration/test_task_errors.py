@@ -661,3 +661,91 @@ def test_every_error_from_get_survives_pickling(ray, tmp_path):
                     assert isinstance(copy, base), (type(error), base)
     custom = pickle.loads(miniray._private.core.serialization.dumps(errors[1]))
     assert (custom.code, custom.detail) == (7, "d")
+
+
+UNHANDLED = "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+
+
+def _unhandled(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(UNHANDLED)]
+
+
+def test_an_error_nobody_read_is_logged_when_freed_as_ray_logs_it(ray_start, caplog):
+    """Ray 2.60, the same cases run there: a failed task whose ref was dropped unread (fire
+    and forget; the second return of two) and an actor call's are logged once freed; one
+    that was got, waited for, taken by another task as an argument, or cancelled is not,
+    nor a call that failed because its actor was killed."""
+    ray_start(num_cpus=2)
+
+    @miniray.remote
+    def fail(tag):
+        raise ValueError(tag)
+
+    @miniray.remote
+    def passthrough(x):
+        return x
+
+    @miniray.remote
+    def sleep():
+        time.sleep(30)
+
+    @miniray.remote
+    class Failing:
+        def fail(self, tag):
+            raise KeyError(tag)
+
+        def sleep(self):
+            time.sleep(30)
+
+    fail.remote("forgotten")
+    with pytest.raises(ValueError):
+        miniray.get(fail.options(num_returns=2).remote("second")[0], timeout=GET_TIMEOUT)
+    Failing.remote().fail.remote("actor")
+    with pytest.raises(ValueError):
+        miniray.get(fail.remote("got"), timeout=GET_TIMEOUT)
+    waited = fail.remote("waited")
+    miniray.wait([waited], timeout=GET_TIMEOUT)
+    del waited
+    with pytest.raises(ValueError):
+        miniray.get(passthrough.remote(fail.remote("argument")), timeout=GET_TIMEOUT)
+    cancelled = sleep.remote()
+    time.sleep(0.3)
+    miniray.cancel(cancelled)
+    with pytest.raises(exceptions.TaskCancelledError):
+        miniray.get(cancelled, timeout=GET_TIMEOUT)
+    cancelled_unread = sleep.remote()
+    time.sleep(0.3)
+    miniray.cancel(cancelled_unread)
+    del cancelled_unread
+    doomed = Failing.remote()
+    doomed.sleep.remote()
+    time.sleep(0.3)
+    miniray.kill(doomed)
+    wanted = {"ValueError: forgotten", "ValueError: second", "KeyError: 'actor'"}
+
+    def seen():
+        return {line for m in _unhandled(caplog) for line in m.splitlines()} & wanted
+
+    deadline = time.monotonic() + GET_TIMEOUT
+    while seen() != wanted and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # anything wrongly reported has come by now
+    messages = _unhandled(caplog)
+    assert seen() == wanted and len(messages) == 3, messages
+
+
+def test_ray_ignore_unhandled_errors_silences_them(ray_start, caplog, monkeypatch):
+    monkeypatch.setenv("RAY_IGNORE_UNHANDLED_ERRORS", "1")
+    ray_start(num_cpus=1)
+
+    @miniray.remote
+    def fail():
+        raise ValueError("quiet")
+
+    ref = fail.remote()
+    miniray.wait([ref], timeout=GET_TIMEOUT)  # ready (and read: wait it below unread)
+    unread = fail.remote()
+    time.sleep(1.0)
+    del unread, ref
+    time.sleep(0.5)
+    assert _unhandled(caplog) == []

@@ -209,6 +209,12 @@ def state_max_tasks() -> int:
     return _number("MINIRAY_STATE_MAX_TASKS", int, 0, 10000)
 
 
+def report_unhandled_errors() -> bool:
+    """False when ``RAY_IGNORE_UNHANDLED_ERRORS`` is set (to anything, as Ray reads it): an
+    error object freed without being read is then not logged."""
+    return "RAY_IGNORE_UNHANDLED_ERRORS" not in os.environ
+
+
 FUNCTION_SIZE_WARN_BYTES = 10**7  # Ray's FUNCTION_SIZE_WARN_THRESHOLD
 
 

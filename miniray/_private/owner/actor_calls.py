@@ -144,6 +144,7 @@ class ActorCalls:
                 entry.add_waiter(_CallDep(self, call) if actor.remote
                                  else _KeptCallDep(self, call))
             elif entry.kind == protocol.ERR:
+                entry.read = True  # the call takes it: its error is the call's
                 call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():

@@ -99,5 +99,6 @@ class ActorHandles:
         task_id = ids.new_actor_task_id(actor.spec.actor_id)
         spec = ActorCallSpec(task_id, "__ray_terminate__", _NO_ARGS, None,
                              [ids.object_id_for(task_id, 1)], 1, "__ray_terminate__", 0)
-        self.owner.objects.ensure(spec.return_ids[0]).dropped = True  # nobody will read it
+        entry = self.owner.objects.ensure(spec.return_ids[0])
+        entry.dropped = entry.read = True  # nobody will read it, nor hear of its error
         self.submit(actor.spec.actor_id, spec)

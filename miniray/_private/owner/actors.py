@@ -298,6 +298,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                 actor.waiting += 1
                 entry.add_waiter(_KeptCreationDep(self, actor))
             elif entry.kind == protocol.ERR:
+                entry.read = True  # the constructor takes it: the actor fails with it
                 self._init_error_from_dep(actor, object_id)
                 return spec.actor_id
         if spec.lent is not None and spec.pg is not None:  # lent by its driver
@@ -425,6 +426,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         for _position, object_id in actor.spec.deps or ():
             entry = objects.get(object_id)
             if entry is not None and entry.state != PENDING and entry.kind == protocol.ERR:
+                entry.read = True
                 self._init_error_from_dep(actor, object_id)
                 return True
         kept = self._kept_deps(actor.spec.deps or ())

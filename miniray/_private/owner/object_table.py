@@ -67,7 +67,7 @@ class RemoteCopy:
 
 class Entry:
     __slots__ = ("state", "kind", "waiters", "refs", "escaped", "holders", "dropped", "borrows",
-                 "contains", "remote")
+                 "contains", "remote", "read")
 
     def __init__(self):
         self.state = PENDING
@@ -82,6 +82,9 @@ class Entry:
         self.borrows = 0       # workers that hold a ref to it (they report it)
         self.contains: tuple = ()  # ids of refs pickled inside this object
         self.remote: RemoteCopy | None = None  # kept on another node (freed with it)
+        # Its value was read or waited for (a get, a wait, a call taking it): an error
+        # nobody read is reported when it is freed (``on_unhandled_error``), as Ray does.
+        self.read = False
 
     def add_waiter(self, waiter) -> None:
         if self.waiters is None:
@@ -147,6 +150,8 @@ class ObjectTable:
         self.store = store
         self.wake = wake  # asks the I/O thread to apply ref events soon
         self.on_free = on_free  # told (locked) after an object is freed
+        # Told (locked) before an error nobody read is freed: Ray's "Unhandled error".
+        self.on_unhandled_error: Callable[[bytes], None] | None = None
         self.lock = lock
         self.check_usable = check_usable
         # Set (locked) by the owner at shutdown: the per-get test, check_usable called only
@@ -223,6 +228,9 @@ class ObjectTable:
 
     def _free(self, object_id: bytes) -> None:
         entry = self.entries.pop(object_id)
+        if (entry.kind == protocol.ERR and not entry.read and entry.state == READY
+                and self.on_unhandled_error is not None):
+            self.on_unhandled_error(object_id)
         self.store.free(object_id)
         if entry.remote is not None:  # its node's copy too (sent after the lock)
             entry.remote.free()
@@ -333,6 +341,7 @@ class ObjectTable:
         waiters = entry.waiters
         if waiters:
             entry.waiters = None
+            entry.read = True  # a get, a wait or a call takes it now
             is_error = kind == protocol.ERR
             for waiter in waiters:
                 waiter.notify(is_error, object_id)
@@ -355,7 +364,9 @@ class ObjectTable:
     def read(self, object_id: bytes) -> tuple:
         """*Locked.* ``(kind, payload)`` of a ready object, for another process (see
         ``values.py``). Pin it first if the reader may be slow to map it."""
-        return self.entries[object_id].kind, values.outgoing(self.store.location(object_id))
+        entry = self.entries[object_id]
+        entry.read = True
+        return entry.kind, values.outgoing(self.store.location(object_id))
 
     def lost(self, object_id: bytes) -> Exception:
         from miniray.exceptions import ObjectFreedError
@@ -389,6 +400,7 @@ class ObjectTable:
             if entry.state == READY and not (entry.kind == protocol.ERR
                                              and self._renew(object_id, entry)):
                 ready += 1
+                entry.read = True
                 if on_error and entry.kind == protocol.ERR:
                     finish(False)
                     return None
@@ -471,6 +483,7 @@ class ObjectTable:
                     data = values.outgoing(self.store.location(object_id))
                 item = (entry.kind, data)
                 if entry.kind == protocol.ERR:
+                    entry.read = True
                     return [item]
                 out.append(item)
             return out
@@ -489,6 +502,7 @@ class ObjectTable:
                 if entry.state == READY and not (entry.kind == protocol.ERR
                                                  and self._renew(object_id, entry)):
                     ready += 1
+                    entry.read = True  # waited for: as Ray, not reported unhandled
                 else:
                     pending.append(entry)
             waiter = None

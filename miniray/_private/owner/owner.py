@@ -47,6 +47,7 @@ from typing import Any
 
 from miniray._private.core import (
     config,
+    oob,
     pipelining,
     placement,
     protocol,
@@ -204,6 +205,8 @@ class Owner(OwnerLeases, OwnerEvents):
             release_idle_leases=self._release_idle_leases, hello_info=hello_info,
             streams=self.streams, on_unblock=self._on_unblock)
         self.objects.on_free = self._object_freed
+        if config.report_unhandled_errors():
+            self.objects.on_unhandled_error = self._unhandled_error
         self.requests.placement_groups = lambda: self.pgs
         # Tasks from submission to results: argument waits, queues per key, completion.
         self.tasks = TaskQueue(
@@ -274,6 +277,35 @@ class Owner(OwnerLeases, OwnerEvents):
             self.requests.object_freed(object_id)
         if self.streams.by_task:
             self.streams.object_freed(object_id)
+
+    def _unhandled_error(self, object_id: bytes) -> None:
+        """*Locked.* An error object nobody read (a get, a wait, a call taking it) is being
+        freed: it is logged, as Ray logs it, unless it is a cancelled task's or an actor's
+        death (Ray 2.60 is silent for both: compared case by case), or the session is
+        shutting down (everything is freed then)."""
+        if self._closed or self._stopping:
+            return
+        data = self.store.inline_or_none(object_id)
+        if data is None:  # errors are small (stored inline); a lost one says nothing more
+            return
+
+        def report() -> None:
+            from miniray.exceptions import (  # lazy: the error path only
+                RayActorError,
+                TaskCancelledError,
+            )
+
+            try:
+                error = oob.loads_inline(data)
+            except Exception:  # its class cannot be loaded here: nothing to show
+                return
+            cause = getattr(error, "cause", None)  # a RayTaskError's (cancelled while running)
+            if not isinstance(error, (TaskCancelledError, RayActorError)) and not isinstance(
+                    cause, (TaskCancelledError, KeyboardInterrupt)):
+                logger.error("Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'"
+                             "): %s", error)
+
+        self.defer(report)
 
     def stream_next(self, task_id: bytes, index: int, timeout: float | None) -> bool | None:
         """The driver's ``next()`` of a streaming call: True once value ``index`` is there,

@@ -211,6 +211,7 @@ class TaskQueue:
                     entry.add_waiter(_PlacingWaiter(self, task) if places
                                      else _DepWaiter(self, task))
                 elif entry.kind == protocol.ERR:
+                    entry.read = True  # the task takes it: its error is the task's
                     self._complete_with_dep_error(task, object_id)
                     return
         if task.waiting == 0:
