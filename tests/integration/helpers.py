@@ -136,6 +136,27 @@ def cli(env, *args, timeout=60) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+# A driver script's actor class (no indentation; ``ray`` is the driver's import): ``named``
+# fails twice in three with a ValueError its retry_exceptions names, ``unnamed`` always
+# fails. The retry_exceptions tests of service actors and of actors on other hosts.
+FLAKY_ACTOR = """
+class Flaky:
+    def __init__(self):
+        self.n = 0
+    def where(self):
+        return ray.get_runtime_context().get_node_id()
+    @ray.method(retry_exceptions=[ValueError])
+    def named(self):
+        self.n += 1
+        if self.n % 3:
+            raise ValueError(self.n)
+        return self.n
+    def unnamed(self):
+        self.n += 1
+        raise ValueError(self.n)
+"""
+
+
 def driver(code: str, env, stdin=subprocess.DEVNULL, **extra) -> subprocess.Popen:
     """A driver program (``code``, dedented) run in its own process with ``env``."""
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],

@@ -212,6 +212,15 @@ def test_ray_call_runs_a_function_on_the_actor(ray):
         counter.__ray_call__.remote()
 
 
+@miniray.remote
+def _late(value, path):
+    """``value``, once the file gate ``path`` is open (``open_gate``)."""
+    deadline = time.monotonic() + GET_TIMEOUT
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return value
+
+
 @pytest.mark.parametrize("kind", ["sync", "async", "threaded", "allow_out_of_order"])
 def test_calls_waiting_for_an_argument_and_the_order_they_run_in(ray, tmp_path, kind):
     """Ray 2.60's task-orders page, checked there with these actors: a sync actor runs one
@@ -221,13 +230,6 @@ def test_calls_waiting_for_an_argument_and_the_order_they_run_in(ray, tmp_path, 
     (``1 3 6`` against ``6 2 5`` for add(x), add(2), add(3) with x=1 late). miniray kept
     submission order for all four."""
     gate = str(tmp_path / "gate")
-
-    @ray.remote
-    def late(value, path):
-        deadline = time.monotonic() + GET_TIMEOUT
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return value
 
     class Counter:
         def __init__(self):
@@ -246,7 +248,7 @@ def test_calls_waiting_for_an_argument_and_the_order_they_run_in(ray, tmp_path, 
                "allow_out_of_order": {"allow_out_of_order_execution": True}}.get(kind, {})
     cls = ray.remote(AsyncCounter if kind == "async" else Counter)
     counter = cls.options(**options).remote()
-    first = counter.add.remote(late.remote(1, gate))
+    first = counter.add.remote(_late.remote(1, gate))
     second, third = counter.add.remote(2), counter.add.remote(3)
     if kind == "sync":
         assert ray.wait([second], timeout=0.5)[0] == []  # held back behind the first
@@ -266,13 +268,6 @@ def test_a_sync_actor_orders_calls_per_caller_not_across_callers(ray, tmp_path):
     gate = str(tmp_path / "gate")
 
     @ray.remote
-    def late(value, path):
-        deadline = time.monotonic() + GET_TIMEOUT
-        while not os.path.exists(path) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return value
-
-    @ray.remote
     class Log:
         def __init__(self):
             self.seen = []
@@ -287,7 +282,7 @@ def test_a_sync_actor_orders_calls_per_caller_not_across_callers(ray, tmp_path):
     def other_caller():
         return ray.get(log.add.remote("task"), timeout=GET_TIMEOUT)
 
-    first = log.add.remote(late.remote("driver 1", gate))
+    first = log.add.remote(_late.remote("driver 1", gate))
     second = log.add.remote("driver 2")
     assert ray.get(other_caller.remote(), timeout=GET_TIMEOUT) == ["task"]  # not held back
     assert ray.wait([second], timeout=0.3)[0] == []  # the driver's own order holds

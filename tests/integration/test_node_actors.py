@@ -20,7 +20,7 @@ from miniray._private.host import procinfo, session
 from miniray._private.node import daemon
 from miniray._private.transport import node_client
 
-from .helpers import cli, driver, json_line, wait_until
+from .helpers import FLAKY_ACTOR, cli, driver, json_line, wait_until
 
 COUNTER = """
 import json, os, sys
@@ -348,21 +348,9 @@ def test_restart_of_a_service_actor_keeps_its_name(node_env):
 
 def test_a_service_actors_method_retries_the_exceptions_its_retry_exceptions_names(node_env):
     _start(node_env)
-    result = _run(node_env, """
-        @ray.remote(max_task_retries=3)
-        class Flaky:
-            def __init__(self):
-                self.n = 0
-            @ray.method(retry_exceptions=[ValueError])
-            def named(self):
-                self.n += 1
-                if self.n % 3:
-                    raise ValueError(self.n)
-                return self.n
-            def unnamed(self):
-                self.n += 1
-                raise ValueError(self.n)
-        f = Flaky.options(name="flaky", lifetime="detached").remote()
+    result = _run(node_env, FLAKY_ACTOR + textwrap.dedent("""
+        Retrying = ray.remote(max_task_retries=3)(Flaky)
+        f = Retrying.options(name="flaky", lifetime="detached").remote()
         named = ray.get(f.named.remote())  # two failures retried, the third try returns
         last = []
         for options in ({}, {"retry_exceptions": [KeyError]}, {"retry_exceptions": True}):
@@ -372,7 +360,7 @@ def test_a_service_actors_method_retries_the_exceptions_its_retry_exceptions_nam
                 last.append(str(error).splitlines()[-1])
         say(named=named, last=last)
         ray.kill(f)
-    """)
+    """))
     # not retried, not retried (another class named), retried max_task_retries times
     assert result == {"named": 3, "last": ["ValueError: 4", "ValueError: 5", "ValueError: 9"]}
 

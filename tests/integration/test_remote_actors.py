@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import textwrap
 import time
 
 import pytest
 
 from miniray._private.ledger.ledger import Ledger
 
-from .helpers import OUTCOME, driver, go_on, json_line, stop_driver, wait_until
+from .helpers import FLAKY_ACTOR, OUTCOME, driver, go_on, json_line, stop_driver, wait_until
 from .test_cluster_join import hosts_fixture  # noqa: F401 - the fixture `hosts`
 from .test_remote_kept_actor_results import _run as _run_kept
 from .test_remote_tasks import (
@@ -509,26 +510,11 @@ def test_a_gpu_actor_on_the_member_sees_its_gpu_and_its_runtime_env(hosts):
 
 def test_a_method_of_an_actor_on_the_member_retries_what_its_retry_exceptions_names(hosts):
     _join_special(hosts)
-    doc = _run_driver(hosts, """
-    @ray.remote(max_task_retries=3, resources={"special": 1})
-    class Flaky:
-        def __init__(self):
-            self.n = 0
-        def where(self):
-            return ray.get_runtime_context().get_node_id()
-        @ray.method(retry_exceptions=[ValueError])
-        def named(self):
-            self.n += 1
-            if self.n % 3:
-                raise ValueError(self.n)
-            return self.n
-        def unnamed(self):
-            self.n += 1
-            raise ValueError(self.n)
-
+    doc = _run_driver(hosts, textwrap.indent(FLAKY_ACTOR, "    ") + """
+    Retrying = ray.remote(max_task_retries=3, resources={"special": 1})(Flaky)
     out = {"member": member}
-    for how, actor in (("driver's", Flaky.remote()),
-                       ("service's", Flaky.options(name="f", lifetime="detached").remote())):
+    for how, actor in (("driver's", Retrying.remote()),
+                       ("service's", Retrying.options(name="f", lifetime="detached").remote())):
         got = [ray.get(actor.where.remote(), timeout=60), ray.get(actor.named.remote(),
                                                                   timeout=60)]
         for options in ({}, {"retry_exceptions": [KeyError]}, {"retry_exceptions": True}):
