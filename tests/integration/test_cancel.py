@@ -412,19 +412,28 @@ def test_non_forced_cancel_is_a_keyboard_interrupt_inside_the_task(ray, tasks, t
 
 def test_a_task_interrupted_in_get_takes_its_cpu_back(ray, tmp_path):
     """The interrupted wait ends the worker's blocked state: the CPU it lent out while
-    blocked is held again while it runs on, and free once it is done."""
+    blocked is held again while it runs on, and free once it is done. The child is
+    interrupted too (the cancel is recursive) and keeps running on purpose until the test
+    lets both go: while both run they hold both CPUs. (It used to sleep through the cancel,
+    which a wake-up ends at once: the CPUs were then both held only for a moment, and a
+    loaded runner missed it.)"""
     go_on = tmp_path / "go-on"
 
     @ray.remote(max_retries=0)
-    def child(path):
+    def child(path, go_on):
         with open(path, "w") as f:
             f.write("started")
-        time.sleep(60)
+        deadline = time.monotonic() + GET_TIMEOUT
+        while not os.path.exists(go_on) and time.monotonic() < deadline:
+            try:
+                time.sleep(0.01)
+            except KeyboardInterrupt:  # the recursive cancel: run on regardless
+                pass
 
     @ray.remote(max_retries=0)
     def parent(path, go_on):
         try:
-            ray.get(child.remote(path))
+            ray.get(child.remote(path, go_on))
         except KeyboardInterrupt:
             while not os.path.exists(go_on):
                 time.sleep(0.01)
