@@ -15,6 +15,8 @@ import tempfile
 import textwrap
 import time
 
+import pytest
+
 import miniray
 from miniray._private.host import procinfo, session
 
@@ -22,6 +24,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(miniray.__file__)))
 
 
 TEST_TOKEN = "miniray-test-token-" + "0" * 32  # `miniray start --head` never writes ~/.miniray
+
+# A test whose non-forced cancel must interrupt a task spinning in a pure-Python loop.
+CANCEL_REACHES_A_PYTHON_LOOP = pytest.mark.xfail(
+    sys.version_info[:2] == (3, 13), strict=False,
+    reason="CPython 3.13 may not deliver PyThreadState_SetAsyncExc to a thread in a tight "
+           "pure-Python loop (python/cpython#139622), which is how a non-forced cancel reaches "
+           "a running task")
 
 
 def wait_until(predicate, timeout: float = 5.0, interval: float = 0.02):

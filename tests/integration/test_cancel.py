@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 
 import pytest
@@ -20,7 +19,7 @@ from miniray import exceptions
 from miniray._private import runtime
 from miniray._private.host import procinfo
 from miniray._private.object_store import shm_segments
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import CANCEL_REACHES_A_PYTHON_LOOP, wait_until
 
 GET_TIMEOUT = 30
 
@@ -893,11 +892,7 @@ def test_is_canceled_in_an_async_actor_raises_runtime_error(ray, AsyncWorker):
     assert ray.get(actor.sync_canceled.remote(), timeout=GET_TIMEOUT) == message
 
 
-@pytest.mark.xfail(
-    sys.version_info[:2] == (3, 13), strict=False,
-    reason="CPython 3.13 may not deliver PyThreadState_SetAsyncExc to a thread in a tight "
-           "pure-Python loop (python/cpython#139622), which is how a non-forced cancel reaches "
-           "a running task")
+@CANCEL_REACHES_A_PYTHON_LOOP
 @pytest.mark.parametrize("recursive", [True, False])
 def test_recursive_cancel_of_an_actor_call_reaches_its_tasks(ray, tmp_path, recursive):
     """The tasks an actor call submitted are cancelled with it when ``recursive`` (the

@@ -20,7 +20,7 @@ from miniray._private.host import procinfo, session
 from miniray._private.node import daemon
 from miniray._private.transport import node_client
 
-from .helpers import FLAKY_ACTOR, cli, driver, json_line, wait_until
+from .helpers import CANCEL_REACHES_A_PYTHON_LOOP, FLAKY_ACTOR, cli, driver, json_line, wait_until
 
 COUNTER = """
 import json, os, sys
@@ -609,6 +609,7 @@ def test_cancelling_a_queued_call_to_a_node_actor(node_env, tmp_path):
     assert result == {"cancelled": True, "running": 0.5}
 
 
+@CANCEL_REACHES_A_PYTHON_LOOP
 def test_cancelling_a_node_actor_call_blocked_in_get(node_env, tmp_path):
     """A call of a named actor of the node, blocked in ``get``, is interrupted by a
     non-forced cancel (KeyboardInterrupt there, ``is_canceled()`` true), its result is
