@@ -144,7 +144,6 @@ class ActorCalls:
                 entry.add_waiter(_CallDep(self, call) if actor.remote
                                  else _KeptCallDep(self, call))
             elif entry.kind == protocol.ERR:
-                entry.read = True  # the call takes it: its error is the call's
                 call.failed = self._dep_error(call, object_id)
         if actor.remote:  # nested refs' values go with the call: wait for them too
             for object_id in spec.contained or ():
@@ -167,7 +166,7 @@ class ActorCalls:
     def _dep_error(self, call: _Call, object_id: bytes) -> bytes:
         """Ray's error for a call whose argument ``object_id`` failed: the call's own."""
         name = f"{call.actor.spec.class_name}.{call.spec.call_name}"
-        return dependency_error_bytes(self.owner.store.inline_bytes(object_id), name)
+        return dependency_error_bytes(self.owner.objects.error_bytes(object_id), name)
 
     def _pump(self, actor: _Actor) -> None:
         """Send queued calls, in order, while the head of the queue is ready to go: to the

@@ -298,7 +298,6 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
                 actor.waiting += 1
                 entry.add_waiter(_KeptCreationDep(self, actor))
             elif entry.kind == protocol.ERR:
-                entry.read = True  # the constructor takes it: the actor fails with it
                 self._init_error_from_dep(actor, object_id)
                 return spec.actor_id
         if spec.lent is not None and spec.pg is not None:  # lent by its driver
@@ -321,7 +320,7 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         from miniray.exceptions import ActorDiedError
 
         # Ray's: the constructor's own error, naming the argument's.
-        error = dependency_error(serialization.loads(self.owner.store.inline_bytes(object_id)),
+        error = dependency_error(serialization.loads(self.owner.objects.error_bytes(object_id)),
                                  f"{actor.spec.class_name}.__init__")
         actor.init_failed = True
         self._die(actor, serialization.dumps(ActorDiedError(error)))
@@ -426,7 +425,6 @@ class ActorManager(ActorCalls, ActorHandles, ServiceProxies):
         for _position, object_id in actor.spec.deps or ():
             entry = objects.get(object_id)
             if entry is not None and entry.state != PENDING and entry.kind == protocol.ERR:
-                entry.read = True
                 self._init_error_from_dep(actor, object_id)
                 return True
         kept = self._kept_deps(actor.spec.deps or ())

@@ -368,6 +368,15 @@ class ObjectTable:
         entry.read = True
         return entry.kind, values.outgoing(self.store.location(object_id))
 
+    def error_bytes(self, object_id: bytes) -> bytes:
+        """*Locked.* The pickled error a ready error object holds, for the task, call or
+        constructor that takes it as an argument and fails with it: read, so it is never
+        reported unhandled."""
+        entry = self.entries.get(object_id)
+        if entry is not None:
+            entry.read = True
+        return self.store.inline_bytes(object_id)
+
     def lost(self, object_id: bytes) -> Exception:
         from miniray.exceptions import ObjectFreedError
 

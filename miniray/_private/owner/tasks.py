@@ -211,7 +211,6 @@ class TaskQueue:
                     entry.add_waiter(_PlacingWaiter(self, task) if places
                                      else _DepWaiter(self, task))
                 elif entry.kind == protocol.ERR:
-                    entry.read = True  # the task takes it: its error is the task's
                     self._complete_with_dep_error(task, object_id)
                     return
         if task.waiting == 0:
@@ -262,7 +261,7 @@ class TaskQueue:
 
     def _complete_with_dep_error(self, task: Task, object_id: bytes) -> None:
         # Ray's error for it: this task's own, naming the argument's error (and its cause).
-        data = dependency_error_bytes(self.store.inline_bytes(object_id), task.spec.name)
+        data = dependency_error_bytes(self.objects.error_bytes(object_id), task.spec.name)
         self.complete(task, [(protocol.ERR, data)] * max(1, len(task.spec.return_ids)))
 
     def _enqueue(self, task: Task, placed: bool = False) -> None:
