@@ -230,71 +230,65 @@ class WorkerRequests:
         self._reply(worker, req_id, protocol.CANCELLED)
         return True
 
-    def _track(self, worker, req_id, task_id, abandon) -> None:
-        if abandon is not None and task_id is not None:
-            worker.waits[req_id] = (task_id, abandon)
-
-    def on_get(self, worker, req_id, object_ids, timeout, task_id=None) -> None:
-        """*Locked.* A worker's ``get()``: answered at once when every object is ready;
-        otherwise the worker is blocked (its CPU goes back, ``_block``) until they are. As
-        in Ray, a get of ready objects gives nothing back, so no other worker is started
-        for the CPU it would free for a moment."""
-        if self._answer_cancelled(worker, req_id, task_id):
-            return
+    def _await(self, worker, req_id, task_id, object_ids, count: int, on_error: bool,
+               timeout, answer) -> None:
+        """*Locked.* Reply ``answer(timed_out)`` to request ``req_id`` once ``count`` of
+        ``object_ids`` are ready (or at the first error if ``on_error``, or past
+        ``timeout``). Answered at once when they are ready: as in Ray, a wait of ready
+        objects gives nothing back, so no other worker is started for a CPU freed for a
+        moment. Otherwise the worker is blocked meanwhile (its CPU goes back, ``_block``),
+        and a cancel of call ``task_id`` ends the wait (``interrupt``)."""
         blocked = False
 
         def finish(timed_out: bool) -> None:
             worker.waits.pop(req_id, None)
-            if timed_out:
-                payload = protocol.TIMEOUT
-            else:
-                payload = []
-                for object_id in self.objects.ready_ids(object_ids):
-                    if object_id not in self.objects.entries:  # freed: the worker's get raises
-                        lost = serialization.dumps(self.objects.lost(object_id))
-                        payload = [(protocol.ERR, lost)]
-                        break
-                    item = self.objects.read(object_id)
-                    if item[0] == protocol.ERR:
-                        payload = [item]
-                        break
-                    if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
-                        self.store.pin(object_id)
-                        worker.read_pins.append(object_id)
-                        self._note_mapped(object_id, worker)
-                    payload.append(item)
+            payload = answer(timed_out)
             if blocked:
                 self._unblock_and_reply(worker, req_id, payload)
             else:
                 self._reply(worker, req_id, payload)
 
-        abandon = self.objects.await_objects(object_ids, len(object_ids), True, finish,
-                                             timeout, self.reactor.call_later)
-        if abandon is not None:  # it waits
-            blocked = True
-            self._block(worker)
-        self._track(worker, req_id, task_id, abandon)
+        abandon = self.objects.await_objects(object_ids, count, on_error, finish, timeout,
+                                             self.reactor.call_later)
+        if abandon is None:  # answered already
+            return
+        blocked = True
+        self._block(worker)
+        if task_id is not None:
+            worker.waits[req_id] = (task_id, abandon)
 
-    def on_wait(self, worker, req_id, object_ids, num_returns, timeout, task_id=None) -> None:
-        """*Locked.* A worker's ``wait()``: blocked as a ``get()`` only while it waits."""
+    def on_get(self, worker, req_id, object_ids, timeout, task_id=None) -> None:
+        """*Locked.* A worker's ``get()`` (``_await``): the values, or the first error."""
         if self._answer_cancelled(worker, req_id, task_id):
             return
-        blocked = False
 
-        def finish(timed_out: bool) -> None:
-            worker.waits.pop(req_id, None)
-            ready = self.objects.ready_ids(object_ids)
-            if blocked:
-                self._unblock_and_reply(worker, req_id, ready)
-            else:
-                self._reply(worker, req_id, ready)
+        def answer(timed_out: bool):
+            if timed_out:
+                return protocol.TIMEOUT
+            payload = []
+            for object_id in self.objects.ready_ids(object_ids):
+                if object_id not in self.objects.entries:  # freed: the worker's get raises
+                    lost = serialization.dumps(self.objects.lost(object_id))
+                    return [(protocol.ERR, lost)]
+                item = self.objects.read(object_id)
+                if item[0] == protocol.ERR:
+                    return [item]
+                if isinstance(item[1], tuple):  # mapped by the worker: keep it in place
+                    self.store.pin(object_id)
+                    worker.read_pins.append(object_id)
+                    self._note_mapped(object_id, worker)
+                payload.append(item)
+            return payload
 
-        abandon = self.objects.await_objects(object_ids, num_returns, False, finish, timeout,
-                                             self.reactor.call_later)
-        if abandon is not None:  # it waits
-            blocked = True
-            self._block(worker)
-        self._track(worker, req_id, task_id, abandon)
+        self._await(worker, req_id, task_id, object_ids, len(object_ids), True, timeout,
+                    answer)
+
+    def on_wait(self, worker, req_id, object_ids, num_returns, timeout, task_id=None) -> None:
+        """*Locked.* A worker's ``wait()`` (``_await``): the ids that are ready."""
+        if self._answer_cancelled(worker, req_id, task_id):
+            return
+        self._await(worker, req_id, task_id, object_ids, num_returns, False, timeout,
+                    lambda _timed_out: self.objects.ready_ids(object_ids))
 
     def _ask_service(self, worker, req_id, request, *args, keep=None) -> None:
         """*Locked.* Make ``request(*args)`` to the node's actor service once the lock is

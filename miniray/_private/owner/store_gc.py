@@ -42,7 +42,6 @@ class StoreGc:
         self._defer = defer
         self._closed = closed
         self.last: float | None = None  # when the last collection was asked
-        self.collections = 0
 
     def start(self) -> None:
         """*Locked.* Sample the store once a second from now on."""
@@ -56,7 +55,6 @@ class StoreGc:
         now = time.monotonic()
         if store_policy.global_gc_due(used, capacity, now, self.last):
             self.last = now
-            self.collections += 1
             logger.debug("object store %d of %d bytes: collecting garbage in the driver and "
                          "its workers", used, capacity)
             for worker in list(self._workers.by_fd.values()):
